@@ -1,0 +1,1 @@
+//! The node configuration, `zkcron.toml`.

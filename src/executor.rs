@@ -1,0 +1,1 @@
+//! Runs one tick's command.

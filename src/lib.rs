@@ -1,0 +1,24 @@
+//! zkcron: a distributed cron daemon.
+//!
+//! # Layout
+//!
+//! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
+//! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
+//! - [`config`]: the node configuration `zkcron.toml`.
+//! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
+//!   overlap decisions); it reads no clock and does no I/O.
+//! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
+//! - [`executor`]: runs one tick's command as a process group, with timeout, retries and
+//!   output streaming.
+//! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
+//! - [`cli`]: the `zkcron` command line.
+
+pub mod cli;
+pub mod config;
+pub mod coord;
+pub mod daemon;
+pub mod executor;
+pub mod logging;
+pub mod plan;
+pub mod schedule;
+pub mod task;
