@@ -49,14 +49,18 @@ impl fmt::Debug for Schedule {
 /// says what is wrong and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
-    #[error("the schedule is empty; write five fields like \"30 2 * * *\" or an alias like \"@daily\"")]
+    #[error(
+        "the schedule is empty; write five fields like \"30 2 * * *\" or an alias like \"@daily\""
+    )]
     Empty,
     #[error(
         "@reboot is not supported: zkcron runs each tick once in the whole cluster, and a cluster \
          has no single boot; use a systemd unit with WantedBy=multi-user.target for start-up work"
     )]
     Reboot,
-    #[error("unknown alias {alias:?}; allowed: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly")]
+    #[error(
+        "unknown alias {alias:?}; allowed: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
+    )]
     UnknownAlias { alias: String },
     #[error(
         "expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first), \
@@ -89,14 +93,26 @@ fn did_you_mean(suggestion: &Option<String>) -> String {
 
 /// The fields of a six-field expression, in order, with what each one allows.
 const FIELDS: [(&str, &str); 6] = [
-    ("second", "allowed: 0-59, *, lists a,b, ranges a-b and steps */n or a-b/n"),
-    ("minute", "allowed: 0-59, *, lists a,b, ranges a-b and steps */n or a-b/n"),
-    ("hour", "allowed: 0-23, *, lists a,b, ranges a-b and steps */n or a-b/n"),
+    (
+        "second",
+        "allowed: 0-59, *, lists a,b, ranges a-b and steps */n or a-b/n",
+    ),
+    (
+        "minute",
+        "allowed: 0-59, *, lists a,b, ranges a-b and steps */n or a-b/n",
+    ),
+    (
+        "hour",
+        "allowed: 0-23, *, lists a,b, ranges a-b and steps */n or a-b/n",
+    ),
     (
         "day-of-month",
         "allowed: 1-31, *, ?, L (last day), nW (nearest weekday), lists, ranges and steps",
     ),
-    ("month", "allowed: 1-12 or JAN-DEC, *, lists, ranges and steps"),
+    (
+        "month",
+        "allowed: 1-12 or JAN-DEC, *, lists, ranges and steps",
+    ),
     (
         "day-of-week",
         "allowed: 0-7 (0 and 7 are Sunday) or SUN-SAT, *, ?, n#k (k-th weekday), nL (last weekday), lists, ranges and steps",
@@ -131,7 +147,10 @@ impl Schedule {
         };
         // An expression like "0 0 31 2 *" parses but never matches; say so now rather than
         // leaving a task that silently never runs.
-        if schedule.next_after(Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap()).is_none() {
+        if schedule
+            .next_after(Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap())
+            .is_none()
+        {
             return Err(ScheduleError::NeverFires {
                 expression: trimmed.to_string(),
             });
@@ -180,9 +199,7 @@ impl Schedule {
 }
 
 fn parser() -> CronParser {
-    CronParser::builder()
-        .seconds(Seconds::Optional)
-        .build()
+    CronParser::builder().seconds(Seconds::Optional).build()
 }
 
 /// Expands the cronie aliases croner does not know and refuses `@reboot`.
@@ -370,14 +387,21 @@ mod tests {
             ("@midnight", "2026-05-16T00:00:00+00:00"),
             ("@hourly", "2026-05-15T11:00:00+00:00"),
         ] {
-            assert_eq!(next_n(alias, "UTC", "2026-05-15T10:30:00Z", 1), [expect], "{alias}");
+            assert_eq!(
+                next_n(alias, "UTC", "2026-05-15T10:30:00Z", 1),
+                [expect],
+                "{alias}"
+            );
         }
     }
 
     #[test]
     fn reboot_is_refused_with_a_reason() {
         let error = Schedule::parse("@reboot", Tz::UTC).unwrap_err();
-        assert!(error.to_string().contains("@reboot is not supported"), "{error}");
+        assert!(
+            error.to_string().contains("@reboot is not supported"),
+            "{error}"
+        );
         assert!(error.to_string().contains("systemd"), "{error}");
     }
 
@@ -392,15 +416,31 @@ mod tests {
                 allowed: FIELDS[2].1
             }
         );
-        assert!(error.to_string().starts_with("hour field \"25\" is invalid; allowed: 0-23"));
+        assert!(
+            error
+                .to_string()
+                .starts_with("hour field \"25\" is invalid; allowed: 0-23")
+        );
         let error = Schedule::parse("0 0 * * MOO", Tz::UTC).unwrap_err();
-        assert!(error.to_string().starts_with("day-of-week field \"MOO\""), "{error}");
+        assert!(
+            error.to_string().starts_with("day-of-week field \"MOO\""),
+            "{error}"
+        );
         let error = Schedule::parse("61 * * * * *", Tz::UTC).unwrap_err();
-        assert!(error.to_string().starts_with("second field \"61\""), "{error}");
+        assert!(
+            error.to_string().starts_with("second field \"61\""),
+            "{error}"
+        );
         let error = Schedule::parse("0 0 32 * *", Tz::UTC).unwrap_err();
-        assert!(error.to_string().starts_with("day-of-month field \"32\""), "{error}");
+        assert!(
+            error.to_string().starts_with("day-of-month field \"32\""),
+            "{error}"
+        );
         let error = Schedule::parse("0 0 1 13 *", Tz::UTC).unwrap_err();
-        assert!(error.to_string().starts_with("month field \"13\""), "{error}");
+        assert!(
+            error.to_string().starts_with("month field \"13\""),
+            "{error}"
+        );
     }
 
     #[test]
@@ -409,7 +449,10 @@ mod tests {
         assert!(error.to_string().contains("expected 5 fields"), "{error}");
         assert!(error.to_string().contains("found 3"), "{error}");
         let error = Schedule::parse("@fortnightly", Tz::UTC).unwrap_err();
-        assert!(error.to_string().contains("unknown alias \"@fortnightly\""), "{error}");
+        assert!(
+            error.to_string().contains("unknown alias \"@fortnightly\""),
+            "{error}"
+        );
         let error = Schedule::parse("  ", Tz::UTC).unwrap_err();
         assert_eq!(error, ScheduleError::Empty);
     }
@@ -423,9 +466,15 @@ mod tests {
     #[test]
     fn unknown_time_zones_get_a_suggestion() {
         let error = parse_timezone("Europe/Berln").unwrap_err();
-        assert!(error.to_string().contains("did you mean \"Europe/Berlin\""), "{error}");
+        assert!(
+            error.to_string().contains("did you mean \"Europe/Berlin\""),
+            "{error}"
+        );
         let error = parse_timezone("europe/berlin").unwrap_err();
-        assert!(error.to_string().contains("did you mean \"Europe/Berlin\""), "{error}");
+        assert!(
+            error.to_string().contains("did you mean \"Europe/Berlin\""),
+            "{error}"
+        );
         let error = parse_timezone("Mars/Olympus").unwrap_err();
         assert!(error.to_string().contains("use an IANA name"), "{error}");
     }
@@ -499,11 +548,21 @@ mod tests {
         // Lord Howe moves 30 minutes: 2026-10-04 02:00 +10:30 -> 02:30 +11:00, so 02:15 is
         // skipped; 2026-04-05 02:00 +11:00 -> 01:30 +10:30, so 01:45 happens twice.
         assert_eq!(
-            next_n("15 2 * * *", "Australia/Lord_Howe", "2026-10-03T00:00:00Z", 2),
+            next_n(
+                "15 2 * * *",
+                "Australia/Lord_Howe",
+                "2026-10-03T00:00:00Z",
+                2
+            ),
             ["2026-10-04T02:30:00+11:00", "2026-10-05T02:15:00+11:00"]
         );
         assert_eq!(
-            next_n("45 1 * * *", "Australia/Lord_Howe", "2026-04-04T00:00:00Z", 2),
+            next_n(
+                "45 1 * * *",
+                "Australia/Lord_Howe",
+                "2026-04-04T00:00:00Z",
+                2
+            ),
             ["2026-04-05T01:45:00+11:00", "2026-04-06T01:45:00+10:30"]
         );
     }
