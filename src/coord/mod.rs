@@ -1,1 +1,128 @@
-//! coordination
+//! The coordination seam: what the scheduler asks of the cluster.
+//!
+//! The daemon never decides on its own whether a tick may run. It asks a [`Coordinator`]: which
+//! tasks this node leads right now, what the last claimed tick of a task is, and to claim a tick
+//! before its process starts. A claim that is not won means the tick does not run. Run records
+//! say which runs are live and how the last one ended.
+//!
+//! Backends: [`local::LocalCoordinator`] (one node owns every task, fire records in `state_dir`).
+//! The ZooKeeper backend implements the same trait. This module defines the contract only; it
+//! does no I/O itself.
+
+pub mod local;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::task::TaskSpec;
+
+/// The tasks this node may fire now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// True while the node cannot be sure of its leases (e.g. disconnected): fire nothing.
+    pub paused: bool,
+    /// The tasks this node leads.
+    pub tasks: Arc<BTreeSet<String>>,
+}
+
+impl Leadership {
+    /// Whether the node may fire `task` now.
+    pub fn may_fire(&self, task: &str) -> bool {
+        !self.paused && self.tasks.contains(task)
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The fire record now names this tick: run it.
+    Claimed,
+    /// The fire record is already at or past this tick: someone ran or skipped it. Do not run.
+    AlreadyClaimed { record: DateTime<Utc> },
+    /// This node does not hold the task's lease. Do not run.
+    NotLeader,
+}
+
+/// How a run ended, as stored with the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The tick the run was for.
+    pub tick: DateTime<Utc>,
+    pub node: String,
+    /// "exit code 0", "killed by signal 9 (SIGKILL)", "timed out", ...
+    pub exit: String,
+    pub success: bool,
+    pub attempts: u32,
+    pub duration_ms: u64,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// A coordination failure the caller must tell apart from a refused claim.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordError {
+    /// The backend could not read or write its records; the outcome of a write is unknown and
+    /// must be treated as not claimed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process already uses this backend's state (two daemons on one state dir).
+    #[error("{0}")]
+    Busy(String),
+}
+
+/// What the scheduler asks of the cluster. Implementations are cheap to share (`Arc`).
+pub trait Coordinator: Send + Sync + 'static {
+    /// Tells the cluster which tasks this node defines; called at start and on every reload.
+    fn publish(&self, tasks: &[TaskSpec]) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    /// The tasks this node leads now; the receiver sees every change.
+    fn leadership(&self) -> watch::Receiver<Leadership>;
+
+    /// The newest tick of `task` that any node claimed, if any.
+    fn last_claimed(
+        &self,
+        task: &str,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, CoordError>> + Send;
+
+    /// Claims `tick` of `task`: succeeds only while this node leads the task and the task's fire
+    /// record is older than `tick`, and then moves the record to `tick`, atomically.
+    fn claim(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+
+    /// Live runs of `task` on other nodes, for `overlap = "skip"` across the cluster.
+    fn runs_elsewhere(&self, task: &str) -> impl Future<Output = Result<usize, CoordError>> + Send;
+
+    /// Records that a run of a claimed tick started on this node.
+    fn run_started(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    /// Records how a run ended.
+    fn run_ended(
+        &self,
+        task: &str,
+        result: &RunResult,
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
+
+    /// The last recorded result of `task`.
+    fn last_result(
+        &self,
+        task: &str,
+    ) -> impl Future<Output = Result<Option<RunResult>, CoordError>> + Send;
+
+    /// Gives up all leadership at once (graceful stop): others may take over immediately.
+    fn release_all(&self) -> impl Future<Output = ()> + Send;
+}
