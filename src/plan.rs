@@ -5,11 +5,11 @@
 //! sleep until. It reads no clock, does no I/O and holds no timers, so every rule here (catch-up,
 //! starting deadline, jitter, clock jumps) is tested on injected time.
 //!
-//! A tick is *on time* when it is the tick the planner was armed for and no later tick has come
-//! due yet; it fires whatever its lateness (a slow timer is not a missed tick), unless it is
-//! older than `starting_deadline`. Every other due tick is *missed*: it came and went while the
-//! task had no running timer (daemon down, task not owned, process paused, clock jumped) and is
-//! handled by `catch_up`.
+//! A tick is *on time* when the planner was already running when it came due and it is at most
+//! [`ON_TIME_TOLERANCE`] late: it fires (a slow timer is not a missed tick) unless it is older than
+//! `starting_deadline`. Every other due tick is *missed*: it came and went while the task had no
+//! running timer (daemon down, task not led by this node) or while the node could not fire
+//! (process stopped, machine suspended, clock jumped far) and is handled by `catch_up`.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use xxhash_rust::xxh3::xxh3_64;
@@ -20,6 +20,10 @@ use crate::task::{CatchUpPolicy, OverlapPolicy, TaskSpec};
 /// The most missed ticks `catch_up = "all"` runs at once; older ones are dropped with a warning,
 /// as Kubernetes CronJobs give up past 100 missed schedules.
 pub const MAX_CATCH_UP: usize = 100;
+
+/// A running loop fires every tick that came due within this long, however many: the node was
+/// firing, only slowly (a loaded machine, a short clock step). Older due ticks were missed.
+pub const ON_TIME_TOLERANCE: TimeDelta = TimeDelta::seconds(60);
 
 /// A tick to fire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,49 +159,82 @@ impl TickPlanner {
             None => true,
         };
 
-        let on_time = !from_start && latest_due == armed;
+        // Split the due ticks into on time and missed. At start every due tick is missed. In a
+        // running loop a tick is on time when it came due within ON_TIME_TOLERANCE: the node was
+        // firing, just slow. Ticks older than that can only be due after a suspend, a stopped
+        // process or a clock jump, and are missed. Ticks before `split` are certainly missed;
+        // the few after it are classified one by one.
+        let jitter = TimeDelta::from_std(self.rules.jitter).unwrap_or(TimeDelta::MAX);
+        let split = if from_start {
+            latest_due
+        } else {
+            self.cursor
+                .max(now - ON_TIME_TOLERANCE - jitter)
+                .min(latest_due)
+        };
+        let mut on_time: Vec<Tick> = Vec::new();
+        let mut missed_after_split: Vec<DateTime<Utc>> = Vec::new();
+        for instant in self.rules.schedule.ticks_after(split) {
+            if instant > latest_due {
+                break;
+            }
+            if self.due_at(instant) + ON_TIME_TOLERANCE >= now {
+                on_time.push(self.tick(instant, false));
+            } else {
+                missed_after_split.push(instant);
+            }
+        }
+        let missed_count = self.count_between(self.cursor, split) + missed_after_split.len() as u64;
+        let latest_missed = missed_after_split.last().copied().or_else(|| {
+            self.rules
+                .schedule
+                .latest_at_or_before(split)
+                .filter(|instant| *instant > self.cursor)
+        });
+
         let mut ticks = Vec::new();
         let mut skipped = 0u64;
-        if on_time {
-            if deadline_ok(armed) {
-                ticks.push(self.tick(armed, false));
-            } else {
-                skipped = 1;
+        match (self.rules.catch_up, latest_missed) {
+            (_, None) => {}
+            (CatchUpPolicy::Skip, Some(_)) => skipped += missed_count,
+            (CatchUpPolicy::Once, Some(latest)) => {
+                // `once` runs the latest missed tick, unless a newer tick runs on time anyway.
+                if on_time.is_empty() && deadline_ok(latest) {
+                    ticks.push(self.tick(latest, true));
+                    skipped += missed_count - 1;
+                } else {
+                    skipped += missed_count;
+                }
             }
-        } else {
-            // Missed ticks in (cursor, latest_due]. Only `all` needs them one by one, and only
-            // the ones inside the deadline; start the walk there to keep it short.
-            match self.rules.catch_up {
-                CatchUpPolicy::Skip => skipped = self.count_between(self.cursor, latest_due),
-                CatchUpPolicy::Once => {
-                    skipped = self.count_between(self.cursor, latest_due);
-                    if deadline_ok(latest_due) {
-                        ticks.push(self.tick(latest_due, true));
-                        skipped -= 1;
-                    }
+            (CatchUpPolicy::All, Some(latest)) => {
+                // Only the missed ticks inside the deadline run; start the walk there to keep
+                // it short, and keep the newest MAX_CATCH_UP.
+                let mut walk_from = self.cursor;
+                if let Some(deadline) = self.rules.starting_deadline {
+                    let edge = now - TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX);
+                    walk_from = walk_from.max(edge - TimeDelta::nanoseconds(1));
                 }
-                CatchUpPolicy::All => {
-                    let mut walk_from = self.cursor;
-                    if let Some(deadline) = self.rules.starting_deadline {
-                        let edge = now - TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX);
-                        walk_from = walk_from.max(edge - TimeDelta::nanoseconds(1));
+                let mut eligible: std::collections::VecDeque<DateTime<Utc>> = Default::default();
+                for instant in self.rules.schedule.ticks_after(walk_from) {
+                    if instant > latest {
+                        break;
                     }
-                    let total = self.count_between(self.cursor, latest_due);
-                    let mut eligible: Vec<DateTime<Utc>> = Vec::new();
-                    for instant in self.rules.schedule.ticks_after(walk_from) {
-                        if instant > latest_due {
-                            break;
-                        }
-                        if deadline_ok(instant) {
-                            eligible.push(instant);
-                            if eligible.len() > MAX_CATCH_UP {
-                                eligible.remove(0);
-                            }
+                    if deadline_ok(instant) {
+                        eligible.push_back(instant);
+                        if eligible.len() > MAX_CATCH_UP {
+                            eligible.pop_front();
                         }
                     }
-                    skipped = total - eligible.len() as u64;
-                    ticks.extend(eligible.into_iter().map(|i| self.tick(i, true)));
                 }
+                skipped += missed_count - eligible.len() as u64;
+                ticks.extend(eligible.into_iter().map(|i| self.tick(i, true)));
+            }
+        }
+        for tick in on_time {
+            if deadline_ok(tick.instant) {
+                ticks.push(tick);
+            } else {
+                skipped += 1;
             }
         }
         self.cursor = latest_due;
@@ -326,15 +363,28 @@ mod tests {
     }
 
     #[test]
-    fn a_late_timer_still_fires_its_tick_on_time_even_with_catch_up_skip() {
+    fn a_late_timer_fires_its_tick_on_time_within_the_tolerance_even_with_catch_up_skip() {
         let mut planner = TickPlanner::start(
             rules("*/10 * * * *", CatchUpPolicy::Skip, None),
             None,
             utc("2026-01-01T00:03:00Z"),
         );
         assert_eq!(
-            fired(planner.poll(utc("2026-01-01T00:19:00Z"))),
+            fired(planner.poll(utc("2026-01-01T00:10:59Z"))),
             ["2026-01-01T00:10:00+00:00"]
+        );
+        // Beyond the tolerance the node was evidently not firing (suspended): the tick is missed.
+        let mut planner = TickPlanner::start(
+            rules("*/10 * * * *", CatchUpPolicy::Skip, None),
+            None,
+            utc("2026-01-01T00:03:00Z"),
+        );
+        assert_eq!(
+            planner.poll(utc("2026-01-01T00:19:00Z")),
+            Step::Fire {
+                ticks: vec![],
+                skipped: 1
+            }
         );
     }
 
@@ -515,6 +565,55 @@ mod tests {
             [(utc("2026-01-01T00:20:00Z"), true)]
         );
         assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn a_slow_timer_fires_every_tick_that_came_due_within_the_tolerance() {
+        // Regression: on a loaded machine an every-second task woke 3 s late and `once` ran
+        // only the newest of the due ticks, losing two.
+        let mut planner = TickPlanner::start(
+            rules("* * * * * *", CatchUpPolicy::Once, None),
+            None,
+            utc("2026-01-01T00:00:00.5Z"),
+        );
+        assert_eq!(
+            fired(planner.poll(utc("2026-01-01T00:00:03.2Z"))),
+            [
+                "2026-01-01T00:00:01+00:00",
+                "2026-01-01T00:00:02+00:00",
+                "2026-01-01T00:00:03+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn after_a_long_suspend_older_ticks_are_missed_and_recent_ones_on_time() {
+        // Woke 5 minutes late: ticks of the last minute fire; older ones go to `catch_up`.
+        let mut planner = TickPlanner::start(
+            rules("*/30 * * * * *", CatchUpPolicy::All, None),
+            None,
+            utc("2026-01-01T00:00:10Z"),
+        );
+        let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
+            panic!()
+        };
+        assert_eq!(skipped, 0);
+        assert_eq!(ticks.len(), 10);
+        assert!(ticks[..8].iter().all(|t| t.catch_up));
+        assert!(ticks[8..].iter().all(|t| !t.catch_up));
+        let mut planner = TickPlanner::start(
+            rules("*/30 * * * * *", CatchUpPolicy::Once, None),
+            None,
+            utc("2026-01-01T00:00:10Z"),
+        );
+        let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
+            panic!()
+        };
+        assert_eq!(
+            ticks.iter().map(|t| t.catch_up).collect::<Vec<_>>(),
+            [false, false]
+        );
+        assert_eq!(skipped, 8);
     }
 
     #[test]
