@@ -1,1 +1,585 @@
-//! daemon
+//! The async shell: timers, signals, file watching and processes around the pure core.
+//!
+//! The daemon owns one small tokio loop per task it fires. Each loop asks its
+//! [`TickPlanner`](crate::plan::TickPlanner) what to do, sleeps until the instant it names
+//! (waking at least every [`CLOCK_RECHECK`] to notice wall-clock jumps), and for each tick claims
+//! it through the [`Coordinator`] before spawning the process. The main loop waits on one closed
+//! set of [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown.
+//!
+//! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::coord::{ClaimOutcome, Coordinator, Leadership, RunResult};
+use crate::executor::{self, RunRequest, StopHandle};
+use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
+use crate::task::{self, TaskDefaults, TaskSpec};
+
+/// Timers never sleep longer than this, so a wall-clock jump is noticed within it.
+pub const CLOCK_RECHECK: Duration = Duration::from_secs(30);
+
+/// Changes in `jobs_dir` closer together than this are handled as one reload.
+const WATCH_DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// The current wall-clock time. The core never calls this; the shell passes it in.
+#[allow(clippy::disallowed_methods)]
+pub fn wall_clock() -> DateTime<Utc> {
+    Utc::now()
+}
+
+/// What the daemon needs to know, already resolved from config and flags.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub jobs_dir: PathBuf,
+    /// This node's id: `ZKCRON_NODE` and the `node` of run records.
+    pub node_id: String,
+    /// How long running jobs may finish after SIGTERM before their groups are killed.
+    pub shutdown_grace: Duration,
+    pub task_defaults: TaskDefaults,
+}
+
+/// Everything the main loop reacts to.
+#[derive(Debug)]
+enum Event {
+    /// Re-read `jobs_dir`: SIGHUP or a file change.
+    Reload(&'static str),
+    /// The set of tasks this node leads changed.
+    LeadershipChanged,
+    /// Stop: SIGTERM or SIGINT.
+    Shutdown(&'static str),
+}
+
+/// State shared by the task loops and runs of one daemon.
+struct Shared<C> {
+    coordinator: Arc<C>,
+    node_id: String,
+    leadership: watch::Receiver<Leadership>,
+    /// Never sent on: every task loop and run holds this struct, so when the receiver sees
+    /// `None` all of them have ended.
+    #[allow(dead_code)]
+    runs_alive: mpsc::Sender<()>,
+}
+
+/// The live runs of one task. Kept by name, so they outlive a change of the task's file: a
+/// modified task still sees its earlier run for `overlap`.
+#[derive(Default)]
+struct TaskRuns {
+    running: Mutex<Vec<RunEntry>>,
+}
+
+struct RunEntry {
+    id: u64,
+    fire_id: String,
+    stop: StopHandle,
+    /// Turns true when the run has ended and its result is recorded.
+    done: watch::Receiver<bool>,
+}
+
+impl TaskRuns {
+    fn count(&self) -> usize {
+        self.running.lock().expect("runs lock poisoned").len()
+    }
+
+    fn stop_all(&self, kill_now: bool) -> Vec<watch::Receiver<bool>> {
+        let running = self.running.lock().expect("runs lock poisoned");
+        running
+            .iter()
+            .map(|entry| {
+                tracing::info!(fire_id = %entry.fire_id, kill_now, "stopping run");
+                if kill_now {
+                    entry.stop.kill_now();
+                } else {
+                    entry.stop.terminate();
+                }
+                entry.done.clone()
+            })
+            .collect()
+    }
+}
+
+/// A task the daemon has loaded, and its loop when this node fires it.
+struct LoadedTask {
+    spec: Arc<TaskSpec>,
+    task_loop: Option<TaskLoop>,
+}
+
+struct TaskLoop {
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<()>,
+}
+
+impl TaskLoop {
+    fn stop(self) {
+        // The loop only sleeps or claims; it never owns a process, so ending it is safe.
+        let _ = self.stop.send(true);
+        drop(self.handle);
+    }
+}
+
+/// The running daemon.
+pub struct Daemon<C: Coordinator> {
+    config: DaemonConfig,
+    shared: Arc<Shared<C>>,
+    tasks: BTreeMap<String, LoadedTask>,
+    runs: HashMap<String, Arc<TaskRuns>>,
+    runs_alive_rx: mpsc::Receiver<()>,
+}
+
+impl<C: Coordinator> Daemon<C> {
+    pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
+        let (runs_alive, runs_alive_rx) = mpsc::channel(1);
+        let leadership = coordinator.leadership();
+        Daemon {
+            shared: Arc::new(Shared {
+                coordinator,
+                node_id: config.node_id.clone(),
+                leadership,
+                runs_alive,
+            }),
+            config,
+            tasks: BTreeMap::new(),
+            runs: HashMap::new(),
+            runs_alive_rx,
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops gracefully.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        let mut sighup = signal(SignalKind::hangup())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let (watch_tx, mut watch_rx) = mpsc::unbounded_channel::<()>();
+        let _watcher = watch_jobs_dir(&self.config.jobs_dir, watch_tx);
+        let mut leadership = self.shared.coordinator.leadership();
+
+        self.reload("start").await;
+        tracing::info!(
+            node = %self.config.node_id,
+            jobs_dir = %self.config.jobs_dir.display(),
+            tasks = self.tasks.len(),
+            "zkcron started"
+        );
+
+        loop {
+            let event = tokio::select! {
+                _ = sighup.recv() => Event::Reload("SIGHUP"),
+                Some(()) = watch_rx.recv() => Event::Reload("change in jobs_dir"),
+                Ok(()) = leadership.changed() => Event::LeadershipChanged,
+                _ = sigterm.recv() => Event::Shutdown("SIGTERM"),
+                _ = sigint.recv() => Event::Shutdown("SIGINT"),
+            };
+            match event {
+                Event::Reload(reason) => self.reload(reason).await,
+                Event::LeadershipChanged => self.apply_leadership(),
+                Event::Shutdown(signal) => {
+                    tracing::info!(signal, "shutting down: no new ticks will fire");
+                    self.shutdown().await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Re-reads `jobs_dir` and applies the difference: added tasks start, removed ones stop,
+    /// changed ones restart, and a file that became invalid keeps its last good version.
+    async fn reload(&mut self, reason: &str) {
+        let dir = self.config.jobs_dir.clone();
+        let defaults = self.config.task_defaults.clone();
+        let loaded =
+            match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
+                Ok(Ok(loaded)) => loaded,
+                Ok(Err(error)) => {
+                    tracing::error!(
+                        jobs_dir = %self.config.jobs_dir.display(),
+                        "cannot read the jobs dir ({error}); keeping the {} loaded tasks",
+                        self.tasks.len()
+                    );
+                    return;
+                }
+                Err(join_error) => {
+                    tracing::error!("loading the jobs dir panicked: {join_error}");
+                    return;
+                }
+            };
+
+        let mut wanted: BTreeMap<String, Arc<TaskSpec>> = BTreeMap::new();
+        for spec in loaded.tasks {
+            wanted.insert(spec.name.clone(), Arc::new(spec));
+        }
+        for error in &loaded.errors {
+            let kept = error
+                .task
+                .as_ref()
+                .and_then(|name| self.tasks.get(name).map(|t| (name, t.spec.clone())));
+            match kept {
+                Some((name, spec)) => {
+                    tracing::error!(
+                        task = %name,
+                        "invalid task file, keeping its last good version running: {}",
+                        error.one_line()
+                    );
+                    wanted.insert(name.clone(), spec);
+                }
+                None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
+            }
+        }
+
+        let mut added = 0;
+        let mut changed = 0;
+        let mut removed = 0;
+        let names: Vec<String> = self.tasks.keys().cloned().collect();
+        for name in names {
+            if !wanted.contains_key(&name) {
+                let task = self.tasks.remove(&name).expect("listed above");
+                if let Some(task_loop) = task.task_loop {
+                    task_loop.stop();
+                }
+                tracing::info!(task = %name, "task removed; a run in progress finishes");
+                removed += 1;
+            }
+        }
+        for (name, spec) in wanted {
+            match self.tasks.get_mut(&name) {
+                Some(task) if task.spec == spec => {}
+                Some(task) => {
+                    if let Some(task_loop) = task.task_loop.take() {
+                        task_loop.stop();
+                    }
+                    task.spec = spec;
+                    tracing::info!(task = %name, "task changed; a run in progress finishes");
+                    changed += 1;
+                }
+                None => {
+                    tracing::info!(
+                        task = %name,
+                        schedule = spec.schedule.expression(),
+                        timezone = spec.schedule.timezone().name(),
+                        enabled = spec.enabled,
+                        "task loaded"
+                    );
+                    self.tasks.insert(
+                        name,
+                        LoadedTask {
+                            spec,
+                            task_loop: None,
+                        },
+                    );
+                    added += 1;
+                }
+            }
+        }
+        tracing::info!(
+            reason,
+            added,
+            changed,
+            removed,
+            invalid = loaded.errors.len(),
+            "tasks reloaded"
+        );
+
+        let specs: Vec<TaskSpec> = self.tasks.values().map(|t| (*t.spec).clone()).collect();
+        if let Err(error) = self.shared.coordinator.publish(&specs).await {
+            tracing::error!("cannot publish this node's tasks: {error}");
+        }
+        self.apply_leadership();
+    }
+
+    /// Starts the loops of tasks this node should fire and stops the others.
+    fn apply_leadership(&mut self) {
+        let leadership = self.shared.leadership.borrow().clone();
+        for (name, task) in &mut self.tasks {
+            let should_fire = task.spec.enabled && leadership.may_fire(name);
+            match (&task.task_loop, should_fire) {
+                (None, true) => {
+                    let runs = self.runs.entry(name.clone()).or_default().clone();
+                    task.task_loop = Some(spawn_task_loop(
+                        task.spec.clone(),
+                        self.shared.clone(),
+                        runs,
+                    ));
+                }
+                (Some(_), false) => {
+                    task.task_loop.take().expect("matched Some").stop();
+                    tracing::info!(task = %name, "no longer firing this task");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Graceful stop: no new ticks, leadership released at once, running jobs get
+    /// `shutdown_grace` to finish, then their process groups are killed.
+    async fn shutdown(mut self) {
+        for task in self.tasks.values_mut() {
+            if let Some(task_loop) = task.task_loop.take() {
+                task_loop.stop();
+            }
+        }
+        self.shared.coordinator.release_all().await;
+        let running: usize = self.runs.values().map(|r| r.count()).sum();
+        // Our own sender must go, or the channel never reports the last run's end.
+        let Daemon {
+            shared,
+            runs,
+            mut runs_alive_rx,
+            config,
+            ..
+        } = self;
+        drop(shared);
+        if running > 0 {
+            tracing::info!(
+                running,
+                grace = %humantime::format_duration(config.shutdown_grace),
+                "waiting for running jobs to finish"
+            );
+        }
+        let all_ended = tokio::time::timeout(config.shutdown_grace, runs_alive_rx.recv())
+            .await
+            .is_ok();
+        if !all_ended {
+            let still: usize = runs.values().map(|r| r.count()).sum();
+            tracing::warn!(
+                running = still,
+                "shutdown_grace is over; killing the remaining jobs' process groups"
+            );
+            for task_runs in runs.values() {
+                task_runs.stop_all(true);
+            }
+            // SIGKILL cannot be ignored; the runs end as soon as the kernel reaps them.
+            let _ = tokio::time::timeout(Duration::from_secs(10), runs_alive_rx.recv()).await;
+        }
+        tracing::info!("zkcron stopped");
+    }
+}
+
+fn spawn_task_loop<C: Coordinator>(
+    spec: Arc<TaskSpec>,
+    shared: Arc<Shared<C>>,
+    runs: Arc<TaskRuns>,
+) -> TaskLoop {
+    let (stop, stop_rx) = watch::channel(false);
+    let handle = tokio::spawn(task_loop(spec, shared, runs, stop_rx));
+    TaskLoop { stop, handle }
+}
+
+/// One task's loop: plan, sleep, claim, spawn. Ends when told to stop.
+async fn task_loop<C: Coordinator>(
+    spec: Arc<TaskSpec>,
+    shared: Arc<Shared<C>>,
+    runs: Arc<TaskRuns>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name = spec.name.as_str();
+    // The fire record decides what was missed; without it we cannot tell, so retry.
+    let mut delay = Duration::from_millis(100);
+    let last_claimed = loop {
+        match shared.coordinator.last_claimed(name).await {
+            Ok(last) => break last,
+            Err(error) => {
+                tracing::error!(
+                    task = name,
+                    "cannot read the fire record ({error}); retrying"
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    };
+    let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
+    tracing::debug!(task = name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match planner.poll(wall_clock()) {
+            Step::Fire { ticks, skipped } => {
+                if skipped > 0 {
+                    tracing::warn!(
+                        task = name,
+                        skipped,
+                        catch_up = ?spec.catch_up,
+                        "missed ticks not run (catch_up / starting_deadline)"
+                    );
+                }
+                for tick in ticks {
+                    if *stop.borrow() {
+                        return;
+                    }
+                    fire(&spec, &shared, &runs, tick).await;
+                }
+            }
+            Step::SleepUntil(due) => {
+                let wait = (due - wall_clock())
+                    .to_std()
+                    .unwrap_or_default()
+                    .min(CLOCK_RECHECK);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            Step::Finished => {
+                tracing::info!(task = name, "the schedule has no further tick");
+                let _ = stop.changed().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Claims `tick` and, if won, starts its run.
+async fn fire<C: Coordinator>(
+    spec: &Arc<TaskSpec>,
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    tick: Tick,
+) {
+    let name = spec.name.as_str();
+    let fire_id = plan::fire_id(name, tick.instant);
+    if !shared.leadership.borrow().may_fire(name) {
+        tracing::info!(task = name, %fire_id, "not leading this task any more; tick left to the leader");
+        return;
+    }
+    match shared.coordinator.claim(name, tick.instant).await {
+        Ok(ClaimOutcome::Claimed) => {}
+        Ok(ClaimOutcome::AlreadyClaimed { record }) => {
+            tracing::info!(task = name, %fire_id, %record, "tick already claimed; not running it");
+            return;
+        }
+        Ok(ClaimOutcome::NotLeader) => {
+            tracing::info!(task = name, %fire_id, "claim refused: not the leader; not running it");
+            return;
+        }
+        Err(error) => {
+            tracing::error!(task = name, %fire_id, "claim failed ({error}); not running this tick");
+            return;
+        }
+    }
+
+    let elsewhere = match shared.coordinator.runs_elsewhere(name).await {
+        Ok(n) => n,
+        Err(error) => {
+            tracing::warn!(task = name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
+            0
+        }
+    };
+    match plan::overlap_action(spec.overlap, runs.count() + elsewhere) {
+        OverlapAction::Start => {}
+        OverlapAction::Skip => {
+            tracing::warn!(task = name, %fire_id, "skipped: the previous run is still going (overlap = \"skip\")");
+            return;
+        }
+        OverlapAction::ReplaceThenStart => {
+            tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
+            for mut done in runs.stop_all(false) {
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+        }
+    }
+    start_run(spec, shared, runs, tick, fire_id).await;
+}
+
+async fn start_run<C: Coordinator>(
+    spec: &Arc<TaskSpec>,
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    tick: Tick,
+    fire_id: String,
+) {
+    static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = spec.name.clone();
+    if let Err(error) = shared.coordinator.run_started(&name, tick.instant).await {
+        tracing::warn!(task = %name, %fire_id, "cannot record the run start ({error})");
+    }
+    let (stop, stop_signal) = StopHandle::new();
+    let (done_tx, done_rx) = watch::channel(false);
+    let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    runs.running
+        .lock()
+        .expect("runs lock poisoned")
+        .push(RunEntry {
+            id,
+            fire_id: fire_id.clone(),
+            stop,
+            done: done_rx,
+        });
+    let request = RunRequest {
+        task: name.clone(),
+        fire_id: fire_id.clone(),
+        scheduled_at: tick.instant,
+        due_at: tick.due_at,
+        node_id: shared.node_id.clone(),
+        command: spec.command.clone(),
+        user: spec.user.clone(),
+        group: spec.group.clone(),
+        working_dir: spec.working_dir.clone(),
+        env: spec.env.clone(),
+        timeout: spec.timeout,
+        kill_grace: spec.kill_grace,
+        retries: spec.retries,
+    };
+    // The spawned run holds `shared`, and with it a `runs_alive` sender, until it has ended.
+    let shared = shared.clone();
+    let runs = runs.clone();
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let outcome = executor::run(request, stop_signal).await;
+        let last = outcome.last();
+        let result = RunResult {
+            tick: tick.instant,
+            node: shared.node_id.clone(),
+            exit: last.map(|a| a.exit.to_string()).unwrap_or_default(),
+            success: outcome.succeeded(),
+            attempts: outcome.attempts.len() as u32,
+            duration_ms: started.elapsed().as_millis() as u64,
+            finished_at: wall_clock(),
+        };
+        if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
+            tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+        }
+        runs.running
+            .lock()
+            .expect("runs lock poisoned")
+            .retain(|e| e.id != id);
+        let _ = done_tx.send(true);
+    });
+}
+
+/// Watches `dir` and sends one message per burst of changes. Returns the watcher, which must be
+/// kept alive; `None` (logged) if the dir cannot be watched, in which case SIGHUP still works.
+fn watch_jobs_dir(
+    dir: &std::path::Path,
+    tx: mpsc::UnboundedSender<()>,
+) -> Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>> {
+    use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+    let mut debouncer = match new_debouncer(WATCH_DEBOUNCE, move |result: DebounceEventResult| {
+        if result.is_ok() {
+            let _ = tx.send(());
+        }
+    }) {
+        Ok(debouncer) => debouncer,
+        Err(error) => {
+            tracing::warn!("cannot watch the jobs dir ({error}); reload with SIGHUP");
+            return None;
+        }
+    };
+    if let Err(error) = debouncer
+        .watcher()
+        .watch(dir, notify::RecursiveMode::NonRecursive)
+    {
+        tracing::warn!(dir = %dir.display(), "cannot watch the jobs dir ({error}); reload with SIGHUP");
+        return None;
+    }
+    Some(debouncer)
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Benchmark of the embedded backend (issue 1): fire lateness, start-up, RSS and idle CPU.
+
+Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--tasks 10000] [--firing 200]
+
+Two phases, each on a fresh temp dir with N task files:
+  busy:  `firing` tasks fire every second running `true`, the rest hourly. Lateness per spawn is
+         read from the daemon's JSON log ("started" events carry lateness_ms = spawn - due).
+  idle:  all N tasks hourly (none due during the run). CPU is measured from /proc/<pid>/stat.
+Start-up is the time from exec to the "zkcron started" log line (all files loaded and published).
+Prints one JSON object per phase; docs/BENCHMARKS.md records the figures.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BINARY = os.environ.get("ZKCRON_BIN", os.path.join(ROOT, "target", "release", "zkcron"))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def write_tasks(jobs, total, firing):
+    for i in range(total):
+        schedule = "* * * * * *" if i < firing else f"{i % 60} * * * *"
+        with open(os.path.join(jobs, f"task-{i:05d}.toml"), "w") as f:
+            f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n')
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def start(tmp):
+    log = open(os.path.join(tmp, "log.jsonl"), "w")
+    config = os.path.join(tmp, "zkcron.toml")
+    with open(config, "w") as f:
+        f.write('[log]\nformat = "json"\n')
+    env = dict(os.environ, ZKCRON_LOG="info,zkcron::job=warn")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [BINARY, "run", "--config", config, "--jobs-dir", os.path.join(tmp, "jobs.d"),
+         "--state-dir", os.path.join(tmp, "state"), "--node-id", "bench"],
+        stdout=subprocess.DEVNULL, stderr=log, env=env)
+    deadline = t0 + 60
+    while time.monotonic() < deadline:
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            if "zkcron started" in f.read():
+                return proc, time.monotonic() - t0
+        time.sleep(0.01)
+    proc.kill()
+    sys.exit("zkcron did not start within 60 s")
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def busy(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "jobs.d"))
+        write_tasks(os.path.join(tmp, "jobs.d"), args.tasks, args.firing)
+        proc, startup = start(tmp)
+        time.sleep(2)  # let the first second's burst settle before measuring
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            skip = sum(1 for _ in f)
+        rss = []
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            rss.append(rss_kib(proc.pid))
+            time.sleep(1)
+        stop(proc)
+        lateness = []
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            for n, line in enumerate(f):
+                if n < skip:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("message") == "started" and "lateness_ms" in event:
+                    lateness.append(float(event["lateness_ms"]))
+        return {
+            "phase": "busy", "tasks": args.tasks, "firing_per_second": args.firing,
+            "seconds": args.seconds, "spawns": len(lateness),
+            "spawns_expected": args.firing * args.seconds,
+            "lateness_ms": {"p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
+                            "max": max(lateness)} if lateness else None,
+            "startup_s": round(startup, 3), "rss_mib_max": round(max(rss) / 1024, 1),
+        }
+
+
+def idle(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "jobs.d"))
+        write_tasks(os.path.join(tmp, "jobs.d"), args.tasks, 0)
+        proc, startup = start(tmp)
+        time.sleep(2)
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(args.seconds)
+        c1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        rss = rss_kib(proc.pid)
+        stop(proc)
+        return {
+            "phase": "idle", "tasks": args.tasks, "seconds": args.seconds,
+            "startup_s": round(startup, 3), "rss_mib": round(rss / 1024, 1),
+            "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
+        }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--tasks", type=int, default=10000)
+    parser.add_argument("--firing", type=int, default=200)
+    parser.add_argument("--phase", choices=["busy", "idle", "both"], default="both")
+    args = parser.parse_args()
+    if not os.path.exists(BINARY):
+        sys.exit(f"{BINARY} not found: run `cargo build --release` first")
+    if args.phase in ("busy", "both"):
+        print(json.dumps(busy(args)), flush=True)
+    if args.phase in ("idle", "both"):
+        print(json.dumps(idle(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

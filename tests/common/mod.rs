@@ -1,0 +1,173 @@
+//! Shared helpers for the end-to-end tests: a scratch directory with a jobs dir, the real
+//! `zkcron` binary, and waiting for conditions with a deadline (never sleep-and-hope).
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn zkcron() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zkcron"))
+}
+
+/// Runs `zkcron args...` to completion.
+pub fn run_zkcron(args: &[&str]) -> Output {
+    zkcron().args(args).stdin(Stdio::null()).output().expect("zkcron runs")
+}
+
+/// Polls `condition` every 20 ms until it holds or `limit` passes; panics with `what` then.
+#[allow(clippy::disallowed_methods)]
+pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        if Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A scratch directory with `jobs.d/`, `state/` and `out/`.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for sub in ["jobs.d", "state", "out"] {
+            fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        Scratch { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn jobs(&self) -> PathBuf {
+        self.path().join("jobs.d")
+    }
+
+    pub fn out(&self, name: &str) -> PathBuf {
+        self.path().join("out").join(name)
+    }
+
+    /// Writes a task file atomically (write + rename), as config management tools do, so the
+    /// daemon never reads half a file.
+    pub fn write_task(&self, name: &str, text: &str) {
+        let temp = self.path().join(format!(".{name}.tmp"));
+        fs::write(&temp, text).unwrap();
+        fs::rename(&temp, self.jobs().join(format!("{name}.toml"))).unwrap();
+    }
+
+    pub fn remove_task(&self, name: &str) {
+        fs::remove_file(self.jobs().join(format!("{name}.toml"))).unwrap();
+    }
+
+    pub fn write_config(&self, text: &str) -> PathBuf {
+        let path = self.path().join("zkcron.toml");
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Lines of an output file (empty when it does not exist yet).
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        fs::read_to_string(self.out(name))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// Starts `zkcron run` on this scratch dir; stderr (the log) goes to `log.txt`.
+    pub fn start_daemon(&self, extra: &[&str]) -> DaemonProcess {
+        let log_path = self.path().join("log.txt");
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        let child = zkcron()
+            .arg("run")
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("--jobs-dir")
+            .arg(self.jobs())
+            .arg("--state-dir")
+            .arg(self.path().join("state"))
+            .arg("--node-id")
+            .arg("test-node")
+            .args(extra)
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("zkcron starts");
+        let daemon = DaemonProcess { child, log_path };
+        daemon.wait_for_log("zkcron started", Duration::from_secs(20));
+        daemon
+    }
+
+    fn config_path(&self) -> PathBuf {
+        let path = self.path().join("zkcron.toml");
+        if !path.exists() {
+            fs::write(&path, "").unwrap();
+        }
+        path
+    }
+}
+
+/// A running `zkcron run`. Killed on drop if still running.
+pub struct DaemonProcess {
+    pub child: Child,
+    pub log_path: PathBuf,
+}
+
+impl DaemonProcess {
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn wait_for_log(&self, needle: &str, limit: Duration) {
+        wait_for(&format!("log line containing {needle:?}"), limit, || self.log().contains(needle));
+    }
+
+    /// Waits until `needle` appears `count` times in the log.
+    pub fn wait_for_log_count(&self, needle: &str, count: usize, limit: Duration) {
+        wait_for(&format!("{count} log lines containing {needle:?}"), limit, || {
+            self.log().matches(needle).count() >= count
+        });
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let mut status = None;
+        wait_for("zkcron to exit", limit, || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        status.unwrap().code()
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// True while a process with this pid exists (and is not a zombie).
+pub fn process_alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,263 @@
+//! End-to-end tests of `zkcron run` with the embedded backend: the real binary on task files
+//! written into a temp dir, observed through the files its jobs write and its log.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{Scratch, process_alive, wait_for};
+use nix::sys::signal::Signal;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A task that appends "<fire id> <scheduled at> <attempt> <marker>" to `out/<file>`.
+fn recording_task(scratch: &Scratch, schedule: &str, file: &str, marker: &str, extra: &str) -> String {
+    format!(
+        "schedule = \"{schedule}\"\ncommand = 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_ATTEMPT {marker}\" >> {out}'\n{extra}\n",
+        out = scratch.out(file).display()
+    )
+}
+
+/// Unix seconds of each line's fire id.
+fn fired_seconds(lines: &[String]) -> Vec<i64> {
+    lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().rsplit('@').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn given_a_one_second_task_when_the_daemon_runs_then_every_tick_fires_exactly_once() {
+    let scratch = Scratch::new();
+    scratch.write_task("every-second", &recording_task(&scratch, "* * * * * *", "ticks", "v1", ""));
+    let mut daemon = scratch.start_daemon(&[]);
+
+    wait_for("5 ticks", LIMIT, || scratch.lines("ticks").len() >= 5);
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+
+    let lines = scratch.lines("ticks");
+    let seconds = fired_seconds(&lines);
+    let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
+    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {lines:#?}");
+    assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "a tick was lost: {lines:#?}");
+    // The environment names the tick: fire id and scheduled instant agree; first attempt.
+    for line in &lines {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let second: i64 = fields[0].rsplit('@').next().unwrap().parse().unwrap();
+        let at = chrono::DateTime::parse_from_rfc3339(fields[1]).unwrap();
+        assert_eq!(at.timestamp(), second, "{line}");
+        assert!(fields[1].ends_with('Z'), "{line}");
+        assert_eq!(fields[2], "1", "{line}");
+        assert!(fields[0].starts_with("every-second@"), "{line}");
+    }
+}
+
+#[test]
+fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_then_it_follows() {
+    let scratch = Scratch::new();
+    // A control task keeps ticking so the test can tell time passed without sleeping.
+    scratch.write_task("control", &recording_task(&scratch, "* * * * * *", "control", "c", ""));
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("control ticks", LIMIT, || !scratch.lines("control").is_empty());
+
+    // Added: picked up by the directory watch, without a signal.
+    scratch.write_task("added", &recording_task(&scratch, "* * * * * *", "added", "v1", ""));
+    wait_for("the added task to fire", LIMIT, || !scratch.lines("added").is_empty());
+
+    // Modified: the new version runs.
+    scratch.write_task("added", &recording_task(&scratch, "* * * * * *", "added", "v2", ""));
+    wait_for("the modified task to fire", LIMIT, || {
+        scratch.lines("added").iter().any(|l| l.ends_with("v2"))
+    });
+
+    // Broken: the error is logged and the last good version keeps running.
+    scratch.write_task("added", "schedule = \"* * * * * *\"\ncommand = ['true']\ntimezon = \"UTC\"\n");
+    daemon.wait_for_log("keeping its last good version running", LIMIT);
+    assert!(daemon.log().contains("unknown key `timezon`"), "{}", daemon.log());
+    let before = scratch.lines("added").len();
+    wait_for("the last good version to keep firing", LIMIT, || scratch.lines("added").len() >= before + 2);
+    assert!(scratch.lines("added").last().unwrap().ends_with("v2"));
+
+    // Removed: it stops firing while the control task goes on.
+    scratch.remove_task("added");
+    daemon.wait_for_log("task removed", LIMIT);
+    let after_removal = scratch.lines("added").len();
+    let control = scratch.lines("control").len();
+    wait_for("three more control ticks", LIMIT, || scratch.lines("control").len() >= control + 3);
+    // A tick that was already being spawned when the file went may still land; no more after it.
+    assert!(scratch.lines("added").len() <= after_removal + 1, "removed task kept firing");
+
+    // SIGHUP reloads too.
+    scratch.write_task("by-signal", &recording_task(&scratch, "* * * * * *", "by-signal", "s", ""));
+    daemon.signal(Signal::SIGHUP);
+    wait_for("the task added before SIGHUP to fire", LIMIT, || !scratch.lines("by-signal").is_empty());
+}
+
+#[test]
+fn given_one_bad_file_at_start_when_the_daemon_runs_then_the_valid_tasks_run_and_the_error_is_logged() {
+    let scratch = Scratch::new();
+    scratch.write_task("good", &recording_task(&scratch, "* * * * * *", "good", "g", ""));
+    scratch.write_task("bad", "schedule = \"0 25 * * *\"\ncommand = \"true\"\n");
+    let _daemon = {
+        let daemon = scratch.start_daemon(&[]);
+        wait_for("the good task to fire", LIMIT, || !scratch.lines("good").is_empty());
+        daemon
+    };
+    let log = _daemon.log();
+    assert!(log.contains("invalid task file, not loaded"), "{log}");
+    assert!(log.contains("bad.toml:1:12"), "{log}");
+    assert!(log.contains("hour field \"25\" is invalid"), "{log}");
+}
+
+#[test]
+fn given_a_running_job_when_sigterm_arrives_then_the_job_finishes_and_the_daemon_exits_zero() {
+    let scratch = Scratch::new();
+    let started = scratch.out("started");
+    let finished = scratch.out("finished");
+    scratch.write_task(
+        "slow",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo $$ >> {started}; sleep 2; echo done >> {finished}'\n",
+            started = started.display(),
+            finished = finished.display()
+        ),
+    );
+    scratch.write_config("[scheduler]\nshutdown_grace = \"20s\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("the job to start", LIMIT, || !scratch.lines("started").is_empty());
+
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+    // Every job that started also finished: none was killed, no new one started after SIGTERM.
+    assert_eq!(scratch.lines("finished").len(), scratch.lines("started").len());
+    assert!(daemon.log().contains("waiting for running jobs to finish"), "{}", daemon.log());
+}
+
+#[test]
+fn given_a_job_longer_than_shutdown_grace_when_sigterm_arrives_then_its_process_group_is_killed() {
+    let scratch = Scratch::new();
+    let pids = scratch.out("pids");
+    scratch.write_task(
+        "endless",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'sleep 1000 & echo $! >> {pids}; echo $$ >> {pids}; wait'\n",
+            pids = pids.display()
+        ),
+    );
+    scratch.write_config("[scheduler]\nshutdown_grace = \"1s\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("the job to start", LIMIT, || scratch.lines("pids").len() >= 2);
+
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+    assert!(daemon.log().contains("shutdown_grace is over"), "{}", daemon.log());
+    for pid in scratch.lines("pids") {
+        let pid: i32 = pid.parse().unwrap();
+        wait_for(&format!("job process {pid} to be gone"), LIMIT, || !process_alive(pid));
+    }
+}
+
+#[test]
+fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_all_runs_them() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "catch-all",
+        &recording_task(&scratch, "* * * * * *", "ticks", "x", "catch_up = \"all\""),
+    );
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("a first tick", LIMIT, || !scratch.lines("ticks").is_empty());
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+    let last_before = *fired_seconds(&scratch.lines("ticks")).last().unwrap();
+
+    // Let at least three ticks pass with no daemon.
+    wait_for("three ticks to pass", LIMIT, || {
+        zkcron_now() >= last_before + 4
+    });
+    let daemon = scratch.start_daemon(&[]);
+    let restarted_at = zkcron_now();
+    wait_for("ticks after the restart", LIMIT, || {
+        fired_seconds(&scratch.lines("ticks")).last().copied().unwrap_or(0) > restarted_at
+    });
+    drop(daemon);
+
+    let seconds = fired_seconds(&scratch.lines("ticks"));
+    let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
+    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {seconds:?}");
+    let first = seconds[0];
+    let last = *seconds.last().unwrap();
+    assert_eq!(
+        distinct,
+        (first..=last).collect::<BTreeSet<i64>>(),
+        "ticks missed while stopped were not all caught up"
+    );
+}
+
+#[test]
+fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_once_runs_only_the_latest() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "catch-once",
+        &recording_task(&scratch, "* * * * * *", "ticks", "x", "catch_up = \"once\""),
+    );
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("a first tick", LIMIT, || !scratch.lines("ticks").is_empty());
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+    let last_before = *fired_seconds(&scratch.lines("ticks")).last().unwrap();
+
+    wait_for("four ticks to pass", LIMIT, || zkcron_now() >= last_before + 5);
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("the catch-up run", LIMIT, || {
+        fired_seconds(&scratch.lines("ticks")).last().copied().unwrap_or(0) > last_before
+    });
+    daemon.wait_for_log("missed ticks not run", LIMIT);
+    drop(daemon);
+
+    let seconds = fired_seconds(&scratch.lines("ticks"));
+    let after: Vec<i64> = seconds.iter().copied().filter(|s| *s > last_before).collect();
+    // The first tick after the restart is the caught-up one; it skips at least three missed.
+    assert!(after[0] >= last_before + 4, "caught up an old tick: {seconds:?}");
+    let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
+    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {seconds:?}");
+}
+
+#[test]
+fn given_a_missing_jobs_dir_when_run_starts_then_it_exits_1_saying_how_to_fix_it() {
+    let scratch = Scratch::new();
+    let output = common::run_zkcron(&[
+        "run",
+        "--jobs-dir",
+        scratch.path().join("nope").to_str().unwrap(),
+        "--state-dir",
+        scratch.path().join("state").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the jobs dir"), "{stderr}");
+    assert!(stderr.contains("does not exist; create it"), "{stderr}");
+}
+
+#[test]
+fn given_a_daemon_on_a_state_dir_when_a_second_starts_on_it_then_the_second_refuses() {
+    let scratch = Scratch::new();
+    let _first = scratch.start_daemon(&[]);
+    let output = common::run_zkcron(&[
+        "run",
+        "--jobs-dir",
+        scratch.jobs().to_str().unwrap(),
+        "--state-dir",
+        scratch.path().join("state").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is in use by another zkcron"), "{stderr}");
+}
+
+/// The current Unix second, read the way the tests' observers see time.
+#[allow(clippy::disallowed_methods)]
+fn zkcron_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
