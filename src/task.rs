@@ -513,7 +513,7 @@ fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identit
                 "the file is {writable_by} (mode {mode:04o}), so other users could change the \
                  command it runs; zkcron refuses it, as cron does"
             ),
-            Some(format!("run `chmod go-w {}`", path.display())),
+            Some(format!("run `chmod go-w {}`", shell_quote(path))),
         ));
     }
     let owner = meta.uid();
@@ -523,7 +523,7 @@ fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identit
                 "the file is owned by {}, not root, so that user could change the command root runs",
                 describe_uid(owner)
             ),
-            Some(format!("run `chown root:root {}`", path.display())),
+            Some(format!("run `chown root:root {}`", shell_quote(path))),
         ));
     } else if !identity.is_root() && owner != identity.uid && owner != 0 {
         problems.push(Problem::whole_file(
@@ -536,11 +536,25 @@ fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identit
             Some(format!(
                 "run `chown {} {}` as root",
                 identity.user_name,
-                path.display()
+                shell_quote(path)
             )),
         ));
     }
     problems
+}
+
+/// `path` as a shell word, so the fix commands in help lines can be pasted as they are.
+fn shell_quote(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 /// "uid 65534 (nobody)", or "uid 4242" when the uid has no name here.
@@ -1501,4 +1515,56 @@ fn is_valid_env_name(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_counts_characters_and_drops_carriage_returns() {
+        let text = "a = 1\r\nmot = \"é\" # ü\r\n";
+        let at = text.find('#').unwrap();
+        let position = Position::of_span(text, at..at + 1);
+        assert_eq!((position.line, position.column, position.width), (2, 11, 1));
+        assert_eq!(position.snippet, "mot = \"é\" # ü");
+    }
+
+    #[test]
+    fn position_at_end_of_file_is_past_the_last_line() {
+        let text = "a = 1\n";
+        let position = Position::of_span(text, text.len()..text.len());
+        assert_eq!((position.line, position.column, position.width), (2, 1, 1));
+        assert_eq!(position.snippet, "");
+    }
+
+    #[test]
+    fn span_across_lines_is_underlined_to_the_end_of_its_first_line() {
+        let text = "x = [\n  1,\n]\n";
+        let position = Position::of_span(text, 4..text.len() - 1);
+        assert_eq!((position.line, position.column, position.width), (1, 5, 1));
+    }
+
+    #[test]
+    fn shell_quote_leaves_plain_paths_alone() {
+        assert_eq!(
+            shell_quote(Path::new("/etc/zkcron/jobs.d/a-b_c.toml")),
+            "/etc/zkcron/jobs.d/a-b_c.toml"
+        );
+        assert_eq!(shell_quote(Path::new("/x/a b.toml")), "'/x/a b.toml'");
+        assert_eq!(shell_quote(Path::new("/x/it's")), "'/x/it'\\''s'");
+    }
+
+    #[test]
+    fn closest_finds_typos_only() {
+        assert_eq!(
+            closest("timezon", TASK_KEYS.iter().copied()),
+            Some("timezone")
+        );
+        assert_eq!(
+            closest("Schedule", TASK_KEYS.iter().copied()),
+            Some("schedule")
+        );
+        assert_eq!(closest("xyzzy", TASK_KEYS.iter().copied()), None);
+    }
 }

@@ -807,6 +807,21 @@ fn invalid_file_name_in_a_dir_is_an_error() {
 }
 
 #[test]
+fn fix_commands_quote_paths_for_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_task(dir.path(), "it's.toml", MINIMAL.as_bytes());
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o664)).unwrap();
+    let errors = load_task_file(&path, &defaults()).unwrap_err();
+    let quoted = format!("'{}/it'\\''s.toml'", dir.path().display());
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.help.as_deref() == Some(&format!("run `chmod go-w {quoted}`"))),
+        "{errors:#?}"
+    );
+}
+
+#[test]
 fn missing_dir_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();
     let error = load_jobs_dir(&dir.path().join("nope"), &defaults()).unwrap_err();
