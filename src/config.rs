@@ -1,1 +1,532 @@
-//! The node configuration, `zkcron.toml`.
+//! The node configuration, `zkcron.toml` (BRIEF §4).
+//!
+//! This module owns the config file's format: it parses and validates it into a [`Config`] whose
+//! every field has a documented default, and reports every problem with file, line and column
+//! (rendered like task-file errors, by the same code in [`crate::task`]). Unknown sections and
+//! keys are errors with a did-you-mean. It resolves relative directories against the config
+//! file's directory, but it leaves defaults that depend on the environment (where the jobs and
+//! state directories are when not set) to the `*_or_default` methods, which the caller uses.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::schedule::parse_timezone;
+use crate::task::{Checker, Identity, Problem, Report, TaskDefaults, closest, decode_utf8};
+
+/// The sections of `zkcron.toml` and their keys.
+const SECTIONS: &[(&str, &[&str])] = &[
+    ("node", &["id", "version", "labels"]),
+    (
+        "scheduler",
+        &[
+            "jobs_dir",
+            "state_dir",
+            "default_timezone",
+            "shutdown_grace",
+            "default_user",
+        ],
+    ),
+    ("coordination", &["backend"]),
+    ("log", &["format"]),
+];
+
+/// The pattern a node id must match, as shown to users.
+pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
+
+/// The whole node configuration, defaults applied.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    pub node: NodeSection,
+    pub scheduler: SchedulerSection,
+    pub coordination: CoordinationSection,
+    pub log: LogSection,
+}
+
+/// `[node]`: who this node is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeSection {
+    /// The node's id in the cluster; `None` lets the caller derive one (e.g. from the host name).
+    pub id: Option<String>,
+    /// The release this node announces for ranking and `version_req`; `None` means the binary's
+    /// own version.
+    pub version: Option<semver::Version>,
+    /// Free-form labels, shown by `status`.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `[scheduler]`: where tasks and state live, and the defaults of task files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerSection {
+    /// Set when the file names it (made absolute against the config file's directory); see
+    /// [`Config::jobs_dir_or_default`].
+    pub jobs_dir: Option<PathBuf>,
+    /// Set when the file names it (made absolute against the config file's directory); see
+    /// [`Config::state_dir_or_default`].
+    pub state_dir: Option<PathBuf>,
+    /// The zone of tasks that name none. Default UTC.
+    pub default_timezone: Tz,
+    /// How long running jobs may finish after SIGTERM before their process groups are killed.
+    /// Default 30s.
+    pub shutdown_grace: Duration,
+    /// The user root runs tasks as when they name none; `None` runs them as root.
+    pub default_user: Option<String>,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        SchedulerSection {
+            jobs_dir: None,
+            state_dir: None,
+            default_timezone: chrono_tz::UTC,
+            shutdown_grace: Duration::from_secs(30),
+            default_user: None,
+        }
+    }
+}
+
+/// The coordination backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The embedded single-host backend; fire records live in `state_dir`.
+    #[default]
+    Local,
+}
+
+/// `[coordination]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CoordinationSection {
+    pub backend: Backend,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Journald when started by systemd with its output on the journal (`JOURNAL_STREAM` is
+    /// set), else text.
+    #[default]
+    Auto,
+    Text,
+    Json,
+    Journald,
+}
+
+impl LogFormat {
+    /// Resolves `Auto` from this process's environment.
+    pub fn resolve(self) -> LogFormat {
+        self.resolve_with(std::env::var_os("JOURNAL_STREAM").is_some())
+    }
+
+    /// Resolves `Auto`, given whether `JOURNAL_STREAM` is set.
+    pub fn resolve_with(self, journal_stream_set: bool) -> LogFormat {
+        match self {
+            LogFormat::Auto if journal_stream_set => LogFormat::Journald,
+            LogFormat::Auto => LogFormat::Text,
+            other => other,
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogSection {
+    pub format: LogFormat,
+}
+
+impl Config {
+    /// The jobs directory: `[scheduler].jobs_dir` when set, else `jobs.d` beside the config file
+    /// when there is one, else `./jobs.d`.
+    pub fn jobs_dir_or_default(&self, config_path: Option<&Path>) -> PathBuf {
+        if let Some(dir) = &self.scheduler.jobs_dir {
+            return dir.clone();
+        }
+        match config_path {
+            Some(path) => path.parent().unwrap_or(Path::new("")).join("jobs.d"),
+            None => PathBuf::from("./jobs.d"),
+        }
+    }
+
+    /// The state directory: `[scheduler].state_dir` when set, else `$STATE_DIRECTORY` (set by
+    /// systemd's `StateDirectory=`), else the user's state dir, else the user's cache dir (both
+    /// with `zkcron` appended), else `./state`.
+    pub fn state_dir_or_default(&self) -> PathBuf {
+        if let Some(dir) = &self.scheduler.state_dir {
+            return dir.clone();
+        }
+        default_state_dir(
+            std::env::var_os("STATE_DIRECTORY"),
+            dirs::state_dir(),
+            dirs::cache_dir(),
+        )
+    }
+
+    /// What task files default to, loaded by `identity`.
+    pub fn task_defaults(&self, identity: Identity) -> TaskDefaults {
+        TaskDefaults {
+            timezone: self.scheduler.default_timezone,
+            user: self.scheduler.default_user.clone(),
+            identity,
+        }
+    }
+}
+
+/// The state-dir fallbacks, given what the environment provides.
+fn default_state_dir(
+    systemd: Option<OsString>,
+    state: Option<PathBuf>,
+    cache: Option<PathBuf>,
+) -> PathBuf {
+    // systemd joins several StateDirectory= entries with ':'; the first is ours.
+    if let Some(first) = systemd.as_ref().and_then(|value| {
+        let text = value.to_string_lossy();
+        text.split(':').find(|s| !s.is_empty()).map(PathBuf::from)
+    }) {
+        return first;
+    }
+    if let Some(dir) = state {
+        return dir.join("zkcron");
+    }
+    if let Some(dir) = cache {
+        return dir.join("zkcron");
+    }
+    PathBuf::from("./state")
+}
+
+/// A config file that could not be loaded: every problem found in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    /// At least one; whole-file problems first, then by position.
+    pub problems: Vec<ConfigProblem>,
+}
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// 1-based; 0 when the problem is about the file as a whole.
+    pub line: usize,
+    /// 1-based; 0 when the problem is about the file as a whole.
+    pub column: usize,
+    /// How many characters the caret line underlines.
+    pub width: usize,
+    /// The offending source line, empty for whole-file problems.
+    pub snippet: String,
+    pub message: String,
+    /// How to fix it, e.g. "did you mean `[scheduler]`?".
+    pub help: Option<String>,
+}
+
+impl ConfigError {
+    fn new(path: &Path, problems: Vec<Problem>) -> ConfigError {
+        ConfigError {
+            path: path.to_path_buf(),
+            problems: problems
+                .into_iter()
+                .map(|p| ConfigProblem {
+                    line: p.position.line,
+                    column: p.position.column,
+                    width: p.position.width,
+                    snippet: p.position.snippet,
+                    message: p.message,
+                    help: p.help,
+                })
+                .collect(),
+        }
+    }
+
+    /// One `path:line:col: message (help)` line per problem, for logs.
+    pub fn one_line_each(&self) -> Vec<String> {
+        self.reports().map(|r| r.one_line()).collect()
+    }
+
+    fn reports(&self) -> impl Iterator<Item = Report<'_>> {
+        self.problems.iter().map(|p| Report {
+            path: &self.path,
+            line: p.line,
+            column: p.column,
+            width: p.width,
+            snippet: &p.snippet,
+            message: &p.message,
+            help: p.help.as_deref(),
+        })
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, report) in self.reports().enumerate() {
+            if index > 0 {
+                f.write_str("\n\n")?;
+            }
+            report.render(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and parses the config file at `path`.
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|error| {
+        ConfigError::new(
+            path,
+            vec![Problem::whole_file(
+                format!("cannot read the config file: {error}"),
+                None,
+            )],
+        )
+    })?;
+    let text = decode_utf8(bytes).map_err(|problem| ConfigError::new(path, vec![problem]))?;
+    parse_config(path, &text)
+}
+
+/// Parses and validates config `text`, read from `path` (used for messages and to resolve
+/// relative directories).
+pub fn parse_config(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let mut checker = Checker::new(text);
+    let config = check_config(&mut checker, path);
+    let problems = checker.finish();
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::new(path, problems))
+    }
+}
+
+fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
+    let mut config = Config::default();
+    let root = match DeTable::parse(c.text) {
+        Ok(root) => root,
+        Err(error) => {
+            c.syntax_error(&error);
+            return config;
+        }
+    };
+    let base = path.parent().unwrap_or(Path::new(""));
+    for (key, value) in root.get_ref().iter() {
+        let name: &str = key.get_ref();
+        let Some((section, keys)) = SECTIONS.iter().find(|(s, _)| *s == name) else {
+            unknown_top_level(c, key, value);
+            continue;
+        };
+        let DeValue::Table(table) = value.get_ref() else {
+            let message = format!(
+                "`{section}` must be a section ([{section}]), found {}",
+                c.found(value)
+            );
+            c.report(value.span(), message, None);
+            continue;
+        };
+        for (key, value) in table.iter() {
+            let k: &str = key.get_ref();
+            let qualified = format!("{section}.{k}");
+            let q = qualified.as_str();
+            match (*section, k) {
+                ("node", "id") => config.node.id = node_id(c, q, value),
+                ("node", "version") => config.node.version = version(c, q, value),
+                ("node", "labels") => {
+                    config.node.labels = c
+                        .string_map(q, value, "{ rack = \"r1\" }")
+                        .into_iter()
+                        .map(|(name, value)| (name.into_inner(), value))
+                        .collect()
+                }
+                ("scheduler", "jobs_dir") => {
+                    config.scheduler.jobs_dir = c.path(q, value).map(|p| base.join(p))
+                }
+                ("scheduler", "state_dir") => {
+                    config.scheduler.state_dir = c.path(q, value).map(|p| base.join(p))
+                }
+                ("scheduler", "default_timezone") => {
+                    if let Some(zone) = c.string(q, value) {
+                        match parse_timezone(zone) {
+                            Ok(tz) => config.scheduler.default_timezone = tz,
+                            Err(error) => c.report(value.span(), error.to_string(), None),
+                        }
+                    }
+                }
+                ("scheduler", "shutdown_grace") => {
+                    if let Some(grace) = c.duration(q, value) {
+                        config.scheduler.shutdown_grace = grace;
+                    }
+                }
+                ("scheduler", "default_user") => {
+                    config.scheduler.default_user = c.non_empty_string(q, value).map(String::from)
+                }
+                ("coordination", "backend") => {
+                    let backend = c.choice(q, value, &[("local", Backend::Local)]);
+                    if value.get_ref().as_str() == Some("zookeeper")
+                        && let Some(problem) = c.problems.last_mut()
+                    {
+                        problem.help =
+                            Some("the zookeeper backend is not available in this build yet".into());
+                    }
+                    config.coordination.backend = backend.unwrap_or_default();
+                }
+                ("log", "format") => {
+                    let choices = [
+                        ("auto", LogFormat::Auto),
+                        ("text", LogFormat::Text),
+                        ("json", LogFormat::Json),
+                        ("journald", LogFormat::Journald),
+                    ];
+                    config.log.format = c.choice(q, value, &choices).unwrap_or_default();
+                }
+                _ => unknown_section_key(c, section, keys, key),
+            }
+        }
+    }
+    config
+}
+
+/// A top-level entry that is not a known section: a misspelt section, or a key that belongs
+/// inside one.
+fn unknown_top_level(
+    c: &mut Checker<'_>,
+    key: &Spanned<toml::de::DeString<'_>>,
+    value: &Spanned<DeValue<'_>>,
+) {
+    let name: &str = key.get_ref();
+    let sections = SECTIONS.iter().map(|(s, _)| *s);
+    if value.get_ref().is_table() {
+        let help = match closest(name, sections.clone()) {
+            Some(s) => format!("did you mean `[{s}]`?"),
+            None => format!("known sections: {}", section_list()),
+        };
+        c.report(
+            key.span(),
+            format!("unknown section `[{name}]`"),
+            Some(help),
+        );
+        return;
+    }
+    let help = match home_of(name) {
+        Some(section) => format!("`{name}` belongs in the [{section}] section"),
+        None => format!("keys go inside a section: {}", section_list()),
+    };
+    c.report(
+        key.span(),
+        format!("unknown top-level key `{name}`"),
+        Some(help),
+    );
+}
+
+fn unknown_section_key(
+    c: &mut Checker<'_>,
+    section: &str,
+    keys: &[&str],
+    key: &Spanned<toml::de::DeString<'_>>,
+) {
+    let name: &str = key.get_ref();
+    let help = match (closest(name, keys.iter().copied()), home_of(name)) {
+        (Some(k), _) => format!("did you mean `{k}`?"),
+        (None, Some(other)) => format!("`{name}` belongs in the [{other}] section"),
+        (None, None) if name == "zookeeper" && section == "coordination" => {
+            "the zookeeper backend is not available in this build yet".to_string()
+        }
+        (None, None) => format!("known keys in [{section}]: {}", keys.join(", ")),
+    };
+    c.report(
+        key.span(),
+        format!("unknown key `{name}` in [{section}]"),
+        Some(help),
+    );
+}
+
+/// The section a key belongs to, if any.
+fn home_of(key: &str) -> Option<&'static str> {
+    SECTIONS
+        .iter()
+        .find(|(_, keys)| keys.contains(&key))
+        .map(|(section, _)| *section)
+}
+
+fn section_list() -> String {
+    SECTIONS
+        .iter()
+        .map(|(s, _)| format!("[{s}]"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {
+    let id = c.string(key, value)?;
+    let mut bytes = id.bytes();
+    let valid = id.len() <= 100
+        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !valid {
+        let message = format!(
+            "`{key}` = {id:?} is not a valid node id: it must match {NODE_ID_PATTERN}, because it \
+             becomes part of ZooKeeper paths"
+        );
+        c.report(value.span(), message, None);
+        return None;
+    }
+    Some(id.to_string())
+}
+
+fn version(
+    c: &mut Checker<'_>,
+    key: &str,
+    value: &Spanned<DeValue<'_>>,
+) -> Option<semver::Version> {
+    let text = c.string(key, value)?;
+    match semver::Version::parse(text) {
+        Ok(version) => Some(version),
+        Err(error) => {
+            let message = format!("`{key}` = {text:?} is not a semantic version: {error}");
+            c.report(
+                value.span(),
+                message,
+                Some("write a version like \"2.1.0\"".into()),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_dir_prefers_systemd_then_state_then_cache() {
+        let state = Some(PathBuf::from("/home/u/.local/state"));
+        let cache = Some(PathBuf::from("/home/u/.cache"));
+        assert_eq!(
+            default_state_dir(
+                Some("/var/lib/zkcron:/var/lib/other".into()),
+                state.clone(),
+                cache.clone()
+            ),
+            PathBuf::from("/var/lib/zkcron")
+        );
+        assert_eq!(
+            default_state_dir(None, state, cache.clone()),
+            PathBuf::from("/home/u/.local/state/zkcron")
+        );
+        assert_eq!(
+            default_state_dir(None, None, cache),
+            PathBuf::from("/home/u/.cache/zkcron")
+        );
+        assert_eq!(
+            default_state_dir(None, None, None),
+            PathBuf::from("./state")
+        );
+    }
+
+    #[test]
+    fn auto_log_format_follows_journal_stream() {
+        assert_eq!(LogFormat::Auto.resolve_with(true), LogFormat::Journald);
+        assert_eq!(LogFormat::Auto.resolve_with(false), LogFormat::Text);
+        assert_eq!(LogFormat::Json.resolve_with(true), LogFormat::Json);
+    }
+}

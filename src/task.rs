@@ -6,12 +6,18 @@
 //! decides what to do with a file that became invalid (it keeps the last good version).
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono_tz::Tz;
+use toml::Spanned;
+use toml::de::{DeString, DeTable, DeValue};
 
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, ScheduleError, parse_timezone};
 
 /// One task, validated: every field has its final value, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +159,9 @@ pub struct TaskFileError {
     pub column: usize,
     /// The offending source line, empty when the error is about the file as a whole.
     pub snippet: String,
+    /// How many characters of `snippet` the caret line underlines, from `column`; 0 or 1 draws
+    /// one caret.
+    pub width: usize,
     pub message: String,
     /// How to fix it, e.g. "did you mean `timezone`?".
     pub help: Option<String>,
@@ -167,4 +176,1395 @@ pub struct LoadedDir {
     pub errors: Vec<TaskFileError>,
     /// Files skipped on purpose (hidden, backups, not `.toml`), with the reason, for debug logs.
     pub ignored: Vec<(PathBuf, &'static str)>,
+}
+
+/// The pattern a task name must match, as shown to users.
+pub const TASK_NAME_PATTERN: &str = "[a-z0-9][a-z0-9._-]{0,99}";
+
+/// Task files larger than this are refused unread: no task needs more, and a runaway generator
+/// must not make the daemon allocate without bound.
+pub const MAX_TASK_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The keys a task file may set, in the order the brief documents them.
+const TASK_KEYS: &[&str] = &[
+    "description",
+    "schedule",
+    "timezone",
+    "command",
+    "user",
+    "group",
+    "working_dir",
+    "env",
+    "timeout",
+    "kill_grace",
+    "overlap",
+    "catch_up",
+    "starting_deadline",
+    "jitter",
+    "retries",
+    "version_req",
+    "enabled",
+];
+
+/// The keys of the `retries` table.
+const RETRY_KEYS: &[&str] = &["attempts", "backoff", "max_backoff"];
+
+/// The default for `kill_grace`.
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Package-manager leftovers, with the reason reported for each.
+const PACKAGE_LEFTOVERS: &[(&str, &str)] = &[
+    (".dpkg-old", "package-manager leftover (*.dpkg-old)"),
+    (".dpkg-new", "package-manager leftover (*.dpkg-new)"),
+    (".dpkg-dist", "package-manager leftover (*.dpkg-dist)"),
+    (".dpkg-tmp", "package-manager leftover (*.dpkg-tmp)"),
+    (".rpmnew", "package-manager leftover (*.rpmnew)"),
+    (".rpmsave", "package-manager leftover (*.rpmsave)"),
+    (".rpmorig", "package-manager leftover (*.rpmorig)"),
+];
+
+/// Whether `name` may name a task: `[a-z0-9][a-z0-9._-]{0,99}`. Names become part of ZooKeeper
+/// paths and fire ids, so they are kept to characters that need no escaping anywhere.
+pub fn is_valid_task_name(name: &str) -> bool {
+    let Some((first, rest)) = name.as_bytes().split_first() else {
+        return false;
+    };
+    rest.len() <= 99
+        && (first.is_ascii_lowercase() || first.is_ascii_digit())
+        && rest.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+/// Why a directory entry is skipped on purpose, as cron skips it; `None` when it is a task-file
+/// candidate. Looks at the name first and only then at the file system (for directories).
+pub fn ignore_reason(path: &Path) -> Option<&'static str> {
+    let Some(name) = path.file_name() else {
+        return Some("not a file name");
+    };
+    let name = name.to_string_lossy();
+    if name.starts_with('.') && [".swp", ".swo", ".swx"].iter().any(|s| name.ends_with(s)) {
+        return Some("editor swap file (.*.swp)");
+    }
+    if name.ends_with('~') {
+        return Some("editor backup file (*~)");
+    }
+    if name.len() >= 2 && name.starts_with('#') && name.ends_with('#') {
+        return Some("editor auto-save file (#*#)");
+    }
+    if let Some((_, reason)) = PACKAGE_LEFTOVERS
+        .iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+    {
+        return Some(reason);
+    }
+    if name.starts_with('.') {
+        return Some("hidden file");
+    }
+    if !name.ends_with(".toml") {
+        return Some("not a .toml file");
+    }
+    if path.is_dir() {
+        return Some("directory");
+    }
+    None
+}
+
+/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read;
+/// a bad file lands in `errors` and does not stop the others.
+pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> std::io::Result<LoadedDir> {
+    let mut loaded = LoadedDir::default();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if let Some(reason) = ignore_reason(&path) {
+            loaded.ignored.push((path, reason));
+            continue;
+        }
+        match load_task_file(&path, defaults) {
+            Ok(task) => loaded.tasks.push(task),
+            Err(errors) => loaded.errors.extend(errors),
+        }
+    }
+    loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
+    // Stable, so each file's errors keep their order (whole-file first, then by position).
+    loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    loaded.ignored.sort();
+    Ok(loaded)
+}
+
+/// Loads one task file: checks its name, size, encoding, permissions and ownership, then its
+/// contents. Every problem found is reported, not just the first.
+pub fn load_task_file(
+    path: &Path,
+    defaults: &TaskDefaults,
+) -> Result<TaskSpec, Vec<TaskFileError>> {
+    let name = task_name_of(path);
+    let task = is_valid_task_name(&name).then(|| name.clone());
+    let (text, file_problems) = read_task_file(path, &defaults.identity);
+    let mut errors: Vec<TaskFileError> = file_problems
+        .into_iter()
+        .map(|p| p.into_task_error(path, &task))
+        .collect();
+    let parsed = match text {
+        Some(text) => parse_task(&name, path, &text, defaults),
+        None => Err(name_problem(&name)
+            .map(|p| p.into_task_error(path, &task))
+            .into_iter()
+            .collect()),
+    };
+    match parsed {
+        Ok(spec) if errors.is_empty() => Ok(spec),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            errors.sort_by_key(|e| (e.line, e.column));
+            Err(errors)
+        }
+    }
+}
+
+/// Parses and validates the text of a task file named `name` (the file stem). `path` is only used
+/// in messages. Every problem found is reported, sorted by position, whole-file ones first.
+pub fn parse_task(
+    name: &str,
+    path: &Path,
+    text: &str,
+    defaults: &TaskDefaults,
+) -> Result<TaskSpec, Vec<TaskFileError>> {
+    let task = is_valid_task_name(name).then(|| name.to_string());
+    let mut checker = Checker::new(text);
+    if let Some(problem) = name_problem(name) {
+        checker.problems.push(problem);
+    }
+    let spec = check_task(&mut checker, name, path, defaults);
+    let problems = checker.finish();
+    match spec {
+        Some(spec) if problems.is_empty() => Ok(spec),
+        _ => Err(problems
+            .into_iter()
+            .map(|p| p.into_task_error(path, &task))
+            .collect()),
+    }
+}
+
+impl TaskFileError {
+    /// `path:line:col: message (help)` on one line, for logs.
+    pub fn one_line(&self) -> String {
+        self.report().one_line()
+    }
+
+    fn report(&self) -> Report<'_> {
+        Report {
+            path: &self.path,
+            line: self.line,
+            column: self.column,
+            width: self.width,
+            snippet: &self.snippet,
+            message: &self.message,
+            help: self.help.as_deref(),
+        }
+    }
+}
+
+impl fmt::Display for TaskFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.report().render(f)
+    }
+}
+
+impl std::error::Error for TaskFileError {}
+
+/// The task name a file would define: its file name without `.toml`.
+fn task_name_of(path: &Path) -> String {
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match file_name.strip_suffix(".toml") {
+        Some(stem) => stem.to_string(),
+        None => file_name,
+    }
+}
+
+/// The problem with a task name, if any, with a suggested valid name when there is one.
+fn name_problem(name: &str) -> Option<Problem> {
+    if is_valid_task_name(name) {
+        return None;
+    }
+    let suggestion: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .trim_start_matches(['.', '_', '-'])
+        .chars()
+        .take(100)
+        .collect();
+    let help = if is_valid_task_name(&suggestion) {
+        format!("rename the file to `{suggestion}.toml`")
+    } else {
+        "rename the file to a valid name ending in .toml".to_string()
+    };
+    Some(Problem::whole_file(
+        format!(
+            "invalid task name {name:?}: a task name (the file name without .toml) must match \
+             {TASK_NAME_PATTERN}, because it becomes part of ZooKeeper paths and fire ids"
+        ),
+        Some(help),
+    ))
+}
+
+/// Opens and reads a task file, checking what cron checks. Returns the text when it could be
+/// read and decoded (even if a permission check failed, so content errors are reported too), and
+/// the problems found.
+fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    // Non-blocking so that a FIFO named like a task file cannot hang the loader; the checks
+    // below use fstat of the opened file, so they see the symlink's target and cannot race
+    // with a rename.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(error) => {
+            problems.push(Problem::whole_file(
+                format!("cannot open the file: {error}"),
+                None,
+            ));
+            return (None, problems);
+        }
+    };
+    let meta = match file.metadata() {
+        Ok(meta) => meta,
+        Err(error) => {
+            problems.push(Problem::whole_file(
+                format!("cannot inspect the file: {error}"),
+                None,
+            ));
+            return (None, problems);
+        }
+    };
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        problems.push(Problem::whole_file(format!("the path is {what}"), None));
+        return (None, problems);
+    }
+    if meta.len() > MAX_TASK_FILE_BYTES {
+        problems.push(too_large(meta.len()));
+        return (None, problems);
+    }
+    problems.extend(permission_problems(path, &meta, identity));
+
+    let mut bytes = Vec::new();
+    if let Err(error) = file.take(MAX_TASK_FILE_BYTES + 1).read_to_end(&mut bytes) {
+        problems.push(Problem::whole_file(
+            format!("cannot read the file: {error}"),
+            None,
+        ));
+        return (None, problems);
+    }
+    if bytes.len() as u64 > MAX_TASK_FILE_BYTES {
+        // It grew after the size check.
+        problems.push(too_large(bytes.len() as u64));
+        return (None, problems);
+    }
+    match decode_utf8(bytes) {
+        Ok(text) => (Some(text), problems),
+        Err(problem) => {
+            problems.push(problem);
+            (None, problems)
+        }
+    }
+}
+
+fn too_large(size: u64) -> Problem {
+    Problem::whole_file(
+        format!("the file is {size} bytes; task files are limited to 1 MiB ({MAX_TASK_FILE_BYTES} bytes)"),
+        Some("a task file holds one task; move large scripts into their own files and run them from `command`".into()),
+    )
+}
+
+/// What cron refuses: files others could write, and files not owned by whoever zkcron runs as
+/// (root, or the daemon's own user when it is not root).
+fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identity) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mode = meta.mode() & 0o7777;
+    let writable_by = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => Some("group- and world-writable"),
+        (true, false) => Some("group-writable"),
+        (false, true) => Some("world-writable"),
+        (false, false) => None,
+    };
+    if let Some(writable_by) = writable_by {
+        problems.push(Problem::whole_file(
+            format!(
+                "the file is {writable_by} (mode {mode:04o}), so other users could change the \
+                 command it runs; zkcron refuses it, as cron does"
+            ),
+            Some(format!("run `chmod go-w {}`", shell_quote(path))),
+        ));
+    }
+    let owner = meta.uid();
+    if identity.is_root() && owner != 0 {
+        problems.push(Problem::whole_file(
+            format!(
+                "the file is owned by {}, not root, so that user could change the command root runs",
+                describe_uid(owner)
+            ),
+            Some(format!("run `chown root:root {}`", shell_quote(path))),
+        ));
+    } else if !identity.is_root() && owner != identity.uid && owner != 0 {
+        problems.push(Problem::whole_file(
+            format!(
+                "the file is owned by {}, neither by {:?} (who runs zkcron) nor by root, so that \
+                 user could change the command zkcron runs",
+                describe_uid(owner),
+                identity.user_name
+            ),
+            Some(format!(
+                "run `chown {} {}` as root",
+                identity.user_name,
+                shell_quote(path)
+            )),
+        ));
+    }
+    problems
+}
+
+/// `path` as a shell word, so the fix commands in help lines can be pasted as they are.
+fn shell_quote(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// "uid 65534 (nobody)", or "uid 4242" when the uid has no name here.
+fn describe_uid(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("uid {uid} ({})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+/// Decodes a file as UTF-8; the error points at the first bad byte.
+pub(crate) fn decode_utf8(bytes: Vec<u8>) -> Result<String, Problem> {
+    String::from_utf8(bytes).map_err(|error| {
+        let bad_at = error.utf8_error().valid_up_to();
+        let bytes = error.as_bytes();
+        let bad_byte = bytes[bad_at];
+        // Everything before `bad_at` is valid UTF-8.
+        let before = std::str::from_utf8(&bytes[..bad_at]).unwrap_or_default();
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let line_end = bytes[bad_at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |i| bad_at + i);
+        let line = before.matches('\n').count() + 1;
+        let column = before[line_start..].chars().count() + 1;
+        Problem {
+            position: Position {
+                line,
+                column,
+                width: 1,
+                snippet: String::from_utf8_lossy(&bytes[line_start..line_end])
+                    .trim_end_matches('\r')
+                    .to_string(),
+            },
+            message: format!(
+                "the file is not valid UTF-8: byte 0x{bad_byte:02x} at line {line}, column {column}"
+            ),
+            help: Some("save the file as UTF-8".into()),
+        }
+    })
+}
+
+/// Checks every key of a task file; `None` when anything is wrong (the problems are in
+/// `checker`).
+fn check_task(
+    checker: &mut Checker<'_>,
+    name: &str,
+    path: &Path,
+    defaults: &TaskDefaults,
+) -> Option<TaskSpec> {
+    let text = checker.text;
+    let root = match DeTable::parse(text) {
+        Ok(root) => root,
+        Err(error) => {
+            checker.syntax_error(&error);
+            return None;
+        }
+    };
+    let c = checker;
+
+    let mut description = None;
+    let mut schedule_value = None;
+    let mut timezone = defaults.timezone;
+    let mut command_value = None;
+    let mut user = None;
+    let mut group = None;
+    let mut working_dir = None;
+    let mut env = BTreeMap::new();
+    let mut timeout = None;
+    let mut kill_grace = DEFAULT_KILL_GRACE;
+    let mut overlap = OverlapPolicy::default();
+    let mut catch_up = CatchUpPolicy::default();
+    let mut starting_deadline = None;
+    let mut jitter = Duration::ZERO;
+    let mut retries = RetryPolicy::default();
+    let mut version_req = None;
+    let mut enabled = true;
+
+    for (key, value) in root.get_ref().iter() {
+        let k: &str = key.get_ref();
+        match k {
+            "description" => description = c.string(k, value).map(str::to_string),
+            "schedule" => schedule_value = Some(value),
+            "timezone" => {
+                if let Some(zone) = c.string(k, value) {
+                    match parse_timezone(zone) {
+                        Ok(tz) => timezone = tz,
+                        Err(error) => c.report(value.span(), error.to_string(), None),
+                    }
+                }
+            }
+            "command" => command_value = Some(value),
+            "user" => user = c.non_empty_string(k, value).map(|s| (s, value.span())),
+            "group" => group = c.non_empty_string(k, value).map(|s| (s, value.span())),
+            "working_dir" => working_dir = c.absolute_path(k, value),
+            "env" => env = c.env(value),
+            "timeout" => {
+                timeout = c.positive_duration(
+                    k,
+                    value,
+                    "remove `timeout` to let runs take as long as they need",
+                )
+            }
+            "kill_grace" => kill_grace = c.duration(k, value).unwrap_or(kill_grace),
+            "overlap" => {
+                let choices = [
+                    ("skip", OverlapPolicy::Skip),
+                    ("allow", OverlapPolicy::Allow),
+                    ("replace", OverlapPolicy::Replace),
+                ];
+                overlap = c.choice(k, value, &choices).unwrap_or(overlap);
+            }
+            "catch_up" => {
+                let choices = [
+                    ("skip", CatchUpPolicy::Skip),
+                    ("once", CatchUpPolicy::Once),
+                    ("all", CatchUpPolicy::All),
+                ];
+                catch_up = c.choice(k, value, &choices).unwrap_or(catch_up);
+            }
+            "starting_deadline" => {
+                starting_deadline = c.positive_duration(
+                    k,
+                    value,
+                    "remove `starting_deadline` to run missed ticks however late they are",
+                )
+            }
+            "jitter" => jitter = c.duration(k, value).unwrap_or(jitter),
+            "retries" => retries = c.retries(value).unwrap_or(retries),
+            "version_req" => version_req = c.version_req(value),
+            "enabled" => enabled = c.boolean(k, value).unwrap_or(enabled),
+            _ => c.unknown_key(key, TASK_KEYS, None),
+        }
+    }
+
+    // After the loop: the schedule is read in the task's zone, whichever key came first.
+    let schedule = match schedule_value {
+        None => {
+            c.problems.push(Problem::whole_file(
+                "missing `schedule`: every task needs one".into(),
+                Some("add a line like `schedule = \"30 2 * * *\"`".into()),
+            ));
+            None
+        }
+        Some(value) => c.string("schedule", value).and_then(|expression| {
+            Schedule::parse(expression, timezone)
+                .map_err(|error| {
+                    let span = schedule_error_span(text, value.span(), expression, &error);
+                    c.report(span, error.to_string(), None);
+                })
+                .ok()
+        }),
+    };
+    let command = match command_value {
+        None => {
+            c.problems.push(Problem::whole_file(
+                "missing `command`: every task needs one".into(),
+                Some("add a line like `command = [\"/usr/local/bin/backup\", \"--full\"]`".into()),
+            ));
+            None
+        }
+        Some(value) => c.command(value),
+    };
+
+    let user = c.effective_user(user, defaults);
+    let group = c.group(group, &defaults.identity);
+
+    if !c.problems.is_empty() {
+        return None;
+    }
+    Some(TaskSpec {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        description,
+        schedule: schedule?,
+        command: command?,
+        user,
+        group,
+        working_dir,
+        env,
+        timeout,
+        kill_grace,
+        overlap,
+        catch_up,
+        starting_deadline,
+        jitter,
+        retries,
+        version_req,
+        enabled,
+    })
+}
+
+/// Narrows a schedule error to the field it blames when the string is written without escapes,
+/// so the caret points at `61` rather than at the whole expression.
+fn schedule_error_span(
+    text: &str,
+    span: Range<usize>,
+    expression: &str,
+    error: &ScheduleError,
+) -> Range<usize> {
+    const NAMES: [&str; 6] = [
+        "second",
+        "minute",
+        "hour",
+        "day-of-month",
+        "month",
+        "day-of-week",
+    ];
+    let ScheduleError::Field { field, .. } = error else {
+        return span;
+    };
+    let raw = text.get(span.clone()).unwrap_or_default();
+    if raw.len() < 2 || raw.get(1..raw.len() - 1) != Some(expression) {
+        return span;
+    }
+    let inner_start = span.start + 1;
+    let mut fields = Vec::new();
+    let mut start = None;
+    for (i, ch) in expression
+        .char_indices()
+        .chain(std::iter::once((expression.len(), ' ')))
+    {
+        match (ch.is_whitespace(), start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                fields.push(s..i);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    let Some(offset) = 6usize.checked_sub(fields.len()) else {
+        return span;
+    };
+    NAMES
+        .iter()
+        .position(|name| name == field)
+        .and_then(|index| index.checked_sub(offset))
+        .and_then(|index| fields.get(index))
+        .map_or(span, |field| {
+            inner_start + field.start..inner_start + field.end
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared with `config`: positions, problems, the checks of single TOML values, and rendering.
+
+/// Where a problem is: 1-based line and column (0 for the whole file), the line's text, and how
+/// many characters the caret line underlines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub line: usize,
+    pub column: usize,
+    pub width: usize,
+    pub snippet: String,
+}
+
+impl Position {
+    /// The position of byte range `span` of `text`.
+    pub(crate) fn of_span(text: &str, span: Range<usize>) -> Position {
+        let mut start = span.start.min(text.len());
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+        let mut end = span.end.clamp(start, line_end);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Position {
+            line: text[..start].matches('\n').count() + 1,
+            column: text[line_start..start].chars().count() + 1,
+            width: text[start..end].chars().count().max(1),
+            snippet: text[line_start..line_end]
+                .trim_end_matches('\r')
+                .to_string(),
+        }
+    }
+}
+
+/// One problem found in a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Problem {
+    pub position: Position,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+impl Problem {
+    pub(crate) fn whole_file(message: String, help: Option<String>) -> Problem {
+        Problem {
+            position: Position::default(),
+            message,
+            help,
+        }
+    }
+
+    fn into_task_error(self, path: &Path, task: &Option<String>) -> TaskFileError {
+        TaskFileError {
+            path: path.to_path_buf(),
+            task: task.clone(),
+            line: self.position.line,
+            column: self.position.column,
+            snippet: self.position.snippet,
+            width: self.position.width,
+            message: self.message,
+            help: self.help,
+        }
+    }
+}
+
+/// A problem ready to print, borrowed from whichever error type holds it.
+pub(crate) struct Report<'a> {
+    pub path: &'a Path,
+    pub line: usize,
+    pub column: usize,
+    pub width: usize,
+    pub snippet: &'a str,
+    pub message: &'a str,
+    pub help: Option<&'a str>,
+}
+
+impl Report<'_> {
+    /// The rustc-style block: message, `--> file:line:col`, the line with carets, help.
+    pub(crate) fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "error: {}", self.message)?;
+        if self.line == 0 {
+            write!(f, "  --> {}", self.path.display())?;
+            if let Some(help) = self.help {
+                write!(f, "\n   = help: {help}")?;
+            }
+            return Ok(());
+        }
+        let gutter = self.line.to_string().len() + 1;
+        let pad = " ".repeat(gutter);
+        writeln!(
+            f,
+            "{pad}--> {}:{}:{}",
+            self.path.display(),
+            self.line,
+            self.column
+        )?;
+        writeln!(f, "{pad} |")?;
+        if self.snippet.is_empty() {
+            writeln!(f, "{:>gutter$} |", self.line)?;
+        } else {
+            writeln!(f, "{:>gutter$} | {}", self.line, self.snippet)?;
+        }
+        // Keep tabs so the carets line up under tab-indented text.
+        let indent: String = self
+            .snippet
+            .chars()
+            .chain(std::iter::repeat(' '))
+            .take(self.column.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        write!(f, "{pad} | {indent}{}", "^".repeat(self.width.max(1)))?;
+        if let Some(help) = self.help {
+            write!(f, "\n{pad} = help: {help}")?;
+        }
+        Ok(())
+    }
+
+    /// `path:line:col: message (help)`, or `path: message (help)` for a whole-file problem.
+    pub(crate) fn one_line(&self) -> String {
+        let mut line = if self.line == 0 {
+            format!("{}: {}", self.path.display(), self.message)
+        } else {
+            format!(
+                "{}:{}:{}: {}",
+                self.path.display(),
+                self.line,
+                self.column,
+                self.message
+            )
+        };
+        if let Some(help) = self.help {
+            line.push_str(&format!(" ({help})"));
+        }
+        line
+    }
+}
+
+/// The closest of `candidates` to `word`, when one is close enough to be a likely typo.
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|candidate| (strsim::jaro_winkler(&word, candidate), candidate))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| candidate)
+}
+
+const DURATION_HELP: &str =
+    "write a number and a unit, like \"90s\", \"15m\", \"2h\" or \"1h 30m\"";
+
+/// Collects the problems of one file while its values are checked one by one, so that a file's
+/// problems are all reported together.
+pub(crate) struct Checker<'a> {
+    pub text: &'a str,
+    pub problems: Vec<Problem>,
+}
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+impl<'a> Checker<'a> {
+    pub(crate) fn new(text: &'a str) -> Checker<'a> {
+        Checker {
+            text,
+            problems: Vec::new(),
+        }
+    }
+
+    /// The problems, whole-file ones first, then by position.
+    pub(crate) fn finish(mut self) -> Vec<Problem> {
+        self.problems
+            .sort_by_key(|p| (p.position.line, p.position.column));
+        self.problems
+    }
+
+    pub(crate) fn report(&mut self, span: Range<usize>, message: String, help: Option<String>) {
+        self.problems.push(Problem {
+            position: Position::of_span(self.text, span),
+            message,
+            help,
+        });
+    }
+
+    pub(crate) fn syntax_error(&mut self, error: &toml::de::Error) {
+        let message = format!("invalid TOML: {}", error.message().trim_end());
+        match error.span() {
+            Some(span) => self.report(span, message, None),
+            None => self.problems.push(Problem::whole_file(message, None)),
+        }
+    }
+
+    /// How a value is described in "found ..." messages: its type and, for scalars, its text.
+    pub(crate) fn found(&self, value: &Value<'_>) -> String {
+        let kind = value.get_ref().type_str();
+        match value.get_ref() {
+            DeValue::Table(_) | DeValue::Array(_) => kind.to_string(),
+            _ => {
+                let raw = self.text.get(value.span()).unwrap_or_default();
+                let mut shown: String = raw.chars().take(40).collect();
+                if shown.len() < raw.len() {
+                    shown.push('…');
+                }
+                format!("{kind} {shown}")
+            }
+        }
+    }
+
+    fn raw(&self, value: &Value<'_>) -> &'a str {
+        self.text.get(value.span()).unwrap_or_default()
+    }
+
+    pub(crate) fn unknown_key(
+        &mut self,
+        key: &Spanned<DeString<'_>>,
+        known: &[&str],
+        table: Option<&str>,
+    ) {
+        let name: &str = key.get_ref();
+        let message = match table {
+            Some(table) => format!("unknown key `{name}` in `{table}`"),
+            None => format!("unknown key `{name}`"),
+        };
+        let help = match closest(name, known.iter().copied()) {
+            Some(suggestion) => format!("did you mean `{suggestion}`?"),
+            None => format!("known keys: {}", known.join(", ")),
+        };
+        self.report(key.span(), message, Some(help));
+    }
+
+    pub(crate) fn string<'v>(&mut self, key: &str, value: &'v Value<'_>) -> Option<&'v str> {
+        match value.get_ref() {
+            DeValue::String(s) => Some(s.as_ref()),
+            _ => {
+                let message = format!("`{key}` must be a string, found {}", self.found(value));
+                self.report(value.span(), message, None);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn non_empty_string<'v>(
+        &mut self,
+        key: &str,
+        value: &'v Value<'_>,
+    ) -> Option<&'v str> {
+        let s = self.string(key, value)?;
+        if s.trim().is_empty() {
+            self.report(
+                value.span(),
+                format!("`{key}` is empty"),
+                Some(format!("remove `{key}` or give it a value")),
+            );
+            return None;
+        }
+        if s.contains('\0') {
+            self.report(
+                value.span(),
+                format!("`{key}` contains a NUL character"),
+                None,
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    pub(crate) fn boolean(&mut self, key: &str, value: &Value<'_>) -> Option<bool> {
+        if let Some(b) = value.get_ref().as_bool() {
+            return Some(b);
+        }
+        let message = format!("`{key}` must be true or false, found {}", self.found(value));
+        let help = match value.get_ref().as_str() {
+            Some("true" | "false") => Some("remove the quotes".to_string()),
+            _ => None,
+        };
+        self.report(value.span(), message, help);
+        None
+    }
+
+    pub(crate) fn integer(
+        &mut self,
+        key: &str,
+        value: &Value<'_>,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Option<i64> {
+        let DeValue::Integer(integer) = value.get_ref() else {
+            let message = format!("`{key}` must be an integer, found {}", self.found(value));
+            let help = value
+                .get_ref()
+                .as_str()
+                .filter(|s| s.trim().parse::<i64>().is_ok())
+                .map(|_| "remove the quotes".to_string());
+            self.report(value.span(), message, help);
+            return None;
+        };
+        match i64::from_str_radix(integer.as_str(), integer.radix()) {
+            Ok(n) if range.contains(&n) => Some(n),
+            _ => {
+                let message = format!(
+                    "`{key}` must be between {} and {}, found {}",
+                    range.start(),
+                    range.end(),
+                    self.raw(value)
+                );
+                self.report(value.span(), message, None);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn duration(&mut self, key: &str, value: &Value<'_>) -> Option<Duration> {
+        match value.get_ref() {
+            DeValue::String(s) => match humantime::parse_duration(s.trim()) {
+                Ok(duration) => Some(duration),
+                Err(error) => {
+                    let message = format!(
+                        "`{key}` = {} is not a valid duration: {error}",
+                        self.raw(value)
+                    );
+                    self.report(value.span(), message, Some(DURATION_HELP.into()));
+                    None
+                }
+            },
+            other => {
+                let message = format!(
+                    "`{key}` must be a duration string like \"90s\" or \"2h\", found {}",
+                    self.found(value)
+                );
+                let help = match other {
+                    DeValue::Integer(_) => format!(
+                        "durations need a unit: write `{key} = \"{}s\"` for {} seconds",
+                        self.raw(value),
+                        self.raw(value)
+                    ),
+                    _ => DURATION_HELP.to_string(),
+                };
+                self.report(value.span(), message, Some(help));
+                None
+            }
+        }
+    }
+
+    fn positive_duration(&mut self, key: &str, value: &Value<'_>, help: &str) -> Option<Duration> {
+        let duration = self.duration(key, value)?;
+        if duration.is_zero() {
+            self.report(
+                value.span(),
+                format!("`{key}` must be greater than zero"),
+                Some(help.to_string()),
+            );
+            return None;
+        }
+        Some(duration)
+    }
+
+    pub(crate) fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        value: &Value<'_>,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let s = self.string(key, value)?;
+        if let Some((_, choice)) = choices.iter().find(|(name, _)| *name == s) {
+            return Some(*choice);
+        }
+        let names: Vec<String> = choices
+            .iter()
+            .map(|(name, _)| format!("{name:?}"))
+            .collect();
+        let message = format!("`{key}` must be one of {}, found {s:?}", names.join(", "));
+        let help = closest(s, choices.iter().map(|(name, _)| *name))
+            .map(|name| format!("did you mean {name:?}?"));
+        self.report(value.span(), message, help);
+        None
+    }
+
+    pub(crate) fn table<'v, 'i>(
+        &mut self,
+        key: &str,
+        value: &'v Value<'i>,
+        example: &str,
+    ) -> Option<&'v DeTable<'i>> {
+        match value.get_ref() {
+            DeValue::Table(table) => Some(table),
+            _ => {
+                let message = format!(
+                    "`{key}` must be a table like {example}, found {}",
+                    self.found(value)
+                );
+                self.report(value.span(), message, None);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn path(&mut self, key: &str, value: &Value<'_>) -> Option<PathBuf> {
+        self.non_empty_string(key, value).map(PathBuf::from)
+    }
+
+    fn absolute_path(&mut self, key: &str, value: &Value<'_>) -> Option<PathBuf> {
+        let path = self.path(key, value)?;
+        if !path.is_absolute() {
+            let message = format!(
+                "`{key}` must be an absolute path, found {}",
+                self.raw(value)
+            );
+            let help = "a relative path would depend on where zkcron was started".to_string();
+            self.report(value.span(), message, Some(help));
+            return None;
+        }
+        Some(path)
+    }
+
+    /// A table of string values, like `env` or `[node].labels`.
+    pub(crate) fn string_map(
+        &mut self,
+        key: &str,
+        value: &Value<'_>,
+        example: &str,
+    ) -> Vec<(Spanned<String>, String)> {
+        let Some(table) = self.table(key, value, example) else {
+            return Vec::new();
+        };
+        let mut entries = Vec::new();
+        for (name, item) in table.iter() {
+            let name_text: &str = name.get_ref();
+            match item.get_ref() {
+                DeValue::String(s) if s.contains('\0') => {
+                    self.report(
+                        item.span(),
+                        format!("`{key}.{name_text}` contains a NUL character"),
+                        None,
+                    );
+                }
+                DeValue::String(s) => {
+                    entries.push((
+                        Spanned::new(name.span(), name_text.to_string()),
+                        s.to_string(),
+                    ));
+                }
+                _ => {
+                    let message = format!(
+                        "`{key}.{name_text}` must be a string, found {}",
+                        self.found(item)
+                    );
+                    let help = match item.get_ref() {
+                        DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) => {
+                            Some(format!("quote it: {name_text} = \"{}\"", self.raw(item)))
+                        }
+                        _ => None,
+                    };
+                    self.report(item.span(), message, help);
+                }
+            }
+        }
+        entries
+    }
+
+    fn env(&mut self, value: &Value<'_>) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for (name, item) in self.string_map("env", value, "{ PGHOST = \"db1\" }") {
+            let text = name.get_ref();
+            if !is_valid_env_name(text) {
+                self.report(
+                    name.span(),
+                    format!("`{text}` is not a valid environment variable name"),
+                    Some("names must match [A-Za-z_][A-Za-z0-9_]*".into()),
+                );
+            } else if text.starts_with("ZKCRON_") {
+                self.report(
+                    name.span(),
+                    format!("`env` must not set `{text}`: names starting with ZKCRON_ are reserved for the variables zkcron sets"),
+                    Some("rename the variable".into()),
+                );
+            } else {
+                env.insert(name.into_inner(), item);
+            }
+        }
+        env
+    }
+
+    fn command(&mut self, value: &Value<'_>) -> Option<CommandLine> {
+        const EXAMPLE: &str = "write an array like [\"/usr/local/bin/backup\", \"--full\"], or a string for /bin/sh -c";
+        match value.get_ref() {
+            DeValue::String(s) if s.trim().is_empty() => {
+                self.report(
+                    value.span(),
+                    "`command` is empty".into(),
+                    Some(EXAMPLE.into()),
+                );
+                None
+            }
+            DeValue::String(s) if s.contains('\0') => {
+                self.report(
+                    value.span(),
+                    "`command` contains a NUL character".into(),
+                    None,
+                );
+                None
+            }
+            DeValue::String(s) => Some(CommandLine::Shell(s.to_string())),
+            DeValue::Array(items) => {
+                if items.is_empty() {
+                    self.report(
+                        value.span(),
+                        "`command` is an empty array".into(),
+                        Some(EXAMPLE.into()),
+                    );
+                    return None;
+                }
+                let mut argv = Vec::new();
+                for item in items.iter() {
+                    match item.get_ref().as_str() {
+                        Some(s) if s.contains('\0') => {
+                            self.report(
+                                item.span(),
+                                "`command` contains a NUL character".into(),
+                                None,
+                            );
+                        }
+                        Some(s) => argv.push(s.to_string()),
+                        None => {
+                            let message = format!(
+                                "every element of `command` must be a string, found {}",
+                                self.found(item)
+                            );
+                            self.report(
+                                item.span(),
+                                message,
+                                Some(format!("quote it: \"{}\"", self.raw(item))),
+                            );
+                        }
+                    }
+                }
+                if items[0]
+                    .get_ref()
+                    .as_str()
+                    .is_some_and(|s| s.trim().is_empty())
+                {
+                    self.report(
+                        items[0].span(),
+                        "the program (the first element of `command`) is empty".into(),
+                        Some(EXAMPLE.into()),
+                    );
+                    return None;
+                }
+                (argv.len() == items.len()).then_some(CommandLine::Argv(argv))
+            }
+            _ => {
+                let message = format!(
+                    "`command` must be an array of strings or a string, found {}",
+                    self.found(value)
+                );
+                self.report(value.span(), message, Some(EXAMPLE.into()));
+                None
+            }
+        }
+    }
+
+    fn retries(&mut self, value: &Value<'_>) -> Option<RetryPolicy> {
+        let table = self.table("retries", value, "{ attempts = 2, backoff = \"30s\" }")?;
+        let mut retries = RetryPolicy::default();
+        for (key, item) in table.iter() {
+            match key.get_ref().as_ref() {
+                "attempts" => {
+                    if let Some(n) = self.integer("retries.attempts", item, 0..=100) {
+                        retries.attempts = n as u32;
+                    }
+                }
+                "backoff" => {
+                    retries.backoff = self
+                        .duration("retries.backoff", item)
+                        .unwrap_or(retries.backoff)
+                }
+                "max_backoff" => {
+                    retries.max_backoff = self
+                        .duration("retries.max_backoff", item)
+                        .unwrap_or(retries.max_backoff)
+                }
+                _ => self.unknown_key(key, RETRY_KEYS, Some("retries")),
+            }
+        }
+        if retries.max_backoff < retries.backoff {
+            let message = format!(
+                "`retries.max_backoff` ({}) is shorter than `retries.backoff` ({})",
+                humantime::format_duration(retries.max_backoff),
+                humantime::format_duration(retries.backoff)
+            );
+            self.report(
+                value.span(),
+                message,
+                Some("raise `max_backoff` or lower `backoff`".into()),
+            );
+            return None;
+        }
+        Some(retries)
+    }
+
+    fn version_req(&mut self, value: &Value<'_>) -> Option<semver::VersionReq> {
+        let s = self.string("version_req", value)?;
+        match semver::VersionReq::parse(s) {
+            Ok(req) => Some(req),
+            Err(error) => {
+                let message = format!(
+                    "`version_req` = {} is not a version requirement: {error}",
+                    self.raw(value)
+                );
+                let help = "write a semver requirement like \">=2.1\" or \">=2.1, <3\"".to_string();
+                self.report(value.span(), message, Some(help));
+                None
+            }
+        }
+    }
+
+    /// The user a task runs as (see [`TaskSpec::user`]), checking what this host and this
+    /// process allow.
+    fn effective_user(
+        &mut self,
+        user: Option<(&str, Range<usize>)>,
+        defaults: &TaskDefaults,
+    ) -> Option<String> {
+        let identity = &defaults.identity;
+        if !identity.is_root() {
+            if let Some((name, span)) = user
+                && name != identity.user_name
+            {
+                let message = format!(
+                    "task runs as user {name:?} but zkcron runs as {:?} (not root) and cannot switch users",
+                    identity.user_name
+                );
+                self.report(
+                    span,
+                    message,
+                    Some("remove `user` or run zkcron as root".into()),
+                );
+            }
+            // Running as the daemon's own user needs no switch.
+            return None;
+        }
+        match user {
+            Some((name, span)) => {
+                if let Some(problem) = missing_account("user", name, user_exists(name)) {
+                    self.report(span, problem.0, Some(problem.1));
+                }
+                Some(name.to_string())
+            }
+            None => {
+                let name = defaults.user.as_ref()?;
+                if let Some((message, help)) = missing_account("user", name, user_exists(name)) {
+                    self.problems.push(Problem::whole_file(
+                        format!("{message} (it is [scheduler].default_user)"),
+                        Some(help),
+                    ));
+                }
+                Some(name.clone())
+            }
+        }
+    }
+
+    fn group(
+        &mut self,
+        group: Option<(&str, Range<usize>)>,
+        identity: &Identity,
+    ) -> Option<String> {
+        let (name, span) = group?;
+        if !identity.is_root() {
+            let message = format!(
+                "task runs as group {name:?} but zkcron runs as {:?} (not root) and cannot switch groups",
+                identity.user_name
+            );
+            self.report(
+                span,
+                message,
+                Some("remove `group` or run zkcron as root".into()),
+            );
+            return None;
+        }
+        let exists = nix::unistd::Group::from_name(name).map(|g| g.is_some());
+        if let Some((message, help)) = missing_account("group", name, exists) {
+            self.report(span, message, Some(help));
+        }
+        Some(name.to_string())
+    }
+}
+
+fn user_exists(name: &str) -> nix::Result<bool> {
+    nix::unistd::User::from_name(name).map(|u| u.is_some())
+}
+
+/// The message and help when a user or group cannot be found on this host.
+fn missing_account(kind: &str, name: &str, exists: nix::Result<bool>) -> Option<(String, String)> {
+    match exists {
+        Ok(true) => None,
+        Ok(false) => Some((
+            format!("{kind} {name:?} does not exist on this host"),
+            format!("create the {kind}, or fix the name"),
+        )),
+        Err(error) => Some((
+            format!("cannot look up {kind} {name:?}: {error}"),
+            "check the host's user database (NSS)".to_string(),
+        )),
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`: what shells accept as a variable name.
+fn is_valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_counts_characters_and_drops_carriage_returns() {
+        let text = "a = 1\r\nmot = \"é\" # ü\r\n";
+        let at = text.find('#').unwrap();
+        let position = Position::of_span(text, at..at + 1);
+        assert_eq!((position.line, position.column, position.width), (2, 11, 1));
+        assert_eq!(position.snippet, "mot = \"é\" # ü");
+    }
+
+    #[test]
+    fn position_at_end_of_file_is_past_the_last_line() {
+        let text = "a = 1\n";
+        let position = Position::of_span(text, text.len()..text.len());
+        assert_eq!((position.line, position.column, position.width), (2, 1, 1));
+        assert_eq!(position.snippet, "");
+    }
+
+    #[test]
+    fn span_across_lines_is_underlined_to_the_end_of_its_first_line() {
+        let text = "x = [\n  1,\n]\n";
+        let position = Position::of_span(text, 4..text.len() - 1);
+        assert_eq!((position.line, position.column, position.width), (1, 5, 1));
+    }
+
+    #[test]
+    fn shell_quote_leaves_plain_paths_alone() {
+        assert_eq!(
+            shell_quote(Path::new("/etc/zkcron/jobs.d/a-b_c.toml")),
+            "/etc/zkcron/jobs.d/a-b_c.toml"
+        );
+        assert_eq!(shell_quote(Path::new("/x/a b.toml")), "'/x/a b.toml'");
+        assert_eq!(shell_quote(Path::new("/x/it's")), "'/x/it'\\''s'");
+    }
+
+    #[test]
+    fn closest_finds_typos_only() {
+        assert_eq!(
+            closest("timezon", TASK_KEYS.iter().copied()),
+            Some("timezone")
+        );
+        assert_eq!(
+            closest("Schedule", TASK_KEYS.iter().copied()),
+            Some("schedule")
+        );
+        assert_eq!(closest("xyzzy", TASK_KEYS.iter().copied()), None);
+    }
 }
