@@ -229,7 +229,7 @@ fn expand_alias(expression: &str) -> Result<String, ScheduleError> {
 fn blame_field(fields: &[&str]) -> Option<ScheduleError> {
     let offset = 6 - fields.len();
     for (index, value) in fields.iter().enumerate() {
-        let mut probe = vec!["*"; 6];
+        let mut probe = ["*"; 6];
         probe[index + offset] = value;
         if parser().parse(&probe.join(" ")).is_err() {
             let (field, allowed) = FIELDS[index + offset];
