@@ -208,8 +208,11 @@ impl StopSignal {
     /// Waits until a request stronger than `seen` arrives; waits for ever when every handle is
     /// gone.
     async fn stronger_than(&mut self, seen: StopKind) -> StopKind {
-        match self.receiver.wait_for(|kind| *kind > seen).await {
-            Ok(kind) => *kind,
+        // The borrowed value is copied out at once: holding it across an await would make the
+        // run future `!Send`.
+        let kind = self.receiver.wait_for(|kind| *kind > seen).await.map(|k| *k);
+        match kind {
+            Ok(kind) => kind,
             Err(_) => std::future::pending().await,
         }
     }
