@@ -210,7 +210,11 @@ impl StopSignal {
     async fn stronger_than(&mut self, seen: StopKind) -> StopKind {
         // The borrowed value is copied out at once: holding it across an await would make the
         // run future `!Send`.
-        let kind = self.receiver.wait_for(|kind| *kind > seen).await.map(|k| *k);
+        let kind = self
+            .receiver
+            .wait_for(|kind| *kind > seen)
+            .await
+            .map(|k| *k);
         match kind {
             Ok(kind) => kind,
             Err(_) => std::future::pending().await,
@@ -613,7 +617,13 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
             (None, None) => Exit::SpawnFailed(format!("unexpected wait status {status}")),
         },
         Err(e) => {
-            tracing::error!(task, fire_id, attempt, pid, "cannot wait for the process: {e}");
+            tracing::error!(
+                task,
+                fire_id,
+                attempt,
+                pid,
+                "cannot wait for the process: {e}"
+            );
             Exit::SpawnFailed(format!("cannot wait for the process: {e}"))
         }
     };
@@ -735,7 +745,10 @@ fn emit_line(line: &mut Vec<u8>, cut: &mut usize, emit: &mut impl FnMut(&str)) {
             *cut += line.len() - e.valid_up_to();
             line.truncate(e.valid_up_to());
         }
-        emit(&format!("{} …[cut {cut} bytes]", String::from_utf8_lossy(line)));
+        emit(&format!(
+            "{} …[cut {cut} bytes]",
+            String::from_utf8_lossy(line)
+        ));
     }
     line.clear();
     *cut = 0;
@@ -755,7 +768,10 @@ mod tests {
     #[test]
     fn given_root_when_no_user_is_asked_then_it_runs_as_itself() {
         let root = identity(0, "root");
-        assert_eq!(decide_user(&root, "root", None, None), UserAction::RunAsSelf);
+        assert_eq!(
+            decide_user(&root, "root", None, None),
+            UserAction::RunAsSelf
+        );
     }
 
     #[test]
@@ -800,7 +816,10 @@ mod tests {
             decide_user(&alice, "alice", Some("alice"), Some("alice")),
             UserAction::RunAsSelf
         );
-        assert_eq!(decide_user(&alice, "alice", None, None), UserAction::RunAsSelf);
+        assert_eq!(
+            decide_user(&alice, "alice", None, None),
+            UserAction::RunAsSelf
+        );
     }
 
     #[test]
@@ -808,9 +827,7 @@ mod tests {
         let alice = identity(1000, "alice");
         assert_eq!(
             decide_user(&alice, "alice", Some("bob"), None),
-            UserAction::Refuse(
-                "cannot run as user \"bob\": zkcron is not running as root".into()
-            )
+            UserAction::Refuse("cannot run as user \"bob\": zkcron is not running as root".into())
         );
     }
 
@@ -832,9 +849,7 @@ mod tests {
             backoff: Duration::from_secs(10),
             max_backoff: Duration::from_secs(60),
         };
-        let delays: Vec<u64> = (1..=5)
-            .map(|k| retry_delay(&policy, k).as_secs())
-            .collect();
+        let delays: Vec<u64> = (1..=5).map(|k| retry_delay(&policy, k).as_secs()).collect();
         assert_eq!(delays, [10, 20, 40, 60, 60]);
         assert_eq!(retry_delay(&policy, 100), Duration::from_secs(60));
     }

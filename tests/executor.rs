@@ -267,9 +267,17 @@ async fn given_variables_in_the_daemons_environment_when_a_task_runs_then_only_l
     // Cargo sets CARGO_* variables for test binaries, so the test process has some to leak.
     let leakable: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
-        .filter(|k| !matches!(k.as_str(), "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "LANG"))
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "LANG"
+            )
+        })
         .collect();
-    assert!(!leakable.is_empty(), "the test process has no variable that could leak");
+    assert!(
+        !leakable.is_empty(),
+        "the test process has no variable that could leak"
+    );
 
     let (outcome, stdout, _) = run_capturing(request(argv(&["env"]))).await;
 
@@ -289,7 +297,10 @@ async fn given_variables_in_the_daemons_environment_when_a_task_runs_then_only_l
         "ZKCRON_TASK",
     ];
     for name in &names {
-        assert!(allowed.contains(&name.as_str()), "{name} leaked into the child");
+        assert!(
+            allowed.contains(&name.as_str()),
+            "{name} leaked into the child"
+        );
     }
     assert_eq!(
         names.iter().any(|n| n == "LANG"),
@@ -310,7 +321,10 @@ async fn given_task_env_when_it_runs_then_it_overrides_defaults_including_path()
     let (outcome, stdout, _) = run_capturing(request).await;
 
     assert_eq!(last_exit(&outcome), Exit::Code(0));
-    assert_eq!(stdout, ["/usr/bin:/bin:/opt/tools/bin|hello world|overridden"]);
+    assert_eq!(
+        stdout,
+        ["/usr/bin:/bin:/opt/tools/bin|hello world|overridden"]
+    );
 }
 
 // Command forms.
@@ -412,7 +426,10 @@ async fn given_a_command_killed_by_a_signal_when_it_runs_then_the_signal_is_repo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_missing_binary_when_it_runs_then_it_fails_to_start_and_names_the_binary() {
-    for missing in ["/nonexistent/zkcron-no-such-binary", "zkcron-no-such-binary"] {
+    for missing in [
+        "/nonexistent/zkcron-no-such-binary",
+        "zkcron-no-such-binary",
+    ] {
         let outcome = run_alone(request(argv(&[missing]))).await;
 
         let attempt = outcome.last().unwrap();
@@ -439,10 +456,15 @@ async fn given_a_late_tick_when_it_runs_then_the_first_attempt_reports_its_laten
 
     let outcome = run_alone(request).await;
 
-    let first = outcome.attempts[0].lateness.expect("first attempt has lateness");
+    let first = outcome.attempts[0]
+        .lateness
+        .expect("first attempt has lateness");
     assert!(first >= TimeDelta::seconds(2), "lateness {first}");
     assert!(first < TimeDelta::seconds(60), "lateness {first}");
-    assert_eq!(outcome.attempts[1].lateness, None, "only the first spawn is late");
+    assert_eq!(
+        outcome.attempts[1].lateness, None,
+        "only the first spawn is late"
+    );
 }
 
 // Timeouts and stops.
@@ -520,7 +542,7 @@ async fn given_a_running_job_when_terminate_is_asked_then_the_group_gets_sigterm
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_child_ignoring_sigterm_when_terminate_is_asked_then_sigkill_comes_after_kill_grace()
-{
+ {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("child.pid");
     let mut request = request(shell(&format!(
@@ -685,7 +707,10 @@ async fn given_root_when_a_task_runs_as_nobody_then_the_child_has_nobodys_identi
     seen_groups.sort();
     assert_eq!(stdout[0], nobody.uid.to_string());
     assert_eq!(stdout[1], nobody.gid.to_string());
-    assert_eq!(seen_groups, groups, "root's supplementary groups were dropped");
+    assert_eq!(
+        seen_groups, groups,
+        "root's supplementary groups were dropped"
+    );
     assert_eq!(stdout[3], nobody.dir.to_str().unwrap());
     assert_eq!(stdout[4], "nobody");
     assert_eq!(stdout[5], "nobody");
@@ -750,8 +775,10 @@ async fn given_an_unknown_group_when_a_task_runs_then_it_fails_to_start_and_name
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_output_on_both_streams_when_it_runs_then_each_line_is_logged_with_the_fire_id() {
-    let (outcome, stdout, captured) =
-        run_capturing(request(shell("echo out one; echo err one >&2; echo out two"))).await;
+    let (outcome, stdout, captured) = run_capturing(request(shell(
+        "echo out one; echo err one >&2; echo out two",
+    )))
+    .await;
 
     assert_eq!(last_exit(&outcome), Exit::Code(0));
     assert_eq!(stdout, ["out one", "out two"]);
@@ -799,7 +826,11 @@ async fn given_a_run_when_it_ends_then_started_and_finished_are_logged_with_thei
     assert!(started[0].field("lateness_ms").is_some());
     assert!(started[0].field("pid").is_some());
     assert_eq!(started[1].field("attempt"), Some("2"));
-    assert_eq!(started[1].field("lateness_ms"), None, "only the first attempt is late");
+    assert_eq!(
+        started[1].field("lateness_ms"),
+        None,
+        "only the first attempt is late"
+    );
     let finished = captured.events("finished");
     assert_eq!(finished.len(), 2);
     assert_eq!(finished[1].level, Level::WARN);
