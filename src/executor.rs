@@ -48,6 +48,7 @@ const OUTPUT_DRAIN_LIMIT: Duration = Duration::from_secs(1);
 /// Everything needed to run one tick's command. The caller has already resolved defaults.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
+    /// The task's name, given to the child as `ZKCRON_TASK` and put on every log line.
     pub task: String,
     /// `<task>@<unix-seconds>`, the same on every node; given to the child and put on every log
     /// line.
@@ -58,6 +59,7 @@ pub struct RunRequest {
     pub due_at: DateTime<Utc>,
     /// This node's id, given to the child as `ZKCRON_NODE`.
     pub node_id: String,
+    /// What to execute: argv directly, or a script through `/bin/sh -c`.
     pub command: CommandLine,
     /// The user to run as, already resolved by the caller (task user or default user); `None` runs
     /// as the daemon's own user.
@@ -72,6 +74,7 @@ pub struct RunRequest {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL on timeout or stop.
     pub kill_grace: Duration,
+    /// How many more times a failed attempt is tried, and how long to wait in between.
     pub retries: RetryPolicy,
 }
 
@@ -117,6 +120,7 @@ impl fmt::Display for Exit {
 pub struct AttemptOutcome {
     /// 1 for the first try, as `ZKCRON_ATTEMPT`.
     pub attempt: u32,
+    /// How it ended; decides whether the run retries.
     pub exit: Exit,
     /// From spawn to the main process's exit; zero when nothing was spawned.
     pub duration: Duration,
@@ -129,6 +133,7 @@ pub struct AttemptOutcome {
 /// What happened in a run: its attempts in order, never empty when returned by [`run`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
+    /// Oldest first; the last one decides the run's result.
     pub attempts: Vec<AttemptOutcome>,
 }
 
@@ -289,8 +294,11 @@ struct Credentials {
 /// One attempt's process setup, resolved before spawning.
 #[derive(Debug)]
 struct Prepared {
+    /// The child's whole environment, in the order later entries override earlier ones.
     env: Vec<(String, OsString)>,
+    /// Checked to exist, so a bad directory is reported as such rather than as a missing binary.
     working_dir: PathBuf,
+    /// `None` keeps the daemon's own credentials.
     credentials: Option<Credentials>,
 }
 
@@ -463,6 +471,14 @@ impl Drop for GroupGuard {
     }
 }
 
+/// Sends SIGTERM to the group and schedules its SIGKILL `grace` from now, unless one is due
+/// earlier.
+fn terminate_group(guard: &GroupGuard, grace: Duration, kill_at: &mut Option<Instant>) {
+    guard.signal(Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    *kill_at = Some(kill_at.map_or(deadline, |earlier| earlier.min(deadline)));
+}
+
 /// Sends `signal` to a process group; a group that is already gone is not an error.
 fn signal_group(pgid: Pid, signal: Signal) {
     match killpg(pgid, signal) {
@@ -575,23 +591,20 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
     let timeout = request.timeout.map(|t| started + t);
     let mut timed_out = false;
     let mut stop_seen = StopKind::Running;
+    // When the group gets SIGKILL if its main process still runs; set by SIGTERM.
     let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             _ = sleep_until_opt(timeout), if !timed_out => {
                 timed_out = true;
-                guard.signal(Signal::SIGTERM);
-                kill_at = Some(kill_at.map_or(Instant::now() + request.kill_grace, |k| k.min(Instant::now() + request.kill_grace)));
+                terminate_group(&guard, request.kill_grace, &mut kill_at);
             }
             kind = stop.stronger_than(stop_seen), if stop_seen != StopKind::KillNow => {
                 stop_seen = kind;
-                if kind == StopKind::KillNow {
-                    guard.signal(Signal::SIGKILL);
-                } else {
-                    guard.signal(Signal::SIGTERM);
-                    let deadline = Instant::now() + request.kill_grace;
-                    kill_at = Some(kill_at.map_or(deadline, |k| k.min(deadline)));
+                match kind {
+                    StopKind::KillNow => guard.signal(Signal::SIGKILL),
+                    _ => terminate_group(&guard, request.kill_grace, &mut kill_at),
                 }
             }
             _ = sleep_until_opt(kill_at) => {
