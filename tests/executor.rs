@@ -863,3 +863,43 @@ async fn given_a_background_process_holding_stdout_when_the_main_process_exits_t
     assert!(still_running);
     assert!(elapsed < Duration::from_secs(5), "run took {elapsed:?}");
 }
+
+// Robustness.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_timeout_with_retries_when_every_attempt_times_out_then_each_is_retried() {
+    let mut request = request(argv(&["sleep", "30"]));
+    request.timeout = Some(Duration::from_millis(200));
+    request.retries.attempts = 1;
+
+    let outcome = run_alone(request).await;
+
+    let exits: Vec<Exit> = outcome.attempts.iter().map(|a| a.exit.clone()).collect();
+    assert_eq!(exits, [Exit::TimedOut, Exit::TimedOut]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_every_stop_handle_dropped_when_the_job_runs_then_it_runs_to_its_end() {
+    let _guard = Captured::default().install();
+    let (handle, signal) = StopHandle::new();
+    drop(handle);
+
+    let outcome = run(request(shell("sleep 0.2; exit 4")), signal).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(4));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_running_job_when_its_run_future_is_dropped_then_the_whole_group_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild.pid");
+    let started = start(request(shell(&format!(
+        "sleep 1000 & echo $! > {}; wait",
+        pid_file.display()
+    ))));
+    let grandchild: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+
+    started.running.abort();
+
+    wait_until("the grandchild is dead", || is_dead(grandchild)).await;
+}
