@@ -616,7 +616,10 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
     let duration = started.elapsed();
     let stopped = stop_seen != StopKind::Running;
     if stopped || timed_out {
-        // The main process is gone; make sure nothing it started survives it.
+        // The main process is gone; make sure nothing it started survives it. The group id
+        // cannot have been reused: the kernel does not hand out a pid while a process group
+        // with that id still has members, and without members this signal reaches nobody
+        // (barring a new group created with the recycled id within microseconds).
         guard.signal(Signal::SIGKILL);
     }
     guard.pgid = None;
@@ -711,7 +714,7 @@ where
 /// `max_bytes` is cut to that many bytes (less when the cut would split a UTF-8 character) and
 /// gets a " …[cut N bytes]" marker; at most `max_bytes` of a line are ever held. Invalid UTF-8 is
 /// replaced.
-pub async fn for_each_line<R, F>(mut reader: R, max_bytes: usize, mut emit: F) -> io::Result<()>
+async fn for_each_line<R, F>(mut reader: R, max_bytes: usize, mut emit: F) -> io::Result<()>
 where
     R: AsyncBufRead + Unpin,
     F: FnMut(&str),
