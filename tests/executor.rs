@@ -1,0 +1,905 @@
+//! The executor against real processes: environment, users, exit reporting, process-group
+//! killing, stop requests, retries and output logging. These tests run as root on CI; the ones
+//! that switch users skip themselves (saying so) elsewhere.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::time::Instant;
+use tracing::field::{Field, Visit};
+use tracing::instrument::WithSubscriber;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+use zkcron::executor::{
+    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, StopHandle, run,
+};
+use zkcron::task::{CommandLine, RetryPolicy};
+
+/// Long enough for anything a test waits for; reached only when something is broken.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn scheduled_at() -> DateTime<Utc> {
+    "2026-01-01T02:30:00Z".parse().unwrap()
+}
+
+fn shell(script: &str) -> CommandLine {
+    CommandLine::Shell(script.to_owned())
+}
+
+fn argv(args: &[&str]) -> CommandLine {
+    CommandLine::Argv(args.iter().map(|a| (*a).to_owned()).collect())
+}
+
+/// A request as the daemon would make it for task `report`, with a generous safety timeout.
+fn request(command: CommandLine) -> RunRequest {
+    let scheduled_at = scheduled_at();
+    RunRequest {
+        task: "report".into(),
+        fire_id: format!("report@{}", scheduled_at.timestamp()),
+        scheduled_at,
+        due_at: Utc::now(),
+        node_id: "node-a".into(),
+        command,
+        user: None,
+        group: None,
+        working_dir: None,
+        env: BTreeMap::new(),
+        timeout: Some(Duration::from_secs(60)),
+        kill_grace: Duration::from_secs(5),
+        retries: RetryPolicy {
+            attempts: 0,
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+        },
+    }
+}
+
+/// Runs `request` to its end with nobody able to stop it.
+///
+/// Every run in these tests logs into a [`Captured`] subscriber, even when nothing looks at it:
+/// tracing caches "nobody listens" for a call site first reached on a thread without a
+/// subscriber, which would hide that call site's events from tests running in parallel.
+async fn run_alone(request: RunRequest) -> RunOutcome {
+    let _guard = Captured::default().install();
+    run_unstoppable(request).await
+}
+
+async fn run_unstoppable(request: RunRequest) -> RunOutcome {
+    let (_handle, signal) = StopHandle::new();
+    run(request, signal).await
+}
+
+/// A run on its own task, so that the test can stop it; logging as in [`run_alone`].
+struct Started {
+    handle: StopHandle,
+    running: tokio::task::JoinHandle<RunOutcome>,
+    captured: Captured,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+fn start(request: RunRequest) -> Started {
+    let captured = Captured::default();
+    let guard = captured.install();
+    let (handle, signal) = StopHandle::new();
+    let running = tokio::spawn(run(request, signal).with_current_subscriber());
+    Started {
+        handle,
+        running,
+        captured,
+        _guard: guard,
+    }
+}
+
+impl Started {
+    /// The outcome, which must come within the test deadline.
+    async fn outcome(self, why: &str) -> RunOutcome {
+        tokio::time::timeout(DEADLINE, self.running)
+            .await
+            .unwrap_or_else(|_| panic!("the run did not end: {why}"))
+            .unwrap()
+    }
+}
+
+fn last_exit(outcome: &RunOutcome) -> Exit {
+    outcome.last().expect("a run has attempts").exit.clone()
+}
+
+fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// Whether `pid` no longer runs: gone, or a zombie nobody reaped (PID 1 in a container may not).
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            // The state follows the command name, which is in parentheses.
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            state == Some(Some('Z'))
+        }
+    }
+}
+
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the child wrote a complete line to `path` and returns the file's content.
+async fn read_when_written(path: &Path) -> String {
+    wait_until(&format!("{} is written", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn read_pid(path: &Path) -> i32 {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{} was not written: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// One captured tracing event.
+#[derive(Debug, Clone)]
+struct Record {
+    target: String,
+    level: Level,
+    fields: BTreeMap<String, String>,
+}
+
+impl Record {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields.get(name).map(String::as_str)
+    }
+}
+
+/// A tracing layer that keeps every event, for assertions on what was logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<Record>>>);
+
+impl Captured {
+    /// Captures events on this thread (and on tasks the executor spawns) until the guard drops.
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+    }
+
+    fn records(&self) -> Vec<Record> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The job output lines of `stream`, in order.
+    fn lines(&self, stream: &str) -> Vec<String> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.target == "zkcron::job" && r.field("stream") == Some(stream))
+            .map(|r| r.fields["message"].clone())
+            .collect()
+    }
+
+    /// The executor's own events with this message.
+    fn events(&self, message: &str) -> Vec<Record> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.target == "zkcron::executor" && r.field("message") == Some(message))
+            .collect()
+    }
+}
+
+struct FieldMap<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for FieldMap<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Captured {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut FieldMap(&mut fields));
+        self.0.lock().unwrap().push(Record {
+            target: event.metadata().target().to_owned(),
+            level: *event.metadata().level(),
+            fields,
+        });
+    }
+}
+
+/// Runs `request` with output captured and returns the outcome and the stdout lines.
+async fn run_capturing(request: RunRequest) -> (RunOutcome, Vec<String>, Captured) {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let outcome = run_unstoppable(request).await;
+    let stdout = captured.lines("stdout");
+    (outcome, stdout, captured)
+}
+
+/// `NAME=value` lines as a map.
+fn parse_env(lines: &[String]) -> BTreeMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+// Environment.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_task_when_it_runs_then_the_child_gets_the_zkcron_variables_and_cron_defaults() {
+    let (outcome, stdout, _) = run_capturing(request(argv(&["env"]))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let env = parse_env(&stdout);
+    assert_eq!(env["ZKCRON_TASK"], "report");
+    assert_eq!(env["ZKCRON_SCHEDULED_AT"], "2026-01-01T02:30:00Z");
+    assert_eq!(env["ZKCRON_FIRE_ID"], "report@1767234600");
+    assert_eq!(env["ZKCRON_NODE"], "node-a");
+    assert_eq!(env["ZKCRON_ATTEMPT"], "1");
+    assert_eq!(env["PATH"], DEFAULT_PATH);
+    assert_eq!(env["SHELL"], "/bin/sh");
+    let me = nix::unistd::User::from_uid(nix::unistd::Uid::current())
+        .unwrap()
+        .expect("the test user has a passwd entry");
+    assert_eq!(env["HOME"], me.dir.to_str().unwrap());
+    assert_eq!(env["USER"], me.name);
+    assert_eq!(env["LOGNAME"], me.name);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_variables_in_the_daemons_environment_when_a_task_runs_then_only_lang_passes_through()
+{
+    // Cargo sets CARGO_* variables for test binaries, so the test process has some to leak.
+    let leakable: Vec<String> = std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "LANG"
+            )
+        })
+        .collect();
+    assert!(
+        !leakable.is_empty(),
+        "the test process has no variable that could leak"
+    );
+
+    let (outcome, stdout, _) = run_capturing(request(argv(&["env"]))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let names: Vec<String> = parse_env(&stdout).into_keys().collect();
+    let allowed = [
+        "HOME",
+        "LANG",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "USER",
+        "ZKCRON_ATTEMPT",
+        "ZKCRON_FIRE_ID",
+        "ZKCRON_NODE",
+        "ZKCRON_SCHEDULED_AT",
+        "ZKCRON_TASK",
+    ];
+    for name in &names {
+        assert!(
+            allowed.contains(&name.as_str()),
+            "{name} leaked into the child"
+        );
+    }
+    assert_eq!(
+        names.iter().any(|n| n == "LANG"),
+        std::env::var_os("LANG").is_some(),
+        "LANG is passed through exactly when the daemon has it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_task_env_when_it_runs_then_it_overrides_defaults_including_path() {
+    let mut request = request(shell("echo \"$PATH|$GREETING|$ZKCRON_NODE\""));
+    request.env = BTreeMap::from([
+        ("PATH".to_owned(), "/usr/bin:/bin:/opt/tools/bin".to_owned()),
+        ("GREETING".to_owned(), "hello world".to_owned()),
+        ("ZKCRON_NODE".to_owned(), "overridden".to_owned()),
+    ]);
+
+    let (outcome, stdout, _) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(
+        stdout,
+        ["/usr/bin:/bin:/opt/tools/bin|hello world|overridden"]
+    );
+}
+
+// Command forms.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_an_argv_command_when_it_runs_then_arguments_reach_the_program_verbatim() {
+    let (outcome, stdout, _) =
+        run_capturing(request(argv(&["printf", "%s\\n", "a  b", "$HOME", "*"]))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout, ["a  b", "$HOME", "*"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_shell_command_when_it_runs_then_sh_interprets_it() {
+    let (outcome, stdout, _) =
+        run_capturing(request(shell("x=$((1 + 2)); echo \"$x\" | sed s/3/three/"))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout, ["three"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_working_dir_when_it_runs_then_the_child_starts_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().canonicalize().unwrap();
+    let mut request = request(argv(&["pwd", "-P"]));
+    request.working_dir = Some(dir_path.clone());
+
+    let (outcome, stdout, _) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout, [dir_path.to_str().unwrap()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_no_working_dir_when_it_runs_then_the_child_starts_in_the_users_home() {
+    let home = nix::unistd::User::from_uid(nix::unistd::Uid::current())
+        .unwrap()
+        .unwrap()
+        .dir;
+    let expected = if home.is_dir() {
+        home.canonicalize().unwrap()
+    } else {
+        PathBuf::from("/")
+    };
+
+    let (outcome, stdout, _) = run_capturing(request(argv(&["pwd", "-P"]))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout, [expected.to_str().unwrap()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_missing_working_dir_when_it_runs_then_it_fails_to_start_and_names_the_dir() {
+    let mut request = request(argv(&["true"]));
+    request.working_dir = Some(PathBuf::from("/nonexistent/zkcron-test-dir"));
+
+    let outcome = run_alone(request).await;
+
+    match last_exit(&outcome) {
+        Exit::SpawnFailed(reason) => assert!(reason.contains("/nonexistent/zkcron-test-dir")),
+        other => panic!("expected a spawn failure, got {other:?}"),
+    }
+}
+
+// Exit reporting.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_command_that_exits_non_zero_when_it_runs_then_the_code_is_reported() {
+    let outcome = run_alone(request(shell("exit 3"))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(3));
+    assert!(!outcome.succeeded());
+    assert_eq!(last_exit(&outcome).to_string(), "exit code 3");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_command_that_exits_zero_when_it_runs_then_the_run_succeeded_once() {
+    let outcome = run_alone(request(argv(&["true"]))).await;
+
+    assert!(outcome.succeeded());
+    assert_eq!(outcome.attempts.len(), 1);
+    let attempt = outcome.last().unwrap();
+    assert_eq!(attempt.attempt, 1);
+    assert!(attempt.pid.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_command_killed_by_a_signal_when_it_runs_then_the_signal_is_reported() {
+    let outcome = run_alone(request(shell("kill -9 $$"))).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Signal(9));
+    assert_eq!(
+        last_exit(&outcome).to_string(),
+        "killed by signal 9 (SIGKILL)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_missing_binary_when_it_runs_then_it_fails_to_start_and_names_the_binary() {
+    for missing in [
+        "/nonexistent/zkcron-no-such-binary",
+        "zkcron-no-such-binary",
+    ] {
+        let outcome = run_alone(request(argv(&[missing]))).await;
+
+        let attempt = outcome.last().unwrap();
+        assert_eq!(attempt.pid, None);
+        match &attempt.exit {
+            Exit::SpawnFailed(reason) => assert!(reason.contains(missing), "{reason}"),
+            other => panic!("expected a spawn failure for {missing}, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_an_empty_argv_when_it_runs_then_it_fails_to_start() {
+    let outcome = run_alone(request(CommandLine::Argv(Vec::new()))).await;
+
+    assert!(matches!(last_exit(&outcome), Exit::SpawnFailed(_)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_late_tick_when_it_runs_then_the_first_attempt_reports_its_lateness() {
+    let mut request = request(shell("exit 1"));
+    request.due_at = Utc::now() - TimeDelta::seconds(2);
+    request.retries.attempts = 1;
+
+    let outcome = run_alone(request).await;
+
+    let first = outcome.attempts[0]
+        .lateness
+        .expect("first attempt has lateness");
+    assert!(first >= TimeDelta::seconds(2), "lateness {first}");
+    assert!(first < TimeDelta::seconds(60), "lateness {first}");
+    assert_eq!(
+        outcome.attempts[1].lateness, None,
+        "only the first spawn is late"
+    );
+}
+
+// Timeouts and stops.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_timeout_when_it_elapses_then_the_whole_group_dies_including_grandchildren() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild.pid");
+    let mut request = request(shell(&format!(
+        "sleep 1000 & echo $! > {}; sleep 1000",
+        pid_file.display()
+    )));
+    request.timeout = Some(Duration::from_secs(1));
+    request.retries.attempts = 0;
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::TimedOut);
+    let grandchild = read_pid(&pid_file);
+    wait_until(&format!("grandchild {grandchild} is dead"), || {
+        is_dead(grandchild)
+    })
+    .await;
+    let main = outcome.last().unwrap().pid.unwrap() as i32;
+    assert!(is_dead(main));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_child_ignoring_sigterm_when_it_times_out_then_sigkill_follows_after_kill_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let mut request = request(shell(&format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    )));
+    request.timeout = Some(Duration::from_secs(1));
+    request.kill_grace = Duration::from_millis(700);
+
+    let outcome = run_alone(request).await;
+
+    let attempt = outcome.last().unwrap();
+    assert_eq!(attempt.exit, Exit::TimedOut);
+    // Dying at the SIGTERM would end the attempt at 1 s; it lived on until the SIGKILL.
+    assert!(
+        attempt.duration >= Duration::from_millis(1700),
+        "ended after {:?}",
+        attempt.duration
+    );
+    assert!(is_dead(read_pid(&pid_file)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_running_job_when_terminate_is_asked_then_the_group_gets_sigterm_and_no_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild.pid");
+    let mut request = request(shell(&format!(
+        "sleep 1000 & echo $! > {}; wait",
+        pid_file.display()
+    )));
+    request.kill_grace = Duration::from_secs(30);
+    request.retries.attempts = 3;
+    let started = start(request);
+    let grandchild: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+
+    let asked = Instant::now();
+    started.handle.terminate();
+    let outcome = started.outcome("it should end soon after terminate").await;
+
+    assert_eq!(outcome.attempts.len(), 1, "a stopped run is not retried");
+    assert_eq!(last_exit(&outcome), Exit::Stopped);
+    // SIGTERM alone ended it: the 30 s kill grace did not run out.
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    wait_until("the grandchild is dead", || is_dead(grandchild)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_child_ignoring_sigterm_when_terminate_is_asked_then_sigkill_comes_after_kill_grace()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let mut request = request(shell(&format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    )));
+    request.kill_grace = Duration::from_millis(500);
+    let started = start(request);
+    let child: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+
+    let asked = Instant::now();
+    started.handle.terminate();
+    let outcome = started.outcome("it should end after the kill grace").await;
+
+    assert_eq!(last_exit(&outcome), Exit::Stopped);
+    assert!(
+        asked.elapsed() >= Duration::from_millis(500),
+        "ended {:?} after terminate, before the kill grace",
+        asked.elapsed()
+    );
+    assert!(is_dead(child));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_child_ignoring_sigterm_when_kill_now_is_asked_then_it_dies_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let mut request = request(shell(&format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    )));
+    request.kill_grace = Duration::from_secs(60);
+    let started = start(request);
+    let child: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+
+    started.handle.terminate();
+    started.handle.kill_now();
+    let outcome = started
+        .outcome("it should end long before the 60 s kill grace")
+        .await;
+
+    assert_eq!(last_exit(&outcome), Exit::Stopped);
+    assert!(is_dead(child));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_retry_backoff_when_terminate_is_asked_then_the_run_returns_without_retrying() {
+    let mut request = request(shell("exit 1"));
+    request.retries = RetryPolicy {
+        attempts: 5,
+        backoff: Duration::from_secs(60),
+        max_backoff: Duration::from_secs(60),
+    };
+    let started = start(request);
+    let captured = started.captured.clone();
+    wait_until("the first attempt finished", || {
+        !captured.events("finished").is_empty()
+    })
+    .await;
+
+    started.handle.terminate();
+    let outcome = started
+        .outcome("it should return at once instead of waiting out the 60 s backoff")
+        .await;
+
+    assert_eq!(outcome.attempts.len(), 1);
+    assert_eq!(last_exit(&outcome), Exit::Code(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_stop_before_the_run_when_it_runs_then_nothing_is_started() {
+    let _guard = Captured::default().install();
+    let (handle, signal) = StopHandle::new();
+    handle.terminate();
+
+    let outcome = run(request(argv(&["true"])), signal).await;
+
+    assert_eq!(outcome.attempts.len(), 1);
+    let attempt = outcome.last().unwrap();
+    assert_eq!(attempt.exit, Exit::Stopped);
+    assert_eq!(attempt.pid, None);
+}
+
+// Retries.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_failing_command_with_two_retries_when_it_runs_then_it_is_tried_three_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("attempts");
+    let mut request = request(shell(&format!(
+        "echo $ZKCRON_ATTEMPT >> {}; exit 1",
+        log.display()
+    )));
+    request.retries.attempts = 2;
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "1\n2\n3\n");
+    let numbers: Vec<u32> = outcome.attempts.iter().map(|a| a.attempt).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert!(outcome.attempts.iter().all(|a| a.exit == Exit::Code(1)));
+    assert!(!outcome.succeeded());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_command_that_succeeds_on_its_second_try_when_it_runs_then_it_is_not_retried_again()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("attempts");
+    let mut request = request(shell(&format!(
+        "echo $ZKCRON_ATTEMPT >> {}; [ $ZKCRON_ATTEMPT -ge 2 ]",
+        log.display()
+    )));
+    request.retries.attempts = 5;
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "1\n2\n");
+    assert_eq!(outcome.attempts.len(), 2);
+    assert!(outcome.succeeded());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_spawn_failure_with_retries_when_it_runs_then_it_is_retried() {
+    let mut request = request(argv(&["/nonexistent/zkcron-no-such-binary"]));
+    request.retries.attempts = 1;
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(outcome.attempts.len(), 2);
+    assert!(
+        outcome
+            .attempts
+            .iter()
+            .all(|a| matches!(a.exit, Exit::SpawnFailed(_)))
+    );
+}
+
+// Users.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_root_when_a_task_runs_as_nobody_then_the_child_has_nobodys_identity() {
+    if !is_root() {
+        eprintln!("skipped: switching users needs root");
+        return;
+    }
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("user nobody exists");
+    let expected_groups = nix::unistd::getgrouplist(c"nobody", nobody.gid).unwrap();
+    let mut request = request(shell(
+        "id -u; id -g; id -G; echo \"$HOME\"; echo \"$USER\"; echo \"$LOGNAME\"",
+    ));
+    request.user = Some("nobody".into());
+
+    let (outcome, stdout, _) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let mut groups: Vec<String> = expected_groups.iter().map(|g| g.to_string()).collect();
+    groups.sort();
+    let mut seen_groups: Vec<String> = stdout[2].split(' ').map(str::to_owned).collect();
+    seen_groups.sort();
+    assert_eq!(stdout[0], nobody.uid.to_string());
+    assert_eq!(stdout[1], nobody.gid.to_string());
+    assert_eq!(
+        seen_groups, groups,
+        "root's supplementary groups were dropped"
+    );
+    assert_eq!(stdout[3], nobody.dir.to_str().unwrap());
+    assert_eq!(stdout[4], "nobody");
+    assert_eq!(stdout[5], "nobody");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_root_when_a_task_names_a_group_then_the_child_runs_with_that_group() {
+    if !is_root() {
+        eprintln!("skipped: switching groups needs root");
+        return;
+    }
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(0))
+        .unwrap()
+        .expect("gid 0 has a group");
+    let mut request = request(shell("id -u; id -g"));
+    request.user = Some("nobody".into());
+    request.group = Some(group.name.clone());
+
+    let (outcome, stdout, _) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(stdout, [nobody.uid.to_string(), "0".to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_an_unknown_user_when_a_task_runs_then_it_fails_to_start_and_names_the_user() {
+    if !is_root() {
+        eprintln!("skipped: as non-root any other user is refused before lookup");
+        return;
+    }
+    let mut request = request(argv(&["true"]));
+    request.user = Some("zkcron-no-such-user".into());
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(
+        last_exit(&outcome),
+        Exit::SpawnFailed("unknown user \"zkcron-no-such-user\"".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_an_unknown_group_when_a_task_runs_then_it_fails_to_start_and_names_the_group() {
+    if !is_root() {
+        eprintln!("skipped: as non-root any other group is refused before lookup");
+        return;
+    }
+    let mut request = request(argv(&["true"]));
+    request.user = Some("nobody".into());
+    request.group = Some("zkcron-no-such-group".into());
+
+    let outcome = run_alone(request).await;
+
+    assert_eq!(
+        last_exit(&outcome),
+        Exit::SpawnFailed("unknown group \"zkcron-no-such-group\"".into())
+    );
+}
+
+// Output.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_output_on_both_streams_when_it_runs_then_each_line_is_logged_with_the_fire_id() {
+    let (outcome, stdout, captured) = run_capturing(request(shell(
+        "echo out one; echo err one >&2; echo out two",
+    )))
+    .await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout, ["out one", "out two"]);
+    assert_eq!(captured.lines("stderr"), ["err one"]);
+    let job_records: Vec<Record> = captured
+        .records()
+        .into_iter()
+        .filter(|r| r.target == "zkcron::job")
+        .collect();
+    assert_eq!(job_records.len(), 3);
+    for record in job_records {
+        assert_eq!(record.level, Level::INFO);
+        assert_eq!(record.field("task"), Some("report"));
+        assert_eq!(record.field("fire_id"), Some("report@1767234600"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_100_kb_line_when_it_is_logged_then_it_is_cut_to_4096_bytes_with_a_marker() {
+    let (outcome, stdout, _) = run_capturing(request(shell(
+        "head -c 102400 /dev/zero | tr '\\0' x; echo; echo after",
+    )))
+    .await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout.len(), 2);
+    let expected = format!(
+        "{} …[cut {} bytes]",
+        "x".repeat(MAX_LINE_BYTES),
+        102400 - MAX_LINE_BYTES
+    );
+    assert_eq!(stdout[0], expected);
+    assert_eq!(stdout[1], "after");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_run_when_it_ends_then_started_and_finished_are_logged_with_their_fields() {
+    let mut request = request(shell("exit 2"));
+    request.retries.attempts = 1;
+
+    let (_, _, captured) = run_capturing(request).await;
+
+    let started = captured.events("started");
+    assert_eq!(started.len(), 2);
+    assert!(started[0].field("lateness_ms").is_some());
+    assert!(started[0].field("pid").is_some());
+    assert_eq!(started[1].field("attempt"), Some("2"));
+    assert_eq!(
+        started[1].field("lateness_ms"),
+        None,
+        "only the first attempt is late"
+    );
+    let finished = captured.events("finished");
+    assert_eq!(finished.len(), 2);
+    assert_eq!(finished[1].level, Level::WARN);
+    assert_eq!(finished[1].field("exit"), Some("exit code 2"));
+    assert_eq!(finished[1].field("fire_id"), Some("report@1767234600"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_ends_anyway()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("background.pid");
+    let request = request(shell(&format!(
+        "sleep 1000 & echo $! > {}; echo done",
+        pid_file.display()
+    )));
+
+    let started = Instant::now();
+    let outcome = run_alone(request).await;
+    let elapsed = started.elapsed();
+
+    let background = read_pid(&pid_file);
+    // A run that ended on its own leaves its background processes alone, as cron does.
+    let still_running = !is_dead(background);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(background),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert!(still_running);
+    assert!(elapsed < Duration::from_secs(5), "run took {elapsed:?}");
+}
+
+// Robustness.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_timeout_with_retries_when_every_attempt_times_out_then_each_is_retried() {
+    let mut request = request(argv(&["sleep", "30"]));
+    request.timeout = Some(Duration::from_millis(200));
+    request.retries.attempts = 1;
+
+    let outcome = run_alone(request).await;
+
+    let exits: Vec<Exit> = outcome.attempts.iter().map(|a| a.exit.clone()).collect();
+    assert_eq!(exits, [Exit::TimedOut, Exit::TimedOut]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_every_stop_handle_dropped_when_the_job_runs_then_it_runs_to_its_end() {
+    let _guard = Captured::default().install();
+    let (handle, signal) = StopHandle::new();
+    drop(handle);
+
+    let outcome = run(request(shell("sleep 0.2; exit 4")), signal).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(4));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_running_job_when_its_run_future_is_dropped_then_the_whole_group_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild.pid");
+    let started = start(request(shell(&format!(
+        "sleep 1000 & echo $! > {}; wait",
+        pid_file.display()
+    ))));
+    let grandchild: i32 = read_when_written(&pid_file).await.trim().parse().unwrap();
+
+    started.running.abort();
+
+    wait_until("the grandchild is dead", || is_dead(grandchild)).await;
+}
