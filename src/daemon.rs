@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::coord::{ClaimOutcome, Coordinator, Leadership, RunResult};
 use crate::executor::{self, RunRequest, StopHandle};
 use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
-use crate::task::{self, TaskDefaults, TaskSpec};
+use crate::task::{self, OverlapPolicy, TaskDefaults, TaskSpec};
 
 /// Timers never sleep longer than this, so a wall-clock jump is noticed within it.
 pub const CLOCK_RECHECK: Duration = Duration::from_secs(30);
@@ -86,6 +86,22 @@ struct RunEntry {
 impl TaskRuns {
     fn count(&self) -> usize {
         self.running.lock().expect("runs lock poisoned").len()
+    }
+
+    /// Returns once no run of the task is live.
+    async fn wait_idle(&self) {
+        loop {
+            let running: Vec<watch::Receiver<bool>> = {
+                let running = self.running.lock().expect("runs lock poisoned");
+                running.iter().map(|entry| entry.done.clone()).collect()
+            };
+            if running.is_empty() {
+                return;
+            }
+            for mut done in running {
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+        }
     }
 
     fn stop_all(&self, kill_now: bool) -> Vec<watch::Receiver<bool>> {
@@ -171,7 +187,20 @@ impl<C: Coordinator> Daemon<C> {
         loop {
             let event = tokio::select! {
                 _ = sighup.recv() => Event::Reload("SIGHUP"),
-                Some(()) = watch_rx.recv() => Event::Reload("change in jobs_dir"),
+                Some(()) = watch_rx.recv() => {
+                    // Debounce: a tool writing several files produces a burst of events.
+                    loop {
+                        tokio::time::sleep(WATCH_DEBOUNCE).await;
+                        let mut more = false;
+                        while watch_rx.try_recv().is_ok() {
+                            more = true;
+                        }
+                        if !more {
+                            break;
+                        }
+                    }
+                    Event::Reload("change in jobs_dir")
+                }
                 Ok(()) = leadership.changed() => Event::LeadershipChanged,
                 _ = sigterm.recv() => Event::Shutdown("SIGTERM"),
                 _ = sigint.recv() => Event::Shutdown("SIGINT"),
@@ -416,6 +445,14 @@ async fn task_loop<C: Coordinator>(
                     if *stop.borrow() {
                         return;
                     }
+                    // Caught-up ticks run one after another unless runs may overlap: with
+                    // `skip` they would skip each other, with `replace` kill each other.
+                    if tick.catch_up && spec.overlap != OverlapPolicy::Allow {
+                        tokio::select! {
+                            _ = runs.wait_idle() => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
                     fire(&spec, &shared, &runs, tick).await;
                 }
             }
@@ -556,30 +593,31 @@ async fn start_run<C: Coordinator>(
     });
 }
 
-/// Watches `dir` and sends one message per burst of changes. Returns the watcher, which must be
+/// Watches `dir` and sends a message for each change of its entries. Access events are ignored:
+/// reading the files on reload must not cause another reload. Returns the watcher, which must be
 /// kept alive; `None` (logged) if the dir cannot be watched, in which case SIGHUP still works.
 fn watch_jobs_dir(
     dir: &std::path::Path,
     tx: mpsc::UnboundedSender<()>,
-) -> Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>> {
-    use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
-    let mut debouncer = match new_debouncer(WATCH_DEBOUNCE, move |result: DebounceEventResult| {
-        if result.is_ok() {
+) -> Option<notify::RecommendedWatcher> {
+    use notify::{EventKind, Watcher};
+    let handler = move |result: notify::Result<notify::Event>| {
+        if let Ok(event) = result
+            && !matches!(event.kind, EventKind::Access(_))
+        {
             let _ = tx.send(());
         }
-    }) {
-        Ok(debouncer) => debouncer,
+    };
+    let mut watcher = match notify::recommended_watcher(handler) {
+        Ok(watcher) => watcher,
         Err(error) => {
             tracing::warn!("cannot watch the jobs dir ({error}); reload with SIGHUP");
             return None;
         }
     };
-    if let Err(error) = debouncer
-        .watcher()
-        .watch(dir, notify::RecursiveMode::NonRecursive)
-    {
+    if let Err(error) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
         tracing::warn!(dir = %dir.display(), "cannot watch the jobs dir ({error}); reload with SIGHUP");
         return None;
     }
-    Some(debouncer)
+    Some(watcher)
 }

@@ -560,7 +560,7 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
         Err(e) => return spawn_failed(format!("cannot execute \"{program}\": {e}")),
     };
     let started = Instant::now();
-    let lateness = (attempt == 1).then(|| Utc::now() - request.due_at);
+    let lateness = (attempt == 1).then(|| crate::daemon::wall_clock() - request.due_at);
     let pid = child.id();
     let mut guard = GroupGuard {
         pgid: pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw),

@@ -4,6 +4,8 @@
 //! (`JOURNAL_STREAM` is set, as systemd does for services) and text otherwise. The level comes
 //! from `ZKCRON_LOG` or `RUST_LOG` in `tracing` filter syntax, default `info`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
@@ -43,7 +45,11 @@ pub fn init(format: LogFormat) {
             }
         },
         LogFormat::Text | LogFormat::Auto => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .init(),
     }
 }

@@ -29,9 +29,15 @@ fn schedule_prints_instants_with_the_zone_offset_across_a_dst_gap() {
     let text = stdout(&output);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("2026-03-08T03:00:00-04:00"), "{lines:?}");
+    assert!(
+        lines[0].starts_with("2026-03-08T03:00:00-04:00"),
+        "{lines:?}"
+    );
     assert!(lines[0].ends_with("2026-03-08T07:00:00Z"), "{lines:?}");
-    assert!(lines[1].starts_with("2026-03-09T02:30:00-04:00"), "{lines:?}");
+    assert!(
+        lines[1].starts_with("2026-03-09T02:30:00-04:00"),
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -49,21 +55,33 @@ fn schedule_defaults_to_utc_and_five_instants() {
 fn schedule_with_a_bad_expression_exits_1_naming_the_field() {
     let output = run_zkcron(&["schedule", "0 0 * 13 *"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("month field \"13\" is invalid; allowed: 1-12"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("month field \"13\" is invalid; allowed: 1-12"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn schedule_with_a_bad_time_zone_exits_1_with_a_suggestion() {
     let output = run_zkcron(&["schedule", "@daily", "--tz", "America/New_Yrok"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("did you mean \"America/New_York\""), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("did you mean \"America/New_York\""),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn schedule_rejects_reboot_with_a_reason() {
     let output = run_zkcron(&["schedule", "@reboot"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("@reboot is not supported"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("@reboot is not supported"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -79,19 +97,31 @@ fn usage_errors_exit_2() {
 fn version_prints_the_crate_version() {
     let output = run_zkcron(&["--version"]);
     assert_eq!(output.status.code(), Some(0));
-    assert_eq!(stdout(&output).trim(), format!("zkcron {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout(&output).trim(),
+        format!("zkcron {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
 fn next_lists_each_task_with_its_next_fire_in_its_zone() {
     let scratch = Scratch::new();
-    scratch.write_task("berlin", "schedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\ncommand = \"true\"\n");
-    scratch.write_task("off", "schedule = \"@daily\"\ncommand = \"true\"\nenabled = false\n");
+    scratch.write_task(
+        "berlin",
+        "schedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\ncommand = \"true\"\n",
+    );
+    scratch.write_task(
+        "off",
+        "schedule = \"@daily\"\ncommand = \"true\"\nenabled = false\n",
+    );
     let output = run_zkcron(&["next", "--jobs-dir", scratch.jobs().to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     let berlin = text.lines().find(|l| l.starts_with("berlin")).expect(&text);
-    assert!(berlin.contains("T02:30:00+0") || berlin.contains("T03:00:00+02:00"), "{berlin}");
+    assert!(
+        berlin.contains("T02:30:00+0") || berlin.contains("T03:00:00+02:00"),
+        "{berlin}"
+    );
     assert!(berlin.contains("30 2 * * * (Europe/Berlin)"), "{berlin}");
     let off = text.lines().find(|l| l.starts_with("off")).expect(&text);
     assert!(off.contains("disabled"), "{off}");
@@ -117,26 +147,43 @@ fn validate_accepts_a_clean_jobs_dir() {
     std::fs::write(scratch.jobs().join("c.toml.dpkg-old"), "garbage").unwrap();
     let output = run_zkcron(&["validate", scratch.jobs().to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(stdout(&output).contains("2 valid task(s)"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("2 valid task(s)"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[test]
 fn validate_lists_every_error_across_files_and_exits_1() {
     let scratch = Scratch::new();
     scratch.write_task("good", "schedule = \"@daily\"\ncommand = \"true\"\n");
-    scratch.write_task("typo", "schedule = \"@daily\"\ncommand = \"true\"\ntimezon = \"UTC\"\n");
+    scratch.write_task(
+        "typo",
+        "schedule = \"@daily\"\ncommand = \"true\"\ntimezon = \"UTC\"\n",
+    );
     scratch.write_task("hour", "schedule = \"0 25 * * *\"\ncommand = \"true\"\n");
-    scratch.write_task("zone", "schedule = \"@daily\"\ncommand = \"true\"\ntimezone = \"Europe/Berln\"\n");
+    scratch.write_task(
+        "zone",
+        "schedule = \"@daily\"\ncommand = \"true\"\ntimezone = \"Europe/Berln\"\n",
+    );
     scratch.write_task("reboot", "schedule = \"@reboot\"\ncommand = \"true\"\n");
-    scratch.write_task("duration", "schedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"forever\"\n");
-    scratch.write_task("policy", "schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"sometimes\"\n");
+    scratch.write_task(
+        "duration",
+        "schedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"forever\"\n",
+    );
+    scratch.write_task(
+        "policy",
+        "schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"sometimes\"\n",
+    );
     scratch.write_task("syntax", "schedule = \"@daily\ncommand = \"true\"\n");
     scratch.write_task("Bad_Name", "schedule = \"@daily\"\ncommand = \"true\"\n");
     let output = run_zkcron(&["validate", scratch.jobs().to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
     let err = stderr(&output);
     let jobs = scratch.jobs();
-    let at = |file: &str, line: usize, col: usize| format!("{}:{line}:{col}", jobs.join(file).display());
+    let at =
+        |file: &str, line: usize, col: usize| format!("{}:{line}:{col}", jobs.join(file).display());
     for expected in [
         at("typo.toml", 3, 1),
         "unknown key `timezon`".to_string(),
@@ -152,14 +199,24 @@ fn validate_lists_every_error_across_files_and_exits_1() {
     ] {
         assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
     }
-    assert!(stdout(&output).contains("1 valid task(s)"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("1 valid task(s)"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[test]
 fn validate_reports_a_broken_config_file() {
     let scratch = Scratch::new();
-    let config = scratch.write_config("[scheduler]\nshutdown_grace = \"30s\"\ndefault_timezon = \"UTC\"\n");
-    let output = run_zkcron(&["validate", "--config", config.to_str().unwrap(), scratch.jobs().to_str().unwrap()]);
+    let config =
+        scratch.write_config("[scheduler]\nshutdown_grace = \"30s\"\ndefault_timezon = \"UTC\"\n");
+    let output = run_zkcron(&[
+        "validate",
+        "--config",
+        config.to_str().unwrap(),
+        scratch.jobs().to_str().unwrap(),
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let err = stderr(&output);
     assert!(err.contains("zkcron.toml:3:1"), "{err}");
@@ -170,5 +227,9 @@ fn validate_reports_a_broken_config_file() {
 fn validate_of_a_missing_path_exits_1_naming_it() {
     let output = run_zkcron(&["validate", "/nonexistent/jobs.d"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("/nonexistent/jobs.d"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/nonexistent/jobs.d"),
+        "{}",
+        stderr(&output)
+    );
 }

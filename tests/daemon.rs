@@ -12,7 +12,13 @@ use nix::sys::signal::Signal;
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// A task that appends "<fire id> <scheduled at> <attempt> <marker>" to `out/<file>`.
-fn recording_task(scratch: &Scratch, schedule: &str, file: &str, marker: &str, extra: &str) -> String {
+fn recording_task(
+    scratch: &Scratch,
+    schedule: &str,
+    file: &str,
+    marker: &str,
+    extra: &str,
+) -> String {
     format!(
         "schedule = \"{schedule}\"\ncommand = 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_ATTEMPT {marker}\" >> {out}'\n{extra}\n",
         out = scratch.out(file).display()
@@ -23,14 +29,26 @@ fn recording_task(scratch: &Scratch, schedule: &str, file: &str, marker: &str, e
 fn fired_seconds(lines: &[String]) -> Vec<i64> {
     lines
         .iter()
-        .map(|l| l.split_whitespace().next().unwrap().rsplit('@').next().unwrap().parse().unwrap())
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .unwrap()
+                .rsplit('@')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .collect()
 }
 
 #[test]
 fn given_a_one_second_task_when_the_daemon_runs_then_every_tick_fires_exactly_once() {
     let scratch = Scratch::new();
-    scratch.write_task("every-second", &recording_task(&scratch, "* * * * * *", "ticks", "v1", ""));
+    scratch.write_task(
+        "every-second",
+        &recording_task(&scratch, "* * * * * *", "ticks", "v1", ""),
+    );
     let mut daemon = scratch.start_daemon(&[]);
 
     wait_for("5 ticks", LIMIT, || scratch.lines("ticks").len() >= 5);
@@ -40,8 +58,15 @@ fn given_a_one_second_task_when_the_daemon_runs_then_every_tick_fires_exactly_on
     let lines = scratch.lines("ticks");
     let seconds = fired_seconds(&lines);
     let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
-    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {lines:#?}");
-    assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "a tick was lost: {lines:#?}");
+    assert_eq!(
+        distinct.len(),
+        seconds.len(),
+        "a tick ran twice: {lines:#?}"
+    );
+    assert!(
+        seconds.windows(2).all(|w| w[1] == w[0] + 1),
+        "a tick was lost: {lines:#?}"
+    );
     // The environment names the tick: fire id and scheduled instant agree; first attempt.
     for line in &lines {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -58,26 +83,48 @@ fn given_a_one_second_task_when_the_daemon_runs_then_every_tick_fires_exactly_on
 fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_then_it_follows() {
     let scratch = Scratch::new();
     // A control task keeps ticking so the test can tell time passed without sleeping.
-    scratch.write_task("control", &recording_task(&scratch, "* * * * * *", "control", "c", ""));
+    scratch.write_task(
+        "control",
+        &recording_task(&scratch, "* * * * * *", "control", "c", ""),
+    );
     let daemon = scratch.start_daemon(&[]);
-    wait_for("control ticks", LIMIT, || !scratch.lines("control").is_empty());
+    wait_for("control ticks", LIMIT, || {
+        !scratch.lines("control").is_empty()
+    });
 
     // Added: picked up by the directory watch, without a signal.
-    scratch.write_task("added", &recording_task(&scratch, "* * * * * *", "added", "v1", ""));
-    wait_for("the added task to fire", LIMIT, || !scratch.lines("added").is_empty());
+    scratch.write_task(
+        "added",
+        &recording_task(&scratch, "* * * * * *", "added", "v1", ""),
+    );
+    wait_for("the added task to fire", LIMIT, || {
+        !scratch.lines("added").is_empty()
+    });
 
     // Modified: the new version runs.
-    scratch.write_task("added", &recording_task(&scratch, "* * * * * *", "added", "v2", ""));
+    scratch.write_task(
+        "added",
+        &recording_task(&scratch, "* * * * * *", "added", "v2", ""),
+    );
     wait_for("the modified task to fire", LIMIT, || {
         scratch.lines("added").iter().any(|l| l.ends_with("v2"))
     });
 
     // Broken: the error is logged and the last good version keeps running.
-    scratch.write_task("added", "schedule = \"* * * * * *\"\ncommand = ['true']\ntimezon = \"UTC\"\n");
+    scratch.write_task(
+        "added",
+        "schedule = \"* * * * * *\"\ncommand = ['true']\ntimezon = \"UTC\"\n",
+    );
     daemon.wait_for_log("keeping its last good version running", LIMIT);
-    assert!(daemon.log().contains("unknown key `timezon`"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("unknown key `timezon`"),
+        "{}",
+        daemon.log()
+    );
     let before = scratch.lines("added").len();
-    wait_for("the last good version to keep firing", LIMIT, || scratch.lines("added").len() >= before + 2);
+    wait_for("the last good version to keep firing", LIMIT, || {
+        scratch.lines("added").len() >= before + 2
+    });
     assert!(scratch.lines("added").last().unwrap().ends_with("v2"));
 
     // Removed: it stops firing while the control task goes on.
@@ -85,29 +132,45 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     daemon.wait_for_log("task removed", LIMIT);
     let after_removal = scratch.lines("added").len();
     let control = scratch.lines("control").len();
-    wait_for("three more control ticks", LIMIT, || scratch.lines("control").len() >= control + 3);
+    wait_for("three more control ticks", LIMIT, || {
+        scratch.lines("control").len() >= control + 3
+    });
     // A tick that was already being spawned when the file went may still land; no more after it.
-    assert!(scratch.lines("added").len() <= after_removal + 1, "removed task kept firing");
+    assert!(
+        scratch.lines("added").len() <= after_removal + 1,
+        "removed task kept firing"
+    );
 
     // SIGHUP reloads too.
-    scratch.write_task("by-signal", &recording_task(&scratch, "* * * * * *", "by-signal", "s", ""));
+    scratch.write_task(
+        "by-signal",
+        &recording_task(&scratch, "* * * * * *", "by-signal", "s", ""),
+    );
     daemon.signal(Signal::SIGHUP);
-    wait_for("the task added before SIGHUP to fire", LIMIT, || !scratch.lines("by-signal").is_empty());
+    wait_for("the task added before SIGHUP to fire", LIMIT, || {
+        !scratch.lines("by-signal").is_empty()
+    });
 }
 
 #[test]
-fn given_one_bad_file_at_start_when_the_daemon_runs_then_the_valid_tasks_run_and_the_error_is_logged() {
+fn given_one_bad_file_at_start_when_the_daemon_runs_then_the_valid_tasks_run_and_the_error_is_logged()
+ {
     let scratch = Scratch::new();
-    scratch.write_task("good", &recording_task(&scratch, "* * * * * *", "good", "g", ""));
+    scratch.write_task(
+        "good",
+        &recording_task(&scratch, "* * * * * *", "good", "g", ""),
+    );
     scratch.write_task("bad", "schedule = \"0 25 * * *\"\ncommand = \"true\"\n");
     let _daemon = {
         let daemon = scratch.start_daemon(&[]);
-        wait_for("the good task to fire", LIMIT, || !scratch.lines("good").is_empty());
+        wait_for("the good task to fire", LIMIT, || {
+            !scratch.lines("good").is_empty()
+        });
         daemon
     };
     let log = _daemon.log();
     assert!(log.contains("invalid task file, not loaded"), "{log}");
-    assert!(log.contains("bad.toml:1:12"), "{log}");
+    assert!(log.contains("bad.toml:1:15"), "{log}"); // points at `25` inside the string
     assert!(log.contains("hour field \"25\" is invalid"), "{log}");
 }
 
@@ -126,13 +189,22 @@ fn given_a_running_job_when_sigterm_arrives_then_the_job_finishes_and_the_daemon
     );
     scratch.write_config("[scheduler]\nshutdown_grace = \"20s\"\n");
     let mut daemon = scratch.start_daemon(&[]);
-    wait_for("the job to start", LIMIT, || !scratch.lines("started").is_empty());
+    wait_for("the job to start", LIMIT, || {
+        !scratch.lines("started").is_empty()
+    });
 
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(LIMIT), Some(0));
     // Every job that started also finished: none was killed, no new one started after SIGTERM.
-    assert_eq!(scratch.lines("finished").len(), scratch.lines("started").len());
-    assert!(daemon.log().contains("waiting for running jobs to finish"), "{}", daemon.log());
+    assert_eq!(
+        scratch.lines("finished").len(),
+        scratch.lines("started").len()
+    );
+    assert!(
+        daemon.log().contains("waiting for running jobs to finish"),
+        "{}",
+        daemon.log()
+    );
 }
 
 #[test]
@@ -148,14 +220,22 @@ fn given_a_job_longer_than_shutdown_grace_when_sigterm_arrives_then_its_process_
     );
     scratch.write_config("[scheduler]\nshutdown_grace = \"1s\"\n");
     let mut daemon = scratch.start_daemon(&[]);
-    wait_for("the job to start", LIMIT, || scratch.lines("pids").len() >= 2);
+    wait_for("the job to start", LIMIT, || {
+        scratch.lines("pids").len() >= 2
+    });
 
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(LIMIT), Some(0));
-    assert!(daemon.log().contains("shutdown_grace is over"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("shutdown_grace is over"),
+        "{}",
+        daemon.log()
+    );
     for pid in scratch.lines("pids") {
         let pid: i32 = pid.parse().unwrap();
-        wait_for(&format!("job process {pid} to be gone"), LIMIT, || !process_alive(pid));
+        wait_for(&format!("job process {pid} to be gone"), LIMIT, || {
+            !process_alive(pid)
+        });
     }
 }
 
@@ -179,13 +259,21 @@ fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_all_r
     let daemon = scratch.start_daemon(&[]);
     let restarted_at = zkcron_now();
     wait_for("ticks after the restart", LIMIT, || {
-        fired_seconds(&scratch.lines("ticks")).last().copied().unwrap_or(0) > restarted_at
+        fired_seconds(&scratch.lines("ticks"))
+            .last()
+            .copied()
+            .unwrap_or(0)
+            > restarted_at
     });
     drop(daemon);
 
     let seconds = fired_seconds(&scratch.lines("ticks"));
     let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
-    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {seconds:?}");
+    assert_eq!(
+        distinct.len(),
+        seconds.len(),
+        "a tick ran twice: {seconds:?}"
+    );
     let first = seconds[0];
     let last = *seconds.last().unwrap();
     assert_eq!(
@@ -196,7 +284,8 @@ fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_all_r
 }
 
 #[test]
-fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_once_runs_only_the_latest() {
+fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_once_runs_only_the_latest()
+ {
     let scratch = Scratch::new();
     scratch.write_task(
         "catch-once",
@@ -208,20 +297,37 @@ fn given_ticks_missed_while_stopped_when_the_daemon_restarts_then_catch_up_once_
     assert_eq!(daemon.wait_exit(LIMIT), Some(0));
     let last_before = *fired_seconds(&scratch.lines("ticks")).last().unwrap();
 
-    wait_for("four ticks to pass", LIMIT, || zkcron_now() >= last_before + 5);
+    wait_for("four ticks to pass", LIMIT, || {
+        zkcron_now() >= last_before + 5
+    });
     let daemon = scratch.start_daemon(&[]);
     wait_for("the catch-up run", LIMIT, || {
-        fired_seconds(&scratch.lines("ticks")).last().copied().unwrap_or(0) > last_before
+        fired_seconds(&scratch.lines("ticks"))
+            .last()
+            .copied()
+            .unwrap_or(0)
+            > last_before
     });
     daemon.wait_for_log("missed ticks not run", LIMIT);
     drop(daemon);
 
     let seconds = fired_seconds(&scratch.lines("ticks"));
-    let after: Vec<i64> = seconds.iter().copied().filter(|s| *s > last_before).collect();
+    let after: Vec<i64> = seconds
+        .iter()
+        .copied()
+        .filter(|s| *s > last_before)
+        .collect();
     // The first tick after the restart is the caught-up one; it skips at least three missed.
-    assert!(after[0] >= last_before + 4, "caught up an old tick: {seconds:?}");
+    assert!(
+        after[0] >= last_before + 4,
+        "caught up an old tick: {seconds:?}"
+    );
     let distinct: BTreeSet<i64> = seconds.iter().copied().collect();
-    assert_eq!(distinct.len(), seconds.len(), "a tick ran twice: {seconds:?}");
+    assert_eq!(
+        distinct.len(),
+        seconds.len(),
+        "a tick ran twice: {seconds:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The executor against real processes: environment, users, exit reporting, process-group
 //! killing, stop requests, retries and output logging. These tests run as root on CI; the ones
 //! that switch users skip themselves (saying so) elsewhere.
+// These tests drive real processes against the real clock, which the core may not read.
+#![allow(clippy::disallowed_methods)]
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -141,7 +141,7 @@ fn read_record(path: &Path) -> Result<TaskRecord, CoordError> {
         Err(error) => {
             let aside = path.with_extension(format!(
                 "json.corrupt-{}",
-                Utc::now().format("%Y%m%dT%H%M%SZ")
+                crate::daemon::wall_clock().format("%Y%m%dT%H%M%SZ")
             ));
             let moved = fs::rename(path, &aside);
             tracing::error!(

@@ -13,7 +13,11 @@ pub fn zkcron() -> Command {
 
 /// Runs `zkcron args...` to completion.
 pub fn run_zkcron(args: &[&str]) -> Output {
-    zkcron().args(args).stdin(Stdio::null()).output().expect("zkcron runs")
+    zkcron()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("zkcron runs")
 }
 
 /// Polls `condition` every 20 ms until it holds or `limit` passes; panics with `what` then.
@@ -82,7 +86,11 @@ impl Scratch {
     /// Starts `zkcron run` on this scratch dir; stderr (the log) goes to `log.txt`.
     pub fn start_daemon(&self, extra: &[&str]) -> DaemonProcess {
         let log_path = self.path().join("log.txt");
-        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
         let child = zkcron()
             .arg("run")
             .arg("--config")
@@ -127,14 +135,18 @@ impl DaemonProcess {
     }
 
     pub fn wait_for_log(&self, needle: &str, limit: Duration) {
-        wait_for(&format!("log line containing {needle:?}"), limit, || self.log().contains(needle));
+        wait_for(&format!("log line containing {needle:?}"), limit, || {
+            self.log().contains(needle)
+        });
     }
 
     /// Waits until `needle` appears `count` times in the log.
     pub fn wait_for_log_count(&self, needle: &str, count: usize, limit: Duration) {
-        wait_for(&format!("{count} log lines containing {needle:?}"), limit, || {
-            self.log().matches(needle).count() >= count
-        });
+        wait_for(
+            &format!("{count} log lines containing {needle:?}"),
+            limit,
+            || self.log().matches(needle).count() >= count,
+        );
     }
 
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
