@@ -2,7 +2,8 @@
 //!
 //! The daemon owns one small tokio loop per task it fires. Each loop asks its
 //! [`TickPlanner`](crate::plan::TickPlanner) what to do, sleeps until the instant it names
-//! (waking at least every [`CLOCK_RECHECK`] to notice wall-clock jumps), and for each tick claims
+//! (one shared [`watch_wall_clock`] task re-checks the clock every [`CLOCK_CHECK`] and wakes every
+//! loop when the wall clock jumps or the machine was suspended), and for each tick claims
 //! it through the [`Coordinator`] before spawning the process. The main loop waits on one closed
 //! set of [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown.
 //!
@@ -23,8 +24,13 @@ use crate::executor::{self, RunRequest, StopHandle};
 use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
 use crate::task::{self, OverlapPolicy, TaskDefaults, TaskSpec};
 
-/// Timers never sleep longer than this, so a wall-clock jump is noticed within it.
-pub const CLOCK_RECHECK: Duration = Duration::from_secs(30);
+/// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
+/// an operator setting the date, a resume from suspend). One check serves every task, so 10,000
+/// idle tasks cost one wake-up per interval, not 10,000.
+pub const CLOCK_CHECK: Duration = Duration::from_secs(1);
+
+/// A difference between wall and monotonic time above this counts as a jump.
+const CLOCK_JUMP: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
 
 /// Changes in `jobs_dir` closer together than this are handled as one reload.
 const WATCH_DEBOUNCE: Duration = Duration::from_millis(300);
@@ -62,6 +68,8 @@ struct Shared<C> {
     coordinator: Arc<C>,
     node_id: String,
     leadership: watch::Receiver<Leadership>,
+    /// Counts wall-clock jumps; task loops re-plan when it changes.
+    clock_jumps: watch::Receiver<u64>,
     /// Never sent on: every task loop and run holds this struct, so when the receiver sees
     /// `None` all of them have ended.
     #[allow(dead_code)]
@@ -153,11 +161,14 @@ impl<C: Coordinator> Daemon<C> {
     pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
         let (runs_alive, runs_alive_rx) = mpsc::channel(1);
         let leadership = coordinator.leadership();
+        let (clock_jumps_tx, clock_jumps) = watch::channel(0);
+        tokio::spawn(watch_wall_clock(clock_jumps_tx));
         Daemon {
             shared: Arc::new(Shared {
                 coordinator,
                 node_id: config.node_id.clone(),
                 leadership,
+                clock_jumps,
                 runs_alive,
             }),
             config,
@@ -389,6 +400,31 @@ impl<C: Coordinator> Daemon<C> {
     }
 }
 
+/// Compares the wall clock with the monotonic clock every [`CLOCK_CHECK`] and counts a jump on
+/// `jumps` when they disagree, so that sleeping task loops re-plan against the new time.
+async fn watch_wall_clock(jumps: watch::Sender<u64>) {
+    let mut interval = tokio::time::interval(CLOCK_CHECK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = (tokio::time::Instant::now(), wall_clock());
+    loop {
+        interval.tick().await;
+        let now = (tokio::time::Instant::now(), wall_clock());
+        let monotonic = chrono::TimeDelta::from_std(now.0 - last.0).unwrap_or_default();
+        let drift = (now.1 - last.1) - monotonic;
+        if drift.abs() > CLOCK_JUMP {
+            tracing::warn!(
+                jump_ms = drift.num_milliseconds(),
+                "the wall clock jumped (clock set, or resumed from suspend); re-planning every task"
+            );
+            jumps.send_modify(|count| *count += 1);
+        }
+        last = now;
+        if jumps.is_closed() {
+            return;
+        }
+    }
+}
+
 fn spawn_task_loop<C: Coordinator>(
     spec: Arc<TaskSpec>,
     shared: Arc<Shared<C>>,
@@ -425,6 +461,7 @@ async fn task_loop<C: Coordinator>(
             }
         }
     };
+    let mut clock_jumps = shared.clock_jumps.clone();
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
     tracing::debug!(task = name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
     loop {
@@ -457,12 +494,10 @@ async fn task_loop<C: Coordinator>(
                 }
             }
             Step::SleepUntil(due) => {
-                let wait = (due - wall_clock())
-                    .to_std()
-                    .unwrap_or_default()
-                    .min(CLOCK_RECHECK);
+                let wait = (due - wall_clock()).to_std().unwrap_or_default();
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
+                    _ = clock_jumps.changed() => {}
                     _ = stop.changed() => return,
                 }
             }

@@ -300,11 +300,15 @@ struct Prepared {
     working_dir: PathBuf,
     /// `None` keeps the daemon's own credentials.
     credentials: Option<Credentials>,
+    /// The program with a `/` in it: resolved against the child's `PATH` here, as `execvp`
+    /// would, so that std can spawn with `posix_spawn` (vfork) instead of `fork`. A fork of a
+    /// daemon holding thousands of tasks copies its page tables, which costs milliseconds.
+    program: PathBuf,
 }
 
 /// Resolves user, group, environment and working directory. Blocking: it reads the user and
 /// group databases and the file system.
-fn prepare(request: &RunRequest, attempt: u32) -> Result<Prepared, String> {
+fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared, String> {
     let me = Identity::current();
     let my_gid = Gid::current();
     let my_group = Group::from_gid(my_gid)
@@ -401,11 +405,41 @@ fn prepare(request: &RunRequest, attempt: u32) -> Result<Prepared, String> {
         None => PathBuf::from("/"),
     };
 
+    let path = env
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    let program = resolve_program(program, &path)?;
+
     Ok(Prepared {
         env,
         working_dir,
         credentials,
+        program,
     })
+}
+
+/// Finds `program` in `path` as `execvp` does; a name with a `/` is used as it is.
+fn resolve_program(program: &str, path: &std::ffi::OsStr) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Ok(PathBuf::from(program));
+    }
+    std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            candidate
+                .metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            format!(
+                "cannot execute \"{program}\": not found in PATH ({})",
+                path.to_string_lossy()
+            )
+        })
 }
 
 /// The program and arguments of a command line.
@@ -422,8 +456,10 @@ fn program_and_args(command: &CommandLine) -> Result<(&str, Vec<&str>), String> 
 /// Builds the command: own process group, clean environment, stdin from `/dev/null`, output
 /// piped, credentials switched in the child.
 fn build_command(program: &str, args: &[&str], prepared: Prepared) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(program);
+    let mut command = tokio::process::Command::new(&prepared.program);
     command
+        // argv[0] stays as written, as `execvp` leaves it.
+        .arg0(program)
         .args(args)
         .env_clear()
         .envs(prepared.env)
@@ -549,7 +585,8 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
     };
     let prepared = {
         let request = request.clone();
-        match tokio::task::spawn_blocking(move || prepare(&request, attempt)).await {
+        let program = program.to_owned();
+        match tokio::task::spawn_blocking(move || prepare(&request, attempt, &program)).await {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(reason)) => return spawn_failed(reason),
             Err(e) => return spawn_failed(format!("preparing the process failed: {e}")),

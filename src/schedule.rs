@@ -10,7 +10,9 @@
 //! twice fires once, at the first occurrence. Interval jobs (`*/5 * * * *`) keep their real-time
 //! rhythm through both changes.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -22,8 +24,10 @@ use croner::parser::{CronParser, Seconds};
 pub struct Schedule {
     /// The expression as the user wrote it, for messages and `zkcron next`.
     expression: String,
-    /// The expression after alias expansion, as croner parsed it.
-    cron: Cron,
+    /// The expression after alias expansion, as croner parsed it. Shared: croner keeps a
+    /// 5,001-byte year bitmap in every parsed expression, and a fleet's task files repeat the
+    /// same few expressions, so identical expressions are parsed once ([`intern`]).
+    cron: Arc<Cron>,
     /// The zone the expression's fields are read in.
     timezone: Tz,
 }
@@ -134,7 +138,7 @@ impl Schedule {
                 found: fields.len(),
             });
         }
-        let cron = parser().parse(&expanded).map_err(|error| {
+        let cron = intern(&expanded).map_err(|error| {
             blame_field(&fields).unwrap_or_else(|| ScheduleError::Other {
                 expression: trimmed.to_string(),
                 detail: error.to_string(),
@@ -196,6 +200,22 @@ impl Schedule {
             Some(next)
         })
     }
+}
+
+/// Parses `expanded`, or returns the parse of an identical expression that is still in use.
+fn intern(expanded: &str) -> Result<Arc<Cron>, croner::errors::CronError> {
+    static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Default::default);
+    let mut parsed = PARSED.lock().expect("schedule cache poisoned");
+    if let Some(cron) = parsed.get(expanded).and_then(Weak::upgrade) {
+        return Ok(cron);
+    }
+    let cron = Arc::new(parser().parse(expanded)?);
+    // Drop entries whose schedules are gone, so the cache never outgrows the live set twice over.
+    if parsed.len() >= 64 && parsed.len().is_power_of_two() {
+        parsed.retain(|_, weak| weak.strong_count() > 0);
+    }
+    parsed.insert(expanded.to_string(), Arc::downgrade(&cron));
+    Ok(cron)
 }
 
 fn parser() -> CronParser {
@@ -573,6 +593,14 @@ mod tests {
             next_n("30 2 * * *", "Asia/Tokyo", "2026-03-07T00:00:00Z", 2),
             ["2026-03-08T02:30:00+09:00", "2026-03-09T02:30:00+09:00"]
         );
+    }
+
+    #[test]
+    fn identical_expressions_share_one_parse() {
+        let a = Schedule::parse("17 3 * * *", Tz::UTC).unwrap();
+        let b = Schedule::parse("17 3 * * *", "Europe/Berlin".parse().unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&a.cron, &b.cron));
+        assert_ne!(a, b, "the zone still tells them apart");
     }
 
     #[test]

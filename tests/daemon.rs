@@ -367,3 +367,90 @@ fn given_a_daemon_on_a_state_dir_when_a_second_starts_on_it_then_the_second_refu
 fn zkcron_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
+
+#[test]
+fn given_overlap_skip_when_a_run_outlasts_the_period_then_the_next_tick_is_skipped() {
+    let scratch = Scratch::new();
+    let runs = scratch.out("runs");
+    scratch.write_task(
+        "long",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo $ZKCRON_FIRE_ID >> {runs}; sleep 2.5'\noverlap = \"skip\"\n",
+            runs = runs.display()
+        ),
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log_count("skipped: the previous run is still going", 2, LIMIT);
+    wait_for("a second run", LIMIT, || scratch.lines("runs").len() >= 2);
+    // Runs never overlap: consecutive runs start at least 3 ticks apart (2.5 s run, 1 s ticks).
+    let seconds = fired_seconds(&scratch.lines("runs"));
+    assert!(seconds.windows(2).all(|w| w[1] - w[0] >= 3), "{seconds:?}");
+}
+
+#[test]
+fn given_overlap_replace_when_a_run_outlasts_the_period_then_it_is_stopped_for_the_next() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "replaced",
+        "schedule = \"* * * * * *\"\ncommand = 'sleep 30'\noverlap = \"replace\"\nkill_grace = \"1s\"\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("replacing the running run", LIMIT);
+    daemon.wait_for_log("exit=stopped", LIMIT);
+}
+
+#[test]
+fn given_a_change_while_a_run_is_going_when_reloaded_then_the_run_finishes() {
+    let scratch = Scratch::new();
+    let started = scratch.out("started");
+    let finished = scratch.out("finished");
+    let task = |marker: &str| {
+        format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo {marker} >> {started}; sleep 2; echo {marker} >> {finished}'\n",
+            started = started.display(),
+            finished = finished.display()
+        )
+    };
+    scratch.write_task("changing", &task("v1"));
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("the v1 run to start", LIMIT, || {
+        !scratch.lines("started").is_empty()
+    });
+    scratch.write_task("changing", &task("v2"));
+    daemon.wait_for_log("task changed; a run in progress finishes", LIMIT);
+    wait_for("the v1 run to finish", LIMIT, || {
+        scratch.lines("finished").contains(&"v1".to_string())
+    });
+    scratch.remove_task("changing");
+    daemon.wait_for_log("task removed", LIMIT);
+    let started_count = scratch.lines("started").len();
+    wait_for("every started run to finish after removal", LIMIT, || {
+        scratch.lines("finished").len() >= started_count
+    });
+}
+
+#[test]
+fn given_log_format_json_when_the_daemon_runs_then_every_log_line_is_a_json_object() {
+    let scratch = Scratch::new();
+    scratch.write_config("[log]\nformat = \"json\"\n");
+    scratch.write_task(
+        "hello",
+        "schedule = \"* * * * * *\"\ncommand = ['echo', 'hello json']\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("hello json", LIMIT);
+    let log = daemon.log();
+    for line in log.lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(value.get("message").is_some(), "{line}");
+    }
+    let output: serde_json::Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["message"] == "hello json")
+        .unwrap();
+    assert_eq!(output["task"], "hello");
+    assert_eq!(output["stream"], "stdout");
+    assert!(output["fire_id"].as_str().unwrap().starts_with("hello@"));
+}
