@@ -2,6 +2,7 @@
 """Benchmark of the embedded backend (issue 1): fire lateness, start-up, RSS and idle CPU.
 
 Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--tasks 10000] [--firing 200]
+                                                         [--phase busy|idle|both] [--jitter 1s]
 
 Two phases, each on a fresh temp dir with N task files:
   busy:  `firing` tasks fire every second running `true`, the rest hourly. Lateness per spawn is
@@ -25,11 +26,12 @@ BINARY = os.environ.get("ZKCRON_BIN", os.path.join(ROOT, "target", "release", "z
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def write_tasks(jobs, total, firing):
+def write_tasks(jobs, total, firing, jitter=None):
     for i in range(total):
         schedule = "* * * * * *" if i < firing else f"{i % 60} * * * *"
+        extra = f'jitter = "{jitter}"\n' if jitter and i < firing else ""
         with open(os.path.join(jobs, f"task-{i:05d}.toml"), "w") as f:
-            f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n')
+            f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n{extra}')
 
 
 def rss_kib(pid):
@@ -80,7 +82,7 @@ def percentile(values, p):
 def busy(args):
     with tempfile.TemporaryDirectory() as tmp:
         os.mkdir(os.path.join(tmp, "jobs.d"))
-        write_tasks(os.path.join(tmp, "jobs.d"), args.tasks, args.firing)
+        write_tasks(os.path.join(tmp, "jobs.d"), args.tasks, args.firing, args.jitter)
         proc, startup = start(tmp)
         time.sleep(2)  # let the first second's burst settle before measuring
         with open(os.path.join(tmp, "log.jsonl")) as f:
@@ -104,6 +106,7 @@ def busy(args):
                     lateness.append(float(event["lateness_ms"]))
         return {
             "phase": "busy", "tasks": args.tasks, "firing_per_second": args.firing,
+            "jitter": args.jitter,
             "seconds": args.seconds, "spawns": len(lateness),
             "spawns_expected": args.firing * args.seconds,
             "lateness_ms": {"p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
@@ -136,6 +139,9 @@ def main():
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--firing", type=int, default=200)
     parser.add_argument("--phase", choices=["busy", "idle", "both"], default="both")
+    parser.add_argument("--jitter", default=None,
+                        help='e.g. "1s": spread the firing tasks over the second (lateness is '
+                             'measured from the jittered due time)')
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit(f"{BINARY} not found: run `cargo build --release` first")

@@ -312,10 +312,11 @@ impl JournalWriter {
             for write in batch {
                 let _ = write.durable.send(result.clone());
             }
-            if result.is_ok() && self.lines >= COMPACT_AFTER {
-                if let Err(error) = self.compact() {
-                    tracing::error!("cannot compact the journal ({error}); it keeps growing");
-                }
+            if result.is_ok()
+                && self.lines >= COMPACT_AFTER
+                && let Err(error) = self.compact()
+            {
+                tracing::error!("cannot compact the journal ({error}); it keeps growing");
             }
         }
     }
