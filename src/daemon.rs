@@ -409,11 +409,9 @@ async fn watch_wall_clock(jumps: watch::Sender<u64>) {
     loop {
         interval.tick().await;
         let now = (tokio::time::Instant::now(), wall_clock());
-        let monotonic = chrono::TimeDelta::from_std(now.0 - last.0).unwrap_or_default();
-        let drift = (now.1 - last.1) - monotonic;
-        if drift.abs() > CLOCK_JUMP {
+        if let Some(jump) = clock_jump(now.0 - last.0, now.1 - last.1) {
             tracing::warn!(
-                jump_ms = drift.num_milliseconds(),
+                jump_ms = jump.num_milliseconds(),
                 "the wall clock jumped (clock set, or resumed from suspend); re-planning every task"
             );
             jumps.send_modify(|count| *count += 1);
@@ -423,6 +421,14 @@ async fn watch_wall_clock(jumps: watch::Sender<u64>) {
             return;
         }
     }
+}
+
+/// The wall clock's jump over an interval in which the monotonic clock advanced by `monotonic`
+/// and the wall clock by `wall`, if it is large enough to re-plan for. A suspend shows as a
+/// forward jump: the monotonic clock stops while the machine sleeps.
+fn clock_jump(monotonic: Duration, wall: chrono::TimeDelta) -> Option<chrono::TimeDelta> {
+    let drift = wall - chrono::TimeDelta::from_std(monotonic).unwrap_or(chrono::TimeDelta::MAX);
+    (drift.abs() > CLOCK_JUMP).then_some(drift)
 }
 
 fn spawn_task_loop<C: Coordinator>(
@@ -655,4 +661,28 @@ fn watch_jobs_dir(
         return None;
     }
     Some(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+
+    #[test]
+    fn clock_jump_ignores_ordinary_drift_and_reports_steps_and_suspends() {
+        let second = Duration::from_secs(1);
+        // Timer slack and NTP slewing: no jump.
+        assert_eq!(clock_jump(second, TimeDelta::milliseconds(1_020)), None);
+        assert_eq!(clock_jump(second, TimeDelta::milliseconds(980)), None);
+        // The clock set forward an hour, or a resume after an hour of suspend.
+        assert_eq!(
+            clock_jump(second, TimeDelta::seconds(3_601)),
+            Some(TimeDelta::seconds(3_600))
+        );
+        // The clock set back two minutes.
+        assert_eq!(
+            clock_jump(second, TimeDelta::seconds(-119)),
+            Some(TimeDelta::seconds(-120))
+        );
+    }
 }

@@ -18,11 +18,7 @@ pub fn init(format: LogFormat) {
         .or_else(|| std::env::var("RUST_LOG").ok())
         .and_then(|spec| EnvFilter::try_new(spec).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
-    let format = match format {
-        LogFormat::Auto if std::env::var_os("JOURNAL_STREAM").is_some() => LogFormat::Journald,
-        LogFormat::Auto => LogFormat::Text,
-        other => other,
-    };
+    let format = format.resolve();
     let registry = tracing_subscriber::registry().with(filter);
     match format {
         LogFormat::Json => registry
