@@ -306,29 +306,48 @@ struct Prepared {
     program: PathBuf,
 }
 
+/// The daemon's own user, group and passwd entry. They do not change while it runs, so they are
+/// looked up once instead of reading the user and group databases on every spawn.
+struct Myself {
+    identity: Identity,
+    group: String,
+    account: Option<User>,
+}
+
+fn myself() -> &'static Myself {
+    static MYSELF: std::sync::OnceLock<Myself> = std::sync::OnceLock::new();
+    MYSELF.get_or_init(|| {
+        let gid = Gid::current();
+        Myself {
+            identity: Identity::current(),
+            group: Group::from_gid(gid)
+                .ok()
+                .flatten()
+                .map(|g| g.name)
+                .unwrap_or_else(|| gid.to_string()),
+            account: User::from_uid(Uid::current()).ok().flatten(),
+        }
+    })
+}
+
 /// Resolves user, group, environment and working directory. Blocking: it reads the user and
 /// group databases and the file system.
 fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared, String> {
-    let me = Identity::current();
-    let my_gid = Gid::current();
-    let my_group = Group::from_gid(my_gid)
-        .ok()
-        .flatten()
-        .map(|g| g.name)
-        .unwrap_or_else(|| my_gid.to_string());
+    let Myself {
+        identity: me,
+        group: my_group,
+        account: my_account,
+    } = myself();
     let action = decide_user(
-        &me,
-        &my_group,
+        me,
+        my_group,
         request.user.as_deref(),
         request.group.as_deref(),
     );
 
     let (account, credentials) = match action {
         UserAction::Refuse(reason) => return Err(reason),
-        UserAction::RunAsSelf => {
-            let account = User::from_uid(Uid::current()).ok().flatten();
-            (account, None)
-        }
+        UserAction::RunAsSelf => (my_account.clone(), None),
         UserAction::Switch { user, group } => {
             let account = match User::from_name(&user) {
                 Ok(Some(account)) => account,
