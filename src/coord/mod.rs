@@ -9,7 +9,9 @@
 //! The ZooKeeper backend implements the same trait. This module defines the contract only; it
 //! does no I/O itself.
 
+pub mod lease;
 pub mod local;
+pub mod rank;
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -1,0 +1,337 @@
+//! Which leases a node should take or give up, a pure function of what it knows.
+//!
+//! A node knows the registered members (release, seed, the tasks each defines and their
+//! `version_req`), which task leases exist, which of those it holds, and since when each vacant
+//! lease has been vacant (by its own monotonic clock). From that, [`decide`] says what to do:
+//!
+//! - **Release** a held lease when this node is no longer the designated leader, or may not lead
+//!   at all (its clock is too far off, it is stopping).
+//! - **Take** a vacant lease when this node is the designated leader; or, for liveness, when it
+//!   ranks `k`-th (0-based) and the lease has been vacant for `k ×` [`VACANT_BOUND`]: a designated
+//!   node that is registered but does not act (stuck, paused) does not stop the task for long,
+//!   and the backups do not all rush in at once.
+//! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
+//!
+//! The ZooKeeper backend and the deterministic simulation (`tests/sim.rs`) both call this, so
+//! the simulation checks the same decisions the daemon makes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semver::{Version, VersionReq};
+
+use super::rank::{self, Candidate};
+
+/// How long a vacant lease waits for the node ranked above before the next one takes it.
+pub const VACANT_BOUND: Duration = Duration::from_secs(3);
+
+/// What a node says of one task it defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEntry {
+    /// A digest of the task's definition, so operators can see nodes that disagree.
+    pub digest: String,
+    pub version_req: Option<VersionReq>,
+}
+
+/// The tasks a member defines, by name. Shared: members with the same `jobs.d` share one set.
+pub type TaskSet = HashMap<String, TaskEntry>;
+
+/// A registered node, as far as ranking goes.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: String,
+    pub release: Version,
+    pub seed: u64,
+    pub tasks: Arc<TaskSet>,
+}
+
+impl Member {
+    /// Whether this member may lead `task`: it defines it and its release matches the
+    /// definition's `version_req`.
+    pub fn eligible(&self, task: &str) -> bool {
+        match self.tasks.get(task) {
+            Some(entry) => entry
+                .version_req
+                .as_ref()
+                .is_none_or(|req| req.matches(&self.release)),
+            None => false,
+        }
+    }
+
+    fn candidate(&self) -> Candidate<'_> {
+        Candidate {
+            id: &self.id,
+            release: &self.release,
+            seed: self.seed,
+        }
+    }
+}
+
+/// The eligible members for `task`, best first.
+pub fn ranking<'a>(task: &str, members: &'a [Member]) -> Vec<Candidate<'a>> {
+    rank::rank(
+        task,
+        members
+            .iter()
+            .filter(|m| m.eligible(task))
+            .map(Member::candidate),
+    )
+}
+
+/// This node's position (0 = designated) among the eligible members for `task`.
+pub fn position(task: &str, me: &str, members: &[Member]) -> Option<usize> {
+    let mine = members.iter().find(|m| m.id == me)?;
+    if !mine.eligible(task) {
+        return None;
+    }
+    let me = mine.candidate();
+    Some(
+        members
+            .iter()
+            .filter(|m| m.id != me.id && m.eligible(task))
+            .filter(|m| rank::compare(task, &m.candidate(), &me) == std::cmp::Ordering::Less)
+            .count(),
+    )
+}
+
+/// One thing to do about a lease.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LeaseAction {
+    Take(String),
+    Release(String),
+}
+
+/// What [`decide`] needs. Times are offsets on the node's own monotonic clock.
+#[derive(Debug)]
+pub struct LeaseView<'a> {
+    pub me: &'a str,
+    /// Every registered member, this node included (a node that is not registered leads nothing).
+    pub members: &'a [Member],
+    /// The tasks whose lease exists, held by anyone.
+    pub present: &'a HashSet<String>,
+    /// The leases this node holds.
+    pub held: &'a HashSet<String>,
+    /// When each vacant lease (of a task this node defines) was first seen vacant.
+    pub vacant_since: &'a HashMap<String, Duration>,
+    pub now: Duration,
+    /// False when the node must lead nothing (clock skew beyond `max_clock_skew`, stopping).
+    pub may_lead: bool,
+}
+
+/// The decision: actions, and when to decide again if nothing else changes (a vacancy timer).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    pub actions: Vec<LeaseAction>,
+    pub recheck_at: Option<Duration>,
+}
+
+/// Decides which leases to take and release; see the module docs for the rules.
+pub fn decide(view: &LeaseView<'_>) -> Decision {
+    let mut decision = Decision::default();
+    let Some(me) = view.members.iter().find(|m| m.id == view.me) else {
+        // Not registered: nothing may be held.
+        decision.actions = view
+            .held
+            .iter()
+            .map(|t| LeaseAction::Release(t.clone()))
+            .collect();
+        decision.actions.sort();
+        return decision;
+    };
+    for task in view.held {
+        if !view.may_lead || position(task, view.me, view.members) != Some(0) {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+        }
+    }
+    if view.may_lead {
+        for task in me.tasks.keys() {
+            if view.present.contains(task) || view.held.contains(task) {
+                continue;
+            }
+            let Some(pos) = position(task, view.me, view.members) else {
+                continue;
+            };
+            let since = view.vacant_since.get(task).copied().unwrap_or(view.now);
+            let due = since + VACANT_BOUND * pos as u32;
+            if due <= view.now {
+                decision.actions.push(LeaseAction::Take(task.clone()));
+            } else {
+                decision.recheck_at = Some(decision.recheck_at.map_or(due, |at| at.min(due)));
+            }
+        }
+    }
+    decision.actions.sort();
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(tasks: &[&str]) -> Arc<TaskSet> {
+        Arc::new(
+            tasks
+                .iter()
+                .map(|t| {
+                    (
+                        t.to_string(),
+                        TaskEntry {
+                            digest: "d".into(),
+                            version_req: None,
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn member(id: &str, release: &str, seed: u64, tasks: &Arc<TaskSet>) -> Member {
+        Member {
+            id: id.into(),
+            release: Version::parse(release).unwrap(),
+            seed,
+            tasks: tasks.clone(),
+        }
+    }
+
+    fn names(items: &[&str]) -> HashSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    struct Fixture {
+        members: Vec<Member>,
+        present: HashSet<String>,
+        held: HashSet<String>,
+        vacant_since: HashMap<String, Duration>,
+    }
+
+    impl Fixture {
+        fn decide(&self, me: &str, now: Duration, may_lead: bool) -> Decision {
+            decide(&LeaseView {
+                me,
+                members: &self.members,
+                present: &self.present,
+                held: &self.held,
+                vacant_since: &self.vacant_since,
+                now,
+                may_lead,
+            })
+        }
+    }
+
+    #[test]
+    fn the_designated_node_takes_a_vacant_lease_and_the_others_wait_their_turn() {
+        let tasks = set(&["t"]);
+        let members = vec![
+            member("a", "1.0.0", 1, &tasks),
+            member("b", "1.0.0", 2, &tasks),
+            member("c", "1.0.0", 3, &tasks),
+        ];
+        let ranked: Vec<String> = ranking("t", &members)
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect();
+        let fx = Fixture {
+            members,
+            present: HashSet::new(),
+            held: HashSet::new(),
+            vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+        };
+        let first = fx.decide(&ranked[0], Duration::ZERO, true);
+        assert_eq!(first.actions, vec![LeaseAction::Take("t".into())]);
+        let second = fx.decide(&ranked[1], Duration::ZERO, true);
+        assert!(second.actions.is_empty());
+        assert_eq!(second.recheck_at, Some(VACANT_BOUND));
+        // After one bound the second-ranked takes it; the third waits for two.
+        let later = fx.decide(&ranked[1], VACANT_BOUND, true);
+        assert_eq!(later.actions, vec![LeaseAction::Take("t".into())]);
+        assert!(fx.decide(&ranked[2], VACANT_BOUND, true).actions.is_empty());
+        assert_eq!(
+            fx.decide(&ranked[2], VACANT_BOUND * 2, true).actions,
+            vec![LeaseAction::Take("t".into())]
+        );
+    }
+
+    #[test]
+    fn a_holder_that_is_no_longer_designated_releases_and_a_held_lease_is_left_alone() {
+        let tasks = set(&["t"]);
+        let mut members = vec![member("old", "1.0.0", 1, &tasks)];
+        let fx = Fixture {
+            members: members.clone(),
+            present: names(&["t"]),
+            held: names(&["t"]),
+            vacant_since: HashMap::new(),
+        };
+        assert!(fx.decide("old", Duration::ZERO, true).actions.is_empty());
+        members.push(member("new", "1.1.0", 2, &tasks));
+        let fx = Fixture { members, ..fx };
+        assert_eq!(
+            fx.decide("old", Duration::ZERO, true).actions,
+            vec![LeaseAction::Release("t".into())]
+        );
+        // The newcomer sees the lease held and waits for the release.
+        let newcomer = Fixture {
+            held: HashSet::new(),
+            ..fx
+        };
+        assert!(
+            newcomer
+                .decide("new", Duration::from_secs(60), true)
+                .actions
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_node_that_may_not_lead_releases_everything_and_takes_nothing() {
+        let tasks = set(&["a", "b"]);
+        let fx = Fixture {
+            members: vec![member("n", "1.0.0", 1, &tasks)],
+            present: names(&["a"]),
+            held: names(&["a"]),
+            vacant_since: HashMap::new(),
+        };
+        let decision = fx.decide("n", Duration::ZERO, false);
+        assert_eq!(decision.actions, vec![LeaseAction::Release("a".into())]);
+        assert_eq!(decision.recheck_at, None);
+    }
+
+    #[test]
+    fn an_unregistered_node_releases_what_it_holds() {
+        let tasks = set(&["a"]);
+        let fx = Fixture {
+            members: vec![member("other", "1.0.0", 1, &tasks)],
+            present: names(&["a"]),
+            held: names(&["a"]),
+            vacant_since: HashMap::new(),
+        };
+        assert_eq!(
+            fx.decide("me", Duration::ZERO, true).actions,
+            vec![LeaseAction::Release("a".into())]
+        );
+    }
+
+    #[test]
+    fn version_req_limits_eligibility_to_matching_releases() {
+        let mut entries = TaskSet::new();
+        entries.insert(
+            "t".into(),
+            TaskEntry {
+                digest: "d".into(),
+                version_req: Some(VersionReq::parse(">=2.1").unwrap()),
+            },
+        );
+        let tasks = Arc::new(entries);
+        let members = vec![
+            member("old", "2.0.5", 1, &tasks),
+            member("new", "2.1.0", 2, &tasks),
+        ];
+        assert_eq!(position("t", "old", &members), None);
+        assert_eq!(position("t", "new", &members), Some(0));
+        let ranked = ranking("t", &members);
+        assert_eq!(ranked.len(), 1);
+        // A node that does not define a task is never eligible for it.
+        assert_eq!(position("other-task", "new", &members), None);
+    }
+}
