@@ -12,8 +12,10 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::LocalCoordinator;
+use crate::coord::zk::{ZkCoordinator, ZkSettings};
 use crate::daemon::{self, Daemon, DaemonConfig};
 use crate::schedule::{self, Schedule};
 use crate::task::{self, Identity, LoadedDir, TaskDefaults};
@@ -69,6 +71,27 @@ pub struct RunArgs {
     /// This node's id [default: [node].id, else the host name]
     #[arg(long, value_name = "ID")]
     pub node_id: Option<String>,
+    /// Use the ZooKeeper backend at HOST:PORT[,HOST:PORT...][/chroot] [default:
+    /// [coordination.zookeeper].connect when [coordination].backend = "zookeeper"]
+    #[arg(long, value_name = "CONNECT", value_parser = parse_connect)]
+    pub zookeeper: Option<String>,
+    /// The cluster to join; nodes of one cluster share tasks [default:
+    /// [coordination.zookeeper].cluster, else "default"]
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The release this node announces for ranking and version_req [default: [node].version,
+    /// else this binary's version]
+    #[arg(long, value_name = "SEMVER", value_parser = parse_semver)]
+    pub node_version: Option<semver::Version>,
+}
+
+fn parse_connect(value: &str) -> Result<String, String> {
+    crate::coord::zk::split_connect(value).map(|_| value.to_string())
+}
+
+fn parse_semver(value: &str) -> Result<semver::Version, String> {
+    semver::Version::parse(value)
+        .map_err(|e| format!("{e}; write a semantic version like 2.1.0 or 2.2.0-rc.1"))
 }
 
 #[derive(Debug, Args)]
@@ -182,11 +205,52 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let coordinator = LocalCoordinator::open(&state_dir)?;
-        tracing::info!(backend = "local", state_dir = %state_dir.display(), "coordination backend ready");
-        Daemon::new(daemon_config, Arc::new(coordinator)).run().await
-    })?;
+    let backend = match args.zookeeper {
+        Some(_) => Backend::Zookeeper,
+        None => config.coordination.backend,
+    };
+    match backend {
+        Backend::Local => runtime.block_on(async {
+            let coordinator = LocalCoordinator::open(&state_dir)?;
+            tracing::info!(backend = "local", state_dir = %state_dir.display(), "coordination backend ready");
+            Daemon::new(daemon_config, Arc::new(coordinator)).run().await
+        })?,
+        Backend::Zookeeper => {
+            let section = &config.coordination.zookeeper;
+            let connect = args.zookeeper.or_else(|| section.connect.clone()).context(
+                "the zookeeper backend needs to know where ZooKeeper is: set \
+                 [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT",
+            )?;
+            let settings = ZkSettings {
+                connect,
+                cluster: args.cluster.unwrap_or_else(|| section.cluster.clone()),
+                session_timeout: section.session_timeout,
+                max_clock_skew: section.max_clock_skew,
+                node_id: daemon_config.node_id.clone(),
+                release: args
+                    .node_version
+                    .or_else(|| config.node.version.clone())
+                    .unwrap_or_else(|| {
+                        semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
+                    }),
+                labels: config.node.labels.clone(),
+            };
+            runtime.block_on(async {
+                let coordinator =
+                    ZkCoordinator::start(settings.clone()).map_err(|e| anyhow::anyhow!(e))?;
+                tracing::info!(
+                    backend = "zookeeper",
+                    zookeeper = %settings.connect,
+                    cluster = %settings.cluster,
+                    node = %settings.node_id,
+                    release = %settings.release,
+                    session_timeout = %humantime::format_duration(settings.session_timeout),
+                    "coordination backend ready"
+                );
+                Daemon::new(daemon_config, Arc::new(coordinator)).run().await
+            })?
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -33,7 +33,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "default_user",
         ],
     ),
-    ("coordination", &["backend"]),
+    ("coordination", &["backend", "zookeeper"]),
     ("log", &["format"]),
 ];
 
@@ -97,12 +97,44 @@ pub enum Backend {
     /// The embedded single-host backend; fire records live in `state_dir`.
     #[default]
     Local,
+    /// A cluster coordinated through ZooKeeper (`[coordination.zookeeper]`).
+    Zookeeper,
 }
+
+/// The keys of `[coordination.zookeeper]`.
+const ZOOKEEPER_KEYS: &[&str] = &["connect", "cluster", "session_timeout", "max_clock_skew"];
 
 /// `[coordination]`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CoordinationSection {
     pub backend: Backend,
+    pub zookeeper: ZookeeperSection,
+}
+
+/// `[coordination.zookeeper]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZookeeperSection {
+    /// `HOST:PORT[,HOST:PORT...][/chroot]`; required with the zookeeper backend unless
+    /// `--zookeeper` gives it.
+    pub connect: Option<String>,
+    /// Nodes of one cluster share tasks; the root is `/zkcron/<cluster>`. Default "default".
+    pub cluster: String,
+    /// The ZooKeeper session timeout: how long a silent node keeps its leases. Default 10s.
+    pub session_timeout: Duration,
+    /// A node whose clock is further than this from ZooKeeper's leads nothing. Default: no limit
+    /// (a skew above 1s is only logged).
+    pub max_clock_skew: Option<Duration>,
+}
+
+impl Default for ZookeeperSection {
+    fn default() -> Self {
+        ZookeeperSection {
+            connect: None,
+            cluster: "default".to_string(),
+            session_timeout: Duration::from_secs(10),
+            max_clock_skew: None,
+        }
+    }
 }
 
 /// How log lines are written.
@@ -361,14 +393,11 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                     config.scheduler.default_user = c.non_empty_string(q, value).map(String::from)
                 }
                 ("coordination", "backend") => {
-                    let backend = c.choice(q, value, &[("local", Backend::Local)]);
-                    if value.get_ref().as_str() == Some("zookeeper")
-                        && let Some(problem) = c.problems.last_mut()
-                    {
-                        problem.help =
-                            Some("the zookeeper backend is not available in this build yet".into());
-                    }
-                    config.coordination.backend = backend.unwrap_or_default();
+                    let choices = [("local", Backend::Local), ("zookeeper", Backend::Zookeeper)];
+                    config.coordination.backend = c.choice(q, value, &choices).unwrap_or_default();
+                }
+                ("coordination", "zookeeper") => {
+                    zookeeper_section(c, value, &mut config.coordination.zookeeper)
                 }
                 ("log", "format") => {
                     let choices = [
@@ -428,9 +457,6 @@ fn unknown_section_key(
     let help = match (closest(name, keys.iter().copied()), home_of(name)) {
         (Some(k), _) => format!("did you mean `{k}`?"),
         (None, Some(other)) => format!("`{name}` belongs in the [{other}] section"),
-        (None, None) if name == "zookeeper" && section == "coordination" => {
-            "the zookeeper backend is not available in this build yet".to_string()
-        }
         (None, None) => format!("known keys in [{section}]: {}", keys.join(", ")),
     };
     c.report(
@@ -454,6 +480,87 @@ fn section_list() -> String {
         .map(|(s, _)| format!("[{s}]"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `[coordination.zookeeper]`.
+fn zookeeper_section(
+    c: &mut Checker<'_>,
+    value: &Spanned<DeValue<'_>>,
+    into: &mut ZookeeperSection,
+) {
+    let DeValue::Table(table) = value.get_ref() else {
+        let message = format!(
+            "`coordination.zookeeper` must be a section ([coordination.zookeeper]), found {}",
+            c.found(value)
+        );
+        c.report(value.span(), message, None);
+        return;
+    };
+    for (key, value) in table.iter() {
+        let k: &str = key.get_ref();
+        let qualified = format!("coordination.zookeeper.{k}");
+        let q = qualified.as_str();
+        match k {
+            "connect" => {
+                if let Some(connect) = c.string(q, value) {
+                    match crate::coord::zk::split_connect(connect) {
+                        Ok(_) => into.connect = Some(connect.to_string()),
+                        Err(message) => c.report(value.span(), format!("`{q}`: {message}"), None),
+                    }
+                }
+            }
+            "cluster" => {
+                if let Some(cluster) = c.string(q, value) {
+                    let mut bytes = cluster.bytes();
+                    let valid = cluster.len() <= 100
+                        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+                        && bytes
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                    if valid {
+                        into.cluster = cluster.to_string();
+                    } else {
+                        let message = format!(
+                            "`{q}` = {cluster:?} is not a valid cluster name: it must match \
+                             {NODE_ID_PATTERN}, because it becomes part of ZooKeeper paths"
+                        );
+                        c.report(value.span(), message, None);
+                    }
+                }
+            }
+            "session_timeout" => {
+                if let Some(timeout) = c.duration(q, value) {
+                    if timeout < Duration::from_secs(1) {
+                        c.report(
+                            value.span(),
+                            format!("`{q}` must be at least 1s"),
+                            Some("ZooKeeper needs a few of its ticks per session; 10s is a good start".into()),
+                        );
+                    } else {
+                        into.session_timeout = timeout;
+                    }
+                }
+            }
+            "max_clock_skew" => into.max_clock_skew = c.duration(q, value),
+            _ => {
+                let help = match closest(k, ZOOKEEPER_KEYS.iter().copied()) {
+                    Some(known) => format!("did you mean `{known}`?"),
+                    None if k == "auth" => {
+                        "ZooKeeper authentication is not supported yet; use a network-restricted ensemble"
+                            .to_string()
+                    }
+                    None => format!(
+                        "known keys in [coordination.zookeeper]: {}",
+                        ZOOKEEPER_KEYS.join(", ")
+                    ),
+                };
+                c.report(
+                    key.span(),
+                    format!("unknown key `{k}` in [coordination.zookeeper]"),
+                    Some(help),
+                );
+            }
+        }
+    }
 }
 
 fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {

@@ -19,10 +19,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::coord::{ClaimOutcome, Coordinator, Leadership, RunResult};
+use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
 use crate::executor::{self, RunRequest, StopHandle};
 use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
-use crate::task::{self, OverlapPolicy, TaskDefaults, TaskSpec};
+use crate::task::{self, NodeLossPolicy, OverlapPolicy, TaskDefaults, TaskSpec};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
 /// an operator setting the date, a resume from suspend). One check serves every task, so 10,000
@@ -155,6 +155,8 @@ pub struct Daemon<C: Coordinator> {
     tasks: BTreeMap<String, LoadedTask>,
     runs: HashMap<String, Arc<TaskRuns>>,
     runs_alive_rx: mpsc::Receiver<()>,
+    /// The session losses already acted on.
+    session_losses: u64,
 }
 
 impl<C: Coordinator> Daemon<C> {
@@ -175,6 +177,7 @@ impl<C: Coordinator> Daemon<C> {
             tasks: BTreeMap::new(),
             runs: HashMap::new(),
             runs_alive_rx,
+            session_losses: 0,
         }
     }
 
@@ -332,9 +335,27 @@ impl<C: Coordinator> Daemon<C> {
         self.apply_leadership();
     }
 
-    /// Starts the loops of tasks this node should fire and stops the others.
+    /// Starts the loops of tasks this node should fire and stops the others; after a session
+    /// loss, stops the runs of tasks with `kill_on_session_loss`.
     fn apply_leadership(&mut self) {
         let leadership = self.shared.leadership.borrow().clone();
+        if leadership.session_losses > self.session_losses {
+            self.session_losses = leadership.session_losses;
+            for (name, task) in &self.tasks {
+                if !task.spec.kill_on_session_loss {
+                    continue;
+                }
+                if let Some(runs) = self.runs.get(name)
+                    && runs.count() > 0
+                {
+                    tracing::warn!(
+                        task = %name,
+                        "ZooKeeper session lost: stopping this task's runs (kill_on_session_loss = true)"
+                    );
+                    runs.stop_all(false);
+                }
+            }
+        }
         for (name, task) in &mut self.tasks {
             let should_fire = task.spec.enabled && leadership.may_fire(name);
             match (&task.task_loop, should_fire) {
@@ -373,6 +394,7 @@ impl<C: Coordinator> Daemon<C> {
             config,
             ..
         } = self;
+        let coordinator = shared.coordinator.clone();
         drop(shared);
         if running > 0 {
             tracing::info!(
@@ -396,6 +418,7 @@ impl<C: Coordinator> Daemon<C> {
             // SIGKILL cannot be ignored; the runs end as soon as the kernel reaps them.
             let _ = tokio::time::timeout(Duration::from_secs(10), runs_alive_rx.recv()).await;
         }
+        coordinator.close().await;
         tracing::info!("zkcron stopped");
     }
 }
@@ -467,6 +490,9 @@ async fn task_loop<C: Coordinator>(
             }
         }
     };
+    if spec.on_node_loss == NodeLossPolicy::Rerun {
+        rerun_orphan(&spec, &shared, &runs).await;
+    }
     let mut clock_jumps = shared.clock_jumps.clone();
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
     tracing::debug!(task = name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
@@ -516,7 +542,9 @@ async fn task_loop<C: Coordinator>(
     }
 }
 
-/// Claims `tick` and, if won, starts its run.
+/// Decides the tick's overlap action, claims it (as skipped or to run) and, if won, starts its
+/// run. The claim comes after the overlap check so that a tick skipped for overlap is still
+/// consumed cluster-wide: no later leader catches it up.
 async fn fire<C: Coordinator>(
     spec: &Arc<TaskSpec>,
     shared: &Arc<Shared<C>>,
@@ -529,7 +557,24 @@ async fn fire<C: Coordinator>(
         tracing::info!(task = name, %fire_id, "not leading this task any more; tick left to the leader");
         return;
     }
-    match shared.coordinator.claim(name, tick.instant).await {
+    let local = runs.count();
+    let elsewhere = if spec.overlap == OverlapPolicy::Allow || local > 0 {
+        0
+    } else {
+        match shared.coordinator.runs_elsewhere(name).await {
+            Ok(n) => n,
+            Err(error) => {
+                tracing::warn!(task = name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
+                0
+            }
+        }
+    };
+    let action = plan::overlap_action(spec.overlap, local + elsewhere);
+    let intent = match action {
+        OverlapAction::Skip => ClaimIntent::Skip,
+        OverlapAction::Start | OverlapAction::ReplaceThenStart => ClaimIntent::Run,
+    };
+    match shared.coordinator.claim(name, tick.instant, intent).await {
         Ok(ClaimOutcome::Claimed) => {}
         Ok(ClaimOutcome::AlreadyClaimed { record }) => {
             tracing::info!(task = name, %fire_id, %record, "tick already claimed; not running it");
@@ -544,18 +589,16 @@ async fn fire<C: Coordinator>(
             return;
         }
     }
-
-    let elsewhere = match shared.coordinator.runs_elsewhere(name).await {
-        Ok(n) => n,
-        Err(error) => {
-            tracing::warn!(task = name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
-            0
-        }
-    };
-    match plan::overlap_action(spec.overlap, runs.count() + elsewhere) {
+    match action {
         OverlapAction::Start => {}
         OverlapAction::Skip => {
-            tracing::warn!(task = name, %fire_id, "skipped: the previous run is still going (overlap = \"skip\")");
+            tracing::warn!(
+                task = name,
+                %fire_id,
+                running_here = local,
+                running_elsewhere = elsewhere,
+                "skipped: the previous run is still going (overlap = \"skip\")"
+            );
             return;
         }
         OverlapAction::ReplaceThenStart => {
@@ -565,10 +608,52 @@ async fn fire<C: Coordinator>(
             }
         }
     }
-    start_run(spec, shared, runs, tick, fire_id).await;
+    start_run(spec, shared, runs, tick, fire_id);
 }
 
-async fn start_run<C: Coordinator>(
+/// With `on_node_loss = "rerun"`: runs again the tick whose node died mid-run, if there is one.
+async fn rerun_orphan<C: Coordinator>(
+    spec: &Arc<TaskSpec>,
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+) {
+    let name = spec.name.as_str();
+    let orphan = match shared.coordinator.orphaned_tick(name).await {
+        Ok(Some(tick)) => tick,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(
+                task = name,
+                "cannot check for a run lost with its node ({error})"
+            );
+            return;
+        }
+    };
+    let fire_id = plan::fire_id(name, orphan);
+    match shared.coordinator.reclaim(name, orphan).await {
+        Ok(ClaimOutcome::Claimed) => {
+            tracing::warn!(
+                task = name,
+                %fire_id,
+                "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
+            );
+            let tick = Tick {
+                instant: orphan,
+                due_at: orphan,
+                catch_up: true,
+            };
+            start_run(spec, shared, runs, tick, fire_id);
+        }
+        Ok(outcome) => {
+            tracing::info!(task = name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
+        }
+        Err(error) => {
+            tracing::warn!(task = name, %fire_id, "lost run not rerun: reclaim failed ({error})")
+        }
+    }
+}
+
+fn start_run<C: Coordinator>(
     spec: &Arc<TaskSpec>,
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
@@ -577,9 +662,6 @@ async fn start_run<C: Coordinator>(
 ) {
     static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = spec.name.clone();
-    if let Err(error) = shared.coordinator.run_started(&name, tick.instant).await {
-        tracing::warn!(task = %name, %fire_id, "cannot record the run start ({error})");
-    }
     let (stop, stop_signal) = StopHandle::new();
     let (done_tx, done_rx) = watch::channel(false);
     let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -48,6 +48,12 @@ pub struct TaskSpec {
     pub retries: RetryPolicy,
     /// Only nodes whose release matches may own the task (used by the cluster backend).
     pub version_req: Option<semver::VersionReq>,
+    /// Stop this task's running jobs when the node loses its ZooKeeper session (expired, or
+    /// disconnected for longer than the session timeout), since another node may then run
+    /// the task. Off by default: a disconnect alone never kills a job.
+    pub kill_on_session_loss: bool,
+    /// What a new leader does with a claimed tick whose node died mid-run.
+    pub on_node_loss: NodeLossPolicy,
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
 }
@@ -83,6 +89,17 @@ pub enum CatchUpPolicy {
     Once,
     /// Every missed tick runs, oldest first (at most [`crate::plan::MAX_CATCH_UP`]).
     All,
+}
+
+/// What a new leader does with a tick that was claimed and started on a node that died before
+/// the run ended (no result, no live running record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeLossPolicy {
+    /// Leave it: each tick runs at most once.
+    #[default]
+    Skip,
+    /// Run it again on the new leader: at least once, possibly twice in part.
+    Rerun,
 }
 
 /// How a failed run is retried.
@@ -203,6 +220,8 @@ const TASK_KEYS: &[&str] = &[
     "jitter",
     "retries",
     "version_req",
+    "kill_on_session_loss",
+    "on_node_loss",
     "enabled",
 ];
 
@@ -631,6 +650,8 @@ fn check_task(
     let mut jitter = Duration::ZERO;
     let mut retries = RetryPolicy::default();
     let mut version_req = None;
+    let mut kill_on_session_loss = false;
+    let mut on_node_loss = NodeLossPolicy::default();
     let mut enabled = true;
 
     for (key, value) in root.get_ref().iter() {
@@ -685,6 +706,16 @@ fn check_task(
             "jitter" => jitter = c.duration(k, value).unwrap_or(jitter),
             "retries" => retries = c.retries(value).unwrap_or(retries),
             "version_req" => version_req = c.version_req(value),
+            "kill_on_session_loss" => {
+                kill_on_session_loss = c.boolean(k, value).unwrap_or(kill_on_session_loss)
+            }
+            "on_node_loss" => {
+                let choices = [
+                    ("skip", NodeLossPolicy::Skip),
+                    ("rerun", NodeLossPolicy::Rerun),
+                ];
+                on_node_loss = c.choice(k, value, &choices).unwrap_or(on_node_loss);
+            }
             "enabled" => enabled = c.boolean(k, value).unwrap_or(enabled),
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
@@ -743,6 +774,8 @@ fn check_task(
         jitter,
         retries,
         version_req,
+        kill_on_session_loss,
+        on_node_loss,
         enabled,
     })
 }

@@ -112,7 +112,35 @@ fn minimal_file_gets_every_default() {
         }
     );
     assert_eq!(spec.version_req, None);
+    assert!(!spec.kill_on_session_loss);
+    assert_eq!(spec.on_node_loss, zkcron::task::NodeLossPolicy::Skip);
     assert!(spec.enabled);
+}
+
+#[test]
+fn cluster_keys_are_read_and_checked() {
+    let spec = parse(&format!(
+        "{MINIMAL}kill_on_session_loss = true\non_node_loss = \"rerun\"\n"
+    ))
+    .unwrap();
+    assert!(spec.kill_on_session_loss);
+    assert_eq!(spec.on_node_loss, zkcron::task::NodeLossPolicy::Rerun);
+    let errors = errors_of(&format!(
+        "{MINIMAL}kill_on_session_loss = \"yes\"\non_node_loss = \"retry\"\n"
+    ));
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert_error(
+        &errors[0],
+        3,
+        24,
+        "`kill_on_session_loss` must be true or false, found string \"yes\"",
+    );
+    assert_error(
+        &errors[1],
+        4,
+        16,
+        "`on_node_loss` must be one of \"skip\", \"rerun\", found \"retry\"",
+    );
 }
 
 #[test]
@@ -965,29 +993,89 @@ fn config_key_in_the_wrong_place_names_its_section() {
 }
 
 #[test]
-fn config_bad_backend_lists_the_allowed_value() {
-    let text = "[coordination]\nbackend = \"zookeeper\"\n";
-    let error = parse_config(Path::new("zkcron.toml"), text).unwrap_err();
-    let problem = &error.problems[0];
-    assert_eq!(error.problems.len(), 1);
-    assert_eq!(
-        problem.message,
-        "`coordination.backend` must be one of \"local\", found \"zookeeper\""
-    );
-    assert_eq!((problem.line, problem.column), (2, 11));
-    assert_eq!(
-        problem.help.as_deref(),
-        Some("the zookeeper backend is not available in this build yet")
-    );
+fn config_bad_backend_lists_the_allowed_values() {
     let error = parse_config(
         Path::new("zkcron.toml"),
         "[coordination]\nbackend = \"etcd\"\n",
     )
     .unwrap_err();
-    assert!(
-        error.problems[0]
-            .message
-            .contains("must be one of \"local\"")
+    let problem = &error.problems[0];
+    assert_eq!(
+        problem.message,
+        "`coordination.backend` must be one of \"local\", \"zookeeper\", found \"etcd\""
+    );
+    assert_eq!((problem.line, problem.column), (2, 11));
+}
+
+#[test]
+fn config_zookeeper_section_is_read_with_its_defaults() {
+    let text = "[coordination]\nbackend = \"zookeeper\"\n[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181/apps\"\nsession_timeout = \"4s\"\nmax_clock_skew = \"2s\"\n";
+    let config = parse_config(Path::new("zkcron.toml"), text).unwrap();
+    let zk = &config.coordination.zookeeper;
+    assert_eq!(
+        config.coordination.backend,
+        zkcron::config::Backend::Zookeeper
+    );
+    assert_eq!(zk.connect.as_deref(), Some("zk1:2181,zk2:2181/apps"));
+    assert_eq!(zk.cluster, "default");
+    assert_eq!(zk.session_timeout, std::time::Duration::from_secs(4));
+    assert_eq!(zk.max_clock_skew, Some(std::time::Duration::from_secs(2)));
+    let defaults = parse_config(Path::new("zkcron.toml"), "").unwrap();
+    assert_eq!(
+        defaults.coordination.zookeeper.session_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(
+        defaults.coordination.backend,
+        zkcron::config::Backend::Local
+    );
+}
+
+#[test]
+fn config_zookeeper_errors_name_the_key_and_the_fix() {
+    let text = "[coordination.zookeeper]\nconnect = \"zk1\"\ncluster = \"a/b\"\nsession_timeout = \"200ms\"\nsesion_timeout = \"5s\"\nauth = \"digest:u:p\"\n";
+    let error = parse_config(Path::new("zkcron.toml"), text).unwrap_err();
+    let found: Vec<(usize, usize, &str, Option<&str>)> = error
+        .problems
+        .iter()
+        .map(|p| (p.line, p.column, p.message.as_str(), p.help.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                2,
+                11,
+                "`coordination.zookeeper.connect`: `zk1` in `zk1` has no port; expected HOST:PORT, e.g. `127.0.0.1:2181`",
+                None
+            ),
+            (
+                3,
+                11,
+                "`coordination.zookeeper.cluster` = \"a/b\" is not a valid cluster name: it must match [A-Za-z0-9][A-Za-z0-9._-]{0,99}, because it becomes part of ZooKeeper paths",
+                None
+            ),
+            (
+                4,
+                19,
+                "`coordination.zookeeper.session_timeout` must be at least 1s",
+                Some("ZooKeeper needs a few of its ticks per session; 10s is a good start")
+            ),
+            (
+                5,
+                1,
+                "unknown key `sesion_timeout` in [coordination.zookeeper]",
+                Some("did you mean `session_timeout`?")
+            ),
+            (
+                6,
+                1,
+                "unknown key `auth` in [coordination.zookeeper]",
+                Some(
+                    "ZooKeeper authentication is not supported yet; use a network-restricted ensemble"
+                )
+            ),
+        ]
     );
 }
 

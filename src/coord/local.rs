@@ -17,7 +17,7 @@
 //!
 //! A lock file (`flock`) keeps two daemons off one state dir: they would both fire every tick.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{BufRead, Write};
 use std::os::fd::AsFd;
@@ -29,7 +29,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
+use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
 use crate::task::TaskSpec;
 
 /// The version of the state format; readers ignore fields they do not know.
@@ -49,6 +49,9 @@ struct TaskRecord {
     last_claimed: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_result: Option<RunResult>,
+    /// The newest claim was made to run (not to skip).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    claimed_to_run: bool,
 }
 
 /// The snapshot file: every task's record.
@@ -68,6 +71,9 @@ struct Change {
     claimed: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<RunResult>,
+    /// The claim was made to run the tick.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    run: bool,
 }
 
 impl Change {
@@ -77,8 +83,11 @@ impl Change {
     }
 
     fn apply_to(&self, record: &mut TaskRecord) {
-        if let Some(tick) = self.claimed {
-            record.last_claimed = Some(record.last_claimed.map_or(tick, |t| t.max(tick)));
+        if let Some(tick) = self.claimed
+            && record.last_claimed.is_none_or(|previous| previous <= tick)
+        {
+            record.last_claimed = Some(tick);
+            record.claimed_to_run = self.run;
         }
         if let Some(result) = &self.result {
             record.last_result = Some(result.clone());
@@ -100,6 +109,8 @@ pub struct LocalCoordinator {
     records: Mutex<HashMap<String, Arc<tokio::sync::Mutex<TaskRecord>>>>,
     writer: mpsc::UnboundedSender<PendingWrite>,
     leadership: watch::Sender<Leadership>,
+    /// Ticks claimed to run by this process whose end is not recorded yet.
+    live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
     /// Held for the life of the backend; dropping it releases the state dir.
     _lock: Flock<File>,
 }
@@ -169,8 +180,13 @@ impl LocalCoordinator {
             records: Mutex::new(records),
             writer,
             leadership,
+            live_runs: Mutex::new(HashSet::new()),
             _lock: lock,
         })
+    }
+
+    fn live_runs_mut(&self) -> std::sync::MutexGuard<'_, HashSet<(String, DateTime<Utc>)>> {
+        self.live_runs.lock().expect("live runs lock poisoned")
     }
 
     fn slot(&self, task: &str) -> Arc<tokio::sync::Mutex<TaskRecord>> {
@@ -376,7 +392,12 @@ impl Coordinator for LocalCoordinator {
         Ok(self.slot(task).lock().await.last_claimed)
     }
 
-    async fn claim(&self, task: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+    async fn claim(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> Result<ClaimOutcome, CoordError> {
         if !self.leadership.borrow().may_fire(task) {
             return Ok(ClaimOutcome::NotLeader);
         }
@@ -387,23 +408,63 @@ impl Coordinator for LocalCoordinator {
         {
             return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
         }
+        let run = intent == ClaimIntent::Run;
         let change = Change {
             format: FORMAT_VERSION,
             task: task.to_string(),
             claimed: Some(tick),
             result: None,
+            run,
         };
         self.commit(change, &mut record).await?;
+        if run {
+            self.live_runs_mut().insert((task.to_string(), tick));
+        }
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    async fn orphaned_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        let slot = self.slot(task);
+        let record = slot.lock().await;
+        let Some(tick) = record.last_claimed.filter(|_| record.claimed_to_run) else {
+            return Ok(None);
+        };
+        let ended = record.last_result.as_ref().is_some_and(|r| r.tick >= tick);
+        let live = self.live_runs_mut().contains(&(task.to_string(), tick));
+        // Claimed to run by an earlier life of this daemon, which never recorded its end.
+        Ok((!ended && !live).then_some(tick))
+    }
+
+    async fn reclaim(&self, task: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+        if !self.leadership.borrow().may_fire(task) {
+            return Ok(ClaimOutcome::NotLeader);
+        }
+        let slot = self.slot(task);
+        let mut record = slot.lock().await;
+        match record.last_claimed {
+            Some(current) if current == tick => {}
+            Some(current) => return Ok(ClaimOutcome::AlreadyClaimed { record: current }),
+            None => return Ok(ClaimOutcome::NotLeader),
+        }
+        if !self.live_runs_mut().insert((task.to_string(), tick)) {
+            return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
+        }
+        let change = Change {
+            format: FORMAT_VERSION,
+            task: task.to_string(),
+            claimed: Some(tick),
+            result: None,
+            run: true,
+        };
+        if let Err(error) = self.commit(change, &mut record).await {
+            self.live_runs_mut().remove(&(task.to_string(), tick));
+            return Err(error);
+        }
         Ok(ClaimOutcome::Claimed)
     }
 
     async fn runs_elsewhere(&self, _task: &str) -> Result<usize, CoordError> {
         Ok(0)
-    }
-
-    async fn run_started(&self, _task: &str, _tick: DateTime<Utc>) -> Result<(), CoordError> {
-        // A single node's live runs are the daemon's own children; nothing to record.
-        Ok(())
     }
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
@@ -414,8 +475,12 @@ impl Coordinator for LocalCoordinator {
             task: task.to_string(),
             claimed: None,
             result: Some(result.clone()),
+            run: false,
         };
-        self.commit(change, &mut record).await
+        self.commit(change, &mut record).await?;
+        self.live_runs_mut()
+            .remove(&(task.to_string(), result.tick));
+        Ok(())
     }
 
     async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
@@ -453,6 +518,8 @@ mod tests {
             jitter: std::time::Duration::ZERO,
             retries: RetryPolicy::default(),
             version_req: None,
+            kill_on_session_loss: false,
+            on_node_loss: Default::default(),
             enabled: true,
         }
     }
@@ -468,25 +535,72 @@ mod tests {
         local.publish(&[spec("a")]).await.unwrap();
         assert!(local.leadership().borrow().may_fire("a"));
         assert_eq!(
-            local.claim("a", at(60)).await.unwrap(),
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::Claimed
         );
         assert_eq!(
-            local.claim("a", at(60)).await.unwrap(),
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::AlreadyClaimed { record: at(60) }
         );
         assert_eq!(
-            local.claim("a", at(0)).await.unwrap(),
+            local.claim("a", at(0), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::AlreadyClaimed { record: at(60) }
         );
         assert_eq!(
-            local.claim("a", at(120)).await.unwrap(),
+            local.claim("a", at(120), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::Claimed
         );
         assert_eq!(
-            local.claim("b", at(120)).await.unwrap(),
+            local.claim("b", at(120), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::NotLeader
         );
+    }
+
+    #[tokio::test]
+    async fn given_a_run_cut_short_by_a_crash_when_reopened_then_its_tick_is_orphaned_once() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let local = LocalCoordinator::open(dir.path()).unwrap();
+            local.publish(&[spec("a"), spec("s")]).await.unwrap();
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+            local.claim("s", at(60), ClaimIntent::Skip).await.unwrap();
+            // Running in this process: not orphaned.
+            assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
+        }
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a"), spec("s")]).await.unwrap();
+        assert_eq!(local.orphaned_tick("a").await.unwrap(), Some(at(60)));
+        // A tick consumed without running has nothing to rerun.
+        assert_eq!(local.orphaned_tick("s").await.unwrap(), None);
+        assert_eq!(
+            local.reclaim("a", at(60)).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            local.reclaim("a", at(60)).await.unwrap(),
+            ClaimOutcome::AlreadyClaimed { record: at(60) },
+            "a tick is reclaimed once"
+        );
+        assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
+        local
+            .run_ended(
+                "a",
+                &RunResult {
+                    tick: at(60),
+                    node: "n".into(),
+                    exit: "exit code 0".into(),
+                    success: true,
+                    attempts: 1,
+                    duration_ms: 5,
+                    finished_at: at(61),
+                },
+            )
+            .await
+            .unwrap();
+        drop(local);
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        assert_eq!(local.orphaned_tick("a").await.unwrap(), None, "it ended");
     }
 
     #[tokio::test]
@@ -495,7 +609,7 @@ mod tests {
         {
             let local = LocalCoordinator::open(dir.path()).unwrap();
             local.publish(&[spec("a")]).await.unwrap();
-            local.claim("a", at(60)).await.unwrap();
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
             let result = RunResult {
                 tick: at(60),
                 node: "n1".into(),
@@ -515,7 +629,7 @@ mod tests {
             "exit code 0"
         );
         assert_eq!(
-            local.claim("a", at(60)).await.unwrap(),
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::AlreadyClaimed { record: at(60) }
         );
     }
@@ -538,7 +652,7 @@ mod tests {
             "{names:?}"
         );
         assert_eq!(
-            local.claim("a", at(60)).await.unwrap(),
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::Claimed
         );
     }
@@ -579,8 +693,8 @@ mod tests {
         {
             let local = LocalCoordinator::open(dir.path()).unwrap();
             local.publish(&[spec("a"), spec("b")]).await.unwrap();
-            local.claim("a", at(60)).await.unwrap();
-            local.claim("b", at(120)).await.unwrap();
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+            local.claim("b", at(120), ClaimIntent::Run).await.unwrap();
             assert!(!fs::read(dir.path().join(JOURNAL)).unwrap().is_empty());
         }
         let local = LocalCoordinator::open(dir.path()).unwrap();
@@ -602,7 +716,12 @@ mod tests {
         for i in 0..50 {
             for _ in 0..2 {
                 let local = local.clone();
-                claims.spawn(async move { local.claim(&format!("t{i}"), at(60)).await.unwrap() });
+                claims.spawn(async move {
+                    local
+                        .claim(&format!("t{i}"), at(60), ClaimIntent::Run)
+                        .await
+                        .unwrap()
+                });
             }
         }
         let outcomes = claims.join_all().await;
@@ -657,7 +776,7 @@ mod tests {
         local.release_all().await;
         assert!(!local.leadership().borrow().may_fire("a"));
         assert_eq!(
-            local.claim("a", at(60)).await.unwrap(),
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::NotLeader
         );
     }

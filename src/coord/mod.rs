@@ -5,13 +5,14 @@
 //! before its process starts. A claim that is not won means the tick does not run. Run records
 //! say which runs are live and how the last one ended.
 //!
-//! Backends: [`local::LocalCoordinator`] (one node owns every task, fire records in `state_dir`).
-//! The ZooKeeper backend implements the same trait. This module defines the contract only; it
-//! does no I/O itself.
+//! Backends: [`local::LocalCoordinator`] (one node owns every task, fire records in `state_dir`)
+//! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper). [`rank`] and
+//! [`lease`] are the pure rules the cluster backend (and the simulation) apply.
 
 pub mod lease;
 pub mod local;
 pub mod rank;
+pub mod zk;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -30,6 +31,10 @@ pub struct Leadership {
     pub paused: bool,
     /// The tasks this node leads.
     pub tasks: Arc<BTreeSet<String>>,
+    /// Counts the times this node lost its session (expired, or disconnected for longer than
+    /// the session timeout): from then on other nodes may run its tasks. Tasks with
+    /// `kill_on_session_loss` stop their runs when it grows.
+    pub session_losses: u64,
 }
 
 impl Leadership {
@@ -37,6 +42,16 @@ impl Leadership {
     pub fn may_fire(&self, task: &str) -> bool {
         !self.paused && self.tasks.contains(task)
     }
+}
+
+/// What the claimer will do with a tick it wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimIntent {
+    /// Start a run: the backend records the run as live (atomically with the claim) until
+    /// [`Coordinator::run_ended`].
+    Run,
+    /// Consume the tick without running it (`overlap = "skip"` while a run is live).
+    Skip,
 }
 
 /// The answer to a claim.
@@ -78,6 +93,10 @@ pub enum CoordError {
     /// Another process already uses this backend's state (two daemons on one state dir).
     #[error("{0}")]
     Busy(String),
+    /// A ZooKeeper call failed or ran past its deadline. For a write, the outcome was resolved
+    /// by re-reading where possible; the caller treats it as not done.
+    #[error("{context}: {message}")]
+    ZooKeeper { context: String, message: String },
 }
 
 /// What the scheduler asks of the cluster. Implementations are cheap to share (`Arc`).
@@ -95,8 +114,25 @@ pub trait Coordinator: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<DateTime<Utc>>, CoordError>> + Send;
 
     /// Claims `tick` of `task`: succeeds only while this node leads the task and the task's fire
-    /// record is older than `tick`, and then moves the record to `tick`, atomically.
+    /// record is older than `tick`, and then moves the record to `tick`, atomically (with
+    /// [`ClaimIntent::Run`], in the same step records the run as live).
     fn claim(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+
+    /// The tick of `task` that was claimed to run by a node that is gone, with no result and no
+    /// live run: the node died mid-run. `on_node_loss = "rerun"` runs it again.
+    fn orphaned_tick(
+        &self,
+        task: &str,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, CoordError>> + Send;
+
+    /// Claims the orphaned `tick` again for this node (see [`Coordinator::orphaned_tick`]), with
+    /// the same fencing as [`Coordinator::claim`]; the run is recorded as live.
+    fn reclaim(
         &self,
         task: &str,
         tick: DateTime<Utc>,
@@ -105,14 +141,7 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Live runs of `task` on other nodes, for `overlap = "skip"` across the cluster.
     fn runs_elsewhere(&self, task: &str) -> impl Future<Output = Result<usize, CoordError>> + Send;
 
-    /// Records that a run of a claimed tick started on this node.
-    fn run_started(
-        &self,
-        task: &str,
-        tick: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(), CoordError>> + Send;
-
-    /// Records how a run ended.
+    /// Records how a run ended; the run is no longer live.
     fn run_ended(
         &self,
         task: &str,
@@ -127,4 +156,10 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// Gives up all leadership at once (graceful stop): others may take over immediately.
     fn release_all(&self) -> impl Future<Output = ()> + Send;
+
+    /// Ends the node's presence (after its runs ended): live-run records go at once instead of
+    /// when the session times out.
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }

@@ -1,0 +1,1838 @@
+//! The ZooKeeper backend: membership, per-task leases and fenced tick claims.
+//!
+//! # Layout
+//! Everything lives under `<chroot>/zkcron/<cluster>` (created if absent, chroot included):
+//!
+//! | path | kind | what |
+//! |---|---|---|
+//! | `members/<node-id>` | ephemeral | [`MemberRecord`]: release, seed, host, pid, labels, task set digest |
+//! | `tasksets/<digest>-<i>` | persistent, immutable | chunk `i` of a task set ([`TaskSetRecord`]), content-addressed |
+//! | `leases/<task>` | ephemeral | the task's lease: [`LeaseRecord`] (holder and session) |
+//! | `tasks/<task>` | persistent | the fire record [`FireRecord`]: newest claimed tick |
+//! | `tasks/<task>/run-<unix>` | ephemeral | a live run of that tick ([`RunRecord`]) |
+//! | `tasks/<task>/result` | persistent | the last [`RunResult`] |
+//! | `clock` | persistent | written now and then to measure clock skew |
+//!
+//! Znodes grow as O(tasks + nodes): a task has at most a record, a result, a lease and its live
+//! runs; a node has its member znode. Nodes with the same `jobs.d` share one task set, so 20
+//! nodes × 10,000 tasks store the task list once, and a member change costs one small read (the
+//! set is read only when its digest is new).
+//!
+//! # Leases
+//! A background manager keeps a view of members and leases (persistent recursive watches,
+//! re-listed after every reconnect because watches can miss events across one) and applies
+//! [`super::lease::decide`]: take vacant leases it is designated for (or that stayed vacant too
+//! long), release leases it should not hold. It publishes the held set as [`Leadership`].
+//!
+//! # Fencing
+//! A claim is one multi-op: `check(leases/<task>, version)` + `set_data(tasks/<task>, tick,
+//! record version)` (+ `create(run-<unix>)` when the tick will run). The lease is ephemeral: it
+//! exists while the holder's session lives and nobody else can create it meanwhile, and a
+//! request from an expired session is refused by the server. So a claim succeeds only while this
+//! node's session holds the lease and the record has not moved since it was read: no tick is
+//! claimed twice, whatever the clocks, pauses or partitions. A claim whose reply is lost is
+//! resolved by `sync` and re-reading the record, never by assuming success.
+//!
+//! # Sessions
+//! Disconnected: leadership is paused (nothing fires), leases stay with the session.
+//! Reconnected: members and leases are re-listed, firing resumes. Disconnected for longer than
+//! the session timeout, or expired: counted as a session loss (tasks with
+//! `kill_on_session_loss` stop their runs). Expired: all leases and run records are forgotten, a
+//! new client is built, the node registers again and rejoins.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use zookeeper_client::{
+    Acls, AddWatchMode, Client, CreateMode, CreateOptions, EventType, MultiWriteError,
+    MultiWriteResult, SessionState, Stat, WatchedEvent,
+};
+
+use super::lease::{self, LeaseAction, LeaseView, Member, TaskEntry, TaskSet};
+use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
+use crate::daemon::wall_clock;
+use crate::task::TaskSpec;
+
+/// The version of every JSON record this backend writes; readers ignore unknown fields.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A task set is split into znodes of at most this many bytes (ZooKeeper's limit is 1 MiB).
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// The longest any single ZooKeeper call may take before it counts as failed.
+const CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Clock skew above this is logged as a warning.
+const SKEW_WARNING: Duration = Duration::from_secs(1);
+
+/// How often the clock offset is measured when no claim measured it.
+const CLOCK_PROBE: Duration = Duration::from_secs(30);
+
+/// How many operations go into one multi when releasing everything.
+const RELEASE_BATCH: usize = 500;
+
+/// How to reach the cluster, and who this node is.
+#[derive(Debug, Clone)]
+pub struct ZkSettings {
+    /// `host:port[,host:port...][/chroot]`.
+    pub connect: String,
+    pub cluster: String,
+    pub session_timeout: Duration,
+    /// A node whose clock is further off ZooKeeper's than this leads nothing.
+    pub max_clock_skew: Option<Duration>,
+    pub node_id: String,
+    pub release: Version,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `members/<node-id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub format: u32,
+    pub id: String,
+    pub release: String,
+    /// The random 64-bit rendezvous seed, in hex (JSON numbers lose precision past 2^53).
+    pub seed: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_at: DateTime<Utc>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub taskset: TaskSetRef,
+}
+
+/// Where a member's task set is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSetRef {
+    pub digest: String,
+    pub chunks: usize,
+    pub count: usize,
+}
+
+/// The tasks a node defines: the concatenated chunks `tasksets/<digest>-<i>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSetRecord {
+    pub format: u32,
+    pub tasks: BTreeMap<String, TaskSetEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSetEntry {
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_req: Option<String>,
+}
+
+/// `leases/<task>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub format: u32,
+    pub node: String,
+    pub session: String,
+    pub since: DateTime<Utc>,
+}
+
+/// `tasks/<task>`: the newest claimed tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FireRecord {
+    pub format: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub node: String,
+    #[serde(default)]
+    pub session: String,
+    /// The claim was made to run the tick (not to skip it for overlap).
+    #[serde(default)]
+    pub run: bool,
+    /// How often the tick was claimed again after its node was lost (`on_node_loss = "rerun"`).
+    #[serde(default)]
+    pub reruns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<DateTime<Utc>>,
+}
+
+impl FireRecord {
+    fn empty() -> FireRecord {
+        FireRecord {
+            format: FORMAT_VERSION,
+            tick: None,
+            node: String::new(),
+            session: String::new(),
+            run: false,
+            reruns: 0,
+            claimed_at: None,
+        }
+    }
+}
+
+/// `tasks/<task>/run-<unix>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub format: u32,
+    pub node: String,
+    pub session: String,
+    pub tick: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// `tasks/<task>/result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ResultRecord {
+    format: u32,
+    #[serde(flatten)]
+    result: RunResult,
+}
+
+/// The paths of one cluster.
+#[derive(Debug, Clone)]
+struct Paths {
+    base: String,
+}
+
+impl Paths {
+    fn members(&self) -> String {
+        format!("{}/members", self.base)
+    }
+    fn member(&self, id: &str) -> String {
+        format!("{}/members/{id}", self.base)
+    }
+    fn leases(&self) -> String {
+        format!("{}/leases", self.base)
+    }
+    fn lease(&self, task: &str) -> String {
+        format!("{}/leases/{task}", self.base)
+    }
+    fn tasks(&self) -> String {
+        format!("{}/tasks", self.base)
+    }
+    fn record(&self, task: &str) -> String {
+        format!("{}/tasks/{task}", self.base)
+    }
+    fn result(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/result", self.base)
+    }
+    fn run(&self, task: &str, tick: DateTime<Utc>) -> String {
+        format!("{}/tasks/{task}/run-{}", self.base, tick.timestamp())
+    }
+    fn tasksets(&self) -> String {
+        format!("{}/tasksets", self.base)
+    }
+    fn chunk(&self, digest: &str, index: usize) -> String {
+        format!("{}/tasksets/{digest}-{index}", self.base)
+    }
+    fn clock(&self) -> String {
+        format!("{}/clock", self.base)
+    }
+}
+
+/// Splits `hosts[/chroot]` into the hosts and the chroot ("" for none).
+pub fn split_connect(connect: &str) -> Result<(String, String), String> {
+    let (hosts, chroot) = match connect.find('/') {
+        Some(at) => (&connect[..at], connect[at..].trim_end_matches('/')),
+        None => (connect, ""),
+    };
+    if hosts.is_empty() {
+        return Err(format!(
+            "`{connect}` names no ZooKeeper server; expected HOST:PORT[,HOST:PORT...][/chroot]"
+        ));
+    }
+    for host in hosts.split(',') {
+        let Some((name, port)) = host.rsplit_once(':') else {
+            return Err(format!(
+                "`{host}` in `{connect}` has no port; expected HOST:PORT, e.g. `127.0.0.1:2181`"
+            ));
+        };
+        if name.is_empty() || port.parse::<u16>().is_err() {
+            return Err(format!(
+                "`{host}` in `{connect}` is not HOST:PORT with a port from 1 to 65535"
+            ));
+        }
+    }
+    if chroot.contains("//") {
+        return Err(format!(
+            "the chroot `{chroot}` in `{connect}` has an empty path element"
+        ));
+    }
+    Ok((hosts.to_string(), chroot.to_string()))
+}
+
+/// The digest of one task's definition (its parsed form, file path excluded), for telling
+/// nodes that load different definitions of one task apart.
+fn task_digest(spec: &TaskSpec) -> String {
+    let mut spec = spec.clone();
+    spec.path = Default::default();
+    format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(format!("{spec:?}").as_bytes())
+    )
+}
+
+/// Encodes this node's task set: its digest and chunks.
+fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
+    let record = TaskSetRecord {
+        format: FORMAT_VERSION,
+        tasks: tasks
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    TaskSetEntry {
+                        digest: task_digest(t),
+                        version_req: t.version_req.as_ref().map(|r| r.to_string()),
+                    },
+                )
+            })
+            .collect(),
+    };
+    let bytes = serde_json::to_vec(&record).expect("task sets serialize");
+    let digest = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
+    let chunks: Vec<Vec<u8>> = bytes.chunks(CHUNK_BYTES).map(<[u8]>::to_vec).collect();
+    let set = decode_taskset(&record);
+    (
+        TaskSetRef {
+            digest,
+            chunks: chunks.len().max(1),
+            count: record.tasks.len(),
+        },
+        chunks,
+        set,
+    )
+}
+
+fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
+    Arc::new(
+        record
+            .tasks
+            .iter()
+            .map(|(name, entry)| {
+                (
+                    name.clone(),
+                    TaskEntry {
+                        digest: entry.digest.clone(),
+                        // A requirement this release cannot parse matches nothing, so an old
+                        // node never leads a task written for a newer one.
+                        version_req: entry.version_req.as_ref().map(|r| {
+                            semver::VersionReq::parse(r).unwrap_or_else(|_| {
+                                semver::VersionReq::parse("<0.0.0-0").expect("valid")
+                            })
+                        }),
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+/// A ZooKeeper failure, with what was being done.
+fn zk_error(context: impl Into<String>, error: impl std::fmt::Display) -> CoordError {
+    CoordError::ZooKeeper {
+        context: context.into(),
+        message: error.to_string(),
+    }
+}
+
+/// Runs one ZooKeeper call with [`CALL_DEADLINE`].
+async fn deadline<T, E: std::fmt::Display>(
+    what: &str,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, CoordError> {
+    match tokio::time::timeout(CALL_DEADLINE, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(zk_error(what, error)),
+        Err(_) => Err(zk_error(
+            what,
+            format!(
+                "no answer within {}",
+                humantime::format_duration(CALL_DEADLINE)
+            ),
+        )),
+    }
+}
+
+fn persistent() -> CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+fn ephemeral() -> CreateOptions<'static> {
+    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
+}
+
+fn session_hex(client: &Client) -> String {
+    format!("{:x}", client.session_id().0)
+}
+
+/// One live session: the client and its identity.
+struct Session {
+    client: Client,
+    id: String,
+}
+
+/// What the lease manager knows; guarded by one mutex, held briefly.
+#[derive(Default)]
+struct View {
+    /// This node's task set, as published.
+    my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
+    /// Registered members by id (this node included once registered).
+    members: HashMap<String, Member>,
+    /// Task sets read so far, by digest.
+    tasksets: HashMap<String, Arc<TaskSet>>,
+    /// Leases that exist (held by anyone).
+    present: HashSet<String>,
+    /// Leases this node holds in the current session, with the version to check in claims.
+    held: HashMap<String, i32>,
+    /// When each vacant lease was first seen vacant (offset from `epoch`).
+    vacant_since: HashMap<String, Duration>,
+}
+
+/// The latest clock-offset measurement.
+#[derive(Debug, Default, Clone, Copy)]
+struct Skew {
+    /// Local wall clock minus ZooKeeper's, in milliseconds.
+    offset_ms: Option<i64>,
+    warned: bool,
+}
+
+struct Inner {
+    settings: ZkSettings,
+    hosts: String,
+    chroot: String,
+    paths: Paths,
+    seed: u64,
+    started_at: DateTime<Utc>,
+    epoch: Instant,
+    session: Mutex<Option<Arc<Session>>>,
+    view: Mutex<View>,
+    leadership: watch::Sender<Leadership>,
+    /// Wakes the manager: the task set changed, a lease was lost, stop was asked.
+    wake: Notify,
+    stopping: AtomicBool,
+    /// Serialises claims and the release of a task's lease.
+    task_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The fire records as last read or written, with their znode version.
+    records: Mutex<HashMap<String, (FireRecord, i32)>>,
+    /// Run znodes this node created and has not removed.
+    own_runs: Mutex<HashSet<String>>,
+    skew: Mutex<Skew>,
+}
+
+/// The ZooKeeper coordinator. Create it with [`ZkCoordinator::start`]; it connects and
+/// reconnects in the background.
+pub struct ZkCoordinator {
+    inner: Arc<Inner>,
+}
+
+impl ZkCoordinator {
+    /// Validates the settings and starts the background manager; connecting happens there, so
+    /// an unreachable ZooKeeper delays firing (logged), not the start.
+    pub fn start(settings: ZkSettings) -> Result<ZkCoordinator, String> {
+        let (hosts, chroot) = split_connect(&settings.connect)?;
+        validate_name("cluster", &settings.cluster)?;
+        validate_name("node id", &settings.node_id)?;
+        let base = format!("{chroot}/zkcron/{}", settings.cluster);
+        let (leadership, _) = watch::channel(Leadership {
+            paused: true,
+            ..Leadership::default()
+        });
+        let inner = Arc::new(Inner {
+            hosts,
+            chroot,
+            paths: Paths { base },
+            seed: rand::random(),
+            started_at: wall_clock(),
+            epoch: Instant::now(),
+            session: Mutex::new(None),
+            view: Mutex::new(View::default()),
+            leadership,
+            wake: Notify::new(),
+            stopping: AtomicBool::new(false),
+            task_locks: Mutex::new(HashMap::new()),
+            records: Mutex::new(HashMap::new()),
+            own_runs: Mutex::new(HashSet::new()),
+            skew: Mutex::new(Skew::default()),
+            settings,
+        });
+        tokio::spawn(manage(inner.clone()));
+        Ok(ZkCoordinator { inner })
+    }
+
+    /// This node's rendezvous seed.
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// The number of tasks whose lease this node holds.
+    pub fn held(&self) -> usize {
+        self.inner.view().held.len()
+    }
+}
+
+fn validate_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} `{name}` cannot be part of a ZooKeeper path; use letters, digits and . _ - : @"
+        ))
+    }
+}
+
+impl Inner {
+    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().expect("view lock poisoned")
+    }
+
+    fn current(&self) -> Option<Arc<Session>> {
+        self.session.lock().expect("session lock poisoned").clone()
+    }
+
+    fn now(&self) -> Duration {
+        Instant::now() - self.epoch
+    }
+
+    fn task_lock(&self, task: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.task_locks
+            .lock()
+            .expect("task locks poisoned")
+            .entry(task.to_string())
+            .or_default()
+            .clone()
+    }
+
+    fn may_lead(&self) -> bool {
+        if self.stopping.load(Ordering::SeqCst) {
+            return false;
+        }
+        let skew = *self.skew.lock().expect("skew lock poisoned");
+        match (self.settings.max_clock_skew, skew.offset_ms) {
+            (Some(max), Some(offset)) => offset.unsigned_abs() <= max.as_millis() as u64,
+            // Not measured yet: registration measures it before any lease is taken.
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
+    }
+
+    /// Records a clock-offset measurement from a write's server mtime, sent and answered at
+    /// the given local times.
+    fn measure_skew(&self, sent: DateTime<Utc>, answered: DateTime<Utc>, stat: &Stat) {
+        if stat.mtime <= 0 {
+            return;
+        }
+        let midpoint = sent + (answered - sent) / 2;
+        let offset = midpoint.timestamp_millis() - stat.mtime;
+        let mut skew = self.skew.lock().expect("skew lock poisoned");
+        let before_ok = self.skew_ok_for(skew.offset_ms);
+        skew.offset_ms = Some(offset);
+        let over = offset.unsigned_abs() > SKEW_WARNING.as_millis() as u64;
+        if over && !skew.warned {
+            tracing::warn!(
+                offset_ms = offset,
+                "this node's clock differs from ZooKeeper's by more than 1s; check NTP"
+            );
+        }
+        skew.warned = over;
+        let after_ok = self.skew_ok_for(Some(offset));
+        drop(skew);
+        if before_ok != after_ok {
+            if let Some(max) = self.settings.max_clock_skew {
+                if after_ok {
+                    tracing::info!(
+                        offset_ms = offset,
+                        "clock skew back within max_clock_skew; leading again"
+                    );
+                } else {
+                    tracing::error!(
+                        offset_ms = offset,
+                        max_clock_skew = %humantime::format_duration(max),
+                        "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew"
+                    );
+                }
+            }
+            self.wake.notify_one();
+        }
+    }
+
+    fn skew_ok_for(&self, offset: Option<i64>) -> bool {
+        match (self.settings.max_clock_skew, offset) {
+            (Some(max), Some(offset)) => offset.unsigned_abs() <= max.as_millis() as u64,
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
+    }
+
+    /// Publishes the held leases as leadership (paused while not connected).
+    fn publish_leadership(&self, connected: bool) {
+        let tasks: BTreeSet<String> = self.view().held.keys().cloned().collect();
+        let paused = !connected;
+        let changed = self.leadership.send_if_modified(|l| {
+            let same = l.paused == paused && *l.tasks == tasks;
+            if !same {
+                l.paused = paused;
+                l.tasks = Arc::new(tasks.clone());
+            }
+            !same
+        });
+        if changed {
+            tracing::info!(leading = tasks.len(), paused, "leases changed");
+        }
+    }
+
+    fn count_session_loss(&self) {
+        self.leadership.send_modify(|l| l.session_losses += 1);
+    }
+
+    async fn read_record(
+        &self,
+        session: &Session,
+        task: &str,
+    ) -> Result<(FireRecord, i32), CoordError> {
+        let path = self.paths.record(task);
+        let read = deadline("reading the fire record", session.client.get_data(&path)).await;
+        let (data, stat) = match read {
+            Ok(found) => found,
+            Err(CoordError::ZooKeeper { message, .. })
+                if message == zookeeper_client::Error::NoNode.to_string() =>
+            {
+                // First use of the task in this cluster: create its record and result nodes.
+                let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
+                let client = &session.client;
+                match deadline(
+                    "creating the fire record",
+                    client.create(&path, &empty, &persistent()),
+                )
+                .await
+                {
+                    Ok(_) => {}
+                    Err(CoordError::ZooKeeper { message, .. })
+                        if message == zookeeper_client::Error::NodeExists.to_string() => {}
+                    Err(error) => return Err(error),
+                }
+                deadline("reading the fire record", client.get_data(&path)).await?
+            }
+            Err(error) => return Err(error),
+        };
+        let record = if data.is_empty() {
+            FireRecord::empty()
+        } else {
+            serde_json::from_slice(&data)
+                .map_err(|e| zk_error(format!("the fire record {path} is not valid"), e))?
+        };
+        self.records
+            .lock()
+            .expect("records lock poisoned")
+            .insert(task.to_string(), (record.clone(), stat.version));
+        Ok((record, stat.version))
+    }
+
+    fn cached_record(&self, task: &str) -> Option<(FireRecord, i32)> {
+        self.records
+            .lock()
+            .expect("records lock poisoned")
+            .get(task)
+            .cloned()
+    }
+
+    /// The lease version to check, if this node holds the lease in `session`.
+    fn held_version(&self, session: &Session, task: &str) -> Option<i32> {
+        let current = self.current()?;
+        if current.id != session.id || self.leadership.borrow().paused {
+            return None;
+        }
+        self.view().held.get(task).copied()
+    }
+
+    /// Claims `tick` (or re-claims it for a rerun) with one fenced multi-op.
+    async fn fenced_claim(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+        rerun: bool,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let lock = self.task_lock(task);
+        let _guard = lock.lock().await;
+        let Some(session) = self.current() else {
+            return Ok(ClaimOutcome::NotLeader);
+        };
+        let Some(lease_version) = self.held_version(&session, task) else {
+            return Ok(ClaimOutcome::NotLeader);
+        };
+        let (mut record, mut version) = match self.cached_record(task) {
+            Some(cached) => cached,
+            None => self.read_record(&session, task).await?,
+        };
+        for attempt in 0..2 {
+            if rerun {
+                if record.tick != Some(tick) {
+                    return Ok(ClaimOutcome::AlreadyClaimed {
+                        record: record.tick.unwrap_or(tick),
+                    });
+                }
+            } else if let Some(previous) = record.tick
+                && previous >= tick
+            {
+                return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
+            }
+            let claimed_at = wall_clock();
+            let new = FireRecord {
+                format: FORMAT_VERSION,
+                tick: Some(tick),
+                node: self.settings.node_id.clone(),
+                session: session.id.clone(),
+                run: intent == ClaimIntent::Run,
+                reruns: if rerun { record.reruns + 1 } else { 0 },
+                claimed_at: Some(claimed_at),
+            };
+            let data = serde_json::to_vec(&new).expect("serializes");
+            let run_path = self.paths.run(task, tick);
+            let run_data = serde_json::to_vec(&RunRecord {
+                format: FORMAT_VERSION,
+                node: self.settings.node_id.clone(),
+                session: session.id.clone(),
+                tick,
+                started_at: claimed_at,
+            })
+            .expect("serializes");
+            let mut multi = session.client.new_multi_writer();
+            let mut build = || -> Result<(), zookeeper_client::Error> {
+                multi.add_check_version(&self.paths.lease(task), lease_version)?;
+                multi.add_set_data(&self.paths.record(task), &data, Some(version))?;
+                if intent == ClaimIntent::Run {
+                    multi.add_create(&run_path, &run_data, &ephemeral())?;
+                }
+                Ok(())
+            };
+            build().map_err(|e| zk_error("building the claim", e))?;
+            let sent = wall_clock();
+            let outcome = tokio::time::timeout(CALL_DEADLINE, multi.commit()).await;
+            let answered = wall_clock();
+            match outcome {
+                Ok(Ok(results)) => {
+                    if let Some(MultiWriteResult::SetData { stat }) = results.get(1) {
+                        self.measure_skew(sent, answered, stat);
+                        self.records
+                            .lock()
+                            .expect("records lock poisoned")
+                            .insert(task.to_string(), (new, stat.version));
+                    }
+                    if intent == ClaimIntent::Run {
+                        self.own_runs
+                            .lock()
+                            .expect("own runs poisoned")
+                            .insert(run_path);
+                    }
+                    return Ok(ClaimOutcome::Claimed);
+                }
+                Ok(Err(MultiWriteError::OperationFailed { index: 0, source })) => {
+                    tracing::warn!(task, %source, "claim refused: this node's lease is gone");
+                    self.lease_lost(task);
+                    return Ok(ClaimOutcome::NotLeader);
+                }
+                Ok(Err(MultiWriteError::OperationFailed { index, source })) => {
+                    tracing::debug!(task, index, %source, attempt, "claim conflicted; re-reading the record");
+                    if rerun && index == 2 {
+                        // Someone else's run znode for this tick exists: it was reclaimed.
+                        return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
+                    }
+                    (record, version) = self.read_record(&session, task).await?;
+                }
+                Ok(Err(MultiWriteError::RequestFailed { source })) => {
+                    return self
+                        .resolve_unknown(
+                            &session,
+                            task,
+                            tick,
+                            &new,
+                            &run_path,
+                            intent,
+                            &source.to_string(),
+                        )
+                        .await;
+                }
+                Err(_) => {
+                    return self
+                        .resolve_unknown(
+                            &session,
+                            task,
+                            tick,
+                            &new,
+                            &run_path,
+                            intent,
+                            "no answer in time",
+                        )
+                        .await;
+                }
+            }
+        }
+        Ok(ClaimOutcome::AlreadyClaimed {
+            record: record.tick.unwrap_or(tick),
+        })
+    }
+
+    /// A claim whose answer was lost: sync and re-read the record; claimed only if it names this
+    /// tick, node and session.
+    #[allow(clippy::too_many_arguments)]
+    async fn resolve_unknown(
+        &self,
+        session: &Session,
+        task: &str,
+        tick: DateTime<Utc>,
+        new: &FireRecord,
+        run_path: &str,
+        intent: ClaimIntent,
+        why: &str,
+    ) -> Result<ClaimOutcome, CoordError> {
+        tracing::warn!(task, %tick, why, "claim outcome unknown; re-reading the fire record");
+        self.records
+            .lock()
+            .expect("records lock poisoned")
+            .remove(task);
+        let record_path = self.paths.record(task);
+        let mut delay = Duration::from_millis(100);
+        let reread = loop {
+            let attempt = async {
+                deadline("sync", session.client.sync(&record_path)).await?;
+                self.read_record(session, task).await
+            };
+            match attempt.await {
+                Ok(found) => break found,
+                Err(error) => {
+                    if self.current().is_none_or(|s| s.id != session.id) {
+                        // The session ended: if the claim was applied its run znode is gone
+                        // too, and the tick counts as claimed but not run (at most once).
+                        return Err(zk_error("resolving a claim", "the session ended"));
+                    }
+                    if delay > self.settings.session_timeout {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        };
+        let (record, _) = reread;
+        let ours = record.tick == Some(tick)
+            && record.session == new.session
+            && record.node == new.node
+            && record.reruns == new.reruns;
+        if ours {
+            tracing::info!(task, %tick, "the claim had been applied");
+            if intent == ClaimIntent::Run {
+                self.own_runs
+                    .lock()
+                    .expect("own runs poisoned")
+                    .insert(run_path.to_string());
+            }
+            Ok(ClaimOutcome::Claimed)
+        } else {
+            match record.tick {
+                Some(current) if current >= tick => {
+                    Ok(ClaimOutcome::AlreadyClaimed { record: current })
+                }
+                _ => Err(zk_error(format!("claiming {task} at {tick}"), why)),
+            }
+        }
+    }
+
+    /// The lease turned out to be gone: forget it and let the manager decide again.
+    fn lease_lost(&self, task: &str) {
+        if self.view().held.remove(task).is_some() {
+            self.publish_leadership(!self.leadership.borrow().paused);
+            self.wake.notify_one();
+        }
+    }
+}
+
+impl Coordinator for ZkCoordinator {
+    async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
+        let encoded = encode_taskset(tasks);
+        {
+            let mut view = self.inner.view();
+            let unchanged = view
+                .my_set
+                .as_ref()
+                .is_some_and(|(reference, _, _)| reference.digest == encoded.0.digest);
+            if unchanged {
+                return Ok(());
+            }
+            view.my_set = Some(encoded);
+        }
+        // The manager writes it when connected; publishing never blocks the daemon on ZooKeeper.
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.inner.leadership.subscribe()
+    }
+
+    async fn last_claimed(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        let session = self
+            .inner
+            .current()
+            .ok_or_else(|| zk_error("reading the fire record", "not connected"))?;
+        Ok(self.inner.read_record(&session, task).await?.0.tick)
+    }
+
+    async fn claim(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> Result<ClaimOutcome, CoordError> {
+        self.inner.fenced_claim(task, tick, intent, false).await
+    }
+
+    async fn orphaned_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        let inner = &self.inner;
+        let session = inner
+            .current()
+            .ok_or_else(|| zk_error("checking for a lost run", "not connected"))?;
+        let (record, _) = inner.read_record(&session, task).await?;
+        let Some(tick) = record.tick.filter(|_| record.run) else {
+            return Ok(None);
+        };
+        let run_path = inner.paths.run(task, tick);
+        if inner
+            .own_runs
+            .lock()
+            .expect("own runs poisoned")
+            .contains(&run_path)
+        {
+            return Ok(None);
+        }
+        if let Some(result) = self.last_result(task).await?
+            && result.tick >= tick
+        {
+            return Ok(None);
+        }
+        let live = deadline(
+            "reading the run record",
+            session.client.check_stat(&run_path),
+        )
+        .await?;
+        Ok(live.is_none().then_some(tick))
+    }
+
+    async fn reclaim(&self, task: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+        self.inner
+            .records
+            .lock()
+            .expect("records lock poisoned")
+            .remove(task);
+        self.inner
+            .fenced_claim(task, tick, ClaimIntent::Run, true)
+            .await
+    }
+
+    async fn runs_elsewhere(&self, task: &str) -> Result<usize, CoordError> {
+        let inner = &self.inner;
+        let session = inner
+            .current()
+            .ok_or_else(|| zk_error("listing live runs", "not connected"))?;
+        let children = deadline(
+            "listing live runs",
+            session.client.list_children(&inner.paths.record(task)),
+        )
+        .await?;
+        let own = inner.own_runs.lock().expect("own runs poisoned");
+        let prefix = format!("{}/", inner.paths.record(task));
+        Ok(children
+            .iter()
+            .filter(|c| c.starts_with("run-"))
+            .filter(|c| !own.contains(&format!("{prefix}{c}")))
+            .count())
+    }
+
+    async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
+        let inner = &self.inner;
+        let run_path = inner.paths.run(task, result.tick);
+        let mut delay = Duration::from_millis(100);
+        let mut last_error = None;
+        for _ in 0..5 {
+            let Some(session) = inner.current() else {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                continue;
+            };
+            match write_result(inner, &session, task, result, &run_path).await {
+                Ok(()) => {
+                    inner
+                        .own_runs
+                        .lock()
+                        .expect("own runs poisoned")
+                        .remove(&run_path);
+                    return Ok(());
+                }
+                Err(error) => last_error = Some(error),
+            }
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+        inner
+            .own_runs
+            .lock()
+            .expect("own runs poisoned")
+            .remove(&run_path);
+        Err(last_error.unwrap_or_else(|| zk_error("recording the run result", "not connected")))
+    }
+
+    async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
+        let inner = &self.inner;
+        let session = inner
+            .current()
+            .ok_or_else(|| zk_error("reading the last result", "not connected"))?;
+        match session.client.get_data(&inner.paths.result(task)).await {
+            Ok((data, _)) => Ok(serde_json::from_slice::<ResultRecord>(&data)
+                .ok()
+                .map(|r| r.result)),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(error) => Err(zk_error("reading the last result", error)),
+        }
+    }
+
+    async fn release_all(&self) {
+        let inner = &self.inner;
+        inner.stopping.store(true, Ordering::SeqCst);
+        let held: Vec<String> = inner.view().held.keys().cloned().collect();
+        // Nothing fires from here on.
+        inner
+            .leadership
+            .send_modify(|l| l.tasks = Arc::new(BTreeSet::new()));
+        // Wait for claims in flight, so no claim follows the release.
+        let locks: Vec<_> = held.iter().map(|t| inner.task_lock(t)).collect();
+        let mut guards = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            guards.push(lock.lock().await);
+        }
+        inner.view().held.clear();
+        let Some(session) = inner.current() else {
+            return;
+        };
+        // Leave the membership first, in the same multi as the first leases, so the next-ranked
+        // nodes are designated the moment the leases go.
+        let mut ops: Vec<String> = vec![inner.paths.member(&inner.settings.node_id)];
+        ops.extend(held.iter().map(|t| inner.paths.lease(t)));
+        let started = Instant::now();
+        for batch in ops.chunks(RELEASE_BATCH) {
+            let mut multi = session.client.new_multi_writer();
+            for path in batch {
+                let _ = multi.add_delete(path, None);
+            }
+            if let Err(error) = deadline("releasing leases", multi.commit()).await {
+                // A missing znode fails the whole batch: delete one by one instead.
+                tracing::debug!(%error, "batch release failed; releasing one by one");
+                for path in batch {
+                    let _ = deadline("releasing a lease", session.client.delete(path, None)).await;
+                }
+            }
+        }
+        drop(guards);
+        tracing::info!(
+            released = held.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "left the cluster and released all leases"
+        );
+    }
+
+    async fn close(&self) {
+        let session = self
+            .inner
+            .session
+            .lock()
+            .expect("session lock poisoned")
+            .take();
+        if let Some(session) = session {
+            let mut state = session.client.state_watcher();
+            drop(session);
+            // The last client dropped sends CloseSession; wait briefly so it leaves the process.
+            let _ = tokio::time::timeout(Duration::from_millis(300), async {
+                loop {
+                    if matches!(state.changed().await, SessionState::Closed) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// Deletes the run znode and writes the result (only if it is not older than the stored one).
+async fn write_result(
+    inner: &Inner,
+    session: &Session,
+    task: &str,
+    result: &RunResult,
+    run_path: &str,
+) -> Result<(), CoordError> {
+    let client = &session.client;
+    let result_path = inner.paths.result(task);
+    let data = serde_json::to_vec(&ResultRecord {
+        format: FORMAT_VERSION,
+        result: result.clone(),
+    })
+    .expect("serializes");
+    let existing = match client.get_data(&result_path).await {
+        Ok((bytes, stat)) => Some((
+            serde_json::from_slice::<ResultRecord>(&bytes).ok(),
+            stat.version,
+        )),
+        Err(zookeeper_client::Error::NoNode) => None,
+        Err(error) => return Err(zk_error("reading the last result", error)),
+    };
+    let newer = existing
+        .as_ref()
+        .and_then(|(r, _)| r.as_ref())
+        .is_none_or(|r| r.result.tick <= result.tick);
+    let run_live = client
+        .check_stat(run_path)
+        .await
+        .map_err(|e| zk_error("reading the run record", e))?
+        .is_some()
+        && inner
+            .own_runs
+            .lock()
+            .expect("own runs poisoned")
+            .contains(run_path);
+    let mut multi = client.new_multi_writer();
+    let mut build = || -> Result<(), zookeeper_client::Error> {
+        if run_live {
+            multi.add_delete(run_path, None)?;
+        }
+        if newer {
+            match &existing {
+                Some((_, version)) => multi.add_set_data(&result_path, &data, Some(*version))?,
+                None => multi.add_create(&result_path, &data, &persistent())?,
+            }
+        }
+        Ok(())
+    };
+    build().map_err(|e| zk_error("building the result write", e))?;
+    if !run_live && !newer {
+        return Ok(());
+    }
+    deadline("recording the run result", multi.commit()).await?;
+    Ok(())
+}
+
+/// The background manager: connect, register, watch, decide, and start over on expiry.
+async fn manage(inner: Arc<Inner>) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        if inner.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let client = match connect(&inner).await {
+            Ok(client) => {
+                delay = Duration::from_millis(200);
+                client
+            }
+            Err(error) => {
+                tracing::error!(
+                    zookeeper = %inner.settings.connect,
+                    "paused: cannot connect to ZooKeeper ({error}); firing nothing until connected"
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        let session = Arc::new(Session {
+            id: session_hex(&client),
+            client,
+        });
+        match run_session(&inner, session.clone()).await {
+            SessionEnd::Expired => {
+                tracing::warn!(session = %session.id, "session expired: leases and run records are gone; rejoining with a new session");
+            }
+            SessionEnd::Stopped => return,
+            SessionEnd::Failed(error) => {
+                tracing::error!(session = %session.id, "ZooKeeper session setup failed ({error}); starting over");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+        // Forget everything tied to the old session.
+        *inner.session.lock().expect("session lock poisoned") = None;
+        {
+            let mut view = inner.view();
+            view.held.clear();
+            view.present.clear();
+            view.members.clear();
+        }
+        inner.own_runs.lock().expect("own runs poisoned").clear();
+        inner.records.lock().expect("records lock poisoned").clear();
+        inner.publish_leadership(false);
+    }
+}
+
+enum SessionEnd {
+    Expired,
+    Stopped,
+    Failed(CoordError),
+}
+
+async fn connect(inner: &Inner) -> Result<Client, CoordError> {
+    let connector = Client::connector().with_session_timeout(inner.settings.session_timeout);
+    let client = tokio::time::timeout(
+        inner.settings.session_timeout + CALL_DEADLINE,
+        connector.connect(&inner.hosts),
+    )
+    .await
+    .map_err(|_| zk_error("connecting", "no session established in time"))?
+    .map_err(|e| zk_error(format!("connecting to {}", inner.hosts), e))?;
+    // The chroot and the cluster root are created if absent.
+    for dir in [
+        inner.paths.members(),
+        inner.paths.leases(),
+        inner.paths.tasks(),
+        inner.paths.tasksets(),
+    ] {
+        deadline(
+            format!("creating {dir}").as_str(),
+            client.mkdir(&dir, &persistent()),
+        )
+        .await?;
+    }
+    if !inner.chroot.is_empty() {
+        tracing::debug!(chroot = %inner.chroot, "using chroot");
+    }
+    Ok(client)
+}
+
+/// Writes this node's task set (if new) and its member znode.
+async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
+    let client = &session.client;
+    let Some((reference, chunks, set)) = inner.view().my_set.clone() else {
+        return Err(zk_error("registering", "no task set published yet"));
+    };
+    for (index, chunk) in chunks.iter().enumerate() {
+        let path = inner.paths.chunk(&reference.digest, index);
+        match deadline(
+            "writing the task set",
+            client.create(&path, chunk, &persistent()),
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(CoordError::ZooKeeper { message, .. })
+                if message == zookeeper_client::Error::NodeExists.to_string() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    inner.view().tasksets.insert(reference.digest.clone(), set);
+    let record = MemberRecord {
+        format: FORMAT_VERSION,
+        id: inner.settings.node_id.clone(),
+        release: inner.settings.release.to_string(),
+        seed: format!("{:016x}", inner.seed),
+        host: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        pid: std::process::id(),
+        started_at: inner.started_at,
+        labels: inner.settings.labels.clone(),
+        taskset: reference,
+    };
+    let data = serde_json::to_vec(&record).expect("serializes");
+    let path = inner.paths.member(&inner.settings.node_id);
+    let mut waited = false;
+    loop {
+        let sent = wall_clock();
+        match client.create(&path, &data, &ephemeral()).await {
+            Ok((stat, _)) => {
+                inner.measure_skew(sent, wall_clock(), &stat);
+                break;
+            }
+            Err(zookeeper_client::Error::NodeExists) => {
+                let (_, stat) = match client.get_data(&path).await {
+                    Ok(found) => found,
+                    Err(zookeeper_client::Error::NoNode) => continue,
+                    Err(error) => return Err(zk_error("reading the member znode", error)),
+                };
+                if stat.ephemeral_owner == client.session_id().0 {
+                    // Ours (a re-registration after a publish): update it.
+                    let sent = wall_clock();
+                    let stat = deadline(
+                        "updating the member znode",
+                        client.set_data(&path, &data, None),
+                    )
+                    .await?;
+                    inner.measure_skew(sent, wall_clock(), &stat);
+                    break;
+                }
+                if !waited {
+                    tracing::warn!(
+                        node = %inner.settings.node_id,
+                        "another session is registered as this node (an earlier run that has not expired yet, or another host with the same node id); waiting for it to go"
+                    );
+                    waited = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => return Err(zk_error("registering the member znode", error)),
+        }
+        if inner.stopping.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+    }
+    tracing::info!(
+        node = %inner.settings.node_id,
+        release = %inner.settings.release,
+        session = %session.id,
+        tasks = record.taskset.count,
+        "registered in ZooKeeper"
+    );
+    Ok(())
+}
+
+/// Reads one member znode (and its task set if new); `None` if it is gone or unreadable.
+async fn read_member(
+    inner: &Inner,
+    client: &Client,
+    id: &str,
+) -> Result<Option<Member>, CoordError> {
+    let path = inner.paths.member(id);
+    let data = match client.get_data(&path).await {
+        Ok((data, _)) => data,
+        Err(zookeeper_client::Error::NoNode) => return Ok(None),
+        Err(error) => return Err(zk_error("reading a member", error)),
+    };
+    let record: MemberRecord = match serde_json::from_slice(&data) {
+        Ok(record) => record,
+        Err(error) => {
+            tracing::warn!(member = id, "ignoring an unreadable member znode ({error})");
+            return Ok(None);
+        }
+    };
+    let Ok(release) = Version::parse(&record.release) else {
+        tracing::warn!(member = id, release = %record.release, "ignoring a member with an invalid release");
+        return Ok(None);
+    };
+    let Ok(seed) = u64::from_str_radix(&record.seed, 16) else {
+        tracing::warn!(member = id, "ignoring a member with an invalid seed");
+        return Ok(None);
+    };
+    let known = inner.view().tasksets.get(&record.taskset.digest).cloned();
+    let tasks = match known {
+        Some(set) => set,
+        None => {
+            let mut bytes = Vec::new();
+            for index in 0..record.taskset.chunks {
+                match client
+                    .get_data(&inner.paths.chunk(&record.taskset.digest, index))
+                    .await
+                {
+                    Ok((chunk, _)) => bytes.extend_from_slice(&chunk),
+                    Err(zookeeper_client::Error::NoNode) => {
+                        tracing::warn!(
+                            member = id,
+                            "the member's task set is missing; treating it as defining no tasks"
+                        );
+                        return Ok(None);
+                    }
+                    Err(error) => return Err(zk_error("reading a task set", error)),
+                }
+            }
+            let set = match serde_json::from_slice::<TaskSetRecord>(&bytes) {
+                Ok(record) => decode_taskset(&record),
+                Err(error) => {
+                    tracing::warn!(
+                        member = id,
+                        "ignoring a member whose task set is unreadable ({error})"
+                    );
+                    return Ok(None);
+                }
+            };
+            inner
+                .view()
+                .tasksets
+                .insert(record.taskset.digest.clone(), set.clone());
+            set
+        }
+    };
+    Ok(Some(Member {
+        id: record.id,
+        release,
+        seed,
+        tasks,
+    }))
+}
+
+/// Re-lists members and leases from scratch (at start and after every reconnect).
+async fn relist(inner: &Inner, session: &Session) -> Result<(), CoordError> {
+    let client = &session.client;
+    let ids = deadline(
+        "listing members",
+        client.list_children(&inner.paths.members()),
+    )
+    .await?;
+    let mut members = HashMap::new();
+    for id in ids {
+        if let Some(member) = read_member(inner, client, &id).await? {
+            members.insert(id, member);
+        }
+    }
+    let leases: HashSet<String> = deadline(
+        "listing leases",
+        client.list_children(&inner.paths.leases()),
+    )
+    .await?
+    .into_iter()
+    .collect();
+    let now = inner.now();
+    let mut view = inner.view();
+    view.members = members;
+    // A lease this node believes it holds but that is gone was lost.
+    let lost: Vec<String> = view
+        .held
+        .keys()
+        .filter(|t| !leases.contains(*t))
+        .cloned()
+        .collect();
+    for task in lost {
+        tracing::warn!(task = %task, "lease found gone after reconnecting");
+        view.held.remove(&task);
+    }
+    view.vacant_since.retain(|t, _| !leases.contains(t));
+    let vacant: Vec<String> = view
+        .my_set
+        .as_ref()
+        .map(|(_, _, set)| {
+            set.keys()
+                .filter(|t| !leases.contains(*t))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    for task in vacant {
+        view.vacant_since.entry(task).or_insert(now);
+    }
+    view.present = leases;
+    Ok(())
+}
+
+/// Applies lease decisions until the session ends.
+async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
+    let client = session.client.clone();
+    let mut state = client.state_watcher();
+    // Published before anything reads through it (`last_claimed`, claims).
+    *inner.session.lock().expect("session lock poisoned") = Some(session.clone());
+    let setup = async {
+        let members = deadline(
+            "watching members",
+            client.watch(&inner.paths.members(), AddWatchMode::PersistentRecursive),
+        )
+        .await?;
+        let leases = deadline(
+            "watching leases",
+            client.watch(&inner.paths.leases(), AddWatchMode::PersistentRecursive),
+        )
+        .await?;
+        // Wait for the daemon's first publish.
+        while inner.view().my_set.is_none() {
+            inner.wake.notified().await;
+        }
+        register(inner, &session).await?;
+        relist(inner, &session).await?;
+        Ok::<_, CoordError>((members, leases))
+    };
+    let (mut members_watch, mut leases_watch) = match setup.await {
+        Ok(watches) => watches,
+        Err(error) => return SessionEnd::Failed(error),
+    };
+    let mut published = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
+    let mut connected = true;
+    let mut disconnected_at: Option<Instant> = None;
+    let mut loss_counted = false;
+    let mut recheck: Option<Instant> = None;
+    let mut probe = tokio::time::interval(CLOCK_PROBE);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    decide_and_apply(inner, &session, connected, &mut recheck).await;
+
+    loop {
+        let loss_deadline = disconnected_at.map(|at| at + inner.settings.session_timeout);
+        let mut member_events: Vec<WatchedEvent> = Vec::new();
+        let mut lease_events: Vec<WatchedEvent> = Vec::new();
+        tokio::select! {
+            new_state = state.changed() => match new_state {
+                SessionState::Disconnected => {
+                    connected = false;
+                    disconnected_at = Some(Instant::now());
+                    tracing::warn!("paused: disconnected from ZooKeeper; firing nothing until reconnected");
+                }
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    if !connected {
+                        tracing::info!("reconnected to ZooKeeper within the session; re-listing members and leases");
+                        connected = true;
+                        disconnected_at = None;
+                        loss_counted = false;
+                        if let Err(error) = relist(inner, &session).await {
+                            tracing::warn!("re-listing after reconnect failed ({error})");
+                        }
+                    }
+                }
+                SessionState::Expired => {
+                    if !loss_counted {
+                        inner.count_session_loss();
+                    }
+                    return SessionEnd::Expired;
+                }
+                SessionState::AuthFailed | SessionState::Closed => {
+                    if inner.stopping.load(Ordering::SeqCst) {
+                        return SessionEnd::Stopped;
+                    }
+                    return SessionEnd::Failed(zk_error("session", format!("{new_state:?}")));
+                }
+            },
+            event = members_watch.changed() => member_events.push(event),
+            event = leases_watch.changed() => lease_events.push(event),
+            _ = inner.wake.notified() => {}
+            _ = sleep_until_opt(recheck) => {}
+            _ = sleep_until_opt(loss_deadline), if !loss_counted => {
+                tracing::warn!(
+                    timeout = %humantime::format_duration(inner.settings.session_timeout),
+                    "disconnected for longer than the session timeout: the session is presumed lost"
+                );
+                inner.count_session_loss();
+                loss_counted = true;
+            }
+            _ = probe.tick() => {
+                if connected {
+                    probe_clock(inner, &session).await;
+                }
+            }
+        }
+        if inner.stopping.load(Ordering::SeqCst) {
+            inner.publish_leadership(connected);
+            if state.peek_state() == SessionState::Closed {
+                return SessionEnd::Stopped;
+            }
+            // Keep the session (run znodes) until close(); just stop deciding.
+            let _ = state.changed().await;
+            continue;
+        }
+        // Drain whatever else is ready, then decide once for the whole batch.
+        while let Some(event) = members_watch.changed().now_or_never() {
+            member_events.push(event);
+        }
+        while let Some(event) = leases_watch.changed().now_or_never() {
+            lease_events.push(event);
+        }
+        for event in member_events.iter().chain(&lease_events) {
+            if event.event_type == EventType::Session
+                && matches!(
+                    event.session_state,
+                    SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+                )
+            {
+                if !loss_counted {
+                    inner.count_session_loss();
+                }
+                return SessionEnd::Expired;
+            }
+        }
+        apply_lease_events(inner, &lease_events);
+        for event in &member_events {
+            let prefix = format!("{}/", inner.paths.members());
+            let Some(id) = event.path.strip_prefix(&prefix) else {
+                continue;
+            };
+            match event.event_type {
+                EventType::NodeDeleted => {
+                    inner.view().members.remove(id);
+                    if id == inner.settings.node_id {
+                        // Our registration vanished (deleted by hand?): register again.
+                        if let Err(error) = register(inner, &session).await {
+                            tracing::warn!("re-registering failed ({error})");
+                        }
+                    }
+                }
+                EventType::NodeCreated | EventType::NodeDataChanged => {
+                    match read_member(inner, &client, id).await {
+                        Ok(Some(member)) => {
+                            inner.view().members.insert(id.to_string(), member);
+                        }
+                        Ok(None) => {
+                            inner.view().members.remove(id);
+                        }
+                        Err(error) => tracing::warn!(member = id, "cannot read member ({error})"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        // A new task set from the daemon: write it and re-register.
+        let current = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
+        if connected && current != published {
+            match register(inner, &session).await {
+                Ok(()) => {
+                    published = current;
+                    // Vacancy clocks for newly defined tasks start now.
+                    let now = inner.now();
+                    let mut view = inner.view();
+                    let vacant: Vec<String> = view
+                        .my_set
+                        .as_ref()
+                        .map(|(_, _, set)| {
+                            set.keys()
+                                .filter(|t| !view.present.contains(*t))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for task in vacant {
+                        view.vacant_since.entry(task).or_insert(now);
+                    }
+                }
+                Err(error) => tracing::warn!("publishing the task set failed ({error}); retrying"),
+            }
+        }
+        decide_and_apply(inner, &session, connected, &mut recheck).await;
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn apply_lease_events(inner: &Inner, events: &[WatchedEvent]) {
+    if events.is_empty() {
+        return;
+    }
+    let prefix = format!("{}/", inner.paths.leases());
+    let now = inner.now();
+    let mut lost = Vec::new();
+    {
+        let mut view = inner.view();
+        for event in events {
+            let Some(task) = event.path.strip_prefix(&prefix) else {
+                continue;
+            };
+            match event.event_type {
+                EventType::NodeCreated => {
+                    view.present.insert(task.to_string());
+                    view.vacant_since.remove(task);
+                }
+                EventType::NodeDeleted => {
+                    view.present.remove(task);
+                    view.vacant_since.insert(task.to_string(), now);
+                    if view.held.contains_key(task) {
+                        lost.push(task.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for task in lost {
+        tracing::warn!(task = %task, "this node's lease was deleted by someone else");
+        inner.lease_lost(&task);
+    }
+}
+
+/// Decides with the current view, applies the actions, publishes leadership.
+async fn decide_and_apply(
+    inner: &Arc<Inner>,
+    session: &Arc<Session>,
+    connected: bool,
+    recheck: &mut Option<Instant>,
+) {
+    if !connected {
+        inner.publish_leadership(false);
+        *recheck = None;
+        return;
+    }
+    let may_lead = inner.may_lead();
+    let decision = {
+        let view = inner.view();
+        let members: Vec<Member> = view.members.values().cloned().collect();
+        let held: HashSet<String> = view.held.keys().cloned().collect();
+        lease::decide(&LeaseView {
+            me: &inner.settings.node_id,
+            members: &members,
+            present: &view.present,
+            held: &held,
+            vacant_since: &view.vacant_since,
+            now: inner.now(),
+            may_lead,
+        })
+    };
+    *recheck = decision.recheck_at.map(|at| inner.epoch + at);
+    let mut releases = Vec::new();
+    let mut takes = Vec::new();
+    for action in decision.actions {
+        match action {
+            LeaseAction::Release(task) => releases.push(task),
+            LeaseAction::Take(task) => takes.push(task),
+        }
+    }
+    if !releases.is_empty() {
+        // Stop firing them first, then wait for claims in flight, then delete.
+        {
+            let mut view = inner.view();
+            for task in &releases {
+                view.held.remove(task);
+            }
+        }
+        inner.publish_leadership(connected);
+        let deletes = releases.iter().map(|task| {
+            let inner = inner.clone();
+            let session = session.clone();
+            async move {
+                let lock = inner.task_lock(task);
+                let _guard = lock.lock().await;
+                match deadline(
+                    "releasing a lease",
+                    session.client.delete(&inner.paths.lease(task), None),
+                )
+                .await
+                {
+                    Ok(()) => tracing::debug!(task = %task, "lease released"),
+                    Err(error) => {
+                        tracing::warn!(task = %task, "releasing the lease failed ({error})")
+                    }
+                }
+            }
+        });
+        futures::future::join_all(deletes).await;
+    }
+    if !takes.is_empty() {
+        let creates = takes.iter().map(|task| {
+            let inner = inner.clone();
+            let session = session.clone();
+            async move {
+                let data = serde_json::to_vec(&LeaseRecord {
+                    format: FORMAT_VERSION,
+                    node: inner.settings.node_id.clone(),
+                    session: session.id.clone(),
+                    since: wall_clock(),
+                })
+                .expect("serializes");
+                let path = inner.paths.lease(task);
+                match deadline(
+                    "taking a lease",
+                    session.client.create(&path, &data, &ephemeral()),
+                )
+                .await
+                {
+                    Ok((stat, _)) => {
+                        let mut view = inner.view();
+                        view.present.insert(task.clone());
+                        view.vacant_since.remove(task);
+                        view.held.insert(task.clone(), stat.version);
+                    }
+                    Err(CoordError::ZooKeeper { message, .. })
+                        if message == zookeeper_client::Error::NodeExists.to_string() =>
+                    {
+                        let mut view = inner.view();
+                        view.present.insert(task.clone());
+                        view.vacant_since.remove(task);
+                    }
+                    Err(error) => tracing::warn!(task = %task, "taking the lease failed ({error})"),
+                }
+            }
+        });
+        futures::future::join_all(creates).await;
+        // Something may have changed meanwhile; a failed take is retried at the next decision.
+        if recheck.is_none() {
+            *recheck = Some(Instant::now() + Duration::from_millis(500));
+        }
+    }
+    inner.publish_leadership(connected);
+}
+
+/// Writes `clock` to read ZooKeeper's time from its mtime.
+async fn probe_clock(inner: &Inner, session: &Session) {
+    let path = inner.paths.clock();
+    let data = inner.settings.node_id.as_bytes();
+    let sent = wall_clock();
+    let stat = match session.client.set_data(&path, data, None).await {
+        Ok(stat) => stat,
+        Err(zookeeper_client::Error::NoNode) => {
+            match session.client.create(&path, data, &persistent()).await {
+                Ok((stat, _)) => stat,
+                Err(_) => return,
+            }
+        }
+        Err(_) => return,
+    };
+    inner.measure_skew(sent, wall_clock(), &stat);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings_split_into_hosts_and_chroot() {
+        assert_eq!(
+            split_connect("127.0.0.1:2181").unwrap(),
+            ("127.0.0.1:2181".into(), "".into())
+        );
+        assert_eq!(
+            split_connect("a:1,b:2/apps/cron/").unwrap(),
+            ("a:1,b:2".into(), "/apps/cron".into())
+        );
+        let error = split_connect("zk1").unwrap_err();
+        assert!(error.contains("has no port"), "{error}");
+        let error = split_connect("zk1:99999").unwrap_err();
+        assert!(error.contains("port from 1 to 65535"), "{error}");
+        let error = split_connect("/chroot").unwrap_err();
+        assert!(error.contains("names no ZooKeeper server"), "{error}");
+    }
+
+    #[test]
+    fn member_records_keep_64_bit_seeds_exact_and_ignore_unknown_fields() {
+        let json = r#"{"format":1,"id":"n1","release":"1.2.3","seed":"ffffffffffffffff",
+            "host":"h","pid":1,"started_at":"2026-01-01T00:00:00Z","labels":{},
+            "taskset":{"digest":"d","chunks":1,"count":0},"from_the_future":true}"#;
+        let record: MemberRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(u64::from_str_radix(&record.seed, 16).unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn an_unparsable_version_req_from_a_newer_release_matches_nothing() {
+        let mut tasks = BTreeMap::new();
+        tasks.insert(
+            "t".to_string(),
+            TaskSetEntry {
+                digest: "d".into(),
+                version_req: Some("~~>2 (future syntax)".into()),
+            },
+        );
+        let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
+        let req = set["t"].version_req.as_ref().unwrap();
+        assert!(!req.matches(&Version::parse("99.0.0").unwrap()));
+    }
+
+    #[test]
+    fn node_ids_and_cluster_names_must_fit_in_a_path() {
+        assert!(validate_name("node id", "web-1.example.com").is_ok());
+        let error = validate_name("node id", "a/b").unwrap_err();
+        assert!(
+            error.contains("cannot be part of a ZooKeeper path"),
+            "{error}"
+        );
+        assert!(validate_name("cluster", "..").is_err());
+        assert!(validate_name("cluster", "").is_err());
+    }
+}
