@@ -398,7 +398,38 @@ struct View {
 struct Skew {
     /// Local wall clock minus ZooKeeper's, in milliseconds.
     offset_ms: Option<i64>,
-    warned: bool,
+    verdict: Option<SkewVerdict>,
+}
+
+/// What a clock offset means for the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SkewVerdict {
+    Fine,
+    /// Above [`SKEW_WARNING`]: logged.
+    Warn,
+    /// Above `max_clock_skew`: the node leads nothing.
+    Refuse,
+}
+
+/// The offset of the local clock from ZooKeeper's (ms, positive = local ahead), from a write
+/// sent and answered at local times `sent` and `answered` that the server stamped `mtime_ms`.
+/// The server's stamp falls between the two; the midpoint is the estimate, off by at most half
+/// the round trip.
+fn clock_offset_ms(sent: DateTime<Utc>, answered: DateTime<Utc>, mtime_ms: i64) -> Option<i64> {
+    if mtime_ms <= 0 || answered < sent {
+        return None;
+    }
+    let midpoint = sent + (answered - sent) / 2;
+    Some(midpoint.timestamp_millis() - mtime_ms)
+}
+
+fn skew_verdict(offset_ms: i64, max: Option<Duration>) -> SkewVerdict {
+    let offset = offset_ms.unsigned_abs();
+    match max {
+        Some(max) if offset > max.as_millis() as u64 => SkewVerdict::Refuse,
+        _ if offset > SKEW_WARNING.as_millis() as u64 => SkewVerdict::Warn,
+        _ => SkewVerdict::Fine,
+    }
 }
 
 struct Inner {
@@ -415,6 +446,9 @@ struct Inner {
     /// Wakes the manager: the task set changed, a lease was lost, stop was asked.
     wake: Notify,
     stopping: AtomicBool,
+    /// Held while lease decisions are applied; `release_all` takes it so that no lease is taken
+    /// after the release.
+    decide_lock: tokio::sync::Mutex<()>,
     /// Serialises claims and the release of a task's lease.
     task_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The fire records as last read or written, with their znode version.
@@ -454,6 +488,7 @@ impl ZkCoordinator {
             leadership,
             wake: Notify::new(),
             stopping: AtomicBool::new(false),
+            decide_lock: tokio::sync::Mutex::new(()),
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
@@ -518,60 +553,51 @@ impl Inner {
             return false;
         }
         let skew = *self.skew.lock().expect("skew lock poisoned");
-        match (self.settings.max_clock_skew, skew.offset_ms) {
-            (Some(max), Some(offset)) => offset.unsigned_abs() <= max.as_millis() as u64,
+        match (self.settings.max_clock_skew, skew.verdict) {
+            (None, _) => true,
             // Not measured yet: registration measures it before any lease is taken.
             (Some(_), None) => false,
-            (None, _) => true,
+            (Some(_), Some(verdict)) => verdict != SkewVerdict::Refuse,
         }
     }
 
     /// Records a clock-offset measurement from a write's server mtime, sent and answered at
-    /// the given local times.
+    /// the given local times, and logs when the verdict changes.
     fn measure_skew(&self, sent: DateTime<Utc>, answered: DateTime<Utc>, stat: &Stat) {
-        if stat.mtime <= 0 {
+        let Some(offset) = clock_offset_ms(sent, answered, stat.mtime) else {
+            return;
+        };
+        let mut skew = self.skew.lock().expect("skew lock poisoned");
+        let before = skew.verdict;
+        let verdict = skew_verdict(offset, self.settings.max_clock_skew);
+        skew.offset_ms = Some(offset);
+        skew.verdict = Some(verdict);
+        drop(skew);
+        if before == Some(verdict) {
             return;
         }
-        let midpoint = sent + (answered - sent) / 2;
-        let offset = midpoint.timestamp_millis() - stat.mtime;
-        let mut skew = self.skew.lock().expect("skew lock poisoned");
-        let before_ok = self.skew_ok_for(skew.offset_ms);
-        skew.offset_ms = Some(offset);
-        let over = offset.unsigned_abs() > SKEW_WARNING.as_millis() as u64;
-        if over && !skew.warned {
-            tracing::warn!(
-                offset_ms = offset,
-                "this node's clock differs from ZooKeeper's by more than 1s; check NTP"
-            );
-        }
-        skew.warned = over;
-        let after_ok = self.skew_ok_for(Some(offset));
-        drop(skew);
-        if before_ok != after_ok {
-            if let Some(max) = self.settings.max_clock_skew {
-                if after_ok {
-                    tracing::info!(
-                        offset_ms = offset,
-                        "clock skew back within max_clock_skew; leading again"
-                    );
-                } else {
-                    tracing::error!(
-                        offset_ms = offset,
-                        max_clock_skew = %humantime::format_duration(max),
-                        "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew"
-                    );
-                }
+        let max = self
+            .settings
+            .max_clock_skew
+            .map(|m| humantime::format_duration(m).to_string())
+            .unwrap_or_else(|| "unset".into());
+        match verdict {
+            SkewVerdict::Fine if before.is_some() => {
+                tracing::info!(offset_ms = offset, "clock skew is back under 1s");
             }
-            self.wake.notify_one();
+            SkewVerdict::Fine => {}
+            SkewVerdict::Warn => tracing::warn!(
+                offset_ms = offset,
+                max_clock_skew = %max,
+                "this node's clock differs from ZooKeeper's by more than 1s; check NTP"
+            ),
+            SkewVerdict::Refuse => tracing::error!(
+                offset_ms = offset,
+                max_clock_skew = %max,
+                "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew; fix NTP"
+            ),
         }
-    }
-
-    fn skew_ok_for(&self, offset: Option<i64>) -> bool {
-        match (self.settings.max_clock_skew, offset) {
-            (Some(max), Some(offset)) => offset.unsigned_abs() <= max.as_millis() as u64,
-            (Some(_), None) => false,
-            (None, _) => true,
-        }
+        self.wake.notify_one();
     }
 
     /// Publishes the held leases as leadership (paused while not connected).
@@ -750,6 +776,13 @@ impl Inner {
                     }
                     (record, version) = self.read_record(&session, task).await?;
                 }
+                Ok(Err(MultiWriteError::RequestFailed {
+                    source: zookeeper_client::Error::SessionExpired,
+                })) => {
+                    // Refused by an expired session: the server applied nothing for it after
+                    // expiry, and anything before went with the session's run znode.
+                    return Err(zk_error("claiming", "session expired; not claimed"));
+                }
                 Ok(Err(MultiWriteError::RequestFailed { source })) => {
                     return self
                         .resolve_unknown(
@@ -850,8 +883,11 @@ impl Inner {
 
     /// The lease turned out to be gone: forget it and let the manager decide again.
     fn lease_lost(&self, task: &str) {
-        if self.view().held.remove(task).is_some() {
-            self.publish_leadership(!self.leadership.borrow().paused);
+        let removed = self.view().held.remove(task).is_some();
+        if removed {
+            // Not inline: the watch's read guard must be gone before publishing writes to it.
+            let connected = !self.leadership.borrow().paused;
+            self.publish_leadership(connected);
             self.wake.notify_one();
         }
     }
@@ -996,7 +1032,13 @@ impl Coordinator for ZkCoordinator {
         let session = inner
             .current()
             .ok_or_else(|| zk_error("reading the last result", "not connected"))?;
-        match session.client.get_data(&inner.paths.result(task)).await {
+        let read = tokio::time::timeout(
+            CALL_DEADLINE,
+            session.client.get_data(&inner.paths.result(task)),
+        )
+        .await
+        .map_err(|_| zk_error("reading the last result", "no answer in time"))?;
+        match read {
             Ok((data, _)) => Ok(serde_json::from_slice::<ResultRecord>(&data)
                 .ok()
                 .map(|r| r.result)),
@@ -1008,6 +1050,8 @@ impl Coordinator for ZkCoordinator {
     async fn release_all(&self) {
         let inner = &self.inner;
         inner.stopping.store(true, Ordering::SeqCst);
+        // Lease decisions being applied finish first; later ones see `stopping`.
+        let _deciding = inner.decide_lock.lock().await;
         let held: Vec<String> = inner.view().held.keys().cloned().collect();
         // Nothing fires from here on.
         inner
@@ -1527,12 +1571,24 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
             let _ = state.changed().await;
             continue;
         }
-        // Drain whatever else is ready, then decide once for the whole batch.
-        while let Some(event) = members_watch.changed().now_or_never() {
-            member_events.push(event);
+        // Drain whatever else is ready, then decide once for the whole batch. A watcher must not
+        // be polled again after it reported a session event (it panics after a terminal one).
+        let is_session = |events: &Vec<WatchedEvent>| {
+            events
+                .last()
+                .is_some_and(|e| e.event_type == EventType::Session)
+        };
+        while !is_session(&member_events) {
+            match members_watch.changed().now_or_never() {
+                Some(event) => member_events.push(event),
+                None => break,
+            }
         }
-        while let Some(event) = leases_watch.changed().now_or_never() {
-            lease_events.push(event);
+        while !is_session(&lease_events) {
+            match leases_watch.changed().now_or_never() {
+                Some(event) => lease_events.push(event),
+                None => break,
+            }
         }
         for event in member_events.iter().chain(&lease_events) {
             if event.event_type == EventType::Session
@@ -1547,7 +1603,7 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
                 return SessionEnd::Expired;
             }
         }
-        apply_lease_events(inner, &lease_events);
+        apply_lease_events(inner, &session, &lease_events).await;
         for event in &member_events {
             let prefix = format!("{}/", inner.paths.members());
             let Some(id) = event.path.strip_prefix(&prefix) else {
@@ -1555,12 +1611,17 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
             };
             match event.event_type {
                 EventType::NodeDeleted => {
-                    inner.view().members.remove(id);
                     if id == inner.settings.node_id {
-                        // Our registration vanished (deleted by hand?): register again.
+                        // Our registration vanished (deleted by hand?): register again. The
+                        // event may be stale; register() keeps a znode that is still ours.
                         if let Err(error) = register(inner, &session).await {
                             tracing::warn!("re-registering failed ({error})");
                         }
+                        if let Ok(Some(me)) = read_member(inner, &client, id).await {
+                            inner.view().members.insert(id.to_string(), me);
+                        }
+                    } else {
+                        inner.view().members.remove(id);
                     }
                 }
                 EventType::NodeCreated | EventType::NodeDataChanged => {
@@ -1614,13 +1675,17 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-fn apply_lease_events(inner: &Inner, events: &[WatchedEvent]) {
+/// Applies lease events to the view. Events are hints, applied in order: ZooKeeper 3.8 does not
+/// say which transaction an event is for, so a deletion event for a lease this node holds is
+/// checked against the server (it may be the echo of an earlier release of a lease since taken
+/// again) before the lease counts as lost.
+async fn apply_lease_events(inner: &Inner, session: &Session, events: &[WatchedEvent]) {
     if events.is_empty() {
         return;
     }
     let prefix = format!("{}/", inner.paths.leases());
     let now = inner.now();
-    let mut lost = Vec::new();
+    let mut suspect = Vec::new();
     {
         let mut view = inner.view();
         for event in events {
@@ -1636,16 +1701,31 @@ fn apply_lease_events(inner: &Inner, events: &[WatchedEvent]) {
                     view.present.remove(task);
                     view.vacant_since.insert(task.to_string(), now);
                     if view.held.contains_key(task) {
-                        lost.push(task.to_string());
+                        suspect.push(task.to_string());
                     }
                 }
                 _ => {}
             }
         }
     }
-    for task in lost {
-        tracing::warn!(task = %task, "this node's lease was deleted by someone else");
-        inner.lease_lost(&task);
+    for task in suspect {
+        let path = inner.paths.lease(&task);
+        match deadline("checking a lease", session.client.check_stat(&path)).await {
+            Ok(Some(stat)) if stat.ephemeral_owner == session.client.session_id().0 => {
+                // Still ours: the event was the echo of an earlier release.
+                let mut view = inner.view();
+                view.present.insert(task.clone());
+                view.vacant_since.remove(&task);
+            }
+            Ok(_) => {
+                tracing::warn!(task = %task, "this node's lease is gone (session expired, or deleted by hand)");
+                inner.lease_lost(&task);
+            }
+            Err(error) => {
+                tracing::warn!(task = %task, "cannot check the lease ({error}); treating it as lost");
+                inner.lease_lost(&task);
+            }
+        }
     }
 }
 
@@ -1661,6 +1741,7 @@ async fn decide_and_apply(
         *recheck = None;
         return;
     }
+    let _deciding = inner.decide_lock.lock().await;
     let may_lead = inner.may_lead();
     let decision = {
         let view = inner.view();
@@ -1743,9 +1824,22 @@ async fn decide_and_apply(
                     Err(CoordError::ZooKeeper { message, .. })
                         if message == zookeeper_client::Error::NodeExists.to_string() =>
                     {
+                        // Held by someone, perhaps by this very session (a create whose answer
+                        // was lost, or a release not yet seen): ask the server whose it is.
+                        let ours = match session.client.check_stat(&path).await {
+                            Ok(Some(stat))
+                                if stat.ephemeral_owner == session.client.session_id().0 =>
+                            {
+                                Some(stat.version)
+                            }
+                            _ => None,
+                        };
                         let mut view = inner.view();
                         view.present.insert(task.clone());
                         view.vacant_since.remove(task);
+                        if let Some(version) = ours {
+                            view.held.insert(task.clone(), version);
+                        }
                     }
                     Err(error) => tracing::warn!(task = %task, "taking the lease failed ({error})"),
                 }
@@ -1822,6 +1916,30 @@ mod tests {
         let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
         let req = set["t"].version_req.as_ref().unwrap();
         assert!(!req.matches(&Version::parse("99.0.0").unwrap()));
+    }
+
+    #[test]
+    fn the_clock_offset_is_read_at_the_midpoint_of_the_round_trip() {
+        let sent = DateTime::from_timestamp_millis(1_000_000).unwrap();
+        let answered = DateTime::from_timestamp_millis(1_000_010).unwrap();
+        // The server stamped the write 2 s before our midpoint: we are 2 s ahead.
+        assert_eq!(clock_offset_ms(sent, answered, 998_005), Some(2_000));
+        assert_eq!(clock_offset_ms(sent, answered, 1_000_005), Some(0));
+        assert_eq!(clock_offset_ms(sent, answered, 1_003_005), Some(-3_000));
+        // No stamp, or a local clock that went backwards mid-call: no estimate.
+        assert_eq!(clock_offset_ms(sent, answered, 0), None);
+        assert_eq!(clock_offset_ms(answered, sent, 1_000_005), None);
+    }
+
+    #[test]
+    fn skew_is_fine_then_warned_then_refused_beyond_max_clock_skew() {
+        let max = Some(Duration::from_secs(2));
+        assert_eq!(skew_verdict(900, max), SkewVerdict::Fine);
+        assert_eq!(skew_verdict(-1_500, max), SkewVerdict::Warn);
+        assert_eq!(skew_verdict(2_000, max), SkewVerdict::Warn);
+        assert_eq!(skew_verdict(-2_001, max), SkewVerdict::Refuse);
+        // Without max_clock_skew a large skew is only a warning.
+        assert_eq!(skew_verdict(60_000, None), SkewVerdict::Warn);
     }
 
     #[test]
