@@ -895,7 +895,9 @@ impl Inner {
 
 impl Coordinator for ZkCoordinator {
     async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
-        let encoded = encode_taskset(tasks);
+        // A node where a task is disabled is not eligible to lead it.
+        let enabled: Vec<TaskSpec> = tasks.iter().filter(|t| t.enabled).cloned().collect();
+        let encoded = encode_taskset(&enabled);
         {
             let mut view = self.inner.view();
             let unchanged = view
