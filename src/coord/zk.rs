@@ -358,6 +358,24 @@ async fn deadline<T, E: std::fmt::Display>(
     }
 }
 
+/// Like [`deadline`], but keeps ZooKeeper's own error for the caller to match on.
+async fn timed<T>(
+    what: &str,
+    call: impl Future<Output = Result<T, zookeeper_client::Error>>,
+) -> Result<Result<T, zookeeper_client::Error>, CoordError> {
+    tokio::time::timeout(CALL_DEADLINE, call)
+        .await
+        .map_err(|_| {
+            zk_error(
+                what,
+                format!(
+                    "no answer within {}",
+                    humantime::format_duration(CALL_DEADLINE)
+                ),
+            )
+        })
+}
+
 fn persistent() -> CreateOptions<'static> {
     CreateMode::Persistent.with_acls(Acls::anyone_all())
 }
@@ -1133,7 +1151,7 @@ async fn write_result(
         result: result.clone(),
     })
     .expect("serializes");
-    let existing = match client.get_data(&result_path).await {
+    let existing = match timed("reading the last result", client.get_data(&result_path)).await? {
         Ok((bytes, stat)) => Some((
             serde_json::from_slice::<ResultRecord>(&bytes).ok(),
             stat.version,
@@ -1145,10 +1163,8 @@ async fn write_result(
         .as_ref()
         .and_then(|(r, _)| r.as_ref())
         .is_none_or(|r| r.result.tick <= result.tick);
-    let run_live = client
-        .check_stat(run_path)
-        .await
-        .map_err(|e| zk_error("reading the run record", e))?
+    let run_live = deadline("reading the run record", client.check_stat(run_path))
+        .await?
         .is_some()
         && inner
             .own_runs
@@ -1300,17 +1316,18 @@ async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
     let mut waited = false;
     loop {
         let sent = wall_clock();
-        match client.create(&path, &data, &ephemeral()).await {
+        match timed("registering", client.create(&path, &data, &ephemeral())).await? {
             Ok((stat, _)) => {
                 inner.measure_skew(sent, wall_clock(), &stat);
                 break;
             }
             Err(zookeeper_client::Error::NodeExists) => {
-                let (_, stat) = match client.get_data(&path).await {
-                    Ok(found) => found,
-                    Err(zookeeper_client::Error::NoNode) => continue,
-                    Err(error) => return Err(zk_error("reading the member znode", error)),
-                };
+                let (_, stat) =
+                    match timed("reading the member znode", client.get_data(&path)).await? {
+                        Ok(found) => found,
+                        Err(zookeeper_client::Error::NoNode) => continue,
+                        Err(error) => return Err(zk_error("reading the member znode", error)),
+                    };
                 if stat.ephemeral_owner == client.session_id().0 {
                     // Ours (a re-registration after a publish): update it.
                     let sent = wall_clock();
@@ -1354,7 +1371,7 @@ async fn read_member(
     id: &str,
 ) -> Result<Option<Member>, CoordError> {
     let path = inner.paths.member(id);
-    let data = match client.get_data(&path).await {
+    let data = match timed("reading a member", client.get_data(&path)).await? {
         Ok((data, _)) => data,
         Err(zookeeper_client::Error::NoNode) => return Ok(None),
         Err(error) => return Err(zk_error("reading a member", error)),
@@ -1380,10 +1397,8 @@ async fn read_member(
         None => {
             let mut bytes = Vec::new();
             for index in 0..record.taskset.chunks {
-                match client
-                    .get_data(&inner.paths.chunk(&record.taskset.digest, index))
-                    .await
-                {
+                let path = inner.paths.chunk(&record.taskset.digest, index);
+                match timed("reading a task set", client.get_data(&path)).await? {
                     Ok((chunk, _)) => bytes.extend_from_slice(&chunk),
                     Err(zookeeper_client::Error::NoNode) => {
                         tracing::warn!(
@@ -1828,8 +1843,10 @@ async fn decide_and_apply(
                     {
                         // Held by someone, perhaps by this very session (a create whose answer
                         // was lost, or a release not yet seen): ask the server whose it is.
-                        let ours = match session.client.check_stat(&path).await {
-                            Ok(Some(stat))
+                        let ours = match timed("checking a lease", session.client.check_stat(&path))
+                            .await
+                        {
+                            Ok(Ok(Some(stat)))
                                 if stat.ephemeral_owner == session.client.session_id().0 =>
                             {
                                 Some(stat.version)
@@ -1861,15 +1878,21 @@ async fn probe_clock(inner: &Inner, session: &Session) {
     let path = inner.paths.clock();
     let data = inner.settings.node_id.as_bytes();
     let sent = wall_clock();
-    let stat = match session.client.set_data(&path, data, None).await {
-        Ok(stat) => stat,
-        Err(zookeeper_client::Error::NoNode) => {
-            match session.client.create(&path, data, &persistent()).await {
-                Ok((stat, _)) => stat,
-                Err(_) => return,
+    let stat = match timed(
+        "probing the clock",
+        session.client.set_data(&path, data, None),
+    )
+    .await
+    {
+        Ok(Ok(stat)) => stat,
+        Ok(Err(zookeeper_client::Error::NoNode)) => {
+            let create = session.client.create(&path, data, &persistent());
+            match timed("probing the clock", create).await {
+                Ok(Ok((stat, _))) => stat,
+                _ => return,
             }
         }
-        Err(_) => return,
+        _ => return,
     };
     inner.measure_skew(sent, wall_clock(), &stat);
 }
