@@ -369,7 +369,16 @@ pub fn with_client_at<T>(
         .unwrap();
     runtime.block_on(async {
         let client = connect_client(connect, Duration::from_secs(10)).await;
-        work(&client).await
+        let result = work(&client).await;
+        // Close the session now rather than leave it to expire on the server: the close request
+        // goes out from the client's background task once the last handle is dropped.
+        let mut state = client.state_watcher();
+        drop(client);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while !state.changed().await.is_terminated() {}
+        })
+        .await;
+        result
     })
 }
 
@@ -386,12 +395,24 @@ pub async fn connect_client(connect: &str, session_timeout: Duration) -> zookeep
     .unwrap_or_else(|e| panic!("connecting to ZooKeeper at {connect}: {e}"))
 }
 
-/// A port of 127.0.0.1 that nothing listens on right now.
+/// A port of 127.0.0.1 that nothing listens on right now, below the kernel's ephemeral range.
+///
+/// Not a port the kernel hands out (binding port 0): while a server is stopped, a client's
+/// outgoing connection could get that very port as its source port (even connect to itself,
+/// TCP's simultaneous open), and the server could not bind it again on restart.
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000, ephemeral_low.max(10_100));
+    for _ in 0..1000 {
+        let port = rand::random_range(low..high);
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 in {low}..{high}");
 }
 
 /// Sends a four-letter word to the server on `port` and returns its whole answer.
