@@ -2,6 +2,8 @@
 //! `zkcron` binary, and waiting for conditions with a deadline (never sleep-and-hope).
 #![allow(dead_code)]
 
+pub mod zk;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,982 @@
+//! Cluster integration tests: real `zkcron run` processes on a real ZooKeeper (see
+//! `tests/common/zk.rs`), observed through one shared file their jobs append to and their logs.
+//!
+//! Every task fires every second and appends `<fire id> <node id>` to `fires.log` (short
+//! O_APPEND writes are atomic, so one file serves all nodes). From that file the tests check the
+//! promises of BRIEF §3 through faults: no fire id twice, no second missing (missed ticks are
+//! caught up: `catch_up = "all"`), and which node fires what.
+//!
+//! Faults are injected in the middle of a second, far from the instants when ticks are claimed
+//! and spawned: a node killed between its claim and its spawn would lose that tick by design
+//! (at-most-once), which is not what these tests are about.
+//!
+//! Each test runs its own ZooKeeper server, so tests run in parallel without seeing each other.
+//!
+//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test cluster` runs the nodes from another build
+//! (another branch's daemon against these tests).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::DaemonProcess;
+use common::zk::{self, ZkServer};
+use nix::sys::signal::Signal;
+
+/// The nodes' ZooKeeper session timeout (`[coordination.zookeeper] session_timeout`).
+const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A generous deadline for things that take a moment (start-up, convergence).
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Takeover after a crash (kill -9, or a node paused past its session): ZooKeeper deletes the
+/// dead session's leases when the session expires, after `SESSION_TIMEOUT`; then a survivor
+/// takes the lease and catches up. The product aims at session timeout + 500 ms (BRIEF §5); the
+/// test allows session timeout + 1 s, plus 1 s of slack:
+/// - ZooKeeper checks expiry once per tick (200 ms), and rounds a session's deadline up to the
+///   next tick: up to 2 ticks (400 ms) late;
+/// - the watch event, the lease create and the claim are round trips to a local server (ms),
+///   the spawn of `sh` and this test's 20 ms polling add a few ms more;
+/// - CI has two cores shared by two tests, each with a JVM and three debug-build daemons: a
+///   scheduling hiccup of a few hundred ms must not fail the test.
+const CRASH_TAKEOVER: Duration = Duration::from_secs(3 + 1 + 1);
+
+/// Takeover after SIGTERM: the stopping node releases its leases at once (BRIEF §3: others take
+/// over "in well under a second"; the aim is 200 ms).
+const GRACEFUL_TAKEOVER: Duration = Duration::from_secs(1);
+
+/// The fewest of 30 tasks each of 3 nodes must lead. Leadership follows a rendezvous hash with
+/// random per-node seeds, so a node's share is Binomial(30, 1/3): at least 2 fails with
+/// probability 3 × 8e-5 per run, while at least 4 would fail about 1 run in 100.
+const MIN_SHARE: usize = 2;
+
+const CLUSTER: &str = "test";
+const OLD: &str = "1.0.0";
+const NEW: &str = "1.1.0";
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+
+#[test]
+fn given_three_nodes_and_thirty_tasks_then_each_tick_fires_once_and_the_load_is_spread() {
+    let mut cluster = Cluster::new(30);
+    // One node alone first: it fires every task; then two more join and take their share.
+    cluster.start_nodes(&[("node-a", OLD)]);
+    cluster.wait(
+        "node-a alone to fire every task",
+        LIMIT,
+        |fires: &Fires, _| cluster.tasks.iter().all(|t| fires.last_second(t).is_some()),
+    );
+    let all_firing = cluster.fires().first_seconds().into_values().max().unwrap();
+
+    cluster.start_nodes(&[("node-b", OLD), ("node-c", OLD)]);
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let through = now_second() + 4;
+    cluster.settle(through);
+
+    // From the second every task fired on node-a, through both joins, to the end.
+    cluster.assert_no_duplicates();
+    cluster.assert_no_gaps(all_firing, through - 2);
+    let shares = shares(&leaders);
+    for node in ["node-a", "node-b", "node-c"] {
+        let share = shares.get(node).copied().unwrap_or(0);
+        cluster.check(
+            share >= MIN_SHARE,
+            &format!("{node} leads {share} of 30 tasks, fewer than {MIN_SHARE}: {shares:?}"),
+        );
+    }
+}
+
+#[test]
+fn given_a_leader_killed_with_sigkill_then_survivors_take_over_after_its_session_and_catch_up() {
+    let mut cluster = Cluster::new(30);
+    cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let (victim, victim_tasks) = busiest(&leaders);
+
+    wait_mid_second();
+    let killed_at = now();
+    let node = cluster.node_mut(&victim);
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+
+    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, killed_at);
+    let took = Duration::from_secs_f64(taken_at - killed_at);
+    cluster.check(
+        took <= CRASH_TAKEOVER,
+        &format!(
+            "the tasks of {victim} (killed) were fired by another node only after {took:?}, \
+             more than {CRASH_TAKEOVER:?}"
+        ),
+    );
+    cluster.wait(
+        "the two survivors to lead all 30 tasks (log: leases changed leading=N)",
+        LIMIT,
+        |_, c| {
+            c.live_nodes()
+                .iter()
+                .map(|n| c.leading(n).unwrap_or(0))
+                .sum::<usize>()
+                == 30
+        },
+    );
+    let through = now_second() + 2;
+    cluster.settle(through);
+
+    cluster.assert_no_duplicates();
+    // Ticks of the victim's tasks missed until its session expired are caught up.
+    cluster.assert_no_gaps(second_of(killed_at) - 2, through - 2);
+}
+
+#[test]
+fn given_a_leader_stopped_with_sigterm_then_others_take_over_within_a_second_without_a_gap() {
+    let mut cluster = Cluster::new(30);
+    cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let (victim, victim_tasks) = busiest(&leaders);
+
+    wait_mid_second();
+    let terminated_at = now();
+    cluster.node(&victim).signal(Signal::SIGTERM);
+
+    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, terminated_at);
+    let took = Duration::from_secs_f64(taken_at - terminated_at);
+    cluster.check(
+        took <= GRACEFUL_TAKEOVER,
+        &format!(
+            "the tasks of {victim} (SIGTERM) were fired by another node only after {took:?}, \
+             more than {GRACEFUL_TAKEOVER:?}"
+        ),
+    );
+    let code = cluster.node_mut(&victim).wait_exit(LIMIT);
+    cluster.check(
+        code == Some(0),
+        &format!("{victim} exited with {code:?} after SIGTERM"),
+    );
+    cluster.check(
+        cluster.node(&victim).log().contains("zkcron stopped"),
+        &format!("{victim} did not log `zkcron stopped`"),
+    );
+    let through = now_second() + 2;
+    cluster.settle(through);
+
+    cluster.assert_no_duplicates();
+    cluster.assert_no_gaps(second_of(terminated_at) - 2, through - 2);
+    // It stopped firing at SIGTERM: the next tick, half a second later, was not its own.
+    let late: Vec<Fire> = cluster
+        .fires()
+        .0
+        .into_iter()
+        .filter(|f| f.node == victim && f.second > second_of(terminated_at))
+        .collect();
+    cluster.check(
+        late.is_empty(),
+        &format!("{victim} fired after SIGTERM: {late:?}"),
+    );
+}
+
+#[test]
+fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale_tick_and_rejoins()
+{
+    let mut cluster = Cluster::new(30);
+    cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let (victim, victim_tasks) = busiest(&leaders);
+
+    wait_mid_second();
+    let stopped_at = now();
+    cluster.node(&victim).signal(Signal::SIGSTOP);
+
+    // Survivors take over once its session expires, as after a crash.
+    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, stopped_at);
+    let took = Duration::from_secs_f64(taken_at - stopped_at);
+    cluster.check(
+        took <= CRASH_TAKEOVER,
+        &format!(
+            "the tasks of {victim} (SIGSTOP) were fired by another node only after {took:?}, \
+             more than {CRASH_TAKEOVER:?}"
+        ),
+    );
+    // Keep it stopped a full session past the stop (takeover implies that already), then a
+    // tick more, so its timers have ticks due when it wakes.
+    cluster.wait(
+        "the paused node's session timeout and one more tick to pass",
+        LIMIT,
+        |_, _| now() >= stopped_at + SESSION_TIMEOUT.as_secs_f64() + 1.0,
+    );
+    let continued_at = now();
+    cluster.node(&victim).signal(Signal::SIGCONT);
+
+    cluster.wait_log(&victim, "session expired", 1);
+    cluster.wait_log(&victim, "registered in ZooKeeper", 2);
+    cluster.wait(
+        &format!("{victim} to fire again after rejoining"),
+        LIMIT,
+        |fires: &Fires, _| {
+            fires
+                .0
+                .iter()
+                .any(|f| f.node == victim && f.second as f64 > continued_at)
+        },
+    );
+    let through = now_second() + 2;
+    cluster.settle(through);
+
+    cluster.assert_no_duplicates();
+    cluster.assert_no_gaps(second_of(stopped_at) - 2, through - 2);
+    // Stale: a tick of the time it was paused, fired by it after waking (others fired them).
+    let stale: Vec<Fire> = cluster
+        .fires()
+        .0
+        .into_iter()
+        .filter(|f| {
+            f.node == victim
+                && f.second > second_of(stopped_at)
+                && (f.second as f64) <= continued_at
+        })
+        .collect();
+    cluster.check(
+        stale.is_empty(),
+        &format!("{victim} fired ticks of the time it was paused: {stale:?}"),
+    );
+}
+
+#[test]
+fn given_three_nodes_when_zookeeper_restarts_then_they_pause_resume_and_catch_up() {
+    let mut cluster = Cluster::new(30);
+    cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+
+    wait_mid_second();
+    let stopped_at = now();
+    cluster.zk.stop();
+    for node in ["node-a", "node-b", "node-c"] {
+        cluster.wait_log(node, "paused: disconnected from ZooKeeper", 1);
+    }
+    // Leave ZooKeeper down for two more ticks, so there are ticks to catch up.
+    cluster.wait("two ticks to pass with ZooKeeper down", LIMIT, |_, _| {
+        now() >= stopped_at + 2.0
+    });
+    // Nothing can be claimed without ZooKeeper, so nothing fired after the stop.
+    let while_down: Vec<Fire> = cluster
+        .fires()
+        .0
+        .into_iter()
+        .filter(|f| f.second > second_of(stopped_at))
+        .collect();
+    cluster.check(
+        while_down.is_empty(),
+        &format!("fired while ZooKeeper was down: {while_down:?}"),
+    );
+
+    let restarted_at = now();
+    cluster.zk.start_again();
+    cluster.wait(
+        "every task to fire again after ZooKeeper is back",
+        LIMIT,
+        |fires: &Fires, c| {
+            c.tasks.iter().all(|t| {
+                fires
+                    .last_second(t)
+                    .is_some_and(|s| s as f64 > restarted_at)
+            })
+        },
+    );
+    let through = now_second() + 2;
+    cluster.settle(through);
+
+    cluster.assert_no_duplicates();
+    cluster.assert_no_gaps(second_of(stopped_at) - 2, through - 2);
+}
+
+#[test]
+fn given_two_old_nodes_when_a_newer_release_joins_then_it_takes_over_every_task_without_gap() {
+    let mut cluster = Cluster::new(30);
+    cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD)]);
+    cluster.wait_stable(&["node-a", "node-b"]);
+
+    let joined_at = now();
+    cluster.start_nodes(&[("node-c", NEW)]);
+    cluster.wait(
+        "node-c (newer) to lead all 30 tasks and the old nodes none",
+        LIMIT,
+        |fires: &Fires, c| {
+            c.leading("node-c") == Some(30)
+                && c.leading("node-a") == Some(0)
+                && c.leading("node-b") == Some(0)
+                && c.tasks.iter().all(|t| fires.fired_by(t, "node-c"))
+        },
+    );
+    let through = now_second() + 2;
+    cluster.settle(through);
+
+    cluster.assert_no_duplicates();
+    cluster.assert_no_gaps(second_of(joined_at) - 2, through - 2);
+    // Once node-c fired a task, the old nodes never fired it again (no flapping back).
+    let fires = cluster.fires();
+    let first_new: BTreeMap<&str, i64> = cluster
+        .tasks
+        .iter()
+        .map(|t| {
+            let first = fires
+                .0
+                .iter()
+                .filter(|f| &f.task == t && f.node == "node-c")
+                .map(|f| f.second)
+                .min()
+                .unwrap();
+            (t.as_str(), first)
+        })
+        .collect();
+    let back: Vec<&Fire> = fires
+        .0
+        .iter()
+        .filter(|f| f.node != "node-c" && f.second > first_new[f.task.as_str()])
+        .collect();
+    cluster.check(
+        back.is_empty(),
+        &format!("old nodes fired tasks after node-c had taken them: {back:?}"),
+    );
+}
+
+#[test]
+fn given_an_unreachable_zookeeper_then_the_node_says_why_fires_nothing_and_joins_once_it_is_up() {
+    let mut cluster = Cluster::new(3);
+    cluster.zk.stop();
+    let address = cluster.zk.connect_string();
+    cluster.spawn_node("node-a", OLD, &cluster.connect.clone());
+    let started_at = now();
+
+    cluster.wait(
+        &format!("node-a to log why it cannot reach ZooKeeper at {address}"),
+        LIMIT,
+        |_, c| {
+            let log = c.node("node-a").log();
+            let said = log.contains(&address) && log.to_lowercase().contains("zookeeper");
+            c.check(
+                said || common::process_alive(c.node("node-a").child.id() as i32),
+                "node-a exited instead of retrying",
+            );
+            said
+        },
+    );
+    // Three ticks on which a node that fell back to firing alone would have fired.
+    cluster.wait("three ticks to pass", LIMIT, |_, _| {
+        now() >= started_at + 3.0
+    });
+    let node = cluster.node_mut("node-a");
+    let status = node.child.try_wait().unwrap();
+    cluster.check(
+        status.is_none(),
+        &format!("node-a gave up instead of retrying: {status:?}"),
+    );
+    cluster.check(
+        cluster.fires().0.is_empty(),
+        "node-a fired without ZooKeeper",
+    );
+    cluster.check(
+        !cluster
+            .node("node-a")
+            .log()
+            .contains("registered in ZooKeeper"),
+        "node-a claims to have registered with ZooKeeper down",
+    );
+
+    // It kept trying: once ZooKeeper is up, it joins and fires.
+    cluster.zk.start_again();
+    cluster.wait_log("node-a", "registered in ZooKeeper", 1);
+    cluster.wait(
+        "every task to fire once ZooKeeper is up",
+        LIMIT,
+        |fires: &Fires, c| c.tasks.iter().all(|t| fires.fired_by(t, "node-a")),
+    );
+    cluster.assert_no_duplicates();
+}
+
+#[test]
+fn given_an_invalid_zookeeper_connect_string_then_run_exits_1_naming_it() {
+    let mut cluster = Cluster::new(1);
+    for (i, bad) in ["127.0.0.1:notaport", "127.0.0.1:2181/bad//chroot"]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("node-{i}");
+        cluster.spawn_node(&id, OLD, bad);
+        let code = cluster.node_mut(&id).wait_exit(Duration::from_secs(15));
+        let log = cluster.node(&id).log();
+        cluster.check(
+            code == Some(1),
+            &format!("--zookeeper {bad:?}: exit code {code:?}, expected 1 (invalid input)"),
+        );
+        cluster.check(
+            log.contains(bad) && log.to_lowercase().contains("zookeeper"),
+            &format!("--zookeeper {bad:?}: the message names neither the value nor ZooKeeper"),
+        );
+    }
+    cluster.check(
+        cluster.fires().0.is_empty(),
+        "fired with an invalid connect string",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fires: what the tasks' jobs wrote
+
+/// One line of `fires.log`: `<task>@<unix second> <node id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fire {
+    task: String,
+    second: i64,
+    node: String,
+}
+
+impl Fire {
+    fn id(&self) -> String {
+        format!("{}@{}", self.task, self.second)
+    }
+}
+
+/// The fires in file order.
+#[derive(Debug, Default)]
+struct Fires(Vec<Fire>);
+
+impl Fires {
+    /// Parses the complete lines of the file (a line still being written is left for later).
+    fn read(path: &std::path::Path) -> Fires {
+        let text = fs::read_to_string(path).unwrap_or_default();
+        let complete = match text.rfind('\n') {
+            Some(end) => &text[..=end],
+            None => "",
+        };
+        Fires(complete.lines().map(Fires::parse).collect())
+    }
+
+    fn parse(line: &str) -> Fire {
+        fn malformed(line: &str) -> ! {
+            panic!("malformed line in fires.log: {line:?}")
+        }
+        let (id, node) = line.split_once(' ').unwrap_or_else(|| malformed(line));
+        let (task, second) = id.rsplit_once('@').unwrap_or_else(|| malformed(line));
+        Fire {
+            task: task.to_string(),
+            second: second.parse().unwrap_or_else(|_| malformed(line)),
+            node: node.to_string(),
+        }
+    }
+
+    /// Fire ids that appear more than once, with the nodes that fired them.
+    fn duplicates(&self) -> BTreeMap<String, Vec<String>> {
+        let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for fire in &self.0 {
+            by_id.entry(fire.id()).or_default().push(fire.node.clone());
+        }
+        by_id.retain(|_, nodes| nodes.len() > 1);
+        by_id
+    }
+
+    /// For each task with a missing second in `from..=to`, the missing seconds.
+    fn gaps(&self, tasks: &[String], from: i64, to: i64) -> BTreeMap<String, Vec<i64>> {
+        let mut fired: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+        for fire in &self.0 {
+            fired.entry(&fire.task).or_default().insert(fire.second);
+        }
+        let mut gaps = BTreeMap::new();
+        for task in tasks {
+            let seconds = fired.get(task.as_str());
+            let missing: Vec<i64> = (from..=to)
+                .filter(|s| !seconds.is_some_and(|set| set.contains(s)))
+                .collect();
+            if !missing.is_empty() {
+                gaps.insert(task.clone(), missing);
+            }
+        }
+        gaps
+    }
+
+    /// Which node fired each task's tick at `second`.
+    fn leaders_at(&self, second: i64) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|f| f.second == second)
+            .map(|f| (f.task.clone(), f.node.clone()))
+            .collect()
+    }
+
+    fn last_second(&self, task: &str) -> Option<i64> {
+        self.0
+            .iter()
+            .filter(|f| f.task == task)
+            .map(|f| f.second)
+            .max()
+    }
+
+    /// Each task's first fired second.
+    fn first_seconds(&self) -> BTreeMap<String, i64> {
+        let mut first = BTreeMap::new();
+        for fire in &self.0 {
+            let entry = first.entry(fire.task.clone()).or_insert(fire.second);
+            *entry = (*entry).min(fire.second);
+        }
+        first
+    }
+
+    fn fired_by(&self, task: &str, node: &str) -> bool {
+        self.0.iter().any(|f| f.task == task && f.node == node)
+    }
+
+    /// One row per task over `from..=to`: the last letter of the node that fired each second,
+    /// `.` for none, `*` for more than one.
+    fn table(&self, tasks: &[String], from: i64, to: i64) -> String {
+        let mut cells: BTreeMap<(&str, i64), Vec<&str>> = BTreeMap::new();
+        for fire in &self.0 {
+            cells
+                .entry((&fire.task, fire.second))
+                .or_default()
+                .push(&fire.node);
+        }
+        let mut out =
+            format!("fires from {from} to {to} (node's last letter; . none, * several):\n");
+        for task in tasks {
+            let row: String = (from..=to)
+                .map(
+                    |s| match cells.get(&(task.as_str(), s)).map(Vec::as_slice) {
+                        None => '.',
+                        Some([node]) => node.chars().last().unwrap_or('?'),
+                        Some(_) => '*',
+                    },
+                )
+                .collect();
+            let _ = writeln!(out, "  {task:>4} {row}");
+        }
+        out
+    }
+}
+
+/// How many tasks each node leads.
+fn shares(leaders: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
+    let mut shares = BTreeMap::new();
+    for node in leaders.values() {
+        *shares.entry(node.clone()).or_insert(0) += 1;
+    }
+    shares
+}
+
+/// The node that leads the most tasks, and those tasks.
+fn busiest(leaders: &BTreeMap<String, String>) -> (String, Vec<String>) {
+    let (node, _) = shares(leaders)
+        .into_iter()
+        .max_by_key(|(node, n)| (*n, std::cmp::Reverse(node.clone())))
+        .expect("some node leads a task");
+    let tasks = leaders
+        .iter()
+        .filter(|(_, n)| **n == node)
+        .map(|(t, _)| t.clone())
+        .collect();
+    (node, tasks)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster: a ZooKeeper server, a shared jobs dir and fires file, and nodes
+
+struct Cluster {
+    zk: ZkServer,
+    /// The connect string with this cluster's chroot.
+    connect: String,
+    dir: tempfile::TempDir,
+    tasks: Vec<String>,
+    nodes: BTreeMap<String, DaemonProcess>,
+}
+
+impl Cluster {
+    /// A ZooKeeper server and `tasks` every-second tasks (`t00`, `t01`, ...) in a shared jobs
+    /// dir; no node yet.
+    fn new(tasks: usize) -> Cluster {
+        let zk = ZkServer::start();
+        let connect = zk.chroot_connect();
+        let dir = tempfile::Builder::new()
+            .prefix("zkcron-cluster-")
+            .tempdir()
+            .unwrap();
+        fs::create_dir(dir.path().join("jobs.d")).unwrap();
+        let cluster = Cluster {
+            zk,
+            connect,
+            dir,
+            tasks: (0..tasks).map(|i| format!("t{i:02}")).collect(),
+            nodes: BTreeMap::new(),
+        };
+        for task in &cluster.tasks {
+            cluster.write_task(task);
+        }
+        cluster
+    }
+
+    fn write_task(&self, name: &str) {
+        let text = format!(
+            "schedule = \"* * * * * *\"\n\
+             command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
+             catch_up = \"all\"\n\
+             starting_deadline = \"1m\"\n",
+            fires = self.fires_path().display()
+        );
+        let path = self.dir.path().join("jobs.d").join(format!("{name}.toml"));
+        fs::write(&path, text).unwrap();
+        // Group- or world-writable task files are refused; do not depend on the umask.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    fn fires_path(&self) -> PathBuf {
+        self.dir.path().join("fires.log")
+    }
+
+    fn fires(&self) -> Fires {
+        Fires::read(&self.fires_path())
+    }
+
+    /// Starts the nodes (id, release) on this cluster's chroot and waits until each has
+    /// registered in ZooKeeper.
+    fn start_nodes(&mut self, nodes: &[(&str, &str)]) {
+        let connect = self.connect.clone();
+        for (id, version) in nodes {
+            self.spawn_node(id, version, &connect);
+        }
+        for (id, _) in nodes {
+            self.wait_log(id, "registered in ZooKeeper", 1);
+        }
+    }
+
+    /// Starts `zkcron run` as node `id` on `connect`, with a state dir, config and log of its
+    /// own (`<dir>/<id>/`), and the shared jobs dir. Does not wait.
+    fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
+        let home = self.dir.path().join(id);
+        fs::create_dir_all(home.join("state")).unwrap();
+        let config = home.join("zkcron.toml");
+        fs::write(
+            &config,
+            format!(
+                "[coordination.zookeeper]\nsession_timeout = \"{}s\"\n",
+                SESSION_TIMEOUT.as_secs()
+            ),
+        )
+        .unwrap();
+        let log_path = home.join("log.txt");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
+            Some(binary) => Command::new(binary),
+            None => common::zkcron(),
+        };
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--jobs-dir")
+            .arg(self.dir.path().join("jobs.d"))
+            .arg("--state-dir")
+            .arg(home.join("state"))
+            .arg("--zookeeper")
+            .arg(connect)
+            .arg("--cluster")
+            .arg(CLUSTER)
+            .arg("--node-id")
+            .arg(id)
+            .arg("--node-version")
+            .arg(version)
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        // Tied to this process, so a killed test run leaves no daemon behind.
+        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
+        self.nodes
+            .insert(id.to_string(), DaemonProcess { child, log_path });
+    }
+
+    fn node(&self, id: &str) -> &DaemonProcess {
+        &self.nodes[id]
+    }
+
+    fn node_mut(&mut self, id: &str) -> &mut DaemonProcess {
+        self.nodes.get_mut(id).unwrap()
+    }
+
+    /// The nodes whose process is still running.
+    fn live_nodes(&self) -> Vec<String> {
+        self.nodes
+            .keys()
+            .filter(|id| common::process_alive(self.nodes[*id].child.id() as i32))
+            .cloned()
+            .collect()
+    }
+
+    /// The number of tasks `node` said it leads in its last `leases changed` log line.
+    fn leading(&self, node: &str) -> Option<usize> {
+        leading_in_log(&self.node(node).log())
+    }
+
+    /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
+    /// `what` and the cluster's state.
+    #[allow(clippy::disallowed_methods)] // real processes, real deadline
+    fn wait(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut condition: impl FnMut(&Fires, &Cluster) -> bool,
+    ) {
+        let deadline = Instant::now() + limit;
+        while !condition(&self.fires(), self) {
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for: {what}\n{}",
+                    self.diagnostics()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `node`'s log has `needle` at least `count` times.
+    fn wait_log(&self, node: &str, needle: &str, count: usize) {
+        self.wait(
+            &format!("{node} to log {needle:?} {count} time(s)"),
+            LIMIT,
+            |_, c| {
+                let done = c.node(node).log().matches(needle).count() >= count;
+                // Fail at once, not after the deadline, when the node is gone (a usage error).
+                if !done && !common::process_alive(c.node(node).child.id() as i32) {
+                    panic!(
+                        "{node} exited while we waited for it to log {needle:?}\n{}",
+                        c.diagnostics()
+                    );
+                }
+                done
+            },
+        );
+    }
+
+    /// Waits until leadership is settled among `nodes`: in the last two complete seconds every
+    /// task fired, by the same node both times; each node leads at least one task; and each
+    /// node's last `leading=N` is the number of tasks it fired. Returns task → leader.
+    fn wait_stable(&self, nodes: &[&str]) -> BTreeMap<String, String> {
+        let mut leaders = BTreeMap::new();
+        self.wait(
+            &format!("leadership among {nodes:?} to settle"),
+            LIMIT,
+            |fires, c| {
+                let last = now_second() - 1;
+                let now = fires.leaders_at(last);
+                if now.len() != c.tasks.len() || now != fires.leaders_at(last - 1) {
+                    return false;
+                }
+                let shares = shares(&now);
+                let settled = shares.len() == nodes.len()
+                    && nodes.iter().all(|n| {
+                        let share = shares.get(*n).copied().unwrap_or(0);
+                        share > 0 && c.leading(n) == Some(share)
+                    });
+                if settled {
+                    leaders = now;
+                }
+                settled
+            },
+        );
+        leaders
+    }
+
+    /// Waits until a node other than `victim` fired each of `tasks` for a tick after `since`
+    /// (Unix seconds); returns the time the last of them was seen.
+    fn wait_takeover(&self, victim: &str, tasks: &[String], since: f64) -> f64 {
+        let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+        self.wait(
+            &format!("other nodes to fire the tasks {victim} led: {tasks:?}"),
+            LIMIT,
+            |fires, _| {
+                for fire in &fires.0 {
+                    if fire.node != victim
+                        && fire.second > second_of(since)
+                        && tasks.contains(&fire.task)
+                    {
+                        seen.entry(fire.task.clone()).or_insert_with(now);
+                    }
+                }
+                seen.len() == tasks.len()
+            },
+        );
+        seen.into_values().fold(0.0, f64::max)
+    }
+
+    /// Waits until every task fired a tick at or after `through`, so every tick up to
+    /// `through - 2` was claimed (fire records only move forward) and its job, started at least
+    /// two seconds ago, has written its line.
+    fn settle(&self, through: i64) {
+        self.wait(
+            &format!("every task to fire the tick of {through}"),
+            LIMIT,
+            |fires, c| {
+                c.tasks
+                    .iter()
+                    .all(|t| fires.last_second(t).is_some_and(|s| s >= through))
+            },
+        );
+    }
+
+    fn assert_no_duplicates(&self) {
+        let duplicates = self.fires().duplicates();
+        self.check(
+            duplicates.is_empty(),
+            &format!("fire ids fired more than once (by nodes): {duplicates:?}"),
+        );
+    }
+
+    fn assert_no_gaps(&self, from: i64, to: i64) {
+        let gaps = self.fires().gaps(&self.tasks, from, to);
+        self.check(
+            gaps.is_empty(),
+            &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
+        );
+    }
+
+    /// Panics with `failure` and the cluster's state unless `ok`.
+    fn check(&self, ok: bool, failure: &str) {
+        if !ok {
+            panic!("{failure}\n{}", self.diagnostics());
+        }
+    }
+
+    /// The fires of the last minute as a table, each node's log tail, ZooKeeper's log tail.
+    fn diagnostics(&self) -> String {
+        let fires = self.fires();
+        let mut out = String::new();
+        if let (Some(first), Some(last)) = (
+            fires.0.iter().map(|f| f.second).min(),
+            fires.0.iter().map(|f| f.second).max(),
+        ) {
+            out.push_str(&fires.table(&self.tasks, first.max(last - 59), last));
+        } else {
+            out.push_str("no fires\n");
+        }
+        for (id, node) in &self.nodes {
+            let log = node.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let _ = writeln!(
+                out,
+                "--- {id} (leading={:?}), last lines of {}:\n{}",
+                leading_in_log(&log),
+                node.log_path.display(),
+                lines[lines.len().saturating_sub(25)..].join("\n")
+            );
+        }
+        let zk_log = self.zk.log_tail(200);
+        let zk_lines: Vec<&str> = zk_log.lines().filter(|l| !l.starts_with('\t')).collect();
+        let _ = writeln!(
+            out,
+            "--- ZooKeeper, last lines (no stack frames) of {}/zookeeper.log:\n{}",
+            self.zk.dir().display(),
+            zk_lines[zk_lines.len().saturating_sub(12)..].join("\n")
+        );
+        out
+    }
+}
+
+/// The `leading=N` of the last `leases changed` line of a log.
+fn leading_in_log(log: &str) -> Option<usize> {
+    let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
+    let value = line.split("leading").nth(1)?;
+    let digits: String = value
+        .trim_start_matches(['=', ':', '"', ' '])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time, read the way the jobs see it
+
+/// The wall clock in Unix seconds.
+#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn now_second() -> i64 {
+    now().floor() as i64
+}
+
+/// The tick a wall-clock instant falls in.
+fn second_of(t: f64) -> i64 {
+    t.floor() as i64
+}
+
+/// Waits until the clock is in the middle of a second, far from the claims and spawns at its
+/// start.
+fn wait_mid_second() {
+    common::wait_for("the middle of a second", Duration::from_secs(3), || {
+        (0.35..0.65).contains(&now().fract())
+    });
+}
+
+#[test]
+fn the_fires_helpers_find_duplicates_gaps_and_leaders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fires.log");
+    fs::write(
+        &path,
+        "t00@10 node-a\nt01@10 node-b\nt00@11 node-a\nt00@11 node-c\nt01@13 node-b\nt00@12 no",
+    )
+    .unwrap();
+    let fires = Fires::read(&path);
+    // The unterminated last line is still being written: left for later.
+    assert_eq!(fires.0.len(), 5);
+    assert_eq!(
+        fires.duplicates(),
+        BTreeMap::from([(
+            "t00@11".to_string(),
+            vec!["node-a".to_string(), "node-c".to_string()]
+        )])
+    );
+    let tasks = vec!["t00".to_string(), "t01".to_string()];
+    assert_eq!(
+        fires.gaps(&tasks, 10, 13),
+        BTreeMap::from([
+            ("t00".to_string(), vec![12, 13]),
+            ("t01".to_string(), vec![11, 12])
+        ])
+    );
+    assert_eq!(
+        fires.leaders_at(10),
+        BTreeMap::from([
+            ("t00".to_string(), "node-a".to_string()),
+            ("t01".to_string(), "node-b".to_string())
+        ])
+    );
+    assert_eq!(fires.last_second("t01"), Some(13));
+    assert_eq!(fires.first_seconds()["t01"], 10);
+    assert_eq!(busiest(&fires.leaders_at(10)).0, "node-a");
+    let table = fires.table(&tasks, 10, 13);
+    assert!(table.contains(" t00 a*..\n"), "{table}");
+    assert!(table.contains(" t01 b..b\n"), "{table}");
+
+    assert_eq!(
+        leading_in_log("x leases changed leading=4\ny leases changed leading=12 other=1\n"),
+        Some(12)
+    );
+    assert_eq!(
+        leading_in_log(r#"{"message":"leases changed","leading":7}"#),
+        Some(7)
+    );
+    assert_eq!(leading_in_log("registered in ZooKeeper\n"), None);
+}

@@ -1,0 +1,469 @@
+//! A real, standalone ZooKeeper server for the cluster tests: Debian's `zookeeper` package (3.8)
+//! run as `java ... ZooKeeperServerMain zoo.cfg` on a free port of 127.0.0.1, with its data and
+//! log in a temp dir.
+//!
+//! The tests never skip: without ZooKeeper they fail, saying how to install it. Every JVM this
+//! module starts is killed when its [`ZkServer`] is dropped, and also when the test process dies
+//! without unwinding (it is started with a parent-death signal; see [`spawn_tied_to_process`]),
+//! so no orphaned `ZooKeeperServerMain` outlives `cargo test`.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// The jar of Debian's `zookeeper` package (via `libzookeeper-java`). Its manifest's Class-Path
+/// names every dependency, so it alone is the class path.
+pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+/// slf4j's stderr binding, from `libslf4j-java`, which the package depends on. Without a binding
+/// the server logs nothing, and a failed start would be a mystery.
+const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+
+/// How to get ZooKeeper, for failure messages.
+pub const INSTALL_HINT: &str = "install Debian's ZooKeeper package (it pulls a Java runtime): \
+     `apt-get update && apt-get install -y zookeeper` (as root). The cluster tests need a real \
+     ZooKeeper and never skip; .ci/run installs it when missing";
+
+/// The server's tick. Session expiry is checked once per tick, so a dead client's ephemeral
+/// znodes vanish at most about two ticks after its session timeout; 200 ms keeps that small.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// How long a JVM may take to start serving (it usually takes 1-3 s).
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// Counter for unique chroots, across all servers of the test process.
+static CHROOTS: AtomicU32 = AtomicU32::new(0);
+
+/// A standalone ZooKeeper server. Killed on drop.
+pub struct ZkServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl ZkServer {
+    /// Starts a server on a free port of 127.0.0.1 and waits until it serves requests.
+    ///
+    /// Panics, saying how to install it, when ZooKeeper or Java is missing, and with the tail
+    /// of the server's log when it does not come up.
+    pub fn start() -> ZkServer {
+        let java = require_zookeeper_at(Path::new(ZOOKEEPER_JAR));
+        // The port is free when we ask, but another process may take it before the JVM binds
+        // it; then the server exits at once, and we try another.
+        let mut last_failure = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new()
+                .prefix("zkcron-zk-")
+                .tempdir()
+                .expect("temp dir for ZooKeeper");
+            fs::create_dir(dir.path().join("data")).unwrap();
+            let mut server = ZkServer {
+                dir,
+                port: free_port(),
+                child: None,
+            };
+            server.write_config();
+            match server.spawn_and_wait(&java) {
+                Ok(()) => return server,
+                Err(failure) => {
+                    server.kill();
+                    let port_taken = server.log_tail(200).contains("Address already in use");
+                    last_failure = failure;
+                    if !port_taken {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("{last_failure}");
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's temp dir (holds `zoo.cfg`, `data/` and `zookeeper.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A connect string with a chroot of its own, `127.0.0.1:PORT/zkcron-test-<n>`, unique in
+    /// this test process, so tests sharing a server do not see each other. The chroot znode is
+    /// created here (a persistent, empty, world-writable znode), as an operator would before
+    /// pointing nodes at it.
+    pub fn chroot_connect(&self) -> String {
+        let n = CHROOTS.fetch_add(1, Ordering::Relaxed);
+        let chroot = format!("/zkcron-test-{n}");
+        self.create_persistent(&chroot);
+        format!("{}{chroot}", self.connect_string())
+    }
+
+    /// Creates a persistent empty znode at `path` (from the root), parents first.
+    pub fn create_persistent(&self, path: &str) {
+        self.with_client(async |client| {
+            let options = zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            client
+                .mkdir(path, &options)
+                .await
+                .unwrap_or_else(|e| panic!("creating znode {path}: {e}"));
+        });
+    }
+
+    /// The children of `path` (from the root), sorted; empty when it does not exist.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.with_client(async |client| match client.list_children(path).await {
+            Ok(mut children) => {
+                children.sort();
+                children
+            }
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => panic!("listing the children of {path}: {e}"),
+        })
+    }
+
+    /// Runs `work` with a fresh client session connected to the server's root (no chroot), on a
+    /// throw-away runtime, and closes the session after it.
+    pub fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        with_client_at(&self.connect_string(), work)
+    }
+
+    /// Kills the server (SIGKILL, as a crash) and waits for it to be gone. Its data dir stays.
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
+    /// Starts the server again on the same port and data dir, and waits until it serves. Znodes
+    /// survive, and so do sessions whose clients reconnect within their timeout.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "start_again: the server is running");
+        let java = require_zookeeper_at(Path::new(ZOOKEEPER_JAR));
+        if let Err(failure) = self.spawn_and_wait(&java) {
+            self.kill();
+            panic!("{failure}");
+        }
+    }
+
+    /// Whether the JVM is running.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => child.try_wait().unwrap().is_none(),
+            None => false,
+        }
+    }
+
+    /// The JVM's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The `srvr` four-letter word's answer: version, latency, connections, mode, node count.
+    pub fn srvr(&self) -> String {
+        self.four_letter_or_panic("srvr")
+    }
+
+    /// The `mntr` four-letter word's answer: one `key\tvalue` line per metric
+    /// (`zk_znode_count`, `zk_ephemerals_count`, `zk_watch_count`, ...).
+    pub fn mntr(&self) -> String {
+        self.four_letter_or_panic("mntr")
+    }
+
+    /// One metric of `mntr`, e.g. `zk_znode_count`.
+    pub fn mntr_value(&self, key: &str) -> Option<u64> {
+        self.mntr().lines().find_map(|line| {
+            let (k, v) = line.split_once('\t')?;
+            if k == key {
+                v.trim().parse().ok()
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Sends a four-letter word and returns the answer.
+    pub fn four_letter(&self, word: &str) -> std::io::Result<String> {
+        four_letter(self.port, word)
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    fn four_letter_or_panic(&self, word: &str) -> String {
+        self.four_letter(word).unwrap_or_else(|e| {
+            panic!(
+                "ZooKeeper on port {} did not answer `{word}`: {e}\n--- its log:\n{}",
+                self.port,
+                self.log_tail(40)
+            )
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir().join("zookeeper.log")
+    }
+
+    fn write_config(&self) {
+        let config = format!(
+            "# Written by tests/common/zk.rs\n\
+             tickTime={tick}\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             # Sessions of 1 s to 60 s (the defaults, 2 and 20 ticks, would clamp to 0.4-4 s).\n\
+             minSessionTimeout=1000\n\
+             maxSessionTimeout=60000\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             # Each write still reaches the OS before the answer, so a killed server keeps it;\n\
+             # only an OS crash could lose it. Saves an fsync per write on slow CI disks.\n\
+             forceSync=no\n\
+             # Test servers are small and short-lived: no periodic purge thread.\n\
+             autopurge.purgeInterval=0\n",
+            tick = TICK.as_millis(),
+            data = self.dir().join("data").display(),
+            port = self.port,
+        );
+        fs::write(self.dir().join("zoo.cfg"), config).unwrap();
+    }
+
+    /// Starts the JVM (appending to the log) and waits until it serves, or says why not.
+    #[allow(clippy::disallowed_methods)] // a real deadline for a real process
+    fn spawn_and_wait(&mut self, java: &Path) -> Result<(), String> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let mut command = Command::new(java);
+        command
+            // A small heap and the quick JIT tier: the server is tiny and short-lived, and CI
+            // runs several at once on two cores.
+            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg("-cp")
+            .arg(class_path())
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(self.dir().join("zoo.cfg"))
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = spawn_tied_to_process(command)
+            .unwrap_or_else(|e| panic!("starting {}: {e}; {INSTALL_HINT}", java.display()));
+        self.child = Some(child);
+
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                return Err(format!(
+                    "ZooKeeper exited during start-up ({status}) on port {}\n--- its log ({}):\n{}",
+                    self.port,
+                    self.log_path().display(),
+                    self.log_tail(40)
+                ));
+            }
+            // `ruok` answers `imok` as soon as the port listens, even before the database is
+            // loaded; `srvr` names the mode only once the server serves requests.
+            let ruok = four_letter(self.port, "ruok").unwrap_or_default();
+            if ruok == "imok"
+                && four_letter(self.port, "srvr").is_ok_and(|s| s.contains("Mode: standalone"))
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "ZooKeeper did not serve on port {} within {START_LIMIT:?} (last `ruok` \
+                     answer: {ruok:?})\n--- its log ({}):\n{}",
+                    self.port,
+                    self.log_path().display(),
+                    self.log_tail(40)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // The JVM leads its own process group; kill the whole group.
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Checks that ZooKeeper (its jar at `jar`) and `java` are installed; returns the path of
+/// `java`. Panics with [`INSTALL_HINT`] otherwise.
+pub fn require_zookeeper_at(jar: &Path) -> PathBuf {
+    let java = find_in_path("java");
+    let mut missing = Vec::new();
+    if !jar.exists() {
+        missing.push(format!("{} does not exist", jar.display()));
+    }
+    if java.is_none() {
+        missing.push("`java` is not on PATH".to_string());
+    }
+    if !missing.is_empty() {
+        panic!(
+            "ZooKeeper is not installed: {}; {INSTALL_HINT}",
+            missing.join(" and ")
+        );
+    }
+    java.unwrap()
+}
+
+fn class_path() -> String {
+    if Path::new(SLF4J_SIMPLE_JAR).exists() {
+        format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE_JAR}")
+    } else {
+        ZOOKEEPER_JAR.to_string()
+    }
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            fs::metadata(candidate).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+}
+
+/// Runs `work` with a fresh client session (10 s timeout) connected to `connect` (which may
+/// name a chroot), on a throw-away runtime, and closes the session after it.
+pub fn with_client_at<T>(
+    connect: &str,
+    work: impl AsyncFnOnce(&zookeeper_client::Client) -> T,
+) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = connect_client(connect, Duration::from_secs(10)).await;
+        let result = work(&client).await;
+        // Close the session now rather than leave it to expire on the server: the close request
+        // goes out from the client's background task once the last handle is dropped.
+        let mut state = client.state_watcher();
+        drop(client);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while !state.changed().await.is_terminated() {}
+        })
+        .await;
+        result
+    })
+}
+
+/// Connects a client to `connect` with the given session timeout; panics after 30 s.
+pub async fn connect_client(connect: &str, session_timeout: Duration) -> zookeeper_client::Client {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        zookeeper_client::Client::connector()
+            .with_session_timeout(session_timeout)
+            .connect(connect),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("connecting to ZooKeeper at {connect}: timed out"))
+    .unwrap_or_else(|e| panic!("connecting to ZooKeeper at {connect}: {e}"))
+}
+
+/// A port of 127.0.0.1 that nothing listens on right now, below the kernel's ephemeral range.
+///
+/// Not a port the kernel hands out (binding port 0): while a server is stopped, a client's
+/// outgoing connection could get that very port as its source port (even connect to itself,
+/// TCP's simultaneous open), and the server could not bind it again on restart.
+pub fn free_port() -> u16 {
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000, ephemeral_low.max(10_100));
+    for _ in 0..1000 {
+        let port = rand::random_range(low..high);
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 in {low}..{high}");
+}
+
+/// Sends a four-letter word to the server on `port` and returns its whole answer.
+pub fn four_letter(port: u16, word: &str) -> std::io::Result<String> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(word.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// Spawns `command` as the leader of a new process group, with SIGKILL as its parent-death
+/// signal, so it dies with the test process even when that one is killed without unwinding.
+///
+/// The parent-death signal fires when the *thread* that forked the child exits, and every test
+/// runs on a thread of its own that ends with the test; so all such children are forked by one
+/// thread that lives as long as the process.
+pub fn spawn_tied_to_process(mut command: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("spawner thread");
+        requests
+    });
+    let parent = std::process::id();
+    command.process_group(0);
+    // SAFETY: between fork and exec, only async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The parent may have died before the signal was armed.
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                nix::libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .expect("spawner thread alive");
+    answer.recv().expect("spawner thread answers")
+}
