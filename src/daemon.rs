@@ -574,19 +574,31 @@ async fn fire<C: Coordinator>(
         OverlapAction::Skip => ClaimIntent::Skip,
         OverlapAction::Start | OverlapAction::ReplaceThenStart => ClaimIntent::Run,
     };
-    match shared.coordinator.claim(name, tick.instant, intent).await {
-        Ok(ClaimOutcome::Claimed) => {}
-        Ok(ClaimOutcome::AlreadyClaimed { record }) => {
-            tracing::info!(task = name, %fire_id, %record, "tick already claimed; not running it");
-            return;
-        }
-        Ok(ClaimOutcome::NotLeader) => {
-            tracing::info!(task = name, %fire_id, "claim refused: not the leader; not running it");
-            return;
-        }
-        Err(error) => {
-            tracing::error!(task = name, %fire_id, "claim failed ({error}); not running this tick");
-            return;
+    // A failed claim (the backend could not tell) is retried while this node still leads the
+    // task: dropping the tick would lose it, because the planner has moved past it. When the
+    // node pauses or loses the task, the loop stops and whoever leads next catches the tick
+    // up from the fire record.
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match shared.coordinator.claim(name, tick.instant, intent).await {
+            Ok(ClaimOutcome::Claimed) => break,
+            Ok(ClaimOutcome::AlreadyClaimed { record }) => {
+                tracing::info!(task = name, %fire_id, %record, "tick already claimed; not running it");
+                return;
+            }
+            Ok(ClaimOutcome::NotLeader) => {
+                tracing::info!(task = name, %fire_id, "claim refused: not the leader; not running it");
+                return;
+            }
+            Err(error) => {
+                if !shared.leadership.borrow().may_fire(name) {
+                    tracing::warn!(task = name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");
+                    return;
+                }
+                tracing::warn!(task = name, %fire_id, "claim failed ({error}); retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
         }
     }
     match action {

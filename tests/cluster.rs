@@ -400,7 +400,7 @@ fn given_an_unreachable_zookeeper_then_the_node_says_why_fires_nothing_and_joins
 }
 
 #[test]
-fn given_an_invalid_zookeeper_connect_string_then_run_exits_1_naming_it() {
+fn given_an_invalid_zookeeper_connect_string_then_run_exits_2_naming_it() {
     let mut cluster = Cluster::new(1);
     for (i, bad) in ["127.0.0.1:notaport", "127.0.0.1:2181/bad//chroot"]
         .into_iter()
@@ -410,9 +410,10 @@ fn given_an_invalid_zookeeper_connect_string_then_run_exits_1_naming_it() {
         cluster.spawn_node(&id, OLD, bad);
         let code = cluster.node_mut(&id).wait_exit(Duration::from_secs(15));
         let log = cluster.node(&id).log();
+        // A malformed flag value is a usage error (exit 2), like every other bad flag value.
         cluster.check(
-            code == Some(1),
-            &format!("--zookeeper {bad:?}: exit code {code:?}, expected 1 (invalid input)"),
+            code == Some(2),
+            &format!("--zookeeper {bad:?}: exit code {code:?}, expected 2 (usage error)"),
         );
         cluster.check(
             log.contains(bad) && log.to_lowercase().contains("zookeeper"),

@@ -44,12 +44,19 @@ pub struct Member {
     pub release: Version,
     pub seed: u64,
     pub tasks: Arc<TaskSet>,
+    /// False when the member announced it may not lead (its clock is too far off): it is then
+    /// eligible for nothing, so the others do not wait for it, and a backup that took one of
+    /// its leases is the designated leader and keeps it.
+    pub may_lead: bool,
 }
 
 impl Member {
-    /// Whether this member may lead `task`: it defines it and its release matches the
-    /// definition's `version_req`.
+    /// Whether this member may lead `task`: it may lead at all, defines the task, and its
+    /// release matches the definition's `version_req`.
     pub fn eligible(&self, task: &str) -> bool {
+        if !self.may_lead {
+            return false;
+        }
         match self.tasks.get(task) {
             Some(entry) => entry
                 .version_req
@@ -192,6 +199,7 @@ mod tests {
             release: Version::parse(release).unwrap(),
             seed,
             tasks: tasks.clone(),
+            may_lead: true,
         }
     }
 
@@ -310,6 +318,31 @@ mod tests {
             fx.decide("me", Duration::ZERO, true).actions,
             vec![LeaseAction::Release("a".into())]
         );
+    }
+
+    #[test]
+    fn a_member_that_announced_it_may_not_lead_is_passed_over_and_its_backup_keeps_the_lease() {
+        let tasks = set(&["t"]);
+        let mut members = vec![
+            member("a", "1.0.0", 1, &tasks),
+            member("b", "1.0.0", 2, &tasks),
+        ];
+        let ranked: Vec<String> = ranking("t", &members)
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect();
+        let (top, backup) = (ranked[0].clone(), ranked[1].clone());
+        members.iter_mut().find(|m| m.id == top).unwrap().may_lead = false;
+        let fx = Fixture {
+            members,
+            present: names(&["t"]),
+            held: names(&["t"]),
+            vacant_since: HashMap::new(),
+        };
+        // The backup holds the lease and is now the designated leader: it keeps it.
+        assert!(fx.decide(&backup, Duration::ZERO, true).actions.is_empty());
+        assert_eq!(position("t", &top, &fx.members), None);
+        assert_eq!(position("t", &backup, &fx.members), Some(0));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `tasksets/<digest>-<i>` | persistent, immutable | chunk `i` of a task set ([`TaskSetRecord`]), content-addressed |
 //! | `leases/<task>` | ephemeral | the task's lease: [`LeaseRecord`] (holder and session) |
 //! | `tasks/<task>` | persistent | the fire record [`FireRecord`]: newest claimed tick |
+//! | `tasks/<task>/epoch` | persistent, empty | its version counts lease takes (one bump per take) |
 //! | `tasks/<task>/run-<unix>` | ephemeral | a live run of that tick ([`RunRecord`]) |
 //! | `tasks/<task>/result` | persistent | the last [`RunResult`] |
 //! | `clock` | persistent | written now and then to measure clock skew |
@@ -25,12 +26,14 @@
 //! long), release leases it should not hold. It publishes the held set as [`Leadership`].
 //!
 //! # Fencing
-//! A claim is one multi-op: `check(leases/<task>, version)` + `set_data(tasks/<task>, tick,
-//! record version)` (+ `create(run-<unix>)` when the tick will run). The lease is ephemeral: it
-//! exists while the holder's session lives and nobody else can create it meanwhile, and a
-//! request from an expired session is refused by the server. So a claim succeeds only while this
-//! node's session holds the lease and the record has not moved since it was read: no tick is
-//! claimed twice, whatever the clocks, pauses or partitions. A claim whose reply is lost is
+//! Taking a lease is one multi-op: `create(leases/<task>, ephemeral)` + `set_data(tasks/<task>/epoch)`,
+//! so every lease incarnation owns a distinct epoch version. A claim is one multi-op:
+//! `check(leases/<task>, 0)` + `check(tasks/<task>/epoch, the version this node's take set)` +
+//! `set_data(tasks/<task>, tick, the record version read)` (+ `create(run-<unix>)` when the tick
+//! will run). It succeeds only while the lease this node took still exists (a lease released
+//! and taken by another node bumped the epoch; an expired session's requests are refused by
+//! the server) and nobody moved the record since it was read: no tick is claimed twice,
+//! whatever the clocks, pauses or partitions. A claim whose reply is lost is
 //! resolved by `sync` and re-reading the record, never by assuming success.
 //!
 //! # Sessions
@@ -107,6 +110,14 @@ pub struct MemberRecord {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     pub taskset: TaskSetRef,
+    /// False while the node refuses leadership (clock skew beyond `max_clock_skew`): others
+    /// then rank without it. Missing (older writers) means true.
+    #[serde(default = "yes")]
+    pub leads: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Where a member's task set is stored.
@@ -216,6 +227,9 @@ impl Paths {
     }
     fn record(&self, task: &str) -> String {
         format!("{}/tasks/{task}", self.base)
+    }
+    fn epoch(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/epoch", self.base)
     }
     fn result(&self, task: &str) -> String {
         format!("{}/tasks/{task}/result", self.base)
@@ -405,7 +419,8 @@ struct View {
     tasksets: HashMap<String, Arc<TaskSet>>,
     /// Leases that exist (held by anyone).
     present: HashSet<String>,
-    /// Leases this node holds in the current session, with the version to check in claims.
+    /// Leases this node holds in the current session, with the version of the task's epoch
+    /// znode that this lease incarnation set (claims check it).
     held: HashMap<String, i32>,
     /// When each vacant lease was first seen vacant (offset from `epoch`).
     vacant_since: HashMap<String, Duration>,
@@ -651,21 +666,8 @@ impl Inner {
             Err(CoordError::ZooKeeper { message, .. })
                 if message == zookeeper_client::Error::NoNode.to_string() =>
             {
-                // First use of the task in this cluster: create its record and result nodes.
-                let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
-                let client = &session.client;
-                match deadline(
-                    "creating the fire record",
-                    client.create(&path, &empty, &persistent()),
-                )
-                .await
-                {
-                    Ok(_) => {}
-                    Err(CoordError::ZooKeeper { message, .. })
-                        if message == zookeeper_client::Error::NodeExists.to_string() => {}
-                    Err(error) => return Err(error),
-                }
-                deadline("reading the fire record", client.get_data(&path)).await?
+                self.ensure_task_nodes(session, task).await?;
+                deadline("reading the fire record", session.client.get_data(&path)).await?
             }
             Err(error) => return Err(error),
         };
@@ -680,6 +682,27 @@ impl Inner {
             .expect("records lock poisoned")
             .insert(task.to_string(), (record.clone(), stat.version));
         Ok((record, stat.version))
+    }
+
+    /// Creates the task's persistent znodes (fire record, epoch) if absent: first use of the
+    /// task in this cluster.
+    async fn ensure_task_nodes(&self, session: &Session, task: &str) -> Result<(), CoordError> {
+        let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
+        for (path, data) in [
+            (self.paths.record(task), empty.as_slice()),
+            (self.paths.epoch(task), b"".as_slice()),
+        ] {
+            match timed(
+                "creating the task's znodes",
+                session.client.create(&path, data, &persistent()),
+            )
+            .await?
+            {
+                Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                Err(error) => return Err(zk_error("creating the task's znodes", error)),
+            }
+        }
+        Ok(())
     }
 
     fn cached_record(&self, task: &str) -> Option<(FireRecord, i32)> {
@@ -712,7 +735,7 @@ impl Inner {
         let Some(session) = self.current() else {
             return Ok(ClaimOutcome::NotLeader);
         };
-        let Some(lease_version) = self.held_version(&session, task) else {
+        let Some(epoch) = self.held_version(&session, task) else {
             return Ok(ClaimOutcome::NotLeader);
         };
         let (mut record, mut version) = match self.cached_record(task) {
@@ -753,7 +776,10 @@ impl Inner {
             .expect("serializes");
             let mut multi = session.client.new_multi_writer();
             let mut build = || -> Result<(), zookeeper_client::Error> {
-                multi.add_check_version(&self.paths.lease(task), lease_version)?;
+                // The lease exists (version 0: never modified) and is the incarnation this
+                // node took (the epoch is bumped by every take): it is this node's.
+                multi.add_check_version(&self.paths.lease(task), 0)?;
+                multi.add_check_version(&self.paths.epoch(task), epoch)?;
                 multi.add_set_data(&self.paths.record(task), &data, Some(version))?;
                 if intent == ClaimIntent::Run {
                     multi.add_create(&run_path, &run_data, &ephemeral())?;
@@ -766,7 +792,7 @@ impl Inner {
             let answered = wall_clock();
             match outcome {
                 Ok(Ok(results)) => {
-                    if let Some(MultiWriteResult::SetData { stat }) = results.get(1) {
+                    if let Some(MultiWriteResult::SetData { stat }) = results.get(2) {
                         self.measure_skew(sent, answered, stat);
                         self.records
                             .lock()
@@ -781,14 +807,17 @@ impl Inner {
                     }
                     return Ok(ClaimOutcome::Claimed);
                 }
-                Ok(Err(MultiWriteError::OperationFailed { index: 0, source })) => {
+                Ok(Err(MultiWriteError::OperationFailed {
+                    index: 0 | 1,
+                    source,
+                })) => {
                     tracing::warn!(task, %source, "claim refused: this node's lease is gone");
                     self.lease_lost(task);
                     return Ok(ClaimOutcome::NotLeader);
                 }
                 Ok(Err(MultiWriteError::OperationFailed { index, source })) => {
                     tracing::debug!(task, index, %source, attempt, "claim conflicted; re-reading the record");
-                    if rerun && index == 2 {
+                    if rerun && index == 3 {
                         // Someone else's run znode for this tick exists: it was reclaimed.
                         return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
                     }
@@ -867,11 +896,17 @@ impl Inner {
                         // too, and the tick counts as claimed but not run (at most once).
                         return Err(zk_error("resolving a claim", "the session ended"));
                     }
-                    if delay > self.settings.session_timeout {
+                    if self.stopping.load(Ordering::SeqCst) {
                         return Err(error);
                     }
+                    // The session lives (ZooKeeper restarting, a partition shorter than the
+                    // session): the answer is coming, and giving up would lose a claimed tick.
+                    tracing::debug!(
+                        task,
+                        "re-reading the fire record failed ({error}); retrying"
+                    );
                     tokio::time::sleep(delay).await;
-                    delay *= 2;
+                    delay = (delay * 2).min(Duration::from_secs(1));
                 }
             }
         };
@@ -1310,6 +1345,7 @@ async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
         started_at: inner.started_at,
         labels: inner.settings.labels.clone(),
         taskset: reference,
+        leads: inner.may_lead(),
     };
     let data = serde_json::to_vec(&record).expect("serializes");
     let path = inner.paths.member(&inner.settings.node_id);
@@ -1432,6 +1468,7 @@ async fn read_member(
         release,
         seed,
         tasks,
+        may_lead: record.leads,
     }))
 }
 
@@ -1518,6 +1555,7 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
         Err(error) => return SessionEnd::Failed(error),
     };
     let mut published = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
+    let mut published_leads = inner.may_lead();
     let mut connected = true;
     let mut disconnected_at: Option<Instant> = None;
     let mut loss_counted = false;
@@ -1655,9 +1693,12 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
                 _ => {}
             }
         }
-        // A new task set from the daemon: write it and re-register.
+        // A new task set from the daemon, or a change in whether this node may lead: write it
+        // and re-register.
         let current = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
-        if connected && current != published {
+        let leads = inner.may_lead();
+        if connected && (current != published || leads != published_leads) {
+            published_leads = leads;
             match register(inner, &session).await {
                 Ok(()) => {
                     published = current;
@@ -1825,40 +1866,17 @@ async fn decide_and_apply(
                     since: wall_clock(),
                 })
                 .expect("serializes");
-                let path = inner.paths.lease(task);
-                match deadline(
-                    "taking a lease",
-                    session.client.create(&path, &data, &ephemeral()),
-                )
-                .await
-                {
-                    Ok((stat, _)) => {
+                match take_lease(&inner, &session, task, &data).await {
+                    Ok(Some(epoch)) => {
                         let mut view = inner.view();
                         view.present.insert(task.clone());
                         view.vacant_since.remove(task);
-                        view.held.insert(task.clone(), stat.version);
+                        view.held.insert(task.clone(), epoch);
                     }
-                    Err(CoordError::ZooKeeper { message, .. })
-                        if message == zookeeper_client::Error::NodeExists.to_string() =>
-                    {
-                        // Held by someone, perhaps by this very session (a create whose answer
-                        // was lost, or a release not yet seen): ask the server whose it is.
-                        let ours = match timed("checking a lease", session.client.check_stat(&path))
-                            .await
-                        {
-                            Ok(Ok(Some(stat)))
-                                if stat.ephemeral_owner == session.client.session_id().0 =>
-                            {
-                                Some(stat.version)
-                            }
-                            _ => None,
-                        };
+                    Ok(None) => {
                         let mut view = inner.view();
                         view.present.insert(task.clone());
                         view.vacant_since.remove(task);
-                        if let Some(version) = ours {
-                            view.held.insert(task.clone(), version);
-                        }
                     }
                     Err(error) => tracing::warn!(task = %task, "taking the lease failed ({error})"),
                 }
@@ -1871,6 +1889,62 @@ async fn decide_and_apply(
         }
     }
     inner.publish_leadership(connected);
+}
+
+/// Takes the lease of `task`: creates the ephemeral lease and bumps the task's epoch in one
+/// multi-op. Returns the epoch version this lease incarnation owns (claims check it), or `None`
+/// when another session holds the lease.
+async fn take_lease(
+    inner: &Inner,
+    session: &Session,
+    task: &str,
+    data: &[u8],
+) -> Result<Option<i32>, CoordError> {
+    let lease = inner.paths.lease(task);
+    let epoch = inner.paths.epoch(task);
+    for _ in 0..2 {
+        let mut multi = session.client.new_multi_writer();
+        multi
+            .add_create(&lease, data, &ephemeral())
+            .and_then(|()| multi.add_set_data(&epoch, b"", None))
+            .map_err(|e| zk_error("building the lease take", e))?;
+        match tokio::time::timeout(CALL_DEADLINE, multi.commit()).await {
+            Ok(Ok(results)) => {
+                return match results.get(1) {
+                    Some(MultiWriteResult::SetData { stat }) => Ok(Some(stat.version)),
+                    _ => Err(zk_error("taking a lease", "unexpected multi answer")),
+                };
+            }
+            Ok(Err(MultiWriteError::OperationFailed {
+                index: 1,
+                source: zookeeper_client::Error::NoNode,
+            })) => {
+                // First lease of this task in the cluster: create its record and epoch.
+                inner.ensure_task_nodes(session, task).await?;
+            }
+            Ok(Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: zookeeper_client::Error::NodeExists,
+            })) => {
+                // Held by someone, perhaps by this very session (a take whose answer was lost):
+                // ask the server whose it is. If ours, nobody could have bumped the epoch since.
+                let owner = deadline("checking a lease", session.client.check_stat(&lease)).await?;
+                let ours =
+                    owner.is_some_and(|s| s.ephemeral_owner == session.client.session_id().0);
+                if !ours {
+                    return Ok(None);
+                }
+                let stat = deadline("reading the epoch", session.client.check_stat(&epoch)).await?;
+                return Ok(stat.map(|s| s.version));
+            }
+            Ok(Err(error)) => return Err(zk_error("taking a lease", error)),
+            Err(_) => return Err(zk_error("taking a lease", "no answer in time")),
+        }
+    }
+    Err(zk_error(
+        "taking a lease",
+        "the task's znodes keep vanishing",
+    ))
 }
 
 /// Writes `clock` to read ZooKeeper's time from its mtime.
