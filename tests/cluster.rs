@@ -618,12 +618,16 @@ impl Cluster {
         cluster
     }
 
+    /// Every tick must leave a line: `overlap = "allow"`, because right after a catch-up the
+    /// last caught-up run can still be going when the next tick is due, and the default
+    /// `skip` would then (rightly) skip it.
     fn write_task(&self, name: &str) {
         let text = format!(
             "schedule = \"* * * * * *\"\n\
              command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
              catch_up = \"all\"\n\
-             starting_deadline = \"1m\"\n",
+             starting_deadline = \"1m\"\n\
+             overlap = \"allow\"\n",
             fires = self.fires_path().display()
         );
         let path = self.dir.path().join("jobs.d").join(format!("{name}.toml"));
