@@ -105,7 +105,7 @@
 //! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios instead.
 //! - `ZKCRON_SIM_SEED=S`: run scenario `S` alone and print its report (scenario, violations, the
 //!   last events); with `ZKCRON_SIM_TRACE=1`, every event. A failure prints the line to use:
-//!   `ZKCRON_SIM_SEED=S cargo test --test sim -- --nocapture`.
+//!   `ZKCRON_SIM_SEED=S cargo test --test sim simulated_clusters -- --nocapture`.
 //! - `ZKCRON_SIM_BIG_SKEW=1`: let some clocks be off by more than `max_clock_skew` (see
 //!   Findings).
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
@@ -3193,7 +3193,7 @@ fn report(sc: &Scenario, world: &World<'_>) -> String {
         "a deliberately broken node: see the test that sets these knobs".to_string()
     } else {
         format!(
-            "replay: {}ZKCRON_SIM_SEED={} cargo test --test sim -- --nocapture",
+            "replay: {}ZKCRON_SIM_SEED={} cargo test --test sim simulated_clusters -- --nocapture",
             if sc.knobs.big_skew {
                 "ZKCRON_SIM_BIG_SKEW=1 "
             } else {
