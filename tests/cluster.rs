@@ -35,14 +35,20 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 /// A generous deadline for things that take a moment (start-up, convergence).
 const LIMIT: Duration = Duration::from_secs(30);
 
+// Takeover is measured from the fault to the moment the other nodes' logs account for every
+// task (their last `leases changed leading=N` add up to 30), as this test sees it polling every
+// 20 ms. Not by the fires: those also wait for the next tick and for `sh` to start, which on a
+// loaded two-core machine can take most of a second by itself. That every tick still fires, on
+// time or caught up, is checked separately (no gaps).
+
 /// Takeover after a crash (kill -9, or a node paused past its session): ZooKeeper deletes the
 /// dead session's leases when the session expires, after `SESSION_TIMEOUT`; then a survivor
-/// takes the lease and catches up. The product aims at session timeout + 500 ms (BRIEF §5); the
-/// test allows session timeout + 1 s, plus 1 s of slack:
+/// takes the lease. The product aims at session timeout + 500 ms (BRIEF §5); the test allows
+/// session timeout + 1 s, plus 1 s of slack:
 /// - ZooKeeper checks expiry once per tick (200 ms), and rounds a session's deadline up to the
 ///   next tick: up to 2 ticks (400 ms) late;
-/// - the watch event, the lease create and the claim are round trips to a local server (ms),
-///   the spawn of `sh` and this test's 20 ms polling add a few ms more;
+/// - the watch event and the lease create are round trips to a local server (ms), the log line
+///   and this test's 20 ms polling add a few ms more;
 /// - CI has two cores shared by two tests, each with a JVM and three debug-build daemons: a
 ///   scheduling hiccup of a few hundred ms must not fail the test.
 const CRASH_TAKEOVER: Duration = Duration::from_secs(3 + 1 + 1);
@@ -106,26 +112,8 @@ fn given_a_leader_killed_with_sigkill_then_survivors_take_over_after_its_session
     node.child.kill().unwrap();
     node.child.wait().unwrap();
 
-    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, killed_at);
-    let took = Duration::from_secs_f64(taken_at - killed_at);
-    cluster.check(
-        took <= CRASH_TAKEOVER,
-        &format!(
-            "the tasks of {victim} (killed) were fired by another node only after {took:?}, \
-             more than {CRASH_TAKEOVER:?}"
-        ),
-    );
-    cluster.wait(
-        "the two survivors to lead all 30 tasks (log: leases changed leading=N)",
-        LIMIT,
-        |_, c| {
-            c.live_nodes()
-                .iter()
-                .map(|n| c.leading(n).unwrap_or(0))
-                .sum::<usize>()
-                == 30
-        },
-    );
+    let takeover = cluster.wait_takeover(&victim, &victim_tasks, killed_at);
+    cluster.check_takeover(&victim, "killed", &takeover, CRASH_TAKEOVER);
     let through = now_second() + 2;
     cluster.settle(through);
 
@@ -145,16 +133,9 @@ fn given_a_leader_stopped_with_sigterm_then_others_take_over_within_a_second_wit
     let terminated_at = now();
     cluster.node(&victim).signal(Signal::SIGTERM);
 
-    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, terminated_at);
-    let took = Duration::from_secs_f64(taken_at - terminated_at);
-    cluster.check(
-        took <= GRACEFUL_TAKEOVER,
-        &format!(
-            "the tasks of {victim} (SIGTERM) were fired by another node only after {took:?}, \
-             more than {GRACEFUL_TAKEOVER:?}"
-        ),
-    );
-    let code = cluster.node_mut(&victim).wait_exit(LIMIT);
+    let takeover = cluster.wait_takeover(&victim, &victim_tasks, terminated_at);
+    cluster.check_takeover(&victim, "SIGTERM", &takeover, GRACEFUL_TAKEOVER);
+    let code = cluster.wait_exit(&victim, LIMIT);
     cluster.check(
         code == Some(0),
         &format!("{victim} exited with {code:?} after SIGTERM"),
@@ -194,15 +175,8 @@ fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale
     cluster.node(&victim).signal(Signal::SIGSTOP);
 
     // Survivors take over once its session expires, as after a crash.
-    let taken_at = cluster.wait_takeover(&victim, &victim_tasks, stopped_at);
-    let took = Duration::from_secs_f64(taken_at - stopped_at);
-    cluster.check(
-        took <= CRASH_TAKEOVER,
-        &format!(
-            "the tasks of {victim} (SIGSTOP) were fired by another node only after {took:?}, \
-             more than {CRASH_TAKEOVER:?}"
-        ),
-    );
+    let takeover = cluster.wait_takeover(&victim, &victim_tasks, stopped_at);
+    cluster.check_takeover(&victim, "SIGSTOP", &takeover, CRASH_TAKEOVER);
     // Keep it stopped a full session past the stop (takeover implies that already), then a
     // tick more, so its timers have ticks due when it wakes.
     cluster.wait(
@@ -248,8 +222,37 @@ fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale
 }
 
 #[test]
-fn given_three_nodes_when_zookeeper_restarts_then_they_pause_resume_and_catch_up() {
+fn given_three_nodes_when_zookeeper_restarts_within_their_sessions_then_they_keep_their_leases_and_catch_up()
+ {
+    // Sessions of 10 s outlast the outage (2 s, plus the JVM's start), whatever CI's load: the
+    // nodes pause, reconnect to the same sessions, keep their leases, and must run the ticks
+    // they skipped while paused.
+    let cluster = zookeeper_outage(Duration::from_secs(10), Duration::from_secs(2));
+    for node in ["node-a", "node-b", "node-c"] {
+        let log = cluster.node(node).log();
+        cluster.check(
+            !log.contains("session expired") && log.matches("registered in ZooKeeper").count() == 1,
+            &format!("{node} lost its session in an outage shorter than the session timeout"),
+        );
+    }
+}
+
+#[test]
+fn given_three_nodes_when_zookeeper_is_down_longer_than_their_sessions_then_they_resume_and_catch_up()
+ {
+    // An outage past the session timeout: a node may learn from its client that its session
+    // expired and rejoin, or reconnect to its session (a restarted server restores sessions with
+    // a fresh timeout). Either way: no tick twice, none lost.
+    zookeeper_outage(SESSION_TIMEOUT, SESSION_TIMEOUT + Duration::from_secs(2));
+}
+
+/// Three nodes with sessions of `session_timeout`; ZooKeeper is killed in the middle of a
+/// second, stays down for `outage` (at least), and restarts on the same port and data. Checks
+/// that every node paused, that nothing fired while ZooKeeper was down, and that afterwards
+/// every task fires again with no tick twice and none missing.
+fn zookeeper_outage(session_timeout: Duration, outage: Duration) -> Cluster {
     let mut cluster = Cluster::new(30);
+    cluster.session_timeout = session_timeout;
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     cluster.wait_stable(&["node-a", "node-b", "node-c"]);
 
@@ -259,10 +262,11 @@ fn given_three_nodes_when_zookeeper_restarts_then_they_pause_resume_and_catch_up
     for node in ["node-a", "node-b", "node-c"] {
         cluster.wait_log(node, "paused: disconnected from ZooKeeper", 1);
     }
-    // Leave ZooKeeper down for two more ticks, so there are ticks to catch up.
-    cluster.wait("two ticks to pass with ZooKeeper down", LIMIT, |_, _| {
-        now() >= stopped_at + 2.0
-    });
+    cluster.wait(
+        &format!("{outage:?} to pass with ZooKeeper down"),
+        LIMIT,
+        |_, _| now() >= stopped_at + outage.as_secs_f64(),
+    );
     // Nothing can be claimed without ZooKeeper, so nothing fired after the stop.
     let while_down: Vec<Fire> = cluster
         .fires()
@@ -293,6 +297,7 @@ fn given_three_nodes_when_zookeeper_restarts_then_they_pause_resume_and_catch_up
 
     cluster.assert_no_duplicates();
     cluster.assert_no_gaps(second_of(stopped_at) - 2, through - 2);
+    cluster
 }
 
 #[test]
@@ -408,7 +413,7 @@ fn given_an_invalid_zookeeper_connect_string_then_run_exits_2_naming_it() {
     {
         let id = format!("node-{i}");
         cluster.spawn_node(&id, OLD, bad);
-        let code = cluster.node_mut(&id).wait_exit(Duration::from_secs(15));
+        let code = cluster.wait_exit(&id, Duration::from_secs(15));
         let log = cluster.node(&id).log();
         // A malformed flag value is a usage error (exit 2), like every other bad flag value.
         cluster.check(
@@ -559,6 +564,24 @@ impl Fires {
     }
 }
 
+/// How long after a fault the other nodes took over.
+struct Takeover {
+    /// Until their logs accounted for every task.
+    leases: Duration,
+    /// Until the last of the victim's tasks had fired on another node.
+    fired: Duration,
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the other nodes led all tasks after {:?} and had fired the victim's after {:?}",
+            self.leases, self.fired
+        )
+    }
+}
+
 /// How many tasks each node leads.
 fn shares(leaders: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
     let mut shares = BTreeMap::new();
@@ -585,13 +608,28 @@ fn busiest(leaders: &BTreeMap<String, String>) -> (String, Vec<String>) {
 // ---------------------------------------------------------------------------------------------
 // The cluster: a ZooKeeper server, a shared jobs dir and fires file, and nodes
 
+/// Fields drop in order: the nodes are killed before ZooKeeper and before their files go.
 struct Cluster {
+    nodes: BTreeMap<String, DaemonProcess>,
     zk: ZkServer,
     /// The connect string with this cluster's chroot.
     connect: String,
-    dir: tempfile::TempDir,
+    /// Holds `jobs.d/`, `fires.log` and one dir per node; kept when a test fails.
+    dir: Option<tempfile::TempDir>,
     tasks: Vec<String>,
-    nodes: BTreeMap<String, DaemonProcess>,
+    /// The session timeout of nodes started from now on.
+    session_timeout: Duration,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("cluster files kept in {}", dir.keep().display());
+        }
+    }
 }
 
 impl Cluster {
@@ -608,9 +646,10 @@ impl Cluster {
         let cluster = Cluster {
             zk,
             connect,
-            dir,
+            dir: Some(dir),
             tasks: (0..tasks).map(|i| format!("t{i:02}")).collect(),
             nodes: BTreeMap::new(),
+            session_timeout: SESSION_TIMEOUT,
         };
         for task in &cluster.tasks {
             cluster.write_task(task);
@@ -630,14 +669,22 @@ impl Cluster {
              overlap = \"allow\"\n",
             fires = self.fires_path().display()
         );
-        let path = self.dir.path().join("jobs.d").join(format!("{name}.toml"));
+        let path = self
+            .dir()
+            .path()
+            .join("jobs.d")
+            .join(format!("{name}.toml"));
         fs::write(&path, text).unwrap();
         // Group- or world-writable task files are refused; do not depend on the umask.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     }
 
+    fn dir(&self) -> &tempfile::TempDir {
+        self.dir.as_ref().unwrap()
+    }
+
     fn fires_path(&self) -> PathBuf {
-        self.dir.path().join("fires.log")
+        self.dir().path().join("fires.log")
     }
 
     fn fires(&self) -> Fires {
@@ -659,14 +706,14 @@ impl Cluster {
     /// Starts `zkcron run` as node `id` on `connect`, with a state dir, config and log of its
     /// own (`<dir>/<id>/`), and the shared jobs dir. Does not wait.
     fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
-        let home = self.dir.path().join(id);
+        let home = self.dir().path().join(id);
         fs::create_dir_all(home.join("state")).unwrap();
         let config = home.join("zkcron.toml");
         fs::write(
             &config,
             format!(
                 "[coordination.zookeeper]\nsession_timeout = \"{}s\"\n",
-                SESSION_TIMEOUT.as_secs()
+                self.session_timeout.as_secs()
             ),
         )
         .unwrap();
@@ -685,7 +732,7 @@ impl Cluster {
             .arg("--config")
             .arg(&config)
             .arg("--jobs-dir")
-            .arg(self.dir.path().join("jobs.d"))
+            .arg(self.dir().path().join("jobs.d"))
             .arg("--state-dir")
             .arg(home.join("state"))
             .arg("--zookeeper")
@@ -715,15 +762,6 @@ impl Cluster {
         self.nodes.get_mut(id).unwrap()
     }
 
-    /// The nodes whose process is still running.
-    fn live_nodes(&self) -> Vec<String> {
-        self.nodes
-            .keys()
-            .filter(|id| common::process_alive(self.nodes[*id].child.id() as i32))
-            .cloned()
-            .collect()
-    }
-
     /// The number of tasks `node` said it leads in its last `leases changed` log line.
     fn leading(&self, node: &str) -> Option<usize> {
         leading_in_log(&self.node(node).log())
@@ -748,6 +786,15 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Waits until `node`'s process exits; returns its exit code.
+    fn wait_exit(&mut self, node: &str, limit: Duration) -> Option<i32> {
+        // An exited child stays a zombie until waited for: not alive, and its status kept.
+        self.wait(&format!("{node} to exit"), limit, |_, c| {
+            !common::process_alive(c.node(node).child.id() as i32)
+        });
+        self.node_mut(node).child.wait().unwrap().code()
     }
 
     /// Waits until `node`'s log has `needle` at least `count` times.
@@ -798,14 +845,25 @@ impl Cluster {
         leaders
     }
 
-    /// Waits until a node other than `victim` fired each of `tasks` for a tick after `since`
-    /// (Unix seconds); returns the time the last of them was seen.
-    fn wait_takeover(&self, victim: &str, tasks: &[String], since: f64) -> f64 {
+    /// Waits until the nodes other than `victim` lead every task (their last `leading=N` add up
+    /// to the number of tasks) and have fired each of `tasks` (the victim's) for a tick after
+    /// `since` (Unix seconds); returns how long after `since` each was first seen.
+    fn wait_takeover(&self, victim: &str, tasks: &[String], since: f64) -> Takeover {
+        let mut leases_at = None;
         let mut seen: BTreeMap<String, f64> = BTreeMap::new();
         self.wait(
-            &format!("other nodes to fire the tasks {victim} led: {tasks:?}"),
+            &format!("the other nodes to lead all tasks and fire those {victim} led: {tasks:?}"),
             LIMIT,
-            |fires, _| {
+            |fires, c| {
+                let others: usize = c
+                    .nodes
+                    .keys()
+                    .filter(|id| *id != victim)
+                    .map(|id| c.leading(id).unwrap_or(0))
+                    .sum();
+                if leases_at.is_none() && others == c.tasks.len() {
+                    leases_at = Some(now());
+                }
                 for fire in &fires.0 {
                     if fire.node != victim
                         && fire.second > second_of(since)
@@ -814,10 +872,14 @@ impl Cluster {
                         seen.entry(fire.task.clone()).or_insert_with(now);
                     }
                 }
-                seen.len() == tasks.len()
+                leases_at.is_some() && seen.len() == tasks.len()
             },
         );
-        seen.into_values().fold(0.0, f64::max)
+        let after = |t: f64| Duration::from_secs_f64((t - since).max(0.0));
+        Takeover {
+            leases: after(leases_at.unwrap()),
+            fired: after(seen.into_values().fold(since, f64::max)),
+        }
     }
 
     /// Waits until every task fired a tick at or after `through`, so every tick up to
@@ -848,6 +910,15 @@ impl Cluster {
         self.check(
             gaps.is_empty(),
             &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
+        );
+    }
+
+    /// Prints how long the takeover after a fault of `kind` took, and fails beyond `bound`.
+    fn check_takeover(&self, victim: &str, kind: &str, takeover: &Takeover, bound: Duration) {
+        eprintln!("{victim} ({kind}): {takeover}");
+        self.check(
+            takeover.leases <= bound,
+            &format!("{victim} ({kind}): {takeover}; more than {bound:?} to take its leases"),
         );
     }
 
@@ -885,7 +956,8 @@ impl Cluster {
         let zk_lines: Vec<&str> = zk_log.lines().filter(|l| !l.starts_with('\t')).collect();
         let _ = writeln!(
             out,
-            "--- ZooKeeper, last lines (no stack frames) of {}/zookeeper.log:\n{}",
+            "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}",
+            self.zk.describe_state(),
             self.zk.dir().display(),
             zk_lines[zk_lines.len().saturating_sub(12)..].join("\n")
         );

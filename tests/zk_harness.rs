@@ -93,8 +93,10 @@ fn given_a_session_with_an_ephemeral_when_the_server_restarts_then_data_and_sess
     });
     let session = client.session_id();
 
+    assert!(server.describe_state().starts_with("running"));
     server.stop();
     assert!(!server.is_running());
+    assert_eq!(server.describe_state(), "stopped by the test");
     assert!(
         zk::four_letter(port, "ruok").is_err(),
         "a stopped server answered"
@@ -141,6 +143,25 @@ fn given_a_server_started_on_a_thread_when_the_thread_ends_then_it_keeps_running
     assert_eq!(server.four_letter("ruok").unwrap(), "imok");
     drop(server);
     assert!(!process_alive(pid), "the JVM {pid} outlived its ZkServer");
+}
+
+#[test]
+fn given_a_server_killed_from_outside_then_failure_messages_say_it_died() {
+    let server = ZkServer::start();
+    let pid = server.pid().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    common::wait_for("the JVM to die", Duration::from_secs(10), || {
+        !process_alive(pid)
+    });
+    assert!(
+        server.describe_state().contains("DIED"),
+        "{}",
+        server.describe_state()
+    );
 }
 
 #[test]

@@ -167,6 +167,21 @@ impl ZkServer {
         }
     }
 
+    /// For failure messages: whether the server runs, was stopped by the test, or died (killed
+    /// from outside, or crashed: see its log).
+    pub fn describe_state(&self) -> String {
+        match &self.child {
+            None => "stopped by the test".to_string(),
+            Some(child) if super::process_alive(child.id() as i32) => {
+                format!("running, pid {}", child.id())
+            }
+            Some(child) => format!(
+                "DIED unexpectedly (pid {}): crashed, or killed by something outside the test",
+                child.id()
+            ),
+        }
+    }
+
     /// The JVM's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
