@@ -1,0 +1,253 @@
+//! What happens to running jobs when a node is lost, against a real ZooKeeper: `on_node_loss`
+//! (rerun a tick whose node died mid-run, or not) and `kill_on_session_loss`.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::zk::ZkServer;
+use common::{process_alive, wait_for, zkcron};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path, id: &str, zk: &str) -> Node {
+        let home = dir.join(id);
+        fs::create_dir_all(&home).unwrap();
+        let config = home.join("zkcron.toml");
+        fs::write(
+            &config,
+            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"1s\"\n",
+        )
+        .unwrap();
+        let log = home.join("log.txt");
+        let child = zkcron()
+            .args(["run", "--config"])
+            .arg(&config)
+            .arg("--jobs-dir")
+            .arg(dir.join("jobs.d"))
+            .arg("--state-dir")
+            .arg(home.join("state"))
+            .args(["--node-id", id, "--zookeeper", zk])
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("zkcron starts");
+        Node { child, log }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_task(dir: &Path, name: &str, text: &str) {
+    let jobs = dir.join("jobs.d");
+    fs::create_dir_all(&jobs).unwrap();
+    fs::write(jobs.join(format!("{name}.toml")), text).unwrap();
+}
+
+/// The lines of `file`, split into words.
+fn lines(file: &Path) -> Vec<Vec<String>> {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect()
+}
+
+/// Kills the process groups of the jobs that recorded their pid in `file` (they outlive a
+/// daemon killed with SIGKILL).
+fn kill_jobs(file: &Path) {
+    for line in lines(file) {
+        if let Some(pid) = line.get(2).and_then(|p| p.parse::<i32>().ok()) {
+            let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_that_tick_again() {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts.log");
+    // Each run records "<fire id> <node> <pid>" and then takes long: it is mid-run when its
+    // node dies. catch_up = "skip": only the orphaned tick can run again.
+    let command = format!(
+        "command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $$\" >> {}; exec sleep 20']\n",
+        starts.display()
+    );
+    for (name, policy) in [("rerun", "rerun"), ("once", "skip")] {
+        write_task(
+            dir.path(),
+            name,
+            &format!(
+                "schedule = \"0 0 0 1 1 *\"\n{command}catch_up = \"skip\"\non_node_loss = \"{policy}\"\n"
+            ),
+        );
+    }
+    // A yearly schedule never fires by itself during the test; the first run is started by
+    // pointing the schedule at the next full second once both nodes lead.
+    let connect = zk.chroot_connect();
+    let a = Node::start(dir.path(), "node-a", &connect);
+    let b = Node::start(dir.path(), "node-b", &connect);
+    wait_for("both nodes to register", LIMIT, || {
+        a.log().contains("registered in ZooKeeper") && b.log().contains("registered in ZooKeeper")
+    });
+    for (name, policy) in [("rerun", "rerun"), ("once", "skip")] {
+        write_task(
+            dir.path(),
+            name,
+            &format!(
+                "schedule = \"* * * * * *\"\n{command}catch_up = \"skip\"\non_node_loss = \"{policy}\"\n"
+            ),
+        );
+    }
+    wait_for("both tasks to start a run", LIMIT, || {
+        let tasks: Vec<String> = lines(&starts).iter().map(|l| l[0].clone()).collect();
+        tasks.iter().any(|t| t.starts_with("rerun@"))
+            && tasks.iter().any(|t| t.starts_with("once@"))
+    });
+    // Kill the node running the rerun task's job; its job keeps running as an orphan.
+    let first = lines(&starts);
+    let rerun_line = first
+        .iter()
+        .find(|l| l[0].starts_with("rerun@"))
+        .unwrap()
+        .clone();
+    let (victim, survivor) = if rerun_line[1] == "node-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    victim.signal(Signal::SIGKILL);
+    let victim_id = rerun_line[1].clone();
+    let once_line = first
+        .iter()
+        .find(|l| l[0].starts_with("once@"))
+        .unwrap()
+        .clone();
+
+    wait_for("the survivor to rerun the orphaned tick", LIMIT, || {
+        lines(&starts)
+            .iter()
+            .any(|l| l[0] == rerun_line[0] && l[1] != victim_id)
+    });
+    assert!(
+        survivor
+            .log()
+            .contains("rerunning a tick whose node was lost mid-run"),
+        "{}",
+        survivor.log()
+    );
+    // The task with the default on_node_loss = "skip" never runs a tick twice, wherever its run
+    // was (on the victim, its tick was orphaned; on the survivor, it is still running).
+    wait_for("the survivor to lead both tasks", LIMIT, || {
+        survivor.log().contains("leading=2")
+    });
+    let runs_of_once_tick = lines(&starts)
+        .iter()
+        .filter(|l| l[0] == once_line[0])
+        .count();
+    assert_eq!(runs_of_once_tick, 1, "{:?}", lines(&starts));
+    let runs_of_rerun_tick = lines(&starts)
+        .iter()
+        .filter(|l| l[0] == rerun_line[0])
+        .count();
+    assert_eq!(
+        runs_of_rerun_tick,
+        2,
+        "run once, rerun once: {:?}",
+        lines(&starts)
+    );
+    drop(survivor);
+    drop(victim);
+    kill_jobs(&starts);
+}
+
+#[test]
+fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_is_stopped() {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts.log");
+    let command = format!(
+        "command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $$\" >> {}; exec sleep 60']\n",
+        starts.display()
+    );
+    write_task(
+        dir.path(),
+        "fragile",
+        &format!(
+            "schedule = \"* * * * * *\"\n{command}kill_on_session_loss = true\nkill_grace = \"1s\"\n"
+        ),
+    );
+    write_task(
+        dir.path(),
+        "sturdy",
+        &format!("schedule = \"* * * * * *\"\n{command}"),
+    );
+    let node = Node::start(dir.path(), "node-a", &zk.chroot_connect());
+    wait_for("both jobs to run", LIMIT, || lines(&starts).len() >= 2);
+    let pid_of = |task: &str| -> i32 {
+        lines(&starts)
+            .iter()
+            .find(|l| l[0].starts_with(&format!("{task}@")))
+            .unwrap()[2]
+            .parse()
+            .unwrap()
+    };
+    let (fragile, sturdy) = (pid_of("fragile"), pid_of("sturdy"));
+
+    // Freeze the daemon (not its jobs) past the 3 s session timeout: ZooKeeper expires it.
+    node.signal(Signal::SIGSTOP);
+    let frozen = std::time::Instant::now();
+    wait_for("the session timeout to pass", LIMIT, || {
+        frozen.elapsed() > Duration::from_secs(6)
+    });
+    assert!(process_alive(fragile), "a frozen daemon stops nothing");
+    node.signal(Signal::SIGCONT);
+
+    wait_for("the fragile job to be stopped", LIMIT, || {
+        !process_alive(fragile)
+    });
+    assert!(
+        node.log().contains(
+            "ZooKeeper session lost: stopping this task's runs (kill_on_session_loss = true)"
+        ),
+        "{}",
+        node.log()
+    );
+    wait_for("the node to rejoin", LIMIT, || {
+        node.log().matches("registered in ZooKeeper").count() >= 2
+    });
+    assert!(
+        process_alive(sturdy),
+        "a disconnect alone never kills a job"
+    );
+    drop(node);
+    kill_jobs(&starts);
+}
