@@ -830,30 +830,13 @@ impl Inner {
                     // expiry, and anything before went with the session's run znode.
                     return Err(zk_error("claiming", "session expired; not claimed"));
                 }
-                Ok(Err(MultiWriteError::RequestFailed { source })) => {
+                unknown @ (Ok(Err(MultiWriteError::RequestFailed { .. })) | Err(_)) => {
+                    let why = match unknown {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => "no answer in time".to_string(),
+                    };
                     return self
-                        .resolve_unknown(
-                            &session,
-                            task,
-                            tick,
-                            &new,
-                            &run_path,
-                            intent,
-                            &source.to_string(),
-                        )
-                        .await;
-                }
-                Err(_) => {
-                    return self
-                        .resolve_unknown(
-                            &session,
-                            task,
-                            tick,
-                            &new,
-                            &run_path,
-                            intent,
-                            "no answer in time",
-                        )
+                        .resolve_unknown(&session, task, tick, &new, &run_path, intent, &why)
                         .await;
                 }
             }
