@@ -426,14 +426,6 @@ struct View {
     vacant_since: HashMap<String, Duration>,
 }
 
-/// The latest clock-offset measurement.
-#[derive(Debug, Default, Clone, Copy)]
-struct Skew {
-    /// Local wall clock minus ZooKeeper's, in milliseconds.
-    offset_ms: Option<i64>,
-    verdict: Option<SkewVerdict>,
-}
-
 /// What a clock offset means for the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SkewVerdict {
@@ -488,7 +480,8 @@ struct Inner {
     records: Mutex<HashMap<String, (FireRecord, i32)>>,
     /// Run znodes this node created and has not removed.
     own_runs: Mutex<HashSet<String>>,
-    skew: Mutex<Skew>,
+    /// The verdict on the latest clock-offset measurement; `None` before the first.
+    skew: Mutex<Option<SkewVerdict>>,
 }
 
 /// The ZooKeeper coordinator. Create it with [`ZkCoordinator::start`]; it connects and
@@ -525,21 +518,11 @@ impl ZkCoordinator {
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
-            skew: Mutex::new(Skew::default()),
+            skew: Mutex::new(None),
             settings,
         });
         tokio::spawn(manage(inner.clone()));
         Ok(ZkCoordinator { inner })
-    }
-
-    /// This node's rendezvous seed.
-    pub fn seed(&self) -> u64 {
-        self.inner.seed
-    }
-
-    /// The number of tasks whose lease this node holds.
-    pub fn held(&self) -> usize {
-        self.inner.view().held.len()
     }
 }
 
@@ -585,8 +568,8 @@ impl Inner {
         if self.stopping.load(Ordering::SeqCst) {
             return false;
         }
-        let skew = *self.skew.lock().expect("skew lock poisoned");
-        match (self.settings.max_clock_skew, skew.verdict) {
+        let verdict = *self.skew.lock().expect("skew lock poisoned");
+        match (self.settings.max_clock_skew, verdict) {
             (None, _) => true,
             // Not measured yet: registration measures it before any lease is taken.
             (Some(_), None) => false,
@@ -600,12 +583,12 @@ impl Inner {
         let Some(offset) = clock_offset_ms(sent, answered, stat.mtime) else {
             return;
         };
-        let mut skew = self.skew.lock().expect("skew lock poisoned");
-        let before = skew.verdict;
         let verdict = skew_verdict(offset, self.settings.max_clock_skew);
-        skew.offset_ms = Some(offset);
-        skew.verdict = Some(verdict);
-        drop(skew);
+        let before = self
+            .skew
+            .lock()
+            .expect("skew lock poisoned")
+            .replace(verdict);
         if before == Some(verdict) {
             return;
         }
@@ -660,16 +643,14 @@ impl Inner {
         task: &str,
     ) -> Result<(FireRecord, i32), CoordError> {
         let path = self.paths.record(task);
-        let read = deadline("reading the fire record", session.client.get_data(&path)).await;
+        let read = timed("reading the fire record", session.client.get_data(&path)).await?;
         let (data, stat) = match read {
             Ok(found) => found,
-            Err(CoordError::ZooKeeper { message, .. })
-                if message == zookeeper_client::Error::NoNode.to_string() =>
-            {
+            Err(zookeeper_client::Error::NoNode) => {
                 self.ensure_task_nodes(session, task).await?;
                 deadline("reading the fire record", session.client.get_data(&path)).await?
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(zk_error("reading the fire record", error)),
         };
         let record = if data.is_empty() {
             FireRecord::empty()
@@ -1303,16 +1284,15 @@ async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
     };
     for (index, chunk) in chunks.iter().enumerate() {
         let path = inner.paths.chunk(&reference.digest, index);
-        match deadline(
+        // Content-addressed: a set another node already wrote is the same bytes.
+        match timed(
             "writing the task set",
             client.create(&path, chunk, &persistent()),
         )
-        .await
+        .await?
         {
-            Ok(_) => {}
-            Err(CoordError::ZooKeeper { message, .. })
-                if message == zookeeper_client::Error::NodeExists.to_string() => {}
-            Err(error) => return Err(error),
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(error) => return Err(zk_error("writing the task set", error)),
         }
     }
     inner.view().tasksets.insert(reference.digest.clone(), set);
