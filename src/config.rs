@@ -37,8 +37,16 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("log", &["format"]),
 ];
 
-/// The pattern a node id must match, as shown to users.
+/// The pattern a node id or cluster name must match, as shown to users.
 pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
+
+/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
+pub fn is_path_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 100
+        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 
 /// The whole node configuration, defaults applied.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -511,12 +519,7 @@ fn zookeeper_section(
             }
             "cluster" => {
                 if let Some(cluster) = c.string(q, value) {
-                    let mut bytes = cluster.bytes();
-                    let valid = cluster.len() <= 100
-                        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-                        && bytes
-                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-                    if valid {
+                    if is_path_name(cluster) {
                         into.cluster = cluster.to_string();
                     } else {
                         let message = format!(
@@ -565,11 +568,7 @@ fn zookeeper_section(
 
 fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {
     let id = c.string(key, value)?;
-    let mut bytes = id.bytes();
-    let valid = id.len() <= 100
-        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if !valid {
+    if !is_path_name(id) {
         let message = format!(
             "`{key}` = {id:?} is not a valid node id: it must match {NODE_ID_PATTERN}, because it \
              becomes part of ZooKeeper paths"

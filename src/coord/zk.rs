@@ -527,17 +527,12 @@ impl ZkCoordinator {
 }
 
 fn validate_name(what: &str, name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@'));
-    if ok {
+    if crate::config::is_path_name(name) {
         Ok(())
     } else {
         Err(format!(
-            "{what} `{name}` cannot be part of a ZooKeeper path; use letters, digits and . _ - : @"
+            "{what} `{name}` cannot be part of a ZooKeeper path; it must match {}",
+            crate::config::NODE_ID_PATTERN
         ))
     }
 }
