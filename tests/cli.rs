@@ -233,3 +233,55 @@ fn validate_of_a_missing_path_exits_1_naming_it() {
         stderr(&output)
     );
 }
+
+#[test]
+fn run_with_the_zookeeper_backend_but_no_connect_string_says_how_to_give_one() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("[coordination]\nbackend = \"zookeeper\"\n");
+    let jobs = scratch.jobs();
+    let output = run_zkcron(&[
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--jobs-dir",
+        jobs.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "the zookeeper backend needs to know where ZooKeeper is: set [coordination.zookeeper] \
+             connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn run_with_a_node_id_or_cluster_that_cannot_be_a_zookeeper_path_names_the_rule() {
+    let scratch = Scratch::new();
+    let jobs = scratch.jobs();
+    for (flag, value, what) in [
+        ("--node-id", "a/b", "node id"),
+        ("--cluster", "..", "cluster"),
+    ] {
+        let output = run_zkcron(&[
+            "run",
+            "--jobs-dir",
+            jobs.to_str().unwrap(),
+            "--zookeeper",
+            "127.0.0.1:2181",
+            flag,
+            value,
+        ]);
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!(
+                "{what} `{value}` cannot be part of a ZooKeeper path; it must match \
+                 [A-Za-z0-9][A-Za-z0-9._-]{{0,99}}"
+            )),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
