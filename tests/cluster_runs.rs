@@ -253,3 +253,39 @@ fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_
     drop(node);
     kill_jobs(&starts);
 }
+
+#[test]
+fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    write_task(
+        dir.path(),
+        "quick",
+        "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
+    );
+    let connect = zk.chroot_connect();
+    let chroot = &connect[connect.find('/').unwrap()..];
+    let task = format!("{chroot}/zkcron/default/tasks/quick");
+    let node = Node::start(dir.path(), "node-a", &connect);
+    let read_result = || -> Option<serde_json::Value> {
+        let path = format!("{task}/result");
+        zk.with_client(async |client| client.get_data(&path).await.ok())
+            .and_then(|(data, _)| serde_json::from_slice(&data).ok())
+    };
+    wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
+    let result = read_result().unwrap();
+    assert_eq!(result["format"], 1, "{result}");
+    assert_eq!(result["node"], "node-a", "{result}");
+    assert_eq!(result["exit"], "exit code 0", "{result}");
+    assert_eq!(result["success"], true, "{result}");
+    assert!(
+        result["tick"].is_string() && result["duration_ms"].is_u64(),
+        "{result}"
+    );
+    // Each live-run record goes in the same multi-op as its result: between ticks none is
+    // left (a leak would leave one more per tick, and this would never hold).
+    wait_for("a moment with no live-run record", LIMIT, || {
+        zk.children(&task).iter().all(|c| !c.starts_with("run-"))
+    });
+    assert!(node.log().contains("registered in ZooKeeper"));
+}

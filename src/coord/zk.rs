@@ -1157,14 +1157,13 @@ async fn write_result(
         .as_ref()
         .and_then(|(r, _)| r.as_ref())
         .is_none_or(|r| r.result.tick <= result.tick);
-    let run_live = deadline("reading the run record", client.check_stat(run_path))
-        .await?
-        .is_some()
-        && inner
-            .own_runs
-            .lock()
-            .expect("own runs poisoned")
-            .contains(run_path);
+    // Our run znode exists while its path is in `own_runs`: the set is emptied when the
+    // session (and with it the ephemeral) goes. No read needed.
+    let run_live = inner
+        .own_runs
+        .lock()
+        .expect("own runs poisoned")
+        .contains(run_path);
     let mut multi = client.new_multi_writer();
     let mut build = || -> Result<(), zookeeper_client::Error> {
         if run_live {
@@ -1182,8 +1181,27 @@ async fn write_result(
     if !run_live && !newer {
         return Ok(());
     }
-    deadline("recording the run result", multi.commit()).await?;
-    Ok(())
+    match tokio::time::timeout(CALL_DEADLINE, multi.commit()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(MultiWriteError::OperationFailed {
+            index: 0,
+            source: zookeeper_client::Error::NoNode,
+        })) if run_live => {
+            // The session that owned the run znode ended before it was forgotten: retry
+            // with the result alone.
+            inner
+                .own_runs
+                .lock()
+                .expect("own runs poisoned")
+                .remove(run_path);
+            Err(zk_error(
+                "recording the run result",
+                "the run record was already gone",
+            ))
+        }
+        Ok(Err(error)) => Err(zk_error("recording the run result", error)),
+        Err(_) => Err(zk_error("recording the run result", "no answer in time")),
+    }
 }
 
 /// The background manager: connect, register, watch, decide, and start over on expiry.
