@@ -524,6 +524,19 @@ mod tests {
         }
     }
 
+    /// A successful run of `tick` that took 5 ms.
+    fn ok_result(tick: DateTime<Utc>) -> RunResult {
+        RunResult {
+            tick,
+            node: "n1".into(),
+            exit: "exit code 0".into(),
+            success: true,
+            attempts: 1,
+            duration_ms: 5,
+            finished_at: tick + chrono::TimeDelta::seconds(1),
+        }
+    }
+
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
     }
@@ -582,21 +595,7 @@ mod tests {
             "a tick is reclaimed once"
         );
         assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
-        local
-            .run_ended(
-                "a",
-                &RunResult {
-                    tick: at(60),
-                    node: "n".into(),
-                    exit: "exit code 0".into(),
-                    success: true,
-                    attempts: 1,
-                    duration_ms: 5,
-                    finished_at: at(61),
-                },
-            )
-            .await
-            .unwrap();
+        local.run_ended("a", &ok_result(at(60))).await.unwrap();
         drop(local);
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
@@ -610,16 +609,7 @@ mod tests {
             let local = LocalCoordinator::open(dir.path()).unwrap();
             local.publish(&[spec("a")]).await.unwrap();
             local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
-            let result = RunResult {
-                tick: at(60),
-                node: "n1".into(),
-                exit: "exit code 0".into(),
-                success: true,
-                attempts: 1,
-                duration_ms: 5,
-                finished_at: at(61),
-            };
-            local.run_ended("a", &result).await.unwrap();
+            local.run_ended("a", &ok_result(at(60))).await.unwrap();
         }
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
