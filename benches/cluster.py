@@ -37,10 +37,12 @@ the figures.
 import argparse
 import ctypes
 import datetime
+import glob
 import json
 import math
 import os
 import random
+import re
 import signal
 import socket
 import statistics
@@ -302,6 +304,24 @@ class ZooKeeper:
             elif not line.startswith("\t"):
                 session = None
         return out
+
+    def writes_between(self, first_zxid, last_zxid):
+        """What the transactions in (first_zxid, last_zxid] were, from the transaction log
+        (ZooKeeper's TxnLogToolkit): counts by operation and the zkcron directory it touched."""
+        counts = {}
+        logs = sorted(glob.glob(os.path.join(self.dir, "data", "version-2", "log.*")))
+        for log in logs:
+            dump = subprocess.run(
+                ["java", "-cp", ZK_JAR, "org.apache.zookeeper.server.persistence.TxnLogToolkit",
+                 "-d", log], capture_output=True).stdout.decode(errors="replace")
+            for line in dump.splitlines():
+                m = re.search(r" zxid (0x[0-9a-f]+) (\w+)", line)
+                if not m or not first_zxid < int(m.group(1), 16) <= last_zxid:
+                    continue
+                dirs = sorted(set(re.findall(r"/zkcron/[^/]+/(\w+)", line)))
+                key = f'{m.group(2)} {"+".join(dirs) or "-"}'
+                counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
     def connect(self, chroot):
         return f"127.0.0.1:{self.port}{chroot}"
@@ -668,31 +688,42 @@ def takeover(args):
         print(json.dumps({"cluster": {k: v for k, v in clusters[-1].items()
                                       if k != "warnings"}}), file=sys.stderr, flush=True)
     result = {"phase": "takeover", "nodes": 3, "tasks_every_second": len(names),
-              "session_timeout": args.session_timeout, "trials_per_kind": args.trials,
-              "clusters_used": len(clusters)}
-    for kind in ("kill", "term"):
-        ok = [t for t in trials if t["kind"] == kind and "failed" not in t]
-        failed = [t for t in trials if t["kind"] == kind and "failed" in t]
-        result[kind] = {"trials_ok": len(ok), "trials_failed": len(failed)}
-        for key, label in (("lease_s", "leases_back_s"), ("first_s", "first_fire_s"),
-                           ("all_s", "all_tasks_fired_s"),
-                           ("first_fires_late_ms_max", "first_fires_lateness_ms_max")):
-            values = [t[key] for t in ok if t.get(key) is not None]
-            if values:
-                result[kind][label] = {"median": round(statistics.median(values), 3),
-                                       "min": min(values), "max": max(values)}
-    result["audit"] = {
-        "fire_ids_checked": sum(c["audit"]["fire_ids_checked"] for c in clusters if c.get("audit")),
-        "duplicates": sum(c["audit"]["duplicates"] for c in clusters if c.get("audit")),
-        "missing_in_clusters_without_failure":
-            sum(c["audit"]["missing"] for c in clusters if c.get("audit") and not c["failure"]),
-        "missing_in_failed_clusters":
-            sum(c["audit"]["missing"] for c in clusters if c.get("audit") and c["failure"]),
-        "caught_up_fires": sum(c.get("caught_up_fires", 0) for c in clusters),
-    }
+              "session_timeout": args.session_timeout, "trials_per_kind": args.trials}
+    result.update(summarize_takeover(trials, clusters))
     result["trials"] = trials
     result["clusters"] = clusters
     return result
+
+
+def summarize_takeover(trials, clusters):
+    """Takeover figures over every trial whose takeover completed (a restart that failed
+    afterwards does not change how the takeover went); failures counted per stage."""
+    out = {"clusters_used": len(clusters)}
+    for kind in ("kill", "term"):
+        mine = [t for t in trials if t["kind"] == kind]
+        measured = [t for t in mine if "first_s" in t]
+        out[kind] = {"trials": len(mine), "takeover_measured": len(measured),
+                     "takeover_failed": sum(1 for t in mine if "failed" in t),
+                     "restart_failed": sum(1 for t in mine if "restart_failed" in t)}
+        for key, label in (("lease_s", "leases_back_s"), ("first_s", "first_fire_s"),
+                           ("all_s", "all_tasks_fired_s"),
+                           ("first_fires_late_ms_max", "first_fires_lateness_ms_max")):
+            values = [t[key] for t in measured if t.get(key) is not None]
+            if values:
+                out[kind][label] = {"median": round(statistics.median(values), 3),
+                                    "min": min(values), "max": max(values)}
+    audits = [c for c in clusters if c.get("audit")]
+    out["audit"] = {
+        "fire_ids_checked": sum(c["audit"]["fire_ids_checked"] for c in audits),
+        "duplicates": sum(c["audit"]["duplicates"] for c in audits),
+        "skipped_by_overlap_policy":
+            sum(c["audit"].get("skipped_by_overlap_policy", 0) for c in audits),
+        "missing_before_any_failure": sum(c["audit"]["missing"] for c in audits),
+        "missing_after_a_failure":
+            sum(c.get("audit_after_failure", {}).get("missing", 0) for c in audits),
+        "caught_up_fires": sum(c.get("caught_up_fires", 0) for c in audits),
+    }
+    return out
 
 
 def leases_back(others, total, t_kill):
@@ -715,7 +746,7 @@ def leases_back(others, total, t_kill):
 
 
 def takeover_cluster(args, names, todo, trials, rng, timeout_s):
-    cluster = {"trials": 0, "failure": None}
+    cluster = {"trials": 0, "failure": None, "failure_from": None}
     with Run("takeover", args.keep, args.tmpdir) as run:
         jobs = os.path.join(run.tmp, "jobs.d")
         write_tasks(jobs, len(names), lambda i: "* * * * * *",
@@ -735,7 +766,6 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
         try:
             wait_settled(list(current.values()), len(names), 60, live=names)
             first_tick = math.ceil(time.time()) + 1
-            order = 0
             while todo:
                 kind = todo[0]
                 time.sleep(rng.uniform(0, 1))  # kill at a random point of the second
@@ -743,9 +773,8 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
                     n.poll()
                 # The victim: the next node in turn that leads something; its tasks are those
                 # it fired last (every task fires every second, by its leader).
-                candidates = [ids[(order + k) % 3] for k in range(3)]
+                candidates = [ids[(len(trials) + k) % 3] for k in range(3)]
                 victim_id = next(i for i in candidates if (current[i].leading() or 0) > 0)
-                order += 1
                 victim = current[victim_id]
                 last_fire = {}
                 for e in sorted(fires(everyone), key=lambda e: e["ts"]):
@@ -791,11 +820,16 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
                 victim.poll()
                 released = victim.find("left the cluster and released all leases")
                 trial["release_took_ms"] = released[0].get("took_ms") if released else None
+                # Run on two nodes for a while, so that the audit up to the restart covers the
+                # takeover and the catch-up completely.
+                sleep_until(time.time() + args.restart_delay)
                 # Restart the victim: a fresh process with the same node id.
                 incarnations[victim_id] += 1
                 t_restart = time.time()
                 current[victim_id] = start(victim_id)
                 everyone.append(current[victim_id])
+                trial["stage"] = "restart"
+                cluster["failure_from"] = t_restart
                 try:
                     registered = wait_for(
                         "restarted node registered",
@@ -804,6 +838,8 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
                     raise SettleError("the restarted node did not register within 60 s",
                                       diagnose(list(current.values())))
                 settled = wait_settled(list(current.values()), len(names), 30, live=names)
+                cluster["failure_from"] = None
+                del trial["stage"]
                 trial.update(restart_registered_s=round(registered[0]["ts"] - t_restart, 3),
                              restart_settled_s=round(settled - t_restart, 3))
                 trials.append(trial)
@@ -814,7 +850,11 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
         except SettleError as e:
             cluster["failure"] = {"what": e.what, "details": e.details}
             if trial is not None:
-                trial["failed"] = e.what
+                if trial.pop("stage", None) == "restart":
+                    trial["restart_failed"] = e.what
+                else:
+                    trial["failed"] = e.what
+                    cluster["failure_from"] = t_kill
                 trials.append(trial)
                 todo.pop(0)
                 cluster["trials"] += 1
@@ -825,11 +865,23 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
             for n in everyone:
                 n.poll()
             started = fires(everyone)
-            cluster["audit"] = audit(started, names, first_tick, last_tick,
-                                     skipped=overlap_skips(everyone))
+            skipped = overlap_skips(everyone)
+            # Ticks up to the failure (if any) and after it are audited apart: the first say
+            # whether takeovers lost or doubled ticks, the second what the failure cost.
+            split = cluster.get("failure_from")
+            until = min(last_tick, math.floor(split) - 1) if split else last_tick
+            cluster["audit"] = audit(started, names, first_tick, until, skipped=skipped)
+            if split:
+                cluster["audit_after_failure"] = audit(started, names, until + 1, last_tick,
+                                                       skipped=skipped)
             cluster["caught_up_fires"] = sum(
                 1 for e in started if first_tick <= fire_tick(e["fire_id"])[1] <= last_tick
                 and e["ts"] - fire_tick(e["fire_id"])[1] > 1.5)
+            # For comparison with the first fires after a takeover: all fires that were on time
+            # (the 30 tasks fire at the same instant every second, without jitter).
+            cluster["lateness_ms_on_time_fires"] = summary(
+                [float(e["lateness_ms"]) for e in started
+                 if "lateness_ms" in e and float(e["lateness_ms"]) < 1000])
         cluster["cpu"] = meter.stop()
         cluster["warnings"] = anomalies(everyone)
         cluster["tmp"] = run.tmp if (args.keep or cluster["failure"]) else None
@@ -917,6 +969,7 @@ def scale(args):
         rss = [rss_kib(n.proc.pid) / 1024 for n in nodes]
         zk_rss = rss_kib(run.zk.proc.pid) / 1024
         mntr_end = run.zk.mntr()
+        holders, members_end = lease_holders(run.zk, chroot)
         due = [(i, m) for m in range(math.ceil(t_a / 60) * 60, int(t_b) + 1, 60)
                for i in range(tasks) if m // 60 % 60 == i % 60]
         time.sleep(3)
@@ -927,8 +980,10 @@ def scale(args):
         cpu = [100 * (c1[i] - c0[i]) / (t_b - t_a) for i in c0]
         result.update({
             "znodes_end_of_window": int(mntr_end["zk_znode_count"]),
+            "members_end_of_window": members_end,
             "window_s": round(t_b - t_a, 1), "zk_writes": z1 - z0,
             "zk_writes_per_min": round((z1 - z0) * 60 / (t_b - t_a)),
+            "zk_writes_by_kind": run.zk.writes_between(z0, z1),
             "ticks_due_in_window": len(due), "ticks_fired": fired,
             "rss_mib_per_node": {"min": round(min(rss), 1),
                                  "median": round(statistics.median(rss), 1),
@@ -940,6 +995,11 @@ def scale(args):
             "cpu_during_window": machine_cpu,
             "nodes_that_saw_own_lease_deleted": sorted(
                 n.id for n in nodes if n.find("this node's lease was deleted by someone else")),
+            "nodes_holding_leases_but_never_fired": sorted(
+                n.id for n in nodes if n.last_fire_ts is None and holders.get(n.id)),
+            "ticks_not_fired_examples": [f"task-{i:05d}@{m}" for i, m in due
+                                         if f"task-{i:05d}@{m}" not in started][:5],
+            "leases_by_node": dict(sorted(holders.items())),
             "warnings": anomalies(nodes),
         })
         if run.keep:
@@ -1039,6 +1099,8 @@ def main():
                         help="measured window: lateness 30, scale 60")
     parser.add_argument("--jitter", default="1s", help="lateness: jitter of the 200 tasks")
     parser.add_argument("--trials", type=int, default=10, help="takeover: trials per kind")
+    parser.add_argument("--restart-delay", type=float, default=5,
+                        help="takeover: seconds between the takeover and the victim's restart")
     parser.add_argument("--max-clusters", type=int, default=10,
                         help="takeover: fresh clusters to use at most when trials fail")
     parser.add_argument("--session-timeout", default="3s")
