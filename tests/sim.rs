@@ -1000,7 +1000,8 @@ enum Pending {
     /// node's own view is updated when the change is seen).
     Republish,
     List,
-    Take(TaskIx),
+    /// A lease take; `true` when taken as cover for a designated node that did not act.
+    Take(TaskIx, bool),
     Release(TaskIx),
     Load {
         task: TaskIx,
@@ -1057,6 +1058,8 @@ struct Node {
     vacant_since: BTreeMap<TaskIx, Ms>,
     /// Leases this node believes it holds, with the version it got them at.
     held: BTreeMap<TaskIx, i32>,
+    /// Held leases taken as cover (`LeaseAction::Cover`), with when.
+    covering: BTreeMap<TaskIx, Ms>,
     taking: BTreeSet<TaskIx>,
     releasing: BTreeSet<TaskIx>,
     recheck: Option<Ms>,
@@ -1087,6 +1090,7 @@ impl Node {
         self.leases.clear();
         self.vacant_since.clear();
         self.held.clear();
+        self.covering.clear();
         self.taking.clear();
         self.releasing.clear();
         self.recheck = None;
@@ -2331,6 +2335,9 @@ impl<'s> World<'s> {
             return;
         }
         let names = &self.sc.tasks;
+        let node = &mut self.nodes[n];
+        node.covering.retain(|t, _| node.held.contains_key(t));
+        let node = &self.nodes[n];
         let members: Vec<Member> = node.members.values().map(|(m, _)| m.clone()).collect();
         let present: HashSet<String> = node.leases.keys().map(|&t| names[t].name.clone()).collect();
         let held: HashSet<String> = node.held.keys().map(|&t| names[t].name.clone()).collect();
@@ -2339,18 +2346,25 @@ impl<'s> World<'s> {
             .iter()
             .map(|(&t, &ms)| (names[t].name.clone(), Duration::from_millis(ms)))
             .collect();
+        let covering: HashMap<String, Duration> = node
+            .covering
+            .iter()
+            .map(|(&t, &ms)| (names[t].name.clone(), Duration::from_millis(ms)))
+            .collect();
         let decision = lease::decide(&LeaseView {
             me: &node.id,
             members: &members,
             present: &present,
             held: &held,
+            covering: &covering,
             vacant_since: &vacant_since,
             now: Duration::from_millis(self.now),
             may_lead: node.skew_ms.abs() <= self.sc.max_clock_skew_ms,
         });
         for action in decision.actions {
+            let cover = matches!(action, LeaseAction::Cover(_));
             match action {
-                LeaseAction::Take(name) => {
+                LeaseAction::Take(name) | LeaseAction::Cover(name) => {
                     let t = task_ix(&name);
                     let node = &mut self.nodes[n];
                     if node.taking.contains(&t) || node.held.contains_key(&t) {
@@ -2366,7 +2380,7 @@ impl<'s> World<'s> {
                             data: Data::Lease,
                             ephemeral: true,
                         },
-                        Pending::Take(t),
+                        Pending::Take(t, cover),
                     );
                 }
                 LeaseAction::Release(name) => {
@@ -2459,15 +2473,19 @@ impl<'s> World<'s> {
                 }
                 self.view_changed(n);
             }
-            Pending::Take(t) => {
+            Pending::Take(t, cover) => {
                 self.nodes[n].taking.remove(&t);
                 match result {
                     Ok(OpOk::Version(version)) => {
+                        let now = self.now;
                         let node = &mut self.nodes[n];
                         node.leases.insert(t, (me, version));
                         // The change may have come first and the node already let go of it.
                         if !node.releasing.contains(&t) {
                             node.held.insert(t, version);
+                            if cover {
+                                node.covering.insert(t, now);
+                            }
                         }
                         self.note(Some(n), Some(t), What::LeaseCreated(me));
                     }

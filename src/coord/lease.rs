@@ -9,7 +9,12 @@
 //! - **Take** a vacant lease when this node is the designated leader; or, for liveness, when it
 //!   ranks `k`-th (0-based) and the lease has been vacant for `k ×` [`VACANT_BOUND`]: a designated
 //!   node that is registered but does not act (stuck, paused) does not stop the task for long,
-//!   and the backups do not all rush in at once.
+//!   and the backups do not all rush in at once. Such a take is a [`LeaseAction::Cover`].
+//! - **Keep** a lease taken as cover for [`COVER_HOLD`] even though this node is not designated:
+//!   the designated node did not act, and handing the lease straight back would leave the task
+//!   vacant again for another bound (an overloaded start-up once made backups take and hand back
+//!   hundreds of leases within 50 ms of each other). After the hold it goes back to the
+//!   designated node, which takes it at once if it now acts.
 //! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
 //!
 //! The ZooKeeper backend and the deterministic simulation (`tests/sim.rs`) both call this, so
@@ -25,6 +30,9 @@ use super::rank::{self, Candidate};
 
 /// How long a vacant lease waits for the node ranked above before the next one takes it.
 pub const VACANT_BOUND: Duration = Duration::from_secs(3);
+
+/// How long a node keeps a lease it took as cover for a designated node that did not act.
+pub const COVER_HOLD: Duration = Duration::from_secs(10);
 
 /// What a node says of one task it defines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +113,11 @@ pub fn position(task: &str, me: &str, members: &[Member]) -> Option<usize> {
 /// One thing to do about a lease.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LeaseAction {
+    /// Take the lease as the designated leader.
     Take(String),
+    /// Take the lease as a backup, because the designated node left it vacant too long. The
+    /// caller records when it got it in [`LeaseView::covering`].
+    Cover(String),
     Release(String),
 }
 
@@ -119,6 +131,8 @@ pub struct LeaseView<'a> {
     pub present: &'a HashSet<String>,
     /// The leases this node holds.
     pub held: &'a HashSet<String>,
+    /// Of those, the ones taken as cover ([`LeaseAction::Cover`]), with when they were taken.
+    pub covering: &'a HashMap<String, Duration>,
     /// When each vacant lease (of a task this node defines) was first seen vacant.
     pub vacant_since: &'a HashMap<String, Duration>,
     pub now: Duration,
@@ -131,6 +145,12 @@ pub struct LeaseView<'a> {
 pub struct Decision {
     pub actions: Vec<LeaseAction>,
     pub recheck_at: Option<Duration>,
+}
+
+impl Decision {
+    fn recheck(&mut self, at: Duration) {
+        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+    }
 }
 
 /// Decides which leases to take and release; see the module docs for the rules.
@@ -147,8 +167,16 @@ pub fn decide(view: &LeaseView<'_>) -> Decision {
         return decision;
     };
     for task in view.held {
-        if !view.may_lead || position(task, view.me, view.members) != Some(0) {
+        let Some(pos) = position(task, view.me, view.members).filter(|_| view.may_lead) else {
             decision.actions.push(LeaseAction::Release(task.clone()));
+            continue;
+        };
+        if pos == 0 {
+            continue;
+        }
+        match view.covering.get(task).map(|&since| since + COVER_HOLD) {
+            Some(until) if view.now < until => decision.recheck(until),
+            _ => decision.actions.push(LeaseAction::Release(task.clone())),
         }
     }
     if view.may_lead {
@@ -161,10 +189,12 @@ pub fn decide(view: &LeaseView<'_>) -> Decision {
             };
             let since = view.vacant_since.get(task).copied().unwrap_or(view.now);
             let due = since + VACANT_BOUND * pos as u32;
-            if due <= view.now {
+            if due > view.now {
+                decision.recheck(due);
+            } else if pos == 0 {
                 decision.actions.push(LeaseAction::Take(task.clone()));
             } else {
-                decision.recheck_at = Some(decision.recheck_at.map_or(due, |at| at.min(due)));
+                decision.actions.push(LeaseAction::Cover(task.clone()));
             }
         }
     }
@@ -212,6 +242,7 @@ mod tests {
         present: HashSet<String>,
         held: HashSet<String>,
         vacant_since: HashMap<String, Duration>,
+        covering: HashMap<String, Duration>,
     }
 
     impl Fixture {
@@ -221,6 +252,7 @@ mod tests {
                 members: &self.members,
                 present: &self.present,
                 held: &self.held,
+                covering: &self.covering,
                 vacant_since: &self.vacant_since,
                 now,
                 may_lead,
@@ -245,6 +277,7 @@ mod tests {
             present: HashSet::new(),
             held: HashSet::new(),
             vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+            covering: HashMap::new(),
         };
         let first = fx.decide(&ranked[0], Duration::ZERO, true);
         assert_eq!(first.actions, vec![LeaseAction::Take("t".into())]);
@@ -253,11 +286,11 @@ mod tests {
         assert_eq!(second.recheck_at, Some(VACANT_BOUND));
         // After one bound the second-ranked takes it; the third waits for two.
         let later = fx.decide(&ranked[1], VACANT_BOUND, true);
-        assert_eq!(later.actions, vec![LeaseAction::Take("t".into())]);
+        assert_eq!(later.actions, vec![LeaseAction::Cover("t".into())]);
         assert!(fx.decide(&ranked[2], VACANT_BOUND, true).actions.is_empty());
         assert_eq!(
             fx.decide(&ranked[2], VACANT_BOUND * 2, true).actions,
-            vec![LeaseAction::Take("t".into())]
+            vec![LeaseAction::Cover("t".into())]
         );
     }
 
@@ -270,6 +303,7 @@ mod tests {
             present: names(&["t"]),
             held: names(&["t"]),
             vacant_since: HashMap::new(),
+            covering: HashMap::new(),
         };
         assert!(fx.decide("old", Duration::ZERO, true).actions.is_empty());
         members.push(member("new", "1.1.0", 2, &tasks));
@@ -299,6 +333,7 @@ mod tests {
             present: names(&["a"]),
             held: names(&["a"]),
             vacant_since: HashMap::new(),
+            covering: HashMap::new(),
         };
         let decision = fx.decide("n", Duration::ZERO, false);
         assert_eq!(decision.actions, vec![LeaseAction::Release("a".into())]);
@@ -313,6 +348,7 @@ mod tests {
             present: names(&["a"]),
             held: names(&["a"]),
             vacant_since: HashMap::new(),
+            covering: HashMap::new(),
         };
         assert_eq!(
             fx.decide("me", Duration::ZERO, true).actions,
@@ -338,6 +374,7 @@ mod tests {
             present: names(&["t"]),
             held: names(&["t"]),
             vacant_since: HashMap::new(),
+            covering: HashMap::new(),
         };
         // The backup holds the lease and is now the designated leader: it keeps it.
         assert!(fx.decide(&backup, Duration::ZERO, true).actions.is_empty());
@@ -366,5 +403,55 @@ mod tests {
         assert_eq!(ranked.len(), 1);
         // A node that does not define a task is never eligible for it.
         assert_eq!(position("other-task", "new", &members), None);
+    }
+
+    #[test]
+    fn a_backup_keeps_a_lease_it_covers_for_the_hold_then_hands_it_back() {
+        let tasks = set(&["t"]);
+        let members = vec![
+            member("a", "1.0.0", 1, &tasks),
+            member("b", "1.0.0", 2, &tasks),
+        ];
+        let ranked: Vec<String> = ranking("t", &members)
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect();
+        let backup = ranked[1].clone();
+        let taken = VACANT_BOUND;
+        let fx = Fixture {
+            members,
+            present: names(&["t"]),
+            held: names(&["t"]),
+            vacant_since: HashMap::new(),
+            covering: [("t".to_string(), taken)].into(),
+        };
+        // The designated node is registered but did not act: the backup keeps the lease and
+        // looks again when the hold ends.
+        let during = fx.decide(&backup, taken + Duration::from_millis(50), true);
+        assert!(during.actions.is_empty(), "{during:?}");
+        assert_eq!(during.recheck_at, Some(taken + COVER_HOLD));
+        assert_eq!(
+            fx.decide(&backup, taken + COVER_HOLD, true).actions,
+            vec![LeaseAction::Release("t".into())]
+        );
+        // A lease the backup did not take as cover (it was designated when it took it) goes
+        // back at once, as when a newer release joins.
+        let designated_then = Fixture {
+            covering: HashMap::new(),
+            ..fx
+        };
+        assert_eq!(
+            designated_then.decide(&backup, taken, true).actions,
+            vec![LeaseAction::Release("t".into())]
+        );
+        // Cover or not, a node that may not lead lets go at once.
+        let fx = Fixture {
+            covering: [("t".to_string(), taken)].into(),
+            ..designated_then
+        };
+        assert_eq!(
+            fx.decide(&backup, taken, false).actions,
+            vec![LeaseAction::Release("t".into())]
+        );
     }
 }

@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use semver::Version;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
@@ -81,6 +81,9 @@ const CLOCK_PROBE: Duration = Duration::from_secs(30);
 
 /// How many operations go into one multi when releasing everything.
 const RELEASE_BATCH: usize = 500;
+
+/// Lease takes one node keeps in flight at once.
+const TAKES_IN_FLIGHT: usize = 64;
 
 /// How to reach the cluster, and who this node is.
 #[derive(Debug, Clone)]
@@ -424,6 +427,8 @@ struct View {
     held: HashMap<String, i32>,
     /// When each vacant lease was first seen vacant (offset from `epoch`).
     vacant_since: HashMap<String, Duration>,
+    /// Held leases taken as cover for a designated node that did not act, and when.
+    covering: HashMap<String, Duration>,
 }
 
 /// What a clock offset means for the node.
@@ -1778,14 +1783,16 @@ async fn decide_and_apply(
     let _deciding = inner.decide_lock.lock().await;
     let may_lead = inner.may_lead();
     let decision = {
-        let view = inner.view();
+        let mut view = inner.view();
         let members: Vec<Member> = view.members.values().cloned().collect();
         let held: HashSet<String> = view.held.keys().cloned().collect();
+        view.covering.retain(|task, _| held.contains(task));
         lease::decide(&LeaseView {
             me: &inner.settings.node_id,
             members: &members,
             present: &view.present,
             held: &held,
+            covering: &view.covering,
             vacant_since: &view.vacant_since,
             now: inner.now(),
             may_lead,
@@ -1797,7 +1804,8 @@ async fn decide_and_apply(
     for action in decision.actions {
         match action {
             LeaseAction::Release(task) => releases.push(task),
-            LeaseAction::Take(task) => takes.push(task),
+            LeaseAction::Take(task) => takes.push((task, false)),
+            LeaseAction::Cover(task) => takes.push((task, true)),
         }
     }
     if !releases.is_empty() {
@@ -1831,7 +1839,7 @@ async fn decide_and_apply(
         futures::future::join_all(deletes).await;
     }
     if !takes.is_empty() {
-        let creates = takes.iter().map(|task| {
+        let creates = takes.into_iter().map(|(task, cover)| {
             let inner = inner.clone();
             let session = session.clone();
             async move {
@@ -1842,23 +1850,33 @@ async fn decide_and_apply(
                     since: wall_clock(),
                 })
                 .expect("serializes");
-                match take_lease(&inner, &session, task, &data).await {
+                match take_lease(&inner, &session, &task, &data).await {
                     Ok(Some(epoch)) => {
+                        let now = inner.now();
                         let mut view = inner.view();
                         view.present.insert(task.clone());
-                        view.vacant_since.remove(task);
+                        view.vacant_since.remove(&task);
                         view.held.insert(task.clone(), epoch);
+                        if cover {
+                            tracing::info!(task = %task, "took the lease as cover: its designated node left it vacant");
+                            view.covering.insert(task.clone(), now);
+                        }
                     }
                     Ok(None) => {
                         let mut view = inner.view();
                         view.present.insert(task.clone());
-                        view.vacant_since.remove(task);
+                        view.vacant_since.remove(&task);
                     }
                     Err(error) => tracing::warn!(task = %task, "taking the lease failed ({error})"),
                 }
             }
         });
-        futures::future::join_all(creates).await;
+        // A bounded number in flight: a node starting with thousands of vacant leases must not
+        // queue them all at once behind one server, past every call's deadline.
+        futures::stream::iter(creates)
+            .buffer_unordered(TAKES_IN_FLIGHT)
+            .collect::<()>()
+            .await;
         // Something may have changed meanwhile; a failed take is retried at the next decision.
         if recheck.is_none() {
             *recheck = Some(Instant::now() + Duration::from_millis(500));
