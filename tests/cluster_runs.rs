@@ -22,12 +22,18 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path, id: &str, zk: &str) -> Node {
+        Node::start_with_grace(dir, id, zk, "1s")
+    }
+
+    fn start_with_grace(dir: &Path, id: &str, zk: &str, shutdown_grace: &str) -> Node {
         let home = dir.join(id);
         fs::create_dir_all(&home).unwrap();
         let config = home.join("zkcron.toml");
         fs::write(
             &config,
-            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"1s\"\n",
+            format!(
+                "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"
+            ),
         )
         .unwrap();
         let log = home.join("log.txt");
@@ -288,4 +294,60 @@ fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is
         zk.children(&task).iter().all(|c| !c.starts_with("run-"))
     });
     assert!(node.log().contains("registered in ZooKeeper"));
+}
+
+#[test]
+fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_only_after_that_run_ends()
+ {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs.log");
+    // Every second, a run of 3 s: "start <fire id> <node>", then "end <fire id> <node>".
+    write_task(
+        dir.path(),
+        "long",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"start $ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {0}; sleep 3; echo \"end $ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {0}']\ncatch_up = \"skip\"\n",
+            runs.display()
+        ),
+    );
+    let connect = zk.chroot_connect();
+    let a = Node::start_with_grace(dir.path(), "node-a", &connect, "20s");
+    let b = Node::start_with_grace(dir.path(), "node-b", &connect, "20s");
+    wait_for("a first run to start", LIMIT, || !lines(&runs).is_empty());
+    let first = lines(&runs)[0].clone();
+    let (leader, other) = if first[2] == "node-a" { (a, b) } else { (b, a) };
+    // Stop the leader mid-run: it hands the lease over at once and waits for its job.
+    leader.signal(Signal::SIGTERM);
+    wait_for(
+        "the other node to skip a tick for the run elsewhere",
+        LIMIT,
+        || other.log().contains("running_elsewhere=1"),
+    );
+    wait_for("the other node to start a run", LIMIT, || {
+        lines(&runs)
+            .iter()
+            .any(|l| l[0] == "start" && l[2] != first[2])
+    });
+    let all = lines(&runs);
+    let ended = all
+        .iter()
+        .position(|l| l[0] == "end" && l[1] == first[1])
+        .expect("the stopped leader's run ended");
+    let started = all
+        .iter()
+        .position(|l| l[0] == "start" && l[2] != first[2])
+        .unwrap();
+    assert!(
+        ended < started,
+        "the next leader started while the run elsewhere was going: {all:?}"
+    );
+    // Never two runs at once, on either node: each start follows the previous run's end.
+    let mut open = 0;
+    for line in &all {
+        open += if line[0] == "start" { 1 } else { -1 };
+        assert!((0..=1).contains(&open), "overlapping runs: {all:?}");
+    }
+    drop(leader);
+    drop(other);
 }

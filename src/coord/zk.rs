@@ -485,6 +485,11 @@ struct Inner {
     records: Mutex<HashMap<String, (FireRecord, i32)>>,
     /// Run znodes this node created and has not removed.
     own_runs: Mutex<HashSet<String>>,
+    /// Tasks for which a listing, made while this node held the lease incarnation with the given
+    /// epoch version, found no other node's live run. Nobody else can create a run znode while
+    /// that incarnation lives (claims check the epoch), so until it changes the live runs of the
+    /// task are this node's own and `runs_elsewhere` needs no round trip.
+    no_foreign_runs: Mutex<HashMap<String, i32>>,
     /// The verdict on the latest clock-offset measurement; `None` before the first.
     skew: Mutex<Option<SkewVerdict>>,
 }
@@ -523,6 +528,7 @@ impl ZkCoordinator {
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
+            no_foreign_runs: Mutex::new(HashMap::new()),
             skew: Mutex::new(None),
             settings,
         });
@@ -999,18 +1005,39 @@ impl Coordinator for ZkCoordinator {
         let session = inner
             .current()
             .ok_or_else(|| zk_error("listing live runs", "not connected"))?;
+        // Read before the listing: a run another node created before this take shows in it.
+        let incarnation = inner.view().held.get(task).copied();
+        let known_clear = inner
+            .no_foreign_runs
+            .lock()
+            .expect("poisoned")
+            .get(task)
+            .copied();
+        if incarnation.is_some() && incarnation == known_clear {
+            return Ok(0);
+        }
         let children = deadline(
             "listing live runs",
             session.client.list_children(&inner.paths.record(task)),
         )
         .await?;
-        let own = inner.own_runs.lock().expect("own runs poisoned");
-        let prefix = format!("{}/", inner.paths.record(task));
-        Ok(children
-            .iter()
-            .filter(|c| c.starts_with("run-"))
-            .filter(|c| !own.contains(&format!("{prefix}{c}")))
-            .count())
+        let foreign = {
+            let own = inner.own_runs.lock().expect("own runs poisoned");
+            let prefix = format!("{}/", inner.paths.record(task));
+            children
+                .iter()
+                .filter(|c| c.starts_with("run-"))
+                .filter(|c| !own.contains(&format!("{prefix}{c}")))
+                .count()
+        };
+        if let (0, Some(epoch)) = (foreign, incarnation) {
+            inner
+                .no_foreign_runs
+                .lock()
+                .expect("poisoned")
+                .insert(task.to_string(), epoch);
+        }
+        Ok(foreign)
     }
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
