@@ -443,14 +443,23 @@ enum SkewVerdict {
 
 /// The offset of the local clock from ZooKeeper's (ms, positive = local ahead), from a write
 /// sent and answered at local times `sent` and `answered` that the server stamped `mtime_ms`.
-/// The server's stamp falls between the two; the midpoint is the estimate, off by at most half
-/// the round trip.
+/// The server's stamp falls somewhere between the two, so the offset lies between
+/// `sent - mtime` and `answered - mtime`; this returns the value of that range nearest zero. A
+/// slow round trip therefore widens the range instead of raising the estimate: a probe answered
+/// 3 s late by a busy server is not taken for a clock 1.5 s off.
 fn clock_offset_ms(sent: DateTime<Utc>, answered: DateTime<Utc>, mtime_ms: i64) -> Option<i64> {
     if mtime_ms <= 0 || answered < sent {
         return None;
     }
-    let midpoint = sent + (answered - sent) / 2;
-    Some(midpoint.timestamp_millis() - mtime_ms)
+    let low = sent.timestamp_millis() - mtime_ms;
+    let high = answered.timestamp_millis() - mtime_ms;
+    Some(if low > 0 {
+        low
+    } else if high < 0 {
+        high
+    } else {
+        0
+    })
 }
 
 fn skew_verdict(offset_ms: i64, max: Option<Duration>) -> SkewVerdict {
@@ -2039,13 +2048,20 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_offset_is_read_at_the_midpoint_of_the_round_trip() {
+    fn the_clock_offset_is_the_smallest_one_the_round_trip_allows() {
         let sent = DateTime::from_timestamp_millis(1_000_000).unwrap();
         let answered = DateTime::from_timestamp_millis(1_000_010).unwrap();
-        // The server stamped the write 2 s before our midpoint: we are 2 s ahead.
-        assert_eq!(clock_offset_ms(sent, answered, 998_005), Some(2_000));
+        // The server stamped the write about 2 s before we sent and got the answer: we are at
+        // least 1,995 ms ahead.
+        assert_eq!(clock_offset_ms(sent, answered, 998_005), Some(1_995));
         assert_eq!(clock_offset_ms(sent, answered, 1_000_005), Some(0));
-        assert_eq!(clock_offset_ms(sent, answered, 1_003_005), Some(-3_000));
+        assert_eq!(clock_offset_ms(sent, answered, 1_003_005), Some(-2_995));
+        // A probe answered 3 s late proves nothing about a clock that agrees with the server...
+        let slow = DateTime::from_timestamp_millis(1_003_000).unwrap();
+        assert_eq!(clock_offset_ms(sent, slow, 1_000_500), Some(0));
+        // ...but a stamp outside the round trip still shows the offset it proves.
+        assert_eq!(clock_offset_ms(sent, slow, 996_000), Some(4_000));
+        assert_eq!(clock_offset_ms(sent, slow, 1_005_000), Some(-2_000));
         // No stamp, or a local clock that went backwards mid-call: no estimate.
         assert_eq!(clock_offset_ms(sent, answered, 0), None);
         assert_eq!(clock_offset_ms(answered, sent, 1_000_005), None);
