@@ -6,7 +6,7 @@
 //! | path | kind | what |
 //! |---|---|---|
 //! | `members/<node-id>` | ephemeral | [`MemberRecord`]: release, seed, host, pid, labels, task set digest |
-//! | `tasksets/<digest>-<i>` | persistent, immutable | chunk `i` of a task set ([`TaskSetRecord`]), content-addressed |
+//! | `tasksets/<digest>-<i>` | persistent, immutable | chunk `i` of a task set ([`TaskSetRecord`]), content-addressed; deleted once unused for an hour |
 //! | `leases/<task>` | ephemeral | the task's lease: [`LeaseRecord`] (holder and session) |
 //! | `tasks/<task>` | persistent | the fire record [`FireRecord`]: newest claimed tick |
 //! | `tasks/<task>/epoch` | persistent, empty | its version counts lease takes (one bump per take) |
@@ -81,6 +81,13 @@ const CLOCK_PROBE: Duration = Duration::from_secs(30);
 
 /// How many operations go into one multi when releasing everything.
 const RELEASE_BATCH: usize = 500;
+
+/// Task sets that no member references are deleted once this old (a node publishes its set
+/// just before it registers; an hour leaves room for any registration in flight).
+const TASKSET_GC_AGE: Duration = Duration::from_secs(3600);
+
+/// How often each node looks for task sets to delete (first at a random point of the period).
+const TASKSET_GC_EVERY: Duration = Duration::from_secs(3600);
 
 /// Lease takes one node keeps in flight at once.
 const TAKES_IN_FLIGHT: usize = 64;
@@ -1579,6 +1586,9 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
     let mut recheck: Option<Instant> = None;
     let mut probe = tokio::time::interval(CLOCK_PROBE);
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let first_gc = TASKSET_GC_EVERY.mul_f64(rand::random::<f64>());
+    let mut gc = tokio::time::interval_at(Instant::now() + first_gc, TASKSET_GC_EVERY);
+    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     decide_and_apply(inner, &session, connected, &mut recheck).await;
 
     loop {
@@ -1631,6 +1641,15 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
             _ = probe.tick() => {
                 if connected {
                     probe_clock(inner, &session).await;
+                }
+            }
+            _ = gc.tick() => {
+                if connected {
+                    match collect_tasksets(inner, &session).await {
+                        Ok(0) => {}
+                        Ok(deleted) => tracing::info!(chunks = deleted, "deleted task sets no member uses"),
+                        Err(error) => tracing::warn!("cleaning up task sets failed ({error})"),
+                    }
                 }
             }
         }
@@ -1977,6 +1996,88 @@ async fn take_lease(
     ))
 }
 
+/// Deletes the task-set chunks no registered member references and that are older than
+/// [`TASKSET_GC_AGE`] (each `jobs.d` change publishes a new set; without this they would pile
+/// up). Returns how many chunks it deleted. Members are read afresh; if one cannot be read, it
+/// deletes nothing.
+async fn collect_tasksets(inner: &Inner, session: &Session) -> Result<usize, CoordError> {
+    let client = &session.client;
+    let mut referenced: HashSet<String> = inner
+        .view()
+        .my_set
+        .iter()
+        .map(|(reference, _, _)| reference.digest.clone())
+        .collect();
+    let ids = deadline(
+        "listing members",
+        client.list_children(&inner.paths.members()),
+    )
+    .await?;
+    for id in ids {
+        match timed(
+            "reading a member",
+            client.get_data(&inner.paths.member(&id)),
+        )
+        .await?
+        {
+            Ok((data, _)) => match serde_json::from_slice::<MemberRecord>(&data) {
+                Ok(record) => {
+                    referenced.insert(record.taskset.digest);
+                }
+                Err(_) => return Ok(0),
+            },
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(error) => return Err(zk_error("reading a member", error)),
+        }
+    }
+    let names = deadline(
+        "listing task sets",
+        client.list_children(&inner.paths.tasksets()),
+    )
+    .await?;
+    let mut chunks = Vec::new();
+    for name in names {
+        let path = format!("{}/{name}", inner.paths.tasksets());
+        if let Some(stat) = deadline("reading a task set", client.check_stat(&path)).await? {
+            chunks.push((name, stat.ctime));
+        }
+    }
+    let doomed = unreferenced_chunks(
+        &chunks,
+        &referenced,
+        wall_clock().timestamp_millis(),
+        TASKSET_GC_AGE,
+    );
+    let mut deleted = 0;
+    for name in doomed {
+        let path = format!("{}/{name}", inner.paths.tasksets());
+        match timed("deleting a task set", client.delete(&path, None)).await? {
+            Ok(()) => deleted += 1,
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(error) => return Err(zk_error("deleting a task set", error)),
+        }
+    }
+    Ok(deleted)
+}
+
+/// Of the task-set chunks `(name, ctime ms)`, named `<digest>-<index>`, those whose digest is
+/// not in `referenced` and that are at least `min_age` old at `now_ms`.
+fn unreferenced_chunks(
+    chunks: &[(String, i64)],
+    referenced: &HashSet<String>,
+    now_ms: i64,
+    min_age: Duration,
+) -> Vec<String> {
+    chunks
+        .iter()
+        .filter(|(name, ctime)| {
+            let digest = name.rsplit_once('-').map_or(name.as_str(), |(d, _)| d);
+            !referenced.contains(digest) && now_ms - ctime >= min_age.as_millis() as i64
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// Writes `clock` to read ZooKeeper's time from its mtime.
 async fn probe_clock(inner: &Inner, session: &Session) {
     let path = inner.paths.clock();
@@ -2065,6 +2166,27 @@ mod tests {
         // No stamp, or a local clock that went backwards mid-call: no estimate.
         assert_eq!(clock_offset_ms(sent, answered, 0), None);
         assert_eq!(clock_offset_ms(answered, sent, 1_000_005), None);
+    }
+
+    #[test]
+    fn only_old_task_sets_that_no_member_references_are_collected() {
+        let hour = 3_600_000;
+        let now = 10 * hour;
+        let chunks: Vec<(String, i64)> = [
+            ("inuse-0", 0),
+            ("inuse-1", 0),
+            ("old-0", now - 2 * hour),
+            ("old-1", now - hour),
+            ("fresh-0", now - hour + 1),
+        ]
+        .iter()
+        .map(|(n, c)| (n.to_string(), *c))
+        .collect();
+        let referenced: HashSet<String> = ["inuse".to_string()].into();
+        assert_eq!(
+            unreferenced_chunks(&chunks, &referenced, now, Duration::from_secs(3600)),
+            vec!["old-0".to_string(), "old-1".to_string()]
+        );
     }
 
     #[test]
