@@ -2233,6 +2233,13 @@ impl<'s> World<'s> {
                     node.registered = true;
                 }
                 node.members.insert(i, (member, session));
+                if i != n {
+                    // As the daemon: a newcomer gets its whole bound before backups cover.
+                    let now = self.now;
+                    node.vacant_since
+                        .values_mut()
+                        .for_each(|since| *since = now);
+                }
             }
             Change::MemberDown(i) => {
                 node.members.remove(&i);

@@ -133,7 +133,9 @@ pub struct LeaseView<'a> {
     pub held: &'a HashSet<String>,
     /// Of those, the ones taken as cover ([`LeaseAction::Cover`]), with when they were taken.
     pub covering: &'a HashMap<String, Duration>,
-    /// When each vacant lease (of a task this node defines) was first seen vacant.
+    /// When each vacant lease (of a task this node defines) was first seen vacant, or when
+    /// another member last joined or changed, whichever is later: a node that just joined and is
+    /// now designated gets the whole bound to act before the backups cover for it.
     pub vacant_since: &'a HashMap<String, Duration>,
     pub now: Duration,
     /// False when the node must lead nothing (clock skew beyond `max_clock_skew`, stopping).

@@ -1718,7 +1718,16 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
                 EventType::NodeCreated | EventType::NodeDataChanged => {
                     match read_member(inner, &client, id).await {
                         Ok(Some(member)) => {
-                            inner.view().members.insert(id.to_string(), member);
+                            let now = inner.now();
+                            let mut view = inner.view();
+                            view.members.insert(id.to_string(), member);
+                            if id != inner.settings.node_id {
+                                // The newcomer may now be designated for vacant leases: it gets
+                                // its full bound before backups cover for it.
+                                view.vacant_since
+                                    .values_mut()
+                                    .for_each(|since| *since = now);
+                            }
                         }
                         Ok(None) => {
                             inner.view().members.remove(id);
