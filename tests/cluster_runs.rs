@@ -5,7 +5,7 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::zk::ZkServer;
@@ -26,18 +26,20 @@ impl Node {
     }
 
     fn start_with_grace(dir: &Path, id: &str, zk: &str, shutdown_grace: &str) -> Node {
+        let config = format!(
+            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"
+        );
+        Node::spawn(dir, id, zk, &config, zkcron())
+    }
+
+    /// Starts `command` (the zkcron binary, or a wrapper around it) as node `id`.
+    fn spawn(dir: &Path, id: &str, zk: &str, config_text: &str, mut command: Command) -> Node {
         let home = dir.join(id);
         fs::create_dir_all(&home).unwrap();
         let config = home.join("zkcron.toml");
-        fs::write(
-            &config,
-            format!(
-                "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"
-            ),
-        )
-        .unwrap();
+        fs::write(&config, config_text).unwrap();
         let log = home.join("log.txt");
-        let child = zkcron()
+        let child = command
             .args(["run", "--config"])
             .arg(&config)
             .arg("--jobs-dir")
@@ -350,4 +352,84 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
     }
     drop(leader);
     drop(other);
+}
+
+/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead; the
+/// monotonic clock is left alone so that timers still work.
+fn zkcron_with_clock_ahead() -> Command {
+    let found = std::process::Command::new("faketime")
+        .arg("--help")
+        .output()
+        .is_ok();
+    assert!(
+        found,
+        "this test needs faketime to skew a node's clock: apt-get install faketime"
+    );
+    let mut command = Command::new("faketime");
+    command
+        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
+        .arg(env!("CARGO_BIN_EXE_zkcron"));
+    command
+}
+
+#[test]
+fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_and_the_other_node_fires_everything()
+ {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fires = dir.path().join("fires.log");
+    for name in ["t1", "t2", "t3", "t4"] {
+        write_task(
+            dir.path(),
+            name,
+            &format!(
+                "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {}']\n",
+                fires.display()
+            ),
+        );
+    }
+    let config = "[coordination.zookeeper]\nsession_timeout = \"3s\"\nmax_clock_skew = \"2s\"\n";
+    let connect = zk.chroot_connect();
+    let skewed = Node::spawn(
+        dir.path(),
+        "node-skewed",
+        &connect,
+        config,
+        zkcron_with_clock_ahead(),
+    );
+    wait_for("the skewed node to refuse leadership", LIMIT, || {
+        skewed.log().contains("refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew; fix NTP")
+    });
+    let good = Node::spawn(dir.path(), "node-good", &connect, config, zkcron());
+    let led_all = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("the good node to lead all four tasks", LIMIT, || {
+            good.log().contains("leading=4")
+        })
+    }));
+    assert!(
+        led_all.is_ok(),
+        "good:\n{}\nskewed:\n{}",
+        good.log(),
+        skewed.log()
+    );
+    // Three more ticks of every task, all fired by the good node.
+    let from_good = |task: &str| {
+        lines(&fires)
+            .iter()
+            .filter(|l| l[0].starts_with(&format!("{task}@")) && l[1] == "node-good")
+            .count()
+    };
+    wait_for("three fires of each task", LIMIT, || {
+        ["t1", "t2", "t3", "t4"].iter().all(|t| from_good(t) >= 3)
+    });
+    let all = lines(&fires);
+    assert!(
+        all.iter().all(|l| l[1] == "node-good"),
+        "the skewed node fired: {all:?}"
+    );
+    assert!(
+        skewed.log().contains("max_clock_skew=2s"),
+        "{}",
+        skewed.log()
+    );
 }

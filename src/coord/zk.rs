@@ -501,6 +501,9 @@ struct Inner {
     records: Mutex<HashMap<String, (FireRecord, i32)>>,
     /// Run znodes this node created and has not removed.
     own_runs: Mutex<HashSet<String>>,
+    /// The `leads` flag of the member record as last written: republished when `may_lead`
+    /// changes (registration writes `false` while the clock offset is not measured yet).
+    published_leads: AtomicBool,
     /// Tasks for which a listing, made while this node held the lease incarnation with the given
     /// epoch version, found no other node's live run. Nobody else can create a run znode while
     /// that incarnation lives (claims check the epoch), so until it changes the live runs of the
@@ -544,6 +547,7 @@ impl ZkCoordinator {
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
+            published_leads: AtomicBool::new(false),
             no_foreign_runs: Mutex::new(HashMap::new()),
             skew: Mutex::new(None),
             settings,
@@ -1414,6 +1418,7 @@ async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
             return Ok(());
         }
     }
+    inner.published_leads.store(record.leads, Ordering::SeqCst);
     tracing::info!(
         node = %inner.settings.node_id,
         release = %inner.settings.release,
@@ -1579,7 +1584,6 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
         Err(error) => return SessionEnd::Failed(error),
     };
     let mut published = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
-    let mut published_leads = inner.may_lead();
     let mut connected = true;
     let mut disconnected_at: Option<Instant> = None;
     let mut loss_counted = false;
@@ -1742,8 +1746,9 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
         // and re-register.
         let current = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
         let leads = inner.may_lead();
-        if connected && (current != published || leads != published_leads) {
-            published_leads = leads;
+        if connected
+            && (current != published || leads != inner.published_leads.load(Ordering::SeqCst))
+        {
             match register(inner, &session).await {
                 Ok(()) => {
                     published = current;
