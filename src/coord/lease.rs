@@ -235,6 +235,14 @@ mod tests {
         }
     }
 
+    /// The ids of the eligible members for `task`, best first.
+    fn ranked_ids(task: &str, members: &[Member]) -> Vec<String> {
+        ranking(task, members)
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect()
+    }
+
     fn names(items: &[&str]) -> HashSet<String> {
         items.iter().map(|s| s.to_string()).collect()
     }
@@ -270,10 +278,7 @@ mod tests {
             member("b", "1.0.0", 2, &tasks),
             member("c", "1.0.0", 3, &tasks),
         ];
-        let ranked: Vec<String> = ranking("t", &members)
-            .iter()
-            .map(|c| c.id.to_string())
-            .collect();
+        let ranked = ranked_ids("t", &members);
         let fx = Fixture {
             members,
             present: HashSet::new(),
@@ -365,10 +370,7 @@ mod tests {
             member("a", "1.0.0", 1, &tasks),
             member("b", "1.0.0", 2, &tasks),
         ];
-        let ranked: Vec<String> = ranking("t", &members)
-            .iter()
-            .map(|c| c.id.to_string())
-            .collect();
+        let ranked = ranked_ids("t", &members);
         let (top, backup) = (ranked[0].clone(), ranked[1].clone());
         members.iter_mut().find(|m| m.id == top).unwrap().may_lead = false;
         let fx = Fixture {
@@ -414,10 +416,7 @@ mod tests {
             member("a", "1.0.0", 1, &tasks),
             member("b", "1.0.0", 2, &tasks),
         ];
-        let ranked: Vec<String> = ranking("t", &members)
-            .iter()
-            .map(|c| c.id.to_string())
-            .collect();
+        let ranked = ranked_ids("t", &members);
         let backup = ranked[1].clone();
         let taken = VACANT_BOUND;
         let fx = Fixture {
