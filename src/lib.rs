@@ -12,6 +12,7 @@
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`cli`]: the `zkcron` command line.
+//! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
 pub mod cli;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod coord;
 pub mod daemon;
 pub mod executor;
 pub mod logging;
+pub mod manual;
 pub mod plan;
 pub mod schedule;
 pub mod task;
