@@ -1,6 +1,7 @@
-//! The daemon's side of systemd's `sd_notify` protocol, as the packaged `Type=notify` unit
-//! relies on it: the real binary runs with `NOTIFY_SOCKET` pointing at a datagram socket the
-//! test binds, and the test reads what a service manager would read.
+//! What the packaged systemd unit relies on: the daemon's side of the `sd_notify` protocol
+//! (`Type=notify`, `WatchdogSec=`) and `$STATE_DIRECTORY` (`StateDirectory=`). The real binary
+//! runs with `NOTIFY_SOCKET` pointing at a datagram socket the test binds, and the test reads
+//! what a service manager would read.
 
 mod common;
 
@@ -331,4 +332,60 @@ fn given_a_zookeeper_node_when_the_server_goes_away_and_returns_then_status_foll
     });
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+}
+
+#[test]
+fn given_systemd_state_directory_when_run_names_no_state_dir_then_the_records_go_there() {
+    // Given: what StateDirectory=zkcron hands the daemon, and a config that names no state_dir.
+    let scratch = Scratch::new();
+    scratch.write_config("");
+    let state = scratch.path().join("var-lib-zkcron");
+    std::fs::create_dir(&state).unwrap();
+    let out = scratch.out("fired");
+    scratch.write_task(
+        "tick",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo x >> {}'\n",
+            out.display()
+        ),
+    );
+    let log_file = std::fs::File::create(scratch.path().join("log.txt")).unwrap();
+
+    // When: `zkcron run` starts without --state-dir, as the unit's ExecStart does.
+    let mut child = zkcron()
+        .args(["run", "--config"])
+        .arg(scratch.path().join("zkcron.toml"))
+        .arg("--jobs-dir")
+        .arg(scratch.jobs())
+        .env("STATE_DIRECTORY", &state)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+
+    // Then: its lock and fire records are in that directory.
+    wait_for("a tick to fire", LIMIT, || {
+        !scratch.lines("fired").is_empty()
+    });
+    assert!(state.join("zkcron.lock").exists(), "{}", log(&scratch));
+    assert!(
+        log(&scratch).contains(&format!("state_dir={}", state.display())),
+        "{}",
+        log(&scratch)
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    let records: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|name| name.starts_with("journal") || name.starts_with("snapshot")),
+        "{records:?}"
+    );
 }
