@@ -47,6 +47,11 @@ pub enum Command {
     Schedule(ScheduleArgs),
     /// Print each task's next fire.
     Next(NextArgs),
+    /// Print a shell completion script to standard output.
+    Completions(CompletionsArgs),
+    /// Print the manual page zkcron(1) in roff to standard output.
+    #[command(hide = true)]
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +138,14 @@ pub struct NextArgs {
     pub jobs_dir: Option<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for; install the script where the shell looks, e.g.
+    /// /usr/share/bash-completion/completions/zkcron
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
 fn parse_rfc3339(value: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(value)
         .map(|t| t.with_timezone(&Utc))
@@ -147,6 +160,8 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate(args),
         Command::Schedule(args) => schedule(args),
         Command::Next(args) => next(args),
+        Command::Completions(args) => print_completions(args),
+        Command::Man => print_man_page(),
     };
     match result {
         Ok(code) => code,
@@ -373,6 +388,33 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
+    let script = crate::manual::completions(args.shell);
+    write_stdout(&script).with_context(|| {
+        format!(
+            "cannot write the {} completion script to standard output",
+            args.shell
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_man_page() -> anyhow::Result<ExitCode> {
+    let mut page = Vec::new();
+    crate::manual::write_man_page(&mut page).context("cannot render the manual page")?;
+    write_stdout(&page).context("cannot write the manual page to standard output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to stdout and flushes, so that a full or closed stdout is an error the user
+/// sees, not a panic.
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(bytes)?;
+    stdout.flush()
 }
 
 #[cfg(test)]

@@ -7,6 +7,9 @@
 //! it through the [`Coordinator`] before spawning the process. The main loop waits on one closed
 //! set of [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown.
 //!
+//! It keeps the service manager informed through [`crate::service`]: ready once the tasks are
+//! loaded, a status line on every leadership change, stopping when SIGTERM arrives.
+//!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
 use crate::executor::{self, RunRequest, StopHandle};
 use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
+use crate::service;
 use crate::task::{self, NodeLossPolicy, OverlapPolicy, TaskDefaults, TaskSpec};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
@@ -157,6 +161,8 @@ pub struct Daemon<C: Coordinator> {
     runs_alive_rx: mpsc::Receiver<()>,
     /// The session losses already acted on.
     session_losses: u64,
+    /// The last status line sent to the service manager, so that unchanged ones are not resent.
+    status: String,
 }
 
 impl<C: Coordinator> Daemon<C> {
@@ -178,6 +184,7 @@ impl<C: Coordinator> Daemon<C> {
             runs: HashMap::new(),
             runs_alive_rx,
             session_losses: 0,
+            status: String::new(),
         }
     }
 
@@ -197,6 +204,8 @@ impl<C: Coordinator> Daemon<C> {
             tasks = self.tasks.len(),
             "zkcron started"
         );
+        service::ready(&self.status);
+        let _watchdog = service::spawn_watchdog().map(AbortOnDrop);
 
         loop {
             let event = tokio::select! {
@@ -220,10 +229,23 @@ impl<C: Coordinator> Daemon<C> {
                 _ = sigint.recv() => Event::Shutdown("SIGINT"),
             };
             match event {
+                Event::Reload("SIGHUP") => {
+                    service::reloading();
+                    self.reload("SIGHUP").await;
+                    service::ready(&self.status);
+                }
                 Event::Reload(reason) => self.reload(reason).await,
                 Event::LeadershipChanged => self.apply_leadership(),
                 Event::Shutdown(signal) => {
                     tracing::info!(signal, "shutting down: no new ticks will fire");
+                    let running: usize = self.runs.values().map(|r| r.count()).sum();
+                    service::stopping(
+                        &format!(
+                            "stopping ({signal}): leases released, waiting for {running} running job(s), up to {}",
+                            humantime::format_duration(self.config.shutdown_grace)
+                        ),
+                        self.config.shutdown_grace,
+                    );
                     self.shutdown().await;
                     return Ok(());
                 }
@@ -374,6 +396,12 @@ impl<C: Coordinator> Daemon<C> {
                 _ => {}
             }
         }
+        let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
+        let status = service::status_line(&leadership, &loaded);
+        if status != self.status {
+            service::status(&status);
+            self.status = status;
+        }
     }
 
     /// Graceful stop: no new ticks, leadership released at once, running jobs get
@@ -420,6 +448,15 @@ impl<C: Coordinator> Daemon<C> {
         }
         coordinator.close().await;
         tracing::info!("zkcron stopped");
+    }
+}
+
+/// Aborts a background task when dropped (the watchdog pinger ends with the main loop).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

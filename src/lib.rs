@@ -11,7 +11,9 @@
 //! - [`executor`]: runs one tick's command as a process group, with timeout, retries and
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
+//! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
 //! - [`cli`]: the `zkcron` command line.
+//! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
 pub mod cli;
 pub mod config;
@@ -19,6 +21,8 @@ pub mod coord;
 pub mod daemon;
 pub mod executor;
 pub mod logging;
+pub mod manual;
 pub mod plan;
 pub mod schedule;
+pub mod service;
 pub mod task;

@@ -1,5 +1,6 @@
-//! End-to-end tests of the read-only subcommands: `validate`, `schedule`, `next`, and usage
-//! errors. Each runs the real binary on files the test writes into a temp dir.
+//! End-to-end tests of the read-only subcommands: `validate`, `schedule`, `next`, `man`,
+//! `completions`, and usage errors. Each runs the real binary on files the test writes into a
+//! temp dir.
 
 mod common;
 
@@ -283,5 +284,97 @@ fn run_with_a_node_id_or_cluster_that_cannot_be_a_zookeeper_path_names_the_rule(
             "{}",
             stderr(&output)
         );
+    }
+}
+
+#[test]
+fn man_prints_a_roff_page_that_names_every_public_subcommand() {
+    let output = run_zkcron(&["man"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let page = stdout(&output);
+    assert!(page.contains(".TH zkcron 1"), "{page}");
+    for section in [
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH COMMANDS",
+        ".SH FILES",
+        ".SH \"EXIT STATUS\"",
+    ] {
+        assert!(page.contains(section), "missing {section}: {page}");
+    }
+    for sub in ["run", "validate", "schedule", "next", "completions"] {
+        assert!(
+            page.contains(&format!(".SS \"zkcron {sub}\"")),
+            "missing {sub}: {page}"
+        );
+    }
+    // Options come with their value names and defaults, hyphens escaped for roff.
+    assert!(page.contains("\\fB\\-\\-config\\fR \\fIFILE\\fR"), "{page}");
+    assert!(page.contains("[default: UTC]"), "{page}");
+    // The hidden `man` subcommand itself is not advertised.
+    assert!(!page.contains("zkcron man\""), "{page}");
+}
+
+#[test]
+fn completions_for_each_packaged_shell_complete_the_subcommands() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef zkcron"),
+        ("fish", "complete -c zkcron"),
+    ] {
+        let output = run_zkcron(&["completions", shell]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{shell}: {}",
+            stderr(&output)
+        );
+        let script = stdout(&output);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("validate"), "{shell}: {script}");
+        assert!(script.contains("jobs-dir"), "{shell}: {script}");
+    }
+}
+
+#[test]
+fn completions_for_an_unknown_shell_is_a_usage_error_listing_the_shells() {
+    let output = run_zkcron(&["completions", "tcsh"]);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(text.contains("invalid value 'tcsh'"), "{text}");
+    assert!(
+        text.contains("bash") && text.contains("fish") && text.contains("zsh"),
+        "{text}"
+    );
+}
+
+/// Writes to /dev/full fail with ENOSPC: a full or broken stdout is reported, not a panic.
+#[test]
+fn man_and_completions_report_an_unwritable_stdout() {
+    for (args, what) in [
+        (
+            &["man"][..],
+            "cannot write the manual page to standard output",
+        ),
+        (
+            &["completions", "bash"][..],
+            "cannot write the bash completion script to standard output",
+        ),
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full exists on Linux");
+        let output = common::zkcron()
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let text = stderr(&output);
+        assert!(text.contains(what), "{args:?}: {text}");
+        assert!(text.contains("No space left on device"), "{args:?}: {text}");
+        assert!(!text.contains("panicked"), "{args:?}: {text}");
     }
 }

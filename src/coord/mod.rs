@@ -35,6 +35,9 @@ pub struct Leadership {
     /// the session timeout): from then on other nodes may run its tasks. Tasks with
     /// `kill_on_session_loss` stop their runs when it grows.
     pub session_losses: u64,
+    /// Why `paused` is set, in words for the operator (`systemctl status`): e.g. "cannot reach
+    /// ZooKeeper at 127.0.0.1:2181 (...)". `None` when the backend has nothing to add.
+    pub why_paused: Option<String>,
 }
 
 impl Leadership {

@@ -529,6 +529,7 @@ impl ZkCoordinator {
         let base = format!("{chroot}/zkcron/{}", settings.cluster);
         let (leadership, _) = watch::channel(Leadership {
             paused: true,
+            why_paused: Some(format!("connecting to ZooKeeper at {}", settings.connect)),
             ..Leadership::default()
         });
         let inner = Arc::new(Inner {
@@ -647,16 +648,30 @@ impl Inner {
         let tasks: BTreeSet<String> = self.view().held.keys().cloned().collect();
         let paused = !connected;
         let changed = self.leadership.send_if_modified(|l| {
-            let same = l.paused == paused && *l.tasks == tasks;
+            let same =
+                l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
             if !same {
                 l.paused = paused;
                 l.tasks = Arc::new(tasks.clone());
+                if !paused {
+                    l.why_paused = None;
+                }
             }
             !same
         });
         if changed {
             tracing::info!(leading = tasks.len(), paused, "leases changed");
         }
+    }
+
+    /// Says why the node is paused, for the operator; cleared when leadership is published
+    /// unpaused.
+    fn set_why_paused(&self, why: String) {
+        self.leadership.send_if_modified(|l| {
+            let changed = l.why_paused.as_ref() != Some(&why);
+            l.why_paused = Some(why);
+            changed
+        });
     }
 
     fn count_session_loss(&self) {
@@ -1273,6 +1288,10 @@ async fn manage(inner: Arc<Inner>) {
                     zookeeper = %inner.settings.connect,
                     "paused: cannot connect to ZooKeeper ({error}); firing nothing until connected"
                 );
+                inner.set_why_paused(format!(
+                    "cannot reach ZooKeeper at {} ({error})",
+                    inner.settings.connect
+                ));
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(10));
                 continue;
@@ -1285,10 +1304,14 @@ async fn manage(inner: Arc<Inner>) {
         match run_session(&inner, session.clone()).await {
             SessionEnd::Expired => {
                 tracing::warn!(session = %session.id, "session expired: leases and run records are gone; rejoining with a new session");
+                inner.set_why_paused("the ZooKeeper session expired; rejoining".into());
             }
             SessionEnd::Stopped => return,
             SessionEnd::Failed(error) => {
                 tracing::error!(session = %session.id, "ZooKeeper session setup failed ({error}); starting over");
+                inner.set_why_paused(format!(
+                    "ZooKeeper session setup failed ({error}); retrying"
+                ));
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
@@ -1605,6 +1628,10 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
                     connected = false;
                     disconnected_at = Some(Instant::now());
                     tracing::warn!("paused: disconnected from ZooKeeper; firing nothing until reconnected");
+                    inner.set_why_paused(format!(
+                        "disconnected from ZooKeeper at {}; waiting to reconnect",
+                        inner.settings.connect
+                    ));
                 }
                 SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
                     if !connected {
