@@ -1056,6 +1056,8 @@ struct Node {
     members: BTreeMap<NodeIx, (Member, SessionId)>,
     leases: BTreeMap<TaskIx, (SessionId, i32)>,
     vacant_since: BTreeMap<TaskIx, Ms>,
+    /// When another member last joined or changed.
+    members_changed: Ms,
     /// Leases this node believes it holds, with the version it got them at.
     held: BTreeMap<TaskIx, i32>,
     /// Held leases taken as cover (`LeaseAction::Cover`), with when.
@@ -2234,11 +2236,7 @@ impl<'s> World<'s> {
                 }
                 node.members.insert(i, (member, session));
                 if i != n {
-                    // As the daemon: a newcomer gets its whole bound before backups cover.
-                    let now = self.now;
-                    node.vacant_since
-                        .values_mut()
-                        .for_each(|since| *since = now);
+                    node.members_changed = self.now;
                 }
             }
             Change::MemberDown(i) => {
@@ -2365,6 +2363,7 @@ impl<'s> World<'s> {
             held: &held,
             covering: &covering,
             vacant_since: &vacant_since,
+            members_changed: Duration::from_millis(node.members_changed),
             now: Duration::from_millis(self.now),
             may_lead: node.skew_ms.abs() <= self.sc.max_clock_skew_ms,
         });
@@ -2492,6 +2491,8 @@ impl<'s> World<'s> {
                             node.held.insert(t, version);
                             if cover {
                                 node.covering.insert(t, now);
+                            } else {
+                                node.covering.remove(&t);
                             }
                         }
                         self.note(Some(n), Some(t), What::LeaseCreated(me));

@@ -133,10 +133,12 @@ pub struct LeaseView<'a> {
     pub held: &'a HashSet<String>,
     /// Of those, the ones taken as cover ([`LeaseAction::Cover`]), with when they were taken.
     pub covering: &'a HashMap<String, Duration>,
-    /// When each vacant lease (of a task this node defines) was first seen vacant, or when
-    /// another member last joined or changed, whichever is later: a node that just joined and is
-    /// now designated gets the whole bound to act before the backups cover for it.
+    /// When each vacant lease (of a task this node defines) was first seen vacant.
     pub vacant_since: &'a HashMap<String, Duration>,
+    /// When another member last joined or changed. Vacancy counts from the later of the two: a
+    /// node that just joined and is now designated gets the whole bound to act before the
+    /// backups cover for it.
+    pub members_changed: Duration,
     pub now: Duration,
     /// False when the node must lead nothing (clock skew beyond `max_clock_skew`, stopping).
     pub may_lead: bool,
@@ -189,7 +191,12 @@ pub fn decide(view: &LeaseView<'_>) -> Decision {
             let Some(pos) = position(task, view.me, view.members) else {
                 continue;
             };
-            let since = view.vacant_since.get(task).copied().unwrap_or(view.now);
+            let since = view
+                .vacant_since
+                .get(task)
+                .copied()
+                .unwrap_or(view.now)
+                .max(view.members_changed);
             let due = since + VACANT_BOUND * pos as u32;
             if due > view.now {
                 decision.recheck(due);
@@ -253,6 +260,7 @@ mod tests {
         held: HashSet<String>,
         vacant_since: HashMap<String, Duration>,
         covering: HashMap<String, Duration>,
+        members_changed: Duration,
     }
 
     impl Fixture {
@@ -264,6 +272,7 @@ mod tests {
                 held: &self.held,
                 covering: &self.covering,
                 vacant_since: &self.vacant_since,
+                members_changed: self.members_changed,
                 now,
                 may_lead,
             })
@@ -285,6 +294,7 @@ mod tests {
             held: HashSet::new(),
             vacant_since: [("t".to_string(), Duration::ZERO)].into(),
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
         };
         let first = fx.decide(&ranked[0], Duration::ZERO, true);
         assert_eq!(first.actions, vec![LeaseAction::Take("t".into())]);
@@ -311,6 +321,7 @@ mod tests {
             held: names(&["t"]),
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
         };
         assert!(fx.decide("old", Duration::ZERO, true).actions.is_empty());
         members.push(member("new", "1.1.0", 2, &tasks));
@@ -341,6 +352,7 @@ mod tests {
             held: names(&["a"]),
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
         };
         let decision = fx.decide("n", Duration::ZERO, false);
         assert_eq!(decision.actions, vec![LeaseAction::Release("a".into())]);
@@ -356,6 +368,7 @@ mod tests {
             held: names(&["a"]),
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
         };
         assert_eq!(
             fx.decide("me", Duration::ZERO, true).actions,
@@ -379,6 +392,7 @@ mod tests {
             held: names(&["t"]),
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
         };
         // The backup holds the lease and is now the designated leader: it keeps it.
         assert!(fx.decide(&backup, Duration::ZERO, true).actions.is_empty());
@@ -425,6 +439,7 @@ mod tests {
             held: names(&["t"]),
             vacant_since: HashMap::new(),
             covering: [("t".to_string(), taken)].into(),
+            members_changed: Duration::ZERO,
         };
         // The designated node is registered but did not act: the backup keeps the lease and
         // looks again when the hold ends.
@@ -439,6 +454,7 @@ mod tests {
         // back at once, as when a newer release joins.
         let designated_then = Fixture {
             covering: HashMap::new(),
+            members_changed: Duration::ZERO,
             ..fx
         };
         assert_eq!(
@@ -448,11 +464,39 @@ mod tests {
         // Cover or not, a node that may not lead lets go at once.
         let fx = Fixture {
             covering: [("t".to_string(), taken)].into(),
+            members_changed: Duration::ZERO,
             ..designated_then
         };
         assert_eq!(
             fx.decide(&backup, taken, false).actions,
             vec![LeaseAction::Release("t".into())]
+        );
+    }
+
+    #[test]
+    fn a_member_joining_restarts_the_vacancy_clock_of_the_backups() {
+        let tasks = set(&["t"]);
+        let members = vec![
+            member("a", "1.0.0", 1, &tasks),
+            member("b", "1.0.0", 2, &tasks),
+        ];
+        let backup = ranked_ids("t", &members)[1].clone();
+        let joined = Duration::from_secs(60);
+        let fx = Fixture {
+            members,
+            present: HashSet::new(),
+            held: HashSet::new(),
+            vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+            covering: HashMap::new(),
+            members_changed: joined,
+        };
+        // Vacant for a minute, but the designated node joined just now: it gets its bound.
+        let decision = fx.decide(&backup, joined, true);
+        assert!(decision.actions.is_empty(), "{decision:?}");
+        assert_eq!(decision.recheck_at, Some(joined + VACANT_BOUND));
+        assert_eq!(
+            fx.decide(&backup, joined + VACANT_BOUND, true).actions,
+            vec![LeaseAction::Cover("t".into())]
         );
     }
 }

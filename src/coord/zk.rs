@@ -436,6 +436,8 @@ struct View {
     vacant_since: HashMap<String, Duration>,
     /// Held leases taken as cover for a designated node that did not act, and when.
     covering: HashMap<String, Duration>,
+    /// When another member last joined or changed (offset from `epoch`).
+    members_changed: Duration,
 }
 
 /// What a clock offset means for the node.
@@ -1753,11 +1755,7 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
                             let mut view = inner.view();
                             view.members.insert(id.to_string(), member);
                             if id != inner.settings.node_id {
-                                // The newcomer may now be designated for vacant leases: it gets
-                                // its full bound before backups cover for it.
-                                view.vacant_since
-                                    .values_mut()
-                                    .for_each(|since| *since = now);
+                                view.members_changed = now;
                             }
                         }
                         Ok(None) => {
@@ -1890,6 +1888,7 @@ async fn decide_and_apply(
             held: &held,
             covering: &view.covering,
             vacant_since: &view.vacant_since,
+            members_changed: view.members_changed,
             now: inner.now(),
             may_lead,
         })
@@ -1956,6 +1955,8 @@ async fn decide_and_apply(
                         if cover {
                             tracing::info!(task = %task, "took the lease as cover: its designated node left it vacant");
                             view.covering.insert(task.clone(), now);
+                        } else {
+                            view.covering.remove(&task);
                         }
                     }
                     Ok(None) => {
