@@ -503,9 +503,10 @@ struct Inner {
     records: Mutex<HashMap<String, (FireRecord, i32)>>,
     /// Run znodes this node created and has not removed.
     own_runs: Mutex<HashSet<String>>,
-    /// The `leads` flag of the member record as last written: republished when `may_lead`
-    /// changes (registration writes `false` while the clock offset is not measured yet).
-    published_leads: AtomicBool,
+    /// The task-set digest and `leads` flag of the member record as last written; the session
+    /// loop re-registers when either differs from what the node now has (registration writes
+    /// `leads = false` while the clock offset is not measured yet).
+    registered_as: Mutex<Option<(String, bool)>>,
     /// Tasks for which a listing, made while this node held the lease incarnation with the given
     /// epoch version, found no other node's live run. Nobody else can create a run znode while
     /// that incarnation lives (claims check the epoch), so until it changes the live runs of the
@@ -550,7 +551,7 @@ impl ZkCoordinator {
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
-            published_leads: AtomicBool::new(false),
+            registered_as: Mutex::new(None),
             no_foreign_runs: Mutex::new(HashMap::new()),
             skew: Mutex::new(None),
             settings,
@@ -1443,7 +1444,8 @@ async fn register(inner: &Inner, session: &Session) -> Result<(), CoordError> {
             return Ok(());
         }
     }
-    inner.published_leads.store(record.leads, Ordering::SeqCst);
+    *inner.registered_as.lock().expect("poisoned") =
+        Some((record.taskset.digest.clone(), record.leads));
     tracing::info!(
         node = %inner.settings.node_id,
         release = %inner.settings.release,
@@ -1608,7 +1610,6 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
         Ok(watches) => watches,
         Err(error) => return SessionEnd::Failed(error),
     };
-    let mut published = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
     let mut connected = true;
     let mut disconnected_at: Option<Instant> = None;
     let mut loss_counted = false;
@@ -1769,14 +1770,15 @@ async fn run_session(inner: &Arc<Inner>, session: Arc<Session>) -> SessionEnd {
         }
         // A new task set from the daemon, or a change in whether this node may lead: write it
         // and re-register.
-        let current = inner.view().my_set.as_ref().map(|s| s.0.digest.clone());
-        let leads = inner.may_lead();
-        if connected
-            && (current != published || leads != inner.published_leads.load(Ordering::SeqCst))
-        {
+        let wanted = inner
+            .view()
+            .my_set
+            .as_ref()
+            .map(|s| (s.0.digest.clone(), inner.may_lead()));
+        let registered = inner.registered_as.lock().expect("poisoned").clone();
+        if connected && wanted.is_some() && wanted != registered {
             match register(inner, &session).await {
                 Ok(()) => {
-                    published = current;
                     // Vacancy clocks for newly defined tasks start now.
                     let now = inner.now();
                     let mut view = inner.view();
