@@ -7,12 +7,10 @@ mod common;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Scratch, wait_for, zkcron};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use common::{DaemonProcess, Scratch, wait_for};
+use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -80,42 +78,17 @@ fn status_of(message: &str) -> Option<&str> {
     message.lines().find_map(|l| l.strip_prefix("STATUS="))
 }
 
-/// Starts `zkcron run` on the scratch dir with `NOTIFY_SOCKET` set; the log goes to `log.txt`.
-fn start_notifying_daemon(scratch: &Scratch, socket: &Path) -> Child {
-    let log = std::fs::File::create(scratch.path().join("log.txt")).unwrap();
-    zkcron()
-        .arg("run")
-        .arg("--config")
-        .arg(scratch.path().join("zkcron.toml"))
-        .arg("--jobs-dir")
-        .arg(scratch.jobs())
+/// Starts `zkcron run` on the scratch dir with `NOTIFY_SOCKET` set and more `env`; the log goes
+/// to `log.txt`.
+fn start_notifying_daemon(scratch: &Scratch, socket: &Path, env: &[(&str, &str)]) -> DaemonProcess {
+    let mut command = scratch.daemon_command();
+    command
         .arg("--state-dir")
         .arg(scratch.path().join("state"))
-        .arg("--node-id")
-        .arg("test-node")
+        .args(["--node-id", "test-node"])
         .env("NOTIFY_SOCKET", socket)
-        .env("ZKCRON_LOG", "info")
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("zkcron starts")
-}
-
-fn log(scratch: &Scratch) -> String {
-    std::fs::read_to_string(scratch.path().join("log.txt")).unwrap_or_default()
-}
-
-fn wait_exit(child: &mut Child) -> Option<i32> {
-    let mut status = None;
-    wait_for("zkcron to exit", LIMIT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.unwrap().code()
+        .envs(env.iter().copied());
+    scratch.spawn_daemon(command)
 }
 
 #[test]
@@ -132,13 +105,12 @@ fn given_a_notify_socket_when_the_daemon_starts_reloads_and_stops_then_systemd_h
     let mut manager = ServiceManager::bind(&socket);
 
     // When it starts: READY with a status naming what it leads.
-    let mut child = start_notifying_daemon(&scratch, &socket);
+    let mut child = start_notifying_daemon(&scratch, &socket, &[]);
     let ready = manager.wait_for("READY=1", LIMIT, |m| has_line(m, "READY=1"));
     assert_eq!(status_of(&ready), Some("leading 2 of 2 tasks"), "{ready}");
 
     // When SIGHUP asks for a reload: RELOADING, then READY again.
-    let pid = Pid::from_raw(child.id() as i32);
-    kill(pid, Signal::SIGHUP).unwrap();
+    child.signal(Signal::SIGHUP);
     manager.wait_for_next("RELOADING=1", LIMIT, |m| has_line(m, "RELOADING=1"));
     let ready = manager.wait_for_next("READY=1 after the reload", LIMIT, |m| {
         has_line(m, "READY=1")
@@ -146,7 +118,7 @@ fn given_a_notify_socket_when_the_daemon_starts_reloads_and_stops_then_systemd_h
     assert_eq!(status_of(&ready), Some("leading 2 of 2 tasks"), "{ready}");
 
     // When SIGTERM arrives: STOPPING, with more stop time asked for than shutdown_grace (30s).
-    kill(pid, Signal::SIGTERM).unwrap();
+    child.signal(Signal::SIGTERM);
     let stopping = manager.wait_for("STOPPING=1", LIMIT, |m| has_line(m, "STOPPING=1"));
     assert!(
         status_of(&stopping).is_some_and(|s| s.starts_with("stopping (SIGTERM)")),
@@ -159,7 +131,7 @@ fn given_a_notify_socket_when_the_daemon_starts_reloads_and_stops_then_systemd_h
         .parse()
         .unwrap();
     assert!(extend > 30_000_000, "{stopping}");
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
 }
 
 #[test]
@@ -186,19 +158,20 @@ fn given_a_notify_socket_that_is_gone_when_the_daemon_runs_then_it_warns_once_an
             out.display()
         ),
     );
-    let mut child = start_notifying_daemon(&scratch, &scratch.path().join("nobody-listens.sock"));
+    let mut child =
+        start_notifying_daemon(&scratch, &scratch.path().join("nobody-listens.sock"), &[]);
     wait_for("a tick to fire", LIMIT, || {
         !scratch.lines("fired").is_empty()
     });
-    let text = log(&scratch);
+    let text = child.log();
     assert_eq!(
         text.matches("cannot notify the service manager").count(),
         1,
         "{text}"
     );
     assert!(text.contains("status updates are off"), "{text}");
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    child.signal(Signal::SIGTERM);
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
 }
 
 #[test]
@@ -208,33 +181,17 @@ fn given_a_watchdog_when_the_daemon_runs_then_it_pings_at_half_the_interval() {
     scratch.write_task("hourly", "schedule = \"@hourly\"\ncommand = \"true\"\n");
     let socket = scratch.path().join("notify.sock");
     let mut manager = ServiceManager::bind(&socket);
-    let log_file = std::fs::File::create(scratch.path().join("log.txt")).unwrap();
     // WATCHDOG_PID is left out: sd_notify then accepts WATCHDOG_USEC for any pid.
-    let mut child = zkcron()
-        .args(["run", "--config"])
-        .arg(scratch.path().join("zkcron.toml"))
-        .arg("--jobs-dir")
-        .arg(scratch.jobs())
-        .arg("--state-dir")
-        .arg(scratch.path().join("state"))
-        .env("NOTIFY_SOCKET", &socket)
-        .env("WATCHDOG_USEC", "400000")
-        .env_remove("WATCHDOG_PID")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap();
+    let mut child = start_notifying_daemon(&scratch, &socket, &[("WATCHDOG_USEC", "400000")]);
     // Several pings arrive well within a few intervals.
     for n in 0..3 {
         manager.wait_for_next(&format!("WATCHDOG=1 #{n}"), LIMIT, |m| {
             has_line(m, "WATCHDOG=1")
         });
     }
-    assert!(log(&scratch).contains("pinging the systemd watchdog"));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    assert!(child.log().contains("pinging the systemd watchdog"));
+    child.signal(Signal::SIGTERM);
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
 }
 
 #[test]
@@ -261,7 +218,7 @@ fn given_zookeeper_is_unreachable_when_the_daemon_runs_then_status_says_paused_a
     let mut manager = ServiceManager::bind(&socket);
 
     // When: it runs.
-    let mut child = start_notifying_daemon(&scratch, &socket);
+    let mut child = start_notifying_daemon(&scratch, &socket, &[]);
 
     // Then: it is ready (the service is up) but paused while connecting...
     let ready = manager.wait_for("READY=1", LIMIT, |m| has_line(m, "READY=1"));
@@ -283,13 +240,13 @@ fn given_zookeeper_is_unreachable_when_the_daemon_runs_then_status_says_paused_a
     assert!(status.ends_with("; firing nothing"), "{status}");
     // Several connection attempts (seconds, each with a due tick) pass, and nothing fires.
     wait_for("a third failed connection attempt", LIMIT, || {
-        log(&scratch).matches("cannot connect to ZooKeeper").count() >= 3
+        child.log().matches("cannot connect to ZooKeeper").count() >= 3
     });
-    assert!(scratch.lines("fired").is_empty(), "{}", log(&scratch));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(scratch.lines("fired").is_empty(), "{}", child.log());
+    child.signal(Signal::SIGTERM);
     manager.wait_for("STOPPING=1", LIMIT, |m| has_line(m, "STOPPING=1"));
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
-    assert!(scratch.lines("fired").is_empty(), "{}", log(&scratch));
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
+    assert!(scratch.lines("fired").is_empty(), "{}", child.log());
 }
 
 #[test]
@@ -304,7 +261,7 @@ fn given_a_zookeeper_node_when_the_server_goes_away_and_returns_then_status_foll
     scratch.write_task("hourly", "schedule = \"@hourly\"\ncommand = \"true\"\n");
     let socket = scratch.path().join("notify.sock");
     let mut manager = ServiceManager::bind(&socket);
-    let mut child = start_notifying_daemon(&scratch, &socket);
+    let mut child = start_notifying_daemon(&scratch, &socket, &[]);
     manager.wait_for("STATUS=leading 1 of 1 tasks", LIMIT, |m| {
         status_of(m) == Some("leading 1 of 1 tasks")
     });
@@ -330,8 +287,8 @@ fn given_a_zookeeper_node_when_the_server_goes_away_and_returns_then_status_foll
     manager.wait_for_next("STATUS=leading 1 of 1 tasks again", LIMIT, |m| {
         status_of(m) == Some("leading 1 of 1 tasks")
     });
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    child.signal(Signal::SIGTERM);
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
 }
 
 #[test]
@@ -349,35 +306,26 @@ fn given_systemd_state_directory_when_run_names_no_state_dir_then_the_records_go
             out.display()
         ),
     );
-    let log_file = std::fs::File::create(scratch.path().join("log.txt")).unwrap();
 
     // When: `zkcron run` starts without --state-dir, as the unit's ExecStart does.
-    let mut child = zkcron()
-        .args(["run", "--config"])
-        .arg(scratch.path().join("zkcron.toml"))
-        .arg("--jobs-dir")
-        .arg(scratch.jobs())
-        .env("STATE_DIRECTORY", &state)
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap();
+    let mut command = scratch.daemon_command();
+    command.env("STATE_DIRECTORY", &state);
+    let mut child = scratch.spawn_daemon(command);
 
     // Then: its lock and fire records are in that directory.
     wait_for("a tick to fire", LIMIT, || {
         !scratch.lines("fired").is_empty()
     });
-    assert!(state.join("zkcron.lock").exists(), "{}", log(&scratch));
+    assert!(state.join("zkcron.lock").exists(), "{}", child.log());
     assert!(
-        log(&scratch).contains(&format!("state_dir={}", state.display())),
+        child
+            .log()
+            .contains(&format!("state_dir={}", state.display())),
         "{}",
-        log(&scratch)
+        child.log()
     );
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(wait_exit(&mut child), Some(0), "{}", log(&scratch));
+    child.signal(Signal::SIGTERM);
+    assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
     let records: Vec<String> = std::fs::read_dir(&state)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

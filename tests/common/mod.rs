@@ -85,33 +85,49 @@ impl Scratch {
             .unwrap_or_default()
     }
 
-    /// Starts `zkcron run` on this scratch dir; stderr (the log) goes to `log.txt`.
-    pub fn start_daemon(&self, extra: &[&str]) -> DaemonProcess {
+    /// `zkcron run` on this scratch dir (its config and jobs dir), with stdin and stdout closed
+    /// and no systemd environment inherited; add arguments and environment, then
+    /// [`Scratch::spawn_daemon`].
+    pub fn daemon_command(&self) -> Command {
+        let mut command = zkcron();
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("--jobs-dir")
+            .arg(self.jobs())
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        command
+    }
+
+    /// Spawns `command` with its stderr (the log) appended to `log.txt`.
+    pub fn spawn_daemon(&self, mut command: Command) -> DaemonProcess {
         let log_path = self.path().join("log.txt");
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .unwrap();
-        let child = zkcron()
-            .arg("run")
-            .arg("--config")
-            .arg(self.config_path())
-            .arg("--jobs-dir")
-            .arg(self.jobs())
+        let child = command.stderr(log).spawn().expect("zkcron starts");
+        DaemonProcess { child, log_path }
+    }
+
+    /// Starts `zkcron run` on this scratch dir (state in `state/`, node id `test-node`) and
+    /// waits until it has started; the log goes to `log.txt`.
+    pub fn start_daemon(&self, extra: &[&str]) -> DaemonProcess {
+        let mut command = self.daemon_command();
+        command
             .arg("--state-dir")
             .arg(self.path().join("state"))
-            .arg("--node-id")
-            .arg("test-node")
-            .args(extra)
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("zkcron starts");
-        let daemon = DaemonProcess { child, log_path };
+            .args(["--node-id", "test-node"])
+            .args(extra);
+        let daemon = self.spawn_daemon(command);
         daemon.wait_for_log("zkcron started", Duration::from_secs(20));
         daemon
     }
