@@ -3375,29 +3375,32 @@ fn simulated_clusters_shard_3() {
     run_shard(3);
 }
 
-/// Runs seeds from 0 with `knobs` until one shows a violation of `kind`; returns that seed.
-fn first_seed_with(kind: Kind, knobs: Knobs, budget: u64) -> Option<u64> {
-    let seed = (0..budget).find(|&seed| {
+/// Asserts that some seed below 300, run with the node bug `bug` and claims of `claim_mode`,
+/// shows a violation of `kind`: the checker can fail.
+fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
+    let knobs = Knobs {
+        claim_mode,
+        bug,
+        big_skew: false,
+    };
+    let seed = (0..300).find(|&seed| {
         run_scenario(seed, knobs, false)
             .violations
             .iter()
             .any(|v| v.kind == kind)
     });
     eprintln!("{kind:?} with {knobs:?}: first at seed {seed:?}");
-    seed
+    assert!(
+        seed.is_some(),
+        "no {kind:?} found in 300 scenarios with {knobs:?}"
+    );
 }
 
 /// The checker is not vacuous: without the lease check and the record's version check, a node
 /// that keeps believing in its leases across a session expiry claims ticks its successor claims.
 #[test]
 fn the_checker_reports_double_claims_of_an_unfenced_claim() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Unfenced,
-        bug: NodeBug::Zombie,
-        big_skew: false,
-    };
-    let seed = first_seed_with(Kind::DoubleClaim, knobs, 300);
-    assert!(seed.is_some(), "no double claim found in 300 scenarios");
+    assert_checker_finds(Kind::DoubleClaim, ClaimMode::Unfenced, NodeBug::Zombie);
 }
 
 /// The same zombie with the real claim: the record's version check keeps it from claiming a tick
@@ -3439,27 +3442,16 @@ fn a_zombie_is_kept_from_double_claims_by_the_record_version_not_by_the_lease_ch
 /// their node is the healthy, stable leader.
 #[test]
 fn the_checker_reports_late_ticks_of_a_slow_timer() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::SlowTimer,
-        big_skew: false,
-    };
-    let seed = first_seed_with(Kind::TickLate, knobs, 300);
-    assert!(seed.is_some(), "no late tick found in 300 scenarios");
+    assert_checker_finds(Kind::TickLate, ClaimMode::Fenced, NodeBug::SlowTimer);
 }
 
 /// A node that takes a claim with a lost reply for won runs ticks it never claimed.
 #[test]
 fn the_checker_reports_runs_without_a_claim() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::AssumeClaimedOnLoss,
-        big_skew: false,
-    };
-    let seed = first_seed_with(Kind::RunWithoutClaim, knobs, 300);
-    assert!(
-        seed.is_some(),
-        "no run without a claim found in 300 scenarios"
+    assert_checker_finds(
+        Kind::RunWithoutClaim,
+        ClaimMode::Fenced,
+        NodeBug::AssumeClaimedOnLoss,
     );
 }
 
@@ -3467,13 +3459,7 @@ fn the_checker_reports_runs_without_a_claim() {
 /// ticks missed during a failover.
 #[test]
 fn the_checker_reports_lost_ticks_without_catch_up() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::NoCatchUp,
-        big_skew: false,
-    };
-    let seed = first_seed_with(Kind::TickLost, knobs, 300);
-    assert!(seed.is_some(), "no lost tick found in 300 scenarios");
+    assert_checker_finds(Kind::TickLost, ClaimMode::Fenced, NodeBug::NoCatchUp);
 }
 
 /// Regression test for a bug in `coord::lease::decide` that this simulation found (162 of
