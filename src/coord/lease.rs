@@ -254,6 +254,7 @@ mod tests {
         items.iter().map(|s| s.to_string()).collect()
     }
 
+    #[derive(Default)]
     struct Fixture {
         members: Vec<Member>,
         present: HashSet<String>,
@@ -293,8 +294,7 @@ mod tests {
             present: HashSet::new(),
             held: HashSet::new(),
             vacant_since: [("t".to_string(), Duration::ZERO)].into(),
-            covering: HashMap::new(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         let first = fx.decide(&ranked[0], Duration::ZERO, true);
         assert_eq!(first.actions, vec![LeaseAction::Take("t".into())]);
@@ -319,9 +319,7 @@ mod tests {
             members: members.clone(),
             present: names(&["t"]),
             held: names(&["t"]),
-            vacant_since: HashMap::new(),
-            covering: HashMap::new(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         assert!(fx.decide("old", Duration::ZERO, true).actions.is_empty());
         members.push(member("new", "1.1.0", 2, &tasks));
@@ -350,9 +348,7 @@ mod tests {
             members: vec![member("n", "1.0.0", 1, &tasks)],
             present: names(&["a"]),
             held: names(&["a"]),
-            vacant_since: HashMap::new(),
-            covering: HashMap::new(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         let decision = fx.decide("n", Duration::ZERO, false);
         assert_eq!(decision.actions, vec![LeaseAction::Release("a".into())]);
@@ -366,9 +362,7 @@ mod tests {
             members: vec![member("other", "1.0.0", 1, &tasks)],
             present: names(&["a"]),
             held: names(&["a"]),
-            vacant_since: HashMap::new(),
-            covering: HashMap::new(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         assert_eq!(
             fx.decide("me", Duration::ZERO, true).actions,
@@ -390,9 +384,7 @@ mod tests {
             members,
             present: names(&["t"]),
             held: names(&["t"]),
-            vacant_since: HashMap::new(),
-            covering: HashMap::new(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         // The backup holds the lease and is now the designated leader: it keeps it.
         assert!(fx.decide(&backup, Duration::ZERO, true).actions.is_empty());
@@ -439,7 +431,7 @@ mod tests {
             held: names(&["t"]),
             vacant_since: HashMap::new(),
             covering: [("t".to_string(), taken)].into(),
-            members_changed: Duration::ZERO,
+            ..Fixture::default()
         };
         // The designated node is registered but did not act: the backup keeps the lease and
         // looks again when the hold ends.
@@ -454,7 +446,6 @@ mod tests {
         // back at once, as when a newer release joins.
         let designated_then = Fixture {
             covering: HashMap::new(),
-            members_changed: Duration::ZERO,
             ..fx
         };
         assert_eq!(
@@ -464,7 +455,6 @@ mod tests {
         // Cover or not, a node that may not lead lets go at once.
         let fx = Fixture {
             covering: [("t".to_string(), taken)].into(),
-            members_changed: Duration::ZERO,
             ..designated_then
         };
         assert_eq!(
