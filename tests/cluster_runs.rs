@@ -39,7 +39,7 @@ impl Node {
         let config = home.join("zkcron.toml");
         fs::write(&config, config_text).unwrap();
         let log = home.join("log.txt");
-        let child = command
+        command
             .args(["run", "--config"])
             .arg(&config)
             .arg("--jobs-dir")
@@ -51,9 +51,9 @@ impl Node {
             .env_remove("JOURNAL_STREAM")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("zkcron starts");
+            .stderr(fs::File::create(&log).unwrap());
+        // In a process group of its own and tied to the test process; dropped with its tree.
+        let child = common::zk::spawn_tied_to_process(command).expect("zkcron starts");
         Node { child, log }
     }
 
@@ -67,9 +67,10 @@ impl Node {
 }
 
 impl Drop for Node {
+    /// Kills the node's whole tree: a `faketime` wrapper's zkcron child outlived a kill of the
+    /// wrapper alone.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::kill_process_tree(&mut self.child);
     }
 }
 
@@ -432,4 +433,38 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
         "{}",
         skewed.log()
     );
+}
+
+/// The clock-skew test above used to leave its zkcron running for 20+ minutes: dropping the node
+/// killed the `faketime` wrapper, not the daemon it had started.
+#[test]
+fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
+    let dir = tempfile::tempdir().unwrap();
+    write_task(
+        dir.path(),
+        "t1",
+        "schedule = \"@hourly\"\ncommand = [\"true\"]\n",
+    );
+    // Nothing listens on port 1: the node runs, paused, which is all this test needs.
+    let node = Node::spawn(
+        dir.path(),
+        "node-skewed",
+        "127.0.0.1:1",
+        "",
+        zkcron_with_clock_ahead(),
+    );
+    let mut daemon = None;
+    wait_for("faketime to start zkcron", LIMIT, || {
+        daemon = common::descendants(node.child.id() as i32)
+            .into_iter()
+            .find(|pid| {
+                fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "zkcron")
+            });
+        daemon.is_some()
+    });
+    let daemon = daemon.unwrap();
+    drop(node);
+    wait_for("the daemon under faketime to be gone", LIMIT, || {
+        !process_alive(daemon)
+    });
 }

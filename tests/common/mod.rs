@@ -114,7 +114,8 @@ impl Scratch {
             .append(true)
             .open(&log_path)
             .unwrap();
-        let child = command.stderr(log).spawn().expect("zkcron starts");
+        command.stderr(log);
+        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
         DaemonProcess { child, log_path }
     }
 
@@ -184,11 +185,73 @@ impl DaemonProcess {
 
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        kill_process_tree(&mut self.child);
+    }
+}
+
+/// Kills `child` and everything it started, with SIGKILL, and reaps `child`.
+///
+/// A daemon runs each job in a process group of its own, and a wrapper such as `faketime` runs
+/// the daemon as its child, so killing the child alone leaves processes behind. This collects
+/// every descendant first (from `/proc`, while the tree is still linked), then kills the
+/// process group of each and each process itself.
+pub fn kill_process_tree(child: &mut Child) {
+    let root = child.id() as i32;
+    if child.try_wait().ok().flatten().is_none() {
+        let mut tree = vec![root];
+        tree.extend(descendants(root));
+        for pid in tree {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            if let Ok(group) = nix::unistd::getpgid(Some(pid)) {
+                // Never the test process's own group.
+                if group != nix::unistd::getpgrp() {
+                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
+    let _ = child.wait();
+}
+
+/// Every live descendant of `pid`, read from `/proc/*/stat` (children before grandchildren).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut parents: Vec<(i32, i32)> = Vec::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may contain spaces and parentheses.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((p, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        next += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// True while a process with this pid exists (and is not a zombie).

@@ -272,7 +272,13 @@ impl ZkServer {
         command
             // A small heap and the quick JIT tier: the server is tiny and short-lived, and CI
             // runs several at once on two cores.
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            // No hsperfdata file in /tmp: a killed JVM would leave it behind.
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
+            ])
             .arg("-cp")
             .arg(class_path())
             .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
