@@ -5,9 +5,12 @@ Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--task
                                                          [--phase busy|idle|both] [--jitter 1s]
 
 Two phases, each on a fresh temp dir with N task files:
-  busy:  `firing` tasks fire every second running `true`, the rest hourly. Lateness per spawn is
+  busy:  `firing` tasks fire every second running `true`, the rest idle. Lateness per spawn is
          read from the daemon's JSON log ("started" events carry lateness_ms = spawn - due).
-  idle:  all N tasks hourly (none due during the run). CPU is measured from /proc/<pid>/stat.
+  idle:  all N tasks idle. CPU is measured from /proc/<pid>/stat.
+An idle task fires once a day, at minute i % 60 of the hour twelve hours from the start (UTC),
+so none comes due during a run shorter than eleven hours: 60 distinct expressions. The idle
+phase counts the daemon's "started" events and fails if any task fired.
 Start-up is the time from exec to the "zkcron started" log line (all files loaded and published).
 Prints one JSON object per phase; docs/BENCHMARKS.md records the figures.
 """
@@ -26,9 +29,15 @@ BINARY = os.environ.get("ZKCRON_BIN", os.path.join(ROOT, "target", "release", "z
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def idle_hour():
+    """An hour of the day (UTC) twelve hours away: a daily task at that hour stays idle for a run."""
+    return (time.gmtime().tm_hour + 12) % 24
+
+
 def write_tasks(jobs, total, firing, jitter=None):
+    hour = idle_hour()
     for i in range(total):
-        schedule = "* * * * * *" if i < firing else f"{i % 60} * * * *"
+        schedule = "* * * * * *" if i < firing else f"{i % 60} {hour} * * *"
         extra = f'jitter = "{jitter}"\n' if jitter and i < firing else ""
         with open(os.path.join(jobs, f"task-{i:05d}.toml"), "w") as f:
             f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n{extra}')
@@ -126,8 +135,17 @@ def idle(args):
         c1, t1 = cpu_seconds(proc.pid), time.monotonic()
         rss = rss_kib(proc.pid)
         stop(proc)
+        fired = 0
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            for line in f:
+                try:
+                    fired += json.loads(line).get("message") == "started"
+                except ValueError:
+                    pass
+        if fired:
+            sys.exit(f"the idle phase was not idle: {fired} runs started")
         return {
-            "phase": "idle", "tasks": args.tasks, "seconds": args.seconds,
+            "phase": "idle", "tasks": args.tasks, "seconds": args.seconds, "runs_started": fired,
             "startup_s": round(startup, 3), "rss_mib": round(rss / 1024, 1),
             "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
         }
