@@ -133,17 +133,59 @@ pub struct ScheduleArgs {
     pub count: usize,
 }
 
+/// Where a node's tasks and fire records are, for the commands that read them beside `run`.
 #[derive(Debug, Args)]
-pub struct NextArgs {
+pub struct NodeDirs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// The directory of task files [default: as for `run`]
     #[arg(long, value_name = "DIR")]
     pub jobs_dir: Option<PathBuf>,
-    /// Where the local backend keeps fire records, read to show tasks held by a record ahead of
-    /// the clock [default: as for `run`]
+    /// Where the local backend keeps fire records [default: as for `run`]
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+/// [`NodeDirs`] with the defaults `run` uses filled in.
+struct ResolvedDirs {
+    config: Config,
+    config_path: Option<PathBuf>,
+    jobs_dir: PathBuf,
+    state_dir: PathBuf,
+    /// The flags that point `zkcron reset` at the same tasks and state.
+    reset_flags: String,
+}
+
+impl NodeDirs {
+    fn resolve(&self) -> anyhow::Result<ResolvedDirs> {
+        let (config, config_path) = resolve_config(&self.config)?;
+        let jobs_dir = self
+            .jobs_dir
+            .clone()
+            .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+        let state_dir = self
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| config.state_dir_or_default());
+        let reset_flags = reset_flags(
+            self.config.config.as_deref(),
+            self.jobs_dir.as_deref(),
+            &state_dir,
+        );
+        Ok(ResolvedDirs {
+            config,
+            config_path,
+            jobs_dir,
+            state_dir,
+            reset_flags,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct NextArgs {
+    #[command(flatten)]
+    pub dirs: NodeDirs,
 }
 
 #[derive(Debug, Args)]
@@ -156,13 +198,7 @@ pub struct ResetArgs {
     #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339)]
     pub to: Option<DateTime<Utc>>,
     #[command(flatten)]
-    pub config: ConfigArgs,
-    /// The directory of task files [default: as for `run`]
-    #[arg(long, value_name = "DIR")]
-    pub jobs_dir: Option<PathBuf>,
-    /// The local backend's state dir [default: as for `run`]
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    pub dirs: NodeDirs,
 }
 
 #[derive(Debug, Args)]
@@ -406,18 +442,16 @@ fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
-    let jobs_dir = args
-        .jobs_dir
-        .clone()
-        .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+    let ResolvedDirs {
+        config,
+        jobs_dir,
+        state_dir,
+        reset_flags: flags,
+        ..
+    } = args.dirs.resolve()?;
     let loaded = load_path(&jobs_dir, &config.task_defaults(Identity::current()))?;
     let now = daemon::wall_clock();
     // The local backend's fire records show which tasks a record ahead of the clock holds.
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| config.state_dir_or_default());
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
         Backend::Local => match local::read_fire_records(&state_dir) {
@@ -425,11 +459,6 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             Err(error) => (Default::default(), Some(error)),
         },
     };
-    let flags = reset_flags(
-        args.config.config.as_deref(),
-        args.jobs_dir.as_deref(),
-        &state_dir,
-    );
     let width = loaded
         .tasks
         .iter()
@@ -502,7 +531,13 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
 /// `zkcron reset TASK`: moves a fire record that is ahead of the clock back to now (or `--to`),
 /// with the daemon stopped (it takes the daemon's lock on the state dir).
 fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
+    let ResolvedDirs {
+        config,
+        config_path,
+        jobs_dir,
+        state_dir,
+        ..
+    } = args.dirs.resolve()?;
     if config.coordination.backend == Backend::Zookeeper {
         anyhow::bail!(
             "zkcron reset moves fire records in the local backend's state dir, and {} selects the \
@@ -524,9 +559,6 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
             instant(now)
         );
     }
-    let state_dir = args
-        .state_dir
-        .unwrap_or_else(|| config.state_dir_or_default());
     if !state_dir.is_dir() {
         anyhow::bail!(
             "the state dir {} does not exist, so it holds no fire records; point --state-dir or \
@@ -534,9 +566,6 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
             state_dir.display()
         );
     }
-    let jobs_dir = args
-        .jobs_dir
-        .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
     // Damage found while reading the state is logged, as the daemon would log it.
     crate::logging::init(config.log.format);
     let mut editor = StateDirEditor::open(&state_dir)?;
