@@ -14,9 +14,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Backend;
 use crate::config::{self, Config};
-use crate::coord::local::LocalCoordinator;
+use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::{ZkCoordinator, ZkSettings};
 use crate::daemon::{self, Daemon, DaemonConfig};
+use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::schedule::{self, Schedule};
 use crate::task::{self, Identity, LoadedDir, TaskDefaults};
 
@@ -47,6 +48,9 @@ pub enum Command {
     Schedule(ScheduleArgs),
     /// Print each task's next fire.
     Next(NextArgs),
+    /// Move a task's fire record back from the future (after the clock ran ahead), so that the
+    /// task fires from now on; the daemon must be stopped.
+    Reset(ResetArgs),
     /// Print a shell completion script to standard output.
     Completions(CompletionsArgs),
     /// Print the manual page zkcron(1) in roff to standard output.
@@ -129,13 +133,72 @@ pub struct ScheduleArgs {
     pub count: usize,
 }
 
+/// Where a node's tasks and fire records are, for the commands that read them beside `run`.
 #[derive(Debug, Args)]
-pub struct NextArgs {
+pub struct NodeDirs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// The directory of task files [default: as for `run`]
     #[arg(long, value_name = "DIR")]
     pub jobs_dir: Option<PathBuf>,
+    /// Where the local backend keeps fire records [default: as for `run`]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// [`NodeDirs`] with the defaults `run` uses filled in.
+struct ResolvedDirs {
+    config: Config,
+    config_path: Option<PathBuf>,
+    jobs_dir: PathBuf,
+    state_dir: PathBuf,
+    /// The flags that point `zkcron reset` at the same tasks and state.
+    reset_flags: String,
+}
+
+impl NodeDirs {
+    fn resolve(&self) -> anyhow::Result<ResolvedDirs> {
+        let (config, config_path) = resolve_config(&self.config)?;
+        let jobs_dir = self
+            .jobs_dir
+            .clone()
+            .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+        let state_dir = self
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| config.state_dir_or_default());
+        let reset_flags = reset_flags(
+            self.config.config.as_deref(),
+            self.jobs_dir.as_deref(),
+            &state_dir,
+        );
+        Ok(ResolvedDirs {
+            config,
+            config_path,
+            jobs_dir,
+            state_dir,
+            reset_flags,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct NextArgs {
+    #[command(flatten)]
+    pub dirs: NodeDirs,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// The task whose fire record to move back
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// Move the record to this instant (RFC 3339, not in the future) instead of now; ticks after
+    /// it that are already due are then caught up per the task's catch_up
+    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339)]
+    pub to: Option<DateTime<Utc>>,
+    #[command(flatten)]
+    pub dirs: NodeDirs,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +223,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate(args),
         Command::Schedule(args) => schedule(args),
         Command::Next(args) => next(args),
+        Command::Reset(args) => reset(args),
         Command::Completions(args) => print_completions(args),
         Command::Man => print_man_page(),
     };
@@ -195,9 +259,39 @@ fn node_id(flag: Option<String>, config: &Config) -> String {
     })
 }
 
+/// The flags that point `zkcron reset` at the same tasks and state as the command given these:
+/// `--config` and `--jobs-dir` when they were given, and always `--state-dir` (absolute), since
+/// a daemon's default may come from its environment (`$STATE_DIRECTORY`).
+fn reset_flags(config: Option<&Path>, jobs_dir: Option<&Path>, state_dir: &Path) -> String {
+    let mut flags = String::new();
+    for (flag, path) in [
+        ("--config", config),
+        ("--jobs-dir", jobs_dir),
+        ("--state-dir", Some(state_dir)),
+    ] {
+        if let Some(path) = path {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+            flags.push_str(&format!(" {flag} {}", shell_word(&path)));
+        }
+    }
+    flags
+}
+
+/// `path` as one word for a POSIX shell: as is when that is safe, else single-quoted.
+fn shell_word(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.into_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (config, config_path) = resolve_config(&args.config)?;
     crate::logging::init(config.log.format);
+    let jobs_dir_flag = args.jobs_dir.clone();
     let jobs_dir = args
         .jobs_dir
         .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
@@ -210,20 +304,27 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let state_dir = args
         .state_dir
         .unwrap_or_else(|| config.state_dir_or_default());
+    let backend = match args.zookeeper {
+        Some(_) => Backend::Zookeeper,
+        None => config.coordination.backend,
+    };
     let daemon_config = DaemonConfig {
         jobs_dir,
         node_id: node_id(args.node_id, &config),
         shutdown_grace: config.scheduler.shutdown_grace,
         task_defaults: config.task_defaults(Identity::current()),
+        reset_flags: (backend == Backend::Local).then(|| {
+            reset_flags(
+                args.config.config.as_deref(),
+                jobs_dir_flag.as_deref(),
+                &state_dir,
+            )
+        }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let backend = match args.zookeeper {
-        Some(_) => Backend::Zookeeper,
-        None => config.coordination.backend,
-    };
     match backend {
         Backend::Local => runtime.block_on(async {
             let coordinator = LocalCoordinator::open(&state_dir)?;
@@ -341,12 +442,23 @@ fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
-    let jobs_dir = args
-        .jobs_dir
-        .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+    let ResolvedDirs {
+        config,
+        jobs_dir,
+        state_dir,
+        reset_flags: flags,
+        ..
+    } = args.dirs.resolve()?;
     let loaded = load_path(&jobs_dir, &config.task_defaults(Identity::current()))?;
     let now = daemon::wall_clock();
+    // The local backend's fire records show which tasks a record ahead of the clock holds.
+    let (records, records_error) = match config.coordination.backend {
+        Backend::Zookeeper => (Default::default(), None),
+        Backend::Local => match local::read_fire_records(&state_dir) {
+            Ok(records) => (records, None),
+            Err(error) => (Default::default(), Some(error)),
+        },
+    };
     let width = loaded
         .tasks
         .iter()
@@ -357,7 +469,18 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
     println!("{:width$}  {:25}  {:>12}  SCHEDULE", "TASK", "NEXT", "IN");
     for spec in &loaded.tasks {
         let timezone = spec.schedule.timezone();
-        let (next, within) = match spec.schedule.next_after(now) {
+        // A held task fires next after its record, as the daemon's planner says.
+        let held = plan::holding_record(records.get(&spec.name).copied(), now).map(|record| {
+            match TickPlanner::start(PlanRules::from_spec(spec), Some(record), now).poll(now) {
+                Step::Held { record, until } => (record, Some(until)),
+                _ => (record, None),
+            }
+        });
+        let next_tick = match held {
+            Some((_, until)) => until,
+            None => spec.schedule.next_after(now),
+        };
+        let (next, within) = match next_tick {
             _ if !spec.enabled => ("disabled".to_string(), "-".to_string()),
             Some(tick) => {
                 let wait = (tick - now).to_std().unwrap_or_default();
@@ -379,15 +502,123 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             spec.schedule.expression(),
             timezone.name()
         );
+        if let (Some((record, Some(until))), true) = (held, spec.enabled) {
+            let fix = plan::held_fix(&spec.name, Some(&flags));
+            println!(
+                "{:width$}  held: {}",
+                "",
+                plan::held_report(&spec.name, record, until, now, &fix)
+            );
+        }
     }
     for error in &loaded.errors {
         eprintln!("{error}\n");
     }
-    Ok(if loaded.errors.is_empty() {
+    if let Some(error) = &records_error {
+        eprintln!(
+            "zkcron: error: cannot read the fire records in {}, so tasks held by a record ahead \
+             of the clock are not shown: {error}",
+            state_dir.display()
+        );
+    }
+    Ok(if loaded.errors.is_empty() && records_error.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `zkcron reset TASK`: moves a fire record that is ahead of the clock back to now (or `--to`),
+/// with the daemon stopped (it takes the daemon's lock on the state dir).
+fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
+    let ResolvedDirs {
+        config,
+        config_path,
+        jobs_dir,
+        state_dir,
+        ..
+    } = args.dirs.resolve()?;
+    if config.coordination.backend == Backend::Zookeeper {
+        anyhow::bail!(
+            "zkcron reset moves fire records in the local backend's state dir, and {} selects the \
+             zookeeper backend: moving a fire record back in a ZooKeeper cluster is not supported \
+             yet",
+            config_path
+                .as_deref()
+                .map_or("the config".into(), |p| p.display().to_string())
+        );
+    }
+    let now = daemon::wall_clock();
+    let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let to = args.to.unwrap_or(now);
+    if to > now {
+        anyhow::bail!(
+            "--to {} is in the future: the record would hold the task again; give an instant at \
+             or before now ({})",
+            instant(to),
+            instant(now)
+        );
+    }
+    if !state_dir.is_dir() {
+        anyhow::bail!(
+            "the state dir {} does not exist, so it holds no fire records; point --state-dir or \
+             [scheduler].state_dir at the daemon's state dir",
+            state_dir.display()
+        );
+    }
+    // Damage found while reading the state is logged, as the daemon would log it.
+    crate::logging::init(config.log.format);
+    let mut editor = StateDirEditor::open(&state_dir)?;
+    let task = args.task.as_str();
+    let Some(record) = editor.last_claimed(task) else {
+        let defaults = config.task_defaults(Identity::current());
+        let defined: Vec<String> = task::load_jobs_dir(&jobs_dir, &defaults)
+            .map(|loaded| loaded.tasks.into_iter().map(|t| t.name).collect())
+            .unwrap_or_default();
+        if defined.iter().any(|name| name == task) {
+            anyhow::bail!(
+                "task {task} has no fire record in {}: it has not fired with this state dir, so \
+                 nothing holds it",
+                state_dir.display()
+            );
+        }
+        let known = defined.iter().map(String::as_str).chain(editor.tasks());
+        let hint = task::closest(task, known)
+            .map(|name| format!("; did you mean {name}?"))
+            .unwrap_or_default();
+        anyhow::bail!(
+            "unknown task {task}: no task file {task}.toml in {} and no fire record in {}{hint}",
+            jobs_dir.display(),
+            state_dir.display()
+        );
+    };
+    if record <= now {
+        anyhow::bail!(
+            "the fire record of task {task} ({}) is not ahead of the clock ({}), so nothing holds \
+             it; zkcron reset only moves a record in the future back (moving a past one back would \
+             run its ticks again)",
+            instant(record),
+            instant(now)
+        );
+    }
+    editor.set_fire_record(task, to)?;
+    println!(
+        "zkcron: task {task}: fire record moved back from {} to {}.",
+        instant(record),
+        instant(to)
+    );
+    let due = if to < now {
+        " (those already due per its catch_up)"
+    } else {
+        ""
+    };
+    println!(
+        "Start zkcron to fire it: ticks after {} run when they come due{due}, those up to {} \
+         included.",
+        instant(to),
+        instant(record)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {

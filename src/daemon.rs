@@ -36,6 +36,10 @@ pub const CLOCK_CHECK: Duration = Duration::from_secs(1);
 /// A difference between wall and monotonic time above this counts as a jump.
 const CLOCK_JUMP: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
 
+/// A task held by a fire record ahead of the clock is reported when its loop starts, then at
+/// most this often.
+const HELD_REPORT_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// Changes in `jobs_dir` closer together than this are handled as one reload.
 const WATCH_DEBOUNCE: Duration = Duration::from_millis(300);
 
@@ -54,6 +58,10 @@ pub struct DaemonConfig {
     /// How long running jobs may finish after SIGTERM before their groups are killed.
     pub shutdown_grace: Duration,
     pub task_defaults: TaskDefaults,
+    /// The flags with which `zkcron reset TASK` reaches this node's fire records (e.g.
+    /// ` --state-dir /var/lib/zkcron`), for the log line about a task held by a fire record ahead
+    /// of the clock; `None` where there is no reset yet (the ZooKeeper backend).
+    pub reset_flags: Option<String>,
 }
 
 /// Everything the main loop reacts to.
@@ -74,6 +82,8 @@ struct Shared<C> {
     leadership: watch::Receiver<Leadership>,
     /// Counts wall-clock jumps; task loops re-plan when it changes.
     clock_jumps: watch::Receiver<u64>,
+    /// See [`DaemonConfig::reset_flags`].
+    reset_flags: Option<String>,
     /// Never sent on: every task loop and run holds this struct, so when the receiver sees
     /// `None` all of them have ended.
     #[allow(dead_code)]
@@ -177,6 +187,7 @@ impl<C: Coordinator> Daemon<C> {
                 node_id: config.node_id.clone(),
                 leadership,
                 clock_jumps,
+                reset_flags: config.reset_flags.clone(),
                 runs_alive,
             }),
             config,
@@ -533,6 +544,7 @@ async fn task_loop<C: Coordinator>(
     let mut clock_jumps = shared.clock_jumps.clone();
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
     tracing::debug!(task = name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
+    let mut held_reported: Option<tokio::time::Instant> = None;
     loop {
         if *stop.borrow() {
             return;
@@ -566,6 +578,27 @@ async fn task_loop<C: Coordinator>(
                 let wait = (due - wall_clock()).to_std().unwrap_or_default();
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
+                    _ = clock_jumps.changed() => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            Step::Held { record, until } => {
+                // Never rewound here: ticks up to the record may have run. Say it loudly, then
+                // sleep (waking hourly to say it again) until the record's next tick.
+                let now = wall_clock();
+                if held_reported.is_none_or(|at| at.elapsed() >= HELD_REPORT_INTERVAL) {
+                    let fix = plan::held_fix(name, shared.reset_flags.as_deref());
+                    tracing::error!(
+                        task = name,
+                        %record,
+                        "{}",
+                        plan::held_report(name, record, until, now, &fix)
+                    );
+                    held_reported = Some(tokio::time::Instant::now());
+                }
+                let wait = (until - now).to_std().unwrap_or_default();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait.min(HELD_REPORT_INTERVAL)) => {}
                     _ = clock_jumps.changed() => {}
                     _ = stop.changed() => return,
                 }

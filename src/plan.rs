@@ -25,6 +25,53 @@ pub const MAX_CATCH_UP: usize = 100;
 /// firing, only slowly (a loaded machine, a short clock step). Older due ticks were missed.
 pub const ON_TIME_TOLERANCE: TimeDelta = TimeDelta::seconds(60);
 
+/// A fire record at most this far ahead of the clock is waited out quietly: a clock stepped back
+/// a little (an NTP step) holds the task for as long, and the clock watcher logs the step.
+/// Further ahead the task is reported as held ([`Step::Held`]): the record was claimed by a clock
+/// that ran ahead, or the clock was set back, and the task fires no tick up to it.
+pub const FUTURE_RECORD_TOLERANCE: TimeDelta = TimeDelta::seconds(60);
+
+/// The fire record `record` if it holds its task at `now`: it is ahead of `now` by more than
+/// [`FUTURE_RECORD_TOLERANCE`].
+pub fn holding_record(record: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    record.filter(|record| *record - now > FUTURE_RECORD_TOLERANCE)
+}
+
+/// What the shell says about a task held by a fire record ahead of the clock (the daemon's log,
+/// `zkcron next`): which record, how far ahead, when the task fires by itself, and `fix`.
+pub fn held_report(
+    task: &str,
+    record: DateTime<Utc>,
+    until: DateTime<Utc>,
+    now: DateTime<Utc>,
+    fix: &str,
+) -> String {
+    let ahead = (record - now).to_std().unwrap_or_default();
+    let ahead = humantime::format_duration(std::time::Duration::from_secs(ahead.as_secs()));
+    let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    format!(
+        "task {task} is held by its fire record {record}, {ahead} ahead of the clock: every tick \
+         up to it counts as done (it was claimed while the clock was ahead, or the clock was set \
+         back since), so the task fires next at {until}. {fix}",
+        record = instant(record),
+        until = instant(until),
+    )
+}
+
+/// How the operator clears a holding fire record: `zkcron reset TASK` with `reset_flags` pointing
+/// at the node's state dir, or, with `None` (the ZooKeeper backend), that there is no way yet.
+pub fn held_fix(task: &str, reset_flags: Option<&str>) -> String {
+    match reset_flags {
+        Some(flags) => format!(
+            "To fire it from now on: stop zkcron, run `zkcron reset {task}{flags}` (moves the \
+             record back to now; no past tick runs again), start zkcron."
+        ),
+        None => "Moving a fire record back in a ZooKeeper cluster is not supported yet; the task \
+                 fires again when the clock passes the record."
+            .to_string(),
+    }
+}
+
 /// A tick to fire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tick {
@@ -44,6 +91,15 @@ pub enum Step {
     Fire { ticks: Vec<Tick>, skipped: u64 },
     /// Nothing is due; ask again at this instant (or earlier).
     SleepUntil(DateTime<Utc>),
+    /// Nothing fires before `until` because every tick up to `record` counts as handled and
+    /// `record` is far ahead of the clock (see [`FUTURE_RECORD_TOLERANCE`]). The planner never
+    /// repeats a tick at or before a record (it may have run), so it cannot rewind on its own:
+    /// the shell says so loudly, and only an operator moves the record back. Ask again at
+    /// `until` or earlier.
+    Held {
+        record: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
     /// The schedule has no further tick.
     Finished,
 }
@@ -95,7 +151,7 @@ impl TickPlanner {
     ) -> Self {
         let cursor = match last_claimed {
             // A record ahead of our clock (clock skew, or the clock went back): ticks up to the
-            // record are done, never repeat them.
+            // record are done, never repeat them. Far ahead, `poll` reports the task as held.
             Some(record) => record,
             None => now,
         };
@@ -128,6 +184,12 @@ impl TickPlanner {
             return Step::Finished;
         };
         let armed_due = armed + jitter_offset(&self.rules.task, armed, self.rules.jitter);
+        if let Some(record) = holding_record(Some(self.cursor), now) {
+            return Step::Held {
+                record,
+                until: armed_due,
+            };
+        }
         if now < armed_due {
             return Step::SleepUntil(armed_due);
         }
@@ -626,12 +688,107 @@ mod tests {
         );
         assert_eq!(
             planner.poll(utc("2026-01-01T00:15:00Z")),
-            Step::SleepUntil(utc("2026-01-01T00:40:00Z"))
+            Step::Held {
+                record: utc("2026-01-01T00:30:00Z"),
+                until: utc("2026-01-01T00:40:00Z")
+            }
         );
         assert_eq!(
             planner.poll(utc("2026-01-01T00:31:00Z")),
             Step::SleepUntil(utc("2026-01-01T00:40:00Z"))
         );
+    }
+
+    #[test]
+    fn a_fire_record_a_year_ahead_holds_the_task_visibly_until_the_clock_passes_it() {
+        // Regression: after the clock ran a year ahead for two seconds, the task slept until the
+        // record's next tick, a year away, and nothing said so.
+        let record = utc("2027-01-01T00:00:10Z");
+        let now = utc("2026-01-01T00:00:03Z");
+        let mut planner = TickPlanner::start(
+            rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+            Some(record),
+            now,
+        );
+        let held = Step::Held {
+            record,
+            until: utc("2027-01-01T00:00:20Z"),
+        };
+        assert_eq!(planner.poll(now), held);
+        assert_eq!(holding_record(Some(record), now), Some(record));
+        // Nothing up to the record ever fires again on the planner's own: the ticks in between
+        // may have run (the clock was a year ahead when they were claimed).
+        assert_eq!(planner.poll(utc("2026-06-01T00:00:00Z")), held);
+        assert_eq!(
+            planner.poll(record + TimeDelta::seconds(5)),
+            Step::SleepUntil(utc("2027-01-01T00:00:20Z"))
+        );
+        assert_eq!(
+            fired(planner.poll(utc("2027-01-01T00:00:20Z"))),
+            ["2027-01-01T00:00:20+00:00"]
+        );
+    }
+
+    #[test]
+    fn a_clock_that_ran_ahead_and_came_back_holds_the_running_loop_visibly() {
+        // The loop fires while the clock is a year ahead, then the clock is corrected.
+        let mut planner = TickPlanner::start(
+            rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+            None,
+            utc("2026-01-01T00:00:03Z"),
+        );
+        let ran_ahead = fired(planner.poll(utc("2027-01-01T00:00:01Z")));
+        assert_eq!(ran_ahead.last().unwrap(), "2027-01-01T00:00:00+00:00");
+        assert_eq!(
+            planner.poll(utc("2026-01-01T00:00:05Z")),
+            Step::Held {
+                record: utc("2027-01-01T00:00:00Z"),
+                until: utc("2027-01-01T00:00:10Z")
+            }
+        );
+    }
+
+    #[test]
+    fn a_held_task_is_reported_with_its_record_how_far_ahead_and_the_fix() {
+        let report = |fix: &str| {
+            held_report(
+                "backup",
+                utc("2026-03-02T10:00:00Z"),
+                utc("2026-03-03T02:30:00Z"),
+                utc("2026-03-01T08:30:00Z"),
+                fix,
+            )
+        };
+        assert_eq!(
+            report(&held_fix("backup", Some(" --state-dir /srv/zkcron"))),
+            "task backup is held by its fire record 2026-03-02T10:00:00Z, 1day 1h 30m ahead of the \
+             clock: every tick up to it counts as done (it was claimed while the clock was ahead, \
+             or the clock was set back since), so the task fires next at 2026-03-03T02:30:00Z. To \
+             fire it from now on: stop zkcron, run `zkcron reset backup --state-dir /srv/zkcron` \
+             (moves the record back to now; no past tick runs again), start zkcron."
+        );
+        assert!(
+            report(&held_fix("backup", None))
+                .ends_with("in a ZooKeeper cluster is not supported yet; the task fires again when the clock passes the record.")
+        );
+    }
+
+    #[test]
+    fn a_fire_record_slightly_ahead_is_waited_out_quietly() {
+        // A small step back (NTP): within the tolerance the task just sleeps.
+        let now = utc("2026-01-01T00:00:03Z");
+        let record = now + FUTURE_RECORD_TOLERANCE;
+        let mut planner = TickPlanner::start(
+            rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+            Some(record),
+            now,
+        );
+        assert_eq!(
+            planner.poll(now),
+            Step::SleepUntil(utc("2026-01-01T00:01:10Z"))
+        );
+        assert_eq!(holding_record(Some(record), now), None);
+        assert_eq!(holding_record(None, now), None);
     }
 
     #[test]
@@ -645,10 +802,14 @@ mod tests {
             fired(planner.poll(utc("2026-01-01T00:10:00Z"))),
             ["2026-01-01T00:10:00+00:00"]
         );
-        // The wall clock jumps back an hour: nothing fires until 00:20 comes again.
+        // The wall clock jumps back an hour: nothing fires until 00:20 comes again, and the
+        // task says it is held by the tick it fired.
         assert_eq!(
             planner.poll(utc("2025-12-31T23:10:00Z")),
-            Step::SleepUntil(utc("2026-01-01T00:20:00Z"))
+            Step::Held {
+                record: utc("2026-01-01T00:10:00Z"),
+                until: utc("2026-01-01T00:20:00Z")
+            }
         );
     }
 

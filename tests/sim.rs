@@ -2692,7 +2692,7 @@ impl<'s> World<'s> {
             }
             match planner.poll(wall) {
                 Step::Fire { ticks, .. } => f.queue.extend(ticks.iter().map(|t| t.instant)),
-                Step::SleepUntil(due) => {
+                Step::SleepUntil(due) | Step::Held { until: due, .. } => {
                     f.wake_seq += 1;
                     let (generation, seq) = (f.generation, f.wake_seq);
                     let true_ms = (due - epoch()).num_milliseconds() - skew;

@@ -8,38 +8,63 @@
 //! of 200 claims costs one sync instead of 200 file-and-directory syncs (measured: 0.24 ms
 //! against ~350 ms, see docs/BENCHMARKS.md).
 //!
+//! A failed append (a full disk, an I/O error) fails every change of its batch, and the journal is
+//! cut back to the end of its last durable record before anything else is appended: a failed
+//! claim leaves the journal exactly as it was, and a record never follows the torn rest of
+//! another. If even cutting back fails, nothing is appended (every claim fails, so no tick runs)
+//! until it succeeds. A full disk is reported with its fix ("state_dir ... is full: free space on
+//! ...").
+//!
 //! When the journal grows past [`COMPACT_AFTER`] lines the writer writes the whole state to
 //! `<state_dir>/snapshot.json` (temp file, fsync, rename, directory fsync) and empties the
 //! journal. Replaying a journal over a snapshot is idempotent (claims only move forward, results
-//! are applied in order), so a crash at any point leaves a readable state. A torn last journal
-//! line (a crash mid-write) is dropped; a corrupt snapshot or journal is reported, moved aside,
-//! and the node continues without those records.
+//! are applied in order), so a crash at any point leaves a readable state. Replay counts a line
+//! only with its newline: an unfinished last line (a crash mid-write) was never acknowledged and
+//! is dropped. A line that begins with the torn rest of a failed write and ends in a good record
+//! (what releases before the cut-back rule left after a full disk) yields that record. A corrupt
+//! snapshot or journal line is reported, moved aside, and the node continues without those
+//! records.
+//!
+//! Every state file names its `format`. A file in a format this release does not read (written by
+//! a newer release) is refused with the file, the format and the fix, and the daemon does not
+//! start: read as format 1 it could lose fire records, and a lost record runs ticks twice.
 //!
 //! A lock file (`flock`) keeps two daemons off one state dir: they would both fire every tick.
+//! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
+//! runs while the daemon is stopped.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{BufRead, Write};
+use std::io::{self, BufRead, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
 use crate::task::TaskSpec;
 
-/// The version of the state format; readers ignore fields they do not know.
+/// The state format this release writes; readers ignore fields they do not know.
 const FORMAT_VERSION: u32 = 1;
+
+/// The state formats this release reads. A file in any other is refused, never guessed at.
+const READABLE_FORMATS: [u32; 1] = [1];
 
 /// The journal is folded into the snapshot after this many lines.
 pub const COMPACT_AFTER: usize = 100_000;
 
 const JOURNAL: &str = "journal.jsonl";
 const SNAPSHOT: &str = "snapshot.json";
+
+/// How every record starts: a JSON object whose first field is `format` (serde writes fields in
+/// declaration order). Replay resynchronises on it after the torn rest of a failed write.
+const RECORD_START: &[u8] = b"{\"format\":";
 
 /// The record of one task.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -74,6 +99,12 @@ struct Change {
     /// The claim was made to run the tick.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     run: bool,
+}
+
+/// Only the `format` of a record, to tell a record in an unknown format from a damaged one.
+#[derive(Deserialize)]
+struct FormatOnly {
+    format: u32,
 }
 
 impl Change {
@@ -118,58 +149,20 @@ pub struct LocalCoordinator {
 impl LocalCoordinator {
     /// Opens (creating if needed) the state dir, takes its lock and reads the records.
     pub fn open(state_dir: &Path) -> Result<LocalCoordinator, CoordError> {
-        let io = |context: String| move |source| CoordError::Io { context, source };
-        fs::create_dir_all(state_dir).map_err(io(format!(
-            "cannot create state dir {}",
-            state_dir.display()
-        )))?;
-        let lock_path = state_dir.join("zkcron.lock");
-        let lock_file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io(format!("cannot open lock file {}", lock_path.display())))?;
-        let mut lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
-            CoordError::Busy(format!(
-                "state dir {} is in use by another zkcron ({errno}); two daemons on one state dir would \
-                 both fire every tick: stop the other one or give this one its own --state-dir",
-                state_dir.display()
-            ))
-        })?;
-        // Record our pid for the operator; failure to do so is harmless.
-        let _ = lock.set_len(0);
-        let _ = writeln!(&mut *lock, "{}", std::process::id());
-
-        let (records, journal_lines) = read_state(state_dir)?;
-        let journal_path = state_dir.join(JOURNAL);
-        let journal = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&journal_path)
-            .map_err(io(format!(
-                "cannot open journal {}",
-                journal_path.display()
-            )))?;
+        let (lock, journal_writer) = open_state(
+            state_dir,
+            "two daemons on one state dir would both fire every tick: stop the other one or give \
+             this one its own --state-dir",
+        )?;
+        let records = journal_writer.mirror.clone();
         let (writer, pending) = mpsc::unbounded_channel();
-        let mut journal_writer = JournalWriter {
-            state_dir: state_dir.to_path_buf(),
-            journal,
-            lines: journal_lines,
-            mirror: records.clone(),
-        };
-        // A torn or corrupt journal is rewritten clean before anything is appended to it.
-        if journal_lines > 0 {
-            journal_writer.compact().map_err(io(format!(
-                "cannot compact the journal in {}",
-                state_dir.display()
-            )))?;
-        }
         std::thread::Builder::new()
             .name("zkcron-journal".into())
             .spawn(move || journal_writer.run(pending))
-            .map_err(io("cannot start the journal writer".into()))?;
+            .map_err(|source| CoordError::Io {
+                context: "cannot start the journal writer".into(),
+                source,
+            })?;
 
         let (leadership, _) = watch::channel(Leadership::default());
         let records = records
@@ -206,7 +199,7 @@ impl LocalCoordinator {
                 "cannot record the change of task {} in the journal",
                 change.task
             ),
-            source: std::io::Error::other(detail),
+            source: io::Error::other(detail),
         };
         self.writer
             .send(PendingWrite {
@@ -224,64 +217,307 @@ impl LocalCoordinator {
     }
 }
 
-/// Reads the snapshot and replays the journal over it. Returns the records and the number of
-/// journal lines read (0 means the journal is empty and need not be compacted).
-fn read_state(state_dir: &Path) -> Result<(HashMap<String, TaskRecord>, usize), CoordError> {
-    let snapshot_path = state_dir.join(SNAPSHOT);
-    let mut records = match fs::read(&snapshot_path) {
-        Ok(bytes) => match serde_json::from_slice::<Snapshot>(&bytes) {
-            Ok(snapshot) => snapshot.tasks,
-            Err(error) => {
-                move_aside(&snapshot_path, &error.to_string());
-                HashMap::new()
-            }
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-        Err(source) => {
-            return Err(CoordError::Io {
-                context: format!("cannot read {}", snapshot_path.display()),
-                source,
-            });
-        }
+/// The state dir held by an operator command while no daemon runs on it (`zkcron reset`): the
+/// daemon's lock, and the records read as the daemon reads them.
+pub struct StateDirEditor {
+    writer: JournalWriter,
+    _lock: Flock<File>,
+}
+
+impl StateDirEditor {
+    /// Takes the state dir's lock, failing with [`CoordError::Busy`] while a daemon holds it (a
+    /// running daemon keeps its records in memory and would overwrite the change), and reads
+    /// the records.
+    pub fn open(state_dir: &Path) -> Result<StateDirEditor, CoordError> {
+        let (lock, writer) = open_state(
+            state_dir,
+            "a running daemon keeps its fire records in memory and would not see the change: stop \
+             it first (e.g. systemctl stop zkcron), run this again, then start it",
+        )?;
+        Ok(StateDirEditor {
+            writer,
+            _lock: lock,
+        })
+    }
+
+    /// The newest claimed tick of `task`, if any.
+    pub fn last_claimed(&self, task: &str) -> Option<DateTime<Utc>> {
+        self.writer.mirror.get(task).and_then(|r| r.last_claimed)
+    }
+
+    /// The tasks that have a fire record.
+    pub fn tasks(&self) -> impl Iterator<Item = &str> {
+        self.writer
+            .mirror
+            .iter()
+            .filter(|(_, record)| record.last_claimed.is_some())
+            .map(|(task, _)| task.as_str())
+    }
+
+    /// Sets `task`'s fire record to `tick` and writes it durably (a new snapshot). Unlike a claim
+    /// this may move the record back: it is the operator's decision that ticks after `tick` have
+    /// not run. `tick` counts as consumed, not as claimed to run, so `on_node_loss = "rerun"`
+    /// does not run it.
+    pub fn set_fire_record(&mut self, task: &str, tick: DateTime<Utc>) -> Result<(), CoordError> {
+        let previous = self.writer.mirror.get(task).cloned();
+        let record = self.writer.mirror.entry(task.to_string()).or_default();
+        record.last_claimed = Some(tick);
+        record.claimed_to_run = false;
+        self.writer.compact().map_err(|error| {
+            match previous {
+                Some(previous) => self.writer.mirror.insert(task.to_string(), previous),
+                None => self.writer.mirror.remove(task),
+            };
+            state_io(
+                &self.writer.state_dir,
+                format!(
+                    "cannot write the snapshot in {}",
+                    self.writer.state_dir.display()
+                ),
+                error,
+            )
+        })
+    }
+}
+
+/// Each task's fire record (its newest claimed tick) as `state_dir` says now, read without the
+/// lock and changing nothing: for `zkcron next` beside a running daemon. A change being written
+/// at this moment may be missed; a file in a format this release does not read is an error.
+pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Utc>>, CoordError> {
+    Ok(read_state(state_dir)?
+        .records
+        .into_iter()
+        .filter_map(|(task, record)| Some((task, record.last_claimed?)))
+        .collect())
+}
+
+/// Takes the state dir's lock (creating the dir if needed) and records our pid in it for the
+/// operator; if another process holds it, says who and what to do (`busy_fix`).
+fn lock_state_dir(state_dir: &Path, busy_fix: &str) -> Result<Flock<File>, CoordError> {
+    let io = |context: String| move |source| CoordError::Io { context, source };
+    fs::create_dir_all(state_dir).map_err(io(format!(
+        "cannot create state dir {}",
+        state_dir.display()
+    )))?;
+    let lock_path = state_dir.join("zkcron.lock");
+    let lock_file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io(format!("cannot open lock file {}", lock_path.display())))?;
+    let mut lock =
+        Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+            let holder = fs::read_to_string(&lock_path)
+                .ok()
+                .and_then(|text| text.trim().parse::<u32>().ok())
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            CoordError::Busy(format!(
+                "state dir {} is in use by another zkcron{holder} ({errno}); {busy_fix}",
+                state_dir.display()
+            ))
+        })?;
+    // Record our pid for the operator; failure to do so is harmless.
+    let _ = lock.set_len(0);
+    let _ = writeln!(&mut *lock, "{}", std::process::id());
+    Ok(lock)
+}
+
+/// Locks the state dir, reads the records (reporting damaged files and moving them aside) and
+/// returns a writer over them whose journal is clean: a torn or damaged journal is folded into
+/// the snapshot before anything is appended to it.
+fn open_state(
+    state_dir: &Path,
+    busy_fix: &str,
+) -> Result<(Flock<File>, JournalWriter), CoordError> {
+    let lock = lock_state_dir(state_dir, busy_fix)?;
+    let state = read_state(state_dir)?;
+    report_damage(state_dir, &state);
+    let journal_path = state_dir.join(JOURNAL);
+    let cannot_open = |source| CoordError::Io {
+        context: format!("cannot open journal {}", journal_path.display()),
+        source,
     };
+    let journal = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&journal_path)
+        .map_err(cannot_open)?;
+    let good_len = journal.metadata().map_err(cannot_open)?.len();
+    let mut writer = JournalWriter {
+        state_dir: state_dir.to_path_buf(),
+        journal,
+        good_len,
+        torn: false,
+        lines: state.journal_lines,
+        mirror: state.records,
+    };
+    if state.journal_lines > 0 || state.torn_tail > 0 {
+        writer.compact().map_err(|error| {
+            state_io(
+                state_dir,
+                format!("cannot compact the journal in {}", state_dir.display()),
+                error,
+            )
+        })?;
+    }
+    Ok((lock, writer))
+}
+
+/// What the state files say, read without changing them.
+#[derive(Debug, Default)]
+struct StateRead {
+    records: HashMap<String, TaskRecord>,
+    /// Complete journal lines read (0 and no torn tail: the journal need not be compacted).
+    journal_lines: usize,
+    /// Why the snapshot could not be read, if it could not.
+    corrupt_snapshot: Option<String>,
+    /// Complete journal lines that held no readable record.
+    unreadable_lines: usize,
+    /// Journal lines that began with the torn rest of a failed write and ended in a good record.
+    recovered_lines: usize,
+    /// Bytes after the last complete line: a write that never finished, never acknowledged.
+    torn_tail: usize,
+}
+
+/// Reads the snapshot and replays the journal over it. An unknown format is an error; damage is
+/// described in the result for the caller to report.
+fn read_state(state_dir: &Path) -> Result<StateRead, CoordError> {
+    let mut state = StateRead::default();
+    let cannot_read = |path: &Path| {
+        let context = format!("cannot read {}", path.display());
+        move |source| CoordError::Io { context, source }
+    };
+    let snapshot_path = state_dir.join(SNAPSHOT);
+    match fs::read(&snapshot_path) {
+        Ok(bytes) => match parse_record(&snapshot_path, &bytes, |s: &Snapshot| s.format)? {
+            Ok(snapshot) => state.records = snapshot.tasks,
+            Err(error) => state.corrupt_snapshot = Some(error.to_string()),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(cannot_read(&snapshot_path)(source)),
+    }
     let journal_path = state_dir.join(JOURNAL);
     let journal = match File::open(&journal_path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((records, 0)),
-        Err(source) => {
-            return Err(CoordError::Io {
-                context: format!("cannot read {}", journal_path.display()),
-                source,
-            });
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(state),
+        Err(source) => return Err(cannot_read(&journal_path)(source)),
     };
-    let mut lines = 0;
-    let mut bad = 0;
-    for line in std::io::BufReader::new(journal).split(b'\n') {
-        let line = line.map_err(|source| CoordError::Io {
-            context: format!("cannot read {}", journal_path.display()),
-            source,
-        })?;
-        lines += 1;
-        match serde_json::from_slice::<Change>(&line) {
-            Ok(change) => change.apply(&mut records),
-            Err(_) => bad += 1,
+    let mut reader = io::BufReader::new(journal);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(cannot_read(&journal_path))?;
+        if read == 0 {
+            break;
+        }
+        if line.pop_if(|byte| *byte == b'\n').is_none() {
+            // The write of this line never finished, so it was never acknowledged.
+            state.torn_tail = read;
+            break;
+        }
+        state.journal_lines += 1;
+        match parse_journal_line(&journal_path, &line)? {
+            Some((change, recovered)) => {
+                state.recovered_lines += usize::from(recovered);
+                change.apply(&mut state.records);
+            }
+            None => state.unreadable_lines += 1,
         }
     }
-    if bad > 0 {
-        // The last line may be torn by a crash mid-write; anything else means damage. Either way
-        // the unreadable lines are lost; keep a copy for the operator.
+    Ok(state)
+}
+
+/// One complete journal line's record, and whether it had to be found after the torn rest of a
+/// failed write (which releases before the cut-back rule appended to). `None`: no record.
+fn parse_journal_line(path: &Path, line: &[u8]) -> Result<Option<(Change, bool)>, CoordError> {
+    if let Ok(change) = parse_record(path, line, |c: &Change| c.format)? {
+        return Ok(Some((change, false)));
+    }
+    for start in (1..line.len()).filter(|&i| line[i..].starts_with(RECORD_START)) {
+        if let Ok(change) = parse_record(path, &line[start..], |c: &Change| c.format)? {
+            return Ok(Some((change, true)));
+        }
+    }
+    Ok(None)
+}
+
+/// Parses one state record: `Ok(Err(_))` when the bytes are not a readable record (damaged or
+/// torn), an error when they are a record in a format this release does not read.
+fn parse_record<T: DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+    format: impl Fn(&T) -> u32,
+) -> Result<Result<T, serde_json::Error>, CoordError> {
+    let error = match serde_json::from_slice::<T>(bytes) {
+        Ok(record) => {
+            check_format(path, format(&record))?;
+            return Ok(Ok(record));
+        }
+        Err(error) => error,
+    };
+    // A newer format may have a shape this release does not know: that is not damage.
+    if let Ok(FormatOnly { format }) = serde_json::from_slice(bytes) {
+        check_format(path, format)?;
+    }
+    Ok(Err(error))
+}
+
+fn check_format(path: &Path, format: u32) -> Result<(), CoordError> {
+    if READABLE_FORMATS.contains(&format) {
+        return Ok(());
+    }
+    let readable: Vec<String> = READABLE_FORMATS.iter().map(u32::to_string).collect();
+    Err(CoordError::UnreadableState(format!(
+        "{path} is in state format {format}, but this release of zkcron ({version}) reads only \
+         format {readable}: it was written by a newer zkcron. Upgrade zkcron to the release that \
+         wrote it, or move {path} aside to start without its fire records (ticks missed while \
+         zkcron was down are then not caught up)",
+        path = path.display(),
+        version = env!("CARGO_PKG_VERSION"),
+        readable = readable.join(", "),
+    )))
+}
+
+/// Says what the read found wrong, and keeps damaged files for the operator.
+fn report_damage(state_dir: &Path, state: &StateRead) {
+    if let Some(error) = &state.corrupt_snapshot {
+        move_aside(&state_dir.join(SNAPSHOT), error);
+    }
+    let journal_path = state_dir.join(JOURNAL);
+    if state.unreadable_lines > 0 {
+        // The unreadable lines are lost; keep a copy for the operator.
         let aside = aside_path(&journal_path);
         let copied = fs::copy(&journal_path, &aside);
         tracing::error!(
             path = %journal_path.display(),
             copy = %aside.display(),
             copy_error = copied.err().map(|e| e.to_string()),
-            "{bad} unreadable journal line(s) skipped (a crash mid-write tears at most the last one); \
-             the affected tasks may catch up a tick they already ran"
+            "{} unreadable journal line(s) skipped: the journal is damaged; the affected tasks \
+             may catch up a tick they already ran",
+            state.unreadable_lines
         );
     }
-    Ok((records, lines))
+    if state.recovered_lines > 0 {
+        tracing::warn!(
+            path = %journal_path.display(),
+            "{} journal line(s) began with the torn rest of a write that failed (a full disk, \
+             under an earlier release); the complete record after it was read",
+            state.recovered_lines
+        );
+    }
+    if state.torn_tail > 0 {
+        tracing::warn!(
+            path = %journal_path.display(),
+            bytes = state.torn_tail,
+            "the journal ended in a write that never finished (a crash mid-write); it was never \
+             acknowledged, so no tick ran for it, and it is dropped"
+        );
+    }
 }
 
 fn aside_path(path: &Path) -> PathBuf {
@@ -306,17 +542,88 @@ fn move_aside(path: &Path, error: &str) {
     );
 }
 
+/// An I/O error in the state dir as a [`CoordError`], in the operator's words.
+fn state_io(state_dir: &Path, context: String, error: io::Error) -> CoordError {
+    CoordError::Io {
+        context,
+        source: io::Error::new(error.kind(), explain_io(state_dir, &error)),
+    }
+}
+
+/// An I/O error in the state dir in the operator's words: a full disk or quota names the fix.
+fn explain_io(state_dir: &Path, error: &io::Error) -> String {
+    let full = |what: &str| {
+        format!(
+            "state_dir {} is {what}: free space on {} ({error}); until then no tick can be \
+             claimed, so none runs",
+            state_dir.display(),
+            filesystem_of(state_dir).display()
+        )
+    };
+    match error.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::ENOSPC) => full("full"),
+        Some(Errno::EDQUOT) => full("over its disk quota"),
+        _ => error.to_string(),
+    }
+}
+
+/// The mount point of the filesystem that holds `path` (where the operator frees space), or
+/// `path` itself when that cannot be told.
+fn filesystem_of(path: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let device = |path: &Path| fs::metadata(path).map(|m| m.dev()).ok();
+    let Ok(mut mount) = fs::canonicalize(path) else {
+        return path.to_path_buf();
+    };
+    let Some(dev) = device(&mount) else {
+        return mount;
+    };
+    while let Some(parent) = mount.parent() {
+        if device(parent) != Some(dev) {
+            break;
+        }
+        mount = parent.to_path_buf();
+    }
+    mount
+}
+
+/// The journal file as the writer uses it; a trait so that tests can make each step fail.
+trait JournalFile: Send + 'static {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl JournalFile for File {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
 /// The thread that owns the journal file.
-struct JournalWriter {
+struct JournalWriter<F: JournalFile = File> {
     state_dir: PathBuf,
-    journal: File,
+    journal: F,
+    /// The journal's length up to the end of its last durable record.
+    good_len: u64,
+    /// A failed append may have left part of its batch after `good_len`, and cutting it off
+    /// failed too: nothing is appended until it is cut off.
+    torn: bool,
     /// Lines in the journal since the last compaction.
     lines: usize,
     /// The state the journal and snapshot describe, for compaction.
     mirror: HashMap<String, TaskRecord>,
 }
 
-impl JournalWriter {
+impl<F: JournalFile> JournalWriter<F> {
     /// Commits batches until the backend is dropped.
     fn run(mut self, mut pending: mpsc::UnboundedReceiver<PendingWrite>) {
         while let Some(first) = pending.blocking_recv() {
@@ -324,7 +631,8 @@ impl JournalWriter {
             while let Ok(more) = pending.try_recv() {
                 batch.push(more);
             }
-            let result = self.append(&batch).map_err(|e| e.to_string());
+            // One batch, one outcome: every change in a failed batch fails.
+            let result = self.append(&batch);
             for write in batch {
                 let _ = write.durable.send(result.clone());
             }
@@ -332,19 +640,49 @@ impl JournalWriter {
                 && self.lines >= COMPACT_AFTER
                 && let Err(error) = self.compact()
             {
-                tracing::error!("cannot compact the journal ({error}); it keeps growing");
+                tracing::error!(
+                    "cannot compact the journal ({}); it keeps growing",
+                    explain_io(&self.state_dir, &error)
+                );
             }
         }
     }
 
-    fn append(&mut self, batch: &[PendingWrite]) -> std::io::Result<()> {
+    /// Appends the batch and syncs it; on failure the journal is left as it was before.
+    fn append(&mut self, batch: &[PendingWrite]) -> Result<(), String> {
+        if self.torn {
+            self.cut_back().map_err(|error| {
+                format!(
+                    "the journal {} ends in the torn rest of a write that failed, and it cannot be \
+                     cut off ({}); no change is recorded until it can be",
+                    self.state_dir.join(JOURNAL).display(),
+                    explain_io(&self.state_dir, &error)
+                )
+            })?;
+        }
         let mut bytes = Vec::with_capacity(batch.len() * 128);
         for write in batch {
             serde_json::to_writer(&mut bytes, &write.change).expect("changes always serialize");
             bytes.push(b'\n');
         }
-        self.journal.write_all(&bytes)?;
-        self.journal.sync_data()?;
+        if let Err(error) = self
+            .journal
+            .append(&bytes)
+            .and_then(|()| self.journal.sync())
+        {
+            // Part of the batch may be in the file: cut it off, so that the journal is as it was
+            // and the next record cannot be glued onto a torn one.
+            self.torn = true;
+            let mut message = explain_io(&self.state_dir, &error);
+            if let Err(cut) = self.cut_back() {
+                message.push_str(&format!(
+                    "; the torn write cannot be cut off the journal either ({cut}), so no change \
+                     is recorded until it can be"
+                ));
+            }
+            return Err(message);
+        }
+        self.good_len += bytes.len() as u64;
         for write in batch {
             write.change.apply(&mut self.mirror);
         }
@@ -352,29 +690,37 @@ impl JournalWriter {
         Ok(())
     }
 
+    /// Truncates the journal back to its last durable record.
+    fn cut_back(&mut self) -> io::Result<()> {
+        self.journal.truncate(self.good_len)?;
+        self.journal.sync()?;
+        self.torn = false;
+        Ok(())
+    }
+
     /// Writes the whole state as the snapshot, then empties the journal.
-    fn compact(&mut self) -> std::io::Result<()> {
+    fn compact(&mut self) -> io::Result<()> {
         let snapshot = Snapshot {
             format: FORMAT_VERSION,
             tasks: self.mirror.clone(),
         };
         let bytes = serde_json::to_vec(&snapshot).expect("snapshots always serialize");
         write_atomically(&self.state_dir.join(SNAPSHOT), &bytes)?;
-        self.journal.set_len(0)?;
-        self.journal.sync_all()?;
+        self.journal.truncate(0)?;
+        self.good_len = 0;
         self.lines = 0;
-        Ok(())
+        self.journal.sync()
     }
 }
 
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().expect("state files live in a directory");
     let mut temp = tempfile::NamedTempFile::new_in(dir)?;
     temp.write_all(bytes)?;
     temp.as_file().sync_all()?;
     temp.persist(path).map_err(|e| e.error)?;
-    nix::unistd::fsync(File::open(dir)?.as_fd()).map_err(std::io::Error::from)
+    nix::unistd::fsync(File::open(dir)?.as_fd()).map_err(io::Error::from)
 }
 
 impl Coordinator for LocalCoordinator {
@@ -663,18 +1009,46 @@ mod tests {
         .unwrap();
         let local = LocalCoordinator::open(dir.path()).unwrap();
         assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(120)));
-        // The torn line was reported with a copy kept, and the journal was rewritten clean.
-        let names: Vec<String> = fs::read_dir(dir.path())
+        // An unfinished last line was never acknowledged: it is dropped, not kept as damage, and
+        // the journal was rewritten clean before anything is appended to it.
+        assert_eq!(state_files(dir.path()), [JOURNAL, SNAPSHOT, "zkcron.lock"]);
+        assert_eq!(fs::read(dir.path().join(JOURNAL)).unwrap(), b"");
+    }
+
+    /// The names in a state dir, sorted.
+    fn state_files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(
-            names
-                .iter()
-                .any(|n| n.starts_with("journal.jsonl.corrupt-")),
-            "{names:?}"
-        );
-        assert_eq!(fs::read(dir.path().join(JOURNAL)).unwrap(), b"");
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn given_a_claim_glued_onto_a_torn_record_by_an_earlier_release_when_replayed_then_it_counts()
+     {
+        // Regression: with the disk full an append failed half-way, the next durable claim was
+        // appended onto the torn rest, and replay dropped the whole line: the tick ran twice.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(JOURNAL),
+            concat!(
+                r#"{"format":1,"task":"a","claimed":"2026-01-01T00:01:00Z","run":true}"#,
+                "\n",
+                r#"{"format":1,"task":"a","claimed":"2026-01-01T00:02"#,
+                r#"{"format":1,"task":"a","claimed":"2026-01-01T00:02:00Z","run":true}"#,
+                "\n",
+                r#"{"format":1,"task":"b","claimed":"2026-01-01T00:03:00Z","run":true}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(120)));
+        assert_eq!(local.last_claimed("b").await.unwrap(), Some(at(180)));
+        // Nothing was lost, so nothing is kept aside as damage.
+        assert_eq!(state_files(dir.path()), [JOURNAL, SNAPSHOT, "zkcron.lock"]);
     }
 
     #[tokio::test]
@@ -725,17 +1099,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn given_state_from_a_newer_release_when_read_then_unknown_fields_are_ignored() {
+    async fn given_state_with_fields_this_release_does_not_know_when_read_then_they_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join(SNAPSHOT),
-            br#"{"format": 2, "tasks": {"a": {"last_claimed": "2026-01-01T00:01:00Z", "new": 1}}, "more": []}"#,
+            br#"{"format": 1, "tasks": {"a": {"last_claimed": "2026-01-01T00:01:00Z", "new": 1}}, "more": []}"#,
         )
         .unwrap();
         fs::write(
             dir.path().join(JOURNAL),
             concat!(
-                r#"{"format":2,"task":"b","claimed":"2026-01-01T00:02:00Z","shiny":true}"#,
+                r#"{"format":1,"task":"b","claimed":"2026-01-01T00:02:00Z","shiny":true}"#,
                 "\n"
             ),
         )
@@ -743,6 +1117,73 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(60)));
         assert_eq!(local.last_claimed("b").await.unwrap(), Some(at(120)));
+    }
+
+    /// Opens `dir`, which must fail, and returns the message.
+    fn refusal(dir: &Path) -> String {
+        match LocalCoordinator::open(dir) {
+            Ok(_) => panic!("a state dir in an unknown format was opened"),
+            Err(error @ CoordError::UnreadableState(_)) => error.to_string(),
+            Err(other) => panic!("wrong error: {other}"),
+        }
+    }
+
+    #[test]
+    fn given_a_snapshot_in_a_newer_format_when_opened_then_it_is_refused_naming_file_and_format() {
+        // Regression: a snapshot of a future format was read as format 1 without a word.
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot =
+            br#"{"format": 2, "tasks": {"a": {"last_claimed": "2026-01-01T00:01:00Z"}}}"#;
+        fs::write(dir.path().join(SNAPSHOT), snapshot).unwrap();
+        let message = refusal(dir.path());
+        let path = dir.path().join(SNAPSHOT);
+        assert!(
+            message.contains(&format!("{} is in state format 2", path.display())),
+            "{message}"
+        );
+        assert!(message.contains("reads only format 1"), "{message}");
+        assert!(message.contains("written by a newer zkcron"), "{message}");
+        assert!(message.contains("Upgrade zkcron"), "{message}");
+        assert!(message.contains("move"), "{message}");
+        // Refused, not repaired: the file is untouched and nothing was written beside it.
+        assert_eq!(fs::read(&path).unwrap(), snapshot);
+        assert_eq!(state_files(dir.path()), [SNAPSHOT, "zkcron.lock"]);
+        // A shape this release does not know is refused by its format, not called damage.
+        fs::write(&path, br#"{"format": 3, "tasks": ["a new shape"]}"#).unwrap();
+        assert!(refusal(dir.path()).contains("is in state format 3"));
+    }
+
+    #[test]
+    fn given_a_journal_line_in_a_newer_format_when_opened_then_it_is_refused_naming_file_and_format()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = concat!(
+            r#"{"format":1,"task":"a","claimed":"2026-01-01T00:01:00Z"}"#,
+            "\n",
+            r#"{"format":2,"task":"a","claimed":"2026-01-01T00:02:00Z"}"#,
+            "\n",
+        );
+        fs::write(dir.path().join(JOURNAL), journal).unwrap();
+        let message = refusal(dir.path());
+        assert!(
+            message.contains(&format!(
+                "{} is in state format 2",
+                dir.path().join(JOURNAL).display()
+            )),
+            "{message}"
+        );
+        assert!(message.contains("reads only format 1"), "{message}");
+        assert_eq!(
+            fs::read(dir.path().join(JOURNAL)).unwrap(),
+            journal.as_bytes()
+        );
+        assert_eq!(state_files(dir.path()), [JOURNAL, "zkcron.lock"]);
+        // The read-only reader of `zkcron next` refuses it too.
+        let error = read_fire_records(dir.path()).expect_err("refused");
+        assert!(
+            error.to_string().contains("is in state format 2"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -769,6 +1210,142 @@ mod tests {
             local.claim("a", at(60), ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::NotLeader
         );
+    }
+
+    /// A journal file in memory whose steps fail on demand.
+    #[derive(Default)]
+    struct FlakyJournal {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        /// The next append writes this many bytes, then fails with ENOSPC.
+        short_write: Option<usize>,
+        /// The next this-many truncations fail with EIO.
+        failing_truncates: usize,
+    }
+
+    impl JournalFile for FlakyJournal {
+        fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+            let mut file = self.bytes.lock().unwrap();
+            match self.short_write.take() {
+                Some(written) => {
+                    file.extend_from_slice(&bytes[..written]);
+                    Err(io::Error::from_raw_os_error(Errno::ENOSPC as i32))
+                }
+                None => {
+                    file.extend_from_slice(bytes);
+                    Ok(())
+                }
+            }
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            if self.failing_truncates > 0 {
+                self.failing_truncates -= 1;
+                return Err(io::Error::from_raw_os_error(Errno::EIO as i32));
+            }
+            self.bytes.lock().unwrap().truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn flaky_writer(dir: &Path) -> (JournalWriter<FlakyJournal>, Arc<Mutex<Vec<u8>>>) {
+        let journal = FlakyJournal::default();
+        let bytes = journal.bytes.clone();
+        let writer = JournalWriter {
+            state_dir: dir.to_path_buf(),
+            journal,
+            good_len: 0,
+            torn: false,
+            lines: 0,
+            mirror: HashMap::new(),
+        };
+        (writer, bytes)
+    }
+
+    /// A batch of claims of `tasks` at `tick`.
+    fn batch(tasks: &[&str], tick: DateTime<Utc>) -> Vec<PendingWrite> {
+        tasks
+            .iter()
+            .map(|task| PendingWrite {
+                change: Change {
+                    format: FORMAT_VERSION,
+                    task: task.to_string(),
+                    claimed: Some(tick),
+                    result: None,
+                    run: true,
+                },
+                durable: oneshot::channel().0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_a_write_cut_short_by_a_full_disk_then_the_batch_fails_and_the_journal_is_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, bytes) = flaky_writer(dir.path());
+        writer.append(&batch(&["a"], at(60))).unwrap();
+        let before = bytes.lock().unwrap().clone();
+
+        writer.journal.short_write = Some(30);
+        let error = writer.append(&batch(&["a", "b"], at(120))).unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "state_dir {} is full: free space on ",
+                dir.path().display()
+            )),
+            "{error}"
+        );
+        assert_eq!(*bytes.lock().unwrap(), before, "the torn write was cut off");
+        // The failed batch changed nothing: neither task's claim counts.
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(60)));
+        assert!(!writer.mirror.contains_key("b"));
+
+        // The next record starts on a line of its own.
+        writer.append(&batch(&["b"], at(120))).unwrap();
+        let text = String::from_utf8(bytes.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            serde_json::from_str::<Change>(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn given_a_torn_write_that_cannot_be_cut_off_then_nothing_is_appended_until_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, bytes) = flaky_writer(dir.path());
+        writer.append(&batch(&["a"], at(60))).unwrap();
+        let before = bytes.lock().unwrap().clone();
+
+        writer.journal.short_write = Some(30);
+        writer.journal.failing_truncates = 2;
+        let error = writer.append(&batch(&["a"], at(120))).unwrap_err();
+        assert!(error.contains("cannot be cut off"), "{error}");
+        let torn = bytes.lock().unwrap().clone();
+        assert_eq!(torn.len(), before.len() + 30);
+
+        // Still torn: the claim fails and nothing is glued onto the torn rest.
+        let error = writer.append(&batch(&["a"], at(180))).unwrap_err();
+        assert!(
+            error.contains("ends in the torn rest of a write that failed"),
+            "{error}"
+        );
+        assert!(
+            error.contains("no change is recorded until it can be"),
+            "{error}"
+        );
+        assert_eq!(*bytes.lock().unwrap(), torn);
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(60)));
+
+        // Once the truncation works, the torn rest goes first and claims succeed again.
+        writer.append(&batch(&["a"], at(180))).unwrap();
+        let text = String::from_utf8(bytes.lock().unwrap().clone()).unwrap();
+        assert!(text.starts_with(std::str::from_utf8(&before).unwrap()));
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(180)));
     }
 
     #[test]

@@ -96,6 +96,10 @@ pub enum CoordError {
     /// Another process already uses this backend's state (two daemons on one state dir).
     #[error("{0}")]
     Busy(String),
+    /// The backend's stored state is in a format this release does not read (written by a newer
+    /// release). Guessing would lose fire records and run ticks twice, so nothing may fire.
+    #[error("{0}")]
+    UnreadableState(String),
     /// A ZooKeeper call failed or ran past its deadline. For a write, the outcome was resolved
     /// by re-reading where possible; the caller treats it as not done.
     #[error("{context}: {message}")]
