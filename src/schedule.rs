@@ -138,7 +138,9 @@ impl Schedule {
                 found: fields.len(),
             });
         }
-        let cron = intern(&expanded).map_err(|error| {
+        let fields = cronie_fields(&fields)?;
+        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let cron = intern(&fields).map_err(|error| {
             blame_field(&fields).unwrap_or_else(|| ScheduleError::Other {
                 expression: trimmed.to_string(),
                 detail: error.to_string(),
@@ -202,24 +204,46 @@ impl Schedule {
     }
 }
 
-/// Parses `expanded`, or returns the parse of an identical expression that is still in use.
-fn intern(expanded: &str) -> Result<Arc<Cron>, croner::errors::CronError> {
+/// Parses an expression's five or six fields, or returns the parse of an identical expression
+/// that is still in use.
+fn intern(fields: &[&str]) -> Result<Arc<Cron>, croner::errors::CronError> {
     static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Default::default);
+    let expanded = fields.join(" ");
     let mut parsed = PARSED.lock().expect("schedule cache poisoned");
-    if let Some(cron) = parsed.get(expanded).and_then(Weak::upgrade) {
+    if let Some(cron) = parsed.get(&expanded).and_then(Weak::upgrade) {
         return Ok(cron);
     }
-    let cron = Arc::new(parser().parse(expanded)?);
+    let parser = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .dom_and_dow(days_combine_with_and(fields))
+        .build();
+    let cron = Arc::new(parser.parse(&expanded)?);
     // Drop entries whose schedules are gone, so the cache never outgrows the live set twice over.
     if parsed.len() >= 64 && parsed.len().is_power_of_two() {
         parsed.retain(|_, weak| weak.strong_count() > 0);
     }
-    parsed.insert(expanded.to_string(), Arc::downgrade(&cron));
+    parsed.insert(expanded, Arc::downgrade(&cron));
     Ok(cron)
 }
 
+/// The parser that checks single fields ([`blame_field`]); how the day fields combine does not
+/// matter there.
 fn parser() -> CronParser {
     CronParser::builder().seconds(Seconds::Optional).build()
+}
+
+/// Whether the day-of-month and day-of-week fields of a five- or six-field expression combine with
+/// AND. cronie's rule: a day field whose text starts with `*` (`*`, `*/2`, `*,3`) is unrestricted,
+/// and then a day must match both fields; only when neither starts with `*` does a day match when
+/// either field matches. `?` means `*`. croner alone ORs whenever neither field is exactly `*`.
+fn days_combine_with_and(fields: &[&str]) -> bool {
+    let offset = fields.len().saturating_sub(5);
+    let unrestricted = |index: usize| {
+        fields
+            .get(offset + index)
+            .is_some_and(|field| field.starts_with(['*', '?']))
+    };
+    unrestricted(2) || unrestricted(4)
 }
 
 /// Expands the cronie aliases croner does not know and refuses `@reboot`.
@@ -242,6 +266,37 @@ fn expand_alias(expression: &str) -> Result<String, ScheduleError> {
         }
     };
     Ok(fields.to_string())
+}
+
+/// The fields as croner should read them to mean what cronie means: a `*` inside a list
+/// (`*,3`), which cronie accepts and croner does not, is written `*/1` (the same values, and the
+/// text still starts with `*` where cronie's rules look at that). The
+/// `+` prefix croner takes in day-of-week (forcing AND) is refused: how the day fields combine is
+/// decided by cronie's rule alone ([`days_combine_with_and`]).
+fn cronie_fields(fields: &[&str]) -> Result<Vec<String>, ScheduleError> {
+    let offset = 6 - fields.len();
+    fields
+        .iter()
+        .enumerate()
+        .map(|(index, field)| {
+            if index + offset == 5 && field.starts_with('+') {
+                let (name, allowed) = FIELDS[5];
+                return Err(ScheduleError::Field {
+                    field: name,
+                    value: field.to_string(),
+                    allowed,
+                });
+            }
+            if !field.contains(',') {
+                return Ok(field.to_string());
+            }
+            let parts: Vec<&str> = field
+                .split(',')
+                .map(|part| if part == "*" { "*/1" } else { part })
+                .collect();
+            Ok(parts.join(","))
+        })
+        .collect()
 }
 
 /// Finds the first field that croner refuses on its own, by parsing it with every other field
@@ -361,6 +416,73 @@ mod tests {
     }
 
     #[test]
+    fn star_slash_two_day_of_month_with_monday_fires_on_mondays_on_odd_days_as_cronie() {
+        // `*/2` starts with `*`, so cronie reads the day fields with AND: Mondays that are odd
+        // days of the month (2026-01-05, 01-19, 02-09), not every odd day and every Monday.
+        assert_eq!(
+            next_n("0 0 */2 * MON", "UTC", "2026-01-01T00:00:00Z", 4),
+            [
+                "2026-01-05T00:00:00+00:00",
+                "2026-01-19T00:00:00+00:00",
+                "2026-02-09T00:00:00+00:00",
+                "2026-02-23T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn first_of_month_with_star_slash_two_day_of_week_fires_on_firsts_that_are_even_weekdays_as_cronie()
+     {
+        // `*/2` in day-of-week is Sunday, Tuesday, Thursday, Saturday; with AND only the 1sts
+        // that fall on one of them: 2026-01-01 (Thu), 02-01 (Sun), 03-01 (Sun), 08-01 (Sat).
+        assert_eq!(
+            next_n("0 0 1 * */2", "UTC", "2025-12-31T12:00:00Z", 4),
+            [
+                "2026-01-01T00:00:00+00:00",
+                "2026-02-01T00:00:00+00:00",
+                "2026-03-01T00:00:00+00:00",
+                "2026-08-01T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn day_fields_combine_with_and_when_either_starts_with_a_star_or_question_mark() {
+        // `?` counts as `*`: `*/2 ? ...` is the same AND as above, in the six-field form too.
+        for expression in ["0 0 0 */2 * MON", "0 0 */2 * 1", "0 0 ?/2 * MON"] {
+            assert_eq!(
+                next_n(expression, "UTC", "2026-01-01T00:00:00Z", 2),
+                ["2026-01-05T00:00:00+00:00", "2026-01-19T00:00:00+00:00"],
+                "{expression}"
+            );
+        }
+        // A list whose text starts with `*` is unrestricted as far as the rule goes (cronie
+        // looks at the first character only), so `*,3` with Monday is Mondays.
+        assert_eq!(
+            next_n("0 0 *,3 * MON", "UTC", "2026-01-01T00:00:00Z", 2),
+            ["2026-01-05T00:00:00+00:00", "2026-01-12T00:00:00+00:00"]
+        );
+        // Both fields starting with `*`: AND of both.
+        assert_eq!(
+            next_n("0 0 */10 * */3", "UTC", "2026-01-01T00:00:00Z", 3),
+            [
+                "2026-01-11T00:00:00+00:00",
+                "2026-01-21T00:00:00+00:00",
+                "2026-01-31T00:00:00+00:00"
+            ]
+        );
+        // Neither starting with `*`: OR, also with a range in day-of-month.
+        assert_eq!(
+            next_n("0 0 1-2 * MON", "UTC", "2025-12-31T12:00:00Z", 3),
+            [
+                "2026-01-01T00:00:00+00:00",
+                "2026-01-02T00:00:00+00:00",
+                "2026-01-05T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
     fn last_day_nearest_weekday_and_nth_weekday() {
         assert_eq!(
             next_n("0 0 L * *", "UTC", "2026-02-01T00:00:00Z", 2),
@@ -459,6 +581,19 @@ mod tests {
         let error = Schedule::parse("0 0 1 13 *", Tz::UTC).unwrap_err();
         assert!(
             error.to_string().starts_with("month field \"13\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn plus_prefix_in_day_of_week_is_refused_since_cronie_has_no_such_syntax() {
+        // croner reads `+MON` as "combine the day fields with AND"; zkcron decides that by
+        // cronie's rule alone, so the prefix is an error rather than a second, hidden rule.
+        let error = Schedule::parse("0 0 1 * +MON", Tz::UTC).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("day-of-week field \"+MON\" is invalid"),
             "{error}"
         );
     }
