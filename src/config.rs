@@ -2,7 +2,7 @@
 //!
 //! This module owns the config file's format: it parses and validates it into a [`Config`] whose
 //! every field has a documented default, and reports every problem with file, line and column
-//! (rendered like task-file errors, by the same code in [`crate::task`]). Unknown sections and
+//! (rendered like task-file errors, by the same code, in `diag`). Unknown sections and
 //! keys are errors with a did-you-mean. It resolves relative directories against the config
 //! file's directory, but it leaves defaults that depend on the environment (where the jobs and
 //! state directories are when not set) to the `*_or_default` methods, which the caller uses.
@@ -17,8 +17,9 @@ use chrono_tz::Tz;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use crate::diag::{Problem, Report};
 use crate::schedule::parse_timezone;
-use crate::task::{Checker, Identity, Problem, Report, TaskDefaults, closest, decode_utf8};
+use crate::task::{Checker, Identity, TaskDefaults, closest, decode_utf8};
 
 /// The sections of `zkcron.toml` and their keys.
 const SECTIONS: &[(&str, &[&str])] = &[

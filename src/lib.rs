@@ -5,6 +5,7 @@
 //! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
 //! - [`config`]: the node configuration `zkcron.toml`.
+//! - `diag`: positions of problems in those files and their rustc-style rendering.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
 //! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod coord;
 pub mod daemon;
+mod diag;
 pub mod executor;
 pub mod logging;
 pub mod manual;

@@ -5,16 +5,20 @@
 //! error messages that name the wrong field and what it allows, and IANA time-zone lookup with a
 //! did-you-mean. It reads no clock: every function takes the instant to count from.
 //!
-//! DST follows cronie (and croner's OCPS rules): a fixed-time job whose local time is skipped by a
-//! spring-forward change fires at the first valid instant after it; a local time that happens
-//! twice fires once, at the first occurrence. Interval jobs (`*/5 * * * *`) keep their real-time
-//! rhythm through both changes.
+//! croner decides which local times an expression matches; it is asked in local time with no
+//! zone (a `NaiveDateTime`), and this module turns those local times into instants. DST follows
+//! cronie, which sorts jobs by the text of their time fields ([`DstRule`]): a fixed-time job
+//! (`30 2 * * *`, `0,30 1-3 * * *`) whose local time is skipped by a spring-forward change fires
+//! at the first valid instant after the gap, and a local time that happens twice fires once, at
+//! its first occurrence; a wildcard job (`*/5 * * * *`, `0 * * * *`) keeps its real-time rhythm:
+//! skipped local times do not fire and repeated ones fire twice. (croner's own DST rules call
+//! only single-valued times fixed, so `0,30 2 * * *` would lose its 02:30 in a gap.)
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
@@ -28,8 +32,47 @@ pub struct Schedule {
     /// 5,001-byte year bitmap in every parsed expression, and a fleet's task files repeat the
     /// same few expressions, so identical expressions are parsed once ([`intern`]).
     cron: Arc<Cron>,
+    /// How the schedule meets a DST change.
+    dst: DstRule,
     /// The zone the expression's fields are read in.
     timezone: Tz,
+}
+
+/// How a schedule meets a DST change. cronie decides it from the text of the time fields: a job
+/// whose minute or hour field starts with `*` is a wildcard job (`MIN_STAR | HR_STAR`), any
+/// other is a fixed-time job. zkcron's optional seconds field counts like the other two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DstRule {
+    /// A local time skipped by spring-forward fires at the first valid instant after the gap; a
+    /// repeated local time fires once, at its first occurrence.
+    FixedTime,
+    /// Real-time rhythm: a skipped local time does not fire; a repeated one fires at both of its
+    /// instants.
+    Wildcard,
+}
+
+impl DstRule {
+    fn of(fields: &[&str]) -> DstRule {
+        let time_fields = &fields[..fields.len() - 3];
+        if time_fields.iter().any(|field| field.starts_with('*')) {
+            DstRule::Wildcard
+        } else {
+            DstRule::FixedTime
+        }
+    }
+}
+
+/// A stretch of local time that a fall-back change repeats, seen from one instant in it.
+struct Repeat {
+    /// The first repeated local time (the wall clock just after the change).
+    start: NaiveDateTime,
+    /// The first local time after the repeat (the wall clock just before the change).
+    end: NaiveDateTime,
+    /// UTC offsets before and after the change, in seconds.
+    earlier_offset: i64,
+    later_offset: i64,
+    /// Whether the instant is on the first pass through the repeated stretch.
+    first_pass: bool,
 }
 
 impl PartialEq for Schedule {
@@ -138,7 +181,9 @@ impl Schedule {
                 found: fields.len(),
             });
         }
-        let cron = intern(&expanded).map_err(|error| {
+        let fields = cronie_fields(&fields)?;
+        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let cron = intern(&fields).map_err(|error| {
             blame_field(&fields).unwrap_or_else(|| ScheduleError::Other {
                 expression: trimmed.to_string(),
                 detail: error.to_string(),
@@ -147,6 +192,7 @@ impl Schedule {
         let schedule = Schedule {
             expression: trimmed.to_string(),
             cron,
+            dst: DstRule::of(&fields),
             timezone,
         };
         // An expression like "0 0 31 2 *" parses but never matches; say so now rather than
@@ -175,20 +221,107 @@ impl Schedule {
     /// The first tick strictly after `after`, or `None` when there is none within croner's
     /// search horizon.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = after.with_timezone(&self.timezone);
-        self.cron
-            .find_next_occurrence(&local, false)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        let local = after.with_timezone(&self.timezone).naive_local();
+        // Local times after `after`'s own, in order: the first with an instant after `after` has
+        // the earliest one (a fixed-time job's second pass through a repeat has none).
+        let mut cursor = local;
+        let mut next = None;
+        while let Ok(matched) = self.cron.find_next_occurrence(&cursor, false) {
+            cursor = matched;
+            if let Some(instant) = self.instants_of(matched).filter(|t| *t > after).min() {
+                next = Some(instant);
+                break;
+            }
+        }
+        // On the first pass through a repeated stretch the second pass is still ahead, and a
+        // wildcard job fires there at the local times up to `after`'s own as well.
+        if self.dst == DstRule::Wildcard
+            && let Some(repeat) = self.repeat_at(after).filter(|r| r.first_pass)
+            && let Ok(matched) = self.cron.find_next_occurrence(&repeat.start, true)
+            && matched <= local
+        {
+            let second_pass = instant_at(matched, repeat.later_offset);
+            next = Some(next.map_or(second_pass, |n| n.min(second_pass)));
+        }
+        next
     }
 
     /// The last tick at or before `at`, or `None` when there is none.
     pub fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = at.with_timezone(&self.timezone);
-        self.cron
-            .find_previous_occurrence(&local, true)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        let local = at.with_timezone(&self.timezone).naive_local();
+        // Local times up to `at`'s own, newest first: the first with an instant at or before
+        // `at` has the latest one.
+        let mut cursor = local;
+        let mut inclusive = true;
+        let mut latest = None;
+        while let Ok(matched) = self.cron.find_previous_occurrence(&cursor, inclusive) {
+            (cursor, inclusive) = (matched, false);
+            if let Some(instant) = self.instants_of(matched).filter(|t| *t <= at).max() {
+                latest = Some(instant);
+                break;
+            }
+        }
+        // On the second pass through a repeated stretch the whole first pass is behind, local
+        // times after `at`'s own included; every job fired there.
+        if let Some(repeat) = self.repeat_at(at).filter(|r| !r.first_pass)
+            && let Ok(matched) = self.cron.find_previous_occurrence(&repeat.end, false)
+            && matched > local
+        {
+            let first_pass = instant_at(matched, repeat.earlier_offset);
+            latest = Some(latest.map_or(first_pass, |l| l.max(first_pass)));
+        }
+        latest
+    }
+
+    /// The instants a matching local time fires at: one, both of a repeated time's for a
+    /// wildcard job, or, for a time skipped by spring-forward, the end of the gap (fixed-time)
+    /// or none (wildcard).
+    fn instants_of(&self, local: NaiveDateTime) -> impl Iterator<Item = DateTime<Utc>> {
+        let utc = |t: DateTime<Tz>| t.with_timezone(&Utc);
+        let instants = match (self.timezone.from_local_datetime(&local), self.dst) {
+            (LocalResult::Single(t), _) => [Some(utc(t)), None],
+            (LocalResult::Ambiguous(earlier, _), DstRule::FixedTime) => [Some(utc(earlier)), None],
+            (LocalResult::Ambiguous(earlier, later), DstRule::Wildcard) => {
+                [Some(utc(earlier)), Some(utc(later))]
+            }
+            (LocalResult::None, DstRule::FixedTime) => [Some(self.end_of_gap(local)), None],
+            (LocalResult::None, DstRule::Wildcard) => [None, None],
+        };
+        instants.into_iter().flatten()
+    }
+
+    /// The first instant whose local time is after `local`, a time that spring-forward skips:
+    /// the instant the clock jumped.
+    fn end_of_gap(&self, local: NaiveDateTime) -> DateTime<Utc> {
+        // Offsets are within a day of UTC, so the jump lies within a day of `local` read as UTC.
+        let around = local.and_utc();
+        first_instant(
+            around - TimeDelta::days(1),
+            around + TimeDelta::days(1),
+            |t| t.with_timezone(&self.timezone).naive_local() > local,
+        )
+    }
+
+    /// The repeated stretch `at` lies in, if its local time happens twice.
+    fn repeat_at(&self, at: DateTime<Utc>) -> Option<Repeat> {
+        let local = at.with_timezone(&self.timezone).naive_local();
+        let LocalResult::Ambiguous(earlier, later) = self.timezone.from_local_datetime(&local)
+        else {
+            return None;
+        };
+        let earlier_offset = offset_seconds(earlier);
+        let later_offset = offset_seconds(later);
+        let (earlier, later) = (earlier.with_timezone(&Utc), later.with_timezone(&Utc));
+        let change = first_instant(earlier, later, |t| {
+            offset_seconds(t.with_timezone(&self.timezone)) == later_offset
+        });
+        Some(Repeat {
+            start: change.naive_utc() + TimeDelta::seconds(later_offset),
+            end: change.naive_utc() + TimeDelta::seconds(earlier_offset),
+            earlier_offset,
+            later_offset,
+            first_pass: at < change,
+        })
     }
 
     /// Ticks strictly after `after`, in increasing order, without end.
@@ -202,24 +335,76 @@ impl Schedule {
     }
 }
 
-/// Parses `expanded`, or returns the parse of an identical expression that is still in use.
-fn intern(expanded: &str) -> Result<Arc<Cron>, croner::errors::CronError> {
+fn offset_seconds(t: DateTime<Tz>) -> i64 {
+    i64::from(t.offset().fix().local_minus_utc())
+}
+
+/// The instant of `local` at a UTC offset of `offset` seconds.
+fn instant_at(local: NaiveDateTime, offset: i64) -> DateTime<Utc> {
+    (local - TimeDelta::seconds(offset)).and_utc()
+}
+
+/// The first whole second after `low` and at or before `high` where `reached` holds, given
+/// that it does not hold at `low` and holds from that second on up to `high`. (Clocks change at
+/// whole seconds.)
+fn first_instant(
+    low: DateTime<Utc>,
+    high: DateTime<Utc>,
+    reached: impl Fn(DateTime<Utc>) -> bool,
+) -> DateTime<Utc> {
+    let at = |second: i64| DateTime::from_timestamp(second, 0).unwrap_or(high);
+    let (mut low, mut high) = (low.timestamp(), high.timestamp());
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if reached(at(middle)) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    at(high)
+}
+
+/// Parses an expression's five or six fields, or returns the parse of an identical expression
+/// that is still in use.
+fn intern(fields: &[&str]) -> Result<Arc<Cron>, croner::errors::CronError> {
     static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Default::default);
+    let expanded = fields.join(" ");
     let mut parsed = PARSED.lock().expect("schedule cache poisoned");
-    if let Some(cron) = parsed.get(expanded).and_then(Weak::upgrade) {
+    if let Some(cron) = parsed.get(&expanded).and_then(Weak::upgrade) {
         return Ok(cron);
     }
-    let cron = Arc::new(parser().parse(expanded)?);
+    let parser = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .dom_and_dow(days_combine_with_and(fields))
+        .build();
+    let cron = Arc::new(parser.parse(&expanded)?);
     // Drop entries whose schedules are gone, so the cache never outgrows the live set twice over.
     if parsed.len() >= 64 && parsed.len().is_power_of_two() {
         parsed.retain(|_, weak| weak.strong_count() > 0);
     }
-    parsed.insert(expanded.to_string(), Arc::downgrade(&cron));
+    parsed.insert(expanded, Arc::downgrade(&cron));
     Ok(cron)
 }
 
+/// The parser that checks single fields ([`blame_field`]); how the day fields combine does not
+/// matter there.
 fn parser() -> CronParser {
     CronParser::builder().seconds(Seconds::Optional).build()
+}
+
+/// Whether the day-of-month and day-of-week fields of a five- or six-field expression combine with
+/// AND. cronie's rule: a day field whose text starts with `*` (`*`, `*/2`, `*,3`) is unrestricted,
+/// and then a day must match both fields; only when neither starts with `*` does a day match when
+/// either field matches. `?` means `*`. croner alone ORs whenever neither field is exactly `*`.
+fn days_combine_with_and(fields: &[&str]) -> bool {
+    let offset = fields.len().saturating_sub(5);
+    let unrestricted = |index: usize| {
+        fields
+            .get(offset + index)
+            .is_some_and(|field| field.starts_with(['*', '?']))
+    };
+    unrestricted(2) || unrestricted(4)
 }
 
 /// Expands the cronie aliases croner does not know and refuses `@reboot`.
@@ -242,6 +427,37 @@ fn expand_alias(expression: &str) -> Result<String, ScheduleError> {
         }
     };
     Ok(fields.to_string())
+}
+
+/// The fields as croner should read them to mean what cronie means: a `*` inside a list
+/// (`*,3`), which cronie accepts and croner does not, is written `*/1` (the same values, and the
+/// text still starts with `*` where cronie's rules look at that). The
+/// `+` prefix croner takes in day-of-week (forcing AND) is refused: how the day fields combine is
+/// decided by cronie's rule alone ([`days_combine_with_and`]).
+fn cronie_fields(fields: &[&str]) -> Result<Vec<String>, ScheduleError> {
+    let offset = 6 - fields.len();
+    fields
+        .iter()
+        .enumerate()
+        .map(|(index, field)| {
+            if index + offset == 5 && field.starts_with('+') {
+                let (name, allowed) = FIELDS[5];
+                return Err(ScheduleError::Field {
+                    field: name,
+                    value: field.to_string(),
+                    allowed,
+                });
+            }
+            if !field.contains(',') {
+                return Ok(field.to_string());
+            }
+            let parts: Vec<&str> = field
+                .split(',')
+                .map(|part| if part == "*" { "*/1" } else { part })
+                .collect();
+            Ok(parts.join(","))
+        })
+        .collect()
 }
 
 /// Finds the first field that croner refuses on its own, by parsing it with every other field
@@ -361,6 +577,73 @@ mod tests {
     }
 
     #[test]
+    fn star_slash_two_day_of_month_with_monday_fires_on_mondays_on_odd_days_as_cronie() {
+        // `*/2` starts with `*`, so cronie reads the day fields with AND: Mondays that are odd
+        // days of the month (2026-01-05, 01-19, 02-09), not every odd day and every Monday.
+        assert_eq!(
+            next_n("0 0 */2 * MON", "UTC", "2026-01-01T00:00:00Z", 4),
+            [
+                "2026-01-05T00:00:00+00:00",
+                "2026-01-19T00:00:00+00:00",
+                "2026-02-09T00:00:00+00:00",
+                "2026-02-23T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn first_of_month_with_star_slash_two_day_of_week_fires_on_firsts_that_are_even_weekdays_as_cronie()
+     {
+        // `*/2` in day-of-week is Sunday, Tuesday, Thursday, Saturday; with AND only the 1sts
+        // that fall on one of them: 2026-01-01 (Thu), 02-01 (Sun), 03-01 (Sun), 08-01 (Sat).
+        assert_eq!(
+            next_n("0 0 1 * */2", "UTC", "2025-12-31T12:00:00Z", 4),
+            [
+                "2026-01-01T00:00:00+00:00",
+                "2026-02-01T00:00:00+00:00",
+                "2026-03-01T00:00:00+00:00",
+                "2026-08-01T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn day_fields_combine_with_and_when_either_starts_with_a_star_or_question_mark() {
+        // `?` counts as `*`: `*/2 ? ...` is the same AND as above, in the six-field form too.
+        for expression in ["0 0 0 */2 * MON", "0 0 */2 * 1", "0 0 ?/2 * MON"] {
+            assert_eq!(
+                next_n(expression, "UTC", "2026-01-01T00:00:00Z", 2),
+                ["2026-01-05T00:00:00+00:00", "2026-01-19T00:00:00+00:00"],
+                "{expression}"
+            );
+        }
+        // A list whose text starts with `*` is unrestricted as far as the rule goes (cronie
+        // looks at the first character only), so `*,3` with Monday is Mondays.
+        assert_eq!(
+            next_n("0 0 *,3 * MON", "UTC", "2026-01-01T00:00:00Z", 2),
+            ["2026-01-05T00:00:00+00:00", "2026-01-12T00:00:00+00:00"]
+        );
+        // Both fields starting with `*`: AND of both.
+        assert_eq!(
+            next_n("0 0 */10 * */3", "UTC", "2026-01-01T00:00:00Z", 3),
+            [
+                "2026-01-11T00:00:00+00:00",
+                "2026-01-21T00:00:00+00:00",
+                "2026-01-31T00:00:00+00:00"
+            ]
+        );
+        // Neither starting with `*`: OR, also with a range in day-of-month.
+        assert_eq!(
+            next_n("0 0 1-2 * MON", "UTC", "2025-12-31T12:00:00Z", 3),
+            [
+                "2026-01-01T00:00:00+00:00",
+                "2026-01-02T00:00:00+00:00",
+                "2026-01-05T00:00:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
     fn last_day_nearest_weekday_and_nth_weekday() {
         assert_eq!(
             next_n("0 0 L * *", "UTC", "2026-02-01T00:00:00Z", 2),
@@ -459,6 +742,19 @@ mod tests {
         let error = Schedule::parse("0 0 1 13 *", Tz::UTC).unwrap_err();
         assert!(
             error.to_string().starts_with("month field \"13\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn plus_prefix_in_day_of_week_is_refused_since_cronie_has_no_such_syntax() {
+        // croner reads `+MON` as "combine the day fields with AND"; zkcron decides that by
+        // cronie's rule alone, so the prefix is an error rather than a second, hidden rule.
+        let error = Schedule::parse("0 0 1 * +MON", Tz::UTC).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("day-of-week field \"+MON\" is invalid"),
             "{error}"
         );
     }
@@ -584,6 +880,89 @@ mod tests {
                 2
             ),
             ["2026-04-05T01:45:00+11:00", "2026-04-06T01:45:00+10:30"]
+        );
+    }
+
+    // cronie sorts jobs by text: a job with no second, minute or hour field starting with `*` is
+    // fixed-time even when a field lists several values. croner called only single values
+    // fixed, so these lost a tick in a gap and fired twice in a repeat.
+
+    #[test]
+    fn minute_list_without_star_in_a_spring_forward_gap_fires_after_the_gap_as_cronie() {
+        // 02:00 and 02:30 do not exist on 2026-03-08 in New York; both fire, as one tick, at
+        // 03:00 EDT.
+        assert_eq!(
+            next_n(
+                "0,30 2 * * *",
+                "America/New_York",
+                "2026-03-07T12:00:00Z",
+                3
+            ),
+            [
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-09T02:00:00-04:00",
+                "2026-03-09T02:30:00-04:00"
+            ]
+        );
+        // A range of minutes in Chatham's gap (02:45 -> 03:45 on 2026-09-27).
+        assert_eq!(
+            next_n("0-1 3 * * *", "Pacific/Chatham", "2026-09-26T00:00:00Z", 2),
+            ["2026-09-27T03:45:00+13:45", "2026-09-28T03:00:00+13:45"]
+        );
+    }
+
+    #[test]
+    fn minute_list_without_star_fires_once_in_a_repeated_hour_as_cronie() {
+        // 01:00-02:00 happens twice on 2026-11-01 in New York: the first pass only.
+        assert_eq!(
+            next_n(
+                "0,30 1 * * *",
+                "America/New_York",
+                "2026-11-01T04:00:00Z",
+                3
+            ),
+            [
+                "2026-11-01T01:00:00-04:00",
+                "2026-11-01T01:30:00-04:00",
+                "2026-11-02T01:00:00-05:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn hour_range_without_star_fires_once_in_a_repeated_hour_as_cronie() {
+        // 02:00-03:00 happens twice on 2026-10-25 in Berlin.
+        assert_eq!(
+            next_n("0 1-3 * * *", "Europe/Berlin", "2026-10-24T22:00:00Z", 4),
+            [
+                "2026-10-25T01:00:00+02:00",
+                "2026-10-25T02:00:00+02:00",
+                "2026-10-25T03:00:00+01:00",
+                "2026-10-26T01:00:00+01:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn latest_at_or_before_on_the_second_pass_of_a_repeat_sees_the_whole_first_pass() {
+        let new_york = parse_timezone("America/New_York").unwrap();
+        // 01:10 EST, on the second pass: a fixed-time job's newest tick is 01:30 EDT, a local
+        // time after 01:10 that already happened on the first pass.
+        let fixed = Schedule::parse("0,30 1 * * *", new_york).unwrap();
+        assert_eq!(
+            fixed.latest_at_or_before(utc("2026-11-01T06:10:00Z")),
+            Some(utc("2026-11-01T05:30:00Z"))
+        );
+        // A wildcard job fired again at 01:00 EST.
+        let wildcard = Schedule::parse("*/30 1 * * *", new_york).unwrap();
+        assert_eq!(
+            wildcard.latest_at_or_before(utc("2026-11-01T06:10:00Z")),
+            Some(utc("2026-11-01T06:00:00Z"))
+        );
+        // And on the first pass, at 01:45 EDT, the next tick is 01:00 EST, before 02:00 EST.
+        assert_eq!(
+            wildcard.next_after(utc("2026-11-01T05:45:00Z")),
+            Some(utc("2026-11-01T06:00:00Z"))
         );
     }
 

@@ -17,6 +17,7 @@ use chrono_tz::Tz;
 use toml::Spanned;
 use toml::de::{DeString, DeTable, DeValue};
 
+use crate::diag::{Position, Problem, Report, string_value_span};
 use crate::schedule::{Schedule, ScheduleError, parse_timezone};
 
 /// One task, validated: every field has its final value, defaults applied.
@@ -780,8 +781,8 @@ fn check_task(
     })
 }
 
-/// Narrows a schedule error to the field it blames when the string is written without escapes,
-/// so the caret points at `61` rather than at the whole expression.
+/// Narrows a schedule error to the field it blames, so the caret points at `61` rather than at
+/// the whole expression, wherever the string puts it (escapes, multi-line strings).
 fn schedule_error_span(
     text: &str,
     span: Range<usize>,
@@ -799,11 +800,6 @@ fn schedule_error_span(
     let ScheduleError::Field { field, .. } = error else {
         return span;
     };
-    let raw = text.get(span.clone()).unwrap_or_default();
-    if raw.len() < 2 || raw.get(1..raw.len() - 1) != Some(expression) {
-        return span;
-    }
-    let inner_start = span.start + 1;
     let mut fields = Vec::new();
     let mut start = None;
     for (i, ch) in expression
@@ -827,65 +823,11 @@ fn schedule_error_span(
         .position(|name| name == field)
         .and_then(|index| index.checked_sub(offset))
         .and_then(|index| fields.get(index))
-        .map_or(span, |field| {
-            inner_start + field.start..inner_start + field.end
-        })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shared with `config`: positions, problems, the checks of single TOML values, and rendering.
-
-/// Where a problem is: 1-based line and column (0 for the whole file), the line's text, and how
-/// many characters the caret line underlines.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Position {
-    pub line: usize,
-    pub column: usize,
-    pub width: usize,
-    pub snippet: String,
-}
-
-impl Position {
-    /// The position of byte range `span` of `text`.
-    pub(crate) fn of_span(text: &str, span: Range<usize>) -> Position {
-        let mut start = span.start.min(text.len());
-        while !text.is_char_boundary(start) {
-            start -= 1;
-        }
-        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-        let mut end = span.end.clamp(start, line_end);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        Position {
-            line: text[..start].matches('\n').count() + 1,
-            column: text[line_start..start].chars().count() + 1,
-            width: text[start..end].chars().count().max(1),
-            snippet: text[line_start..line_end]
-                .trim_end_matches('\r')
-                .to_string(),
-        }
-    }
-}
-
-/// One problem found in a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Problem {
-    pub position: Position,
-    pub message: String,
-    pub help: Option<String>,
+        .and_then(|field| string_value_span(text, span.clone(), expression, field.clone()))
+        .unwrap_or(span)
 }
 
 impl Problem {
-    pub(crate) fn whole_file(message: String, help: Option<String>) -> Problem {
-        Problem {
-            position: Position::default(),
-            message,
-            help,
-        }
-    }
-
     fn into_task_error(self, path: &Path, task: &Option<String>) -> TaskFileError {
         TaskFileError {
             path: path.to_path_buf(),
@@ -900,77 +842,8 @@ impl Problem {
     }
 }
 
-/// A problem ready to print, borrowed from whichever error type holds it.
-pub(crate) struct Report<'a> {
-    pub path: &'a Path,
-    pub line: usize,
-    pub column: usize,
-    pub width: usize,
-    pub snippet: &'a str,
-    pub message: &'a str,
-    pub help: Option<&'a str>,
-}
-
-impl Report<'_> {
-    /// The rustc-style block: message, `--> file:line:col`, the line with carets, help.
-    pub(crate) fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "error: {}", self.message)?;
-        if self.line == 0 {
-            write!(f, "  --> {}", self.path.display())?;
-            if let Some(help) = self.help {
-                write!(f, "\n   = help: {help}")?;
-            }
-            return Ok(());
-        }
-        let gutter = self.line.to_string().len() + 1;
-        let pad = " ".repeat(gutter);
-        writeln!(
-            f,
-            "{pad}--> {}:{}:{}",
-            self.path.display(),
-            self.line,
-            self.column
-        )?;
-        writeln!(f, "{pad} |")?;
-        if self.snippet.is_empty() {
-            writeln!(f, "{:>gutter$} |", self.line)?;
-        } else {
-            writeln!(f, "{:>gutter$} | {}", self.line, self.snippet)?;
-        }
-        // Keep tabs so the carets line up under tab-indented text.
-        let indent: String = self
-            .snippet
-            .chars()
-            .chain(std::iter::repeat(' '))
-            .take(self.column.saturating_sub(1))
-            .map(|c| if c == '\t' { '\t' } else { ' ' })
-            .collect();
-        write!(f, "{pad} | {indent}{}", "^".repeat(self.width.max(1)))?;
-        if let Some(help) = self.help {
-            write!(f, "\n{pad} = help: {help}")?;
-        }
-        Ok(())
-    }
-
-    /// `path:line:col: message (help)`, or `path: message (help)` for a whole-file problem.
-    pub(crate) fn one_line(&self) -> String {
-        let mut line = if self.line == 0 {
-            format!("{}: {}", self.path.display(), self.message)
-        } else {
-            format!(
-                "{}:{}:{}: {}",
-                self.path.display(),
-                self.line,
-                self.column,
-                self.message
-            )
-        };
-        if let Some(help) = self.help {
-            line.push_str(&format!(" ({help})"));
-        }
-        line
-    }
-}
+// ---------------------------------------------------------------------------------------------
+// Shared with `config`: the checks of single TOML values.
 
 /// The closest of `candidates` to `word`, when one is close enough to be a likely typo.
 pub(crate) fn closest<'a>(
@@ -1553,30 +1426,6 @@ fn is_valid_env_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn position_counts_characters_and_drops_carriage_returns() {
-        let text = "a = 1\r\nmot = \"é\" # ü\r\n";
-        let at = text.find('#').unwrap();
-        let position = Position::of_span(text, at..at + 1);
-        assert_eq!((position.line, position.column, position.width), (2, 11, 1));
-        assert_eq!(position.snippet, "mot = \"é\" # ü");
-    }
-
-    #[test]
-    fn position_at_end_of_file_is_past_the_last_line() {
-        let text = "a = 1\n";
-        let position = Position::of_span(text, text.len()..text.len());
-        assert_eq!((position.line, position.column, position.width), (2, 1, 1));
-        assert_eq!(position.snippet, "");
-    }
-
-    #[test]
-    fn span_across_lines_is_underlined_to_the_end_of_its_first_line() {
-        let text = "x = [\n  1,\n]\n";
-        let position = Position::of_span(text, 4..text.len() - 1);
-        assert_eq!((position.line, position.column, position.width), (1, 5, 1));
-    }
 
     #[test]
     fn shell_quote_leaves_plain_paths_alone() {

@@ -42,6 +42,22 @@ fn schedule_prints_instants_with_the_zone_offset_across_a_dst_gap() {
 }
 
 #[test]
+fn schedule_of_star_slash_two_day_of_month_with_monday_lists_mondays_on_odd_days_as_cronie() {
+    let output = run_zkcron(&[
+        "schedule",
+        "0 0 */2 * MON",
+        "--after",
+        "2026-01-01T00:00:00Z",
+        "-n",
+        "3",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    let days: Vec<&str> = text.lines().map(|line| &line[..10]).collect();
+    assert_eq!(days, ["2026-01-05", "2026-01-19", "2026-02-09"], "{text}");
+}
+
+#[test]
 fn schedule_defaults_to_utc_and_five_instants() {
     let output = run_zkcron(&["schedule", "@hourly", "--after", "2026-01-01T00:30:00Z"]);
     assert_eq!(output.status.code(), Some(0));

@@ -290,11 +290,12 @@ fn display_renders_like_rustc() {
         errors_of("schedule = \"@daily\"\ncommand = \"true\"\ntimezon = \"Europe/Berlin\"\n");
     let expected = "\
 error: unknown key `timezon`
-  --> /jobs/t.toml:3:1
-   |
- 3 | timezon = \"Europe/Berlin\"
-   | ^^^^^^^
-   = help: did you mean `timezone`?";
+ --> /jobs/t.toml:3:1
+  |
+3 | timezon = \"Europe/Berlin\"
+  | ^^^^^^^
+  |
+  = help: did you mean `timezone`?";
     assert_eq!(errors[0].to_string(), expected);
     assert_eq!(
         errors[0].one_line(),
@@ -309,8 +310,8 @@ fn display_of_whole_file_error_has_no_snippet() {
     let lines: Vec<&str> = rendered.lines().collect();
     assert_eq!(lines.len(), 3, "{rendered}");
     assert!(lines[0].starts_with("error: invalid task name \"Bad\""));
-    assert_eq!(lines[1], "  --> /jobs/Bad.toml");
-    assert_eq!(lines[2], "   = help: rename the file to `bad.toml`");
+    assert_eq!(lines[1], "--> /jobs/Bad.toml");
+    assert_eq!(lines[2], " = help: rename the file to `bad.toml`");
     assert!(
         errors[0]
             .one_line()
@@ -402,6 +403,99 @@ fn bad_schedule_field_points_at_the_field() {
     assert_error(error, 2, 15, "hour field \"25\" is invalid");
     assert!(error.message.contains("0-23"));
     assert_eq!(error.width, 2);
+}
+
+#[test]
+fn caret_after_cjk_and_emoji_on_the_same_line_is_under_the_offending_character() {
+    // The column counts characters, as rustc does; the caret lines up by display width: each of
+    // 日, 本, 語 and 🎉 takes two columns on a terminal, so `;` (character 21) is under column 25.
+    let errors = errors_of(&format!(
+        "{MINIMAL}description = \"日本語🎉\"; timezon = \"UTC\"\n"
+    ));
+    let error = only_error(&errors);
+    assert_error(error, 3, 21, "invalid TOML");
+    let expected = r#"
+ --> /jobs/t.toml:3:21
+  |
+3 | description = "日本語🎉"; timezon = "UTC"
+  |                         ^"#;
+    let rendered = error.to_string();
+    assert!(rendered.ends_with(expected), "{rendered}");
+}
+
+#[test]
+fn carets_under_and_after_wide_characters_in_a_value_follow_display_width() {
+    let errors = errors_of(&format!(
+        "{MINIMAL}retries = {{ attempts = \"日本🎉\", backoff = 5 }}\n"
+    ));
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert_error(&errors[0], 3, 24, "`retries.attempts` must be an integer");
+    assert_error(&errors[1], 3, 41, "`retries.backoff` must be a duration");
+    // Five characters, eight columns: eight carets under the string.
+    let expected = r#"
+3 | retries = { attempts = "日本🎉", backoff = 5 }
+  |                        ^^^^^^^^"#;
+    let rendered = errors[0].to_string();
+    assert!(rendered.ends_with(expected), "{rendered}");
+    // Character 41, column 45.
+    let expected = r#"
+3 | retries = { attempts = "日本🎉", backoff = 5 }
+  |                                            ^
+"#;
+    let rendered = errors[1].to_string();
+    assert!(rendered.contains(expected), "{rendered}");
+}
+
+#[test]
+fn caret_under_tab_indented_text_is_aligned() {
+    let errors = errors_of(&format!("{MINIMAL}\ttimezon = \"UTC\"\n"));
+    let error = only_error(&errors);
+    assert_error(error, 3, 2, "unknown key `timezon`");
+    // The tab is shown as four spaces, and the carets follow it.
+    let expected = r#"
+3 |     timezon = "UTC"
+  |     ^^^^^^^"#;
+    let rendered = error.to_string();
+    assert!(rendered.contains(expected), "{rendered}");
+}
+
+#[test]
+fn error_inside_a_multi_line_string_points_at_its_line_and_column() {
+    let errors = errors_of("command = \"true\"\nschedule = \"\"\"\n0 25 * * *\"\"\"\n");
+    let error = only_error(&errors);
+    assert_error(error, 3, 3, "hour field \"25\" is invalid");
+    assert_eq!(error.snippet, r#"0 25 * * *""""#);
+    let expected = r#"
+ --> /jobs/t.toml:3:3
+  |
+3 | 0 25 * * *"""
+  |   ^^"#;
+    let rendered = error.to_string();
+    assert!(rendered.ends_with(expected), "{rendered}");
+}
+
+#[test]
+fn error_inside_strings_with_line_continuations_or_escapes_points_at_the_field() {
+    for (text, line, column) in [
+        // A line-ending backslash drops the break and the indentation after it.
+        (
+            "command = \"true\"\nschedule = \"\"\"\\\n    0 \\\n  25 * * *\"\"\"\n",
+            4,
+            3,
+        ),
+        ("command = \"true\"\nschedule = '''\n0 25 * * *'''\n", 3, 3),
+        // `\u0030` is the minute `0`: six characters in the file for one in the value.
+        (
+            "command = \"true\"\nschedule = \"\\u0030 25 * * *\"\n",
+            2,
+            20,
+        ),
+    ] {
+        let errors = errors_of(text);
+        let error = only_error(&errors);
+        assert_error(error, line, column, "hour field \"25\" is invalid");
+        assert_eq!(error.width, 2, "{text:?}");
+    }
 }
 
 #[test]
@@ -959,11 +1053,11 @@ fn config_unknown_section_and_key_suggest_the_nearest() {
     assert_eq!(key.help.as_deref(), Some("did you mean `format`?"));
     let rendered = error.to_string();
     assert!(
-        rendered.contains("  --> /etc/zkcron/zkcron.toml:5:1\n"),
+        rendered.contains(" --> /etc/zkcron/zkcron.toml:5:1\n"),
         "{rendered}"
     );
     assert!(
-        rendered.contains(" 5 | formt = \"json\"\n   | ^^^^^\n"),
+        rendered.contains("5 | formt = \"json\"\n  | ^^^^^\n"),
         "{rendered}"
     );
     assert_eq!(
