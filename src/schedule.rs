@@ -440,8 +440,10 @@ fn cronie_fields(fields: &[&str]) -> Result<Vec<String>, ScheduleError> {
         .iter()
         .enumerate()
         .map(|(index, field)| {
-            if index + offset == 5 && field.starts_with('+') {
-                let (name, allowed) = FIELDS[5];
+            if (index + offset == 5 && field.starts_with('+'))
+                || has_name_of_another_field(index + offset, field)
+            {
+                let (name, allowed) = FIELDS[index + offset];
                 return Err(ScheduleError::Field {
                     field: name,
                     value: field.to_string(),
@@ -458,6 +460,25 @@ fn cronie_fields(fields: &[&str]) -> Result<Vec<String>, ScheduleError> {
             Ok(parts.join(","))
         })
         .collect()
+}
+
+const MONTH_NAMES: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// Whether `field` (at `index` of the six fields) holds a month name outside the month field or
+/// a day name outside the day-of-week field. croner replaces names wherever they stand, so it
+/// would read `0 0 * SAT *` as June; cronie refuses it, and so does zkcron.
+fn has_name_of_another_field(index: usize, field: &str) -> bool {
+    field
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|word| word.len() == 3)
+        .map(str::to_ascii_uppercase)
+        .any(|word| {
+            (index != 4 && MONTH_NAMES.contains(&word.as_str()))
+                || (index != 5 && DAY_NAMES.contains(&word.as_str()))
+        })
 }
 
 /// Finds the first field that croner refuses on its own, by parsing it with every other field
@@ -757,6 +778,33 @@ mod tests {
                 .starts_with("day-of-week field \"+MON\" is invalid"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_day_name_in_the_month_field_is_refused_not_read_as_june() {
+        let error = Schedule::parse("0 0 * SAT *", Tz::UTC).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("month field \"SAT\" is invalid"),
+            "{error}"
+        );
+        let error = Schedule::parse("0 0 * * JAN", Tz::UTC).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("day-of-week field \"JAN\" is invalid"),
+            "{error}"
+        );
+        let error = Schedule::parse("0 mon * * *", Tz::UTC).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("hour field \"mon\" is invalid"),
+            "{error}"
+        );
+        // Names in their own fields, in any case, still work.
+        assert!(Schedule::parse("0 0 * jan-Mar sat,SUN", Tz::UTC).is_ok());
     }
 
     #[test]
