@@ -152,6 +152,86 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     });
 }
 
+/// Rewrites `jobs.d/<name>.toml` every 100 ms from a thread (atomically, as config management
+/// does) for at most a minute, so that the daemon's jobs dir never goes quiet. Stops and joins
+/// the thread on drop, so a failing test leaves no writer behind.
+struct BusyWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BusyWriter {
+    fn start(scratch: &Scratch, name: &str) -> BusyWriter {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let jobs = scratch.jobs();
+        let name = name.to_string();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            for i in 0..600 {
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                let temp = jobs.join(format!(".{name}.tmp"));
+                let text = format!(
+                    "description = \"rewrite {i}\"\nschedule = \"@yearly\"\ncommand = \"true\"\n"
+                );
+                std::fs::write(&temp, text).unwrap();
+                std::fs::rename(&temp, jobs.join(format!("{name}.toml"))).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        BusyWriter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for BusyWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Regression: a file rewritten every 100 ms kept the main loop in its debounce loop, so a new
+/// task was never loaded.
+#[test]
+fn given_a_file_rewritten_every_100ms_when_a_task_is_added_then_it_is_loaded_anyway() {
+    let scratch = Scratch::new();
+    let _daemon = scratch.start_daemon(&[]);
+    let _busy = BusyWriter::start(&scratch, "busy");
+    wait_for("the busy file to exist", LIMIT, || {
+        scratch.jobs().join("busy.toml").exists()
+    });
+    scratch.write_task(
+        "fresh",
+        &recording_task(&scratch, "* * * * * *", "fresh", "f", ""),
+    );
+    wait_for(
+        "the task added while another file is rewritten every 100 ms to fire",
+        Duration::from_secs(10),
+        || !scratch.lines("fresh").is_empty(),
+    );
+}
+
+/// Regression: a file rewritten every 100 ms kept the main loop in its debounce loop, so
+/// SIGTERM was never handled and the daemon had to be killed.
+#[test]
+fn given_a_file_rewritten_every_100ms_when_sigterm_arrives_then_the_daemon_exits_zero() {
+    let scratch = Scratch::new();
+    let mut daemon = scratch.start_daemon(&[]);
+    let _busy = BusyWriter::start(&scratch, "busy");
+    wait_for("the busy file to exist", LIMIT, || {
+        scratch.jobs().join("busy.toml").exists()
+    });
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
 #[test]
 fn given_one_bad_file_at_start_when_the_daemon_runs_then_the_valid_tasks_run_and_the_error_is_logged()
  {
