@@ -378,3 +378,29 @@ fn man_and_completions_report_an_unwritable_stdout() {
         assert!(!text.contains("panicked"), "{args:?}: {text}");
     }
 }
+
+/// Regression: an OS error was printed twice ("File exists (os error 17): File exists (os error
+/// 17)"), once in the error's message and once more as its source.
+#[test]
+fn run_prints_an_os_error_once() {
+    let scratch = Scratch::new();
+    let state = scratch.path().join("state");
+    std::fs::create_dir(state.join("zkcron.lock")).unwrap();
+    let output = run_zkcron(&[
+        "run",
+        "--jobs-dir",
+        scratch.jobs().to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "cannot open lock file {}: Is a directory (os error 21)\n",
+            state.join("zkcron.lock").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error").count(), 1, "{err}");
+}

@@ -118,7 +118,7 @@ pub struct LocalCoordinator {
 impl LocalCoordinator {
     /// Opens (creating if needed) the state dir, takes its lock and reads the records.
     pub fn open(state_dir: &Path) -> Result<LocalCoordinator, CoordError> {
-        let io = |context: String| move |source| CoordError::Io { context, source };
+        let io = |context: String| move |error| CoordError::Io { context, error };
         fs::create_dir_all(state_dir).map_err(io(format!(
             "cannot create state dir {}",
             state_dir.display()
@@ -206,7 +206,7 @@ impl LocalCoordinator {
                 "cannot record the change of task {} in the journal",
                 change.task
             ),
-            source: std::io::Error::other(detail),
+            error: std::io::Error::other(detail),
         };
         self.writer
             .send(PendingWrite {
@@ -237,10 +237,10 @@ fn read_state(state_dir: &Path) -> Result<(HashMap<String, TaskRecord>, usize), 
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-        Err(source) => {
+        Err(error) => {
             return Err(CoordError::Io {
                 context: format!("cannot read {}", snapshot_path.display()),
-                source,
+                error,
             });
         }
     };
@@ -248,19 +248,19 @@ fn read_state(state_dir: &Path) -> Result<(HashMap<String, TaskRecord>, usize), 
     let journal = match File::open(&journal_path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((records, 0)),
-        Err(source) => {
+        Err(error) => {
             return Err(CoordError::Io {
                 context: format!("cannot read {}", journal_path.display()),
-                source,
+                error,
             });
         }
     };
     let mut lines = 0;
     let mut bad = 0;
     for line in std::io::BufReader::new(journal).split(b'\n') {
-        let line = line.map_err(|source| CoordError::Io {
+        let line = line.map_err(|error| CoordError::Io {
             context: format!("cannot read {}", journal_path.display()),
-            source,
+            error,
         })?;
         lines += 1;
         match serde_json::from_slice::<Change>(&line) {
