@@ -17,6 +17,7 @@ use crate::config::{self, Config};
 use crate::coord::local::LocalCoordinator;
 use crate::coord::zk::{ZkCoordinator, ZkSettings};
 use crate::daemon::{self, Daemon, DaemonConfig};
+use crate::files::PathProblem;
 use crate::schedule::{self, Schedule};
 use crate::task::{self, Identity, LoadedDir, TaskDefaults};
 
@@ -201,11 +202,13 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let jobs_dir = args
         .jobs_dir
         .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
-    if !jobs_dir.is_dir() {
-        anyhow::bail!(
-            "the jobs dir {} does not exist; create it, or point --jobs-dir or [scheduler].jobs_dir at your task files",
-            jobs_dir.display()
-        );
+    let identity = Identity::current();
+    let problems = crate::files::check_jobs_dir(&jobs_dir, &identity);
+    if !problems.is_empty() {
+        for problem in &problems {
+            eprintln!("{problem}\n");
+        }
+        anyhow::bail!("not starting: the jobs dir cannot be trusted");
     }
     let state_dir = args
         .state_dir
@@ -214,7 +217,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         jobs_dir,
         node_id: node_id(args.node_id, &config),
         shutdown_grace: config.scheduler.shutdown_grace,
-        task_defaults: config.task_defaults(Identity::current()),
+        task_defaults: config.task_defaults(identity),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -281,18 +284,31 @@ fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let defaults = config.task_defaults(Identity::current());
-    let paths = if args.paths.is_empty() {
-        vec![config.jobs_dir_or_default(config_path.as_deref())]
+    let loads = if args.paths.is_empty() {
+        let jobs_dir = config.jobs_dir_or_default(config_path.as_deref());
+        vec![task::load_jobs_dir(&jobs_dir, &defaults)]
     } else {
         args.paths
+            .iter()
+            .map(|path| load_path(path, &defaults))
+            .collect()
     };
-    for path in &paths {
-        let loaded = load_path(path, &defaults)?;
-        tasks += loaded.tasks.len();
-        for error in &loaded.errors {
-            eprintln!("{error}\n");
+    for load in loads {
+        match load {
+            Ok(loaded) => {
+                tasks += loaded.tasks.len();
+                for error in &loaded.errors {
+                    eprintln!("{error}\n");
+                }
+                errors += loaded.errors.len();
+            }
+            Err(problems) => {
+                for problem in &problems {
+                    eprintln!("{problem}\n");
+                }
+                errors += problems.len();
+            }
         }
-        errors += loaded.errors.len();
     }
     if errors > 0 {
         println!("zkcron: {errors} error(s); {tasks} valid task(s)");
@@ -303,13 +319,22 @@ fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Loads a task file or a directory of them.
-fn load_path(path: &Path, defaults: &TaskDefaults) -> anyhow::Result<LoadedDir> {
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if metadata.is_dir() {
-        return task::load_jobs_dir(path, defaults)
-            .with_context(|| format!("cannot read the directory {}", path.display()));
+/// Loads a task file or a directory of them (whatever is at `path` that is not a directory is
+/// read as a task file, which names what it is when it is not one).
+fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return task::load_jobs_dir(path, defaults);
+    }
+    if let Err(error) = std::fs::symlink_metadata(path) {
+        let message = match error.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            _ => format!("cannot read it: {error}"),
+        };
+        return Err(vec![PathProblem {
+            path: path.to_path_buf(),
+            message,
+            help: None,
+        }]);
     }
     let mut loaded = LoadedDir::default();
     match task::load_task_file(path, defaults) {
@@ -345,7 +370,15 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
     let jobs_dir = args
         .jobs_dir
         .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
-    let loaded = load_path(&jobs_dir, &config.task_defaults(Identity::current()))?;
+    let loaded = match task::load_jobs_dir(&jobs_dir, &config.task_defaults(Identity::current())) {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            for problem in &problems {
+                eprintln!("{problem}\n");
+            }
+            return Ok(ExitCode::from(1));
+        }
+    };
     let now = daemon::wall_clock();
     let width = loaded
         .tasks

@@ -312,17 +312,24 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Reads and parses the config file at `path`.
+/// Config files larger than this are refused unread.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The rules the config file is read by: like a task file, but a symlink is followed (the
+/// config is read once at start, so a change of its target cannot go unnoticed).
+const CONFIG_FILE: crate::files::FileRules = crate::files::FileRules {
+    noun: "config file",
+    limit: MAX_CONFIG_FILE_BYTES,
+    follow_symlinks: true,
+    not_regular_help: "point --config at a regular file, like /etc/zkcron/zkcron.toml",
+    too_large_help: "a config file needs a few hundred bytes; is --config pointing at the right file?",
+};
+
+/// Reads and parses the config file at `path`, with the bounded, non-blocking reader of task
+/// files: a FIFO, a device or a huge file is refused, never waited on or read to the end.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|error| {
-        ConfigError::new(
-            path,
-            vec![Problem::whole_file(
-                format!("cannot read the config file: {error}"),
-                None,
-            )],
-        )
-    })?;
+    let (bytes, _) = crate::files::read_regular(path, &CONFIG_FILE, &Identity::current())
+        .map_err(|problem| ConfigError::new(path, vec![problem]))?;
     let text = decode_utf8(bytes).map_err(|problem| ConfigError::new(path, vec![problem]))?;
     parse_config(path, &text)
 }

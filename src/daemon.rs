@@ -267,12 +267,16 @@ impl<C: Coordinator> Daemon<C> {
         let loaded =
             match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
                 Ok(Ok(loaded)) => loaded,
-                Ok(Err(error)) => {
-                    tracing::error!(
-                        jobs_dir = %self.config.jobs_dir.display(),
-                        "cannot read the jobs dir ({error}); keeping the {} loaded tasks",
-                        self.tasks.len()
-                    );
+                Ok(Err(problems)) => {
+                    // As for a broken file: the last good tasks keep running.
+                    for problem in problems {
+                        tracing::error!(
+                            jobs_dir = %self.config.jobs_dir.display(),
+                            "jobs dir refused, keeping the {} loaded tasks: {}",
+                            self.tasks.len(),
+                            problem.one_line()
+                        );
+                    }
                     return;
                 }
                 Err(join_error) => {

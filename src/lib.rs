@@ -5,6 +5,8 @@
 //! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
 //! - [`config`]: the node configuration `zkcron.toml`.
+//! - [`files`]: what zkcron trusts on disk (owners, modes, symlinks, parents) and the bounded,
+//!   non-blocking reader of task and config files.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
 //! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
@@ -20,6 +22,7 @@ pub mod config;
 pub mod coord;
 pub mod daemon;
 pub mod executor;
+pub mod files;
 pub mod logging;
 pub mod manual;
 pub mod plan;

@@ -7,9 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,6 +15,7 @@ use chrono_tz::Tz;
 use toml::Spanned;
 use toml::de::{DeString, DeTable, DeValue};
 
+use crate::files::{self, PathProblem};
 use crate::schedule::{Schedule, ScheduleError, parse_timezone};
 
 /// One task, validated: every field has its final value, defaults applied.
@@ -256,7 +255,7 @@ pub fn is_valid_task_name(name: &str) -> bool {
 }
 
 /// Why a directory entry is skipped on purpose, as cron skips it; `None` when it is a task-file
-/// candidate. Looks at the name first and only then at the file system (for directories).
+/// candidate. Looks at the name only: whatever has a task file's name is loaded or reported.
 pub fn ignore_reason(path: &Path) -> Option<&'static str> {
     let Some(name) = path.file_name() else {
         return Some("not a file name");
@@ -283,18 +282,29 @@ pub fn ignore_reason(path: &Path) -> Option<&'static str> {
     if !name.ends_with(".toml") {
         return Some("not a .toml file");
     }
-    if path.is_dir() {
-        return Some("directory");
-    }
     None
 }
 
-/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read;
-/// a bad file lands in `errors` and does not stop the others.
-pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> std::io::Result<LoadedDir> {
+/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read
+/// or cannot be trusted ([`files::check_jobs_dir`]); a bad file lands in `errors` and does not
+/// stop the others. Whatever has a task file's name but is no regular file (a directory, a FIFO,
+/// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
+/// task that does not run.
+pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    let problems = files::check_jobs_dir(dir, &defaults.identity);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let cannot_read = |error: std::io::Error| {
+        vec![PathProblem {
+            path: dir.to_path_buf(),
+            message: format!("cannot read the jobs dir: {error}"),
+            help: None,
+        }]
+    };
     let mut loaded = LoadedDir::default();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
+        let path = entry.map_err(cannot_read)?.path();
         if let Some(reason) = ignore_reason(&path) {
             loaded.ignored.push((path, reason));
             continue;
@@ -439,66 +449,51 @@ fn name_problem(name: &str) -> Option<Problem> {
     ))
 }
 
-/// Opens and reads a task file, checking what cron checks. Returns the text when it could be
-/// read and decoded (even if a permission check failed, so content errors are reported too), and
-/// the problems found.
+/// The rules task files are read by.
+const TASK_FILE: files::FileRules = files::FileRules {
+    noun: "task file",
+    limit: MAX_TASK_FILE_BYTES,
+    // A link is checked by `files::resolve_task_link`, and its target opened instead.
+    follow_symlinks: false,
+    not_regular_help: "zkcron loads regular files named NAME.toml (and symbolic links to them in \
+                       the same directory) and does not look into subdirectories: remove it, or \
+                       rename it so that its name does not end in .toml",
+    too_large_help: "a task file holds one task; move large scripts into their own files and run \
+                     them from `command`",
+};
+
+/// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the
+/// text when it could be read and decoded (even if a permission check failed, so content errors
+/// are reported too), and the problems found.
 fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Problem>) {
     let mut problems = Vec::new();
-    // Non-blocking so that a FIFO named like a task file cannot hang the loader; the checks
-    // below use fstat of the opened file, so they see the symlink's target and cannot race
-    // with a rename.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path);
-    let file = match file {
-        Ok(file) => file,
-        Err(error) => {
-            problems.push(Problem::whole_file(
-                format!("cannot open the file: {error}"),
-                None,
-            ));
+    let mut read_from = path.to_path_buf();
+    match std::fs::symlink_metadata(path) {
+        Ok(link) if link.file_type().is_symlink() => {
+            match files::resolve_task_link(path, &link, identity) {
+                Ok((target, link_problems)) => {
+                    problems.extend(link_problems);
+                    read_from = target;
+                }
+                Err(problem) => return (None, vec![problem]),
+            }
+        }
+        // Anything else, and an error, is for the reader to describe.
+        _ => {}
+    }
+    let (bytes, meta) = match files::read_regular(&read_from, &TASK_FILE, identity) {
+        Ok(read) => read,
+        Err(problem) => {
+            problems.push(problem);
             return (None, problems);
         }
     };
-    let meta = match file.metadata() {
-        Ok(meta) => meta,
-        Err(error) => {
-            problems.push(Problem::whole_file(
-                format!("cannot inspect the file: {error}"),
-                None,
-            ));
-            return (None, problems);
-        }
-    };
-    if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
-        problems.push(Problem::whole_file(format!("the path is {what}"), None));
-        return (None, problems);
-    }
-    if meta.len() > MAX_TASK_FILE_BYTES {
-        problems.push(too_large(meta.len()));
-        return (None, problems);
-    }
-    problems.extend(permission_problems(path, &meta, identity));
-
-    let mut bytes = Vec::new();
-    if let Err(error) = file.take(MAX_TASK_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        problems.push(Problem::whole_file(
-            format!("cannot read the file: {error}"),
-            None,
-        ));
-        return (None, problems);
-    }
-    if bytes.len() as u64 > MAX_TASK_FILE_BYTES {
-        // It grew after the size check.
-        problems.push(too_large(bytes.len() as u64));
-        return (None, problems);
-    }
+    problems.extend(files::file_permission_problems(
+        path,
+        &meta,
+        identity,
+        "the command it runs",
+    ));
     match decode_utf8(bytes) {
         Ok(text) => (Some(text), problems),
         Err(problem) => {
@@ -508,62 +503,8 @@ fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Prob
     }
 }
 
-fn too_large(size: u64) -> Problem {
-    Problem::whole_file(
-        format!("the file is {size} bytes; task files are limited to 1 MiB ({MAX_TASK_FILE_BYTES} bytes)"),
-        Some("a task file holds one task; move large scripts into their own files and run them from `command`".into()),
-    )
-}
-
-/// What cron refuses: files others could write, and files not owned by whoever zkcron runs as
-/// (root, or the daemon's own user when it is not root).
-fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identity) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let mode = meta.mode() & 0o7777;
-    let writable_by = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-        (true, true) => Some("group- and world-writable"),
-        (true, false) => Some("group-writable"),
-        (false, true) => Some("world-writable"),
-        (false, false) => None,
-    };
-    if let Some(writable_by) = writable_by {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is {writable_by} (mode {mode:04o}), so other users could change the \
-                 command it runs; zkcron refuses it, as cron does"
-            ),
-            Some(format!("run `chmod go-w {}`", shell_quote(path))),
-        ));
-    }
-    let owner = meta.uid();
-    if identity.is_root() && owner != 0 {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is owned by {}, not root, so that user could change the command root runs",
-                describe_uid(owner)
-            ),
-            Some(format!("run `chown root:root {}`", shell_quote(path))),
-        ));
-    } else if !identity.is_root() && owner != identity.uid && owner != 0 {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is owned by {}, neither by {:?} (who runs zkcron) nor by root, so that \
-                 user could change the command zkcron runs",
-                describe_uid(owner),
-                identity.user_name
-            ),
-            Some(format!(
-                "run `chown {} {}` as root",
-                identity.user_name,
-                shell_quote(path)
-            )),
-        ));
-    }
-    problems
-}
-
 /// `path` as a shell word, so the fix commands in help lines can be pasted as they are.
-fn shell_quote(path: &Path) -> String {
+pub(crate) fn shell_quote(path: &Path) -> String {
     let text = path.display().to_string();
     let plain = !text.is_empty()
         && text
@@ -573,14 +514,6 @@ fn shell_quote(path: &Path) -> String {
         text
     } else {
         format!("'{}'", text.replace('\'', "'\\''"))
-    }
-}
-
-/// "uid 65534 (nobody)", or "uid 4242" when the uid has no name here.
-fn describe_uid(uid: u32) -> String {
-    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        Ok(Some(user)) => format!("uid {uid} ({})", user.name),
-        _ => format!("uid {uid}"),
     }
 }
 
