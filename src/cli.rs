@@ -15,9 +15,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::LocalCoordinator;
-use crate::coord::zk::{ZkCoordinator, ZkSettings};
-use crate::daemon::{self, Daemon, DaemonConfig};
+use crate::coord::zk::ZkCoordinator;
+use crate::daemon::{self, Daemon};
 use crate::files::PathProblem;
+use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
 use crate::task::{self, Identity, LoadedDir, TaskDefaults};
 
@@ -188,71 +189,52 @@ fn resolve_config(args: &ConfigArgs) -> anyhow::Result<(Config, Option<PathBuf>)
     }
 }
 
-fn node_id(flag: Option<String>, config: &Config) -> String {
-    flag.or_else(|| config.node.id.clone()).unwrap_or_else(|| {
-        nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "localhost".to_string())
-    })
+/// The host name, the node id when neither `--node-id` nor `[node].id` names one.
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (config, config_path) = resolve_config(&args.config)?;
-    crate::logging::init(config.log.format);
-    let jobs_dir = args
-        .jobs_dir
-        .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
-    let identity = Identity::current();
-    let problems = crate::files::check_jobs_dir(&jobs_dir, &identity);
+    let flags = Overrides {
+        jobs_dir: args.jobs_dir,
+        state_dir: args.state_dir,
+        node_id: args.node_id,
+        zookeeper: args.zookeeper,
+        cluster: args.cluster,
+        node_version: args.node_version,
+    };
+    let plan = Plan::resolve(config, config_path, flags, Identity::current(), host_name);
+    // The checks `validate` makes: what it reports, `run` refuses to start with.
+    let problems = preflight::check_for_run(&plan);
     if !problems.is_empty() {
         for problem in &problems {
             eprintln!("{problem}\n");
         }
-        anyhow::bail!("not starting: the jobs dir cannot be trusted");
+        eprintln!(
+            "zkcron: not starting: {} error(s) (`zkcron validate` reports the same)",
+            problems.len()
+        );
+        return Ok(ExitCode::from(1));
     }
-    let state_dir = args
-        .state_dir
-        .unwrap_or_else(|| config.state_dir_or_default());
-    let daemon_config = DaemonConfig {
-        jobs_dir,
-        node_id: node_id(args.node_id, &config),
-        shutdown_grace: config.scheduler.shutdown_grace,
-        task_defaults: config.task_defaults(identity),
-    };
+    crate::logging::init(plan.config.log.format);
+    let daemon_config = plan.daemon_config();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let backend = match args.zookeeper {
-        Some(_) => Backend::Zookeeper,
-        None => config.coordination.backend,
-    };
-    match backend {
+    match plan.backend {
         Backend::Local => runtime.block_on(async {
-            let coordinator = LocalCoordinator::open(&state_dir)?;
-            tracing::info!(backend = "local", state_dir = %state_dir.display(), "coordination backend ready");
+            let coordinator = LocalCoordinator::open(&plan.state_dir)?;
+            tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
             Daemon::new(daemon_config, Arc::new(coordinator)).run().await
         })?,
         Backend::Zookeeper => {
-            let section = &config.coordination.zookeeper;
-            let connect = args.zookeeper.or_else(|| section.connect.clone()).context(
-                "the zookeeper backend needs to know where ZooKeeper is: set \
-                 [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT",
-            )?;
-            let settings = ZkSettings {
-                connect,
-                cluster: args.cluster.unwrap_or_else(|| section.cluster.clone()),
-                session_timeout: section.session_timeout,
-                max_clock_skew: section.max_clock_skew,
-                node_id: daemon_config.node_id.clone(),
-                release: args
-                    .node_version
-                    .or_else(|| config.node.version.clone())
-                    .unwrap_or_else(|| {
-                        semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
-                    }),
-                labels: config.node.labels.clone(),
-            };
+            let settings = plan
+                .zk_settings()
+                .context("checked above: the zookeeper backend has a connect string")?;
             runtime.block_on(async {
                 let coordinator =
                     ZkCoordinator::start(settings.clone()).map_err(|e| anyhow::anyhow!(e))?;
@@ -275,15 +257,30 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut errors = 0usize;
     let mut tasks = 0usize;
+    let identity = Identity::current();
     let (config, config_path) = match resolve_config(&args.config) {
-        Ok(found) => found,
+        Ok((config, config_path)) => {
+            let plan = Plan::resolve(
+                config,
+                config_path,
+                Overrides::default(),
+                identity.clone(),
+                host_name,
+            );
+            // What `run` would refuse to start with; the jobs dir is checked by loading it.
+            for problem in preflight::check(&plan) {
+                eprintln!("{problem}\n");
+                errors += 1;
+            }
+            (plan.config, plan.config_path)
+        }
         Err(error) => {
             eprintln!("{error:#}\n");
             errors += 1;
             (Config::default(), None)
         }
     };
-    let defaults = config.task_defaults(Identity::current());
+    let defaults = config.task_defaults(identity);
     let loads = if args.paths.is_empty() {
         let jobs_dir = config.jobs_dir_or_default(config_path.as_deref());
         vec![task::load_jobs_dir(&jobs_dir, &defaults)]

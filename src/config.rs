@@ -539,14 +539,11 @@ fn zookeeper_section(
             }
             "session_timeout" => {
                 if let Some(timeout) = c.duration(q, value) {
-                    if timeout < Duration::from_secs(1) {
-                        c.report(
-                            value.span(),
-                            format!("`{q}` must be at least 1s"),
-                            Some("ZooKeeper needs a few of its ticks per session; 10s is a good start".into()),
-                        );
-                    } else {
-                        into.session_timeout = timeout;
+                    match crate::coord::zk::session_timeout_problem(timeout) {
+                        Some((message, help)) => {
+                            c.report(value.span(), format!("`{q}`: {message}"), Some(help))
+                        }
+                        None => into.session_timeout = timeout,
                     }
                 }
             }

@@ -14,6 +14,7 @@
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
+//! - [`preflight`]: what `run` needs before it starts, checked the same way by `validate`.
 //! - [`cli`]: the `zkcron` command line.
 //! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
@@ -26,6 +27,7 @@ pub mod files;
 pub mod logging;
 pub mod manual;
 pub mod plan;
+pub mod preflight;
 pub mod schedule;
 pub mod service;
 pub mod task;

@@ -683,6 +683,25 @@ fn check_task(
         Some(value) => c.command(value),
     };
 
+    if let (Some(command), Some(value)) = (&command, command_value) {
+        let size = exec_size(command, &env);
+        if size > MAX_EXEC_BYTES {
+            c.report(
+                value.span(),
+                format!(
+                    "`command` and `env` take {size} bytes as the program's arguments and \
+                     environment (each string with its NUL and an 8-byte pointer, plus {} bytes \
+                     kept for the variables zkcron sets); Linux allows at most {} bytes ({} MiB, \
+                     a quarter of the usual 8 MiB stack limit), so every run would fail",
+                    ZKCRON_ENV_BYTES,
+                    MAX_EXEC_BYTES,
+                    MAX_EXEC_BYTES >> 20
+                ),
+                Some("pass large data in a file, and run a script that reads it".into()),
+            );
+        }
+    }
+
     let user = c.effective_user(user, defaults);
     let group = c.group(group, &defaults.identity);
 
@@ -1232,7 +1251,12 @@ impl<'a> Checker<'a> {
         let mut env = BTreeMap::new();
         for (name, item) in self.string_map("env", value, "{ PGHOST = \"db1\" }") {
             let text = name.get_ref();
-            if !is_valid_env_name(text) {
+            // The child gets it as one `NAME=value` string.
+            let entry_len = text.len() + 1 + item.len();
+            if too_long_for_exec(entry_len) {
+                let (message, help) = arg_too_long(&format!("`env.{text}`"), entry_len);
+                self.report(name.span(), message, Some(help));
+            } else if !is_valid_env_name(text) {
                 self.report(
                     name.span(),
                     format!("`{text}` is not a valid environment variable name"),
@@ -1270,7 +1294,14 @@ impl<'a> Checker<'a> {
                 );
                 None
             }
-            DeValue::String(s) => Some(CommandLine::Shell(s.to_string())),
+            DeValue::String(s) => {
+                if too_long_for_exec(s.len()) {
+                    let (message, help) = arg_too_long("`command`", s.len());
+                    self.report(value.span(), message, Some(help));
+                    return None;
+                }
+                Some(CommandLine::Shell(s.to_string()))
+            }
             DeValue::Array(items) => {
                 if items.is_empty() {
                     self.report(
@@ -1281,7 +1312,7 @@ impl<'a> Checker<'a> {
                     return None;
                 }
                 let mut argv = Vec::new();
-                for item in items.iter() {
+                for (index, item) in items.iter().enumerate() {
                     match item.get_ref().as_str() {
                         Some(s) if s.contains('\0') => {
                             self.report(
@@ -1289,6 +1320,11 @@ impl<'a> Checker<'a> {
                                 "`command` contains a NUL character".into(),
                                 None,
                             );
+                        }
+                        Some(s) if too_long_for_exec(s.len()) => {
+                            let what = format!("element {} of `command`", index + 1);
+                            let (message, help) = arg_too_long(&what, s.len());
+                            self.report(item.span(), message, Some(help));
                         }
                         Some(s) => argv.push(s.to_string()),
                         None => {
@@ -1455,12 +1491,16 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn user_exists(name: &str) -> nix::Result<bool> {
+pub(crate) fn user_exists(name: &str) -> nix::Result<bool> {
     nix::unistd::User::from_name(name).map(|u| u.is_some())
 }
 
 /// The message and help when a user or group cannot be found on this host.
-fn missing_account(kind: &str, name: &str, exists: nix::Result<bool>) -> Option<(String, String)> {
+pub(crate) fn missing_account(
+    kind: &str,
+    name: &str,
+    exists: nix::Result<bool>,
+) -> Option<(String, String)> {
     match exists {
         Ok(true) => None,
         Ok(false) => Some((
@@ -1472,6 +1512,54 @@ fn missing_account(kind: &str, name: &str, exists: nix::Result<bool>) -> Option<
             "check the host's user database (NSS)".to_string(),
         )),
     }
+}
+
+/// Linux refuses to start a program (E2BIG) when one of its arguments or environment strings,
+/// with its terminating NUL, is longer than this: `MAX_ARG_STRLEN`, 32 pages of 4 KiB.
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+
+/// Linux refuses to start a program when its arguments and environment (the strings with their
+/// NULs, and a pointer to each) take more than this: a quarter of the stack limit, which is
+/// usually 8 MiB.
+pub const MAX_EXEC_BYTES: usize = 2 * 1024 * 1024;
+
+/// What the variables zkcron sets itself may take of [`MAX_EXEC_BYTES`] (`PATH`, `HOME` up to
+/// `PATH_MAX`, `ZKCRON_*`, ...).
+const ZKCRON_ENV_BYTES: usize = 8 * 1024;
+
+/// Whether Linux would refuse a string of `len` bytes as an argument or environment string.
+fn too_long_for_exec(len: usize) -> bool {
+    len + 1 > MAX_ARG_BYTES
+}
+
+/// The message and help for a string of `len` bytes that a run would pass to the program
+/// (`what`) and that is over [`MAX_ARG_BYTES`].
+fn arg_too_long(what: &str, len: usize) -> (String, String) {
+    (
+        format!(
+            "{what} is {len} bytes; Linux refuses to start a program with any single argument or \
+             environment string over 128 KiB ({} bytes and its NUL), so every run would fail",
+            MAX_ARG_BYTES - 1
+        ),
+        "put the script or data in a file, and run that file: command = [\"/usr/local/bin/job\"]"
+            .into(),
+    )
+}
+
+/// The bytes a run of `command` with `env` takes as the program's arguments and environment,
+/// counted as Linux counts them, with room for the variables zkcron sets.
+fn exec_size(command: &CommandLine, env: &BTreeMap<String, String>) -> usize {
+    const POINTER: usize = std::mem::size_of::<usize>();
+    let string = |len: usize| len + 1 + POINTER;
+    let argv: usize = match command {
+        CommandLine::Shell(script) => string("/bin/sh".len()) + string(2) + string(script.len()),
+        CommandLine::Argv(argv) => argv.iter().map(|arg| string(arg.len())).sum(),
+    };
+    let env: usize = env
+        .iter()
+        .map(|(name, value)| string(name.len() + 1 + value.len()))
+        .sum();
+    argv + env + ZKCRON_ENV_BYTES
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`: what shells accept as a variable name.

@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::{Scratch, process_alive, wait_for};
@@ -230,6 +231,132 @@ fn given_a_file_rewritten_every_100ms_when_sigterm_arrives_then_the_daemon_exits
     });
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// `run` says of each entry named like a task file that it cannot load what it is, as
+/// `validate` does, and loads the rest.
+#[test]
+fn given_odd_entries_named_like_task_files_when_the_daemon_loads_them_then_each_is_named() {
+    let scratch = Scratch::new();
+    let jobs = scratch.jobs();
+    scratch.write_task(
+        "good",
+        &recording_task(&scratch, "* * * * * *", "good", "g", ""),
+    );
+    std::fs::create_dir(jobs.join("subdir.toml")).unwrap();
+    nix::unistd::mkfifo(
+        &jobs.join("fifo.toml"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(jobs.join("socket.toml")).unwrap();
+    std::os::unix::fs::symlink("gone", jobs.join("dangling.toml")).unwrap();
+    std::os::unix::fs::symlink("loop.toml", jobs.join("loop.toml")).unwrap();
+    scratch.write_task(
+        "huge",
+        &format!(
+            "schedule = \"@daily\"\ncommand = \"{}\"\n",
+            "x".repeat(200_000)
+        ),
+    );
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("the good task to fire", LIMIT, || {
+        !scratch.lines("good").is_empty()
+    });
+    let log = daemon.log();
+    for (name, message) in [
+        ("subdir", "a directory, not a task file"),
+        ("fifo", "a named pipe (FIFO), not a task file"),
+        ("socket", "a socket, not a task file"),
+        ("dangling", "a symbolic link to gone, which does not exist"),
+        ("loop", "a symbolic link that loops"),
+        (
+            "huge",
+            "`command` is 200000 bytes; Linux refuses to start a program",
+        ),
+    ] {
+        let path = jobs.join(format!("{name}.toml"));
+        assert!(
+            log.lines()
+                .any(|l| l.contains("invalid task file, not loaded")
+                    && l.contains(&format!("{}", path.display()))
+                    && l.contains(message)),
+            "no line for {name} ({message:?}) in:\n{log}"
+        );
+    }
+}
+
+/// A jobs dir that turns unsafe is treated like a broken file: the last good tasks keep
+/// running, the refusal is logged with its fix, and nothing new is loaded until it is fixed.
+#[test]
+fn given_a_jobs_dir_made_world_writable_when_reloading_then_the_last_good_tasks_keep_running() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "steady",
+        &recording_task(&scratch, "* * * * * *", "steady", "s", ""),
+    );
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("the task to fire", LIMIT, || {
+        !scratch.lines("steady").is_empty()
+    });
+    std::fs::set_permissions(scratch.jobs(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    scratch.write_task(
+        "planted",
+        &recording_task(&scratch, "* * * * * *", "planted", "p", ""),
+    );
+    daemon.wait_for_log("jobs dir refused, keeping the 1 loaded tasks", LIMIT);
+    assert!(
+        daemon.log().contains(&format!(
+            "the jobs dir is group- and world-writable (mode 0777), so other users could add \
+             tasks that zkcron runs; zkcron refuses it, as cron refuses such a directory (run \
+             `chmod go-w {}`)",
+            scratch.jobs().display()
+        )),
+        "{}",
+        daemon.log()
+    );
+    let before = scratch.lines("steady").len();
+    wait_for("the loaded task to keep firing", LIMIT, || {
+        scratch.lines("steady").len() >= before + 2
+    });
+    assert!(
+        scratch.lines("planted").is_empty(),
+        "loaded from an unsafe dir"
+    );
+
+    // Fixed: the next reload loads what is there.
+    std::fs::set_permissions(scratch.jobs(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    wait_for("the task added meanwhile to fire", LIMIT, || {
+        !scratch.lines("planted").is_empty()
+    });
+}
+
+/// A symlinked task file may point only into its own directory, so that the directory watch
+/// sees its target change; editing the target reloads the task.
+#[test]
+fn given_a_task_file_symlinked_to_a_file_in_jobs_d_when_the_target_is_edited_then_it_reloads() {
+    let scratch = Scratch::new();
+    let target = scratch.jobs().join(".linked-v");
+    let write_target = |marker: &str| {
+        let temp = scratch.jobs().join(".linked-v.tmp");
+        std::fs::write(
+            &temp,
+            recording_task(&scratch, "* * * * * *", "linked", marker, ""),
+        )
+        .unwrap();
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::rename(&temp, &target).unwrap();
+    };
+    write_target("v1");
+    std::os::unix::fs::symlink(".linked-v", scratch.jobs().join("linked.toml")).unwrap();
+    let _daemon = scratch.start_daemon(&[]);
+    wait_for("v1 to fire", LIMIT, || {
+        scratch.lines("linked").iter().any(|l| l.ends_with("v1"))
+    });
+    write_target("v2");
+    wait_for("v2 to fire", LIMIT, || {
+        scratch.lines("linked").iter().any(|l| l.ends_with("v2"))
+    });
 }
 
 #[test]

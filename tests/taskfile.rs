@@ -1065,8 +1065,10 @@ fn config_zookeeper_errors_name_the_key_and_the_fix() {
             (
                 4,
                 19,
-                "`coordination.zookeeper.session_timeout` must be at least 1s",
-                Some("ZooKeeper needs a few of its ticks per session; 10s is a good start")
+                "`coordination.zookeeper.session_timeout`: the session timeout 200ms is out of range: it must be from 1s to 24days 20h 31m 23s 647ms (ZooKeeper sends it as a 32-bit count of milliseconds)",
+                Some(
+                    "the server then keeps it within its own minSessionTimeout..maxSessionTimeout (by default 2 to 20 of its ticks: 4s to 40s); 10s is a good start"
+                )
             ),
             (
                 5,
@@ -1480,5 +1482,74 @@ fn config_file_that_others_can_write_is_refused_with_the_fix() {
         &path,
         &format!("the file is owned by uid {owner}"),
         &format!("run `chown root:root {}`", path.display()),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What Linux refuses to exec
+
+/// Regression: a 1 MB shell command was accepted, and every tick then failed (E2BIG).
+#[test]
+fn a_command_longer_than_linux_allows_for_one_argument_is_refused() {
+    let at_limit = "x".repeat(131_071);
+    parse(&format!(
+        "schedule = \"@daily\"\ncommand = \"{at_limit}\"\n"
+    ))
+    .unwrap();
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = \"{}\"\n",
+        "x".repeat(1_000_000)
+    ));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        2,
+        11,
+        "`command` is 1000000 bytes; Linux refuses to start a program with any single argument \
+         or environment string over 128 KiB (131071 bytes and its NUL), so every run would fail",
+    );
+    assert_eq!(
+        help(error),
+        "put the script or data in a file, and run that file: command = [\"/usr/local/bin/job\"]"
+    );
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = [\"echo\", \"{}\"]\n",
+        "x".repeat(131_072)
+    ));
+    assert_error(
+        only_error(&errors),
+        2,
+        20,
+        "element 2 of `command` is 131072 bytes; Linux refuses",
+    );
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = \"true\"\nenv = {{ BIG = \"{}\" }}\n",
+        "x".repeat(131_068)
+    ));
+    assert_error(
+        only_error(&errors),
+        3,
+        9,
+        "`env.BIG` is 131072 bytes; Linux refuses",
+    );
+}
+
+#[test]
+fn a_command_whose_arguments_together_exceed_what_linux_allows_is_refused() {
+    let argv = vec!["\"a\""; 250_000].join(",");
+    let errors = errors_of(&format!("schedule = \"@daily\"\ncommand = [{argv}]\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        2,
+        11,
+        "`command` and `env` take 2508192 bytes as the program's arguments and environment",
+    );
+    assert!(
+        error
+            .message
+            .ends_with("Linux allows at most 2097152 bytes (2 MiB, a quarter of the usual 8 MiB stack limit), so every run would fail"),
+        "{}",
+        error.message
     );
 }
