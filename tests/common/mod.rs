@@ -4,7 +4,8 @@
 
 pub mod zk;
 
-use std::fs;
+use std::fs::{self, Permissions};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -45,6 +46,8 @@ impl Scratch {
         for sub in ["jobs.d", "state", "out"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
         }
+        // Whatever the umask: zkcron refuses a jobs dir that others can write.
+        fs::set_permissions(dir.path().join("jobs.d"), Permissions::from_mode(0o755)).unwrap();
         Scratch { dir }
     }
 
@@ -65,6 +68,7 @@ impl Scratch {
     pub fn write_task(&self, name: &str, text: &str) {
         let temp = self.path().join(format!(".{name}.tmp"));
         fs::write(&temp, text).unwrap();
+        fs::set_permissions(&temp, Permissions::from_mode(0o644)).unwrap();
         fs::rename(&temp, self.jobs().join(format!("{name}.toml"))).unwrap();
     }
 
@@ -75,6 +79,7 @@ impl Scratch {
     pub fn write_config(&self, text: &str) -> PathBuf {
         let path = self.path().join("zkcron.toml");
         fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
         path
     }
 
