@@ -54,15 +54,24 @@ impl PathProblem {
     }
 
     fn report(&self) -> Report<'_> {
-        Report {
-            path: &self.path,
-            line: 0,
-            column: 0,
-            width: 0,
-            snippet: "",
-            message: &self.message,
-            help: self.help.as_deref(),
-        }
+        path_report(&self.path, &self.message, self.help.as_deref())
+    }
+}
+
+/// A problem about `path` as a whole, ready to print.
+pub(crate) fn path_report<'a>(
+    path: &'a Path,
+    message: &'a str,
+    help: Option<&'a str>,
+) -> Report<'a> {
+    Report {
+        path,
+        line: 0,
+        column: 0,
+        width: 0,
+        snippet: "",
+        message,
+        help,
     }
 }
 

@@ -17,7 +17,7 @@ use crate::config::{Backend, Config};
 use crate::coord::zk::ZkSettings;
 use crate::daemon::DaemonConfig;
 use crate::files::{self, PathProblem, kind_of};
-use crate::task::{self, Identity, Report};
+use crate::task::{self, Identity};
 
 /// What `run` starts with: the config and the flags that override it, resolved.
 #[derive(Debug, Clone)]
@@ -136,16 +136,7 @@ impl From<PathProblem> for StartProblem {
 impl fmt::Display for StartProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.path {
-            Some(path) => Report {
-                path,
-                line: 0,
-                column: 0,
-                width: 0,
-                snippet: "",
-                message: &self.message,
-                help: self.help.as_deref(),
-            }
-            .render(f),
+            Some(path) => files::path_report(path, &self.message, self.help.as_deref()).render(f),
             None => {
                 write!(f, "error: {}", self.message)?;
                 if let Some(help) = &self.help {

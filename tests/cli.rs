@@ -518,15 +518,7 @@ fn validate_names_every_odd_file_in_the_jobs_dir() {
     let scratch = Scratch::new();
     let jobs = scratch.jobs();
     scratch.write_task("good", "schedule = \"@daily\"\ncommand = \"true\"\n");
-    std::fs::create_dir(jobs.join("subdir.toml")).unwrap();
-    nix::unistd::mkfifo(
-        &jobs.join("fifo.toml"),
-        nix::sys::stat::Mode::from_bits_truncate(0o644),
-    )
-    .unwrap();
-    let _socket = std::os::unix::net::UnixListener::bind(jobs.join("socket.toml")).unwrap();
-    std::os::unix::fs::symlink("gone", jobs.join("dangling.toml")).unwrap();
-    std::os::unix::fs::symlink("loop.toml", jobs.join("loop.toml")).unwrap();
+    let _socket = common::make_odd_entries(&jobs);
     let output = run_within(
         &[
             OsStr::new("validate"),
@@ -537,26 +529,14 @@ fn validate_names_every_odd_file_in_the_jobs_dir() {
     );
     assert_eq!(output.status.code(), Some(1));
     let err = stderr(&output);
-    for (path, message) in [
-        (jobs.join("subdir.toml"), "a directory, not a task file"),
-        (
-            jobs.join("fifo.toml"),
-            "a named pipe (FIFO), not a task file",
-        ),
-        (jobs.join("socket.toml"), "a socket, not a task file"),
-        (
-            jobs.join("dangling.toml"),
-            "a symbolic link to gone, which does not exist",
-        ),
-        (
-            jobs.join("loop.toml"),
-            "a symbolic link that loops: resolving it never reaches a file (it points to loop.toml)",
-        ),
-        (
-            PathBuf::from("/dev/null"),
-            "a character device, not a task file",
-        ),
-    ] {
+    let odd = common::ODD_ENTRIES
+        .iter()
+        .map(|(name, message)| (jobs.join(format!("{name}.toml")), *message));
+    let device = (
+        PathBuf::from("/dev/null"),
+        "a character device, not a task file",
+    );
+    for (path, message) in odd.chain([device]) {
         let expected = format!("error: {message}\n  --> {}\n", path.display());
         assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
     }

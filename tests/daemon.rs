@@ -243,15 +243,7 @@ fn given_odd_entries_named_like_task_files_when_the_daemon_loads_them_then_each_
         "good",
         &recording_task(&scratch, "* * * * * *", "good", "g", ""),
     );
-    std::fs::create_dir(jobs.join("subdir.toml")).unwrap();
-    nix::unistd::mkfifo(
-        &jobs.join("fifo.toml"),
-        nix::sys::stat::Mode::from_bits_truncate(0o644),
-    )
-    .unwrap();
-    let _socket = std::os::unix::net::UnixListener::bind(jobs.join("socket.toml")).unwrap();
-    std::os::unix::fs::symlink("gone", jobs.join("dangling.toml")).unwrap();
-    std::os::unix::fs::symlink("loop.toml", jobs.join("loop.toml")).unwrap();
+    let _socket = common::make_odd_entries(&jobs);
     scratch.write_task(
         "huge",
         &format!(
@@ -264,17 +256,11 @@ fn given_odd_entries_named_like_task_files_when_the_daemon_loads_them_then_each_
         !scratch.lines("good").is_empty()
     });
     let log = daemon.log();
-    for (name, message) in [
-        ("subdir", "a directory, not a task file"),
-        ("fifo", "a named pipe (FIFO), not a task file"),
-        ("socket", "a socket, not a task file"),
-        ("dangling", "a symbolic link to gone, which does not exist"),
-        ("loop", "a symbolic link that loops"),
-        (
-            "huge",
-            "`command` is 200000 bytes; Linux refuses to start a program",
-        ),
-    ] {
+    let huge = (
+        "huge",
+        "`command` is 200000 bytes; Linux refuses to start a program",
+    );
+    for (name, message) in common::ODD_ENTRIES.into_iter().chain([huge]) {
         let path = jobs.join(format!("{name}.toml"));
         assert!(
             log.lines()

@@ -2,6 +2,8 @@
 //! write, what zkcron makes of it, and the messages (with line and column) it shows when
 //! something is wrong. Each test is given / when / then.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -1379,15 +1381,7 @@ fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_wh
     let temp = tempfile::tempdir().unwrap();
     let dir = jobs_dir(&temp);
     write_task(&dir, "good.toml", MINIMAL.as_bytes());
-    fs::create_dir(dir.join("subdir.toml")).unwrap();
-    nix::unistd::mkfifo(
-        &dir.join("fifo.toml"),
-        nix::sys::stat::Mode::from_bits_truncate(0o644),
-    )
-    .unwrap();
-    let _socket = std::os::unix::net::UnixListener::bind(dir.join("socket.toml")).unwrap();
-    std::os::unix::fs::symlink("gone", dir.join("dangling.toml")).unwrap();
-    std::os::unix::fs::symlink("loop.toml", dir.join("loop.toml")).unwrap();
+    let _socket = common::make_odd_entries(&dir);
 
     let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
     let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
@@ -1395,23 +1389,19 @@ fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_wh
     let not_a_task = "zkcron loads regular files named NAME.toml (and symbolic links to them in \
                       the same directory) and does not look into subdirectories: remove it, or \
                       rename it so that its name does not end in .toml";
-    let expected = [
-        (
-            "dangling",
-            "a symbolic link to gone, which does not exist",
-            "remove the link, or create the file it points to",
-        ),
-        ("fifo", "a named pipe (FIFO), not a task file", not_a_task),
-        (
-            "loop",
-            "a symbolic link that loops: resolving it never reaches a file (it points to loop.toml)",
-            "remove the link, or point it at a file",
-        ),
-        ("socket", "a socket, not a task file", not_a_task),
-        ("subdir", "a directory, not a task file", not_a_task),
-    ];
-    assert_eq!(loaded.errors.len(), expected.len(), "{:#?}", loaded.errors);
-    for (error, (name, message, help_text)) in loaded.errors.iter().zip(expected) {
+    let link_help = |name: &str| match name {
+        "dangling" => "remove the link, or create the file it points to",
+        "loop" => "remove the link, or point it at a file",
+        _ => not_a_task,
+    };
+    assert_eq!(
+        loaded.errors.len(),
+        common::ODD_ENTRIES.len(),
+        "{:#?}",
+        loaded.errors
+    );
+    for (error, (name, message)) in loaded.errors.iter().zip(common::ODD_ENTRIES) {
+        let help_text = link_help(name);
         assert_eq!(error.path, dir.join(format!("{name}.toml")));
         assert_error(error, 0, 0, message);
         assert_eq!(error.message, message);

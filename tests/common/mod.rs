@@ -206,3 +206,30 @@ pub fn process_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Entries named like task files that are no task files, each with what zkcron calls it:
+/// a directory, a FIFO, a socket, a dangling symlink and a symlink loop.
+pub const ODD_ENTRIES: [(&str, &str); 5] = [
+    ("dangling", "a symbolic link to gone, which does not exist"),
+    ("fifo", "a named pipe (FIFO), not a task file"),
+    (
+        "loop",
+        "a symbolic link that loops: resolving it never reaches a file (it points to loop.toml)",
+    ),
+    ("socket", "a socket, not a task file"),
+    ("subdir", "a directory, not a task file"),
+];
+
+/// Creates the [`ODD_ENTRIES`] in `dir`, as `<name>.toml`. The socket exists while the returned
+/// listener lives.
+pub fn make_odd_entries(dir: &Path) -> std::os::unix::net::UnixListener {
+    fs::create_dir(dir.join("subdir.toml")).unwrap();
+    nix::unistd::mkfifo(
+        &dir.join("fifo.toml"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("gone", dir.join("dangling.toml")).unwrap();
+    std::os::unix::fs::symlink("loop.toml", dir.join("loop.toml")).unwrap();
+    std::os::unix::net::UnixListener::bind(dir.join("socket.toml")).unwrap()
+}
