@@ -5,6 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use common::{Scratch, process_alive, wait_for};
@@ -267,6 +268,63 @@ fn given_odd_entries_named_like_task_files_when_the_daemon_loads_them_then_each_
                 .any(|l| l.contains("invalid task file, not loaded")
                     && l.contains(&format!("{}", path.display()))
                     && l.contains(message)),
+            "no line for {name} ({message:?}) in:\n{log}"
+        );
+    }
+}
+
+/// The two odd kinds that need root to set up: a device node named like a task file (only
+/// root may create one), and a task file the daemon cannot read (root reads everything, so the
+/// daemon runs as nobody here).
+#[test]
+fn given_a_device_and_an_unreadable_file_named_like_tasks_when_the_daemon_loads_them_then_each_is_named()
+ {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test creates a device node and runs the daemon as nobody, which needs root (CI \
+         runs the suite as root): run it with `sudo -E cargo test --test daemon`"
+    );
+    let scratch = Scratch::new();
+    let jobs = scratch.jobs();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = scratch.path().join("state");
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    nix::sys::stat::mknod(
+        &jobs.join("device.toml"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    scratch.write_task("secret", "schedule = \"@daily\"\ncommand = \"true\"\n");
+    std::fs::set_permissions(
+        jobs.join("secret.toml"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let mut command = scratch.daemon_command();
+    command
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--node-id", "test-node"])
+        .uid(65534)
+        .gid(65534);
+    let daemon = scratch.spawn_daemon(command);
+    daemon.wait_for_log("zkcron started", LIMIT);
+    let log = daemon.log();
+    for (name, message) in [
+        ("device", "a character device, not a task file"),
+        (
+            "secret",
+            "cannot read the task file: Permission denied (os error 13) (zkcron runs as \
+             \"nobody\": make the file and its directories readable by that user)",
+        ),
+    ] {
+        let path = jobs.join(format!("{name}.toml"));
+        assert!(
+            log.lines()
+                .any(|l| l.contains("invalid task file, not loaded")
+                    && l.contains(&format!("{}: {message}", path.display()))),
             "no line for {name} ({message:?}) in:\n{log}"
         );
     }
