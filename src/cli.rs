@@ -174,19 +174,40 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
-fn resolve_config(args: &ConfigArgs) -> anyhow::Result<(Config, Option<PathBuf>)> {
-    let path = match &args.config {
+/// The config file to read: `--config`, else the default file if it exists.
+fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
+    match &args.config {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-    };
-    match path {
-        Some(path) => {
-            let config = config::load_config(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-            Ok((config, Some(path)))
-        }
+    }
+}
+
+/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
+fn resolve_config(args: &ConfigArgs) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
+    match config_path(args) {
+        Some(path) => Ok((config::load_config(&path)?, Some(path))),
         None => Ok((Config::default(), None)),
     }
+}
+
+/// Prints `problems` (rendered `error:` blocks) to stderr, then what the command does not do
+/// because of them; the exit code for it.
+fn refuse<T: std::fmt::Display>(problems: &[T], not_doing: &str) -> ExitCode {
+    for problem in problems {
+        eprintln!("{problem}\n");
+    }
+    gave_up(problems.len(), not_doing)
+}
+
+/// [`refuse`] for a config file's problems.
+fn refuse_config(error: &config::ConfigError, not_doing: &str) -> ExitCode {
+    eprintln!("{error}\n");
+    gave_up(error.problems.len(), not_doing)
+}
+
+fn gave_up(errors: usize, not_doing: &str) -> ExitCode {
+    eprintln!("zkcron: {not_doing}: {errors} error(s)");
+    ExitCode::from(1)
 }
 
 /// The host name, the node id when neither `--node-id` nor `[node].id` names one.
@@ -197,7 +218,10 @@ fn host_name() -> String {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
+    let (config, config_path) = match resolve_config(&args.config) {
+        Ok(found) => found,
+        Err(error) => return Ok(refuse_config(&error, "not starting")),
+    };
     let flags = Overrides {
         jobs_dir: args.jobs_dir,
         state_dir: args.state_dir,
@@ -210,14 +234,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The checks `validate` makes: what it reports, `run` refuses to start with.
     let problems = preflight::check_for_run(&plan);
     if !problems.is_empty() {
-        for problem in &problems {
-            eprintln!("{problem}\n");
-        }
-        eprintln!(
-            "zkcron: not starting: {} error(s) (`zkcron validate` reports the same)",
-            problems.len()
-        );
-        return Ok(ExitCode::from(1));
+        return Ok(refuse(&problems, "not starting"));
     }
     crate::logging::init(plan.config.log.format);
     let daemon_config = plan.daemon_config();
@@ -257,33 +274,35 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut errors = 0usize;
     let mut tasks = 0usize;
-    let identity = Identity::current();
-    let (config, config_path) = match resolve_config(&args.config) {
-        Ok((config, config_path)) => {
-            let plan = Plan::resolve(
-                config,
-                config_path,
-                Overrides::default(),
-                identity.clone(),
-                host_name,
-            );
-            // What `run` would refuse to start with; the jobs dir is checked by loading it.
+    let config_path = config_path(&args.config);
+    let (config, config_error) = match &config_path {
+        Some(path) => config::load_config_partial(path),
+        None => (Config::default(), None),
+    };
+    let plan = Plan::resolve(
+        config,
+        config_path,
+        Overrides::default(),
+        Identity::current(),
+        host_name,
+    );
+    match config_error {
+        Some(error) => {
+            eprintln!("{error}\n");
+            errors += error.problems.len();
+        }
+        // What `run` would refuse to start with (the jobs dir is checked by loading it). With a
+        // broken config `run` does not get that far.
+        None => {
             for problem in preflight::check(&plan) {
                 eprintln!("{problem}\n");
                 errors += 1;
             }
-            (plan.config, plan.config_path)
         }
-        Err(error) => {
-            eprintln!("{error:#}\n");
-            errors += 1;
-            (Config::default(), None)
-        }
-    };
-    let defaults = config.task_defaults(identity);
+    }
+    let defaults = plan.config.task_defaults(plan.identity.clone());
     let loads = if args.paths.is_empty() {
-        let jobs_dir = config.jobs_dir_or_default(config_path.as_deref());
-        vec![task::load_jobs_dir(&jobs_dir, &defaults)]
+        vec![task::load_jobs_dir(&plan.jobs_dir, &defaults)]
     } else {
         args.paths
             .iter()
@@ -363,18 +382,16 @@ fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
+    let (config, config_path) = match resolve_config(&args.config) {
+        Ok(found) => found,
+        Err(error) => return Ok(refuse_config(&error, "cannot list the tasks")),
+    };
     let jobs_dir = args
         .jobs_dir
         .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
     let loaded = match task::load_jobs_dir(&jobs_dir, &config.task_defaults(Identity::current())) {
         Ok(loaded) => loaded,
-        Err(problems) => {
-            for problem in &problems {
-                eprintln!("{problem}\n");
-            }
-            return Ok(ExitCode::from(1));
-        }
+        Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
     let now = daemon::wall_clock();
     let width = loaded

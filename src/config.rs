@@ -328,23 +328,45 @@ const CONFIG_FILE: crate::files::FileRules = crate::files::FileRules {
 /// Reads and parses the config file at `path`, with the bounded, non-blocking reader of task
 /// files: a FIFO, a device or a huge file is refused, never waited on or read to the end.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    let (bytes, _) = crate::files::read_regular(path, &CONFIG_FILE, &Identity::current())
-        .map_err(|problem| ConfigError::new(path, vec![problem]))?;
-    let text = decode_utf8(bytes).map_err(|problem| ConfigError::new(path, vec![problem]))?;
-    parse_config(path, &text)
+    match load_config_partial(path) {
+        (config, None) => Ok(config),
+        (_, Some(error)) => Err(error),
+    }
+}
+
+/// Like [`load_config`], but also returns what could be read when there are problems (a value
+/// in error keeps its default), so that `validate` goes on to check the task files of the jobs
+/// dir the config names.
+pub fn load_config_partial(path: &Path) -> (Config, Option<ConfigError>) {
+    let text = crate::files::read_regular(path, &CONFIG_FILE, &Identity::current())
+        .and_then(|(bytes, _)| decode_utf8(bytes));
+    let text = match text {
+        Ok(text) => text,
+        Err(problem) => {
+            return (
+                Config::default(),
+                Some(ConfigError::new(path, vec![problem])),
+            );
+        }
+    };
+    parse_config_partial(path, &text)
 }
 
 /// Parses and validates config `text`, read from `path` (used for messages and to resolve
 /// relative directories).
 pub fn parse_config(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    match parse_config_partial(path, text) {
+        (config, None) => Ok(config),
+        (_, Some(error)) => Err(error),
+    }
+}
+
+fn parse_config_partial(path: &Path, text: &str) -> (Config, Option<ConfigError>) {
     let mut checker = Checker::new(text);
     let config = check_config(&mut checker, path);
     let problems = checker.finish();
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(ConfigError::new(path, problems))
-    }
+    let error = (!problems.is_empty()).then(|| ConfigError::new(path, problems));
+    (config, error)
 }
 
 fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {

@@ -730,3 +730,34 @@ fn validate_refuses_a_shell_command_linux_would_not_start() {
         &err[..err.len().min(2000)]
     );
 }
+
+/// Regression: `run` printed a broken config as "zkcron: error: error: ...", and `validate`
+/// counted a config with two problems as one error.
+#[test]
+fn run_and_validate_print_and_count_each_config_problem_once() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config(
+        "[scheduler]\nshutdown_grace = 5\nstate_dir = \"state\"\n[log]\nformat = \"xml\"\n",
+    );
+    let output = run_within(
+        &[
+            OsStr::new("run"),
+            OsStr::new("--config"),
+            config.as_os_str(),
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(!err.contains("error: error"), "{err}");
+    assert_eq!(err.matches("error: `").count(), 2, "{err}");
+    assert!(err.ends_with("zkcron: not starting: 2 error(s)\n"), "{err}");
+
+    let output = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("zkcron: 2 error(s); 0 valid task(s)"),
+        "{}",
+        stdout(&output)
+    );
+}
