@@ -15,9 +15,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
-use crate::coord::zk::{ZkCoordinator, ZkSettings};
-use crate::daemon::{self, Daemon, DaemonConfig};
+use crate::coord::zk::ZkCoordinator;
+use crate::daemon::{self, Daemon};
+use crate::files::PathProblem;
 use crate::plan::{self, PlanRules, Step, TickPlanner};
+use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
 use crate::task::{self, Identity, LoadedDir, TaskDefaults};
 
@@ -157,7 +159,7 @@ struct ResolvedDirs {
 }
 
 impl NodeDirs {
-    fn resolve(&self) -> anyhow::Result<ResolvedDirs> {
+    fn resolve(&self) -> Result<ResolvedDirs, config::ConfigError> {
         let (config, config_path) = resolve_config(&self.config)?;
         let jobs_dir = self
             .jobs_dir
@@ -236,27 +238,47 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
-fn resolve_config(args: &ConfigArgs) -> anyhow::Result<(Config, Option<PathBuf>)> {
-    let path = match &args.config {
+/// The config file to read: `--config`, else the default file if it exists.
+fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
+    match &args.config {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-    };
-    match path {
-        Some(path) => {
-            let config = config::load_config(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-            Ok((config, Some(path)))
-        }
+    }
+}
+
+/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
+fn resolve_config(args: &ConfigArgs) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
+    match config_path(args) {
+        Some(path) => Ok((config::load_config(&path)?, Some(path))),
         None => Ok((Config::default(), None)),
     }
 }
 
-fn node_id(flag: Option<String>, config: &Config) -> String {
-    flag.or_else(|| config.node.id.clone()).unwrap_or_else(|| {
-        nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "localhost".to_string())
-    })
+/// Prints `problems` (rendered `error:` blocks) to stderr, then what the command does not do
+/// because of them; the exit code for it.
+fn refuse<T: std::fmt::Display>(problems: &[T], not_doing: &str) -> ExitCode {
+    for problem in problems {
+        eprintln!("{problem}\n");
+    }
+    gave_up(problems.len(), not_doing)
+}
+
+/// [`refuse`] for a config file's problems.
+fn refuse_config(error: &config::ConfigError, not_doing: &str) -> ExitCode {
+    eprintln!("{error}\n");
+    gave_up(error.problems.len(), not_doing)
+}
+
+fn gave_up(errors: usize, not_doing: &str) -> ExitCode {
+    eprintln!("zkcron: {not_doing}: {errors} error(s)");
+    ExitCode::from(1)
+}
+
+/// The host name, the node id when neither `--node-id` nor `[node].id` names one.
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 /// The flags that point `zkcron reset` at the same tasks and state as the command given these:
@@ -289,68 +311,48 @@ fn shell_word(path: &Path) -> String {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (config, config_path) = resolve_config(&args.config)?;
-    crate::logging::init(config.log.format);
+    let (config, config_path) = match resolve_config(&args.config) {
+        Ok(found) => found,
+        Err(error) => return Ok(refuse_config(&error, "not starting")),
+    };
     let jobs_dir_flag = args.jobs_dir.clone();
-    let jobs_dir = args
-        .jobs_dir
-        .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
-    if !jobs_dir.is_dir() {
-        anyhow::bail!(
-            "the jobs dir {} does not exist; create it, or point --jobs-dir or [scheduler].jobs_dir at your task files",
-            jobs_dir.display()
-        );
+    let flags = Overrides {
+        jobs_dir: args.jobs_dir,
+        state_dir: args.state_dir,
+        node_id: args.node_id,
+        zookeeper: args.zookeeper,
+        cluster: args.cluster,
+        node_version: args.node_version,
+    };
+    let plan = Plan::resolve(config, config_path, flags, Identity::current(), host_name);
+    // The checks `validate` makes: what it reports, `run` refuses to start with.
+    let problems = preflight::check_for_run(&plan);
+    if !problems.is_empty() {
+        return Ok(refuse(&problems, "not starting"));
     }
-    let state_dir = args
-        .state_dir
-        .unwrap_or_else(|| config.state_dir_or_default());
-    let backend = match args.zookeeper {
-        Some(_) => Backend::Zookeeper,
-        None => config.coordination.backend,
-    };
-    let daemon_config = DaemonConfig {
-        jobs_dir,
-        node_id: node_id(args.node_id, &config),
-        shutdown_grace: config.scheduler.shutdown_grace,
-        task_defaults: config.task_defaults(Identity::current()),
-        reset_flags: (backend == Backend::Local).then(|| {
-            reset_flags(
-                args.config.config.as_deref(),
-                jobs_dir_flag.as_deref(),
-                &state_dir,
-            )
-        }),
-    };
+    crate::logging::init(plan.config.log.format);
+    let mut daemon_config = plan.daemon_config();
+    daemon_config.reset_flags = (plan.backend == Backend::Local).then(|| {
+        reset_flags(
+            args.config.config.as_deref(),
+            jobs_dir_flag.as_deref(),
+            &plan.state_dir,
+        )
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    match backend {
+    match plan.backend {
         Backend::Local => runtime.block_on(async {
-            let coordinator = LocalCoordinator::open(&state_dir)?;
-            tracing::info!(backend = "local", state_dir = %state_dir.display(), "coordination backend ready");
+            let coordinator = LocalCoordinator::open(&plan.state_dir)?;
+            tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
             Daemon::new(daemon_config, Arc::new(coordinator)).run().await
         })?,
         Backend::Zookeeper => {
-            let section = &config.coordination.zookeeper;
-            let connect = args.zookeeper.or_else(|| section.connect.clone()).context(
-                "the zookeeper backend needs to know where ZooKeeper is: set \
-                 [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT",
-            )?;
-            let settings = ZkSettings {
-                connect,
-                cluster: args.cluster.unwrap_or_else(|| section.cluster.clone()),
-                session_timeout: section.session_timeout,
-                max_clock_skew: section.max_clock_skew,
-                node_id: daemon_config.node_id.clone(),
-                release: args
-                    .node_version
-                    .or_else(|| config.node.version.clone())
-                    .unwrap_or_else(|| {
-                        semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
-                    }),
-                labels: config.node.labels.clone(),
-            };
+            let settings = plan
+                .zk_settings()
+                .context("checked above: the zookeeper backend has a connect string")?;
             runtime.block_on(async {
                 let coordinator =
                     ZkCoordinator::start(settings.clone()).map_err(|e| anyhow::anyhow!(e))?;
@@ -373,27 +375,57 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut errors = 0usize;
     let mut tasks = 0usize;
-    let (config, config_path) = match resolve_config(&args.config) {
-        Ok(found) => found,
-        Err(error) => {
-            eprintln!("{error:#}\n");
-            errors += 1;
-            (Config::default(), None)
-        }
+    let config_path = config_path(&args.config);
+    let (config, config_error) = match &config_path {
+        Some(path) => config::load_config_partial(path),
+        None => (Config::default(), None),
     };
-    let defaults = config.task_defaults(Identity::current());
-    let paths = if args.paths.is_empty() {
-        vec![config.jobs_dir_or_default(config_path.as_deref())]
+    let plan = Plan::resolve(
+        config,
+        config_path,
+        Overrides::default(),
+        Identity::current(),
+        host_name,
+    );
+    match config_error {
+        Some(error) => {
+            eprintln!("{error}\n");
+            errors += error.problems.len();
+        }
+        // What `run` would refuse to start with (the jobs dir is checked by loading it). With a
+        // broken config `run` does not get that far.
+        None => {
+            for problem in preflight::check(&plan) {
+                eprintln!("{problem}\n");
+                errors += 1;
+            }
+        }
+    }
+    let defaults = plan.config.task_defaults(plan.identity.clone());
+    let loads = if args.paths.is_empty() {
+        vec![task::load_jobs_dir(&plan.jobs_dir, &defaults)]
     } else {
         args.paths
+            .iter()
+            .map(|path| load_path(path, &defaults))
+            .collect()
     };
-    for path in &paths {
-        let loaded = load_path(path, &defaults)?;
-        tasks += loaded.tasks.len();
-        for error in &loaded.errors {
-            eprintln!("{error}\n");
+    for load in loads {
+        match load {
+            Ok(loaded) => {
+                tasks += loaded.tasks.len();
+                for error in &loaded.errors {
+                    eprintln!("{error}\n");
+                }
+                errors += loaded.errors.len();
+            }
+            Err(problems) => {
+                for problem in &problems {
+                    eprintln!("{problem}\n");
+                }
+                errors += problems.len();
+            }
         }
-        errors += loaded.errors.len();
     }
     if errors > 0 {
         println!("zkcron: {errors} error(s); {tasks} valid task(s)");
@@ -404,13 +436,22 @@ fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Loads a task file or a directory of them.
-fn load_path(path: &Path, defaults: &TaskDefaults) -> anyhow::Result<LoadedDir> {
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if metadata.is_dir() {
-        return task::load_jobs_dir(path, defaults)
-            .with_context(|| format!("cannot read the directory {}", path.display()));
+/// Loads a task file or a directory of them (whatever is at `path` that is not a directory is
+/// read as a task file, which names what it is when it is not one).
+fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return task::load_jobs_dir(path, defaults);
+    }
+    if let Err(error) = std::fs::symlink_metadata(path) {
+        let message = match error.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            _ => format!("cannot read it: {error}"),
+        };
+        return Err(vec![PathProblem {
+            path: path.to_path_buf(),
+            message,
+            help: None,
+        }]);
     }
     let mut loaded = LoadedDir::default();
     match task::load_task_file(path, defaults) {
@@ -442,14 +483,21 @@ fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
+    let dirs = match args.dirs.resolve() {
+        Ok(dirs) => dirs,
+        Err(error) => return Ok(refuse_config(&error, "cannot list the tasks")),
+    };
     let ResolvedDirs {
         config,
         jobs_dir,
         state_dir,
         reset_flags: flags,
         ..
-    } = args.dirs.resolve()?;
-    let loaded = load_path(&jobs_dir, &config.task_defaults(Identity::current()))?;
+    } = dirs;
+    let loaded = match task::load_jobs_dir(&jobs_dir, &config.task_defaults(Identity::current())) {
+        Ok(loaded) => loaded,
+        Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
+    };
     let now = daemon::wall_clock();
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {

@@ -313,32 +313,61 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Reads and parses the config file at `path`.
+/// Config files larger than this are refused unread.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The rules the config file is read by: like a task file, but a symlink is followed (the
+/// config is read once at start, so a change of its target cannot go unnoticed).
+const CONFIG_FILE: crate::files::FileRules = crate::files::FileRules {
+    noun: "config file",
+    limit: MAX_CONFIG_FILE_BYTES,
+    follow_symlinks: true,
+    not_regular_help: "point --config at a regular file, like /etc/zkcron/zkcron.toml",
+    too_large_help: "a config file needs a few hundred bytes; is --config pointing at the right file?",
+};
+
+/// Reads and parses the config file at `path`, with the bounded, non-blocking reader of task
+/// files: a FIFO, a device or a huge file is refused, never waited on or read to the end.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|error| {
-        ConfigError::new(
-            path,
-            vec![Problem::whole_file(
-                format!("cannot read the config file: {error}"),
-                None,
-            )],
-        )
-    })?;
-    let text = decode_utf8(bytes).map_err(|problem| ConfigError::new(path, vec![problem]))?;
-    parse_config(path, &text)
+    match load_config_partial(path) {
+        (config, None) => Ok(config),
+        (_, Some(error)) => Err(error),
+    }
+}
+
+/// Like [`load_config`], but also returns what could be read when there are problems (a value
+/// in error keeps its default), so that `validate` goes on to check the task files of the jobs
+/// dir the config names.
+pub fn load_config_partial(path: &Path) -> (Config, Option<ConfigError>) {
+    let text = crate::files::read_regular(path, &CONFIG_FILE, &Identity::current())
+        .and_then(|(bytes, _)| decode_utf8(bytes));
+    let text = match text {
+        Ok(text) => text,
+        Err(problem) => {
+            return (
+                Config::default(),
+                Some(ConfigError::new(path, vec![problem])),
+            );
+        }
+    };
+    parse_config_partial(path, &text)
 }
 
 /// Parses and validates config `text`, read from `path` (used for messages and to resolve
 /// relative directories).
 pub fn parse_config(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    match parse_config_partial(path, text) {
+        (config, None) => Ok(config),
+        (_, Some(error)) => Err(error),
+    }
+}
+
+fn parse_config_partial(path: &Path, text: &str) -> (Config, Option<ConfigError>) {
     let mut checker = Checker::new(text);
     let config = check_config(&mut checker, path);
     let problems = checker.finish();
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(ConfigError::new(path, problems))
-    }
+    let error = (!problems.is_empty()).then(|| ConfigError::new(path, problems));
+    (config, error)
 }
 
 fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
@@ -533,14 +562,11 @@ fn zookeeper_section(
             }
             "session_timeout" => {
                 if let Some(timeout) = c.duration(q, value) {
-                    if timeout < Duration::from_secs(1) {
-                        c.report(
-                            value.span(),
-                            format!("`{q}` must be at least 1s"),
-                            Some("ZooKeeper needs a few of its ticks per session; 10s is a good start".into()),
-                        );
-                    } else {
-                        into.session_timeout = timeout;
+                    match crate::coord::zk::session_timeout_problem(timeout) {
+                        Some((message, help)) => {
+                            c.report(value.span(), format!("`{q}`: {message}"), Some(help))
+                        }
+                        None => into.session_timeout = timeout,
                     }
                 }
             }

@@ -41,7 +41,11 @@ const CLOCK_JUMP: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
 const HELD_REPORT_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Changes in `jobs_dir` closer together than this are handled as one reload.
-const WATCH_DEBOUNCE: Duration = Duration::from_millis(300);
+const WATCH_QUIET: Duration = Duration::from_millis(300);
+
+/// A burst of changes in `jobs_dir` that never goes quiet (a file rewritten every 100 ms) is
+/// reloaded at most this long after its first change, and again as long as it lasts.
+const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
 
 /// The current wall-clock time. The core never calls this; the shell passes it in.
 #[allow(clippy::disallowed_methods)]
@@ -67,8 +71,10 @@ pub struct DaemonConfig {
 /// Everything the main loop reacts to.
 #[derive(Debug)]
 enum Event {
-    /// Re-read `jobs_dir`: SIGHUP or a file change.
+    /// Re-read `jobs_dir`: SIGHUP, or the debounce timer after changes in it.
     Reload(&'static str),
+    /// Something changed in `jobs_dir`: the reload is scheduled by [`Debounce`].
+    JobsDirChanged,
     /// The set of tasks this node leads changed.
     LeadershipChanged,
     /// Stop: SIGTERM or SIGINT.
@@ -204,8 +210,10 @@ impl<C: Coordinator> Daemon<C> {
         let mut sighup = signal(SignalKind::hangup())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sigint = signal(SignalKind::interrupt())?;
-        let (watch_tx, mut watch_rx) = mpsc::unbounded_channel::<()>();
+        // Capacity 1: a pending message already says "something changed"; more add nothing.
+        let (watch_tx, mut watch_rx) = mpsc::channel::<()>(1);
         let _watcher = watch_jobs_dir(&self.config.jobs_dir, watch_tx);
+        let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
         let mut leadership = self.shared.coordinator.leadership();
 
         self.reload("start").await;
@@ -219,33 +227,31 @@ impl<C: Coordinator> Daemon<C> {
         let _watchdog = service::spawn_watchdog().map(AbortOnDrop);
 
         loop {
+            // A tool writing several files produces a burst of events; the reload waits for the
+            // burst as a timer of this loop, so that signals are handled while it waits.
+            let reload_due = debounce.due();
             let event = tokio::select! {
                 _ = sighup.recv() => Event::Reload("SIGHUP"),
-                Some(()) = watch_rx.recv() => {
-                    // Debounce: a tool writing several files produces a burst of events.
-                    loop {
-                        tokio::time::sleep(WATCH_DEBOUNCE).await;
-                        let mut more = false;
-                        while watch_rx.try_recv().is_ok() {
-                            more = true;
-                        }
-                        if !more {
-                            break;
-                        }
-                    }
-                    Event::Reload("change in jobs_dir")
-                }
+                Some(()) = watch_rx.recv() => Event::JobsDirChanged,
+                _ = tokio::time::sleep_until(reload_due.unwrap_or_else(tokio::time::Instant::now)),
+                    if reload_due.is_some() => Event::Reload("change in jobs_dir"),
                 Ok(()) = leadership.changed() => Event::LeadershipChanged,
                 _ = sigterm.recv() => Event::Shutdown("SIGTERM"),
                 _ = sigint.recv() => Event::Shutdown("SIGINT"),
             };
             match event {
+                Event::JobsDirChanged => debounce.change(tokio::time::Instant::now()),
                 Event::Reload("SIGHUP") => {
+                    // A reload reads every file: changes seen so far are handled by it.
+                    debounce.clear();
                     service::reloading();
                     self.reload("SIGHUP").await;
                     service::ready(&self.status);
                 }
-                Event::Reload(reason) => self.reload(reason).await,
+                Event::Reload(reason) => {
+                    debounce.clear();
+                    self.reload(reason).await
+                }
                 Event::LeadershipChanged => self.apply_leadership(),
                 Event::Shutdown(signal) => {
                     tracing::info!(signal, "shutting down: no new ticks will fire");
@@ -272,12 +278,16 @@ impl<C: Coordinator> Daemon<C> {
         let loaded =
             match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
                 Ok(Ok(loaded)) => loaded,
-                Ok(Err(error)) => {
-                    tracing::error!(
-                        jobs_dir = %self.config.jobs_dir.display(),
-                        "cannot read the jobs dir ({error}); keeping the {} loaded tasks",
-                        self.tasks.len()
-                    );
+                Ok(Err(problems)) => {
+                    // As for a broken file: the last good tasks keep running.
+                    for problem in problems {
+                        tracing::error!(
+                            jobs_dir = %self.config.jobs_dir.display(),
+                            "jobs dir refused, keeping the {} loaded tasks: {}",
+                            self.tasks.len(),
+                            problem.one_line()
+                        );
+                    }
                     return;
                 }
                 Err(join_error) => {
@@ -459,6 +469,44 @@ impl<C: Coordinator> Daemon<C> {
         }
         coordinator.close().await;
         tracing::info!("zkcron stopped");
+    }
+}
+
+/// When to reload after changes in `jobs_dir`: once no change came for `quiet`, but never later
+/// than `max_delay` after the first change of a burst, so that a directory that never goes quiet
+/// still gets reloaded. Pure: the caller passes the time of each change.
+#[derive(Debug)]
+struct Debounce {
+    quiet: Duration,
+    max_delay: Duration,
+    /// The first and the latest change not yet handled by a reload.
+    burst: Option<(tokio::time::Instant, tokio::time::Instant)>,
+}
+
+impl Debounce {
+    fn new(quiet: Duration, max_delay: Duration) -> Debounce {
+        Debounce {
+            quiet,
+            max_delay,
+            burst: None,
+        }
+    }
+
+    /// A change was seen at `now`.
+    fn change(&mut self, now: tokio::time::Instant) {
+        let first = self.burst.map_or(now, |(first, _)| first);
+        self.burst = Some((first, now));
+    }
+
+    /// When the reload is due; `None` when nothing changed since the last one.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.burst
+            .map(|(first, last)| (last + self.quiet).min(first + self.max_delay))
+    }
+
+    /// A reload is starting: it reads every file, so the changes seen so far are handled.
+    fn clear(&mut self) {
+        self.burst = None;
     }
 }
 
@@ -803,14 +851,15 @@ fn start_run<C: Coordinator>(
 /// kept alive; `None` (logged) if the dir cannot be watched, in which case SIGHUP still works.
 fn watch_jobs_dir(
     dir: &std::path::Path,
-    tx: mpsc::UnboundedSender<()>,
+    tx: mpsc::Sender<()>,
 ) -> Option<notify::RecommendedWatcher> {
     use notify::{EventKind, Watcher};
     let handler = move |result: notify::Result<notify::Event>| {
         if let Ok(event) = result
             && !matches!(event.kind, EventKind::Access(_))
         {
-            let _ = tx.send(());
+            // Full means a message is already pending, which says the same.
+            let _ = tx.try_send(());
         }
     };
     let mut watcher = match notify::recommended_watcher(handler) {
@@ -831,6 +880,46 @@ fn watch_jobs_dir(
 mod tests {
     use super::*;
     use chrono::TimeDelta;
+
+    #[test]
+    fn debounce_reloads_once_the_dir_is_quiet() {
+        let start = tokio::time::Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
+        assert_eq!(debounce.due(), None);
+        debounce.change(ms(0));
+        debounce.change(ms(50));
+        assert_eq!(debounce.due(), Some(ms(350)));
+        debounce.clear();
+        assert_eq!(debounce.due(), None);
+    }
+
+    /// Regression: a file rewritten every 100 ms postponed the reload for ever.
+    #[test]
+    fn debounce_of_a_dir_that_never_goes_quiet_reloads_within_the_max_delay() {
+        let start = tokio::time::Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
+        for t in (0..5_000).step_by(100) {
+            debounce.change(ms(t));
+            let due = debounce.due().expect("a change is pending");
+            assert!(
+                due <= ms(2_000),
+                "due at {:?} after a change at {t} ms",
+                due - start
+            );
+            if due <= ms(t + 100) {
+                // The timer fires before the next change: the reload clears the burst.
+                assert_eq!(due, ms(2_000));
+                debounce.clear();
+                break;
+            }
+        }
+        assert_eq!(debounce.due(), None, "the reload came");
+        // The next burst gets its own bound.
+        debounce.change(ms(2_100));
+        assert_eq!(debounce.due(), Some(ms(2_400)));
+    }
 
     #[test]
     fn clock_jump_ignores_ordinary_drift_and_reports_steps_and_suspends() {

@@ -6,6 +6,8 @@
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
 //! - [`config`]: the node configuration `zkcron.toml`.
 //! - `diag`: positions of problems in those files and their rustc-style rendering.
+//! - [`files`]: what zkcron trusts on disk (owners, modes, symlinks, parents) and the bounded,
+//!   non-blocking reader of task and config files.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
 //! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
@@ -13,6 +15,7 @@
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
+//! - [`preflight`]: what `run` needs before it starts, checked the same way by `validate`.
 //! - [`cli`]: the `zkcron` command line.
 //! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
@@ -22,9 +25,11 @@ pub mod coord;
 pub mod daemon;
 mod diag;
 pub mod executor;
+pub mod files;
 pub mod logging;
 pub mod manual;
 pub mod plan;
+pub mod preflight;
 pub mod schedule;
 pub mod service;
 pub mod task;

@@ -7,9 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +16,7 @@ use toml::Spanned;
 use toml::de::{DeString, DeTable, DeValue};
 
 use crate::diag::{Position, Problem, Report, string_value_span};
+use crate::files::{self, PathProblem};
 use crate::schedule::{Schedule, ScheduleError, parse_timezone};
 
 /// One task, validated: every field has its final value, defaults applied.
@@ -257,7 +256,7 @@ pub fn is_valid_task_name(name: &str) -> bool {
 }
 
 /// Why a directory entry is skipped on purpose, as cron skips it; `None` when it is a task-file
-/// candidate. Looks at the name first and only then at the file system (for directories).
+/// candidate. Looks at the name only: whatever has a task file's name is loaded or reported.
 pub fn ignore_reason(path: &Path) -> Option<&'static str> {
     let Some(name) = path.file_name() else {
         return Some("not a file name");
@@ -284,18 +283,29 @@ pub fn ignore_reason(path: &Path) -> Option<&'static str> {
     if !name.ends_with(".toml") {
         return Some("not a .toml file");
     }
-    if path.is_dir() {
-        return Some("directory");
-    }
     None
 }
 
-/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read;
-/// a bad file lands in `errors` and does not stop the others.
-pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> std::io::Result<LoadedDir> {
+/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read
+/// or cannot be trusted ([`files::check_jobs_dir`]); a bad file lands in `errors` and does not
+/// stop the others. Whatever has a task file's name but is no regular file (a directory, a FIFO,
+/// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
+/// task that does not run.
+pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    let problems = files::check_jobs_dir(dir, &defaults.identity);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let cannot_read = |error: std::io::Error| {
+        vec![PathProblem {
+            path: dir.to_path_buf(),
+            message: format!("cannot read the jobs dir: {error}"),
+            help: None,
+        }]
+    };
     let mut loaded = LoadedDir::default();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
+        let path = entry.map_err(cannot_read)?.path();
         if let Some(reason) = ignore_reason(&path) {
             loaded.ignored.push((path, reason));
             continue;
@@ -440,66 +450,51 @@ fn name_problem(name: &str) -> Option<Problem> {
     ))
 }
 
-/// Opens and reads a task file, checking what cron checks. Returns the text when it could be
-/// read and decoded (even if a permission check failed, so content errors are reported too), and
-/// the problems found.
+/// The rules task files are read by.
+const TASK_FILE: files::FileRules = files::FileRules {
+    noun: "task file",
+    limit: MAX_TASK_FILE_BYTES,
+    // A link is checked by `files::resolve_task_link`, and its target opened instead.
+    follow_symlinks: false,
+    not_regular_help: "zkcron loads regular files named NAME.toml (and symbolic links to them in \
+                       the same directory) and does not look into subdirectories: remove it, or \
+                       rename it so that its name does not end in .toml",
+    too_large_help: "a task file holds one task; move large scripts into their own files and run \
+                     them from `command`",
+};
+
+/// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the
+/// text when it could be read and decoded (even if a permission check failed, so content errors
+/// are reported too), and the problems found.
 fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Problem>) {
     let mut problems = Vec::new();
-    // Non-blocking so that a FIFO named like a task file cannot hang the loader; the checks
-    // below use fstat of the opened file, so they see the symlink's target and cannot race
-    // with a rename.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path);
-    let file = match file {
-        Ok(file) => file,
-        Err(error) => {
-            problems.push(Problem::whole_file(
-                format!("cannot open the file: {error}"),
-                None,
-            ));
+    let mut read_from = path.to_path_buf();
+    match std::fs::symlink_metadata(path) {
+        Ok(link) if link.file_type().is_symlink() => {
+            match files::resolve_task_link(path, &link, identity) {
+                Ok((target, link_problems)) => {
+                    problems.extend(link_problems);
+                    read_from = target;
+                }
+                Err(problem) => return (None, vec![problem]),
+            }
+        }
+        // Anything else, and an error, is for the reader to describe.
+        _ => {}
+    }
+    let (bytes, meta) = match files::read_regular(&read_from, &TASK_FILE, identity) {
+        Ok(read) => read,
+        Err(problem) => {
+            problems.push(problem);
             return (None, problems);
         }
     };
-    let meta = match file.metadata() {
-        Ok(meta) => meta,
-        Err(error) => {
-            problems.push(Problem::whole_file(
-                format!("cannot inspect the file: {error}"),
-                None,
-            ));
-            return (None, problems);
-        }
-    };
-    if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
-        problems.push(Problem::whole_file(format!("the path is {what}"), None));
-        return (None, problems);
-    }
-    if meta.len() > MAX_TASK_FILE_BYTES {
-        problems.push(too_large(meta.len()));
-        return (None, problems);
-    }
-    problems.extend(permission_problems(path, &meta, identity));
-
-    let mut bytes = Vec::new();
-    if let Err(error) = file.take(MAX_TASK_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        problems.push(Problem::whole_file(
-            format!("cannot read the file: {error}"),
-            None,
-        ));
-        return (None, problems);
-    }
-    if bytes.len() as u64 > MAX_TASK_FILE_BYTES {
-        // It grew after the size check.
-        problems.push(too_large(bytes.len() as u64));
-        return (None, problems);
-    }
+    problems.extend(files::file_permission_problems(
+        path,
+        &meta,
+        identity,
+        "the command it runs",
+    ));
     match decode_utf8(bytes) {
         Ok(text) => (Some(text), problems),
         Err(problem) => {
@@ -509,62 +504,8 @@ fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Prob
     }
 }
 
-fn too_large(size: u64) -> Problem {
-    Problem::whole_file(
-        format!("the file is {size} bytes; task files are limited to 1 MiB ({MAX_TASK_FILE_BYTES} bytes)"),
-        Some("a task file holds one task; move large scripts into their own files and run them from `command`".into()),
-    )
-}
-
-/// What cron refuses: files others could write, and files not owned by whoever zkcron runs as
-/// (root, or the daemon's own user when it is not root).
-fn permission_problems(path: &Path, meta: &std::fs::Metadata, identity: &Identity) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let mode = meta.mode() & 0o7777;
-    let writable_by = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-        (true, true) => Some("group- and world-writable"),
-        (true, false) => Some("group-writable"),
-        (false, true) => Some("world-writable"),
-        (false, false) => None,
-    };
-    if let Some(writable_by) = writable_by {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is {writable_by} (mode {mode:04o}), so other users could change the \
-                 command it runs; zkcron refuses it, as cron does"
-            ),
-            Some(format!("run `chmod go-w {}`", shell_quote(path))),
-        ));
-    }
-    let owner = meta.uid();
-    if identity.is_root() && owner != 0 {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is owned by {}, not root, so that user could change the command root runs",
-                describe_uid(owner)
-            ),
-            Some(format!("run `chown root:root {}`", shell_quote(path))),
-        ));
-    } else if !identity.is_root() && owner != identity.uid && owner != 0 {
-        problems.push(Problem::whole_file(
-            format!(
-                "the file is owned by {}, neither by {:?} (who runs zkcron) nor by root, so that \
-                 user could change the command zkcron runs",
-                describe_uid(owner),
-                identity.user_name
-            ),
-            Some(format!(
-                "run `chown {} {}` as root",
-                identity.user_name,
-                shell_quote(path)
-            )),
-        ));
-    }
-    problems
-}
-
 /// `path` as a shell word, so the fix commands in help lines can be pasted as they are.
-fn shell_quote(path: &Path) -> String {
+pub(crate) fn shell_quote(path: &Path) -> String {
     let text = path.display().to_string();
     let plain = !text.is_empty()
         && text
@@ -574,14 +515,6 @@ fn shell_quote(path: &Path) -> String {
         text
     } else {
         format!("'{}'", text.replace('\'', "'\\''"))
-    }
-}
-
-/// "uid 65534 (nobody)", or "uid 4242" when the uid has no name here.
-fn describe_uid(uid: u32) -> String {
-    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        Ok(Some(user)) => format!("uid {uid} ({})", user.name),
-        _ => format!("uid {uid}"),
     }
 }
 
@@ -750,6 +683,25 @@ fn check_task(
         }
         Some(value) => c.command(value),
     };
+
+    if let (Some(command), Some(value)) = (&command, command_value) {
+        let size = exec_size(command, &env);
+        if size > MAX_EXEC_BYTES {
+            c.report(
+                value.span(),
+                format!(
+                    "`command` and `env` take {size} bytes as the program's arguments and \
+                     environment (each string with its NUL and an 8-byte pointer, plus {} bytes \
+                     kept for the variables zkcron sets); Linux allows at most {} bytes ({} MiB, \
+                     a quarter of the usual 8 MiB stack limit), so every run would fail",
+                    ZKCRON_ENV_BYTES,
+                    MAX_EXEC_BYTES,
+                    MAX_EXEC_BYTES >> 20
+                ),
+                Some("pass large data in a file, and run a script that reads it".into()),
+            );
+        }
+    }
 
     let user = c.effective_user(user, defaults);
     let group = c.group(group, &defaults.identity);
@@ -1172,7 +1124,12 @@ impl<'a> Checker<'a> {
         let mut env = BTreeMap::new();
         for (name, item) in self.string_map("env", value, "{ PGHOST = \"db1\" }") {
             let text = name.get_ref();
-            if !is_valid_env_name(text) {
+            // The child gets it as one `NAME=value` string.
+            let entry_len = text.len() + 1 + item.len();
+            if too_long_for_exec(entry_len) {
+                let (message, help) = arg_too_long(&format!("`env.{text}`"), entry_len);
+                self.report(name.span(), message, Some(help));
+            } else if !is_valid_env_name(text) {
                 self.report(
                     name.span(),
                     format!("`{text}` is not a valid environment variable name"),
@@ -1210,7 +1167,14 @@ impl<'a> Checker<'a> {
                 );
                 None
             }
-            DeValue::String(s) => Some(CommandLine::Shell(s.to_string())),
+            DeValue::String(s) => {
+                if too_long_for_exec(s.len()) {
+                    let (message, help) = arg_too_long("`command`", s.len());
+                    self.report(value.span(), message, Some(help));
+                    return None;
+                }
+                Some(CommandLine::Shell(s.to_string()))
+            }
             DeValue::Array(items) => {
                 if items.is_empty() {
                     self.report(
@@ -1221,7 +1185,7 @@ impl<'a> Checker<'a> {
                     return None;
                 }
                 let mut argv = Vec::new();
-                for item in items.iter() {
+                for (index, item) in items.iter().enumerate() {
                     match item.get_ref().as_str() {
                         Some(s) if s.contains('\0') => {
                             self.report(
@@ -1229,6 +1193,11 @@ impl<'a> Checker<'a> {
                                 "`command` contains a NUL character".into(),
                                 None,
                             );
+                        }
+                        Some(s) if too_long_for_exec(s.len()) => {
+                            let what = format!("element {} of `command`", index + 1);
+                            let (message, help) = arg_too_long(&what, s.len());
+                            self.report(item.span(), message, Some(help));
                         }
                         Some(s) => argv.push(s.to_string()),
                         None => {
@@ -1395,12 +1364,16 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn user_exists(name: &str) -> nix::Result<bool> {
+pub(crate) fn user_exists(name: &str) -> nix::Result<bool> {
     nix::unistd::User::from_name(name).map(|u| u.is_some())
 }
 
 /// The message and help when a user or group cannot be found on this host.
-fn missing_account(kind: &str, name: &str, exists: nix::Result<bool>) -> Option<(String, String)> {
+pub(crate) fn missing_account(
+    kind: &str,
+    name: &str,
+    exists: nix::Result<bool>,
+) -> Option<(String, String)> {
     match exists {
         Ok(true) => None,
         Ok(false) => Some((
@@ -1412,6 +1385,54 @@ fn missing_account(kind: &str, name: &str, exists: nix::Result<bool>) -> Option<
             "check the host's user database (NSS)".to_string(),
         )),
     }
+}
+
+/// Linux refuses to start a program (E2BIG) when one of its arguments or environment strings,
+/// with its terminating NUL, is longer than this: `MAX_ARG_STRLEN`, 32 pages of 4 KiB.
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+
+/// Linux refuses to start a program when its arguments and environment (the strings with their
+/// NULs, and a pointer to each) take more than this: a quarter of the stack limit, which is
+/// usually 8 MiB.
+pub const MAX_EXEC_BYTES: usize = 2 * 1024 * 1024;
+
+/// What the variables zkcron sets itself may take of [`MAX_EXEC_BYTES`] (`PATH`, `HOME` up to
+/// `PATH_MAX`, `ZKCRON_*`, ...).
+const ZKCRON_ENV_BYTES: usize = 8 * 1024;
+
+/// Whether Linux would refuse a string of `len` bytes as an argument or environment string.
+fn too_long_for_exec(len: usize) -> bool {
+    len + 1 > MAX_ARG_BYTES
+}
+
+/// The message and help for a string of `len` bytes that a run would pass to the program
+/// (`what`) and that is over [`MAX_ARG_BYTES`].
+fn arg_too_long(what: &str, len: usize) -> (String, String) {
+    (
+        format!(
+            "{what} is {len} bytes; Linux refuses to start a program with any single argument or \
+             environment string over 128 KiB ({} bytes and its NUL), so every run would fail",
+            MAX_ARG_BYTES - 1
+        ),
+        "put the script or data in a file, and run that file: command = [\"/usr/local/bin/job\"]"
+            .into(),
+    )
+}
+
+/// The bytes a run of `command` with `env` takes as the program's arguments and environment,
+/// counted as Linux counts them, with room for the variables zkcron sets.
+fn exec_size(command: &CommandLine, env: &BTreeMap<String, String>) -> usize {
+    const POINTER: usize = std::mem::size_of::<usize>();
+    let string = |len: usize| len + 1 + POINTER;
+    let argv: usize = match command {
+        CommandLine::Shell(script) => string("/bin/sh".len()) + string(2) + string(script.len()),
+        CommandLine::Argv(argv) => argv.iter().map(|arg| string(arg.len())).sum(),
+    };
+    let env: usize = env
+        .iter()
+        .map(|(name, value)| string(name.len() + 1 + value.len()))
+        .sum();
+    argv + env + ZKCRON_ENV_BYTES
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`: what shells accept as a variable name.

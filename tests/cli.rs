@@ -4,6 +4,13 @@
 
 mod common;
 
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
 use common::{Scratch, run_zkcron};
 
 fn stdout(output: &std::process::Output) -> String {
@@ -264,13 +271,14 @@ fn run_with_the_zookeeper_backend_but_no_connect_string_says_how_to_give_one() {
         jobs.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
     assert!(
-        stderr(&output).contains(
-            "the zookeeper backend needs to know where ZooKeeper is: set [coordination.zookeeper] \
-             connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT"
-        ),
-        "{}",
-        stderr(&output)
+        err.contains(&format!(
+            "error: the zookeeper backend needs to know where ZooKeeper is\n  --> {}\n   = help: \
+             set [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT",
+            config.display()
+        )),
+        "{err}"
     );
 }
 
@@ -393,4 +401,379 @@ fn man_and_completions_report_an_unwritable_stdout() {
         assert!(text.contains("No space left on device"), "{args:?}: {text}");
         assert!(!text.contains("panicked"), "{args:?}: {text}");
     }
+}
+
+/// Regression: an OS error was printed twice ("File exists (os error 17): File exists (os error
+/// 17)"), once in the error's message and once more as its source.
+#[test]
+fn run_prints_an_os_error_once() {
+    let scratch = Scratch::new();
+    let state = scratch.path().join("state");
+    std::fs::create_dir(state.join("zkcron.lock")).unwrap();
+    let output = run_zkcron(&[
+        "run",
+        "--jobs-dir",
+        scratch.jobs().to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "cannot open lock file {}: Is a directory (os error 21)\n",
+            state.join("zkcron.lock").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error").count(), 1, "{err}");
+}
+
+/// Runs `zkcron args...` to completion, killing it and failing if it takes longer than `limit`
+/// (a `run` that should have refused to start, or a read that blocks).
+#[allow(clippy::disallowed_methods)]
+fn run_within(args: &[&OsStr], limit: Duration) -> Output {
+    let mut child = common::zkcron()
+        .args(args)
+        .env("XDG_STATE_HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("zkcron runs");
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "zkcron {args:?} still ran after {limit:?}; stderr:\n{}",
+                stderr(&output)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `validate --config CONFIG` and `run --config CONFIG` both exit 1, each printing every
+/// `expected` text: one validation for both.
+#[track_caller]
+fn assert_validate_and_run_refuse(config: &Path, expected: &[&str]) {
+    let config = config.as_os_str();
+    for args in [
+        &[OsStr::new("validate"), OsStr::new("--config"), config][..],
+        &[OsStr::new("run"), OsStr::new("--config"), config][..],
+    ] {
+        let output = run_within(args, Duration::from_secs(20));
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {err}");
+        for text in expected {
+            assert!(err.contains(text), "{args:?}: missing {text:?} in:\n{err}");
+        }
+    }
+}
+
+/// Regression: `--config /dev/zero` grew the process to 4 GiB, and a FIFO made it hang.
+#[test]
+fn validate_and_run_refuse_a_config_that_is_a_device_or_a_fifo_without_reading_it() {
+    let scratch = Scratch::new();
+    let fifo = scratch.path().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    assert_validate_and_run_refuse(
+        Path::new("/dev/zero"),
+        &[
+            "error: a character device, not a config file\n  --> /dev/zero",
+            "= help: point --config at a regular file",
+        ],
+    );
+    assert_validate_and_run_refuse(&fifo, &["error: a named pipe (FIFO), not a config file"]);
+}
+
+#[test]
+fn validate_and_run_refuse_a_config_file_others_can_write() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"state\"\n");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o646)).unwrap();
+    assert_validate_and_run_refuse(
+        &config,
+        &[
+            &format!(
+                "error: the file is world-writable (mode 0646), so other users could change \
+                 zkcron's configuration (and so the user tasks run as); zkcron refuses it, as \
+                 cron does\n  --> {}",
+                config.display()
+            ),
+            &format!("= help: run `chmod go-w {}`", config.display()),
+        ],
+    );
+}
+
+/// Regression: a world-writable jobs dir was accepted.
+#[test]
+fn validate_and_run_refuse_a_jobs_dir_others_can_write() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"state\"\n");
+    std::fs::set_permissions(scratch.jobs(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let jobs = scratch.jobs().display().to_string();
+    assert_validate_and_run_refuse(
+        &config,
+        &[
+            &format!(
+                "error: the jobs dir is group- and world-writable (mode 0777), so other users \
+                 could add tasks that zkcron runs; zkcron refuses it, as cron refuses such a \
+                 directory\n  --> {jobs}"
+            ),
+            &format!("= help: run `chmod go-w {jobs}`"),
+        ],
+    );
+}
+
+#[test]
+fn validate_names_every_odd_file_in_the_jobs_dir() {
+    let scratch = Scratch::new();
+    let jobs = scratch.jobs();
+    scratch.write_task("good", "schedule = \"@daily\"\ncommand = \"true\"\n");
+    let _socket = common::make_odd_entries(&jobs);
+    let output = run_within(
+        &[
+            OsStr::new("validate"),
+            jobs.as_os_str(),
+            OsStr::new("/dev/null"),
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    let odd = common::ODD_ENTRIES
+        .iter()
+        .map(|(name, message)| (jobs.join(format!("{name}.toml")), *message));
+    let device = (
+        PathBuf::from("/dev/null"),
+        "a character device, not a task file",
+    );
+    for (path, message) in odd.chain([device]) {
+        let expected = format!("error: {message}\n  --> {}\n", path.display());
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+    assert!(
+        stdout(&output).contains("6 error(s); 1 valid task(s)"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn validate_names_a_task_file_it_cannot_read_and_who_could_not() {
+    let scratch = Scratch::new();
+    let as_root = nix::unistd::geteuid().is_root();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    scratch.write_task("secret", "schedule = \"@daily\"\ncommand = \"true\"\n");
+    let secret = scratch.jobs().join("secret.toml");
+    // Root reads anything: as root, validate runs as nobody and the file is root's alone.
+    std::fs::set_permissions(
+        &secret,
+        std::fs::Permissions::from_mode(if as_root { 0o600 } else { 0o000 }),
+    )
+    .unwrap();
+    let mut command = common::zkcron();
+    command
+        .args(["validate", secret.to_str().unwrap()])
+        .env("XDG_STATE_HOME", scratch.path())
+        .env("HOME", scratch.path());
+    if as_root {
+        command.uid(65534).gid(65534);
+    }
+    let output = command.stdin(Stdio::null()).output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    let who = if as_root {
+        "nobody".to_string()
+    } else {
+        nix::unistd::User::from_uid(nix::unistd::geteuid())
+            .unwrap()
+            .unwrap()
+            .name
+    };
+    assert!(
+        err.contains(&format!(
+            "error: cannot read the task file: Permission denied (os error 13)\n  --> {}\n   = \
+             help: zkcron runs as {who:?}: make the file and its directories readable by that user",
+            secret.display()
+        )),
+        "{err}"
+    );
+}
+
+// What `run` needs, checked by `validate` too (one validation for both), with the allowed range.
+
+/// Regression: each of these was "configuration OK" for `validate`.
+#[test]
+fn validate_and_run_refuse_zookeeper_settings_zookeeper_would_refuse_or_clamp() {
+    let scratch = Scratch::new();
+    for (zookeeper, expected) in [
+        (
+            "connect = \"zk1:0\"",
+            "`zk1:0` in `zk1:0` is not HOST:PORT with a port from 1 to 65535",
+        ),
+        (
+            "connect = \"zk1:2181/apps/../cron\"",
+            "the chroot `/apps/../cron` in `zk1:2181/apps/../cron` has a `..` element; ZooKeeper \
+             paths are absolute, without `.` or `..`",
+        ),
+        (
+            "connect = \"zk1:2181/zookeeper/cron\"",
+            "the chroot `/zookeeper/cron` in `zk1:2181/zookeeper/cron` is under /zookeeper, which \
+             ZooKeeper reserves for itself",
+        ),
+        (
+            "connect = \"zk1:2181\"\nsession_timeout = \"100y\"",
+            "the session timeout 100years is out of range: it must be from 1s to 24days 20h 31m \
+             23s 647ms (ZooKeeper sends it as a 32-bit count of milliseconds)",
+        ),
+        (
+            "connect = \"zk1:2181\"\nsession_timeout = \"25days\"",
+            "it must be from 1s to 24days 20h 31m 23s 647ms",
+        ),
+    ] {
+        let config = scratch.write_config(&format!(
+            "[coordination]\nbackend = \"zookeeper\"\n[coordination.zookeeper]\n{zookeeper}\n"
+        ));
+        assert_validate_and_run_refuse(&config, &[expected]);
+    }
+    // The flag is checked by the same rule (a usage error there).
+    let output = run_zkcron(&["run", "--zookeeper", "zk1:0"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("is not HOST:PORT with a port from 1 to 65535"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn validate_and_run_refuse_the_zookeeper_backend_without_connect() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("[coordination]\nbackend = \"zookeeper\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &["error: the zookeeper backend needs to know where ZooKeeper is"],
+    );
+}
+
+#[test]
+fn validate_and_run_refuse_a_state_dir_that_is_a_file() {
+    let scratch = Scratch::new();
+    let file = scratch.path().join("state-file");
+    std::fs::write(&file, "").unwrap();
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"state-file\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &[&format!(
+            "error: the state dir is a regular file, not a directory\n  --> {}\n   = help: point \
+             --state-dir or [scheduler].state_dir at a directory (zkcron creates it if it is \
+             missing)",
+            file.display()
+        )],
+    );
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"state-file/sub\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &[&format!(
+            "error: the state dir {} cannot be created: {} is a regular file, not a directory",
+            file.join("sub").display(),
+            file.display()
+        )],
+    );
+}
+
+#[test]
+fn validate_and_run_refuse_a_missing_jobs_dir() {
+    let scratch = Scratch::new();
+    let config =
+        scratch.write_config("[scheduler]\nstate_dir = \"state\"\njobs_dir = \"nowhere\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &[&format!(
+            "error: the jobs dir does not exist\n  --> {}\n   = help: create it, or point \
+             --jobs-dir or [scheduler].jobs_dir at your task files",
+            scratch.path().join("nowhere").display()
+        )],
+    );
+}
+
+#[test]
+fn validate_and_run_refuse_an_unknown_default_user_when_root() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config(
+        "[scheduler]\nstate_dir = \"state\"\ndefault_user = \"no-such-user-zkcron\"\n",
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert_validate_and_run_refuse(
+            &config,
+            &[
+                "error: user \"no-such-user-zkcron\" does not exist on this host ([scheduler].default_user)",
+                "= help: create the user, or fix the name",
+            ],
+        );
+    } else {
+        // Only root switches users: for another user, default_user means nothing.
+        let output = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn validate_refuses_a_shell_command_linux_would_not_start() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "huge",
+        &format!(
+            "schedule = \"@daily\"\ncommand = \"{}\"\n",
+            "x".repeat(1_000_000)
+        ),
+    );
+    let output = run_zkcron(&["validate", scratch.jobs().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains(
+            "error: `command` is 1000000 bytes; Linux refuses to start a program with any single \
+             argument or environment string over 128 KiB (131071 bytes and its NUL), so every \
+             run would fail"
+        ),
+        "{}",
+        &err[..err.len().min(2000)]
+    );
+}
+
+/// Regression: `run` printed a broken config as "zkcron: error: error: ...", and `validate`
+/// counted a config with two problems as one error.
+#[test]
+fn run_and_validate_print_and_count_each_config_problem_once() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config(
+        "[scheduler]\nshutdown_grace = 5\nstate_dir = \"state\"\n[log]\nformat = \"xml\"\n",
+    );
+    let output = run_within(
+        &[
+            OsStr::new("run"),
+            OsStr::new("--config"),
+            config.as_os_str(),
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(!err.contains("error: error"), "{err}");
+    assert_eq!(err.matches("error: `").count(), 2, "{err}");
+    assert!(err.ends_with("zkcron: not starting: 2 error(s)\n"), "{err}");
+
+    let output = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout(&output).contains("zkcron: 2 error(s); 0 valid task(s)"),
+        "{}",
+        stdout(&output)
+    );
 }

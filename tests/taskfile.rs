@@ -2,6 +2,8 @@
 //! write, what zkcron makes of it, and the messages (with line and column) it shows when
 //! something is wrong. Each test is given / when / then.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -878,12 +880,12 @@ fn ignored_files_are_ignored_with_their_reason() {
     }
     assert_eq!(ignore_reason(Path::new("/etc/zkcron/jobs.d/ok.toml")), None);
 
-    // and load_jobs_dir skips them, directories included
+    // and load_jobs_dir skips them
     let dir = tempfile::tempdir().unwrap();
     for (name, _) in cases {
         write_task(dir.path(), name, b"this is not toml = = =");
     }
-    fs::create_dir(dir.path().join("sub.toml")).unwrap();
+    fs::create_dir(dir.path().join("sub")).unwrap();
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
     assert!(loaded.tasks.is_empty());
     assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
@@ -891,7 +893,7 @@ fn ignored_files_are_ignored_with_their_reason() {
     assert!(
         loaded
             .ignored
-            .contains(&(dir.path().join("sub.toml"), "directory"))
+            .contains(&(dir.path().join("sub"), "not a .toml file"))
     );
 }
 
@@ -944,10 +946,17 @@ fn fix_commands_quote_paths_for_the_shell() {
 }
 
 #[test]
-fn missing_dir_is_an_io_error() {
+fn missing_dir_is_refused_saying_how_to_fix_it() {
     let dir = tempfile::tempdir().unwrap();
-    let error = load_jobs_dir(&dir.path().join("nope"), &defaults()).unwrap_err();
-    assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+    let missing = dir.path().join("nope");
+    let problems = load_jobs_dir(&missing, &defaults()).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].path, missing);
+    assert_eq!(problems[0].message, "the jobs dir does not exist");
+    assert_eq!(
+        problems[0].help.as_deref(),
+        Some("create it, or point --jobs-dir or [scheduler].jobs_dir at your task files")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1152,8 +1161,10 @@ fn config_zookeeper_errors_name_the_key_and_the_fix() {
             (
                 4,
                 19,
-                "`coordination.zookeeper.session_timeout` must be at least 1s",
-                Some("ZooKeeper needs a few of its ticks per session; 10s is a good start")
+                "`coordination.zookeeper.session_timeout`: the session timeout 200ms is out of range: it must be from 1s to 24days 20h 31m 23s 647ms (ZooKeeper sends it as a 32-bit count of milliseconds)",
+                Some(
+                    "the server then keeps it within its own minSessionTimeout..maxSessionTimeout (by default 2 to 20 of its ticks: 4s to 40s); 10s is a good start"
+                )
             ),
             (
                 5,
@@ -1207,14 +1218,422 @@ fn config_syntax_error_and_missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let error = load_config(&dir.path().join("missing.toml")).unwrap_err();
     assert_eq!(error.problems[0].line, 0);
-    assert!(
-        error.problems[0]
-            .message
-            .starts_with("cannot read the config file")
-    );
+    assert_eq!(error.problems[0].message, "the config file does not exist");
 
     let path = dir.path().join("zkcron.toml");
     fs::write(&path, "[scheduler]\njobs_dir = \"jobs\"\n").unwrap();
     let config = load_config(&path).unwrap();
     assert_eq!(config.scheduler.jobs_dir, Some(dir.path().join("jobs")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// What zkcron trusts on disk (crate::files): odd files, symlinks, the jobs dir and its parents.
+// The rules take the loading identity; these tests run both as root (CI) and as another user.
+
+/// The identity of the test process.
+fn me() -> Identity {
+    Identity::current()
+}
+
+/// A non-root identity with this uid.
+fn user(uid: u32) -> Identity {
+    Identity {
+        uid,
+        user_name: format!("user{uid}"),
+    }
+}
+
+/// Gives `path` (a symlink itself, not its target) to a user other than root and returns that
+/// user's uid: nobody (65534) when the tests run as root, else the tests' own user.
+fn give_to_a_non_root_user(path: &Path) -> u32 {
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::lchown(path, Some(65534), None).unwrap();
+        65534
+    } else {
+        nix::unistd::geteuid().as_raw()
+    }
+}
+
+/// `<temp>/jobs.d`, mode 0755, with the test process's ownership.
+fn jobs_dir(temp: &tempfile::TempDir) -> PathBuf {
+    let dir = temp.path().join("jobs.d");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[track_caller]
+fn assert_refused(problems: &[zkcron::files::PathProblem], path: &Path, message: &str, help: &str) {
+    assert!(
+        problems.iter().any(|p| p.path == path
+            && p.message.contains(message)
+            && p.help.as_deref() == Some(help)),
+        "no problem at {} with {message:?} and help {help:?} in {problems:#?}",
+        path.display()
+    );
+}
+
+/// Regression: a world-writable jobs dir was accepted, so anyone could add a task.
+#[test]
+fn jobs_dir_that_others_can_write_is_refused_with_the_fix() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    write_task(&dir, "t.toml", MINIMAL.as_bytes());
+    let defaults = defaults_for(me());
+    for (mode, what) in [
+        (0o775, "group-writable (mode 0775)"),
+        (0o757, "world-writable (mode 0757)"),
+        (0o777, "group- and world-writable (mode 0777)"),
+        // The sticky bit does not help: others could still add tasks.
+        (0o1777, "group- and world-writable (mode 1777)"),
+    ] {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+        let problems = load_jobs_dir(&dir, &defaults).unwrap_err();
+        assert_refused(
+            &problems,
+            &dir,
+            &format!("the jobs dir is {what}, so other users could add tasks that zkcron runs"),
+            &format!("run `chmod go-w {}`", dir.display()),
+        );
+    }
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(load_jobs_dir(&dir, &defaults).unwrap().tasks.len(), 1);
+}
+
+#[test]
+fn jobs_dir_owned_by_another_user_is_refused() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    let owner = give_to_a_non_root_user(&dir);
+    // A root daemon trusts only root's directories.
+    let problems = load_jobs_dir(&dir, &defaults_for(root())).unwrap_err();
+    assert_refused(
+        &problems,
+        &dir,
+        &format!("the jobs dir is owned by uid {owner}"),
+        &format!("run `chown root {}`", dir.display()),
+    );
+    assert!(
+        problems.iter().any(|p| p.message.contains("not root")),
+        "{problems:#?}"
+    );
+    // A daemon running as the owner trusts it; a third user does not.
+    if !nix::unistd::geteuid().is_root() {
+        // (the temp dir above it is the owner's too)
+        assert!(load_jobs_dir(&dir, &defaults_for(me())).is_ok());
+    } else {
+        load_jobs_dir(&dir, &defaults_for(user(owner))).unwrap();
+    }
+    let third = user(owner + 1);
+    let problems = load_jobs_dir(&dir, &defaults_for(third)).unwrap_err();
+    assert_refused(
+        &problems,
+        &dir,
+        &format!(
+            "neither by \"user{}\" (who runs zkcron) nor by root",
+            owner + 1
+        ),
+        &format!("run `chown user{} {}` as root", owner + 1, dir.display()),
+    );
+}
+
+#[test]
+fn parent_dir_that_others_can_write_is_refused_unless_sticky() {
+    let temp = tempfile::tempdir().unwrap();
+    let shared = temp.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = shared.join("jobs.d");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let defaults = defaults_for(me());
+    let problems = load_jobs_dir(&dir, &defaults).unwrap_err();
+    assert_refused(
+        &problems,
+        &shared,
+        &format!(
+            "a parent directory of the jobs dir {} is group- and world-writable (mode 0777) \
+             without the sticky bit, so other users could replace what is in it",
+            dir.display()
+        ),
+        &format!("run `chmod go-w {}`", shared.display()),
+    );
+    // Like /tmp: with the sticky bit others cannot rename or remove what they do not own.
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    load_jobs_dir(&dir, &defaults).unwrap();
+}
+
+#[test]
+fn parents_along_a_symlinked_jobs_dir_path_are_checked_too() {
+    let temp = tempfile::tempdir().unwrap();
+    let real = jobs_dir(&temp);
+    let open = temp.path().join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    // open/ is not on the resolved path, but whoever can write it can repoint the link.
+    let link = open.join("jobs.d");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let problems = load_jobs_dir(&link, &defaults_for(me())).unwrap_err();
+    assert_refused(
+        &problems,
+        &open,
+        "without the sticky bit",
+        &format!("run `chmod go-w {}`", open.display()),
+    );
+}
+
+/// Regression: a root daemon loaded a symlink that an unprivileged user planted in jobs.d.
+#[test]
+fn symlink_owned_by_another_user_is_refused_when_root() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    write_task(&dir, "real.conf", MINIMAL.as_bytes());
+    let link = dir.join("t.toml");
+    std::os::unix::fs::symlink("real.conf", &link).unwrap();
+    let owner = give_to_a_non_root_user(&link);
+    let errors = load_task_file(&link, &defaults_for(root())).unwrap_err();
+    let error = errors
+        .iter()
+        .find(|e| e.message.contains("symbolic link"))
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(
+        error
+            .message
+            .starts_with(&format!("the symbolic link is owned by uid {owner}"))
+            && error
+                .message
+                .ends_with(", not root, so that user chose what zkcron loads"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        help(error),
+        format!("run `chown -h root {}`", link.display())
+    );
+    // A daemon of another, non-root user refuses it too; the link's owner's own daemon loads it.
+    let errors = load_task_file(&link, &defaults_for(user(owner + 1))).unwrap_err();
+    assert!(
+        errors.iter().any(|e| e.message.contains("neither by")),
+        "{errors:#?}"
+    );
+    if nix::unistd::geteuid().is_root() {
+        load_task_file(&link, &defaults_for(user(owner))).unwrap();
+    }
+}
+
+#[test]
+fn symlink_to_a_file_outside_its_directory_is_refused() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    let elsewhere = temp.path().join("elsewhere.toml");
+    fs::write(&elsewhere, MINIMAL).unwrap();
+    fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o644)).unwrap();
+    let link = dir.join("t.toml");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let errors = load_task_file(&link, &defaults_for(me())).unwrap_err();
+    let error = only_error(&errors);
+    let target = fs::canonicalize(&elsewhere).unwrap();
+    let resolved_dir = fs::canonicalize(&dir).unwrap();
+    assert_error(
+        error,
+        0,
+        0,
+        &format!(
+            "a symbolic link to {}, outside {}: zkcron follows links only to files in the same \
+             directory, whose changes it notices",
+            target.display(),
+            resolved_dir.display()
+        ),
+    );
+    assert_eq!(
+        help(error),
+        format!(
+            "replace the link with a copy of the file: `cp --remove-destination {} {}`",
+            target.display(),
+            link.display()
+        )
+    );
+    assert_eq!(error.task.as_deref(), Some("t"));
+}
+
+#[test]
+fn symlink_to_a_file_in_its_directory_is_followed_and_named_after_the_link() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    write_task(&dir, ".backup-v2", MINIMAL.as_bytes());
+    std::os::unix::fs::symlink(".backup-v2", dir.join("backup.toml")).unwrap();
+    let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
+    assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["backup"]);
+}
+
+/// Regression: a directory named `x.toml` was ignored in silence, and a socket named `x.toml`
+/// was reported as "No such device or address".
+#[test]
+fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_what_they_are() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = jobs_dir(&temp);
+    write_task(&dir, "good.toml", MINIMAL.as_bytes());
+    let _socket = common::make_odd_entries(&dir);
+
+    let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
+    let not_a_task = "zkcron loads regular files named NAME.toml (and symbolic links to them in \
+                      the same directory) and does not look into subdirectories: remove it, or \
+                      rename it so that its name does not end in .toml";
+    let link_help = |name: &str| match name {
+        "dangling" => "remove the link, or create the file it points to",
+        "loop" => "remove the link, or point it at a file",
+        _ => not_a_task,
+    };
+    assert_eq!(
+        loaded.errors.len(),
+        common::ODD_ENTRIES.len(),
+        "{:#?}",
+        loaded.errors
+    );
+    for (error, (name, message)) in loaded.errors.iter().zip(common::ODD_ENTRIES) {
+        let help_text = link_help(name);
+        assert_eq!(error.path, dir.join(format!("{name}.toml")));
+        assert_error(error, 0, 0, message);
+        assert_eq!(error.message, message);
+        assert_eq!(help(error), help_text);
+        // So that the daemon keeps the last good version of a task whose file turned odd.
+        assert_eq!(error.task.as_deref(), Some(name));
+    }
+}
+
+#[test]
+fn a_device_is_named_never_opened() {
+    let errors = load_task_file(Path::new("/dev/zero"), &defaults()).unwrap_err();
+    assert_error(
+        only_error(&errors),
+        0,
+        0,
+        "a character device, not a task file",
+    );
+}
+
+/// Regression: `--config /dev/zero` grew the process to 4 GiB, and a FIFO hung it.
+#[test]
+fn config_that_is_not_a_regular_file_is_refused_unread() {
+    let temp = tempfile::tempdir().unwrap();
+    let fifo = temp.path().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let big = temp.path().join("big.toml");
+    fs::write(&big, vec![b'\n'; 1024 * 1024 + 1]).unwrap();
+    for (path, message) in [
+        (
+            Path::new("/dev/zero"),
+            "a character device, not a config file",
+        ),
+        (fifo.as_path(), "a named pipe (FIFO), not a config file"),
+        (temp.path(), "a directory, not a config file"),
+        (
+            big.as_path(),
+            "the file is 1048577 bytes; config files are limited to 1 MiB (1048576 bytes)",
+        ),
+    ] {
+        let error = load_config(path).unwrap_err();
+        assert_eq!(error.problems.len(), 1, "{error:#?}");
+        assert_eq!(error.problems[0].message, message);
+        assert!(error.problems[0].help.is_some(), "{error:#?}");
+    }
+}
+
+#[test]
+fn config_file_that_others_can_write_is_refused_with_the_fix() {
+    let temp = tempfile::tempdir().unwrap();
+    let path = temp.path().join("zkcron.toml");
+    fs::write(&path, "").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+    let problems = zkcron::files::check_config_file(&path, &me());
+    assert_refused(
+        &problems,
+        &path,
+        "the file is group- and world-writable (mode 0666), so other users could change \
+         zkcron's configuration",
+        &format!("run `chmod go-w {}`", path.display()),
+    );
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(zkcron::files::check_config_file(&path, &me()), vec![]);
+    let owner = give_to_a_non_root_user(&path);
+    let problems = zkcron::files::check_config_file(&path, &root());
+    assert_refused(
+        &problems,
+        &path,
+        &format!("the file is owned by uid {owner}"),
+        &format!("run `chown root:root {}`", path.display()),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What Linux refuses to exec
+
+/// Regression: a 1 MB shell command was accepted, and every tick then failed (E2BIG).
+#[test]
+fn a_command_longer_than_linux_allows_for_one_argument_is_refused() {
+    let at_limit = "x".repeat(131_071);
+    parse(&format!(
+        "schedule = \"@daily\"\ncommand = \"{at_limit}\"\n"
+    ))
+    .unwrap();
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = \"{}\"\n",
+        "x".repeat(1_000_000)
+    ));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        2,
+        11,
+        "`command` is 1000000 bytes; Linux refuses to start a program with any single argument \
+         or environment string over 128 KiB (131071 bytes and its NUL), so every run would fail",
+    );
+    assert_eq!(
+        help(error),
+        "put the script or data in a file, and run that file: command = [\"/usr/local/bin/job\"]"
+    );
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = [\"echo\", \"{}\"]\n",
+        "x".repeat(131_072)
+    ));
+    assert_error(
+        only_error(&errors),
+        2,
+        20,
+        "element 2 of `command` is 131072 bytes; Linux refuses",
+    );
+    let errors = errors_of(&format!(
+        "schedule = \"@daily\"\ncommand = \"true\"\nenv = {{ BIG = \"{}\" }}\n",
+        "x".repeat(131_068)
+    ));
+    assert_error(
+        only_error(&errors),
+        3,
+        9,
+        "`env.BIG` is 131072 bytes; Linux refuses",
+    );
+}
+
+#[test]
+fn a_command_whose_arguments_together_exceed_what_linux_allows_is_refused() {
+    let argv = vec!["\"a\""; 250_000].join(",");
+    let errors = errors_of(&format!("schedule = \"@daily\"\ncommand = [{argv}]\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        2,
+        11,
+        "`command` and `env` take 2508192 bytes as the program's arguments and environment",
+    );
+    assert!(
+        error
+            .message
+            .ends_with("Linux allows at most 2097152 bytes (2 MiB, a quarter of the usual 8 MiB stack limit), so every run would fail"),
+        "{}",
+        error.message
+    );
 }

@@ -161,7 +161,7 @@ impl LocalCoordinator {
             .spawn(move || journal_writer.run(pending))
             .map_err(|source| CoordError::Io {
                 context: "cannot start the journal writer".into(),
-                source,
+                error: source,
             })?;
 
         let (leadership, _) = watch::channel(Leadership::default());
@@ -199,7 +199,7 @@ impl LocalCoordinator {
                 "cannot record the change of task {} in the journal",
                 change.task
             ),
-            source: io::Error::other(detail),
+            error: io::Error::other(detail),
         };
         self.writer
             .send(PendingWrite {
@@ -294,7 +294,12 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 /// Takes the state dir's lock (creating the dir if needed) and records our pid in it for the
 /// operator; if another process holds it, says who and what to do (`busy_fix`).
 fn lock_state_dir(state_dir: &Path, busy_fix: &str) -> Result<Flock<File>, CoordError> {
-    let io = |context: String| move |source| CoordError::Io { context, source };
+    let io = |context: String| {
+        move |source| CoordError::Io {
+            context,
+            error: source,
+        }
+    };
     fs::create_dir_all(state_dir).map_err(io(format!(
         "cannot create state dir {}",
         state_dir.display()
@@ -338,7 +343,7 @@ fn open_state(
     let journal_path = state_dir.join(JOURNAL);
     let cannot_open = |source| CoordError::Io {
         context: format!("cannot open journal {}", journal_path.display()),
-        source,
+        error: source,
     };
     let journal = fs::OpenOptions::new()
         .create(true)
@@ -388,7 +393,10 @@ fn read_state(state_dir: &Path) -> Result<StateRead, CoordError> {
     let mut state = StateRead::default();
     let cannot_read = |path: &Path| {
         let context = format!("cannot read {}", path.display());
-        move |source| CoordError::Io { context, source }
+        move |source| CoordError::Io {
+            context,
+            error: source,
+        }
     };
     let snapshot_path = state_dir.join(SNAPSHOT);
     match fs::read(&snapshot_path) {
@@ -546,7 +554,7 @@ fn move_aside(path: &Path, error: &str) {
 fn state_io(state_dir: &Path, context: String, error: io::Error) -> CoordError {
     CoordError::Io {
         context,
-        source: io::Error::new(error.kind(), explain_io(state_dir, &error)),
+        error: io::Error::new(error.kind(), explain_io(state_dir, &error)),
     }
 }
 

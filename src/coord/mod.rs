@@ -87,11 +87,14 @@ pub struct RunResult {
 pub enum CoordError {
     /// The backend could not read or write its records; the outcome of a write is unknown and
     /// must be treated as not claimed.
-    #[error("{context}: {source}")]
+    ///
+    /// The OS error is part of the message and deliberately not a `source()`: a chain printer
+    /// (anyhow's `{:#}`) would print it twice ("File exists (os error 17): File exists (os
+    /// error 17)"), and the log lines print the message alone.
+    #[error("{context}: {error}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Another process already uses this backend's state (two daemons on one state dir).
     #[error("{0}")]

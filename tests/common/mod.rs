@@ -5,7 +5,8 @@
 pub mod tmpfs;
 pub mod zk;
 
-use std::fs;
+use std::fs::{self, Permissions};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ impl Scratch {
         for sub in ["jobs.d", "state", "out"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
         }
+        // Whatever the umask: zkcron refuses a jobs dir that others can write.
+        fs::set_permissions(dir.path().join("jobs.d"), Permissions::from_mode(0o755)).unwrap();
         Scratch { dir }
     }
 
@@ -66,6 +69,7 @@ impl Scratch {
     pub fn write_task(&self, name: &str, text: &str) {
         let temp = self.path().join(format!(".{name}.tmp"));
         fs::write(&temp, text).unwrap();
+        fs::set_permissions(&temp, Permissions::from_mode(0o644)).unwrap();
         fs::rename(&temp, self.jobs().join(format!("{name}.toml"))).unwrap();
     }
 
@@ -76,6 +80,7 @@ impl Scratch {
     pub fn write_config(&self, text: &str) -> PathBuf {
         let path = self.path().join("zkcron.toml");
         fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
         path
     }
 
@@ -264,4 +269,31 @@ pub fn process_alive(pid: i32) -> bool {
             .is_some_and(|rest| rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// Entries named like task files that are no task files, each with what zkcron calls it:
+/// a directory, a FIFO, a socket, a dangling symlink and a symlink loop.
+pub const ODD_ENTRIES: [(&str, &str); 5] = [
+    ("dangling", "a symbolic link to gone, which does not exist"),
+    ("fifo", "a named pipe (FIFO), not a task file"),
+    (
+        "loop",
+        "a symbolic link that loops: resolving it never reaches a file (it points to loop.toml)",
+    ),
+    ("socket", "a socket, not a task file"),
+    ("subdir", "a directory, not a task file"),
+];
+
+/// Creates the [`ODD_ENTRIES`] in `dir`, as `<name>.toml`. The socket exists while the returned
+/// listener lives.
+pub fn make_odd_entries(dir: &Path) -> std::os::unix::net::UnixListener {
+    fs::create_dir(dir.join("subdir.toml")).unwrap();
+    nix::unistd::mkfifo(
+        &dir.join("fifo.toml"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("gone", dir.join("dangling.toml")).unwrap();
+    std::os::unix::fs::symlink("loop.toml", dir.join("loop.toml")).unwrap();
+    std::os::unix::net::UnixListener::bind(dir.join("socket.toml")).unwrap()
 }

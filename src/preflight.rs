@@ -1,0 +1,258 @@
+//! What `zkcron run` needs before it starts, checked by one function that `run` and `validate`
+//! share: `validate` reports exactly what would make `run` refuse to start, in the same words,
+//! and `run` refuses it (exit 1) instead of starting a daemon that would fail on every tick or
+//! never reach its cluster.
+//!
+//! The checks: the config file may be trusted ([`files::check_config_file`]); the jobs dir
+//! exists and may be trusted ([`files::check_jobs_dir`]; `validate` gets this from loading the
+//! dir); with the local backend, the state dir is a directory or can be created; with the
+//! ZooKeeper backend, a connect string is given and the settings pass [`ZkSettings::check`];
+//! when zkcron runs as root, `[scheduler].default_user` exists. (The config's own values are
+//! checked when it is parsed, with line and column.)
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Backend, Config};
+use crate::coord::zk::ZkSettings;
+use crate::daemon::DaemonConfig;
+use crate::files::{self, PathProblem, kind_of};
+use crate::task::{self, Identity};
+
+/// What `run` starts with: the config and the flags that override it, resolved.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config: Config,
+    /// The config file read, if any.
+    pub config_path: Option<PathBuf>,
+    pub jobs_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub backend: Backend,
+    pub node_id: String,
+    /// `--zookeeper`, else `[coordination.zookeeper].connect`.
+    pub connect: Option<String>,
+    pub cluster: String,
+    pub release: semver::Version,
+    pub identity: Identity,
+}
+
+/// The flags of `run` that override the config (`validate` has none).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub jobs_dir: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub node_id: Option<String>,
+    pub zookeeper: Option<String>,
+    pub cluster: Option<String>,
+    pub node_version: Option<semver::Version>,
+}
+
+impl Plan {
+    /// Resolves what `run` would use. `host_name` is the node id when neither flag nor config
+    /// names one.
+    pub fn resolve(
+        config: Config,
+        config_path: Option<PathBuf>,
+        flags: Overrides,
+        identity: Identity,
+        host_name: impl FnOnce() -> String,
+    ) -> Plan {
+        let jobs_dir = flags
+            .jobs_dir
+            .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+        let state_dir = flags
+            .state_dir
+            .unwrap_or_else(|| config.state_dir_or_default());
+        let backend = match flags.zookeeper {
+            Some(_) => Backend::Zookeeper,
+            None => config.coordination.backend,
+        };
+        let section = &config.coordination.zookeeper;
+        Plan {
+            jobs_dir,
+            state_dir,
+            backend,
+            node_id: flags
+                .node_id
+                .or_else(|| config.node.id.clone())
+                .unwrap_or_else(host_name),
+            connect: flags.zookeeper.or_else(|| section.connect.clone()),
+            cluster: flags.cluster.unwrap_or_else(|| section.cluster.clone()),
+            release: flags
+                .node_version
+                .or_else(|| config.node.version.clone())
+                .unwrap_or_else(|| {
+                    semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
+                }),
+            identity,
+            config_path,
+            config,
+        }
+    }
+
+    /// The ZooKeeper settings, when a connect string is given.
+    pub fn zk_settings(&self) -> Option<ZkSettings> {
+        let section = &self.config.coordination.zookeeper;
+        Some(ZkSettings {
+            connect: self.connect.clone()?,
+            cluster: self.cluster.clone(),
+            session_timeout: section.session_timeout,
+            max_clock_skew: section.max_clock_skew,
+            node_id: self.node_id.clone(),
+            release: self.release.clone(),
+            labels: self.config.node.labels.clone(),
+        })
+    }
+
+    pub fn daemon_config(&self) -> DaemonConfig {
+        DaemonConfig {
+            jobs_dir: self.jobs_dir.clone(),
+            node_id: self.node_id.clone(),
+            shutdown_grace: self.config.scheduler.shutdown_grace,
+            task_defaults: self.config.task_defaults(self.identity.clone()),
+            // Set by `run`, which knows the flags it was given.
+            reset_flags: None,
+        }
+    }
+}
+
+/// A reason `run` would not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartProblem {
+    /// The file or directory at fault; `None` for a value given on the command line.
+    pub path: Option<PathBuf>,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+impl From<PathProblem> for StartProblem {
+    fn from(problem: PathProblem) -> StartProblem {
+        StartProblem {
+            path: Some(problem.path),
+            message: problem.message,
+            help: problem.help,
+        }
+    }
+}
+
+impl fmt::Display for StartProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => files::path_report(path, &self.message, self.help.as_deref()).render(f),
+            None => {
+                write!(f, "error: {}", self.message)?;
+                if let Some(help) = &self.help {
+                    write!(f, "\n   = help: {help}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Everything `run` checks before it starts, but the jobs dir (which loading it checks; see
+/// [`check_for_run`]).
+pub fn check(plan: &Plan) -> Vec<StartProblem> {
+    let mut problems: Vec<StartProblem> = Vec::new();
+    if let Some(path) = &plan.config_path {
+        problems.extend(
+            files::check_config_file(path, &plan.identity)
+                .into_iter()
+                .map(StartProblem::from),
+        );
+    }
+    match plan.backend {
+        Backend::Local => problems.extend(state_dir_problem(&plan.state_dir)),
+        Backend::Zookeeper => match plan.zk_settings() {
+            None => problems.push(StartProblem {
+                path: plan.config_path.clone(),
+                message: "the zookeeper backend needs to know where ZooKeeper is".into(),
+                help: Some(
+                    "set [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper \
+                     HOST:PORT"
+                        .into(),
+                ),
+            }),
+            Some(settings) => {
+                if let Err(message) = settings.check() {
+                    problems.push(StartProblem {
+                        path: None,
+                        message,
+                        help: None,
+                    });
+                }
+            }
+        },
+    }
+    if plan.identity.is_root()
+        && let Some(user) = &plan.config.scheduler.default_user
+        && let Some((message, help)) = task::missing_account("user", user, task::user_exists(user))
+    {
+        problems.push(StartProblem {
+            path: plan.config_path.clone(),
+            message: format!("{message} ([scheduler].default_user)"),
+            help: Some(help),
+        });
+    }
+    problems
+}
+
+/// Everything `run` checks before it starts: [`check`] and the jobs dir.
+pub fn check_for_run(plan: &Plan) -> Vec<StartProblem> {
+    let mut problems = check(plan);
+    problems.extend(
+        files::check_jobs_dir(&plan.jobs_dir, &plan.identity)
+            .into_iter()
+            .map(StartProblem::from),
+    );
+    problems
+}
+
+/// The state dir must be a directory, or be creatable: its nearest existing ancestor is one.
+fn state_dir_problem(dir: &Path) -> Option<StartProblem> {
+    let help = "point --state-dir or [scheduler].state_dir at a directory (zkcron creates it if \
+                it is missing)";
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for (index, path) in dir.ancestors().enumerate() {
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue;
+            }
+            Err(error) => {
+                return Some(StartProblem {
+                    path: Some(path.to_path_buf()),
+                    message: format!("cannot read the state dir: {error}"),
+                    help: None,
+                });
+            }
+        };
+        if meta.is_dir() {
+            return None;
+        }
+        let message = if index == 0 {
+            format!(
+                "the state dir is {}, not a directory",
+                kind_of(meta.file_type())
+            )
+        } else {
+            format!(
+                "the state dir {} cannot be created: {} is {}, not a directory",
+                dir.display(),
+                path.display(),
+                kind_of(meta.file_type())
+            )
+        };
+        return Some(StartProblem {
+            path: Some(path.to_path_buf()),
+            message,
+            help: Some(help.into()),
+        });
+    }
+    None
+}
