@@ -215,6 +215,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         node_id: node_id(args.node_id, &config),
         shutdown_grace: config.scheduler.shutdown_grace,
         task_defaults: config.task_defaults(Identity::current()),
+        job_output_lines: config.log.job_output_lines,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
