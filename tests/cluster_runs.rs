@@ -298,6 +298,54 @@ fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is
     assert!(node.log().contains("registered in ZooKeeper"));
 }
 
+/// A node remembers the version of the result it last wrote, so that recording the next one is
+/// one multi-op (the live-run record goes with it, and other nodes see the run end sooner). A
+/// result written by someone else since must neither be overwritten by an older one nor keep the
+/// run record alive.
+#[test]
+fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_removes_its_run_records()
+{
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    write_task(
+        dir.path(),
+        "quick",
+        "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
+    );
+    let connect = zk.chroot_connect();
+    let chroot = &connect[connect.find('/').unwrap()..];
+    let task = format!("{chroot}/zkcron/default/tasks/quick");
+    let result_path = format!("{task}/result");
+    let node = Node::start(dir.path(), "node-a", &connect);
+    let read_result = || -> Option<serde_json::Value> {
+        zk.with_client(async |client| client.get_data(&result_path).await.ok())
+            .and_then(|(data, _)| serde_json::from_slice(&data).ok())
+    };
+    wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
+
+    let future = r#"{"format":1,"tick":"2100-01-01T00:00:00Z","node":"elsewhere","exit":"exit code 0","success":true,"attempts":1,"duration_ms":1,"finished_at":"2100-01-01T00:00:01Z"}"#;
+    zk.with_client(async |client| {
+        client
+            .set_data(&result_path, future.as_bytes(), None)
+            .await
+            .unwrap()
+    });
+    let finished = node.log().matches("finished").count();
+    wait_for("two more runs", LIMIT, || {
+        node.log().matches("finished").count() >= finished + 2
+    });
+    wait_for("a moment with no live-run record", LIMIT, || {
+        zk.children(&task).iter().all(|c| !c.starts_with("run-"))
+    });
+
+    assert_eq!(read_result().unwrap()["node"], "elsewhere");
+    assert!(
+        !node.log().contains("cannot record the run result"),
+        "{}",
+        node.log()
+    );
+}
+
 #[test]
 fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_only_after_that_run_ends()
  {
