@@ -183,8 +183,8 @@ pub struct LogSection {
 }
 
 /// The default of `[log] job_output_lines`. journald lets one unit log 10,000 lines per 30 s
-/// by default (`RateLimitBurst=`) and drops the rest, zkcron's own messages included: at 100
-/// lines it takes a hundred chatty runs within 30 s to reach that.
+/// by default (`RateLimitBurst=`, scaled with free disk space) and drops the rest, zkcron's own
+/// messages included: at 100 lines it takes a hundred chatty runs within 30 s to reach that.
 pub const DEFAULT_JOB_OUTPUT_LINES: usize = 100;
 
 /// The largest `[log] job_output_lines`.
