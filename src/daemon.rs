@@ -693,26 +693,23 @@ async fn fire<C: Coordinator>(
         }
     }
     let claimed_at = tokio::time::Instant::now();
-    let prepared = match (action, prepared) {
-        (OverlapAction::Skip, _) | (_, None) => {
-            tracing::warn!(
-                task = name,
-                %fire_id,
-                running_here = local,
-                running_elsewhere = elsewhere,
-                "skipped: the previous run is still going (overlap = \"skip\")"
-            );
-            return;
-        }
-        (OverlapAction::Start, Some(prepared)) => prepared,
-        (OverlapAction::ReplaceThenStart, Some(prepared)) => {
-            tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
-            for mut done in runs.stop_all(false) {
-                let _ = done.wait_for(|ended| *ended).await;
-            }
-            prepared
-        }
+    let Some(prepared) = prepared else {
+        // Claimed as skipped: no later leader catches the tick up.
+        tracing::warn!(
+            task = name,
+            %fire_id,
+            running_here = local,
+            running_elsewhere = elsewhere,
+            "skipped: the previous run is still going (overlap = \"skip\")"
+        );
+        return;
     };
+    if action == OverlapAction::ReplaceThenStart {
+        tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
+        for mut done in runs.stop_all(false) {
+            let _ = done.wait_for(|ended| *ended).await;
+        }
+    }
     start_run(shared, runs, tick, prepared, claimed_at, &stop);
 }
 
