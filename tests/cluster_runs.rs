@@ -262,24 +262,32 @@ fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_
     kill_jobs(&starts);
 }
 
-#[test]
-fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
-    let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+/// Node `node-a` firing task `quick` (`true`, every second) in `dir`; returns the node and the
+/// task's znode path.
+fn quick_task_on_one_node(zk: &ZkServer, dir: &Path) -> (Node, String) {
     write_task(
-        dir.path(),
+        dir,
         "quick",
         "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
     );
     let connect = zk.chroot_connect();
     let chroot = &connect[connect.find('/').unwrap()..];
     let task = format!("{chroot}/zkcron/default/tasks/quick");
-    let node = Node::start(dir.path(), "node-a", &connect);
-    let read_result = || -> Option<serde_json::Value> {
-        let path = format!("{task}/result");
-        zk.with_client(async |client| client.get_data(&path).await.ok())
-            .and_then(|(data, _)| serde_json::from_slice(&data).ok())
-    };
+    (Node::start(dir, "node-a", &connect), task)
+}
+
+/// The JSON in znode `path`, if it exists and parses.
+fn read_json(zk: &ZkServer, path: &str) -> Option<serde_json::Value> {
+    zk.with_client(async |client| client.get_data(path).await.ok())
+        .and_then(|(data, _)| serde_json::from_slice(&data).ok())
+}
+
+#[test]
+fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (node, task) = quick_task_on_one_node(&zk, dir.path());
+    let read_result = || read_json(&zk, &format!("{task}/result"));
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
     let result = read_result().unwrap();
     assert_eq!(result["format"], 1, "{result}");
@@ -307,20 +315,9 @@ fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_remov
 {
     let zk = ZkServer::start();
     let dir = tempfile::tempdir().unwrap();
-    write_task(
-        dir.path(),
-        "quick",
-        "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
-    );
-    let connect = zk.chroot_connect();
-    let chroot = &connect[connect.find('/').unwrap()..];
-    let task = format!("{chroot}/zkcron/default/tasks/quick");
+    let (node, task) = quick_task_on_one_node(&zk, dir.path());
     let result_path = format!("{task}/result");
-    let node = Node::start(dir.path(), "node-a", &connect);
-    let read_result = || -> Option<serde_json::Value> {
-        zk.with_client(async |client| client.get_data(&result_path).await.ok())
-            .and_then(|(data, _)| serde_json::from_slice(&data).ok())
-    };
+    let read_result = || read_json(&zk, &result_path);
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
 
     let future = r#"{"format":1,"tick":"2100-01-01T00:00:00Z","node":"elsewhere","exit":"exit code 0","success":true,"attempts":1,"duration_ms":1,"finished_at":"2100-01-01T00:00:01Z"}"#;

@@ -455,19 +455,24 @@ fn given_log_format_json_when_the_daemon_runs_then_every_log_line_is_a_json_obje
     assert!(output["fire_id"].as_str().unwrap().starts_with("hello@"));
 }
 
+/// Task `failing`: every second, appends `$ZKCRON_ATTEMPT` to `out/attempts` and fails; three
+/// retries after `backoff`.
+fn write_failing_task(scratch: &Scratch, backoff: &str) {
+    scratch.write_task(
+        "failing",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo $ZKCRON_ATTEMPT >> {}; exit 1'\nretries = {{ attempts = 3, backoff = \"{backoff}\" }}\n",
+            scratch.out("attempts").display()
+        ),
+    );
+}
+
 /// Issue 9, item 4: a retry attempt started 0.8 s after SIGINT.
 #[test]
 fn given_a_retry_backoff_when_sigterm_arrives_then_the_retry_never_starts_and_the_daemon_exits_at_once()
  {
     let scratch = Scratch::new();
-    let attempts = scratch.out("attempts");
-    scratch.write_task(
-        "failing",
-        &format!(
-            "schedule = \"* * * * * *\"\ncommand = 'echo $ZKCRON_ATTEMPT >> {}; exit 1'\nretries = {{ attempts = 3, backoff = \"30s\" }}\n",
-            attempts.display()
-        ),
-    );
+    write_failing_task(&scratch, "30s");
     scratch.write_config("[scheduler]\nshutdown_grace = \"60s\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     daemon.wait_for_log("retrying after a failed attempt", LIMIT);
@@ -489,14 +494,7 @@ fn given_a_retry_backoff_when_sigterm_arrives_then_the_retry_never_starts_and_th
 #[test]
 fn given_a_retry_backoff_when_the_task_is_removed_then_its_retry_never_starts() {
     let scratch = Scratch::new();
-    let attempts = scratch.out("attempts");
-    scratch.write_task(
-        "failing",
-        &format!(
-            "schedule = \"* * * * * *\"\ncommand = 'echo $ZKCRON_ATTEMPT >> {}; exit 1'\nretries = {{ attempts = 3, backoff = \"2s\" }}\n",
-            attempts.display()
-        ),
-    );
+    write_failing_task(&scratch, "2s");
     scratch.write_task(
         "control",
         &recording_task(&scratch, "* * * * * *", "control", "c", ""),

@@ -22,6 +22,9 @@ use zkcron::executor::{
 };
 use zkcron::task::{CommandLine, RetryPolicy};
 
+/// The message of the line that says how much of an attempt's output was not logged.
+const LEFT_OUT: &str = "output not logged past [log] job_output_lines";
+
 /// Long enough for anything a test waits for; reached only when something is broken.
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -96,6 +99,23 @@ fn start(request: RunRequest) -> Started {
         captured,
         _guard: guard,
     }
+}
+
+/// Starts `request`, which must fail, with five retries after `backoff`, and returns once its
+/// first attempt finished: the run is then in its first backoff.
+async fn start_in_backoff(mut request: RunRequest, backoff: Duration) -> Started {
+    request.retries = RetryPolicy {
+        attempts: 5,
+        backoff,
+        max_backoff: Duration::from_secs(60),
+    };
+    let started = start(request);
+    let captured = started.captured.clone();
+    wait_until("the first attempt finished", || {
+        !captured.events("finished").is_empty()
+    })
+    .await;
+    started
 }
 
 impl Started {
@@ -187,6 +207,14 @@ impl Captured {
             .into_iter()
             .filter(|r| r.target == "zkcron::job" && r.field("stream") == Some(stream))
             .map(|r| r.fields["message"].clone())
+            .collect()
+    }
+
+    /// The lines saying how much output was left out.
+    fn left_out(&self) -> Vec<Record> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.field("message") == Some(LEFT_OUT))
             .collect()
     }
 
@@ -599,18 +627,7 @@ async fn given_a_child_ignoring_sigterm_when_kill_now_is_asked_then_it_dies_at_o
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_retry_backoff_when_terminate_is_asked_then_the_run_returns_without_retrying() {
-    let mut request = request(shell("exit 1"));
-    request.retries = RetryPolicy {
-        attempts: 5,
-        backoff: Duration::from_secs(60),
-        max_backoff: Duration::from_secs(60),
-    };
-    let started = start(request);
-    let captured = started.captured.clone();
-    wait_until("the first attempt finished", || {
-        !captured.events("finished").is_empty()
-    })
-    .await;
+    let started = start_in_backoff(request(shell("exit 1")), Duration::from_secs(60)).await;
 
     started.handle.terminate();
     let outcome = started
@@ -854,32 +871,6 @@ async fn given_a_run_when_it_ends_then_started_and_finished_are_logged_with_thei
     assert_eq!(finished[1].field("fire_id"), Some("report@1767234600"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_ends_anyway()
- {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("background.pid");
-    let request = request(shell(&format!(
-        "sleep 1000 & echo $! > {}; echo done",
-        pid_file.display()
-    )));
-
-    let started = Instant::now();
-    let outcome = run_alone(request).await;
-    let elapsed = started.elapsed();
-
-    let background = read_pid(&pid_file);
-    // A run that ended on its own leaves its background processes alone, as cron does.
-    let still_running = !is_dead(background);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(background),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    assert_eq!(last_exit(&outcome), Exit::Code(0));
-    assert!(still_running);
-    assert!(elapsed < Duration::from_secs(5), "run took {elapsed:?}");
-}
-
 // Robustness.
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1018,11 +1009,29 @@ async fn given_a_prepared_run_when_started_after_a_claim_then_started_logs_claim
     assert!(micros < DEADLINE.as_micros() as u64, "{micros}");
 }
 
+/// Runs `request` through `prepare`, `start` and `finish` with its log captured; returns the
+/// outcome and what `at_end` saw when the executor reported the run's end.
+async fn run_reporting_end<T>(
+    request: RunRequest,
+    at_end: impl FnOnce(&RunOutcome, &Captured) -> T,
+) -> (RunOutcome, T) {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let mut seen = None;
+    let prepared = prepare(request).await;
+    let outcome = zkcron::executor::start(prepared, None)
+        .finish(StopHandle::new().1, |outcome| {
+            seen = Some(at_end(outcome, &captured))
+        })
+        .await;
+    (outcome, seen.expect("the end was reported"))
+}
+
 // A finished run is finished (issue 9, item 3): the run's end is reported at its last
 // process's exit, not after its output drained or its result was written.
 
 #[tokio::test(flavor = "multi_thread")]
-async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_is_reported_ended_before_its_output_drains()
+async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_ends_at_that_exit()
  {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("background.pid");
@@ -1030,33 +1039,37 @@ async fn given_a_background_process_holding_stdout_when_the_main_process_exits_t
         "sleep 1000 & echo $! > {}; echo done",
         pid_file.display()
     )));
-    let captured = Captured::default();
-    let _guard = captured.install();
-    let ended_at: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
 
     let started = Instant::now();
-    let prepared = prepare(request).await;
-    let outcome = {
-        let ended_at = ended_at.clone();
-        let captured = captured.clone();
-        zkcron::executor::start(prepared, None)
-            .finish(StopHandle::new().1, move |outcome| {
-                assert_eq!(outcome.attempts.len(), 1);
-                *ended_at.lock().unwrap() =
-                    Some((Instant::now(), captured.events("finished").len()));
-            })
-            .await
-    };
+    let (outcome, at_end) = run_reporting_end(request, |outcome, captured| {
+        (
+            outcome.attempts.len(),
+            Instant::now(),
+            captured.events("finished").len(),
+        )
+    })
+    .await;
     let returned = Instant::now();
+
+    let background = read_pid(&pid_file);
+    // A run that ended on its own leaves its background processes alone, as cron does.
+    let still_running = !is_dead(background);
     let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(read_pid(&pid_file)),
+        nix::unistd::Pid::from_raw(background),
         nix::sys::signal::Signal::SIGKILL,
     );
-
     assert_eq!(last_exit(&outcome), Exit::Code(0));
-    let (ended, finished_logged) = ended_at.lock().unwrap().expect("the end was reported");
+    assert!(still_running);
+    // The run returns although its output stays open...
+    assert!(
+        returned - started < Duration::from_secs(5),
+        "run took {:?}",
+        returned - started
+    );
+    // ...and its end was reported at the exit, a second before the output is given up on.
+    let (attempts, ended, finished_logged) = at_end;
+    assert_eq!(attempts, 1);
     assert_eq!(finished_logged, 0, "reported before the output drained");
-    // The output stays open for a second after the exit; the end was reported before that.
     assert!(
         returned - ended >= Duration::from_millis(500),
         "ended {:?} after the start, returned {:?} after it",
@@ -1070,26 +1083,15 @@ async fn given_retries_when_attempts_fail_then_the_run_is_reported_ended_once_af
  {
     let mut request = request(shell("exit 3"));
     request.retries.attempts = 2;
-    let captured = Captured::default();
-    let _guard = captured.install();
-    let ends: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
 
-    let prepared = prepare(request).await;
-    let outcome = {
-        let ends = ends.clone();
-        let captured = captured.clone();
-        zkcron::executor::start(prepared, None)
-            .finish(StopHandle::new().1, move |outcome| {
-                ends.lock()
-                    .unwrap()
-                    .push((outcome.attempts.len(), captured.events("started").len()));
-            })
-            .await
-    };
+    let (outcome, at_end) = run_reporting_end(request, |outcome, captured| {
+        (outcome.attempts.len(), captured.events("started").len())
+    })
+    .await;
 
     assert_eq!(outcome.attempts.len(), 3);
-    // The backoffs between attempts keep the run live: one end, after the third process.
-    assert_eq!(*ends.lock().unwrap(), [(3, 3)]);
+    // The backoffs between attempts keep the run live: its end comes after the third process.
+    assert_eq!(at_end, (3, 3));
 }
 
 // Nothing starts after shutdown begins (issue 9, item 4).
@@ -1099,21 +1101,12 @@ async fn given_a_retry_backoff_when_retries_are_cancelled_then_the_attempt_never
  {
     let dir = tempfile::tempdir().unwrap();
     let attempts_file = dir.path().join("attempts");
-    let mut request = request(shell(&format!(
+    let request = request(shell(&format!(
         "echo $ZKCRON_ATTEMPT >> {}; exit 1",
         attempts_file.display()
     )));
-    request.retries = RetryPolicy {
-        attempts: 5,
-        backoff: Duration::from_millis(800),
-        max_backoff: Duration::from_secs(60),
-    };
-    let started = start(request);
+    let started = start_in_backoff(request, Duration::from_millis(800)).await;
     let captured = started.captured.clone();
-    wait_until("the first attempt finished", || {
-        !captured.events("finished").is_empty()
-    })
-    .await;
 
     started.handle.cancel_retries();
     let outcome = started
@@ -1184,11 +1177,7 @@ async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_a
     assert_eq!(last_exit(&outcome), Exit::Code(0));
     let expected: Vec<String> = (1..=100).map(|n| n.to_string()).collect();
     assert_eq!(stdout, expected);
-    let summary = captured
-        .records()
-        .into_iter()
-        .filter(|r| r.field("message") == Some("output not logged past [log] job_output_lines"))
-        .collect::<Vec<_>>();
+    let summary = captured.left_out();
     assert_eq!(summary.len(), 1, "one line says what was left out");
     let left_out_bytes: usize = (101..=200_000).map(|n: u32| n.to_string().len() + 1).sum();
     assert_eq!(summary[0].field("lines_left_out"), Some("199900"));
@@ -1205,8 +1194,8 @@ async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_a
         .filter_map(|r| r.field("message").map(str::to_owned))
         .collect();
     let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
-    assert!(at("100") < at("output not logged past [log] job_output_lines"));
-    assert!(at("output not logged past [log] job_output_lines") < at("finished"));
+    assert!(at("100") < at(LEFT_OUT));
+    assert!(at(LEFT_OUT) < at("finished"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1218,12 +1207,9 @@ async fn given_output_on_both_streams_when_it_passes_the_cap_then_both_streams_s
 
     assert_eq!(last_exit(&outcome), Exit::Code(0));
     assert_eq!(stdout.len() + captured.lines("stderr").len(), 40);
-    let summary = captured
-        .records()
-        .into_iter()
-        .find(|r| r.field("message") == Some("output not logged past [log] job_output_lines"))
-        .expect("a summary");
-    assert_eq!(summary.field("lines_left_out"), Some("20"));
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!(summary[0].field("lines_left_out"), Some("20"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1234,10 +1220,5 @@ async fn given_output_within_the_cap_when_it_runs_then_nothing_is_said_about_lef
     let (_, stdout, captured) = run_capturing(request).await;
 
     assert_eq!(stdout.len(), 5);
-    assert!(
-        captured
-            .records()
-            .iter()
-            .all(|r| r.field("message") != Some("output not logged past [log] job_output_lines"))
-    );
+    assert!(captured.left_out().is_empty());
 }
