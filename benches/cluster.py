@@ -10,7 +10,9 @@ data dir, loopback, a free port) and real `zkcron run` processes (release build,
 on a fresh temp dir; everything it started is stopped at the end, also on failure.
   lateness:  3 nodes, 200 tasks every second (`jitter = "1s"`), `--seconds` (default 30) measured.
              Lateness (spawn - due, claim round trip included) from every node's `started` events;
-             duplicate fire ids and missing ticks counted.
+             claim->spawn (the claim's answer -> the child spawned: what a node killed in between
+             leaves claimed but not started) from their `claim_to_spawn_us`; duplicate fire ids and
+             missing ticks counted.
   takeover:  3 nodes, 30 tasks every second (`catch_up = "all"`, `starting_deadline = "1m"`).
              `--trials` kill -9 and as many SIGTERM of a node that leads tasks, at a random point of
              the second. Per trial: leases_back = kill -> the other nodes hold all 30 leases again
@@ -655,6 +657,7 @@ def lateness(args):
         started = fires(nodes)
         window = [e for e in started if first <= fire_tick(e["fire_id"])[1] <= last]
         late = [float(e["lateness_ms"]) for e in window if "lateness_ms" in e]
+        claim_to_spawn = [int(e["claim_to_spawn_us"]) for e in window if "claim_to_spawn_us" in e]
         changes = [e for n in nodes for e in n.lease_changes if e["ts"] >= first]
         result.update({
             "settle_s": round(settled - t0, 2),
@@ -662,6 +665,7 @@ def lateness(args):
             "spawns_per_node": {n.id: sum(1 for e in window if e["_node"] == n.id) for n in nodes},
             "lateness_ms": summary(late),
             "lateness_over_10ms": sum(1 for x in late if x > 10),
+            "claim_to_spawn_us": summary(claim_to_spawn, digits=0),
             "lease_changes_during_window": len(changes),
             "zk_writes_per_s": round((z1[1] - z0[1]) / (z1[0] - z0[0]), 1),
             "zk_server": zk_server,

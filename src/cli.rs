@@ -26,8 +26,8 @@ use crate::task::{self, Identity, LoadedDir, TaskDefaults};
 /// Where the node config is read from when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/zkcron/zkcron.toml";
 
-/// A distributed cron daemon: every node loads the same task files, and each tick of each task
-/// runs once in the cluster.
+/// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
+/// a tick nobody claimed is caught up.
 #[derive(Debug, Parser)]
 #[command(
     name = "zkcron",

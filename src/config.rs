@@ -35,7 +35,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("coordination", &["backend", "zookeeper"]),
-    ("log", &["format"]),
+    ("log", &["format", "job_output_lines"]),
 ];
 
 /// The pattern a node id or cluster name must match, as shown to users.
@@ -175,9 +175,29 @@ impl LogFormat {
 }
 
 /// `[log]`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSection {
     pub format: LogFormat,
+    /// At most this many lines of each attempt's output (stdout and stderr together) are logged;
+    /// the rest is counted and reported in one line. Default [`DEFAULT_JOB_OUTPUT_LINES`].
+    pub job_output_lines: usize,
+}
+
+/// The default of `[log] job_output_lines`. journald lets one unit log 10,000 lines per 30 s
+/// by default (`RateLimitBurst=`, scaled with free disk space) and drops the rest, zkcron's own
+/// messages included: at 100 lines it takes a hundred chatty runs within 30 s to reach that.
+pub const DEFAULT_JOB_OUTPUT_LINES: usize = 100;
+
+/// The largest `[log] job_output_lines`.
+const MAX_JOB_OUTPUT_LINES: i64 = 1_000_000;
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            format: LogFormat::default(),
+            job_output_lines: DEFAULT_JOB_OUTPUT_LINES,
+        }
+    }
 }
 
 impl Config {
@@ -445,6 +465,11 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                         ("journald", LogFormat::Journald),
                     ];
                     config.log.format = c.choice(q, value, &choices).unwrap_or_default();
+                }
+                ("log", "job_output_lines") => {
+                    if let Some(lines) = c.integer(q, value, 0..=MAX_JOB_OUTPUT_LINES) {
+                        config.log.job_output_lines = lines as usize;
+                    }
                 }
                 _ => unknown_section_key(c, section, keys, key),
             }

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
-use crate::executor::{self, RunRequest, StopHandle};
+use crate::executor::{self, PreparedRun, RunOutcome, RunRequest, StopHandle};
 use crate::plan::{self, OverlapAction, PlanRules, Step, Tick, TickPlanner};
 use crate::service;
 use crate::task::{self, NodeLossPolicy, OverlapPolicy, TaskDefaults, TaskSpec};
@@ -66,6 +66,8 @@ pub struct DaemonConfig {
     /// ` --state-dir /var/lib/zkcron`), for the log line about a task held by a fire record ahead
     /// of the clock; `None` where there is no reset yet (the ZooKeeper backend).
     pub reset_flags: Option<String>,
+    /// `[log] job_output_lines`: how many lines of an attempt's output are logged.
+    pub job_output_lines: usize,
 }
 
 /// Everything the main loop reacts to.
@@ -85,6 +87,7 @@ enum Event {
 struct Shared<C> {
     coordinator: Arc<C>,
     node_id: String,
+    job_output_lines: usize,
     leadership: watch::Receiver<Leadership>,
     /// Counts wall-clock jumps; task loops re-plan when it changes.
     clock_jumps: watch::Receiver<u64>,
@@ -96,8 +99,33 @@ struct Shared<C> {
     runs_alive: mpsc::Sender<()>,
 }
 
+impl<C: Coordinator> Shared<C> {
+    /// The shared state, and the receiver that sees `None` once every loop and run has ended.
+    /// Starts the wall-clock watch.
+    fn new(coordinator: Arc<C>, config: &DaemonConfig) -> (Arc<Shared<C>>, mpsc::Receiver<()>) {
+        let (runs_alive, runs_alive_rx) = mpsc::channel(1);
+        let leadership = coordinator.leadership();
+        let (clock_jumps_tx, clock_jumps) = watch::channel(0);
+        tokio::spawn(watch_wall_clock(clock_jumps_tx));
+        let shared = Shared {
+            coordinator,
+            node_id: config.node_id.clone(),
+            job_output_lines: config.job_output_lines,
+            reset_flags: config.reset_flags.clone(),
+            leadership,
+            clock_jumps,
+            runs_alive,
+        };
+        (Arc::new(shared), runs_alive_rx)
+    }
+}
+
 /// The live runs of one task. Kept by name, so they outlive a change of the task's file: a
 /// modified task still sees its earlier run for `overlap`.
+///
+/// A run is live from its spawn until its last process has exited (retries included), not until
+/// its result is recorded: a tick that comes due while the result is being written is not
+/// skipped for `overlap`.
 #[derive(Default)]
 struct TaskRuns {
     running: Mutex<Vec<RunEntry>>,
@@ -107,7 +135,8 @@ struct RunEntry {
     id: u64,
     fire_id: String,
     stop: StopHandle,
-    /// Turns true when the run has ended and its result is recorded.
+    /// Turns true when the run has ended: its last process exited (or a stop cut its retries
+    /// short). Its result may still be being recorded.
     done: watch::Receiver<bool>,
 }
 
@@ -130,6 +159,16 @@ impl TaskRuns {
                 let _ = done.wait_for(|ended| *ended).await;
             }
         }
+    }
+
+    /// Lets the running attempts finish but starts none of their retries; returns how many runs
+    /// were told.
+    fn cancel_retries(&self) -> usize {
+        let running = self.running.lock().expect("runs lock poisoned");
+        for entry in running.iter() {
+            entry.stop.cancel_retries();
+        }
+        running.len()
     }
 
     fn stop_all(&self, kill_now: bool) -> Vec<watch::Receiver<bool>> {
@@ -183,19 +222,9 @@ pub struct Daemon<C: Coordinator> {
 
 impl<C: Coordinator> Daemon<C> {
     pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
-        let (runs_alive, runs_alive_rx) = mpsc::channel(1);
-        let leadership = coordinator.leadership();
-        let (clock_jumps_tx, clock_jumps) = watch::channel(0);
-        tokio::spawn(watch_wall_clock(clock_jumps_tx));
+        let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
         Daemon {
-            shared: Arc::new(Shared {
-                coordinator,
-                node_id: config.node_id.clone(),
-                leadership,
-                clock_jumps,
-                reset_flags: config.reset_flags.clone(),
-                runs_alive,
-            }),
+            shared,
             config,
             tasks: BTreeMap::new(),
             runs: HashMap::new(),
@@ -328,7 +357,12 @@ impl<C: Coordinator> Daemon<C> {
                 if let Some(task_loop) = task.task_loop {
                     task_loop.stop();
                 }
-                tracing::info!(task = %name, "task removed; a run in progress finishes");
+                let running = self.runs.get(&name).map_or(0, |runs| runs.cancel_retries());
+                tracing::info!(
+                    task = %name,
+                    running,
+                    "task removed; a run in progress finishes, without further retries"
+                );
                 removed += 1;
             }
         }
@@ -432,6 +466,11 @@ impl<C: Coordinator> Daemon<C> {
             if let Some(task_loop) = task.task_loop.take() {
                 task_loop.stop();
             }
+        }
+        // After the loops' stop: a run whose claim was already on its way when the loops were
+        // told sees the stop itself when it registers (see `start_run`).
+        for task_runs in self.runs.values() {
+            task_runs.cancel_retries();
         }
         self.shared.coordinator.release_all().await;
         let running: usize = self.runs.values().map(|r| r.count()).sum();
@@ -587,7 +626,7 @@ async fn task_loop<C: Coordinator>(
         }
     };
     if spec.on_node_loss == NodeLossPolicy::Rerun {
-        rerun_orphan(&spec, &shared, &runs).await;
+        rerun_orphan(&spec, &shared, &runs, &stop).await;
     }
     let mut clock_jumps = shared.clock_jumps.clone();
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
@@ -619,7 +658,7 @@ async fn task_loop<C: Coordinator>(
                             _ = stop.changed() => return,
                         }
                     }
-                    fire(&spec, &shared, &runs, tick).await;
+                    fire(&spec, &shared, &runs, tick, &stop).await;
                 }
             }
             Step::SleepUntil(due) => {
@@ -660,14 +699,18 @@ async fn task_loop<C: Coordinator>(
     }
 }
 
-/// Decides the tick's overlap action, claims it (as skipped or to run) and, if won, starts its
-/// run. The claim comes after the overlap check so that a tick skipped for overlap is still
-/// consumed cluster-wide: no later leader catches it up.
+/// Decides the tick's overlap action, prepares its process, claims it (as skipped or to run)
+/// and, if won, spawns the process at once. The claim comes after the overlap check so that a
+/// tick skipped for overlap is still consumed cluster-wide: no later leader catches it up. It
+/// comes after everything the spawn needs is resolved (user, group, environment, program,
+/// working dir), so that a node that dies after a won claim has at most the spawn left undone.
+/// No claim is sent once the loop is told to stop (shutdown, reload, leadership lost).
 async fn fire<C: Coordinator>(
     spec: &Arc<TaskSpec>,
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
     tick: Tick,
+    stop: &watch::Receiver<bool>,
 ) {
     let name = spec.name.as_str();
     let fire_id = plan::fire_id(name, tick.instant);
@@ -688,16 +731,24 @@ async fn fire<C: Coordinator>(
         }
     };
     let action = plan::overlap_action(spec.overlap, local + elsewhere);
-    let intent = match action {
-        OverlapAction::Skip => ClaimIntent::Skip,
-        OverlapAction::Start | OverlapAction::ReplaceThenStart => ClaimIntent::Run,
+    let (intent, prepared) = match action {
+        OverlapAction::Skip => (ClaimIntent::Skip, None),
+        OverlapAction::Start | OverlapAction::ReplaceThenStart => {
+            let request = run_request(spec, shared, tick, &fire_id);
+            (ClaimIntent::Run, Some(executor::prepare(request).await))
+        }
     };
     // A failed claim (the backend could not tell) is retried while this node still leads the
     // task: dropping the tick would lose it, because the planner has moved past it. When the
     // node pauses or loses the task, the loop stops and whoever leads next catches the tick
     // up from the fire record.
     let mut delay = Duration::from_millis(100);
+    let mut stop = stop.clone();
     loop {
+        if *stop.borrow_and_update() {
+            tracing::info!(task = name, %fire_id, "tick not claimed: this task's loop is stopping");
+            return;
+        }
         match shared.coordinator.claim(name, tick.instant, intent).await {
             Ok(ClaimOutcome::Claimed) => break,
             Ok(ClaimOutcome::AlreadyClaimed { record }) => {
@@ -714,31 +765,33 @@ async fn fire<C: Coordinator>(
                     return;
                 }
                 tracing::warn!(task = name, %fire_id, "claim failed ({error}); retrying");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => {}
+                }
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
     }
-    match action {
-        OverlapAction::Start => {}
-        OverlapAction::Skip => {
-            tracing::warn!(
-                task = name,
-                %fire_id,
-                running_here = local,
-                running_elsewhere = elsewhere,
-                "skipped: the previous run is still going (overlap = \"skip\")"
-            );
-            return;
-        }
-        OverlapAction::ReplaceThenStart => {
-            tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
-            for mut done in runs.stop_all(false) {
-                let _ = done.wait_for(|ended| *ended).await;
-            }
+    let claimed_at = tokio::time::Instant::now();
+    let Some(prepared) = prepared else {
+        // Claimed as skipped: no later leader catches the tick up.
+        tracing::warn!(
+            task = name,
+            %fire_id,
+            running_here = local,
+            running_elsewhere = elsewhere,
+            "skipped: the previous run is still going (overlap = \"skip\")"
+        );
+        return;
+    };
+    if action == OverlapAction::ReplaceThenStart {
+        tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
+        for mut done in runs.stop_all(false) {
+            let _ = done.wait_for(|ended| *ended).await;
         }
     }
-    start_run(spec, shared, runs, tick, fire_id);
+    start_run(shared, runs, tick, prepared, claimed_at, &stop);
 }
 
 /// With `on_node_loss = "rerun"`: runs again the tick whose node died mid-run, if there is one.
@@ -746,6 +799,7 @@ async fn rerun_orphan<C: Coordinator>(
     spec: &Arc<TaskSpec>,
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
+    stop: &watch::Receiver<bool>,
 ) {
     let name = spec.name.as_str();
     let orphan = match shared.coordinator.orphaned_tick(name).await {
@@ -760,19 +814,24 @@ async fn rerun_orphan<C: Coordinator>(
         }
     };
     let fire_id = plan::fire_id(name, orphan);
+    let tick = Tick {
+        instant: orphan,
+        due_at: orphan,
+        catch_up: true,
+    };
+    let prepared = executor::prepare(run_request(spec, shared, tick, &fire_id)).await;
+    if *stop.borrow() {
+        return;
+    }
     match shared.coordinator.reclaim(name, orphan).await {
         Ok(ClaimOutcome::Claimed) => {
+            let claimed_at = tokio::time::Instant::now();
             tracing::warn!(
                 task = name,
                 %fire_id,
                 "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
             );
-            let tick = Tick {
-                instant: orphan,
-                due_at: orphan,
-                catch_up: true,
-            };
-            start_run(spec, shared, runs, tick, fire_id);
+            start_run(shared, runs, tick, prepared, claimed_at, stop);
         }
         Ok(outcome) => {
             tracing::info!(task = name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
@@ -783,30 +842,16 @@ async fn rerun_orphan<C: Coordinator>(
     }
 }
 
-fn start_run<C: Coordinator>(
-    spec: &Arc<TaskSpec>,
-    shared: &Arc<Shared<C>>,
-    runs: &Arc<TaskRuns>,
+/// What the executor needs to run `tick` of `spec` on this node.
+fn run_request<C: Coordinator>(
+    spec: &TaskSpec,
+    shared: &Shared<C>,
     tick: Tick,
-    fire_id: String,
-) {
-    static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = spec.name.clone();
-    let (stop, stop_signal) = StopHandle::new();
-    let (done_tx, done_rx) = watch::channel(false);
-    let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    runs.running
-        .lock()
-        .expect("runs lock poisoned")
-        .push(RunEntry {
-            id,
-            fire_id: fire_id.clone(),
-            stop,
-            done: done_rx,
-        });
-    let request = RunRequest {
-        task: name.clone(),
-        fire_id: fire_id.clone(),
+    fire_id: &str,
+) -> RunRequest {
+    RunRequest {
+        task: spec.name.clone(),
+        fire_id: fire_id.to_string(),
         scheduled_at: tick.instant,
         due_at: tick.due_at,
         node_id: shared.node_id.clone(),
@@ -818,32 +863,88 @@ fn start_run<C: Coordinator>(
         timeout: spec.timeout,
         kill_grace: spec.kill_grace,
         retries: spec.retries,
-    };
-    // The spawned run holds `shared`, and with it a `runs_alive` sender, until it has ended.
+        output_lines: shared.job_output_lines,
+    }
+}
+
+/// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
+/// its last process exits, and its result is recorded right after that (while its output may
+/// still be draining). A preparation that failed is recorded as a failed attempt without a
+/// spawn. If `stop` is set when the run registers (the claim was already on its way when the
+/// loop was told to stop), the run gets no retries.
+fn start_run<C: Coordinator>(
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    tick: Tick,
+    prepared: PreparedRun,
+    claimed_at: tokio::time::Instant,
+    stop: &watch::Receiver<bool>,
+) {
+    static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = executor::start(prepared, Some(claimed_at));
+    let spawned = tokio::time::Instant::now();
+    let name = started.request().task.clone();
+    let fire_id = started.request().fire_id.clone();
+    let (stop_handle, stop_signal) = StopHandle::new();
+    let (done_tx, done_rx) = watch::channel(false);
+    let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    {
+        let mut running = runs.running.lock().expect("runs lock poisoned");
+        // Read under the lock that shutdown and removal take after setting it: either they see
+        // this entry, or this sees their stop.
+        if *stop.borrow() {
+            stop_handle.cancel_retries();
+        }
+        running.push(RunEntry {
+            id,
+            fire_id: fire_id.clone(),
+            stop: stop_handle,
+            done: done_rx,
+        });
+    }
+    // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
+    // recorded.
     let shared = shared.clone();
     let runs = runs.clone();
     tokio::spawn(async move {
-        let started = tokio::time::Instant::now();
-        let outcome = executor::run(request, stop_signal).await;
-        let last = outcome.last();
-        let result = RunResult {
-            tick: tick.instant,
-            node: shared.node_id.clone(),
-            exit: last.map(|a| a.exit.to_string()).unwrap_or_default(),
-            success: outcome.succeeded(),
-            attempts: outcome.attempts.len() as u32,
-            duration_ms: started.elapsed().as_millis() as u64,
-            finished_at: wall_clock(),
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
+        let node = shared.node_id.clone();
+        let ended = move |outcome: &RunOutcome| {
+            // The run is over on this node now, not once its result is written.
+            runs.running
+                .lock()
+                .expect("runs lock poisoned")
+                .retain(|e| e.id != id);
+            let _ = done_tx.send(true);
+            let _ = ended_tx.send(run_result(tick, node, outcome, spawned.elapsed()));
         };
-        if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
-            tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
-        }
-        runs.running
-            .lock()
-            .expect("runs lock poisoned")
-            .retain(|e| e.id != id);
-        let _ = done_tx.send(true);
+        let record = async {
+            // The first thing after the end: with ZooKeeper this one multi-op deletes the
+            // live-run record, so other nodes see the run end as soon as possible.
+            if let Ok(result) = ended_rx.await
+                && let Err(error) = shared.coordinator.run_ended(&name, &result).await
+            {
+                tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+            }
+        };
+        tokio::join!(started.finish(stop_signal, ended), record);
     });
+}
+
+/// The stored result of a run of `tick` that took `duration` from its spawn.
+fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration) -> RunResult {
+    RunResult {
+        tick: tick.instant,
+        node,
+        exit: outcome
+            .last()
+            .map(|a| a.exit.to_string())
+            .unwrap_or_default(),
+        success: outcome.succeeded(),
+        attempts: outcome.attempts.len() as u32,
+        duration_ms: duration.as_millis() as u64,
+        finished_at: wall_clock(),
+    }
 }
 
 /// Watches `dir` and sends a message for each change of its entries. Access events are ignored:
@@ -879,7 +980,180 @@ fn watch_jobs_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coord::CoordError;
+    use crate::task::Identity;
     use chrono::TimeDelta;
+    use std::collections::BTreeSet;
+
+    /// A coordinator that leads every task, remembers every claim, and takes `result_write` to
+    /// record a result: a ZooKeeper round trip on a busy cluster, or a journal fsync on a busy
+    /// disk.
+    struct SlowResults {
+        leadership: watch::Sender<Leadership>,
+        record: Mutex<Option<DateTime<Utc>>>,
+        claims: Mutex<Vec<(DateTime<Utc>, ClaimIntent)>>,
+        result_write: Duration,
+    }
+
+    impl SlowResults {
+        fn new(task: &str, record: Option<DateTime<Utc>>, result_write: Duration) -> Arc<Self> {
+            let leadership = Leadership {
+                tasks: Arc::new(BTreeSet::from([task.to_string()])),
+                ..Leadership::default()
+            };
+            Arc::new(SlowResults {
+                leadership: watch::Sender::new(leadership),
+                record: Mutex::new(record),
+                claims: Mutex::default(),
+                result_write,
+            })
+        }
+
+        fn claims(&self) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+            self.claims.lock().unwrap().clone()
+        }
+    }
+
+    impl Coordinator for SlowResults {
+        async fn publish(&self, _: &[TaskSpec]) -> Result<(), CoordError> {
+            Ok(())
+        }
+
+        fn leadership(&self) -> watch::Receiver<Leadership> {
+            self.leadership.subscribe()
+        }
+
+        async fn last_claimed(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+            Ok(*self.record.lock().unwrap())
+        }
+
+        async fn claim(
+            &self,
+            _: &str,
+            tick: DateTime<Utc>,
+            intent: ClaimIntent,
+        ) -> Result<ClaimOutcome, CoordError> {
+            let mut record = self.record.lock().unwrap();
+            if let Some(previous) = *record
+                && previous >= tick
+            {
+                return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
+            }
+            *record = Some(tick);
+            self.claims.lock().unwrap().push((tick, intent));
+            Ok(ClaimOutcome::Claimed)
+        }
+
+        async fn orphaned_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+            Ok(None)
+        }
+
+        async fn reclaim(&self, _: &str, _: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+            Ok(ClaimOutcome::NotLeader)
+        }
+
+        async fn runs_elsewhere(&self, _: &str) -> Result<usize, CoordError> {
+            Ok(0)
+        }
+
+        async fn run_ended(&self, _: &str, _: &RunResult) -> Result<(), CoordError> {
+            tokio::time::sleep(self.result_write).await;
+            Ok(())
+        }
+
+        async fn last_result(&self, _: &str) -> Result<Option<RunResult>, CoordError> {
+            Ok(None)
+        }
+
+        async fn release_all(&self) {}
+    }
+
+    fn task(text: &str) -> Arc<TaskSpec> {
+        let defaults = TaskDefaults {
+            timezone: chrono_tz::UTC,
+            user: None,
+            identity: Identity::current(),
+        };
+        let spec = task::parse_task("t", std::path::Path::new("t.toml"), text, &defaults)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        Arc::new(spec)
+    }
+
+    /// Runs the loop of `spec` against `coordinator` until it has made `count` claims (within a
+    /// deadline) and returns them.
+    async fn claims_of(
+        spec: Arc<TaskSpec>,
+        coordinator: &Arc<SlowResults>,
+        count: usize,
+    ) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+        let config = DaemonConfig {
+            jobs_dir: PathBuf::new(),
+            node_id: "node-a".into(),
+            shutdown_grace: Duration::from_secs(1),
+            task_defaults: TaskDefaults {
+                timezone: chrono_tz::UTC,
+                user: None,
+                identity: Identity::current(),
+            },
+            job_output_lines: 10,
+            reset_flags: None,
+        };
+        let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config);
+        let task_loop = spawn_task_loop(spec, shared, Arc::default());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while coordinator.claims().len() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only these claims in 20 s: {:?}",
+                coordinator.claims()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        task_loop.stop();
+        coordinator.claims()[..count].to_vec()
+    }
+
+    /// Issue 9, item 3: "skipped: the previous run is still going" was logged 10 ms after
+    /// "finished", because a run stayed live until its result was written.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn given_a_slow_result_write_when_a_run_ends_just_before_the_next_tick_then_that_tick_is_not_skipped()
+     {
+        // Each run ends within milliseconds; writing its result takes longer than a period.
+        let coordinator = SlowResults::new("t", None, Duration::from_millis(1500));
+        let spec = task("schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\n");
+
+        let claims = claims_of(spec, &coordinator, 3).await;
+
+        let intents: Vec<ClaimIntent> = claims.iter().map(|(_, intent)| *intent).collect();
+        assert_eq!(intents, [ClaimIntent::Run; 3], "{claims:?}");
+        let seconds: Vec<i64> = claims.iter().map(|(t, _)| t.timestamp()).collect();
+        assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "{seconds:?}");
+    }
+
+    /// Issue 9, item 3: after a failover, a catch-up run ending a few ms before the next tick
+    /// made that tick skip.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn given_a_catch_up_run_that_ends_just_before_the_next_tick_then_that_tick_runs() {
+        // Early in a second, so that the caught-up run (a few ms) ends well before the next tick.
+        let into_second = Duration::from_nanos(u64::from(wall_clock().timestamp_subsec_nanos()));
+        tokio::time::sleep(Duration::from_millis(1050).saturating_sub(into_second)).await;
+        let missed = wall_clock() - TimeDelta::seconds(5);
+        let record = missed - TimeDelta::seconds(5);
+        let coordinator = SlowResults::new("t", Some(record), Duration::from_millis(1500));
+        let spec = task(
+            "schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\ncatch_up = \"once\"\n",
+        );
+        let started = wall_clock();
+
+        let claims = claims_of(spec, &coordinator, 2).await;
+
+        // The latest missed tick, caught up at once, then the next on-time tick: both run.
+        let (caught_up, on_time) = (claims[0], claims[1]);
+        assert!(caught_up.0 <= started, "{claims:?}");
+        assert!(on_time.0 > started, "{claims:?}");
+        assert_eq!(caught_up.1, ClaimIntent::Run, "{claims:?}");
+        assert_eq!(on_time.1, ClaimIntent::Run, "{claims:?}");
+    }
 
     #[test]
     fn debounce_reloads_once_the_dir_is_quiet() {

@@ -3,8 +3,14 @@
 //!
 //! This module owns everything between "this tick may run now" and "this is how it ended": building
 //! the child's clean environment, switching user and group, spawning the command in its own process
-//! group, logging its output line by line, killing the whole group on timeout or stop, and retrying
-//! failed attempts with exponential backoff.
+//! group, logging its output line by line (at most `output_lines` per attempt), killing the whole
+//! group on timeout or stop, and retrying failed attempts with exponential backoff.
+//!
+//! A run goes in three steps, so that the daemon can put its claim between resolving and
+//! spawning: [`prepare`] does every lookup the spawn needs (user, group, environment, `argv[0]`
+//! in `PATH`, working directory), [`start`] only spawns the first attempt, and
+//! [`StartedRun::finish`] waits, retries and reports the run's end at its last process's exit.
+//! [`run`] does all three.
 //!
 //! It must not decide *whether* a tick runs (claims, overlap and deadlines belong to the planner
 //! and the daemon), read task files, or talk to the coordination backend. It never panics on OS
@@ -76,6 +82,9 @@ pub struct RunRequest {
     pub kill_grace: Duration,
     /// How many more times a failed attempt is tried, and how long to wait in between.
     pub retries: RetryPolicy,
+    /// At most this many lines of an attempt's output (stdout and stderr together) are logged;
+    /// the rest is read, counted and reported in one line when the output ends.
+    pub output_lines: usize,
 }
 
 /// How one attempt ended.
@@ -153,6 +162,8 @@ impl RunOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum StopKind {
     Running,
+    /// Start no further attempt; a running one goes on (shutdown, or the task was removed).
+    NoMoreAttempts,
     /// SIGTERM, then SIGKILL after `kill_grace`.
     Terminate,
     /// SIGKILL at once.
@@ -160,8 +171,9 @@ enum StopKind {
 }
 
 /// Tells a run to stop: SIGTERM to its process group, SIGKILL after `kill_grace` (or at once
-/// with [`StopHandle::kill_now`]). No further retries after a stop. Dropping every handle never
-/// stops a run.
+/// with [`StopHandle::kill_now`]), or only to start no further attempt
+/// ([`StopHandle::cancel_retries`]). No further retries after any request. Dropping every handle
+/// never stops a run.
 #[derive(Debug, Clone)]
 pub struct StopHandle {
     /// Holds the strongest request so far; the run watches it.
@@ -180,6 +192,11 @@ impl StopHandle {
     pub fn new() -> (StopHandle, StopSignal) {
         let (sender, receiver) = watch::channel(StopKind::Running);
         (StopHandle { sender }, StopSignal { receiver })
+    }
+
+    /// Lets a running attempt finish but starts no retry: a pending backoff ends the run at once.
+    pub fn cancel_retries(&self) {
+        self.escalate(StopKind::NoMoreAttempts);
     }
 
     /// Stops the run gracefully: SIGTERM now, SIGKILL after `kill_grace`.
@@ -293,7 +310,7 @@ struct Credentials {
 
 /// One attempt's process setup, resolved before spawning.
 #[derive(Debug)]
-struct Prepared {
+struct ProcessSetup {
     /// The child's whole environment, in the order later entries override earlier ones.
     env: Vec<(String, OsString)>,
     /// Checked to exist, so a bad directory is reported as such rather than as a missing binary.
@@ -332,7 +349,11 @@ fn myself() -> &'static Myself {
 
 /// Resolves user, group, environment and working directory. Blocking: it reads the user and
 /// group databases and the file system.
-fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared, String> {
+fn resolve_process(
+    request: &RunRequest,
+    attempt: u32,
+    program: &str,
+) -> Result<ProcessSetup, String> {
     let Myself {
         identity: me,
         group: my_group,
@@ -351,14 +372,23 @@ fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared
         UserAction::Switch { user, group } => {
             let account = match User::from_name(&user) {
                 Ok(Some(account)) => account,
-                Ok(None) => return Err(format!("unknown user \"{user}\"")),
+                Ok(None) => {
+                    return Err(format!(
+                        "unknown user \"{user}\"; create it, or change `user` in the task file \
+                         (or [scheduler] default_user)"
+                    ));
+                }
                 Err(e) => return Err(format!("cannot look up user \"{user}\": {e}")),
             };
             let gid = match group {
                 None => account.gid,
                 Some(group) => match Group::from_name(&group) {
                     Ok(Some(found)) => found.gid,
-                    Ok(None) => return Err(format!("unknown group \"{group}\"")),
+                    Ok(None) => {
+                        return Err(format!(
+                            "unknown group \"{group}\"; create it, or change `group` in the task file"
+                        ));
+                    }
                     Err(e) => return Err(format!("cannot look up group \"{group}\": {e}")),
                 },
             };
@@ -416,7 +446,8 @@ fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared
         Some(dir) if dir.is_dir() => dir.clone(),
         Some(dir) => {
             return Err(format!(
-                "working directory {} does not exist or is not a directory",
+                "working directory {} does not exist or is not a directory; create it, or \
+                 change `working_dir` in the task file",
                 dir.display()
             ));
         }
@@ -430,9 +461,9 @@ fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.clone())
         .unwrap_or_default();
-    let program = resolve_program(program, &path)?;
+    let program = resolve_program(program, &path, &working_dir)?;
 
-    Ok(Prepared {
+    Ok(ProcessSetup {
         env,
         working_dir,
         credentials,
@@ -440,22 +471,42 @@ fn prepare(request: &RunRequest, attempt: u32, program: &str) -> Result<Prepared
     })
 }
 
-/// Finds `program` in `path` as `execvp` does; a name with a `/` is used as it is.
-fn resolve_program(program: &str, path: &std::ffi::OsStr) -> Result<PathBuf, String> {
+/// Finds `program` in `path` as `execvp` does, and checks that it is an executable file, so that
+/// a missing program is found before the tick is claimed. A name with a `/` is used as it is,
+/// relative to `working_dir` when it is relative (where the child starts).
+fn resolve_program(
+    program: &str,
+    path: &std::ffi::OsStr,
+    working_dir: &std::path::Path,
+) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
+    let executable = |candidate: &std::path::Path| {
+        candidate
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if program.contains('/') {
-        return Ok(PathBuf::from(program));
+        let candidate = working_dir.join(program);
+        if executable(&candidate) {
+            // As written: the child resolves a relative path after changing to `working_dir`.
+            return Ok(PathBuf::from(program));
+        }
+        let what = if candidate.exists() {
+            "not an executable file"
+        } else {
+            "no such file"
+        };
+        return Err(format!(
+            "cannot execute \"{program}\": {what}; install it, or fix the path in `command`"
+        ));
     }
     std::env::split_paths(path)
         .map(|dir| dir.join(program))
-        .find(|candidate| {
-            candidate
-                .metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .find(|candidate| executable(candidate))
         .ok_or_else(|| {
             format!(
-                "cannot execute \"{program}\": not found in PATH ({})",
+                "cannot execute \"{program}\": not found in PATH ({}); install it, or give its \
+                 full path in `command`",
                 path.to_string_lossy()
             )
         })
@@ -474,7 +525,7 @@ fn program_and_args(command: &CommandLine) -> Result<(&str, Vec<&str>), String> 
 
 /// Builds the command: own process group, clean environment, stdin from `/dev/null`, output
 /// piped, credentials switched in the child.
-fn build_command(program: &str, args: &[&str], prepared: Prepared) -> tokio::process::Command {
+fn build_command(program: &str, args: &[&str], prepared: ProcessSetup) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&prepared.program);
     command
         // argv[0] stays as written, as `execvp` leaves it.
@@ -507,6 +558,7 @@ fn build_command(program: &str, args: &[&str], prepared: Prepared) -> tokio::pro
 
 /// Kills the process group of a spawned child if the run future is dropped before the child was
 /// reaped, so that cancelling a run never leaks processes.
+#[derive(Debug)]
 struct GroupGuard {
     /// The group id, the main child's pid; `None` once the child was reaped.
     pgid: Option<Pid>,
@@ -542,87 +594,279 @@ fn signal_group(pgid: Pid, signal: Signal) {
     }
 }
 
-/// Runs `request`: the first attempt at once, retries after failures, until success, the retry
-/// budget is spent or `stop` asks to stop.
-pub async fn run(request: RunRequest, mut stop: StopSignal) -> RunOutcome {
-    let mut attempts = Vec::new();
-    let total = request.retries.attempts.saturating_add(1);
-    for attempt in 1..=total {
-        if attempt > 1 {
-            let delay = retry_delay(&request.retries, attempt - 1);
-            tracing::info!(
-                task = %request.task,
-                fire_id = %request.fire_id,
-                attempt,
-                delay_ms = delay.as_secs_f64() * 1000.0,
-                "retrying after a failed attempt"
-            );
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = stop.stronger_than(StopKind::Running) => break,
-            }
-        }
-        if stop.current() != StopKind::Running {
-            attempts.push(AttemptOutcome {
-                attempt,
+/// Everything the first attempt's spawn needs, resolved by [`prepare`] before the tick is
+/// claimed, so that after a won claim [`start`] only spawns.
+#[derive(Debug)]
+pub struct PreparedRun {
+    request: RunRequest,
+    /// The first attempt's process, ready to spawn, or why it cannot be started.
+    first: Result<AttemptCommand, String>,
+}
+
+impl PreparedRun {
+    /// Why the first attempt cannot be started (an unknown user, a missing program or working
+    /// directory, ...), if so. [`start`] then records the attempt as failed without spawning.
+    pub fn error(&self) -> Option<&str> {
+        self.first.as_ref().err().map(String::as_str)
+    }
+}
+
+/// One attempt's process, built and ready to spawn.
+#[derive(Debug)]
+struct AttemptCommand {
+    command: tokio::process::Command,
+    /// `argv[0]` as written, for messages.
+    program: String,
+}
+
+/// Resolves what the first attempt of `request` needs: `argv[0]` in the child's `PATH`, the
+/// environment, the user's and group's ids and supplementary groups, the working directory.
+/// It reads the user and group databases and the file system on a blocking thread.
+pub async fn prepare(request: RunRequest) -> PreparedRun {
+    let task = request.clone();
+    match tokio::task::spawn_blocking(move || prepare_attempt(&task, 1)).await {
+        Ok(first) => PreparedRun { request, first },
+        Err(e) => PreparedRun {
+            request,
+            first: Err(format!("preparing the process failed: {e}")),
+        },
+    }
+}
+
+/// Resolves and builds attempt `attempt` of `request`. Blocking.
+fn prepare_attempt(request: &RunRequest, attempt: u32) -> Result<AttemptCommand, String> {
+    let (program, args) = program_and_args(&request.command)?;
+    let process = resolve_process(request, attempt, program)?;
+    Ok(AttemptCommand {
+        command: build_command(program, &args, process),
+        program: program.to_owned(),
+    })
+}
+
+/// A run whose first attempt [`start`] has spawned (or recorded as failed to start).
+#[derive(Debug)]
+pub struct StartedRun {
+    request: RunRequest,
+    first: Attempt,
+}
+
+/// An attempt just after its spawn.
+#[derive(Debug)]
+enum Attempt {
+    Running(RunningAttempt),
+    /// Nothing was started; the outcome is logged already.
+    Failed(AttemptOutcome),
+}
+
+/// A spawned attempt's process and what watches it.
+#[derive(Debug)]
+struct RunningAttempt {
+    attempt: u32,
+    child: tokio::process::Child,
+    pid: Option<u32>,
+    guard: GroupGuard,
+    started: Instant,
+    lateness: Option<TimeDelta>,
+    readers: [Option<JoinHandle<()>>; 2],
+}
+
+/// Spawns the first attempt of a prepared run at once. In the daemon this is the only step
+/// between a won claim and the process; `claimed_at`, when the claim was won, is logged with
+/// the spawn as `claim_to_spawn_us`. Must be called within the tokio runtime.
+pub fn start(prepared: PreparedRun, claimed_at: Option<Instant>) -> StartedRun {
+    let first = spawn_attempt(&prepared.request, 1, prepared.first, claimed_at);
+    StartedRun {
+        request: prepared.request,
+        first,
+    }
+}
+
+/// Runs `request`: prepares it, starts the first attempt at once, retries after failures, until
+/// success, the retry budget is spent or `stop` asks to stop.
+pub async fn run(request: RunRequest, stop: StopSignal) -> RunOutcome {
+    if stop.current() >= StopKind::Terminate {
+        return RunOutcome {
+            attempts: vec![AttemptOutcome {
+                attempt: 1,
                 exit: Exit::Stopped,
                 duration: Duration::ZERO,
                 pid: None,
                 lateness: None,
-            });
-            break;
-        }
-        let outcome = run_attempt(&request, attempt, &mut stop).await;
-        let done = matches!(outcome.exit, Exit::Code(0) | Exit::Stopped);
-        attempts.push(outcome);
-        if done {
-            break;
-        }
+            }],
+        };
     }
-    RunOutcome { attempts }
+    let prepared = prepare(request).await;
+    start(prepared, None).finish(stop, |_| {}).await
 }
 
-/// Runs one attempt to its end and logs it.
-async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) -> AttemptOutcome {
+impl StartedRun {
+    /// What is being run.
+    pub fn request(&self) -> &RunRequest {
+        &self.request
+    }
+
+    /// Waits for the run's attempts and retries them after failures until success, the retry
+    /// budget is spent or `stop` asks to stop (a retry is never started once `stop` has asked for
+    /// anything). `ended` is called once, as soon as the run is over: when the process of an
+    /// attempt that will not be retried has exited, or when a stop cuts a backoff short; its
+    /// output may still be draining, and "finished" is logged after it. Returns the same outcome.
+    pub async fn finish(self, mut stop: StopSignal, ended: impl FnOnce(&RunOutcome)) -> RunOutcome {
+        let StartedRun { request, first } = self;
+        let task = request.task.as_str();
+        let fire_id = request.fire_id.as_str();
+        let total = request.retries.attempts.saturating_add(1);
+        let mut ended = Some(ended);
+        let mut end = |attempts: &[AttemptOutcome]| {
+            if let Some(ended) = ended.take() {
+                ended(&RunOutcome {
+                    attempts: attempts.to_vec(),
+                });
+            }
+        };
+        let mut attempts: Vec<AttemptOutcome> = Vec::new();
+        let mut next = first;
+        loop {
+            let readers = match next {
+                Attempt::Failed(outcome) => {
+                    attempts.push(outcome);
+                    None
+                }
+                Attempt::Running(running) => {
+                    let (outcome, readers) = running.wait(&request, &mut stop).await;
+                    attempts.push(outcome);
+                    Some(readers)
+                }
+            };
+            let last = attempts.last().expect("pushed above");
+            let attempt = last.attempt;
+            let failed = !matches!(last.exit, Exit::Code(0) | Exit::Stopped);
+            let retry = failed && attempt < total && stop.current() == StopKind::Running;
+            if !retry {
+                end(&attempts);
+            }
+            if let Some(readers) = readers {
+                drain_output(readers, task, fire_id).await;
+                log_finished(&request, attempts.last().expect("pushed above"));
+            }
+            if !retry {
+                if failed && attempt < total {
+                    retry_not_started(&request, attempt + 1, stop.current());
+                }
+                break;
+            }
+            let attempt = attempt + 1;
+            let delay = retry_delay(&request.retries, attempt - 1);
+            tracing::info!(
+                task,
+                fire_id,
+                attempt,
+                delay_ms = delay.as_secs_f64() * 1000.0,
+                "retrying after a failed attempt"
+            );
+            let command = tokio::select! {
+                // A retry is prepared afresh: the user or the program may have appeared since.
+                command = async {
+                    tokio::time::sleep(delay).await;
+                    let request = request.clone();
+                    tokio::task::spawn_blocking(move || prepare_attempt(&request, attempt)).await
+                } => command,
+                kind = stop.stronger_than(StopKind::Running) => {
+                    retry_not_started(&request, attempt, kind);
+                    end(&attempts);
+                    break;
+                }
+            };
+            let command =
+                command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));
+            next = spawn_attempt(&request, attempt, command, None);
+        }
+        RunOutcome { attempts }
+    }
+}
+
+/// Says that retry `attempt` is not started because of the stop request `kind`.
+fn retry_not_started(request: &RunRequest, attempt: u32, kind: StopKind) {
+    let why = match kind {
+        StopKind::Running => return,
+        StopKind::NoMoreAttempts => {
+            "retry not started: no new attempt starts once zkcron is stopping or the task was removed"
+        }
+        StopKind::Terminate | StopKind::KillNow => "retry not started: the run was stopped",
+    };
+    tracing::info!(task = %request.task, fire_id = %request.fire_id, attempt, "{why}");
+}
+
+/// Logs that attempt `attempt` could not be started and returns its outcome.
+fn spawn_failed(request: &RunRequest, attempt: u32, reason: String) -> AttemptOutcome {
+    let outcome = AttemptOutcome {
+        attempt,
+        exit: Exit::SpawnFailed(reason),
+        duration: Duration::ZERO,
+        pid: None,
+        lateness: None,
+    };
+    log_finished(request, &outcome);
+    outcome
+}
+
+/// Logs how an attempt ended: at info when it succeeded, else at warn.
+fn log_finished(request: &RunRequest, outcome: &AttemptOutcome) {
     let task = request.task.as_str();
     let fire_id = request.fire_id.as_str();
-    let spawn_failed = |reason: String| {
-        let exit = Exit::SpawnFailed(reason);
-        tracing::warn!(task, fire_id, attempt, exit = %exit, duration_ms = 0.0, "finished");
-        AttemptOutcome {
-            attempt,
-            exit,
-            duration: Duration::ZERO,
-            pid: None,
-            lateness: None,
-        }
-    };
+    let attempt = outcome.attempt;
+    let exit = &outcome.exit;
+    let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
+    if exit.is_success() {
+        tracing::info!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
+    } else {
+        tracing::warn!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
+    }
+}
 
-    let (program, args) = match program_and_args(&request.command) {
-        Ok(parts) => parts,
-        Err(reason) => return spawn_failed(reason),
+/// Spawns attempt `attempt` from its prepared command (or records why there is none), logs
+/// "started" and starts logging its output.
+fn spawn_attempt(
+    request: &RunRequest,
+    attempt: u32,
+    command: Result<AttemptCommand, String>,
+    claimed_at: Option<Instant>,
+) -> Attempt {
+    let AttemptCommand {
+        mut command,
+        program,
+    } = match command {
+        Ok(command) => command,
+        Err(reason) => return Attempt::Failed(spawn_failed(request, attempt, reason)),
     };
-    let prepared = {
-        let request = request.clone();
-        let program = program.to_owned();
-        match tokio::task::spawn_blocking(move || prepare(&request, attempt, &program)).await {
-            Ok(Ok(prepared)) => prepared,
-            Ok(Err(reason)) => return spawn_failed(reason),
-            Err(e) => return spawn_failed(format!("preparing the process failed: {e}")),
+    let spawned = command.spawn();
+    let started = Instant::now();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let reason = format!("cannot execute \"{program}\": {e}");
+            return Attempt::Failed(spawn_failed(request, attempt, reason));
         }
     };
-    let mut child = match build_command(program, &args, prepared).spawn() {
-        Ok(child) => child,
-        Err(e) => return spawn_failed(format!("cannot execute \"{program}\": {e}")),
-    };
-    let started = Instant::now();
+    let task = request.task.as_str();
+    let fire_id = request.fire_id.as_str();
     let lateness = (attempt == 1).then(|| crate::daemon::wall_clock() - request.due_at);
     let pid = child.id();
-    let mut guard = GroupGuard {
+    let guard = GroupGuard {
         pgid: pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw),
     };
-    match lateness {
-        Some(lateness) => tracing::info!(
+    let claim_to_spawn_us =
+        claimed_at.map(|claimed| started.saturating_duration_since(claimed).as_micros() as u64);
+    match (lateness, claim_to_spawn_us) {
+        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
+            task,
+            fire_id,
+            attempt,
+            pid,
+            lateness_ms = lateness.as_seconds_f64() * 1000.0,
+            claim_to_spawn_us,
+            "started"
+        ),
+        (Some(lateness), None) => tracing::info!(
             task,
             fire_id,
             attempt,
@@ -630,90 +874,112 @@ async fn run_attempt(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
             lateness_ms = lateness.as_seconds_f64() * 1000.0,
             "started"
         ),
-        None => tracing::info!(task, fire_id, attempt, pid, "started"),
+        (None, _) => tracing::info!(task, fire_id, attempt, pid, "started"),
     }
 
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let budget = OutputBudget::new(request, attempt, [stdout.is_some(), stderr.is_some()]);
     let readers = [
-        child
-            .stdout
-            .take()
-            .map(|out| spawn_reader(BufReader::new(out), request, "stdout")),
-        child
-            .stderr
-            .take()
-            .map(|err| spawn_reader(BufReader::new(err), request, "stderr")),
+        stdout.map(|out| spawn_reader(BufReader::new(out), request, "stdout", budget.clone())),
+        stderr.map(|err| spawn_reader(BufReader::new(err), request, "stderr", budget.clone())),
     ];
+    Attempt::Running(RunningAttempt {
+        attempt,
+        child,
+        pid,
+        guard,
+        started,
+        lateness,
+        readers,
+    })
+}
 
-    let timeout = request.timeout.map(|t| started + t);
-    let mut timed_out = false;
-    let mut stop_seen = StopKind::Running;
-    // When the group gets SIGKILL if its main process still runs; set by SIGTERM.
-    let mut kill_at: Option<Instant> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = sleep_until_opt(timeout), if !timed_out => {
-                timed_out = true;
-                terminate_group(&guard, request.kill_grace, &mut kill_at);
-            }
-            kind = stop.stronger_than(stop_seen), if stop_seen != StopKind::KillNow => {
-                stop_seen = kind;
-                match kind {
-                    StopKind::KillNow => guard.signal(Signal::SIGKILL),
-                    _ => terminate_group(&guard, request.kill_grace, &mut kill_at),
+impl RunningAttempt {
+    /// Waits for the main process to exit, enforcing the timeout and stop requests; returns how
+    /// it ended and its output readers, which may still be draining.
+    async fn wait(
+        self,
+        request: &RunRequest,
+        stop: &mut StopSignal,
+    ) -> (AttemptOutcome, [Option<JoinHandle<()>>; 2]) {
+        let RunningAttempt {
+            attempt,
+            mut child,
+            pid,
+            mut guard,
+            started,
+            lateness,
+            readers,
+        } = self;
+        let task = request.task.as_str();
+        let fire_id = request.fire_id.as_str();
+        let timeout = request.timeout.map(|t| started + t);
+        let mut timed_out = false;
+        let mut stop_seen = StopKind::Running;
+        // When the group gets SIGKILL if its main process still runs; set by SIGTERM.
+        let mut kill_at: Option<Instant> = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = sleep_until_opt(timeout), if !timed_out => {
+                    timed_out = true;
+                    terminate_group(&guard, request.kill_grace, &mut kill_at);
+                }
+                kind = stop.stronger_than(stop_seen), if stop_seen != StopKind::KillNow => {
+                    stop_seen = kind;
+                    match kind {
+                        StopKind::KillNow => guard.signal(Signal::SIGKILL),
+                        StopKind::Terminate => {
+                            terminate_group(&guard, request.kill_grace, &mut kill_at)
+                        }
+                        // The attempt runs on; only retries are off.
+                        StopKind::NoMoreAttempts | StopKind::Running => {}
+                    }
+                }
+                _ = sleep_until_opt(kill_at) => {
+                    guard.signal(Signal::SIGKILL);
+                    kill_at = None;
                 }
             }
-            _ = sleep_until_opt(kill_at) => {
-                guard.signal(Signal::SIGKILL);
-                kill_at = None;
+        };
+        let duration = started.elapsed();
+        let stopped = stop_seen >= StopKind::Terminate;
+        if stopped || timed_out {
+            // The main process is gone; make sure nothing it started survives it. The group id
+            // cannot have been reused: the kernel does not hand out a pid while a process group
+            // with that id still has members, and without members this signal reaches nobody
+            // (barring a new group created with the recycled id within microseconds).
+            guard.signal(Signal::SIGKILL);
+        }
+        guard.pgid = None;
+
+        let exit = match status {
+            _ if stopped => Exit::Stopped,
+            _ if timed_out => Exit::TimedOut,
+            Ok(status) => match (status.code(), status.signal()) {
+                (Some(code), _) => Exit::Code(code),
+                (None, Some(signal)) => Exit::Signal(signal),
+                (None, None) => Exit::SpawnFailed(format!("unexpected wait status {status}")),
+            },
+            Err(e) => {
+                tracing::error!(
+                    task,
+                    fire_id,
+                    attempt,
+                    pid,
+                    "cannot wait for the process: {e}"
+                );
+                Exit::SpawnFailed(format!("cannot wait for the process: {e}"))
             }
-        }
-    };
-    let duration = started.elapsed();
-    let stopped = stop_seen != StopKind::Running;
-    if stopped || timed_out {
-        // The main process is gone; make sure nothing it started survives it. The group id
-        // cannot have been reused: the kernel does not hand out a pid while a process group
-        // with that id still has members, and without members this signal reaches nobody
-        // (barring a new group created with the recycled id within microseconds).
-        guard.signal(Signal::SIGKILL);
-    }
-    guard.pgid = None;
-
-    let exit = match status {
-        _ if stopped => Exit::Stopped,
-        _ if timed_out => Exit::TimedOut,
-        Ok(status) => match (status.code(), status.signal()) {
-            (Some(code), _) => Exit::Code(code),
-            (None, Some(signal)) => Exit::Signal(signal),
-            (None, None) => Exit::SpawnFailed(format!("unexpected wait status {status}")),
-        },
-        Err(e) => {
-            tracing::error!(
-                task,
-                fire_id,
-                attempt,
-                pid,
-                "cannot wait for the process: {e}"
-            );
-            Exit::SpawnFailed(format!("cannot wait for the process: {e}"))
-        }
-    };
-
-    drain_output(readers, task, fire_id).await;
-
-    let duration_ms = duration.as_secs_f64() * 1000.0;
-    if exit.is_success() {
-        tracing::info!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
-    } else {
-        tracing::warn!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
-    }
-    AttemptOutcome {
-        attempt,
-        exit,
-        duration,
-        pid,
-        lateness,
+        };
+        let outcome = AttemptOutcome {
+            attempt,
+            exit,
+            duration,
+            pid,
+            lateness,
+        };
+        (outcome, readers)
     }
 }
 
@@ -745,9 +1011,88 @@ async fn drain_output(readers: [Option<JoinHandle<()>>; 2], task: &str, fire_id:
     }
 }
 
-/// Logs one output stream line by line on its own task, which carries the caller's tracing
-/// subscriber.
-fn spawn_reader<R>(reader: R, request: &RunRequest, stream: &'static str) -> JoinHandle<()>
+/// How many lines of one attempt's output are logged: stdout and stderr draw from one budget of
+/// [`RunRequest::output_lines`]. Past it the pipes are still read to their end, so the child
+/// never blocks on a full pipe, and what is left out is counted; the reader that closes last
+/// says how much.
+#[derive(Debug)]
+struct OutputBudget {
+    task: String,
+    fire_id: String,
+    attempt: u32,
+    limit: usize,
+    state: std::sync::Mutex<BudgetState>,
+}
+
+#[derive(Debug)]
+struct BudgetState {
+    logged: usize,
+    left_out_lines: u64,
+    left_out_bytes: u64,
+    /// Streams not yet at end of file.
+    open: usize,
+}
+
+impl OutputBudget {
+    /// A budget for attempt `attempt` of `request`, whose streams are open as `open` says.
+    fn new(request: &RunRequest, attempt: u32, open: [bool; 2]) -> std::sync::Arc<OutputBudget> {
+        std::sync::Arc::new(OutputBudget {
+            task: request.task.clone(),
+            fire_id: request.fire_id.clone(),
+            attempt,
+            limit: request.output_lines,
+            state: std::sync::Mutex::new(BudgetState {
+                logged: 0,
+                left_out_lines: 0,
+                left_out_bytes: 0,
+                open: open.iter().filter(|o| **o).count(),
+            }),
+        })
+    }
+
+    /// Whether a line that took `bytes` of the stream may be logged; counts it as left out if
+    /// not.
+    fn admit(&self, bytes: usize) -> bool {
+        let mut state = self.state.lock().expect("output budget poisoned");
+        if state.logged < self.limit {
+            state.logged += 1;
+            true
+        } else {
+            state.left_out_lines += 1;
+            state.left_out_bytes += bytes as u64;
+            false
+        }
+    }
+
+    /// One stream reached its end (or failed); after the last, says what was left out.
+    fn close(&self) {
+        let (open, lines, bytes) = {
+            let mut state = self.state.lock().expect("output budget poisoned");
+            state.open = state.open.saturating_sub(1);
+            (state.open, state.left_out_lines, state.left_out_bytes)
+        };
+        if open == 0 && lines > 0 {
+            tracing::info!(
+                task = %self.task,
+                fire_id = %self.fire_id,
+                attempt = self.attempt,
+                job_output_lines = self.limit,
+                lines_left_out = lines,
+                bytes_left_out = bytes,
+                "output not logged past [log] job_output_lines"
+            );
+        }
+    }
+}
+
+/// Logs one output stream line by line, within `budget`, on its own task, which carries the
+/// caller's tracing subscriber.
+fn spawn_reader<R>(
+    reader: R,
+    request: &RunRequest,
+    stream: &'static str,
+    budget: std::sync::Arc<OutputBudget>,
+) -> JoinHandle<()>
 where
     R: AsyncBufRead + Unpin + Send + 'static,
 {
@@ -755,34 +1100,38 @@ where
     let fire_id = request.fire_id.clone();
     tokio::spawn(
         async move {
-            let log = |line: &str| {
-                tracing::info!(target: "zkcron::job", task = %task, fire_id = %fire_id, stream, "{line}");
+            let log = |line: &str, bytes: usize| {
+                if budget.admit(bytes) {
+                    tracing::info!(target: "zkcron::job", task = %task, fire_id = %fire_id, stream, "{line}");
+                }
             };
             if let Err(e) = for_each_line(reader, MAX_LINE_BYTES, log).await {
                 tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
             }
+            budget.close();
         }
         .with_current_subscriber(),
     )
 }
 
-/// Calls `emit` with every line of `reader`, without its line ending. A line longer than
-/// `max_bytes` is cut to that many bytes (less when the cut would split a UTF-8 character) and
-/// gets a " …[cut N bytes]" marker; at most `max_bytes` of a line are ever held. Invalid UTF-8 is
-/// replaced.
+/// Calls `emit` with every line of `reader`, without its line ending, and the number of bytes
+/// the line took in the stream (line ending included). A line longer than `max_bytes` is cut to
+/// that many bytes (less when the cut would split a UTF-8 character) and gets a " …[cut N
+/// bytes]" marker; at most `max_bytes` of a line are ever held. Invalid UTF-8 is replaced.
 async fn for_each_line<R, F>(mut reader: R, max_bytes: usize, mut emit: F) -> io::Result<()>
 where
     R: AsyncBufRead + Unpin,
-    F: FnMut(&str),
+    F: FnMut(&str, usize),
 {
     let mut line: Vec<u8> = Vec::with_capacity(max_bytes.min(1024));
     let mut cut: usize = 0;
+    let mut raw: usize = 0;
     let mut pending = false;
     loop {
         let buffer = reader.fill_buf().await?;
         if buffer.is_empty() {
             if pending {
-                emit_line(&mut line, &mut cut, &mut emit);
+                emit_line(&mut line, &mut cut, &mut raw, &mut emit);
             }
             return Ok(());
         }
@@ -794,21 +1143,27 @@ where
         let kept = chunk.len().min(room);
         line.extend_from_slice(&chunk[..kept]);
         cut += chunk.len() - kept;
+        raw += consumed;
         reader.consume(consumed);
         pending = true;
         if complete {
-            emit_line(&mut line, &mut cut, &mut emit);
+            emit_line(&mut line, &mut cut, &mut raw, &mut emit);
             pending = false;
         }
     }
 }
 
-fn emit_line(line: &mut Vec<u8>, cut: &mut usize, emit: &mut impl FnMut(&str)) {
+fn emit_line(
+    line: &mut Vec<u8>,
+    cut: &mut usize,
+    raw: &mut usize,
+    emit: &mut impl FnMut(&str, usize),
+) {
     if *cut == 0 {
         if line.last() == Some(&b'\r') {
             line.pop();
         }
-        emit(&String::from_utf8_lossy(line));
+        emit(&String::from_utf8_lossy(line), *raw);
     } else {
         // Do not show half a character at the cut.
         if let Err(e) = std::str::from_utf8(line)
@@ -817,13 +1172,14 @@ fn emit_line(line: &mut Vec<u8>, cut: &mut usize, emit: &mut impl FnMut(&str)) {
             *cut += line.len() - e.valid_up_to();
             line.truncate(e.valid_up_to());
         }
-        emit(&format!(
-            "{} …[cut {cut} bytes]",
-            String::from_utf8_lossy(line)
-        ));
+        emit(
+            &format!("{} …[cut {cut} bytes]", String::from_utf8_lossy(line)),
+            *raw,
+        );
     }
     line.clear();
     *cut = 0;
+    *raw = 0;
 }
 
 #[cfg(test)]
@@ -943,7 +1299,7 @@ mod tests {
         let mut lines = Vec::new();
         // A tiny buffer makes lines span many reads.
         let reader = BufReader::with_capacity(3, input);
-        for_each_line(reader, max, |l| lines.push(l.to_owned()))
+        for_each_line(reader, max, |l, _| lines.push(l.to_owned()))
             .await
             .unwrap();
         lines
@@ -964,6 +1320,16 @@ mod tests {
             lines_of(b"abcdefgh\nxy\n", 4).await,
             ["abcd …[cut 4 bytes]", "xy"]
         );
+    }
+
+    #[tokio::test]
+    async fn each_line_reports_the_bytes_it_took_in_the_stream_line_ending_included() {
+        let mut sizes = Vec::new();
+        let reader = BufReader::with_capacity(3, &b"one\r\nabcdefgh\n\nlast"[..]);
+        for_each_line(reader, 4, |_, bytes| sizes.push(bytes))
+            .await
+            .unwrap();
+        assert_eq!(sizes, [5, 9, 1, 4]);
     }
 
     #[tokio::test]

@@ -111,9 +111,11 @@ fn escape(text: &str) -> String {
         .join("\n")
 }
 
-/// What a packaged daemon's manual page should also say: where things are, how to signal it,
-/// what the exit codes mean.
-const EXTRA_SECTIONS: &str = r#".SH FILES
+/// What a packaged daemon's manual page should also say: what it guarantees, where things are,
+/// how to signal it, what the exit codes mean.
+const EXTRA_SECTIONS: &str = r#".SH GUARANTEES
+A tick never runs twice. A tick nobody claimed is caught up per \fBcatch_up\fR. A tick claimed by a node that dies before or during its run is not run again by default (\fBon_node_loss = "skip"\fR: at most once) and is run again with \fBrerun\fR (at least once); the fire id (\fBZKCRON_FIRE_ID\fR in the job's environment) lets a job make itself idempotent.
+.SH FILES
 .TP
 \fI/etc/zkcron/zkcron.toml\fR
 The node configuration, read by \fBrun\fR, \fBvalidate\fR and \fBnext\fR when \fB\-\-config\fR is not given.
@@ -129,7 +131,7 @@ The state dir of the packaged service (systemd's \fBStateDirectory=\fR): fire re
 Re\-read the jobs dir (\fBsystemctl reload zkcron\fR). A change in the jobs dir is also picked up by itself.
 .TP
 \fBSIGTERM\fR, \fBSIGINT\fR
-Graceful stop: fire nothing new, release every lease at once, let running jobs finish for up to \fBshutdown_grace\fR, then kill their process groups.
+Graceful stop: fire nothing new and start no retry, release every lease at once, let running jobs finish for up to \fBshutdown_grace\fR, then kill their process groups.
 .SH "EXIT STATUS"
 0 on success, 1 for invalid input or a failed check, 2 for a usage error.
 .SH "SEE ALSO"

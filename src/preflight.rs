@@ -112,6 +112,7 @@ impl Plan {
             task_defaults: self.config.task_defaults(self.identity.clone()),
             // Set by `run`, which knows the flags it was given.
             reset_flags: None,
+            job_output_lines: self.config.log.job_output_lines,
         }
     }
 }

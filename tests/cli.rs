@@ -321,6 +321,7 @@ fn man_prints_a_roff_page_that_names_every_public_subcommand() {
         ".SH NAME",
         ".SH SYNOPSIS",
         ".SH COMMANDS",
+        ".SH GUARANTEES",
         ".SH FILES",
         ".SH \"EXIT STATUS\"",
     ] {

@@ -263,24 +263,32 @@ fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_
     kill_jobs(&starts);
 }
 
-#[test]
-fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
-    let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+/// Node `node-a` firing task `quick` (`true`, every second) in `dir`; returns the node and the
+/// task's znode path.
+fn quick_task_on_one_node(zk: &ZkServer, dir: &Path) -> (Node, String) {
     write_task(
-        dir.path(),
+        dir,
         "quick",
         "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
     );
     let connect = zk.chroot_connect();
     let chroot = &connect[connect.find('/').unwrap()..];
     let task = format!("{chroot}/zkcron/default/tasks/quick");
-    let node = Node::start(dir.path(), "node-a", &connect);
-    let read_result = || -> Option<serde_json::Value> {
-        let path = format!("{task}/result");
-        zk.with_client(async |client| client.get_data(&path).await.ok())
-            .and_then(|(data, _)| serde_json::from_slice(&data).ok())
-    };
+    (Node::start(dir, "node-a", &connect), task)
+}
+
+/// The JSON in znode `path`, if it exists and parses.
+fn read_json(zk: &ZkServer, path: &str) -> Option<serde_json::Value> {
+    zk.with_client(async |client| client.get_data(path).await.ok())
+        .and_then(|(data, _)| serde_json::from_slice(&data).ok())
+}
+
+#[test]
+fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (node, task) = quick_task_on_one_node(&zk, dir.path());
+    let read_result = || read_json(&zk, &format!("{task}/result"));
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
     let result = read_result().unwrap();
     assert_eq!(result["format"], 1, "{result}");
@@ -297,6 +305,43 @@ fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is
         zk.children(&task).iter().all(|c| !c.starts_with("run-"))
     });
     assert!(node.log().contains("registered in ZooKeeper"));
+}
+
+/// A node remembers the version of the result it last wrote, so that recording the next one is
+/// one multi-op (the live-run record goes with it, and other nodes see the run end sooner). A
+/// result written by someone else since must neither be overwritten by an older one nor keep the
+/// run record alive.
+#[test]
+fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_removes_its_run_records()
+{
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (node, task) = quick_task_on_one_node(&zk, dir.path());
+    let result_path = format!("{task}/result");
+    let read_result = || read_json(&zk, &result_path);
+    wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
+
+    let future = r#"{"format":1,"tick":"2100-01-01T00:00:00Z","node":"elsewhere","exit":"exit code 0","success":true,"attempts":1,"duration_ms":1,"finished_at":"2100-01-01T00:00:01Z"}"#;
+    zk.with_client(async |client| {
+        client
+            .set_data(&result_path, future.as_bytes(), None)
+            .await
+            .unwrap()
+    });
+    let finished = node.log().matches("finished").count();
+    wait_for("two more runs", LIMIT, || {
+        node.log().matches("finished").count() >= finished + 2
+    });
+    wait_for("a moment with no live-run record", LIMIT, || {
+        zk.children(&task).iter().all(|c| !c.starts_with("run-"))
+    });
+
+    assert_eq!(read_result().unwrap()["node"], "elsewhere");
+    assert!(
+        !node.log().contains("cannot record the run result"),
+        "{}",
+        node.log()
+    );
 }
 
 #[test]

@@ -711,3 +711,134 @@ fn given_log_format_json_when_the_daemon_runs_then_every_log_line_is_a_json_obje
     assert_eq!(output["stream"], "stdout");
     assert!(output["fire_id"].as_str().unwrap().starts_with("hello@"));
 }
+
+/// Task `failing`: every second, appends `$ZKCRON_ATTEMPT` to `out/attempts` and fails; three
+/// retries after `backoff`.
+fn write_failing_task(scratch: &Scratch, backoff: &str) {
+    scratch.write_task(
+        "failing",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo $ZKCRON_ATTEMPT >> {}; exit 1'\nretries = {{ attempts = 3, backoff = \"{backoff}\" }}\n",
+            scratch.out("attempts").display()
+        ),
+    );
+}
+
+/// Issue 9, item 4: a retry attempt started 0.8 s after SIGINT.
+#[test]
+fn given_a_retry_backoff_when_sigterm_arrives_then_the_retry_never_starts_and_the_daemon_exits_at_once()
+ {
+    let scratch = Scratch::new();
+    write_failing_task(&scratch, "30s");
+    scratch.write_config("[scheduler]\nshutdown_grace = \"60s\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("retrying after a failed attempt", LIMIT);
+
+    daemon.signal(Signal::SIGTERM);
+    // Well within the 30 s backoff and the 60 s grace: nothing was left to wait for.
+    assert_eq!(daemon.wait_exit(Duration::from_secs(10)), Some(0));
+
+    let log = daemon.log();
+    assert!(log.contains("retry not started"), "{log}");
+    assert_eq!(
+        scratch.lines("attempts"),
+        ["1"],
+        "only the first attempt ran"
+    );
+}
+
+/// Issue 9, item 4: removing a task on reload cancels its pending retries.
+#[test]
+fn given_a_retry_backoff_when_the_task_is_removed_then_its_retry_never_starts() {
+    let scratch = Scratch::new();
+    write_failing_task(&scratch, "2s");
+    scratch.write_task(
+        "control",
+        &recording_task(&scratch, "* * * * * *", "control", "c", ""),
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("retrying after a failed attempt", LIMIT);
+
+    scratch.remove_task("failing");
+    daemon.wait_for_log("task removed", LIMIT);
+    daemon.wait_for_log("retry not started", LIMIT);
+    // Longer than the backoff: the control task ticks three more times.
+    let control = scratch.lines("control").len();
+    wait_for("three more control ticks", LIMIT, || {
+        scratch.lines("control").len() >= control + 3
+    });
+    assert_eq!(scratch.lines("attempts"), ["1"]);
+}
+
+/// Issue 9, item 5: a tick whose process cannot be prepared is claimed and recorded as a failed
+/// run with the reason and its fix, once, and nothing is spawned.
+#[test]
+fn given_a_missing_program_when_its_ticks_come_then_each_fails_once_with_the_fix_in_the_log() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "missing",
+        "schedule = \"* * * * * *\"\ncommand = ['zkcron-no-such-program', '--flag']\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log_count("not found in PATH", 2, LIMIT);
+
+    let log = daemon.log();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not found in PATH"))
+        .collect();
+    for line in &failures {
+        assert!(line.contains("finished"), "{line}");
+        assert!(
+            line.contains("install it, or give its full path in `command`"),
+            "{line}"
+        );
+    }
+    let fire_ids: Vec<&str> = failures
+        .iter()
+        .map(|l| {
+            let at = l.find("missing@").expect("names the fire id");
+            l[at..].split([' ', '"']).next().unwrap()
+        })
+        .collect();
+    let distinct: BTreeSet<&&str> = fire_ids.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        fire_ids.len(),
+        "logged twice: {failures:#?}"
+    );
+    assert!(
+        !log.contains("zkcron::executor: started"),
+        "nothing was spawned: {log}"
+    );
+}
+
+/// Issue 9, item 15: a job printing 2,000 lines per run flooded the log.
+#[test]
+fn given_job_output_lines_when_a_job_prints_more_then_the_rest_is_counted_in_one_line() {
+    let scratch = Scratch::new();
+    scratch.write_config("[log]\njob_output_lines = 3\n");
+    scratch.write_task(
+        "chatty",
+        "schedule = \"* * * * * *\"\ncommand = 'seq 1 2000; echo done >&2'\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("output not logged past [log] job_output_lines", LIMIT);
+    drop(daemon);
+
+    let log = std::fs::read_to_string(scratch.path().join("log.txt")).unwrap();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("output not logged past"))
+        .unwrap();
+    assert!(summary.contains("lines_left_out=1998"), "{summary}");
+    let fire_id = summary
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("fire_id="))
+        .unwrap();
+    let output: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(fire_id) && l.contains("stream="))
+        .collect();
+    assert_eq!(output.len(), 3, "{output:#?}");
+}

@@ -18,9 +18,12 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 use zkcron::executor::{
-    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, StopHandle, run,
+    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, StopHandle, prepare, run,
 };
 use zkcron::task::{CommandLine, RetryPolicy};
+
+/// The message of the line that says how much of an attempt's output was not logged.
+const LEFT_OUT: &str = "output not logged past [log] job_output_lines";
 
 /// Long enough for anything a test waits for; reached only when something is broken.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -58,6 +61,7 @@ fn request(command: CommandLine) -> RunRequest {
             backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(10),
         },
+        output_lines: 1000,
     }
 }
 
@@ -95,6 +99,23 @@ fn start(request: RunRequest) -> Started {
         captured,
         _guard: guard,
     }
+}
+
+/// Starts `request`, which must fail, with five retries after `backoff`, and returns once its
+/// first attempt finished: the run is then in its first backoff.
+async fn start_in_backoff(mut request: RunRequest, backoff: Duration) -> Started {
+    request.retries = RetryPolicy {
+        attempts: 5,
+        backoff,
+        max_backoff: Duration::from_secs(60),
+    };
+    let started = start(request);
+    let captured = started.captured.clone();
+    wait_until("the first attempt finished", || {
+        !captured.events("finished").is_empty()
+    })
+    .await;
+    started
 }
 
 impl Started {
@@ -186,6 +207,14 @@ impl Captured {
             .into_iter()
             .filter(|r| r.target == "zkcron::job" && r.field("stream") == Some(stream))
             .map(|r| r.fields["message"].clone())
+            .collect()
+    }
+
+    /// The lines saying how much output was left out.
+    fn left_out(&self) -> Vec<Record> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.field("message") == Some(LEFT_OUT))
             .collect()
     }
 
@@ -388,7 +417,10 @@ async fn given_a_missing_working_dir_when_it_runs_then_it_fails_to_start_and_nam
     let outcome = run_alone(request).await;
 
     match last_exit(&outcome) {
-        Exit::SpawnFailed(reason) => assert!(reason.contains("/nonexistent/zkcron-test-dir")),
+        Exit::SpawnFailed(reason) => {
+            assert!(reason.contains("/nonexistent/zkcron-test-dir"), "{reason}");
+            assert!(reason.contains("change `working_dir`"), "{reason}");
+        }
         other => panic!("expected a spawn failure, got {other:?}"),
     }
 }
@@ -437,7 +469,10 @@ async fn given_a_missing_binary_when_it_runs_then_it_fails_to_start_and_names_th
         let attempt = outcome.last().unwrap();
         assert_eq!(attempt.pid, None);
         match &attempt.exit {
-            Exit::SpawnFailed(reason) => assert!(reason.contains(missing), "{reason}"),
+            Exit::SpawnFailed(reason) => {
+                assert!(reason.contains(missing), "{reason}");
+                assert!(reason.contains("`command`"), "says what to fix: {reason}");
+            }
             other => panic!("expected a spawn failure for {missing}, got {other:?}"),
         }
     }
@@ -592,18 +627,7 @@ async fn given_a_child_ignoring_sigterm_when_kill_now_is_asked_then_it_dies_at_o
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_retry_backoff_when_terminate_is_asked_then_the_run_returns_without_retrying() {
-    let mut request = request(shell("exit 1"));
-    request.retries = RetryPolicy {
-        attempts: 5,
-        backoff: Duration::from_secs(60),
-        max_backoff: Duration::from_secs(60),
-    };
-    let started = start(request);
-    let captured = started.captured.clone();
-    wait_until("the first attempt finished", || {
-        !captured.events("finished").is_empty()
-    })
-    .await;
+    let started = start_in_backoff(request(shell("exit 1")), Duration::from_secs(60)).await;
 
     started.handle.terminate();
     let outcome = started
@@ -751,7 +775,11 @@ async fn given_an_unknown_user_when_a_task_runs_then_it_fails_to_start_and_names
 
     assert_eq!(
         last_exit(&outcome),
-        Exit::SpawnFailed("unknown user \"zkcron-no-such-user\"".into())
+        Exit::SpawnFailed(
+            "unknown user \"zkcron-no-such-user\"; create it, or change `user` in the task file \
+             (or [scheduler] default_user)"
+                .into()
+        )
     );
 }
 
@@ -769,7 +797,10 @@ async fn given_an_unknown_group_when_a_task_runs_then_it_fails_to_start_and_name
 
     assert_eq!(
         last_exit(&outcome),
-        Exit::SpawnFailed("unknown group \"zkcron-no-such-group\"".into())
+        Exit::SpawnFailed(
+            "unknown group \"zkcron-no-such-group\"; create it, or change `group` in the task file"
+                .into()
+        )
     );
 }
 
@@ -840,32 +871,6 @@ async fn given_a_run_when_it_ends_then_started_and_finished_are_logged_with_thei
     assert_eq!(finished[1].field("fire_id"), Some("report@1767234600"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_ends_anyway()
- {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("background.pid");
-    let request = request(shell(&format!(
-        "sleep 1000 & echo $! > {}; echo done",
-        pid_file.display()
-    )));
-
-    let started = Instant::now();
-    let outcome = run_alone(request).await;
-    let elapsed = started.elapsed();
-
-    let background = read_pid(&pid_file);
-    // A run that ended on its own leaves its background processes alone, as cron does.
-    let still_running = !is_dead(background);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(background),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    assert_eq!(last_exit(&outcome), Exit::Code(0));
-    assert!(still_running);
-    assert!(elapsed < Duration::from_secs(5), "run took {elapsed:?}");
-}
-
 // Robustness.
 
 #[tokio::test(flavor = "multi_thread")]
@@ -904,4 +909,316 @@ async fn given_a_running_job_when_its_run_future_is_dropped_then_the_whole_group
     started.running.abort();
 
     wait_until("the grandchild is dead", || is_dead(grandchild)).await;
+}
+
+// Preparing before the claim (issue 9, item 5): every lookup a spawn needs happens in `prepare`,
+// so that after a won claim `start` only spawns.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_missing_program_user_or_working_dir_when_prepared_then_the_error_is_known_before_any_spawn()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = dir.path().join("data.txt");
+    std::fs::write(&not_executable, "not a program").unwrap();
+    let mut cases = vec![
+        (
+            request(argv(&["zkcron-no-such-binary"])),
+            "cannot execute \"zkcron-no-such-binary\": not found in PATH",
+        ),
+        (
+            request(argv(&["/nonexistent/zkcron-no-such-binary"])),
+            "cannot execute \"/nonexistent/zkcron-no-such-binary\": no such file",
+        ),
+        (
+            request(argv(&[not_executable.to_str().unwrap()])),
+            "not an executable file; install it, or fix the path in `command`",
+        ),
+        (
+            request(CommandLine::Argv(Vec::new())),
+            "the command is empty",
+        ),
+    ];
+    let mut missing_dir = request(argv(&["true"]));
+    missing_dir.working_dir = Some(PathBuf::from("/nonexistent/zkcron-test-dir"));
+    cases.push((
+        missing_dir,
+        "working directory /nonexistent/zkcron-test-dir does not exist",
+    ));
+    if is_root() {
+        let mut unknown_user = request(argv(&["true"]));
+        unknown_user.user = Some("zkcron-no-such-user".into());
+        cases.push((
+            unknown_user,
+            "unknown user \"zkcron-no-such-user\"; create it",
+        ));
+    }
+    let _guard = Captured::default().install();
+    for (request, expected) in cases {
+        let prepared = prepare(request).await;
+        let error = prepared.error().expect("the preparation fails").to_owned();
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+        // Started anyway (the daemon records the tick as a failed run), nothing is spawned.
+        let outcome = zkcron::executor::start(prepared, Some(Instant::now()))
+            .finish(StopHandle::new().1, |_| {})
+            .await;
+        assert_eq!(outcome.attempts.len(), 1);
+        assert_eq!(outcome.attempts[0].pid, None);
+        assert!(matches!(&outcome.attempts[0].exit, Exit::SpawnFailed(r) if *r == error));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_relative_program_path_when_prepared_then_it_is_found_in_the_working_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hello.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hello from $0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut request = request(argv(&["./hello.sh"]));
+    request.working_dir = Some(dir.path().to_path_buf());
+
+    let (outcome, stdout, _) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(
+        stdout,
+        ["hello from ./hello.sh"],
+        "argv[0] stays as written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_prepared_run_when_started_after_a_claim_then_started_logs_claim_to_spawn_us() {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let prepared = prepare(request(argv(&["true"]))).await;
+    assert_eq!(prepared.error(), None);
+
+    let claimed_at = Instant::now();
+    let started = zkcron::executor::start(prepared, Some(claimed_at));
+    // `start` spawned synchronously: the "started" event is already there.
+    let events = captured.events("started");
+    assert_eq!(events.len(), 1, "spawned by start itself");
+    let outcome = started.finish(StopHandle::new().1, |_| {}).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let micros: u64 = events[0]
+        .field("claim_to_spawn_us")
+        .expect("claim_to_spawn_us is logged")
+        .parse()
+        .expect("an integer number of microseconds");
+    assert!(micros < DEADLINE.as_micros() as u64, "{micros}");
+}
+
+/// Runs `request` through `prepare`, `start` and `finish` with its log captured; returns the
+/// outcome and what `at_end` saw when the executor reported the run's end.
+async fn run_reporting_end<T>(
+    request: RunRequest,
+    at_end: impl FnOnce(&RunOutcome, &Captured) -> T,
+) -> (RunOutcome, T) {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let mut seen = None;
+    let prepared = prepare(request).await;
+    let outcome = zkcron::executor::start(prepared, None)
+        .finish(StopHandle::new().1, |outcome| {
+            seen = Some(at_end(outcome, &captured))
+        })
+        .await;
+    (outcome, seen.expect("the end was reported"))
+}
+
+// A finished run is finished (issue 9, item 3): the run's end is reported at its last
+// process's exit, not after its output drained or its result was written.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_background_process_holding_stdout_when_the_main_process_exits_then_the_run_ends_at_that_exit()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("background.pid");
+    let request = request(shell(&format!(
+        "sleep 1000 & echo $! > {}; echo done",
+        pid_file.display()
+    )));
+
+    let started = Instant::now();
+    let (outcome, at_end) = run_reporting_end(request, |outcome, captured| {
+        (
+            outcome.attempts.len(),
+            Instant::now(),
+            captured.events("finished").len(),
+        )
+    })
+    .await;
+    let returned = Instant::now();
+
+    let background = read_pid(&pid_file);
+    // A run that ended on its own leaves its background processes alone, as cron does.
+    let still_running = !is_dead(background);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(background),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert!(still_running);
+    // The run returns although its output stays open...
+    assert!(
+        returned - started < Duration::from_secs(5),
+        "run took {:?}",
+        returned - started
+    );
+    // ...and its end was reported at the exit, a second before the output is given up on.
+    let (attempts, ended, finished_logged) = at_end;
+    assert_eq!(attempts, 1);
+    assert_eq!(finished_logged, 0, "reported before the output drained");
+    assert!(
+        returned - ended >= Duration::from_millis(500),
+        "ended {:?} after the start, returned {:?} after it",
+        ended - started,
+        returned - started
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_retries_when_attempts_fail_then_the_run_is_reported_ended_once_after_the_last_attempt()
+ {
+    let mut request = request(shell("exit 3"));
+    request.retries.attempts = 2;
+
+    let (outcome, at_end) = run_reporting_end(request, |outcome, captured| {
+        (outcome.attempts.len(), captured.events("started").len())
+    })
+    .await;
+
+    assert_eq!(outcome.attempts.len(), 3);
+    // The backoffs between attempts keep the run live: its end comes after the third process.
+    assert_eq!(at_end, (3, 3));
+}
+
+// Nothing starts after shutdown begins (issue 9, item 4).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_retry_backoff_when_retries_are_cancelled_then_the_attempt_never_starts_and_the_log_says_so()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let attempts_file = dir.path().join("attempts");
+    let request = request(shell(&format!(
+        "echo $ZKCRON_ATTEMPT >> {}; exit 1",
+        attempts_file.display()
+    )));
+    let started = start_in_backoff(request, Duration::from_millis(800)).await;
+    let captured = started.captured.clone();
+
+    started.handle.cancel_retries();
+    let outcome = started
+        .outcome("it should return at once instead of waiting out the backoff")
+        .await;
+
+    assert_eq!(outcome.attempts.len(), 1);
+    assert_eq!(last_exit(&outcome), Exit::Code(1));
+    let not_started = captured
+        .records()
+        .into_iter()
+        .filter(|r| {
+            r.field("message")
+                .is_some_and(|m| m.starts_with("retry not started"))
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(not_started.len(), 1, "{not_started:?}");
+    assert_eq!(not_started[0].field("attempt"), Some("2"));
+    assert!(
+        not_started[0]
+            .field("message")
+            .unwrap()
+            .contains("stopping"),
+        "{not_started:?}"
+    );
+    // Longer than the backoff: no attempt started late either.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(std::fs::read_to_string(&attempts_file).unwrap(), "1\n");
+    assert_eq!(captured.events("started").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_running_attempt_when_retries_are_cancelled_then_it_runs_to_its_end_and_is_not_retried()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut request = request(shell(&format!(
+        "while [ ! -e {} ]; do sleep 0.01; done; exit 1",
+        go.display()
+    )));
+    request.retries.attempts = 3;
+    let started = start(request);
+    let captured = started.captured.clone();
+    wait_until("the attempt started", || {
+        !captured.events("started").is_empty()
+    })
+    .await;
+
+    started.handle.cancel_retries();
+    std::fs::write(&go, "").unwrap();
+    let outcome = started.outcome("the attempt ends by itself").await;
+
+    assert_eq!(outcome.attempts.len(), 1);
+    assert_eq!(last_exit(&outcome), Exit::Code(1), "not killed");
+}
+
+// A chatty job cannot flood the log (issue 9, item 15).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_are_logged_and_the_rest_is_counted()
+ {
+    let mut request = request(argv(&["seq", "1", "200000"]));
+    request.output_lines = 100;
+
+    let (outcome, stdout, captured) = run_capturing(request).await;
+
+    // 1.2 MB through a 64 KiB pipe: the job ran to its end, so the pipe kept being drained.
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    let expected: Vec<String> = (1..=100).map(|n| n.to_string()).collect();
+    assert_eq!(stdout, expected);
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "one line says what was left out");
+    let left_out_bytes: usize = (101..=200_000).map(|n: u32| n.to_string().len() + 1).sum();
+    assert_eq!(summary[0].field("lines_left_out"), Some("199900"));
+    assert_eq!(
+        summary[0].field("bytes_left_out"),
+        Some(left_out_bytes.to_string().as_str())
+    );
+    assert_eq!(summary[0].field("job_output_lines"), Some("100"));
+    assert_eq!(summary[0].field("fire_id"), Some("report@1767234600"));
+    // The summary comes after the output and before the attempt's "finished".
+    let messages: Vec<String> = captured
+        .records()
+        .into_iter()
+        .filter_map(|r| r.field("message").map(str::to_owned))
+        .collect();
+    let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
+    assert!(at("100") < at(LEFT_OUT));
+    assert!(at(LEFT_OUT) < at("finished"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_output_on_both_streams_when_it_passes_the_cap_then_both_streams_share_it() {
+    let mut request = request(shell("seq 1 30; seq 1 30 >&2"));
+    request.output_lines = 40;
+
+    let (outcome, stdout, captured) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_eq!(stdout.len() + captured.lines("stderr").len(), 40);
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!(summary[0].field("lines_left_out"), Some("20"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn given_output_within_the_cap_when_it_runs_then_nothing_is_said_about_left_out_output() {
+    let mut request = request(shell("seq 1 5"));
+    request.output_lines = 5;
+
+    let (_, stdout, captured) = run_capturing(request).await;
+
+    assert_eq!(stdout.len(), 5);
+    assert!(captured.left_out().is_empty());
 }

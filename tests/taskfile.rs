@@ -1111,6 +1111,28 @@ fn config_bad_backend_lists_the_allowed_values() {
 }
 
 #[test]
+fn config_job_output_lines_defaults_to_100_and_is_checked() {
+    assert_eq!(Config::default().log.job_output_lines, 100);
+    let config = parse_config(Path::new("zkcron.toml"), "[log]\njob_output_lines = 0\n").unwrap();
+    assert_eq!(config.log.job_output_lines, 0);
+    for (value, message) in [
+        (
+            "-1",
+            "`log.job_output_lines` must be between 0 and 1000000, found -1",
+        ),
+        (
+            "\"100\"",
+            "`log.job_output_lines` must be an integer, found string \"100\"",
+        ),
+    ] {
+        let text = format!("[log]\njob_output_lines = {value}\n");
+        let error = parse_config(Path::new("zkcron.toml"), &text).unwrap_err();
+        assert_eq!(error.problems[0].message, message, "{value}");
+        assert_eq!((error.problems[0].line, error.problems[0].column), (2, 20));
+    }
+}
+
+#[test]
 fn config_zookeeper_section_is_read_with_its_defaults() {
     let text = "[coordination]\nbackend = \"zookeeper\"\n[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181/apps\"\nsession_timeout = \"4s\"\nmax_clock_skew = \"2s\"\n";
     let config = parse_config(Path::new("zkcron.toml"), text).unwrap();

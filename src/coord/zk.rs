@@ -578,6 +578,10 @@ struct Inner {
     records: Mutex<HashMap<String, (FireRecord, i32)>>,
     /// Run znodes this node created and has not removed.
     own_runs: Mutex<HashSet<String>>,
+    /// The newest result tick of each task and its znode version, as this node last wrote or
+    /// read them, so that recording a result is one multi-op, not a read and a multi-op. A
+    /// stale entry only makes the multi fail on the version; the result is then re-read.
+    results: Mutex<HashMap<String, (DateTime<Utc>, i32)>>,
     /// The task-set digest and `leads` flag of the member record as last written; the session
     /// loop re-registers when either differs from what the node now has (registration writes
     /// `leads = false` while the clock offset is not measured yet).
@@ -624,6 +628,7 @@ impl ZkCoordinator {
             task_locks: Mutex::new(HashMap::new()),
             records: Mutex::new(HashMap::new()),
             own_runs: Mutex::new(HashSet::new()),
+            results: Mutex::new(HashMap::new()),
             registered_as: Mutex::new(None),
             no_foreign_runs: Mutex::new(HashMap::new()),
             skew: Mutex::new(None),
@@ -1273,7 +1278,9 @@ impl Coordinator for ZkCoordinator {
     }
 }
 
-/// Deletes the run znode and writes the result (only if it is not older than the stored one).
+/// Deletes the run znode and writes the result (only if it is not older than the stored one),
+/// in one multi-op. The stored result's tick and version come from `Inner::results` when this
+/// node knows them, so that the run's end is visible to other nodes after one round trip.
 async fn write_result(
     inner: &Inner,
     session: &Session,
@@ -1288,63 +1295,118 @@ async fn write_result(
         result: result.clone(),
     })
     .expect("serializes");
-    let existing = match timed("reading the last result", client.get_data(&result_path)).await? {
-        Ok((bytes, stat)) => Some((
-            serde_json::from_slice::<ResultRecord>(&bytes).ok(),
-            stat.version,
-        )),
-        Err(zookeeper_client::Error::NoNode) => None,
-        Err(error) => return Err(zk_error("reading the last result", error)),
+    let cached = || {
+        inner
+            .results
+            .lock()
+            .expect("results lock poisoned")
+            .get(task)
+            .copied()
     };
-    let newer = existing
-        .as_ref()
-        .and_then(|(r, _)| r.as_ref())
-        .is_none_or(|r| r.result.tick <= result.tick);
-    // Our run znode exists while its path is in `own_runs`: the set is emptied when the
-    // session (and with it the ephemeral) goes. No read needed.
-    let run_live = inner
-        .own_runs
-        .lock()
-        .expect("own runs poisoned")
-        .contains(run_path);
-    let mut multi = client.new_multi_writer();
-    let mut build = || -> Result<(), zookeeper_client::Error> {
-        if run_live {
-            multi.add_delete(run_path, None)?;
+    let forget = || {
+        inner
+            .results
+            .lock()
+            .expect("results lock poisoned")
+            .remove(task)
+    };
+    for _ in 0..2 {
+        // The stored result: absent, or its tick (if readable) and version.
+        let existing = match cached() {
+            Some((tick, version)) => Some((Some(tick), version)),
+            None => match timed("reading the last result", client.get_data(&result_path)).await? {
+                Ok((bytes, stat)) => Some((
+                    serde_json::from_slice::<ResultRecord>(&bytes)
+                        .ok()
+                        .map(|r| r.result.tick),
+                    stat.version,
+                )),
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(error) => return Err(zk_error("reading the last result", error)),
+            },
+        };
+        let newer = existing
+            .and_then(|(tick, _)| tick)
+            .is_none_or(|tick| tick <= result.tick);
+        // Our run znode exists while its path is in `own_runs`: the set is emptied when the
+        // session (and with it the ephemeral) goes. No read needed.
+        let run_live = inner
+            .own_runs
+            .lock()
+            .expect("own runs poisoned")
+            .contains(run_path);
+        if !run_live && !newer {
+            return Ok(());
         }
-        if newer {
-            match &existing {
-                Some((_, version)) => multi.add_set_data(&result_path, &data, Some(*version))?,
-                None => multi.add_create(&result_path, &data, &persistent())?,
+        let mut multi = client.new_multi_writer();
+        let mut build = || -> Result<(), zookeeper_client::Error> {
+            if run_live {
+                multi.add_delete(run_path, None)?;
+            }
+            if newer {
+                match existing {
+                    Some((_, version)) => multi.add_set_data(&result_path, &data, Some(version))?,
+                    None => multi.add_create(&result_path, &data, &persistent())?,
+                }
+            }
+            Ok(())
+        };
+        build().map_err(|e| zk_error("building the result write", e))?;
+        let result_index = usize::from(run_live);
+        match tokio::time::timeout(CALL_DEADLINE, multi.commit()).await {
+            Ok(Ok(results)) => {
+                let version = match results.get(result_index) {
+                    Some(MultiWriteResult::SetData { stat }) => Some(stat.version),
+                    Some(MultiWriteResult::Create { .. }) => Some(0),
+                    _ => None,
+                };
+                if let Some(version) = version {
+                    inner
+                        .results
+                        .lock()
+                        .expect("results lock poisoned")
+                        .insert(task.to_string(), (result.tick, version));
+                }
+                return Ok(());
+            }
+            Ok(Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: zookeeper_client::Error::NoNode,
+            })) if run_live => {
+                // The session that owned the run znode ended before it was forgotten: retry
+                // with the result alone.
+                inner
+                    .own_runs
+                    .lock()
+                    .expect("own runs poisoned")
+                    .remove(run_path);
+                return Err(zk_error(
+                    "recording the run result",
+                    "the run record was already gone",
+                ));
+            }
+            Ok(Err(MultiWriteError::OperationFailed { index, source }))
+                if newer && index == result_index =>
+            {
+                // Someone else wrote a result since this node last saw it: read it and decide
+                // again.
+                tracing::debug!(task, %source, "the stored result changed; re-reading it");
+                forget();
+            }
+            Ok(Err(error)) => {
+                forget();
+                return Err(zk_error("recording the run result", error));
+            }
+            Err(_) => {
+                forget();
+                return Err(zk_error("recording the run result", "no answer in time"));
             }
         }
-        Ok(())
-    };
-    build().map_err(|e| zk_error("building the result write", e))?;
-    if !run_live && !newer {
-        return Ok(());
     }
-    match tokio::time::timeout(CALL_DEADLINE, multi.commit()).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(MultiWriteError::OperationFailed {
-            index: 0,
-            source: zookeeper_client::Error::NoNode,
-        })) if run_live => {
-            // The session that owned the run znode ended before it was forgotten: retry
-            // with the result alone.
-            inner
-                .own_runs
-                .lock()
-                .expect("own runs poisoned")
-                .remove(run_path);
-            Err(zk_error(
-                "recording the run result",
-                "the run record was already gone",
-            ))
-        }
-        Ok(Err(error)) => Err(zk_error("recording the run result", error)),
-        Err(_) => Err(zk_error("recording the run result", "no answer in time")),
-    }
+    Err(zk_error(
+        "recording the run result",
+        "the stored result kept changing",
+    ))
 }
 
 /// The background manager: connect, register, watch, decide, and start over on expiry.
