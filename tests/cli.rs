@@ -274,7 +274,7 @@ fn run_with_the_zookeeper_backend_but_no_connect_string_says_how_to_give_one() {
     let err = stderr(&output);
     assert!(
         err.contains(&format!(
-            "error: the zookeeper backend needs to know where ZooKeeper is\n  --> {}\n   = help: \
+            "error: the zookeeper backend needs to know where ZooKeeper is\n--> {}\n = help: \
              set [coordination.zookeeper] connect = \"HOST:PORT\" or pass --zookeeper HOST:PORT",
             config.display()
         )),
@@ -484,7 +484,7 @@ fn validate_and_run_refuse_a_config_that_is_a_device_or_a_fifo_without_reading_i
     assert_validate_and_run_refuse(
         Path::new("/dev/zero"),
         &[
-            "error: a character device, not a config file\n  --> /dev/zero",
+            "error: a character device, not a config file\n--> /dev/zero",
             "= help: point --config at a regular file",
         ],
     );
@@ -502,7 +502,7 @@ fn validate_and_run_refuse_a_config_file_others_can_write() {
             &format!(
                 "error: the file is world-writable (mode 0646), so other users could change \
                  zkcron's configuration (and so the user tasks run as); zkcron refuses it, as \
-                 cron does\n  --> {}",
+                 cron does\n--> {}",
                 config.display()
             ),
             &format!("= help: run `chmod go-w {}`", config.display()),
@@ -523,7 +523,7 @@ fn validate_and_run_refuse_a_jobs_dir_others_can_write() {
             &format!(
                 "error: the jobs dir is group- and world-writable (mode 0777), so other users \
                  could add tasks that zkcron runs; zkcron refuses it, as cron refuses such a \
-                 directory\n  --> {jobs}"
+                 directory\n--> {jobs}"
             ),
             &format!("= help: run `chmod go-w {jobs}`"),
         ],
@@ -554,7 +554,7 @@ fn validate_names_every_odd_file_in_the_jobs_dir() {
         "a character device, not a task file",
     );
     for (path, message) in odd.chain([device]) {
-        let expected = format!("error: {message}\n  --> {}\n", path.display());
+        let expected = format!("error: {message}\n--> {}\n", path.display());
         assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
     }
     assert!(
@@ -598,7 +598,7 @@ fn validate_names_a_task_file_it_cannot_read_and_who_could_not() {
     };
     assert!(
         err.contains(&format!(
-            "error: cannot read the task file: Permission denied (os error 13)\n  --> {}\n   = \
+            "error: cannot read the task file: Permission denied (os error 13)\n--> {}\n = \
              help: zkcron runs as {who:?}: make the file and its directories readable by that user",
             secret.display()
         )),
@@ -671,7 +671,7 @@ fn validate_and_run_refuse_a_state_dir_that_is_a_file() {
     assert_validate_and_run_refuse(
         &config,
         &[&format!(
-            "error: the state dir is a regular file, not a directory\n  --> {}\n   = help: point \
+            "error: the state dir is a regular file, not a directory\n--> {}\n = help: point \
              --state-dir or [scheduler].state_dir at a directory (zkcron creates it if it is \
              missing)",
             file.display()
@@ -696,7 +696,7 @@ fn validate_and_run_refuse_a_missing_jobs_dir() {
     assert_validate_and_run_refuse(
         &config,
         &[&format!(
-            "error: the jobs dir does not exist\n  --> {}\n   = help: create it, or point \
+            "error: the jobs dir does not exist\n--> {}\n = help: create it, or point \
              --jobs-dir or [scheduler].jobs_dir at your task files",
             scratch.path().join("nowhere").display()
         )],

@@ -595,7 +595,7 @@ fn given_a_missing_jobs_dir_when_run_starts_then_it_exits_1_saying_how_to_fix_it
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(&format!(
-            "error: the jobs dir does not exist\n  --> {}\n   = help: create it, or point \
+            "error: the jobs dir does not exist\n--> {}\n = help: create it, or point \
              --jobs-dir or [scheduler].jobs_dir at your task files",
             scratch.path().join("nope").display()
         )),
