@@ -372,6 +372,8 @@ class Node:
             fields = event.get("fields")
             if isinstance(fields, dict):  # not flattened: lift the fields
                 event = {**event, **fields}
+            if "lateness_us" in event:  # integer microseconds since issue [4]; was lateness_ms
+                event["lateness_ms"] = int(event["lateness_us"]) / 1000
             message = event.get("message", "")
             if not (message in KEEP or "claim" in message
                     or event.get("level") in ("WARN", "ERROR")):

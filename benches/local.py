@@ -6,7 +6,7 @@ Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--task
 
 Two phases, each on a fresh temp dir with N task files:
   busy:  `firing` tasks fire every second running `true`, the rest idle. Lateness per spawn is
-         read from the daemon's JSON log ("started" events carry lateness_ms = spawn - due).
+         read from the daemon's JSON log ("started" events carry lateness_us = spawn - due).
   idle:  all N tasks idle. CPU is measured from /proc/<pid>/stat.
 An idle task fires once a day, at minute i % 60 of the hour twelve hours from the start (UTC),
 so none comes due during a run shorter than eleven hours: 60 distinct expressions. The idle
@@ -111,7 +111,9 @@ def busy(args):
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if event.get("message") == "started" and "lateness_ms" in event:
+                if event.get("message") == "started" and "lateness_us" in event:
+                    lateness.append(int(event["lateness_us"]) / 1000)
+                elif event.get("message") == "started" and "lateness_ms" in event:  # before [4]
                     lateness.append(float(event["lateness_ms"]))
         return {
             "phase": "busy", "tasks": args.tasks, "firing_per_second": args.firing,

@@ -401,7 +401,13 @@ impl<C: Coordinator> Daemon<C> {
             added,
             changed,
             removed,
-            invalid = loaded.errors.len(),
+            invalid_files = loaded
+                .errors
+                .iter()
+                .map(|e| &e.path)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            errors = loaded.errors.len(),
             "tasks reloaded"
         );
 
@@ -614,7 +620,7 @@ async fn task_loop<C: Coordinator>(
             Ok(last) => break last,
             Err(error) => {
                 tracing::error!(
-                    task = name,
+                    task = %name,
                     "cannot read the fire record ({error}); retrying"
                 );
                 tokio::select! {
@@ -630,7 +636,7 @@ async fn task_loop<C: Coordinator>(
     }
     let mut clock_jumps = shared.clock_jumps.clone();
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
-    tracing::debug!(task = name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
+    tracing::debug!(task = %name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
     let mut held_reported: Option<tokio::time::Instant> = None;
     loop {
         if *stop.borrow() {
@@ -640,7 +646,7 @@ async fn task_loop<C: Coordinator>(
             Step::Fire { ticks, skipped } => {
                 if skipped > 0 {
                     tracing::warn!(
-                        task = name,
+                        task = %name,
                         skipped,
                         catch_up = ?spec.catch_up,
                         "missed ticks not run (catch_up / starting_deadline)"
@@ -676,7 +682,7 @@ async fn task_loop<C: Coordinator>(
                 if held_reported.is_none_or(|at| at.elapsed() >= HELD_REPORT_INTERVAL) {
                     let fix = plan::held_fix(name, shared.reset_flags.as_deref());
                     tracing::error!(
-                        task = name,
+                        task = %name,
                         %record,
                         "{}",
                         plan::held_report(name, record, until, now, &fix)
@@ -691,7 +697,7 @@ async fn task_loop<C: Coordinator>(
                 }
             }
             Step::Finished => {
-                tracing::info!(task = name, "the schedule has no further tick");
+                tracing::info!(task = %name, "the schedule has no further tick");
                 let _ = stop.changed().await;
                 return;
             }
@@ -715,7 +721,7 @@ async fn fire<C: Coordinator>(
     let name = spec.name.as_str();
     let fire_id = plan::fire_id(name, tick.instant);
     if !shared.leadership.borrow().may_fire(name) {
-        tracing::info!(task = name, %fire_id, "not leading this task any more; tick left to the leader");
+        tracing::info!(task = %name, %fire_id, "not leading this task any more; tick left to the leader");
         return;
     }
     let local = runs.count();
@@ -725,7 +731,7 @@ async fn fire<C: Coordinator>(
         match shared.coordinator.runs_elsewhere(name).await {
             Ok(n) => n,
             Err(error) => {
-                tracing::warn!(task = name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
+                tracing::warn!(task = %name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
                 0
             }
         }
@@ -746,25 +752,25 @@ async fn fire<C: Coordinator>(
     let mut stop = stop.clone();
     loop {
         if *stop.borrow_and_update() {
-            tracing::info!(task = name, %fire_id, "tick not claimed: this task's loop is stopping");
+            tracing::info!(task = %name, %fire_id, "tick not claimed: this task's loop is stopping");
             return;
         }
         match shared.coordinator.claim(name, tick.instant, intent).await {
             Ok(ClaimOutcome::Claimed) => break,
             Ok(ClaimOutcome::AlreadyClaimed { record }) => {
-                tracing::info!(task = name, %fire_id, %record, "tick already claimed; not running it");
+                tracing::info!(task = %name, %fire_id, %record, "tick already claimed; not running it");
                 return;
             }
             Ok(ClaimOutcome::NotLeader) => {
-                tracing::info!(task = name, %fire_id, "claim refused: not the leader; not running it");
+                tracing::info!(task = %name, %fire_id, "claim refused: not the leader; not running it");
                 return;
             }
             Err(error) => {
                 if !shared.leadership.borrow().may_fire(name) {
-                    tracing::warn!(task = name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");
+                    tracing::warn!(task = %name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");
                     return;
                 }
-                tracing::warn!(task = name, %fire_id, "claim failed ({error}); retrying");
+                tracing::warn!(task = %name, %fire_id, "claim failed ({error}); retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = stop.changed() => {}
@@ -777,7 +783,7 @@ async fn fire<C: Coordinator>(
     let Some(prepared) = prepared else {
         // Claimed as skipped: no later leader catches the tick up.
         tracing::warn!(
-            task = name,
+            task = %name,
             %fire_id,
             running_here = local,
             running_elsewhere = elsewhere,
@@ -786,7 +792,7 @@ async fn fire<C: Coordinator>(
         return;
     };
     if action == OverlapAction::ReplaceThenStart {
-        tracing::info!(task = name, %fire_id, "replacing the running run (overlap = \"replace\")");
+        tracing::info!(task = %name, %fire_id, "replacing the running run (overlap = \"replace\")");
         for mut done in runs.stop_all(false) {
             let _ = done.wait_for(|ended| *ended).await;
         }
@@ -807,7 +813,7 @@ async fn rerun_orphan<C: Coordinator>(
         Ok(None) => return,
         Err(error) => {
             tracing::warn!(
-                task = name,
+                task = %name,
                 "cannot check for a run lost with its node ({error})"
             );
             return;
@@ -827,17 +833,17 @@ async fn rerun_orphan<C: Coordinator>(
         Ok(ClaimOutcome::Claimed) => {
             let claimed_at = tokio::time::Instant::now();
             tracing::warn!(
-                task = name,
+                task = %name,
                 %fire_id,
                 "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
             );
             start_run(shared, runs, tick, prepared, claimed_at, stop);
         }
         Ok(outcome) => {
-            tracing::info!(task = name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
+            tracing::info!(task = %name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
         }
         Err(error) => {
-            tracing::warn!(task = name, %fire_id, "lost run not rerun: reclaim failed ({error})")
+            tracing::warn!(task = %name, %fire_id, "lost run not rerun: reclaim failed ({error})")
         }
     }
 }

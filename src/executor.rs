@@ -757,10 +757,10 @@ impl StartedRun {
             let attempt = attempt + 1;
             let delay = retry_delay(&request.retries, attempt - 1);
             tracing::info!(
-                task,
-                fire_id,
+                task = %task,
+                fire_id = %fire_id,
                 attempt,
-                delay_ms = delay.as_secs_f64() * 1000.0,
+                delay_ms = delay.as_millis() as u64,
                 "retrying after a failed attempt"
             );
             let command = tokio::select! {
@@ -809,17 +809,76 @@ fn spawn_failed(request: &RunRequest, attempt: u32, reason: String) -> AttemptOu
     outcome
 }
 
-/// Logs how an attempt ended: at info when it succeeded, else at warn.
+impl Exit {
+    /// How the attempt ended, as one word for logs: `exited`, `killed` (by a signal not ours),
+    /// `timed_out`, `not_started` or `stopped`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Exit::Code(_) => "exited",
+            Exit::Signal(_) => "killed",
+            Exit::TimedOut => "timed_out",
+            Exit::SpawnFailed(_) => "not_started",
+            Exit::Stopped => "stopped",
+        }
+    }
+
+    /// The exit code, when the main process exited by itself.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            Exit::Code(code) => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The name of the signal that killed the main process (`SIGSEGV`), or its number when it
+    /// has no name here.
+    pub fn signal_name(&self) -> Option<String> {
+        match self {
+            Exit::Signal(signal) => Some(match Signal::try_from(*signal) {
+                Ok(name) => name.as_str().to_string(),
+                Err(_) => signal.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Why no process was started.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Exit::SpawnFailed(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Logs how an attempt ended, at info when it succeeded, else at warn, with structured fields:
+/// `status` (see [`Exit::status`]), `exit_code` or `signal` where they apply, `reason` when it
+/// did not start, and `duration_ms` as a whole number.
 fn log_finished(request: &RunRequest, outcome: &AttemptOutcome) {
     let task = request.task.as_str();
     let fire_id = request.fire_id.as_str();
     let attempt = outcome.attempt;
     let exit = &outcome.exit;
-    let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
+    // Words from a fixed set, unquoted in the text log like `task`; `reason` is free text.
+    let status = tracing::field::display(exit.status());
+    let exit_code = exit.code();
+    let signal = exit.signal_name().map(tracing::field::display);
+    let reason = exit.reason();
+    let duration_ms = outcome.duration.as_millis() as u64;
     if exit.is_success() {
-        tracing::info!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
+        tracing::info!(task = %task, fire_id = %fire_id, attempt, status, exit_code, duration_ms, "finished");
     } else {
-        tracing::warn!(task, fire_id, attempt, exit = %exit, duration_ms, "finished");
+        tracing::warn!(
+            task = %task,
+            fire_id = %fire_id,
+            attempt,
+            status,
+            exit_code,
+            signal,
+            reason,
+            duration_ms,
+            "finished"
+        );
     }
 }
 
@@ -858,23 +917,23 @@ fn spawn_attempt(
         claimed_at.map(|claimed| started.saturating_duration_since(claimed).as_micros() as u64);
     match (lateness, claim_to_spawn_us) {
         (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
-            task,
-            fire_id,
+            task = %task,
+            fire_id = %fire_id,
             attempt,
             pid,
-            lateness_ms = lateness.as_seconds_f64() * 1000.0,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
             claim_to_spawn_us,
             "started"
         ),
         (Some(lateness), None) => tracing::info!(
-            task,
-            fire_id,
+            task = %task,
+            fire_id = %fire_id,
             attempt,
             pid,
-            lateness_ms = lateness.as_seconds_f64() * 1000.0,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
             "started"
         ),
-        (None, _) => tracing::info!(task, fire_id, attempt, pid, "started"),
+        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
     }
 
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -963,8 +1022,8 @@ impl RunningAttempt {
             },
             Err(e) => {
                 tracing::error!(
-                    task,
-                    fire_id,
+                    task = %task,
+                    fire_id = %fire_id,
                     attempt,
                     pid,
                     "cannot wait for the process: {e}"
@@ -997,14 +1056,14 @@ async fn drain_output(readers: [Option<JoinHandle<()>>; 2], task: &str, fire_id:
     let all = async {
         for reader in readers.into_iter().flatten() {
             if let Err(e) = reader.await {
-                tracing::warn!(task, fire_id, "an output reader failed: {e}");
+                tracing::warn!(task = %task, fire_id = %fire_id, "an output reader failed: {e}");
             }
         }
     };
     if tokio::time::timeout(OUTPUT_DRAIN_LIMIT, all).await.is_err() {
         tracing::debug!(
-            task,
-            fire_id,
+            task = %task,
+            fire_id = %fire_id,
             "output still open after the process exited (a background process holds it); \
              it keeps being logged until it closes"
         );

@@ -13,11 +13,17 @@ use crate::config::LogFormat;
 
 /// Installs the global subscriber. Call once, before anything logs.
 pub fn init(format: LogFormat) {
-    let filter = std::env::var("ZKCRON_LOG")
-        .ok()
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .and_then(|spec| EnvFilter::try_new(spec).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+    let spec = ["ZKCRON_LOG", "RUST_LOG"]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok().map(|spec| (name, spec)));
+    // A filter that does not parse is said once logging works, not dropped in silence.
+    let (filter, refused) = match spec {
+        Some((name, spec)) => match EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(error) => (EnvFilter::new("info"), Some((name, spec, error))),
+        },
+        None => (EnvFilter::new("info"), None),
+    };
     let format = format.resolve();
     let registry = tracing_subscriber::registry().with(filter);
     match format {
@@ -47,5 +53,11 @@ pub fn init(format: LogFormat) {
                     .with_writer(std::io::stderr),
             )
             .init(),
+    }
+    if let Some((name, spec, error)) = refused {
+        tracing::warn!(
+            "{name}={spec:?} is not a log filter ({error}); logging at info instead. Write a \
+             level (debug) or level and targets (info,zkcron::job=warn)"
+        );
     }
 }

@@ -653,7 +653,7 @@ fn given_overlap_replace_when_a_run_outlasts_the_period_then_it_is_stopped_for_t
     );
     let daemon = scratch.start_daemon(&[]);
     daemon.wait_for_log("replacing the running run", LIMIT);
-    daemon.wait_for_log("exit=stopped", LIMIT);
+    daemon.wait_for_log("status=stopped", LIMIT);
 }
 
 #[test]
@@ -841,4 +841,77 @@ fn given_job_output_lines_when_a_job_prints_more_then_the_rest_is_counted_in_one
         .filter(|l| l.contains(fire_id) && l.contains("stream="))
         .collect();
     assert_eq!(output.len(), 3, "{output:#?}");
+}
+
+/// The text log quoted `task` in some lines (`task="a"`) and not in others (`task=a`), spelled
+/// the result as a sentence (`exit=exit code 0`), durations as noisy floats, and counted
+/// errors as `invalid` files.
+#[test]
+fn text_log_spells_each_field_one_way() {
+    let scratch = Scratch::new();
+    scratch.write_task("ok", "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n");
+    scratch.write_task(
+        "bad",
+        "schedule = \"* * *\"\ncommand = [\"true\"]\ncomand = 1\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("finished", LIMIT);
+    let log = daemon.log();
+    assert!(!log.contains("task=\""), "a quoted task field:\n{log}");
+    assert!(
+        !log.contains("fire_id=\""),
+        "a quoted fire_id field:\n{log}"
+    );
+    assert!(log.contains("invalid_files=1 errors=2"), "{log}");
+    let finished = log.lines().find(|l| l.contains(" finished ")).unwrap();
+    assert!(finished.contains("task=ok"), "{finished}");
+    assert!(finished.contains("status=exited exit_code=0"), "{finished}");
+    let duration = finished
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("duration_ms="))
+        .expect("duration_ms");
+    assert!(duration.parse::<u64>().is_ok(), "{finished}");
+}
+
+#[test]
+fn json_log_has_integer_exit_code_duration_and_lateness() {
+    let scratch = Scratch::new();
+    scratch.write_config("[log]\nformat = \"json\"\n");
+    scratch.write_task("ok", "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n");
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log("\"finished\"", LIMIT);
+    let events: Vec<serde_json::Value> = daemon
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started = events.iter().find(|e| e["message"] == "started").unwrap();
+    assert!(started["lateness_us"].is_i64(), "{started}");
+    assert!(started["claim_to_spawn_us"].is_u64(), "{started}");
+    assert_eq!(started["task"], "ok");
+    let finished = events.iter().find(|e| e["message"] == "finished").unwrap();
+    assert_eq!(finished["exit_code"], 0, "{finished}");
+    assert_eq!(finished["status"], "exited", "{finished}");
+    assert!(finished["duration_ms"].is_u64(), "{finished}");
+    assert!(finished.get("exit").is_none(), "{finished}");
+}
+
+/// A `ZKCRON_LOG` that does not parse used to fall back to `info` without a word.
+#[test]
+fn an_invalid_zkcron_log_filter_is_reported_not_ignored() {
+    let scratch = Scratch::new();
+    let mut command = scratch.daemon_command();
+    command
+        .arg("--state-dir")
+        .arg(scratch.path().join("state"))
+        .env("ZKCRON_LOG", "zkcron=loud");
+    let daemon = scratch.spawn_daemon(command);
+    daemon.wait_for_log("zkcron started", LIMIT);
+    assert!(
+        daemon
+            .log()
+            .contains("ZKCRON_LOG=\"zkcron=loud\" is not a log filter"),
+        "{}",
+        daemon.log()
+    );
 }

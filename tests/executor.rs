@@ -856,19 +856,51 @@ async fn given_a_run_when_it_ends_then_started_and_finished_are_logged_with_thei
 
     let started = captured.events("started");
     assert_eq!(started.len(), 2);
-    assert!(started[0].field("lateness_ms").is_some());
+    let lateness_us = started[0].field("lateness_us").expect("lateness_us");
+    assert!(lateness_us.parse::<i64>().is_ok(), "{lateness_us}");
     assert!(started[0].field("pid").is_some());
     assert_eq!(started[1].field("attempt"), Some("2"));
     assert_eq!(
-        started[1].field("lateness_ms"),
+        started[1].field("lateness_us"),
         None,
         "only the first attempt is late"
     );
     let finished = captured.events("finished");
     assert_eq!(finished.len(), 2);
     assert_eq!(finished[1].level, Level::WARN);
-    assert_eq!(finished[1].field("exit"), Some("exit code 2"));
+    assert_eq!(finished[1].field("status"), Some("exited"));
+    assert_eq!(finished[1].field("exit_code"), Some("2"));
+    assert_eq!(finished[1].field("signal"), None);
     assert_eq!(finished[1].field("fire_id"), Some("report@1767234600"));
+}
+
+/// Logs said `exit="exit code 0"` (a sentence in a field, in JSON too) and
+/// `duration_ms=1.7092539999999998`; a machine reads `status`, `exit_code` or `signal`, and a
+/// whole `duration_ms`.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_says_status_exit_code_or_signal_and_a_whole_duration_ms_not_an_exit_sentence() {
+    let (_, _, captured) = run_capturing(request(shell("sleep 0.01; exit 0"))).await;
+    let finished = captured.events("finished");
+    assert_eq!(finished[0].field("status"), Some("exited"));
+    assert_eq!(finished[0].field("exit_code"), Some("0"));
+    assert_eq!(finished[0].field("exit"), None);
+    let duration_ms = finished[0].field("duration_ms").expect("duration_ms");
+    assert!(duration_ms.parse::<u64>().is_ok(), "{duration_ms}");
+
+    let (_, _, captured) = run_capturing(request(shell("kill -9 $$"))).await;
+    let finished = captured.events("finished");
+    assert_eq!(finished[0].field("status"), Some("killed"));
+    assert_eq!(finished[0].field("signal"), Some("SIGKILL"));
+    assert_eq!(finished[0].field("exit_code"), None);
+
+    let (_, _, captured) = run_capturing(request(argv(&["/nonexistent/program"]))).await;
+    let finished = captured.events("finished");
+    assert_eq!(finished[0].field("status"), Some("not_started"));
+    assert!(
+        finished[0]
+            .field("reason")
+            .is_some_and(|r| r.contains("/nonexistent/program"))
+    );
 }
 
 // Robustness.

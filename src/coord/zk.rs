@@ -914,12 +914,12 @@ impl Inner {
                     index: 0 | 1,
                     source,
                 })) => {
-                    tracing::warn!(task, %source, "claim refused: this node's lease is gone");
+                    tracing::warn!(task = %task, %source, "claim refused: this node's lease is gone");
                     self.lease_lost(task);
                     return Ok(ClaimOutcome::NotLeader);
                 }
                 Ok(Err(MultiWriteError::OperationFailed { index, source })) => {
-                    tracing::debug!(task, index, %source, attempt, "claim conflicted; re-reading the record");
+                    tracing::debug!(task = %task, index, %source, attempt, "claim conflicted; re-reading the record");
                     if rerun && index == 3 {
                         // Someone else's run znode for this tick exists: it was reclaimed.
                         return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
@@ -962,7 +962,7 @@ impl Inner {
         intent: ClaimIntent,
         why: &str,
     ) -> Result<ClaimOutcome, CoordError> {
-        tracing::warn!(task, %tick, why, "claim outcome unknown; re-reading the fire record");
+        tracing::warn!(task = %task, %tick, why, "claim outcome unknown; re-reading the fire record");
         self.records
             .lock()
             .expect("records lock poisoned")
@@ -988,7 +988,7 @@ impl Inner {
                     // The session lives (ZooKeeper restarting, a partition shorter than the
                     // session): the answer is coming, and giving up would lose a claimed tick.
                     tracing::debug!(
-                        task,
+                        task = %task,
                         "re-reading the fire record failed ({error}); retrying"
                     );
                     tokio::time::sleep(delay).await;
@@ -1002,7 +1002,7 @@ impl Inner {
             && record.node == new.node
             && record.reruns == new.reruns;
         if ours {
-            tracing::info!(task, %tick, "the claim had been applied");
+            tracing::info!(task = %task, %tick, "the claim had been applied");
             if intent == ClaimIntent::Run {
                 self.own_runs
                     .lock()
@@ -1390,7 +1390,7 @@ async fn write_result(
             {
                 // Someone else wrote a result since this node last saw it: read it and decide
                 // again.
-                tracing::debug!(task, %source, "the stored result changed; re-reading it");
+                tracing::debug!(task = %task, %source, "the stored result changed; re-reading it");
                 forget();
             }
             Ok(Err(error)) => {
