@@ -103,6 +103,7 @@ def busy(args):
             time.sleep(1)
         stop(proc)
         lateness = []
+        claim_to_spawn = []
         with open(os.path.join(tmp, "log.jsonl")) as f:
             for n, line in enumerate(f):
                 if n < skip:
@@ -115,6 +116,10 @@ def busy(args):
                     lateness.append(int(event["lateness_us"]) / 1000)
                 elif event.get("message") == "started" and "lateness_ms" in event:  # before [4]
                     lateness.append(float(event["lateness_ms"]))
+                    # The won claim's answer -> the spawn: what a node killed in between leaves
+                    # claimed but not started (issue [4] item 5).
+                    if "claim_to_spawn_us" in event:
+                        claim_to_spawn.append(int(event["claim_to_spawn_us"]))
         return {
             "phase": "busy", "tasks": args.tasks, "firing_per_second": args.firing,
             "jitter": args.jitter,
@@ -122,6 +127,9 @@ def busy(args):
             "spawns_expected": args.firing * args.seconds,
             "lateness_ms": {"p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
                             "max": max(lateness)} if lateness else None,
+            "claim_to_spawn_us": {"p50": percentile(claim_to_spawn, 50),
+                                  "p99": percentile(claim_to_spawn, 99),
+                                  "max": max(claim_to_spawn)} if claim_to_spawn else None,
             "startup_s": round(startup, 3), "rss_mib_max": round(max(rss) / 1024, 1),
         }
 

@@ -764,17 +764,20 @@ impl StartedRun {
                 "retrying after a failed attempt"
             );
             let command = tokio::select! {
+                // A stop that came while the retry was being prepared wins: select! otherwise
+                // picks at random among ready branches, and the attempt would start after it.
+                biased;
+                kind = stop.stronger_than(StopKind::Running) => {
+                    retry_not_started(&request, attempt, kind);
+                    end(&attempts);
+                    break;
+                }
                 // A retry is prepared afresh: the user or the program may have appeared since.
                 command = async {
                     tokio::time::sleep(delay).await;
                     let request = request.clone();
                     tokio::task::spawn_blocking(move || prepare_attempt(&request, attempt)).await
                 } => command,
-                kind = stop.stronger_than(StopKind::Running) => {
-                    retry_not_started(&request, attempt, kind);
-                    end(&attempts);
-                    break;
-                }
             };
             let command =
                 command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));

@@ -640,9 +640,12 @@ impl Cluster {
         let connect = zk.chroot_connect();
         let dir = tempfile::Builder::new()
             .prefix("zkcron-cluster-")
+            .permissions(fs::Permissions::from_mode(0o700))
             .tempdir()
             .unwrap();
         fs::create_dir(dir.path().join("jobs.d")).unwrap();
+        // zkcron refuses a jobs dir that others can write: not the umask's say.
+        fs::set_permissions(dir.path().join("jobs.d"), fs::Permissions::from_mode(0o755)).unwrap();
         let cluster = Cluster {
             zk,
             connect,
@@ -708,6 +711,8 @@ impl Cluster {
     fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
         let home = self.dir().path().join(id);
         fs::create_dir_all(home.join("state")).unwrap();
+        // zkcron refuses a config that others can write, or in a dir they can: not the umask's say.
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
         let config = home.join("zkcron.toml");
         fs::write(
             &config,
@@ -717,6 +722,7 @@ impl Cluster {
             ),
         )
         .unwrap();
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
         let log_path = home.join("log.txt");
         let log = fs::OpenOptions::new()
             .create(true)
@@ -1008,7 +1014,7 @@ fn wait_mid_second() {
 
 #[test]
 fn the_fires_helpers_find_duplicates_gaps_and_leaders() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = dir.path().join("fires.log");
     fs::write(
         &path,

@@ -4,6 +4,7 @@
 mod common;
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -36,8 +37,11 @@ impl Node {
     fn spawn(dir: &Path, id: &str, zk: &str, config_text: &str, mut command: Command) -> Node {
         let home = dir.join(id);
         fs::create_dir_all(&home).unwrap();
+        // zkcron refuses a config that others can write, or in a dir they can: not the umask's say.
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
         let config = home.join("zkcron.toml");
         fs::write(&config, config_text).unwrap();
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
         let log = home.join("log.txt");
         command
             .args(["run", "--config"])
@@ -77,7 +81,11 @@ impl Drop for Node {
 fn write_task(dir: &Path, name: &str, text: &str) {
     let jobs = dir.join("jobs.d");
     fs::create_dir_all(&jobs).unwrap();
-    fs::write(jobs.join(format!("{name}.toml")), text).unwrap();
+    // zkcron refuses a jobs dir or task file that others can write: not the umask's say.
+    fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = jobs.join(format!("{name}.toml"));
+    fs::write(&path, text).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
 }
 
 /// The lines of `file`, split into words.
@@ -102,7 +110,7 @@ fn kill_jobs(file: &Path) {
 #[test]
 fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_that_tick_again() {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let starts = dir.path().join("starts.log");
     // Each run records "<fire id> <node> <pid>" and then takes long: it is mid-run when its
     // node dies. catch_up = "skip": only the orphaned tick can run again.
@@ -201,7 +209,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
 #[test]
 fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_is_stopped() {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let starts = dir.path().join("starts.log");
     let command = format!(
         "command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $$\" >> {}; exec sleep 60']\n",
@@ -286,7 +294,7 @@ fn read_json(zk: &ZkServer, path: &str) -> Option<serde_json::Value> {
 #[test]
 fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let (node, task) = quick_task_on_one_node(&zk, dir.path());
     let read_result = || read_json(&zk, &format!("{task}/result"));
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
@@ -315,7 +323,7 @@ fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is
 fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_removes_its_run_records()
 {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let (node, task) = quick_task_on_one_node(&zk, dir.path());
     let result_path = format!("{task}/result");
     let read_result = || read_json(&zk, &result_path);
@@ -348,7 +356,7 @@ fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_remov
 fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_only_after_that_run_ends()
  {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let runs = dir.path().join("runs.log");
     // Every second, a run of 3 s: "start <fire id> <node>", then "end <fire id> <node>".
     write_task(
@@ -422,7 +430,7 @@ fn zkcron_with_clock_ahead() -> Command {
 fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_and_the_other_node_fires_everything()
  {
     let zk = ZkServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let fires = dir.path().join("fires.log");
     for name in ["t1", "t2", "t3", "t4"] {
         write_task(
@@ -484,7 +492,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
 /// killed the `faketime` wrapper, not the daemon it had started.
 #[test]
 fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     write_task(
         dir.path(),
         "t1",

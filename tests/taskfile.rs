@@ -744,7 +744,7 @@ fn toml_syntax_error_has_its_position() {
 
 #[test]
 fn file_over_one_mebibyte_is_refused_unread() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let mut text = MINIMAL.as_bytes().to_vec();
     text.resize(1024 * 1024 + 1, b'\n');
     let path = write_task(dir.path(), "big.toml", &text);
@@ -765,7 +765,7 @@ fn file_over_one_mebibyte_is_refused_unread() {
 
 #[test]
 fn non_utf8_file_points_at_the_bad_byte() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(
         dir.path(),
         "t.toml",
@@ -779,7 +779,7 @@ fn non_utf8_file_points_at_the_bad_byte() {
 
 #[test]
 fn group_writable_file_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(dir.path(), "t.toml", MINIMAL.as_bytes());
     fs::set_permissions(&path, fs::Permissions::from_mode(0o664)).unwrap();
     let errors = load_task_file(&path, &defaults()).unwrap_err();
@@ -790,7 +790,7 @@ fn group_writable_file_is_refused() {
 
 #[test]
 fn world_writable_file_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(dir.path(), "t.toml", MINIMAL.as_bytes());
     fs::set_permissions(&path, fs::Permissions::from_mode(0o646)).unwrap();
     let errors = load_task_file(&path, &defaults()).unwrap_err();
@@ -799,7 +799,7 @@ fn world_writable_file_is_refused() {
 
 #[test]
 fn symlink_to_a_writable_target_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let target = write_task(dir.path(), "target.txt", MINIMAL.as_bytes());
     fs::set_permissions(&target, fs::Permissions::from_mode(0o666)).unwrap();
     let link = dir.path().join("t.toml");
@@ -813,7 +813,7 @@ fn symlink_to_a_writable_target_is_refused() {
 
 #[test]
 fn file_not_owned_by_root_is_refused_when_root() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(dir.path(), "t.toml", MINIMAL.as_bytes());
     nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     let errors = load_task_file(&path, &defaults()).unwrap_err();
@@ -827,7 +827,7 @@ fn file_not_owned_by_root_is_refused_when_root() {
 
 #[test]
 fn file_owned_by_another_user_is_refused_when_not_root() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(dir.path(), "t.toml", MINIMAL.as_bytes());
     nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     let alice = defaults_for(Identity {
@@ -843,7 +843,7 @@ fn file_owned_by_another_user_is_refused_when_not_root() {
 
 #[test]
 fn file_problems_and_content_problems_are_reported_together() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(
         dir.path(),
         "t.toml",
@@ -881,7 +881,7 @@ fn ignored_files_are_ignored_with_their_reason() {
     assert_eq!(ignore_reason(Path::new("/etc/zkcron/jobs.d/ok.toml")), None);
 
     // and load_jobs_dir skips them
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     for (name, _) in cases {
         write_task(dir.path(), name, b"this is not toml = = =");
     }
@@ -900,7 +900,7 @@ fn ignored_files_are_ignored_with_their_reason() {
 #[test]
 fn dir_with_one_bad_and_two_good_files() {
     // given two valid task files and one invalid one
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     write_task(dir.path(), "zeta.toml", MINIMAL.as_bytes());
     write_task(dir.path(), "alpha.toml", MINIMAL.as_bytes());
     write_task(dir.path(), "broken.toml", b"schedule = \"@daily\"\n");
@@ -922,7 +922,7 @@ fn dir_with_one_bad_and_two_good_files() {
 
 #[test]
 fn invalid_file_name_in_a_dir_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     write_task(dir.path(), "Nightly Backup.toml", MINIMAL.as_bytes());
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
     let error = only_error(&loaded.errors);
@@ -932,7 +932,7 @@ fn invalid_file_name_in_a_dir_is_an_error() {
 
 #[test]
 fn fix_commands_quote_paths_for_the_shell() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let path = write_task(dir.path(), "it's.toml", MINIMAL.as_bytes());
     fs::set_permissions(&path, fs::Permissions::from_mode(0o664)).unwrap();
     let errors = load_task_file(&path, &defaults()).unwrap_err();
@@ -947,7 +947,7 @@ fn fix_commands_quote_paths_for_the_shell() {
 
 #[test]
 fn missing_dir_is_refused_saying_how_to_fix_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let missing = dir.path().join("nope");
     let problems = load_jobs_dir(&missing, &defaults()).unwrap_err();
     assert_eq!(problems.len(), 1, "{problems:#?}");
@@ -1237,7 +1237,7 @@ fn config_syntax_error_and_missing_file() {
     );
     assert_eq!(error.problems[0].line, 1);
 
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let error = load_config(&dir.path().join("missing.toml")).unwrap_err();
     assert_eq!(error.problems[0].line, 0);
     assert_eq!(error.problems[0].message, "the config file does not exist");
@@ -1298,7 +1298,7 @@ fn assert_refused(problems: &[zkcron::files::PathProblem], path: &Path, message:
 /// Regression: a world-writable jobs dir was accepted, so anyone could add a task.
 #[test]
 fn jobs_dir_that_others_can_write_is_refused_with_the_fix() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     write_task(&dir, "t.toml", MINIMAL.as_bytes());
     let defaults = defaults_for(me());
@@ -1324,7 +1324,7 @@ fn jobs_dir_that_others_can_write_is_refused_with_the_fix() {
 
 #[test]
 fn jobs_dir_owned_by_another_user_is_refused() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     let owner = give_to_a_non_root_user(&dir);
     // A root daemon trusts only root's directories.
@@ -1361,7 +1361,7 @@ fn jobs_dir_owned_by_another_user_is_refused() {
 
 #[test]
 fn parent_dir_that_others_can_write_is_refused_unless_sticky() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let shared = temp.path().join("shared");
     fs::create_dir(&shared).unwrap();
     fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
@@ -1387,7 +1387,7 @@ fn parent_dir_that_others_can_write_is_refused_unless_sticky() {
 
 #[test]
 fn parents_along_a_symlinked_jobs_dir_path_are_checked_too() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let real = jobs_dir(&temp);
     let open = temp.path().join("open");
     fs::create_dir(&open).unwrap();
@@ -1407,7 +1407,7 @@ fn parents_along_a_symlinked_jobs_dir_path_are_checked_too() {
 /// Regression: a root daemon loaded a symlink that an unprivileged user planted in jobs.d.
 #[test]
 fn symlink_owned_by_another_user_is_refused_when_root() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     write_task(&dir, "real.conf", MINIMAL.as_bytes());
     let link = dir.join("t.toml");
@@ -1445,7 +1445,7 @@ fn symlink_owned_by_another_user_is_refused_when_root() {
 
 #[test]
 fn symlink_to_a_file_outside_its_directory_is_refused() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     let elsewhere = temp.path().join("elsewhere.toml");
     fs::write(&elsewhere, MINIMAL).unwrap();
@@ -1480,7 +1480,7 @@ fn symlink_to_a_file_outside_its_directory_is_refused() {
 
 #[test]
 fn symlink_to_a_file_in_its_directory_is_followed_and_named_after_the_link() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     write_task(&dir, ".backup-v2", MINIMAL.as_bytes());
     std::os::unix::fs::symlink(".backup-v2", dir.join("backup.toml")).unwrap();
@@ -1494,7 +1494,7 @@ fn symlink_to_a_file_in_its_directory_is_followed_and_named_after_the_link() {
 /// was reported as "No such device or address".
 #[test]
 fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_what_they_are() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let dir = jobs_dir(&temp);
     write_task(&dir, "good.toml", MINIMAL.as_bytes());
     let _socket = common::make_odd_entries(&dir);
@@ -1541,7 +1541,7 @@ fn a_device_is_named_never_opened() {
 /// Regression: `--config /dev/zero` grew the process to 4 GiB, and a FIFO hung it.
 #[test]
 fn config_that_is_not_a_regular_file_is_refused_unread() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let fifo = temp.path().join("fifo.toml");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let big = temp.path().join("big.toml");
@@ -1567,7 +1567,7 @@ fn config_that_is_not_a_regular_file_is_refused_unread() {
 
 #[test]
 fn config_file_that_others_can_write_is_refused_with_the_fix() {
-    let temp = tempfile::tempdir().unwrap();
+    let temp = common::tempdir();
     let path = temp.path().join("zkcron.toml");
     fs::write(&path, "").unwrap();
     fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();

@@ -36,6 +36,16 @@ pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool
     }
 }
 
+/// A temp dir that only its owner can write, whatever the umask. zkcron refuses a jobs dir or
+/// config file in a directory others can write, and the tempfile crate's dirs follow the umask
+/// (0775 under the common umask 002).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temp dir")
+}
+
 /// A scratch directory with `jobs.d/`, `state/` and `out/`.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -43,7 +53,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new() -> Scratch {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = tempdir();
         for sub in ["jobs.d", "state", "out"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
         }
