@@ -112,14 +112,16 @@ def busy(args):
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if event.get("message") == "started" and "lateness_us" in event:
+                if event.get("message") != "started":
+                    continue
+                if "lateness_us" in event:
                     lateness.append(int(event["lateness_us"]) / 1000)
-                elif event.get("message") == "started" and "lateness_ms" in event:  # before [4]
+                elif "lateness_ms" in event:  # binaries before issue [4]
                     lateness.append(float(event["lateness_ms"]))
-                    # The won claim's answer -> the spawn: what a node killed in between leaves
-                    # claimed but not started (issue [4] item 5).
-                    if "claim_to_spawn_us" in event:
-                        claim_to_spawn.append(int(event["claim_to_spawn_us"]))
+                # The won claim's answer -> the spawn: what a node killed in between leaves
+                # claimed but not started (issue [4] item 5).
+                if "claim_to_spawn_us" in event:
+                    claim_to_spawn.append(int(event["claim_to_spawn_us"]))
         return {
             "phase": "busy", "tasks": args.tasks, "firing_per_second": args.firing,
             "jitter": args.jitter,
