@@ -478,6 +478,38 @@ fn reset_to_an_instant_in_the_future_is_refused() {
     );
 }
 
+/// The state dir's run-time errors carry their fix: `zkcron reset` (which opens the state dir
+/// as the daemon does) as a user who cannot write it said only "cannot open lock file …:
+/// Permission denied (os error 13)".
+#[test]
+fn reset_of_a_state_dir_its_user_cannot_write_names_the_user_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let scratch = Scratch::new();
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let state = scratch.path().join("state");
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o555)).unwrap();
+    let mut command = common::zkcron();
+    command.args(["reset", "x", "--state-dir", state.to_str().unwrap()]);
+    let who = if nix::unistd::geteuid().is_root() {
+        // Root writes anything: run as nobody.
+        command.uid(65534).gid(65534);
+        "nobody".to_string()
+    } else {
+        Identity::current().user_name
+    };
+    let output = command.stdin(std::process::Stdio::null()).output().unwrap();
+    assert_fails_with(
+        &output,
+        &[&format!(
+            "cannot open lock file {dir}/zkcron.lock: Permission denied (os error 13); zkcron runs \
+             as {who:?}: run `chown {who} {dir}`, or point --state-dir or [scheduler].state_dir \
+             elsewhere",
+            dir = state.display()
+        )],
+    );
+}
+
 #[test]
 fn reset_of_a_missing_state_dir_says_which() {
     let scratch = Scratch::new();

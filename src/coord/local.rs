@@ -294,12 +294,7 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 /// Takes the state dir's lock (creating the dir if needed) and records our pid in it for the
 /// operator; if another process holds it, says who and what to do (`busy_fix`).
 fn lock_state_dir(state_dir: &Path, busy_fix: &str) -> Result<Flock<File>, CoordError> {
-    let io = |context: String| {
-        move |source| CoordError::Io {
-            context,
-            error: source,
-        }
-    };
+    let io = |context: String| move |error| state_io(state_dir, context, error);
     fs::create_dir_all(state_dir).map_err(io(format!(
         "cannot create state dir {}",
         state_dir.display()
@@ -571,7 +566,29 @@ fn explain_io(state_dir: &Path, error: &io::Error) -> String {
     match error.raw_os_error().map(Errno::from_raw) {
         Some(Errno::ENOSPC) => full("full"),
         Some(Errno::EDQUOT) => full("over its disk quota"),
+        Some(errno @ (Errno::EACCES | Errno::EPERM | Errno::EROFS)) => {
+            let user = crate::task::Identity::current().user_name;
+            format!(
+                "{error}; zkcron runs as {user:?}: {}",
+                not_writable_fix(state_dir, &user, errno)
+            )
+        }
         _ => error.to_string(),
+    }
+}
+
+/// The fix for a state dir that zkcron's user (`user`) cannot write or create (`errno` says
+/// why): give the user the directory, or choose another.
+pub(crate) fn not_writable_fix(state_dir: &Path, user: &str, errno: Errno) -> String {
+    let elsewhere = "point --state-dir or [scheduler].state_dir elsewhere";
+    if errno == Errno::EROFS {
+        return format!("the filesystem is read-only: {elsewhere}");
+    }
+    let dir = crate::task::shell_quote(state_dir);
+    if state_dir.is_dir() {
+        format!("run `chown {user} {dir}`, or {elsewhere}")
+    } else {
+        format!("run `mkdir -p {dir} && chown {user} {dir}`, or {elsewhere}")
     }
 }
 
@@ -850,6 +867,28 @@ impl Coordinator for LocalCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state dir that cannot be created said only "cannot create state dir …: Permission
+    /// denied (os error 13)"; it names who zkcron runs as and the fix.
+    #[test]
+    fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
+        let dir = Path::new("/nonexistent-zkcron/state");
+        let error = state_io(
+            dir,
+            format!("cannot create state dir {}", dir.display()),
+            io::Error::from_raw_os_error(nix::libc::EACCES),
+        );
+        let user = crate::task::Identity::current().user_name;
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "cannot create state dir {dir}: Permission denied (os error 13); zkcron runs as \
+                 {user:?}: run `mkdir -p {dir} && chown {user} {dir}`, or point --state-dir or \
+                 [scheduler].state_dir elsewhere",
+                dir = dir.display()
+            )
+        );
+    }
     use crate::schedule::Schedule;
     use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, RetryPolicy};
 
