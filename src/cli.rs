@@ -17,7 +17,7 @@ use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{self, Daemon};
-use crate::files::PathProblem;
+use crate::files::{self, PathProblem};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
@@ -445,12 +445,17 @@ fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<Path
     if let Err(error) = std::fs::symlink_metadata(path) {
         let message = match error.kind() {
             std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::NotADirectory => {
+                format!("cannot read it: {}", files::not_a_directory(path, &error))
+            }
             _ => format!("cannot read it: {error}"),
         };
         return Err(vec![PathProblem {
             path: path.to_path_buf(),
             message,
-            help: None,
+            help: Some(
+                "check the path: validate takes task files and directories of them".to_string(),
+            ),
         }]);
     }
     let mut loaded = LoadedDir::default();

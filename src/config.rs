@@ -344,6 +344,10 @@ const CONFIG_FILE: crate::files::FileRules = crate::files::FileRules {
     follow_symlinks: true,
     not_regular_help: "point --config at a regular file, like /etc/zkcron/zkcron.toml",
     too_large_help: "a config file needs a few hundred bytes; is --config pointing at the right file?",
+    missing_help: Some(
+        "create it, or pass --config with the right path; without --config zkcron reads \
+         /etc/zkcron/zkcron.toml only if it exists",
+    ),
 };
 
 /// Reads and parses the config file at `path`, with the bounded, non-blocking reader of task

@@ -461,6 +461,8 @@ const TASK_FILE: files::FileRules = files::FileRules {
                        rename it so that its name does not end in .toml",
     too_large_help: "a task file holds one task; move large scripts into their own files and run \
                      them from `command`",
+    // Found in a listing of the jobs dir: gone since, it is simply not loaded.
+    missing_help: None,
 };
 
 /// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the

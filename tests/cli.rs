@@ -707,6 +707,65 @@ fn validate_and_run_refuse_a_state_dir_that_is_a_file() {
     );
 }
 
+/// Regression: "the config file does not exist" said nothing of the fix.
+#[test]
+fn validate_and_run_of_a_missing_config_file_say_how_to_give_one() {
+    let scratch = Scratch::new();
+    let missing = scratch.path().join("missing.toml");
+    assert_validate_and_run_refuse(
+        &missing,
+        &[&format!(
+            "error: the config file does not exist\n--> {}\n = help: create it, or pass --config \
+             with the right path; without --config zkcron reads /etc/zkcron/zkcron.toml only if \
+             it exists",
+            missing.display()
+        )],
+    );
+}
+
+/// Regression: `validate /etc/passwd/x` said "cannot read it: Not a directory (os error 20)",
+/// naming neither the part of the path at fault nor the fix; so did `--config` there.
+#[test]
+fn validate_of_a_path_through_a_file_names_that_file_and_the_fix() {
+    let scratch = Scratch::new();
+    let file = scratch.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let through = file.join("x.toml");
+    let output = run_zkcron(&["validate", through.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let expected = format!(
+        "error: cannot read it: the path goes through {}, which is a regular file, not a \
+         directory\n--> {}\n = help: check the path: validate takes task files and directories \
+         of them",
+        file.display(),
+        through.display()
+    );
+    assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+
+    assert_validate_and_run_refuse(
+        &through,
+        &[&format!(
+            "error: cannot read the config file: the path goes through {}, which is a regular \
+             file, not a directory\n--> {}\n = help: create it, or pass --config with the right \
+             path",
+            file.display(),
+            through.display()
+        )],
+    );
+    let config =
+        scratch.write_config("[scheduler]\nstate_dir = \"state\"\njobs_dir = \"file/jobs\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &[&format!(
+            "error: cannot read the jobs dir: the path goes through {}, which is a regular file, \
+             not a directory\n--> {}\n = help: point --jobs-dir or [scheduler].jobs_dir at your \
+             task files",
+            file.display(),
+            file.join("jobs").display()
+        )],
+    );
+}
+
 /// Regression: `validate` said "configuration OK" for a state dir zkcron's user cannot write,
 /// and `run` then failed with "cannot create state dir …: Permission denied" (or, for an
 /// existing one, "cannot open lock file …").

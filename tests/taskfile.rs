@@ -1241,6 +1241,13 @@ fn config_syntax_error_and_missing_file() {
     let error = load_config(&dir.path().join("missing.toml")).unwrap_err();
     assert_eq!(error.problems[0].line, 0);
     assert_eq!(error.problems[0].message, "the config file does not exist");
+    assert_eq!(
+        error.problems[0].help.as_deref(),
+        Some(
+            "create it, or pass --config with the right path; without --config zkcron reads \
+             /etc/zkcron/zkcron.toml only if it exists"
+        )
+    );
 
     let path = dir.path().join("zkcron.toml");
     fs::write(&path, "[scheduler]\njobs_dir = \"jobs\"\n").unwrap();
