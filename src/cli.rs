@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Backend;
@@ -603,7 +603,9 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     }
     let now = daemon::wall_clock();
     let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
     let to = args.to.unwrap_or(now);
+    let to = to.with_nanosecond(0).unwrap_or(to);
     if to > now {
         anyhow::bail!(
             "--to {} is in the future: the record would hold the task again; give an instant at \

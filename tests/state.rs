@@ -468,6 +468,42 @@ fn reset_to_an_earlier_instant_moves_the_record_there_for_catch_up() {
     assert_eq!(records["ahead"], to);
 }
 
+/// Regression: `zkcron reset` wrote the clock's nanoseconds into the record
+/// ("…16.067193154Z"); ticks, and so fire records, are whole seconds.
+#[test]
+fn reset_moves_the_record_to_a_whole_second() {
+    let scratch = Scratch::new();
+    recording_task(&scratch, "ahead", "");
+    let state = scratch.path().join("state");
+    let record = DateTime::from_timestamp(now().timestamp(), 0).unwrap() + TimeDelta::days(30);
+    for to in [None, Some(now() - TimeDelta::seconds(90))] {
+        write_fire_record(&state, "ahead", record);
+        let before = now().timestamp();
+        let mut args = vec!["ahead".to_string()];
+        if let Some(to) = to {
+            args.extend(["--to".into(), to.to_rfc3339()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = reset_in(&scratch, &args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let stored = zkcron::coord::local::read_fire_records(&state).unwrap()["ahead"];
+        assert_eq!(stored.timestamp_subsec_nanos(), 0, "{stored:?}");
+        match to {
+            Some(to) => assert_eq!(stored.timestamp(), to.timestamp()),
+            None => assert!((before..=now().timestamp()).contains(&stored.timestamp())),
+        }
+        let text = stdout(&output);
+        assert!(
+            text.starts_with(&format!(
+                "zkcron: task ahead: fire record moved back from {} to {}.\n",
+                rfc3339(record),
+                rfc3339(stored)
+            )),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn reset_to_an_instant_in_the_future_is_refused() {
     let scratch = Scratch::new();
