@@ -257,12 +257,16 @@ impl StateDirEditor {
     /// Sets `task`'s fire record to `tick` and writes it durably (a new snapshot). Unlike a claim
     /// this may move the record back: it is the operator's decision that ticks after `tick` have
     /// not run. `tick` counts as consumed, not as claimed to run, so `on_node_loss = "rerun"`
-    /// does not run it.
+    /// does not run it. A stored result of a tick after `tick` goes too: it would make a run of
+    /// a tick before it that a crash cuts short look ended, so `rerun` would not run it again.
     pub fn set_fire_record(&mut self, task: &str, tick: DateTime<Utc>) -> Result<(), CoordError> {
         let previous = self.writer.mirror.get(task).cloned();
         let record = self.writer.mirror.entry(task.to_string()).or_default();
         record.last_claimed = Some(tick);
         record.claimed_to_run = false;
+        if record.last_result.as_ref().is_some_and(|r| r.tick > tick) {
+            record.last_result = None;
+        }
         self.writer.compact().map_err(|error| {
             match previous {
                 Some(previous) => self.writer.mirror.insert(task.to_string(), previous),
@@ -993,6 +997,35 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         assert_eq!(local.orphaned_tick("a").await.unwrap(), None, "it ended");
+    }
+
+    /// Regression: after `zkcron reset` moved a record back from the future, the result of the
+    /// future tick stayed and made a later run cut short by a crash look ended, so
+    /// `on_node_loss = "rerun"` did not run it again.
+    #[tokio::test]
+    async fn given_a_reset_record_when_a_later_run_is_cut_short_then_a_result_from_the_future_does_not_hide_it()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let future = at(366 * 86_400);
+        {
+            let local = LocalCoordinator::open(dir.path()).unwrap();
+            local.publish(&[spec("a")]).await.unwrap();
+            local.claim("a", future, ClaimIntent::Run).await.unwrap();
+            local.run_ended("a", &ok_result(future)).await.unwrap();
+        }
+        StateDirEditor::open(dir.path())
+            .unwrap()
+            .set_fire_record("a", at(0))
+            .unwrap();
+        {
+            let local = LocalCoordinator::open(dir.path()).unwrap();
+            local.publish(&[spec("a")]).await.unwrap();
+            assert_eq!(local.last_result("a").await.unwrap(), None);
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+        }
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        assert_eq!(local.orphaned_tick("a").await.unwrap(), Some(at(60)));
     }
 
     #[tokio::test]
