@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Backend;
@@ -17,7 +17,7 @@ use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{self, Daemon};
-use crate::files::PathProblem;
+use crate::files::{self, PathProblem};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
@@ -445,12 +445,17 @@ fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<Path
     if let Err(error) = std::fs::symlink_metadata(path) {
         let message = match error.kind() {
             std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::NotADirectory => {
+                format!("cannot read it: {}", files::not_a_directory(path, &error))
+            }
             _ => format!("cannot read it: {error}"),
         };
         return Err(vec![PathProblem {
             path: path.to_path_buf(),
             message,
-            help: None,
+            help: Some(
+                "check the path: validate takes task files and directories of them".to_string(),
+            ),
         }]);
     }
     let mut loaded = LoadedDir::default();
@@ -598,7 +603,9 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     }
     let now = daemon::wall_clock();
     let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
     let to = args.to.unwrap_or(now);
+    let to = to.with_nanosecond(0).unwrap_or(to);
     if to > now {
         anyhow::bail!(
             "--to {} is in the future: the record would hold the task again; give an instant at \

@@ -344,6 +344,10 @@ const CONFIG_FILE: crate::files::FileRules = crate::files::FileRules {
     follow_symlinks: true,
     not_regular_help: "point --config at a regular file, like /etc/zkcron/zkcron.toml",
     too_large_help: "a config file needs a few hundred bytes; is --config pointing at the right file?",
+    missing_help: Some(
+        "create it, or pass --config with the right path; without --config zkcron reads \
+         /etc/zkcron/zkcron.toml only if it exists",
+    ),
 };
 
 /// Reads and parses the config file at `path`, with the bounded, non-blocking reader of task
@@ -438,7 +442,7 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                     if let Some(zone) = c.string(q, value) {
                         match parse_timezone(zone) {
                             Ok(tz) => config.scheduler.default_timezone = tz,
-                            Err(error) => c.report(value.span(), error.to_string(), None),
+                            Err(error) => c.report(c.content_span(value), error.to_string(), None),
                         }
                     }
                 }
@@ -568,7 +572,9 @@ fn zookeeper_section(
                 if let Some(connect) = c.string(q, value) {
                     match crate::coord::zk::split_connect(connect) {
                         Ok(_) => into.connect = Some(connect.to_string()),
-                        Err(message) => c.report(value.span(), format!("`{q}`: {message}"), None),
+                        Err(message) => {
+                            c.report(c.content_span(value), format!("`{q}`: {message}"), None)
+                        }
                     }
                 }
             }
@@ -581,16 +587,18 @@ fn zookeeper_section(
                             "`{q}` = {cluster:?} is not a valid cluster name: it must match \
                              {NODE_ID_PATTERN}, because it becomes part of ZooKeeper paths"
                         );
-                        c.report(value.span(), message, None);
+                        c.report(c.content_span(value), message, None);
                     }
                 }
             }
             "session_timeout" => {
                 if let Some(timeout) = c.duration(q, value) {
                     match crate::coord::zk::session_timeout_problem(timeout) {
-                        Some((message, help)) => {
-                            c.report(value.span(), format!("`{q}`: {message}"), Some(help))
-                        }
+                        Some((message, help)) => c.report(
+                            c.content_span(value),
+                            format!("`{q}`: {message}"),
+                            Some(help),
+                        ),
                         None => into.session_timeout = timeout,
                     }
                 }
@@ -625,7 +633,7 @@ fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Opti
             "`{key}` = {id:?} is not a valid node id: it must match {NODE_ID_PATTERN}, because it \
              becomes part of ZooKeeper paths"
         );
-        c.report(value.span(), message, None);
+        c.report(c.content_span(value), message, None);
         return None;
     }
     Some(id.to_string())
@@ -642,7 +650,7 @@ fn version(
         Err(error) => {
             let message = format!("`{key}` = {text:?} is not a semantic version: {error}");
             c.report(
-                value.span(),
+                c.content_span(value),
                 message,
                 Some("write a version like \"2.1.0\"".into()),
             );

@@ -117,6 +117,8 @@ pub(crate) struct FileRules {
     pub not_regular_help: &'static str,
     /// The help for a file over the limit.
     pub too_large_help: &'static str,
+    /// The help for a path where no file is (or that goes through a file as if a directory).
+    pub missing_help: Option<&'static str>,
 }
 
 /// Reads the regular file at `path`, whatever is there, without blocking and without reading
@@ -134,7 +136,7 @@ pub(crate) fn read_regular(
     } else {
         std::fs::symlink_metadata(path)
     };
-    let seen = seen.map_err(|error| open_problem(path, noun, &error, identity))?;
+    let seen = seen.map_err(|error| open_problem(path, rules, &error, identity))?;
     check_regular(&seen, rules)?;
 
     let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY;
@@ -145,7 +147,7 @@ pub(crate) fn read_regular(
         .read(true)
         .custom_flags(flags)
         .open(path)
-        .map_err(|error| open_problem(path, noun, &error, identity))?;
+        .map_err(|error| open_problem(path, rules, &error, identity))?;
     // What was opened may differ from what was looked at (a rename in between): check it.
     let meta = file.metadata().map_err(|error| {
         Problem::whole_file(format!("cannot inspect the {noun}: {error}"), None)
@@ -192,12 +194,23 @@ fn too_large(size: u64, rules: &FileRules) -> Problem {
 }
 
 /// Why `path` could not be looked at or opened, in words.
-fn open_problem(path: &Path, noun: &str, error: &std::io::Error, identity: &Identity) -> Problem {
+fn open_problem(
+    path: &Path,
+    rules: &FileRules,
+    error: &std::io::Error,
+    identity: &Identity,
+) -> Problem {
+    let noun = rules.noun;
+    let missing_help = rules.missing_help.map(str::to_string);
     match error.kind() {
         std::io::ErrorKind::NotFound => match std::fs::read_link(path) {
             Ok(target) => dangling(&target),
-            Err(_) => Problem::whole_file(format!("the {noun} does not exist"), None),
+            Err(_) => Problem::whole_file(format!("the {noun} does not exist"), missing_help),
         },
+        std::io::ErrorKind::NotADirectory => Problem::whole_file(
+            format!("cannot read the {noun}: {}", not_a_directory(path, error)),
+            missing_help,
+        ),
         std::io::ErrorKind::PermissionDenied => Problem::whole_file(
             format!("cannot read the {noun}: {error}"),
             Some(format!(
@@ -207,6 +220,26 @@ fn open_problem(path: &Path, noun: &str, error: &std::io::Error, identity: &Iden
         ),
         _ if error.raw_os_error() == Some(nix::libc::ELOOP) => symlink_loop(path),
         _ => Problem::whole_file(format!("cannot read the {noun}: {error}"), None),
+    }
+}
+
+/// Why `path` failed with "Not a directory" (`error`), in words: which component of it is not
+/// a directory.
+pub(crate) fn not_a_directory(path: &Path, error: &std::io::Error) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // Below the file the path goes through, every lookup fails; the first that works is it.
+    let found = absolute
+        .ancestors()
+        .skip(1)
+        .find_map(|component| Some((component, std::fs::metadata(component).ok()?)))
+        .filter(|(_, meta)| !meta.is_dir());
+    match found {
+        Some((component, meta)) => format!(
+            "the path goes through {}, which is {}, not a directory",
+            component.display(),
+            kind_of(meta.file_type())
+        ),
+        None => error.to_string(),
     }
 }
 
@@ -377,6 +410,13 @@ pub fn check_jobs_dir(dir: &Path, identity: &Identity) -> Vec<PathProblem> {
                     "create it, or point --jobs-dir or [scheduler].jobs_dir at your task files"
                         .into(),
                 ),
+            )];
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotADirectory => {
+            return vec![PathProblem::new(
+                dir,
+                format!("cannot read the jobs dir: {}", not_a_directory(dir, &error)),
+                Some("point --jobs-dir or [scheduler].jobs_dir at your task files".into()),
             )];
         }
         Err(error) => {

@@ -5,7 +5,8 @@
 //!
 //! The checks: the config file may be trusted ([`files::check_config_file`]); the jobs dir
 //! exists and may be trusted ([`files::check_jobs_dir`]; `validate` gets this from loading the
-//! dir); with the local backend, the state dir is a directory or can be created; with the
+//! dir); with the local backend, the state dir is a directory or can be created, and zkcron's
+//! user can write it (or, when it is missing, the directory it would be created in); with the
 //! ZooKeeper backend, a connect string is given and the settings pass [`ZkSettings::check`];
 //! when zkcron runs as root, `[scheduler].default_user` exists. (The config's own values are
 //! checked when it is parsed, with line and column.)
@@ -163,7 +164,7 @@ pub fn check(plan: &Plan) -> Vec<StartProblem> {
         );
     }
     match plan.backend {
-        Backend::Local => problems.extend(state_dir_problem(&plan.state_dir)),
+        Backend::Local => problems.extend(state_dir_problem(&plan.state_dir, &plan.identity)),
         Backend::Zookeeper => match plan.zk_settings() {
             None => problems.push(StartProblem {
                 path: plan.config_path.clone(),
@@ -209,8 +210,10 @@ pub fn check_for_run(plan: &Plan) -> Vec<StartProblem> {
     problems
 }
 
-/// The state dir must be a directory, or be creatable: its nearest existing ancestor is one.
-fn state_dir_problem(dir: &Path) -> Option<StartProblem> {
+/// The state dir must be a directory, or be creatable: its nearest existing ancestor is one;
+/// and zkcron's user must be able to write that directory (`access(2)` with the process's own
+/// ids, which `identity` names).
+fn state_dir_problem(dir: &Path, identity: &Identity) -> Option<StartProblem> {
     let help = "point --state-dir or [scheduler].state_dir at a directory (zkcron creates it if \
                 it is missing)";
     let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
@@ -234,7 +237,7 @@ fn state_dir_problem(dir: &Path) -> Option<StartProblem> {
             }
         };
         if meta.is_dir() {
-            return None;
+            return not_writable(&dir, path, &meta, identity);
         }
         let message = if index == 0 {
             format!(
@@ -256,4 +259,38 @@ fn state_dir_problem(dir: &Path) -> Option<StartProblem> {
         });
     }
     None
+}
+
+/// Whether zkcron can write `path`, the state dir `dir` or (when that does not exist yet) its
+/// nearest existing ancestor, in which `run` would create it.
+fn not_writable(
+    dir: &Path,
+    path: &Path,
+    meta: &std::fs::Metadata,
+    identity: &Identity,
+) -> Option<StartProblem> {
+    use nix::unistd::{AccessFlags, access};
+    use std::os::unix::fs::MetadataExt;
+    let errno = access(path, AccessFlags::W_OK | AccessFlags::X_OK).err()?;
+    let user = &identity.user_name;
+    let what = format!(
+        "not writable by {user:?}, who zkcron runs as (mode {:04o}, owned by {}): {}",
+        meta.mode() & 0o7777,
+        files::describe_uid(meta.uid()),
+        std::io::Error::from(errno)
+    );
+    let message = if path == dir {
+        format!("the state dir is {what}")
+    } else {
+        format!(
+            "the state dir {} cannot be created: {} is {what}",
+            dir.display(),
+            path.display()
+        )
+    };
+    Some(StartProblem {
+        path: Some(path.to_path_buf()),
+        message,
+        help: Some(crate::coord::local::not_writable_fix(dir, user, errno)),
+    })
 }

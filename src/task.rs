@@ -461,6 +461,8 @@ const TASK_FILE: files::FileRules = files::FileRules {
                        rename it so that its name does not end in .toml",
     too_large_help: "a task file holds one task; move large scripts into their own files and run \
                      them from `command`",
+    // Found in a listing of the jobs dir: gone since, it is simply not loaded.
+    missing_help: None,
 };
 
 /// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the
@@ -597,7 +599,7 @@ fn check_task(
                 if let Some(zone) = c.string(k, value) {
                     match parse_timezone(zone) {
                         Ok(tz) => timezone = tz,
-                        Err(error) => c.report(value.span(), error.to_string(), None),
+                        Err(error) => c.report(c.content_span(value), error.to_string(), None),
                     }
                 }
             }
@@ -874,6 +876,21 @@ impl<'a> Checker<'a> {
         self.text.get(value.span()).unwrap_or_default()
     }
 
+    /// Where an error about the content of a string value points: the whole value, quotes
+    /// included, as for any value, when it is written on one line; else (a multi-line string,
+    /// whose first line may hold only `"""`) its text without the blanks around it.
+    pub(crate) fn content_span(&self, value: &Value<'_>) -> Range<usize> {
+        let Some(s) = value.get_ref().as_str() else {
+            return value.span();
+        };
+        if !self.raw(value).contains('\n') {
+            return value.span();
+        }
+        let start = s.len() - s.trim_start().len();
+        let end = s.trim_end().len().max(start);
+        string_value_span(self.text, value.span(), s, start..end).unwrap_or(value.span())
+    }
+
     pub(crate) fn unknown_key(
         &mut self,
         key: &Spanned<DeString<'_>>,
@@ -977,11 +994,13 @@ impl<'a> Checker<'a> {
             DeValue::String(s) => match humantime::parse_duration(s.trim()) {
                 Ok(duration) => Some(duration),
                 Err(error) => {
-                    let message = format!(
-                        "`{key}` = {} is not a valid duration: {error}",
-                        self.raw(value)
+                    // The value, on one line (`\n` for a line break), whatever quotes it had.
+                    let message = format!("`{key}` = {s:?} is not a valid duration: {error}");
+                    self.report(
+                        self.content_span(value),
+                        message,
+                        Some(DURATION_HELP.into()),
                     );
-                    self.report(value.span(), message, Some(DURATION_HELP.into()));
                     None
                 }
             },
@@ -1008,7 +1027,7 @@ impl<'a> Checker<'a> {
         let duration = self.duration(key, value)?;
         if duration.is_zero() {
             self.report(
-                value.span(),
+                self.content_span(value),
                 format!("`{key}` must be greater than zero"),
                 Some(help.to_string()),
             );
@@ -1034,7 +1053,7 @@ impl<'a> Checker<'a> {
         let message = format!("`{key}` must be one of {}, found {s:?}", names.join(", "));
         let help = closest(s, choices.iter().map(|(name, _)| *name))
             .map(|name| format!("did you mean {name:?}?"));
-        self.report(value.span(), message, help);
+        self.report(self.content_span(value), message, help);
         None
     }
 
@@ -1064,12 +1083,9 @@ impl<'a> Checker<'a> {
     fn absolute_path(&mut self, key: &str, value: &Value<'_>) -> Option<PathBuf> {
         let path = self.path(key, value)?;
         if !path.is_absolute() {
-            let message = format!(
-                "`{key}` must be an absolute path, found {}",
-                self.raw(value)
-            );
+            let message = format!("`{key}` must be an absolute path, found {path:?}");
             let help = "a relative path would depend on where zkcron was started".to_string();
-            self.report(value.span(), message, Some(help));
+            self.report(self.content_span(value), message, Some(help));
             return None;
         }
         Some(path)
@@ -1282,12 +1298,10 @@ impl<'a> Checker<'a> {
         match semver::VersionReq::parse(s) {
             Ok(req) => Some(req),
             Err(error) => {
-                let message = format!(
-                    "`version_req` = {} is not a version requirement: {error}",
-                    self.raw(value)
-                );
+                let message =
+                    format!("`version_req` = {s:?} is not a version requirement: {error}");
                 let help = "write a semver requirement like \">=2.1\" or \">=2.1, <3\"".to_string();
-                self.report(value.span(), message, Some(help));
+                self.report(self.content_span(value), message, Some(help));
                 None
             }
         }

@@ -432,9 +432,18 @@ fn run_prints_an_os_error_once() {
 
 /// Runs `zkcron args...` to completion, killing it and failing if it takes longer than `limit`
 /// (a `run` that should have refused to start, or a read that blocks).
-#[allow(clippy::disallowed_methods)]
 fn run_within(args: &[&OsStr], limit: Duration) -> Output {
-    let mut child = common::zkcron()
+    run_within_as(None, args, limit)
+}
+
+/// Like [`run_within`], as user `uid` (with its group of the same number) when given.
+#[allow(clippy::disallowed_methods)]
+fn run_within_as(uid: Option<u32>, args: &[&OsStr], limit: Duration) -> Output {
+    let mut command = common::zkcron();
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+    }
+    let mut child = command
         .args(args)
         .env("XDG_STATE_HOME", std::env::temp_dir())
         .stdin(Stdio::null())
@@ -461,12 +470,18 @@ fn run_within(args: &[&OsStr], limit: Duration) -> Output {
 /// `expected` text: one validation for both.
 #[track_caller]
 fn assert_validate_and_run_refuse(config: &Path, expected: &[&str]) {
+    assert_validate_and_run_refuse_as(None, config, expected);
+}
+
+/// Like [`assert_validate_and_run_refuse`], as user `uid` when given.
+#[track_caller]
+fn assert_validate_and_run_refuse_as(uid: Option<u32>, config: &Path, expected: &[&str]) {
     let config = config.as_os_str();
     for args in [
         &[OsStr::new("validate"), OsStr::new("--config"), config][..],
         &[OsStr::new("run"), OsStr::new("--config"), config][..],
     ] {
-        let output = run_within(args, Duration::from_secs(20));
+        let output = run_within_as(uid, args, Duration::from_secs(20));
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {err}");
         for text in expected {
@@ -564,6 +579,17 @@ fn validate_names_every_odd_file_in_the_jobs_dir() {
     );
 }
 
+/// Who a test runs zkcron as so that permissions apply: nobody (uid 65534) when the test runs
+/// as root, whom they do not bind, else the test's own user; the uid to switch to, and the name.
+fn unprivileged() -> (Option<u32>, String) {
+    if nix::unistd::geteuid().is_root() {
+        (Some(65534), "nobody".to_string())
+    } else {
+        let me = nix::unistd::User::from_uid(nix::unistd::geteuid());
+        (None, me.unwrap().unwrap().name)
+    }
+}
+
 #[test]
 fn validate_names_a_task_file_it_cannot_read_and_who_could_not() {
     let scratch = Scratch::new();
@@ -582,20 +608,13 @@ fn validate_names_a_task_file_it_cannot_read_and_who_could_not() {
         .args(["validate", secret.to_str().unwrap()])
         .env("XDG_STATE_HOME", scratch.path())
         .env("HOME", scratch.path());
-    if as_root {
-        command.uid(65534).gid(65534);
+    let (uid, who) = unprivileged();
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
     }
     let output = command.stdin(Stdio::null()).output().unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let err = stderr(&output);
-    let who = if as_root {
-        "nobody".to_string()
-    } else {
-        nix::unistd::User::from_uid(nix::unistd::geteuid())
-            .unwrap()
-            .unwrap()
-            .name
-    };
     assert!(
         err.contains(&format!(
             "error: cannot read the task file: Permission denied (os error 13)\n--> {}\n = \
@@ -684,6 +703,116 @@ fn validate_and_run_refuse_a_state_dir_that_is_a_file() {
             "error: the state dir {} cannot be created: {} is a regular file, not a directory",
             file.join("sub").display(),
             file.display()
+        )],
+    );
+}
+
+/// Regression: "the config file does not exist" said nothing of the fix.
+#[test]
+fn validate_and_run_of_a_missing_config_file_say_how_to_give_one() {
+    let scratch = Scratch::new();
+    let missing = scratch.path().join("missing.toml");
+    assert_validate_and_run_refuse(
+        &missing,
+        &[&format!(
+            "error: the config file does not exist\n--> {}\n = help: create it, or pass --config \
+             with the right path; without --config zkcron reads /etc/zkcron/zkcron.toml only if \
+             it exists",
+            missing.display()
+        )],
+    );
+}
+
+/// Regression: `validate /etc/passwd/x` said "cannot read it: Not a directory (os error 20)",
+/// naming neither the part of the path at fault nor the fix; so did `--config` there.
+#[test]
+fn validate_of_a_path_through_a_file_names_that_file_and_the_fix() {
+    let scratch = Scratch::new();
+    let file = scratch.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let through = file.join("x.toml");
+    let output = run_zkcron(&["validate", through.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let expected = format!(
+        "error: cannot read it: the path goes through {}, which is a regular file, not a \
+         directory\n--> {}\n = help: check the path: validate takes task files and directories \
+         of them",
+        file.display(),
+        through.display()
+    );
+    assert!(stderr(&output).contains(&expected), "{}", stderr(&output));
+
+    assert_validate_and_run_refuse(
+        &through,
+        &[&format!(
+            "error: cannot read the config file: the path goes through {}, which is a regular \
+             file, not a directory\n--> {}\n = help: create it, or pass --config with the right \
+             path",
+            file.display(),
+            through.display()
+        )],
+    );
+    let config =
+        scratch.write_config("[scheduler]\nstate_dir = \"state\"\njobs_dir = \"file/jobs\"\n");
+    assert_validate_and_run_refuse(
+        &config,
+        &[&format!(
+            "error: cannot read the jobs dir: the path goes through {}, which is a regular file, \
+             not a directory\n--> {}\n = help: point --jobs-dir or [scheduler].jobs_dir at your \
+             task files",
+            file.display(),
+            file.join("jobs").display()
+        )],
+    );
+}
+
+/// Regression: `validate` said "configuration OK" for a state dir zkcron's user cannot write,
+/// and `run` then failed with "cannot create state dir …: Permission denied" (or, for an
+/// existing one, "cannot open lock file …").
+#[test]
+fn validate_and_run_refuse_a_state_dir_zkcrons_user_cannot_write() {
+    let scratch = Scratch::new();
+    let (uid, who) = unprivileged();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let locked = scratch.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let owner = if uid.is_some() {
+        "uid 0 (root)".to_string()
+    } else {
+        format!("uid {} ({who})", nix::unistd::geteuid())
+    };
+    let not_writable = format!(
+        "is not writable by {who:?}, who zkcron runs as (mode 0555, owned by {owner}): \
+         Permission denied (os error 13)"
+    );
+    let elsewhere = "or point --state-dir or [scheduler].state_dir elsewhere";
+
+    // An existing state dir.
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"locked\"\n");
+    assert_validate_and_run_refuse_as(
+        uid,
+        &config,
+        &[&format!(
+            "error: the state dir {not_writable}\n--> {dir}\n = help: run `chown {who} {dir}`, \
+             {elsewhere}",
+            dir = locked.display()
+        )],
+    );
+
+    // One to be created under a parent the user cannot write.
+    let config = scratch.write_config("[scheduler]\nstate_dir = \"locked/state\"\n");
+    let dir = locked.join("state");
+    assert_validate_and_run_refuse_as(
+        uid,
+        &config,
+        &[&format!(
+            "error: the state dir {} cannot be created: {} {not_writable}\n--> {}\n = help: run \
+             `mkdir -p {dir} && chown {who} {dir}`, {elsewhere}",
+            dir.display(),
+            locked.display(),
+            locked.display(),
+            dir = dir.display()
         )],
     );
 }

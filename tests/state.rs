@@ -468,6 +468,42 @@ fn reset_to_an_earlier_instant_moves_the_record_there_for_catch_up() {
     assert_eq!(records["ahead"], to);
 }
 
+/// Regression: `zkcron reset` wrote the clock's nanoseconds into the record
+/// ("…16.067193154Z"); ticks, and so fire records, are whole seconds.
+#[test]
+fn reset_moves_the_record_to_a_whole_second() {
+    let scratch = Scratch::new();
+    recording_task(&scratch, "ahead", "");
+    let state = scratch.path().join("state");
+    let record = DateTime::from_timestamp(now().timestamp(), 0).unwrap() + TimeDelta::days(30);
+    for to in [None, Some(now() - TimeDelta::seconds(90))] {
+        write_fire_record(&state, "ahead", record);
+        let before = now().timestamp();
+        let mut args = vec!["ahead".to_string()];
+        if let Some(to) = to {
+            args.extend(["--to".into(), to.to_rfc3339()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = reset_in(&scratch, &args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let stored = zkcron::coord::local::read_fire_records(&state).unwrap()["ahead"];
+        assert_eq!(stored.timestamp_subsec_nanos(), 0, "{stored:?}");
+        match to {
+            Some(to) => assert_eq!(stored.timestamp(), to.timestamp()),
+            None => assert!((before..=now().timestamp()).contains(&stored.timestamp())),
+        }
+        let text = stdout(&output);
+        assert!(
+            text.starts_with(&format!(
+                "zkcron: task ahead: fire record moved back from {} to {}.\n",
+                rfc3339(record),
+                rfc3339(stored)
+            )),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn reset_to_an_instant_in_the_future_is_refused() {
     let scratch = Scratch::new();
@@ -475,6 +511,38 @@ fn reset_to_an_instant_in_the_future_is_refused() {
     assert_fails_with(
         &output,
         &["--to 2999-01-01T00:00:00Z is in the future: the record would hold the task again"],
+    );
+}
+
+/// The state dir's run-time errors carry their fix: `zkcron reset` (which opens the state dir
+/// as the daemon does) as a user who cannot write it said only "cannot open lock file …:
+/// Permission denied (os error 13)".
+#[test]
+fn reset_of_a_state_dir_its_user_cannot_write_names_the_user_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let scratch = Scratch::new();
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let state = scratch.path().join("state");
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o555)).unwrap();
+    let mut command = common::zkcron();
+    command.args(["reset", "x", "--state-dir", state.to_str().unwrap()]);
+    let who = if nix::unistd::geteuid().is_root() {
+        // Root writes anything: run as nobody.
+        command.uid(65534).gid(65534);
+        "nobody".to_string()
+    } else {
+        Identity::current().user_name
+    };
+    let output = command.stdin(std::process::Stdio::null()).output().unwrap();
+    assert_fails_with(
+        &output,
+        &[&format!(
+            "cannot open lock file {dir}/zkcron.lock: Permission denied (os error 13); zkcron runs \
+             as {who:?}: run `chown {who} {dir}`, or point --state-dir or [scheduler].state_dir \
+             elsewhere",
+            dir = state.display()
+        )],
     );
 }
 

@@ -476,6 +476,35 @@ fn error_inside_a_multi_line_string_points_at_its_line_and_column() {
     assert!(rendered.ends_with(expected), "{rendered}");
 }
 
+/// Regression: a bad duration in a multi-line string put the caret on the opening `"""` and
+/// printed the value with its raw line breaks in the message.
+#[test]
+fn bad_duration_in_a_multi_line_string_points_at_the_value_and_shows_it_on_one_line() {
+    let errors = errors_of(&format!("{MINIMAL}timeout = \"\"\"\n1h\n2x\"\"\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        4,
+        1,
+        r#"`timeout` = "1h\n2x" is not a valid duration: "#,
+    );
+    assert!(!error.message.contains('\n'), "{:?}", error.message);
+    let rendered = error.to_string();
+    assert!(rendered.contains("\n4 | 1h\n  | ^^\n"), "{rendered}");
+
+    // Other string values judged by their content point the same way.
+    for (key, text) in [
+        ("version_req", "version_req = '''\n  nope'''"),
+        ("overlap", "overlap = \"\"\"\n  nope\"\"\""),
+        ("timezone", "timezone = \"\"\"\n  Mars/Base\"\"\""),
+    ] {
+        let errors = errors_of(&format!("{MINIMAL}{text}\n"));
+        let error = only_error(&errors);
+        assert_eq!((error.line, error.column), (4, 3), "{key}: {error}");
+        assert!(!error.message.contains('\n'), "{key}: {:?}", error.message);
+    }
+}
+
 #[test]
 fn error_inside_strings_with_line_continuations_or_escapes_points_at_the_field() {
     for (text, line, column) in [
@@ -1241,6 +1270,13 @@ fn config_syntax_error_and_missing_file() {
     let error = load_config(&dir.path().join("missing.toml")).unwrap_err();
     assert_eq!(error.problems[0].line, 0);
     assert_eq!(error.problems[0].message, "the config file does not exist");
+    assert_eq!(
+        error.problems[0].help.as_deref(),
+        Some(
+            "create it, or pass --config with the right path; without --config zkcron reads \
+             /etc/zkcron/zkcron.toml only if it exists"
+        )
+    );
 
     let path = dir.path().join("zkcron.toml");
     fs::write(&path, "[scheduler]\njobs_dir = \"jobs\"\n").unwrap();

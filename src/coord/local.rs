@@ -257,12 +257,16 @@ impl StateDirEditor {
     /// Sets `task`'s fire record to `tick` and writes it durably (a new snapshot). Unlike a claim
     /// this may move the record back: it is the operator's decision that ticks after `tick` have
     /// not run. `tick` counts as consumed, not as claimed to run, so `on_node_loss = "rerun"`
-    /// does not run it.
+    /// does not run it. A stored result of a tick after `tick` goes too: it would make a run of
+    /// a tick before it that a crash cuts short look ended, so `rerun` would not run it again.
     pub fn set_fire_record(&mut self, task: &str, tick: DateTime<Utc>) -> Result<(), CoordError> {
         let previous = self.writer.mirror.get(task).cloned();
         let record = self.writer.mirror.entry(task.to_string()).or_default();
         record.last_claimed = Some(tick);
         record.claimed_to_run = false;
+        if record.last_result.as_ref().is_some_and(|r| r.tick > tick) {
+            record.last_result = None;
+        }
         self.writer.compact().map_err(|error| {
             match previous {
                 Some(previous) => self.writer.mirror.insert(task.to_string(), previous),
@@ -294,12 +298,7 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 /// Takes the state dir's lock (creating the dir if needed) and records our pid in it for the
 /// operator; if another process holds it, says who and what to do (`busy_fix`).
 fn lock_state_dir(state_dir: &Path, busy_fix: &str) -> Result<Flock<File>, CoordError> {
-    let io = |context: String| {
-        move |source| CoordError::Io {
-            context,
-            error: source,
-        }
-    };
+    let io = |context: String| move |error| state_io(state_dir, context, error);
     fs::create_dir_all(state_dir).map_err(io(format!(
         "cannot create state dir {}",
         state_dir.display()
@@ -571,7 +570,29 @@ fn explain_io(state_dir: &Path, error: &io::Error) -> String {
     match error.raw_os_error().map(Errno::from_raw) {
         Some(Errno::ENOSPC) => full("full"),
         Some(Errno::EDQUOT) => full("over its disk quota"),
+        Some(errno @ (Errno::EACCES | Errno::EPERM | Errno::EROFS)) => {
+            let user = crate::task::Identity::current().user_name;
+            format!(
+                "{error}; zkcron runs as {user:?}: {}",
+                not_writable_fix(state_dir, &user, errno)
+            )
+        }
         _ => error.to_string(),
+    }
+}
+
+/// The fix for a state dir that zkcron's user (`user`) cannot write or create (`errno` says
+/// why): give the user the directory, or choose another.
+pub(crate) fn not_writable_fix(state_dir: &Path, user: &str, errno: Errno) -> String {
+    let elsewhere = "point --state-dir or [scheduler].state_dir elsewhere";
+    if errno == Errno::EROFS {
+        return format!("the filesystem is read-only: {elsewhere}");
+    }
+    let dir = crate::task::shell_quote(state_dir);
+    if state_dir.is_dir() {
+        format!("run `chown {user} {dir}`, or {elsewhere}")
+    } else {
+        format!("run `mkdir -p {dir} && chown {user} {dir}`, or {elsewhere}")
     }
 }
 
@@ -850,6 +871,28 @@ impl Coordinator for LocalCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state dir that cannot be created said only "cannot create state dir …: Permission
+    /// denied (os error 13)"; it names who zkcron runs as and the fix.
+    #[test]
+    fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
+        let dir = Path::new("/nonexistent-zkcron/state");
+        let error = state_io(
+            dir,
+            format!("cannot create state dir {}", dir.display()),
+            io::Error::from_raw_os_error(nix::libc::EACCES),
+        );
+        let user = crate::task::Identity::current().user_name;
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "cannot create state dir {dir}: Permission denied (os error 13); zkcron runs as \
+                 {user:?}: run `mkdir -p {dir} && chown {user} {dir}`, or point --state-dir or \
+                 [scheduler].state_dir elsewhere",
+                dir = dir.display()
+            )
+        );
+    }
     use crate::schedule::Schedule;
     use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, RetryPolicy};
 
@@ -954,6 +997,35 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         assert_eq!(local.orphaned_tick("a").await.unwrap(), None, "it ended");
+    }
+
+    /// Regression: after `zkcron reset` moved a record back from the future, the result of the
+    /// future tick stayed and made a later run cut short by a crash look ended, so
+    /// `on_node_loss = "rerun"` did not run it again.
+    #[tokio::test]
+    async fn given_a_reset_record_when_a_later_run_is_cut_short_then_a_result_from_the_future_does_not_hide_it()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let future = at(366 * 86_400);
+        {
+            let local = LocalCoordinator::open(dir.path()).unwrap();
+            local.publish(&[spec("a")]).await.unwrap();
+            local.claim("a", future, ClaimIntent::Run).await.unwrap();
+            local.run_ended("a", &ok_result(future)).await.unwrap();
+        }
+        StateDirEditor::open(dir.path())
+            .unwrap()
+            .set_fire_record("a", at(0))
+            .unwrap();
+        {
+            let local = LocalCoordinator::open(dir.path()).unwrap();
+            local.publish(&[spec("a")]).await.unwrap();
+            assert_eq!(local.last_result("a").await.unwrap(), None);
+            local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+        }
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        assert_eq!(local.orphaned_tick("a").await.unwrap(), Some(at(60)));
     }
 
     #[tokio::test]
