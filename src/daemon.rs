@@ -123,9 +123,10 @@ impl<C: Coordinator> Shared<C> {
 /// The live runs of one task. Kept by name, so they outlive a change of the task's file: a
 /// modified task still sees its earlier run for `overlap`.
 ///
-/// A run is live from its spawn until its last process has exited (retries included), not until
-/// its result is recorded: a tick that comes due while the result is being written is not
-/// skipped for `overlap`.
+/// A run is live from its spawn until the main process of its last attempt has exited
+/// (background processes it leaves behind are not tracked, as in cron), not until its result is
+/// recorded: a tick that comes due while the result is being written is not skipped for
+/// `overlap`.
 #[derive(Default)]
 struct TaskRuns {
     running: Mutex<Vec<RunEntry>>,
@@ -135,8 +136,8 @@ struct RunEntry {
     id: u64,
     fire_id: String,
     stop: StopHandle,
-    /// Turns true when the run has ended: its last process exited (or a stop cut its retries
-    /// short). Its result may still be being recorded.
+    /// Turns true when the run has ended: the main process of its last attempt exited (or a stop
+    /// cut its retries short). Its result may still be being recorded.
     done: watch::Receiver<bool>,
 }
 
@@ -889,9 +890,9 @@ fn run_request<C: Coordinator>(
 }
 
 /// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
-/// its last process exits, and its result is recorded right after that (while its output may
-/// still be draining). A preparation that failed is recorded as a failed attempt without a
-/// spawn. If `stop` is set when the run registers (the claim was already on its way when the
+/// the main process of its last attempt exits (background processes it leaves behind are not
+/// tracked), and its result is recorded right after that (while its output may still be
+/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If `stop` is set when the run registers (the claim was already on its way when the
 /// loop was told to stop), the run gets no retries.
 fn start_run<C: Coordinator>(
     shared: &Arc<Shared<C>>,

@@ -9,7 +9,8 @@
 //! A run goes in three steps, so that the daemon can put its claim between resolving and
 //! spawning: [`prepare`] does every lookup the spawn needs (user, group, environment, `argv[0]`
 //! in `PATH`, working directory), [`start`] only spawns the first attempt, and
-//! [`StartedRun::finish`] waits, retries and reports the run's end at its last process's exit.
+//! [`StartedRun::finish`] waits, retries and reports the run's end when the main process of its
+//! last attempt exits (background processes it leaves behind are not tracked).
 //! [`run`] does all three.
 //!
 //! It must not decide *whether* a tick runs (claims, overlap and deadlines belong to the planner
