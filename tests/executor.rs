@@ -1198,6 +1198,43 @@ async fn given_a_running_attempt_when_retries_are_cancelled_then_it_runs_to_its_
 
 // A chatty job cannot flood the log (issue 9, item 15).
 
+/// Checks what `seq 1 count` logged under a cap of 100 lines: the first 50 lines, the line
+/// about the left-out middle right after them, then the last 50. Returns every message logged.
+fn assert_head_and_tail_of_seq(count: u32, stdout: &[String], captured: &Captured) -> Vec<String> {
+    let expected: Vec<String> = (1..=50)
+        .chain(count - 49..=count)
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(stdout, expected);
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "one line says what was left out");
+    let left_out_bytes: usize = (51..=count - 50).map(|n| n.to_string().len() + 1).sum();
+    let left_out_lines = (count - 100).to_string();
+    assert_eq!(
+        summary[0].field("lines_left_out"),
+        Some(left_out_lines.as_str())
+    );
+    assert_eq!(
+        summary[0].field("bytes_left_out"),
+        Some(left_out_bytes.to_string().as_str())
+    );
+    assert_eq!(summary[0].field("job_output_lines"), Some("100"));
+    assert_eq!(summary[0].field("tail_lines"), Some("50"));
+    let messages: Vec<String> = captured
+        .records()
+        .into_iter()
+        .filter_map(|r| r.field("message").map(str::to_owned))
+        .collect();
+    let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
+    assert_eq!(at(LEFT_OUT), at("50") + 1, "{messages:#?}");
+    assert_eq!(
+        at(&(count - 49).to_string()),
+        at(LEFT_OUT) + 1,
+        "{messages:#?}"
+    );
+    messages
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_are_logged_and_the_rest_is_counted()
  {
@@ -1208,30 +1245,13 @@ async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_a
 
     // 1.2 MB through a 64 KiB pipe: the job ran to its end, so the pipe kept being drained.
     assert_eq!(last_exit(&outcome), Exit::Code(0));
-    let expected: Vec<String> = (1..=50)
-        .chain(199_951..=200_000)
-        .map(|n| n.to_string())
-        .collect();
-    assert_eq!(stdout, expected);
-    let summary = captured.left_out();
-    assert_eq!(summary.len(), 1, "one line says what was left out");
-    let left_out_bytes: usize = (51..=199_950).map(|n: u32| n.to_string().len() + 1).sum();
-    assert_eq!(summary[0].field("lines_left_out"), Some("199900"));
+    let messages = assert_head_and_tail_of_seq(200_000, &stdout, &captured);
     assert_eq!(
-        summary[0].field("bytes_left_out"),
-        Some(left_out_bytes.to_string().as_str())
+        captured.left_out()[0].field("fire_id"),
+        Some("report@1767234600")
     );
-    assert_eq!(summary[0].field("job_output_lines"), Some("100"));
-    assert_eq!(summary[0].field("fire_id"), Some("report@1767234600"));
-    // The summary comes after the output and before the attempt's "finished".
-    let messages: Vec<String> = captured
-        .records()
-        .into_iter()
-        .filter_map(|r| r.field("message").map(str::to_owned))
-        .collect();
+    // The output, the summary included, comes before the attempt's "finished".
     let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
-    assert!(at("50") < at(LEFT_OUT));
-    assert!(at(LEFT_OUT) < at("199951"));
     assert!(at("200000") < at("finished"));
 }
 
@@ -1246,26 +1266,7 @@ async fn given_a_job_printing_2000_numbered_lines_when_the_cap_is_100_then_the_f
     let (outcome, stdout, captured) = run_capturing(request).await;
 
     assert_eq!(last_exit(&outcome), Exit::Code(0));
-    let expected: Vec<String> = (1..=50).chain(1951..=2000).map(|n| n.to_string()).collect();
-    assert_eq!(stdout, expected);
-    let summary = captured.left_out();
-    assert_eq!(summary.len(), 1, "one line says what was left out");
-    let left_out_bytes: usize = (51..=1950).map(|n: u32| n.to_string().len() + 1).sum();
-    assert_eq!(summary[0].field("lines_left_out"), Some("1900"));
-    assert_eq!(
-        summary[0].field("bytes_left_out"),
-        Some(left_out_bytes.to_string().as_str())
-    );
-    assert_eq!(summary[0].field("tail_lines"), Some("50"));
-    // Head, then the line about what was left out, then the tail.
-    let messages: Vec<String> = captured
-        .records()
-        .into_iter()
-        .filter_map(|r| r.field("message").map(str::to_owned))
-        .collect();
-    let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
-    assert_eq!(at(LEFT_OUT), at("50") + 1, "{messages:#?}");
-    assert_eq!(at("1951"), at(LEFT_OUT) + 1, "{messages:#?}");
+    assert_head_and_tail_of_seq(2000, &stdout, &captured);
 }
 
 /// Issue 9, item 15, review: a failing job's last line (its error, on stderr after a flood of
