@@ -178,8 +178,10 @@ impl LogFormat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSection {
     pub format: LogFormat,
-    /// At most this many lines of each attempt's output (stdout and stderr together) are logged;
-    /// the rest is counted and reported in one line. Default [`DEFAULT_JOB_OUTPUT_LINES`].
+    /// At most this many lines of each attempt's output (stdout and stderr together) are logged:
+    /// the first half (rounded down) as they come, the last lines when the output ends; what lies
+    /// between is counted and reported in one line between the two. Default
+    /// [`DEFAULT_JOB_OUTPUT_LINES`].
     pub job_output_lines: usize,
 }
 

@@ -123,9 +123,10 @@ impl<C: Coordinator> Shared<C> {
 /// The live runs of one task. Kept by name, so they outlive a change of the task's file: a
 /// modified task still sees its earlier run for `overlap`.
 ///
-/// A run is live from its spawn until its last process has exited (retries included), not until
-/// its result is recorded: a tick that comes due while the result is being written is not
-/// skipped for `overlap`.
+/// A run is live from its spawn until the main process of its last attempt has exited
+/// (background processes it leaves behind are not tracked, as in cron), not until its result is
+/// recorded: a tick that comes due while the result is being written is not skipped for
+/// `overlap`.
 #[derive(Default)]
 struct TaskRuns {
     running: Mutex<Vec<RunEntry>>,
@@ -135,8 +136,8 @@ struct RunEntry {
     id: u64,
     fire_id: String,
     stop: StopHandle,
-    /// Turns true when the run has ended: its last process exited (or a stop cut its retries
-    /// short). Its result may still be being recorded.
+    /// Turns true when the run has ended: the main process of its last attempt exited (or a stop
+    /// cut its retries short). Its result may still be being recorded.
     done: watch::Receiver<bool>,
 }
 
@@ -705,12 +706,14 @@ async fn task_loop<C: Coordinator>(
     }
 }
 
-/// Decides the tick's overlap action, prepares its process, claims it (as skipped or to run)
-/// and, if won, spawns the process at once. The claim comes after the overlap check so that a
-/// tick skipped for overlap is still consumed cluster-wide: no later leader catches it up. It
-/// comes after everything the spawn needs is resolved (user, group, environment, program,
-/// working dir), so that a node that dies after a won claim has at most the spawn left undone.
-/// No claim is sent once the loop is told to stop (shutdown, reload, leadership lost).
+/// Decides the tick's overlap action, prepares its process, stops the run it replaces (with
+/// `overlap = "replace"`), claims the tick (as skipped or to run) and, if won, spawns the
+/// process at once. The claim comes after the overlap check so that a tick skipped for overlap
+/// is still consumed cluster-wide: no later leader catches it up. It comes after everything the
+/// spawn needs is resolved (user, group, environment, program, working dir) and after the
+/// replaced run has ended, so that a node that dies after a won claim has at most the spawn
+/// left undone. No claim is sent once the loop is told to stop (shutdown, reload, leadership
+/// lost).
 async fn fire<C: Coordinator>(
     spec: &Arc<TaskSpec>,
     shared: &Arc<Shared<C>>,
@@ -744,12 +747,31 @@ async fn fire<C: Coordinator>(
             (ClaimIntent::Run, Some(executor::prepare(request).await))
         }
     };
+    let mut stop = stop.clone();
+    if action == OverlapAction::ReplaceThenStart {
+        // Stopped before the claim, not after it: waiting for the old run (up to its
+        // `kill_grace`) between a won claim and the spawn would leave the tick claimed but not
+        // started for that long, and lost if the node died meanwhile. If the claim then fails
+        // (this node no longer leads the task, or the tick was claimed already), the old run
+        // was stopped all the same; that is acceptable, because whoever leads the task next
+        // catches this tick up from the fire record and starts it there.
+        tracing::info!(task = %name, %fire_id, "replacing the running run (overlap = \"replace\")");
+        let replaced_ended = async {
+            for mut done in runs.stop_all(false) {
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+        };
+        tokio::select! {
+            _ = replaced_ended => {}
+            // The claim loop below then sends no claim.
+            _ = stop.wait_for(|stopping| *stopping) => {}
+        }
+    }
     // A failed claim (the backend could not tell) is retried while this node still leads the
     // task: dropping the tick would lose it, because the planner has moved past it. When the
     // node pauses or loses the task, the loop stops and whoever leads next catches the tick
     // up from the fire record.
     let mut delay = Duration::from_millis(100);
-    let mut stop = stop.clone();
     loop {
         if *stop.borrow_and_update() {
             tracing::info!(task = %name, %fire_id, "tick not claimed: this task's loop is stopping");
@@ -791,12 +813,6 @@ async fn fire<C: Coordinator>(
         );
         return;
     };
-    if action == OverlapAction::ReplaceThenStart {
-        tracing::info!(task = %name, %fire_id, "replacing the running run (overlap = \"replace\")");
-        for mut done in runs.stop_all(false) {
-            let _ = done.wait_for(|ended| *ended).await;
-        }
-    }
     start_run(shared, runs, tick, prepared, claimed_at, &stop);
 }
 
@@ -874,9 +890,9 @@ fn run_request<C: Coordinator>(
 }
 
 /// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
-/// its last process exits, and its result is recorded right after that (while its output may
-/// still be draining). A preparation that failed is recorded as a failed attempt without a
-/// spawn. If `stop` is set when the run registers (the claim was already on its way when the
+/// the main process of its last attempt exits (background processes it leaves behind are not
+/// tracked), and its result is recorded right after that (while its output may still be
+/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If `stop` is set when the run registers (the claim was already on its way when the
 /// loop was told to stop), the run gets no retries.
 fn start_run<C: Coordinator>(
     shared: &Arc<Shared<C>>,
@@ -998,6 +1014,8 @@ mod tests {
         leadership: watch::Sender<Leadership>,
         record: Mutex<Option<DateTime<Utc>>>,
         claims: Mutex<Vec<(DateTime<Utc>, ClaimIntent)>>,
+        /// When each of `claims` was made (wall clock).
+        claimed_at: Mutex<Vec<DateTime<Utc>>>,
         result_write: Duration,
     }
 
@@ -1011,6 +1029,7 @@ mod tests {
                 leadership: watch::Sender::new(leadership),
                 record: Mutex::new(record),
                 claims: Mutex::default(),
+                claimed_at: Mutex::default(),
                 result_write,
             })
         }
@@ -1047,6 +1066,7 @@ mod tests {
             }
             *record = Some(tick);
             self.claims.lock().unwrap().push((tick, intent));
+            self.claimed_at.lock().unwrap().push(wall_clock());
             Ok(ClaimOutcome::Claimed)
         }
 
@@ -1086,10 +1106,11 @@ mod tests {
     }
 
     /// Runs the loop of `spec` against `coordinator` until it has made `count` claims (within a
-    /// deadline) and returns them.
+    /// deadline) and returns them. The loop's runs are kept in `runs`.
     async fn claims_of(
         spec: Arc<TaskSpec>,
         coordinator: &Arc<SlowResults>,
+        runs: &Arc<TaskRuns>,
         count: usize,
     ) -> Vec<(DateTime<Utc>, ClaimIntent)> {
         let config = DaemonConfig {
@@ -1105,7 +1126,7 @@ mod tests {
             reset_flags: None,
         };
         let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config);
-        let task_loop = spawn_task_loop(spec, shared, Arc::default());
+        let task_loop = spawn_task_loop(spec, shared, runs.clone());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while coordinator.claims().len() < count {
             assert!(
@@ -1128,7 +1149,7 @@ mod tests {
         let coordinator = SlowResults::new("t", None, Duration::from_millis(1500));
         let spec = task("schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\n");
 
-        let claims = claims_of(spec, &coordinator, 3).await;
+        let claims = claims_of(spec, &coordinator, &Arc::default(), 3).await;
 
         let intents: Vec<ClaimIntent> = claims.iter().map(|(_, intent)| *intent).collect();
         assert_eq!(intents, [ClaimIntent::Run; 3], "{claims:?}");
@@ -1151,7 +1172,7 @@ mod tests {
         );
         let started = wall_clock();
 
-        let claims = claims_of(spec, &coordinator, 2).await;
+        let claims = claims_of(spec, &coordinator, &Arc::default(), 2).await;
 
         // The latest missed tick, caught up at once, then the next on-time tick: both run.
         let (caught_up, on_time) = (claims[0], claims[1]);
@@ -1159,6 +1180,68 @@ mod tests {
         assert!(on_time.0 > started, "{claims:?}");
         assert_eq!(caught_up.1, ClaimIntent::Run, "{claims:?}");
         assert_eq!(on_time.1, ClaimIntent::Run, "{claims:?}");
+    }
+
+    /// Issue 9, item 5: with `overlap = "replace"` the tick was claimed first and the old run
+    /// stopped after, so the tick stayed claimed but not started for up to `kill_grace` (a
+    /// kill -9 then lost it). The old run here ignores SIGTERM, so it cannot end before
+    /// `kill_grace` after the tick; the claim must come after that, and the spawn right after
+    /// the claim.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_waits_for_its_end_and_the_spawn_follows_the_claim()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let kill_grace = Duration::from_secs(2);
+        // Each run writes the wall-clock time of its start (bash's $EPOCHREALTIME, no fork),
+        // then ignores SIGTERM; `exec` keeps the main process and the ignored signal.
+        let script = format!(
+            "echo \"$EPOCHREALTIME\" > {dir}/\"$ZKCRON_FIRE_ID\"; trap '' TERM; exec sleep 20",
+            dir = dir.path().display()
+        );
+        let spec = task(&format!(
+            "schedule = \"*/2 * * * * *\"\ncommand = [\"bash\", \"-c\", {script:?}]\n\
+             overlap = \"replace\"\nkill_grace = \"2s\"\n"
+        ));
+        let coordinator = SlowResults::new("t", None, Duration::ZERO);
+        let runs: Arc<TaskRuns> = Arc::default();
+
+        let claims = claims_of(spec, &coordinator, &runs, 2).await;
+        let claimed_at = coordinator.claimed_at.lock().unwrap()[1];
+        // The replacing run started: wait for its start time, then stop every run.
+        let started_file = dir.path().join(plan::fire_id("t", claims[1].0));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let started = loop {
+            if let Ok(text) = std::fs::read_to_string(&started_file)
+                && text.ends_with('\n')
+            {
+                break text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the second run did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for mut done in runs.stop_all(true) {
+            let _ = done.wait_for(|ended| *ended).await;
+        }
+
+        let (replacing, _) = claims[1];
+        assert_eq!(claims[0].1, ClaimIntent::Run, "{claims:?}");
+        assert_eq!(claims[1].1, ClaimIntent::Run, "{claims:?}");
+        // The old run got SIGTERM at the tick at the earliest and SIGKILL `kill_grace` later.
+        assert!(
+            claimed_at >= replacing + TimeDelta::from_std(kill_grace).unwrap(),
+            "tick {replacing} claimed at {claimed_at}, before the old run could have ended"
+        );
+        let started: f64 = started.trim().parse().unwrap();
+        let spawned = DateTime::from_timestamp_micros((started * 1e6) as i64).unwrap();
+        let claim_to_spawn = spawned - claimed_at;
+        // bash's start-up included; far below the `kill_grace` the old order put in between.
+        assert!(
+            claim_to_spawn < TimeDelta::milliseconds(500),
+            "claimed at {claimed_at}, started at {spawned}"
+        );
     }
 
     #[test]

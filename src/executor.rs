@@ -3,13 +3,14 @@
 //!
 //! This module owns everything between "this tick may run now" and "this is how it ended": building
 //! the child's clean environment, switching user and group, spawning the command in its own process
-//! group, logging its output line by line (at most `output_lines` per attempt), killing the whole
+//! group, logging its output line by line (at most `output_lines` per attempt, head and tail), killing the whole
 //! group on timeout or stop, and retrying failed attempts with exponential backoff.
 //!
 //! A run goes in three steps, so that the daemon can put its claim between resolving and
 //! spawning: [`prepare`] does every lookup the spawn needs (user, group, environment, `argv[0]`
 //! in `PATH`, working directory), [`start`] only spawns the first attempt, and
-//! [`StartedRun::finish`] waits, retries and reports the run's end at its last process's exit.
+//! [`StartedRun::finish`] waits, retries and reports the run's end when the main process of its
+//! last attempt exits (background processes it leaves behind are not tracked).
 //! [`run`] does all three.
 //!
 //! It must not decide *whether* a tick runs (claims, overlap and deadlines belong to the planner
@@ -82,8 +83,10 @@ pub struct RunRequest {
     pub kill_grace: Duration,
     /// How many more times a failed attempt is tried, and how long to wait in between.
     pub retries: RetryPolicy,
-    /// At most this many lines of an attempt's output (stdout and stderr together) are logged;
-    /// the rest is read, counted and reported in one line when the output ends.
+    /// At most this many lines of an attempt's output (stdout and stderr together) are logged:
+    /// the first half (rounded down) as they come, the last lines when the output ends (see
+    /// `OutputBudget`); what lies between is read, counted and reported in one line between the
+    /// two.
     pub output_lines: usize,
 }
 
@@ -1074,37 +1077,71 @@ async fn drain_output(readers: [Option<JoinHandle<()>>; 2], task: &str, fire_id:
 }
 
 /// How many lines of one attempt's output are logged: stdout and stderr draw from one budget of
-/// [`RunRequest::output_lines`]. Past it the pipes are still read to their end, so the child
-/// never blocks on a full pipe, and what is left out is counted; the reader that closes last
-/// says how much.
+/// [`RunRequest::output_lines`]. The first half of it (rounded down) is logged as the lines
+/// arrive; of the lines after those, the latest are kept, so that when the output ends the last
+/// of them (where a failing job says why) are logged too, in the order they were read. What is
+/// not kept is counted, and the reader that closes last says how much, between the head and the
+/// tail. The pipes are read to their end whatever the budget, so the child never blocks on a
+/// full pipe.
+///
+/// The tail is kept per stream and shared out when the output ends: each stream gets up to half
+/// of it, and what one leaves unused goes to the other. The order between two pipes is only the
+/// order in which their readers got to the lines, and a reader still working through a flood of
+/// stdout would otherwise push out the stderr line that was written after it. Each stream holds
+/// at most the tail's size in lines of at most [`MAX_LINE_BYTES`].
 #[derive(Debug)]
 struct OutputBudget {
     task: String,
     fire_id: String,
     attempt: u32,
     limit: usize,
+    /// Lines logged as they arrive.
+    head: usize,
+    /// Lines logged when the output ends.
+    tail: usize,
     state: std::sync::Mutex<BudgetState>,
 }
 
 #[derive(Debug)]
 struct BudgetState {
     logged: usize,
+    /// Lines read so far, past the head: the order of the tail.
+    read: u64,
+    /// The latest lines of stdout and of stderr past the head, each at most `tail` long.
+    tails: [std::collections::VecDeque<TailLine>; 2],
     left_out_lines: u64,
     left_out_bytes: u64,
     /// Streams not yet at end of file.
     open: usize,
 }
 
+/// A line past the head of the output, kept until the output ends.
+#[derive(Debug)]
+struct TailLine {
+    /// Its place in the order of reading.
+    read: u64,
+    stream: &'static str,
+    text: String,
+    /// What the line took in the stream, line ending included.
+    bytes: usize,
+}
+
 impl OutputBudget {
     /// A budget for attempt `attempt` of `request`, whose streams are open as `open` says.
     fn new(request: &RunRequest, attempt: u32, open: [bool; 2]) -> std::sync::Arc<OutputBudget> {
+        let limit = request.output_lines;
+        let head = limit / 2;
         std::sync::Arc::new(OutputBudget {
             task: request.task.clone(),
             fire_id: request.fire_id.clone(),
             attempt,
-            limit: request.output_lines,
+            limit,
+            head,
+            tail: limit - head,
             state: std::sync::Mutex::new(BudgetState {
                 logged: 0,
+                read: 0,
+                tails: Default::default(),
                 left_out_lines: 0,
                 left_out_bytes: 0,
                 open: open.iter().filter(|o| **o).count(),
@@ -1112,28 +1149,75 @@ impl OutputBudget {
         })
     }
 
-    /// Whether a line that took `bytes` of the stream may be logged; counts it as left out if
-    /// not.
-    fn admit(&self, bytes: usize) -> bool {
-        let mut state = self.state.lock().expect("output budget poisoned");
-        if state.logged < self.limit {
+    /// Takes a line of `stream` that took `bytes` of it: logs it if the head has room, else
+    /// keeps it for the tail, counting the line of that stream it pushes out (if any) as left
+    /// out.
+    fn line(&self, stream: &'static str, text: &str, bytes: usize) {
+        {
+            let mut state = self.state.lock().expect("output budget poisoned");
+            if state.logged >= self.head {
+                let read = state.read;
+                state.read += 1;
+                let tail = &mut state.tails[usize::from(stream == "stderr")];
+                tail.push_back(TailLine {
+                    read,
+                    stream,
+                    text: text.to_owned(),
+                    bytes,
+                });
+                let out = (tail.len() > self.tail).then(|| tail.pop_front()).flatten();
+                if let Some(out) = out {
+                    state.left_out_lines += 1;
+                    state.left_out_bytes += out.bytes as u64;
+                }
+                return;
+            }
             state.logged += 1;
-            true
-        } else {
-            state.left_out_lines += 1;
-            state.left_out_bytes += bytes as u64;
-            false
         }
+        self.log(stream, text);
     }
 
-    /// One stream reached its end (or failed); after the last, says what was left out.
+    /// Logs one line of the job's output.
+    fn log(&self, stream: &'static str, text: &str) {
+        tracing::info!(target: "zkcron::job", task = %self.task, fire_id = %self.fire_id, stream, "{text}");
+    }
+
+    /// One stream reached its end (or failed); after the last, says what was left out and logs
+    /// the tail.
     fn close(&self) {
-        let (open, lines, bytes) = {
+        let (tails, mut lines, mut bytes) = {
             let mut state = self.state.lock().expect("output budget poisoned");
             state.open = state.open.saturating_sub(1);
-            (state.open, state.left_out_lines, state.left_out_bytes)
+            if state.open > 0 {
+                return;
+            }
+            (
+                std::mem::take(&mut state.tails),
+                state.left_out_lines,
+                state.left_out_bytes,
+            )
         };
-        if open == 0 && lines > 0 {
+        let [stdout, stderr] = tails;
+        // Each stream gets up to half the tail (stderr the larger half), and the rest if the
+        // other needs less.
+        let keep_stdout = stdout
+            .len()
+            .min((self.tail / 2).max(self.tail.saturating_sub(stderr.len())));
+        let keep_stderr = stderr.len().min(self.tail - keep_stdout);
+        let mut tail = Vec::with_capacity(keep_stdout + keep_stderr);
+        for (lines_of_stream, keep) in [(stdout, keep_stdout), (stderr, keep_stderr)] {
+            let skip = lines_of_stream.len() - keep;
+            for (i, line) in lines_of_stream.into_iter().enumerate() {
+                if i < skip {
+                    lines += 1;
+                    bytes += line.bytes as u64;
+                } else {
+                    tail.push(line);
+                }
+            }
+        }
+        tail.sort_unstable_by_key(|line| line.read);
+        if lines > 0 {
             tracing::info!(
                 task = %self.task,
                 fire_id = %self.fire_id,
@@ -1141,8 +1225,12 @@ impl OutputBudget {
                 job_output_lines = self.limit,
                 lines_left_out = lines,
                 bytes_left_out = bytes,
-                "output not logged past [log] job_output_lines"
+                tail_lines = tail.len(),
+                "output not logged past [log] job_output_lines; the last tail_lines lines follow"
             );
+        }
+        for line in tail {
+            self.log(line.stream, &line.text);
         }
     }
 }
@@ -1162,11 +1250,7 @@ where
     let fire_id = request.fire_id.clone();
     tokio::spawn(
         async move {
-            let log = |line: &str, bytes: usize| {
-                if budget.admit(bytes) {
-                    tracing::info!(target: "zkcron::job", task = %task, fire_id = %fire_id, stream, "{line}");
-                }
-            };
+            let log = |line: &str, bytes: usize| budget.line(stream, line, bytes);
             if let Err(e) = for_each_line(reader, MAX_LINE_BYTES, log).await {
                 tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
             }

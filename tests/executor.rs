@@ -23,7 +23,8 @@ use zkcron::executor::{
 use zkcron::task::{CommandLine, RetryPolicy};
 
 /// The message of the line that says how much of an attempt's output was not logged.
-const LEFT_OUT: &str = "output not logged past [log] job_output_lines";
+const LEFT_OUT: &str =
+    "output not logged past [log] job_output_lines; the last tail_lines lines follow";
 
 /// Long enough for anything a test waits for; reached only when something is broken.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -1197,6 +1198,43 @@ async fn given_a_running_attempt_when_retries_are_cancelled_then_it_runs_to_its_
 
 // A chatty job cannot flood the log (issue 9, item 15).
 
+/// Checks what `seq 1 count` logged under a cap of 100 lines: the first 50 lines, the line
+/// about the left-out middle right after them, then the last 50. Returns every message logged.
+fn assert_head_and_tail_of_seq(count: u32, stdout: &[String], captured: &Captured) -> Vec<String> {
+    let expected: Vec<String> = (1..=50)
+        .chain(count - 49..=count)
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(stdout, expected);
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "one line says what was left out");
+    let left_out_bytes: usize = (51..=count - 50).map(|n| n.to_string().len() + 1).sum();
+    let left_out_lines = (count - 100).to_string();
+    assert_eq!(
+        summary[0].field("lines_left_out"),
+        Some(left_out_lines.as_str())
+    );
+    assert_eq!(
+        summary[0].field("bytes_left_out"),
+        Some(left_out_bytes.to_string().as_str())
+    );
+    assert_eq!(summary[0].field("job_output_lines"), Some("100"));
+    assert_eq!(summary[0].field("tail_lines"), Some("50"));
+    let messages: Vec<String> = captured
+        .records()
+        .into_iter()
+        .filter_map(|r| r.field("message").map(str::to_owned))
+        .collect();
+    let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
+    assert_eq!(at(LEFT_OUT), at("50") + 1, "{messages:#?}");
+    assert_eq!(
+        at(&(count - 49).to_string()),
+        at(LEFT_OUT) + 1,
+        "{messages:#?}"
+    );
+    messages
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_are_logged_and_the_rest_is_counted()
  {
@@ -1207,27 +1245,53 @@ async fn given_a_job_printing_200000_lines_when_it_runs_then_only_output_lines_a
 
     // 1.2 MB through a 64 KiB pipe: the job ran to its end, so the pipe kept being drained.
     assert_eq!(last_exit(&outcome), Exit::Code(0));
-    let expected: Vec<String> = (1..=100).map(|n| n.to_string()).collect();
-    assert_eq!(stdout, expected);
-    let summary = captured.left_out();
-    assert_eq!(summary.len(), 1, "one line says what was left out");
-    let left_out_bytes: usize = (101..=200_000).map(|n: u32| n.to_string().len() + 1).sum();
-    assert_eq!(summary[0].field("lines_left_out"), Some("199900"));
+    let messages = assert_head_and_tail_of_seq(200_000, &stdout, &captured);
     assert_eq!(
-        summary[0].field("bytes_left_out"),
-        Some(left_out_bytes.to_string().as_str())
+        captured.left_out()[0].field("fire_id"),
+        Some("report@1767234600")
     );
-    assert_eq!(summary[0].field("job_output_lines"), Some("100"));
-    assert_eq!(summary[0].field("fire_id"), Some("report@1767234600"));
-    // The summary comes after the output and before the attempt's "finished".
-    let messages: Vec<String> = captured
-        .records()
-        .into_iter()
-        .filter_map(|r| r.field("message").map(str::to_owned))
-        .collect();
+    // The output, the summary included, comes before the attempt's "finished".
     let at = |m: &str| messages.iter().position(|x| x == m).unwrap();
-    assert!(at("100") < at(LEFT_OUT));
-    assert!(at(LEFT_OUT) < at("finished"));
+    assert!(at("200000") < at("finished"));
+}
+
+/// Issue 9, item 15, review: the cap kept only the head of the output, so the end of a chatty
+/// job's output, where it says how it ended, was what got dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_job_printing_2000_numbered_lines_when_the_cap_is_100_then_the_first_50_and_the_last_50_are_logged_with_the_left_out_count_between()
+ {
+    let mut request = request(argv(&["seq", "1", "2000"]));
+    request.output_lines = 100;
+
+    let (outcome, stdout, captured) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(0));
+    assert_head_and_tail_of_seq(2000, &stdout, &captured);
+}
+
+/// Issue 9, item 15, review: a failing job's last line (its error, on stderr after a flood of
+/// stdout) was never logged once the cap was reached.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_failing_job_whose_last_line_is_an_error_when_its_output_passes_the_cap_then_the_error_is_logged()
+ {
+    let mut request = request(shell(
+        "seq 1 20000; echo 'error: cannot reach db.example.org:5432' >&2; exit 3",
+    ));
+    request.output_lines = 10;
+
+    let (outcome, stdout, captured) = run_capturing(request).await;
+
+    assert_eq!(last_exit(&outcome), Exit::Code(3));
+    assert_eq!(
+        captured.lines("stderr"),
+        ["error: cannot reach db.example.org:5432"]
+    );
+    // The head, then the last of stdout: 5 + 4 lines, and the error.
+    assert_eq!(stdout[..5], ["1", "2", "3", "4", "5"]);
+    assert_eq!(stdout[5..], ["19997", "19998", "19999", "20000"]);
+    let summary = captured.left_out();
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!(summary[0].field("lines_left_out"), Some("19991"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1251,6 +1315,7 @@ async fn given_output_within_the_cap_when_it_runs_then_nothing_is_said_about_lef
 
     let (_, stdout, captured) = run_capturing(request).await;
 
-    assert_eq!(stdout.len(), 5);
+    // Every line, in order: the tail part is logged when the output ends.
+    assert_eq!(stdout, ["1", "2", "3", "4", "5"]);
     assert!(captured.left_out().is_empty());
 }
