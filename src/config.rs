@@ -190,8 +190,10 @@ pub struct LogSection {
 /// messages included: at 100 lines it takes a hundred chatty runs within 30 s to reach that.
 pub const DEFAULT_JOB_OUTPUT_LINES: usize = 100;
 
-/// The largest `[log] job_output_lines`.
-const MAX_JOB_OUTPUT_LINES: i64 = 1_000_000;
+/// The largest `[log] job_output_lines`. The tail half is held in memory until the attempt's
+/// output ends (up to half the cap per stream, lines cut at 4 KiB): 10,000 bounds that at 40 MiB
+/// per running attempt, and is as much as journald takes from a unit in 30 s anyway.
+const MAX_JOB_OUTPUT_LINES: i64 = 10_000;
 
 impl Default for LogSection {
     fn default() -> Self {

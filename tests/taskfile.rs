@@ -1147,7 +1147,7 @@ fn config_job_output_lines_defaults_to_100_and_is_checked() {
     for (value, message) in [
         (
             "-1",
-            "`log.job_output_lines` must be between 0 and 1000000, found -1",
+            "`log.job_output_lines` must be between 0 and 10000, found -1",
         ),
         (
             "\"100\"",
