@@ -1191,7 +1191,10 @@ mod tests {
     async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_waits_for_its_end_and_the_spawn_follows_the_claim()
      {
         let dir = tempfile::tempdir().unwrap();
-        let kill_grace = Duration::from_secs(2);
+        // The tick after the replacing one comes 2 s after it is spawned (ticks every 3 s, the
+        // old run ends `kill_grace` = 1 s after its replacement's tick), so that tick's own
+        // replace cannot kill it before it has written its start time.
+        let kill_grace = Duration::from_secs(1);
         // Each run writes the wall-clock time of its start (bash's $EPOCHREALTIME, no fork),
         // then ignores SIGTERM; `exec` keeps the main process and the ignored signal.
         let script = format!(
@@ -1199,8 +1202,8 @@ mod tests {
             dir = dir.path().display()
         );
         let spec = task(&format!(
-            "schedule = \"*/2 * * * * *\"\ncommand = [\"bash\", \"-c\", {script:?}]\n\
-             overlap = \"replace\"\nkill_grace = \"2s\"\n"
+            "schedule = \"*/3 * * * * *\"\ncommand = [\"bash\", \"-c\", {script:?}]\n\
+             overlap = \"replace\"\nkill_grace = \"1s\"\n"
         ));
         let coordinator = SlowResults::new("t", None, Duration::ZERO);
         let runs: Arc<TaskRuns> = Arc::default();
