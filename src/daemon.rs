@@ -606,7 +606,15 @@ fn spawn_task_loop<C: Coordinator>(
     TaskLoop { stop, handle }
 }
 
-/// One task's loop: plan, sleep, claim, spawn. Ends when told to stop.
+/// How long before a tick is due its process is prepared (user and group lookups, environment,
+/// `argv[0]`, working dir): early enough that the preparation is done when the tick comes due,
+/// late enough that what it resolved is current (a user or program added a second before the
+/// tick is still seen). Ticks caught up, and ticks armed less than this before they are due
+/// after a wake-up, are prepared when they fire.
+const PREPARE_AHEAD: Duration = Duration::from_secs(1);
+
+/// One task's loop: plan, (prepare the next tick's process,) sleep, claim, spawn. Ends when
+/// told to stop.
 async fn task_loop<C: Coordinator>(
     spec: Arc<TaskSpec>,
     shared: Arc<Shared<C>>,
@@ -639,6 +647,9 @@ async fn task_loop<C: Coordinator>(
     let mut planner = TickPlanner::start(PlanRules::from_spec(&spec), last_claimed, wall_clock());
     tracing::debug!(task = %name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
     let mut held_reported: Option<tokio::time::Instant> = None;
+    // The armed tick's process, prepared up to PREPARE_AHEAD before it is due, so that neither
+    // the preparation nor the claim waits on the other at the tick's instant.
+    let mut ahead: Option<(Tick, PreparedRun)> = None;
     loop {
         if *stop.borrow() {
             return;
@@ -665,11 +676,32 @@ async fn task_loop<C: Coordinator>(
                             _ = stop.changed() => return,
                         }
                     }
-                    fire(&spec, &shared, &runs, tick, &stop).await;
+                    let prepared = ahead
+                        .take()
+                        .filter(|(armed, _)| *armed == tick)
+                        .map(|(_, prepared)| prepared);
+                    fire(&spec, &shared, &runs, tick, prepared, &stop).await;
                 }
             }
             Step::SleepUntil(due) => {
                 let wait = (due - wall_clock()).to_std().unwrap_or_default();
+                if let Some(tick) = planner.armed()
+                    && ahead.as_ref().is_none_or(|(armed, _)| *armed != tick)
+                {
+                    if wait <= PREPARE_AHEAD {
+                        let fire_id = plan::fire_id(name, tick.instant);
+                        let request = run_request(&spec, &shared, tick, &fire_id);
+                        ahead = Some((tick, executor::prepare(request).await));
+                        continue;
+                    }
+                    // Wake in time to prepare it.
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait - PREPARE_AHEAD) => {}
+                        _ = clock_jumps.changed() => {}
+                        _ = stop.changed() => return,
+                    }
+                    continue;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = clock_jumps.changed() => {}
@@ -719,6 +751,7 @@ async fn fire<C: Coordinator>(
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
     tick: Tick,
+    prepared_ahead: Option<PreparedRun>,
     stop: &watch::Receiver<bool>,
 ) {
     let name = spec.name.as_str();
@@ -743,8 +776,11 @@ async fn fire<C: Coordinator>(
     let (intent, prepared) = match action {
         OverlapAction::Skip => (ClaimIntent::Skip, None),
         OverlapAction::Start | OverlapAction::ReplaceThenStart => {
-            let request = run_request(spec, shared, tick, &fire_id);
-            (ClaimIntent::Run, Some(executor::prepare(request).await))
+            let prepared = match prepared_ahead {
+                Some(prepared) => prepared,
+                None => executor::prepare(run_request(spec, shared, tick, &fire_id)).await,
+            };
+            (ClaimIntent::Run, Some(prepared))
         }
     };
     let mut stop = stop.clone();
