@@ -2,7 +2,8 @@
 """Benchmark of the embedded backend (issue 1): fire lateness, start-up, RSS and idle CPU.
 
 Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--tasks 10000] [--firing 200]
-                                                         [--phase busy|idle|both] [--jitter 1s]
+                                                         [--phase busy|idle|both|footprint]
+                                                         [--jitter 1s] [--runs 3]
 
 Two phases, each on a fresh temp dir with N task files:
   busy:  `firing` tasks fire every second running `true`, the rest idle. Lateness per spawn is
@@ -11,6 +12,10 @@ Two phases, each on a fresh temp dir with N task files:
 An idle task fires once a day, at minute i % 60 of the hour twelve hours from the start (UTC),
 so none comes due during a run shorter than eleven hours: 60 distinct expressions. The idle
 phase counts the daemon's "started" events and fails if any task fired.
+  footprint (issue [5]): N idle tasks, (a) 61 distinct expressions and (b) N distinct ones,
+         `runs` fresh daemons each; start-up, RSS and idle CPU per run and their medians, with
+         the load average before and after (other processes on the machine skew the figures).
+         RSS is read after the idle interval, when every task is planned.
 Start-up is the time from exec to the "zkcron started" log line (all files loaded and published).
 Prints one JSON object per phase; docs/BENCHMARKS.md records the figures.
 """
@@ -41,6 +46,21 @@ def write_tasks(jobs, total, firing, jitter=None):
         extra = f'jitter = "{jitter}"\n' if jitter and i < firing else ""
         with open(os.path.join(jobs, f"task-{i:05d}.toml"), "w") as f:
             f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n{extra}')
+
+
+def write_idle_tasks(jobs, total, distinct):
+    """`total` idle tasks (none fires during a run shorter than eleven hours) with `distinct`
+    different expressions: 61, or as many as tasks (up to 60 * 60 * 28)."""
+    hour = idle_hour()
+    for i in range(total):
+        if distinct == 61:
+            k = i % 61
+            schedule = f"{k} {hour} * * *" if k < 60 else f"30 0 {hour} * * *"
+        else:
+            k = i % distinct
+            schedule = f"{k % 60} {k // 60 % 60} {hour} {1 + k // 3600} * *"
+        with open(os.path.join(jobs, f"task-{i:05d}.toml"), "w") as f:
+            f.write(f'schedule = "{schedule}"\ncommand = ["true"]\ncatch_up = "skip"\n')
 
 
 def rss_kib(pid):
@@ -163,15 +183,49 @@ def idle(args):
         }
 
 
+def footprint_run(args, distinct):
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "jobs.d"))
+        write_idle_tasks(os.path.join(tmp, "jobs.d"), args.tasks, distinct)
+        proc, startup = start(tmp)
+        time.sleep(2)
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(args.seconds)
+        c1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        rss = rss_kib(proc.pid)
+        stop(proc)
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            fired = sum(json.loads(line).get("message") == "started" for line in f
+                        if line.startswith("{"))
+        if fired:
+            sys.exit(f"the footprint phase was not idle: {fired} runs started")
+        return {"startup_s": round(startup, 3), "rss_mib": round(rss / 1024, 1),
+                "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3)}
+
+
+def footprint(args):
+    result = {"phase": "footprint", "tasks": args.tasks, "seconds": args.seconds,
+              "runs": args.runs, "binary": BINARY, "loadavg_before": os.getloadavg()}
+    for distinct in (61, args.tasks):
+        runs = [footprint_run(args, distinct) for _ in range(args.runs)]
+        result[f"distinct_{distinct}"] = {
+            "median": {key: statistics.median(run[key] for run in runs) for key in runs[0]},
+            "runs": runs,
+        }
+    result["loadavg_after"] = os.getloadavg()
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--firing", type=int, default=200)
-    parser.add_argument("--phase", choices=["busy", "idle", "both"], default="both")
+    parser.add_argument("--phase", choices=["busy", "idle", "both", "footprint"], default="both")
     parser.add_argument("--jitter", default=None,
                         help='e.g. "1s": spread the firing tasks over the second (lateness is '
                              'measured from the jittered due time)')
+    parser.add_argument("--runs", type=int, default=3, help="footprint: daemons per case")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit(f"{BINARY} not found: run `cargo build --release` first")
@@ -179,6 +233,8 @@ def main():
         print(json.dumps(busy(args)), flush=True)
     if args.phase in ("idle", "both"):
         print(json.dumps(idle(args)), flush=True)
+    if args.phase == "footprint":
+        print(json.dumps(footprint(args)), flush=True)
 
 
 if __name__ == "__main__":

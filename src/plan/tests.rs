@@ -1,0 +1,570 @@
+use super::*;
+use chrono_tz::Tz;
+use std::time::Duration;
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn rules(expr: &str, catch_up: CatchUpPolicy, deadline: Option<u64>) -> PlanRules {
+    PlanRules {
+        task: "t".into(),
+        schedule: Schedule::parse(expr, Tz::UTC).unwrap(),
+        catch_up,
+        starting_deadline: deadline.map(Duration::from_secs),
+        jitter: Duration::ZERO,
+    }
+}
+
+fn fired(step: Step) -> Vec<String> {
+    match step {
+        Step::Fire { ticks, .. } => ticks.iter().map(|t| t.instant.to_rfc3339()).collect(),
+        other => panic!("expected Fire, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_new_task_sleeps_until_its_first_tick_then_fires_it_on_time() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Once, None),
+        None,
+        utc("2026-01-01T00:03:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:03:00Z")),
+        Step::SleepUntil(utc("2026-01-01T00:10:00Z"))
+    );
+    let step = planner.poll(utc("2026-01-01T00:10:00.002Z"));
+    assert_eq!(
+        step,
+        Step::Fire {
+            ticks: vec![Tick {
+                instant: utc("2026-01-01T00:10:00Z"),
+                due_at: utc("2026-01-01T00:10:00Z"),
+                catch_up: false
+            }],
+            skipped: 0
+        }
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:10:00.003Z")),
+        Step::SleepUntil(utc("2026-01-01T00:20:00Z"))
+    );
+}
+
+#[test]
+fn a_late_timer_fires_its_tick_on_time_within_the_tolerance_even_with_catch_up_skip() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Skip, None),
+        None,
+        utc("2026-01-01T00:03:00Z"),
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T00:10:59Z"))),
+        ["2026-01-01T00:10:00+00:00"]
+    );
+    // Beyond the tolerance the node was evidently not firing (suspended): the tick is missed.
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Skip, None),
+        None,
+        utc("2026-01-01T00:03:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:19:00Z")),
+        Step::Fire {
+            ticks: vec![],
+            skipped: 1
+        }
+    );
+}
+
+#[test]
+fn a_task_never_fired_before_catches_nothing_up() {
+    let mut planner = TickPlanner::start(
+        rules("* * * * *", CatchUpPolicy::All, None),
+        None,
+        utc("2026-01-01T00:03:30Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:03:30Z")),
+        Step::SleepUntil(utc("2026-01-01T00:04:00Z"))
+    );
+}
+
+#[test]
+fn catch_up_once_runs_only_the_latest_missed_tick() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Once, None),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:35:00Z"),
+    );
+    let step = planner.poll(utc("2026-01-01T00:35:00Z"));
+    assert_eq!(
+        step,
+        Step::Fire {
+            ticks: vec![Tick {
+                instant: utc("2026-01-01T00:30:00Z"),
+                due_at: utc("2026-01-01T00:30:00Z"),
+                catch_up: true
+            }],
+            skipped: 2
+        }
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:35:00Z")),
+        Step::SleepUntil(utc("2026-01-01T00:40:00Z"))
+    );
+}
+
+#[test]
+fn catch_up_all_runs_every_missed_tick_oldest_first() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::All, None),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:35:00Z"),
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T00:35:00Z"))),
+        [
+            "2026-01-01T00:10:00+00:00",
+            "2026-01-01T00:20:00+00:00",
+            "2026-01-01T00:30:00+00:00"
+        ]
+    );
+}
+
+#[test]
+fn catch_up_skip_drops_missed_ticks_and_waits_for_the_next() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Skip, None),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:35:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:35:00Z")),
+        Step::Fire {
+            ticks: vec![],
+            skipped: 3
+        }
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:35:00Z")),
+        Step::SleepUntil(utc("2026-01-01T00:40:00Z"))
+    );
+}
+
+#[test]
+fn starting_deadline_drops_missed_ticks_older_than_it() {
+    // Missed 00:10, 00:20, 00:30; now 00:35; deadline 20 min keeps 00:20 and 00:30.
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::All, Some(20 * 60)),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:35:00Z"),
+    );
+    let step = planner.poll(utc("2026-01-01T00:35:00Z"));
+    let Step::Fire { ticks, skipped } = step else {
+        panic!()
+    };
+    assert_eq!(
+        ticks.iter().map(|t| t.instant).collect::<Vec<_>>(),
+        [utc("2026-01-01T00:20:00Z"), utc("2026-01-01T00:30:00Z")]
+    );
+    assert_eq!(skipped, 1);
+
+    // With `once`, a latest missed tick beyond the deadline is not run either.
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Once, Some(60)),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:35:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:35:00Z")),
+        Step::Fire {
+            ticks: vec![],
+            skipped: 3
+        }
+    );
+}
+
+#[test]
+fn starting_deadline_also_drops_an_on_time_tick_whose_timer_woke_too_late() {
+    let mut planner = TickPlanner::start(
+        rules("0 * * * *", CatchUpPolicy::Once, Some(60)),
+        None,
+        utc("2026-01-01T00:30:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T01:05:00Z")),
+        Step::Fire {
+            ticks: vec![],
+            skipped: 1
+        }
+    );
+}
+
+#[test]
+fn a_restart_with_nothing_missed_fires_the_next_tick_on_time() {
+    // Regression: the first tick after a restart was taken for a missed one and dropped by
+    // `catch_up = "skip"`.
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Skip, None),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T00:05:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:05:00Z")),
+        Step::SleepUntil(utc("2026-01-01T00:10:00Z"))
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T00:10:00Z"))),
+        ["2026-01-01T00:10:00+00:00"]
+    );
+}
+
+#[test]
+fn catch_up_all_is_bounded() {
+    let mut planner = TickPlanner::start(
+        rules("* * * * * *", CatchUpPolicy::All, None),
+        Some(utc("2026-01-01T00:00:00Z")),
+        utc("2026-01-01T01:00:00Z"),
+    );
+    let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T01:00:00Z")) else {
+        panic!()
+    };
+    assert_eq!(ticks.len(), MAX_CATCH_UP);
+    assert_eq!(ticks.last().unwrap().instant, utc("2026-01-01T01:00:00Z"));
+    assert_eq!(skipped, 3600 - MAX_CATCH_UP as u64);
+}
+
+#[test]
+fn a_paused_process_that_overslept_several_ticks_treats_them_as_missed() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::Once, None),
+        None,
+        utc("2026-01-01T00:03:00Z"),
+    );
+    // Armed for 00:10, woke at 00:25: 00:10 and 00:20 are missed, `once` runs 00:20.
+    let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:25:00Z")) else {
+        panic!()
+    };
+    assert_eq!(
+        ticks
+            .iter()
+            .map(|t| (t.instant, t.catch_up))
+            .collect::<Vec<_>>(),
+        [(utc("2026-01-01T00:20:00Z"), true)]
+    );
+    assert_eq!(skipped, 1);
+}
+
+#[test]
+fn a_slow_timer_fires_every_tick_that_came_due_within_the_tolerance() {
+    // Regression: on a loaded machine an every-second task woke 3 s late and `once` ran
+    // only the newest of the due ticks, losing two.
+    let mut planner = TickPlanner::start(
+        rules("* * * * * *", CatchUpPolicy::Once, None),
+        None,
+        utc("2026-01-01T00:00:00.5Z"),
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T00:00:03.2Z"))),
+        [
+            "2026-01-01T00:00:01+00:00",
+            "2026-01-01T00:00:02+00:00",
+            "2026-01-01T00:00:03+00:00"
+        ]
+    );
+}
+
+#[test]
+fn after_a_long_suspend_older_ticks_are_missed_and_recent_ones_on_time() {
+    // Woke 5 minutes late: ticks of the last minute fire; older ones go to `catch_up`.
+    let mut planner = TickPlanner::start(
+        rules("*/30 * * * * *", CatchUpPolicy::All, None),
+        None,
+        utc("2026-01-01T00:00:10Z"),
+    );
+    let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
+        panic!()
+    };
+    assert_eq!(skipped, 0);
+    assert_eq!(ticks.len(), 10);
+    assert!(ticks[..8].iter().all(|t| t.catch_up));
+    assert!(ticks[8..].iter().all(|t| !t.catch_up));
+    let mut planner = TickPlanner::start(
+        rules("*/30 * * * * *", CatchUpPolicy::Once, None),
+        None,
+        utc("2026-01-01T00:00:10Z"),
+    );
+    let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
+        panic!()
+    };
+    assert_eq!(
+        ticks.iter().map(|t| t.catch_up).collect::<Vec<_>>(),
+        [false, false]
+    );
+    assert_eq!(skipped, 8);
+}
+
+#[test]
+fn a_fire_record_ahead_of_the_clock_is_never_repeated() {
+    // The record says 00:30 was claimed, our clock says 00:15 (it went back, or skew).
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::All, None),
+        Some(utc("2026-01-01T00:30:00Z")),
+        utc("2026-01-01T00:15:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:15:00Z")),
+        Step::Held {
+            record: utc("2026-01-01T00:30:00Z"),
+            until: utc("2026-01-01T00:40:00Z")
+        }
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:31:00Z")),
+        Step::SleepUntil(utc("2026-01-01T00:40:00Z"))
+    );
+}
+
+#[test]
+fn a_fire_record_a_year_ahead_holds_the_task_visibly_until_the_clock_passes_it() {
+    // Regression: after the clock ran a year ahead for two seconds, the task slept until the
+    // record's next tick, a year away, and nothing said so.
+    let record = utc("2027-01-01T00:00:10Z");
+    let now = utc("2026-01-01T00:00:03Z");
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+        Some(record),
+        now,
+    );
+    let held = Step::Held {
+        record,
+        until: utc("2027-01-01T00:00:20Z"),
+    };
+    assert_eq!(planner.poll(now), held);
+    assert_eq!(holding_record(Some(record), now), Some(record));
+    // Nothing up to the record ever fires again on the planner's own: the ticks in between
+    // may have run (the clock was a year ahead when they were claimed).
+    assert_eq!(planner.poll(utc("2026-06-01T00:00:00Z")), held);
+    assert_eq!(
+        planner.poll(record + TimeDelta::seconds(5)),
+        Step::SleepUntil(utc("2027-01-01T00:00:20Z"))
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2027-01-01T00:00:20Z"))),
+        ["2027-01-01T00:00:20+00:00"]
+    );
+}
+
+#[test]
+fn a_clock_that_ran_ahead_and_came_back_holds_the_running_loop_visibly() {
+    // The loop fires while the clock is a year ahead, then the clock is corrected.
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+        None,
+        utc("2026-01-01T00:00:03Z"),
+    );
+    let ran_ahead = fired(planner.poll(utc("2027-01-01T00:00:01Z")));
+    assert_eq!(ran_ahead.last().unwrap(), "2027-01-01T00:00:00+00:00");
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:00:05Z")),
+        Step::Held {
+            record: utc("2027-01-01T00:00:00Z"),
+            until: utc("2027-01-01T00:00:10Z")
+        }
+    );
+}
+
+#[test]
+fn a_held_task_is_reported_with_its_record_how_far_ahead_and_the_fix() {
+    let report = |fix: &str| {
+        held_report(
+            "backup",
+            utc("2026-03-02T10:00:00Z"),
+            utc("2026-03-03T02:30:00Z"),
+            utc("2026-03-01T08:30:00Z"),
+            fix,
+        )
+    };
+    assert_eq!(
+        report(&held_fix("backup", Some(" --state-dir /srv/zkcron"))),
+        "task backup is held by its fire record 2026-03-02T10:00:00Z, 1day 1h 30m ahead of the \
+         clock: every tick up to it counts as done (it was claimed while the clock was ahead, \
+         or the clock was set back since), so the task fires next at 2026-03-03T02:30:00Z. To \
+         fire it from now on: stop zkcron, run `zkcron reset backup --state-dir /srv/zkcron` \
+         (moves the record back to now; no past tick runs again), start zkcron."
+    );
+    assert!(
+        report(&held_fix("backup", None))
+            .ends_with("in a ZooKeeper cluster is not supported yet; the task fires again when the clock passes the record.")
+    );
+}
+
+#[test]
+fn a_fire_record_slightly_ahead_is_waited_out_quietly() {
+    // A small step back (NTP): within the tolerance the task just sleeps.
+    let now = utc("2026-01-01T00:00:03Z");
+    let record = now + FUTURE_RECORD_TOLERANCE;
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * * *", CatchUpPolicy::Once, None),
+        Some(record),
+        now,
+    );
+    assert_eq!(
+        planner.poll(now),
+        Step::SleepUntil(utc("2026-01-01T00:01:10Z"))
+    );
+    assert_eq!(holding_record(Some(record), now), None);
+    assert_eq!(holding_record(None, now), None);
+}
+
+#[test]
+fn a_clock_jumping_back_does_not_refire_handled_ticks() {
+    let mut planner = TickPlanner::start(
+        rules("*/10 * * * *", CatchUpPolicy::All, None),
+        None,
+        utc("2026-01-01T00:05:00Z"),
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T00:10:00Z"))),
+        ["2026-01-01T00:10:00+00:00"]
+    );
+    // The wall clock jumps back an hour: nothing fires until 00:20 comes again, and the
+    // task says it is held by the tick it fired.
+    assert_eq!(
+        planner.poll(utc("2025-12-31T23:10:00Z")),
+        Step::Held {
+            record: utc("2026-01-01T00:10:00Z"),
+            until: utc("2026-01-01T00:20:00Z")
+        }
+    );
+}
+
+#[test]
+fn jitter_delays_the_spawn_but_not_the_tick_identity() {
+    let mut jittered = rules("*/10 * * * *", CatchUpPolicy::Once, None);
+    jittered.jitter = Duration::from_secs(30);
+    let mut planner = TickPlanner::start(jittered, None, utc("2026-01-01T00:03:00Z"));
+    let offset = jitter_offset("t", utc("2026-01-01T00:10:00Z"), Duration::from_secs(30));
+    assert!(offset >= TimeDelta::zero() && offset < TimeDelta::seconds(30));
+    let due = utc("2026-01-01T00:10:00Z") + offset;
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:10:00Z") - TimeDelta::milliseconds(1)),
+        Step::SleepUntil(due)
+    );
+    if offset > TimeDelta::zero() {
+        assert_eq!(
+            planner.poll(due - TimeDelta::milliseconds(1)),
+            Step::SleepUntil(due)
+        );
+    }
+    let Step::Fire { ticks, .. } = planner.poll(due) else {
+        panic!()
+    };
+    assert_eq!(ticks[0].instant, utc("2026-01-01T00:10:00Z"));
+    assert_eq!(ticks[0].due_at, due);
+}
+
+#[test]
+fn jitter_is_deterministic_per_tick_and_spreads_ticks() {
+    let jitter = Duration::from_secs(60);
+    let instant = utc("2026-01-01T00:10:00Z");
+    // Same input, same offset: every node computes the same value.
+    assert_eq!(
+        jitter_offset("backup", instant, jitter),
+        jitter_offset("backup", instant, jitter)
+    );
+    // The specification is fixed: xxh3_64 of the fire id, modulo the range in ms.
+    assert_eq!(
+        jitter_offset("backup", instant, jitter),
+        TimeDelta::milliseconds((xxh3_64(b"backup@1767226200") % 60_000) as i64)
+    );
+    // Different ticks and tasks spread over the range.
+    let offsets: std::collections::BTreeSet<i64> = (0..100)
+        .map(|i| jitter_offset(&format!("task-{i}"), instant, jitter).num_milliseconds())
+        .collect();
+    assert!(offsets.len() > 90, "{} distinct offsets", offsets.len());
+    assert!(offsets.iter().all(|o| (0..60_000).contains(o)));
+    assert_eq!(
+        jitter_offset("backup", instant, Duration::ZERO),
+        TimeDelta::zero()
+    );
+}
+
+#[test]
+fn fire_id_is_task_and_unix_seconds() {
+    assert_eq!(
+        fire_id("nightly-backup", utc("2026-01-01T02:30:00Z")),
+        "nightly-backup@1767234600"
+    );
+}
+
+#[test]
+fn overlap_decisions() {
+    assert_eq!(overlap_action(OverlapPolicy::Skip, 0), OverlapAction::Start);
+    assert_eq!(overlap_action(OverlapPolicy::Skip, 1), OverlapAction::Skip);
+    assert_eq!(
+        overlap_action(OverlapPolicy::Allow, 3),
+        OverlapAction::Start
+    );
+    assert_eq!(
+        overlap_action(OverlapPolicy::Replace, 0),
+        OverlapAction::Start
+    );
+    assert_eq!(
+        overlap_action(OverlapPolicy::Replace, 1),
+        OverlapAction::ReplaceThenStart
+    );
+}
+
+#[test]
+fn planning_across_dst_follows_the_schedule() {
+    let schedule = Schedule::parse("30 2 * * *", "America/New_York".parse().unwrap()).unwrap();
+    let rules = PlanRules {
+        task: "t".into(),
+        schedule,
+        catch_up: CatchUpPolicy::Once,
+        starting_deadline: None,
+        jitter: Duration::ZERO,
+    };
+    let mut planner = TickPlanner::start(rules, None, utc("2026-03-07T12:00:00Z"));
+    // 02:30 does not exist on 2026-03-08; it fires at 03:00 EDT = 07:00Z.
+    assert_eq!(
+        planner.poll(utc("2026-03-07T12:00:00Z")),
+        Step::SleepUntil(utc("2026-03-08T07:00:00Z"))
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Driving a planner with arbitrary forward time steps fires strictly increasing
+        /// ticks, never one it fired before, and none in the future.
+        #[test]
+        fn fired_ticks_strictly_increase_and_are_never_in_the_future(
+            steps in proptest::collection::vec(0i64..5_000, 1..60),
+            catch_up in prop_oneof![Just(CatchUpPolicy::Skip), Just(CatchUpPolicy::Once), Just(CatchUpPolicy::All)],
+            record in proptest::option::of(0i64..10_000),
+        ) {
+            let start = utc("2026-01-01T00:00:00Z");
+            let mut rules = rules("*/7 * * * * *", catch_up, None);
+            rules.jitter = Duration::from_secs(3);
+            let mut planner = TickPlanner::start(rules, record.map(|s| start - TimeDelta::seconds(s)), start);
+            let mut now = start;
+            let mut last: Option<DateTime<Utc>> = None;
+            for step in steps {
+                now += TimeDelta::milliseconds(step * 10);
+                if let Step::Fire { ticks, .. } = planner.poll(now) {
+                    for tick in ticks {
+                        prop_assert!(tick.instant <= now && tick.due_at <= now);
+                        prop_assert!(last.is_none_or(|l| tick.instant > l));
+                        last = Some(tick.instant);
+                    }
+                }
+            }
+        }
+    }
+}
