@@ -1,0 +1,452 @@
+//! The async shell: timers, signals, file watching and processes around the pure core.
+//!
+//! The daemon keeps the next instant of every task it fires in one timer table
+//! ([`timers`]): one loop asks each task's [`TickPlanner`](crate::plan::TickPlanner) what to do
+//! when its instant comes (one shared [`watching::watch_wall_clock`] task re-checks the clock
+//! every [`CLOCK_CHECK`] and re-plans every task when the wall clock jumps or the machine was
+//! suspended); a task gets a tokio task of its own only from a second before its tick until the
+//! tick is claimed through the [`Coordinator`] and its process spawned ([`runs`]). The main loop
+//! waits on one closed set of [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership
+//! change, shutdown.
+//!
+//! It keeps the service manager informed through [`crate::service`]: ready once the tasks are
+//! loaded, a status line on every leadership change, stopping when SIGTERM arrives.
+//!
+//! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::coord::{Coordinator, Leadership};
+use crate::service;
+use crate::task::{self, TaskDefaults, TaskSpec};
+
+mod runs;
+#[cfg(test)]
+mod tests;
+mod timers;
+mod watching;
+
+use runs::TaskRuns;
+use timers::Timers;
+use watching::{Debounce, watch_jobs_dir, watch_wall_clock};
+
+/// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
+/// an operator setting the date, a resume from suspend). One check serves every task, so 10,000
+/// idle tasks cost one wake-up per interval, not 10,000.
+pub const CLOCK_CHECK: Duration = Duration::from_secs(1);
+
+/// A difference between wall and monotonic time above this counts as a jump.
+const CLOCK_JUMP: chrono::TimeDelta = chrono::TimeDelta::milliseconds(500);
+
+/// Changes in `jobs_dir` closer together than this are handled as one reload.
+const WATCH_QUIET: Duration = Duration::from_millis(300);
+
+/// A burst of changes in `jobs_dir` that never goes quiet (a file rewritten every 100 ms) is
+/// reloaded at most this long after its first change, and again as long as it lasts.
+const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// The current wall-clock time. The core never calls this; the shell passes it in.
+#[allow(clippy::disallowed_methods)]
+pub fn wall_clock() -> DateTime<Utc> {
+    Utc::now()
+}
+
+/// What the daemon needs to know, already resolved from config and flags.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub jobs_dir: PathBuf,
+    /// This node's id: `ZKCRON_NODE` and the `node` of run records.
+    pub node_id: String,
+    /// How long running jobs may finish after SIGTERM before their groups are killed.
+    pub shutdown_grace: Duration,
+    pub task_defaults: TaskDefaults,
+    /// The flags with which `zkcron reset TASK` reaches this node's fire records (e.g.
+    /// ` --state-dir /var/lib/zkcron`), for the log line about a task held by a fire record ahead
+    /// of the clock; `None` where there is no reset yet (the ZooKeeper backend).
+    pub reset_flags: Option<String>,
+    /// `[log] job_output_lines`: how many lines of an attempt's output are logged.
+    pub job_output_lines: usize,
+}
+
+/// Everything the main loop reacts to.
+#[derive(Debug)]
+enum Event {
+    /// Re-read `jobs_dir`: SIGHUP, or the debounce timer after changes in it.
+    Reload(&'static str),
+    /// Something changed in `jobs_dir`: the reload is scheduled by [`Debounce`].
+    JobsDirChanged,
+    /// The set of tasks this node leads changed.
+    LeadershipChanged,
+    /// Stop: SIGTERM or SIGINT.
+    Shutdown(&'static str),
+}
+
+/// State shared by the timer loop, the activations and the runs of one daemon.
+struct Shared<C> {
+    coordinator: Arc<C>,
+    node_id: String,
+    job_output_lines: usize,
+    leadership: watch::Receiver<Leadership>,
+    /// Counts wall-clock jumps; the timers re-plan when it changes.
+    clock_jumps: watch::Receiver<u64>,
+    /// See [`DaemonConfig::reset_flags`].
+    reset_flags: Option<String>,
+    /// Never sent on: the timer loop, every activation and every run holds this struct, so
+    /// when the receiver sees `None` all of them have ended.
+    #[allow(dead_code)]
+    runs_alive: mpsc::Sender<()>,
+}
+
+impl<C: Coordinator> Shared<C> {
+    /// The shared state, and the receiver that sees `None` once the timer loop, every
+    /// activation and every run have ended.
+    /// Starts the wall-clock watch.
+    fn new(coordinator: Arc<C>, config: &DaemonConfig) -> (Arc<Shared<C>>, mpsc::Receiver<()>) {
+        let (runs_alive, runs_alive_rx) = mpsc::channel(1);
+        let leadership = coordinator.leadership();
+        let (clock_jumps_tx, clock_jumps) = watch::channel(0);
+        tokio::spawn(watch_wall_clock(clock_jumps_tx));
+        let shared = Shared {
+            coordinator,
+            node_id: config.node_id.clone(),
+            job_output_lines: config.job_output_lines,
+            reset_flags: config.reset_flags.clone(),
+            leadership,
+            clock_jumps,
+            runs_alive,
+        };
+        (Arc::new(shared), runs_alive_rx)
+    }
+}
+
+/// A task the daemon has loaded, and whether this node fires it (it is in the timers).
+struct LoadedTask {
+    spec: Arc<TaskSpec>,
+    firing: bool,
+}
+
+/// The running daemon.
+pub struct Daemon<C: Coordinator> {
+    config: DaemonConfig,
+    shared: Arc<Shared<C>>,
+    timers: Timers,
+    tasks: BTreeMap<String, LoadedTask>,
+    runs: HashMap<String, Arc<TaskRuns>>,
+    runs_alive_rx: mpsc::Receiver<()>,
+    /// The session losses already acted on.
+    session_losses: u64,
+    /// The last status line sent to the service manager, so that unchanged ones are not resent.
+    status: String,
+}
+
+impl<C: Coordinator> Daemon<C> {
+    pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
+        let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
+        Daemon {
+            timers: Timers::new(shared.clone()),
+            shared,
+            config,
+            tasks: BTreeMap::new(),
+            runs: HashMap::new(),
+            runs_alive_rx,
+            session_losses: 0,
+            status: String::new(),
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops gracefully.
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        let mut sighup = signal(SignalKind::hangup())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        // Capacity 1: a pending message already says "something changed"; more add nothing.
+        let (watch_tx, mut watch_rx) = mpsc::channel::<()>(1);
+        let _watcher = watch_jobs_dir(&self.config.jobs_dir, watch_tx);
+        let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
+        let mut leadership = self.shared.coordinator.leadership();
+
+        self.reload("start").await;
+        tracing::info!(
+            node = %self.config.node_id,
+            jobs_dir = %self.config.jobs_dir.display(),
+            tasks = self.tasks.len(),
+            "zkcron started"
+        );
+        service::ready(&self.status);
+        let _watchdog = service::spawn_watchdog().map(AbortOnDrop);
+
+        loop {
+            // A tool writing several files produces a burst of events; the reload waits for the
+            // burst as a timer of this loop, so that signals are handled while it waits.
+            let reload_due = debounce.due();
+            let event = tokio::select! {
+                _ = sighup.recv() => Event::Reload("SIGHUP"),
+                Some(()) = watch_rx.recv() => Event::JobsDirChanged,
+                _ = tokio::time::sleep_until(reload_due.unwrap_or_else(tokio::time::Instant::now)),
+                    if reload_due.is_some() => Event::Reload("change in jobs_dir"),
+                Ok(()) = leadership.changed() => Event::LeadershipChanged,
+                _ = sigterm.recv() => Event::Shutdown("SIGTERM"),
+                _ = sigint.recv() => Event::Shutdown("SIGINT"),
+            };
+            match event {
+                Event::JobsDirChanged => debounce.change(tokio::time::Instant::now()),
+                Event::Reload("SIGHUP") => {
+                    // A reload reads every file: changes seen so far are handled by it.
+                    debounce.clear();
+                    service::reloading();
+                    self.reload("SIGHUP").await;
+                    service::ready(&self.status);
+                }
+                Event::Reload(reason) => {
+                    debounce.clear();
+                    self.reload(reason).await
+                }
+                Event::LeadershipChanged => self.apply_leadership(),
+                Event::Shutdown(signal) => {
+                    tracing::info!(signal, "shutting down: no new ticks will fire");
+                    let running: usize = self.runs.values().map(|r| r.count()).sum();
+                    service::stopping(
+                        &format!(
+                            "stopping ({signal}): leases released, waiting for {running} running job(s), up to {}",
+                            humantime::format_duration(self.config.shutdown_grace)
+                        ),
+                        self.config.shutdown_grace,
+                    );
+                    self.shutdown().await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Re-reads `jobs_dir` and applies the difference: added tasks start, removed ones stop,
+    /// changed ones restart, and a file that became invalid keeps its last good version.
+    async fn reload(&mut self, reason: &str) {
+        let dir = self.config.jobs_dir.clone();
+        let defaults = self.config.task_defaults.clone();
+        let loaded =
+            match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
+                Ok(Ok(loaded)) => loaded,
+                Ok(Err(problems)) => {
+                    // As for a broken file: the last good tasks keep running.
+                    for problem in problems {
+                        tracing::error!(
+                            jobs_dir = %self.config.jobs_dir.display(),
+                            "jobs dir refused, keeping the {} loaded tasks: {}",
+                            self.tasks.len(),
+                            problem.one_line()
+                        );
+                    }
+                    return;
+                }
+                Err(join_error) => {
+                    tracing::error!("loading the jobs dir panicked: {join_error}");
+                    return;
+                }
+            };
+
+        let mut wanted: BTreeMap<String, Arc<TaskSpec>> = BTreeMap::new();
+        for spec in loaded.tasks {
+            wanted.insert(spec.name.clone(), Arc::new(spec));
+        }
+        for error in &loaded.errors {
+            let kept = error
+                .task
+                .as_ref()
+                .and_then(|name| self.tasks.get(name).map(|t| (name, t.spec.clone())));
+            match kept {
+                Some((name, spec)) => {
+                    tracing::error!(
+                        task = %name,
+                        "invalid task file, keeping its last good version running: {}",
+                        error.one_line()
+                    );
+                    wanted.insert(name.clone(), spec);
+                }
+                None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
+            }
+        }
+
+        let mut added = 0;
+        let mut changed = 0;
+        let mut removed = 0;
+        let names: Vec<String> = self.tasks.keys().cloned().collect();
+        for name in names {
+            if !wanted.contains_key(&name) {
+                let task = self.tasks.remove(&name).expect("listed above");
+                if task.firing {
+                    self.timers.stop(&name);
+                }
+                let running = self.runs.get(&name).map_or(0, |runs| runs.cancel_retries());
+                tracing::info!(
+                    task = %name,
+                    running,
+                    "task removed; a run in progress finishes, without further retries"
+                );
+                removed += 1;
+            }
+        }
+        for (name, spec) in wanted {
+            match self.tasks.get_mut(&name) {
+                Some(task) if task.spec == spec => {}
+                Some(task) => {
+                    if std::mem::take(&mut task.firing) {
+                        self.timers.stop(&name);
+                    }
+                    task.spec = spec;
+                    tracing::info!(task = %name, "task changed; a run in progress finishes");
+                    changed += 1;
+                }
+                None => {
+                    tracing::info!(
+                        task = %name,
+                        schedule = spec.schedule.expression(),
+                        timezone = spec.schedule.timezone().name(),
+                        enabled = spec.enabled,
+                        "task loaded"
+                    );
+                    self.tasks.insert(
+                        name,
+                        LoadedTask {
+                            spec,
+                            firing: false,
+                        },
+                    );
+                    added += 1;
+                }
+            }
+        }
+        tracing::info!(
+            reason,
+            added,
+            changed,
+            removed,
+            invalid_files = loaded
+                .errors
+                .iter()
+                .map(|e| &e.path)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            errors = loaded.errors.len(),
+            "tasks reloaded"
+        );
+
+        let specs: Vec<TaskSpec> = self.tasks.values().map(|t| (*t.spec).clone()).collect();
+        if let Err(error) = self.shared.coordinator.publish(&specs).await {
+            tracing::error!("cannot publish this node's tasks: {error}");
+        }
+        self.apply_leadership();
+    }
+
+    /// Starts timing the tasks this node should fire and stops the others; after a session
+    /// loss, stops the runs of tasks with `kill_on_session_loss`.
+    fn apply_leadership(&mut self) {
+        let leadership = self.shared.leadership.borrow().clone();
+        if leadership.session_losses > self.session_losses {
+            self.session_losses = leadership.session_losses;
+            for (name, task) in &self.tasks {
+                if !task.spec.kill_on_session_loss {
+                    continue;
+                }
+                if let Some(runs) = self.runs.get(name)
+                    && runs.count() > 0
+                {
+                    tracing::warn!(
+                        task = %name,
+                        "ZooKeeper session lost: stopping this task's runs (kill_on_session_loss = true)"
+                    );
+                    runs.stop_all(false);
+                }
+            }
+        }
+        for (name, task) in &mut self.tasks {
+            let should_fire = task.spec.enabled && leadership.may_fire(name);
+            match (task.firing, should_fire) {
+                (false, true) => {
+                    let runs = self.runs.entry(name.clone()).or_default().clone();
+                    self.timers.fire(task.spec.clone(), runs);
+                    task.firing = true;
+                }
+                (true, false) => {
+                    self.timers.stop(name);
+                    task.firing = false;
+                    tracing::info!(task = %name, "no longer firing this task");
+                }
+                _ => {}
+            }
+        }
+        let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
+        let status = service::status_line(&leadership, &loaded);
+        if status != self.status {
+            service::status(&status);
+            self.status = status;
+        }
+    }
+
+    /// Graceful stop: no new ticks, leadership released at once, running jobs get
+    /// `shutdown_grace` to finish, then their process groups are killed.
+    async fn shutdown(self) {
+        self.timers.stop_all();
+        // After the timers' stop: a run whose claim was already on its way when its task was
+        // stopped sees the stop itself when it registers (see `start_run`).
+        for task_runs in self.runs.values() {
+            task_runs.cancel_retries();
+        }
+        self.shared.coordinator.release_all().await;
+        let running: usize = self.runs.values().map(|r| r.count()).sum();
+        // Our own sender must go, or the channel never reports the last run's end.
+        let Daemon {
+            shared,
+            timers,
+            runs,
+            mut runs_alive_rx,
+            config,
+            ..
+        } = self;
+        let coordinator = shared.coordinator.clone();
+        // The timer loop holds `shared` too.
+        drop(timers);
+        drop(shared);
+        if running > 0 {
+            tracing::info!(
+                running,
+                grace = %humantime::format_duration(config.shutdown_grace),
+                "waiting for running jobs to finish"
+            );
+        }
+        let all_ended = tokio::time::timeout(config.shutdown_grace, runs_alive_rx.recv())
+            .await
+            .is_ok();
+        if !all_ended {
+            let still: usize = runs.values().map(|r| r.count()).sum();
+            tracing::warn!(
+                running = still,
+                "shutdown_grace is over; killing the remaining jobs' process groups"
+            );
+            for task_runs in runs.values() {
+                task_runs.stop_all(true);
+            }
+            // SIGKILL cannot be ignored; the runs end as soon as the kernel reaps them.
+            let _ = tokio::time::timeout(Duration::from_secs(10), runs_alive_rx.recv()).await;
+        }
+        coordinator.close().await;
+        tracing::info!("zkcron stopped");
+    }
+}
+
+/// Aborts a background task when dropped (the watchdog pinger ends with the main loop).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

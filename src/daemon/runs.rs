@@ -1,0 +1,349 @@
+//! A tick's claim and its run: the overlap check, the claim, the spawn, and the live runs of
+//! each task ([`TaskRuns`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Shared, wall_clock};
+use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
+use crate::executor::{self, PreparedRun, RunOutcome, RunRequest, StopHandle};
+use crate::plan::{self, OverlapAction, Tick};
+use crate::task::{OverlapPolicy, TaskSpec};
+
+/// The live runs of one task. Kept by name, so they outlive a change of the task's file: a
+/// modified task still sees its earlier run for `overlap`.
+///
+/// A run is live from its spawn until the main process of its last attempt has exited
+/// (background processes it leaves behind are not tracked, as in cron), not until its result is
+/// recorded: a tick that comes due while the result is being written is not skipped for
+/// `overlap`.
+#[derive(Default)]
+pub(super) struct TaskRuns {
+    running: Mutex<Vec<RunEntry>>,
+}
+
+struct RunEntry {
+    id: u64,
+    fire_id: String,
+    stop: StopHandle,
+    /// Turns true when the run has ended: the main process of its last attempt exited (or a stop
+    /// cut its retries short). Its result may still be being recorded.
+    done: watch::Receiver<bool>,
+}
+
+impl TaskRuns {
+    pub(super) fn count(&self) -> usize {
+        self.running.lock().expect("runs lock poisoned").len()
+    }
+
+    /// Returns once no run of the task is live.
+    pub(super) async fn wait_idle(&self) {
+        loop {
+            let running: Vec<watch::Receiver<bool>> = {
+                let running = self.running.lock().expect("runs lock poisoned");
+                running.iter().map(|entry| entry.done.clone()).collect()
+            };
+            if running.is_empty() {
+                return;
+            }
+            for mut done in running {
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+        }
+    }
+
+    /// Lets the running attempts finish but starts none of their retries; returns how many runs
+    /// were told.
+    pub(super) fn cancel_retries(&self) -> usize {
+        let running = self.running.lock().expect("runs lock poisoned");
+        for entry in running.iter() {
+            entry.stop.cancel_retries();
+        }
+        running.len()
+    }
+
+    pub(super) fn stop_all(&self, kill_now: bool) -> Vec<watch::Receiver<bool>> {
+        let running = self.running.lock().expect("runs lock poisoned");
+        running
+            .iter()
+            .map(|entry| {
+                tracing::info!(fire_id = %entry.fire_id, kill_now, "stopping run");
+                if kill_now {
+                    entry.stop.kill_now();
+                } else {
+                    entry.stop.terminate();
+                }
+                entry.done.clone()
+            })
+            .collect()
+    }
+}
+
+/// Decides the tick's overlap action, prepares its process, stops the run it replaces (with
+/// `overlap = "replace"`), claims the tick (as skipped or to run) and, if won, spawns the
+/// process at once. The claim comes after the overlap check so that a tick skipped for overlap
+/// is still consumed cluster-wide: no later leader catches it up. It comes after everything the
+/// spawn needs is resolved (user, group, environment, program, working dir) and after the
+/// replaced run has ended, so that a node that dies after a won claim has at most the spawn
+/// left undone. No claim is sent once the task is told to stop (shutdown, reload, leadership
+/// lost).
+pub(super) async fn fire<C: Coordinator>(
+    spec: &Arc<TaskSpec>,
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    tick: Tick,
+    prepared_ahead: Option<PreparedRun>,
+    stop: &watch::Receiver<bool>,
+) {
+    let name = spec.name.as_str();
+    let fire_id = plan::fire_id(name, tick.instant);
+    if !shared.leadership.borrow().may_fire(name) {
+        tracing::info!(task = %name, %fire_id, "not leading this task any more; tick left to the leader");
+        return;
+    }
+    let local = runs.count();
+    let elsewhere = if spec.overlap == OverlapPolicy::Allow || local > 0 {
+        0
+    } else {
+        match shared.coordinator.runs_elsewhere(name).await {
+            Ok(n) => n,
+            Err(error) => {
+                tracing::warn!(task = %name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
+                0
+            }
+        }
+    };
+    let action = plan::overlap_action(spec.overlap, local + elsewhere);
+    let (intent, prepared) = match action {
+        OverlapAction::Skip => (ClaimIntent::Skip, None),
+        OverlapAction::Start | OverlapAction::ReplaceThenStart => {
+            let prepared = match prepared_ahead {
+                Some(prepared) => prepared,
+                None => executor::prepare(run_request(spec, shared, tick, &fire_id)).await,
+            };
+            (ClaimIntent::Run, Some(prepared))
+        }
+    };
+    let mut stop = stop.clone();
+    if action == OverlapAction::ReplaceThenStart {
+        // Stopped before the claim, not after it: waiting for the old run (up to its
+        // `kill_grace`) between a won claim and the spawn would leave the tick claimed but not
+        // started for that long, and lost if the node died meanwhile. If the claim then fails
+        // (this node no longer leads the task, or the tick was claimed already), the old run
+        // was stopped all the same; that is acceptable, because whoever leads the task next
+        // catches this tick up from the fire record and starts it there.
+        tracing::info!(task = %name, %fire_id, "replacing the running run (overlap = \"replace\")");
+        let replaced_ended = async {
+            for mut done in runs.stop_all(false) {
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+        };
+        tokio::select! {
+            _ = replaced_ended => {}
+            // The claim loop below then sends no claim.
+            _ = stop.wait_for(|stopping| *stopping) => {}
+        }
+    }
+    // A failed claim (the backend could not tell) is retried while this node still leads the
+    // task: dropping the tick would lose it, because the planner has moved past it. When the
+    // node pauses or loses the task, the loop stops and whoever leads next catches the tick
+    // up from the fire record.
+    let mut delay = Duration::from_millis(100);
+    loop {
+        if *stop.borrow_and_update() {
+            tracing::info!(task = %name, %fire_id, "tick not claimed: this task's loop is stopping");
+            return;
+        }
+        match shared.coordinator.claim(name, tick.instant, intent).await {
+            Ok(ClaimOutcome::Claimed) => break,
+            Ok(ClaimOutcome::AlreadyClaimed { record }) => {
+                tracing::info!(task = %name, %fire_id, %record, "tick already claimed; not running it");
+                return;
+            }
+            Ok(ClaimOutcome::NotLeader) => {
+                tracing::info!(task = %name, %fire_id, "claim refused: not the leader; not running it");
+                return;
+            }
+            Err(error) => {
+                if !shared.leadership.borrow().may_fire(name) {
+                    tracing::warn!(task = %name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");
+                    return;
+                }
+                tracing::warn!(task = %name, %fire_id, "claim failed ({error}); retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+    let claimed_at = tokio::time::Instant::now();
+    let Some(prepared) = prepared else {
+        // Claimed as skipped: no later leader catches the tick up.
+        tracing::warn!(
+            task = %name,
+            %fire_id,
+            running_here = local,
+            running_elsewhere = elsewhere,
+            "skipped: the previous run is still going (overlap = \"skip\")"
+        );
+        return;
+    };
+    start_run(shared, runs, tick, prepared, claimed_at, &stop);
+}
+
+/// With `on_node_loss = "rerun"`: runs again the tick whose node died mid-run, if there is one.
+pub(super) async fn rerun_orphan<C: Coordinator>(
+    spec: &Arc<TaskSpec>,
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    stop: &watch::Receiver<bool>,
+) {
+    let name = spec.name.as_str();
+    let orphan = match shared.coordinator.orphaned_tick(name).await {
+        Ok(Some(tick)) => tick,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(
+                task = %name,
+                "cannot check for a run lost with its node ({error})"
+            );
+            return;
+        }
+    };
+    let fire_id = plan::fire_id(name, orphan);
+    let tick = Tick {
+        instant: orphan,
+        due_at: orphan,
+        catch_up: true,
+    };
+    let prepared = executor::prepare(run_request(spec, shared, tick, &fire_id)).await;
+    if *stop.borrow() {
+        return;
+    }
+    match shared.coordinator.reclaim(name, orphan).await {
+        Ok(ClaimOutcome::Claimed) => {
+            let claimed_at = tokio::time::Instant::now();
+            tracing::warn!(
+                task = %name,
+                %fire_id,
+                "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
+            );
+            start_run(shared, runs, tick, prepared, claimed_at, stop);
+        }
+        Ok(outcome) => {
+            tracing::info!(task = %name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
+        }
+        Err(error) => {
+            tracing::warn!(task = %name, %fire_id, "lost run not rerun: reclaim failed ({error})")
+        }
+    }
+}
+
+/// What the executor needs to run `tick` of `spec` on this node.
+pub(super) fn run_request<C: Coordinator>(
+    spec: &TaskSpec,
+    shared: &Shared<C>,
+    tick: Tick,
+    fire_id: &str,
+) -> RunRequest {
+    RunRequest {
+        task: spec.name.clone(),
+        fire_id: fire_id.to_string(),
+        scheduled_at: tick.instant,
+        due_at: tick.due_at,
+        node_id: shared.node_id.clone(),
+        command: spec.command.clone(),
+        user: spec.user.clone(),
+        group: spec.group.clone(),
+        working_dir: spec.working_dir.clone(),
+        env: spec.env.clone(),
+        timeout: spec.timeout,
+        kill_grace: spec.kill_grace,
+        retries: spec.retries,
+        output_lines: shared.job_output_lines,
+    }
+}
+
+/// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
+/// the main process of its last attempt exits (background processes it leaves behind are not
+/// tracked), and its result is recorded right after that (while its output may still be
+/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If `stop` is set when the run registers (the claim was already on its way when the
+/// loop was told to stop), the run gets no retries.
+fn start_run<C: Coordinator>(
+    shared: &Arc<Shared<C>>,
+    runs: &Arc<TaskRuns>,
+    tick: Tick,
+    prepared: PreparedRun,
+    claimed_at: tokio::time::Instant,
+    stop: &watch::Receiver<bool>,
+) {
+    static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = executor::start(prepared, Some(claimed_at));
+    let spawned = tokio::time::Instant::now();
+    let name = started.request().task.clone();
+    let fire_id = started.request().fire_id.clone();
+    let (stop_handle, stop_signal) = StopHandle::new();
+    let (done_tx, done_rx) = watch::channel(false);
+    let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    {
+        let mut running = runs.running.lock().expect("runs lock poisoned");
+        // Read under the lock that shutdown and removal take after setting it: either they see
+        // this entry, or this sees their stop.
+        if *stop.borrow() {
+            stop_handle.cancel_retries();
+        }
+        running.push(RunEntry {
+            id,
+            fire_id: fire_id.clone(),
+            stop: stop_handle,
+            done: done_rx,
+        });
+    }
+    // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
+    // recorded.
+    let shared = shared.clone();
+    let runs = runs.clone();
+    tokio::spawn(async move {
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
+        let node = shared.node_id.clone();
+        let ended = move |outcome: &RunOutcome| {
+            // The run is over on this node now, not once its result is written.
+            runs.running
+                .lock()
+                .expect("runs lock poisoned")
+                .retain(|e| e.id != id);
+            let _ = done_tx.send(true);
+            let _ = ended_tx.send(run_result(tick, node, outcome, spawned.elapsed()));
+        };
+        let record = async {
+            // The first thing after the end: with ZooKeeper this one multi-op deletes the
+            // live-run record, so other nodes see the run end as soon as possible.
+            if let Ok(result) = ended_rx.await
+                && let Err(error) = shared.coordinator.run_ended(&name, &result).await
+            {
+                tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+            }
+        };
+        tokio::join!(started.finish(stop_signal, ended), record);
+    });
+}
+
+/// The stored result of a run of `tick` that took `duration` from its spawn.
+fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration) -> RunResult {
+    RunResult {
+        tick: tick.instant,
+        node,
+        exit: outcome
+            .last()
+            .map(|a| a.exit.to_string())
+            .unwrap_or_default(),
+        success: outcome.succeeded(),
+        attempts: outcome.attempts.len() as u32,
+        duration_ms: duration.as_millis() as u64,
+        finished_at: wall_clock(),
+    }
+}

@@ -1,0 +1,249 @@
+use super::*;
+use crate::coord::CoordError;
+use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
+use crate::plan;
+use crate::task::Identity;
+use chrono::TimeDelta;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+/// A coordinator that leads every task, remembers every claim, and takes `result_write` to
+/// record a result: a ZooKeeper round trip on a busy cluster, or a journal fsync on a busy
+/// disk.
+struct SlowResults {
+    leadership: watch::Sender<Leadership>,
+    record: Mutex<Option<DateTime<Utc>>>,
+    claims: Mutex<Vec<(DateTime<Utc>, ClaimIntent)>>,
+    /// When each of `claims` was made (wall clock).
+    claimed_at: Mutex<Vec<DateTime<Utc>>>,
+    result_write: Duration,
+}
+
+impl SlowResults {
+    fn new(task: &str, record: Option<DateTime<Utc>>, result_write: Duration) -> Arc<Self> {
+        let leadership = Leadership {
+            tasks: Arc::new(BTreeSet::from([task.to_string()])),
+            ..Leadership::default()
+        };
+        Arc::new(SlowResults {
+            leadership: watch::Sender::new(leadership),
+            record: Mutex::new(record),
+            claims: Mutex::default(),
+            claimed_at: Mutex::default(),
+            result_write,
+        })
+    }
+
+    fn claims(&self) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+        self.claims.lock().unwrap().clone()
+    }
+}
+
+impl Coordinator for SlowResults {
+    async fn publish(&self, _: &[TaskSpec]) -> Result<(), CoordError> {
+        Ok(())
+    }
+
+    fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.subscribe()
+    }
+
+    async fn last_claimed(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(*self.record.lock().unwrap())
+    }
+
+    async fn claim(
+        &self,
+        _: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let mut record = self.record.lock().unwrap();
+        if let Some(previous) = *record
+            && previous >= tick
+        {
+            return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
+        }
+        *record = Some(tick);
+        self.claims.lock().unwrap().push((tick, intent));
+        self.claimed_at.lock().unwrap().push(wall_clock());
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    async fn orphaned_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(None)
+    }
+
+    async fn reclaim(&self, _: &str, _: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+        Ok(ClaimOutcome::NotLeader)
+    }
+
+    async fn runs_elsewhere(&self, _: &str) -> Result<usize, CoordError> {
+        Ok(0)
+    }
+
+    async fn run_ended(&self, _: &str, _: &RunResult) -> Result<(), CoordError> {
+        tokio::time::sleep(self.result_write).await;
+        Ok(())
+    }
+
+    async fn last_result(&self, _: &str) -> Result<Option<RunResult>, CoordError> {
+        Ok(None)
+    }
+
+    async fn release_all(&self) {}
+}
+
+fn task(text: &str) -> Arc<TaskSpec> {
+    let defaults = TaskDefaults {
+        timezone: chrono_tz::UTC,
+        user: None,
+        identity: Identity::current(),
+    };
+    let spec = task::parse_task("t", std::path::Path::new("t.toml"), text, &defaults)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    Arc::new(spec)
+}
+
+/// Fires `spec` against `coordinator` until it has made `count` claims (within a
+/// deadline) and returns them. The task's runs are kept in `runs`.
+async fn claims_of(
+    spec: Arc<TaskSpec>,
+    coordinator: &Arc<SlowResults>,
+    runs: &Arc<TaskRuns>,
+    count: usize,
+) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+    let config = DaemonConfig {
+        jobs_dir: PathBuf::new(),
+        node_id: "node-a".into(),
+        shutdown_grace: Duration::from_secs(1),
+        task_defaults: TaskDefaults {
+            timezone: chrono_tz::UTC,
+            user: None,
+            identity: Identity::current(),
+        },
+        job_output_lines: 10,
+        reset_flags: None,
+    };
+    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config);
+    let timers = Timers::new(shared);
+    timers.fire(spec, runs.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while coordinator.claims().len() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only these claims in 20 s: {:?}",
+            coordinator.claims()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    timers.stop("t");
+    coordinator.claims()[..count].to_vec()
+}
+
+/// Issue 9, item 3: "skipped: the previous run is still going" was logged 10 ms after
+/// "finished", because a run stayed live until its result was written.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_slow_result_write_when_a_run_ends_just_before_the_next_tick_then_that_tick_is_not_skipped()
+ {
+    // Each run ends within milliseconds; writing its result takes longer than a period.
+    let coordinator = SlowResults::new("t", None, Duration::from_millis(1500));
+    let spec = task("schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\n");
+
+    let claims = claims_of(spec, &coordinator, &Arc::default(), 3).await;
+
+    let intents: Vec<ClaimIntent> = claims.iter().map(|(_, intent)| *intent).collect();
+    assert_eq!(intents, [ClaimIntent::Run; 3], "{claims:?}");
+    let seconds: Vec<i64> = claims.iter().map(|(t, _)| t.timestamp()).collect();
+    assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "{seconds:?}");
+}
+
+/// Issue 9, item 3: after a failover, a catch-up run ending a few ms before the next tick
+/// made that tick skip.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_catch_up_run_that_ends_just_before_the_next_tick_then_that_tick_runs() {
+    // Early in a second, so that the caught-up run (a few ms) ends well before the next tick.
+    let into_second = Duration::from_nanos(u64::from(wall_clock().timestamp_subsec_nanos()));
+    tokio::time::sleep(Duration::from_millis(1050).saturating_sub(into_second)).await;
+    let missed = wall_clock() - TimeDelta::seconds(5);
+    let record = missed - TimeDelta::seconds(5);
+    let coordinator = SlowResults::new("t", Some(record), Duration::from_millis(1500));
+    let spec = task(
+        "schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\ncatch_up = \"once\"\n",
+    );
+    let started = wall_clock();
+
+    let claims = claims_of(spec, &coordinator, &Arc::default(), 2).await;
+
+    // The latest missed tick, caught up at once, then the next on-time tick: both run.
+    let (caught_up, on_time) = (claims[0], claims[1]);
+    assert!(caught_up.0 <= started, "{claims:?}");
+    assert!(on_time.0 > started, "{claims:?}");
+    assert_eq!(caught_up.1, ClaimIntent::Run, "{claims:?}");
+    assert_eq!(on_time.1, ClaimIntent::Run, "{claims:?}");
+}
+
+/// Issue 9, item 5: with `overlap = "replace"` the tick was claimed first and the old run
+/// stopped after, so the tick stayed claimed but not started for up to `kill_grace` (a
+/// kill -9 then lost it). The old run here ignores SIGTERM, so it cannot end before
+/// `kill_grace` after the tick; the claim must come after that, and the spawn right after
+/// the claim.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_waits_for_its_end_and_the_spawn_follows_the_claim()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    // The tick after the replacing one comes 2 s after it is spawned (ticks every 3 s, the
+    // old run ends `kill_grace` = 1 s after its replacement's tick), so that tick's own
+    // replace cannot kill it before it has written its start time.
+    let kill_grace = Duration::from_secs(1);
+    // Each run writes the wall-clock time of its start (bash's $EPOCHREALTIME, no fork),
+    // then ignores SIGTERM; `exec` keeps the main process and the ignored signal.
+    let script = format!(
+        "echo \"$EPOCHREALTIME\" > {dir}/\"$ZKCRON_FIRE_ID\"; trap '' TERM; exec sleep 20",
+        dir = dir.path().display()
+    );
+    let spec = task(&format!(
+        "schedule = \"*/3 * * * * *\"\ncommand = [\"bash\", \"-c\", {script:?}]\n\
+         overlap = \"replace\"\nkill_grace = \"1s\"\n"
+    ));
+    let coordinator = SlowResults::new("t", None, Duration::ZERO);
+    let runs: Arc<TaskRuns> = Arc::default();
+
+    let claims = claims_of(spec, &coordinator, &runs, 2).await;
+    let claimed_at = coordinator.claimed_at.lock().unwrap()[1];
+    // The replacing run started: wait for its start time, then stop every run.
+    let started_file = dir.path().join(plan::fire_id("t", claims[1].0));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let started = loop {
+        if let Ok(text) = std::fs::read_to_string(&started_file)
+            && text.ends_with('\n')
+        {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second run did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for mut done in runs.stop_all(true) {
+        let _ = done.wait_for(|ended| *ended).await;
+    }
+
+    let (replacing, _) = claims[1];
+    assert_eq!(claims[0].1, ClaimIntent::Run, "{claims:?}");
+    assert_eq!(claims[1].1, ClaimIntent::Run, "{claims:?}");
+    // The old run got SIGTERM at the tick at the earliest and SIGKILL `kill_grace` later.
+    assert!(
+        claimed_at >= replacing + TimeDelta::from_std(kill_grace).unwrap(),
+        "tick {replacing} claimed at {claimed_at}, before the old run could have ended"
+    );
+    let started: f64 = started.trim().parse().unwrap();
+    let spawned = DateTime::from_timestamp_micros((started * 1e6) as i64).unwrap();
+    let claim_to_spawn = spawned - claimed_at;
+    // bash's start-up included; far below the `kill_grace` the old order put in between.
+    assert!(
+        claim_to_spawn < TimeDelta::milliseconds(500),
+        "claimed at {claimed_at}, started at {spawned}"
+    );
+}
