@@ -140,6 +140,14 @@ pub struct TickPlanner {
     pending_start: bool,
 }
 
+/// A [`TickPlanner`]'s position without its rules (see [`TickPlanner::into_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannerState {
+    cursor: DateTime<Utc>,
+    armed: Option<DateTime<Utc>>,
+    pending_start: bool,
+}
+
 impl TickPlanner {
     /// Starts planning at `now`. `last_claimed` is the task's fire record: the newest tick any
     /// node claimed. Ticks after it and at or before `now` are missed and go to `catch_up`; with
@@ -166,6 +174,27 @@ impl TickPlanner {
         planner.pending_start =
             last_claimed.is_some() && armed.is_some_and(|tick| planner.due_at(tick) <= now);
         planner
+    }
+
+    /// Where the planner stands, without its rules: what a sleeping task keeps, so that
+    /// 10,000 of them do not keep 10,000 copies of their rules. [`TickPlanner::resume`] with
+    /// the same rules continues exactly where it stopped.
+    pub fn into_state(self) -> PlannerState {
+        PlannerState {
+            cursor: self.cursor,
+            armed: self.armed,
+            pending_start: self.pending_start,
+        }
+    }
+
+    /// The planner that [`TickPlanner::into_state`] left `state` of, with its `rules`.
+    pub fn resume(rules: PlanRules, state: PlannerState) -> TickPlanner {
+        TickPlanner {
+            rules,
+            cursor: state.cursor,
+            armed: state.armed,
+            pending_start: state.pending_start,
+        }
     }
 
     /// The rules in force.

@@ -35,7 +35,7 @@ mod timers;
 mod watching;
 
 use runs::TaskRuns;
-use timers::Timers;
+use timers::{TimerId, Timers};
 use watching::{Debounce, watch_jobs_dir, watch_wall_clock};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
@@ -127,10 +127,10 @@ impl<C: Coordinator> Shared<C> {
     }
 }
 
-/// A task the daemon has loaded, and whether this node fires it (it is in the timers).
+/// A task the daemon has loaded, and its timer when this node fires it.
 struct LoadedTask {
     spec: Arc<TaskSpec>,
-    firing: bool,
+    timer: Option<TimerId>,
 }
 
 /// The running daemon.
@@ -253,10 +253,11 @@ impl<C: Coordinator> Daemon<C> {
                 }
             };
 
-        let mut wanted: BTreeMap<String, Arc<TaskSpec>> = BTreeMap::new();
-        for spec in loaded.tasks {
-            wanted.insert(spec.name.clone(), Arc::new(spec));
-        }
+        // The specs as loaded (on the loader's thread) are what is published; the daemon keeps
+        // its own copies of new and changed ones, made here. So the loader's scratch memory
+        // (file text, TOML trees) and the specs interleaved with it are freed whole after the
+        // publish instead of pinning the loader's heap, and nothing is copied to publish.
+        let mut tasks: Vec<TaskSpec> = loaded.tasks;
         for error in &loaded.errors {
             let kept = error
                 .task
@@ -269,21 +270,26 @@ impl<C: Coordinator> Daemon<C> {
                         "invalid task file, keeping its last good version running: {}",
                         error.one_line()
                     );
-                    wanted.insert(name.clone(), spec);
+                    tasks.retain(|task| task.name != *name);
+                    tasks.push((*spec).clone());
                 }
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
             }
         }
+        // Published in name order, as before.
+        tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        let wanted: std::collections::BTreeSet<&str> =
+            tasks.iter().map(|task| task.name.as_str()).collect();
 
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
         let names: Vec<String> = self.tasks.keys().cloned().collect();
         for name in names {
-            if !wanted.contains_key(&name) {
+            if !wanted.contains(name.as_str()) {
                 let task = self.tasks.remove(&name).expect("listed above");
-                if task.firing {
-                    self.timers.stop(&name);
+                if let Some(timer) = task.timer {
+                    self.timers.stop(timer);
                 }
                 let running = self.runs.get(&name).map_or(0, |runs| runs.cancel_retries());
                 tracing::info!(
@@ -294,14 +300,15 @@ impl<C: Coordinator> Daemon<C> {
                 removed += 1;
             }
         }
-        for (name, spec) in wanted {
-            match self.tasks.get_mut(&name) {
-                Some(task) if task.spec == spec => {}
+        for spec in &tasks {
+            let name = &spec.name;
+            match self.tasks.get_mut(name) {
+                Some(task) if *task.spec == *spec => {}
                 Some(task) => {
-                    if std::mem::take(&mut task.firing) {
-                        self.timers.stop(&name);
+                    if let Some(timer) = task.timer.take() {
+                        self.timers.stop(timer);
                     }
-                    task.spec = spec;
+                    task.spec = Arc::new(spec.clone());
                     tracing::info!(task = %name, "task changed; a run in progress finishes");
                     changed += 1;
                 }
@@ -314,16 +321,17 @@ impl<C: Coordinator> Daemon<C> {
                         "task loaded"
                     );
                     self.tasks.insert(
-                        name,
+                        name.clone(),
                         LoadedTask {
-                            spec,
-                            firing: false,
+                            spec: Arc::new(spec.clone()),
+                            timer: None,
                         },
                     );
                     added += 1;
                 }
             }
         }
+        drop(wanted);
         tracing::info!(
             reason,
             added,
@@ -339,10 +347,10 @@ impl<C: Coordinator> Daemon<C> {
             "tasks reloaded"
         );
 
-        let specs: Vec<TaskSpec> = self.tasks.values().map(|t| (*t.spec).clone()).collect();
-        if let Err(error) = self.shared.coordinator.publish(&specs).await {
+        if let Err(error) = self.shared.coordinator.publish(&tasks).await {
             tracing::error!("cannot publish this node's tasks: {error}");
         }
+        drop(tasks);
         self.apply_leadership();
     }
 
@@ -367,17 +375,18 @@ impl<C: Coordinator> Daemon<C> {
                 }
             }
         }
+        self.timers.reserve(self.tasks.len());
+        self.runs
+            .reserve(self.tasks.len().saturating_sub(self.runs.len()));
         for (name, task) in &mut self.tasks {
             let should_fire = task.spec.enabled && leadership.may_fire(name);
-            match (task.firing, should_fire) {
+            match (task.timer.is_some(), should_fire) {
                 (false, true) => {
                     let runs = self.runs.entry(name.clone()).or_default().clone();
-                    self.timers.fire(task.spec.clone(), runs);
-                    task.firing = true;
+                    task.timer = Some(self.timers.fire(task.spec.clone(), runs));
                 }
                 (true, false) => {
-                    self.timers.stop(name);
-                    task.firing = false;
+                    self.timers.stop(task.timer.take().expect("matched Some"));
                     tracing::info!(task = %name, "no longer firing this task");
                 }
                 _ => {}

@@ -127,7 +127,7 @@ async fn claims_of(
     };
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config);
     let timers = Timers::new(shared);
-    timers.fire(spec, runs.clone());
+    let timer = timers.fire(spec, runs.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while coordinator.claims().len() < count {
         assert!(
@@ -137,7 +137,7 @@ async fn claims_of(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    timers.stop("t");
+    timers.stop(timer);
     coordinator.claims()[..count].to_vec()
 }
 

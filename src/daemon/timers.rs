@@ -15,7 +15,7 @@
 //! task (removal, change, leadership lost, shutdown) is one synchronous table update.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use super::runs::{TaskRuns, fire, rerun_orphan, run_request};
 use super::{Shared, wall_clock};
 use crate::coord::Coordinator;
 use crate::executor::{self, PreparedRun};
-use crate::plan::{self, PlanRules, Step, Tick, TickPlanner};
+use crate::plan::{self, PlanRules, PlannerState, Step, Tick, TickPlanner};
 use crate::task::{NodeLossPolicy, OverlapPolicy, TaskSpec};
 
 /// How long before a tick is due its process is prepared (user and group lookups, environment,
@@ -67,28 +67,46 @@ impl Timers {
         Timers { table, timer_loop }
     }
 
-    /// Starts firing `spec`: its fire record is read, then its ticks are timed. A task already
-    /// fired is stopped first.
-    pub(super) fn fire(&self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) {
+    /// Makes room for `tasks` timers in all, so that loading 10,000 tasks does not grow the
+    /// table by doubling (and leave the smaller copies behind as holes in the heap).
+    pub(super) fn reserve(&self, tasks: usize) {
         let mut table = self.table.lock();
-        table.remove(&spec.name);
-        table.insert(spec, runs);
-        drop(table);
-        self.table.wake.notify_one();
+        let (slots, free) = (table.slots.len(), table.free.len());
+        let more = tasks.saturating_sub(slots - free);
+        table.slots.reserve(more.saturating_sub(free));
+        let idle = table.heap.len();
+        table.heap.reserve(tasks.saturating_sub(idle));
     }
 
-    /// Stops firing `task`: no claim is sent for it from now on (a claim already on its way is
-    /// honoured); its runs go on. Returns whether it was fired.
-    pub(super) fn stop(&self, task: &str) -> bool {
-        self.table.lock().remove(task)
+    /// Starts firing `spec`: its fire record is read, then its ticks are timed.
+    pub(super) fn fire(&self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) -> TimerId {
+        let key = self.table.lock().insert(spec, runs);
+        self.table.wake.notify_one();
+        TimerId(key)
+    }
+
+    /// Stops firing a task: no claim is sent for it from now on (a claim already on its way is
+    /// honoured); its runs go on.
+    pub(super) fn stop(&self, timer: TimerId) {
+        self.table.lock().remove(timer.0);
     }
 
     /// Stops firing every task (shutdown).
     pub(super) fn stop_all(&self) {
         let mut table = self.table.lock();
-        let names: Vec<String> = table.by_name.keys().cloned().collect();
-        for name in names {
-            table.remove(&name);
+        let keys: Vec<Key> = table
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, entry)| {
+                entry.as_ref().map(|entry| Key {
+                    slot,
+                    generation: entry.generation,
+                })
+            })
+            .collect();
+        for key in keys {
+            table.remove(key);
         }
     }
 }
@@ -98,6 +116,10 @@ impl Drop for Timers {
         self.timer_loop.abort();
     }
 }
+
+/// A task's timer, from [`Timers::fire`] until [`Timers::stop`].
+#[derive(Debug)]
+pub(super) struct TimerId(Key);
 
 /// The table and the loop's wake-up, shared by the loop, the activations and [`Timers`].
 #[derive(Clone)]
@@ -119,7 +141,10 @@ impl Handle {
         let Some(entry) = table.entry_mut(key) else {
             return;
         };
-        entry.state = State::Idle { planner, wake };
+        entry.state = State::Idle {
+            planner: planner.into_state(),
+            wake,
+        };
         table.heap.push(Reverse((wake, key)));
         drop(table);
         self.wake.notify_one();
@@ -137,7 +162,6 @@ struct Key {
 struct Table {
     slots: Vec<Option<Entry>>,
     free: Vec<usize>,
-    by_name: HashMap<String, usize>,
     next_generation: u64,
     /// Idle entries by the instant to ask their planner again; stale keys are skipped.
     heap: BinaryHeap<Reverse<(DateTime<Utc>, Key)>>,
@@ -161,9 +185,10 @@ enum State {
     Pending,
     /// An activation holds the planner (or is making it).
     Active { stop: watch::Sender<bool> },
-    /// Sleeping until `wake` (an entry of the heap).
+    /// Sleeping until `wake` (an entry of the heap). The planner's rules are made again from
+    /// the task when it wakes.
     Idle {
-        planner: TickPlanner,
+        planner: PlannerState,
         wake: DateTime<Utc>,
     },
     /// The schedule has no further tick.
@@ -171,14 +196,13 @@ enum State {
 }
 
 impl Table {
-    fn insert(&mut self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) {
+    fn insert(&mut self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) -> Key {
         self.next_generation += 1;
         let generation = self.next_generation;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        self.by_name.insert(spec.name.clone(), slot);
         self.slots[slot] = Some(Entry {
             generation,
             spec,
@@ -186,23 +210,47 @@ impl Table {
             state: State::Pending,
             held_reported: None,
         });
-        self.pending.push_back(Key { slot, generation });
+        let key = Key { slot, generation };
+        self.pending.push_back(key);
+        key
     }
 
-    fn remove(&mut self, task: &str) -> bool {
-        let Some(slot) = self.by_name.remove(task) else {
-            return false;
-        };
+    fn remove(&mut self, key: Key) {
+        if self.entry_mut(key).is_none() {
+            return;
+        }
         if let Some(Entry {
             state: State::Active { stop },
             ..
-        }) = self.slots[slot].take()
+        }) = self.slots[key.slot].take()
         {
             // The activation only sleeps, prepares or claims; it never owns a process.
             let _ = stop.send(true);
         }
-        self.free.push(slot);
-        true
+        self.free.push(key.slot);
+        // A removed task's heap entry stays until its instant (a year for a yearly task);
+        // tasks stopped and fired again many times (reloads, leadership changes) must not pile
+        // them up.
+        let live = self.slots.len() - self.free.len();
+        if self.heap.len() > 2 * live + 1024 {
+            self.rebuild_heap();
+        }
+    }
+
+    /// The heap again from the idle entries, without stale keys.
+    fn rebuild_heap(&mut self) {
+        let idle = self.slots.iter().enumerate().filter_map(|(slot, entry)| {
+            let entry = entry.as_ref()?;
+            let State::Idle { wake, .. } = entry.state else {
+                return None;
+            };
+            let key = Key {
+                slot,
+                generation: entry.generation,
+            };
+            Some(Reverse((wake, key)))
+        });
+        self.heap = idle.collect();
     }
 
     fn entry_mut(&mut self, key: Key) -> Option<&mut Entry> {
@@ -214,22 +262,12 @@ impl Table {
 
     /// Asks every idle planner again now: the wall clock jumped.
     fn replan_all(&mut self, now: DateTime<Utc>) {
-        self.heap.clear();
-        for (slot, entry) in self.slots.iter_mut().enumerate() {
-            if let Some(Entry {
-                generation,
-                state: State::Idle { wake, .. },
-                ..
-            }) = entry
-            {
+        for entry in self.slots.iter_mut().flatten() {
+            if let State::Idle { wake, .. } = &mut entry.state {
                 *wake = now;
-                let key = Key {
-                    slot,
-                    generation: *generation,
-                };
-                self.heap.push(Reverse((now, key)));
             }
         }
+        self.rebuild_heap();
     }
 }
 
@@ -316,10 +354,10 @@ fn ask<C: Coordinator>(
         // Rescheduled since (a clock jump); its current heap entry is elsewhere.
         return;
     }
-    let State::Idle { mut planner, .. } = std::mem::replace(&mut entry.state, State::Finished)
-    else {
+    let State::Idle { planner, .. } = std::mem::replace(&mut entry.state, State::Finished) else {
         unreachable!("matched Idle above");
     };
+    let mut planner = TickPlanner::resume(PlanRules::from_spec(&entry.spec), planner);
     let name = entry.spec.name.as_str();
     let step = planner.poll(now);
     let next_wake = match &step {
@@ -351,7 +389,10 @@ fn ask<C: Coordinator>(
     };
     match next_wake {
         Some(wake) => {
-            entry.state = State::Idle { planner, wake };
+            entry.state = State::Idle {
+                planner: planner.into_state(),
+                wake,
+            };
             locked.heap.push(Reverse((wake, key)));
         }
         None => {

@@ -257,6 +257,27 @@ fn a_paused_process_that_overslept_several_ticks_treats_them_as_missed() {
     assert_eq!(skipped, 1);
 }
 
+/// Issue [5] item 7: a sleeping task keeps its planner's state, not its rules; resumed with
+/// the same rules it decides exactly as the planner it was taken from, pending catch-up
+/// included.
+#[test]
+fn a_planner_resumed_from_its_state_decides_as_the_original() {
+    let rules = || rules("*/10 * * * *", CatchUpPolicy::All, None);
+    let start = utc("2026-01-01T00:25:00Z");
+    let record = Some(utc("2026-01-01T00:00:00Z"));
+    let mut original = TickPlanner::start(rules(), record, start);
+    let mut resumed = TickPlanner::resume(rules(), original.clone().into_state());
+    for now in [
+        "2026-01-01T00:25:00Z",
+        "2026-01-01T00:29:00Z",
+        "2026-01-01T00:30:00.5Z",
+    ] {
+        assert_eq!(resumed.poll(utc(now)), original.poll(utc(now)), "at {now}");
+        resumed = TickPlanner::resume(rules(), resumed.into_state());
+    }
+    assert_eq!(resumed.armed(), original.armed());
+}
+
 #[test]
 fn a_slow_timer_fires_every_tick_that_came_due_within_the_tolerance() {
     // Regression: on a loaded machine an every-second task woke 3 s late and `once` ran
