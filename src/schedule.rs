@@ -33,8 +33,9 @@ pub struct Schedule {
     expression: String,
     /// The fields after alias expansion, as croner reads them. Only the text is kept: croner
     /// keeps a 5,001-byte year bitmap in every parse, so the parse is made when a tick is
-    /// needed and kept in a small bounded cache shared by all schedules ([`parsed`]).
-    expanded: Arc<str>,
+    /// needed and kept in a small bounded cache shared by all schedules ([`parsed`]). Not
+    /// shared between clones, so that a copy holds no memory of the thread that loaded it.
+    expanded: Box<str>,
     /// How the schedule meets a DST change.
     dst: DstRule,
     /// The zone the expression's fields are read in.
@@ -186,7 +187,7 @@ impl Schedule {
         }
         let fields = cronie_fields(&fields)?;
         let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-        let expanded: Arc<str> = fields.join(" ").into();
+        let expanded: Box<str> = fields.join(" ").into();
         parsed::parsed(&expanded).map_err(|error| {
             blame_field(&fields).unwrap_or_else(|| ScheduleError::Other {
                 expression: trimmed.to_string(),

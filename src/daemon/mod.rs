@@ -28,6 +28,7 @@ use crate::coord::{Coordinator, Leadership};
 use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
+mod memory;
 mod runs;
 #[cfg(test)]
 mod tests;
@@ -352,6 +353,7 @@ impl<C: Coordinator> Daemon<C> {
         }
         drop(tasks);
         self.apply_leadership();
+        memory::release_free_memory();
     }
 
     /// Starts timing the tasks this node should fire and stops the others; after a session

@@ -169,6 +169,8 @@ struct Table {
     pending: VecDeque<Key>,
     /// Activations reading a fire record.
     starting: usize,
+    /// Activations started since the last burst of starts ended.
+    started_in_burst: usize,
 }
 
 struct Entry {
@@ -277,9 +279,14 @@ async fn timer_loop<C: Coordinator>(table: Handle, shared: Arc<Shared<C>>) {
     let mut clock_jumps = shared.clock_jumps.clone();
     clock_jumps.borrow_and_update();
     loop {
+        let mut burst_ended = false;
         let next = {
             let mut locked = table.lock();
             start_pending(&mut locked, &table, &shared);
+            if locked.starting == 0 && locked.started_in_burst > 0 {
+                burst_ended = locked.started_in_burst >= STARTS_IN_FLIGHT;
+                locked.started_in_burst = 0;
+            }
             let now = wall_clock();
             while let Some(Reverse((wake, key))) = locked.heap.peek().copied() {
                 if wake > now {
@@ -290,6 +297,11 @@ async fn timer_loop<C: Coordinator>(table: Handle, shared: Arc<Shared<C>>) {
             }
             locked.heap.peek().map(|Reverse((wake, _))| *wake)
         };
+        if burst_ended {
+            // Many tasks just started (start-up, a leadership change): their start-up futures
+            // and the fire records' reads are freed.
+            super::memory::release_free_memory();
+        }
         let sleep = async {
             match next {
                 Some(wake) => {
@@ -319,6 +331,7 @@ fn start_pending<C: Coordinator>(locked: &mut Table, table: &Handle, shared: &Ar
         entry.state = State::Active { stop };
         let (spec, runs) = (entry.spec.clone(), entry.runs.clone());
         locked.starting += 1;
+        locked.started_in_burst += 1;
         let begin = Begin::Start(StartSlot(table.clone()));
         tokio::spawn(activation(
             table.clone(),

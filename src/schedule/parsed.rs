@@ -47,7 +47,7 @@ impl Cache {
     }
 
     /// Keeps `cron`, dropping the least recently used parse when the cache is full.
-    fn insert(&mut self, expanded: &Arc<str>, cron: Arc<Cron>) {
+    fn insert(&mut self, expanded: &str, cron: Arc<Cron>) {
         if self.entries.len() >= self.capacity
             && !self.entries.contains_key(expanded)
             && let Some(oldest) = self
@@ -60,7 +60,7 @@ impl Cache {
         }
         self.clock += 1;
         let used = self.clock;
-        self.entries.insert(expanded.clone(), Entry { cron, used });
+        self.entries.insert(expanded.into(), Entry { cron, used });
     }
 }
 
@@ -68,7 +68,7 @@ static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(|| Mutex::new(Cache::new(CA
 
 /// The parse of `expanded`, the five or six fields as croner reads them (after
 /// [`cronie_fields`](super::cronie_fields)), from the cache or made now.
-pub(super) fn parsed(expanded: &Arc<str>) -> Result<Arc<Cron>, CronError> {
+pub(super) fn parsed(expanded: &str) -> Result<Arc<Cron>, CronError> {
     if let Some(cron) = CACHE.lock().expect("schedule cache poisoned").get(expanded) {
         return Ok(cron);
     }
