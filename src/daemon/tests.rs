@@ -6,6 +6,7 @@ use crate::task::Identity;
 use chrono::TimeDelta;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A coordinator that leads every task, remembers every claim, and takes `result_write` to
 /// record a result: a ZooKeeper round trip on a busy cluster, or a journal fsync on a busy
@@ -17,6 +18,12 @@ struct SlowResults {
     /// When each of `claims` was made (wall clock).
     claimed_at: Mutex<Vec<DateTime<Utc>>>,
     result_write: Duration,
+    /// How long reading a fire record takes, how many were read, and how many were being read
+    /// at once at most.
+    read_delay: Duration,
+    reads: AtomicUsize,
+    reading: AtomicUsize,
+    max_reading: AtomicUsize,
 }
 
 impl SlowResults {
@@ -31,6 +38,10 @@ impl SlowResults {
             claims: Mutex::default(),
             claimed_at: Mutex::default(),
             result_write,
+            read_delay: Duration::ZERO,
+            reads: AtomicUsize::new(0),
+            reading: AtomicUsize::new(0),
+            max_reading: AtomicUsize::new(0),
         })
     }
 
@@ -49,6 +60,11 @@ impl Coordinator for SlowResults {
     }
 
     async fn last_claimed(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        let reading = self.reading.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_reading.fetch_max(reading, Ordering::SeqCst);
+        tokio::time::sleep(self.read_delay).await;
+        self.reading.fetch_sub(1, Ordering::SeqCst);
+        self.reads.fetch_add(1, Ordering::SeqCst);
         Ok(*self.record.lock().unwrap())
     }
 
@@ -95,25 +111,23 @@ impl Coordinator for SlowResults {
 }
 
 fn task(text: &str) -> Arc<TaskSpec> {
+    task_named("t", text)
+}
+
+fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
     let defaults = TaskDefaults {
         timezone: chrono_tz::UTC,
         user: None,
         identity: Identity::current(),
     };
-    let spec = task::parse_task("t", std::path::Path::new("t.toml"), text, &defaults)
-        .unwrap_or_else(|e| panic!("{e:?}"));
+    let path = PathBuf::from(format!("{name}.toml"));
+    let spec = task::parse_task(name, &path, text, &defaults).unwrap_or_else(|e| panic!("{e:?}"));
     Arc::new(spec)
 }
 
-/// Fires `spec` against `coordinator` until it has made `count` claims (within a
-/// deadline) and returns them. The task's runs are kept in `runs`.
-async fn claims_of(
-    spec: Arc<TaskSpec>,
-    coordinator: &Arc<SlowResults>,
-    runs: &Arc<TaskRuns>,
-    count: usize,
-) -> Vec<(DateTime<Utc>, ClaimIntent)> {
-    let config = DaemonConfig {
+/// The daemon settings of these tests.
+fn config() -> DaemonConfig {
+    DaemonConfig {
         jobs_dir: PathBuf::new(),
         node_id: "node-a".into(),
         shutdown_grace: Duration::from_secs(1),
@@ -124,8 +138,18 @@ async fn claims_of(
         },
         job_output_lines: 10,
         reset_flags: None,
-    };
-    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config);
+    }
+}
+
+/// Fires `spec` against `coordinator` until it has made `count` claims (within a
+/// deadline) and returns them. The task's runs are kept in `runs`.
+async fn claims_of(
+    spec: Arc<TaskSpec>,
+    coordinator: &Arc<SlowResults>,
+    runs: &Arc<TaskRuns>,
+    count: usize,
+) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
     let timers = Timers::new(shared);
     let timer = timers.fire(spec, runs.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -139,6 +163,55 @@ async fn claims_of(
     }
     timers.stop(timer);
     coordinator.claims()[..count].to_vec()
+}
+
+/// Issue [5] item 7: every fired task had a tokio task of its own sleeping until its next tick
+/// (and its own planner), 10,000 of them for 10,000 tasks. Idle tasks now wait in the timers'
+/// table: once their fire records are read (a bounded number at once), no task of theirs is
+/// left.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_task_and_starts_are_bounded()
+ {
+    let mut coordinator = SlowResults::new("t", None, Duration::ZERO);
+    Arc::get_mut(&mut coordinator).unwrap().read_delay = Duration::from_millis(2);
+    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let timers = Timers::new(shared);
+    // Daily, twelve hours from now: nothing comes due during the test.
+    let hour = (wall_clock()
+        .format("%H")
+        .to_string()
+        .parse::<u32>()
+        .unwrap()
+        + 12)
+        % 24;
+    let count = 500;
+    for i in 0..count {
+        let text = format!(
+            "schedule = \"{} {hour} * * *\"\ncommand = [\"true\"]\n",
+            i % 60
+        );
+        timers.fire(task_named(&format!("t{i}"), &text), Arc::default());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // The timer loop is the one task left.
+    while coordinator.reads.load(Ordering::SeqCst) < count || metrics.num_alive_tasks() > before + 1
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {count} fire records read, {} tasks alive ({before} before the timers)",
+            coordinator.reads.load(Ordering::SeqCst),
+            metrics.num_alive_tasks()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let max_reading = coordinator.max_reading.load(Ordering::SeqCst);
+    assert!(
+        (2..=timers::STARTS_IN_FLIGHT).contains(&max_reading),
+        "{max_reading} fire records read at once"
+    );
+    assert!(coordinator.claims().is_empty());
 }
 
 /// Issue 9, item 3: "skipped: the previous run is still going" was logged 10 ms after

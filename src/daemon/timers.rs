@@ -48,7 +48,7 @@ const HELD_REPORT_INTERVAL: Duration = Duration::from_secs(3600);
 /// At most this many tasks read their fire record at once when this node starts firing them
 /// (at start-up, all of them): one round trip each with ZooKeeper, and a bounded number of
 /// start-up tasks alive at any time.
-const STARTS_IN_FLIGHT: usize = 64;
+pub(super) const STARTS_IN_FLIGHT: usize = 64;
 
 /// The timers of the tasks this node fires. Dropping it stops the loop (not the runs).
 pub(super) struct Timers {
