@@ -14,7 +14,7 @@
 //!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ mod tests;
 mod timers;
 mod watching;
 
-use runs::TaskRuns;
+use runs::RunsByTask;
 use timers::{TimerId, Timers};
 use watching::{Debounce, watch_jobs_dir, watch_wall_clock};
 
@@ -104,6 +104,8 @@ struct Shared<C> {
     /// when the receiver sees `None` all of them have ended.
     #[allow(dead_code)]
     runs_alive: mpsc::Sender<()>,
+    /// The live runs of every task that has fired here.
+    runs: Arc<RunsByTask>,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -123,6 +125,7 @@ impl<C: Coordinator> Shared<C> {
             leadership,
             clock_jumps,
             runs_alive,
+            runs: Arc::default(),
         };
         (Arc::new(shared), runs_alive_rx)
     }
@@ -140,7 +143,6 @@ pub struct Daemon<C: Coordinator> {
     shared: Arc<Shared<C>>,
     timers: Timers,
     tasks: BTreeMap<String, LoadedTask>,
-    runs: HashMap<String, Arc<TaskRuns>>,
     runs_alive_rx: mpsc::Receiver<()>,
     /// The session losses already acted on.
     session_losses: u64,
@@ -156,7 +158,6 @@ impl<C: Coordinator> Daemon<C> {
             shared,
             config,
             tasks: BTreeMap::new(),
-            runs: HashMap::new(),
             runs_alive_rx,
             session_losses: 0,
             status: String::new(),
@@ -213,7 +214,7 @@ impl<C: Coordinator> Daemon<C> {
                 Event::LeadershipChanged => self.apply_leadership(),
                 Event::Shutdown(signal) => {
                     tracing::info!(signal, "shutting down: no new ticks will fire");
-                    let running: usize = self.runs.values().map(|r| r.count()).sum();
+                    let running = self.shared.runs.count();
                     service::stopping(
                         &format!(
                             "stopping ({signal}): leases released, waiting for {running} running job(s), up to {}",
@@ -292,7 +293,11 @@ impl<C: Coordinator> Daemon<C> {
                 if let Some(timer) = task.timer {
                     self.timers.stop(timer);
                 }
-                let running = self.runs.get(&name).map_or(0, |runs| runs.cancel_retries());
+                let running = self
+                    .shared
+                    .runs
+                    .get(&name)
+                    .map_or(0, |runs| runs.cancel_retries());
                 tracing::info!(
                     task = %name,
                     running,
@@ -366,7 +371,7 @@ impl<C: Coordinator> Daemon<C> {
                 if !task.spec.kill_on_session_loss {
                     continue;
                 }
-                if let Some(runs) = self.runs.get(name)
+                if let Some(runs) = self.shared.runs.get(name)
                     && runs.count() > 0
                 {
                     tracing::warn!(
@@ -378,14 +383,11 @@ impl<C: Coordinator> Daemon<C> {
             }
         }
         self.timers.reserve(self.tasks.len());
-        self.runs
-            .reserve(self.tasks.len().saturating_sub(self.runs.len()));
         for (name, task) in &mut self.tasks {
             let should_fire = task.spec.enabled && leadership.may_fire(name);
             match (task.timer.is_some(), should_fire) {
                 (false, true) => {
-                    let runs = self.runs.entry(name.clone()).or_default().clone();
-                    task.timer = Some(self.timers.fire(task.spec.clone(), runs));
+                    task.timer = Some(self.timers.fire(task.spec.clone()));
                 }
                 (true, false) => {
                     self.timers.stop(task.timer.take().expect("matched Some"));
@@ -408,21 +410,21 @@ impl<C: Coordinator> Daemon<C> {
         self.timers.stop_all();
         // After the timers' stop: a run whose claim was already on its way when its task was
         // stopped sees the stop itself when it registers (see `start_run`).
-        for task_runs in self.runs.values() {
+        for task_runs in self.shared.runs.all() {
             task_runs.cancel_retries();
         }
         self.shared.coordinator.release_all().await;
-        let running: usize = self.runs.values().map(|r| r.count()).sum();
+        let running = self.shared.runs.count();
         // Our own sender must go, or the channel never reports the last run's end.
         let Daemon {
             shared,
             timers,
-            runs,
             mut runs_alive_rx,
             config,
             ..
         } = self;
         let coordinator = shared.coordinator.clone();
+        let runs = shared.runs.clone();
         // The timer loop holds `shared` too.
         drop(timers);
         drop(shared);
@@ -437,12 +439,12 @@ impl<C: Coordinator> Daemon<C> {
             .await
             .is_ok();
         if !all_ended {
-            let still: usize = runs.values().map(|r| r.count()).sum();
+            let still = runs.count();
             tracing::warn!(
                 running = still,
                 "shutdown_grace is over; killing the remaining jobs' process groups"
             );
-            for task_runs in runs.values() {
+            for task_runs in runs.all() {
                 task_runs.stop_all(true);
             }
             // SIGKILL cannot be ignored; the runs end as soon as the kernel reaps them.

@@ -1,6 +1,7 @@
 //! A tick's claim and its run: the overlap check, the claim, the spawn, and the live runs of
 //! each task ([`TaskRuns`]).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,55 @@ use crate::task::{OverlapPolicy, TaskSpec};
 /// (background processes it leaves behind are not tracked, as in cron), not until its result is
 /// recorded: a tick that comes due while the result is being written is not skipped for
 /// `overlap`.
+/// The live runs of every task that has fired on this node, by name. A task's entry is made
+/// at its first tick (an idle task has none) and kept, so that runs outlive a change of the
+/// task's file or its removal: a modified task still sees its earlier run for `overlap`, and
+/// shutdown sees every run.
+#[derive(Default)]
+pub(super) struct RunsByTask(Mutex<HashMap<String, Arc<TaskRuns>>>);
+
+impl RunsByTask {
+    /// The runs of `task`, made now if it never fired.
+    pub(super) fn of(&self, task: &str) -> Arc<TaskRuns> {
+        let mut map = self.0.lock().expect("runs map poisoned");
+        if let Some(runs) = map.get(task) {
+            return runs.clone();
+        }
+        let runs = Arc::<TaskRuns>::default();
+        map.insert(task.to_string(), runs.clone());
+        runs
+    }
+
+    /// The runs of `task`, if it ever fired.
+    pub(super) fn get(&self, task: &str) -> Option<Arc<TaskRuns>> {
+        self.0.lock().expect("runs map poisoned").get(task).cloned()
+    }
+
+    /// The runs of every task that ever fired.
+    pub(super) fn all(&self) -> Vec<Arc<TaskRuns>> {
+        self.0
+            .lock()
+            .expect("runs map poisoned")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// How many runs are live.
+    pub(super) fn count(&self) -> usize {
+        self.all().iter().map(|runs| runs.count()).sum()
+    }
+
+    /// Uses `runs` as the runs of `task` (tests that watch a task's runs).
+    #[cfg(test)]
+    pub(super) fn adopt(&self, task: &str, runs: Arc<TaskRuns>) {
+        self.0
+            .lock()
+            .expect("runs map poisoned")
+            .insert(task.to_string(), runs);
+    }
+}
+
 #[derive(Default)]
 pub(super) struct TaskRuns {
     running: Mutex<Vec<RunEntry>>,

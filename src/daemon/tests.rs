@@ -1,3 +1,4 @@
+use super::runs::TaskRuns;
 use super::*;
 use crate::coord::CoordError;
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
@@ -150,8 +151,9 @@ async fn claims_of(
     count: usize,
 ) -> Vec<(DateTime<Utc>, ClaimIntent)> {
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
+    shared.runs.adopt(&spec.name, runs.clone());
     let timers = Timers::new(shared);
-    let timer = timers.fire(spec, runs.clone());
+    let timer = timers.fire(spec);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while coordinator.claims().len() < count {
         assert!(
@@ -192,7 +194,7 @@ async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_tas
             "schedule = \"{} {hour} * * *\"\ncommand = [\"true\"]\n",
             i % 60
         );
-        timers.fire(task_named(&format!("t{i}"), &text), Arc::default());
+        timers.fire(task_named(&format!("t{i}"), &text));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     // The timer loop is the one task left.

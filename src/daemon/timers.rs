@@ -23,7 +23,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use super::runs::{TaskRuns, fire, rerun_orphan, run_request};
+use super::runs::{fire, rerun_orphan, run_request};
 use super::{Shared, wall_clock};
 use crate::coord::Coordinator;
 use crate::executor::{self, PreparedRun};
@@ -79,8 +79,8 @@ impl Timers {
     }
 
     /// Starts firing `spec`: its fire record is read, then its ticks are timed.
-    pub(super) fn fire(&self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) -> TimerId {
-        let key = self.table.lock().insert(spec, runs);
+    pub(super) fn fire(&self, spec: Arc<TaskSpec>) -> TimerId {
+        let key = self.table.lock().insert(spec);
         self.table.wake.notify_one();
         TimerId(key)
     }
@@ -176,7 +176,6 @@ struct Table {
 struct Entry {
     generation: u64,
     spec: Arc<TaskSpec>,
-    runs: Arc<TaskRuns>,
     state: State,
     /// When the task was last reported held by a fire record ahead of the clock.
     held_reported: Option<tokio::time::Instant>,
@@ -198,7 +197,7 @@ enum State {
 }
 
 impl Table {
-    fn insert(&mut self, spec: Arc<TaskSpec>, runs: Arc<TaskRuns>) -> Key {
+    fn insert(&mut self, spec: Arc<TaskSpec>) -> Key {
         self.next_generation += 1;
         let generation = self.next_generation;
         let slot = self.free.pop().unwrap_or_else(|| {
@@ -208,7 +207,6 @@ impl Table {
         self.slots[slot] = Some(Entry {
             generation,
             spec,
-            runs,
             state: State::Pending,
             held_reported: None,
         });
@@ -329,7 +327,7 @@ fn start_pending<C: Coordinator>(locked: &mut Table, table: &Handle, shared: &Ar
         };
         let (stop, stop_rx) = watch::channel(false);
         entry.state = State::Active { stop };
-        let (spec, runs) = (entry.spec.clone(), entry.runs.clone());
+        let spec = entry.spec.clone();
         locked.starting += 1;
         locked.started_in_burst += 1;
         let begin = Begin::Start(StartSlot(table.clone()));
@@ -338,7 +336,6 @@ fn start_pending<C: Coordinator>(locked: &mut Table, table: &Handle, shared: &Ar
             key,
             spec,
             shared.clone(),
-            runs,
             stop_rx,
             begin,
         ));
@@ -411,13 +408,12 @@ fn ask<C: Coordinator>(
         None => {
             let (stop, stop_rx) = watch::channel(false);
             entry.state = State::Active { stop };
-            let (spec, runs) = (entry.spec.clone(), entry.runs.clone());
+            let spec = entry.spec.clone();
             tokio::spawn(activation(
                 table.clone(),
                 key,
                 spec,
                 shared.clone(),
-                runs,
                 stop_rx,
                 Begin::Step(planner, step),
             ));
@@ -461,7 +457,6 @@ async fn activation<C: Coordinator>(
     key: Key,
     spec: Arc<TaskSpec>,
     shared: Arc<Shared<C>>,
-    runs: Arc<TaskRuns>,
     mut stop: watch::Receiver<bool>,
     begin: Begin,
 ) {
@@ -472,7 +467,7 @@ async fn activation<C: Coordinator>(
                 return;
             };
             if spec.on_node_loss == NodeLossPolicy::Rerun {
-                rerun_orphan(&spec, &shared, &runs, &stop).await;
+                rerun_orphan(&spec, &shared, &shared.runs.of(name), &stop).await;
             }
             drop(slot);
             let mut planner =
@@ -488,12 +483,15 @@ async fn activation<C: Coordinator>(
     // The armed tick's process, prepared up to PREPARE_AHEAD before it is due, so that neither
     // the preparation nor the claim waits on the other at the tick's instant.
     let mut ahead: Option<(Tick, PreparedRun)> = None;
+    let mut runs = None;
     loop {
         if *stop.borrow() {
             return;
         }
         match step {
             Step::Fire { ticks, skipped } => {
+                // Made at the task's first tick: an idle task keeps no runs.
+                let runs = runs.get_or_insert_with(|| shared.runs.of(name));
                 if skipped > 0 {
                     tracing::warn!(
                         task = %name,
@@ -518,7 +516,7 @@ async fn activation<C: Coordinator>(
                         .take()
                         .filter(|(armed, _)| *armed == tick)
                         .map(|(_, prepared)| prepared);
-                    fire(&spec, &shared, &runs, tick, prepared, &stop).await;
+                    fire(&spec, &shared, runs, tick, prepared, &stop).await;
                 }
             }
             Step::SleepUntil(due) => {
