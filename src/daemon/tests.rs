@@ -4,7 +4,7 @@ use crate::coord::CoordError;
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::plan;
 use crate::task::Identity;
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
