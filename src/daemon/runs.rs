@@ -198,8 +198,8 @@ pub(super) async fn fire<C: Coordinator>(
     }
     // A failed claim (the backend could not tell) is retried while this node still leads the
     // task: dropping the tick would lose it, because the planner has moved past it. When the
-    // node pauses or loses the task, the loop stops and whoever leads next catches the tick
-    // up from the fire record.
+    // node pauses or loses the task, its timer is stopped and whoever leads next catches the
+    // tick up from the fire record.
     let mut delay = Duration::from_millis(100);
     loop {
         if *stop.borrow_and_update() {
@@ -321,8 +321,9 @@ pub(super) fn run_request<C: Coordinator>(
 /// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
 /// the main process of its last attempt exits (background processes it leaves behind are not
 /// tracked), and its result is recorded right after that (while its output may still be
-/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If `stop` is set when the run registers (the claim was already on its way when the
-/// loop was told to stop), the run gets no retries.
+/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If
+/// `stop` is set when the run registers (the claim was already on its way when the task was
+/// stopped), the run gets no retries.
 fn start_run<C: Coordinator>(
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
