@@ -469,7 +469,7 @@ fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<Path
 fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
     let timezone = schedule::parse_timezone(&args.tz)?;
     let schedule = Schedule::parse(&args.expression, timezone)?;
-    let after = args.after.unwrap_or_else(daemon::wall_clock);
+    let after = args.after.unwrap_or_else(crate::clock::wall_clock);
     let mut printed = 0;
     for tick in schedule.ticks_after(after).take(args.count) {
         let local = tick.with_timezone(&timezone);
@@ -503,7 +503,7 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => loaded,
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
-    let now = daemon::wall_clock();
+    let now = crate::clock::wall_clock();
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
@@ -601,7 +601,7 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
                 .map_or("the config".into(), |p| p.display().to_string())
         );
     }
-    let now = daemon::wall_clock();
+    let now = crate::clock::wall_clock();
     let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
     let to = args.to.unwrap_or(now);

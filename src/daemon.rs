@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -47,11 +46,7 @@ const WATCH_QUIET: Duration = Duration::from_millis(300);
 /// reloaded at most this long after its first change, and again as long as it lasts.
 const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
 
-/// The current wall-clock time. The core never calls this; the shell passes it in.
-#[allow(clippy::disallowed_methods)]
-pub fn wall_clock() -> DateTime<Utc> {
-    Utc::now()
-}
+pub use crate::clock::wall_clock;
 
 /// What the daemon needs to know, already resolved from config and flags.
 #[derive(Debug, Clone)]
@@ -1040,7 +1035,7 @@ mod tests {
     use super::*;
     use crate::coord::CoordError;
     use crate::task::Identity;
-    use chrono::TimeDelta;
+    use chrono::{DateTime, TimeDelta, Utc};
     use std::collections::BTreeSet;
 
     /// A coordinator that leads every task, remembers every claim, and takes `result_write` to

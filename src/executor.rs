@@ -914,7 +914,7 @@ fn spawn_attempt(
     };
     let task = request.task.as_str();
     let fire_id = request.fire_id.as_str();
-    let lateness = (attempt == 1).then(|| crate::daemon::wall_clock() - request.due_at);
+    let lateness = (attempt == 1).then(|| crate::clock::wall_clock() - request.due_at);
     let pid = child.id();
     let guard = GroupGuard {
         pgid: pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw),
