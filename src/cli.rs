@@ -16,7 +16,7 @@ use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::ZkCoordinator;
-use crate::daemon::{self, Daemon};
+use crate::daemon::Daemon;
 use crate::files::{self, PathProblem};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
