@@ -12,6 +12,7 @@ use anyhow::Context;
 use chrono::{DateTime, Timelike, Utc};
 use clap::{Args, Parser, Subcommand};
 
+use crate::accounts::Identity;
 use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
@@ -21,7 +22,7 @@ use crate::files::{self, PathProblem};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
-use crate::task::{self, Identity, LoadedDir, TaskDefaults};
+use crate::task::{self, LoadedDir, TaskDefaults};
 
 /// Where the node config is read from when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/zkcron/zkcron.toml";

@@ -39,7 +39,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::instrument::WithSubscriber;
 
-use crate::task::{CommandLine, Identity, RetryPolicy};
+use crate::accounts::Identity;
+use crate::task::{CommandLine, RetryPolicy};
 
 /// The `PATH` a child starts with, as cron gives it.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

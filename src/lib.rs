@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //!
+//! - [`accounts`]: who zkcron runs as ([`accounts::Identity`]) and user and group lookups.
 //! - [`clock`]: the shell's one wall-clock read (the core takes `now` as an argument).
 //! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
@@ -20,6 +21,7 @@
 //! - [`cli`]: the `zkcron` command line.
 //! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
+pub mod accounts;
 pub mod cli;
 pub mod clock;
 pub mod config;
