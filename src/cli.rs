@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Timelike, Utc};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::accounts::Identity;
 use crate::config::Backend;
@@ -678,7 +678,7 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let script = crate::manual::completions(args.shell);
+    let script = crate::manual::completions(Cli::command(), args.shell);
     write_stdout(&script).with_context(|| {
         format!(
             "cannot write the {} completion script to standard output",
@@ -690,7 +690,8 @@ fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
 
 fn print_man_page() -> anyhow::Result<ExitCode> {
     let mut page = Vec::new();
-    crate::manual::write_man_page(&mut page).context("cannot render the manual page")?;
+    crate::manual::write_man_page(Cli::command(), &mut page)
+        .context("cannot render the manual page")?;
     write_stdout(&page).context("cannot write the manual page to standard output")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -707,7 +708,6 @@ fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_definition_is_consistent() {
