@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -162,7 +163,7 @@ mod stop;
 #[cfg(test)]
 mod tests;
 
-use output::{OutputBudget, drain_output, spawn_reader};
+use output::{OutputBudget, drain_output, spawn_output_reader};
 use process::{GroupGuard, build_command, program_and_args, resolve_process, terminate_group};
 pub use process::{UserAction, decide_user};
 use stop::StopKind;
@@ -181,7 +182,8 @@ pub fn retry_delay(policy: &RetryPolicy, retry: u32) -> Duration {
 /// claimed, so that after a won claim [`start`] only spawns.
 #[derive(Debug)]
 pub struct PreparedRun {
-    request: RunRequest,
+    /// Shared with the blocking threads that prepare attempts, so no attempt copies it.
+    request: Arc<RunRequest>,
     /// The first attempt's process, ready to spawn, or why it cannot be started.
     first: Result<AttemptCommand, String>,
 }
@@ -206,6 +208,7 @@ struct AttemptCommand {
 /// environment, the user's and group's ids and supplementary groups, the working directory.
 /// It reads the user and group databases and the file system on a blocking thread.
 pub async fn prepare(request: RunRequest) -> PreparedRun {
+    let request = Arc::new(request);
     let task = request.clone();
     match tokio::task::spawn_blocking(move || prepare_attempt(&task, 1)).await {
         Ok(first) => PreparedRun { request, first },
@@ -229,7 +232,7 @@ fn prepare_attempt(request: &RunRequest, attempt: u32) -> Result<AttemptCommand,
 /// A run whose first attempt [`start`] has spawned (or recorded as failed to start).
 #[derive(Debug)]
 pub struct StartedRun {
-    request: RunRequest,
+    request: Arc<RunRequest>,
     first: Attempt,
 }
 
@@ -250,7 +253,8 @@ struct RunningAttempt {
     guard: GroupGuard,
     started: Instant,
     lateness: Option<TimeDelta>,
-    readers: [Option<JoinHandle<()>>; 2],
+    /// Reads and logs both output pipes until their end.
+    output: JoinHandle<()>,
 }
 
 /// Spawns the first attempt of a prepared run at once. In the daemon this is the only step
@@ -309,15 +313,15 @@ impl StartedRun {
         let mut attempts: Vec<AttemptOutcome> = Vec::new();
         let mut next = first;
         loop {
-            let readers = match next {
+            let output = match next {
                 Attempt::Failed(outcome) => {
                     attempts.push(outcome);
                     None
                 }
                 Attempt::Running(running) => {
-                    let (outcome, readers) = running.wait(&request, &mut stop).await;
+                    let (outcome, output) = running.wait(&request, &mut stop).await;
                     attempts.push(outcome);
-                    Some(readers)
+                    Some(output)
                 }
             };
             let last = attempts.last().expect("pushed above");
@@ -327,8 +331,8 @@ impl StartedRun {
             if !retry {
                 end(&attempts);
             }
-            if let Some(readers) = readers {
-                drain_output(readers, task, fire_id).await;
+            if let Some(output) = output {
+                drain_output(output, task, fire_id).await;
                 log_finished(&request, attempts.last().expect("pushed above"));
             }
             if !retry {
@@ -524,10 +528,12 @@ fn spawn_attempt(
 
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let budget = OutputBudget::new(request, attempt, [stdout.is_some(), stderr.is_some()]);
-    let readers = [
-        stdout.map(|out| spawn_reader(BufReader::new(out), request, "stdout", budget.clone())),
-        stderr.map(|err| spawn_reader(BufReader::new(err), request, "stderr", budget.clone())),
-    ];
+    let output = spawn_output_reader(
+        stdout.map(BufReader::new),
+        stderr.map(BufReader::new),
+        request,
+        budget,
+    );
     Attempt::Running(RunningAttempt {
         attempt,
         child,
@@ -535,18 +541,18 @@ fn spawn_attempt(
         guard,
         started,
         lateness,
-        readers,
+        output,
     })
 }
 
 impl RunningAttempt {
     /// Waits for the main process to exit, enforcing the timeout and stop requests; returns how
-    /// it ended and its output readers, which may still be draining.
+    /// it ended and its output reader, which may still be draining.
     async fn wait(
         self,
         request: &RunRequest,
         stop: &mut StopSignal,
-    ) -> (AttemptOutcome, [Option<JoinHandle<()>>; 2]) {
+    ) -> (AttemptOutcome, JoinHandle<()>) {
         let RunningAttempt {
             attempt,
             mut child,
@@ -554,7 +560,7 @@ impl RunningAttempt {
             mut guard,
             started,
             lateness,
-            readers,
+            output,
         } = self;
         let task = request.task.as_str();
         let fire_id = request.fire_id.as_str();
@@ -624,7 +630,7 @@ impl RunningAttempt {
             pid,
             lateness,
         };
-        (outcome, readers)
+        (outcome, output)
     }
 }
 

@@ -10,14 +10,12 @@ use tracing::instrument::WithSubscriber;
 
 use super::{MAX_LINE_BYTES, OUTPUT_DRAIN_LIMIT, RunRequest};
 
-/// Waits up to [`OUTPUT_DRAIN_LIMIT`] for the readers to reach end of file, then leaves them
-/// running on their own.
-pub(super) async fn drain_output(readers: [Option<JoinHandle<()>>; 2], task: &str, fire_id: &str) {
+/// Waits up to [`OUTPUT_DRAIN_LIMIT`] for the reader to reach end of file on both pipes, then
+/// leaves it running on its own.
+pub(super) async fn drain_output(reader: JoinHandle<()>, task: &str, fire_id: &str) {
     let all = async {
-        for reader in readers.into_iter().flatten() {
-            if let Err(e) = reader.await {
-                tracing::warn!(task = %task, fire_id = %fire_id, "an output reader failed: {e}");
-            }
+        if let Err(e) = reader.await {
+            tracing::warn!(task = %task, fire_id = %fire_id, "an output reader failed: {e}");
         }
     };
     if tokio::time::timeout(OUTPUT_DRAIN_LIMIT, all).await.is_err() {
@@ -82,14 +80,10 @@ struct TailLine {
 
 impl OutputBudget {
     /// A budget for attempt `attempt` of `request`, whose streams are open as `open` says.
-    pub(super) fn new(
-        request: &RunRequest,
-        attempt: u32,
-        open: [bool; 2],
-    ) -> std::sync::Arc<OutputBudget> {
+    pub(super) fn new(request: &RunRequest, attempt: u32, open: [bool; 2]) -> OutputBudget {
         let limit = request.output_lines;
         let head = limit / 2;
-        std::sync::Arc::new(OutputBudget {
+        OutputBudget {
             task: request.task.clone(),
             fire_id: request.fire_id.clone(),
             attempt,
@@ -104,7 +98,7 @@ impl OutputBudget {
                 left_out_bytes: 0,
                 open: open.iter().filter(|o| **o).count(),
             }),
-        })
+        }
     }
 
     /// Takes a line of `stream` that took `bytes` of it: logs it if the head has room, else
@@ -193,29 +187,47 @@ impl OutputBudget {
     }
 }
 
-/// Logs one output stream line by line, within `budget`, on its own task, which carries the
-/// caller's tracing subscriber.
-pub(super) fn spawn_reader<R>(
-    reader: R,
+/// Logs both output streams line by line, within `budget`, on one task (one per attempt, not
+/// one per stream: a task costs a spawn and wake-ups on every fire), which carries the caller's
+/// tracing subscriber. The two streams are read concurrently, each to its end.
+pub(super) fn spawn_output_reader<O, E>(
+    stdout: Option<O>,
+    stderr: Option<E>,
     request: &RunRequest,
-    stream: &'static str,
-    budget: std::sync::Arc<OutputBudget>,
+    budget: OutputBudget,
 ) -> JoinHandle<()>
 where
-    R: AsyncBufRead + Unpin + Send + 'static,
+    O: AsyncBufRead + Unpin + Send + 'static,
+    E: AsyncBufRead + Unpin + Send + 'static,
 {
     let task = request.task.clone();
     let fire_id = request.fire_id.clone();
     tokio::spawn(
         async move {
-            let log = |line: &str, bytes: usize| budget.line(stream, line, bytes);
-            if let Err(e) = for_each_line(reader, MAX_LINE_BYTES, log).await {
-                tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
-            }
-            budget.close();
+            let (budget, task, fire_id) = (&budget, &task, &fire_id);
+            tokio::join!(
+                read_stream(stdout, "stdout", budget, task, fire_id),
+                read_stream(stderr, "stderr", budget, task, fire_id)
+            );
         }
         .with_current_subscriber(),
     )
+}
+
+/// Logs one stream, if it is open, to its end within `budget`, then closes it in the budget.
+async fn read_stream<R: AsyncBufRead + Unpin>(
+    reader: Option<R>,
+    stream: &'static str,
+    budget: &OutputBudget,
+    task: &str,
+    fire_id: &str,
+) {
+    let Some(reader) = reader else { return };
+    let log = |line: &str, bytes: usize| budget.line(stream, line, bytes);
+    if let Err(e) = for_each_line(reader, MAX_LINE_BYTES, log).await {
+        tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
+    }
+    budget.close();
 }
 
 /// Calls `emit` with every line of `reader`, without its line ending, and the number of bytes

@@ -86,12 +86,14 @@ pub(super) struct ProcessSetup {
     program: PathBuf,
 }
 
-/// The daemon's own user, group and passwd entry. They do not change while it runs, so they are
+/// The daemon's own user, group, passwd entry and `LANG`. They do not change while it runs, so they are
 /// looked up once instead of reading the user and group databases on every spawn.
 struct Myself {
     identity: Identity,
     group: String,
     account: Option<User>,
+    /// The daemon's `LANG`, passed on to every child.
+    lang: Option<OsString>,
 }
 
 fn myself() -> &'static Myself {
@@ -106,6 +108,7 @@ fn myself() -> &'static Myself {
                 .map(|g| g.name)
                 .unwrap_or_else(|| gid.to_string()),
             account: User::from_uid(Uid::current()).ok().flatten(),
+            lang: std::env::var_os("LANG"),
         }
     })
 }
@@ -121,6 +124,7 @@ pub(super) fn resolve_process(
         identity: me,
         group: my_group,
         account: my_account,
+        lang,
     } = myself();
     let action = decide_user(
         me,
@@ -185,8 +189,8 @@ pub(super) fn resolve_process(
         ("LOGNAME".into(), user_name.into()),
         ("SHELL".into(), "/bin/sh".into()),
     ];
-    if let Some(lang) = std::env::var_os("LANG") {
-        env.push(("LANG".into(), lang));
+    if let Some(lang) = lang {
+        env.push(("LANG".into(), lang.clone()));
     }
     let scheduled_at = request
         .scheduled_at
