@@ -206,9 +206,16 @@ struct AttemptCommand {
 
 /// Resolves what the first attempt of `request` needs: `argv[0]` in the child's `PATH`, the
 /// environment, the user's and group's ids and supplementary groups, the working directory.
-/// It reads the user and group databases and the file system on a blocking thread.
+/// It reads the user and group databases on a blocking thread. A run that needs no lookup (it
+/// runs as the daemon's own user and group, which are looked up once) is prepared in place:
+/// what is left are a few `stat`s of the paths the spawn walks anyway and the environment, and
+/// the hop to a blocking thread and back cost more than that on every fire.
 pub async fn prepare(request: RunRequest) -> PreparedRun {
     let request = Arc::new(request);
+    if !process::reads_account_databases(&request) {
+        let first = prepare_attempt(&request, 1);
+        return PreparedRun { request, first };
+    }
     let task = request.clone();
     match tokio::task::spawn_blocking(move || prepare_attempt(&task, 1)).await {
         Ok(first) => PreparedRun { request, first },

@@ -96,8 +96,9 @@ struct Myself {
     lang: Option<OsString>,
 }
 
+static MYSELF: std::sync::OnceLock<Myself> = std::sync::OnceLock::new();
+
 fn myself() -> &'static Myself {
-    static MYSELF: std::sync::OnceLock<Myself> = std::sync::OnceLock::new();
     MYSELF.get_or_init(|| {
         let gid = Gid::current();
         Myself {
@@ -113,8 +114,27 @@ fn myself() -> &'static Myself {
     })
 }
 
+/// Whether preparing `request` reads the user and group databases: when it switches user or
+/// group, and the first time, when the daemon's own entries are looked up. Otherwise it only
+/// checks the working directory and `argv[0]` (a few `stat`s of paths that the spawn walks
+/// again anyway) and builds the environment.
+pub(super) fn reads_account_databases(request: &RunRequest) -> bool {
+    let Some(me) = MYSELF.get() else {
+        return true;
+    };
+    matches!(
+        decide_user(
+            &me.identity,
+            &me.group,
+            request.user.as_deref(),
+            request.group.as_deref(),
+        ),
+        UserAction::Switch { .. }
+    )
+}
+
 /// Resolves user, group, environment and working directory. Blocking: it reads the user and
-/// group databases and the file system.
+/// group databases (see [`reads_account_databases`]) and the file system.
 pub(super) fn resolve_process(
     request: &RunRequest,
     attempt: u32,
