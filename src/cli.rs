@@ -10,18 +10,19 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Timelike, Utc};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use crate::accounts::Identity;
 use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::ZkCoordinator;
-use crate::daemon::{self, Daemon};
+use crate::daemon::Daemon;
 use crate::files::{self, PathProblem};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
-use crate::task::{self, Identity, LoadedDir, TaskDefaults};
+use crate::task::{self, LoadedDir, TaskDefaults};
 
 /// Where the node config is read from when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/zkcron/zkcron.toml";
@@ -469,7 +470,7 @@ fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<Path
 fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
     let timezone = schedule::parse_timezone(&args.tz)?;
     let schedule = Schedule::parse(&args.expression, timezone)?;
-    let after = args.after.unwrap_or_else(daemon::wall_clock);
+    let after = args.after.unwrap_or_else(crate::clock::wall_clock);
     let mut printed = 0;
     for tick in schedule.ticks_after(after).take(args.count) {
         let local = tick.with_timezone(&timezone);
@@ -503,7 +504,7 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => loaded,
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
-    let now = daemon::wall_clock();
+    let now = crate::clock::wall_clock();
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
@@ -601,7 +602,7 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
                 .map_or("the config".into(), |p| p.display().to_string())
         );
     }
-    let now = daemon::wall_clock();
+    let now = crate::clock::wall_clock();
     let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
     let to = args.to.unwrap_or(now);
@@ -677,7 +678,7 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let script = crate::manual::completions(args.shell);
+    let script = crate::manual::completions(Cli::command(), args.shell);
     write_stdout(&script).with_context(|| {
         format!(
             "cannot write the {} completion script to standard output",
@@ -689,7 +690,8 @@ fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
 
 fn print_man_page() -> anyhow::Result<ExitCode> {
     let mut page = Vec::new();
-    crate::manual::write_man_page(&mut page).context("cannot render the manual page")?;
+    crate::manual::write_man_page(Cli::command(), &mut page)
+        .context("cannot render the manual page")?;
     write_stdout(&page).context("cannot write the manual page to standard output")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -706,7 +708,6 @@ fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_definition_is_consistent() {

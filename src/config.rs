@@ -17,9 +17,11 @@ use chrono_tz::Tz;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use crate::accounts::Identity;
+use crate::diag::decode_utf8;
 use crate::diag::{Problem, Report};
 use crate::schedule::parse_timezone;
-use crate::task::{Checker, Identity, TaskDefaults, closest, decode_utf8};
+use crate::task::{Checker, TaskDefaults, closest};
 
 /// The sections of `zkcron.toml` and their keys.
 const SECTIONS: &[(&str, &[&str])] = &[

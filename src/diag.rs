@@ -219,9 +219,65 @@ fn decode_toml_string(raw: &str) -> Option<(String, Vec<Range<usize>>)> {
     Some((value, sources))
 }
 
+/// `path` as a shell word, so the fix commands in help lines can be pasted as they are.
+pub(crate) fn shell_quote(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// Decodes a file as UTF-8; the error points at the first bad byte.
+pub(crate) fn decode_utf8(bytes: Vec<u8>) -> Result<String, Problem> {
+    String::from_utf8(bytes).map_err(|error| {
+        let bad_at = error.utf8_error().valid_up_to();
+        let bytes = error.as_bytes();
+        let bad_byte = bytes[bad_at];
+        // Everything before `bad_at` is valid UTF-8.
+        let before = std::str::from_utf8(&bytes[..bad_at]).unwrap_or_default();
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let line_end = bytes[bad_at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |i| bad_at + i);
+        let line = before.matches('\n').count() + 1;
+        let column = before[line_start..].chars().count() + 1;
+        Problem {
+            position: Position {
+                line,
+                column,
+                width: 1,
+                snippet: String::from_utf8_lossy(&bytes[line_start..line_end])
+                    .trim_end_matches('\r')
+                    .to_string(),
+            },
+            message: format!(
+                "the file is not valid UTF-8: byte 0x{bad_byte:02x} at line {line}, column {column}"
+            ),
+            help: Some("save the file as UTF-8".into()),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_quote_leaves_plain_paths_alone() {
+        assert_eq!(
+            shell_quote(Path::new("/etc/zkcron/jobs.d/a-b_c.toml")),
+            "/etc/zkcron/jobs.d/a-b_c.toml"
+        );
+        assert_eq!(shell_quote(Path::new("/x/a b.toml")), "'/x/a b.toml'");
+        assert_eq!(shell_quote(Path::new("/x/it's")), "'/x/it'\\''s'");
+    }
 
     #[test]
     fn position_counts_characters_and_drops_carriage_returns() {

@@ -28,8 +28,9 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::accounts::Identity;
+use crate::diag::shell_quote;
 use crate::diag::{Problem, Report};
-use crate::task::{Identity, shell_quote};
 
 /// Something zkcron refuses about a path (the jobs dir, one of its parents, the config file),
 /// with the fix. `Display` renders it like a whole-file error of a task file.

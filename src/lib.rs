@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //!
+//! - [`accounts`]: who zkcron runs as ([`accounts::Identity`]) and user and group lookups.
+//! - [`clock`]: the shell's one wall-clock read (the core takes `now` as an argument).
 //! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
 //! - [`config`]: the node configuration `zkcron.toml`.
@@ -19,7 +21,9 @@
 //! - [`cli`]: the `zkcron` command line.
 //! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
+pub mod accounts;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod coord;
 pub mod daemon;

@@ -1,22 +1,19 @@
 //! The manual page `zkcron(1)` and the shell completions, both generated from the clap
-//! definition in [`crate::cli`], so they cannot drift from what the binary accepts.
+//! definition in [`crate::cli`], so they cannot drift from what the binary accepts. `cli` hands
+//! its `clap::Command` in, so this module does not import the command line that calls it.
 //!
 //! The packages ship what `zkcron man` and `zkcron completions SHELL` print (see
 //! `scripts/package`). This module only renders text; it reads no config and starts nothing.
 
 use std::io::{self, Write};
 
-use clap::CommandFactory;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
-
-/// Writes `zkcron(1)` in roff: clap_mangen's title, name, synopsis, description and options,
+/// Writes `zkcron(1)`, from `command` (`Cli::command()`), in roff: clap_mangen's title, name, synopsis, description and options,
 /// then one subsection per visible subcommand with its own options (clap_mangen alone would
 /// point at `zkcron-run(1)` and friends, which are not shipped), then files, signals and exit
 /// status.
-pub fn write_man_page(out: &mut dyn Write) -> io::Result<()> {
-    let command = Cli::command();
+pub fn write_man_page(command: clap::Command, out: &mut dyn Write) -> io::Result<()> {
     let man = clap_mangen::Man::new(command.clone())
         .section("1")
         .manual("zkcron manual")
@@ -138,11 +135,11 @@ Graceful stop: fire nothing new and start no retry, release every lease at once,
 \fBsystemctl\fR(1), \fBcrontab\fR(5), \fBsystemd.service\fR(5)
 "#;
 
-/// The completion script for `shell`, to be installed where the shell looks for it. Rendered
+/// The completion script of `command` (`Cli::command()`) for `shell`, to be installed where the shell looks for it. Rendered
 /// into memory first: clap_complete panics on a failed write, and stdout may be full or closed.
-pub fn completions(shell: Shell) -> Vec<u8> {
+pub fn completions(mut command: clap::Command, shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "zkcron", &mut script);
+    clap_complete::generate(shell, &mut command, "zkcron", &mut script);
     script
 }
 

@@ -14,11 +14,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::accounts::{self, Identity};
 use crate::config::{Backend, Config};
 use crate::coord::zk::ZkSettings;
 use crate::daemon::DaemonConfig;
 use crate::files::{self, PathProblem, kind_of};
-use crate::task::{self, Identity};
 
 /// What `run` starts with: the config and the flags that override it, resolved.
 #[derive(Debug, Clone)]
@@ -188,7 +188,8 @@ pub fn check(plan: &Plan) -> Vec<StartProblem> {
     }
     if plan.identity.is_root()
         && let Some(user) = &plan.config.scheduler.default_user
-        && let Some((message, help)) = task::missing_account("user", user, task::user_exists(user))
+        && let Some((message, help)) =
+            accounts::missing_account("user", user, accounts::user_exists(user))
     {
         problems.push(StartProblem {
             path: plan.config_path.clone(),

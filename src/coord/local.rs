@@ -528,7 +528,7 @@ fn report_damage(state_dir: &Path, state: &StateRead) {
 }
 
 fn aside_path(path: &Path) -> PathBuf {
-    let stamp = crate::daemon::wall_clock().format("%Y%m%dT%H%M%SZ");
+    let stamp = crate::clock::wall_clock().format("%Y%m%dT%H%M%SZ");
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

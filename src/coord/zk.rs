@@ -61,7 +61,7 @@ use zookeeper_client::{
 
 use super::lease::{self, LeaseAction, LeaseView, Member, TaskEntry, TaskSet};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
-use crate::daemon::wall_clock;
+use crate::clock::wall_clock;
 use crate::task::TaskSpec;
 
 /// The version of every JSON record this backend writes; readers ignore unknown fields.

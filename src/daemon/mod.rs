@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -54,11 +53,7 @@ const WATCH_QUIET: Duration = Duration::from_millis(300);
 /// reloaded at most this long after its first change, and again as long as it lasts.
 const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
 
-/// The current wall-clock time. The core never calls this; the shell passes it in.
-#[allow(clippy::disallowed_methods)]
-pub fn wall_clock() -> DateTime<Utc> {
-    Utc::now()
-}
+pub use crate::clock::wall_clock;
 
 /// What the daemon needs to know, already resolved from config and flags.
 #[derive(Debug, Clone)]

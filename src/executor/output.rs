@@ -1,0 +1,303 @@
+//! An attempt's output: read line by line from both pipes, cut at [`MAX_LINE_BYTES`], logged
+//! within the attempt's [`OutputBudget`] (head as it comes, tail when it ends), drained for at
+//! most [`OUTPUT_DRAIN_LIMIT`] after the main process exits.
+
+use std::io;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::task::JoinHandle;
+use tracing::instrument::WithSubscriber;
+
+use super::{MAX_LINE_BYTES, OUTPUT_DRAIN_LIMIT, RunRequest};
+
+/// Waits up to [`OUTPUT_DRAIN_LIMIT`] for the reader to reach end of file on both pipes, then
+/// leaves it running on its own.
+pub(super) async fn drain_output(reader: JoinHandle<()>, task: &str, fire_id: &str) {
+    let all = async {
+        if let Err(e) = reader.await {
+            tracing::warn!(task = %task, fire_id = %fire_id, "an output reader failed: {e}");
+        }
+    };
+    if tokio::time::timeout(OUTPUT_DRAIN_LIMIT, all).await.is_err() {
+        tracing::debug!(
+            task = %task,
+            fire_id = %fire_id,
+            "output still open after the process exited (a background process holds it); \
+             it keeps being logged until it closes"
+        );
+    }
+}
+
+/// How many lines of one attempt's output are logged: stdout and stderr draw from one budget of
+/// [`RunRequest::output_lines`]. The first half of it (rounded down) is logged as the lines
+/// arrive; of the lines after those, the latest are kept, so that when the output ends the last
+/// of them (where a failing job says why) are logged too, in the order they were read. What is
+/// not kept is counted, and the reader that closes last says how much, between the head and the
+/// tail. The pipes are read to their end whatever the budget, so the child never blocks on a
+/// full pipe.
+///
+/// The tail is kept per stream and shared out when the output ends: each stream gets up to half
+/// of it, and what one leaves unused goes to the other. The order between two pipes is only the
+/// order in which their readers got to the lines, and a reader still working through a flood of
+/// stdout would otherwise push out the stderr line that was written after it. Each stream holds
+/// at most the tail's size in lines of at most [`MAX_LINE_BYTES`].
+#[derive(Debug)]
+pub(super) struct OutputBudget {
+    task: String,
+    fire_id: String,
+    attempt: u32,
+    limit: usize,
+    /// Lines logged as they arrive.
+    head: usize,
+    /// Lines logged when the output ends.
+    tail: usize,
+    state: std::sync::Mutex<BudgetState>,
+}
+
+#[derive(Debug)]
+struct BudgetState {
+    logged: usize,
+    /// Lines read so far, past the head: the order of the tail.
+    read: u64,
+    /// The latest lines of stdout and of stderr past the head, each at most `tail` long.
+    tails: [std::collections::VecDeque<TailLine>; 2],
+    left_out_lines: u64,
+    left_out_bytes: u64,
+    /// Streams not yet at end of file.
+    open: usize,
+}
+
+/// A line past the head of the output, kept until the output ends.
+#[derive(Debug)]
+struct TailLine {
+    /// Its place in the order of reading.
+    read: u64,
+    stream: &'static str,
+    text: String,
+    /// What the line took in the stream, line ending included.
+    bytes: usize,
+}
+
+impl OutputBudget {
+    /// A budget for attempt `attempt` of `request`, whose streams are open as `open` says.
+    pub(super) fn new(request: &RunRequest, attempt: u32, open: [bool; 2]) -> OutputBudget {
+        let limit = request.output_lines;
+        let head = limit / 2;
+        OutputBudget {
+            task: request.task.clone(),
+            fire_id: request.fire_id.clone(),
+            attempt,
+            limit,
+            head,
+            tail: limit - head,
+            state: std::sync::Mutex::new(BudgetState {
+                logged: 0,
+                read: 0,
+                tails: Default::default(),
+                left_out_lines: 0,
+                left_out_bytes: 0,
+                open: open.iter().filter(|o| **o).count(),
+            }),
+        }
+    }
+
+    /// Takes a line of `stream` that took `bytes` of it: logs it if the head has room, else
+    /// keeps it for the tail, counting the line of that stream it pushes out (if any) as left
+    /// out.
+    fn line(&self, stream: &'static str, text: &str, bytes: usize) {
+        {
+            let mut state = self.state.lock().expect("output budget poisoned");
+            if state.logged >= self.head {
+                let read = state.read;
+                state.read += 1;
+                let tail = &mut state.tails[usize::from(stream == "stderr")];
+                tail.push_back(TailLine {
+                    read,
+                    stream,
+                    text: text.to_owned(),
+                    bytes,
+                });
+                let out = (tail.len() > self.tail).then(|| tail.pop_front()).flatten();
+                if let Some(out) = out {
+                    state.left_out_lines += 1;
+                    state.left_out_bytes += out.bytes as u64;
+                }
+                return;
+            }
+            state.logged += 1;
+        }
+        self.log(stream, text);
+    }
+
+    /// Logs one line of the job's output.
+    fn log(&self, stream: &'static str, text: &str) {
+        tracing::info!(target: "zkcron::job", task = %self.task, fire_id = %self.fire_id, stream, "{text}");
+    }
+
+    /// One stream reached its end (or failed); after the last, says what was left out and logs
+    /// the tail.
+    fn close(&self) {
+        let (tails, mut lines, mut bytes) = {
+            let mut state = self.state.lock().expect("output budget poisoned");
+            state.open = state.open.saturating_sub(1);
+            if state.open > 0 {
+                return;
+            }
+            (
+                std::mem::take(&mut state.tails),
+                state.left_out_lines,
+                state.left_out_bytes,
+            )
+        };
+        let [stdout, stderr] = tails;
+        // Each stream gets up to half the tail (stderr the larger half), and the rest if the
+        // other needs less.
+        let keep_stdout = stdout
+            .len()
+            .min((self.tail / 2).max(self.tail.saturating_sub(stderr.len())));
+        let keep_stderr = stderr.len().min(self.tail - keep_stdout);
+        let mut tail = Vec::with_capacity(keep_stdout + keep_stderr);
+        for (lines_of_stream, keep) in [(stdout, keep_stdout), (stderr, keep_stderr)] {
+            let skip = lines_of_stream.len() - keep;
+            for (i, line) in lines_of_stream.into_iter().enumerate() {
+                if i < skip {
+                    lines += 1;
+                    bytes += line.bytes as u64;
+                } else {
+                    tail.push(line);
+                }
+            }
+        }
+        tail.sort_unstable_by_key(|line| line.read);
+        if lines > 0 {
+            tracing::info!(
+                task = %self.task,
+                fire_id = %self.fire_id,
+                attempt = self.attempt,
+                job_output_lines = self.limit,
+                lines_left_out = lines,
+                bytes_left_out = bytes,
+                tail_lines = tail.len(),
+                "output not logged past [log] job_output_lines; the last tail_lines lines follow"
+            );
+        }
+        for line in tail {
+            self.log(line.stream, &line.text);
+        }
+    }
+}
+
+/// Logs both output streams line by line, within `budget`, on one task (one per attempt, not
+/// one per stream: a task costs a spawn and wake-ups on every fire), which carries the caller's
+/// tracing subscriber. The two streams are read concurrently, each to its end.
+pub(super) fn spawn_output_reader<O, E>(
+    stdout: Option<O>,
+    stderr: Option<E>,
+    request: &RunRequest,
+    budget: OutputBudget,
+) -> JoinHandle<()>
+where
+    O: AsyncBufRead + Unpin + Send + 'static,
+    E: AsyncBufRead + Unpin + Send + 'static,
+{
+    let task = request.task.clone();
+    let fire_id = request.fire_id.clone();
+    tokio::spawn(
+        async move {
+            let (budget, task, fire_id) = (&budget, &task, &fire_id);
+            tokio::join!(
+                read_stream(stdout, "stdout", budget, task, fire_id),
+                read_stream(stderr, "stderr", budget, task, fire_id)
+            );
+        }
+        .with_current_subscriber(),
+    )
+}
+
+/// Logs one stream, if it is open, to its end within `budget`, then closes it in the budget.
+async fn read_stream<R: AsyncBufRead + Unpin>(
+    reader: Option<R>,
+    stream: &'static str,
+    budget: &OutputBudget,
+    task: &str,
+    fire_id: &str,
+) {
+    let Some(reader) = reader else { return };
+    let log = |line: &str, bytes: usize| budget.line(stream, line, bytes);
+    if let Err(e) = for_each_line(reader, MAX_LINE_BYTES, log).await {
+        tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
+    }
+    budget.close();
+}
+
+/// Calls `emit` with every line of `reader`, without its line ending, and the number of bytes
+/// the line took in the stream (line ending included). A line longer than `max_bytes` is cut to
+/// that many bytes (less when the cut would split a UTF-8 character) and gets a " …[cut N
+/// bytes]" marker; at most `max_bytes` of a line are ever held. Invalid UTF-8 is replaced.
+pub(super) async fn for_each_line<R, F>(
+    mut reader: R,
+    max_bytes: usize,
+    mut emit: F,
+) -> io::Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    F: FnMut(&str, usize),
+{
+    let mut line: Vec<u8> = Vec::with_capacity(max_bytes.min(1024));
+    let mut cut: usize = 0;
+    let mut raw: usize = 0;
+    let mut pending = false;
+    loop {
+        let buffer = reader.fill_buf().await?;
+        if buffer.is_empty() {
+            if pending {
+                emit_line(&mut line, &mut cut, &mut raw, &mut emit);
+            }
+            return Ok(());
+        }
+        let (chunk, consumed, complete) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(end) => (&buffer[..end], end + 1, true),
+            None => (buffer, buffer.len(), false),
+        };
+        let room = max_bytes.saturating_sub(line.len());
+        let kept = chunk.len().min(room);
+        line.extend_from_slice(&chunk[..kept]);
+        cut += chunk.len() - kept;
+        raw += consumed;
+        reader.consume(consumed);
+        pending = true;
+        if complete {
+            emit_line(&mut line, &mut cut, &mut raw, &mut emit);
+            pending = false;
+        }
+    }
+}
+
+fn emit_line(
+    line: &mut Vec<u8>,
+    cut: &mut usize,
+    raw: &mut usize,
+    emit: &mut impl FnMut(&str, usize),
+) {
+    if *cut == 0 {
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        emit(&String::from_utf8_lossy(line), *raw);
+    } else {
+        // Do not show half a character at the cut.
+        if let Err(e) = std::str::from_utf8(line)
+            && e.error_len().is_none()
+        {
+            *cut += line.len() - e.valid_up_to();
+            line.truncate(e.valid_up_to());
+        }
+        emit(
+            &format!("{} …[cut {cut} bytes]", String::from_utf8_lossy(line)),
+            *raw,
+        );
+    }
+    line.clear();
+    *cut = 0;
+    *raw = 0;
+}

@@ -1,0 +1,156 @@
+//! Reading task files from disk: the jobs directory, one file, and the rules a task file is read
+//! by (owner, mode, size, symlinks, UTF-8), before its keys are checked.
+
+use std::path::Path;
+
+use super::check::check_task;
+use super::*;
+use crate::diag::Problem;
+use crate::files::{self, PathProblem};
+
+/// Loads every task file in `dir` (not recursive). Fails only when `dir` itself cannot be read
+/// or cannot be trusted ([`files::check_jobs_dir`]); a bad file lands in `errors` and does not
+/// stop the others. Whatever has a task file's name but is no regular file (a directory, a FIFO,
+/// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
+/// task that does not run.
+pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    let problems = files::check_jobs_dir(dir, &defaults.identity);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let cannot_read = |error: std::io::Error| {
+        vec![PathProblem {
+            path: dir.to_path_buf(),
+            message: format!("cannot read the jobs dir: {error}"),
+            help: None,
+        }]
+    };
+    let mut loaded = LoadedDir::default();
+    for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
+        let path = entry.map_err(cannot_read)?.path();
+        if let Some(reason) = ignore_reason(&path) {
+            loaded.ignored.push((path, reason));
+            continue;
+        }
+        match load_task_file(&path, defaults) {
+            Ok(task) => loaded.tasks.push(task),
+            Err(errors) => loaded.errors.extend(errors),
+        }
+    }
+    loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
+    // Stable, so each file's errors keep their order (whole-file first, then by position).
+    loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    loaded.ignored.sort();
+    Ok(loaded)
+}
+
+/// Loads one task file: checks its name, size, encoding, permissions and ownership, then its
+/// contents. Every problem found is reported, not just the first.
+pub fn load_task_file(
+    path: &Path,
+    defaults: &TaskDefaults,
+) -> Result<TaskSpec, Vec<TaskFileError>> {
+    let name = task_name_of(path);
+    let task = is_valid_task_name(&name).then(|| name.clone());
+    let (text, file_problems) = read_task_file(path, &defaults.identity);
+    let mut errors: Vec<TaskFileError> = file_problems
+        .into_iter()
+        .map(|p| p.into_task_error(path, &task))
+        .collect();
+    let parsed = match text {
+        Some(text) => parse_task(&name, path, &text, defaults),
+        None => Err(name_problem(&name)
+            .map(|p| p.into_task_error(path, &task))
+            .into_iter()
+            .collect()),
+    };
+    match parsed {
+        Ok(spec) if errors.is_empty() => Ok(spec),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            errors.sort_by_key(|e| (e.line, e.column));
+            Err(errors)
+        }
+    }
+}
+
+/// Parses and validates the text of a task file named `name` (the file stem). `path` is only used
+/// in messages. Every problem found is reported, sorted by position, whole-file ones first.
+pub fn parse_task(
+    name: &str,
+    path: &Path,
+    text: &str,
+    defaults: &TaskDefaults,
+) -> Result<TaskSpec, Vec<TaskFileError>> {
+    let task = is_valid_task_name(name).then(|| name.to_string());
+    let mut checker = Checker::new(text);
+    if let Some(problem) = name_problem(name) {
+        checker.problems.push(problem);
+    }
+    let spec = check_task(&mut checker, name, path, defaults);
+    let problems = checker.finish();
+    match spec {
+        Some(spec) if problems.is_empty() => Ok(spec),
+        _ => Err(problems
+            .into_iter()
+            .map(|p| p.into_task_error(path, &task))
+            .collect()),
+    }
+}
+
+/// The rules task files are read by.
+const TASK_FILE: files::FileRules = files::FileRules {
+    noun: "task file",
+    limit: MAX_TASK_FILE_BYTES,
+    // A link is checked by `files::resolve_task_link`, and its target opened instead.
+    follow_symlinks: false,
+    not_regular_help: "zkcron loads regular files named NAME.toml (and symbolic links to them in \
+                       the same directory) and does not look into subdirectories: remove it, or \
+                       rename it so that its name does not end in .toml",
+    too_large_help: "a task file holds one task; move large scripts into their own files and run \
+                     them from `command`",
+    // Found in a listing of the jobs dir: gone since, it is simply not loaded.
+    missing_help: None,
+};
+
+/// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the
+/// text when it could be read and decoded (even if a permission check failed, so content errors
+/// are reported too), and the problems found.
+fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let mut read_from = path.to_path_buf();
+    match std::fs::symlink_metadata(path) {
+        Ok(link) if link.file_type().is_symlink() => {
+            match files::resolve_task_link(path, &link, identity) {
+                Ok((target, link_problems)) => {
+                    problems.extend(link_problems);
+                    read_from = target;
+                }
+                Err(problem) => return (None, vec![problem]),
+            }
+        }
+        // Anything else, and an error, is for the reader to describe.
+        _ => {}
+    }
+    let (bytes, meta) = match files::read_regular(&read_from, &TASK_FILE, identity) {
+        Ok(read) => read,
+        Err(problem) => {
+            problems.push(problem);
+            return (None, problems);
+        }
+    };
+    problems.extend(files::file_permission_problems(
+        path,
+        &meta,
+        identity,
+        "the command it runs",
+    ));
+    match decode_utf8(bytes) {
+        Ok(text) => (Some(text), problems),
+        Err(problem) => {
+            problems.push(problem);
+            (None, problems)
+        }
+    }
+}

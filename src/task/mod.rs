@@ -1,0 +1,378 @@
+//! Task files in `jobs.d/`: what a task is, and loading it from disk with errors users can act on.
+//!
+//! This module owns the task-file format (BRIEF §2): one task per `<name>.toml`, the name being
+//! the file stem. It turns files into validated [`TaskSpec`]s or [`TaskFileError`]s that point at
+//! file, line and column. It does not run anything and keeps no state between loads: the daemon
+//! decides what to do with a file that became invalid (it keeps the last good version).
+//!
+//! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
+//! errors; `check` validates a task file's keys into a [`TaskSpec`]; `checker` holds the
+//! checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
+//! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
+//! `crate::diag`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+use crate::diag::{Problem, Report};
+use crate::schedule::Schedule;
+
+mod check;
+mod checker;
+pub mod load;
+
+pub use crate::accounts::Identity;
+pub(crate) use crate::accounts::{missing_account, user_exists};
+pub(crate) use crate::diag::{decode_utf8, shell_quote};
+pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
+pub(crate) use checker::{Checker, closest};
+pub use load::{load_jobs_dir, load_task_file, parse_task};
+
+/// One task, validated: every field has its final value, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// The file stem; unique in a jobs dir, part of ZooKeeper paths and fire ids.
+    pub name: String,
+    /// The file the task came from, for messages.
+    pub path: PathBuf,
+    pub description: Option<String>,
+    pub schedule: Schedule,
+    pub command: CommandLine,
+    /// The user to run as; `None` runs as the daemon's own user.
+    pub user: Option<String>,
+    /// The group to run as; `None` uses the user's primary group.
+    pub group: Option<String>,
+    pub working_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    /// After this long the process group gets SIGTERM; `None` lets it run for ever.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when a run is stopped.
+    pub kill_grace: Duration,
+    pub overlap: OverlapPolicy,
+    pub catch_up: CatchUpPolicy,
+    /// A tick older than this is never run; `None` means no limit.
+    pub starting_deadline: Option<Duration>,
+    /// Upper bound (exclusive) of the deterministic per-tick delay; zero turns jitter off.
+    pub jitter: Duration,
+    pub retries: RetryPolicy,
+    /// Only nodes whose release matches may own the task (used by the cluster backend).
+    pub version_req: Option<semver::VersionReq>,
+    /// Stop this task's running jobs when the node loses its ZooKeeper session (expired, or
+    /// disconnected for longer than the session timeout), since another node may then run
+    /// the task. Off by default: a disconnect alone never kills a job.
+    pub kill_on_session_loss: bool,
+    /// What a new leader does with a claimed tick whose node died mid-run.
+    pub on_node_loss: NodeLossPolicy,
+    /// A disabled task is loaded and validated but never fires.
+    pub enabled: bool,
+}
+
+/// What to execute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandLine {
+    /// Executed directly: `argv[0]` is looked up in `PATH`.
+    Argv(Vec<String>),
+    /// Run by `/bin/sh -c`.
+    Shell(String),
+}
+
+/// What a tick does while an earlier run of the same task is still going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OverlapPolicy {
+    /// Do not start; the tick is recorded as skipped.
+    #[default]
+    Skip,
+    /// Start another run beside the running one.
+    Allow,
+    /// Stop the running one (SIGTERM, SIGKILL after `kill_grace`), then start.
+    Replace,
+}
+
+/// What happens to ticks that were missed while no node fired the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CatchUpPolicy {
+    /// Missed ticks are dropped.
+    Skip,
+    /// Only the latest missed tick runs.
+    #[default]
+    Once,
+    /// Every missed tick runs, oldest first (at most [`crate::plan::MAX_CATCH_UP`]).
+    All,
+}
+
+/// What a new leader does with a tick that was claimed and started on a node that died before
+/// the run ended (no result, no live running record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeLossPolicy {
+    /// Leave it: each tick runs at most once.
+    #[default]
+    Skip,
+    /// Run it again on the new leader: at least once, possibly twice in part.
+    Rerun,
+}
+
+/// How a failed run is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Extra attempts after the first; 0 disables retries.
+    pub attempts: u32,
+    /// Delay before the first retry; doubles each retry.
+    pub backoff: Duration,
+    /// The delay never grows beyond this.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 0,
+            backoff: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Where a task file's values come from when the file does not set them, and who is loading it.
+#[derive(Debug, Clone)]
+pub struct TaskDefaults {
+    /// `[scheduler].default_timezone`.
+    pub timezone: Tz,
+    /// `[scheduler].default_user`: the user root runs tasks as when they name none.
+    pub user: Option<String>,
+    /// The identity of the loading process, for ownership and user checks.
+    pub identity: Identity,
+}
+
+/// A task file that could not be loaded. `Display` renders `file:line:column: message`, the
+/// offending line with a caret, and a help line when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFileError {
+    pub path: PathBuf,
+    /// The task this file would define (its valid stem), so the daemon can keep the last good
+    /// version of it; `None` when the stem is not a valid task name.
+    pub task: Option<String>,
+    /// 1-based; 0 when the error is about the file as a whole.
+    pub line: usize,
+    /// 1-based; 0 when the error is about the file as a whole.
+    pub column: usize,
+    /// The offending source line, empty when the error is about the file as a whole.
+    pub snippet: String,
+    /// How many characters of `snippet` the caret line underlines, from `column`; 0 or 1 draws
+    /// one caret.
+    pub width: usize,
+    pub message: String,
+    /// How to fix it, e.g. "did you mean `timezone`?".
+    pub help: Option<String>,
+}
+
+/// The result of scanning a jobs directory.
+#[derive(Debug, Default)]
+pub struct LoadedDir {
+    /// Valid tasks, sorted by name.
+    pub tasks: Vec<TaskSpec>,
+    /// Files that are task files but invalid, sorted by path.
+    pub errors: Vec<TaskFileError>,
+    /// Files skipped on purpose (hidden, backups, not `.toml`), with the reason, for debug logs.
+    pub ignored: Vec<(PathBuf, &'static str)>,
+}
+
+/// The pattern a task name must match, as shown to users.
+pub const TASK_NAME_PATTERN: &str = "[a-z0-9][a-z0-9._-]{0,99}";
+
+/// Task files larger than this are refused unread: no task needs more, and a runaway generator
+/// must not make the daemon allocate without bound.
+pub const MAX_TASK_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The keys a task file may set, in the order the brief documents them.
+const TASK_KEYS: &[&str] = &[
+    "description",
+    "schedule",
+    "timezone",
+    "command",
+    "user",
+    "group",
+    "working_dir",
+    "env",
+    "timeout",
+    "kill_grace",
+    "overlap",
+    "catch_up",
+    "starting_deadline",
+    "jitter",
+    "retries",
+    "version_req",
+    "kill_on_session_loss",
+    "on_node_loss",
+    "enabled",
+];
+
+/// The keys of the `retries` table.
+const RETRY_KEYS: &[&str] = &["attempts", "backoff", "max_backoff"];
+
+/// The default for `kill_grace`.
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Package-manager leftovers, with the reason reported for each.
+const PACKAGE_LEFTOVERS: &[(&str, &str)] = &[
+    (".dpkg-old", "package-manager leftover (*.dpkg-old)"),
+    (".dpkg-new", "package-manager leftover (*.dpkg-new)"),
+    (".dpkg-dist", "package-manager leftover (*.dpkg-dist)"),
+    (".dpkg-tmp", "package-manager leftover (*.dpkg-tmp)"),
+    (".rpmnew", "package-manager leftover (*.rpmnew)"),
+    (".rpmsave", "package-manager leftover (*.rpmsave)"),
+    (".rpmorig", "package-manager leftover (*.rpmorig)"),
+];
+
+/// Whether `name` may name a task: `[a-z0-9][a-z0-9._-]{0,99}`. Names become part of ZooKeeper
+/// paths and fire ids, so they are kept to characters that need no escaping anywhere.
+pub fn is_valid_task_name(name: &str) -> bool {
+    let Some((first, rest)) = name.as_bytes().split_first() else {
+        return false;
+    };
+    rest.len() <= 99
+        && (first.is_ascii_lowercase() || first.is_ascii_digit())
+        && rest.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+/// Why a directory entry is skipped on purpose, as cron skips it; `None` when it is a task-file
+/// candidate. Looks at the name only: whatever has a task file's name is loaded or reported.
+pub fn ignore_reason(path: &Path) -> Option<&'static str> {
+    let Some(name) = path.file_name() else {
+        return Some("not a file name");
+    };
+    let name = name.to_string_lossy();
+    if name.starts_with('.') && [".swp", ".swo", ".swx"].iter().any(|s| name.ends_with(s)) {
+        return Some("editor swap file (.*.swp)");
+    }
+    if name.ends_with('~') {
+        return Some("editor backup file (*~)");
+    }
+    if name.len() >= 2 && name.starts_with('#') && name.ends_with('#') {
+        return Some("editor auto-save file (#*#)");
+    }
+    if let Some((_, reason)) = PACKAGE_LEFTOVERS
+        .iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+    {
+        return Some(reason);
+    }
+    if name.starts_with('.') {
+        return Some("hidden file");
+    }
+    if !name.ends_with(".toml") {
+        return Some("not a .toml file");
+    }
+    None
+}
+
+impl TaskFileError {
+    /// `path:line:col: message (help)` on one line, for logs.
+    pub fn one_line(&self) -> String {
+        self.report().one_line()
+    }
+
+    fn report(&self) -> Report<'_> {
+        Report {
+            path: &self.path,
+            line: self.line,
+            column: self.column,
+            width: self.width,
+            snippet: &self.snippet,
+            message: &self.message,
+            help: self.help.as_deref(),
+        }
+    }
+}
+
+impl fmt::Display for TaskFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.report().render(f)
+    }
+}
+
+impl std::error::Error for TaskFileError {}
+
+/// The task name a file would define: its file name without `.toml`.
+fn task_name_of(path: &Path) -> String {
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match file_name.strip_suffix(".toml") {
+        Some(stem) => stem.to_string(),
+        None => file_name,
+    }
+}
+
+/// The problem with a task name, if any, with a suggested valid name when there is one.
+fn name_problem(name: &str) -> Option<Problem> {
+    if is_valid_task_name(name) {
+        return None;
+    }
+    let suggestion: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .trim_start_matches(['.', '_', '-'])
+        .chars()
+        .take(100)
+        .collect();
+    let help = if is_valid_task_name(&suggestion) {
+        format!("rename the file to `{suggestion}.toml`")
+    } else {
+        "rename the file to a valid name ending in .toml".to_string()
+    };
+    Some(Problem::whole_file(
+        format!(
+            "invalid task name {name:?}: a task name (the file name without .toml) must match \
+             {TASK_NAME_PATTERN}, because it becomes part of ZooKeeper paths and fire ids"
+        ),
+        Some(help),
+    ))
+}
+
+impl Problem {
+    fn into_task_error(self, path: &Path, task: &Option<String>) -> TaskFileError {
+        TaskFileError {
+            path: path.to_path_buf(),
+            task: task.clone(),
+            line: self.position.line,
+            column: self.position.column,
+            snippet: self.position.snippet,
+            width: self.position.width,
+            message: self.message,
+            help: self.help,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_finds_typos_only() {
+        assert_eq!(
+            closest("timezon", TASK_KEYS.iter().copied()),
+            Some("timezone")
+        );
+        assert_eq!(
+            closest("Schedule", TASK_KEYS.iter().copied()),
+            Some("schedule")
+        );
+        assert_eq!(closest("xyzzy", TASK_KEYS.iter().copied()), None);
+    }
+}
