@@ -1,5 +1,9 @@
-//! The embedded single-node backend: this node leads every task it defines, and fire records
-//! live in `state_dir`.
+//! The embedded single-node backend: this node leads every task it defines (that is enabled),
+//! and fire records live in `state_dir`. Whether a claim, a rerun or a result is admitted, and
+//! what counts as an orphan, is decided by [`super::record`], the rules both backends share.
+//!
+//! Files: `mod.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
+//! reading and replay of the state files, formats and damage; `journal.rs` the writer thread.
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
@@ -17,8 +21,8 @@
 //!
 //! When the journal grows past [`COMPACT_AFTER`] lines the writer writes the whole state to
 //! `<state_dir>/snapshot.json` (temp file, fsync, rename, directory fsync) and empties the
-//! journal. Replaying a journal over a snapshot is idempotent (claims only move forward, results
-//! are applied in order), so a crash at any point leaves a readable state. Replay counts a line
+//! journal. Replaying a journal over a snapshot is idempotent (claims and results only move
+//! forward, by the rules of [`super::record`]), so a crash at any point leaves a readable state. Replay counts a line
 //! only with its newline: an unfinished last line (a crash mid-write) was never acknowledged and
 //! is dropped. A line that begins with the torn rest of a failed write and ends in a good record
 //! (what releases before the cut-back rule left after a full disk) yields that record. A corrupt
@@ -47,6 +51,7 @@ use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::record::{self, FireView, Verdict};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
 use crate::task::TaskSpec;
 use journal::{JournalWriter, PendingWrite};
@@ -109,7 +114,11 @@ impl Change {
             record.last_claimed = Some(tick);
             record.claimed_to_run = self.run;
         }
-        if let Some(result) = &self.result {
+        // Replay applies the same rule as `run_ended`, so a journal from before it (which
+        // stored every result) reads as if the rule had always held.
+        if let Some(result) = &self.result
+            && record::supersedes(record.last_result.as_ref().map(|r| r.tick), result.tick)
+        {
             record.last_result = Some(result.clone());
         }
     }
@@ -163,6 +172,24 @@ impl LocalCoordinator {
 
     fn live_runs_mut(&self) -> std::sync::MutexGuard<'_, HashSet<(String, DateTime<Utc>)>> {
         self.live_runs.lock().expect("live runs lock poisoned")
+    }
+
+    /// `record` as the shared rules see it ([`record`]'s table says how each backend fills it
+    /// in). A run of the record's tick is live, and its claimer alive, exactly when this
+    /// process claimed it and has not recorded its end: the only node is this one, and a claim
+    /// by an earlier life of the daemon has no process left.
+    fn view(&self, task: &str, record: &TaskRecord) -> FireView {
+        let own = record
+            .last_claimed
+            .is_some_and(|tick| self.live_runs_mut().contains(&(task.to_string(), tick)));
+        FireView {
+            record: record.last_claimed,
+            claimed_to_run: record.claimed_to_run,
+            result: record.last_result.as_ref().map(|r| r.tick),
+            leads: self.leadership.borrow().may_fire(task),
+            run_live: own,
+            claimer_alive: own,
+        }
     }
 
     fn slot(&self, task: &str) -> Arc<tokio::sync::Mutex<TaskRecord>> {
@@ -280,7 +307,11 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 
 impl Coordinator for LocalCoordinator {
     async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
-        let names: BTreeSet<String> = tasks.iter().map(|t| t.name.clone()).collect();
+        let names: BTreeSet<String> = tasks
+            .iter()
+            .filter(|t| record::eligible(t))
+            .map(|t| t.name.clone())
+            .collect();
         self.leadership.send_modify(|l| l.tasks = Arc::new(names));
         Ok(())
     }
@@ -299,15 +330,10 @@ impl Coordinator for LocalCoordinator {
         tick: DateTime<Utc>,
         intent: ClaimIntent,
     ) -> Result<ClaimOutcome, CoordError> {
-        if !self.leadership.borrow().may_fire(task) {
-            return Ok(ClaimOutcome::NotLeader);
-        }
         let slot = self.slot(task);
         let mut record = slot.lock().await;
-        if let Some(previous) = record.last_claimed
-            && previous >= tick
-        {
-            return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
+        if let Verdict::Refuse(outcome) = record::admit_claim(&self.view(task, &record), tick) {
+            return Ok(outcome);
         }
         let run = intent == ClaimIntent::Run;
         let change = Change {
@@ -327,29 +353,18 @@ impl Coordinator for LocalCoordinator {
     async fn orphaned_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
         let slot = self.slot(task);
         let record = slot.lock().await;
-        let Some(tick) = record.last_claimed.filter(|_| record.claimed_to_run) else {
-            return Ok(None);
-        };
-        let ended = record.last_result.as_ref().is_some_and(|r| r.tick >= tick);
-        let live = self.live_runs_mut().contains(&(task.to_string(), tick));
         // Claimed to run by an earlier life of this daemon, which never recorded its end.
-        Ok((!ended && !live).then_some(tick))
+        Ok(record::orphan(&self.view(task, &record)))
     }
 
     async fn reclaim(&self, task: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
-        if !self.leadership.borrow().may_fire(task) {
-            return Ok(ClaimOutcome::NotLeader);
-        }
         let slot = self.slot(task);
         let mut record = slot.lock().await;
-        match record.last_claimed {
-            Some(current) if current == tick => {}
-            Some(current) => return Ok(ClaimOutcome::AlreadyClaimed { record: current }),
-            None => return Ok(ClaimOutcome::NotLeader),
+        if let Verdict::Refuse(outcome) = record::admit_rerun(&self.view(task, &record), tick) {
+            return Ok(outcome);
         }
-        if !self.live_runs_mut().insert((task.to_string(), tick)) {
-            return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
-        }
+        // Live from here (under the task's lock): a second rerun of the tick is refused.
+        self.live_runs_mut().insert((task.to_string(), tick));
         let change = Change {
             format: FORMAT_VERSION,
             task: task.to_string(),
@@ -371,14 +386,17 @@ impl Coordinator for LocalCoordinator {
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let slot = self.slot(task);
         let mut record = slot.lock().await;
-        let change = Change {
-            format: FORMAT_VERSION,
-            task: task.to_string(),
-            claimed: None,
-            result: Some(result.clone()),
-            run: false,
-        };
-        self.commit(change, &mut record).await?;
+        let stored = record.last_result.as_ref().map(|r| r.tick);
+        if record::supersedes(stored, result.tick) {
+            let change = Change {
+                format: FORMAT_VERSION,
+                task: task.to_string(),
+                claimed: None,
+                result: Some(result.clone()),
+                run: false,
+            };
+            self.commit(change, &mut record).await?;
+        }
         self.live_runs_mut()
             .remove(&(task.to_string(), result.tick));
         Ok(())
