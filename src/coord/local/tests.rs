@@ -422,3 +422,94 @@ async fn given_release_all_then_nothing_may_fire() {
         ClaimOutcome::NotLeader
     );
 }
+
+/// Regression: with `overlap = "allow"`, a long run of an earlier tick that ended after a run of
+/// a later tick replaced the later tick's result (the ZooKeeper backend kept the newer one).
+/// Replaying a journal written that way keeps the newer one too.
+#[tokio::test]
+async fn given_an_earlier_run_that_ends_last_then_the_later_ticks_result_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+        local.claim("a", at(120), ClaimIntent::Run).await.unwrap();
+        local.run_ended("a", &ok_result(at(120))).await.unwrap();
+        local.run_ended("a", &ok_result(at(60))).await.unwrap();
+        assert_eq!(local.last_result("a").await.unwrap().unwrap().tick, at(120));
+    }
+    // Lines of the release before, which stored every result in the order they ended.
+    let mut journal = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(JOURNAL))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut journal,
+        concat!(
+            r#"{"format":1,"task":"b","result":{"tick":"2026-01-01T00:02:00Z","node":"n1","exit":"exit code 0","success":true,"attempts":1,"duration_ms":5,"finished_at":"2026-01-01T00:02:01Z"}}"#,
+            "\n",
+            r#"{"format":1,"task":"b","result":{"tick":"2026-01-01T00:01:00Z","node":"n1","exit":"exit code 0","success":true,"attempts":1,"duration_ms":5,"finished_at":"2026-01-01T00:01:01Z"}}"#,
+            "\n",
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    assert_eq!(local.last_result("a").await.unwrap().unwrap().tick, at(120));
+    assert_eq!(local.last_result("b").await.unwrap().unwrap().tick, at(120));
+}
+
+/// Regression: the local backend led disabled tasks, so `systemctl status` said "leading 2 of
+/// 2 tasks" with one of them disabled, where a ZooKeeper node said "leading 1 of 2".
+#[tokio::test]
+async fn given_a_disabled_task_then_it_is_not_led() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let off = TaskSpec {
+        enabled: false,
+        ..spec("off")
+    };
+    local.publish(&[spec("on"), off]).await.unwrap();
+    assert!(local.leadership().borrow().may_fire("on"));
+    assert!(!local.leadership().borrow().may_fire("off"));
+    assert_eq!(
+        local.claim("off", at(60), ClaimIntent::Run).await.unwrap(),
+        ClaimOutcome::NotLeader
+    );
+}
+
+/// Regression: a rerun of a task with no fire record was refused as "not leader" (the
+/// ZooKeeper backend said "already claimed"), and a tick that had ended, or had been claimed to
+/// skip, was rerun when asked.
+#[tokio::test]
+async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local
+            .publish(&[spec("ended"), spec("skipped")])
+            .await
+            .unwrap();
+        local
+            .claim("ended", at(60), ClaimIntent::Run)
+            .await
+            .unwrap();
+        local.run_ended("ended", &ok_result(at(60))).await.unwrap();
+        local
+            .claim("skipped", at(60), ClaimIntent::Skip)
+            .await
+            .unwrap();
+    }
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local
+        .publish(&[spec("ended"), spec("skipped"), spec("new")])
+        .await
+        .unwrap();
+    for task in ["new", "ended", "skipped"] {
+        assert_eq!(
+            local.reclaim(task, at(60)).await.unwrap(),
+            ClaimOutcome::AlreadyClaimed { record: at(60) },
+            "{task}"
+        );
+    }
+}
