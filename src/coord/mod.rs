@@ -12,6 +12,7 @@
 pub mod lease;
 pub mod local;
 pub mod rank;
+pub mod record;
 pub mod zk;
 
 use std::collections::BTreeSet;

@@ -23,6 +23,7 @@ use crate::schedule::Schedule;
 
 mod check;
 mod checker;
+mod digest;
 pub mod load;
 
 pub use crate::accounts::Identity;
