@@ -298,6 +298,9 @@ pub struct Node {
     /// The session owning each ephemeral member znode as last read (whether or not its record
     /// could be used): the live sessions whose leases and runs count.
     member_sessions: HashMap<String, i64>,
+    /// Every session seen owning a member znode in this node's session: a node that left the
+    /// membership to stop keeps its session (and its live runs) until its jobs end.
+    seen_sessions: HashSet<i64>,
     tasksets: HashMap<String, Arc<TaskSet>>,
     fetches: HashMap<String, session::Fetch>,
     present: HashSet<String>,
@@ -364,6 +367,7 @@ impl Node {
             my_set: None,
             members: HashMap::new(),
             member_sessions: HashMap::new(),
+            seen_sessions: HashSet::new(),
             tasksets: HashMap::new(),
             fetches: HashMap::new(),
             present: HashSet::new(),
@@ -529,6 +533,12 @@ impl Node {
         owner != 0
             && (Some(owner) == self.my_session()
                 || self.member_sessions.values().any(|&s| s == owner))
+    }
+
+    /// Whether a run znode owned by `owner` is a live run: ephemeral, and of a session that
+    /// was a member (stopping nodes leave the membership before their runs end).
+    fn live_run_owner(&self, owner: i64) -> bool {
+        owner != 0 && (Some(owner) == self.my_session() || self.seen_sessions.contains(&owner))
     }
 
     fn on_reply(&mut self, op: OpId, result: Result<ZkOk, ZkFail>) {

@@ -142,7 +142,7 @@ impl Node {
     pub(super) fn on_run_owner(&mut self, req: ReqId, path: String, result: Result<ZkOk, ZkFail>) {
         let live = match &result {
             Ok(ZkOk::Exists(Some(stat))) => {
-                if self.live_owner(stat.ephemeral_owner) {
+                if self.live_run_owner(stat.ephemeral_owner) {
                     true
                 } else {
                     let owner = if stat.ephemeral_owner == 0 {

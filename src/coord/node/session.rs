@@ -189,6 +189,7 @@ impl Node {
         self.present.clear();
         self.members.clear();
         self.member_sessions.clear();
+        self.seen_sessions.clear();
         self.fetches.clear();
         self.own_runs.clear();
         self.records.clear();
@@ -656,6 +657,7 @@ impl Node {
         }
         self.member_sessions
             .insert(id.clone(), stat.ephemeral_owner);
+        self.seen_sessions.insert(stat.ephemeral_owner);
         let record: MemberRecord = match serde_json::from_slice(&data) {
             Ok(record) => record,
             Err(error) => {
