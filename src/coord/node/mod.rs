@@ -22,6 +22,8 @@ mod clock;
 mod gc;
 pub mod io;
 mod leases;
+mod members;
+mod requests;
 mod runs;
 mod session;
 
@@ -34,14 +36,13 @@ use semver::Version;
 
 use self::claim::{AfterRead, ClaimJob, ResolveJob};
 use self::clock::SkewVerdict;
-use self::io::{
-    Answer, Answered, Input, Level, Now, OpId, Output, Report, ReqId, Request, ZkFail, ZkOk, ZkOp,
-};
+use self::io::{Answer, Input, Level, Now, OpId, Output, Report, ReqId, ZkFail, ZkOk, ZkOp};
+use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::session::{RegisterJob, Relist};
+use self::session::RegisterJob;
+use super::Leadership;
 use super::lease::{Member, TaskSet};
 use super::zk::wire::{FireRecord, Paths, TaskSetRef};
-use super::{ClaimOutcome, CoordError, Leadership};
 
 pub use self::clock::{SKEW_WARNING, clock_offset_ms};
 pub use self::gc::unreferenced_chunks;
@@ -302,7 +303,7 @@ pub struct Node {
     /// membership to stop keeps its session (and its live runs) until its jobs end.
     seen_sessions: HashSet<i64>,
     tasksets: HashMap<String, Arc<TaskSet>>,
-    fetches: HashMap<String, session::Fetch>,
+    fetches: HashMap<String, members::Fetch>,
     present: HashSet<String>,
     /// Leases this node holds, with the epoch version its take set (claims check it).
     held: HashMap<String, i32>,
@@ -614,98 +615,6 @@ impl Node {
         }
     }
 
-    /// A session ended: every call in flight is answered (requests) or dropped.
-    fn abort_pending(&mut self) {
-        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
-        for p in pending {
-            match p.then {
-                Then::ReadRecord { after, .. } => self.abort_read(after),
-                Then::ClaimMulti { job, .. } | Then::ClaimLeaseCheck { job } => {
-                    self.finish_claim(
-                        job,
-                        Err(CoordError::SessionEnded {
-                            context: "claiming",
-                        }),
-                    );
-                }
-                Then::Ensured {
-                    after: AfterEnsure::Read(after),
-                    ..
-                }
-                | Then::Recreated {
-                    after:
-                        AfterRecreate::Ensure {
-                            after: AfterEnsure::Read(after),
-                            ..
-                        },
-                } => self.abort_read(after),
-                Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
-                    req,
-                    Err(CoordError::SessionEnded {
-                        context: "checking for a lost run",
-                    }),
-                ),
-                Then::RunsList { req, .. } | Then::RunOwner { req, .. } => {
-                    if self.runs_counts.remove(&req).is_some()
-                        || matches!(p.then, Then::RunsList { .. })
-                    {
-                        self.answer(
-                            req,
-                            Err(CoordError::SessionEnded {
-                                context: "listing live runs",
-                            }),
-                        );
-                    }
-                }
-                Then::LastResult { req } => self.answer(
-                    req,
-                    Err(CoordError::SessionEnded {
-                        context: "reading the last result",
-                    }),
-                ),
-                Then::ResultRead { job } | Then::ResultWrite { job, .. } => self.run_ended_failed(
-                    job,
-                    CoordError::SessionEnded {
-                        context: "recording the run result",
-                    },
-                ),
-                Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
-                _ => {}
-            }
-        }
-        self.runs_counts.clear();
-        // Queued task jobs (behind a claim in flight) and timers carrying requests.
-        let jobs: Vec<TaskJob> = self
-            .task_jobs
-            .drain()
-            .flat_map(|(_, queue)| queue)
-            .collect();
-        for job in jobs {
-            if let TaskJob::Claim(job) = job {
-                let req = job.req;
-                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-            }
-        }
-        let timers = std::mem::take(&mut self.timers);
-        for (key, timer) in timers {
-            match timer {
-                Timer::Resolve(job) => {
-                    let req = job.claim.req;
-                    self.answer(
-                        req,
-                        Err(CoordError::ZooKeeper {
-                            context: "resolving a claim".into(),
-                            message: "the session ended".into(),
-                        }),
-                    );
-                }
-                other => {
-                    self.timers.insert(key, other);
-                }
-            }
-        }
-    }
-
     fn on_timer(&mut self, timer: Timer) {
         match timer {
             Timer::Probe => {
@@ -798,101 +707,6 @@ impl Node {
         self.leadership.session_losses += 1;
         self.out
             .push_back(Output::Leadership(self.leadership.clone()));
-    }
-
-    // ---- requests ----
-
-    fn on_request(&mut self, req: ReqId, request: Request) {
-        match request {
-            Request::Publish(tasks) => {
-                self.publish_tasks(&tasks);
-                self.answer(req, Ok(Answered::Done));
-            }
-            Request::LastClaimed { task } => {
-                if self.session.is_none() {
-                    return self.answer(
-                        req,
-                        Err(CoordError::NotConnected {
-                            context: "reading the fire record",
-                        }),
-                    );
-                }
-                self.read_record(task, AfterRead::LastClaimed(req));
-            }
-            Request::Claim { task, tick, intent } => self.queue_task_job(
-                task.clone(),
-                TaskJob::Claim(ClaimJob::new(
-                    req,
-                    task,
-                    tick,
-                    intent,
-                    claim::ClaimKind::Fresh,
-                )),
-            ),
-            Request::Reclaim { task, tick } => {
-                self.records.remove(&task);
-                self.queue_task_job(
-                    task.clone(),
-                    TaskJob::Claim(ClaimJob::new(
-                        req,
-                        task,
-                        tick,
-                        super::ClaimIntent::Run,
-                        claim::ClaimKind::Rerun,
-                    )),
-                );
-            }
-            Request::OrphanedTick { task } => self.orphaned_tick(req, task),
-            Request::RunsElsewhere { task } => self.runs_elsewhere(req, task),
-            Request::RunEnded { task, result } => self.run_ended(req, task, result),
-            Request::LastResult { task } => self.last_result(req, task),
-            Request::ReleaseAll => self.start_release_all(req),
-            Request::Close => {
-                self.closed = true;
-                if self.session.take().is_some() {
-                    self.generation += 1;
-                    self.abort_pending();
-                    self.out.push_back(Output::CloseSession);
-                }
-                self.answer(req, Ok(Answered::Done));
-            }
-        }
-    }
-
-    /// Runs `job` now, or after the job on the same task in flight.
-    fn queue_task_job(&mut self, task: String, job: TaskJob) {
-        let queue = self.task_jobs.entry(task.clone()).or_default();
-        queue.push_back(job);
-        if queue.len() == 1 {
-            self.start_task_job(task);
-        }
-    }
-
-    fn start_task_job(&mut self, task: String) {
-        let Some(job) = self.task_jobs.get_mut(&task).and_then(|q| q.front_mut()) else {
-            return;
-        };
-        match job {
-            TaskJob::Claim(claim) => {
-                let claim = claim.clone();
-                self.start_claim(claim);
-            }
-            TaskJob::Release => self.release_lease(task),
-        }
-    }
-
-    /// The job in flight on `task` is done: start the next.
-    fn finish_task_job(&mut self, task: &str) {
-        let Some(queue) = self.task_jobs.get_mut(task) else {
-            return;
-        };
-        queue.pop_front();
-        if queue.is_empty() {
-            self.task_jobs.remove(task);
-            self.maybe_release_all();
-        } else {
-            self.start_task_job(task.to_string());
-        }
     }
 }
 

@@ -126,8 +126,7 @@ impl ZkSettings {
     }
 }
 
-/// The digest of one task's definition (its parsed form, file path excluded), for telling
-
+/// Checks that a node id or cluster name can be one element of a ZooKeeper path.
 pub fn validate_name(what: &str, name: &str) -> Result<(), String> {
     if crate::config::is_path_name(name) {
         Ok(())
