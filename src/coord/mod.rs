@@ -13,6 +13,7 @@ pub mod lease;
 pub mod local;
 pub mod node;
 pub mod rank;
+pub mod record;
 pub mod zk;
 
 use std::collections::BTreeSet;
