@@ -84,7 +84,8 @@ impl Drop for Node {
 
 /// A test's world: a ZooKeeper, a chroot, a jobs dir with the task `tick`.
 struct World {
-    zk: ZkServer,
+    /// Kept until the test ends (dropping it stops the server).
+    _zk: ZkServer,
     connect: String,
     dir: tempfile::TempDir,
 }
@@ -107,7 +108,11 @@ impl World {
         )
         .unwrap();
         fs::set_permissions(&task, fs::Permissions::from_mode(0o644)).unwrap();
-        World { zk, connect, dir }
+        World {
+            _zk: zk,
+            connect,
+            dir,
+        }
     }
 
     fn start(&self, id: &str) -> Node {
@@ -174,6 +179,8 @@ impl World {
     }
 }
 
+/// The wall clock in Unix seconds.
+#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
 fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
