@@ -5,6 +5,9 @@
 //!
 //! Every test runs one task, `tick`, every second; its job appends `<fire id> <node>` to
 //! `fires.log`. `catch_up = "skip"`, so a tick that did not fire leaves a gap.
+//!
+//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test hostile` runs the nodes from another build
+//! (e.g. a release before these fixes, to see the tests fail).
 
 mod common;
 
@@ -29,7 +32,11 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path, id: &str, connect: &str) -> Node {
-        Node::start_with(dir, id, connect, "", zkcron())
+        let command = match std::env::var_os("ZKCRON_TEST_BIN") {
+            Some(binary) => Command::new(binary),
+            None => zkcron(),
+        };
+        Node::start_with(dir, id, connect, "", command)
     }
 
     fn start_with(dir: &Path, id: &str, connect: &str, extra: &str, mut command: Command) -> Node {
@@ -437,7 +444,7 @@ fn zkcron_with_clock_ahead() -> Command {
     let mut command = Command::new("faketime");
     command
         .args(["-m", "--exclude-monotonic", "-f", "+30s"])
-        .arg(env!("CARGO_BIN_EXE_zkcron"));
+        .arg(std::env::var_os("ZKCRON_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_zkcron").into()));
     command
 }
 
