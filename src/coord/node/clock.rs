@@ -21,8 +21,17 @@ pub const SKEW_WARNING: Duration = Duration::from_secs(1);
 /// How often the clock offset is measured when no claim measured it.
 pub(super) const CLOCK_PROBE: Duration = Duration::from_secs(30);
 
-/// A fire record further than this ahead of the cluster's clock is reported.
-const AHEAD_TOLERANCE: Duration = Duration::from_secs(5);
+/// How far ahead of the cluster's clock a fire record may be because the clock of the node that
+/// claimed it was off: `max_clock_skew`'s default (2 s) plus the measurement's error (a round
+/// trip) and a short step of a clock being corrected, with room to spare.
+const SKEW_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// A fire record further than this ahead of the cluster's clock is reported: a healthy leader
+/// claims a tick up to [`crate::plan::CLAIM_AHEAD`] before it is due, by its own clock, which
+/// may be off by up to [`SKEW_ALLOWANCE`].
+pub(super) fn ahead_tolerance() -> chrono::Duration {
+    crate::plan::CLAIM_AHEAD + chrono::Duration::from_std(SKEW_ALLOWANCE).expect("a few seconds")
+}
 
 /// What a clock offset means for the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,10 +198,7 @@ impl Node {
             return;
         };
         let cluster_now = self.cluster_now();
-        let Ok(tolerance) = chrono::Duration::from_std(AHEAD_TOLERANCE) else {
-            return;
-        };
-        if tick <= cluster_now + tolerance {
+        if tick <= cluster_now + ahead_tolerance() {
             return;
         }
         let path = self.paths.record(task);

@@ -160,3 +160,30 @@ fn a_clock_znode_created_by_another_node_meanwhile_is_written_and_the_skew_measu
     }
     assert!(node.may_lead(), "the skew was never measured");
 }
+
+#[test]
+fn a_fire_record_claimed_ahead_by_the_claim_lead_is_not_reported_but_one_further_ahead_is() {
+    use super::clock::ahead_tolerance;
+    use crate::coord::zk::wire::FireRecord;
+    let mut node = Node::new(config(Duration::from_secs(10)), at(0));
+    drain(&mut node);
+    let record = |tick| FireRecord {
+        tick: Some(tick),
+        node: "n2".into(),
+        ..FireRecord::empty()
+    };
+    // No offset measured: the cluster's clock is this node's.
+    let now = at(0).wall;
+    assert_eq!(
+        ahead_tolerance(),
+        crate::plan::CLAIM_AHEAD + chrono::Duration::seconds(5)
+    );
+    node.check_record_clock("t", &record(now + crate::plan::CLAIM_AHEAD));
+    node.check_record_clock("t", &record(now + ahead_tolerance()));
+    assert_eq!(reports(&drain(&mut node)), Vec::<String>::new());
+    let further = now + ahead_tolerance() + chrono::Duration::milliseconds(1);
+    node.check_record_clock("t", &record(further));
+    let said = reports(&drain(&mut node));
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("ahead of ZooKeeper's clock"), "{said:?}");
+}
