@@ -629,7 +629,10 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
     let log = survivor.log();
     assert!(!log.contains("rerunning a tick"), "{log}");
     // The lateness fields are still logged with each start.
-    let started = log.lines().find(|l| l.contains(" started")).expect(&log);
+    let started = log
+        .lines()
+        .find(|l| l.contains(" started") && l.contains("fire_id="))
+        .expect(&log);
     assert!(
         started.contains("lateness_us=") && started.contains("claim_to_spawn_us="),
         "{started}"
