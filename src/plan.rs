@@ -25,6 +25,19 @@ pub const MAX_CATCH_UP: usize = 100;
 /// firing, only slowly (a loaded machine, a short clock step). Older due ticks were missed.
 pub const ON_TIME_TOLERANCE: TimeDelta = TimeDelta::seconds(60);
 
+/// How long before a tick is due its claim is sent (the claim lead), so that at the tick's
+/// instant only the spawn remains: the claim's round trip to ZooKeeper is off the path between
+/// the instant and the spawn. ZooKeeper answers a claim in about 1 ms on average and in 19–26 ms
+/// at worst on a loaded 2-core machine (docs/BENCHMARKS.md), so 200 ms leaves eight times the
+/// worst round trip seen; a claim answered later than the instant spawns when it is answered,
+/// late as before. Not longer, because the lead bounds three things: how far a fire record may
+/// be ahead of the cluster's clock (it names the claimed tick up to this long before it is
+/// due), how long a tick stays claimed but not started (a node that dies meanwhile leaves it to
+/// `on_node_loss`), and how stale the overlap check made at the claim may be (see
+/// `daemon::runs::fire`). Ticks caught up, and claims retried after a failure, are claimed when
+/// they fire.
+pub const CLAIM_AHEAD: TimeDelta = TimeDelta::milliseconds(200);
+
 /// A fire record at most this far ahead of the clock is waited out quietly: a clock stepped back
 /// a little (an NTP step) holds the task for as long, and the clock watcher logs the step.
 /// Further ahead the task is reported as held ([`Step::Held`]): the record was claimed by a clock

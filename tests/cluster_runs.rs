@@ -33,6 +33,14 @@ impl Node {
         Node::spawn(dir, id, zk, &config, zkcron())
     }
 
+    /// With the daemon's debug lines ("claimed ahead of its instant").
+    fn start_debug(dir: &Path, id: &str, zk: &str) -> Node {
+        let mut command = zkcron();
+        command.env("ZKCRON_LOG", "info,zkcron::daemon=debug");
+        let config = "[coordination.zookeeper]\nsession_timeout = \"3s\"\n";
+        Node::spawn(dir, id, zk, config, command)
+    }
+
     /// Starts `command` (the zkcron binary, or a wrapper around it) as node `id`.
     fn spawn(dir: &Path, id: &str, zk: &str, config_text: &str, mut command: Command) -> Node {
         let home = dir.join(id);
@@ -43,6 +51,9 @@ impl Node {
         fs::write(&config, config_text).unwrap();
         fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
         let log = home.join("log.txt");
+        if !command.get_envs().any(|(key, _)| key == "ZKCRON_LOG") {
+            command.env("ZKCRON_LOG", "info");
+        }
         command
             .args(["run", "--config"])
             .arg(&config)
@@ -51,7 +62,6 @@ impl Node {
             .arg("--state-dir")
             .arg(home.join("state"))
             .args(["--node-id", id, "--zookeeper", zk])
-            .env("ZKCRON_LOG", "info")
             .env_remove("JOURNAL_STREAM")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -520,4 +530,146 @@ fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
     wait_for("the daemon under faketime to be gone", LIMIT, || {
         !process_alive(daemon)
     });
+}
+
+/// Two nodes fire task `t` (every 2 s, `on_node_loss = policy`); the node that claims a tick
+/// ahead of its instant is killed (SIGKILL) before that instant. Returns the lines the runs
+/// wrote ("<fire id> <node> <unix time of the start>"), the killed tick's fire id, the victim's
+/// id and the survivor.
+fn kill_a_node_between_the_claim_and_the_instant(
+    zk: &ZkServer,
+    dir: &Path,
+    policy: &str,
+) -> (String, String, Node) {
+    let starts = dir.join("starts.log");
+    let task = |schedule: &str| {
+        format!(
+            "schedule = \"{schedule}\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $(date +%s.%N)\" >> {}']\ncatch_up = \"skip\"\non_node_loss = \"{policy}\"\n",
+            starts.display()
+        )
+    };
+    write_task(dir, "t", &task("0 0 0 1 1 *"));
+    let connect = zk.chroot_connect();
+    let a = Node::start_debug(dir, "node-a", &connect);
+    let b = Node::start_debug(dir, "node-b", &connect);
+    wait_for("both nodes to register", LIMIT, || {
+        a.log().contains("registered in ZooKeeper") && b.log().contains("registered in ZooKeeper")
+    });
+    write_task(dir, "t", &task("*/2 * * * * *"));
+    // The first tick claimed ahead, on whichever node leads `t`; the kill follows within the
+    // 20 ms the poll takes, well inside the 200 ms lead.
+    let claimed = |node: &Node| {
+        node.log()
+            .lines()
+            .find(|l| l.contains("claimed ahead of its instant"))
+            .map(String::from)
+    };
+    let mut found = None;
+    wait_for("a node to claim a tick ahead of its instant", LIMIT, || {
+        found = [&a, &b]
+            .into_iter()
+            .enumerate()
+            .find_map(|(i, node)| claimed(node).map(|line| (i, line)));
+        if let Some((i, _)) = &found {
+            [&a, &b][*i].signal(Signal::SIGKILL);
+        }
+        found.is_some()
+    });
+    let (victim_index, line) = found.expect("found above");
+    let fire_id = line
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("fire_id="))
+        .expect("the line names the fire id")
+        .to_string();
+    let (victim, survivor) = if victim_index == 0 { (a, b) } else { (b, a) };
+    let victim_id = if victim_index == 0 {
+        "node-a"
+    } else {
+        "node-b"
+    };
+    assert!(
+        !lines(&starts)
+            .iter()
+            .any(|l| l[0] == fire_id && l[1] == victim_id),
+        "the victim was killed after its claimed tick's instant (a loaded machine?): {:?}",
+        lines(&starts)
+    );
+    drop(victim);
+    (fire_id, victim_id.to_string(), survivor)
+}
+
+/// The unix seconds of a fire id `<task>@<unix seconds>`.
+fn fire_second(fire_id: &str) -> f64 {
+    fire_id.rsplit('@').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss_skip_then_nobody_runs_that_tick()
+ {
+    let zk = ZkServer::start();
+    let dir = common::tempdir();
+    let starts = dir.path().join("starts.log");
+    let (fire_id, victim_id, survivor) =
+        kill_a_node_between_the_claim_and_the_instant(&zk, dir.path(), "skip");
+    let survivor_id = if victim_id == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    wait_for("the survivor to run a later tick", LIMIT, || {
+        lines(&starts)
+            .iter()
+            .any(|l| l[1] == survivor_id && fire_second(&l[0]) > fire_second(&fire_id))
+    });
+    assert!(
+        !lines(&starts).iter().any(|l| l[0] == fire_id),
+        "the claimed tick {fire_id} ran: {:?}",
+        lines(&starts)
+    );
+    let log = survivor.log();
+    assert!(!log.contains("rerunning a tick"), "{log}");
+    // The lateness fields are still logged with each start.
+    let started = log
+        .lines()
+        .find(|l| l.contains(" started") && l.contains("fire_id="))
+        .expect(&log);
+    assert!(
+        started.contains("lateness_us=") && started.contains("claim_to_spawn_us="),
+        "{started}"
+    );
+}
+
+#[test]
+fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss_rerun_then_the_new_leader_runs_it_once_not_before_its_instant()
+ {
+    let zk = ZkServer::start();
+    let dir = common::tempdir();
+    let starts = dir.path().join("starts.log");
+    let (fire_id, victim_id, survivor) =
+        kill_a_node_between_the_claim_and_the_instant(&zk, dir.path(), "rerun");
+    wait_for("the new leader to rerun the claimed tick", LIMIT, || {
+        lines(&starts).iter().any(|l| l[0] == fire_id)
+    });
+    let log = survivor.log();
+    assert!(
+        log.contains("rerunning a tick whose node was lost"),
+        "{log}"
+    );
+    // And a later tick too, so that a second run of the claimed tick had time to show.
+    wait_for("the new leader to run a later tick", LIMIT, || {
+        lines(&starts)
+            .iter()
+            .any(|l| fire_second(&l[0]) > fire_second(&fire_id))
+    });
+    let runs: Vec<Vec<String>> = lines(&starts)
+        .into_iter()
+        .filter(|l| l[0] == fire_id)
+        .collect();
+    assert_eq!(runs.len(), 1, "run once: {:?}", lines(&starts));
+    assert_ne!(runs[0][1], victim_id);
+    let started_at: f64 = runs[0][2].parse().unwrap();
+    assert!(
+        started_at >= fire_second(&fire_id),
+        "rerun at {started_at}, before its instant {fire_id}"
+    );
 }

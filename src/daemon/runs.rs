@@ -81,6 +81,9 @@ struct RunEntry {
     /// Turns true when the run has ended: the main process of its last attempt exited (or a stop
     /// cut its retries short). Its result may still be being recorded.
     done: watch::Receiver<bool>,
+    /// Set by a stop of the run (not by `cancel_retries`): a tick claimed ahead whose due time
+    /// has not come is then not spawned.
+    cancel_spawn: watch::Sender<bool>,
 }
 
 impl TaskRuns {
@@ -125,6 +128,7 @@ impl TaskRuns {
                 } else {
                     entry.stop.terminate();
                 }
+                entry.cancel_spawn.send_replace(true);
                 entry.done.clone()
             })
             .collect()
@@ -133,7 +137,15 @@ impl TaskRuns {
 
 /// Decides the tick's overlap action, prepares its process, stops the run it replaces (with
 /// `overlap = "replace"`), claims the tick (as skipped or to run) and, if won, spawns the
-/// process at once. The claim comes after the overlap check so that a tick skipped for overlap
+/// process at the tick's due time: at once for a tick due already, at its instant for a tick
+/// claimed ahead ([`plan::CLAIM_AHEAD`]).
+///
+/// A tick claimed ahead is decided at the claim, as every tick is: the overlap check comes
+/// first. It is made ahead only when the answer cannot change by the instant: with `overlap =
+/// "allow"`, or when no run of the task is live anywhere (only the leader starts runs of a task,
+/// and this activation starts them one after another). When a run is live and the policy is
+/// `skip` or `replace`, whether it still is at the instant decides, so the check and the claim
+/// wait for the instant, as without the lead. The claim comes after the overlap check so that a tick skipped for overlap
 /// is still consumed cluster-wide: no later leader catches it up. It comes after everything the
 /// spawn needs is resolved (user, group, environment, program, working dir) and after the
 /// replaced run has ended, so that a node that dies after a won claim has at most the spawn
@@ -149,22 +161,26 @@ pub(super) async fn fire<C: Coordinator>(
 ) {
     let name = spec.name.as_str();
     let fire_id = plan::fire_id(name, tick.instant);
+    let mut stop = stop.clone();
     if !shared.leadership.borrow().may_fire(name) {
         tracing::info!(task = %name, %fire_id, "not leading this task any more; tick left to the leader");
         return;
     }
-    let local = runs.count();
-    let elsewhere = if spec.overlap == OverlapPolicy::Allow || local > 0 {
-        0
-    } else {
-        match shared.coordinator.runs_elsewhere(name).await {
-            Ok(n) => n,
-            Err(error) => {
-                tracing::warn!(task = %name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
-                0
+    let (mut local, mut elsewhere) = live_runs(spec, shared, runs, &fire_id).await;
+    if spec.overlap != OverlapPolicy::Allow
+        && local + elsewhere > 0
+        && let Ok(wait) = (tick.due_at - wall_clock()).to_std()
+    {
+        // A run is live and the tick is not due yet: decide at the instant.
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|stopping| *stopping) => {
+                tracing::info!(task = %name, %fire_id, "tick not claimed: this task's loop is stopping");
+                return;
             }
         }
-    };
+        (local, elsewhere) = live_runs(spec, shared, runs, &fire_id).await;
+    }
     let action = plan::overlap_action(spec.overlap, local + elsewhere);
     let (intent, prepared) = match action {
         OverlapAction::Skip => (ClaimIntent::Skip, None),
@@ -176,7 +192,6 @@ pub(super) async fn fire<C: Coordinator>(
             (ClaimIntent::Run, Some(prepared))
         }
     };
-    let mut stop = stop.clone();
     if action == OverlapAction::ReplaceThenStart {
         // Stopped before the claim, not after it: waiting for the old run (up to its
         // `kill_grace`) between a won claim and the spawn would leave the tick claimed but not
@@ -231,6 +246,9 @@ pub(super) async fn fire<C: Coordinator>(
         }
     }
     let claimed_at = tokio::time::Instant::now();
+    if tick.due_at > wall_clock() {
+        tracing::debug!(task = %name, %fire_id, due_at = %tick.due_at, "claimed ahead of its instant");
+    }
     let Some(prepared) = prepared else {
         // Claimed as skipped: no later leader catches the tick up.
         tracing::warn!(
@@ -242,7 +260,27 @@ pub(super) async fn fire<C: Coordinator>(
         );
         return;
     };
-    start_run(shared, runs, tick, prepared, claimed_at, &stop);
+    start_run(shared, runs, name, tick, prepared, claimed_at, &stop);
+}
+
+/// The live runs of the task on this node and (for `overlap`) on the others.
+async fn live_runs<C: Coordinator>(
+    spec: &TaskSpec,
+    shared: &Shared<C>,
+    runs: &TaskRuns,
+    fire_id: &str,
+) -> (usize, usize) {
+    let local = runs.count();
+    if spec.overlap == OverlapPolicy::Allow || local > 0 {
+        return (local, 0);
+    }
+    match shared.coordinator.runs_elsewhere(&spec.name).await {
+        Ok(n) => (local, n),
+        Err(error) => {
+            tracing::warn!(task = %spec.name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
+            (local, 0)
+        }
+    }
 }
 
 /// With `on_node_loss = "rerun"`: runs again the tick whose node died mid-run, if there is one.
@@ -270,6 +308,15 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
         due_at: orphan,
         catch_up: true,
     };
+    // A tick claimed ahead by a node that died before its instant is rerun at its instant,
+    // never before.
+    if let Ok(wait) = (orphan - wall_clock()).to_std() {
+        let mut stop = stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        }
+    }
     let prepared = executor::prepare(run_request(spec, shared, tick, &fire_id)).await;
     if *stop.borrow() {
         return;
@@ -282,7 +329,7 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
                 %fire_id,
                 "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
             );
-            start_run(shared, runs, tick, prepared, claimed_at, stop);
+            start_run(shared, runs, name, tick, prepared, claimed_at, stop);
         }
         Ok(outcome) => {
             tracing::info!(task = %name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
@@ -318,27 +365,37 @@ pub(super) fn run_request<C: Coordinator>(
     }
 }
 
-/// Spawns the claimed tick's process at once, then tracks the run: it is live in `runs` until
-/// the main process of its last attempt exits (background processes it leaves behind are not
-/// tracked), and its result is recorded right after that (while its output may still be
-/// draining). A preparation that failed is recorded as a failed attempt without a spawn. If
-/// `stop` is set when the run registers (the claim was already on its way when the task was
-/// stopped), the run gets no retries.
+/// Spawns the claimed tick's process at its due time (at once for a tick due already), then
+/// tracks the run: it is live in `runs` from the claim until the main process of its last
+/// attempt exits (background processes it leaves behind are not tracked), and its result is
+/// recorded right after that (while its output may still be draining). A preparation that failed
+/// is recorded as a failed attempt without a spawn. If `stop` is set when the run registers (the
+/// claim was already on its way when the task was stopped), the run gets no retries.
+///
+/// A tick claimed ahead is a run whose spawn waits for the instant: whatever happens to a run
+/// happens to it. It is spawned at its instant though the node lost the lease meanwhile
+/// (handoff, reload, graceful stop, a disconnect): the tick is this node's. A stop of the run
+/// before the instant (`overlap = "replace"`, `kill_on_session_loss` after a session loss,
+/// shutdown past `shutdown_grace`) means it is never spawned: if the session is the one that
+/// claimed it, its result says so (and removes its live-run record); if the session was lost,
+/// its records went with it, and the tick is one claimed by a node that died before its run
+/// (`on_node_loss` decides).
 fn start_run<C: Coordinator>(
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
+    task: &str,
     tick: Tick,
     prepared: PreparedRun,
     claimed_at: tokio::time::Instant,
     stop: &watch::Receiver<bool>,
 ) {
     static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let started = executor::start(prepared, Some(claimed_at));
-    let spawned = tokio::time::Instant::now();
-    let name = started.request().task.clone();
-    let fire_id = started.request().fire_id.clone();
+    let name = task.to_string();
+    let fire_id = plan::fire_id(&name, tick.instant);
+    let session = shared.leadership.borrow().session_losses;
     let (stop_handle, stop_signal) = StopHandle::new();
     let (done_tx, done_rx) = watch::channel(false);
+    let (cancel_spawn, mut spawn_cancelled) = watch::channel(false);
     let id = NEXT_RUN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     {
         let mut running = runs.running.lock().expect("runs lock poisoned");
@@ -352,6 +409,7 @@ fn start_run<C: Coordinator>(
             fire_id: fire_id.clone(),
             stop: stop_handle,
             done: done_rx,
+            cancel_spawn,
         });
     }
     // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
@@ -359,6 +417,23 @@ fn start_run<C: Coordinator>(
     let shared = shared.clone();
     let runs = runs.clone();
     tokio::spawn(async move {
+        if let Ok(wait) = (tick.due_at - wall_clock()).to_std() {
+            let cancelled = tokio::select! {
+                _ = tokio::time::sleep(wait) => false,
+                _ = spawn_cancelled.wait_for(|cancelled| *cancelled) => true,
+            };
+            if cancelled {
+                runs.running
+                    .lock()
+                    .expect("runs lock poisoned")
+                    .retain(|e| e.id != id);
+                let _ = done_tx.send(true);
+                not_started(&shared, &name, &fire_id, tick, session).await;
+                return;
+            }
+        }
+        let started = executor::start(prepared, Some(claimed_at));
+        let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
         let node = shared.node_id.clone();
         let ended = move |outcome: &RunOutcome| {
@@ -381,6 +456,37 @@ fn start_run<C: Coordinator>(
         };
         tokio::join!(started.finish(stop_signal, ended), record);
     });
+}
+
+/// A tick claimed ahead whose run was stopped before its instant: never spawned.
+async fn not_started<C: Coordinator>(
+    shared: &Shared<C>,
+    name: &str,
+    fire_id: &str,
+    tick: Tick,
+    session: u64,
+) {
+    if shared.leadership.borrow().session_losses != session {
+        tracing::warn!(
+            task = %name,
+            %fire_id,
+            "claimed tick not started: the ZooKeeper session was lost before its instant; it counts as claimed by a node that died before its run (on_node_loss decides)"
+        );
+        return;
+    }
+    tracing::warn!(task = %name, %fire_id, "claimed tick not started: its run was stopped before its instant");
+    let result = RunResult {
+        tick: tick.instant,
+        node: shared.node_id.clone(),
+        exit: "not started: stopped before its instant".to_string(),
+        success: false,
+        attempts: 0,
+        duration_ms: 0,
+        finished_at: wall_clock(),
+    };
+    if let Err(error) = shared.coordinator.run_ended(name, &result).await {
+        tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+    }
 }
 
 /// The stored result of a run of `tick` that took `duration` from its spawn.

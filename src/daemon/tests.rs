@@ -25,6 +25,10 @@ struct SlowResults {
     reads: AtomicUsize,
     reading: AtomicUsize,
     max_reading: AtomicUsize,
+    /// The tick `orphaned_tick` names (a node died after claiming it), and when each reclaim
+    /// of it came (wall clock).
+    orphan: Mutex<Option<DateTime<Utc>>>,
+    reclaimed_at: Mutex<Vec<DateTime<Utc>>>,
 }
 
 impl SlowResults {
@@ -43,6 +47,8 @@ impl SlowResults {
             reads: AtomicUsize::new(0),
             reading: AtomicUsize::new(0),
             max_reading: AtomicUsize::new(0),
+            orphan: Mutex::default(),
+            reclaimed_at: Mutex::default(),
         })
     }
 
@@ -88,11 +94,15 @@ impl Coordinator for SlowResults {
     }
 
     async fn orphaned_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
-        Ok(None)
+        Ok(*self.orphan.lock().unwrap())
     }
 
-    async fn reclaim(&self, _: &str, _: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
-        Ok(ClaimOutcome::NotLeader)
+    async fn reclaim(&self, _: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
+        if self.orphan.lock().unwrap().take() != Some(tick) {
+            return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
+        }
+        self.reclaimed_at.lock().unwrap().push(wall_clock());
+        Ok(ClaimOutcome::Claimed)
     }
 
     async fn runs_elsewhere(&self, _: &str) -> Result<usize, CoordError> {
@@ -320,5 +330,87 @@ async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_w
     assert!(
         claim_to_spawn < TimeDelta::milliseconds(500),
         "claimed at {claimed_at}, started at {spawned}"
+    );
+}
+
+/// Waits (within 10 s) for `file` to hold a line, the `$EPOCHREALTIME` a job wrote at its start.
+async fn start_time(file: &std::path::Path) -> DateTime<Utc> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file)
+            && text.ends_with('\n')
+        {
+            let seconds: f64 = text.trim().parse().unwrap();
+            return DateTime::from_timestamp_micros((seconds * 1e6) as i64).unwrap();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} was not written",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue [5] benchmarks: the claim's round trip sat between the tick's instant and the spawn.
+/// A tick is now claimed up to CLAIM_AHEAD before it is due and spawned at its instant, not
+/// before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tick_is_claimed_ahead_of_its_instant_and_spawned_at_its_instant_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo \"$EPOCHREALTIME\" > {dir}/\"$ZKCRON_FIRE_ID\"",
+        dir = dir.path().display()
+    );
+    let spec = task(&format!(
+        "schedule = \"* * * * * *\"\ncommand = [\"bash\", \"-c\", {script:?}]\n"
+    ));
+    let coordinator = SlowResults::new("t", None, Duration::ZERO);
+
+    let claims = claims_of(spec, &coordinator, &Arc::default(), 2).await;
+
+    // The first tick may have been armed within the lead; the second was not.
+    let (tick, _) = claims[1];
+    let claimed_at = coordinator.claimed_at.lock().unwrap()[1];
+    assert!(
+        claimed_at < tick && claimed_at >= tick - plan::CLAIM_AHEAD - TimeDelta::milliseconds(50),
+        "tick {tick} claimed at {claimed_at}"
+    );
+    let spawned = start_time(&dir.path().join(plan::fire_id("t", tick))).await;
+    assert!(spawned >= tick, "tick {tick} spawned early, at {spawned}");
+}
+
+/// A node that claimed a tick ahead and died before its instant leaves an orphan in the future:
+/// with `on_node_loss = "rerun"` the new leader reruns it at its instant, never before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tick_orphaned_before_its_instant_is_rerun_at_its_instant_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo \"$EPOCHREALTIME\" > {dir}/\"$ZKCRON_FIRE_ID\"",
+        dir = dir.path().display()
+    );
+    let spec = task(&format!(
+        "schedule = \"0 0 0 1 1 *\"\ncommand = [\"bash\", \"-c\", {script:?}]\non_node_loss = \"rerun\"\n"
+    ));
+    let orphan = DateTime::from_timestamp(wall_clock().timestamp() + 2, 0).unwrap();
+    let coordinator = SlowResults::new("t", Some(orphan), Duration::ZERO);
+    *coordinator.orphan.lock().unwrap() = Some(orphan);
+    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
+    let timers = Timers::new(shared);
+    let timer = timers.fire(spec);
+
+    let spawned = start_time(&dir.path().join(plan::fire_id("t", orphan))).await;
+    timers.stop(timer);
+
+    let reclaimed = coordinator.reclaimed_at.lock().unwrap().clone();
+    assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
+    assert!(
+        reclaimed[0] >= orphan,
+        "reclaimed at {}, before {orphan}",
+        reclaimed[0]
+    );
+    assert!(
+        spawned >= orphan,
+        "rerun spawned at {spawned}, before {orphan}"
     );
 }

@@ -6,7 +6,8 @@
 //! wall clock. A task gets a tokio task of its own (an *activation*) only while it has
 //! something to do: reading its fire record when the node starts firing it (at most
 //! [`STARTS_IN_FLIGHT`] at once), and from [`PREPARE_AHEAD`] before a tick is due until the tick
-//! is claimed and spawned (or skipped). Then the activation hands the planner back to the
+//! is claimed ([`plan::CLAIM_AHEAD`] before it is due) and handed to its run, which spawns it at
+//! its due time (or skipped). Then the activation hands the planner back to the
 //! table. So 10,000 idle tasks cost 10,000 table entries and one sleeping loop, not 10,000
 //! sleeping tasks.
 //!
@@ -450,8 +451,8 @@ enum Begin {
     Step(TickPlanner, Step),
 }
 
-/// One task's activity: (start,) prepare the armed tick's process, sleep until it is due,
-/// claim, spawn; then hand the planner back to the table. Ends at once when told to stop.
+/// One task's activity: (start,) prepare the armed tick's process, sleep until
+/// [`plan::CLAIM_AHEAD`] before it is due, claim it, spawn it at its due time; then hand the planner back to the table. Ends at once when told to stop.
 async fn activation<C: Coordinator>(
     table: Handle,
     key: Key,
@@ -526,19 +527,25 @@ async fn activation<C: Coordinator>(
                     table.hand_back(key, planner, due - prepare_ahead());
                     return;
                 }
-                let wait = (due - now).to_std().unwrap_or_default();
                 if let Some(tick) = planner.armed()
                     && ahead.as_ref().is_none_or(|(armed, _)| *armed != tick)
                 {
                     let fire_id = plan::fire_id(name, tick.instant);
                     let request = run_request(&spec, &shared, tick, &fire_id);
                     ahead = Some((tick, executor::prepare(request).await));
-                } else {
+                } else if due - now > plan::CLAIM_AHEAD {
+                    let wait = (due - plan::CLAIM_AHEAD - now).to_std().unwrap_or_default();
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = clock_jumps.changed() => {}
                         _ = stop.changed() => return,
                     }
+                } else {
+                    // Within the claim lead: the planner is asked as of the tick's due time,
+                    // so it hands the armed tick out now; `fire` claims it now and spawns it
+                    // at `due`, so that only the spawn is left for the instant.
+                    step = planner.poll(due);
+                    continue;
                 }
             }
             Step::Held { .. } | Step::Finished => {
