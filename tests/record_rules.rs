@@ -295,24 +295,11 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// Where the ZooKeeper backend (`src/coord/zk.rs`, which does not call `coord::record` yet)
-/// answers otherwise today, and why. Helper "node" wires the rules into the node's claim path;
-/// then these assertions fail and the entries go.
-/// A case the ZooKeeper backend answers otherwise today: its name, that answer, why.
+/// A case the ZooKeeper backend answers otherwise: its name, that answer, why. None since the
+/// node decides claims, reruns, orphans and results by `coord::record`.
 type Difference = (&'static str, fn() -> Answer, &'static str);
 
-const ZK_TODAY: &[Difference] = &[
-    (
-        "ended run: no rerun",
-        claimed,
-        "zk.rs's reclaim checks only that the record names the tick",
-    ),
-    (
-        "skipped tick: no rerun",
-        claimed,
-        "zk.rs's reclaim checks only that the record names the tick",
-    ),
-];
+const ZK_TODAY: &[Difference] = &[];
 
 fn task_name(index: usize) -> String {
     format!("case-{index}")

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::{AfterEnsure, Node, Then, Timer};
+use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
@@ -34,6 +35,8 @@ pub(crate) struct ClaimJob {
     kind: ClaimKind,
     /// Multi-ops that conflicted on the record so far.
     conflicts: u8,
+    /// For a rerun: the tick of the stored result, once read.
+    result: Option<Option<DateTime<Utc>>>,
 }
 
 impl ClaimJob {
@@ -51,6 +54,7 @@ impl ClaimJob {
             intent,
             kind,
             conflicts: 0,
+            result: None,
         }
     }
 }
@@ -123,7 +127,7 @@ impl Node {
                 }
             }
             Err(ZkFail::NoNode) if !ensured => {
-                return self.ensure_task_nodes(task, AfterEnsure::Read(after));
+                return self.ensure_task_nodes(task, AfterEnsure::Read(Box::new(after)));
             }
             Ok(_) => Err(CoordError::ZooKeeper {
                 context: "reading the fire record".into(),
@@ -223,20 +227,42 @@ impl Node {
             return self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
         };
         let tick = job.tick;
-        match job.kind {
-            ClaimKind::Rerun if record.tick != Some(tick) => {
-                let record = record.tick.unwrap_or(tick);
-                return self.finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record }));
+        let verdict = match job.kind {
+            ClaimKind::Fresh => record::admit_claim(
+                &FireView {
+                    record: record.tick,
+                    leads: true,
+                    ..FireView::default()
+                },
+                tick,
+            ),
+            ClaimKind::Rerun => {
+                let Some(result) = job.result else {
+                    let path = self.paths.result(&job.task);
+                    self.call(
+                        ZkOp::GetData { path },
+                        Then::RerunResult {
+                            job,
+                            record,
+                            version,
+                        },
+                    );
+                    return;
+                };
+                // A live run of the tick fails the multi-op's create of its run znode.
+                let view = FireView {
+                    record: record.tick,
+                    claimed_to_run: record.run,
+                    result,
+                    leads: true,
+                    run_live: false,
+                    claimer_alive: self.session_alive(&record.session),
+                };
+                record::admit_rerun(&view, tick)
             }
-            ClaimKind::Fresh => {
-                if let Some(previous) = record.tick
-                    && previous >= tick
-                {
-                    return self
-                        .finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record: previous }));
-                }
-            }
-            ClaimKind::Rerun => {}
+        };
+        if let Verdict::Refuse(outcome) = verdict {
+            return self.finish_claim(job, Ok(outcome));
         }
         let claimed_at = self.now.wall;
         let session = self.session_hex();
@@ -503,7 +529,7 @@ impl Node {
         let path = self.paths.result(&task);
         self.call(
             ZkOp::GetData { path },
-            Then::OrphanResult { req, task, tick },
+            Then::OrphanResult { req, task, record },
         );
     }
 
@@ -511,16 +537,22 @@ impl Node {
         &mut self,
         req: ReqId,
         task: String,
-        tick: DateTime<Utc>,
+        record: FireRecord,
         result: Result<ZkOk, ZkFail>,
     ) {
         match super::runs::decode_result(result) {
-            Ok(Some(stored)) if stored.tick >= tick => {
-                self.answer(req, Ok(Answered::Tick(None)));
-            }
-            Ok(_) => {
+            Ok(stored) => {
+                let tick = record.tick.unwrap_or_default();
                 let path = self.paths.run(&task, tick);
-                self.call(ZkOp::Exists { path }, Then::OrphanRun { req, tick });
+                let result = stored.map(|r| r.tick);
+                self.call(
+                    ZkOp::Exists { path },
+                    Then::OrphanRun {
+                        req,
+                        record,
+                        result,
+                    },
+                );
             }
             Err(error) => self.answer(req, Err(error)),
         }
@@ -529,21 +561,57 @@ impl Node {
     pub(super) fn on_orphan_run(
         &mut self,
         req: ReqId,
-        tick: DateTime<Utc>,
+        record: FireRecord,
+        result: Option<DateTime<Utc>>,
+        reply: Result<ZkOk, ZkFail>,
+    ) {
+        let run_live = match reply {
+            // Only a live member's ephemeral is a live run; a persistent one is nobody's.
+            Ok(ZkOk::Exists(Some(stat))) => self.live_run_owner(stat.ephemeral_owner),
+            Ok(_) => false,
+            Err(error) => {
+                return self.answer(
+                    req,
+                    Err(CoordError::ZooKeeper {
+                        context: "reading the run record".into(),
+                        message: error.to_string(),
+                    }),
+                );
+            }
+        };
+        let view = FireView {
+            record: record.tick,
+            claimed_to_run: record.run,
+            result,
+            leads: true,
+            run_live,
+            claimer_alive: self.session_alive(&record.session),
+        };
+        self.answer(req, Ok(Answered::Tick(record::orphan(&view))));
+    }
+
+    /// A rerun read the stored result: decide with the rules.
+    pub(super) fn on_rerun_result(
+        &mut self,
+        mut job: ClaimJob,
+        record: FireRecord,
+        version: i32,
         result: Result<ZkOk, ZkFail>,
     ) {
-        match result {
-            Ok(ZkOk::Exists(live)) => {
-                self.answer(req, Ok(Answered::Tick(live.is_none().then_some(tick))))
+        match super::runs::decode_result(result) {
+            Ok(stored) => {
+                job.result = Some(stored.map(|r| r.tick));
+                self.send_claim(job, record, version);
             }
-            Ok(_) => self.answer(req, Ok(Answered::Tick(None))),
-            Err(error) => self.answer(
-                req,
-                Err(CoordError::ZooKeeper {
-                    context: "reading the run record".into(),
-                    message: error.to_string(),
-                }),
-            ),
+            Err(error) => self.finish_claim(job, Err(error)),
         }
+    }
+
+    /// Whether the session named (in hex) by a record is alive: this node's, or a member's.
+    fn session_alive(&self, hex: &str) -> bool {
+        let Ok(id) = i64::from_str_radix(hex, 16) else {
+            return false;
+        };
+        Some(id) == self.my_session() || self.member_sessions.values().any(|&s| s == id)
     }
 }

@@ -496,7 +496,7 @@ impl Node {
     ) {
         match result {
             Ok(_) | Err(ZkFail::NodeExists) => match after {
-                AfterEnsure::Read(after) => self.read_record_ensured(task, after),
+                AfterEnsure::Read(after) => self.read_record_ensured(task, *after),
                 AfterEnsure::Take { cover } => self.send_take(task, cover),
             },
             Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
@@ -511,7 +511,7 @@ impl Node {
                     message: error.to_string(),
                 };
                 match after {
-                    AfterEnsure::Read(after) => self.after_read(task, after, Err(error)),
+                    AfterEnsure::Read(after) => self.after_read(task, *after, Err(error)),
                     AfterEnsure::Take { .. } => self.take_failed(task, error.to_string()),
                 }
             }

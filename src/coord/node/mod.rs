@@ -203,11 +203,17 @@ enum Then {
     OrphanResult {
         req: ReqId,
         task: String,
-        tick: DateTime<Utc>,
+        record: FireRecord,
     },
     OrphanRun {
         req: ReqId,
-        tick: DateTime<Utc>,
+        record: FireRecord,
+        result: Option<DateTime<Utc>>,
+    },
+    RerunResult {
+        job: ClaimJob,
+        record: FireRecord,
+        version: i32,
     },
     RunsList {
         req: ReqId,
@@ -247,7 +253,7 @@ enum AfterRecreate {
 /// What to do once a task's persistent znodes exist.
 #[derive(Debug)]
 enum AfterEnsure {
-    Read(AfterRead),
+    Read(Box<AfterRead>),
     Take { cover: bool },
 }
 
@@ -592,10 +598,19 @@ impl Node {
             } => self.on_claim_multi(job, new, run_path, sent, result),
             Then::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
             Then::ResolveSync => {}
-            Then::OrphanResult { req, task, tick } => {
-                self.on_orphan_result(req, task, tick, result)
+            Then::OrphanResult { req, task, record } => {
+                self.on_orphan_result(req, task, record, result)
             }
-            Then::OrphanRun { req, tick } => self.on_orphan_run(req, tick, result),
+            Then::OrphanRun {
+                req,
+                record,
+                result: stored,
+            } => self.on_orphan_run(req, record, stored, result),
+            Then::RerunResult {
+                job,
+                record,
+                version,
+            } => self.on_rerun_result(job, record, version, result),
             Then::RunsList {
                 req,
                 task,

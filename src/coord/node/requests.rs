@@ -109,7 +109,9 @@ impl Node {
         for p in pending {
             match p.then {
                 Then::ReadRecord { after, .. } => self.abort_read(after),
-                Then::ClaimMulti { job, .. } | Then::ClaimLeaseCheck { job } => {
+                Then::ClaimMulti { job, .. }
+                | Then::ClaimLeaseCheck { job }
+                | Then::RerunResult { job, .. } => {
                     self.finish_claim(
                         job,
                         Err(CoordError::SessionEnded {
@@ -127,7 +129,7 @@ impl Node {
                             after: AfterEnsure::Read(after),
                             ..
                         },
-                } => self.abort_read(after),
+                } => self.abort_read(*after),
                 Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
                     req,
                     Err(CoordError::SessionEnded {

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::zk::wire::{FORMAT_VERSION, ResultRecord};
-use crate::coord::{CoordError, RunResult};
+use crate::coord::{CoordError, RunResult, record};
 
 /// A count of foreign live runs in flight.
 #[derive(Debug)]
@@ -265,10 +265,8 @@ impl Node {
     }
 
     fn send_result(&mut self, job: RunEndedJob) {
-        let newer = job
-            .existing
-            .and_then(|(tick, _)| tick)
-            .is_none_or(|tick| tick <= job.result.tick);
+        let stored = job.existing.and_then(|(tick, _)| tick);
+        let newer = record::supersedes(stored, job.result.tick);
         // Our run znode exists while its path is in `own_runs`: the set is emptied when the
         // session (and with it the ephemeral) goes. No read needed.
         let run_live = self.own_runs.contains(&job.run_path);

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{AfterRecreate, Node, Session, Then, Timer};
+use crate::coord::record;
 use crate::coord::zk::wire::{FORMAT_VERSION, MemberRecord, encode_taskset};
 use crate::task::TaskSpec;
 
@@ -257,7 +258,11 @@ impl Node {
 
     pub(super) fn publish_tasks(&mut self, tasks: &[TaskSpec]) {
         // A node where a task is disabled is not eligible to lead it.
-        let enabled: Vec<TaskSpec> = tasks.iter().filter(|t| t.enabled).cloned().collect();
+        let enabled: Vec<TaskSpec> = tasks
+            .iter()
+            .filter(|t| record::eligible(t))
+            .cloned()
+            .collect();
         let encoded = encode_taskset(&enabled);
         let unchanged = self
             .my_set

@@ -170,15 +170,6 @@ impl Paths {
     }
 }
 
-pub fn task_digest(spec: &TaskSpec) -> String {
-    let mut spec = spec.clone();
-    spec.path = Default::default();
-    format!(
-        "{:016x}",
-        xxhash_rust::xxh3::xxh3_64(format!("{spec:?}").as_bytes())
-    )
-}
-
 /// Encodes this node's task set: its digest and chunks.
 pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
     let record = TaskSetRecord {
@@ -189,7 +180,7 @@ pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<Task
                 (
                     t.name.clone(),
                     TaskSetEntry {
-                        digest: task_digest(t),
+                        digest: t.canonical_digest(),
                         version_req: t.version_req.as_ref().map(|r| r.to_string()),
                     },
                 )
