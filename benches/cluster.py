@@ -1030,7 +1030,12 @@ def read_members(zk, chroot):
         base = f"{chroot}/zkcron/bench/members"
         out = {}
         for node_id in reader.children(base):
-            data, owner = reader.data(f"{base}/{node_id}")
+            try:
+                data, owner = reader.data(f"{base}/{node_id}")
+            except OSError as e:
+                if "error -101 " not in str(e):  # NoNode: it left (session expired) meanwhile
+                    raise
+                continue
             if owner:
                 out[node_id] = json.loads(data)
         return out
