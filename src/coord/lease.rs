@@ -559,7 +559,12 @@ mod tests {
             let ranked = ranked_ids(&task, &members);
             for m in &members {
                 let expected = ranked.iter().position(|id| *id == m.id);
-                assert_eq!(position(&task, &m.id, &members), expected, "{task} {}", m.id);
+                assert_eq!(
+                    position(&task, &m.id, &members),
+                    expected,
+                    "{task} {}",
+                    m.id
+                );
             }
         }
     }

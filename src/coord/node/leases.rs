@@ -25,17 +25,22 @@ impl Node {
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
         let held: HashSet<String> = self.held.keys().cloned().collect();
         self.covering.retain(|task, _| held.contains(task));
-        let decision = lease::decide(&LeaseView {
-            me: &self.cfg.id,
-            members: &members,
-            present: &self.present,
-            held: &held,
-            covering: &self.covering,
-            vacant_since: &self.vacant_since,
-            members_changed: self.members_changed,
-            now: self.now.mono,
-            may_lead,
-        });
+        let acting = self.acting();
+        self.last_decided = Some(self.now.mono);
+        let decision = lease::decide_with(
+            &LeaseView {
+                me: &self.cfg.id,
+                members: &members,
+                present: &self.present,
+                held: &held,
+                covering: &self.covering,
+                vacant_since: &self.vacant_since,
+                members_changed: self.members_changed,
+                now: self.now.mono,
+                may_lead,
+            },
+            &acting,
+        );
         self.recheck_at = decision.recheck_at;
         let mut releases = Vec::new();
         for action in decision.actions {
@@ -54,7 +59,7 @@ impl Node {
             self.queue_task_job(task, TaskJob::Release);
         }
         if may_lead {
-            self.verify_foreign_leases(&members);
+            self.verify_foreign_leases(decision.held_elsewhere);
         }
     }
 
@@ -240,6 +245,7 @@ impl Node {
             WatchKind::Created => {
                 self.present.insert(task.clone());
                 self.vacant_since.remove(&task);
+                self.probe_acting(&task);
             }
             WatchKind::Deleted => {
                 self.present.remove(&task);
@@ -261,7 +267,7 @@ impl Node {
                 }
             }
         }
-        self.decide();
+        self.decide_soon();
     }
 
     pub(super) fn on_lease_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -358,17 +364,11 @@ impl Node {
 
     /// Checks, once per lease incarnation, the owner of foreign leases on tasks this node is
     /// designated for: only a live member's ephemeral lease keeps it from taking them.
-    fn verify_foreign_leases(&mut self, members: &[Member]) {
-        let Some((_, _, set)) = &self.my_set else {
-            return;
-        };
-        let candidates: Vec<String> = set
-            .keys()
-            .filter(|t| self.present.contains(*t) && !self.held.contains_key(*t))
-            .filter(|t| !self.verified.contains(*t) && !self.verifying.contains(*t))
-            .filter(|t| !self.takes.contains(*t))
-            .filter(|t| lease::position(t, &self.cfg.id, members) == Some(0))
-            .cloned()
+    fn verify_foreign_leases(&mut self, held_elsewhere: Vec<String>) {
+        let candidates: Vec<String> = held_elsewhere
+            .into_iter()
+            .filter(|t| !self.held.contains_key(t) && !self.takes.contains(t))
+            .filter(|t| !self.verified.contains(t) && !self.verifying.contains(t))
             .collect();
         for task in candidates {
             self.verifying.insert(task.clone());

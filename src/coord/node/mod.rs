@@ -17,6 +17,7 @@
 //! unknown outcomes, orphans), `runs` (live runs and results, releasing everything), `clock`
 //! (skew verdicts, the cluster clock), `gc` (task-set collection).
 
+mod acting;
 mod claim;
 mod clock;
 mod gc;
@@ -175,6 +176,10 @@ enum Then {
     LeaseOwner {
         task: String,
     },
+    Acting {
+        member: String,
+        seen: Duration,
+    },
     HealLease {
         task: String,
     },
@@ -316,6 +321,11 @@ pub struct Node {
     vacant_since: HashMap<String, Duration>,
     covering: HashMap<String, Duration>,
     members_changed: Duration,
+    /// Members seen acting: their session, and when (see `acting`).
+    acting: HashMap<String, (i64, Duration)>,
+    /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
+    probing: HashMap<String, Duration>,
+    last_decided: Option<Duration>,
     takes: HashSet<String>,
     /// Tasks whose znodes were found missing and the tree recreated for (once).
     recreated_for: HashSet<String>,
@@ -382,6 +392,9 @@ impl Node {
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
             members_changed: Duration::ZERO,
+            acting: HashMap::new(),
+            probing: HashMap::new(),
+            last_decided: None,
             takes: HashSet::new(),
             recreated_for: HashSet::new(),
             verified: HashSet::new(),
@@ -582,6 +595,7 @@ impl Node {
             Then::Released { task } => self.on_released(task, result),
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
             Then::LeaseOwner { task } => self.on_lease_owner(task, result),
+            Then::Acting { member, seen } => self.on_acting(member, seen, result),
             Then::HealLease { task } => self.on_heal_lease(task, result),
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpCheck { task, why } => self.on_give_up_check(task, why, result),
