@@ -10,15 +10,23 @@
 //!   ranks `k`-th (0-based) and the lease has been vacant for `k ×` [`VACANT_BOUND`]: a designated
 //!   node that is registered but does not act (stuck, paused) does not stop the task for long,
 //!   and the backups do not all rush in at once. Such a take is a [`LeaseAction::Cover`].
-//! - **Keep** a lease taken as cover for [`COVER_HOLD`] even though this node is not designated:
-//!   the designated node did not act, and handing the lease straight back would leave the task
-//!   vacant again for another bound (an overloaded start-up once made backups take and hand back
-//!   hundreds of leases within 50 ms of each other). After the hold it goes back to the
-//!   designated node, which takes it at once if it now acts.
+//!   Vacancy counts from the latest of: the lease going vacant, a member joining or changing,
+//!   and the designated node last being seen acting ([`Acting`]: it holds a lease it is
+//!   designated for). So a designated node that is still working through its leases (a cold
+//!   start creates thousands at once) is not covered for; one that stopped acting is.
+//! - **Keep** a lease taken as cover until the designated node is seen acting after the cover
+//!   was taken (then hand it back, after [`COVER_MIN_HOLD`]: it takes it at once), or for
+//!   [`COVER_HOLD`] if it is not seen acting. Handing a cover straight back would leave the task
+//!   vacant again for another bound (an overloaded start-up once made backups take and hand
+//!   back hundreds of leases within 50 ms of each other); keeping it for the whole hold kept
+//!   designated nodes that had started in the meantime waiting (a 20-node cold start took
+//!   17-19 s). After the hold it goes back to the designated node, which takes it at once if it
+//!   now acts.
 //! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
 //!
 //! The ZooKeeper backend and the deterministic simulation (`tests/sim.rs`) both call this, so
-//! the simulation checks the same decisions the daemon makes.
+//! the simulation checks the same decisions the daemon makes. [`decide`] runs for every task at
+//! every decision, so ranking is cheap (see `Peers`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
