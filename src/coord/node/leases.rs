@@ -15,8 +15,14 @@ use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
 
 impl Node {
-    /// Decides with the current view, applies the actions, publishes leadership.
+    /// Asks for a decision: made once, after every input ready now was handled (a burst of
+    /// watch events or replies costs one decision, not one each).
     pub(super) fn decide(&mut self) {
+        self.decide_due = true;
+    }
+
+    /// Decides with the current view, applies the actions, publishes leadership.
+    pub(super) fn decide_now(&mut self) {
         if !self.ready() || self.relist.is_some() {
             self.publish();
             return;

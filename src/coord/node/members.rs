@@ -137,6 +137,14 @@ impl Node {
 
     // ---- members ----
 
+    /// A member's znode was deleted: forget it, also in a listing in flight.
+    pub(super) fn forget_member(&mut self, id: &str) {
+        if let Some(relist) = self.relist.as_mut() {
+            relist.members.remove(id);
+        }
+        self.members.remove(id);
+    }
+
     pub(super) fn read_member(&mut self, id: String, relist: bool) {
         let path = self.paths.member(&id);
         self.call(ZkOp::GetData { path }, Then::ReadMember { id, relist });
@@ -313,11 +321,22 @@ impl Node {
             }
             return;
         }
+        if let Some(relist) = self.relist.as_mut() {
+            // A listing in flight would replace the view with what it read before this change:
+            // a member that joined meanwhile would be missing (its leases deleted as no
+            // member's, its tasks kept from it), one that left would stay.
+            match &info {
+                Some(info) => relist.members.insert(id.clone(), info.clone()),
+                None => relist.members.remove(&id),
+            };
+        }
         match info {
             Some(info) => {
                 if id != self.cfg.id {
                     self.members_changed = self.now.mono;
                 }
+                // Who is designated may have changed: foreign leases are checked again.
+                self.verified.clear();
                 self.members.insert(id, info);
             }
             None => {
