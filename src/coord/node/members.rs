@@ -346,3 +346,71 @@ impl Node {
         self.decide();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::coord::node::io::Now;
+    use crate::coord::node::{NodeBugs, NodeConfig};
+
+    fn node() -> Node {
+        let started_at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let cfg = NodeConfig {
+            id: "n1".into(),
+            release: Version::new(1, 0, 0),
+            seed: 1,
+            base: "/zkcron/test".into(),
+            connect: "127.0.0.1:2181".into(),
+            session_timeout: Duration::from_secs(10),
+            max_clock_skew: None,
+            labels: Default::default(),
+            host: "h".into(),
+            pid: 1,
+            started_at,
+            bugs: NodeBugs::default(),
+        };
+        let now = Now {
+            mono: Duration::ZERO,
+            wall: started_at,
+        };
+        Node::new(cfg, now)
+    }
+
+    fn info(id: &str, owner: i64) -> MemberInfo {
+        MemberInfo {
+            member: Member {
+                id: id.into(),
+                release: Version::new(1, 0, 0),
+                seed: owner as u64,
+                tasks: Arc::default(),
+                may_lead: true,
+            },
+            owner,
+        }
+    }
+
+    #[test]
+    fn a_member_that_joins_or_leaves_while_a_listing_is_in_flight_is_not_undone_by_it() {
+        // Regression: a 20-node cold start. A node re-listing members read a newcomer (its
+        // watch event) before the listing ended; the listing then replaced the view with what
+        // it had listed before, so the newcomer was no member: its leases were deleted as "no
+        // live zkcron node holds it" and its tasks kept from it.
+        let mut node = node();
+        let mut relist = Relist {
+            outstanding: 1,
+            ..Relist::default()
+        };
+        relist.members.insert("gone".into(), info("gone", 3));
+        node.relist = Some(relist);
+        node.member_resolved("new".into(), Some(info("new", 2)), false);
+        node.forget_member("gone");
+        node.relist_step();
+        assert!(node.relist.is_none());
+        assert!(node.members.contains_key("new"), "{:?}", node.members);
+        assert_eq!(node.member_sessions.get("new"), Some(&2));
+        assert!(!node.members.contains_key("gone"), "{:?}", node.members);
+        assert!(!node.member_sessions.contains_key("gone"));
+    }
+}
