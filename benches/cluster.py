@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the ZooKeeper backend (issue 2): lateness, takeover, scale and upgrade migration.
 
-Usage:  cargo build --release && python3 benches/cluster.py --phase lateness|takeover|scale|join|all
+Usage:  cargo build --release && python3 benches/cluster.py --phase lateness|takeover|scale|coldstart|join|all
             [--runs 1] [--seconds N] [--trials 10] [--session-timeout 3s] [--tasks 10000]
             [--nodes 20] [--join-jitter 9s] [--keep] [--tmpdir DIR]
 
@@ -24,7 +24,10 @@ on a fresh temp dir; everything it started is stopped at the end, also on failur
              fresh cluster. Duplicate fire ids and missing ticks are counted over every cluster.
   scale:     `--nodes` (20) zkcron processes sharing one jobs dir of `--tasks` (10,000) hourly tasks
              spread over the hour; time until all leases are held, znode count, ZooKeeper writes per
-             minute (Δzxid over `--seconds`, default 60), RSS and CPU per node.
+             minute (Δzxid over `--seconds`, default 60), RSS and CPU per node; and the cold
+             start: last node registered -> every lease held by its designated node (computed
+             from the member records and the rank spec; see `scale`'s docstring).
+  coldstart: `scale` without the idle window (cold start and settle only; `all` skips it).
   join:      2 nodes (1.0.0) with 1,000 tasks `*/10 * * * * *` (`catch_up = "all"`, `jitter =
              "9s"` so that ticks come due throughout the migration; `--join-jitter 0s` for none),
              then a 1.1.0 node joins at a random point of the period; time from its `registered in
@@ -48,6 +51,7 @@ import re
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +69,20 @@ PR_SET_PDEATHSIG = 1
 KEEP = {"registered in ZooKeeper", "leases changed", "left the cluster and released all leases",
         "started", "zkcron started", "zkcron stopped", "shutting down: no new ticks will fire",
         "not leading this task any more; tick left to the leader", "no longer firing this task"}
+
+
+# ` key=value` pairs (values without spaces) at the end of a log message.
+TRAILING_FIELDS = re.compile(r"^(.*?)((?: [a-z_]+=[^ =]*)+)$")
+
+
+def field_value(text):
+    """A field rendered in a message, as JSON would have carried it."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def die_with_parent():
@@ -372,6 +390,13 @@ class Node:
             fields = event.get("fields")
             if isinstance(fields, dict):  # not flattened: lift the fields
                 event = {**event, **fields}
+            message = event.get("message", "")
+            trailing = TRAILING_FIELDS.match(message)
+            if trailing:  # the node's reports render their fields as ` key=value` in the text
+                event["message"] = trailing.group(1)
+                for pair in trailing.group(2).split():
+                    key, _, value = pair.partition("=")
+                    event.setdefault(key, field_value(value))
             if "lateness_us" in event:  # integer microseconds since issue [4]; was lateness_ms
                 event["lateness_ms"] = int(event["lateness_us"]) / 1000
             message = event.get("message", "")
@@ -895,24 +920,190 @@ def takeover_cluster(args, names, todo, trials, rng, timeout_s):
     return cluster
 
 
+
+# ---------------------------------------------------------------- who is designated (cold start)
+
+# XXH3-64 with a seed, for inputs of 9 to 16 bytes only (the bench's task names, `task-00000`):
+# the rank specification's score (src/coord/rank.rs), re-implemented from the XXH3 spec so that
+# this script can say which node is designated for each task. Checked against the value that
+# rank.rs pins (`score(42, "nightly-report")`) every time it is used.
+XXH_MASK = (1 << 64) - 1
+XXH_SECRET = bytes([  # the first 56 bytes of XXH3's default secret
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e])
+PINNED_NIGHTLY_REPORT = 7_067_923_655_005_833_206
+
+
+def _le64(b, i):
+    return int.from_bytes(b[i:i + 8], "little")
+
+
+def rank_score(seed, task):
+    """`rank::score(seed, task)`: XXH3_64bits_withSeed(utf8(task), seed), 9-16 byte names."""
+    data = task.encode()
+    if not 9 <= len(data) <= 16:
+        raise ValueError(f"rank_score only implements 9-16 byte names, not {task!r}")
+    flip1 = ((_le64(XXH_SECRET, 24) ^ _le64(XXH_SECRET, 32)) + seed) & XXH_MASK
+    flip2 = ((_le64(XXH_SECRET, 40) ^ _le64(XXH_SECRET, 48)) - seed) & XXH_MASK
+    lo = _le64(data, 0) ^ flip1
+    hi = _le64(data, len(data) - 8) ^ flip2
+    product = lo * hi
+    acc = (len(data) + int.from_bytes(lo.to_bytes(8, "little"), "big") + hi
+           + ((product & XXH_MASK) ^ (product >> 64))) & XXH_MASK
+    acc ^= acc >> 37
+    acc = (acc * 0x165667919E3779F9) & XXH_MASK
+    return acc ^ (acc >> 32)
+
+
+class ZkReader:
+    """A minimal read-only ZooKeeper client (jute over TCP: connect, getChildren, getData),
+    enough to read the member records (their seeds) without a client library."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=10):
+        self.s = socket.create_connection((host, port), timeout=timeout)
+        self.xid = 0
+        # ConnectRequest: protocol 0, last zxid 0, timeout 10 s, session 0, 16-byte password,
+        # not read-only.
+        self._send(struct.pack(">iqiq", 0, 0, 10000, 0) + struct.pack(">i", 16) + b"\0" * 17)
+        self._recv()
+
+    def _send(self, body):
+        self.s.sendall(struct.pack(">i", len(body)) + body)
+
+    def _exact(self, n):
+        out = b""
+        while len(out) < n:
+            chunk = self.s.recv(n - len(out))
+            if not chunk:
+                raise OSError("ZooKeeper closed the connection")
+            out += chunk
+        return out
+
+    def _recv(self):
+        (n,) = struct.unpack(">i", self._exact(4))
+        return self._exact(n)
+
+    def _call(self, op, path):
+        self.xid += 1
+        p = path.encode()
+        self._send(struct.pack(">ii", self.xid, op) + struct.pack(">i", len(p)) + p + b"\0")
+        while True:
+            reply = self._recv()
+            xid, _zxid, err = struct.unpack(">iqi", reply[:16])
+            if xid == self.xid:
+                break
+        if err:
+            raise OSError(f"ZooKeeper error {err} on {path}")
+        return reply[16:]
+
+    def children(self, path):
+        body = self._call(8, path)
+        (count,) = struct.unpack(">i", body[:4])
+        out, i = [], 4
+        for _ in range(count):
+            (n,) = struct.unpack(">i", body[i:i + 4])
+            out.append(body[i + 4:i + 4 + n].decode())
+            i += 4 + n
+        return out
+
+    def data(self, path):
+        """(data, ephemeral owner session)."""
+        body = self._call(4, path)
+        (n,) = struct.unpack(">i", body[:4])
+        stat = body[4 + max(n, 0):]
+        (owner,) = struct.unpack(">q", stat[44:52])  # czxid mzxid ctime mtime ver cver aver
+        return body[4:4 + max(n, 0)], owner
+
+    def close(self):
+        try:
+            self._send(struct.pack(">ii", self.xid + 1, -11))
+        finally:
+            self.s.close()
+
+
+def read_members(zk, chroot):
+    """{node id: member record} of the ephemeral member znodes."""
+    reader = ZkReader(zk.port)
+    try:
+        base = f"{chroot}/zkcron/bench/members"
+        out = {}
+        for node_id in reader.children(base):
+            try:
+                data, owner = reader.data(f"{base}/{node_id}")
+            except OSError as e:
+                if "error -101 " not in str(e):  # NoNode: it left (session expired) meanwhile
+                    raise
+                continue
+            if owner:
+                out[node_id] = json.loads(data)
+        return out
+    finally:
+        reader.close()
+
+
+def designated_holders(members, names):
+    """{task: designated node id} by the rank spec (release, then score, then id), when every
+    member may lead and defines the same task set (one digest, `len(names)` tasks, and the
+    bench writes no `version_req`); else (None, why)."""
+    if rank_score(42, "nightly-report") != PINNED_NIGHTLY_REPORT:
+        raise AssertionError("rank_score disagrees with rank.rs's pinned value")
+    sets = {m["taskset"]["digest"] for m in members.values()}
+    if len(sets) != 1 or any(m["taskset"]["count"] != len(names) for m in members.values()):
+        return None, f"members define different task sets: {sorted(sets)}"
+    if not all(m.get("leads", True) for m in members.values()):
+        return None, "a member announced it may not lead"
+    releases = {m["release"] for m in members.values()}
+    if len(releases) != 1:
+        return None, f"mixed releases {sorted(releases)} (the script ranks one release only)"
+    seeds = {node_id: int(m["seed"], 16) for node_id, m in members.items()}
+    out = {}
+    for task in names:
+        out[task] = min(seeds, key=lambda node_id: (-rank_score(seeds[node_id], task), node_id))
+    return out, None
+
+
+def lease_map(zk, chroot):
+    """({task: holder's node id}, number of member znodes), from ZooKeeper's `dump`."""
+    holder_of, members = {}, 0
+    members_dir, leases_dir = f"{chroot}/zkcron/bench/members/", f"{chroot}/zkcron/bench/leases/"
+    for paths in zk.ephemerals().values():
+        node = next((p.rsplit("/", 1)[1] for p in paths if p.startswith(members_dir)), None)
+        members += node is not None
+        for p in paths:
+            if p.startswith(leases_dir):
+                holder_of[p[len(leases_dir):]] = node or "?"
+    return holder_of, members
+
+
 def lease_holders(zk, chroot):
     """{node id: leases held} and the number of member znodes, from ZooKeeper's `dump`."""
-    holders, members = {}, 0
-    for paths in zk.ephemerals().values():
-        node = next((p.rsplit("/", 1)[1] for p in paths
-                     if p.startswith(f"{chroot}/zkcron/bench/members/")), None)
-        members += node is not None
-        leases = sum(1 for p in paths if p.startswith(f"{chroot}/zkcron/bench/leases/"))
-        if leases:
-            holders[node or "?"] = holders.get(node or "?", 0) + leases
+    holder_of, members = lease_map(zk, chroot)
+    holders = {}
+    for node in holder_of.values():
+        holders[node] = holders.get(node, 0) + 1
     return holders, members
 
 
-def scale(args):
+def scale(args, window=True):
     """Settled = ZooKeeper holds a lease for every task and who holds how many has not changed
     for 10 s (read with `dump`, so a node that stopped working cannot make it look settled).
-    The window is measured even if the cluster never settles, and says so."""
+    The window is measured even if the cluster never settles, and says so.
+
+    Cold start (issue 10), also measured here: from the LAST node's `registered in ZooKeeper`
+    until every lease is held by its DESIGNATED node. Once every node has registered, the script
+    reads the member records from ZooKeeper (their seeds; `ZkReader`) and computes the designated
+    node of each task by the rank spec of src/coord/rank.rs (`rank_score`, checked against the
+    value rank.rs pins); it then polls `dump` every 0.2 s for who holds which lease (so the
+    figure is exact to about one poll) and takes the first poll where every task's lease is held
+    by its designated node. This is an outside check, independent of what the nodes believe; the
+    member records are read again at the end, and the figure is withheld (with the reason) if the
+    member set or a seed changed meanwhile, or if the members do not all define the same tasks
+    and may lead (the ranking the script computes would not apply). `coldstart` is this phase
+    without the idle window."""
     tasks, n_nodes = args.tasks, args.nodes
+    names = task_names(tasks)
     chroot = "/scale"
     with Run("scale", args.keep, args.tmpdir) as run:
         jobs = os.path.join(run.tmp, "jobs.d")
@@ -922,24 +1113,73 @@ def scale(args):
         t0 = time.time()
         nodes = [Node(run.procs, run.tmp, connect, f"n{i + 1:02d}", jobs,
                       session_timeout=args.session_timeout) for i in range(n_nodes)]
-        result = {"phase": "scale", "tasks": tasks, "nodes": n_nodes}
-        registered = None
+        result = {"phase": "scale" if window else "coldstart", "tasks": tasks, "nodes": n_nodes}
+        registered, last_registration = None, None
+        designated, members_seen, not_designated_why = None, None, None
+        at_designated, covers, snapshots = None, 0, []
         settled, stable_since, previous = None, None, None
         deadline = time.monotonic() + args.deadline
         while time.monotonic() < deadline:
             check_processes()
-            if registered is None and all(n.find("registered in ZooKeeper") for n in nodes):
-                registered = time.time()
-            holders, members = lease_holders(run.zk, chroot)
+            if registered is None:
+                firsts = [n.find("registered in ZooKeeper") for n in nodes]
+                if all(firsts):
+                    registered = time.time()
+                    last_registration = max(f[0]["ts"] for f in firsts)
+            holder_of, members = lease_map(run.zk, chroot)
             now = time.time()
+            if registered is not None and members_seen is None:
+                # Ranking 10,000 tasks takes this script seconds: keep the polls made meanwhile
+                # and compare them afterwards, so the figure does not include that time.
+                snapshots.append((now, holder_of))
+                members_seen = read_members(run.zk, chroot)
+                if len(members_seen) == n_nodes:
+                    designated, not_designated_why = designated_holders(members_seen, names)
+                    if designated is not None:
+                        at_designated = next((t for t, h in snapshots if h == designated), None)
+                    snapshots = []
+                else:
+                    members_seen = None  # a member znode not visible yet: read again
+            elif at_designated is None and designated is not None and holder_of == designated:
+                at_designated = now
+            holders = {}
+            for node in holder_of.values():
+                holders[node] = holders.get(node, 0) + 1
             if sum(holders.values()) == tasks and holders == previous:
-                if now - stable_since >= 10:
+                if now - stable_since >= 10 and (at_designated or designated is None):
                     settled = stable_since
                     break
             else:
                 stable_since = now
             previous = holders
-            time.sleep(1)
+            time.sleep(0.2)
+        for n in nodes:
+            n.poll()
+            covers += len(n.find("took the lease as cover: its designated node left it vacant"))
+        members_end = read_members(run.zk, chroot)
+        seeds = lambda ms: {k: (m["seed"], m["release"]) for k, m in (ms or {}).items()}
+        if members_seen is not None and seeds(members_end) != seeds(members_seen):
+            designated, not_designated_why = None, "the member set or a seed changed during the run"
+        result.update({
+            "last_registration_s": round(last_registration - t0, 2) if last_registration else None,
+            "cold_start_s": round(at_designated - last_registration, 2)
+            if at_designated and designated is not None else None,
+            "cold_start_not_measured": not_designated_why
+            or (None if at_designated else "never every lease on its designated node"),
+            "covers_taken": covers,
+            "held_by_designated_at_end": sum(1 for t, h in lease_map(run.zk, chroot)[0].items()
+                                             if designated and designated.get(t) == h),
+        })
+        if not window:
+            result["settled"] = settled is not None
+            result["settle_s"] = round(settled - t0, 1) if settled else None
+            result["warnings"] = anomalies(nodes)
+            if settled is None:
+                result["details"] = diagnose(nodes)
+                run.keep = True
+            if run.keep:
+                result["tmp"] = run.tmp
+            return result
         holders, members = lease_holders(run.zk, chroot)
         mntr = run.zk.mntr()
         result.update({
@@ -1094,7 +1334,13 @@ def join(args):
         return result
 
 
-PHASES = {"lateness": lateness, "takeover": takeover, "scale": scale, "join": join}
+def coldstart(args):
+    """`scale` without the idle window: the cold-start and settle figures only."""
+    return scale(args, window=False)
+
+
+PHASES = {"lateness": lateness, "takeover": takeover, "scale": scale, "coldstart": coldstart,
+          "join": join}
 
 
 def main():
@@ -1129,7 +1375,8 @@ def main():
     if not os.path.exists(ZK_JAR):
         sys.exit(f"{ZK_JAR} not found: install Debian's zookeeper package (or set ZOOKEEPER_JAR)")
     print(json.dumps({"machine": machine_facts(), "binary": BINARY}), flush=True)
-    phases = list(PHASES) if args.phase == "all" else [args.phase]
+    # `scale` reports the cold-start figures too: `all` does not run `coldstart` again.
+    phases = [p for p in PHASES if p != "coldstart"] if args.phase == "all" else [args.phase]
     for name in phases:
         phase_args = argparse.Namespace(**vars(args))
         if phase_args.seconds is None:

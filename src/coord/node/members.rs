@@ -137,6 +137,14 @@ impl Node {
 
     // ---- members ----
 
+    /// A member's znode was deleted: forget it, also in a listing in flight.
+    pub(super) fn forget_member(&mut self, id: &str) {
+        if let Some(relist) = self.relist.as_mut() {
+            relist.members.remove(id);
+        }
+        self.members.remove(id);
+    }
+
     pub(super) fn read_member(&mut self, id: String, relist: bool) {
         let path = self.paths.member(&id);
         self.call(ZkOp::GetData { path }, Then::ReadMember { id, relist });
@@ -313,6 +321,15 @@ impl Node {
             }
             return;
         }
+        if let Some(relist) = self.relist.as_mut() {
+            // A listing in flight would replace the view with what it read before this change:
+            // a member that joined meanwhile would be missing (its leases deleted as no
+            // member's, its tasks kept from it), one that left would stay.
+            match &info {
+                Some(info) => relist.members.insert(id.clone(), info.clone()),
+                None => relist.members.remove(&id),
+            };
+        }
         match info {
             Some(info) => {
                 if id != self.cfg.id {
@@ -327,5 +344,73 @@ impl Node {
             }
         }
         self.decide();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::coord::node::io::Now;
+    use crate::coord::node::{NodeBugs, NodeConfig};
+
+    fn node() -> Node {
+        let started_at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let cfg = NodeConfig {
+            id: "n1".into(),
+            release: Version::new(1, 0, 0),
+            seed: 1,
+            base: "/zkcron/test".into(),
+            connect: "127.0.0.1:2181".into(),
+            session_timeout: Duration::from_secs(10),
+            max_clock_skew: None,
+            labels: Default::default(),
+            host: "h".into(),
+            pid: 1,
+            started_at,
+            bugs: NodeBugs::default(),
+        };
+        let now = Now {
+            mono: Duration::ZERO,
+            wall: started_at,
+        };
+        Node::new(cfg, now)
+    }
+
+    fn info(id: &str, owner: i64) -> MemberInfo {
+        MemberInfo {
+            member: Member {
+                id: id.into(),
+                release: Version::new(1, 0, 0),
+                seed: owner as u64,
+                tasks: Arc::default(),
+                may_lead: true,
+            },
+            owner,
+        }
+    }
+
+    #[test]
+    fn a_member_that_joins_or_leaves_while_a_listing_is_in_flight_is_not_undone_by_it() {
+        // Regression: a 20-node cold start. A node re-listing members read a newcomer (its
+        // watch event) before the listing ended; the listing then replaced the view with what
+        // it had listed before, so the newcomer was no member: its leases were deleted as "no
+        // live zkcron node holds it" and its tasks kept from it.
+        let mut node = node();
+        let mut relist = Relist {
+            outstanding: 1,
+            ..Relist::default()
+        };
+        relist.members.insert("gone".into(), info("gone", 3));
+        node.relist = Some(relist);
+        node.member_resolved("new".into(), Some(info("new", 2)), false);
+        node.forget_member("gone");
+        node.relist_step();
+        assert!(node.relist.is_none());
+        assert!(node.members.contains_key("new"), "{:?}", node.members);
+        assert_eq!(node.member_sessions.get("new"), Some(&2));
+        assert!(!node.members.contains_key("gone"), "{:?}", node.members);
+        assert!(!node.member_sessions.contains_key("gone"));
     }
 }

@@ -17,6 +17,7 @@
 //! unknown outcomes, orphans), `runs` (live runs and results, releasing everything), `clock`
 //! (skew verdicts, the cluster clock), `gc` (task-set collection).
 
+mod acting;
 mod claim;
 mod clock;
 mod gc;
@@ -174,11 +175,18 @@ enum Then {
     Released {
         task: String,
     },
+    ReleaseCheck {
+        task: String,
+    },
     LeaseCheck {
         task: String,
     },
     LeaseOwner {
         task: String,
+    },
+    Acting {
+        member: String,
+        seen: Duration,
     },
     HealLease {
         task: String,
@@ -202,6 +210,9 @@ enum Then {
         sent: DateTime<Utc>,
     },
     ClaimLeaseCheck {
+        job: ClaimJob,
+    },
+    RunBlocks {
         job: ClaimJob,
     },
     ResolveSync,
@@ -241,7 +252,7 @@ enum Then {
         newer: bool,
     },
     ReleaseBatch {
-        batch: Vec<String>,
+        batch: Vec<Vec<ZkOp>>,
     },
     ReleaseOne,
     Gc(gc::GcStep),
@@ -273,7 +284,10 @@ struct Pending {
 #[derive(Debug)]
 enum TaskJob {
     Claim(ClaimJob),
-    Release,
+    /// Release the lease incarnation that set this epoch version.
+    Release {
+        epoch: i32,
+    },
 }
 
 #[derive(Debug)]
@@ -324,11 +338,21 @@ pub struct Node {
     vacant_since: HashMap<String, Duration>,
     covering: HashMap<String, Duration>,
     members_changed: Duration,
+    /// Members seen acting: their session, and when (see `acting`).
+    acting: HashMap<String, (i64, Duration)>,
+    /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
+    probing: HashMap<String, Duration>,
+    last_decided: Option<Duration>,
     takes: HashSet<String>,
     /// Tasks whose znodes were found missing and the tree recreated for (once).
     recreated_for: HashSet<String>,
     /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
     verified: HashSet<String>,
+    /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
+    unsure_takes: HashSet<String>,
+    /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
+    /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
+    suspects: HashMap<String, (i64, Duration)>,
     verifying: HashSet<String>,
     registering: Option<RegisterJob>,
     registered_as: Option<(String, bool)>,
@@ -391,9 +415,14 @@ impl Node {
             vacant_since: HashMap::new(),
             covering: HashMap::new(),
             members_changed: Duration::ZERO,
+            acting: HashMap::new(),
+            probing: HashMap::new(),
+            last_decided: None,
             takes: HashSet::new(),
             recreated_for: HashSet::new(),
             verified: HashSet::new(),
+            unsure_takes: HashSet::new(),
+            suspects: HashMap::new(),
             verifying: HashSet::new(),
             registering: None,
             registered_as: None,
@@ -598,8 +627,10 @@ impl Node {
             Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
             Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
             Then::Released { task } => self.on_released(task, result),
+            Then::ReleaseCheck { task } => self.on_release_check(task, result),
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
             Then::LeaseOwner { task } => self.on_lease_owner(task, result),
+            Then::Acting { member, seen } => self.on_acting(member, seen, result),
             Then::HealLease { task } => self.on_heal_lease(task, result),
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpCheck { task, why } => self.on_give_up_check(task, why, result),
@@ -615,6 +646,7 @@ impl Node {
                 sent,
             } => self.on_claim_multi(job, new, run_path, sent, result),
             Then::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
+            Then::RunBlocks { job } => self.on_run_blocks(job, result),
             Then::ResolveSync => {}
             Then::OrphanResult { req, task, record } => {
                 self.on_orphan_result(req, task, record, result)

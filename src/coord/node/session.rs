@@ -176,6 +176,8 @@ impl Node {
         self.takes.clear();
         self.verified.clear();
         self.verifying.clear();
+        self.unsure_takes.clear();
+        self.suspects.clear();
         self.registering = None;
         self.registered_as = None;
         self.relist = None;
@@ -533,7 +535,7 @@ impl Node {
                         self.maybe_register();
                         self.read_member(id, false);
                     } else {
-                        self.members.remove(&id);
+                        self.forget_member(&id);
                         self.decide();
                     }
                 }

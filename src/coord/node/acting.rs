@@ -1,0 +1,111 @@
+//! Which members act, and how often the node decides about leases.
+//!
+//! A backup that covers a lease for its designated node hands it back as soon as that node is
+//! seen acting, and does not cover while it is working through its leases
+//! ([`crate::coord::lease::decide_with`]). The evidence: a lease that was just created is held
+//! by the member designated for it. On a lease creation the node asks the server who holds the
+//! lease, at most once per [`PROBE_EVERY`] per member and one question at a time, so a cold
+//! start that creates every lease costs a few reads per member, not one per lease.
+//!
+//! Lease events come in bursts (a cold start creates thousands of leases at once, a departing
+//! node frees hundreds), and each decision ranks every task this node defines: the node
+//! decides at most once per [`DECIDE_EVERY`] on those events.
+
+use std::time::Duration;
+
+use super::io::{ZkFail, ZkOk, ZkOp};
+use super::{Node, Then};
+use crate::coord::lease::Acting;
+use crate::coord::rank::{self, Candidate};
+
+/// How often at most the node asks who holds a new lease, per designated member.
+pub(super) const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+/// A probe not answered by then is forgotten (its session ended: its reply never comes).
+const PROBE_GIVE_UP: Duration = Duration::from_secs(10);
+
+/// How often at most lease events make the node decide. Short: a node taking many leases
+/// refills its takes in flight at a decision, so this bounds a migration's pace (64 takes per
+/// 10 ms at most).
+pub(super) const DECIDE_EVERY: Duration = Duration::from_millis(10);
+
+impl Node {
+    /// Decides now, or at most [`DECIDE_EVERY`] after the last decision.
+    pub(super) fn decide_soon(&mut self) {
+        match self.last_decided {
+            Some(at) if self.now.mono < at + DECIDE_EVERY => {
+                let due = at + DECIDE_EVERY;
+                self.recheck_at = Some(self.recheck_at.map_or(due, |r| r.min(due)));
+            }
+            _ => self.decide(),
+        }
+    }
+
+    /// When each member was last seen acting, in its current session.
+    pub(super) fn acting(&self) -> Acting {
+        self.acting
+            .iter()
+            .filter(|(id, (session, _))| self.member_sessions.get(*id) == Some(session))
+            .map(|(id, &(_, seen))| (id.clone(), seen))
+            .collect()
+    }
+
+    /// A lease of `task` was created: if it is another member's to hold and that member was
+    /// not seen acting lately, ask who holds it.
+    pub(super) fn probe_acting(&mut self, task: &str) {
+        let candidates = self
+            .members
+            .values()
+            .filter(|m| m.member.eligible(task))
+            .map(|m| Candidate {
+                id: &m.member.id,
+                release: &m.member.release,
+                seed: m.member.seed,
+            });
+        let Some(designated) = rank::designated(task, candidates) else {
+            return;
+        };
+        let member = designated.id.to_string();
+        let Some(&session) = self.member_sessions.get(&member) else {
+            return;
+        };
+        let recent = self
+            .acting
+            .get(&member)
+            .is_some_and(|&(s, seen)| s == session && self.now.mono < seen + PROBE_EVERY);
+        let asking = self
+            .probing
+            .get(&member)
+            .is_some_and(|&sent| self.now.mono < sent + PROBE_GIVE_UP);
+        if member == self.cfg.id || recent || asking {
+            return;
+        }
+        self.probing.insert(member.clone(), self.now.mono);
+        let path = self.paths.lease(task);
+        let seen = self.now.mono;
+        self.call(ZkOp::Exists { path }, Then::Acting { member, seen });
+    }
+
+    pub(super) fn on_acting(
+        &mut self,
+        member: String,
+        seen: Duration,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        self.probing.remove(&member);
+        let Ok(ZkOk::Exists(Some(stat))) = result else {
+            return;
+        };
+        if self.member_sessions.get(&member) != Some(&stat.ephemeral_owner) {
+            return;
+        }
+        let newer = self
+            .acting
+            .get(&member)
+            .is_none_or(|&(s, at)| s != stat.ephemeral_owner || at < seen);
+        if newer {
+            self.acting.insert(member, (stat.ephemeral_owner, seen));
+            self.decide_soon();
+        }
+    }
+}
