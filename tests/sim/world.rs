@@ -1,979 +1,7 @@
-//! Deterministic, seeded simulation of a zkcron cluster over a model of ZooKeeper.
-//!
-//! Thousands of scenarios per `cargo test`: each one draws 2–6 nodes, 1–20 tasks, releases,
-//! `version_req`s, clock skews, a session timeout and a list of faults from one seed, runs them in
-//! virtual time (no threads, no wall clock, no tokio), and then checks the cluster's promises.
-//!
-//! # What is modelled
-//!
-//! - **ZooKeeper** ([`ModelZk`]): znodes with data, a version (0 on create, +1 per `set_data`) and
-//!   an ephemeral owner; sessions that the server expires when it has not heard from the client for
-//!   `session_timeout`, deleting the session's ephemerals; `create`, `delete`, `get`, `set`,
-//!   `check` and atomic `multi`; operations from an expired session are rejected. Watches are
-//!   modelled as a per-connection FIFO stream of changes (member up/down, lease up/down), each
-//!   delivered after a random network delay; a client that reconnects re-lists, since it may have
-//!   missed changes while disconnected.
-//! - **The network**: one FIFO connection per (node, attempt) in each direction with random
-//!   latency. A message sent or arriving while the node's link is down is lost and breaks the
-//!   connection; the client notices through its read timeout (2/3 of the session timeout, as
-//!   ZooKeeper clients do) or at once when the server closes it. A *lost reply* is a request that
-//!   was applied but whose reply is dropped together with the connection.
-//! - **The node** (the contract of the ZooKeeper backend, which the daemon implements): it
-//!   registers `members/<id>` (release, seed, task set) as an ephemeral, learns members and leases
-//!   through the change stream, calls [`lease::decide`] on its current (possibly stale) view and
-//!   applies its actions (take = create the ephemeral `leases/<task>`, release = delete it, after
-//!   it stopped claiming that task). For each lease it holds it reads the fire record, starts a
-//!   [`TickPlanner`] on its own wall clock (true time + skew) and claims each tick with one
-//!   `multi`: `check(leases/<task>, version)` + `set_data(tasks/<task>, {tick, node, session},
-//!   version)` (or `create` when there is no record yet), after checking its cached record; on a
-//!   version conflict it re-reads the record and retries once. A claim whose reply is lost is resolved
-//!   after reconnecting by re-reading the record: claimed iff it names this tick, node and session
-//!   (the node does this even after its session expired: it is the one thing it keeps). A claim
-//!   won but never run (its node crashed, or could no longer tell) stays unrun: at most once.
-//!   While disconnected the node is paused (fires and claims nothing, drops its planners); on
-//!   reconnect it re-lists and restarts its planners from the record (this is how catch-up works);
-//!   when it learns that its session expired it drops everything, opens a new session and
-//!   rejoins. A node whose clock is off by more than `max_clock_skew` passes `may_lead = false`.
-//! - **Faults**: crash (the session lives on until it expires; restart with a new session, maybe a
-//!   new seed or a newer release), graceful stop (member and leases deleted at once, session
-//!   closed) and restart, partitions shorter and longer than the session timeout, SIGSTOP pauses
-//!   (the node does nothing, not even heartbeats, then resumes with its stale view and acts on it
-//!   before it learns anything: due timers run first), lost replies, clock skew and clock steps,
-//!   nodes (often of a newer release) joining mid-run. Faults happen in a fault phase; at its end
-//!   everything heals and every node is up.
-//!
-//! # What is checked
-//!
-//! - **Safety**, on every successful write of a fire record: a (task, tick) is claimed at most
-//!   once in the whole run; the record only moves forward; the claiming session holds the task's
-//!   lease at that instant; no tick is claimed before any node's clock could reach it. On every
-//!   run: a node runs a tick only after its own claim of it succeeded, and at most once. On every
-//!   delete of a lease: the deleting session owns it.
-//! - **Liveness**, at the end: tasks use `catch_up = "all"` (most of them) with a starting
-//!   deadline longer than the scenario, and scenarios are short enough that
-//!   [`MAX_CATCH_UP`] is never reached. For every task that some node can lead after healing,
-//!   every tick from the initial fire record (or, for a task without one, from its first claim)
-//!   up to `end - settle` is claimed exactly once; `settle = session_timeout + nodes ×
-//!   VACANT_BOUND + 10 s`. Every lease is then held by the node the registered members rank
-//!   first (a newer release that joined has taken its tasks over).
-//! - **On time during the fault phase**: a tick whose task had the same node ranked first, up,
-//!   healthy (no fault of its own) and able to lead from `settle` before the tick to `grace`
-//!   after it is claimed within `grace` (how far that node's clock is behind, plus 2 s),
-//!   whatever happened to the other nodes.
-//!
-//! The checker is shown not to be vacuous by deliberately broken nodes ([`NodeBug`],
-//! [`ClaimMode::Unfenced`]) that it must catch: a claim without the lease check and the
-//! record's version check made by a node that survives its session expiry (double claims), a
-//! node that takes a claim with a lost reply for won (runs without a claim), planners that ignore
-//! the fire record (lost ticks), planner timers that wake late (late ticks).
-//!
-//! # Findings
-//!
-//! - **Fixed: a backup released a lease it took for liveness** (test
-//!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`). A node ranked below a
-//!   designated node that did not take a vacant lease took it after its `VACANT_BOUND`s, and the
-//!   next `decide` released it again, since the holder was not designated: with a designated
-//!   node whose clock was beyond `max_clock_skew`, the task never fired. Members now announce
-//!   whether they may lead (`Member::may_lead`, re-published when it changes), and ranking passes
-//!   over those that may not. Clock offsets beyond `max_clock_skew` are in the default mix
-//!   again (`ZKCRON_SIM_BIG_SKEW=0` leaves them out).
-//! - **The lease check does not identify the holder.** Every new `leases/<task>` has version 0,
-//!   so `check(leases/<task>, 0)` passes whoever holds the lease. For nodes that follow the
-//!   contract this never matters (a live session's leases are its own; an expired session is
-//!   rejected as a whole), but a node that claims after it let go (a zombie, a claim sent late by
-//!   a task loop that is being stopped) passes it: test
-//!   `a_zombie_is_kept_from_double_claims_by_the_record_version_not_by_the_lease_check` shows
-//!   that only the record's version check then prevents a double claim. Likewise a release,
-//!   `delete(leases/<task>, 0)`, that comes after the lease changed hands deletes the
-//!   successor's lease. An early version of this simulation's node did that (seed 33491 of the
-//!   release-mode campaign: a re-list answered before its own delete made it release twice),
-//!   which is why the checker now refuses any delete of another session's lease.
-//!   The daemon's backend has since closed this gap: every lease take bumps a per-task epoch
-//!   znode in the same multi-op and claims check its version. This model keeps the weaker
-//!   claim (lease version 0 + record version) and still finds no double claim.
-//!
-//! # What is not modelled
-//!
-//! Runs and their records (`overlap`, `on_node_loss`), retries, jitter (always zero), task file
-//! reloads, time zones other than UTC, ZooKeeper ensembles (one server that never fails; server
-//! time is true time), asymmetric partitions, the shape of the JSON stored in znodes, and
-//! `drain`. A `NodeExists` reply carries the existing node's owner (the real client would read it
-//! with one more request). How a node measures its clock offset (it knows it exactly here).
-//!
-//! # Running and replaying
-//!
-//! `cargo test --test sim` runs the default number of scenarios (seeds `0..N` in four shards,
-//! one test each). Environment:
-//!
-//! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios instead.
-//! - `ZKCRON_SIM_SEED=S`: run scenario `S` alone and print its report (scenario, violations, the
-//!   last events); with `ZKCRON_SIM_TRACE=1`, every event. A failure prints the line to use:
-//!   `ZKCRON_SIM_SEED=S cargo test --test sim simulated_clusters -- --nocapture`.
-//! - `ZKCRON_SIM_BIG_SKEW=0`: keep every clock within `max_clock_skew` (by default some are
-//!   beyond it; see Findings).
-//! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
-//!   (default 3).
+//! The world: the event loop, the server's handling of requests, the node state machine and
+//! the faults.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use rand::seq::IndexedRandom;
-use rand::{Rng, SeedableRng, rngs::StdRng};
-use semver::{Version, VersionReq};
-use zkcron::coord::lease::{
-    self, LeaseAction, LeaseView, Member, TaskEntry, TaskSet, VACANT_BOUND,
-};
-use zkcron::plan::{MAX_CATCH_UP, PlanRules, Step, TickPlanner};
-use zkcron::schedule::Schedule;
-use zkcron::task::CatchUpPolicy;
-
-// ------------------------------------------------------------------------------------------------
-// Identifiers and time
-// ------------------------------------------------------------------------------------------------
-
-/// Virtual time: milliseconds since the scenario started. Server time is true time.
-type Ms = u64;
-type NodeIx = usize;
-type TaskIx = usize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct SessionId(u64);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct ConnId(u64);
-
-/// The true instant at virtual time 0.
-fn epoch() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
-}
-
-/// A tick as seconds after the epoch, for traces.
-fn secs(tick: DateTime<Utc>) -> f64 {
-    (tick - epoch()).num_milliseconds() as f64 / 1000.0
-}
-
-/// The record a claim writes; the initial records of a scenario name no node.
-const NO_NODE: NodeIx = usize::MAX;
-
-// ------------------------------------------------------------------------------------------------
-// Scenarios
-// ------------------------------------------------------------------------------------------------
-
-/// How a node claims a tick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClaimMode {
-    /// The contract: `check(lease) + set_data(record, expected version)`.
-    Fenced,
-    /// Deliberately broken: an unconditional `set_data` of the record, no lease check.
-    Unfenced,
-}
-
-/// Deliberate node bugs, to show that the checker catches what they cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NodeBug {
-    None,
-    /// A session expiry is handled like a reconnect: the node opens a new session but keeps its
-    /// leases, planners and cached records, and believes in its leases whatever it hears.
-    Zombie,
-    /// A claim whose reply was lost is taken as won, without reading the record.
-    AssumeClaimedOnLoss,
-    /// A new planner ignores the fire record: missed ticks are never caught up.
-    NoCatchUp,
-    /// Planner timers fire 3 s late.
-    SlowTimer,
-}
-
-/// What the generator may draw.
-#[derive(Debug, Clone, Copy)]
-struct Knobs {
-    claim_mode: ClaimMode,
-    bug: NodeBug,
-    /// Let some nodes' clocks be off by more than `max_clock_skew` (they may not lead).
-    big_skew: bool,
-}
-
-impl Knobs {
-    const CONTRACT: Knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::None,
-        big_skew: false,
-    };
-}
-
-#[derive(Debug, Clone)]
-struct TaskDef {
-    name: String,
-    rules: PlanRules,
-    version_req: Option<VersionReq>,
-    /// A fire record exists at the start, naming the epoch (the task fired before).
-    initial_record: bool,
-}
-
-#[derive(Debug, Clone)]
-struct NodeDef {
-    id: String,
-    release: Version,
-    seed: u64,
-    tasks: Arc<TaskSet>,
-    skew_ms: i64,
-    start_at: Ms,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Fault {
-    /// The node starts (at the beginning, or joining mid-run).
-    Start(NodeIx),
-    /// kill -9: the process is gone, its session lives until it expires.
-    Crash(NodeIx),
-    /// SIGTERM: member and leases deleted at once, session closed.
-    Stop(NodeIx),
-    /// A new process with a new session; maybe a new seed, maybe a newer release.
-    Restart {
-        node: NodeIx,
-        seed: Option<u64>,
-        release: Option<Version>,
-    },
-    LinkDown(NodeIx),
-    LinkUp(NodeIx),
-    /// SIGSTOP / SIGCONT.
-    Freeze(NodeIx),
-    Thaw(NodeIx),
-    /// Replies to the node are lost with this percentage, each taking the connection down.
-    LossOn(NodeIx, u32),
-    LossOff(NodeIx),
-    /// The node's clock is stepped to this offset from true time.
-    Skew(NodeIx, i64),
-    /// End of the fault phase: links up, processes resumed, losses off, every node up.
-    HealAll,
-}
-
-impl Fault {
-    fn node(&self) -> Option<NodeIx> {
-        match self {
-            Fault::Start(n)
-            | Fault::Crash(n)
-            | Fault::Stop(n)
-            | Fault::Restart { node: n, .. }
-            | Fault::LinkDown(n)
-            | Fault::LinkUp(n)
-            | Fault::Freeze(n)
-            | Fault::Thaw(n)
-            | Fault::LossOn(n, _)
-            | Fault::LossOff(n)
-            | Fault::Skew(n, _) => Some(*n),
-            Fault::HealAll => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Scenario {
-    seed: u64,
-    knobs: Knobs,
-    tasks: Vec<TaskDef>,
-    nodes: Vec<NodeDef>,
-    session_timeout: Ms,
-    max_clock_skew_ms: i64,
-    /// The largest clock offset any node ever has, may it lead or not.
-    max_abs_skew_ms: i64,
-    faults: Vec<(Ms, Fault)>,
-    fault_end: Ms,
-    settle: Ms,
-    end: Ms,
-}
-
-const EXPRESSIONS: &[&str] = &[
-    "*/5 * * * * *",
-    "*/10 * * * * *",
-    "*/15 * * * * *",
-    "2-59/20 * * * * *",
-    "*/30 * * * * *",
-    "0 * * * * *",
-    "7,19,43 * * * * *",
-    "* * * * *",
-];
-
-const RELEASES: &[&str] = &["1.4.0", "1.4.2", "1.5.0", "2.0.0"];
-const NEWER_RELEASE: &str = "2.1.0";
-const MAX_CLOCK_SKEW_MS: i64 = 10_000;
-
-impl Scenario {
-    fn generate(seed: u64, knobs: Knobs) -> Scenario {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let session_timeout: Ms = *[2_000, 4_000, 6_000, 10_000].choose(&mut rng).unwrap();
-        let node_count = rng.random_range(2..=6usize);
-        let task_count = rng.random_range(1..=20usize);
-        let fault_end: Ms = rng.random_range(20_000..=120_000);
-        let settle = session_timeout + node_count as Ms * VACANT_BOUND.as_millis() as Ms + 10_000;
-        let end = fault_end + settle + rng.random_range(10_000..=40_000);
-        // The densest schedule ticks every 5 s: even a task missed for the whole scenario stays
-        // within what `catch_up = "all"` runs at once, so a missed tick is never dropped for that.
-        assert!(
-            end / 5_000 < MAX_CATCH_UP as Ms,
-            "scenario too long for MAX_CATCH_UP"
-        );
-
-        let mut tasks = Vec::with_capacity(task_count);
-        for t in 0..task_count {
-            let name = format!("t{t:02}");
-            let expr = *EXPRESSIONS.choose(&mut rng).unwrap();
-            let catch_up = match rng.random_range(0..10) {
-                0 => CatchUpPolicy::Once,
-                1 => CatchUpPolicy::Skip,
-                _ => CatchUpPolicy::All,
-            };
-            let version_req = rng
-                .random_bool(0.2)
-                .then(|| VersionReq::parse(">=1.5").unwrap());
-            tasks.push(TaskDef {
-                rules: PlanRules {
-                    task: name.clone(),
-                    schedule: Schedule::parse(expr, chrono_tz::Tz::UTC).unwrap(),
-                    catch_up,
-                    starting_deadline: Some(Duration::from_secs(3600)),
-                    jitter: Duration::ZERO,
-                },
-                name,
-                version_req,
-                initial_record: rng.random_bool(0.8),
-            });
-        }
-
-        let usual = *RELEASES[..3].choose(&mut rng).unwrap();
-        let joiner = rng.random_bool(0.35).then_some(node_count - 1);
-        let mut defines: Vec<Vec<TaskIx>> = (0..node_count)
-            .map(|_| (0..task_count).filter(|_| rng.random_bool(0.85)).collect())
-            .collect();
-        for t in 0..task_count {
-            if !defines.iter().any(|d| d.contains(&t)) {
-                let n = rng.random_range(0..node_count);
-                defines[n].push(t);
-                defines[n].sort();
-            }
-        }
-        let mut nodes = Vec::with_capacity(node_count);
-        for (n, defined) in defines.iter().enumerate() {
-            let set: TaskSet = defined
-                .iter()
-                .map(|&t| {
-                    (
-                        tasks[t].name.clone(),
-                        TaskEntry {
-                            digest: format!("digest-{t}"),
-                            version_req: tasks[t].version_req.clone(),
-                        },
-                    )
-                })
-                .collect();
-            let release = if joiner == Some(n) && rng.random_bool(0.6) {
-                NEWER_RELEASE
-            } else if rng.random_bool(0.6) {
-                usual
-            } else {
-                RELEASES.choose(&mut rng).unwrap()
-            };
-            let start_at = if joiner == Some(n) {
-                rng.random_range(5_000..=fault_end * 4 / 5)
-            } else {
-                rng.random_range(0..2_000)
-            };
-            nodes.push(NodeDef {
-                id: format!("node-{n}"),
-                release: Version::parse(release).unwrap(),
-                seed: rng.random(),
-                tasks: Arc::new(set),
-                skew_ms: draw_skew(&mut rng, knobs.big_skew),
-                start_at,
-            });
-        }
-
-        let mut faults: Vec<(Ms, Fault)> = nodes
-            .iter()
-            .enumerate()
-            .map(|(n, def)| (def.start_at, Fault::Start(n)))
-            .collect();
-        // Some scenarios are calm (rare faults), which leaves quiet stretches to check that
-        // ticks fire on time between faults.
-        let mean_gap: Ms = if rng.random_bool(0.25) {
-            rng.random_range(40_000..=120_000)
-        } else {
-            rng.random_range(8_000..=40_000)
-        };
-        for (n, def) in nodes.iter().enumerate() {
-            let mut t = def.start_at + rng.random_range(1_000..=mean_gap);
-            while t < fault_end {
-                let long = rng.random_bool(0.5);
-                let outage = if long {
-                    rng.random_range(session_timeout * 11 / 10..=session_timeout * 3)
-                } else {
-                    rng.random_range(200..=session_timeout * 9 / 10)
-                };
-                let until = match rng.random_range(0..100) {
-                    0..15 => {
-                        faults.push((t, Fault::Crash(n)));
-                        let down = rng.random_range(500..=30_000);
-                        if rng.random_bool(0.8) {
-                            faults.push((t + down, restart(&mut rng, n)));
-                        }
-                        t + down
-                    }
-                    15..25 => {
-                        faults.push((t, Fault::Stop(n)));
-                        let down = rng.random_range(200..=20_000);
-                        faults.push((t + down, restart(&mut rng, n)));
-                        t + down
-                    }
-                    25..50 => {
-                        faults.push((t, Fault::LinkDown(n)));
-                        faults.push((t + outage, Fault::LinkUp(n)));
-                        t + outage
-                    }
-                    50..70 => {
-                        faults.push((t, Fault::Freeze(n)));
-                        faults.push((t + outage, Fault::Thaw(n)));
-                        t + outage
-                    }
-                    70..88 => {
-                        let span = rng.random_range(1_000..=15_000);
-                        faults.push((t, Fault::LossOn(n, rng.random_range(10..=60))));
-                        faults.push((t + span, Fault::LossOff(n)));
-                        t + span
-                    }
-                    _ => {
-                        faults.push((t, Fault::Skew(n, draw_skew(&mut rng, knobs.big_skew))));
-                        t
-                    }
-                };
-                t = until + rng.random_range(500..=mean_gap);
-            }
-        }
-        // Whatever would end after the fault phase is ended by HealAll.
-        faults.retain(|(at, _)| *at < fault_end);
-        faults.push((fault_end, Fault::HealAll));
-        faults.sort_by_key(|(at, _)| *at);
-
-        let max_abs_skew_ms = nodes
-            .iter()
-            .map(|n| n.skew_ms.abs())
-            .chain(faults.iter().filter_map(|(_, f)| match f {
-                Fault::Skew(_, s) => Some(s.abs()),
-                _ => None,
-            }))
-            .max()
-            .unwrap_or(0);
-
-        Scenario {
-            seed,
-            knobs,
-            tasks,
-            nodes,
-            session_timeout,
-            max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
-            max_abs_skew_ms,
-            faults,
-            fault_end,
-            settle,
-            end,
-        }
-    }
-
-    fn describe(&self) -> String {
-        let mut out = format!(
-            "scenario {}: {} nodes, {} tasks, session timeout {} ms, faults until {} ms, settle {} ms, end {} ms, knobs {:?}\n",
-            self.seed,
-            self.nodes.len(),
-            self.tasks.len(),
-            self.session_timeout,
-            self.fault_end,
-            self.settle,
-            self.end,
-            self.knobs
-        );
-        for (n, node) in self.nodes.iter().enumerate() {
-            let mut defined: Vec<&String> = node.tasks.keys().collect();
-            defined.sort();
-            out += &format!(
-                "  n{n} {} release {} skew {} ms start {} ms tasks {:?}\n",
-                node.id, node.release, node.skew_ms, node.start_at, defined
-            );
-        }
-        for task in &self.tasks {
-            out += &format!(
-                "  {} \"{}\" catch_up {:?} version_req {} record {}\n",
-                task.name,
-                task.rules.schedule.expression(),
-                task.rules.catch_up,
-                task.version_req
-                    .as_ref()
-                    .map_or("-".to_string(), |r| r.to_string()),
-                if task.initial_record {
-                    "at epoch"
-                } else {
-                    "none"
-                }
-            );
-        }
-        out += "  faults:";
-        for (at, fault) in &self.faults {
-            out += &format!(" {at}:{fault:?}");
-        }
-        out.push('\n');
-        out
-    }
-}
-
-fn draw_skew(rng: &mut StdRng, big: bool) -> i64 {
-    if big && rng.random_bool(0.05) {
-        let s = rng.random_range(15_000..=40_000);
-        if rng.random_bool(0.5) { s } else { -s }
-    } else if rng.random_bool(0.2) {
-        rng.random_range(-5_000..=5_000)
-    } else {
-        rng.random_range(-1_500..=1_500)
-    }
-}
-
-fn restart(rng: &mut StdRng, node: NodeIx) -> Fault {
-    Fault::Restart {
-        node,
-        seed: rng.random_bool(0.5).then(|| rng.random()),
-        release: rng
-            .random_bool(0.2)
-            .then(|| Version::parse(NEWER_RELEASE).unwrap()),
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// The ZooKeeper model
-// ------------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Path {
-    Member(NodeIx),
-    Lease(TaskIx),
-    Record(TaskIx),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FireRecord {
-    tick: DateTime<Utc>,
-    node: NodeIx,
-    session: SessionId,
-}
-
-#[derive(Debug, Clone)]
-enum Data {
-    Member(Member),
-    Lease,
-    Record(FireRecord),
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Create {
-        path: Path,
-        data: Data,
-        ephemeral: bool,
-    },
-    /// `version: None` is ZooKeeper's -1 (any version).
-    Delete {
-        path: Path,
-        version: Option<i32>,
-    },
-    Set {
-        path: Path,
-        data: Data,
-        version: Option<i32>,
-    },
-    Check {
-        path: Path,
-        version: i32,
-    },
-    Get {
-        path: Path,
-    },
-    /// The children of `members/` and `leases/` with their data and stat.
-    List,
-    Multi(Vec<Op>),
-}
-
-#[derive(Debug, Clone)]
-enum OpOk {
-    /// The znode's version after a create, set, check or delete.
-    Version(i32),
-    Data {
-        data: Data,
-        version: i32,
-    },
-    List {
-        members: Vec<(NodeIx, Member, SessionId)>,
-        leases: Vec<(TaskIx, SessionId, i32)>,
-    },
-    Multi(Vec<i32>),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum OpErr {
-    NodeExists { owner: Option<SessionId> },
-    NoNode,
-    BadVersion,
-    Multi { index: usize, error: Box<OpErr> },
-    SessionExpired,
-}
-
-/// A change to `members/` or `leases/`, as the watch stream carries it.
-#[derive(Debug, Clone)]
-enum Change {
-    MemberUp(NodeIx, Member, SessionId),
-    MemberDown(NodeIx),
-    LeaseUp(TaskIx, SessionId, i32),
-    LeaseDown(TaskIx),
-}
-
-/// A successful write of a fire record: a claim, as the server saw it.
-struct RecordWrite {
-    task: TaskIx,
-    previous: Option<DateTime<Utc>>,
-    record: FireRecord,
-}
-
-#[derive(Debug)]
-struct Znode {
-    data: Data,
-    version: i32,
-    owner: Option<SessionId>,
-}
-
-#[derive(Debug)]
-struct Session {
-    alive: bool,
-    timeout: Ms,
-    last_heard: Ms,
-    /// The connection the session is attached to now; requests on older ones are dropped.
-    conn: Option<ConnId>,
-}
-
-/// One ZooKeeper server: the data tree and the sessions. No network, no time of its own.
-#[derive(Debug, Default)]
-struct ModelZk {
-    znodes: BTreeMap<Path, Znode>,
-    sessions: BTreeMap<SessionId, Session>,
-    next_session: u64,
-    /// Leases deleted by a session that did not own them: (task, owner, deleter). ZooKeeper
-    /// allows it; the checker does not.
-    foreign_lease_deletes: Vec<(TaskIx, Option<SessionId>, SessionId)>,
-}
-
-impl ModelZk {
-    fn open_session(&mut self, timeout: Ms, now: Ms, conn: ConnId) -> SessionId {
-        self.next_session += 1;
-        let id = SessionId(self.next_session);
-        self.sessions.insert(
-            id,
-            Session {
-                alive: true,
-                timeout,
-                last_heard: now,
-                conn: Some(conn),
-            },
-        );
-        id
-    }
-
-    /// Ends a session (expiry or close): its ephemerals go, and watchers hear of it.
-    fn end_session(&mut self, id: SessionId, changes: &mut Vec<Change>) {
-        if let Some(session) = self.sessions.get_mut(&id) {
-            session.alive = false;
-        }
-        let owned: Vec<Path> = self
-            .znodes
-            .iter()
-            .filter(|(_, z)| z.owner == Some(id))
-            .map(|(p, _)| *p)
-            .collect();
-        for path in owned {
-            self.znodes.remove(&path);
-            changes.extend(down_change(path));
-        }
-    }
-
-    fn validate(&self, op: &Op) -> Result<(), OpErr> {
-        match op {
-            Op::Create { path, .. } => match self.znodes.get(path) {
-                Some(existing) => Err(OpErr::NodeExists {
-                    owner: existing.owner,
-                }),
-                None => Ok(()),
-            },
-            Op::Delete { path, version } | Op::Set { path, version, .. } => {
-                match self.znodes.get(path) {
-                    None => Err(OpErr::NoNode),
-                    Some(z) if version.is_some_and(|v| v != z.version) => Err(OpErr::BadVersion),
-                    Some(_) => Ok(()),
-                }
-            }
-            Op::Check { path, version } => match self.znodes.get(path) {
-                None => Err(OpErr::NoNode),
-                Some(z) if z.version != *version => Err(OpErr::BadVersion),
-                Some(_) => Ok(()),
-            },
-            Op::Get { .. } | Op::List | Op::Multi(_) => Ok(()),
-        }
-    }
-
-    /// Applies a validated write and returns the znode's version after it.
-    fn write(
-        &mut self,
-        session: SessionId,
-        op: &Op,
-        changes: &mut Vec<Change>,
-        writes: &mut Vec<RecordWrite>,
-    ) -> i32 {
-        match op {
-            Op::Create {
-                path,
-                data,
-                ephemeral,
-            } => {
-                self.znodes.insert(
-                    *path,
-                    Znode {
-                        data: data.clone(),
-                        version: 0,
-                        owner: ephemeral.then_some(session),
-                    },
-                );
-                match (path, data) {
-                    (Path::Member(n), Data::Member(m)) => {
-                        changes.push(Change::MemberUp(*n, m.clone(), session))
-                    }
-                    (Path::Lease(t), _) => changes.push(Change::LeaseUp(*t, session, 0)),
-                    (Path::Record(t), Data::Record(r)) => writes.push(RecordWrite {
-                        task: *t,
-                        previous: None,
-                        record: r.clone(),
-                    }),
-                    _ => {}
-                }
-                0
-            }
-            Op::Delete { path, .. } => {
-                let removed = self.znodes.remove(path).expect("validated");
-                if let Path::Lease(t) = path
-                    && removed.owner != Some(session)
-                {
-                    self.foreign_lease_deletes
-                        .push((*t, removed.owner, session));
-                }
-                changes.extend(down_change(*path));
-                0
-            }
-            Op::Set { path, data, .. } => {
-                let znode = self.znodes.get_mut(path).expect("validated");
-                let previous = match &znode.data {
-                    Data::Record(r) => Some(r.tick),
-                    _ => None,
-                };
-                znode.data = data.clone();
-                znode.version += 1;
-                if let (Path::Member(n), Data::Member(m), Some(owner)) = (path, data, znode.owner) {
-                    changes.push(Change::MemberUp(*n, m.clone(), owner));
-                }
-                if let (Path::Record(t), Data::Record(r)) = (path, data) {
-                    writes.push(RecordWrite {
-                        task: *t,
-                        previous,
-                        record: r.clone(),
-                    });
-                }
-                znode.version
-            }
-            Op::Check { version, .. } => *version,
-            Op::Get { .. } | Op::List | Op::Multi(_) => unreachable!("not a write"),
-        }
-    }
-
-    fn apply(
-        &mut self,
-        session: SessionId,
-        op: &Op,
-        changes: &mut Vec<Change>,
-        writes: &mut Vec<RecordWrite>,
-    ) -> Result<OpOk, OpErr> {
-        match op {
-            Op::Get { path } => match self.znodes.get(path) {
-                Some(z) => Ok(OpOk::Data {
-                    data: z.data.clone(),
-                    version: z.version,
-                }),
-                None => Err(OpErr::NoNode),
-            },
-            Op::List => {
-                let mut members = Vec::new();
-                let mut leases = Vec::new();
-                for (path, z) in &self.znodes {
-                    match (path, &z.data) {
-                        (Path::Member(n), Data::Member(m)) => {
-                            members.push((*n, m.clone(), z.owner.expect("ephemeral")))
-                        }
-                        (Path::Lease(t), _) => {
-                            leases.push((*t, z.owner.expect("ephemeral"), z.version))
-                        }
-                        _ => {}
-                    }
-                }
-                Ok(OpOk::List { members, leases })
-            }
-            Op::Multi(ops) => {
-                // All or nothing: the ops of one multi touch distinct paths, so validating each
-                // against the current tree is validating them in sequence.
-                for (index, op) in ops.iter().enumerate() {
-                    if let Err(error) = self.validate(op) {
-                        return Err(OpErr::Multi {
-                            index,
-                            error: Box::new(error),
-                        });
-                    }
-                }
-                Ok(OpOk::Multi(
-                    ops.iter()
-                        .map(|op| self.write(session, op, changes, writes))
-                        .collect(),
-                ))
-            }
-            single => {
-                self.validate(single)?;
-                Ok(OpOk::Version(self.write(session, single, changes, writes)))
-            }
-        }
-    }
-
-    fn lease_owner(&self, task: TaskIx) -> Option<SessionId> {
-        self.znodes.get(&Path::Lease(task)).and_then(|z| z.owner)
-    }
-}
-
-fn down_change(path: Path) -> Option<Change> {
-    match path {
-        Path::Member(n) => Some(Change::MemberDown(n)),
-        Path::Lease(t) => Some(Change::LeaseDown(t)),
-        Path::Record(_) => None,
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Network and events
-// ------------------------------------------------------------------------------------------------
-
-#[derive(Debug)]
-enum ToServer {
-    /// Open the session `session` on this connection, or a new one.
-    Connect {
-        session: Option<SessionId>,
-    },
-    Req {
-        id: u64,
-        op: Op,
-    },
-    Ping,
-    /// The client closes this connection (its session lives on).
-    Close,
-    /// The client closes its session (graceful stop).
-    CloseSession,
-}
-
-#[derive(Debug)]
-enum ToNode {
-    Connected(SessionId),
-    /// The session the client asked for has expired.
-    Expired,
-    Reply {
-        id: u64,
-        result: Result<OpOk, OpErr>,
-    },
-    Watch(Change),
-    Pong,
-    /// The server closed the connection (the session expired).
-    Closed,
-}
-
-#[derive(Debug)]
-struct Conn {
-    node: NodeIx,
-    alive: bool,
-    session: Option<SessionId>,
-    /// Arrival time of the last message each way: each direction is FIFO.
-    to_server_at: Ms,
-    to_node_at: Ms,
-}
-
-#[derive(Debug)]
-enum Timer {
-    Ping(u64),
-    Reconnect(u64),
-    ConnectTimeout(ConnId),
-    Recheck(Ms),
-    Wake {
-        task: TaskIx,
-        generation: u64,
-        seq: u64,
-    },
-    RegisterRetry,
-    /// The node notices that a connection was reset.
-    Reset(ConnId),
-    /// Re-plan every task (after a clock step or a resume).
-    Poke,
-}
-
-#[derive(Debug)]
-enum Ev {
-    Fault(Fault),
-    ToServer {
-        conn: ConnId,
-        msg: ToServer,
-    },
-    ToNode {
-        node: NodeIx,
-        conn: ConnId,
-        msg: ToNode,
-        /// Already in the node's socket buffer (delivered while it was stopped).
-        buffered: bool,
-    },
-    Timer {
-        node: NodeIx,
-        inc: u64,
-        timer: Timer,
-    },
-    SessionCheck(SessionId),
-}
-
-struct Queued {
-    at: Ms,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    /// Reversed: `BinaryHeap` is a max-heap and the earliest event goes first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
+use super::*;
 
 // ------------------------------------------------------------------------------------------------
 // The node
@@ -981,20 +9,20 @@ impl Ord for Queued {
 
 /// A task this node fires: its planner and its claims.
 #[derive(Debug)]
-struct Firing {
-    generation: u64,
-    lease_version: i32,
+pub(crate) struct Firing {
+    pub(crate) generation: u64,
+    pub(crate) lease_version: i32,
     /// `None` while the fire record is being read.
-    planner: Option<TickPlanner>,
+    pub(crate) planner: Option<TickPlanner>,
     /// The fire record as last read or written by this node, with its znode version.
-    cache: Option<(FireRecord, i32)>,
-    queue: VecDeque<DateTime<Utc>>,
-    in_flight: bool,
-    wake_seq: u64,
+    pub(crate) cache: Option<(FireRecord, i32)>,
+    pub(crate) queue: VecDeque<DateTime<Utc>>,
+    pub(crate) in_flight: bool,
+    pub(crate) wake_seq: u64,
 }
 
 #[derive(Debug, Clone)]
-enum Pending {
+pub(crate) enum Pending {
     Register,
     /// A member update after the node's clock crossed `max_clock_skew` (reply ignored; the
     /// node's own view is updated when the change is seen).
@@ -1028,54 +56,54 @@ enum Pending {
 }
 
 #[derive(Debug, Default)]
-struct Node {
-    id: String,
-    release: Option<Version>,
-    seed: u64,
-    tasks: Arc<TaskSet>,
-    defines: Vec<TaskIx>,
-    skew_ms: i64,
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) release: Option<Version>,
+    pub(crate) seed: u64,
+    pub(crate) tasks: Arc<TaskSet>,
+    pub(crate) defines: Vec<TaskIx>,
+    pub(crate) skew_ms: i64,
 
-    up: bool,
-    frozen: bool,
+    pub(crate) up: bool,
+    pub(crate) frozen: bool,
     /// Incarnation: bumped when the process dies, so its timers die with it.
-    inc: u64,
-    deferred: Vec<Ev>,
-    loss_pct: u32,
+    pub(crate) inc: u64,
+    pub(crate) deferred: Vec<Ev>,
+    pub(crate) loss_pct: u32,
 
-    session: Option<SessionId>,
-    conn: Option<ConnId>,
-    connected: bool,
-    connect_seq: u64,
-    ping_generation: u64,
-    last_recv: Ms,
-    next_req: u64,
-    pending: BTreeMap<u64, Pending>,
+    pub(crate) session: Option<SessionId>,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) connected: bool,
+    pub(crate) connect_seq: u64,
+    pub(crate) ping_generation: u64,
+    pub(crate) last_recv: Ms,
+    pub(crate) next_req: u64,
+    pub(crate) pending: BTreeMap<u64, Pending>,
 
-    registered: bool,
-    members: BTreeMap<NodeIx, (Member, SessionId)>,
-    leases: BTreeMap<TaskIx, (SessionId, i32)>,
-    vacant_since: BTreeMap<TaskIx, Ms>,
+    pub(crate) registered: bool,
+    pub(crate) members: BTreeMap<NodeIx, (Member, SessionId)>,
+    pub(crate) leases: BTreeMap<TaskIx, (SessionId, i32)>,
+    pub(crate) vacant_since: BTreeMap<TaskIx, Ms>,
     /// When another member last joined or changed.
-    members_changed: Ms,
+    pub(crate) members_changed: Ms,
     /// Leases this node believes it holds, with the version it got them at.
-    held: BTreeMap<TaskIx, i32>,
+    pub(crate) held: BTreeMap<TaskIx, i32>,
     /// Held leases taken as cover (`LeaseAction::Cover`), with when.
-    covering: BTreeMap<TaskIx, Ms>,
-    taking: BTreeSet<TaskIx>,
-    releasing: BTreeSet<TaskIx>,
-    recheck: Option<Ms>,
+    pub(crate) covering: BTreeMap<TaskIx, Ms>,
+    pub(crate) taking: BTreeSet<TaskIx>,
+    pub(crate) releasing: BTreeSet<TaskIx>,
+    pub(crate) recheck: Option<Ms>,
 
-    firing: BTreeMap<TaskIx, Firing>,
-    next_generation: u64,
+    pub(crate) firing: BTreeMap<TaskIx, Firing>,
+    pub(crate) next_generation: u64,
     /// Claims whose outcome is unknown (reply lost), with the session they were sent in.
-    unresolved: Vec<(TaskIx, DateTime<Utc>, SessionId)>,
+    pub(crate) unresolved: Vec<(TaskIx, DateTime<Utc>, SessionId)>,
 }
 
 impl Node {
     /// The member record this node publishes; `may_lead` is false while its clock is too far
     /// off, as the real node announces.
-    fn member(&self, may_lead: bool) -> Member {
+    pub(crate) fn member(&self, may_lead: bool) -> Member {
         Member {
             id: self.id.clone(),
             release: self.release.clone().expect("set at start"),
@@ -1086,7 +114,7 @@ impl Node {
     }
 
     /// Forgets everything a process keeps in memory about the cluster.
-    fn forget_cluster(&mut self) {
+    pub(crate) fn forget_cluster(&mut self) {
         self.registered = false;
         self.members.clear();
         self.leases.clear();
@@ -1101,386 +129,40 @@ impl Node {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The invariant checker
-// ------------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    DoubleClaim,
-    RecordBackwards,
-    ClaimWithoutLease,
-    /// A node deleted a lease another session holds.
-    ForeignLeaseDelete,
-    TickEarly,
-    RunWithoutClaim,
-    RunTwice,
-    TickLost,
-    TickLate,
-    /// After settling, a task's lease is not held by the node ranked first for it.
-    NotConverged,
-}
-
-#[derive(Debug, Clone)]
-struct Violation {
-    kind: Kind,
-    at: Ms,
-    task: Option<TaskIx>,
-    tick: Option<DateTime<Utc>>,
-    detail: String,
-}
-
-impl Violation {
-    fn is_safety(&self) -> bool {
-        !matches!(
-            self.kind,
-            Kind::TickLost | Kind::TickLate | Kind::NotConverged
-        )
-    }
-
-    /// Whether the run stops here. Claims without the lease and deletes of another's lease are
-    /// recorded and the run goes on: it shows whether the record's version check still
-    /// prevents a double claim.
-    fn stops_run(&self) -> bool {
-        self.is_safety()
-            && !matches!(
-                self.kind,
-                Kind::ClaimWithoutLease | Kind::ForeignLeaseDelete
-            )
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct ClaimRec {
-    at: Ms,
-    node: NodeIx,
-    session: SessionId,
-}
-
-/// A run: when, which node, in which session.
-type RunRec = (Ms, NodeIx, SessionId);
-
-#[derive(Debug, Default)]
-struct Checker {
-    claims: BTreeMap<(TaskIx, DateTime<Utc>), Vec<ClaimRec>>,
-    runs: BTreeMap<(TaskIx, DateTime<Utc>), Vec<RunRec>>,
-    violations: Vec<Violation>,
-}
-
-impl Checker {
-    fn violation(&mut self, kind: Kind, at: Ms, task: TaskIx, tick: DateTime<Utc>, detail: String) {
-        self.violations.push(Violation {
-            kind,
-            at,
-            task: Some(task),
-            tick: Some(tick),
-            detail,
-        });
-    }
-
-    fn on_claim(
-        &mut self,
-        at: Ms,
-        write: &RecordWrite,
-        holder: Option<SessionId>,
-        latest: DateTime<Utc>,
-    ) {
-        let FireRecord {
-            tick,
-            node,
-            session,
-        } = write.record;
-        let task = write.task;
-        let earlier = self.claims.entry((task, tick)).or_default();
-        let first = earlier.first().copied();
-        earlier.push(ClaimRec { at, node, session });
-        if let Some(first) = first {
-            self.violation(
-                Kind::DoubleClaim,
-                at,
-                task,
-                tick,
-                format!(
-                    "claimed by n{node} (session {}) at {at} ms, already claimed by n{} (session {}) at {} ms",
-                    session.0, first.node, first.session.0, first.at
-                ),
-            );
-        }
-        if write.previous.is_some_and(|p| p >= tick) {
-            self.violation(
-                Kind::RecordBackwards,
-                at,
-                task,
-                tick,
-                format!(
-                    "n{node} moved the record from {:.3}s to {:.3}s",
-                    secs(write.previous.unwrap()),
-                    secs(tick)
-                ),
-            );
-        }
-        if holder != Some(session) {
-            self.violation(
-                Kind::ClaimWithoutLease,
-                at,
-                task,
-                tick,
-                format!(
-                    "n{node} claimed with session {} while the lease was held by {:?}",
-                    session.0,
-                    holder.map(|s| s.0)
-                ),
-            );
-        }
-        if tick > latest {
-            self.violation(
-                Kind::TickEarly,
-                at,
-                task,
-                tick,
-                format!("n{node} claimed a tick no node's clock has reached"),
-            );
-        }
-    }
-
-    fn on_run(
-        &mut self,
-        at: Ms,
-        task: TaskIx,
-        tick: DateTime<Utc>,
-        node: NodeIx,
-        session: SessionId,
-    ) {
-        let won = self.claims.get(&(task, tick)).is_some_and(|claims| {
-            claims
-                .iter()
-                .any(|c| c.node == node && c.session == session && c.at <= at)
-        });
-        if !won {
-            self.violation(
-                Kind::RunWithoutClaim,
-                at,
-                task,
-                tick,
-                format!(
-                    "n{node} (session {}) ran a tick it did not claim",
-                    session.0
-                ),
-            );
-        }
-        let runs = self.runs.entry((task, tick)).or_default();
-        runs.push((at, node, session));
-        if runs.len() > 1 {
-            let detail = format!("run {} times (time, node, session): {runs:?}", runs.len());
-            self.violation(Kind::RunTwice, at, task, tick, detail);
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Traces and statistics
-// ------------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-enum What {
-    Fault(Fault),
-    SessionOpened(SessionId),
-    Connected(SessionId),
-    Disconnected(&'static str),
-    SessionExpired(SessionId),
-    LearnedExpiry,
-    Registered,
-    RegisterRefused(Option<SessionId>),
-    TakeSent,
-    LeaseCreated(SessionId),
-    TakeRefused(Option<SessionId>),
-    ReleaseSent,
-    LeaseDeleted,
-    FiringStarted(i32),
-    FiringStopped,
-    RecordLoaded(Option<DateTime<Utc>>),
-    ClaimSent(DateTime<Utc>, u8),
-    ClaimApplied(DateTime<Utc>, SessionId, Option<SessionId>),
-    Claimed(DateTime<Utc>),
-    AlreadyClaimed(DateTime<Utc>, Option<DateTime<Utc>>),
-    NotLeader(DateTime<Utc>),
-    ClaimConflict(DateTime<Utc>),
-    ClaimRejected(DateTime<Utc>),
-    ReplyLost,
-    Unresolved(DateTime<Utc>),
-    Resolved(DateTime<Utc>, bool),
-    Ran(DateTime<Utc>),
-}
-
-#[derive(Debug, Clone)]
-struct Trace {
-    at: Ms,
-    node: Option<NodeIx>,
-    task: Option<TaskIx>,
-    what: What,
-}
-
-impl fmt::Display for Trace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:>9.3}s ", self.at as f64 / 1000.0)?;
-        match self.node {
-            Some(n) => write!(f, "n{n:<2} ")?,
-            None => write!(f, "zk  ")?,
-        }
-        match self.task {
-            Some(t) => write!(f, "t{t:02} ")?,
-            None => write!(f, "    ")?,
-        }
-        match &self.what {
-            What::Fault(fault) => write!(f, "FAULT {fault:?}"),
-            What::SessionOpened(s) => write!(f, "session {} opened", s.0),
-            What::Connected(s) => write!(f, "connected, session {}", s.0),
-            What::Disconnected(why) => write!(f, "disconnected ({why}): paused"),
-            What::SessionExpired(s) => write!(f, "session {} expired/closed", s.0),
-            What::LearnedExpiry => write!(f, "learned its session expired: drops state, rejoins"),
-            What::Registered => write!(f, "registered"),
-            What::RegisterRefused(o) => {
-                write!(
-                    f,
-                    "register refused: member exists (session {:?})",
-                    o.map(|s| s.0)
-                )
-            }
-            What::TakeSent => write!(f, "take: create lease"),
-            What::LeaseCreated(s) => write!(f, "lease created (session {})", s.0),
-            What::TakeRefused(o) => {
-                write!(
-                    f,
-                    "take refused: lease exists (session {:?})",
-                    o.map(|s| s.0)
-                )
-            }
-            What::ReleaseSent => write!(f, "release: delete lease"),
-            What::LeaseDeleted => write!(f, "lease deleted"),
-            What::FiringStarted(v) => write!(f, "firing (lease version {v}): reading the record"),
-            What::FiringStopped => write!(f, "stopped firing"),
-            What::RecordLoaded(r) => {
-                write!(f, "record read: {:?}", r.map(secs))
-            }
-            What::ClaimSent(t, a) => write!(f, "claim {:.3}s sent (attempt {a})", secs(*t)),
-            What::ClaimApplied(t, s, h) => write!(
-                f,
-                "CLAIM {:.3}s applied for session {} (lease holder {:?})",
-                secs(*t),
-                s.0,
-                h.map(|h| h.0)
-            ),
-            What::Claimed(t) => write!(f, "claim {:.3}s won", secs(*t)),
-            What::AlreadyClaimed(t, r) => write!(
-                f,
-                "claim {:.3}s: already claimed (record {:?})",
-                secs(*t),
-                r.map(secs)
-            ),
-            What::NotLeader(t) => write!(f, "claim {:.3}s: not leader", secs(*t)),
-            What::ClaimConflict(t) => {
-                write!(f, "claim {:.3}s: record changed, re-reading", secs(*t))
-            }
-            What::ClaimRejected(t) => {
-                write!(f, "claim {:.3}s: rejected, session expired", secs(*t))
-            }
-            What::ReplyLost => write!(f, "reply lost: connection reset"),
-            What::Unresolved(t) => write!(f, "claim {:.3}s: outcome unknown", secs(*t)),
-            What::Resolved(t, won) => write!(
-                f,
-                "claim {:.3}s resolved from the record: {}",
-                secs(*t),
-                if *won { "won" } else { "not won" }
-            ),
-            What::Ran(t) => write!(f, "RUN {:.3}s", secs(*t)),
-        }
-    }
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Stats {
-    scenarios: u64,
-    events: u64,
-    claims: u64,
-    runs: u64,
-    already_claimed: u64,
-    not_leader: u64,
-    conflicts: u64,
-    /// Claims the server refused: session expired, lease check failed, record version moved.
-    fenced_expired: u64,
-    fenced_lease: u64,
-    fenced_version: u64,
-    replies_lost: u64,
-    resolved_won: u64,
-    resolved_lost: u64,
-    expiries: u64,
-    takes: u64,
-    releases: u64,
-    /// Claims won at the server that no node ran: the claimer crashed or stopped before the
-    /// reply, or could not tell from the record after losing the reply (at most once).
-    claimed_not_run: u64,
-    live_ticks: u64,
-    on_time_checked: u64,
-}
-
-impl Stats {
-    fn add(&mut self, o: &Stats) {
-        self.scenarios += o.scenarios;
-        self.events += o.events;
-        self.claims += o.claims;
-        self.runs += o.runs;
-        self.already_claimed += o.already_claimed;
-        self.not_leader += o.not_leader;
-        self.conflicts += o.conflicts;
-        self.fenced_expired += o.fenced_expired;
-        self.fenced_lease += o.fenced_lease;
-        self.fenced_version += o.fenced_version;
-        self.replies_lost += o.replies_lost;
-        self.resolved_won += o.resolved_won;
-        self.resolved_lost += o.resolved_lost;
-        self.expiries += o.expiries;
-        self.takes += o.takes;
-        self.releases += o.releases;
-        self.claimed_not_run += o.claimed_not_run;
-        self.live_ticks += o.live_ticks;
-        self.on_time_checked += o.on_time_checked;
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
 // The world: event loop, network, server handling, node state machine, faults
 // ------------------------------------------------------------------------------------------------
 
 /// A registered member: its node, the session owning its znode, its data.
-type Registered = (NodeIx, SessionId, Member);
+pub(crate) type Registered = (NodeIx, SessionId, Member);
 
 /// A running node's release and clock offset.
-type NodeState = (Version, i64);
+pub(crate) type NodeState = (Version, i64);
 
-struct World<'s> {
-    sc: &'s Scenario,
-    now: Ms,
-    queue: BinaryHeap<Queued>,
-    seq: u64,
-    rng: StdRng,
-    zk: ModelZk,
-    conns: BTreeMap<ConnId, Conn>,
-    next_conn: u64,
-    link_up: Vec<bool>,
-    nodes: Vec<Node>,
-    check: Checker,
-    trace: Vec<Trace>,
-    stats: Stats,
+pub(crate) struct World<'s> {
+    pub(crate) sc: &'s Scenario,
+    pub(crate) now: Ms,
+    pub(crate) queue: BinaryHeap<Queued>,
+    pub(crate) seq: u64,
+    pub(crate) rng: StdRng,
+    pub(crate) zk: ModelZk,
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    pub(crate) next_conn: u64,
+    pub(crate) link_up: Vec<bool>,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) check: Checker,
+    pub(crate) trace: Vec<Trace>,
+    pub(crate) stats: Stats,
     /// Faults by node (`None`: every node), as intervals (an instant one has start = end).
-    disturbed: Vec<(Option<NodeIx>, Ms, Ms)>,
-    open_disturbance: BTreeMap<(NodeIx, u8), Ms>,
+    pub(crate) disturbed: Vec<(Option<NodeIx>, Ms, Ms)>,
+    pub(crate) open_disturbance: BTreeMap<(NodeIx, u8), Ms>,
     /// (time, node, Some((release, skew)) when up / None when down), for eligibility over time.
-    node_log: Vec<(Ms, NodeIx, Option<NodeState>)>,
+    pub(crate) node_log: Vec<(Ms, NodeIx, Option<NodeState>)>,
     /// The registered members after each change, as the server has them.
-    member_log: Vec<(Ms, Vec<Registered>)>,
+    pub(crate) member_log: Vec<(Ms, Vec<Registered>)>,
 }
 
 impl<'s> World<'s> {
-    fn new(sc: &'s Scenario) -> World<'s> {
+    pub(crate) fn new(sc: &'s Scenario) -> World<'s> {
         let mut world = World {
             sc,
             now: 0,
@@ -1538,7 +220,7 @@ impl<'s> World<'s> {
         world
     }
 
-    fn push(&mut self, at: Ms, ev: Ev) {
+    pub(crate) fn push(&mut self, at: Ms, ev: Ev) {
         self.seq += 1;
         self.queue.push(Queued {
             at,
@@ -1547,7 +229,7 @@ impl<'s> World<'s> {
         });
     }
 
-    fn timer(&mut self, n: NodeIx, delay: Ms, timer: Timer) {
+    pub(crate) fn timer(&mut self, n: NodeIx, delay: Ms, timer: Timer) {
         let inc = self.nodes[n].inc;
         self.push(
             self.now + delay,
@@ -1559,7 +241,7 @@ impl<'s> World<'s> {
         );
     }
 
-    fn note(&mut self, node: Option<NodeIx>, task: Option<TaskIx>, what: What) {
+    pub(crate) fn note(&mut self, node: Option<NodeIx>, task: Option<TaskIx>, what: What) {
         self.trace.push(Trace {
             at: self.now,
             node,
@@ -1568,7 +250,7 @@ impl<'s> World<'s> {
         });
     }
 
-    fn latency(&mut self) -> Ms {
+    pub(crate) fn latency(&mut self) -> Ms {
         if self.rng.random_bool(0.05) {
             self.rng.random_range(20..=300)
         } else {
@@ -1577,11 +259,11 @@ impl<'s> World<'s> {
     }
 
     /// The node's wall clock: true time plus its skew.
-    fn wall(&self, n: NodeIx) -> DateTime<Utc> {
+    pub(crate) fn wall(&self, n: NodeIx) -> DateTime<Utc> {
         epoch() + TimeDelta::milliseconds(self.now as i64 + self.nodes[n].skew_ms)
     }
 
-    fn run(&mut self) {
+    pub(crate) fn run(&mut self) {
         while let Some(Queued { at, ev, .. }) = self.queue.pop() {
             if at > self.sc.end {
                 break;
@@ -1605,7 +287,7 @@ impl<'s> World<'s> {
         self.check_liveness();
     }
 
-    fn dispatch(&mut self, ev: Ev) {
+    pub(crate) fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Fault(fault) => self.fault(fault),
             Ev::ToServer { conn, msg } => {
@@ -1668,7 +350,7 @@ impl<'s> World<'s> {
     // Network
     // --------------------------------------------------------------------------------------------
 
-    fn open_conn(&mut self, node: NodeIx) -> ConnId {
+    pub(crate) fn open_conn(&mut self, node: NodeIx) -> ConnId {
         self.next_conn += 1;
         let id = ConnId(self.next_conn);
         self.conns.insert(
@@ -1684,13 +366,13 @@ impl<'s> World<'s> {
         id
     }
 
-    fn kill_conn(&mut self, conn: ConnId) {
+    pub(crate) fn kill_conn(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.alive = false;
         }
     }
 
-    fn send_to_server(&mut self, conn: ConnId, msg: ToServer) {
+    pub(crate) fn send_to_server(&mut self, conn: ConnId, msg: ToServer) {
         let latency = self.latency();
         let now = self.now;
         let c = self.conns.get_mut(&conn).expect("known conn");
@@ -1706,7 +388,7 @@ impl<'s> World<'s> {
         self.push(at, Ev::ToServer { conn, msg });
     }
 
-    fn send_to_node(&mut self, conn: ConnId, msg: ToNode) {
+    pub(crate) fn send_to_node(&mut self, conn: ConnId, msg: ToNode) {
         let latency = self.latency();
         let now = self.now;
         let c = self.conns.get(&conn).expect("known conn");
@@ -1746,7 +428,7 @@ impl<'s> World<'s> {
     // Server
     // --------------------------------------------------------------------------------------------
 
-    fn server(&mut self, conn: ConnId, msg: ToServer) {
+    pub(crate) fn server(&mut self, conn: ConnId, msg: ToServer) {
         let session = self.conns[&conn].session;
         match msg {
             ToServer::Connect { session: None } => {
@@ -1867,7 +549,7 @@ impl<'s> World<'s> {
     }
 
     /// Sends each change to every live session's connection, in order.
-    fn broadcast(&mut self, changes: Vec<Change>) {
+    pub(crate) fn broadcast(&mut self, changes: Vec<Change>) {
         if changes.is_empty() {
             return;
         }
@@ -1903,7 +585,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn session_check(&mut self, id: SessionId) {
+    pub(crate) fn session_check(&mut self, id: SessionId) {
         let s = &self.zk.sessions[&id];
         if !s.alive {
             return;
@@ -1931,7 +613,7 @@ impl<'s> World<'s> {
     // Node: process and connection
     // --------------------------------------------------------------------------------------------
 
-    fn boot(&mut self, n: NodeIx) {
+    pub(crate) fn boot(&mut self, n: NodeIx) {
         let node = &mut self.nodes[n];
         node.inc += 1;
         node.up = true;
@@ -1947,7 +629,7 @@ impl<'s> World<'s> {
         self.connect(n);
     }
 
-    fn log_node(&mut self, n: NodeIx) {
+    pub(crate) fn log_node(&mut self, n: NodeIx) {
         let node = &self.nodes[n];
         let state = node
             .up
@@ -1955,7 +637,7 @@ impl<'s> World<'s> {
         self.node_log.push((self.now, n, state));
     }
 
-    fn connect(&mut self, n: NodeIx) {
+    pub(crate) fn connect(&mut self, n: NodeIx) {
         let conn = self.open_conn(n);
         let node = &mut self.nodes[n];
         node.conn = Some(conn);
@@ -1967,7 +649,7 @@ impl<'s> World<'s> {
         self.timer(n, delay, Timer::ConnectTimeout(conn));
     }
 
-    fn schedule_reconnect(&mut self, n: NodeIx) {
+    pub(crate) fn schedule_reconnect(&mut self, n: NodeIx) {
         let node = &mut self.nodes[n];
         node.conn = None;
         node.connected = false;
@@ -1978,7 +660,7 @@ impl<'s> World<'s> {
     }
 
     /// The connection is gone: the node is paused until it reconnects.
-    fn disconnect(&mut self, n: NodeIx, why: &'static str) {
+    pub(crate) fn disconnect(&mut self, n: NodeIx, why: &'static str) {
         if let Some(conn) = self.nodes[n].conn {
             // Requests already sent still reach the server; the close follows them.
             self.send_to_server(conn, ToServer::Close);
@@ -1995,7 +677,7 @@ impl<'s> World<'s> {
     }
 
     /// Every request in flight fails with ConnectionLoss; claims among them become unknown.
-    fn fail_pending(&mut self, n: NodeIx) {
+    pub(crate) fn fail_pending(&mut self, n: NodeIx) {
         let pending = std::mem::take(&mut self.nodes[n].pending);
         for p in pending.into_values() {
             if let Pending::Claim {
@@ -2016,7 +698,7 @@ impl<'s> World<'s> {
     }
 
     /// Disconnected: the node drops its planners (a zombie keeps them, just not claiming).
-    fn pause_firing(&mut self, n: NodeIx) {
+    pub(crate) fn pause_firing(&mut self, n: NodeIx) {
         if self.sc.knobs.bug == NodeBug::Zombie {
             for f in self.nodes[n].firing.values_mut() {
                 f.in_flight = false;
@@ -2027,7 +709,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn stop_all_firing(&mut self, n: NodeIx) {
+    pub(crate) fn stop_all_firing(&mut self, n: NodeIx) {
         let tasks: Vec<TaskIx> = self.nodes[n].firing.keys().copied().collect();
         for t in tasks {
             self.nodes[n].firing.remove(&t);
@@ -2036,7 +718,7 @@ impl<'s> World<'s> {
     }
 
     /// The session is gone: drop what it owned and rejoin with a new one.
-    fn on_expired(&mut self, n: NodeIx) {
+    pub(crate) fn on_expired(&mut self, n: NodeIx) {
         self.note(Some(n), None, What::LearnedExpiry);
         if let Some(conn) = self.nodes[n].conn {
             self.kill_conn(conn);
@@ -2058,7 +740,7 @@ impl<'s> World<'s> {
         self.connect(n);
     }
 
-    fn request(&mut self, n: NodeIx, op: Op, pending: Pending) -> bool {
+    pub(crate) fn request(&mut self, n: NodeIx, op: Op, pending: Pending) -> bool {
         let node = &mut self.nodes[n];
         let (Some(conn), true) = (node.conn, node.connected) else {
             return false;
@@ -2070,7 +752,7 @@ impl<'s> World<'s> {
         true
     }
 
-    fn on_timer(&mut self, n: NodeIx, timer: Timer) {
+    pub(crate) fn on_timer(&mut self, n: NodeIx, timer: Timer) {
         match timer {
             Timer::Ping(generation) => {
                 let node = &self.nodes[n];
@@ -2146,7 +828,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn receive(&mut self, n: NodeIx, conn: ConnId, msg: ToNode) {
+    pub(crate) fn receive(&mut self, n: NodeIx, conn: ConnId, msg: ToNode) {
         if self.nodes[n].conn != Some(conn) {
             return;
         }
@@ -2208,7 +890,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn register(&mut self, n: NodeIx) {
+    pub(crate) fn register(&mut self, n: NodeIx) {
         let may_lead = self.nodes[n].skew_ms.abs() <= self.sc.max_clock_skew_ms;
         let member = self.nodes[n].member(may_lead);
         self.request(
@@ -2226,7 +908,7 @@ impl<'s> World<'s> {
     // Node: view and lease decisions
     // --------------------------------------------------------------------------------------------
 
-    fn on_change(&mut self, n: NodeIx, change: Change) {
+    pub(crate) fn on_change(&mut self, n: NodeIx, change: Change) {
         let node = &mut self.nodes[n];
         let me = node.session;
         match change {
@@ -2266,7 +948,7 @@ impl<'s> World<'s> {
         self.view_changed(n);
     }
 
-    fn view_changed(&mut self, n: NodeIx) {
+    pub(crate) fn view_changed(&mut self, n: NodeIx) {
         let now = self.now;
         let node = &mut self.nodes[n];
         for &t in &node.defines {
@@ -2281,7 +963,7 @@ impl<'s> World<'s> {
     }
 
     /// Fires exactly the held leases, and only while connected.
-    fn sync_firing(&mut self, n: NodeIx) {
+    pub(crate) fn sync_firing(&mut self, n: NodeIx) {
         if !self.nodes[n].connected {
             self.pause_firing(n);
             return;
@@ -2334,7 +1016,7 @@ impl<'s> World<'s> {
     }
 
     /// Runs `lease::decide` on the node's current view and applies its actions.
-    fn act(&mut self, n: NodeIx) {
+    pub(crate) fn act(&mut self, n: NodeIx) {
         let node = &self.nodes[n];
         if !node.up || !node.connected {
             return;
@@ -2427,7 +1109,7 @@ impl<'s> World<'s> {
     // Node: replies
     // --------------------------------------------------------------------------------------------
 
-    fn on_reply(&mut self, n: NodeIx, pending: Pending, result: Result<OpOk, OpErr>) {
+    pub(crate) fn on_reply(&mut self, n: NodeIx, pending: Pending, result: Result<OpOk, OpErr>) {
         let me = self.nodes[n].session.expect("connected");
         match pending {
             Pending::Stop | Pending::Republish => {}
@@ -2653,7 +1335,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn ran(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>, session: SessionId) {
+    pub(crate) fn ran(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>, session: SessionId) {
         self.stats.runs += 1;
         self.note(Some(n), Some(task), What::Ran(tick));
         self.check.on_run(self.now, task, tick, n, session);
@@ -2664,7 +1346,7 @@ impl<'s> World<'s> {
     // --------------------------------------------------------------------------------------------
 
     /// Drives one task's planner: claims queued ticks one at a time, polls for more, sleeps.
-    fn pump(&mut self, n: NodeIx, task: TaskIx) {
+    pub(crate) fn pump(&mut self, n: NodeIx, task: TaskIx) {
         if !self.nodes[n].connected {
             return;
         }
@@ -2716,7 +1398,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn send_claim(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>, attempt: u8) {
+    pub(crate) fn send_claim(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>, attempt: u8) {
         let node = &mut self.nodes[n];
         let session = node.session.expect("connected");
         let f = node.firing.get_mut(&task).expect("firing");
@@ -2773,7 +1455,7 @@ impl<'s> World<'s> {
     // Faults
     // --------------------------------------------------------------------------------------------
 
-    fn disturb(&mut self, n: NodeIx, kind: u8, on: bool) {
+    pub(crate) fn disturb(&mut self, n: NodeIx, kind: u8, on: bool) {
         if on {
             self.open_disturbance.entry((n, kind)).or_insert(self.now);
         } else if let Some(start) = self.open_disturbance.remove(&(n, kind)) {
@@ -2781,7 +1463,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn fault(&mut self, fault: Fault) {
+    pub(crate) fn fault(&mut self, fault: Fault) {
         self.note(fault.node(), None, What::Fault(fault.clone()));
         if !matches!(fault, Fault::LinkUp(_) | Fault::Thaw(_) | Fault::LossOff(_)) {
             self.disturbed.push((fault.node(), self.now, self.now));
@@ -2887,7 +1569,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn kill(&mut self, n: NodeIx) {
+    pub(crate) fn kill(&mut self, n: NodeIx) {
         let node = &mut self.nodes[n];
         node.up = false;
         node.frozen = false;
@@ -2897,7 +1579,7 @@ impl<'s> World<'s> {
         self.log_node(n);
     }
 
-    fn graceful_stop(&mut self, n: NodeIx) {
+    pub(crate) fn graceful_stop(&mut self, n: NodeIx) {
         let node = &self.nodes[n];
         if node.connected {
             // Member and held leases in one multi (a lease being released is already going,
@@ -2921,7 +1603,7 @@ impl<'s> World<'s> {
         self.kill(n);
     }
 
-    fn thaw(&mut self, n: NodeIx) {
+    pub(crate) fn thaw(&mut self, n: NodeIx) {
         if !self.nodes[n].frozen {
             return;
         }
@@ -2956,21 +1638,21 @@ impl<'s> World<'s> {
     // --------------------------------------------------------------------------------------------
 
     /// The state (release, skew) of node `n` at `at`, `None` if it was down.
-    fn node_state_at(&self, n: NodeIx, at: Ms) -> Option<NodeState> {
+    pub(crate) fn node_state_at(&self, n: NodeIx, at: Ms) -> Option<NodeState> {
         self.node_log
             .iter()
             .rfind(|(t, node, _)| *node == n && *t <= at)
             .and_then(|(_, _, s)| s.clone())
     }
 
-    fn can_lead(&self, n: NodeIx, task: TaskIx, state: &NodeState) -> bool {
+    pub(crate) fn can_lead(&self, n: NodeIx, task: TaskIx, state: &NodeState) -> bool {
         let def = &self.sc.tasks[task];
         self.nodes[n].defines.contains(&task)
             && def.version_req.as_ref().is_none_or(|r| r.matches(&state.0))
             && state.1.abs() <= self.sc.max_clock_skew_ms
     }
 
-    fn check_liveness(&mut self) {
+    pub(crate) fn check_liveness(&mut self) {
         let sc = self.sc;
         for ((n, _), start) in std::mem::take(&mut self.open_disturbance) {
             self.disturbed.push((Some(n), start, sc.end));
@@ -3051,7 +1733,7 @@ impl<'s> World<'s> {
     }
 
     /// The node the registered members rank first for `task` now, with its session.
-    fn designated_now(&self, task: TaskIx) -> Option<(NodeIx, SessionId)> {
+    pub(crate) fn designated_now(&self, task: TaskIx) -> Option<(NodeIx, SessionId)> {
         let mut members = Vec::new();
         let mut sessions = BTreeMap::new();
         for (path, z) in &self.zk.znodes {
@@ -3066,7 +1748,7 @@ impl<'s> World<'s> {
 
     /// After settling, every lease is with the node ranked first for its task (a newer
     /// release joining took its tasks over, a holder that was no longer first let go).
-    fn check_converged(&mut self) {
+    pub(crate) fn check_converged(&mut self) {
         for t in 0..self.sc.tasks.len() {
             let Some((n, session)) = self.designated_now(t) else {
                 continue;
@@ -3092,7 +1774,7 @@ impl<'s> World<'s> {
     }
 
     /// Who the registered members rank first for `task` at the end, and whether it may lead.
-    fn designated_at_end(&self, task: TaskIx) -> String {
+    pub(crate) fn designated_at_end(&self, task: TaskIx) -> String {
         match self.designated_now(task) {
             None => "no registered member is eligible".to_string(),
             Some((n, _)) => {
@@ -3111,7 +1793,7 @@ impl<'s> World<'s> {
     /// A tick fires about on time when one node was ranked first for the task, healthy and
     /// able to lead, from `settle` before the tick until `grace` after it, whatever happened to
     /// the other nodes. `grace` is how far that node's clock is behind, plus 2 s.
-    fn check_on_time(
+    pub(crate) fn check_on_time(
         &mut self,
         t: TaskIx,
         tick: DateTime<Utc>,
@@ -3189,7 +1871,7 @@ impl<'s> World<'s> {
     }
 }
 
-fn writes_record(op: &Op) -> bool {
+pub(crate) fn writes_record(op: &Op) -> bool {
     matches!(
         op,
         Op::Set {
@@ -3202,11 +1884,11 @@ fn writes_record(op: &Op) -> bool {
     )
 }
 
-fn task_ix(name: &str) -> TaskIx {
+pub(crate) fn task_ix(name: &str) -> TaskIx {
     name[1..].parse().expect("sim task names are tNN")
 }
 
-fn record_of(result: &Result<OpOk, OpErr>) -> Option<(FireRecord, i32)> {
+pub(crate) fn record_of(result: &Result<OpOk, OpErr>) -> Option<(FireRecord, i32)> {
     match result {
         Ok(OpOk::Data {
             data: Data::Record(r),
@@ -3214,318 +1896,4 @@ fn record_of(result: &Result<OpOk, OpErr>) -> Option<(FireRecord, i32)> {
         }) => Some((r.clone(), *version)),
         _ => None,
     }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Running scenarios
-// ------------------------------------------------------------------------------------------------
-
-struct Outcome {
-    violations: Vec<Violation>,
-    stats: Stats,
-    report: String,
-}
-
-fn run_scenario(seed: u64, knobs: Knobs, verbose: bool) -> Outcome {
-    let scenario = Scenario::generate(seed, knobs);
-    let mut world = World::new(&scenario);
-    world.run();
-    world.stats.scenarios = 1;
-    let report = if verbose || !world.check.violations.is_empty() {
-        report(&scenario, &world)
-    } else {
-        String::new()
-    };
-    Outcome {
-        violations: world.check.violations,
-        stats: world.stats,
-        report,
-    }
-}
-
-fn report(sc: &Scenario, world: &World<'_>) -> String {
-    let mut out = String::new();
-    let replay = if sc.knobs.claim_mode != ClaimMode::Fenced || sc.knobs.bug != NodeBug::None {
-        "a deliberately broken node: see the test that sets these knobs".to_string()
-    } else {
-        format!(
-            "replay: {}ZKCRON_SIM_SEED={} cargo test --test sim simulated_clusters -- --nocapture",
-            if sc.knobs.big_skew {
-                ""
-            } else {
-                "ZKCRON_SIM_BIG_SKEW=0 "
-            },
-            sc.seed
-        )
-    };
-    out += &format!("\n==== zkcron simulation, seed {} — {replay}\n", sc.seed);
-    out += &sc.describe();
-    for v in world.check.violations.iter().take(10) {
-        out += &format!(
-            "VIOLATION {:?} at {:.3}s task {:?} tick {:?}: {}\n",
-            v.kind,
-            v.at as f64 / 1000.0,
-            v.task.map(|t| sc.tasks[t].name.clone()),
-            v.tick.map(secs),
-            v.detail
-        );
-    }
-    if world.check.violations.len() > 10 {
-        out += &format!("... {} violations in all\n", world.check.violations.len());
-    }
-    let full = std::env::var_os("ZKCRON_SIM_TRACE").is_some();
-    let events: Vec<&Trace> = match world.check.violations.first() {
-        _ if full => world.trace.iter().collect(),
-        Some(v) if !v.is_safety() => {
-            // A lost or late tick: the events of that task and of the nodes, around the tick.
-            let tick_ms = v
-                .tick
-                .map_or(0, |t| (t - epoch()).num_milliseconds().max(0) as Ms);
-            let until = tick_ms + sc.settle;
-            let mut relevant: Vec<&Trace> = world
-                .trace
-                .iter()
-                .filter(|e| e.at <= until && (e.task.is_none() || e.task == v.task))
-                .collect();
-            let keep = relevant.len().saturating_sub(50);
-            relevant.drain(..keep);
-            relevant
-        }
-        Some(v) => {
-            let mut relevant: Vec<&Trace> = world.trace.iter().filter(|e| e.at <= v.at).collect();
-            let keep = relevant.len().saturating_sub(50);
-            relevant.drain(..keep);
-            relevant
-        }
-        None => world.trace.iter().rev().take(50).rev().collect(),
-    };
-    out += &format!("---- {} events (of {}):\n", events.len(), world.trace.len());
-    for e in events {
-        out += &format!("{e}\n");
-    }
-    out += &format!("stats: {:?}\n", world.stats);
-    out
-}
-
-const SHARDS: u64 = 4;
-const DEFAULT_SCENARIOS: u64 = 2_400;
-
-fn env_u64(name: &str) -> Option<u64> {
-    let value = std::env::var(name).ok()?;
-    Some(
-        value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {value:?}")),
-    )
-}
-
-/// Runs this shard's seeds (or the one seed of `ZKCRON_SIM_SEED`) and fails on any violation.
-fn run_shard(shard: u64) {
-    let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
-        Some(seed) if shard == 0 => vec![seed],
-        Some(_) => Vec::new(),
-        None => {
-            let count = env_u64("ZKCRON_SIM_SCENARIOS").unwrap_or(DEFAULT_SCENARIOS);
-            (0..count).filter(|s| s % SHARDS == shard).collect()
-        }
-    };
-    let replay = seeds.len() == 1;
-    let reports = env_u64("ZKCRON_SIM_REPORTS").unwrap_or(3) as usize;
-    let mut total = Stats::default();
-    let mut failed: Vec<(u64, Kind)> = Vec::new();
-    for seed in seeds {
-        let knobs = Knobs {
-            big_skew: env_u64("ZKCRON_SIM_BIG_SKEW").is_none_or(|v| v != 0),
-            ..Knobs::CONTRACT
-        };
-        let outcome = run_scenario(seed, knobs, replay);
-        total.add(&outcome.stats);
-        if (replay || !outcome.violations.is_empty()) && failed.len() < reports {
-            eprintln!("{}", outcome.report);
-        }
-        if let Some(v) = outcome.violations.first() {
-            failed.push((seed, v.kind));
-        }
-    }
-    eprintln!("shard {shard}: {total:?}");
-    assert!(
-        failed.is_empty(),
-        "{} scenario(s) violated an invariant (seed, first violation): {failed:?}",
-        failed.len()
-    );
-}
-
-#[test]
-fn simulated_clusters_shard_0() {
-    run_shard(0);
-}
-
-#[test]
-fn simulated_clusters_shard_1() {
-    run_shard(1);
-}
-
-#[test]
-fn simulated_clusters_shard_2() {
-    run_shard(2);
-}
-
-#[test]
-fn simulated_clusters_shard_3() {
-    run_shard(3);
-}
-
-/// Asserts that some seed below 300, run with the node bug `bug` and claims of `claim_mode`,
-/// shows a violation of `kind`: the checker can fail.
-fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
-    let knobs = Knobs {
-        claim_mode,
-        bug,
-        big_skew: false,
-    };
-    let seed = (0..300).find(|&seed| {
-        run_scenario(seed, knobs, false)
-            .violations
-            .iter()
-            .any(|v| v.kind == kind)
-    });
-    eprintln!("{kind:?} with {knobs:?}: first at seed {seed:?}");
-    assert!(
-        seed.is_some(),
-        "no {kind:?} found in 300 scenarios with {knobs:?}"
-    );
-}
-
-/// The checker is not vacuous: without the lease check and the record's version check, a node
-/// that keeps believing in its leases across a session expiry claims ticks its successor claims.
-#[test]
-fn the_checker_reports_double_claims_of_an_unfenced_claim() {
-    assert_checker_finds(Kind::DoubleClaim, ClaimMode::Unfenced, NodeBug::Zombie);
-}
-
-/// The same zombie with the real claim: the record's version check keeps it from claiming a tick
-/// twice. The lease check alone would not: every new lease has version 0, so the zombie's
-/// `check(leases/<task>, 0)` passes against its successor's lease, and where the zombie is
-/// first to a tick it claims it without holding the lease.
-#[test]
-fn a_zombie_is_kept_from_double_claims_by_the_record_version_not_by_the_lease_check() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::Zombie,
-        big_skew: false,
-    };
-    let mut without_lease = Vec::new();
-    for seed in 0..200 {
-        let outcome = run_scenario(seed, knobs, false);
-        let kinds: BTreeSet<String> = outcome
-            .violations
-            .iter()
-            .map(|v| format!("{:?}", v.kind))
-            .collect();
-        assert!(
-            !kinds.contains("DoubleClaim") && !kinds.contains("RunTwice"),
-            "{}",
-            outcome.report
-        );
-        if kinds.contains("ClaimWithoutLease") {
-            without_lease.push(seed);
-        }
-    }
-    eprintln!("claims without the lease (zombie, fenced claim), seeds: {without_lease:?}");
-    assert!(
-        !without_lease.is_empty(),
-        "the lease check now tells holders apart: update this test and the module docs"
-    );
-}
-
-/// The on-time check is not vacuous: planner timers that wake 3 s late fire ticks late while
-/// their node is the healthy, stable leader.
-#[test]
-fn the_checker_reports_late_ticks_of_a_slow_timer() {
-    assert_checker_finds(Kind::TickLate, ClaimMode::Fenced, NodeBug::SlowTimer);
-}
-
-/// A node that takes a claim with a lost reply for won runs ticks it never claimed.
-#[test]
-fn the_checker_reports_runs_without_a_claim() {
-    assert_checker_finds(
-        Kind::RunWithoutClaim,
-        ClaimMode::Fenced,
-        NodeBug::AssumeClaimedOnLoss,
-    );
-}
-
-/// The liveness check is not vacuous either: planners that ignore the fire record lose the
-/// ticks missed during a failover.
-#[test]
-fn the_checker_reports_lost_ticks_without_catch_up() {
-    assert_checker_finds(Kind::TickLost, ClaimMode::Fenced, NodeBug::NoCatchUp);
-}
-
-/// Regression test for a bug in `coord::lease::decide` that this simulation found (162 of
-/// seeds 0..2000 failed with large clock offsets, e.g. seeds 9, 41, 47, 72, 113). Two
-/// nodes define a task; the designated one (the newer release) may not lead because its clock
-/// is 30 s off. The other node takes the vacant lease after `VACANT_BOUND`, as the liveness
-/// rule says, but the next `decide` tells it to release the lease since it is not the designated
-/// node; it does, waits `VACANT_BOUND`, takes it again, and so on. The task never fires while a
-/// healthy eligible node is up. Fixed by members announcing whether they may lead.
-#[test]
-fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
-    let task = TaskDef {
-        name: "t00".into(),
-        rules: PlanRules {
-            task: "t00".into(),
-            schedule: Schedule::parse("*/10 * * * * *", chrono_tz::Tz::UTC).unwrap(),
-            catch_up: CatchUpPolicy::All,
-            starting_deadline: Some(Duration::from_secs(3600)),
-            jitter: Duration::ZERO,
-        },
-        version_req: None,
-        initial_record: true,
-    };
-    let tasks: Arc<TaskSet> = Arc::new(
-        [(
-            "t00".to_string(),
-            TaskEntry {
-                digest: "d".into(),
-                version_req: None,
-            },
-        )]
-        .into(),
-    );
-    let node = |n: usize, release: &str, skew_ms: i64, start_at: Ms| NodeDef {
-        id: format!("node-{n}"),
-        release: Version::parse(release).unwrap(),
-        seed: n as u64,
-        tasks: tasks.clone(),
-        skew_ms,
-        start_at,
-    };
-    let scenario = Scenario {
-        seed: 0,
-        knobs: Knobs {
-            big_skew: true,
-            ..Knobs::CONTRACT
-        },
-        tasks: vec![task],
-        nodes: vec![node(0, "1.4.0", 0, 0), node(1, "2.0.0", 30_000, 500)],
-        session_timeout: 4_000,
-        max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
-        max_abs_skew_ms: 30_000,
-        faults: vec![
-            (0, Fault::Start(0)),
-            (500, Fault::Start(1)),
-            (20_000, Fault::HealAll),
-        ],
-        fault_end: 20_000,
-        settle: 20_000,
-        end: 90_000,
-    };
-    let mut world = World::new(&scenario);
-    world.run();
-    assert!(
-        world.check.violations.is_empty(),
-        "{}",
-        report(&scenario, &world)
-    );
 }

@@ -1,0 +1,356 @@
+//! The invariant checker, the trace and the statistics of a scenario.
+
+use super::*;
+
+// ------------------------------------------------------------------------------------------------
+// The invariant checker
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    DoubleClaim,
+    RecordBackwards,
+    ClaimWithoutLease,
+    /// A node deleted a lease another session holds.
+    ForeignLeaseDelete,
+    TickEarly,
+    RunWithoutClaim,
+    RunTwice,
+    TickLost,
+    TickLate,
+    /// After settling, a task's lease is not held by the node ranked first for it.
+    NotConverged,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Violation {
+    pub(crate) kind: Kind,
+    pub(crate) at: Ms,
+    pub(crate) task: Option<TaskIx>,
+    pub(crate) tick: Option<DateTime<Utc>>,
+    pub(crate) detail: String,
+}
+
+impl Violation {
+    pub(crate) fn is_safety(&self) -> bool {
+        !matches!(
+            self.kind,
+            Kind::TickLost | Kind::TickLate | Kind::NotConverged
+        )
+    }
+
+    /// Whether the run stops here. Claims without the lease and deletes of another's lease are
+    /// recorded and the run goes on: it shows whether the record's version check still
+    /// prevents a double claim.
+    pub(crate) fn stops_run(&self) -> bool {
+        self.is_safety()
+            && !matches!(
+                self.kind,
+                Kind::ClaimWithoutLease | Kind::ForeignLeaseDelete
+            )
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimRec {
+    pub(crate) at: Ms,
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
+}
+
+/// A run: when, which node, in which session.
+pub(crate) type RunRec = (Ms, NodeIx, SessionId);
+
+#[derive(Debug, Default)]
+pub(crate) struct Checker {
+    pub(crate) claims: BTreeMap<(TaskIx, DateTime<Utc>), Vec<ClaimRec>>,
+    pub(crate) runs: BTreeMap<(TaskIx, DateTime<Utc>), Vec<RunRec>>,
+    pub(crate) violations: Vec<Violation>,
+}
+
+impl Checker {
+    pub(crate) fn violation(
+        &mut self,
+        kind: Kind,
+        at: Ms,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        detail: String,
+    ) {
+        self.violations.push(Violation {
+            kind,
+            at,
+            task: Some(task),
+            tick: Some(tick),
+            detail,
+        });
+    }
+
+    pub(crate) fn on_claim(
+        &mut self,
+        at: Ms,
+        write: &RecordWrite,
+        holder: Option<SessionId>,
+        latest: DateTime<Utc>,
+    ) {
+        let FireRecord {
+            tick,
+            node,
+            session,
+        } = write.record;
+        let task = write.task;
+        let earlier = self.claims.entry((task, tick)).or_default();
+        let first = earlier.first().copied();
+        earlier.push(ClaimRec { at, node, session });
+        if let Some(first) = first {
+            self.violation(
+                Kind::DoubleClaim,
+                at,
+                task,
+                tick,
+                format!(
+                    "claimed by n{node} (session {}) at {at} ms, already claimed by n{} (session {}) at {} ms",
+                    session.0, first.node, first.session.0, first.at
+                ),
+            );
+        }
+        if write.previous.is_some_and(|p| p >= tick) {
+            self.violation(
+                Kind::RecordBackwards,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} moved the record from {:.3}s to {:.3}s",
+                    secs(write.previous.unwrap()),
+                    secs(tick)
+                ),
+            );
+        }
+        if holder != Some(session) {
+            self.violation(
+                Kind::ClaimWithoutLease,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} claimed with session {} while the lease was held by {:?}",
+                    session.0,
+                    holder.map(|s| s.0)
+                ),
+            );
+        }
+        if tick > latest {
+            self.violation(
+                Kind::TickEarly,
+                at,
+                task,
+                tick,
+                format!("n{node} claimed a tick no node's clock has reached"),
+            );
+        }
+    }
+
+    pub(crate) fn on_run(
+        &mut self,
+        at: Ms,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        node: NodeIx,
+        session: SessionId,
+    ) {
+        let won = self.claims.get(&(task, tick)).is_some_and(|claims| {
+            claims
+                .iter()
+                .any(|c| c.node == node && c.session == session && c.at <= at)
+        });
+        if !won {
+            self.violation(
+                Kind::RunWithoutClaim,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} (session {}) ran a tick it did not claim",
+                    session.0
+                ),
+            );
+        }
+        let runs = self.runs.entry((task, tick)).or_default();
+        runs.push((at, node, session));
+        if runs.len() > 1 {
+            let detail = format!("run {} times (time, node, session): {runs:?}", runs.len());
+            self.violation(Kind::RunTwice, at, task, tick, detail);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Traces and statistics
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub(crate) enum What {
+    Fault(Fault),
+    SessionOpened(SessionId),
+    Connected(SessionId),
+    Disconnected(&'static str),
+    SessionExpired(SessionId),
+    LearnedExpiry,
+    Registered,
+    RegisterRefused(Option<SessionId>),
+    TakeSent,
+    LeaseCreated(SessionId),
+    TakeRefused(Option<SessionId>),
+    ReleaseSent,
+    LeaseDeleted,
+    FiringStarted(i32),
+    FiringStopped,
+    RecordLoaded(Option<DateTime<Utc>>),
+    ClaimSent(DateTime<Utc>, u8),
+    ClaimApplied(DateTime<Utc>, SessionId, Option<SessionId>),
+    Claimed(DateTime<Utc>),
+    AlreadyClaimed(DateTime<Utc>, Option<DateTime<Utc>>),
+    NotLeader(DateTime<Utc>),
+    ClaimConflict(DateTime<Utc>),
+    ClaimRejected(DateTime<Utc>),
+    ReplyLost,
+    Unresolved(DateTime<Utc>),
+    Resolved(DateTime<Utc>, bool),
+    Ran(DateTime<Utc>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Trace {
+    pub(crate) at: Ms,
+    pub(crate) node: Option<NodeIx>,
+    pub(crate) task: Option<TaskIx>,
+    pub(crate) what: What,
+}
+
+impl fmt::Display for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>9.3}s ", self.at as f64 / 1000.0)?;
+        match self.node {
+            Some(n) => write!(f, "n{n:<2} ")?,
+            None => write!(f, "zk  ")?,
+        }
+        match self.task {
+            Some(t) => write!(f, "t{t:02} ")?,
+            None => write!(f, "    ")?,
+        }
+        match &self.what {
+            What::Fault(fault) => write!(f, "FAULT {fault:?}"),
+            What::SessionOpened(s) => write!(f, "session {} opened", s.0),
+            What::Connected(s) => write!(f, "connected, session {}", s.0),
+            What::Disconnected(why) => write!(f, "disconnected ({why}): paused"),
+            What::SessionExpired(s) => write!(f, "session {} expired/closed", s.0),
+            What::LearnedExpiry => write!(f, "learned its session expired: drops state, rejoins"),
+            What::Registered => write!(f, "registered"),
+            What::RegisterRefused(o) => {
+                write!(
+                    f,
+                    "register refused: member exists (session {:?})",
+                    o.map(|s| s.0)
+                )
+            }
+            What::TakeSent => write!(f, "take: create lease"),
+            What::LeaseCreated(s) => write!(f, "lease created (session {})", s.0),
+            What::TakeRefused(o) => {
+                write!(
+                    f,
+                    "take refused: lease exists (session {:?})",
+                    o.map(|s| s.0)
+                )
+            }
+            What::ReleaseSent => write!(f, "release: delete lease"),
+            What::LeaseDeleted => write!(f, "lease deleted"),
+            What::FiringStarted(v) => write!(f, "firing (lease version {v}): reading the record"),
+            What::FiringStopped => write!(f, "stopped firing"),
+            What::RecordLoaded(r) => {
+                write!(f, "record read: {:?}", r.map(secs))
+            }
+            What::ClaimSent(t, a) => write!(f, "claim {:.3}s sent (attempt {a})", secs(*t)),
+            What::ClaimApplied(t, s, h) => write!(
+                f,
+                "CLAIM {:.3}s applied for session {} (lease holder {:?})",
+                secs(*t),
+                s.0,
+                h.map(|h| h.0)
+            ),
+            What::Claimed(t) => write!(f, "claim {:.3}s won", secs(*t)),
+            What::AlreadyClaimed(t, r) => write!(
+                f,
+                "claim {:.3}s: already claimed (record {:?})",
+                secs(*t),
+                r.map(secs)
+            ),
+            What::NotLeader(t) => write!(f, "claim {:.3}s: not leader", secs(*t)),
+            What::ClaimConflict(t) => {
+                write!(f, "claim {:.3}s: record changed, re-reading", secs(*t))
+            }
+            What::ClaimRejected(t) => {
+                write!(f, "claim {:.3}s: rejected, session expired", secs(*t))
+            }
+            What::ReplyLost => write!(f, "reply lost: connection reset"),
+            What::Unresolved(t) => write!(f, "claim {:.3}s: outcome unknown", secs(*t)),
+            What::Resolved(t, won) => write!(
+                f,
+                "claim {:.3}s resolved from the record: {}",
+                secs(*t),
+                if *won { "won" } else { "not won" }
+            ),
+            What::Ran(t) => write!(f, "RUN {:.3}s", secs(*t)),
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Stats {
+    pub(crate) scenarios: u64,
+    pub(crate) events: u64,
+    pub(crate) claims: u64,
+    pub(crate) runs: u64,
+    pub(crate) already_claimed: u64,
+    pub(crate) not_leader: u64,
+    pub(crate) conflicts: u64,
+    /// Claims the server refused: session expired, lease check failed, record version moved.
+    pub(crate) fenced_expired: u64,
+    pub(crate) fenced_lease: u64,
+    pub(crate) fenced_version: u64,
+    pub(crate) replies_lost: u64,
+    pub(crate) resolved_won: u64,
+    pub(crate) resolved_lost: u64,
+    pub(crate) expiries: u64,
+    pub(crate) takes: u64,
+    pub(crate) releases: u64,
+    /// Claims won at the server that no node ran: the claimer crashed or stopped before the
+    /// reply, or could not tell from the record after losing the reply (at most once).
+    pub(crate) claimed_not_run: u64,
+    pub(crate) live_ticks: u64,
+    pub(crate) on_time_checked: u64,
+}
+
+impl Stats {
+    pub(crate) fn add(&mut self, o: &Stats) {
+        self.scenarios += o.scenarios;
+        self.events += o.events;
+        self.claims += o.claims;
+        self.runs += o.runs;
+        self.already_claimed += o.already_claimed;
+        self.not_leader += o.not_leader;
+        self.conflicts += o.conflicts;
+        self.fenced_expired += o.fenced_expired;
+        self.fenced_lease += o.fenced_lease;
+        self.fenced_version += o.fenced_version;
+        self.replies_lost += o.replies_lost;
+        self.resolved_won += o.resolved_won;
+        self.resolved_lost += o.resolved_lost;
+        self.expiries += o.expiries;
+        self.takes += o.takes;
+        self.releases += o.releases;
+        self.claimed_not_run += o.claimed_not_run;
+        self.live_ticks += o.live_ticks;
+        self.on_time_checked += o.on_time_checked;
+    }
+}
