@@ -11,6 +11,7 @@
 
 pub mod lease;
 pub mod local;
+pub mod node;
 pub mod rank;
 pub mod zk;
 

@@ -1,0 +1,3 @@
+//! The cluster node as a deterministic state machine: no I/O, no clock, no tokio.
+
+pub mod io;
