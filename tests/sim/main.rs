@@ -132,13 +132,14 @@ use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
 mod checker;
+mod hand_zk;
 mod model_zk;
 mod net;
 mod scenario;
 mod world;
 
 use checker::*;
-use model_zk::*;
+use hand_zk::*;
 use net::*;
 use scenario::*;
 use world::*;
