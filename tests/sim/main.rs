@@ -132,6 +132,7 @@ use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
 mod checker;
+mod drive;
 mod hand_zk;
 mod model_zk;
 mod net;
@@ -139,6 +140,7 @@ mod scenario;
 mod world;
 
 use checker::*;
+use drive::{BASE, Sim};
 use hand_zk::*;
 use net::*;
 use scenario::*;
