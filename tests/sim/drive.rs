@@ -14,7 +14,10 @@ use std::cmp::Reverse;
 use zkcron::coord::node::io::{
     Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
 };
-use zkcron::coord::zk::{FireRecord as WireRecord, MemberRecord};
+use zkcron::coord::zk::{
+    FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
+    TaskSetRef,
+};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::task::{CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
 
@@ -270,6 +273,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) open_disturbance: BTreeMap<(NodeIx, u8), Ms>,
     pub(crate) node_log: Vec<(Ms, NodeIx, Option<NodeState>)>,
     pub(crate) member_log: Vec<(Ms, Vec<Registered>)>,
+    /// The session of the stranger client (which also laid out the initial tree).
+    pub(crate) stranger: i64,
 }
 
 impl<'s> Sim<'s> {
@@ -318,6 +323,7 @@ impl<'s> Sim<'s> {
             open_disturbance: BTreeMap::new(),
             node_log: Vec::new(),
             member_log: vec![(0, Vec::new())],
+            stranger: 0,
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -350,7 +356,7 @@ impl<'s> Sim<'s> {
             .apply(admin, &ZkOp::Multi(ops), 0, &mut writes)
             .0
             .expect("the initial tree");
-        sim.zk.end_session(admin, &mut writes);
+        sim.stranger = admin;
         for (at, fault) in &sc.faults {
             sim.push(*at, Ev::Fault(fault.clone()));
         }
@@ -719,11 +725,7 @@ impl<'s> Sim<'s> {
                 && let Some((_, stat)) = &write.before
             {
                 let owner = stat.ephemeral_owner;
-                if write.session != 0
-                    && owner != 0
-                    && owner != write.session
-                    && self.zk.alive(owner)
-                {
+                if node.is_some() && owner != 0 && owner != write.session && self.zk.alive(owner) {
                     self.check.violations.push(Violation {
                         kind: Kind::ForeignLeaseDelete,
                         at: self.now,
@@ -1501,6 +1503,7 @@ impl<'s> Sim<'s> {
                     self.timer(n, 0, T::Poke);
                 }
             }
+            Fault::Stranger(meddle) => self.meddle(meddle),
             Fault::HealAll => {
                 for n in 0..self.procs.len() {
                     self.link_up[n] = true;
@@ -1509,11 +1512,130 @@ impl<'s> Sim<'s> {
                     for kind in 0..3 {
                         self.disturb(n, kind, false);
                     }
-                    if !self.procs[n].up {
+                    if !self.procs[n].up && !self.sc.nodes[n].visitor {
                         self.boot(n);
                     }
                 }
             }
+        }
+    }
+
+    /// A stranger client writes foreign or stale znodes; what ZooKeeper refuses (no parent, the
+    /// znode exists) is simply not done.
+    pub(crate) fn meddle(&mut self, meddle: Meddle) {
+        let name = |t: TaskIx| self.sc.tasks[t].name.clone();
+        let since = epoch() + TimeDelta::milliseconds(self.now as i64);
+        let ops: Vec<ZkOp> = match &meddle {
+            Meddle::GhostMember => {
+                let tasks = self
+                    .sc
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.name.clone(),
+                            TaskSetEntry {
+                                digest: format!("{:016x}", t.name.len()),
+                                version_req: None,
+                            },
+                        )
+                    })
+                    .collect();
+                let set = TaskSetRecord { format: 1, tasks };
+                let member = MemberRecord {
+                    format: 1,
+                    id: "ghost".into(),
+                    release: "99.0.0".into(),
+                    seed: format!("{:016x}", u64::MAX),
+                    host: "elsewhere".into(),
+                    pid: 1,
+                    started_at: since,
+                    labels: Default::default(),
+                    taskset: TaskSetRef {
+                        digest: "ghost".into(),
+                        chunks: 1,
+                        count: self.sc.tasks.len(),
+                    },
+                    leads: true,
+                };
+                vec![
+                    ZkOp::Create {
+                        path: format!("{BASE}/tasksets/ghost-0"),
+                        data: serde_json::to_vec(&set).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                    },
+                    ZkOp::Create {
+                        path: format!("{BASE}/members/ghost"),
+                        data: serde_json::to_vec(&member).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                    },
+                ]
+            }
+            Meddle::PersistentLease(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: serde_json::to_vec(&LeaseRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+            }],
+            Meddle::TamperLease(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: b"{\"tampered\": true}".to_vec(),
+                version: None,
+            }],
+            Meddle::TamperEpoch(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/tasks/{}/epoch", name(*t)),
+                data: b"tampered".to_vec(),
+                version: None,
+            }],
+            Meddle::PersistentRun(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/tasks/{}/run-{}", name(*t), since.timestamp()),
+                data: serde_json::to_vec(&RunRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    tick: since,
+                    started_at: since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+            }],
+            Meddle::DeleteLeases | Meddle::DeleteMembers => {
+                let dir = if meddle == Meddle::DeleteLeases {
+                    "leases"
+                } else {
+                    "members"
+                };
+                let root = format!("{BASE}/{dir}");
+                let mut paths: Vec<String> = self
+                    .zk
+                    .nodes
+                    .keys()
+                    .filter(|p| model_zk::covers(&root, p))
+                    .cloned()
+                    .collect();
+                paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+                paths
+                    .into_iter()
+                    .map(|path| ZkOp::Delete {
+                        path,
+                        version: None,
+                    })
+                    .collect()
+            }
+        };
+        for op in ops {
+            let mut writes = Vec::new();
+            let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
+            self.note(None, None, format!("stranger {op:?}: {result:?}"));
+            for write in writes {
+                self.on_write(None, &write);
+            }
+            self.broadcast(events);
         }
     }
 

@@ -339,7 +339,7 @@ fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
     let knobs = Knobs {
         claim_mode,
         bug,
-        big_skew: false,
+        ..Knobs::CONTRACT
     };
     let seed = (0..300).find(|&seed| {
         run_scenario(seed, knobs, false)
@@ -370,7 +370,7 @@ fn a_zombie_is_kept_from_double_claims_by_the_record_version_not_by_the_lease_ch
     let knobs = Knobs {
         claim_mode: ClaimMode::Fenced,
         bug: NodeBug::Zombie,
-        big_skew: false,
+        ..Knobs::CONTRACT
     };
     let mut without_lease = Vec::new();
     for seed in 0..200 {
@@ -458,6 +458,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         tasks: tasks.clone(),
         skew_ms,
         start_at,
+        visitor: false,
     };
     let scenario = Scenario {
         seed: 0,

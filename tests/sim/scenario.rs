@@ -37,6 +37,10 @@ pub(crate) struct Knobs {
     pub(crate) bug: NodeBug,
     /// Let some nodes' clocks be off by more than `max_clock_skew` (they may not lead).
     pub(crate) big_skew: bool,
+    /// A node of a newer release whose clock is 30 days ahead visits for a few seconds.
+    pub(crate) far_clock: bool,
+    /// A stranger client writes foreign or stale znodes (see [`Meddle`]).
+    pub(crate) strangers: bool,
 }
 
 impl Knobs {
@@ -44,6 +48,8 @@ impl Knobs {
         claim_mode: ClaimMode::Fenced,
         bug: NodeBug::None,
         big_skew: false,
+        far_clock: false,
+        strangers: false,
     };
 }
 
@@ -64,6 +70,28 @@ pub(crate) struct NodeDef {
     pub(crate) tasks: Arc<TaskSet>,
     pub(crate) skew_ms: i64,
     pub(crate) start_at: Ms,
+    /// Comes once, leaves, and is not started again at the end of the fault phase.
+    pub(crate) visitor: bool,
+}
+
+/// What a stranger client (not a zkcron node: an operator's script, an old tool) does to the
+/// cluster's znodes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Meddle {
+    /// A persistent `members/ghost` of a high release defining every task.
+    GhostMember,
+    /// A persistent `leases/<task>` (when the lease is vacant at that instant).
+    PersistentLease(TaskIx),
+    /// `set_data` on `leases/<task>` (its version changes under the holder).
+    TamperLease(TaskIx),
+    /// `set_data` on `tasks/<task>/epoch`.
+    TamperEpoch(TaskIx),
+    /// A persistent `tasks/<task>/run-<unix>` child.
+    PersistentRun(TaskIx),
+    /// Deletes `leases/` and everything under it.
+    DeleteLeases,
+    /// Deletes `members/` and everything under it.
+    DeleteMembers,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +118,8 @@ pub(crate) enum Fault {
     LossOff(NodeIx),
     /// The node's clock is stepped to this offset from true time.
     Skew(NodeIx, i64),
+    /// A stranger client writes to the cluster's znodes.
+    Stranger(Meddle),
     /// End of the fault phase: links up, processes resumed, losses off, every node up.
     HealAll,
 }
@@ -108,7 +138,7 @@ impl Fault {
             | Fault::LossOn(n, _)
             | Fault::LossOff(n)
             | Fault::Skew(n, _) => Some(*n),
-            Fault::HealAll => None,
+            Fault::HealAll | Fault::Stranger(_) => None,
         }
     }
 }
@@ -231,6 +261,7 @@ impl Scenario {
                 tasks: Arc::new(set),
                 skew_ms: draw_skew(&mut rng, knobs.big_skew),
                 start_at,
+                visitor: false,
             });
         }
 
@@ -294,13 +325,69 @@ impl Scenario {
                 t = until + rng.random_range(500..=mean_gap);
             }
         }
+        // The new faults draw from their own stream, so that the scenarios without them stay as
+        // they were.
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x0005_7a11_0e25);
+        if knobs.far_clock && extra.random_bool(0.3) {
+            let n = nodes.len();
+            let at = extra.random_range(3_000..=fault_end * 3 / 4);
+            let all: TaskSet = (0..task_count)
+                .map(|t| {
+                    (
+                        tasks[t].name.clone(),
+                        TaskEntry {
+                            digest: format!("digest-{t}"),
+                            version_req: tasks[t].version_req.clone(),
+                        },
+                    )
+                })
+                .collect();
+            nodes.push(NodeDef {
+                id: format!("node-{n}"),
+                release: Version::parse("9.0.0").unwrap(),
+                seed: extra.random(),
+                tasks: Arc::new(all),
+                skew_ms: 30 * 86_400_000,
+                start_at: at,
+                visitor: true,
+            });
+            faults.push((at, Fault::Start(n)));
+            let stay = extra.random_range(2_000..=10_000);
+            faults.push((
+                at + stay,
+                if extra.random_bool(0.5) {
+                    Fault::Stop(n)
+                } else {
+                    Fault::Crash(n)
+                },
+            ));
+        }
+        if knobs.strangers && extra.random_bool(0.4) {
+            for _ in 0..extra.random_range(1..=3) {
+                let at = extra.random_range(2_000..fault_end);
+                let t = extra.random_range(0..task_count);
+                let meddle = match extra.random_range(0..7) {
+                    0 => Meddle::GhostMember,
+                    1 => Meddle::PersistentLease(t),
+                    2 => Meddle::TamperLease(t),
+                    3 => Meddle::TamperEpoch(t),
+                    4 => Meddle::PersistentRun(t),
+                    5 => Meddle::DeleteLeases,
+                    _ => Meddle::DeleteMembers,
+                };
+                faults.push((at, Fault::Stranger(meddle)));
+            }
+        }
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
         faults.sort_by_key(|(at, _)| *at);
 
+        // A visitor's clock is far beyond `max_clock_skew`: it may lead nothing, so it does not
+        // widen what the checker accepts as reachable.
         let max_abs_skew_ms = nodes
             .iter()
+            .filter(|n| !n.visitor)
             .map(|n| n.skew_ms.abs())
             .chain(faults.iter().filter_map(|(_, f)| match f {
                 Fault::Skew(_, s) => Some(s.abs()),

@@ -1553,6 +1553,7 @@ impl<'s> World<'s> {
                     self.timer(n, 0, Timer::Poke);
                 }
             }
+            Fault::Stranger(_) => unreachable!("the hand-written node is never run with strangers"),
             Fault::HealAll => {
                 for n in 0..self.nodes.len() {
                     self.link_up[n] = true;
