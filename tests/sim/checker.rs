@@ -20,6 +20,8 @@ pub(crate) enum Kind {
     TickLate,
     /// After settling, a task's lease is not held by the node ranked first for it.
     NotConverged,
+    /// A node keeps asking for work at one instant (a busy loop in virtual time).
+    BusyLoop,
 }
 
 #[derive(Debug, Clone)]

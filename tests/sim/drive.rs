@@ -41,11 +41,12 @@ pub(crate) struct NodeSpec {
     /// The cluster's base znode, e.g. `/zkcron/sim`.
     pub(crate) base: String,
     pub(crate) max_clock_skew: Duration,
-    pub(crate) bug: NodeBug,
+    pub(crate) session_timeout: Duration,
+    pub(crate) claim_mode: ClaimMode,
 }
 
 /// Builds a node (the real one, in [`super::real`]).
-pub(crate) type MakeNode = fn(&NodeSpec) -> Box<dyn SimNode>;
+pub(crate) type MakeNode = fn(&NodeSpec, Now) -> Box<dyn SimNode>;
 
 pub(crate) const BASE: &str = "/zkcron/sim";
 
@@ -275,6 +276,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) member_log: Vec<(Ms, Vec<Registered>)>,
     /// The session of the stranger client (which also laid out the initial tree).
     pub(crate) stranger: i64,
+    /// Trace every call and reply (`ZKCRON_SIM_TRACE`).
+    pub(crate) trace_calls: bool,
 }
 
 impl<'s> Sim<'s> {
@@ -324,6 +327,7 @@ impl<'s> Sim<'s> {
             node_log: Vec::new(),
             member_log: vec![(0, Vec::new())],
             stranger: 0,
+            trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -407,11 +411,23 @@ impl<'s> Sim<'s> {
     }
 
     pub(crate) fn run(&mut self) {
+        let mut same_instant = 0u32;
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             if at > self.sc.end {
                 break;
             }
             let ev = self.events.remove(&seq).expect("queued");
+            same_instant = if at == self.now { same_instant + 1 } else { 0 };
+            if same_instant > 2_000 {
+                self.check.violations.push(Violation {
+                    kind: Kind::BusyLoop,
+                    at,
+                    task: None,
+                    tick: None,
+                    detail: format!("2,000 events at one instant; the last: {ev:?}"),
+                });
+                return;
+            }
             self.now = at;
             self.stats.events += 1;
             self.dispatch(ev);
@@ -485,6 +501,8 @@ impl<'s> Sim<'s> {
                     return;
                 }
                 self.on_timer(node, timer);
+                // Hand the node what the daemon asked meanwhile.
+                self.settle(node);
             }
             Ev::SessionCheck(id) => self.session_check(id),
         }
@@ -845,17 +863,20 @@ impl<'s> Sim<'s> {
             seed: self.procs[n].seed,
             base: BASE.to_string(),
             max_clock_skew: Duration::from_millis(self.sc.max_clock_skew_ms as u64),
-            bug: self.sc.knobs.bug,
+            session_timeout: Duration::from_millis(self.sc.session_timeout),
+            claim_mode: self.sc.knobs.claim_mode,
         };
         let now = self.now;
+        let p = &mut self.procs[n];
+        p.booted_at = now;
+        let clock = self.clock(n);
         let p = &mut self.procs[n];
         p.inc += 1;
         p.up = true;
         p.frozen = false;
         p.stopping = false;
         p.deferred.clear();
-        p.booted_at = now;
-        p.node = Some((self.make)(&spec));
+        p.node = Some((self.make)(&spec, clock));
         p.conn = None;
         p.session = None;
         p.connected = false;
@@ -1020,6 +1041,9 @@ impl<'s> Sim<'s> {
             }
             T::NodeTimeout(generation) => {
                 if self.procs[n].timeout_generation == generation {
+                    if self.trace_calls {
+                        self.note(Some(n), None, "handle_timeout".into());
+                    }
                     self.procs[n].timeout_at = None;
                     let now = self.clock(n);
                     self.procs[n].node.as_mut().expect("up").handle_timeout(now);
@@ -1078,6 +1102,9 @@ impl<'s> Sim<'s> {
 
     /// Feeds the node one input, then lets it settle.
     pub(crate) fn input(&mut self, n: NodeIx, input: Input) {
+        if self.trace_calls {
+            self.note(Some(n), None, format!("input {input:?}"));
+        }
         let now = self.clock(n);
         let Some(node) = self.procs[n].node.as_mut() else {
             return;
@@ -1110,6 +1137,9 @@ impl<'s> Sim<'s> {
             let Some((req, request)) = self.procs[n].requests.pop_front() else {
                 break;
             };
+            if self.trace_calls {
+                self.note(Some(n), None, format!("request #{req}: {request:?}"));
+            }
             let now = self.clock(n);
             self.procs[n]
                 .node
@@ -1122,7 +1152,7 @@ impl<'s> Sim<'s> {
             p.timeout_at = None;
             return;
         };
-        let at = (p.booted_at + deadline.as_millis().div_ceil(1) as Ms).max(self.now);
+        let at = (p.booted_at + deadline.as_nanos().div_ceil(1_000_000) as Ms).max(self.now);
         if p.timeout_at == Some(at) {
             return;
         }
@@ -1143,6 +1173,10 @@ impl<'s> Sim<'s> {
     pub(crate) fn output(&mut self, n: NodeIx, output: Output) {
         match output {
             Output::Call { op, zk } => {
+                if self.trace_calls {
+                    let connected = self.procs[n].connected;
+                    self.note(Some(n), None, format!("call #{op} (connected {connected}): {zk:?}"));
+                }
                 let p = &mut self.procs[n];
                 match (p.conn, p.connected) {
                     (Some(conn), true) => {
@@ -1318,6 +1352,10 @@ impl<'s> Sim<'s> {
                             Some(task),
                             format!("claim {:.3}s: not leader", secs(tick)),
                         );
+                    }
+                    Err(error) if self.sc.knobs.bug == NodeBug::AssumeClaimedOnLoss => {
+                        self.note(Some(n), Some(task), format!("claim {:.3}s: {error}, taken as won (deliberate bug)", secs(tick)));
+                        self.ran(n, task, tick);
                     }
                     other => {
                         self.stats.conflicts += 1;
