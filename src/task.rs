@@ -5,6 +5,8 @@
 //! file, line and column. It does not run anything and keeps no state between loads: the daemon
 //! decides what to do with a file that became invalid (it keeps the last good version).
 
+mod digest;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;

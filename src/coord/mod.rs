@@ -13,6 +13,7 @@ pub mod lease;
 pub mod local;
 pub mod node;
 pub mod rank;
+pub mod record;
 pub mod zk;
 
 use std::collections::BTreeSet;
@@ -108,6 +109,20 @@ pub enum CoordError {
     /// by re-reading where possible; the caller treats it as not done.
     #[error("{context}: {message}")]
     ZooKeeper { context: String, message: String },
+    /// No ZooKeeper session is established (connecting, or rejoining after an expiry).
+    #[error("{context}: not connected")]
+    NotConnected { context: &'static str },
+    /// The ZooKeeper session expired or was replaced while the call was in flight; what it
+    /// wrote went with the session's ephemerals.
+    #[error("{context}: the session ended")]
+    SessionEnded { context: &'static str },
+    /// ZooKeeper refused a claim because the session had expired: nothing was claimed.
+    #[error("{context}: session expired; not claimed")]
+    SessionExpired { context: &'static str },
+    /// A claim whose answer was lost, and the re-read record names neither this claim nor a
+    /// later one: it counts as not claimed.
+    #[error("{context}: {why}")]
+    Unknown { context: String, why: String },
 }
 
 /// What the scheduler asks of the cluster. Implementations are cheap to share (`Arc`).

@@ -218,7 +218,9 @@ pub enum Input {
         negotiated_timeout: Duration,
     },
     /// Establishing a session failed (the driver retries); said in `why_paused`.
-    ConnectFailed { error: String },
+    ConnectFailed {
+        error: String,
+    },
     Disconnected,
     Expired,
     Watch {
@@ -267,13 +269,19 @@ impl std::fmt::Display for Report {
 #[derive(Debug)]
 pub enum Output {
     /// Perform `zk` in the current session; reply with [`Input::Reply`] and this `op`.
-    Call { op: OpId, zk: ZkOp },
+    Call {
+        op: OpId,
+        zk: ZkOp,
+    },
     /// The session expired: build a new client; then [`Input::Connected`].
     NewSession,
     /// Close the session (after [`Request::Close`]): the node's ephemerals go at once.
     CloseSession,
     /// The leadership changed.
     Leadership(Leadership),
-    Answer { req: ReqId, answer: Answer },
+    Answer {
+        req: ReqId,
+        answer: Answer,
+    },
     Report(Report),
 }

@@ -1,3 +1,740 @@
-//! The cluster node as a deterministic state machine: no I/O, no clock, no tokio.
+//! The cluster node as a deterministic state machine, in the style of quinn-proto: no I/O, no
+//! clock, no tokio.
+//!
+//! [`Node`] owns everything the cluster protocol decides: the member view and ranking, lease
+//! decisions ([`super::lease::decide`]), claims with fencing and unknown-outcome resolution,
+//! session states (connected / paused / expired), clock-skew verdicts, what it publishes, and
+//! which znodes it trusts. Inputs go in with the time they arrive ([`Node::handle`],
+//! [`Node::handle_timeout`]); [`Node::poll`] yields outputs: ZooKeeper operations to perform,
+//! leadership changes, answers to the daemon's requests and reports for the operator.
+//! [`Node::poll_timeout`] says when it next needs the time.
+//!
+//! Drivers: `coord::zk` (zookeeper-client, tokio) and the simulation (`tests/sim`, virtual time
+//! over an in-memory ZooKeeper). See [`io`] for the seam.
+//!
+//! Files: `session` (session states, setup, registration, the member view), `leases` (lease
+//! decisions, takes, releases, trust in foreign leases), `claim` (fire records, fenced claims,
+//! unknown outcomes, orphans), `runs` (live runs and results, releasing everything), `clock`
+//! (skew verdicts, the cluster clock), `gc` (task-set collection).
 
+mod claim;
+mod clock;
+mod gc;
 pub mod io;
+mod leases;
+mod members;
+mod requests;
+mod runs;
+mod session;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use semver::Version;
+
+use self::claim::{AfterRead, ClaimJob, ResolveJob};
+use self::clock::SkewVerdict;
+use self::io::{Answer, Input, Level, Now, OpId, Output, Report, ReqId, ZkFail, ZkOk, ZkOp};
+use self::members::Relist;
+use self::runs::{ReleaseAllJob, RunEndedJob};
+use self::session::RegisterJob;
+use super::Leadership;
+use super::lease::{Member, TaskSet};
+use super::zk::wire::{FireRecord, Paths, TaskSetRef};
+
+pub use self::clock::{SKEW_WARNING, clock_offset_ms};
+pub use self::gc::unreferenced_chunks;
+
+/// Who this node is and how it behaves.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: String,
+    pub release: Version,
+    /// The random 64-bit rendezvous seed (also spreads this node's periodic work).
+    pub seed: u64,
+    /// The cluster's root znode: `<chroot>/zkcron/<cluster>`.
+    pub base: String,
+    /// The connect string, for messages.
+    pub connect: String,
+    /// The session timeout asked for; ZooKeeper may negotiate another.
+    pub session_timeout: Duration,
+    /// A node whose clock is further off ZooKeeper's than this leads nothing.
+    pub max_clock_skew: Option<Duration>,
+    pub labels: BTreeMap<String, String>,
+    pub host: String,
+    pub pid: u32,
+    pub started_at: DateTime<Utc>,
+    /// Deliberate protocol bugs, for proving that the simulation's checker catches them. Off
+    /// by default; no configuration file reaches them.
+    #[doc(hidden)]
+    pub bugs: NodeBugs,
+}
+
+/// Test-only protocol bugs (see [`NodeConfig::bugs`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeBugs {
+    /// Claims check neither the lease, nor the epoch, nor the record's version.
+    pub unfenced_claim: bool,
+}
+
+/// The longest any single ZooKeeper call may take before it counts as failed (the driver's
+/// deadline; the node uses it to bound retries).
+pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How many operations go into one multi when releasing everything.
+const RELEASE_BATCH: usize = 500;
+
+/// Lease takes one node keeps in flight at once.
+const TAKES_IN_FLIGHT: usize = 64;
+
+/// A member as the node knows it: the ranking input and the session that owns its znode.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberInfo {
+    member: Member,
+    owner: i64,
+}
+
+/// The current session.
+#[derive(Debug)]
+struct Session {
+    id: i64,
+    hex: String,
+    connected: bool,
+    /// The timeout ZooKeeper negotiated (deadlines use it, not the configured one).
+    timeout: Duration,
+    disconnected_at: Option<Duration>,
+    loss_counted: bool,
+    /// Setup calls (tree, watches, first clock probe) not answered yet; `None` once done.
+    setup_outstanding: Option<usize>,
+    /// The first listing of members and leases completed.
+    listed: bool,
+}
+
+/// What a pending call continues with when its reply arrives.
+#[derive(Debug)]
+enum Then {
+    Ignore,
+    SetupStep,
+    Probe {
+        sent: DateTime<Utc>,
+        create: bool,
+        setup: bool,
+    },
+    Chunk,
+    MemberCreate {
+        sent: DateTime<Utc>,
+    },
+    MemberCheck,
+    MemberSet {
+        sent: DateTime<Utc>,
+    },
+    ListMembers,
+    ListLeases,
+    ReadMember {
+        id: String,
+        relist: bool,
+    },
+    ReadChunk {
+        digest: String,
+        index: usize,
+    },
+    RecreateDir {
+        path: String,
+    },
+    Recreated {
+        after: AfterRecreate,
+    },
+    EnsureRecord {
+        task: String,
+    },
+    Ensured {
+        task: String,
+        after: AfterEnsure,
+    },
+    Take {
+        task: String,
+        cover: bool,
+    },
+    TakeOwner {
+        task: String,
+        cover: bool,
+    },
+    TakeEpoch {
+        task: String,
+        cover: bool,
+    },
+    Released {
+        task: String,
+    },
+    LeaseCheck {
+        task: String,
+    },
+    LeaseOwner {
+        task: String,
+    },
+    HealLease {
+        task: String,
+    },
+    GiveUp {
+        task: String,
+    },
+    GiveUpCheck {
+        task: String,
+        why: String,
+    },
+    ReadRecord {
+        task: String,
+        after: AfterRead,
+        ensured: bool,
+    },
+    ClaimMulti {
+        job: ClaimJob,
+        new: FireRecord,
+        run_path: String,
+        sent: DateTime<Utc>,
+    },
+    ClaimLeaseCheck {
+        job: ClaimJob,
+    },
+    ResolveSync,
+    OrphanResult {
+        req: ReqId,
+        task: String,
+        record: FireRecord,
+    },
+    OrphanRun {
+        req: ReqId,
+        record: FireRecord,
+        result: Option<DateTime<Utc>>,
+    },
+    RerunResult {
+        job: ClaimJob,
+        record: FireRecord,
+        version: i32,
+    },
+    RunsList {
+        req: ReqId,
+        task: String,
+        incarnation: Option<i32>,
+    },
+    RunOwner {
+        req: ReqId,
+        path: String,
+    },
+    LastResult {
+        req: ReqId,
+    },
+    ResultRead {
+        job: RunEndedJob,
+    },
+    ResultWrite {
+        job: RunEndedJob,
+        run_live: bool,
+        newer: bool,
+    },
+    ReleaseBatch {
+        batch: Vec<String>,
+    },
+    ReleaseOne,
+    Gc(gc::GcStep),
+}
+
+/// What to do once the tree is recreated.
+#[derive(Debug)]
+enum AfterRecreate {
+    Register,
+    Ensure { task: String, after: AfterEnsure },
+    Take { task: String, cover: bool },
+}
+
+/// What to do once a task's persistent znodes exist.
+#[derive(Debug)]
+enum AfterEnsure {
+    Read(Box<AfterRead>),
+    Take { cover: bool },
+}
+
+#[derive(Debug)]
+struct Pending {
+    generation: u64,
+    sent: DateTime<Utc>,
+    then: Then,
+}
+
+/// Work on one task that must not overlap another (a claim, releasing the lease).
+#[derive(Debug)]
+enum TaskJob {
+    Claim(ClaimJob),
+    Release,
+}
+
+#[derive(Debug)]
+enum Timer {
+    Probe,
+    Gc,
+    LossDeadline { generation: u64 },
+    Resolve(ResolveJob),
+    RunEnded(RunEndedJob),
+}
+
+/// The sans-IO cluster node. See the module docs.
+pub struct Node {
+    cfg: NodeConfig,
+    paths: Paths,
+    now: Now,
+    out: VecDeque<Output>,
+    next_op: OpId,
+    pending: HashMap<OpId, Pending>,
+    /// Bumped whenever a session ends: replies and timers of older generations are dropped.
+    generation: u64,
+    session: Option<Session>,
+    timers: BTreeMap<(Duration, u64), Timer>,
+    timer_seq: u64,
+    /// When to decide about leases again (a vacancy timer).
+    recheck_at: Option<Duration>,
+    /// Setup, registration or a take failed: try again at this time.
+    retry_at: Option<Duration>,
+    retry_delay: Duration,
+
+    // The member and lease view.
+    my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
+    members: HashMap<String, MemberInfo>,
+    /// The session owning each ephemeral member znode as last read (whether or not its record
+    /// could be used): the live sessions whose leases and runs count.
+    member_sessions: HashMap<String, i64>,
+    /// Every session seen owning a member znode in this node's session: a node that left the
+    /// membership to stop keeps its session (and its live runs) until its jobs end.
+    seen_sessions: HashSet<i64>,
+    tasksets: HashMap<String, Arc<TaskSet>>,
+    fetches: HashMap<String, members::Fetch>,
+    present: HashSet<String>,
+    /// Leases this node holds, with the epoch version its take set (claims check it).
+    held: HashMap<String, i32>,
+    vacant_since: HashMap<String, Duration>,
+    covering: HashMap<String, Duration>,
+    members_changed: Duration,
+    takes: HashSet<String>,
+    /// Tasks whose znodes were found missing and the tree recreated for (once).
+    recreated_for: HashSet<String>,
+    /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
+    verified: HashSet<String>,
+    verifying: HashSet<String>,
+    registering: Option<RegisterJob>,
+    registered_as: Option<(String, bool)>,
+    register_waited: bool,
+    relist: Option<Relist>,
+
+    // Fire records, runs, results.
+    records: HashMap<String, (FireRecord, i32)>,
+    own_runs: HashSet<String>,
+    results: HashMap<String, (DateTime<Utc>, i32)>,
+    no_foreign_runs: HashMap<String, i32>,
+    task_jobs: HashMap<String, VecDeque<TaskJob>>,
+    runs_counts: HashMap<ReqId, runs::RunsCount>,
+    release_all: Option<ReleaseAllJob>,
+
+    // Clock.
+    skew: Option<SkewVerdict>,
+    offset_ms: Option<i64>,
+
+    stopping: bool,
+    closed: bool,
+    leadership: Leadership,
+    gc: Option<gc::Gc>,
+    /// Problems already reported (by key), so each is logged once per change.
+    reported: HashSet<String>,
+}
+
+impl Node {
+    pub fn new(cfg: NodeConfig, now: Now) -> Node {
+        let paths = Paths {
+            base: cfg.base.clone(),
+        };
+        let leadership = Leadership {
+            paused: true,
+            why_paused: Some(format!("connecting to ZooKeeper at {}", cfg.connect)),
+            ..Leadership::default()
+        };
+        let mut node = Node {
+            paths,
+            now,
+            out: VecDeque::new(),
+            next_op: 1,
+            pending: HashMap::new(),
+            generation: 0,
+            session: None,
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            recheck_at: None,
+            retry_at: None,
+            retry_delay: Duration::from_millis(200),
+            my_set: None,
+            members: HashMap::new(),
+            member_sessions: HashMap::new(),
+            seen_sessions: HashSet::new(),
+            tasksets: HashMap::new(),
+            fetches: HashMap::new(),
+            present: HashSet::new(),
+            held: HashMap::new(),
+            vacant_since: HashMap::new(),
+            covering: HashMap::new(),
+            members_changed: Duration::ZERO,
+            takes: HashSet::new(),
+            recreated_for: HashSet::new(),
+            verified: HashSet::new(),
+            verifying: HashSet::new(),
+            registering: None,
+            registered_as: None,
+            register_waited: false,
+            relist: None,
+            records: HashMap::new(),
+            own_runs: HashSet::new(),
+            results: HashMap::new(),
+            no_foreign_runs: HashMap::new(),
+            task_jobs: HashMap::new(),
+            runs_counts: HashMap::new(),
+            release_all: None,
+            skew: None,
+            offset_ms: None,
+            stopping: false,
+            closed: false,
+            leadership: leadership.clone(),
+            gc: None,
+            reported: HashSet::new(),
+            cfg,
+        };
+        node.out.push_back(Output::Leadership(leadership));
+        node.schedule_periodic();
+        node
+    }
+
+    /// Feeds one input.
+    pub fn handle(&mut self, input: Input, now: Now) {
+        self.now = now;
+        match input {
+            Input::Connected {
+                session_id,
+                negotiated_timeout,
+            } => self.on_connected(session_id, negotiated_timeout),
+            Input::ConnectFailed { error } => self.on_connect_failed(error),
+            Input::Disconnected => self.on_disconnected(),
+            Input::Expired => self.on_expired(),
+            Input::Watch { path, kind } => self.on_watch(&path, kind),
+            Input::Reply { op, result } => self.on_reply(op, result),
+            Input::Request { req, request } => self.on_request(req, request),
+        }
+    }
+
+    /// Processes whatever is due at `now` (see [`Node::poll_timeout`]).
+    pub fn handle_timeout(&mut self, now: Now) {
+        self.now = now;
+        while let Some((&(at, seq), _)) = self.timers.first_key_value() {
+            if at > now.mono {
+                break;
+            }
+            let timer = self.timers.remove(&(at, seq)).expect("present");
+            self.on_timer(timer);
+        }
+        if self.retry_at.is_some_and(|at| at <= now.mono) {
+            self.retry_at = None;
+            self.retry();
+        }
+        if self.recheck_at.is_some_and(|at| at <= now.mono) {
+            self.recheck_at = None;
+            self.decide();
+        }
+    }
+
+    /// When the node next needs [`Node::handle_timeout`] (monotonic time).
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        [
+            self.timers.first_key_value().map(|(&(at, _), _)| at),
+            self.recheck_at,
+            self.retry_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The next output, if any.
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The leadership as last published.
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
+    // ---- plumbing ----
+
+    fn call(&mut self, zk: ZkOp, then: Then) -> OpId {
+        let op = self.next_op;
+        self.next_op += 1;
+        self.pending.insert(
+            op,
+            Pending {
+                generation: self.generation,
+                sent: self.now.wall,
+                then,
+            },
+        );
+        self.out.push_back(Output::Call { op, zk });
+        op
+    }
+
+    fn answer(&mut self, req: ReqId, answer: Answer) {
+        self.out.push_back(Output::Answer { req, answer });
+    }
+
+    fn report(&mut self, level: Level, message: impl Into<String>) -> ReportBuilder<'_> {
+        self.out.push_back(Output::Report(Report {
+            level,
+            message: message.into(),
+            fields: Vec::new(),
+        }));
+        ReportBuilder {
+            out: Some(&mut self.out),
+        }
+    }
+
+    /// Reports once per `key` (until [`Node::forget_report`]).
+    fn report_once(&mut self, key: String, level: Level, message: String) -> ReportBuilder<'_> {
+        if self.reported.insert(key) {
+            self.report(level, message)
+        } else {
+            ReportBuilder { out: None }
+        }
+    }
+
+    fn at(&mut self, at: Duration, timer: Timer) {
+        self.timer_seq += 1;
+        self.timers.insert((at, self.timer_seq), timer);
+    }
+
+    fn session_hex(&self) -> String {
+        self.session
+            .as_ref()
+            .map(|s| s.hex.clone())
+            .unwrap_or_default()
+    }
+
+    fn my_session(&self) -> Option<i64> {
+        self.session.as_ref().map(|s| s.id)
+    }
+
+    /// Connected, set up, registered and listed: decisions may be made.
+    fn ready(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| s.connected && s.listed)
+            && !self.closed
+    }
+
+    /// Whether `owner` is the session of a live member (this node's included).
+    fn live_owner(&self, owner: i64) -> bool {
+        owner != 0
+            && (Some(owner) == self.my_session()
+                || self.member_sessions.values().any(|&s| s == owner))
+    }
+
+    /// Whether a run znode owned by `owner` is a live run: ephemeral, and of a session that
+    /// was a member (stopping nodes leave the membership before their runs end).
+    fn live_run_owner(&self, owner: i64) -> bool {
+        owner != 0 && (Some(owner) == self.my_session() || self.seen_sessions.contains(&owner))
+    }
+
+    fn on_reply(&mut self, op: OpId, result: Result<ZkOk, ZkFail>) {
+        let Some(pending) = self.pending.remove(&op) else {
+            return;
+        };
+        if pending.generation != self.generation {
+            return;
+        }
+        let sent = pending.sent;
+        match pending.then {
+            Then::Ignore => {}
+            Then::SetupStep => self.on_setup_step(result),
+            Then::Probe {
+                sent,
+                create,
+                setup,
+            } => self.on_probe(result, sent, create, setup),
+            Then::Chunk => self.on_chunk(result),
+            Then::MemberCreate { sent } => self.on_member_create(result, sent),
+            Then::MemberCheck => self.on_member_check(result),
+            Then::MemberSet { sent } => self.on_member_set(result, sent),
+            Then::ListMembers => self.on_list_members(result),
+            Then::ListLeases => self.on_list_leases(result),
+            Then::ReadMember { id, relist } => self.on_read_member(id, relist, result),
+            Then::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
+            Then::RecreateDir { path } => self.on_recreate_dir(path, result),
+            Then::Recreated { after } => self.on_recreated(after, result),
+            Then::EnsureRecord { task } => self.on_ensure_record(task, result),
+            Then::Ensured { task, after } => self.on_ensured(task, after, result),
+            Then::Take { task, cover } => self.on_take(task, cover, result),
+            Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
+            Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
+            Then::Released { task } => self.on_released(task, result),
+            Then::LeaseCheck { task } => self.on_lease_check(task, result),
+            Then::LeaseOwner { task } => self.on_lease_owner(task, result),
+            Then::HealLease { task } => self.on_heal_lease(task, result),
+            Then::GiveUp { task } => self.on_give_up(task, result),
+            Then::GiveUpCheck { task, why } => self.on_give_up_check(task, why, result),
+            Then::ReadRecord {
+                task,
+                after,
+                ensured,
+            } => self.on_read_record(task, after, ensured, result),
+            Then::ClaimMulti {
+                job,
+                new,
+                run_path,
+                sent,
+            } => self.on_claim_multi(job, new, run_path, sent, result),
+            Then::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
+            Then::ResolveSync => {}
+            Then::OrphanResult { req, task, record } => {
+                self.on_orphan_result(req, task, record, result)
+            }
+            Then::OrphanRun {
+                req,
+                record,
+                result: stored,
+            } => self.on_orphan_run(req, record, stored, result),
+            Then::RerunResult {
+                job,
+                record,
+                version,
+            } => self.on_rerun_result(job, record, version, result),
+            Then::RunsList {
+                req,
+                task,
+                incarnation,
+            } => self.on_runs_list(req, task, incarnation, result),
+            Then::RunOwner { req, path } => self.on_run_owner(req, path, result),
+            Then::LastResult { req } => self.on_last_result(req, result),
+            Then::ResultRead { job } => self.on_result_read(job, result),
+            Then::ResultWrite {
+                job,
+                run_live,
+                newer,
+            } => self.on_result_write(job, run_live, newer, result),
+            Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
+            Then::ReleaseOne => self.on_release_one(),
+            Then::Gc(step) => self.on_gc(step, result, sent),
+        }
+    }
+
+    fn on_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Probe => {
+                self.probe(false);
+                self.at(self.now.mono + clock::CLOCK_PROBE, Timer::Probe);
+            }
+            Timer::Gc => {
+                self.start_gc();
+                self.at(self.now.mono + gc::TASKSET_GC_EVERY, Timer::Gc);
+            }
+            Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
+            Timer::Resolve(job) => self.resolve_read(job),
+            Timer::RunEnded(job) => self.run_ended_attempt(job),
+        }
+    }
+
+    fn schedule_periodic(&mut self) {
+        let first_probe = self.now.mono + clock::CLOCK_PROBE;
+        self.at(first_probe, Timer::Probe);
+        // The first collection at a point of the period that differs by node.
+        let spread = (self.cfg.seed % 1_000_000) as f64 / 1_000_000.0;
+        let first_gc = self.now.mono + gc::TASKSET_GC_EVERY.mul_f64(spread);
+        self.at(first_gc, Timer::Gc);
+    }
+
+    /// Schedules [`Node::retry`] after a growing delay (setup, registration or takes failed).
+    fn retry_later(&mut self) {
+        let at = self.now.mono + self.retry_delay;
+        self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+        self.retry_delay = (self.retry_delay * 2).min(Duration::from_secs(10));
+    }
+
+    fn retry(&mut self) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        if session.setup_outstanding.is_some() {
+            return;
+        }
+        if !session.connected {
+            return;
+        }
+        self.maybe_register();
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.listed && self.relist.is_none())
+        {
+            self.decide();
+        }
+    }
+
+    // ---- leadership ----
+
+    /// Publishes the held leases as leadership (paused unless connected and listed).
+    fn publish(&mut self) {
+        let tasks: BTreeSet<String> = if self.stopping {
+            BTreeSet::new()
+        } else {
+            self.held.keys().cloned().collect()
+        };
+        let paused = !self.ready();
+        let l = &self.leadership;
+        if l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none()) {
+            return;
+        }
+        let leading = tasks.len();
+        self.leadership.paused = paused;
+        self.leadership.tasks = Arc::new(tasks);
+        if !paused {
+            self.leadership.why_paused = None;
+        }
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+        self.report(Level::Info, "leases changed")
+            .field("leading", leading)
+            .field("paused", paused);
+    }
+
+    fn set_why_paused(&mut self, why: String) {
+        if self.leadership.why_paused.as_ref() == Some(&why) {
+            return;
+        }
+        self.leadership.why_paused = Some(why);
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+    }
+
+    fn count_session_loss(&mut self) {
+        self.leadership.session_losses += 1;
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+    }
+}
+
+/// Adds `key=value` fields to the report just pushed (nothing when the report was muted).
+struct ReportBuilder<'a> {
+    out: Option<&'a mut VecDeque<Output>>,
+}
+
+impl ReportBuilder<'_> {
+    fn field(mut self, key: &'static str, value: impl std::fmt::Display) -> Self {
+        if let Some(Output::Report(report)) = self.out.as_mut().and_then(|o| o.back_mut()) {
+            report.fields.push((key, value.to_string()));
+        }
+        self
+    }
+}

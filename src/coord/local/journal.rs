@@ -1,0 +1,316 @@
+//! The journal writer: the one thread that appends changes to `<state_dir>/journal.jsonl`,
+//! group-commits them (one `fdatasync` per batch), cuts a failed append back off, and folds the
+//! journal into `snapshot.json` every [`COMPACT_AFTER`] lines.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::state::explain_io;
+use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
+
+/// A change on its way to the disk, and who to tell when it is there.
+pub(super) struct PendingWrite {
+    pub(super) change: Change,
+    pub(super) durable: oneshot::Sender<Result<(), String>>,
+}
+
+/// The journal file as the writer uses it; a trait so that tests can make each step fail.
+pub(super) trait JournalFile: Send + 'static {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl JournalFile for File {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// The thread that owns the journal file.
+pub(super) struct JournalWriter<F: JournalFile = File> {
+    pub(super) state_dir: PathBuf,
+    pub(super) journal: F,
+    /// The journal's length up to the end of its last durable record.
+    pub(super) good_len: u64,
+    /// A failed append may have left part of its batch after `good_len`, and cutting it off
+    /// failed too: nothing is appended until it is cut off.
+    pub(super) torn: bool,
+    /// Lines in the journal since the last compaction.
+    pub(super) lines: usize,
+    /// The state the journal and snapshot describe, for compaction.
+    pub(super) mirror: HashMap<String, TaskRecord>,
+}
+
+impl<F: JournalFile> JournalWriter<F> {
+    /// Commits batches until the backend is dropped.
+    pub(super) fn run(mut self, mut pending: mpsc::UnboundedReceiver<PendingWrite>) {
+        while let Some(first) = pending.blocking_recv() {
+            let mut batch = vec![first];
+            while let Ok(more) = pending.try_recv() {
+                batch.push(more);
+            }
+            // One batch, one outcome: every change in a failed batch fails.
+            let result = self.append(&batch);
+            for write in batch {
+                let _ = write.durable.send(result.clone());
+            }
+            if result.is_ok()
+                && self.lines >= COMPACT_AFTER
+                && let Err(error) = self.compact()
+            {
+                tracing::error!(
+                    "cannot compact the journal ({}); it keeps growing",
+                    explain_io(&self.state_dir, &error)
+                );
+            }
+        }
+    }
+
+    /// Appends the batch and syncs it; on failure the journal is left as it was before.
+    pub(super) fn append(&mut self, batch: &[PendingWrite]) -> Result<(), String> {
+        if self.torn {
+            self.cut_back().map_err(|error| {
+                format!(
+                    "the journal {} ends in the torn rest of a write that failed, and it cannot be \
+                     cut off ({}); no change is recorded until it can be",
+                    self.state_dir.join(JOURNAL).display(),
+                    explain_io(&self.state_dir, &error)
+                )
+            })?;
+        }
+        let mut bytes = Vec::with_capacity(batch.len() * 128);
+        for write in batch {
+            serde_json::to_writer(&mut bytes, &write.change).expect("changes always serialize");
+            bytes.push(b'\n');
+        }
+        if let Err(error) = self
+            .journal
+            .append(&bytes)
+            .and_then(|()| self.journal.sync())
+        {
+            // Part of the batch may be in the file: cut it off, so that the journal is as it was
+            // and the next record cannot be glued onto a torn one.
+            self.torn = true;
+            let mut message = explain_io(&self.state_dir, &error);
+            if let Err(cut) = self.cut_back() {
+                message.push_str(&format!(
+                    "; the torn write cannot be cut off the journal either ({cut}), so no change \
+                     is recorded until it can be"
+                ));
+            }
+            return Err(message);
+        }
+        self.good_len += bytes.len() as u64;
+        for write in batch {
+            write.change.apply(&mut self.mirror);
+        }
+        self.lines += batch.len();
+        Ok(())
+    }
+
+    /// Truncates the journal back to its last durable record.
+    pub(super) fn cut_back(&mut self) -> io::Result<()> {
+        self.journal.truncate(self.good_len)?;
+        self.journal.sync()?;
+        self.torn = false;
+        Ok(())
+    }
+
+    /// Writes the whole state as the snapshot, then empties the journal.
+    pub(super) fn compact(&mut self) -> io::Result<()> {
+        let snapshot = Snapshot {
+            format: FORMAT_VERSION,
+            tasks: self.mirror.clone(),
+        };
+        let bytes = serde_json::to_vec(&snapshot).expect("snapshots always serialize");
+        write_atomically(&self.state_dir.join(SNAPSHOT), &bytes)?;
+        self.journal.truncate(0)?;
+        self.good_len = 0;
+        self.lines = 0;
+        self.journal.sync()
+    }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().expect("state files live in a directory");
+    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|e| e.error)?;
+    nix::unistd::fsync(File::open(dir)?.as_fd()).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::sync::{Arc, Mutex};
+
+    use chrono::{DateTime, Utc};
+    use nix::errno::Errno;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
+    }
+
+    /// A journal file in memory whose steps fail on demand.
+    #[derive(Default)]
+    struct FlakyJournal {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        /// The next append writes this many bytes, then fails with ENOSPC.
+        short_write: Option<usize>,
+        /// The next this-many truncations fail with EIO.
+        failing_truncates: usize,
+    }
+
+    impl JournalFile for FlakyJournal {
+        fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+            let mut file = self.bytes.lock().unwrap();
+            match self.short_write.take() {
+                Some(written) => {
+                    file.extend_from_slice(&bytes[..written]);
+                    Err(io::Error::from_raw_os_error(Errno::ENOSPC as i32))
+                }
+                None => {
+                    file.extend_from_slice(bytes);
+                    Ok(())
+                }
+            }
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            if self.failing_truncates > 0 {
+                self.failing_truncates -= 1;
+                return Err(io::Error::from_raw_os_error(Errno::EIO as i32));
+            }
+            self.bytes.lock().unwrap().truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn flaky_writer(dir: &Path) -> (JournalWriter<FlakyJournal>, Arc<Mutex<Vec<u8>>>) {
+        let journal = FlakyJournal::default();
+        let bytes = journal.bytes.clone();
+        let writer = JournalWriter {
+            state_dir: dir.to_path_buf(),
+            journal,
+            good_len: 0,
+            torn: false,
+            lines: 0,
+            mirror: HashMap::new(),
+        };
+        (writer, bytes)
+    }
+
+    /// A batch of claims of `tasks` at `tick`.
+    fn batch(tasks: &[&str], tick: DateTime<Utc>) -> Vec<PendingWrite> {
+        tasks
+            .iter()
+            .map(|task| PendingWrite {
+                change: Change {
+                    format: FORMAT_VERSION,
+                    task: task.to_string(),
+                    claimed: Some(tick),
+                    result: None,
+                    run: true,
+                },
+                durable: oneshot::channel().0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_a_write_cut_short_by_a_full_disk_then_the_batch_fails_and_the_journal_is_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, bytes) = flaky_writer(dir.path());
+        writer.append(&batch(&["a"], at(60))).unwrap();
+        let before = bytes.lock().unwrap().clone();
+
+        writer.journal.short_write = Some(30);
+        let error = writer.append(&batch(&["a", "b"], at(120))).unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "state_dir {} is full: free space on ",
+                dir.path().display()
+            )),
+            "{error}"
+        );
+        assert_eq!(*bytes.lock().unwrap(), before, "the torn write was cut off");
+        // The failed batch changed nothing: neither task's claim counts.
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(60)));
+        assert!(!writer.mirror.contains_key("b"));
+
+        // The next record starts on a line of its own.
+        writer.append(&batch(&["b"], at(120))).unwrap();
+        let text = String::from_utf8(bytes.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            serde_json::from_str::<Change>(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn given_a_torn_write_that_cannot_be_cut_off_then_nothing_is_appended_until_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, bytes) = flaky_writer(dir.path());
+        writer.append(&batch(&["a"], at(60))).unwrap();
+        let before = bytes.lock().unwrap().clone();
+
+        writer.journal.short_write = Some(30);
+        writer.journal.failing_truncates = 2;
+        let error = writer.append(&batch(&["a"], at(120))).unwrap_err();
+        assert!(error.contains("cannot be cut off"), "{error}");
+        let torn = bytes.lock().unwrap().clone();
+        assert_eq!(torn.len(), before.len() + 30);
+
+        // Still torn: the claim fails and nothing is glued onto the torn rest.
+        let error = writer.append(&batch(&["a"], at(180))).unwrap_err();
+        assert!(
+            error.contains("ends in the torn rest of a write that failed"),
+            "{error}"
+        );
+        assert!(
+            error.contains("no change is recorded until it can be"),
+            "{error}"
+        );
+        assert_eq!(*bytes.lock().unwrap(), torn);
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(60)));
+
+        // Once the truncation works, the torn rest goes first and claims succeed again.
+        writer.append(&batch(&["a"], at(180))).unwrap();
+        let text = String::from_utf8(bytes.lock().unwrap().clone()).unwrap();
+        assert!(text.starts_with(std::str::from_utf8(&before).unwrap()));
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert_eq!(writer.mirror["a"].last_claimed, Some(at(180)));
+    }
+
+    #[test]
+    fn atomic_write_replaces_content_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,617 @@
+//! Fire records and fenced claims.
+//!
+//! A claim is one multi-op: `check(leases/<task>, 0)` + `check(tasks/<task>/epoch, the version
+//! this node's take set)` + `set_data(tasks/<task>, tick, the record version read)` (+
+//! `create(run-<unix>)` when the tick will run). The order is part of the protocol: replies are
+//! matched on the failing op's index. A claim whose reply is lost is resolved by `sync` and
+//! re-reading the record, never by assuming success.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::{AfterEnsure, Node, Then, Timer};
+use crate::coord::record::{self, FireView, Verdict};
+use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, RunRecord};
+use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
+
+/// A fresh claim or the rerun of an orphaned tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimKind {
+    /// Claims a tick newer than the record.
+    Fresh,
+    /// Claims again the tick the record names (its node was lost mid-run).
+    Rerun,
+}
+
+/// One claim in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimJob {
+    pub(super) req: ReqId,
+    task: String,
+    tick: DateTime<Utc>,
+    intent: ClaimIntent,
+    kind: ClaimKind,
+    /// Multi-ops that conflicted on the record so far.
+    conflicts: u8,
+    /// For a rerun: the tick of the stored result, once read.
+    result: Option<Option<DateTime<Utc>>>,
+}
+
+impl ClaimJob {
+    pub(super) fn new(
+        req: ReqId,
+        task: String,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+        kind: ClaimKind,
+    ) -> ClaimJob {
+        ClaimJob {
+            req,
+            task,
+            tick,
+            intent,
+            kind,
+            conflicts: 0,
+            result: None,
+        }
+    }
+}
+
+/// A claim whose outcome is being resolved.
+#[derive(Debug)]
+pub(crate) struct ResolveJob {
+    pub(super) claim: ClaimJob,
+    new: FireRecord,
+    run_path: String,
+    why: String,
+    delay: Duration,
+}
+
+/// What a read of the fire record continues with.
+#[derive(Debug)]
+pub(crate) enum AfterRead {
+    LastClaimed(ReqId),
+    Claim(ClaimJob),
+    Orphan(ReqId),
+    Resolve(ResolveJob),
+}
+
+impl Node {
+    /// Reads the fire record of `task` (creating the task's znodes on first use).
+    pub(super) fn read_record(&mut self, task: String, after: AfterRead) {
+        let path = self.paths.record(&task);
+        self.call(
+            ZkOp::GetData { path },
+            Then::ReadRecord {
+                task,
+                after,
+                ensured: false,
+            },
+        );
+    }
+
+    pub(super) fn read_record_ensured(&mut self, task: String, after: AfterRead) {
+        self.recreated_for.remove(&task);
+        let path = self.paths.record(&task);
+        self.call(
+            ZkOp::GetData { path },
+            Then::ReadRecord {
+                task,
+                after,
+                ensured: true,
+            },
+        );
+    }
+
+    pub(super) fn on_read_record(
+        &mut self,
+        task: String,
+        after: AfterRead,
+        ensured: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let path = self.paths.record(&task);
+        let read = match result {
+            Ok(ZkOk::Data(data, stat)) => {
+                if data.is_empty() {
+                    Ok((FireRecord::empty(), stat.version))
+                } else {
+                    serde_json::from_slice::<FireRecord>(&data)
+                        .map(|record| (record, stat.version))
+                        .map_err(|e| CoordError::ZooKeeper {
+                            context: format!("the fire record {path} is not valid"),
+                            message: e.to_string(),
+                        })
+                }
+            }
+            Err(ZkFail::NoNode) if !ensured => {
+                return self.ensure_task_nodes(task, AfterEnsure::Read(Box::new(after)));
+            }
+            Ok(_) => Err(CoordError::ZooKeeper {
+                context: "reading the fire record".into(),
+                message: "unexpected answer".into(),
+            }),
+            Err(error) => Err(CoordError::ZooKeeper {
+                context: "reading the fire record".into(),
+                message: error.to_string(),
+            }),
+        };
+        if let Ok((record, version)) = &read {
+            self.records
+                .insert(task.clone(), (record.clone(), *version));
+            self.check_record_clock(&task, record);
+        }
+        self.after_read(task, after, read);
+    }
+
+    pub(super) fn after_read(
+        &mut self,
+        task: String,
+        after: AfterRead,
+        read: Result<(FireRecord, i32), CoordError>,
+    ) {
+        match after {
+            AfterRead::LastClaimed(req) => {
+                self.answer(req, read.map(|(record, _)| Answered::Tick(record.tick)));
+            }
+            AfterRead::Claim(job) => match read {
+                Ok((record, version)) if job.conflicts >= 2 => {
+                    let _ = version;
+                    let tick = job.tick;
+                    self.finish_claim(
+                        job,
+                        Ok(ClaimOutcome::AlreadyClaimed {
+                            record: record.tick.unwrap_or(tick),
+                        }),
+                    );
+                }
+                Ok((record, version)) => self.send_claim(job, record, version),
+                Err(error) => self.finish_claim(job, Err(error)),
+            },
+            AfterRead::Orphan(req) => match read {
+                Ok((record, _)) => self.orphan_after_record(req, task, record),
+                Err(error) => self.answer(req, Err(error)),
+            },
+            AfterRead::Resolve(job) => self.resolve_after_read(job, read),
+        }
+    }
+
+    /// A session ended while a read was in flight.
+    pub(super) fn abort_read(&mut self, after: AfterRead) {
+        let ended = |context| CoordError::SessionEnded { context };
+        match after {
+            AfterRead::LastClaimed(req) => self.answer(req, Err(ended("reading the fire record"))),
+            AfterRead::Claim(job) => self.finish_claim(job, Err(ended("claiming"))),
+            AfterRead::Orphan(req) => self.answer(req, Err(ended("checking for a lost run"))),
+            AfterRead::Resolve(job) => {
+                // If the claim was applied its run znode went with the session, and the tick
+                // counts as claimed but not run (at most once).
+                let req = job.claim.req;
+                self.answer(
+                    req,
+                    Err(CoordError::ZooKeeper {
+                        context: "resolving a claim".into(),
+                        message: "the session ended".into(),
+                    }),
+                );
+            }
+        }
+    }
+
+    /// The epoch version to check, if this node holds the lease of `task` now.
+    fn held_version(&self, task: &str) -> Option<i32> {
+        if !self.ready() || self.stopping {
+            return None;
+        }
+        self.held.get(task).copied()
+    }
+
+    /// Starts a claim (the head of its task's queue).
+    pub(super) fn start_claim(&mut self, job: ClaimJob) {
+        if self.held_version(&job.task).is_none() {
+            return self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+        }
+        match self.records.get(&job.task).cloned() {
+            Some((record, version)) => self.send_claim(job, record, version),
+            None => {
+                let task = job.task.clone();
+                self.read_record(task, AfterRead::Claim(job));
+            }
+        }
+    }
+
+    fn send_claim(&mut self, job: ClaimJob, record: FireRecord, version: i32) {
+        let Some(epoch) = self.held_version(&job.task) else {
+            return self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+        };
+        let tick = job.tick;
+        let verdict = match job.kind {
+            ClaimKind::Fresh => record::admit_claim(
+                &FireView {
+                    record: record.tick,
+                    leads: true,
+                    ..FireView::default()
+                },
+                tick,
+            ),
+            ClaimKind::Rerun => {
+                let Some(result) = job.result else {
+                    let path = self.paths.result(&job.task);
+                    self.call(
+                        ZkOp::GetData { path },
+                        Then::RerunResult {
+                            job,
+                            record,
+                            version,
+                        },
+                    );
+                    return;
+                };
+                // A live run of the tick fails the multi-op's create of its run znode.
+                let view = FireView {
+                    record: record.tick,
+                    claimed_to_run: record.run,
+                    result,
+                    leads: true,
+                    run_live: false,
+                    claimer_alive: self.session_alive(&record.session),
+                };
+                record::admit_rerun(&view, tick)
+            }
+        };
+        if let Verdict::Refuse(outcome) = verdict {
+            return self.finish_claim(job, Ok(outcome));
+        }
+        let claimed_at = self.now.wall;
+        let session = self.session_hex();
+        let new = FireRecord {
+            format: FORMAT_VERSION,
+            tick: Some(tick),
+            node: self.cfg.id.clone(),
+            session: session.clone(),
+            run: job.intent == ClaimIntent::Run,
+            reruns: match job.kind {
+                ClaimKind::Rerun => record.reruns + 1,
+                ClaimKind::Fresh => 0,
+            },
+            claimed_at: Some(claimed_at),
+        };
+        let data = serde_json::to_vec(&new).expect("serializes");
+        let run_path = self.paths.run(&job.task, tick);
+        let mut ops = Vec::with_capacity(4);
+        if self.cfg.bugs.unfenced_claim {
+            ops.push(ZkOp::SetData {
+                path: self.paths.record(&job.task),
+                data,
+                version: None,
+            });
+        } else {
+            // The lease exists (version 0: never modified) and is the incarnation this node
+            // took (the epoch is bumped by every take): it is this node's.
+            ops.push(ZkOp::Check {
+                path: self.paths.lease(&job.task),
+                version: 0,
+            });
+            ops.push(ZkOp::Check {
+                path: self.paths.epoch(&job.task),
+                version: epoch,
+            });
+            ops.push(ZkOp::SetData {
+                path: self.paths.record(&job.task),
+                data,
+                version: Some(version),
+            });
+        }
+        if job.intent == ClaimIntent::Run {
+            let run_data = serde_json::to_vec(&RunRecord {
+                format: FORMAT_VERSION,
+                node: self.cfg.id.clone(),
+                session,
+                tick,
+                started_at: claimed_at,
+            })
+            .expect("serializes");
+            ops.push(ZkOp::Create {
+                path: run_path.clone(),
+                data: run_data,
+                mode: CreateMode::Ephemeral,
+            });
+        }
+        let sent = self.now.wall;
+        self.call(
+            ZkOp::Multi(ops),
+            Then::ClaimMulti {
+                job,
+                new,
+                run_path,
+                sent,
+            },
+        );
+    }
+
+    pub(super) fn on_claim_multi(
+        &mut self,
+        mut job: ClaimJob,
+        new: FireRecord,
+        run_path: String,
+        sent: DateTime<Utc>,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let set_index = if self.cfg.bugs.unfenced_claim { 0 } else { 2 };
+        let run_index = set_index + 1;
+        match result {
+            Ok(ZkOk::Multi(results)) => {
+                if let Some(ZkOk::Stat(stat)) = results.get(set_index) {
+                    self.measure_skew(sent, stat);
+                    self.records.insert(job.task.clone(), (new, stat.version));
+                }
+                if job.intent == ClaimIntent::Run {
+                    self.own_runs.insert(run_path);
+                }
+                self.finish_claim(job, Ok(ClaimOutcome::Claimed));
+            }
+            Err(ZkFail::Multi { index, .. }) if index < set_index => {
+                // The lease or the epoch is not what this node took: lost, or changed under
+                // it. Ask whose the lease is.
+                let path = self.paths.lease(&job.task);
+                self.call(ZkOp::Exists { path }, Then::ClaimLeaseCheck { job });
+            }
+            Err(ZkFail::Multi { index, error }) => {
+                self.report(Level::Debug, "claim conflicted; re-reading the record")
+                    .field("task", &job.task)
+                    .field("index", index)
+                    .field("source", &error)
+                    .field("attempt", job.conflicts);
+                if job.kind == ClaimKind::Rerun && index == run_index {
+                    // Someone else's run znode for this tick exists: it was reclaimed.
+                    let record = job.tick;
+                    return self.finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record }));
+                }
+                job.conflicts += 1;
+                let task = job.task.clone();
+                self.records.remove(&task);
+                self.read_record(task, AfterRead::Claim(job));
+            }
+            Err(ZkFail::SessionExpired) => {
+                // Refused by an expired session: the server applied nothing for it after
+                // expiry, and anything before went with the session's run znode.
+                self.finish_claim(
+                    job,
+                    Err(CoordError::SessionExpired {
+                        context: "claiming",
+                    }),
+                );
+            }
+            Ok(_) => self.start_resolve(job, new, run_path, "unexpected answer".into()),
+            Err(error) => self.start_resolve(job, new, run_path, error.to_string()),
+        }
+    }
+
+    pub(super) fn on_claim_lease_check(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
+                let why = if stat.version != 0 {
+                    "its data was changed by someone else (claims require the version this node created)"
+                } else {
+                    "the task's epoch was changed by someone else (or tasks/ was deleted and recreated)"
+                };
+                self.give_up(job.task.clone(), why);
+            }
+            _ => {
+                self.report(Level::Warn, "claim refused: this node's lease is gone")
+                    .field("task", &job.task);
+                self.lease_lost(&job.task.clone());
+            }
+        }
+        self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+    }
+
+    /// Answers the claim and starts the next job on its task.
+    pub(super) fn finish_claim(
+        &mut self,
+        job: ClaimJob,
+        outcome: Result<ClaimOutcome, CoordError>,
+    ) {
+        if let Ok(ClaimOutcome::AlreadyClaimed { record }) = &outcome
+            && *record > job.tick
+        {
+            let record = *record;
+            self.check_claim_behind(&job.task, record);
+        }
+        self.answer(job.req, outcome.map(Answered::Claim));
+        self.finish_task_job(&job.task);
+    }
+
+    // ---- unknown outcomes ----
+
+    fn start_resolve(&mut self, job: ClaimJob, new: FireRecord, run_path: String, why: String) {
+        self.report(
+            Level::Warn,
+            "claim outcome unknown; re-reading the fire record",
+        )
+        .field("task", &job.task)
+        .field("tick", job.tick)
+        .field("why", &why);
+        self.records.remove(&job.task);
+        self.resolve_read(ResolveJob {
+            claim: job,
+            new,
+            run_path,
+            why,
+            delay: Duration::from_millis(100),
+        });
+    }
+
+    /// Syncs and re-reads the record (the sync makes the read see every write before it).
+    pub(super) fn resolve_read(&mut self, job: ResolveJob) {
+        if self.session.is_none() {
+            return self.abort_read(AfterRead::Resolve(job));
+        }
+        let path = self.paths.record(&job.claim.task);
+        self.call(ZkOp::Sync { path }, Then::ResolveSync);
+        let task = job.claim.task.clone();
+        self.read_record(task, AfterRead::Resolve(job));
+    }
+
+    fn resolve_after_read(
+        &mut self,
+        mut job: ResolveJob,
+        read: Result<(FireRecord, i32), CoordError>,
+    ) {
+        let (record, _) = match read {
+            Ok(found) => found,
+            Err(error) => {
+                if self.stopping {
+                    let claim = job.claim;
+                    return self.finish_claim(claim, Err(error));
+                }
+                // The session lives (ZooKeeper restarting, a partition shorter than the
+                // session): the answer is coming, and giving up would lose a claimed tick.
+                self.report(
+                    Level::Debug,
+                    format!("re-reading the fire record failed ({error}); retrying"),
+                )
+                .field("task", &job.claim.task);
+                let at = self.now.mono + job.delay;
+                job.delay = (job.delay * 2).min(Duration::from_secs(1));
+                return self.at(at, Timer::Resolve(job));
+            }
+        };
+        let tick = job.claim.tick;
+        let ours = record.tick == Some(tick)
+            && record.session == job.new.session
+            && record.node == job.new.node
+            && record.reruns == job.new.reruns;
+        if ours {
+            self.report(Level::Info, "the claim had been applied")
+                .field("task", &job.claim.task)
+                .field("tick", tick);
+            if job.claim.intent == ClaimIntent::Run {
+                self.own_runs.insert(job.run_path);
+            }
+            return self.finish_claim(job.claim, Ok(ClaimOutcome::Claimed));
+        }
+        let outcome = match record.tick {
+            Some(current) if current >= tick => {
+                Ok(ClaimOutcome::AlreadyClaimed { record: current })
+            }
+            _ => Err(CoordError::Unknown {
+                context: format!("claiming {} at {tick}", job.claim.task),
+                why: job.why,
+            }),
+        };
+        self.finish_claim(job.claim, outcome);
+    }
+
+    // ---- orphans ----
+
+    pub(super) fn orphaned_tick(&mut self, req: ReqId, task: String) {
+        if self.session.is_none() {
+            return self.answer(
+                req,
+                Err(CoordError::NotConnected {
+                    context: "checking for a lost run",
+                }),
+            );
+        }
+        self.read_record(task, AfterRead::Orphan(req));
+    }
+
+    fn orphan_after_record(&mut self, req: ReqId, task: String, record: FireRecord) {
+        let Some(tick) = record.tick.filter(|_| record.run) else {
+            return self.answer(req, Ok(Answered::Tick(None)));
+        };
+        if self.own_runs.contains(&self.paths.run(&task, tick)) {
+            return self.answer(req, Ok(Answered::Tick(None)));
+        }
+        let path = self.paths.result(&task);
+        self.call(
+            ZkOp::GetData { path },
+            Then::OrphanResult { req, task, record },
+        );
+    }
+
+    pub(super) fn on_orphan_result(
+        &mut self,
+        req: ReqId,
+        task: String,
+        record: FireRecord,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match super::runs::decode_result(result) {
+            Ok(stored) => {
+                let tick = record.tick.unwrap_or_default();
+                let path = self.paths.run(&task, tick);
+                let result = stored.map(|r| r.tick);
+                self.call(
+                    ZkOp::Exists { path },
+                    Then::OrphanRun {
+                        req,
+                        record,
+                        result,
+                    },
+                );
+            }
+            Err(error) => self.answer(req, Err(error)),
+        }
+    }
+
+    pub(super) fn on_orphan_run(
+        &mut self,
+        req: ReqId,
+        record: FireRecord,
+        result: Option<DateTime<Utc>>,
+        reply: Result<ZkOk, ZkFail>,
+    ) {
+        let run_live = match reply {
+            // Only a live member's ephemeral is a live run; a persistent one is nobody's.
+            Ok(ZkOk::Exists(Some(stat))) => self.live_run_owner(stat.ephemeral_owner),
+            Ok(_) => false,
+            Err(error) => {
+                return self.answer(
+                    req,
+                    Err(CoordError::ZooKeeper {
+                        context: "reading the run record".into(),
+                        message: error.to_string(),
+                    }),
+                );
+            }
+        };
+        let view = FireView {
+            record: record.tick,
+            claimed_to_run: record.run,
+            result,
+            leads: true,
+            run_live,
+            claimer_alive: self.session_alive(&record.session),
+        };
+        self.answer(req, Ok(Answered::Tick(record::orphan(&view))));
+    }
+
+    /// A rerun read the stored result: decide with the rules.
+    pub(super) fn on_rerun_result(
+        &mut self,
+        mut job: ClaimJob,
+        record: FireRecord,
+        version: i32,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match super::runs::decode_result(result) {
+            Ok(stored) => {
+                job.result = Some(stored.map(|r| r.tick));
+                self.send_claim(job, record, version);
+            }
+            Err(error) => self.finish_claim(job, Err(error)),
+        }
+    }
+
+    /// Whether the session named (in hex) by a record is alive: this node's, or a member's.
+    fn session_alive(&self, hex: &str) -> bool {
+        let Ok(id) = i64::from_str_radix(hex, 16) else {
+            return false;
+        };
+        Some(id) == self.my_session() || self.member_sessions.values().any(|&s| s == id)
+    }
+}

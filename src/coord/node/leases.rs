@@ -1,0 +1,520 @@
+//! Lease decisions and what applies them: takes (with the epoch bump), releases, and which
+//! foreign leases the node trusts.
+//!
+//! A lease counts only while it is ephemeral and owned by a live member's session. A foreign
+//! lease on a task this node is designated for is checked once per incarnation; one that is
+//! persistent, or owned by a session that is no member, is reported and deleted (safe: claims
+//! are fenced on the lease incarnation, so a deleted lease can only make a claim fail). A lease
+//! of this node whose data or epoch changed under it is given up and taken again.
+
+use std::collections::HashSet;
+
+use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
+use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
+use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
+
+impl Node {
+    /// Decides with the current view, applies the actions, publishes leadership.
+    pub(super) fn decide(&mut self) {
+        if !self.ready() || self.relist.is_some() {
+            self.publish();
+            return;
+        }
+        let may_lead = self.may_lead();
+        let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
+        let held: HashSet<String> = self.held.keys().cloned().collect();
+        self.covering.retain(|task, _| held.contains(task));
+        let decision = lease::decide(&LeaseView {
+            me: &self.cfg.id,
+            members: &members,
+            present: &self.present,
+            held: &held,
+            covering: &self.covering,
+            vacant_since: &self.vacant_since,
+            members_changed: self.members_changed,
+            now: self.now.mono,
+            may_lead,
+        });
+        self.recheck_at = decision.recheck_at;
+        let mut releases = Vec::new();
+        for action in decision.actions {
+            match action {
+                LeaseAction::Release(task) => releases.push(task),
+                LeaseAction::Take(task) => self.take(task, false),
+                LeaseAction::Cover(task) => self.take(task, true),
+            }
+        }
+        // Stop firing them first, then (after claims in flight) delete.
+        for task in &releases {
+            self.held.remove(task);
+        }
+        self.publish();
+        for task in releases {
+            self.queue_task_job(task, TaskJob::Release);
+        }
+        if may_lead {
+            self.verify_foreign_leases(&members);
+        }
+    }
+
+    fn take(&mut self, task: String, cover: bool) {
+        if self.takes.contains(&task) {
+            return;
+        }
+        if self.takes.len() >= TAKES_IN_FLIGHT {
+            // A bounded number in flight: the rest at the next decision.
+            let at = self.now.mono + std::time::Duration::from_millis(50);
+            self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+            return;
+        }
+        self.takes.insert(task.clone());
+        self.send_take(task, cover);
+    }
+
+    /// Takes the lease of `task`: creates the ephemeral lease and bumps the task's epoch in one
+    /// multi-op, so every lease incarnation owns a distinct epoch version.
+    pub(super) fn send_take(&mut self, task: String, cover: bool) {
+        let data = serde_json::to_vec(&LeaseRecord {
+            format: FORMAT_VERSION,
+            node: self.cfg.id.clone(),
+            session: self.session_hex(),
+            since: self.now.wall,
+        })
+        .expect("serializes");
+        let ops = vec![
+            ZkOp::Create {
+                path: self.paths.lease(&task),
+                data,
+                mode: CreateMode::Ephemeral,
+            },
+            ZkOp::SetData {
+                path: self.paths.epoch(&task),
+                data: Vec::new(),
+                version: None,
+            },
+        ];
+        self.call(ZkOp::Multi(ops), Then::Take { task, cover });
+    }
+
+    pub(super) fn on_take(&mut self, task: String, cover: bool, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Multi(results)) => match results.get(1) {
+                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
+                _ => self.take_failed(task, "unexpected multi answer".into()),
+            },
+            Err(ZkFail::Multi { index: 1, error }) if *error == ZkFail::NoNode => {
+                // First lease of this task in the cluster: create its record and epoch.
+                self.ensure_task_nodes(task, AfterEnsure::Take { cover });
+            }
+            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
+                // Held by someone, perhaps by this very session (a take whose answer was
+                // lost): ask the server whose it is.
+                let path = self.paths.lease(&task);
+                self.call(ZkOp::Exists { path }, Then::TakeOwner { task, cover });
+            }
+            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
+                // leases/ was deleted.
+                self.recreate_tree(AfterRecreate::Take { task, cover });
+            }
+            Ok(_) => self.take_failed(task, "unexpected answer".into()),
+            Err(error) => self.take_failed(task, error.to_string()),
+        }
+    }
+
+    pub(super) fn on_take_owner(
+        &mut self,
+        task: String,
+        cover: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
+                // Ours: nobody could have bumped the epoch since.
+                let path = self.paths.epoch(&task);
+                self.call(ZkOp::Exists { path }, Then::TakeEpoch { task, cover });
+            }
+            Ok(ZkOk::Exists(Some(_))) => {
+                self.takes.remove(&task);
+                self.present.insert(task.clone());
+                self.vacant_since.remove(&task);
+                self.decide();
+            }
+            Ok(_) => {
+                // Gone again meanwhile: decide again.
+                self.takes.remove(&task);
+                self.decide();
+            }
+            Err(error) => self.take_failed(task, error.to_string()),
+        }
+    }
+
+    pub(super) fn on_take_epoch(
+        &mut self,
+        task: String,
+        cover: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) => self.took(task, cover, stat.version),
+            Ok(_) => self.take_failed(task, "the task's epoch is gone".into()),
+            Err(error) => self.take_failed(task, error.to_string()),
+        }
+    }
+
+    fn took(&mut self, task: String, cover: bool, epoch: i32) {
+        self.takes.remove(&task);
+        self.present.insert(task.clone());
+        self.vacant_since.remove(&task);
+        if self.stopping {
+            // Taken while release_all ran: give it straight back.
+            let path = self.paths.lease(&task);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: None,
+                },
+                Then::Ignore,
+            );
+            return;
+        }
+        self.held.insert(task.clone(), epoch);
+        if cover {
+            self.report(
+                Level::Info,
+                "took the lease as cover: its designated node left it vacant",
+            )
+            .field("task", &task);
+            self.covering.insert(task, self.now.mono);
+        } else {
+            self.covering.remove(&task);
+        }
+        self.publish();
+    }
+
+    fn take_failed(&mut self, task: String, error: String) {
+        self.takes.remove(&task);
+        self.report(Level::Warn, format!("taking the lease failed ({error})"))
+            .field("task", &task);
+        // Retried at the next decision.
+        let at = self.now.mono + std::time::Duration::from_millis(500);
+        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+    }
+
+    /// Deletes a lease this node gave up (a task job: after the claim in flight).
+    pub(super) fn release_lease(&mut self, task: String) {
+        if self.held.contains_key(&task) || self.session.is_none() {
+            // Taken again meanwhile, or nothing to release with.
+            return self.finish_task_job(&task);
+        }
+        let path = self.paths.lease(&task);
+        self.call(
+            ZkOp::Delete {
+                path,
+                version: None,
+            },
+            Then::Released { task },
+        );
+    }
+
+    pub(super) fn on_released(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(_) | Err(ZkFail::NoNode) => {
+                self.report(Level::Debug, "lease released")
+                    .field("task", &task);
+            }
+            Err(error) => {
+                self.report(Level::Warn, format!("releasing the lease failed ({error})"))
+                    .field("task", &task);
+            }
+        }
+        self.finish_task_job(&task);
+    }
+
+    /// Applies a lease event. Events are hints: a deletion of a lease this node holds is
+    /// checked against the server (it may be the echo of an earlier release of a lease since
+    /// taken again) before the lease counts as lost.
+    pub(super) fn on_lease_event(&mut self, task: String, kind: WatchKind) {
+        self.verified.remove(&task);
+        match kind {
+            WatchKind::Created => {
+                self.present.insert(task.clone());
+                self.vacant_since.remove(&task);
+            }
+            WatchKind::Deleted => {
+                self.present.remove(&task);
+                self.vacant_since.insert(task.clone(), self.now.mono);
+                if self.held.contains_key(&task) {
+                    let path = self.paths.lease(&task);
+                    self.call(ZkOp::Exists { path }, Then::LeaseCheck { task });
+                    return;
+                }
+            }
+            WatchKind::DataChanged => {
+                if self.held.contains_key(&task) {
+                    // A lease is never modified (claims check version 0): someone wrote it.
+                    self.give_up(
+                        task,
+                        "its data was changed by someone else (claims require the version this node created)",
+                    );
+                    return;
+                }
+            }
+        }
+        self.decide();
+    }
+
+    pub(super) fn on_lease_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
+                // Still ours: the event was the echo of an earlier release.
+                self.present.insert(task.clone());
+                self.vacant_since.remove(&task);
+            }
+            Ok(_) => {
+                self.report(
+                    Level::Warn,
+                    "this node's lease is gone (session expired, or deleted by hand)",
+                )
+                .field("task", &task);
+                self.lease_lost(&task);
+            }
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("cannot check the lease ({error}); treating it as lost"),
+                )
+                .field("task", &task);
+                self.lease_lost(&task);
+            }
+        }
+        self.decide();
+    }
+
+    /// The lease turned out to be gone: forget it and decide again.
+    pub(super) fn lease_lost(&mut self, task: &str) {
+        if self.held.remove(task).is_some() {
+            self.publish();
+            self.decide();
+        }
+    }
+
+    /// This node's lease (or the task's epoch) changed under it: stop firing the task, delete
+    /// the lease if it is still this session's, and let the next decision take it again.
+    pub(super) fn give_up(&mut self, task: String, why: &str) {
+        let path = self.paths.lease(&task);
+        self.report_once(
+            format!("give up {task} {why}"),
+            Level::Warn,
+            format!(
+                "this node's lease {path} is not the one it took: {why}; giving it up and taking it again"
+            ),
+        )
+        .field("task", &task);
+        self.held.remove(&task);
+        self.publish();
+        self.call(
+            ZkOp::Exists { path },
+            Then::GiveUpCheck {
+                task,
+                why: why.to_string(),
+            },
+        );
+    }
+
+    pub(super) fn on_give_up_check(
+        &mut self,
+        task: String,
+        _why: String,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
+                let path = self.paths.lease(&task);
+                self.call(
+                    ZkOp::Delete {
+                        path,
+                        version: Some(stat.version),
+                    },
+                    Then::GiveUp { task },
+                );
+            }
+            _ => self.decide(),
+        }
+    }
+
+    pub(super) fn on_give_up(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        if let Err(error) = result
+            && error != ZkFail::NoNode
+        {
+            self.report(
+                Level::Warn,
+                format!("giving up the changed lease failed ({error})"),
+            )
+            .field("task", &task);
+        }
+        self.decide();
+    }
+
+    /// Checks, once per lease incarnation, the owner of foreign leases on tasks this node is
+    /// designated for: only a live member's ephemeral lease keeps it from taking them.
+    fn verify_foreign_leases(&mut self, members: &[Member]) {
+        let Some((_, _, set)) = &self.my_set else {
+            return;
+        };
+        let candidates: Vec<String> = set
+            .keys()
+            .filter(|t| self.present.contains(*t) && !self.held.contains_key(*t))
+            .filter(|t| !self.verified.contains(*t) && !self.verifying.contains(*t))
+            .filter(|t| !self.takes.contains(*t))
+            .filter(|t| lease::position(t, &self.cfg.id, members) == Some(0))
+            .cloned()
+            .collect();
+        for task in candidates {
+            self.verifying.insert(task.clone());
+            let path = self.paths.lease(&task);
+            self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
+        }
+    }
+
+    pub(super) fn on_lease_owner(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        self.verifying.remove(&task);
+        let path = self.paths.lease(&task);
+        match result {
+            Ok(ZkOk::Exists(None)) => {
+                if self.present.remove(&task) {
+                    self.vacant_since.insert(task, self.now.mono);
+                }
+                self.decide();
+            }
+            Ok(ZkOk::Exists(Some(stat))) => {
+                if Some(stat.ephemeral_owner) == self.my_session() {
+                    // Ours, from a take whose answer was lost: delete and take it properly.
+                    self.call(
+                        ZkOp::Delete {
+                            path,
+                            version: Some(stat.version),
+                        },
+                        Then::HealLease { task },
+                    );
+                } else if self.live_owner(stat.ephemeral_owner) {
+                    self.verified.insert(task);
+                } else {
+                    let owner = if stat.ephemeral_owner == 0 {
+                        "it is persistent".to_string()
+                    } else {
+                        format!("its session {:x} is no member's", stat.ephemeral_owner)
+                    };
+                    self.report_once(
+                        format!("foreign lease {path} {}", stat.czxid),
+                        Level::Error,
+                        format!(
+                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: zkcli delete {path}"
+                        ),
+                    )
+                    .field("task", &task);
+                    self.call(
+                        ZkOp::Delete {
+                            path,
+                            version: Some(stat.version),
+                        },
+                        Then::HealLease { task },
+                    );
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                self.report(
+                    Level::Debug,
+                    format!("cannot check a lease's owner ({error})"),
+                )
+                .field("task", &task);
+            }
+        }
+    }
+
+    pub(super) fn on_heal_lease(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(_) | Err(ZkFail::NoNode) => {
+                if self.present.remove(&task) {
+                    self.vacant_since.insert(task, self.now.mono);
+                }
+            }
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("deleting a lease no live node holds failed ({error})"),
+                )
+                .field("task", &task);
+            }
+        }
+        self.decide();
+    }
+
+    // ---- the task's persistent znodes ----
+
+    /// Creates the task's persistent znodes (fire record, epoch) if absent, then `after`.
+    pub(super) fn ensure_task_nodes(&mut self, task: String, after: AfterEnsure) {
+        let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
+        let record = self.paths.record(&task);
+        let epoch = self.paths.epoch(&task);
+        self.call(
+            ZkOp::Create {
+                path: record,
+                data: empty,
+                mode: CreateMode::Persistent,
+            },
+            Then::EnsureRecord { task: task.clone() },
+        );
+        self.call(
+            ZkOp::Create {
+                path: epoch,
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            },
+            Then::Ensured { task, after },
+        );
+    }
+
+    pub(super) fn on_ensure_record(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        if let Err(error) = result
+            && error != ZkFail::NodeExists
+        {
+            self.report(
+                Level::Debug,
+                format!("creating the task's fire record failed ({error})"),
+            )
+            .field("task", &task);
+        }
+    }
+
+    pub(super) fn on_ensured(
+        &mut self,
+        task: String,
+        after: AfterEnsure,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(_) | Err(ZkFail::NodeExists) => match after {
+                AfterEnsure::Read(after) => self.read_record_ensured(task, *after),
+                AfterEnsure::Take { cover } => self.send_take(task, cover),
+            },
+            Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
+                // tasks/ was deleted: recreate the tree, then try once more.
+                self.recreated_for.insert(task.clone());
+                self.recreate_tree(AfterRecreate::Ensure { task, after });
+            }
+            Err(error) => {
+                self.recreated_for.remove(&task);
+                let error = crate::coord::CoordError::ZooKeeper {
+                    context: "creating the task's znodes".into(),
+                    message: error.to_string(),
+                };
+                match after {
+                    AfterEnsure::Read(after) => self.after_read(task, *after, Err(error)),
+                    AfterEnsure::Take { .. } => self.take_failed(task, error.to_string()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The member view: listing members and leases after (re)connecting, reading member znodes
+//! and their task sets. Only ephemeral member znodes count: a persistent one was written by no
+//! live node, so it is reported with its fix and never ranked.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use semver::Version;
+
+use super::io::{Level, ZkFail, ZkOk, ZkOp};
+use super::{MemberInfo, Node, Then};
+use crate::coord::lease::Member;
+use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
+
+/// A listing of members and leases in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Relist {
+    outstanding: usize,
+    members: HashMap<String, MemberInfo>,
+    leases: Option<HashSet<String>>,
+}
+
+/// A task set being read, and the members waiting for it.
+#[derive(Debug, Default)]
+pub(crate) struct Fetch {
+    chunks: Vec<Option<Vec<u8>>>,
+    missing: bool,
+    replies: usize,
+    waiters: Vec<(String, MemberRecord, i64, bool)>,
+}
+
+impl Node {
+    // ---- listing ----
+
+    pub(super) fn start_relist(&mut self) {
+        if self.relist.is_some() {
+            return;
+        }
+        self.relist = Some(Relist {
+            outstanding: 2,
+            ..Relist::default()
+        });
+        let members = self.paths.members();
+        self.call(ZkOp::GetChildren { path: members }, Then::ListMembers);
+        let leases = self.paths.leases();
+        self.call(ZkOp::GetChildren { path: leases }, Then::ListLeases);
+    }
+
+    fn relist_failed(&mut self, what: &str, error: ZkFail) {
+        self.report(
+            Level::Warn,
+            format!("re-listing members and leases failed ({what}: {error})"),
+        );
+        self.relist = None;
+        self.retry_later();
+    }
+
+    pub(super) fn on_list_members(&mut self, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Children(ids)) => {
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.outstanding += ids.len();
+                }
+                for id in ids {
+                    self.read_member(id, true);
+                }
+                self.relist_step();
+            }
+            Ok(_) => self.relist_step(),
+            Err(error) => self.relist_failed("listing members", error),
+        }
+    }
+
+    pub(super) fn on_list_leases(&mut self, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Children(names)) => {
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.leases = Some(names.into_iter().collect());
+                }
+                self.relist_step();
+            }
+            Ok(_) => self.relist_step(),
+            Err(error) => self.relist_failed("listing leases", error),
+        }
+    }
+
+    fn relist_step(&mut self) {
+        let Some(relist) = self.relist.as_mut() else {
+            return;
+        };
+        relist.outstanding -= 1;
+        if relist.outstanding > 0 {
+            return;
+        }
+        let relist = self.relist.take().expect("present");
+        let now = self.now.mono;
+        self.members = relist.members;
+        self.member_sessions = self
+            .members
+            .iter()
+            .map(|(id, m)| (id.clone(), m.owner))
+            .collect();
+        let leases = relist.leases.unwrap_or_default();
+        // A lease this node believes it holds but that is gone was lost.
+        let lost: Vec<String> = self
+            .held
+            .keys()
+            .filter(|t| !leases.contains(*t))
+            .cloned()
+            .collect();
+        for task in lost {
+            self.report(Level::Warn, "lease found gone after reconnecting")
+                .field("task", &task);
+            self.held.remove(&task);
+        }
+        self.vacant_since.retain(|t, _| !leases.contains(t));
+        let vacant: Vec<String> = self
+            .my_set
+            .as_ref()
+            .map(|(_, _, set)| {
+                set.keys()
+                    .filter(|t| !leases.contains(*t))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for task in vacant {
+            self.vacant_since.entry(task).or_insert(now);
+        }
+        self.present = leases;
+        self.verified.clear();
+        if let Some(session) = self.session.as_mut() {
+            session.listed = true;
+        }
+        self.decide();
+    }
+
+    // ---- members ----
+
+    pub(super) fn read_member(&mut self, id: String, relist: bool) {
+        let path = self.paths.member(&id);
+        self.call(ZkOp::GetData { path }, Then::ReadMember { id, relist });
+    }
+
+    pub(super) fn on_read_member(
+        &mut self,
+        id: String,
+        relist: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let path = self.paths.member(&id);
+        let (data, stat) = match result {
+            Ok(ZkOk::Data(data, stat)) => (data, stat),
+            Ok(_) | Err(ZkFail::NoNode) => return self.member_resolved(id, None, relist),
+            Err(error) => {
+                self.report(Level::Warn, format!("cannot read member ({error})"))
+                    .field("member", &id);
+                if relist {
+                    self.relist_failed("reading a member", error);
+                }
+                return;
+            }
+        };
+        if stat.ephemeral_owner == 0 {
+            self.member_sessions.remove(&id);
+            self.report_once(
+                format!("persistent member {path} {}", stat.czxid),
+                Level::Error,
+                format!(
+                    "ignoring the member znode {path}: it is persistent, so no live zkcron node wrote it (a node's member znode is ephemeral); it would rank as a node that never takes its leases. Remove it: zkcli delete {path}"
+                ),
+            );
+            return self.member_resolved(id, None, relist);
+        }
+        self.member_sessions
+            .insert(id.clone(), stat.ephemeral_owner);
+        self.seen_sessions.insert(stat.ephemeral_owner);
+        let record: MemberRecord = match serde_json::from_slice(&data) {
+            Ok(record) => record,
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("ignoring an unreadable member znode ({error})"),
+                )
+                .field("member", &id);
+                return self.member_resolved(id, None, relist);
+            }
+        };
+        if let Some(set) = self.tasksets.get(&record.taskset.digest).cloned() {
+            let info = self.member_info(&id, &record, stat.ephemeral_owner, set);
+            return self.member_resolved(id, info, relist);
+        }
+        let digest = record.taskset.digest.clone();
+        let chunks = record.taskset.chunks;
+        let owner = stat.ephemeral_owner;
+        let fetch = self.fetches.entry(digest.clone()).or_default();
+        fetch.waiters.push((id, record, owner, relist));
+        if fetch.waiters.len() == 1 {
+            fetch.chunks = vec![None; chunks.max(1)];
+            fetch.missing = false;
+            fetch.replies = 0;
+            for index in 0..chunks.max(1) {
+                let path = self.paths.chunk(&digest, index);
+                self.call(
+                    ZkOp::GetData { path },
+                    Then::ReadChunk {
+                        digest: digest.clone(),
+                        index,
+                    },
+                );
+            }
+        }
+    }
+
+    pub(super) fn on_read_chunk(
+        &mut self,
+        digest: String,
+        index: usize,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let Some(fetch) = self.fetches.get_mut(&digest) else {
+            return;
+        };
+        match result {
+            Ok(ZkOk::Data(data, _)) => {
+                if let Some(slot) = fetch.chunks.get_mut(index) {
+                    *slot = Some(data);
+                }
+            }
+            _ => fetch.missing = true,
+        }
+        fetch.replies += 1;
+        if fetch.replies < fetch.chunks.len() {
+            return;
+        }
+        let fetch = self.fetches.remove(&digest).expect("present");
+        let set = if fetch.missing {
+            None
+        } else {
+            let bytes: Vec<u8> = fetch.chunks.into_iter().flatten().flatten().collect();
+            match serde_json::from_slice::<TaskSetRecord>(&bytes) {
+                Ok(record) => Some(decode_taskset(&record)),
+                Err(error) => {
+                    self.report(
+                        Level::Warn,
+                        format!("ignoring a member whose task set is unreadable ({error})"),
+                    );
+                    None
+                }
+            }
+        };
+        if let Some(set) = &set {
+            self.tasksets.insert(digest.clone(), set.clone());
+        }
+        for (id, record, owner, relist) in fetch.waiters {
+            let info = match &set {
+                Some(set) => self.member_info(&id, &record, owner, set.clone()),
+                None => {
+                    self.report(
+                        Level::Warn,
+                        "the member's task set is missing; treating it as defining no tasks",
+                    )
+                    .field("member", &id);
+                    None
+                }
+            };
+            if id == self.cfg.id && info.is_none() {
+                // Our own task set is gone (tasksets/ deleted): publish it again.
+                self.registered_as = None;
+                self.maybe_register();
+            }
+            self.member_resolved(id, info, relist);
+        }
+    }
+
+    fn member_info(
+        &mut self,
+        id: &str,
+        record: &MemberRecord,
+        owner: i64,
+        tasks: Arc<crate::coord::lease::TaskSet>,
+    ) -> Option<MemberInfo> {
+        let Ok(release) = Version::parse(&record.release) else {
+            self.report(Level::Warn, "ignoring a member with an invalid release")
+                .field("member", id)
+                .field("release", &record.release);
+            return None;
+        };
+        let Ok(seed) = u64::from_str_radix(&record.seed, 16) else {
+            self.report(Level::Warn, "ignoring a member with an invalid seed")
+                .field("member", id);
+            return None;
+        };
+        Some(MemberInfo {
+            member: Member {
+                id: record.id.clone(),
+                release,
+                seed,
+                tasks,
+                may_lead: record.leads,
+            },
+            owner,
+        })
+    }
+
+    fn member_resolved(&mut self, id: String, info: Option<MemberInfo>, relist: bool) {
+        if relist {
+            if let Some(relist) = self.relist.as_mut() {
+                if let Some(info) = info {
+                    relist.members.insert(id, info);
+                }
+                self.relist_step();
+            }
+            return;
+        }
+        match info {
+            Some(info) => {
+                if id != self.cfg.id {
+                    self.members_changed = self.now.mono;
+                }
+                self.members.insert(id, info);
+            }
+            None => {
+                self.members.remove(&id);
+            }
+        }
+        self.decide();
+    }
+}

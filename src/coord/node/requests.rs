@@ -1,0 +1,194 @@
+//! The daemon's requests: each [`Request`] is answered by exactly one [`Output::Answer`]
+//! (also when the session ends under it). Work on one task (a claim, releasing its lease) runs
+//! one at a time, in order.
+
+use super::claim::{self, AfterRead, ClaimJob};
+use super::io::{Answered, ReqId, Request};
+use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
+use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
+
+impl Node {
+    // ---- requests ----
+
+    pub(super) fn on_request(&mut self, req: ReqId, request: Request) {
+        match request {
+            Request::Publish(tasks) => {
+                self.publish_tasks(&tasks);
+                self.answer(req, Ok(Answered::Done));
+            }
+            Request::LastClaimed { task } => {
+                if self.session.is_none() {
+                    return self.answer(
+                        req,
+                        Err(CoordError::NotConnected {
+                            context: "reading the fire record",
+                        }),
+                    );
+                }
+                self.read_record(task, AfterRead::LastClaimed(req));
+            }
+            Request::Claim { task, tick, intent } => self.queue_task_job(
+                task.clone(),
+                TaskJob::Claim(ClaimJob::new(
+                    req,
+                    task,
+                    tick,
+                    intent,
+                    claim::ClaimKind::Fresh,
+                )),
+            ),
+            Request::Reclaim { task, tick } => {
+                self.records.remove(&task);
+                self.queue_task_job(
+                    task.clone(),
+                    TaskJob::Claim(ClaimJob::new(
+                        req,
+                        task,
+                        tick,
+                        ClaimIntent::Run,
+                        claim::ClaimKind::Rerun,
+                    )),
+                );
+            }
+            Request::OrphanedTick { task } => self.orphaned_tick(req, task),
+            Request::RunsElsewhere { task } => self.runs_elsewhere(req, task),
+            Request::RunEnded { task, result } => self.run_ended(req, task, result),
+            Request::LastResult { task } => self.last_result(req, task),
+            Request::ReleaseAll => self.start_release_all(req),
+            Request::Close => {
+                self.closed = true;
+                if self.session.take().is_some() {
+                    self.generation += 1;
+                    self.abort_pending();
+                    self.out.push_back(Output::CloseSession);
+                }
+                self.answer(req, Ok(Answered::Done));
+            }
+        }
+    }
+
+    /// Runs `job` now, or after the job on the same task in flight.
+    pub(super) fn queue_task_job(&mut self, task: String, job: TaskJob) {
+        let queue = self.task_jobs.entry(task.clone()).or_default();
+        queue.push_back(job);
+        if queue.len() == 1 {
+            self.start_task_job(task);
+        }
+    }
+
+    pub(super) fn start_task_job(&mut self, task: String) {
+        let Some(job) = self.task_jobs.get_mut(&task).and_then(|q| q.front_mut()) else {
+            return;
+        };
+        match job {
+            TaskJob::Claim(claim) => {
+                let claim = claim.clone();
+                self.start_claim(claim);
+            }
+            TaskJob::Release => self.release_lease(task),
+        }
+    }
+
+    /// The job in flight on `task` is done: start the next.
+    pub(super) fn finish_task_job(&mut self, task: &str) {
+        let Some(queue) = self.task_jobs.get_mut(task) else {
+            return;
+        };
+        queue.pop_front();
+        if queue.is_empty() {
+            self.task_jobs.remove(task);
+            self.maybe_release_all();
+        } else {
+            self.start_task_job(task.to_string());
+        }
+    }
+
+    /// A session ended: every call in flight is answered (requests) or dropped.
+    pub(super) fn abort_pending(&mut self) {
+        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        for p in pending {
+            match p.then {
+                Then::ReadRecord { after, .. } => self.abort_read(after),
+                Then::ClaimMulti { job, .. }
+                | Then::ClaimLeaseCheck { job }
+                | Then::RerunResult { job, .. } => {
+                    self.finish_claim(
+                        job,
+                        Err(CoordError::SessionEnded {
+                            context: "claiming",
+                        }),
+                    );
+                }
+                Then::Ensured {
+                    after: AfterEnsure::Read(after),
+                    ..
+                }
+                | Then::Recreated {
+                    after:
+                        AfterRecreate::Ensure {
+                            after: AfterEnsure::Read(after),
+                            ..
+                        },
+                } => self.abort_read(*after),
+                Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
+                    req,
+                    Err(CoordError::SessionEnded {
+                        context: "checking for a lost run",
+                    }),
+                ),
+                Then::RunOwner { req, .. } if self.runs_counts.remove(&req).is_none() => {}
+                Then::RunsList { req, .. } | Then::RunOwner { req, .. } => self.answer(
+                    req,
+                    Err(CoordError::SessionEnded {
+                        context: "listing live runs",
+                    }),
+                ),
+                Then::LastResult { req } => self.answer(
+                    req,
+                    Err(CoordError::SessionEnded {
+                        context: "reading the last result",
+                    }),
+                ),
+                Then::ResultRead { job } | Then::ResultWrite { job, .. } => self.run_ended_failed(
+                    job,
+                    CoordError::SessionEnded {
+                        context: "recording the run result",
+                    },
+                ),
+                Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
+                _ => {}
+            }
+        }
+        self.runs_counts.clear();
+        // Queued task jobs (behind a claim in flight) and timers carrying requests.
+        let jobs: Vec<TaskJob> = self
+            .task_jobs
+            .drain()
+            .flat_map(|(_, queue)| queue)
+            .collect();
+        for job in jobs {
+            if let TaskJob::Claim(job) = job {
+                let req = job.req;
+                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+            }
+        }
+        let timers = std::mem::take(&mut self.timers);
+        for (key, timer) in timers {
+            match timer {
+                Timer::Resolve(job) => {
+                    let req = job.claim.req;
+                    self.answer(
+                        req,
+                        Err(CoordError::ZooKeeper {
+                            context: "resolving a claim".into(),
+                            message: "the session ended".into(),
+                        }),
+                    );
+                }
+                other => {
+                    self.timers.insert(key, other);
+                }
+            }
+        }
+    }
+}

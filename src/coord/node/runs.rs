@@ -1,0 +1,501 @@
+//! Live runs, results, and leaving the cluster.
+//!
+//! A run is live while its ephemeral `run-<unix>` znode exists and is owned by a live member's
+//! session; a persistent one (no live node wrote it) is ignored and reported, so it cannot make
+//! `overlap = "skip"` skip every tick.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::{Node, RELEASE_BATCH, Then, Timer};
+use crate::coord::zk::wire::{FORMAT_VERSION, ResultRecord};
+use crate::coord::{CoordError, RunResult, record};
+
+/// A count of foreign live runs in flight.
+#[derive(Debug)]
+pub(crate) struct RunsCount {
+    task: String,
+    incarnation: Option<i32>,
+    outstanding: usize,
+    count: usize,
+}
+
+/// Recording a run's end, with its retries.
+#[derive(Debug)]
+pub(crate) struct RunEndedJob {
+    req: ReqId,
+    task: String,
+    result: RunResult,
+    run_path: String,
+    attempts: u32,
+    delay: Duration,
+    /// Writes that found the stored result changed, in this attempt.
+    conflicts: u32,
+    last_error: Option<CoordError>,
+    existing: Option<(Option<DateTime<Utc>>, i32)>,
+}
+
+/// `release_all` in flight.
+#[derive(Debug)]
+pub(crate) struct ReleaseAllJob {
+    req: ReqId,
+    /// The held leases, once the claims in flight on them are done; `None` while waiting.
+    started: bool,
+    leases: Vec<String>,
+    outstanding: usize,
+    since: Duration,
+}
+
+/// The stored result in a reply to `GetData(result)`.
+pub(super) fn decode_result(result: Result<ZkOk, ZkFail>) -> Result<Option<RunResult>, CoordError> {
+    match result {
+        Ok(ZkOk::Data(data, _)) => Ok(serde_json::from_slice::<ResultRecord>(&data)
+            .ok()
+            .map(|r| r.result)),
+        Ok(_) | Err(ZkFail::NoNode) => Ok(None),
+        Err(error) => Err(CoordError::ZooKeeper {
+            context: "reading the last result".into(),
+            message: error.to_string(),
+        }),
+    }
+}
+
+impl Node {
+    pub(super) fn runs_elsewhere(&mut self, req: ReqId, task: String) {
+        if self.session.is_none() {
+            return self.answer(
+                req,
+                Err(CoordError::NotConnected {
+                    context: "listing live runs",
+                }),
+            );
+        }
+        // Read before the listing: a run another node created before this take shows in it.
+        let incarnation = self.held.get(&task).copied();
+        if incarnation.is_some() && incarnation == self.no_foreign_runs.get(&task).copied() {
+            return self.answer(req, Ok(Answered::Count(0)));
+        }
+        let path = self.paths.record(&task);
+        self.call(
+            ZkOp::GetChildren { path },
+            Then::RunsList {
+                req,
+                task,
+                incarnation,
+            },
+        );
+    }
+
+    pub(super) fn on_runs_list(
+        &mut self,
+        req: ReqId,
+        task: String,
+        incarnation: Option<i32>,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let children = match result {
+            Ok(ZkOk::Children(children)) => children,
+            Ok(_) | Err(ZkFail::NoNode) => Vec::new(),
+            Err(error) => {
+                return self.answer(
+                    req,
+                    Err(CoordError::ZooKeeper {
+                        context: "listing live runs".into(),
+                        message: error.to_string(),
+                    }),
+                );
+            }
+        };
+        let prefix = format!("{}/", self.paths.record(&task));
+        let foreign: Vec<String> = children
+            .iter()
+            .filter(|c| c.starts_with("run-"))
+            .map(|c| format!("{prefix}{c}"))
+            .filter(|path| !self.own_runs.contains(path))
+            .collect();
+        if foreign.is_empty() {
+            if let Some(epoch) = incarnation {
+                self.no_foreign_runs.insert(task, epoch);
+            }
+            return self.answer(req, Ok(Answered::Count(0)));
+        }
+        // Each must be a live member's ephemeral to count.
+        self.runs_counts.insert(
+            req,
+            RunsCount {
+                task,
+                incarnation,
+                outstanding: foreign.len(),
+                count: 0,
+            },
+        );
+        for path in foreign {
+            self.call(
+                ZkOp::Exists { path: path.clone() },
+                Then::RunOwner { req, path },
+            );
+        }
+    }
+
+    pub(super) fn on_run_owner(&mut self, req: ReqId, path: String, result: Result<ZkOk, ZkFail>) {
+        let live = match &result {
+            Ok(ZkOk::Exists(Some(stat))) => {
+                if self.live_run_owner(stat.ephemeral_owner) {
+                    true
+                } else {
+                    let owner = if stat.ephemeral_owner == 0 {
+                        "it is persistent".to_string()
+                    } else {
+                        format!("its session {:x} is no member's", stat.ephemeral_owner)
+                    };
+                    self.report_once(
+                        format!("foreign run {path} {}", stat.czxid),
+                        Level::Error,
+                        format!(
+                            "ignoring the run record {path}: no live zkcron node wrote it ({owner}); it does not count as a live run for overlap = \"skip\". Remove it: zkcli delete {path}"
+                        ),
+                    );
+                    false
+                }
+            }
+            _ => false,
+        };
+        let Some(count) = self.runs_counts.get_mut(&req) else {
+            return;
+        };
+        count.outstanding -= 1;
+        count.count += usize::from(live);
+        if count.outstanding > 0 {
+            return;
+        }
+        let count = self.runs_counts.remove(&req).expect("present");
+        if let (0, Some(epoch)) = (count.count, count.incarnation) {
+            self.no_foreign_runs.insert(count.task, epoch);
+        }
+        self.answer(req, Ok(Answered::Count(count.count)));
+    }
+
+    pub(super) fn last_result(&mut self, req: ReqId, task: String) {
+        if self.session.is_none() {
+            return self.answer(
+                req,
+                Err(CoordError::NotConnected {
+                    context: "reading the last result",
+                }),
+            );
+        }
+        let path = self.paths.result(&task);
+        self.call(ZkOp::GetData { path }, Then::LastResult { req });
+    }
+
+    pub(super) fn on_last_result(&mut self, req: ReqId, result: Result<ZkOk, ZkFail>) {
+        let answer = decode_result(result).map(Answered::Result);
+        self.answer(req, answer);
+    }
+
+    // ---- results ----
+
+    pub(super) fn run_ended(&mut self, req: ReqId, task: String, result: RunResult) {
+        let run_path = self.paths.run(&task, result.tick);
+        self.run_ended_attempt(RunEndedJob {
+            req,
+            task,
+            result,
+            run_path,
+            attempts: 0,
+            delay: Duration::from_millis(100),
+            conflicts: 0,
+            last_error: None,
+            existing: None,
+        });
+    }
+
+    /// One attempt: deletes the run znode and writes the result (only if it is not older than
+    /// the stored one), in one multi-op. The stored result's tick and version come from
+    /// `results` when this node knows them, so that the run's end is visible to other nodes
+    /// after one round trip.
+    pub(super) fn run_ended_attempt(&mut self, mut job: RunEndedJob) {
+        if self.session.is_none() {
+            return self.run_ended_failed(
+                job,
+                CoordError::NotConnected {
+                    context: "recording the run result",
+                },
+            );
+        }
+        job.conflicts = 0;
+        self.write_result(job);
+    }
+
+    fn write_result(&mut self, mut job: RunEndedJob) {
+        match self.results.get(&job.task) {
+            Some(&(tick, version)) => {
+                job.existing = Some((Some(tick), version));
+                self.send_result(job);
+            }
+            None => {
+                let path = self.paths.result(&job.task);
+                self.call(ZkOp::GetData { path }, Then::ResultRead { job });
+            }
+        }
+    }
+
+    pub(super) fn on_result_read(&mut self, mut job: RunEndedJob, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Data(bytes, stat)) => {
+                let tick = serde_json::from_slice::<ResultRecord>(&bytes)
+                    .ok()
+                    .map(|r| r.result.tick);
+                job.existing = Some((tick, stat.version));
+            }
+            Ok(_) | Err(ZkFail::NoNode) => job.existing = None,
+            Err(error) => {
+                return self.run_ended_failed(
+                    job,
+                    CoordError::ZooKeeper {
+                        context: "reading the last result".into(),
+                        message: error.to_string(),
+                    },
+                );
+            }
+        }
+        self.send_result(job);
+    }
+
+    fn send_result(&mut self, job: RunEndedJob) {
+        let stored = job.existing.and_then(|(tick, _)| tick);
+        let newer = record::supersedes(stored, job.result.tick);
+        // Our run znode exists while its path is in `own_runs`: the set is emptied when the
+        // session (and with it the ephemeral) goes. No read needed.
+        let run_live = self.own_runs.contains(&job.run_path);
+        if !run_live && !newer {
+            return self.run_ended_done(job);
+        }
+        let mut ops = Vec::with_capacity(2);
+        if run_live {
+            ops.push(ZkOp::Delete {
+                path: job.run_path.clone(),
+                version: None,
+            });
+        }
+        if newer {
+            let data = serde_json::to_vec(&ResultRecord {
+                format: FORMAT_VERSION,
+                result: job.result.clone(),
+            })
+            .expect("serializes");
+            let path = self.paths.result(&job.task);
+            ops.push(match job.existing {
+                Some((_, version)) => ZkOp::SetData {
+                    path,
+                    data,
+                    version: Some(version),
+                },
+                None => ZkOp::Create {
+                    path,
+                    data,
+                    mode: CreateMode::Persistent,
+                },
+            });
+        }
+        self.call(
+            ZkOp::Multi(ops),
+            Then::ResultWrite {
+                job,
+                run_live,
+                newer,
+            },
+        );
+    }
+
+    pub(super) fn on_result_write(
+        &mut self,
+        mut job: RunEndedJob,
+        run_live: bool,
+        newer: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let result_index = usize::from(run_live);
+        match result {
+            Ok(ZkOk::Multi(results)) => {
+                let version = match results.get(result_index) {
+                    Some(ZkOk::Stat(stat)) => Some(stat.version),
+                    Some(ZkOk::Created(_)) => Some(0),
+                    _ => None,
+                };
+                if let (Some(version), true) = (version, newer) {
+                    self.results
+                        .insert(job.task.clone(), (job.result.tick, version));
+                }
+                self.run_ended_done(job);
+            }
+            Err(ZkFail::Multi { index: 0, error }) if run_live && *error == ZkFail::NoNode => {
+                // The session that owned the run znode ended before it was forgotten: retry
+                // with the result alone.
+                self.own_runs.remove(&job.run_path);
+                self.run_ended_failed(
+                    job,
+                    CoordError::ZooKeeper {
+                        context: "recording the run result".into(),
+                        message: "the run record was already gone".into(),
+                    },
+                );
+            }
+            Err(ZkFail::Multi { index, error }) if newer && index == result_index => {
+                // Someone else wrote a result since this node last saw it: read it and decide
+                // again.
+                self.report(Level::Debug, "the stored result changed; re-reading it")
+                    .field("task", &job.task)
+                    .field("source", &error);
+                self.results.remove(&job.task);
+                job.conflicts += 1;
+                if job.conflicts >= 2 {
+                    return self.run_ended_failed(
+                        job,
+                        CoordError::ZooKeeper {
+                            context: "recording the run result".into(),
+                            message: "the stored result kept changing".into(),
+                        },
+                    );
+                }
+                self.write_result(job);
+            }
+            other => {
+                self.results.remove(&job.task);
+                let message = match other {
+                    Err(error) => error.to_string(),
+                    Ok(_) => "unexpected answer".into(),
+                };
+                self.run_ended_failed(
+                    job,
+                    CoordError::ZooKeeper {
+                        context: "recording the run result".into(),
+                        message,
+                    },
+                );
+            }
+        }
+    }
+
+    fn run_ended_done(&mut self, job: RunEndedJob) {
+        self.own_runs.remove(&job.run_path);
+        self.answer(job.req, Ok(Answered::Done));
+    }
+
+    /// An attempt failed: retry after a growing delay, five attempts in all.
+    pub(super) fn run_ended_failed(&mut self, mut job: RunEndedJob, error: CoordError) {
+        job.attempts += 1;
+        job.last_error = Some(error);
+        if job.attempts >= 5 {
+            self.own_runs.remove(&job.run_path);
+            let error = job.last_error.take().unwrap_or(CoordError::NotConnected {
+                context: "recording the run result",
+            });
+            return self.answer(job.req, Err(error));
+        }
+        let at = self.now.mono + job.delay;
+        job.delay *= 2;
+        self.at(at, Timer::RunEnded(job));
+    }
+
+    // ---- leaving ----
+
+    /// Gives up all leadership at once: nothing fires from here on; after the claims in
+    /// flight, the member znode and every lease go in a few multi-ops.
+    pub(super) fn start_release_all(&mut self, req: ReqId) {
+        self.stopping = true;
+        let leases: Vec<String> = self.held.keys().cloned().collect();
+        self.publish();
+        self.release_all = Some(ReleaseAllJob {
+            req,
+            started: false,
+            leases,
+            outstanding: 0,
+            since: self.now.mono,
+        });
+        self.maybe_release_all();
+    }
+
+    /// Starts the release once no claim is in flight on a held task.
+    pub(super) fn maybe_release_all(&mut self) {
+        let Some(job) = &self.release_all else {
+            return;
+        };
+        if job.started || job.leases.iter().any(|t| self.task_jobs.contains_key(t)) {
+            return;
+        }
+        let mut job = self.release_all.take().expect("present");
+        job.started = true;
+        self.held.clear();
+        if self.session.is_none() {
+            self.answer(job.req, Ok(Answered::Done));
+            return;
+        }
+        // Leave the membership first, in the same multi as the first leases, so the
+        // next-ranked nodes are designated the moment the leases go.
+        let mut paths = vec![self.paths.member(&self.cfg.id)];
+        paths.extend(job.leases.iter().map(|t| self.paths.lease(t)));
+        for batch in paths.chunks(RELEASE_BATCH) {
+            job.outstanding += 1;
+            let ops = batch
+                .iter()
+                .map(|path| ZkOp::Delete {
+                    path: path.clone(),
+                    version: None,
+                })
+                .collect();
+            self.call(
+                ZkOp::Multi(ops),
+                Then::ReleaseBatch {
+                    batch: batch.to_vec(),
+                },
+            );
+        }
+        self.release_all = Some(job);
+    }
+
+    pub(super) fn on_release_batch(&mut self, batch: Vec<String>, result: Result<ZkOk, ZkFail>) {
+        if let Err(error) = result {
+            // A missing znode fails the whole batch: delete one by one instead.
+            self.report(
+                Level::Debug,
+                format!("batch release failed ({error}); releasing one by one"),
+            );
+            if let Some(job) = self.release_all.as_mut() {
+                job.outstanding += batch.len();
+            }
+            for path in batch {
+                self.call(
+                    ZkOp::Delete {
+                        path,
+                        version: None,
+                    },
+                    Then::ReleaseOne,
+                );
+            }
+        }
+        self.release_call_done();
+    }
+
+    pub(super) fn on_release_one(&mut self) {
+        self.release_call_done();
+    }
+
+    pub(super) fn release_call_done(&mut self) {
+        let Some(job) = self.release_all.as_mut() else {
+            return;
+        };
+        job.outstanding = job.outstanding.saturating_sub(1);
+        if job.outstanding > 0 {
+            return;
+        }
+        let job = self.release_all.take().expect("present");
+        let took = self.now.mono.saturating_sub(job.since);
+        self.report(Level::Info, "left the cluster and released all leases")
+            .field("released", job.leases.len())
+            .field("took_ms", took.as_millis());
+        self.answer(job.req, Ok(Answered::Done));
+    }
+}

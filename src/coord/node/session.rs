@@ -1,0 +1,598 @@
+//! Session states, the tree, registration and the member view.
+//!
+//! A new session creates the tree (idempotent), adds the two persistent recursive watches and
+//! probes the clock; then the node registers (task-set chunks + its ephemeral member znode) and
+//! lists members and leases. Disconnected: paused. Reconnected within the session: listed
+//! again. Expired (or disconnected past the negotiated timeout): a session loss.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::{AfterRecreate, Node, Session, Then, Timer};
+use crate::coord::record;
+use crate::coord::zk::wire::{FORMAT_VERSION, MemberRecord, encode_taskset};
+use crate::task::TaskSpec;
+
+/// A registration in flight.
+#[derive(Debug)]
+pub(crate) struct RegisterJob {
+    data: Vec<u8>,
+    digest: String,
+    leads: bool,
+    count: usize,
+    failed: bool,
+}
+
+impl Node {
+    pub(super) fn on_connected(&mut self, session_id: i64, timeout: Duration) {
+        if self.closed {
+            return;
+        }
+        if let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) {
+            if !session.connected {
+                session.connected = true;
+                session.disconnected_at = None;
+                session.loss_counted = false;
+                let listed = session.listed;
+                self.report(
+                    Level::Info,
+                    "reconnected to ZooKeeper within the session; re-listing members and leases",
+                );
+                if listed {
+                    self.start_relist();
+                } else {
+                    self.retry();
+                }
+                self.publish();
+            }
+            return;
+        }
+        if self.session.is_some() {
+            self.end_session();
+        }
+        if timeout != self.cfg.session_timeout {
+            self.report_once(
+                format!("negotiated {timeout:?}"),
+                Level::Warn,
+                format!(
+                    "ZooKeeper negotiated a session timeout of {} instead of the configured {} (the server keeps it within its minSessionTimeout..maxSessionTimeout); this node's deadlines use {}",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(self.cfg.session_timeout),
+                    humantime::format_duration(timeout),
+                ),
+            );
+        }
+        self.session = Some(Session {
+            id: session_id,
+            hex: format!("{session_id:x}"),
+            connected: true,
+            timeout,
+            disconnected_at: None,
+            loss_counted: false,
+            setup_outstanding: Some(0),
+            listed: false,
+        });
+        self.registered_as = None;
+        self.retry_delay = Duration::from_millis(200);
+        self.setup();
+    }
+
+    pub(super) fn on_connect_failed(&mut self, error: String) {
+        let connect = self.cfg.connect.clone();
+        self.report(
+            Level::Error,
+            format!(
+                "paused: cannot connect to ZooKeeper ({error}); firing nothing until connected"
+            ),
+        )
+        .field("zookeeper", connect);
+        let why = format!("cannot reach ZooKeeper at {} ({error})", self.cfg.connect);
+        self.set_why_paused(why);
+    }
+
+    pub(super) fn on_disconnected(&mut self) {
+        let now = self.now.mono;
+        let generation = self.generation;
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if !session.connected {
+            return;
+        }
+        session.connected = false;
+        session.disconnected_at = Some(now);
+        let deadline = now + session.timeout;
+        self.report(
+            Level::Warn,
+            "paused: disconnected from ZooKeeper; firing nothing until reconnected",
+        );
+        let why = format!(
+            "disconnected from ZooKeeper at {}; waiting to reconnect",
+            self.cfg.connect
+        );
+        self.set_why_paused(why);
+        self.publish();
+        self.at(deadline, Timer::LossDeadline { generation });
+    }
+
+    pub(super) fn on_loss_deadline(&mut self, generation: u64) {
+        if generation != self.generation {
+            return;
+        }
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if session.connected || session.loss_counted {
+            return;
+        }
+        session.loss_counted = true;
+        let timeout = session.timeout;
+        self.report(
+            Level::Warn,
+            "disconnected for longer than the session timeout: the session is presumed lost",
+        )
+        .field("timeout", humantime::format_duration(timeout));
+        self.count_session_loss();
+    }
+
+    pub(super) fn on_expired(&mut self) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        let counted = session.loss_counted;
+        let hex = session.hex.clone();
+        if !counted {
+            self.count_session_loss();
+        }
+        self.report(
+            Level::Warn,
+            "session expired: leases and run records are gone; rejoining with a new session",
+        )
+        .field("session", hex);
+        self.set_why_paused("the ZooKeeper session expired; rejoining".into());
+        self.end_session();
+        if !self.stopping && !self.closed {
+            self.out.push_back(super::Output::NewSession);
+        }
+    }
+
+    /// Forgets everything tied to the session that ended.
+    pub(super) fn end_session(&mut self) {
+        self.generation += 1;
+        self.abort_pending();
+        self.session = None;
+        self.held.clear();
+        self.present.clear();
+        self.members.clear();
+        self.member_sessions.clear();
+        self.seen_sessions.clear();
+        self.fetches.clear();
+        self.own_runs.clear();
+        self.records.clear();
+        self.takes.clear();
+        self.verified.clear();
+        self.verifying.clear();
+        self.registering = None;
+        self.registered_as = None;
+        self.relist = None;
+        self.gc = None;
+        self.recheck_at = None;
+        self.retry_at = None;
+        self.publish();
+    }
+
+    /// The cluster's persistent directories, the chroot's ancestors first.
+    fn tree(&self) -> Vec<String> {
+        let mut paths = Vec::new();
+        let mut at = 0;
+        while let Some(next) = self.paths.base[at + 1..].find('/') {
+            at += next + 1;
+            paths.push(self.paths.base[..at].to_string());
+        }
+        paths.push(self.paths.base.clone());
+        paths.extend([
+            self.paths.members(),
+            self.paths.leases(),
+            self.paths.tasks(),
+            self.paths.tasksets(),
+        ]);
+        paths
+    }
+
+    fn setup(&mut self) {
+        let mut steps = Vec::new();
+        for path in self.tree() {
+            steps.push(ZkOp::Create {
+                path,
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            });
+        }
+        for path in [self.paths.members(), self.paths.leases()] {
+            steps.push(ZkOp::AddPersistentRecursiveWatch { path });
+        }
+        if let Some(session) = self.session.as_mut() {
+            session.setup_outstanding = Some(steps.len() + 1);
+        }
+        for op in steps {
+            self.call(op, Then::SetupStep);
+        }
+        // Measured before registering, so that the member record says whether it may lead.
+        self.probe(true);
+    }
+
+    pub(super) fn on_setup_step(&mut self, result: Result<ZkOk, ZkFail>) {
+        let failed = match result {
+            Ok(_) | Err(ZkFail::NodeExists) => None,
+            Err(error) => Some(error),
+        };
+        if let Some(error) = failed {
+            let hex = self.session_hex();
+            self.report(
+                Level::Error,
+                format!("ZooKeeper session setup failed ({error}); starting over"),
+            )
+            .field("session", hex);
+            self.set_why_paused(format!(
+                "ZooKeeper session setup failed ({error}); retrying"
+            ));
+        }
+        self.setup_step_done();
+    }
+
+    pub(super) fn setup_step_done(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let Some(outstanding) = session.setup_outstanding.as_mut() else {
+            return;
+        };
+        *outstanding -= 1;
+        if *outstanding == 0 {
+            session.setup_outstanding = None;
+            self.maybe_register();
+        }
+    }
+
+    pub(super) fn publish_tasks(&mut self, tasks: &[TaskSpec]) {
+        // A node where a task is disabled is not eligible to lead it.
+        let enabled: Vec<TaskSpec> = tasks
+            .iter()
+            .filter(|t| record::eligible(t))
+            .cloned()
+            .collect();
+        let encoded = encode_taskset(&enabled);
+        let unchanged = self
+            .my_set
+            .as_ref()
+            .is_some_and(|(reference, _, _)| reference.digest == encoded.0.digest);
+        if unchanged {
+            return;
+        }
+        self.my_set = Some(encoded);
+        self.maybe_register();
+    }
+
+    /// Whether this node may lead now (clock skew, stopping).
+    pub(super) fn may_lead(&self) -> bool {
+        if self.stopping {
+            return false;
+        }
+        match (self.cfg.max_clock_skew, self.skew) {
+            (None, _) => true,
+            // Not measured yet: setup measures it before registering.
+            (Some(_), None) => false,
+            (Some(_), Some(verdict)) => verdict != super::SkewVerdict::Refuse,
+        }
+    }
+
+    /// Registers (again) when the task set or the `leads` flag differs from what was written.
+    pub(super) fn maybe_register(&mut self) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        if !session.connected || session.setup_outstanding.is_some() || self.registering.is_some() {
+            return;
+        }
+        if self.stopping {
+            return;
+        }
+        let Some((reference, chunks, set)) = self.my_set.clone() else {
+            return;
+        };
+        let leads = self.may_lead();
+        if self.registered_as.as_ref() == Some(&(reference.digest.clone(), leads)) {
+            return;
+        }
+        for (index, chunk) in chunks.into_iter().enumerate() {
+            // Content-addressed: a set another node already wrote is the same bytes.
+            let path = self.paths.chunk(&reference.digest, index);
+            self.call(
+                ZkOp::Create {
+                    path,
+                    data: chunk,
+                    mode: CreateMode::Persistent,
+                },
+                Then::Chunk,
+            );
+        }
+        self.tasksets.insert(reference.digest.clone(), set);
+        let record = MemberRecord {
+            format: FORMAT_VERSION,
+            id: self.cfg.id.clone(),
+            release: self.cfg.release.to_string(),
+            seed: format!("{:016x}", self.cfg.seed),
+            host: self.cfg.host.clone(),
+            pid: self.cfg.pid,
+            started_at: self.cfg.started_at,
+            labels: self.cfg.labels.clone(),
+            taskset: reference.clone(),
+            leads,
+        };
+        let data = serde_json::to_vec(&record).expect("serializes");
+        self.registering = Some(RegisterJob {
+            data: data.clone(),
+            digest: reference.digest,
+            leads,
+            count: reference.count,
+            failed: false,
+        });
+        self.create_member(data);
+    }
+
+    fn create_member(&mut self, data: Vec<u8>) {
+        let sent = self.now.wall;
+        let path = self.paths.member(&self.cfg.id);
+        self.call(
+            ZkOp::Create {
+                path,
+                data,
+                mode: CreateMode::Ephemeral,
+            },
+            Then::MemberCreate { sent },
+        );
+    }
+
+    pub(super) fn on_chunk(&mut self, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(_) | Err(ZkFail::NodeExists) => {}
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("publishing the task set failed ({error}); retrying"),
+                );
+                if let Some(job) = self.registering.as_mut() {
+                    job.failed = true;
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_member_create(&mut self, result: Result<ZkOk, ZkFail>, sent: DateTime<Utc>) {
+        match result {
+            Ok(ZkOk::Created(stat)) => {
+                self.measure_skew(sent, &stat);
+                self.registered();
+            }
+            Ok(_) => self.registered(),
+            Err(ZkFail::NodeExists) => {
+                let path = self.paths.member(&self.cfg.id);
+                self.call(ZkOp::GetData { path }, Then::MemberCheck);
+            }
+            Err(ZkFail::NoNode) => {
+                // members/ was deleted: recreate the tree, then register.
+                self.registering = None;
+                self.recreate_tree(AfterRecreate::Register);
+            }
+            Err(error) => self.register_failed(error.to_string()),
+        }
+    }
+
+    pub(super) fn on_member_check(&mut self, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Data(_, stat)) if Some(stat.ephemeral_owner) == self.my_session() => {
+                // Ours (a re-registration after a publish): update it.
+                let Some(data) = self.registering.as_ref().map(|j| j.data.clone()) else {
+                    return;
+                };
+                let sent = self.now.wall;
+                let path = self.paths.member(&self.cfg.id);
+                self.call(
+                    ZkOp::SetData {
+                        path,
+                        data,
+                        version: None,
+                    },
+                    Then::MemberSet { sent },
+                );
+            }
+            Ok(_) => {
+                if !self.register_waited {
+                    self.register_waited = true;
+                    let id = self.cfg.id.clone();
+                    self.report(
+                        Level::Warn,
+                        "another session is registered as this node (an earlier run that has not expired yet, or another host with the same node id); waiting for it to go",
+                    )
+                    .field("node", id);
+                }
+                self.registering = None;
+                let at = self.now.mono + Duration::from_millis(500);
+                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+            }
+            Err(ZkFail::NoNode) => {
+                let data = self.registering.as_ref().map(|j| j.data.clone());
+                if let Some(data) = data {
+                    self.create_member(data);
+                }
+            }
+            Err(error) => self.register_failed(error.to_string()),
+        }
+    }
+
+    pub(super) fn on_member_set(&mut self, result: Result<ZkOk, ZkFail>, sent: DateTime<Utc>) {
+        match result {
+            Ok(ZkOk::Stat(stat)) => {
+                self.measure_skew(sent, &stat);
+                self.registered();
+            }
+            Ok(_) => self.registered(),
+            Err(error) => self.register_failed(error.to_string()),
+        }
+    }
+
+    fn register_failed(&mut self, error: String) {
+        self.report(
+            Level::Warn,
+            format!("publishing the task set failed (registering: {error}); retrying"),
+        );
+        self.registering = None;
+        self.retry_later();
+    }
+
+    fn registered(&mut self) {
+        let Some(job) = self.registering.take() else {
+            return;
+        };
+        if job.failed {
+            self.retry_later();
+            return;
+        }
+        self.register_waited = false;
+        self.retry_delay = Duration::from_millis(200);
+        self.registered_as = Some((job.digest, job.leads));
+        let hex = self.session_hex();
+        let (id, release) = (self.cfg.id.clone(), self.cfg.release.clone());
+        self.report(Level::Info, "registered in ZooKeeper")
+            .field("node", id)
+            .field("release", release)
+            .field("session", hex)
+            .field("tasks", job.count);
+        let listed = self.session.as_ref().is_some_and(|s| s.listed);
+        if !listed {
+            self.start_relist();
+            return;
+        }
+        // Vacancy clocks for newly defined tasks start now.
+        let now = self.now.mono;
+        let vacant: Vec<String> = self
+            .my_set
+            .as_ref()
+            .map(|(_, _, set)| {
+                set.keys()
+                    .filter(|t| !self.present.contains(*t))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for task in vacant {
+            self.vacant_since.entry(task).or_insert(now);
+        }
+        // The leads flag or the set may have changed again meanwhile.
+        self.maybe_register();
+        self.decide();
+    }
+
+    // ---- watches ----
+
+    pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
+        if self.session.is_none() {
+            return;
+        }
+        let members = format!("{}/", self.paths.members());
+        let leases = format!("{}/", self.paths.leases());
+        if let Some(id) = path.strip_prefix(&members) {
+            let id = id.to_string();
+            match kind {
+                WatchKind::Deleted => {
+                    self.member_sessions.remove(&id);
+                    if id == self.cfg.id {
+                        // Our registration vanished (deleted by hand?): register again. The
+                        // event may be stale; registering keeps a znode that is still ours.
+                        self.report_once(
+                            format!("member deleted {}", self.session_hex()),
+                            Level::Warn,
+                            "this node's member znode was deleted; registering again".into(),
+                        );
+                        self.registered_as = None;
+                        self.maybe_register();
+                        self.read_member(id, false);
+                    } else {
+                        self.members.remove(&id);
+                        self.decide();
+                    }
+                }
+                WatchKind::Created | WatchKind::DataChanged => self.read_member(id, false),
+            }
+        } else if let Some(task) = path.strip_prefix(&leases) {
+            self.on_lease_event(task.to_string(), kind);
+        } else if kind == WatchKind::Deleted
+            && (path == self.paths.members() || path == self.paths.leases())
+        {
+            self.report(
+                Level::Warn,
+                format!("{path} was deleted; recreating it and registering again"),
+            );
+            self.registered_as = None;
+            self.registering = None;
+            self.recreate_tree(AfterRecreate::Register);
+        }
+    }
+
+    // ---- the tree ----
+
+    /// Creates the tree again (parts were deleted), then continues with `after`.
+    pub(super) fn recreate_tree(&mut self, after: AfterRecreate) {
+        let tree = self.tree();
+        let last = tree.len() - 1;
+        for (index, path) in tree.into_iter().enumerate() {
+            let op = ZkOp::Create {
+                path: path.clone(),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            };
+            if index == last {
+                self.call(op, Then::Recreated { after });
+                return;
+            }
+            self.call(op, Then::RecreateDir { path });
+        }
+    }
+
+    pub(super) fn on_recreate_dir(&mut self, path: String, result: Result<ZkOk, ZkFail>) {
+        if let Ok(ZkOk::Created(_)) = result {
+            self.report(
+                Level::Warn,
+                format!(
+                    "recreated {path}: it had been deleted (by hand?); re-registering and re-publishing what lived under it"
+                ),
+            );
+        }
+    }
+
+    pub(super) fn on_recreated(&mut self, after: AfterRecreate, result: Result<ZkOk, ZkFail>) {
+        let path = self.paths.tasksets();
+        match result {
+            Ok(ZkOk::Created(_)) => self.on_recreate_dir(path, result),
+            Ok(_) | Err(ZkFail::NodeExists) => {}
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("recreating the cluster's tree failed ({error}); retrying"),
+                );
+                self.retry_later();
+                return;
+            }
+        }
+        match after {
+            AfterRecreate::Register => {
+                self.registered_as = None;
+                self.maybe_register();
+            }
+            AfterRecreate::Ensure { task, after } => self.ensure_task_nodes(task, after),
+            AfterRecreate::Take { task, cover } => self.send_take(task, cover),
+        }
+    }
+}

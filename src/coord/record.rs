@@ -1,0 +1,270 @@
+//! The fire-record rules, once for every backend: admit a claim, admit a rerun, detect an
+//! orphan, decide which result supersedes, and which tasks a node may lead.
+//!
+//! Pure functions over [`FireView`], a backend-neutral view of one task's fire record and what
+//! the backend knows around it. No I/O, no clock: the backend reads its records (a ZooKeeper
+//! read, the local journal's mirror), fills in a view, asks, and then performs the write its own
+//! way (a fenced multi-op, a durable journal line). The answer is the same on every backend.
+//!
+//! # Filling in a view
+//! | field | ZooKeeper backend | local backend |
+//! |---|---|---|
+//! | `record` | `tasks/<task>`'s `tick` | `TaskRecord::last_claimed` |
+//! | `claimed_to_run` | `tasks/<task>`'s `run` | `TaskRecord::claimed_to_run` |
+//! | `result` | `tasks/<task>/result`'s `tick` | `TaskRecord::last_result`'s tick |
+//! | `leads` | the lease is held in the current session and the node is not paused | the task is published (and [`eligible`]) and not released |
+//! | `run_live` | `tasks/<task>/run-<unix>` of the record's tick exists (owned by a live session), or is this node's own | this process runs that tick |
+//! | `claimer_alive` | the record's `session` is a live session | this process made the claim |
+//!
+//! A backend may learn part of a view only inside its atomic write: the ZooKeeper claim checks
+//! the lease (by version) and creates the run znode in the same multi-op, so the driver fills
+//! in what it last saw and lets a failed check of the multi-op stand for the refusal the rules
+//! would give ([`ClaimOutcome::NotLeader`] for the lease, [`ClaimOutcome::AlreadyClaimed`] for
+//! the record or an existing run znode). The rules never admit what the write would refuse.
+//!
+//! # The rules, settled (issue [5] item 3)
+//! - **Claim**: only while the node leads the task ([`ClaimOutcome::NotLeader`] otherwise, first),
+//!   and only for a tick newer than the record ([`ClaimOutcome::AlreadyClaimed`] with the record).
+//! - **Orphan**: the record's tick was claimed to run, no result of that tick or a later one is
+//!   stored, no run of it is live and the node that claimed it is gone: that node died mid-run.
+//! - **Rerun** (`on_node_loss = "rerun"`): admitted exactly when the node leads the task and the
+//!   tick is the orphan. Anything else is refused with [`ClaimOutcome::AlreadyClaimed`]: the
+//!   record's tick (or, with no record at all, the requested tick — nothing names it, and a tick
+//!   nobody claimed is caught up by the planner, never rerun). Leading is the only reason for
+//!   [`ClaimOutcome::NotLeader`]. (Before, the local backend answered `NotLeader` for a missing
+//!   record, and the ZooKeeper backend admitted a rerun of a tick that had ended or was claimed
+//!   to skip if asked.)
+//! - **Result**: a result supersedes the stored one unless the stored one is of a newer tick; of
+//!   two results of one tick the later written wins (the rerun's end after the lost run's, or a
+//!   retried write). (Before, the local backend overwrote a newer result with an older one: with
+//!   `overlap = "allow"` a long run of an early tick ending last hid the later tick's result.)
+//! - **Eligible**: a disabled task is neither published nor led, on any backend: a node must
+//!   not hold a lease for a task it will not fire, and "leading N of M tasks" counts what fires.
+//!   (Before, the local backend counted disabled tasks as led.)
+
+use chrono::{DateTime, Utc};
+
+use super::ClaimOutcome;
+use crate::task::TaskSpec;
+
+/// What a backend knows about one task's fire record when it decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FireView {
+    /// The newest claimed tick (the fire record), if any.
+    pub record: Option<DateTime<Utc>>,
+    /// The claim of `record` was made to run the tick (not to skip it for overlap).
+    pub claimed_to_run: bool,
+    /// The tick of the stored result, if any.
+    pub result: Option<DateTime<Utc>>,
+    /// This node may fire the task now (holds its lease, not paused).
+    pub leads: bool,
+    /// A run of `record`'s tick is live, on any node the backend can see.
+    pub run_live: bool,
+    /// The node (session, process) that claimed `record`'s tick is still alive.
+    pub claimer_alive: bool,
+}
+
+/// The answer to a claim or a rerun before the backend writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Write the claim; the tick is this node's once the write succeeds.
+    Admit,
+    /// Do not write: this is the answer.
+    Refuse(ClaimOutcome),
+}
+
+/// Whether `tick` may be claimed.
+pub fn admit_claim(view: &FireView, tick: DateTime<Utc>) -> Verdict {
+    if !view.leads {
+        return Verdict::Refuse(ClaimOutcome::NotLeader);
+    }
+    match view.record {
+        Some(record) if record >= tick => Verdict::Refuse(ClaimOutcome::AlreadyClaimed { record }),
+        _ => Verdict::Admit,
+    }
+}
+
+/// The tick whose run was lost with its node (`on_node_loss = "rerun"` runs it again), if any.
+pub fn orphan(view: &FireView) -> Option<DateTime<Utc>> {
+    let tick = view.record.filter(|_| view.claimed_to_run)?;
+    let ended = view.result.is_some_and(|result| result >= tick);
+    (!ended && !view.run_live && !view.claimer_alive).then_some(tick)
+}
+
+/// Whether `tick` may be claimed again to rerun it: the node leads and `tick` is the orphan.
+pub fn admit_rerun(view: &FireView, tick: DateTime<Utc>) -> Verdict {
+    if !view.leads {
+        return Verdict::Refuse(ClaimOutcome::NotLeader);
+    }
+    if orphan(view) == Some(tick) {
+        Verdict::Admit
+    } else {
+        Verdict::Refuse(ClaimOutcome::AlreadyClaimed {
+            record: view.record.unwrap_or(tick),
+        })
+    }
+}
+
+/// Whether a result of `incoming` replaces the stored result of `stored` (`None`: none stored).
+pub fn supersedes(stored: Option<DateTime<Utc>>, incoming: DateTime<Utc>) -> bool {
+    stored.is_none_or(|stored| stored <= incoming)
+}
+
+/// Whether a node that defines `task` may lead it (publishes it as one it can run).
+pub fn eligible(task: &TaskSpec) -> bool {
+    task.enabled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
+    }
+
+    /// Claimed `at(60)` to run, by a node that is gone, no result: the orphan.
+    fn lost() -> FireView {
+        FireView {
+            record: Some(at(60)),
+            claimed_to_run: true,
+            result: Some(at(0)),
+            leads: true,
+            run_live: false,
+            claimer_alive: false,
+        }
+    }
+
+    #[test]
+    fn a_claim_needs_the_lease_first_and_then_a_tick_newer_than_the_record() {
+        let refused = |record| Verdict::Refuse(ClaimOutcome::AlreadyClaimed { record });
+        let view = lost();
+        assert_eq!(admit_claim(&view, at(120)), Verdict::Admit);
+        assert_eq!(admit_claim(&view, at(60)), refused(at(60)));
+        assert_eq!(admit_claim(&view, at(0)), refused(at(60)));
+        let none = FireView {
+            leads: true,
+            ..FireView::default()
+        };
+        assert_eq!(admit_claim(&none, at(0)), Verdict::Admit);
+        let follower = FireView {
+            leads: false,
+            ..view
+        };
+        assert_eq!(
+            admit_claim(&follower, at(120)),
+            Verdict::Refuse(ClaimOutcome::NotLeader)
+        );
+    }
+
+    #[test]
+    fn an_orphan_is_claimed_to_run_without_result_live_run_or_living_claimer() {
+        assert_eq!(orphan(&lost()), Some(at(60)));
+        // Leading does not matter for the question, only for the rerun.
+        assert_eq!(
+            orphan(&FireView {
+                leads: false,
+                ..lost()
+            }),
+            Some(at(60))
+        );
+        for (what, view) in [
+            (
+                "no record",
+                FireView {
+                    record: None,
+                    ..lost()
+                },
+            ),
+            (
+                "claimed to skip",
+                FireView {
+                    claimed_to_run: false,
+                    ..lost()
+                },
+            ),
+            (
+                "ended",
+                FireView {
+                    result: Some(at(60)),
+                    ..lost()
+                },
+            ),
+            (
+                "a later result",
+                FireView {
+                    result: Some(at(120)),
+                    ..lost()
+                },
+            ),
+            (
+                "running",
+                FireView {
+                    run_live: true,
+                    ..lost()
+                },
+            ),
+            (
+                "claimer alive",
+                FireView {
+                    claimer_alive: true,
+                    ..lost()
+                },
+            ),
+        ] {
+            assert_eq!(orphan(&view), None, "{what}");
+        }
+        assert_eq!(
+            orphan(&FireView {
+                result: None,
+                ..lost()
+            }),
+            Some(at(60))
+        );
+    }
+
+    #[test]
+    fn a_rerun_is_admitted_exactly_for_the_orphan_of_a_led_task() {
+        assert_eq!(admit_rerun(&lost(), at(60)), Verdict::Admit);
+        let already = |record| Verdict::Refuse(ClaimOutcome::AlreadyClaimed { record });
+        assert_eq!(admit_rerun(&lost(), at(0)), already(at(60)));
+        assert_eq!(admit_rerun(&lost(), at(120)), already(at(60)));
+        let ended = FireView {
+            result: Some(at(60)),
+            ..lost()
+        };
+        assert_eq!(admit_rerun(&ended, at(60)), already(at(60)));
+        let skipped = FireView {
+            claimed_to_run: false,
+            ..lost()
+        };
+        assert_eq!(admit_rerun(&skipped, at(60)), already(at(60)));
+        let rerun = FireView {
+            run_live: true,
+            ..lost()
+        };
+        assert_eq!(admit_rerun(&rerun, at(60)), already(at(60)));
+        // No record: nothing names the tick; refused as claimed, never as "not leader".
+        let none = FireView {
+            leads: true,
+            ..FireView::default()
+        };
+        assert_eq!(admit_rerun(&none, at(60)), already(at(60)));
+        let follower = FireView {
+            leads: false,
+            ..lost()
+        };
+        assert_eq!(
+            admit_rerun(&follower, at(60)),
+            Verdict::Refuse(ClaimOutcome::NotLeader)
+        );
+    }
+
+    #[test]
+    fn the_newer_result_is_kept_and_of_one_tick_the_later_written() {
+        assert!(supersedes(None, at(0)));
+        assert!(supersedes(Some(at(0)), at(60)));
+        assert!(supersedes(Some(at(60)), at(60)));
+        assert!(!supersedes(Some(at(120)), at(60)));
+    }
+}

@@ -1,0 +1,468 @@
+//! The ZooKeeper backend: a thin driver that performs the sans-IO [`Node`]'s operations with
+//! zookeeper-client and feeds replies, watch events and session states back.
+//!
+//! # Layout
+//! Everything lives under `<chroot>/zkcron/<cluster>` (created if absent, chroot included):
+//!
+//! | path | kind | what |
+//! |---|---|---|
+//! | `members/<node-id>` | ephemeral | [`MemberRecord`]: release, seed, host, pid, labels, task set digest |
+//! | `tasksets/<digest>-<i>` | persistent, immutable | chunk `i` of a task set ([`TaskSetRecord`]), content-addressed; deleted once unused for an hour |
+//! | `leases/<task>` | ephemeral | the task's lease: [`LeaseRecord`] (holder and session) |
+//! | `tasks/<task>` | persistent | the fire record [`FireRecord`]: newest claimed tick |
+//! | `tasks/<task>/epoch` | persistent, empty | its version counts lease takes (one bump per take) |
+//! | `tasks/<task>/run-<unix>` | ephemeral | a live run of that tick ([`RunRecord`]) |
+//! | `tasks/<task>/result` | persistent | the last [`RunResult`](crate::coord::RunResult) |
+//! | `clock` | persistent | written now and then to measure clock skew |
+//!
+//! Znodes grow as O(tasks + nodes): a task has at most a record, a result, a lease and its live
+//! runs; a node has its member znode. Nodes with the same `jobs.d` share one task set, so 20
+//! nodes × 10,000 tasks store the task list once.
+//!
+//! The protocol (leases, fencing, sessions, trust, clocks) is the node's: see
+//! [`crate::coord::node`]. Files: [`wire`] (records, paths, the task-set codec), [`settings`]
+//! (connect strings, checks), [`call`] (one operation with a deadline), this module (the loop).
+
+pub mod call;
+pub mod settings;
+pub mod wire;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, SelectAll};
+use futures::{FutureExt, Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
+
+pub use settings::{
+    MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkSettings, session_timeout_problem, split_connect,
+};
+pub use wire::{
+    FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
+    TaskSetRef,
+};
+
+use super::node::io::{
+    Answer, Answered, Input, Level, Now, OpId, Output, Request, WatchKind, ZkOp,
+};
+use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
+use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
+use crate::daemon::wall_clock;
+use crate::task::TaskSpec;
+
+type Ask = (Request, oneshot::Sender<Answer>);
+type Events = SelectAll<Pin<Box<dyn Stream<Item = WatchedEvent> + Send>>>;
+type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = (u64, OpId, call::Performed)> + Send>>>;
+type Connecting = Pin<Box<dyn Future<Output = Result<Client, String>> + Send>>;
+
+/// The ZooKeeper coordinator. Create it with [`ZkCoordinator::start`]; it connects and
+/// reconnects in the background.
+pub struct ZkCoordinator {
+    requests: mpsc::UnboundedSender<Ask>,
+    leadership: watch::Receiver<Leadership>,
+}
+
+impl ZkCoordinator {
+    /// Validates the settings and starts the driver; connecting happens there, so an
+    /// unreachable ZooKeeper delays firing (logged), not the start.
+    pub fn start(settings: ZkSettings) -> Result<ZkCoordinator, String> {
+        let (hosts, chroot) = settings.check()?;
+        let config = NodeConfig {
+            id: settings.node_id.clone(),
+            release: settings.release.clone(),
+            seed: rand::random(),
+            base: format!("{chroot}/zkcron/{}", settings.cluster),
+            connect: settings.connect.clone(),
+            session_timeout: settings.session_timeout,
+            max_clock_skew: settings.max_clock_skew,
+            labels: settings.labels.clone(),
+            host: nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            pid: std::process::id(),
+            started_at: wall_clock(),
+            bugs: NodeBugs::default(),
+        };
+        let epoch = Instant::now();
+        let node = Node::new(config, now(epoch));
+        let (leadership_tx, leadership) = watch::channel(node.leadership().clone());
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let driver = Driver {
+            node,
+            epoch,
+            hosts,
+            timeout: settings.session_timeout,
+            leadership: leadership_tx,
+            client: None,
+            generation: 0,
+            events: SelectAll::new(),
+            calls: FuturesUnordered::new(),
+            connecting: None,
+            delay: Duration::from_millis(200),
+            next_req: 1,
+            waiting: Default::default(),
+        };
+        tokio::spawn(driver.run(receiver));
+        Ok(ZkCoordinator {
+            requests,
+            leadership,
+        })
+    }
+
+    async fn ask(&self, request: Request, context: &'static str) -> Answer {
+        let (tx, rx) = oneshot::channel();
+        if self.requests.send((request, tx)).is_err() {
+            return Err(CoordError::NotConnected { context });
+        }
+        rx.await
+            .unwrap_or(Err(CoordError::SessionEnded { context }))
+    }
+}
+
+fn now(epoch: Instant) -> Now {
+    Now {
+        mono: Instant::now() - epoch,
+        wall: wall_clock(),
+    }
+}
+
+fn unexpected(context: &'static str) -> CoordError {
+    CoordError::ZooKeeper {
+        context: context.into(),
+        message: "unexpected answer".into(),
+    }
+}
+
+impl Coordinator for ZkCoordinator {
+    async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
+        // The node writes it when connected; publishing never blocks the daemon on ZooKeeper.
+        self.ask(Request::Publish(tasks.to_vec()), "publishing the task set")
+            .await
+            .map(|_| ())
+    }
+
+    fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    async fn last_claimed(
+        &self,
+        task: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, CoordError> {
+        let request = Request::LastClaimed { task: task.into() };
+        match self.ask(request, "reading the fire record").await? {
+            Answered::Tick(tick) => Ok(tick),
+            _ => Err(unexpected("reading the fire record")),
+        }
+    }
+
+    async fn claim(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+        intent: ClaimIntent,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let request = Request::Claim {
+            task: task.into(),
+            tick,
+            intent,
+        };
+        match self.ask(request, "claiming").await? {
+            Answered::Claim(outcome) => Ok(outcome),
+            _ => Err(unexpected("claiming")),
+        }
+    }
+
+    async fn orphaned_tick(
+        &self,
+        task: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, CoordError> {
+        let request = Request::OrphanedTick { task: task.into() };
+        match self.ask(request, "checking for a lost run").await? {
+            Answered::Tick(tick) => Ok(tick),
+            _ => Err(unexpected("checking for a lost run")),
+        }
+    }
+
+    async fn reclaim(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let request = Request::Reclaim {
+            task: task.into(),
+            tick,
+        };
+        match self.ask(request, "claiming").await? {
+            Answered::Claim(outcome) => Ok(outcome),
+            _ => Err(unexpected("claiming")),
+        }
+    }
+
+    async fn runs_elsewhere(&self, task: &str) -> Result<usize, CoordError> {
+        let request = Request::RunsElsewhere { task: task.into() };
+        match self.ask(request, "listing live runs").await? {
+            Answered::Count(count) => Ok(count),
+            _ => Err(unexpected("listing live runs")),
+        }
+    }
+
+    async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
+        let request = Request::RunEnded {
+            task: task.into(),
+            result: result.clone(),
+        };
+        self.ask(request, "recording the run result")
+            .await
+            .map(|_| ())
+    }
+
+    async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
+        let request = Request::LastResult { task: task.into() };
+        match self.ask(request, "reading the last result").await? {
+            Answered::Result(result) => Ok(result),
+            _ => Err(unexpected("reading the last result")),
+        }
+    }
+
+    async fn release_all(&self) {
+        let _ = self.ask(Request::ReleaseAll, "releasing leases").await;
+    }
+
+    async fn close(&self) {
+        let _ = self.ask(Request::Close, "closing the session").await;
+    }
+}
+
+/// The driver's state: one loop owns the node, the client and everything in flight.
+struct Driver {
+    node: Node,
+    epoch: Instant,
+    hosts: String,
+    timeout: Duration,
+    leadership: watch::Sender<Leadership>,
+    client: Option<Client>,
+    /// Bumped with every new client: replies of an older client's calls are dropped.
+    generation: u64,
+    events: Events,
+    calls: Calls,
+    connecting: Option<Connecting>,
+    delay: Duration,
+    next_req: u64,
+    waiting: std::collections::HashMap<u64, oneshot::Sender<Answer>>,
+}
+
+/// What woke the loop.
+enum Wake {
+    Request(Option<Ask>),
+    State(SessionState),
+    Event(WatchedEvent),
+    Reply(u64, OpId, call::Performed),
+    Connected(Result<Client, String>),
+    Timeout,
+}
+
+impl Driver {
+    async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Ask>) {
+        self.connect(Duration::ZERO);
+        let mut state = None::<zookeeper_client::StateWatcher>;
+        loop {
+            let deadline = self.node.poll_timeout().map(|at| self.epoch + at);
+            let wake = tokio::select! {
+                ask = requests.recv() => Wake::Request(ask),
+                new_state = async { state.as_mut().expect("guarded").changed().await }, if state.is_some() => Wake::State(new_state),
+                Some(event) = self.events.next(), if !self.events.is_empty() => Wake::Event(event),
+                Some((generation, op, performed)) = self.calls.next(), if !self.calls.is_empty() => Wake::Reply(generation, op, performed),
+                connected = async { self.connecting.as_mut().expect("guarded").await }, if self.connecting.is_some() => Wake::Connected(connected),
+                _ = sleep_until(deadline) => Wake::Timeout,
+            };
+            let at = now(self.epoch);
+            match wake {
+                Wake::Request(None) => return,
+                Wake::Request(Some((request, reply))) => {
+                    let req = self.next_req;
+                    self.next_req += 1;
+                    self.waiting.insert(req, reply);
+                    self.node.handle(Input::Request { req, request }, at);
+                }
+                Wake::State(new_state) => match new_state {
+                    SessionState::Disconnected => self.node.handle(Input::Disconnected, at),
+                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                        if let Some(client) = &self.client {
+                            let input = Input::Connected {
+                                session_id: client.session_id().0,
+                                negotiated_timeout: client.session_timeout(),
+                            };
+                            self.node.handle(input, at);
+                        }
+                    }
+                    SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => {
+                        // A terminal state: the watcher must not be polled again.
+                        state = None;
+                        self.node.handle(Input::Expired, at);
+                    }
+                },
+                Wake::Event(event) => {
+                    let kind = match event.event_type {
+                        EventType::NodeCreated => Some(WatchKind::Created),
+                        EventType::NodeDeleted => Some(WatchKind::Deleted),
+                        EventType::NodeDataChanged => Some(WatchKind::DataChanged),
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        let input = Input::Watch {
+                            path: event.path,
+                            kind,
+                        };
+                        self.node.handle(input, at);
+                    }
+                }
+                Wake::Reply(generation, op, performed) => {
+                    if generation == self.generation {
+                        let result = match performed {
+                            Ok((ok, watcher)) => {
+                                if let Some(watcher) = watcher {
+                                    self.events.push(watch_stream(watcher));
+                                }
+                                Ok(ok)
+                            }
+                            Err(fail) => Err(fail),
+                        };
+                        self.node.handle(Input::Reply { op, result }, at);
+                    }
+                }
+                Wake::Connected(Ok(client)) => {
+                    self.connecting = None;
+                    self.delay = Duration::from_millis(200);
+                    self.generation += 1;
+                    self.events = SelectAll::new();
+                    state = Some(client.state_watcher());
+                    let input = Input::Connected {
+                        session_id: client.session_id().0,
+                        negotiated_timeout: client.session_timeout(),
+                    };
+                    self.client = Some(client);
+                    self.node.handle(input, at);
+                }
+                Wake::Connected(Err(error)) => {
+                    self.connecting = None;
+                    self.node.handle(Input::ConnectFailed { error }, at);
+                    let delay = self.delay;
+                    self.delay = (self.delay * 2).min(Duration::from_secs(10));
+                    self.connect(delay);
+                }
+                Wake::Timeout => self.node.handle_timeout(at),
+            }
+            if self.drain(&mut state).await {
+                return;
+            }
+        }
+    }
+
+    /// Performs the node's outputs; true when the driver is done (closed).
+    async fn drain(&mut self, state: &mut Option<zookeeper_client::StateWatcher>) -> bool {
+        while let Some(output) = self.node.poll() {
+            match output {
+                Output::Call { op, zk } => self.perform(op, zk),
+                Output::NewSession => {
+                    self.client = None;
+                    *state = None;
+                    self.generation += 1;
+                    self.events = SelectAll::new();
+                    self.connect(Duration::ZERO);
+                }
+                Output::CloseSession => {
+                    *state = None;
+                    self.events = SelectAll::new();
+                    self.connecting = None;
+                    if let Some(client) = self.client.take() {
+                        let mut closing = client.state_watcher();
+                        drop(client);
+                        // The last client dropped sends CloseSession; wait briefly so it
+                        // leaves the process.
+                        let _ = tokio::time::timeout(Duration::from_millis(300), async {
+                            while !matches!(closing.changed().await, SessionState::Closed) {}
+                        })
+                        .await;
+                    }
+                }
+                Output::Leadership(leadership) => {
+                    self.leadership.send_replace(leadership);
+                }
+                Output::Answer { req, answer } => {
+                    if let Some(reply) = self.waiting.remove(&req) {
+                        let _ = reply.send(answer);
+                    }
+                }
+                Output::Report(report) => log(&report),
+            }
+        }
+        false
+    }
+
+    fn perform(&mut self, op: OpId, zk: ZkOp) {
+        let generation = self.generation;
+        let Some(client) = self.client.clone() else {
+            // No session: the node resends what it still needs after the next one.
+            let result = Err(super::node::io::ZkFail::ConnectionLoss);
+            self.calls
+                .push(Box::pin(async move { (generation, op, result) }));
+            return;
+        };
+        self.calls.push(Box::pin(
+            call::perform(client, zk).map(move |performed| (generation, op, performed)),
+        ));
+    }
+
+    fn connect(&mut self, after: Duration) {
+        let hosts = self.hosts.clone();
+        let timeout = self.timeout;
+        self.connecting = Some(Box::pin(async move {
+            tokio::time::sleep(after).await;
+            let connector = Client::connector().with_session_timeout(timeout);
+            match tokio::time::timeout(timeout + CALL_DEADLINE, connector.connect(&hosts)).await {
+                Err(_) => Err("connecting: no session established in time".to_string()),
+                Ok(Err(error)) => Err(format!("connecting to {hosts}: {error}")),
+                Ok(Ok(client)) => Ok(client),
+            }
+        }));
+    }
+}
+
+fn watch_stream(
+    watcher: zookeeper_client::PersistentWatcher,
+) -> Pin<Box<dyn Stream<Item = WatchedEvent> + Send>> {
+    Box::pin(futures::stream::unfold(
+        Some(watcher),
+        |watcher| async move {
+            let mut watcher = watcher?;
+            let event = watcher.changed().await;
+            // After a terminal session event the watcher must not be polled again.
+            let terminal = event.event_type == EventType::Session
+                && matches!(
+                    event.session_state,
+                    SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+                );
+            Some((event, (!terminal).then_some(watcher)))
+        },
+    ))
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs a node's report as a tracing event.
+fn log(report: &super::node::io::Report) {
+    match report.level {
+        Level::Debug => tracing::debug!("{report}"),
+        Level::Info => tracing::info!("{report}"),
+        Level::Warn => tracing::warn!("{report}"),
+        Level::Error => tracing::error!("{report}"),
+    }
+}

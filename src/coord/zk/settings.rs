@@ -1,0 +1,219 @@
+//! How to reach the cluster: the `[zookeeper]` settings, connect-string parsing (the one place
+//! it is done) and the checks of what ZooKeeper would refuse or silently change.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use semver::Version;
+
+/// How to reach the cluster, and who this node is.
+#[derive(Debug, Clone)]
+pub struct ZkSettings {
+    /// `host:port[,host:port...][/chroot]`.
+    pub connect: String,
+    pub cluster: String,
+    pub session_timeout: Duration,
+    /// A node whose clock is further off ZooKeeper's than this leads nothing.
+    pub max_clock_skew: Option<Duration>,
+    pub node_id: String,
+    pub release: Version,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Splits `hosts[/chroot]` into the hosts and the chroot ("" for none).
+pub fn split_connect(connect: &str) -> Result<(String, String), String> {
+    let (hosts, chroot) = match connect.find('/') {
+        Some(at) => (&connect[..at], connect[at..].trim_end_matches('/')),
+        None => (connect, ""),
+    };
+    if hosts.is_empty() {
+        return Err(format!(
+            "`{connect}` names no ZooKeeper server; expected HOST:PORT[,HOST:PORT...][/chroot]"
+        ));
+    }
+    for host in hosts.split(',') {
+        let Some((name, port)) = host.rsplit_once(':') else {
+            return Err(format!(
+                "`{host}` in `{connect}` has no port; expected HOST:PORT, e.g. `127.0.0.1:2181`"
+            ));
+        };
+        if name.is_empty() || !matches!(port.parse::<u16>(), Ok(1..)) {
+            return Err(format!(
+                "`{host}` in `{connect}` is not HOST:PORT with a port from 1 to 65535"
+            ));
+        }
+    }
+    if let Some(problem) = chroot_problem(chroot) {
+        return Err(format!("the chroot `{chroot}` in `{connect}` {problem}"));
+    }
+    Ok((hosts.to_string(), chroot.to_string()))
+}
+
+/// What ZooKeeper would refuse in a chroot (`/a/b`, trailing `/` already removed), as the end
+/// of a sentence; `None` when it is a valid path (PathUtils.validatePath in ZooKeeper).
+fn chroot_problem(chroot: &str) -> Option<String> {
+    if chroot.is_empty() {
+        return None;
+    }
+    let elements = chroot[1..].split('/');
+    for element in elements.clone() {
+        match element {
+            "" => return Some("has an empty path element".into()),
+            "." | ".." => {
+                return Some(format!(
+                    "has a `{element}` element; ZooKeeper paths are absolute, without `.` or \
+                     `..`: write the path itself, like `/apps/cron`"
+                ));
+            }
+            _ => {}
+        }
+    }
+    if let Some(bad) = chroot.chars().find(|&c| {
+        matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    }) {
+        return Some(format!(
+            "contains the character {bad:?}, which ZooKeeper does not allow in paths (control \
+             characters, U+E000 to U+F8FF, U+FFF0 to U+FFFF)"
+        ));
+    }
+    if elements.clone().next() == Some("zookeeper") {
+        return Some(
+            "is under /zookeeper, which ZooKeeper reserves for itself; choose another path, \
+             like `/apps`"
+                .into(),
+        );
+    }
+    None
+}
+
+/// ZooKeeper sends the session timeout as a 32-bit count of milliseconds.
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The shortest session timeout zkcron accepts.
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What is wrong with a session timeout, and the help; `None` when it is in range.
+pub fn session_timeout_problem(timeout: Duration) -> Option<(String, String)> {
+    if (MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&timeout) {
+        return None;
+    }
+    Some((
+        format!(
+            "the session timeout {} is out of range: it must be from {} to {} (ZooKeeper sends \
+             it as a 32-bit count of milliseconds)",
+            humantime::format_duration(timeout),
+            humantime::format_duration(MIN_SESSION_TIMEOUT),
+            humantime::format_duration(MAX_SESSION_TIMEOUT)
+        ),
+        "the server then keeps it within its own minSessionTimeout..maxSessionTimeout (by \
+         default 2 to 20 of its ticks: 4s to 40s); 10s is a good start"
+            .into(),
+    ))
+}
+
+impl ZkSettings {
+    /// Checks what ZooKeeper would refuse, or silently change, in these settings; returns the
+    /// hosts and the chroot. `run` starts the coordinator only with settings that pass, and
+    /// `validate` calls it too.
+    pub fn check(&self) -> Result<(String, String), String> {
+        let (hosts, chroot) = split_connect(&self.connect)?;
+        validate_name("cluster", &self.cluster)?;
+        validate_name("node id", &self.node_id)?;
+        if let Some((message, help)) = session_timeout_problem(self.session_timeout) {
+            return Err(format!("{message}; {help}"));
+        }
+        Ok((hosts, chroot))
+    }
+}
+
+/// Checks that a node id or cluster name can be one element of a ZooKeeper path.
+pub fn validate_name(what: &str, name: &str) -> Result<(), String> {
+    if crate::config::is_path_name(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} `{name}` cannot be part of a ZooKeeper path; it must match {}",
+            crate::config::NODE_ID_PATTERN
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings_split_into_hosts_and_chroot() {
+        assert_eq!(
+            split_connect("127.0.0.1:2181").unwrap(),
+            ("127.0.0.1:2181".into(), "".into())
+        );
+        assert_eq!(
+            split_connect("a:1,b:2/apps/cron/").unwrap(),
+            ("a:1,b:2".into(), "/apps/cron".into())
+        );
+        let error = split_connect("zk1").unwrap_err();
+        assert!(error.contains("has no port"), "{error}");
+        let error = split_connect("zk1:99999").unwrap_err();
+        assert!(error.contains("port from 1 to 65535"), "{error}");
+        let error = split_connect("/chroot").unwrap_err();
+        assert!(error.contains("names no ZooKeeper server"), "{error}");
+    }
+
+    #[test]
+    fn connect_strings_zookeeper_would_refuse_are_refused_with_the_rule() {
+        for (connect, expected) in [
+            (
+                "zk1:0",
+                "`zk1:0` in `zk1:0` is not HOST:PORT with a port from 1 to 65535",
+            ),
+            (
+                "a:1,b:0/x",
+                "`b:0` in `a:1,b:0/x` is not HOST:PORT with a port from 1 to 65535",
+            ),
+            (
+                "zk1:2181/apps/../x",
+                "the chroot `/apps/../x` in `zk1:2181/apps/../x` has a `..` element",
+            ),
+            ("zk1:2181/./x", "has a `.` element"),
+            ("zk1:2181/a//b", "has an empty path element"),
+            (
+                "zk1:2181/zookeeper",
+                "is under /zookeeper, which ZooKeeper reserves for itself",
+            ),
+            ("zk1:2181/zookeeper/quota", "is under /zookeeper"),
+            ("zk1:2181/a\u{1}b", "contains the character '\\u{1}'"),
+        ] {
+            let error = split_connect(connect).unwrap_err();
+            assert!(error.contains(expected), "{connect}: {error}");
+        }
+        // Near misses are fine.
+        split_connect("zk1:65535/zookeepers/x").unwrap();
+        split_connect("zk1:1/a.b/..c").unwrap();
+    }
+
+    #[test]
+    fn session_timeouts_beyond_zookeepers_32_bit_milliseconds_are_refused() {
+        assert_eq!(session_timeout_problem(Duration::from_secs(10)), None);
+        assert_eq!(session_timeout_problem(MAX_SESSION_TIMEOUT), None);
+        let (message, _) =
+            session_timeout_problem(MAX_SESSION_TIMEOUT + Duration::from_millis(1)).unwrap();
+        assert!(
+            message.contains("must be from 1s to 24days 20h 31m 23s 647ms"),
+            "{message}"
+        );
+        assert!(session_timeout_problem(Duration::from_millis(999)).is_some());
+    }
+
+    #[test]
+    fn node_ids_and_cluster_names_must_fit_in_a_path() {
+        assert!(validate_name("node id", "web-1.example.com").is_ok());
+        let error = validate_name("node id", "a/b").unwrap_err();
+        assert!(
+            error.contains("cannot be part of a ZooKeeper path"),
+            "{error}"
+        );
+        assert!(validate_name("cluster", "..").is_err());
+        assert!(validate_name("cluster", "").is_err());
+    }
+}

@@ -1,0 +1,257 @@
+//! The records zkcron stores in ZooKeeper, their paths and the task-set codec. The JSON of
+//! every record is part of the cluster's protocol (nodes of different releases share a tree):
+//! fields are only ever added, with defaults, and readers ignore unknown ones.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::coord::RunResult;
+use crate::coord::lease::{TaskEntry, TaskSet};
+use crate::task::TaskSpec;
+
+/// The version of every JSON record this backend writes; readers ignore unknown fields.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A task set is split into znodes of at most this many bytes (ZooKeeper's limit is 1 MiB).
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// `members/<node-id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub format: u32,
+    pub id: String,
+    pub release: String,
+    /// The random 64-bit rendezvous seed, in hex (JSON numbers lose precision past 2^53).
+    pub seed: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_at: DateTime<Utc>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub taskset: TaskSetRef,
+    /// False while the node refuses leadership (clock skew beyond `max_clock_skew`): others
+    /// then rank without it. Missing (older writers) means true.
+    #[serde(default = "yes")]
+    pub leads: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Where a member's task set is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSetRef {
+    pub digest: String,
+    pub chunks: usize,
+    pub count: usize,
+}
+
+/// The tasks a node defines: the concatenated chunks `tasksets/<digest>-<i>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSetRecord {
+    pub format: u32,
+    pub tasks: BTreeMap<String, TaskSetEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSetEntry {
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_req: Option<String>,
+}
+
+/// `leases/<task>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub format: u32,
+    pub node: String,
+    pub session: String,
+    pub since: DateTime<Utc>,
+}
+
+/// `tasks/<task>`: the newest claimed tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FireRecord {
+    pub format: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub node: String,
+    #[serde(default)]
+    pub session: String,
+    /// The claim was made to run the tick (not to skip it for overlap).
+    #[serde(default)]
+    pub run: bool,
+    /// How often the tick was claimed again after its node was lost (`on_node_loss = "rerun"`).
+    #[serde(default)]
+    pub reruns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<DateTime<Utc>>,
+}
+
+impl FireRecord {
+    pub fn empty() -> FireRecord {
+        FireRecord {
+            format: FORMAT_VERSION,
+            tick: None,
+            node: String::new(),
+            session: String::new(),
+            run: false,
+            reruns: 0,
+            claimed_at: None,
+        }
+    }
+}
+
+/// `tasks/<task>/run-<unix>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub format: u32,
+    pub node: String,
+    pub session: String,
+    pub tick: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// `tasks/<task>/result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    pub format: u32,
+    #[serde(flatten)]
+    pub result: RunResult,
+}
+
+/// The paths of one cluster.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub base: String,
+}
+
+impl Paths {
+    pub fn members(&self) -> String {
+        format!("{}/members", self.base)
+    }
+    pub fn member(&self, id: &str) -> String {
+        format!("{}/members/{id}", self.base)
+    }
+    pub fn leases(&self) -> String {
+        format!("{}/leases", self.base)
+    }
+    pub fn lease(&self, task: &str) -> String {
+        format!("{}/leases/{task}", self.base)
+    }
+    pub fn tasks(&self) -> String {
+        format!("{}/tasks", self.base)
+    }
+    pub fn record(&self, task: &str) -> String {
+        format!("{}/tasks/{task}", self.base)
+    }
+    pub fn epoch(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/epoch", self.base)
+    }
+    pub fn result(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/result", self.base)
+    }
+    pub fn run(&self, task: &str, tick: DateTime<Utc>) -> String {
+        format!("{}/tasks/{task}/run-{}", self.base, tick.timestamp())
+    }
+    pub fn tasksets(&self) -> String {
+        format!("{}/tasksets", self.base)
+    }
+    pub fn chunk(&self, digest: &str, index: usize) -> String {
+        format!("{}/tasksets/{digest}-{index}", self.base)
+    }
+    pub fn clock(&self) -> String {
+        format!("{}/clock", self.base)
+    }
+}
+
+/// Encodes this node's task set: its digest and chunks.
+pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
+    let record = TaskSetRecord {
+        format: FORMAT_VERSION,
+        tasks: tasks
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    TaskSetEntry {
+                        digest: t.canonical_digest(),
+                        version_req: t.version_req.as_ref().map(|r| r.to_string()),
+                    },
+                )
+            })
+            .collect(),
+    };
+    let bytes = serde_json::to_vec(&record).expect("task sets serialize");
+    let digest = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
+    let chunks: Vec<Vec<u8>> = bytes.chunks(CHUNK_BYTES).map(<[u8]>::to_vec).collect();
+    let set = decode_taskset(&record);
+    (
+        TaskSetRef {
+            digest,
+            chunks: chunks.len().max(1),
+            count: record.tasks.len(),
+        },
+        chunks,
+        set,
+    )
+}
+
+pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
+    Arc::new(
+        record
+            .tasks
+            .iter()
+            .map(|(name, entry)| {
+                (
+                    name.clone(),
+                    TaskEntry {
+                        digest: entry.digest.clone(),
+                        // A requirement this release cannot parse matches nothing, so an old
+                        // node never leads a task written for a newer one.
+                        version_req: entry.version_req.as_ref().map(|r| {
+                            semver::VersionReq::parse(r).unwrap_or_else(|_| {
+                                semver::VersionReq::parse("<0.0.0-0").expect("valid")
+                            })
+                        }),
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use semver::Version;
+
+    #[test]
+    fn member_records_keep_64_bit_seeds_exact_and_ignore_unknown_fields() {
+        let json = r#"{"format":1,"id":"n1","release":"1.2.3","seed":"ffffffffffffffff",
+            "host":"h","pid":1,"started_at":"2026-01-01T00:00:00Z","labels":{},
+            "taskset":{"digest":"d","chunks":1,"count":0},"from_the_future":true}"#;
+        let record: MemberRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(u64::from_str_radix(&record.seed, 16).unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn an_unparsable_version_req_from_a_newer_release_matches_nothing() {
+        let mut tasks = BTreeMap::new();
+        tasks.insert(
+            "t".to_string(),
+            TaskSetEntry {
+                digest: "d".into(),
+                version_req: Some("~~>2 (future syntax)".into()),
+            },
+        );
+        let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
+        let req = set["t"].version_req.as_ref().unwrap();
+        assert!(!req.matches(&Version::parse("99.0.0").unwrap()));
+    }
+}

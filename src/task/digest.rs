@@ -1,0 +1,201 @@
+//! The canonical digest of a task's definition: what the cluster publishes so that operators
+//! (and nodes) can tell nodes that load different definitions of one task apart.
+//!
+//! It is computed from an explicit serialization, never from `Debug` output (which is free to
+//! change between releases or compiler versions), so every release that writes the same
+//! version of this format gives the same digest for the same task: a cluster that mixes
+//! releases during an upgrade does not see false disagreements.
+//!
+//! # The serialization, version 1
+//! The header line `zkcron task digest v1`, then one line per field, in this order, each
+//! `<field>=<value>` followed by `\n`:
+//!
+//! | field | value |
+//! |---|---|
+//! | `name` | str |
+//! | `schedule` | str: the expression as written, runs of whitespace made one space (aliases such as `@daily` are not expanded) |
+//! | `timezone` | str: the IANA name |
+//! | `command` | `argv <n>` and then ` <str>` per argument, or `shell <str>` |
+//! | `user`, `group` | opt str |
+//! | `working_dir` | opt str (the path's bytes) |
+//! | `env` | `<n>` and then ` <str>` per variable: its **name only**, in byte order; values are left out (below) |
+//! | `timeout` | opt dur |
+//! | `kill_grace` | dur |
+//! | `overlap` | `skip`, `allow` or `replace` |
+//! | `catch_up` | `skip`, `once` or `all` |
+//! | `starting_deadline` | opt dur |
+//! | `jitter` | dur |
+//! | `retries` | `<attempts> <dur backoff> <dur max_backoff>` |
+//! | `version_req` | opt str: the requirement as `semver` prints it |
+//! | `kill_on_session_loss` | `true` or `false` |
+//! | `on_node_loss` | `skip` or `rerun` |
+//! | `enabled` | `true` or `false` |
+//!
+//! A str is its length in bytes (decimal), `:`, and its UTF-8 bytes — so no value needs
+//! escaping and none can be mistaken for a separator. An opt is `-` when absent. A dur is whole
+//! nanoseconds in decimal followed by `ns`. Numbers are decimal without leading zeros.
+//!
+//! Left out: the file path (nodes keep jobs dirs in different places), the `description` (it
+//! changes no behaviour), and the `env` values. The digest is the 64-bit xxh3 (a hash with a
+//! fixed specification) of these bytes, as 16 lowercase hex digits. Any change to the fields,
+//! their order or their encoding is a new version of this format, with its own header line.
+//!
+//! # Why the `env` values are left out
+//! The digest is published in the task set (`tasksets/<digest>-<i>` in ZooKeeper), which any
+//! client of the ensemble can read: zkcron creates its znodes readable by anyone. `env` is where
+//! secrets go (`PGPASSWORD`, tokens), and a secret is often guessable from a list or short
+//! enough to search, so a hash of it is as good as the secret to anyone who can test guesses
+//! against it. A salt does not change that unless the salt itself is secret: every node of a
+//! cluster must compute the same digest, so the salt would have to be something all nodes
+//! agree on — the cluster name, a value stored in ZooKeeper — and whoever reads the digest can
+//! read that too. zkcron has no secret shared by all nodes of a cluster (ZooKeeper
+//! authentication, when configured, may differ per node), and adding one only for this would
+//! be a new key to distribute. So the values are not part of the digest at all; the names are,
+//! so a variable added or removed on one node still shows. Two nodes whose task files differ
+//! only in an `env` value publish the same digest: compare those files with your configuration
+//! management. (The same caution applies to secrets on the command line: the command is part
+//! of the digest, and anyone on the host can read it in `ps`; pass secrets through `env` or a
+//! file.)
+
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use super::{CatchUpPolicy, CommandLine, NodeLossPolicy, OverlapPolicy, TaskSpec};
+
+/// The first line of version 1 of the serialization.
+const HEADER: &str = "zkcron task digest v1\n";
+
+impl TaskSpec {
+    /// The canonical serialization of this task's definition (see the module documentation).
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut out = Canonical(HEADER.as_bytes().to_vec());
+        out.field("name", |o| o.str(self.name.as_bytes()));
+        let expression: Vec<&str> = self.schedule.expression().split_whitespace().collect();
+        out.field("schedule", |o| o.str(expression.join(" ").as_bytes()));
+        out.field("timezone", |o| {
+            o.str(self.schedule.timezone().name().as_bytes())
+        });
+        out.field("command", |o| match &self.command {
+            CommandLine::Argv(argv) => {
+                o.raw(&format!("argv {}", argv.len()));
+                for arg in argv {
+                    o.raw(" ");
+                    o.str(arg.as_bytes());
+                }
+            }
+            CommandLine::Shell(script) => {
+                o.raw("shell ");
+                o.str(script.as_bytes());
+            }
+        });
+        out.field("user", |o| {
+            o.opt_str(self.user.as_deref().map(str::as_bytes))
+        });
+        out.field("group", |o| {
+            o.opt_str(self.group.as_deref().map(str::as_bytes))
+        });
+        out.field("working_dir", |o| {
+            o.opt_str(
+                self.working_dir
+                    .as_deref()
+                    .map(|p| p.as_os_str().as_bytes()),
+            )
+        });
+        out.field("env", |o| {
+            o.raw(&self.env.len().to_string());
+            // A BTreeMap of Strings iterates in byte order.
+            for name in self.env.keys() {
+                o.raw(" ");
+                o.str(name.as_bytes());
+            }
+        });
+        out.field("timeout", |o| o.opt_dur(self.timeout));
+        out.field("kill_grace", |o| o.dur(self.kill_grace));
+        out.field("overlap", |o| {
+            o.raw(match self.overlap {
+                OverlapPolicy::Skip => "skip",
+                OverlapPolicy::Allow => "allow",
+                OverlapPolicy::Replace => "replace",
+            })
+        });
+        out.field("catch_up", |o| {
+            o.raw(match self.catch_up {
+                CatchUpPolicy::Skip => "skip",
+                CatchUpPolicy::Once => "once",
+                CatchUpPolicy::All => "all",
+            })
+        });
+        out.field("starting_deadline", |o| o.opt_dur(self.starting_deadline));
+        out.field("jitter", |o| o.dur(self.jitter));
+        out.field("retries", |o| {
+            o.raw(&format!("{} ", self.retries.attempts));
+            o.dur(self.retries.backoff);
+            o.raw(" ");
+            o.dur(self.retries.max_backoff);
+        });
+        let version_req = self.version_req.as_ref().map(|r| r.to_string());
+        out.field("version_req", |o| {
+            o.opt_str(version_req.as_deref().map(str::as_bytes))
+        });
+        out.field("kill_on_session_loss", |o| {
+            o.raw(&self.kill_on_session_loss.to_string())
+        });
+        out.field("on_node_loss", |o| {
+            o.raw(match self.on_node_loss {
+                NodeLossPolicy::Skip => "skip",
+                NodeLossPolicy::Rerun => "rerun",
+            })
+        });
+        out.field("enabled", |o| o.raw(&self.enabled.to_string()));
+        out.0
+    }
+
+    /// The digest of [`TaskSpec::canonical_bytes`]: 16 lowercase hex digits of its xxh3-64. The
+    /// same for the same definition on every node and in every release that writes version 1
+    /// of the serialization; `env` values and the file path do not count.
+    pub fn canonical_digest(&self) -> String {
+        format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
+        )
+    }
+}
+
+/// The serialization being written.
+struct Canonical(Vec<u8>);
+
+impl Canonical {
+    fn field(&mut self, name: &str, value: impl FnOnce(&mut Canonical)) {
+        self.raw(name);
+        self.raw("=");
+        value(self);
+        self.raw("\n");
+    }
+
+    fn raw(&mut self, text: &str) {
+        self.0.extend_from_slice(text.as_bytes());
+    }
+
+    fn str(&mut self, bytes: &[u8]) {
+        self.raw(&format!("{}:", bytes.len()));
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn opt_str(&mut self, bytes: Option<&[u8]>) {
+        match bytes {
+            Some(bytes) => self.str(bytes),
+            None => self.raw("-"),
+        }
+    }
+
+    fn dur(&mut self, duration: Duration) {
+        self.raw(&format!("{}ns", duration.as_nanos()));
+    }
+
+    fn opt_dur(&mut self, duration: Option<Duration>) {
+        match duration {
+            Some(duration) => self.dur(duration),
+            None => self.raw("-"),
+        }
+    }
+}

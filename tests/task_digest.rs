@@ -1,0 +1,154 @@
+//! The canonical task digest (`TaskSpec::canonical_digest`, issue [5] item 8): pinned for a
+//! fixed task file, so that a release that changes it by accident fails here; every field that
+//! defines behaviour counts; the file path, the description and `env` values do not.
+
+use std::path::{Path, PathBuf};
+
+use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+
+fn fixture() -> (PathBuf, String) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/nightly-backup.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    (path, text)
+}
+
+/// Loads `text` as root would (so `user` and `group` are allowed), zone UTC by default.
+fn load(path: &Path, text: &str) -> TaskSpec {
+    let defaults = TaskDefaults {
+        timezone: chrono_tz::Tz::UTC,
+        user: None,
+        identity: Identity {
+            uid: 0,
+            user_name: "root".into(),
+        },
+    };
+    parse_task("nightly-backup", path, text, &defaults)
+        .unwrap_or_else(|errors| panic!("{}", errors[0]))
+}
+
+/// The serialization of the fixture, byte for byte: the module documentation of
+/// `task::digest` specifies it, and this is that specification applied.
+const PINNED_BYTES: &str = "zkcron task digest v1
+name=14:nightly-backup
+schedule=10:30 2 * * *
+timezone=13:Europe/Berlin
+command=argv 3 21:/usr/local/bin/backup 6:--full 9:two words
+user=6:nobody
+group=7:nogroup
+working_dir=12:/var/backups
+env=2 6:PGHOST 10:PGPASSWORD
+timeout=7200000000000ns
+kill_grace=15000000000ns
+overlap=replace
+catch_up=all
+starting_deadline=900000000000ns
+jitter=30000000000ns
+retries=2 30000000000ns 300000000000ns
+version_req=5:>=2.1
+kill_on_session_loss=true
+on_node_loss=rerun
+enabled=true
+";
+
+/// The xxh3-64 of [`PINNED_BYTES`]. If this changes, the digest changed for every task in
+/// every cluster: a mixed-release cluster would report every task as defined differently.
+const PINNED_DIGEST: &str = "5bcd6e82a4b766c8";
+
+#[test]
+fn the_digest_of_a_fixed_task_file_is_pinned() {
+    let (path, text) = fixture();
+    let spec = load(&path, &text);
+    assert_eq!(
+        String::from_utf8(spec.canonical_bytes()).unwrap(),
+        PINNED_BYTES
+    );
+    assert_eq!(spec.canonical_digest(), PINNED_DIGEST);
+}
+
+#[test]
+fn the_path_the_description_and_env_values_do_not_count() {
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    for (what, path, text) in [
+        (
+            "another path",
+            PathBuf::from("/etc/zkcron/jobs.d/nightly-backup.toml"),
+            text.clone(),
+        ),
+        (
+            "another description",
+            path.clone(),
+            text.replace("Full backup", "Backup"),
+        ),
+        (
+            "another env value",
+            path.clone(),
+            text.replace("s3cret", "another secret"),
+        ),
+        (
+            "other whitespace in the schedule",
+            path.clone(),
+            text.replace("\"30  2 * * *\"", "\" 30 2  *  * * \""),
+        ),
+    ] {
+        assert_eq!(load(&path, &text).canonical_digest(), digest, "{what}");
+    }
+    // The secret is nowhere in what is hashed.
+    let bytes = load(&path, &text).canonical_bytes();
+    assert!(!bytes.windows(6).any(|w| w == b"s3cret"));
+}
+
+#[test]
+fn every_field_that_defines_behaviour_changes_the_digest() {
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    let edits = [
+        ("\"30  2 * * *\"", "\"31 2 * * *\""),
+        ("\"Europe/Berlin\"", "\"Europe/Paris\""),
+        ("\"two words\"", "\"two\", \"words\""),
+        (
+            "command = [\"/usr/local/bin/backup\", \"--full\", \"two words\"]",
+            "command = \"/usr/local/bin/backup --full 'two words'\"",
+        ),
+        ("\"nobody\"", "\"daemon\""),
+        ("group = \"nogroup\"\n", ""),
+        ("\"/var/backups\"", "\"/var/backup\""),
+        ("PGHOST = \"db1\", ", ""),
+        ("\"2h\"", "\"1h\""),
+        ("\"15s\"", "\"10s\""),
+        ("\"replace\"", "\"allow\""),
+        ("\"all\"", "\"once\""),
+        ("\"15m\"", "\"16m\""),
+        ("jitter = \"30s\"", "jitter = \"31s\""),
+        ("attempts = 2", "attempts = 3"),
+        ("backoff = \"30s\", max", "backoff = \"20s\", max"),
+        ("\"5m\"", "\"6m\""),
+        ("\">=2.1\"", "\">=2.2\""),
+        (
+            "kill_on_session_loss = true",
+            "kill_on_session_loss = false",
+        ),
+        ("\"rerun\"", "\"skip\""),
+        ("on_node_loss", "enabled = false\non_node_loss"),
+    ];
+    for (from, to) in edits {
+        assert_eq!(text.matches(from).count(), 1, "{from:?} is not unique");
+        let edited = load(&path, &text.replacen(from, to, 1)).canonical_digest();
+        assert_ne!(
+            edited, digest,
+            "{from:?} -> {to:?} did not change the digest"
+        );
+    }
+    // The name (file stem) too.
+    let defaults = TaskDefaults {
+        timezone: chrono_tz::Tz::UTC,
+        user: None,
+        identity: Identity {
+            uid: 0,
+            user_name: "root".into(),
+        },
+    };
+    let renamed = parse_task("nightly-backup-2", &path, &text, &defaults).unwrap();
+    assert_ne!(renamed.canonical_digest(), digest);
+}
