@@ -53,6 +53,17 @@ impl Violation {
     }
 }
 
+/// A successful write of a fire record that moved it to a new tick: a claim, as the server saw
+/// it (decoded from the record's JSON).
+pub(crate) struct RecordWrite {
+    pub(crate) task: TaskIx,
+    pub(crate) previous: Option<DateTime<Utc>>,
+    pub(crate) tick: DateTime<Utc>,
+    /// The node whose session wrote it.
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClaimRec {
     pub(crate) at: Ms,
@@ -95,12 +106,13 @@ impl Checker {
         holder: Option<SessionId>,
         latest: DateTime<Utc>,
     ) {
-        let FireRecord {
+        let RecordWrite {
+            task,
             tick,
             node,
             session,
-        } = write.record;
-        let task = write.task;
+            ..
+        } = *write;
         let earlier = self.claims.entry((task, tick)).or_default();
         let first = earlier.first().copied();
         earlier.push(ClaimRec { at, node, session });
@@ -190,122 +202,6 @@ impl Checker {
 // ------------------------------------------------------------------------------------------------
 // Traces and statistics
 // ------------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-pub(crate) enum What {
-    Fault(Fault),
-    SessionOpened(SessionId),
-    Connected(SessionId),
-    Disconnected(&'static str),
-    SessionExpired(SessionId),
-    LearnedExpiry,
-    Registered,
-    RegisterRefused(Option<SessionId>),
-    TakeSent,
-    LeaseCreated(SessionId),
-    TakeRefused(Option<SessionId>),
-    ReleaseSent,
-    LeaseDeleted,
-    FiringStarted(i32),
-    FiringStopped,
-    RecordLoaded(Option<DateTime<Utc>>),
-    ClaimSent(DateTime<Utc>, u8),
-    ClaimApplied(DateTime<Utc>, SessionId, Option<SessionId>),
-    Claimed(DateTime<Utc>),
-    AlreadyClaimed(DateTime<Utc>, Option<DateTime<Utc>>),
-    NotLeader(DateTime<Utc>),
-    ClaimConflict(DateTime<Utc>),
-    ClaimRejected(DateTime<Utc>),
-    ReplyLost,
-    Unresolved(DateTime<Utc>),
-    Resolved(DateTime<Utc>, bool),
-    Ran(DateTime<Utc>),
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Trace {
-    pub(crate) at: Ms,
-    pub(crate) node: Option<NodeIx>,
-    pub(crate) task: Option<TaskIx>,
-    pub(crate) what: What,
-}
-
-impl fmt::Display for Trace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:>9.3}s ", self.at as f64 / 1000.0)?;
-        match self.node {
-            Some(n) => write!(f, "n{n:<2} ")?,
-            None => write!(f, "zk  ")?,
-        }
-        match self.task {
-            Some(t) => write!(f, "t{t:02} ")?,
-            None => write!(f, "    ")?,
-        }
-        match &self.what {
-            What::Fault(fault) => write!(f, "FAULT {fault:?}"),
-            What::SessionOpened(s) => write!(f, "session {} opened", s.0),
-            What::Connected(s) => write!(f, "connected, session {}", s.0),
-            What::Disconnected(why) => write!(f, "disconnected ({why}): paused"),
-            What::SessionExpired(s) => write!(f, "session {} expired/closed", s.0),
-            What::LearnedExpiry => write!(f, "learned its session expired: drops state, rejoins"),
-            What::Registered => write!(f, "registered"),
-            What::RegisterRefused(o) => {
-                write!(
-                    f,
-                    "register refused: member exists (session {:?})",
-                    o.map(|s| s.0)
-                )
-            }
-            What::TakeSent => write!(f, "take: create lease"),
-            What::LeaseCreated(s) => write!(f, "lease created (session {})", s.0),
-            What::TakeRefused(o) => {
-                write!(
-                    f,
-                    "take refused: lease exists (session {:?})",
-                    o.map(|s| s.0)
-                )
-            }
-            What::ReleaseSent => write!(f, "release: delete lease"),
-            What::LeaseDeleted => write!(f, "lease deleted"),
-            What::FiringStarted(v) => write!(f, "firing (lease version {v}): reading the record"),
-            What::FiringStopped => write!(f, "stopped firing"),
-            What::RecordLoaded(r) => {
-                write!(f, "record read: {:?}", r.map(secs))
-            }
-            What::ClaimSent(t, a) => write!(f, "claim {:.3}s sent (attempt {a})", secs(*t)),
-            What::ClaimApplied(t, s, h) => write!(
-                f,
-                "CLAIM {:.3}s applied for session {} (lease holder {:?})",
-                secs(*t),
-                s.0,
-                h.map(|h| h.0)
-            ),
-            What::Claimed(t) => write!(f, "claim {:.3}s won", secs(*t)),
-            What::AlreadyClaimed(t, r) => write!(
-                f,
-                "claim {:.3}s: already claimed (record {:?})",
-                secs(*t),
-                r.map(secs)
-            ),
-            What::NotLeader(t) => write!(f, "claim {:.3}s: not leader", secs(*t)),
-            What::ClaimConflict(t) => {
-                write!(f, "claim {:.3}s: record changed, re-reading", secs(*t))
-            }
-            What::ClaimRejected(t) => {
-                write!(f, "claim {:.3}s: rejected, session expired", secs(*t))
-            }
-            What::ReplyLost => write!(f, "reply lost: connection reset"),
-            What::Unresolved(t) => write!(f, "claim {:.3}s: outcome unknown", secs(*t)),
-            What::Resolved(t, won) => write!(
-                f,
-                "claim {:.3}s resolved from the record: {}",
-                secs(*t),
-                if *won { "won" } else { "not won" }
-            ),
-            What::Ran(t) => write!(f, "RUN {:.3}s", secs(*t)),
-        }
-    }
-}
 
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Stats {

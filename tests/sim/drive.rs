@@ -24,6 +24,16 @@ use zkcron::task::{CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
 use super::model_zk::{self, ModelZk, Write};
 use super::*;
 
+/// Adds a line to the trace, formatting it only while tracing.
+macro_rules! note {
+    ($sim:expr, $node:expr, $task:expr, $what:expr $(,)?) => {
+        if $sim.tracing {
+            let what: String = $what;
+            $sim.note_now($node, $task, what);
+        }
+    };
+}
+
 /// What the world needs of a node: the sans-IO seam (`coord::node::io`).
 pub(crate) trait SimNode {
     fn handle(&mut self, input: Input, now: Now);
@@ -49,6 +59,17 @@ pub(crate) struct NodeSpec {
 pub(crate) type MakeNode = fn(&NodeSpec, Now) -> Box<dyn SimNode>;
 
 pub(crate) const BASE: &str = "/zkcron/sim";
+
+/// A registered member: its node, the session owning its znode, its data.
+pub(crate) type Registered = (NodeIx, SessionId, Member);
+
+/// A running node's release and clock offset.
+pub(crate) type NodeState = (Version, i64);
+
+/// The index of task `tNN`.
+pub(crate) fn task_ix(name: &str) -> TaskIx {
+    name[1..].parse().expect("task names are tNN")
+}
 
 /// The task as the daemon would load it (identical on every node that defines it).
 pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
@@ -278,6 +299,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) stranger: i64,
     /// Trace every call and reply (`ZKCRON_SIM_TRACE`).
     pub(crate) trace_calls: bool,
+    /// Keep a trace at all (for the report of a failing scenario).
+    pub(crate) tracing: bool,
 }
 
 impl<'s> Sim<'s> {
@@ -328,6 +351,7 @@ impl<'s> Sim<'s> {
             member_log: vec![(0, Vec::new())],
             stranger: 0,
             trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
+            tracing: true,
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -385,7 +409,7 @@ impl<'s> Sim<'s> {
         );
     }
 
-    pub(crate) fn note(&mut self, node: Option<NodeIx>, task: Option<TaskIx>, what: String) {
+    pub(crate) fn note_now(&mut self, node: Option<NodeIx>, task: Option<TaskIx>, what: String) {
         self.trace.push((self.now, node, task, what));
     }
 
@@ -567,7 +591,12 @@ impl<'s> Sim<'s> {
             // Applied, but the reply is lost with the connection; the client sees a reset.
             self.kill_link(conn);
             self.stats.replies_lost += 1;
-            self.note(Some(node), None, "reply lost: connection reset".into());
+            note!(
+                self,
+                Some(node),
+                None,
+                "reply lost: connection reset".into()
+            );
             let delay = self.rng.random_range(5..=200);
             self.timer(node, delay, T::Reset(conn));
             return;
@@ -598,7 +627,7 @@ impl<'s> Sim<'s> {
                 let id = self.zk.open_session(self.sc.session_timeout, self.now);
                 self.links.get_mut(&conn).expect("known").session = Some(id);
                 self.session_conn.insert(id, conn);
-                self.note(Some(node), None, format!("session {id:x} opened"));
+                note!(self, Some(node), None, format!("session {id:x} opened"));
                 self.push(self.now + self.sc.session_timeout, Ev::SessionCheck(id));
                 self.send_down(conn, Down::Connected { session: id });
             }
@@ -625,7 +654,7 @@ impl<'s> Sim<'s> {
             Up::CloseSession => {
                 let Some(id) = session else { return };
                 if self.zk.alive(id) && self.session_conn.get(&id) == Some(&conn) {
-                    self.note(Some(node), None, format!("session {id:x} closed"));
+                    note!(self, Some(node), None, format!("session {id:x} closed"));
                     self.end_session(id);
                 }
                 self.kill_link(conn);
@@ -722,7 +751,7 @@ impl<'s> Sim<'s> {
         self.stats.expiries += 1;
         let conn = self.session_conn.get(&id).copied();
         let node = conn.map(|c| self.links[&c].node);
-        self.note(node, None, format!("session {id:x} expired"));
+        note!(self, node, None, format!("session {id:x} expired"));
         self.end_session(id);
         if let Some(conn) = conn
             && self.links[&conn].alive
@@ -785,7 +814,8 @@ impl<'s> Sim<'s> {
             .get(&lease)
             .map(|z| SessionId(z.stat.ephemeral_owner as u64));
         let session = SessionId(write.session as u64);
-        self.note(
+        note!(
+            self,
             node,
             Some(t),
             format!(
@@ -800,11 +830,9 @@ impl<'s> Sim<'s> {
         let write = RecordWrite {
             task: t,
             previous,
-            record: FireRecord {
-                tick,
-                node: claimer,
-                session,
-            },
+            tick,
+            node: claimer,
+            session,
         };
         self.check.on_claim(self.now, &write, holder, latest);
     }
@@ -932,11 +960,12 @@ impl<'s> Sim<'s> {
         if let Some(conn) = self.procs[n].conn {
             self.send_up(conn, Up::Close);
         }
-        self.note(Some(n), None, format!("disconnected ({why})"));
+        note!(self, Some(n), None, format!("disconnected ({why})"));
+        // Not connected from here on: what the node calls now fails at once.
+        self.schedule_reconnect(n);
         self.procs[n].ping_generation += 1;
         self.input(n, Input::Disconnected);
         self.fail_in_flight(n, ZkFail::ConnectionLoss);
-        self.schedule_reconnect(n);
     }
 
     pub(crate) fn fail_in_flight(&mut self, n: NodeIx, error: ZkFail) {
@@ -954,7 +983,7 @@ impl<'s> Sim<'s> {
     /// The server says the session expired: the node is told, and builds a new one on
     /// `Output::NewSession`.
     pub(crate) fn expired(&mut self, n: NodeIx) {
-        self.note(Some(n), None, "learned its session expired".into());
+        note!(self, Some(n), None, "learned its session expired".into());
         if let Some(conn) = self.procs[n].conn.take() {
             self.kill_link(conn);
         }
@@ -982,7 +1011,12 @@ impl<'s> Sim<'s> {
                 p.session = Some(session);
                 p.ping_generation += 1;
                 let generation = p.ping_generation;
-                self.note(Some(n), None, format!("connected, session {session:x}"));
+                note!(
+                    self,
+                    Some(n),
+                    None,
+                    format!("connected, session {session:x}")
+                );
                 self.timer(n, self.sc.session_timeout / 3, T::Ping(generation));
                 self.input(
                     n,
@@ -1042,7 +1076,7 @@ impl<'s> Sim<'s> {
             T::NodeTimeout(generation) => {
                 if self.procs[n].timeout_generation == generation {
                     if self.trace_calls {
-                        self.note(Some(n), None, "handle_timeout".into());
+                        note!(self, Some(n), None, "handle_timeout".into());
                     }
                     self.procs[n].timeout_at = None;
                     let now = self.clock(n);
@@ -1103,7 +1137,7 @@ impl<'s> Sim<'s> {
     /// Feeds the node one input, then lets it settle.
     pub(crate) fn input(&mut self, n: NodeIx, input: Input) {
         if self.trace_calls {
-            self.note(Some(n), None, format!("input {input:?}"));
+            note!(self, Some(n), None, format!("input {input:?}"));
         }
         let now = self.clock(n);
         let Some(node) = self.procs[n].node.as_mut() else {
@@ -1138,7 +1172,7 @@ impl<'s> Sim<'s> {
                 break;
             };
             if self.trace_calls {
-                self.note(Some(n), None, format!("request #{req}: {request:?}"));
+                note!(self, Some(n), None, format!("request #{req}: {request:?}"));
             }
             let now = self.clock(n);
             self.procs[n]
@@ -1175,7 +1209,12 @@ impl<'s> Sim<'s> {
             Output::Call { op, zk } => {
                 if self.trace_calls {
                     let connected = self.procs[n].connected;
-                    self.note(Some(n), None, format!("call #{op} (connected {connected}): {zk:?}"));
+                    note!(
+                        self,
+                        Some(n),
+                        None,
+                        format!("call #{op} (connected {connected}): {zk:?}")
+                    );
                 }
                 let p = &mut self.procs[n];
                 match (p.conn, p.connected) {
@@ -1205,7 +1244,8 @@ impl<'s> Sim<'s> {
                 }
             }
             Output::Leadership(leadership) => {
-                self.note(
+                note!(
+                    self,
                     Some(n),
                     None,
                     format!(
@@ -1224,7 +1264,7 @@ impl<'s> Sim<'s> {
             }
             Output::Report(report) => {
                 self.reports += 1;
-                self.note(Some(n), None, format!("REPORT {report}"));
+                note!(self, Some(n), None, format!("REPORT {report}"));
             }
         }
     }
@@ -1253,7 +1293,7 @@ impl<'s> Sim<'s> {
             .collect();
         for t in stop {
             self.procs[n].plans.remove(&t);
-            self.note(Some(n), Some(t), "stopped firing".into());
+            note!(self, Some(n), Some(t), "stopped firing".into());
         }
         for t in led {
             if self.procs[n].plans.contains_key(&t) {
@@ -1272,7 +1312,7 @@ impl<'s> Sim<'s> {
                     wake_seq: 0,
                 },
             );
-            self.note(Some(n), Some(t), "firing: reading the record".into());
+            note!(self, Some(n), Some(t), "firing: reading the record".into());
             let task = self.sc.tasks[t].name.clone();
             self.ask(
                 n,
@@ -1302,7 +1342,8 @@ impl<'s> Sim<'s> {
                 }
                 match answer {
                     Ok(Answered::Tick(last)) => {
-                        self.note(
+                        note!(
+                            self,
                             Some(n),
                             Some(task),
                             format!("record read: {:?}", last.map(secs)),
@@ -1320,7 +1361,12 @@ impl<'s> Sim<'s> {
                     }
                     other => {
                         // The daemon retries: drop the plan and poke again in a second.
-                        self.note(Some(n), Some(task), format!("record not read: {other:?}"));
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("record not read: {other:?}")
+                        );
                         self.procs[n].plans.remove(&task);
                         self.timer(n, 1_000, T::Poke);
                     }
@@ -1335,7 +1381,8 @@ impl<'s> Sim<'s> {
                     Ok(Answered::Claim(ClaimOutcome::Claimed)) => self.ran(n, task, tick),
                     Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })) => {
                         self.stats.already_claimed += 1;
-                        self.note(
+                        note!(
+                            self,
                             Some(n),
                             Some(task),
                             format!(
@@ -1347,19 +1394,29 @@ impl<'s> Sim<'s> {
                     }
                     Ok(Answered::Claim(ClaimOutcome::NotLeader)) => {
                         self.stats.not_leader += 1;
-                        self.note(
+                        note!(
+                            self,
                             Some(n),
                             Some(task),
                             format!("claim {:.3}s: not leader", secs(tick)),
                         );
                     }
                     Err(error) if self.sc.knobs.bug == NodeBug::AssumeClaimedOnLoss => {
-                        self.note(Some(n), Some(task), format!("claim {:.3}s: {error}, taken as won (deliberate bug)", secs(tick)));
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!(
+                                "claim {:.3}s: {error}, taken as won (deliberate bug)",
+                                secs(tick)
+                            )
+                        );
                         self.ran(n, task, tick);
                     }
                     other => {
                         self.stats.conflicts += 1;
-                        self.note(
+                        note!(
+                            self,
                             Some(n),
                             Some(task),
                             format!("claim {:.3}s: {other:?}", secs(tick)),
@@ -1384,7 +1441,7 @@ impl<'s> Sim<'s> {
 
     pub(crate) fn ran(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>) {
         self.stats.runs += 1;
-        self.note(Some(n), Some(task), format!("RUN {:.3}s", secs(tick)));
+        note!(self, Some(n), Some(task), format!("RUN {:.3}s", secs(tick)));
         let session = self
             .check
             .claims
@@ -1412,7 +1469,12 @@ impl<'s> Sim<'s> {
             if let Some(tick) = plan.queue.pop_front() {
                 plan.in_flight = true;
                 let generation = plan.generation;
-                self.note(Some(n), Some(task), format!("claim {:.3}s", secs(tick)));
+                note!(
+                    self,
+                    Some(n),
+                    Some(task),
+                    format!("claim {:.3}s", secs(tick))
+                );
                 let name = self.sc.tasks[task].name.clone();
                 self.ask(
                     n,
@@ -1468,7 +1530,7 @@ impl<'s> Sim<'s> {
     }
 
     pub(crate) fn fault(&mut self, fault: Fault) {
-        self.note(fault.node(), None, format!("FAULT {fault:?}"));
+        note!(self, fault.node(), None, format!("FAULT {fault:?}"));
         if !matches!(fault, Fault::LinkUp(_) | Fault::Thaw(_) | Fault::LossOff(_)) {
             self.disturbed.push((fault.node(), self.now, self.now));
         }
@@ -1669,7 +1731,7 @@ impl<'s> Sim<'s> {
         for op in ops {
             let mut writes = Vec::new();
             let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
-            self.note(None, None, format!("stranger {op:?}: {result:?}"));
+            note!(self, None, None, format!("stranger {op:?}: {result:?}"));
             for write in writes {
                 self.on_write(None, &write);
             }

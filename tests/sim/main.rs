@@ -114,9 +114,7 @@
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
-use std::fmt;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,27 +122,20 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use semver::{Version, VersionReq};
-use zkcron::coord::lease::{
-    self, LeaseAction, LeaseView, Member, TaskEntry, TaskSet, VACANT_BOUND,
-};
+use zkcron::coord::lease::{self, Member, TaskEntry, TaskSet, VACANT_BOUND};
 use zkcron::plan::{MAX_CATCH_UP, PlanRules, Step, TickPlanner};
 use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
 mod checker;
 mod drive;
-mod hand_zk;
 mod model_zk;
-mod net;
+mod real;
 mod scenario;
-mod world;
 
 use checker::*;
-use drive::{BASE, Sim};
-use hand_zk::*;
-use net::*;
+use drive::{BASE, NodeSpec, NodeState, Registered, Sim, SimNode};
 use scenario::*;
-use world::*;
 
 // ------------------------------------------------------------------------------------------------
 // Identifiers and time
@@ -184,41 +175,42 @@ struct Outcome {
     report: String,
 }
 
-fn run_scenario(seed: u64, knobs: Knobs, verbose: bool) -> Outcome {
+/// Runs one scenario with the real node.
+fn run_real(seed: u64, knobs: Knobs, verbose: bool) -> Outcome {
     let scenario = Scenario::generate(seed, knobs);
-    let mut world = World::new(&scenario);
-    world.run();
-    world.stats.scenarios = 1;
-    let report = if verbose || !world.check.violations.is_empty() {
-        report(&scenario, &world)
+    let mut sim = Sim::new(&scenario, real::real_node);
+    sim.run();
+    sim.stats.scenarios = 1;
+    let report = if verbose || !sim.check.violations.is_empty() {
+        sim_report(&scenario, &sim)
     } else {
         String::new()
     };
     Outcome {
-        violations: world.check.violations,
-        stats: world.stats,
+        violations: sim.check.violations,
+        stats: sim.stats,
         report,
     }
 }
 
-fn report(sc: &Scenario, world: &World<'_>) -> String {
+/// The scenario, its violations and the events that led to the first one.
+fn sim_report(sc: &Scenario, sim: &Sim<'_>) -> String {
     let mut out = String::new();
     let replay = if sc.knobs.claim_mode != ClaimMode::Fenced || sc.knobs.bug != NodeBug::None {
         "a deliberately broken node: see the test that sets these knobs".to_string()
     } else {
         format!(
             "replay: {}ZKCRON_SIM_SEED={} cargo test --test sim simulated_clusters -- --nocapture",
-            if sc.knobs.big_skew {
-                ""
-            } else {
-                "ZKCRON_SIM_BIG_SKEW=0 "
-            },
+            knob_env(sc.knobs),
             sc.seed
         )
     };
-    out += &format!("\n==== zkcron simulation, seed {} — {replay}\n", sc.seed);
+    out += &format!(
+        "\n==== zkcron simulation (real node), seed {} — {replay}\n",
+        sc.seed
+    );
     out += &sc.describe();
-    for v in world.check.violations.iter().take(10) {
+    for v in sim.check.violations.iter().take(10) {
         out += &format!(
             "VIOLATION {:?} at {:.3}s task {:?} tick {:?}: {}\n",
             v.kind,
@@ -228,41 +220,53 @@ fn report(sc: &Scenario, world: &World<'_>) -> String {
             v.detail
         );
     }
-    if world.check.violations.len() > 10 {
-        out += &format!("... {} violations in all\n", world.check.violations.len());
+    if sim.check.violations.len() > 10 {
+        out += &format!("... {} violations in all\n", sim.check.violations.len());
     }
     let full = std::env::var_os("ZKCRON_SIM_TRACE").is_some();
-    let events: Vec<&Trace> = match world.check.violations.first() {
-        _ if full => world.trace.iter().collect(),
-        Some(v) if !v.is_safety() => {
-            // A lost or late tick: the events of that task and of the nodes, around the tick.
-            let tick_ms = v
-                .tick
-                .map_or(0, |t| (t - epoch()).num_milliseconds().max(0) as Ms);
-            let until = tick_ms + sc.settle;
-            let mut relevant: Vec<&Trace> = world
-                .trace
-                .iter()
-                .filter(|e| e.at <= until && (e.task.is_none() || e.task == v.task))
-                .collect();
-            let keep = relevant.len().saturating_sub(50);
-            relevant.drain(..keep);
-            relevant
-        }
-        Some(v) => {
-            let mut relevant: Vec<&Trace> = world.trace.iter().filter(|e| e.at <= v.at).collect();
-            let keep = relevant.len().saturating_sub(50);
-            relevant.drain(..keep);
-            relevant
-        }
-        None => world.trace.iter().rev().take(50).rev().collect(),
+    let until = match sim.check.violations.first() {
+        Some(v) if !v.is_safety() => v.tick.map_or(sc.end, |t| {
+            (t - epoch()).num_milliseconds().max(0) as Ms + sc.settle
+        }),
+        Some(v) => v.at,
+        None => sc.end,
     };
-    out += &format!("---- {} events (of {}):\n", events.len(), world.trace.len());
-    for e in events {
-        out += &format!("{e}\n");
+    let task = sim.check.violations.first().and_then(|v| v.task);
+    let mut events: Vec<&(Ms, Option<NodeIx>, Option<TaskIx>, String)> = sim
+        .trace
+        .iter()
+        .filter(|e| full || (e.0 <= until && (e.2.is_none() || task.is_none() || e.2 == task)))
+        .collect();
+    if !full {
+        let keep = events.len().saturating_sub(80);
+        events.drain(..keep);
     }
-    out += &format!("stats: {:?}\n", world.stats);
+    out += &format!("---- {} events (of {}):\n", events.len(), sim.trace.len());
+    for (at, node, task, what) in events {
+        out += &format!(
+            "{:>9.3}s {} {} {what}\n",
+            *at as f64 / 1000.0,
+            node.map_or("zk ".to_string(), |n| format!("n{n:<2}")),
+            task.map_or("   ".to_string(), |t| format!("t{t:02}"))
+        );
+    }
+    out += &format!("stats: {:?}, reports {}\n", sim.stats, sim.reports);
     out
+}
+
+/// The environment that reproduces `knobs` in `run_shard`.
+fn knob_env(knobs: Knobs) -> String {
+    let mut env = String::new();
+    if !knobs.big_skew {
+        env += "ZKCRON_SIM_BIG_SKEW=0 ";
+    }
+    if knobs.far_clock {
+        env += "ZKCRON_SIM_FAR_CLOCK=1 ";
+    }
+    if knobs.strangers {
+        env += "ZKCRON_SIM_STRANGERS=1 ";
+    }
+    env
 }
 
 const SHARDS: u64 = 4;
@@ -294,9 +298,11 @@ fn run_shard(shard: u64) {
     for seed in seeds {
         let knobs = Knobs {
             big_skew: env_u64("ZKCRON_SIM_BIG_SKEW").is_none_or(|v| v != 0),
+            far_clock: env_u64("ZKCRON_SIM_FAR_CLOCK").is_some_and(|v| v != 0),
+            strangers: env_u64("ZKCRON_SIM_STRANGERS").is_some_and(|v| v != 0),
             ..Knobs::CONTRACT
         };
-        let outcome = run_scenario(seed, knobs, replay);
+        let outcome = run_real(seed, knobs, replay);
         total.add(&outcome.stats);
         if (replay || !outcome.violations.is_empty()) && failed.len() < reports {
             eprintln!("{}", outcome.report);
@@ -333,8 +339,9 @@ fn simulated_clusters_shard_3() {
     run_shard(3);
 }
 
-/// Asserts that some seed below 300, run with the node bug `bug` and claims of `claim_mode`,
-/// shows a violation of `kind`: the checker can fail.
+/// Asserts that some seed below 300, run with the deliberate bug `bug` (in the simulated
+/// daemon) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
+/// `kind`: the checker can fail.
 fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
     let knobs = Knobs {
         claim_mode,
@@ -342,7 +349,7 @@ fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
         ..Knobs::CONTRACT
     };
     let seed = (0..300).find(|&seed| {
-        run_scenario(seed, knobs, false)
+        run_real(seed, knobs, false)
             .violations
             .iter()
             .any(|v| v.kind == kind)
@@ -354,50 +361,13 @@ fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
     );
 }
 
-/// The checker is not vacuous: without the lease check and the record's version check, a node
-/// that keeps believing in its leases across a session expiry claims ticks its successor claims.
+/// The checker is not vacuous: the real node with `bugs.unfenced_claim` (no lease, epoch or
+/// record-version check in the claim) claims ticks that another node claims too.
 #[test]
 fn the_checker_reports_double_claims_of_an_unfenced_claim() {
-    assert_checker_finds(Kind::DoubleClaim, ClaimMode::Unfenced, NodeBug::Zombie);
+    assert_checker_finds(Kind::DoubleClaim, ClaimMode::Unfenced, NodeBug::None);
 }
 
-/// The same zombie with the real claim: the record's version check keeps it from claiming a tick
-/// twice. The lease check alone would not: every new lease has version 0, so the zombie's
-/// `check(leases/<task>, 0)` passes against its successor's lease, and where the zombie is
-/// first to a tick it claims it without holding the lease.
-#[test]
-fn a_zombie_is_kept_from_double_claims_by_the_record_version_not_by_the_lease_check() {
-    let knobs = Knobs {
-        claim_mode: ClaimMode::Fenced,
-        bug: NodeBug::Zombie,
-        ..Knobs::CONTRACT
-    };
-    let mut without_lease = Vec::new();
-    for seed in 0..200 {
-        let outcome = run_scenario(seed, knobs, false);
-        let kinds: BTreeSet<String> = outcome
-            .violations
-            .iter()
-            .map(|v| format!("{:?}", v.kind))
-            .collect();
-        assert!(
-            !kinds.contains("DoubleClaim") && !kinds.contains("RunTwice"),
-            "{}",
-            outcome.report
-        );
-        if kinds.contains("ClaimWithoutLease") {
-            without_lease.push(seed);
-        }
-    }
-    eprintln!("claims without the lease (zombie, fenced claim), seeds: {without_lease:?}");
-    assert!(
-        !without_lease.is_empty(),
-        "the lease check now tells holders apart: update this test and the module docs"
-    );
-}
-
-/// The on-time check is not vacuous: planner timers that wake 3 s late fire ticks late while
-/// their node is the healthy, stable leader.
 #[test]
 fn the_checker_reports_late_ticks_of_a_slow_timer() {
     assert_checker_finds(Kind::TickLate, ClaimMode::Fenced, NodeBug::SlowTimer);
@@ -480,11 +450,11 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         settle: 20_000,
         end: 90_000,
     };
-    let mut world = World::new(&scenario);
-    world.run();
+    let mut sim = Sim::new(&scenario, real::real_node);
+    sim.run();
     assert!(
-        world.check.violations.is_empty(),
+        sim.check.violations.is_empty(),
         "{}",
-        report(&scenario, &world)
+        sim_report(&scenario, &sim)
     );
 }

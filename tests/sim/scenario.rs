@@ -9,20 +9,20 @@ use super::*;
 /// How a node claims a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimMode {
-    /// The contract: `check(lease) + set_data(record, expected version)`.
+    /// The contract: the real node's fenced claim.
     Fenced,
-    /// Deliberately broken: an unconditional `set_data` of the record, no lease check.
+    /// Deliberately broken: the real node's `bugs.unfenced_claim` (no lease, epoch or record
+    /// version check).
     Unfenced,
 }
 
-/// Deliberate node bugs, to show that the checker catches what they cause.
+/// Deliberate bugs of the simulated daemon around the real node, to show that the checker
+/// catches what they cause (the node's own bug is [`ClaimMode::Unfenced`], its test-only
+/// switch `bugs.unfenced_claim`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeBug {
     None,
-    /// A session expiry is handled like a reconnect: the node opens a new session but keeps its
-    /// leases, planners and cached records, and believes in its leases whatever it hears.
-    Zombie,
-    /// A claim whose reply was lost is taken as won, without reading the record.
+    /// A claim answered with an error (its outcome unknown) is taken as won.
     AssumeClaimedOnLoss,
     /// A new planner ignores the fire record: missed ticks are never caught up.
     NoCatchUp,
