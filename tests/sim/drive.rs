@@ -772,14 +772,14 @@ impl<'s> Sim<'s> {
                 && let Some((_, stat)) = &write.before
             {
                 let owner = stat.ephemeral_owner;
-                if node.is_some() && owner != 0 && owner != write.session && self.zk.alive(owner) {
+                if node.is_some() && owner != 0 && owner != write.session && self.is_member(owner) {
                     self.check.violations.push(Violation {
                         kind: Kind::ForeignLeaseDelete,
                         at: self.now,
                         task: Some(t),
                         tick: None,
                         detail: format!(
-                            "{} (session {:x}) deleted the lease of live session {owner:x}",
+                            "{} (session {:x}) deleted the lease of session {owner:x}, a live member",
                             node.map_or("a stranger".to_string(), |n| format!("n{n}")),
                             write.session
                         ),
@@ -835,6 +835,18 @@ impl<'s> Sim<'s> {
             session,
         };
         self.check.on_claim(self.now, &write, holder, latest);
+    }
+
+    /// Whether `session` is alive and owns a member znode: a live member, whose leases count.
+    pub(crate) fn is_member(&self, session: i64) -> bool {
+        let prefix = format!("{BASE}/members/");
+        self.zk.alive(session)
+            && self
+                .zk
+                .nodes
+                .range(prefix.clone()..)
+                .take_while(|(path, _)| path.starts_with(&prefix))
+                .any(|(_, z)| z.stat.ephemeral_owner == session)
     }
 
     /// The registered members (ephemeral member znodes of a live session of a real node).

@@ -442,7 +442,10 @@ fn the_checker_reports_double_claims_of_an_unfenced_claim() {
             .any(|v| v.kind == Kind::DoubleClaim)
     });
     eprintln!("double claim with the unfenced claim: first at seed {seed:?}");
-    assert!(seed.is_some(), "no double claim in 40 runs with the unfenced claim");
+    assert!(
+        seed.is_some(),
+        "no double claim in 40 runs with the unfenced claim"
+    );
 }
 
 /// The same scenarios with the real claim: the fences keep the resumed node from claiming what
