@@ -26,6 +26,8 @@ mod members;
 mod requests;
 mod runs;
 mod session;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;

@@ -37,7 +37,8 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
 pub use settings::{
-    MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkSettings, session_timeout_problem, split_connect,
+    DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkSettings,
+    session_timeout_problem, split_connect,
 };
 pub use wire::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
@@ -76,7 +77,11 @@ impl ZkCoordinator {
             base: format!("{chroot}/zkcron/{}", settings.cluster),
             connect: settings.connect.clone(),
             session_timeout: settings.session_timeout,
-            max_clock_skew: settings.max_clock_skew,
+            max_clock_skew: Some(
+                settings
+                    .max_clock_skew
+                    .unwrap_or(settings::DEFAULT_MAX_CLOCK_SKEW),
+            ),
             labels: settings.labels.clone(),
             host: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())

@@ -13,7 +13,8 @@ pub struct ZkSettings {
     pub connect: String,
     pub cluster: String,
     pub session_timeout: Duration,
-    /// A node whose clock is further off ZooKeeper's than this leads nothing.
+    /// A node whose clock is further off ZooKeeper's than this leads nothing; `None` (the key
+    /// is not set) means [`DEFAULT_MAX_CLOCK_SKEW`].
     pub max_clock_skew: Option<Duration>,
     pub node_id: String,
     pub release: Version,
@@ -85,6 +86,14 @@ fn chroot_problem(chroot: &str) -> Option<String> {
     }
     None
 }
+
+/// `max_clock_skew` when the configuration does not set it. NTP keeps hosts within
+/// milliseconds of each other; a node 2 s off has lost time sync. The claim's fencing does not
+/// depend on clocks (no tick runs twice), but a node whose clock runs ahead fires its ticks early
+/// and moves fire records ahead of the cluster's clock, so it must not lead. 2 s rather than
+/// 1 s leaves room for the measurement's own error (it is bounded by a round trip) and for a
+/// short step of a clock being corrected, without leadership flapping.
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(2);
 
 /// ZooKeeper sends the session timeout as a 32-bit count of milliseconds.
 pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);

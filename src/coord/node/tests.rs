@@ -1,0 +1,118 @@
+//! The node alone, fed by hand: no ZooKeeper, no clock.
+
+use std::time::Duration;
+
+use chrono::DateTime;
+
+use super::io::{Answered, Input, Now, Output, Request};
+use super::{Node, NodeBugs, NodeConfig};
+use crate::coord::{ClaimIntent, ClaimOutcome};
+
+fn config(session_timeout: Duration) -> NodeConfig {
+    NodeConfig {
+        id: "n1".into(),
+        release: semver::Version::new(1, 0, 0),
+        // The last millionth of the period: the first task-set collection is an hour away.
+        seed: 999_999,
+        base: "/zkcron/test".into(),
+        connect: "127.0.0.1:2181".into(),
+        session_timeout,
+        max_clock_skew: Some(Duration::from_secs(2)),
+        labels: Default::default(),
+        host: "h".into(),
+        pid: 1,
+        started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        bugs: NodeBugs::default(),
+    }
+}
+
+fn at(secs: u64) -> Now {
+    Now {
+        mono: Duration::from_secs(secs),
+        wall: DateTime::from_timestamp(1_800_000_000 + secs as i64, 0).unwrap(),
+    }
+}
+
+fn drain(node: &mut Node) -> Vec<Output> {
+    std::iter::from_fn(|| node.poll()).collect()
+}
+
+fn reports(outputs: &[Output]) -> Vec<String> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Report(report) => Some(report.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn session_deadlines_use_the_timeout_zookeeper_negotiated_not_the_configured_one() {
+    // Regression: a session_timeout the server clamped (to its min/max) kept zkcron's own
+    // deadlines on the configured value.
+    let mut node = Node::new(config(Duration::from_secs(60)), at(0));
+    node.handle(
+        Input::Connected {
+            session_id: 0x1234,
+            negotiated_timeout: Duration::from_secs(4),
+        },
+        at(0),
+    );
+    let said = reports(&drain(&mut node));
+    assert!(
+        said.iter().any(|r| r
+            .contains("ZooKeeper negotiated a session timeout of 4s instead of the configured 1m")
+            && r.contains("deadlines use 4s")),
+        "{said:?}"
+    );
+    node.handle(Input::Disconnected, at(10));
+    drain(&mut node);
+    assert_eq!(node.poll_timeout(), Some(Duration::from_secs(14)));
+    node.handle_timeout(at(14));
+    let said = reports(&drain(&mut node));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("the session is presumed lost") && r.contains("timeout=4s")),
+        "{said:?}"
+    );
+    assert_eq!(node.leadership().session_losses, 1);
+}
+
+#[test]
+fn a_claim_without_the_lease_is_not_leader_and_sends_nothing_to_zookeeper() {
+    let mut node = Node::new(config(Duration::from_secs(10)), at(0));
+    drain(&mut node);
+    let tick = DateTime::from_timestamp(1_800_000_060, 0).unwrap();
+    let request = Request::Claim {
+        task: "t".into(),
+        tick,
+        intent: ClaimIntent::Run,
+    };
+    node.handle(Input::Request { req: 7, request }, at(1));
+    let outputs = drain(&mut node);
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::Call { .. })),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs.iter().any(|o| matches!(
+            o,
+            Output::Answer {
+                req: 7,
+                answer: Ok(Answered::Claim(ClaimOutcome::NotLeader))
+            }
+        )),
+        "{outputs:?}"
+    );
+}
+
+#[test]
+fn deliberate_protocol_bugs_are_off_by_default() {
+    assert_eq!(
+        NodeBugs::default(),
+        NodeBugs {
+            unfenced_claim: false
+        }
+    );
+}

@@ -1,0 +1,477 @@
+//! A cluster that heals from stale, foreign and skewed state, against a real ZooKeeper (see
+//! `tests/common/zk.rs`): each test writes, changes or deletes znodes the way a stranger (a
+//! script with zkcli, a node of another release, a skewed clock) would, and checks that the
+//! task keeps firing and that the node's log names the znode and the fix.
+//!
+//! Every test runs one task, `tick`, every second; its job appends `<fire id> <node>` to
+//! `fires.log`. `catch_up = "skip"`, so a tick that did not fire leaves a gap.
+//!
+//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test hostile` runs the nodes from another build
+//! (e.g. a release before these fixes, to see the tests fail).
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::zk::{self, ZkServer};
+use common::{wait_for, zkcron};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The cluster's root inside the test's chroot.
+const BASE: &str = "/zkcron/default";
+
+struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path, id: &str, connect: &str) -> Node {
+        let command = match std::env::var_os("ZKCRON_TEST_BIN") {
+            Some(binary) => Command::new(binary),
+            None => zkcron(),
+        };
+        Node::start_with(dir, id, connect, "", command)
+    }
+
+    fn start_with(dir: &Path, id: &str, connect: &str, extra: &str, mut command: Command) -> Node {
+        let home = dir.join(id);
+        fs::create_dir_all(&home).unwrap();
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
+        let config = home.join("zkcron.toml");
+        fs::write(
+            &config,
+            format!("[coordination.zookeeper]\nsession_timeout = \"3s\"\n{extra}"),
+        )
+        .unwrap();
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
+        let log = home.join("log.txt");
+        command
+            .args(["run", "--config"])
+            .arg(&config)
+            .arg("--jobs-dir")
+            .arg(dir.join("jobs.d"))
+            .arg("--state-dir")
+            .arg(home.join("state"))
+            .args(["--node-id", id, "--zookeeper", connect])
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap());
+        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
+        Node { child, log }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_for_log(&self, what: &str, needles: &[&str]) {
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(what, LIMIT, || {
+                let log = self.log();
+                log.lines().any(|l| needles.iter().all(|n| l.contains(n)))
+            })
+        }));
+        assert!(found.is_ok(), "{what}; the log:\n{}", self.log());
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        common::kill_process_tree(&mut self.child);
+    }
+}
+
+/// A test's world: a ZooKeeper, a chroot, a jobs dir with the task `tick`.
+struct World {
+    /// Kept until the test ends (dropping it stops the server).
+    _zk: ZkServer,
+    connect: String,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    fn new(overlap: &str) -> World {
+        let zk = ZkServer::start();
+        let connect = zk.chroot_connect();
+        let dir = common::tempdir();
+        let jobs = dir.path().join("jobs.d");
+        fs::create_dir_all(&jobs).unwrap();
+        fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
+        let task = jobs.join("tick.toml");
+        fs::write(
+            &task,
+            format!(
+                "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {}']\ncatch_up = \"skip\"\noverlap = \"{overlap}\"\n",
+                dir.path().join("fires.log").display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&task, fs::Permissions::from_mode(0o644)).unwrap();
+        World {
+            _zk: zk,
+            connect,
+            dir,
+        }
+    }
+
+    fn start(&self, id: &str) -> Node {
+        Node::start(self.dir.path(), id, &self.connect)
+    }
+
+    /// The seconds of the ticks that fired.
+    fn fired(&self) -> Vec<i64> {
+        fs::read_to_string(self.dir.path().join("fires.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .strip_prefix("tick@")?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// Waits until every second of `from..from + count` fired (the task fires every second
+    /// again), failing with the node's log.
+    fn wait_firing_from(&self, from: i64, count: i64, node: &Node) {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(
+                &format!("{count} consecutive ticks from {from}"),
+                LIMIT,
+                || {
+                    let fired = self.fired();
+                    let mut start = from;
+                    // The first run of `count` consecutive seconds at or after `from`.
+                    for second in from..now() {
+                        if !fired.contains(&second) {
+                            start = second + 1;
+                        } else if second - start + 1 >= count {
+                            return true;
+                        }
+                    }
+                    false
+                },
+            )
+        }));
+        assert!(
+            ok.is_ok(),
+            "fired: {:?}\nthe log:\n{}",
+            self.fired(),
+            node.log()
+        );
+    }
+
+    /// Waits for the first fire, then returns the second after it.
+    fn wait_first_fire(&self, node: &Node) -> i64 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for("the first fire", LIMIT, || !self.fired().is_empty())
+        }));
+        assert!(ok.is_ok(), "the log:\n{}", node.log());
+        now()
+    }
+
+    /// Runs `work` with a client of the test's chroot.
+    fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        zk::with_client_at(&self.connect, work)
+    }
+}
+
+/// The wall clock in Unix seconds.
+#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn persistent() -> zookeeper_client::CreateOptions<'static> {
+    zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all())
+}
+
+/// Creates `path` (and its parents) as persistent znodes, the last with `data`.
+async fn create_all(client: &zookeeper_client::Client, path: &str, data: &[u8]) {
+    let mut at = 0;
+    while let Some(next) = path[at + 1..].find('/') {
+        at += next + 1;
+        let _ = client.create(&path[..at], b"", &persistent()).await;
+    }
+    client
+        .create(path, data, &persistent())
+        .await
+        .unwrap_or_else(|e| panic!("creating {path}: {e}"));
+}
+
+/// Deletes `path` and everything under it (retrying: a node may create children meanwhile).
+async fn delete_all(client: &zookeeper_client::Client, path: &str) {
+    for _ in 0..20 {
+        let Ok(children) = client.list_children(path).await else {
+            return;
+        };
+        for child in children {
+            Box::pin(delete_all(client, &format!("{path}/{child}"))).await;
+        }
+        match client.delete(path, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => return,
+            Err(_) => continue,
+        }
+    }
+    panic!("could not delete {path}");
+}
+
+#[test]
+fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_named_and_the_task_keeps_firing()
+ {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    // A ghost: a persistent member znode that defines the task, of a release above every
+    // node's. Ranked, it would be designated and never take the lease.
+    let ghost = format!("{BASE}/members/ghost");
+    world.with_client(async |client| {
+        let (mine, _) = client
+            .get_data(&format!("{BASE}/members/node-a"))
+            .await
+            .unwrap();
+        let mut record: serde_json::Value = serde_json::from_slice(&mine).unwrap();
+        record["id"] = "ghost".into();
+        record["release"] = "99.0.0".into();
+        client
+            .create(&ghost, &serde_json::to_vec(&record).unwrap(), &persistent())
+            .await
+            .unwrap();
+    });
+    let from = now() + 1;
+    node.wait_for_log(
+        "the node to name the ghost and the fix",
+        &[
+            "ignoring the member znode",
+            "/members/ghost",
+            "persistent",
+            "zkcli delete",
+        ],
+    );
+    // Before: the lease went vacant for 3 s of every 13.
+    world.wait_firing_from(from, 15, &node);
+}
+
+#[test]
+fn given_a_lease_whose_data_was_changed_under_its_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
+ {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    world.with_client(async |client| {
+        client
+            .set_data(&format!("{BASE}/leases/tick"), b"tampered", None)
+            .await
+            .unwrap();
+    });
+    let from = now() + 1;
+    node.wait_for_log(
+        "the node to give the changed lease up",
+        &["is not the one it took", "leases/tick", "taking it again"],
+    );
+    // Before: claims failed on the lease's version for ever, and the node kept its lease.
+    world.wait_firing_from(from, 5, &node);
+}
+
+#[test]
+fn given_an_epoch_changed_under_the_lease_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
+ {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    world.with_client(async |client| {
+        client
+            .set_data(&format!("{BASE}/tasks/tick/epoch"), b"", None)
+            .await
+            .unwrap();
+    });
+    let from = now() + 1;
+    node.wait_for_log(
+        "the node to give its lease up",
+        &["the task's epoch was changed", "taking it again"],
+    );
+    // Before: "claim refused: this node's lease is gone", and nobody could take the lease.
+    world.wait_firing_from(from, 5, &node);
+}
+
+#[test]
+fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_task_fires() {
+    let world = World::new("allow");
+    let lease = format!("{BASE}/leases/tick");
+    world.with_client(async |client| {
+        create_all(
+            client,
+            &lease,
+            br#"{"format":1,"node":"gone","session":"0","since":"2026-01-01T00:00:00Z"}"#,
+        )
+        .await;
+    });
+    let node = world.start("node-a");
+    node.wait_for_log(
+        "the node to delete the foreign lease, naming it",
+        &[
+            "deleting the lease",
+            "leases/tick",
+            "it is persistent",
+            "zkcli delete",
+        ],
+    );
+    // Before: the task never fired.
+    world.wait_firing_from(now(), 5, &node);
+}
+
+#[test]
+fn given_a_persistent_run_record_with_overlap_skip_then_it_is_ignored_named_and_the_task_fires() {
+    let world = World::new("skip");
+    let run = format!("{BASE}/tasks/tick/run-1");
+    world.with_client(async |client| {
+        create_all(client, &run, br#"{"format":1,"node":"gone","session":"0","tick":"2026-01-01T00:00:00Z","started_at":"2026-01-01T00:00:00Z"}"#).await;
+    });
+    let node = world.start("node-a");
+    node.wait_for_log(
+        "the node to name the foreign run record",
+        &["ignoring the run record", "run-1", "zkcli delete"],
+    );
+    // Before: every tick was skipped for the "run elsewhere".
+    world.wait_firing_from(now(), 5, &node);
+}
+
+#[test]
+fn given_the_tasks_subtree_deleted_then_it_is_recreated_and_the_task_keeps_firing() {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    world.with_client(async |client| delete_all(client, &format!("{BASE}/tasks")).await);
+    let from = now() + 1;
+    node.wait_for_log(
+        "the node to recreate the tree",
+        &["recreated", "/tasks", "had been deleted"],
+    );
+    // Before: every task stopped until the nodes restarted.
+    world.wait_firing_from(from, 5, &node);
+}
+
+#[test]
+fn given_the_members_subtree_deleted_then_the_node_registers_again_and_the_task_keeps_firing() {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    world.with_client(async |client| {
+        delete_all(client, &format!("{BASE}/leases")).await;
+        delete_all(client, &format!("{BASE}/members")).await;
+    });
+    let from = now() + 1;
+    node.wait_for_log("the node to register again", &["recreated", "/members"]);
+    world.wait_firing_from(from, 5, &node);
+    let registered = world.with_client(async |client| {
+        client
+            .check_stat(&format!("{BASE}/members/node-a"))
+            .await
+            .unwrap()
+    });
+    assert!(registered.is_some(), "{}", node.log());
+}
+
+#[test]
+fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_and_how_to_clear_it()
+{
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    // A node whose clock ran a day ahead claimed a tick of tomorrow.
+    let tomorrow = chrono::DateTime::from_timestamp(now() + 86_400, 0).unwrap();
+    let record = serde_json::json!({
+        "format": 1,
+        "tick": tomorrow.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "node": "node-skewed",
+        "session": "1",
+        "run": true,
+        "claimed_at": tomorrow.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    });
+    world.with_client(async |client| {
+        client
+            .set_data(
+                &format!("{BASE}/tasks/tick"),
+                &serde_json::to_vec(&record).unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+    });
+    // The cached record is stale: the next claim conflicts, re-reads it and says why the task
+    // is silent, naming the node and the command that clears the record.
+    node.wait_for_log(
+        "the node to report the record ahead of the clock",
+        &[
+            "ahead of ZooKeeper's clock",
+            "by node node-skewed",
+            "zkcli set",
+            "/tasks/tick",
+        ],
+    );
+    // Cleared and restarted as the message says, the task fires again.
+    world.with_client(async |client| {
+        client
+            .set_data(&format!("{BASE}/tasks/tick"), br#"{"format":1}"#, None)
+            .await
+            .unwrap();
+    });
+    drop(node);
+    let node = world.start("node-b");
+    world.wait_firing_from(now() + 1, 3, &node);
+}
+
+/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead.
+fn zkcron_with_clock_ahead() -> Command {
+    let found = Command::new("faketime").arg("--help").output().is_ok();
+    assert!(
+        found,
+        "this test needs faketime to skew a node's clock: apt-get install faketime"
+    );
+    let mut command = Command::new("faketime");
+    command
+        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
+        .arg(std::env::var_os("ZKCRON_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_zkcron").into()));
+    command
+}
+
+#[test]
+fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_by_default()
+ {
+    let world = World::new("allow");
+    let skewed = Node::start_with(
+        world.dir.path(),
+        "node-skewed",
+        &world.connect,
+        "",
+        zkcron_with_clock_ahead(),
+    );
+    skewed.wait_for_log(
+        "the skewed node to refuse leadership with the default bound",
+        &[
+            "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew",
+            "max_clock_skew=2s",
+        ],
+    );
+    let good = world.start("node-good");
+    world.wait_firing_from(now(), 3, &good);
+    let skewed_fires = fs::read_to_string(world.dir.path().join("fires.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.ends_with(" node-skewed"))
+        .count();
+    assert_eq!(skewed_fires, 0, "{}", skewed.log());
+}
