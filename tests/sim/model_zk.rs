@@ -427,10 +427,10 @@ impl ModelZk {
             }
             Some(node) => {
                 let owner = node.stat.ephemeral_owner;
-                if owner != 0 {
-                    if let Some(s) = self.sessions.get_mut(&owner) {
-                        s.ephemerals.insert(path.to_string());
-                    }
+                if owner != 0
+                    && let Some(s) = self.sessions.get_mut(&owner)
+                {
+                    s.ephemerals.insert(path.to_string());
                 }
                 if let Some(p) = parent(path).and_then(|p| self.nodes.get_mut(p)) {
                     p.children.insert(name(path).to_string());
