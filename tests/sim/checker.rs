@@ -217,11 +217,7 @@ pub(crate) struct Stats {
     pub(crate) fenced_lease: u64,
     pub(crate) fenced_version: u64,
     pub(crate) replies_lost: u64,
-    pub(crate) resolved_won: u64,
-    pub(crate) resolved_lost: u64,
     pub(crate) expiries: u64,
-    pub(crate) takes: u64,
-    pub(crate) releases: u64,
     /// Claims won at the server that no node ran: the claimer crashed or stopped before the
     /// reply, or could not tell from the record after losing the reply (at most once).
     pub(crate) claimed_not_run: u64,
@@ -242,11 +238,7 @@ impl Stats {
         self.fenced_lease += o.fenced_lease;
         self.fenced_version += o.fenced_version;
         self.replies_lost += o.replies_lost;
-        self.resolved_won += o.resolved_won;
-        self.resolved_lost += o.resolved_lost;
         self.expiries += o.expiries;
-        self.takes += o.takes;
-        self.releases += o.releases;
         self.claimed_not_run += o.claimed_not_run;
         self.live_ticks += o.live_ticks;
         self.on_time_checked += o.on_time_checked;

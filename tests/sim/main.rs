@@ -276,7 +276,7 @@ fn knob_env(knobs: Knobs) -> String {
 }
 
 const SHARDS: u64 = 4;
-const DEFAULT_SCENARIOS: u64 = 2_400;
+const DEFAULT_SCENARIOS: u64 = 1_600;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
