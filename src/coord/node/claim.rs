@@ -202,7 +202,7 @@ impl Node {
 
     /// The epoch version to check, if this node holds the lease of `task` now.
     fn held_version(&self, task: &str) -> Option<i32> {
-        if !self.ready() || self.stopping {
+        if !self.firing() || self.stopping {
             return None;
         }
         self.held.get(task).copied()

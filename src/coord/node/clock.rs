@@ -119,6 +119,10 @@ impl Node {
         if !session.connected && !setup {
             return;
         }
+        self.probe_write(setup);
+    }
+
+    fn probe_write(&mut self, setup: bool) {
         let sent = self.now.wall;
         let path = self.paths.clock();
         let data = self.cfg.id.as_bytes().to_vec();
@@ -145,6 +149,10 @@ impl Node {
     ) {
         match result {
             Ok(ZkOk::Stat(stat)) | Ok(ZkOk::Created(stat)) => self.measure_skew(sent, &stat),
+            Err(ZkFail::NodeExists) if create => {
+                // Another node created it meanwhile: write it.
+                return self.probe_write(setup);
+            }
             Err(ZkFail::NoNode) if !create => {
                 let sent = self.now.wall;
                 let path = self.paths.clock();

@@ -15,8 +15,14 @@ use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
 
 impl Node {
-    /// Decides with the current view, applies the actions, publishes leadership.
+    /// Asks for a decision: made once, after every input ready now was handled (a burst of
+    /// watch events or replies costs one decision, not one each).
     pub(super) fn decide(&mut self) {
+        self.decide_due = true;
+    }
+
+    /// Decides with the current view, applies the actions, publishes leadership.
+    pub(super) fn decide_now(&mut self) {
         if !self.ready() || self.relist.is_some() {
             self.publish();
             return;
@@ -367,10 +373,15 @@ impl Node {
             .filter(|t| self.present.contains(*t) && !self.held.contains_key(*t))
             .filter(|t| !self.verified.contains(*t) && !self.verifying.contains(*t))
             .filter(|t| !self.takes.contains(*t))
-            .filter(|t| lease::position(t, &self.cfg.id, members) == Some(0))
             .cloned()
             .collect();
         for task in candidates {
+            if lease::position(&task, &self.cfg.id, members) != Some(0) {
+                // Not this node's to lead: its holder answers for it (checked again when the
+                // lease or the membership changes).
+                self.verified.insert(task);
+                continue;
+            }
             self.verifying.insert(task.clone());
             let path = self.paths.lease(&task);
             self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });

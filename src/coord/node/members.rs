@@ -318,6 +318,8 @@ impl Node {
                 if id != self.cfg.id {
                     self.members_changed = self.now.mono;
                 }
+                // Who is designated may have changed: foreign leases are checked again.
+                self.verified.clear();
                 self.members.insert(id, info);
             }
             None => {

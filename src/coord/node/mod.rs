@@ -111,6 +111,9 @@ struct Session {
     loss_counted: bool,
     /// Setup calls (tree, watches, first clock probe) not answered yet; `None` once done.
     setup_outstanding: Option<usize>,
+    /// Setup completed without a failure (else it is retried).
+    set_up: bool,
+    setup_failed: bool,
     /// The first listing of members and leases completed.
     listed: bool,
 }
@@ -297,6 +300,9 @@ pub struct Node {
     timer_seq: u64,
     /// When to decide about leases again (a vacancy timer).
     recheck_at: Option<Duration>,
+    /// A decision was asked for: made at the next [`Node::handle_timeout`], which
+    /// [`Node::poll_timeout`] asks for at once.
+    decide_due: bool,
     /// Setup, registration or a take failed: try again at this time.
     retry_at: Option<Duration>,
     retry_delay: Duration,
@@ -371,6 +377,7 @@ impl Node {
             timers: BTreeMap::new(),
             timer_seq: 0,
             recheck_at: None,
+            decide_due: false,
             retry_at: None,
             retry_delay: Duration::from_millis(200),
             my_set: None,
@@ -446,7 +453,10 @@ impl Node {
         }
         if self.recheck_at.is_some_and(|at| at <= now.mono) {
             self.recheck_at = None;
-            self.decide();
+            self.decide_due = true;
+        }
+        if std::mem::take(&mut self.decide_due) {
+            self.decide_now();
         }
     }
 
@@ -456,6 +466,7 @@ impl Node {
             self.timers.first_key_value().map(|(&(at, _), _)| at),
             self.recheck_at,
             self.retry_at,
+            self.decide_due.then_some(self.now.mono),
         ]
         .into_iter()
         .flatten()
@@ -535,6 +546,11 @@ impl Node {
             .as_ref()
             .is_some_and(|s| s.connected && s.listed)
             && !self.closed
+    }
+
+    /// Ready, and not re-listing after a reconnect: what it holds may be fired.
+    fn firing(&self) -> bool {
+        self.ready() && self.relist.is_none()
     }
 
     /// Whether `owner` is the session of a live member (this node's included).
@@ -668,20 +684,24 @@ impl Node {
         let Some(session) = &self.session else {
             return;
         };
-        if session.setup_outstanding.is_some() {
+        if session.setup_outstanding.is_some() || !session.connected {
             return;
         }
-        if !session.connected {
-            return;
+        if !session.set_up {
+            return self.setup();
         }
+        let listed = session.listed;
         self.maybe_register();
-        if self
-            .session
-            .as_ref()
-            .is_some_and(|s| s.listed && self.relist.is_none())
-        {
-            self.decide();
+        if self.registering.is_some() || self.relist.is_some() {
+            return;
         }
+        if !listed {
+            if self.registered_as.is_some() {
+                self.start_relist();
+            }
+            return;
+        }
+        self.decide();
     }
 
     // ---- leadership ----
@@ -693,7 +713,7 @@ impl Node {
         } else {
             self.held.keys().cloned().collect()
         };
-        let paused = !self.ready();
+        let paused = !self.firing();
         let l = &self.leadership;
         if l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none()) {
             return;

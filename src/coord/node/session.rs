@@ -72,6 +72,8 @@ impl Node {
             disconnected_at: None,
             loss_counted: false,
             setup_outstanding: Some(0),
+            set_up: false,
+            setup_failed: false,
             listed: false,
         });
         self.registered_as = None;
@@ -201,7 +203,7 @@ impl Node {
         paths
     }
 
-    fn setup(&mut self) {
+    pub(super) fn setup(&mut self) {
         let mut steps = Vec::new();
         for path in self.tree() {
             steps.push(ZkOp::Create {
@@ -229,6 +231,9 @@ impl Node {
             Err(error) => Some(error),
         };
         if let Some(error) = failed {
+            if let Some(session) = self.session.as_mut() {
+                session.setup_failed = true;
+            }
             let hex = self.session_hex();
             self.report(
                 Level::Error,
@@ -252,7 +257,12 @@ impl Node {
         *outstanding -= 1;
         if *outstanding == 0 {
             session.setup_outstanding = None;
-            self.maybe_register();
+            session.set_up = !std::mem::take(&mut session.setup_failed);
+            if session.set_up {
+                self.maybe_register();
+            } else {
+                self.retry_later();
+            }
         }
     }
 
@@ -473,6 +483,9 @@ impl Node {
         let listed = self.session.as_ref().is_some_and(|s| s.listed);
         if !listed {
             self.start_relist();
+            // The leads flag may have changed while registering (the skew measured by this
+            // very write).
+            self.maybe_register();
             return;
         }
         // Vacancy clocks for newly defined tasks start now.

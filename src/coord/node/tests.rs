@@ -116,3 +116,47 @@ fn deliberate_protocol_bugs_are_off_by_default() {
         }
     );
 }
+
+#[test]
+fn a_clock_znode_created_by_another_node_meanwhile_is_written_and_the_skew_measured() {
+    // Regression: three nodes starting at once raced to create `clock`; the losers measured
+    // nothing, registered with leads = false and led nothing until the next probe.
+    use super::io::{Stat, ZkFail, ZkOk, ZkOp};
+    let mut node = Node::new(config(Duration::from_secs(10)), at(0));
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(0),
+    );
+    let clock = "/zkcron/test/clock";
+    let mut wrote_again = false;
+    for _ in 0..4 {
+        let calls: Vec<(u64, ZkOp)> = drain(&mut node)
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Call { op, zk } => Some((op, zk)),
+                _ => None,
+            })
+            .collect();
+        for (op, zk) in calls {
+            let stat = Stat {
+                mtime_ms: 1_800_000_000_000,
+                ..Stat::default()
+            };
+            let result = match &zk {
+                ZkOp::SetData { path, .. } if path == clock && !wrote_again => {
+                    wrote_again = true;
+                    Err(ZkFail::NoNode)
+                }
+                ZkOp::SetData { path, .. } if path == clock => Ok(ZkOk::Stat(stat)),
+                ZkOp::Create { path, .. } if path == clock => Err(ZkFail::NodeExists),
+                ZkOp::Create { .. } => Ok(ZkOk::Created(stat)),
+                _ => Ok(ZkOk::Done),
+            };
+            node.handle(Input::Reply { op, result }, at(0));
+        }
+    }
+    assert!(node.may_lead(), "the skew was never measured");
+}

@@ -275,11 +275,14 @@ impl Driver {
         let mut state = None::<zookeeper_client::StateWatcher>;
         loop {
             let deadline = self.node.poll_timeout().map(|at| self.epoch + at);
+            // Biased, the timer last: every input ready now is handled before the node's
+            // timer (which also runs the lease decision asked for by those inputs, once).
             let wake = tokio::select! {
+                biased;
                 ask = requests.recv() => Wake::Request(ask),
                 new_state = async { state.as_mut().expect("guarded").changed().await }, if state.is_some() => Wake::State(new_state),
-                Some(event) = self.events.next(), if !self.events.is_empty() => Wake::Event(event),
                 Some((generation, op, performed)) = self.calls.next(), if !self.calls.is_empty() => Wake::Reply(generation, op, performed),
+                Some(event) = self.events.next(), if !self.events.is_empty() => Wake::Event(event),
                 connected = async { self.connecting.as_mut().expect("guarded").await }, if self.connecting.is_some() => Wake::Connected(connected),
                 _ = sleep_until(deadline) => Wake::Timeout,
             };
@@ -462,12 +465,62 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Logs a node's report as a tracing event.
+/// Logs a node's report as a tracing event with structured fields (JSON logs keep numbers as
+/// numbers: `leading`, `took_ms`, ...), as the backend logged before the node existed.
 fn log(report: &super::node::io::Report) {
+    let text = |key: &str| {
+        report
+            .fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| tracing::field::display(v.clone()))
+    };
+    let number = |key: &str| {
+        report
+            .fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+    };
+    let flag = |key: &str| {
+        report
+            .fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse::<bool>().ok())
+    };
+    macro_rules! emit {
+        ($level:ident) => {
+            tracing::$level!(
+                leading = number("leading"),
+                paused = flag("paused"),
+                task = text("task"),
+                tick = text("tick"),
+                node = text("node"),
+                member = text("member"),
+                release = text("release"),
+                session = text("session"),
+                tasks = number("tasks"),
+                offset_ms = number("offset_ms"),
+                max_clock_skew = text("max_clock_skew"),
+                timeout = text("timeout"),
+                zookeeper = text("zookeeper"),
+                why = text("why"),
+                index = number("index"),
+                source = text("source"),
+                attempt = number("attempt"),
+                released = number("released"),
+                took_ms = number("took_ms"),
+                chunks = number("chunks"),
+                "{}",
+                report.message
+            )
+        };
+    }
     match report.level {
-        Level::Debug => tracing::debug!("{report}"),
-        Level::Info => tracing::info!("{report}"),
-        Level::Warn => tracing::warn!("{report}"),
-        Level::Error => tracing::error!("{report}"),
+        Level::Debug => emit!(debug),
+        Level::Info => emit!(info),
+        Level::Warn => emit!(warn),
+        Level::Error => emit!(error),
     }
 }
