@@ -384,13 +384,31 @@ impl Sim<'_> {
                     task: Some(t),
                     tick: None,
                     detail: format!(
-                        "lease held by session {:?}, but n{n} (session {}) ranks first",
+                        "lease held by session {:x?}, but n{n} (session {:x}) ranks first; ranking: {}",
                         holder.map(|s| s.0),
-                        session.0
+                        session.0,
+                        self.ranking_now(t)
                     ),
                 });
             }
         }
+    }
+
+    /// The registered members in rank order for `task`: id, release, seed, session.
+    pub(crate) fn ranking_now(&self, task: TaskIx) -> String {
+        let registered = &self.member_log.last().expect("starts empty").1;
+        let members: Vec<Member> = registered.iter().map(|(_, _, m)| m.clone()).collect();
+        lease::ranking(&self.sc.tasks[task].name, &members)
+            .iter()
+            .map(|c| {
+                let (_, session, m) = registered
+                    .iter()
+                    .find(|(_, _, m)| m.id == c.id)
+                    .expect("ranked from these");
+                format!("{} {} {:016x} {:x}", m.id, m.release, m.seed, session.0)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Who the registered members rank first for `task` at the end, and whether it may lead.

@@ -88,8 +88,9 @@
 //! - A lease stays with a node that is no longer ranked first (`NotConverged`, and ticks lost
 //!   when nobody fires the task): a lease take whose reply was lost leaves an ephemeral lease of
 //!   the node's own session that it does not know it holds (its owner check after reconnecting
-//!   failed with a connection loss and was not retried; seed 49); and a holder that keeps
-//!   three leases after the designated node re-registered with a new seed (seed 20).
+//!   failed with a connection loss and was not retried; seed 49); likewise a release whose
+//!   `delete` failed with a connection loss ("releasing the lease failed (connection lost)") is
+//!   not retried and the node forgets the lease, which its session still owns (seed 20).
 //! - Fixed in the node meanwhile: a node whose setup clock probe raced another node's
 //!   (`create(clock)` answered `NodeExists`) registered with `leads: false` and kept it, so in a
 //!   quiet cluster its tasks never fired (seeds 7, 511, 730).
