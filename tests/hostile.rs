@@ -475,3 +475,35 @@ fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_l
         .count();
     assert_eq!(skewed_fires, 0, "{}", skewed.log());
 }
+
+#[test]
+fn given_persistent_run_records_named_like_coming_ticks_then_those_ticks_still_fire() {
+    let world = World::new("allow");
+    let node = world.start("node-a");
+    world.wait_first_fire(&node);
+    // A stranger creates the run znodes of the next ticks: each claim's create of its run
+    // znode fails on them.
+    let from = now() + 2;
+    world.with_client(async |client| {
+        for second in from..from + 3 {
+            client
+                .create(
+                    &format!("{BASE}/tasks/tick/run-{second}"),
+                    b"{}",
+                    &persistent(),
+                )
+                .await
+                .unwrap();
+        }
+    });
+    node.wait_for_log(
+        "the node to delete a foreign run record, naming it",
+        &[
+            "deleting the run record",
+            "/tasks/tick/run-",
+            "zkcli delete",
+        ],
+    );
+    // Before: each of those ticks was lost.
+    world.wait_firing_from(from, 5, &node);
+}

@@ -17,8 +17,8 @@
 //!   designated node, which takes it at once if it now acts.
 //! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
 //!
-//! The ZooKeeper backend and the deterministic simulation (`tests/sim.rs`) both call this, so
-//! the simulation checks the same decisions the daemon makes.
+//! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
+//! calls this, so the simulation checks the same decisions the daemon makes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -6,8 +6,9 @@
 //! say which runs are live and how the last one ended.
 //!
 //! Backends: [`local::LocalCoordinator`] (one node owns every task, fire records in `state_dir`)
-//! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper). [`rank`] and
-//! [`lease`] are the pure rules the cluster backend (and the simulation) apply.
+//! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper), a thin driver
+//! of the sans-IO [`node::Node`], which owns the cluster protocol. [`rank`], [`lease`] and
+//! [`record`] are the pure rules it applies.
 
 pub mod lease;
 pub mod local;

@@ -369,6 +369,12 @@ impl Node {
                     let record = job.tick;
                     return self.finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record }));
                 }
+                if index == run_index && *error == ZkFail::NodeExists && job.conflicts == 0 {
+                    // A run znode of a tick nobody claimed yet: whose is it?
+                    job.conflicts += 1;
+                    self.call(ZkOp::Exists { path: run_path }, Then::RunBlocks { job });
+                    return;
+                }
                 job.conflicts += 1;
                 let task = job.task.clone();
                 self.records.remove(&task);
@@ -406,6 +412,34 @@ impl Node {
             }
         }
         self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+    }
+
+    /// A claim found a run znode for its tick: one no live member wrote (persistent, or of a
+    /// session that is no member's) is reported and deleted, and the claim tried again.
+    pub(super) fn on_run_blocks(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
+        let path = self.paths.run(&job.task, job.tick);
+        if let Ok(ZkOk::Exists(Some(stat))) = result
+            && !self.live_run_owner(stat.ephemeral_owner)
+        {
+            self.report_once(
+                format!("foreign run {path} {}", stat.czxid),
+                Level::Error,
+                format!(
+                    "deleting the run record {path}: no live zkcron node wrote it, and it kept the tick from being claimed. If it comes back, find what writes it; to remove it by hand: zkcli delete {path}"
+                ),
+            )
+            .field("task", &job.task);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: Some(stat.version),
+                },
+                Then::Ignore,
+            );
+        }
+        let task = job.task.clone();
+        self.records.remove(&task);
+        self.read_record(task, AfterRead::Claim(job));
     }
 
     /// Answers the claim and starts the next job on its task.

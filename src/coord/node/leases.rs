@@ -8,11 +8,16 @@
 //! of this node whose data or epoch changed under it is given up and taken again.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
+
+/// How long an ephemeral lease of a session that is no member's is left alone before it is
+/// deleted (a member read may be in flight; a persistent lease is deleted at once).
+const FOREIGN_GRACE: Duration = Duration::from_secs(2);
 
 impl Node {
     /// Asks for a decision: made once, after every input ready now was handled (a burst of
@@ -52,12 +57,13 @@ impl Node {
             }
         }
         // Stop firing them first, then (after claims in flight) delete.
-        for task in &releases {
-            self.held.remove(task);
-        }
+        let releases: Vec<(String, i32)> = releases
+            .into_iter()
+            .filter_map(|task| self.held.remove(&task).map(|epoch| (task, epoch)))
+            .collect();
         self.publish();
-        for task in releases {
-            self.queue_task_job(task, TaskJob::Release);
+        for (task, epoch) in releases {
+            self.queue_task_job(task, TaskJob::Release { epoch });
         }
         if may_lead {
             self.verify_foreign_leases(&members);
@@ -124,7 +130,13 @@ impl Node {
                 self.recreate_tree(AfterRecreate::Take { task, cover });
             }
             Ok(_) => self.take_failed(task, "unexpected answer".into()),
-            Err(error) => self.take_failed(task, error.to_string()),
+            Err(error) => {
+                if error.outcome_unknown() {
+                    // The lease may be this session's now: its owner is checked (below).
+                    self.unsure_takes.insert(task.clone());
+                }
+                self.take_failed(task, error.to_string())
+            }
         }
     }
 
@@ -170,6 +182,7 @@ impl Node {
 
     fn took(&mut self, task: String, cover: bool, epoch: i32) {
         self.takes.remove(&task);
+        self.unsure_takes.remove(&task);
         self.present.insert(task.clone());
         self.vacant_since.remove(&task);
         if self.stopping {
@@ -207,20 +220,25 @@ impl Node {
         self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
     }
 
-    /// Deletes a lease this node gave up (a task job: after the claim in flight).
-    pub(super) fn release_lease(&mut self, task: String) {
+    /// Deletes a lease this node gave up (a task job: after the claim in flight), only if it
+    /// is still the incarnation this node took: the epoch's version says so (every take bumps
+    /// it), where the lease's own version cannot (every new lease has version 0).
+    pub(super) fn release_lease(&mut self, task: String, epoch: i32) {
         if self.held.contains_key(&task) || self.session.is_none() {
             // Taken again meanwhile, or nothing to release with.
             return self.finish_task_job(&task);
         }
-        let path = self.paths.lease(&task);
-        self.call(
+        let ops = vec![
+            ZkOp::Check {
+                path: self.paths.epoch(&task),
+                version: epoch,
+            },
             ZkOp::Delete {
-                path,
+                path: self.paths.lease(&task),
                 version: None,
             },
-            Then::Released { task },
-        );
+        ];
+        self.call(ZkOp::Multi(ops), Then::Released { task });
     }
 
     pub(super) fn on_released(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -229,10 +247,39 @@ impl Node {
                 self.report(Level::Debug, "lease released")
                     .field("task", &task);
             }
+            Err(ZkFail::Multi { index: 1, error }) if *error == ZkFail::NoNode => {
+                self.report(Level::Debug, "lease released")
+                    .field("task", &task);
+            }
+            Err(ZkFail::Multi { index: 0, .. }) => {
+                // The epoch moved: another take (the lease changed hands: not ours to delete)
+                // or a stranger's write. Delete it only if it is still this session's.
+                let path = self.paths.lease(&task);
+                self.call(ZkOp::Exists { path }, Then::ReleaseCheck { task });
+                return;
+            }
             Err(error) => {
                 self.report(Level::Warn, format!("releasing the lease failed ({error})"))
                     .field("task", &task);
             }
+        }
+        self.finish_task_job(&task);
+    }
+
+    pub(super) fn on_release_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        if let Ok(ZkOk::Exists(Some(stat))) = result
+            && Some(stat.ephemeral_owner) == self.my_session()
+            && !self.held.contains_key(&task)
+        {
+            let path = self.paths.lease(&task);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: Some(stat.version),
+                },
+                Then::Released { task },
+            );
+            return;
         }
         self.finish_task_job(&task);
     }
@@ -376,7 +423,8 @@ impl Node {
             .cloned()
             .collect();
         for task in candidates {
-            if lease::position(&task, &self.cfg.id, members) != Some(0) {
+            let unsure = self.unsure_takes.contains(&task);
+            if !unsure && lease::position(&task, &self.cfg.id, members) != Some(0) {
                 // Not this node's to lead: its holder answers for it (checked again when the
                 // lease or the membership changes).
                 self.verified.insert(task);
@@ -399,8 +447,14 @@ impl Node {
                 self.decide();
             }
             Ok(ZkOk::Exists(Some(stat))) => {
+                let foreign = stat.ephemeral_owner != 0 && !self.live_owner(stat.ephemeral_owner);
+                if foreign && !self.foreign_long_enough(&task, stat.czxid) {
+                    return;
+                }
+                self.suspects.remove(&task);
                 if Some(stat.ephemeral_owner) == self.my_session() {
                     // Ours, from a take whose answer was lost: delete and take it properly.
+                    self.unsure_takes.remove(&task);
                     self.call(
                         ZkOp::Delete {
                             path,
@@ -409,6 +463,7 @@ impl Node {
                         Then::HealLease { task },
                     );
                 } else if self.live_owner(stat.ephemeral_owner) {
+                    self.unsure_takes.remove(&task);
                     self.verified.insert(task);
                 } else {
                     let owner = if stat.ephemeral_owner == 0 {
@@ -437,11 +492,37 @@ impl Node {
             Err(error) => {
                 self.report(
                     Level::Debug,
-                    format!("cannot check a lease's owner ({error})"),
+                    format!("cannot check a lease's owner ({error}); checking again"),
                 )
                 .field("task", &task);
+                self.recheck_in(Duration::from_millis(500));
             }
         }
+    }
+
+    /// Whether the ephemeral lease `czxid` of a session that is no member's has been seen so
+    /// for [`FOREIGN_GRACE`]: the member znode of a node that just (re)started may still be
+    /// on its way to this node. Until then the lease is checked again.
+    fn foreign_long_enough(&mut self, task: &str, czxid: i64) -> bool {
+        let now = self.now.mono;
+        let first = match self.suspects.get(task) {
+            Some(&(seen, first)) if seen == czxid => first,
+            _ => {
+                self.suspects.insert(task.to_string(), (czxid, now));
+                now
+            }
+        };
+        if now >= first + FOREIGN_GRACE {
+            return true;
+        }
+        self.recheck_in(first + FOREIGN_GRACE - now);
+        false
+    }
+
+    /// Decides again in `delay` at the latest.
+    fn recheck_in(&mut self, delay: Duration) {
+        let at = self.now.mono + delay;
+        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
     }
 
     pub(super) fn on_heal_lease(&mut self, task: String, result: Result<ZkOk, ZkFail>) {

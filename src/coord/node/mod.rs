@@ -174,6 +174,9 @@ enum Then {
     Released {
         task: String,
     },
+    ReleaseCheck {
+        task: String,
+    },
     LeaseCheck {
         task: String,
     },
@@ -202,6 +205,9 @@ enum Then {
         sent: DateTime<Utc>,
     },
     ClaimLeaseCheck {
+        job: ClaimJob,
+    },
+    RunBlocks {
         job: ClaimJob,
     },
     ResolveSync,
@@ -241,7 +247,7 @@ enum Then {
         newer: bool,
     },
     ReleaseBatch {
-        batch: Vec<String>,
+        batch: Vec<Vec<ZkOp>>,
     },
     ReleaseOne,
     Gc(gc::GcStep),
@@ -273,7 +279,10 @@ struct Pending {
 #[derive(Debug)]
 enum TaskJob {
     Claim(ClaimJob),
-    Release,
+    /// Release the lease incarnation that set this epoch version.
+    Release {
+        epoch: i32,
+    },
 }
 
 #[derive(Debug)]
@@ -329,6 +338,11 @@ pub struct Node {
     recreated_for: HashSet<String>,
     /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
     verified: HashSet<String>,
+    /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
+    unsure_takes: HashSet<String>,
+    /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
+    /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
+    suspects: HashMap<String, (i64, Duration)>,
     verifying: HashSet<String>,
     registering: Option<RegisterJob>,
     registered_as: Option<(String, bool)>,
@@ -394,6 +408,8 @@ impl Node {
             takes: HashSet::new(),
             recreated_for: HashSet::new(),
             verified: HashSet::new(),
+            unsure_takes: HashSet::new(),
+            suspects: HashMap::new(),
             verifying: HashSet::new(),
             registering: None,
             registered_as: None,
@@ -598,6 +614,7 @@ impl Node {
             Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
             Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
             Then::Released { task } => self.on_released(task, result),
+            Then::ReleaseCheck { task } => self.on_release_check(task, result),
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
             Then::LeaseOwner { task } => self.on_lease_owner(task, result),
             Then::HealLease { task } => self.on_heal_lease(task, result),
@@ -615,6 +632,7 @@ impl Node {
                 sent,
             } => self.on_claim_multi(job, new, run_path, sent, result),
             Then::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
+            Then::RunBlocks { job } => self.on_run_blocks(job, result),
             Then::ResolveSync => {}
             Then::OrphanResult { req, task, record } => {
                 self.on_orphan_result(req, task, record, result)

@@ -85,7 +85,10 @@ impl Node {
                 let claim = claim.clone();
                 self.start_claim(claim);
             }
-            TaskJob::Release => self.release_lease(task),
+            TaskJob::Release { epoch } => {
+                let epoch = *epoch;
+                self.release_lease(task, epoch)
+            }
         }
     }
 
@@ -111,6 +114,7 @@ impl Node {
                 Then::ReadRecord { after, .. } => self.abort_read(after),
                 Then::ClaimMulti { job, .. }
                 | Then::ClaimLeaseCheck { job }
+                | Then::RunBlocks { job }
                 | Then::RerunResult { job, .. } => {
                     self.finish_claim(
                         job,

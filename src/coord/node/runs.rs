@@ -43,7 +43,7 @@ pub(crate) struct ReleaseAllJob {
     req: ReqId,
     /// The held leases, once the claims in flight on them are done; `None` while waiting.
     started: bool,
-    leases: Vec<String>,
+    leases: Vec<(String, i32)>,
     outstanding: usize,
     since: Duration,
 }
@@ -406,7 +406,7 @@ impl Node {
     /// flight, the member znode and every lease go in a few multi-ops.
     pub(super) fn start_release_all(&mut self, req: ReqId) {
         self.stopping = true;
-        let leases: Vec<String> = self.held.keys().cloned().collect();
+        let leases: Vec<(String, i32)> = self.held.iter().map(|(t, e)| (t.clone(), *e)).collect();
         self.publish();
         self.release_all = Some(ReleaseAllJob {
             req,
@@ -423,7 +423,12 @@ impl Node {
         let Some(job) = &self.release_all else {
             return;
         };
-        if job.started || job.leases.iter().any(|t| self.task_jobs.contains_key(t)) {
+        if job.started
+            || job
+                .leases
+                .iter()
+                .any(|(t, _)| self.task_jobs.contains_key(t))
+        {
             return;
         }
         let mut job = self.release_all.take().expect("present");
@@ -434,18 +439,27 @@ impl Node {
             return;
         }
         // Leave the membership first, in the same multi as the first leases, so the
-        // next-ranked nodes are designated the moment the leases go.
-        let mut paths = vec![self.paths.member(&self.cfg.id)];
-        paths.extend(job.leases.iter().map(|t| self.paths.lease(t)));
-        for batch in paths.chunks(RELEASE_BATCH) {
-            job.outstanding += 1;
-            let ops = batch
-                .iter()
-                .map(|path| ZkOp::Delete {
-                    path: path.clone(),
+        // next-ranked nodes are designated the moment the leases go. Each lease goes only if
+        // it is still this node's incarnation (its epoch version), as in a single release.
+        let mut groups = vec![vec![ZkOp::Delete {
+            path: self.paths.member(&self.cfg.id),
+            version: None,
+        }]];
+        for (task, epoch) in &job.leases {
+            groups.push(vec![
+                ZkOp::Check {
+                    path: self.paths.epoch(task),
+                    version: *epoch,
+                },
+                ZkOp::Delete {
+                    path: self.paths.lease(task),
                     version: None,
-                })
-                .collect();
+                },
+            ]);
+        }
+        for batch in groups.chunks(RELEASE_BATCH / 2) {
+            job.outstanding += 1;
+            let ops = batch.iter().flatten().cloned().collect();
             self.call(
                 ZkOp::Multi(ops),
                 Then::ReleaseBatch {
@@ -456,7 +470,7 @@ impl Node {
         self.release_all = Some(job);
     }
 
-    pub(super) fn on_release_batch(&mut self, batch: Vec<String>, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_release_batch(&mut self, batch: Vec<Vec<ZkOp>>, result: Result<ZkOk, ZkFail>) {
         if let Err(error) = result {
             // A missing znode fails the whole batch: delete one by one instead.
             self.report(
@@ -466,14 +480,8 @@ impl Node {
             if let Some(job) = self.release_all.as_mut() {
                 job.outstanding += batch.len();
             }
-            for path in batch {
-                self.call(
-                    ZkOp::Delete {
-                        path,
-                        version: None,
-                    },
-                    Then::ReleaseOne,
-                );
+            for group in batch {
+                self.call(ZkOp::Multi(group), Then::ReleaseOne);
             }
         }
         self.release_call_done();

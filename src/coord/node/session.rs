@@ -176,6 +176,8 @@ impl Node {
         self.takes.clear();
         self.verified.clear();
         self.verifying.clear();
+        self.unsure_takes.clear();
+        self.suspects.clear();
         self.registering = None;
         self.registered_as = None;
         self.relist = None;

@@ -12,7 +12,7 @@
 //! | `tasks/<task>` | persistent | the fire record [`FireRecord`]: newest claimed tick |
 //! | `tasks/<task>/epoch` | persistent, empty | its version counts lease takes (one bump per take) |
 //! | `tasks/<task>/run-<unix>` | ephemeral | a live run of that tick ([`RunRecord`]) |
-//! | `tasks/<task>/result` | persistent | the last [`RunResult`](crate::coord::RunResult) |
+//! | `tasks/<task>/result` | persistent | the last [`RunResult`] |
 //! | `clock` | persistent | written now and then to measure clock skew |
 //!
 //! Znodes grow as O(tasks + nodes): a task has at most a record, a result, a lease and its live
