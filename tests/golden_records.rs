@@ -429,7 +429,7 @@ fn state_fixture(name: &str) -> Vec<u8> {
 /// result; then, reopened, the journal folded into the snapshot.
 #[test]
 fn the_state_dir_this_release_writes_matches_the_golden_fixtures() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let t1 = at("2026-01-01T00:01:00Z");
     let journal_path = dir.path().join("journal.jsonl");
@@ -475,7 +475,7 @@ fn a_state_dir_of_the_golden_fixtures_is_read_by_this_release() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let t1 = at("2026-01-01T00:01:00Z");
     for files in [&["journal.jsonl"][..], &["snapshot.json"][..]] {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = common::tempdir();
         for name in files {
             fs::write(dir.path().join(name), state_fixture(name)).unwrap();
         }

@@ -261,9 +261,19 @@ impl Node {
             Err(error) => {
                 self.report(Level::Warn, format!("releasing the lease failed ({error})"))
                     .field("task", &task);
+                self.stray_lease(&task);
             }
         }
         self.finish_task_job(&task);
+    }
+
+    /// A lease this session may still own without holding it (a release or take whose outcome
+    /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
+    /// is deleted if it is this session's.
+    fn stray_lease(&mut self, task: &str) {
+        self.unsure_takes.insert(task.to_string());
+        self.verified.remove(task);
+        self.recheck_in(Duration::from_millis(500));
     }
 
     pub(super) fn on_release_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -280,6 +290,9 @@ impl Node {
                 Then::Released { task },
             );
             return;
+        }
+        if result.is_err() {
+            self.stray_lease(&task);
         }
         self.finish_task_job(&task);
     }
@@ -417,6 +430,7 @@ impl Node {
         };
         let candidates: Vec<String> = set
             .keys()
+            .chain(self.unsure_takes.iter().filter(|t| !set.contains_key(*t)))
             .filter(|t| self.present.contains(*t) && !self.held.contains_key(*t))
             .filter(|t| !self.verified.contains(*t) && !self.verifying.contains(*t))
             .filter(|t| !self.takes.contains(*t))
