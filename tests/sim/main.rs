@@ -78,11 +78,12 @@
 //! # Findings
 //!
 //! Failures of the real node this simulation found while it was being built (reported to the
-//! lead with their seeds). Node d7e5ce8 fixed the release without the epoch check, the take and
-//! release with an unknown outcome left behind, the 2 s grace for a lease of a new member and
-//! the stranger's run znode; about 3 % of the default scenarios still fail there (48 of
-//! 1,600: `ForeignLeaseDelete` and `NotConverged`, e.g. seed 12, where a node judged a lease
-//! "no member's" 2.6 s after it had read that member's znode, and seeds 60, 221):
+//! lead with their seeds). Node d7e5ce8 and 8b09091 fixed the release without the epoch
+//! check, the take and release with an unknown outcome left behind, the 2 s grace for a lease
+//! of a new member and the stranger's run znode. At 8b09091, 28 of the 1,600 default scenarios
+//! (strangers on) still fail: `ForeignLeaseDelete` (e.g. seeds 157, 289, 572; seed 12 earlier:
+//! a node judged a lease "no member's" 2.6 s after it had read that member's znode),
+//! `NotConverged` (e.g. seeds 235, 524, 849) and one `TickLost` (seed 592). What was found:
 //!
 //! - A node deletes the lease of a live member: a lease judged foreign ("no live zkcron node
 //!   holds it") before the node had read the member znode of the session that holds it (a member
