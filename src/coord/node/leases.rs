@@ -266,9 +266,19 @@ impl Node {
             Err(error) => {
                 self.report(Level::Warn, format!("releasing the lease failed ({error})"))
                     .field("task", &task);
+                self.stray_lease(&task);
             }
         }
         self.finish_task_job(&task);
+    }
+
+    /// A lease this session may still own without holding it (a release or take whose outcome
+    /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
+    /// is deleted if it is this session's.
+    fn stray_lease(&mut self, task: &str) {
+        self.unsure_takes.insert(task.to_string());
+        self.verified.remove(task);
+        self.recheck_in(Duration::from_millis(500));
     }
 
     pub(super) fn on_release_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -285,6 +295,9 @@ impl Node {
                 Then::Released { task },
             );
             return;
+        }
+        if result.is_err() {
+            self.stray_lease(&task);
         }
         self.finish_task_job(&task);
     }

@@ -1,0 +1,510 @@
+//! The invariant checker, the trace and the statistics of a scenario.
+
+use super::*;
+
+// ------------------------------------------------------------------------------------------------
+// The invariant checker
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    DoubleClaim,
+    RecordBackwards,
+    ClaimWithoutLease,
+    /// A node deleted a lease another session holds.
+    ForeignLeaseDelete,
+    TickEarly,
+    RunWithoutClaim,
+    RunTwice,
+    TickLost,
+    TickLate,
+    /// After settling, a task's lease is not held by the node ranked first for it.
+    NotConverged,
+    /// A node keeps asking for work at one instant (a busy loop in virtual time).
+    BusyLoop,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Violation {
+    pub(crate) kind: Kind,
+    pub(crate) at: Ms,
+    pub(crate) task: Option<TaskIx>,
+    pub(crate) tick: Option<DateTime<Utc>>,
+    pub(crate) detail: String,
+}
+
+impl Violation {
+    pub(crate) fn is_safety(&self) -> bool {
+        !matches!(
+            self.kind,
+            Kind::TickLost | Kind::TickLate | Kind::NotConverged
+        )
+    }
+
+    /// Whether the run stops here. Claims without the lease and deletes of another's lease are
+    /// recorded and the run goes on: it shows whether the record's version check still
+    /// prevents a double claim.
+    pub(crate) fn stops_run(&self) -> bool {
+        self.is_safety()
+            && !matches!(
+                self.kind,
+                Kind::ClaimWithoutLease | Kind::ForeignLeaseDelete
+            )
+    }
+}
+
+/// A successful write of a fire record that moved it to a new tick: a claim, as the server saw
+/// it (decoded from the record's JSON).
+pub(crate) struct RecordWrite {
+    pub(crate) task: TaskIx,
+    pub(crate) previous: Option<DateTime<Utc>>,
+    pub(crate) tick: DateTime<Utc>,
+    /// The node whose session wrote it.
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimRec {
+    pub(crate) at: Ms,
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
+}
+
+/// A run: when, which node, in which session.
+pub(crate) type RunRec = (Ms, NodeIx, SessionId);
+
+#[derive(Debug, Default)]
+pub(crate) struct Checker {
+    pub(crate) claims: BTreeMap<(TaskIx, DateTime<Utc>), Vec<ClaimRec>>,
+    pub(crate) runs: BTreeMap<(TaskIx, DateTime<Utc>), Vec<RunRec>>,
+    pub(crate) violations: Vec<Violation>,
+}
+
+impl Checker {
+    pub(crate) fn violation(
+        &mut self,
+        kind: Kind,
+        at: Ms,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        detail: String,
+    ) {
+        self.violations.push(Violation {
+            kind,
+            at,
+            task: Some(task),
+            tick: Some(tick),
+            detail,
+        });
+    }
+
+    pub(crate) fn on_claim(
+        &mut self,
+        at: Ms,
+        write: &RecordWrite,
+        holder: Option<SessionId>,
+        latest: DateTime<Utc>,
+    ) {
+        let RecordWrite {
+            task,
+            tick,
+            node,
+            session,
+            ..
+        } = *write;
+        let earlier = self.claims.entry((task, tick)).or_default();
+        let first = earlier.first().copied();
+        earlier.push(ClaimRec { at, node, session });
+        if let Some(first) = first {
+            self.violation(
+                Kind::DoubleClaim,
+                at,
+                task,
+                tick,
+                format!(
+                    "claimed by n{node} (session {}) at {at} ms, already claimed by n{} (session {}) at {} ms",
+                    session.0, first.node, first.session.0, first.at
+                ),
+            );
+        }
+        if write.previous.is_some_and(|p| p >= tick) {
+            self.violation(
+                Kind::RecordBackwards,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} moved the record from {:.3}s to {:.3}s",
+                    secs(write.previous.unwrap()),
+                    secs(tick)
+                ),
+            );
+        }
+        if holder != Some(session) {
+            self.violation(
+                Kind::ClaimWithoutLease,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} claimed with session {} while the lease was held by {:?}",
+                    session.0,
+                    holder.map(|s| s.0)
+                ),
+            );
+        }
+        if tick > latest {
+            self.violation(
+                Kind::TickEarly,
+                at,
+                task,
+                tick,
+                format!("n{node} claimed a tick no node's clock has reached"),
+            );
+        }
+    }
+
+    pub(crate) fn on_run(
+        &mut self,
+        at: Ms,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        node: NodeIx,
+        session: SessionId,
+    ) {
+        let won = self.claims.get(&(task, tick)).is_some_and(|claims| {
+            claims
+                .iter()
+                .any(|c| c.node == node && c.session == session && c.at <= at)
+        });
+        if !won {
+            self.violation(
+                Kind::RunWithoutClaim,
+                at,
+                task,
+                tick,
+                format!(
+                    "n{node} (session {}) ran a tick it did not claim",
+                    session.0
+                ),
+            );
+        }
+        let runs = self.runs.entry((task, tick)).or_default();
+        runs.push((at, node, session));
+        if runs.len() > 1 {
+            let detail = format!("run {} times (time, node, session): {runs:?}", runs.len());
+            self.violation(Kind::RunTwice, at, task, tick, detail);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Traces and statistics
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Stats {
+    pub(crate) scenarios: u64,
+    pub(crate) events: u64,
+    pub(crate) claims: u64,
+    pub(crate) runs: u64,
+    pub(crate) already_claimed: u64,
+    pub(crate) not_leader: u64,
+    pub(crate) conflicts: u64,
+    /// Claims the server refused: session expired, lease check failed, record version moved.
+    pub(crate) fenced_expired: u64,
+    pub(crate) fenced_lease: u64,
+    pub(crate) fenced_version: u64,
+    pub(crate) replies_lost: u64,
+    pub(crate) expiries: u64,
+    /// Claims won at the server that no node ran: the claimer crashed or stopped before the
+    /// reply, or could not tell from the record after losing the reply (at most once).
+    pub(crate) claimed_not_run: u64,
+    pub(crate) live_ticks: u64,
+    pub(crate) on_time_checked: u64,
+}
+
+impl Stats {
+    pub(crate) fn add(&mut self, o: &Stats) {
+        self.scenarios += o.scenarios;
+        self.events += o.events;
+        self.claims += o.claims;
+        self.runs += o.runs;
+        self.already_claimed += o.already_claimed;
+        self.not_leader += o.not_leader;
+        self.conflicts += o.conflicts;
+        self.fenced_expired += o.fenced_expired;
+        self.fenced_lease += o.fenced_lease;
+        self.fenced_version += o.fenced_version;
+        self.replies_lost += o.replies_lost;
+        self.expiries += o.expiries;
+        self.claimed_not_run += o.claimed_not_run;
+        self.live_ticks += o.live_ticks;
+        self.on_time_checked += o.on_time_checked;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Liveness, convergence and timeliness, judged at the end of a run of the real node
+// ------------------------------------------------------------------------------------------------
+
+impl Sim<'_> {
+    /// The state (release, skew) of node `n` at `at`, `None` if it was down.
+    pub(crate) fn node_state_at(&self, n: NodeIx, at: Ms) -> Option<NodeState> {
+        self.node_log
+            .iter()
+            .rfind(|(t, node, _)| *node == n && *t <= at)
+            .and_then(|(_, _, s)| s.clone())
+    }
+
+    pub(crate) fn can_lead(&self, n: NodeIx, task: TaskIx, state: &NodeState) -> bool {
+        let def = &self.sc.tasks[task];
+        self.procs[n].defines.contains(&task)
+            && def.version_req.as_ref().is_none_or(|r| r.matches(&state.0))
+            && state.1.abs() <= self.sc.max_clock_skew_ms
+    }
+
+    pub(crate) fn check_liveness(&mut self) {
+        let sc = self.sc;
+        for ((n, _), start) in std::mem::take(&mut self.open_disturbance) {
+            self.disturbed.push((Some(n), start, sc.end));
+        }
+        let horizon = epoch() + TimeDelta::milliseconds((sc.end - sc.settle) as i64);
+        let healed = epoch() + TimeDelta::milliseconds((sc.fault_end + sc.settle) as i64);
+        for (t, task) in sc.tasks.iter().enumerate() {
+            if task.rules.catch_up != CatchUpPolicy::All {
+                continue;
+            }
+            let leaders_at_end = (0..self.procs.len())
+                .filter(|&n| {
+                    self.node_state_at(n, sc.end)
+                        .is_some_and(|s| self.can_lead(n, t, &s))
+                })
+                .count();
+            if leaders_at_end == 0 {
+                continue;
+            }
+            let designated = self.designated_at_end(t);
+            let first_claim = self
+                .check
+                .claims
+                .range((t, DateTime::<Utc>::MIN_UTC)..=(t, DateTime::<Utc>::MAX_UTC))
+                .next()
+                .map(|((_, tick), _)| *tick);
+            let from = if task.initial_record {
+                epoch()
+            } else {
+                // Without a record nothing before the first claim is missed; but once the
+                // cluster has settled, the first tick must be claimed.
+                let settled = healed - TimeDelta::seconds(1);
+                first_claim.map_or(settled, |c| (c - TimeDelta::milliseconds(1)).min(settled))
+            };
+            let last = epoch() + TimeDelta::milliseconds(sc.end as i64);
+            for tick in task.rules.schedule.ticks_after(from) {
+                if tick > last {
+                    break;
+                }
+                let claims = self
+                    .check
+                    .claims
+                    .get(&(t, tick))
+                    .cloned()
+                    .unwrap_or_default();
+                let tick_ms = (tick - epoch()).num_milliseconds();
+                if tick > horizon {
+                    // Too late to require, but still expected on time in a quiet stretch.
+                    if tick_ms >= 0 {
+                        self.check_on_time(t, tick, tick_ms as Ms, claims.first().map(|c| c.at));
+                    }
+                    continue;
+                }
+                self.stats.live_ticks += 1;
+                match claims.len() {
+                    0 => {
+                        self.check.violation(
+                            Kind::TickLost,
+                            sc.end,
+                            t,
+                            tick,
+                            format!(
+                                "tick {:.3}s never claimed ({} node(s) could lead the task at the end; {designated})",
+                                secs(tick),
+                                leaders_at_end
+                            ),
+                        );
+                        continue;
+                    }
+                    1 => {}
+                    _ => continue, // reported as a double claim
+                }
+                if tick_ms >= 0 {
+                    self.check_on_time(t, tick, tick_ms as Ms, Some(claims[0].at));
+                }
+            }
+        }
+    }
+
+    /// The node the registered members rank first for `task` now, with its session.
+    pub(crate) fn designated_now(&self, task: TaskIx) -> Option<(NodeIx, SessionId)> {
+        let registered = &self.member_log.last().expect("starts empty").1;
+        let members: Vec<Member> = registered.iter().map(|(_, _, m)| m.clone()).collect();
+        let ranked = lease::ranking(&self.sc.tasks[task].name, &members);
+        let top = ranked.first()?;
+        registered
+            .iter()
+            .find(|(_, _, m)| m.id == top.id)
+            .map(|(n, s, _)| (*n, *s))
+    }
+
+    /// The session holding `task`'s lease znode (0 for a persistent one).
+    pub(crate) fn lease_owner(&self, task: TaskIx) -> Option<SessionId> {
+        let path = format!("{BASE}/leases/{}", self.sc.tasks[task].name);
+        self.zk
+            .nodes
+            .get(&path)
+            .map(|z| SessionId(z.stat.ephemeral_owner as u64))
+    }
+
+    /// After settling, every lease is with the node ranked first for its task (a newer
+    /// release joining took its tasks over, a holder that was no longer first let go).
+    pub(crate) fn check_converged(&mut self) {
+        for t in 0..self.sc.tasks.len() {
+            let Some((n, session)) = self.designated_now(t) else {
+                continue;
+            };
+            if self.procs[n].skew_ms.abs() > self.sc.max_clock_skew_ms {
+                continue; // It may not lead: see the liveness check and the known bug.
+            }
+            let holder = self.lease_owner(t);
+            if holder != Some(session) {
+                self.check.violations.push(Violation {
+                    kind: Kind::NotConverged,
+                    at: self.now,
+                    task: Some(t),
+                    tick: None,
+                    detail: format!(
+                        "lease held by session {:x?}, but n{n} (session {:x}) ranks first; ranking: {}",
+                        holder.map(|s| s.0),
+                        session.0,
+                        self.ranking_now(t)
+                    ),
+                });
+            }
+        }
+    }
+
+    /// The registered members in rank order for `task`: id, release, seed, session.
+    pub(crate) fn ranking_now(&self, task: TaskIx) -> String {
+        let registered = &self.member_log.last().expect("starts empty").1;
+        let members: Vec<Member> = registered.iter().map(|(_, _, m)| m.clone()).collect();
+        lease::ranking(&self.sc.tasks[task].name, &members)
+            .iter()
+            .map(|c| {
+                let (_, session, m) = registered
+                    .iter()
+                    .find(|(_, _, m)| m.id == c.id)
+                    .expect("ranked from these");
+                format!("{} {} {:016x} {:x}", m.id, m.release, m.seed, session.0)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Who the registered members rank first for `task` at the end, and whether it may lead.
+    pub(crate) fn designated_at_end(&self, task: TaskIx) -> String {
+        match self.designated_now(task) {
+            None => "no registered member is eligible".to_string(),
+            Some((n, _)) => {
+                let skew = self.procs[n].skew_ms;
+                if skew.abs() > self.sc.max_clock_skew_ms {
+                    format!(
+                        "designated n{n} may not lead: its clock is off by {skew} ms, so the backups take the lease and release it at once"
+                    )
+                } else {
+                    format!("designated n{n} may lead")
+                }
+            }
+        }
+    }
+
+    /// A tick fires about on time when one node was ranked first for the task, healthy and
+    /// able to lead, from `settle` before the tick until `grace` after it, whatever happened to
+    /// the other nodes. `grace` is how far that node's clock is behind, plus 2 s.
+    pub(crate) fn check_on_time(
+        &mut self,
+        t: TaskIx,
+        tick: DateTime<Utc>,
+        tick_ms: Ms,
+        claimed_at: Option<Ms>,
+    ) {
+        let sc = self.sc;
+        if tick_ms < sc.settle {
+            return;
+        }
+        let from = tick_ms - sc.settle;
+        let name = &sc.tasks[t].name;
+        let designated = |members: &[Registered]| {
+            let list: Vec<Member> = members.iter().map(|(_, _, m)| m.clone()).collect();
+            let top = lease::ranking(name, &list)
+                .first()
+                .map(|c| c.id.to_string())?;
+            members
+                .iter()
+                .find(|(_, _, m)| m.id == top)
+                .map(|(n, s, _)| (*n, *s))
+        };
+        let first = self.member_log.partition_point(|(at, _)| *at <= from) - 1;
+        let Some((leader, session)) = designated(&self.member_log[first].1) else {
+            return;
+        };
+        let Some(state) = self.node_state_at(leader, from) else {
+            return;
+        };
+        if !self.can_lead(leader, t, &state) {
+            return;
+        }
+        let grace = (-state.1).max(0) as Ms + 2_000;
+        let to = tick_ms + grace;
+        if to > sc.end {
+            return;
+        }
+        let stable = self.member_log[first + 1..]
+            .iter()
+            .take_while(|(at, _)| *at <= to)
+            .all(|(_, members)| designated(members) == Some((leader, session)));
+        let healthy = !self
+            .disturbed
+            .iter()
+            .any(|&(n, s, e)| n.is_none_or(|n| n == leader) && s <= to && e >= from);
+        if !stable || !healthy {
+            return;
+        }
+        self.stats.on_time_checked += 1;
+        match claimed_at {
+            Some(at) if at <= to => {}
+            Some(at) => self.check.violation(
+                Kind::TickLate,
+                at,
+                t,
+                tick,
+                format!(
+                    "tick {:.3}s claimed at {:.3}s, {} ms late, though n{leader} was ranked first and healthy throughout (grace {grace} ms)",
+                    secs(tick),
+                    at as f64 / 1000.0,
+                    at - tick_ms
+                ),
+            ),
+            None => self.check.violation(
+                Kind::TickLate,
+                to,
+                t,
+                tick,
+                format!(
+                    "tick {:.3}s not claimed within {grace} ms, though n{leader} was ranked first and healthy throughout",
+                    secs(tick)
+                ),
+            ),
+        }
+    }
+}

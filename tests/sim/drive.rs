@@ -1,0 +1,1804 @@
+//! The harness that drives the real node: a simulated ZooKeeper client and daemon around each
+//! [`SimNode`], over the modelled network and the [`ModelZk`] server, in virtual time.
+//!
+//! Per process: the *client* part does what zookeeper-client does (connect, heartbeats, a read
+//! timeout of 2/3 of the session timeout, reconnect with the same session, calls failing with
+//! `ConnectionLoss` when the connection drops) and feeds the node `Input::Connected` /
+//! `Disconnected` / `Expired` / `Watch` / `Reply`; the *driver* part calls `handle_timeout` at
+//! `poll_timeout()` and drains `poll()`; the *daemon* part runs the real [`TickPlanner`] for each
+//! task the node leads (starting from `Request::LastClaimed`) and claims each tick through
+//! `Request::Claim`: a run starts only on an answer of `Claimed`.
+
+use std::cmp::Reverse;
+
+use zkcron::coord::node::io::{
+    Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
+};
+use zkcron::coord::zk::{
+    FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
+    TaskSetRef,
+};
+use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
+use zkcron::task::{CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
+
+use super::model_zk::{self, ModelZk, Write};
+use super::*;
+
+/// Adds a line to the trace, formatting it only while tracing.
+macro_rules! note {
+    ($sim:expr, $node:expr, $task:expr, $what:expr $(,)?) => {
+        if $sim.tracing {
+            let what: String = $what;
+            $sim.note_now($node, $task, what);
+        }
+    };
+}
+
+/// What the world needs of a node: the sans-IO seam (`coord::node::io`).
+pub(crate) trait SimNode {
+    fn handle(&mut self, input: Input, now: Now);
+    fn handle_timeout(&mut self, now: Now);
+    fn poll_timeout(&self) -> Option<Duration>;
+    fn poll(&mut self) -> Option<Output>;
+}
+
+/// What a node is built from.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeSpec {
+    pub(crate) id: String,
+    pub(crate) release: Version,
+    pub(crate) seed: u64,
+    /// The cluster's base znode, e.g. `/zkcron/sim`.
+    pub(crate) base: String,
+    pub(crate) max_clock_skew: Duration,
+    pub(crate) session_timeout: Duration,
+    pub(crate) claim_mode: ClaimMode,
+}
+
+/// Builds a node (the real one, in [`super::real`]).
+pub(crate) type MakeNode = fn(&NodeSpec, Now) -> Box<dyn SimNode>;
+
+pub(crate) const BASE: &str = "/zkcron/sim";
+
+/// A registered member: its node, the session owning its znode, its data.
+pub(crate) type Registered = (NodeIx, SessionId, Member);
+
+/// A running node's release and clock offset.
+pub(crate) type NodeState = (Version, i64);
+
+/// The index of task `tNN`.
+pub(crate) fn task_ix(name: &str) -> TaskIx {
+    name[1..].parse().expect("task names are tNN")
+}
+
+/// The task as the daemon would load it (identical on every node that defines it).
+pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
+    TaskSpec {
+        name: def.name.clone(),
+        path: format!("{}.toml", def.name).into(),
+        description: None,
+        schedule: def.rules.schedule.clone(),
+        command: CommandLine::Argv(vec!["true".into()]),
+        user: None,
+        group: None,
+        working_dir: None,
+        env: Default::default(),
+        timeout: None,
+        kill_grace: Duration::from_secs(1),
+        overlap: OverlapPolicy::Allow,
+        catch_up: def.rules.catch_up,
+        starting_deadline: def.rules.starting_deadline,
+        jitter: def.rules.jitter,
+        retries: RetryPolicy::default(),
+        version_req: def.version_req.clone(),
+        kill_on_session_loss: false,
+        on_node_loss: Default::default(),
+        enabled: true,
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Messages and events
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+pub(crate) enum Up {
+    Connect {
+        session: Option<i64>,
+    },
+    Call {
+        op: OpId,
+        zk: ZkOp,
+    },
+    Ping,
+    /// The client drops this connection (its session lives on).
+    Close,
+    /// The client closes its session.
+    CloseSession,
+}
+
+#[derive(Debug)]
+pub(crate) enum Down {
+    Connected {
+        session: i64,
+    },
+    /// The session the client asked for has expired.
+    Expired,
+    Reply {
+        op: OpId,
+        result: Result<ZkOk, ZkFail>,
+    },
+    Watch {
+        path: String,
+        kind: WatchKind,
+    },
+    Pong,
+    /// The server closed the connection: its session expired.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) enum T {
+    Ping(u64),
+    Reconnect(u64),
+    ConnectTimeout(ConnId),
+    /// A reply was lost with its connection: the client notices the reset.
+    Reset(ConnId),
+    /// The node's `poll_timeout()` came due.
+    NodeTimeout(u64),
+    /// A call made while disconnected fails.
+    Fail(OpId),
+    /// A planner's next tick is due.
+    Wake {
+        task: TaskIx,
+        generation: u64,
+        seq: u64,
+    },
+    RunEnd {
+        task: TaskIx,
+        tick: DateTime<Utc>,
+    },
+    /// Retry reading a record or re-plan after a clock step or a pause.
+    Poke,
+    /// Give up waiting for a graceful stop.
+    StopDeadline,
+}
+
+#[derive(Debug)]
+pub(crate) enum Ev {
+    Fault(Fault),
+    Up {
+        conn: ConnId,
+        msg: Up,
+    },
+    Down {
+        node: NodeIx,
+        conn: ConnId,
+        msg: Down,
+        buffered: bool,
+    },
+    Timer {
+        node: NodeIx,
+        inc: u64,
+        timer: T,
+    },
+    SessionCheck(i64),
+}
+
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) node: NodeIx,
+    pub(crate) alive: bool,
+    pub(crate) session: Option<i64>,
+    pub(crate) to_server_at: Ms,
+    pub(crate) to_node_at: Ms,
+}
+
+// ------------------------------------------------------------------------------------------------
+// One process: client, driver and daemon around the node
+// ------------------------------------------------------------------------------------------------
+
+/// A task the daemon fires: its planner and its claim in flight.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) generation: u64,
+    /// `None` while `LastClaimed` is asked.
+    pub(crate) planner: Option<TickPlanner>,
+    pub(crate) queue: VecDeque<DateTime<Utc>>,
+    pub(crate) in_flight: bool,
+    pub(crate) wake_seq: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Asked {
+    Publish,
+    Last {
+        task: TaskIx,
+        generation: u64,
+    },
+    Claim {
+        task: TaskIx,
+        generation: u64,
+        tick: DateTime<Utc>,
+    },
+    RunEnded,
+    Release,
+    Close,
+}
+
+#[derive(Default)]
+pub(crate) struct Proc {
+    pub(crate) id: String,
+    pub(crate) release: Option<Version>,
+    pub(crate) seed: u64,
+    pub(crate) tasks: Arc<TaskSet>,
+    pub(crate) defines: Vec<TaskIx>,
+    pub(crate) skew_ms: i64,
+
+    pub(crate) up: bool,
+    pub(crate) frozen: bool,
+    pub(crate) stopping: bool,
+    /// Incarnation: bumped when the process dies, so its timers die with it.
+    pub(crate) inc: u64,
+    pub(crate) deferred: Vec<Ev>,
+    pub(crate) loss_pct: u32,
+    pub(crate) booted_at: Ms,
+    pub(crate) node: Option<Box<dyn SimNode>>,
+
+    // The ZooKeeper client.
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) session: Option<i64>,
+    pub(crate) connected: bool,
+    /// The session expired: the client waits for the node's `NewSession`.
+    pub(crate) expired: bool,
+    pub(crate) connect_seq: u64,
+    pub(crate) ping_generation: u64,
+    pub(crate) last_recv: Ms,
+    pub(crate) in_flight: BTreeSet<OpId>,
+    pub(crate) timeout_generation: u64,
+    pub(crate) timeout_at: Option<Ms>,
+
+    // The daemon.
+    pub(crate) leadership: Leadership,
+    pub(crate) next_req: ReqId,
+    pub(crate) asked: BTreeMap<ReqId, Asked>,
+    pub(crate) plans: BTreeMap<TaskIx, Plan>,
+    pub(crate) next_generation: u64,
+    /// Requests to hand the node once its outputs are drained.
+    pub(crate) requests: VecDeque<(ReqId, Request)>,
+}
+
+// ------------------------------------------------------------------------------------------------
+// The world
+// ------------------------------------------------------------------------------------------------
+
+pub(crate) struct Sim<'s> {
+    pub(crate) sc: &'s Scenario,
+    pub(crate) make: MakeNode,
+    pub(crate) now: Ms,
+    pub(crate) queue: BinaryHeap<Reverse<(Ms, u64)>>,
+    pub(crate) events: HashMap<u64, Ev>,
+    pub(crate) seq: u64,
+    pub(crate) rng: StdRng,
+    pub(crate) zk: ModelZk,
+    pub(crate) links: BTreeMap<ConnId, Link>,
+    pub(crate) session_conn: BTreeMap<i64, ConnId>,
+    pub(crate) next_conn: u64,
+    pub(crate) link_up: Vec<bool>,
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) by_name: HashMap<String, TaskIx>,
+    pub(crate) check: Checker,
+    pub(crate) trace: Vec<(Ms, Option<NodeIx>, Option<TaskIx>, String)>,
+    pub(crate) stats: Stats,
+    pub(crate) reports: u64,
+    pub(crate) disturbed: Vec<(Option<NodeIx>, Ms, Ms)>,
+    pub(crate) open_disturbance: BTreeMap<(NodeIx, u8), Ms>,
+    pub(crate) node_log: Vec<(Ms, NodeIx, Option<NodeState>)>,
+    pub(crate) member_log: Vec<(Ms, Vec<Registered>)>,
+    /// The session of the stranger client (which also laid out the initial tree).
+    pub(crate) stranger: i64,
+    /// Trace every call and reply (`ZKCRON_SIM_TRACE`).
+    pub(crate) trace_calls: bool,
+    /// Keep a trace at all (for the report of a failing scenario).
+    pub(crate) tracing: bool,
+}
+
+impl<'s> Sim<'s> {
+    pub(crate) fn new(sc: &'s Scenario, make: MakeNode) -> Sim<'s> {
+        let mut sim = Sim {
+            sc,
+            make,
+            now: 0,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            seq: 0,
+            rng: StdRng::seed_from_u64(sc.seed ^ 0x005e_ed0f_5111),
+            zk: ModelZk::new(epoch().timestamp_millis()),
+            links: BTreeMap::new(),
+            session_conn: BTreeMap::new(),
+            next_conn: 0,
+            link_up: vec![true; sc.nodes.len()],
+            procs: sc
+                .nodes
+                .iter()
+                .map(|def| Proc {
+                    id: def.id.clone(),
+                    release: Some(def.release.clone()),
+                    seed: def.seed,
+                    tasks: def.tasks.clone(),
+                    defines: {
+                        let mut d: Vec<TaskIx> = def.tasks.keys().map(|t| task_ix(t)).collect();
+                        d.sort();
+                        d
+                    },
+                    skew_ms: def.skew_ms,
+                    ..Proc::default()
+                })
+                .collect(),
+            by_name: sc
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(t, d)| (d.name.clone(), t))
+                .collect(),
+            check: Checker::default(),
+            trace: Vec::new(),
+            stats: Stats::default(),
+            reports: 0,
+            disturbed: Vec::new(),
+            open_disturbance: BTreeMap::new(),
+            node_log: Vec::new(),
+            member_log: vec![(0, Vec::new())],
+            stranger: 0,
+            trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
+            tracing: true,
+        };
+        // The tree an earlier cluster left: the base and the fire records of tasks that fired.
+        let admin = sim.zk.open_session(u64::MAX / 4, 0);
+        let mut ops = vec!["/zkcron", BASE, &format!("{BASE}/tasks")]
+            .into_iter()
+            .map(|p| ZkOp::Create {
+                path: p.to_string(),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            })
+            .collect::<Vec<_>>();
+        for task in sc.tasks.iter().filter(|t| t.initial_record) {
+            let record = WireRecord {
+                format: 1,
+                tick: Some(epoch()),
+                node: String::new(),
+                session: String::new(),
+                run: false,
+                reruns: 0,
+                claimed_at: None,
+            };
+            ops.push(ZkOp::Create {
+                path: format!("{BASE}/tasks/{}", task.name),
+                data: serde_json::to_vec(&record).expect("encodes"),
+                mode: CreateMode::Persistent,
+            });
+        }
+        let mut writes = Vec::new();
+        sim.zk
+            .apply(admin, &ZkOp::Multi(ops), 0, &mut writes)
+            .0
+            .expect("the initial tree");
+        sim.stranger = admin;
+        for (at, fault) in &sc.faults {
+            sim.push(*at, Ev::Fault(fault.clone()));
+        }
+        sim
+    }
+
+    pub(crate) fn push(&mut self, at: Ms, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+
+    pub(crate) fn timer(&mut self, n: NodeIx, delay: Ms, timer: T) {
+        let inc = self.procs[n].inc;
+        self.push(
+            self.now + delay,
+            Ev::Timer {
+                node: n,
+                inc,
+                timer,
+            },
+        );
+    }
+
+    pub(crate) fn note_now(&mut self, node: Option<NodeIx>, task: Option<TaskIx>, what: String) {
+        self.trace.push((self.now, node, task, what));
+    }
+
+    pub(crate) fn latency(&mut self) -> Ms {
+        if self.rng.random_bool(0.05) {
+            self.rng.random_range(20..=300)
+        } else {
+            self.rng.random_range(1..=15)
+        }
+    }
+
+    /// This process's clocks: monotonic since it started, wall = true time + its skew.
+    pub(crate) fn clock(&self, n: NodeIx) -> Now {
+        let p = &self.procs[n];
+        Now {
+            mono: Duration::from_millis(self.now - p.booted_at),
+            wall: self.wall(n),
+        }
+    }
+
+    pub(crate) fn wall(&self, n: NodeIx) -> DateTime<Utc> {
+        epoch() + TimeDelta::milliseconds(self.now as i64 + self.procs[n].skew_ms)
+    }
+
+    pub(crate) fn run(&mut self) {
+        let mut same_instant = 0u32;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > self.sc.end {
+                break;
+            }
+            let ev = self.events.remove(&seq).expect("queued");
+            same_instant = if at == self.now { same_instant + 1 } else { 0 };
+            if same_instant > 2_000 {
+                self.check.violations.push(Violation {
+                    kind: Kind::BusyLoop,
+                    at,
+                    task: None,
+                    tick: None,
+                    detail: format!("2,000 events at one instant; the last: {ev:?}"),
+                });
+                return;
+            }
+            self.now = at;
+            self.stats.events += 1;
+            self.dispatch(ev);
+            if self.check.violations.iter().any(Violation::stops_run) {
+                return;
+            }
+        }
+        self.now = self.sc.end;
+        self.stats.claimed_not_run = self
+            .check
+            .claims
+            .keys()
+            .filter(|k| !self.check.runs.contains_key(k))
+            .count() as u64;
+        self.check_converged();
+        self.check_liveness();
+    }
+
+    pub(crate) fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Fault(fault) => self.fault(fault),
+            Ev::Up { conn, msg } => {
+                let l = self.links.get_mut(&conn).expect("known link");
+                if !l.alive {
+                    return;
+                }
+                if !self.link_up[l.node] {
+                    l.alive = false;
+                    return;
+                }
+                self.server(conn, msg);
+            }
+            Ev::Down {
+                node,
+                conn,
+                msg,
+                buffered,
+            } => {
+                if !buffered {
+                    let l = self.links.get_mut(&conn).expect("known link");
+                    if !l.alive {
+                        return;
+                    }
+                    if !self.link_up[node] {
+                        l.alive = false;
+                        return;
+                    }
+                }
+                let p = &mut self.procs[node];
+                if !p.up {
+                    return;
+                }
+                if p.frozen {
+                    p.deferred.push(Ev::Down {
+                        node,
+                        conn,
+                        msg,
+                        buffered: true,
+                    });
+                    return;
+                }
+                self.receive(node, conn, msg);
+            }
+            Ev::Timer { node, inc, timer } => {
+                let p = &mut self.procs[node];
+                if !p.up || p.inc != inc {
+                    return;
+                }
+                if p.frozen {
+                    p.deferred.push(Ev::Timer { node, inc, timer });
+                    return;
+                }
+                self.on_timer(node, timer);
+                // Hand the node what the daemon asked meanwhile.
+                self.settle(node);
+            }
+            Ev::SessionCheck(id) => self.session_check(id),
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Network
+    // --------------------------------------------------------------------------------------------
+
+    pub(crate) fn open_link(&mut self, node: NodeIx) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.links.insert(
+            id,
+            Link {
+                node,
+                alive: true,
+                session: None,
+                to_server_at: 0,
+                to_node_at: 0,
+            },
+        );
+        id
+    }
+
+    pub(crate) fn kill_link(&mut self, conn: ConnId) {
+        if let Some(l) = self.links.get_mut(&conn) {
+            l.alive = false;
+        }
+    }
+
+    pub(crate) fn send_up(&mut self, conn: ConnId, msg: Up) {
+        let latency = self.latency();
+        let now = self.now;
+        let l = self.links.get_mut(&conn).expect("known link");
+        if !l.alive {
+            return;
+        }
+        if !self.link_up[l.node] {
+            l.alive = false;
+            return;
+        }
+        let at = (now + latency).max(l.to_server_at);
+        l.to_server_at = at;
+        self.push(at, Ev::Up { conn, msg });
+    }
+
+    pub(crate) fn send_down(&mut self, conn: ConnId, msg: Down) {
+        let latency = self.latency();
+        let now = self.now;
+        let l = &self.links[&conn];
+        let node = l.node;
+        if !l.alive {
+            return;
+        }
+        if !self.link_up[node] {
+            self.kill_link(conn);
+            return;
+        }
+        let loss = self.procs[node].loss_pct;
+        if loss > 0 && matches!(msg, Down::Reply { .. }) && self.rng.random_range(0..100) < loss {
+            // Applied, but the reply is lost with the connection; the client sees a reset.
+            self.kill_link(conn);
+            self.stats.replies_lost += 1;
+            note!(
+                self,
+                Some(node),
+                None,
+                "reply lost: connection reset".into()
+            );
+            let delay = self.rng.random_range(5..=200);
+            self.timer(node, delay, T::Reset(conn));
+            return;
+        }
+        let l = self.links.get_mut(&conn).expect("known link");
+        let at = (now + latency).max(l.to_node_at);
+        l.to_node_at = at;
+        self.push(
+            at,
+            Ev::Down {
+                node,
+                conn,
+                msg,
+                buffered: false,
+            },
+        );
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Server
+    // --------------------------------------------------------------------------------------------
+
+    pub(crate) fn server(&mut self, conn: ConnId, msg: Up) {
+        let session = self.links[&conn].session;
+        let node = self.links[&conn].node;
+        match msg {
+            Up::Connect { session: None } => {
+                let id = self.zk.open_session(self.sc.session_timeout, self.now);
+                self.links.get_mut(&conn).expect("known").session = Some(id);
+                self.session_conn.insert(id, conn);
+                note!(self, Some(node), None, format!("session {id:x} opened"));
+                self.push(self.now + self.sc.session_timeout, Ev::SessionCheck(id));
+                self.send_down(conn, Down::Connected { session: id });
+            }
+            Up::Connect { session: Some(id) } => {
+                if self.zk.alive(id) {
+                    self.zk.touch(id, self.now);
+                    self.session_conn.insert(id, conn);
+                    self.links.get_mut(&conn).expect("known").session = Some(id);
+                    self.send_down(conn, Down::Connected { session: id });
+                } else {
+                    self.send_down(conn, Down::Expired);
+                }
+            }
+            Up::Close => self.kill_link(conn),
+            Up::Ping => {
+                let Some(id) = session else { return };
+                if !self.zk.alive(id) {
+                    self.send_down(conn, Down::Closed);
+                } else if self.session_conn.get(&id) == Some(&conn) {
+                    self.zk.touch(id, self.now);
+                    self.send_down(conn, Down::Pong);
+                }
+            }
+            Up::CloseSession => {
+                let Some(id) = session else { return };
+                if self.zk.alive(id) && self.session_conn.get(&id) == Some(&conn) {
+                    note!(self, Some(node), None, format!("session {id:x} closed"));
+                    self.end_session(id);
+                }
+                self.kill_link(conn);
+            }
+            Up::Call { op, zk } => {
+                let Some(id) = session else { return };
+                if self.zk.alive(id) && self.session_conn.get(&id) != Some(&conn) {
+                    return; // An old connection of a live session: ZooKeeper closed it.
+                }
+                let mut writes = Vec::new();
+                let (result, events) = self.zk.apply(id, &zk, self.now, &mut writes);
+                self.count_fencing(&zk, &result);
+                for write in writes {
+                    self.on_write(Some(node), &write);
+                }
+                self.broadcast(events);
+                self.send_down(conn, Down::Reply { op, result });
+            }
+        }
+    }
+
+    /// Claims the server refused, by why.
+    pub(crate) fn count_fencing(&mut self, op: &ZkOp, result: &Result<ZkOk, ZkFail>) {
+        let ZkOp::Multi(ops) = op else { return };
+        if !ops.iter().any(|o| self.record_path(o).is_some()) {
+            return;
+        }
+        match result {
+            Err(ZkFail::SessionExpired) => self.stats.fenced_expired += 1,
+            Err(ZkFail::Multi { index, .. }) => match &ops[*index] {
+                ZkOp::Check { .. } => self.stats.fenced_lease += 1,
+                o if self.record_path(o).is_some() => self.stats.fenced_version += 1,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// The task whose fire record `op` writes.
+    pub(crate) fn record_path(&self, op: &ZkOp) -> Option<TaskIx> {
+        let path = match op {
+            ZkOp::SetData { path, .. } | ZkOp::Create { path, .. } => path,
+            _ => return None,
+        };
+        self.task_of(path, "tasks")
+    }
+
+    /// `BASE/<dir>/<task>` → the task.
+    pub(crate) fn task_of(&self, path: &str, dir: &str) -> Option<TaskIx> {
+        let name = path
+            .strip_prefix(BASE)?
+            .strip_prefix('/')?
+            .strip_prefix(dir)?;
+        self.by_name.get(name.strip_prefix('/')?).copied()
+    }
+
+    pub(crate) fn end_session(&mut self, id: i64) {
+        let mut writes = Vec::new();
+        let events = self.zk.end_session(id, &mut writes);
+        for write in writes {
+            self.on_write(None, &write);
+        }
+        self.broadcast(events);
+    }
+
+    /// Sends each event to the current connection of every session watching it, in order.
+    pub(crate) fn broadcast(&mut self, events: Vec<model_zk::Event>) {
+        for event in events {
+            for session in self.zk.watchers(&event.path) {
+                let Some(&conn) = self.session_conn.get(&session) else {
+                    continue;
+                };
+                if self.links[&conn].alive {
+                    self.send_down(
+                        conn,
+                        Down::Watch {
+                            path: event.path.clone(),
+                            kind: event.kind,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    pub(crate) fn session_check(&mut self, id: i64) {
+        let Some(due) = self.zk.expires_at(id) else {
+            return;
+        };
+        if self.now < due {
+            self.push(due, Ev::SessionCheck(id));
+            return;
+        }
+        self.stats.expiries += 1;
+        let conn = self.session_conn.get(&id).copied();
+        let node = conn.map(|c| self.links[&c].node);
+        note!(self, node, None, format!("session {id:x} expired"));
+        self.end_session(id);
+        if let Some(conn) = conn
+            && self.links[&conn].alive
+        {
+            self.send_down(conn, Down::Closed);
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // What the checker sees of the server's writes
+    // --------------------------------------------------------------------------------------------
+
+    pub(crate) fn on_write(&mut self, node: Option<NodeIx>, write: &Write) {
+        if let Some(t) = self.task_of(&write.path, "tasks") {
+            self.on_record_write(node, t, write);
+        } else if let Some(t) = self.task_of(&write.path, "leases") {
+            if write.after.is_none()
+                && let Some((_, stat)) = &write.before
+            {
+                let owner = stat.ephemeral_owner;
+                if node.is_some() && owner != 0 && owner != write.session && self.is_member(owner) {
+                    self.check.violations.push(Violation {
+                        kind: Kind::ForeignLeaseDelete,
+                        at: self.now,
+                        task: Some(t),
+                        tick: None,
+                        detail: format!(
+                            "{} (session {:x}) deleted the lease of session {owner:x}, a live member",
+                            node.map_or("a stranger".to_string(), |n| format!("n{n}")),
+                            write.session
+                        ),
+                    });
+                }
+            }
+        } else if write.path.starts_with(&format!("{BASE}/members/")) {
+            self.log_members();
+        }
+    }
+
+    pub(crate) fn on_record_write(&mut self, node: Option<NodeIx>, t: TaskIx, write: &Write) {
+        let Some((data, _)) = &write.after else {
+            return;
+        };
+        let decode = |data: &[u8]| serde_json::from_slice::<WireRecord>(data).ok();
+        let Some(record) = decode(data) else {
+            return; // A stranger's garbage; the node must cope, the checker has no claim.
+        };
+        let before = write.before.as_ref().and_then(|(d, _)| decode(d));
+        let Some(tick) = record.tick else { return };
+        let previous = before.and_then(|b| b.tick);
+        if previous == Some(tick) {
+            return; // Not a new claim (a rerun, or a field of the same tick).
+        }
+        self.stats.claims += 1;
+        let claimer = node.unwrap_or(NO_NODE);
+        let lease = format!("{BASE}/leases/{}", self.sc.tasks[t].name);
+        let holder = self
+            .zk
+            .nodes
+            .get(&lease)
+            .map(|z| SessionId(z.stat.ephemeral_owner as u64));
+        let session = SessionId(write.session as u64);
+        note!(
+            self,
+            node,
+            Some(t),
+            format!(
+                "CLAIM {:.3}s applied for session {:x} (lease holder {:x?}), record was {:?}",
+                secs(tick),
+                write.session,
+                holder.map(|h| h.0),
+                previous.map(secs)
+            ),
+        );
+        let latest = epoch() + TimeDelta::milliseconds(self.now as i64 + self.sc.max_abs_skew_ms);
+        let write = RecordWrite {
+            task: t,
+            previous,
+            tick,
+            node: claimer,
+            session,
+        };
+        self.check.on_claim(self.now, &write, holder, latest);
+    }
+
+    /// Whether `session` is alive and owns a member znode: a live member, whose leases count.
+    pub(crate) fn is_member(&self, session: i64) -> bool {
+        let prefix = format!("{BASE}/members/");
+        self.zk.alive(session)
+            && self
+                .zk
+                .nodes
+                .range(prefix.clone()..)
+                .take_while(|(path, _)| path.starts_with(&prefix))
+                .any(|(_, z)| z.stat.ephemeral_owner == session)
+    }
+
+    /// The registered members (ephemeral member znodes of a live session of a real node).
+    pub(crate) fn log_members(&mut self) {
+        let mut members = Vec::new();
+        let prefix = format!("{BASE}/members/");
+        for (path, z) in self.zk.nodes.range(prefix.clone()..) {
+            let Some(id) = path.strip_prefix(&prefix) else {
+                break;
+            };
+            let owner = z.stat.ephemeral_owner;
+            let Some(n) = self.procs.iter().position(|p| p.id == id) else {
+                continue;
+            };
+            if owner == 0 || !self.zk.alive(owner) {
+                continue;
+            }
+            let Ok(record) = serde_json::from_slice::<MemberRecord>(&z.data) else {
+                continue;
+            };
+            let p = &self.procs[n];
+            members.push((
+                n,
+                SessionId(owner as u64),
+                Member {
+                    id: id.to_string(),
+                    release: Version::parse(&record.release)
+                        .unwrap_or_else(|_| p.release.clone().expect("set")),
+                    seed: u64::from_str_radix(&record.seed, 16).unwrap_or(p.seed),
+                    tasks: p.tasks.clone(),
+                    may_lead: record.leads,
+                },
+            ));
+        }
+        if self.member_log.last().is_none_or(|(_, last)| {
+            last.len() != members.len()
+                || last
+                    .iter()
+                    .zip(&members)
+                    .any(|(a, b)| a.0 != b.0 || a.1 != b.1 || a.2.may_lead != b.2.may_lead)
+        }) {
+            self.member_log.push((self.now, members));
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // The process: boot, client, driver
+    // --------------------------------------------------------------------------------------------
+
+    pub(crate) fn boot(&mut self, n: NodeIx) {
+        let spec = NodeSpec {
+            id: self.procs[n].id.clone(),
+            release: self.procs[n].release.clone().expect("set"),
+            seed: self.procs[n].seed,
+            base: BASE.to_string(),
+            max_clock_skew: Duration::from_millis(self.sc.max_clock_skew_ms as u64),
+            session_timeout: Duration::from_millis(self.sc.session_timeout),
+            claim_mode: self.sc.knobs.claim_mode,
+        };
+        let now = self.now;
+        let p = &mut self.procs[n];
+        p.booted_at = now;
+        let clock = self.clock(n);
+        let p = &mut self.procs[n];
+        p.inc += 1;
+        p.up = true;
+        p.frozen = false;
+        p.stopping = false;
+        p.deferred.clear();
+        p.node = Some((self.make)(&spec, clock));
+        p.conn = None;
+        p.session = None;
+        p.connected = false;
+        p.expired = false;
+        p.in_flight.clear();
+        p.timeout_at = None;
+        p.leadership = Leadership::default();
+        p.asked.clear();
+        p.plans.clear();
+        p.requests.clear();
+        self.log_node(n);
+        let specs: Vec<TaskSpec> = self.procs[n]
+            .defines
+            .iter()
+            .map(|&t| task_spec(&self.sc.tasks[t]))
+            .collect();
+        self.ask(n, Request::Publish(specs), Asked::Publish);
+        self.connect(n);
+        self.settle(n);
+    }
+
+    pub(crate) fn log_node(&mut self, n: NodeIx) {
+        let p = &self.procs[n];
+        let state = p.up.then(|| (p.release.clone().expect("set"), p.skew_ms));
+        self.node_log.push((self.now, n, state));
+    }
+
+    pub(crate) fn connect(&mut self, n: NodeIx) {
+        let conn = self.open_link(n);
+        let p = &mut self.procs[n];
+        p.conn = Some(conn);
+        p.connected = false;
+        p.connect_seq += 1;
+        let session = p.session;
+        self.send_up(conn, Up::Connect { session });
+        let delay = 1_000 + self.rng.random_range(0..=500);
+        self.timer(n, delay, T::ConnectTimeout(conn));
+    }
+
+    pub(crate) fn schedule_reconnect(&mut self, n: NodeIx) {
+        let p = &mut self.procs[n];
+        p.conn = None;
+        p.connected = false;
+        p.connect_seq += 1;
+        let seq = p.connect_seq;
+        let delay = self.rng.random_range(100..=600);
+        self.timer(n, delay, T::Reconnect(seq));
+    }
+
+    /// The connection is gone: calls in flight fail (outcome unknown), then the client
+    /// reconnects with the same session.
+    pub(crate) fn disconnect(&mut self, n: NodeIx, why: &str) {
+        if let Some(conn) = self.procs[n].conn {
+            self.send_up(conn, Up::Close);
+        }
+        note!(self, Some(n), None, format!("disconnected ({why})"));
+        // Not connected from here on: what the node calls now fails at once.
+        self.schedule_reconnect(n);
+        self.procs[n].ping_generation += 1;
+        self.input(n, Input::Disconnected);
+        self.fail_in_flight(n, ZkFail::ConnectionLoss);
+    }
+
+    pub(crate) fn fail_in_flight(&mut self, n: NodeIx, error: ZkFail) {
+        for op in std::mem::take(&mut self.procs[n].in_flight) {
+            self.input(
+                n,
+                Input::Reply {
+                    op,
+                    result: Err(error.clone()),
+                },
+            );
+        }
+    }
+
+    /// The server says the session expired: the node is told, and builds a new one on
+    /// `Output::NewSession`.
+    pub(crate) fn expired(&mut self, n: NodeIx) {
+        note!(self, Some(n), None, "learned its session expired".into());
+        if let Some(conn) = self.procs[n].conn.take() {
+            self.kill_link(conn);
+        }
+        let p = &mut self.procs[n];
+        p.connected = false;
+        p.expired = true;
+        p.ping_generation += 1;
+        p.connect_seq += 1;
+        self.input(n, Input::Expired);
+        self.fail_in_flight(n, ZkFail::SessionExpired);
+    }
+
+    pub(crate) fn receive(&mut self, n: NodeIx, conn: ConnId, msg: Down) {
+        if self.procs[n].conn != Some(conn) {
+            return;
+        }
+        self.procs[n].last_recv = self.now;
+        match msg {
+            Down::Connected { session } => {
+                if self.procs[n].connected {
+                    return;
+                }
+                let p = &mut self.procs[n];
+                p.connected = true;
+                p.session = Some(session);
+                p.ping_generation += 1;
+                let generation = p.ping_generation;
+                note!(
+                    self,
+                    Some(n),
+                    None,
+                    format!("connected, session {session:x}")
+                );
+                self.timer(n, self.sc.session_timeout / 3, T::Ping(generation));
+                self.input(
+                    n,
+                    Input::Connected {
+                        session_id: session,
+                        negotiated_timeout: Duration::from_millis(self.sc.session_timeout),
+                    },
+                );
+            }
+            Down::Expired | Down::Closed => self.expired(n),
+            Down::Pong => {}
+            Down::Watch { path, kind } => self.input(n, Input::Watch { path, kind }),
+            Down::Reply { op, result } => {
+                if self.procs[n].in_flight.remove(&op) {
+                    self.input(n, Input::Reply { op, result });
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_timer(&mut self, n: NodeIx, timer: T) {
+        match timer {
+            T::Ping(generation) => {
+                let p = &self.procs[n];
+                if generation != p.ping_generation || !p.connected {
+                    return;
+                }
+                if self.now >= p.last_recv + self.sc.session_timeout * 2 / 3 {
+                    self.disconnect(n, "read timeout");
+                    return;
+                }
+                let conn = p.conn.expect("connected");
+                self.send_up(conn, Up::Ping);
+                self.timer(n, self.sc.session_timeout / 3, T::Ping(generation));
+            }
+            T::Reconnect(seq) => {
+                let p = &self.procs[n];
+                if seq == p.connect_seq && p.conn.is_none() && !p.expired {
+                    self.connect(n);
+                }
+            }
+            T::ConnectTimeout(conn) => {
+                if self.procs[n].conn == Some(conn) && !self.procs[n].connected {
+                    self.kill_link(conn);
+                    self.schedule_reconnect(n);
+                }
+            }
+            T::Reset(conn) => {
+                if self.procs[n].conn == Some(conn) {
+                    if self.procs[n].connected {
+                        self.disconnect(n, "connection reset");
+                    } else {
+                        self.schedule_reconnect(n);
+                    }
+                }
+            }
+            T::NodeTimeout(generation) => {
+                if self.procs[n].timeout_generation == generation {
+                    if self.trace_calls {
+                        note!(self, Some(n), None, "handle_timeout".into());
+                    }
+                    self.procs[n].timeout_at = None;
+                    let now = self.clock(n);
+                    self.procs[n].node.as_mut().expect("up").handle_timeout(now);
+                    self.settle(n);
+                }
+            }
+            T::Fail(op) => self.input(
+                n,
+                Input::Reply {
+                    op,
+                    result: Err(ZkFail::ConnectionLoss),
+                },
+            ),
+            T::Wake {
+                task,
+                generation,
+                seq,
+            } => {
+                let due = self.procs[n]
+                    .plans
+                    .get(&task)
+                    .is_some_and(|f| f.generation == generation && f.wake_seq == seq);
+                if due {
+                    self.pump(n, task);
+                }
+            }
+            T::RunEnd { task, tick } => {
+                let result = RunResult {
+                    tick,
+                    node: self.procs[n].id.clone(),
+                    exit: "exit code 0".into(),
+                    success: true,
+                    attempts: 1,
+                    duration_ms: 1,
+                    finished_at: self.wall(n),
+                };
+                let name = self.sc.tasks[task].name.clone();
+                self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+                self.settle(n);
+            }
+            T::Poke => {
+                self.sync_plans(n);
+                let tasks: Vec<TaskIx> = self.procs[n].plans.keys().copied().collect();
+                for t in tasks {
+                    self.pump(n, t);
+                }
+                self.settle(n);
+            }
+            T::StopDeadline => {
+                if self.procs[n].stopping {
+                    self.kill(n);
+                }
+            }
+        }
+    }
+
+    /// Feeds the node one input, then lets it settle.
+    pub(crate) fn input(&mut self, n: NodeIx, input: Input) {
+        if self.trace_calls {
+            note!(self, Some(n), None, format!("input {input:?}"));
+        }
+        let now = self.clock(n);
+        let Some(node) = self.procs[n].node.as_mut() else {
+            return;
+        };
+        node.handle(input, now);
+        self.settle(n);
+    }
+
+    /// The daemon asks the node something (handed over when the node's outputs are drained).
+    pub(crate) fn ask(&mut self, n: NodeIx, request: Request, asked: Asked) {
+        let p = &mut self.procs[n];
+        p.next_req += 1;
+        let req = p.next_req;
+        p.asked.insert(req, asked);
+        p.requests.push_back((req, request));
+    }
+
+    /// Drains the node's outputs and hands it the daemon's requests until both are quiet, then
+    /// sets its timer.
+    pub(crate) fn settle(&mut self, n: NodeIx) {
+        loop {
+            if !self.procs[n].up {
+                return;
+            }
+            let output = self.procs[n].node.as_mut().and_then(|node| node.poll());
+            if let Some(output) = output {
+                self.output(n, output);
+                continue;
+            }
+            let Some((req, request)) = self.procs[n].requests.pop_front() else {
+                break;
+            };
+            if self.trace_calls {
+                note!(self, Some(n), None, format!("request #{req}: {request:?}"));
+            }
+            let now = self.clock(n);
+            self.procs[n]
+                .node
+                .as_mut()
+                .expect("up")
+                .handle(Input::Request { req, request }, now);
+        }
+        let p = &mut self.procs[n];
+        let Some(deadline) = p.node.as_ref().and_then(|node| node.poll_timeout()) else {
+            p.timeout_at = None;
+            return;
+        };
+        let at = (p.booted_at + deadline.as_nanos().div_ceil(1_000_000) as Ms).max(self.now);
+        if p.timeout_at == Some(at) {
+            return;
+        }
+        p.timeout_at = Some(at);
+        p.timeout_generation += 1;
+        let generation = p.timeout_generation;
+        let inc = p.inc;
+        self.push(
+            at,
+            Ev::Timer {
+                node: n,
+                inc,
+                timer: T::NodeTimeout(generation),
+            },
+        );
+    }
+
+    pub(crate) fn output(&mut self, n: NodeIx, output: Output) {
+        match output {
+            Output::Call { op, zk } => {
+                if self.trace_calls {
+                    let connected = self.procs[n].connected;
+                    note!(
+                        self,
+                        Some(n),
+                        None,
+                        format!("call #{op} (connected {connected}): {zk:?}")
+                    );
+                }
+                let p = &mut self.procs[n];
+                match (p.conn, p.connected) {
+                    (Some(conn), true) => {
+                        p.in_flight.insert(op);
+                        self.send_up(conn, Up::Call { op, zk });
+                    }
+                    _ => self.timer(n, 0, T::Fail(op)),
+                }
+            }
+            Output::NewSession => {
+                if let Some(conn) = self.procs[n].conn.take() {
+                    self.kill_link(conn);
+                }
+                let p = &mut self.procs[n];
+                p.session = None;
+                p.expired = false;
+                p.connected = false;
+                self.connect(n);
+            }
+            Output::CloseSession => {
+                if let (Some(conn), true) = (self.procs[n].conn, self.procs[n].connected) {
+                    self.send_up(conn, Up::CloseSession);
+                }
+                if self.procs[n].stopping {
+                    self.kill(n);
+                }
+            }
+            Output::Leadership(leadership) => {
+                note!(
+                    self,
+                    Some(n),
+                    None,
+                    format!(
+                        "leadership: paused {} tasks {:?}",
+                        leadership.paused, leadership.tasks
+                    ),
+                );
+                self.procs[n].leadership = leadership;
+                self.sync_plans(n);
+            }
+            Output::Answer { req, answer } => {
+                let Some(asked) = self.procs[n].asked.remove(&req) else {
+                    return;
+                };
+                self.answered(n, asked, answer);
+            }
+            Output::Report(report) => {
+                self.reports += 1;
+                note!(self, Some(n), None, format!("REPORT {report}"));
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // The daemon
+    // --------------------------------------------------------------------------------------------
+
+    /// Plans exactly the tasks the node leads, and nothing while it is paused.
+    pub(crate) fn sync_plans(&mut self, n: NodeIx) {
+        let p = &self.procs[n];
+        let led: BTreeSet<TaskIx> = if p.leadership.paused || p.stopping {
+            BTreeSet::new()
+        } else {
+            p.leadership
+                .tasks
+                .iter()
+                .filter_map(|name| self.by_name.get(name).copied())
+                .collect()
+        };
+        let stop: Vec<TaskIx> = p
+            .plans
+            .keys()
+            .filter(|t| !led.contains(t))
+            .copied()
+            .collect();
+        for t in stop {
+            self.procs[n].plans.remove(&t);
+            note!(self, Some(n), Some(t), "stopped firing".into());
+        }
+        for t in led {
+            if self.procs[n].plans.contains_key(&t) {
+                continue;
+            }
+            let p = &mut self.procs[n];
+            p.next_generation += 1;
+            let generation = p.next_generation;
+            p.plans.insert(
+                t,
+                Plan {
+                    generation,
+                    planner: None,
+                    queue: VecDeque::new(),
+                    in_flight: false,
+                    wake_seq: 0,
+                },
+            );
+            note!(self, Some(n), Some(t), "firing: reading the record".into());
+            let task = self.sc.tasks[t].name.clone();
+            self.ask(
+                n,
+                Request::LastClaimed { task },
+                Asked::Last {
+                    task: t,
+                    generation,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn answered(
+        &mut self,
+        n: NodeIx,
+        asked: Asked,
+        answer: zkcron::coord::node::io::Answer,
+    ) {
+        match asked {
+            Asked::Last { task, generation } => {
+                let current = self.procs[n]
+                    .plans
+                    .get(&task)
+                    .is_some_and(|p| p.generation == generation);
+                if !current {
+                    return;
+                }
+                match answer {
+                    Ok(Answered::Tick(last)) => {
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("record read: {:?}", last.map(secs)),
+                        );
+                        let last = if self.sc.knobs.bug == NodeBug::NoCatchUp {
+                            None
+                        } else {
+                            last
+                        };
+                        let wall = self.wall(n);
+                        let rules = self.sc.tasks[task].rules.clone();
+                        let plan = self.procs[n].plans.get_mut(&task).expect("current");
+                        plan.planner = Some(TickPlanner::start(rules, last, wall));
+                        self.pump(n, task);
+                    }
+                    other => {
+                        // The daemon retries: drop the plan and poke again in a second.
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("record not read: {other:?}")
+                        );
+                        self.procs[n].plans.remove(&task);
+                        self.timer(n, 1_000, T::Poke);
+                    }
+                }
+            }
+            Asked::Claim {
+                task,
+                generation,
+                tick,
+            } => {
+                match answer {
+                    Ok(Answered::Claim(ClaimOutcome::Claimed)) => self.ran(n, task, tick),
+                    Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })) => {
+                        self.stats.already_claimed += 1;
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!(
+                                "claim {:.3}s: already claimed (record {:.3}s)",
+                                secs(tick),
+                                secs(record)
+                            ),
+                        );
+                    }
+                    Ok(Answered::Claim(ClaimOutcome::NotLeader)) => {
+                        self.stats.not_leader += 1;
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("claim {:.3}s: not leader", secs(tick)),
+                        );
+                    }
+                    Err(error) if self.sc.knobs.bug == NodeBug::AssumeClaimedOnLoss => {
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!(
+                                "claim {:.3}s: {error}, taken as won (deliberate bug)",
+                                secs(tick)
+                            )
+                        );
+                        self.ran(n, task, tick);
+                    }
+                    other => {
+                        self.stats.conflicts += 1;
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("claim {:.3}s: {other:?}", secs(tick)),
+                        );
+                    }
+                }
+                if let Some(plan) = self.procs[n].plans.get_mut(&task)
+                    && plan.generation == generation
+                {
+                    plan.in_flight = false;
+                    self.pump(n, task);
+                }
+            }
+            Asked::Close => {
+                if self.procs[n].stopping {
+                    self.kill(n);
+                }
+            }
+            Asked::Publish | Asked::RunEnded | Asked::Release => {}
+        }
+    }
+
+    pub(crate) fn ran(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>) {
+        self.stats.runs += 1;
+        note!(self, Some(n), Some(task), format!("RUN {:.3}s", secs(tick)));
+        let session = self
+            .check
+            .claims
+            .get(&(task, tick))
+            .and_then(|c| c.iter().find(|c| c.node == n))
+            .map_or(SessionId(0), |c| c.session);
+        self.check.on_run(self.now, task, tick, n, session);
+        let took = self.rng.random_range(10..=3_000);
+        self.timer(n, took, T::RunEnd { task, tick });
+    }
+
+    pub(crate) fn pump(&mut self, n: NodeIx, task: TaskIx) {
+        loop {
+            let wall = self.wall(n);
+            let skew = self.procs[n].skew_ms;
+            let Some(plan) = self.procs[n].plans.get_mut(&task) else {
+                return;
+            };
+            if plan.in_flight {
+                return;
+            }
+            let Some(planner) = plan.planner.as_mut() else {
+                return;
+            };
+            if let Some(tick) = plan.queue.pop_front() {
+                plan.in_flight = true;
+                let generation = plan.generation;
+                note!(
+                    self,
+                    Some(n),
+                    Some(task),
+                    format!("claim {:.3}s", secs(tick))
+                );
+                let name = self.sc.tasks[task].name.clone();
+                self.ask(
+                    n,
+                    Request::Claim {
+                        task: name,
+                        tick,
+                        intent: ClaimIntent::Run,
+                    },
+                    Asked::Claim {
+                        task,
+                        generation,
+                        tick,
+                    },
+                );
+                return;
+            }
+            match planner.poll(wall) {
+                Step::Fire { ticks, .. } => plan.queue.extend(ticks.iter().map(|t| t.instant)),
+                Step::SleepUntil(due) | Step::Held { until: due, .. } => {
+                    plan.wake_seq += 1;
+                    let (generation, seq) = (plan.generation, plan.wake_seq);
+                    let true_ms = (due - epoch()).num_milliseconds() - skew;
+                    let mut delay = (true_ms - self.now as i64).max(0) as Ms;
+                    if self.sc.knobs.bug == NodeBug::SlowTimer {
+                        delay += 3_000;
+                    }
+                    self.timer(
+                        n,
+                        delay,
+                        T::Wake {
+                            task,
+                            generation,
+                            seq,
+                        },
+                    );
+                    return;
+                }
+                Step::Finished => return,
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Faults
+    // --------------------------------------------------------------------------------------------
+
+    pub(crate) fn disturb(&mut self, n: NodeIx, kind: u8, on: bool) {
+        if on {
+            self.open_disturbance.entry((n, kind)).or_insert(self.now);
+        } else if let Some(start) = self.open_disturbance.remove(&(n, kind)) {
+            self.disturbed.push((Some(n), start, self.now));
+        }
+    }
+
+    pub(crate) fn fault(&mut self, fault: Fault) {
+        note!(self, fault.node(), None, format!("FAULT {fault:?}"));
+        if !matches!(fault, Fault::LinkUp(_) | Fault::Thaw(_) | Fault::LossOff(_)) {
+            self.disturbed.push((fault.node(), self.now, self.now));
+        }
+        match fault {
+            Fault::Start(n) => self.boot(n),
+            Fault::Crash(n) => {
+                if !self.procs[n].up {
+                    return;
+                }
+                if let Some(conn) = self.procs[n].conn {
+                    self.kill_link(conn);
+                }
+                self.kill(n);
+            }
+            Fault::Stop(n) => {
+                if !self.procs[n].up {
+                    return;
+                }
+                if self.procs[n].frozen {
+                    self.kill(n);
+                    return;
+                }
+                self.graceful_stop(n);
+            }
+            Fault::Restart {
+                node: n,
+                seed,
+                release,
+            } => {
+                if self.procs[n].up {
+                    return;
+                }
+                if let Some(seed) = seed {
+                    self.procs[n].seed = seed;
+                }
+                if let Some(release) = release {
+                    self.procs[n].release = Some(release);
+                }
+                self.boot(n);
+            }
+            Fault::LinkDown(n) => {
+                self.link_up[n] = false;
+                self.disturb(n, 0, true);
+            }
+            Fault::LinkUp(n) => {
+                self.link_up[n] = true;
+                self.disturb(n, 0, false);
+            }
+            Fault::Freeze(n) => {
+                if self.procs[n].up {
+                    self.procs[n].frozen = true;
+                    self.disturb(n, 1, true);
+                }
+            }
+            Fault::Thaw(n) => self.thaw(n),
+            Fault::LossOn(n, pct) => {
+                self.procs[n].loss_pct = pct;
+                self.disturb(n, 2, true);
+            }
+            Fault::LossOff(n) => {
+                self.procs[n].loss_pct = 0;
+                self.disturb(n, 2, false);
+            }
+            Fault::Skew(n, skew) => {
+                self.procs[n].skew_ms = skew;
+                if self.procs[n].up {
+                    self.log_node(n);
+                    // The daemon notices a clock step and re-plans every task.
+                    self.procs[n].plans.clear();
+                    self.timer(n, 0, T::Poke);
+                }
+            }
+            Fault::Stranger(meddle) => self.meddle(meddle),
+            Fault::HealAll => {
+                for n in 0..self.procs.len() {
+                    self.link_up[n] = true;
+                    self.procs[n].loss_pct = 0;
+                    self.thaw(n);
+                    for kind in 0..3 {
+                        self.disturb(n, kind, false);
+                    }
+                    if !self.procs[n].up && !self.sc.nodes[n].visitor {
+                        self.boot(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stranger client writes foreign or stale znodes; what ZooKeeper refuses (no parent, the
+    /// znode exists) is simply not done.
+    pub(crate) fn meddle(&mut self, meddle: Meddle) {
+        let name = |t: TaskIx| self.sc.tasks[t].name.clone();
+        let since = epoch() + TimeDelta::milliseconds(self.now as i64);
+        let ops: Vec<ZkOp> = match &meddle {
+            Meddle::GhostMember => {
+                let tasks = self
+                    .sc
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.name.clone(),
+                            TaskSetEntry {
+                                digest: format!("{:016x}", t.name.len()),
+                                version_req: None,
+                            },
+                        )
+                    })
+                    .collect();
+                let set = TaskSetRecord { format: 1, tasks };
+                let member = MemberRecord {
+                    format: 1,
+                    id: "ghost".into(),
+                    release: "99.0.0".into(),
+                    seed: format!("{:016x}", u64::MAX),
+                    host: "elsewhere".into(),
+                    pid: 1,
+                    started_at: since,
+                    labels: Default::default(),
+                    taskset: TaskSetRef {
+                        digest: "ghost".into(),
+                        chunks: 1,
+                        count: self.sc.tasks.len(),
+                    },
+                    leads: true,
+                };
+                vec![
+                    ZkOp::Create {
+                        path: format!("{BASE}/tasksets/ghost-0"),
+                        data: serde_json::to_vec(&set).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                    },
+                    ZkOp::Create {
+                        path: format!("{BASE}/members/ghost"),
+                        data: serde_json::to_vec(&member).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                    },
+                ]
+            }
+            Meddle::PersistentLease(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: serde_json::to_vec(&LeaseRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+            }],
+            Meddle::TamperLease(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: b"{\"tampered\": true}".to_vec(),
+                version: None,
+            }],
+            Meddle::TamperEpoch(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/tasks/{}/epoch", name(*t)),
+                data: b"tampered".to_vec(),
+                version: None,
+            }],
+            Meddle::PersistentRun(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/tasks/{}/run-{}", name(*t), since.timestamp()),
+                data: serde_json::to_vec(&RunRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    tick: since,
+                    started_at: since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+            }],
+            Meddle::DeleteLeases | Meddle::DeleteMembers => {
+                let dir = if meddle == Meddle::DeleteLeases {
+                    "leases"
+                } else {
+                    "members"
+                };
+                let root = format!("{BASE}/{dir}");
+                let mut paths: Vec<String> = self
+                    .zk
+                    .nodes
+                    .keys()
+                    .filter(|p| model_zk::covers(&root, p))
+                    .cloned()
+                    .collect();
+                paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+                paths
+                    .into_iter()
+                    .map(|path| ZkOp::Delete {
+                        path,
+                        version: None,
+                    })
+                    .collect()
+            }
+        };
+        for op in ops {
+            let mut writes = Vec::new();
+            let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
+            note!(self, None, None, format!("stranger {op:?}: {result:?}"));
+            for write in writes {
+                self.on_write(None, &write);
+            }
+            self.broadcast(events);
+        }
+    }
+
+    pub(crate) fn kill(&mut self, n: NodeIx) {
+        let p = &mut self.procs[n];
+        p.up = false;
+        p.frozen = false;
+        p.stopping = false;
+        p.deferred.clear();
+        p.inc += 1;
+        p.plans.clear();
+        p.node = None;
+        self.log_node(n);
+    }
+
+    /// SIGTERM: the daemon stops firing, releases everything and closes; the process exits when
+    /// the node closed its session or after 2 s.
+    pub(crate) fn graceful_stop(&mut self, n: NodeIx) {
+        self.procs[n].stopping = true;
+        self.sync_plans(n);
+        self.ask(n, Request::ReleaseAll, Asked::Release);
+        self.ask(n, Request::Close, Asked::Close);
+        self.timer(n, 2_000, T::StopDeadline);
+        self.settle(n);
+    }
+
+    pub(crate) fn thaw(&mut self, n: NodeIx) {
+        if !self.procs[n].frozen {
+            return;
+        }
+        self.procs[n].frozen = false;
+        self.disturb(n, 1, false);
+        // Resumed: timers that came due and buffered messages run now, in their order; half the
+        // time the planners' timers first, so the node acts on its stale view at once.
+        let deferred = std::mem::take(&mut self.procs[n].deferred);
+        let (wakes, rest): (Vec<Ev>, Vec<Ev>) = if self.rng.random_bool(0.5) {
+            deferred.into_iter().partition(|ev| {
+                matches!(
+                    ev,
+                    Ev::Timer {
+                        timer: T::Wake { .. },
+                        ..
+                    }
+                )
+            })
+        } else {
+            (Vec::new(), deferred)
+        };
+        for ev in wakes.into_iter().chain(rest) {
+            self.push(self.now, ev);
+        }
+        self.timer(n, 0, T::Poke);
+    }
+}

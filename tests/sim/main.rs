@@ -1,0 +1,571 @@
+//! Seeded simulation of a zkcron cluster: the real node over a model of ZooKeeper.
+//!
+//! Thousands of scenarios per `cargo test`: each one draws 2–6 nodes, 1–20 tasks, releases,
+//! `version_req`s, clock skews, a session timeout and a list of faults from one seed, runs them in
+//! virtual time (no threads, no wall clock, no tokio), and then checks the cluster's promises.
+//!
+//! # What runs
+//!
+//! - **The node is the real one**: [`zkcron::coord::node::Node`], the sans-IO state machine the
+//!   ZooKeeper driver runs in the daemon (see `real.rs`). The simulation plays its driver
+//!   (`drive.rs`): a *client* that does what zookeeper-client does (connect, heartbeats every
+//!   1/3 of the session timeout, a read timeout of 2/3 of it, reconnect with the same session,
+//!   calls in flight failing with `ConnectionLoss` when the connection drops, `SessionExpired`
+//!   when the server says so) and feeds the node `Input::Connected` / `Disconnected` / `Expired`
+//!   / `Watch` / `Reply`; it calls `handle_timeout` at `poll_timeout()` and drains `poll()`,
+//!   sending each `Output::Call` through the modelled network, building a new session on
+//!   `Output::NewSession`. Each node gets `Now { mono: since its process started, wall: true
+//!   time + its skew }`.
+//! - **The daemon is modelled around it**: on every `Output::Leadership` it plans exactly the
+//!   tasks the node leads (nothing while paused): `Request::LastClaimed`, then the real
+//!   [`TickPlanner`] on the node's wall clock; each due tick goes to `Request::Claim` (one at a
+//!   time per task), and a run starts only on an answer of `Claimed`; a run ends 10 ms–3 s later
+//!   with `Request::RunEnded`. A graceful stop sends `ReleaseAll` and `Close`.
+//! - **ZooKeeper** (`model_zk.rs`): real semantics for the generic operations the node speaks:
+//!   string paths, byte data, `Stat` (version, ephemeral owner = session id, ctime/mtime from the
+//!   server's true virtual time, czxid/mzxid), persistent and ephemeral creates (the parent must
+//!   exist), versioned delete (`NotEmpty` with children) / set / check, get, children, exists,
+//!   sync, atomic multi (the first failing operation's index, nothing applied, one zxid),
+//!   persistent recursive watches delivering Created / Deleted / DataChanged per connection in
+//!   order, sessions that expire when the server has not heard from the client for the session
+//!   timeout (their ephemerals deleted in one transaction), every operation of an expired session
+//!   refused. One server that never fails; server time is true time.
+//! - **The network**: one FIFO connection per (node, attempt) in each direction, 1–15 ms (5 %:
+//!   20–300 ms). A message sent or arriving while the node's link is down is lost and breaks the
+//!   connection. A *lost reply* is a call the server applied whose reply is dropped with the
+//!   connection; the client notices a reset 5–200 ms later.
+//! - **Faults**: crash (the session lives on until it expires; restart with a new session, maybe a
+//!   new seed or a newer release), graceful stop and restart, partitions shorter and longer than
+//!   the session timeout, SIGSTOP pauses (the process does nothing, not even heartbeats, then
+//!   resumes; half the time the planners' timers run before anything it received), lost replies,
+//!   clock skews and steps, nodes (often of a newer release) joining mid-run. The new faults of
+//!   issue [5]: a *visitor* of a newer release whose clock is 30 days ahead, up for 2–10 s
+//!   (`Knobs::far_clock`, on), and a *stranger* client writing foreign or stale znodes: a
+//!   persistent `members/ghost` of release 99 defining every task, a persistent lease, tampering a
+//!   lease's or an epoch's data, a persistent `run-…` child, deleting `leases/` or `members/`
+//!   (`Knobs::strangers`, on). Faults happen in a fault phase; at its end
+//!   everything heals and every node but a visitor is up.
+//!
+//! # What is checked
+//!
+//! The checker reads what the server stored: fire records are decoded from their JSON with the
+//! wire types (`zkcron::coord::zk::FireRecord`), members from `MemberRecord`.
+//!
+//! - **Safety**, on every write that moves a fire record to a new tick: a (task, tick) is claimed
+//!   at most once in the whole run; the record only moves forward; the writing session holds the
+//!   task's lease znode at that instant; no tick is claimed before any node's clock (a visitor's
+//!   excepted: it may lead nothing) could reach it. On every run: a node runs a tick only after a
+//!   claim of it by that node succeeded, and at most once. On every delete of a lease: a node
+//!   never deletes the lease of another session that is a live member.
+//! - **Liveness**, at the end: tasks use `catch_up = "all"` (most of them) with a starting
+//!   deadline longer than the scenario, and scenarios are short enough that [`MAX_CATCH_UP`] is
+//!   never reached. For every task that some node can lead after healing, every tick from the
+//!   initial fire record (or, for a task without one, from its first claim) up to `end - settle`
+//!   is claimed exactly once; `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every
+//!   lease is then held by the node the registered members (ephemeral member znodes of live
+//!   sessions) rank first.
+//! - **On time during the fault phase**: a tick whose task had the same node ranked first, up,
+//!   healthy (no fault of its own) and able to lead from `settle` before the tick to `grace`
+//!   after it is claimed within `grace` (how far that node's clock is behind, plus 2 s).
+//! - **No busy loop**: 2,000 events at one virtual instant stop the run.
+//!
+//! The checker is shown not to be vacuous by deliberate bugs it must catch: the real node's
+//! test-only switch `bugs.unfenced_claim` (a resumed lease holder whose lease a stranger deleted
+//! claims what its successor claimed), and bugs of the simulated daemon: a claim whose outcome
+//! is unknown taken as won (runs without a claim), planners that ignore the fire record (lost
+//! ticks), planner timers that wake 3 s late (late ticks).
+//!
+//! # Findings
+//!
+//! Failures of the real node this simulation found while it was being built (reported to the
+//! lead with their seeds). Node d7e5ce8 and 8b09091 fixed the release without the epoch
+//! check, the take and release with an unknown outcome left behind, the 2 s grace for a lease
+//! of a new member and the stranger's run znode. At 8b09091, 28 of the 1,600 default scenarios
+//! (strangers on) still fail: `ForeignLeaseDelete` (e.g. seeds 157, 289, 572; seed 12 earlier:
+//! a node judged a lease "no member's" 2.6 s after it had read that member's znode),
+//! `NotConverged` (e.g. seeds 235, 524, 849) and one `TickLost` (seed 592). What was found:
+//!
+//! - A node deletes the lease of a live member: a lease judged foreign ("no live zkcron node
+//!   holds it") before the node had read the member znode of the session that holds it (a member
+//!   that just (re)started; seed 33), and a release sent after the lease changed hands
+//!   (`delete(leases/<task>, -1 or 0)`: every new lease has version 0, so the version does not
+//!   identify the holder).
+//! - A lease stays with a node that is no longer ranked first (`NotConverged`, and ticks lost
+//!   when nobody fires the task): a lease take whose reply was lost leaves an ephemeral lease of
+//!   the node's own session that it does not know it holds (its owner check after reconnecting
+//!   failed with a connection loss and was not retried; seed 49); likewise a release whose
+//!   `delete` failed with a connection loss ("releasing the lease failed (connection lost)") is
+//!   not retried and the node forgets the lease, which its session still owns (seed 20).
+//! - Fixed in the node meanwhile: a node whose setup clock probe raced another node's
+//!   (`create(clock)` answered `NodeExists`) registered with `leads: false` and kept it, so in a
+//!   quiet cluster its tasks never fired (seeds 7, 511, 730).
+//! - With strangers: a persistent `run-<unix>` child named like a tick's run made the claim's
+//!   create of the run child fail for that tick for ever (seed 222 with strangers; fixed in
+//!   d7e5ce8). Since d7e5ce8 the stranger's writes show no failure of their own (17 of 400
+//!   scenarios fail with them, 13 without, all of the two kinds above), so they are on.
+//! - Runs are reproducible only up to the node's `HashMap` iteration order (std's random
+//!   hasher): replaying a seed usually, not always, shows the same failure.
+//! - Earlier (the hand-written node, before issue [5]): a backup released a lease it took for
+//!   liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`; fixed by
+//!   members announcing whether they may lead).
+//!
+//! # What is not modelled
+//!
+//! `overlap` other than `allow`, retries, jitter (always zero), task file reloads, time zones
+//! other than UTC, ZooKeeper ensembles, asymmetric partitions, `drain`, ACLs.
+//!
+//! # Running and replaying
+//!
+//! `cargo test --test sim` runs the default number of scenarios (seeds `0..N` in four shards,
+//! one test each). Environment:
+//!
+//! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios instead.
+//! - `ZKCRON_SIM_SEED=S`: run scenario `S` alone and print its report (scenario, violations, the
+//!   last events); with `ZKCRON_SIM_TRACE=1`, every event, call, reply and input. A failure
+//!   prints the line to use: `ZKCRON_SIM_SEED=S cargo test --test sim simulated_clusters --
+//!   --nocapture`.
+//! - `ZKCRON_SIM_BIG_SKEW=0`: keep every clock within `max_clock_skew` (by default some are
+//!   beyond it). `ZKCRON_SIM_FAR_CLOCK=0`: no visitor 30 days ahead. `ZKCRON_SIM_STRANGERS=0`:
+//!   no stranger client.
+//! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
+//!   (default 3).
+
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use semver::{Version, VersionReq};
+use zkcron::coord::lease::{self, Member, TaskEntry, TaskSet, VACANT_BOUND};
+use zkcron::plan::{MAX_CATCH_UP, PlanRules, Step, TickPlanner};
+use zkcron::schedule::Schedule;
+use zkcron::task::CatchUpPolicy;
+
+mod checker;
+mod drive;
+mod model_zk;
+mod real;
+mod scenario;
+
+use checker::*;
+use drive::{BASE, NodeSpec, NodeState, Registered, Sim, SimNode};
+use scenario::*;
+
+// ------------------------------------------------------------------------------------------------
+// Identifiers and time
+// ------------------------------------------------------------------------------------------------
+
+/// Virtual time: milliseconds since the scenario started. Server time is true time.
+pub(crate) type Ms = u64;
+pub(crate) type NodeIx = usize;
+pub(crate) type TaskIx = usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SessionId(u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ConnId(u64);
+
+/// The true instant at virtual time 0.
+pub(crate) fn epoch() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+}
+
+/// A tick as seconds after the epoch, for traces.
+pub(crate) fn secs(tick: DateTime<Utc>) -> f64 {
+    (tick - epoch()).num_milliseconds() as f64 / 1000.0
+}
+
+/// The record a claim writes; the initial records of a scenario name no node.
+pub(crate) const NO_NODE: NodeIx = usize::MAX;
+
+// ------------------------------------------------------------------------------------------------
+// Running scenarios
+// ------------------------------------------------------------------------------------------------
+
+struct Outcome {
+    violations: Vec<Violation>,
+    stats: Stats,
+    report: String,
+}
+
+/// Runs one scenario with the real node.
+fn run_real(seed: u64, knobs: Knobs, verbose: bool) -> Outcome {
+    let scenario = Scenario::generate(seed, knobs);
+    let mut sim = Sim::new(&scenario, real::real_node);
+    sim.run();
+    sim.stats.scenarios = 1;
+    let report = if verbose || !sim.check.violations.is_empty() {
+        sim_report(&scenario, &sim)
+    } else {
+        String::new()
+    };
+    Outcome {
+        violations: sim.check.violations,
+        stats: sim.stats,
+        report,
+    }
+}
+
+/// The scenario, its violations and the events that led to the first one.
+fn sim_report(sc: &Scenario, sim: &Sim<'_>) -> String {
+    let mut out = String::new();
+    let replay = if sc.knobs.claim_mode != ClaimMode::Fenced || sc.knobs.bug != NodeBug::None {
+        "a deliberately broken node: see the test that sets these knobs".to_string()
+    } else {
+        format!(
+            "replay: {}ZKCRON_SIM_SEED={} cargo test --test sim simulated_clusters -- --nocapture",
+            knob_env(sc.knobs),
+            sc.seed
+        )
+    };
+    out += &format!(
+        "\n==== zkcron simulation (real node), seed {} — {replay}\n",
+        sc.seed
+    );
+    out += &sc.describe();
+    for v in sim.check.violations.iter().take(10) {
+        out += &format!(
+            "VIOLATION {:?} at {:.3}s task {:?} tick {:?}: {}\n",
+            v.kind,
+            v.at as f64 / 1000.0,
+            v.task.map(|t| sc.tasks[t].name.clone()),
+            v.tick.map(secs),
+            v.detail
+        );
+    }
+    if sim.check.violations.len() > 10 {
+        out += &format!("... {} violations in all\n", sim.check.violations.len());
+    }
+    let full = std::env::var_os("ZKCRON_SIM_TRACE").is_some();
+    let until = match sim.check.violations.first() {
+        Some(v) if !v.is_safety() => v.tick.map_or(sc.end, |t| {
+            (t - epoch()).num_milliseconds().max(0) as Ms + sc.settle
+        }),
+        Some(v) => v.at,
+        None => sc.end,
+    };
+    let task = sim.check.violations.first().and_then(|v| v.task);
+    let mut events: Vec<&(Ms, Option<NodeIx>, Option<TaskIx>, String)> = sim
+        .trace
+        .iter()
+        .filter(|e| full || (e.0 <= until && (e.2.is_none() || task.is_none() || e.2 == task)))
+        .collect();
+    if !full {
+        let keep = events.len().saturating_sub(80);
+        events.drain(..keep);
+    }
+    out += &format!("---- {} events (of {}):\n", events.len(), sim.trace.len());
+    for (at, node, task, what) in events {
+        out += &format!(
+            "{:>9.3}s {} {} {what}\n",
+            *at as f64 / 1000.0,
+            node.map_or("zk ".to_string(), |n| format!("n{n:<2}")),
+            task.map_or("   ".to_string(), |t| format!("t{t:02}"))
+        );
+    }
+    out += &format!("stats: {:?}, reports {}\n", sim.stats, sim.reports);
+    out
+}
+
+/// The environment that reproduces `knobs` in `run_shard`.
+fn knob_env(knobs: Knobs) -> String {
+    let mut env = String::new();
+    if !knobs.big_skew {
+        env += "ZKCRON_SIM_BIG_SKEW=0 ";
+    }
+    if !knobs.far_clock {
+        env += "ZKCRON_SIM_FAR_CLOCK=0 ";
+    }
+    if !knobs.strangers {
+        env += "ZKCRON_SIM_STRANGERS=0 ";
+    }
+    env
+}
+
+const SHARDS: u64 = 4;
+const DEFAULT_SCENARIOS: u64 = 1_600;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, got {value:?}")),
+    )
+}
+
+/// Runs this shard's seeds (or the one seed of `ZKCRON_SIM_SEED`) and fails on any violation.
+fn run_shard(shard: u64) {
+    let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
+        Some(seed) if shard == 0 => vec![seed],
+        Some(_) => Vec::new(),
+        None => {
+            let count = env_u64("ZKCRON_SIM_SCENARIOS").unwrap_or(DEFAULT_SCENARIOS);
+            (0..count).filter(|s| s % SHARDS == shard).collect()
+        }
+    };
+    let replay = seeds.len() == 1;
+    let reports = env_u64("ZKCRON_SIM_REPORTS").unwrap_or(3) as usize;
+    let mut total = Stats::default();
+    let mut failed: Vec<(u64, Kind)> = Vec::new();
+    for seed in seeds {
+        let knobs = Knobs {
+            big_skew: env_u64("ZKCRON_SIM_BIG_SKEW").is_none_or(|v| v != 0),
+            far_clock: env_u64("ZKCRON_SIM_FAR_CLOCK").is_none_or(|v| v != 0),
+            strangers: env_u64("ZKCRON_SIM_STRANGERS").is_none_or(|v| v != 0),
+            ..Knobs::CONTRACT
+        };
+        let outcome = run_real(seed, knobs, replay);
+        total.add(&outcome.stats);
+        if (replay || !outcome.violations.is_empty()) && failed.len() < reports {
+            eprintln!("{}", outcome.report);
+        }
+        if let Some(v) = outcome.violations.first() {
+            failed.push((seed, v.kind));
+        }
+    }
+    eprintln!("shard {shard}: {total:?}");
+    assert!(
+        failed.is_empty(),
+        "{} scenario(s) violated an invariant (seed, first violation): {failed:?}",
+        failed.len()
+    );
+}
+
+#[test]
+fn simulated_clusters_shard_0() {
+    run_shard(0);
+}
+
+#[test]
+fn simulated_clusters_shard_1() {
+    run_shard(1);
+}
+
+#[test]
+fn simulated_clusters_shard_2() {
+    run_shard(2);
+}
+
+#[test]
+fn simulated_clusters_shard_3() {
+    run_shard(3);
+}
+
+/// Asserts that some seed below 300, run with the deliberate bug `bug` (in the simulated
+/// daemon) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
+/// `kind`: the checker can fail.
+fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
+    let knobs = Knobs {
+        claim_mode,
+        bug,
+        ..Knobs::CONTRACT
+    };
+    let seed = (0..300).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == kind)
+    });
+    eprintln!("{kind:?} with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no {kind:?} found in 300 scenarios with {knobs:?}"
+    );
+}
+
+/// Two nodes and one task ticking every 5 s; the designated node n0 is stopped (SIGSTOP) for
+/// 7 s, shorter than the session timeout, and meanwhile a stranger deletes `leases/`: n1 takes
+/// the vacant lease and claims the ticks n0 misses. When n0 resumes, its planner may run before
+/// it hears that its lease is gone, and it claims those ticks too: only the claim's fences
+/// (lease, epoch, record version) stop it.
+fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
+    let task = TaskDef {
+        name: "t00".into(),
+        rules: PlanRules {
+            task: "t00".into(),
+            schedule: Schedule::parse("*/5 * * * * *", chrono_tz::Tz::UTC).unwrap(),
+            catch_up: CatchUpPolicy::All,
+            starting_deadline: Some(Duration::from_secs(3600)),
+            jitter: Duration::ZERO,
+        },
+        version_req: None,
+        initial_record: true,
+    };
+    let tasks: Arc<TaskSet> = Arc::new(
+        [(
+            "t00".to_string(),
+            TaskEntry {
+                digest: "d".into(),
+                version_req: None,
+            },
+        )]
+        .into(),
+    );
+    let node = |n: usize, release: &str| NodeDef {
+        id: format!("node-{n}"),
+        release: Version::parse(release).unwrap(),
+        seed: n as u64,
+        tasks: tasks.clone(),
+        skew_ms: 0,
+        start_at: 0,
+        visitor: false,
+    };
+    Scenario {
+        seed,
+        knobs: Knobs {
+            claim_mode,
+            ..Knobs::CONTRACT
+        },
+        tasks: vec![task],
+        nodes: vec![node(0, "2.0.0"), node(1, "1.4.0")],
+        session_timeout: 10_000,
+        max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
+        max_abs_skew_ms: 0,
+        faults: vec![
+            (0, Fault::Start(0)),
+            (300, Fault::Start(1)),
+            (10_000, Fault::Freeze(0)),
+            (10_100, Fault::Stranger(Meddle::DeleteLeases)),
+            (17_000, Fault::Thaw(0)),
+            (30_000, Fault::HealAll),
+        ],
+        fault_end: 30_000,
+        settle: 30_000,
+        end: 70_000,
+    }
+}
+
+fn thawed_holder_violations(seed: u64, claim_mode: ClaimMode) -> (Vec<Violation>, String) {
+    let scenario = thawed_holder(seed, claim_mode);
+    let mut sim = Sim::new(&scenario, real::real_node);
+    sim.run();
+    let report = sim_report(&scenario, &sim);
+    (sim.check.violations, report)
+}
+
+/// The checker is not vacuous: the real node with its test-only switch `bugs.unfenced_claim`
+/// (no lease, epoch or record-version check in the claim) claims ticks another node claimed.
+#[test]
+fn the_checker_reports_double_claims_of_an_unfenced_claim() {
+    let seed = (0..40).find(|&seed| {
+        thawed_holder_violations(seed, ClaimMode::Unfenced)
+            .0
+            .iter()
+            .any(|v| v.kind == Kind::DoubleClaim)
+    });
+    eprintln!("double claim with the unfenced claim: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no double claim in 40 runs with the unfenced claim"
+    );
+}
+
+/// The same scenarios with the real claim: the fences keep the resumed node from claiming what
+/// its successor claimed.
+#[test]
+fn the_fenced_claim_keeps_a_resumed_node_whose_lease_was_deleted_from_claiming_twice() {
+    for seed in 0..40 {
+        let (violations, report) = thawed_holder_violations(seed, ClaimMode::Fenced);
+        assert!(
+            !violations
+                .iter()
+                .any(|v| matches!(v.kind, Kind::DoubleClaim | Kind::RunTwice)),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn the_checker_reports_late_ticks_of_a_slow_timer() {
+    assert_checker_finds(Kind::TickLate, ClaimMode::Fenced, NodeBug::SlowTimer);
+}
+
+/// A node that takes a claim with a lost reply for won runs ticks it never claimed.
+#[test]
+fn the_checker_reports_runs_without_a_claim() {
+    assert_checker_finds(
+        Kind::RunWithoutClaim,
+        ClaimMode::Fenced,
+        NodeBug::AssumeClaimedOnLoss,
+    );
+}
+
+/// The liveness check is not vacuous either: planners that ignore the fire record lose the
+/// ticks missed during a failover.
+#[test]
+fn the_checker_reports_lost_ticks_without_catch_up() {
+    assert_checker_finds(Kind::TickLost, ClaimMode::Fenced, NodeBug::NoCatchUp);
+}
+
+/// Regression test for a bug in `coord::lease::decide` that this simulation found (162 of
+/// seeds 0..2000 failed with large clock offsets, e.g. seeds 9, 41, 47, 72, 113). Two
+/// nodes define a task; the designated one (the newer release) may not lead because its clock
+/// is 30 s off. The other node takes the vacant lease after `VACANT_BOUND`, as the liveness
+/// rule says, but the next `decide` tells it to release the lease since it is not the designated
+/// node; it does, waits `VACANT_BOUND`, takes it again, and so on. The task never fires while a
+/// healthy eligible node is up. Fixed by members announcing whether they may lead.
+#[test]
+fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
+    let task = TaskDef {
+        name: "t00".into(),
+        rules: PlanRules {
+            task: "t00".into(),
+            schedule: Schedule::parse("*/10 * * * * *", chrono_tz::Tz::UTC).unwrap(),
+            catch_up: CatchUpPolicy::All,
+            starting_deadline: Some(Duration::from_secs(3600)),
+            jitter: Duration::ZERO,
+        },
+        version_req: None,
+        initial_record: true,
+    };
+    let tasks: Arc<TaskSet> = Arc::new(
+        [(
+            "t00".to_string(),
+            TaskEntry {
+                digest: "d".into(),
+                version_req: None,
+            },
+        )]
+        .into(),
+    );
+    let node = |n: usize, release: &str, skew_ms: i64, start_at: Ms| NodeDef {
+        id: format!("node-{n}"),
+        release: Version::parse(release).unwrap(),
+        seed: n as u64,
+        tasks: tasks.clone(),
+        skew_ms,
+        start_at,
+        visitor: false,
+    };
+    let scenario = Scenario {
+        seed: 0,
+        knobs: Knobs {
+            big_skew: true,
+            ..Knobs::CONTRACT
+        },
+        tasks: vec![task],
+        nodes: vec![node(0, "1.4.0", 0, 0), node(1, "2.0.0", 30_000, 500)],
+        session_timeout: 4_000,
+        max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
+        max_abs_skew_ms: 30_000,
+        faults: vec![
+            (0, Fault::Start(0)),
+            (500, Fault::Start(1)),
+            (20_000, Fault::HealAll),
+        ],
+        fault_end: 20_000,
+        settle: 20_000,
+        end: 90_000,
+    };
+    let mut sim = Sim::new(&scenario, real::real_node);
+    sim.run();
+    assert!(
+        sim.check.violations.is_empty(),
+        "{}",
+        sim_report(&scenario, &sim)
+    );
+}

@@ -1,0 +1,478 @@
+//! Scenarios: what one seed draws (nodes, tasks, releases, skews, faults) and the knobs.
+
+use super::*;
+
+// ------------------------------------------------------------------------------------------------
+// Scenarios
+// ------------------------------------------------------------------------------------------------
+
+/// How a node claims a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimMode {
+    /// The contract: the real node's fenced claim.
+    Fenced,
+    /// Deliberately broken: the real node's `bugs.unfenced_claim` (no lease, epoch or record
+    /// version check).
+    Unfenced,
+}
+
+/// Deliberate bugs of the simulated daemon around the real node, to show that the checker
+/// catches what they cause (the node's own bug is [`ClaimMode::Unfenced`], its test-only
+/// switch `bugs.unfenced_claim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeBug {
+    None,
+    /// A claim answered with an error (its outcome unknown) is taken as won.
+    AssumeClaimedOnLoss,
+    /// A new planner ignores the fire record: missed ticks are never caught up.
+    NoCatchUp,
+    /// Planner timers fire 3 s late.
+    SlowTimer,
+}
+
+/// What the generator may draw.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Knobs {
+    pub(crate) claim_mode: ClaimMode,
+    pub(crate) bug: NodeBug,
+    /// Let some nodes' clocks be off by more than `max_clock_skew` (they may not lead).
+    pub(crate) big_skew: bool,
+    /// A node of a newer release whose clock is 30 days ahead visits for a few seconds.
+    pub(crate) far_clock: bool,
+    /// A stranger client writes foreign or stale znodes (see [`Meddle`]).
+    pub(crate) strangers: bool,
+}
+
+impl Knobs {
+    pub(crate) const CONTRACT: Knobs = Knobs {
+        claim_mode: ClaimMode::Fenced,
+        bug: NodeBug::None,
+        big_skew: false,
+        far_clock: false,
+        strangers: false,
+    };
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct TaskDef {
+    pub(crate) name: String,
+    pub(crate) rules: PlanRules,
+    pub(crate) version_req: Option<VersionReq>,
+    /// A fire record exists at the start, naming the epoch (the task fired before).
+    pub(crate) initial_record: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct NodeDef {
+    pub(crate) id: String,
+    pub(crate) release: Version,
+    pub(crate) seed: u64,
+    pub(crate) tasks: Arc<TaskSet>,
+    pub(crate) skew_ms: i64,
+    pub(crate) start_at: Ms,
+    /// Comes once, leaves, and is not started again at the end of the fault phase.
+    pub(crate) visitor: bool,
+}
+
+/// What a stranger client (not a zkcron node: an operator's script, an old tool) does to the
+/// cluster's znodes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Meddle {
+    /// A persistent `members/ghost` of a high release defining every task.
+    GhostMember,
+    /// A persistent `leases/<task>` (when the lease is vacant at that instant).
+    PersistentLease(TaskIx),
+    /// `set_data` on `leases/<task>` (its version changes under the holder).
+    TamperLease(TaskIx),
+    /// `set_data` on `tasks/<task>/epoch`.
+    TamperEpoch(TaskIx),
+    /// A persistent `tasks/<task>/run-<unix>` child.
+    PersistentRun(TaskIx),
+    /// Deletes `leases/` and everything under it.
+    DeleteLeases,
+    /// Deletes `members/` and everything under it.
+    DeleteMembers,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Fault {
+    /// The node starts (at the beginning, or joining mid-run).
+    Start(NodeIx),
+    /// kill -9: the process is gone, its session lives until it expires.
+    Crash(NodeIx),
+    /// SIGTERM: member and leases deleted at once, session closed.
+    Stop(NodeIx),
+    /// A new process with a new session; maybe a new seed, maybe a newer release.
+    Restart {
+        node: NodeIx,
+        seed: Option<u64>,
+        release: Option<Version>,
+    },
+    LinkDown(NodeIx),
+    LinkUp(NodeIx),
+    /// SIGSTOP / SIGCONT.
+    Freeze(NodeIx),
+    Thaw(NodeIx),
+    /// Replies to the node are lost with this percentage, each taking the connection down.
+    LossOn(NodeIx, u32),
+    LossOff(NodeIx),
+    /// The node's clock is stepped to this offset from true time.
+    Skew(NodeIx, i64),
+    /// A stranger client writes to the cluster's znodes.
+    Stranger(Meddle),
+    /// End of the fault phase: links up, processes resumed, losses off, every node up.
+    HealAll,
+}
+
+impl Fault {
+    pub(crate) fn node(&self) -> Option<NodeIx> {
+        match self {
+            Fault::Start(n)
+            | Fault::Crash(n)
+            | Fault::Stop(n)
+            | Fault::Restart { node: n, .. }
+            | Fault::LinkDown(n)
+            | Fault::LinkUp(n)
+            | Fault::Freeze(n)
+            | Fault::Thaw(n)
+            | Fault::LossOn(n, _)
+            | Fault::LossOff(n)
+            | Fault::Skew(n, _) => Some(*n),
+            Fault::HealAll | Fault::Stranger(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Scenario {
+    pub(crate) seed: u64,
+    pub(crate) knobs: Knobs,
+    pub(crate) tasks: Vec<TaskDef>,
+    pub(crate) nodes: Vec<NodeDef>,
+    pub(crate) session_timeout: Ms,
+    pub(crate) max_clock_skew_ms: i64,
+    /// The largest clock offset any node ever has, may it lead or not.
+    pub(crate) max_abs_skew_ms: i64,
+    pub(crate) faults: Vec<(Ms, Fault)>,
+    pub(crate) fault_end: Ms,
+    pub(crate) settle: Ms,
+    pub(crate) end: Ms,
+}
+
+pub(crate) const EXPRESSIONS: &[&str] = &[
+    "*/5 * * * * *",
+    "*/10 * * * * *",
+    "*/15 * * * * *",
+    "2-59/20 * * * * *",
+    "*/30 * * * * *",
+    "0 * * * * *",
+    "7,19,43 * * * * *",
+    "* * * * *",
+];
+
+pub(crate) const RELEASES: &[&str] = &["1.4.0", "1.4.2", "1.5.0", "2.0.0"];
+pub(crate) const NEWER_RELEASE: &str = "2.1.0";
+pub(crate) const MAX_CLOCK_SKEW_MS: i64 = 10_000;
+
+impl Scenario {
+    pub(crate) fn generate(seed: u64, knobs: Knobs) -> Scenario {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let session_timeout: Ms = *[2_000, 4_000, 6_000, 10_000].choose(&mut rng).unwrap();
+        let node_count = rng.random_range(2..=6usize);
+        let task_count = rng.random_range(1..=20usize);
+        let fault_end: Ms = rng.random_range(20_000..=120_000);
+        let settle = session_timeout + node_count as Ms * VACANT_BOUND.as_millis() as Ms + 10_000;
+        let end = fault_end + settle + rng.random_range(10_000..=40_000);
+        // The densest schedule ticks every 5 s: even a task missed for the whole scenario stays
+        // within what `catch_up = "all"` runs at once, so a missed tick is never dropped for that.
+        assert!(
+            end / 5_000 < MAX_CATCH_UP as Ms,
+            "scenario too long for MAX_CATCH_UP"
+        );
+
+        let mut tasks = Vec::with_capacity(task_count);
+        for t in 0..task_count {
+            let name = format!("t{t:02}");
+            let expr = *EXPRESSIONS.choose(&mut rng).unwrap();
+            let catch_up = match rng.random_range(0..10) {
+                0 => CatchUpPolicy::Once,
+                1 => CatchUpPolicy::Skip,
+                _ => CatchUpPolicy::All,
+            };
+            let version_req = rng
+                .random_bool(0.2)
+                .then(|| VersionReq::parse(">=1.5").unwrap());
+            tasks.push(TaskDef {
+                rules: PlanRules {
+                    task: name.clone(),
+                    schedule: Schedule::parse(expr, chrono_tz::Tz::UTC).unwrap(),
+                    catch_up,
+                    starting_deadline: Some(Duration::from_secs(3600)),
+                    jitter: Duration::ZERO,
+                },
+                name,
+                version_req,
+                initial_record: rng.random_bool(0.8),
+            });
+        }
+
+        let usual = *RELEASES[..3].choose(&mut rng).unwrap();
+        let joiner = rng.random_bool(0.35).then_some(node_count - 1);
+        let mut defines: Vec<Vec<TaskIx>> = (0..node_count)
+            .map(|_| (0..task_count).filter(|_| rng.random_bool(0.85)).collect())
+            .collect();
+        for t in 0..task_count {
+            if !defines.iter().any(|d| d.contains(&t)) {
+                let n = rng.random_range(0..node_count);
+                defines[n].push(t);
+                defines[n].sort();
+            }
+        }
+        let mut nodes = Vec::with_capacity(node_count);
+        for (n, defined) in defines.iter().enumerate() {
+            let set: TaskSet = defined
+                .iter()
+                .map(|&t| {
+                    (
+                        tasks[t].name.clone(),
+                        TaskEntry {
+                            digest: format!("digest-{t}"),
+                            version_req: tasks[t].version_req.clone(),
+                        },
+                    )
+                })
+                .collect();
+            let release = if joiner == Some(n) && rng.random_bool(0.6) {
+                NEWER_RELEASE
+            } else if rng.random_bool(0.6) {
+                usual
+            } else {
+                RELEASES.choose(&mut rng).unwrap()
+            };
+            let start_at = if joiner == Some(n) {
+                rng.random_range(5_000..=fault_end * 4 / 5)
+            } else {
+                rng.random_range(0..2_000)
+            };
+            nodes.push(NodeDef {
+                id: format!("node-{n}"),
+                release: Version::parse(release).unwrap(),
+                seed: rng.random(),
+                tasks: Arc::new(set),
+                skew_ms: draw_skew(&mut rng, knobs.big_skew),
+                start_at,
+                visitor: false,
+            });
+        }
+
+        let mut faults: Vec<(Ms, Fault)> = nodes
+            .iter()
+            .enumerate()
+            .map(|(n, def)| (def.start_at, Fault::Start(n)))
+            .collect();
+        // Some scenarios are calm (rare faults), which leaves quiet stretches to check that
+        // ticks fire on time between faults.
+        let mean_gap: Ms = if rng.random_bool(0.25) {
+            rng.random_range(40_000..=120_000)
+        } else {
+            rng.random_range(8_000..=40_000)
+        };
+        for (n, def) in nodes.iter().enumerate() {
+            let mut t = def.start_at + rng.random_range(1_000..=mean_gap);
+            while t < fault_end {
+                let long = rng.random_bool(0.5);
+                let outage = if long {
+                    rng.random_range(session_timeout * 11 / 10..=session_timeout * 3)
+                } else {
+                    rng.random_range(200..=session_timeout * 9 / 10)
+                };
+                let until = match rng.random_range(0..100) {
+                    0..15 => {
+                        faults.push((t, Fault::Crash(n)));
+                        let down = rng.random_range(500..=30_000);
+                        if rng.random_bool(0.8) {
+                            faults.push((t + down, restart(&mut rng, n)));
+                        }
+                        t + down
+                    }
+                    15..25 => {
+                        faults.push((t, Fault::Stop(n)));
+                        let down = rng.random_range(200..=20_000);
+                        faults.push((t + down, restart(&mut rng, n)));
+                        t + down
+                    }
+                    25..50 => {
+                        faults.push((t, Fault::LinkDown(n)));
+                        faults.push((t + outage, Fault::LinkUp(n)));
+                        t + outage
+                    }
+                    50..70 => {
+                        faults.push((t, Fault::Freeze(n)));
+                        faults.push((t + outage, Fault::Thaw(n)));
+                        t + outage
+                    }
+                    70..88 => {
+                        let span = rng.random_range(1_000..=15_000);
+                        faults.push((t, Fault::LossOn(n, rng.random_range(10..=60))));
+                        faults.push((t + span, Fault::LossOff(n)));
+                        t + span
+                    }
+                    _ => {
+                        faults.push((t, Fault::Skew(n, draw_skew(&mut rng, knobs.big_skew))));
+                        t
+                    }
+                };
+                t = until + rng.random_range(500..=mean_gap);
+            }
+        }
+        // The new faults draw from their own stream, so that the scenarios without them stay as
+        // they were.
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x0005_7a11_0e25);
+        if knobs.far_clock && extra.random_bool(0.3) {
+            let n = nodes.len();
+            let at = extra.random_range(3_000..=fault_end * 3 / 4);
+            let all: TaskSet = (0..task_count)
+                .map(|t| {
+                    (
+                        tasks[t].name.clone(),
+                        TaskEntry {
+                            digest: format!("digest-{t}"),
+                            version_req: tasks[t].version_req.clone(),
+                        },
+                    )
+                })
+                .collect();
+            nodes.push(NodeDef {
+                id: format!("node-{n}"),
+                release: Version::parse("9.0.0").unwrap(),
+                seed: extra.random(),
+                tasks: Arc::new(all),
+                skew_ms: 30 * 86_400_000,
+                start_at: at,
+                visitor: true,
+            });
+            faults.push((at, Fault::Start(n)));
+            let stay = extra.random_range(2_000..=10_000);
+            faults.push((
+                at + stay,
+                if extra.random_bool(0.5) {
+                    Fault::Stop(n)
+                } else {
+                    Fault::Crash(n)
+                },
+            ));
+        }
+        if knobs.strangers && extra.random_bool(0.4) {
+            for _ in 0..extra.random_range(1..=3) {
+                let at = extra.random_range(2_000..fault_end);
+                let t = extra.random_range(0..task_count);
+                let meddle = match extra.random_range(0..7) {
+                    0 => Meddle::GhostMember,
+                    1 => Meddle::PersistentLease(t),
+                    2 => Meddle::TamperLease(t),
+                    3 => Meddle::TamperEpoch(t),
+                    4 => Meddle::PersistentRun(t),
+                    5 => Meddle::DeleteLeases,
+                    _ => Meddle::DeleteMembers,
+                };
+                faults.push((at, Fault::Stranger(meddle)));
+            }
+        }
+        // Whatever would end after the fault phase is ended by HealAll.
+        faults.retain(|(at, _)| *at < fault_end);
+        faults.push((fault_end, Fault::HealAll));
+        faults.sort_by_key(|(at, _)| *at);
+
+        // A visitor's clock is far beyond `max_clock_skew`: it may lead nothing, so it does not
+        // widen what the checker accepts as reachable.
+        let max_abs_skew_ms = nodes
+            .iter()
+            .filter(|n| !n.visitor)
+            .map(|n| n.skew_ms.abs())
+            .chain(faults.iter().filter_map(|(_, f)| match f {
+                Fault::Skew(_, s) => Some(s.abs()),
+                _ => None,
+            }))
+            .max()
+            .unwrap_or(0);
+
+        Scenario {
+            seed,
+            knobs,
+            tasks,
+            nodes,
+            session_timeout,
+            max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
+            max_abs_skew_ms,
+            faults,
+            fault_end,
+            settle,
+            end,
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let mut out = format!(
+            "scenario {}: {} nodes, {} tasks, session timeout {} ms, faults until {} ms, settle {} ms, end {} ms, knobs {:?}\n",
+            self.seed,
+            self.nodes.len(),
+            self.tasks.len(),
+            self.session_timeout,
+            self.fault_end,
+            self.settle,
+            self.end,
+            self.knobs
+        );
+        for (n, node) in self.nodes.iter().enumerate() {
+            let mut defined: Vec<&String> = node.tasks.keys().collect();
+            defined.sort();
+            out += &format!(
+                "  n{n} {} release {} skew {} ms start {} ms tasks {:?}\n",
+                node.id, node.release, node.skew_ms, node.start_at, defined
+            );
+        }
+        for task in &self.tasks {
+            out += &format!(
+                "  {} \"{}\" catch_up {:?} version_req {} record {}\n",
+                task.name,
+                task.rules.schedule.expression(),
+                task.rules.catch_up,
+                task.version_req
+                    .as_ref()
+                    .map_or("-".to_string(), |r| r.to_string()),
+                if task.initial_record {
+                    "at epoch"
+                } else {
+                    "none"
+                }
+            );
+        }
+        out += "  faults:";
+        for (at, fault) in &self.faults {
+            out += &format!(" {at}:{fault:?}");
+        }
+        out.push('\n');
+        out
+    }
+}
+
+pub(crate) fn draw_skew(rng: &mut StdRng, big: bool) -> i64 {
+    if big && rng.random_bool(0.05) {
+        let s = rng.random_range(15_000..=40_000);
+        if rng.random_bool(0.5) { s } else { -s }
+    } else if rng.random_bool(0.2) {
+        rng.random_range(-5_000..=5_000)
+    } else {
+        rng.random_range(-1_500..=1_500)
+    }
+}
+
+pub(crate) fn restart(rng: &mut StdRng, node: NodeIx) -> Fault {
+    Fault::Restart {
+        node,
+        seed: rng.random_bool(0.5).then(|| rng.random()),
+        release: rng
+            .random_bool(0.2)
+            .then(|| Version::parse(NEWER_RELEASE).unwrap()),
+    }
+}
