@@ -16,7 +16,8 @@ use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
 #[derive(Debug, Default)]
 pub(crate) struct Relist {
     outstanding: usize,
-    members: HashMap<String, MemberInfo>,
+    pub(super) members: HashMap<String, MemberInfo>,
+    pub(super) ids: HashSet<String>,
     leases: Option<HashSet<String>>,
 }
 
@@ -26,7 +27,7 @@ pub(crate) struct Fetch {
     chunks: Vec<Option<Vec<u8>>>,
     missing: bool,
     replies: usize,
-    waiters: Vec<(String, MemberRecord, i64, bool)>,
+    waiters: Vec<(String, MemberRecord, bool)>,
 }
 
 impl Node {
@@ -60,6 +61,7 @@ impl Node {
             Ok(ZkOk::Children(ids)) => {
                 if let Some(relist) = self.relist.as_mut() {
                     relist.outstanding += ids.len();
+                    relist.ids.extend(ids.iter().cloned());
                 }
                 for id in ids {
                     self.read_member(id, true);
@@ -95,11 +97,10 @@ impl Node {
         let relist = self.relist.take().expect("present");
         let now = self.now.mono;
         self.members = relist.members;
-        self.member_sessions = self
-            .members
-            .iter()
-            .map(|(id, m)| (id.clone(), m.owner))
-            .collect();
+        // Every member znode read in the listing counts for trust, also one whose record or
+        // task set this node cannot use (it still owns its leases and runs).
+        let listed = relist.ids;
+        self.member_sessions.retain(|id, _| listed.contains(id));
         let leases = relist.leases.unwrap_or_default();
         // A lease this node believes it holds but that is gone was lost.
         let lost: Vec<String> = self
@@ -187,14 +188,13 @@ impl Node {
             }
         };
         if let Some(set) = self.tasksets.get(&record.taskset.digest).cloned() {
-            let info = self.member_info(&id, &record, stat.ephemeral_owner, set);
+            let info = self.member_info(&id, &record, set);
             return self.member_resolved(id, info, relist);
         }
         let digest = record.taskset.digest.clone();
         let chunks = record.taskset.chunks;
-        let owner = stat.ephemeral_owner;
         let fetch = self.fetches.entry(digest.clone()).or_default();
-        fetch.waiters.push((id, record, owner, relist));
+        fetch.waiters.push((id, record, relist));
         if fetch.waiters.len() == 1 {
             fetch.chunks = vec![None; chunks.max(1)];
             fetch.missing = false;
@@ -252,9 +252,9 @@ impl Node {
         if let Some(set) = &set {
             self.tasksets.insert(digest.clone(), set.clone());
         }
-        for (id, record, owner, relist) in fetch.waiters {
+        for (id, record, relist) in fetch.waiters {
             let info = match &set {
-                Some(set) => self.member_info(&id, &record, owner, set.clone()),
+                Some(set) => self.member_info(&id, &record, set.clone()),
                 None => {
                     self.report(
                         Level::Warn,
@@ -277,7 +277,6 @@ impl Node {
         &mut self,
         id: &str,
         record: &MemberRecord,
-        owner: i64,
         tasks: Arc<crate::coord::lease::TaskSet>,
     ) -> Option<MemberInfo> {
         let Ok(release) = Version::parse(&record.release) else {
@@ -299,7 +298,6 @@ impl Node {
                 tasks,
                 may_lead: record.leads,
             },
-            owner,
         })
     }
 
@@ -312,6 +310,18 @@ impl Node {
                 self.relist_step();
             }
             return;
+        }
+        if let Some(relist) = self.relist.as_mut() {
+            // Read after the listing was taken: newer than what the listing will install.
+            match &info {
+                Some(info) => {
+                    relist.ids.insert(id.clone());
+                    relist.members.insert(id.clone(), info.clone());
+                }
+                None => {
+                    relist.members.remove(&id);
+                }
+            }
         }
         match info {
             Some(info) => {
