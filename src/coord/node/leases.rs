@@ -275,7 +275,7 @@ impl Node {
     /// A lease this session may still own without holding it (a release or take whose outcome
     /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
     /// is deleted if it is this session's.
-    fn stray_lease(&mut self, task: &str) {
+    pub(super) fn stray_lease(&mut self, task: &str) {
         self.unsure_takes.insert(task.to_string());
         self.verified.remove(task);
         self.recheck_in(Duration::from_millis(500));
@@ -358,6 +358,8 @@ impl Node {
                 )
                 .field("task", &task);
                 self.lease_lost(&task);
+                // It may still be this session's: checked again until known.
+                self.stray_lease(&task);
             }
         }
         self.decide();
@@ -553,6 +555,7 @@ impl Node {
                     format!("deleting a lease no live node holds failed ({error})"),
                 )
                 .field("task", &task);
+                self.stray_lease(&task);
             }
         }
         self.decide();

@@ -16,7 +16,8 @@ use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
 #[derive(Debug, Default)]
 pub(crate) struct Relist {
     outstanding: usize,
-    members: HashMap<String, MemberInfo>,
+    pub(super) members: HashMap<String, MemberInfo>,
+    pub(super) ids: HashSet<String>,
     leases: Option<HashSet<String>>,
 }
 
@@ -26,7 +27,7 @@ pub(crate) struct Fetch {
     chunks: Vec<Option<Vec<u8>>>,
     missing: bool,
     replies: usize,
-    waiters: Vec<(String, MemberRecord, i64, bool)>,
+    waiters: Vec<(String, MemberRecord, bool)>,
 }
 
 impl Node {
@@ -60,6 +61,7 @@ impl Node {
             Ok(ZkOk::Children(ids)) => {
                 if let Some(relist) = self.relist.as_mut() {
                     relist.outstanding += ids.len();
+                    relist.ids.extend(ids.iter().cloned());
                 }
                 for id in ids {
                     self.read_member(id, true);
@@ -95,11 +97,10 @@ impl Node {
         let relist = self.relist.take().expect("present");
         let now = self.now.mono;
         self.members = relist.members;
-        self.member_sessions = self
-            .members
-            .iter()
-            .map(|(id, m)| (id.clone(), m.owner))
-            .collect();
+        // Every member znode read in the listing counts for trust, also one whose record or
+        // task set this node cannot use (it still owns its leases and runs).
+        let listed = relist.ids;
+        self.member_sessions.retain(|id, _| listed.contains(id));
         let leases = relist.leases.unwrap_or_default();
         // A lease this node believes it holds but that is gone was lost.
         let lost: Vec<String> = self
@@ -195,14 +196,13 @@ impl Node {
             }
         };
         if let Some(set) = self.tasksets.get(&record.taskset.digest).cloned() {
-            let info = self.member_info(&id, &record, stat.ephemeral_owner, set);
+            let info = self.member_info(&id, &record, set);
             return self.member_resolved(id, info, relist);
         }
         let digest = record.taskset.digest.clone();
         let chunks = record.taskset.chunks;
-        let owner = stat.ephemeral_owner;
         let fetch = self.fetches.entry(digest.clone()).or_default();
-        fetch.waiters.push((id, record, owner, relist));
+        fetch.waiters.push((id, record, relist));
         if fetch.waiters.len() == 1 {
             fetch.chunks = vec![None; chunks.max(1)];
             fetch.missing = false;
@@ -260,9 +260,9 @@ impl Node {
         if let Some(set) = &set {
             self.tasksets.insert(digest.clone(), set.clone());
         }
-        for (id, record, owner, relist) in fetch.waiters {
+        for (id, record, relist) in fetch.waiters {
             let info = match &set {
-                Some(set) => self.member_info(&id, &record, owner, set.clone()),
+                Some(set) => self.member_info(&id, &record, set.clone()),
                 None => {
                     self.report(
                         Level::Warn,
@@ -285,7 +285,6 @@ impl Node {
         &mut self,
         id: &str,
         record: &MemberRecord,
-        owner: i64,
         tasks: Arc<crate::coord::lease::TaskSet>,
     ) -> Option<MemberInfo> {
         let Ok(release) = Version::parse(&record.release) else {
@@ -307,7 +306,6 @@ impl Node {
                 tasks,
                 may_lead: record.leads,
             },
-            owner,
         })
     }
 
@@ -326,9 +324,14 @@ impl Node {
             // a member that joined meanwhile would be missing (its leases deleted as no
             // member's, its tasks kept from it), one that left would stay.
             match &info {
-                Some(info) => relist.members.insert(id.clone(), info.clone()),
-                None => relist.members.remove(&id),
-            };
+                Some(info) => {
+                    relist.ids.insert(id.clone());
+                    relist.members.insert(id.clone(), info.clone());
+                }
+                None => {
+                    relist.members.remove(&id);
+                }
+            }
         }
         match info {
             Some(info) => {
@@ -378,16 +381,15 @@ mod tests {
         Node::new(cfg, now)
     }
 
-    fn info(id: &str, owner: i64) -> MemberInfo {
+    fn info(id: &str, seed: u64) -> MemberInfo {
         MemberInfo {
             member: Member {
                 id: id.into(),
                 release: Version::new(1, 0, 0),
-                seed: owner as u64,
+                seed,
                 tasks: Arc::default(),
                 may_lead: true,
             },
-            owner,
         }
     }
 
@@ -404,6 +406,9 @@ mod tests {
         };
         relist.members.insert("gone".into(), info("gone", 3));
         node.relist = Some(relist);
+        node.member_sessions.insert("gone".into(), 3);
+        // The member's read records its session (as `on_member_read` does), then resolves it.
+        node.member_sessions.insert("new".into(), 2);
         node.member_resolved("new".into(), Some(info("new", 2)), false);
         node.forget_member("gone");
         node.relist_step();

@@ -93,11 +93,10 @@ const RELEASE_BATCH: usize = 500;
 /// Lease takes one node keeps in flight at once.
 const TAKES_IN_FLIGHT: usize = 64;
 
-/// A member as the node knows it: the ranking input and the session that owns its znode.
+/// A member as the node knows it: the ranking input.
 #[derive(Debug, Clone)]
 pub(crate) struct MemberInfo {
     member: Member,
-    owner: i64,
 }
 
 /// The current session.

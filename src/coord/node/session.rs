@@ -523,6 +523,10 @@ impl Node {
             match kind {
                 WatchKind::Deleted => {
                     self.member_sessions.remove(&id);
+                    if let Some(relist) = self.relist.as_mut() {
+                        relist.ids.remove(&id);
+                        relist.members.remove(&id);
+                    }
                     if id == self.cfg.id {
                         // Our registration vanished (deleted by hand?): register again. The
                         // event may be stale; registering keeps a znode that is still ours.
