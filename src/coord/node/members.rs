@@ -407,7 +407,7 @@ mod tests {
         relist.members.insert("gone".into(), info("gone", 3));
         node.relist = Some(relist);
         node.member_sessions.insert("gone".into(), 3);
-        // The member's read records its session (as `on_member_read` does), then resolves it.
+        // The member's read records its session (as `on_read_member` does), then resolves it.
         node.member_sessions.insert("new".into(), 2);
         node.member_resolved("new".into(), Some(info("new", 2)), false);
         node.forget_member("gone");
