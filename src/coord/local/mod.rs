@@ -73,7 +73,7 @@ struct TaskRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_claimed: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    last_result: Option<RunResult>,
+    last_result: Option<Box<RunResult>>,
     /// The newest claim was made to run (not to skip).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     claimed_to_run: bool,
@@ -119,7 +119,7 @@ impl Change {
         if let Some(result) = &self.result
             && record::supersedes(record.last_result.as_ref().map(|r| r.tick), result.tick)
         {
-            record.last_result = Some(result.clone());
+            record.last_result = Some(Box::new(result.clone()));
         }
     }
 }
@@ -192,6 +192,17 @@ impl LocalCoordinator {
         }
     }
 
+    /// The task's record if it has one. Reads use this, so that asking about 10,000 tasks
+    /// that never fired (every start-up does) adds no record, no lock and no key per task.
+    fn existing(&self, task: &str) -> Option<Arc<tokio::sync::Mutex<TaskRecord>>> {
+        self.records
+            .lock()
+            .expect("records lock poisoned")
+            .get(task)
+            .cloned()
+    }
+
+    /// The task's record, made empty if it has none; for writes.
     fn slot(&self, task: &str) -> Arc<tokio::sync::Mutex<TaskRecord>> {
         self.records
             .lock()
@@ -321,7 +332,10 @@ impl Coordinator for LocalCoordinator {
     }
 
     async fn last_claimed(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
-        Ok(self.slot(task).lock().await.last_claimed)
+        Ok(match self.existing(task) {
+            Some(slot) => slot.lock().await.last_claimed,
+            None => None,
+        })
     }
 
     async fn claim(
@@ -351,10 +365,11 @@ impl Coordinator for LocalCoordinator {
     }
 
     async fn orphaned_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
-        let slot = self.slot(task);
-        let record = slot.lock().await;
         // Claimed to run by an earlier life of this daemon, which never recorded its end.
-        Ok(record::orphan(&self.view(task, &record)))
+        Ok(match self.existing(task) {
+            Some(slot) => record::orphan(&self.view(task, &*slot.lock().await)),
+            None => record::orphan(&self.view(task, &TaskRecord::default())),
+        })
     }
 
     async fn reclaim(&self, task: &str, tick: DateTime<Utc>) -> Result<ClaimOutcome, CoordError> {
@@ -403,7 +418,10 @@ impl Coordinator for LocalCoordinator {
     }
 
     async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
-        Ok(self.slot(task).lock().await.last_result.clone())
+        Ok(match self.existing(task) {
+            Some(slot) => slot.lock().await.last_result.as_deref().cloned(),
+            None => None,
+        })
     }
 
     async fn release_all(&self) {

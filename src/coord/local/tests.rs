@@ -513,3 +513,21 @@ async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
         );
     }
 }
+
+/// Every start-up asks about each task's fire record; asking about a task that never fired
+/// made it an empty record, a lock and a copy of its name, 2 MB for 10,000 tasks (issue [5]
+/// footprint). Reads leave no record behind; a claim still makes one.
+#[tokio::test]
+async fn reading_a_task_that_never_fired_adds_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    assert_eq!(local.last_claimed("a").await.unwrap(), None);
+    assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
+    assert_eq!(local.last_result("a").await.unwrap(), None);
+    assert!(local.records.lock().unwrap().is_empty());
+
+    local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+    assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(60)));
+    assert_eq!(local.records.lock().unwrap().len(), 1);
+}
