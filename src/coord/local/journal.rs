@@ -1,14 +1,21 @@
 //! The journal writer: the one thread that appends changes to `<state_dir>/journal.jsonl`,
 //! group-commits them (one `fdatasync` per batch), cuts a failed append back off, and folds the
 //! journal into `snapshot.json` every [`COMPACT_AFTER`] lines.
+//!
+//! A batch is everything queued when the writer turns to it, plus what keeps arriving while it
+//! gathers ([`Gather`]): the claims of one instant reach the writer one by one, a few hundred
+//! microseconds apart, and an `fdatasync` costs milliseconds, so waiting a moment for the rest
+//! of a burst commits it in one sync instead of one sync per early arrival.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::state::explain_io;
 use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
@@ -17,6 +24,24 @@ use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, 
 pub(super) struct PendingWrite {
     pub(super) change: Change,
     pub(super) durable: oneshot::Sender<Result<(), String>>,
+}
+
+/// How long a batch keeps gathering after its first change before it is committed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Gather {
+    /// The batch is committed once this long passes with no new change...
+    pub(super) quiet: Duration,
+    /// ...or this long after its first change, whichever comes first.
+    pub(super) at_most: Duration,
+}
+
+impl Gather {
+    /// A lone change waits `quiet` (well under one `fdatasync`); a burst of claims whose
+    /// arrivals are each within `quiet` of the one before is one batch, for up to `at_most`.
+    pub(super) const DEFAULT: Gather = Gather {
+        quiet: Duration::from_micros(1_000),
+        at_most: Duration::from_micros(4_000),
+    };
 }
 
 /// The journal file as the writer uses it; a trait so that tests can make each step fail.
@@ -57,12 +82,12 @@ pub(super) struct JournalWriter<F: JournalFile = File> {
 
 impl<F: JournalFile> JournalWriter<F> {
     /// Commits batches until the backend is dropped.
-    pub(super) fn run(mut self, mut pending: mpsc::UnboundedReceiver<PendingWrite>) {
-        while let Some(first) = pending.blocking_recv() {
-            let mut batch = vec![first];
-            while let Ok(more) = pending.try_recv() {
-                batch.push(more);
-            }
+    // The writer is the shell's own blocking thread, outside tokio: its gathering waits are
+    // real time (`std::sync::mpsc`'s timeouts), so it reads the real monotonic clock.
+    #[allow(clippy::disallowed_methods)]
+    pub(super) fn run(mut self, pending: mpsc::Receiver<PendingWrite>, gather: Gather) {
+        while let Ok(first) = pending.recv() {
+            let batch = gather_batch(first, &pending, gather, Instant::now);
             // One batch, one outcome: every change in a failed batch fails.
             let result = self.append(&batch);
             for write in batch {
@@ -142,6 +167,32 @@ impl<F: JournalFile> JournalWriter<F> {
         self.good_len = 0;
         self.lines = 0;
         self.journal.sync()
+    }
+}
+
+/// `first` and every change that arrives after it until `gather` says the batch is complete (or
+/// the backend is dropped). Each change is answered only after the batch's sync, so gathering
+/// delays answers but never answers one before its line is durable.
+fn gather_batch(
+    first: PendingWrite,
+    pending: &mpsc::Receiver<PendingWrite>,
+    gather: Gather,
+    now: impl Fn() -> Instant,
+) -> Vec<PendingWrite> {
+    let mut batch = vec![first];
+    let deadline = now() + gather.at_most;
+    loop {
+        while let Ok(more) = pending.try_recv() {
+            batch.push(more);
+        }
+        let left = deadline.saturating_duration_since(now());
+        if left.is_zero() {
+            return batch;
+        }
+        match pending.recv_timeout(gather.quiet.min(left)) {
+            Ok(more) => batch.push(more),
+            Err(_) => return batch,
+        }
     }
 }
 
@@ -302,6 +353,142 @@ mod tests {
         assert!(text.starts_with(std::str::from_utf8(&before).unwrap()));
         assert_eq!(text.lines().count(), 2, "{text}");
         assert_eq!(writer.mirror["a"].last_claimed, Some(at(180)));
+    }
+
+    /// A journal file in memory that records how many lines each sync made durable, and whose
+    /// first sync can be held until the test lets it go.
+    struct CountingJournal {
+        appended: usize,
+        /// Lines made durable by each sync, in order.
+        synced: Arc<Mutex<Vec<usize>>>,
+        /// (told when the first sync starts, waited on before it ends)
+        hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    }
+
+    impl JournalFile for CountingJournal {
+        fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+            self.appended += bytes.iter().filter(|&&b| b == b'\n').count();
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            if let Some((started, release)) = self.hold.take() {
+                started.send(()).unwrap();
+                release.recv().unwrap();
+            }
+            self.synced
+                .lock()
+                .unwrap()
+                .push(std::mem::take(&mut self.appended));
+            Ok(())
+        }
+
+        fn truncate(&mut self, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Starts a writer thread on a [`CountingJournal`]; returns its queue, the lines per sync,
+    /// and the thread to join once the queue is dropped.
+    fn counting_writer(
+        dir: &Path,
+        gather: Gather,
+        hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    ) -> (
+        mpsc::Sender<PendingWrite>,
+        Arc<Mutex<Vec<usize>>>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let synced = Arc::new(Mutex::new(Vec::new()));
+        let writer = JournalWriter {
+            state_dir: dir.to_path_buf(),
+            journal: CountingJournal {
+                appended: 0,
+                synced: synced.clone(),
+                hold,
+            },
+            good_len: 0,
+            torn: false,
+            lines: 0,
+            mirror: HashMap::new(),
+        };
+        let (queue, pending) = mpsc::channel();
+        let thread = std::thread::spawn(move || writer.run(pending, gather));
+        (queue, synced, thread)
+    }
+
+    /// Queues a claim of `task` at `tick`; the receiver is answered once it is durable.
+    fn claim(
+        queue: &mpsc::Sender<PendingWrite>,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> oneshot::Receiver<Result<(), String>> {
+        let (durable, done) = oneshot::channel();
+        let mut write = batch(&[task], tick).pop().unwrap();
+        write.durable = durable;
+        queue.send(write).unwrap();
+        done
+    }
+
+    #[test]
+    fn given_claims_of_one_instant_arriving_one_by_one_then_one_sync_commits_them_all() {
+        const TASKS: usize = 10;
+        let dir = tempfile::tempdir().unwrap();
+        // A quiet window far longer than the senders need, so that the count, not the
+        // machine's timing, is what is checked.
+        let gather = Gather {
+            quiet: Duration::from_millis(500),
+            at_most: Duration::from_secs(30),
+        };
+        let (queue, synced, writer) = counting_writer(dir.path(), gather, None);
+        let start = Arc::new(std::sync::Barrier::new(TASKS));
+        let senders: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let (queue, start) = (queue.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    claim(&queue, &format!("task-{i}"), at(60))
+                })
+            })
+            .collect();
+        for sender in senders {
+            let done = sender.join().unwrap();
+            done.blocking_recv().unwrap().unwrap();
+        }
+        assert_eq!(*synced.lock().unwrap(), vec![TASKS], "lines per sync");
+        drop(queue);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn given_claims_arriving_while_a_sync_is_in_flight_then_the_next_sync_commits_them_all() {
+        const TASKS: usize = 10;
+        let dir = tempfile::tempdir().unwrap();
+        let (started, sync_started) = mpsc::channel();
+        let (release, released) = mpsc::channel();
+        let gather = Gather {
+            quiet: Duration::ZERO,
+            at_most: Duration::ZERO,
+        };
+        let (queue, synced, writer) =
+            counting_writer(dir.path(), gather, Some((started, released)));
+        let first = claim(&queue, "task-0", at(60));
+        sync_started.recv().unwrap();
+        let rest: Vec<_> = (1..TASKS)
+            .map(|i| claim(&queue, &format!("task-{i}"), at(60)))
+            .collect();
+        release.send(()).unwrap();
+        first.blocking_recv().unwrap().unwrap();
+        for done in rest {
+            done.blocking_recv().unwrap().unwrap();
+        }
+        assert_eq!(
+            *synced.lock().unwrap(),
+            vec![1, TASKS - 1],
+            "lines per sync"
+        );
+        drop(queue);
+        writer.join().unwrap();
     }
 
     #[test]

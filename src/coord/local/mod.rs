@@ -49,12 +49,12 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::record::{self, FireView, Verdict};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
 use crate::task::TaskSpec;
-use journal::{JournalWriter, PendingWrite};
+use journal::{Gather, JournalWriter, PendingWrite};
 pub(crate) use state::not_writable_fix;
 use state::{open_state, read_state, state_io};
 
@@ -130,7 +130,7 @@ pub struct LocalCoordinator {
     /// check until its change is durable, so two claims of one tick cannot both win, while
     /// claims of different tasks wait for the disk together (and share one sync).
     records: Mutex<HashMap<String, Arc<tokio::sync::Mutex<TaskRecord>>>>,
-    writer: mpsc::UnboundedSender<PendingWrite>,
+    writer: std::sync::mpsc::Sender<PendingWrite>,
     leadership: watch::Sender<Leadership>,
     /// Ticks claimed to run by this process whose end is not recorded yet.
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
@@ -147,10 +147,10 @@ impl LocalCoordinator {
              this one its own --state-dir",
         )?;
         let records = journal_writer.mirror.clone();
-        let (writer, pending) = mpsc::unbounded_channel();
+        let (writer, pending) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zkcron-journal".into())
-            .spawn(move || journal_writer.run(pending))
+            .spawn(move || journal_writer.run(pending, Gather::DEFAULT))
             .map_err(|source| CoordError::Io {
                 context: "cannot start the journal writer".into(),
                 error: source,
