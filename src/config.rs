@@ -40,16 +40,9 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("log", &["format", "job_output_lines"]),
 ];
 
-/// The pattern a node id or cluster name must match, as shown to users.
-pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
-
-/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
-pub fn is_path_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    name.len() <= 100
-        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
+// The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
+// (config imports coord::zk::settings, never the other way round).
+pub use crate::coord::zk::settings::{NODE_ID_PATTERN, is_path_name};
 
 /// The whole node configuration, defaults applied.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -50,7 +50,7 @@ use super::node::io::{
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
-use crate::daemon::wall_clock;
+use crate::clock::wall_clock;
 use crate::task::TaskSpec;
 
 type Ask = (Request, oneshot::Sender<Answer>);

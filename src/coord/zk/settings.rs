@@ -135,14 +135,25 @@ impl ZkSettings {
     }
 }
 
+/// The pattern a node id or cluster name must match, as shown to users.
+pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
+
+/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
+pub fn is_path_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 100
+        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// Checks that a node id or cluster name can be one element of a ZooKeeper path.
 pub fn validate_name(what: &str, name: &str) -> Result<(), String> {
-    if crate::config::is_path_name(name) {
+    if is_path_name(name) {
         Ok(())
     } else {
         Err(format!(
             "{what} `{name}` cannot be part of a ZooKeeper path; it must match {}",
-            crate::config::NODE_ID_PATTERN
+            NODE_ID_PATTERN
         ))
     }
 }
