@@ -7,7 +7,7 @@
 //! are fenced on the lease incarnation, so a deleted lease can only make a claim fail). A lease
 //! of this node whose data or epoch changed under it is given up and taken again.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
@@ -34,7 +34,7 @@ impl Node {
         }
         let may_lead = self.may_lead();
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
-        let held: HashSet<String> = self.held.keys().cloned().collect();
+        let held: BTreeSet<String> = self.held.keys().cloned().collect();
         self.covering.retain(|task, _| held.contains(task));
         let acting = self.acting();
         self.last_decided = Some(self.now.mono);

@@ -2,7 +2,7 @@
 //! and their task sets. Only ephemeral member znodes count: a persistent one was written by no
 //! live node, so it is reported with its fix and never ranked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use semver::Version;
@@ -16,9 +16,9 @@ use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
 #[derive(Debug, Default)]
 pub(crate) struct Relist {
     outstanding: usize,
-    pub(super) members: HashMap<String, MemberInfo>,
-    pub(super) ids: HashSet<String>,
-    leases: Option<HashSet<String>>,
+    pub(super) members: BTreeMap<String, MemberInfo>,
+    pub(super) ids: BTreeSet<String>,
+    leases: Option<BTreeSet<String>>,
 }
 
 /// A task set being read, and the members waiting for it.
