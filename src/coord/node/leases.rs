@@ -464,7 +464,11 @@ impl Node {
                 self.decide();
             }
             Ok(ZkOk::Exists(Some(stat))) => {
-                let foreign = stat.ephemeral_owner != 0 && !self.live_owner(stat.ephemeral_owner);
+                // An ephemeral lease exists only while its session lives: a session once seen
+                // as a member is a live zkcron node whose member znode is gone for now (deleted
+                // by hand, being re-created); it is never foreign.
+                let foreign =
+                    stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
                 if foreign && !self.foreign_long_enough(&task, stat.czxid) {
                     return;
                 }
@@ -479,7 +483,7 @@ impl Node {
                         },
                         Then::HealLease { task },
                     );
-                } else if self.live_owner(stat.ephemeral_owner) {
+                } else if self.lease_owner_alive(stat.ephemeral_owner) {
                     self.unsure_takes.remove(&task);
                     self.verified.insert(task);
                 } else {
@@ -515,6 +519,12 @@ impl Node {
                 self.recheck_in(Duration::from_millis(500));
             }
         }
+    }
+
+    /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
+    /// member's, or one that was seen as a member (its lease proves the session still lives).
+    fn lease_owner_alive(&self, owner: i64) -> bool {
+        self.live_owner(owner) || self.seen_sessions.contains(&owner)
     }
 
     /// Whether the ephemeral lease `czxid` of a session that is no member's has been seen so
