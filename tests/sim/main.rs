@@ -594,3 +594,11 @@ fn a_lease_of_a_member_whose_member_znode_a_stranger_deleted_is_not_deleted() {
     // dated from an earlier deletion, before it had read 1006's member znode again.
     pinned_seed(156);
 }
+
+#[test]
+fn a_failed_re_listing_after_reconnecting_stops_firing_and_lists_again() {
+    // Seed 597: a stranger deleted `leases/`; n0's re-listing after reconnecting failed
+    // (listing leases: no node) and n0 went on with its old view, never listing again nor
+    // recreating `leases/`, so it never took t00 back (NotConverged, ticks lost).
+    pinned_seed(597);
+}
