@@ -120,11 +120,14 @@
 //!   makes the node not listed (nothing fires; the retry lists again) and recreates the tree
 //!   when a directory is gone. Test
 //!   `a_failed_re_listing_after_reconnecting_stops_firing_and_lists_again`.
-//! - Seed 592 (`TickLost`, not fixed): a stranger changed `tasks/t09/epoch` 0.7 s before the
-//!   faults ended; n2, holding t09's lease (a task without a fire record), noticed only at its
-//!   claim of tick 60 (epoch `BadVersion`), answered `NotLeader`, gave the lease up and took it
-//!   again; `LastClaimed` is still none, so the planner started from now and tick 60 is never
-//!   claimed. Open: the node could retake the lease and retry the claim itself.
+//! - Seed 592 (`TickLost`): a stranger changed `tasks/t09/epoch` 0.7 s before the faults
+//!   ended; n2, holding t09's lease (a task without a fire record), noticed only at its claim
+//!   of tick 60 (epoch `BadVersion`), answered `NotLeader`, gave the lease up and took it
+//!   again; `LastClaimed` was still none, so the planner started from now and tick 60 was never
+//!   claimed. Now such a claim (the lease still this session's, only the epoch changed) waits
+//!   for the lease to be given up and taken again and then claims with the new epoch (or
+//!   answers `NotLeader` if the node does not take it again). Test
+//!   `a_claim_that_finds_its_epoch_changed_waits_for_the_lease_to_be_taken_again`.
 //! - Earlier (the hand-written node, before issue [5]): a backup released a lease it took for
 //!   liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`; fixed by
 //!   members announcing whether they may lead).
@@ -621,4 +624,12 @@ fn a_failed_re_listing_after_reconnecting_stops_firing_and_lists_again() {
     // (listing leases: no node) and n0 went on with its old view, never listing again nor
     // recreating `leases/`, so it never took t00 back (NotConverged, ticks lost).
     pinned_seed(597);
+}
+
+#[test]
+fn a_claim_that_finds_its_epoch_changed_waits_for_the_lease_to_be_taken_again() {
+    // Seed 592: a stranger changed `tasks/t09/epoch`; n2's claim of tick 60 was refused,
+    // answered `NotLeader`, and after n2 took the lease again its planner (no fire record)
+    // started from now: tick 60 was never claimed.
+    pinned_seed(592);
 }

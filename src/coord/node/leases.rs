@@ -8,6 +8,8 @@
 //! of this node whose data or epoch changed under it is given up and taken again.
 
 use std::collections::BTreeSet;
+
+use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
@@ -73,6 +75,7 @@ impl Node {
         if may_lead {
             self.verify_foreign_leases(decision.held_elsewhere);
         }
+        self.settle_regaining();
     }
 
     fn take(&mut self, task: String, cover: bool) {
@@ -186,6 +189,7 @@ impl Node {
     }
 
     fn took(&mut self, task: String, cover: bool, epoch: i32) {
+        let regained = self.regaining.remove(&task).is_some();
         self.takes.remove(&task);
         self.unsure_takes.remove(&task);
         self.present.insert(task.clone());
@@ -200,6 +204,9 @@ impl Node {
                 },
                 Then::Ignore,
             );
+            if regained {
+                self.finish_waiting_claim(&task);
+            }
             return;
         }
         self.held.insert(task.clone(), epoch);
@@ -209,11 +216,39 @@ impl Node {
                 "took the lease as cover: its designated node left it vacant",
             )
             .field("task", &task);
-            self.covering.insert(task, self.now.mono);
+            self.covering.insert(task.clone(), self.now.mono);
         } else {
             self.covering.remove(&task);
         }
         self.publish();
+        if regained {
+            // The claim that waited runs again, fenced by the new epoch.
+            self.start_task_job(task);
+        }
+    }
+
+    /// Answers `NotLeader` to the claim that waited for `task`'s lease to be taken again.
+    fn finish_waiting_claim(&mut self, task: &str) {
+        if let Some(TaskJob::Claim(job)) = self.task_jobs.get(task).and_then(|q| q.front()) {
+            let job = job.clone();
+            self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+        }
+    }
+
+    /// Claims waiting for a lease that this node gave up and is not taking again: answered.
+    fn settle_regaining(&mut self) {
+        let lost: Vec<String> = self
+            .regaining
+            .iter()
+            .filter(|(t, given_up)| {
+                **given_up && !self.held.contains_key(*t) && !self.takes.contains(*t)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for task in lost {
+            self.regaining.remove(&task);
+            self.finish_waiting_claim(&task);
+        }
     }
 
     fn take_failed(&mut self, task: String, error: String) {
@@ -413,7 +448,12 @@ impl Node {
                     Then::GiveUp { task },
                 );
             }
-            _ => self.decide(),
+            _ => {
+                if let Some(given_up) = self.regaining.get_mut(&task) {
+                    *given_up = true;
+                }
+                self.decide()
+            }
         }
     }
 
@@ -426,6 +466,9 @@ impl Node {
                 format!("giving up the changed lease failed ({error})"),
             )
             .field("task", &task);
+        }
+        if let Some(given_up) = self.regaining.get_mut(&task) {
+            *given_up = true;
         }
         self.decide();
     }

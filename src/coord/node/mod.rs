@@ -349,6 +349,10 @@ pub struct Node {
     verified: BTreeSet<String>,
     /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
     unsure_takes: BTreeSet<String>,
+    /// Tasks whose claim in flight found the task's epoch changed under this node's lease: the
+    /// claim waits (head of its queue) for the lease to be given up and taken again (`true`
+    /// once given up), then runs with the new epoch, or answers `NotLeader` if not retaken.
+    regaining: BTreeMap<String, bool>,
     /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
     /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
     suspects: BTreeMap<String, (i64, Duration)>,
@@ -421,6 +425,7 @@ impl Node {
             recreated_for: BTreeSet::new(),
             verified: BTreeSet::new(),
             unsure_takes: BTreeSet::new(),
+            regaining: BTreeMap::new(),
             suspects: BTreeMap::new(),
             verifying: BTreeSet::new(),
             registering: None,
