@@ -28,7 +28,7 @@
 //! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
 //! for every task at every decision, so ranking is cheap (see `Peers`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ pub struct TaskEntry {
 }
 
 /// The tasks a member defines, by name. Shared: members with the same `jobs.d` share one set.
-pub type TaskSet = HashMap<String, TaskEntry>;
+pub type TaskSet = BTreeMap<String, TaskEntry>;
 
 /// A registered node, as far as ranking goes.
 #[derive(Debug, Clone)]
@@ -224,13 +224,13 @@ pub struct LeaseView<'a> {
     /// Every registered member, this node included (a node that is not registered leads nothing).
     pub members: &'a [Member],
     /// The tasks whose lease exists, held by anyone.
-    pub present: &'a HashSet<String>,
+    pub present: &'a BTreeSet<String>,
     /// The leases this node holds.
-    pub held: &'a HashSet<String>,
+    pub held: &'a BTreeSet<String>,
     /// Of those, the ones taken as cover ([`LeaseAction::Cover`]), with when they were taken.
-    pub covering: &'a HashMap<String, Duration>,
+    pub covering: &'a BTreeMap<String, Duration>,
     /// When each vacant lease (of a task this node defines) was first seen vacant.
-    pub vacant_since: &'a HashMap<String, Duration>,
+    pub vacant_since: &'a BTreeMap<String, Duration>,
     /// When another member last joined or changed. Vacancy counts from the later of the two: a
     /// node that just joined and is now designated gets the whole bound to act before the
     /// backups cover for it.
@@ -258,7 +258,7 @@ impl Decision {
 
 /// When this node last saw each other member act: hold a lease it is designated for (by its
 /// own monotonic clock). See [`decide_with`].
-pub type Acting = HashMap<String, Duration>;
+pub type Acting = BTreeMap<String, Duration>;
 
 /// Decides which leases to take and release, knowing nothing of when the others acted; see
 /// the module docs for the rules.
@@ -385,17 +385,17 @@ mod tests {
             .collect()
     }
 
-    fn names(items: &[&str]) -> HashSet<String> {
+    fn names(items: &[&str]) -> BTreeSet<String> {
         items.iter().map(|s| s.to_string()).collect()
     }
 
     #[derive(Default)]
     struct Fixture {
         members: Vec<Member>,
-        present: HashSet<String>,
-        held: HashSet<String>,
-        vacant_since: HashMap<String, Duration>,
-        covering: HashMap<String, Duration>,
+        present: BTreeSet<String>,
+        held: BTreeSet<String>,
+        vacant_since: BTreeMap<String, Duration>,
+        covering: BTreeMap<String, Duration>,
         members_changed: Duration,
     }
 
@@ -426,8 +426,8 @@ mod tests {
         let ranked = ranked_ids("t", &members);
         let fx = Fixture {
             members,
-            present: HashSet::new(),
-            held: HashSet::new(),
+            present: BTreeSet::new(),
+            held: BTreeSet::new(),
             vacant_since: [("t".to_string(), Duration::ZERO)].into(),
             ..Fixture::default()
         };
@@ -465,7 +465,7 @@ mod tests {
         );
         // The newcomer sees the lease held and waits for the release.
         let newcomer = Fixture {
-            held: HashSet::new(),
+            held: BTreeSet::new(),
             ..fx
         };
         assert!(
@@ -614,7 +614,7 @@ mod tests {
             members,
             present: names(&["t"]),
             held: names(&["t"]),
-            vacant_since: HashMap::new(),
+            vacant_since: BTreeMap::new(),
             covering: [("t".to_string(), taken)].into(),
             ..Fixture::default()
         };
@@ -630,7 +630,7 @@ mod tests {
         // A lease the backup did not take as cover (it was designated when it took it) goes
         // back at once, as when a newer release joins.
         let designated_then = Fixture {
-            covering: HashMap::new(),
+            covering: BTreeMap::new(),
             ..fx
         };
         assert_eq!(
@@ -800,10 +800,10 @@ mod tests {
         let joined = Duration::from_secs(60);
         let fx = Fixture {
             members,
-            present: HashSet::new(),
-            held: HashSet::new(),
+            present: BTreeSet::new(),
+            held: BTreeSet::new(),
             vacant_since: [("t".to_string(), Duration::ZERO)].into(),
-            covering: HashMap::new(),
+            covering: BTreeMap::new(),
             members_changed: joined,
         };
         // Vacant for a minute, but the designated node joined just now: it gets its bound.

@@ -404,6 +404,13 @@ impl Node {
                     "the task's epoch was changed by someone else (or tasks/ was deleted and recreated)"
                 };
                 self.give_up(job.task.clone(), why);
+                if stat.version == 0 {
+                    // Only the epoch changed: the claim waits for the lease to be taken again
+                    // (a task without a fire record would otherwise lose this tick: the
+                    // planner starts it from now when leadership comes back).
+                    self.regaining.insert(job.task.clone(), false);
+                    return;
+                }
             }
             _ => {
                 self.report(Level::Warn, "claim refused: this node's lease is gone")

@@ -2,7 +2,7 @@
 //! Each `jobs.d` change publishes a new set; without this they would pile up. Members are read
 //! afresh; if one cannot be read, nothing is deleted.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,7 +31,7 @@ pub(crate) enum GcStep {
 #[derive(Debug, Default)]
 pub(crate) struct Gc {
     outstanding: usize,
-    referenced: HashSet<String>,
+    referenced: BTreeSet<String>,
     chunks: Vec<(String, i64)>,
     deleted: usize,
     failed: Option<String>,
@@ -41,7 +41,7 @@ pub(crate) struct Gc {
 /// not in `referenced` and that are at least `min_age` old at `now_ms`.
 pub fn unreferenced_chunks(
     chunks: &[(String, i64)],
-    referenced: &HashSet<String>,
+    referenced: &BTreeSet<String>,
     now_ms: i64,
     min_age: Duration,
 ) -> Vec<String> {
@@ -194,7 +194,7 @@ mod tests {
         .iter()
         .map(|(n, c)| (n.to_string(), *c))
         .collect();
-        let referenced: HashSet<String> = ["inuse".to_string()].into();
+        let referenced: BTreeSet<String> = ["inuse".to_string()].into();
         assert_eq!(
             unreferenced_chunks(&chunks, &referenced, now, Duration::from_secs(3600)),
             vec!["old-0".to_string(), "old-1".to_string()]

@@ -7,7 +7,9 @@
 //! are fenced on the lease incarnation, so a deleted lease can only make a claim fail). A lease
 //! of this node whose data or epoch changed under it is given up and taken again.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
+
+use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
@@ -34,7 +36,7 @@ impl Node {
         }
         let may_lead = self.may_lead();
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
-        let held: HashSet<String> = self.held.keys().cloned().collect();
+        let held: BTreeSet<String> = self.held.keys().cloned().collect();
         self.covering.retain(|task, _| held.contains(task));
         let acting = self.acting();
         self.last_decided = Some(self.now.mono);
@@ -73,6 +75,7 @@ impl Node {
         if may_lead {
             self.verify_foreign_leases(decision.held_elsewhere);
         }
+        self.settle_regaining();
     }
 
     fn take(&mut self, task: String, cover: bool) {
@@ -186,6 +189,7 @@ impl Node {
     }
 
     fn took(&mut self, task: String, cover: bool, epoch: i32) {
+        let regained = self.regaining.remove(&task).is_some();
         self.takes.remove(&task);
         self.unsure_takes.remove(&task);
         self.present.insert(task.clone());
@@ -200,6 +204,9 @@ impl Node {
                 },
                 Then::Ignore,
             );
+            if regained {
+                self.finish_waiting_claim(&task);
+            }
             return;
         }
         self.held.insert(task.clone(), epoch);
@@ -209,11 +216,39 @@ impl Node {
                 "took the lease as cover: its designated node left it vacant",
             )
             .field("task", &task);
-            self.covering.insert(task, self.now.mono);
+            self.covering.insert(task.clone(), self.now.mono);
         } else {
             self.covering.remove(&task);
         }
         self.publish();
+        if regained {
+            // The claim that waited runs again, fenced by the new epoch.
+            self.start_task_job(task);
+        }
+    }
+
+    /// Answers `NotLeader` to the claim that waited for `task`'s lease to be taken again.
+    fn finish_waiting_claim(&mut self, task: &str) {
+        if let Some(TaskJob::Claim(job)) = self.task_jobs.get(task).and_then(|q| q.front()) {
+            let job = job.clone();
+            self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+        }
+    }
+
+    /// Claims waiting for a lease that this node gave up and is not taking again: answered.
+    fn settle_regaining(&mut self) {
+        let lost: Vec<String> = self
+            .regaining
+            .iter()
+            .filter(|(t, given_up)| {
+                **given_up && !self.held.contains_key(*t) && !self.takes.contains(*t)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for task in lost {
+            self.regaining.remove(&task);
+            self.finish_waiting_claim(&task);
+        }
     }
 
     fn take_failed(&mut self, task: String, error: String) {
@@ -413,7 +448,12 @@ impl Node {
                     Then::GiveUp { task },
                 );
             }
-            _ => self.decide(),
+            _ => {
+                if let Some(given_up) = self.regaining.get_mut(&task) {
+                    *given_up = true;
+                }
+                self.decide()
+            }
         }
     }
 
@@ -426,6 +466,9 @@ impl Node {
                 format!("giving up the changed lease failed ({error})"),
             )
             .field("task", &task);
+        }
+        if let Some(given_up) = self.regaining.get_mut(&task) {
+            *given_up = true;
         }
         self.decide();
     }
@@ -464,7 +507,11 @@ impl Node {
                 self.decide();
             }
             Ok(ZkOk::Exists(Some(stat))) => {
-                let foreign = stat.ephemeral_owner != 0 && !self.live_owner(stat.ephemeral_owner);
+                // An ephemeral lease exists only while its session lives: a session once seen
+                // as a member is a live zkcron node whose member znode is gone for now (deleted
+                // by hand, being re-created); it is never foreign.
+                let foreign =
+                    stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
                 if foreign && !self.foreign_long_enough(&task, stat.czxid) {
                     return;
                 }
@@ -479,7 +526,7 @@ impl Node {
                         },
                         Then::HealLease { task },
                     );
-                } else if self.live_owner(stat.ephemeral_owner) {
+                } else if self.lease_owner_alive(stat.ephemeral_owner) {
                     self.unsure_takes.remove(&task);
                     self.verified.insert(task);
                 } else {
@@ -515,6 +562,12 @@ impl Node {
                 self.recheck_in(Duration::from_millis(500));
             }
         }
+    }
+
+    /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
+    /// member's, or one that was seen as a member (its lease proves the session still lives).
+    fn lease_owner_alive(&self, owner: i64) -> bool {
+        self.live_owner(owner) || self.seen_sessions.contains(&owner)
     }
 
     /// Whether the ephemeral lease `czxid` of a session that is no member's has been seen so

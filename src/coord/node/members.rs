@@ -2,13 +2,13 @@
 //! and their task sets. Only ephemeral member znodes count: a persistent one was written by no
 //! live node, so it is reported with its fix and never ranked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use semver::Version;
 
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
-use super::{MemberInfo, Node, Then};
+use super::{AfterRecreate, MemberInfo, Node, Then};
 use crate::coord::lease::Member;
 use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
 
@@ -16,9 +16,9 @@ use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
 #[derive(Debug, Default)]
 pub(crate) struct Relist {
     outstanding: usize,
-    pub(super) members: HashMap<String, MemberInfo>,
-    pub(super) ids: HashSet<String>,
-    leases: Option<HashSet<String>>,
+    pub(super) members: BTreeMap<String, MemberInfo>,
+    pub(super) ids: BTreeSet<String>,
+    leases: Option<BTreeSet<String>>,
 }
 
 /// A task set being read, and the members waiting for it.
@@ -48,11 +48,26 @@ impl Node {
     }
 
     fn relist_failed(&mut self, what: &str, error: ZkFail) {
+        if self.relist.is_none() {
+            // Another call of the same listing failed first and acted.
+            return;
+        }
         self.report(
             Level::Warn,
             format!("re-listing members and leases failed ({what}: {error})"),
         );
         self.relist = None;
+        // The view is not current: fire nothing on it until a listing succeeds (the retry
+        // lists again while `listed` is false).
+        if let Some(session) = self.session.as_mut() {
+            session.listed = false;
+        }
+        self.publish();
+        if error == ZkFail::NoNode {
+            // members/ or leases/ was deleted: create the tree again, register, then list.
+            self.recreate_tree(AfterRecreate::Register);
+            return;
+        }
         self.retry_later();
     }
 

@@ -30,7 +30,7 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -305,7 +305,7 @@ pub struct Node {
     now: Now,
     out: VecDeque<Output>,
     next_op: OpId,
-    pending: HashMap<OpId, Pending>,
+    pending: BTreeMap<OpId, Pending>,
     /// Bumped whenever a session ends: replies and timers of older generations are dropped.
     generation: u64,
     session: Option<Session>,
@@ -322,49 +322,53 @@ pub struct Node {
 
     // The member and lease view.
     my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
-    members: HashMap<String, MemberInfo>,
+    members: BTreeMap<String, MemberInfo>,
     /// The session owning each ephemeral member znode as last read (whether or not its record
     /// could be used): the live sessions whose leases and runs count.
-    member_sessions: HashMap<String, i64>,
+    member_sessions: BTreeMap<String, i64>,
     /// Every session seen owning a member znode in this node's session: a node that left the
     /// membership to stop keeps its session (and its live runs) until its jobs end.
-    seen_sessions: HashSet<i64>,
-    tasksets: HashMap<String, Arc<TaskSet>>,
-    fetches: HashMap<String, members::Fetch>,
-    present: HashSet<String>,
+    seen_sessions: BTreeSet<i64>,
+    tasksets: BTreeMap<String, Arc<TaskSet>>,
+    fetches: BTreeMap<String, members::Fetch>,
+    present: BTreeSet<String>,
     /// Leases this node holds, with the epoch version its take set (claims check it).
-    held: HashMap<String, i32>,
-    vacant_since: HashMap<String, Duration>,
-    covering: HashMap<String, Duration>,
+    held: BTreeMap<String, i32>,
+    vacant_since: BTreeMap<String, Duration>,
+    covering: BTreeMap<String, Duration>,
     members_changed: Duration,
     /// Members seen acting: their session, and when (see `acting`).
-    acting: HashMap<String, (i64, Duration)>,
+    acting: BTreeMap<String, (i64, Duration)>,
     /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
-    probing: HashMap<String, Duration>,
+    probing: BTreeMap<String, Duration>,
     last_decided: Option<Duration>,
-    takes: HashSet<String>,
+    takes: BTreeSet<String>,
     /// Tasks whose znodes were found missing and the tree recreated for (once).
-    recreated_for: HashSet<String>,
+    recreated_for: BTreeSet<String>,
     /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
-    verified: HashSet<String>,
+    verified: BTreeSet<String>,
     /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
-    unsure_takes: HashSet<String>,
+    unsure_takes: BTreeSet<String>,
+    /// Tasks whose claim in flight found the task's epoch changed under this node's lease: the
+    /// claim waits (head of its queue) for the lease to be given up and taken again (`true`
+    /// once given up), then runs with the new epoch, or answers `NotLeader` if not retaken.
+    regaining: BTreeMap<String, bool>,
     /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
     /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
-    suspects: HashMap<String, (i64, Duration)>,
-    verifying: HashSet<String>,
+    suspects: BTreeMap<String, (i64, Duration)>,
+    verifying: BTreeSet<String>,
     registering: Option<RegisterJob>,
     registered_as: Option<(String, bool)>,
     register_waited: bool,
     relist: Option<Relist>,
 
     // Fire records, runs, results.
-    records: HashMap<String, (FireRecord, i32)>,
-    own_runs: HashSet<String>,
-    results: HashMap<String, (DateTime<Utc>, i32)>,
-    no_foreign_runs: HashMap<String, i32>,
-    task_jobs: HashMap<String, VecDeque<TaskJob>>,
-    runs_counts: HashMap<ReqId, runs::RunsCount>,
+    records: BTreeMap<String, (FireRecord, i32)>,
+    own_runs: BTreeSet<String>,
+    results: BTreeMap<String, (DateTime<Utc>, i32)>,
+    no_foreign_runs: BTreeMap<String, i32>,
+    task_jobs: BTreeMap<String, VecDeque<TaskJob>>,
+    runs_counts: BTreeMap<ReqId, runs::RunsCount>,
     release_all: Option<ReleaseAllJob>,
 
     // Clock.
@@ -376,7 +380,7 @@ pub struct Node {
     leadership: Leadership,
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
-    reported: HashSet<String>,
+    reported: BTreeSet<String>,
 }
 
 impl Node {
@@ -394,7 +398,7 @@ impl Node {
             now,
             out: VecDeque::new(),
             next_op: 1,
-            pending: HashMap::new(),
+            pending: BTreeMap::new(),
             generation: 0,
             session: None,
             timers: BTreeMap::new(),
@@ -404,35 +408,36 @@ impl Node {
             retry_at: None,
             retry_delay: Duration::from_millis(200),
             my_set: None,
-            members: HashMap::new(),
-            member_sessions: HashMap::new(),
-            seen_sessions: HashSet::new(),
-            tasksets: HashMap::new(),
-            fetches: HashMap::new(),
-            present: HashSet::new(),
-            held: HashMap::new(),
-            vacant_since: HashMap::new(),
-            covering: HashMap::new(),
+            members: BTreeMap::new(),
+            member_sessions: BTreeMap::new(),
+            seen_sessions: BTreeSet::new(),
+            tasksets: BTreeMap::new(),
+            fetches: BTreeMap::new(),
+            present: BTreeSet::new(),
+            held: BTreeMap::new(),
+            vacant_since: BTreeMap::new(),
+            covering: BTreeMap::new(),
             members_changed: Duration::ZERO,
-            acting: HashMap::new(),
-            probing: HashMap::new(),
+            acting: BTreeMap::new(),
+            probing: BTreeMap::new(),
             last_decided: None,
-            takes: HashSet::new(),
-            recreated_for: HashSet::new(),
-            verified: HashSet::new(),
-            unsure_takes: HashSet::new(),
-            suspects: HashMap::new(),
-            verifying: HashSet::new(),
+            takes: BTreeSet::new(),
+            recreated_for: BTreeSet::new(),
+            verified: BTreeSet::new(),
+            unsure_takes: BTreeSet::new(),
+            regaining: BTreeMap::new(),
+            suspects: BTreeMap::new(),
+            verifying: BTreeSet::new(),
             registering: None,
             registered_as: None,
             register_waited: false,
             relist: None,
-            records: HashMap::new(),
-            own_runs: HashSet::new(),
-            results: HashMap::new(),
-            no_foreign_runs: HashMap::new(),
-            task_jobs: HashMap::new(),
-            runs_counts: HashMap::new(),
+            records: BTreeMap::new(),
+            own_runs: BTreeSet::new(),
+            results: BTreeMap::new(),
+            no_foreign_runs: BTreeMap::new(),
+            task_jobs: BTreeMap::new(),
+            runs_counts: BTreeMap::new(),
             release_all: None,
             skew: None,
             offset_ms: None,
@@ -440,7 +445,7 @@ impl Node {
             closed: false,
             leadership: leadership.clone(),
             gc: None,
-            reported: HashSet::new(),
+            reported: BTreeSet::new(),
             cfg,
         };
         node.out.push_back(Output::Leadership(leadership));

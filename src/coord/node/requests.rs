@@ -108,7 +108,7 @@ impl Node {
 
     /// A session ended: every call in flight is answered (requests) or dropped.
     pub(super) fn abort_pending(&mut self) {
-        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        let pending: Vec<Pending> = std::mem::take(&mut self.pending).into_values().collect();
         for p in pending {
             match p.then {
                 Then::ReadRecord { after, .. } => self.abort_read(after),
@@ -165,10 +165,9 @@ impl Node {
         }
         self.runs_counts.clear();
         // Queued task jobs (behind a claim in flight) and timers carrying requests.
-        let jobs: Vec<TaskJob> = self
-            .task_jobs
-            .drain()
-            .flat_map(|(_, queue)| queue)
+        let jobs: Vec<TaskJob> = std::mem::take(&mut self.task_jobs)
+            .into_values()
+            .flatten()
             .collect();
         for job in jobs {
             if let TaskJob::Claim(job) = job {

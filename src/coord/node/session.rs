@@ -177,6 +177,7 @@ impl Node {
         self.verified.clear();
         self.verifying.clear();
         self.unsure_takes.clear();
+        self.regaining.clear();
         self.suspects.clear();
         self.registering = None;
         self.registered_as = None;
