@@ -1,6 +1,6 @@
 //! A cluster that heals from stale, foreign and skewed state, against a real ZooKeeper (see
 //! `tests/common/zk.rs`): each test writes, changes or deletes znodes the way a stranger (a
-//! script with zkcli, a node of another release, a skewed clock) would, and checks that the
+//! script with zkCli.sh, a node of another release, a skewed clock) would, and checks that the
 //! task keeps firing and that the node's log names the znode and the fix.
 //!
 //! Every test runs one task, `tick`, every second; its job appends `<fire id> <node>` to
@@ -258,7 +258,7 @@ fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_nam
             "ignoring the member znode",
             "/members/ghost",
             "persistent",
-            "zkcli delete",
+            "zkCli.sh -server 127.0.0.1:",
         ],
     );
     // Before: the lease went vacant for 3 s of every 13.
@@ -326,7 +326,7 @@ fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_t
             "deleting the lease",
             "leases/tick",
             "it is persistent",
-            "zkcli delete",
+            "zkCli.sh -server 127.0.0.1:",
         ],
     );
     // Before: the task never fired.
@@ -343,7 +343,11 @@ fn given_a_persistent_run_record_with_overlap_skip_then_it_is_ignored_named_and_
     let node = world.start("node-a");
     node.wait_for_log(
         "the node to name the foreign run record",
-        &["ignoring the run record", "run-1", "zkcli delete"],
+        &[
+            "ignoring the run record",
+            "run-1",
+            "zkCli.sh -server 127.0.0.1:",
+        ],
     );
     // Before: every tick was skipped for the "run elsewhere".
     world.wait_firing_from(now(), 5, &node);
@@ -418,7 +422,7 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
         &[
             "ahead of ZooKeeper's clock",
             "by node node-skewed",
-            "zkcli set",
+            "zkCli.sh -server 127.0.0.1:",
             "/tasks/tick",
         ],
     );
@@ -501,7 +505,7 @@ fn given_persistent_run_records_named_like_coming_ticks_then_those_ticks_still_f
         &[
             "deleting the run record",
             "/tasks/tick/run-",
-            "zkcli delete",
+            "zkCli.sh -server 127.0.0.1:",
         ],
     );
     // Before: each of those ticks was lost.

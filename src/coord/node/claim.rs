@@ -432,7 +432,7 @@ impl Node {
                 format!("foreign run {path} {}", stat.czxid),
                 Level::Error,
                 format!(
-                    "deleting the run record {path}: no live zkcron node wrote it, and it kept the tick from being claimed. If it comes back, find what writes it; to remove it by hand: zkcli delete {path}"
+                    "deleting the run record {path}: no live zkcron node wrote it, and it kept the tick from being claimed. If it comes back, find what writes it; to remove it by hand: {cli} delete {path}", cli = self.zk_cli()
                 ),
             )
             .field("task", &job.task);

@@ -213,7 +213,7 @@ impl Node {
             format!("ahead {path} {tick}"),
             Level::Error,
             format!(
-                "the fire record {path} names the tick {tick}, {ahead} ahead of ZooKeeper's clock: it was claimed{by} while its clock ran ahead, and no tick of {task} fires until then. Once that node's clock is fixed, clear the record and restart zkcron on the node leading {task} (it then catches up per catch_up): zkcli set {path} '{{\"format\":1}}'"
+                "the fire record {path} names the tick {tick}, {ahead} ahead of ZooKeeper's clock: it was claimed{by} while its clock ran ahead, and no tick of {task} fires until then. Once that node's clock is fixed, clear the record and restart zkcron on the node leading {task} (it then catches up per catch_up): {cli} set {path} '{{\"format\":1}}'", cli = self.zk_cli()
             ),
         )
         .field("task", task);

@@ -539,7 +539,7 @@ impl Node {
                         format!("foreign lease {path} {}", stat.czxid),
                         Level::Error,
                         format!(
-                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: zkcli delete {path}"
+                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: {cli} delete {path}", cli = self.zk_cli()
                         ),
                     )
                     .field("task", &task);

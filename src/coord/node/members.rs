@@ -191,7 +191,7 @@ impl Node {
                 format!("persistent member {path} {}", stat.czxid),
                 Level::Error,
                 format!(
-                    "ignoring the member znode {path}: it is persistent, so no live zkcron node wrote it (a node's member znode is ephemeral); it would rank as a node that never takes its leases. Remove it: zkcli delete {path}"
+                    "ignoring the member znode {path}: it is persistent, so no live zkcron node wrote it (a node's member znode is ephemeral); it would rank as a node that never takes its leases. Remove it: {cli} delete {path}", cli = self.zk_cli()
                 ),
             );
             return self.member_resolved(id, None, relist);

@@ -24,6 +24,7 @@ mod gc;
 pub mod io;
 mod leases;
 mod members;
+mod report;
 mod requests;
 mod runs;
 mod session;
@@ -39,7 +40,7 @@ use semver::Version;
 
 use self::claim::{AfterRead, ClaimJob, ResolveJob};
 use self::clock::SkewVerdict;
-use self::io::{Answer, Input, Level, Now, OpId, Output, Report, ReqId, ZkFail, ZkOk, ZkOp};
+use self::io::{Answer, Input, Level, Now, OpId, Output, ReqId, ZkFail, ZkOk, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
 use self::session::RegisterJob;
@@ -537,26 +538,6 @@ impl Node {
         self.out.push_back(Output::Answer { req, answer });
     }
 
-    fn report(&mut self, level: Level, message: impl Into<String>) -> ReportBuilder<'_> {
-        self.out.push_back(Output::Report(Report {
-            level,
-            message: message.into(),
-            fields: Vec::new(),
-        }));
-        ReportBuilder {
-            out: Some(&mut self.out),
-        }
-    }
-
-    /// Reports once per `key` (until [`Node::forget_report`]).
-    fn report_once(&mut self, key: String, level: Level, message: String) -> ReportBuilder<'_> {
-        if self.reported.insert(key) {
-            self.report(level, message)
-        } else {
-            ReportBuilder { out: None }
-        }
-    }
-
     fn at(&mut self, at: Duration, timer: Timer) {
         self.timer_seq += 1;
         self.timers.insert((at, self.timer_seq), timer);
@@ -780,19 +761,5 @@ impl Node {
         self.leadership.session_losses += 1;
         self.out
             .push_back(Output::Leadership(self.leadership.clone()));
-    }
-}
-
-/// Adds `key=value` fields to the report just pushed (nothing when the report was muted).
-struct ReportBuilder<'a> {
-    out: Option<&'a mut VecDeque<Output>>,
-}
-
-impl ReportBuilder<'_> {
-    fn field(mut self, key: &'static str, value: impl std::fmt::Display) -> Self {
-        if let Some(Output::Report(report)) = self.out.as_mut().and_then(|o| o.back_mut()) {
-            report.fields.push((key, value.to_string()));
-        }
-        self
     }
 }

@@ -154,7 +154,7 @@ impl Node {
                         format!("foreign run {path} {}", stat.czxid),
                         Level::Error,
                         format!(
-                            "ignoring the run record {path}: no live zkcron node wrote it ({owner}); it does not count as a live run for overlap = \"skip\". Remove it: zkcli delete {path}"
+                            "ignoring the run record {path}: no live zkcron node wrote it ({owner}); it does not count as a live run for overlap = \"skip\". Remove it: {cli} delete {path}", cli = self.zk_cli()
                         ),
                     );
                     false

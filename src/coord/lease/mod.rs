@@ -1,0 +1,350 @@
+//! Which leases a node should take or give up, a pure function of what it knows.
+//!
+//! A node knows the registered members (release, seed, the tasks each defines and their
+//! `version_req`), which task leases exist, which of those it holds, and since when each vacant
+//! lease has been vacant (by its own monotonic clock). From that, [`decide`] says what to do:
+//!
+//! - **Release** a held lease when this node is no longer the designated leader, or may not lead
+//!   at all (its clock is too far off, it is stopping).
+//! - **Take** a vacant lease when this node is the designated leader; or, for liveness, when it
+//!   ranks `k`-th (0-based) and the lease has been vacant for `k ×` [`VACANT_BOUND`]: a designated
+//!   node that is registered but does not act (stuck, paused) does not stop the task for long,
+//!   and the backups do not all rush in at once. Such a take is a [`LeaseAction::Cover`].
+//!   Vacancy counts from the latest of: the lease going vacant, a member joining or changing,
+//!   and the designated node last being seen acting ([`Acting`]: it holds a lease it is
+//!   designated for). So a designated node that is still working through its leases (a cold
+//!   start creates thousands at once) is not covered for; one that stopped acting is.
+//! - **Keep** a lease taken as cover until the designated node is seen acting after the cover
+//!   was taken (then hand it back, after [`COVER_MIN_HOLD`]: it takes it at once), or for
+//!   [`COVER_HOLD`] if it is not seen acting. Handing a cover straight back would leave the task
+//!   vacant again for another bound (an overloaded start-up once made backups take and hand
+//!   back hundreds of leases within 50 ms of each other); keeping it for the whole hold kept
+//!   designated nodes that had started in the meantime waiting (a 20-node cold start took
+//!   17-19 s). After the hold it goes back to the designated node, which takes it at once if it
+//!   now acts.
+//! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
+//!
+//! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
+//! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
+//! for every task at every decision, so ranking is cheap (see `Peers`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semver::{Version, VersionReq};
+
+use super::rank::{self, Candidate};
+
+/// How long a vacant lease waits for the node ranked above before the next one takes it.
+pub const VACANT_BOUND: Duration = Duration::from_secs(3);
+
+/// How long a node keeps a lease it took as cover for a designated node that did not act, if
+/// it does not see that node act meanwhile.
+pub const COVER_HOLD: Duration = Duration::from_secs(10);
+
+/// How long a node keeps a cover at least, even when the designated node acted since: a
+/// burst of hand-backs a moment after the takes is churn, not help.
+pub const COVER_MIN_HOLD: Duration = Duration::from_secs(1);
+
+/// What a node says of one task it defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEntry {
+    /// A digest of the task's definition, so operators can see nodes that disagree.
+    pub digest: String,
+    pub version_req: Option<VersionReq>,
+}
+
+/// The tasks a member defines, by name. Shared: members with the same `jobs.d` share one set.
+pub type TaskSet = BTreeMap<String, TaskEntry>;
+
+/// A registered node, as far as ranking goes.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: String,
+    pub release: Version,
+    pub seed: u64,
+    pub tasks: Arc<TaskSet>,
+    /// False when the member announced it may not lead (its clock is too far off): it is then
+    /// eligible for nothing, so the others do not wait for it, and a backup that took one of
+    /// its leases is the designated leader and keeps it.
+    pub may_lead: bool,
+}
+
+impl Member {
+    /// Whether this member may lead `task`: it may lead at all, defines the task, and its
+    /// release matches the definition's `version_req`.
+    pub fn eligible(&self, task: &str) -> bool {
+        if !self.may_lead {
+            return false;
+        }
+        match self.tasks.get(task) {
+            Some(entry) => entry
+                .version_req
+                .as_ref()
+                .is_none_or(|req| req.matches(&self.release)),
+            None => false,
+        }
+    }
+
+    fn candidate(&self) -> Candidate<'_> {
+        Candidate {
+            id: &self.id,
+            release: &self.release,
+            seed: self.seed,
+        }
+    }
+}
+
+/// The eligible members for `task`, best first.
+pub fn ranking<'a>(task: &str, members: &'a [Member]) -> Vec<Candidate<'a>> {
+    rank::rank(
+        task,
+        members
+            .iter()
+            .filter(|m| m.eligible(task))
+            .map(Member::candidate),
+    )
+}
+
+/// This node's position (0 = designated) among the eligible members for `task`.
+pub fn position(task: &str, me: &str, members: &[Member]) -> Option<usize> {
+    Peers::new(members.iter().find(|m| m.id == me)?, members).position(task)
+}
+
+/// This node among the members, prepared to rank it for many tasks: what does not depend on
+/// the task is worked out once. [`decide`] ranks this node for every task it defines at every
+/// decision (hundreds of thousands of comparisons on a large cluster's cold start), so per task
+/// it looks the task up once per distinct task set, not once per member (members with the same
+/// `jobs.d` share one [`TaskSet`]), hashes the task name once per member of the same release,
+/// and compares releases not at all. It counts exactly the members [`rank::compare`] puts above
+/// this node (a test checks it against [`ranking`]).
+struct Peers<'a> {
+    mine: &'a Member,
+    /// The other members that may lead: this node's release compared with theirs (`Greater`:
+    /// theirs is lower, so it ranks below), and whether they share this node's task set.
+    others: Vec<(&'a Member, std::cmp::Ordering, bool)>,
+}
+
+impl<'a> Peers<'a> {
+    fn new(mine: &'a Member, members: &'a [Member]) -> Peers<'a> {
+        let others = members
+            .iter()
+            .filter(|other| !std::ptr::eq(*other, mine) && other.may_lead)
+            .map(|other| {
+                (
+                    other,
+                    mine.release.cmp_precedence(&other.release),
+                    Arc::ptr_eq(&other.tasks, &mine.tasks),
+                )
+            })
+            .collect();
+        Peers { mine, others }
+    }
+
+    /// This node's position (0 = designated) among the eligible members for `task`.
+    fn position(&self, task: &str) -> Option<usize> {
+        self.rank(task).map(|(position, _)| position)
+    }
+
+    /// This node's position among the eligible members for `task`, and the designated member
+    /// when it is another.
+    fn rank(&self, task: &str) -> Option<(usize, Option<&'a Member>)> {
+        let mine = self.mine;
+        if !mine.may_lead {
+            return None;
+        }
+        let entry = mine.tasks.get(task)?;
+        let matches = |release: &Version| {
+            entry
+                .version_req
+                .as_ref()
+                .is_none_or(|req| req.matches(release))
+        };
+        if !matches(&mine.release) {
+            return None;
+        }
+        let mut my_score = None;
+        let mut above = 0;
+        let mut top: Option<(&'a Member, u64)> = None;
+        for &(other, release_order, shared) in &self.others {
+            if release_order == std::cmp::Ordering::Greater {
+                continue; // a lower release ranks below, whatever it defines
+            }
+            let eligible = if shared {
+                matches(&other.release)
+            } else {
+                other.eligible(task)
+            };
+            if !eligible {
+                continue;
+            }
+            // `rank::compare(task, other, mine) == Less`, with each score computed once.
+            let score = rank::score(other.seed, task);
+            let order = release_order
+                .then_with(|| {
+                    let mine = *my_score.get_or_insert_with(|| rank::score(mine.seed, task));
+                    mine.cmp(&score)
+                })
+                .then_with(|| other.id.as_str().cmp(mine.id.as_str()));
+            if order != std::cmp::Ordering::Less {
+                continue;
+            }
+            above += 1;
+            let better = top.is_none_or(|(best, best_score)| {
+                best.release
+                    .cmp_precedence(&other.release)
+                    .then_with(|| best_score.cmp(&score))
+                    .then_with(|| other.id.cmp(&best.id))
+                    == std::cmp::Ordering::Less
+            });
+            if better {
+                top = Some((other, score));
+            }
+        }
+        Some((above, top.map(|(member, _)| member)))
+    }
+}
+
+/// One thing to do about a lease.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LeaseAction {
+    /// Take the lease as the designated leader.
+    Take(String),
+    /// Take the lease as a backup, because the designated node left it vacant too long. The
+    /// caller records when it got it in [`LeaseView::covering`].
+    Cover(String),
+    Release(String),
+}
+
+/// What [`decide`] needs. Times are offsets on the node's own monotonic clock.
+#[derive(Debug)]
+pub struct LeaseView<'a> {
+    pub me: &'a str,
+    /// Every registered member, this node included (a node that is not registered leads nothing).
+    pub members: &'a [Member],
+    /// The tasks whose lease exists, held by anyone.
+    pub present: &'a BTreeSet<String>,
+    /// The leases this node holds.
+    pub held: &'a BTreeSet<String>,
+    /// Of those, the ones taken as cover ([`LeaseAction::Cover`]), with when they were taken.
+    pub covering: &'a BTreeMap<String, Duration>,
+    /// When each vacant lease (of a task this node defines) was first seen vacant.
+    pub vacant_since: &'a BTreeMap<String, Duration>,
+    /// When another member last joined or changed. Vacancy counts from the later of the two: a
+    /// node that just joined and is now designated gets the whole bound to act before the
+    /// backups cover for it.
+    pub members_changed: Duration,
+    pub now: Duration,
+    /// False when the node must lead nothing (clock skew beyond `max_clock_skew`, stopping).
+    pub may_lead: bool,
+}
+
+/// The decision: actions, and when to decide again if nothing else changes (a vacancy timer).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    pub actions: Vec<LeaseAction>,
+    pub recheck_at: Option<Duration>,
+    /// The tasks this node is designated for whose lease another holds (sorted): the caller
+    /// checks that their holders are live members, without ranking every task again.
+    pub held_elsewhere: Vec<String>,
+}
+
+impl Decision {
+    fn recheck(&mut self, at: Duration) {
+        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+    }
+}
+
+/// When this node last saw each other member act: hold a lease it is designated for (by its
+/// own monotonic clock). See [`decide_with`].
+pub type Acting = BTreeMap<String, Duration>;
+
+/// Decides which leases to take and release, knowing nothing of when the others acted; see
+/// the module docs for the rules.
+pub fn decide(view: &LeaseView<'_>) -> Decision {
+    decide_with(view, &Acting::new())
+}
+
+/// Decides which leases to take and release; see the module docs for the rules. `acting` says
+/// when each designated node was last seen acting.
+pub fn decide_with(view: &LeaseView<'_>, acting: &Acting) -> Decision {
+    let mut decision = Decision::default();
+    let Some(me) = view.members.iter().find(|m| m.id == view.me) else {
+        // Not registered: nothing may be held.
+        decision.actions = view
+            .held
+            .iter()
+            .map(|t| LeaseAction::Release(t.clone()))
+            .collect();
+        decision.actions.sort();
+        return decision;
+    };
+    let peers = Peers::new(me, view.members);
+    let acted = |top: Option<&Member>| top.and_then(|d| acting.get(&d.id)).copied();
+    for task in view.held {
+        let Some((pos, top)) = peers.rank(task).filter(|_| view.may_lead) else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+            continue;
+        };
+        if pos == 0 {
+            continue;
+        }
+        let Some(&taken) = view.covering.get(task) else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+            continue;
+        };
+        // Back to the designated node once it acted after the cover was taken (it takes the
+        // lease at once), else after the hold.
+        let until = match acted(top) {
+            Some(at) if at > taken => taken + COVER_MIN_HOLD,
+            _ => taken + COVER_HOLD,
+        };
+        if view.now < until {
+            decision.recheck(until);
+        } else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+        }
+    }
+    if view.may_lead {
+        for task in me.tasks.keys() {
+            if view.held.contains(task) {
+                continue;
+            }
+            let present = view.present.contains(task);
+            let Some((pos, top)) = peers.rank(task) else {
+                continue;
+            };
+            if present {
+                if pos == 0 {
+                    decision.held_elsewhere.push(task.clone());
+                }
+                continue;
+            }
+            let mut since = view
+                .vacant_since
+                .get(task)
+                .copied()
+                .unwrap_or(view.now)
+                .max(view.members_changed);
+            if let Some(at) = acted(top) {
+                // The designated node is working through its leases: wait for it.
+                since = since.max(at);
+            }
+            let due = since + VACANT_BOUND * pos as u32;
+            if due > view.now {
+                decision.recheck(due);
+            } else if pos == 0 {
+                decision.actions.push(LeaseAction::Take(task.clone()));
+            } else {
+                decision.actions.push(LeaseAction::Cover(task.clone()));
+            }
+        }
+    }
+    decision.actions.sort();
+    decision.held_elsewhere.sort();
+    decision
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,467 @@
+use super::*;
+
+fn set(tasks: &[&str]) -> Arc<TaskSet> {
+    Arc::new(
+        tasks
+            .iter()
+            .map(|t| {
+                (
+                    t.to_string(),
+                    TaskEntry {
+                        digest: "d".into(),
+                        version_req: None,
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+fn member(id: &str, release: &str, seed: u64, tasks: &Arc<TaskSet>) -> Member {
+    Member {
+        id: id.into(),
+        release: Version::parse(release).unwrap(),
+        seed,
+        tasks: tasks.clone(),
+        may_lead: true,
+    }
+}
+
+/// The ids of the eligible members for `task`, best first.
+fn ranked_ids(task: &str, members: &[Member]) -> Vec<String> {
+    ranking(task, members)
+        .iter()
+        .map(|c| c.id.to_string())
+        .collect()
+}
+
+fn names(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[derive(Default)]
+struct Fixture {
+    members: Vec<Member>,
+    present: BTreeSet<String>,
+    held: BTreeSet<String>,
+    vacant_since: BTreeMap<String, Duration>,
+    covering: BTreeMap<String, Duration>,
+    members_changed: Duration,
+}
+
+impl Fixture {
+    fn decide(&self, me: &str, now: Duration, may_lead: bool) -> Decision {
+        decide(&LeaseView {
+            me,
+            members: &self.members,
+            present: &self.present,
+            held: &self.held,
+            covering: &self.covering,
+            vacant_since: &self.vacant_since,
+            members_changed: self.members_changed,
+            now,
+            may_lead,
+        })
+    }
+}
+
+#[test]
+fn the_designated_node_takes_a_vacant_lease_and_the_others_wait_their_turn() {
+    let tasks = set(&["t"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+        member("c", "1.0.0", 3, &tasks),
+    ];
+    let ranked = ranked_ids("t", &members);
+    let fx = Fixture {
+        members,
+        present: BTreeSet::new(),
+        held: BTreeSet::new(),
+        vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+        ..Fixture::default()
+    };
+    let first = fx.decide(&ranked[0], Duration::ZERO, true);
+    assert_eq!(first.actions, vec![LeaseAction::Take("t".into())]);
+    let second = fx.decide(&ranked[1], Duration::ZERO, true);
+    assert!(second.actions.is_empty());
+    assert_eq!(second.recheck_at, Some(VACANT_BOUND));
+    // After one bound the second-ranked takes it; the third waits for two.
+    let later = fx.decide(&ranked[1], VACANT_BOUND, true);
+    assert_eq!(later.actions, vec![LeaseAction::Cover("t".into())]);
+    assert!(fx.decide(&ranked[2], VACANT_BOUND, true).actions.is_empty());
+    assert_eq!(
+        fx.decide(&ranked[2], VACANT_BOUND * 2, true).actions,
+        vec![LeaseAction::Cover("t".into())]
+    );
+}
+
+#[test]
+fn a_holder_that_is_no_longer_designated_releases_and_a_held_lease_is_left_alone() {
+    let tasks = set(&["t"]);
+    let mut members = vec![member("old", "1.0.0", 1, &tasks)];
+    let fx = Fixture {
+        members: members.clone(),
+        present: names(&["t"]),
+        held: names(&["t"]),
+        ..Fixture::default()
+    };
+    assert!(fx.decide("old", Duration::ZERO, true).actions.is_empty());
+    members.push(member("new", "1.1.0", 2, &tasks));
+    let fx = Fixture { members, ..fx };
+    assert_eq!(
+        fx.decide("old", Duration::ZERO, true).actions,
+        vec![LeaseAction::Release("t".into())]
+    );
+    // The newcomer sees the lease held and waits for the release.
+    let newcomer = Fixture {
+        held: BTreeSet::new(),
+        ..fx
+    };
+    assert!(
+        newcomer
+            .decide("new", Duration::from_secs(60), true)
+            .actions
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_node_that_may_not_lead_releases_everything_and_takes_nothing() {
+    let tasks = set(&["a", "b"]);
+    let fx = Fixture {
+        members: vec![member("n", "1.0.0", 1, &tasks)],
+        present: names(&["a"]),
+        held: names(&["a"]),
+        ..Fixture::default()
+    };
+    let decision = fx.decide("n", Duration::ZERO, false);
+    assert_eq!(decision.actions, vec![LeaseAction::Release("a".into())]);
+    assert_eq!(decision.recheck_at, None);
+}
+
+#[test]
+fn an_unregistered_node_releases_what_it_holds() {
+    let tasks = set(&["a"]);
+    let fx = Fixture {
+        members: vec![member("other", "1.0.0", 1, &tasks)],
+        present: names(&["a"]),
+        held: names(&["a"]),
+        ..Fixture::default()
+    };
+    assert_eq!(
+        fx.decide("me", Duration::ZERO, true).actions,
+        vec![LeaseAction::Release("a".into())]
+    );
+}
+
+#[test]
+fn a_member_that_announced_it_may_not_lead_is_passed_over_and_its_backup_keeps_the_lease() {
+    let tasks = set(&["t"]);
+    let mut members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let ranked = ranked_ids("t", &members);
+    let (top, backup) = (ranked[0].clone(), ranked[1].clone());
+    members.iter_mut().find(|m| m.id == top).unwrap().may_lead = false;
+    let fx = Fixture {
+        members,
+        present: names(&["t"]),
+        held: names(&["t"]),
+        ..Fixture::default()
+    };
+    // The backup holds the lease and is now the designated leader: it keeps it.
+    assert!(fx.decide(&backup, Duration::ZERO, true).actions.is_empty());
+    assert_eq!(position("t", &top, &fx.members), None);
+    assert_eq!(position("t", &backup, &fx.members), Some(0));
+}
+
+#[test]
+fn position_agrees_with_the_ranking_when_members_share_task_sets_or_not() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    // The fast path (one lookup per shared task set, this node's score once) must count
+    // exactly the members the ranking puts above: mixed releases, a version_req, members
+    // that may not lead, and a member with its own (unshared) copy of the set.
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut entries = TaskSet::new();
+    for i in 0..200 {
+        let version_req = (i % 5 == 0).then(|| VersionReq::parse(">=1.1").unwrap());
+        entries.insert(
+            format!("task-{i:05}"),
+            TaskEntry {
+                digest: "d".into(),
+                version_req,
+            },
+        );
+    }
+    let shared = Arc::new(entries.clone());
+    let mut partial = entries.clone();
+    partial.retain(|name, _| name.ends_with('1') || name.ends_with('2'));
+    let (own_copy, partial) = (Arc::new(entries), Arc::new(partial));
+    let releases = ["1.0.0", "1.1.0", "1.1.0", "2.0.0-rc.1"];
+    let members: Vec<Member> = (0..12)
+        .map(|i| {
+            let tasks = match i % 6 {
+                4 => &own_copy,
+                5 => &partial,
+                _ => &shared,
+            };
+            let mut m = member(&format!("n{i:02}"), releases[i % 4], rng.random(), tasks);
+            m.may_lead = i != 3;
+            m
+        })
+        .collect();
+    for i in 0..200 {
+        let task = format!("task-{i:05}");
+        let ranked = ranked_ids(&task, &members);
+        for m in &members {
+            let expected = ranked.iter().position(|id| *id == m.id);
+            assert_eq!(
+                position(&task, &m.id, &members),
+                expected,
+                "{task} {}",
+                m.id
+            );
+        }
+    }
+}
+
+#[test]
+fn version_req_limits_eligibility_to_matching_releases() {
+    let mut entries = TaskSet::new();
+    entries.insert(
+        "t".into(),
+        TaskEntry {
+            digest: "d".into(),
+            version_req: Some(VersionReq::parse(">=2.1").unwrap()),
+        },
+    );
+    let tasks = Arc::new(entries);
+    let members = vec![
+        member("old", "2.0.5", 1, &tasks),
+        member("new", "2.1.0", 2, &tasks),
+    ];
+    assert_eq!(position("t", "old", &members), None);
+    assert_eq!(position("t", "new", &members), Some(0));
+    let ranked = ranking("t", &members);
+    assert_eq!(ranked.len(), 1);
+    // A node that does not define a task is never eligible for it.
+    assert_eq!(position("other-task", "new", &members), None);
+}
+
+#[test]
+fn a_backup_keeps_a_lease_it_covers_for_the_hold_then_hands_it_back() {
+    let tasks = set(&["t"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let ranked = ranked_ids("t", &members);
+    let backup = ranked[1].clone();
+    let taken = VACANT_BOUND;
+    let fx = Fixture {
+        members,
+        present: names(&["t"]),
+        held: names(&["t"]),
+        vacant_since: BTreeMap::new(),
+        covering: [("t".to_string(), taken)].into(),
+        ..Fixture::default()
+    };
+    // The designated node is registered but did not act: the backup keeps the lease and
+    // looks again when the hold ends.
+    let during = fx.decide(&backup, taken + Duration::from_millis(50), true);
+    assert!(during.actions.is_empty(), "{during:?}");
+    assert_eq!(during.recheck_at, Some(taken + COVER_HOLD));
+    assert_eq!(
+        fx.decide(&backup, taken + COVER_HOLD, true).actions,
+        vec![LeaseAction::Release("t".into())]
+    );
+    // A lease the backup did not take as cover (it was designated when it took it) goes
+    // back at once, as when a newer release joins.
+    let designated_then = Fixture {
+        covering: BTreeMap::new(),
+        ..fx
+    };
+    assert_eq!(
+        designated_then.decide(&backup, taken, true).actions,
+        vec![LeaseAction::Release("t".into())]
+    );
+    // Cover or not, a node that may not lead lets go at once.
+    let fx = Fixture {
+        covering: [("t".to_string(), taken)].into(),
+        ..designated_then
+    };
+    assert_eq!(
+        fx.decide(&backup, taken, false).actions,
+        vec![LeaseAction::Release("t".into())]
+    );
+}
+
+/// Two members; the backup covers the designated node's only task `t`.
+fn covered(taken: Duration) -> (Fixture, String, String) {
+    let tasks = set(&["t"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let ranked = ranked_ids("t", &members);
+    let fx = Fixture {
+        members,
+        present: names(&["t"]),
+        held: names(&["t"]),
+        covering: [("t".to_string(), taken)].into(),
+        ..Fixture::default()
+    };
+    (fx, ranked[0].clone(), ranked[1].clone())
+}
+
+#[test]
+fn a_cover_goes_back_once_the_designated_node_acts_not_after_the_whole_hold() {
+    // The cold start of 20 nodes took 17-19 s: backups covered for nodes still starting,
+    // then kept the leases for COVER_HOLD although those nodes were acting by then.
+    let taken = Duration::from_secs(3);
+    let (fx, designated, backup) = covered(taken);
+    let acted = taken + Duration::from_millis(200);
+    let acting: Acting = [(designated.clone(), acted)].into();
+    let decide = |now| {
+        decide_with(
+            &LeaseView {
+                me: &backup,
+                members: &fx.members,
+                present: &fx.present,
+                held: &fx.held,
+                covering: &fx.covering,
+                vacant_since: &fx.vacant_since,
+                members_changed: fx.members_changed,
+                now,
+                may_lead: true,
+            },
+            &acting,
+        )
+    };
+    // Not within the minimum hold (no burst of hand-backs right after the takes) ...
+    let early = decide(acted);
+    assert!(early.actions.is_empty(), "{early:?}");
+    assert_eq!(early.recheck_at, Some(taken + COVER_MIN_HOLD));
+    // ... then at once, long before the hold.
+    assert_eq!(
+        decide(taken + COVER_MIN_HOLD).actions,
+        vec![LeaseAction::Release("t".into())]
+    );
+}
+
+#[test]
+fn a_designated_node_seen_acting_only_before_the_cover_keeps_the_hold() {
+    // A node that acted once and then stopped (stuck, paused) does not get its leases
+    // handed back every second: the cover is kept for the whole hold.
+    let taken = Duration::from_secs(10);
+    let (fx, designated, backup) = covered(taken);
+    let acting: Acting = [(designated, Duration::from_secs(2))].into();
+    let view = LeaseView {
+        me: &backup,
+        members: &fx.members,
+        present: &fx.present,
+        held: &fx.held,
+        covering: &fx.covering,
+        vacant_since: &fx.vacant_since,
+        members_changed: fx.members_changed,
+        now: taken + COVER_MIN_HOLD,
+        may_lead: true,
+    };
+    let decision = decide_with(&view, &acting);
+    assert!(decision.actions.is_empty(), "{decision:?}");
+    assert_eq!(decision.recheck_at, Some(taken + COVER_HOLD));
+}
+
+#[test]
+fn backups_wait_while_the_designated_node_is_working_through_its_leases() {
+    // A designated node taking its leases one batch at a time is not stuck: the vacancy
+    // of its remaining tasks counts from when it was last seen acting.
+    let tasks = set(&["t"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let ranked = ranked_ids("t", &members);
+    let fx = Fixture {
+        members,
+        vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+        ..Fixture::default()
+    };
+    let acted = Duration::from_secs(2);
+    let acting: Acting = [(ranked[0].clone(), acted)].into();
+    let view = |now| LeaseView {
+        me: &ranked[1],
+        members: &fx.members,
+        present: &fx.present,
+        held: &fx.held,
+        covering: &fx.covering,
+        vacant_since: &fx.vacant_since,
+        members_changed: fx.members_changed,
+        now,
+        may_lead: true,
+    };
+    let waiting = decide_with(&view(VACANT_BOUND), &acting);
+    assert!(waiting.actions.is_empty(), "{waiting:?}");
+    assert_eq!(waiting.recheck_at, Some(acted + VACANT_BOUND));
+    // It stopped acting: the backup covers one bound after it was last seen acting.
+    assert_eq!(
+        decide_with(&view(acted + VACANT_BOUND), &acting).actions,
+        vec![LeaseAction::Cover("t".into())]
+    );
+    // Without news of it, the bound counts from the vacancy, as before.
+    assert_eq!(
+        decide(&view(VACANT_BOUND)).actions,
+        vec![LeaseAction::Cover("t".into())]
+    );
+}
+
+#[test]
+fn the_decision_lists_the_designated_tasks_whose_lease_another_holds() {
+    let tasks = set(&["t", "u", "v"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let me = ranked_ids("t", &members)[0].clone();
+    let mine: Vec<String> = ["t", "u", "v"]
+        .iter()
+        .filter(|t| position(t, &me, &members) == Some(0))
+        .map(|t| t.to_string())
+        .collect();
+    let fx = Fixture {
+        members,
+        present: names(&["t", "u", "v"]),
+        ..Fixture::default()
+    };
+    assert_eq!(fx.decide(&me, Duration::ZERO, true).held_elsewhere, mine);
+    assert!(mine.contains(&"t".to_string()));
+}
+
+#[test]
+fn a_member_joining_restarts_the_vacancy_clock_of_the_backups() {
+    let tasks = set(&["t"]);
+    let members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let backup = ranked_ids("t", &members)[1].clone();
+    let joined = Duration::from_secs(60);
+    let fx = Fixture {
+        members,
+        present: BTreeSet::new(),
+        held: BTreeSet::new(),
+        vacant_since: [("t".to_string(), Duration::ZERO)].into(),
+        covering: BTreeMap::new(),
+        members_changed: joined,
+    };
+    // Vacant for a minute, but the designated node joined just now: it gets its bound.
+    let decision = fx.decide(&backup, joined, true);
+    assert!(decision.actions.is_empty(), "{decision:?}");
+    assert_eq!(decision.recheck_at, Some(joined + VACANT_BOUND));
+    assert_eq!(
+        fx.decide(&backup, joined + VACANT_BOUND, true).actions,
+        vec![LeaseAction::Cover("t".into())]
+    );
+}
