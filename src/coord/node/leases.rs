@@ -13,6 +13,7 @@ use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::report::foreign_owner;
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
@@ -530,11 +531,7 @@ impl Node {
                     self.unsure_takes.remove(&task);
                     self.verified.insert(task);
                 } else {
-                    let owner = if stat.ephemeral_owner == 0 {
-                        "it is persistent".to_string()
-                    } else {
-                        format!("its session {:x} is no member's", stat.ephemeral_owner)
-                    };
+                    let owner = foreign_owner(stat.ephemeral_owner);
                     self.report_once(
                         format!("foreign lease {path} {}", stat.czxid),
                         Level::Error,

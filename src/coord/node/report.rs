@@ -55,3 +55,12 @@ impl ReportBuilder<'_> {
         self
     }
 }
+
+/// Why a znode that should be a live member's is not, in a report's words.
+pub(super) fn foreign_owner(ephemeral_owner: i64) -> String {
+    if ephemeral_owner == 0 {
+        "it is persistent".to_string()
+    } else {
+        format!("its session {ephemeral_owner:x} is no member's")
+    }
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::zk::wire::{FORMAT_VERSION, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
@@ -145,11 +146,7 @@ impl Node {
                 if self.live_run_owner(stat.ephemeral_owner) {
                     true
                 } else {
-                    let owner = if stat.ephemeral_owner == 0 {
-                        "it is persistent".to_string()
-                    } else {
-                        format!("its session {:x} is no member's", stat.ephemeral_owner)
-                    };
+                    let owner = foreign_owner(stat.ephemeral_owner);
                     self.report_once(
                         format!("foreign run {path} {}", stat.czxid),
                         Level::Error,
