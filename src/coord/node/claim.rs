@@ -189,13 +189,7 @@ impl Node {
                 // If the claim was applied its run znode went with the session, and the tick
                 // counts as claimed but not run (at most once).
                 let req = job.claim.req;
-                self.answer(
-                    req,
-                    Err(CoordError::ZooKeeper {
-                        context: "resolving a claim".into(),
-                        message: "the session ended".into(),
-                    }),
-                );
+                self.answer(req, Err(resolve_ended()));
             }
         }
     }
@@ -654,5 +648,13 @@ impl Node {
             return false;
         };
         Some(id) == self.my_session() || self.member_sessions.values().any(|&s| s == id)
+    }
+}
+
+/// The answer to a claim whose unknown outcome was still being resolved when the session ended.
+pub(super) fn resolve_ended() -> CoordError {
+    CoordError::ZooKeeper {
+        context: "resolving a claim".into(),
+        message: "the session ended".into(),
     }
 }

@@ -180,13 +180,7 @@ impl Node {
             match timer {
                 Timer::Resolve(job) => {
                     let req = job.claim.req;
-                    self.answer(
-                        req,
-                        Err(CoordError::ZooKeeper {
-                            context: "resolving a claim".into(),
-                            message: "the session ended".into(),
-                        }),
-                    );
+                    self.answer(req, Err(super::claim::resolve_ended()));
                 }
                 other => {
                     self.timers.insert(key, other);
