@@ -36,6 +36,10 @@ pub struct MemberRecord {
     /// then rank without it. Missing (older writers) means true.
     #[serde(default = "yes")]
     pub leads: bool,
+    /// The operator drained this node (`control/drained/<id>`): it also writes `leads: false`,
+    /// so releases that do not know this field rank without it too. Missing means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 fn yes() -> bool {
@@ -62,6 +66,25 @@ pub struct TaskSetEntry {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_req: Option<String>,
+    /// The task's `require_labels` (issue [6]); absent when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub require_labels: BTreeMap<String, String>,
+    /// The schedule expression as written (issue [6]), so `zkcron status` can compute the next
+    /// tick on any host; absent from older writers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// The schedule's IANA zone name (issue [6]); absent from older writers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark (issue [6]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkRecord {
+    pub format: u32,
+    pub at: DateTime<Utc>,
+    /// Who set it: `user@host`.
+    pub by: String,
 }
 
 /// `leases/<task>`.
@@ -168,6 +191,22 @@ impl Paths {
     pub fn clock(&self) -> String {
         format!("{}/clock", self.base)
     }
+    /// `control`: the operator's marks (issue [6]).
+    pub fn control(&self) -> String {
+        format!("{}/control", self.base)
+    }
+    pub fn drained(&self) -> String {
+        format!("{}/control/drained", self.base)
+    }
+    pub fn drain(&self, node: &str) -> String {
+        format!("{}/control/drained/{node}", self.base)
+    }
+    pub fn paused_dir(&self) -> String {
+        format!("{}/control/paused", self.base)
+    }
+    pub fn paused(&self, task: &str) -> String {
+        format!("{}/control/paused/{task}", self.base)
+    }
 }
 
 /// Encodes this node's task set: its digest and chunks.
@@ -182,6 +221,9 @@ pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<Task
                     TaskSetEntry {
                         digest: t.canonical_digest(),
                         version_req: t.version_req.as_ref().map(|r| r.to_string()),
+                        require_labels: t.require_labels.clone(),
+                        schedule: Some(t.schedule.expression().to_string()),
+                        timezone: Some(t.schedule.timezone().name().to_string()),
                     },
                 )
             })
@@ -219,6 +261,7 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
                                 semver::VersionReq::parse("<0.0.0-0").expect("valid")
                             })
                         }),
+                        require_labels: entry.require_labels.clone(),
                     },
                 )
             })
@@ -248,6 +291,9 @@ mod tests {
             TaskSetEntry {
                 digest: "d".into(),
                 version_req: Some("~~>2 (future syntax)".into()),
+                require_labels: BTreeMap::new(),
+                schedule: None,
+                timezone: None,
             },
         );
         let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
