@@ -322,6 +322,7 @@ fn rfc3339(unix: f64) -> String {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[allow(clippy::disallowed_methods)] // real processes: the move is timed on the real clock
 fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_stays_drained_across_a_restart()
  {
     let mut world = World::new();
@@ -355,7 +356,11 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
     let mut words = started.split(' ');
     let (fire_id, victim) = (words.next().unwrap().to_string(), words.next().unwrap());
     let victim = victim.to_string();
-    let other = if victim == "node-a" { "node-b" } else { "node-a" };
+    let other = if victim == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
     world.wait("both nodes to lead", LIMIT, |w| {
         w.leading("node-a").is_some_and(|n| n > 0) && w.leading("node-b").is_some_and(|n| n > 0)
     });
@@ -399,19 +404,22 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
         .into_iter()
         .filter(|(_, s, node)| *s >= from && *node == victim)
         .collect();
-    assert!(
-        strays.is_empty(),
-        "{strays:?}\n{}",
-        world.diagnostics()
-    );
+    assert!(strays.is_empty(), "{strays:?}\n{}", world.diagnostics());
 
     // A restart keeps the drain: the node reads its mark before registering.
     world.stop(&victim);
     world.start(&victim, "1.0.0", "jobs.d", "");
     let restarted = now().floor() as i64 + 1;
-    world.wait(&format!("{victim} to say it is drained again"), LIMIT, |w| {
-        w.log(&victim).matches("this node leads no task until").count() >= 2
-    });
+    world.wait(
+        &format!("{victim} to say it is drained again"),
+        LIMIT,
+        |w| {
+            w.log(&victim)
+                .matches("this node leads no task until")
+                .count()
+                >= 2
+        },
+    );
     world.wait("three seconds of fires after the restart", LIMIT, |w| {
         w.fires().iter().any(|(_, s, _)| *s >= restarted + 3)
     });
@@ -466,7 +474,11 @@ fn a_paused_task_fires_nothing_across_a_leader_change_and_nothing_of_the_paused_
         .to_string();
     // The leader goes; the other node takes the lease and fires nothing of `p` either.
     world.stop(&leader);
-    let survivor = if leader == "node-a" { "node-b" } else { "node-a" };
+    let survivor = if leader == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
     world.wait_log(survivor, said, 1);
     world.wait("`other` to fire on the survivor for 3 s", LIMIT, |w| {
         w.fires()
@@ -495,8 +507,7 @@ fn a_paused_task_fires_nothing_across_a_leader_change_and_nothing_of_the_paused_
 }
 
 #[test]
-fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it_is_not_eligible()
- {
+fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it_is_not_eligible() {
     let mut world = World::new();
     world.write_task("jobs.d", "needs-v2", "version_req = \">=2.0\"");
     world.write_task("jobs.d", "needs-eu", "require_labels = { zone = \"eu\" }");
@@ -538,7 +549,10 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
             .any(|(t, _, n)| t == "needs-eu" && n == "node-b")
     });
     assert_eq!(
-        world.log("node-a").matches("task needs-eu: no live node").count(),
+        world
+            .log("node-a")
+            .matches("task needs-eu: no live node")
+            .count(),
         1,
         "{}",
         world.log("node-a")

@@ -100,10 +100,7 @@ impl TaskSpec {
             })
             .collect();
         if !missing.is_empty() {
-            why.push(format!(
-                "require_labels needs {}",
-                missing.join(", ")
-            ));
+            why.push(format!("require_labels needs {}", missing.join(", ")));
         }
         (!why.is_empty()).then(|| why.join("; "))
     }

@@ -543,7 +543,7 @@ fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
             m.drained = true;
         }
     }
-    assert_eq!(ranked_ids("t", &members), [other.clone()]);
+    assert_eq!(ranked_ids("t", &members), std::slice::from_ref(&other));
     let fx = Fixture {
         members,
         held: names(&["t"]),

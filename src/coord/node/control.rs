@@ -194,7 +194,10 @@ impl Node {
             (Phase::Event, Ok(())) => {}
             (Phase::Event, Err((what, error))) => {
                 // The view of the marks may be stale: list everything again.
-                self.report(Level::Warn, format!("{what} failed ({error}); reading again"));
+                self.report(
+                    Level::Warn,
+                    format!("{what} failed ({error}); reading again"),
+                );
                 self.read_control(Phase::Event);
             }
         }
@@ -235,11 +238,8 @@ impl Node {
                 .field("node", &id);
             }
             None => {
-                self.report(
-                    Level::Info,
-                    "undrained: this node may lead tasks again",
-                )
-                .field("node", &id);
+                self.report(Level::Info, "undrained: this node may lead tasks again")
+                    .field("node", &id);
             }
         }
         self.control.drained = mark;
@@ -346,7 +346,10 @@ impl Node {
         // Members sharing a task set share its entries: look each task up once per set.
         let mut sets: Vec<(&Arc<TaskSet>, Vec<&Member>)> = Vec::new();
         for member in &members {
-            match sets.iter_mut().find(|(set, _)| Arc::ptr_eq(set, &member.tasks)) {
+            match sets
+                .iter_mut()
+                .find(|(set, _)| Arc::ptr_eq(set, &member.tasks))
+            {
                 Some((_, group)) => group.push(member),
                 None => sets.push((&member.tasks, vec![member])),
             }
@@ -364,7 +367,10 @@ impl Node {
                 continue; // not registered yet: nothing to say
             }
             defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-            if !defining.iter().any(|(m, e)| m.may_lead && e.admits(&m.release, &m.labels)) {
+            if !defining
+                .iter()
+                .any(|(m, e)| m.may_lead && e.admits(&m.release, &m.labels))
+            {
                 problems.insert(task.clone(), why_none(task, &defining));
             }
             let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -406,7 +412,8 @@ impl Node {
     ) {
         for (task, message) in new {
             if old.get(task) != Some(message) {
-                self.report(Level::Warn, message.clone()).field("task", task);
+                self.report(Level::Warn, message.clone())
+                    .field("task", task);
             }
         }
         let defined = self.my_set.as_ref().map(|(_, _, set)| set.clone());
@@ -462,10 +469,16 @@ fn why_none(task: &str, defining: &[(&Member, &crate::coord::lease::TaskEntry)])
     }
     let mut reasons: Vec<String> = Vec::new();
     for (req, nodes) in versions {
-        reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
+        reasons.push(format!(
+            "version_req {req} matches none of {}",
+            nodes.join(", ")
+        ));
     }
     for (req, nodes) in labels {
-        reasons.push(format!("require_labels {req} matches none of {}", nodes.join(", ")));
+        reasons.push(format!(
+            "require_labels {req} matches none of {}",
+            nodes.join(", ")
+        ));
     }
     match drained.len() {
         0 => {}
@@ -478,7 +491,10 @@ fn why_none(task: &str, defining: &[(&Member, &crate::coord::lease::TaskEntry)])
             refusing.join(", ")
         ));
     }
-    format!("task {task}: no live node may run it: {}", reasons.join("; "))
+    format!(
+        "task {task}: no live node may run it: {}",
+        reasons.join("; ")
+    )
 }
 
 /// `a=1, b=2`, or `no labels`.
