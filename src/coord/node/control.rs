@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::io::{CreateMode, Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::lease::{Member, TaskSet};
+use crate::coord::lease::{Member, TaskEntry, TaskSet};
 use crate::coord::zk::wire::MarkRecord;
 
 /// What the node knows of the operator's marks, and the problems it last reported.
@@ -37,7 +37,16 @@ pub(crate) struct Control {
     problems: BTreeMap<String, String>,
     /// The last reported drift, by task.
     drift: BTreeMap<String, String>,
+    /// A re-read of the marks is scheduled (`Timer::ControlRead`).
+    reread_due: bool,
 }
+
+/// How long after a failed read of a mark the marks are read again.
+const REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// At most this many tasks are reported one by one per check; the rest in one line (a drained
+/// single node would otherwise log a line for each of its thousands of tasks).
+const REPORTS_PER_CHECK: usize = 20;
 
 /// One read of the marks.
 #[derive(Debug)]
@@ -193,13 +202,34 @@ impl Node {
             (Phase::Relist, Err((what, error))) => self.relist_failed(what, error),
             (Phase::Event, Ok(())) => {}
             (Phase::Event, Err((what, error))) => {
-                // The view of the marks may be stale: list everything again.
+                // The view of the marks may be stale. A lost connection re-reads them with the
+                // re-listing after the reconnect (or the new session's setup); anything else is
+                // read again in a second, once however many reads failed.
+                if matches!(error, ZkFail::ConnectionLoss | ZkFail::SessionExpired)
+                    || self.control.reread_due
+                {
+                    return;
+                }
                 self.report(
                     Level::Warn,
-                    format!("{what} failed ({error}); reading again"),
+                    format!(
+                        "{what} failed ({error}); reading the drain and pause marks again in 1s"
+                    ),
                 );
-                self.read_control(Phase::Event);
+                self.control.reread_due = true;
+                let generation = self.generation;
+                self.at(
+                    self.now.mono + REREAD_AFTER,
+                    super::Timer::ControlRead { generation },
+                );
             }
+        }
+    }
+
+    pub(super) fn reread_control(&mut self, generation: u64) {
+        self.control.reread_due = false;
+        if generation == self.generation && self.session.is_some() {
+            self.read_control(Phase::Event);
         }
     }
 
@@ -357,30 +387,39 @@ impl Node {
         let mut problems = BTreeMap::new();
         let mut drift = BTreeMap::new();
         for task in mine.keys() {
-            let mut defining: Vec<(&Member, &crate::coord::lease::TaskEntry)> = Vec::new();
-            for (set, group) in &sets {
-                if let Some(entry) = set.get(task) {
-                    defining.extend(group.iter().map(|m| (*m, entry)));
-                }
-            }
-            if defining.is_empty() {
+            // The definitions of `task` among live members: one per distinct task set.
+            let entries: Vec<(&TaskEntry, &Vec<&Member>)> = sets
+                .iter()
+                .filter_map(|(set, group)| set.get(task).map(|entry| (entry, group)))
+                .collect();
+            if entries.is_empty() {
                 continue; // not registered yet: nothing to say
             }
-            defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-            if !defining
+            let runnable = entries.iter().any(|(entry, group)| {
+                group
+                    .iter()
+                    .any(|m| m.may_lead && entry.admits(&m.release, &m.labels))
+            });
+            let drifted = entries.iter().any(|(e, _)| e.digest != entries[0].0.digest);
+            if runnable && !drifted {
+                continue;
+            }
+            let mut defining: Vec<(&Member, &TaskEntry)> = entries
                 .iter()
-                .any(|(m, e)| m.may_lead && e.admits(&m.release, &m.labels))
-            {
+                .flat_map(|(entry, group)| group.iter().map(move |m| (*m, *entry)))
+                .collect();
+            defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+            if !runnable {
                 problems.insert(task.clone(), why_none(task, &defining));
             }
-            let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-            for (member, entry) in &defining {
-                digests
-                    .entry(entry.digest.as_str())
-                    .or_default()
-                    .push(member.id.as_str());
-            }
-            if digests.len() > 1 {
+            if drifted {
+                let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+                for (member, entry) in &defining {
+                    digests
+                        .entry(entry.digest.as_str())
+                        .or_default()
+                        .push(member.id.as_str());
+                }
                 let groups: Vec<String> = digests
                     .iter()
                     .map(|(digest, ids)| {
@@ -410,19 +449,37 @@ impl Node {
         new: &BTreeMap<String, String>,
         cleared: &str,
     ) {
-        for (task, message) in new {
-            if old.get(task) != Some(message) {
-                self.report(Level::Warn, message.clone())
-                    .field("task", task);
-            }
+        let changed: Vec<(&String, &String)> = new
+            .iter()
+            .filter(|(task, message)| old.get(*task) != Some(*message))
+            .collect();
+        for (task, message) in changed.iter().take(REPORTS_PER_CHECK) {
+            self.report(Level::Warn, (*message).clone())
+                .field("task", task);
+        }
+        if changed.len() > REPORTS_PER_CHECK {
+            let (first, _) = changed[REPORTS_PER_CHECK];
+            let more = changed.len() - REPORTS_PER_CHECK;
+            self.report(
+                Level::Warn,
+                format!(
+                    "and {more} more tasks likewise (from {first} on, by name); `zkcron status` lists them"
+                ),
+            );
         }
         let defined = self.my_set.as_ref().map(|(_, _, set)| set.clone());
-        for task in old.keys() {
-            let still = defined.as_ref().is_some_and(|set| set.contains_key(task));
-            if !new.contains_key(task) && still {
-                self.report(Level::Info, format!("task {task}: {cleared}"))
-                    .field("task", task);
-            }
+        let gone: Vec<&String> = old
+            .keys()
+            .filter(|task| !new.contains_key(*task))
+            .filter(|task| defined.as_ref().is_some_and(|set| set.contains_key(*task)))
+            .collect();
+        for task in gone.iter().take(REPORTS_PER_CHECK) {
+            self.report(Level::Info, format!("task {task}: {cleared}"))
+                .field("task", task);
+        }
+        if gone.len() > REPORTS_PER_CHECK {
+            let more = gone.len() - REPORTS_PER_CHECK;
+            self.report(Level::Info, format!("and {more} more tasks: {cleared}"));
         }
     }
 }
@@ -441,7 +498,7 @@ fn mark_words(mark: Option<&MarkRecord>) -> String {
 
 /// Why none of `defining` (the live members that define `task`, by id) may run it: each
 /// member under the first rule it fails, grouped by rule and requirement.
-fn why_none(task: &str, defining: &[(&Member, &crate::coord::lease::TaskEntry)]) -> String {
+fn why_none(task: &str, defining: &[(&Member, &TaskEntry)]) -> String {
     let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut drained = Vec::new();

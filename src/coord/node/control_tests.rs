@@ -490,3 +490,95 @@ fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
         ["task t: live nodes define it alike again task=t"]
     );
 }
+
+#[test]
+fn a_failed_read_after_a_watch_event_is_retried_a_second_later_not_in_a_loop() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    node.handle(
+        Input::Watch {
+            path: format!("{BASE}/control/paused/t"),
+            kind: WatchKind::Created,
+        },
+        at(100),
+    );
+    let calls: Vec<u64> = std::iter::from_fn(|| node.poll())
+        .filter_map(|o| match o {
+            Output::Call { op, .. } => Some(op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1);
+    node.handle(
+        Input::Reply {
+            op: calls[0],
+            result: Err(ZkFail::NoAuth),
+        },
+        at(100),
+    );
+    let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::Call { .. })),
+        "{outputs:?}"
+    );
+    let said: Vec<String> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Report(r) => Some(r.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        said.iter()
+            .any(|r| r.contains("reading a pause mark failed (")
+                && r.contains("reading the drain and pause marks again in 1s")),
+        "{said:?}"
+    );
+    let control_reads = |node: &mut Node| -> Vec<ZkOp> {
+        std::iter::from_fn(|| node.poll())
+            .filter_map(|o| match o {
+                Output::Call { zk, .. } => Some(zk),
+                _ => None,
+            })
+            .filter(|zk| format!("{zk:?}").contains("/control/"))
+            .collect()
+    };
+    node.handle_timeout(at(1000));
+    assert_eq!(control_reads(&mut node), Vec::<ZkOp>::new());
+    node.handle_timeout(at(1100));
+    let reads = control_reads(&mut node);
+    assert_eq!(
+        reads,
+        [
+            ZkOp::GetData {
+                path: format!("{BASE}/control/drained/n1")
+            },
+            ZkOp::GetChildren {
+                path: format!("{BASE}/control/paused")
+            },
+        ]
+    );
+}
+
+#[test]
+fn many_tasks_no_live_node_may_run_are_reported_twenty_by_name_then_in_one_line() {
+    let mut node = Node::new(config("a"), at(0));
+    let tasks: Vec<TaskSpec> = (0..25)
+        .map(|i| spec(&format!("t{i:02}"), "version_req = \">=2.0\""))
+        .collect();
+    node.publish_tasks(&tasks);
+    std::iter::from_fn(|| node.poll()).for_each(drop);
+    node.members
+        .insert("a".into(), member("a", "1.0.0", &tasks, &[]));
+    let said = check(&mut node);
+    assert_eq!(said.len(), 21, "{said:?}");
+    assert!(
+        said[19].starts_with("task t19: no live node may run it"),
+        "{said:?}"
+    );
+    assert_eq!(
+        said[20],
+        "and 5 more tasks likewise (from t20 on, by name); `zkcron status` lists them"
+    );
+    assert_eq!(check(&mut node), Vec::<String>::new());
+}

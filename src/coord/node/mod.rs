@@ -300,9 +300,15 @@ enum TaskJob {
 enum Timer {
     Probe,
     Gc,
-    LossDeadline { generation: u64 },
+    LossDeadline {
+        generation: u64,
+    },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
+    /// Read the operator's marks again (a read after a watch event failed).
+    ControlRead {
+        generation: u64,
+    },
 }
 
 /// The sans-IO cluster node. See the module docs.
@@ -689,6 +695,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
+            Timer::ControlRead { generation } => self.reread_control(generation),
         }
     }
 
