@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::io::{CreateMode, Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::lease::{Member, TaskEntry, TaskSet};
+use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
 use crate::coord::zk::wire::MarkRecord;
 
 /// What the node knows of the operator's marks, and the problems it last reported.
@@ -410,7 +410,13 @@ impl Node {
                 .collect();
             defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
             if !runnable {
-                problems.insert(task.clone(), why_none(task, &defining));
+                problems.insert(
+                    task.clone(),
+                    format!(
+                        "task {task}: no live node may run it: {}",
+                        lease::why_none_eligible(&defining)
+                    ),
+                );
             }
             if drifted {
                 let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -494,76 +500,6 @@ fn mark_words(mark: Option<&MarkRecord>) -> String {
         ),
         None => String::new(),
     }
-}
-
-/// Why none of `defining` (the live members that define `task`, by id) may run it: each
-/// member under the first rule it fails, grouped by rule and requirement.
-fn why_none(task: &str, defining: &[(&Member, &TaskEntry)]) -> String {
-    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut drained = Vec::new();
-    let mut refusing = Vec::new();
-    for (member, entry) in defining {
-        if member.drained {
-            drained.push(member.id.clone());
-        } else if !member.may_lead {
-            refusing.push(member.id.clone());
-        } else if let Some(req) = entry
-            .version_req
-            .as_ref()
-            .filter(|req| !req.matches(&member.release))
-        {
-            versions
-                .entry(req.to_string())
-                .or_default()
-                .push(format!("{} ({})", member.id, member.release));
-        } else if !entry.labels_match(&member.labels) {
-            labels
-                .entry(pairs(&entry.require_labels))
-                .or_default()
-                .push(format!("{} ({})", member.id, pairs(&member.labels)));
-        }
-    }
-    let mut reasons: Vec<String> = Vec::new();
-    for (req, nodes) in versions {
-        reasons.push(format!(
-            "version_req {req} matches none of {}",
-            nodes.join(", ")
-        ));
-    }
-    for (req, nodes) in labels {
-        reasons.push(format!(
-            "require_labels {req} matches none of {}",
-            nodes.join(", ")
-        ));
-    }
-    match drained.len() {
-        0 => {}
-        1 => reasons.push(format!("{} is drained", drained[0])),
-        _ => reasons.push(format!("{} are drained", drained.join(", "))),
-    }
-    if !refusing.is_empty() {
-        reasons.push(format!(
-            "{} may not lead (clock too far off ZooKeeper's)",
-            refusing.join(", ")
-        ));
-    }
-    format!(
-        "task {task}: no live node may run it: {}",
-        reasons.join("; ")
-    )
-}
-
-/// `a=1, b=2`, or `no labels`.
-pub(crate) fn pairs(labels: &BTreeMap<String, String>) -> String {
-    if labels.is_empty() {
-        return "no labels".into();
-    }
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]
