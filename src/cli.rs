@@ -340,6 +340,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             &plan.state_dir,
         )
     });
+    crate::daemon::use_one_heap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -949,6 +949,43 @@ fn dir_with_one_bad_and_two_good_files() {
     );
 }
 
+/// A big jobs dir is loaded on several threads: the result must not depend on how the files
+/// were split among them (tasks sorted by name, each file's errors together and in order).
+#[test]
+fn a_dir_loaded_on_several_threads_gives_the_same_sorted_result() {
+    let dir = common::tempdir();
+    for i in 0..1_200 {
+        write_task(dir.path(), &format!("task-{i:04}.toml"), MINIMAL.as_bytes());
+    }
+    // Two problems each in files spread over the dir (so over every thread's share).
+    for i in [7, 601, 1_199] {
+        write_task(
+            dir.path(),
+            &format!("task-{i:04}-bad.toml"),
+            b"schedule = \"61 * * * *\"\nbogus = 1\n",
+        );
+    }
+    let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
+    let names: Vec<String> = loaded.tasks.iter().map(|t| t.name.clone()).collect();
+    let expected: Vec<String> = (0..1_200).map(|i| format!("task-{i:04}")).collect();
+    assert_eq!(names, expected);
+    let errors: Vec<(String, usize)> = loaded
+        .errors
+        .iter()
+        .map(|e| (e.task.clone().unwrap_or_default(), e.line))
+        .collect();
+    let mut sorted = errors.clone();
+    sorted.sort();
+    assert_eq!(errors, sorted, "{:#?}", loaded.errors);
+    for i in [7, 601, 1_199] {
+        let task = format!("task-{i:04}-bad");
+        assert!(
+            errors.iter().filter(|(t, _)| *t == task).count() >= 2,
+            "{task}: {errors:?}"
+        );
+    }
+}
+
 #[test]
 fn invalid_file_name_in_a_dir_is_an_error() {
     let dir = common::tempdir();

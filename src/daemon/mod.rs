@@ -28,6 +28,7 @@ use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
 mod memory;
+pub(crate) use memory::use_one_heap;
 mod runs;
 #[cfg(test)]
 mod tests;

@@ -285,6 +285,11 @@ async fn timer_loop<C: Coordinator>(table: Handle, shared: Arc<Shared<C>>) {
             if locked.starting == 0 && locked.started_in_burst > 0 {
                 burst_ended = locked.started_in_burst >= STARTS_IN_FLIGHT;
                 locked.started_in_burst = 0;
+                if burst_ended && locked.pending.is_empty() {
+                    // The queue grew to hold the whole burst (16 bytes a task); an idle node
+                    // keeps no room for the next one.
+                    locked.pending.shrink_to_fit();
+                }
             }
             let now = wall_clock();
             while let Some(Reverse((wake, key))) = locked.heap.peek().copied() {
