@@ -130,6 +130,146 @@ fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then
 }
 
 // ---------------------------------------------------------------------------------------------
+// scripts/demo-cluster
+
+#[test]
+fn the_demo_script_in_short_mode_shows_ownership_moving_to_the_newer_release_and_leaves_nothing_behind()
+ {
+    let mut demo = Demo::start();
+    let code = demo.wait_exit();
+    let out = demo.output();
+    assert_eq!(code, Some(0), "demo-cluster failed:\n{out}");
+    for expected in [
+        "started node-a at release 1.0.0",
+        "started node-c at release 1.1.0",
+        "node-c leads every task",
+        "$ zkcron status",
+        "upgrading node-a: SIGTERM, then start it with --node-version 1.1.0",
+        "upgrading node-b: SIGTERM, then start it with --node-version 1.1.0",
+        "done: every process stopped, temp dir removed",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    // Before any upgrade node-c, the only 1.1.0 node, leads all three example tasks.
+    assert!(
+        out.contains(
+            r#"leases: {"heartbeat": "node-c", "hello": "node-c", "nightly-report": "node-c"}"#
+        ),
+        "{out}"
+    );
+    demo.assert_nothing_left();
+}
+
+#[test]
+fn the_demo_script_stopped_with_sigterm_midway_stops_everything_it_started() {
+    let mut demo = Demo::start();
+    common::wait_for("the demo to start node-c", LIMIT, || {
+        demo.output().contains("started node-c")
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(demo.child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let code = demo.wait_exit();
+    let out = demo.output();
+    assert_eq!(code, Some(130), "{out}");
+    assert!(
+        out.contains("interrupted (SIGTERM); stopping everything"),
+        "{out}"
+    );
+    demo.assert_nothing_left();
+}
+
+/// `scripts/demo-cluster --short` with this build's zkcron and a TMPDIR of its own.
+struct Demo {
+    child: std::process::Child,
+    /// Holds `tmp/` (the script's TMPDIR) and `output.txt` (its stdout and stderr).
+    dir: tempfile::TempDir,
+}
+
+impl Demo {
+    fn start() -> Demo {
+        let dir = common::tempdir();
+        fs::create_dir(dir.path().join("tmp")).unwrap();
+        let output = fs::File::create(dir.path().join("output.txt")).unwrap();
+        let mut command = Command::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo-cluster"),
+        );
+        command
+            .arg("--short")
+            .env("ZKCRON_BIN", env!("CARGO_BIN_EXE_zkcron"))
+            .env("TMPDIR", dir.path().join("tmp"))
+            .stdin(Stdio::null())
+            .stdout(output.try_clone().unwrap())
+            .stderr(output);
+        let child = zk::spawn_tied_to_process(command).expect("scripts/demo-cluster starts");
+        Demo { child, dir }
+    }
+
+    fn output(&self) -> String {
+        fs::read_to_string(self.dir.path().join("output.txt")).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self) -> Option<i32> {
+        let pid = self.child.id() as i32;
+        common::wait_for("demo-cluster to exit", Duration::from_secs(120), || {
+            !common::process_alive(pid)
+        });
+        self.child.wait().unwrap().code()
+    }
+
+    /// No process names the script's temp dir (ZooKeeper's zoo.cfg, the nodes' configs), the
+    /// temp dir is empty, and ZooKeeper's port is closed.
+    fn assert_nothing_left(&self) {
+        let tmp = self.dir.path().join("tmp");
+        let needle = tmp.display().to_string();
+        let mut left = Vec::new();
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(&needle) && common::process_alive(pid) {
+                left.push(format!("{pid}: {cmdline}"));
+            }
+        }
+        assert!(left.is_empty(), "processes left behind: {left:?}");
+        let entries: Vec<_> = fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(entries.is_empty(), "left in TMPDIR: {entries:?}");
+        let out = self.output();
+        if let Some(port) = out
+            .split("ZooKeeper 127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|port| port.parse::<u16>().ok())
+        {
+            assert!(
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+                "ZooKeeper's port {port} still accepts connections"
+            );
+        } else {
+            panic!("the demo did not say ZooKeeper's port:\n{out}");
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        common::kill_process_tree(&mut self.child);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The cluster
 
 /// One process of a node: its release and when it ran.
