@@ -129,6 +129,26 @@ fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then
     );
 }
 
+/// Regression: every graceful stop logged "this node's member znode was deleted; registering
+/// again" at warn, about the member znode the stopping node had just deleted itself to leave
+/// the cluster (it did not register again: a stopping node never does). An operator rolling
+/// an upgrade saw a warning per node for nothing.
+#[test]
+fn given_a_node_stopped_with_sigterm_then_it_does_not_warn_that_its_own_member_znode_was_deleted()
+ {
+    let mut cluster = Cluster::new();
+    cluster.start("node-a", OLD);
+    cluster.wait_designated("node-a alone to lead every task it may");
+    let (index, _) = cluster.terminate("node-a");
+    cluster.wait_exited(index);
+    let log = cluster.incarnations[index].process.log();
+    assert!(
+        log.contains("left the cluster and released all leases"),
+        "{log}"
+    );
+    assert!(!log.contains("member znode was deleted"), "{log}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // scripts/demo-cluster
 
