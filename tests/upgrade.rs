@@ -22,6 +22,10 @@
 //!   undisturbed when the newer node takes its lease;
 //! - a task with `version_req = ">=1.1"` fires only while a 1.1.0 node is up, and only on 1.1.0
 //!   incarnations (the node process that started a job is known from the start line's time).
+//!
+//! One binary plays both releases (`--node-version`); `ZKCRON_TEST_OLD_BIN=/path/to/zkcron`
+//! runs the 1.0.0 nodes from the previous release's build instead (see ARCHITECTURE.md,
+//! "Changing a record's format"), `ZKCRON_TEST_BIN` every node from another build.
 
 mod common;
 
@@ -134,8 +138,7 @@ fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then
 /// the cluster (it did not register again: a stopping node never does). An operator rolling
 /// an upgrade saw a warning per node for nothing.
 #[test]
-fn given_a_node_stopped_with_sigterm_then_it_does_not_warn_that_its_own_member_znode_was_deleted()
- {
+fn given_a_node_stopped_with_sigterm_then_it_does_not_warn_that_its_own_member_znode_was_deleted() {
     let mut cluster = Cluster::new();
     cluster.start("node-a", OLD);
     cluster.wait_designated("node-a alone to lead every task it may");
@@ -419,7 +422,10 @@ impl Cluster {
         let count = self.incarnations.iter().filter(|i| i.node == node).count();
         let log_path = home.join(format!("log-{count}-{release}.txt"));
         let log = fs::File::create(&log_path).unwrap();
-        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
+        // ZKCRON_TEST_OLD_BIN: the previous release's binary for the 1.0.0 nodes (a mixed
+        // cluster of two builds); ZKCRON_TEST_BIN: another build for every node.
+        let old_binary = std::env::var_os("ZKCRON_TEST_OLD_BIN").filter(|_| release == OLD);
+        let mut command = match old_binary.or_else(|| std::env::var_os("ZKCRON_TEST_BIN")) {
             Some(binary) => Command::new(binary),
             None => common::zkcron(),
         };
