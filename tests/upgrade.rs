@@ -169,6 +169,8 @@ fn the_demo_script_in_short_mode_shows_ownership_moving_to_the_newer_release_and
         "$ zkcron status",
         "upgrading node-a: SIGTERM, then start it with --node-version 1.1.0",
         "upgrading node-b: SIGTERM, then start it with --node-version 1.1.0",
+        // Each heartbeat that fired wrote inside the demo's temp dir (jobs get it as TMPDIR).
+        "each wrote its line inside the temp dir",
         "done: every process stopped, temp dir removed",
     ] {
         assert!(out.contains(expected), "no {expected:?} in:\n{out}");
