@@ -16,10 +16,11 @@
 //!   tick claimed 200 ms ahead by the old holder is not missed, one due before the new holder's
 //!   planner started is);
 //! - `overlap = "skip"` never has two runs alive at once, across nodes (in file order every
-//!   start follows the previous run's end), and the scenario it guards happened: a newer leader
-//!   skipped a tick for a run still going on an old node;
-//! - every run ends (an `end` line for each `start`): a job running on the old holder finishes
-//!   undisturbed when the newer node takes its lease;
+//!   start follows the previous run's end);
+//! - every run ends (an `end` line for each `start`), and the case that matters happened: a
+//!   1.1.0 node that joined took the lease of a live 1.0.0 leader whose job was running, skipped
+//!   a tick for that run, and the job finished undisturbed (the first 1.1.0 node joins right
+//!   after a 3.5 s run started on an old node);
 //! - a task with `version_req = ">=1.1"` fires only while a 1.1.0 node is up, and only on 1.1.0
 //!   incarnations (the node process that started a job is known from the start line's time).
 //!
@@ -59,18 +60,22 @@ enum Kind {
     All,
     /// `overlap = "skip"`, a job of 1.5 s: only ticks logged as skipped for a live run.
     Skip,
+    /// The same with a job of 3.5 s, long enough for a newer node to join and take the lease
+    /// while it runs on an old node.
+    SkipLong,
     /// `catch_up = "skip"` / `"once"`: only ticks inside a handover window.
     CatchUp(&'static str),
     /// `version_req = ">=1.1"`, `catch_up = "all"`: only while no 1.1.0 node is up.
     NewOnly,
 }
 
-const TASKS: [(&str, Kind); 7] = [
+const TASKS: [(&str, Kind); 8] = [
     ("all-1", Kind::All),
     ("all-2", Kind::All),
     ("all-3", Kind::All),
     ("skip-1", Kind::Skip),
     ("skip-2", Kind::Skip),
+    ("skip-long", Kind::SkipLong),
     ("catchup-skip", Kind::CatchUp("skip")),
     ("catchup-once", Kind::CatchUp("once")),
     // (NewOnly is appended by `tasks()`, kept apart so the array reads as the always-on set.)
@@ -124,13 +129,7 @@ fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then
     cluster.assert_allowed_gaps(&fires, &skipped, first, to);
     cluster.assert_runs_end_and_never_overlap(&fires);
     cluster.assert_new_only(&fires, first_new_up.unwrap(), last_new_stopped.unwrap(), to);
-    // The handover of a running job happened: a 1.1.0 leader skipped a tick because the run of
-    // the 1.0.0 node it took the lease from was still going (or the reverse, in the rollback).
-    cluster.check(
-        skipped.values().any(|s| s.elsewhere),
-        "no leader ever skipped a tick for a run still going on another node: the test did not \
-         exercise a handover during a run",
-    );
+    cluster.assert_newer_node_took_the_lease_during_a_run(&fires, &skipped);
 }
 
 /// Regression: every graceful stop logged "this node's member znode was deleted; registering
@@ -302,6 +301,8 @@ struct Incarnation {
     node: String,
     release: String,
     spawned_at: f64,
+    /// When it was sent SIGTERM.
+    terminated_at: Option<f64>,
     exited_at: Option<f64>,
     process: DaemonProcess,
 }
@@ -375,6 +376,9 @@ impl Cluster {
             Kind::Skip => {
                 text += &(job("sleep 1.5; ") + "catch_up = \"all\"\noverlap = \"skip\"\n")
             }
+            Kind::SkipLong => {
+                text += &(job("sleep 3.5; ") + "catch_up = \"all\"\noverlap = \"skip\"\n")
+            }
             Kind::CatchUp(policy) => {
                 text += &job("");
                 let _ = writeln!(text, "catch_up = \"{policy}\"\noverlap = \"allow\"");
@@ -406,6 +410,13 @@ impl Cluster {
             .rev()
             .find(|i| i.node == node && i.exited_at.is_none())
             .unwrap_or_else(|| panic!("{node} is not running"))
+    }
+
+    /// The incarnation of `node` that was running at `at`.
+    fn incarnation_at(&self, node: &str, at: f64) -> Option<&Incarnation> {
+        self.incarnations.iter().find(|i| {
+            i.node == node && i.spawned_at <= at && i.exited_at.is_none_or(|exit| at <= exit)
+        })
     }
 
     /// Starts `node` at `release` (its own config, state dir and a log per incarnation) and
@@ -453,6 +464,7 @@ impl Cluster {
             node: node.to_string(),
             release: release.to_string(),
             spawned_at,
+            terminated_at: None,
             exited_at: None,
             process: DaemonProcess { child, log_path },
         });
@@ -470,7 +482,7 @@ impl Cluster {
 
     /// Sends SIGTERM to `node` in the middle of a second (far from the claims and spawns at
     /// its start); returns its incarnation and when SIGTERM was sent.
-    fn terminate(&self, node: &str) -> (usize, f64) {
+    fn terminate(&mut self, node: &str) -> (usize, f64) {
         let index = self
             .incarnations
             .iter()
@@ -479,6 +491,7 @@ impl Cluster {
         wait_mid_second();
         let at = now();
         self.incarnations[index].process.signal(Signal::SIGTERM);
+        self.incarnations[index].terminated_at = Some(at);
         (index, at)
     }
 
@@ -510,6 +523,23 @@ impl Cluster {
         let moved = self.wait_designated(&format!("the others to take {node}'s leases"));
         self.windows.push((stopped_at, moved));
         self.wait_exited(index);
+        let first_newer = release == NEW
+            && self
+                .incarnations
+                .iter()
+                .all(|i| i.exited_at.is_some() || i.release == OLD);
+        if first_newer {
+            // Join just after a long run started on an old node, so the newer node takes the
+            // lease while it runs (3.5 s: ample for registering and taking the lease).
+            self.wait("a skip-long run to start on a 1.0.0 node", |c| {
+                c.fires().starts.iter().any(|f| {
+                    f.task == "skip-long"
+                        && now() - f.at < 0.3
+                        && c.incarnation_at(&f.node, f.at)
+                            .is_some_and(|i| i.release == OLD)
+                })
+            });
+        }
         let started_at = now();
         self.start(node, release);
         let settled = self.wait_designated(&format!("{node} ({release}) to take its leases"));
@@ -680,6 +710,7 @@ impl Cluster {
                     fire_id,
                     Skip {
                         node: incarnation.node.clone(),
+                        release: incarnation.release.clone(),
                         elsewhere,
                     },
                 );
@@ -709,7 +740,10 @@ impl Cluster {
 
     /// SIGTERM to every node; each exits 0 once its jobs ended.
     fn stop_all(&mut self) {
-        let stopping: Vec<usize> = NODES.iter().map(|node| self.terminate(node).0).collect();
+        let mut stopping = Vec::new();
+        for node in NODES {
+            stopping.push(self.terminate(node).0);
+        }
         for index in stopping {
             self.wait_exited(index);
         }
@@ -773,7 +807,7 @@ impl Cluster {
                 }
                 let (allowed, count) = match kind {
                     Kind::All | Kind::NewOnly => (false, &mut by_skip),
-                    Kind::Skip => (
+                    Kind::Skip | Kind::SkipLong => (
                         skipped.contains_key(&format!("{task}@{second}")),
                         &mut by_skip,
                     ),
@@ -815,7 +849,7 @@ impl Cluster {
             &format!("runs that never ended (killed or disturbed): {unfinished:?}"),
         );
         for (task, kind) in TASKS {
-            if kind != Kind::Skip {
+            if !matches!(kind, Kind::Skip | Kind::SkipLong) {
                 continue;
             }
             let mut open: Option<String> = None;
@@ -839,16 +873,48 @@ impl Cluster {
         }
     }
 
+    /// A 1.1.0 node that joined took a lease from a live 1.0.0 leader while the leader's job
+    /// ran: it skipped a tick for that run (`running_elsewhere`), the run was an old, running
+    /// (not stopping) incarnation's, and it ended normally (checked for every run above).
+    fn assert_newer_node_took_the_lease_during_a_run(
+        &self,
+        fires: &Fires,
+        skipped: &BTreeMap<String, Skip>,
+    ) {
+        let ends: BTreeMap<String, f64> = fires.ends.iter().map(|f| (f.id(), f.at)).collect();
+        let found = skipped.iter().find_map(|(id, skip)| {
+            let (task, tick) = parse_fire_id(id)?;
+            if !skip.elsewhere || skip.release != NEW {
+                return None;
+            }
+            let tick = tick as f64;
+            fires.starts.iter().find(|run| {
+                let old_and_running = self
+                    .incarnation_at(&run.node, run.at)
+                    .is_some_and(|i| i.release == OLD && i.terminated_at.is_none_or(|t| t > tick));
+                run.task == task
+                    && run.node != skip.node
+                    && run.at < tick
+                    && ends.get(&run.id()).is_some_and(|end| *end > tick)
+                    && old_and_running
+            })
+        });
+        eprintln!("a 1.1.0 node skipped a tick for the run of a live 1.0.0 node: {found:?}");
+        self.check(
+            found.is_some(),
+            &format!(
+                "no 1.1.0 node skipped a tick for a run going on a live 1.0.0 node it took the \
+                 lease from; skips: {skipped:?}"
+            ),
+        );
+    }
+
     /// The `version_req = ">=1.1"` task fired only on 1.1.0 incarnations, from the first 1.1.0
     /// node's start until the last one's SIGTERM, and every tick in between (catch_up "all").
     fn assert_new_only(&self, fires: &Fires, first_new_up: f64, last_new_stopped: f64, to: i64) {
         let mut wrong = Vec::new();
         for fire in fires.starts.iter().filter(|f| f.task == NEW_ONLY) {
-            let incarnation = self.incarnations.iter().find(|i| {
-                i.node == fire.node
-                    && i.spawned_at <= fire.at
-                    && i.exited_at.is_none_or(|exit| fire.at <= exit)
-            });
+            let incarnation = self.incarnation_at(&fire.node, fire.at);
             let release = incarnation.map(|i| i.release.as_str());
             if release != Some(NEW)
                 || (fire.second as f64) < first_new_up
@@ -952,9 +1018,10 @@ type Members = Vec<(i64, MemberRecord)>;
 type Leases = BTreeMap<String, (i64, String)>;
 
 #[derive(Debug)]
-#[allow(dead_code)] // `node` is read in failure messages (Debug)
 struct Skip {
     node: String,
+    /// The release of the incarnation that logged it.
+    release: String,
     elsewhere: bool,
 }
 
