@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the ZooKeeper backend (issue 2): lateness, takeover, scale and upgrade migration.
 
-Usage:  cargo build --release && python3 benches/cluster.py --phase lateness|takeover|scale|coldstart|join|all
+Usage:  cargo build --release && python3 benches/cluster.py --phase lateness|takeover|scale|coldstart|join|rolling|all
             [--runs 1] [--seconds N] [--trials 10] [--session-timeout 3s] [--tasks 10000]
             [--nodes 20] [--join-jitter 9s] [--keep] [--tmpdir DIR]
 
@@ -33,6 +33,12 @@ on a fresh temp dir; everything it started is stopped at the end, also on failur
              then a 1.1.0 node joins at a random point of the period; time from its `registered in
              ZooKeeper` until it leads all 1,000 and the old nodes none; double and missing ticks
              from the period before the join to two periods after the migration.
+  rolling:   3 nodes (1.0.0) with the `join` tasks, upgraded one at a time to 1.1.0 (SIGTERM, the
+             others take its leases, exit, start again with `--node-version 1.1.0`); per step and
+             in total, SIGTERM -> every lease on its designated node as ZooKeeper shows it (rank
+             spec over the member records); double and missing ticks as in `join`.
+With `--runs N` (N > 1), `join` and `rolling` also print a summary: median, min and max of their
+times over the runs, and the audit counts summed.
 Ticks claimed but skipped by `overlap = "skip"` (logged as such) are counted apart from missing
 ones. The CPU used by other processes during each measurement is reported (`other_cores`): on a
 shared machine it shows in the latencies. `--tmpdir DIR` puts the temp dirs elsewhere.
@@ -1043,6 +1049,14 @@ def read_members(zk, chroot):
         reader.close()
 
 
+def release_key(release):
+    """Semver precedence of a plain `MAJOR.MINOR.PATCH` release (the bench uses no others)."""
+    parts = release.split("+")[0].split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"release_key only ranks MAJOR.MINOR.PATCH releases, not {release!r}")
+    return tuple(int(p) for p in parts)
+
+
 def designated_holders(members, names):
     """{task: designated node id} by the rank spec (release, then score, then id), when every
     member may lead and defines the same task set (one digest, `len(names)` tasks, and the
@@ -1054,10 +1068,10 @@ def designated_holders(members, names):
         return None, f"members define different task sets: {sorted(sets)}"
     if not all(m.get("leads", True) for m in members.values()):
         return None, "a member announced it may not lead"
-    releases = {m["release"] for m in members.values()}
-    if len(releases) != 1:
-        return None, f"mixed releases {sorted(releases)} (the script ranks one release only)"
-    seeds = {node_id: int(m["seed"], 16) for node_id, m in members.items()}
+    # Newest release first (only the newest can be designated), then score, then id.
+    newest = max(release_key(m["release"]) for m in members.values())
+    seeds = {node_id: int(m["seed"], 16) for node_id, m in members.items()
+             if release_key(m["release"]) == newest}
     out = {}
     for task in names:
         out[task] = min(seeds, key=lambda node_id: (-rank_score(seeds[node_id], task), node_id))
@@ -1334,13 +1348,152 @@ def join(args):
         return result
 
 
+def wait_designated(zk, chroot, names, timeout):
+    """Until ZooKeeper shows every lease of `names` held by its designated node (the rank spec
+    over the live member records: newest release, then score, then id); returns that time. An
+    outside check, polled about every 50-100 ms (one `dump` and the member records per poll)."""
+    cache = {}
+
+    def check():
+        members = read_members(zk, chroot)
+        key = tuple(sorted((i, m["release"], m["seed"], m.get("leads", True),
+                            m["taskset"]["digest"]) for i, m in members.items()))
+        if key not in cache:
+            cache[key] = designated_holders(members, names)[0] if members else None
+        designated = cache[key]
+        if designated is None:
+            return None
+        holder_of, _ = lease_map(zk, chroot)
+        return time.time() if holder_of == designated else None
+    return wait_for("every lease with its designated node", check, timeout, 0.02)
+
+
+def rolling(args):
+    """Three nodes at 1.0.0 with `--join-tasks` tasks (as `join`: `*/10 * * * * *`, `catch_up =
+    "all"`, `--join-jitter`); then each node in turn is upgraded as an operator would: SIGTERM,
+    the others take its leases, it exits, it starts again with `--node-version 1.1.0` (same
+    node id and state dir). A step ends when ZooKeeper shows every lease with its designated
+    node (rank spec over the member records). Per step: SIGTERM -> leases moved, -> exit, start
+    -> registered, registered -> every lease designated, and the step in all; the whole rolling
+    upgrade; then double and missing ticks from the period before it to two periods after."""
+    tasks, period = args.join_tasks, 10
+    jitter = humantime_s(args.join_jitter)
+    names = task_names(tasks)
+    with Run("rolling", args.keep, args.tmpdir) as run:
+        jobs = os.path.join(run.tmp, "jobs.d")
+        extra = 'catch_up = "all"\nstarting_deadline = "1m"\n'
+        if jitter > 0:
+            extra += f'jitter = "{args.join_jitter}"\n'
+        write_tasks(jobs, tasks, lambda i: "*/10 * * * * *", extra)
+        chroot = "/rolling"
+        connect = run.zk.connect(chroot)
+        ids = ["node1", "node2", "node3"]
+        live = {i: Node(run.procs, run.tmp, connect, i, jobs, version="1.0.0",
+                        session_timeout=args.session_timeout) for i in ids}
+        everyone = list(live.values())  # every incarnation, for the audit
+        result = {"phase": "rolling", "tasks": tasks, "nodes": 3, "from": "1.0.0", "to": "1.1.0",
+                  "schedule": "*/10 * * * * *", "jitter": args.join_jitter}
+        try:
+            wait_settled(list(live.values()), tasks, 120)
+            wait_designated(run.zk, chroot, names, 60)
+        except (SettleError, TimeoutError) as e:
+            result.update(failed=str(e)[:3000], warnings=anomalies(everyone))
+            run.keep = True
+            return result
+        first_tick = math.ceil(time.time() / period) * period + period
+        sleep_until(first_tick + 2 + random.Random(args.seed).uniform(0, period))
+        meter = CpuMeter(run.procs).start()
+        steps = []
+        try:
+            for node_id in ids:
+                old = live[node_id]
+                t_term = time.time()
+                old.term()
+                moved = wait_designated(run.zk, chroot, names, args.join_deadline)
+                code = old.wait(60)
+                t_exit = time.time()
+                new = Node(run.procs, run.tmp, connect, node_id, jobs, version="1.1.0",
+                           session_timeout=args.session_timeout, incarnation=1)
+                live[node_id] = new
+                everyone.append(new)
+                registered = wait_for(f"{node_id} (1.1.0) registered",
+                                      lambda: new.find("registered in ZooKeeper"), 60,
+                                      0.02)[0]["ts"]
+                settled = wait_designated(run.zk, chroot, names, args.join_deadline)
+                steps.append({
+                    "node": node_id, "exit_code": code,
+                    "term_to_leases_moved_s": round(moved - t_term, 3),
+                    "term_to_exit_s": round(t_exit - t_term, 3),
+                    "start_to_registered_s": round(registered - new.t_start, 3),
+                    "registered_to_designated_s": round(settled - registered, 3),
+                    "new_node_leads": new.leading(),
+                    "step_s": round(settled - t_term, 3),
+                    "_t_term": t_term, "_settled": settled,
+                })
+            done = steps[-1]["_settled"]
+            result["total_s"] = round(done - steps[0]["_t_term"], 3)
+        except TimeoutError as e:
+            done = time.time()
+            result["failed"] = f"step {len(steps) + 1}: {e}"
+            result["details"] = diagnose(everyone)
+            run.keep = True
+        for step in steps:
+            step.pop("_t_term")
+            step.pop("_settled")
+        result["steps"] = steps
+        sleep_until(done + 2 * period + jitter + 3)
+        last_tick = math.floor((time.time() - jitter - 2) / period) * period
+        for n in everyone:
+            n.poll()
+        started = fires(everyone)
+        result.update({
+            "audit": audit(started, names, first_tick, last_tick, period,
+                           skipped=overlap_skips(everyone)),
+            "fires_by_release": {v: sum(len(fires([n])) for n in everyone if n.version == v)
+                                 for v in ("1.0.0", "1.1.0")},
+            "cpu_from_first_step_to_audit": meter.stop(),
+            "warnings": anomalies(everyone),
+        })
+        if run.keep:
+            result["tmp"] = run.tmp
+        return result
+
+
+# Figures summarised over `--runs` (median, min, max) and counts summed, per phase.
+RUN_SUMMARY = {
+    "join": ["registered_to_new_leads_all_s", "registered_to_old_lead_none_s", "migration_s"],
+    "rolling": ["total_s"],
+}
+
+
+def summarize_runs(name, results):
+    """One object over the runs of a phase: medians of its figures, summed audit counts."""
+    out = {"phase": name, "summary_of_runs": len(results),
+           "failed_runs": sum(1 for r in results if "failed" in r or "aborted" in r)}
+    figures = {key: [r[key] for r in results if isinstance(r.get(key), (int, float))]
+               for key in RUN_SUMMARY[name]}
+    if name == "rolling":
+        for i in range(3):
+            for key in ("step_s", "registered_to_designated_s", "term_to_leases_moved_s"):
+                figures[f"step{i + 1}_{key}"] = [r["steps"][i][key] for r in results
+                                                 if len(r.get("steps", [])) > i]
+    for key, values in figures.items():
+        if values:
+            out[key] = {"median": round(statistics.median(values), 3),
+                        "min": min(values), "max": max(values)}
+    audits = [r["audit"] for r in results if "audit" in r]
+    for key in ("fire_ids_checked", "duplicates", "missing", "skipped_by_overlap_policy"):
+        out[key] = sum(a[key] for a in audits)
+    return out
+
+
 def coldstart(args):
     """`scale` without the idle window: the cold-start and settle figures only."""
     return scale(args, window=False)
 
 
 PHASES = {"lateness": lateness, "takeover": takeover, "scale": scale, "coldstart": coldstart,
-          "join": join}
+          "join": join, "rolling": rolling}
 
 
 def main():
@@ -1381,6 +1534,7 @@ def main():
         phase_args = argparse.Namespace(**vars(args))
         if phase_args.seconds is None:
             phase_args.seconds = {"lateness": 30, "scale": 60}.get(name, 30)
+        results = []
         for run in range(args.runs):
             phase_args.seed = args.seed + run
             for attempt in range(1 + args.retries):
@@ -1393,6 +1547,9 @@ def main():
                     print(json.dumps(result), flush=True)
             result["run"] = run + 1
             print(json.dumps(result), flush=True)
+            results.append(result)
+        if name in RUN_SUMMARY and len(results) > 1:
+            print(json.dumps(summarize_runs(name, results)), flush=True)
 
 
 if __name__ == "__main__":

@@ -543,7 +543,10 @@ impl Node {
                         relist.ids.remove(&id);
                         relist.members.remove(&id);
                     }
-                    if id == self.cfg.id {
+                    if id == self.cfg.id && self.stopping {
+                        // Our own leave (`start_release_all` deletes the member znode): a
+                        // stopping node never registers again, and says nothing.
+                    } else if id == self.cfg.id {
                         // Our registration vanished (deleted by hand?): register again. The
                         // event may be stale; registering keeps a znode that is still ours.
                         self.report_once(
