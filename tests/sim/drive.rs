@@ -1649,6 +1649,9 @@ impl<'s> Sim<'s> {
                             TaskSetEntry {
                                 digest: format!("{:016x}", t.name.len()),
                                 version_req: None,
+                                require_labels: Default::default(),
+                                schedule: None,
+                                timezone: None,
                             },
                         )
                     })
@@ -1669,6 +1672,7 @@ impl<'s> Sim<'s> {
                         count: self.sc.tasks.len(),
                     },
                     leads: true,
+                    drained: false,
                 };
                 vec![
                     ZkOp::Create {

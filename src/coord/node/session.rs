@@ -343,6 +343,7 @@ impl Node {
             labels: self.cfg.labels.clone(),
             taskset: reference.clone(),
             leads,
+            drained: false,
         };
         let data = serde_json::to_vec(&record).expect("serializes");
         self.registering = Some(RegisterJob {

@@ -36,6 +36,10 @@ pub struct MemberRecord {
     /// then rank without it. Missing (older writers) means true.
     #[serde(default = "yes")]
     pub leads: bool,
+    /// True while an operator's `control/drained/<id>` marker tells the node to own nothing
+    /// (it then also writes `leads: false`, so older releases rank without it).
+    #[serde(default)]
+    pub drained: bool,
 }
 
 fn yes() -> bool {
@@ -62,6 +66,15 @@ pub struct TaskSetEntry {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_req: Option<String>,
+    /// The `[node] labels` a member needs to lead the task.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub require_labels: BTreeMap<String, String>,
+    /// The schedule expression and time zone as written, so that `zkcron status` computes the
+    /// next tick on any host without the task files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
 }
 
 /// `leases/<task>`.
@@ -125,6 +138,66 @@ pub struct ResultRecord {
     pub result: RunResult,
 }
 
+/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkRecord {
+    pub format: u32,
+    pub at: DateTime<Utc>,
+    /// `user@host` of the operator.
+    pub by: String,
+}
+
+/// Where a manual run (`zkcron trigger`) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerState {
+    Pending,
+    Running,
+    Ended,
+}
+
+/// `control/triggers/<task>@manual-<10 digits>`: a manual run requested by `zkcron trigger`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerRecord {
+    pub format: u32,
+    pub task: String,
+    pub requested_at: DateTime<Utc>,
+    pub by: String,
+    pub state: TriggerState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<HistoryEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One run of a task, as `zkcron history --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub fire_id: String,
+    pub tick: DateTime<Utc>,
+    pub node: String,
+    pub release: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub success: bool,
+    pub attempts: u32,
+    /// "schedule" or "manual".
+    pub trigger: String,
+}
+
+/// `tasks/<task>/history`: the task's last runs, oldest first, bounded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub format: u32,
+    pub runs: Vec<HistoryEntry>,
+}
+
 /// The paths of one cluster.
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -168,6 +241,30 @@ impl Paths {
     pub fn clock(&self) -> String {
         format!("{}/clock", self.base)
     }
+    pub fn control(&self) -> String {
+        format!("{}/control", self.base)
+    }
+    pub fn drained(&self) -> String {
+        format!("{}/control/drained", self.base)
+    }
+    pub fn drain(&self, node: &str) -> String {
+        format!("{}/control/drained/{node}", self.base)
+    }
+    pub fn paused_dir(&self) -> String {
+        format!("{}/control/paused", self.base)
+    }
+    pub fn paused(&self, task: &str) -> String {
+        format!("{}/control/paused/{task}", self.base)
+    }
+    pub fn triggers(&self) -> String {
+        format!("{}/control/triggers", self.base)
+    }
+    pub fn trigger(&self, name: &str) -> String {
+        format!("{}/control/triggers/{name}", self.base)
+    }
+    pub fn history(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/history", self.base)
+    }
 }
 
 /// Encodes this node's task set: its digest and chunks.
@@ -182,6 +279,9 @@ pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<Task
                     TaskSetEntry {
                         digest: t.canonical_digest(),
                         version_req: t.version_req.as_ref().map(|r| r.to_string()),
+                        require_labels: BTreeMap::new(),
+                        schedule: Some(t.schedule.expression().to_string()),
+                        timezone: Some(t.schedule.timezone().name().to_string()),
                     },
                 )
             })
@@ -248,6 +348,9 @@ mod tests {
             TaskSetEntry {
                 digest: "d".into(),
                 version_req: Some("~~>2 (future syntax)".into()),
+                require_labels: BTreeMap::new(),
+                schedule: None,
+                timezone: None,
             },
         );
         let set = decode_taskset(&TaskSetRecord { format: 1, tasks });

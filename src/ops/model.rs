@@ -1,0 +1,434 @@
+//! What `zkcron status` says, as a pure function of a [`Snapshot`] of the cluster's records and
+//! `now`: the JSON interface of README "Operating the cluster" ([`Status`]), and who may lead a
+//! task and why not ([`eligibility`]), which `explain` shares.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::coord::RunResult;
+use crate::coord::zk::wire::{
+    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry, TaskSetRecord,
+};
+use crate::plan;
+use crate::schedule::{self, Schedule};
+
+/// A live member: its record and when its znode was created (its session's age).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveMember {
+    pub record: MemberRecord,
+    pub registered_at: DateTime<Utc>,
+}
+
+/// Everything `status` and `explain` read, as read.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// "zookeeper" or "local".
+    pub backend: String,
+    /// The cluster's name; `None` for the local backend.
+    pub cluster: Option<String>,
+    pub members: Vec<LiveMember>,
+    /// Task sets by digest (every live member's).
+    pub tasksets: BTreeMap<String, TaskSetRecord>,
+    pub leases: BTreeMap<String, LeaseRecord>,
+    pub fire_records: BTreeMap<String, FireRecord>,
+    /// `tasks/<task>/result`: the last scheduled run's result.
+    pub results: BTreeMap<String, RunResult>,
+    /// Runs newer than the result record may know (manual runs of ended triggers, or the local
+    /// backend's history), newest per task.
+    pub recent_runs: BTreeMap<String, HistoryEntry>,
+    pub paused: BTreeMap<String, MarkRecord>,
+    pub drained: BTreeMap<String, MarkRecord>,
+}
+
+/// `zkcron status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub backend: String,
+    pub cluster: Option<String>,
+    pub nodes: Vec<NodeStatus>,
+    pub tasks: Vec<TaskStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: String,
+    pub release: String,
+    pub labels: BTreeMap<String, String>,
+    pub drained: bool,
+    pub tasks_led: usize,
+    pub session_age_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub name: String,
+    pub leader: Option<String>,
+    pub paused: bool,
+    pub next: Option<DateTime<Utc>>,
+    pub last: Option<LastRun>,
+    pub drift: Vec<Drift>,
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastRun {
+    pub fire_id: String,
+    pub node: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub success: bool,
+    pub duration_ms: u64,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// Nodes that hold one definition (digest) of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    pub digest: String,
+    pub nodes: Vec<String>,
+}
+
+/// Whether a member may lead a task, and if not why (in words for `explain`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Eligibility {
+    Eligible,
+    /// The member does not define the task.
+    Undefined,
+    Drained,
+    /// It announced `leads: false` (its clock is too far off ZooKeeper's).
+    RefusesLeadership,
+    Release {
+        release: String,
+        version_req: String,
+    },
+    Labels {
+        missing: Vec<(String, String)>,
+    },
+}
+
+impl std::fmt::Display for Eligibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Eligibility::Eligible => f.write_str("eligible"),
+            Eligibility::Undefined => f.write_str("does not define the task"),
+            Eligibility::Drained => f.write_str("drained"),
+            Eligibility::RefusesLeadership => {
+                f.write_str("refuses leadership (its clock is too far off ZooKeeper's)")
+            }
+            Eligibility::Release {
+                release,
+                version_req,
+            } => write!(f, "release {release} does not match version_req {version_req}"),
+            Eligibility::Labels { missing } => {
+                write!(f, "labels lack {}", pairs(missing.iter()))
+            }
+        }
+    }
+}
+
+fn pairs<'a>(pairs: impl Iterator<Item = &'a (String, String)>) -> String {
+    pairs
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Snapshot {
+    /// The task set entry of `task` in `member`'s task set, if it defines it.
+    pub fn entry(&self, member: &MemberRecord, task: &str) -> Option<&TaskSetEntry> {
+        self.tasksets
+            .get(&member.taskset.digest)?
+            .tasks
+            .get(task)
+    }
+
+    /// Whether the member is drained: its own record says so, or the operator's marker does
+    /// (the node may not have acted on it yet).
+    pub fn is_drained(&self, member: &MemberRecord) -> bool {
+        member.drained || self.drained.contains_key(&member.id)
+    }
+
+    /// Every task a live member defines, by name.
+    pub fn task_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .members
+            .iter()
+            .filter_map(|m| self.tasksets.get(&m.record.taskset.digest))
+            .flat_map(|set| set.tasks.keys().cloned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Whether `member` may lead `task`, as the lease decision sees it: it may lead (not drained,
+/// its clock agrees), defines the task, its release matches the task's `version_req`, and its
+/// labels contain the task's `require_labels` (both as the member's own definition says).
+pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Eligibility {
+    let Some(entry) = snapshot.entry(member, task) else {
+        return Eligibility::Undefined;
+    };
+    if snapshot.is_drained(member) {
+        return Eligibility::Drained;
+    }
+    if !member.leads {
+        return Eligibility::RefusesLeadership;
+    }
+    if let Some(req) = &entry.version_req {
+        let matches = match (
+            semver::VersionReq::parse(req),
+            semver::Version::parse(&member.release),
+        ) {
+            (Ok(req), Ok(release)) => req.matches(&release),
+            _ => false,
+        };
+        if !matches {
+            return Eligibility::Release {
+                release: member.release.clone(),
+                version_req: req.clone(),
+            };
+        }
+    }
+    let missing: Vec<(String, String)> = entry
+        .require_labels
+        .iter()
+        .filter(|(k, v)| member.labels.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !missing.is_empty() {
+        return Eligibility::Labels { missing };
+    }
+    Eligibility::Eligible
+}
+
+/// Why no live member may run `task` (every definer is ineligible), in the words of the
+/// nodes' warning: "no live node may run it: version_req >=2.0 matches none of a (1.0.0)".
+/// `None` when one may.
+pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
+    let mut reasons: Vec<String> = Vec::new();
+    let mut by_req: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut drained = Vec::new();
+    let mut refusing = Vec::new();
+    let mut definers = 0;
+    for member in &snapshot.members {
+        let m = &member.record;
+        match eligibility(snapshot, m, task) {
+            Eligibility::Eligible => return None,
+            Eligibility::Undefined => continue,
+            Eligibility::Drained => drained.push(m.id.clone()),
+            Eligibility::RefusesLeadership => refusing.push(m.id.clone()),
+            Eligibility::Release {
+                release,
+                version_req,
+            } => by_req
+                .entry(version_req)
+                .or_default()
+                .push(format!("{} ({release})", m.id)),
+            Eligibility::Labels { missing } => {
+                let have = if m.labels.is_empty() {
+                    "no labels".to_string()
+                } else {
+                    pairs(m.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>().iter())
+                };
+                by_labels
+                    .entry(pairs(missing.iter()))
+                    .or_default()
+                    .push(format!("{} ({have})", m.id));
+            }
+        }
+        definers += 1;
+    }
+    if definers == 0 {
+        return Some("no live node defines it".to_string());
+    }
+    for (req, nodes) in by_req {
+        reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
+    }
+    for (labels, nodes) in by_labels {
+        reasons.push(format!("require_labels {labels} matches none of {}", nodes.join(", ")));
+    }
+    if !drained.is_empty() {
+        reasons.push(format!("drained: {}", drained.join(", ")));
+    }
+    if !refusing.is_empty() {
+        reasons.push(format!(
+            "refusing leadership (clock skew): {}",
+            refusing.join(", ")
+        ));
+    }
+    Some(format!("no live node may run it: {}", reasons.join("; ")))
+}
+
+/// The definitions of `task` the live members hold, when they differ; empty when all agree.
+pub fn drift(snapshot: &Snapshot, task: &str) -> Vec<Drift> {
+    let mut by_digest: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for member in &snapshot.members {
+        if let Some(entry) = snapshot.entry(&member.record, task) {
+            by_digest
+                .entry(entry.digest.clone())
+                .or_default()
+                .push(member.record.id.clone());
+        }
+    }
+    if by_digest.len() < 2 {
+        return Vec::new();
+    }
+    by_digest
+        .into_iter()
+        .map(|(digest, mut nodes)| {
+            nodes.sort();
+            Drift { digest, nodes }
+        })
+        .collect()
+}
+
+/// The next tick of `task` at `now` from the definition its leader (else any eligible member,
+/// else any definer) holds: the first after `now`, or after the fire record when that is ahead
+/// of `now` (ticks up to it count as done). `None` without a schedule in the task set (an older
+/// release wrote it) or when the schedule has no further tick.
+fn next_tick(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
+    let mut definers: Vec<&MemberRecord> = snapshot
+        .members
+        .iter()
+        .map(|m| &m.record)
+        .filter(|m| snapshot.entry(m, task).is_some())
+        .collect();
+    definers.sort_by_key(|m| {
+        (
+            Some(m.id.as_str()) != leader,
+            eligibility(snapshot, m, task) != Eligibility::Eligible,
+        )
+    });
+    let entry = snapshot.entry(definers.first()?, task)?;
+    let timezone = schedule::parse_timezone(entry.timezone.as_deref().unwrap_or("UTC")).ok()?;
+    let schedule = Schedule::parse(entry.schedule.as_deref()?, timezone).ok()?;
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    let after = record.map_or(now, |r| r.max(now));
+    schedule.next_after(after)
+}
+
+/// The last run as `status` shows it: the newer of the result record and the recent runs.
+fn last_run(snapshot: &Snapshot, task: &str) -> Option<LastRun> {
+    let from_result = snapshot.results.get(task).map(|r| {
+        let (exit_code, signal) = exit_parts(&r.exit);
+        LastRun {
+            fire_id: plan::fire_id(task, r.tick),
+            node: r.node.clone(),
+            exit_code,
+            signal,
+            success: r.success,
+            duration_ms: r.duration_ms,
+            finished_at: r.finished_at,
+        }
+    });
+    let from_runs = snapshot.recent_runs.get(task).map(|h| LastRun {
+        fire_id: h.fire_id.clone(),
+        node: h.node.clone(),
+        exit_code: h.exit_code,
+        signal: h.signal,
+        success: h.success,
+        duration_ms: h.duration_ms,
+        finished_at: h.started_at + TimeDelta::milliseconds(h.duration_ms as i64),
+    });
+    match (from_result, from_runs) {
+        (Some(a), Some(b)) => Some(if b.finished_at > a.finished_at { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The exit code and signal in a result's words ("exit code 3", "killed by signal 9 (SIGKILL)",
+/// "timed out": neither).
+pub fn exit_parts(exit: &str) -> (Option<i32>, Option<i32>) {
+    let number = |rest: &str| {
+        rest.split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<i32>().ok())
+    };
+    if let Some(rest) = exit.strip_prefix("exit code ") {
+        (number(rest), None)
+    } else if let Some(rest) = exit.strip_prefix("killed by signal ") {
+        (None, number(rest))
+    } else {
+        (None, None)
+    }
+}
+
+/// Why `task` is not firing, if it is not: paused, no member may run it, the lease is vacant,
+/// or the fire record is ahead of the clock.
+fn problem(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<String> {
+    if snapshot.paused.contains_key(task) {
+        return Some("paused".to_string());
+    }
+    if let Some(why) = no_one_may_run(snapshot, task) {
+        return Some(why);
+    }
+    if !snapshot.leases.contains_key(task) {
+        return Some("no leader: lease vacant".to_string());
+    }
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    if let Some(record) = plan::holding_record(record, now) {
+        return Some(format!(
+            "fire record ahead of the cluster clock: {} is {} ahead, so no tick up to it fires; \
+             zkcron reset {task} moves it back",
+            record.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            humantime::format_duration(std::time::Duration::from_secs(
+                (record - now).num_seconds().max(0) as u64
+            ))
+        ));
+    }
+    None
+}
+
+/// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
+pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
+    let mut led: BTreeMap<&str, usize> = BTreeMap::new();
+    for lease in snapshot.leases.values() {
+        *led.entry(lease.node.as_str()).or_default() += 1;
+    }
+    let mut nodes: Vec<NodeStatus> = snapshot
+        .members
+        .iter()
+        .map(|m| NodeStatus {
+            id: m.record.id.clone(),
+            release: m.record.release.clone(),
+            labels: m.record.labels.clone(),
+            drained: snapshot.is_drained(&m.record),
+            tasks_led: led.get(m.record.id.as_str()).copied().unwrap_or(0),
+            session_age_s: (now - m.registered_at).num_seconds().max(0) as u64,
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    let tasks = snapshot
+        .task_names()
+        .into_iter()
+        .map(|name| {
+            let problem = problem(snapshot, &name, now);
+            let paused = snapshot.paused.contains_key(&name);
+            let runnable = !paused && no_one_may_run(snapshot, &name).is_none();
+            TaskStatus {
+                leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
+                paused,
+                next: if runnable {
+                    next_tick(snapshot, &name, now)
+                } else {
+                    None
+                },
+                last: last_run(snapshot, &name),
+                drift: drift(snapshot, &name),
+                problem,
+                name,
+            }
+        })
+        .collect();
+    Status {
+        backend: snapshot.backend.clone(),
+        cluster: snapshot.cluster.clone(),
+        nodes,
+        tasks,
+    }
+}
