@@ -152,3 +152,24 @@ fn every_field_that_defines_behaviour_changes_the_digest() {
     let renamed = parse_task("nightly-backup-2", &path, &text, &defaults).unwrap();
     assert_ne!(renamed.canonical_digest(), digest);
 }
+
+#[test]
+fn require_labels_count_only_when_present_so_older_digests_stay() {
+    // Issue [6] added `require_labels` at the end of version 1, written only when the task has
+    // any: the pinned digest above (a task without it) is the one older releases computed.
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    assert_eq!(digest, PINNED_DIGEST);
+    let with = format!("{text}\n[require_labels]\nzone = \"eu\"\ndisk = \"ssd\"\n");
+    let spec = load(&path, &with);
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\nrequire_labels=2 4:disk 3:ssd 4:zone 2:eu\n"),
+        "{bytes}"
+    );
+    assert_ne!(spec.canonical_digest(), digest);
+    let other = load(&path, &with.replace("\"eu\"", "\"us\""));
+    assert_ne!(other.canonical_digest(), spec.canonical_digest());
+    let empty = load(&path, &format!("{text}\nrequire_labels = {{}}\n"));
+    assert_eq!(empty.canonical_digest(), digest);
+}

@@ -41,12 +41,16 @@ pub struct Leadership {
     /// Why `paused` is set, in words for the operator (`systemctl status`): e.g. "cannot reach
     /// ZooKeeper at 127.0.0.1:2181 (...)". `None` when the backend has nothing to add.
     pub why_paused: Option<String>,
+    /// The tasks the operator paused (`zkcron pause`), cluster-wide: a leader keeps their
+    /// leases and fires nothing of them.
+    pub paused_tasks: Arc<BTreeSet<String>>,
 }
 
 impl Leadership {
-    /// Whether the node may fire `task` now.
+    /// Whether the node may fire `task` now: it leads it, is sure of it, and the task is not
+    /// paused.
     pub fn may_fire(&self, task: &str) -> bool {
-        !self.paused && self.tasks.contains(task)
+        !self.paused && self.tasks.contains(task) && !self.paused_tasks.contains(task)
     }
 }
 

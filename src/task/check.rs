@@ -47,6 +47,7 @@ pub(super) fn check_task(
     let mut kill_on_session_loss = false;
     let mut on_node_loss = NodeLossPolicy::default();
     let mut enabled = true;
+    let mut require_labels = BTreeMap::new();
 
     for (key, value) in root.get_ref().iter() {
         let k: &str = key.get_ref();
@@ -111,6 +112,13 @@ pub(super) fn check_task(
                 on_node_loss = c.choice(k, value, &choices).unwrap_or(on_node_loss);
             }
             "enabled" => enabled = c.boolean(k, value).unwrap_or(enabled),
+            "require_labels" => {
+                require_labels = c
+                    .string_map(k, value, "{ zone = \"eu\" }")
+                    .into_iter()
+                    .map(|(name, value)| (name.into_inner(), value))
+                    .collect()
+            }
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }
@@ -190,6 +198,7 @@ pub(super) fn check_task(
         kill_on_session_loss,
         on_node_loss,
         enabled,
+        require_labels,
     })
 }
 

@@ -30,6 +30,12 @@
 //! | `kill_on_session_loss` | `true` or `false` |
 //! | `on_node_loss` | `skip` or `rerun` |
 //! | `enabled` | `true` or `false` |
+//! | `require_labels` | **only when the task has any** (added in issue [6]): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
+//!
+//! `require_labels` is written only when the task requires labels, so a task without them
+//! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
+//! every such task); a task with them cannot be defined on an old release at all (it refuses
+//! the unknown key). Label values are not secret, so they count.
 //!
 //! A str is its length in bytes (decimal), `:`, and its UTF-8 bytes — so no value needs
 //! escaping and none can be mistaken for a separator. An opt is `-` when absent. A dur is whole
@@ -147,6 +153,17 @@ impl TaskSpec {
             })
         });
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
+        if !self.require_labels.is_empty() {
+            out.field("require_labels", |o| {
+                o.raw(&self.require_labels.len().to_string());
+                for (name, value) in &self.require_labels {
+                    o.raw(" ");
+                    o.str(name.as_bytes());
+                    o.raw(" ");
+                    o.str(value.as_bytes());
+                }
+            });
+        }
         out.0
     }
 

@@ -70,6 +70,9 @@ pub struct TaskSpec {
     pub on_node_loss: NodeLossPolicy,
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
+    /// Only nodes whose `[node] labels` contain every one of these pairs may own the task (used
+    /// by the cluster backend).
+    pub require_labels: BTreeMap<String, String>,
 }
 
 /// What to execute.
@@ -209,6 +212,7 @@ const TASK_KEYS: &[&str] = &[
     "kill_on_session_loss",
     "on_node_loss",
     "enabled",
+    "require_labels",
 ];
 
 /// The keys of the `retries` table.

@@ -94,6 +94,7 @@ pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
+        require_labels: Default::default(),
     }
 }
 
@@ -877,7 +878,9 @@ impl<'s> Sim<'s> {
                         .unwrap_or_else(|_| p.release.clone().expect("set")),
                     seed: u64::from_str_radix(&record.seed, 16).unwrap_or(p.seed),
                     tasks: p.tasks.clone(),
-                    may_lead: record.leads,
+                    may_lead: record.leads && !record.drained,
+                    labels: Default::default(),
+                    drained: record.drained,
                 },
             ));
         }

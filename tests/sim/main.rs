@@ -424,6 +424,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
             TaskEntry {
                 digest: "d".into(),
                 version_req: None,
+                require_labels: Default::default(),
             },
         )]
         .into(),
@@ -551,6 +552,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
             TaskEntry {
                 digest: "d".into(),
                 version_req: None,
+                require_labels: Default::default(),
             },
         )]
         .into(),

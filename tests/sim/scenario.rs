@@ -238,6 +238,7 @@ impl Scenario {
                         TaskEntry {
                             digest: format!("digest-{t}"),
                             version_req: tasks[t].version_req.clone(),
+                            require_labels: Default::default(),
                         },
                     )
                 })
@@ -338,6 +339,7 @@ impl Scenario {
                         TaskEntry {
                             digest: format!("digest-{t}"),
                             version_req: tasks[t].version_req.clone(),
+                            require_labels: Default::default(),
                         },
                     )
                 })

@@ -53,7 +53,29 @@ pub struct TaskEntry {
     /// A digest of the task's definition, so operators can see nodes that disagree.
     pub digest: String,
     pub version_req: Option<VersionReq>,
+    /// Label pairs a member's `[node] labels` must all contain (empty: any member).
+    pub require_labels: BTreeMap<String, String>,
 }
+
+impl TaskEntry {
+    /// Whether a member of `release` with `labels` satisfies this definition's requirements.
+    pub fn admits(&self, release: &Version, labels: &BTreeMap<String, String>) -> bool {
+        self.version_req
+            .as_ref()
+            .is_none_or(|req| req.matches(release))
+            && self.labels_match(labels)
+    }
+
+    /// Whether `labels` contain every required pair.
+    pub fn labels_match(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.require_labels
+            .iter()
+            .all(|(name, value)| labels.get(name) == Some(value))
+    }
+}
+
+/// A member's `[node] labels`, shared (members are cloned at every decision).
+pub type Labels = Arc<BTreeMap<String, String>>;
 
 /// The tasks a member defines, by name. Shared: members with the same `jobs.d` share one set.
 pub type TaskSet = BTreeMap<String, TaskEntry>;
@@ -65,24 +87,27 @@ pub struct Member {
     pub release: Version,
     pub seed: u64,
     pub tasks: Arc<TaskSet>,
-    /// False when the member announced it may not lead (its clock is too far off): it is then
-    /// eligible for nothing, so the others do not wait for it, and a backup that took one of
-    /// its leases is the designated leader and keeps it.
+    /// False when the member announced it may not lead (its clock is too far off, or it is
+    /// drained): it is then eligible for nothing, so the others do not wait for it, and a
+    /// backup that took one of its leases is the designated leader and keeps it.
     pub may_lead: bool,
+    /// The member's `[node] labels`, matched against a task's `require_labels`.
+    pub labels: Labels,
+    /// The operator drained the member (`control/drained/<id>`): it leads nothing (`may_lead`
+    /// is false too); kept apart only to say why in reports.
+    pub drained: bool,
 }
 
 impl Member {
-    /// Whether this member may lead `task`: it may lead at all, defines the task, and its
-    /// release matches the definition's `version_req`.
+    /// Whether this member may lead `task`: it may lead at all, defines the task, its release
+    /// matches the definition's `version_req`, and its labels contain the definition's
+    /// `require_labels`.
     pub fn eligible(&self, task: &str) -> bool {
         if !self.may_lead {
             return false;
         }
         match self.tasks.get(task) {
-            Some(entry) => entry
-                .version_req
-                .as_ref()
-                .is_none_or(|req| req.matches(&self.release)),
+            Some(entry) => entry.admits(&self.release, &self.labels),
             None => false,
         }
     }
@@ -155,13 +180,10 @@ impl<'a> Peers<'a> {
             return None;
         }
         let entry = mine.tasks.get(task)?;
-        let matches = |release: &Version| {
-            entry
-                .version_req
-                .as_ref()
-                .is_none_or(|req| req.matches(release))
-        };
-        if !matches(&mine.release) {
+        // A member sharing this node's task set shares its definition of the task, so only
+        // its release and labels are checked, against the entry looked up once.
+        let matches = |member: &Member| entry.admits(&member.release, &member.labels);
+        if !matches(mine) {
             return None;
         }
         let mut my_score = None;
@@ -172,7 +194,7 @@ impl<'a> Peers<'a> {
                 continue; // a lower release ranks below, whatever it defines
             }
             let eligible = if shared {
-                matches(&other.release)
+                matches(other)
             } else {
                 other.eligible(task)
             };

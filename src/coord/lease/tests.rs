@@ -10,6 +10,7 @@ fn set(tasks: &[&str]) -> Arc<TaskSet> {
                     TaskEntry {
                         digest: "d".into(),
                         version_req: None,
+                        require_labels: BTreeMap::new(),
                     },
                 )
             })
@@ -24,6 +25,8 @@ fn member(id: &str, release: &str, seed: u64, tasks: &Arc<TaskSet>) -> Member {
         seed,
         tasks: tasks.clone(),
         may_lead: true,
+        labels: Labels::default(),
+        drained: false,
     }
 }
 
@@ -181,17 +184,25 @@ fn a_member_that_announced_it_may_not_lead_is_passed_over_and_its_backup_keeps_t
 fn position_agrees_with_the_ranking_when_members_share_task_sets_or_not() {
     use rand::{Rng, SeedableRng, rngs::StdRng};
     // The fast path (one lookup per shared task set, this node's score once) must count
-    // exactly the members the ranking puts above: mixed releases, a version_req, members
-    // that may not lead, and a member with its own (unshared) copy of the set.
+    // exactly the members the ranking puts above: mixed releases, a version_req, required
+    // labels, members that may not lead, and a member with its own (unshared) copy of the set.
     let mut rng = StdRng::seed_from_u64(7);
     let mut entries = TaskSet::new();
     for i in 0..200 {
         let version_req = (i % 5 == 0).then(|| VersionReq::parse(">=1.1").unwrap());
+        let mut require_labels = BTreeMap::new();
+        if i % 3 == 0 {
+            require_labels.insert("zone".to_string(), "eu".to_string());
+        }
+        if i % 7 == 0 {
+            require_labels.insert("disk".to_string(), "ssd".to_string());
+        }
         entries.insert(
             format!("task-{i:05}"),
             TaskEntry {
                 digest: "d".into(),
                 version_req,
+                require_labels,
             },
         );
     }
@@ -209,6 +220,16 @@ fn position_agrees_with_the_ranking_when_members_share_task_sets_or_not() {
             };
             let mut m = member(&format!("n{i:02}"), releases[i % 4], rng.random(), tasks);
             m.may_lead = i != 3;
+            let mut labels = BTreeMap::new();
+            if i % 2 == 0 {
+                labels.insert("zone".to_string(), "eu".to_string());
+            } else if i % 5 == 0 {
+                labels.insert("zone".to_string(), "us".to_string());
+            }
+            if i % 4 < 2 {
+                labels.insert("disk".to_string(), "ssd".to_string());
+            }
+            m.labels = Arc::new(labels);
             m
         })
         .collect();
@@ -235,6 +256,7 @@ fn version_req_limits_eligibility_to_matching_releases() {
         TaskEntry {
             digest: "d".into(),
             version_req: Some(VersionReq::parse(">=2.1").unwrap()),
+            require_labels: BTreeMap::new(),
         },
     );
     let tasks = Arc::new(entries);
@@ -464,4 +486,79 @@ fn a_member_joining_restarts_the_vacancy_clock_of_the_backups() {
         fx.decide(&backup, joined + VACANT_BOUND, true).actions,
         vec![LeaseAction::Cover("t".into())]
     );
+}
+
+#[test]
+fn require_labels_limit_eligibility_to_members_with_every_pair() {
+    let mut entries = TaskSet::new();
+    entries.insert(
+        "t".into(),
+        TaskEntry {
+            digest: "d".into(),
+            version_req: None,
+            require_labels: [("zone", "eu"), ("disk", "ssd")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        },
+    );
+    let tasks = Arc::new(entries);
+    let with = |id: &str, seed: u64, labels: &[(&str, &str)]| {
+        let mut m = member(id, "1.0.0", seed, &tasks);
+        m.labels = Arc::new(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        m
+    };
+    let members = vec![
+        with("none", 1, &[]),
+        with("half", 2, &[("zone", "eu")]),
+        with("wrong", 3, &[("zone", "us"), ("disk", "ssd")]),
+        with("all", 4, &[("zone", "eu"), ("disk", "ssd"), ("rack", "r1")]),
+    ];
+    assert_eq!(ranked_ids("t", &members), ["all"]);
+    for m in &members[..3] {
+        assert!(!m.eligible("t"), "{}", m.id);
+        assert_eq!(position("t", &m.id, &members), None, "{}", m.id);
+    }
+    assert_eq!(position("t", "all", &members), Some(0));
+}
+
+#[test]
+fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
+    let tasks = set(&["t"]);
+    let mut members = vec![
+        member("a", "1.0.0", 1, &tasks),
+        member("b", "1.0.0", 2, &tasks),
+    ];
+    let designated = ranked_ids("t", &members)[0].clone();
+    let other = ranked_ids("t", &members)[1].clone();
+    // The designated member is drained: it writes `leads: false` with `drained: true`.
+    for m in &mut members {
+        if m.id == designated {
+            m.may_lead = false;
+            m.drained = true;
+        }
+    }
+    assert_eq!(ranked_ids("t", &members), [other.clone()]);
+    let fx = Fixture {
+        members,
+        held: names(&["t"]),
+        present: names(&["t"]),
+        ..Fixture::default()
+    };
+    // The drained node releases (its `may_lead` is false), the other takes at once once the
+    // lease is vacant.
+    let drained = fx.decide(&designated, Duration::ZERO, false);
+    assert_eq!(drained.actions, [LeaseAction::Release("t".into())]);
+    let fx = Fixture {
+        held: BTreeSet::new(),
+        present: BTreeSet::new(),
+        ..fx
+    };
+    let taker = fx.decide(&other, Duration::ZERO, true);
+    assert_eq!(taker.actions, [LeaseAction::Take("t".into())]);
 }

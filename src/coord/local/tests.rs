@@ -51,6 +51,7 @@ fn spec(name: &str) -> TaskSpec {
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
+        require_labels: Default::default(),
     }
 }
 

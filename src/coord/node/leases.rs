@@ -35,6 +35,7 @@ impl Node {
             self.publish();
             return;
         }
+        self.check_tasks();
         let may_lead = self.may_lead();
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
         let held: BTreeSet<String> = self.held.keys().cloned().collect();

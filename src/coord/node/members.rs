@@ -45,9 +45,19 @@ impl Node {
         self.call(ZkOp::GetChildren { path: members }, Then::ListMembers);
         let leases = self.paths.leases();
         self.call(ZkOp::GetChildren { path: leases }, Then::ListLeases);
+        // The operator's marks too: a persistent watch reports nothing of a disconnection.
+        let reads = self.read_control(super::control::Phase::Relist);
+        self.relist_more(reads);
     }
 
-    fn relist_failed(&mut self, what: &str, error: ZkFail) {
+    /// More calls belong to the listing in flight.
+    pub(super) fn relist_more(&mut self, count: usize) {
+        if let Some(relist) = self.relist.as_mut() {
+            relist.outstanding += count;
+        }
+    }
+
+    pub(super) fn relist_failed(&mut self, what: &str, error: ZkFail) {
         if self.relist.is_none() {
             // Another call of the same listing failed first and acted.
             return;
@@ -101,7 +111,7 @@ impl Node {
         }
     }
 
-    fn relist_step(&mut self) {
+    pub(super) fn relist_step(&mut self) {
         let Some(relist) = self.relist.as_mut() else {
             return;
         };
@@ -145,6 +155,7 @@ impl Node {
         }
         self.present = leases;
         self.verified.clear();
+        self.control.check_due = true;
         if let Some(session) = self.session.as_mut() {
             session.listed = true;
         }
@@ -159,6 +170,7 @@ impl Node {
             relist.members.remove(id);
         }
         self.members.remove(id);
+        self.control.check_due = true;
     }
 
     pub(super) fn read_member(&mut self, id: String, relist: bool) {
@@ -319,7 +331,9 @@ impl Node {
                 release,
                 seed,
                 tasks,
-                may_lead: record.leads,
+                may_lead: record.leads && !record.drained,
+                labels: Arc::new(record.labels.clone()),
+                drained: record.drained,
             },
         })
     }
@@ -355,10 +369,12 @@ impl Node {
                 }
                 // Who is designated may have changed: foreign leases are checked again.
                 self.verified.clear();
+                self.control.check_due = true;
                 self.members.insert(id, info);
             }
             None => {
                 self.members.remove(&id);
+                self.control.check_due = true;
             }
         }
         self.decide();
@@ -404,6 +420,8 @@ mod tests {
                 seed,
                 tasks: Arc::default(),
                 may_lead: true,
+                labels: Arc::default(),
+                drained: false,
             },
         }
     }

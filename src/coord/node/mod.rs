@@ -15,11 +15,13 @@
 //! Files: `session` (session states, setup, registration, the member view), `leases` (lease
 //! decisions, takes, releases, trust in foreign leases), `claim` (fire records, fenced claims,
 //! unknown outcomes, orphans), `runs` (live runs and results, releasing everything), `clock`
-//! (skew verdicts, the cluster clock), `gc` (task-set collection).
+//! (skew verdicts, the cluster clock), `gc` (task-set collection), `control` (the operator's
+//! drain and pause marks; tasks no live node may run, drift).
 
 mod acting;
 mod claim;
 mod clock;
+mod control;
 mod gc;
 pub mod io;
 mod leases;
@@ -256,6 +258,10 @@ enum Then {
     },
     ReleaseOne,
     Gc(gc::GcStep),
+    Control {
+        read: control::ControlRead,
+        phase: control::Phase,
+    },
 }
 
 /// What to do once the tree is recreated.
@@ -359,7 +365,8 @@ pub struct Node {
     suspects: BTreeMap<String, (i64, Duration)>,
     verifying: BTreeSet<String>,
     registering: Option<RegisterJob>,
-    registered_as: Option<(String, bool)>,
+    /// The task-set digest, `leads` and `drained` last written in the member record.
+    registered_as: Option<(String, bool, bool)>,
     register_waited: bool,
     relist: Option<Relist>,
 
@@ -382,6 +389,8 @@ pub struct Node {
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
     reported: BTreeSet<String>,
+    /// The operator's marks (drain, pause) and the eligibility and drift reports.
+    control: control::Control,
 }
 
 impl Node {
@@ -447,6 +456,7 @@ impl Node {
             leadership: leadership.clone(),
             gc: None,
             reported: BTreeSet::new(),
+            control: control::Control::default(),
             cfg,
         };
         node.out.push_back(Output::Leadership(leadership));
@@ -662,6 +672,7 @@ impl Node {
             Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             Then::ReleaseOne => self.on_release_one(),
             Then::Gc(step) => self.on_gc(step, result, sent),
+            Then::Control { read, phase } => self.on_control(read, phase, result),
         }
     }
 

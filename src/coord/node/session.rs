@@ -21,6 +21,7 @@ pub(crate) struct RegisterJob {
     data: Vec<u8>,
     digest: String,
     leads: bool,
+    drained: bool,
     count: usize,
     failed: bool,
 }
@@ -218,11 +219,21 @@ impl Node {
         for path in [self.paths.members(), self.paths.leases()] {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
         }
+        steps.extend(self.control_setup_ops());
         if let Some(session) = self.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
         for op in steps {
             self.call(op, Then::SetupStep);
+        }
+        // The operator's marks, before registering: a drained node never leads in between.
+        let reads = self.read_control(super::control::Phase::Setup);
+        if let Some(outstanding) = self
+            .session
+            .as_mut()
+            .and_then(|s| s.setup_outstanding.as_mut())
+        {
+            *outstanding += reads;
         }
         // Measured before registering, so that the member record says whether it may lead.
         self.probe(true);
@@ -285,12 +296,13 @@ impl Node {
             return;
         }
         self.my_set = Some(encoded);
+        self.control.check_due = true;
         self.maybe_register();
     }
 
-    /// Whether this node may lead now (clock skew, stopping).
+    /// Whether this node may lead now (clock skew, stopping, drained).
     pub(super) fn may_lead(&self) -> bool {
-        if self.stopping {
+        if self.stopping || self.drained() {
             return false;
         }
         match (self.cfg.max_clock_skew, self.skew) {
@@ -316,7 +328,8 @@ impl Node {
             return;
         };
         let leads = self.may_lead();
-        if self.registered_as.as_ref() == Some(&(reference.digest.clone(), leads)) {
+        let drained = self.drained();
+        if self.registered_as.as_ref() == Some(&(reference.digest.clone(), leads, drained)) {
             return;
         }
         for (index, chunk) in chunks.into_iter().enumerate() {
@@ -343,13 +356,14 @@ impl Node {
             labels: self.cfg.labels.clone(),
             taskset: reference.clone(),
             leads,
-            drained: false,
+            drained,
         };
         let data = serde_json::to_vec(&record).expect("serializes");
         self.registering = Some(RegisterJob {
             data: data.clone(),
             digest: reference.digest,
             leads,
+            drained,
             count: reference.count,
             failed: false,
         });
@@ -476,7 +490,7 @@ impl Node {
         }
         self.register_waited = false;
         self.retry_delay = Duration::from_millis(200);
-        self.registered_as = Some((job.digest, job.leads));
+        self.registered_as = Some((job.digest, job.leads, job.drained));
         let hex = self.session_hex();
         let (id, release) = (self.cfg.id.clone(), self.cfg.release.clone());
         self.report(Level::Info, "registered in ZooKeeper")
@@ -549,6 +563,7 @@ impl Node {
             }
         } else if let Some(task) = path.strip_prefix(&leases) {
             self.on_lease_event(task.to_string(), kind);
+        } else if self.on_control_event(path, kind) {
         } else if kind == WatchKind::Deleted
             && (path == self.paths.members() || path == self.paths.leases())
         {

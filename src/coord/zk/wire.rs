@@ -36,9 +36,9 @@ pub struct MemberRecord {
     /// then rank without it. Missing (older writers) means true.
     #[serde(default = "yes")]
     pub leads: bool,
-    /// True while an operator's `control/drained/<id>` marker tells the node to own nothing
-    /// (it then also writes `leads: false`, so older releases rank without it).
-    #[serde(default)]
+    /// The operator drained this node (`control/drained/<id>`): it also writes `leads: false`,
+    /// so releases that do not know this field rank without it too. Missing means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drained: bool,
 }
 
@@ -66,15 +66,25 @@ pub struct TaskSetEntry {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_req: Option<String>,
-    /// The `[node] labels` a member needs to lead the task.
+    /// The task's `require_labels` (issue [6]); absent when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub require_labels: BTreeMap<String, String>,
-    /// The schedule expression and time zone as written, so that `zkcron status` computes the
-    /// next tick on any host without the task files.
+    /// The schedule expression as written (issue [6]), so `zkcron status` can compute the next
+    /// tick on any host; absent from older writers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<String>,
+    /// The schedule's IANA zone name (issue [6]); absent from older writers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+}
+
+/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark (issue [6]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarkRecord {
+    pub format: u32,
+    pub at: DateTime<Utc>,
+    /// Who set it: `user@host`.
+    pub by: String,
 }
 
 /// `leases/<task>`.
@@ -136,15 +146,6 @@ pub struct ResultRecord {
     pub format: u32,
     #[serde(flatten)]
     pub result: RunResult,
-}
-
-/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MarkRecord {
-    pub format: u32,
-    pub at: DateTime<Utc>,
-    /// `user@host` of the operator.
-    pub by: String,
 }
 
 /// Where a manual run (`zkcron trigger`) is.
@@ -241,6 +242,7 @@ impl Paths {
     pub fn clock(&self) -> String {
         format!("{}/clock", self.base)
     }
+    /// `control`: the operator's marks (issue [6]).
     pub fn control(&self) -> String {
         format!("{}/control", self.base)
     }
@@ -279,7 +281,7 @@ pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<Task
                     TaskSetEntry {
                         digest: t.canonical_digest(),
                         version_req: t.version_req.as_ref().map(|r| r.to_string()),
-                        require_labels: BTreeMap::new(),
+                        require_labels: t.require_labels.clone(),
                         schedule: Some(t.schedule.expression().to_string()),
                         timezone: Some(t.schedule.timezone().name().to_string()),
                     },
@@ -319,6 +321,7 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
                                 semver::VersionReq::parse("<0.0.0-0").expect("valid")
                             })
                         }),
+                        require_labels: entry.require_labels.clone(),
                     },
                 )
             })

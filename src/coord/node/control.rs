@@ -1,0 +1,494 @@
+//! The operator's marks (issue [6]): drain and pause, and the reports about tasks no live
+//! node may run and tasks live nodes define differently.
+//!
+//! - `control/drained/<node-id>`: this node's own mark makes it re-register with `drained:
+//!   true, leads: false` (so it leads nothing, and nodes of older releases, which do not know
+//!   `drained`, rank without it too) and release every lease; it stays registered, and its
+//!   running jobs finish (timers never own processes). The mark is read during session setup,
+//!   before registering, so a drained node never leads between a restart and the read.
+//! - `control/paused/<task>`: a paused task is in [`Leadership::paused_tasks`]; the leader
+//!   keeps its lease and fires nothing ([`Leadership::may_fire`]).
+//!
+//! Both directories are created at session setup (and again when deleted), watched with
+//! persistent recursive watches, and read again with every re-listing after a reconnect (a
+//! persistent watch delivers nothing of what happened while disconnected).
+//!
+//! [`Leadership::paused_tasks`]: crate::coord::Leadership::paused_tasks
+//! [`Leadership::may_fire`]: crate::coord::Leadership::may_fire
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::io::{CreateMode, Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::{Node, Then};
+use crate::coord::lease::{Member, TaskSet};
+use crate::coord::zk::wire::MarkRecord;
+
+/// What the node knows of the operator's marks, and the problems it last reported.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    /// This node's drain mark (`Some(None)`: present but unreadable).
+    drained: Option<Option<MarkRecord>>,
+    /// The paused tasks and their marks (`None`: unreadable, still a pause).
+    paused: BTreeMap<String, Option<MarkRecord>>,
+    /// The member view changed: look for tasks no live node may run and for drift again.
+    pub(super) check_due: bool,
+    /// The last reported "no live node may run it", by task.
+    problems: BTreeMap<String, String>,
+    /// The last reported drift, by task.
+    drift: BTreeMap<String, String>,
+}
+
+/// One read of the marks.
+#[derive(Debug)]
+pub(crate) enum ControlRead {
+    /// This node's drain mark.
+    Drain,
+    /// The list of paused tasks.
+    PausedList,
+    /// One task's pause mark.
+    Paused(String),
+}
+
+/// Which piece of work a read of the marks is part of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Session setup: counted in `setup_outstanding`, so registration waits for it.
+    Setup,
+    /// A re-listing after a reconnect: counted in its outstanding calls.
+    Relist,
+    /// A watch event.
+    Event,
+}
+
+impl Node {
+    /// Whether this node's own drain mark is present (as last read).
+    pub(super) fn drained(&self) -> bool {
+        self.control.drained.is_some()
+    }
+
+    /// The control directories, parent first.
+    fn control_dirs(&self) -> [String; 3] {
+        [
+            self.paths.control(),
+            self.paths.drained(),
+            self.paths.paused_dir(),
+        ]
+    }
+
+    /// The setup calls: the directories and their watches (before any read, so no change
+    /// between a read and the watch is missed).
+    pub(super) fn control_setup_ops(&self) -> Vec<ZkOp> {
+        let mut ops: Vec<ZkOp> = self
+            .control_dirs()
+            .into_iter()
+            .map(|path| ZkOp::Create {
+                path,
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            })
+            .collect();
+        for path in [self.paths.drained(), self.paths.paused_dir()] {
+            ops.push(ZkOp::AddPersistentRecursiveWatch { path });
+        }
+        ops
+    }
+
+    /// Reads this node's drain mark and every pause mark. Returns the number of calls sent
+    /// (what the phase counts).
+    pub(super) fn read_control(&mut self, phase: Phase) -> usize {
+        let path = self.paths.drain(&self.cfg.id);
+        self.call(
+            ZkOp::GetData { path },
+            Then::Control {
+                read: ControlRead::Drain,
+                phase,
+            },
+        );
+        let path = self.paths.paused_dir();
+        self.call(
+            ZkOp::GetChildren { path },
+            Then::Control {
+                read: ControlRead::PausedList,
+                phase,
+            },
+        );
+        2
+    }
+
+    fn read_pause(&mut self, task: String, phase: Phase) {
+        let path = self.paths.paused(&task);
+        self.call(
+            ZkOp::GetData { path },
+            Then::Control {
+                read: ControlRead::Paused(task),
+                phase,
+            },
+        );
+    }
+
+    pub(super) fn on_control(
+        &mut self,
+        read: ControlRead,
+        phase: Phase,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let outcome = match read {
+            ControlRead::Drain => match result {
+                Ok(ZkOk::Data(data, _)) => {
+                    self.set_drained(Some(serde_json::from_slice(&data).ok()));
+                    Ok(())
+                }
+                Ok(_) | Err(ZkFail::NoNode) => {
+                    self.set_drained(None);
+                    Ok(())
+                }
+                Err(error) => Err(("reading this node's drain mark", error)),
+            },
+            ControlRead::PausedList => match result {
+                Ok(ZkOk::Children(names)) => {
+                    let listed: BTreeSet<&String> = names.iter().collect();
+                    let gone: Vec<String> = self
+                        .control
+                        .paused
+                        .keys()
+                        .filter(|t| !listed.contains(t))
+                        .cloned()
+                        .collect();
+                    for task in gone {
+                        self.set_paused(task, None);
+                    }
+                    self.count_reads(phase, names.len());
+                    for task in names {
+                        self.read_pause(task, phase);
+                    }
+                    Ok(())
+                }
+                Ok(_) | Err(ZkFail::NoNode) => {
+                    // Deleted (its watch event recreates it): nothing is paused.
+                    let all: Vec<String> = self.control.paused.keys().cloned().collect();
+                    for task in all {
+                        self.set_paused(task, None);
+                    }
+                    Ok(())
+                }
+                Err(error) => Err(("listing the paused tasks", error)),
+            },
+            ControlRead::Paused(task) => match result {
+                Ok(ZkOk::Data(data, _)) => {
+                    self.set_paused(task, Some(serde_json::from_slice(&data).ok()));
+                    Ok(())
+                }
+                Ok(_) | Err(ZkFail::NoNode) => {
+                    self.set_paused(task, None);
+                    Ok(())
+                }
+                Err(error) => Err(("reading a pause mark", error)),
+            },
+        };
+        match (phase, outcome) {
+            (Phase::Setup, Ok(())) => self.setup_step_done(),
+            (Phase::Setup, Err((_, error))) => self.on_setup_step(Err(error)),
+            (Phase::Relist, Ok(())) => self.relist_step(),
+            (Phase::Relist, Err((what, error))) => self.relist_failed(what, error),
+            (Phase::Event, Ok(())) => {}
+            (Phase::Event, Err((what, error))) => {
+                // The view of the marks may be stale: list everything again.
+                self.report(Level::Warn, format!("{what} failed ({error}); reading again"));
+                self.read_control(Phase::Event);
+            }
+        }
+    }
+
+    /// More reads belong to `phase`.
+    fn count_reads(&mut self, phase: Phase, count: usize) {
+        match phase {
+            Phase::Setup => {
+                if let Some(outstanding) = self
+                    .session
+                    .as_mut()
+                    .and_then(|s| s.setup_outstanding.as_mut())
+                {
+                    *outstanding += count;
+                }
+            }
+            Phase::Relist => self.relist_more(count),
+            Phase::Event => {}
+        }
+    }
+
+    fn set_drained(&mut self, mark: Option<Option<MarkRecord>>) {
+        if mark.is_some() == self.control.drained.is_some() {
+            self.control.drained = mark;
+            return;
+        }
+        let id = self.cfg.id.clone();
+        match &mark {
+            Some(mark) => {
+                self.report(
+                    Level::Warn,
+                    format!(
+                        "drained{}: this node leads no task until `zkcron undrain {id}`; its running jobs finish",
+                        mark_words(mark.as_ref())
+                    ),
+                )
+                .field("node", &id);
+            }
+            None => {
+                self.report(
+                    Level::Info,
+                    "undrained: this node may lead tasks again",
+                )
+                .field("node", &id);
+            }
+        }
+        self.control.drained = mark;
+        self.control.check_due = true;
+        // The member record says it (`drained`, `leads`), and the leases follow.
+        self.maybe_register();
+        self.decide();
+    }
+
+    fn set_paused(&mut self, task: String, mark: Option<Option<MarkRecord>>) {
+        let defines = self
+            .my_set
+            .as_ref()
+            .is_some_and(|(_, _, set)| set.contains_key(&task));
+        match mark {
+            Some(mark) => {
+                let new = !self.control.paused.contains_key(&task);
+                if new && defines {
+                    self.report(
+                        Level::Info,
+                        format!("task {task} is paused{}", mark_words(mark.as_ref())),
+                    )
+                    .field("task", &task);
+                }
+                self.control.paused.insert(task, mark);
+                if !new {
+                    return;
+                }
+            }
+            None => {
+                if self.control.paused.remove(&task).is_none() {
+                    return;
+                }
+                if defines {
+                    self.report(Level::Info, format!("task {task} is no longer paused"))
+                        .field("task", &task);
+                }
+            }
+        }
+        let paused: BTreeSet<String> = self.control.paused.keys().cloned().collect();
+        self.leadership.paused_tasks = Arc::new(paused);
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+    }
+
+    /// A watch event under `control/`: returns false when `path` is not there.
+    pub(super) fn on_control_event(&mut self, path: &str, kind: WatchKind) -> bool {
+        let drained = self.paths.drained();
+        let paused = self.paths.paused_dir();
+        if path == drained || path == paused {
+            if kind == WatchKind::Deleted {
+                self.report(Level::Warn, format!("{path} was deleted; recreating it"));
+                for path in self.control_dirs() {
+                    self.call(
+                        ZkOp::Create {
+                            path: path.clone(),
+                            data: Vec::new(),
+                            mode: CreateMode::Persistent,
+                        },
+                        Then::RecreateDir { path },
+                    );
+                }
+            }
+            return true;
+        }
+        if let Some(id) = path
+            .strip_prefix(&drained)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            if id == self.cfg.id {
+                let path = self.paths.drain(id);
+                self.call(
+                    ZkOp::GetData { path },
+                    Then::Control {
+                        read: ControlRead::Drain,
+                        phase: Phase::Event,
+                    },
+                );
+            }
+            return true;
+        }
+        if let Some(task) = path
+            .strip_prefix(&paused)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            self.read_pause(task.to_string(), Phase::Event);
+            return true;
+        }
+        false
+    }
+
+    // ---- tasks no live node may run, and drift ----
+
+    /// Reports, once per change, each task this node defines that no live member may run, and
+    /// each task live members define differently (`check_due` set by member changes).
+    pub(super) fn check_tasks(&mut self) {
+        if !std::mem::take(&mut self.control.check_due) {
+            return;
+        }
+        let Some((_, _, mine)) = self.my_set.clone() else {
+            return;
+        };
+        let members: Vec<&Member> = self.members.values().map(|m| &m.member).collect();
+        // Members sharing a task set share its entries: look each task up once per set.
+        let mut sets: Vec<(&Arc<TaskSet>, Vec<&Member>)> = Vec::new();
+        for member in &members {
+            match sets.iter_mut().find(|(set, _)| Arc::ptr_eq(set, &member.tasks)) {
+                Some((_, group)) => group.push(member),
+                None => sets.push((&member.tasks, vec![member])),
+            }
+        }
+        let mut problems = BTreeMap::new();
+        let mut drift = BTreeMap::new();
+        for task in mine.keys() {
+            let mut defining: Vec<(&Member, &crate::coord::lease::TaskEntry)> = Vec::new();
+            for (set, group) in &sets {
+                if let Some(entry) = set.get(task) {
+                    defining.extend(group.iter().map(|m| (*m, entry)));
+                }
+            }
+            if defining.is_empty() {
+                continue; // not registered yet: nothing to say
+            }
+            defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+            if !defining.iter().any(|(m, e)| m.may_lead && e.admits(&m.release, &m.labels)) {
+                problems.insert(task.clone(), why_none(task, &defining));
+            }
+            let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for (member, entry) in &defining {
+                digests
+                    .entry(entry.digest.as_str())
+                    .or_default()
+                    .push(member.id.as_str());
+            }
+            if digests.len() > 1 {
+                let groups: Vec<String> = digests
+                    .iter()
+                    .map(|(digest, ids)| {
+                        format!("{} on {}", &digest[..digest.len().min(12)], ids.join(", "))
+                    })
+                    .collect();
+                drift.insert(
+                    task.clone(),
+                    format!(
+                        "task {task}: live nodes define it differently: {}; the leader runs its own definition; make the task files equal",
+                        groups.join("; ")
+                    ),
+                );
+            }
+        }
+        let old = std::mem::take(&mut self.control.problems);
+        self.report_changes(&old, &problems, "a live node may run it again");
+        self.control.problems = problems;
+        let old = std::mem::take(&mut self.control.drift);
+        self.report_changes(&old, &drift, "live nodes define it alike again");
+        self.control.drift = drift;
+    }
+
+    fn report_changes(
+        &mut self,
+        old: &BTreeMap<String, String>,
+        new: &BTreeMap<String, String>,
+        cleared: &str,
+    ) {
+        for (task, message) in new {
+            if old.get(task) != Some(message) {
+                self.report(Level::Warn, message.clone()).field("task", task);
+            }
+        }
+        let defined = self.my_set.as_ref().map(|(_, _, set)| set.clone());
+        for task in old.keys() {
+            let still = defined.as_ref().is_some_and(|set| set.contains_key(task));
+            if !new.contains_key(task) && still {
+                self.report(Level::Info, format!("task {task}: {cleared}"))
+                    .field("task", task);
+            }
+        }
+    }
+}
+
+/// " since <at> by <by>" for a mark, or nothing for an unreadable one.
+fn mark_words(mark: Option<&MarkRecord>) -> String {
+    match mark {
+        Some(mark) => format!(
+            " since {} by {}",
+            mark.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            mark.by
+        ),
+        None => String::new(),
+    }
+}
+
+/// Why none of `defining` (the live members that define `task`, by id) may run it: each
+/// member under the first rule it fails, grouped by rule and requirement.
+fn why_none(task: &str, defining: &[(&Member, &crate::coord::lease::TaskEntry)]) -> String {
+    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut drained = Vec::new();
+    let mut refusing = Vec::new();
+    for (member, entry) in defining {
+        if member.drained {
+            drained.push(member.id.clone());
+        } else if !member.may_lead {
+            refusing.push(member.id.clone());
+        } else if let Some(req) = entry
+            .version_req
+            .as_ref()
+            .filter(|req| !req.matches(&member.release))
+        {
+            versions
+                .entry(req.to_string())
+                .or_default()
+                .push(format!("{} ({})", member.id, member.release));
+        } else if !entry.labels_match(&member.labels) {
+            labels
+                .entry(pairs(&entry.require_labels))
+                .or_default()
+                .push(format!("{} ({})", member.id, pairs(&member.labels)));
+        }
+    }
+    let mut reasons: Vec<String> = Vec::new();
+    for (req, nodes) in versions {
+        reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
+    }
+    for (req, nodes) in labels {
+        reasons.push(format!("require_labels {req} matches none of {}", nodes.join(", ")));
+    }
+    match drained.len() {
+        0 => {}
+        1 => reasons.push(format!("{} is drained", drained[0])),
+        _ => reasons.push(format!("{} are drained", drained.join(", "))),
+    }
+    if !refusing.is_empty() {
+        reasons.push(format!(
+            "{} may not lead (clock too far off ZooKeeper's)",
+            refusing.join(", ")
+        ));
+    }
+    format!("task {task}: no live node may run it: {}", reasons.join("; "))
+}
+
+/// `a=1, b=2`, or `no labels`.
+pub(crate) fn pairs(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "no labels".into();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
