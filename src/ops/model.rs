@@ -115,7 +115,7 @@ impl std::fmt::Display for Eligibility {
             Eligibility::Undefined => f.write_str("does not define the task"),
             Eligibility::Drained => f.write_str("drained"),
             Eligibility::RefusesLeadership => {
-                f.write_str("refuses leadership (its clock is too far off ZooKeeper's)")
+                f.write_str("may not lead (clock too far off ZooKeeper's)")
             }
             Eligibility::Release {
                 release,
@@ -205,17 +205,17 @@ pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> El
 }
 
 /// Why no live member may run `task` (every definer is ineligible), in the words of the
-/// nodes' warning: "no live node may run it: version_req >=2.0 matches none of a (1.0.0)".
-/// `None` when one may.
+/// nodes' warning (`coord::node::control`): "no live node may run it: version_req >=2.0
+/// matches none of a (1.0.0)". `None` when one may.
 pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
-    let mut reasons: Vec<String> = Vec::new();
-    let mut by_req: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut by_labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut drained = Vec::new();
     let mut refusing = Vec::new();
-    let mut definers = 0;
-    for member in &snapshot.members {
-        let m = &member.record;
+    let mut definers: Vec<&MemberRecord> = snapshot.members.iter().map(|m| &m.record).collect();
+    definers.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut any = false;
+    for m in definers {
         match eligibility(snapshot, m, task) {
             Eligibility::Eligible => return None,
             Eligibility::Undefined => continue,
@@ -224,43 +224,53 @@ pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
             Eligibility::Release {
                 release,
                 version_req,
-            } => by_req
+            } => versions
                 .entry(version_req)
                 .or_default()
                 .push(format!("{} ({release})", m.id)),
-            Eligibility::Labels { missing } => {
-                let have = if m.labels.is_empty() {
-                    "no labels".to_string()
-                } else {
-                    pairs(m.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>().iter())
-                };
-                by_labels
-                    .entry(pairs(missing.iter()))
+            Eligibility::Labels { .. } => {
+                let required = snapshot
+                    .entry(m, task)
+                    .map(|e| label_words(&e.require_labels))
+                    .unwrap_or_default();
+                labels
+                    .entry(required)
                     .or_default()
-                    .push(format!("{} ({have})", m.id));
+                    .push(format!("{} ({})", m.id, label_words(&m.labels)));
             }
         }
-        definers += 1;
+        any = true;
     }
-    if definers == 0 {
+    if !any {
         return Some("no live node defines it".to_string());
     }
-    for (req, nodes) in by_req {
+    let mut reasons: Vec<String> = Vec::new();
+    for (req, nodes) in versions {
         reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
     }
-    for (labels, nodes) in by_labels {
-        reasons.push(format!("require_labels {labels} matches none of {}", nodes.join(", ")));
+    for (req, nodes) in labels {
+        reasons.push(format!("require_labels {req} matches none of {}", nodes.join(", ")));
     }
-    if !drained.is_empty() {
-        reasons.push(format!("drained: {}", drained.join(", ")));
+    match drained.len() {
+        0 => {}
+        1 => reasons.push(format!("{} is drained", drained[0])),
+        _ => reasons.push(format!("{} are drained", drained.join(", "))),
     }
     if !refusing.is_empty() {
         reasons.push(format!(
-            "refusing leadership (clock skew): {}",
+            "{} may not lead (clock too far off ZooKeeper's)",
             refusing.join(", ")
         ));
     }
     Some(format!("no live node may run it: {}", reasons.join("; ")))
+}
+
+/// `a=1, b=2`, or `no labels`, as the nodes' reports write labels.
+pub fn label_words(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "no labels".into();
+    }
+    pairs(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>().iter())
 }
 
 /// The definitions of `task` the live members hold, when they differ; empty when all agree.
