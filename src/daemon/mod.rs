@@ -14,7 +14,7 @@
 //!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +143,9 @@ pub struct Daemon<C: Coordinator> {
     session_losses: u64,
     /// The last status line sent to the service manager, so that unchanged ones are not resent.
     status: String,
+    /// The tasks this node leads that it logged as paused (`zkcron pause`), so each pause and
+    /// resume is logged once.
+    paused_logged: BTreeSet<String>,
 }
 
 impl<C: Coordinator> Daemon<C> {
@@ -156,6 +159,7 @@ impl<C: Coordinator> Daemon<C> {
             runs_alive_rx,
             session_losses: 0,
             status: String::new(),
+            paused_logged: BTreeSet::new(),
         }
     }
 
@@ -380,8 +384,25 @@ impl<C: Coordinator> Daemon<C> {
         self.timers.reserve(self.tasks.len());
         for (name, task) in &mut self.tasks {
             let should_fire = task.spec.enabled && leadership.may_fire(name);
+            // Led, but paused by the operator: the lease stays, nothing fires.
+            let paused = task.spec.enabled
+                && leadership.tasks.contains(name)
+                && leadership.paused_tasks.contains(name);
+            if paused && self.paused_logged.insert(name.clone()) {
+                tracing::warn!(
+                    task = %name,
+                    "task {name} is paused; nothing fires until `zkcron resume {name}`"
+                );
+            } else if !paused && self.paused_logged.remove(name) && should_fire {
+                tracing::info!(
+                    task = %name,
+                    "task {name} is no longer paused; firing it again from its fire record"
+                );
+            }
             match (task.timer.is_some(), should_fire) {
                 (false, true) => {
+                    // A newly led or resumed task: its planner starts from the fire record
+                    // (`last_claimed`), which `zkcron resume` moved past the paused period.
                     task.timer = Some(self.timers.fire(task.spec.clone()));
                 }
                 (true, false) => {
@@ -391,6 +412,8 @@ impl<C: Coordinator> Daemon<C> {
                 _ => {}
             }
         }
+        self.paused_logged
+            .retain(|name| self.tasks.contains_key(name));
         let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
         let status = service::status_line(&leadership, &loaded);
         if status != self.status {

@@ -3,7 +3,8 @@
 //! what counts as an orphan, is decided by [`super::record`], the rules both backends share.
 //!
 //! Files: `mod.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
-//! reading and replay of the state files, formats and damage; `journal.rs` the writer thread.
+//! reading and replay of the state files, formats and damage; `journal.rs` the writer thread;
+//! `pause.rs` the paused tasks (`paused.json`).
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
@@ -38,6 +39,7 @@
 //! runs while the daemon is stopped.
 
 mod journal;
+mod pause;
 mod state;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -55,6 +57,7 @@ use super::record::{self, FireView, Verdict};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
 use crate::task::TaskSpec;
 use journal::{Gather, JournalWriter, PendingWrite};
+pub use pause::PauseMark;
 pub(crate) use state::not_writable_fix;
 use state::{open_state, read_state, state_io};
 
@@ -136,6 +139,10 @@ pub struct LocalCoordinator {
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
     /// Held for the life of the backend; dropping it releases the state dir.
     _lock: Flock<File>,
+    state_dir: std::path::PathBuf,
+    /// The paused tasks (`paused.json`, see `pause.rs`), and the lock of their writer.
+    paused: Mutex<std::collections::BTreeMap<String, PauseMark>>,
+    pausing: tokio::sync::Mutex<()>,
 }
 
 impl LocalCoordinator {
@@ -147,6 +154,7 @@ impl LocalCoordinator {
              this one its own --state-dir",
         )?;
         let records = journal_writer.mirror.clone();
+        let paused = pause::read_paused(state_dir)?;
         let (writer, pending) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zkcron-journal".into())
@@ -156,7 +164,10 @@ impl LocalCoordinator {
                 error: source,
             })?;
 
-        let (leadership, _) = watch::channel(Leadership::default());
+        let (leadership, _) = watch::channel(Leadership {
+            paused_tasks: Arc::new(paused.keys().cloned().collect()),
+            ..Leadership::default()
+        });
         let records = records
             .into_iter()
             .map(|(task, record)| (task, Arc::new(tokio::sync::Mutex::new(record))))
@@ -167,6 +178,9 @@ impl LocalCoordinator {
             leadership,
             live_runs: Mutex::new(HashSet::new()),
             _lock: lock,
+            state_dir: state_dir.to_path_buf(),
+            paused: Mutex::new(paused),
+            pausing: tokio::sync::Mutex::new(()),
         })
     }
 

@@ -492,3 +492,7 @@ pub(crate) fn pairs(labels: &BTreeMap<String, String>) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod tests;

@@ -1,0 +1,466 @@
+//! Drain, pause and the eligibility and drift reports, with the node fed by a small in-memory
+//! ZooKeeper (no watches: the tests deliver the events they mean).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::DateTime;
+use semver::Version;
+
+use super::super::io::{CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk};
+use super::super::io::ZkOp;
+use super::super::{MemberInfo, Node, NodeBugs, NodeConfig};
+use crate::coord::lease::Member;
+use crate::coord::zk::wire::{MarkRecord, MemberRecord};
+use crate::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+
+const BASE: &str = "/zkcron/test";
+
+fn config(id: &str) -> NodeConfig {
+    NodeConfig {
+        id: id.into(),
+        release: Version::new(1, 0, 0),
+        seed: 999_999,
+        base: BASE.into(),
+        connect: "127.0.0.1:2181".into(),
+        session_timeout: Duration::from_secs(10),
+        max_clock_skew: None,
+        labels: Default::default(),
+        host: "h".into(),
+        pid: 1,
+        started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        bugs: NodeBugs::default(),
+    }
+}
+
+fn at(ms: u64) -> Now {
+    Now {
+        mono: Duration::from_millis(ms),
+        wall: DateTime::from_timestamp_millis(1_800_000_000_000 + ms as i64).unwrap(),
+    }
+}
+
+fn spec(name: &str, extra: &str) -> TaskSpec {
+    let defaults = TaskDefaults {
+        timezone: chrono_tz::Tz::UTC,
+        user: None,
+        identity: Identity::current(),
+    };
+    let text = format!("schedule = \"* * * * * *\"\ncommand = \"true\"\n{extra}\n");
+    parse_task(name, Path::new("t.toml"), &text, &defaults).expect("valid task")
+}
+
+fn mark() -> Vec<u8> {
+    serde_json::to_vec(&MarkRecord {
+        format: 1,
+        at: DateTime::from_timestamp(1_799_999_000, 0).unwrap(),
+        by: "ops@h".into(),
+    })
+    .unwrap()
+}
+
+/// A ZooKeeper of one session, enough for setup, registration, listing and takes.
+#[derive(Default)]
+struct Store {
+    znodes: BTreeMap<String, (Vec<u8>, Stat)>,
+    /// Watch events of the node's persistent recursive watches, not delivered yet.
+    events: Vec<(String, WatchKind)>,
+}
+
+impl Store {
+    fn apply(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
+        let result = self.apply_op(zk, now);
+        if result.is_ok() {
+            let watched = |path: &str| {
+                ["members/", "leases/", "control/drained", "control/paused"]
+                    .iter()
+                    .any(|dir| path.starts_with(&format!("{BASE}/{dir}")))
+            };
+            let mut note = |path: &String, kind| {
+                if watched(path) {
+                    self.events.push((path.clone(), kind));
+                }
+            };
+            let ops = match zk {
+                ZkOp::Multi(ops) => ops.iter().collect(),
+                op => vec![op],
+            };
+            for op in ops {
+                match op {
+                    ZkOp::Create { path, .. } => note(path, WatchKind::Created),
+                    ZkOp::Delete { path, .. } => note(path, WatchKind::Deleted),
+                    ZkOp::SetData { path, .. } => note(path, WatchKind::DataChanged),
+                    _ => {}
+                }
+            }
+        }
+        result
+    }
+
+    fn apply_op(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
+        let stat = |version, ephemeral_owner| Stat {
+            version,
+            ephemeral_owner,
+            mtime_ms: now.wall.timestamp_millis(),
+            ..Stat::default()
+        };
+        match zk {
+            ZkOp::Create { path, data, mode } => {
+                if self.znodes.contains_key(path) {
+                    return Err(ZkFail::NodeExists);
+                }
+                let owner = if *mode == CreateMode::Ephemeral { 1 } else { 0 };
+                self.znodes
+                    .insert(path.clone(), (data.clone(), stat(0, owner)));
+                Ok(ZkOk::Created(stat(0, owner)))
+            }
+            ZkOp::Delete { path, .. } => match self.znodes.remove(path) {
+                Some(_) => Ok(ZkOk::Done),
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::SetData { path, data, .. } => match self.znodes.get_mut(path) {
+                Some(znode) => {
+                    znode.0 = data.clone();
+                    znode.1.version += 1;
+                    znode.1.mtime_ms = now.wall.timestamp_millis();
+                    Ok(ZkOk::Stat(znode.1))
+                }
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::Check { path, .. } => match self.znodes.get(path) {
+                Some(znode) => Ok(ZkOk::Stat(znode.1)),
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::GetData { path } => match self.znodes.get(path) {
+                Some((data, stat)) => Ok(ZkOk::Data(data.clone(), *stat)),
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::GetChildren { path } => {
+                let prefix = format!("{path}/");
+                Ok(ZkOk::Children(
+                    self.znodes
+                        .keys()
+                        .filter_map(|p| p.strip_prefix(&prefix))
+                        .filter(|rest| !rest.contains('/'))
+                        .map(str::to_string)
+                        .collect(),
+                ))
+            }
+            ZkOp::Exists { path } => Ok(ZkOk::Exists(self.znodes.get(path).map(|z| z.1))),
+            ZkOp::Sync { .. } | ZkOp::AddPersistentRecursiveWatch { .. } => Ok(ZkOk::Done),
+            ZkOp::Multi(ops) => {
+                let before = self.znodes.clone();
+                let mut results = Vec::new();
+                for (index, op) in ops.iter().enumerate() {
+                    match self.apply_op(op, now) {
+                        Ok(ok) => results.push(ok),
+                        Err(error) => {
+                            self.znodes = before;
+                            return Err(ZkFail::Multi {
+                                index,
+                                error: Box::new(error),
+                            });
+                        }
+                    }
+                }
+                Ok(ZkOk::Multi(results))
+            }
+        }
+    }
+
+    fn member(&self, id: &str) -> MemberRecord {
+        let (data, _) = &self.znodes[&format!("{BASE}/members/{id}")];
+        serde_json::from_slice(data).unwrap()
+    }
+}
+
+/// Runs the node against the store until it is quiet at `now`; returns the reports.
+fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
+    let mut said = Vec::new();
+    for _ in 0..100 {
+        if node.poll_timeout().is_some_and(|t| t <= now.mono) {
+            node.handle_timeout(now);
+        }
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        let events = std::mem::take(&mut store.events);
+        if outputs.is_empty()
+            && events.is_empty()
+            && node.poll_timeout().is_none_or(|t| t > now.mono)
+        {
+            return said;
+        }
+        for (path, kind) in events {
+            node.handle(Input::Watch { path, kind }, now);
+        }
+        for output in outputs {
+            match output {
+                Output::Call { op, zk } => {
+                    let result = store.apply(&zk, now);
+                    node.handle(Input::Reply { op, result }, now);
+                }
+                Output::Report(report) => said.push(report.to_string()),
+                _ => {}
+            }
+        }
+    }
+    panic!("the node never went quiet: {said:?}");
+}
+
+fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
+    let mut node = Node::new(config("n1"), at(0));
+    node.handle(
+        Input::Request {
+            req: 1,
+            request: Request::Publish(tasks),
+        },
+        at(0),
+    );
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(0),
+    );
+    let said = pump(&mut node, store, at(0));
+    (node, said)
+}
+
+fn leases(store: &Store) -> Vec<String> {
+    let prefix = format!("{BASE}/leases/");
+    store
+        .znodes
+        .keys()
+        .filter_map(|p| p.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_undrained() {
+    let mut store = Store::default();
+    let drain = format!("{BASE}/control/drained/n1");
+    store.znodes.insert(drain.clone(), (mark(), Stat::default()));
+    let (mut node, said) = started(&mut store, vec![spec("t", "")]);
+    // The control directories exist, and the mark was read before registering: the one
+    // member record ever written says drained, leads false.
+    for dir in ["control", "control/drained", "control/paused"] {
+        assert!(store.znodes.contains_key(&format!("{BASE}/{dir}")), "{dir}");
+    }
+    let record = store.member("n1");
+    assert!(record.drained && !record.leads, "{record:?}");
+    assert_eq!(store.znodes[&format!("{BASE}/members/n1")].1.version, 0);
+    assert!(leases(&store).is_empty());
+    assert!(
+        said.iter().any(|r| r.contains(
+            "drained since 2027-01-15T07:43:20Z by ops@h: this node leads no task until `zkcron undrain n1`"
+        )),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|r| r.contains("task t: no live node may run it: n1 is drained")),
+        "{said:?}"
+    );
+    // Undrained: the record says so, and the lease is taken at once.
+    store.znodes.remove(&drain);
+    node.handle(
+        Input::Watch {
+            path: drain.clone(),
+            kind: WatchKind::Deleted,
+        },
+        at(100),
+    );
+    let said = pump(&mut node, &mut store, at(100));
+    let record = store.member("n1");
+    assert!(!record.drained && record.leads, "{record:?}");
+    assert_eq!(leases(&store), ["t"]);
+    assert!(node.leadership().may_fire("t"));
+    assert!(said.iter().any(|r| r.contains("undrained")), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|r| r.contains("task t: a live node may run it again")),
+        "{said:?}"
+    );
+    // Drained again: the lease is released, the node stays registered.
+    store.znodes.insert(drain.clone(), (mark(), Stat::default()));
+    node.handle(
+        Input::Watch {
+            path: drain,
+            kind: WatchKind::Created,
+        },
+        at(200),
+    );
+    pump(&mut node, &mut store, at(200));
+    let record = store.member("n1");
+    assert!(record.drained && !record.leads, "{record:?}");
+    assert!(leases(&store).is_empty(), "{:?}", leases(&store));
+    assert!(!node.leadership().may_fire("t"));
+}
+
+#[test]
+fn a_paused_task_keeps_its_lease_and_may_not_fire_until_resumed() {
+    let mut store = Store::default();
+    let pause = format!("{BASE}/control/paused/t");
+    store.znodes.insert(pause.clone(), (mark(), Stat::default()));
+    let (mut node, said) = started(&mut store, vec![spec("t", ""), spec("u", "")]);
+    assert_eq!(leases(&store), ["t", "u"]);
+    let leadership = node.leadership().clone();
+    assert!(leadership.tasks.contains("t"));
+    assert!(leadership.paused_tasks.contains("t"));
+    assert!(!leadership.may_fire("t"));
+    assert!(leadership.may_fire("u"));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("task t is paused since 2027-01-15T07:43:20Z by ops@h")),
+        "{said:?}"
+    );
+    store.znodes.remove(&pause);
+    node.handle(
+        Input::Watch {
+            path: pause,
+            kind: WatchKind::Deleted,
+        },
+        at(100),
+    );
+    let said = pump(&mut node, &mut store, at(100));
+    assert!(node.leadership().paused_tasks.is_empty());
+    assert!(node.leadership().may_fire("t"));
+    assert!(
+        said.iter().any(|r| r.contains("task t is no longer paused")),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_deleted_control_directory_is_created_again() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let dir = format!("{BASE}/control/paused");
+    store.znodes.remove(&dir);
+    node.handle(
+        Input::Watch {
+            path: dir.clone(),
+            kind: WatchKind::Deleted,
+        },
+        at(100),
+    );
+    let said = pump(&mut node, &mut store, at(100));
+    assert!(store.znodes.contains_key(&dir));
+    assert!(
+        said.iter()
+            .any(|r| r.contains(&format!("{dir} was deleted; recreating it"))),
+        "{said:?}"
+    );
+}
+
+fn member(id: &str, release: &str, tasks: &[TaskSpec], labels: &[(&str, &str)]) -> MemberInfo {
+    let (_, _, set) = crate::coord::zk::wire::encode_taskset(tasks);
+    MemberInfo {
+        member: Member {
+            id: id.into(),
+            release: Version::parse(release).unwrap(),
+            seed: 1,
+            tasks: set,
+            may_lead: true,
+            labels: Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            drained: false,
+        },
+    }
+}
+
+fn check(node: &mut Node) -> Vec<String> {
+    node.control.check_due = true;
+    node.check_tasks();
+    std::iter::from_fn(|| node.poll())
+        .filter_map(|o| match o {
+            Output::Report(report) => Some(report.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_and_nodes() {
+    let mut node = Node::new(config("a"), at(0));
+    let task = spec("t", "version_req = \">=2.0\"");
+    node.publish_tasks(std::slice::from_ref(&task));
+    std::iter::from_fn(|| node.poll()).for_each(drop);
+    for id in ["a", "b"] {
+        node.members
+            .insert(id.into(), member(id, "1.0.0", std::slice::from_ref(&task), &[]));
+    }
+    let said = check(&mut node);
+    assert_eq!(
+        said,
+        ["task t: no live node may run it: version_req >=2.0 matches none of a (1.0.0), b (1.0.0) task=t"]
+    );
+    // Nothing changed: nothing said.
+    assert_eq!(check(&mut node), Vec::<String>::new());
+    // A newer node joins: fixed, said once.
+    node.members
+        .insert("c".into(), member("c", "2.0.0", std::slice::from_ref(&task), &[]));
+    assert_eq!(check(&mut node), ["task t: a live node may run it again task=t"]);
+
+    // Labels, and a drained node.
+    let mut node = Node::new(config("a"), at(0));
+    let task = spec("t", "require_labels = { zone = \"eu\" }");
+    node.publish_tasks(std::slice::from_ref(&task));
+    std::iter::from_fn(|| node.poll()).for_each(drop);
+    node.members.insert(
+        "a".into(),
+        member("a", "1.0.0", std::slice::from_ref(&task), &[("zone", "us")]),
+    );
+    node.members
+        .insert("b".into(), member("b", "1.0.0", std::slice::from_ref(&task), &[]));
+    let mut drained = member("c", "1.0.0", std::slice::from_ref(&task), &[("zone", "eu")]);
+    drained.member.may_lead = false;
+    drained.member.drained = true;
+    node.members.insert("c".into(), drained);
+    assert_eq!(
+        check(&mut node),
+        ["task t: no live node may run it: require_labels zone=eu matches none of a (zone=us), b (no labels); c is drained task=t"]
+    );
+}
+
+#[test]
+fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
+    let mut node = Node::new(config("a"), at(0));
+    let mine = spec("t", "");
+    let theirs = spec("t", "jitter = \"1s\"");
+    node.publish_tasks(std::slice::from_ref(&mine));
+    std::iter::from_fn(|| node.poll()).for_each(drop);
+    node.members
+        .insert("a".into(), member("a", "1.0.0", std::slice::from_ref(&mine), &[]));
+    node.members
+        .insert("b".into(), member("b", "1.0.0", std::slice::from_ref(&mine), &[]));
+    assert_eq!(check(&mut node), Vec::<String>::new());
+    node.members
+        .insert("c".into(), member("c", "1.0.0", std::slice::from_ref(&theirs), &[]));
+    let (d1, d2) = (mine.canonical_digest(), theirs.canonical_digest());
+    let mut groups = [
+        format!("{} on a, b", &d1[..12]),
+        format!("{} on c", &d2[..12]),
+    ];
+    groups.sort();
+    assert_eq!(
+        check(&mut node),
+        [format!(
+            "task t: live nodes define it differently: {}; the leader runs its own definition; make the task files equal task=t",
+            groups.join("; ")
+        )]
+    );
+    assert_eq!(check(&mut node), Vec::<String>::new());
+    node.members.remove("c");
+    assert_eq!(
+        check(&mut node),
+        ["task t: live nodes define it alike again task=t"]
+    );
+}
