@@ -346,7 +346,8 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     match plan.backend {
         Backend::Local => runtime.block_on(async {
-            let coordinator = LocalCoordinator::open(&plan.state_dir)?;
+            let coordinator = LocalCoordinator::open(&plan.state_dir)?
+                .with_history_runs(plan.config.scheduler.history_runs);
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
             Daemon::new(daemon_config, Arc::new(coordinator)).run().await
         })?,

@@ -21,6 +21,7 @@ mod acting;
 mod claim;
 mod clock;
 mod gc;
+mod history;
 pub mod io;
 mod leases;
 mod members;
@@ -30,6 +31,7 @@ mod runs;
 mod session;
 #[cfg(test)]
 mod tests;
+mod trigger;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -70,6 +72,8 @@ pub struct NodeConfig {
     pub host: String,
     pub pid: u32,
     pub started_at: DateTime<Utc>,
+    /// `[scheduler] history_runs`: how many runs a task's history keeps.
+    pub history_runs: usize,
     /// Deliberate protocol bugs, for proving that the simulation's checker catches them. Off
     /// by default; no configuration file reaches them.
     #[doc(hidden)]
@@ -256,6 +260,8 @@ enum Then {
     },
     ReleaseOne,
     Gc(gc::GcStep),
+    Trigger(trigger::Step),
+    History(history::Step),
 }
 
 /// What to do once the tree is recreated.
@@ -297,6 +303,8 @@ enum Timer {
     LossDeadline { generation: u64 },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
+    /// Collect ended triggers.
+    Triggers,
 }
 
 /// The sans-IO cluster node. See the module docs.
@@ -382,6 +390,13 @@ pub struct Node {
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
     reported: BTreeSet<String>,
+
+    // Manual runs and history.
+    /// Every trigger under `control/triggers` as last read, by name (= fire id).
+    triggers: BTreeMap<String, trigger::Known>,
+    /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
+    manual_sent: BTreeMap<String, DateTime<Utc>>,
+    history_runs: usize,
 }
 
 impl Node {
@@ -447,6 +462,9 @@ impl Node {
             leadership: leadership.clone(),
             gc: None,
             reported: BTreeSet::new(),
+            triggers: BTreeMap::new(),
+            manual_sent: BTreeMap::new(),
+            history_runs: cfg.history_runs,
             cfg,
         };
         node.out.push_back(Output::Leadership(leadership));
@@ -662,6 +680,8 @@ impl Node {
             Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             Then::ReleaseOne => self.on_release_one(),
             Then::Gc(step) => self.on_gc(step, result, sent),
+            Then::Trigger(step) => self.on_trigger_step(step, result),
+            Then::History(step) => self.on_history_step(step, result),
         }
     }
 
@@ -678,6 +698,10 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
+            Timer::Triggers => {
+                self.collect_triggers();
+                self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
+            }
         }
     }
 
@@ -688,6 +712,7 @@ impl Node {
         let spread = (self.cfg.seed % 1_000_000) as f64 / 1_000_000.0;
         let first_gc = self.now.mono + gc::TASKSET_GC_EVERY.mul_f64(spread);
         self.at(first_gc, Timer::Gc);
+        self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
     }
 
     /// Schedules [`Node::retry`] after a growing delay (setup, registration or takes failed).
@@ -731,8 +756,17 @@ impl Node {
             self.held.keys().cloned().collect()
         };
         let paused = !self.firing();
+        let triggers = self.led_triggers(&tasks);
         let l = &self.leadership;
-        if l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none()) {
+        let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
+        if same && *l.triggers == triggers {
+            return;
+        }
+        self.leadership.triggers = Arc::new(triggers);
+        if same {
+            // Only the pending manual runs changed.
+            self.out
+                .push_back(Output::Leadership(self.leadership.clone()));
             return;
         }
         let leading = tasks.len();

@@ -45,6 +45,8 @@ impl Node {
                 } else {
                     self.retry();
                 }
+                // Trigger events missed while disconnected.
+                self.list_triggers();
                 self.publish();
             }
             return;
@@ -218,12 +220,18 @@ impl Node {
         for path in [self.paths.members(), self.paths.leases()] {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
         }
+        let triggers = self.trigger_setup_steps();
         if let Some(session) = self.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
         for op in steps {
             self.call(op, Then::SetupStep);
         }
+        // Not setup steps: a failure here must not keep the node from leading.
+        for op in triggers {
+            self.call(op, Then::Ignore);
+        }
+        self.list_triggers();
         // Measured before registering, so that the member record says whether it may lead.
         self.probe(true);
     }
@@ -514,7 +522,7 @@ impl Node {
     // ---- watches ----
 
     pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
-        if self.session.is_none() {
+        if self.session.is_none() || self.on_trigger_watch(path, kind) {
             return;
         }
         let members = format!("{}/", self.paths.members());
