@@ -299,7 +299,9 @@ fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
 }
 
 /// Reads the config named by `--config`, or the default file if it exists, or the defaults.
-pub(crate) fn resolve_config(args: &ConfigArgs) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
+pub(crate) fn resolve_config(
+    args: &ConfigArgs,
+) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
     match config_path(args) {
         Some(path) => Ok((config::load_config(&path)?, Some(path))),
         None => Ok((Config::default(), None)),
@@ -397,7 +399,8 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     match plan.backend {
         Backend::Local => runtime.block_on(async {
-            let coordinator = LocalCoordinator::open(&plan.state_dir)?;
+            let coordinator = LocalCoordinator::open(&plan.state_dir)?
+                .with_history_runs(plan.config.scheduler.history_runs);
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
             Daemon::new(daemon_config, Arc::new(coordinator)).run().await
         })?,

@@ -213,6 +213,7 @@ fn result_of(node: &str, tick: DateTime<Utc>) -> RunResult {
         attempts: 1,
         duration_ms: 1250,
         finished_at: tick + chrono::TimeDelta::milliseconds(1250),
+        ..RunResult::default()
     }
 }
 
@@ -236,6 +237,7 @@ fn settings(connect: &str, node: &str, release: &str) -> ZkSettings {
         node_id: node.into(),
         release: release.parse().unwrap(),
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+        history_runs: 100,
     }
 }
 

@@ -255,7 +255,10 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
     assert_eq!(tick["drift"], serde_json::json!([]));
     let next = chrono::DateTime::parse_from_rfc3339(tick["next"].as_str().unwrap()).unwrap();
     let ahead = next.timestamp() - unix_now();
-    assert!((0..=2).contains(&ahead), "next is the coming second: {next}");
+    assert!(
+        (0..=2).contains(&ahead),
+        "next is the coming second: {next}"
+    );
     let last = &tick["last"];
     assert!(last["fire_id"].as_str().unwrap().starts_with("tick@"));
     assert_eq!(last["success"], true);
@@ -281,7 +284,11 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
         .iter()
         .position(|l| l.starts_with("NODE "))
         .expect("a node table");
-    let cells = |line: &str| line.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let cells = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         cells(lines[header]),
         ["NODE", "RELEASE", "DRAINED", "LEADS", "SESSION", "LABELS"]
@@ -307,7 +314,10 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
     assert!(tick_row.starts_with("tick "), "{human}");
     assert_eq!(&tick_row[column..column + 2], "b ");
     assert!(tick_row.contains(" ok "), "{human}");
-    assert!(human.ends_with("2 node(s), 2 task(s), 1 with a problem.\n"), "{human}");
+    assert!(
+        human.ends_with("2 node(s), 2 task(s), 1 with a problem.\n"),
+        "{human}"
+    );
 
     // explain: b first (newer release), a second; the lease and its holder.
     let explained: Value =
@@ -324,9 +334,15 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
     assert_eq!(explained["lease"]["node"], "b");
     assert_eq!(explained["lease"]["designated"], true);
     let human = cluster.ok(&["explain", "tick"]);
-    assert!(human.starts_with("task tick\n  lease:    held by b since "), "{human}");
+    assert!(
+        human.starts_with("task tick\n  lease:    held by b since "),
+        "{human}"
+    );
     assert!(human.contains("the designated leader"), "{human}");
-    assert!(human.contains("  state:    firing on schedule\n"), "{human}");
+    assert!(
+        human.contains("  state:    firing on schedule\n"),
+        "{human}"
+    );
     let rows: Vec<Vec<&str>> = human
         .lines()
         .skip_while(|l| !l.starts_with("RANK"))
@@ -378,21 +394,32 @@ fn drain_moves_every_lease_off_a_node_and_undrain_brings_them_back() {
     cluster.wait_status("b to lead tick", |s| task(s, "tick")["leader"] == "b");
 
     let said = cluster.ok(&["drain", "b"]);
-    assert!(said.starts_with("zkcron: node b drained: it gives up its leases"), "{said}");
+    assert!(
+        said.starts_with("zkcron: node b drained: it gives up its leases"),
+        "{said}"
+    );
     let status = cluster.wait_status("a to lead tick", |s| task(s, "tick")["leader"] == "a");
     assert_eq!(node(&status, "b")["drained"], true);
     assert_eq!(node(&status, "b")["tasks_led"], 0);
     // Draining again says so.
-    assert!(cluster.ok(&["drain", "b"]).starts_with("zkcron: node b is already drained since "));
+    assert!(
+        cluster
+            .ok(&["drain", "b"])
+            .starts_with("zkcron: node b is already drained since ")
+    );
 
     // The default node is this host's: --node-id.
     let said = cluster.ok(&["undrain", "--node-id", "b"]);
-    assert!(said.starts_with("zkcron: node b undrained (it was drained since "), "{said}");
-    let status = cluster.wait_status("b to lead tick again", |s| {
-        task(s, "tick")["leader"] == "b"
-    });
+    assert!(
+        said.starts_with("zkcron: node b undrained (it was drained since "),
+        "{said}"
+    );
+    let status = cluster.wait_status("b to lead tick again", |s| task(s, "tick")["leader"] == "b");
     assert_eq!(node(&status, "b")["drained"], false);
-    assert_eq!(cluster.ok(&["undrain", "b"]), "zkcron: node b is not drained\n");
+    assert_eq!(
+        cluster.ok(&["undrain", "b"]),
+        "zkcron: node b is not drained\n"
+    );
 }
 
 #[test]
@@ -415,7 +442,10 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
     assert_eq!(cluster.fires().len(), before, "nothing fires while paused");
 
     let said = cluster.ok(&["resume", "tick"]);
-    assert!(said.starts_with("zkcron: task tick resumed (it was paused since "), "{said}");
+    assert!(
+        said.starts_with("zkcron: task tick resumed (it was paused since "),
+        "{said}"
+    );
     let resumed_at = unix_now();
     common::wait_for("tick to fire again", LIMIT, || {
         cluster.fires().len() > before + 1
@@ -431,8 +461,14 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
             second > paused_at && second + 1 < resumed_at
         })
         .collect();
-    assert!(caught_up.is_empty(), "ticks of the paused period ran: {caught_up:?}");
-    assert_eq!(cluster.ok(&["resume", "tick"]), "zkcron: task tick is not paused\n");
+    assert!(
+        caught_up.is_empty(),
+        "ticks of the paused period ran: {caught_up:?}"
+    );
+    assert_eq!(
+        cluster.ok(&["resume", "tick"]),
+        "zkcron: task tick is not paused\n"
+    );
 
     // Pausing a task no node defines is refused.
     let out = cluster.cli(&["pause", "tock"]);
@@ -458,11 +494,16 @@ fn a_cluster_command_that_cannot_reach_zookeeper_says_so_and_exits_1() {
     let out = common::run_zkcron(&["status", "--zookeeper", &connect]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).starts_with(&format!("zkcron: error: cannot reach ZooKeeper at {connect}")),
+        stderr(&out).starts_with(&format!(
+            "zkcron: error: cannot reach ZooKeeper at {connect}"
+        )),
         "{}",
         stderr(&out)
     );
-    assert!(started.elapsed() < Duration::from_secs(15), "a bounded wait");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a bounded wait"
+    );
 }
 
 #[test]
@@ -472,9 +513,7 @@ fn a_cluster_no_node_ever_joined_is_named() {
     let out = common::run_zkcron(&["status", "--zookeeper", &connect, "--cluster", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).starts_with(
-            "zkcron: error: there is no cluster \"nope\" at 127.0.0.1:"
-        ),
+        stderr(&out).starts_with("zkcron: error: there is no cluster \"nope\" at 127.0.0.1:"),
         "{}",
         stderr(&out)
     );
@@ -548,4 +587,3 @@ fn local_commands_without_a_daemon_name_the_state_dir_and_how_to_start_it() {
         )
     );
 }
-

@@ -27,6 +27,7 @@ use crate::coord::{Coordinator, Leadership};
 use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
+mod manual;
 mod memory;
 mod runs;
 #[cfg(test)]
@@ -101,6 +102,8 @@ struct Shared<C> {
     runs_alive: mpsc::Sender<()>,
     /// The live runs of every task that has fired here.
     runs: Arc<RunsByTask>,
+    /// Manual runs being claimed or claimed.
+    manual: manual::ManualRuns,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -121,6 +124,7 @@ impl<C: Coordinator> Shared<C> {
             clock_jumps,
             runs_alive,
             runs: Arc::default(),
+            manual: manual::ManualRuns::default(),
         };
         (Arc::new(shared), runs_alive_rx)
     }
@@ -414,6 +418,7 @@ impl<C: Coordinator> Daemon<C> {
         }
         self.paused_logged
             .retain(|name| self.tasks.contains_key(name));
+        manual::start_manual_runs(&self.shared, &self.tasks, &leadership);
         let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
         let status = service::status_line(&leadership, &loaded);
         if status != self.status {

@@ -29,6 +29,9 @@ struct SlowResults {
     /// of it came (wall clock).
     orphan: Mutex<Option<DateTime<Utc>>>,
     reclaimed_at: Mutex<Vec<DateTime<Utc>>>,
+    /// Manual runs claimed (each fire id once), and every result recorded.
+    manual_claims: Mutex<Vec<String>>,
+    ended: Mutex<Vec<RunResult>>,
 }
 
 impl SlowResults {
@@ -49,6 +52,8 @@ impl SlowResults {
             max_reading: AtomicUsize::new(0),
             orphan: Mutex::default(),
             reclaimed_at: Mutex::default(),
+            manual_claims: Mutex::default(),
+            ended: Mutex::default(),
         })
     }
 
@@ -109,9 +114,25 @@ impl Coordinator for SlowResults {
         Ok(0)
     }
 
-    async fn run_ended(&self, _: &str, _: &RunResult) -> Result<(), CoordError> {
+    async fn run_ended(&self, _: &str, result: &RunResult) -> Result<(), CoordError> {
         tokio::time::sleep(self.result_write).await;
+        self.ended.lock().unwrap().push(result.clone());
         Ok(())
+    }
+
+    async fn claim_manual(
+        &self,
+        _: &str,
+        trigger: &crate::coord::Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let mut claims = self.manual_claims.lock().unwrap();
+        if claims.contains(&trigger.fire_id) {
+            return Ok(ClaimOutcome::AlreadyClaimed {
+                record: trigger.requested_at,
+            });
+        }
+        claims.push(trigger.fire_id.clone());
+        Ok(ClaimOutcome::Claimed)
     }
 
     async fn last_result(&self, _: &str) -> Result<Option<RunResult>, CoordError> {

@@ -20,8 +20,8 @@ use super::model::{LiveMember, Snapshot};
 use crate::coord::RunResult;
 use crate::coord::zk::settings::split_connect;
 use crate::coord::zk::wire::{
-    FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord,
-    MemberRecord, Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
+    FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
+    Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
 };
 
 /// How long a command waits for a ZooKeeper session before it says it cannot reach it.
@@ -90,7 +90,11 @@ impl ClusterClient {
             cluster: cluster.to_string(),
             connect: connect.to_string(),
         };
-        if cluster_client.exists(&cluster_client.paths.members()).await?.is_none() {
+        if cluster_client
+            .exists(&cluster_client.paths.members())
+            .await?
+            .is_none()
+        {
             bail!(
                 "there is no cluster {cluster:?} at {connect} ({} does not exist): no node of it \
                  ever registered; check --cluster or [coordination.zookeeper] cluster",
@@ -354,7 +358,10 @@ impl ClusterClient {
             at.push_str(part);
             let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
             match self
-                .call(&format!("creating {at}"), self.client.create(&at, &[], &options))
+                .call(
+                    &format!("creating {at}"),
+                    self.client.create(&at, &[], &options),
+                )
                 .await?
             {
                 Ok(_) | Err(ZkError::NodeExists) => {}
@@ -417,7 +424,11 @@ impl ClusterClient {
     /// `zkcron resume`: deletes the pause mark and, in the same multi-op, moves the task's fire
     /// record forward to `now` when it is older (at the version read), so the paused period is
     /// not caught up. The mark it deleted, `None` when the task was not paused.
-    pub async fn resume(&self, task: &str, now: DateTime<Utc>) -> anyhow::Result<Option<MarkRecord>> {
+    pub async fn resume(
+        &self,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Option<MarkRecord>> {
         let now = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
         let mark_path = self.paths.paused(task);
         let record_path = self.paths.record(task);
@@ -487,10 +498,17 @@ impl ClusterClient {
 
     /// Deletes the trigger `fire_id` at `version` (any version with `None`); false when it
     /// changed or went meanwhile.
-    pub async fn delete_trigger(&self, fire_id: &str, version: Option<i32>) -> anyhow::Result<bool> {
+    pub async fn delete_trigger(
+        &self,
+        fire_id: &str,
+        version: Option<i32>,
+    ) -> anyhow::Result<bool> {
         let path = self.paths.trigger(fire_id);
         match self
-            .call(&format!("deleting {path}"), self.client.delete(&path, version))
+            .call(
+                &format!("deleting {path}"),
+                self.client.delete(&path, version),
+            )
             .await?
         {
             Ok(()) => Ok(true),

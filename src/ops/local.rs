@@ -109,7 +109,9 @@ pub fn ask(state_dir: &Path, request: &Request) -> anyhow::Result<Reply> {
     if !reply.ok {
         bail!(
             "{}",
-            reply.error.unwrap_or_else(|| "the daemon refused the request".into())
+            reply
+                .error
+                .unwrap_or_else(|| "the daemon refused the request".into())
         );
     }
     Ok(reply)

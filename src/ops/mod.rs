@@ -296,7 +296,10 @@ fn ended(record: &TriggerRecord, fire_id: &str) -> anyhow::Result<ExitCode> {
         }
         None => bail!(
             "{fire_id} could not run: {}",
-            record.reason.as_deref().unwrap_or("the node gave no reason")
+            record
+                .reason
+                .as_deref()
+                .unwrap_or("the node gave no reason")
         ),
     }
 }
@@ -349,8 +352,7 @@ async fn wait_cluster(
     }
 }
 
-const CLUSTER_ONLY: &str =
-    "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
+const CLUSTER_ONLY: &str = "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
      backend)";
 
 fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -369,7 +371,13 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
             }
         }
         OpsCommand::History { task, n, json } => {
-            let reply = local::ask(state_dir, &Request::History { task: task.clone(), n })?;
+            let reply = local::ask(
+                state_dir,
+                &Request::History {
+                    task: task.clone(),
+                    n,
+                },
+            )?;
             let mut runs = reply.history.unwrap_or_default();
             // The daemon answers newest first; print_history takes them oldest first.
             runs.reverse();

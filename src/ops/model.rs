@@ -120,7 +120,10 @@ impl std::fmt::Display for Eligibility {
             Eligibility::Release {
                 release,
                 version_req,
-            } => write!(f, "release {release} does not match version_req {version_req}"),
+            } => write!(
+                f,
+                "release {release} does not match version_req {version_req}"
+            ),
             Eligibility::Labels { missing } => {
                 write!(f, "labels lack {}", pairs(missing.iter()))
             }
@@ -138,10 +141,7 @@ fn pairs<'a>(pairs: impl Iterator<Item = &'a (String, String)>) -> String {
 impl Snapshot {
     /// The task set entry of `task` in `member`'s task set, if it defines it.
     pub fn entry(&self, member: &MemberRecord, task: &str) -> Option<&TaskSetEntry> {
-        self.tasksets
-            .get(&member.taskset.digest)?
-            .tasks
-            .get(task)
+        self.tasksets.get(&member.taskset.digest)?.tasks.get(task)
     }
 
     /// Whether the member is drained: its own record says so, or the operator's marker does
@@ -233,10 +233,11 @@ pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
                     .entry(m, task)
                     .map(|e| label_words(&e.require_labels))
                     .unwrap_or_default();
-                labels
-                    .entry(required)
-                    .or_default()
-                    .push(format!("{} ({})", m.id, label_words(&m.labels)));
+                labels.entry(required).or_default().push(format!(
+                    "{} ({})",
+                    m.id,
+                    label_words(&m.labels)
+                ));
             }
         }
         any = true;
@@ -246,10 +247,16 @@ pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
     }
     let mut reasons: Vec<String> = Vec::new();
     for (req, nodes) in versions {
-        reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
+        reasons.push(format!(
+            "version_req {req} matches none of {}",
+            nodes.join(", ")
+        ));
     }
     for (req, nodes) in labels {
-        reasons.push(format!("require_labels {req} matches none of {}", nodes.join(", ")));
+        reasons.push(format!(
+            "require_labels {req} matches none of {}",
+            nodes.join(", ")
+        ));
     }
     match drained.len() {
         0 => {}
@@ -270,7 +277,13 @@ pub fn label_words(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "no labels".into();
     }
-    pairs(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>().iter())
+    pairs(
+        labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+            .iter(),
+    )
 }
 
 /// The definitions of `task` the live members hold, when they differ; empty when all agree.

@@ -7,7 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::explain::Explain;
 use super::model::{Drift, LastRun, Status};
-use crate::coord::zk::wire::HistoryEntry;
+use crate::coord::zk::wire::{HistoryEntry, RunTrigger};
 
 /// An instant as the tables print it.
 pub fn instant(t: DateTime<Utc>) -> String {
@@ -118,7 +118,11 @@ pub fn status(status: &Status, now: DateTime<Utc>) -> String {
         "LABELS".into(),
     ]];
     for node in &status.nodes {
-        let labels: Vec<String> = node.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let labels: Vec<String> = node
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         rows.push(vec![
             node.id.clone(),
             node.release.clone(),
@@ -319,7 +323,11 @@ pub fn history(runs: &[HistoryEntry]) -> String {
             millis(run.duration_ms),
             outcome(run.success, run.exit_code, run.signal),
             run.attempts.to_string(),
-            run.trigger.clone(),
+            match run.trigger {
+                RunTrigger::Schedule => "schedule",
+                RunTrigger::Manual => "manual",
+            }
+            .into(),
         ]);
     }
     table(&rows)

@@ -8,7 +8,7 @@ use super::model::{self, LiveMember, Snapshot, exit_parts, status};
 use super::render;
 use crate::coord::RunResult;
 use crate::coord::zk::wire::{
-    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
+    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RunTrigger, TaskSetEntry,
     TaskSetRecord, TaskSetRef,
 };
 
@@ -104,6 +104,7 @@ fn cluster() -> Snapshot {
                 attempts: 1,
                 duration_ms: 1500,
                 finished_at: at(9, 55, 2),
+                ..RunResult::default()
             },
         )]),
         recent_runs: BTreeMap::new(),
@@ -155,7 +156,9 @@ fn status_gives_each_task_its_leader_next_tick_last_run_drift_and_problem() {
     assert_eq!(new.last, None);
     assert_eq!(
         new.problem.as_deref(),
-        Some("no live node may run it: version_req >=1.1 matches none of a (1.0.0), b (1.0.0); c is drained")
+        Some(
+            "no live node may run it: version_req >=1.1 matches none of a (1.0.0), b (1.0.0); c is drained"
+        )
     );
 
     let report = &status.tasks[2];
@@ -169,9 +172,7 @@ fn status_gives_each_task_its_leader_next_tick_last_run_drift_and_problem() {
 #[test]
 fn a_paused_task_has_no_next_tick_and_says_paused() {
     let mut snapshot = cluster();
-    snapshot
-        .paused
-        .insert("backup".into(), mark(at(9, 59, 0)));
+    snapshot.paused.insert("backup".into(), mark(at(9, 59, 0)));
     let status = status(&snapshot, at(10, 0, 1));
     let backup = &status.tasks[0];
     assert!(backup.paused);
@@ -200,7 +201,11 @@ fn a_vacant_lease_and_a_fire_record_ahead_are_problems() {
              so no tick up to it fires; zkcron reset report moves it back"
         )
     );
-    assert_eq!(report.next, Some(at(12, 5, 0)), "the ticks up to the record count as done");
+    assert_eq!(
+        report.next,
+        Some(at(12, 5, 0)),
+        "the ticks up to the record count as done"
+    );
 }
 
 #[test]
@@ -217,10 +222,13 @@ fn the_last_run_is_the_newer_of_the_result_and_a_manual_run() {
         signal: Some(9),
         success: false,
         attempts: 1,
-        trigger: "manual".into(),
+        trigger: RunTrigger::Manual,
     };
     snapshot.recent_runs.insert("backup".into(), manual);
-    let last = status(&snapshot, at(10, 0, 0)).tasks[0].last.clone().unwrap();
+    let last = status(&snapshot, at(10, 0, 0)).tasks[0]
+        .last
+        .clone()
+        .unwrap();
     assert_eq!(last.fire_id, "backup@manual-0000000007");
     assert_eq!((last.exit_code, last.signal), (None, Some(9)));
     assert_eq!(
@@ -247,15 +255,32 @@ fn status_json_has_exactly_the_documented_keys() {
     assert_eq!(keys(&value), ["backend", "cluster", "nodes", "tasks"]);
     assert_eq!(
         keys(&value["nodes"][0]),
-        ["drained", "id", "labels", "release", "session_age_s", "tasks_led"]
+        [
+            "drained",
+            "id",
+            "labels",
+            "release",
+            "session_age_s",
+            "tasks_led"
+        ]
     );
     assert_eq!(
         keys(&value["tasks"][0]),
-        ["drift", "last", "leader", "name", "next", "paused", "problem"]
+        [
+            "drift", "last", "leader", "name", "next", "paused", "problem"
+        ]
     );
     assert_eq!(
         keys(&value["tasks"][0]["last"]),
-        ["duration_ms", "exit_code", "finished_at", "fire_id", "node", "signal", "success"]
+        [
+            "duration_ms",
+            "exit_code",
+            "finished_at",
+            "fire_id",
+            "node",
+            "signal",
+            "success"
+        ]
     );
     assert_eq!(value["tasks"][0]["next"], json!("2026-03-08T10:05:00Z"));
     assert_eq!(value["tasks"][1]["last"], json!(null));
@@ -276,14 +301,16 @@ fn explain_ranks_eligible_nodes_as_the_nodes_do_and_says_why_others_are_not() {
         .map(|c| (c.rank, c.node.as_str()))
         .collect();
     // The newest release first, then a and b by score.
-    let (first, second) = if crate::coord::rank::score(1, "backup")
-        > crate::coord::rank::score(2, "backup")
-    {
-        ("a", "b")
-    } else {
-        ("b", "a")
-    };
-    assert_eq!(ranked, [(Some(1), "c"), (Some(2), first), (Some(3), second)]);
+    let (first, second) =
+        if crate::coord::rank::score(1, "backup") > crate::coord::rank::score(2, "backup") {
+            ("a", "b")
+        } else {
+            ("b", "a")
+        };
+    assert_eq!(
+        ranked,
+        [(Some(1), "c"), (Some(2), first), (Some(3), second)]
+    );
     assert_eq!(
         explained.candidates[0].score,
         format!("{:016x}", crate::coord::rank::score(3, "backup"))
@@ -298,7 +325,11 @@ fn explain_ranks_eligible_nodes_as_the_nodes_do_and_says_why_others_are_not() {
         .iter()
         .map(|c| (c.node.as_str(), c.reason.as_str()))
         .collect();
-    assert!(new.candidates.iter().all(|c| !c.eligible && c.rank.is_none()));
+    assert!(
+        new.candidates
+            .iter()
+            .all(|c| !c.eligible && c.rank.is_none())
+    );
     assert!(reasons.contains(&("c", "drained")));
     assert!(reasons.contains(&("a", "release 1.0.0 does not match version_req >=1.1")));
     assert!(explain(&cluster(), "nope", at(10, 0, 0)).is_none());
@@ -332,5 +363,8 @@ fn tables_align_their_columns() {
     assert_eq!(text, "A     BB  C\nlong  x   last column\n");
     let human = render::status(&status(&cluster(), at(10, 0, 1)), at(10, 0, 1));
     assert!(human.starts_with("cluster prod (zookeeper), at 2026-03-08T10:00:01Z\n"));
-    assert!(human.contains("3 node(s), 3 task(s), 1 with a problem."), "{human}");
+    assert!(
+        human.contains("3 node(s), 3 task(s), 1 with a problem."),
+        "{human}"
+    );
 }

@@ -1128,6 +1128,7 @@ impl<'s> Sim<'s> {
                     attempts: 1,
                     duration_ms: 1,
                     finished_at: self.wall(n),
+                    ..RunResult::default()
                 };
                 let name = self.sc.tasks[task].name.clone();
                 self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
