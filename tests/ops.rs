@@ -483,6 +483,136 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Trigger, history
+
+/// A task that never fires by schedule (once a year) and exits `code` when run.
+fn yearly(code: u8) -> String {
+    format!("schedule = \"0 0 1 1 *\"\ncommand = [\"/bin/sh\", \"-c\", \"exit {code}\"]\n")
+}
+
+#[test]
+fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_history_shows_it() {
+    let mut cluster = OpsCluster::new();
+    cluster.write_task_text("good", &yearly(0));
+    cluster.write_task_text("bad", &yearly(3));
+    cluster.start_node("a", "1.0.0", "");
+    cluster.wait_status("a to lead both", |s| {
+        task(s, "good")["leader"] == "a" && task(s, "bad")["leader"] == "a"
+    });
+
+    let out = cluster.cli(&["trigger", "good", "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}{}", stderr(&out));
+    let lines: Vec<&str> = said.lines().collect();
+    assert!(
+        lines[0].starts_with("zkcron: task good: manual run requested, fire id good@manual-"),
+        "{said}"
+    );
+    let fire_id = lines[0].rsplit(' ').next().unwrap();
+    assert_eq!(
+        fire_id.len(),
+        "good@manual-".len() + 10,
+        "10 digits: {fire_id}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{fire_id}: succeeded on a after ")),
+        "{said}"
+    );
+    assert!(lines[1].ends_with("(exit code 0, 1 attempt(s))"), "{said}");
+
+    let out = cluster.cli(&["trigger", "bad", "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}{}", stderr(&out));
+    assert!(
+        said.lines()
+            .nth(1)
+            .unwrap()
+            .contains(": failed on a after "),
+        "{said}"
+    );
+    assert!(said.contains("(exit code 3, 1 attempt(s))"), "{said}");
+
+    // The ended triggers stay for the nodes' clean-up (ten minutes), so status shows them.
+    let mut left = cluster._zk.children(&format!(
+        "{}/zkcron/{CLUSTER}/control/triggers",
+        chroot(&cluster.connect)
+    ));
+    left.sort();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left[1].starts_with("good@manual-"), "{left:?}");
+
+    // History: newest first, in JSON exactly the documented keys.
+    let history: Value = serde_json::from_str(&cluster.ok(&["history", "good", "--json"])).unwrap();
+    let runs = history.as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    let mut keys: Vec<&str> = run
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "attempts",
+            "duration_ms",
+            "exit_code",
+            "fire_id",
+            "node",
+            "release",
+            "signal",
+            "started_at",
+            "success",
+            "tick",
+            "trigger"
+        ]
+    );
+    assert_eq!(run["fire_id"], fire_id);
+    assert_eq!(run["node"], "a");
+    assert_eq!(run["release"], "1.0.0");
+    assert_eq!(run["exit_code"], 0);
+    assert_eq!(run["signal"], Value::Null);
+    assert_eq!(run["success"], true);
+    assert_eq!(run["attempts"], 1);
+    assert_eq!(run["trigger"], "manual");
+    let human = cluster.ok(&["history", "bad"]);
+    let rows: Vec<Vec<&str>> = human
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "FIRE", "ID", "TICK", "NODE", "RELEASE", "STARTED", "DURATION", "RESULT", "ATTEMPTS",
+            "TRIGGER"
+        ]
+    );
+    assert_eq!(rows.len(), 2, "{human}");
+    assert!(rows[1][0].starts_with("bad@manual-"));
+    assert_eq!(&rows[1][2..4], ["a", "1.0.0"]);
+    assert_eq!(&rows[1][6..], ["exit", "3", "1", "manual"]);
+
+    // status shows the manual run as the last one.
+    let status = cluster.status();
+    assert_eq!(task(&status, "bad")["last"]["exit_code"], 3);
+    assert_eq!(task(&status, "bad")["last"]["success"], false);
+
+    // A task no live node defines is refused before anything is written.
+    let out = cluster.cli(&["trigger", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("zkcron: error: unknown task nope: no live node"));
+    let out = cluster.cli(&["history", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// The chroot of a connect string (`host:port/chroot`).
+fn chroot(connect: &str) -> &str {
+    &connect[connect.find('/').unwrap()..]
+}
+
+// ---------------------------------------------------------------------------------------------
 // Reaching the cluster
 
 #[test]
@@ -586,4 +716,87 @@ fn local_commands_without_a_daemon_name_the_state_dir_and_how_to_start_it() {
             state = state.display()
         )
     );
+}
+
+#[test]
+fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its_socket() {
+    let scratch = common::Scratch::new();
+    scratch.write_task("good", &yearly(0));
+    scratch.write_task("bad", &yearly(4));
+    let _daemon = scratch.start_daemon(&[]);
+    let config = scratch.path().join("zkcron.toml");
+    let state = scratch.path().join("state");
+    let socket = state.join("zkcron.sock");
+    let mode = fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "only the daemon's user may use the socket");
+    let run = |args: &[&str]| {
+        common::zkcron()
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    let out = run(&["status", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["backend"], "local");
+    assert_eq!(status["cluster"], Value::Null);
+    let me = node(&status, "test-node");
+    assert_eq!(me["drained"], false);
+    assert_eq!(me["tasks_led"], 2);
+    let good = task(&status, "good");
+    assert_eq!(good["leader"], "test-node");
+    assert_eq!(good["paused"], false);
+    assert_eq!(good["last"], Value::Null);
+    assert_eq!(good["problem"], Value::Null);
+    let next = good["next"].as_str().unwrap();
+    assert!(next.ends_with("-01-01T00:00:00Z"), "{next}");
+    let human = String::from_utf8(run(&["status"]).stdout).unwrap();
+    assert!(human.starts_with("local backend, at "), "{human}");
+
+    let out = run(&["trigger", "good", "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}{}", stderr(&out));
+    assert!(said.contains(": succeeded on test-node after "), "{said}");
+    let out = run(&["trigger", "bad", "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}{}", stderr(&out));
+    assert!(said.contains("(exit code 4, 1 attempt(s))"), "{said}");
+
+    let history: Value =
+        serde_json::from_slice(&run(&["history", "bad", "--json"]).stdout).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 1);
+    assert_eq!(history[0]["exit_code"], 4);
+    assert_eq!(history[0]["trigger"], "manual");
+    let status: Value = serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(task(&status, "bad")["last"]["exit_code"], 4);
+
+    let out = run(&["pause", "good"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("zkcron: task good paused"));
+    let status: Value = serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(task(&status, "good")["paused"], true);
+    assert_eq!(task(&status, "good")["problem"], "paused");
+    assert_eq!(
+        String::from_utf8(run(&["pause", "good"]).stdout).unwrap(),
+        "zkcron: task good is already paused\n"
+    );
+    let out = run(&["resume", "good"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("zkcron: task good resumed"));
+    let status: Value = serde_json::from_slice(&run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(task(&status, "good")["paused"], false);
+
+    let out = run(&["pause", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("zkcron: error: unknown task nope: the daemon runs no task nope"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["explain", "good"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`zkcron explain` is a cluster command"));
 }

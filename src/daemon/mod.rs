@@ -27,6 +27,7 @@ use crate::coord::{Coordinator, Leadership};
 use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
+pub mod control;
 mod manual;
 mod memory;
 mod runs;
