@@ -458,11 +458,10 @@ impl ClusterClient {
             }
             match tokio::time::timeout(CALL_DEADLINE, writer.commit()).await {
                 Ok(Ok(_)) => return Ok(Some(mark.value)),
-                Ok(Err(MultiWriteError::OperationFailed { source, .. }))
-                    if matches!(source, ZkError::BadVersion | ZkError::NoNode) =>
-                {
-                    continue;
-                }
+                Ok(Err(MultiWriteError::OperationFailed {
+                    source: ZkError::BadVersion | ZkError::NoNode,
+                    ..
+                })) => continue,
                 Ok(Err(error)) => bail!(
                     "ZooKeeper at {}: resuming task {task}: {error}",
                     self.connect
