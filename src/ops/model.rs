@@ -2,7 +2,7 @@
 //! `now`: the JSON interface of README "Operating the cluster" ([`Status`]), and who may lead a
 //! task and why not ([`eligibility`]), which `explain` shares.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
@@ -152,15 +152,20 @@ impl Snapshot {
 
     /// Every task a live member defines, by name.
     pub fn task_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
+        // Members with the same jobs dir share a task set: each set is read once.
+        let digests: std::collections::BTreeSet<&str> = self
             .members
             .iter()
-            .filter_map(|m| self.tasksets.get(&m.record.taskset.digest))
-            .flat_map(|set| set.tasks.keys().cloned())
+            .map(|m| m.record.taskset.digest.as_str())
+            .collect();
+        let mut names: Vec<&String> = digests
+            .into_iter()
+            .filter_map(|digest| self.tasksets.get(digest))
+            .flat_map(|set| set.tasks.keys())
             .collect();
         names.sort();
         names.dedup();
-        names
+        names.into_iter().cloned().collect()
     }
 }
 
@@ -168,10 +173,14 @@ impl Snapshot {
 /// its clock agrees), defines the task, its release matches the task's `version_req`, and its
 /// labels contain the task's `require_labels` (both as the member's own definition says).
 pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Eligibility {
-    let Some(entry) = snapshot.entry(member, task) else {
-        return Eligibility::Undefined;
-    };
-    if snapshot.is_drained(member) {
+    match snapshot.entry(member, task) {
+        Some(entry) => eligibility_of(entry, member, snapshot.is_drained(member)),
+        None => Eligibility::Undefined,
+    }
+}
+
+fn eligibility_of(entry: &TaskSetEntry, member: &MemberRecord, drained: bool) -> Eligibility {
+    if drained {
         return Eligibility::Drained;
     }
     if !member.leads {
@@ -204,23 +213,78 @@ pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> El
     Eligibility::Eligible
 }
 
+/// A live member that defines a task: its definition and whether it may lead the task.
+struct Definer<'a> {
+    member: &'a MemberRecord,
+    entry: &'a TaskSetEntry,
+    eligibility: Eligibility,
+}
+
+/// What `status` works out once per snapshot: each member's task set and whether it is
+/// drained, so that a task's definers are found with one lookup per member.
+struct Members<'a> {
+    members: Vec<(&'a MemberRecord, Option<&'a TaskSetRecord>, bool)>,
+}
+
+impl<'a> Members<'a> {
+    fn new(snapshot: &'a Snapshot) -> Members<'a> {
+        let mut members: Vec<_> = snapshot
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    &m.record,
+                    snapshot.tasksets.get(&m.record.taskset.digest),
+                    snapshot.is_drained(&m.record),
+                )
+            })
+            .collect();
+        members.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Members { members }
+    }
+
+    /// The members that define `task`, by id.
+    fn definers(&self, task: &str) -> Vec<Definer<'a>> {
+        self.members
+            .iter()
+            .filter_map(|(member, set, drained)| {
+                let entry = (*set)?.tasks.get(task)?;
+                Some(Definer {
+                    member,
+                    entry,
+                    eligibility: eligibility_of(entry, member, *drained),
+                })
+            })
+            .collect()
+    }
+}
+
 /// Why no live member may run `task` (every definer is ineligible), in the words of the
 /// nodes' warning (`coord::node::control`): "no live node may run it: version_req >=2.0
 /// matches none of a (1.0.0)". `None` when one may.
 pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
-    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    why_none(&Members::new(snapshot).definers(task))
+}
+
+fn why_none(definers: &[Definer<'_>]) -> Option<String> {
+    if definers.is_empty() {
+        return Some("no live node defines it".to_string());
+    }
+    let mut versions: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut drained = Vec::new();
     let mut refusing = Vec::new();
-    let mut definers: Vec<&MemberRecord> = snapshot.members.iter().map(|m| &m.record).collect();
-    definers.sort_by(|a, b| a.id.cmp(&b.id));
-    let mut any = false;
-    for m in definers {
-        match eligibility(snapshot, m, task) {
+    for Definer {
+        member: m,
+        entry,
+        eligibility,
+    } in definers
+    {
+        match eligibility {
             Eligibility::Eligible => return None,
-            Eligibility::Undefined => continue,
-            Eligibility::Drained => drained.push(m.id.clone()),
-            Eligibility::RefusesLeadership => refusing.push(m.id.clone()),
+            Eligibility::Undefined => {}
+            Eligibility::Drained => drained.push(m.id.as_str()),
+            Eligibility::RefusesLeadership => refusing.push(m.id.as_str()),
             Eligibility::Release {
                 release,
                 version_req,
@@ -228,22 +292,11 @@ pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
                 .entry(version_req)
                 .or_default()
                 .push(format!("{} ({release})", m.id)),
-            Eligibility::Labels { .. } => {
-                let required = snapshot
-                    .entry(m, task)
-                    .map(|e| label_words(&e.require_labels))
-                    .unwrap_or_default();
-                labels.entry(required).or_default().push(format!(
-                    "{} ({})",
-                    m.id,
-                    label_words(&m.labels)
-                ));
-            }
+            Eligibility::Labels { .. } => labels
+                .entry(label_words(&entry.require_labels))
+                .or_default()
+                .push(format!("{} ({})", m.id, label_words(&m.labels))),
         }
-        any = true;
-    }
-    if !any {
-        return Some("no live node defines it".to_string());
     }
     let mut reasons: Vec<String> = Vec::new();
     for (req, nodes) in versions {
@@ -288,48 +341,63 @@ pub fn label_words(labels: &BTreeMap<String, String>) -> String {
 
 /// The definitions of `task` the live members hold, when they differ; empty when all agree.
 pub fn drift(snapshot: &Snapshot, task: &str) -> Vec<Drift> {
-    let mut by_digest: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for member in &snapshot.members {
-        if let Some(entry) = snapshot.entry(&member.record, task) {
-            by_digest
-                .entry(entry.digest.clone())
-                .or_default()
-                .push(member.record.id.clone());
-        }
-    }
-    if by_digest.len() < 2 {
+    drift_among(&Members::new(snapshot).definers(task))
+}
+
+fn drift_among(definers: &[Definer<'_>]) -> Vec<Drift> {
+    let first = definers.first().map(|d| &d.entry.digest);
+    if definers.iter().all(|d| Some(&d.entry.digest) == first) {
         return Vec::new();
+    }
+    let mut by_digest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for d in definers {
+        by_digest
+            .entry(&d.entry.digest)
+            .or_default()
+            .push(d.member.id.clone());
     }
     by_digest
         .into_iter()
-        .map(|(digest, mut nodes)| {
-            nodes.sort();
-            Drift { digest, nodes }
+        .map(|(digest, nodes)| Drift {
+            digest: digest.to_string(),
+            nodes,
         })
         .collect()
 }
+
+/// Schedules parsed once per expression and zone.
+type Schedules<'a> = HashMap<(&'a str, &'a str), Option<Schedule>>;
 
 /// The next tick of `task` at `now` from the definition its leader (else any eligible member,
 /// else any definer) holds: the first after `now`, or after the fire record when that is ahead
 /// of `now` (ticks up to it count as done). `None` without a schedule in the task set (an older
 /// release wrote it) or when the schedule has no further tick.
-fn next_tick(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn next_tick<'a>(
+    snapshot: &Snapshot,
+    task: &str,
+    definers: &[Definer<'a>],
+    schedules: &mut Schedules<'a>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
-    let mut definers: Vec<&MemberRecord> = snapshot
-        .members
+    let chosen = definers
         .iter()
-        .map(|m| &m.record)
-        .filter(|m| snapshot.entry(m, task).is_some())
-        .collect();
-    definers.sort_by_key(|m| {
-        (
-            Some(m.id.as_str()) != leader,
-            eligibility(snapshot, m, task) != Eligibility::Eligible,
-        )
-    });
-    let entry = snapshot.entry(definers.first()?, task)?;
-    let timezone = schedule::parse_timezone(entry.timezone.as_deref().unwrap_or("UTC")).ok()?;
-    let schedule = Schedule::parse(entry.schedule.as_deref()?, timezone).ok()?;
+        .find(|d| Some(d.member.id.as_str()) == leader)
+        .or_else(|| {
+            definers
+                .iter()
+                .find(|d| d.eligibility == Eligibility::Eligible)
+        })
+        .or(definers.first())?;
+    let expression = chosen.entry.schedule.as_deref()?;
+    let zone = chosen.entry.timezone.as_deref().unwrap_or("UTC");
+    let schedule = schedules
+        .entry((expression, zone))
+        .or_insert_with(|| {
+            let timezone = schedule::parse_timezone(zone).ok()?;
+            Schedule::parse(expression, timezone).ok()
+        })
+        .as_ref()?;
     let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
     let after = record.map_or(now, |r| r.max(now));
     schedule.next_after(after)
@@ -381,14 +449,19 @@ pub fn exit_parts(exit: &str) -> (Option<i32>, Option<i32>) {
     }
 }
 
-/// Why `task` is not firing, if it is not: paused, no member may run it, the lease is vacant,
-/// or the fire record is ahead of the clock.
-fn problem(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<String> {
+/// Why `task` is not firing, if it is not: paused, no member may run it (`why_none`), the
+/// lease is vacant, or the fire record is ahead of the clock.
+fn problem(
+    snapshot: &Snapshot,
+    task: &str,
+    why_none: Option<String>,
+    now: DateTime<Utc>,
+) -> Option<String> {
     if snapshot.paused.contains_key(task) {
         return Some("paused".to_string());
     }
-    if let Some(why) = no_one_may_run(snapshot, task) {
-        return Some(why);
+    if why_none.is_some() {
+        return why_none;
     }
     if !snapshot.leases.contains_key(task) {
         return Some("no leader: lease vacant".to_string());
@@ -426,24 +499,27 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         })
         .collect();
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    let members = Members::new(snapshot);
+    let mut schedules = Schedules::new();
     let tasks = snapshot
         .task_names()
         .into_iter()
         .map(|name| {
-            let problem = problem(snapshot, &name, now);
+            let definers = members.definers(&name);
+            let why_none = why_none(&definers);
             let paused = snapshot.paused.contains_key(&name);
-            let runnable = !paused && no_one_may_run(snapshot, &name).is_none();
+            let next = if paused || why_none.is_some() {
+                None
+            } else {
+                next_tick(snapshot, &name, &definers, &mut schedules, now)
+            };
             TaskStatus {
                 leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
                 paused,
-                next: if runnable {
-                    next_tick(snapshot, &name, now)
-                } else {
-                    None
-                },
+                next,
                 last: last_run(snapshot, &name),
-                drift: drift(snapshot, &name),
-                problem,
+                drift: drift_among(&definers),
+                problem: problem(snapshot, &name, why_none, now),
                 name,
             }
         })
