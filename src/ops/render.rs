@@ -19,6 +19,13 @@ pub fn seconds(s: u64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
 }
 
+/// The whole seconds until `then`, rounded up (a tick 0.3 s away is "in 1s", as `zkcron next`
+/// says).
+pub fn until(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let ms = (then - now).num_milliseconds().max(0) as u64;
+    seconds(ms.div_ceil(1000))
+}
+
 /// Milliseconds as `1.234s`, or `450ms` under a second.
 pub fn millis(ms: u64) -> String {
     if ms < 1000 {
@@ -164,10 +171,7 @@ pub fn status(status: &Status, now: DateTime<Utc>) -> String {
             task.name.clone(),
             dash(task.leader.clone()),
             dash(task.next.map(instant)),
-            dash(
-                task.next
-                    .map(|n| seconds((n - now).num_seconds().max(0) as u64)),
-            ),
+            dash(task.next.map(|n| until(n, now))),
             last,
             passed,
             result,
@@ -223,11 +227,7 @@ pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
         );
     }
     let next = match status.next {
-        Some(next) => format!(
-            "{} (in {})",
-            instant(next),
-            seconds((next - now).num_seconds().max(0) as u64)
-        ),
+        Some(next) => format!("{} (in {})", instant(next), until(next, now)),
         None => "-".into(),
     };
     let _ = writeln!(out, "  next:     {next}");
