@@ -89,7 +89,10 @@ async fn main() {
     // Chunks one per request: two of them pass ZooKeeper's 1 MiB request limit.
     for (i, chunk) in chunks.iter().enumerate() {
         let path = paths.chunk(&digest, i);
-        client.create(&path, chunk, &options).await.expect("chunk written");
+        client
+            .create(&path, chunk, &options)
+            .await
+            .expect("chunk written");
     }
     let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
     let ids: Vec<String> = (0..nodes).map(|i| format!("node-{i:02}")).collect();
@@ -169,5 +172,8 @@ async fn main() {
         }
         writer.commit().await.expect("records written");
     }
-    println!("wrote {total} znodes for {tasks} tasks and {nodes} nodes under {}", paths.base);
+    println!(
+        "wrote {total} znodes for {tasks} tasks and {nodes} nodes under {}",
+        paths.base
+    );
 }

@@ -607,6 +607,63 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
     assert_eq!(out.status.code(), Some(1));
 }
 
+#[test]
+fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_it() {
+    let mut cluster = OpsCluster::new();
+    cluster.write_task_text("future", &format!("{}version_req = \">=2.0\"\n", yearly(0)));
+    cluster.start_node("a", "1.0.0", "");
+    let out = cluster.cli(&["trigger", "future", "--wait"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "zkcron: error: future@manual-0000000000 did not start within 30s: not eligible: no live \
+         node may run it: version_req >=2.0 matches none of a (1.0.0); the request is withdrawn\n"
+    );
+    let left = cluster._zk.children(&format!(
+        "{}/zkcron/{CLUSTER}/control/triggers",
+        chroot(&cluster.connect)
+    ));
+    assert!(left.is_empty(), "withdrawn: {left:?}");
+}
+
+#[test]
+fn trigger_wait_says_when_the_node_running_the_task_is_lost() {
+    let mut cluster = OpsCluster::new();
+    let started = cluster.path().join("started");
+    cluster.write_task_text(
+        "slow",
+        &format!(
+            "schedule = \"0 0 1 1 *\"\ncommand = [\"/bin/sh\", \"-c\", 'echo x > {}; sleep 60']\n",
+            started.display()
+        ),
+    );
+    cluster.start_node("a", "1.0.0", "");
+    cluster.wait_status("a to lead slow", |s| task(s, "slow")["leader"] == "a");
+    let mut command = common::zkcron();
+    command
+        .args(["trigger", "slow", "--wait"])
+        .args(["--zookeeper", &cluster.connect, "--cluster", CLUSTER])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Tied to this process: a failing test leaves no CLI waiting behind.
+    let mut waiting = zk::spawn_tied_to_process(command).unwrap();
+    common::wait_for("the manual run to start", LIMIT, || started.exists());
+    // kill -9 of the node (and its job): its session ends after the 3 s timeout.
+    cluster.nodes.remove("a");
+    let mut status = None;
+    common::wait_for("trigger --wait to exit", LIMIT, || {
+        status = waiting.try_wait().unwrap();
+        status.is_some()
+    });
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(status.unwrap().code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "zkcron: error: node a was lost while running it (slow@manual-0000000000)\n"
+    );
+}
+
 /// The chroot of a connect string (`host:port/chroot`).
 fn chroot(connect: &str) -> &str {
     &connect[connect.find('/').unwrap()..]
