@@ -404,7 +404,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
-            let _control = serve_control(&plan, &daemon_config, &coordinator);
+            let _control = control::serve_logged(&plan, &daemon_config, &coordinator);
             Daemon::new(daemon_config, coordinator).run().await
         })?,
         Backend::Zookeeper => {
@@ -428,36 +428,6 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Serves the local backend's control socket for `zkcron status` and the other operator
-/// commands; the daemon runs without it (logged) when it cannot be served.
-fn serve_control(
-    plan: &Plan,
-    daemon: &crate::daemon::DaemonConfig,
-    coordinator: &Arc<LocalCoordinator>,
-) -> Option<control::ControlSocket> {
-    let config = control::ControlConfig {
-        state_dir: plan.state_dir.clone(),
-        node_id: plan.node_id.clone(),
-        release: plan.release.to_string(),
-        labels: plan.config.node.labels.clone(),
-        jobs_dir: daemon.jobs_dir.clone(),
-        task_defaults: daemon.task_defaults.clone(),
-        started_at: crate::clock::wall_clock(),
-    };
-    match control::serve(config, coordinator.clone()) {
-        Ok(socket) => Some(socket),
-        Err(error) => {
-            tracing::error!(
-                socket = %ops::local::socket_path(&plan.state_dir).display(),
-                %error,
-                "cannot serve the control socket: zkcron status, history, trigger, pause and \
-                 resume cannot reach this daemon"
-            );
-            None
-        }
-    }
 }
 
 fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {

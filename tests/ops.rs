@@ -857,3 +857,30 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("`zkcron explain` is a cluster command"));
 }
+
+#[test]
+fn a_daemon_that_cannot_serve_its_socket_says_so_and_runs_on() {
+    let scratch = common::Scratch::new();
+    scratch.write_task("good", &yearly(0));
+    // A Unix socket's path is limited to 107 bytes: this state dir's socket is longer.
+    let state = scratch.path().join("s".repeat(120));
+    let mut command = scratch.daemon_command();
+    command
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--node-id", "test-node"]);
+    let daemon = scratch.spawn_daemon(command);
+    daemon.wait_for_log("zkcron started", LIMIT);
+    let log = daemon.log();
+    assert!(
+        log.contains(
+            "cannot serve the control socket: zkcron status, history, trigger, pause and resume \
+             cannot reach this daemon"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("{}", state.join("zkcron.sock").display())),
+        "{log}"
+    );
+}

@@ -90,6 +90,36 @@ pub fn serve(
     Ok(ControlSocket { path, task })
 }
 
+/// Serves the local backend's control socket for `zkcron status` and the other operator
+/// commands; the daemon runs without it (logged) when it cannot be served.
+pub fn serve_logged(
+    plan: &crate::preflight::Plan,
+    daemon: &crate::daemon::DaemonConfig,
+    coordinator: &Arc<LocalCoordinator>,
+) -> Option<ControlSocket> {
+    let config = ControlConfig {
+        state_dir: plan.state_dir.clone(),
+        node_id: plan.node_id.clone(),
+        release: plan.release.to_string(),
+        labels: plan.config.node.labels.clone(),
+        jobs_dir: daemon.jobs_dir.clone(),
+        task_defaults: daemon.task_defaults.clone(),
+        started_at: crate::clock::wall_clock(),
+    };
+    match serve(config, coordinator.clone()) {
+        Ok(socket) => Some(socket),
+        Err(error) => {
+            tracing::error!(
+                socket = %socket_path(&plan.state_dir).display(),
+                %error,
+                "cannot serve the control socket: zkcron status, history, trigger, pause and \
+                 resume cannot reach this daemon"
+            );
+            None
+        }
+    }
+}
+
 async fn answer(
     stream: UnixStream,
     config: &ControlConfig,
