@@ -562,6 +562,15 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
     let now = crate::clock::wall_clock();
+    // In a cluster a task whose version_req or require_labels this node does not meet never
+    // fires here: say so instead of a next fire (the local backend runs every task).
+    let release = config.node.version.clone().unwrap_or_else(|| {
+        semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
+    });
+    let ineligible = |spec: &task::TaskSpec| match config.coordination.backend {
+        Backend::Zookeeper => spec.ineligibility(&release, &config.node.labels),
+        Backend::Local => None,
+    };
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
@@ -591,8 +600,10 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             Some((_, until)) => until,
             None => spec.schedule.next_after(now),
         };
+        let not_eligible = ineligible(spec);
         let (next, within) = match next_tick {
             _ if !spec.enabled => ("disabled".to_string(), "-".to_string()),
+            _ if not_eligible.is_some() => ("not eligible here".to_string(), "-".to_string()),
             Some(tick) => {
                 let wait = (tick - now).to_std().unwrap_or_default();
                 let wait = std::time::Duration::from_secs(
@@ -613,6 +624,12 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             spec.schedule.expression(),
             timezone.name()
         );
+        if let (Some(why), true) = (&not_eligible, spec.enabled) {
+            println!(
+                "{:width$}  not eligible: this node never runs it: {why}",
+                ""
+            );
+        }
         if let (Some((record, Some(until))), true) = (held, spec.enabled) {
             let fix = plan::held_fix(&spec.name, Some(&flags));
             println!(

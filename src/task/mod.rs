@@ -75,6 +75,37 @@ pub struct TaskSpec {
     pub require_labels: BTreeMap<String, String>,
 }
 
+impl TaskSpec {
+    /// Why a node of `release` with `labels` may not own this task (its `version_req` or
+    /// `require_labels`), or `None` when it may. Drains and leadership are the cluster's
+    /// business, not the task's.
+    pub fn ineligibility(
+        &self,
+        release: &semver::Version,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let mut why = Vec::new();
+        if let Some(req) = self.version_req.as_ref().filter(|r| !r.matches(release)) {
+            why.push(format!(
+                "version_req {req} does not match this node's release {release}"
+            ));
+        }
+        let missing: Vec<String> = self
+            .require_labels
+            .iter()
+            .filter(|(name, value)| labels.get(*name) != Some(*value))
+            .map(|(name, value)| match labels.get(name) {
+                Some(has) => format!("{name}={value} (this node has {name}={has})"),
+                None => format!("{name}={value} (this node has no {name})"),
+            })
+            .collect();
+        if !missing.is_empty() {
+            why.push(format!("require_labels needs {}", missing.join(", ")));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
 /// What to execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandLine {

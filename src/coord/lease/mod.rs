@@ -36,6 +36,9 @@ use semver::{Version, VersionReq};
 
 use super::rank::{self, Candidate};
 
+mod why;
+pub use why::{label_pairs, why_ineligible, why_none_eligible};
+
 /// How long a vacant lease waits for the node ranked above before the next one takes it.
 pub const VACANT_BOUND: Duration = Duration::from_secs(3);
 

@@ -543,7 +543,7 @@ fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
             m.drained = true;
         }
     }
-    assert_eq!(ranked_ids("t", &members), [other.clone()]);
+    assert_eq!(ranked_ids("t", &members), std::slice::from_ref(&other));
     let fx = Fixture {
         members,
         held: names(&["t"]),
@@ -561,4 +561,38 @@ fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
     };
     let taker = fx.decide(&other, Duration::ZERO, true);
     assert_eq!(taker.actions, [LeaseAction::Take("t".into())]);
+}
+
+#[test]
+fn why_ineligible_names_the_first_rule_a_member_fails() {
+    let entry = TaskEntry {
+        digest: "d".into(),
+        version_req: Some(VersionReq::parse(">=2.0").unwrap()),
+        require_labels: [("zone".to_string(), "eu".to_string())].into(),
+    };
+    let tasks = Arc::new(TaskSet::from([("t".to_string(), entry.clone())]));
+    let mut m = member("a", "1.0.0", 1, &tasks);
+    assert_eq!(
+        why_ineligible(&m, Some(&entry)).as_deref(),
+        Some("release 1.0.0 does not match version_req >=2.0")
+    );
+    m.release = Version::new(2, 0, 0);
+    assert_eq!(
+        why_ineligible(&m, Some(&entry)).as_deref(),
+        Some("labels (no labels) lack require_labels zone=eu")
+    );
+    m.labels = Arc::new([("zone".to_string(), "eu".to_string())].into());
+    assert_eq!(why_ineligible(&m, Some(&entry)), None);
+    assert!(m.eligible("t"));
+    assert_eq!(
+        why_ineligible(&m, None).as_deref(),
+        Some("does not define the task")
+    );
+    m.may_lead = false;
+    assert_eq!(
+        why_ineligible(&m, Some(&entry)).as_deref(),
+        Some("may not lead (clock too far off ZooKeeper's)")
+    );
+    m.drained = true;
+    assert_eq!(why_ineligible(&m, Some(&entry)).as_deref(), Some("drained"));
 }

@@ -165,7 +165,10 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a"), spec("b")]).await.unwrap();
         assert!(local.set_paused("a", true, "ops@h").await.unwrap());
-        assert!(!local.set_paused("a", true, "ops@h").await.unwrap(), "no change");
+        assert!(
+            !local.set_paused("a", true, "ops@h").await.unwrap(),
+            "no change"
+        );
         assert_eq!(local.paused(), BTreeSet::from(["a".to_string()]));
         let leadership = local.leadership().borrow().clone();
         assert!(!leadership.may_fire("a") && leadership.may_fire("b"));

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::io::{CreateMode, Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::lease::{Member, TaskSet};
+use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
 use crate::coord::zk::wire::MarkRecord;
 
 /// What the node knows of the operator's marks, and the problems it last reported.
@@ -37,7 +37,16 @@ pub(crate) struct Control {
     problems: BTreeMap<String, String>,
     /// The last reported drift, by task.
     drift: BTreeMap<String, String>,
+    /// A re-read of the marks is scheduled (`Timer::ControlRead`).
+    reread_due: bool,
 }
+
+/// How long after a failed read of a mark the marks are read again.
+const REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// At most this many tasks are reported one by one per check; the rest in one line (a drained
+/// single node would otherwise log a line for each of its thousands of tasks).
+const REPORTS_PER_CHECK: usize = 20;
 
 /// One read of the marks.
 #[derive(Debug)]
@@ -193,10 +202,34 @@ impl Node {
             (Phase::Relist, Err((what, error))) => self.relist_failed(what, error),
             (Phase::Event, Ok(())) => {}
             (Phase::Event, Err((what, error))) => {
-                // The view of the marks may be stale: list everything again.
-                self.report(Level::Warn, format!("{what} failed ({error}); reading again"));
-                self.read_control(Phase::Event);
+                // The view of the marks may be stale. A lost connection re-reads them with the
+                // re-listing after the reconnect (or the new session's setup); anything else is
+                // read again in a second, once however many reads failed.
+                if matches!(error, ZkFail::ConnectionLoss | ZkFail::SessionExpired)
+                    || self.control.reread_due
+                {
+                    return;
+                }
+                self.report(
+                    Level::Warn,
+                    format!(
+                        "{what} failed ({error}); reading the drain and pause marks again in 1s"
+                    ),
+                );
+                self.control.reread_due = true;
+                let generation = self.generation;
+                self.at(
+                    self.now.mono + REREAD_AFTER,
+                    super::Timer::ControlRead { generation },
+                );
             }
+        }
+    }
+
+    pub(super) fn reread_control(&mut self, generation: u64) {
+        self.control.reread_due = false;
+        if generation == self.generation && self.session.is_some() {
+            self.read_control(Phase::Event);
         }
     }
 
@@ -235,11 +268,8 @@ impl Node {
                 .field("node", &id);
             }
             None => {
-                self.report(
-                    Level::Info,
-                    "undrained: this node may lead tasks again",
-                )
-                .field("node", &id);
+                self.report(Level::Info, "undrained: this node may lead tasks again")
+                    .field("node", &id);
             }
         }
         self.control.drained = mark;
@@ -346,7 +376,10 @@ impl Node {
         // Members sharing a task set share its entries: look each task up once per set.
         let mut sets: Vec<(&Arc<TaskSet>, Vec<&Member>)> = Vec::new();
         for member in &members {
-            match sets.iter_mut().find(|(set, _)| Arc::ptr_eq(set, &member.tasks)) {
+            match sets
+                .iter_mut()
+                .find(|(set, _)| Arc::ptr_eq(set, &member.tasks))
+            {
                 Some((_, group)) => group.push(member),
                 None => sets.push((&member.tasks, vec![member])),
             }
@@ -354,27 +387,45 @@ impl Node {
         let mut problems = BTreeMap::new();
         let mut drift = BTreeMap::new();
         for task in mine.keys() {
-            let mut defining: Vec<(&Member, &crate::coord::lease::TaskEntry)> = Vec::new();
-            for (set, group) in &sets {
-                if let Some(entry) = set.get(task) {
-                    defining.extend(group.iter().map(|m| (*m, entry)));
-                }
-            }
-            if defining.is_empty() {
+            // The definitions of `task` among live members: one per distinct task set.
+            let entries: Vec<(&TaskEntry, &Vec<&Member>)> = sets
+                .iter()
+                .filter_map(|(set, group)| set.get(task).map(|entry| (entry, group)))
+                .collect();
+            if entries.is_empty() {
                 continue; // not registered yet: nothing to say
             }
+            let runnable = entries.iter().any(|(entry, group)| {
+                group
+                    .iter()
+                    .any(|m| m.may_lead && entry.admits(&m.release, &m.labels))
+            });
+            let drifted = entries.iter().any(|(e, _)| e.digest != entries[0].0.digest);
+            if runnable && !drifted {
+                continue;
+            }
+            let mut defining: Vec<(&Member, &TaskEntry)> = entries
+                .iter()
+                .flat_map(|(entry, group)| group.iter().map(move |m| (*m, *entry)))
+                .collect();
             defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-            if !defining.iter().any(|(m, e)| m.may_lead && e.admits(&m.release, &m.labels)) {
-                problems.insert(task.clone(), why_none(task, &defining));
+            if !runnable {
+                problems.insert(
+                    task.clone(),
+                    format!(
+                        "task {task}: no live node may run it: {}",
+                        lease::why_none_eligible(&defining)
+                    ),
+                );
             }
-            let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-            for (member, entry) in &defining {
-                digests
-                    .entry(entry.digest.as_str())
-                    .or_default()
-                    .push(member.id.as_str());
-            }
-            if digests.len() > 1 {
+            if drifted {
+                let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+                for (member, entry) in &defining {
+                    digests
+                        .entry(entry.digest.as_str())
+                        .or_default()
+                        .push(member.id.as_str());
+                }
                 let groups: Vec<String> = digests
                     .iter()
                     .map(|(digest, ids)| {
@@ -404,18 +455,37 @@ impl Node {
         new: &BTreeMap<String, String>,
         cleared: &str,
     ) {
-        for (task, message) in new {
-            if old.get(task) != Some(message) {
-                self.report(Level::Warn, message.clone()).field("task", task);
-            }
+        let changed: Vec<(&String, &String)> = new
+            .iter()
+            .filter(|(task, message)| old.get(*task) != Some(*message))
+            .collect();
+        for (task, message) in changed.iter().take(REPORTS_PER_CHECK) {
+            self.report(Level::Warn, (*message).clone())
+                .field("task", task);
+        }
+        if changed.len() > REPORTS_PER_CHECK {
+            let (first, _) = changed[REPORTS_PER_CHECK];
+            let more = changed.len() - REPORTS_PER_CHECK;
+            self.report(
+                Level::Warn,
+                format!(
+                    "and {more} more tasks likewise (from {first} on, by name); `zkcron status` lists them"
+                ),
+            );
         }
         let defined = self.my_set.as_ref().map(|(_, _, set)| set.clone());
-        for task in old.keys() {
-            let still = defined.as_ref().is_some_and(|set| set.contains_key(task));
-            if !new.contains_key(task) && still {
-                self.report(Level::Info, format!("task {task}: {cleared}"))
-                    .field("task", task);
-            }
+        let gone: Vec<&String> = old
+            .keys()
+            .filter(|task| !new.contains_key(*task))
+            .filter(|task| defined.as_ref().is_some_and(|set| set.contains_key(*task)))
+            .collect();
+        for task in gone.iter().take(REPORTS_PER_CHECK) {
+            self.report(Level::Info, format!("task {task}: {cleared}"))
+                .field("task", task);
+        }
+        if gone.len() > REPORTS_PER_CHECK {
+            let more = gone.len() - REPORTS_PER_CHECK;
+            self.report(Level::Info, format!("and {more} more tasks: {cleared}"));
         }
     }
 }
@@ -430,67 +500,6 @@ fn mark_words(mark: Option<&MarkRecord>) -> String {
         ),
         None => String::new(),
     }
-}
-
-/// Why none of `defining` (the live members that define `task`, by id) may run it: each
-/// member under the first rule it fails, grouped by rule and requirement.
-fn why_none(task: &str, defining: &[(&Member, &crate::coord::lease::TaskEntry)]) -> String {
-    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut drained = Vec::new();
-    let mut refusing = Vec::new();
-    for (member, entry) in defining {
-        if member.drained {
-            drained.push(member.id.clone());
-        } else if !member.may_lead {
-            refusing.push(member.id.clone());
-        } else if let Some(req) = entry
-            .version_req
-            .as_ref()
-            .filter(|req| !req.matches(&member.release))
-        {
-            versions
-                .entry(req.to_string())
-                .or_default()
-                .push(format!("{} ({})", member.id, member.release));
-        } else if !entry.labels_match(&member.labels) {
-            labels
-                .entry(pairs(&entry.require_labels))
-                .or_default()
-                .push(format!("{} ({})", member.id, pairs(&member.labels)));
-        }
-    }
-    let mut reasons: Vec<String> = Vec::new();
-    for (req, nodes) in versions {
-        reasons.push(format!("version_req {req} matches none of {}", nodes.join(", ")));
-    }
-    for (req, nodes) in labels {
-        reasons.push(format!("require_labels {req} matches none of {}", nodes.join(", ")));
-    }
-    match drained.len() {
-        0 => {}
-        1 => reasons.push(format!("{} is drained", drained[0])),
-        _ => reasons.push(format!("{} are drained", drained.join(", "))),
-    }
-    if !refusing.is_empty() {
-        reasons.push(format!(
-            "{} may not lead (clock too far off ZooKeeper's)",
-            refusing.join(", ")
-        ));
-    }
-    format!("task {task}: no live node may run it: {}", reasons.join("; "))
-}
-
-/// `a=1, b=2`, or `no labels`.
-pub(crate) fn pairs(labels: &BTreeMap<String, String>) -> String {
-    if labels.is_empty() {
-        return "no labels".into();
-    }
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::DateTime;
 use semver::Version;
 
-use super::super::io::{CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk};
 use super::super::io::ZkOp;
+use super::super::io::{CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk};
 use super::super::{MemberInfo, Node, NodeBugs, NodeConfig};
 use crate::coord::lease::Member;
 use crate::coord::zk::wire::{MarkRecord, MemberRecord};
@@ -243,7 +243,9 @@ fn leases(store: &Store) -> Vec<String> {
 fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_undrained() {
     let mut store = Store::default();
     let drain = format!("{BASE}/control/drained/n1");
-    store.znodes.insert(drain.clone(), (mark(), Stat::default()));
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
     let (mut node, said) = started(&mut store, vec![spec("t", "")]);
     // The control directories exist, and the mark was read before registering: the one
     // member record ever written says drained, leads false.
@@ -286,7 +288,9 @@ fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_und
         "{said:?}"
     );
     // Drained again: the lease is released, the node stays registered.
-    store.znodes.insert(drain.clone(), (mark(), Stat::default()));
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
     node.handle(
         Input::Watch {
             path: drain,
@@ -305,7 +309,9 @@ fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_und
 fn a_paused_task_keeps_its_lease_and_may_not_fire_until_resumed() {
     let mut store = Store::default();
     let pause = format!("{BASE}/control/paused/t");
-    store.znodes.insert(pause.clone(), (mark(), Stat::default()));
+    store
+        .znodes
+        .insert(pause.clone(), (mark(), Stat::default()));
     let (mut node, said) = started(&mut store, vec![spec("t", ""), spec("u", "")]);
     assert_eq!(leases(&store), ["t", "u"]);
     let leadership = node.leadership().clone();
@@ -330,7 +336,8 @@ fn a_paused_task_keeps_its_lease_and_may_not_fire_until_resumed() {
     assert!(node.leadership().paused_tasks.is_empty());
     assert!(node.leadership().may_fire("t"));
     assert!(
-        said.iter().any(|r| r.contains("task t is no longer paused")),
+        said.iter()
+            .any(|r| r.contains("task t is no longer paused")),
         "{said:?}"
     );
 }
@@ -395,20 +402,29 @@ fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_an
     node.publish_tasks(std::slice::from_ref(&task));
     std::iter::from_fn(|| node.poll()).for_each(drop);
     for id in ["a", "b"] {
-        node.members
-            .insert(id.into(), member(id, "1.0.0", std::slice::from_ref(&task), &[]));
+        node.members.insert(
+            id.into(),
+            member(id, "1.0.0", std::slice::from_ref(&task), &[]),
+        );
     }
     let said = check(&mut node);
     assert_eq!(
         said,
-        ["task t: no live node may run it: version_req >=2.0 matches none of a (1.0.0), b (1.0.0) task=t"]
+        [
+            "task t: no live node may run it: version_req >=2.0 matches none of a (1.0.0), b (1.0.0) task=t"
+        ]
     );
     // Nothing changed: nothing said.
     assert_eq!(check(&mut node), Vec::<String>::new());
     // A newer node joins: fixed, said once.
-    node.members
-        .insert("c".into(), member("c", "2.0.0", std::slice::from_ref(&task), &[]));
-    assert_eq!(check(&mut node), ["task t: a live node may run it again task=t"]);
+    node.members.insert(
+        "c".into(),
+        member("c", "2.0.0", std::slice::from_ref(&task), &[]),
+    );
+    assert_eq!(
+        check(&mut node),
+        ["task t: a live node may run it again task=t"]
+    );
 
     // Labels, and a drained node.
     let mut node = Node::new(config("a"), at(0));
@@ -419,15 +435,19 @@ fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_an
         "a".into(),
         member("a", "1.0.0", std::slice::from_ref(&task), &[("zone", "us")]),
     );
-    node.members
-        .insert("b".into(), member("b", "1.0.0", std::slice::from_ref(&task), &[]));
+    node.members.insert(
+        "b".into(),
+        member("b", "1.0.0", std::slice::from_ref(&task), &[]),
+    );
     let mut drained = member("c", "1.0.0", std::slice::from_ref(&task), &[("zone", "eu")]);
     drained.member.may_lead = false;
     drained.member.drained = true;
     node.members.insert("c".into(), drained);
     assert_eq!(
         check(&mut node),
-        ["task t: no live node may run it: require_labels zone=eu matches none of a (zone=us), b (no labels); c is drained task=t"]
+        [
+            "task t: no live node may run it: require_labels zone=eu matches none of a (zone=us), b (no labels); c is drained task=t"
+        ]
     );
 }
 
@@ -438,13 +458,19 @@ fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
     let theirs = spec("t", "jitter = \"1s\"");
     node.publish_tasks(std::slice::from_ref(&mine));
     std::iter::from_fn(|| node.poll()).for_each(drop);
-    node.members
-        .insert("a".into(), member("a", "1.0.0", std::slice::from_ref(&mine), &[]));
-    node.members
-        .insert("b".into(), member("b", "1.0.0", std::slice::from_ref(&mine), &[]));
+    node.members.insert(
+        "a".into(),
+        member("a", "1.0.0", std::slice::from_ref(&mine), &[]),
+    );
+    node.members.insert(
+        "b".into(),
+        member("b", "1.0.0", std::slice::from_ref(&mine), &[]),
+    );
     assert_eq!(check(&mut node), Vec::<String>::new());
-    node.members
-        .insert("c".into(), member("c", "1.0.0", std::slice::from_ref(&theirs), &[]));
+    node.members.insert(
+        "c".into(),
+        member("c", "1.0.0", std::slice::from_ref(&theirs), &[]),
+    );
     let (d1, d2) = (mine.canonical_digest(), theirs.canonical_digest());
     let mut groups = [
         format!("{} on a, b", &d1[..12]),
@@ -464,4 +490,96 @@ fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
         check(&mut node),
         ["task t: live nodes define it alike again task=t"]
     );
+}
+
+#[test]
+fn a_failed_read_after_a_watch_event_is_retried_a_second_later_not_in_a_loop() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    node.handle(
+        Input::Watch {
+            path: format!("{BASE}/control/paused/t"),
+            kind: WatchKind::Created,
+        },
+        at(100),
+    );
+    let calls: Vec<u64> = std::iter::from_fn(|| node.poll())
+        .filter_map(|o| match o {
+            Output::Call { op, .. } => Some(op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1);
+    node.handle(
+        Input::Reply {
+            op: calls[0],
+            result: Err(ZkFail::NoAuth),
+        },
+        at(100),
+    );
+    let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::Call { .. })),
+        "{outputs:?}"
+    );
+    let said: Vec<String> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Report(r) => Some(r.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        said.iter()
+            .any(|r| r.contains("reading a pause mark failed (")
+                && r.contains("reading the drain and pause marks again in 1s")),
+        "{said:?}"
+    );
+    let control_reads = |node: &mut Node| -> Vec<ZkOp> {
+        std::iter::from_fn(|| node.poll())
+            .filter_map(|o| match o {
+                Output::Call { zk, .. } => Some(zk),
+                _ => None,
+            })
+            .filter(|zk| format!("{zk:?}").contains("/control/"))
+            .collect()
+    };
+    node.handle_timeout(at(1000));
+    assert_eq!(control_reads(&mut node), Vec::<ZkOp>::new());
+    node.handle_timeout(at(1100));
+    let reads = control_reads(&mut node);
+    assert_eq!(
+        reads,
+        [
+            ZkOp::GetData {
+                path: format!("{BASE}/control/drained/n1")
+            },
+            ZkOp::GetChildren {
+                path: format!("{BASE}/control/paused")
+            },
+        ]
+    );
+}
+
+#[test]
+fn many_tasks_no_live_node_may_run_are_reported_twenty_by_name_then_in_one_line() {
+    let mut node = Node::new(config("a"), at(0));
+    let tasks: Vec<TaskSpec> = (0..25)
+        .map(|i| spec(&format!("t{i:02}"), "version_req = \">=2.0\""))
+        .collect();
+    node.publish_tasks(&tasks);
+    std::iter::from_fn(|| node.poll()).for_each(drop);
+    node.members
+        .insert("a".into(), member("a", "1.0.0", &tasks, &[]));
+    let said = check(&mut node);
+    assert_eq!(said.len(), 21, "{said:?}");
+    assert!(
+        said[19].starts_with("task t19: no live node may run it"),
+        "{said:?}"
+    );
+    assert_eq!(
+        said[20],
+        "and 5 more tasks likewise (from t20 on, by name); `zkcron status` lists them"
+    );
+    assert_eq!(check(&mut node), Vec::<String>::new());
 }

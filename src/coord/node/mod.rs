@@ -313,6 +313,10 @@ enum Timer {
     RunEnded(RunEndedJob),
     /// Collect ended triggers.
     Triggers,
+    /// Read the operator's marks again (a read after a watch event failed).
+    ControlRead {
+        generation: u64,
+    },
 }
 
 /// The sans-IO cluster node. See the module docs.
@@ -715,6 +719,7 @@ impl Node {
                 self.collect_triggers();
                 self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
             }
+            Timer::ControlRead { generation } => self.reread_control(generation),
         }
     }
 

@@ -572,6 +572,7 @@ impl Node {
         } else if let Some(task) = path.strip_prefix(&leases) {
             self.on_lease_event(task.to_string(), kind);
         } else if self.on_control_event(path, kind) {
+            // A drain or pause mark, or their directories: handled there.
         } else if kind == WatchKind::Deleted
             && (path == self.paths.members() || path == self.paths.leases())
         {
