@@ -680,3 +680,7 @@ fn describe(result: &Result<ZkOk, ZkFail>) -> String {
         Err(error) => error.to_string(),
     }
 }
+
+#[cfg(test)]
+#[path = "trigger_tests.rs"]
+mod tests;
