@@ -303,3 +303,7 @@ fn collect(file: &mut TriggerFile, now: DateTime<Utc>) -> bool {
     });
     file.triggers.len() != before
 }
+
+#[cfg(test)]
+#[path = "manual_tests.rs"]
+mod tests;
