@@ -110,6 +110,7 @@ fn trigger_state(zk: &ZkServer, path: &str) -> Option<TriggerRecord> {
 
 /// Creates a pending trigger of `task` as `zkcron trigger` does (a sequential znode named
 /// `<task>@manual-`); returns its path and the record.
+#[allow(clippy::disallowed_methods)] // the request time, as `zkcron trigger` reads it
 fn create_trigger(zk: &ZkServer, base: &str, task: &str) -> (String, TriggerRecord) {
     let record = TriggerRecord {
         format: 1,
@@ -165,16 +166,22 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     let (good, good_request) = create_trigger(&zk, &base, "good");
     let (bad, _) = create_trigger(&zk, &base, "bad");
     let name = |path: &str| path.rsplit('/').next().unwrap().to_string();
-    assert!(name(&good).starts_with("good@manual-") && name(&good).len() == "good@manual-".len() + 10);
+    assert!(
+        name(&good).starts_with("good@manual-") && name(&good).len() == "good@manual-".len() + 10
+    );
 
-    let ended = |path: &str| {
-        trigger_state(&zk, path).is_some_and(|t| t.state == TriggerState::Ended)
-    };
-    wait_for("both triggers to end", LIMIT, || ended(&good) && ended(&bad));
+    let ended =
+        |path: &str| trigger_state(&zk, path).is_some_and(|t| t.state == TriggerState::Ended);
+    wait_for("both triggers to end", LIMIT, || {
+        ended(&good) && ended(&bad)
+    });
 
     let good_end = trigger_state(&zk, &good).unwrap();
     let node = good_end.node.clone().expect("the claiming node");
-    assert!(["node-a", "node-b"].contains(&node.as_str()), "{good_end:?}");
+    assert!(
+        ["node-a", "node-b"].contains(&node.as_str()),
+        "{good_end:?}"
+    );
     assert!(good_end.claimed_at.is_some(), "{good_end:?}");
     assert_eq!(good_end.by, "tester@test");
     assert_eq!(good_end.reason, None);
@@ -184,7 +191,12 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     assert_eq!(result.node, node);
     assert_eq!(result.release, env!("CARGO_PKG_VERSION"));
     assert_eq!(
-        (result.exit_code, result.signal, result.success, result.attempts),
+        (
+            result.exit_code,
+            result.signal,
+            result.success,
+            result.attempts
+        ),
         (Some(0), None, true, 1)
     );
     assert_eq!(result.trigger, RunTrigger::Manual);
@@ -192,10 +204,7 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
 
     let bad_result = trigger_state(&zk, &bad).unwrap().result.unwrap();
     assert_eq!(bad_result.fire_id, name(&bad));
-    assert_eq!(
-        (bad_result.exit_code, bad_result.success),
-        (Some(3), false)
-    );
+    assert_eq!((bad_result.exit_code, bad_result.success), (Some(3), false));
 
     // Each ran exactly once, with the trigger's name as its fire id and the request time as
     // its scheduled time, on the node the trigger names.
@@ -209,11 +218,15 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
         history_has("good", &name(&good)) && history_has("bad", &name(&bad))
     });
     let good_history: HistoryRecord =
-        serde_json::from_slice(&read(&zk, &format!("{base}/tasks/good/history")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&read(&zk, &format!("{base}/tasks/good/history")).unwrap()).unwrap();
     assert_eq!(good_history.runs, vec![result]);
     let runs = lines(&starts);
-    let of = |fire_id: &str| runs.iter().filter(|l| l[0] == fire_id).cloned().collect::<Vec<_>>();
+    let of = |fire_id: &str| {
+        runs.iter()
+            .filter(|l| l[0] == fire_id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let good_runs = of(&name(&good));
     assert_eq!(good_runs.len(), 1, "{runs:?}");
     assert_eq!(
@@ -288,7 +301,10 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     }
     // The newest runs are kept: none older than the third newest start.
     let newest: Vec<&String> = started.iter().rev().take(4).collect();
-    assert!(newest.contains(&&runs[0].fire_id), "{runs:?} vs {started:?}");
+    assert!(
+        newest.contains(&&runs[0].fire_id),
+        "{runs:?} vs {started:?}"
+    );
     let json = String::from_utf8(read(&zk, &path).unwrap()).unwrap();
     assert!(
         json.contains("\"exit_code\":0,\"signal\":null"),

@@ -451,13 +451,7 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
         file.display()
     ));
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    let tasks = BTreeMap::from([(
-        "t".to_string(),
-        LoadedTask {
-            spec,
-            timer: None,
-        },
-    )]);
+    let tasks = BTreeMap::from([("t".to_string(), LoadedTask { spec, timer: None })]);
     let requested_at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
     let trigger = crate::coord::Trigger {
         fire_id: "t@manual-0000000007".into(),
@@ -470,7 +464,10 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while coordinator.ended.lock().unwrap().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the manual run never ended");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the manual run never ended"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Listed again after its end (the coordinator had not dropped it yet): not run again.
@@ -486,7 +483,10 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
     assert!(result.manual);
     assert_eq!(result.fire_id.as_deref(), Some("t@manual-0000000007"));
     assert_eq!(result.tick, requested_at);
-    assert_eq!((result.exit_code, result.signal, result.success), (Some(4), None, false));
+    assert_eq!(
+        (result.exit_code, result.signal, result.success),
+        (Some(4), None, false)
+    );
     assert!(result.started_at.is_some());
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),

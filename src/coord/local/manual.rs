@@ -20,9 +20,9 @@ use std::sync::Mutex;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::FORMAT_VERSION;
 use super::journal::write_atomically;
 use super::state::{move_aside, parse_record, state_io};
-use super::FORMAT_VERSION;
 use crate::coord::record::{self, Verdict};
 use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -256,10 +256,7 @@ impl Manual {
             };
             write_atomically(&path, &serde_json::to_vec(&record).expect("serializes"))
         })();
-        let mut failing = self
-            .history_failing
-            .lock()
-            .expect("history lock poisoned");
+        let mut failing = self.history_failing.lock().expect("history lock poisoned");
         match written {
             Ok(()) => {
                 failing.remove(task);

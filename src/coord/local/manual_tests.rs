@@ -74,7 +74,10 @@ async fn a_trigger_is_pending_until_claimed_once_and_ends_with_its_result() {
         vec![trigger.clone()]
     );
     let stored = local.trigger_state(&trigger.fire_id).unwrap();
-    assert_eq!((stored.state, stored.by.as_str()), (TriggerState::Pending, "op@host"));
+    assert_eq!(
+        (stored.state, stored.by.as_str()),
+        (TriggerState::Pending, "op@host")
+    );
 
     assert_eq!(
         local.claim_manual("a", &trigger).await.unwrap(),
@@ -188,15 +191,19 @@ async fn the_files_the_previous_release_reads_keep_their_format() {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
-        local
-            .run_ended("a", &ended(at(60), None, 0))
-            .await
-            .unwrap();
+        local.run_ended("a", &ended(at(60), None, 0)).await.unwrap();
         let trigger = local.request_trigger("a", "op@host").unwrap();
         local.claim_manual("a", &trigger).await.unwrap();
     }
     let journal = std::fs::read_to_string(dir.path().join("journal.jsonl")).unwrap();
-    for key in ["fire_id", "manual", "exit_code", "signal", "started_at", "release"] {
+    for key in [
+        "fire_id",
+        "manual",
+        "exit_code",
+        "signal",
+        "started_at",
+        "release",
+    ] {
         assert!(!journal.contains(key), "{key} in {journal}");
     }
     let mut names: Vec<String> = std::fs::read_dir(dir.path())

@@ -463,7 +463,11 @@ impl Coordinator for LocalCoordinator {
         outcome
     }
 
-    async fn claim_manual(&self, task: &str, trigger: &Trigger) -> Result<ClaimOutcome, CoordError> {
+    async fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
         let leads = {
             let l = self.leadership.borrow();
             !l.paused && l.tasks.contains(task)

@@ -300,7 +300,9 @@ enum TaskJob {
 enum Timer {
     Probe,
     Gc,
-    LossDeadline { generation: u64 },
+    LossDeadline {
+        generation: u64,
+    },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
     /// Collect ended triggers.

@@ -196,8 +196,15 @@ impl Node {
                 }
                 Err(ZkFail::NoNode) => self.forget_triggers(),
                 other => {
+                    // A lost connection lists again on reconnecting; anything else is worth
+                    // a warning (new triggers still arrive through the watch).
+                    let level = match &other {
+                        Err(error) if error.outcome_unknown() => Level::Debug,
+                        Err(ZkFail::SessionExpired) => Level::Debug,
+                        _ => Level::Warn,
+                    };
                     self.report(
-                        Level::Warn,
+                        level,
                         format!(
                             "listing manual runs failed ({}); they are read as they change",
                             describe(&other)
@@ -207,11 +214,7 @@ impl Node {
             },
             Step::Read { name } => match result {
                 Ok(ZkOk::Data(data, stat)) => self.learn_trigger(name, &data, stat),
-                Err(ZkFail::NoNode) => {
-                    if self.triggers.remove(&name).is_some() {
-                        self.publish();
-                    }
-                }
+                Err(ZkFail::NoNode) if self.triggers.remove(&name).is_some() => self.publish(),
                 _ => {}
             },
             Step::Claim {
@@ -280,8 +283,7 @@ impl Node {
     pub(super) fn led_triggers(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
         let mut led: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
         for (name, known) in &self.triggers {
-            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task)
-            {
+            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task) {
                 led.entry(known.record.task.clone())
                     .or_default()
                     .push(Trigger {

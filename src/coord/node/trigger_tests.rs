@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use chrono::DateTime;
 
-use super::super::io::{Answered, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::super::io::{
+    Answered, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
+};
 use super::super::{Node, NodeBugs, NodeConfig};
 use crate::coord::zk::wire::{
     HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState,
@@ -56,12 +58,10 @@ fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
 /// The answer to `req`, its error as text.
 fn answer(outputs: &[Output], req: u64) -> Option<Result<Answered, String>> {
     outputs.iter().find_map(|o| match o {
-        Output::Answer { req: r, answer } if *r == req => {
-            Some(match answer {
-                Ok(answered) => Ok(answered.clone()),
-                Err(error) => Err(error.to_string()),
-            })
-        }
+        Output::Answer { req: r, answer } if *r == req => Some(match answer {
+            Ok(answered) => Ok(answered.clone()),
+            Err(error) => Err(error.to_string()),
+        }),
         _ => None,
     })
 }
@@ -234,11 +234,7 @@ fn a_manual_claim_is_one_multi_fenced_on_the_lease_incarnation_and_the_trigger_v
     node.handle(
         Input::Reply {
             op,
-            result: Ok(ZkOk::Multi(vec![
-                ZkOk::Done,
-                ZkOk::Done,
-                ZkOk::Stat(stat),
-            ])),
+            result: Ok(ZkOk::Multi(vec![ZkOk::Done, ZkOk::Done, ZkOk::Stat(stat)])),
         },
         at(2),
     );
@@ -276,12 +272,7 @@ fn a_manual_claim_without_the_lease_is_not_leader_and_sends_nothing() {
 fn a_lost_manual_claim_is_resolved_by_reading_the_trigger_again() {
     for (stored_by, expected) in [
         ("n1", ClaimOutcome::Claimed),
-        (
-            "n2",
-            ClaimOutcome::AlreadyClaimed {
-                record: at(1).wall,
-            },
-        ),
+        ("n2", ClaimOutcome::AlreadyClaimed { record: at(1).wall }),
     ] {
         let mut node = leading();
         learn(&mut node, NAME, &pending("t"), 0, at(1));
@@ -297,7 +288,10 @@ fn a_lost_manual_claim_is_resolved_by_reading_the_trigger_again() {
         let out = drain(&mut node);
         let ops = calls(&out);
         let path = format!("{BASE}/control/triggers/{NAME}");
-        assert!(matches!(&ops[0].1, ZkOp::Sync { path: p } if *p == path), "{ops:?}");
+        assert!(
+            matches!(&ops[0].1, ZkOp::Sync { path: p } if *p == path),
+            "{ops:?}"
+        );
         assert_eq!(ops[1].1, ZkOp::GetData { path });
         let stored = TriggerRecord {
             state: TriggerState::Running,
@@ -434,7 +428,10 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         trigger: RunTrigger::Manual,
     };
     assert_eq!(written.runs[2], expected);
-    assert!(answer(&out, 9).is_none(), "answered before the trigger ended");
+    assert!(
+        answer(&out, 9).is_none(),
+        "answered before the trigger ended"
+    );
     node.handle(
         Input::Reply {
             op,

@@ -199,7 +199,10 @@ impl HistoryEntry {
                 .unwrap_or_else(|| format!("{task}@{}", result.tick.timestamp())),
             tick: result.tick,
             node: result.node.clone(),
-            release: result.release.clone().unwrap_or_else(|| release.to_string()),
+            release: result
+                .release
+                .clone()
+                .unwrap_or_else(|| release.to_string()),
             started_at,
             duration_ms: result.duration_ms,
             exit_code: result.exit_code,
