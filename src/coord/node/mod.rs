@@ -300,12 +300,9 @@ enum TaskJob {
 enum Timer {
     Probe,
     Gc,
-    LossDeadline {
-        generation: u64,
-    },
+    LossDeadline { generation: u64 },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
-    /// Collect ended triggers.
     Triggers,
 }
 
@@ -392,8 +389,6 @@ pub struct Node {
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
     reported: BTreeSet<String>,
-
-    // Manual runs and history.
     /// Every trigger under `control/triggers` as last read, by name (= fire id).
     triggers: BTreeMap<String, trigger::Known>,
     /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
@@ -700,10 +695,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
-            Timer::Triggers => {
-                self.collect_triggers();
-                self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
-            }
+            Timer::Triggers => self.on_triggers_timer(),
         }
     }
 

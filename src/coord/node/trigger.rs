@@ -646,6 +646,12 @@ impl Node {
 
     // ---- collection ----
 
+    /// The periodic collection of ended triggers (`Timer::Triggers`).
+    pub(super) fn on_triggers_timer(&mut self) {
+        self.collect_triggers();
+        self.at(self.now.mono + GC_EVERY, super::Timer::Triggers);
+    }
+
     /// Deletes the triggers that ended [`record::TRIGGER_KEEP_ENDED`] ago or more (any node
     /// may; a conflict or a trigger gone already is fine).
     pub(super) fn collect_triggers(&mut self) {
