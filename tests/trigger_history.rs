@@ -265,7 +265,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     );
     let connect = zk.chroot_connect();
     let base = base_of(&connect);
-    let _a = Node::start(dir.path(), "node-a", &connect, 3);
+    let a = Node::start(dir.path(), "node-a", &connect, 3);
     let path = format!("{base}/tasks/tick/history");
     let history = || -> Vec<zkcron::coord::zk::HistoryEntry> {
         read(&zk, &path)
@@ -305,6 +305,9 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
         newest.contains(&&runs[0].fire_id),
         "{runs:?} vs {started:?}"
     );
+    // `tasks/tick/history` sits beside the run znodes: the live-run listing (overlap = "skip"
+    // here) does not take it for a run, not even a foreign one.
+    assert!(!a.log().contains("ignoring the run record"), "{}", a.log());
     let json = String::from_utf8(read(&zk, &path).unwrap()).unwrap();
     assert!(
         json.contains("\"exit_code\":0,\"signal\":null"),
