@@ -679,6 +679,45 @@ impl Node {
                 Then::Trigger(Step::Delete),
             );
         }
+        // A trigger left running by a node that left the cluster would stay forever: the
+        // task's lease holder ends it (never runs it again) once it has not changed for
+        // `TRIGGER_KEEP_ENDED`; it is deleted as ended after that.
+        let lost: Vec<(String, TriggerRecord, i32)> = self
+            .triggers
+            .iter()
+            .filter(|(_, known)| {
+                let record = &known.record;
+                record.state == TriggerState::Running
+                    && self.held.contains_key(&record.task)
+                    && record.node.as_ref().is_some_and(|node| {
+                        *node != self.cfg.id && !self.member_sessions.contains_key(node)
+                    })
+                    && DateTime::<Utc>::from_timestamp_millis(known.mtime_ms)
+                        .is_some_and(|changed| record::trigger_expired(changed, now))
+            })
+            .map(|(name, known)| (name.clone(), known.record.clone(), known.version))
+            .collect();
+        for (name, record, version) in lost {
+            let node = record.node.clone().unwrap_or_default();
+            self.report(
+                Level::Warn,
+                format!("manual run {name}: node {node} left the cluster while running it; ending it (it is not run again)"),
+            )
+            .field("task", &record.task);
+            let ended = TriggerRecord {
+                state: TriggerState::Ended,
+                reason: Some(format!("node {node} was lost while running it")),
+                ..record
+            };
+            self.call(
+                ZkOp::SetData {
+                    path: self.paths.trigger(&name),
+                    data: serde_json::to_vec(&ended).expect("serializes"),
+                    version: Some(version),
+                },
+                Then::Trigger(Step::Delete),
+            );
+        }
     }
 }
 

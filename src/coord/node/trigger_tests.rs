@@ -490,3 +490,56 @@ fn ended_triggers_are_deleted_ten_minutes_after_they_ended() {
         }]
     );
 }
+
+#[test]
+fn a_trigger_left_running_by_a_node_that_is_gone_is_ended_by_the_lease_holder_not_rerun() {
+    let mut node = leading();
+    let running = |by: &str| TriggerRecord {
+        state: TriggerState::Running,
+        node: Some(by.into()),
+        claimed_at: Some(at(2).wall),
+        ..pending("t")
+    };
+    learn(&mut node, NAME, &running("n9"), 1, at(2));
+    // Running on a live member: left alone however long it runs.
+    learn(&mut node, "t@manual-0000000002", &running("n2"), 1, at(2));
+    node.member_sessions.insert("n2".into(), 0x22);
+    drain(&mut node);
+    let trigger_writes = |out: &[Output]| -> Vec<ZkOp> {
+        calls(out)
+            .into_iter()
+            .map(|(_, zk)| zk)
+            .filter(|zk| matches!(zk, ZkOp::SetData { path, .. } if path.contains("/control/triggers/")))
+            .collect()
+    };
+    node.handle_timeout(at(540));
+    assert!(
+        trigger_writes(&drain(&mut node)).is_empty(),
+        "ended too early"
+    );
+    node.handle_timeout(at(660));
+    let writes = trigger_writes(&drain(&mut node));
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let ZkOp::SetData {
+        path,
+        data,
+        version,
+    } = &writes[0]
+    else {
+        panic!("{writes:?}")
+    };
+    assert_eq!(
+        (path.as_str(), *version),
+        (format!("{BASE}/control/triggers/{NAME}").as_str(), Some(1))
+    );
+    let ended: TriggerRecord = serde_json::from_slice(data).unwrap();
+    assert_eq!(ended.state, TriggerState::Ended);
+    assert_eq!(
+        ended.reason.as_deref(),
+        Some("node n9 was lost while running it")
+    );
+    assert!(
+        node.leadership().triggers.is_empty(),
+        "never listed to run again"
+    );
+}
