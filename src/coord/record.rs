@@ -179,7 +179,9 @@ pub fn append_history(runs: &mut Vec<HistoryEntry>, entry: HistoryEntry, limit: 
 
 /// Whether a trigger that ended at `ended_at` is to be deleted at `now`.
 pub fn trigger_expired(ended_at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    (now - ended_at).to_std().is_ok_and(|age| age >= TRIGGER_KEEP_ENDED)
+    (now - ended_at)
+        .to_std()
+        .is_ok_and(|age| age >= TRIGGER_KEEP_ENDED)
 }
 
 /// Whether a node that defines `task` may lead it (publishes it as one it can run).

@@ -9,8 +9,9 @@
 //!   the daemon: it is ended with that reason, never run again. Ended triggers go
 //!   [`record::TRIGGER_KEEP_ENDED`] after their end.
 //! - `<state_dir>/history/<task>.json`: the task's [`HistoryRecord`], bounded by
-//!   [`record::append_history`]. Written atomically, best-effort: a failure is logged once per
-//!   task and holds up nothing.
+//!   [`record::append_history`]. Replaced through a rename but not synced (best-effort: a sync
+//!   per run would compete with the journal's): a failure is logged once per task and holds up
+//!   nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -20,9 +21,9 @@ use std::sync::Mutex;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::FORMAT_VERSION;
 use super::journal::write_atomically;
 use super::state::{move_aside, parse_record, state_io};
-use super::FORMAT_VERSION;
 use crate::coord::record::{self, Verdict};
 use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -254,12 +255,9 @@ impl Manual {
                 format: FORMAT_VERSION,
                 runs,
             };
-            write_atomically(&path, &serde_json::to_vec(&record).expect("serializes"))
+            replace(&path, &serde_json::to_vec(&record).expect("serializes"))
         })();
-        let mut failing = self
-            .history_failing
-            .lock()
-            .expect("history lock poisoned");
+        let mut failing = self.history_failing.lock().expect("history lock poisoned");
         match written {
             Ok(()) => {
                 failing.remove(task);
@@ -276,6 +274,18 @@ impl Manual {
             }
         }
     }
+}
+
+/// Replaces `path` with `bytes` through a rename (readers see the old or the new content),
+/// without syncing: the history is best-effort, and a sync per run would compete with the
+/// journal's syncs, which claims wait for.
+fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().expect("history files live in a directory");
+    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A task's stored runs, oldest first (none if the file is missing or unreadable).
@@ -303,3 +313,7 @@ fn collect(file: &mut TriggerFile, now: DateTime<Utc>) -> bool {
     });
     file.triggers.len() != before
 }
+
+#[cfg(test)]
+#[path = "manual_tests.rs"]
+mod tests;

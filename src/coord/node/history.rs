@@ -81,7 +81,9 @@ impl Node {
                     self.report_once(
                         format!("history unreadable {path} {}", stat.mzxid),
                         Level::Warn,
-                        format!("the run history {path} is not valid ({error}); starting it afresh"),
+                        format!(
+                            "the run history {path} is not valid ({error}); starting it afresh"
+                        ),
                     );
                     (Vec::new(), Some(stat.version))
                 }

@@ -311,7 +311,6 @@ enum Timer {
     },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
-    /// Collect ended triggers.
     Triggers,
     /// Read the operator's marks again (a read after a watch event failed).
     ControlRead {
@@ -715,10 +714,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
-            Timer::Triggers => {
-                self.collect_triggers();
-                self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
-            }
+            Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
         }
     }

@@ -43,6 +43,9 @@ impl Node {
                 );
                 if listed {
                     self.start_relist();
+                    // A registration that failed while disconnected had its retry dropped
+                    // (retries wait for a connection): register now.
+                    self.maybe_register();
                 } else {
                     self.retry();
                 }

@@ -196,8 +196,15 @@ impl Node {
                 }
                 Err(ZkFail::NoNode) => self.forget_triggers(),
                 other => {
+                    // A lost connection lists again on reconnecting; anything else is worth
+                    // a warning (new triggers still arrive through the watch).
+                    let level = match &other {
+                        Err(error) if error.outcome_unknown() => Level::Debug,
+                        Err(ZkFail::SessionExpired) => Level::Debug,
+                        _ => Level::Warn,
+                    };
                     self.report(
-                        Level::Warn,
+                        level,
                         format!(
                             "listing manual runs failed ({}); they are read as they change",
                             describe(&other)
@@ -207,11 +214,7 @@ impl Node {
             },
             Step::Read { name } => match result {
                 Ok(ZkOk::Data(data, stat)) => self.learn_trigger(name, &data, stat),
-                Err(ZkFail::NoNode) => {
-                    if self.triggers.remove(&name).is_some() {
-                        self.publish();
-                    }
-                }
+                Err(ZkFail::NoNode) if self.triggers.remove(&name).is_some() => self.publish(),
                 _ => {}
             },
             Step::Claim {
@@ -280,8 +283,7 @@ impl Node {
     pub(super) fn led_triggers(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
         let mut led: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
         for (name, known) in &self.triggers {
-            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task)
-            {
+            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task) {
                 led.entry(known.record.task.clone())
                     .or_default()
                     .push(Trigger {
@@ -644,6 +646,12 @@ impl Node {
 
     // ---- collection ----
 
+    /// The periodic collection of ended triggers (`Timer::Triggers`).
+    pub(super) fn on_triggers_timer(&mut self) {
+        self.collect_triggers();
+        self.at(self.now.mono + GC_EVERY, super::Timer::Triggers);
+    }
+
     /// Deletes the triggers that ended [`record::TRIGGER_KEEP_ENDED`] ago or more (any node
     /// may; a conflict or a trigger gone already is fine).
     pub(super) fn collect_triggers(&mut self) {
@@ -671,6 +679,45 @@ impl Node {
                 Then::Trigger(Step::Delete),
             );
         }
+        // A trigger left running by a node that left the cluster would stay forever: the
+        // task's lease holder ends it (never runs it again) once it has not changed for
+        // `TRIGGER_KEEP_ENDED`; it is deleted as ended after that.
+        let lost: Vec<(String, TriggerRecord, i32)> = self
+            .triggers
+            .iter()
+            .filter(|(_, known)| {
+                let record = &known.record;
+                record.state == TriggerState::Running
+                    && self.held.contains_key(&record.task)
+                    && record.node.as_ref().is_some_and(|node| {
+                        *node != self.cfg.id && !self.member_sessions.contains_key(node)
+                    })
+                    && DateTime::<Utc>::from_timestamp_millis(known.mtime_ms)
+                        .is_some_and(|changed| record::trigger_expired(changed, now))
+            })
+            .map(|(name, known)| (name.clone(), known.record.clone(), known.version))
+            .collect();
+        for (name, record, version) in lost {
+            let node = record.node.clone().unwrap_or_default();
+            self.report(
+                Level::Warn,
+                format!("manual run {name}: node {node} left the cluster while running it; ending it (it is not run again)"),
+            )
+            .field("task", &record.task);
+            let ended = TriggerRecord {
+                state: TriggerState::Ended,
+                reason: Some(format!("node {node} was lost while running it")),
+                ..record
+            };
+            self.call(
+                ZkOp::SetData {
+                    path: self.paths.trigger(&name),
+                    data: serde_json::to_vec(&ended).expect("serializes"),
+                    version: Some(version),
+                },
+                Then::Trigger(Step::Delete),
+            );
+        }
     }
 }
 
@@ -680,3 +727,7 @@ fn describe(result: &Result<ZkOk, ZkFail>) -> String {
         Err(error) => error.to_string(),
     }
 }
+
+#[cfg(test)]
+#[path = "trigger_tests.rs"]
+mod tests;

@@ -234,7 +234,11 @@ impl Coordinator for ZkCoordinator {
         }
     }
 
-    async fn claim_manual(&self, task: &str, trigger: &Trigger) -> Result<ClaimOutcome, CoordError> {
+    async fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
         let request = Request::ClaimManual {
             task: task.into(),
             trigger: trigger.clone(),
