@@ -29,6 +29,7 @@ fn spec(name: &str) -> TaskSpec {
         jitter: std::time::Duration::ZERO,
         retries: RetryPolicy::default(),
         version_req: None,
+        require_labels: Default::default(),
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
