@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::model::{self, Eligibility, Snapshot, Status, TaskStatus};
+use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
 use crate::coord::rank::{self, Candidate};
 use crate::coord::zk::wire::MarkRecord;
 
@@ -52,64 +52,48 @@ pub struct LeaseView {
 pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
     let status: Status = model::status(snapshot, now);
     let status = status.tasks.into_iter().find(|t| t.name == task)?;
-    let seeds: Vec<(u64, semver::Version)> = snapshot
-        .members
-        .iter()
-        .map(|m| {
-            (
-                u64::from_str_radix(&m.record.seed, 16).unwrap_or(0),
-                semver::Version::parse(&m.record.release)
-                    .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
-            )
-        })
-        .collect();
-    let mut eligible = Vec::new();
-    let mut ineligible = Vec::new();
-    let mut not_defining = Vec::new();
-    for (member, (seed, release)) in snapshot.members.iter().zip(&seeds) {
-        let m = &member.record;
-        let candidate = Candidate {
-            id: &m.id,
-            release,
-            seed: *seed,
-        };
-        match model::eligibility(snapshot, m, task) {
-            Eligibility::Undefined => not_defining.push(m.id.clone()),
-            Eligibility::Eligible => eligible.push(candidate),
-            other => ineligible.push((candidate, other)),
+    let members = Members::new(snapshot);
+    let definers = members.definers(task);
+    fn candidate<'a>(d: &Definer<'a>) -> Candidate<'a> {
+        Candidate {
+            id: &d.member.id,
+            release: &d.member.release,
+            seed: d.member.seed,
         }
     }
-    let digest = |id: &str| {
-        snapshot
-            .members
-            .iter()
-            .find(|m| m.record.id == id)
-            .and_then(|m| snapshot.entry(&m.record, task))
-            .map(|e| e.digest.clone())
-            .unwrap_or_default()
-    };
-    let view = |c: &Candidate<'_>, rank: Option<usize>, reason: String| CandidateView {
+    let view = |d: &Definer<'_>, rank: Option<usize>| CandidateView {
         rank,
-        node: c.id.to_string(),
-        release: c.release.to_string(),
-        score: format!("{:016x}", rank::score(c.seed, task)),
+        node: d.record.id.clone(),
+        release: d.record.release.clone(),
+        score: format!("{:016x}", rank::score(d.member.seed, task)),
         eligible: rank.is_some(),
-        reason,
-        digest: digest(c.id),
+        reason: d.why_not.clone().unwrap_or_else(|| "eligible".into()),
+        digest: d.entry.digest.clone(),
     };
-    let ranked = rank::rank(task, eligible);
+    let by_id = |id: &str| definers.iter().find(|d| d.member.id == id);
+    let ranked = rank::rank(
+        task,
+        definers
+            .iter()
+            .filter(|d| d.why_not.is_none())
+            .map(candidate),
+    );
     let designated = ranked.first().map(|c| c.id.to_string());
     let mut candidates: Vec<CandidateView> = ranked
         .iter()
         .enumerate()
-        .map(|(i, c)| view(c, Some(i + 1), Eligibility::Eligible.to_string()))
+        .filter_map(|(i, c)| Some(view(by_id(c.id)?, Some(i + 1))))
         .collect();
-    ineligible.sort_by(|(a, _), (b, _)| rank::compare(task, a, b));
-    candidates.extend(
-        ineligible
-            .iter()
-            .map(|(c, why)| view(c, None, why.to_string())),
-    );
+    let mut ineligible: Vec<&Definer<'_>> =
+        definers.iter().filter(|d| d.why_not.is_some()).collect();
+    ineligible.sort_by(|a, b| rank::compare(task, &candidate(a), &candidate(b)));
+    candidates.extend(ineligible.into_iter().map(|d| view(d, None)));
+    let mut not_defining: Vec<String> = members
+        .members
+        .iter()
+        .map(|(record, _, _)| record.id.clone())
+        .filter(|id| by_id(id).is_none())
+        .collect();
     not_defining.sort();
     let lease = snapshot.leases.get(task).map(|l| LeaseView {
         node: l.node.clone(),

@@ -3,13 +3,16 @@
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
+use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
 use crate::coord::zk::wire::{
-    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry, TaskSetRecord,
+    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
+    TaskSetRecord,
 };
 use crate::plan;
 use crate::schedule::{self, Schedule};
@@ -90,54 +93,6 @@ pub struct Drift {
     pub nodes: Vec<String>,
 }
 
-/// Whether a member may lead a task, and if not why (in words for `explain`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Eligibility {
-    Eligible,
-    /// The member does not define the task.
-    Undefined,
-    Drained,
-    /// It announced `leads: false` (its clock is too far off ZooKeeper's).
-    RefusesLeadership,
-    Release {
-        release: String,
-        version_req: String,
-    },
-    Labels {
-        missing: Vec<(String, String)>,
-    },
-}
-
-impl std::fmt::Display for Eligibility {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Eligibility::Eligible => f.write_str("eligible"),
-            Eligibility::Undefined => f.write_str("does not define the task"),
-            Eligibility::Drained => f.write_str("drained"),
-            Eligibility::RefusesLeadership => {
-                f.write_str("may not lead (clock too far off ZooKeeper's)")
-            }
-            Eligibility::Release {
-                release,
-                version_req,
-            } => write!(
-                f,
-                "release {release} does not match version_req {version_req}"
-            ),
-            Eligibility::Labels { missing } => {
-                write!(f, "labels lack {}", pairs(missing.iter()))
-            }
-        }
-    }
-}
-
-fn pairs<'a>(pairs: impl Iterator<Item = &'a (String, String)>) -> String {
-    pairs
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl Snapshot {
     /// The task set entry of `task` in `member`'s task set, if it defines it.
     pub fn entry(&self, member: &MemberRecord, task: &str) -> Option<&TaskSetEntry> {
@@ -169,74 +124,63 @@ impl Snapshot {
     }
 }
 
-/// Whether `member` may lead `task`, as the lease decision sees it: it may lead (not drained,
-/// its clock agrees), defines the task, its release matches the task's `version_req`, and its
-/// labels contain the task's `require_labels` (both as the member's own definition says).
-pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Eligibility {
-    match snapshot.entry(member, task) {
-        Some(entry) => eligibility_of(entry, member, snapshot.is_drained(member)),
-        None => Eligibility::Undefined,
-    }
-}
-
-fn eligibility_of(entry: &TaskSetEntry, member: &MemberRecord, drained: bool) -> Eligibility {
-    if drained {
-        return Eligibility::Drained;
-    }
-    if !member.leads {
-        return Eligibility::RefusesLeadership;
-    }
-    if let Some(req) = &entry.version_req {
-        let matches = match (
-            semver::VersionReq::parse(req),
-            semver::Version::parse(&member.release),
-        ) {
-            (Ok(req), Ok(release)) => req.matches(&release),
-            _ => false,
-        };
-        if !matches {
-            return Eligibility::Release {
-                release: member.release.clone(),
-                version_req: req.clone(),
-            };
-        }
-    }
-    let missing: Vec<(String, String)> = entry
-        .require_labels
+/// Whether `member` may lead `task`, as the lease decision sees it (`coord::lease`): `Ok` when
+/// it may, else why not in the nodes' own words (`lease::why_ineligible`: drained, may not lead,
+/// does not define the task, `version_req`, `require_labels`).
+pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Result<(), String> {
+    let members = Members::new(snapshot);
+    let (_, lease_member, _) = members
+        .members
         .iter()
-        .filter(|(k, v)| member.labels.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if !missing.is_empty() {
-        return Eligibility::Labels { missing };
+        .find(|(record, _, _)| record.id == member.id)
+        .ok_or_else(|| format!("{} is not a live member", member.id))?;
+    match why_ineligible(lease_member, lease_member.tasks.get(task)) {
+        None => Ok(()),
+        Some(why) => Err(why),
     }
-    Eligibility::Eligible
 }
 
-/// A live member that defines a task: its definition and whether it may lead the task.
-struct Definer<'a> {
-    member: &'a MemberRecord,
-    entry: &'a TaskSetEntry,
-    eligibility: Eligibility,
+/// A live member that defines a task: its record, the lease rule's view of it, its definition
+/// as written and as ranked, and why it may not lead the task (`None`: it may).
+pub struct Definer<'a> {
+    pub record: &'a MemberRecord,
+    pub member: &'a Member,
+    pub entry: &'a TaskSetEntry,
+    pub task_entry: &'a TaskEntry,
+    pub why_not: Option<String>,
 }
 
-/// What `status` works out once per snapshot: each member's task set and whether it is
-/// drained, so that a task's definers are found with one lookup per member.
-struct Members<'a> {
-    members: Vec<(&'a MemberRecord, Option<&'a TaskSetRecord>, bool)>,
+/// The live members as the lease rule sees them (`coord::lease::Member`, task sets decoded
+/// once per digest), sorted by id, with their task sets as written.
+pub struct Members<'a> {
+    pub members: Vec<(&'a MemberRecord, Member, Option<&'a TaskSetRecord>)>,
 }
 
 impl<'a> Members<'a> {
-    fn new(snapshot: &'a Snapshot) -> Members<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Members<'a> {
+        let mut decoded: HashMap<&str, Arc<TaskSet>> = HashMap::new();
         let mut members: Vec<_> = snapshot
             .members
             .iter()
             .map(|m| {
-                (
-                    &m.record,
-                    snapshot.tasksets.get(&m.record.taskset.digest),
-                    snapshot.is_drained(&m.record),
-                )
+                let record = &m.record;
+                let written = snapshot.tasksets.get(&record.taskset.digest);
+                let tasks = decoded
+                    .entry(&record.taskset.digest)
+                    .or_insert_with(|| written.map(wire::decode_taskset).unwrap_or_default())
+                    .clone();
+                let drained = snapshot.is_drained(record);
+                let member = Member {
+                    id: record.id.clone(),
+                    release: semver::Version::parse(&record.release)
+                        .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+                    seed: u64::from_str_radix(&record.seed, 16).unwrap_or(0),
+                    tasks,
+                    may_lead: record.leads && !drained,
+                    labels: Arc::new(record.labels.clone()),
+                    drained,
+                };
+                (record, member, written)
             })
             .collect();
         members.sort_by(|a, b| a.0.id.cmp(&b.0.id));
@@ -244,15 +188,18 @@ impl<'a> Members<'a> {
     }
 
     /// The members that define `task`, by id.
-    fn definers(&self, task: &str) -> Vec<Definer<'a>> {
+    pub fn definers(&self, task: &str) -> Vec<Definer<'_>> {
         self.members
             .iter()
-            .filter_map(|(member, set, drained)| {
-                let entry = (*set)?.tasks.get(task)?;
+            .filter_map(|(record, member, written)| {
+                let entry = (*written)?.tasks.get(task)?;
+                let task_entry = member.tasks.get(task)?;
                 Some(Definer {
+                    record,
                     member,
                     entry,
-                    eligibility: eligibility_of(entry, member, *drained),
+                    task_entry,
+                    why_not: why_ineligible(member, Some(task_entry)),
                 })
             })
             .collect()
@@ -260,7 +207,7 @@ impl<'a> Members<'a> {
 }
 
 /// Why no live member may run `task` (every definer is ineligible), in the words of the
-/// nodes' warning (`coord::node::control`): "no live node may run it: version_req >=2.0
+/// nodes' warning (`lease::why_none_eligible`): "no live node may run it: version_req >=2.0
 /// matches none of a (1.0.0)". `None` when one may.
 pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
     why_none(&Members::new(snapshot).definers(task))
@@ -270,73 +217,15 @@ fn why_none(definers: &[Definer<'_>]) -> Option<String> {
     if definers.is_empty() {
         return Some("no live node defines it".to_string());
     }
-    let mut versions: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut drained = Vec::new();
-    let mut refusing = Vec::new();
-    for Definer {
-        member: m,
-        entry,
-        eligibility,
-    } in definers
-    {
-        match eligibility {
-            Eligibility::Eligible => return None,
-            Eligibility::Undefined => {}
-            Eligibility::Drained => drained.push(m.id.as_str()),
-            Eligibility::RefusesLeadership => refusing.push(m.id.as_str()),
-            Eligibility::Release {
-                release,
-                version_req,
-            } => versions
-                .entry(version_req)
-                .or_default()
-                .push(format!("{} ({release})", m.id)),
-            Eligibility::Labels { .. } => labels
-                .entry(label_words(&entry.require_labels))
-                .or_default()
-                .push(format!("{} ({})", m.id, label_words(&m.labels))),
-        }
+    if definers.iter().any(|d| d.why_not.is_none()) {
+        return None;
     }
-    let mut reasons: Vec<String> = Vec::new();
-    for (req, nodes) in versions {
-        reasons.push(format!(
-            "version_req {req} matches none of {}",
-            nodes.join(", ")
-        ));
-    }
-    for (req, nodes) in labels {
-        reasons.push(format!(
-            "require_labels {req} matches none of {}",
-            nodes.join(", ")
-        ));
-    }
-    match drained.len() {
-        0 => {}
-        1 => reasons.push(format!("{} is drained", drained[0])),
-        _ => reasons.push(format!("{} are drained", drained.join(", "))),
-    }
-    if !refusing.is_empty() {
-        reasons.push(format!(
-            "{} may not lead (clock too far off ZooKeeper's)",
-            refusing.join(", ")
-        ));
-    }
-    Some(format!("no live node may run it: {}", reasons.join("; ")))
-}
-
-/// `a=1, b=2`, or `no labels`, as the nodes' reports write labels.
-pub fn label_words(labels: &BTreeMap<String, String>) -> String {
-    if labels.is_empty() {
-        return "no labels".into();
-    }
-    pairs(
-        labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<Vec<_>>()
-            .iter(),
-    )
+    let defining: Vec<(&Member, &TaskEntry)> =
+        definers.iter().map(|d| (d.member, d.task_entry)).collect();
+    Some(format!(
+        "no live node may run it: {}",
+        why_none_eligible(&defining)
+    ))
 }
 
 /// The definitions of `task` the live members hold, when they differ; empty when all agree.
@@ -354,7 +243,7 @@ fn drift_among(definers: &[Definer<'_>]) -> Vec<Drift> {
         by_digest
             .entry(&d.entry.digest)
             .or_default()
-            .push(d.member.id.clone());
+            .push(d.record.id.clone());
     }
     by_digest
         .into_iter()
@@ -382,12 +271,8 @@ fn next_tick<'a>(
     let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
     let chosen = definers
         .iter()
-        .find(|d| Some(d.member.id.as_str()) == leader)
-        .or_else(|| {
-            definers
-                .iter()
-                .find(|d| d.eligibility == Eligibility::Eligible)
-        })
+        .find(|d| Some(d.record.id.as_str()) == leader)
+        .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
         .or(definers.first())?;
     let expression = chosen.entry.schedule.as_deref()?;
     let zone = chosen.entry.timezone.as_deref().unwrap_or("UTC");

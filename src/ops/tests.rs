@@ -344,8 +344,8 @@ fn labels_a_task_requires_make_the_other_nodes_ineligible() {
     }
     let b = snapshot.members[0].record.clone();
     assert_eq!(
-        model::eligibility(&snapshot, &b, "backup").to_string(),
-        "labels lack zone=a"
+        model::eligibility(&snapshot, &b, "backup"),
+        Err("labels (zone=b) lack require_labels zone=a".to_string())
     );
     snapshot.members.retain(|m| m.record.id == "b");
     assert_eq!(
