@@ -68,7 +68,7 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         score: format!("{:016x}", rank::score(d.member.seed, task)),
         eligible: rank.is_some(),
         reason: d.why_not.clone().unwrap_or_else(|| "eligible".into()),
-        digest: d.entry.digest.clone(),
+        digest: d.task_entry.digest.clone(),
     };
     let by_id = |id: &str| definers.iter().find(|d| d.member.id == id);
     let ranked = rank::rank(

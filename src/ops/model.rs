@@ -145,7 +145,8 @@ pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Re
 pub struct Definer<'a> {
     pub record: &'a MemberRecord,
     pub member: &'a Member,
-    pub entry: &'a TaskSetEntry,
+    /// The member's task set as written (for the schedule), looked up only when needed.
+    pub written: Option<&'a TaskSetRecord>,
     pub task_entry: &'a TaskEntry,
     pub why_not: Option<String>,
 }
@@ -192,12 +193,11 @@ impl<'a> Members<'a> {
         self.members
             .iter()
             .filter_map(|(record, member, written)| {
-                let entry = (*written)?.tasks.get(task)?;
                 let task_entry = member.tasks.get(task)?;
                 Some(Definer {
                     record,
                     member,
-                    entry,
+                    written: *written,
                     task_entry,
                     why_not: why_ineligible(member, Some(task_entry)),
                 })
@@ -234,14 +234,14 @@ pub fn drift(snapshot: &Snapshot, task: &str) -> Vec<Drift> {
 }
 
 fn drift_among(definers: &[Definer<'_>]) -> Vec<Drift> {
-    let first = definers.first().map(|d| &d.entry.digest);
-    if definers.iter().all(|d| Some(&d.entry.digest) == first) {
+    let first = definers.first().map(|d| &d.task_entry.digest);
+    if definers.iter().all(|d| Some(&d.task_entry.digest) == first) {
         return Vec::new();
     }
     let mut by_digest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for d in definers {
         by_digest
-            .entry(&d.entry.digest)
+            .entry(&d.task_entry.digest)
             .or_default()
             .push(d.record.id.clone());
     }
@@ -274,8 +274,9 @@ fn next_tick<'a>(
         .find(|d| Some(d.record.id.as_str()) == leader)
         .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
         .or(definers.first())?;
-    let expression = chosen.entry.schedule.as_deref()?;
-    let zone = chosen.entry.timezone.as_deref().unwrap_or("UTC");
+    let entry: &TaskSetEntry = chosen.written?.tasks.get(task)?;
+    let expression = entry.schedule.as_deref()?;
+    let zone = entry.timezone.as_deref().unwrap_or("UTC");
     let schedule = schedules
         .entry((expression, zone))
         .or_insert_with(|| {
