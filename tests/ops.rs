@@ -370,6 +370,28 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
         "{human}"
     );
 
+    // A znode nobody can read is named and left out; the rest is shown.
+    let junk = format!(
+        "{}/zkcron/{CLUSTER}/control/triggers/junk",
+        chroot(&cluster.connect)
+    );
+    cluster._zk.with_client(async |client| {
+        let options = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        client.create(&junk, b"not json", &options).await.unwrap();
+    });
+    let out = cluster.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("zkcron: warning: cannot read the record {junk}: ")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).ends_with("; left out\n"), "{}", stderr(&out));
+    cluster
+        ._zk
+        .with_client(async |client| client.delete(&junk, None).await.unwrap());
+
     // An unknown task: exit 1, with the closest name.
     let out = cluster.cli(&["explain", "tik"]);
     assert_eq!(out.status.code(), Some(1));

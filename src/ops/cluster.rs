@@ -218,14 +218,14 @@ impl ClusterClient {
         let found = self.get_many(&paths).await?;
         let mut records = BTreeMap::new();
         for ((name, path), data) in names.iter().zip(&paths).zip(found) {
-            if let Some((data, stat)) = data {
-                records.insert(
-                    name.clone(),
-                    Read {
-                        value: parse(path, &data)?,
-                        stat,
-                    },
-                );
+            let Some((data, stat)) = data else { continue };
+            // One unreadable znode (a stranger's, a newer release's broken one) must not keep
+            // the operator from seeing the rest: it is named and left out.
+            match parse(path, &data) {
+                Ok(value) => {
+                    records.insert(name.clone(), Read { value, stat });
+                }
+                Err(error) => eprintln!("zkcron: warning: {error:#}; left out"),
             }
         }
         Ok(records)
@@ -266,8 +266,14 @@ impl ClusterClient {
             // A member registers after writing its chunks; a missing one means it is being
             // replaced right now: that member then counts as defining nothing.
             if complete {
-                let set: TaskSetRecord = parse(&self.paths.chunk(&digest, 0), &bytes)?;
-                snapshot.tasksets.insert(digest, set);
+                match parse::<TaskSetRecord>(&self.paths.chunk(&digest, 0), &bytes) {
+                    Ok(set) => {
+                        snapshot.tasksets.insert(digest, set);
+                    }
+                    Err(error) => eprintln!(
+                        "zkcron: warning: {error:#}; its members count as defining no task"
+                    ),
+                }
             }
         }
         Ok(())
