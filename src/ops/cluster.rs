@@ -485,8 +485,7 @@ impl ClusterClient {
     /// Creates a pending trigger of `task`; its fire id (the znode's name).
     pub async fn request_trigger(&self, record: &TriggerRecord) -> anyhow::Result<String> {
         self.create_dirs(&self.paths.triggers()).await?;
-        let prefix = format!("{}@manual-", record.task);
-        let path = self.paths.trigger(&prefix);
+        let path = self.paths.trigger_prefix(&record.task);
         let data = serde_json::to_vec(record).expect("trigger records serialize");
         let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
         match self
@@ -496,7 +495,7 @@ impl ClusterClient {
             )
             .await?
         {
-            Ok((_, sequence)) => Ok(format!("{prefix}{sequence}")),
+            Ok((_, sequence)) => Ok(format!("{}@manual-{sequence}", record.task)),
             Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
         }
     }
