@@ -368,3 +368,53 @@ fn tables_align_their_columns() {
         "{human}"
     );
 }
+
+#[test]
+fn the_socket_protocol_is_one_json_object_per_line_tagged_by_op() {
+    use super::local::{Reply, Request};
+    let cases = [
+        (Request::Status, r#"{"op":"status"}"#),
+        (
+            Request::History {
+                task: "t".into(),
+                n: 5,
+            },
+            r#"{"op":"history","task":"t","n":5}"#,
+        ),
+        (
+            Request::Trigger {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"trigger","task":"t","by":"u@h"}"#,
+        ),
+        (
+            Request::TriggerState {
+                fire_id: "t@manual-0000000001".into(),
+            },
+            r#"{"op":"trigger_state","fire_id":"t@manual-0000000001"}"#,
+        ),
+        (
+            Request::Pause {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"pause","task":"t","by":"u@h"}"#,
+        ),
+        (
+            Request::Resume {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"resume","task":"t","by":"u@h"}"#,
+        ),
+    ];
+    for (request, json) in cases {
+        assert_eq!(serde_json::to_string(&request).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Request>(json).unwrap(), request);
+    }
+    assert_eq!(
+        serde_json::to_string(&Reply::error("no")).unwrap(),
+        r#"{"ok":false,"error":"no"}"#
+    );
+}
