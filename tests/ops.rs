@@ -802,7 +802,7 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     let scratch = common::Scratch::new();
     scratch.write_task("good", &yearly(0));
     scratch.write_task("bad", &yearly(4));
-    let _daemon = scratch.start_daemon(&[]);
+    let mut daemon = scratch.start_daemon(&[]);
     let config = scratch.path().join("zkcron.toml");
     let state = scratch.path().join("state");
     let socket = state.join("zkcron.sock");
@@ -878,6 +878,11 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     let out = run(&["explain", "good"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("`zkcron explain` is a cluster command"));
+
+    // A stopped daemon takes its socket with it.
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0), "{}", daemon.log());
+    assert!(!socket.exists(), "the socket outlived the daemon");
 }
 
 #[test]
