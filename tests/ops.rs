@@ -634,11 +634,26 @@ fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_
     let mut cluster = OpsCluster::new();
     cluster.write_task_text("future", &format!("{}version_req = \">=2.0\"\n", yearly(0)));
     cluster.start_node("a", "1.0.0", "");
+    // Without --wait the request stays for a node that may run it, and the CLI says why.
+    let out = cluster.cli(&["trigger", "future"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "zkcron: note: no live node may run it: version_req >=2.0 matches none of a (1.0.0); the \
+         run waits until a node may run the task (`zkcron explain future`)\n"
+    );
+    let pending = format!(
+        "{}/zkcron/{CLUSTER}/control/triggers/future@manual-0000000000",
+        chroot(&cluster.connect)
+    );
+    cluster
+        ._zk
+        .with_client(async |client| client.delete(&pending, None).await.unwrap());
     let out = cluster.cli(&["trigger", "future", "--wait"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(
         stderr(&out),
-        "zkcron: error: future@manual-0000000000 did not start within 30s: not eligible: no live \
+        "zkcron: error: future@manual-0000000001 did not start within 30s: not eligible: no live \
          node may run it: version_req >=2.0 matches none of a (1.0.0); the request is withdrawn\n"
     );
     let left = cluster._zk.children(&format!(

@@ -185,6 +185,12 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             };
             let fire_id = client.request_trigger(&record).await?;
             println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
+            if let (Some(why), false) = (model::no_one_may_run(&snapshot, &task), wait) {
+                eprintln!(
+                    "zkcron: note: {why}; the run waits until a node may run the task (`zkcron \
+                     explain {task}`)"
+                );
+            }
             if wait {
                 return wait_cluster(client, &task, &fire_id).await;
             }
