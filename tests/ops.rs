@@ -894,6 +894,26 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("`zkcron explain` is a cluster command"));
 
+    // Something that is not a request gets an error reply, not a hang.
+    {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        stream.write_all(b"hello\n").unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut reply)
+            .unwrap();
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["ok"], false);
+        assert!(
+            reply["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("not a zkcron request: "),
+            "{reply}"
+        );
+    }
+
     // A stopped daemon takes its socket with it.
     daemon.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(LIMIT), Some(0), "{}", daemon.log());
