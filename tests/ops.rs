@@ -370,6 +370,26 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
         "{human}"
     );
 
+    // A reader that goes away (`zkcron status | head`) ends the command quietly: no panic on
+    // the broken pipe.
+    let mut command = common::zkcron();
+    command
+        .args([
+            "status",
+            "--zookeeper",
+            &cluster.connect,
+            "--cluster",
+            CLUSTER,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = zk::spawn_tied_to_process(command).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+
     // A znode nobody can read is named and left out; the rest is shown.
     let junk = format!(
         "{}/zkcron/{CLUSTER}/control/triggers/junk",

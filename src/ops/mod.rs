@@ -106,11 +106,24 @@ pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_json(value: &impl serde::Serialize) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("reports serialize")
-    );
+/// Writes a report to stdout. A reader that went away (`zkcron status | head`) ends the
+/// command quietly; other write errors are errors.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).expect("reports serialize");
+    text.push('\n');
+    emit(&text)
 }
 
 /// "unknown task X: no live node of cluster C defines it; did you mean Y?"
@@ -139,9 +152,9 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             let now = wall_clock();
             let status = model::status(&snapshot, now);
             if json {
-                print_json(&status);
+                print_json(&status)?;
             } else {
-                print!("{}", render::status(&status, now));
+                emit(&render::status(&status, now))?;
             }
         }
         OpsCommand::Explain { task, json } => {
@@ -151,9 +164,9 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
                 return Err(unknown_task(&snapshot, &task));
             };
             if json {
-                print_json(&explained);
+                print_json(&explained)?;
             } else {
-                print!("{}", render::explain(&explained, now));
+                emit(&render::explain(&explained, now))?;
             }
         }
         OpsCommand::History { task, n, json } => {
@@ -164,7 +177,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
                     return Err(unknown_task(&snapshot, &task));
                 }
             }
-            print_history(&task, &mut runs, n, json);
+            print_history(&task, &mut runs, n, json)?;
         }
         OpsCommand::Trigger { task, wait } => {
             let snapshot = client.snapshot(Some(&[])).await?;
@@ -259,15 +272,20 @@ fn since(mark: &MarkRecord, what: &str) -> String {
 }
 
 /// Prints the newest `n` of `runs` (oldest first as stored) newest first.
-fn print_history(task: &str, runs: &mut Vec<HistoryEntry>, n: usize, json: bool) {
+fn print_history(
+    task: &str,
+    runs: &mut Vec<HistoryEntry>,
+    n: usize,
+    json: bool,
+) -> anyhow::Result<()> {
     runs.reverse();
     runs.truncate(n);
     if json {
-        print_json(runs);
+        print_json(runs)
     } else if runs.is_empty() {
-        println!("zkcron: task {task} has no recorded runs yet");
+        emit(&format!("zkcron: task {task} has no recorded runs yet\n"))
     } else {
-        print!("{}", render::history(runs));
+        emit(&render::history(runs))
     }
 }
 
@@ -371,9 +389,9 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
             let reply = local::ask(state_dir, &Request::Status)?;
             let status = reply.status.context("the daemon's reply has no status")?;
             if json {
-                print_json(&status);
+                print_json(&status)?;
             } else {
-                print!("{}", render::status(&status, wall_clock()));
+                emit(&render::status(&status, wall_clock()))?;
             }
         }
         OpsCommand::History { task, n, json } => {
@@ -387,7 +405,7 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
             let mut runs = reply.history.unwrap_or_default();
             // The daemon answers newest first; print_history takes them oldest first.
             runs.reverse();
-            print_history(&task, &mut runs, n, json);
+            print_history(&task, &mut runs, n, json)?;
         }
         OpsCommand::Trigger { task, wait } => {
             let reply = local::ask(
