@@ -17,8 +17,9 @@ use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
 use crate::coord::zk::ZkCoordinator;
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, control};
 use crate::files::{self, PathProblem};
+use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{self, Overrides, Plan};
 use crate::schedule::{self, Schedule};
@@ -54,6 +55,24 @@ pub enum Command {
     /// Move a task's fire record back from the future (after the clock ran ahead), so that the
     /// task fires from now on; the daemon must be stopped.
     Reset(ResetArgs),
+    /// Show the nodes and tasks: leaders, next and last runs, problems (like `systemctl
+    /// list-timers`).
+    Status(ops::args::StatusArgs),
+    /// Explain who may lead a task and why it is or is not firing (a cluster command).
+    Explain(ops::args::ExplainArgs),
+    /// Print a task's last runs, newest first.
+    History(ops::args::HistoryArgs),
+    /// Run a task now, once, on its leader.
+    Trigger(ops::args::TriggerArgs),
+    /// Stop a task from firing, cluster-wide, until `zkcron resume`.
+    Pause(ops::args::TaskArgs),
+    /// Let a paused task fire again; the ticks of the paused period are not caught up.
+    Resume(ops::args::TaskArgs),
+    /// Make a node own no task (it stays registered; its running jobs finish), e.g. before
+    /// maintenance (a cluster command).
+    Drain(ops::args::DrainArgs),
+    /// Let a drained node own tasks again (a cluster command).
+    Undrain(ops::args::DrainArgs),
     /// Print a shell completion script to standard output.
     Completions(CompletionsArgs),
     /// Print the manual page zkcron(1) in roff to standard output.
@@ -97,7 +116,7 @@ pub struct RunArgs {
     pub node_version: Option<semver::Version>,
 }
 
-fn parse_connect(value: &str) -> Result<String, String> {
+pub(crate) fn parse_connect(value: &str) -> Result<String, String> {
     crate::coord::zk::split_connect(value).map(|_| value.to_string())
 }
 
@@ -227,6 +246,38 @@ pub fn main() -> ExitCode {
         Command::Schedule(args) => schedule(args),
         Command::Next(args) => next(args),
         Command::Reset(args) => reset(args),
+        Command::Status(args) => operate(&args.target, None, |_| OpsCommand::Status {
+            json: args.json,
+        }),
+        Command::Explain(args) => operate(&args.target, None, |_| OpsCommand::Explain {
+            task: args.task.clone(),
+            json: args.json,
+        }),
+        Command::History(args) => operate(&args.target, None, |_| OpsCommand::History {
+            task: args.task.clone(),
+            n: args.count as usize,
+            json: args.json,
+        }),
+        Command::Trigger(args) => operate(&args.target, None, |_| OpsCommand::Trigger {
+            task: args.task.clone(),
+            wait: args.wait,
+        }),
+        Command::Pause(args) => operate(&args.target, None, |_| OpsCommand::Pause {
+            task: args.task.clone(),
+        }),
+        Command::Resume(args) => operate(&args.target, None, |_| OpsCommand::Resume {
+            task: args.task.clone(),
+        }),
+        Command::Drain(args) => operate(&args.target, args.node_id.clone(), |plan| {
+            OpsCommand::Drain {
+                node: args.node.clone().unwrap_or_else(|| plan.node_id.clone()),
+            }
+        }),
+        Command::Undrain(args) => operate(&args.target, args.node_id.clone(), |plan| {
+            OpsCommand::Undrain {
+                node: args.node.clone().unwrap_or_else(|| plan.node_id.clone()),
+            }
+        }),
         Command::Completions(args) => print_completions(args),
         Command::Man => print_man_page(),
     };
@@ -248,7 +299,9 @@ fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
 }
 
 /// Reads the config named by `--config`, or the default file if it exists, or the defaults.
-fn resolve_config(args: &ConfigArgs) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
+pub(crate) fn resolve_config(
+    args: &ConfigArgs,
+) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
     match config_path(args) {
         Some(path) => Ok((config::load_config(&path)?, Some(path))),
         None => Ok((Config::default(), None)),
@@ -276,7 +329,7 @@ fn gave_up(errors: usize, not_doing: &str) -> ExitCode {
 }
 
 /// The host name, the node id when neither `--node-id` nor `[node].id` names one.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "localhost".to_string())
@@ -347,9 +400,13 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     match plan.backend {
         Backend::Local => runtime.block_on(async {
-            let coordinator = LocalCoordinator::open(&plan.state_dir)?;
+            let coordinator = Arc::new(
+                LocalCoordinator::open(&plan.state_dir)?
+                    .with_history_runs(plan.config.scheduler.history_runs),
+            );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
-            Daemon::new(daemon_config, Arc::new(coordinator)).run().await
+            let _control = control::serve_logged(&plan, &daemon_config, &coordinator);
+            Daemon::new(daemon_config, coordinator).run().await
         })?,
         Backend::Zookeeper => {
             let settings = plan
@@ -693,6 +750,18 @@ fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
         instant(record)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// An operator command (`crate::ops`) against the scheduler the config and flags name.
+fn operate(
+    target: &ops::args::TargetArgs,
+    node_id: Option<String>,
+    command: impl FnOnce(&Plan) -> OpsCommand,
+) -> anyhow::Result<ExitCode> {
+    match ops::args::resolve(target, node_id, command)? {
+        Ok((target, command)) => ops::run(command, target),
+        Err(error) => Ok(refuse_config(&error, "cannot reach the scheduler")),
+    }
 }
 
 fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {

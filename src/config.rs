@@ -34,6 +34,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "default_timezone",
             "shutdown_grace",
             "default_user",
+            "history_runs",
         ],
     ),
     ("coordination", &["backend", "zookeeper"]),
@@ -81,7 +82,13 @@ pub struct SchedulerSection {
     pub shutdown_grace: Duration,
     /// The user root runs tasks as when they name none; `None` runs them as root.
     pub default_user: Option<String>,
+    /// How many runs per task the history keeps (`zkcron history`). Default 100.
+    pub history_runs: usize,
 }
+
+/// The largest `[scheduler] history_runs`: a task's history is one znode (and one state file),
+/// which also never grows past 256 KiB.
+pub const MAX_HISTORY_RUNS: i64 = 1000;
 
 impl Default for SchedulerSection {
     fn default() -> Self {
@@ -91,6 +98,7 @@ impl Default for SchedulerSection {
             default_timezone: chrono_tz::UTC,
             shutdown_grace: Duration::from_secs(30),
             default_user: None,
+            history_runs: crate::coord::record::DEFAULT_HISTORY_RUNS,
         }
     }
 }
@@ -453,6 +461,11 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                 ("scheduler", "default_user") => {
                     config.scheduler.default_user = c.non_empty_string(q, value).map(String::from)
                 }
+                ("scheduler", "history_runs") => {
+                    if let Some(runs) = c.integer(q, value, 1..=MAX_HISTORY_RUNS) {
+                        config.scheduler.history_runs = runs as usize;
+                    }
+                }
                 ("coordination", "backend") => {
                     let choices = [("local", Backend::Local), ("zookeeper", Backend::Zookeeper)];
                     config.coordination.backend = c.choice(q, value, &choices).unwrap_or_default();
@@ -686,6 +699,26 @@ mod tests {
             default_state_dir(None, None, None),
             PathBuf::from("./state")
         );
+    }
+
+    #[test]
+    fn history_runs_defaults_to_100_and_must_be_1_to_1000() {
+        let path = Path::new("/etc/zkcron/zkcron.toml");
+        let config = parse_config(path, "").unwrap();
+        assert_eq!(config.scheduler.history_runs, 100);
+        let config = parse_config(path, "[scheduler]\nhistory_runs = 7\n").unwrap();
+        assert_eq!(config.scheduler.history_runs, 7);
+        for bad in ["0", "1001"] {
+            let error = parse_config(path, &format!("[scheduler]\nhistory_runs = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&format!(
+                    "`scheduler.history_runs` must be between 1 and 1000, found {bad}"
+                )),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
 //! - [`preflight`]: what `run` needs before it starts, checked the same way by `validate`.
+//! - [`ops`]: the operator's commands (`status`, `explain`, `history`, `trigger`, `pause`,
+//!   `resume`, `drain`, `undrain`), computed from ZooKeeper or asked of the local daemon.
 //! - [`cli`]: the `zkcron` command line.
 //! - [`manual`]: `zkcron(1)` and the shell completions, generated from the clap definition.
 
@@ -32,6 +34,7 @@ pub mod executor;
 pub mod files;
 pub mod logging;
 pub mod manual;
+pub mod ops;
 pub mod plan;
 pub mod preflight;
 pub mod schedule;

@@ -115,13 +115,16 @@ A tick never runs twice. A tick nobody claimed is caught up per \fBcatch_up\fR. 
 .SH FILES
 .TP
 \fI/etc/zkcron/zkcron.toml\fR
-The node configuration, read by \fBrun\fR, \fBvalidate\fR and \fBnext\fR when \fB\-\-config\fR is not given.
+The node configuration, read by \fBrun\fR, \fBvalidate\fR, \fBnext\fR and the operator commands (\fBstatus\fR, \fBexplain\fR, \fBhistory\fR, \fBtrigger\fR, \fBpause\fR, \fBresume\fR, \fBdrain\fR, \fBundrain\fR) when \fB\-\-config\fR is not given.
 .TP
 \fI/etc/zkcron/jobs.d/\fR
 Task files, one task per \fINAME\fR.toml; the default jobs dir beside the configuration.
 .TP
 \fI/var/lib/zkcron/\fR
 The state dir of the packaged service (systemd's \fBStateDirectory=\fR): fire records of the local backend and the lock that keeps a second daemon out.
+.TP
+\fI/var/lib/zkcron/zkcron.sock\fR
+The local backend's control socket (mode 0600): the operator commands reach the daemon of a single host through it.
 .SH SIGNALS
 .TP
 \fBSIGHUP\fR
@@ -130,7 +133,7 @@ Re\-read the jobs dir (\fBsystemctl reload zkcron\fR). A change in the jobs dir 
 \fBSIGTERM\fR, \fBSIGINT\fR
 Graceful stop: fire nothing new and start no retry, release every lease at once, let running jobs finish for up to \fBshutdown_grace\fR, then kill their process groups.
 .SH "EXIT STATUS"
-0 on success, 1 for invalid input or a failed check, 2 for a usage error.
+0 on success, 1 for invalid input or a failed check (for the operator commands also: ZooKeeper or the local daemon unreachable, an unknown task, a triggered run that failed or could not run), 2 for a usage error.
 .SH "SEE ALSO"
 \fBsystemctl\fR(1), \fBcrontab\fR(5), \fBsystemd.service\fR(5)
 "#;

@@ -102,6 +102,7 @@ impl Plan {
             node_id: self.node_id.clone(),
             release: self.release.clone(),
             labels: self.config.node.labels.clone(),
+            history_runs: self.config.scheduler.history_runs,
         })
     }
 

@@ -327,7 +327,21 @@ fn man_prints_a_roff_page_that_names_every_public_subcommand() {
     ] {
         assert!(page.contains(section), "missing {section}: {page}");
     }
-    for sub in ["run", "validate", "schedule", "next", "completions"] {
+    for sub in [
+        "run",
+        "validate",
+        "schedule",
+        "next",
+        "completions",
+        "status",
+        "explain",
+        "history",
+        "trigger",
+        "pause",
+        "resume",
+        "drain",
+        "undrain",
+    ] {
         assert!(
             page.contains(&format!(".SS \"zkcron {sub}\"")),
             "missing {sub}: {page}"
@@ -357,6 +371,7 @@ fn completions_for_each_packaged_shell_complete_the_subcommands() {
         let script = stdout(&output);
         assert!(script.contains(marker), "{shell}: {script}");
         assert!(script.contains("validate"), "{shell}: {script}");
+        assert!(script.contains("undrain"), "{shell}: {script}");
         assert!(script.contains("jobs-dir"), "{shell}: {script}");
     }
 }

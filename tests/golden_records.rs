@@ -22,8 +22,8 @@ use common::zk::{ZkServer, connect_client};
 use serde_json::{Map, Value, json};
 use zkcron::coord::local::LocalCoordinator;
 use zkcron::coord::zk::{
-    FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord, TaskSetRef,
-    ZkCoordinator, ZkSettings,
+    FireRecord, HistoryRecord, LeaseRecord, MemberRecord, RunRecord, RunTrigger, TaskSetEntry,
+    TaskSetRecord, TaskSetRef, TriggerRecord, TriggerState, ZkCoordinator, ZkSettings,
 };
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
 use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
@@ -203,6 +203,36 @@ fn a_result_record_decodes_and_reencodes_to_the_same_json() {
     assert_eq!(newer, result);
 }
 
+/// Issue [6]'s records (`control/triggers/<name>`, `tasks/<task>/history`): written by hand in
+/// the shapes the issue fixes (a history entry is exactly an element of `zkcron history
+/// --json`), pinned from their first release on like the others.
+#[test]
+fn a_trigger_and_a_history_record_decode_and_reencode_to_the_same_json() {
+    let golden = zk_fixture("trigger-ended.json");
+    let (trigger, encoded) = round_trip::<TriggerRecord>(&golden);
+    assert_eq!(encoded, golden);
+    assert_eq!(trigger.state, TriggerState::Ended);
+    let result = trigger.result.clone().unwrap();
+    assert_eq!(result.fire_id, "backup@manual-0000000042");
+    assert_eq!((result.exit_code, result.signal), (None, Some(9)));
+    let (newer, _) = round_trip::<TriggerRecord>(&with_unknown_field(&golden));
+    assert_eq!(newer, trigger);
+    // A pending one, as `zkcron trigger` creates it, has no optional field.
+    let pending = json!({"format": 1, "task": "backup", "requested_at": "2026-01-01T00:00:30Z",
+        "by": "ops@host-a", "state": "pending"});
+    assert_eq!(round_trip::<TriggerRecord>(&pending).1, pending);
+
+    let golden = zk_fixture("history.json");
+    let (history, encoded) = round_trip::<HistoryRecord>(&golden);
+    assert_eq!(encoded, golden);
+    let triggers: Vec<RunTrigger> = history.runs.iter().map(|r| r.trigger).collect();
+    assert_eq!(triggers, [RunTrigger::Schedule, RunTrigger::Manual]);
+    assert_eq!(history.runs[1], result);
+    let mut newer = with_unknown_field(&golden);
+    newer["runs"][0]["added_by_a_newer_release"] = json!(true);
+    assert_eq!(round_trip::<HistoryRecord>(&newer).0, history);
+}
+
 /// The result every fixture's run ended with.
 fn result_of(node: &str, tick: DateTime<Utc>) -> RunResult {
     RunResult {
@@ -213,6 +243,7 @@ fn result_of(node: &str, tick: DateTime<Utc>) -> RunResult {
         attempts: 1,
         duration_ms: 1250,
         finished_at: tick + chrono::TimeDelta::milliseconds(1250),
+        ..RunResult::default()
     }
 }
 
@@ -236,6 +267,7 @@ fn settings(connect: &str, node: &str, release: &str) -> ZkSettings {
         node_id: node.into(),
         release: release.parse().unwrap(),
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+        history_runs: 100,
     }
 }
 

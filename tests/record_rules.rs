@@ -335,6 +335,7 @@ fn result_of(node: &str, minute: i64) -> RunResult {
         attempts: 1,
         duration_ms: 5,
         finished_at: at(minute) + chrono::TimeDelta::seconds(1),
+        ..RunResult::default()
     }
 }
 
@@ -444,6 +445,8 @@ struct Store {
     /// Live runs: (task, tick) → the node running it.
     live: HashMap<(String, DateTime<Utc>), String>,
     alive: HashSet<String>,
+    /// Manual runs claimed (by fire id): a trigger is pending until then.
+    manual: HashSet<String>,
 }
 
 struct Model {
@@ -555,6 +558,23 @@ impl Coordinator for Model {
     async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
         let store = self.store.lock().unwrap();
         Ok(store.records.get(task).and_then(|r| r.result.clone()))
+    }
+
+    async fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &zkcron::coord::Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let mut store = self.store.lock().unwrap();
+        let pending = !store.manual.contains(&trigger.fire_id);
+        let leads = self.leadership.borrow().may_fire(task);
+        match record::admit_manual(leads, pending, trigger.requested_at) {
+            Verdict::Refuse(outcome) => Ok(outcome),
+            Verdict::Admit => {
+                store.manual.insert(trigger.fire_id.clone());
+                Ok(ClaimOutcome::Claimed)
+            }
+        }
     }
 
     async fn release_all(&self) {
@@ -694,6 +714,7 @@ impl ZkBackend {
             node_id: id.into(),
             release: release.parse().unwrap(),
             labels: BTreeMap::new(),
+            history_runs: 100,
         };
         let enabled = CASES.iter().filter(|c| c.enabled).count();
         let coordinator = runtime.block_on(async {

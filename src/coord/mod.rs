@@ -17,7 +17,7 @@ pub mod rank;
 pub mod record;
 pub mod zk;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -44,6 +44,17 @@ pub struct Leadership {
     /// The tasks the operator paused (`zkcron pause`), cluster-wide: a leader keeps their
     /// leases and fires nothing of them.
     pub paused_tasks: Arc<BTreeSet<String>>,
+    /// Pending manual runs (`zkcron trigger`) of the tasks this node leads, by task, oldest
+    /// first. The daemon runs each once, after [`Coordinator::claim_manual`] says `Claimed`.
+    pub triggers: Arc<BTreeMap<String, Vec<Trigger>>>,
+}
+
+/// A manual run asked for by `zkcron trigger`: its fire id (`<task>@manual-<10 digits>`, which
+/// no scheduled tick can have) and when it was asked for (its `ZKCRON_SCHEDULED_AT`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Trigger {
+    pub fire_id: String,
+    pub requested_at: DateTime<Utc>,
 }
 
 impl Leadership {
@@ -76,7 +87,11 @@ pub enum ClaimOutcome {
 }
 
 /// How a run ended, as stored with the task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The fields after `finished_at` are what the history and a trigger's end need; they are not
+/// part of the stored `result` record (whose JSON nodes of earlier releases share), so they
+/// are never serialized.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunResult {
     /// The tick the run was for.
     pub tick: DateTime<Utc>,
@@ -87,6 +102,26 @@ pub struct RunResult {
     pub attempts: u32,
     pub duration_ms: u64,
     pub finished_at: DateTime<Utc>,
+    /// The run's fire id (`<task>@<unix>` or `<task>@manual-<10 digits>`); `None`: derived
+    /// from `tick`.
+    #[serde(skip)]
+    pub fire_id: Option<String>,
+    /// A manual run (`zkcron trigger`): its end goes to the trigger, not to the fire record's
+    /// `result`, and `tick` is when it was requested.
+    #[serde(skip)]
+    pub manual: bool,
+    /// The last attempt's exit code, if its main process exited.
+    #[serde(skip)]
+    pub exit_code: Option<i32>,
+    /// The signal that killed the last attempt's main process (not a stop by zkcron).
+    #[serde(skip)]
+    pub signal: Option<i32>,
+    /// When the first attempt was spawned; `None`: nothing was spawned.
+    #[serde(skip)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// The release of the node that ran it; `None`: the backend fills in its own.
+    #[serde(skip)]
+    pub release: Option<String>,
 }
 
 /// A coordination failure the caller must tell apart from a refused claim.
@@ -128,6 +163,10 @@ pub enum CoordError {
     /// later one: it counts as not claimed.
     #[error("{context}: {why}")]
     Unknown { context: String, why: String },
+    /// An operator's request the backend refused (e.g. a trigger of a task it does not
+    /// define); the message says why.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What the scheduler asks of the cluster. Implementations are cheap to share (`Arc`).
@@ -184,6 +223,18 @@ pub trait Coordinator: Send + Sync + 'static {
         &self,
         task: &str,
     ) -> impl Future<Output = Result<Option<RunResult>, CoordError>> + Send;
+
+    /// Claims the manual run `trigger` of `task` (listed in [`Leadership::triggers`]): succeeds
+    /// only while this node leads the task and the trigger is still pending, and then marks it
+    /// running on this node, atomically (ZooKeeper: one multi-op checking the lease
+    /// incarnation and setting the trigger znode at the version read). A manual run is claimed
+    /// at most once; only `Claimed` may start it. Its end goes to [`Coordinator::run_ended`]
+    /// with `RunResult::manual` set.
+    fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+    ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
 
     /// Gives up all leadership at once (graceful stop): others may take over immediately.
     fn release_all(&self) -> impl Future<Output = ()> + Send;

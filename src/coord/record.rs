@@ -41,11 +41,30 @@
 //! - **Eligible**: a disabled task is neither published nor led, on any backend: a node must
 //!   not hold a lease for a task it will not fire, and "leading N of M tasks" counts what fires.
 //!   (Before, the local backend counted disabled tasks as led.)
+//! - **Manual run** (`zkcron trigger`, issue [6]): claimed only while the node leads the task
+//!   ([`ClaimOutcome::NotLeader`] first) and only while the trigger is pending
+//!   ([`ClaimOutcome::AlreadyClaimed`] with its request time otherwise): at most once, like a
+//!   tick. It moves no fire record and is never caught up or rerun.
+//! - **History**: a run is appended once (by fire id), the oldest dropped beyond the limit
+//!   (`[scheduler] history_runs`) or beyond [`HISTORY_MAX_BYTES`] of JSON.
+//! - **Ended triggers** are deleted [`TRIGGER_KEEP_ENDED`] after they ended.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::ClaimOutcome;
+use super::zk::wire::HistoryEntry;
 use crate::task::TaskSpec;
+
+/// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
+pub const HISTORY_MAX_BYTES: usize = 256 * 1024;
+
+/// `[scheduler] history_runs` when not set.
+pub const DEFAULT_HISTORY_RUNS: usize = 100;
+
+/// How long an ended trigger stays for `zkcron trigger --wait` and `status` to read.
+pub const TRIGGER_KEEP_ENDED: Duration = Duration::from_secs(600);
 
 /// What a backend knows about one task's fire record when it decides.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,6 +127,61 @@ pub fn admit_rerun(view: &FireView, tick: DateTime<Utc>) -> Verdict {
 /// Whether a result of `incoming` replaces the stored result of `stored` (`None`: none stored).
 pub fn supersedes(stored: Option<DateTime<Utc>>, incoming: DateTime<Utc>) -> bool {
     stored.is_none_or(|stored| stored <= incoming)
+}
+
+/// Whether the manual run requested at `requested_at` may be claimed: the node leads the task
+/// and the trigger is still `pending`.
+pub fn admit_manual(leads: bool, pending: bool, requested_at: DateTime<Utc>) -> Verdict {
+    if !leads {
+        return Verdict::Refuse(ClaimOutcome::NotLeader);
+    }
+    if !pending {
+        return Verdict::Refuse(ClaimOutcome::AlreadyClaimed {
+            record: requested_at,
+        });
+    }
+    Verdict::Admit
+}
+
+/// The fire id of the `n`-th manual run of `task`: `<task>@manual-<10 digits>` (a scheduled
+/// tick's is `<task>@<digits>`, so the two never collide).
+pub fn manual_fire_id(task: &str, n: u64) -> String {
+    format!("{task}@manual-{n:010}")
+}
+
+/// The task a manual fire id (a trigger znode's name) belongs to, if it has that form.
+pub fn manual_task(fire_id: &str) -> Option<&str> {
+    let (task, number) = fire_id.rsplit_once("@manual-")?;
+    (number.len() == 10 && number.bytes().all(|b| b.is_ascii_digit()) && !task.is_empty())
+        .then_some(task)
+}
+
+/// Appends `entry` to `runs` (oldest first) unless its fire id is there already; then drops
+/// the oldest beyond `limit` runs and beyond [`HISTORY_MAX_BYTES`] of JSON. Returns whether
+/// `runs` changed.
+pub fn append_history(runs: &mut Vec<HistoryEntry>, entry: HistoryEntry, limit: usize) -> bool {
+    if runs.iter().any(|run| run.fire_id == entry.fire_id) {
+        return false;
+    }
+    runs.push(entry);
+    let limit = limit.max(1);
+    if runs.len() > limit {
+        runs.drain(..runs.len() - limit);
+    }
+    // The record's JSON is its runs' plus a small envelope (`{"format":1,"runs":[...]}`).
+    let size = |run: &HistoryEntry| serde_json::to_vec(run).map_or(0, |b| b.len() + 1);
+    let mut total: usize = 32 + runs.iter().map(size).sum::<usize>();
+    while total > HISTORY_MAX_BYTES && runs.len() > 1 {
+        total -= size(&runs.remove(0));
+    }
+    true
+}
+
+/// Whether a trigger that ended at `ended_at` is to be deleted at `now`.
+pub fn trigger_expired(ended_at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    (now - ended_at)
+        .to_std()
+        .is_ok_and(|age| age >= TRIGGER_KEEP_ENDED)
 }
 
 /// Whether a node that defines `task` may lead it (publishes it as one it can run).
@@ -258,6 +332,79 @@ mod tests {
             admit_rerun(&follower, at(60)),
             Verdict::Refuse(ClaimOutcome::NotLeader)
         );
+    }
+
+    fn entry(fire_id: &str) -> HistoryEntry {
+        HistoryEntry {
+            fire_id: fire_id.into(),
+            tick: at(0),
+            node: "n1".into(),
+            release: "1.0.0".into(),
+            started_at: at(0),
+            duration_ms: 5,
+            exit_code: Some(0),
+            signal: None,
+            success: true,
+            attempts: 1,
+            trigger: crate::coord::zk::wire::RunTrigger::Schedule,
+        }
+    }
+
+    #[test]
+    fn a_manual_run_needs_the_lease_and_a_pending_trigger() {
+        assert_eq!(admit_manual(true, true, at(0)), Verdict::Admit);
+        assert_eq!(
+            admit_manual(false, true, at(0)),
+            Verdict::Refuse(ClaimOutcome::NotLeader)
+        );
+        assert_eq!(
+            admit_manual(true, false, at(0)),
+            Verdict::Refuse(ClaimOutcome::AlreadyClaimed { record: at(0) })
+        );
+    }
+
+    #[test]
+    fn manual_fire_ids_never_look_like_a_tick_and_name_their_task() {
+        let id = manual_fire_id("backup", 42);
+        assert_eq!(id, "backup@manual-0000000042");
+        assert_eq!(manual_task(&id), Some("backup"));
+        assert_eq!(manual_task("backup@1767225600"), None);
+        assert_eq!(manual_task("backup@manual-42"), None);
+        assert_eq!(manual_task("@manual-0000000042"), None);
+    }
+
+    #[test]
+    fn history_keeps_each_run_once_and_the_newest_within_both_bounds() {
+        let mut runs = Vec::new();
+        for i in 0..5 {
+            assert!(append_history(&mut runs, entry(&format!("t@{i}")), 3));
+        }
+        let ids: Vec<&str> = runs.iter().map(|r| r.fire_id.as_str()).collect();
+        assert_eq!(ids, ["t@2", "t@3", "t@4"]);
+        assert!(!append_history(&mut runs, entry("t@4"), 3));
+        assert_eq!(runs.len(), 3);
+        // Bytes: long fire ids fill 256 KiB long before 1,000 runs.
+        let mut runs = Vec::new();
+        let long = "x".repeat(2000);
+        for i in 0..1000 {
+            append_history(&mut runs, entry(&format!("{long}@{i}")), 1000);
+        }
+        let bytes = serde_json::to_vec(&crate::coord::zk::wire::HistoryRecord {
+            format: 1,
+            runs: runs.clone(),
+        })
+        .unwrap()
+        .len();
+        assert!(bytes <= HISTORY_MAX_BYTES, "{bytes} bytes");
+        assert!(runs.len() > 100, "{} runs kept", runs.len());
+        assert_eq!(runs.last().unwrap().fire_id, format!("{long}@999"));
+    }
+
+    #[test]
+    fn ended_triggers_go_ten_minutes_after_their_end() {
+        assert!(!trigger_expired(at(0), at(599)));
+        assert!(trigger_expired(at(0), at(600)));
+        assert!(!trigger_expired(at(600), at(0)));
     }
 
     #[test]

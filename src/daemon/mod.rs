@@ -27,6 +27,8 @@ use crate::coord::{Coordinator, Leadership};
 use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
+pub mod control;
+mod manual;
 mod memory;
 pub(crate) use memory::use_one_heap;
 mod runs;
@@ -102,6 +104,8 @@ struct Shared<C> {
     runs_alive: mpsc::Sender<()>,
     /// The live runs of every task that has fired here.
     runs: Arc<RunsByTask>,
+    /// Manual runs being claimed or claimed.
+    manual: manual::ManualRuns,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -122,6 +126,7 @@ impl<C: Coordinator> Shared<C> {
             clock_jumps,
             runs_alive,
             runs: Arc::default(),
+            manual: manual::ManualRuns::default(),
         };
         (Arc::new(shared), runs_alive_rx)
     }
@@ -415,6 +420,7 @@ impl<C: Coordinator> Daemon<C> {
         }
         self.paused_logged
             .retain(|name| self.tasks.contains_key(name));
+        manual::start_manual_runs(&self.shared, &self.tasks, &leadership);
         let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
         let status = service::status_line(&leadership, &loaded);
         if status != self.status {

@@ -260,7 +260,16 @@ pub(super) async fn fire<C: Coordinator>(
         );
         return;
     };
-    start_run(shared, runs, name, tick, prepared, claimed_at, &stop);
+    start_run(
+        shared,
+        runs,
+        name,
+        tick,
+        prepared,
+        claimed_at,
+        &stop,
+        RunKind::Scheduled,
+    );
 }
 
 /// The live runs of the task on this node and (for `overlap`) on the others.
@@ -329,7 +338,16 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
                 %fire_id,
                 "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
             );
-            start_run(shared, runs, name, tick, prepared, claimed_at, stop);
+            start_run(
+                shared,
+                runs,
+                name,
+                tick,
+                prepared,
+                claimed_at,
+                stop,
+                RunKind::Scheduled,
+            );
         }
         Ok(outcome) => {
             tracing::info!(task = %name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
@@ -365,6 +383,25 @@ pub(super) fn run_request<C: Coordinator>(
     }
 }
 
+/// Which run [`start_run`] starts.
+#[derive(Debug, Clone)]
+pub(super) enum RunKind {
+    /// A tick of the schedule: its fire id is `<task>@<unix>` of the tick.
+    Scheduled,
+    /// A manual run (`zkcron trigger`): its fire id is the trigger's name, its tick the time it
+    /// was requested.
+    Manual { fire_id: String },
+}
+
+impl RunKind {
+    fn fire_id(&self, task: &str, tick: Tick) -> String {
+        match self {
+            RunKind::Scheduled => plan::fire_id(task, tick.instant),
+            RunKind::Manual { fire_id } => fire_id.clone(),
+        }
+    }
+}
+
 /// Spawns the claimed tick's process at its due time (at once for a tick due already), then
 /// tracks the run: it is live in `runs` from the claim until the main process of its last
 /// attempt exits (background processes it leaves behind are not tracked), and its result is
@@ -380,7 +417,8 @@ pub(super) fn run_request<C: Coordinator>(
 /// claimed it, its result says so (and removes its live-run record); if the session was lost,
 /// its records went with it, and the tick is one claimed by a node that died before its run
 /// (`on_node_loss` decides).
-fn start_run<C: Coordinator>(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn start_run<C: Coordinator>(
     shared: &Arc<Shared<C>>,
     runs: &Arc<TaskRuns>,
     task: &str,
@@ -388,10 +426,11 @@ fn start_run<C: Coordinator>(
     prepared: PreparedRun,
     claimed_at: tokio::time::Instant,
     stop: &watch::Receiver<bool>,
+    kind: RunKind,
 ) {
     static NEXT_RUN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = task.to_string();
-    let fire_id = plan::fire_id(&name, tick.instant);
+    let fire_id = kind.fire_id(&name, tick);
     let session = shared.leadership.borrow().session_losses;
     let (stop_handle, stop_signal) = StopHandle::new();
     let (done_tx, done_rx) = watch::channel(false);
@@ -428,14 +467,17 @@ fn start_run<C: Coordinator>(
                     .expect("runs lock poisoned")
                     .retain(|e| e.id != id);
                 let _ = done_tx.send(true);
-                not_started(&shared, &name, &fire_id, tick, session).await;
+                not_started(&shared, &name, &fire_id, tick, session, &kind).await;
                 return;
             }
         }
+        let started_at = wall_clock();
         let started = executor::start(prepared, Some(claimed_at));
         let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
         let node = shared.node_id.clone();
+        let manual = matches!(kind, RunKind::Manual { .. });
+        let run_fire_id = fire_id.clone();
         let ended = move |outcome: &RunOutcome| {
             // The run is over on this node now, not once its result is written.
             runs.running
@@ -443,7 +485,15 @@ fn start_run<C: Coordinator>(
                 .expect("runs lock poisoned")
                 .retain(|e| e.id != id);
             let _ = done_tx.send(true);
-            let _ = ended_tx.send(run_result(tick, node, outcome, spawned.elapsed()));
+            let mut result = run_result(tick, node, outcome, spawned.elapsed());
+            result.started_at = outcome
+                .attempts
+                .iter()
+                .any(|a| a.pid.is_some())
+                .then_some(started_at);
+            result.fire_id = Some(run_fire_id);
+            result.manual = manual;
+            let _ = ended_tx.send(result);
         };
         let record = async {
             // The first thing after the end: with ZooKeeper this one multi-op deletes the
@@ -465,6 +515,7 @@ async fn not_started<C: Coordinator>(
     fire_id: &str,
     tick: Tick,
     session: u64,
+    kind: &RunKind,
 ) {
     if shared.leadership.borrow().session_losses != session {
         tracing::warn!(
@@ -483,6 +534,9 @@ async fn not_started<C: Coordinator>(
         attempts: 0,
         duration_ms: 0,
         finished_at: wall_clock(),
+        fire_id: Some(fire_id.to_string()),
+        manual: matches!(kind, RunKind::Manual { .. }),
+        ..RunResult::default()
     };
     if let Err(error) = shared.coordinator.run_ended(name, &result).await {
         tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
@@ -499,8 +553,17 @@ fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration
             .map(|a| a.exit.to_string())
             .unwrap_or_default(),
         success: outcome.succeeded(),
+        exit_code: match outcome.last().map(|a| &a.exit) {
+            Some(executor::Exit::Code(code)) => Some(*code),
+            _ => None,
+        },
+        signal: match outcome.last().map(|a| &a.exit) {
+            Some(executor::Exit::Signal(signal)) => Some(*signal),
+            _ => None,
+        },
         attempts: outcome.attempts.len() as u32,
         duration_ms: duration.as_millis() as u64,
         finished_at: wall_clock(),
+        ..RunResult::default()
     }
 }

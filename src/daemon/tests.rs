@@ -1,3 +1,4 @@
+use super::manual;
 use super::runs::TaskRuns;
 use super::*;
 use crate::coord::CoordError;
@@ -29,6 +30,9 @@ struct SlowResults {
     /// of it came (wall clock).
     orphan: Mutex<Option<DateTime<Utc>>>,
     reclaimed_at: Mutex<Vec<DateTime<Utc>>>,
+    /// Manual runs claimed (each fire id once), and every result recorded.
+    manual_claims: Mutex<Vec<String>>,
+    ended: Mutex<Vec<RunResult>>,
 }
 
 impl SlowResults {
@@ -49,6 +53,8 @@ impl SlowResults {
             max_reading: AtomicUsize::new(0),
             orphan: Mutex::default(),
             reclaimed_at: Mutex::default(),
+            manual_claims: Mutex::default(),
+            ended: Mutex::default(),
         })
     }
 
@@ -109,9 +115,25 @@ impl Coordinator for SlowResults {
         Ok(0)
     }
 
-    async fn run_ended(&self, _: &str, _: &RunResult) -> Result<(), CoordError> {
+    async fn run_ended(&self, _: &str, result: &RunResult) -> Result<(), CoordError> {
         tokio::time::sleep(self.result_write).await;
+        self.ended.lock().unwrap().push(result.clone());
         Ok(())
+    }
+
+    async fn claim_manual(
+        &self,
+        _: &str,
+        trigger: &crate::coord::Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let mut claims = self.manual_claims.lock().unwrap();
+        if claims.contains(&trigger.fire_id) {
+            return Ok(ClaimOutcome::AlreadyClaimed {
+                record: trigger.requested_at,
+            });
+        }
+        claims.push(trigger.fire_id.clone());
+        Ok(ClaimOutcome::Claimed)
     }
 
     async fn last_result(&self, _: &str) -> Result<Option<RunResult>, CoordError> {
@@ -412,5 +434,62 @@ async fn a_tick_orphaned_before_its_instant_is_rerun_at_its_instant_not_before()
     assert!(
         spawned >= orphan,
         "rerun spawned at {spawned}, before {orphan}"
+    );
+}
+
+/// Issue 11 item 6: a listed trigger runs once (however often the leadership lists it before
+/// it is claimed), with the trigger's name as fire id and the request time as scheduled time,
+/// and its end goes to the coordinator as a manual run.
+#[tokio::test(flavor = "multi_thread")]
+async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_once_as_a_manual_run()
+ {
+    let coordinator = SlowResults::new("t", None, Duration::ZERO);
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("env");
+    let spec = task(&format!(
+        "schedule = \"0 0 0 1 1 *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT\" >> {}; exit 4']\n",
+        file.display()
+    ));
+    let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
+    let tasks = BTreeMap::from([("t".to_string(), LoadedTask { spec, timer: None })]);
+    let requested_at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+    let trigger = crate::coord::Trigger {
+        fire_id: "t@manual-0000000007".into(),
+        requested_at,
+    };
+    let mut leadership = coordinator.leadership.borrow().clone();
+    leadership.triggers = Arc::new(BTreeMap::from([("t".to_string(), vec![trigger])]));
+    for _ in 0..3 {
+        manual::start_manual_runs(&shared, &tasks, &leadership);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while coordinator.ended.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the manual run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Listed again after its end (the coordinator had not dropped it yet): not run again.
+    manual::start_manual_runs(&shared, &tasks, &leadership);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        *coordinator.manual_claims.lock().unwrap(),
+        ["t@manual-0000000007"]
+    );
+    let ended = coordinator.ended.lock().unwrap().clone();
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let result = &ended[0];
+    assert!(result.manual);
+    assert_eq!(result.fire_id.as_deref(), Some("t@manual-0000000007"));
+    assert_eq!(result.tick, requested_at);
+    assert_eq!(
+        (result.exit_code, result.signal, result.success),
+        (Some(4), None, false)
+    );
+    assert!(result.started_at.is_some());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "t@manual-0000000007 2027-01-15T08:00:00Z\n"
     );
 }

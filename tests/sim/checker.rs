@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     NotConverged,
     /// A node keeps asking for work at one instant (a busy loop in virtual time).
     BusyLoop,
+    /// A manual run (`zkcron trigger`) was claimed to run twice.
+    ManualRunTwice,
 }
 
 #[derive(Debug, Clone)]
@@ -79,9 +81,27 @@ pub(crate) struct Checker {
     pub(crate) claims: BTreeMap<(TaskIx, DateTime<Utc>), Vec<ClaimRec>>,
     pub(crate) runs: BTreeMap<(TaskIx, DateTime<Utc>), Vec<RunRec>>,
     pub(crate) violations: Vec<Violation>,
+    /// Manual runs claimed, by fire id: when and by which node.
+    pub(crate) manual_runs: BTreeMap<String, Vec<(Ms, usize)>>,
 }
 
 impl Checker {
+    /// A manual run was claimed: at most once per fire id, on any node, ever.
+    pub(crate) fn on_manual_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
+        let runs = self.manual_runs.entry(fire_id.to_string()).or_default();
+        runs.push((at, node));
+        if runs.len() > 1 {
+            let detail = format!("manual run {fire_id} claimed to run again: {runs:?}");
+            self.violations.push(Violation {
+                kind: Kind::ManualRunTwice,
+                at,
+                task: Some(task),
+                tick: None,
+                detail,
+            });
+        }
+    }
+
     pub(crate) fn violation(
         &mut self,
         kind: Kind,

@@ -18,7 +18,8 @@ use zkcron::coord::zk::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
+use zkcron::coord::zk::{TriggerRecord, TriggerState};
+use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
 use zkcron::task::{CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
@@ -163,6 +164,8 @@ pub(crate) enum T {
     Poke,
     /// Give up waiting for a graceful stop.
     StopDeadline,
+    /// A manual run (index into `Sim::triggers`) ends.
+    ManualEnd(usize),
 }
 
 #[derive(Debug)]
@@ -184,6 +187,8 @@ pub(crate) enum Ev {
         timer: T,
     },
     SessionCheck(i64),
+    /// The operator asks for a manual run (index into `Sim::triggers`), as `zkcron trigger`.
+    Trigger(usize),
 }
 
 #[derive(Debug)]
@@ -225,6 +230,10 @@ pub(crate) enum Asked {
     RunEnded,
     Release,
     Close,
+    /// `ClaimManual` of `Sim::triggers[trigger]`.
+    Manual {
+        trigger: usize,
+    },
 }
 
 #[derive(Default)]
@@ -267,6 +276,8 @@ pub(crate) struct Proc {
     pub(crate) next_generation: u64,
     /// Requests to hand the node once its outputs are drained.
     pub(crate) requests: VecDeque<(ReqId, Request)>,
+    /// Manual runs this daemon is claiming or has claimed (by fire id).
+    pub(crate) manual: BTreeSet<String>,
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -302,6 +313,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) trace_calls: bool,
     /// Keep a trace at all (for the report of a failing scenario).
     pub(crate) tracing: bool,
+    /// The operator's manual run requests: task, fire id, request time.
+    pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
 }
 
 impl<'s> Sim<'s> {
@@ -353,6 +366,7 @@ impl<'s> Sim<'s> {
             stranger: 0,
             trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
             tracing: true,
+            triggers: Vec::new(),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -389,7 +403,93 @@ impl<'s> Sim<'s> {
         for (at, fault) in &sc.faults {
             sim.push(*at, Ev::Fault(fault.clone()));
         }
+        // Manual runs, at fixed points of every scenario (no draw from the seed's generator,
+        // so the scenarios stay what they were): during the faults and while settling.
+        if !sc.tasks.is_empty() {
+            let settled = sc.fault_end + sc.settle / 2;
+            for (k, at) in [sc.fault_end / 3, sc.fault_end * 2 / 3, settled]
+                .into_iter()
+                .enumerate()
+            {
+                let task = (sc.seed as usize + k) % sc.tasks.len();
+                let fire_id = format!("{}@manual-{k:010}", sc.tasks[task].name);
+                let requested_at = epoch() + TimeDelta::milliseconds(at as i64);
+                sim.triggers.push((task, fire_id, requested_at));
+                sim.push(at, Ev::Trigger(k));
+            }
+        }
         sim
+    }
+
+    /// The operator creates a pending trigger znode, as `zkcron trigger` does.
+    fn create_trigger(&mut self, k: usize) {
+        let (task, fire_id, requested_at) = self.triggers[k].clone();
+        let record = TriggerRecord {
+            format: 1,
+            task: self.sc.tasks[task].name.clone(),
+            requested_at,
+            by: "operator@sim".into(),
+            state: TriggerState::Pending,
+            node: None,
+            claimed_at: None,
+            result: None,
+            reason: None,
+        };
+        let dir = |p: &str| ZkOp::Create {
+            path: format!("{BASE}/{p}"),
+            data: Vec::new(),
+            mode: CreateMode::Persistent,
+        };
+        for op in [
+            dir("control"),
+            dir("control/triggers"),
+            ZkOp::Create {
+                path: format!("{BASE}/control/triggers/{fire_id}"),
+                data: serde_json::to_vec(&record).expect("encodes"),
+                mode: CreateMode::Persistent,
+            },
+        ] {
+            let mut writes = Vec::new();
+            let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
+            note!(
+                self,
+                None,
+                Some(task),
+                format!("operator {op:?}: {result:?}")
+            );
+            self.broadcast(events);
+        }
+    }
+
+    /// Claims the manual runs the node lists that this daemon has not asked for yet.
+    fn claim_triggers(&mut self, n: NodeIx) {
+        let p = &self.procs[n];
+        if p.leadership.paused || p.stopping {
+            return;
+        }
+        let listed: Vec<(String, Trigger)> = p
+            .leadership
+            .triggers
+            .iter()
+            .flat_map(|(task, list)| list.iter().map(|t| (task.clone(), t.clone())))
+            .collect();
+        for (task, trigger) in listed {
+            if !self.procs[n].manual.insert(trigger.fire_id.clone()) {
+                continue;
+            }
+            let Some(k) = self
+                .triggers
+                .iter()
+                .position(|(_, id, _)| *id == trigger.fire_id)
+            else {
+                continue;
+            };
+            self.ask(
+                n,
+                Request::ClaimManual { task, trigger },
+                Asked::Manual { trigger: k },
+            );
+        }
     }
 
     pub(crate) fn push(&mut self, at: Ms, ev: Ev) {
@@ -474,6 +574,7 @@ impl<'s> Sim<'s> {
     pub(crate) fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Fault(fault) => self.fault(fault),
+            Ev::Trigger(k) => self.create_trigger(k),
             Ev::Up { conn, msg } => {
                 let l = self.links.get_mut(&conn).expect("known link");
                 if !l.alive {
@@ -1119,6 +1220,25 @@ impl<'s> Sim<'s> {
                     self.pump(n, task);
                 }
             }
+            T::ManualEnd(k) => {
+                let (task, fire_id, requested_at) = self.triggers[k].clone();
+                let result = RunResult {
+                    tick: requested_at,
+                    node: self.procs[n].id.clone(),
+                    exit: "exit code 0".into(),
+                    success: true,
+                    attempts: 1,
+                    duration_ms: 500,
+                    finished_at: self.wall(n),
+                    fire_id: Some(fire_id),
+                    manual: true,
+                    exit_code: Some(0),
+                    ..RunResult::default()
+                };
+                let name = self.sc.tasks[task].name.clone();
+                self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+                self.settle(n);
+            }
             T::RunEnd { task, tick } => {
                 let result = RunResult {
                     tick,
@@ -1128,6 +1248,7 @@ impl<'s> Sim<'s> {
                     attempts: 1,
                     duration_ms: 1,
                     finished_at: self.wall(n),
+                    ..RunResult::default()
                 };
                 let name = self.sc.tasks[task].name.clone();
                 self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
@@ -1270,6 +1391,7 @@ impl<'s> Sim<'s> {
                 );
                 self.procs[n].leadership = leadership;
                 self.sync_plans(n);
+                self.claim_triggers(n);
             }
             Output::Answer { req, answer } => {
                 let Some(asked) = self.procs[n].asked.remove(&req) else {
@@ -1448,6 +1570,26 @@ impl<'s> Sim<'s> {
             Asked::Close => {
                 if self.procs[n].stopping {
                     self.kill(n);
+                }
+            }
+            Asked::Manual { trigger: k } => {
+                let (task, fire_id, _) = self.triggers[k].clone();
+                match answer {
+                    Ok(Answered::Claim(ClaimOutcome::Claimed)) => {
+                        note!(self, Some(n), Some(task), format!("MANUAL RUN {fire_id}"));
+                        self.check.on_manual_run(self.now, &fire_id, task, n);
+                        self.timer(n, 500, T::ManualEnd(k));
+                    }
+                    other => {
+                        note!(
+                            self,
+                            Some(n),
+                            Some(task),
+                            format!("manual claim {fire_id}: {other:?}")
+                        );
+                        // Listed again later (a new lease), it is asked for again.
+                        self.procs[n].manual.remove(&fire_id);
+                    }
                 }
             }
             Asked::Publish | Asked::RunEnded | Asked::Release => {}
@@ -1766,6 +1908,7 @@ impl<'s> Sim<'s> {
         p.deferred.clear();
         p.inc += 1;
         p.plans.clear();
+        p.manual.clear();
         p.node = None;
         self.log_node(n);
     }

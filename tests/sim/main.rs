@@ -635,3 +635,21 @@ fn a_claim_that_finds_its_epoch_changed_waits_for_the_lease_to_be_taken_again() 
     // started from now: tick 60 was never claimed.
     pinned_seed(592);
 }
+
+#[test]
+fn a_take_that_completes_after_a_higher_ranked_member_joined_is_handed_over() {
+    // Seed 810 (found once setup also watched `control/triggers`): n2 sent a take of t00 while
+    // n1's re-created member znode was being read; the read showed n1 ranks first, but
+    // decisions skip a task being taken and the take's success decided nothing again, so n2
+    // held t00 for the rest of the run (NotConverged).
+    pinned_seed(810);
+}
+
+#[test]
+fn a_registration_that_failed_while_disconnected_is_retried_on_reconnecting() {
+    // Seed 1344: n0's clock came back within max_clock_skew and it re-registered with
+    // `leads = true`; the write was lost with the connection, its retry fired while still
+    // disconnected and was dropped, and the reconnect only re-listed: n0 stayed registered
+    // with `leads = false` and its tasks' ticks were lost.
+    pinned_seed(1344);
+}

@@ -35,6 +35,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
         host: "sim".into(),
         pid: 1,
         started_at: now.wall,
+        history_runs: 100,
         bugs: NodeBugs {
             unfenced_claim: spec.claim_mode == ClaimMode::Unfenced,
         },

@@ -4,7 +4,8 @@
 //!
 //! Files: `mod.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
 //! reading and replay of the state files, formats and damage; `journal.rs` the writer thread;
-//! `pause.rs` the paused tasks (`paused.json`).
+//! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
+//! run history (`history/<task>.json`).
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
@@ -39,6 +40,7 @@
 //! runs while the daemon is stopped.
 
 mod journal;
+mod manual;
 mod pause;
 mod state;
 
@@ -54,7 +56,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use super::record::{self, FireView, Verdict};
-use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
+use super::zk::wire::{HistoryEntry, TriggerRecord};
+use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
+use crate::clock::wall_clock;
 use crate::task::TaskSpec;
 use journal::{Gather, JournalWriter, PendingWrite};
 pub use pause::PauseMark;
@@ -137,6 +141,8 @@ pub struct LocalCoordinator {
     leadership: watch::Sender<Leadership>,
     /// Ticks claimed to run by this process whose end is not recorded yet.
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
+    /// Manual runs and run history.
+    manual: manual::Manual,
     /// Held for the life of the backend; dropping it releases the state dir.
     _lock: Flock<File>,
     state_dir: std::path::PathBuf,
@@ -155,6 +161,7 @@ impl LocalCoordinator {
         )?;
         let records = journal_writer.mirror.clone();
         let paused = pause::read_paused(state_dir)?;
+        let manual = manual::Manual::open(state_dir, wall_clock())?;
         let (writer, pending) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zkcron-journal".into())
@@ -177,11 +184,56 @@ impl LocalCoordinator {
             writer,
             leadership,
             live_runs: Mutex::new(HashSet::new()),
+            manual,
             _lock: lock,
             state_dir: state_dir.to_path_buf(),
             paused: Mutex::new(paused),
             pausing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Keeps `runs` runs per task in the history (`[scheduler] history_runs`; default 100).
+    pub fn with_history_runs(mut self, runs: usize) -> LocalCoordinator {
+        self.manual.set_history_runs(runs);
+        self
+    }
+
+    /// Asks for a manual run of `task` now (`zkcron trigger`): a pending trigger, durable when
+    /// this returns, that the daemon runs once ([`Leadership::triggers`]). Refused for a task
+    /// this daemon does not fire (not defined, or disabled). A paused task's trigger runs.
+    pub fn request_trigger(&self, task: &str, by: &str) -> Result<Trigger, CoordError> {
+        if !self.leadership.borrow().tasks.contains(task) {
+            return Err(CoordError::Refused(format!(
+                "task {task} is not defined on this host (or is disabled): nothing would run it; `zkcron next` lists the tasks"
+            )));
+        }
+        let trigger = self.manual.request(task, by, wall_clock())?;
+        self.refresh_triggers();
+        Ok(trigger)
+    }
+
+    /// A manual run's trigger as stored (pending, running or ended with its result), while it
+    /// is kept (ended ones for 10 minutes).
+    pub fn trigger_state(&self, fire_id: &str) -> Option<TriggerRecord> {
+        self.manual.state(fire_id)
+    }
+
+    /// The last `n` runs of `task`, newest first.
+    pub fn history(&self, task: &str, n: usize) -> Vec<HistoryEntry> {
+        self.manual.history(task, n)
+    }
+
+    /// Publishes the pending triggers of the tasks this backend leads.
+    fn refresh_triggers(&self) {
+        let tasks = self.leadership.borrow().tasks.clone();
+        let pending = Arc::new(self.manual.pending(&tasks));
+        self.leadership.send_if_modified(|l| {
+            if l.triggers == pending {
+                return false;
+            }
+            l.triggers = pending;
+            true
+        });
     }
 
     fn live_runs_mut(&self) -> std::sync::MutexGuard<'_, HashSet<(String, DateTime<Utc>)>> {
@@ -338,6 +390,7 @@ impl Coordinator for LocalCoordinator {
             .map(|t| t.name.clone())
             .collect();
         self.leadership.send_modify(|l| l.tasks = Arc::new(names));
+        self.refresh_triggers();
         Ok(())
     }
 
@@ -413,6 +466,54 @@ impl Coordinator for LocalCoordinator {
     }
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
+        let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
+        if result.manual {
+            // No fire record, no `result`: the trigger and the history.
+            self.manual.append_history(task, entry.clone());
+            return self.manual.end(&entry, result, wall_clock());
+        }
+        let outcome = self.record_result(task, result).await;
+        self.manual.append_history(task, entry);
+        outcome
+    }
+
+    async fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let leads = {
+            let l = self.leadership.borrow();
+            !l.paused && l.tasks.contains(task)
+        };
+        let node = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        let outcome = self
+            .manual
+            .claim(task, trigger, leads, &node, wall_clock())?;
+        self.refresh_triggers();
+        Ok(outcome)
+    }
+
+    async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
+        Ok(match self.existing(task) {
+            Some(slot) => slot.lock().await.last_result.as_deref().cloned(),
+            None => None,
+        })
+    }
+
+    async fn release_all(&self) {
+        self.leadership.send_modify(|l| {
+            l.tasks = Arc::new(BTreeSet::new());
+            l.triggers = Arc::default();
+        });
+    }
+}
+
+impl LocalCoordinator {
+    /// Stores a scheduled run's result (the newer one wins) and ends its live run.
+    async fn record_result(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let slot = self.slot(task);
         let mut record = slot.lock().await;
         let stored = record.last_result.as_ref().map(|r| r.tick);
@@ -429,18 +530,6 @@ impl Coordinator for LocalCoordinator {
         self.live_runs_mut()
             .remove(&(task.to_string(), result.tick));
         Ok(())
-    }
-
-    async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
-        Ok(match self.existing(task) {
-            Some(slot) => slot.lock().await.last_result.as_deref().cloned(),
-            None => None,
-        })
-    }
-
-    async fn release_all(&self) {
-        self.leadership
-            .send_modify(|l| l.tasks = Arc::new(BTreeSet::new()));
     }
 }
 

@@ -65,6 +65,7 @@ fn ok_result(tick: DateTime<Utc>) -> RunResult {
         attempts: 1,
         duration_ms: 5,
         finished_at: tick + chrono::TimeDelta::seconds(1),
+        ..RunResult::default()
     }
 }
 

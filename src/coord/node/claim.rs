@@ -195,7 +195,7 @@ impl Node {
     }
 
     /// The epoch version to check, if this node holds the lease of `task` now.
-    fn held_version(&self, task: &str) -> Option<i32> {
+    pub(super) fn held_version(&self, task: &str) -> Option<i32> {
         if !self.firing() || self.stopping {
             return None;
         }

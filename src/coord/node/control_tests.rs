@@ -32,6 +32,7 @@ fn config(id: &str) -> NodeConfig {
         pid: 1,
         started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         bugs: NodeBugs::default(),
+        history_runs: 100,
     }
 }
 

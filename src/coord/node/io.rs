@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult};
+use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
 use crate::task::TaskSpec;
 
 /// The node numbers its calls.
@@ -191,6 +191,11 @@ pub enum Request {
     },
     LastResult {
         task: String,
+    },
+    /// [`Coordinator::claim_manual`](crate::coord::Coordinator::claim_manual).
+    ClaimManual {
+        task: String,
+        trigger: Trigger,
     },
     ReleaseAll,
     Close,

@@ -223,6 +223,9 @@ impl Node {
             self.covering.remove(&task);
         }
         self.publish();
+        // The view may have changed while the take was in flight (a member that ranks higher
+        // joined): decisions skip a task being taken, so decide again now.
+        self.decide();
         if regained {
             // The claim that waited runs again, fenced by the new epoch.
             self.start_task_job(task);

@@ -403,6 +403,7 @@ mod tests {
             host: "h".into(),
             pid: 1,
             started_at,
+            history_runs: 100,
             bugs: NodeBugs::default(),
         };
         let now = Now {

@@ -23,6 +23,7 @@ mod claim;
 mod clock;
 mod control;
 mod gc;
+mod history;
 pub mod io;
 mod leases;
 mod members;
@@ -32,6 +33,7 @@ mod runs;
 mod session;
 #[cfg(test)]
 mod tests;
+mod trigger;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -72,6 +74,8 @@ pub struct NodeConfig {
     pub host: String,
     pub pid: u32,
     pub started_at: DateTime<Utc>,
+    /// `[scheduler] history_runs`: how many runs a task's history keeps.
+    pub history_runs: usize,
     /// Deliberate protocol bugs, for proving that the simulation's checker catches them. Off
     /// by default; no configuration file reaches them.
     #[doc(hidden)]
@@ -262,6 +266,8 @@ enum Then {
         read: control::ControlRead,
         phase: control::Phase,
     },
+    Trigger(trigger::Step),
+    History(history::Step),
 }
 
 /// What to do once the tree is recreated.
@@ -305,6 +311,7 @@ enum Timer {
     },
     Resolve(ResolveJob),
     RunEnded(RunEndedJob),
+    Triggers,
     /// Read the operator's marks again (a read after a watch event failed).
     ControlRead {
         generation: u64,
@@ -397,6 +404,13 @@ pub struct Node {
     reported: BTreeSet<String>,
     /// The operator's marks (drain, pause) and the eligibility and drift reports.
     control: control::Control,
+
+    // Manual runs and history.
+    /// Every trigger under `control/triggers` as last read, by name (= fire id).
+    triggers: BTreeMap<String, trigger::Known>,
+    /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
+    manual_sent: BTreeMap<String, DateTime<Utc>>,
+    history_runs: usize,
 }
 
 impl Node {
@@ -463,6 +477,9 @@ impl Node {
             gc: None,
             reported: BTreeSet::new(),
             control: control::Control::default(),
+            triggers: BTreeMap::new(),
+            manual_sent: BTreeMap::new(),
+            history_runs: cfg.history_runs,
             cfg,
         };
         node.out.push_back(Output::Leadership(leadership));
@@ -679,6 +696,8 @@ impl Node {
             Then::ReleaseOne => self.on_release_one(),
             Then::Gc(step) => self.on_gc(step, result, sent),
             Then::Control { read, phase } => self.on_control(read, phase, result),
+            Then::Trigger(step) => self.on_trigger_step(step, result),
+            Then::History(step) => self.on_history_step(step, result),
         }
     }
 
@@ -695,6 +714,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
+            Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
         }
     }
@@ -706,6 +726,7 @@ impl Node {
         let spread = (self.cfg.seed % 1_000_000) as f64 / 1_000_000.0;
         let first_gc = self.now.mono + gc::TASKSET_GC_EVERY.mul_f64(spread);
         self.at(first_gc, Timer::Gc);
+        self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
     }
 
     /// Schedules [`Node::retry`] after a growing delay (setup, registration or takes failed).
@@ -749,8 +770,17 @@ impl Node {
             self.held.keys().cloned().collect()
         };
         let paused = !self.firing();
+        let triggers = self.led_triggers(&tasks);
         let l = &self.leadership;
-        if l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none()) {
+        let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
+        if same && *l.triggers == triggers {
+            return;
+        }
+        self.leadership.triggers = Arc::new(triggers);
+        if same {
+            // Only the pending manual runs changed.
+            self.out
+                .push_back(Output::Leadership(self.leadership.clone()));
             return;
         }
         let leading = tasks.len();

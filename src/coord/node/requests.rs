@@ -54,6 +54,7 @@ impl Node {
             Request::RunsElsewhere { task } => self.runs_elsewhere(req, task),
             Request::RunEnded { task, result } => self.run_ended(req, task, result),
             Request::LastResult { task } => self.last_result(req, task),
+            Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
             Request::ReleaseAll => self.start_release_all(req),
             Request::Close => {
                 self.closed = true;
@@ -160,6 +161,8 @@ impl Node {
                     },
                 ),
                 Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
+                Then::Trigger(step) => self.abort_trigger(step),
+                Then::History(step) => self.abort_history(step),
                 _ => {}
             }
         }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
-use crate::coord::zk::wire::{FORMAT_VERSION, ResultRecord};
+use crate::coord::zk::wire::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
 
 /// A count of foreign live runs in flight.
@@ -195,6 +195,14 @@ impl Node {
     // ---- results ----
 
     pub(super) fn run_ended(&mut self, req: ReqId, task: String, result: RunResult) {
+        let release = self.cfg.release.to_string();
+        if result.manual {
+            // A manual run has no fire record, run znode or `result`: its end goes to its
+            // trigger, after the history.
+            let end = super::trigger::End::new(req, &task, &result, &release);
+            let entry = HistoryEntry::of_run(&task, &result, &release);
+            return self.append_history(task, entry, Some(end));
+        }
         let run_path = self.paths.run(&task, result.tick);
         self.run_ended_attempt(RunEndedJob {
             req,
@@ -379,6 +387,9 @@ impl Node {
     fn run_ended_done(&mut self, job: RunEndedJob) {
         self.own_runs.remove(&job.run_path);
         self.answer(job.req, Ok(Answered::Done));
+        // After the result, without holding up the answer (firing never waits for it).
+        let entry = HistoryEntry::of_run(&job.task, &job.result, &self.cfg.release.to_string());
+        self.append_history(job.task, entry, None);
     }
 
     /// An attempt failed: retry after a growing delay, five attempts in all.

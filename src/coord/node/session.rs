@@ -43,9 +43,14 @@ impl Node {
                 );
                 if listed {
                     self.start_relist();
+                    // A registration that failed while disconnected had its retry dropped
+                    // (retries wait for a connection): register now.
+                    self.maybe_register();
                 } else {
                     self.retry();
                 }
+                // Trigger events missed while disconnected.
+                self.list_triggers();
                 self.publish();
             }
             return;
@@ -220,6 +225,7 @@ impl Node {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
         }
         steps.extend(self.control_setup_ops());
+        let triggers = self.trigger_setup_steps();
         if let Some(session) = self.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
@@ -235,6 +241,11 @@ impl Node {
         {
             *outstanding += reads;
         }
+        // Not setup steps: a failure here must not keep the node from leading.
+        for op in triggers {
+            self.call(op, Then::Ignore);
+        }
+        self.list_triggers();
         // Measured before registering, so that the member record says whether it may lead.
         self.probe(true);
     }
@@ -529,7 +540,7 @@ impl Node {
     // ---- watches ----
 
     pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
-        if self.session.is_none() {
+        if self.session.is_none() || self.on_trigger_watch(path, kind) {
             return;
         }
         let members = format!("{}/", self.paths.members());

@@ -22,6 +22,7 @@ fn config(session_timeout: Duration) -> NodeConfig {
         host: "h".into(),
         pid: 1,
         started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        history_runs: 3,
         bugs: NodeBugs::default(),
     }
 }

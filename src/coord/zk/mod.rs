@@ -44,12 +44,13 @@ pub use wire::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
+pub use wire::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 use super::node::io::{
     Answer, Answered, Input, Level, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
-use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
+use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
 
@@ -88,6 +89,7 @@ impl ZkCoordinator {
                 .unwrap_or_default(),
             pid: std::process::id(),
             started_at: wall_clock(),
+            history_runs: settings.history_runs,
             bugs: NodeBugs::default(),
         };
         let epoch = Instant::now();
@@ -229,6 +231,21 @@ impl Coordinator for ZkCoordinator {
         match self.ask(request, "reading the last result").await? {
             Answered::Result(result) => Ok(result),
             _ => Err(unexpected("reading the last result")),
+        }
+    }
+
+    async fn claim_manual(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let request = Request::ClaimManual {
+            task: task.into(),
+            trigger: trigger.clone(),
+        };
+        match self.ask(request, "claiming a manual run").await? {
+            Answered::Claim(outcome) => Ok(outcome),
+            _ => Err(unexpected("claiming a manual run")),
         }
     }
 

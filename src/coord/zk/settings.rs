@@ -19,6 +19,8 @@ pub struct ZkSettings {
     pub node_id: String,
     pub release: Version,
     pub labels: BTreeMap<String, String>,
+    /// `[scheduler] history_runs`.
+    pub history_runs: usize,
 }
 
 /// Splits `hosts[/chroot]` into the hosts and the chroot ("" for none).

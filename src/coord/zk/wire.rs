@@ -148,6 +148,125 @@ pub struct ResultRecord {
     pub result: RunResult,
 }
 
+/// Where a manual run (`control/triggers/<task>@manual-<10 digits>`) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerState {
+    /// Asked for; the task's leader has not claimed it yet.
+    Pending,
+    /// Claimed by `node`, which runs it now.
+    Running,
+    /// Over: `result` says how (and `reason` why, when it could not run).
+    Ended,
+}
+
+/// `control/triggers/<task>@manual-<10 digits>` (persistent sequential): a manual run.
+/// `zkcron trigger` creates it pending; the task's leader claims it (running) and ends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerRecord {
+    pub format: u32,
+    pub task: String,
+    pub requested_at: DateTime<Utc>,
+    /// Who asked: `user@host`.
+    pub by: String,
+    pub state: TriggerState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<HistoryEntry>,
+    /// Why the run failed without an exit code or signal ("not started: ...", "timed out").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunTrigger {
+    /// A tick of the schedule (a catch-up or a rerun included).
+    Schedule,
+    /// `zkcron trigger`.
+    Manual,
+}
+
+/// One run in a task's history: exactly an element of `zkcron history --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub fire_id: String,
+    /// The tick; of a manual run, when it was requested.
+    pub tick: DateTime<Utc>,
+    pub node: String,
+    pub release: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub success: bool,
+    pub attempts: u32,
+    pub trigger: RunTrigger,
+}
+
+impl HistoryEntry {
+    /// The entry of `task`'s run that ended with `result`, run by a node of `release` (unless
+    /// the result names its own).
+    pub fn of_run(task: &str, result: &RunResult, release: &str) -> HistoryEntry {
+        let started_at = result.started_at.unwrap_or_else(|| {
+            result.finished_at - chrono::TimeDelta::milliseconds(result.duration_ms as i64)
+        });
+        HistoryEntry {
+            fire_id: result
+                .fire_id
+                .clone()
+                .unwrap_or_else(|| format!("{task}@{}", result.tick.timestamp())),
+            tick: result.tick,
+            node: result.node.clone(),
+            release: result
+                .release
+                .clone()
+                .unwrap_or_else(|| release.to_string()),
+            started_at,
+            duration_ms: result.duration_ms,
+            exit_code: result.exit_code,
+            signal: result.signal,
+            success: result.success,
+            attempts: result.attempts,
+            trigger: if result.manual {
+                RunTrigger::Manual
+            } else {
+                RunTrigger::Schedule
+            },
+        }
+    }
+}
+
+/// `tasks/<task>/history`: the task's last runs, oldest first, at most `[scheduler]
+/// history_runs` of them and [`crate::coord::record::HISTORY_MAX_BYTES`] of JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub format: u32,
+    #[serde(default)]
+    pub runs: Vec<HistoryEntry>,
+}
+
+/// The paths of manual runs and histories.
+impl Paths {
+    pub fn triggers(&self) -> String {
+        format!("{}/control/triggers", self.base)
+    }
+    pub fn trigger(&self, name: &str) -> String {
+        format!("{}/control/triggers/{name}", self.base)
+    }
+    /// The prefix `zkcron trigger` creates a sequential trigger znode with.
+    pub fn trigger_prefix(&self, task: &str) -> String {
+        format!("{}/control/triggers/{task}@manual-", self.base)
+    }
+    pub fn history(&self, task: &str) -> String {
+        format!("{}/tasks/{task}/history", self.base)
+    }
+}
+
 /// The paths of one cluster.
 #[derive(Debug, Clone)]
 pub struct Paths {

@@ -1,0 +1,179 @@
+//! Writes a large cluster's records straight into ZooKeeper, for timing `zkcron status` on it
+//! (benches/status.py; docs/BENCHMARKS.md, issue [6]).
+//!
+//! `cargo run --release --example status_load -- HOST:PORT[/chroot] CLUSTER TASKS NODES`
+//!
+//! Writes, under `/zkcron/<CLUSTER>`: NODES member records (persistent here, so they outlive
+//! this process; `status` reads them alike) sharing one task set of TASKS tasks (schedule, zone
+//! and digest as a node writes them), a lease per task spread over the nodes, a fire record and
+//! a result per task, one paused task and one drained node: what `status` reads on a live
+//! cluster of that size. Histories are not written: `status` does not read them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use zkcron::coord::RunResult;
+use zkcron::coord::zk::wire::{
+    FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, Paths, ResultRecord,
+    TaskSetEntry, TaskSetRecord, TaskSetRef,
+};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+const CHUNK: usize = 512 * 1024;
+const BATCH: usize = 1000;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, connect, cluster, tasks, nodes] = &args[..] else {
+        eprintln!("usage: status_load HOST:PORT[/chroot] CLUSTER TASKS NODES");
+        std::process::exit(2);
+    };
+    let tasks: usize = tasks.parse().expect("TASKS is a number");
+    let nodes: usize = nodes.parse().expect("NODES is a number");
+    let client = tokio::time::timeout(
+        Duration::from_secs(10),
+        Client::connector()
+            .with_session_timeout(Duration::from_secs(30))
+            .connect(connect),
+    )
+    .await
+    .expect("ZooKeeper answers")
+    .expect("connected");
+    let paths = Paths {
+        base: format!("/zkcron/{cluster}"),
+    };
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    for dir in [
+        "/zkcron".to_string(),
+        paths.base.clone(),
+        paths.members(),
+        paths.leases(),
+        paths.tasks(),
+        paths.tasksets(),
+        paths.control(),
+        paths.drained(),
+        paths.paused_dir(),
+        paths.triggers(),
+    ] {
+        match client.create(&dir, &[], &options).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(error) => panic!("creating {dir}: {error}"),
+        }
+    }
+    #[allow(clippy::disallowed_methods)] // a load generator, not the core
+    let now = Utc::now();
+    let names: Vec<String> = (0..tasks).map(|i| format!("task-{i:05}")).collect();
+    let set = TaskSetRecord {
+        format: FORMAT_VERSION,
+        tasks: names
+            .iter()
+            .map(|name| {
+                (
+                    name.clone(),
+                    TaskSetEntry {
+                        digest: format!("{:032x}", xxhash_rust::xxh3::xxh3_128(name.as_bytes())),
+                        version_req: None,
+                        require_labels: BTreeMap::new(),
+                        schedule: Some(format!("{} * * * *", name.len() % 60)),
+                        timezone: Some("UTC".into()),
+                    },
+                )
+            })
+            .collect(),
+    };
+    let bytes = serde_json::to_vec(&set).unwrap();
+    let digest = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
+    let chunks: Vec<&[u8]> = bytes.chunks(CHUNK).collect();
+    // Chunks one per request: two of them pass ZooKeeper's 1 MiB request limit.
+    for (i, chunk) in chunks.iter().enumerate() {
+        let path = paths.chunk(&digest, i);
+        client
+            .create(&path, chunk, &options)
+            .await
+            .expect("chunk written");
+    }
+    let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
+    let ids: Vec<String> = (0..nodes).map(|i| format!("node-{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let member = MemberRecord {
+            format: FORMAT_VERSION,
+            id: id.clone(),
+            release: "1.0.0".into(),
+            seed: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
+            host: format!("host-{i}"),
+            pid: 1000 + i as u32,
+            started_at: now,
+            labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 3))]),
+            taskset: TaskSetRef {
+                digest: digest.clone(),
+                chunks: chunks.len(),
+                count: tasks,
+            },
+            leads: i != 0,
+            drained: i == 0,
+        };
+        writes.push((paths.member(id), serde_json::to_vec(&member).unwrap()));
+    }
+    let mark = MarkRecord {
+        format: FORMAT_VERSION,
+        at: now,
+        by: "bench@host".into(),
+    };
+    writes.push((paths.drain(&ids[0]), serde_json::to_vec(&mark).unwrap()));
+    writes.push((paths.paused(&names[0]), serde_json::to_vec(&mark).unwrap()));
+    for (i, name) in names.iter().enumerate() {
+        let node = &ids[1 + i % (nodes - 1).max(1)];
+        let lease = LeaseRecord {
+            format: FORMAT_VERSION,
+            node: node.clone(),
+            session: "0000000000000001".into(),
+            since: now - TimeDelta::minutes(5),
+        };
+        let tick = now - TimeDelta::seconds((i % 3600) as i64);
+        let tick = tick - TimeDelta::nanoseconds(tick.timestamp_subsec_nanos() as i64);
+        let fire = FireRecord {
+            tick: Some(tick),
+            node: node.clone(),
+            session: "0000000000000001".into(),
+            run: true,
+            claimed_at: Some(tick),
+            ..FireRecord::empty()
+        };
+        let result = ResultRecord {
+            format: FORMAT_VERSION,
+            result: RunResult {
+                tick,
+                node: node.clone(),
+                exit: if i % 17 == 0 {
+                    "exit code 1".into()
+                } else {
+                    "exit code 0".into()
+                },
+                success: i % 17 != 0,
+                attempts: 1,
+                duration_ms: 1234,
+                finished_at: tick + TimeDelta::milliseconds(1234),
+                ..RunResult::default()
+            },
+        };
+        writes.push((paths.lease(name), serde_json::to_vec(&lease).unwrap()));
+        writes.push((paths.record(name), serde_json::to_vec(&fire).unwrap()));
+        writes.push((paths.result(name), serde_json::to_vec(&result).unwrap()));
+    }
+    // Parents before children: the fire record before its result.
+    writes.sort_by_key(|(path, _)| path.matches('/').count());
+    let total = writes.len();
+    for batch in writes.chunks(BATCH) {
+        let mut writer = client.new_multi_writer();
+        for (path, data) in batch {
+            writer.add_create(path, data, &options).unwrap();
+        }
+        writer.commit().await.expect("records written");
+    }
+    println!(
+        "wrote {total} znodes for {tasks} tasks and {nodes} nodes under {}",
+        paths.base
+    );
+}

@@ -1,0 +1,319 @@
+//! Manual runs and run history of the embedded backend, in files of their own (new in issue
+//! [6], so a state dir this release wrote is still one the previous release opens: it reads
+//! only `snapshot.json` and `journal.jsonl`, whose formats are unchanged).
+//!
+//! - `<state_dir>/triggers.json`: `{"format": 1, "next": N, "triggers": {fire id: TriggerRecord}}`.
+//!   `next` numbers the manual fire ids (`<task>@manual-<10 digits>`, never reused). Written
+//!   atomically and synced before a request or a claim returns: a manual run is claimed once,
+//!   also across restarts. A trigger still `running` when the daemon starts was cut short with
+//!   the daemon: it is ended with that reason, never run again. Ended triggers go
+//!   [`record::TRIGGER_KEEP_ENDED`] after their end.
+//! - `<state_dir>/history/<task>.json`: the task's [`HistoryRecord`], bounded by
+//!   [`record::append_history`]. Replaced through a rename but not synced (best-effort: a sync
+//!   per run would compete with the journal's): a failure is logged once per task and holds up
+//!   nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::FORMAT_VERSION;
+use super::journal::write_atomically;
+use super::state::{move_aside, parse_record, state_io};
+use crate::coord::record::{self, Verdict};
+use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, TriggerRecord, TriggerState};
+use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
+
+pub(super) const TRIGGERS: &str = "triggers.json";
+pub(super) const HISTORY_DIR: &str = "history";
+
+/// `triggers.json`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct TriggerFile {
+    format: u32,
+    /// The number of the next manual fire id.
+    #[serde(default)]
+    next: u64,
+    #[serde(default)]
+    triggers: BTreeMap<String, TriggerRecord>,
+}
+
+/// The manual runs and histories of one state dir.
+pub(super) struct Manual {
+    state_dir: PathBuf,
+    triggers: Mutex<TriggerFile>,
+    history_runs: usize,
+    /// Tasks whose last history write failed (logged once until one succeeds).
+    history_failing: Mutex<BTreeSet<String>>,
+}
+
+impl Manual {
+    /// Reads `triggers.json` (a trigger left running by a daemon that ended is ended now).
+    pub(super) fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<Manual, CoordError> {
+        let path = state_dir.join(TRIGGERS);
+        let mut file = match std::fs::read(&path) {
+            Ok(bytes) => match parse_record::<TriggerFile>(&path, &bytes, |f| f.format)? {
+                Ok(file) => file,
+                Err(error) => {
+                    move_aside(&path, &error.to_string());
+                    TriggerFile::default()
+                }
+            },
+            Err(error) if error.kind() == io::ErrorKind::NotFound => TriggerFile::default(),
+            Err(error) => {
+                return Err(state_io(
+                    state_dir,
+                    format!("cannot read {}", path.display()),
+                    error,
+                ));
+            }
+        };
+        file.format = FORMAT_VERSION;
+        let mut changed = false;
+        for trigger in file.triggers.values_mut() {
+            if trigger.state == TriggerState::Running {
+                trigger.state = TriggerState::Ended;
+                trigger.reason = Some(
+                    "zkcron stopped while it ran; its end was not recorded (not run again)".into(),
+                );
+                changed = true;
+            }
+        }
+        changed |= collect(&mut file, now);
+        let manual = Manual {
+            state_dir: state_dir.to_path_buf(),
+            triggers: Mutex::new(file),
+            history_runs: record::DEFAULT_HISTORY_RUNS,
+            history_failing: Mutex::default(),
+        };
+        if changed {
+            let file = manual.lock();
+            manual.save(&file)?;
+        }
+        Ok(manual)
+    }
+
+    pub(super) fn set_history_runs(&mut self, runs: usize) {
+        self.history_runs = runs.max(1);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TriggerFile> {
+        self.triggers.lock().expect("triggers lock poisoned")
+    }
+
+    fn save(&self, file: &TriggerFile) -> Result<(), CoordError> {
+        let path = self.state_dir.join(TRIGGERS);
+        let bytes = serde_json::to_vec(file).expect("serializes");
+        write_atomically(&path, &bytes).map_err(|error| {
+            state_io(
+                &self.state_dir,
+                format!("cannot write {}", path.display()),
+                error,
+            )
+        })
+    }
+
+    /// A new pending manual run of `task`, durable before it returns.
+    pub(super) fn request(
+        &self,
+        task: &str,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Trigger, CoordError> {
+        let mut file = self.lock();
+        let fire_id = record::manual_fire_id(task, file.next);
+        let trigger = TriggerRecord {
+            format: FORMAT_VERSION,
+            task: task.to_string(),
+            requested_at: now,
+            by: by.to_string(),
+            state: TriggerState::Pending,
+            node: None,
+            claimed_at: None,
+            result: None,
+            reason: None,
+        };
+        file.next += 1;
+        file.triggers.insert(fire_id.clone(), trigger);
+        collect(&mut file, now);
+        if let Err(error) = self.save(&file) {
+            file.triggers.remove(&fire_id);
+            file.next -= 1;
+            return Err(error);
+        }
+        Ok(Trigger {
+            fire_id,
+            requested_at: now,
+        })
+    }
+
+    pub(super) fn state(&self, fire_id: &str) -> Option<TriggerRecord> {
+        self.lock().triggers.get(fire_id).cloned()
+    }
+
+    /// The pending triggers of `tasks`, by task, oldest first.
+    pub(super) fn pending(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
+        let mut pending: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
+        for (fire_id, trigger) in &self.lock().triggers {
+            if trigger.state == TriggerState::Pending && tasks.contains(&trigger.task) {
+                pending
+                    .entry(trigger.task.clone())
+                    .or_default()
+                    .push(Trigger {
+                        fire_id: fire_id.clone(),
+                        requested_at: trigger.requested_at,
+                    });
+            }
+        }
+        pending
+    }
+
+    /// Claims a pending trigger for `node` (see [`record::admit_manual`]), durably.
+    pub(super) fn claim(
+        &self,
+        task: &str,
+        trigger: &Trigger,
+        leads: bool,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let mut file = self.lock();
+        let stored = file
+            .triggers
+            .get(&trigger.fire_id)
+            .filter(|t| t.task == task)
+            .cloned();
+        let pending = stored
+            .as_ref()
+            .is_some_and(|t| t.state == TriggerState::Pending);
+        if let Verdict::Refuse(outcome) = record::admit_manual(leads, pending, trigger.requested_at)
+        {
+            return Ok(outcome);
+        }
+        let previous = stored.expect("pending");
+        let running = TriggerRecord {
+            state: TriggerState::Running,
+            node: Some(node.to_string()),
+            claimed_at: Some(now),
+            ..previous.clone()
+        };
+        file.triggers.insert(trigger.fire_id.clone(), running);
+        if let Err(error) = self.save(&file) {
+            file.triggers.insert(trigger.fire_id.clone(), previous);
+            return Err(error);
+        }
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    /// Ends the trigger of a manual run with its result.
+    pub(super) fn end(
+        &self,
+        entry: &HistoryEntry,
+        result: &RunResult,
+        now: DateTime<Utc>,
+    ) -> Result<(), CoordError> {
+        let mut file = self.lock();
+        let Some(trigger) = file.triggers.get_mut(&entry.fire_id) else {
+            return Ok(());
+        };
+        trigger.state = TriggerState::Ended;
+        trigger.result = Some(entry.clone());
+        trigger.reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
+            .then(|| result.exit.clone());
+        collect(&mut file, now);
+        self.save(&file)
+    }
+
+    fn history_path(&self, task: &str) -> PathBuf {
+        self.state_dir
+            .join(HISTORY_DIR)
+            .join(format!("{task}.json"))
+    }
+
+    /// The last `n` runs of `task`, newest first.
+    pub(super) fn history(&self, task: &str, n: usize) -> Vec<HistoryEntry> {
+        let mut runs = read_history(&self.history_path(task));
+        runs.reverse();
+        runs.truncate(n);
+        runs
+    }
+
+    /// Appends a run to its task's history; a failure is logged once per task.
+    pub(super) fn append_history(&self, task: &str, entry: HistoryEntry) {
+        let path = self.history_path(task);
+        let written = (|| -> io::Result<()> {
+            let mut runs = read_history(&path);
+            if !record::append_history(&mut runs, entry, self.history_runs) {
+                return Ok(());
+            }
+            std::fs::create_dir_all(path.parent().expect("in a directory"))?;
+            let record = HistoryRecord {
+                format: FORMAT_VERSION,
+                runs,
+            };
+            replace(&path, &serde_json::to_vec(&record).expect("serializes"))
+        })();
+        let mut failing = self.history_failing.lock().expect("history lock poisoned");
+        match written {
+            Ok(()) => {
+                failing.remove(task);
+            }
+            Err(error) => {
+                if failing.insert(task.to_string()) {
+                    tracing::warn!(
+                        task,
+                        path = %path.display(),
+                        "cannot append to the run history ({}); runs go on, `zkcron history` misses them until a write succeeds",
+                        super::state::explain_io(&self.state_dir, &error)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Replaces `path` with `bytes` through a rename (readers see the old or the new content),
+/// without syncing: the history is best-effort, and a sync per run would compete with the
+/// journal's syncs, which claims wait for.
+fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().expect("history files live in a directory");
+    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// A task's stored runs, oldest first (none if the file is missing or unreadable).
+fn read_history(path: &Path) -> Vec<HistoryEntry> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<HistoryRecord>(&bytes).ok())
+        .map(|record| record.runs)
+        .unwrap_or_default()
+}
+
+/// When a trigger ended: its run's end, else its claim or request.
+fn ended_at(trigger: &TriggerRecord) -> DateTime<Utc> {
+    match &trigger.result {
+        Some(entry) => entry.started_at + TimeDelta::milliseconds(entry.duration_ms as i64),
+        None => trigger.claimed_at.unwrap_or(trigger.requested_at),
+    }
+}
+
+/// Drops ended triggers past [`record::TRIGGER_KEEP_ENDED`]; whether any went.
+fn collect(file: &mut TriggerFile, now: DateTime<Utc>) -> bool {
+    let before = file.triggers.len();
+    file.triggers.retain(|_, trigger| {
+        trigger.state != TriggerState::Ended || !record::trigger_expired(ended_at(trigger), now)
+    });
+    file.triggers.len() != before
+}
+
+#[cfg(test)]
+#[path = "manual_tests.rs"]
+mod tests;

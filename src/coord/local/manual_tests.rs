@@ -1,0 +1,217 @@
+//! The embedded backend's manual runs and history.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+
+use crate::coord::local::LocalCoordinator;
+use crate::coord::zk::wire::{RunTrigger, TriggerState};
+use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
+use crate::schedule::Schedule;
+use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
+
+fn spec(name: &str) -> TaskSpec {
+    TaskSpec {
+        name: name.into(),
+        path: PathBuf::from(format!("{name}.toml")),
+        description: None,
+        schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
+        command: CommandLine::Argv(vec!["true".into()]),
+        user: None,
+        group: None,
+        working_dir: None,
+        env: Default::default(),
+        timeout: None,
+        kill_grace: std::time::Duration::from_secs(1),
+        overlap: OverlapPolicy::Skip,
+        catch_up: CatchUpPolicy::Once,
+        starting_deadline: None,
+        jitter: std::time::Duration::ZERO,
+        retries: RetryPolicy::default(),
+        version_req: None,
+        require_labels: Default::default(),
+        kill_on_session_loss: false,
+        on_node_loss: Default::default(),
+        enabled: true,
+    }
+}
+
+fn at(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
+}
+
+fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
+    RunResult {
+        tick,
+        node: "here".into(),
+        exit: format!("exit code {code}"),
+        success: code == 0,
+        attempts: 1,
+        duration_ms: 5,
+        finished_at: tick + chrono::TimeDelta::seconds(1),
+        fire_id: fire_id.map(String::from),
+        manual: fire_id.is_some(),
+        exit_code: Some(code),
+        signal: None,
+        started_at: Some(tick),
+        release: None,
+    }
+}
+
+#[tokio::test]
+async fn a_trigger_is_pending_until_claimed_once_and_ends_with_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let error = local.request_trigger("nope", "op@host").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "task nope is not defined on this host (or is disabled): nothing would run it; `zkcron next` lists the tasks"
+    );
+    let trigger = local.request_trigger("a", "op@host").unwrap();
+    assert_eq!(trigger.fire_id, "a@manual-0000000000");
+    assert_eq!(
+        local.leadership().borrow().triggers["a"],
+        vec![trigger.clone()]
+    );
+    let stored = local.trigger_state(&trigger.fire_id).unwrap();
+    assert_eq!(
+        (stored.state, stored.by.as_str()),
+        (TriggerState::Pending, "op@host")
+    );
+
+    assert_eq!(
+        local.claim_manual("a", &trigger).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(local.leadership().borrow().triggers.is_empty());
+    assert_eq!(
+        local.claim_manual("a", &trigger).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed {
+            record: trigger.requested_at
+        }
+    );
+    assert_eq!(
+        local.trigger_state(&trigger.fire_id).unwrap().state,
+        TriggerState::Running
+    );
+
+    let result = ended(trigger.requested_at, Some(&trigger.fire_id), 3);
+    local.run_ended("a", &result).await.unwrap();
+    let stored = local.trigger_state(&trigger.fire_id).unwrap();
+    assert_eq!(stored.state, TriggerState::Ended);
+    let entry = stored.result.unwrap();
+    assert_eq!(
+        (entry.exit_code, entry.success, entry.trigger),
+        (Some(3), false, RunTrigger::Manual)
+    );
+    assert_eq!(stored.reason, None);
+    // A manual run moves no fire record and leaves the scheduled result alone.
+    assert_eq!(local.last_claimed("a").await.unwrap(), None);
+    assert_eq!(local.last_result("a").await.unwrap(), None);
+    assert_eq!(local.history("a", 20), vec![entry]);
+}
+
+#[tokio::test]
+async fn a_trigger_of_a_task_this_node_does_not_lead_is_not_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let trigger = local.request_trigger("a", "op@host").unwrap();
+    local.release_all().await;
+    assert_eq!(
+        local.claim_manual("a", &trigger).await.unwrap(),
+        ClaimOutcome::NotLeader
+    );
+    assert_eq!(
+        local.trigger_state(&trigger.fire_id).unwrap().state,
+        TriggerState::Pending
+    );
+}
+
+#[tokio::test]
+async fn manual_fire_ids_count_on_across_restarts_and_a_run_cut_short_is_ended_not_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = {
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        let first = local.request_trigger("a", "op@host").unwrap();
+        assert_eq!(
+            local.claim_manual("a", &first).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        first
+    };
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let stored = local.trigger_state(&first.fire_id).unwrap();
+    assert_eq!(stored.state, TriggerState::Ended);
+    assert_eq!(
+        stored.reason.as_deref(),
+        Some("zkcron stopped while it ran; its end was not recorded (not run again)")
+    );
+    assert!(local.leadership().borrow().triggers.is_empty());
+    let second = local.request_trigger("a", "op@host").unwrap();
+    assert_eq!(second.fire_id, "a@manual-0000000001");
+}
+
+#[tokio::test]
+async fn history_keeps_scheduled_and_manual_runs_newest_first_within_history_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path())
+        .unwrap()
+        .with_history_runs(2);
+    local.publish(&[spec("a")]).await.unwrap();
+    for minute in 1..=3 {
+        let tick = at(minute * 60);
+        local.claim("a", tick, ClaimIntent::Run).await.unwrap();
+        local.run_ended("a", &ended(tick, None, 0)).await.unwrap();
+    }
+    let history = local.history("a", 20);
+    let ids: Vec<&str> = history.iter().map(|h| h.fire_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            format!("a@{}", at(180).timestamp()),
+            format!("a@{}", at(120).timestamp())
+        ]
+    );
+    assert_eq!(history[0].trigger, RunTrigger::Schedule);
+    assert_eq!(history[0].release, env!("CARGO_PKG_VERSION"));
+    assert_eq!(local.history("a", 1).len(), 1);
+    assert!(local.history("other", 20).is_empty());
+}
+
+#[tokio::test]
+async fn the_files_the_previous_release_reads_keep_their_format() {
+    // The previous release opens a state dir this one wrote: the journal and snapshot carry
+    // no new keys (the new run details are never serialized there), and the new state lives
+    // in new files only.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
+        local.run_ended("a", &ended(at(60), None, 0)).await.unwrap();
+        let trigger = local.request_trigger("a", "op@host").unwrap();
+        local.claim_manual("a", &trigger).await.unwrap();
+    }
+    let journal = std::fs::read_to_string(dir.path().join("journal.jsonl")).unwrap();
+    for key in [
+        "fire_id",
+        "manual",
+        "exit_code",
+        "signal",
+        "started_at",
+        "release",
+    ] {
+        assert!(!journal.contains(key), "{key} in {journal}");
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.contains(&"triggers.json".to_string()), "{names:?}");
+    assert!(names.contains(&"history".to_string()), "{names:?}");
+}

@@ -1,0 +1,733 @@
+//! Manual runs (`zkcron trigger`): the trigger znodes under `control/triggers`, their claim and
+//! their end.
+//!
+//! Every node watches `control/triggers` (a persistent recursive watch added at setup; the
+//! directory is created there and again if deleted) and lists it at setup and after each
+//! reconnect, keeping each trigger's record, version and mtime. The pending triggers of the
+//! tasks this node leads go into [`Leadership::triggers`](crate::coord::Leadership::triggers).
+//!
+//! A claim is one multi-op, fenced like a tick's: `check(leases/<task>, 0)` +
+//! `check(tasks/<task>/epoch, the version this node's take set)` + `set_data(trigger, running,
+//! the version read)`. The rule (pending, leading) is [`record::admit_manual`]. A claim whose
+//! answer is lost is resolved by `sync` + re-read: the trigger running on this node with this
+//! node's `claimed_at` is this claim. The end sets the trigger to ended with the run's
+//! [`HistoryEntry`] at the version read (re-read on a conflict), after the history append.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+
+use super::io::{Answered, CreateMode, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::{Node, Then};
+use crate::coord::record::{self, Verdict};
+use crate::coord::zk::wire::{HistoryEntry, TriggerRecord, TriggerState};
+use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
+
+/// How often ended triggers are looked for to delete.
+pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How often a read that resolves a claim or an end is tried before giving up.
+const RESOLVE_READS: u8 = 10;
+
+/// A trigger as this node last read it.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    pub(crate) record: TriggerRecord,
+    version: i32,
+    /// Server time of its last change (for an ended one: when it ended).
+    mtime_ms: i64,
+}
+
+/// Where a trigger call is.
+#[derive(Debug)]
+pub(crate) enum Step {
+    List,
+    Read {
+        name: String,
+    },
+    Claim {
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+    },
+    /// Resolving a claim whose answer was lost (or a conflict): re-reading the trigger.
+    ClaimRead {
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+        reads: u8,
+    },
+    EndRead {
+        end: End,
+    },
+    EndWrite {
+        end: End,
+    },
+    Recreate,
+    Delete,
+}
+
+/// Recording a manual run's end on its trigger.
+#[derive(Debug)]
+pub(crate) struct End {
+    req: ReqId,
+    name: String,
+    entry: HistoryEntry,
+    reason: Option<String>,
+    tries: u8,
+}
+
+impl End {
+    pub(super) fn new(req: ReqId, task: &str, result: &RunResult, release: &str) -> End {
+        let entry = HistoryEntry::of_run(task, result, release);
+        let reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
+            .then(|| result.exit.clone());
+        End {
+            req,
+            name: entry.fire_id.clone(),
+            entry,
+            reason,
+            tries: 0,
+        }
+    }
+}
+
+impl End {
+    /// The session ended before the trigger was written: the daemon hears so.
+    pub(super) fn abort(self, node: &mut Node) {
+        node.answer(
+            self.req,
+            Err(CoordError::SessionEnded {
+                context: "recording the manual run's end",
+            }),
+        );
+    }
+}
+
+impl Node {
+    /// Setup's calls for triggers: the directory (and `control/` above it) and the watch.
+    pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
+        let triggers = self.paths.triggers();
+        let control = triggers.rsplit_once('/').map(|(c, _)| c.to_string());
+        let mut steps: Vec<ZkOp> = control
+            .into_iter()
+            .chain([triggers.clone()])
+            .map(|path| ZkOp::Create {
+                path,
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            })
+            .collect();
+        steps.push(ZkOp::AddPersistentRecursiveWatch { path: triggers });
+        steps
+    }
+
+    /// Lists the triggers and reads each (setup, reconnects, the directory recreated).
+    pub(super) fn list_triggers(&mut self) {
+        if self.session.is_none() {
+            return;
+        }
+        let path = self.paths.triggers();
+        self.call(ZkOp::GetChildren { path }, Then::Trigger(Step::List));
+    }
+
+    fn read_trigger(&mut self, name: String) {
+        let path = self.paths.trigger(&name);
+        self.call(ZkOp::GetData { path }, Then::Trigger(Step::Read { name }));
+    }
+
+    /// A watch event under `control/triggers`; false if `path` is not there.
+    pub(super) fn on_trigger_watch(&mut self, path: &str, kind: WatchKind) -> bool {
+        let dir = self.paths.triggers();
+        if path == dir {
+            if kind == WatchKind::Deleted {
+                self.report(
+                    Level::Warn,
+                    format!("{dir} was deleted; recreating it (pending manual runs went with it)"),
+                );
+                self.forget_triggers();
+                for op in self.trigger_setup_steps() {
+                    if matches!(op, ZkOp::Create { .. }) {
+                        self.call(op, Then::Trigger(Step::Recreate));
+                    }
+                }
+            }
+            return true;
+        }
+        let Some(name) = path
+            .strip_prefix(&dir)
+            .and_then(|rest| rest.strip_prefix('/'))
+        else {
+            return false;
+        };
+        match kind {
+            WatchKind::Deleted => {
+                if self.triggers.remove(name).is_some() {
+                    self.publish();
+                }
+            }
+            WatchKind::Created | WatchKind::DataChanged => self.read_trigger(name.to_string()),
+        }
+        true
+    }
+
+    fn forget_triggers(&mut self) {
+        if !self.triggers.is_empty() {
+            self.triggers.clear();
+            self.publish();
+        }
+    }
+
+    pub(super) fn on_trigger_step(&mut self, step: Step, result: Result<ZkOk, ZkFail>) {
+        match step {
+            Step::List => match result {
+                Ok(ZkOk::Children(names)) => {
+                    let names: BTreeSet<String> = names.into_iter().collect();
+                    let before = self.triggers.len();
+                    self.triggers.retain(|name, _| names.contains(name));
+                    if self.triggers.len() != before {
+                        self.publish();
+                    }
+                    for name in names {
+                        self.read_trigger(name);
+                    }
+                }
+                Err(ZkFail::NoNode) => self.forget_triggers(),
+                other => {
+                    // A lost connection lists again on reconnecting; anything else is worth
+                    // a warning (new triggers still arrive through the watch).
+                    let level = match &other {
+                        Err(error) if error.outcome_unknown() => Level::Debug,
+                        Err(ZkFail::SessionExpired) => Level::Debug,
+                        _ => Level::Warn,
+                    };
+                    self.report(
+                        level,
+                        format!(
+                            "listing manual runs failed ({}); they are read as they change",
+                            describe(&other)
+                        ),
+                    );
+                }
+            },
+            Step::Read { name } => match result {
+                Ok(ZkOk::Data(data, stat)) => self.learn_trigger(name, &data, stat),
+                Err(ZkFail::NoNode) if self.triggers.remove(&name).is_some() => self.publish(),
+                _ => {}
+            },
+            Step::Claim {
+                req,
+                name,
+                new,
+                conflicts,
+            } => self.on_manual_claim(req, name, new, conflicts, result),
+            Step::ClaimRead {
+                req,
+                name,
+                new,
+                conflicts,
+                reads,
+            } => self.on_manual_claim_read(req, name, new, conflicts, reads, result),
+            Step::EndRead { end } => self.on_end_read(end, result),
+            Step::EndWrite { end } => self.on_end_write(end, result),
+            Step::Recreate => {
+                if let Ok(ZkOk::Created(_)) | Err(ZkFail::NodeExists) = result {
+                    self.list_triggers();
+                }
+            }
+            Step::Delete => {}
+        }
+    }
+
+    /// Keeps a trigger's record; a znode that is not a trigger of its own name is reported once
+    /// and ignored.
+    fn learn_trigger(&mut self, name: String, data: &[u8], stat: Stat) {
+        let record = match serde_json::from_slice::<TriggerRecord>(data) {
+            Ok(record) if record::manual_task(&name) == Some(record.task.as_str()) => record,
+            Ok(_) | Err(_) => {
+                let path = self.paths.trigger(&name);
+                let cli = self.zk_cli();
+                self.report_once(
+                    format!("foreign trigger {path} {}", stat.mzxid),
+                    Level::Warn,
+                    format!(
+                        "ignoring {path}: not a manual run zkcron can read (`zkcron trigger TASK` creates them); remove it: {cli} delete {path}"
+                    ),
+                );
+                if self.triggers.remove(&name).is_some() {
+                    self.publish();
+                }
+                return;
+            }
+        };
+        let newer = self
+            .triggers
+            .get(&name)
+            .is_none_or(|known| known.version <= stat.version);
+        if newer {
+            self.triggers.insert(
+                name,
+                Known {
+                    record,
+                    version: stat.version,
+                    mtime_ms: stat.mtime_ms,
+                },
+            );
+            self.publish();
+        }
+    }
+
+    /// The pending triggers of the tasks in `tasks`, by task, oldest first.
+    pub(super) fn led_triggers(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
+        let mut led: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
+        for (name, known) in &self.triggers {
+            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task) {
+                led.entry(known.record.task.clone())
+                    .or_default()
+                    .push(Trigger {
+                        fire_id: name.clone(),
+                        requested_at: known.record.requested_at,
+                    });
+            }
+        }
+        led
+    }
+
+    // ---- the claim ----
+
+    pub(super) fn claim_manual(&mut self, req: ReqId, task: String, trigger: Trigger) {
+        let name = trigger.fire_id;
+        let leads = self.held_version(&task).is_some();
+        let known = self
+            .triggers
+            .get(&name)
+            .filter(|k| k.record.task == task)
+            .cloned();
+        let pending = known
+            .as_ref()
+            .is_some_and(|k| k.record.state == TriggerState::Pending);
+        // Asked again after an error: the trigger already runs here by this node's claim.
+        if let Some(known) = &known
+            && leads
+            && self.is_own_claim(&name, &known.record)
+        {
+            self.manual_sent.remove(&name);
+            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
+        }
+        if let Verdict::Refuse(outcome) = record::admit_manual(leads, pending, trigger.requested_at)
+        {
+            return self.answer(req, Ok(Answered::Claim(outcome)));
+        }
+        let known = known.expect("pending");
+        let new = TriggerRecord {
+            state: TriggerState::Running,
+            node: Some(self.cfg.id.clone()),
+            claimed_at: Some(self.now.wall),
+            ..known.record
+        };
+        self.send_manual_claim(req, name, new, known.version, 0);
+    }
+
+    fn send_manual_claim(
+        &mut self,
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        version: i32,
+        conflicts: u8,
+    ) {
+        let Some(epoch) = self.held_version(&new.task) else {
+            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+        };
+        self.manual_sent
+            .insert(name.clone(), new.claimed_at.unwrap_or_default());
+        let ops = vec![
+            ZkOp::Check {
+                path: self.paths.lease(&new.task),
+                version: 0,
+            },
+            ZkOp::Check {
+                path: self.paths.epoch(&new.task),
+                version: epoch,
+            },
+            ZkOp::SetData {
+                path: self.paths.trigger(&name),
+                data: serde_json::to_vec(&new).expect("serializes"),
+                version: Some(version),
+            },
+        ];
+        self.call(
+            ZkOp::Multi(ops),
+            Then::Trigger(Step::Claim {
+                req,
+                name,
+                new,
+                conflicts,
+            }),
+        );
+    }
+
+    /// Whether `record` is this node's claim of trigger `name` (sent by this node, which may
+    /// not have had the answer).
+    fn is_own_claim(&self, name: &str, record: &TriggerRecord) -> bool {
+        record.state == TriggerState::Running
+            && record.node.as_deref() == Some(self.cfg.id.as_str())
+            && record.claimed_at.is_some()
+            && self.manual_sent.get(name) == record.claimed_at.as_ref()
+    }
+
+    fn on_manual_claim(
+        &mut self,
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Multi(results)) => {
+                if let Some(ZkOk::Stat(stat)) = results.get(2) {
+                    self.triggers.insert(
+                        name.clone(),
+                        Known {
+                            record: new,
+                            version: stat.version,
+                            mtime_ms: stat.mtime_ms,
+                        },
+                    );
+                }
+                self.manual_sent.remove(&name);
+                self.publish();
+                self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
+            }
+            Err(ZkFail::Multi { index, .. }) if index < 2 => {
+                // The lease or its incarnation is not this node's: not claimed. The lease
+                // checks of scheduled claims deal with the lease itself.
+                self.manual_sent.remove(&name);
+                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+            }
+            Err(ZkFail::SessionExpired) => {
+                self.manual_sent.remove(&name);
+                self.answer(
+                    req,
+                    Err(CoordError::SessionExpired {
+                        context: "claiming a manual run",
+                    }),
+                );
+            }
+            // The trigger changed or went (index 2), or the outcome is unknown: read it.
+            _ => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
+        }
+    }
+
+    fn resolve_manual_claim(
+        &mut self,
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+        reads: u8,
+    ) {
+        if self.session.is_none() {
+            return self.answer(
+                req,
+                Err(CoordError::SessionEnded {
+                    context: "claiming a manual run",
+                }),
+            );
+        }
+        let path = self.paths.trigger(&name);
+        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
+        self.call(
+            ZkOp::GetData { path },
+            Then::Trigger(Step::ClaimRead {
+                req,
+                name,
+                new,
+                conflicts,
+                reads: reads + 1,
+            }),
+        );
+    }
+
+    fn on_manual_claim_read(
+        &mut self,
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+        reads: u8,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        let (record, stat) = match result {
+            Ok(ZkOk::Data(data, stat)) => match serde_json::from_slice::<TriggerRecord>(&data) {
+                Ok(record) => (record, stat),
+                Err(_) => {
+                    self.manual_sent.remove(&name);
+                    return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+                }
+            },
+            Err(ZkFail::NoNode) => {
+                // Deleted (`--wait` gave up, or by hand): nothing to run.
+                self.manual_sent.remove(&name);
+                self.triggers.remove(&name);
+                let record = new.requested_at;
+                return self.answer(
+                    req,
+                    Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })),
+                );
+            }
+            other if reads < RESOLVE_READS => {
+                self.report(
+                    Level::Debug,
+                    format!(
+                        "re-reading a manual run failed ({}); retrying",
+                        describe(&other)
+                    ),
+                )
+                .field("fire_id", &name);
+                return self.resolve_manual_claim(req, name, new, conflicts, reads);
+            }
+            other => {
+                return self.answer(
+                    req,
+                    Err(CoordError::Unknown {
+                        context: format!("claiming the manual run {name}"),
+                        why: describe(&other),
+                    }),
+                );
+            }
+        };
+        self.triggers.insert(
+            name.clone(),
+            Known {
+                record: record.clone(),
+                version: stat.version,
+                mtime_ms: stat.mtime_ms,
+            },
+        );
+        self.publish();
+        if self.is_own_claim(&name, &record) {
+            self.report(Level::Info, "the manual run's claim had been applied")
+                .field("fire_id", &name);
+            self.manual_sent.remove(&name);
+            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
+        }
+        if record.state == TriggerState::Pending && conflicts < 3 {
+            // Changed while pending (rewritten by hand?): claim the version read.
+            let new = TriggerRecord {
+                state: TriggerState::Running,
+                node: new.node,
+                claimed_at: new.claimed_at,
+                ..record
+            };
+            return self.send_manual_claim(req, name, new, stat.version, conflicts);
+        }
+        self.manual_sent.remove(&name);
+        let leads = self.held_version(&record.task).is_some();
+        let outcome = match record::admit_manual(
+            leads,
+            record.state == TriggerState::Pending,
+            record.requested_at,
+        ) {
+            Verdict::Refuse(outcome) => Ok(outcome),
+            Verdict::Admit => Err(CoordError::Unknown {
+                context: format!("claiming the manual run {name}"),
+                why: "the trigger kept changing".into(),
+            }),
+        };
+        self.answer(req, outcome.map(Answered::Claim));
+    }
+
+    // ---- the end ----
+
+    /// Sets the trigger of a manual run to ended with its result.
+    pub(super) fn end_trigger(&mut self, end: End) {
+        if self.session.is_none() {
+            return self.answer(
+                end.req,
+                Err(CoordError::NotConnected {
+                    context: "recording the manual run's end",
+                }),
+            );
+        }
+        match self.triggers.get(&end.name).cloned() {
+            Some(known) if known.record.state == TriggerState::Running => {
+                self.send_end(end, known.record, known.version)
+            }
+            _ => {
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
+            }
+        }
+    }
+
+    fn send_end(&mut self, end: End, record: TriggerRecord, version: i32) {
+        let new = TriggerRecord {
+            state: TriggerState::Ended,
+            result: Some(end.entry.clone()),
+            reason: end.reason.clone(),
+            ..record
+        };
+        let path = self.paths.trigger(&end.name);
+        self.call(
+            ZkOp::SetData {
+                path,
+                data: serde_json::to_vec(&new).expect("serializes"),
+                version: Some(version),
+            },
+            Then::Trigger(Step::EndWrite { end }),
+        );
+    }
+
+    fn on_end_read(&mut self, mut end: End, result: Result<ZkOk, ZkFail>) {
+        end.tries += 1;
+        match result {
+            Ok(ZkOk::Data(data, stat)) => match serde_json::from_slice::<TriggerRecord>(&data) {
+                Ok(record) if record.state != TriggerState::Ended => {
+                    self.send_end(end, record, stat.version)
+                }
+                // Ended already (a retried write that had been applied) or unreadable.
+                _ => self.answer(end.req, Ok(Answered::Done)),
+            },
+            // Deleted meanwhile (`--wait` gave up): the history has the run.
+            Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+            other if end.tries < RESOLVE_READS && self.session.is_some() => {
+                let _ = other;
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
+            }
+            other => self.answer(
+                end.req,
+                Err(CoordError::ZooKeeper {
+                    context: format!("recording the end of the manual run {}", end.name),
+                    message: describe(&other),
+                }),
+            ),
+        }
+    }
+
+    fn on_end_write(&mut self, end: End, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(_) => {
+                self.report(Level::Debug, "manual run ended")
+                    .field("fire_id", &end.name);
+                self.answer(end.req, Ok(Answered::Done));
+            }
+            Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+            _ => {
+                // Changed meanwhile, or the outcome is unknown: read it and decide again.
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
+            }
+        }
+    }
+
+    /// A session ended with a trigger call in flight: its request is answered.
+    pub(super) fn abort_trigger(&mut self, step: Step) {
+        match step {
+            Step::Claim { req, .. } | Step::ClaimRead { req, .. } => self.answer(
+                req,
+                Err(CoordError::SessionEnded {
+                    context: "claiming a manual run",
+                }),
+            ),
+            Step::EndRead { end } | Step::EndWrite { end } => self.answer(
+                end.req,
+                Err(CoordError::SessionEnded {
+                    context: "recording the manual run's end",
+                }),
+            ),
+            Step::List | Step::Read { .. } | Step::Recreate | Step::Delete => {}
+        }
+    }
+
+    // ---- collection ----
+
+    /// The periodic collection of ended triggers (`Timer::Triggers`).
+    pub(super) fn on_triggers_timer(&mut self) {
+        self.collect_triggers();
+        self.at(self.now.mono + GC_EVERY, super::Timer::Triggers);
+    }
+
+    /// Deletes the triggers that ended [`record::TRIGGER_KEEP_ENDED`] ago or more (any node
+    /// may; a conflict or a trigger gone already is fine).
+    pub(super) fn collect_triggers(&mut self) {
+        if !self.ready() {
+            return;
+        }
+        let now = self.now.wall;
+        let doomed: Vec<(String, i32)> = self
+            .triggers
+            .iter()
+            .filter(|(_, known)| {
+                known.record.state == TriggerState::Ended
+                    && DateTime::<Utc>::from_timestamp_millis(known.mtime_ms)
+                        .is_some_and(|ended| record::trigger_expired(ended, now))
+            })
+            .map(|(name, known)| (name.clone(), known.version))
+            .collect();
+        for (name, version) in doomed {
+            let path = self.paths.trigger(&name);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: Some(version),
+                },
+                Then::Trigger(Step::Delete),
+            );
+        }
+        // A trigger left running by a node that left the cluster would stay forever: the
+        // task's lease holder ends it (never runs it again) once it has not changed for
+        // `TRIGGER_KEEP_ENDED`; it is deleted as ended after that.
+        let lost: Vec<(String, TriggerRecord, i32)> = self
+            .triggers
+            .iter()
+            .filter(|(_, known)| {
+                let record = &known.record;
+                record.state == TriggerState::Running
+                    && self.held.contains_key(&record.task)
+                    && record.node.as_ref().is_some_and(|node| {
+                        *node != self.cfg.id && !self.member_sessions.contains_key(node)
+                    })
+                    && DateTime::<Utc>::from_timestamp_millis(known.mtime_ms)
+                        .is_some_and(|changed| record::trigger_expired(changed, now))
+            })
+            .map(|(name, known)| (name.clone(), known.record.clone(), known.version))
+            .collect();
+        for (name, record, version) in lost {
+            let node = record.node.clone().unwrap_or_default();
+            self.report(
+                Level::Warn,
+                format!("manual run {name}: node {node} left the cluster while running it; ending it (it is not run again)"),
+            )
+            .field("task", &record.task);
+            let ended = TriggerRecord {
+                state: TriggerState::Ended,
+                reason: Some(format!("node {node} was lost while running it")),
+                ..record
+            };
+            self.call(
+                ZkOp::SetData {
+                    path: self.paths.trigger(&name),
+                    data: serde_json::to_vec(&ended).expect("serializes"),
+                    version: Some(version),
+                },
+                Then::Trigger(Step::Delete),
+            );
+        }
+    }
+}
+
+fn describe(result: &Result<ZkOk, ZkFail>) -> String {
+    match result {
+        Ok(_) => "unexpected answer".into(),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[path = "trigger_tests.rs"]
+mod tests;

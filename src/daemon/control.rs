@@ -1,0 +1,295 @@
+//! The local backend's control socket, `<state_dir>/zkcron.sock` (mode 0600 in the 0700 state
+//! dir: only the daemon's user can use it), through which `zkcron status`, `history`,
+//! `trigger`, `pause` and `resume` reach the daemon on a single host. One JSON request line and
+//! one JSON reply line per connection ([`crate::ops::local`] has the protocol and the client).
+//!
+//! `status` is the cluster's status model ([`crate::ops::model`]) over this host alone: the
+//! daemon is the only member and leads every task it loaded.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+
+use crate::clock::wall_clock;
+use crate::coord::Coordinator;
+use crate::coord::local::LocalCoordinator;
+use crate::coord::zk::wire::{
+    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
+};
+use crate::ops::local::{Reply, Request, socket_path};
+use crate::ops::model::{self, LiveMember, Snapshot};
+use crate::task::{self, TaskDefaults, TaskSpec};
+
+/// The longest request read (a request is a line of a few hundred bytes).
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// How long a client may take to send its request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What the socket's `status` says of this host.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub state_dir: PathBuf,
+    pub node_id: String,
+    pub release: String,
+    pub labels: BTreeMap<String, String>,
+    pub jobs_dir: PathBuf,
+    pub task_defaults: TaskDefaults,
+    pub started_at: DateTime<Utc>,
+}
+
+/// The served socket; dropping it stops serving and removes the socket file.
+pub struct ControlSocket {
+    path: PathBuf,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Serves `<state_dir>/zkcron.sock` for `coordinator` (whose lock on the state dir makes a
+/// socket file found there a leftover of a daemon that died, replaced here).
+pub fn serve(
+    config: ControlConfig,
+    coordinator: Arc<LocalCoordinator>,
+) -> std::io::Result<ControlSocket> {
+    let path = socket_path(&config.state_dir);
+    match std::fs::remove_file(&path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let config = Arc::new(config);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let config = config.clone();
+            let coordinator = coordinator.clone();
+            tokio::spawn(async move {
+                if let Err(error) = answer(stream, &config, &coordinator).await {
+                    tracing::debug!(%error, "control socket: a request went unanswered");
+                }
+            });
+        }
+    });
+    Ok(ControlSocket { path, task })
+}
+
+/// Serves the local backend's control socket for `zkcron status` and the other operator
+/// commands; the daemon runs without it (logged) when it cannot be served.
+pub fn serve_logged(
+    plan: &crate::preflight::Plan,
+    daemon: &crate::daemon::DaemonConfig,
+    coordinator: &Arc<LocalCoordinator>,
+) -> Option<ControlSocket> {
+    let config = ControlConfig {
+        state_dir: plan.state_dir.clone(),
+        node_id: plan.node_id.clone(),
+        release: plan.release.to_string(),
+        labels: plan.config.node.labels.clone(),
+        jobs_dir: daemon.jobs_dir.clone(),
+        task_defaults: daemon.task_defaults.clone(),
+        started_at: crate::clock::wall_clock(),
+    };
+    match serve(config, coordinator.clone()) {
+        Ok(socket) => Some(socket),
+        Err(error) => {
+            tracing::error!(
+                socket = %socket_path(&plan.state_dir).display(),
+                %error,
+                "cannot serve the control socket: zkcron status, history, trigger, pause and \
+                 resume cannot reach this daemon"
+            );
+            None
+        }
+    }
+}
+
+async fn answer(
+    stream: UnixStream,
+    config: &ControlConfig,
+    coordinator: &LocalCoordinator,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read.take(MAX_REQUEST));
+    tokio::time::timeout(REQUEST_DEADLINE, reader.read_line(&mut line))
+        .await
+        .map_err(|_| std::io::Error::other("no request in time"))??;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(request) => handle(request, config, coordinator).await,
+        Err(error) => Reply::error(format!("not a zkcron request: {error}")),
+    };
+    let mut text = serde_json::to_string(&reply).expect("replies serialize");
+    text.push('\n');
+    write.write_all(text.as_bytes()).await?;
+    write.shutdown().await
+}
+
+/// The tasks the daemon leads, from the jobs dir as it reads it now.
+fn loaded_tasks(config: &ControlConfig, coordinator: &LocalCoordinator) -> Vec<TaskSpec> {
+    let led = coordinator.leadership().borrow().tasks.clone();
+    task::load_jobs_dir(&config.jobs_dir, &config.task_defaults)
+        .map(|loaded| loaded.tasks)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| led.contains(&t.name))
+        .collect()
+}
+
+fn unknown(task: &str, config: &ControlConfig, specs: &[TaskSpec]) -> Reply {
+    let hint = task::closest(task, specs.iter().map(|t| t.name.as_str()))
+        .map(|name| format!("; did you mean {name}?"))
+        .unwrap_or_default();
+    Reply::error(format!(
+        "unknown task {task}: the daemon runs no task {task} from {}{hint}",
+        config.jobs_dir.display()
+    ))
+}
+
+async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoordinator) -> Reply {
+    let ok = Reply {
+        ok: true,
+        ..Reply::default()
+    };
+    match request {
+        Request::Status => {
+            let now = wall_clock();
+            let snapshot = snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await;
+            Reply {
+                status: Some(model::status(&snapshot, now)),
+                ..ok
+            }
+        }
+        Request::History { task, n } => {
+            let history = coordinator.history(&task, n);
+            if history.is_empty() {
+                let specs = loaded_tasks(config, coordinator);
+                if !specs.iter().any(|t| t.name == task) {
+                    return unknown(&task, config, &specs);
+                }
+            }
+            Reply {
+                history: Some(history),
+                ..ok
+            }
+        }
+        Request::Trigger { task, by } => match coordinator.request_trigger(&task, &by) {
+            Ok(trigger) => Reply {
+                fire_id: Some(trigger.fire_id),
+                ..ok
+            },
+            Err(error) => Reply::error(error.to_string()),
+        },
+        Request::TriggerState { fire_id } => Reply {
+            trigger: coordinator.trigger_state(&fire_id),
+            ..ok
+        },
+        Request::Pause { task, by } => {
+            let specs = loaded_tasks(config, coordinator);
+            if !specs.iter().any(|t| t.name == task) {
+                return unknown(&task, config, &specs);
+            }
+            pause(coordinator, &task, true, &by).await
+        }
+        Request::Resume { task, by } => pause(coordinator, &task, false, &by).await,
+    }
+}
+
+async fn pause(coordinator: &LocalCoordinator, task: &str, paused: bool, by: &str) -> Reply {
+    match coordinator.set_paused(task, paused, by).await {
+        Ok(changed) => Reply {
+            ok: true,
+            changed: Some(changed),
+            ..Reply::default()
+        },
+        Err(error) => Reply::error(error.to_string()),
+    }
+}
+
+/// This host as a one-member cluster: the daemon leads every task it loaded, since it started.
+async fn snapshot(
+    config: &ControlConfig,
+    coordinator: &LocalCoordinator,
+    specs: &[TaskSpec],
+) -> Snapshot {
+    let (taskset, chunks, _) = wire::encode_taskset(specs);
+    let set: TaskSetRecord =
+        serde_json::from_slice(&chunks.concat()).expect("an encoded task set decodes");
+    let member = MemberRecord {
+        format: FORMAT_VERSION,
+        id: config.node_id.clone(),
+        release: config.release.clone(),
+        seed: "0".into(),
+        host: String::new(),
+        pid: std::process::id(),
+        started_at: config.started_at,
+        labels: config.labels.clone(),
+        taskset: taskset.clone(),
+        leads: true,
+        drained: false,
+    };
+    let mut snapshot = Snapshot {
+        backend: "local".into(),
+        cluster: None,
+        members: vec![LiveMember {
+            record: member,
+            registered_at: config.started_at,
+        }],
+        tasksets: BTreeMap::from([(taskset.digest, set)]),
+        ..Snapshot::default()
+    };
+    for spec in specs {
+        let name = spec.name.clone();
+        snapshot.leases.insert(
+            name.clone(),
+            LeaseRecord {
+                format: FORMAT_VERSION,
+                node: config.node_id.clone(),
+                session: String::new(),
+                since: config.started_at,
+            },
+        );
+        if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
+            let mut record = FireRecord::empty();
+            record.tick = Some(tick);
+            snapshot.fire_records.insert(name.clone(), record);
+        }
+        if let Ok(Some(result)) = coordinator.last_result(&name).await {
+            snapshot.results.insert(name.clone(), result);
+        }
+        if let Some(run) = coordinator.history(&name, 1).into_iter().next() {
+            snapshot.recent_runs.insert(name, run);
+        }
+    }
+    snapshot.paused = coordinator
+        .paused_marks()
+        .into_iter()
+        .map(|(task, mark)| {
+            (
+                task,
+                MarkRecord {
+                    format: FORMAT_VERSION,
+                    at: mark.at,
+                    by: mark.by,
+                },
+            )
+        })
+        .collect();
+    snapshot
+}

@@ -1,0 +1,150 @@
+//! The operator commands' arguments (clap) and how they find the scheduler: the same config
+//! and flags as `zkcron run`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{OpsCommand, Target};
+use crate::config::Backend;
+use crate::preflight::{Overrides, Plan};
+
+/// How to reach the scheduler, as for `run`.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// The node config [default: /etc/zkcron/zkcron.toml if it exists, else built-in defaults]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The ZooKeeper cluster at HOST:PORT[,HOST:PORT...][/chroot] [default: as for `run`]
+    #[arg(long, value_name = "CONNECT", value_parser = crate::cli::parse_connect)]
+    pub zookeeper: Option<String>,
+    /// The cluster's name [default: as for `run`]
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The local backend's state dir, where its daemon's socket is [default: as for `run`]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object (README: "Operating the cluster")
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The task to explain
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// Print one JSON object
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The task whose runs to print
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// How many runs, newest first
+    #[arg(short = 'n', value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub count: u32,
+    /// Print a JSON array (README: "Operating the cluster")
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// The task to run now
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// Wait for the run's end, print its result, exit 0 if it succeeded and 1 if it failed or
+    /// could not run
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// The task
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// The node [default: --node-id, else [node].id, else the host name: this host's node]
+    #[arg(value_name = "NODE")]
+    pub node: Option<String>,
+    /// This host's node id, the default NODE [default: as for `run`]
+    #[arg(long, value_name = "ID")]
+    pub node_id: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+impl TargetArgs {
+    /// The plan `run` would make with these flags.
+    fn plan(&self, node_id: Option<String>) -> Result<Plan, crate::config::ConfigError> {
+        let config_args = crate::cli::ConfigArgs {
+            config: self.config.clone(),
+        };
+        let (config, config_path) = crate::cli::resolve_config(&config_args)?;
+        let flags = Overrides {
+            state_dir: self.state_dir.clone(),
+            zookeeper: self.zookeeper.clone(),
+            cluster: self.cluster.clone(),
+            node_id,
+            ..Overrides::default()
+        };
+        Ok(Plan::resolve(
+            config,
+            config_path,
+            flags,
+            crate::accounts::Identity::current(),
+            crate::cli::host_name,
+        ))
+    }
+}
+
+/// Where `command` goes and the command itself; `Err` with the config's problems printed.
+pub fn resolve(
+    target: &TargetArgs,
+    node_id: Option<String>,
+    command: impl FnOnce(&Plan) -> OpsCommand,
+) -> anyhow::Result<Result<(Target, OpsCommand), crate::config::ConfigError>> {
+    let plan = match target.plan(node_id) {
+        Ok(plan) => plan,
+        Err(error) => return Ok(Err(error)),
+    };
+    let command = command(&plan);
+    let target = match plan.backend {
+        Backend::Local => Target::Local {
+            state_dir: plan.state_dir.clone(),
+        },
+        Backend::Zookeeper => match plan.connect.clone() {
+            Some(connect) => Target::Cluster {
+                connect,
+                cluster: plan.cluster.clone(),
+            },
+            None => anyhow::bail!(
+                "the config selects the zookeeper backend but names no server: set --zookeeper \
+                 or [coordination.zookeeper] connect"
+            ),
+        },
+    };
+    Ok(Ok((target, command)))
+}

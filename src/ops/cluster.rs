@@ -1,0 +1,523 @@
+//! The operator's ZooKeeper session: a short-lived zookeeper-client session that reads the
+//! cluster's records into a [`Snapshot`] and writes the operator's marks (drain, pause,
+//! resume, trigger). No daemon is needed on the host.
+//!
+//! Reads of many znodes go out as multi-reads of [`BATCH`] paths, [`IN_FLIGHT`] at once, so
+//! `status` on 10,000 tasks is a few dozen round trips, not 30,000.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
+use serde::de::DeserializeOwned;
+use zookeeper_client::{
+    Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, Stat,
+};
+
+use super::model::{LiveMember, Snapshot};
+use crate::coord::RunResult;
+use crate::coord::zk::settings::split_connect;
+use crate::coord::zk::wire::{
+    FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
+    Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
+};
+
+/// How long a command waits for a ZooKeeper session before it says it cannot reach it.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How long one request may take once connected.
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Paths per multi-read.
+const BATCH: usize = 500;
+
+/// Multi-reads in flight at once.
+const IN_FLIGHT: usize = 8;
+
+/// A session on one cluster.
+pub struct ClusterClient {
+    client: Client,
+    pub paths: Paths,
+    pub cluster: String,
+    pub connect: String,
+}
+
+/// A znode's data, parsed, with its stat.
+pub struct Read<T> {
+    pub value: T,
+    pub stat: Stat,
+}
+
+fn ms(stamp: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(stamp).unwrap_or_default()
+}
+
+fn parse<T: DeserializeOwned>(path: &str, data: &[u8]) -> anyhow::Result<T> {
+    serde_json::from_slice(data).with_context(|| format!("cannot read the record {path}"))
+}
+
+impl ClusterClient {
+    /// Opens a session on `connect` (`hosts[/chroot]`) for `cluster`, or says that ZooKeeper
+    /// cannot be reached within `deadline`.
+    pub async fn connect(
+        connect: &str,
+        cluster: &str,
+        deadline: Duration,
+    ) -> anyhow::Result<ClusterClient> {
+        let (hosts, chroot) = split_connect(connect).map_err(|e| anyhow!(e))?;
+        let connector = Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .with_connection_timeout(deadline);
+        let client = match tokio::time::timeout(deadline, connector.connect(&hosts)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => bail!(
+                "cannot reach ZooKeeper at {connect}: {error}; check --zookeeper or \
+                 [coordination.zookeeper] connect"
+            ),
+            Err(_) => bail!(
+                "cannot reach ZooKeeper at {connect}: no session within {}; check --zookeeper or \
+                 [coordination.zookeeper] connect, and that ZooKeeper runs",
+                humantime::format_duration(deadline)
+            ),
+        };
+        let cluster_client = ClusterClient {
+            client,
+            paths: Paths {
+                base: format!("{chroot}/zkcron/{cluster}"),
+            },
+            cluster: cluster.to_string(),
+            connect: connect.to_string(),
+        };
+        if cluster_client
+            .exists(&cluster_client.paths.members())
+            .await?
+            .is_none()
+        {
+            bail!(
+                "there is no cluster {cluster:?} at {connect} ({} does not exist): no node of it \
+                 ever registered; check --cluster or [coordination.zookeeper] cluster",
+                cluster_client.paths.base
+            );
+        }
+        Ok(cluster_client)
+    }
+
+    /// Ends the session now rather than when it times out on the server.
+    pub async fn close(self) {
+        let mut state = self.client.state_watcher();
+        drop(self.client);
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while !state.changed().await.is_terminated() {}
+        })
+        .await;
+    }
+
+    async fn call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, ZkError>>,
+    ) -> anyhow::Result<Result<T, ZkError>> {
+        match tokio::time::timeout(CALL_DEADLINE, call).await {
+            Ok(Ok(value)) => Ok(Ok(value)),
+            // The caller decides: these are answers, not failures.
+            Ok(Err(error @ (ZkError::NoNode | ZkError::NodeExists | ZkError::BadVersion))) => {
+                Ok(Err(error))
+            }
+            Ok(Err(error)) => Err(anyhow!("ZooKeeper at {}: {what}: {error}", self.connect)),
+            Err(_) => Err(anyhow!(
+                "ZooKeeper at {}: {what}: no answer within {}",
+                self.connect,
+                humantime::format_duration(CALL_DEADLINE)
+            )),
+        }
+    }
+
+    pub async fn exists(&self, path: &str) -> anyhow::Result<Option<Stat>> {
+        let what = format!("reading {path}");
+        match tokio::time::timeout(CALL_DEADLINE, self.client.check_stat(path)).await {
+            Ok(Ok(stat)) => Ok(stat),
+            Ok(Err(error)) => Err(anyhow!("ZooKeeper at {}: {what}: {error}", self.connect)),
+            Err(_) => Err(anyhow!("ZooKeeper at {}: {what}: no answer", self.connect)),
+        }
+    }
+
+    /// The record at `path`, or `None` when there is none.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<Option<Read<T>>> {
+        let what = format!("reading {path}");
+        match tokio::time::timeout(CALL_DEADLINE, self.client.get_data(path)).await {
+            Ok(Ok((data, stat))) => Ok(Some(Read {
+                value: parse(path, &data)?,
+                stat,
+            })),
+            Ok(Err(ZkError::NoNode)) => Ok(None),
+            Ok(Err(error)) => Err(anyhow!("ZooKeeper at {}: {what}: {error}", self.connect)),
+            Err(_) => Err(anyhow!("ZooKeeper at {}: {what}: no answer", self.connect)),
+        }
+    }
+
+    /// The children of `path`, none when it does not exist.
+    pub async fn children(&self, path: &str) -> anyhow::Result<Vec<String>> {
+        let what = format!("listing {path}");
+        match tokio::time::timeout(CALL_DEADLINE, self.client.list_children(path)).await {
+            Ok(Ok(children)) => Ok(children),
+            Ok(Err(ZkError::NoNode)) => Ok(Vec::new()),
+            Ok(Err(error)) => Err(anyhow!("ZooKeeper at {}: {what}: {error}", self.connect)),
+            Err(_) => Err(anyhow!("ZooKeeper at {}: {what}: no answer", self.connect)),
+        }
+    }
+
+    /// The data and stat of every path (`None` where there is no znode), in multi-reads.
+    async fn get_many(&self, paths: &[String]) -> anyhow::Result<Vec<Option<(Vec<u8>, Stat)>>> {
+        let batches = stream::iter(paths.chunks(BATCH).map(|batch| async move {
+            let mut reader = self.client.new_multi_reader();
+            for path in batch {
+                reader
+                    .add_get_data(path)
+                    .map_err(|e| anyhow!("reading {path}: {e}"))?;
+            }
+            let results = match tokio::time::timeout(CALL_DEADLINE, reader.commit()).await {
+                Ok(Ok(results)) => results,
+                Ok(Err(error)) => bail!(
+                    "ZooKeeper at {}: reading {} records: {error}",
+                    self.connect,
+                    batch.len()
+                ),
+                Err(_) => bail!("ZooKeeper at {}: reading records: no answer", self.connect),
+            };
+            results
+                .into_iter()
+                .zip(batch)
+                .map(|(result, path)| match result {
+                    MultiReadResult::Data { data, stat } => Ok(Some((data, stat))),
+                    MultiReadResult::Error {
+                        err: ZkError::NoNode,
+                    } => Ok(None),
+                    MultiReadResult::Error { err } => Err(anyhow!("reading {path}: {err}")),
+                    other => Err(anyhow!("reading {path}: unexpected answer {other:?}")),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        }))
+        .buffered(IN_FLIGHT);
+        let mut all = Vec::with_capacity(paths.len());
+        let mut batches = std::pin::pin!(batches);
+        while let Some(batch) = batches.next().await {
+            all.extend(batch?);
+        }
+        Ok(all)
+    }
+
+    /// Reads the records of `names` under `path_of`, parsed, skipping absent ones.
+    async fn records<T: DeserializeOwned>(
+        &self,
+        names: &[String],
+        path_of: impl Fn(&str) -> String,
+    ) -> anyhow::Result<BTreeMap<String, Read<T>>> {
+        let paths: Vec<String> = names.iter().map(|n| path_of(n)).collect();
+        let found = self.get_many(&paths).await?;
+        let mut records = BTreeMap::new();
+        for ((name, path), data) in names.iter().zip(&paths).zip(found) {
+            let Some((data, stat)) = data else { continue };
+            // One unreadable znode (a stranger's, a newer release's broken one) must not keep
+            // the operator from seeing the rest: it is named and left out.
+            match parse(path, &data) {
+                Ok(value) => {
+                    records.insert(name.clone(), Read { value, stat });
+                }
+                Err(error) => eprintln!("zkcron: warning: {error:#}; left out"),
+            }
+        }
+        Ok(records)
+    }
+
+    /// The live members and their task sets.
+    async fn members(&self, snapshot: &mut Snapshot) -> anyhow::Result<()> {
+        let ids = self.children(&self.paths.members()).await?;
+        let members = self
+            .records::<MemberRecord>(&ids, |id| self.paths.member(id))
+            .await?;
+        snapshot.members = members
+            .into_values()
+            .map(|read| LiveMember {
+                registered_at: ms(read.stat.ctime),
+                record: read.value,
+            })
+            .collect();
+        let mut digests: BTreeMap<String, usize> = BTreeMap::new();
+        for member in &snapshot.members {
+            digests.insert(
+                member.record.taskset.digest.clone(),
+                member.record.taskset.chunks,
+            );
+        }
+        for (digest, chunks) in digests {
+            let paths: Vec<String> = (0..chunks.max(1))
+                .map(|i| self.paths.chunk(&digest, i))
+                .collect();
+            let mut bytes = Vec::new();
+            let mut complete = true;
+            for data in self.get_many(&paths).await? {
+                match data {
+                    Some((data, _)) => bytes.extend(data),
+                    None => complete = false,
+                }
+            }
+            // A member registers after writing its chunks; a missing one means it is being
+            // replaced right now: that member then counts as defining nothing.
+            if complete {
+                match parse::<TaskSetRecord>(&self.paths.chunk(&digest, 0), &bytes) {
+                    Ok(set) => {
+                        snapshot.tasksets.insert(digest, set);
+                    }
+                    Err(error) => eprintln!(
+                        "zkcron: warning: {error:#}; its members count as defining no task"
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The operator's marks under `dir`.
+    async fn marks(&self, dir: &str) -> anyhow::Result<BTreeMap<String, MarkRecord>> {
+        let names = self.children(dir).await?;
+        let marks = self
+            .records::<MarkRecord>(&names, |n| format!("{dir}/{n}"))
+            .await?;
+        Ok(marks.into_iter().map(|(k, r)| (k, r.value)).collect())
+    }
+
+    /// The cluster's records for `tasks` (every task a live member defines when `None`).
+    pub async fn snapshot(&self, tasks: Option<&[String]>) -> anyhow::Result<Snapshot> {
+        let mut snapshot = Snapshot {
+            backend: "zookeeper".into(),
+            cluster: Some(self.cluster.clone()),
+            ..Snapshot::default()
+        };
+        self.members(&mut snapshot).await?;
+        let names: Vec<String> = match tasks {
+            Some(tasks) => tasks.to_vec(),
+            None => snapshot.task_names(),
+        };
+        let held: std::collections::BTreeSet<String> = self
+            .children(&self.paths.leases())
+            .await?
+            .into_iter()
+            .collect();
+        let leased: Vec<String> = names
+            .iter()
+            .filter(|n| held.contains(*n))
+            .cloned()
+            .collect();
+        let (leases, fire_records, results) = futures::try_join!(
+            self.records::<LeaseRecord>(&leased, |t| self.paths.lease(t)),
+            self.records::<FireRecord>(&names, |t| self.paths.record(t)),
+            self.records::<ResultRecord>(&names, |t| self.paths.result(t)),
+        )?;
+        snapshot.leases = leases.into_iter().map(|(k, r)| (k, r.value)).collect();
+        snapshot.fire_records = fire_records
+            .into_iter()
+            .map(|(k, r)| (k, r.value))
+            .collect();
+        snapshot.results = results
+            .into_iter()
+            .map(|(k, r)| (k, r.value.result))
+            .collect::<BTreeMap<String, RunResult>>();
+        snapshot.paused = self.marks(&self.paths.paused_dir()).await?;
+        snapshot.drained = self.marks(&self.paths.drained()).await?;
+        for (_, trigger) in self.triggers().await? {
+            if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
+            {
+                let newer = snapshot
+                    .recent_runs
+                    .get(&trigger.value.task)
+                    .is_none_or(|r| r.started_at < result.started_at);
+                if newer && names.contains(&trigger.value.task) {
+                    snapshot.recent_runs.insert(trigger.value.task, result);
+                }
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// Every trigger record, by znode name.
+    pub async fn triggers(&self) -> anyhow::Result<BTreeMap<String, Read<TriggerRecord>>> {
+        let names = self.children(&self.paths.triggers()).await?;
+        self.records(&names, |n| self.paths.trigger(n)).await
+    }
+
+    /// The task's history, oldest first (none when it has none).
+    pub async fn history(&self, task: &str) -> anyhow::Result<Vec<HistoryEntry>> {
+        Ok(self
+            .get::<HistoryRecord>(&self.paths.history(task))
+            .await?
+            .map(|r| r.value.runs)
+            .unwrap_or_default())
+    }
+
+    /// Creates `path` and its missing parents (persistent, empty), as the nodes' setup does.
+    async fn create_dirs(&self, path: &str) -> anyhow::Result<()> {
+        let mut at = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            at.push('/');
+            at.push_str(part);
+            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            match self
+                .call(
+                    &format!("creating {at}"),
+                    self.client.create(&at, &[], &options),
+                )
+                .await?
+            {
+                Ok(_) | Err(ZkError::NodeExists) => {}
+                Err(error) => bail!("ZooKeeper at {}: creating {at}: {error}", self.connect),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the mark `dir/name`; `Some(existing)` when there already is one.
+    pub async fn mark(
+        &self,
+        dir: &str,
+        name: &str,
+        mark: &MarkRecord,
+    ) -> anyhow::Result<Option<MarkRecord>> {
+        self.create_dirs(dir).await?;
+        let path = format!("{dir}/{name}");
+        let data = serde_json::to_vec(mark).expect("marks serialize");
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        match self
+            .call(
+                &format!("creating {path}"),
+                self.client.create(&path, &data, &options),
+            )
+            .await?
+        {
+            Ok(_) => Ok(None),
+            Err(ZkError::NodeExists) => Ok(self
+                .get::<MarkRecord>(&path)
+                .await?
+                .map(|r| r.value)
+                .or_else(|| Some(mark.clone()))),
+            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
+        }
+    }
+
+    /// Deletes the mark at `path`; the mark it deleted, `None` when there was none.
+    pub async fn unmark(&self, path: &str) -> anyhow::Result<Option<MarkRecord>> {
+        let Some(read) = self.get::<MarkRecord>(path).await? else {
+            return Ok(None);
+        };
+        match self
+            .call(
+                &format!("deleting {path}"),
+                self.client.delete(path, Some(read.stat.version)),
+            )
+            .await?
+        {
+            Ok(()) | Err(ZkError::NoNode) => Ok(Some(read.value)),
+            // Re-created since we read it: someone marked it again; it was unmarked either way.
+            Err(ZkError::BadVersion) => {
+                Box::pin(self.unmark(path)).await?;
+                Ok(Some(read.value))
+            }
+            Err(error) => bail!("ZooKeeper at {}: deleting {path}: {error}", self.connect),
+        }
+    }
+
+    /// `zkcron resume`: deletes the pause mark and, in the same multi-op, moves the task's fire
+    /// record forward to `now` when it is older (at the version read), so the paused period is
+    /// not caught up. The mark it deleted, `None` when the task was not paused.
+    pub async fn resume(
+        &self,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Option<MarkRecord>> {
+        let now = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
+        let mark_path = self.paths.paused(task);
+        let record_path = self.paths.record(task);
+        for _ in 0..5 {
+            let Some(mark) = self.get::<MarkRecord>(&mark_path).await? else {
+                return Ok(None);
+            };
+            let record = self.get::<FireRecord>(&record_path).await?;
+            let mut writer = self.client.new_multi_writer();
+            writer
+                .add_delete(&mark_path, Some(mark.stat.version))
+                .map_err(|e| anyhow!("deleting {mark_path}: {e}"))?;
+            if let Some(record) = record.filter(|r| r.value.tick.is_none_or(|t| t < now)) {
+                let moved = FireRecord {
+                    format: FORMAT_VERSION,
+                    tick: Some(now),
+                    node: String::new(),
+                    session: String::new(),
+                    run: false,
+                    reruns: 0,
+                    claimed_at: Some(now),
+                };
+                let data = serde_json::to_vec(&moved).expect("fire records serialize");
+                writer
+                    .add_set_data(&record_path, &data, Some(record.stat.version))
+                    .map_err(|e| anyhow!("writing {record_path}: {e}"))?;
+            }
+            match tokio::time::timeout(CALL_DEADLINE, writer.commit()).await {
+                Ok(Ok(_)) => return Ok(Some(mark.value)),
+                Ok(Err(MultiWriteError::OperationFailed {
+                    source: ZkError::BadVersion | ZkError::NoNode,
+                    ..
+                })) => continue,
+                Ok(Err(error)) => bail!(
+                    "ZooKeeper at {}: resuming task {task}: {error}",
+                    self.connect
+                ),
+                Err(_) => bail!(
+                    "ZooKeeper at {}: resuming task {task}: no answer, so whether it was resumed \
+                     is unknown; run `zkcron status` to see",
+                    self.connect
+                ),
+            }
+        }
+        bail!("task {task}: its records kept changing while it was being resumed; try again")
+    }
+
+    /// Creates a pending trigger of `task`; its fire id (the znode's name).
+    pub async fn request_trigger(&self, record: &TriggerRecord) -> anyhow::Result<String> {
+        self.create_dirs(&self.paths.triggers()).await?;
+        let path = self.paths.trigger_prefix(&record.task);
+        let data = serde_json::to_vec(record).expect("trigger records serialize");
+        let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+        match self
+            .call(
+                &format!("creating {path}"),
+                self.client.create(&path, &data, &options),
+            )
+            .await?
+        {
+            Ok((_, sequence)) => Ok(format!("{}@manual-{sequence}", record.task)),
+            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
+        }
+    }
+
+    /// Deletes the trigger `fire_id` at `version` (any version with `None`); false when it
+    /// changed or went meanwhile.
+    pub async fn delete_trigger(
+        &self,
+        fire_id: &str,
+        version: Option<i32>,
+    ) -> anyhow::Result<bool> {
+        let path = self.paths.trigger(fire_id);
+        match self
+            .call(
+                &format!("deleting {path}"),
+                self.client.delete(&path, version),
+            )
+            .await?
+        {
+            Ok(()) => Ok(true),
+            Err(ZkError::NoNode | ZkError::BadVersion) => Ok(false),
+            Err(error) => bail!("ZooKeeper at {}: deleting {path}: {error}", self.connect),
+        }
+    }
+}

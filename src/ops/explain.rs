@@ -1,0 +1,112 @@
+//! `zkcron explain TASK`: who may lead a task, in the order the nodes rank them, who holds its
+//! lease, and why it is not firing; a pure function of a [`Snapshot`] and `now`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
+use crate::coord::rank::{self, Candidate};
+use crate::coord::zk::wire::MarkRecord;
+
+/// `zkcron explain TASK --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explain {
+    pub task: String,
+    /// Every live member that defines the task: the eligible ones in rank order (the first is
+    /// the designated leader), then the others.
+    pub candidates: Vec<CandidateView>,
+    pub lease: Option<LeaseView>,
+    pub paused: Option<MarkRecord>,
+    /// The task's line of `status` (next, last, drift, problem).
+    pub status: TaskStatus,
+    /// Live members that do not define the task.
+    pub not_defining: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateView {
+    /// 1 for the designated leader; `None` for an ineligible member.
+    pub rank: Option<usize>,
+    pub node: String,
+    pub release: String,
+    /// The rendezvous score of the node's seed for the task (`coord::rank::score`), in hex.
+    pub score: String,
+    pub eligible: bool,
+    /// "eligible", or why not.
+    pub reason: String,
+    /// The digest of the node's definition of the task.
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseView {
+    pub node: String,
+    pub since: DateTime<Utc>,
+    pub held_s: u64,
+    /// Whether the holder is the designated leader (else it covers for it, or the ranking
+    /// changed a moment ago and the holder is handing over).
+    pub designated: bool,
+}
+
+/// The explanation of `task`; `None` when no live member defines it.
+pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
+    let status: Status = model::status(snapshot, now);
+    let status = status.tasks.into_iter().find(|t| t.name == task)?;
+    let members = Members::new(snapshot);
+    let definers = members.definers(task);
+    fn candidate<'a>(d: &Definer<'a>) -> Candidate<'a> {
+        Candidate {
+            id: &d.member.id,
+            release: &d.member.release,
+            seed: d.member.seed,
+        }
+    }
+    let view = |d: &Definer<'_>, rank: Option<usize>| CandidateView {
+        rank,
+        node: d.record.id.clone(),
+        release: d.record.release.clone(),
+        score: format!("{:016x}", rank::score(d.member.seed, task)),
+        eligible: rank.is_some(),
+        reason: d.why_not.clone().unwrap_or_else(|| "eligible".into()),
+        digest: d.task_entry.digest.clone(),
+    };
+    let by_id = |id: &str| definers.iter().find(|d| d.member.id == id);
+    let ranked = rank::rank(
+        task,
+        definers
+            .iter()
+            .filter(|d| d.why_not.is_none())
+            .map(candidate),
+    );
+    let designated = ranked.first().map(|c| c.id.to_string());
+    let mut candidates: Vec<CandidateView> = ranked
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some(view(by_id(c.id)?, Some(i + 1))))
+        .collect();
+    let mut ineligible: Vec<&Definer<'_>> =
+        definers.iter().filter(|d| d.why_not.is_some()).collect();
+    ineligible.sort_by(|a, b| rank::compare(task, &candidate(a), &candidate(b)));
+    candidates.extend(ineligible.into_iter().map(|d| view(d, None)));
+    let mut not_defining: Vec<String> = members
+        .members
+        .iter()
+        .map(|(record, _, _)| record.id.clone())
+        .filter(|id| by_id(id).is_none())
+        .collect();
+    not_defining.sort();
+    let lease = snapshot.leases.get(task).map(|l| LeaseView {
+        node: l.node.clone(),
+        since: l.since,
+        held_s: (now - l.since).num_seconds().max(0) as u64,
+        designated: designated.as_deref() == Some(l.node.as_str()),
+    });
+    Some(Explain {
+        task: task.to_string(),
+        candidates,
+        lease,
+        paused: snapshot.paused.get(task).cloned(),
+        status,
+        not_defining,
+    })
+}

@@ -1,0 +1,483 @@
+//! The operator's commands: `status`, `explain`, `history`, `trigger`, `pause`, `resume`,
+//! `drain`, `undrain`.
+//!
+//! On a cluster they are computed by the CLI itself from ZooKeeper ([`cluster`]: a short
+//! session of its own, so no daemon is needed on the host); with the local backend they ask the
+//! daemon through its control socket ([`local`]; served by `daemon::control`). What `status`
+//! and `explain` say is a pure function of the records read and `now` ([`model`],
+//! [`explain`]); [`render`] prints it for people, serde for scripts (README "Operating the
+//! cluster" documents both JSON forms).
+//!
+//! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
+//! triggered run that failed or could not run), 2 usage (clap).
+
+pub mod args;
+pub mod cluster;
+pub mod explain;
+pub mod local;
+pub mod model;
+pub mod render;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+
+use crate::clock::wall_clock;
+use crate::coord::zk::wire::{
+    FORMAT_VERSION, HistoryEntry, MarkRecord, TriggerRecord, TriggerState,
+};
+use cluster::{CONNECT_DEADLINE, ClusterClient};
+use local::{Reply, Request};
+use model::Snapshot;
+
+/// How long `trigger --wait` waits for the leader to start a pending run.
+pub const TRIGGER_START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How often `trigger --wait` looks at the run.
+const TRIGGER_POLL: Duration = Duration::from_millis(200);
+
+/// Where the commands find the scheduler.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A ZooKeeper cluster: `hosts[/chroot]` and the cluster's name.
+    Cluster { connect: String, cluster: String },
+    /// The local backend's daemon on this host, by its state dir.
+    Local { state_dir: PathBuf },
+}
+
+/// One operator command, parsed.
+#[derive(Debug, Clone)]
+pub enum OpsCommand {
+    Status { json: bool },
+    Explain { task: String, json: bool },
+    History { task: String, n: usize, json: bool },
+    Trigger { task: String, wait: bool },
+    Pause { task: String },
+    Resume { task: String },
+    Drain { node: String },
+    Undrain { node: String },
+}
+
+impl OpsCommand {
+    fn name(&self) -> &'static str {
+        match self {
+            OpsCommand::Status { .. } => "status",
+            OpsCommand::Explain { .. } => "explain",
+            OpsCommand::History { .. } => "history",
+            OpsCommand::Trigger { .. } => "trigger",
+            OpsCommand::Pause { .. } => "pause",
+            OpsCommand::Resume { .. } => "resume",
+            OpsCommand::Drain { .. } => "drain",
+            OpsCommand::Undrain { .. } => "undrain",
+        }
+    }
+}
+
+/// Who asks: `user@host`, written into marks and triggers.
+pub fn operator() -> String {
+    let user = crate::accounts::Identity::current().user_name;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+/// Runs `command` against `target`.
+pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
+    match target {
+        Target::Local { state_dir } => run_local(command, &state_dir),
+        Target::Cluster { connect, cluster } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(async {
+                let client = ClusterClient::connect(&connect, &cluster, CONNECT_DEADLINE).await?;
+                let result = run_cluster(command, &client).await;
+                client.close().await;
+                result
+            })
+        }
+    }
+}
+
+/// Writes a report to stdout. A reader that went away (`zkcron status | head`) ends the
+/// command quietly; other write errors are errors.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).expect("reports serialize");
+    text.push('\n');
+    emit(&text)
+}
+
+/// "unknown task X: no live node of cluster C defines it; did you mean Y?"
+fn unknown_task(snapshot: &Snapshot, task: &str) -> anyhow::Error {
+    let names = snapshot.task_names();
+    let hint = crate::task::closest(task, names.iter().map(String::as_str))
+        .map(|name| format!("; did you mean {name}?"))
+        .unwrap_or_default();
+    let cluster = snapshot
+        .cluster
+        .as_deref()
+        .map(|c| format!(" of cluster {c}"))
+        .unwrap_or_default();
+    anyhow::anyhow!("unknown task {task}: no live node{cluster} defines it{hint}")
+}
+
+fn defined(snapshot: &Snapshot, task: &str) -> bool {
+    snapshot.task_names().iter().any(|t| t == task)
+}
+
+async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Result<ExitCode> {
+    let paths = &client.paths;
+    match command {
+        OpsCommand::Status { json } => {
+            let snapshot = client.snapshot(None).await?;
+            let now = wall_clock();
+            let status = model::status(&snapshot, now);
+            if json {
+                print_json(&status)?;
+            } else {
+                emit(&render::status(&status, now))?;
+            }
+        }
+        OpsCommand::Explain { task, json } => {
+            let snapshot = client.snapshot(Some(std::slice::from_ref(&task))).await?;
+            let now = wall_clock();
+            let Some(explained) = explain::explain(&snapshot, &task, now) else {
+                return Err(unknown_task(&snapshot, &task));
+            };
+            if json {
+                print_json(&explained)?;
+            } else {
+                emit(&render::explain(&explained, now))?;
+            }
+        }
+        OpsCommand::History { task, n, json } => {
+            let mut runs = client.history(&task).await?;
+            if runs.is_empty() {
+                let snapshot = client.snapshot(Some(&[])).await?;
+                if !defined(&snapshot, &task) {
+                    return Err(unknown_task(&snapshot, &task));
+                }
+            }
+            print_history(&task, &mut runs, n, json)?;
+        }
+        OpsCommand::Trigger { task, wait } => {
+            let snapshot = client.snapshot(Some(&[])).await?;
+            if !defined(&snapshot, &task) {
+                return Err(unknown_task(&snapshot, &task));
+            }
+            let requested_at = wall_clock();
+            let record = TriggerRecord {
+                format: FORMAT_VERSION,
+                task: task.clone(),
+                requested_at,
+                by: operator(),
+                state: TriggerState::Pending,
+                node: None,
+                claimed_at: None,
+                result: None,
+                reason: None,
+            };
+            let fire_id = client.request_trigger(&record).await?;
+            println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
+            if let (Some(why), false) = (model::no_one_may_run(&snapshot, &task), wait) {
+                eprintln!(
+                    "zkcron: note: {why}; the run waits until a node may run the task (`zkcron \
+                     explain {task}`)"
+                );
+            }
+            if wait {
+                return wait_cluster(client, &task, &fire_id).await;
+            }
+        }
+        OpsCommand::Pause { task } => {
+            let snapshot = client.snapshot(Some(&[])).await?;
+            if !defined(&snapshot, &task) {
+                return Err(unknown_task(&snapshot, &task));
+            }
+            let mark = mark(wall_clock());
+            match client.mark(&paths.paused_dir(), &task, &mark).await? {
+                None => println!(
+                    "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
+                     `zkcron trigger` still runs it)"
+                ),
+                Some(old) => println!("zkcron: task {task} is already {}", since(&old, "paused")),
+            }
+        }
+        OpsCommand::Resume { task } => match client.resume(&task, wall_clock()).await? {
+            Some(old) => println!(
+                "zkcron: task {task} resumed (it was {}); the ticks of the paused period are \
+                 not caught up",
+                since(&old, "paused")
+            ),
+            None => println!("zkcron: task {task} is not paused"),
+        },
+        OpsCommand::Drain { node } => {
+            let registered = client.exists(&paths.member(&node)).await?.is_some();
+            let mark = mark(wall_clock());
+            match client.mark(&paths.drained(), &node, &mark).await? {
+                None => println!(
+                    "zkcron: node {node} drained: it gives up its leases and takes none until \
+                     `zkcron undrain {node}`; its running jobs finish"
+                ),
+                Some(old) => println!("zkcron: node {node} is already {}", since(&old, "drained")),
+            }
+            if !registered {
+                println!(
+                    "zkcron: note: node {node} is not registered in cluster {} now; the mark \
+                     applies when it registers",
+                    client.cluster
+                );
+            }
+        }
+        OpsCommand::Undrain { node } => match client.unmark(&paths.drain(&node)).await? {
+            Some(old) => println!(
+                "zkcron: node {node} undrained (it was {}); it takes its share of the leases again",
+                since(&old, "drained")
+            ),
+            None => println!("zkcron: node {node} is not drained"),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mark(now: DateTime<Utc>) -> MarkRecord {
+    MarkRecord {
+        format: FORMAT_VERSION,
+        at: now,
+        by: operator(),
+    }
+}
+
+fn since(mark: &MarkRecord, what: &str) -> String {
+    format!("{what} since {} by {}", render::instant(mark.at), mark.by)
+}
+
+/// Prints the newest `n` of `runs` (oldest first as stored) newest first.
+fn print_history(
+    task: &str,
+    runs: &mut Vec<HistoryEntry>,
+    n: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    runs.reverse();
+    runs.truncate(n);
+    if json {
+        print_json(runs)
+    } else if runs.is_empty() {
+        emit(&format!("zkcron: task {task} has no recorded runs yet\n"))
+    } else {
+        emit(&render::history(runs))
+    }
+}
+
+/// Why a trigger of `task` is still pending, from a fresh snapshot.
+fn why_pending(snapshot: &Snapshot, task: &str) -> String {
+    if let Some(why) = model::no_one_may_run(snapshot, task) {
+        return format!("not eligible: {why}");
+    }
+    match snapshot.leases.get(task) {
+        None => "no leader: lease vacant".into(),
+        Some(lease) => format!(
+            "its leader {} has not started it (a node of a release without manual runs, or \
+             too busy to claim it)",
+            lease.node
+        ),
+    }
+}
+
+/// The end of a manual run: prints its result, exit 0 iff it succeeded.
+fn ended(record: &TriggerRecord, fire_id: &str) -> anyhow::Result<ExitCode> {
+    match &record.result {
+        Some(result) => {
+            println!("{}", render::result_line(result));
+            if let Some(reason) = &record.reason {
+                println!("zkcron: {reason}");
+            }
+            Ok(if result.success {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        None => bail!(
+            "{fire_id} could not run: {}",
+            record
+                .reason
+                .as_deref()
+                .unwrap_or("the node gave no reason")
+        ),
+    }
+}
+
+async fn wait_cluster(
+    client: &ClusterClient,
+    task: &str,
+    fire_id: &str,
+) -> anyhow::Result<ExitCode> {
+    let path = client.paths.trigger(fire_id);
+    let started = tokio::time::Instant::now();
+    loop {
+        let Some(read) = client.get::<TriggerRecord>(&path).await? else {
+            bail!(
+                "the trigger {fire_id} was deleted before its run ended (by an operator, or \
+                 another `zkcron trigger --wait`)"
+            );
+        };
+        let record = read.value;
+        match record.state {
+            TriggerState::Pending if started.elapsed() > TRIGGER_START_DEADLINE => {
+                let snapshot = client.snapshot(Some(&[task.to_string()])).await?;
+                let why = why_pending(&snapshot, task);
+                // Withdrawn at the version read: a claim made meanwhile wins, and is waited for.
+                if client
+                    .delete_trigger(fire_id, Some(read.stat.version))
+                    .await?
+                {
+                    bail!(
+                        "{fire_id} did not start within {}: {why}; the request is withdrawn",
+                        humantime::format_duration(TRIGGER_START_DEADLINE)
+                    );
+                }
+                continue;
+            }
+            TriggerState::Pending => {}
+            TriggerState::Running => {
+                let node = record.node.clone().unwrap_or_default();
+                if client.exists(&client.paths.member(&node)).await?.is_none() {
+                    client.delete_trigger(fire_id, None).await?;
+                    bail!("node {node} was lost while running it ({fire_id})");
+                }
+            }
+            // Left for the nodes to delete ten minutes after its end (`TRIGGER_KEEP_ENDED`):
+            // until then `status` shows it as the task's last run (reading every task's
+            // history instead would make `status` read megabytes on a large cluster).
+            TriggerState::Ended => return ended(&record, fire_id),
+        }
+        tokio::time::sleep(TRIGGER_POLL).await;
+    }
+}
+
+const CLUSTER_ONLY: &str = "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
+     backend)";
+
+fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let by = operator();
+    match command {
+        OpsCommand::Explain { .. } | OpsCommand::Drain { .. } | OpsCommand::Undrain { .. } => {
+            bail!("`zkcron {}` {CLUSTER_ONLY}", command.name())
+        }
+        OpsCommand::Status { json } => {
+            let reply = local::ask(state_dir, &Request::Status)?;
+            let status = reply.status.context("the daemon's reply has no status")?;
+            if json {
+                print_json(&status)?;
+            } else {
+                emit(&render::status(&status, wall_clock()))?;
+            }
+        }
+        OpsCommand::History { task, n, json } => {
+            let reply = local::ask(
+                state_dir,
+                &Request::History {
+                    task: task.clone(),
+                    n,
+                },
+            )?;
+            let mut runs = reply.history.unwrap_or_default();
+            // The daemon answers newest first; print_history takes them oldest first.
+            runs.reverse();
+            print_history(&task, &mut runs, n, json)?;
+        }
+        OpsCommand::Trigger { task, wait } => {
+            let reply = local::ask(
+                state_dir,
+                &Request::Trigger {
+                    task: task.clone(),
+                    by,
+                },
+            )?;
+            let fire_id = reply.fire_id.context("the daemon's reply has no fire id")?;
+            println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
+            if wait {
+                return wait_local(state_dir, &fire_id);
+            }
+        }
+        OpsCommand::Pause { task } => {
+            let reply = local::ask(
+                state_dir,
+                &Request::Pause {
+                    task: task.clone(),
+                    by,
+                },
+            )?;
+            if reply.changed == Some(true) {
+                println!(
+                    "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
+                     `zkcron trigger` still runs it)"
+                );
+            } else {
+                println!("zkcron: task {task} is already paused");
+            }
+        }
+        OpsCommand::Resume { task } => {
+            let reply = local::ask(
+                state_dir,
+                &Request::Resume {
+                    task: task.clone(),
+                    by,
+                },
+            )?;
+            if reply.changed == Some(true) {
+                println!(
+                    "zkcron: task {task} resumed; the ticks of the paused period are not caught up"
+                );
+            } else {
+                println!("zkcron: task {task} is not paused");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::disallowed_methods)] // a real deadline for a real daemon
+fn wait_local(state_dir: &std::path::Path, fire_id: &str) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    loop {
+        let reply: Reply = local::ask(
+            state_dir,
+            &Request::TriggerState {
+                fire_id: fire_id.to_string(),
+            },
+        )?;
+        let Some(record) = reply.trigger else {
+            bail!("the daemon does not know the manual run {fire_id} (was it restarted?)");
+        };
+        match record.state {
+            TriggerState::Ended => return ended(&record, fire_id),
+            TriggerState::Pending if started.elapsed() > TRIGGER_START_DEADLINE => bail!(
+                "{fire_id} did not start within {}: the daemon has not run it",
+                humantime::format_duration(TRIGGER_START_DEADLINE)
+            ),
+            _ => std::thread::sleep(TRIGGER_POLL),
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! What `zkcron status` says, as a pure function of a [`Snapshot`] of the cluster's records and
+//! `now`: the JSON interface of README "Operating the cluster" ([`Status`]), and who may lead a
+//! task and why not ([`eligibility`]), which `explain` shares.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::coord::RunResult;
+use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
+use crate::coord::zk::wire::{
+    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
+    TaskSetRecord,
+};
+use crate::plan;
+use crate::schedule::{self, Schedule};
+
+/// A live member: its record and when its znode was created (its session's age).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveMember {
+    pub record: MemberRecord,
+    pub registered_at: DateTime<Utc>,
+}
+
+/// Everything `status` and `explain` read, as read.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// "zookeeper" or "local".
+    pub backend: String,
+    /// The cluster's name; `None` for the local backend.
+    pub cluster: Option<String>,
+    pub members: Vec<LiveMember>,
+    /// Task sets by digest (every live member's).
+    pub tasksets: BTreeMap<String, TaskSetRecord>,
+    pub leases: BTreeMap<String, LeaseRecord>,
+    pub fire_records: BTreeMap<String, FireRecord>,
+    /// `tasks/<task>/result`: the last scheduled run's result.
+    pub results: BTreeMap<String, RunResult>,
+    /// Runs newer than the result record may know (manual runs of ended triggers, or the local
+    /// backend's history), newest per task.
+    pub recent_runs: BTreeMap<String, HistoryEntry>,
+    pub paused: BTreeMap<String, MarkRecord>,
+    pub drained: BTreeMap<String, MarkRecord>,
+}
+
+/// `zkcron status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub backend: String,
+    pub cluster: Option<String>,
+    pub nodes: Vec<NodeStatus>,
+    pub tasks: Vec<TaskStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: String,
+    pub release: String,
+    pub labels: BTreeMap<String, String>,
+    pub drained: bool,
+    pub tasks_led: usize,
+    pub session_age_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub name: String,
+    pub leader: Option<String>,
+    pub paused: bool,
+    pub next: Option<DateTime<Utc>>,
+    pub last: Option<LastRun>,
+    pub drift: Vec<Drift>,
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastRun {
+    pub fire_id: String,
+    pub node: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub success: bool,
+    pub duration_ms: u64,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// Nodes that hold one definition (digest) of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    pub digest: String,
+    pub nodes: Vec<String>,
+}
+
+impl Snapshot {
+    /// The task set entry of `task` in `member`'s task set, if it defines it.
+    pub fn entry(&self, member: &MemberRecord, task: &str) -> Option<&TaskSetEntry> {
+        self.tasksets.get(&member.taskset.digest)?.tasks.get(task)
+    }
+
+    /// Whether the member is drained: its own record says so, or the operator's marker does
+    /// (the node may not have acted on it yet).
+    pub fn is_drained(&self, member: &MemberRecord) -> bool {
+        member.drained || self.drained.contains_key(&member.id)
+    }
+
+    /// Every task a live member defines, by name.
+    pub fn task_names(&self) -> Vec<String> {
+        // Members with the same jobs dir share a task set: each set is read once.
+        let digests: std::collections::BTreeSet<&str> = self
+            .members
+            .iter()
+            .map(|m| m.record.taskset.digest.as_str())
+            .collect();
+        let mut names: Vec<&String> = digests
+            .into_iter()
+            .filter_map(|digest| self.tasksets.get(digest))
+            .flat_map(|set| set.tasks.keys())
+            .collect();
+        names.sort();
+        names.dedup();
+        names.into_iter().cloned().collect()
+    }
+}
+
+/// Whether `member` may lead `task`, as the lease decision sees it (`coord::lease`): `Ok` when
+/// it may, else why not in the nodes' own words (`lease::why_ineligible`: drained, may not lead,
+/// does not define the task, `version_req`, `require_labels`).
+pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Result<(), String> {
+    let members = Members::new(snapshot);
+    let (_, lease_member, _) = members
+        .members
+        .iter()
+        .find(|(record, _, _)| record.id == member.id)
+        .ok_or_else(|| format!("{} is not a live member", member.id))?;
+    match why_ineligible(lease_member, lease_member.tasks.get(task)) {
+        None => Ok(()),
+        Some(why) => Err(why),
+    }
+}
+
+/// A live member that defines a task: its record, the lease rule's view of it, its definition
+/// as written and as ranked, and why it may not lead the task (`None`: it may).
+pub struct Definer<'a> {
+    pub record: &'a MemberRecord,
+    pub member: &'a Member,
+    /// The member's task set as written (for the schedule), looked up only when needed.
+    pub written: Option<&'a TaskSetRecord>,
+    pub task_entry: &'a TaskEntry,
+    pub why_not: Option<String>,
+}
+
+/// The live members as the lease rule sees them (`coord::lease::Member`, task sets decoded
+/// once per digest), sorted by id, with their task sets as written.
+pub struct Members<'a> {
+    pub members: Vec<(&'a MemberRecord, Member, Option<&'a TaskSetRecord>)>,
+}
+
+impl<'a> Members<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Members<'a> {
+        let mut decoded: HashMap<&str, Arc<TaskSet>> = HashMap::new();
+        let mut members: Vec<_> = snapshot
+            .members
+            .iter()
+            .map(|m| {
+                let record = &m.record;
+                let written = snapshot.tasksets.get(&record.taskset.digest);
+                let tasks = decoded
+                    .entry(&record.taskset.digest)
+                    .or_insert_with(|| written.map(wire::decode_taskset).unwrap_or_default())
+                    .clone();
+                let drained = snapshot.is_drained(record);
+                let member = Member {
+                    id: record.id.clone(),
+                    release: semver::Version::parse(&record.release)
+                        .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
+                    seed: u64::from_str_radix(&record.seed, 16).unwrap_or(0),
+                    tasks,
+                    may_lead: record.leads && !drained,
+                    labels: Arc::new(record.labels.clone()),
+                    drained,
+                };
+                (record, member, written)
+            })
+            .collect();
+        members.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Members { members }
+    }
+
+    /// The members that define `task`, by id.
+    pub fn definers(&self, task: &str) -> Vec<Definer<'_>> {
+        self.members
+            .iter()
+            .filter_map(|(record, member, written)| {
+                let task_entry = member.tasks.get(task)?;
+                Some(Definer {
+                    record,
+                    member,
+                    written: *written,
+                    task_entry,
+                    why_not: why_ineligible(member, Some(task_entry)),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Why no live member may run `task` (every definer is ineligible), in the words of the
+/// nodes' warning (`lease::why_none_eligible`): "no live node may run it: version_req >=2.0
+/// matches none of a (1.0.0)". `None` when one may.
+pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
+    why_none(&Members::new(snapshot).definers(task))
+}
+
+fn why_none(definers: &[Definer<'_>]) -> Option<String> {
+    if definers.is_empty() {
+        return Some("no live node defines it".to_string());
+    }
+    if definers.iter().any(|d| d.why_not.is_none()) {
+        return None;
+    }
+    let defining: Vec<(&Member, &TaskEntry)> =
+        definers.iter().map(|d| (d.member, d.task_entry)).collect();
+    Some(format!(
+        "no live node may run it: {}",
+        why_none_eligible(&defining)
+    ))
+}
+
+/// The definitions of `task` the live members hold, when they differ; empty when all agree.
+pub fn drift(snapshot: &Snapshot, task: &str) -> Vec<Drift> {
+    drift_among(&Members::new(snapshot).definers(task))
+}
+
+fn drift_among(definers: &[Definer<'_>]) -> Vec<Drift> {
+    let first = definers.first().map(|d| &d.task_entry.digest);
+    if definers.iter().all(|d| Some(&d.task_entry.digest) == first) {
+        return Vec::new();
+    }
+    let mut by_digest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for d in definers {
+        by_digest
+            .entry(&d.task_entry.digest)
+            .or_default()
+            .push(d.record.id.clone());
+    }
+    by_digest
+        .into_iter()
+        .map(|(digest, nodes)| Drift {
+            digest: digest.to_string(),
+            nodes,
+        })
+        .collect()
+}
+
+/// Schedules parsed once per expression and zone.
+type Schedules<'a> = HashMap<(&'a str, &'a str), Option<Schedule>>;
+
+/// The next tick of `task` at `now` from the definition its leader (else any eligible member,
+/// else any definer) holds: the first after `now`, or after the fire record when that is ahead
+/// of `now` (ticks up to it count as done). `None` without a schedule in the task set (an older
+/// release wrote it) or when the schedule has no further tick.
+fn next_tick<'a>(
+    snapshot: &Snapshot,
+    task: &str,
+    definers: &[Definer<'a>],
+    schedules: &mut Schedules<'a>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
+    let chosen = definers
+        .iter()
+        .find(|d| Some(d.record.id.as_str()) == leader)
+        .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
+        .or(definers.first())?;
+    let entry: &TaskSetEntry = chosen.written?.tasks.get(task)?;
+    let expression = entry.schedule.as_deref()?;
+    let zone = entry.timezone.as_deref().unwrap_or("UTC");
+    let schedule = schedules
+        .entry((expression, zone))
+        .or_insert_with(|| {
+            let timezone = schedule::parse_timezone(zone).ok()?;
+            Schedule::parse(expression, timezone).ok()
+        })
+        .as_ref()?;
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    let after = record.map_or(now, |r| r.max(now));
+    schedule.next_after(after)
+}
+
+/// The last run as `status` shows it: the newer of the result record and the recent runs.
+fn last_run(snapshot: &Snapshot, task: &str) -> Option<LastRun> {
+    let from_result = snapshot.results.get(task).map(|r| {
+        let (exit_code, signal) = exit_parts(&r.exit);
+        LastRun {
+            fire_id: plan::fire_id(task, r.tick),
+            node: r.node.clone(),
+            exit_code,
+            signal,
+            success: r.success,
+            duration_ms: r.duration_ms,
+            finished_at: r.finished_at,
+        }
+    });
+    let from_runs = snapshot.recent_runs.get(task).map(|h| LastRun {
+        fire_id: h.fire_id.clone(),
+        node: h.node.clone(),
+        exit_code: h.exit_code,
+        signal: h.signal,
+        success: h.success,
+        duration_ms: h.duration_ms,
+        finished_at: h.started_at + TimeDelta::milliseconds(h.duration_ms as i64),
+    });
+    match (from_result, from_runs) {
+        (Some(a), Some(b)) => Some(if b.finished_at > a.finished_at { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The exit code and signal in a result's words ("exit code 3", "killed by signal 9 (SIGKILL)",
+/// "timed out": neither).
+pub fn exit_parts(exit: &str) -> (Option<i32>, Option<i32>) {
+    let number = |rest: &str| {
+        rest.split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<i32>().ok())
+    };
+    if let Some(rest) = exit.strip_prefix("exit code ") {
+        (number(rest), None)
+    } else if let Some(rest) = exit.strip_prefix("killed by signal ") {
+        (None, number(rest))
+    } else {
+        (None, None)
+    }
+}
+
+/// Why `task` is not firing, if it is not: paused, no member may run it (`why_none`), the
+/// lease is vacant, or the fire record is ahead of the clock.
+fn problem(
+    snapshot: &Snapshot,
+    task: &str,
+    why_none: Option<String>,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    if snapshot.paused.contains_key(task) {
+        return Some("paused".to_string());
+    }
+    if why_none.is_some() {
+        return why_none;
+    }
+    if !snapshot.leases.contains_key(task) {
+        return Some("no leader: lease vacant".to_string());
+    }
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    if let Some(record) = plan::holding_record(record, now) {
+        return Some(format!(
+            "fire record ahead of the cluster clock: {} is {} ahead, so no tick up to it fires; \
+             zkcron reset {task} moves it back",
+            record.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            humantime::format_duration(std::time::Duration::from_secs(
+                (record - now).num_seconds().max(0) as u64
+            ))
+        ));
+    }
+    None
+}
+
+/// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
+pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
+    let mut led: BTreeMap<&str, usize> = BTreeMap::new();
+    for lease in snapshot.leases.values() {
+        *led.entry(lease.node.as_str()).or_default() += 1;
+    }
+    let mut nodes: Vec<NodeStatus> = snapshot
+        .members
+        .iter()
+        .map(|m| NodeStatus {
+            id: m.record.id.clone(),
+            release: m.record.release.clone(),
+            labels: m.record.labels.clone(),
+            drained: snapshot.is_drained(&m.record),
+            tasks_led: led.get(m.record.id.as_str()).copied().unwrap_or(0),
+            session_age_s: (now - m.registered_at).num_seconds().max(0) as u64,
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    let members = Members::new(snapshot);
+    let mut schedules = Schedules::new();
+    let tasks = snapshot
+        .task_names()
+        .into_iter()
+        .map(|name| {
+            let definers = members.definers(&name);
+            let why_none = why_none(&definers);
+            let paused = snapshot.paused.contains_key(&name);
+            let next = if paused || why_none.is_some() {
+                None
+            } else {
+                next_tick(snapshot, &name, &definers, &mut schedules, now)
+            };
+            TaskStatus {
+                leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
+                paused,
+                next,
+                last: last_run(snapshot, &name),
+                drift: drift_among(&definers),
+                problem: problem(snapshot, &name, why_none, now),
+                name,
+            }
+        })
+        .collect();
+    Status {
+        backend: snapshot.backend.clone(),
+        cluster: snapshot.cluster.clone(),
+        nodes,
+        tasks,
+    }
+}

@@ -1,0 +1,351 @@
+//! The human forms of `status`, `explain` and `history`: aligned tables like
+//! `systemctl list-timers`, times in RFC 3339 UTC (whole seconds), durations as `1m 5s`.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::explain::Explain;
+use super::model::{Drift, LastRun, Status};
+use crate::coord::zk::wire::{HistoryEntry, RunTrigger};
+
+/// An instant as the tables print it.
+pub fn instant(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Whole seconds as `1h 2m 5s` (`0s` for none).
+pub fn seconds(s: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
+}
+
+/// The whole seconds until `then`, rounded up (a tick 0.3 s away is "in 1s", as `zkcron next`
+/// says).
+pub fn until(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let ms = (then - now).num_milliseconds().max(0) as u64;
+    seconds(ms.div_ceil(1000))
+}
+
+/// Milliseconds as `1.234s`, or `450ms` under a second.
+pub fn millis(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{}.{:03}s", ms / 1000, ms % 1000)
+    }
+}
+
+/// A run's outcome in a word or two: `ok`, `exit 3`, `signal 9`, `failed`.
+pub fn outcome(success: bool, exit_code: Option<i32>, signal: Option<i32>) -> String {
+    match (success, exit_code, signal) {
+        (true, _, _) => "ok".into(),
+        (false, Some(code), _) => format!("exit {code}"),
+        (false, None, Some(signal)) => format!("signal {signal}"),
+        (false, None, None) => "failed".into(),
+    }
+}
+
+/// Rows of cells as a table: columns padded to their widest cell, two spaces apart, the last
+/// column unpadded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ", width = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn dash(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "-".into())
+}
+
+/// A task's drift in words: `1a2b3c4d5e6f on a, b; 9f8e7d6c5b4a on c`.
+pub fn drift(drift: &[Drift]) -> String {
+    drift
+        .iter()
+        .map(|d| {
+            format!(
+                "{} on {}",
+                d.digest.get(..12).unwrap_or(&d.digest),
+                d.nodes.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn last_cells(last: Option<&LastRun>, now: DateTime<Utc>) -> [String; 4] {
+    match last {
+        Some(last) => [
+            instant(last.finished_at),
+            format!(
+                "{} ago",
+                seconds((now - last.finished_at).num_seconds().max(0) as u64)
+            ),
+            outcome(last.success, last.exit_code, last.signal),
+            last.node.clone(),
+        ],
+        None => ["-".into(), "-".into(), "-".into(), "-".into()],
+    }
+}
+
+/// `zkcron status`: the nodes, then the tasks, then a summary line.
+pub fn status(status: &Status, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    let where_ = match &status.cluster {
+        Some(cluster) => format!("cluster {cluster} ({})", status.backend),
+        None => format!("{} backend", status.backend),
+    };
+    let _ = writeln!(out, "{where_}, at {}\n", instant(now));
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "RELEASE".into(),
+        "DRAINED".into(),
+        "LEADS".into(),
+        "SESSION".into(),
+        "LABELS".into(),
+    ]];
+    for node in &status.nodes {
+        let labels: Vec<String> = node
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        rows.push(vec![
+            node.id.clone(),
+            node.release.clone(),
+            if node.drained { "yes" } else { "no" }.into(),
+            node.tasks_led.to_string(),
+            seconds(node.session_age_s),
+            if labels.is_empty() {
+                "-".into()
+            } else {
+                labels.join(",")
+            },
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out.push('\n');
+    let mut rows = vec![vec![
+        "TASK".to_string(),
+        "LEADER".into(),
+        "NEXT".into(),
+        "LEFT".into(),
+        "LAST".into(),
+        "PASSED".into(),
+        "RESULT".into(),
+        "RAN ON".into(),
+        "NOTE".into(),
+    ]];
+    let mut problems = 0;
+    for task in &status.tasks {
+        let mut notes = Vec::new();
+        if let Some(problem) = &task.problem {
+            problems += 1;
+            notes.push(problem.clone());
+        }
+        if !task.drift.is_empty() {
+            notes.push(format!("drift: {}", drift(&task.drift)));
+        }
+        let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
+        rows.push(vec![
+            task.name.clone(),
+            dash(task.leader.clone()),
+            dash(task.next.map(instant)),
+            dash(task.next.map(|n| until(n, now))),
+            last,
+            passed,
+            result,
+            ran_on,
+            if notes.is_empty() {
+                "-".into()
+            } else {
+                notes.join("; ")
+            },
+        ]);
+    }
+    out.push_str(&table(&rows));
+    let _ = writeln!(
+        out,
+        "\n{} node(s), {} task(s), {problems} with a problem.",
+        status.nodes.len(),
+        status.tasks.len()
+    );
+    out
+}
+
+/// `zkcron explain TASK`.
+pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    let task = &explain.task;
+    let status = &explain.status;
+    let _ = writeln!(out, "task {task}");
+    match &explain.lease {
+        Some(lease) => {
+            let _ = writeln!(
+                out,
+                "  lease:    held by {} since {} ({}){}",
+                lease.node,
+                instant(lease.since),
+                seconds(lease.held_s),
+                if lease.designated {
+                    ", the designated leader"
+                } else {
+                    ", covering for the designated leader or handing over to it"
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  lease:    vacant");
+        }
+    }
+    if let Some(mark) = &explain.paused {
+        let _ = writeln!(
+            out,
+            "  paused:   since {} by {}; nothing fires until `zkcron resume {task}`",
+            instant(mark.at),
+            mark.by
+        );
+    }
+    let next = match status.next {
+        Some(next) => format!("{} (in {})", instant(next), until(next, now)),
+        None => "-".into(),
+    };
+    let _ = writeln!(out, "  next:     {next}");
+    let last = match &status.last {
+        Some(last) => format!(
+            "{} on {}, {} ({}), finished {}",
+            last.fire_id,
+            last.node,
+            outcome(last.success, last.exit_code, last.signal),
+            millis(last.duration_ms),
+            instant(last.finished_at)
+        ),
+        None => "-".into(),
+    };
+    let _ = writeln!(out, "  last run: {last}");
+    let firing = match &status.problem {
+        Some(problem) => format!("not firing: {problem}"),
+        None => "firing on schedule".into(),
+    };
+    let _ = writeln!(out, "  state:    {firing}");
+    if !status.drift.is_empty() {
+        let _ = writeln!(
+            out,
+            "  drift:    the nodes define it differently: {}; the leader runs its own \
+             definition; make the task files equal",
+            drift(&status.drift)
+        );
+    }
+    let _ = writeln!(out, "\ncandidates, best first:");
+    let mut rows = vec![vec![
+        "RANK".to_string(),
+        "NODE".into(),
+        "RELEASE".into(),
+        "SCORE".into(),
+        "DEFINITION".into(),
+        "ELIGIBLE".into(),
+    ]];
+    for c in &explain.candidates {
+        let lease = explain
+            .lease
+            .as_ref()
+            .filter(|l| l.node == c.node)
+            .map_or("", |_| " (holds the lease)");
+        rows.push(vec![
+            c.rank.map_or("-".into(), |r| r.to_string()),
+            c.node.clone(),
+            c.release.clone(),
+            c.score.clone(),
+            c.digest.get(..12).unwrap_or(&c.digest).to_string(),
+            if c.eligible {
+                format!("yes{lease}")
+            } else {
+                format!("no: {}{lease}", c.reason)
+            },
+        ]);
+    }
+    out.push_str(&table(&rows));
+    if !explain.not_defining.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nnot defining the task: {}",
+            explain.not_defining.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nNodes rank by release (newest first), then by score (highest first); the first \
+         eligible node leads."
+    );
+    out
+}
+
+/// `zkcron history TASK`: the runs newest first.
+pub fn history(runs: &[HistoryEntry]) -> String {
+    let mut rows = vec![vec![
+        "FIRE ID".to_string(),
+        "TICK".into(),
+        "NODE".into(),
+        "RELEASE".into(),
+        "STARTED".into(),
+        "DURATION".into(),
+        "RESULT".into(),
+        "ATTEMPTS".into(),
+        "TRIGGER".into(),
+    ]];
+    for run in runs {
+        rows.push(vec![
+            run.fire_id.clone(),
+            instant(run.tick),
+            run.node.clone(),
+            run.release.clone(),
+            instant(run.started_at),
+            millis(run.duration_ms),
+            outcome(run.success, run.exit_code, run.signal),
+            run.attempts.to_string(),
+            match run.trigger {
+                RunTrigger::Schedule => "schedule",
+                RunTrigger::Manual => "manual",
+            }
+            .into(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// The line `trigger --wait` prints for a run's result.
+pub fn result_line(run: &HistoryEntry) -> String {
+    let exit = match (run.exit_code, run.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "no exit status".into(),
+    };
+    format!(
+        "{}: {} on {} after {} ({exit}, {} attempt(s))",
+        run.fire_id,
+        if run.success { "succeeded" } else { "failed" },
+        run.node,
+        millis(run.duration_ms),
+        run.attempts
+    )
+}

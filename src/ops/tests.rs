@@ -1,0 +1,420 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde_json::json;
+
+use super::explain::explain;
+use super::model::{self, LiveMember, Snapshot, exit_parts, status};
+use super::render;
+use crate::coord::RunResult;
+use crate::coord::zk::wire::{
+    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RunTrigger, TaskSetEntry,
+    TaskSetRecord, TaskSetRef,
+};
+
+fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 8, h, m, s).unwrap()
+}
+
+fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
+    TaskSetEntry {
+        digest: digest.into(),
+        version_req: version_req.map(str::to_string),
+        require_labels: BTreeMap::new(),
+        schedule: Some("*/5 * * * *".into()),
+        timezone: Some("UTC".into()),
+    }
+}
+
+fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
+    LiveMember {
+        record: MemberRecord {
+            format: 1,
+            id: id.into(),
+            release: release.into(),
+            seed: format!("{seed:016x}"),
+            host: "h".into(),
+            pid: 1,
+            started_at: at(9, 0, 0),
+            labels: BTreeMap::from([("zone".to_string(), id.to_string())]),
+            taskset: TaskSetRef {
+                digest: set.into(),
+                chunks: 1,
+                count: 2,
+            },
+            leads: true,
+            drained: false,
+        },
+        registered_at: at(9, 0, 0),
+    }
+}
+
+fn mark(at: DateTime<Utc>) -> MarkRecord {
+    MarkRecord {
+        format: 1,
+        at,
+        by: "ops@host".into(),
+    }
+}
+
+fn lease(node: &str, since: DateTime<Utc>) -> LeaseRecord {
+    LeaseRecord {
+        format: 1,
+        node: node.into(),
+        session: "s".into(),
+        since,
+    }
+}
+
+/// Nodes a, b (1.0.0, set "one") and c (1.1.0, set "two"); tasks `backup` (defined alike),
+/// `report` (c defines it differently) and `new` (only 1.1 may run it, c is drained).
+fn cluster() -> Snapshot {
+    let one = TaskSetRecord {
+        format: 1,
+        tasks: BTreeMap::from([
+            ("backup".to_string(), entry("aaaaaaaaaaaaaaaa", None)),
+            ("report".to_string(), entry("bbbbbbbbbbbbbbbb", None)),
+            ("new".to_string(), entry("cccccccccccccccc", Some(">=1.1"))),
+        ]),
+    };
+    let mut two = one.clone();
+    two.tasks
+        .insert("report".into(), entry("dddddddddddddddd", None));
+    Snapshot {
+        backend: "zookeeper".into(),
+        cluster: Some("prod".into()),
+        members: vec![
+            member("b", "1.0.0", "one", 2),
+            member("a", "1.0.0", "one", 1),
+            member("c", "1.1.0", "two", 3),
+        ],
+        tasksets: BTreeMap::from([("one".to_string(), one), ("two".to_string(), two)]),
+        leases: BTreeMap::from([
+            ("backup".to_string(), lease("c", at(9, 1, 0))),
+            ("report".to_string(), lease("c", at(9, 2, 0))),
+        ]),
+        fire_records: BTreeMap::new(),
+        results: BTreeMap::from([(
+            "backup".to_string(),
+            RunResult {
+                tick: at(9, 55, 0),
+                node: "c".into(),
+                exit: "exit code 3".into(),
+                success: false,
+                attempts: 1,
+                duration_ms: 1500,
+                finished_at: at(9, 55, 2),
+                ..RunResult::default()
+            },
+        )]),
+        recent_runs: BTreeMap::new(),
+        paused: BTreeMap::new(),
+        drained: BTreeMap::from([("c".to_string(), mark(at(9, 30, 0)))]),
+    }
+}
+
+#[test]
+fn status_lists_nodes_by_id_with_release_labels_drain_leases_and_session_age() {
+    let status = status(&cluster(), at(10, 0, 0));
+    let ids: Vec<&str> = status.nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    let c = &status.nodes[2];
+    assert_eq!(c.release, "1.1.0");
+    assert_eq!(c.labels, BTreeMap::from([("zone".into(), "c".into())]));
+    assert!(c.drained, "the marker counts before the node re-registers");
+    assert_eq!(c.tasks_led, 2);
+    assert_eq!(c.session_age_s, 3600);
+    assert!(!status.nodes[0].drained);
+    assert_eq!(status.nodes[0].tasks_led, 0);
+    assert_eq!(status.backend, "zookeeper");
+    assert_eq!(status.cluster.as_deref(), Some("prod"));
+}
+
+#[test]
+fn status_gives_each_task_its_leader_next_tick_last_run_drift_and_problem() {
+    let status = status(&cluster(), at(10, 0, 1));
+    let names: Vec<&str> = status.tasks.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["backup", "new", "report"]);
+
+    let backup = &status.tasks[0];
+    assert_eq!(backup.leader.as_deref(), Some("c"));
+    assert!(!backup.paused);
+    assert_eq!(backup.next, Some(at(10, 5, 0)));
+    let last = backup.last.as_ref().unwrap();
+    assert_eq!(last.fire_id, format!("backup@{}", at(9, 55, 0).timestamp()));
+    assert_eq!(last.node, "c");
+    assert_eq!((last.exit_code, last.signal), (Some(3), None));
+    assert!(!last.success);
+    assert_eq!(last.duration_ms, 1500);
+    assert_eq!(last.finished_at, at(9, 55, 2));
+    assert!(backup.drift.is_empty());
+    assert_eq!(backup.problem, None);
+
+    let new = &status.tasks[1];
+    assert_eq!(new.leader, None);
+    assert_eq!(new.next, None, "a task no node may run has no next tick");
+    assert_eq!(new.last, None);
+    assert_eq!(
+        new.problem.as_deref(),
+        Some(
+            "no live node may run it: version_req >=1.1 matches none of a (1.0.0), b (1.0.0); c is drained"
+        )
+    );
+
+    let report = &status.tasks[2];
+    assert_eq!(report.drift.len(), 2);
+    assert_eq!(report.drift[0].digest, "bbbbbbbbbbbbbbbb");
+    assert_eq!(report.drift[0].nodes, ["a", "b"]);
+    assert_eq!(report.drift[1].digest, "dddddddddddddddd");
+    assert_eq!(report.drift[1].nodes, ["c"]);
+}
+
+#[test]
+fn a_paused_task_has_no_next_tick_and_says_paused() {
+    let mut snapshot = cluster();
+    snapshot.paused.insert("backup".into(), mark(at(9, 59, 0)));
+    let status = status(&snapshot, at(10, 0, 1));
+    let backup = &status.tasks[0];
+    assert!(backup.paused);
+    assert_eq!(backup.next, None);
+    assert_eq!(backup.problem.as_deref(), Some("paused"));
+}
+
+#[test]
+fn a_vacant_lease_and_a_fire_record_ahead_are_problems() {
+    let mut snapshot = cluster();
+    snapshot.drained.clear();
+    snapshot.leases.remove("backup");
+    let mut record = FireRecord::empty();
+    record.tick = Some(at(12, 0, 0));
+    snapshot.fire_records.insert("report".into(), record);
+    let status = status(&snapshot, at(10, 0, 1));
+    assert_eq!(
+        status.tasks[0].problem.as_deref(),
+        Some("no leader: lease vacant")
+    );
+    let report = &status.tasks[2];
+    assert_eq!(
+        report.problem.as_deref(),
+        Some(
+            "fire record ahead of the cluster clock: 2026-03-08T12:00:00Z is 1h 59m 59s ahead, \
+             so no tick up to it fires; zkcron reset report moves it back"
+        )
+    );
+    assert_eq!(
+        report.next,
+        Some(at(12, 5, 0)),
+        "the ticks up to the record count as done"
+    );
+}
+
+#[test]
+fn the_last_run_is_the_newer_of_the_result_and_a_manual_run() {
+    let mut snapshot = cluster();
+    let manual = HistoryEntry {
+        fire_id: "backup@manual-0000000007".into(),
+        tick: at(9, 57, 0),
+        node: "a".into(),
+        release: "1.0.0".into(),
+        started_at: at(9, 57, 0),
+        duration_ms: 250,
+        exit_code: None,
+        signal: Some(9),
+        success: false,
+        attempts: 1,
+        trigger: RunTrigger::Manual,
+    };
+    snapshot.recent_runs.insert("backup".into(), manual);
+    let last = status(&snapshot, at(10, 0, 0)).tasks[0]
+        .last
+        .clone()
+        .unwrap();
+    assert_eq!(last.fire_id, "backup@manual-0000000007");
+    assert_eq!((last.exit_code, last.signal), (None, Some(9)));
+    assert_eq!(
+        last.finished_at,
+        at(9, 57, 0) + chrono::TimeDelta::milliseconds(250)
+    );
+}
+
+#[test]
+fn exit_words_give_the_code_or_the_signal() {
+    assert_eq!(exit_parts("exit code 0"), (Some(0), None));
+    assert_eq!(exit_parts("killed by signal 9 (SIGKILL)"), (None, Some(9)));
+    assert_eq!(exit_parts("timed out"), (None, None));
+}
+
+#[test]
+fn status_json_has_exactly_the_documented_keys() {
+    let value = serde_json::to_value(status(&cluster(), at(10, 0, 1))).unwrap();
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&value), ["backend", "cluster", "nodes", "tasks"]);
+    assert_eq!(
+        keys(&value["nodes"][0]),
+        [
+            "drained",
+            "id",
+            "labels",
+            "release",
+            "session_age_s",
+            "tasks_led"
+        ]
+    );
+    assert_eq!(
+        keys(&value["tasks"][0]),
+        [
+            "drift", "last", "leader", "name", "next", "paused", "problem"
+        ]
+    );
+    assert_eq!(
+        keys(&value["tasks"][0]["last"]),
+        [
+            "duration_ms",
+            "exit_code",
+            "finished_at",
+            "fire_id",
+            "node",
+            "signal",
+            "success"
+        ]
+    );
+    assert_eq!(value["tasks"][0]["next"], json!("2026-03-08T10:05:00Z"));
+    assert_eq!(value["tasks"][1]["last"], json!(null));
+    assert_eq!(
+        value["tasks"][2]["drift"][1],
+        json!({"digest": "dddddddddddddddd", "nodes": ["c"]})
+    );
+}
+
+#[test]
+fn explain_ranks_eligible_nodes_as_the_nodes_do_and_says_why_others_are_not() {
+    let mut snapshot = cluster();
+    snapshot.drained.clear();
+    let explained = explain(&snapshot, "backup", at(10, 0, 0)).unwrap();
+    let ranked: Vec<(Option<usize>, &str)> = explained
+        .candidates
+        .iter()
+        .map(|c| (c.rank, c.node.as_str()))
+        .collect();
+    // The newest release first, then a and b by score.
+    let (first, second) =
+        if crate::coord::rank::score(1, "backup") > crate::coord::rank::score(2, "backup") {
+            ("a", "b")
+        } else {
+            ("b", "a")
+        };
+    assert_eq!(
+        ranked,
+        [(Some(1), "c"), (Some(2), first), (Some(3), second)]
+    );
+    assert_eq!(
+        explained.candidates[0].score,
+        format!("{:016x}", crate::coord::rank::score(3, "backup"))
+    );
+    let lease = explained.lease.as_ref().unwrap();
+    assert_eq!((lease.node.as_str(), lease.held_s), ("c", 59 * 60));
+    assert!(lease.designated);
+
+    let new = explain(&cluster(), "new", at(10, 0, 0)).unwrap();
+    let reasons: Vec<(&str, &str)> = new
+        .candidates
+        .iter()
+        .map(|c| (c.node.as_str(), c.reason.as_str()))
+        .collect();
+    assert!(
+        new.candidates
+            .iter()
+            .all(|c| !c.eligible && c.rank.is_none())
+    );
+    assert!(reasons.contains(&("c", "drained")));
+    assert!(reasons.contains(&("a", "release 1.0.0 does not match version_req >=1.1")));
+    assert!(explain(&cluster(), "nope", at(10, 0, 0)).is_none());
+}
+
+#[test]
+fn labels_a_task_requires_make_the_other_nodes_ineligible() {
+    let mut snapshot = cluster();
+    for set in snapshot.tasksets.values_mut() {
+        set.tasks.get_mut("backup").unwrap().require_labels =
+            BTreeMap::from([("zone".to_string(), "a".to_string())]);
+    }
+    let b = snapshot.members[0].record.clone();
+    assert_eq!(
+        model::eligibility(&snapshot, &b, "backup"),
+        Err("labels (zone=b) lack require_labels zone=a".to_string())
+    );
+    snapshot.members.retain(|m| m.record.id == "b");
+    assert_eq!(
+        model::no_one_may_run(&snapshot, "backup").as_deref(),
+        Some("no live node may run it: require_labels zone=a matches none of b (zone=b)")
+    );
+}
+
+#[test]
+fn tables_align_their_columns() {
+    let text = render::table(&[
+        vec!["A".into(), "BB".into(), "C".into()],
+        vec!["long".into(), "x".into(), "last column".into()],
+    ]);
+    assert_eq!(text, "A     BB  C\nlong  x   last column\n");
+    let human = render::status(&status(&cluster(), at(10, 0, 1)), at(10, 0, 1));
+    assert!(human.starts_with("cluster prod (zookeeper), at 2026-03-08T10:00:01Z\n"));
+    assert!(
+        human.contains("3 node(s), 3 task(s), 1 with a problem."),
+        "{human}"
+    );
+}
+
+#[test]
+fn the_socket_protocol_is_one_json_object_per_line_tagged_by_op() {
+    use super::local::{Reply, Request};
+    let cases = [
+        (Request::Status, r#"{"op":"status"}"#),
+        (
+            Request::History {
+                task: "t".into(),
+                n: 5,
+            },
+            r#"{"op":"history","task":"t","n":5}"#,
+        ),
+        (
+            Request::Trigger {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"trigger","task":"t","by":"u@h"}"#,
+        ),
+        (
+            Request::TriggerState {
+                fire_id: "t@manual-0000000001".into(),
+            },
+            r#"{"op":"trigger_state","fire_id":"t@manual-0000000001"}"#,
+        ),
+        (
+            Request::Pause {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"pause","task":"t","by":"u@h"}"#,
+        ),
+        (
+            Request::Resume {
+                task: "t".into(),
+                by: "u@h".into(),
+            },
+            r#"{"op":"resume","task":"t","by":"u@h"}"#,
+        ),
+    ];
+    for (request, json) in cases {
+        assert_eq!(serde_json::to_string(&request).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Request>(json).unwrap(), request);
+    }
+    assert_eq!(
+        serde_json::to_string(&Reply::error("no")).unwrap(),
+        r#"{"ok":false,"error":"no"}"#
+    );
+}

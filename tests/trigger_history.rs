@@ -1,0 +1,316 @@
+//! Manual runs and run history against a real ZooKeeper with real zkcron processes: a trigger
+//! znode created as `zkcron trigger` creates it is run once by the task's leader, with the
+//! trigger's name as its fire id, and ended with the result; a trigger of a task nobody leads
+//! stays pending; the history keeps `history_runs` runs with every field filled in.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use common::zk::ZkServer;
+use common::{wait_for, zkcron};
+use zkcron::coord::zk::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path, id: &str, zk: &str, history_runs: usize) -> Node {
+        let home = dir.join(id);
+        fs::create_dir_all(&home).unwrap();
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
+        let config = home.join("zkcron.toml");
+        fs::write(
+            &config,
+            format!(
+                "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"1s\"\nhistory_runs = {history_runs}\n"
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
+        let log = home.join("log.txt");
+        let mut command = zkcron();
+        command
+            .env("ZKCRON_LOG", "info")
+            .args(["run", "--config"])
+            .arg(&config)
+            .arg("--jobs-dir")
+            .arg(dir.join("jobs.d"))
+            .arg("--state-dir")
+            .arg(home.join("state"))
+            .args(["--node-id", id, "--zookeeper", zk])
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap());
+        let child = common::zk::spawn_tied_to_process(command).expect("zkcron starts");
+        Node { child, log }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        common::kill_process_tree(&mut self.child);
+    }
+}
+
+fn write_task(dir: &Path, name: &str, text: &str) {
+    let jobs = dir.join("jobs.d");
+    fs::create_dir_all(&jobs).unwrap();
+    fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = jobs.join(format!("{name}.toml"));
+    fs::write(&path, text).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+/// The lines of `file`, split into words.
+fn lines(file: &Path) -> Vec<Vec<String>> {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect()
+}
+
+/// A job that records "<fire id> <scheduled at> <node>" and exits with `code`.
+fn recording_task(starts: &Path, code: i32) -> String {
+    // A yearly schedule: nothing but the trigger runs it during the test.
+    format!(
+        "schedule = \"0 0 0 1 1 *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_NODE\" >> {}; exit {code}']\n",
+        starts.display()
+    )
+}
+
+/// The data of `path` (from the root), if it exists.
+fn read(zk: &ZkServer, path: &str) -> Option<Vec<u8>> {
+    let path = path.to_string();
+    zk.with_client(async move |client| match client.get_data(&path).await {
+        Ok((data, _)) => Some(data),
+        Err(zookeeper_client::Error::NoNode) => None,
+        Err(e) => panic!("reading {path}: {e}"),
+    })
+}
+
+fn trigger_state(zk: &ZkServer, path: &str) -> Option<TriggerRecord> {
+    read(zk, path).map(|data| serde_json::from_slice(&data).expect("a trigger record"))
+}
+
+/// Creates a pending trigger of `task` as `zkcron trigger` does (a sequential znode named
+/// `<task>@manual-`); returns its path and the record.
+#[allow(clippy::disallowed_methods)] // the request time, as `zkcron trigger` reads it
+fn create_trigger(zk: &ZkServer, base: &str, task: &str) -> (String, TriggerRecord) {
+    let record = TriggerRecord {
+        format: 1,
+        task: task.into(),
+        // Whole seconds: ZKCRON_SCHEDULED_AT is given in them.
+        requested_at: DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap(),
+        by: "tester@test".into(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+    };
+    let data = serde_json::to_vec(&record).unwrap();
+    let prefix = format!("{base}/control/triggers/{task}@manual-");
+    let path = zk.with_client(async move |client| {
+        let options = zookeeper_client::CreateMode::PersistentSequential
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        let (_, sequence) = client
+            .create(&prefix, &data, &options)
+            .await
+            .unwrap_or_else(|e| panic!("creating the trigger {prefix}: {e}"));
+        format!("{prefix}{sequence}")
+    });
+    (path, record)
+}
+
+/// The cluster's root in ZooKeeper for a chroot connect string.
+fn base_of(connect: &str) -> String {
+    let chroot = &connect[connect.find('/').unwrap()..];
+    format!("{chroot}/zkcron/default")
+}
+
+#[test]
+fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() {
+    let zk = ZkServer::start();
+    let dir = common::tempdir();
+    let starts = dir.path().join("starts.log");
+    write_task(dir.path(), "good", &recording_task(&starts, 0));
+    write_task(dir.path(), "bad", &recording_task(&starts, 3));
+    let connect = zk.chroot_connect();
+    let base = base_of(&connect);
+    let a = Node::start(dir.path(), "node-a", &connect, 100);
+    let b = Node::start(dir.path(), "node-b", &connect, 100);
+    wait_for("both tasks to be led", LIMIT, || {
+        zk.children(&format!("{base}/leases")).len() == 2
+            && a.log().contains("registered in ZooKeeper")
+            && b.log().contains("registered in ZooKeeper")
+    });
+
+    // A trigger of a task no node defines: nobody leads it, it stays pending.
+    let (ghost, _) = create_trigger(&zk, &base, "ghost");
+    let (good, good_request) = create_trigger(&zk, &base, "good");
+    let (bad, _) = create_trigger(&zk, &base, "bad");
+    let name = |path: &str| path.rsplit('/').next().unwrap().to_string();
+    assert!(
+        name(&good).starts_with("good@manual-") && name(&good).len() == "good@manual-".len() + 10
+    );
+
+    let ended =
+        |path: &str| trigger_state(&zk, path).is_some_and(|t| t.state == TriggerState::Ended);
+    wait_for("both triggers to end", LIMIT, || {
+        ended(&good) && ended(&bad)
+    });
+
+    let good_end = trigger_state(&zk, &good).unwrap();
+    let node = good_end.node.clone().expect("the claiming node");
+    assert!(
+        ["node-a", "node-b"].contains(&node.as_str()),
+        "{good_end:?}"
+    );
+    assert!(good_end.claimed_at.is_some(), "{good_end:?}");
+    assert_eq!(good_end.by, "tester@test");
+    assert_eq!(good_end.reason, None);
+    let result = good_end.result.clone().expect("the result");
+    assert_eq!(result.fire_id, name(&good));
+    assert_eq!(result.tick, good_request.requested_at);
+    assert_eq!(result.node, node);
+    assert_eq!(result.release, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        (
+            result.exit_code,
+            result.signal,
+            result.success,
+            result.attempts
+        ),
+        (Some(0), None, true, 1)
+    );
+    assert_eq!(result.trigger, RunTrigger::Manual);
+    assert!(result.started_at >= good_request.requested_at, "{result:?}");
+
+    let bad_result = trigger_state(&zk, &bad).unwrap().result.unwrap();
+    assert_eq!(bad_result.fire_id, name(&bad));
+    assert_eq!((bad_result.exit_code, bad_result.success), (Some(3), false));
+
+    // Each ran exactly once, with the trigger's name as its fire id and the request time as
+    // its scheduled time, on the node the trigger names.
+    let history_has = |task: &str, fire_id: &str| {
+        read(&zk, &format!("{base}/tasks/{task}/history")).is_some_and(|data| {
+            let history: HistoryRecord = serde_json::from_slice(&data).unwrap();
+            history.runs.iter().any(|r| r.fire_id == fire_id)
+        })
+    };
+    wait_for("the history to have both runs", LIMIT, || {
+        history_has("good", &name(&good)) && history_has("bad", &name(&bad))
+    });
+    let good_history: HistoryRecord =
+        serde_json::from_slice(&read(&zk, &format!("{base}/tasks/good/history")).unwrap()).unwrap();
+    assert_eq!(good_history.runs, vec![result]);
+    let runs = lines(&starts);
+    let of = |fire_id: &str| {
+        runs.iter()
+            .filter(|l| l[0] == fire_id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let good_runs = of(&name(&good));
+    assert_eq!(good_runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        good_runs[0][1],
+        good_request
+            .requested_at
+            .to_rfc3339_opts(SecondsFormat::Secs, true)
+    );
+    assert_eq!(good_runs[0][2], node);
+    assert_eq!(of(&name(&bad)).len(), 1, "{runs:?}");
+    assert_eq!(runs.len(), 2, "only the triggers ran: {runs:?}");
+    // A manual run moves no fire record: the tasks never ticked.
+    for task in ["good", "bad"] {
+        let record = read(&zk, &format!("{base}/tasks/{task}")).unwrap_or_default();
+        let record = String::from_utf8_lossy(&record);
+        assert!(!record.contains("\"tick\""), "{task}: {record}");
+    }
+
+    let ghost_state = trigger_state(&zk, &ghost).unwrap();
+    assert_eq!(ghost_state.state, TriggerState::Pending, "{ghost_state:?}");
+    assert_eq!(ghost_state.node, None);
+}
+
+#[test]
+fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
+    let zk = ZkServer::start();
+    let dir = common::tempdir();
+    let starts = dir.path().join("starts.log");
+    write_task(
+        dir.path(),
+        "tick",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID\" >> {}']\n",
+            starts.display()
+        ),
+    );
+    let connect = zk.chroot_connect();
+    let base = base_of(&connect);
+    let a = Node::start(dir.path(), "node-a", &connect, 3);
+    let path = format!("{base}/tasks/tick/history");
+    let history = || -> Vec<zkcron::coord::zk::HistoryEntry> {
+        read(&zk, &path)
+            .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
+            .unwrap_or_default()
+    };
+    wait_for("five runs, the last of them in the history", LIMIT, || {
+        let runs = lines(&starts);
+        runs.len() >= 5
+            && history()
+                .last()
+                .is_some_and(|last| runs.iter().any(|l| l[0] == last.fire_id))
+            && history().len() == 3
+    });
+    let runs = history();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let started: Vec<String> = lines(&starts).into_iter().map(|l| l[0].clone()).collect();
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!(run.fire_id, format!("tick@{}", run.tick.timestamp()));
+        assert!(started.contains(&run.fire_id), "{run:?} not in {started:?}");
+        assert_eq!(run.node, "node-a");
+        assert_eq!(run.release, env!("CARGO_PKG_VERSION"));
+        assert!(run.started_at >= run.tick, "{run:?}");
+        assert!(run.duration_ms < 10_000, "{run:?}");
+        assert_eq!(
+            (run.exit_code, run.signal, run.success, run.attempts),
+            (Some(0), None, true, 1)
+        );
+        assert_eq!(run.trigger, RunTrigger::Schedule);
+        if i > 0 {
+            assert!(runs[i - 1].tick < run.tick, "oldest first: {runs:?}");
+        }
+    }
+    // The newest runs are kept: none older than the third newest start.
+    let newest: Vec<&String> = started.iter().rev().take(4).collect();
+    assert!(
+        newest.contains(&&runs[0].fire_id),
+        "{runs:?} vs {started:?}"
+    );
+    // `tasks/tick/history` sits beside the run znodes: the live-run listing (overlap = "skip"
+    // here) does not take it for a run, not even a foreign one.
+    assert!(!a.log().contains("ignoring the run record"), "{}", a.log());
+    let json = String::from_utf8(read(&zk, &path).unwrap()).unwrap();
+    assert!(
+        json.contains("\"exit_code\":0,\"signal\":null"),
+        "exit code and signal are always present: {json}"
+    );
+}
