@@ -4,18 +4,20 @@
 //! exit 2), then each subcommand builds the real objects from validated config and task files
 //! (invalid input exits 1). `validate` only parses and checks; `run` builds the live daemon.
 
+mod reset;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, Utc};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::accounts::Identity;
 use crate::config::Backend;
 use crate::config::{self, Config};
-use crate::coord::local::{self, LocalCoordinator, StateDirEditor};
+use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{Daemon, control};
 use crate::files::{self, PathProblem};
@@ -245,7 +247,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate(args),
         Command::Schedule(args) => schedule(args),
         Command::Next(args) => next(args),
-        Command::Reset(args) => reset(args),
+        Command::Reset(args) => reset::reset(args),
         Command::Status(args) => operate(&args.target, None, |_| OpsCommand::Status {
             json: args.json,
         }),
@@ -655,101 +657,6 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `zkcron reset TASK`: moves a fire record that is ahead of the clock back to now (or `--to`),
-/// with the daemon stopped (it takes the daemon's lock on the state dir).
-fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
-    let ResolvedDirs {
-        config,
-        config_path,
-        jobs_dir,
-        state_dir,
-        ..
-    } = args.dirs.resolve()?;
-    if config.coordination.backend == Backend::Zookeeper {
-        anyhow::bail!(
-            "zkcron reset moves fire records in the local backend's state dir, and {} selects the \
-             zookeeper backend: moving a fire record back in a ZooKeeper cluster is not supported \
-             yet",
-            config_path
-                .as_deref()
-                .map_or("the config".into(), |p| p.display().to_string())
-        );
-    }
-    let now = crate::clock::wall_clock();
-    let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
-    let to = args.to.unwrap_or(now);
-    let to = to.with_nanosecond(0).unwrap_or(to);
-    if to > now {
-        anyhow::bail!(
-            "--to {} is in the future: the record would hold the task again; give an instant at \
-             or before now ({})",
-            instant(to),
-            instant(now)
-        );
-    }
-    if !state_dir.is_dir() {
-        anyhow::bail!(
-            "the state dir {} does not exist, so it holds no fire records; point --state-dir or \
-             [scheduler].state_dir at the daemon's state dir",
-            state_dir.display()
-        );
-    }
-    // Damage found while reading the state is logged, as the daemon would log it.
-    crate::logging::init(config.log.format);
-    let mut editor = StateDirEditor::open(&state_dir)?;
-    let task = args.task.as_str();
-    let Some(record) = editor.last_claimed(task) else {
-        let defaults = config.task_defaults(Identity::current());
-        let defined: Vec<String> = task::load_jobs_dir(&jobs_dir, &defaults)
-            .map(|loaded| loaded.tasks.into_iter().map(|t| t.name).collect())
-            .unwrap_or_default();
-        if defined.iter().any(|name| name == task) {
-            anyhow::bail!(
-                "task {task} has no fire record in {}: it has not fired with this state dir, so \
-                 nothing holds it",
-                state_dir.display()
-            );
-        }
-        let known = defined.iter().map(String::as_str).chain(editor.tasks());
-        let hint = task::closest(task, known)
-            .map(|name| format!("; did you mean {name}?"))
-            .unwrap_or_default();
-        anyhow::bail!(
-            "unknown task {task}: no task file {task}.toml in {} and no fire record in {}{hint}",
-            jobs_dir.display(),
-            state_dir.display()
-        );
-    };
-    if record <= now {
-        anyhow::bail!(
-            "the fire record of task {task} ({}) is not ahead of the clock ({}), so nothing holds \
-             it; zkcron reset only moves a record in the future back (moving a past one back would \
-             run its ticks again)",
-            instant(record),
-            instant(now)
-        );
-    }
-    editor.set_fire_record(task, to)?;
-    println!(
-        "zkcron: task {task}: fire record moved back from {} to {}.",
-        instant(record),
-        instant(to)
-    );
-    let due = if to < now {
-        " (those already due per its catch_up)"
-    } else {
-        ""
-    };
-    println!(
-        "Start zkcron to fire it: ticks after {} run when they come due{due}, those up to {} \
-         included.",
-        instant(to),
-        instant(record)
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// An operator command (`crate::ops`) against the scheduler the config and flags name.

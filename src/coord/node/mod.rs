@@ -25,6 +25,7 @@ mod control;
 mod gc;
 mod history;
 pub mod io;
+mod leadership;
 mod leases;
 mod members;
 mod report;
@@ -758,56 +759,5 @@ impl Node {
             return;
         }
         self.decide();
-    }
-
-    // ---- leadership ----
-
-    /// Publishes the held leases as leadership (paused unless connected and listed).
-    fn publish(&mut self) {
-        let tasks: BTreeSet<String> = if self.stopping {
-            BTreeSet::new()
-        } else {
-            self.held.keys().cloned().collect()
-        };
-        let paused = !self.firing();
-        let triggers = self.led_triggers(&tasks);
-        let l = &self.leadership;
-        let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
-        if same && *l.triggers == triggers {
-            return;
-        }
-        self.leadership.triggers = Arc::new(triggers);
-        if same {
-            // Only the pending manual runs changed.
-            self.out
-                .push_back(Output::Leadership(self.leadership.clone()));
-            return;
-        }
-        let leading = tasks.len();
-        self.leadership.paused = paused;
-        self.leadership.tasks = Arc::new(tasks);
-        if !paused {
-            self.leadership.why_paused = None;
-        }
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
-        self.report(Level::Info, "leases changed")
-            .field("leading", leading)
-            .field("paused", paused);
-    }
-
-    fn set_why_paused(&mut self, why: String) {
-        if self.leadership.why_paused.as_ref() == Some(&why) {
-            return;
-        }
-        self.leadership.why_paused = Some(why);
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
-    }
-
-    fn count_session_loss(&mut self) {
-        self.leadership.session_losses += 1;
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
     }
 }

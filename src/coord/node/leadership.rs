@@ -1,0 +1,59 @@
+//! What the node tells the daemon it may fire: the held leases as [`Leadership`], paused
+//! unless connected and listed, with the pending manual runs of the led tasks, why it is paused
+//! and how often the session was lost.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::{Level, Node, Output};
+
+impl Node {
+    /// Publishes the held leases as leadership (paused unless connected and listed).
+    pub(super) fn publish(&mut self) {
+        let tasks: BTreeSet<String> = if self.stopping {
+            BTreeSet::new()
+        } else {
+            self.held.keys().cloned().collect()
+        };
+        let paused = !self.firing();
+        let triggers = self.led_triggers(&tasks);
+        let l = &self.leadership;
+        let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
+        if same && *l.triggers == triggers {
+            return;
+        }
+        self.leadership.triggers = Arc::new(triggers);
+        if same {
+            // Only the pending manual runs changed.
+            self.out
+                .push_back(Output::Leadership(self.leadership.clone()));
+            return;
+        }
+        let leading = tasks.len();
+        self.leadership.paused = paused;
+        self.leadership.tasks = Arc::new(tasks);
+        if !paused {
+            self.leadership.why_paused = None;
+        }
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+        self.report(Level::Info, "leases changed")
+            .field("leading", leading)
+            .field("paused", paused);
+    }
+
+    pub(super) fn set_why_paused(&mut self, why: String) {
+        if self.leadership.why_paused.as_ref() == Some(&why) {
+            return;
+        }
+        self.leadership.why_paused = Some(why);
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+    }
+
+    pub(super) fn count_session_loss(&mut self) {
+        self.leadership.session_losses += 1;
+        self.out
+            .push_back(Output::Leadership(self.leadership.clone()));
+    }
+}
