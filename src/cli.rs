@@ -405,7 +405,24 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
-            let _control = control::serve_logged(&plan, &daemon_config, &coordinator);
+            let control_config = control::ControlConfig::new(&plan, &daemon_config);
+            let _control = control::serve_logged(control_config.clone(), &coordinator);
+            let status: crate::http::StatusSource = {
+                let coordinator = coordinator.clone();
+                let config = Arc::new(control_config);
+                Arc::new(move || {
+                    let coordinator = coordinator.clone();
+                    let config = config.clone();
+                    Box::pin(async move { Ok(control::status(&config, &coordinator).await) })
+                })
+            };
+            let endpoint = crate::http::Endpoint {
+                metrics: daemon_config.metrics.clone(),
+                leadership: crate::coord::Coordinator::leadership(&*coordinator),
+                backend: crate::http::Backend::Local,
+                status,
+            };
+            let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             Daemon::new(daemon_config, coordinator).run().await
         })?,
         Backend::Zookeeper => {
@@ -414,7 +431,19 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .context("checked above: the zookeeper backend has a connect string")?;
             runtime.block_on(async {
                 let coordinator =
-                    ZkCoordinator::start(settings.clone()).map_err(|e| anyhow::anyhow!(e))?;
+                    ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                let endpoint = crate::http::Endpoint {
+                    metrics: daemon_config.metrics.clone(),
+                    leadership: crate::coord::Coordinator::leadership(&coordinator),
+                    backend: crate::http::Backend::Zookeeper {
+                        max_clock_skew: settings
+                            .max_clock_skew
+                            .unwrap_or(crate::coord::zk::settings::DEFAULT_MAX_CLOCK_SKEW),
+                    },
+                    status: crate::ops::cluster::status_source(&settings.connect, &settings.cluster),
+                };
+                let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
                 tracing::info!(
                     backend = "zookeeper",
                     zookeeper = %settings.connect,

@@ -39,6 +39,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ),
     ("coordination", &["backend", "zookeeper"]),
     ("log", &["format", "job_output_lines"]),
+    ("http", &["listen"]),
 ];
 
 // The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
@@ -52,6 +53,26 @@ pub struct Config {
     pub scheduler: SchedulerSection,
     pub coordination: CoordinationSection,
     pub log: LogSection,
+    pub http: HttpSection,
+}
+
+/// `[http]`: the metrics, health and status endpoint ([`crate::http`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSection {
+    /// `listen`: the address served; `None` (`listen = ""`) serves nothing.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The default of `[http] listen`: loopback only, the port Prometheus' registry lists for no
+/// other exporter.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9464";
+
+impl Default for HttpSection {
+    fn default() -> HttpSection {
+        HttpSection {
+            listen: Some(DEFAULT_HTTP_LISTEN.parse().expect("a valid address")),
+        }
+    }
 }
 
 /// `[node]`: who this node is.
@@ -485,6 +506,24 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                 ("log", "job_output_lines") => {
                     if let Some(lines) = c.integer(q, value, 0..=MAX_JOB_OUTPUT_LINES) {
                         config.log.job_output_lines = lines as usize;
+                    }
+                }
+                ("http", "listen") => {
+                    if let Some(text) = c.string(q, value) {
+                        if text.is_empty() {
+                            config.http.listen = None;
+                        } else {
+                            match text.parse::<std::net::SocketAddr>() {
+                                Ok(address) => config.http.listen = Some(address),
+                                Err(_) => c.report(
+                                    c.content_span(value),
+                                    format!(
+                                        "`{q}` must be an IP address and port such as \"{DEFAULT_HTTP_LISTEN}\" or \"[::1]:9464\" (\"\" turns the endpoint off), found {text:?}"
+                                    ),
+                                    None,
+                                ),
+                            }
+                        }
                     }
                 }
                 _ => unknown_section_key(c, section, keys, key),
