@@ -175,6 +175,9 @@ impl Metrics {
             "1 once the clock skew has been measured against ZooKeeper, else 0",
             clock_skew_known.clone(),
         );
+        for result in ["won", "lost"] {
+            let _ = claims.get_or_create(&ClaimLabel { result });
+        }
         Metrics(Arc::new(Inner {
             registry,
             fires,
@@ -199,6 +202,20 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// Starts the task's counters at 0, so that `rate()` and `increase()` see its first fire
+    /// (a series that appears at 1 shows no increase).
+    pub fn task_loaded(&self, task: &str) {
+        for outcome in [FireOutcome::Success, FireOutcome::Failure] {
+            let _ = self.0.fires.get_or_create(&FireLabels {
+                task: task.to_string(),
+                outcome: outcome.label(),
+            });
+        }
+        let _ = self.0.catch_up_runs.get_or_create(&TaskLabel {
+            task: task.to_string(),
+        });
     }
 
     pub fn fired(&self, task: &str, outcome: FireOutcome) {
@@ -289,6 +306,8 @@ mod tests {
     #[test]
     fn every_documented_name_is_encoded_in_base_units() {
         let metrics = Metrics::new();
+        metrics.task_loaded("backup");
+        metrics.task_loaded("idle");
         metrics.fired("backup", FireOutcome::Success);
         metrics.succeeded("backup", 1_700_000_000.0);
         metrics.catch_up_run("backup");
@@ -300,6 +319,8 @@ mod tests {
             "zkcron_fire_lateness_seconds_bucket",
             "zkcron_claims_total{result=\"won\"} 1",
             "zkcron_claims_total{result=\"lost\"} 1",
+            "zkcron_fires_total{task=\"idle\",outcome=\"failure\"} 0",
+            "zkcron_catch_up_runs_total{task=\"idle\"} 0",
             "zkcron_leases_held 0",
             "zkcron_running_jobs 0",
             "zkcron_last_success_timestamp_seconds{task=\"backup\"} 1700000000",

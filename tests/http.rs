@@ -69,10 +69,12 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
     let daemon = scratch.start_daemon(&[]);
     let address = served_address(&daemon);
 
+    let succeeded = |metrics: &str| {
+        metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} ")
+            && !metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
+    };
     wait_for("tick to succeed and be counted", Duration::from_secs(20), || {
-        get(&address, "/metrics")
-            .1
-            .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"}")
+        succeeded(&get(&address, "/metrics").1)
     });
     let (code, metrics) = get(&address, "/metrics");
     assert_eq!(code, 200);
@@ -86,7 +88,7 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         "zkcron_zookeeper_connected 0",
         "zkcron_zookeeper_reconnects_total",
         "zkcron_zookeeper_operation_duration_seconds_count",
-        "zkcron_catch_up_runs_total",
+        "zkcron_catch_up_runs_total{task=\"tick\"} 0",
         "zkcron_clock_skew_seconds",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
@@ -207,9 +209,9 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
     });
     assert!(get(&address, "/healthz").1.starts_with("ok: connected to ZooKeeper"));
     wait_for("tick to succeed", Duration::from_secs(30), || {
-        get(&address, "/metrics")
+        !get(&address, "/metrics")
             .1
-            .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"}")
+            .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
     });
     let metrics = get(&address, "/metrics").1;
     assert!(metrics.contains("zkcron_zookeeper_connected 1"), "{metrics}");
@@ -240,4 +242,33 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
         !metrics.contains("zkcron_zookeeper_reconnects_total 0"),
         "a reconnect not counted:\n{metrics}"
     );
+}
+
+#[test]
+fn given_ticks_missed_while_the_daemon_was_down_then_catch_up_runs_are_counted() {
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    every_second_task(&scratch, "tick");
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("tick to fire", Duration::from_secs(20), || {
+        !scratch.lines("tick").is_empty()
+    });
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)), Some(0));
+    let fired = scratch.lines("tick").len();
+    // Down for a few ticks.
+    wait_for("a few ticks to pass", Duration::from_secs(10), || {
+        std::fs::metadata(scratch.out("tick"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m.elapsed().unwrap_or_default() > Duration::from_secs(3))
+    });
+    assert_eq!(scratch.lines("tick").len(), fired);
+    std::fs::remove_file(&daemon.log_path).unwrap();
+    let daemon = scratch.start_daemon(&[]);
+    let address = served_address(&daemon);
+    wait_for("a catch-up run to be counted", Duration::from_secs(20), || {
+        let metrics = get(&address, "/metrics").1;
+        metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} ")
+            && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
+    });
 }

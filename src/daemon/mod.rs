@@ -328,6 +328,7 @@ impl<C: Coordinator> Daemon<C> {
                     changed += 1;
                 }
                 None => {
+                    self.shared.metrics.task_loaded(name);
                     tracing::info!(
                         task = %name,
                         schedule = spec.schedule.expression(),
