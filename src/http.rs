@@ -221,13 +221,19 @@ mod tests {
         let metrics = Metrics::new();
         metrics.set_zk_connected(true);
         let leadership = Leadership::default();
-        assert!(health(zk(), &leadership, &metrics).unwrap().starts_with("ok: connected"));
+        assert!(
+            health(zk(), &leadership, &metrics)
+                .unwrap()
+                .starts_with("ok: connected")
+        );
         metrics.set_clock_skew_ms(Some(-3_500));
         assert_eq!(
             health(zk(), &leadership, &metrics),
-            Err("this node's clock is -3.500s off ZooKeeper's, beyond max_clock_skew (2s): it \
+            Err(
+                "this node's clock is -3.500s off ZooKeeper's, beyond max_clock_skew (2s): it \
                  leads nothing; fix NTP"
-                .into())
+                    .into()
+            )
         );
     }
 }

@@ -38,7 +38,10 @@ fn get(address: &str, path: &str) -> (u16, String) {
 
 /// The address the daemon serves, from its log (it listens on port 0: no race for a port).
 fn served_address(daemon: &DaemonProcess) -> String {
-    daemon.wait_for_log("serving /metrics, /healthz and /status on http://", Duration::from_secs(20));
+    daemon.wait_for_log(
+        "serving /metrics, /healthz and /status on http://",
+        Duration::from_secs(20),
+    );
     let log = daemon.log();
     let after = log
         .split("serving /metrics, /healthz and /status on http://")
@@ -73,9 +76,11 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} ")
             && !metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
     };
-    wait_for("tick to succeed and be counted", Duration::from_secs(20), || {
-        succeeded(&get(&address, "/metrics").1)
-    });
+    wait_for(
+        "tick to succeed and be counted",
+        Duration::from_secs(20),
+        || succeeded(&get(&address, "/metrics").1),
+    );
     let (code, metrics) = get(&address, "/metrics");
     assert_eq!(code, 200);
     for name in [
@@ -91,10 +96,16 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         "zkcron_catch_up_runs_total{task=\"tick\"} 0",
         "zkcron_clock_skew_seconds",
     ] {
-        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
     }
     // Bounded labels: no fire id in any label.
-    assert!(!metrics.contains("tick@"), "a fire id in a label:\n{metrics}");
+    assert!(
+        !metrics.contains("tick@"),
+        "a fire id in a label:\n{metrics}"
+    );
 
     let (code, body) = get(&address, "/healthz");
     assert_eq!((code, body.as_str()), (200, "ok: local backend\n"));
@@ -117,7 +128,11 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         "--state-dir",
         state.to_str().unwrap(),
     ]);
-    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
     let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
     let keys = |v: &serde_json::Value| {
         v.as_object()
@@ -152,7 +167,10 @@ fn given_the_port_is_in_use_then_the_daemon_says_so_and_keeps_firing() {
         .find(|l| l.contains("cannot serve the HTTP endpoint"))
         .unwrap();
     assert!(line.contains("ERROR"), "{line}");
-    assert!(line.contains("set [http] listen in zkcron.toml to a free address"), "{line}");
+    assert!(
+        line.contains("set [http] listen in zkcron.toml to a free address"),
+        "{line}"
+    );
     wait_for("tick to fire all the same", Duration::from_secs(20), || {
         !scratch.lines("tick").is_empty()
     });
@@ -163,7 +181,10 @@ fn given_listen_is_empty_then_nothing_is_served() {
     let scratch = Scratch::new();
     scratch.write_config("[http]\nlisten = \"\"\n");
     let daemon = scratch.start_daemon(&[]);
-    daemon.wait_for_log("HTTP endpoint off ([http] listen = \"\")", Duration::from_secs(20));
+    daemon.wait_for_log(
+        "HTTP endpoint off ([http] listen = \"\")",
+        Duration::from_secs(20),
+    );
     assert!(!daemon.log().contains("serving /metrics"));
 }
 
@@ -204,18 +225,30 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
     let connect = zk.chroot_connect();
     let daemon = scratch.start_daemon(&["--zookeeper", &connect, "--cluster", "http"]);
     let address = served_address(&daemon);
-    wait_for("/healthz 200 with a session", Duration::from_secs(30), || {
-        get(&address, "/healthz").0 == 200
-    });
-    assert!(get(&address, "/healthz").1.starts_with("ok: connected to ZooKeeper"));
+    wait_for(
+        "/healthz 200 with a session",
+        Duration::from_secs(30),
+        || get(&address, "/healthz").0 == 200,
+    );
+    assert!(
+        get(&address, "/healthz")
+            .1
+            .starts_with("ok: connected to ZooKeeper")
+    );
     wait_for("tick to succeed", Duration::from_secs(30), || {
         !get(&address, "/metrics")
             .1
             .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
     });
     let metrics = get(&address, "/metrics").1;
-    assert!(metrics.contains("zkcron_zookeeper_connected 1"), "{metrics}");
-    assert!(metrics.contains("zkcron_clock_skew_measured 1"), "{metrics}");
+    assert!(
+        metrics.contains("zkcron_zookeeper_connected 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zkcron_clock_skew_measured 1"),
+        "{metrics}"
+    );
     let (code, body) = get(&address, "/status");
     assert_eq!(code, 200, "{body}");
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -223,12 +256,18 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
     assert_eq!(status["cluster"], "http");
 
     zk.stop();
-    wait_for("/healthz 503 without ZooKeeper", Duration::from_secs(30), || {
-        get(&address, "/healthz").0 == 503
-    });
+    wait_for(
+        "/healthz 503 without ZooKeeper",
+        Duration::from_secs(30),
+        || get(&address, "/healthz").0 == 503,
+    );
     let (_, body) = get(&address, "/healthz");
     assert!(body.contains("ZooKeeper"), "{body}");
-    assert!(get(&address, "/metrics").1.contains("zkcron_zookeeper_connected 0"));
+    assert!(
+        get(&address, "/metrics")
+            .1
+            .contains("zkcron_zookeeper_connected 0")
+    );
     let (code, body) = get(&address, "/status");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("cannot reach ZooKeeper"), "{body}");
@@ -266,9 +305,13 @@ fn given_ticks_missed_while_the_daemon_was_down_then_catch_up_runs_are_counted()
     std::fs::remove_file(&daemon.log_path).unwrap();
     let daemon = scratch.start_daemon(&[]);
     let address = served_address(&daemon);
-    wait_for("a catch-up run to be counted", Duration::from_secs(20), || {
-        let metrics = get(&address, "/metrics").1;
-        metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} ")
-            && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
-    });
+    wait_for(
+        "a catch-up run to be counted",
+        Duration::from_secs(20),
+        || {
+            let metrics = get(&address, "/metrics").1;
+            metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} ")
+                && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
+        },
+    );
 }

@@ -507,7 +507,10 @@ pub(super) fn start_run<C: Coordinator>(
             metrics.set_running_jobs(all_runs.count());
             if outcome.succeeded() {
                 metrics.fired(&metric_task, FireOutcome::Success);
-                metrics.succeeded(&metric_task, wall_clock().timestamp_millis() as f64 / 1000.0);
+                metrics.succeeded(
+                    &metric_task,
+                    wall_clock().timestamp_millis() as f64 / 1000.0,
+                );
             } else {
                 metrics.fired(&metric_task, FireOutcome::Failure);
             }

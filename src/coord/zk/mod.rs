@@ -473,12 +473,11 @@ impl Driver {
         };
         let metrics = self.metrics.clone();
         let sent = Instant::now();
-        self.calls.push(Box::pin(call::perform(client, zk).map(
-            move |performed| {
+        self.calls
+            .push(Box::pin(call::perform(client, zk).map(move |performed| {
                 metrics.zk_operation(sent.elapsed().as_secs_f64());
                 (generation, op, performed)
-            },
-        )));
+            })));
     }
 
     fn connect(&mut self, after: Duration) {
