@@ -407,21 +407,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
             let control_config = control::ControlConfig::new(&plan, &daemon_config);
             let _control = control::serve_logged(control_config.clone(), &coordinator);
-            let status: crate::http::StatusSource = {
-                let coordinator = coordinator.clone();
-                let config = Arc::new(control_config);
-                Arc::new(move || {
-                    let coordinator = coordinator.clone();
-                    let config = config.clone();
-                    Box::pin(async move { Ok(control::status(&config, &coordinator).await) })
-                })
-            };
-            let endpoint = crate::http::Endpoint {
-                metrics: daemon_config.metrics.clone(),
-                leadership: crate::coord::Coordinator::leadership(&*coordinator),
-                backend: crate::http::Backend::Local,
-                status,
-            };
+            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
             let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             Daemon::new(daemon_config, coordinator).run().await
         })?,
@@ -433,16 +419,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 let coordinator =
                     ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
                         .map_err(|e| anyhow::anyhow!(e))?;
-                let endpoint = crate::http::Endpoint {
-                    metrics: daemon_config.metrics.clone(),
-                    leadership: crate::coord::Coordinator::leadership(&coordinator),
-                    backend: crate::http::Backend::Zookeeper {
-                        max_clock_skew: settings
-                            .max_clock_skew
-                            .unwrap_or(crate::coord::zk::settings::DEFAULT_MAX_CLOCK_SKEW),
-                    },
-                    status: crate::ops::cluster::status_source(&settings.connect, &settings.cluster),
-                };
+                let endpoint = crate::http::Endpoint::zookeeper(&daemon_config.metrics, &coordinator, &settings);
                 let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
                 tracing::info!(
                     backend = "zookeeper",

@@ -761,6 +761,25 @@ mod tests {
     }
 
     #[test]
+    fn http_listen_defaults_to_loopback_9464_empty_is_off_and_a_name_is_refused() {
+        let path = Path::new("/etc/zkcron/zkcron.toml");
+        let listen = |text: &str| parse_config(path, text).map(|c| c.http.listen);
+        assert_eq!(listen("").unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(listen("[http]\nlisten = \"\"\n").unwrap(), None);
+        assert_eq!(
+            listen("[http]\nlisten = \"[::1]:80\"\n").unwrap(),
+            Some("[::1]:80".parse().unwrap())
+        );
+        let error = listen("[http]\nlisten = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`http.listen` must be an IP address and port"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn auto_log_format_follows_journal_stream() {
         assert_eq!(LogFormat::Auto.resolve_with(true), LogFormat::Journald);
         assert_eq!(LogFormat::Auto.resolve_with(false), LogFormat::Text);

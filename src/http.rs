@@ -22,7 +22,11 @@ use axum::routing::get;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::coord::Leadership;
+use crate::coord::local::LocalCoordinator;
+use crate::coord::zk::ZkCoordinator;
+use crate::coord::zk::settings::{DEFAULT_MAX_CLOCK_SKEW, ZkSettings};
+use crate::coord::{Coordinator, Leadership};
+use crate::daemon::control::ControlConfig;
 use crate::metrics::Metrics;
 use crate::ops::model::Status;
 
@@ -49,6 +53,47 @@ pub struct Endpoint {
     pub leadership: watch::Receiver<Leadership>,
     pub backend: Backend,
     pub status: StatusSource,
+}
+
+impl Endpoint {
+    /// The local backend's: `/status` is the control socket's `status`
+    /// ([`crate::daemon::control::status`]).
+    pub fn local(
+        metrics: &Metrics,
+        coordinator: &Arc<LocalCoordinator>,
+        control: ControlConfig,
+    ) -> Endpoint {
+        let config = Arc::new(control);
+        let source = coordinator.clone();
+        let status: StatusSource = Arc::new(move || {
+            let coordinator = source.clone();
+            let config = config.clone();
+            Box::pin(async move { Ok(crate::daemon::control::status(&config, &coordinator).await) })
+        });
+        Endpoint {
+            metrics: metrics.clone(),
+            leadership: coordinator.leadership(),
+            backend: Backend::Local,
+            status,
+        }
+    }
+
+    /// The ZooKeeper backend's: `/status` reads the cluster as `zkcron status` does
+    /// ([`crate::ops::cluster::status_source`]).
+    pub fn zookeeper(
+        metrics: &Metrics,
+        coordinator: &ZkCoordinator,
+        settings: &ZkSettings,
+    ) -> Endpoint {
+        Endpoint {
+            metrics: metrics.clone(),
+            leadership: coordinator.leadership(),
+            backend: Backend::Zookeeper {
+                max_clock_skew: settings.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
+            },
+            status: crate::ops::cluster::status_source(&settings.connect, &settings.cluster),
+        }
+    }
 }
 
 /// Whether this node can fire: `Ok` with a line saying so, or `Err` with the reason.
