@@ -407,7 +407,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
-            let _control = control::serve_logged(&plan, &daemon_config, &coordinator);
+            let control_config = control::ControlConfig::new(&plan, &daemon_config);
+            let _control = control::serve_logged(control_config.clone(), &coordinator);
+            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
+            let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             Daemon::new(daemon_config, coordinator).run().await
         })?,
         Backend::Zookeeper => {
@@ -416,7 +419,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .context("checked above: the zookeeper backend has a connect string")?;
             runtime.block_on(async {
                 let coordinator =
-                    ZkCoordinator::start(settings.clone()).map_err(|e| anyhow::anyhow!(e))?;
+                    ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                let endpoint = crate::http::Endpoint::zookeeper(&daemon_config.metrics, &coordinator, &settings);
+                let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
                 tracing::info!(
                     backend = "zookeeper",
                     zookeeper = %settings.connect,

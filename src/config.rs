@@ -39,6 +39,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ),
     ("coordination", &["backend", "zookeeper"]),
     ("log", &["format", "job_output_lines"]),
+    ("http", &["listen"]),
 ];
 
 // The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
@@ -52,6 +53,26 @@ pub struct Config {
     pub scheduler: SchedulerSection,
     pub coordination: CoordinationSection,
     pub log: LogSection,
+    pub http: HttpSection,
+}
+
+/// `[http]`: the metrics, health and status endpoint ([`crate::http`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSection {
+    /// `listen`: the address served; `None` (`listen = ""`) serves nothing.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The default of `[http] listen`: loopback only, the port Prometheus' registry lists for no
+/// other exporter.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9464";
+
+impl Default for HttpSection {
+    fn default() -> HttpSection {
+        HttpSection {
+            listen: Some(DEFAULT_HTTP_LISTEN.parse().expect("a valid address")),
+        }
+    }
 }
 
 /// `[node]`: who this node is.
@@ -487,6 +508,24 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                         config.log.job_output_lines = lines as usize;
                     }
                 }
+                ("http", "listen") => {
+                    if let Some(text) = c.string(q, value) {
+                        if text.is_empty() {
+                            config.http.listen = None;
+                        } else {
+                            match text.parse::<std::net::SocketAddr>() {
+                                Ok(address) => config.http.listen = Some(address),
+                                Err(_) => c.report(
+                                    c.content_span(value),
+                                    format!(
+                                        "`{q}` must be an IP address and port such as \"{DEFAULT_HTTP_LISTEN}\" or \"[::1]:9464\" (\"\" turns the endpoint off), found {text:?}"
+                                    ),
+                                    None,
+                                ),
+                            }
+                        }
+                    }
+                }
                 _ => unknown_section_key(c, section, keys, key),
             }
         }
@@ -719,6 +758,25 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn http_listen_defaults_to_loopback_9464_empty_is_off_and_a_name_is_refused() {
+        let path = Path::new("/etc/zkcron/zkcron.toml");
+        let listen = |text: &str| parse_config(path, text).map(|c| c.http.listen);
+        assert_eq!(listen("").unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(listen("[http]\nlisten = \"\"\n").unwrap(), None);
+        assert_eq!(
+            listen("[http]\nlisten = \"[::1]:80\"\n").unwrap(),
+            Some("[::1]:80".parse().unwrap())
+        );
+        let error = listen("[http]\nlisten = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`http.listen` must be an IP address and port"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -115,6 +115,7 @@ impl Plan {
             // Set by `run`, which knows the flags it was given.
             reset_flags: None,
             job_output_lines: self.config.log.job_output_lines,
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 }

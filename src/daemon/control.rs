@@ -93,24 +93,15 @@ pub fn serve(
 /// Serves the local backend's control socket for `zkcron status` and the other operator
 /// commands; the daemon runs without it (logged) when it cannot be served.
 pub fn serve_logged(
-    plan: &crate::preflight::Plan,
-    daemon: &crate::daemon::DaemonConfig,
+    config: ControlConfig,
     coordinator: &Arc<LocalCoordinator>,
 ) -> Option<ControlSocket> {
-    let config = ControlConfig {
-        state_dir: plan.state_dir.clone(),
-        node_id: plan.node_id.clone(),
-        release: plan.release.to_string(),
-        labels: plan.config.node.labels.clone(),
-        jobs_dir: daemon.jobs_dir.clone(),
-        task_defaults: daemon.task_defaults.clone(),
-        started_at: crate::clock::wall_clock(),
-    };
+    let state_dir = config.state_dir.clone();
     match serve(config, coordinator.clone()) {
         Ok(socket) => Some(socket),
         Err(error) => {
             tracing::error!(
-                socket = %socket_path(&plan.state_dir).display(),
+                socket = %socket_path(&state_dir).display(),
                 %error,
                 "cannot serve the control socket: zkcron status, history, trigger, pause and \
                  resume cannot reach this daemon"
@@ -118,6 +109,28 @@ pub fn serve_logged(
             None
         }
     }
+}
+
+impl ControlConfig {
+    /// What the socket (and `/status`) says of this host, started now.
+    pub fn new(plan: &crate::preflight::Plan, daemon: &crate::daemon::DaemonConfig) -> Self {
+        ControlConfig {
+            state_dir: plan.state_dir.clone(),
+            node_id: plan.node_id.clone(),
+            release: plan.release.to_string(),
+            labels: plan.config.node.labels.clone(),
+            jobs_dir: daemon.jobs_dir.clone(),
+            task_defaults: daemon.task_defaults.clone(),
+            started_at: crate::clock::wall_clock(),
+        }
+    }
+}
+
+/// `zkcron status` of this host: the socket's `status` reply, and `/status` ([`crate::http`]).
+pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> model::Status {
+    let now = wall_clock();
+    let snapshot = snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await;
+    model::status(&snapshot, now)
 }
 
 async fn answer(
@@ -168,14 +181,10 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
         ..Reply::default()
     };
     match request {
-        Request::Status => {
-            let now = wall_clock();
-            let snapshot = snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await;
-            Reply {
-                status: Some(model::status(&snapshot, now)),
-                ..ok
-            }
-        }
+        Request::Status => Reply {
+            status: Some(status(config, coordinator).await),
+            ..ok
+        },
         Request::History { task, n } => {
             let history = coordinator.history(&task, n);
             if history.is_empty() {

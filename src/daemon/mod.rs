@@ -73,6 +73,8 @@ pub struct DaemonConfig {
     pub reset_flags: Option<String>,
     /// `[log] job_output_lines`: how many lines of an attempt's output are logged.
     pub job_output_lines: usize,
+    /// Where fires, claims, leases and runs are counted (`/metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Everything the main loop reacts to.
@@ -106,6 +108,7 @@ struct Shared<C> {
     runs: Arc<RunsByTask>,
     /// Manual runs being claimed or claimed.
     manual: manual::ManualRuns,
+    metrics: crate::metrics::Metrics,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -127,6 +130,7 @@ impl<C: Coordinator> Shared<C> {
             runs_alive,
             runs: Arc::default(),
             manual: manual::ManualRuns::default(),
+            metrics: config.metrics.clone(),
         };
         (Arc::new(shared), runs_alive_rx)
     }
@@ -324,6 +328,7 @@ impl<C: Coordinator> Daemon<C> {
                     changed += 1;
                 }
                 None => {
+                    self.shared.metrics.task_loaded(name);
                     tracing::info!(
                         task = %name,
                         schedule = spec.schedule.expression(),
@@ -387,6 +392,7 @@ impl<C: Coordinator> Daemon<C> {
                 }
             }
         }
+        self.shared.metrics.set_leases_held(leadership.tasks.len());
         self.timers.reserve(self.tasks.len());
         for (name, task) in &mut self.tasks {
             let should_fire = task.spec.enabled && leadership.may_fire(name);

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::{Shared, wall_clock};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
 use crate::executor::{self, PreparedRun, RunOutcome, RunRequest, StopHandle};
+use crate::metrics::FireOutcome;
 use crate::plan::{self, OverlapAction, Tick};
 use crate::task::{OverlapPolicy, TaskSpec};
 
@@ -222,12 +223,17 @@ pub(super) async fn fire<C: Coordinator>(
             return;
         }
         match shared.coordinator.claim(name, tick.instant, intent).await {
-            Ok(ClaimOutcome::Claimed) => break,
+            Ok(ClaimOutcome::Claimed) => {
+                shared.metrics.claim(true);
+                break;
+            }
             Ok(ClaimOutcome::AlreadyClaimed { record }) => {
+                shared.metrics.claim(false);
                 tracing::info!(task = %name, %fire_id, %record, "tick already claimed; not running it");
                 return;
             }
             Ok(ClaimOutcome::NotLeader) => {
+                shared.metrics.claim(false);
                 tracing::info!(task = %name, %fire_id, "claim refused: not the leader; not running it");
                 return;
             }
@@ -251,6 +257,7 @@ pub(super) async fn fire<C: Coordinator>(
     }
     let Some(prepared) = prepared else {
         // Claimed as skipped: no later leader catches the tick up.
+        shared.metrics.fired(name, FireOutcome::Skipped);
         tracing::warn!(
             task = %name,
             %fire_id,
@@ -332,6 +339,7 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
     }
     match shared.coordinator.reclaim(name, orphan).await {
         Ok(ClaimOutcome::Claimed) => {
+            shared.metrics.claim(true);
             let claimed_at = tokio::time::Instant::now();
             tracing::warn!(
                 task = %name,
@@ -350,6 +358,7 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
             );
         }
         Ok(outcome) => {
+            shared.metrics.claim(false);
             tracing::info!(task = %name, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
         }
         Err(error) => {
@@ -451,6 +460,7 @@ pub(super) fn start_run<C: Coordinator>(
             cancel_spawn,
         });
     }
+    shared.metrics.set_running_jobs(shared.runs.count());
     // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
     // recorded.
     let shared = shared.clone();
@@ -467,11 +477,20 @@ pub(super) fn start_run<C: Coordinator>(
                     .expect("runs lock poisoned")
                     .retain(|e| e.id != id);
                 let _ = done_tx.send(true);
+                shared.metrics.set_running_jobs(shared.runs.count());
+                shared.metrics.fired(&name, FireOutcome::NotStarted);
                 not_started(&shared, &name, &fire_id, tick, session, &kind).await;
                 return;
             }
         }
         let started_at = wall_clock();
+        let metrics = shared.metrics.clone();
+        metrics.lateness((started_at - tick.due_at).as_seconds_f64());
+        if tick.catch_up {
+            metrics.catch_up_run(&name);
+        }
+        let all_runs = shared.runs.clone();
+        let metric_task = name.clone();
         let started = executor::start(prepared, Some(claimed_at));
         let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
@@ -485,6 +504,16 @@ pub(super) fn start_run<C: Coordinator>(
                 .expect("runs lock poisoned")
                 .retain(|e| e.id != id);
             let _ = done_tx.send(true);
+            metrics.set_running_jobs(all_runs.count());
+            if outcome.succeeded() {
+                metrics.fired(&metric_task, FireOutcome::Success);
+                metrics.succeeded(
+                    &metric_task,
+                    wall_clock().timestamp_millis() as f64 / 1000.0,
+                );
+            } else {
+                metrics.fired(&metric_task, FireOutcome::Failure);
+            }
             let mut result = run_result(tick, node, outcome, spawned.elapsed());
             result.started_at = outcome
                 .attempts

@@ -187,6 +187,12 @@ impl Node {
         }
     }
 
+    /// The last measured offset of this node's clock from ZooKeeper's (ms, positive = local
+    /// ahead), for `zkcron_clock_skew_seconds`.
+    pub fn clock_offset_ms(&self) -> Option<i64> {
+        self.offset_ms
+    }
+
     /// ZooKeeper's time now, as far as this node knows (its own clock minus the offset).
     pub(super) fn cluster_now(&self) -> DateTime<Utc> {
         self.now.wall - chrono::Duration::milliseconds(self.offset_ms.unwrap_or(0))

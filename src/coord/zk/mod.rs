@@ -52,6 +52,7 @@ use super::node::io::{
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
+use crate::metrics::Metrics;
 use crate::task::TaskSpec;
 
 type Ask = (Request, oneshot::Sender<Answer>);
@@ -70,6 +71,15 @@ impl ZkCoordinator {
     /// Validates the settings and starts the driver; connecting happens there, so an
     /// unreachable ZooKeeper delays firing (logged), not the start.
     pub fn start(settings: ZkSettings) -> Result<ZkCoordinator, String> {
+        ZkCoordinator::start_with_metrics(settings, Metrics::new())
+    }
+
+    /// [`ZkCoordinator::start`], counting the session's state, reconnects, operation latency
+    /// and clock skew in `metrics`.
+    pub fn start_with_metrics(
+        settings: ZkSettings,
+        metrics: Metrics,
+    ) -> Result<ZkCoordinator, String> {
         let (hosts, chroot) = settings.check()?;
         let config = NodeConfig {
             id: settings.node_id.clone(),
@@ -110,6 +120,9 @@ impl ZkCoordinator {
             delay: Duration::from_millis(200),
             next_req: 1,
             waiting: Default::default(),
+            metrics,
+            connections: 0,
+            session_losses: 0,
         };
         tokio::spawn(driver.run(receiver));
         Ok(ZkCoordinator {
@@ -268,6 +281,11 @@ struct Driver {
     client: Option<Client>,
     /// Bumped with every new client: replies of an older client's calls are dropped.
     generation: u64,
+    metrics: Metrics,
+    /// Connections established so far (the second and later count as reconnects).
+    connections: u64,
+    /// `Leadership::session_losses` as last counted in `metrics`.
+    session_losses: u64,
     events: Events,
     calls: Calls,
     connecting: Option<Connecting>,
@@ -313,9 +331,14 @@ impl Driver {
                     self.node.handle(Input::Request { req, request }, at);
                 }
                 Wake::State(new_state) => match new_state {
-                    SessionState::Disconnected => self.node.handle(Input::Disconnected, at),
+                    SessionState::Disconnected => {
+                        self.metrics.set_zk_connected(false);
+                        self.node.handle(Input::Disconnected, at)
+                    }
                     SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
                         if let Some(client) = &self.client {
+                            self.metrics.set_zk_connected(true);
+                            self.metrics.zk_reconnected();
                             let input = Input::Connected {
                                 session_id: client.session_id().0,
                                 negotiated_timeout: client.session_timeout(),
@@ -326,6 +349,7 @@ impl Driver {
                     SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => {
                         // A terminal state: the watcher must not be polled again.
                         state = None;
+                        self.metrics.set_zk_connected(false);
                         self.node.handle(Input::Expired, at);
                     }
                 },
@@ -364,6 +388,11 @@ impl Driver {
                     self.generation += 1;
                     self.events = SelectAll::new();
                     state = Some(client.state_watcher());
+                    self.connections += 1;
+                    if self.connections > 1 {
+                        self.metrics.zk_reconnected();
+                    }
+                    self.metrics.set_zk_connected(true);
                     let input = Input::Connected {
                         session_id: client.session_id().0,
                         negotiated_timeout: client.session_timeout(),
@@ -383,6 +412,7 @@ impl Driver {
             if self.drain(&mut state).await {
                 return;
             }
+            self.metrics.set_clock_skew_ms(self.node.clock_offset_ms());
         }
     }
 
@@ -392,6 +422,7 @@ impl Driver {
             match output {
                 Output::Call { op, zk } => self.perform(op, zk),
                 Output::NewSession => {
+                    self.metrics.set_zk_connected(false);
                     self.client = None;
                     *state = None;
                     self.generation += 1;
@@ -414,6 +445,10 @@ impl Driver {
                     }
                 }
                 Output::Leadership(leadership) => {
+                    for _ in self.session_losses..leadership.session_losses {
+                        self.metrics.zk_session_lost();
+                    }
+                    self.session_losses = self.session_losses.max(leadership.session_losses);
                     self.leadership.send_replace(leadership);
                 }
                 Output::Answer { req, answer } => {
@@ -436,9 +471,13 @@ impl Driver {
                 .push(Box::pin(async move { (generation, op, result) }));
             return;
         };
-        self.calls.push(Box::pin(
-            call::perform(client, zk).map(move |performed| (generation, op, performed)),
-        ));
+        let metrics = self.metrics.clone();
+        let sent = Instant::now();
+        self.calls
+            .push(Box::pin(call::perform(client, zk).map(move |performed| {
+                metrics.zk_operation(sent.elapsed().as_secs_f64());
+                (generation, op, performed)
+            })));
     }
 
     fn connect(&mut self, after: Duration) {

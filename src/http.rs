@@ -1,0 +1,284 @@
+//! The HTTP endpoint (`[http] listen`, README "Metrics, health and status"), served with axum:
+//!
+//! - `/metrics`: [`Metrics`] in the Prometheus text format (OpenMetrics text);
+//! - `/healthz`: 200 when this node can fire (the local backend, or a connected ZooKeeper
+//!   session with a clock within `max_clock_skew`), else 503; the body says why ([`health`]);
+//! - `/status`: this node's view of the cluster as `zkcron status --json` prints it.
+//!
+//! The endpoint is an observer: a daemon that cannot serve it (the port is taken) logs that at
+//! error and keeps firing ([`serve_logged`]).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::coord::local::LocalCoordinator;
+use crate::coord::zk::ZkCoordinator;
+use crate::coord::zk::settings::{DEFAULT_MAX_CLOCK_SKEW, ZkSettings};
+use crate::coord::{Coordinator, Leadership};
+use crate::daemon::control::ControlConfig;
+use crate::metrics::Metrics;
+use crate::ops::model::Status;
+
+/// The status as `zkcron status --json` gives it, or why it cannot be read now.
+pub type StatusFuture = Pin<Box<dyn Future<Output = Result<Status, String>> + Send>>;
+
+/// Reads this node's status for `/status`.
+pub type StatusSource = Arc<dyn Fn() -> StatusFuture + Send + Sync>;
+
+/// Which backend the node uses, for `/healthz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded local backend: the node always fires.
+    Local,
+    /// ZooKeeper: the node fires while its session is connected and its clock is within
+    /// `max_clock_skew` of ZooKeeper's.
+    Zookeeper { max_clock_skew: Duration },
+}
+
+/// What the endpoint serves.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub metrics: Metrics,
+    pub leadership: watch::Receiver<Leadership>,
+    pub backend: Backend,
+    pub status: StatusSource,
+}
+
+impl Endpoint {
+    /// The local backend's: `/status` is the control socket's `status`
+    /// ([`crate::daemon::control::status`]).
+    pub fn local(
+        metrics: &Metrics,
+        coordinator: &Arc<LocalCoordinator>,
+        control: ControlConfig,
+    ) -> Endpoint {
+        let config = Arc::new(control);
+        let source = coordinator.clone();
+        let status: StatusSource = Arc::new(move || {
+            let coordinator = source.clone();
+            let config = config.clone();
+            Box::pin(async move { Ok(crate::daemon::control::status(&config, &coordinator).await) })
+        });
+        Endpoint {
+            metrics: metrics.clone(),
+            leadership: coordinator.leadership(),
+            backend: Backend::Local,
+            status,
+        }
+    }
+
+    /// The ZooKeeper backend's: `/status` reads the cluster as `zkcron status` does
+    /// ([`crate::ops::cluster::status_source`]).
+    pub fn zookeeper(
+        metrics: &Metrics,
+        coordinator: &ZkCoordinator,
+        settings: &ZkSettings,
+    ) -> Endpoint {
+        Endpoint {
+            metrics: metrics.clone(),
+            leadership: coordinator.leadership(),
+            backend: Backend::Zookeeper {
+                max_clock_skew: settings.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
+            },
+            status: crate::ops::cluster::status_source(&settings.connect, &settings.cluster),
+        }
+    }
+}
+
+/// Whether this node can fire: `Ok` with a line saying so, or `Err` with the reason.
+pub fn health(
+    backend: Backend,
+    leadership: &Leadership,
+    metrics: &Metrics,
+) -> Result<String, String> {
+    let max_clock_skew = match backend {
+        Backend::Local => return Ok("ok: local backend".into()),
+        Backend::Zookeeper { max_clock_skew } => max_clock_skew,
+    };
+    let why = || {
+        leadership
+            .why_paused
+            .clone()
+            .unwrap_or_else(|| "no ZooKeeper session".into())
+    };
+    if !metrics.zk_connected() {
+        return Err(format!("not connected to ZooKeeper: {}", why()));
+    }
+    if leadership.paused {
+        return Err(format!("paused: {}", why()));
+    }
+    let skew = metrics.clock_skew_seconds();
+    if let Some(skew) = skew
+        && skew.abs() > max_clock_skew.as_secs_f64()
+    {
+        return Err(format!(
+            "this node's clock is {skew:+.3}s off ZooKeeper's, beyond max_clock_skew ({}): it \
+             leads nothing; fix NTP",
+            humantime::format_duration(max_clock_skew)
+        ));
+    }
+    let skew = skew.map_or("not measured yet".into(), |s| format!("{s:+.3}s"));
+    Ok(format!(
+        "ok: connected to ZooKeeper, clock skew {skew}, leading {} task(s)",
+        leadership.tasks.len()
+    ))
+}
+
+async fn metrics(State(endpoint): State<Endpoint>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        endpoint.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(endpoint): State<Endpoint>) -> Response {
+    let leadership = endpoint.leadership.borrow().clone();
+    match health(endpoint.backend, &leadership, &endpoint.metrics) {
+        Ok(text) => (StatusCode::OK, format!("{text}\n")).into_response(),
+        Err(text) => (StatusCode::SERVICE_UNAVAILABLE, format!("{text}\n")).into_response(),
+    }
+}
+
+async fn status(State(endpoint): State<Endpoint>) -> Response {
+    match (endpoint.status)().await {
+        Ok(status) => {
+            let mut text = serde_json::to_string_pretty(&status).expect("a status serializes");
+            text.push('\n');
+            ([(header::CONTENT_TYPE, "application/json")], text).into_response()
+        }
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response(),
+    }
+}
+
+/// The served endpoint; dropping it stops serving.
+pub struct HttpServer {
+    pub address: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `endpoint` on `address`.
+pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<HttpServer> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let address = listener.local_addr()?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/status", get(status))
+        .with_state(endpoint);
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%address, %error, "the HTTP endpoint stopped serving");
+        }
+    });
+    Ok(HttpServer { address, task })
+}
+
+/// Serves `endpoint` on `listen` (`[http] listen`; `None` serves nothing). A daemon that
+/// cannot serve it says so at error, with the fix, and runs on: metrics are not worth a tick.
+pub async fn serve_logged(listen: Option<SocketAddr>, endpoint: Endpoint) -> Option<HttpServer> {
+    let Some(address) = listen else {
+        tracing::info!("HTTP endpoint off ([http] listen = \"\")");
+        return None;
+    };
+    match serve(address, endpoint).await {
+        Ok(server) => {
+            tracing::info!(
+                address = %server.address,
+                "serving /metrics, /healthz and /status on http://{}",
+                server.address
+            );
+            Some(server)
+        }
+        Err(error) => {
+            tracing::error!(
+                %address,
+                %error,
+                "cannot serve the HTTP endpoint on {address} ({error}): no /metrics, /healthz or \
+                 /status from this node, which fires its tasks all the same; stop what holds \
+                 the port, or set [http] listen in zkcron.toml to a free address (\"\" turns the \
+                 endpoint off)"
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zk() -> Backend {
+        Backend::Zookeeper {
+            max_clock_skew: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn the_local_backend_is_always_healthy() {
+        let metrics = Metrics::new();
+        let paused = Leadership {
+            paused: true,
+            ..Leadership::default()
+        };
+        assert_eq!(
+            health(Backend::Local, &paused, &metrics),
+            Ok("ok: local backend".into())
+        );
+    }
+
+    #[test]
+    fn a_node_without_a_session_is_unhealthy_and_says_why() {
+        let metrics = Metrics::new();
+        let leadership = Leadership {
+            paused: true,
+            why_paused: Some("cannot reach ZooKeeper at 127.0.0.1:1".into()),
+            ..Leadership::default()
+        };
+        assert_eq!(
+            health(zk(), &leadership, &metrics),
+            Err("not connected to ZooKeeper: cannot reach ZooKeeper at 127.0.0.1:1".into())
+        );
+    }
+
+    #[test]
+    fn a_clock_beyond_max_clock_skew_is_unhealthy() {
+        let metrics = Metrics::new();
+        metrics.set_zk_connected(true);
+        let leadership = Leadership::default();
+        assert!(
+            health(zk(), &leadership, &metrics)
+                .unwrap()
+                .starts_with("ok: connected")
+        );
+        metrics.set_clock_skew_ms(Some(-3_500));
+        assert_eq!(
+            health(zk(), &leadership, &metrics),
+            Err(
+                "this node's clock is -3.500s off ZooKeeper's, beyond max_clock_skew (2s): it \
+                 leads nothing; fix NTP"
+                    .into()
+            )
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! The daemon's Prometheus metrics (README "Metrics"): one [`Metrics`] handle, cloned into the
+//! daemon's shared state and the ZooKeeper driver, encoded for `/metrics` ([`crate::http`]).
+//!
+//! Every name is `zkcron_*` in base units (seconds, totals). Labels are bounded: a task's
+//! name (the tasks ever loaded by this process), an outcome or a claim result from a fixed set;
+//! never a fire id.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FireLabels {
+    task: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabel {
+    task: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimLabel {
+    result: &'static str,
+}
+
+/// How a tick this node handled ended, the `outcome` label of `zkcron_fires_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireOutcome {
+    /// The job ran and succeeded (after its retries).
+    Success,
+    /// The job ran and failed, or could not be spawned.
+    Failure,
+    /// Claimed as skipped: the previous run was still going (`overlap = "skip"`).
+    Skipped,
+    /// Claimed, then stopped before its instant (never spawned).
+    NotStarted,
+}
+
+impl FireOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            FireOutcome::Success => "success",
+            FireOutcome::Failure => "failure",
+            FireOutcome::Skipped => "skipped",
+            FireOutcome::NotStarted => "not_started",
+        }
+    }
+}
+
+struct Inner {
+    registry: Registry,
+    fires: Family<FireLabels, Counter>,
+    lateness: Histogram,
+    claims: Family<ClaimLabel, Counter>,
+    leases_held: Gauge,
+    running_jobs: Gauge,
+    last_success: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    catch_up_runs: Family<TaskLabel, Counter>,
+    zk_connected: Gauge,
+    zk_reconnects: Counter,
+    zk_session_losses: Counter,
+    zk_operation: Histogram,
+    clock_skew: Gauge<f64, AtomicU64>,
+    clock_skew_known: Gauge<i64, AtomicI64>,
+}
+
+/// The metrics of one daemon; clones share them.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("zkcron");
+        let fires = Family::<FireLabels, Counter>::default();
+        registry.register(
+            "fires",
+            "Ticks this node claimed, by task and outcome (success, failure, skipped, not_started)",
+            fires.clone(),
+        );
+        // 1 ms to ~65 s.
+        let lateness = Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        registry.register_with_unit(
+            "fire_lateness",
+            "Seconds from a tick's due time (instant plus jitter) to its process's spawn",
+            prometheus_client::registry::Unit::Seconds,
+            lateness.clone(),
+        );
+        let claims = Family::<ClaimLabel, Counter>::default();
+        registry.register(
+            "claims",
+            "Claims of ticks this node sent, by result (won, lost)",
+            claims.clone(),
+        );
+        let leases_held = Gauge::default();
+        registry.register(
+            "leases_held",
+            "Tasks this node leads now",
+            leases_held.clone(),
+        );
+        let running_jobs = Gauge::default();
+        registry.register(
+            "running_jobs",
+            "Jobs running on this node now",
+            running_jobs.clone(),
+        );
+        let last_success = Family::<TaskLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "last_success_timestamp",
+            "Unix time at which a run of the task last ended successfully on this node",
+            prometheus_client::registry::Unit::Seconds,
+            last_success.clone(),
+        );
+        let catch_up_runs = Family::<TaskLabel, Counter>::default();
+        registry.register(
+            "catch_up_runs",
+            "Missed ticks this node ran late by catch_up",
+            catch_up_runs.clone(),
+        );
+        let zk_connected = Gauge::default();
+        registry.register(
+            "zookeeper_connected",
+            "1 while this node has a connected ZooKeeper session, else 0 (always 0 with the local backend)",
+            zk_connected.clone(),
+        );
+        let zk_reconnects = Counter::default();
+        registry.register(
+            "zookeeper_reconnects",
+            "Connections to ZooKeeper established after the first one",
+            zk_reconnects.clone(),
+        );
+        let zk_session_losses = Counter::default();
+        registry.register(
+            "zookeeper_session_losses",
+            "ZooKeeper sessions lost (expired, or disconnected past the session timeout)",
+            zk_session_losses.clone(),
+        );
+        // 0.5 ms to ~16 s.
+        let zk_operation = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register_with_unit(
+            "zookeeper_operation_duration",
+            "Seconds a ZooKeeper operation took, from send to answer",
+            prometheus_client::registry::Unit::Seconds,
+            zk_operation.clone(),
+        );
+        let clock_skew = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "clock_skew",
+            "Estimated offset of this node's clock from ZooKeeper's (positive: this node ahead)",
+            prometheus_client::registry::Unit::Seconds,
+            clock_skew.clone(),
+        );
+        let clock_skew_known = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "clock_skew_measured",
+            "1 once the clock skew has been measured against ZooKeeper, else 0",
+            clock_skew_known.clone(),
+        );
+        for result in ["won", "lost"] {
+            let _ = claims.get_or_create(&ClaimLabel { result });
+        }
+        Metrics(Arc::new(Inner {
+            registry,
+            fires,
+            lateness,
+            claims,
+            leases_held,
+            running_jobs,
+            last_success,
+            catch_up_runs,
+            zk_connected,
+            zk_reconnects,
+            zk_session_losses,
+            zk_operation,
+            clock_skew,
+            clock_skew_known,
+        }))
+    }
+
+    /// The Prometheus text exposition format (OpenMetrics text, which Prometheus reads).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    /// Starts the task's counters at 0, so that `rate()` and `increase()` see its first fire
+    /// (a series that appears at 1 shows no increase).
+    pub fn task_loaded(&self, task: &str) {
+        for outcome in [FireOutcome::Success, FireOutcome::Failure] {
+            let _ = self.0.fires.get_or_create(&FireLabels {
+                task: task.to_string(),
+                outcome: outcome.label(),
+            });
+        }
+        let _ = self.0.catch_up_runs.get_or_create(&TaskLabel {
+            task: task.to_string(),
+        });
+    }
+
+    pub fn fired(&self, task: &str, outcome: FireOutcome) {
+        self.0
+            .fires
+            .get_or_create(&FireLabels {
+                task: task.to_string(),
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// A run ended successfully at `at_unix` (seconds since the epoch).
+    pub fn succeeded(&self, task: &str, at_unix: f64) {
+        self.0
+            .last_success
+            .get_or_create(&TaskLabel {
+                task: task.to_string(),
+            })
+            .set(at_unix);
+    }
+
+    pub fn lateness(&self, seconds: f64) {
+        self.0.lateness.observe(seconds.max(0.0));
+    }
+
+    pub fn claim(&self, won: bool) {
+        let result = if won { "won" } else { "lost" };
+        self.0.claims.get_or_create(&ClaimLabel { result }).inc();
+    }
+
+    pub fn catch_up_run(&self, task: &str) {
+        self.0
+            .catch_up_runs
+            .get_or_create(&TaskLabel {
+                task: task.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_leases_held(&self, held: usize) {
+        self.0.leases_held.set(held as i64);
+    }
+
+    pub fn set_running_jobs(&self, running: usize) {
+        self.0.running_jobs.set(running as i64);
+    }
+
+    pub fn set_zk_connected(&self, connected: bool) {
+        self.0.zk_connected.set(i64::from(connected));
+    }
+
+    pub fn zk_reconnected(&self) {
+        self.0.zk_reconnects.inc();
+    }
+
+    pub fn zk_session_lost(&self) {
+        self.0.zk_session_losses.inc();
+    }
+
+    pub fn zk_operation(&self, seconds: f64) {
+        self.0.zk_operation.observe(seconds);
+    }
+
+    /// Whether the ZooKeeper session is connected now (`/healthz`).
+    pub fn zk_connected(&self) -> bool {
+        self.0.zk_connected.get() == 1
+    }
+
+    /// The clock offset from ZooKeeper's in seconds, once measured (`/healthz`).
+    pub fn clock_skew_seconds(&self) -> Option<f64> {
+        (self.0.clock_skew_known.get() == 1).then(|| self.0.clock_skew.get())
+    }
+
+    /// The clock offset from ZooKeeper's, once measured.
+    pub fn set_clock_skew_ms(&self, offset_ms: Option<i64>) {
+        if let Some(offset) = offset_ms {
+            self.0.clock_skew.set(offset as f64 / 1000.0);
+            self.0.clock_skew_known.set(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_name_is_encoded_in_base_units() {
+        let metrics = Metrics::new();
+        metrics.task_loaded("backup");
+        metrics.task_loaded("idle");
+        metrics.fired("backup", FireOutcome::Success);
+        metrics.succeeded("backup", 1_700_000_000.0);
+        metrics.catch_up_run("backup");
+        metrics.claim(true);
+        metrics.claim(false);
+        let text = metrics.encode();
+        for name in [
+            "zkcron_fires_total{task=\"backup\",outcome=\"success\"} 1",
+            "zkcron_fire_lateness_seconds_bucket",
+            "zkcron_claims_total{result=\"won\"} 1",
+            "zkcron_claims_total{result=\"lost\"} 1",
+            "zkcron_fires_total{task=\"idle\",outcome=\"failure\"} 0",
+            "zkcron_catch_up_runs_total{task=\"idle\"} 0",
+            "zkcron_leases_held 0",
+            "zkcron_running_jobs 0",
+            "zkcron_last_success_timestamp_seconds{task=\"backup\"} 1700000000",
+            "zkcron_catch_up_runs_total{task=\"backup\"} 1",
+            "zkcron_zookeeper_connected 0",
+            "zkcron_zookeeper_reconnects_total 0",
+            "zkcron_zookeeper_session_losses_total 0",
+            "zkcron_zookeeper_operation_duration_seconds_bucket",
+            "zkcron_clock_skew_seconds 0",
+            "zkcron_clock_skew_measured 0",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The HTTP endpoint (`[http] listen`) of a real daemon: `/metrics`, `/healthz` and `/status`
+//! with the local backend, `/healthz` going 503 when ZooKeeper stops, a port in use, and a bad
+//! address refused at start.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::zk::ZkServer;
+use common::{DaemonProcess, Scratch, run_zkcron, wait_for};
+
+/// `GET path` on `address`: the status code and the body.
+fn get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("the endpoint accepts connections");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status code in {head:?}"));
+    (code, body.to_string())
+}
+
+/// The address the daemon serves, from its log (it listens on port 0: no race for a port).
+fn served_address(daemon: &DaemonProcess) -> String {
+    daemon.wait_for_log(
+        "serving /metrics, /healthz and /status on http://",
+        Duration::from_secs(20),
+    );
+    let log = daemon.log();
+    let after = log
+        .split("serving /metrics, /healthz and /status on http://")
+        .nth(1)
+        .unwrap();
+    after
+        .split(|c: char| c.is_whitespace() || c == '"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn every_second_task(scratch: &Scratch, name: &str) {
+    scratch.write_task(
+        name,
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo \"$ZKCRON_FIRE_ID\" >> {}'\n",
+            scratch.out(name).display()
+        ),
+    );
+}
+
+#[test]
+fn given_the_local_backend_then_metrics_health_and_status_are_served() {
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    every_second_task(&scratch, "tick");
+    let daemon = scratch.start_daemon(&[]);
+    let address = served_address(&daemon);
+
+    let succeeded = |metrics: &str| {
+        metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} ")
+            && !metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
+    };
+    wait_for(
+        "tick to succeed and be counted",
+        Duration::from_secs(20),
+        || succeeded(&get(&address, "/metrics").1),
+    );
+    let (code, metrics) = get(&address, "/metrics");
+    assert_eq!(code, 200);
+    for name in [
+        "zkcron_fires_total{task=\"tick\",outcome=\"success\"}",
+        "zkcron_fire_lateness_seconds_count",
+        "zkcron_claims_total{result=\"won\"}",
+        "zkcron_leases_held 1",
+        "zkcron_running_jobs",
+        "zkcron_last_success_timestamp_seconds{task=\"tick\"}",
+        "zkcron_zookeeper_connected 0",
+        "zkcron_zookeeper_reconnects_total",
+        "zkcron_zookeeper_operation_duration_seconds_count",
+        "zkcron_catch_up_runs_total{task=\"tick\"} 0",
+        "zkcron_clock_skew_seconds",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    // Bounded labels: no fire id in any label.
+    assert!(
+        !metrics.contains("tick@"),
+        "a fire id in a label:\n{metrics}"
+    );
+
+    let (code, body) = get(&address, "/healthz");
+    assert_eq!((code, body.as_str()), (200, "ok: local backend\n"));
+
+    let (code, body) = get(&address, "/status");
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["backend"], "local");
+    assert_eq!(status["nodes"][0]["id"], "test-node");
+    assert_eq!(status["tasks"][0]["name"], "tick");
+    assert_eq!(status["tasks"][0]["leader"], "test-node");
+    // The same JSON as `zkcron status --json` through the control socket.
+    let config = scratch.path().join("zkcron.toml");
+    let state = scratch.path().join("state");
+    let cli = run_zkcron(&[
+        "status",
+        "--json",
+        "--config",
+        config.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    let keys = |v: &serde_json::Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(keys(&status), keys(&cli));
+    assert_eq!(keys(&status["tasks"][0]), keys(&cli["tasks"][0]));
+    assert_eq!(keys(&status["nodes"][0]), keys(&cli["nodes"][0]));
+
+    let (code, _) = get(&address, "/nope");
+    assert_eq!(code, 404);
+}
+
+#[test]
+fn given_the_port_is_in_use_then_the_daemon_says_so_and_keeps_firing() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let scratch = Scratch::new();
+    scratch.write_config(&format!("[http]\nlisten = \"{taken}\"\n"));
+    every_second_task(&scratch, "tick");
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log(
+        &format!("cannot serve the HTTP endpoint on {taken}"),
+        Duration::from_secs(20),
+    );
+    let log = daemon.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cannot serve the HTTP endpoint"))
+        .unwrap();
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        line.contains("set [http] listen in zkcron.toml to a free address"),
+        "{line}"
+    );
+    wait_for("tick to fire all the same", Duration::from_secs(20), || {
+        !scratch.lines("tick").is_empty()
+    });
+}
+
+#[test]
+fn given_listen_is_empty_then_nothing_is_served() {
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"\"\n");
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log(
+        "HTTP endpoint off ([http] listen = \"\")",
+        Duration::from_secs(20),
+    );
+    assert!(!daemon.log().contains("serving /metrics"));
+}
+
+#[test]
+fn given_an_invalid_listen_address_then_run_refuses_to_start_naming_it() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("[http]\nlisten = \"localhost:9464\"\n");
+    let output = common::zkcron()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--jobs-dir")
+        .arg(scratch.jobs())
+        .arg("--state-dir")
+        .arg(scratch.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`http.listen` must be an IP address and port such as \"127.0.0.1:9464\" or \
+             \"[::1]:9464\" (\"\" turns the endpoint off), found \"localhost:9464\""
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
+    let mut zk = ZkServer::start();
+    let scratch = Scratch::new();
+    scratch.write_config(
+        "[http]\nlisten = \"127.0.0.1:0\"\n\n[coordination.zookeeper]\nsession_timeout = \"4s\"\n",
+    );
+    every_second_task(&scratch, "tick");
+    let connect = zk.chroot_connect();
+    let daemon = scratch.start_daemon(&["--zookeeper", &connect, "--cluster", "http"]);
+    let address = served_address(&daemon);
+    wait_for(
+        "/healthz 200 with a session",
+        Duration::from_secs(30),
+        || get(&address, "/healthz").0 == 200,
+    );
+    assert!(
+        get(&address, "/healthz")
+            .1
+            .starts_with("ok: connected to ZooKeeper")
+    );
+    wait_for("tick to succeed", Duration::from_secs(30), || {
+        !get(&address, "/metrics")
+            .1
+            .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
+    });
+    let metrics = get(&address, "/metrics").1;
+    assert!(
+        metrics.contains("zkcron_zookeeper_connected 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zkcron_clock_skew_measured 1"),
+        "{metrics}"
+    );
+    let (code, body) = get(&address, "/status");
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["backend"], "zookeeper");
+    assert_eq!(status["cluster"], "http");
+
+    zk.stop();
+    wait_for(
+        "/healthz 503 without ZooKeeper",
+        Duration::from_secs(30),
+        || get(&address, "/healthz").0 == 503,
+    );
+    let (_, body) = get(&address, "/healthz");
+    assert!(body.contains("ZooKeeper"), "{body}");
+    assert!(
+        get(&address, "/metrics")
+            .1
+            .contains("zkcron_zookeeper_connected 0")
+    );
+    let (code, body) = get(&address, "/status");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cannot reach ZooKeeper"), "{body}");
+
+    zk.start_again();
+    wait_for("/healthz 200 again", Duration::from_secs(60), || {
+        get(&address, "/healthz").0 == 200
+    });
+    let metrics = get(&address, "/metrics").1;
+    assert!(
+        !metrics.contains("zkcron_zookeeper_reconnects_total 0"),
+        "a reconnect not counted:\n{metrics}"
+    );
+}
+
+#[test]
+fn given_ticks_missed_while_the_daemon_was_down_then_catch_up_runs_are_counted() {
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    every_second_task(&scratch, "tick");
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("tick to fire", Duration::from_secs(20), || {
+        !scratch.lines("tick").is_empty()
+    });
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(Duration::from_secs(20)), Some(0));
+    let fired = scratch.lines("tick").len();
+    // Down for a few ticks.
+    wait_for("a few ticks to pass", Duration::from_secs(10), || {
+        std::fs::metadata(scratch.out("tick"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m.elapsed().unwrap_or_default() > Duration::from_secs(3))
+    });
+    assert_eq!(scratch.lines("tick").len(), fired);
+    std::fs::remove_file(&daemon.log_path).unwrap();
+    let daemon = scratch.start_daemon(&[]);
+    let address = served_address(&daemon);
+    wait_for(
+        "a catch-up run to be counted",
+        Duration::from_secs(20),
+        || {
+            let metrics = get(&address, "/metrics").1;
+            metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} ")
+                && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
+        },
+    );
+}
