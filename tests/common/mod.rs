@@ -87,8 +87,17 @@ impl Scratch {
         fs::remove_file(self.jobs().join(format!("{name}.toml"))).unwrap();
     }
 
+    /// Writes the node config. Without an `[http]` section the endpoint is turned off: every
+    /// test daemon would otherwise try the default 127.0.0.1:9464 (one wins, the others log an
+    /// error), and a zkcron running on the host would be in the way. Tests of the endpoint
+    /// give `[http] listen` themselves.
     pub fn write_config(&self, text: &str) -> PathBuf {
         let path = self.path().join("zkcron.toml");
+        let text = if text.contains("[http]") {
+            text.to_string()
+        } else {
+            format!("{text}\n[http]\nlisten = \"\"\n")
+        };
         fs::write(&path, text).unwrap();
         fs::set_permissions(&path, Permissions::from_mode(0o644)).unwrap();
         path
@@ -152,7 +161,7 @@ impl Scratch {
     fn config_path(&self) -> PathBuf {
         let path = self.path().join("zkcron.toml");
         if !path.exists() {
-            fs::write(&path, "").unwrap();
+            fs::write(&path, "[http]\nlisten = \"\"\n").unwrap();
         }
         path
     }
