@@ -63,6 +63,7 @@ fn request(command: CommandLine) -> RunRequest {
             max_backoff: Duration::from_millis(10),
         },
         output_lines: 1000,
+        on_failure: None,
     }
 }
 
