@@ -314,7 +314,7 @@ const GOLDEN_JOURNAL: &str = include_str!("fixtures/state/journal.jsonl");
 const GOLDEN_SNAPSHOT: &str = include_str!("fixtures/state/snapshot.json");
 const GOLDEN_PAUSED: &str =
     r#"{"format":1,"tasks":{"t":{"by":"ops@host","at":"2026-01-01T00:00:00Z"}}}"#;
-const GOLDEN_TRIGGERS: &str = r#"{"format":1,"triggers":{"t@manual-0000000001":{"format":1,"task":"t","requested_at":"2026-01-01T00:00:00Z","requested_by":"ops","state":"pending"}}}"#;
+const GOLDEN_TRIGGERS: &str = r#"{"format":1,"triggers":{"t@manual-0000000001":{"format":1,"task":"t","requested_at":"2026-01-01T00:00:00Z","by":"ops@host","state":"pending"}}}"#;
 const GOLDEN_HISTORY: &str = include_str!("fixtures/zk/history.json");
 
 fn write_state(dir: &Path, name: &str, bytes: &Option<Vec<u8>>) {
