@@ -1368,7 +1368,10 @@ async fn on_failure_hook_gets_the_failed_runs_task_fire_exit_code_and_output_tai
     assert_eq!(last_exit(&outcome), Exit::Code(3));
     let env = hook_env(dir.path());
     assert_eq!(env["ZKCRON_TASK"], "report");
-    assert_eq!(env["ZKCRON_FIRE_ID"], format!("report@{}", scheduled_at().timestamp()));
+    assert_eq!(
+        env["ZKCRON_FIRE_ID"],
+        format!("report@{}", scheduled_at().timestamp())
+    );
     assert_eq!(env["ZKCRON_SCHEDULED_AT"], "2026-01-01T02:30:00Z");
     assert_eq!(env["ZKCRON_NODE"], "node-a");
     assert_eq!(env["ZKCRON_EXIT_CODE"], "3");
@@ -1449,7 +1452,10 @@ async fn failing_on_failure_hook_is_logged_once_at_warn_and_not_retried() {
     ]);
     let (_, _, captured) = run_capturing(request).await;
     assert_eq!(hook_runs(dir.path()), 1);
-    let failed = hook_events(&captured, "on_failure hook failed (exit code 7); it is not retried");
+    let failed = hook_events(
+        &captured,
+        "on_failure hook failed (exit code 7); it is not retried",
+    );
     assert_eq!(failed.len(), 1, "{:#?}", captured.records());
     assert_eq!(failed[0].level, Level::WARN);
     assert_eq!(failed[0].field("exit_code"), Some("7"));

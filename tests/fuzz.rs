@@ -108,11 +108,7 @@ fn toml_value() -> impl Strategy<Value = String> {
 
 /// A task file: lines of known (sometimes misspelt) keys with generated values, or any text.
 fn task_file() -> impl Strategy<Value = String> {
-    let line = (
-        prop::sample::select(TASK_KEYS),
-        "[a-z_]{0,2}",
-        toml_value(),
-    )
+    let line = (prop::sample::select(TASK_KEYS), "[a-z_]{0,2}", toml_value())
         .prop_map(|(key, typo, value)| format!("{key}{typo} = {value}\n"));
     prop_oneof![
         prop::collection::vec(line, 0..12).prop_map(|lines| lines.concat()),

@@ -44,11 +44,15 @@ fn given_a_job_printing_1_gib_when_the_daemon_runs_it_then_its_rss_stays_flat() 
 
     let started = Instant::now();
     let mut peak = base;
-    wait_for("the flood job and its hook to end", Duration::from_secs(600), || {
-        peak = peak.max(rss_kib(pid));
-        std::thread::sleep(Duration::from_millis(50));
-        !scratch.lines("hook").is_empty()
-    });
+    wait_for(
+        "the flood job and its hook to end",
+        Duration::from_secs(600),
+        || {
+            peak = peak.max(rss_kib(pid));
+            std::thread::sleep(Duration::from_millis(50));
+            !scratch.lines("hook").is_empty()
+        },
+    );
     let took = started.elapsed();
     // Stop further fires before asserting, so a failed assertion leaves nothing running long.
     scratch.remove_task("flood");
@@ -59,7 +63,11 @@ fn given_a_job_printing_1_gib_when_the_daemon_runs_it_then_its_rss_stays_flat() 
         peak as f64 / 1024.0,
         took.as_secs_f64()
     );
-    assert_eq!(scratch.lines("done").len(), 1, "the job ran to its end once");
+    assert_eq!(
+        scratch.lines("done").len(),
+        1,
+        "the job ran to its end once"
+    );
     assert!(
         growth_mib < 20.0,
         "the daemon grew by {growth_mib:.1} MiB while a job printed 1 GiB"
@@ -70,7 +78,9 @@ fn given_a_job_printing_1_gib_when_the_daemon_runs_it_then_its_rss_stays_flat() 
     let tail_bytes: usize = tail_bytes.trim().parse().unwrap();
     assert!(tail_bytes <= 4096, "output tail of {tail_bytes} bytes");
     assert!(
-        daemon.log().contains("output not logged past [log] job_output_lines"),
+        daemon
+            .log()
+            .contains("output not logged past [log] job_output_lines"),
         "{}",
         daemon.log()
     );

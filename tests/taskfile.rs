@@ -1760,7 +1760,10 @@ fn on_failure_as_a_string_is_refused_with_an_example() {
         14,
         "`on_failure` must be an array of strings, found string \"page db\"",
     );
-    assert!(help(error).contains("[\"/usr/local/bin/page-oncall\""), "{error}");
+    assert!(
+        help(error).contains("[\"/usr/local/bin/page-oncall\""),
+        "{error}"
+    );
 }
 
 #[test]

@@ -342,8 +342,7 @@ impl StartedRun {
                     None
                 }
                 Attempt::Running(running) => {
-                    let (outcome, output, attempt_budget) =
-                        running.wait(&request, &mut stop).await;
+                    let (outcome, output, attempt_budget) = running.wait(&request, &mut stop).await;
                     attempts.push(outcome);
                     budget = Some(attempt_budget);
                     Some(output)

@@ -143,7 +143,11 @@ impl OutputBudget {
         let Some(last) = &state.last else {
             return String::new();
         };
-        let joined = last.iter().map(String::as_str).collect::<Vec<_>>().join("\n");
+        let joined = last
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n");
         let mut start = joined.len().saturating_sub(OUTPUT_TAIL_BYTES);
         while !joined.is_char_boundary(start) {
             start += 1;
