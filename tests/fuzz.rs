@@ -412,3 +412,34 @@ fn golden_state_files_are_read() {
     assert!(local.trigger_state("t@manual-0000000001").is_some());
     assert!(!local.history("t", 10).is_empty());
 }
+
+/// Found by `schedule_parsing_and_evaluation_never_panic`: an instant at either end of chrono's
+/// range (a fire record or result of `+262142-12-31T23:59:59Z` written by a hostile client)
+/// has no local time in a zone east (or, at the start, west) of UTC, and evaluating a schedule
+/// there panicked in chrono ("Local time out of range"), taking the daemon down.
+#[test]
+fn schedule_evaluation_at_the_ends_of_chronos_range_does_not_panic() {
+    let max = DateTime::<Utc>::MAX_UTC;
+    let min = DateTime::<Utc>::MIN_UTC;
+    for zone in [
+        chrono_tz::Asia::Tokyo,
+        chrono_tz::America::New_York,
+        chrono_tz::Pacific::Kiritimati,
+        chrono_tz::UTC,
+    ] {
+        for expression in ["* * * * *", "30 2 * * *", "0 0 29 2 *", "*/7 * * * * *"] {
+            let schedule = Schedule::parse(expression, zone).unwrap();
+            for at in [max, max - chrono::TimeDelta::days(1)] {
+                assert_eq!(schedule.next_after(at), None, "{zone} {expression} {at}");
+            }
+            for at in [max, min, max - chrono::TimeDelta::days(1)] {
+                let _ = schedule.latest_at_or_before(at);
+                let _ = schedule.ticks_after(at).take(2).count();
+            }
+            assert_eq!(schedule.latest_at_or_before(min), None);
+            // Ordinary instants are unaffected.
+            let now = DateTime::from_timestamp(1_767_225_600, 0).unwrap();
+            assert!(schedule.next_after(now).is_some_and(|t| t > now));
+        }
+    }
+}
