@@ -233,6 +233,12 @@ impl Schedule {
     /// The first tick strictly after `after`, or `None` when there is none within croner's
     /// search horizon.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // An instant at the end of chrono's range (a hostile record can hold one) has no local
+        // time in every zone; no tick lies that far anyway.
+        if after >= last_instant() {
+            return None;
+        }
+        let after = after.max(first_instant_supported());
         let cron = self.cron();
         let local = after.with_timezone(&self.timezone).naive_local();
         // Local times after `after`'s own, in order: the first with an instant after `after` has
@@ -261,6 +267,11 @@ impl Schedule {
 
     /// The last tick at or before `at`, or `None` when there is none.
     pub fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // As in `next_after`: chrono's range ends are out of every zone's reach.
+        if at <= first_instant_supported() {
+            return None;
+        }
+        let at = at.min(last_instant());
         let cron = self.cron();
         let local = at.with_timezone(&self.timezone).naive_local();
         // Local times up to `at`'s own, newest first: the first with an instant at or before
@@ -347,6 +358,22 @@ impl Schedule {
             Some(next)
         })
     }
+}
+
+/// Instants are evaluated only this far inside chrono's range: a local time is the instant
+/// plus an offset of up to a day, and the evaluation looks a day around it, so nearer the ends
+/// chrono cannot represent the local time and panics. No schedule fires there (the year
+/// ±262,000), so an instant beyond is treated as the nearest one inside.
+const RANGE_MARGIN: TimeDelta = TimeDelta::days(3);
+
+/// The last instant a schedule is evaluated at (see [`RANGE_MARGIN`]).
+fn last_instant() -> DateTime<Utc> {
+    DateTime::<Utc>::MAX_UTC - RANGE_MARGIN
+}
+
+/// The first instant a schedule is evaluated at (see [`RANGE_MARGIN`]).
+fn first_instant_supported() -> DateTime<Utc> {
+    DateTime::<Utc>::MIN_UTC + RANGE_MARGIN
 }
 
 fn offset_seconds(t: DateTime<Tz>) -> i64 {

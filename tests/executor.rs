@@ -63,6 +63,7 @@ fn request(command: CommandLine) -> RunRequest {
             max_backoff: Duration::from_millis(10),
         },
         output_lines: 1000,
+        on_failure: None,
     }
 }
 
@@ -1318,4 +1319,178 @@ async fn given_output_within_the_cap_when_it_runs_then_nothing_is_said_about_lef
     // Every line, in order: the tail part is logged when the output ends.
     assert_eq!(stdout, ["1", "2", "3", "4", "5"]);
     assert!(captured.left_out().is_empty());
+}
+
+// The on_failure hook.
+
+/// A hook that writes what it was given, one `NAME=value` line each (the output tail with its
+/// newlines as `|`), to `dir/hook`, and appends a line to `dir/count` per run.
+fn recording_hook(dir: &Path) -> Vec<String> {
+    let script = format!(
+        "{{ for v in ZKCRON_TASK ZKCRON_FIRE_ID ZKCRON_SCHEDULED_AT ZKCRON_NODE ZKCRON_EXIT_CODE \
+         ZKCRON_SIGNAL ZKCRON_FAILURE; do eval \"printf '%s=%s\\n' $v \\\"\\${{$v-unset}}\\\"\"; done; \
+         printf 'TAIL=%s\\n' \"$(printf '%s' \"$ZKCRON_OUTPUT_TAIL\" | tr '\\n' '|')\"; \
+         printf 'TAIL_BYTES=%s\\n' \"$(printf '%s' \"$ZKCRON_OUTPUT_TAIL\" | wc -c)\"; \
+         printf 'PWD=%s\\n' \"$PWD\"; }} > {dir}/hook.tmp && mv {dir}/hook.tmp {dir}/hook; \
+         echo run >> {dir}/count",
+        dir = dir.display()
+    );
+    vec!["/bin/sh".into(), "-c".into(), script]
+}
+
+fn hook_env(dir: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(dir.join("hook")).expect("the hook ran");
+    parse_env(&text.lines().map(str::to_owned).collect::<Vec<_>>())
+}
+
+/// The hook's events (logged by `zkcron::executor::hook`) with this message.
+fn hook_events(captured: &Captured, message: &str) -> Vec<Record> {
+    captured
+        .records()
+        .into_iter()
+        .filter(|r| r.target == "zkcron::executor::hook" && r.field("message") == Some(message))
+        .collect()
+}
+
+fn hook_runs(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("count"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn on_failure_hook_gets_the_failed_runs_task_fire_exit_code_and_output_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = request(shell("echo first; echo last words; exit 3"));
+    request.on_failure = Some(recording_hook(dir.path()));
+    request.working_dir = Some(dir.path().to_path_buf());
+    let (outcome, _, captured) = run_capturing(request).await;
+    assert_eq!(last_exit(&outcome), Exit::Code(3));
+    let env = hook_env(dir.path());
+    assert_eq!(env["ZKCRON_TASK"], "report");
+    assert_eq!(
+        env["ZKCRON_FIRE_ID"],
+        format!("report@{}", scheduled_at().timestamp())
+    );
+    assert_eq!(env["ZKCRON_SCHEDULED_AT"], "2026-01-01T02:30:00Z");
+    assert_eq!(env["ZKCRON_NODE"], "node-a");
+    assert_eq!(env["ZKCRON_EXIT_CODE"], "3");
+    assert_eq!(env["ZKCRON_SIGNAL"], "unset");
+    assert_eq!(env["ZKCRON_FAILURE"], "exit code 3");
+    assert_eq!(env["TAIL"], "first|last words");
+    assert_eq!(env["PWD"], dir.path().display().to_string());
+    assert_eq!(hook_runs(dir.path()), 1);
+    assert_eq!(hook_events(&captured, "on_failure hook finished").len(), 1);
+}
+
+#[tokio::test]
+async fn on_failure_hook_gets_the_signal_that_killed_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = request(shell("kill -KILL $$"));
+    request.on_failure = Some(recording_hook(dir.path()));
+    run_alone(request).await;
+    let env = hook_env(dir.path());
+    assert_eq!(env["ZKCRON_SIGNAL"], "SIGKILL");
+    assert_eq!(env["ZKCRON_EXIT_CODE"], "unset");
+    assert_eq!(env["ZKCRON_FAILURE"], "killed by signal 9 (SIGKILL)");
+}
+
+#[tokio::test]
+async fn on_failure_hook_runs_after_a_timeout_and_after_a_failed_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut timed_out = request(shell("sleep 30"));
+    timed_out.timeout = Some(Duration::from_millis(200));
+    timed_out.kill_grace = Duration::from_millis(100);
+    timed_out.on_failure = Some(recording_hook(dir.path()));
+    run_alone(timed_out).await;
+    assert_eq!(hook_env(dir.path())["ZKCRON_FAILURE"], "timed out");
+
+    let mut not_started = request(argv(&["/nonexistent/zkcron-test-program"]));
+    not_started.on_failure = Some(recording_hook(dir.path()));
+    run_alone(not_started).await;
+    let env = hook_env(dir.path());
+    assert!(
+        env["ZKCRON_FAILURE"].starts_with("failed to start: "),
+        "{env:?}"
+    );
+    assert_eq!(env["TAIL"], "");
+    assert_eq!(hook_runs(dir.path()), 2);
+}
+
+#[tokio::test]
+async fn on_failure_hook_does_not_run_after_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = request(shell("echo fine"));
+    request.on_failure = Some(recording_hook(dir.path()));
+    let (outcome, _, captured) = run_capturing(request).await;
+    assert!(outcome.succeeded());
+    assert_eq!(hook_runs(dir.path()), 0);
+    assert!(hook_events(&captured, "on_failure hook started").is_empty());
+}
+
+#[tokio::test]
+async fn on_failure_hook_runs_once_after_the_last_retry_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = request(shell("exit 1"));
+    request.retries.attempts = 2;
+    request.on_failure = Some(recording_hook(dir.path()));
+    let outcome = run_alone(request).await;
+    assert_eq!(outcome.attempts.len(), 3);
+    assert_eq!(hook_runs(dir.path()), 1);
+}
+
+#[tokio::test]
+async fn failing_on_failure_hook_is_logged_once_at_warn_and_not_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = request(shell("exit 1"));
+    request.retries.attempts = 1;
+    let count = dir.path().join("count");
+    request.on_failure = Some(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("echo run >> {}; exit 7", count.display()),
+    ]);
+    let (_, _, captured) = run_capturing(request).await;
+    assert_eq!(hook_runs(dir.path()), 1);
+    let failed = hook_events(
+        &captured,
+        "on_failure hook failed (exit code 7); it is not retried",
+    );
+    assert_eq!(failed.len(), 1, "{:#?}", captured.records());
+    assert_eq!(failed[0].level, Level::WARN);
+    assert_eq!(failed[0].field("exit_code"), Some("7"));
+    assert_eq!(failed[0].field("task"), Some("report"));
+}
+
+#[tokio::test]
+async fn on_failure_hook_that_cannot_start_is_logged_once_at_warn() {
+    let mut request = request(shell("exit 1"));
+    request.on_failure = Some(vec!["/nonexistent/zkcron-hook".into()]);
+    let (_, _, captured) = run_capturing(request).await;
+    let failed: Vec<Record> = captured
+        .records()
+        .into_iter()
+        .filter(|r| {
+            r.field("message")
+                .is_some_and(|m| m.starts_with("on_failure hook failed (failed to start: "))
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{:#?}", captured.records());
+    assert_eq!(failed[0].level, Level::WARN);
+    assert_eq!(failed[0].field("status"), Some("not_started"));
+}
+
+#[tokio::test]
+async fn on_failure_output_tail_is_bounded_to_its_last_4_kib() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2,000 lines of 100 bytes; the last one is recognisable.
+    let mut request = request(shell(
+        "i=0; while [ $i -lt 2000 ]; do printf '%099d\\n' $i; i=$((i+1)); done; echo the end; exit 2",
+    ));
+    request.on_failure = Some(recording_hook(dir.path()));
+    run_alone(request).await;
+    let env = hook_env(dir.path());
+    let bytes: usize = env["TAIL_BYTES"].trim().parse().unwrap();
+    assert!(bytes <= 4096 && bytes > 3900, "{bytes}");
+    assert!(env["TAIL"].ends_with("|the end"), "{}", env["TAIL"]);
 }

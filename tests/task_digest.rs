@@ -173,3 +173,22 @@ fn require_labels_count_only_when_present_so_older_digests_stay() {
     let empty = load(&path, &format!("{text}\nrequire_labels = {{}}\n"));
     assert_eq!(empty.canonical_digest(), digest);
 }
+
+#[test]
+fn on_failure_counts_only_when_present_so_older_digests_stay() {
+    // Issue [7] added `on_failure` at the end of version 1, written only when the task has one:
+    // a task without it keeps the digest older releases computed.
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    assert_eq!(digest, PINNED_DIGEST);
+    let with = format!("on_failure = [\"/usr/local/bin/page\", \"db\"]\n{text}");
+    let spec = load(&path, &with);
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\non_failure=2 19:/usr/local/bin/page 2:db\n"),
+        "{bytes}"
+    );
+    assert_ne!(spec.canonical_digest(), digest);
+    let other = load(&path, &with.replace("\"db\"", "\"web\""));
+    assert_ne!(other.canonical_digest(), spec.canonical_digest());
+}

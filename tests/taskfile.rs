@@ -1732,3 +1732,56 @@ fn a_command_whose_arguments_together_exceed_what_linux_allows_is_refused() {
         error.message
     );
 }
+
+#[test]
+fn on_failure_is_read_as_argv() {
+    let spec = parse(&format!(
+        "{MINIMAL}on_failure = [\"/usr/local/bin/page\", \"--team\", \"db\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        spec.on_failure,
+        Some(vec![
+            "/usr/local/bin/page".to_string(),
+            "--team".to_string(),
+            "db".to_string()
+        ])
+    );
+    assert_eq!(parse(MINIMAL).unwrap().on_failure, None);
+}
+
+#[test]
+fn on_failure_as_a_string_is_refused_with_an_example() {
+    let errors = errors_of(&format!("{MINIMAL}on_failure = \"page db\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        3,
+        14,
+        "`on_failure` must be an array of strings, found string \"page db\"",
+    );
+    assert!(
+        help(error).contains("[\"/usr/local/bin/page-oncall\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn on_failure_is_checked_like_command_and_named_in_the_message() {
+    let empty = errors_of(&format!("{MINIMAL}on_failure = []\n"));
+    assert_error(only_error(&empty), 3, 14, "`on_failure` is an empty array");
+    let number = errors_of(&format!("{MINIMAL}on_failure = [\"/bin/page\", 5]\n"));
+    assert_error(
+        only_error(&number),
+        3,
+        28,
+        "every element of `on_failure` must be a string, found integer 5",
+    );
+    let blank = errors_of(&format!("{MINIMAL}on_failure = [\" \"]\n"));
+    assert_error(
+        only_error(&blank),
+        3,
+        15,
+        "the program (the first element of `on_failure`) is empty",
+    );
+}

@@ -389,6 +389,7 @@ pub(super) fn run_request<C: Coordinator>(
         kill_grace: spec.kill_grace,
         retries: spec.retries,
         output_lines: shared.job_output_lines,
+        on_failure: spec.on_failure.clone(),
     }
 }
 

@@ -44,6 +44,13 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// bound.
 pub const MAX_LINE_BYTES: usize = 4096;
 
+/// At most this much of the end of a failed run's output is given to its `on_failure` hook as
+/// `ZKCRON_OUTPUT_TAIL`.
+pub const OUTPUT_TAIL_BYTES: usize = 4096;
+
+/// How long an `on_failure` hook may run when its task has no `timeout`.
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How long a finished run waits for its output pipes to reach end of file. A background
 /// grandchild may hold them open for ever; after this the readers are detached.
 const OUTPUT_DRAIN_LIMIT: Duration = Duration::from_secs(1);
@@ -84,6 +91,9 @@ pub struct RunRequest {
     /// `OutputBudget`); what lies between is read, counted and reported in one line between the
     /// two.
     pub output_lines: usize,
+    /// The task's `on_failure` hook, run once after the run's last attempt failed (see
+    /// `hook`); `None` for none.
+    pub on_failure: Option<Vec<String>>,
 }
 
 /// How one attempt ended.
@@ -157,6 +167,7 @@ impl RunOutcome {
     }
 }
 
+mod hook;
 mod output;
 mod process;
 mod stop;
@@ -262,6 +273,8 @@ struct RunningAttempt {
     lateness: Option<TimeDelta>,
     /// Reads and logs both output pipes until their end.
     output: JoinHandle<()>,
+    /// What the reader counts and keeps, shared with it: the hook's output tail comes from it.
+    budget: Arc<OutputBudget>,
 }
 
 /// Spawns the first attempt of a prepared run at once. In the daemon this is the only step
@@ -319,15 +332,19 @@ impl StartedRun {
         };
         let mut attempts: Vec<AttemptOutcome> = Vec::new();
         let mut next = first;
+        // The last attempt's output, for the hook.
+        let mut budget: Option<Arc<OutputBudget>>;
         loop {
             let output = match next {
                 Attempt::Failed(outcome) => {
                     attempts.push(outcome);
+                    budget = None;
                     None
                 }
                 Attempt::Running(running) => {
-                    let (outcome, output) = running.wait(&request, &mut stop).await;
+                    let (outcome, output, attempt_budget) = running.wait(&request, &mut stop).await;
                     attempts.push(outcome);
+                    budget = Some(attempt_budget);
                     Some(output)
                 }
             };
@@ -376,6 +393,12 @@ impl StartedRun {
             let command =
                 command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));
             next = spawn_attempt(&request, attempt, command, None);
+        }
+        if let (Some(argv), Some(last)) = (&request.on_failure, attempts.last())
+            && !matches!(last.exit, Exit::Code(0) | Exit::Stopped)
+        {
+            let tail = budget.map(|b| b.output_tail()).unwrap_or_default();
+            hook::run_on_failure(&request, argv, &last.exit, &tail, &mut stop).await;
         }
         RunOutcome { attempts }
     }
@@ -534,12 +557,16 @@ fn spawn_attempt(
     }
 
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let budget = OutputBudget::new(request, attempt, [stdout.is_some(), stderr.is_some()]);
+    let budget = Arc::new(OutputBudget::new(
+        request,
+        attempt,
+        [stdout.is_some(), stderr.is_some()],
+    ));
     let output = spawn_output_reader(
         stdout.map(BufReader::new),
         stderr.map(BufReader::new),
         request,
-        budget,
+        budget.clone(),
     );
     Attempt::Running(RunningAttempt {
         attempt,
@@ -549,17 +576,18 @@ fn spawn_attempt(
         started,
         lateness,
         output,
+        budget,
     })
 }
 
 impl RunningAttempt {
     /// Waits for the main process to exit, enforcing the timeout and stop requests; returns how
-    /// it ended and its output reader, which may still be draining.
+    /// it ended, its output reader, which may still be draining, and what the reader keeps.
     async fn wait(
         self,
         request: &RunRequest,
         stop: &mut StopSignal,
-    ) -> (AttemptOutcome, JoinHandle<()>) {
+    ) -> (AttemptOutcome, JoinHandle<()>, Arc<OutputBudget>) {
         let RunningAttempt {
             attempt,
             mut child,
@@ -568,6 +596,7 @@ impl RunningAttempt {
             started,
             lateness,
             output,
+            budget,
         } = self;
         let task = request.task.as_str();
         let fire_id = request.fire_id.as_str();
@@ -637,7 +666,7 @@ impl RunningAttempt {
             pid,
             lateness,
         };
-        (outcome, output)
+        (outcome, output, budget)
     }
 }
 

@@ -8,7 +8,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::task::JoinHandle;
 use tracing::instrument::WithSubscriber;
 
-use super::{MAX_LINE_BYTES, OUTPUT_DRAIN_LIMIT, RunRequest};
+use super::{MAX_LINE_BYTES, OUTPUT_DRAIN_LIMIT, OUTPUT_TAIL_BYTES, RunRequest};
 
 /// Waits up to [`OUTPUT_DRAIN_LIMIT`] for the reader to reach end of file on both pipes, then
 /// leaves it running on its own.
@@ -65,6 +65,10 @@ struct BudgetState {
     left_out_bytes: u64,
     /// Streams not yet at end of file.
     open: usize,
+    /// The last lines of the output, both streams, at most [`OUTPUT_TAIL_BYTES`] of text in
+    /// all; kept only when the run has an `on_failure` hook, which gets them.
+    last: Option<std::collections::VecDeque<String>>,
+    last_bytes: usize,
 }
 
 /// A line past the head of the output, kept until the output ends.
@@ -97,6 +101,8 @@ impl OutputBudget {
                 left_out_lines: 0,
                 left_out_bytes: 0,
                 open: open.iter().filter(|o| **o).count(),
+                last: request.on_failure.as_ref().map(|_| Default::default()),
+                last_bytes: 0,
             }),
         }
     }
@@ -107,6 +113,7 @@ impl OutputBudget {
     fn line(&self, stream: &'static str, text: &str, bytes: usize) {
         {
             let mut state = self.state.lock().expect("output budget poisoned");
+            state.keep_last(text);
             if state.logged >= self.head {
                 let read = state.read;
                 state.read += 1;
@@ -127,6 +134,25 @@ impl OutputBudget {
             state.logged += 1;
         }
         self.log(stream, text);
+    }
+
+    /// The last lines of the output read so far, joined by newlines, at most
+    /// [`OUTPUT_TAIL_BYTES`] (the oldest line cut at its start when needed); empty when not kept.
+    pub(super) fn output_tail(&self) -> String {
+        let state = self.state.lock().expect("output budget poisoned");
+        let Some(last) = &state.last else {
+            return String::new();
+        };
+        let joined = last
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut start = joined.len().saturating_sub(OUTPUT_TAIL_BYTES);
+        while !joined.is_char_boundary(start) {
+            start += 1;
+        }
+        joined[start..].to_string()
     }
 
     /// Logs one line of the job's output.
@@ -187,6 +213,20 @@ impl OutputBudget {
     }
 }
 
+impl BudgetState {
+    /// Keeps `text` among the last lines, if they are kept, dropping the oldest beyond
+    /// [`OUTPUT_TAIL_BYTES`]: at most that much text (plus the one line being added) is held.
+    fn keep_last(&mut self, text: &str) {
+        let Some(last) = &mut self.last else { return };
+        last.push_back(text.to_owned());
+        self.last_bytes += text.len() + 1;
+        while self.last_bytes > OUTPUT_TAIL_BYTES + 1 && last.len() > 1 {
+            let out = last.pop_front().expect("more than one line");
+            self.last_bytes -= out.len() + 1;
+        }
+    }
+}
+
 /// Logs both output streams line by line, within `budget`, on one task (one per attempt, not
 /// one per stream: a task costs a spawn and wake-ups on every fire), which carries the caller's
 /// tracing subscriber. The two streams are read concurrently, each to its end.
@@ -194,7 +234,7 @@ pub(super) fn spawn_output_reader<O, E>(
     stdout: Option<O>,
     stderr: Option<E>,
     request: &RunRequest,
-    budget: OutputBudget,
+    budget: std::sync::Arc<OutputBudget>,
 ) -> JoinHandle<()>
 where
     O: AsyncBufRead + Unpin + Send + 'static,

@@ -48,6 +48,7 @@ pub(super) fn check_task(
     let mut on_node_loss = NodeLossPolicy::default();
     let mut enabled = true;
     let mut require_labels = BTreeMap::new();
+    let mut on_failure = None;
 
     for (key, value) in root.get_ref().iter() {
         let k: &str = key.get_ref();
@@ -119,6 +120,7 @@ pub(super) fn check_task(
                     .map(|(name, value)| (name.into_inner(), value))
                     .collect()
             }
+            "on_failure" => on_failure = c.on_failure(value),
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }
@@ -199,6 +201,7 @@ pub(super) fn check_task(
         on_node_loss,
         enabled,
         require_labels,
+        on_failure,
     })
 }
 
@@ -365,6 +368,30 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+
+    /// `on_failure`: an argv array, checked like `command` in that form (a string is refused:
+    /// the hook is a program, not a script line).
+    fn on_failure(&mut self, value: &Value<'_>) -> Option<Vec<String>> {
+        if !matches!(value.get_ref(), DeValue::Array(_)) {
+            let message = format!(
+                "`on_failure` must be an array of strings, found {}",
+                self.found(value)
+            );
+            let help = "write an array like [\"/usr/local/bin/page-oncall\", \"--team\", \"db\"]";
+            self.report(value.span(), message, Some(help.into()));
+            return None;
+        }
+        let before = self.problems.len();
+        let argv = match self.command(value) {
+            Some(CommandLine::Argv(argv)) => Some(argv),
+            _ => None,
+        };
+        // The checks are `command`'s; name the key the admin wrote.
+        for problem in &mut self.problems[before..] {
+            problem.message = problem.message.replace("`command`", "`on_failure`");
+        }
+        argv
     }
 
     fn retries(&mut self, value: &Value<'_>) -> Option<RetryPolicy> {

@@ -32,7 +32,9 @@
 //! | `enabled` | `true` or `false` |
 //! | `require_labels` | **only when the task has any** (added in issue [6]): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
 //!
-//! `require_labels` is written only when the task requires labels, so a task without them
+//! | `on_failure` | **only when the task has it** (added in issue [7]): `<n>` and then ` <str>` per argument |
+//!
+//! `require_labels` (and likewise `on_failure`) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
 //! every such task); a task with them cannot be defined on an old release at all (it refuses
 //! the unknown key). Label values are not secret, so they count.
@@ -161,6 +163,15 @@ impl TaskSpec {
                     o.str(name.as_bytes());
                     o.raw(" ");
                     o.str(value.as_bytes());
+                }
+            });
+        }
+        if let Some(argv) = &self.on_failure {
+            out.field("on_failure", |o| {
+                o.raw(&argv.len().to_string());
+                for arg in argv {
+                    o.raw(" ");
+                    o.str(arg.as_bytes());
                 }
             });
         }

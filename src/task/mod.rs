@@ -73,6 +73,9 @@ pub struct TaskSpec {
     /// Only nodes whose `[node] labels` contain every one of these pairs may own the task (used
     /// by the cluster backend).
     pub require_labels: BTreeMap<String, String>,
+    /// Run (argv form) by the node that ran a job when its last attempt failed: a non-zero
+    /// exit, a signal, a timeout, or a process that could not start. Never retried.
+    pub on_failure: Option<Vec<String>>,
 }
 
 impl TaskSpec {
@@ -244,6 +247,7 @@ const TASK_KEYS: &[&str] = &[
     "on_node_loss",
     "enabled",
     "require_labels",
+    "on_failure",
 ];
 
 /// The keys of the `retries` table.

@@ -96,6 +96,7 @@ pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
         on_node_loss: Default::default(),
         enabled: true,
         require_labels: Default::default(),
+        on_failure: None,
     }
 }
 

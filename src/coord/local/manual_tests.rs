@@ -30,6 +30,7 @@ fn spec(name: &str) -> TaskSpec {
         retries: RetryPolicy::default(),
         version_req: None,
         require_labels: Default::default(),
+        on_failure: None,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,

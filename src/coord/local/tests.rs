@@ -52,6 +52,7 @@ fn spec(name: &str) -> TaskSpec {
         on_node_loss: Default::default(),
         enabled: true,
         require_labels: Default::default(),
+        on_failure: None,
     }
 }
 
