@@ -376,6 +376,7 @@ impl<'s> Sim<'s> {
                 path: p.to_string(),
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             })
             .collect::<Vec<_>>();
         for task in sc.tasks.iter().filter(|t| t.initial_record) {
@@ -392,6 +393,7 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/tasks/{}", task.name),
                 data: serde_json::to_vec(&record).expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             });
         }
         let mut writes = Vec::new();
@@ -439,6 +441,7 @@ impl<'s> Sim<'s> {
             path: format!("{BASE}/{p}"),
             data: Vec::new(),
             mode: CreateMode::Persistent,
+            acl: Default::default(),
         };
         for op in [
             dir("control"),
@@ -447,6 +450,7 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/control/triggers/{fire_id}"),
                 data: serde_json::to_vec(&record).expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             },
         ] {
             let mut writes = Vec::new();
@@ -1824,11 +1828,13 @@ impl<'s> Sim<'s> {
                         path: format!("{BASE}/tasksets/ghost-0"),
                         data: serde_json::to_vec(&set).expect("encodes"),
                         mode: CreateMode::Persistent,
+                        acl: Default::default(),
                     },
                     ZkOp::Create {
                         path: format!("{BASE}/members/ghost"),
                         data: serde_json::to_vec(&member).expect("encodes"),
                         mode: CreateMode::Persistent,
+                        acl: Default::default(),
                     },
                 ]
             }
@@ -1842,6 +1848,7 @@ impl<'s> Sim<'s> {
                 })
                 .expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             }],
             Meddle::TamperLease(t) => vec![ZkOp::SetData {
                 path: format!("{BASE}/leases/{}", name(*t)),
@@ -1864,6 +1871,7 @@ impl<'s> Sim<'s> {
                 })
                 .expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             }],
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {

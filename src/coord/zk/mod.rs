@@ -37,8 +37,8 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
 pub use settings::{
-    DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkSettings,
-    session_timeout_problem, split_connect,
+    AuthSource, DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkAuth,
+    ZkSettings, session_timeout_problem, split_connect,
 };
 pub use wire::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
@@ -47,7 +47,7 @@ pub use wire::{
 pub use wire::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 use super::node::io::{
-    Answer, Answered, Input, Level, Now, OpId, Output, Request, WatchKind, ZkOp,
+    Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
@@ -71,6 +71,19 @@ impl ZkCoordinator {
     /// unreachable ZooKeeper delays firing (logged), not the start.
     pub fn start(settings: ZkSettings) -> Result<ZkCoordinator, String> {
         let (hosts, chroot) = settings.check()?;
+        let auth = settings.auth.resolve()?;
+        let acl = match &auth {
+            Some(auth) => {
+                tracing::info!(user = %auth.user, "ZooKeeper digest authentication: znodes zkcron creates are readable and writable only by this user");
+                NodeAcl::CreatorAll
+            }
+            None => {
+                tracing::warn!(
+                    "ZooKeeper without authentication: every znode zkcron creates is world-readable and world-writable (any client reaching ZooKeeper can read results and stop or re-run tasks); set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"
+                );
+                NodeAcl::Open
+            }
+        };
         let config = NodeConfig {
             id: settings.node_id.clone(),
             release: settings.release.clone(),
@@ -90,6 +103,7 @@ impl ZkCoordinator {
             pid: std::process::id(),
             started_at: wall_clock(),
             history_runs: settings.history_runs,
+            acl,
             bugs: NodeBugs::default(),
         };
         let epoch = Instant::now();
@@ -101,6 +115,7 @@ impl ZkCoordinator {
             epoch,
             hosts,
             timeout: settings.session_timeout,
+            auth,
             leadership: leadership_tx,
             client: None,
             generation: 0,
@@ -264,6 +279,8 @@ struct Driver {
     epoch: Instant,
     hosts: String,
     timeout: Duration,
+    /// Sent with every new session before any call.
+    auth: Option<ZkAuth>,
     leadership: watch::Sender<Leadership>,
     client: Option<Client>,
     /// Bumped with every new client: replies of an older client's calls are dropped.
@@ -444,9 +461,9 @@ impl Driver {
     fn connect(&mut self, after: Duration) {
         let hosts = self.hosts.clone();
         let timeout = self.timeout;
+        let connector = settings::connector(timeout, self.auth.as_ref());
         self.connecting = Some(Box::pin(async move {
             tokio::time::sleep(after).await;
-            let connector = Client::connector().with_session_timeout(timeout);
             match tokio::time::timeout(timeout + CALL_DEADLINE, connector.connect(&hosts)).await {
                 Err(_) => Err("connecting: no session established in time".to_string()),
                 Ok(Err(error)) => Err(format!("connecting to {hosts}: {error}")),
