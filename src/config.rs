@@ -713,6 +713,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn zookeeper_auth_is_user_colon_password_and_auth_file_is_relative_to_the_config() {
+        let path = Path::new("/etc/zkcron/zkcron.toml");
+        let config = parse_config(
+            path,
+            "[coordination.zookeeper]\nauth_file = \"zk.secret\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.coordination.zookeeper.auth,
+            AuthSource::File("/etc/zkcron/zk.secret".into())
+        );
+        let config = parse_config(path, "[coordination.zookeeper]\nauth = \"u:p\"\n").unwrap();
+        assert_eq!(
+            config.coordination.zookeeper.auth,
+            AuthSource::Inline(ZkAuth::parse("u:p").unwrap())
+        );
+        let error =
+            parse_config(path, "[coordination.zookeeper]\nauth = \"secret\"\n").unwrap_err();
+        let messages: Vec<&str> = error.problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "`coordination.zookeeper.auth` is not `user:password` (a user name, a colon, a \
+              password; neither empty)"
+            ]
+        );
+        let error = parse_config(
+            path,
+            "[coordination.zookeeper]\nauth_file = \"/x\"\nauth = \"u:p\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.problems[0].message,
+            "`coordination.zookeeper.auth` and `auth_file` are both set; set one of them"
+        );
+    }
+
+    #[test]
     fn state_dir_prefers_systemd_then_state_then_cache() {
         let state = Some(PathBuf::from("/home/u/.local/state"));
         let cache = Some(PathBuf::from("/home/u/.cache"));

@@ -351,3 +351,45 @@ fn the_cluster_commands_work_with_the_credentials_and_say_authentication_without
         secured.ok(args);
     }
 }
+
+#[test]
+fn validate_refuses_an_auth_file_others_may_read_naming_it_and_chmod_600() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("jobs.d")).unwrap();
+    let secret = dir.path().join("zk.secret");
+    fs::write(&secret, "zkcron:s3cret\n").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o644)).unwrap();
+    let config = dir.path().join("zkcron.toml");
+    write(
+        &config,
+        "[coordination]\nbackend = \"zookeeper\"\n[coordination.zookeeper]\n\
+         connect = \"127.0.0.1:2181\"\nauth_file = \"zk.secret\"\n",
+    );
+    let out = common::zkcron()
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let shown = secret.display();
+    assert!(
+        stderr.contains(&format!(
+            "the ZooKeeper auth_file {shown} may be read by group or others (mode 644); run \
+             `chmod 600 {shown}`"
+        )),
+        "{stderr}"
+    );
+    // Fixed as told, it passes.
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = common::zkcron()
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

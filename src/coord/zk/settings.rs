@@ -90,14 +90,14 @@ pub fn read_auth_file(path: &Path) -> Result<ZkAuth, String> {
         .map_err(|e| format!("cannot read the ZooKeeper auth_file {shown}: {e}"))?;
     if meta.mode() & 0o077 != 0 {
         return Err(format!(
-            "the ZooKeeper auth_file {shown} may be read by group or others (mode {:o});              run `chmod 600 {shown}`",
+            "the ZooKeeper auth_file {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
             meta.mode() & 0o777
         ));
     }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!(
-            "the ZooKeeper auth_file {shown} belongs to uid {}, neither this user (uid {me})              nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
+            "the ZooKeeper auth_file {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
             meta.uid()
         ));
     }
@@ -340,5 +340,110 @@ mod tests {
         );
         assert!(validate_name("cluster", "..").is_err());
         assert!(validate_name("cluster", "").is_err());
+    }
+
+    #[test]
+    fn credentials_must_be_user_colon_password_and_never_show_the_password() {
+        let auth = ZkAuth::parse("zkcron:pa:ss").unwrap();
+        assert_eq!(auth.user, "zkcron");
+        assert_eq!(auth.digest(), b"zkcron:pa:ss");
+        assert_eq!(format!("{auth:?}"), "ZkAuth(zkcron:***)");
+        for bad in ["zkcron", ":pass", "zkcron:", ""] {
+            assert_eq!(
+                ZkAuth::parse(bad).unwrap_err(),
+                "is not `user:password` (a user name, a colon, a password; neither empty)",
+                "{bad:?}"
+            );
+        }
+    }
+
+    fn secret_file(text: &str, mode: u32) -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zk.secret");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn an_auth_file_is_one_private_line() {
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o600);
+        let auth = AuthSource::File(path.clone()).resolve().unwrap().unwrap();
+        assert_eq!(auth.digest(), b"zkcron:s3cret");
+        let (_dir, path) = secret_file("zkcron:s3cret\r\n", 0o400);
+        assert_eq!(read_auth_file(&path).unwrap().digest(), b"zkcron:s3cret");
+    }
+
+    #[test]
+    fn an_auth_file_others_may_read_is_refused_with_chmod_600() {
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o640);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the ZooKeeper auth_file {shown} may be read by group or others (mode 640); \
+                 run `chmod 600 {shown}`"
+            )
+        );
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o604);
+        assert!(read_auth_file(&path).unwrap_err().contains("(mode 604)"));
+    }
+
+    #[test]
+    fn a_broken_auth_file_is_refused_naming_it() {
+        let (_dir, path) = secret_file("zkcron:a\nzkcron:b\n", 0o600);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!("the ZooKeeper auth_file {shown} must hold exactly one line `user:password`")
+        );
+        let (_dir, path) = secret_file("\n", 0o600);
+        assert!(
+            read_auth_file(&path)
+                .unwrap_err()
+                .contains("must hold exactly one line")
+        );
+        let (_dir, path) = secret_file("justapassword\n", 0o600);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the line in the ZooKeeper auth_file {shown} is not `user:password` (a user \
+                 name, a colon, a password; neither empty)"
+            )
+        );
+        let missing = path.with_file_name("absent");
+        let error = read_auth_file(&missing).unwrap_err();
+        assert!(
+            error.starts_with(&format!(
+                "cannot read the ZooKeeper auth_file {}: ",
+                missing.display()
+            )),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_auth_file_of_another_user_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o600);
+        let me = nix::unistd::geteuid().as_raw();
+        // As root, give it to nobody; as another user, a root-owned file is fine, so only root
+        // can make a file this process does not own (chown to another user needs root).
+        if me != 0 {
+            assert!(read_auth_file(&path).is_ok());
+            return;
+        }
+        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the ZooKeeper auth_file {shown} belongs to uid 65534, neither this user (uid 0) \
+                 nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`"
+            )
+        );
     }
 }
