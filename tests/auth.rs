@@ -37,6 +37,11 @@ impl Drop for Secured {
 
 impl Secured {
     fn start() -> Secured {
+        Secured::start_with(true)
+    }
+
+    /// A cluster whose node authenticates when `auth`.
+    fn start_with(auth: bool) -> Secured {
         let zk = ZkServer::start();
         let connect = zk.chroot_connect();
         let chroot = connect[connect.find('/').unwrap()..].to_string();
@@ -53,11 +58,11 @@ impl Secured {
         fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
         write(
             &path.join("zkcron.toml"),
-            &format!(
-                "[coordination.zookeeper]\nsession_timeout = \"3s\"\nauth_file = \"{}\"\n",
-                secret.display()
-            ),
+            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n",
         );
+        if auth {
+            secure_config(path);
+        }
         write(
             &path.join("jobs.d/quick.toml"),
             "schedule = \"* * * * * *\"\ncommand = [\"/bin/true\"]\n",
@@ -180,6 +185,17 @@ impl Secured {
             all
         })
     }
+}
+
+/// Adds the credentials (`auth_file`) to the config in `dir`.
+fn secure_config(dir: &Path) {
+    write(
+        &dir.join("zkcron.toml"),
+        &format!(
+            "[coordination.zookeeper]\nsession_timeout = \"3s\"\nauth_file = \"{}\"\n",
+            dir.join("zk.secret").display()
+        ),
+    );
 }
 
 fn write(path: &Path, text: &str) {
@@ -391,5 +407,29 @@ fn validate_refuses_an_auth_file_others_may_read_naming_it_and_chmod_600() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_node_without_credentials_warns_and_a_root_left_open_is_reported_once_they_are_set() {
+    let mut cluster = Secured::start_with(false);
+    cluster.node.as_ref().unwrap().wait_for_log(
+        "ZooKeeper without authentication: every znode zkcron creates is world-readable and \
+         world-writable",
+        LIMIT,
+    );
+    let log = cluster.node.as_ref().unwrap().log();
+    assert!(
+        log.contains(
+            "set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"
+        ),
+        "{log}"
+    );
+    cluster.node.take();
+    secure_config(cluster.path());
+    cluster.start_node();
+    cluster.node.as_ref().unwrap().wait_for_log(
+        "the cluster root was created without authentication: its znodes stay world-readable",
+        LIMIT,
     );
 }

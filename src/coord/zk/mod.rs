@@ -84,11 +84,12 @@ impl ZkCoordinator {
                 NodeAcl::Open
             }
         };
+        let base = format!("{chroot}/zkcron/{}", settings.cluster);
         let config = NodeConfig {
             id: settings.node_id.clone(),
             release: settings.release.clone(),
             seed: rand::random(),
-            base: format!("{chroot}/zkcron/{}", settings.cluster),
+            base: base.clone(),
             connect: settings.connect.clone(),
             session_timeout: settings.session_timeout,
             max_clock_skew: Some(
@@ -116,6 +117,8 @@ impl ZkCoordinator {
             hosts,
             timeout: settings.session_timeout,
             auth,
+            open_root_checked: false,
+            base,
             leadership: leadership_tx,
             client: None,
             generation: 0,
@@ -281,6 +284,10 @@ struct Driver {
     timeout: Duration,
     /// Sent with every new session before any call.
     auth: Option<ZkAuth>,
+    /// Whether the root's ACL was checked (once, on the first session with credentials).
+    open_root_checked: bool,
+    /// The cluster root, `<chroot>/zkcron/<cluster>`.
+    base: String,
     leadership: watch::Sender<Leadership>,
     client: Option<Client>,
     /// Bumped with every new client: replies of an older client's calls are dropped.
@@ -385,6 +392,10 @@ impl Driver {
                         session_id: client.session_id().0,
                         negotiated_timeout: client.session_timeout(),
                     };
+                    if self.auth.is_some() && !self.open_root_checked {
+                        self.open_root_checked = true;
+                        tokio::spawn(report_open_root(client.clone(), self.base.clone()));
+                    }
                     self.client = Some(client);
                     self.node.handle(input, at);
                 }
@@ -470,6 +481,20 @@ impl Driver {
                 Ok(Ok(client)) => Ok(client),
             }
         }));
+    }
+}
+
+/// Warns when a cluster root created before authentication was configured is still open:
+/// its znodes keep the ACL they were created with (world:anyone), and zkcron does not rewrite
+/// the ACLs of a tree other nodes may be using.
+async fn report_open_root(client: Client, base: String) {
+    if let Ok(Ok((acls, _))) = tokio::time::timeout(CALL_DEADLINE, client.get_acl(&base)).await
+        && acls.iter().any(|acl| acl.scheme() == "world")
+    {
+        tracing::warn!(
+            root = %base,
+            "the cluster root was created without authentication: its znodes stay world-readable and world-writable although this node authenticates; stop the nodes, delete the root (zkCli.sh deleteall) and start them again with the credentials, so that it is re-created creator-only"
+        );
     }
 }
 
