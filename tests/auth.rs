@@ -420,9 +420,7 @@ fn a_node_without_credentials_warns_and_a_root_left_open_is_reported_once_they_a
     );
     let log = cluster.node.as_ref().unwrap().log();
     assert!(
-        log.contains(
-            "set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"
-        ),
+        log.contains("set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"),
         "{log}"
     );
     cluster.node.take();

@@ -388,7 +388,7 @@ impl ClusterClient {
         for part in path.split('/').filter(|p| !p.is_empty()) {
             at.push('/');
             at.push_str(part);
-            let options = CreateMode::Persistent.with_acls(self.acls.clone());
+            let options = CreateMode::Persistent.with_acls(self.acls);
             match self
                 .call(
                     &format!("creating {at}"),
@@ -413,7 +413,7 @@ impl ClusterClient {
         self.create_dirs(dir).await?;
         let path = format!("{dir}/{name}");
         let data = serde_json::to_vec(mark).expect("marks serialize");
-        let options = CreateMode::Persistent.with_acls(self.acls.clone());
+        let options = CreateMode::Persistent.with_acls(self.acls);
         match self
             .call(
                 &format!("creating {path}"),
@@ -513,7 +513,7 @@ impl ClusterClient {
         self.create_dirs(&self.paths.triggers()).await?;
         let path = self.paths.trigger_prefix(&record.task);
         let data = serde_json::to_vec(record).expect("trigger records serialize");
-        let options = CreateMode::PersistentSequential.with_acls(self.acls.clone());
+        let options = CreateMode::PersistentSequential.with_acls(self.acls);
         match self
             .call(
                 &format!("creating {path}"),
