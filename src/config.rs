@@ -18,6 +18,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::accounts::Identity;
+use crate::coord::zk::{AuthSource, ZkAuth};
 use crate::diag::decode_utf8;
 use crate::diag::{Problem, Report};
 use crate::schedule::parse_timezone;
@@ -135,7 +136,14 @@ pub enum Backend {
 }
 
 /// The keys of `[coordination.zookeeper]`.
-const ZOOKEEPER_KEYS: &[&str] = &["connect", "cluster", "session_timeout", "max_clock_skew"];
+const ZOOKEEPER_KEYS: &[&str] = &[
+    "connect",
+    "cluster",
+    "session_timeout",
+    "max_clock_skew",
+    "auth",
+    "auth_file",
+];
 
 /// `[coordination]`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -157,6 +165,9 @@ pub struct ZookeeperSection {
     /// A node whose clock is further than this from ZooKeeper's leads nothing. Default: no limit
     /// (a skew above 1s is only logged).
     pub max_clock_skew: Option<Duration>,
+    /// `auth = "user:password"` or `auth_file = PATH` (at most one): digest authentication,
+    /// and creator-only ACLs on every znode zkcron creates.
+    pub auth: AuthSource,
 }
 
 impl Default for ZookeeperSection {
@@ -166,6 +177,7 @@ impl Default for ZookeeperSection {
             cluster: "default".to_string(),
             session_timeout: Duration::from_secs(10),
             max_clock_skew: None,
+            auth: AuthSource::None,
         }
     }
 }
@@ -492,7 +504,7 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                     config.coordination.backend = c.choice(q, value, &choices).unwrap_or_default();
                 }
                 ("coordination", "zookeeper") => {
-                    zookeeper_section(c, value, &mut config.coordination.zookeeper)
+                    zookeeper_section(c, value, base, &mut config.coordination.zookeeper)
                 }
                 ("log", "format") => {
                     let choices = [
@@ -604,6 +616,7 @@ fn section_list() -> String {
 fn zookeeper_section(
     c: &mut Checker<'_>,
     value: &Spanned<DeValue<'_>>,
+    base: &Path,
     into: &mut ZookeeperSection,
 ) {
     let DeValue::Table(table) = value.get_ref() else {
@@ -655,13 +668,37 @@ fn zookeeper_section(
                 }
             }
             "max_clock_skew" => into.max_clock_skew = c.duration(q, value),
+            "auth" | "auth_file" => {
+                if into.auth != AuthSource::None {
+                    let message = "`coordination.zookeeper.auth` and `auth_file` are both set; \
+                                   set one of them"
+                        .to_string();
+                    c.report(
+                        key.span(),
+                        message,
+                        Some(
+                            "auth_file keeps the password out of a config file others may read"
+                                .into(),
+                        ),
+                    );
+                    continue;
+                }
+                if k == "auth_file" {
+                    if let Some(path) = c.path(q, value) {
+                        into.auth = AuthSource::File(base.join(path));
+                    }
+                } else if let Some(text) = c.string(q, value) {
+                    match ZkAuth::parse(text) {
+                        Ok(auth) => into.auth = AuthSource::Inline(auth),
+                        Err(problem) => {
+                            c.report(c.content_span(value), format!("`{q}` {problem}"), None)
+                        }
+                    }
+                }
+            }
             _ => {
                 let help = match closest(k, ZOOKEEPER_KEYS.iter().copied()) {
                     Some(known) => format!("did you mean `{known}`?"),
-                    None if k == "auth" => {
-                        "ZooKeeper authentication is not supported yet; use a network-restricted ensemble"
-                            .to_string()
-                    }
                     None => format!(
                         "known keys in [coordination.zookeeper]: {}",
                         ZOOKEEPER_KEYS.join(", ")
@@ -713,6 +750,44 @@ fn version(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zookeeper_auth_is_user_colon_password_and_auth_file_is_relative_to_the_config() {
+        let path = Path::new("/etc/zkcron/zkcron.toml");
+        let config = parse_config(
+            path,
+            "[coordination.zookeeper]\nauth_file = \"zk.secret\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.coordination.zookeeper.auth,
+            AuthSource::File("/etc/zkcron/zk.secret".into())
+        );
+        let config = parse_config(path, "[coordination.zookeeper]\nauth = \"u:p\"\n").unwrap();
+        assert_eq!(
+            config.coordination.zookeeper.auth,
+            AuthSource::Inline(ZkAuth::parse("u:p").unwrap())
+        );
+        let error =
+            parse_config(path, "[coordination.zookeeper]\nauth = \"secret\"\n").unwrap_err();
+        let messages: Vec<&str> = error.problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "`coordination.zookeeper.auth` is not `user:password` (a user name, a colon, a \
+              password; neither empty)"
+            ]
+        );
+        let error = parse_config(
+            path,
+            "[coordination.zookeeper]\nauth_file = \"/x\"\nauth = \"u:p\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.problems[0].message,
+            "`coordination.zookeeper.auth` and `auth_file` are both set; set one of them"
+        );
+    }
 
     #[test]
     fn state_dir_prefers_systemd_then_state_then_cache() {

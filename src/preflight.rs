@@ -103,6 +103,7 @@ impl Plan {
             release: self.release.clone(),
             labels: self.config.node.labels.clone(),
             history_runs: self.config.scheduler.history_runs,
+            auth: section.auth.clone(),
         })
     }
 

@@ -268,6 +268,7 @@ fn settings(connect: &str, node: &str, release: &str) -> ZkSettings {
         release: release.parse().unwrap(),
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
         history_runs: 100,
+        auth: Default::default(),
     }
 }
 

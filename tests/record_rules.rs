@@ -715,6 +715,7 @@ impl ZkBackend {
             release: release.parse().unwrap(),
             labels: BTreeMap::new(),
             history_runs: 100,
+            auth: Default::default(),
         };
         let enabled = CASES.iter().filter(|c| c.enabled).count();
         let coordinator = runtime.block_on(async {

@@ -1224,7 +1224,7 @@ fn config_zookeeper_section_is_read_with_its_defaults() {
 
 #[test]
 fn config_zookeeper_errors_name_the_key_and_the_fix() {
-    let text = "[coordination.zookeeper]\nconnect = \"zk1\"\ncluster = \"a/b\"\nsession_timeout = \"200ms\"\nsesion_timeout = \"5s\"\nauth = \"digest:u:p\"\n";
+    let text = "[coordination.zookeeper]\nconnect = \"zk1\"\ncluster = \"a/b\"\nsession_timeout = \"200ms\"\nsesion_timeout = \"5s\"\nauth = \"u:p\"\nauth_file = \"/x\"\n";
     let error = parse_config(Path::new("zkcron.toml"), text).unwrap_err();
     let found: Vec<(usize, usize, &str, Option<&str>)> = error
         .problems
@@ -1261,12 +1261,10 @@ fn config_zookeeper_errors_name_the_key_and_the_fix() {
                 Some("did you mean `session_timeout`?")
             ),
             (
-                6,
+                7,
                 1,
-                "unknown key `auth` in [coordination.zookeeper]",
-                Some(
-                    "ZooKeeper authentication is not supported yet; use a network-restricted ensemble"
-                )
+                "`coordination.zookeeper.auth` and `auth_file` are both set; set one of them",
+                Some("auth_file keeps the password out of a config file others may read")
             ),
         ]
     );

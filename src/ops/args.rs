@@ -139,6 +139,7 @@ pub fn resolve(
             Some(connect) => Target::Cluster {
                 connect,
                 cluster: plan.cluster.clone(),
+                auth: plan.config.coordination.zookeeper.auth.clone(),
             },
             None => anyhow::bail!(
                 "the config selects the zookeeper backend but names no server: set --zookeeper \

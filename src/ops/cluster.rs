@@ -18,7 +18,7 @@ use zookeeper_client::{
 
 use super::model::{LiveMember, Snapshot};
 use crate::coord::RunResult;
-use crate::coord::zk::settings::split_connect;
+use crate::coord::zk::settings::{AuthSource, connector, split_connect};
 use crate::coord::zk::wire::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
@@ -39,6 +39,9 @@ const IN_FLIGHT: usize = 8;
 /// A session on one cluster.
 pub struct ClusterClient {
     client: Client,
+    /// The ACL of the znodes this command creates: the daemon's (creator-all when
+    /// authenticated, open otherwise).
+    acls: Acls<'static>,
     pub paths: Paths,
     pub cluster: String,
     pub connect: String,
@@ -64,12 +67,13 @@ impl ClusterClient {
     pub async fn connect(
         connect: &str,
         cluster: &str,
+        auth: &AuthSource,
         deadline: Duration,
     ) -> anyhow::Result<ClusterClient> {
         let (hosts, chroot) = split_connect(connect).map_err(|e| anyhow!(e))?;
-        let connector = Client::connector()
-            .with_session_timeout(Duration::from_secs(10))
-            .with_connection_timeout(deadline);
+        let auth = auth.resolve().map_err(|e| anyhow!(e))?;
+        let connector =
+            connector(Duration::from_secs(10), auth.as_ref()).with_connection_timeout(deadline);
         let client = match tokio::time::timeout(deadline, connector.connect(&hosts)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => bail!(
@@ -84,6 +88,10 @@ impl ClusterClient {
         };
         let cluster_client = ClusterClient {
             client,
+            acls: match auth {
+                Some(_) => Acls::creator_all(),
+                None => Acls::anyone_all(),
+            },
             paths: Paths {
                 base: format!("{chroot}/zkcron/{cluster}"),
             },
@@ -99,6 +107,24 @@ impl ClusterClient {
                 "there is no cluster {cluster:?} at {connect} ({} does not exist): no node of it \
                  ever registered; check --cluster or [coordination.zookeeper] cluster",
                 cluster_client.paths.base
+            );
+        }
+        // `exists` needs no permission; listing does: say plainly when the cluster is
+        // protected by credentials this command does not have.
+        let members = cluster_client.paths.members();
+        let listed =
+            tokio::time::timeout(CALL_DEADLINE, cluster_client.client.list_children(&members))
+                .await;
+        if let Ok(Err(ZkError::NoAuth)) = listed {
+            bail!(
+                "ZooKeeper at {connect} refused to read {members}: authentication required, and {}; \
+                 set [coordination.zookeeper] auth or auth_file (in --config) to the cluster's \
+                 credentials",
+                match auth {
+                    Some(auth) =>
+                        format!("the user {:?} is not the one the cluster uses", auth.user),
+                    None => "no credentials are configured".to_string(),
+                }
             );
         }
         Ok(cluster_client)
@@ -362,7 +388,7 @@ impl ClusterClient {
         for part in path.split('/').filter(|p| !p.is_empty()) {
             at.push('/');
             at.push_str(part);
-            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            let options = CreateMode::Persistent.with_acls(self.acls);
             match self
                 .call(
                     &format!("creating {at}"),
@@ -387,7 +413,7 @@ impl ClusterClient {
         self.create_dirs(dir).await?;
         let path = format!("{dir}/{name}");
         let data = serde_json::to_vec(mark).expect("marks serialize");
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateMode::Persistent.with_acls(self.acls);
         match self
             .call(
                 &format!("creating {path}"),
@@ -487,7 +513,7 @@ impl ClusterClient {
         self.create_dirs(&self.paths.triggers()).await?;
         let path = self.paths.trigger_prefix(&record.task);
         let data = serde_json::to_vec(record).expect("trigger records serialize");
-        let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+        let options = CreateMode::PersistentSequential.with_acls(self.acls);
         match self
             .call(
                 &format!("creating {path}"),

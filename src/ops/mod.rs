@@ -45,7 +45,11 @@ const TRIGGER_POLL: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone)]
 pub enum Target {
     /// A ZooKeeper cluster: `hosts[/chroot]` and the cluster's name.
-    Cluster { connect: String, cluster: String },
+    Cluster {
+        connect: String,
+        cluster: String,
+        auth: crate::coord::zk::AuthSource,
+    },
     /// The local backend's daemon on this host, by its state dir.
     Local { state_dir: PathBuf },
 }
@@ -91,13 +95,18 @@ pub fn operator() -> String {
 pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
     match target {
         Target::Local { state_dir } => run_local(command, &state_dir),
-        Target::Cluster { connect, cluster } => {
+        Target::Cluster {
+            connect,
+            cluster,
+            auth,
+        } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
             runtime.block_on(async {
-                let client = ClusterClient::connect(&connect, &cluster, CONNECT_DEADLINE).await?;
+                let client =
+                    ClusterClient::connect(&connect, &cluster, &auth, CONNECT_DEADLINE).await?;
                 let result = run_cluster(command, &client).await;
                 client.close().await;
                 result

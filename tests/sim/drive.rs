@@ -377,6 +377,7 @@ impl<'s> Sim<'s> {
                 path: p.to_string(),
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             })
             .collect::<Vec<_>>();
         for task in sc.tasks.iter().filter(|t| t.initial_record) {
@@ -393,6 +394,7 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/tasks/{}", task.name),
                 data: serde_json::to_vec(&record).expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             });
         }
         let mut writes = Vec::new();
@@ -440,6 +442,7 @@ impl<'s> Sim<'s> {
             path: format!("{BASE}/{p}"),
             data: Vec::new(),
             mode: CreateMode::Persistent,
+            acl: Default::default(),
         };
         for op in [
             dir("control"),
@@ -448,6 +451,7 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/control/triggers/{fire_id}"),
                 data: serde_json::to_vec(&record).expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             },
         ] {
             let mut writes = Vec::new();
@@ -1825,11 +1829,13 @@ impl<'s> Sim<'s> {
                         path: format!("{BASE}/tasksets/ghost-0"),
                         data: serde_json::to_vec(&set).expect("encodes"),
                         mode: CreateMode::Persistent,
+                        acl: Default::default(),
                     },
                     ZkOp::Create {
                         path: format!("{BASE}/members/ghost"),
                         data: serde_json::to_vec(&member).expect("encodes"),
                         mode: CreateMode::Persistent,
+                        acl: Default::default(),
                     },
                 ]
             }
@@ -1843,6 +1849,7 @@ impl<'s> Sim<'s> {
                 })
                 .expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             }],
             Meddle::TamperLease(t) => vec![ZkOp::SetData {
                 path: format!("{BASE}/leases/{}", name(*t)),
@@ -1865,6 +1872,7 @@ impl<'s> Sim<'s> {
                 })
                 .expect("encodes"),
                 mode: CreateMode::Persistent,
+                acl: Default::default(),
             }],
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {

@@ -307,7 +307,9 @@ impl ModelZk {
         undo: &mut Undo,
     ) -> Result<(ZkOk, Option<(String, WatchKind)>), ZkFail> {
         match op {
-            ZkOp::Create { path, data, mode } => {
+            ZkOp::Create {
+                path, data, mode, ..
+            } => {
                 let parent =
                     parent(path).ok_or_else(|| ZkFail::Other(format!("bad path {path}")))?;
                 if self.nodes.contains_key(path) {
@@ -471,6 +473,7 @@ mod tests {
             path: path.into(),
             data: path.as_bytes().to_vec(),
             mode,
+            acl: Default::default(),
         }
     }
 

@@ -36,6 +36,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
         pid: 1,
         started_at: now.wall,
         history_runs: 100,
+        acl: Default::default(),
         bugs: NodeBugs {
             unfenced_claim: spec.claim_mode == ClaimMode::Unfenced,
         },

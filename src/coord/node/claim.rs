@@ -311,6 +311,7 @@ impl Node {
                 path: run_path.clone(),
                 data: run_data,
                 mode: CreateMode::Ephemeral,
+                acl: self.cfg.acl,
             });
         }
         let sent = self.now.wall;

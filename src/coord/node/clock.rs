@@ -171,6 +171,7 @@ impl Node {
                         path,
                         data,
                         mode: CreateMode::Persistent,
+                        acl: self.cfg.acl,
                     },
                     Then::Probe {
                         sent,

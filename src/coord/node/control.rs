@@ -95,6 +95,7 @@ impl Node {
                 path,
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             })
             .collect();
         for path in [self.paths.drained(), self.paths.paused_dir()] {
@@ -328,6 +329,7 @@ impl Node {
                             path: path.clone(),
                             data: Vec::new(),
                             mode: CreateMode::Persistent,
+                            acl: self.cfg.acl,
                         },
                         Then::RecreateDir { path },
                     );

@@ -33,6 +33,7 @@ fn config(id: &str) -> NodeConfig {
         started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         bugs: NodeBugs::default(),
         history_runs: 100,
+        acl: Default::default(),
     }
 }
 
@@ -108,7 +109,9 @@ impl Store {
             ..Stat::default()
         };
         match zk {
-            ZkOp::Create { path, data, mode } => {
+            ZkOp::Create {
+                path, data, mode, ..
+            } => {
                 if self.znodes.contains_key(path) {
                     return Err(ZkFail::NodeExists);
                 }

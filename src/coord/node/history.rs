@@ -111,6 +111,7 @@ impl Node {
                 path,
                 data,
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             },
         };
         self.call(op, Then::History(Step::Write(job)));

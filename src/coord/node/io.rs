@@ -38,6 +38,17 @@ pub enum CreateMode {
     Ephemeral,
 }
 
+/// Who may use a znode the node creates: chosen by the driver from its settings
+/// ([`NodeConfig::acl`](super::NodeConfig::acl)), never by the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeAcl {
+    /// world:anyone:all, as before authentication existed.
+    #[default]
+    Open,
+    /// auth::cdrwa: only a session authenticated as the creator may read or change it.
+    CreatorAll,
+}
+
 /// One ZooKeeper operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZkOp {
@@ -45,6 +56,7 @@ pub enum ZkOp {
         path: String,
         data: Vec<u8>,
         mode: CreateMode,
+        acl: NodeAcl,
     },
     /// `version: None` deletes any version (-1).
     Delete {

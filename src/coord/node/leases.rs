@@ -109,6 +109,7 @@ impl Node {
                 path: self.paths.lease(&task),
                 data,
                 mode: CreateMode::Ephemeral,
+                acl: self.cfg.acl,
             },
             ZkOp::SetData {
                 path: self.paths.epoch(&task),
@@ -627,6 +628,7 @@ impl Node {
                 path: record,
                 data: empty,
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             },
             Then::EnsureRecord { task: task.clone() },
         );
@@ -635,6 +637,7 @@ impl Node {
                 path: epoch,
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             },
             Then::Ensured { task, after },
         );

@@ -404,6 +404,7 @@ mod tests {
             pid: 1,
             started_at,
             history_runs: 100,
+            acl: Default::default(),
             bugs: NodeBugs::default(),
         };
         let now = Now {

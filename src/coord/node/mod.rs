@@ -77,6 +77,9 @@ pub struct NodeConfig {
     pub started_at: DateTime<Utc>,
     /// `[scheduler] history_runs`: how many runs a task's history keeps.
     pub history_runs: usize,
+    /// The ACL of every znode this node creates (the driver's choice: creator-all when the
+    /// session authenticates, open otherwise).
+    pub acl: io::NodeAcl,
     /// Deliberate protocol bugs, for proving that the simulation's checker catches them. Off
     /// by default; no configuration file reaches them.
     #[doc(hidden)]

@@ -302,6 +302,7 @@ impl Node {
                     path,
                     data,
                     mode: CreateMode::Persistent,
+                    acl: self.cfg.acl,
                 },
             });
         }

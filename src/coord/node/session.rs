@@ -219,6 +219,7 @@ impl Node {
                 path,
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             });
         }
         for path in [self.paths.members(), self.paths.leases()] {
@@ -351,6 +352,7 @@ impl Node {
                     path,
                     data: chunk,
                     mode: CreateMode::Persistent,
+                    acl: self.cfg.acl,
                 },
                 Then::Chunk,
             );
@@ -389,6 +391,7 @@ impl Node {
                 path,
                 data,
                 mode: CreateMode::Ephemeral,
+                acl: self.cfg.acl,
             },
             Then::MemberCreate { sent },
         );
@@ -603,6 +606,7 @@ impl Node {
                 path: path.clone(),
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             };
             if index == last {
                 self.call(op, Then::Recreated { after });

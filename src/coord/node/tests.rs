@@ -23,6 +23,7 @@ fn config(session_timeout: Duration) -> NodeConfig {
         pid: 1,
         started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         history_runs: 3,
+        acl: Default::default(),
         bugs: NodeBugs::default(),
     }
 }

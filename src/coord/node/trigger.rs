@@ -118,6 +118,7 @@ impl Node {
                 path,
                 data: Vec::new(),
                 mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
             })
             .collect();
         steps.push(ZkOp::AddPersistentRecursiveWatch { path: triggers });

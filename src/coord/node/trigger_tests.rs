@@ -37,6 +37,7 @@ fn config() -> NodeConfig {
         pid: 1,
         started_at: at(0).wall,
         history_runs: 3,
+        acl: Default::default(),
         bugs: NodeBugs::default(),
     }
 }

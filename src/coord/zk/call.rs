@@ -7,15 +7,19 @@ use zookeeper_client::{
 };
 
 use crate::coord::node::CALL_DEADLINE;
-use crate::coord::node::io::{CreateMode, Stat, ZkFail, ZkOk, ZkOp};
+use crate::coord::node::io::{CreateMode, NodeAcl, Stat, ZkFail, ZkOk, ZkOp};
 
 /// What a call produced: the reply, and for a watch, the watcher to poll.
 pub type Performed = Result<(ZkOk, Option<PersistentWatcher>), ZkFail>;
 
-fn options(mode: CreateMode) -> CreateOptions<'static> {
+fn options(mode: CreateMode, acl: NodeAcl) -> CreateOptions<'static> {
+    let acls = match acl {
+        NodeAcl::Open => Acls::anyone_all(),
+        NodeAcl::CreatorAll => Acls::creator_all(),
+    };
     match mode {
-        CreateMode::Persistent => ZkCreateMode::Persistent.with_acls(Acls::anyone_all()),
-        CreateMode::Ephemeral => ZkCreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+        CreateMode::Persistent => ZkCreateMode::Persistent.with_acls(acls),
+        CreateMode::Ephemeral => ZkCreateMode::Ephemeral.with_acls(acls),
     }
 }
 
@@ -57,9 +61,14 @@ pub async fn perform(client: Client, op: ZkOp) -> Performed {
 
 async fn perform_now(client: &Client, op: ZkOp) -> Performed {
     let ok = match op {
-        ZkOp::Create { path, data, mode } => {
+        ZkOp::Create {
+            path,
+            data,
+            mode,
+            acl,
+        } => {
             let (created, _) = client
-                .create(&path, &data, &options(mode))
+                .create(&path, &data, &options(mode, acl))
                 .await
                 .map_err(fail)?;
             ZkOk::Created(stat(&created))
@@ -112,7 +121,12 @@ async fn multi(client: &Client, ops: Vec<ZkOp>) -> Result<Vec<ZkOk>, ZkFail> {
     let mut writer = client.new_multi_writer();
     for op in &ops {
         let added = match op {
-            ZkOp::Create { path, data, mode } => writer.add_create(path, data, &options(*mode)),
+            ZkOp::Create {
+                path,
+                data,
+                mode,
+                acl,
+            } => writer.add_create(path, data, &options(*mode, *acl)),
             ZkOp::Delete { path, version } => writer.add_delete(path, *version),
             ZkOp::SetData {
                 path,

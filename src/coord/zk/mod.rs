@@ -37,8 +37,8 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
 pub use settings::{
-    DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkSettings,
-    session_timeout_problem, split_connect,
+    AuthSource, DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkAuth,
+    ZkSettings, session_timeout_problem, split_connect,
 };
 pub use wire::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
@@ -47,7 +47,7 @@ pub use wire::{
 pub use wire::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 use super::node::io::{
-    Answer, Answered, Input, Level, Now, OpId, Output, Request, WatchKind, ZkOp,
+    Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
@@ -81,11 +81,25 @@ impl ZkCoordinator {
         metrics: Metrics,
     ) -> Result<ZkCoordinator, String> {
         let (hosts, chroot) = settings.check()?;
+        let auth = settings.auth.resolve()?;
+        let acl = match &auth {
+            Some(auth) => {
+                tracing::info!(user = %auth.user, "ZooKeeper digest authentication: znodes zkcron creates are readable and writable only by this user");
+                NodeAcl::CreatorAll
+            }
+            None => {
+                tracing::warn!(
+                    "ZooKeeper without authentication: every znode zkcron creates is world-readable and world-writable (any client reaching ZooKeeper can read results and stop or re-run tasks); set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"
+                );
+                NodeAcl::Open
+            }
+        };
+        let base = format!("{chroot}/zkcron/{}", settings.cluster);
         let config = NodeConfig {
             id: settings.node_id.clone(),
             release: settings.release.clone(),
             seed: rand::random(),
-            base: format!("{chroot}/zkcron/{}", settings.cluster),
+            base: base.clone(),
             connect: settings.connect.clone(),
             session_timeout: settings.session_timeout,
             max_clock_skew: Some(
@@ -100,6 +114,7 @@ impl ZkCoordinator {
             pid: std::process::id(),
             started_at: wall_clock(),
             history_runs: settings.history_runs,
+            acl,
             bugs: NodeBugs::default(),
         };
         let epoch = Instant::now();
@@ -111,6 +126,9 @@ impl ZkCoordinator {
             epoch,
             hosts,
             timeout: settings.session_timeout,
+            auth,
+            open_root_checked: false,
+            base,
             leadership: leadership_tx,
             client: None,
             generation: 0,
@@ -277,6 +295,12 @@ struct Driver {
     epoch: Instant,
     hosts: String,
     timeout: Duration,
+    /// Sent with every new session before any call.
+    auth: Option<ZkAuth>,
+    /// Whether the root's ACL was checked (once, on the first session with credentials).
+    open_root_checked: bool,
+    /// The cluster root, `<chroot>/zkcron/<cluster>`.
+    base: String,
     leadership: watch::Sender<Leadership>,
     client: Option<Client>,
     /// Bumped with every new client: replies of an older client's calls are dropped.
@@ -397,6 +421,10 @@ impl Driver {
                         session_id: client.session_id().0,
                         negotiated_timeout: client.session_timeout(),
                     };
+                    if self.auth.is_some() && !self.open_root_checked {
+                        self.open_root_checked = true;
+                        tokio::spawn(report_open_root(client.clone(), self.base.clone()));
+                    }
                     self.client = Some(client);
                     self.node.handle(input, at);
                 }
@@ -483,15 +511,29 @@ impl Driver {
     fn connect(&mut self, after: Duration) {
         let hosts = self.hosts.clone();
         let timeout = self.timeout;
+        let connector = settings::connector(timeout, self.auth.as_ref());
         self.connecting = Some(Box::pin(async move {
             tokio::time::sleep(after).await;
-            let connector = Client::connector().with_session_timeout(timeout);
             match tokio::time::timeout(timeout + CALL_DEADLINE, connector.connect(&hosts)).await {
                 Err(_) => Err("connecting: no session established in time".to_string()),
                 Ok(Err(error)) => Err(format!("connecting to {hosts}: {error}")),
                 Ok(Ok(client)) => Ok(client),
             }
         }));
+    }
+}
+
+/// Warns when a cluster root created before authentication was configured is still open:
+/// its znodes keep the ACL they were created with (world:anyone), and zkcron does not rewrite
+/// the ACLs of a tree other nodes may be using.
+async fn report_open_root(client: Client, base: String) {
+    if let Ok(Ok((acls, _))) = tokio::time::timeout(CALL_DEADLINE, client.get_acl(&base)).await
+        && acls.iter().any(|acl| acl.scheme() == "world")
+    {
+        tracing::warn!(
+            root = %base,
+            "the cluster root was created without authentication: its znodes stay world-readable and world-writable although this node authenticates; stop the nodes, delete the root (zkCli.sh deleteall) and start them again with the credentials, so that it is re-created creator-only"
+        );
     }
 }
 

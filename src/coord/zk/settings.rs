@@ -2,6 +2,7 @@
 //! it is done) and the checks of what ZooKeeper would refuse or silently change.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use semver::Version;
@@ -21,6 +22,107 @@ pub struct ZkSettings {
     pub labels: BTreeMap<String, String>,
     /// `[scheduler] history_runs`.
     pub history_runs: usize,
+    /// `auth` / `auth_file`: the digest credentials, if any.
+    pub auth: AuthSource,
+}
+
+/// Digest credentials (`user:password`). Debug never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZkAuth {
+    pub user: String,
+    password: String,
+}
+
+impl std::fmt::Debug for ZkAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZkAuth({}:***)", self.user)
+    }
+}
+
+impl ZkAuth {
+    /// Parses `user:password`; the error says what is wrong without echoing the secret.
+    pub fn parse(text: &str) -> Result<ZkAuth, String> {
+        match text.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(ZkAuth {
+                user: user.to_string(),
+                password: password.to_string(),
+            }),
+            _ => Err(
+                "is not `user:password` (a user name, a colon, a password; neither empty)".into(),
+            ),
+        }
+    }
+
+    /// The bytes of ZooKeeper's digest scheme.
+    pub fn digest(&self) -> Vec<u8> {
+        format!("{}:{}", self.user, self.password).into_bytes()
+    }
+}
+
+/// Where the credentials come from: `[coordination.zookeeper] auth` or `auth_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AuthSource {
+    /// No authentication: znodes are created world-writable, as before.
+    #[default]
+    None,
+    Inline(ZkAuth),
+    /// Read (and its permissions checked) when the session is set up.
+    File(PathBuf),
+}
+
+impl AuthSource {
+    /// The credentials, reading and checking `auth_file`; `None` without authentication.
+    pub fn resolve(&self) -> Result<Option<ZkAuth>, String> {
+        match self {
+            AuthSource::None => Ok(None),
+            AuthSource::Inline(auth) => Ok(Some(auth.clone())),
+            AuthSource::File(path) => read_auth_file(path).map(Some),
+        }
+    }
+}
+
+/// Reads a one-line `user:password` file, refusing one that others may read or that belongs
+/// to neither this user nor root.
+pub fn read_auth_file(path: &Path) -> Result<ZkAuth, String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the ZooKeeper auth_file {shown}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "the ZooKeeper auth_file {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
+            meta.mode() & 0o777
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "the ZooKeeper auth_file {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
+            meta.uid()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the ZooKeeper auth_file {shown}: {e}"))?;
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty());
+    let (Some(line), None) = (lines.next(), lines.next()) else {
+        return Err(format!(
+            "the ZooKeeper auth_file {shown} must hold exactly one line `user:password`"
+        ));
+    };
+    ZkAuth::parse(line.trim_end_matches('\r'))
+        .map_err(|problem| format!("the line in the ZooKeeper auth_file {shown} {problem}"))
+}
+
+/// The one place that sets up a ZooKeeper session's options (the daemon's driver and the
+/// cluster commands): session timeout and, when given, digest authentication, which the
+/// client sends again on every connection of the session. A new session (after expiry) is a
+/// new connector, built here again.
+pub fn connector(session_timeout: Duration, auth: Option<&ZkAuth>) -> zookeeper_client::Connector {
+    let connector = zookeeper_client::Client::connector().with_session_timeout(session_timeout);
+    match auth {
+        Some(auth) => connector.with_auth("digest", &auth.digest()),
+        None => connector,
+    }
 }
 
 /// Splits `hosts[/chroot]` into the hosts and the chroot ("" for none).
@@ -133,6 +235,7 @@ impl ZkSettings {
         if let Some((message, help)) = session_timeout_problem(self.session_timeout) {
             return Err(format!("{message}; {help}"));
         }
+        self.auth.resolve()?;
         Ok((hosts, chroot))
     }
 }
@@ -237,5 +340,110 @@ mod tests {
         );
         assert!(validate_name("cluster", "..").is_err());
         assert!(validate_name("cluster", "").is_err());
+    }
+
+    #[test]
+    fn credentials_must_be_user_colon_password_and_never_show_the_password() {
+        let auth = ZkAuth::parse("zkcron:pa:ss").unwrap();
+        assert_eq!(auth.user, "zkcron");
+        assert_eq!(auth.digest(), b"zkcron:pa:ss");
+        assert_eq!(format!("{auth:?}"), "ZkAuth(zkcron:***)");
+        for bad in ["zkcron", ":pass", "zkcron:", ""] {
+            assert_eq!(
+                ZkAuth::parse(bad).unwrap_err(),
+                "is not `user:password` (a user name, a colon, a password; neither empty)",
+                "{bad:?}"
+            );
+        }
+    }
+
+    fn secret_file(text: &str, mode: u32) -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zk.secret");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn an_auth_file_is_one_private_line() {
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o600);
+        let auth = AuthSource::File(path.clone()).resolve().unwrap().unwrap();
+        assert_eq!(auth.digest(), b"zkcron:s3cret");
+        let (_dir, path) = secret_file("zkcron:s3cret\r\n", 0o400);
+        assert_eq!(read_auth_file(&path).unwrap().digest(), b"zkcron:s3cret");
+    }
+
+    #[test]
+    fn an_auth_file_others_may_read_is_refused_with_chmod_600() {
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o640);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the ZooKeeper auth_file {shown} may be read by group or others (mode 640); \
+                 run `chmod 600 {shown}`"
+            )
+        );
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o604);
+        assert!(read_auth_file(&path).unwrap_err().contains("(mode 604)"));
+    }
+
+    #[test]
+    fn a_broken_auth_file_is_refused_naming_it() {
+        let (_dir, path) = secret_file("zkcron:a\nzkcron:b\n", 0o600);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!("the ZooKeeper auth_file {shown} must hold exactly one line `user:password`")
+        );
+        let (_dir, path) = secret_file("\n", 0o600);
+        assert!(
+            read_auth_file(&path)
+                .unwrap_err()
+                .contains("must hold exactly one line")
+        );
+        let (_dir, path) = secret_file("justapassword\n", 0o600);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the line in the ZooKeeper auth_file {shown} is not `user:password` (a user \
+                 name, a colon, a password; neither empty)"
+            )
+        );
+        let missing = path.with_file_name("absent");
+        let error = read_auth_file(&missing).unwrap_err();
+        assert!(
+            error.starts_with(&format!(
+                "cannot read the ZooKeeper auth_file {}: ",
+                missing.display()
+            )),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_auth_file_of_another_user_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let (_dir, path) = secret_file("zkcron:s3cret\n", 0o600);
+        let me = nix::unistd::geteuid().as_raw();
+        // As root, give it to nobody; as another user, a root-owned file is fine, so only root
+        // can make a file this process does not own (chown to another user needs root).
+        if me != 0 {
+            assert!(read_auth_file(&path).is_ok());
+            return;
+        }
+        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+        let shown = path.display();
+        assert_eq!(
+            read_auth_file(&path).unwrap_err(),
+            format!(
+                "the ZooKeeper auth_file {shown} belongs to uid 65534, neither this user (uid 0) \
+                 nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`"
+            )
+        );
     }
 }
