@@ -91,7 +91,11 @@ impl Endpoint {
             backend: Backend::Zookeeper {
                 max_clock_skew: settings.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
             },
-            status: crate::ops::cluster::status_source(&settings.connect, &settings.cluster),
+            status: crate::ops::cluster::status_source(
+                &settings.connect,
+                &settings.cluster,
+                &settings.auth,
+            ),
         }
     }
 }

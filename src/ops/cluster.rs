@@ -551,12 +551,14 @@ impl ClusterClient {
 /// `/status` of a node of `cluster` at `connect` ([`crate::http`]): the cluster's status as
 /// `zkcron status --json` reads it, through a session of its own per request (the daemon's
 /// session stays the daemon's), or why it cannot be read now.
-pub fn status_source(connect: &str, cluster: &str) -> crate::http::StatusSource {
+pub fn status_source(connect: &str, cluster: &str, auth: &AuthSource) -> crate::http::StatusSource {
     let connect = connect.to_string();
     let cluster = cluster.to_string();
+    let auth = auth.clone();
     std::sync::Arc::new(move || {
         let connect = connect.clone();
         let cluster = cluster.clone();
+        let auth = auth.clone();
         // The snapshot's future is not `Send` (its record streams borrow through closures the
         // compiler cannot prove `Send` for every lifetime): it runs on a blocking thread.
         let runtime = tokio::runtime::Handle::current();
@@ -564,7 +566,7 @@ pub fn status_source(connect: &str, cluster: &str) -> crate::http::StatusSource 
             let read = tokio::task::spawn_blocking(move || {
                 runtime.block_on(async {
                     let client =
-                        ClusterClient::connect(&connect, &cluster, CONNECT_DEADLINE).await?;
+                        ClusterClient::connect(&connect, &cluster, &auth, CONNECT_DEADLINE).await?;
                     let snapshot = client.snapshot(None).await;
                     client.close().await;
                     anyhow::Ok(super::model::status(&snapshot?, crate::clock::wall_clock()))
