@@ -90,6 +90,26 @@ fn the_unit_runs_the_default_config_and_waits_longer_than_shutdown_grace() {
     assert_eq!(unit_setting("StateDirectory"), "zkcron");
 }
 
+/// Jobs see the file system as under cron: `certbot renew` writes /etc, package updates write
+/// /usr, and jobs share the host's /tmp. Hardening is an admin's drop-in (README,
+/// "Sandboxing"), not the default.
+#[test]
+fn the_unit_lets_jobs_write_etc_and_usr_and_share_the_hosts_tmp() {
+    assert_eq!(unit_setting("ProtectSystem"), "no");
+    assert_eq!(unit_setting("PrivateTmp"), "no");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for needle in [
+        "**Sandboxing",
+        "sudo systemctl edit zkcron",
+        "ProtectSystem=full",
+        "PrivateTmp=yes",
+        "ReadWritePaths=",
+    ] {
+        assert!(readme.contains(needle), "README lacks {needle:?}");
+    }
+}
+
 /// `Cargo.toml` as a TOML table.
 fn manifest() -> toml::Table {
     let text =
