@@ -75,9 +75,26 @@ pub enum Command {
     Undrain(ops::args::DrainArgs),
     /// Print a shell completion script to standard output.
     Completions(CompletionsArgs),
-    /// Print the manual page zkcron(1) in roff to standard output.
+    /// Print a manual page in roff to standard output: zkcron(1), or zkcron-task(5), the
+    /// task-file format.
     #[command(hide = true)]
-    Man,
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Which page.
+    #[arg(value_enum, default_value_t = ManPage::Zkcron)]
+    pub page: ManPage,
+}
+
+/// The manual pages the packages ship.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManPage {
+    /// zkcron(1): the commands.
+    Zkcron,
+    /// zkcron-task(5): the task-file format.
+    ZkcronTask,
 }
 
 #[derive(Debug, Args)]
@@ -279,7 +296,7 @@ pub fn main() -> ExitCode {
             }
         }),
         Command::Completions(args) => print_completions(args),
-        Command::Man => print_man_page(),
+        Command::Man(args) => print_man_page(args.page),
     };
     match result {
         Ok(code) => code,
@@ -775,10 +792,13 @@ fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_man_page() -> anyhow::Result<ExitCode> {
+fn print_man_page(which: ManPage) -> anyhow::Result<ExitCode> {
     let mut page = Vec::new();
-    crate::manual::write_man_page(Cli::command(), &mut page)
-        .context("cannot render the manual page")?;
+    match which {
+        ManPage::Zkcron => crate::manual::write_man_page(Cli::command(), &mut page),
+        ManPage::ZkcronTask => crate::manual::write_task_page(&mut page),
+    }
+    .context("cannot render the manual page")?;
     write_stdout(&page).context("cannot write the manual page to standard output")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -201,3 +201,26 @@ fn the_deb_build_adds_md5sums() {
     assert!(script.contains(">DEBIAN/md5sums"), "scripts/package");
     assert!(script.contains("dpkg-deb --root-owner-group -Zxz --build"));
 }
+
+/// Both packages ship both manual pages, as scripts/package renders them.
+#[test]
+fn both_packages_ship_zkcron_1_and_zkcron_task_5() {
+    let manifest = manifest();
+    let metadata = &manifest["package"]["metadata"];
+    let deb = format!("{:?}", metadata["deb"]["assets"]);
+    let rpm = format!("{:?}", metadata["generate-rpm"]["assets"]);
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/package"))
+            .unwrap();
+    for page in ["man1/zkcron.1.gz", "man5/zkcron-task.5.gz"] {
+        assert!(
+            deb.contains(&format!("usr/share/man/{page}")),
+            "deb: {page}"
+        );
+        assert!(
+            rpm.contains(&format!("/usr/share/man/{page}")),
+            "rpm: {page}"
+        );
+    }
+    assert!(script.contains("man zkcron-task | gzip -9n > \"$assets/zkcron-task.5.gz\""));
+}
