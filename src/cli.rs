@@ -75,26 +75,9 @@ pub enum Command {
     Undrain(ops::args::DrainArgs),
     /// Print a shell completion script to standard output.
     Completions(CompletionsArgs),
-    /// Print a manual page in roff to standard output: zkcron(1), or zkcron-task(5), the
-    /// task-file format.
+    /// Print a manual page in roff to standard output: zkcron(1), or zkcron-task(5).
     #[command(hide = true)]
-    Man(ManArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// Which page.
-    #[arg(value_enum, default_value_t = ManPage::Zkcron)]
-    pub page: ManPage,
-}
-
-/// The manual pages the packages ship.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ManPage {
-    /// zkcron(1): the commands.
-    Zkcron,
-    /// zkcron-task(5): the task-file format.
-    ZkcronTask,
+    Man(crate::manual::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -792,11 +775,11 @@ fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_man_page(which: ManPage) -> anyhow::Result<ExitCode> {
+fn print_man_page(which: crate::manual::ManPage) -> anyhow::Result<ExitCode> {
     let mut page = Vec::new();
     match which {
-        ManPage::Zkcron => crate::manual::write_man_page(Cli::command(), &mut page),
-        ManPage::ZkcronTask => crate::manual::write_task_page(&mut page),
+        crate::manual::ManPage::Zkcron => crate::manual::write_man_page(Cli::command(), &mut page),
+        crate::manual::ManPage::ZkcronTask => crate::manual::write_task_page(&mut page),
     }
     .context("cannot render the manual page")?;
     write_stdout(&page).context("cannot write the manual page to standard output")?;

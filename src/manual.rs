@@ -11,6 +11,23 @@ use std::io::{self, Write};
 
 use clap_complete::Shell;
 
+/// The arguments of the hidden `zkcron man` (which the packages build runs).
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Which page.
+    #[arg(value_enum, default_value_t = ManPage::Zkcron)]
+    pub page: ManPage,
+}
+
+/// The manual pages the packages ship.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManPage {
+    /// zkcron(1): the commands.
+    Zkcron,
+    /// zkcron-task(5): the task-file format.
+    ZkcronTask,
+}
+
 /// Writes `zkcron(1)`, from `command` (`Cli::command()`), in roff: clap_mangen's title, name, synopsis, description and options,
 /// then one subsection per visible subcommand with its own options (clap_mangen alone would
 /// point at `zkcron-run(1)` and friends, which are not shipped), then files, signals and exit
