@@ -405,6 +405,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
+            if let Some(warning) = preflight::solo_node_warning(&plan) {
+                tracing::warn!(backend = "local", "{warning}");
+            }
             let _control = control::serve_logged(&plan, &daemon_config, &coordinator);
             Daemon::new(daemon_config, coordinator).run().await
         })?,
