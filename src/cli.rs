@@ -77,9 +77,9 @@ pub enum Command {
     Undrain(ops::args::DrainArgs),
     /// Print a shell completion script to standard output.
     Completions(CompletionsArgs),
-    /// Print the manual page zkcron(1) in roff to standard output.
+    /// Print a manual page in roff to standard output: zkcron(1), or zkcron-task(5).
     #[command(hide = true)]
-    Man,
+    Man(crate::manual::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -281,7 +281,7 @@ pub fn main() -> ExitCode {
             }
         }),
         Command::Completions(args) => print_completions(args),
-        Command::Man => print_man_page(),
+        Command::Man(args) => print_man_page(args.page),
     };
     match result {
         Ok(code) => code,
@@ -407,6 +407,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
+            if let Some(warning) = preflight::solo_node_warning(&plan) {
+                tracing::warn!(backend = "local", "{warning}");
+            }
             let control_config = control::ControlConfig::new(&plan, &daemon_config);
             let _control = control::serve_logged(control_config.clone(), &coordinator);
             let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
@@ -688,10 +691,13 @@ fn print_completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_man_page() -> anyhow::Result<ExitCode> {
+fn print_man_page(which: crate::manual::ManPage) -> anyhow::Result<ExitCode> {
     let mut page = Vec::new();
-    crate::manual::write_man_page(Cli::command(), &mut page)
-        .context("cannot render the manual page")?;
+    match which {
+        crate::manual::ManPage::Zkcron => crate::manual::write_man_page(Cli::command(), &mut page),
+        crate::manual::ManPage::ZkcronTask => crate::manual::write_task_page(&mut page),
+    }
+    .context("cannot render the manual page")?;
     write_stdout(&page).context("cannot write the manual page to standard output")?;
     Ok(ExitCode::SUCCESS)
 }

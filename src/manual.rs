@@ -1,5 +1,7 @@
-//! The manual page `zkcron(1)` and the shell completions, both generated from the clap
-//! definition in [`crate::cli`], so they cannot drift from what the binary accepts. `cli` hands
+//! The manual pages and the shell completions: `zkcron(1)` and the completions are generated
+//! from the clap definition in [`crate::cli`], so they cannot drift from what the binary
+//! accepts; `zkcron-task(5)`, the task-file format, lists every task key (a test compares them
+//! with the parser's). `cli` hands
 //! its `clap::Command` in, so this module does not import the command line that calls it.
 //!
 //! The packages ship what `zkcron man` and `zkcron completions SHELL` print (see
@@ -8,6 +10,23 @@
 use std::io::{self, Write};
 
 use clap_complete::Shell;
+
+/// The arguments of the hidden `zkcron man` (which the packages build runs).
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Which page.
+    #[arg(value_enum, default_value_t = ManPage::Zkcron)]
+    pub page: ManPage,
+}
+
+/// The manual pages the packages ship.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManPage {
+    /// zkcron(1): the commands.
+    Zkcron,
+    /// zkcron-task(5): the task-file format.
+    ZkcronTask,
+}
 
 /// Writes `zkcron(1)`, from `command` (`Cli::command()`), in roff: clap_mangen's title, name, synopsis, description and options,
 /// then one subsection per visible subcommand with its own options (clap_mangen alone would
@@ -135,7 +154,160 @@ Graceful stop: fire nothing new and start no retry, release every lease at once,
 .SH "EXIT STATUS"
 0 on success, 1 for invalid input or a failed check (for the operator commands also: ZooKeeper or the local daemon unreachable, an unknown task, a triggered run that failed or could not run), 2 for a usage error.
 .SH "SEE ALSO"
-\fBsystemctl\fR(1), \fBcrontab\fR(5), \fBsystemd.service\fR(5)
+\fBzkcron\-task\fR(5), \fBsystemctl\fR(1), \fBcrontab\fR(5), \fBsystemd.service\fR(5)
+"#;
+
+/// The keys of a task file as `zkcron-task(5)` documents them, each with its roff paragraph, in
+/// the order of the page. `tests/cli.rs` fails when a key the parser accepts
+/// (`task::TASK_KEYS`) is missing here.
+pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
+    (
+        "schedule",
+        r#"(string, required) A cron expression in Vixie/cronie syntax, read in the task's \fBtimezone\fR: five fields (minute, hour, day of month, month, day of week) or six with a leading seconds field. Lists (\fB1,15\fR), ranges (\fB1\-5\fR) and steps (\fB*/10\fR) in every field; month and day names (\fBJAN\fR, \fBMON\fR); \fBL\fR, \fInW\fR, \fIn#k\fR, \fInL\fR and \fB?\fR in the day fields; \fB@yearly\fR, \fB@annually\fR, \fB@monthly\fR, \fB@weekly\fR, \fB@daily\fR, \fB@midnight\fR, \fB@hourly\fR. If both day fields are restricted they combine with OR, as in cronie. \fB@reboot\fR and expressions that can never fire are refused. Check one with \fBzkcron schedule\fR."#,
+    ),
+    (
+        "command",
+        r#"(array of strings, or string, required) An array is executed directly, \fIargv[0]\fR looked up in \fBPATH\fR; a string is run by \fB/bin/sh \-c\fR. The job runs in its own process group with standard input from \fI/dev/null\fR; its output goes to the daemon's log."#,
+    ),
+    ("description", r#"(string) Shown in logs and listings."#),
+    (
+        "timezone",
+        r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule is read in. A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
+    ),
+    (
+        "user",
+        r#"(user name; default: \fB[scheduler] default_user\fR, else the daemon's own user) Run as this user; the daemon must be root to switch."#,
+    ),
+    (
+        "group",
+        r#"(group name; default: the user's primary group) Run with this group."#,
+    ),
+    (
+        "working_dir",
+        r#"(absolute path; default: the user's home, else \fI/\fR) The job's working directory."#,
+    ),
+    (
+        "env",
+        r#"(table of strings; default: empty) Added to the job's environment after the variables zkcron sets; names may not start with \fBZKCRON_\fR. In a cluster the values are never published, not even hashed."#,
+    ),
+    (
+        "timeout",
+        r#"(duration; default: none) Then SIGTERM to the job's process group, and SIGKILL after \fBkill_grace\fR."#,
+    ),
+    (
+        "kill_grace",
+        r#"(duration; default: \fB10s\fR) Time between SIGTERM and SIGKILL when a run is stopped."#,
+    ),
+    (
+        "overlap",
+        r#"(\fBskip\fR, \fBallow\fR or \fBreplace\fR; default: \fBskip\fR) While an earlier run of the task is live on any node, retries included: skip the tick, run beside it, or stop it and then run the tick."#,
+    ),
+    (
+        "catch_up",
+        r#"(\fBskip\fR, \fBonce\fR or \fBall\fR; default: \fBonce\fR) Ticks missed while no node fired: drop them, run the latest, or run each (at most 100)."#,
+    ),
+    (
+        "starting_deadline",
+        r#"(duration; default: none) A tick older than this is never run."#,
+    ),
+    (
+        "jitter",
+        r#"(duration; default: \fB0s\fR) A delay in [0, \fIjitter\fR) added to each fire, the same on every node for a given tick."#,
+    ),
+    (
+        "retries",
+        r#"(table; default: \fB{ attempts = 0, backoff = "10s", max_backoff = "10m" }\fR) Rerun a failed attempt up to \fBattempts\fR more times; the delay doubles from \fBbackoff\fR up to \fBmax_backoff\fR. No retry starts once zkcron is stopping or the task was removed."#,
+    ),
+    (
+        "version_req",
+        r#"(semver requirement; default: none) Only nodes whose release matches may own the task (cluster backend)."#,
+    ),
+    (
+        "require_labels",
+        r#"(table of strings; default: empty) Only nodes whose \fB[node] labels\fR contain every pair may own the task, e.g. \fB{ zone = "eu" }\fR (cluster backend)."#,
+    ),
+    (
+        "on_node_loss",
+        r#"(\fBskip\fR or \fBrerun\fR; default: \fBskip\fR) A tick whose node died before or during its run: leave it (at most once) or run it again on the new leader (at least once)."#,
+    ),
+    (
+        "kill_on_session_loss",
+        r#"(bool; default: \fBfalse\fR) Stop this task's runs when the node loses its ZooKeeper session (another node may run the task then)."#,
+    ),
+    (
+        "enabled",
+        r#"(bool; default: \fBtrue\fR) A disabled task is validated but never fires."#,
+    ),
+    (
+        "on_failure",
+        r#"(array of strings; default: none) A command (argv form) run by the node that ran the job when its last attempt failed (a non\-zero exit, a signal, a timeout, or a process that could not start), with \fBZKCRON_TASK\fR, \fBZKCRON_FIRE_ID\fR, \fBZKCRON_EXIT_CODE\fR or \fBZKCRON_SIGNAL\fR and \fBZKCRON_OUTPUT_TAIL\fR in its environment. It is never retried; its own failure is logged."#,
+    ),
+];
+
+/// Writes `zkcron-task(5)`, the task-file format, in roff: every key of [`TASK_PAGE_KEYS`],
+/// the file rules, the job's environment and an example.
+pub fn write_task_page(out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        ".TH ZKCRON\\-TASK 5 \"\" \"zkcron {}\" \"zkcron manual\"",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    out.write_all(TASK_PAGE_HEAD.as_bytes())?;
+    for (key, text) in TASK_PAGE_KEYS {
+        writeln!(out, ".TP\n\\fB{}\\fR\n{text}", escape(key))?;
+    }
+    out.write_all(TASK_PAGE_TAIL.as_bytes())
+}
+
+const TASK_PAGE_HEAD: &str = r#".SH NAME
+zkcron\-task \- the task files of zkcron(1)
+.SH SYNOPSIS
+\fI/etc/zkcron/jobs.d/\fRNAME\fI.toml\fR
+.SH DESCRIPTION
+Each task of \fBzkcron\fR(1) is one TOML file in the jobs directory (\fB[scheduler] jobs_dir\fR, by default \fI/etc/zkcron/jobs.d\fR), the same on every node of a cluster. The task's name is the file's stem and must match \fB[a\-z0\-9][a\-z0\-9._\-]{0,99}\fR. The daemon picks up changes by itself (\fBsystemctl reload zkcron\fR re\-reads at once); check files with \fBzkcron validate\fR.
+.PP
+Files not ending in \fI.toml\fR, hidden files, editor backups and package\-manager leftovers (\fI*.dpkg\-old\fR, \fI*.rpmnew\fR, ...) are ignored; subdirectories are not read. Files over 1 MiB, files that are not UTF\-8, and anything named \fINAME\fR.toml that is not a regular file (or a symbolic link to one in the same directory) are refused. Because the daemon runs these commands, often as root, it refuses a task file that is group\- or world\-writable or not owned by root, and a jobs directory (or a parent of it) that others may write.
+.PP
+Unknown keys are errors, with a did\-you\-mean; every error names the file, line and column. A task whose file becomes invalid keeps its last good version. Durations are written like \fB"90s"\fR, \fB"15m"\fR, \fB"2h"\fR, \fB"1h 30m"\fR.
+.SH KEYS
+"#;
+
+const TASK_PAGE_TAIL: &str = r#".SH ENVIRONMENT
+A job starts from a clean environment, as under cron: \fBPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\fR, and \fBHOME\fR, \fBUSER\fR, \fBLOGNAME\fR and \fBSHELL=/bin/sh\fR of its user, \fBLANG\fR if zkcron has it, then:
+.TP
+\fBZKCRON_TASK\fR
+The task name.
+.TP
+\fBZKCRON_SCHEDULED_AT\fR
+The tick, RFC 3339 in UTC, not the (jittered, possibly late) start time.
+.TP
+\fBZKCRON_FIRE_ID\fR
+\fItask\fR@\fIunix\-seconds\fR, the same on every node: use it to make a job idempotent.
+.TP
+\fBZKCRON_NODE\fR
+The node id.
+.TP
+\fBZKCRON_ATTEMPT\fR
+1 for the first try, 2 for the first retry, ...
+.PP
+and finally the task's \fBenv\fR.
+.SH EXAMPLE
+.nf
+# /etc/zkcron/jobs.d/nightly\-backup.toml
+description = "Full backup of the orders database"
+schedule = "30 2 * * *"
+timezone = "Europe/Berlin"
+command = ["/usr/local/bin/backup", "\-\-full"]
+user = "backup"
+timeout = "2h"
+retries = { attempts = 2, backoff = "30s" }
+.fi
+.SH FILES
+.TP
+\fI/etc/zkcron/jobs.d/\fR
+The default jobs directory. Purging the package leaves the task files you wrote there.
+.SH "SEE ALSO"
+\fBzkcron\fR(1), \fBcrontab\fR(5), \fBsystemd.time\fR(7)
 "#;
 
 /// The completion script of `command` (`Cli::command()`) for `shell`, to be installed where the shell looks for it. Rendered

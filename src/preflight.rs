@@ -121,6 +121,29 @@ impl Plan {
     }
 }
 
+/// What a node that coordinates with nobody says at start-up (at warn): with the local backend
+/// and no ZooKeeper named anywhere (no `--zookeeper`, no `[coordination.zookeeper] connect`),
+/// it fires every task on its own, and a second host started the same way fires the same
+/// ticks again (a forgotten `--zookeeper` did exactly that). `None` for a ZooKeeper node, and
+/// for a local node whose config names a ZooKeeper (the admin chose `backend = "local"` on
+/// purpose).
+pub fn solo_node_warning(plan: &Plan) -> Option<String> {
+    if plan.backend != Backend::Local || plan.connect.is_some() {
+        return None;
+    }
+    let unnamed = match &plan.config_path {
+        Some(path) => format!("the config {} names no ZooKeeper", path.display()),
+        None => "no config file was read, so no ZooKeeper is named".to_string(),
+    };
+    Some(format!(
+        "this node fires every task on its own: the local backend coordinates with no other \
+         node, and {unnamed}; a second node started like this runs the same ticks again. To \
+         join a cluster, pass --zookeeper HOST:PORT[,HOST:PORT...] or set [coordination] \
+         backend = \"zookeeper\" and [coordination.zookeeper] connect = \"HOST:PORT\" in the \
+         config, the same on every node"
+    ))
+}
+
 /// A reason `run` would not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartProblem {
@@ -297,4 +320,36 @@ fn not_writable(
         message,
         help: Some(crate::coord::local::not_writable_fix(dir, user, errno)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(config: Config, config_path: Option<PathBuf>, zookeeper: Option<&str>) -> Plan {
+        let flags = Overrides {
+            zookeeper: zookeeper.map(str::to_string),
+            ..Overrides::default()
+        };
+        Plan::resolve(config, config_path, flags, Identity::current(), || {
+            "host".into()
+        })
+    }
+
+    #[test]
+    fn a_local_node_without_a_config_file_warns_that_nothing_names_a_zookeeper() {
+        let warning = solo_node_warning(&plan(Config::default(), None, None)).unwrap();
+        assert!(
+            warning.contains("no config file was read, so no ZooKeeper is named"),
+            "{warning}"
+        );
+        assert!(warning.contains("pass --zookeeper HOST:PORT"), "{warning}");
+    }
+
+    #[test]
+    fn a_node_given_zookeeper_on_the_command_line_does_not_warn() {
+        let plan = plan(Config::default(), None, Some("127.0.0.1:2181"));
+        assert_eq!(plan.backend, Backend::Zookeeper);
+        assert_eq!(solo_node_warning(&plan), None);
+    }
 }

@@ -354,6 +354,37 @@ fn man_prints_a_roff_page_that_names_every_public_subcommand() {
     assert!(!page.contains("zkcron man\""), "{page}");
 }
 
+/// zkcron-task(5), the task-file format, documents every key the task parser accepts (and the
+/// keys of `retries`): adding a key without documenting it fails here.
+#[test]
+fn man_zkcron_task_documents_every_task_key() {
+    let output = run_zkcron(&["man", "zkcron-task"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let page = stdout(&output);
+    assert!(page.starts_with(".TH ZKCRON\\-TASK 5 "), "{page}");
+    for section in [".SH NAME", ".SH KEYS", ".SH ENVIRONMENT", ".SH EXAMPLE"] {
+        assert!(page.contains(section), "missing {section}: {page}");
+    }
+    for key in zkcron::task::TASK_KEYS {
+        assert!(
+            page.contains(&format!(".TP\n\\fB{key}\\fR\n")),
+            "zkcron-task(5) does not document the task key `{key}`"
+        );
+    }
+    for key in zkcron::task::RETRY_KEYS {
+        assert!(
+            page.contains(&format!("\\fB{key}\\fR")),
+            "zkcron-task(5) does not document retries.{key}"
+        );
+    }
+    // zkcron(1) points at it.
+    let main_page = stdout(&run_zkcron(&["man"]));
+    assert!(
+        main_page.contains("\\fBzkcron\\-task\\fR(5)"),
+        "{main_page}"
+    );
+}
+
 #[test]
 fn completions_for_each_packaged_shell_complete_the_subcommands() {
     for (shell, marker) in [

@@ -932,3 +932,48 @@ fn an_invalid_zkcron_log_filter_is_reported_not_ignored() {
         daemon.log()
     );
 }
+
+/// A forgotten `--zookeeper` made two nodes run the same tick: a local node whose config names
+/// no ZooKeeper says at start-up, at warn, that it fires every task on its own and how to join
+/// a cluster.
+#[test]
+fn a_local_node_whose_config_names_no_zookeeper_warns_that_it_fires_every_task_alone() {
+    let scratch = Scratch::new();
+    let config = scratch.write_config("");
+    let mut daemon = scratch.start_daemon(&[]);
+    let log = daemon.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("fires every task on its own"))
+        .unwrap_or_else(|| panic!("no warning in: {log}"));
+    assert!(line.contains("WARN"), "{line}");
+    for needle in [
+        "this node fires every task on its own: the local backend coordinates with no other node",
+        &format!("the config {} names no ZooKeeper", config.display()),
+        "a second node started like this runs the same ticks again",
+        "To join a cluster, pass --zookeeper HOST:PORT[,HOST:PORT...] or set [coordination] \
+         backend = \"zookeeper\" and [coordination.zookeeper] connect = \"HOST:PORT\"",
+    ] {
+        assert!(line.contains(needle), "{needle:?} not in {line}");
+    }
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+}
+
+/// `backend = "local"` in a config that also names a ZooKeeper is a choice, not an accident:
+/// no warning.
+#[test]
+fn a_local_node_whose_config_names_a_zookeeper_does_not_warn() {
+    let scratch = Scratch::new();
+    scratch.write_config(
+        "[coordination]\nbackend = \"local\"\n[coordination.zookeeper]\nconnect = \"127.0.0.1:2181\"\n",
+    );
+    let mut daemon = scratch.start_daemon(&[]);
+    assert!(
+        !daemon.log().contains("fires every task on its own"),
+        "{}",
+        daemon.log()
+    );
+    daemon.signal(Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0));
+}

@@ -89,3 +89,138 @@ fn the_unit_runs_the_default_config_and_waits_longer_than_shutdown_grace() {
     assert_eq!(unit_setting("KillMode"), "mixed");
     assert_eq!(unit_setting("StateDirectory"), "zkcron");
 }
+
+/// Jobs see the file system as under cron: `certbot renew` writes /etc, package updates write
+/// /usr, and jobs share the host's /tmp. Hardening is an admin's drop-in (README,
+/// "Sandboxing"), not the default.
+#[test]
+fn the_unit_lets_jobs_write_etc_and_usr_and_share_the_hosts_tmp() {
+    assert_eq!(unit_setting("ProtectSystem"), "no");
+    assert_eq!(unit_setting("PrivateTmp"), "no");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for needle in [
+        "**Sandboxing",
+        "sudo systemctl edit zkcron",
+        "ProtectSystem=full",
+        "PrivateTmp=yes",
+        "ReadWritePaths=",
+    ] {
+        assert!(readme.contains(needle), "README lacks {needle:?}");
+    }
+}
+
+/// `Cargo.toml` as a TOML table.
+fn manifest() -> toml::Table {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    text.parse().unwrap()
+}
+
+fn package_str(manifest: &toml::Table, key: &str) -> String {
+    manifest["package"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("[package] {key} is missing"))
+        .to_string()
+}
+
+/// The deb's synopsis (first line of Description) and the rpm's Summary are the crate
+/// description. cargo-deb wraps it at 79 characters, so a longer one was split mid-sentence.
+#[test]
+fn the_package_synopsis_is_one_short_whole_line() {
+    let manifest = manifest();
+    let description = package_str(&manifest, "description");
+    assert!(
+        description.chars().count() <= 79,
+        "{} characters: {description:?}",
+        description.chars().count()
+    );
+    assert!(!description.ends_with('.'), "a synopsis has no full stop");
+    assert!(!description.contains('\n'));
+    let rpm = manifest["package"]["metadata"]["generate-rpm"]
+        .as_table()
+        .unwrap();
+    for key in ["summary", "description"] {
+        assert!(
+            !rpm.contains_key(key),
+            "the rpm's {key} must come from [package] description"
+        );
+    }
+}
+
+/// Homepage, repository and maintainer are set once, in `[package]`; the deb and rpm metadata
+/// do not repeat them, and the hand-written copyright and changelog name the same ones.
+#[test]
+fn homepage_repository_and_maintainer_live_in_one_place() {
+    let manifest = manifest();
+    let homepage = package_str(&manifest, "homepage");
+    let repository = package_str(&manifest, "repository");
+    for url in [&homepage, &repository] {
+        assert!(url.starts_with("https://"), "{url}");
+    }
+    let authors = manifest["package"]["authors"].as_array().unwrap();
+    let maintainer = authors[0].as_str().unwrap();
+    assert!(
+        maintainer.contains(" <") && maintainer.ends_with('>') && maintainer.contains('@'),
+        "authors[0] is the deb's Maintainer, `Name <address>`: {maintainer:?}"
+    );
+    let deb = manifest["package"]["metadata"]["deb"].as_table().unwrap();
+    let rpm = manifest["package"]["metadata"]["generate-rpm"]
+        .as_table()
+        .unwrap();
+    assert!(!deb.contains_key("maintainer"), "maintainer: use authors");
+    assert!(!rpm.contains_key("url"), "url: use homepage");
+
+    let copyright = std::fs::read_to_string(packaging("copyright")).unwrap();
+    assert!(
+        copyright.contains(&format!("\nUpstream-Contact: {maintainer}\n")),
+        "packaging/copyright must name {maintainer}"
+    );
+    assert!(
+        copyright.contains(&format!("\nSource: {repository}\n")),
+        "packaging/copyright must name {repository}"
+    );
+    let changelog = std::fs::read_to_string(packaging("changelog")).unwrap();
+    let newest = changelog
+        .lines()
+        .find(|l| l.starts_with(" -- "))
+        .expect("a changelog trailer");
+    assert!(
+        newest.starts_with(&format!(" -- {maintainer}  ")),
+        "{newest:?} is not signed by {maintainer}"
+    );
+}
+
+/// cargo-deb 3.8.0 writes no md5sums; scripts/package adds them (scripts/check-packages
+/// checks the built deb has them).
+#[test]
+fn the_deb_build_adds_md5sums() {
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/package"))
+            .unwrap();
+    assert!(script.contains(">DEBIAN/md5sums"), "scripts/package");
+    assert!(script.contains("dpkg-deb --root-owner-group -Zxz --build"));
+}
+
+/// Both packages ship both manual pages, as scripts/package renders them.
+#[test]
+fn both_packages_ship_zkcron_1_and_zkcron_task_5() {
+    let manifest = manifest();
+    let metadata = &manifest["package"]["metadata"];
+    let deb = format!("{:?}", metadata["deb"]["assets"]);
+    let rpm = format!("{:?}", metadata["generate-rpm"]["assets"]);
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/package"))
+            .unwrap();
+    for page in ["man1/zkcron.1.gz", "man5/zkcron-task.5.gz"] {
+        assert!(
+            deb.contains(&format!("usr/share/man/{page}")),
+            "deb: {page}"
+        );
+        assert!(
+            rpm.contains(&format!("/usr/share/man/{page}")),
+            "rpm: {page}"
+        );
+    }
+    assert!(script.contains("man zkcron-task | gzip -9n > \"$assets/zkcron-task.5.gz\""));
+}

@@ -225,8 +225,9 @@ pub const TASK_NAME_PATTERN: &str = "[a-z0-9][a-z0-9._-]{0,99}";
 /// must not make the daemon allocate without bound.
 pub const MAX_TASK_FILE_BYTES: u64 = 1024 * 1024;
 
-/// The keys a task file may set, in the order the brief documents them.
-const TASK_KEYS: &[&str] = &[
+/// The keys a task file may set, in the order the brief documents them. `zkcron-task(5)`
+/// (`manual::TASK_PAGE_KEYS`) must document each.
+pub const TASK_KEYS: &[&str] = &[
     "description",
     "schedule",
     "timezone",
@@ -251,7 +252,7 @@ const TASK_KEYS: &[&str] = &[
 ];
 
 /// The keys of the `retries` table.
-const RETRY_KEYS: &[&str] = &["attempts", "backoff", "max_backoff"];
+pub const RETRY_KEYS: &[&str] = &["attempts", "backoff", "max_backoff"];
 
 /// The default for `kill_grace`.
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);

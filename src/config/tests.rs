@@ -1,0 +1,110 @@
+use super::*;
+
+#[test]
+fn zookeeper_auth_is_user_colon_password_and_auth_file_is_relative_to_the_config() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    let config = parse_config(
+        path,
+        "[coordination.zookeeper]\nauth_file = \"zk.secret\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.coordination.zookeeper.auth,
+        AuthSource::File("/etc/zkcron/zk.secret".into())
+    );
+    let config = parse_config(path, "[coordination.zookeeper]\nauth = \"u:p\"\n").unwrap();
+    assert_eq!(
+        config.coordination.zookeeper.auth,
+        AuthSource::Inline(ZkAuth::parse("u:p").unwrap())
+    );
+    let error = parse_config(path, "[coordination.zookeeper]\nauth = \"secret\"\n").unwrap_err();
+    let messages: Vec<&str> = error.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "`coordination.zookeeper.auth` is not `user:password` (a user name, a colon, a \
+          password; neither empty)"
+        ]
+    );
+    let error = parse_config(
+        path,
+        "[coordination.zookeeper]\nauth_file = \"/x\"\nauth = \"u:p\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.problems[0].message,
+        "`coordination.zookeeper.auth` and `auth_file` are both set; set one of them"
+    );
+}
+
+#[test]
+fn state_dir_prefers_systemd_then_state_then_cache() {
+    let state = Some(PathBuf::from("/home/u/.local/state"));
+    let cache = Some(PathBuf::from("/home/u/.cache"));
+    assert_eq!(
+        default_state_dir(
+            Some("/var/lib/zkcron:/var/lib/other".into()),
+            state.clone(),
+            cache.clone()
+        ),
+        PathBuf::from("/var/lib/zkcron")
+    );
+    assert_eq!(
+        default_state_dir(None, state, cache.clone()),
+        PathBuf::from("/home/u/.local/state/zkcron")
+    );
+    assert_eq!(
+        default_state_dir(None, None, cache),
+        PathBuf::from("/home/u/.cache/zkcron")
+    );
+    assert_eq!(
+        default_state_dir(None, None, None),
+        PathBuf::from("./state")
+    );
+}
+
+#[test]
+fn history_runs_defaults_to_100_and_must_be_1_to_1000() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    let config = parse_config(path, "").unwrap();
+    assert_eq!(config.scheduler.history_runs, 100);
+    let config = parse_config(path, "[scheduler]\nhistory_runs = 7\n").unwrap();
+    assert_eq!(config.scheduler.history_runs, 7);
+    for bad in ["0", "1001"] {
+        let error = parse_config(path, &format!("[scheduler]\nhistory_runs = {bad}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "`scheduler.history_runs` must be between 1 and 1000, found {bad}"
+            )),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn http_listen_defaults_to_loopback_9464_empty_is_off_and_a_name_is_refused() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    let listen = |text: &str| parse_config(path, text).map(|c| c.http.listen);
+    assert_eq!(listen("").unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
+    assert_eq!(listen("[http]\nlisten = \"\"\n").unwrap(), None);
+    assert_eq!(
+        listen("[http]\nlisten = \"[::1]:80\"\n").unwrap(),
+        Some("[::1]:80".parse().unwrap())
+    );
+    let error = listen("[http]\nlisten = \"localhost\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("`http.listen` must be an IP address and port"),
+        "{error}"
+    );
+}
+
+#[test]
+fn auto_log_format_follows_journal_stream() {
+    assert_eq!(LogFormat::Auto.resolve_with(true), LogFormat::Journald);
+    assert_eq!(LogFormat::Auto.resolve_with(false), LogFormat::Text);
+    assert_eq!(LogFormat::Json.resolve_with(true), LogFormat::Json);
+}
