@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::io::{CreateMode, Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::io::{Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
 use crate::coord::zk::wire::MarkRecord;
@@ -91,12 +91,7 @@ impl Node {
         let mut ops: Vec<ZkOp> = self
             .control_dirs()
             .into_iter()
-            .map(|path| ZkOp::Create {
-                path,
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            })
+            .map(|path| self.create_dir(path))
             .collect();
         for path in [self.paths.drained(), self.paths.paused_dir()] {
             ops.push(ZkOp::AddPersistentRecursiveWatch { path });
@@ -324,15 +319,7 @@ impl Node {
             if kind == WatchKind::Deleted {
                 self.report(Level::Warn, format!("{path} was deleted; recreating it"));
                 for path in self.control_dirs() {
-                    self.call(
-                        ZkOp::Create {
-                            path: path.clone(),
-                            data: Vec::new(),
-                            mode: CreateMode::Persistent,
-                            acl: self.cfg.acl,
-                        },
-                        Then::RecreateDir { path },
-                    );
+                    self.call(self.create_dir(path.clone()), Then::RecreateDir { path });
                 }
             }
             return true;

@@ -7,7 +7,7 @@
 //! reported once per task (until a write succeeds again) and never holds up firing: the
 //! daemon's answer for a scheduled run does not wait for it.
 
-use super::io::{CreateMode, Level, ZkFail, ZkOk, ZkOp};
+use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::trigger::End;
 use super::{Node, Then};
 use crate::coord::record;
@@ -101,19 +101,7 @@ impl Node {
             runs,
         })
         .expect("serializes");
-        let op = match version {
-            Some(version) => ZkOp::SetData {
-                path,
-                data,
-                version: Some(version),
-            },
-            None => ZkOp::Create {
-                path,
-                data,
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            },
-        };
+        let op = self.put_record(path, data, version);
         self.call(op, Then::History(Step::Write(job)));
     }
 

@@ -632,15 +632,7 @@ impl Node {
             },
             Then::EnsureRecord { task: task.clone() },
         );
-        self.call(
-            ZkOp::Create {
-                path: epoch,
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            },
-            Then::Ensured { task, after },
-        );
+        self.call(self.create_dir(epoch), Then::Ensured { task, after });
     }
 
     pub(super) fn on_ensure_record(&mut self, task: String, result: Result<ZkOk, ZkFail>) {

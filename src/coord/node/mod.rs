@@ -45,7 +45,7 @@ use semver::Version;
 
 use self::claim::{AfterRead, ClaimJob, ResolveJob};
 use self::clock::SkewVerdict;
-use self::io::{Answer, Input, Level, Now, OpId, Output, ReqId, ZkFail, ZkOk, ZkOp};
+use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkFail, ZkOk, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
 use self::session::RegisterJob;
@@ -555,6 +555,35 @@ impl Node {
     }
 
     // ---- plumbing ----
+
+    /// Creates the persistent, empty znode `path` (a directory of the tree), with this node's
+    /// ACL.
+    fn create_dir(&self, path: String) -> ZkOp {
+        ZkOp::Create {
+            path,
+            data: Vec::new(),
+            mode: CreateMode::Persistent,
+            acl: self.cfg.acl,
+        }
+    }
+
+    /// Writes the persistent record `path`: at the `version` read, or created when there was
+    /// none (`None`), so a concurrent writer makes it fail rather than be overwritten.
+    fn put_record(&self, path: String, data: Vec<u8>, version: Option<i32>) -> ZkOp {
+        match version {
+            Some(version) => ZkOp::SetData {
+                path,
+                data,
+                version: Some(version),
+            },
+            None => ZkOp::Create {
+                path,
+                data,
+                mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
+            },
+        }
+    }
 
     fn call(&mut self, zk: ZkOp, then: Then) -> OpId {
         let op = self.next_op;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::zk::wire::{FORMAT_VERSION, HistoryEntry, ResultRecord};
@@ -292,19 +292,7 @@ impl Node {
             })
             .expect("serializes");
             let path = self.paths.result(&job.task);
-            ops.push(match job.existing {
-                Some((_, version)) => ZkOp::SetData {
-                    path,
-                    data,
-                    version: Some(version),
-                },
-                None => ZkOp::Create {
-                    path,
-                    data,
-                    mode: CreateMode::Persistent,
-                    acl: self.cfg.acl,
-                },
-            });
+            ops.push(self.put_record(path, data, job.existing.map(|(_, version)| version)));
         }
         self.call(
             ZkOp::Multi(ops),

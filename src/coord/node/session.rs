@@ -215,12 +215,7 @@ impl Node {
     pub(super) fn setup(&mut self) {
         let mut steps = Vec::new();
         for path in self.tree() {
-            steps.push(ZkOp::Create {
-                path,
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            });
+            steps.push(self.create_dir(path));
         }
         for path in [self.paths.members(), self.paths.leases()] {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
@@ -602,12 +597,7 @@ impl Node {
         let tree = self.tree();
         let last = tree.len() - 1;
         for (index, path) in tree.into_iter().enumerate() {
-            let op = ZkOp::Create {
-                path: path.clone(),
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            };
+            let op = self.create_dir(path.clone());
             if index == last {
                 self.call(op, Then::Recreated { after });
                 return;

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
-use super::io::{Answered, CreateMode, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
 use crate::coord::zk::wire::{HistoryEntry, TriggerRecord, TriggerState};
@@ -107,22 +107,14 @@ impl End {
 }
 
 impl Node {
-    /// Setup's calls for triggers: the directory (and `control/` above it) and the watch.
+    /// Setup's calls for triggers: the directory and the watch (`control/` above it is
+    /// created by the control setup, which comes first).
     pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
         let triggers = self.paths.triggers();
-        let control = triggers.rsplit_once('/').map(|(c, _)| c.to_string());
-        let mut steps: Vec<ZkOp> = control
-            .into_iter()
-            .chain([triggers.clone()])
-            .map(|path| ZkOp::Create {
-                path,
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-                acl: self.cfg.acl,
-            })
-            .collect();
-        steps.push(ZkOp::AddPersistentRecursiveWatch { path: triggers });
-        steps
+        vec![
+            self.create_dir(triggers.clone()),
+            ZkOp::AddPersistentRecursiveWatch { path: triggers },
+        ]
     }
 
     /// Lists the triggers and reads each (setup, reconnects, the directory recreated).
@@ -149,10 +141,9 @@ impl Node {
                     format!("{dir} was deleted; recreating it (pending manual runs went with it)"),
                 );
                 self.forget_triggers();
-                for op in self.trigger_setup_steps() {
-                    if matches!(op, ZkOp::Create { .. }) {
-                        self.call(op, Then::Trigger(Step::Recreate));
-                    }
+                // `control/` may have gone with it.
+                for path in [self.paths.control(), dir.clone()] {
+                    self.call(self.create_dir(path), Then::Trigger(Step::Recreate));
                 }
             }
             return true;
