@@ -23,7 +23,7 @@ use zkcron::coord::zk::wire::{
     TaskSetRecord, TaskSetRef, TriggerRecord, decode_taskset,
 };
 use zkcron::schedule::{Schedule, parse_timezone};
-use zkcron::task::{Identity, TaskDefaults, parse_task};
+use zkcron::task::{Identity, TASK_KEYS, TaskDefaults, parse_task};
 
 /// How many cases each property runs: `ZKCRON_FUZZ_CASES`, default 256.
 fn cases() -> u32 {
@@ -53,31 +53,6 @@ fn defaults() -> TaskDefaults {
         },
     }
 }
-
-/// The keys of a task file, so that generated files reach the checks of each value.
-const TASK_KEYS: &[&str] = &[
-    "description",
-    "schedule",
-    "timezone",
-    "command",
-    "user",
-    "group",
-    "working_dir",
-    "env",
-    "timeout",
-    "kill_grace",
-    "overlap",
-    "catch_up",
-    "starting_deadline",
-    "jitter",
-    "retries",
-    "version_req",
-    "kill_on_session_loss",
-    "on_node_loss",
-    "enabled",
-    "require_labels",
-    "on_failure",
-];
 
 /// A TOML value of any kind, written loosely: strings of odd characters, numbers at the edges,
 /// arrays and inline tables, and bits of syntax that are not values at all.
