@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
@@ -709,55 +709,18 @@ impl Cluster {
     /// Starts `zkcron run` as node `id` on `connect`, with a state dir, config and log of its
     /// own (`<dir>/<id>/`), and the shared jobs dir. Does not wait.
     fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
-        let home = self.dir().path().join(id);
-        fs::create_dir_all(home.join("state")).unwrap();
-        // zkcron refuses a config that others can write, or in a dir they can: not the umask's say.
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config = home.join("zkcron.toml");
-        fs::write(
-            &config,
-            format!(
-                "[coordination.zookeeper]\nsession_timeout = \"{}s\"\n",
-                self.session_timeout.as_secs()
-            ),
-        )
-        .unwrap();
-        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log_path = home.join("log.txt");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
-            Some(binary) => Command::new(binary),
-            None => common::zkcron(),
-        };
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--jobs-dir")
-            .arg(self.dir().path().join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .arg("--zookeeper")
-            .arg(connect)
-            .arg("--cluster")
-            .arg(CLUSTER)
-            .arg("--node-id")
-            .arg(id)
-            .arg("--node-version")
-            .arg(version)
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        // Tied to this process, so a killed test run leaves no daemon behind.
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
-        self.nodes
-            .insert(id.to_string(), DaemonProcess { child, log_path });
+        let node = zk::ClusterNode {
+            home: &self.dir().path().join(id),
+            jobs: &self.dir().path().join("jobs.d"),
+            connect,
+            cluster: CLUSTER,
+            id,
+            release: version,
+            session_timeout: self.session_timeout,
+            config: "",
+        }
+        .spawn();
+        self.nodes.insert(id.to_string(), node);
     }
 
     fn node(&self, id: &str) -> &DaemonProcess {

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
@@ -101,44 +101,18 @@ impl World {
     /// Starts `zkcron run` as `id` of release `version` on jobs dir `jobs`, `config` added to
     /// its zkcron.toml; waits until it registered.
     fn start(&mut self, id: &str, version: &str, jobs: &str, config: &str) {
-        let home = self.path().join(id);
-        fs::create_dir_all(home.join("state")).unwrap();
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config_path = home.join("zkcron.toml");
-        fs::write(
-            &config_path,
-            format!("{config}\n[coordination.zookeeper]\nsession_timeout = \"3s\"\n"),
-        )
-        .unwrap();
-        fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644)).unwrap();
-        let log_path = home.join("log.txt");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
-            Some(binary) => Command::new(binary),
-            None => common::zkcron(),
-        };
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--jobs-dir")
-            .arg(self.jobs(jobs))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--zookeeper", &self.connect, "--cluster", CLUSTER])
-            .args(["--node-id", id, "--node-version", version])
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
-        self.nodes
-            .insert(id.to_string(), DaemonProcess { child, log_path });
+        let node = zk::ClusterNode {
+            home: &self.path().join(id),
+            jobs: &self.jobs(jobs),
+            connect: &self.connect,
+            cluster: CLUSTER,
+            id,
+            release: version,
+            session_timeout: Duration::from_secs(3),
+            config,
+        }
+        .spawn();
+        self.nodes.insert(id.to_string(), node);
         self.wait_log(id, "registered in ZooKeeper", 1);
     }
 

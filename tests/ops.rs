@@ -91,41 +91,17 @@ impl OpsCluster {
 
     /// Starts node `id` of `release` with `config` (TOML) and waits until it registered.
     fn start_node(&mut self, id: &str, release: &str, config: &str) {
-        let home = self.path().join(id);
-        fs::create_dir_all(home.join("state")).unwrap();
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config_path = home.join("zkcron.toml");
-        fs::write(
-            &config_path,
-            format!("[coordination.zookeeper]\nsession_timeout = \"3s\"\n{config}\n"),
-        )
-        .unwrap();
-        fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644)).unwrap();
-        let log_path = home.join("log.txt");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let mut command = common::zkcron();
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--jobs-dir")
-            .arg(self.path().join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--zookeeper", &self.connect, "--cluster", CLUSTER])
-            .args(["--node-id", id, "--node-version", release])
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
-        let node = DaemonProcess { child, log_path };
+        let node = zk::ClusterNode {
+            home: &self.path().join(id),
+            jobs: &self.path().join("jobs.d"),
+            connect: &self.connect,
+            cluster: CLUSTER,
+            id,
+            release,
+            session_timeout: Duration::from_secs(3),
+            config,
+        }
+        .spawn();
         node.wait_for_log("registered in ZooKeeper", LIMIT);
         self.nodes.insert(id.to_string(), node);
     }

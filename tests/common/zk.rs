@@ -488,3 +488,69 @@ pub fn spawn_tied_to_process(mut command: Command) -> std::io::Result<Child> {
         .expect("spawner thread alive");
     answer.recv().expect("spawner thread answers")
 }
+
+/// A cluster node as the end-to-end tests start it: `zkcron run` on `connect` as `id` of
+/// `release` in `cluster`, with a home dir of its own (`<home>/zkcron.toml`, `state/`,
+/// `log.txt`) and the jobs dir `jobs`. `config` is TOML sections added to the node config; the
+/// session timeout is `session_timeout` and the HTTP endpoint is off (every node would try the
+/// default port otherwise). `ZKCRON_TEST_BIN` runs the nodes from another build.
+pub struct ClusterNode<'a> {
+    pub home: &'a Path,
+    pub jobs: &'a Path,
+    pub connect: &'a str,
+    pub cluster: &'a str,
+    pub id: &'a str,
+    pub release: &'a str,
+    pub session_timeout: Duration,
+    pub config: &'a str,
+}
+
+impl ClusterNode<'_> {
+    /// Spawns the node, tied to this process; does not wait for it to register.
+    pub fn spawn(&self) -> super::DaemonProcess {
+        use std::os::unix::fs::PermissionsExt;
+        fs::create_dir_all(self.home.join("state")).unwrap();
+        // zkcron refuses a config that others can write, or in a dir they can: not the umask's
+        // say.
+        fs::set_permissions(self.home, fs::Permissions::from_mode(0o755)).unwrap();
+        let config = self.home.join("zkcron.toml");
+        fs::write(
+            &config,
+            format!(
+                "{}\n[coordination.zookeeper]\nsession_timeout = \"{}ms\"\n\n[http]\nlisten = \"\"\n",
+                self.config,
+                self.session_timeout.as_millis()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
+        let log_path = self.home.join("log.txt");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
+            Some(binary) => Command::new(binary),
+            None => super::zkcron(),
+        };
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--jobs-dir")
+            .arg(self.jobs)
+            .arg("--state-dir")
+            .arg(self.home.join("state"))
+            .args(["--zookeeper", self.connect, "--cluster", self.cluster])
+            .args(["--node-id", self.id, "--node-version", self.release])
+            .env("ZKCRON_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = spawn_tied_to_process(command).expect("zkcron starts");
+        super::DaemonProcess { child, log_path }
+    }
+}
