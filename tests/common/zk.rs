@@ -49,6 +49,8 @@ pub struct ZkServer {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// A member of a [`ZkEnsemble`]: run as `QuorumPeerMain`, serving as leader or follower.
+    quorum: bool,
 }
 
 impl ZkServer {
@@ -71,6 +73,7 @@ impl ZkServer {
                 dir,
                 port: free_port(),
                 child: None,
+                quorum: false,
             };
             server.write_config();
             match server.spawn_and_wait(&java) {
@@ -260,9 +263,47 @@ impl ZkServer {
         fs::write(self.dir().join("zoo.cfg"), config).unwrap();
     }
 
+    /// The config of server `myid` of an ensemble whose servers have the (peer, election)
+    /// ports `peers`, and its `data/myid`.
+    fn write_quorum_config(&self, myid: usize, peers: &[(u16, u16)]) {
+        let servers: String = peers
+            .iter()
+            .enumerate()
+            .map(|(i, (peer, election))| format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1))
+            .collect();
+        let config = format!(
+            "# Written by tests/common/zk.rs (an ensemble member)\n\
+             tickTime={tick}\n\
+             # Followers connect and sync within 5 s; one silent for 2 s is dropped. Generous for\n\
+             # a loaded CI machine, short next to the tests' outages.\n\
+             initLimit=25\n\
+             syncLimit=10\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             minSessionTimeout=1000\n\
+             maxSessionTimeout=60000\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             forceSync=no\n\
+             autopurge.purgeInterval=0\n\
+             {servers}",
+            tick = TICK.as_millis(),
+            data = self.dir().join("data").display(),
+            port = self.port,
+        );
+        fs::write(self.dir().join("zoo.cfg"), config).unwrap();
+        fs::write(self.dir().join("data").join("myid"), format!("{myid}\n")).unwrap();
+    }
+
     /// Starts the JVM (appending to the log) and waits until it serves, or says why not.
-    #[allow(clippy::disallowed_methods)] // a real deadline for a real process
     fn spawn_and_wait(&mut self, java: &Path) -> Result<(), String> {
+        self.spawn(java);
+        self.wait_serving()
+    }
+
+    /// Starts the JVM, appending to the log; does not wait.
+    fn spawn(&mut self, java: &Path) {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -281,7 +322,11 @@ impl ZkServer {
             ])
             .arg("-cp")
             .arg(class_path())
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(if self.quorum {
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+            } else {
+                "org.apache.zookeeper.server.ZooKeeperServerMain"
+            })
             .arg(self.dir().join("zoo.cfg"))
             .current_dir(self.dir())
             .stdin(Stdio::null())
@@ -290,7 +335,12 @@ impl ZkServer {
         let child = spawn_tied_to_process(command)
             .unwrap_or_else(|e| panic!("starting {}: {e}; {INSTALL_HINT}", java.display()));
         self.child = Some(child);
+    }
 
+    /// Waits until the started JVM serves requests (standalone, or as leader or follower of an
+    /// ensemble with a quorum), or says why not.
+    #[allow(clippy::disallowed_methods)] // a real deadline for a real process
+    fn wait_serving(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_LIMIT;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
@@ -304,9 +354,14 @@ impl ZkServer {
             // `ruok` answers `imok` as soon as the port listens, even before the database is
             // loaded; `srvr` names the mode only once the server serves requests.
             let ruok = four_letter(self.port, "ruok").unwrap_or_default();
-            if ruok == "imok"
-                && four_letter(self.port, "srvr").is_ok_and(|s| s.contains("Mode: standalone"))
-            {
+            let serving = |srvr: String| {
+                if self.quorum {
+                    srvr.contains("Mode: leader") || srvr.contains("Mode: follower")
+                } else {
+                    srvr.contains("Mode: standalone")
+                }
+            };
+            if ruok == "imok" && four_letter(self.port, "srvr").is_ok_and(serving) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -335,6 +390,162 @@ impl ZkServer {
 impl Drop for ZkServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A three-server ZooKeeper ensemble on 127.0.0.1: Debian's package run as `QuorumPeerMain`, each
+/// server with a data dir and `myid` in a temp dir of its own and its own client, peer and
+/// election ports (`server.N=127.0.0.1:PEER:ELECTION`). Every server is killed and every temp dir
+/// removed when the ensemble is dropped (each server is a [`ZkServer`]), also on panic; the JVMs
+/// die with the test process even without unwinding.
+pub struct ZkEnsemble {
+    servers: Vec<ZkServer>,
+}
+
+impl ZkEnsemble {
+    /// The number of servers: a quorum is two.
+    pub const SIZE: usize = 3;
+
+    /// Starts three servers and waits until each serves (as leader or follower).
+    ///
+    /// Panics, saying how to install it, when ZooKeeper or Java is missing, and with the tail of
+    /// each server's log when the ensemble does not come up.
+    pub fn start() -> ZkEnsemble {
+        let java = require_zookeeper_at(Path::new(ZOOKEEPER_JAR));
+        let mut last_failure = String::new();
+        // A port free when we ask may be taken before a JVM binds it: then try other ports.
+        for _ in 0..3 {
+            let mut ports: Vec<u16> = Vec::new();
+            while ports.len() < 3 * Self::SIZE {
+                let port = free_port();
+                if !ports.contains(&port) {
+                    ports.push(port);
+                }
+            }
+            let peers: Vec<(u16, u16)> = (0..Self::SIZE)
+                .map(|i| (ports[Self::SIZE + 2 * i], ports[Self::SIZE + 2 * i + 1]))
+                .collect();
+            let mut servers: Vec<ZkServer> = (0..Self::SIZE)
+                .map(|i| {
+                    let dir = tempfile::Builder::new()
+                        .prefix("zkcron-zk-")
+                        .tempdir()
+                        .expect("temp dir for ZooKeeper");
+                    fs::create_dir(dir.path().join("data")).unwrap();
+                    let server = ZkServer {
+                        dir,
+                        port: ports[i],
+                        child: None,
+                        quorum: true,
+                    };
+                    server.write_quorum_config(i + 1, &peers);
+                    server
+                })
+                .collect();
+            // All at once: none serves before a quorum has elected a leader.
+            for server in &mut servers {
+                server.spawn(&java);
+            }
+            let failures: Vec<String> = servers
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, server)| {
+                    server
+                        .wait_serving()
+                        .err()
+                        .map(|failure| format!("server {}: {failure}", i + 1))
+                })
+                .collect();
+            if failures.is_empty() {
+                return ZkEnsemble { servers };
+            }
+            let port_taken = servers
+                .iter()
+                .any(|s| s.log_tail(200).contains("Address already in use"));
+            last_failure = failures.join("\n");
+            drop(servers);
+            if !port_taken {
+                break;
+            }
+        }
+        panic!("the ZooKeeper ensemble did not come up: {last_failure}");
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`: every server, as a node's `--zookeeper`.
+    pub fn connect_string(&self) -> String {
+        self.servers
+            .iter()
+            .map(ZkServer::connect_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Creates a chroot of its own (`/zkcron-test-<n>`, unique in this test process) and returns
+    /// its path; append it to a connect string.
+    pub fn new_chroot(&self) -> String {
+        let n = CHROOTS.fetch_add(1, Ordering::Relaxed);
+        let chroot = format!("/zkcron-test-{n}");
+        self.with_client(async |client| {
+            let options = zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            client
+                .mkdir(&chroot, &options)
+                .await
+                .unwrap_or_else(|e| panic!("creating znode {chroot}: {e}"));
+        });
+        chroot
+    }
+
+    /// Server `i` (0-based; its `myid` is `i + 1`).
+    pub fn server(&self, i: usize) -> &ZkServer {
+        &self.servers[i]
+    }
+
+    /// Kills server `i` (SIGKILL, as a crash). Its data dir stays.
+    pub fn stop(&mut self, i: usize) {
+        self.servers[i].stop();
+    }
+
+    /// Starts server `i` again on its ports and data, and waits until it serves: it needs a
+    /// quorum, so at least one other server must be running.
+    pub fn start_again(&mut self, i: usize) {
+        self.servers[i].start_again();
+    }
+
+    /// Which running server holds the connection of the session `session_hex` (the session id
+    /// in lowercase hex without `0x`, as zkcron logs it), from each server's `cons` answer.
+    pub fn server_of_session(&self, session_hex: &str) -> Option<usize> {
+        let needle = format!("sid=0x{session_hex},");
+        (0..Self::SIZE).find(|&i| {
+            self.servers[i].child.is_some()
+                && self.servers[i]
+                    .four_letter("cons")
+                    .is_ok_and(|cons| cons.contains(&needle))
+        })
+    }
+
+    /// Runs `work` with a fresh client session connected to any running server (no chroot).
+    pub fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        with_client_at(&self.connect_string(), work)
+    }
+
+    /// For failure messages: each server's state and the last `lines` lines of its log (no
+    /// stack frames).
+    pub fn describe(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for (i, server) in self.servers.iter().enumerate() {
+            let log = server.log_tail(20 * lines);
+            let log: Vec<&str> = log.lines().filter(|l| !l.starts_with('\t')).collect();
+            out.push_str(&format!(
+                "--- ZooKeeper server {} (port {}, {}), last lines of {}/zookeeper.log:\n{}\n",
+                i + 1,
+                server.port,
+                server.describe_state(),
+                server.dir().display(),
+                log[log.len().saturating_sub(lines)..].join("\n")
+            ));
+        }
+        out
     }
 }
 

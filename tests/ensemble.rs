@@ -1,0 +1,875 @@
+//! Faults of a real three-server ZooKeeper ensemble on loopback (see `ZkEnsemble` in
+//! `tests/common/zk.rs`), with real `zkcron run` nodes observed through one shared file their
+//! jobs append to, their logs, and ZooKeeper itself:
+//! - one server lost: its clients move to another server within their sessions (same session,
+//!   member znode and leases), and every tick fires exactly once;
+//! - quorum lost for 20 s: every node pauses, nothing fires twice, and the ticks missed are
+//!   caught up per `catch_up` once the quorum is back;
+//! - a TCP proxy between one node and ZooKeeper cut and restored: the cut node pauses, its tasks
+//!   move once its session expires, and it fires nothing stale when the cut heals.
+//!
+//! Every task fires every second and appends `<fire id> <node id>` to `fires.log` (short
+//! O_APPEND writes are atomic). Faults are injected in the middle of a second, far from the
+//! claims at its start.
+//!
+//! The tests run one at a time (three JVMs each, on CI's two cores); each starts its own
+//! ensemble, and kills it and its nodes on drop, also when it fails.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::DaemonProcess;
+use common::zk::{self, ZkEnsemble};
+
+/// A generous deadline for things that take a moment (start-up, convergence, catch-up).
+const LIMIT: Duration = Duration::from_secs(30);
+
+const CLUSTER: &str = "test";
+const OLD: &str = "1.0.0";
+const NEW: &str = "1.1.0";
+
+/// One test at a time: each runs three JVMs and three daemons.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next test still runs on its own.
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+
+#[test]
+fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping_its_session_and_leases()
+ {
+    let _serial = serial();
+    // Sessions of 8 s: ample to find another server and, when the dead server led the ensemble,
+    // for the other two to elect a new leader.
+    let mut setup = Setup::new(9, Duration::from_secs(8));
+    let all = ["node-a", "node-b", "node-c"];
+    setup.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    setup.wait_stable(&all);
+
+    let sessions: BTreeMap<&str, String> = all.iter().map(|n| (*n, setup.session(n))).collect();
+    let mut on = BTreeMap::new();
+    setup.wait(
+        "each node's session to show in a server's `cons`",
+        LIMIT,
+        |_, s| {
+            on = sessions
+                .iter()
+                .filter_map(|(n, hex)| Some((*n, s.zk.server_of_session(hex)?)))
+                .collect();
+            on.len() == sessions.len()
+        },
+    );
+    let victim = on["node-a"];
+    let moved: Vec<&str> = on
+        .iter()
+        .filter(|(_, server)| **server == victim)
+        .map(|(n, _)| *n)
+        .collect();
+    let leases_before = setup.lease_owners();
+    let members_before = setup.member_owners();
+
+    setup.wait_mid_second();
+    let killed_at = now();
+    setup.zk.stop(victim);
+    eprintln!(
+        "killed ZooKeeper server {}, which served {moved:?}",
+        victim + 1
+    );
+
+    for node in &moved {
+        setup.wait_log(node, "paused: disconnected from ZooKeeper", 1);
+        setup.wait_log(node, "reconnected to ZooKeeper within the session", 1);
+    }
+    setup.wait(
+        "the moved nodes' sessions to show on another server",
+        LIMIT,
+        |_, s| {
+            moved.iter().all(|n| {
+                s.zk.server_of_session(&sessions[n])
+                    .is_some_and(|i| i != victim)
+            })
+        },
+    );
+    let through = now_second() + 3;
+    setup.settle(through);
+
+    for node in all {
+        let log = setup.node(node).log();
+        setup.check(
+            !log.contains("session expired")
+                && !log.contains("presumed lost")
+                && log.matches("registered in ZooKeeper").count() == 1,
+            &format!("{node} lost its session (or re-registered) when one server of three died"),
+        );
+        setup.check(
+            setup.session(node) == sessions[node],
+            &format!("{node} has another session"),
+        );
+    }
+    setup.check(
+        setup.member_owners() == members_before,
+        &format!(
+            "member znodes changed owner: before {members_before:?}, after {:?}",
+            setup.member_owners()
+        ),
+    );
+    setup.check(
+        setup.lease_owners() == leases_before,
+        &format!(
+            "leases changed owner: before {leases_before:?}, after {:?}",
+            setup.lease_owners()
+        ),
+    );
+    setup.assert_no_duplicates();
+    setup.assert_no_gaps(second_of(killed_at) - 2, through - 2);
+    // The moved nodes kept firing their own tasks after the move.
+    let fires = setup.fires();
+    for node in &moved {
+        setup.check(
+            fires
+                .0
+                .iter()
+                .any(|f| f.node == *node && f.second > second_of(killed_at) + 1),
+            &format!("{node} fired nothing after moving to another server"),
+        );
+    }
+}
+
+#[test]
+fn given_the_quorum_is_lost_for_twenty_seconds_then_every_node_pauses_and_the_missed_ticks_are_caught_up_once()
+ {
+    let _serial = serial();
+    let mut setup = Setup::new(6, Duration::from_secs(4));
+    // One more task that catches up only the latest missed tick.
+    setup.write_task("once", "once");
+    let all = ["node-a", "node-b", "node-c"];
+    setup.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
+    setup.wait_stable(&all);
+
+    setup.wait_mid_second();
+    setup.zk.stop(0);
+    setup.zk.stop(1);
+    let lost_at = now();
+    for node in all {
+        setup.wait_log(node, "paused: disconnected from ZooKeeper", 1);
+    }
+    setup.wait("20 s to pass without a quorum", LIMIT, |_, _| {
+        now() >= lost_at + 20.0
+    });
+    // Nothing can be claimed without a quorum, so nothing fired after it was lost.
+    let while_lost: Vec<Fire> = setup
+        .fires()
+        .0
+        .into_iter()
+        .filter(|f| f.second > second_of(lost_at))
+        .collect();
+    setup.check(
+        while_lost.is_empty(),
+        &format!("fired without a ZooKeeper quorum: {while_lost:?}"),
+    );
+
+    let back_at = now();
+    setup.zk.start_again(0);
+    setup.zk.start_again(1);
+    setup.wait(
+        "every task to fire again after the quorum is back",
+        LIMIT,
+        |fires, s| {
+            s.all_tasks()
+                .iter()
+                .all(|t| fires.last_second(t).is_some_and(|x| x as f64 > back_at))
+        },
+    );
+    let through = now_second() + 2;
+    setup.settle(through);
+
+    setup.assert_no_duplicates();
+    // `catch_up = "all"`: every tick of the outage ran after it.
+    setup.assert_no_gaps(second_of(lost_at) - 2, through - 2);
+    // `catch_up = "once"`: of the ticks missed without a quorum, at most the latest ran.
+    let missed = second_of(lost_at) + 1..=second_of(back_at);
+    let once: Vec<i64> = setup
+        .fires()
+        .0
+        .iter()
+        .filter(|f| f.task == "once" && missed.contains(&f.second))
+        .map(|f| f.second)
+        .collect();
+    setup.check(
+        once.len() <= 1,
+        &format!(
+            "catch_up = \"once\" ran {} missed ticks: {once:?}",
+            once.len()
+        ),
+    );
+}
+
+#[test]
+fn given_a_node_cut_from_zookeeper_by_a_proxy_then_its_tasks_move_after_its_session_and_it_fires_nothing_stale_when_healed()
+ {
+    let _serial = serial();
+    let mut setup = Setup::new(6, Duration::from_secs(4));
+    let proxy = Proxy::start(SocketAddr::from((
+        [127, 0, 0, 1],
+        setup.zk.server(0).port(),
+    )));
+    let through_proxy = format!("127.0.0.1:{}{}", proxy.port, setup.chroot);
+    setup.proxy = Some(proxy);
+    setup.start_nodes(&[("node-a", OLD), ("node-b", OLD)]);
+    // node-c runs the newer release, so it leads every task while it is a member; its session
+    // is short, and it reaches ZooKeeper only through the proxy.
+    let cut_session = Duration::from_secs(2);
+    setup.spawn_node("node-c", NEW, &through_proxy, cut_session);
+    setup.wait_log("node-c", "registered in ZooKeeper", 1);
+    let tasks = setup.tasks.len();
+    // Two seconds in a row, so the gaps checked from a second before the cut on are ticks
+    // that fire.
+    setup.wait("node-c to lead and fire every task", LIMIT, |fires, s| {
+        let last = now_second() - 1;
+        s.leading("node-c") == Some(tasks)
+            && s.tasks.iter().all(|t| {
+                fires.fired_by_at(t, "node-c", last) && fires.fired_by_at(t, "node-c", last - 1)
+            })
+    });
+
+    setup.wait_mid_second();
+    let cut_at = now();
+    setup.proxy.as_ref().unwrap().cut();
+    setup.wait_log("node-c", "paused: disconnected from ZooKeeper", 1);
+    setup.wait(
+        "node-a and node-b to lead and fire every task",
+        LIMIT,
+        |fires, s| {
+            let others = s.leading("node-a").unwrap_or(0) + s.leading("node-b").unwrap_or(0);
+            others == tasks
+                && s.tasks.iter().all(|t| {
+                    fires
+                        .0
+                        .iter()
+                        .any(|f| &f.task == t && f.node != "node-c" && f.second > second_of(cut_at))
+                })
+        },
+    );
+    let took = now() - cut_at;
+    eprintln!("the others took node-c's tasks {took:.2} s after the cut");
+    // Expiry is checked once per server tick and rounded up to the next: session + 2 ticks,
+    // plus a second of slack for a loaded machine.
+    let bound = cut_session.as_secs_f64() + 1.0 + 1.0;
+    setup.check(
+        took <= bound + 1.0,
+        &format!("took {took:.2} s to take node-c's tasks after the cut (session {cut_session:?})"),
+    );
+    // Keep it cut for one more tick, so its timers have ticks due when it is back.
+    setup.wait("one more tick with node-c cut", LIMIT, |_, _| {
+        now() >= cut_at + cut_session.as_secs_f64() + 2.0
+    });
+    let healed_at = now();
+    setup.proxy.as_ref().unwrap().restore();
+
+    setup.wait_log("node-c", "session expired", 1);
+    setup.wait_log("node-c", "registered in ZooKeeper", 2);
+    setup.wait(
+        "node-c to lead and fire every task again",
+        LIMIT,
+        |fires, s| {
+            s.leading("node-c") == Some(tasks)
+                && s.tasks.iter().all(|t| {
+                    fires
+                        .0
+                        .iter()
+                        .any(|f| &f.task == t && f.node == "node-c" && f.second as f64 > healed_at)
+                })
+        },
+    );
+    let through = now_second() + 2;
+    setup.settle(through);
+
+    setup.assert_no_duplicates();
+    setup.assert_no_gaps(second_of(cut_at) - 1, through - 2);
+    // Stale: a tick after the cut fired by node-c before it rejoined: others owned those.
+    let fires = setup.fires();
+    let stale: Vec<&Fire> = fires
+        .0
+        .iter()
+        .filter(|f| {
+            f.node == "node-c" && f.second > second_of(cut_at) && (f.second as f64) <= healed_at
+        })
+        .collect();
+    setup.check(
+        stale.is_empty(),
+        &format!("node-c fired ticks of the time it was cut off: {stale:?}"),
+    );
+    // Once node-c fired a task again, the others never did (no tick of a task it no longer
+    // leads, on either side of the handoff).
+    let back: Vec<&Fire> = fires
+        .0
+        .iter()
+        .filter(|f| {
+            f.node != "node-c"
+                && fires.0.iter().any(|g| {
+                    g.node == "node-c"
+                        && g.task == f.task
+                        && g.second as f64 > healed_at
+                        && g.second < f.second
+                })
+        })
+        .collect();
+    setup.check(
+        back.is_empty(),
+        &format!("node-a or node-b fired after node-c had taken a task back: {back:?}"),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fires: what the tasks' jobs wrote
+
+/// One line of `fires.log`: `<task>@<unix second> <node id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fire {
+    task: String,
+    second: i64,
+    node: String,
+}
+
+/// The fires in file order.
+#[derive(Debug, Default)]
+struct Fires(Vec<Fire>);
+
+impl Fires {
+    /// Parses the complete lines of the file (a line still being written is left for later).
+    fn read(path: &std::path::Path) -> Fires {
+        let text = fs::read_to_string(path).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+        Fires(
+            complete
+                .lines()
+                .map(|line| {
+                    let parsed = line.split_once(' ').and_then(|(id, node)| {
+                        let (task, second) = id.rsplit_once('@')?;
+                        Some(Fire {
+                            task: task.to_string(),
+                            second: second.parse().ok()?,
+                            node: node.to_string(),
+                        })
+                    });
+                    parsed.unwrap_or_else(|| panic!("malformed line in fires.log: {line:?}"))
+                })
+                .collect(),
+        )
+    }
+
+    /// Fire ids that appear more than once, with the nodes that fired them.
+    fn duplicates(&self) -> BTreeMap<String, Vec<String>> {
+        let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for fire in &self.0 {
+            by_id
+                .entry(format!("{}@{}", fire.task, fire.second))
+                .or_default()
+                .push(fire.node.clone());
+        }
+        by_id.retain(|_, nodes| nodes.len() > 1);
+        by_id
+    }
+
+    /// For each task with a missing second in `from..=to`, the missing seconds.
+    fn gaps(&self, tasks: &[String], from: i64, to: i64) -> BTreeMap<String, Vec<i64>> {
+        let mut fired: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+        for fire in &self.0 {
+            fired.entry(&fire.task).or_default().insert(fire.second);
+        }
+        tasks
+            .iter()
+            .filter_map(|task| {
+                let seconds = fired.get(task.as_str());
+                let missing: Vec<i64> = (from..=to)
+                    .filter(|s| !seconds.is_some_and(|set| set.contains(s)))
+                    .collect();
+                (!missing.is_empty()).then(|| (task.clone(), missing))
+            })
+            .collect()
+    }
+
+    /// Which node fired each task's tick at `second`.
+    fn leaders_at(&self, second: i64) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|f| f.second == second)
+            .map(|f| (f.task.clone(), f.node.clone()))
+            .collect()
+    }
+
+    fn last_second(&self, task: &str) -> Option<i64> {
+        self.0
+            .iter()
+            .filter(|f| f.task == task)
+            .map(|f| f.second)
+            .max()
+    }
+
+    fn fired_by_at(&self, task: &str, node: &str, second: i64) -> bool {
+        self.0
+            .iter()
+            .any(|f| f.task == task && f.node == node && f.second == second)
+    }
+
+    /// One row per task over `from..=to`: the last letter of the node that fired each second,
+    /// `.` for none, `*` for more than one.
+    fn table(&self, tasks: &[String], from: i64, to: i64) -> String {
+        let mut cells: BTreeMap<(&str, i64), usize> = BTreeMap::new();
+        let mut by: BTreeMap<(&str, i64), char> = BTreeMap::new();
+        for fire in &self.0 {
+            *cells.entry((&fire.task, fire.second)).or_default() += 1;
+            by.insert(
+                (&fire.task, fire.second),
+                fire.node.chars().last().unwrap_or('?'),
+            );
+        }
+        let mut out =
+            format!("fires from {from} to {to} (node's last letter; . none, * several):\n");
+        for task in tasks {
+            let row: String = (from..=to)
+                .map(|s| match cells.get(&(task.as_str(), s)) {
+                    None => '.',
+                    Some(1) => by[&(task.as_str(), s)],
+                    Some(_) => '*',
+                })
+                .collect();
+            let _ = writeln!(out, "  {task:>4} {row}");
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A TCP proxy that can be cut
+
+/// A TCP proxy on 127.0.0.1 to `upstream`, on a runtime of its own. Cut: every connection is
+/// dropped, and new ones are accepted and then left unanswered (a black hole, as a partition
+/// looks to a client), until restored. Dropping the proxy closes everything.
+struct Proxy {
+    port: u16,
+    cut: Arc<tokio::sync::watch::Sender<bool>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Proxy {
+    fn start(upstream: SocketAddr) -> Proxy {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("the proxy listens");
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(tokio::sync::watch::Sender::new(false));
+        runtime.spawn(Proxy::accept(listener, upstream, cut.clone()));
+        Proxy {
+            port,
+            cut,
+            runtime: Some(runtime),
+        }
+    }
+
+    async fn accept(
+        listener: tokio::net::TcpListener,
+        upstream: SocketAddr,
+        cut: Arc<tokio::sync::watch::Sender<bool>>,
+    ) {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                continue;
+            };
+            let mut state = cut.subscribe();
+            tokio::spawn(async move {
+                if *state.borrow_and_update() {
+                    // The black hole: held, never answered, closed when the cut heals.
+                    let _ = state.wait_for(|cut| !*cut).await;
+                    return;
+                }
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    _ = state.wait_for(|cut| *cut) => {}
+                }
+            });
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    fn restore(&self) {
+        self.cut.send_replace(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The setup: an ensemble, a shared jobs dir and fires file, nodes, maybe a proxy
+
+/// Fields drop in order: the nodes are killed first, then the proxy and the ensemble go.
+struct Setup {
+    nodes: BTreeMap<String, DaemonProcess>,
+    proxy: Option<Proxy>,
+    zk: ZkEnsemble,
+    /// This setup's chroot, e.g. `/zkcron-test-0`.
+    chroot: String,
+    /// Holds `jobs.d/`, `fires.log` and one dir per node; kept when a test fails.
+    dir: Option<tempfile::TempDir>,
+    /// The every-second tasks with `catch_up = "all"`.
+    tasks: Vec<String>,
+    /// Other tasks (see [`Setup::write_task`]).
+    extra: Vec<String>,
+    session_timeout: Duration,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("ensemble test files kept in {}", dir.keep().display());
+        }
+    }
+}
+
+impl Setup {
+    /// An ensemble and `tasks` every-second tasks (`t00`, ...) with `catch_up = "all"`; nodes
+    /// started later get sessions of `session_timeout`.
+    fn new(tasks: usize, session_timeout: Duration) -> Setup {
+        let zk = ZkEnsemble::start();
+        let chroot = zk.new_chroot();
+        let dir = tempfile::Builder::new()
+            .prefix("zkcron-ensemble-")
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .unwrap();
+        fs::create_dir(dir.path().join("jobs.d")).unwrap();
+        fs::set_permissions(dir.path().join("jobs.d"), fs::Permissions::from_mode(0o755)).unwrap();
+        let mut setup = Setup {
+            nodes: BTreeMap::new(),
+            proxy: None,
+            zk,
+            chroot,
+            dir: Some(dir),
+            tasks: Vec::new(),
+            extra: Vec::new(),
+            session_timeout,
+        };
+        for i in 0..tasks {
+            setup.write_task(&format!("t{i:02}"), "all");
+        }
+        setup
+    }
+
+    /// An every-second task with this `catch_up`. `overlap = "allow"`: right after a catch-up
+    /// the last caught-up run may still be going when the next tick is due.
+    fn write_task(&mut self, name: &str, catch_up: &str) {
+        let text = format!(
+            "schedule = \"* * * * * *\"\n\
+             command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
+             catch_up = \"{catch_up}\"\n\
+             starting_deadline = \"1m\"\n\
+             overlap = \"allow\"\n",
+            fires = self.fires_path().display()
+        );
+        let path = self.dir().join("jobs.d").join(format!("{name}.toml"));
+        fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        if catch_up == "all" {
+            self.tasks.push(name.to_string());
+        } else {
+            self.extra.push(name.to_string());
+        }
+    }
+
+    fn all_tasks(&self) -> Vec<String> {
+        self.tasks.iter().chain(&self.extra).cloned().collect()
+    }
+
+    fn dir(&self) -> &std::path::Path {
+        self.dir.as_ref().unwrap().path()
+    }
+
+    fn fires_path(&self) -> PathBuf {
+        self.dir().join("fires.log")
+    }
+
+    fn fires(&self) -> Fires {
+        Fires::read(&self.fires_path())
+    }
+
+    /// The cluster's znodes under the chroot.
+    fn base(&self) -> String {
+        format!("{}/zkcron/{CLUSTER}", self.chroot)
+    }
+
+    /// Starts the nodes (id, release) on every server of the ensemble and waits until each has
+    /// registered.
+    fn start_nodes(&mut self, nodes: &[(&str, &str)]) {
+        let connect = format!("{}{}", self.zk.connect_string(), self.chroot);
+        for (id, release) in nodes {
+            self.spawn_node(id, release, &connect, self.session_timeout);
+        }
+        for (id, _) in nodes {
+            self.wait_log(id, "registered in ZooKeeper", 1);
+        }
+    }
+
+    fn spawn_node(&mut self, id: &str, release: &str, connect: &str, session: Duration) {
+        let node = zk::ClusterNode {
+            home: &self.dir().join(id),
+            jobs: &self.dir().join("jobs.d"),
+            connect,
+            cluster: CLUSTER,
+            id,
+            release,
+            session_timeout: session,
+            config: "",
+        }
+        .spawn();
+        self.nodes.insert(id.to_string(), node);
+    }
+
+    fn node(&self, id: &str) -> &DaemonProcess {
+        &self.nodes[id]
+    }
+
+    /// The session (hex, as ZooKeeper's `cons` shows it without `0x`) of `node`'s last
+    /// registration.
+    fn session(&self, node: &str) -> String {
+        let log = self.node(node).log();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("registered in ZooKeeper"))
+            .unwrap_or_else(|| panic!("{node} has not registered"));
+        let value = line
+            .split("session")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no session in {line:?}"));
+        value
+            .trim_start_matches(['=', ':', '"', ' '])
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect()
+    }
+
+    /// The number of tasks `node` said it leads in its last `leases changed` log line.
+    fn leading(&self, node: &str) -> Option<usize> {
+        let log = self.node(node).log();
+        let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
+        let value = line.split("leading").nth(1)?;
+        value
+            .trim_start_matches(['=', ':', '"', ' '])
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    }
+
+    /// Each child of `dir` (under the cluster's base) with its znode's ephemeral owner.
+    fn owners(&self, dir: &str) -> BTreeMap<String, i64> {
+        let dir = format!("{}/{dir}", self.base());
+        self.zk.with_client(async |client| {
+            let mut owners = BTreeMap::new();
+            for child in client.list_children(&dir).await.unwrap_or_default() {
+                if let Ok(Some(stat)) = client.check_stat(&format!("{dir}/{child}")).await {
+                    owners.insert(child, stat.ephemeral_owner);
+                }
+            }
+            owners
+        })
+    }
+
+    /// Lease znode → the session that owns it.
+    fn lease_owners(&self) -> BTreeMap<String, i64> {
+        self.owners("leases")
+    }
+
+    /// Member znode → the session that owns it; checked against each node's logged session.
+    fn member_owners(&self) -> BTreeMap<String, i64> {
+        let owners = self.owners("members");
+        for (id, owner) in &owners {
+            if self.nodes.contains_key(id) {
+                let logged = u64::from_str_radix(&self.session(id), 16).unwrap() as i64;
+                self.check(
+                    *owner == logged,
+                    &format!("{id}'s member znode is owned by session {owner:x}, not {logged:x}"),
+                );
+            }
+        }
+        owners
+    }
+
+    /// Polls `condition` every 20 ms until it holds; after `limit` panics with `what` and the
+    /// state of everything.
+    #[allow(clippy::disallowed_methods)] // real processes, real deadline
+    fn wait(&self, what: &str, limit: Duration, mut condition: impl FnMut(&Fires, &Setup) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !condition(&self.fires(), self) {
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for: {what}\n{}",
+                    self.diagnostics()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `node`'s log has `needle` at least `count` times.
+    fn wait_log(&self, node: &str, needle: &str, count: usize) {
+        self.wait(
+            &format!("{node} to log {needle:?} {count} time(s)"),
+            LIMIT,
+            |_, s| {
+                let done = s.node(node).log().matches(needle).count() >= count;
+                if !done && !common::process_alive(s.node(node).child.id() as i32) {
+                    panic!(
+                        "{node} exited while we waited for it to log {needle:?}\n{}",
+                        s.diagnostics()
+                    );
+                }
+                done
+            },
+        );
+    }
+
+    /// Waits until leadership is settled among `nodes`: in the last two complete seconds every
+    /// task fired, by the same node both times, and the nodes' last `leading=N` add up to the
+    /// number of tasks.
+    fn wait_stable(&self, nodes: &[&str]) {
+        let all = self.all_tasks();
+        self.wait(
+            &format!("leadership among {nodes:?} to settle"),
+            LIMIT,
+            |fires, s| {
+                let last = now_second() - 1;
+                let leaders = fires.leaders_at(last);
+                leaders.len() == all.len()
+                    && leaders == fires.leaders_at(last - 1)
+                    && nodes
+                        .iter()
+                        .map(|n| s.leading(n).unwrap_or(0))
+                        .sum::<usize>()
+                        == all.len()
+            },
+        );
+    }
+
+    /// Waits until every task fired a tick at or after `through`, so every tick up to
+    /// `through - 2` was claimed and its job has written its line.
+    fn settle(&self, through: i64) {
+        let all = self.all_tasks();
+        self.wait(
+            &format!("every task to fire the tick of {through}"),
+            LIMIT,
+            |fires, _| {
+                all.iter()
+                    .all(|t| fires.last_second(t).is_some_and(|s| s >= through))
+            },
+        );
+    }
+
+    /// Waits until the clock is in the middle of a second, far from the claims at its start.
+    fn wait_mid_second(&self) {
+        self.wait("the middle of a second", Duration::from_secs(3), |_, _| {
+            (0.35..0.65).contains(&now().fract())
+        });
+    }
+
+    fn assert_no_duplicates(&self) {
+        let duplicates = self.fires().duplicates();
+        self.check(
+            duplicates.is_empty(),
+            &format!("fire ids fired more than once (by nodes): {duplicates:?}"),
+        );
+    }
+
+    fn assert_no_gaps(&self, from: i64, to: i64) {
+        let gaps = self.fires().gaps(&self.tasks, from, to);
+        self.check(
+            gaps.is_empty(),
+            &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
+        );
+    }
+
+    /// Panics with `failure` and the state of everything unless `ok`.
+    fn check(&self, ok: bool, failure: &str) {
+        if !ok {
+            panic!("{failure}\n{}", self.diagnostics());
+        }
+    }
+
+    /// The fires of the last minute as a table, each node's log tail, each server's log tail.
+    fn diagnostics(&self) -> String {
+        let fires = self.fires();
+        let mut out = String::new();
+        match fires.0.iter().map(|f| f.second).max() {
+            Some(last) => out.push_str(&fires.table(&self.all_tasks(), last - 59, last)),
+            None => out.push_str("no fires\n"),
+        }
+        for (id, node) in &self.nodes {
+            let log = node.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let _ = writeln!(
+                out,
+                "--- {id}, last lines of {}:\n{}",
+                node.log_path.display(),
+                lines[lines.len().saturating_sub(25)..].join("\n")
+            );
+        }
+        out.push_str(&self.zk.describe(8));
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time, read the way the jobs see it
+
+/// The wall clock in Unix seconds.
+#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn now_second() -> i64 {
+    now().floor() as i64
+}
+
+/// The tick a wall-clock instant falls in.
+fn second_of(t: f64) -> i64 {
+    t.floor() as i64
+}
