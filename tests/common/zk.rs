@@ -1,6 +1,7 @@
 //! A real, standalone ZooKeeper server for the cluster tests: Debian's `zookeeper` package (3.8)
 //! run as `java ... ZooKeeperServerMain zoo.cfg` on a free port of 127.0.0.1, with its data and
-//! log in a temp dir.
+//! log in a temp dir; and [`ZkEnsemble`], three such servers run as a quorum (`QuorumPeerMain`)
+//! for the ensemble fault tests.
 //!
 //! The tests never skip: without ZooKeeper they fail, saying how to install it. Every JVM this
 //! module starts is killed when its [`ZkServer`] is dropped, and also when the test process dies
