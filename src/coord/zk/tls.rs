@@ -1,0 +1,273 @@
+//! TLS to ZooKeeper (`[coordination.zookeeper] tls = true`, `tls_ca_file`, `tls_cert_file`,
+//! `tls_key_file`): reading and checking the PEM files, the client's TLS options, and a
+//! handshake of our own before a session is opened, which says why TLS fails (the client library
+//! only retries until the session timeout and reports a timeout).
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// The TLS files of `[coordination.zookeeper]`, as configured (paths relative to the config
+/// file already resolved). They are read, and checked, when a session is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSource {
+    /// `tls_ca_file`: the CA certificate(s), PEM, that signed the servers' certificates.
+    pub ca_file: PathBuf,
+    /// `tls_cert_file` and `tls_key_file`: this node's certificate and private key, PEM, for
+    /// servers that ask for client certificates (`ssl.clientAuth`).
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// The TLS material, read and checked.
+#[derive(Clone)]
+pub struct ZkTls {
+    ca_pem: String,
+    roots: Arc<rustls::RootCertStore>,
+    identity: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ZkTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZkTls({} CA certificate(s)", self.roots.len())?;
+        if self.identity.is_some() {
+            write!(f, ", a client certificate")?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl TlsSource {
+    /// Reads and checks the files: each readable and PEM, the key file private to this user.
+    pub fn resolve(&self) -> Result<ZkTls, String> {
+        let (ca_pem, ca) = read_certificates("tls_ca_file", &self.ca_file)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for (n, cert) in ca.into_iter().enumerate() {
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "certificate {} in the ZooKeeper tls_ca_file {} is not a usable CA \
+                     certificate: {e}",
+                    n + 1,
+                    self.ca_file.display()
+                )
+            })?;
+        }
+        let identity = match &self.identity {
+            None => None,
+            Some((cert_file, key_file)) => {
+                let (cert_pem, _) = read_certificates("tls_cert_file", cert_file)?;
+                let key_pem = read_private_key(key_file)?;
+                Some((cert_pem, key_pem))
+            }
+        };
+        Ok(ZkTls {
+            ca_pem,
+            roots: Arc::new(roots),
+            identity,
+        })
+    }
+}
+
+fn read_text(key: &str, path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the ZooKeeper {key} {}: {e}", path.display()))
+}
+
+/// The file's text and its certificates; an error naming `key` and the file when it has none.
+fn read_certificates(
+    key: &str,
+    path: &Path,
+) -> Result<(String, Vec<CertificateDer<'static>>), String> {
+    let text = read_text(key, path)?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(text.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            format!(
+                "the ZooKeeper {key} {} is not valid PEM: {e}",
+                path.display()
+            )
+        })?;
+    if certs.is_empty() {
+        return Err(format!(
+            "the ZooKeeper {key} {} holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)",
+            path.display()
+        ));
+    }
+    Ok((text, certs))
+}
+
+/// The key file's text, refused when group or others may read it (like `auth_file`) or when it
+/// holds no PEM private key.
+fn read_private_key(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the ZooKeeper tls_key_file {shown}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "the ZooKeeper tls_key_file {shown} may be read by group or others (mode {:o}); run \
+             `chmod 600 {shown}`",
+            meta.mode() & 0o777
+        ));
+    }
+    let text = read_text("tls_key_file", path)?;
+    match PrivateKeyDer::from_pem_slice(text.as_bytes()) {
+        Ok(_) => Ok(text),
+        Err(rustls::pki_types::pem::Error::NoItemsFound) => Err(format!(
+            "the ZooKeeper tls_key_file {shown} holds no PEM private key (`-----BEGIN PRIVATE \
+             KEY-----`, or an RSA or EC one)"
+        )),
+        Err(e) => Err(format!(
+            "the ZooKeeper tls_key_file {shown} is not valid PEM: {e}"
+        )),
+    }
+}
+
+impl ZkTls {
+    /// The client library's options: the CA and, when given, the client certificate. The
+    /// server's certificate must name the host as written in the connect string (a DNS name or
+    /// an IP address in its subject alternative names).
+    pub fn options(&self) -> Result<zookeeper_client::TlsOptions, String> {
+        let options = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&self.ca_pem)
+            .map_err(|e| format!("the ZooKeeper tls_ca_file: {e}"))?;
+        match &self.identity {
+            None => Ok(options),
+            Some((cert, key)) => options
+                .with_pem_identity(cert, key)
+                .map_err(|e| format!("the ZooKeeper tls_cert_file and tls_key_file: {e}")),
+        }
+    }
+
+    fn client_config(&self, asked: Arc<AtomicBool>) -> Result<rustls::ClientConfig, String> {
+        let builder = rustls::ClientConfig::builder().with_root_certificates(self.roots.clone());
+        match &self.identity {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let key =
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    format!(
+                        "the ZooKeeper tls_key_file is not the key of the certificate in \
+                         tls_cert_file: {e}"
+                    )
+                })
+            }
+            None => Ok(builder.with_client_cert_resolver(Arc::new(NoClientCert(asked)))),
+        }
+    }
+
+    /// A TLS handshake of our own with each server of `hosts` in turn (blocking; at most
+    /// `limit` per server), before the client library opens a session: `Ok` as soon as one
+    /// server accepts us, or when none answers at all (then the session's own attempts report
+    /// it); an error saying why when every server that answered refused TLS.
+    pub fn check_handshake(&self, hosts: &str, limit: Duration) -> Result<(), String> {
+        let mut refusals = Vec::new();
+        for host in hosts.split(',') {
+            match self.handshake(host, limit) {
+                Ok(()) => return Ok(()),
+                Err(Refusal::Unreachable) => {}
+                Err(Refusal::Tls(why)) => refusals.push(format!("{host}: {why}")),
+            }
+        }
+        if refusals.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "TLS to ZooKeeper failed: {}; check tls_ca_file (the CA that signed the servers' \
+             certificates), that each server's certificate names the host as the connect string \
+             writes it, and tls_cert_file/tls_key_file if the servers ask for client certificates",
+            refusals.join("; ")
+        ))
+    }
+
+    fn handshake(&self, host: &str, limit: Duration) -> Result<(), Refusal> {
+        let (name, _) = host.rsplit_once(':').ok_or(Refusal::Unreachable)?;
+        let name = name.trim_start_matches('[').trim_end_matches(']');
+        let server = ServerName::try_from(name.to_string())
+            .map_err(|e| Refusal::Tls(format!("`{name}` is not a host name for TLS: {e}")))?;
+        let address = host
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut all| all.next())
+            .ok_or(Refusal::Unreachable)?;
+        let mut tcp =
+            TcpStream::connect_timeout(&address, limit).map_err(|_| Refusal::Unreachable)?;
+        let _ = tcp.set_read_timeout(Some(limit));
+        let _ = tcp.set_write_timeout(Some(limit));
+        let asked = Arc::new(AtomicBool::new(false));
+        let config = self.client_config(asked.clone()).map_err(Refusal::Tls)?;
+        let mut tls = rustls::ClientConnection::new(Arc::new(config), server)
+            .map_err(|e| Refusal::Tls(e.to_string()))?;
+        while tls.is_handshaking() {
+            tls.complete_io(&mut tcp)
+                .map_err(|e| Refusal::Tls(tls_error(e)))?;
+        }
+        if asked.load(Ordering::Relaxed) {
+            // The server asked for a client certificate and got none: with `ssl.clientAuth =
+            // need` it refuses us right after the handshake; with `want` it waits for our
+            // request. A short read tells which.
+            let _ = tcp.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut stream = rustls::Stream::new(&mut tls, &mut tcp);
+            let _ = stream.flush();
+            match stream.read(&mut [0; 1]) {
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Err(Refusal::Tls(format!(
+                        "the server requires a client certificate ({}); set tls_cert_file and \
+                         tls_key_file",
+                        tls_error(e)
+                    )));
+                }
+                Ok(0) => {
+                    return Err(Refusal::Tls(
+                        "the server closed the connection after asking for a client \
+                         certificate; set tls_cert_file and tls_key_file"
+                            .into(),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Refusal {
+    /// No TCP connection (down, or not there): not a TLS problem.
+    Unreachable,
+    Tls(String),
+}
+
+/// rustls' error inside an I/O error, e.g. "invalid peer certificate: UnknownIssuer".
+fn tls_error(error: std::io::Error) -> String {
+    match error.get_ref() {
+        Some(inner) => inner.to_string(),
+        None => error.to_string(),
+    }
+}
+
+/// The client-certificate resolver without a certificate: it notes that the server asked.
+#[derive(Debug)]
+struct NoClientCert(Arc<AtomicBool>);
+
+impl rustls::client::ResolvesClientCert for NoClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.store(true, Ordering::Relaxed);
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        false
+    }
+}
