@@ -18,6 +18,8 @@ pub(super) struct TlsKeys {
     ca_file: Option<(PathBuf, Range<usize>)>,
     cert_file: Option<(PathBuf, Range<usize>)>,
     key_file: Option<(PathBuf, Range<usize>)>,
+    /// A key was already reported (wrong type, empty): say nothing more about how they combine.
+    reported: bool,
 }
 
 impl TlsKeys {
@@ -32,9 +34,11 @@ impl TlsKeys {
         let q = format!("coordination.zookeeper.{k}");
         if k == "tls" {
             self.tls = c.boolean(&q, value).map(|on| (on, value.span()));
+            self.reported |= self.tls.is_none();
             return;
         }
         let Some(path) = c.path(&q, value) else {
+            self.reported = true;
             return;
         };
         let found = Some((base.join(path), value.span()));
@@ -47,6 +51,9 @@ impl TlsKeys {
 
     /// The TLS settings, or `None` (plain TCP), reporting keys that do not go together.
     pub(super) fn finish(self, c: &mut Checker<'_>) -> Option<TlsSource> {
+        if self.reported {
+            return None;
+        }
         let identity = match (self.cert_file, self.key_file) {
             (Some((cert, span)), Some((key, _))) => Some((cert, key, span)),
             (Some((_, span)), None) => {

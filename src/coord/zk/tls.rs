@@ -271,3 +271,152 @@ impl rustls::client::ResolvesClientCert for NoClientCert {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A throw-away self-signed CA made for these tests (`openssl req -x509 -newkey ec`), and
+    /// its key: only parsed here, never trusted by anything.
+    const CA_PEM: &str = "\
+-----BEGIN CERTIFICATE-----\n\
+MIIBlDCCATmgAwIBAgIUL3MrSbRliemOhc0PXkWdMa9lNtIwCgYIKoZIzj0EAwIw\n\
+HjEcMBoGA1UEAwwTemtjcm9uIHVuaXQtdGVzdCBDQTAgFw0yNjExMjMxMjM0MjNa\n\
+GA8yMTI2MTAzMDEyMzQyM1owHjEcMBoGA1UEAwwTemtjcm9uIHVuaXQtdGVzdCBD\n\
+QTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABMc1RZSGFTYdKI9QUrTLADzGX+xV\n\
+mV+yV4KOvzws2mgqKrvTOsSQBKK85qKoyRrJZ3m/2XTuwVVNqVvORPx1YCKjUzBR\n\
+MB0GA1UdDgQWBBRT2UwZvHpJTvpJPmOCvkaeEhUDnTAfBgNVHSMEGDAWgBRT2UwZ\n\
+vHpJTvpJPmOCvkaeEhUDnTAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kA\n\
+MEYCIQC8E+OBYWaJ0NgQqfpnUn3eX3fo2d4EOMdtV3eiIBWbTgIhAKUeUE9lF9rR\n\
+plw8vJt05QBaZrNndQlv9KF6AMfzrbeg\n\
+-----END CERTIFICATE-----\n\
+";
+    const KEY_PEM: &str = "\
+-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgFSfP/BqJb/9O4ui7\n\
+bv2fXT6eigJ/qbUbJwl2pKMVK3+hRANCAATHNUWUhhU2HSiPUFK0ywA8xl/sVZlf\n\
+sleCjr88LNpoKiq70zrEkASivOaiqMkayWd5v9l07sFVTalbzkT8dWAi\n\
+-----END PRIVATE KEY-----\n\
+";
+
+    fn file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn tls_files_that_are_pem_resolve_into_client_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = file(dir.path(), "ca.pem", CA_PEM, 0o644);
+        let tls = TlsSource {
+            ca_file: ca_file.clone(),
+            identity: None,
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(format!("{tls:?}"), "ZkTls(1 CA certificate(s))");
+        tls.options().unwrap();
+        let tls = TlsSource {
+            ca_file,
+            identity: Some((
+                file(dir.path(), "node.pem", CA_PEM, 0o644),
+                file(dir.path(), "node.key", KEY_PEM, 0o600),
+            )),
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            format!("{tls:?}"),
+            "ZkTls(1 CA certificate(s), a client certificate)"
+        );
+        tls.options().unwrap();
+    }
+
+    #[test]
+    fn each_broken_tls_file_is_refused_naming_its_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let good_ca = file(dir.path(), "ca.pem", CA_PEM, 0o644);
+        let good_cert = file(dir.path(), "node.pem", CA_PEM, 0o644);
+        let good_key = file(dir.path(), "node.key", KEY_PEM, 0o600);
+        let missing = dir.path().join("absent.pem");
+        let not_pem = file(dir.path(), "notes.txt", "hello\n", 0o600);
+        let key_only = file(dir.path(), "key-only.pem", KEY_PEM, 0o600);
+        let open_key = file(dir.path(), "open.key", KEY_PEM, 0o640);
+        let resolve = |ca: &Path, identity: Option<(&Path, &Path)>| {
+            TlsSource {
+                ca_file: ca.to_path_buf(),
+                identity: identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+            }
+            .resolve()
+            .unwrap_err()
+        };
+        let error = resolve(&missing, None);
+        assert!(
+            error.starts_with(&format!(
+                "cannot read the ZooKeeper tls_ca_file {}: ",
+                missing.display()
+            )),
+            "{error}"
+        );
+        assert_eq!(
+            resolve(&not_pem, None),
+            format!(
+                "the ZooKeeper tls_ca_file {} holds no PEM certificate (`-----BEGIN \
+                 CERTIFICATE-----`)",
+                not_pem.display()
+            )
+        );
+        assert_eq!(
+            resolve(&key_only, None),
+            format!(
+                "the ZooKeeper tls_ca_file {} holds no PEM certificate (`-----BEGIN \
+                 CERTIFICATE-----`)",
+                key_only.display()
+            )
+        );
+        assert_eq!(
+            resolve(&good_ca, Some((&not_pem, &good_key))),
+            format!(
+                "the ZooKeeper tls_cert_file {} holds no PEM certificate (`-----BEGIN \
+                 CERTIFICATE-----`)",
+                not_pem.display()
+            )
+        );
+        let error = resolve(&good_ca, Some((&good_cert, &missing)));
+        assert!(
+            error.starts_with(&format!(
+                "cannot read the ZooKeeper tls_key_file {}: ",
+                missing.display()
+            )),
+            "{error}"
+        );
+        let shown = open_key.display();
+        assert_eq!(
+            resolve(&good_ca, Some((&good_cert, &open_key))),
+            format!(
+                "the ZooKeeper tls_key_file {shown} may be read by group or others (mode 640); \
+                 run `chmod 600 {shown}`"
+            )
+        );
+        assert_eq!(
+            resolve(&good_ca, Some((&good_cert, &not_pem))),
+            format!(
+                "the ZooKeeper tls_key_file {} holds no PEM private key (`-----BEGIN PRIVATE \
+                 KEY-----`, or an RSA or EC one)",
+                not_pem.display()
+            )
+        );
+        let truncated = file(dir.path(), "cut.pem", &CA_PEM[..CA_PEM.len() - 30], 0o644);
+        let error = resolve(&truncated, None);
+        assert!(
+            error.starts_with(&format!(
+                "the ZooKeeper tls_ca_file {} is not valid PEM: ",
+                truncated.display()
+            )),
+            "{error}"
+        );
+    }
+}
