@@ -207,8 +207,18 @@ impl ZkTls {
         let mut tls = rustls::ClientConnection::new(Arc::new(config), server)
             .map_err(|e| Refusal::Tls(e.to_string()))?;
         while tls.is_handshaking() {
-            tls.complete_io(&mut tcp)
-                .map_err(|e| Refusal::Tls(tls_error(e)))?;
+            tls.complete_io(&mut tcp).map_err(|e| {
+                // TLS 1.2: a server that needs a client certificate refuses in the handshake.
+                if asked.load(Ordering::Relaxed) {
+                    Refusal::Tls(format!(
+                        "the server requires a client certificate ({}); set tls_cert_file and \
+                         tls_key_file",
+                        tls_error(e)
+                    ))
+                } else {
+                    Refusal::Tls(tls_error(e))
+                }
+            })?;
         }
         if asked.load(Ordering::Relaxed) {
             // The server asked for a client certificate and got none: with `ssl.clientAuth =
