@@ -30,6 +30,8 @@ pub struct ZkTls {
     ca_pem: String,
     roots: Arc<rustls::RootCertStore>,
     identity: Option<(String, String)>,
+    /// Where `identity` was read from, for messages.
+    identity_files: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for ZkTls {
@@ -65,11 +67,15 @@ impl TlsSource {
                 Some((cert_pem, key_pem))
             }
         };
-        Ok(ZkTls {
+        let tls = ZkTls {
             ca_pem,
             roots: Arc::new(roots),
             identity,
-        })
+            identity_files: self.identity.clone(),
+        };
+        // A key that is not the certificate's is refused now, not at the first connection.
+        tls.client_config(Arc::default())?;
+        Ok(tls)
     }
 }
 
@@ -154,9 +160,15 @@ impl ZkTls {
                 let key =
                     PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    let (cert_file, key_file) = self
+                        .identity_files
+                        .as_ref()
+                        .map_or((Default::default(), Default::default()), |(c, k)| {
+                            (c.display().to_string(), k.display().to_string())
+                        });
                     format!(
-                        "the ZooKeeper tls_key_file is not the key of the certificate in \
-                         tls_cert_file: {e}"
+                        "the ZooKeeper tls_key_file {key_file} is not the private key of the \
+                         certificate in tls_cert_file {cert_file}: {e}"
                     )
                 })
             }
@@ -309,6 +321,15 @@ sleCjr88LNpoKiq70zrEkASivOaiqMkayWd5v9l07sFVTalbzkT8dWAi\n\
 -----END PRIVATE KEY-----\n\
 ";
 
+    /// Another throw-away key (`openssl genpkey -algorithm ec`), not the one of `CA_PEM`.
+    const OTHER_KEY_PEM: &str = "\
+-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgBnpTWDkgTQp84USg\n\
+Jsr9yciCa4r5G4A/wTWLndniUuKhRANCAASFOPK3Tadyz8Zzwn1Nu1nDtfoqfPAp\n\
+lgWOd2ku+478NO+Zky7ejOUSsqvHRfRdi+YBiZ4DokLFzbqud7JHPtNK\n\
+-----END PRIVATE KEY-----\n\
+";
+
     fn file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let path = dir.join(name);
@@ -417,6 +438,16 @@ sleCjr88LNpoKiq70zrEkASivOaiqMkayWd5v9l07sFVTalbzkT8dWAi\n\
                 "the ZooKeeper tls_key_file {} holds no PEM private key (`-----BEGIN PRIVATE \
                  KEY-----`, or an RSA or EC one)",
                 not_pem.display()
+            )
+        );
+        let other_key = file(dir.path(), "other.key", OTHER_KEY_PEM, 0o600);
+        assert_eq!(
+            resolve(&good_ca, Some((&good_cert, &other_key))),
+            format!(
+                "the ZooKeeper tls_key_file {} is not the private key of the certificate in \
+                 tls_cert_file {}: keys may not be consistent: KeyMismatch",
+                other_key.display(),
+                good_cert.display()
             )
         );
         let truncated = file(dir.path(), "cut.pem", &CA_PEM[..CA_PEM.len() - 30], 0o644);
