@@ -18,7 +18,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::accounts::Identity;
-use crate::coord::zk::{AuthSource, ZkAuth};
+use crate::coord::zk::{AuthSource, TlsSource, ZkAuth};
 use crate::diag::decode_utf8;
 use crate::diag::{Problem, Report};
 use crate::schedule::parse_timezone;
@@ -143,6 +143,10 @@ const ZOOKEEPER_KEYS: &[&str] = &[
     "max_clock_skew",
     "auth",
     "auth_file",
+    "tls",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
 ];
 
 /// `[coordination]`.
@@ -168,6 +172,9 @@ pub struct ZookeeperSection {
     /// `auth = "user:password"` or `auth_file = PATH` (at most one): digest authentication,
     /// and creator-only ACLs on every znode zkcron creates.
     pub auth: AuthSource,
+    /// `tls = true` with `tls_ca_file` (and optionally `tls_cert_file` + `tls_key_file`);
+    /// `None`: plain TCP.
+    pub tls: Option<TlsSource>,
 }
 
 impl Default for ZookeeperSection {
@@ -178,6 +185,7 @@ impl Default for ZookeeperSection {
             session_timeout: Duration::from_secs(10),
             max_clock_skew: None,
             auth: AuthSource::None,
+            tls: None,
         }
     }
 }
@@ -627,6 +635,7 @@ fn zookeeper_section(
         c.report(value.span(), message, None);
         return;
     };
+    let mut tls = tls::TlsKeys::default();
     for (key, value) in table.iter() {
         let k: &str = key.get_ref();
         let qualified = format!("coordination.zookeeper.{k}");
@@ -668,6 +677,7 @@ fn zookeeper_section(
                 }
             }
             "max_clock_skew" => into.max_clock_skew = c.duration(q, value),
+            "tls" | "tls_ca_file" | "tls_cert_file" | "tls_key_file" => tls.take(c, k, value, base),
             "auth" | "auth_file" => {
                 if into.auth != AuthSource::None {
                     let message = "`coordination.zookeeper.auth` and `auth_file` are both set; \
@@ -712,6 +722,7 @@ fn zookeeper_section(
             }
         }
     }
+    into.tls = tls.finish(c);
 }
 
 fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {
@@ -749,3 +760,4 @@ fn version(
 
 #[cfg(test)]
 mod tests;
+mod tls;

@@ -95,6 +95,7 @@ impl Endpoint {
                 &settings.connect,
                 &settings.cluster,
                 &settings.auth,
+                settings.tls.as_ref(),
             ),
         }
     }

@@ -104,6 +104,7 @@ impl Plan {
             labels: self.config.node.labels.clone(),
             history_runs: self.config.scheduler.history_runs,
             auth: section.auth.clone(),
+            tls: section.tls.clone(),
         })
     }
 

@@ -269,6 +269,7 @@ fn settings(connect: &str, node: &str, release: &str) -> ZkSettings {
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
         history_runs: 100,
         auth: Default::default(),
+        tls: None,
     }
 }
 

@@ -716,6 +716,7 @@ impl ZkBackend {
             labels: BTreeMap::new(),
             history_runs: 100,
             auth: Default::default(),
+            tls: None,
         };
         let enabled = CASES.iter().filter(|c| c.enabled).count();
         let coordinator = runtime.block_on(async {

@@ -108,3 +108,91 @@ fn auto_log_format_follows_journal_stream() {
     assert_eq!(LogFormat::Auto.resolve_with(false), LogFormat::Text);
     assert_eq!(LogFormat::Json.resolve_with(true), LogFormat::Json);
 }
+
+#[test]
+fn zookeeper_tls_names_its_files_relative_to_the_config() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    let tls = |text: &str| {
+        parse_config(path, &format!("[coordination.zookeeper]\n{text}"))
+            .map(|c| c.coordination.zookeeper.tls)
+    };
+    assert_eq!(tls("").unwrap(), None);
+    assert_eq!(tls("tls = false\n").unwrap(), None);
+    assert_eq!(
+        tls("tls = true\ntls_ca_file = \"ca.pem\"\n").unwrap(),
+        Some(TlsSource {
+            ca_file: "/etc/zkcron/ca.pem".into(),
+            identity: None
+        })
+    );
+    assert_eq!(
+        tls("tls = true\ntls_ca_file = \"/ca.pem\"\ntls_cert_file = \"node.pem\"\ntls_key_file = \"node.key\"\n")
+            .unwrap(),
+        Some(TlsSource {
+            ca_file: "/ca.pem".into(),
+            identity: Some(("/etc/zkcron/node.pem".into(), "/etc/zkcron/node.key".into()))
+        })
+    );
+}
+
+#[test]
+fn zookeeper_tls_keys_that_do_not_go_together_are_refused_naming_them() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    for (text, expected, help) in [
+        (
+            "tls = true\n",
+            "`coordination.zookeeper.tls` is true but `tls_ca_file` is not set",
+            "set `tls_ca_file` to the CA certificate (PEM) that signed the ZooKeeper servers' \
+             certificates",
+        ),
+        (
+            "tls_ca_file = \"ca.pem\"\n",
+            "`coordination.zookeeper.tls_ca_file` is set but `tls` is not true",
+            "set `tls = true` to reach ZooKeeper over TLS",
+        ),
+        (
+            "tls = false\ntls_ca_file = \"ca.pem\"\n",
+            "`coordination.zookeeper.tls_ca_file` is set but `tls` is not true",
+            "set `tls = true` to reach ZooKeeper over TLS",
+        ),
+        (
+            "tls = true\ntls_ca_file = \"ca.pem\"\ntls_cert_file = \"n.pem\"\n",
+            "`coordination.zookeeper.tls_cert_file` is set without `tls_key_file`",
+            "a client certificate needs its private key: set both, or neither",
+        ),
+        (
+            "tls = true\ntls_ca_file = \"ca.pem\"\ntls_key_file = \"n.key\"\n",
+            "`coordination.zookeeper.tls_key_file` is set without `tls_cert_file`",
+            "a client certificate needs its private key: set both, or neither",
+        ),
+        (
+            "tls_cert_file = \"n.pem\"\ntls_key_file = \"n.key\"\n",
+            "`coordination.zookeeper.tls_cert_file` and `tls_key_file` are set but `tls` is not \
+             true",
+            "set `tls = true` and `tls_ca_file`",
+        ),
+        (
+            "tls = \"true\"\n",
+            "`coordination.zookeeper.tls` must be true or false, found string \"true\"",
+            "remove the quotes",
+        ),
+        (
+            "tls = true\ntls_ca_file = \"\"\n",
+            "`coordination.zookeeper.tls_ca_file` is empty",
+            "remove `coordination.zookeeper.tls_ca_file` or give it a value",
+        ),
+    ] {
+        let error = parse_config(path, &format!("[coordination.zookeeper]\n{text}")).unwrap_err();
+        let problems: Vec<(&str, Option<&str>)> = error
+            .problems
+            .iter()
+            .map(|p| (p.message.as_str(), p.help.as_deref()))
+            .collect();
+        assert_eq!(problems, [(expected, Some(help))], "{text}");
+    }
+    let error = parse_config(path, "[coordination.zookeeper]\ntls_ca = \"x\"\n").unwrap_err();
+    assert_eq!(
+        error.problems[0].help.as_deref(),
+        Some("did you mean `tls_ca_file`?")
+    );
+}

@@ -140,6 +140,7 @@ pub fn resolve(
                 connect,
                 cluster: plan.cluster.clone(),
                 auth: plan.config.coordination.zookeeper.auth.clone(),
+                tls: plan.config.coordination.zookeeper.tls.clone(),
             },
             None => anyhow::bail!(
                 "the config selects the zookeeper backend but names no server: set --zookeeper \

@@ -18,7 +18,7 @@ use zookeeper_client::{
 
 use super::model::{LiveMember, Snapshot};
 use crate::coord::RunResult;
-use crate::coord::zk::settings::{AuthSource, connector, split_connect};
+use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
 use crate::coord::zk::wire::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
@@ -68,12 +68,18 @@ impl ClusterClient {
         connect: &str,
         cluster: &str,
         auth: &AuthSource,
+        tls: Option<&TlsSource>,
         deadline: Duration,
     ) -> anyhow::Result<ClusterClient> {
         let (hosts, chroot) = split_connect(connect).map_err(|e| anyhow!(e))?;
         let auth = auth.resolve().map_err(|e| anyhow!(e))?;
-        let connector =
-            connector(Duration::from_secs(10), auth.as_ref()).with_connection_timeout(deadline);
+        let tls = tls
+            .map(TlsSource::resolve)
+            .transpose()
+            .map_err(|e| anyhow!(e))?;
+        let connector = connector(Duration::from_secs(10), auth.as_ref(), tls.as_ref())
+            .map_err(|e| anyhow!(e))?
+            .with_connection_timeout(deadline);
         let client = match tokio::time::timeout(deadline, connector.connect(&hosts)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => bail!(
@@ -551,22 +557,35 @@ impl ClusterClient {
 /// `/status` of a node of `cluster` at `connect` ([`crate::http`]): the cluster's status as
 /// `zkcron status --json` reads it, through a session of its own per request (the daemon's
 /// session stays the daemon's), or why it cannot be read now.
-pub fn status_source(connect: &str, cluster: &str, auth: &AuthSource) -> crate::http::StatusSource {
+pub fn status_source(
+    connect: &str,
+    cluster: &str,
+    auth: &AuthSource,
+    tls: Option<&TlsSource>,
+) -> crate::http::StatusSource {
     let connect = connect.to_string();
     let cluster = cluster.to_string();
     let auth = auth.clone();
+    let tls = tls.cloned();
     std::sync::Arc::new(move || {
         let connect = connect.clone();
         let cluster = cluster.clone();
         let auth = auth.clone();
+        let tls = tls.clone();
         // The snapshot's future is not `Send` (its record streams borrow through closures the
         // compiler cannot prove `Send` for every lifetime): it runs on a blocking thread.
         let runtime = tokio::runtime::Handle::current();
         Box::pin(async move {
             let read = tokio::task::spawn_blocking(move || {
                 runtime.block_on(async {
-                    let client =
-                        ClusterClient::connect(&connect, &cluster, &auth, CONNECT_DEADLINE).await?;
+                    let client = ClusterClient::connect(
+                        &connect,
+                        &cluster,
+                        &auth,
+                        tls.as_ref(),
+                        CONNECT_DEADLINE,
+                    )
+                    .await?;
                     let snapshot = client.snapshot(None).await;
                     client.close().await;
                     anyhow::Ok(super::model::status(&snapshot?, crate::clock::wall_clock()))

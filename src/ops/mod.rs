@@ -49,6 +49,8 @@ pub enum Target {
         connect: String,
         cluster: String,
         auth: crate::coord::zk::AuthSource,
+        /// `tls = true` and its files.
+        tls: Option<crate::coord::zk::TlsSource>,
     },
     /// The local backend's daemon on this host, by its state dir.
     Local { state_dir: PathBuf },
@@ -99,14 +101,21 @@ pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
             connect,
             cluster,
             auth,
+            tls,
         } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
             runtime.block_on(async {
-                let client =
-                    ClusterClient::connect(&connect, &cluster, &auth, CONNECT_DEADLINE).await?;
+                let client = ClusterClient::connect(
+                    &connect,
+                    &cluster,
+                    &auth,
+                    tls.as_ref(),
+                    CONNECT_DEADLINE,
+                )
+                .await?;
                 let result = run_cluster(command, &client).await;
                 client.close().await;
                 result

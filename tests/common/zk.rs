@@ -571,11 +571,16 @@ pub fn require_zookeeper_at(jar: &Path) -> PathBuf {
 }
 
 fn class_path() -> String {
-    if Path::new(SLF4J_SIMPLE_JAR).exists() {
-        format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE_JAR}")
-    } else {
-        ZOOKEEPER_JAR.to_string()
-    }
+    let mut jars = vec![ZOOKEEPER_JAR];
+    // Netty's jars that the package's manifest does not name but its Netty server (the one
+    // that serves TLS, see [`ZkServer::start_tls`]) needs; `libnetty-java` ships them.
+    jars.extend(
+        [SLF4J_SIMPLE_JAR]
+            .into_iter()
+            .chain(NETTY_JARS_FOR_TLS)
+            .filter(|jar| Path::new(jar).exists()),
+    );
+    jars.join(":")
 }
 
 fn find_in_path(program: &str) -> Option<PathBuf> {
@@ -764,5 +769,194 @@ impl ClusterNode<'_> {
             .stderr(log);
         let child = spawn_tied_to_process(command).expect("zkcron starts");
         super::DaemonProcess { child, log_path }
+    }
+}
+
+// ---- A ZooKeeper serving TLS (tests/tls.rs) ----
+
+/// The jars of `libnetty-java` (a dependency of Debian's `zookeeper`) that its Netty server needs
+/// besides those the package's manifest names.
+const NETTY_JARS_FOR_TLS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
+
+/// The password of the test server's PKCS#12 key store (the store lives in a temp dir).
+const KEY_STORE_PASSWORD: &str = "zkcron-test";
+
+/// Certificates for a TLS test: a CA, the server's certificate for 127.0.0.1 signed by it (in a
+/// PKCS#12 key store for ZooKeeper), a client certificate signed by it, and a second CA that
+/// signed nothing, all made by `openssl` (which Debian's Java runtime pulls in through
+/// ca-certificates) in a temp dir.
+pub struct TestPki {
+    dir: tempfile::TempDir,
+}
+
+impl TestPki {
+    pub fn new() -> TestPki {
+        let dir = tempfile::Builder::new()
+            .prefix("zkcron-pki-")
+            .tempdir()
+            .unwrap();
+        let pki = TestPki { dir };
+        pki.make_ca("ca");
+        pki.make_ca("other-ca");
+        pki.make_signed(
+            "server",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        );
+        pki.make_signed("client", "extendedKeyUsage=clientAuth\n");
+        pki.openssl(&[
+            "pkcs12",
+            "-export",
+            "-in",
+            "server.pem",
+            "-inkey",
+            "server.key",
+            "-certfile",
+            "ca.pem",
+            "-name",
+            "server",
+            "-out",
+            "server.p12",
+            "-passout",
+            &format!("pass:{KEY_STORE_PASSWORD}"),
+        ]);
+        for key in ["ca.key", "other-ca.key", "server.key", "client.key"] {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(pki.path(key), fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        pki
+    }
+
+    /// A file of the PKI: `ca.pem`, `other-ca.pem`, `client.pem`, `client.key`, ...
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn make_ca(&self, name: &str) {
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=zkcron test {name}"),
+            "-addext",
+            "basicConstraints=critical,CA:true",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+    }
+
+    fn make_signed(&self, name: &str, extensions: &str) {
+        fs::write(
+            self.path(&format!("{name}.ext")),
+            format!("basicConstraints=CA:false\nkeyUsage=digitalSignature\n{extensions}"),
+        )
+        .unwrap();
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN=zkcron test {name}"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            &rand::random_range(1..u32::MAX).to_string(),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("running openssl: {e}; install it: `apt-get install -y openssl`")
+            });
+        assert!(
+            output.status.success(),
+            "openssl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+impl ZkServer {
+    /// Starts a standalone server that serves TLS on a second port of 127.0.0.1 (see
+    /// [`ZkServer::secure_connect_string`]) with the certificate of `pki`, through ZooKeeper's
+    /// Netty server; the plain port stays for the harness's own checks. `client_auth` is
+    /// ZooKeeper's `ssl.clientAuth`: `need` (a client certificate signed by the CA is
+    /// required), `want` or `none`.
+    ///
+    /// It starts as a plain server, then again with the TLS settings added to its `zoo.cfg`.
+    pub fn start_tls(pki: &TestPki, client_auth: &str) -> ZkServer {
+        let mut server = ZkServer::start();
+        server.stop();
+        let config = format!(
+            "# TLS (tests/common/zk.rs, start_tls)\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             secureClientPort={port}\n\
+             secureClientPortAddress=127.0.0.1\n\
+             ssl.keyStore.location={key_store}\n\
+             ssl.keyStore.password={KEY_STORE_PASSWORD}\n\
+             ssl.keyStore.type=PKCS12\n\
+             ssl.trustStore.location={trust_store}\n\
+             ssl.trustStore.type=PEM\n\
+             ssl.clientAuth={client_auth}\n",
+            port = free_port(),
+            key_store = pki.path("server.p12").display(),
+            trust_store = pki.path("ca.pem").display(),
+        );
+        let mut zoo_cfg = fs::OpenOptions::new()
+            .append(true)
+            .open(server.dir().join("zoo.cfg"))
+            .unwrap();
+        zoo_cfg.write_all(config.as_bytes()).unwrap();
+        server.start_again();
+        server
+    }
+
+    /// `127.0.0.1:SECURE_PORT` of a server from [`ZkServer::start_tls`].
+    pub fn secure_connect_string(&self) -> String {
+        let config = fs::read_to_string(self.dir().join("zoo.cfg")).unwrap();
+        let port = config
+            .lines()
+            .find_map(|line| line.strip_prefix("secureClientPort="))
+            .expect("a server from start_tls");
+        format!("127.0.0.1:{port}")
     }
 }

@@ -25,6 +25,7 @@
 
 pub mod call;
 pub mod settings;
+pub mod tls;
 pub mod wire;
 
 use std::pin::Pin;
@@ -37,8 +38,8 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
 pub use settings::{
-    AuthSource, DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, ZkAuth,
-    ZkSettings, session_timeout_problem, split_connect,
+    AuthSource, DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, TlsSource,
+    ZkAuth, ZkSettings, session_timeout_problem, split_connect,
 };
 pub use wire::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
@@ -82,6 +83,7 @@ impl ZkCoordinator {
     ) -> Result<ZkCoordinator, String> {
         let (hosts, chroot) = settings.check()?;
         let auth = settings.auth.resolve()?;
+        let tls = settings.tls.as_ref().map(|tls| tls.resolve()).transpose()?;
         let acl = match &auth {
             Some(auth) => {
                 tracing::info!(user = %auth.user, "ZooKeeper digest authentication: znodes zkcron creates are readable and writable only by this user");
@@ -127,6 +129,7 @@ impl ZkCoordinator {
             hosts,
             timeout: settings.session_timeout,
             auth,
+            tls,
             open_root_checked: false,
             base,
             leadership: leadership_tx,
@@ -297,6 +300,8 @@ struct Driver {
     timeout: Duration,
     /// Sent with every new session before any call.
     auth: Option<ZkAuth>,
+    /// `tls = true`: the CA and client certificate, read at start-up.
+    tls: Option<settings::ZkTls>,
     /// Whether the root's ACL was checked (once, on the first session with credentials).
     open_root_checked: bool,
     /// The cluster root, `<chroot>/zkcron/<cluster>`.
@@ -511,9 +516,10 @@ impl Driver {
     fn connect(&mut self, after: Duration) {
         let hosts = self.hosts.clone();
         let timeout = self.timeout;
-        let connector = settings::connector(timeout, self.auth.as_ref());
+        let connector = settings::connector(timeout, self.auth.as_ref(), self.tls.as_ref());
         self.connecting = Some(Box::pin(async move {
             tokio::time::sleep(after).await;
+            let connector = connector?;
             match tokio::time::timeout(timeout + CALL_DEADLINE, connector.connect(&hosts)).await {
                 Err(_) => Err("connecting: no session established in time".to_string()),
                 Ok(Err(error)) => Err(format!("connecting to {hosts}: {error}")),

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use semver::Version;
 
+pub use super::tls::{TlsSource, ZkTls};
+
 /// How to reach the cluster, and who this node is.
 #[derive(Debug, Clone)]
 pub struct ZkSettings {
@@ -24,6 +26,8 @@ pub struct ZkSettings {
     pub history_runs: usize,
     /// `auth` / `auth_file`: the digest credentials, if any.
     pub auth: AuthSource,
+    /// `tls = true` and its files; `None` for plain TCP.
+    pub tls: Option<TlsSource>,
 }
 
 /// Digest credentials (`user:password`). Debug never shows the password.
@@ -114,16 +118,68 @@ pub fn read_auth_file(path: &Path) -> Result<ZkAuth, String> {
 }
 
 /// The one place that sets up a ZooKeeper session's options (the daemon's driver and the
-/// cluster commands): session timeout and, when given, digest authentication, which the
-/// client sends again on every connection of the session. A new session (after expiry) is a
-/// new connector, built here again.
-pub fn connector(session_timeout: Duration, auth: Option<&ZkAuth>) -> zookeeper_client::Connector {
+/// cluster commands): session timeout, when given digest authentication, which the client sends
+/// again on every connection of the session, and TLS. A new session (after expiry) is a new
+/// connector, built here again.
+pub fn connector(
+    session_timeout: Duration,
+    auth: Option<&ZkAuth>,
+    tls: Option<&ZkTls>,
+) -> Result<ZkConnector, String> {
     let connector = zookeeper_client::Client::connector().with_session_timeout(session_timeout);
-    match auth {
+    let connector = match auth {
         Some(auth) => connector.with_auth("digest", &auth.digest()),
         None => connector,
+    };
+    Ok(match tls {
+        Some(tls) => ZkConnector {
+            inner: connector.with_tls(tls.options()?),
+            tls: Some(tls.clone()),
+        },
+        None => ZkConnector {
+            inner: connector,
+            tls: None,
+        },
+    })
+}
+
+/// A session's options from [`connector`]; [`ZkConnector::connect`] opens the session.
+pub struct ZkConnector {
+    inner: zookeeper_client::Connector,
+    tls: Option<ZkTls>,
+}
+
+impl ZkConnector {
+    /// How long one connection attempt to one server may take.
+    pub fn with_connection_timeout(self, timeout: Duration) -> ZkConnector {
+        ZkConnector {
+            inner: self.inner.with_connection_timeout(timeout),
+            ..self
+        }
+    }
+
+    /// Opens a session on `hosts` (`host:port[,...][/chroot]`). With TLS, every server is
+    /// reached over TLS, and a handshake of our own first says why TLS fails, when every server
+    /// refuses it, instead of the library's retries until the session timeout.
+    pub async fn connect(self, hosts: &str) -> Result<zookeeper_client::Client, String> {
+        match self.tls {
+            None => self.inner.connect(hosts).await.map_err(|e| e.to_string()),
+            Some(tls) => {
+                let servers = hosts.split('/').next().unwrap_or_default().to_string();
+                tokio::task::spawn_blocking(move || tls.check_handshake(&servers, TLS_CHECK_LIMIT))
+                    .await
+                    .map_err(|e| format!("the TLS check did not finish: {e}"))??;
+                self.inner
+                    .secure_connect(hosts)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }
     }
 }
+
+/// How long the TLS check before a session may wait for each server.
+const TLS_CHECK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Splits `hosts[/chroot]` into the hosts and the chroot ("" for none).
 pub fn split_connect(connect: &str) -> Result<(String, String), String> {
@@ -236,6 +292,9 @@ impl ZkSettings {
             return Err(format!("{message}; {help}"));
         }
         self.auth.resolve()?;
+        if let Some(tls) = &self.tls {
+            tls.resolve()?.options()?;
+        }
         Ok((hosts, chroot))
     }
 }
