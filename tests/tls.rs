@@ -152,6 +152,10 @@ fn clients_without_the_ca_or_without_a_client_certificate_are_refused_saying_why
         )),
         "{stderr}"
     );
+    assert!(
+        !stderr.contains("check --zookeeper"),
+        "a TLS refusal points at the TLS settings, not the connect string: {stderr}"
+    );
 
     // The right CA, but no client certificate for a server that needs one.
     let config = write_config(dir.path(), "no-cert", &tls_keys(&pki, "ca.pem", false));

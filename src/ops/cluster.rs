@@ -19,6 +19,7 @@ use zookeeper_client::{
 use super::model::{LiveMember, Snapshot};
 use crate::coord::RunResult;
 use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
+use crate::coord::zk::tls::TLS_FAILED;
 use crate::coord::zk::wire::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
@@ -82,6 +83,10 @@ impl ClusterClient {
             .with_connection_timeout(deadline);
         let client = match tokio::time::timeout(deadline, connector.connect(&hosts)).await {
             Ok(Ok(client)) => client,
+            // A failed TLS handshake already says which setting to fix.
+            Ok(Err(error)) if error.starts_with(TLS_FAILED) => {
+                bail!("cannot reach ZooKeeper at {connect}: {error}")
+            }
             Ok(Err(error)) => bail!(
                 "cannot reach ZooKeeper at {connect}: {error}; check --zookeeper or \
                  [coordination.zookeeper] connect"

@@ -85,26 +85,34 @@ impl AuthSource {
     }
 }
 
-/// Reads a one-line `user:password` file, refusing one that others may read or that belongs
-/// to neither this user nor root.
-pub fn read_auth_file(path: &Path) -> Result<ZkAuth, String> {
+/// Refuses a secret file of `[coordination.zookeeper]` (`key`: `auth_file`, `tls_key_file`)
+/// that group or others may read, or that belongs to neither this user nor root.
+pub(super) fn check_secret_file(key: &str, path: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let shown = path.display();
     let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the ZooKeeper auth_file {shown}: {e}"))?;
+        .map_err(|e| format!("cannot read the ZooKeeper {key} {shown}: {e}"))?;
     if meta.mode() & 0o077 != 0 {
         return Err(format!(
-            "the ZooKeeper auth_file {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
+            "the ZooKeeper {key} {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
             meta.mode() & 0o777
         ));
     }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!(
-            "the ZooKeeper auth_file {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
+            "the ZooKeeper {key} {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
             meta.uid()
         ));
     }
+    Ok(())
+}
+
+/// Reads a one-line `user:password` file, refusing one that others may read or that belongs
+/// to neither this user nor root.
+pub fn read_auth_file(path: &Path) -> Result<ZkAuth, String> {
+    let shown = path.display();
+    check_secret_file("auth_file", path)?;
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the ZooKeeper auth_file {shown}: {e}"))?;
     let mut lines = text.lines().filter(|line| !line.trim().is_empty());

@@ -13,6 +13,10 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+/// How an error from [`ZkTls::check_handshake`] begins: callers that add their own hint
+/// leave it off, because this error already names the TLS settings to check.
+pub const TLS_FAILED: &str = "TLS to ZooKeeper failed";
+
 /// The TLS files of `[coordination.zookeeper]`, as configured (paths relative to the config
 /// file already resolved). They are read, and checked, when a session is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,20 +111,11 @@ fn read_certificates(
     Ok((text, certs))
 }
 
-/// The key file's text, refused when group or others may read it (like `auth_file`) or when it
-/// holds no PEM private key.
+/// The key file's text, refused when group or others may read it or it belongs to neither this
+/// user nor root (like `auth_file`), or when it holds no PEM private key.
 fn read_private_key(path: &Path) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
     let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the ZooKeeper tls_key_file {shown}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "the ZooKeeper tls_key_file {shown} may be read by group or others (mode {:o}); run \
-             `chmod 600 {shown}`",
-            meta.mode() & 0o777
-        ));
-    }
+    super::settings::check_secret_file("tls_key_file", path)?;
     let text = read_text("tls_key_file", path)?;
     match PrivateKeyDer::from_pem_slice(text.as_bytes()) {
         Ok(_) => Ok(text),
@@ -193,7 +188,7 @@ impl ZkTls {
             return Ok(());
         }
         Err(format!(
-            "TLS to ZooKeeper failed: {}; check tls_ca_file (the CA that signed the servers' \
+            "{TLS_FAILED}: {}; check tls_ca_file (the CA that signed the servers' \
              certificates), that each server's certificate names the host as the connect string \
              writes it, and tls_cert_file/tls_key_file if the servers ask for client certificates",
             refusals.join("; ")
@@ -440,6 +435,21 @@ lgWOd2ku+478NO+Zky7ejOUSsqvHRfRdi+YBiZ4DokLFzbqud7JHPtNK\n\
                 not_pem.display()
             )
         );
+        // A key of another user is refused as an auth_file is (only root can make one).
+        if nix::unistd::geteuid().is_root() {
+            let foreign_key = file(dir.path(), "foreign.key", KEY_PEM, 0o600);
+            let nobody = nix::unistd::Uid::from_raw(65534);
+            nix::unistd::chown(&foreign_key, Some(nobody), None).unwrap();
+            let shown = foreign_key.display();
+            assert_eq!(
+                resolve(&good_ca, Some((&good_cert, &foreign_key))),
+                format!(
+                    "the ZooKeeper tls_key_file {shown} belongs to uid 65534, neither this user \
+                     (uid 0) nor root; `chown` it to the user zkcron runs as and `chmod 600 \
+                     {shown}`"
+                )
+            );
+        }
         let other_key = file(dir.path(), "other.key", OTHER_KEY_PEM, 0o600);
         assert_eq!(
             resolve(&good_ca, Some((&good_cert, &other_key))),
