@@ -1,9 +1,9 @@
 //! The tails of `history/<task>.json` kept in memory, so that a run's end costs one entry's
 //! serialization and one file write instead of reading, parsing and re-serializing the whole
-//! file (up to [`record::DEFAULT_HISTORY_RUNS`] entries) on every fire.
+//! file (up to [`crate::coord::record::DEFAULT_HISTORY_RUNS`] entries) on every fire.
 //!
 //! The file is unchanged: the bytes written are exactly `serde_json::to_vec(&HistoryRecord)`
-//! of the runs [`record::append_history`] would keep (same dedup by fire id, same bounds), and
+//! of the runs [`crate::coord::record::append_history`] would keep (same dedup by fire id, same bounds), and
 //! a task not in memory is read from its file first, so a file written by an older release is
 //! read as before and an older release reads what this one writes. The file is still the
 //! record: [`Manual::history`](super::manual::Manual) reads it. Memory is bounded: at most
@@ -12,14 +12,14 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::coord::record::{self, HISTORY_MAX_BYTES};
+use crate::coord::record::HISTORY_MAX_BYTES;
 use crate::coord::zk::wire::HistoryEntry;
 
 /// The most JSON kept in memory, over all tasks (every-second tasks with a full history of
 /// ~250-byte entries: ~40 of them).
 pub(super) const CACHE_BYTES: usize = 1 << 20;
 
-/// The envelope's allowance in [`record::append_history`]'s size bound.
+/// The envelope's allowance in [`crate::coord::record::append_history`]'s size bound.
 const ENVELOPE: usize = 32;
 
 /// One stored run: its fire id (for the dedup) and its JSON.
@@ -31,7 +31,7 @@ struct Run {
 /// One task's runs, oldest first, as they are in its file.
 struct Tail {
     runs: VecDeque<Run>,
-    /// Σ (JSON length + 1) of `runs`, as [`record::append_history`] counts it.
+    /// Σ (JSON length + 1) of `runs`, as [`crate::coord::record::append_history`] counts it.
     bytes: usize,
     /// When it was last appended to ([`Tails::clock`]), for the eviction.
     used: u64,
@@ -67,7 +67,7 @@ impl Tail {
         }
     }
 
-    /// [`record::append_history`] on the tail; whether it changed.
+    /// [`crate::coord::record::append_history`] on the tail; whether it changed.
     fn append(&mut self, entry: HistoryEntry, limit: usize) -> bool {
         if self.runs.iter().any(|run| run.fire_id == entry.fire_id) {
             return false;
