@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cost per fire and same-instant bursts, seen from outside (issue [5]).
 
-Usage:  cargo build --release && cargo build --release --example probe
-        python3 benches/probe.py [--seconds 60] [--tasks 10] [--runs 1] [--floor]
+Usage:  cargo build --release --locked && cargo build --release --locked --example probe
+        python3 benches/probe.py [--seconds 60] [--tasks 10] [--runs 1] [--floor] [--compare]
+        (--compare: also `cargo build --release --locked --manifest-path benches/peer/Cargo.toml`)
 
 The release daemon (embedded backend, default logging) loads `tasks` task files that all fire
 every second, at the same instant, running `examples/probe`: a job that reads the wall clock
@@ -16,6 +17,9 @@ CPU per fire: the daemon's utime + stime (/proc/<pid>/stat) over the measured se
 by the fires seen; also as % of one core (at `tasks` fires per second).
 --floor: the same burst started by this script with posix_spawn from one thread at each second
 (no timer slack, claim or logging): the machine's floor under `tasks` spawns + execs.
+--compare: each run is a pair, zkcron then the peer (benches/peer: tokio-cron-scheduler running
+the same probe jobs every second, ZKCRON_SCHEDULED_AT = the wall second it ran for), measured
+the same way, alternately in one invocation so both see the same machine load.
 Prints one JSON object per run; docs/BENCHMARKS.md records the figures.
 """
 import argparse
@@ -33,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("ZKCRON_BIN", os.path.join(ROOT, "target", "release", "zkcron"))
 PROBE = os.environ.get("ZKCRON_PROBE",
                        os.path.join(ROOT, "target", "release", "examples", "probe"))
+PEER = os.environ.get("ZKCRON_PEER",
+                      os.path.join(ROOT, "benches", "peer", "target", "release", "zkcron-peer"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 3
 
@@ -78,23 +84,30 @@ def report(by_instant, tasks):
             "lateness_ms": summary(every), "last_of_instant_ms": summary(last)}
 
 
-def run_daemon(args):
+def zkcron_command(args, tmp, out):
+    jobs = os.path.join(tmp, "jobs.d")
+    os.mkdir(jobs)
+    for i in range(args.tasks):
+        with open(os.path.join(jobs, f"probe-{i:03d}.toml"), "w") as f:
+            f.write(f'schedule = "* * * * * *"\ncommand = ["{PROBE}", "{out}"]\n'
+                    'catch_up = "skip"\n')
+    config = os.path.join(tmp, "zkcron.toml")
+    with open(config, "w") as f:
+        f.write("")  # defaults: text log at info, as a node runs
+    return [BINARY, "run", "--config", config, "--jobs-dir", jobs,
+            "--state-dir", os.path.join(tmp, "state"), "--node-id", "bench"]
+
+
+def peer_command(args, tmp, out):
+    return [PEER, str(args.tasks), PROBE, out]
+
+
+def run_daemon(args, what="zkcron", command=zkcron_command):
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = os.path.join(tmp, "jobs.d")
-        os.mkdir(jobs)
         out = os.path.join(tmp, "probes.txt")
-        for i in range(args.tasks):
-            with open(os.path.join(jobs, f"probe-{i:03d}.toml"), "w") as f:
-                f.write(f'schedule = "* * * * * *"\ncommand = ["{PROBE}", "{out}"]\n'
-                        'catch_up = "skip"\n')
-        config = os.path.join(tmp, "zkcron.toml")
-        with open(config, "w") as f:
-            f.write("")  # defaults: text log at info, as a node runs
+        argv = command(args, tmp, out)
         log = open(os.path.join(tmp, "log.txt"), "w")
-        proc = subprocess.Popen(
-            [BINARY, "run", "--config", config, "--jobs-dir", jobs,
-             "--state-dir", os.path.join(tmp, "state"), "--node-id", "bench"],
-            stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         try:
             time.sleep(WARMUP_S)
             since_ns = (time.time_ns() // 1_000_000_000 + 1) * 1_000_000_000
@@ -108,14 +121,14 @@ def run_daemon(args):
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
             log.close()
-            if args.keep_log:
+            if args.keep_log and what == "zkcron":
                 shutil.copy(os.path.join(tmp, "log.txt"), args.keep_log)
         by_instant = {at: fires for at, fires in read_probes(out, since_ns).items()
                       if at < until_ns}
         result = report(by_instant, args.tasks)
         fires = result["fires"]
         result.update({
-            "what": "zkcron", "tasks": args.tasks, "seconds": round(t1 - t0, 1),
+            "what": what, "tasks": args.tasks, "seconds": round(t1 - t0, 1),
             "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
             "cpu_us_per_fire": round(1e6 * (c1 - c0) / fires, 1) if fires else None,
         })
@@ -150,21 +163,29 @@ def main():
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--keep-log", metavar="FILE",
                         help="copy the daemon's log to FILE (its lateness_us and claim_to_spawn_us)")
+    parser.add_argument("--compare", action="store_true",
+                        help="each run: zkcron, then tokio-cron-scheduler (benches/peer) alike")
     parser.add_argument("--floor", action="store_true",
                         help="also measure the same burst spawned by this script")
     args = parser.parse_args()
-    for path in (BINARY, PROBE):
+    for path in (BINARY, PROBE) + ((PEER,) if args.compare else ()):
         if not os.path.exists(path):
-            sys.exit(f"{path} not found: run `cargo build --release` and "
-                     "`cargo build --release --example probe` first")
+            sys.exit(f"{path} not found: run `cargo build --release --locked`, "
+                     "`cargo build --release --locked --example probe` and (--compare) "
+                     "`cargo build --release --locked --manifest-path benches/peer/Cargo.toml`"
+                     " first")
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
+    subjects = [("zkcron", zkcron_command)]
+    if args.compare:
+        subjects.append(("tokio-cron-scheduler", peer_command))
     for _ in range(args.runs):
-        result = run_daemon(args)
-        result["loadavg_at_start"] = load
-        print(json.dumps(result), flush=True)
-        with open("/proc/loadavg") as f:
-            load = f.read().split()[:3]
+        for what, command in subjects:
+            result = run_daemon(args, what, command)
+            result["loadavg_at_start"] = load
+            print(json.dumps(result), flush=True)
+            with open("/proc/loadavg") as f:
+                load = f.read().split()[:3]
     if args.floor:
         print(json.dumps(run_floor(args)), flush=True)
 

@@ -11,7 +11,8 @@
 //! - `<state_dir>/history/<task>.json`: the task's [`HistoryRecord`], bounded by
 //!   [`record::append_history`]. Replaced through a rename but not synced (best-effort: a sync
 //!   per run would compete with the journal's): a failure is logged once per task and holds up
-//!   nothing.
+//!   nothing. The tails of recently written histories stay in memory (`history.rs`), so a run's
+//!   end serializes its own entry only and does not read the file back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -22,6 +23,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::FORMAT_VERSION;
+use super::history::Tails;
 use super::journal::write_atomically;
 use super::state::{move_aside, parse_record, state_io};
 use crate::coord::record::{self, Verdict};
@@ -47,6 +49,8 @@ pub(super) struct Manual {
     state_dir: PathBuf,
     triggers: Mutex<TriggerFile>,
     history_runs: usize,
+    /// The recently written histories, so a run's end does not re-read its file.
+    tails: Mutex<Tails>,
     /// Tasks whose last history write failed (logged once until one succeeds).
     history_failing: Mutex<BTreeSet<String>>,
 }
@@ -88,6 +92,7 @@ impl Manual {
             state_dir: state_dir.to_path_buf(),
             triggers: Mutex::new(file),
             history_runs: record::DEFAULT_HISTORY_RUNS,
+            tails: Mutex::default(),
             history_failing: Mutex::default(),
         };
         if changed {
@@ -246,16 +251,20 @@ impl Manual {
     pub(super) fn append_history(&self, task: &str, entry: HistoryEntry) {
         let path = self.history_path(task);
         let written = (|| -> io::Result<()> {
-            let mut runs = read_history(&path);
-            if !record::append_history(&mut runs, entry, self.history_runs) {
+            // Under the lock: two ends of one task write their files in order.
+            let mut tails = self.tails.lock().expect("history lock poisoned");
+            let stored = || read_history(&path);
+            let Some(bytes) = tails.append(task, stored, entry, self.history_runs, FORMAT_VERSION)
+            else {
                 return Ok(());
-            }
-            std::fs::create_dir_all(path.parent().expect("in a directory"))?;
-            let record = HistoryRecord {
-                format: FORMAT_VERSION,
-                runs,
             };
-            replace(&path, &serde_json::to_vec(&record).expect("serializes"))
+            match replace(&path, &bytes) {
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(path.parent().expect("in a directory"))?;
+                    replace(&path, &bytes)
+                }
+                other => other,
+            }
         })();
         let mut failing = self.history_failing.lock().expect("history lock poisoned");
         match written {

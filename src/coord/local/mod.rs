@@ -39,6 +39,7 @@
 //! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
 //! runs while the daemon is stopped.
 
+mod history;
 mod journal;
 mod manual;
 mod pause;

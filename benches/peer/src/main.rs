@@ -1,0 +1,60 @@
+//! The side-by-side peer of `benches/probe.py --compare`: tokio-cron-scheduler running the
+//! same jobs as zkcron's bench, so that both are measured in one invocation on the same load.
+//!
+//! `zkcron-peer TASKS PROBE OUT` schedules TASKS jobs `* * * * * *` (every second, UTC), each
+//! running `PROBE OUT` with `ZKCRON_TASK=probe-NNN` and `ZKCRON_SCHEDULED_AT` = the tick's
+//! instant, as zkcron passes it (RFC 3339, whole seconds, `Z`). tokio-cron-scheduler does not
+//! hand the tick's instant to the job; it polls its jobs every 500 ms and starts a due job at
+//! the first poll at or after its instant, so the instant is the wall second the job runs in
+//! (the job never runs before its instant, and a poll is never a whole second late on an
+//! unloaded machine). The job's output is captured (`Command::output`), as zkcron captures it.
+//! Runs until SIGTERM or SIGINT.
+
+use std::process::Stdio;
+
+use chrono::{SubsecRound, Utc};
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, tasks, probe, out] = args.as_slice() else {
+        eprintln!("usage: zkcron-peer TASKS PROBE OUT");
+        std::process::exit(2);
+    };
+    let tasks: usize = tasks.parse().unwrap_or_else(|_| {
+        eprintln!("zkcron-peer: TASKS must be a number, not {tasks:?}");
+        std::process::exit(2);
+    });
+    let scheduler = JobScheduler::new().await.expect("scheduler");
+    for i in 0..tasks {
+        let task = format!("probe-{i:03}");
+        let (probe, out) = (probe.clone(), out.clone());
+        let job = Job::new_async("* * * * * *", move |_, _| {
+            let (task, probe, out) = (task.clone(), probe.clone(), out.clone());
+            Box::pin(async move {
+                let instant = Utc::now().trunc_subsecs(0);
+                let scheduled_at = instant.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                let result = tokio::process::Command::new(&probe)
+                    .arg(&out)
+                    .env("ZKCRON_TASK", &task)
+                    .env("ZKCRON_SCHEDULED_AT", scheduled_at)
+                    .stdin(Stdio::null())
+                    .output()
+                    .await;
+                if let Err(e) = result {
+                    eprintln!("zkcron-peer: {task}: cannot run {probe}: {e}");
+                }
+            })
+        })
+        .expect("job");
+        scheduler.add(job).await.expect("add");
+    }
+    scheduler.start().await.expect("start");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

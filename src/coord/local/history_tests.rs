@@ -1,0 +1,118 @@
+//! The in-memory tails write exactly the file the whole-file rewrite wrote.
+
+use chrono::{DateTime, Utc};
+
+use super::{CACHE_BYTES, Tails};
+use crate::coord::record::{self, HISTORY_MAX_BYTES};
+use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, RunTrigger};
+
+fn entry(fire_id: &str, s: i64) -> HistoryEntry {
+    let at = DateTime::<Utc>::from_timestamp(1_767_225_600 + s, 0).unwrap();
+    HistoryEntry {
+        fire_id: fire_id.into(),
+        tick: at,
+        node: "here".into(),
+        release: "0.1.0".into(),
+        started_at: at,
+        duration_ms: 12,
+        exit_code: Some(0),
+        signal: None,
+        success: true,
+        attempts: 1,
+        trigger: RunTrigger::Schedule,
+    }
+}
+
+/// The old way: the whole record through `record::append_history` and serde.
+fn whole(runs: &mut Vec<HistoryEntry>, entry: HistoryEntry, limit: usize) -> Option<Vec<u8>> {
+    record::append_history(runs, entry, limit).then(|| {
+        serde_json::to_vec(&HistoryRecord {
+            format: 1,
+            runs: runs.clone(),
+        })
+        .unwrap()
+    })
+}
+
+#[test]
+fn appends_write_the_bytes_the_whole_record_rewrite_wrote() {
+    // From a file an older release wrote (3 runs), with a repeat and past the limit.
+    let stored: Vec<HistoryEntry> = (0..3).map(|i| entry(&format!("t@{i}"), i)).collect();
+    let mut old = stored.clone();
+    let mut tails = Tails::default();
+    let mut read = 0;
+    for (i, fire_id) in ["t@3", "t@1", "t@4", "t@5", "t@6", "t@6"]
+        .iter()
+        .enumerate()
+    {
+        let new = entry(fire_id, 10 + i as i64);
+        let expected = whole(&mut old, new.clone(), 4);
+        let got = tails.append(
+            "t",
+            || {
+                read += 1;
+                stored.clone()
+            },
+            new,
+            4,
+            1,
+        );
+        assert_eq!(
+            got.as_deref().map(String::from_utf8_lossy),
+            expected.as_deref().map(String::from_utf8_lossy),
+            "after {fire_id}"
+        );
+    }
+    assert_eq!(
+        read, 1,
+        "the file is read once, when the task is not in memory"
+    );
+    // And what it writes reads back as the record.
+    let bytes = tails.append("t", Vec::new, entry("t@7", 30), 4, 1).unwrap();
+    let record: HistoryRecord = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(record.runs.len(), 4);
+    assert_eq!(record.runs[3].fire_id, "t@7");
+}
+
+#[test]
+fn the_byte_bound_drops_the_oldest_runs_as_the_whole_record_did() {
+    let long = "x".repeat(20_000);
+    let mut old = Vec::new();
+    let mut tails = Tails::default();
+    for i in 0..30 {
+        let new = entry(&format!("{long}@{i}"), i);
+        let expected = whole(&mut old, new.clone(), 1000);
+        assert_eq!(tails.append("t", Vec::new, new, 1000, 1), expected);
+    }
+    assert!(old.len() < 30);
+    assert!(serde_json::to_vec(&old).unwrap().len() <= HISTORY_MAX_BYTES);
+}
+
+#[test]
+fn memory_is_bounded_and_an_evicted_task_is_read_from_its_file_again() {
+    let long = "y".repeat(10_000);
+    let mut tails = Tails::default();
+    // Enough tasks of ~10 kB each to pass the bound several times over.
+    let tasks = 3 * CACHE_BYTES / 10_000;
+    for t in 0..tasks {
+        tails.append(&format!("t{t}"), Vec::new, entry(&long, 0), 100, 1);
+    }
+    assert!(tails.bytes <= CACHE_BYTES, "{} bytes held", tails.bytes);
+    assert!(!tails.holds("t0"), "the least recently used went first");
+    assert!(tails.holds(&format!("t{}", tasks - 1)));
+    let mut read = false;
+    let bytes = tails.append(
+        "t0",
+        || {
+            read = true;
+            vec![entry("t0@old", 0)]
+        },
+        entry("t0@new", 1),
+        100,
+        1,
+    );
+    assert!(read, "an evicted task's history comes from its file");
+    let record: HistoryRecord = serde_json::from_slice(&bytes.unwrap()).unwrap();
+    let ids: Vec<&str> = record.runs.iter().map(|r| r.fire_id.as_str()).collect();
+    assert_eq!(ids, ["t0@old", "t0@new"]);
+}
