@@ -4,6 +4,7 @@
 Usage:  cargo build --release && python3 benches/soak.py [--minutes 30] [--tasks 1000]
             [--period 10] [--interval 5] [--warmup 60] [--csv FILE] [--check] [--plot FILE.png]
         ZKCRON_BIN=target/dist/zkcron python3 benches/soak.py --minutes 2 --warmup 20 --check  # CI
+        python3 benches/soak.py --files 100000   # load 100,000 idle files: time, RSS, status, reloads
 
 The release daemon (local backend, JSON log at info, default config otherwise) loads `tasks`
 task files in a fresh temp dir. Every task fires every `period` seconds; task i at second
