@@ -68,6 +68,15 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 /// Sends `request` to the daemon of `state_dir` and returns its reply; an error reply is an
 /// error here.
 pub fn ask(state_dir: &Path, request: &Request) -> anyhow::Result<Reply> {
+    ask_within(state_dir, request, REPLY_DEADLINE)
+}
+
+/// [`ask`], waiting at most `deadline` for each of sending and the reply.
+pub(crate) fn ask_within(
+    state_dir: &Path,
+    request: &Request,
+    deadline: Duration,
+) -> anyhow::Result<Reply> {
     let path = socket_path(state_dir);
     let stream = match UnixStream::connect(&path) {
         Ok(stream) => stream,
@@ -93,17 +102,35 @@ pub fn ask(state_dir: &Path, request: &Request) -> anyhow::Result<Reply> {
             );
         }
     };
-    stream.set_read_timeout(Some(REPLY_DEADLINE))?;
-    stream.set_write_timeout(Some(REPLY_DEADLINE))?;
+    stream.set_read_timeout(Some(deadline))?;
+    stream.set_write_timeout(Some(deadline))?;
     let mut line = serde_json::to_string(request).expect("requests serialize");
     line.push('\n');
     (&stream)
         .write_all(line.as_bytes())
         .with_context(|| format!("sending the request to {}", path.display()))?;
     let mut reply = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut reply)
-        .with_context(|| format!("reading the daemon's reply from {}", path.display()))?;
+    match BufReader::new(&stream).read_line(&mut reply) {
+        // A read timeout is EAGAIN ("Resource temporarily unavailable") on a Unix socket.
+        Err(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            bail!(
+                "the zkcron daemon at {} did not answer within {}s; it is busy or stuck (with \
+                 tens of thousands of tasks `status` can take longer: see docs/BENCHMARKS.md, \
+                 \"100,000 task files\"); try again, and look at its log",
+                path.display(),
+                deadline.as_secs_f64()
+            );
+        }
+        result => {
+            result
+                .with_context(|| format!("reading the daemon's reply from {}", path.display()))?;
+        }
+    }
     let reply: Reply = serde_json::from_str(&reply)
         .with_context(|| format!("the daemon at {} sent no valid reply", path.display()))?;
     if !reply.ok {

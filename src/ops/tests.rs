@@ -418,3 +418,27 @@ fn the_socket_protocol_is_one_json_object_per_line_tagged_by_op() {
         r#"{"ok":false,"error":"no"}"#
     );
 }
+
+/// `zkcron status` against 100,000 tasks failed with "Resource temporarily unavailable (os error
+/// 11)" (the read timeout's EAGAIN): a daemon that does not answer in time is named as such.
+#[test]
+fn a_daemon_that_does_not_answer_in_time_is_reported_as_a_timeout_not_eagain() {
+    use super::local::{Request, ask_within, socket_path};
+    let dir = tempfile::tempdir().unwrap();
+    // A socket that accepts and never answers, as a daemon busy with a long request.
+    let listener = std::os::unix::net::UnixListener::bind(socket_path(dir.path())).unwrap();
+    let holder = std::thread::spawn(move || listener.accept().map(|(stream, _)| stream));
+    let error = ask_within(
+        dir.path(),
+        &Request::Status,
+        std::time::Duration::from_millis(200),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("did not answer within 0.2s"),
+        "unexpected message: {error}"
+    );
+    assert!(!error.contains("temporarily unavailable"), "{error}");
+    drop(holder.join().unwrap());
+}
