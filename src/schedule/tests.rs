@@ -577,3 +577,45 @@ mod properties {
         }
     }
 }
+
+/// The ticks learnt at load answer `next_after` and `latest_at_or_before` between them exactly
+/// as croner does, DST changes included (a wrong answer there would move a task's first tick).
+#[test]
+fn ticks_learnt_at_load_answer_as_the_parse_does() {
+    let cases = [
+        ("30 2 * * *", "Europe/Berlin", "2026-03-29T00:00:00Z"),
+        ("30 2 * * *", "Europe/Berlin", "2026-10-25T00:30:00Z"),
+        ("*/20 * * * *", "Europe/Berlin", "2026-10-25T00:50:00Z"),
+        ("0 * * * *", "America/New_York", "2026-11-01T05:10:00Z"),
+        ("17 3 9 * * *", "UTC", "2026-11-23T12:00:00Z"),
+        ("0 0 29 2 *", "UTC", "2026-03-01T00:00:00Z"),
+        ("*/7 * * * * *", "Asia/Kolkata", "2026-11-23T12:00:03Z"),
+    ];
+    for (expr, tz, now) in cases {
+        let fresh = Schedule::parse(expr, parse_timezone(tz).unwrap()).unwrap();
+        for step in 0..40 {
+            let now = utc(now) + TimeDelta::minutes(7 * step) + TimeDelta::milliseconds(333);
+            let mut learnt = fresh.clone();
+            learnt.learn_ticks_around(now);
+            let (prev, next) = learnt.known.around(now).expect("learnt");
+            assert_eq!(learnt, fresh, "equality ignores what was learnt");
+            let span = next - prev;
+            for t in [
+                prev,
+                prev + TimeDelta::nanoseconds(1),
+                prev + span / 2,
+                now,
+                next - TimeDelta::nanoseconds(1),
+                next,
+                prev - TimeDelta::nanoseconds(1),
+            ] {
+                assert_eq!(learnt.next_after(t), fresh.next_after(t), "{expr} {tz} {t}");
+                assert_eq!(
+                    learnt.latest_at_or_before(t),
+                    fresh.latest_at_or_before(t),
+                    "{expr} {tz} {t}"
+                );
+            }
+        }
+    }
+}
