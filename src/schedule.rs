@@ -40,38 +40,6 @@ pub struct Schedule {
     dst: DstRule,
     /// The zone the expression's fields are read in.
     timezone: Tz,
-    /// Two consecutive ticks learnt when the task was loaded, which answer the first
-    /// questions of its timer without parsing again.
-    known: KnownTicks,
-}
-
-/// Two consecutive ticks of a schedule, as Unix seconds, found by
-/// [`Schedule::learn_ticks_around`] while the task files are loaded (on the loader's threads,
-/// from the parse made to validate the expression). No tick lies strictly between them, so for
-/// any instant `t` with `prev <= t < next`, `next_after(t)` is `next` and
-/// `latest_at_or_before(t)` is `prev`, answered without croner. That is what a task's timer
-/// asks when it starts (from the fire record or the current time): without them, 10,000
-/// distinct expressions were each parsed a second time at start-up, because the bounded cache
-/// ([`parsed`]) cannot hold 10,000 parses. 16 bytes a schedule; no parse is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct KnownTicks {
-    prev: i64,
-    /// Not after `prev`: nothing is known.
-    next: i64,
-}
-
-impl KnownTicks {
-    const NONE: KnownTicks = KnownTicks { prev: 0, next: 0 };
-
-    /// The known ticks around `t`, when `prev <= t < next`.
-    fn around(self, t: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
-        if self.prev >= self.next {
-            return None;
-        }
-        let prev = DateTime::from_timestamp(self.prev, 0)?;
-        let next = DateTime::from_timestamp(self.next, 0)?;
-        (prev <= t && t < next).then_some((prev, next))
-    }
 }
 
 /// How a schedule meets a DST change. cronie decides it from the text of the time fields: a job
@@ -231,7 +199,6 @@ impl Schedule {
             expanded,
             dst: DstRule::of(&fields),
             timezone,
-            known: KnownTicks::NONE,
         };
         // An expression like "0 0 31 2 *" parses but never matches; say so now rather than
         // leaving a task that silently never runs.
@@ -256,23 +223,6 @@ impl Schedule {
         self.timezone
     }
 
-    /// Finds the ticks around `now` (the latest at or before it, the first after it) while the
-    /// parse is at hand, so that the first questions about instants between them are answered
-    /// without parsing again ([`KnownTicks`]). Changes no answer.
-    pub fn learn_ticks_around(&mut self, now: DateTime<Utc>) {
-        self.known = KnownTicks::NONE;
-        let (Some(prev), Some(next)) = (self.latest_at_or_before(now), self.next_after(now)) else {
-            return;
-        };
-        // Ticks are whole seconds; anything else is not kept rather than rounded.
-        if prev.timestamp_subsec_nanos() == 0 && next.timestamp_subsec_nanos() == 0 {
-            self.known = KnownTicks {
-                prev: prev.timestamp(),
-                next: next.timestamp(),
-            };
-        }
-    }
-
     /// croner's parse of the expression, from the cache or made now.
     fn cron(&self) -> Arc<Cron> {
         // The same text parsed when the schedule was made (croner's parse is a function of
@@ -289,9 +239,6 @@ impl Schedule {
             return None;
         }
         let after = after.max(first_instant_supported());
-        if let Some((_, next)) = self.known.around(after) {
-            return Some(next);
-        }
         let cron = self.cron();
         let local = after.with_timezone(&self.timezone).naive_local();
         // Local times after `after`'s own, in order: the first with an instant after `after` has
@@ -325,9 +272,6 @@ impl Schedule {
             return None;
         }
         let at = at.min(last_instant());
-        if let Some((prev, _)) = self.known.around(at) {
-            return Some(prev);
-        }
         let cron = self.cron();
         let local = at.with_timezone(&self.timezone).naive_local();
         // Local times up to `at`'s own, newest first: the first with an instant at or before

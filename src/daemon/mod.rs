@@ -243,28 +243,26 @@ impl<C: Coordinator> Daemon<C> {
     async fn reload(&mut self, reason: &str) {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
-        // The tasks' timers start from about now: their first ticks are found while loading.
-        let now = wall_clock();
-        let load = move || task::load_jobs_dir_at(&dir, &defaults, Some(now));
-        let loaded = match tokio::task::spawn_blocking(load).await {
-            Ok(Ok(loaded)) => loaded,
-            Ok(Err(problems)) => {
-                // As for a broken file: the last good tasks keep running.
-                for problem in problems {
-                    tracing::error!(
-                        jobs_dir = %self.config.jobs_dir.display(),
-                        "jobs dir refused, keeping the {} loaded tasks: {}",
-                        self.tasks.len(),
-                        problem.one_line()
-                    );
+        let loaded =
+            match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
+                Ok(Ok(loaded)) => loaded,
+                Ok(Err(problems)) => {
+                    // As for a broken file: the last good tasks keep running.
+                    for problem in problems {
+                        tracing::error!(
+                            jobs_dir = %self.config.jobs_dir.display(),
+                            "jobs dir refused, keeping the {} loaded tasks: {}",
+                            self.tasks.len(),
+                            problem.one_line()
+                        );
+                    }
+                    return;
                 }
-                return;
-            }
-            Err(join_error) => {
-                tracing::error!("loading the jobs dir panicked: {join_error}");
-                return;
-            }
-        };
+                Err(join_error) => {
+                    tracing::error!("loading the jobs dir panicked: {join_error}");
+                    return;
+                }
+            };
 
         // The specs as loaded (on the loader's thread) are what is published; the daemon keeps
         // its own copies of new and changed ones, made here. So the loader's scratch memory

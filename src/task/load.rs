@@ -14,17 +14,6 @@ use crate::files::{self, PathProblem};
 /// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
 /// task that does not run.
 pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
-    load_jobs_dir_at(dir, defaults, None)
-}
-
-/// As [`load_jobs_dir`], for a daemon that will time the tasks from `now`: each task's
-/// schedule learns its ticks around `now` while its parse is at hand
-/// ([`Schedule::learn_ticks_around`]), so that starting its timer needs no second parse.
-pub fn load_jobs_dir_at(
-    dir: &Path,
-    defaults: &TaskDefaults,
-    now: Option<chrono::DateTime<chrono::Utc>>,
-) -> Result<LoadedDir, Vec<PathProblem>> {
     let problems = files::check_jobs_dir(dir, &defaults.identity);
     if !problems.is_empty() {
         return Err(problems);
@@ -45,7 +34,7 @@ pub fn load_jobs_dir_at(
             None => files.push(path),
         }
     }
-    for (tasks, errors) in load_files(&files, defaults, now) {
+    for (tasks, errors) in load_files(&files, defaults) {
         loaded.tasks.extend(tasks);
         loaded.errors.extend(errors);
     }
@@ -67,19 +56,13 @@ const FILES_PER_THREAD: usize = 256;
 fn load_files(
     files: &[std::path::PathBuf],
     defaults: &TaskDefaults,
-    now: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Vec<(Vec<TaskSpec>, Vec<TaskFileError>)> {
     let load = |part: &[std::path::PathBuf]| {
         let mut tasks = Vec::new();
         let mut errors = Vec::new();
         for path in part {
             match load_task_file(path, defaults) {
-                Ok(mut task) => {
-                    if let Some(now) = now {
-                        task.schedule.learn_ticks_around(now);
-                    }
-                    tasks.push(task)
-                }
+                Ok(task) => tasks.push(task),
                 Err(more) => errors.extend(more),
             }
         }

@@ -31,7 +31,7 @@ pub(crate) use crate::accounts::{missing_account, user_exists};
 pub(crate) use crate::diag::{decode_utf8, shell_quote};
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
-pub use load::{load_jobs_dir, load_jobs_dir_at, load_task_file, parse_task};
+pub use load::{load_jobs_dir, load_task_file, parse_task};
 
 /// One task, validated: every field has its final value, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
