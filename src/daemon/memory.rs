@@ -9,8 +9,9 @@
 //! The same bursts run code that an idle daemon never runs again (TOML and cron parsing,
 //! configuration, the start of 10,000 timers): about 8 MB of the program's own code pages
 //! stay mapped after start-up and count in its RSS, though it needs well under 1 MB to idle.
-//! [`release_code_pages`] unmaps them; the kernel maps a page back from its page cache the
-//! next time it runs (a minor fault).
+//! [`release_code_pages`] unmaps them (and other clean read-only file pages: constants, unwind
+//! tables); the kernel maps a page back from its page cache the next time it is used (a minor
+//! fault).
 
 /// Returns the free pages of the allocator's heaps to the kernel (glibc only; a no-op
 /// elsewhere), and the pages of code run since the last call ([`release_code_pages`]).
@@ -50,11 +51,12 @@ pub(crate) fn use_one_heap() {
     }
 }
 
-/// Unmaps the pages of code (file-backed mappings that are executable and not writable: the
-/// program's `.text`, the C library's) that this process has in memory: clean copies of
-/// files the kernel keeps in its page cache, so nothing is lost and the next call of a function
-/// maps its page again. Code is never written, so `MADV_DONTNEED` cannot discard a change.
-/// Linux only; a no-op elsewhere and when `/proc/self/maps` cannot be read.
+/// Unmaps the read-only pages of files (the program's code and constants, the C library's)
+/// that this process has in memory: clean copies of files the kernel keeps in its page cache,
+/// so nothing is lost, and the next access maps its page again. Only mappings that are not
+/// writable and hold no page of their own (`Anonymous: 0 kB`, so not the relocated
+/// `.data.rel.ro`) are released: `MADV_DONTNEED` cannot discard a change. Linux only; a no-op
+/// elsewhere and when `/proc/self/smaps` cannot be read.
 fn release_code_pages() {
     #[cfg(target_os = "linux")]
     {
@@ -66,14 +68,14 @@ fn release_code_pages() {
                 advice: std::ffi::c_int,
             ) -> std::ffi::c_int;
         }
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
             return;
         };
-        for (start, end) in code_mappings(&maps) {
-            // SAFETY: [start, end) is a whole mapping of this process, read-only and
-            // executable, backed by a file: MADV_DONTNEED drops the page-table entries, and
-            // the next access faults the same bytes back in from the file's page cache. No
-            // Rust object lives in such a mapping.
+        for (start, end) in clean_file_mappings(&smaps) {
+            // SAFETY: [start, end) is a whole mapping of this process, not writable, backed by
+            // a file and with no private (anonymous) page: MADV_DONTNEED drops the page-table
+            // entries, and the next access faults the same bytes back in from the file's page
+            // cache. No Rust object lives in such a mapping.
             unsafe {
                 madvise(start as *mut std::ffi::c_void, end - start, MADV_DONTNEED);
             }
@@ -81,24 +83,43 @@ fn release_code_pages() {
     }
 }
 
-/// The address ranges of the mappings in `maps` (the text of `/proc/self/maps`) that are
-/// file-backed code: permissions `r-xp` and a path (not `[vdso]` and the like).
-fn code_mappings(maps: &str) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let range = fields.next()?;
-            let perms = fields.next()?;
-            let path = fields.nth(3)?;
-            if perms != "r-xp" || !path.starts_with('/') {
-                return None;
+/// The address ranges of the mappings in `smaps` (the text of `/proc/self/smaps`) that are
+/// backed by a file (a path, not `[vdso]` and the like), private, not writable (`r--p` or
+/// `r-xp`) and hold no anonymous page.
+fn clean_file_mappings(smaps: &str) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    let mut candidate = None;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else {
+            continue;
+        };
+        if first == "Anonymous:" {
+            if let Some(range) = candidate.take()
+                && fields.next() == Some("0")
+            {
+                found.push(range);
             }
-            let (start, end) = range.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            (start < end).then_some((start, end))
-        })
-        .collect()
+            continue;
+        }
+        let Some((start, end)) = first.split_once('-') else {
+            continue;
+        };
+        // A mapping's header: range, permissions, offset, device, inode, path.
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let perms = fields.next();
+        let path = fields.nth(3);
+        candidate = (matches!(perms, Some("r--p" | "r-xp"))
+            && path.is_some_and(|p| p.starts_with('/'))
+            && start < end)
+            .then_some((start, end));
+    }
+    found
 }
 
 #[cfg(test)]
@@ -106,21 +127,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_file_backed_code_mappings_are_released() {
-        let maps = "\
+    fn only_clean_read_only_file_mappings_are_released() {
+        let smaps = "\
 55d0a0000000-55d0a0100000 r--p 00000000 08:01 42 /usr/bin/zkcron
+Rss:                 100 kB
+Anonymous:             0 kB
 55d0a0100000-55d0a0700000 r-xp 00100000 08:01 42 /usr/bin/zkcron
+Anonymous:             0 kB
 55d0a0700000-55d0a0800000 r--p 00700000 08:01 42 /usr/bin/zkcron
+Anonymous:           804 kB
 55d0a0800000-55d0a0810000 rw-p 00800000 08:01 42 /usr/bin/zkcron
+Anonymous:             0 kB
 55d0a1000000-55d0a2000000 rw-p 00000000 00:00 0 [heap]
+Anonymous:          4000 kB
 7f0000000000-7f0000001000 r-xp 00000000 00:00 0
+Anonymous:             0 kB
 7f0000010000-7f0000020000 r-xp 00028000 08:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
 7ffc00000000-7ffc00002000 r-xp 00000000 00:00 0 [vdso]
+Anonymous:             0 kB
 7f0000030000-7f0000040000 rwxp 00000000 08:01 9 /tmp/jit
+Anonymous:             0 kB
+7f0000050000-7f0000060000 r--s 00000000 08:01 9 /tmp/shared
+Anonymous:             0 kB
 ";
         assert_eq!(
-            code_mappings(maps),
+            clean_file_mappings(smaps),
             [
+                (0x55d0a0000000, 0x55d0a0100000),
                 (0x55d0a0100000, 0x55d0a0700000),
                 (0x7f0000010000, 0x7f0000020000)
             ]
@@ -131,8 +165,8 @@ mod tests {
     #[test]
     fn code_runs_after_its_pages_are_released() {
         release_code_pages();
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        assert!(!code_mappings(&maps).is_empty(), "{maps}");
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        assert!(!clean_file_mappings(&smaps).is_empty(), "{smaps}");
         release_code_pages();
         assert_eq!(format!("{}", 6 * 7), "42");
     }
