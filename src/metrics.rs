@@ -338,10 +338,7 @@ impl Metrics {
     /// Starts the task's counters at 0, so that `rate()` and `increase()` see its first fire
     /// (a series that appears at 1 shows no increase).
     pub fn task_loaded(&self, task: &str) {
-        self.0.tasks.update(task, |counts| {
-            counts.present |=
-                outcome_bit(FireOutcome::Success) | outcome_bit(FireOutcome::Failure) | CATCH_UP;
-        });
+        self.0.tasks.loaded(task);
     }
 
     pub fn fired(&self, task: &str, outcome: FireOutcome) {
