@@ -15,7 +15,8 @@ phase counts the daemon's "started" events and fails if any task fired.
   footprint (issue [5]): N idle tasks, (a) 61 distinct expressions and (b) N distinct ones,
          `runs` fresh daemons each; start-up, RSS and idle CPU per run and their medians, with
          the load average before and after (other processes on the machine skew the figures).
-         RSS is read after the idle interval, when every task is planned.
+         RSS is read after the idle interval, when every task is planned; each run also
+         gives its RSS by mapping ([heap], the binary, libc, ...).
 Start-up is the time from exec to the "zkcron started" log line (all files loaded and published).
 Prints one JSON object per phase; docs/BENCHMARKS.md records the figures.
 """
@@ -69,6 +70,21 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_by_mapping_mib(pid):
+    """RSS per mapping name (the heap, the binary, libc, ...), the largest first: where it is."""
+    rss, name = {}, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if parts and "-" in parts[0] and not parts[0].endswith(":"):
+                path = parts[5] if len(parts) > 5 else "[anon]"
+                name = os.path.basename(path) if path.startswith("/") else path
+            elif parts and parts[0] == "Rss:":
+                rss[name] = rss.get(name, 0) + int(parts[1])
+    top = sorted(rss.items(), key=lambda kv: -kv[1])[:5]
+    return {k: round(v / 1024, 2) for k, v in top}
 
 
 def cpu_seconds(pid):
@@ -193,6 +209,7 @@ def footprint_run(args, distinct):
         time.sleep(args.seconds)
         c1, t1 = cpu_seconds(proc.pid), time.monotonic()
         rss = rss_kib(proc.pid)
+        where = rss_by_mapping_mib(proc.pid)
         stop(proc)
         with open(os.path.join(tmp, "log.jsonl")) as f:
             fired = sum(json.loads(line).get("message") == "started" for line in f
@@ -200,7 +217,8 @@ def footprint_run(args, distinct):
         if fired:
             sys.exit(f"the footprint phase was not idle: {fired} runs started")
         return {"startup_s": round(startup, 3), "rss_mib": round(rss / 1024, 1),
-                "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3)}
+                "cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
+                "rss_mib_by_mapping": where}
 
 
 def footprint(args):
@@ -209,7 +227,8 @@ def footprint(args):
     for distinct in (61, args.tasks):
         runs = [footprint_run(args, distinct) for _ in range(args.runs)]
         result[f"distinct_{distinct}"] = {
-            "median": {key: statistics.median(run[key] for run in runs) for key in runs[0]},
+            "median": {key: statistics.median(run[key] for run in runs) for key in runs[0]
+                       if key != "rss_mib_by_mapping"},
             "runs": runs,
         }
     result["loadavg_after"] = os.getloadavg()

@@ -5,26 +5,16 @@
 //! name (the tasks ever loaded by this process), an outcome or a claim result from a fixed set;
 //! never a fire id.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FireLabels {
-    task: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TaskLabel {
-    task: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClaimLabel {
@@ -45,6 +35,14 @@ pub enum FireOutcome {
 }
 
 impl FireOutcome {
+    /// In the order their series are encoded.
+    const ALL: [FireOutcome; 4] = [
+        FireOutcome::Success,
+        FireOutcome::Failure,
+        FireOutcome::Skipped,
+        FireOutcome::NotStarted,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             FireOutcome::Success => "success",
@@ -55,15 +53,148 @@ impl FireOutcome {
     }
 }
 
+/// The per-task series of one task: its `zkcron_fires_total` counters by outcome, its
+/// `zkcron_catch_up_runs_total` and its `zkcron_last_success_timestamp_seconds`, in 56 bytes.
+/// A `Family` of prometheus-client costs a label set, an atomic and a hash-map slot per series:
+/// three series per loaded task made it about 3 MB for 10,000 idle tasks.
+#[derive(Debug, Default, Clone, Copy)]
+struct TaskCounts {
+    fires: [u64; 4],
+    catch_up: u64,
+    last_success: f64,
+    /// Which series exist: bit `i` for `fires[i]` (outcome `FireOutcome::ALL[i]`), then
+    /// [`CATCH_UP`] and [`LAST_SUCCESS`]. A series exists from its first update, or from the
+    /// task's load for the ones it starts at 0.
+    present: u8,
+}
+
+const CATCH_UP: u8 = 1 << 4;
+const LAST_SUCCESS: u8 = 1 << 5;
+
+/// The series a task has from its load: its success and failure fires and its catch-up runs,
+/// all at 0.
+const LOADED: TaskCounts = TaskCounts {
+    fires: [0; 4],
+    catch_up: 0,
+    last_success: 0.0,
+    present: (1 << FireOutcome::Success as u8) | (1 << FireOutcome::Failure as u8) | CATCH_UP,
+};
+
+/// The per-task series of every task ever loaded by this process, by task name. A task that
+/// never fired has `None`: its series are [`LOADED`], and 10,000 idle tasks keep 8 bytes each
+/// for them instead of 56.
+#[derive(Debug, Default)]
+struct TaskSeries(Mutex<BTreeMap<Box<str>, Option<Box<TaskCounts>>>>);
+
+impl TaskSeries {
+    /// The task's zero series (see [`Metrics::task_loaded`]).
+    fn loaded(&self, task: &str) {
+        let mut tasks = self.0.lock().expect("task metrics poisoned");
+        match tasks.get_mut(task) {
+            Some(Some(counts)) => counts.present |= LOADED.present,
+            Some(None) => {}
+            None => {
+                tasks.insert(task.into(), None);
+            }
+        }
+    }
+
+    fn update(&self, task: &str, change: impl FnOnce(&mut TaskCounts)) {
+        let mut tasks = self.0.lock().expect("task metrics poisoned");
+        let counts = match tasks.get_mut(task) {
+            Some(counts) => counts,
+            None => tasks.entry(task.into()).or_insert(Some(Box::default())),
+        };
+        change(counts.get_or_insert_with(|| Box::new(LOADED)));
+    }
+}
+
+/// Which per-task family a [`TaskFamily`] encodes.
+#[derive(Debug, Clone, Copy)]
+enum TaskFamilyKind {
+    Fires,
+    CatchUp,
+    LastSuccess,
+}
+
+/// One of the per-task families, encoded from the shared [`TaskSeries`] exactly as a
+/// `Family` with the labels `task` (and `outcome`) would be.
+#[derive(Debug)]
+struct TaskFamily {
+    series: Arc<TaskSeries>,
+    kind: TaskFamilyKind,
+}
+
+impl TaskFamily {
+    fn mask(&self) -> u8 {
+        match self.kind {
+            TaskFamilyKind::Fires => 0b1111,
+            TaskFamilyKind::CatchUp => CATCH_UP,
+            TaskFamilyKind::LastSuccess => LAST_SUCCESS,
+        }
+    }
+}
+
+impl EncodeMetric for TaskFamily {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let tasks = self.series.0.lock().expect("task metrics poisoned");
+        for (task, counts) in tasks.iter() {
+            let task: &str = task;
+            let counts = counts.as_deref().unwrap_or(&LOADED);
+            match self.kind {
+                TaskFamilyKind::Fires => {
+                    for (i, outcome) in FireOutcome::ALL.into_iter().enumerate() {
+                        if counts.present & (1 << i) != 0 {
+                            let labels = [("task", task), ("outcome", outcome.label())];
+                            encoder
+                                .encode_family(&labels)?
+                                .encode_counter::<NoLabelSet, _, u64>(&counts.fires[i], None)?;
+                        }
+                    }
+                }
+                TaskFamilyKind::CatchUp if counts.present & CATCH_UP != 0 => {
+                    encoder
+                        .encode_family(&[("task", task)])?
+                        .encode_counter::<NoLabelSet, _, u64>(&counts.catch_up, None)?;
+                }
+                TaskFamilyKind::LastSuccess if counts.present & LAST_SUCCESS != 0 => {
+                    encoder
+                        .encode_family(&[("task", task)])?
+                        .encode_gauge(&counts.last_success)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        match self.kind {
+            TaskFamilyKind::Fires | TaskFamilyKind::CatchUp => {
+                prometheus_client::metrics::MetricType::Counter
+            }
+            TaskFamilyKind::LastSuccess => prometheus_client::metrics::MetricType::Gauge,
+        }
+    }
+
+    /// As a `Family`: no series, no descriptor.
+    fn is_empty(&self) -> bool {
+        let mask = self.mask();
+        let tasks = self.series.0.lock().expect("task metrics poisoned");
+        !tasks
+            .values()
+            .any(|counts| counts.as_deref().unwrap_or(&LOADED).present & mask != 0)
+    }
+}
+
 struct Inner {
     registry: Registry,
-    fires: Family<FireLabels, Counter>,
+    /// `zkcron_fires_total`, `zkcron_catch_up_runs_total`, `zkcron_last_success_timestamp_seconds`.
+    tasks: Arc<TaskSeries>,
     lateness: Histogram,
     claims: Family<ClaimLabel, Counter>,
     leases_held: Gauge,
     running_jobs: Gauge,
-    last_success: Family<TaskLabel, Gauge<f64, AtomicU64>>,
-    catch_up_runs: Family<TaskLabel, Counter>,
     zk_connected: Gauge,
     zk_reconnects: Counter,
     zk_session_losses: Counter,
@@ -91,11 +222,15 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("zkcron");
-        let fires = Family::<FireLabels, Counter>::default();
+        let tasks = Arc::new(TaskSeries::default());
+        let family = |kind| TaskFamily {
+            series: tasks.clone(),
+            kind,
+        };
         registry.register(
             "fires",
             "Ticks this node claimed, by task and outcome (success, failure, skipped, not_started)",
-            fires.clone(),
+            family(TaskFamilyKind::Fires),
         );
         // 1 ms to ~65 s.
         let lateness = Histogram::new(exponential_buckets(0.001, 2.0, 17));
@@ -123,18 +258,16 @@ impl Metrics {
             "Jobs running on this node now",
             running_jobs.clone(),
         );
-        let last_success = Family::<TaskLabel, Gauge<f64, AtomicU64>>::default();
         registry.register_with_unit(
             "last_success_timestamp",
             "Unix time at which a run of the task last ended successfully on this node",
             prometheus_client::registry::Unit::Seconds,
-            last_success.clone(),
+            family(TaskFamilyKind::LastSuccess),
         );
-        let catch_up_runs = Family::<TaskLabel, Counter>::default();
         registry.register(
             "catch_up_runs",
             "Missed ticks this node ran late by catch_up",
-            catch_up_runs.clone(),
+            family(TaskFamilyKind::CatchUp),
         );
         let zk_connected = Gauge::default();
         registry.register(
@@ -180,13 +313,11 @@ impl Metrics {
         }
         Metrics(Arc::new(Inner {
             registry,
-            fires,
+            tasks,
             lateness,
             claims,
             leases_held,
             running_jobs,
-            last_success,
-            catch_up_runs,
             zk_connected,
             zk_reconnects,
             zk_session_losses,
@@ -207,35 +338,22 @@ impl Metrics {
     /// Starts the task's counters at 0, so that `rate()` and `increase()` see its first fire
     /// (a series that appears at 1 shows no increase).
     pub fn task_loaded(&self, task: &str) {
-        for outcome in [FireOutcome::Success, FireOutcome::Failure] {
-            let _ = self.0.fires.get_or_create(&FireLabels {
-                task: task.to_string(),
-                outcome: outcome.label(),
-            });
-        }
-        let _ = self.0.catch_up_runs.get_or_create(&TaskLabel {
-            task: task.to_string(),
-        });
+        self.0.tasks.loaded(task);
     }
 
     pub fn fired(&self, task: &str, outcome: FireOutcome) {
-        self.0
-            .fires
-            .get_or_create(&FireLabels {
-                task: task.to_string(),
-                outcome: outcome.label(),
-            })
-            .inc();
+        self.0.tasks.update(task, |counts| {
+            counts.present |= outcome_bit(outcome);
+            counts.fires[outcome as usize] += 1;
+        });
     }
 
     /// A run ended successfully at `at_unix` (seconds since the epoch).
     pub fn succeeded(&self, task: &str, at_unix: f64) {
-        self.0
-            .last_success
-            .get_or_create(&TaskLabel {
-                task: task.to_string(),
-            })
-            .set(at_unix);
+        self.0.tasks.update(task, |counts| {
+            counts.present |= LAST_SUCCESS;
+            counts.last_success = at_unix;
+        });
     }
 
     pub fn lateness(&self, seconds: f64) {
@@ -248,12 +366,10 @@ impl Metrics {
     }
 
     pub fn catch_up_run(&self, task: &str) {
-        self.0
-            .catch_up_runs
-            .get_or_create(&TaskLabel {
-                task: task.to_string(),
-            })
-            .inc();
+        self.0.tasks.update(task, |counts| {
+            counts.present |= CATCH_UP;
+            counts.catch_up += 1;
+        });
     }
 
     pub fn set_leases_held(&self, held: usize) {
@@ -299,6 +415,11 @@ impl Metrics {
     }
 }
 
+/// The bit of `outcome`'s series in [`TaskCounts::present`].
+fn outcome_bit(outcome: FireOutcome) -> u8 {
+    1 << (outcome as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,5 +455,97 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
+    }
+
+    /// The per-task series are kept compactly, not in prometheus-client `Family`s: their text
+    /// must be what the `Family`s of the same events encoded (same lines, same descriptors).
+    #[test]
+    fn per_task_series_encode_as_prometheus_client_families_did() {
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct FireLabels {
+            task: String,
+            outcome: &'static str,
+        }
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct TaskLabel {
+            task: String,
+        }
+        let fires = Family::<FireLabels, Counter>::default();
+        let last_success = Family::<TaskLabel, Gauge<f64, AtomicU64>>::default();
+        let catch_up = Family::<TaskLabel, Counter>::default();
+        let mut reference = Registry::with_prefix("zkcron");
+        reference.register("fires", "f", fires.clone());
+        reference.register_with_unit(
+            "last_success_timestamp",
+            "l",
+            prometheus_client::registry::Unit::Seconds,
+            last_success.clone(),
+        );
+        reference.register("catch_up_runs", "c", catch_up.clone());
+
+        let series = Arc::new(TaskSeries::default());
+        let family = |kind| TaskFamily {
+            series: series.clone(),
+            kind,
+        };
+        let mut compact = Registry::with_prefix("zkcron");
+        compact.register("fires", "f", family(TaskFamilyKind::Fires));
+        compact.register_with_unit(
+            "last_success_timestamp",
+            "l",
+            prometheus_client::registry::Unit::Seconds,
+            family(TaskFamilyKind::LastSuccess),
+        );
+        compact.register("catch_up_runs", "c", family(TaskFamilyKind::CatchUp));
+
+        let lines = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            lines.sort();
+            lines
+        };
+        // Nothing loaded: no series and no descriptor in either.
+        assert_eq!(lines(&compact), lines(&reference));
+
+        let label = |task: &str| TaskLabel { task: task.into() };
+        let fire = |task: &str, outcome: FireOutcome| FireLabels {
+            task: task.into(),
+            outcome: outcome.label(),
+        };
+        for task in ["a", "b\"q\"", "c"] {
+            series.update(task, |c| {
+                c.present |=
+                    outcome_bit(FireOutcome::Success) | outcome_bit(FireOutcome::Failure) | CATCH_UP
+            });
+            let _ = fires.get_or_create(&fire(task, FireOutcome::Success));
+            let _ = fires.get_or_create(&fire(task, FireOutcome::Failure));
+            let _ = catch_up.get_or_create(&label(task));
+        }
+        // Loaded, never fired: the zero series only.
+        assert_eq!(lines(&compact), lines(&reference));
+        for (task, outcome) in [
+            ("a", FireOutcome::Success),
+            ("a", FireOutcome::Success),
+            ("b\"q\"", FireOutcome::Skipped),
+            ("never-loaded", FireOutcome::NotStarted),
+        ] {
+            series.update(task, |c| {
+                c.present |= outcome_bit(outcome);
+                c.fires[outcome as usize] += 1;
+            });
+            fires.get_or_create(&fire(task, outcome)).inc();
+        }
+        series.update("a", |c| {
+            c.present |= LAST_SUCCESS;
+            c.last_success = 1_700_000_000.5;
+        });
+        last_success.get_or_create(&label("a")).set(1_700_000_000.5);
+        series.update("c", |c| {
+            c.present |= CATCH_UP;
+            c.catch_up += 1;
+        });
+        catch_up.get_or_create(&label("c")).inc();
+        assert_eq!(lines(&compact), lines(&reference));
     }
 }

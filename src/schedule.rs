@@ -26,6 +26,12 @@ mod parsed;
 #[cfg(test)]
 mod tests;
 
+/// Drops the cached parses of cron expressions; they are made again when needed. For after
+/// a burst of loads and timer starts, when what the cache holds is not what comes due next.
+pub fn forget_cached_parses() {
+    parsed::forget_all();
+}
+
 /// A parsed schedule: an expression and the time zone its fields are read in.
 #[derive(Clone)]
 pub struct Schedule {
