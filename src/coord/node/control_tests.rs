@@ -69,6 +69,8 @@ struct Store {
     znodes: BTreeMap<String, (Vec<u8>, Stat)>,
     /// Watch events of the node's persistent recursive watches, not delivered yet.
     events: Vec<(String, WatchKind)>,
+    /// Znodes whose ACL keeps the node from reading them.
+    unreadable: Vec<String>,
 }
 
 impl Store {
@@ -137,6 +139,7 @@ impl Store {
                 Some(znode) => Ok(ZkOk::Stat(znode.1)),
                 None => Err(ZkFail::NoNode),
             },
+            ZkOp::GetData { path } if self.unreadable.contains(path) => Err(ZkFail::NoAuth),
             ZkOp::GetData { path } => match self.znodes.get(path) {
                 Some((data, stat)) => Ok(ZkOk::Data(data.clone(), *stat)),
                 None => Err(ZkFail::NoNode),
@@ -690,4 +693,18 @@ fn a_strangers_lease_that_names_no_node_is_deleted_after_the_grace_and_taken() {
     );
     assert_eq!(lease_owner(&store), Some(1), "{said:?}");
     assert!(node.leadership().may_fire("t"));
+}
+
+#[test]
+fn a_strangers_lease_the_node_may_not_read_is_deleted_after_the_grace_and_taken() {
+    let mut store = Store::default();
+    store.unreadable.push(format!("{BASE}/leases/t"));
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("deleting the lease") && r.contains("leases/t")),
+        "{said:?}"
+    );
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
 }

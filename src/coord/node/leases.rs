@@ -515,44 +515,24 @@ impl Node {
     pub(super) fn on_lease_owner(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
         self.verifying.remove(&task);
         let path = self.paths.lease(&task);
-        match result {
-            Err(ZkFail::NoNode) => {
+        let (data, stat) = match result {
+            Ok(ZkOk::Data(data, stat)) => (data, stat),
+            // Read without its data: no name to prove absent.
+            Ok(ZkOk::Exists(Some(stat))) => (Vec::new(), stat),
+            Err(ZkFail::NoAuth) => {
+                // Unreadable to this node (a stranger's ACL): its owner is what is checked.
+                self.verifying.insert(task.clone());
+                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
+                return;
+            }
+            Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
                 if self.present.remove(&task) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
                 self.decide();
+                return;
             }
-            Ok(ZkOk::Data(data, stat)) => {
-                // An ephemeral lease exists only while its session lives: a session once seen
-                // as a member is a live zkcron node whose member znode is gone for now (deleted
-                // by hand, being re-created); it is never foreign.
-                let foreign =
-                    stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
-                if foreign && !self.foreign_long_enough(&task, stat.czxid) {
-                    return;
-                }
-                self.suspects.remove(&task);
-                if Some(stat.ephemeral_owner) == self.my_session() {
-                    // Ours, from a take whose answer was lost: delete and take it properly.
-                    self.unsure_takes.remove(&task);
-                    self.call(
-                        ZkOp::Delete {
-                            path,
-                            version: Some(stat.version),
-                        },
-                        Then::HealLease {
-                            task,
-                            foreign: None,
-                        },
-                    );
-                } else if self.lease_owner_alive(stat.ephemeral_owner) {
-                    self.unsure_takes.remove(&task);
-                    self.verified.insert(task);
-                } else {
-                    self.delete_foreign_lease(task, &data, stat);
-                }
-            }
-            Ok(_) => {}
+            Ok(_) => return,
             Err(error) => {
                 self.report(
                     Level::Debug,
@@ -560,7 +540,35 @@ impl Node {
                 )
                 .field("task", &task);
                 self.recheck_in(Duration::from_millis(500));
+                return;
             }
+        };
+        // An ephemeral lease exists only while its session lives: a session once seen as a
+        // member is a live zkcron node whose member znode is gone for now (deleted by hand,
+        // being re-created); it is never foreign.
+        let foreign = stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
+        if foreign && !self.foreign_long_enough(&task, stat.czxid) {
+            return;
+        }
+        self.suspects.remove(&task);
+        if Some(stat.ephemeral_owner) == self.my_session() {
+            // Ours, from a take whose answer was lost: delete and take it properly.
+            self.unsure_takes.remove(&task);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: Some(stat.version),
+                },
+                Then::HealLease {
+                    task,
+                    foreign: None,
+                },
+            );
+        } else if self.lease_owner_alive(stat.ephemeral_owner) {
+            self.unsure_takes.remove(&task);
+            self.verified.insert(task);
+        } else {
+            self.delete_foreign_lease(task, &data, stat);
         }
     }
 
