@@ -708,3 +708,33 @@ fn a_strangers_lease_the_node_may_not_read_is_deleted_after_the_grace_and_taken(
     );
     assert_eq!(lease_owner(&store), Some(1), "{said:?}");
 }
+
+#[test]
+fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace() {
+    // The lease of a node's earlier, still live session names that node, registered again
+    // with its new session: proving it unregistered never succeeds, so (with the conditional
+    // delete alone) the lease was kept for ever.
+    let mut store = Store::default();
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    let n2 = format!("{BASE}/members/n2");
+    let stat = Stat {
+        ephemeral_owner: 3,
+        ..Stat::default()
+    };
+    store.znodes.insert(n2.clone(), (b"{}".to_vec(), stat));
+    node.handle(
+        Input::Watch {
+            path: n2,
+            kind: WatchKind::Created,
+        },
+        at(1_000),
+    );
+    pump(&mut node, &mut store, at(1_000));
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("deleting the lease") && r.contains("leases/t")),
+        "{said:?}"
+    );
+    assert_ne!(lease_owner(&store), Some(2), "{said:?}");
+}

@@ -577,14 +577,17 @@ impl Node {
     /// an ephemeral owner that names its node is deleted only in one multi that proves that
     /// node has no member znode at that instant: creating `members/<node>` fails if it exists
     /// (and with it the whole multi), and the transient znode is deleted again at once (other
-    /// nodes see it created and gone: a member they read as absent). A persistent lease, or
-    /// one whose data names no node, is no zkcron node's: deleted at its version.
+    /// nodes see it created and gone: a member they read as absent). A persistent lease, one
+    /// whose data names no node, or one of an earlier session of a node registered with
+    /// another session (it took its leases after registering: this node saw that), is deleted
+    /// at its version.
     fn delete_foreign_lease(&mut self, task: String, data: &[u8], stat: Stat) {
         let path = self.paths.lease(&task);
         let node = serde_json::from_slice::<LeaseRecord>(data)
             .ok()
             .map(|record| record.node)
-            .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node));
+            .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node))
+            .filter(|node| !self.member_sessions.contains_key(node));
         let delete = ZkOp::Delete {
             path,
             version: Some(stat.version),
