@@ -1767,6 +1767,10 @@ impl<'s> Sim<'s> {
             }
             Fault::Stranger(meddle) => self.meddle(meddle),
             Fault::HealAll => {
+                for n in 0..self.sc.nodes.len() {
+                    // Every node is undrained (a no-op where no mark is).
+                    self.meddle(Meddle::Undrain(n));
+                }
                 for n in 0..self.procs.len() {
                     self.link_up[n] = true;
                     self.procs[n].loss_pct = 0;
@@ -1873,6 +1877,19 @@ impl<'s> Sim<'s> {
                 .expect("encodes"),
                 mode: CreateMode::Persistent,
                 acl: Default::default(),
+            }],
+            Meddle::Drain(n) => vec![ZkOp::Create {
+                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
+                data: serde_json::to_vec(
+                    &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
+                )
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+                acl: Default::default(),
+            }],
+            Meddle::Undrain(n) => vec![ZkOp::Delete {
+                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
+                version: None,
             }],
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {

@@ -541,6 +541,76 @@ mod tests {
     }
 
     #[test]
+    fn the_model_zookeeper_creates_and_deletes_one_path_in_one_multi_reporting_both_events() {
+        // How a node proves `members/<node>` absent while deleting a lease: the create fails
+        // (and the multi with it) if the znode exists; otherwise it is created and gone.
+        let mut zk = ModelZk::new(0);
+        let s = zk.open_session(10_000, 0);
+        let mut writes = Vec::new();
+        for path in ["/m", "/l", "/l/t"] {
+            assert!(
+                zk.apply(s, &create(path, CreateMode::Persistent), 1, &mut writes)
+                    .0
+                    .is_ok()
+            );
+        }
+        let prove = |lease_version| {
+            ZkOp::Multi(vec![
+                create("/m/n2", CreateMode::Persistent),
+                ZkOp::Delete {
+                    path: "/m/n2".into(),
+                    version: None,
+                },
+                ZkOp::Delete {
+                    path: "/l/t".into(),
+                    version: Some(lease_version),
+                },
+            ])
+        };
+        assert!(
+            zk.apply(s, &create("/m/n2", CreateMode::Ephemeral), 2, &mut writes)
+                .0
+                .is_ok()
+        );
+        let (result, events) = zk.apply(s, &prove(0), 3, &mut writes);
+        assert_eq!(
+            result,
+            Err(ZkFail::Multi {
+                index: 0,
+                error: Box::new(ZkFail::NodeExists)
+            })
+        );
+        assert!(events.is_empty());
+        assert!(zk.nodes.contains_key("/l/t") && zk.nodes.contains_key("/m/n2"));
+        let mut gone = Vec::new();
+        let delete = ZkOp::Delete {
+            path: "/m/n2".into(),
+            version: None,
+        };
+        assert!(zk.apply(s, &delete, 4, &mut gone).0.is_ok());
+        let zxid = zk.zxid;
+        let mut writes = Vec::new();
+        let (result, events) = zk.apply(s, &prove(0), 5, &mut writes);
+        assert!(result.is_ok(), "{result:?}");
+        let seen: Vec<(&str, WatchKind, i64)> = events
+            .iter()
+            .map(|e| (e.path.as_str(), e.kind, e.zxid))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("/m/n2", WatchKind::Created, zxid + 1),
+                ("/m/n2", WatchKind::Deleted, zxid + 1),
+                ("/l/t", WatchKind::Deleted, zxid + 1),
+            ]
+        );
+        assert!(!zk.nodes.contains_key("/m/n2") && !zk.nodes.contains_key("/l/t"));
+        assert!(zk.nodes["/m"].children.is_empty());
+        let member = writes.iter().find(|w| w.path == "/m/n2").expect("written");
+        assert!(member.before.is_none() && member.after.is_none());
+    }
+
+    #[test]
     fn the_model_zookeeper_refuses_orphans_non_empty_deletes_and_stale_versions() {
         let mut zk = ModelZk::new(0);
         let s = zk.open_session(10_000, 0);

@@ -41,6 +41,9 @@ pub(crate) struct Knobs {
     pub(crate) far_clock: bool,
     /// A stranger client writes foreign or stale znodes (see [`Meddle`]).
     pub(crate) strangers: bool,
+    /// The operator drains nodes and undrains them (`control/drained/<id>`; all undrained at
+    /// the end of the fault phase).
+    pub(crate) drains: bool,
 }
 
 impl Knobs {
@@ -50,6 +53,7 @@ impl Knobs {
         big_skew: false,
         far_clock: false,
         strangers: false,
+        drains: false,
     };
 }
 
@@ -92,6 +96,10 @@ pub(crate) enum Meddle {
     DeleteLeases,
     /// Deletes `members/` and everything under it.
     DeleteMembers,
+    /// `zkcron drain <node>`: creates `control/drained/<id>`.
+    Drain(NodeIx),
+    /// `zkcron undrain <node>`: deletes it.
+    Undrain(NodeIx),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -378,6 +386,20 @@ impl Scenario {
                     _ => Meddle::DeleteMembers,
                 };
                 faults.push((at, Fault::Stranger(meddle)));
+            }
+        }
+        if knobs.drains {
+            // A stream of its own: the scenarios of seeds found without drains stay the same.
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x00d7_a125);
+            let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
+            if ops.random_bool(0.4) {
+                for _ in 0..ops.random_range(1..=2) {
+                    let n = *residents.choose(&mut ops).unwrap();
+                    let at = ops.random_range(2_000..fault_end);
+                    let undrain = at + ops.random_range(1_000..=15_000);
+                    faults.push((at, Fault::Stranger(Meddle::Drain(n))));
+                    faults.push((undrain, Fault::Stranger(Meddle::Undrain(n))));
+                }
             }
         }
         // Whatever would end after the fault phase is ended by HealAll.

@@ -69,6 +69,8 @@ struct Store {
     znodes: BTreeMap<String, (Vec<u8>, Stat)>,
     /// Watch events of the node's persistent recursive watches, not delivered yet.
     events: Vec<(String, WatchKind)>,
+    /// Znodes whose ACL keeps the node from reading them.
+    unreadable: Vec<String>,
 }
 
 impl Store {
@@ -137,6 +139,7 @@ impl Store {
                 Some(znode) => Ok(ZkOk::Stat(znode.1)),
                 None => Err(ZkFail::NoNode),
             },
+            ZkOp::GetData { path } if self.unreadable.contains(path) => Err(ZkFail::NoAuth),
             ZkOp::GetData { path } => match self.znodes.get(path) {
                 Some((data, stat)) => Ok(ZkOk::Data(data.clone(), *stat)),
                 None => Err(ZkFail::NoNode),
@@ -585,4 +588,153 @@ fn many_tasks_no_live_node_may_run_are_reported_twenty_by_name_then_in_one_line(
         "and 5 more tasks likewise (from t20 on, by name); `zkcron status` lists them"
     );
     assert_eq!(check(&mut node), Vec::<String>::new());
+}
+
+// ---- healing leases of no member ----
+
+/// `leases/t` of session 2, whose data is `data`, there before `n1` starts; `n1` defines `t`
+/// and is the only member it knows of, so it checks the lease and suspects it.
+fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) -> Node {
+    let stat = Stat {
+        ephemeral_owner: 2,
+        czxid: 7,
+        ..Stat::default()
+    };
+    for dir in ["", "/leases"] {
+        store
+            .znodes
+            .insert(format!("{BASE}{dir}"), (Vec::new(), Stat::default()));
+    }
+    store
+        .znodes
+        .insert(format!("{BASE}/leases/t"), (data.to_vec(), stat));
+    let (node, _) = started(store, vec![spec("t", "")]);
+    assert_eq!(lease_owner(store), Some(2), "the lease was deleted at once");
+    node
+}
+
+fn lease_record(node: &str) -> Vec<u8> {
+    serde_json::to_vec(&crate::coord::zk::wire::LeaseRecord {
+        format: 1,
+        node: node.into(),
+        session: "2".into(),
+        since: DateTime::from_timestamp(1_799_999_000, 0).unwrap(),
+    })
+    .unwrap()
+}
+
+fn lease_owner(store: &Store) -> Option<i64> {
+    store
+        .znodes
+        .get(&format!("{BASE}/leases/t"))
+        .map(|(_, stat)| stat.ephemeral_owner)
+}
+
+#[test]
+fn a_lease_of_a_member_not_yet_seen_is_not_deleted_after_the_grace() {
+    // Regression (found by drain scenarios in the simulation, seed 824): the owner check (this
+    // node's member view) and the delete were separate steps, so the lease of a member that
+    // had just registered, whose member znode this node had not read yet, was deleted after
+    // the grace, and its holder lost it for nothing.
+    let mut store = Store::default();
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    // n2 registers; this node has not seen it (its event or read is still on the way).
+    store.znodes.insert(
+        format!("{BASE}/members/n2"),
+        (
+            b"{}".to_vec(),
+            Stat {
+                ephemeral_owner: 2,
+                ..Stat::default()
+            },
+        ),
+    );
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert_eq!(lease_owner(&store), Some(2), "{said:?}");
+    assert!(
+        !said.iter().any(|r| r.contains("deleting the lease")),
+        "{said:?}"
+    );
+    assert!(!node.leadership().may_fire("t"));
+    // The member was read meanwhile: the lease is trusted from now on.
+    let said = pump(&mut node, &mut store, at(10_000));
+    assert_eq!(lease_owner(&store), Some(2), "{said:?}");
+}
+
+#[test]
+fn a_lease_naming_a_node_that_is_no_member_is_deleted_after_the_grace_and_taken() {
+    let mut store = Store::default();
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    let said = pump(&mut node, &mut store, at(1_900));
+    assert_eq!(lease_owner(&store), Some(2), "{said:?}");
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter().any(|r| r.contains("deleting the lease")
+            && r.contains("leases/t")
+            && r.contains("its session 2 is no member's")),
+        "{said:?}"
+    );
+    // Proving n2 no member left nothing behind (its events, created then gone, were seen).
+    assert!(!store.znodes.contains_key(&format!("{BASE}/members/n2")));
+    assert!(!node.members.contains_key("n2"));
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+    assert!(node.leadership().may_fire("t"));
+}
+
+#[test]
+fn a_strangers_lease_that_names_no_node_is_deleted_after_the_grace_and_taken() {
+    let mut store = Store::default();
+    let mut node = started_with_lease_of_session_2(&mut store, b"not a lease record");
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("deleting the lease") && r.contains("leases/t")),
+        "{said:?}"
+    );
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+    assert!(node.leadership().may_fire("t"));
+}
+
+#[test]
+fn a_strangers_lease_the_node_may_not_read_is_deleted_after_the_grace_and_taken() {
+    let mut store = Store::default();
+    store.unreadable.push(format!("{BASE}/leases/t"));
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("deleting the lease") && r.contains("leases/t")),
+        "{said:?}"
+    );
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+}
+
+#[test]
+fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace() {
+    // The lease of a node's earlier, still live session names that node, registered again
+    // with its new session: proving it unregistered never succeeds, so (with the conditional
+    // delete alone) the lease was kept for ever.
+    let mut store = Store::default();
+    let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+    let n2 = format!("{BASE}/members/n2");
+    let stat = Stat {
+        ephemeral_owner: 3,
+        ..Stat::default()
+    };
+    store.znodes.insert(n2.clone(), (b"{}".to_vec(), stat));
+    node.handle(
+        Input::Watch {
+            path: n2,
+            kind: WatchKind::Created,
+        },
+        at(1_000),
+    );
+    pump(&mut node, &mut store, at(1_000));
+    let said = pump(&mut node, &mut store, at(2_500));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("deleting the lease") && r.contains("leases/t")),
+        "{said:?}"
+    );
+    assert_ne!(lease_owner(&store), Some(2), "{said:?}");
 }

@@ -12,15 +12,24 @@ use std::collections::BTreeSet;
 use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
-use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::io::{CreateMode, Level, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
+use crate::coord::zk::settings::is_path_name;
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
 
 /// How long an ephemeral lease of a session that is no member's is left alone before it is
 /// deleted (a member read may be in flight; a persistent lease is deleted at once).
 const FOREIGN_GRACE: Duration = Duration::from_secs(2);
+
+/// A lease no live member holds, being deleted: reported once deleted.
+#[derive(Debug)]
+pub(crate) struct ForeignLease {
+    stat: Stat,
+    /// The node its data names, whose member znode the delete proved absent.
+    node: Option<String>,
+}
 
 impl Node {
     /// Asks for a decision: made once, after every input ready now was handled (a burst of
@@ -497,64 +506,33 @@ impl Node {
             .collect();
         for task in candidates {
             self.verifying.insert(task.clone());
+            // Its data too: a zkcron lease names its node, whose absence its deletion proves.
             let path = self.paths.lease(&task);
-            self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
+            self.call(ZkOp::GetData { path }, Then::LeaseOwner { task });
         }
     }
 
     pub(super) fn on_lease_owner(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
         self.verifying.remove(&task);
         let path = self.paths.lease(&task);
-        match result {
-            Ok(ZkOk::Exists(None)) => {
+        let (data, stat) = match result {
+            Ok(ZkOk::Data(data, stat)) => (data, stat),
+            // Read without its data: no name to prove absent.
+            Ok(ZkOk::Exists(Some(stat))) => (Vec::new(), stat),
+            Err(ZkFail::NoAuth) => {
+                // Unreadable to this node (a stranger's ACL): its owner is what is checked.
+                self.verifying.insert(task.clone());
+                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
+                return;
+            }
+            Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
                 if self.present.remove(&task) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
                 self.decide();
+                return;
             }
-            Ok(ZkOk::Exists(Some(stat))) => {
-                // An ephemeral lease exists only while its session lives: a session once seen
-                // as a member is a live zkcron node whose member znode is gone for now (deleted
-                // by hand, being re-created); it is never foreign.
-                let foreign =
-                    stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
-                if foreign && !self.foreign_long_enough(&task, stat.czxid) {
-                    return;
-                }
-                self.suspects.remove(&task);
-                if Some(stat.ephemeral_owner) == self.my_session() {
-                    // Ours, from a take whose answer was lost: delete and take it properly.
-                    self.unsure_takes.remove(&task);
-                    self.call(
-                        ZkOp::Delete {
-                            path,
-                            version: Some(stat.version),
-                        },
-                        Then::HealLease { task },
-                    );
-                } else if self.lease_owner_alive(stat.ephemeral_owner) {
-                    self.unsure_takes.remove(&task);
-                    self.verified.insert(task);
-                } else {
-                    let owner = foreign_owner(stat.ephemeral_owner);
-                    self.report_once(
-                        format!("foreign lease {path} {}", stat.czxid),
-                        Level::Error,
-                        format!(
-                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: {cli} delete {path}", cli = self.zk_cli()
-                        ),
-                    )
-                    .field("task", &task);
-                    self.call(
-                        ZkOp::Delete {
-                            path,
-                            version: Some(stat.version),
-                        },
-                        Then::HealLease { task },
-                    );
-                }
-            }
-            Ok(_) => {}
+            Ok(_) => return,
             Err(error) => {
                 self.report(
                     Level::Debug,
@@ -562,8 +540,79 @@ impl Node {
                 )
                 .field("task", &task);
                 self.recheck_in(Duration::from_millis(500));
+                return;
             }
+        };
+        // An ephemeral lease exists only while its session lives: a session once seen as a
+        // member is a live zkcron node whose member znode is gone for now (deleted by hand,
+        // being re-created); it is never foreign.
+        let foreign = stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
+        if foreign && !self.foreign_long_enough(&task, stat.czxid) {
+            return;
         }
+        self.suspects.remove(&task);
+        if Some(stat.ephemeral_owner) == self.my_session() {
+            // Ours, from a take whose answer was lost: delete and take it properly.
+            self.unsure_takes.remove(&task);
+            self.call(
+                ZkOp::Delete {
+                    path,
+                    version: Some(stat.version),
+                },
+                Then::HealLease {
+                    task,
+                    foreign: None,
+                },
+            );
+        } else if self.lease_owner_alive(stat.ephemeral_owner) {
+            self.unsure_takes.remove(&task);
+            self.verified.insert(task);
+        } else {
+            self.delete_foreign_lease(task, &data, stat);
+        }
+    }
+
+    /// Deletes a lease no live member holds. This node's member view may lag behind the
+    /// server's (a node that just registered, its member znode not read yet), so the lease of
+    /// an ephemeral owner that names its node is deleted only in one multi that proves that
+    /// node has no member znode at that instant: creating `members/<node>` fails if it exists
+    /// (and with it the whole multi), and the transient znode is deleted again at once (other
+    /// nodes see it created and gone: a member they read as absent). A persistent lease, one
+    /// whose data names no node, or one of an earlier session of a node registered with
+    /// another session (it took its leases after registering: this node saw that), is deleted
+    /// at its version.
+    fn delete_foreign_lease(&mut self, task: String, data: &[u8], stat: Stat) {
+        let path = self.paths.lease(&task);
+        let node = serde_json::from_slice::<LeaseRecord>(data)
+            .ok()
+            .map(|record| record.node)
+            .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node))
+            .filter(|node| !self.member_sessions.contains_key(node));
+        let delete = ZkOp::Delete {
+            path,
+            version: Some(stat.version),
+        };
+        let op = match &node {
+            Some(node) => {
+                let member = self.paths.member(node);
+                ZkOp::Multi(vec![
+                    ZkOp::Create {
+                        path: member.clone(),
+                        data: Vec::new(),
+                        mode: CreateMode::Persistent,
+                        acl: self.cfg.acl,
+                    },
+                    ZkOp::Delete {
+                        path: member,
+                        version: None,
+                    },
+                    delete,
+                ])
+            }
+            None => delete,
+        };
+        let foreign = Some(ForeignLease { stat, node });
+        self.call(op, Then::HealLease { task, foreign });
     }
 
     /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
@@ -597,12 +646,52 @@ impl Node {
         self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
     }
 
-    pub(super) fn on_heal_lease(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_heal_lease(
+        &mut self,
+        task: String,
+        foreign: Option<ForeignLease>,
+        result: Result<ZkOk, ZkFail>,
+    ) {
         match result {
             Ok(_) | Err(ZkFail::NoNode) => {
+                if let (Ok(_), Some(ForeignLease { stat, .. })) = (&result, &foreign) {
+                    let path = self.paths.lease(&task);
+                    let owner = foreign_owner(stat.ephemeral_owner);
+                    self.report_once(
+                        format!("foreign lease {path} {}", stat.czxid),
+                        Level::Error,
+                        format!(
+                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: {cli} delete {path}", cli = self.zk_cli()
+                        ),
+                    )
+                    .field("task", &task);
+                }
                 if self.present.remove(&task) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
+            }
+            Err(ZkFail::Multi { index: 2, error }) if *error == ZkFail::NoNode => {
+                if self.present.remove(&task) {
+                    self.vacant_since.insert(task, self.now.mono);
+                }
+            }
+            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
+                // The node the lease names is registered: this node's view lagged. The lease is
+                // kept, the member read, and the lease checked again (with a fresh grace).
+                if let Some(node) = foreign.and_then(|f| f.node) {
+                    self.report(
+                        Level::Debug,
+                        "kept a lease of no known member: the node it names is registered",
+                    )
+                    .field("task", &task)
+                    .field("member", &node);
+                    self.read_member(node, false);
+                }
+            }
+            Err(ZkFail::Multi { error, .. }) if !error.outcome_unknown() => {
+                // `members/` is gone (recreated on its event), or the lease is another
+                // incarnation now: checked again.
+                self.recheck_in(Duration::from_millis(500));
             }
             Err(error) => {
                 self.report(

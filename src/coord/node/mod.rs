@@ -200,6 +200,7 @@ enum Then {
     },
     HealLease {
         task: String,
+        foreign: Option<leases::ForeignLease>,
     },
     GiveUp {
         task: String,
@@ -682,7 +683,7 @@ impl Node {
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
             Then::LeaseOwner { task } => self.on_lease_owner(task, result),
             Then::Acting { member, seen } => self.on_acting(member, seen, result),
-            Then::HealLease { task } => self.on_heal_lease(task, result),
+            Then::HealLease { task, foreign } => self.on_heal_lease(task, foreign, result),
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpCheck { task, why } => self.on_give_up_check(task, why, result),
             Then::ReadRecord {
