@@ -366,7 +366,9 @@ class Node:
         config = os.path.join(base, "zkcron.toml")
         with open(config, "w") as f:
             f.write(f'[coordination.zookeeper]\nsession_timeout = "{session_timeout}"\n'
-                    '[log]\nformat = "json"\n')
+                    '[log]\nformat = "json"\n'
+                    # Many nodes on one host: no HTTP endpoint (they would all want port 9464).
+                    '[http]\nlisten = ""\n')
         env = dict(os.environ, ZKCRON_LOG="info,zkcron::job=warn")
         self.log = open(self.log_path, "w")
         self.t_start = time.time()
