@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
+use common::fires::{Fire, Fires};
 use common::zk::{self, ZkServer};
 use nix::sys::signal::Signal;
 
@@ -429,139 +430,6 @@ fn given_an_invalid_zookeeper_connect_string_then_run_exits_2_naming_it() {
         cluster.fires().0.is_empty(),
         "fired with an invalid connect string",
     );
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fires: what the tasks' jobs wrote
-
-/// One line of `fires.log`: `<task>@<unix second> <node id>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fire {
-    task: String,
-    second: i64,
-    node: String,
-}
-
-impl Fire {
-    fn id(&self) -> String {
-        format!("{}@{}", self.task, self.second)
-    }
-}
-
-/// The fires in file order.
-#[derive(Debug, Default)]
-struct Fires(Vec<Fire>);
-
-impl Fires {
-    /// Parses the complete lines of the file (a line still being written is left for later).
-    fn read(path: &std::path::Path) -> Fires {
-        let text = fs::read_to_string(path).unwrap_or_default();
-        let complete = match text.rfind('\n') {
-            Some(end) => &text[..=end],
-            None => "",
-        };
-        Fires(complete.lines().map(Fires::parse).collect())
-    }
-
-    fn parse(line: &str) -> Fire {
-        fn malformed(line: &str) -> ! {
-            panic!("malformed line in fires.log: {line:?}")
-        }
-        let (id, node) = line.split_once(' ').unwrap_or_else(|| malformed(line));
-        let (task, second) = id.rsplit_once('@').unwrap_or_else(|| malformed(line));
-        Fire {
-            task: task.to_string(),
-            second: second.parse().unwrap_or_else(|_| malformed(line)),
-            node: node.to_string(),
-        }
-    }
-
-    /// Fire ids that appear more than once, with the nodes that fired them.
-    fn duplicates(&self) -> BTreeMap<String, Vec<String>> {
-        let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for fire in &self.0 {
-            by_id.entry(fire.id()).or_default().push(fire.node.clone());
-        }
-        by_id.retain(|_, nodes| nodes.len() > 1);
-        by_id
-    }
-
-    /// For each task with a missing second in `from..=to`, the missing seconds.
-    fn gaps(&self, tasks: &[String], from: i64, to: i64) -> BTreeMap<String, Vec<i64>> {
-        let mut fired: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
-        for fire in &self.0 {
-            fired.entry(&fire.task).or_default().insert(fire.second);
-        }
-        let mut gaps = BTreeMap::new();
-        for task in tasks {
-            let seconds = fired.get(task.as_str());
-            let missing: Vec<i64> = (from..=to)
-                .filter(|s| !seconds.is_some_and(|set| set.contains(s)))
-                .collect();
-            if !missing.is_empty() {
-                gaps.insert(task.clone(), missing);
-            }
-        }
-        gaps
-    }
-
-    /// Which node fired each task's tick at `second`.
-    fn leaders_at(&self, second: i64) -> BTreeMap<String, String> {
-        self.0
-            .iter()
-            .filter(|f| f.second == second)
-            .map(|f| (f.task.clone(), f.node.clone()))
-            .collect()
-    }
-
-    fn last_second(&self, task: &str) -> Option<i64> {
-        self.0
-            .iter()
-            .filter(|f| f.task == task)
-            .map(|f| f.second)
-            .max()
-    }
-
-    /// Each task's first fired second.
-    fn first_seconds(&self) -> BTreeMap<String, i64> {
-        let mut first = BTreeMap::new();
-        for fire in &self.0 {
-            let entry = first.entry(fire.task.clone()).or_insert(fire.second);
-            *entry = (*entry).min(fire.second);
-        }
-        first
-    }
-
-    fn fired_by(&self, task: &str, node: &str) -> bool {
-        self.0.iter().any(|f| f.task == task && f.node == node)
-    }
-
-    /// One row per task over `from..=to`: the last letter of the node that fired each second,
-    /// `.` for none, `*` for more than one.
-    fn table(&self, tasks: &[String], from: i64, to: i64) -> String {
-        let mut cells: BTreeMap<(&str, i64), Vec<&str>> = BTreeMap::new();
-        for fire in &self.0 {
-            cells
-                .entry((&fire.task, fire.second))
-                .or_default()
-                .push(&fire.node);
-        }
-        let mut out =
-            format!("fires from {from} to {to} (node's last letter; . none, * several):\n");
-        for task in tasks {
-            let row: String = (from..=to)
-                .map(
-                    |s| match cells.get(&(task.as_str(), s)).map(Vec::as_slice) {
-                        None => '.',
-                        Some([node]) => node.chars().last().unwrap_or('?'),
-                        Some(_) => '*',
-                    },
-                )
-                .collect();
-            let _ = writeln!(out, "  {task:>4} {row}");
-        }
-        out
-    }
 }
 
 /// How long after a fault the other nodes took over.

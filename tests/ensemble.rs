@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::net::SocketAddr;
@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
+use common::fires::{Fire, Fires};
 use common::zk::{self, ZkEnsemble};
 
 /// A generous deadline for things that take a moment (start-up, convergence, catch-up).
@@ -332,126 +333,6 @@ fn given_a_node_cut_from_zookeeper_by_a_proxy_then_its_tasks_move_after_its_sess
         back.is_empty(),
         &format!("node-a or node-b fired after node-c had taken a task back: {back:?}"),
     );
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fires: what the tasks' jobs wrote
-
-/// One line of `fires.log`: `<task>@<unix second> <node id>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fire {
-    task: String,
-    second: i64,
-    node: String,
-}
-
-/// The fires in file order.
-#[derive(Debug, Default)]
-struct Fires(Vec<Fire>);
-
-impl Fires {
-    /// Parses the complete lines of the file (a line still being written is left for later).
-    fn read(path: &std::path::Path) -> Fires {
-        let text = fs::read_to_string(path).unwrap_or_default();
-        let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
-        Fires(
-            complete
-                .lines()
-                .map(|line| {
-                    let parsed = line.split_once(' ').and_then(|(id, node)| {
-                        let (task, second) = id.rsplit_once('@')?;
-                        Some(Fire {
-                            task: task.to_string(),
-                            second: second.parse().ok()?,
-                            node: node.to_string(),
-                        })
-                    });
-                    parsed.unwrap_or_else(|| panic!("malformed line in fires.log: {line:?}"))
-                })
-                .collect(),
-        )
-    }
-
-    /// Fire ids that appear more than once, with the nodes that fired them.
-    fn duplicates(&self) -> BTreeMap<String, Vec<String>> {
-        let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for fire in &self.0 {
-            by_id
-                .entry(format!("{}@{}", fire.task, fire.second))
-                .or_default()
-                .push(fire.node.clone());
-        }
-        by_id.retain(|_, nodes| nodes.len() > 1);
-        by_id
-    }
-
-    /// For each task with a missing second in `from..=to`, the missing seconds.
-    fn gaps(&self, tasks: &[String], from: i64, to: i64) -> BTreeMap<String, Vec<i64>> {
-        let mut fired: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
-        for fire in &self.0 {
-            fired.entry(&fire.task).or_default().insert(fire.second);
-        }
-        tasks
-            .iter()
-            .filter_map(|task| {
-                let seconds = fired.get(task.as_str());
-                let missing: Vec<i64> = (from..=to)
-                    .filter(|s| !seconds.is_some_and(|set| set.contains(s)))
-                    .collect();
-                (!missing.is_empty()).then(|| (task.clone(), missing))
-            })
-            .collect()
-    }
-
-    /// Which node fired each task's tick at `second`.
-    fn leaders_at(&self, second: i64) -> BTreeMap<String, String> {
-        self.0
-            .iter()
-            .filter(|f| f.second == second)
-            .map(|f| (f.task.clone(), f.node.clone()))
-            .collect()
-    }
-
-    fn last_second(&self, task: &str) -> Option<i64> {
-        self.0
-            .iter()
-            .filter(|f| f.task == task)
-            .map(|f| f.second)
-            .max()
-    }
-
-    fn fired_by_at(&self, task: &str, node: &str, second: i64) -> bool {
-        self.0
-            .iter()
-            .any(|f| f.task == task && f.node == node && f.second == second)
-    }
-
-    /// One row per task over `from..=to`: the last letter of the node that fired each second,
-    /// `.` for none, `*` for more than one.
-    fn table(&self, tasks: &[String], from: i64, to: i64) -> String {
-        let mut cells: BTreeMap<(&str, i64), usize> = BTreeMap::new();
-        let mut by: BTreeMap<(&str, i64), char> = BTreeMap::new();
-        for fire in &self.0 {
-            *cells.entry((&fire.task, fire.second)).or_default() += 1;
-            by.insert(
-                (&fire.task, fire.second),
-                fire.node.chars().last().unwrap_or('?'),
-            );
-        }
-        let mut out =
-            format!("fires from {from} to {to} (node's last letter; . none, * several):\n");
-        for task in tasks {
-            let row: String = (from..=to)
-                .map(|s| match cells.get(&(task.as_str(), s)) {
-                    None => '.',
-                    Some(1) => by[&(task.as_str(), s)],
-                    Some(_) => '*',
-                })
-                .collect();
-            let _ = writeln!(out, "  {task:>4} {row}");
-        }
-        out
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
