@@ -118,6 +118,7 @@ impl Plan {
             reset_flags: None,
             job_output_lines: self.config.log.job_output_lines,
             metrics: crate::metrics::Metrics::new(),
+            loaded: Default::default(),
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct ControlConfig {
     pub jobs_dir: PathBuf,
     pub task_defaults: TaskDefaults,
     pub started_at: DateTime<Utc>,
+    /// The daemon's tasks as of its last reload.
+    pub loaded: crate::daemon::LoadedTasks,
 }
 
 /// The served socket; dropping it stops serving and removes the socket file.
@@ -120,6 +122,7 @@ impl ControlConfig {
             release: plan.release.to_string(),
             labels: plan.config.node.labels.clone(),
             jobs_dir: daemon.jobs_dir.clone(),
+            loaded: daemon.loaded.clone(),
             task_defaults: daemon.task_defaults.clone(),
             started_at: crate::clock::wall_clock(),
         }
@@ -154,18 +157,19 @@ async fn answer(
     write.shutdown().await
 }
 
-/// The tasks the daemon leads, from the jobs dir as it reads it now.
-fn loaded_tasks(config: &ControlConfig, coordinator: &LocalCoordinator) -> Vec<TaskSpec> {
+/// The tasks the daemon leads, as of its last reload.
+fn loaded_tasks(config: &ControlConfig, coordinator: &LocalCoordinator) -> Vec<Arc<TaskSpec>> {
     let led = coordinator.leadership().borrow().tasks.clone();
-    task::load_jobs_dir(&config.jobs_dir, &config.task_defaults)
-        .map(|loaded| loaded.tasks)
-        .unwrap_or_default()
-        .into_iter()
+    config
+        .loaded
+        .get()
+        .iter()
         .filter(|t| led.contains(&t.name))
+        .cloned()
         .collect()
 }
 
-fn unknown(task: &str, config: &ControlConfig, specs: &[TaskSpec]) -> Reply {
+fn unknown(task: &str, config: &ControlConfig, specs: &[Arc<TaskSpec>]) -> Reply {
     let hint = task::closest(task, specs.iter().map(|t| t.name.as_str()))
         .map(|name| format!("; did you mean {name}?"))
         .unwrap_or_default();
@@ -235,7 +239,7 @@ async fn pause(coordinator: &LocalCoordinator, task: &str, paused: bool, by: &st
 async fn snapshot(
     config: &ControlConfig,
     coordinator: &LocalCoordinator,
-    specs: &[TaskSpec],
+    specs: &[Arc<TaskSpec>],
 ) -> Snapshot {
     let (taskset, chunks, _) = wire::encode_taskset(specs);
     let set: TaskSetRecord =
@@ -301,4 +305,52 @@ async fn snapshot(
         })
         .collect();
     snapshot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounts::Identity;
+    use crate::coord::Coordinator;
+
+    /// With 100,000 task files, each status request read and checked the whole jobs dir again
+    /// and missed its deadline: status answers from the tasks the daemon loaded, so a jobs dir
+    /// that is gone (or slow) changes nothing until the next reload.
+    #[tokio::test]
+    async fn status_answers_from_the_loaded_tasks_without_reading_the_jobs_dir() {
+        let state = tempfile::tempdir().unwrap();
+        let coordinator = LocalCoordinator::open(state.path()).unwrap();
+        let defaults = TaskDefaults {
+            timezone: chrono_tz::UTC,
+            user: None,
+            identity: Identity::current(),
+        };
+        let spec = task::parse_task(
+            "backup",
+            std::path::Path::new("backup.toml"),
+            "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\n",
+            &defaults,
+        )
+        .unwrap();
+        coordinator
+            .publish(std::slice::from_ref(&spec))
+            .await
+            .unwrap();
+        let loaded = crate::daemon::LoadedTasks::default();
+        loaded.set(vec![Arc::new(spec)]);
+        let config = ControlConfig {
+            state_dir: state.path().to_path_buf(),
+            node_id: "node-a".into(),
+            release: "1.0.0".into(),
+            labels: BTreeMap::new(),
+            jobs_dir: state.path().join("no-such-jobs.d"),
+            task_defaults: defaults,
+            started_at: wall_clock(),
+            loaded,
+        };
+        let status = status(&config, &coordinator).await;
+        let names: Vec<&str> = status.tasks.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["backup"]);
+        assert!(status.tasks[0].next.is_some(), "{:?}", status.tasks[0]);
+    }
 }

@@ -75,6 +75,32 @@ pub struct DaemonConfig {
     pub job_output_lines: usize,
     /// Where fires, claims, leases and runs are counted (`/metrics`).
     pub metrics: crate::metrics::Metrics,
+    /// The tasks as of the last reload, for `zkcron status` and `/status` on this host.
+    pub loaded: LoadedTasks,
+}
+
+/// The tasks the daemon loaded at its last reload, shared with what reports on this host (the
+/// control socket, `/status`), so that a status request does not read and check the whole jobs
+/// dir again: with 100,000 task files that took longer than the request's deadline. It holds
+/// the daemon's own `Arc`s (a pointer per task).
+#[derive(Clone, Default)]
+pub struct LoadedTasks(Arc<std::sync::RwLock<Arc<Vec<Arc<TaskSpec>>>>>);
+
+impl std::fmt::Debug for LoadedTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoadedTasks({} tasks)", self.get().len())
+    }
+}
+
+impl LoadedTasks {
+    /// The tasks as of the last reload (none before the first).
+    pub fn get(&self) -> Arc<Vec<Arc<TaskSpec>>> {
+        self.0.read().expect("loaded tasks poisoned").clone()
+    }
+
+    fn set(&self, tasks: Vec<Arc<TaskSpec>>) {
+        *self.0.write().expect("loaded tasks poisoned") = Arc::new(tasks);
+    }
 }
 
 /// Everything the main loop reacts to.
@@ -367,6 +393,9 @@ impl<C: Coordinator> Daemon<C> {
             tracing::error!("cannot publish this node's tasks: {error}");
         }
         drop(tasks);
+        self.config
+            .loaded
+            .set(self.tasks.values().map(|t| t.spec.clone()).collect());
         self.apply_leadership();
         memory::release_free_memory();
     }

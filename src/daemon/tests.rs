@@ -172,6 +172,7 @@ fn config() -> DaemonConfig {
         job_output_lines: 10,
         reset_flags: None,
         metrics: crate::metrics::Metrics::new(),
+        loaded: Default::default(),
     }
 }
 

@@ -268,13 +268,7 @@ fn next_tick<'a>(
     schedules: &mut Schedules<'a>,
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
-    let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
-    let chosen = definers
-        .iter()
-        .find(|d| Some(d.record.id.as_str()) == leader)
-        .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
-        .or(definers.first())?;
-    let entry: &TaskSetEntry = chosen.written?.tasks.get(task)?;
+    let entry = definition(snapshot, task, definers)?;
     let expression = entry.schedule.as_deref()?;
     let zone = entry.timezone.as_deref().unwrap_or("UTC");
     let schedule = schedules
@@ -287,6 +281,22 @@ fn next_tick<'a>(
     let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
     let after = record.map_or(now, |r| r.max(now));
     schedule.next_after(after)
+}
+
+/// The definition `status` reads a task's schedule from: its leader's, else any eligible
+/// member's, else any definer's.
+fn definition<'a>(
+    snapshot: &Snapshot,
+    task: &str,
+    definers: &[Definer<'a>],
+) -> Option<&'a TaskSetEntry> {
+    let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
+    let chosen = definers
+        .iter()
+        .find(|d| Some(d.record.id.as_str()) == leader)
+        .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
+        .or(definers.first())?;
+    chosen.written?.tasks.get(task)
 }
 
 /// The last run as `status` shows it: the newer of the result record and the recent runs.
@@ -386,19 +396,32 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         .collect();
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
     let members = Members::new(snapshot);
+    let names = snapshot.task_names();
+    let definers: Vec<Vec<Definer<'_>>> = names.iter().map(|n| members.definers(n)).collect();
+    let why_nones: Vec<Option<String>> = definers.iter().map(|d| why_none(d)).collect();
+    // The next ticks first, in the order of their expressions, so that each distinct
+    // expression's parse is made once and then found in the bounded parse cache; in name order,
+    // thousands of distinct expressions were parsed again for nearly every task.
+    let mut order: Vec<usize> = (0..names.len())
+        .filter(|&i| why_nones[i].is_none() && !snapshot.paused.contains_key(&names[i]))
+        .collect();
+    order.sort_by_cached_key(|&i| {
+        definition(snapshot, &names[i], &definers[i])
+            .map(|entry| (entry.schedule.as_deref(), entry.timezone.as_deref()))
+    });
     let mut schedules = Schedules::new();
-    let tasks = snapshot
-        .task_names()
+    let mut nexts: Vec<Option<DateTime<Utc>>> = vec![None; names.len()];
+    for i in order {
+        nexts[i] = next_tick(snapshot, &names[i], &definers[i], &mut schedules, now);
+    }
+    drop(schedules);
+    let tasks = names
         .into_iter()
-        .map(|name| {
-            let definers = members.definers(&name);
-            let why_none = why_none(&definers);
+        .zip(definers)
+        .zip(why_nones)
+        .zip(nexts)
+        .map(|(((name, definers), why_none), next)| {
             let paused = snapshot.paused.contains_key(&name);
-            let next = if paused || why_none.is_some() {
-                None
-            } else {
-                next_tick(snapshot, &name, &definers, &mut schedules, now)
-            };
             TaskStatus {
                 leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
                 paused,

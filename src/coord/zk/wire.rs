@@ -329,12 +329,15 @@ impl Paths {
 }
 
 /// Encodes this node's task set: its digest and chunks.
-pub fn encode_taskset(tasks: &[TaskSpec]) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
+pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
+    tasks: &[T],
+) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
     let record = TaskSetRecord {
         format: FORMAT_VERSION,
         tasks: tasks
             .iter()
             .map(|t| {
+                let t: &TaskSpec = t.borrow();
                 (
                     t.name.clone(),
                     TaskSetEntry {
