@@ -596,3 +596,191 @@ fn why_ineligible_names_the_first_rule_a_member_fails() {
     m.drained = true;
     assert_eq!(why_ineligible(&m, Some(&entry)).as_deref(), Some("drained"));
 }
+
+#[test]
+fn a_cached_ranking_decides_exactly_as_ranking_afresh_while_members_change() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    // One cache reused over a run of decisions while members join, leave, change release or
+    // seed, stop being allowed to lead, or re-register with a new copy of their task set;
+    // each decision must equal a fresh `decide_with` of the same view.
+    let mut rng = StdRng::seed_from_u64(11);
+    let names: Vec<String> = (0..300).map(|i| format!("task-{i:04}")).collect();
+    let mut entries = TaskSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let mut require_labels = BTreeMap::new();
+        if i % 9 == 0 {
+            require_labels.insert("zone".to_string(), "eu".to_string());
+        }
+        entries.insert(
+            name.clone(),
+            TaskEntry {
+                digest: "d".into(),
+                version_req: (i % 11 == 0).then(|| VersionReq::parse(">=1.1").unwrap()),
+                require_labels,
+            },
+        );
+    }
+    let shared = Arc::new(entries);
+    let releases = ["1.0.0", "1.1.0", "1.2.0"];
+    let fresh = |i: usize, rng: &mut StdRng| {
+        let mut m = member(&format!("n{i:02}"), releases[i % 3], rng.random(), &shared);
+        if i.is_multiple_of(2) {
+            m.labels = Arc::new([("zone".to_string(), "eu".to_string())].into());
+        }
+        m
+    };
+    let mut members: Vec<Member> = (0..8).map(|i| fresh(i, &mut rng)).collect();
+    let me = "n01".to_string();
+    let mut cache = RankCache::default();
+    let mut acting = Acting::new();
+    for step in 0..200u64 {
+        match rng.random_range(0..8) {
+            0 => {
+                let i = rng.random_range(0..12);
+                members.retain(|m| m.id != format!("n{i:02}"));
+                if rng.random_bool(0.5) || format!("n{i:02}") == me {
+                    members.push(fresh(i, &mut rng));
+                    members.sort_by(|a, b| a.id.cmp(&b.id));
+                }
+            }
+            1 => {
+                let k = rng.random_range(0..members.len());
+                members[k].may_lead = !members[k].may_lead;
+            }
+            2 => {
+                let k = rng.random_range(0..members.len());
+                members[k].tasks = Arc::new((*members[k].tasks).clone());
+            }
+            3 => {
+                let k = rng.random_range(0..members.len());
+                members[k].seed = rng.random();
+            }
+            _ => {}
+        }
+        let pick = |rng: &mut StdRng, p: f64| -> BTreeSet<String> {
+            names
+                .iter()
+                .filter(|_| rng.random_bool(p))
+                .cloned()
+                .collect()
+        };
+        let present = pick(&mut rng, 0.5);
+        let held: BTreeSet<String> = present
+            .iter()
+            .filter(|_| rng.random_bool(0.3))
+            .cloned()
+            .collect();
+        let mut covering = BTreeMap::new();
+        for task in &held {
+            if rng.random_bool(0.3) {
+                covering.insert(task.clone(), Duration::from_secs(rng.random_range(0..20)));
+            }
+        }
+        let mut vacant_since = BTreeMap::new();
+        for task in names.iter().filter(|t| !present.contains(*t)) {
+            if rng.random_bool(0.7) {
+                vacant_since.insert(task.clone(), Duration::from_secs(rng.random_range(0..20)));
+            }
+        }
+        if rng.random_bool(0.3) {
+            let k = rng.random_range(0..members.len());
+            acting.insert(
+                members[k].id.clone(),
+                Duration::from_secs(rng.random_range(0..20)),
+            );
+        }
+        let view = LeaseView {
+            me: &me,
+            members: &members,
+            present: &present,
+            held: &held,
+            covering: &covering,
+            vacant_since: &vacant_since,
+            members_changed: Duration::from_secs(rng.random_range(0..10)),
+            now: Duration::from_secs(rng.random_range(0..30)),
+            may_lead: rng.random_bool(0.9),
+        };
+        let decision = decide_cached(&view, &acting, &mut cache);
+        assert_eq!(decision, reference_decide(&view, &acting), "step {step}");
+        assert_eq!(decision, decide_with(&view, &acting), "step {step}");
+    }
+}
+
+/// The decision as made before the rank cache and the sorted walks: every task ranked afresh
+/// with `position`/`ranking`, every set looked up by name. The reference the cached decision
+/// is checked against.
+fn reference_decide(view: &LeaseView<'_>, acting: &Acting) -> Decision {
+    let mut decision = Decision::default();
+    let Some(me) = view.members.iter().find(|m| m.id == view.me) else {
+        decision.actions = view
+            .held
+            .iter()
+            .map(|t| LeaseAction::Release(t.clone()))
+            .collect();
+        return decision;
+    };
+    let rank = |task: &str| -> Option<(usize, Option<String>)> {
+        let ranked = ranked_ids(task, view.members);
+        let pos = ranked.iter().position(|id| *id == me.id)?;
+        Some((pos, (pos > 0).then(|| ranked[0].clone())))
+    };
+    let acted = |top: &Option<String>| top.as_ref().and_then(|d| acting.get(d)).copied();
+    for task in view.held {
+        let Some((pos, top)) = rank(task).filter(|_| view.may_lead) else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+            continue;
+        };
+        if pos == 0 {
+            continue;
+        }
+        let Some(&taken) = view.covering.get(task) else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+            continue;
+        };
+        let until = match acted(&top) {
+            Some(at) if at > taken => taken + COVER_MIN_HOLD,
+            _ => taken + COVER_HOLD,
+        };
+        if view.now < until {
+            decision.recheck(until);
+        } else {
+            decision.actions.push(LeaseAction::Release(task.clone()));
+        }
+    }
+    if view.may_lead {
+        for task in me.tasks.keys() {
+            if view.held.contains(task) {
+                continue;
+            }
+            let Some((pos, top)) = rank(task) else {
+                continue;
+            };
+            if view.present.contains(task) {
+                if pos == 0 {
+                    decision.held_elsewhere.push(task.clone());
+                }
+                continue;
+            }
+            let mut since = view
+                .vacant_since
+                .get(task)
+                .copied()
+                .unwrap_or(view.now)
+                .max(view.members_changed);
+            if let Some(at) = acted(&top) {
+                since = since.max(at);
+            }
+            let due = since + VACANT_BOUND * pos as u32;
+            if due > view.now {
+                decision.recheck(due);
+            } else if pos == 0 {
+                decision.actions.push(LeaseAction::Take(task.clone()));
+            } else {
+                decision.actions.push(LeaseAction::Cover(task.clone()));
+            }
+        }
+    }
+    decision.actions.sort();
+    decision.held_elsewhere.sort();
+    decision
+}
