@@ -8,8 +8,10 @@
 //! start that creates every lease costs a few reads per member, not one per lease.
 //!
 //! Lease events come in bursts (a cold start creates thousands of leases at once, a departing
-//! node frees hundreds), and each decision ranks every task this node defines: the node
-//! decides at most once per [`DECIDE_EVERY`] on those events.
+//! node frees hundreds), and each decision walks every task this node defines: the node
+//! decides at most once per [`DECIDE_EVERY`] on those events, and not at all on the creation
+//! of a lease it is not designated for or took itself (nothing it would do changes). Seeing a
+//! member act makes it decide only while it covers for someone.
 
 use std::time::Duration;
 
@@ -24,9 +26,9 @@ pub(super) const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// A probe not answered by then is forgotten (its session ended: its reply never comes).
 const PROBE_GIVE_UP: Duration = Duration::from_secs(10);
 
-/// How often at most lease events make the node decide. Short: a node taking many leases
-/// refills its takes in flight at a decision, so this bounds a migration's pace (64 takes per
-/// 10 ms at most).
+/// How often at most lease events and answered takes make the node decide or publish its
+/// leadership. (Takes beyond those in flight are sent as others finish, not at decisions, so
+/// this does not bound a migration's pace.)
 pub(super) const DECIDE_EVERY: Duration = Duration::from_millis(10);
 
 impl Node {
@@ -51,8 +53,9 @@ impl Node {
     }
 
     /// A lease of `task` was created: if it is another member's to hold and that member was
-    /// not seen acting lately, ask who holds it.
-    pub(super) fn probe_acting(&mut self, task: &str) {
+    /// not seen acting lately, ask who holds it. True when this node is the one designated for
+    /// `task` (another holds its lease: the caller decides).
+    pub(super) fn probe_acting(&mut self, task: &str) -> bool {
         let candidates = self
             .members
             .values()
@@ -63,11 +66,14 @@ impl Node {
                 seed: m.member.seed,
             });
         let Some(designated) = rank::designated(task, candidates) else {
-            return;
+            return false;
         };
         let member = designated.id.to_string();
+        if member == self.cfg.id {
+            return true;
+        }
         let Some(&session) = self.member_sessions.get(&member) else {
-            return;
+            return false;
         };
         let recent = self
             .acting
@@ -77,13 +83,14 @@ impl Node {
             .probing
             .get(&member)
             .is_some_and(|&sent| self.now.mono < sent + PROBE_GIVE_UP);
-        if member == self.cfg.id || recent || asking {
-            return;
+        if recent || asking {
+            return false;
         }
         self.probing.insert(member.clone(), self.now.mono);
         let path = self.paths.lease(task);
         let seen = self.now.mono;
         self.call(ZkOp::Exists { path }, Then::Acting { member, seen });
+        false
     }
 
     pub(super) fn on_acting(
@@ -105,7 +112,11 @@ impl Node {
             .is_none_or(|&(s, at)| s != stat.ephemeral_owner || at < seen);
         if newer {
             self.acting.insert(member, (stat.ephemeral_owner, seen));
-            self.decide_soon();
+            // Acting only postpones covers (the vacancy timer's decision reads it then) and
+            // ends them early: decide now only if this node covers for someone.
+            if !self.covering.is_empty() {
+                self.decide_soon();
+            }
         }
     }
 }

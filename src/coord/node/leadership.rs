@@ -5,11 +5,14 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::acting::DECIDE_EVERY;
 use super::{Level, Node, Output};
 
 impl Node {
     /// Publishes the held leases as leadership (paused unless connected and listed).
     pub(super) fn publish(&mut self) {
+        self.publish_at = None;
+        self.last_published = Some(self.now.mono);
         let tasks: BTreeSet<String> = if self.stopping {
             BTreeSet::new()
         } else {
@@ -40,6 +43,17 @@ impl Node {
         self.report(Level::Info, "leases changed")
             .field("leading", leading)
             .field("paused", paused);
+    }
+
+    /// Publishes now, or at most [`DECIDE_EVERY`] after the last publication.
+    pub(super) fn publish_soon(&mut self) {
+        match self.last_published {
+            Some(at) if self.now.mono < at + DECIDE_EVERY => {
+                let due = at + DECIDE_EVERY;
+                self.publish_at = Some(self.publish_at.map_or(due, |p| p.min(due)));
+            }
+            _ => self.publish(),
+        }
     }
 
     pub(super) fn set_why_paused(&mut self, why: String) {

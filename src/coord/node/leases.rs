@@ -31,6 +31,11 @@ pub(crate) struct ForeignLease {
     node: Option<String>,
 }
 
+/// How soon at most a decision's own timer (a vacancy or a cover's hold) makes the next one:
+/// a lease waits [`lease::VACANT_BOUND`] (seconds) before a backup covers it, so a tenth of a
+/// second later changes nothing.
+const RECHECK_EVERY: Duration = Duration::from_millis(100);
+
 impl Node {
     /// Asks for a decision: made once, after every input ready now was handled (a burst of
     /// watch events or replies costs one decision, not one each).
@@ -40,6 +45,11 @@ impl Node {
 
     /// Decides with the current view, applies the actions, publishes leadership.
     pub(super) fn decide_now(&mut self) {
+        #[cfg(test)]
+        {
+            self.decisions += 1;
+        }
+        self.take_backlog.clear();
         if !self.ready() || self.relist.is_some() {
             self.publish();
             return;
@@ -51,7 +61,7 @@ impl Node {
         self.covering.retain(|task, _| held.contains(task));
         let acting = self.acting();
         self.last_decided = Some(self.now.mono);
-        let decision = lease::decide_with(
+        let decision = lease::decide_cached(
             &LeaseView {
                 me: &self.cfg.id,
                 members: &members,
@@ -64,8 +74,14 @@ impl Node {
                 may_lead,
             },
             &acting,
+            &mut self.rank_cache,
         );
-        self.recheck_at = decision.recheck_at;
+        // Vacancy and cover timers at most every RECHECK_EVERY: their due times are spread
+        // over every member's last sign of acting, and a decision per millisecond of them
+        // kept every node busy during a cold start.
+        self.recheck_at = decision
+            .recheck_at
+            .map(|at| at.max(self.now.mono + RECHECK_EVERY));
         let mut releases = Vec::new();
         for action in decision.actions {
             match action {
@@ -90,17 +106,35 @@ impl Node {
     }
 
     fn take(&mut self, task: String, cover: bool) {
-        if self.takes.contains(&task) {
+        if self.takes.contains_key(&task) {
             return;
         }
         if self.takes.len() >= TAKES_IN_FLIGHT {
-            // A bounded number in flight: the rest at the next decision.
-            let at = self.now.mono + std::time::Duration::from_millis(50);
-            self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+            // A bounded number in flight: the rest as those finish.
+            self.take_backlog.push_back((task, cover));
             return;
         }
-        self.takes.insert(task.clone());
+        self.takes.insert(task.clone(), self.now.mono);
         self.send_take(task, cover);
+    }
+
+    /// A take is no longer in flight: forgets it and sends the next of the backlog, unless a
+    /// decision is due (it lists the backlog again). When it was sent, if it was in flight.
+    fn take_finished(&mut self, task: &str) -> Option<Duration> {
+        let sent = self.takes.remove(task);
+        while self.takes.len() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
+            let Some((next, cover)) = self.take_backlog.pop_front() else {
+                break;
+            };
+            let gone = self.present.contains(&next)
+                || self.held.contains_key(&next)
+                || self.takes.contains_key(&next);
+            if !gone {
+                self.takes.insert(next.clone(), self.now.mono);
+                self.send_take(next, cover);
+            }
+        }
+        sent
     }
 
     /// Takes the lease of `task`: creates the ephemeral lease and bumps the task's epoch in one
@@ -173,14 +207,14 @@ impl Node {
                 self.call(ZkOp::Exists { path }, Then::TakeEpoch { task, cover });
             }
             Ok(ZkOk::Exists(Some(_))) => {
-                self.takes.remove(&task);
                 self.present.insert(task.clone());
                 self.vacant_since.remove(&task);
+                self.take_finished(&task);
                 self.decide();
             }
             Ok(_) => {
                 // Gone again meanwhile: decide again.
-                self.takes.remove(&task);
+                self.take_finished(&task);
                 self.decide();
             }
             Err(error) => self.take_failed(task, error.to_string()),
@@ -202,10 +236,10 @@ impl Node {
 
     fn took(&mut self, task: String, cover: bool, epoch: i32) {
         let regained = self.regaining.remove(&task).is_some();
-        self.takes.remove(&task);
         self.unsure_takes.remove(&task);
         self.present.insert(task.clone());
         self.vacant_since.remove(&task);
+        let sent = self.take_finished(&task);
         if self.stopping {
             // Taken while release_all ran: give it straight back.
             let path = self.paths.lease(&task);
@@ -232,10 +266,21 @@ impl Node {
         } else {
             self.covering.remove(&task);
         }
-        self.publish();
-        // The view may have changed while the take was in flight (a member that ranks higher
-        // joined): decisions skip a task being taken, so decide again now.
-        self.decide();
+        // Decisions skip a task being taken: if the member view changed while this take was
+        // in flight (a member that ranks higher joined), or this node may no longer lead,
+        // decide again, which also publishes; a cover too (its hold needs a timer). Otherwise
+        // only the new lease is published. While other takes are in flight both wait for
+        // their next slot (at most every DECIDE_EVERY), so that takes answered one after
+        // another share one (a decision or a publication per take costs O(tasks), and a cold
+        // start answers thousands of takes).
+        let decide = cover || !self.may_lead() || sent.is_none_or(|sent| self.view_changed >= sent);
+        let last = self.takes.is_empty() && self.take_backlog.is_empty();
+        match (decide, last) {
+            (true, true) => self.decide(),
+            (true, false) => self.decide_soon(),
+            (false, true) => self.publish(),
+            (false, false) => self.publish_soon(),
+        }
         if regained {
             // The claim that waited runs again, fenced by the new epoch.
             self.start_task_job(task);
@@ -256,7 +301,7 @@ impl Node {
             .regaining
             .iter()
             .filter(|(t, given_up)| {
-                **given_up && !self.held.contains_key(*t) && !self.takes.contains(*t)
+                **given_up && !self.held.contains_key(*t) && !self.takes.contains_key(*t)
             })
             .map(|(t, _)| t.clone())
             .collect();
@@ -267,11 +312,11 @@ impl Node {
     }
 
     fn take_failed(&mut self, task: String, error: String) {
-        self.takes.remove(&task);
+        self.take_finished(&task);
         self.report(Level::Warn, format!("taking the lease failed ({error})"))
             .field("task", &task);
         // Retried at the next decision.
-        let at = self.now.mono + std::time::Duration::from_millis(500);
+        let at = self.now.mono + Duration::from_millis(500);
         self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
     }
 
@@ -361,7 +406,17 @@ impl Node {
             WatchKind::Created => {
                 self.present.insert(task.clone());
                 self.vacant_since.remove(&task);
-                self.probe_acting(&task);
+                let designated_here = self.probe_acting(&task);
+                if !designated_here
+                    || self.held.contains_key(&task)
+                    || self.takes.contains_key(&task)
+                {
+                    // Another member's lease (or a cover's), or this node's own take: it
+                    // changes none of this node's actions (a vacancy it waited on is over;
+                    // the next decision sees that). A cold start creates every lease: a
+                    // decision for each was most of the cluster's CPU.
+                    return;
+                }
             }
             WatchKind::Deleted => {
                 self.present.remove(&task);
@@ -501,7 +556,7 @@ impl Node {
         let candidates: Vec<String> = held_elsewhere
             .into_iter()
             .chain(unsure)
-            .filter(|t| !self.held.contains_key(t) && !self.takes.contains(t))
+            .filter(|t| !self.held.contains_key(t) && !self.takes.contains_key(t))
             .filter(|t| !self.verified.contains(t) && !self.verifying.contains(t))
             .collect();
         for task in candidates {

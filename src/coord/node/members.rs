@@ -122,6 +122,7 @@ impl Node {
         let relist = self.relist.take().expect("present");
         let now = self.now.mono;
         self.members = relist.members;
+        self.view_changed = now;
         // Every member znode read in the listing counts for trust, also one whose record or
         // task set this node cannot use (it still owns its leases and runs).
         let listed = relist.ids;
@@ -170,6 +171,7 @@ impl Node {
             relist.members.remove(id);
         }
         self.members.remove(id);
+        self.view_changed = self.now.mono;
         self.control.check_due = true;
     }
 
@@ -362,6 +364,7 @@ impl Node {
                 }
             }
         }
+        self.view_changed = self.now.mono;
         match info {
             Some(info) => {
                 if id != self.cfg.id {

@@ -50,7 +50,7 @@ use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
 use self::session::RegisterJob;
 use super::Leadership;
-use super::lease::{Member, TaskSet};
+use super::lease::{self, Member, TaskSet};
 use super::zk::wire::{FireRecord, Paths, TaskSetRef};
 
 pub use self::clock::{SKEW_WARNING, clock_offset_ms};
@@ -101,7 +101,8 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
 /// How many operations go into one multi when releasing everything.
 const RELEASE_BATCH: usize = 500;
 
-/// Lease takes one node keeps in flight at once.
+/// Lease takes one node keeps in flight at once; a decision's further takes wait in a backlog
+/// and are sent as these finish.
 const TAKES_IN_FLIGHT: usize = 64;
 
 /// A member as the node knows it: the ranking input.
@@ -341,6 +342,11 @@ pub struct Node {
     /// A decision was asked for: made at the next [`Node::handle_timeout`], which
     /// [`Node::poll_timeout`] asks for at once.
     decide_due: bool,
+    /// This node's rank for every task it defines, kept while the members stay the same.
+    rank_cache: lease::RankCache,
+    /// Decisions made, for the tests that bound them.
+    #[cfg(test)]
+    decisions: usize,
     /// Setup, registration or a take failed: try again at this time.
     retry_at: Option<Duration>,
     retry_delay: Duration,
@@ -362,12 +368,24 @@ pub struct Node {
     vacant_since: BTreeMap<String, Duration>,
     covering: BTreeMap<String, Duration>,
     members_changed: Duration,
+    /// When the member view (this node's own record included) last changed: a take answered
+    /// after it needs a decision (the decisions in between skipped it).
+    view_changed: Duration,
     /// Members seen acting: their session, and when (see `acting`).
     acting: BTreeMap<String, (i64, Duration)>,
     /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
     probing: BTreeMap<String, Duration>,
     last_decided: Option<Duration>,
-    takes: BTreeSet<String>,
+    /// Takes in flight, with when each was sent.
+    takes: BTreeMap<String, Duration>,
+    /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
+    /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
+    /// per decision); cleared by every decision, which lists them again.
+    take_backlog: VecDeque<(String, bool)>,
+    /// When the leadership was last published, and when to publish the leases taken since
+    /// (a publication at most every `DECIDE_EVERY` while many takes are answered).
+    last_published: Option<Duration>,
+    publish_at: Option<Duration>,
     /// Tasks whose znodes were found missing and the tree recreated for (once).
     recreated_for: BTreeSet<String>,
     /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
@@ -440,6 +458,9 @@ impl Node {
             timer_seq: 0,
             recheck_at: None,
             decide_due: false,
+            rank_cache: lease::RankCache::default(),
+            #[cfg(test)]
+            decisions: 0,
             retry_at: None,
             retry_delay: Duration::from_millis(200),
             my_set: None,
@@ -453,10 +474,14 @@ impl Node {
             vacant_since: BTreeMap::new(),
             covering: BTreeMap::new(),
             members_changed: Duration::ZERO,
+            view_changed: Duration::ZERO,
             acting: BTreeMap::new(),
             probing: BTreeMap::new(),
             last_decided: None,
-            takes: BTreeSet::new(),
+            takes: BTreeMap::new(),
+            take_backlog: VecDeque::new(),
+            last_published: None,
+            publish_at: None,
             recreated_for: BTreeSet::new(),
             verified: BTreeSet::new(),
             unsure_takes: BTreeSet::new(),
@@ -527,6 +552,9 @@ impl Node {
             self.recheck_at = None;
             self.decide_due = true;
         }
+        if self.publish_at.is_some_and(|at| at <= now.mono) && !self.decide_due {
+            self.publish();
+        }
         if std::mem::take(&mut self.decide_due) {
             self.decide_now();
         }
@@ -538,6 +566,7 @@ impl Node {
             self.timers.first_key_value().map(|(&(at, _), _)| at),
             self.recheck_at,
             self.retry_at,
+            self.publish_at,
             self.decide_due.then_some(self.now.mono),
         ]
         .into_iter()

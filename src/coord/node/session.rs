@@ -180,6 +180,7 @@ impl Node {
         self.own_runs.clear();
         self.records.clear();
         self.takes.clear();
+        self.take_backlog.clear();
         self.verified.clear();
         self.verifying.clear();
         self.unsure_takes.clear();
