@@ -11,6 +11,7 @@
 //! observer, not a dependency. Jobs never see `NOTIFY_SOCKET`: the executor clears their
 //! environment.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
 }
 
 /// The one-line status of a node that has `loaded` tasks and the given leadership.
-pub fn status_line(leadership: &Leadership, loaded: &[&str]) -> String {
+pub fn status_line<V>(leadership: &Leadership, loaded: &BTreeMap<String, V>) -> String {
     if leadership.paused {
         let why = leadership
             .why_paused
@@ -94,10 +95,20 @@ pub fn status_line(leadership: &Leadership, loaded: &[&str]) -> String {
             .unwrap_or("not connected to the cluster");
         return format!("paused: {why}; firing nothing");
     }
-    let leading = loaded
-        .iter()
-        .filter(|name| leadership.tasks.contains(**name))
-        .count();
+    // Counted over the smaller side: this runs at every leadership change, and a node of a
+    // large cluster leads a few of many loaded tasks.
+    let leading = if leadership.tasks.len() <= loaded.len() {
+        leadership
+            .tasks
+            .iter()
+            .filter(|name| loaded.contains_key(*name))
+            .count()
+    } else {
+        loaded
+            .keys()
+            .filter(|name| leadership.tasks.contains(*name))
+            .count()
+    };
     format!("leading {leading} of {} tasks", loaded.len())
 }
 
@@ -106,6 +117,10 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
     use std::sync::Arc;
+
+    fn loaded(names: &[&str]) -> BTreeMap<String, ()> {
+        names.iter().map(|n| (n.to_string(), ())).collect()
+    }
 
     fn leadership(tasks: &[&str]) -> Leadership {
         Leadership {
@@ -116,7 +131,13 @@ mod tests {
 
     #[test]
     fn status_counts_the_loaded_tasks_this_node_leads() {
-        let status = status_line(&leadership(&["a", "c", "gone"]), &["a", "b", "c"]);
+        let status = status_line(&leadership(&["a", "c", "gone"]), &loaded(&["a", "b", "c"]));
+        assert_eq!(status, "leading 2 of 3 tasks");
+        // Counted from the loaded side when more are led than loaded.
+        let status = status_line(
+            &leadership(&["a", "c", "gone", "x", "y"]),
+            &loaded(&["a", "b", "c"]),
+        );
         assert_eq!(status, "leading 2 of 3 tasks");
     }
 
@@ -126,12 +147,12 @@ mod tests {
         paused.paused = true;
         paused.why_paused = Some("cannot reach ZooKeeper at 127.0.0.1:2181 (refused)".into());
         assert_eq!(
-            status_line(&paused, &["a"]),
+            status_line(&paused, &loaded(&["a"])),
             "paused: cannot reach ZooKeeper at 127.0.0.1:2181 (refused); firing nothing"
         );
         paused.why_paused = None;
         assert_eq!(
-            status_line(&paused, &["a"]),
+            status_line(&paused, &loaded(&["a"])),
             "paused: not connected to the cluster; firing nothing"
         );
     }
