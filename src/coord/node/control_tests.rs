@@ -753,3 +753,18 @@ fn a_node_takes_more_leases_than_it_has_in_flight_without_waiting_for_a_timer() 
     assert!(node.leadership().may_fire("t0999"));
     assert!(node.decisions <= 10, "{} decisions", node.decisions);
 }
+
+#[test]
+fn the_first_take_of_a_new_task_creates_its_znodes_and_owns_epoch_version_1() {
+    // The first take of a task creates its fire record and epoch and the lease in one multi
+    // (it used to take three writes); the first incarnation still owns epoch version 1, as a
+    // take of an existing epoch would, so a tree deleted and recreated under the holder
+    // (version 0 again) is still told apart by its claims.
+    let mut store = Store::default();
+    let (node, _) = started(&mut store, vec![spec("t", "")]);
+    assert_eq!(leases(&store), ["t"]);
+    let epoch = &store.znodes[&format!("{BASE}/tasks/t/epoch")];
+    assert_eq!(epoch.1.version, 1);
+    assert!(store.znodes.contains_key(&format!("{BASE}/tasks/t")));
+    assert!(node.leadership().may_fire("t"));
+}

@@ -170,8 +170,9 @@ impl Node {
                 _ => self.take_failed(task, "unexpected multi answer".into()),
             },
             Err(ZkFail::Multi { index: 1, error }) if *error == ZkFail::NoNode => {
-                // First lease of this task in the cluster: create its record and epoch.
-                self.ensure_task_nodes(task, AfterEnsure::Take { cover });
+                // First lease of this task in the cluster: create its record and epoch and
+                // take the lease in one multi.
+                self.send_fresh_take(task, cover);
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
                 // Held by someone, perhaps by this very session (a take whose answer was
@@ -191,6 +192,65 @@ impl Node {
                 }
                 self.take_failed(task, error.to_string())
             }
+        }
+    }
+
+    /// The first take of a task: creates its fire record and epoch, bumps the epoch (so the
+    /// first incarnation owns version 1, as a take of an existing epoch would) and creates the
+    /// lease, in one multi: one write where creating the znodes and taking again cost three
+    /// (a 20-node cold start of 10,000 new tasks is bound by the server's writes).
+    fn send_fresh_take(&mut self, task: String, cover: bool) {
+        let lease = serde_json::to_vec(&LeaseRecord {
+            format: FORMAT_VERSION,
+            node: self.cfg.id.clone(),
+            session: self.session_hex(),
+            since: self.now.wall,
+        })
+        .expect("serializes");
+        let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
+        let epoch = self.paths.epoch(&task);
+        let ops = vec![
+            ZkOp::Create {
+                path: self.paths.record(&task),
+                data: empty,
+                mode: CreateMode::Persistent,
+                acl: self.cfg.acl,
+            },
+            self.create_dir(epoch.clone()),
+            ZkOp::SetData {
+                path: epoch,
+                data: Vec::new(),
+                version: None,
+            },
+            ZkOp::Create {
+                path: self.paths.lease(&task),
+                data: lease,
+                mode: CreateMode::Ephemeral,
+                acl: self.cfg.acl,
+            },
+        ];
+        self.call(ZkOp::Multi(ops), Then::TakeFresh { task, cover });
+    }
+
+    pub(super) fn on_take_fresh(
+        &mut self,
+        task: String,
+        cover: bool,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Multi(results)) => match results.get(2) {
+                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
+                _ => self.take_failed(task, "unexpected multi answer".into()),
+            },
+            Err(error) if error.outcome_unknown() => {
+                // The lease may be this session's now: its owner is checked.
+                self.unsure_takes.insert(task.clone());
+                self.take_failed(task, error.to_string())
+            }
+            // Some of the task's znodes exist (another node created them meanwhile, or a
+            // record without an epoch), or the tree is gone: the step-by-step path copes.
+            Err(_) | Ok(_) => self.ensure_task_nodes(task, AfterEnsure::Take { cover }),
         }
     }
 

@@ -175,6 +175,10 @@ enum Then {
         task: String,
         cover: bool,
     },
+    TakeFresh {
+        task: String,
+        cover: bool,
+    },
     TakeOwner {
         task: String,
         cover: bool,
@@ -705,6 +709,7 @@ impl Node {
             Then::EnsureRecord { task } => self.on_ensure_record(task, result),
             Then::Ensured { task, after } => self.on_ensured(task, after, result),
             Then::Take { task, cover } => self.on_take(task, cover, result),
+            Then::TakeFresh { task, cover } => self.on_take_fresh(task, cover, result),
             Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
             Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
             Then::Released { task } => self.on_released(task, result),
