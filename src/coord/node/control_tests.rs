@@ -768,3 +768,60 @@ fn the_first_take_of_a_new_task_creates_its_znodes_and_owns_epoch_version_1() {
     assert!(store.znodes.contains_key(&format!("{BASE}/tasks/t")));
     assert!(node.leadership().may_fire("t"));
 }
+
+#[test]
+fn a_member_path_created_and_deleted_by_another_node_before_registering_is_not_reported() {
+    // Regression: the seed-824 fix deletes a lease naming a node not yet seen only in one
+    // multi that creates and deletes that node's member path; the node, still setting up,
+    // logged "this node's member znode was deleted; registering again".
+    let mut store = Store::default();
+    let mut node = Node::new(config("n1"), at(0));
+    node.handle(
+        Input::Request {
+            req: 1,
+            request: Request::Publish(vec![spec("t", "")]),
+        },
+        at(0),
+    );
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(0),
+    );
+    let path = format!("{BASE}/members/n1");
+    for kind in [WatchKind::Created, WatchKind::Deleted] {
+        node.handle(
+            Input::Watch {
+                path: path.clone(),
+                kind,
+            },
+            at(0),
+        );
+    }
+    let said = pump(&mut node, &mut store, at(0));
+    assert!(
+        !said.iter().any(|r| r.contains("member znode was deleted")),
+        "{said:?}"
+    );
+    let record = store.member("n1");
+    assert!(record.leads, "{record:?}");
+    assert_eq!(leases(&store), ["t"]);
+    // Deleted by hand once registered: still reported, and registered again.
+    store.znodes.remove(&path);
+    node.handle(
+        Input::Watch {
+            path,
+            kind: WatchKind::Deleted,
+        },
+        at(1),
+    );
+    let said = pump(&mut node, &mut store, at(1));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("this node's member znode was deleted; registering again")),
+        "{said:?}"
+    );
+    assert!(store.member("n1").leads);
+}

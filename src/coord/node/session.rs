@@ -556,6 +556,11 @@ impl Node {
                     if id == self.cfg.id && self.stopping {
                         // Our own leave (`start_release_all` deletes the member znode): a
                         // stopping node never registers again, and says nothing.
+                    } else if id == self.cfg.id && self.registered_as.is_none() {
+                        // Not registered yet: not our registration. Another node checking a
+                        // lease that names this node creates and deletes its member path in
+                        // one multi (proving it absent) before this node registers; saying
+                        // "deleted; registering again" for it misled. Registering goes on.
                     } else if id == self.cfg.id {
                         // Our registration vanished (deleted by hand?): register again. The
                         // event may be stale; registering keeps a znode that is still ours.
