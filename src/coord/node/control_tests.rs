@@ -122,8 +122,14 @@ impl Store {
                     .insert(path.clone(), (data.clone(), stat(0, owner)));
                 Ok(ZkOk::Created(stat(0, owner)))
             }
-            ZkOp::Delete { path, .. } => match self.znodes.remove(path) {
-                Some(_) => Ok(ZkOk::Done),
+            ZkOp::Delete { path, version } => match self.znodes.get(path) {
+                Some(znode) if version.is_some_and(|v| v != znode.1.version) => {
+                    Err(ZkFail::BadVersion)
+                }
+                Some(_) => {
+                    self.znodes.remove(path);
+                    Ok(ZkOk::Done)
+                }
                 None => Err(ZkFail::NoNode),
             },
             ZkOp::SetData { path, data, .. } => match self.znodes.get_mut(path) {
@@ -135,7 +141,8 @@ impl Store {
                 }
                 None => Err(ZkFail::NoNode),
             },
-            ZkOp::Check { path, .. } => match self.znodes.get(path) {
+            ZkOp::Check { path, version } => match self.znodes.get(path) {
+                Some(znode) if znode.1.version != *version => Err(ZkFail::BadVersion),
                 Some(znode) => Ok(ZkOk::Stat(znode.1)),
                 None => Err(ZkFail::NoNode),
             },
@@ -824,4 +831,68 @@ fn a_member_path_created_and_deleted_by_another_node_before_registering_is_not_r
         "{said:?}"
     );
     assert!(store.member("n1").leads);
+}
+
+#[test]
+fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_deleted() {
+    // Simulation seed 3437 (with drains): a node releasing a lease whose epoch a stranger had
+    // changed checked that the lease was its own, then deleted it by version; in between the
+    // stranger deleted it and another node took it (a new lease has version 0 too), and the
+    // node deleted that node's lease. The delete is now conditional on the epoch read before
+    // the check: every take bumps it.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    let epoch = format!("{BASE}/tasks/t/epoch");
+    assert_eq!(lease_owner(&store), Some(1));
+    // A stranger bumps the epoch; then the node is drained: it releases the lease.
+    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    let drain = format!("{BASE}/control/drained/n1");
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
+    node.handle(
+        Input::Watch {
+            path: drain,
+            kind: WatchKind::Created,
+        },
+        at(100),
+    );
+    // Pump by hand: once the node has looked at the lease and seen it its own, the stranger
+    // deletes it and session 2 takes it (a new lease at version 0, the epoch bumped).
+    let mut raced = false;
+    for _ in 0..100 {
+        if node.poll_timeout().is_some_and(|t| t <= at(100).mono) {
+            node.handle_timeout(at(100));
+        }
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        let events = std::mem::take(&mut store.events);
+        if outputs.is_empty() && events.is_empty() {
+            break;
+        }
+        for (path, kind) in events {
+            node.handle(Input::Watch { path, kind }, at(100));
+        }
+        for output in outputs {
+            if let Output::Call { op, zk } = output {
+                let result = store.apply(&zk, at(100));
+                if !raced && matches!(&zk, ZkOp::Exists { path } if *path == lease) {
+                    raced = true;
+                    let stat = Stat {
+                        ephemeral_owner: 2,
+                        ..Stat::default()
+                    };
+                    store.znodes.insert(lease.clone(), (Vec::new(), stat));
+                    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+                }
+                node.handle(Input::Reply { op, result }, at(100));
+            }
+        }
+    }
+    assert!(raced, "the node never checked the lease");
+    assert_eq!(
+        lease_owner(&store),
+        Some(2),
+        "the other node's lease was deleted"
+    );
 }

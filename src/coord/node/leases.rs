@@ -413,9 +413,11 @@ impl Node {
             }
             Err(ZkFail::Multi { index: 0, .. }) => {
                 // The epoch moved: another take (the lease changed hands: not ours to delete)
-                // or a stranger's write. Delete it only if it is still this session's.
-                let path = self.paths.lease(&task);
-                self.call(ZkOp::Exists { path }, Then::ReleaseCheck { task });
+                // or a stranger's write. Delete it only if it is still this session's
+                // incarnation: the epoch read first, then the lease checked, then deleted if
+                // the epoch is still as read (see `give_up_read_epoch`).
+                let path = self.paths.epoch(&task);
+                self.call(ZkOp::Exists { path }, Then::ReleaseEpoch { task });
                 return;
             }
             Err(error) => {
@@ -436,19 +438,31 @@ impl Node {
         self.recheck_in(Duration::from_millis(500));
     }
 
-    pub(super) fn on_release_check(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_release_epoch(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        let epoch = match result {
+            Ok(ZkOk::Exists(Some(stat))) => Some(stat.version),
+            Ok(_) => None,
+            Err(_) => {
+                self.stray_lease(&task);
+                return self.finish_task_job(&task);
+            }
+        };
+        let path = self.paths.lease(&task);
+        self.call(ZkOp::Exists { path }, Then::ReleaseCheck { task, epoch });
+    }
+
+    pub(super) fn on_release_check(
+        &mut self,
+        task: String,
+        epoch: Option<i32>,
+        result: Result<ZkOk, ZkFail>,
+    ) {
         if let Ok(ZkOk::Exists(Some(stat))) = result
             && Some(stat.ephemeral_owner) == self.my_session()
             && !self.held.contains_key(&task)
         {
-            let path = self.paths.lease(&task);
-            self.call(
-                ZkOp::Delete {
-                    path,
-                    version: Some(stat.version),
-                },
-                Then::Released { task },
-            );
+            let op = self.delete_own_lease(&task, stat.version, epoch);
+            self.call(op, Then::Released { task });
             return;
         }
         if result.is_err() {
@@ -552,31 +566,53 @@ impl Node {
         .field("task", &task);
         self.held.remove(&task);
         self.publish();
-        self.call(
-            ZkOp::Exists { path },
-            Then::GiveUpCheck {
-                task,
-                why: why.to_string(),
-            },
-        );
+        self.give_up_read_epoch(task);
+    }
+
+    /// Giving a lease up deletes it only while it is still this node's incarnation. Its
+    /// version cannot tell (every new lease has version 0), and the epoch this node took with
+    /// was changed (why it gives up). So the epoch is read first, then the lease checked to be
+    /// this session's, then deleted on the condition that the epoch is still as read: any take
+    /// in between bumps it. (Deleting by the lease's version alone deleted the lease another
+    /// node took after a stranger deleted this one: simulation seed 3437 with drains.)
+    fn give_up_read_epoch(&mut self, task: String) {
+        let path = self.paths.epoch(&task);
+        self.call(ZkOp::Exists { path }, Then::GiveUpEpoch { task });
+    }
+
+    pub(super) fn on_give_up_epoch(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        let epoch = match result {
+            Ok(ZkOk::Exists(Some(stat))) => Some(stat.version),
+            // No epoch (the tree was deleted): a take recreates it first. With nothing to
+            // condition on, the lease is checked and deleted by its version alone.
+            Ok(_) => None,
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    format!("giving up the changed lease failed ({error})"),
+                )
+                .field("task", &task);
+                if let Some(given_up) = self.regaining.get_mut(&task) {
+                    *given_up = true;
+                }
+                self.decide();
+                return;
+            }
+        };
+        let path = self.paths.lease(&task);
+        self.call(ZkOp::Exists { path }, Then::GiveUpCheck { task, epoch });
     }
 
     pub(super) fn on_give_up_check(
         &mut self,
         task: String,
-        _why: String,
+        epoch: Option<i32>,
         result: Result<ZkOk, ZkFail>,
     ) {
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
-                let path = self.paths.lease(&task);
-                self.call(
-                    ZkOp::Delete {
-                        path,
-                        version: Some(stat.version),
-                    },
-                    Then::GiveUp { task },
-                );
+                let op = self.delete_own_lease(&task, stat.version, epoch);
+                self.call(op, Then::GiveUp { task });
             }
             _ => {
                 if let Some(given_up) = self.regaining.get_mut(&task) {
@@ -587,7 +623,40 @@ impl Node {
         }
     }
 
+    /// Deletes this session's lease of `task` (seen at `version`) only while the epoch is
+    /// still at `epoch`, read before the lease was seen: a take by anyone in between bumps it,
+    /// and a new lease has version 0 like the old one. Without an epoch (the tree was
+    /// deleted), by the lease's version alone.
+    fn delete_own_lease(&self, task: &str, version: i32, epoch: Option<i32>) -> ZkOp {
+        let delete = ZkOp::Delete {
+            path: self.paths.lease(task),
+            version: Some(version),
+        };
+        match epoch {
+            Some(epoch) => ZkOp::Multi(vec![
+                ZkOp::Check {
+                    path: self.paths.epoch(task),
+                    version: epoch,
+                },
+                delete,
+            ]),
+            None => delete,
+        }
+    }
+
     pub(super) fn on_give_up(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        if let Err(ZkFail::Multi { index: 0, error }) = &result
+            && **error == ZkFail::BadVersion
+        {
+            // The epoch moved since it was read: whoever moved it may hold the lease now, or
+            // this node's lease is still there: read and check again.
+            self.give_up_read_epoch(task);
+            return;
+        }
+        let result = match result {
+            Err(ZkFail::Multi { error, .. }) => Err(*error),
+            other => other,
+        };
         if let Err(error) = result
             && error != ZkFail::NoNode
         {

@@ -190,8 +190,12 @@ enum Then {
     Released {
         task: String,
     },
+    ReleaseEpoch {
+        task: String,
+    },
     ReleaseCheck {
         task: String,
+        epoch: Option<i32>,
     },
     LeaseCheck {
         task: String,
@@ -210,9 +214,12 @@ enum Then {
     GiveUp {
         task: String,
     },
+    GiveUpEpoch {
+        task: String,
+    },
     GiveUpCheck {
         task: String,
-        why: String,
+        epoch: Option<i32>,
     },
     ReadRecord {
         task: String,
@@ -713,13 +720,15 @@ impl Node {
             Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
             Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
             Then::Released { task } => self.on_released(task, result),
-            Then::ReleaseCheck { task } => self.on_release_check(task, result),
+            Then::ReleaseEpoch { task } => self.on_release_epoch(task, result),
+            Then::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
             Then::LeaseOwner { task } => self.on_lease_owner(task, result),
             Then::Acting { member, seen } => self.on_acting(member, seen, result),
             Then::HealLease { task, foreign } => self.on_heal_lease(task, foreign, result),
             Then::GiveUp { task } => self.on_give_up(task, result),
-            Then::GiveUpCheck { task, why } => self.on_give_up_check(task, why, result),
+            Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
+            Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
             Then::ReadRecord {
                 task,
                 after,
