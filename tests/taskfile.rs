@@ -91,29 +91,29 @@ fn minimal_file_gets_every_default() {
     // then every other field has its documented default
     assert_eq!(spec.name, "t");
     assert_eq!(spec.path, PathBuf::from("/jobs/t.toml"));
-    assert_eq!(spec.description, None);
+    assert_eq!(spec.extras.description, None);
     assert_eq!(spec.schedule.expression(), "*/5 * * * *");
     assert_eq!(spec.schedule.timezone(), chrono_tz::UTC);
     assert_eq!(spec.command, CommandLine::Shell("true".into()));
     assert_eq!(spec.user, None);
-    assert_eq!(spec.group, None);
-    assert_eq!(spec.working_dir, None);
-    assert!(spec.env.is_empty());
-    assert_eq!(spec.timeout, None);
+    assert_eq!(spec.extras.group, None);
+    assert_eq!(spec.extras.working_dir, None);
+    assert!(spec.extras.env.is_empty());
+    assert_eq!(spec.extras.timeout, None);
     assert_eq!(spec.kill_grace, Duration::from_secs(10));
     assert_eq!(spec.overlap, OverlapPolicy::Skip);
     assert_eq!(spec.catch_up, CatchUpPolicy::Once);
     assert_eq!(spec.starting_deadline, None);
     assert_eq!(spec.jitter, Duration::ZERO);
     assert_eq!(
-        spec.retries,
+        spec.extras.retries,
         RetryPolicy {
             attempts: 0,
             backoff: Duration::from_secs(10),
             max_backoff: Duration::from_secs(600)
         }
     );
-    assert_eq!(spec.version_req, None);
+    assert_eq!(spec.extras.version_req, None);
     assert!(!spec.kill_on_session_loss);
     assert_eq!(spec.on_node_loss, zkcron::task::NodeLossPolicy::Skip);
     assert!(spec.enabled);
@@ -194,7 +194,7 @@ enabled = false
     // then every value is what the file says
     assert_eq!(spec.name, "nightly-backup");
     assert_eq!(
-        spec.description.as_deref(),
+        spec.extras.description.as_deref(),
         Some("Full backup of the orders database")
     );
     assert_eq!(spec.schedule.expression(), "30 2 * * *");
@@ -204,21 +204,21 @@ enabled = false
         CommandLine::Argv(vec!["/usr/local/bin/backup".into(), "--full".into()])
     );
     assert_eq!(spec.user.as_deref(), Some("nobody"));
-    assert_eq!(spec.group.as_deref(), Some("root"));
-    assert_eq!(spec.working_dir, Some(PathBuf::from("/var/backups")));
+    assert_eq!(spec.extras.group.as_deref(), Some("root"));
+    assert_eq!(spec.extras.working_dir, Some(PathBuf::from("/var/backups")));
     let env: BTreeMap<String, String> = [("PGHOST", "db1"), ("PGPORT", "5432")]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    assert_eq!(spec.env, env);
-    assert_eq!(spec.timeout, Some(Duration::from_secs(7200)));
+    assert_eq!(spec.extras.env, env);
+    assert_eq!(spec.extras.timeout, Some(Duration::from_secs(7200)));
     assert_eq!(spec.kill_grace, Duration::from_secs(90));
     assert_eq!(spec.overlap, OverlapPolicy::Replace);
     assert_eq!(spec.catch_up, CatchUpPolicy::All);
     assert_eq!(spec.starting_deadline, Some(Duration::from_secs(900)));
     assert_eq!(spec.jitter, Duration::from_secs(30));
     assert_eq!(
-        spec.retries,
+        spec.extras.retries,
         RetryPolicy {
             attempts: 2,
             backoff: Duration::from_secs(30),
@@ -226,7 +226,7 @@ enabled = false
         }
     );
     assert_eq!(
-        spec.version_req,
+        spec.extras.version_req,
         Some(semver::VersionReq::parse(">=2.1").unwrap())
     );
     assert!(!spec.enabled);
@@ -236,8 +236,8 @@ enabled = false
 fn retries_and_env_may_be_written_as_sections() {
     let text = format!("{MINIMAL}[env]\nA = \"1\"\n[retries]\nattempts = 3\n");
     let spec = parse(&text).unwrap();
-    assert_eq!(spec.env.get("A").map(String::as_str), Some("1"));
-    assert_eq!(spec.retries.attempts, 3);
+    assert_eq!(spec.extras.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(spec.extras.retries.attempts, 3);
 }
 
 #[test]
@@ -1738,14 +1738,14 @@ fn on_failure_is_read_as_argv() {
     ))
     .unwrap();
     assert_eq!(
-        spec.on_failure,
+        spec.extras.on_failure,
         Some(vec![
             "/usr/local/bin/page".to_string(),
             "--team".to_string(),
             "db".to_string()
         ])
     );
-    assert_eq!(parse(MINIMAL).unwrap().on_failure, None);
+    assert_eq!(parse(MINIMAL).unwrap().extras.on_failure, None);
 }
 
 #[test]

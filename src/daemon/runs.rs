@@ -382,14 +382,14 @@ pub(super) fn run_request<C: Coordinator>(
         node_id: shared.node_id.clone(),
         command: spec.command.clone(),
         user: spec.user.clone(),
-        group: spec.group.clone(),
-        working_dir: spec.working_dir.clone(),
-        env: spec.env.clone(),
-        timeout: spec.timeout,
+        group: spec.extras.group.clone(),
+        working_dir: spec.extras.working_dir.clone(),
+        env: spec.extras.env.clone(),
+        timeout: spec.extras.timeout,
         kill_grace: spec.kill_grace,
-        retries: spec.retries,
+        retries: spec.extras.retries,
         output_lines: shared.job_output_lines,
-        on_failure: spec.on_failure.clone(),
+        on_failure: spec.extras.on_failure.clone(),
     }
 }
 

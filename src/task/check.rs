@@ -182,26 +182,29 @@ pub(super) fn check_task(
     Some(TaskSpec {
         name: name.to_string(),
         path: path.to_path_buf(),
-        description,
         schedule: schedule?,
         command: command?,
         user,
-        group,
-        working_dir,
-        env,
-        timeout,
         kill_grace,
         overlap,
         catch_up,
         starting_deadline,
         jitter,
-        retries,
-        version_req,
         kill_on_session_loss,
         on_node_loss,
         enabled,
-        require_labels,
-        on_failure,
+        extras: TaskExtras {
+            description,
+            group,
+            working_dir,
+            env,
+            timeout,
+            retries,
+            version_req,
+            require_labels,
+            on_failure,
+        }
+        .into(),
     })
 }
 
