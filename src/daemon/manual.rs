@@ -6,14 +6,14 @@
 //! the runs map, so shutdown still waits for it) and `jitter`, moves no fire record, and is
 //! never caught up or rerun. A paused task's trigger runs: the operator asked for it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::runs::{RunKind, run_request, start_run};
-use super::{LoadedTask, Shared, wall_clock};
+use super::{Shared, TaskTable, wall_clock};
 use crate::coord::{ClaimOutcome, Coordinator, Leadership, Trigger};
 use crate::executor;
 use crate::plan::Tick;
@@ -36,7 +36,7 @@ fn runs_key(task: &str) -> String {
 /// has not claimed yet.
 pub(super) fn start_manual_runs<C: Coordinator>(
     shared: &Arc<Shared<C>>,
-    tasks: &BTreeMap<String, LoadedTask>,
+    tasks: &TaskTable,
     leadership: &Leadership,
 ) {
     let listed: BTreeSet<&str> = leadership

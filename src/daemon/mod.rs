@@ -14,7 +14,7 @@
 //!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,12 +168,83 @@ struct LoadedTask {
     timer: Option<TimerId>,
 }
 
+/// The tasks the daemon has loaded, in name order, found by binary search on the spec's own
+/// name. (A `BTreeMap` keyed by a copy of each name cost about 140 bytes a task, half-full
+/// nodes included, against 32 here: 1 MB of a 10,000-task daemon.)
+#[derive(Default)]
+struct TaskTable(Vec<LoadedTask>);
+
+impl TaskTable {
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|task| task.spec.name.as_str().cmp(name))
+    }
+
+    fn get(&self, name: &str) -> Option<&LoadedTask> {
+        self.position(name).ok().map(|i| &self.0[i])
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut LoadedTask> {
+        self.position(name).ok().map(|i| &mut self.0[i])
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.position(name).is_ok()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, LoadedTask> {
+        self.0.iter()
+    }
+
+    fn iter_mut(&mut self) -> std::slice::IterMut<'_, LoadedTask> {
+        self.0.iter_mut()
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|task| task.spec.name.as_str())
+    }
+
+    /// Adds tasks whose names are not in the table yet.
+    fn add(&mut self, mut added: Vec<LoadedTask>) {
+        if added.is_empty() {
+            return;
+        }
+        // Exactly the room needed: at start-up the table is made once, at its final size.
+        self.0.reserve_exact(added.len());
+        self.0.append(&mut added);
+        // Two sorted runs when `added` is sorted: one merge.
+        self.0.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    }
+
+    /// Keeps the tasks `keep` says yes to (it may take their timer first).
+    fn retain(&mut self, keep: impl FnMut(&mut LoadedTask) -> bool) {
+        let before = self.0.len();
+        self.0.retain_mut(keep);
+        if self.0.len() < before {
+            self.0.shrink_to_fit();
+        }
+    }
+}
+
+impl FromIterator<(String, LoadedTask)> for TaskTable {
+    /// For tests: the tasks, each under its spec's name.
+    fn from_iter<I: IntoIterator<Item = (String, LoadedTask)>>(tasks: I) -> TaskTable {
+        let mut table = TaskTable::default();
+        table.add(tasks.into_iter().map(|(_, task)| task).collect());
+        table
+    }
+}
+
 /// The running daemon.
 pub struct Daemon<C: Coordinator> {
     config: DaemonConfig,
     shared: Arc<Shared<C>>,
     timers: Timers,
-    tasks: BTreeMap<String, LoadedTask>,
+    tasks: TaskTable,
     runs_alive_rx: mpsc::Receiver<()>,
     /// The session losses already acted on.
     session_losses: u64,
@@ -191,7 +262,7 @@ impl<C: Coordinator> Daemon<C> {
             timers: Timers::new(shared.clone()),
             shared,
             config,
-            tasks: BTreeMap::new(),
+            tasks: TaskTable::default(),
             runs_alive_rx,
             session_losses: 0,
             status: String::new(),
@@ -321,26 +392,25 @@ impl<C: Coordinator> Daemon<C> {
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
-        let names: Vec<String> = self.tasks.keys().cloned().collect();
-        for name in names {
-            if !wanted.contains(name.as_str()) {
-                let task = self.tasks.remove(&name).expect("listed above");
-                if let Some(timer) = task.timer {
-                    self.timers.stop(timer);
-                }
-                let running = self
-                    .shared
-                    .runs
-                    .get(&name)
-                    .map_or(0, |runs| runs.cancel_retries());
-                tracing::info!(
-                    task = %name,
-                    running,
-                    "task removed; a run in progress finishes, without further retries"
-                );
-                removed += 1;
+        let (timers, runs) = (&self.timers, &self.shared.runs);
+        self.tasks.retain(|task| {
+            let name = task.spec.name.as_str();
+            if wanted.contains(name) {
+                return true;
             }
-        }
+            if let Some(timer) = task.timer.take() {
+                timers.stop(timer);
+            }
+            let running = runs.get(name).map_or(0, |runs| runs.cancel_retries());
+            tracing::info!(
+                task = %name,
+                running,
+                "task removed; a run in progress finishes, without further retries"
+            );
+            removed += 1;
+            false
+        });
+        let mut new_tasks = Vec::new();
         for spec in &tasks {
             let name = &spec.name;
             match self.tasks.get_mut(name) {
@@ -362,17 +432,15 @@ impl<C: Coordinator> Daemon<C> {
                         enabled = spec.enabled,
                         "task loaded"
                     );
-                    self.tasks.insert(
-                        name.clone(),
-                        LoadedTask {
-                            spec: Arc::new(spec.clone()),
-                            timer: None,
-                        },
-                    );
+                    new_tasks.push(LoadedTask {
+                        spec: Arc::new(spec.clone()),
+                        timer: None,
+                    });
                     added += 1;
                 }
             }
         }
+        self.tasks.add(new_tasks);
         drop(wanted);
         tracing::info!(
             reason,
@@ -395,7 +463,7 @@ impl<C: Coordinator> Daemon<C> {
         drop(tasks);
         self.config
             .loaded
-            .set(self.tasks.values().map(|t| t.spec.clone()).collect());
+            .set(self.tasks.iter().map(|t| t.spec.clone()).collect());
         self.apply_leadership();
         memory::release_free_memory();
     }
@@ -406,7 +474,8 @@ impl<C: Coordinator> Daemon<C> {
         let leadership = self.shared.leadership.borrow().clone();
         if leadership.session_losses > self.session_losses {
             self.session_losses = leadership.session_losses;
-            for (name, task) in &self.tasks {
+            for task in self.tasks.iter() {
+                let name = &task.spec.name;
                 if !task.spec.kill_on_session_loss {
                     continue;
                 }
@@ -423,7 +492,9 @@ impl<C: Coordinator> Daemon<C> {
         }
         self.shared.metrics.set_leases_held(leadership.tasks.len());
         self.timers.reserve(self.tasks.len());
-        for (name, task) in &mut self.tasks {
+        for task in self.tasks.iter_mut() {
+            let spec = task.spec.clone();
+            let name = &spec.name;
             let should_fire = task.spec.enabled && leadership.may_fire(name);
             // Led, but paused by the operator: the lease stays, nothing fires.
             let paused = task.spec.enabled
@@ -453,10 +524,9 @@ impl<C: Coordinator> Daemon<C> {
                 _ => {}
             }
         }
-        self.paused_logged
-            .retain(|name| self.tasks.contains_key(name));
+        self.paused_logged.retain(|name| self.tasks.contains(name));
         manual::start_manual_runs(&self.shared, &self.tasks, &leadership);
-        let loaded: Vec<&str> = self.tasks.keys().map(String::as_str).collect();
+        let loaded: Vec<&str> = self.tasks.names().collect();
         let status = service::status_line(&leadership, &loaded);
         if status != self.status {
             service::status(&status);

@@ -453,14 +453,17 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
         file.display()
     ));
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    let tasks = BTreeMap::from([("t".to_string(), LoadedTask { spec, timer: None })]);
+    let tasks = TaskTable::from_iter([("t".to_string(), LoadedTask { spec, timer: None })]);
     let requested_at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
     let trigger = crate::coord::Trigger {
         fire_id: "t@manual-0000000007".into(),
         requested_at,
     };
     let mut leadership = coordinator.leadership.borrow().clone();
-    leadership.triggers = Arc::new(BTreeMap::from([("t".to_string(), vec![trigger])]));
+    leadership.triggers = Arc::new(std::collections::BTreeMap::from([(
+        "t".to_string(),
+        vec![trigger],
+    )]));
     for _ in 0..3 {
         manual::start_manual_runs(&shared, &tasks, &leadership);
     }
