@@ -319,7 +319,7 @@ impl<'a> Checker<'a> {
                     );
                     return None;
                 }
-                let mut argv = Vec::new();
+                let mut argv = Vec::with_capacity(items.len());
                 for (index, item) in items.iter().enumerate() {
                     match item.get_ref().as_str() {
                         Some(s) if s.contains('\0') => {
