@@ -109,7 +109,7 @@ mod tests {
 
     fn leadership(tasks: &[&str]) -> Leadership {
         Leadership {
-            tasks: Arc::new(tasks.iter().map(|t| t.to_string()).collect::<BTreeSet<_>>()),
+            tasks: Arc::new(tasks.iter().map(|t| Arc::from(*t)).collect::<BTreeSet<_>>()),
             ..Leadership::default()
         }
     }

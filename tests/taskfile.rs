@@ -89,7 +89,7 @@ fn minimal_file_gets_every_default() {
     // when it is parsed
     let spec = parse(MINIMAL).unwrap();
     // then every other field has its documented default
-    assert_eq!(spec.name, "t");
+    assert_eq!(&*spec.name, "t");
     assert_eq!(spec.path, PathBuf::from("/jobs/t.toml"));
     assert_eq!(spec.extras.description, None);
     assert_eq!(spec.schedule.expression(), "*/5 * * * *");
@@ -192,7 +192,7 @@ enabled = false
     )
     .unwrap();
     // then every value is what the file says
-    assert_eq!(spec.name, "nightly-backup");
+    assert_eq!(&*spec.name, "nightly-backup");
     assert_eq!(
         spec.extras.description.as_deref(),
         Some("Full backup of the orders database")
@@ -837,7 +837,7 @@ fn symlink_to_a_writable_target_is_refused() {
     assert_error(only_error(&errors), 0, 0, "group- and world-writable");
     // and a symlink to a safe target is followed, as cron follows it
     fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(load_task_file(&link, &defaults()).unwrap().name, "t");
+    assert_eq!(&*load_task_file(&link, &defaults()).unwrap().name, "t");
 }
 
 #[test]
@@ -937,7 +937,7 @@ fn dir_with_one_bad_and_two_good_files() {
     // when the directory is loaded
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
     // then the good ones load, sorted, and the bad one is reported
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["alpha", "zeta"]);
     assert_eq!(loaded.errors.len(), 1, "{:#?}", loaded.errors);
     assert_eq!(loaded.errors[0].path, dir.path().join("broken.toml"));
@@ -966,7 +966,7 @@ fn a_dir_loaded_on_several_threads_gives_the_same_sorted_result() {
         );
     }
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
-    let names: Vec<String> = loaded.tasks.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = loaded.tasks.iter().map(|t| t.name.to_string()).collect();
     let expected: Vec<String> = (0..1_200).map(|i| format!("task-{i:04}")).collect();
     assert_eq!(names, expected);
     let errors: Vec<(String, usize)> = loaded
@@ -1557,7 +1557,7 @@ fn symlink_to_a_file_in_its_directory_is_followed_and_named_after_the_link() {
     std::os::unix::fs::symlink(".backup-v2", dir.join("backup.toml")).unwrap();
     let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
     assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["backup"]);
 }
 
@@ -1571,7 +1571,7 @@ fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_wh
     let _socket = common::make_odd_entries(&dir);
 
     let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["good"]);
     let not_a_task = "zkcron loads regular files named NAME.toml (and symbolic links to them in \
                       the same directory) and does not look into subdirectories: remove it, or \

@@ -58,7 +58,7 @@ pub(super) fn start_manual_runs<C: Coordinator>(
         let Some(loaded) = tasks.get(task).filter(|t| t.spec.enabled) else {
             continue;
         };
-        if !leadership.tasks.contains(task) {
+        if !leadership.tasks.contains(task.as_str()) {
             continue;
         }
         for trigger in triggers {
@@ -80,7 +80,7 @@ pub(super) fn start_manual_runs<C: Coordinator>(
 
 /// Claims `trigger` and, if won, starts its run at once.
 async fn manual_run<C: Coordinator>(spec: Arc<TaskSpec>, shared: Arc<Shared<C>>, trigger: Trigger) {
-    let name = spec.name.as_str();
+    let name = &*spec.name;
     let fire_id = trigger.fire_id.as_str();
     let tick = Tick {
         instant: trigger.requested_at,

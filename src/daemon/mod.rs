@@ -176,8 +176,7 @@ struct TaskTable(Vec<LoadedTask>);
 
 impl TaskTable {
     fn position(&self, name: &str) -> Result<usize, usize> {
-        self.0
-            .binary_search_by(|task| task.spec.name.as_str().cmp(name))
+        self.0.binary_search_by(|task| (*task.spec.name).cmp(name))
     }
 
     fn get(&self, name: &str) -> Option<&LoadedTask> {
@@ -205,7 +204,7 @@ impl TaskTable {
     }
 
     fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|task| task.spec.name.as_str())
+        self.0.iter().map(|task| &*task.spec.name)
     }
 
     /// Adds tasks whose names are not in the table yet.
@@ -361,10 +360,6 @@ impl<C: Coordinator> Daemon<C> {
                 }
             };
 
-        // The specs as loaded (on the loader's thread) are what is published; the daemon keeps
-        // its own copies of new and changed ones, made here. So the loader's scratch memory
-        // (file text, TOML trees) and the specs interleaved with it are freed whole after the
-        // publish instead of pinning the loader's heap, and nothing is copied to publish.
         let mut tasks: Vec<TaskSpec> = loaded.tasks;
         for error in &loaded.errors {
             let kept = error
@@ -378,7 +373,7 @@ impl<C: Coordinator> Daemon<C> {
                         "invalid task file, keeping its last good version running: {}",
                         error.one_line()
                     );
-                    tasks.retain(|task| task.name != *name);
+                    tasks.retain(|task| *task.name != **name);
                     tasks.push((*spec).clone());
                 }
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
@@ -387,14 +382,14 @@ impl<C: Coordinator> Daemon<C> {
         // Published in name order, as before.
         tasks.sort_by(|a, b| a.name.cmp(&b.name));
         let wanted: std::collections::BTreeSet<&str> =
-            tasks.iter().map(|task| task.name.as_str()).collect();
+            tasks.iter().map(|task| &*task.name).collect();
 
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
         let (timers, runs) = (&self.timers, &self.shared.runs);
         self.tasks.retain(|task| {
-            let name = task.spec.name.as_str();
+            let name = &*task.spec.name;
             if wanted.contains(name) {
                 return true;
             }
@@ -410,21 +405,29 @@ impl<C: Coordinator> Daemon<C> {
             removed += 1;
             false
         });
-        let mut new_tasks = Vec::new();
-        for spec in &tasks {
-            let name = &spec.name;
-            match self.tasks.get_mut(name) {
-                Some(task) if *task.spec == *spec => {}
+        drop(wanted);
+        // The specs as loaded are published, then moved into the daemon's `Arc`s (new and
+        // changed ones): no copy is made. An unchanged one is published with the daemon's own
+        // name, so the coordinator's leadership set shares each name with the daemon's spec.
+        let mut taken = Vec::with_capacity(tasks.len());
+        let mut loaded_names = Vec::new();
+        for spec in &mut tasks {
+            let name = spec.name.clone();
+            let take = match self.tasks.get_mut(&name) {
+                Some(task) if *task.spec == *spec => {
+                    spec.name = task.spec.name.clone();
+                    false
+                }
                 Some(task) => {
                     if let Some(timer) = task.timer.take() {
                         self.timers.stop(timer);
                     }
-                    task.spec = Arc::new(spec.clone());
                     tracing::info!(task = %name, "task changed; a run in progress finishes");
                     changed += 1;
+                    true
                 }
                 None => {
-                    self.shared.metrics.task_loaded(name);
+                    loaded_names.push(name.clone());
                     tracing::info!(
                         task = %name,
                         schedule = spec.schedule.expression(),
@@ -432,16 +435,13 @@ impl<C: Coordinator> Daemon<C> {
                         enabled = spec.enabled,
                         "task loaded"
                     );
-                    new_tasks.push(LoadedTask {
-                        spec: Arc::new(spec.clone()),
-                        timer: None,
-                    });
                     added += 1;
+                    true
                 }
-            }
+            };
+            taken.push(take);
         }
-        self.tasks.add(new_tasks);
-        drop(wanted);
+        self.shared.metrics.tasks_loaded(loaded_names);
         tracing::info!(
             reason,
             added,
@@ -460,7 +460,18 @@ impl<C: Coordinator> Daemon<C> {
         if let Err(error) = self.shared.coordinator.publish(&tasks).await {
             tracing::error!("cannot publish this node's tasks: {error}");
         }
-        drop(tasks);
+        let mut new_tasks = Vec::new();
+        for (spec, take) in tasks.into_iter().zip(taken) {
+            if !take {
+                continue;
+            }
+            let spec = Arc::new(spec);
+            match self.tasks.get_mut(&spec.name) {
+                Some(task) => task.spec = spec,
+                None => new_tasks.push(LoadedTask { spec, timer: None }),
+            }
+        }
+        self.tasks.add(new_tasks);
         self.config
             .loaded
             .set(self.tasks.iter().map(|t| t.spec.clone()).collect());
@@ -494,13 +505,13 @@ impl<C: Coordinator> Daemon<C> {
         self.timers.reserve(self.tasks.len());
         for task in self.tasks.iter_mut() {
             let spec = task.spec.clone();
-            let name = &spec.name;
+            let name: &str = &spec.name;
             let should_fire = task.spec.enabled && leadership.may_fire(name);
             // Led, but paused by the operator: the lease stays, nothing fires.
             let paused = task.spec.enabled
                 && leadership.tasks.contains(name)
                 && leadership.paused_tasks.contains(name);
-            if paused && self.paused_logged.insert(name.clone()) {
+            if paused && self.paused_logged.insert(name.to_string()) {
                 tracing::warn!(
                     task = %name,
                     "task {name} is paused; nothing fires until `zkcron resume {name}`"

@@ -38,7 +38,7 @@ struct SlowResults {
 impl SlowResults {
     fn new(task: &str, record: Option<DateTime<Utc>>, result_write: Duration) -> Arc<Self> {
         let leadership = Leadership {
-            tasks: Arc::new(BTreeSet::from([task.to_string()])),
+            tasks: Arc::new(BTreeSet::from([Arc::from(task)])),
             ..Leadership::default()
         };
         Arc::new(SlowResults {

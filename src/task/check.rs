@@ -180,7 +180,7 @@ pub(super) fn check_task(
         return None;
     }
     Some(TaskSpec {
-        name: name.to_string(),
+        name: name.into(),
         path: path.to_path_buf(),
         schedule: schedule?,
         command: command?,

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -40,8 +41,9 @@ pub use load::{load_jobs_dir, load_task_file, parse_task};
 /// loaded, and a plain task is then about 200 bytes instead of 430.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskSpec {
-    /// The file stem; unique in a jobs dir, part of ZooKeeper paths and fire ids.
-    pub name: String,
+    /// The file stem; unique in a jobs dir, part of ZooKeeper paths and fire ids. Shared with
+    /// the maps that hold a task's name per loaded task (leadership, metrics).
+    pub name: Arc<str>,
     /// The file the task came from, for messages.
     pub path: PathBuf,
     pub schedule: Schedule,

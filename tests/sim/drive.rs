@@ -75,7 +75,7 @@ pub(crate) fn task_ix(name: &str) -> TaskIx {
 /// The task as the daemon would load it (identical on every node that defines it).
 pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
     TaskSpec {
-        name: def.name.clone(),
+        name: def.name.as_str().into(),
         path: format!("{}.toml", def.name).into(),
         schedule: def.rules.schedule.clone(),
         command: CommandLine::Argv(vec!["true".into()]),
@@ -1420,7 +1420,7 @@ impl<'s> Sim<'s> {
             p.leadership
                 .tasks
                 .iter()
-                .filter_map(|name| self.by_name.get(name).copied())
+                .filter_map(|name| self.by_name.get(&**name).copied())
                 .collect()
         };
         let stop: Vec<TaskIx> = p

@@ -10,10 +10,13 @@ use super::{Level, Node, Output};
 impl Node {
     /// Publishes the held leases as leadership (paused unless connected and listed).
     pub(super) fn publish(&mut self) {
-        let tasks: BTreeSet<String> = if self.stopping {
+        let tasks: BTreeSet<Arc<str>> = if self.stopping {
             BTreeSet::new()
         } else {
-            self.held.keys().cloned().collect()
+            self.held
+                .keys()
+                .map(|task| Arc::from(task.as_str()))
+                .collect()
         };
         let paused = !self.firing();
         let triggers = self.led_triggers(&tasks);

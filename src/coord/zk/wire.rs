@@ -339,7 +339,7 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
             .map(|t| {
                 let t: &TaskSpec = t.borrow();
                 (
-                    t.name.clone(),
+                    t.name.to_string(),
                     TaskSetEntry {
                         digest: t.canonical_digest(),
                         version_req: t.extras.version_req.as_ref().map(|r| r.to_string()),
