@@ -133,7 +133,7 @@ impl PlanRules {
             task: spec.name.to_string(),
             schedule: spec.schedule.clone(),
             catch_up: spec.catch_up,
-            starting_deadline: spec.starting_deadline,
+            starting_deadline: spec.extras.starting_deadline,
             jitter: spec.jitter,
         }
     }

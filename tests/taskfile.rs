@@ -100,10 +100,10 @@ fn minimal_file_gets_every_default() {
     assert_eq!(spec.extras.working_dir, None);
     assert!(spec.extras.env.is_empty());
     assert_eq!(spec.extras.timeout, None);
-    assert_eq!(spec.kill_grace, Duration::from_secs(10));
+    assert_eq!(spec.extras.kill_grace, Duration::from_secs(10));
     assert_eq!(spec.overlap, OverlapPolicy::Skip);
     assert_eq!(spec.catch_up, CatchUpPolicy::Once);
-    assert_eq!(spec.starting_deadline, None);
+    assert_eq!(spec.extras.starting_deadline, None);
     assert_eq!(spec.jitter, Duration::ZERO);
     assert_eq!(
         spec.extras.retries,
@@ -212,10 +212,13 @@ enabled = false
         .collect();
     assert_eq!(spec.extras.env, env);
     assert_eq!(spec.extras.timeout, Some(Duration::from_secs(7200)));
-    assert_eq!(spec.kill_grace, Duration::from_secs(90));
+    assert_eq!(spec.extras.kill_grace, Duration::from_secs(90));
     assert_eq!(spec.overlap, OverlapPolicy::Replace);
     assert_eq!(spec.catch_up, CatchUpPolicy::All);
-    assert_eq!(spec.starting_deadline, Some(Duration::from_secs(900)));
+    assert_eq!(
+        spec.extras.starting_deadline,
+        Some(Duration::from_secs(900))
+    );
     assert_eq!(spec.jitter, Duration::from_secs(30));
     assert_eq!(
         spec.extras.retries,

@@ -386,7 +386,7 @@ pub(super) fn run_request<C: Coordinator>(
         working_dir: spec.extras.working_dir.clone(),
         env: spec.extras.env.clone(),
         timeout: spec.extras.timeout,
-        kill_grace: spec.kill_grace,
+        kill_grace: spec.extras.kill_grace,
         retries: spec.extras.retries,
         output_lines: shared.job_output_lines,
         on_failure: spec.extras.on_failure.clone(),

@@ -119,7 +119,7 @@ impl TaskSpec {
             }
         });
         out.field("timeout", |o| o.opt_dur(self.extras.timeout));
-        out.field("kill_grace", |o| o.dur(self.kill_grace));
+        out.field("kill_grace", |o| o.dur(self.extras.kill_grace));
         out.field("overlap", |o| {
             o.raw(match self.overlap {
                 OverlapPolicy::Skip => "skip",
@@ -134,7 +134,9 @@ impl TaskSpec {
                 CatchUpPolicy::All => "all",
             })
         });
-        out.field("starting_deadline", |o| o.opt_dur(self.starting_deadline));
+        out.field("starting_deadline", |o| {
+            o.opt_dur(self.extras.starting_deadline)
+        });
         out.field("jitter", |o| o.dur(self.jitter));
         out.field("retries", |o| {
             o.raw(&format!("{} ", self.extras.retries.attempts));

@@ -50,12 +50,8 @@ pub struct TaskSpec {
     pub command: CommandLine,
     /// The user to run as; `None` runs as the daemon's own user.
     pub user: Option<String>,
-    /// Time between SIGTERM and SIGKILL when a run is stopped.
-    pub kill_grace: Duration,
     pub overlap: OverlapPolicy,
     pub catch_up: CatchUpPolicy,
-    /// A tick older than this is never run; `None` means no limit.
-    pub starting_deadline: Option<Duration>,
     /// Upper bound (exclusive) of the deterministic per-tick delay; zero turns jitter off.
     pub jitter: Duration,
     /// Stop this task's running jobs when the node loses its ZooKeeper session (expired, or
@@ -66,13 +62,13 @@ pub struct TaskSpec {
     pub on_node_loss: NodeLossPolicy,
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
-    /// The rarely set settings (description, group, working dir, env, timeout, retries,
-    /// `version_req`, `require_labels`, `on_failure`).
+    /// The rarely set settings (description, group, working dir, env, timeout, kill grace,
+    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`).
     pub extras: Extras,
 }
 
 /// The settings of a task that most tasks leave at their defaults (see [`TaskSpec`]).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskExtras {
     pub description: Option<String>,
     /// The group to run as; `None` uses the user's primary group.
@@ -81,6 +77,10 @@ pub struct TaskExtras {
     pub env: BTreeMap<String, String>,
     /// After this long the process group gets SIGTERM; `None` lets it run for ever.
     pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when a run is stopped.
+    pub kill_grace: Duration,
+    /// A tick older than this is never run; `None` means no limit.
+    pub starting_deadline: Option<Duration>,
     pub retries: RetryPolicy,
     /// Only nodes whose release matches may own the task (used by the cluster backend).
     pub version_req: Option<semver::VersionReq>,
@@ -99,11 +99,20 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     working_dir: None,
     env: BTreeMap::new(),
     timeout: None,
+    kill_grace: DEFAULT_KILL_GRACE,
+    starting_deadline: None,
     retries: RetryPolicy::DEFAULT,
     version_req: None,
     require_labels: BTreeMap::new(),
     on_failure: None,
 };
+
+impl Default for TaskExtras {
+    /// Every one at the default a task file gets when it does not set it.
+    fn default() -> TaskExtras {
+        NO_EXTRAS.clone()
+    }
+}
 
 /// A task's [`TaskExtras`]: nothing allocated while every one is at its default. Reads go
 /// through `Deref` (`spec.extras.timeout`); a write (`DerefMut`) allocates them.

@@ -80,15 +80,15 @@ pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
         schedule: def.rules.schedule.clone(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        kill_grace: Duration::from_secs(1),
         overlap: OverlapPolicy::Allow,
         catch_up: def.rules.catch_up,
-        starting_deadline: def.rules.starting_deadline,
         jitter: def.rules.jitter,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
         extras: TaskExtras {
+            kill_grace: Duration::from_secs(1),
+            starting_deadline: def.rules.starting_deadline,
             version_req: def.version_req.clone(),
             ..Default::default()
         }

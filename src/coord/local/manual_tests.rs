@@ -8,7 +8,7 @@ use crate::coord::local::LocalCoordinator;
 use crate::coord::zk::wire::{RunTrigger, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
 use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskSpec};
+use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
 fn spec(name: &str) -> TaskSpec {
     TaskSpec {
@@ -17,15 +17,17 @@ fn spec(name: &str) -> TaskSpec {
         schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        kill_grace: std::time::Duration::from_secs(1),
         overlap: OverlapPolicy::Skip,
         catch_up: CatchUpPolicy::Once,
-        starting_deadline: None,
         jitter: std::time::Duration::ZERO,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
-        extras: Default::default(),
+        extras: TaskExtras {
+            kill_grace: std::time::Duration::from_secs(1),
+            ..Default::default()
+        }
+        .into(),
     }
 }
 

@@ -27,7 +27,7 @@ fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
 }
 
 use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy};
+use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras};
 
 fn spec(name: &str) -> TaskSpec {
     TaskSpec {
@@ -36,15 +36,17 @@ fn spec(name: &str) -> TaskSpec {
         schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        kill_grace: std::time::Duration::from_secs(1),
         overlap: OverlapPolicy::Skip,
         catch_up: CatchUpPolicy::Once,
-        starting_deadline: None,
         jitter: std::time::Duration::ZERO,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
-        extras: Default::default(),
+        extras: TaskExtras {
+            kill_grace: std::time::Duration::from_secs(1),
+            ..Default::default()
+        }
+        .into(),
     }
 }
 
