@@ -602,7 +602,7 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
     for spec in &loaded.tasks {
         let timezone = spec.schedule.timezone();
         // A held task fires next after its record, as the daemon's planner says.
-        let held = plan::holding_record(records.get(&spec.name).copied(), now).map(|record| {
+        let held = plan::holding_record(records.get(&*spec.name).copied(), now).map(|record| {
             match TickPlanner::start(PlanRules::from_spec(spec), Some(record), now).poll(now) {
                 Step::Held { record, until } => (record, Some(until)),
                 _ => (record, None),

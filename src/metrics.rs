@@ -84,19 +84,28 @@ const LOADED: TaskCounts = TaskCounts {
 /// never fired has `None`: its series are [`LOADED`], and 10,000 idle tasks keep 8 bytes each
 /// for them instead of 56.
 #[derive(Debug, Default)]
-struct TaskSeries(Mutex<BTreeMap<Box<str>, Option<Box<TaskCounts>>>>);
+struct TaskSeries(Mutex<BTreeMap<Arc<str>, Option<Box<TaskCounts>>>>);
 
 impl TaskSeries {
-    /// The task's zero series (see [`Metrics::task_loaded`]).
-    fn loaded(&self, task: &str) {
+    /// The tasks' zero series (see [`Metrics::tasks_loaded`]).
+    fn loaded(&self, loaded: impl IntoIterator<Item = Arc<str>>) {
         let mut tasks = self.0.lock().expect("task metrics poisoned");
-        match tasks.get_mut(task) {
-            Some(Some(counts)) => counts.present |= LOADED.present,
-            Some(None) => {}
-            None => {
-                tasks.insert(task.into(), None);
+        let mut new = Vec::new();
+        for task in loaded {
+            match tasks.get_mut(&*task) {
+                Some(Some(counts)) => counts.present |= LOADED.present,
+                Some(None) => {}
+                None => new.push((task, None)),
             }
         }
+        if new.is_empty() {
+            return;
+        }
+        // Built again in one go rather than inserted one by one: inserts in name order leave
+        // every node of the tree half full (about 250 KB more for 10,000 tasks).
+        let mut all: Vec<_> = std::mem::take(&mut *tasks).into_iter().collect();
+        all.append(&mut new);
+        *tasks = all.into_iter().collect();
     }
 
     fn update(&self, task: &str, change: impl FnOnce(&mut TaskCounts)) {
@@ -337,8 +346,13 @@ impl Metrics {
 
     /// Starts the task's counters at 0, so that `rate()` and `increase()` see its first fire
     /// (a series that appears at 1 shows no increase).
-    pub fn task_loaded(&self, task: &str) {
-        self.0.tasks.loaded(task);
+    pub fn task_loaded(&self, task: &Arc<str>) {
+        self.tasks_loaded([task.clone()]);
+    }
+
+    /// [`Metrics::task_loaded`] for many tasks at once (a reload).
+    pub fn tasks_loaded(&self, tasks: impl IntoIterator<Item = Arc<str>>) {
+        self.0.tasks.loaded(tasks);
     }
 
     pub fn fired(&self, task: &str, outcome: FireOutcome) {
@@ -427,8 +441,8 @@ mod tests {
     #[test]
     fn every_documented_name_is_encoded_in_base_units() {
         let metrics = Metrics::new();
-        metrics.task_loaded("backup");
-        metrics.task_loaded("idle");
+        metrics.task_loaded(&"backup".into());
+        metrics.task_loaded(&"idle".into());
         metrics.fired("backup", FireOutcome::Success);
         metrics.succeeded("backup", 1_700_000_000.0);
         metrics.catch_up_run("backup");

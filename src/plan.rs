@@ -130,10 +130,10 @@ pub struct PlanRules {
 impl PlanRules {
     pub fn from_spec(spec: &TaskSpec) -> PlanRules {
         PlanRules {
-            task: spec.name.clone(),
+            task: spec.name.to_string(),
             schedule: spec.schedule.clone(),
             catch_up: spec.catch_up,
-            starting_deadline: spec.starting_deadline,
+            starting_deadline: spec.extras.starting_deadline,
             jitter: spec.jitter,
         }
     }

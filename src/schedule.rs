@@ -36,12 +36,13 @@ pub fn forget_cached_parses() {
 #[derive(Clone)]
 pub struct Schedule {
     /// The expression as the user wrote it, for messages and `zkcron next`.
-    expression: String,
+    expression: Box<str>,
     /// The fields after alias expansion, as croner reads them. Only the text is kept: croner
     /// keeps a 5,001-byte year bitmap in every parse, so the parse is made when a tick is
     /// needed and kept in a small bounded cache shared by all schedules ([`parsed`]). Not
     /// shared between clones, so that a copy holds no memory of the thread that loaded it.
-    expanded: Box<str>,
+    /// `None` when it is the expression as written (most are: one allocation less a task).
+    expanded: Option<Box<str>>,
     /// How the schedule meets a DST change.
     dst: DstRule,
     /// The zone the expression's fields are read in.
@@ -201,8 +202,8 @@ impl Schedule {
             })
         })?;
         let schedule = Schedule {
-            expression: trimmed.to_string(),
-            expanded,
+            expanded: (*expanded != *trimmed).then_some(expanded),
+            expression: trimmed.into(),
             dst: DstRule::of(&fields),
             timezone,
         };
@@ -229,11 +230,17 @@ impl Schedule {
         self.timezone
     }
 
+    /// The fields as croner reads them.
+    fn expanded(&self) -> &str {
+        self.expanded.as_deref().unwrap_or(&self.expression)
+    }
+
     /// croner's parse of the expression, from the cache or made now.
     fn cron(&self) -> Arc<Cron> {
         // The same text parsed when the schedule was made (croner's parse is a function of
         // the text), so it parses again.
-        parsed::parsed(&self.expanded).expect("a schedule's expression was parsed when it was made")
+        parsed::parsed(self.expanded())
+            .expect("a schedule's expression was parsed when it was made")
     }
 
     /// The first tick strictly after `after`, or `None` when there is none within croner's

@@ -11,7 +11,6 @@
 //! observer, not a dependency. Jobs never see `NOTIFY_SOCKET`: the executor clears their
 //! environment.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -86,8 +85,14 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
-/// The one-line status of a node that has `loaded` tasks and the given leadership.
-pub fn status_line<V>(leadership: &Leadership, loaded: &BTreeMap<String, V>) -> String {
+/// The one-line status of a node with the given leadership that has loaded `loaded` tasks:
+/// `names` lists them, `is_loaded` finds one by name.
+pub fn status_line<'a>(
+    leadership: &Leadership,
+    loaded: usize,
+    names: impl Iterator<Item = &'a str>,
+    is_loaded: impl Fn(&str) -> bool,
+) -> String {
     if leadership.paused {
         let why = leadership
             .why_paused
@@ -97,19 +102,18 @@ pub fn status_line<V>(leadership: &Leadership, loaded: &BTreeMap<String, V>) -> 
     }
     // Counted over the smaller side: this runs at every leadership change, and a node of a
     // large cluster leads a few of many loaded tasks.
-    let leading = if leadership.tasks.len() <= loaded.len() {
+    let leading = if leadership.tasks.len() <= loaded {
         leadership
             .tasks
             .iter()
-            .filter(|name| loaded.contains_key(*name))
+            .filter(|name| is_loaded(name))
             .count()
     } else {
-        loaded
-            .keys()
+        names
             .filter(|name| leadership.tasks.contains(*name))
             .count()
     };
-    format!("leading {leading} of {} tasks", loaded.len())
+    format!("leading {leading} of {loaded} tasks")
 }
 
 #[cfg(test)]
@@ -118,27 +122,27 @@ mod tests {
     use std::collections::BTreeSet;
     use std::sync::Arc;
 
-    fn loaded(names: &[&str]) -> BTreeMap<String, ()> {
-        names.iter().map(|n| (n.to_string(), ())).collect()
+    /// The status of a node that loaded `names`.
+    fn status(leadership: &Leadership, names: &[&str]) -> String {
+        status_line(leadership, names.len(), names.iter().copied(), |name| {
+            names.contains(&name)
+        })
     }
 
     fn leadership(tasks: &[&str]) -> Leadership {
         Leadership {
-            tasks: Arc::new(tasks.iter().map(|t| t.to_string()).collect::<BTreeSet<_>>()),
+            tasks: Arc::new(tasks.iter().map(|t| Arc::from(*t)).collect::<BTreeSet<_>>()),
             ..Leadership::default()
         }
     }
 
     #[test]
     fn status_counts_the_loaded_tasks_this_node_leads() {
-        let status = status_line(&leadership(&["a", "c", "gone"]), &loaded(&["a", "b", "c"]));
-        assert_eq!(status, "leading 2 of 3 tasks");
+        let line = status(&leadership(&["a", "c", "gone"]), &["a", "b", "c"]);
+        assert_eq!(line, "leading 2 of 3 tasks");
         // Counted from the loaded side when more are led than loaded.
-        let status = status_line(
-            &leadership(&["a", "c", "gone", "x", "y"]),
-            &loaded(&["a", "b", "c"]),
-        );
-        assert_eq!(status, "leading 2 of 3 tasks");
+        let line = status(&leadership(&["a", "c", "gone", "x", "y"]), &["a", "b", "c"]);
+        assert_eq!(line, "leading 2 of 3 tasks");
     }
 
     #[test]
@@ -147,12 +151,12 @@ mod tests {
         paused.paused = true;
         paused.why_paused = Some("cannot reach ZooKeeper at 127.0.0.1:2181 (refused)".into());
         assert_eq!(
-            status_line(&paused, &loaded(&["a"])),
+            status(&paused, &["a"]),
             "paused: cannot reach ZooKeeper at 127.0.0.1:2181 (refused); firing nothing"
         );
         paused.why_paused = None;
         assert_eq!(
-            status_line(&paused, &loaded(&["a"])),
+            status(&paused, &["a"]),
             "paused: not connected to the cluster; firing nothing"
         );
     }

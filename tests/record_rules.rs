@@ -490,7 +490,7 @@ impl Model {
 
 impl Coordinator for Model {
     async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
-        let led: BTreeSet<String> = tasks
+        let led: BTreeSet<Arc<str>> = tasks
             .iter()
             .filter(|t| record::eligible(t))
             .map(|t| t.name.clone())

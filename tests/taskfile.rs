@@ -89,31 +89,31 @@ fn minimal_file_gets_every_default() {
     // when it is parsed
     let spec = parse(MINIMAL).unwrap();
     // then every other field has its documented default
-    assert_eq!(spec.name, "t");
+    assert_eq!(&*spec.name, "t");
     assert_eq!(spec.path, PathBuf::from("/jobs/t.toml"));
-    assert_eq!(spec.description, None);
+    assert_eq!(spec.extras.description, None);
     assert_eq!(spec.schedule.expression(), "*/5 * * * *");
     assert_eq!(spec.schedule.timezone(), chrono_tz::UTC);
     assert_eq!(spec.command, CommandLine::Shell("true".into()));
     assert_eq!(spec.user, None);
-    assert_eq!(spec.group, None);
-    assert_eq!(spec.working_dir, None);
-    assert!(spec.env.is_empty());
-    assert_eq!(spec.timeout, None);
-    assert_eq!(spec.kill_grace, Duration::from_secs(10));
+    assert_eq!(spec.extras.group, None);
+    assert_eq!(spec.extras.working_dir, None);
+    assert!(spec.extras.env.is_empty());
+    assert_eq!(spec.extras.timeout, None);
+    assert_eq!(spec.extras.kill_grace, Duration::from_secs(10));
     assert_eq!(spec.overlap, OverlapPolicy::Skip);
     assert_eq!(spec.catch_up, CatchUpPolicy::Once);
-    assert_eq!(spec.starting_deadline, None);
+    assert_eq!(spec.extras.starting_deadline, None);
     assert_eq!(spec.jitter, Duration::ZERO);
     assert_eq!(
-        spec.retries,
+        spec.extras.retries,
         RetryPolicy {
             attempts: 0,
             backoff: Duration::from_secs(10),
             max_backoff: Duration::from_secs(600)
         }
     );
-    assert_eq!(spec.version_req, None);
+    assert_eq!(spec.extras.version_req, None);
     assert!(!spec.kill_on_session_loss);
     assert_eq!(spec.on_node_loss, zkcron::task::NodeLossPolicy::Skip);
     assert!(spec.enabled);
@@ -192,9 +192,9 @@ enabled = false
     )
     .unwrap();
     // then every value is what the file says
-    assert_eq!(spec.name, "nightly-backup");
+    assert_eq!(&*spec.name, "nightly-backup");
     assert_eq!(
-        spec.description.as_deref(),
+        spec.extras.description.as_deref(),
         Some("Full backup of the orders database")
     );
     assert_eq!(spec.schedule.expression(), "30 2 * * *");
@@ -204,21 +204,24 @@ enabled = false
         CommandLine::Argv(vec!["/usr/local/bin/backup".into(), "--full".into()])
     );
     assert_eq!(spec.user.as_deref(), Some("nobody"));
-    assert_eq!(spec.group.as_deref(), Some("root"));
-    assert_eq!(spec.working_dir, Some(PathBuf::from("/var/backups")));
+    assert_eq!(spec.extras.group.as_deref(), Some("root"));
+    assert_eq!(spec.extras.working_dir, Some(PathBuf::from("/var/backups")));
     let env: BTreeMap<String, String> = [("PGHOST", "db1"), ("PGPORT", "5432")]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    assert_eq!(spec.env, env);
-    assert_eq!(spec.timeout, Some(Duration::from_secs(7200)));
-    assert_eq!(spec.kill_grace, Duration::from_secs(90));
+    assert_eq!(spec.extras.env, env);
+    assert_eq!(spec.extras.timeout, Some(Duration::from_secs(7200)));
+    assert_eq!(spec.extras.kill_grace, Duration::from_secs(90));
     assert_eq!(spec.overlap, OverlapPolicy::Replace);
     assert_eq!(spec.catch_up, CatchUpPolicy::All);
-    assert_eq!(spec.starting_deadline, Some(Duration::from_secs(900)));
+    assert_eq!(
+        spec.extras.starting_deadline,
+        Some(Duration::from_secs(900))
+    );
     assert_eq!(spec.jitter, Duration::from_secs(30));
     assert_eq!(
-        spec.retries,
+        spec.extras.retries,
         RetryPolicy {
             attempts: 2,
             backoff: Duration::from_secs(30),
@@ -226,7 +229,7 @@ enabled = false
         }
     );
     assert_eq!(
-        spec.version_req,
+        spec.extras.version_req,
         Some(semver::VersionReq::parse(">=2.1").unwrap())
     );
     assert!(!spec.enabled);
@@ -236,8 +239,8 @@ enabled = false
 fn retries_and_env_may_be_written_as_sections() {
     let text = format!("{MINIMAL}[env]\nA = \"1\"\n[retries]\nattempts = 3\n");
     let spec = parse(&text).unwrap();
-    assert_eq!(spec.env.get("A").map(String::as_str), Some("1"));
-    assert_eq!(spec.retries.attempts, 3);
+    assert_eq!(spec.extras.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(spec.extras.retries.attempts, 3);
 }
 
 #[test]
@@ -837,7 +840,7 @@ fn symlink_to_a_writable_target_is_refused() {
     assert_error(only_error(&errors), 0, 0, "group- and world-writable");
     // and a symlink to a safe target is followed, as cron follows it
     fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(load_task_file(&link, &defaults()).unwrap().name, "t");
+    assert_eq!(&*load_task_file(&link, &defaults()).unwrap().name, "t");
 }
 
 #[test]
@@ -937,7 +940,7 @@ fn dir_with_one_bad_and_two_good_files() {
     // when the directory is loaded
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
     // then the good ones load, sorted, and the bad one is reported
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["alpha", "zeta"]);
     assert_eq!(loaded.errors.len(), 1, "{:#?}", loaded.errors);
     assert_eq!(loaded.errors[0].path, dir.path().join("broken.toml"));
@@ -966,7 +969,7 @@ fn a_dir_loaded_on_several_threads_gives_the_same_sorted_result() {
         );
     }
     let loaded = load_jobs_dir(dir.path(), &defaults()).unwrap();
-    let names: Vec<String> = loaded.tasks.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = loaded.tasks.iter().map(|t| t.name.to_string()).collect();
     let expected: Vec<String> = (0..1_200).map(|i| format!("task-{i:04}")).collect();
     assert_eq!(names, expected);
     let errors: Vec<(String, usize)> = loaded
@@ -1557,7 +1560,7 @@ fn symlink_to_a_file_in_its_directory_is_followed_and_named_after_the_link() {
     std::os::unix::fs::symlink(".backup-v2", dir.join("backup.toml")).unwrap();
     let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
     assert!(loaded.errors.is_empty(), "{:#?}", loaded.errors);
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["backup"]);
 }
 
@@ -1571,7 +1574,7 @@ fn entries_named_like_task_files_that_are_not_regular_files_are_errors_naming_wh
     let _socket = common::make_odd_entries(&dir);
 
     let loaded = load_jobs_dir(&dir, &defaults_for(me())).unwrap();
-    let names: Vec<&str> = loaded.tasks.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = loaded.tasks.iter().map(|t| &*t.name).collect();
     assert_eq!(names, ["good"]);
     let not_a_task = "zkcron loads regular files named NAME.toml (and symbolic links to them in \
                       the same directory) and does not look into subdirectories: remove it, or \
@@ -1738,14 +1741,14 @@ fn on_failure_is_read_as_argv() {
     ))
     .unwrap();
     assert_eq!(
-        spec.on_failure,
+        spec.extras.on_failure,
         Some(vec![
             "/usr/local/bin/page".to_string(),
             "--team".to_string(),
             "db".to_string()
         ])
     );
-    assert_eq!(parse(MINIMAL).unwrap().on_failure, None);
+    assert_eq!(parse(MINIMAL).unwrap().extras.on_failure, None);
 }
 
 #[test]

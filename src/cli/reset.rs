@@ -58,7 +58,13 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let Some(record) = editor.last_claimed(task) else {
         let defaults = config.task_defaults(Identity::current());
         let defined: Vec<String> = task::load_jobs_dir(&jobs_dir, &defaults)
-            .map(|loaded| loaded.tasks.into_iter().map(|t| t.name).collect())
+            .map(|loaded| {
+                loaded
+                    .tasks
+                    .into_iter()
+                    .map(|t| t.name.to_string())
+                    .collect()
+            })
             .unwrap_or_default();
         if defined.iter().any(|name| name == task) {
             anyhow::bail!(

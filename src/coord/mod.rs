@@ -32,8 +32,9 @@ use crate::task::TaskSpec;
 pub struct Leadership {
     /// True while the node cannot be sure of its leases (e.g. disconnected): fire nothing.
     pub paused: bool,
-    /// The tasks this node leads.
-    pub tasks: Arc<BTreeSet<String>>,
+    /// The tasks this node leads (names shared with the tasks' specs where the backend has
+    /// them: one allocation per name, not one per map).
+    pub tasks: Arc<BTreeSet<Arc<str>>>,
     /// Counts the times this node lost its session (expired, or disconnected for longer than
     /// the session timeout): from then on other nodes may run its tasks. Tasks with
     /// `kill_on_session_loss` stop their runs when it grows.

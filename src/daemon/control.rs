@@ -179,7 +179,7 @@ fn loaded_tasks(config: &ControlConfig, coordinator: &LocalCoordinator) -> Vec<A
 }
 
 fn unknown(task: &str, config: &ControlConfig, specs: &[Arc<TaskSpec>]) -> Reply {
-    let hint = task::closest(task, specs.iter().map(|t| t.name.as_str()))
+    let hint = task::closest(task, specs.iter().map(|t| &*t.name))
         .map(|name| format!("; did you mean {name}?"))
         .unwrap_or_default();
     Reply::error(format!(
@@ -202,7 +202,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             let history = coordinator.history(&task, n);
             if history.is_empty() {
                 let specs = loaded_tasks(config, coordinator);
-                if !specs.iter().any(|t| t.name == task) {
+                if !specs.iter().any(|t| *t.name == *task) {
                     return unknown(&task, config, &specs);
                 }
             }
@@ -224,7 +224,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
         },
         Request::Pause { task, by } => {
             let specs = loaded_tasks(config, coordinator);
-            if !specs.iter().any(|t| t.name == task) {
+            if !specs.iter().any(|t| *t.name == *task) {
                 return unknown(&task, config, &specs);
             }
             pause(coordinator, &task, true, &by).await
@@ -277,7 +277,7 @@ async fn snapshot(
         ..Snapshot::default()
     };
     for spec in specs {
-        let name = spec.name.clone();
+        let name = spec.name.to_string();
         snapshot.leases.insert(
             name.clone(),
             LeaseRecord {

@@ -6,14 +6,14 @@
 //! the runs map, so shutdown still waits for it) and `jitter`, moves no fire record, and is
 //! never caught up or rerun. A paused task's trigger runs: the operator asked for it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::runs::{RunKind, run_request, start_run};
-use super::{LoadedTask, Shared, wall_clock};
+use super::{Shared, TaskTable, wall_clock};
 use crate::coord::{ClaimOutcome, Coordinator, Leadership, Trigger};
 use crate::executor;
 use crate::plan::Tick;
@@ -36,7 +36,7 @@ fn runs_key(task: &str) -> String {
 /// has not claimed yet.
 pub(super) fn start_manual_runs<C: Coordinator>(
     shared: &Arc<Shared<C>>,
-    tasks: &BTreeMap<String, LoadedTask>,
+    tasks: &TaskTable,
     leadership: &Leadership,
 ) {
     let listed: BTreeSet<&str> = leadership
@@ -58,7 +58,7 @@ pub(super) fn start_manual_runs<C: Coordinator>(
         let Some(loaded) = tasks.get(task).filter(|t| t.spec.enabled) else {
             continue;
         };
-        if !leadership.tasks.contains(task) {
+        if !leadership.tasks.contains(task.as_str()) {
             continue;
         }
         for trigger in triggers {
@@ -80,7 +80,7 @@ pub(super) fn start_manual_runs<C: Coordinator>(
 
 /// Claims `trigger` and, if won, starts its run at once.
 async fn manual_run<C: Coordinator>(spec: Arc<TaskSpec>, shared: Arc<Shared<C>>, trigger: Trigger) {
-    let name = spec.name.as_str();
+    let name = &*spec.name;
     let fire_id = trigger.fire_id.as_str();
     let tick = Tick {
         instant: trigger.requested_at,

@@ -160,7 +160,7 @@ pub(super) async fn fire<C: Coordinator>(
     prepared_ahead: Option<PreparedRun>,
     stop: &watch::Receiver<bool>,
 ) {
-    let name = spec.name.as_str();
+    let name = &*spec.name;
     let fire_id = plan::fire_id(name, tick.instant);
     let mut stop = stop.clone();
     if !shared.leadership.borrow().may_fire(name) {
@@ -306,7 +306,7 @@ pub(super) async fn rerun_orphan<C: Coordinator>(
     runs: &Arc<TaskRuns>,
     stop: &watch::Receiver<bool>,
 ) {
-    let name = spec.name.as_str();
+    let name = &*spec.name;
     let orphan = match shared.coordinator.orphaned_tick(name).await {
         Ok(Some(tick)) => tick,
         Ok(None) => return,
@@ -375,21 +375,21 @@ pub(super) fn run_request<C: Coordinator>(
     fire_id: &str,
 ) -> RunRequest {
     RunRequest {
-        task: spec.name.clone(),
+        task: spec.name.to_string(),
         fire_id: fire_id.to_string(),
         scheduled_at: tick.instant,
         due_at: tick.due_at,
         node_id: shared.node_id.clone(),
         command: spec.command.clone(),
         user: spec.user.clone(),
-        group: spec.group.clone(),
-        working_dir: spec.working_dir.clone(),
-        env: spec.env.clone(),
-        timeout: spec.timeout,
-        kill_grace: spec.kill_grace,
-        retries: spec.retries,
+        group: spec.extras.group.clone(),
+        working_dir: spec.extras.working_dir.clone(),
+        env: spec.extras.env.clone(),
+        timeout: spec.extras.timeout,
+        kill_grace: spec.extras.kill_grace,
+        retries: spec.extras.retries,
         output_lines: shared.job_output_lines,
-        on_failure: spec.on_failure.clone(),
+        on_failure: spec.extras.on_failure.clone(),
     }
 }
 

@@ -38,7 +38,7 @@ struct SlowResults {
 impl SlowResults {
     fn new(task: &str, record: Option<DateTime<Utc>>, result_write: Duration) -> Arc<Self> {
         let leadership = Leadership {
-            tasks: Arc::new(BTreeSet::from([task.to_string()])),
+            tasks: Arc::new(BTreeSet::from([Arc::from(task)])),
             ..Leadership::default()
         };
         Arc::new(SlowResults {
@@ -453,14 +453,17 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
         file.display()
     ));
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    let tasks = BTreeMap::from([("t".to_string(), LoadedTask { spec, timer: None })]);
+    let tasks = TaskTable::from_iter([("t".to_string(), LoadedTask { spec, timer: None })]);
     let requested_at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
     let trigger = crate::coord::Trigger {
         fire_id: "t@manual-0000000007".into(),
         requested_at,
     };
     let mut leadership = coordinator.leadership.borrow().clone();
-    leadership.triggers = Arc::new(BTreeMap::from([("t".to_string(), vec![trigger])]));
+    leadership.triggers = Arc::new(std::collections::BTreeMap::from([(
+        "t".to_string(),
+        vec![trigger],
+    )]));
     for _ in 0..3 {
         manual::start_manual_runs(&shared, &tasks, &leadership);
     }
@@ -510,27 +513,30 @@ async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_f
         .unwrap()
         + 12)
         % 24;
-    for name in ["a", "b", "c", "d"] {
-        let enabled = if name == "d" { "enabled = false\n" } else { "" };
-        let text = format!("schedule = \"0 {hour} * * *\"\ncommand = [\"true\"]\n{enabled}");
-        daemon.tasks.insert(
-            name.to_string(),
-            LoadedTask {
+    daemon.tasks = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|name| {
+            let enabled = if name == "d" { "enabled = false\n" } else { "" };
+            let text = format!("schedule = \"0 {hour} * * *\"\ncommand = [\"true\"]\n{enabled}");
+            let task = LoadedTask {
                 spec: task_named(name, &text),
                 timer: None,
-            },
-        );
-    }
+            };
+            (name.to_string(), task)
+        })
+        .collect();
+    let led = |names: &[&str]| Arc::new(names.iter().map(|n| Arc::from(*n)).collect());
     let set = |names: &[&str]| Arc::new(names.iter().map(|n| n.to_string()).collect());
+    type Led = Arc<BTreeSet<Arc<str>>>;
     type Names = Arc<BTreeSet<String>>;
     // (paused, led, paused by the operator, the tasks that must then have a timer)
-    let steps: Vec<(bool, Names, Names, &[&str])> = vec![
-        (false, set(&["a", "b", "d"]), set(&[]), &["a", "b"]),
-        (false, set(&["b", "c", "d"]), set(&[]), &["b", "c"]),
-        (false, set(&["b", "c"]), set(&["c"]), &["b"]),
-        (true, set(&["a", "b", "c"]), set(&[]), &[]),
-        (false, set(&["a", "b", "c"]), set(&[]), &["a", "b", "c"]),
-        (false, set(&["a", "gone"]), set(&["b"]), &["a"]),
+    let steps: Vec<(bool, Led, Names, &[&str])> = vec![
+        (false, led(&["a", "b", "d"]), set(&[]), &["a", "b"]),
+        (false, led(&["b", "c", "d"]), set(&[]), &["b", "c"]),
+        (false, led(&["b", "c"]), set(&["c"]), &["b"]),
+        (true, led(&["a", "b", "c"]), set(&[]), &[]),
+        (false, led(&["a", "b", "c"]), set(&[]), &["a", "b", "c"]),
+        (false, led(&["a", "gone"]), set(&["b"]), &["a"]),
     ];
     let mut kept = None;
     for (step, (paused, tasks, paused_tasks, firing)) in steps.into_iter().enumerate() {
@@ -543,12 +549,12 @@ async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_f
         let timed: Vec<&str> = daemon
             .tasks
             .iter()
-            .filter(|(_, t)| t.timer.is_some())
-            .map(|(n, _)| n.as_str())
+            .filter(|t| t.timer.is_some())
+            .map(|t| &*t.spec.name)
             .collect();
         assert_eq!(timed, firing, "step {step}");
         // A task led before and after keeps its timer (not stopped and started again).
-        let b = format!("{:?}", daemon.tasks["b"].timer);
+        let b = format!("{:?}", daemon.tasks.get("b").unwrap().timer);
         if step == 1 {
             assert_eq!(Some(&b), kept.as_ref(), "step {step}");
         }

@@ -374,7 +374,7 @@ fn ask<C: Coordinator>(
         unreachable!("matched Idle above");
     };
     let mut planner = TickPlanner::resume(PlanRules::from_spec(&entry.spec), planner);
-    let name = entry.spec.name.as_str();
+    let name = &*entry.spec.name;
     let step = planner.poll(now);
     let next_wake = match &step {
         Step::SleepUntil(due) if *due - now > ahead_with_slack() => Some(*due - prepare_ahead()),
@@ -466,7 +466,7 @@ async fn activation<C: Coordinator>(
     mut stop: watch::Receiver<bool>,
     begin: Begin,
 ) {
-    let name = spec.name.as_str();
+    let name = &*spec.name;
     let (mut planner, mut step) = match begin {
         Begin::Start(slot) => {
             let Some(last_claimed) = read_fire_record(name, &shared, &mut stop).await else {

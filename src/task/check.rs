@@ -180,28 +180,31 @@ pub(super) fn check_task(
         return None;
     }
     Some(TaskSpec {
-        name: name.to_string(),
+        name: name.into(),
         path: path.to_path_buf(),
-        description,
         schedule: schedule?,
         command: command?,
         user,
-        group,
-        working_dir,
-        env,
-        timeout,
-        kill_grace,
         overlap,
         catch_up,
-        starting_deadline,
         jitter,
-        retries,
-        version_req,
         kill_on_session_loss,
         on_node_loss,
         enabled,
-        require_labels,
-        on_failure,
+        extras: TaskExtras {
+            description,
+            group,
+            working_dir,
+            env,
+            timeout,
+            kill_grace,
+            starting_deadline,
+            retries,
+            version_req,
+            require_labels,
+            on_failure,
+        }
+        .into(),
     })
 }
 
@@ -316,7 +319,7 @@ impl<'a> Checker<'a> {
                     );
                     return None;
                 }
-                let mut argv = Vec::new();
+                let mut argv = Vec::with_capacity(items.len());
                 for (index, item) in items.iter().enumerate() {
                     match item.get_ref().as_str() {
                         Some(s) if s.contains('\0') => {

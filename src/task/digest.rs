@@ -100,25 +100,26 @@ impl TaskSpec {
             o.opt_str(self.user.as_deref().map(str::as_bytes))
         });
         out.field("group", |o| {
-            o.opt_str(self.group.as_deref().map(str::as_bytes))
+            o.opt_str(self.extras.group.as_deref().map(str::as_bytes))
         });
         out.field("working_dir", |o| {
             o.opt_str(
-                self.working_dir
+                self.extras
+                    .working_dir
                     .as_deref()
                     .map(|p| p.as_os_str().as_bytes()),
             )
         });
         out.field("env", |o| {
-            o.raw(&self.env.len().to_string());
+            o.raw(&self.extras.env.len().to_string());
             // A BTreeMap of Strings iterates in byte order.
-            for name in self.env.keys() {
+            for name in self.extras.env.keys() {
                 o.raw(" ");
                 o.str(name.as_bytes());
             }
         });
-        out.field("timeout", |o| o.opt_dur(self.timeout));
-        out.field("kill_grace", |o| o.dur(self.kill_grace));
+        out.field("timeout", |o| o.opt_dur(self.extras.timeout));
+        out.field("kill_grace", |o| o.dur(self.extras.kill_grace));
         out.field("overlap", |o| {
             o.raw(match self.overlap {
                 OverlapPolicy::Skip => "skip",
@@ -133,15 +134,17 @@ impl TaskSpec {
                 CatchUpPolicy::All => "all",
             })
         });
-        out.field("starting_deadline", |o| o.opt_dur(self.starting_deadline));
+        out.field("starting_deadline", |o| {
+            o.opt_dur(self.extras.starting_deadline)
+        });
         out.field("jitter", |o| o.dur(self.jitter));
         out.field("retries", |o| {
-            o.raw(&format!("{} ", self.retries.attempts));
-            o.dur(self.retries.backoff);
+            o.raw(&format!("{} ", self.extras.retries.attempts));
+            o.dur(self.extras.retries.backoff);
             o.raw(" ");
-            o.dur(self.retries.max_backoff);
+            o.dur(self.extras.retries.max_backoff);
         });
-        let version_req = self.version_req.as_ref().map(|r| r.to_string());
+        let version_req = self.extras.version_req.as_ref().map(|r| r.to_string());
         out.field("version_req", |o| {
             o.opt_str(version_req.as_deref().map(str::as_bytes))
         });
@@ -155,10 +158,10 @@ impl TaskSpec {
             })
         });
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
-        if !self.require_labels.is_empty() {
+        if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
-                o.raw(&self.require_labels.len().to_string());
-                for (name, value) in &self.require_labels {
+                o.raw(&self.extras.require_labels.len().to_string());
+                for (name, value) in &self.extras.require_labels {
                     o.raw(" ");
                     o.str(name.as_bytes());
                     o.raw(" ");
@@ -166,7 +169,7 @@ impl TaskSpec {
                 }
             });
         }
-        if let Some(argv) = &self.on_failure {
+        if let Some(argv) = &self.extras.on_failure {
             out.field("on_failure", |o| {
                 o.raw(&argv.len().to_string());
                 for arg in argv {

@@ -20,7 +20,7 @@ use zkcron::coord::zk::{
 };
 use zkcron::coord::zk::{TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
-use zkcron::task::{CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
+use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
 use super::*;
@@ -75,28 +75,24 @@ pub(crate) fn task_ix(name: &str) -> TaskIx {
 /// The task as the daemon would load it (identical on every node that defines it).
 pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
     TaskSpec {
-        name: def.name.clone(),
+        name: def.name.as_str().into(),
         path: format!("{}.toml", def.name).into(),
-        description: None,
         schedule: def.rules.schedule.clone(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        group: None,
-        working_dir: None,
-        env: Default::default(),
-        timeout: None,
-        kill_grace: Duration::from_secs(1),
         overlap: OverlapPolicy::Allow,
         catch_up: def.rules.catch_up,
-        starting_deadline: def.rules.starting_deadline,
         jitter: def.rules.jitter,
-        retries: RetryPolicy::default(),
-        version_req: def.version_req.clone(),
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
-        require_labels: Default::default(),
-        on_failure: None,
+        extras: TaskExtras {
+            kill_grace: Duration::from_secs(1),
+            starting_deadline: def.rules.starting_deadline,
+            version_req: def.version_req.clone(),
+            ..Default::default()
+        }
+        .into(),
     }
 }
 
@@ -1424,7 +1420,7 @@ impl<'s> Sim<'s> {
             p.leadership
                 .tasks
                 .iter()
-                .filter_map(|name| self.by_name.get(name).copied())
+                .filter_map(|name| self.by_name.get(&**name).copied())
                 .collect()
         };
         let stop: Vec<TaskIx> = p

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
@@ -161,10 +161,10 @@ impl Manual {
     }
 
     /// The pending triggers of `tasks`, by task, oldest first.
-    pub(super) fn pending(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
+    pub(super) fn pending(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, Vec<Trigger>> {
         let mut pending: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
         for (fire_id, trigger) in &self.lock().triggers {
-            if trigger.state == TriggerState::Pending && tasks.contains(&trigger.task) {
+            if trigger.state == TriggerState::Pending && tasks.contains(trigger.task.as_str()) {
                 pending
                     .entry(trigger.task.clone())
                     .or_default()

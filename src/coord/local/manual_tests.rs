@@ -8,32 +8,26 @@ use crate::coord::local::LocalCoordinator;
 use crate::coord::zk::wire::{RunTrigger, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
 use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, RetryPolicy, TaskSpec};
+use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
 fn spec(name: &str) -> TaskSpec {
     TaskSpec {
         name: name.into(),
         path: PathBuf::from(format!("{name}.toml")),
-        description: None,
         schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        group: None,
-        working_dir: None,
-        env: Default::default(),
-        timeout: None,
-        kill_grace: std::time::Duration::from_secs(1),
         overlap: OverlapPolicy::Skip,
         catch_up: CatchUpPolicy::Once,
-        starting_deadline: None,
         jitter: std::time::Duration::ZERO,
-        retries: RetryPolicy::default(),
-        version_req: None,
-        require_labels: Default::default(),
-        on_failure: None,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
+        extras: TaskExtras {
+            kill_grace: std::time::Duration::from_secs(1),
+            ..Default::default()
+        }
+        .into(),
     }
 }
 

@@ -385,7 +385,7 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 
 impl Coordinator for LocalCoordinator {
     async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
-        let names: BTreeSet<String> = tasks
+        let names: BTreeSet<Arc<str>> = tasks
             .iter()
             .filter(|t| record::eligible(t))
             .map(|t| t.name.clone())

@@ -27,32 +27,26 @@ fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
 }
 
 use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, RetryPolicy};
+use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras};
 
 fn spec(name: &str) -> TaskSpec {
     TaskSpec {
         name: name.into(),
         path: PathBuf::from(format!("{name}.toml")),
-        description: None,
         schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
         command: CommandLine::Argv(vec!["true".into()]),
         user: None,
-        group: None,
-        working_dir: None,
-        env: Default::default(),
-        timeout: None,
-        kill_grace: std::time::Duration::from_secs(1),
         overlap: OverlapPolicy::Skip,
         catch_up: CatchUpPolicy::Once,
-        starting_deadline: None,
         jitter: std::time::Duration::ZERO,
-        retries: RetryPolicy::default(),
-        version_req: None,
         kill_on_session_loss: false,
         on_node_loss: Default::default(),
         enabled: true,
-        require_labels: Default::default(),
-        on_failure: None,
+        extras: TaskExtras {
+            kill_grace: std::time::Duration::from_secs(1),
+            ..Default::default()
+        }
+        .into(),
     }
 }
 
@@ -470,6 +464,7 @@ async fn given_a_disabled_task_then_it_is_not_led() {
     let local = LocalCoordinator::open(dir.path()).unwrap();
     let off = TaskSpec {
         enabled: false,
+        extras: Default::default(),
         ..spec("off")
     };
     local.publish(&[spec("on"), off]).await.unwrap();

@@ -13,10 +13,13 @@ impl Node {
     pub(super) fn publish(&mut self) {
         self.publish_at = None;
         self.last_published = Some(self.now.mono);
-        let tasks: BTreeSet<String> = if self.stopping {
+        let tasks: BTreeSet<Arc<str>> = if self.stopping {
             BTreeSet::new()
         } else {
-            self.held.keys().cloned().collect()
+            self.held
+                .keys()
+                .map(|task| Arc::from(task.as_str()))
+                .collect()
         };
         let paused = !self.firing();
         let triggers = self.led_triggers(&tasks);

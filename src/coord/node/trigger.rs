@@ -14,6 +14,7 @@
 //! [`HistoryEntry`] at the version read (re-read on a conflict), after the history append.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
@@ -272,10 +273,15 @@ impl Node {
     }
 
     /// The pending triggers of the tasks in `tasks`, by task, oldest first.
-    pub(super) fn led_triggers(&self, tasks: &BTreeSet<String>) -> BTreeMap<String, Vec<Trigger>> {
+    pub(super) fn led_triggers(
+        &self,
+        tasks: &BTreeSet<Arc<str>>,
+    ) -> BTreeMap<String, Vec<Trigger>> {
         let mut led: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
         for (name, known) in &self.triggers {
-            if known.record.state == TriggerState::Pending && tasks.contains(&known.record.task) {
+            if known.record.state == TriggerState::Pending
+                && tasks.contains(known.record.task.as_str())
+            {
                 led.entry(known.record.task.clone())
                     .or_default()
                     .push(Trigger {

@@ -339,11 +339,11 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
             .map(|t| {
                 let t: &TaskSpec = t.borrow();
                 (
-                    t.name.clone(),
+                    t.name.to_string(),
                     TaskSetEntry {
                         digest: t.canonical_digest(),
-                        version_req: t.version_req.as_ref().map(|r| r.to_string()),
-                        require_labels: t.require_labels.clone(),
+                        version_req: t.extras.version_req.as_ref().map(|r| r.to_string()),
+                        require_labels: t.extras.require_labels.clone(),
                         schedule: Some(t.schedule.expression().to_string()),
                         timezone: Some(t.schedule.timezone().name().to_string()),
                     },
