@@ -85,14 +85,9 @@ pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
-/// The one-line status of a node with the given leadership that has loaded `loaded` tasks:
-/// `names` lists them, `is_loaded` finds one by name.
-pub fn status_line<'a>(
-    leadership: &Leadership,
-    loaded: usize,
-    names: impl Iterator<Item = &'a str>,
-    is_loaded: impl Fn(&str) -> bool,
-) -> String {
+/// The one-line status of a node with the given leadership that has loaded `loaded` tasks and
+/// leads `leading` of them.
+pub fn status_line(leadership: &Leadership, leading: usize, loaded: usize) -> String {
     if leadership.paused {
         let why = leadership
             .why_paused
@@ -100,19 +95,6 @@ pub fn status_line<'a>(
             .unwrap_or("not connected to the cluster");
         return format!("paused: {why}; firing nothing");
     }
-    // Counted over the smaller side: this runs at every leadership change, and a node of a
-    // large cluster leads a few of many loaded tasks.
-    let leading = if leadership.tasks.len() <= loaded {
-        leadership
-            .tasks
-            .iter()
-            .filter(|name| is_loaded(name))
-            .count()
-    } else {
-        names
-            .filter(|name| leadership.tasks.contains(*name))
-            .count()
-    };
     format!("leading {leading} of {loaded} tasks")
 }
 
@@ -124,9 +106,11 @@ mod tests {
 
     /// The status of a node that loaded `names`.
     fn status(leadership: &Leadership, names: &[&str]) -> String {
-        status_line(leadership, names.len(), names.iter().copied(), |name| {
-            names.contains(&name)
-        })
+        let leading = names
+            .iter()
+            .filter(|name| leadership.tasks.contains(**name))
+            .count();
+        status_line(leadership, leading, names.len())
     }
 
     fn leadership(tasks: &[&str]) -> Leadership {

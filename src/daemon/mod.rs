@@ -257,6 +257,8 @@ pub struct Daemon<C: Coordinator> {
     /// publishes hundreds of changes, and going through every loaded task at each one was a
     /// quarter of its CPU during a cold start.
     applied: Option<Leadership>,
+    /// How many loaded tasks `applied` leads (the status line's count).
+    leading: usize,
 }
 
 impl<C: Coordinator> Daemon<C> {
@@ -272,6 +274,7 @@ impl<C: Coordinator> Daemon<C> {
             status: String::new(),
             paused_logged: BTreeSet::new(),
             applied: None,
+            leading: 0,
         }
     }
 
@@ -526,27 +529,40 @@ impl<C: Coordinator> Daemon<C> {
             ),
             _ => None,
         };
-        match &changed {
-            Some(names) => {
+        match (&changed, &self.applied) {
+            (Some(names), Some(applied)) => {
+                // The count of loaded tasks led, kept up to date from the same difference
+                // (counting it afresh was a binary search per led task at every change).
+                for name in applied.tasks.symmetric_difference(&leadership.tasks) {
+                    if self.tasks.contains(name) {
+                        if leadership.tasks.contains(name) {
+                            self.leading += 1;
+                        } else {
+                            self.leading = self.leading.saturating_sub(1);
+                        }
+                    }
+                }
                 for name in names {
                     if let Some(task) = self.tasks.get_mut(name) {
                         apply_to_task(&mut self.timers, &mut self.paused_logged, &leadership, task);
                     }
                 }
             }
-            None => {
+            _ => {
                 self.timers.reserve(self.tasks.len());
                 for task in self.tasks.iter_mut() {
                     apply_to_task(&mut self.timers, &mut self.paused_logged, &leadership, task);
                 }
                 self.paused_logged.retain(|name| self.tasks.contains(name));
+                self.leading = self
+                    .tasks
+                    .names()
+                    .filter(|name| leadership.tasks.contains(*name))
+                    .count();
             }
         }
         manual::start_manual_runs(&self.shared, &self.tasks, &leadership);
-        let status =
-            service::status_line(&leadership, self.tasks.len(), self.tasks.names(), |name| {
-                self.tasks.contains(name)
-            });
+        let status = service::status_line(&leadership, self.leading, self.tasks.len());
         if status != self.status {
             service::status(&status);
             self.status = status;

@@ -530,16 +530,54 @@ async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_f
     type Led = Arc<BTreeSet<Arc<str>>>;
     type Names = Arc<BTreeSet<String>>;
     // (paused, led, paused by the operator, the tasks that must then have a timer)
-    let steps: Vec<(bool, Led, Names, &[&str])> = vec![
-        (false, led(&["a", "b", "d"]), set(&[]), &["a", "b"]),
-        (false, led(&["b", "c", "d"]), set(&[]), &["b", "c"]),
-        (false, led(&["b", "c"]), set(&["c"]), &["b"]),
-        (true, led(&["a", "b", "c"]), set(&[]), &[]),
-        (false, led(&["a", "b", "c"]), set(&[]), &["a", "b", "c"]),
-        (false, led(&["a", "gone"]), set(&["b"]), &["a"]),
+    // and the status line then (loaded tasks led, the disabled one and operator-paused ones
+    // included, as before).
+    let steps: Vec<(bool, Led, Names, &[&str], &str)> = vec![
+        (
+            false,
+            led(&["a", "b", "d"]),
+            set(&[]),
+            &["a", "b"],
+            "leading 3 of 4 tasks",
+        ),
+        (
+            false,
+            led(&["b", "c", "d"]),
+            set(&[]),
+            &["b", "c"],
+            "leading 3 of 4 tasks",
+        ),
+        (
+            false,
+            led(&["b", "c"]),
+            set(&["c"]),
+            &["b"],
+            "leading 2 of 4 tasks",
+        ),
+        (
+            true,
+            led(&["a", "b", "c"]),
+            set(&[]),
+            &[],
+            "paused: not connected to the cluster; firing nothing",
+        ),
+        (
+            false,
+            led(&["a", "b", "c"]),
+            set(&[]),
+            &["a", "b", "c"],
+            "leading 3 of 4 tasks",
+        ),
+        (
+            false,
+            led(&["a", "gone"]),
+            set(&["b"]),
+            &["a"],
+            "leading 1 of 4 tasks",
+        ),
     ];
     let mut kept = None;
-    for (step, (paused, tasks, paused_tasks, firing)) in steps.into_iter().enumerate() {
+    for (step, (paused, tasks, paused_tasks, firing, status)) in steps.into_iter().enumerate() {
         coordinator.leadership.send_modify(|l| {
             l.paused = paused;
             l.tasks = tasks;
@@ -553,6 +591,7 @@ async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_f
             .map(|t| &*t.spec.name)
             .collect();
         assert_eq!(timed, firing, "step {step}");
+        assert_eq!(daemon.status, status, "step {step}");
         // A task led before and after keeps its timer (not stopped and started again).
         let b = format!("{:?}", daemon.tasks.get("b").unwrap().timer);
         if step == 1 {
