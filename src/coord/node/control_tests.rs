@@ -192,6 +192,17 @@ impl Store {
 
 /// Runs the node against the store until it is quiet at `now`; returns the reports.
 fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
+    pump_with(node, store, now, |_, _| {})
+}
+
+/// [`pump`], calling `after` with each operation once the store has applied it (and before
+/// the node sees the answer): a test's way to interleave another client's writes.
+fn pump_with(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    mut after: impl FnMut(&ZkOp, &mut Store),
+) -> Vec<String> {
     let mut said = Vec::new();
     for _ in 0..100 {
         if node.poll_timeout().is_some_and(|t| t <= now.mono) {
@@ -212,6 +223,7 @@ fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
             match output {
                 Output::Call { op, zk } => {
                     let result = store.apply(&zk, now);
+                    after(&zk, store);
                     node.handle(Input::Reply { op, result }, now);
                 }
                 Output::Report(report) => said.push(report.to_string()),
@@ -858,37 +870,20 @@ fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_del
         },
         at(100),
     );
-    // Pump by hand: once the node has looked at the lease and seen it its own, the stranger
-    // deletes it and session 2 takes it (a new lease at version 0, the epoch bumped).
+    // Once the node has looked at the lease and seen it its own, the stranger deletes it and
+    // session 2 takes it (a new lease at version 0, the epoch bumped).
     let mut raced = false;
-    for _ in 0..100 {
-        if node.poll_timeout().is_some_and(|t| t <= at(100).mono) {
-            node.handle_timeout(at(100));
+    pump_with(&mut node, &mut store, at(100), |zk, store| {
+        if !raced && matches!(zk, ZkOp::Exists { path } if *path == lease) {
+            raced = true;
+            let stat = Stat {
+                ephemeral_owner: 2,
+                ..Stat::default()
+            };
+            store.znodes.insert(lease.clone(), (Vec::new(), stat));
+            store.znodes.get_mut(&epoch).unwrap().1.version += 1;
         }
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        let events = std::mem::take(&mut store.events);
-        if outputs.is_empty() && events.is_empty() {
-            break;
-        }
-        for (path, kind) in events {
-            node.handle(Input::Watch { path, kind }, at(100));
-        }
-        for output in outputs {
-            if let Output::Call { op, zk } = output {
-                let result = store.apply(&zk, at(100));
-                if !raced && matches!(&zk, ZkOp::Exists { path } if *path == lease) {
-                    raced = true;
-                    let stat = Stat {
-                        ephemeral_owner: 2,
-                        ..Stat::default()
-                    };
-                    store.znodes.insert(lease.clone(), (Vec::new(), stat));
-                    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
-                }
-                node.handle(Input::Reply { op, result }, at(100));
-            }
-        }
-    }
+    });
     assert!(raced, "the node never checked the lease");
     assert_eq!(
         lease_owner(&store),
