@@ -31,15 +31,23 @@ const PROBE_GIVE_UP: Duration = Duration::from_secs(10);
 /// this does not bound a migration's pace.)
 pub(super) const DECIDE_EVERY: Duration = Duration::from_millis(10);
 
+/// When something done at most once per [`DECIDE_EVERY`], last at `last`, may be done again:
+/// `None` when it may be done `now`.
+pub(super) fn not_before(last: Option<Duration>, now: Duration) -> Option<Duration> {
+    last.map(|at| at + DECIDE_EVERY).filter(|due| now < *due)
+}
+
+/// Moves the timer `slot` to `at` if that is sooner (or it is unset).
+pub(super) fn sooner(slot: &mut Option<Duration>, at: Duration) {
+    *slot = Some(slot.map_or(at, |s| s.min(at)));
+}
+
 impl Node {
     /// Decides now, or at most [`DECIDE_EVERY`] after the last decision.
     pub(super) fn decide_soon(&mut self) {
-        match self.last_decided {
-            Some(at) if self.now.mono < at + DECIDE_EVERY => {
-                let due = at + DECIDE_EVERY;
-                self.recheck_at = Some(self.recheck_at.map_or(due, |r| r.min(due)));
-            }
-            _ => self.decide(),
+        match not_before(self.last_decided, self.now.mono) {
+            Some(due) => sooner(&mut self.recheck_at, due),
+            None => self.decide(),
         }
     }
 

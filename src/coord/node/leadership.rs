@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::acting::DECIDE_EVERY;
+use super::acting::{not_before, sooner};
 use super::{Level, Node, Output};
 
 impl Node {
@@ -48,14 +48,11 @@ impl Node {
             .field("paused", paused);
     }
 
-    /// Publishes now, or at most [`DECIDE_EVERY`] after the last publication.
+    /// Publishes now, or at most [`super::acting::DECIDE_EVERY`] after the last publication.
     pub(super) fn publish_soon(&mut self) {
-        match self.last_published {
-            Some(at) if self.now.mono < at + DECIDE_EVERY => {
-                let due = at + DECIDE_EVERY;
-                self.publish_at = Some(self.publish_at.map_or(due, |p| p.min(due)));
-            }
-            _ => self.publish(),
+        match not_before(self.last_published, self.now.mono) {
+            Some(due) => sooner(&mut self.publish_at, due),
+            None => self.publish(),
         }
     }
 

@@ -1,35 +1,16 @@
-//! Lease decisions and what applies them: takes (with the epoch bump), releases, and which
-//! foreign leases the node trusts.
-//!
-//! A lease counts only while it is ephemeral and owned by a live member's session. A foreign
-//! lease on a task this node is designated for is checked once per incarnation; one that is
-//! persistent, or owned by a session that is no member, is reported and deleted (safe: claims
-//! are fenced on the lease incarnation, so a deleted lease can only make a claim fail). A lease
-//! of this node whose data or epoch changed under it is given up and taken again.
+//! Lease decisions and what applies them: takes (with the epoch bump), releases, lease events,
+//! and giving up a lease of this node whose data or epoch changed under it (it is taken
+//! again). Which foreign leases the node trusts is `foreign.rs`.
 
 use std::collections::BTreeSet;
 
 use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
-use super::io::{CreateMode, Level, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
-use super::report::foreign_owner;
+use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
-use crate::coord::zk::settings::is_path_name;
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
-
-/// How long an ephemeral lease of a session that is no member's is left alone before it is
-/// deleted (a member read may be in flight; a persistent lease is deleted at once).
-const FOREIGN_GRACE: Duration = Duration::from_secs(2);
-
-/// A lease no live member holds, being deleted: reported once deleted.
-#[derive(Debug)]
-pub(crate) struct ForeignLease {
-    stat: Stat,
-    /// The node its data names, whose member znode the delete proved absent.
-    node: Option<String>,
-}
 
 /// How soon at most a decision's own timer (a vacancy or a cover's hold) makes the next one:
 /// a lease waits [`lease::VACANT_BOUND`] (seconds) before a backup covers it, so a tenth of a
@@ -103,6 +84,12 @@ impl Node {
             self.verify_foreign_leases(decision.held_elsewhere);
         }
         self.settle_regaining();
+    }
+
+    /// Decides again in `delay` at the latest.
+    pub(super) fn recheck_in(&mut self, delay: Duration) {
+        let at = self.now.mono + delay;
+        super::acting::sooner(&mut self.recheck_at, at);
     }
 
     fn take(&mut self, task: String, cover: bool) {
@@ -376,8 +363,7 @@ impl Node {
         self.report(Level::Warn, format!("taking the lease failed ({error})"))
             .field("task", &task);
         // Retried at the next decision.
-        let at = self.now.mono + Duration::from_millis(500);
-        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
+        self.recheck_in(Duration::from_millis(500));
     }
 
     /// Deletes a lease this node gave up (a task job: after the claim in flight), only if it
@@ -668,223 +654,6 @@ impl Node {
         }
         if let Some(given_up) = self.regaining.get_mut(&task) {
             *given_up = true;
-        }
-        self.decide();
-    }
-
-    /// Checks, once per lease incarnation, the owner of foreign leases on tasks this node is
-    /// designated for: only a live member's ephemeral lease keeps it from taking them.
-    fn verify_foreign_leases(&mut self, held_elsewhere: Vec<String>) {
-        // Also a lease whose take had no answer, designated or not: it may be this session's.
-        let unsure: Vec<String> = self
-            .unsure_takes
-            .iter()
-            .filter(|t| self.present.contains(*t) && held_elsewhere.binary_search(t).is_err())
-            .cloned()
-            .collect();
-        let candidates: Vec<String> = held_elsewhere
-            .into_iter()
-            .chain(unsure)
-            .filter(|t| !self.held.contains_key(t) && !self.takes.contains_key(t))
-            .filter(|t| !self.verified.contains(t) && !self.verifying.contains(t))
-            .collect();
-        for task in candidates {
-            self.verifying.insert(task.clone());
-            // Its data too: a zkcron lease names its node, whose absence its deletion proves.
-            let path = self.paths.lease(&task);
-            self.call(ZkOp::GetData { path }, Then::LeaseOwner { task });
-        }
-    }
-
-    pub(super) fn on_lease_owner(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
-        self.verifying.remove(&task);
-        let path = self.paths.lease(&task);
-        let (data, stat) = match result {
-            Ok(ZkOk::Data(data, stat)) => (data, stat),
-            // Read without its data: no name to prove absent.
-            Ok(ZkOk::Exists(Some(stat))) => (Vec::new(), stat),
-            Err(ZkFail::NoAuth) => {
-                // Unreadable to this node (a stranger's ACL): its owner is what is checked.
-                self.verifying.insert(task.clone());
-                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
-                return;
-            }
-            Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
-                if self.present.remove(&task) {
-                    self.vacant_since.insert(task, self.now.mono);
-                }
-                self.decide();
-                return;
-            }
-            Ok(_) => return,
-            Err(error) => {
-                self.report(
-                    Level::Debug,
-                    format!("cannot check a lease's owner ({error}); checking again"),
-                )
-                .field("task", &task);
-                self.recheck_in(Duration::from_millis(500));
-                return;
-            }
-        };
-        // An ephemeral lease exists only while its session lives: a session once seen as a
-        // member is a live zkcron node whose member znode is gone for now (deleted by hand,
-        // being re-created); it is never foreign.
-        let foreign = stat.ephemeral_owner != 0 && !self.lease_owner_alive(stat.ephemeral_owner);
-        if foreign && !self.foreign_long_enough(&task, stat.czxid) {
-            return;
-        }
-        self.suspects.remove(&task);
-        if Some(stat.ephemeral_owner) == self.my_session() {
-            // Ours, from a take whose answer was lost: delete and take it properly.
-            self.unsure_takes.remove(&task);
-            self.call(
-                ZkOp::Delete {
-                    path,
-                    version: Some(stat.version),
-                },
-                Then::HealLease {
-                    task,
-                    foreign: None,
-                },
-            );
-        } else if self.lease_owner_alive(stat.ephemeral_owner) {
-            self.unsure_takes.remove(&task);
-            self.verified.insert(task);
-        } else {
-            self.delete_foreign_lease(task, &data, stat);
-        }
-    }
-
-    /// Deletes a lease no live member holds. This node's member view may lag behind the
-    /// server's (a node that just registered, its member znode not read yet), so the lease of
-    /// an ephemeral owner that names its node is deleted only in one multi that proves that
-    /// node has no member znode at that instant: creating `members/<node>` fails if it exists
-    /// (and with it the whole multi), and the transient znode is deleted again at once (other
-    /// nodes see it created and gone: a member they read as absent). A persistent lease, one
-    /// whose data names no node, or one of an earlier session of a node registered with
-    /// another session (it took its leases after registering: this node saw that), is deleted
-    /// at its version.
-    fn delete_foreign_lease(&mut self, task: String, data: &[u8], stat: Stat) {
-        let path = self.paths.lease(&task);
-        let node = serde_json::from_slice::<LeaseRecord>(data)
-            .ok()
-            .map(|record| record.node)
-            .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node))
-            .filter(|node| !self.member_sessions.contains_key(node));
-        let delete = ZkOp::Delete {
-            path,
-            version: Some(stat.version),
-        };
-        let op = match &node {
-            Some(node) => {
-                let member = self.paths.member(node);
-                ZkOp::Multi(vec![
-                    ZkOp::Create {
-                        path: member.clone(),
-                        data: Vec::new(),
-                        mode: CreateMode::Persistent,
-                        acl: self.cfg.acl,
-                    },
-                    ZkOp::Delete {
-                        path: member,
-                        version: None,
-                    },
-                    delete,
-                ])
-            }
-            None => delete,
-        };
-        let foreign = Some(ForeignLease { stat, node });
-        self.call(op, Then::HealLease { task, foreign });
-    }
-
-    /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
-    /// member's, or one that was seen as a member (its lease proves the session still lives).
-    fn lease_owner_alive(&self, owner: i64) -> bool {
-        self.live_owner(owner) || self.seen_sessions.contains(&owner)
-    }
-
-    /// Whether the ephemeral lease `czxid` of a session that is no member's has been seen so
-    /// for [`FOREIGN_GRACE`]: the member znode of a node that just (re)started may still be
-    /// on its way to this node. Until then the lease is checked again.
-    fn foreign_long_enough(&mut self, task: &str, czxid: i64) -> bool {
-        let now = self.now.mono;
-        let first = match self.suspects.get(task) {
-            Some(&(seen, first)) if seen == czxid => first,
-            _ => {
-                self.suspects.insert(task.to_string(), (czxid, now));
-                now
-            }
-        };
-        if now >= first + FOREIGN_GRACE {
-            return true;
-        }
-        self.recheck_in(first + FOREIGN_GRACE - now);
-        false
-    }
-
-    /// Decides again in `delay` at the latest.
-    fn recheck_in(&mut self, delay: Duration) {
-        let at = self.now.mono + delay;
-        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
-    }
-
-    pub(super) fn on_heal_lease(
-        &mut self,
-        task: String,
-        foreign: Option<ForeignLease>,
-        result: Result<ZkOk, ZkFail>,
-    ) {
-        match result {
-            Ok(_) | Err(ZkFail::NoNode) => {
-                if let (Ok(_), Some(ForeignLease { stat, .. })) = (&result, &foreign) {
-                    let path = self.paths.lease(&task);
-                    let owner = foreign_owner(stat.ephemeral_owner);
-                    self.report_once(
-                        format!("foreign lease {path} {}", stat.czxid),
-                        Level::Error,
-                        format!(
-                            "deleting the lease {path}: no live zkcron node holds it ({owner}), and it kept the task from being led. If it comes back, find what writes it; to remove it by hand: {cli} delete {path}", cli = self.zk_cli()
-                        ),
-                    )
-                    .field("task", &task);
-                }
-                if self.present.remove(&task) {
-                    self.vacant_since.insert(task, self.now.mono);
-                }
-            }
-            Err(ZkFail::Multi { index: 2, error }) if *error == ZkFail::NoNode => {
-                if self.present.remove(&task) {
-                    self.vacant_since.insert(task, self.now.mono);
-                }
-            }
-            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
-                // The node the lease names is registered: this node's view lagged. The lease is
-                // kept, the member read, and the lease checked again (with a fresh grace).
-                if let Some(node) = foreign.and_then(|f| f.node) {
-                    self.report(
-                        Level::Debug,
-                        "kept a lease of no known member: the node it names is registered",
-                    )
-                    .field("task", &task)
-                    .field("member", &node);
-                    self.read_member(node, false);
-                }
-            }
-            Err(ZkFail::Multi { error, .. }) if !error.outcome_unknown() => {
-                // `members/` is gone (recreated on its event), or the lease is another
-                // incarnation now: checked again.
-                self.recheck_in(Duration::from_millis(500));
-            }
-            Err(error) => {
-                self.report(
-                    Level::Warn,
-                    format!("deleting a lease no live node holds failed ({error})"),
-                )
-                .field("task", &task);
-                self.stray_lease(&task);
-            }
         }
         self.decide();
     }

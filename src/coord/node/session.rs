@@ -458,7 +458,7 @@ impl Node {
                 }
                 self.registering = None;
                 let at = self.now.mono + Duration::from_millis(500);
-                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+                super::acting::sooner(&mut self.retry_at, at);
             }
             Err(ZkFail::NoNode) => {
                 let data = self.registering.as_ref().map(|j| j.data.clone());
