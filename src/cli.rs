@@ -414,7 +414,10 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let _control = control::serve_logged(control_config.clone(), &coordinator);
             let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
             let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
-            Daemon::new(daemon_config, coordinator).run().await
+            let outcome = Daemon::new(daemon_config, coordinator.clone()).run().await;
+            // The runs' ends are in; their histories are written behind them.
+            coordinator.flush_history();
+            outcome
         })?,
         Backend::Zookeeper => {
             let settings = plan

@@ -914,6 +914,11 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     daemon.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(LIMIT), Some(0), "{}", daemon.log());
     assert!(!socket.exists(), "the socket outlived the daemon");
+    // The history is written behind the runs, and all of it by the daemon's exit.
+    let stored: Value =
+        serde_json::from_slice(&fs::read(state.join("history").join("bad.json")).unwrap()).unwrap();
+    assert_eq!(stored["runs"].as_array().unwrap().len(), 1, "{stored}");
+    assert_eq!(stored["runs"][0]["fire_id"], history[0]["fire_id"]);
 }
 
 #[test]

@@ -1,8 +1,13 @@
-//! The in-memory tails write exactly the file the whole-file rewrite wrote.
+//! The in-memory tails write exactly the file the whole-file rewrite wrote, and the writer
+//! thread writes them behind the runs.
+// The writer is a thread of its own that waits on the real clock; so do these tests.
+#![allow(clippy::disallowed_methods)]
 
 use chrono::{DateTime, Utc};
 
-use super::{CACHE_BYTES, Tails};
+use std::time::{Duration, Instant};
+
+use super::{CACHE_BYTES, HistoryFiles, Tails};
 use crate::coord::record::{self, HISTORY_MAX_BYTES};
 use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, RunTrigger};
 
@@ -34,6 +39,19 @@ fn whole(runs: &mut Vec<HistoryEntry>, entry: HistoryEntry, limit: usize) -> Opt
     })
 }
 
+/// [`Tails::append`], and the file it leaves to write if it changed the history.
+fn append(
+    tails: &mut Tails,
+    task: &str,
+    stored: impl FnOnce() -> Vec<HistoryEntry>,
+    entry: HistoryEntry,
+    limit: usize,
+) -> Option<Vec<u8>> {
+    tails
+        .append(task, stored, entry, limit, Instant::now())
+        .then(|| tails.render(task).unwrap())
+}
+
 #[test]
 fn appends_write_the_bytes_the_whole_record_rewrite_wrote() {
     // From a file an older release wrote (3 runs), with a repeat and past the limit.
@@ -47,7 +65,8 @@ fn appends_write_the_bytes_the_whole_record_rewrite_wrote() {
     {
         let new = entry(fire_id, 10 + i as i64);
         let expected = whole(&mut old, new.clone(), 4);
-        let got = tails.append(
+        let got = append(
+            &mut tails,
             "t",
             || {
                 read += 1;
@@ -55,7 +74,6 @@ fn appends_write_the_bytes_the_whole_record_rewrite_wrote() {
             },
             new,
             4,
-            1,
         );
         assert_eq!(
             got.as_deref().map(String::from_utf8_lossy),
@@ -68,7 +86,7 @@ fn appends_write_the_bytes_the_whole_record_rewrite_wrote() {
         "the file is read once, when the task is not in memory"
     );
     // And what it writes reads back as the record.
-    let bytes = tails.append("t", Vec::new, entry("t@7", 30), 4, 1).unwrap();
+    let bytes = append(&mut tails, "t", Vec::new, entry("t@7", 30), 4).unwrap();
     let record: HistoryRecord = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(record.runs.len(), 4);
     assert_eq!(record.runs[3].fire_id, "t@7");
@@ -82,7 +100,7 @@ fn the_byte_bound_drops_the_oldest_runs_as_the_whole_record_did() {
     for i in 0..30 {
         let new = entry(&format!("{long}@{i}"), i);
         let expected = whole(&mut old, new.clone(), 1000);
-        assert_eq!(tails.append("t", Vec::new, new, 1000, 1), expected);
+        assert_eq!(append(&mut tails, "t", Vec::new, new, 1000), expected);
     }
     assert!(old.len() < 30);
     assert!(serde_json::to_vec(&old).unwrap().len() <= HISTORY_MAX_BYTES);
@@ -95,13 +113,22 @@ fn memory_is_bounded_and_an_evicted_task_is_read_from_its_file_again() {
     // Enough tasks of ~10 kB each to pass the bound several times over.
     let tasks = 3 * CACHE_BYTES / 10_000;
     for t in 0..tasks {
-        tails.append(&format!("t{t}"), Vec::new, entry(&long, 0), 100, 1);
+        tails.append(
+            &format!("t{t}"),
+            Vec::new,
+            entry(&long, 0),
+            100,
+            Instant::now(),
+        );
+        // The writer keeps up: what it wrote may go.
+        tails.take_dirty();
     }
     assert!(tails.bytes <= CACHE_BYTES, "{} bytes held", tails.bytes);
     assert!(!tails.holds("t0"), "the least recently used went first");
     assert!(tails.holds(&format!("t{}", tasks - 1)));
     let mut read = false;
-    let bytes = tails.append(
+    let bytes = append(
+        &mut tails,
         "t0",
         || {
             read = true;
@@ -109,10 +136,102 @@ fn memory_is_bounded_and_an_evicted_task_is_read_from_its_file_again() {
         },
         entry("t0@new", 1),
         100,
-        1,
     );
     assert!(read, "an evicted task's history comes from its file");
     let record: HistoryRecord = serde_json::from_slice(&bytes.unwrap()).unwrap();
     let ids: Vec<&str> = record.runs.iter().map(|r| r.fire_id.as_str()).collect();
     assert_eq!(ids, ["t0@old", "t0@new"]);
+}
+
+#[test]
+fn a_dirty_tail_is_never_dropped_before_its_file_is_written() {
+    let long = "z".repeat(10_000);
+    let mut tails = Tails::default();
+    let tasks = 2 * CACHE_BYTES / 10_000;
+    for t in 0..tasks {
+        tails.append(
+            &format!("t{t}"),
+            Vec::new,
+            entry(&long, 0),
+            100,
+            Instant::now(),
+        );
+    }
+    assert!(
+        tails.holds("t0"),
+        "unwritten runs stay until the writer took them"
+    );
+    let files = tails.take_dirty();
+    assert_eq!(files.len(), tasks, "every dirty tail is written");
+    assert!(
+        tails.bytes <= CACHE_BYTES,
+        "then the clean ones over the bound go"
+    );
+    assert!(
+        tails.take_dirty().is_empty(),
+        "and nothing is written twice"
+    );
+}
+
+fn stored_ids(dir: &std::path::Path, task: &str) -> Option<Vec<String>> {
+    let bytes = std::fs::read(dir.join("history").join(format!("{task}.json"))).ok()?;
+    let record: HistoryRecord = serde_json::from_slice(&bytes).unwrap();
+    Some(record.runs.into_iter().map(|r| r.fire_id).collect())
+}
+
+#[test]
+fn a_run_is_in_the_history_at_once_and_in_its_file_once_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = HistoryFiles::with_flush_after(dir.path(), Duration::from_secs(3600)).unwrap();
+    history.append("t", entry("t@1", 1));
+    history.append("t", entry("t@2", 2));
+    let newest_first: Vec<_> = history
+        .history("t", 10)
+        .into_iter()
+        .map(|r| r.fire_id)
+        .collect();
+    assert_eq!(
+        newest_first,
+        ["t@2", "t@1"],
+        "`zkcron history` sees runs not yet written"
+    );
+    assert_eq!(stored_ids(dir.path(), "t"), None, "written behind the runs");
+    history.flush();
+    assert_eq!(stored_ids(dir.path(), "t").unwrap(), ["t@1", "t@2"]);
+}
+
+#[test]
+fn the_writer_writes_a_dirty_history_after_its_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = HistoryFiles::with_flush_after(dir.path(), Duration::from_millis(20)).unwrap();
+    history.append("t", entry("t@1", 1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stored_ids(dir.path(), "t").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the writer never wrote the history"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(stored_ids(dir.path(), "t").unwrap(), ["t@1"]);
+}
+
+#[test]
+fn a_history_dropped_with_unwritten_runs_writes_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = HistoryFiles::with_flush_after(dir.path(), Duration::from_secs(3600)).unwrap();
+    history.append("a", entry("a@1", 1));
+    history.append("b", entry("b@1", 1));
+    drop(history);
+    assert_eq!(stored_ids(dir.path(), "a").unwrap(), ["a@1"]);
+    assert_eq!(stored_ids(dir.path(), "b").unwrap(), ["b@1"]);
+    // And a later daemon reads them from the files.
+    let history = HistoryFiles::open(dir.path()).unwrap();
+    history.append("a", entry("a@2", 2));
+    let ids: Vec<_> = history
+        .history("a", 10)
+        .into_iter()
+        .map(|r| r.fire_id)
+        .collect();
+    assert_eq!(ids, ["a@2", "a@1"]);
 }

@@ -8,11 +8,8 @@
 //!   also across restarts. A trigger still `running` when the daemon starts was cut short with
 //!   the daemon: it is ended with that reason, never run again. Ended triggers go
 //!   [`record::TRIGGER_KEEP_ENDED`] after their end.
-//! - `<state_dir>/history/<task>.json`: the task's [`HistoryRecord`], bounded by
-//!   [`record::append_history`]. Replaced through a rename but not synced (best-effort: a sync
-//!   per run would compete with the journal's): a failure is logged once per task and holds up
-//!   nothing. The tails of recently written histories stay in memory (`history.rs`), so a run's
-//!   end serializes its own entry only and does not read the file back.
+//!
+//! The run histories (`<state_dir>/history/<task>.json`) are `history.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -23,15 +20,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::FORMAT_VERSION;
-use super::history::Tails;
 use super::journal::write_atomically;
 use super::state::{move_aside, parse_record, state_io};
 use crate::coord::record::{self, Verdict};
-use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, TriggerRecord, TriggerState};
+use crate::coord::zk::wire::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
 
 pub(super) const TRIGGERS: &str = "triggers.json";
-pub(super) const HISTORY_DIR: &str = "history";
 
 /// `triggers.json`.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -48,11 +43,6 @@ pub(super) struct TriggerFile {
 pub(super) struct Manual {
     state_dir: PathBuf,
     triggers: Mutex<TriggerFile>,
-    history_runs: usize,
-    /// The recently written histories, so a run's end does not re-read its file.
-    tails: Mutex<Tails>,
-    /// Tasks whose last history write failed (logged once until one succeeds).
-    history_failing: Mutex<BTreeSet<String>>,
 }
 
 impl Manual {
@@ -91,19 +81,12 @@ impl Manual {
         let manual = Manual {
             state_dir: state_dir.to_path_buf(),
             triggers: Mutex::new(file),
-            history_runs: record::DEFAULT_HISTORY_RUNS,
-            tails: Mutex::default(),
-            history_failing: Mutex::default(),
         };
         if changed {
             let file = manual.lock();
             manual.save(&file)?;
         }
         Ok(manual)
-    }
-
-    pub(super) fn set_history_runs(&mut self, runs: usize) {
-        self.history_runs = runs.max(1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TriggerFile> {
@@ -232,78 +215,6 @@ impl Manual {
         collect(&mut file, now);
         self.save(&file)
     }
-
-    fn history_path(&self, task: &str) -> PathBuf {
-        self.state_dir
-            .join(HISTORY_DIR)
-            .join(format!("{task}.json"))
-    }
-
-    /// The last `n` runs of `task`, newest first.
-    pub(super) fn history(&self, task: &str, n: usize) -> Vec<HistoryEntry> {
-        let mut runs = read_history(&self.history_path(task));
-        runs.reverse();
-        runs.truncate(n);
-        runs
-    }
-
-    /// Appends a run to its task's history; a failure is logged once per task.
-    pub(super) fn append_history(&self, task: &str, entry: HistoryEntry) {
-        let path = self.history_path(task);
-        let written = (|| -> io::Result<()> {
-            // Under the lock: two ends of one task write their files in order.
-            let mut tails = self.tails.lock().expect("history lock poisoned");
-            let stored = || read_history(&path);
-            let Some(bytes) = tails.append(task, stored, entry, self.history_runs, FORMAT_VERSION)
-            else {
-                return Ok(());
-            };
-            match replace(&path, &bytes) {
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                    std::fs::create_dir_all(path.parent().expect("in a directory"))?;
-                    replace(&path, &bytes)
-                }
-                other => other,
-            }
-        })();
-        let mut failing = self.history_failing.lock().expect("history lock poisoned");
-        match written {
-            Ok(()) => {
-                failing.remove(task);
-            }
-            Err(error) => {
-                if failing.insert(task.to_string()) {
-                    tracing::warn!(
-                        task,
-                        path = %path.display(),
-                        "cannot append to the run history ({}); runs go on, `zkcron history` misses them until a write succeeds",
-                        super::state::explain_io(&self.state_dir, &error)
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Replaces `path` with `bytes` through a rename (readers see the old or the new content),
-/// without syncing: the history is best-effort, and a sync per run would compete with the
-/// journal's syncs, which claims wait for.
-fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().expect("history files live in a directory");
-    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
-    temp.write_all(bytes)?;
-    temp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// A task's stored runs, oldest first (none if the file is missing or unreadable).
-fn read_history(path: &Path) -> Vec<HistoryEntry> {
-    std::fs::read(path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<HistoryRecord>(&bytes).ok())
-        .map(|record| record.runs)
-        .unwrap_or_default()
 }
 
 /// When a trigger ended: its run's end, else its claim or request.

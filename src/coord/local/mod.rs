@@ -142,8 +142,10 @@ pub struct LocalCoordinator {
     leadership: watch::Sender<Leadership>,
     /// Ticks claimed to run by this process whose end is not recorded yet.
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
-    /// Manual runs and run history.
+    /// Manual runs.
     manual: manual::Manual,
+    /// Run histories, written behind the runs.
+    history: history::HistoryFiles,
     /// Held for the life of the backend; dropping it releases the state dir.
     _lock: Flock<File>,
     state_dir: std::path::PathBuf,
@@ -163,6 +165,10 @@ impl LocalCoordinator {
         let records = journal_writer.mirror.clone();
         let paused = pause::read_paused(state_dir)?;
         let manual = manual::Manual::open(state_dir, wall_clock())?;
+        let history = history::HistoryFiles::open(state_dir).map_err(|source| CoordError::Io {
+            context: "cannot start the history writer".into(),
+            error: source,
+        })?;
         let (writer, pending) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zkcron-journal".into())
@@ -186,6 +192,7 @@ impl LocalCoordinator {
             leadership,
             live_runs: Mutex::new(HashSet::new()),
             manual,
+            history,
             _lock: lock,
             state_dir: state_dir.to_path_buf(),
             paused: Mutex::new(paused),
@@ -195,7 +202,7 @@ impl LocalCoordinator {
 
     /// Keeps `runs` runs per task in the history (`[scheduler] history_runs`; default 100).
     pub fn with_history_runs(mut self, runs: usize) -> LocalCoordinator {
-        self.manual.set_history_runs(runs);
+        self.history.set_history_runs(runs);
         self
     }
 
@@ -221,7 +228,13 @@ impl LocalCoordinator {
 
     /// The last `n` runs of `task`, newest first.
     pub fn history(&self, task: &str, n: usize) -> Vec<HistoryEntry> {
-        self.manual.history(task, n)
+        self.history.history(task, n)
+    }
+
+    /// Writes the histories of the runs that ended lately now, instead of within
+    /// [`history::FLUSH_AFTER`] (the daemon's exit; dropping the backend does it too).
+    pub fn flush_history(&self) {
+        self.history.flush();
     }
 
     /// Publishes the pending triggers of the tasks this backend leads.
@@ -470,11 +483,11 @@ impl Coordinator for LocalCoordinator {
         let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
         if result.manual {
             // No fire record, no `result`: the trigger and the history.
-            self.manual.append_history(task, entry.clone());
+            self.history.append(task, entry.clone());
             return self.manual.end(&entry, result, wall_clock());
         }
         let outcome = self.record_result(task, result).await;
-        self.manual.append_history(task, entry);
+        self.history.append(task, entry);
         outcome
     }
 
