@@ -6,6 +6,15 @@
 //! gathers ([`Gather`]): the claims of one instant reach the writer one by one, a few hundred
 //! microseconds apart, and an `fdatasync` costs milliseconds, so waiting a moment for the rest
 //! of a burst commits it in one sync instead of one sync per early arrival.
+//!
+//! Claims are answered only once synced ([`Durability::Synced`]): a claim lost with the host
+//! could let a tick run twice. A run's result is answered once written
+//! ([`Durability::Written`]): a crash of the daemon keeps it (it is in the file), a crash of the
+//! host may lose it until the next sync, which comes with the next synced batch or
+//! [`SYNC_WRITTEN_WITHIN`] after it, whichever is first. So an instant's results do not cost a
+//! sync of their own: at ten fires a second that halves the syncs. A result lost with the host
+//! leaves its tick claimed with no result, as if the host had died during the run (BRIEF:
+//! `on_node_loss`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -23,8 +32,21 @@ use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, 
 /// A change on its way to the disk, and who to tell when it is there.
 pub(super) struct PendingWrite {
     pub(super) change: Change,
+    pub(super) durability: Durability,
     pub(super) durable: oneshot::Sender<Result<(), String>>,
 }
+
+/// When a change is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Durability {
+    /// Once its batch is synced (claims).
+    Synced,
+    /// Once its batch is written; synced within [`SYNC_WRITTEN_WITHIN`] (results).
+    Written,
+}
+
+/// Changes answered as [`Durability::Written`] are synced at most this long after.
+pub(super) const SYNC_WRITTEN_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long a batch keeps gathering after its first change before it is committed.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +100,10 @@ pub(super) struct JournalWriter<F: JournalFile = File> {
     pub(super) lines: usize,
     /// The state the journal and snapshot describe, for compaction.
     pub(super) mirror: HashMap<String, TaskRecord>,
+    /// Since when written changes wait for a sync (`None`: everything written is synced).
+    pub(super) unsynced_since: Option<Instant>,
+    /// The last sync of written changes failed (logged once until one succeeds).
+    pub(super) sync_failing: bool,
 }
 
 impl<F: JournalFile> JournalWriter<F> {
@@ -86,7 +112,26 @@ impl<F: JournalFile> JournalWriter<F> {
     // real time (`std::sync::mpsc`'s timeouts), so it reads the real monotonic clock.
     #[allow(clippy::disallowed_methods)]
     pub(super) fn run(mut self, pending: mpsc::Receiver<PendingWrite>, gather: Gather) {
-        while let Ok(first) = pending.recv() {
+        loop {
+            let next = match self.unsynced_since {
+                None => pending
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(since) => pending.recv_timeout(
+                    (since + SYNC_WRITTEN_WITHIN).saturating_duration_since(Instant::now()),
+                ),
+            };
+            let first = match next {
+                Ok(first) => first,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.sync_written();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.sync_written();
+                    return;
+                }
+            };
             let batch = gather_batch(first, &pending, gather, Instant::now);
             // One batch, one outcome: every change in a failed batch fails.
             let result = self.append(&batch);
@@ -105,8 +150,40 @@ impl<F: JournalFile> JournalWriter<F> {
         }
     }
 
-    /// Appends the batch and syncs it; on failure the journal is left as it was before.
+    /// Syncs the changes written since the last sync, if any; a failure is logged (once until
+    /// a sync succeeds) and the sync is tried again [`SYNC_WRITTEN_WITHIN`] later.
+    #[allow(clippy::disallowed_methods)]
+    fn sync_written(&mut self) {
+        if self.unsynced_since.is_none() {
+            return;
+        }
+        match self.journal.sync() {
+            Ok(()) => {
+                self.unsynced_since = None;
+                self.sync_failing = false;
+            }
+            Err(error) => {
+                self.unsynced_since = Some(Instant::now());
+                if !std::mem::replace(&mut self.sync_failing, true) {
+                    tracing::error!(
+                        "cannot sync the journal ({}); the last runs' results may be lost if the host goes down before a sync succeeds",
+                        explain_io(&self.state_dir, &error)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Appends the batch and syncs it unless every change in it is [`Durability::Written`];
+    /// on failure the journal is left as it was before.
+    // Written changes wait for their sync on the real monotonic clock, as the gathering does.
+    #[allow(clippy::disallowed_methods)]
     pub(super) fn append(&mut self, batch: &[PendingWrite]) -> Result<(), String> {
+        let durability = if batch.iter().any(|w| w.durability == Durability::Synced) {
+            Durability::Synced
+        } else {
+            Durability::Written
+        };
         if self.torn {
             self.cut_back().map_err(|error| {
                 format!(
@@ -122,11 +199,10 @@ impl<F: JournalFile> JournalWriter<F> {
             serde_json::to_writer(&mut bytes, &write.change).expect("changes always serialize");
             bytes.push(b'\n');
         }
-        if let Err(error) = self
-            .journal
-            .append(&bytes)
-            .and_then(|()| self.journal.sync())
-        {
+        if let Err(error) = self.journal.append(&bytes).and_then(|()| match durability {
+            Durability::Synced => self.journal.sync(),
+            Durability::Written => Ok(()),
+        }) {
             // Part of the batch may be in the file: cut it off, so that the journal is as it was
             // and the next record cannot be glued onto a torn one.
             self.torn = true;
@@ -140,6 +216,15 @@ impl<F: JournalFile> JournalWriter<F> {
             return Err(message);
         }
         self.good_len += bytes.len() as u64;
+        match durability {
+            Durability::Synced => {
+                self.unsynced_since = None;
+                self.sync_failing = false;
+            }
+            Durability::Written => {
+                self.unsynced_since.get_or_insert_with(Instant::now);
+            }
+        }
         for write in batch {
             write.change.apply(&mut self.mirror);
         }
@@ -166,7 +251,9 @@ impl<F: JournalFile> JournalWriter<F> {
         self.journal.truncate(0)?;
         self.good_len = 0;
         self.lines = 0;
-        self.journal.sync()
+        self.journal.sync()?;
+        self.unsynced_since = None;
+        Ok(())
     }
 }
 
@@ -268,6 +355,8 @@ mod tests {
             torn: false,
             lines: 0,
             mirror: HashMap::new(),
+            unsynced_since: None,
+            sync_failing: false,
         };
         (writer, bytes)
     }
@@ -284,6 +373,7 @@ mod tests {
                     result: None,
                     run: true,
                 },
+                durability: Durability::Synced,
                 durable: oneshot::channel().0,
             })
             .collect()
@@ -411,6 +501,8 @@ mod tests {
             torn: false,
             lines: 0,
             mirror: HashMap::new(),
+            unsynced_since: None,
+            sync_failing: false,
         };
         let (queue, pending) = mpsc::channel();
         let thread = std::thread::spawn(move || writer.run(pending, gather));
@@ -489,6 +581,96 @@ mod tests {
         );
         drop(queue);
         writer.join().unwrap();
+    }
+
+    /// Queues a result of `task` for `tick`; the receiver is answered once it is written.
+    fn result(
+        queue: &mpsc::Sender<PendingWrite>,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> oneshot::Receiver<Result<(), String>> {
+        let (durable, done) = oneshot::channel();
+        queue
+            .send(PendingWrite {
+                change: Change {
+                    format: FORMAT_VERSION,
+                    task: task.to_string(),
+                    claimed: None,
+                    result: Some(crate::coord::RunResult {
+                        tick,
+                        ..crate::coord::RunResult::default()
+                    }),
+                    run: false,
+                },
+                durability: Durability::Written,
+                durable,
+            })
+            .unwrap();
+        done
+    }
+
+    const NO_GATHER: Gather = Gather {
+        quiet: Duration::ZERO,
+        at_most: Duration::ZERO,
+    };
+
+    #[test]
+    fn results_are_answered_unsynced_and_the_next_claim_syncs_them_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (queue, synced, writer) = counting_writer(dir.path(), NO_GATHER, None);
+        for task in ["a", "b"] {
+            result(&queue, task, at(60))
+                .blocking_recv()
+                .unwrap()
+                .unwrap();
+        }
+        assert!(synced.lock().unwrap().is_empty(), "results cost no sync");
+        claim(&queue, "a", at(120))
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            *synced.lock().unwrap(),
+            vec![3],
+            "the claim's sync made the results durable too"
+        );
+        drop(queue);
+        writer.join().unwrap();
+        assert_eq!(synced.lock().unwrap().len(), 1, "nothing was left to sync");
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the writer thread syncs on the real clock
+    fn results_with_no_claim_after_them_are_synced_within_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let (queue, synced, writer) = counting_writer(dir.path(), NO_GATHER, None);
+        let written = Instant::now();
+        result(&queue, "a", at(60))
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while synced.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "the result was never synced");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(written.elapsed() >= SYNC_WRITTEN_WITHIN.mul_f32(0.9));
+        assert_eq!(*synced.lock().unwrap(), vec![1]);
+        drop(queue);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn results_written_when_the_backend_is_dropped_are_synced_before_the_writer_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (queue, synced, writer) = counting_writer(dir.path(), NO_GATHER, None);
+        result(&queue, "a", at(60))
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        drop(queue);
+        writer.join().unwrap();
+        assert_eq!(*synced.lock().unwrap(), vec![1]);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
-//! after its line is on disk (`fdatasync`). One writer thread does all writes and commits every
+//! after its line is on disk (`fdatasync`); a result once its line is written, and it is synced
+//! with the next claim or within a second (`journal.rs`). One writer thread does all writes and commits every
 //! change that arrives while the previous batch was being synced in one batch: a second's burst
 //! of 200 claims costs one sync instead of 200 file-and-directory syncs (measured: 0.24 ms
 //! against ~350 ms, see docs/BENCHMARKS.md).
@@ -61,7 +62,7 @@ use super::zk::wire::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
-use journal::{Gather, JournalWriter, PendingWrite};
+use journal::{Durability, Gather, JournalWriter, PendingWrite};
 pub use pause::PauseMark;
 pub(crate) use state::not_writable_fix;
 use state::{open_state, read_state, state_io};
@@ -292,8 +293,13 @@ impl LocalCoordinator {
             .clone()
     }
 
-    /// Writes `change` durably, then applies it to `record`.
-    async fn commit(&self, change: Change, record: &mut TaskRecord) -> Result<(), CoordError> {
+    /// Writes `change` (synced or only written, per `durability`), then applies it to `record`.
+    async fn commit(
+        &self,
+        change: Change,
+        durability: Durability,
+        record: &mut TaskRecord,
+    ) -> Result<(), CoordError> {
         let (durable, done) = oneshot::channel();
         let failed = |detail: String| CoordError::Io {
             context: format!(
@@ -305,10 +311,11 @@ impl LocalCoordinator {
         self.writer
             .send(PendingWrite {
                 change: change.clone(),
+                durability,
                 durable,
             })
             .map_err(|_| failed("the journal writer has stopped".into()))?;
-        // Only a durable record counts: if the write failed we do not know whether it reached the
+        // Only a record on disk counts: if the write failed we do not know whether it reached the
         // disk, and running would risk a second run after a restart.
         done.await
             .map_err(|_| failed("the journal writer has stopped".into()))?
@@ -438,7 +445,7 @@ impl Coordinator for LocalCoordinator {
             result: None,
             run,
         };
-        self.commit(change, &mut record).await?;
+        self.commit(change, Durability::Synced, &mut record).await?;
         if run {
             self.live_runs_mut().insert((task.to_string(), tick));
         }
@@ -468,7 +475,7 @@ impl Coordinator for LocalCoordinator {
             result: None,
             run: true,
         };
-        if let Err(error) = self.commit(change, &mut record).await {
+        if let Err(error) = self.commit(change, Durability::Synced, &mut record).await {
             self.live_runs_mut().remove(&(task.to_string(), tick));
             return Err(error);
         }
@@ -539,7 +546,10 @@ impl LocalCoordinator {
                 result: Some(result.clone()),
                 run: false,
             };
-            self.commit(change, &mut record).await?;
+            // A result lost with the host reads as a run its node did not finish; it needs no
+            // sync of its own (journal.rs).
+            self.commit(change, Durability::Written, &mut record)
+                .await?;
         }
         self.live_runs_mut()
             .remove(&(task.to_string(), result.tick));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::journal::write_atomically;
+use super::journal::{Durability, write_atomically};
 use super::state::{check_format, state_io};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
 use crate::coord::CoordError;
@@ -113,7 +113,7 @@ impl LocalCoordinator {
                     result: None,
                     run: false,
                 };
-                self.commit(change, &mut record).await?;
+                self.commit(change, Durability::Synced, &mut record).await?;
             }
             marks.remove(task);
         }

@@ -90,6 +90,8 @@ pub(super) fn open_state(
         torn: false,
         lines: state.journal_lines,
         mirror: state.records,
+        unsynced_since: None,
+        sync_failing: false,
     };
     if state.journal_lines > 0 || state.torn_tail > 0 {
         writer.compact().map_err(|error| {
