@@ -192,16 +192,17 @@ impl Store {
 
 /// Runs the node against the store until it is quiet at `now`; returns the reports.
 fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
-    pump_with(node, store, now, |_, _| {})
+    pump_with(node, store, now, |_, _, _| {})
 }
 
-/// [`pump`], calling `after` with each operation once the store has applied it (and before
-/// the node sees the answer): a test's way to interleave another client's writes.
+/// [`pump`], calling `after` with each operation once the store has applied it, and its
+/// answer, before the node sees it: a test's way to interleave another client's writes, or to
+/// lose an answer.
 fn pump_with(
     node: &mut Node,
     store: &mut Store,
     now: Now,
-    mut after: impl FnMut(&ZkOp, &mut Store),
+    mut after: impl FnMut(&ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>),
 ) -> Vec<String> {
     let mut said = Vec::new();
     for _ in 0..100 {
@@ -222,8 +223,8 @@ fn pump_with(
         for output in outputs {
             match output {
                 Output::Call { op, zk } => {
-                    let result = store.apply(&zk, now);
-                    after(&zk, store);
+                    let mut result = store.apply(&zk, now);
+                    after(&zk, store, &mut result);
                     node.handle(Input::Reply { op, result }, now);
                 }
                 Output::Report(report) => said.push(report.to_string()),
