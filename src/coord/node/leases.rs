@@ -288,15 +288,10 @@ impl Node {
         self.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
         if self.stopping {
-            // Taken while release_all ran: give it straight back.
-            let path = self.paths.lease(&task);
-            self.call(
-                ZkOp::Delete {
-                    path,
-                    version: None,
-                },
-                Then::Ignore,
-            );
+            // Taken while release_all ran: give it straight back (while it is still the
+            // incarnation just taken: version 0, at the epoch this take set).
+            let op = self.delete_lease_as_read(&task, 0, Some(epoch));
+            self.call(op, Then::Ignore);
             if regained {
                 self.finish_waiting_claim(&task);
             }
