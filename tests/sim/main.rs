@@ -128,6 +128,13 @@
 //!   for the lease to be given up and taken again and then claims with the new epoch (or
 //!   answers `NotLeader` if the node does not take it again). Test
 //!   `a_claim_that_finds_its_epoch_changed_waits_for_the_lease_to_be_taken_again`.
+//! - Seed 2734 (`TickLost`, "no registered member is eligible"; with drains also 1667, 2215,
+//!   2917, 4719, 5829, 7058, 9375, 10767): a stranger deleted `members/` while n1's connection
+//!   kept dropping. A persistent watch reports nothing of a disconnection, so n1 never heard
+//!   that its member znode was gone; its re-listing did not list it, and n1, no member in its
+//!   own view, released every lease and never registered again. A re-listing that lacks the
+//!   node's own member znode now registers it again. Test
+//!   `a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnecting`.
 //! - Earlier (the hand-written node, before issue [5]): a backup released a lease it took for
 //!   liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`; fixed by
 //!   members announcing whether they may lead).
@@ -657,4 +664,13 @@ fn a_registration_that_failed_while_disconnected_is_retried_on_reconnecting() {
     // disconnected and was dropped, and the reconnect only re-listed: n0 stayed registered
     // with `leads = false` and its tasks' ticks were lost.
     pinned_seed(1344);
+}
+
+#[test]
+fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnecting() {
+    // Seed 2734 (found with drains on; it fails without them too): a stranger deleted
+    // `members/` while n1's connection kept dropping; n1's re-listing did not list n1, and n1,
+    // no member in its own view, released every lease and never registered again, so t08 and
+    // t18 (defined only by n1 and a visitor) were never fired.
+    pinned_seed(2734);
 }

@@ -278,3 +278,36 @@ fn a_lease_taken_by_a_member_while_this_node_deletes_a_foreign_one_is_not_delete
         assert!(!node.leadership().may_fire("t"));
     }
 }
+
+#[test]
+fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnecting() {
+    // Simulation seed 2734 (and nine more with drains): a stranger deleted `members/` while
+    // n1's connection kept dropping; the deletion of n1's member znode was never reported (a
+    // persistent watch reports nothing of a disconnection), the re-listing after reconnecting
+    // did not list n1, and n1, no member in its own view, released every lease and never
+    // registered again: the tasks only it defines were never fired.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    assert!(node.leadership().may_fire("t"));
+    node.handle(Input::Disconnected, at(100));
+    let member = format!("{BASE}/members/n1");
+    store.znodes.remove(&member);
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(200),
+    );
+    let said = pump(&mut node, &mut store, at(200));
+    assert!(store.znodes.contains_key(&member), "{said:?}");
+    assert!(store.member("n1").leads);
+    assert!(
+        said.iter()
+            .any(|r| r.contains("this node's member znode was deleted; registering again")),
+        "{said:?}"
+    );
+    let said = pump(&mut node, &mut store, at(1_000));
+    assert_eq!(leases(&store), ["t"], "{said:?}");
+    assert!(node.leadership().may_fire("t"), "{said:?}");
+}
