@@ -135,6 +135,12 @@
 //!   own view, released every lease and never registered again. A re-listing that lacks the
 //!   node's own member znode now registers it again. Test
 //!   `a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnecting`.
+//! - Seed 8661 (`NotConverged`): a stranger changed n4's lease; n4 gave it up, but the answer
+//!   to its check of the lease was lost with the connection. The lease stayed n4's session's,
+//!   n4 no longer held it nor, once n5 ranked first again, looked at it; n5 waited for a live
+//!   member's lease to the end. A give-up that fails or gets no answer now leaves the lease
+//!   checked until known, as a release does. Test
+//!   `a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated`.
 //! - Earlier (the hand-written node, before issue [5]): a backup released a lease it took for
 //!   liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`; fixed by
 //!   members announcing whether they may lead).
@@ -673,4 +679,13 @@ fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnect
     // no member in its own view, released every lease and never registered again, so t08 and
     // t18 (defined only by n1 and a visitor) were never fired.
     pinned_seed(2734);
+}
+
+#[test]
+fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated() {
+    // Seed 8661 (found once the lease deletes of session 6 changed the run's timing): a
+    // stranger changed n4's lease of t01; n4 gave it up, but the answer to its check of the
+    // lease was lost. The lease stayed n4's session's and, once n5 (ranked first) was back, n4
+    // never looked at it again: n5 waited for a live member's lease to the end (NotConverged).
+    pinned_seed(8661);
 }

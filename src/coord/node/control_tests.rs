@@ -71,6 +71,9 @@ struct Store {
     events: Vec<(String, WatchKind)>,
     /// Znodes whose ACL keeps the node from reading them.
     unreadable: Vec<String>,
+    /// The session of the client being pumped, owner of what it creates as ephemeral, if not
+    /// session 1 (a second node's).
+    session: Option<i64>,
 }
 
 impl Store {
@@ -117,7 +120,10 @@ impl Store {
                 if self.znodes.contains_key(path) {
                     return Err(ZkFail::NodeExists);
                 }
-                let owner = if *mode == CreateMode::Ephemeral { 1 } else { 0 };
+                let owner = match mode {
+                    CreateMode::Ephemeral => self.session.unwrap_or(1),
+                    _ => 0,
+                };
                 self.znodes
                     .insert(path.clone(), (data.clone(), stat(0, owner)));
                 Ok(ZkOk::Created(stat(0, owner)))

@@ -311,3 +311,73 @@ fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnect
     assert_eq!(leases(&store), ["t"], "{said:?}");
     assert!(node.leadership().may_fire("t"), "{said:?}");
 }
+
+#[test]
+fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated() {
+    // Simulation seed 8661: a stranger changed n4's lease of t01; n4 gave it up, but the
+    // answer to its check of the lease was lost with the connection. The lease was still n4's
+    // session's, n4 no longer held it, and once n5 (ranked first) came up n4 never looked at
+    // it again; n5 saw a live member's lease and waited for it to the end (NotConverged). A
+    // give-up that fails or gets no answer now leaves the lease checked until known.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    assert_eq!(lease_owner(&store), Some(1));
+    // n2, of a newer release (it ranks first), registers with session 2; n1 hears of it later.
+    let mut n2 = Node::new(
+        NodeConfig {
+            release: Version::new(2, 0, 0),
+            ..config("n2")
+        },
+        at(0),
+    );
+    n2.handle(
+        Input::Request {
+            req: 1,
+            request: Request::Publish(vec![spec("t", "")]),
+        },
+        at(100),
+    );
+    n2.handle(
+        Input::Connected {
+            session_id: 2,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(100),
+    );
+    store.session = Some(2);
+    pump(&mut n2, &mut store, at(100));
+    store.session = None;
+    assert_eq!(lease_owner(&store), Some(1), "n2 took n1's lease");
+    // A stranger changes the lease: n1 gives it up, and every answer about the lease is lost.
+    store.znodes.get_mut(&lease).unwrap().1.version += 1;
+    node.handle(
+        Input::Watch {
+            path: lease.clone(),
+            kind: WatchKind::DataChanged,
+        },
+        at(200),
+    );
+    let said = pump_with(&mut node, &mut store, at(200), |zk, _, result| {
+        if matches!(zk, ZkOp::Exists { path } | ZkOp::GetData { path } if *path == lease) {
+            *result = Err(ZkFail::ConnectionLoss);
+        }
+    });
+    assert!(!node.leadership().may_fire("t"), "{said:?}");
+    // n1 hears of n2, which ranks first: n1 is no longer designated for t.
+    node.handle(
+        Input::Watch {
+            path: format!("{BASE}/members/n2"),
+            kind: WatchKind::Created,
+        },
+        at(300),
+    );
+    pump(&mut node, &mut store, at(300));
+    assert!(node.members.contains_key("n2"), "n1 never read n2");
+    let said = pump(&mut node, &mut store, at(2_000));
+    assert_ne!(
+        lease_owner(&store),
+        Some(1),
+        "the lease given up stayed this session's: {said:?}"
+    );
+}

@@ -573,6 +573,8 @@ impl Node {
                     format!("giving up the changed lease failed ({error})"),
                 )
                 .field("task", &task);
+                // The lease may still be this session's: checked until known.
+                self.stray_lease(&task);
                 if let Some(given_up) = self.regaining.get_mut(&task) {
                     *given_up = true;
                 }
@@ -596,6 +598,14 @@ impl Node {
                 self.call(op, Then::GiveUp { task });
             }
             _ => {
+                if result.is_err() {
+                    // Unknown whose the lease is: it may still be this session's, which no
+                    // other node deletes (its session lives) and this one, no longer
+                    // designated, would not check again (simulation seed 8661: the lease
+                    // stayed with the node after the answer was lost, and the node ranked
+                    // first waited for it to the end).
+                    self.stray_lease(&task);
+                }
                 if let Some(given_up) = self.regaining.get_mut(&task) {
                     *given_up = true;
                 }
@@ -653,6 +663,8 @@ impl Node {
                 format!("giving up the changed lease failed ({error})"),
             )
             .field("task", &task);
+            // Not deleted, or not known to be: it may still be this session's.
+            self.stray_lease(&task);
         }
         if let Some(given_up) = self.regaining.get_mut(&task) {
             *given_up = true;
