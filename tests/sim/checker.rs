@@ -269,6 +269,10 @@ impl Stats {
 // Liveness, convergence and timeliness, judged at the end of a run of the real node
 // ------------------------------------------------------------------------------------------------
 
+/// How often a node that claims nothing measures its clock's offset (the node's
+/// `CLOCK_PROBE`; README, "Clock skew": "every 30 s").
+const CLOCK_PROBE_MS: Ms = 30_000;
+
 impl Sim<'_> {
     /// The state (release, skew) of node `n` at `at`, `None` if it was down.
     pub(crate) fn node_state_at(&self, n: NodeIx, at: Ms) -> Option<NodeState> {
@@ -292,6 +296,7 @@ impl Sim<'_> {
         }
         let horizon = epoch() + TimeDelta::milliseconds((sc.end - sc.settle) as i64);
         let healed = epoch() + TimeDelta::milliseconds((sc.fault_end + sc.settle) as i64);
+        let clock_settled = epoch() + TimeDelta::milliseconds(self.clock_settled() as i64);
         for (t, task) in sc.tasks.iter().enumerate() {
             if task.rules.catch_up != CatchUpPolicy::All {
                 continue;
@@ -317,7 +322,7 @@ impl Sim<'_> {
             } else {
                 // Without a record nothing before the first claim is missed; but once the
                 // cluster has settled, the first tick must be claimed.
-                let settled = healed - TimeDelta::seconds(1);
+                let settled = healed.max(clock_settled) - TimeDelta::seconds(1);
                 first_claim.map_or(settled, |c| (c - TimeDelta::milliseconds(1)).min(settled))
             };
             let last = epoch() + TimeDelta::milliseconds(sc.end as i64);
@@ -363,6 +368,36 @@ impl Sim<'_> {
                 }
             }
         }
+    }
+
+    /// When every node whose clock a fault stepped back within `max_clock_skew` while it was
+    /// up may lead again. The node measures its skew "before it registers, then every 30 s
+    /// and with every claim" (README, "Clock skew"; `CLOCK_PROBE` in the node), and a node
+    /// that leads nothing claims nothing: it notices the fixed clock at its next probe, up to
+    /// 30 s later, which `settle` (session timeout, vacancy bounds, 10 s) does not cover. Until
+    /// then it is not eligible, and a task without a fire record has nothing to catch up
+    /// from (seed 2531 with drains: n1's clock stepped back in line 2.5 s before the faults
+    /// ended, its probe saw it 29 s later, after tick 60 of t00 and t05, which no other node
+    /// could lead). 0 if no such step.
+    fn clock_settled(&self) -> Ms {
+        let max = self.sc.max_clock_skew_ms;
+        self.sc
+            .faults
+            .iter()
+            .filter_map(|(at, fault)| match fault {
+                Fault::Skew(n, skew)
+                    if skew.abs() <= max
+                        && self
+                            .node_state_at(*n, at.saturating_sub(1))
+                            .is_some_and(|s| s.1.abs() > max) =>
+                {
+                    // The probe, then registering and taking: a round trip or a few.
+                    Some(at + CLOCK_PROBE_MS + 2_000)
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// The node the registered members rank first for `task` now, with its session.

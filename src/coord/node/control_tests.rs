@@ -71,6 +71,9 @@ struct Store {
     events: Vec<(String, WatchKind)>,
     /// Znodes whose ACL keeps the node from reading them.
     unreadable: Vec<String>,
+    /// The session of the client being pumped, owner of what it creates as ephemeral, if not
+    /// session 1 (a second node's).
+    session: Option<i64>,
 }
 
 impl Store {
@@ -117,7 +120,10 @@ impl Store {
                 if self.znodes.contains_key(path) {
                     return Err(ZkFail::NodeExists);
                 }
-                let owner = if *mode == CreateMode::Ephemeral { 1 } else { 0 };
+                let owner = match mode {
+                    CreateMode::Ephemeral => self.session.unwrap_or(1),
+                    _ => 0,
+                };
                 self.znodes
                     .insert(path.clone(), (data.clone(), stat(0, owner)));
                 Ok(ZkOk::Created(stat(0, owner)))
@@ -192,16 +198,17 @@ impl Store {
 
 /// Runs the node against the store until it is quiet at `now`; returns the reports.
 fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
-    pump_with(node, store, now, |_, _| {})
+    pump_with(node, store, now, |_, _, _| {})
 }
 
-/// [`pump`], calling `after` with each operation once the store has applied it (and before
-/// the node sees the answer): a test's way to interleave another client's writes.
+/// [`pump`], calling `after` with each operation once the store has applied it, and its
+/// answer, before the node sees it: a test's way to interleave another client's writes, or to
+/// lose an answer.
 fn pump_with(
     node: &mut Node,
     store: &mut Store,
     now: Now,
-    mut after: impl FnMut(&ZkOp, &mut Store),
+    mut after: impl FnMut(&ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>),
 ) -> Vec<String> {
     let mut said = Vec::new();
     for _ in 0..100 {
@@ -222,8 +229,8 @@ fn pump_with(
         for output in outputs {
             match output {
                 Output::Call { op, zk } => {
-                    let result = store.apply(&zk, now);
-                    after(&zk, store);
+                    let mut result = store.apply(&zk, now);
+                    after(&zk, store, &mut result);
                     node.handle(Input::Reply { op, result }, now);
                 }
                 Output::Report(report) => said.push(report.to_string()),

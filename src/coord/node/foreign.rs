@@ -5,6 +5,10 @@
 //! persistent, or owned by a session that is no member, is reported and deleted (safe: claims
 //! are fenced on the lease incarnation, so a deleted lease can only make a claim fail). A lease
 //! of this session found after a take whose answer was lost is deleted and taken properly.
+//!
+//! Either delete is conditional on the task's epoch, read before the lease that is deleted (as
+//! `delete_lease_as_read` in `leases.rs`): a lease deleted and taken again in between has version
+//! 0 like the one read, but its take bumped the epoch.
 
 use std::time::Duration;
 
@@ -24,6 +28,15 @@ pub(crate) struct ForeignLease {
     stat: Stat,
     /// The node its data names, whose member znode the delete proved absent.
     node: Option<String>,
+}
+
+/// What a lease's owner is checked with: the task's epoch, once a lease is to be deleted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EpochRead {
+    /// Not read: the lease was read to see whose it is.
+    Unread,
+    /// Its version, read before the lease was read again.
+    Before(i32),
 }
 
 impl Node {
@@ -47,11 +60,17 @@ impl Node {
             self.verifying.insert(task.clone());
             // Its data too: a zkcron lease names its node, whose absence its deletion proves.
             let path = self.paths.lease(&task);
-            self.call(ZkOp::GetData { path }, Then::LeaseOwner { task });
+            let epoch = EpochRead::Unread;
+            self.call(ZkOp::GetData { path }, Then::LeaseOwner { task, epoch });
         }
     }
 
-    pub(super) fn on_lease_owner(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_lease_owner(
+        &mut self,
+        task: String,
+        epoch: EpochRead,
+        result: Result<ZkOk, ZkFail>,
+    ) {
         self.verifying.remove(&task);
         let path = self.paths.lease(&task);
         let (data, stat) = match result {
@@ -61,7 +80,7 @@ impl Node {
             Err(ZkFail::NoAuth) => {
                 // Unreadable to this node (a stranger's ACL): its owner is what is checked.
                 self.verifying.insert(task.clone());
-                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task });
+                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task, epoch });
                 return;
             }
             Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
@@ -89,26 +108,64 @@ impl Node {
         if foreign && !self.foreign_long_enough(&task, stat.czxid) {
             return;
         }
-        self.suspects.remove(&task);
-        if Some(stat.ephemeral_owner) == self.my_session() {
-            // Ours, from a take whose answer was lost: delete and take it properly.
-            self.unsure_takes.remove(&task);
-            self.call(
-                ZkOp::Delete {
-                    path,
-                    version: Some(stat.version),
-                },
-                Then::HealLease {
-                    task,
-                    foreign: None,
-                },
-            );
-        } else if self.lease_owner_alive(stat.ephemeral_owner) {
+        let ours = Some(stat.ephemeral_owner) == self.my_session();
+        if !ours && self.lease_owner_alive(stat.ephemeral_owner) {
+            self.suspects.remove(&task);
             self.unsure_takes.remove(&task);
             self.verified.insert(task);
-        } else {
-            self.delete_foreign_lease(task, &data, stat);
+            return;
         }
+        if ours && (self.held.contains_key(&task) || self.takes.contains_key(&task)) {
+            // Taken meanwhile (a take that found the lease this session's): not deleted.
+            self.suspects.remove(&task);
+            return;
+        }
+        // To be deleted: only while the epoch is as read before this lease was. The lease
+        // read first may have been deleted and taken by another node since (its version is 0
+        // again), so it is read again after the epoch.
+        let EpochRead::Before(epoch) = epoch else {
+            self.verifying.insert(task.clone());
+            return self.heal_read_epoch(task);
+        };
+        self.suspects.remove(&task);
+        if ours {
+            // Ours, from a take whose answer was lost: delete and take it properly.
+            self.unsure_takes.remove(&task);
+            let op = self.delete_lease_as_read(&task, stat.version, Some(epoch));
+            self.heal_lease(task, op, None);
+        } else {
+            self.delete_foreign_lease(task, &data, stat, epoch);
+        }
+    }
+
+    /// Reads the epoch of `task` before reading again its lease, which is to be deleted.
+    pub(super) fn heal_read_epoch(&mut self, task: String) {
+        let path = self.paths.epoch(&task);
+        self.call(ZkOp::Exists { path }, Then::LeaseOwnerEpoch { task });
+    }
+
+    /// The epoch read before a lease to be deleted: the lease is read again (with its data:
+    /// the node it names is proved absent by the delete). A task without an epoch (a
+    /// stranger's lease on a task never taken, or a tree deleted by hand) gets its znodes
+    /// first, as a take would create them: with no epoch the delete could only be by the
+    /// lease's version, which a lease deleted and taken meanwhile (a first take creates the
+    /// epoch) has too.
+    pub(super) fn on_lease_owner_epoch(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
+        let epoch = match result {
+            Ok(ZkOk::Exists(Some(stat))) => EpochRead::Before(stat.version),
+            Ok(ZkOk::Exists(None)) => {
+                return self.ensure_task_nodes(task, super::AfterEnsure::Heal);
+            }
+            Ok(_) | Err(_) => return self.heal_failed(task),
+        };
+        let path = self.paths.lease(&task);
+        self.call(ZkOp::GetData { path }, Then::LeaseOwner { task, epoch });
+    }
+
+    /// Checking a lease to be deleted failed: checked again soon.
+    pub(super) fn heal_failed(&mut self, task: String) {
+        self.verifying.remove(&task);
+        self.recheck_in(Duration::from_millis(500));
     }
 
     /// Deletes a lease no live member holds. This node's member view may lag behind the
@@ -119,22 +176,18 @@ impl Node {
     /// nodes see it created and gone: a member they read as absent). A persistent lease, one
     /// whose data names no node, or one of an earlier session of a node registered with
     /// another session (it took its leases after registering: this node saw that), is deleted
-    /// at its version.
-    fn delete_foreign_lease(&mut self, task: String, data: &[u8], stat: Stat) {
-        let path = self.paths.lease(&task);
+    /// at its version. Either only while the epoch is still at `epoch` (read before `stat`).
+    fn delete_foreign_lease(&mut self, task: String, data: &[u8], stat: Stat, epoch: i32) {
         let node = serde_json::from_slice::<LeaseRecord>(data)
             .ok()
             .map(|record| record.node)
             .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node))
             .filter(|node| !self.member_sessions.contains_key(node));
-        let delete = ZkOp::Delete {
-            path,
-            version: Some(stat.version),
-        };
+        let delete = self.delete_lease_as_read(&task, stat.version, Some(epoch));
         let op = match &node {
             Some(node) => {
                 let member = self.paths.member(node);
-                ZkOp::Multi(vec![
+                let mut ops = vec![
                     ZkOp::Create {
                         path: member.clone(),
                         data: Vec::new(),
@@ -145,13 +198,30 @@ impl Node {
                         path: member,
                         version: None,
                     },
-                    delete,
-                ])
+                ];
+                match delete {
+                    ZkOp::Multi(delete) => ops.extend(delete),
+                    delete => ops.push(delete),
+                }
+                ZkOp::Multi(ops)
             }
             None => delete,
         };
-        let foreign = Some(ForeignLease { stat, node });
-        self.call(op, Then::HealLease { task, foreign });
+        self.heal_lease(task, op, Some(ForeignLease { stat, node }));
+    }
+
+    /// Sends `op`, which deletes the lease of `task` (its last operation, if a multi).
+    fn heal_lease(&mut self, task: String, op: ZkOp, foreign: Option<ForeignLease>) {
+        let lease_at = match &op {
+            ZkOp::Multi(ops) => ops.len() - 1,
+            _ => 0,
+        };
+        let then = Then::HealLease {
+            task,
+            foreign,
+            lease_at,
+        };
+        self.call(op, then);
     }
 
     /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
@@ -183,6 +253,7 @@ impl Node {
         &mut self,
         task: String,
         foreign: Option<ForeignLease>,
+        lease_at: usize,
         result: Result<ZkOk, ZkFail>,
     ) {
         match result {
@@ -203,7 +274,9 @@ impl Node {
                     self.vacant_since.insert(task, self.now.mono);
                 }
             }
-            Err(ZkFail::Multi { index: 2, error }) if *error == ZkFail::NoNode => {
+            Err(ZkFail::Multi { index, error })
+                if index == lease_at && *error == ZkFail::NoNode =>
+            {
                 if self.present.remove(&task) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
@@ -222,9 +295,14 @@ impl Node {
                 }
             }
             Err(ZkFail::Multi { error, .. }) if !error.outcome_unknown() => {
-                // `members/` is gone (recreated on its event), or the lease is another
-                // incarnation now: checked again.
-                self.recheck_in(Duration::from_millis(500));
+                // `members/` is gone (recreated on its event), or the epoch moved (the lease
+                // may be another incarnation now): checked again; this session's lease (it
+                // may still be) whatever this node's rank.
+                if foreign.is_none() {
+                    self.stray_lease(&task);
+                } else {
+                    self.recheck_in(Duration::from_millis(500));
+                }
             }
             Err(error) => {
                 self.report(

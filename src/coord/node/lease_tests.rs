@@ -118,7 +118,7 @@ fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_del
     // Once the node has looked at the lease and seen it its own, the stranger deletes it and
     // session 2 takes it (a new lease at version 0, the epoch bumped).
     let mut raced = false;
-    pump_with(&mut node, &mut store, at(100), |zk, store| {
+    pump_with(&mut node, &mut store, at(100), |zk, store, _| {
         if !raced && matches!(zk, ZkOp::Exists { path } if *path == lease) {
             raced = true;
             let stat = Stat {
@@ -134,5 +134,250 @@ fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_del
         lease_owner(&store),
         Some(2),
         "the other node's lease was deleted"
+    );
+}
+
+// ---- leases deleted and taken by another node between a check and a delete ----
+
+/// `members/n3`, of session 3: a live member that ranks nowhere (its data is no record), so
+/// `n1` stays designated for `t`.
+fn member_of_session_3(store: &mut Store) {
+    let stat = Stat {
+        ephemeral_owner: 3,
+        ..Stat::default()
+    };
+    let member = format!("{BASE}/members/n3");
+    store.znodes.insert(member, (b"{}".to_vec(), stat));
+}
+
+/// Counts the node's reads of `leases/t` while session `owner` holds it; at the `nth`, the
+/// lease is deleted and n3 takes it: a new lease, at version 0 too, and the epoch bumped (or
+/// created with the task's record, by a first take).
+struct Race {
+    owner: i64,
+    nth: usize,
+    reads: usize,
+}
+
+impl Race {
+    fn after(&mut self, zk: &ZkOp, store: &mut Store) {
+        let lease = format!("{BASE}/leases/t");
+        let read = matches!(zk, ZkOp::GetData { path } | ZkOp::Exists { path } if *path == lease);
+        if !read || lease_owner(store) != Some(self.owner) {
+            return;
+        }
+        self.reads += 1;
+        if self.reads != self.nth {
+            return;
+        }
+        let stat = Stat {
+            ephemeral_owner: 3,
+            czxid: 99,
+            ..Stat::default()
+        };
+        store.znodes.insert(lease, (lease_record("n3"), stat));
+        let record = format!("{BASE}/tasks/t");
+        store.znodes.entry(record).or_default();
+        let epoch = format!("{BASE}/tasks/t/epoch");
+        store.znodes.entry(epoch).or_default().1.version += 1;
+    }
+
+    fn raced(&self) -> bool {
+        self.reads >= self.nth
+    }
+}
+
+#[test]
+fn a_lease_retaken_by_another_node_while_this_one_heals_its_lost_take_is_not_deleted() {
+    // A take whose answer was lost leaves a lease of this session the node does not hold; it
+    // found it its own and deleted it by its version (0) alone. Had the lease been deleted
+    // (released, or by hand) and taken by another node in between, that node's lease, at
+    // version 0 too, was deleted. The delete is now conditional on the epoch, read before the
+    // lease is read again (every take bumps it); the race is tried at each read of the lease.
+    let lease = format!("{BASE}/leases/t");
+    for nth in 1..=2 {
+        let mut store = Store::default();
+        member_of_session_3(&mut store);
+        let mut node = Node::new(config("n1"), at(0));
+        node.handle(
+            Input::Request {
+                req: 1,
+                request: Request::Publish(vec![spec("t", "")]),
+            },
+            at(0),
+        );
+        node.handle(
+            Input::Connected {
+                session_id: 1,
+                negotiated_timeout: Duration::from_secs(10),
+            },
+            at(0),
+        );
+        let mut lost = false;
+        let said = pump_with(&mut node, &mut store, at(0), |zk, _, result| {
+            let take = matches!(zk, ZkOp::Multi(ops) if ops.iter().any(
+                |op| matches!(op, ZkOp::Create { path, .. } if *path == lease)
+            ));
+            if take && result.is_ok() && !lost {
+                // Applied, but its answer lost.
+                lost = true;
+                *result = Err(ZkFail::ConnectionLoss);
+            }
+        });
+        assert!(lost, "the node never took the lease");
+        assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+        let mut race = Race {
+            owner: 1,
+            nth,
+            reads: 0,
+        };
+        let said = pump_with(&mut node, &mut store, at(1_000), |zk, store, _| {
+            race.after(zk, store)
+        });
+        assert!(
+            race.raced(),
+            "read {nth}: the lease was not read so often: {said:?}"
+        );
+        assert_eq!(
+            lease_owner(&store),
+            Some(3),
+            "read {nth}: the other node's lease was deleted: {said:?}"
+        );
+        assert!(!node.leadership().may_fire("t"));
+    }
+}
+
+#[test]
+fn a_lease_taken_by_a_member_while_this_node_deletes_a_foreign_one_is_not_deleted() {
+    // A lease no live member holds was deleted after its grace by its version (0) alone, read
+    // when its owner was checked. Had it been deleted and taken by a member in between
+    // (another node healing it too), that member's lease, at version 0 too, was deleted. The
+    // delete is now conditional on the epoch, read (created, for a task never taken) before
+    // the lease is read again; the race is tried at each read of the lease.
+    for nth in 1..=2 {
+        let mut store = Store::default();
+        member_of_session_3(&mut store);
+        let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
+        let mut race = Race {
+            owner: 2,
+            nth,
+            reads: 0,
+        };
+        let said = pump_with(&mut node, &mut store, at(2_500), |zk, store, _| {
+            race.after(zk, store)
+        });
+        assert!(
+            race.raced(),
+            "read {nth}: the lease was not read so often: {said:?}"
+        );
+        assert_eq!(
+            lease_owner(&store),
+            Some(3),
+            "read {nth}: the member's lease was deleted: {said:?}"
+        );
+        assert!(!node.leadership().may_fire("t"));
+    }
+}
+
+#[test]
+fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnecting() {
+    // Simulation seed 2734 (and nine more with drains): a stranger deleted `members/` while
+    // n1's connection kept dropping; the deletion of n1's member znode was never reported (a
+    // persistent watch reports nothing of a disconnection), the re-listing after reconnecting
+    // did not list n1, and n1, no member in its own view, released every lease and never
+    // registered again: the tasks only it defines were never fired.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    assert!(node.leadership().may_fire("t"));
+    node.handle(Input::Disconnected, at(100));
+    let member = format!("{BASE}/members/n1");
+    store.znodes.remove(&member);
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(200),
+    );
+    let said = pump(&mut node, &mut store, at(200));
+    assert!(store.znodes.contains_key(&member), "{said:?}");
+    assert!(store.member("n1").leads);
+    assert!(
+        said.iter()
+            .any(|r| r.contains("this node's member znode was deleted; registering again")),
+        "{said:?}"
+    );
+    let said = pump(&mut node, &mut store, at(1_000));
+    assert_eq!(leases(&store), ["t"], "{said:?}");
+    assert!(node.leadership().may_fire("t"), "{said:?}");
+}
+
+#[test]
+fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated() {
+    // Simulation seed 8661: a stranger changed n4's lease of t01; n4 gave it up, but the
+    // answer to its check of the lease was lost with the connection. The lease was still n4's
+    // session's, n4 no longer held it, and once n5 (ranked first) came up n4 never looked at
+    // it again; n5 saw a live member's lease and waited for it to the end (NotConverged). A
+    // give-up that fails or gets no answer now leaves the lease checked until known.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    assert_eq!(lease_owner(&store), Some(1));
+    // n2, of a newer release (it ranks first), registers with session 2; n1 hears of it later.
+    let mut n2 = Node::new(
+        NodeConfig {
+            release: Version::new(2, 0, 0),
+            ..config("n2")
+        },
+        at(0),
+    );
+    n2.handle(
+        Input::Request {
+            req: 1,
+            request: Request::Publish(vec![spec("t", "")]),
+        },
+        at(100),
+    );
+    n2.handle(
+        Input::Connected {
+            session_id: 2,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(100),
+    );
+    store.session = Some(2);
+    pump(&mut n2, &mut store, at(100));
+    store.session = None;
+    assert_eq!(lease_owner(&store), Some(1), "n2 took n1's lease");
+    // A stranger changes the lease: n1 gives it up, and every answer about the lease is lost.
+    store.znodes.get_mut(&lease).unwrap().1.version += 1;
+    node.handle(
+        Input::Watch {
+            path: lease.clone(),
+            kind: WatchKind::DataChanged,
+        },
+        at(200),
+    );
+    let said = pump_with(&mut node, &mut store, at(200), |zk, _, result| {
+        if matches!(zk, ZkOp::Exists { path } | ZkOp::GetData { path } if *path == lease) {
+            *result = Err(ZkFail::ConnectionLoss);
+        }
+    });
+    assert!(!node.leadership().may_fire("t"), "{said:?}");
+    // n1 hears of n2, which ranks first: n1 is no longer designated for t.
+    node.handle(
+        Input::Watch {
+            path: format!("{BASE}/members/n2"),
+            kind: WatchKind::Created,
+        },
+        at(300),
+    );
+    pump(&mut node, &mut store, at(300));
+    assert!(node.members.contains_key("n2"), "n1 never read n2");
+    let said = pump(&mut node, &mut store, at(2_000));
+    assert_ne!(
+        lease_owner(&store),
+        Some(1),
+        "the lease given up stayed this session's: {said:?}"
     );
 }

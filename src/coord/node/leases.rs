@@ -288,15 +288,10 @@ impl Node {
         self.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
         if self.stopping {
-            // Taken while release_all ran: give it straight back.
-            let path = self.paths.lease(&task);
-            self.call(
-                ZkOp::Delete {
-                    path,
-                    version: None,
-                },
-                Then::Ignore,
-            );
+            // Taken while release_all ran: give it straight back (while it is still the
+            // incarnation just taken: version 0, at the epoch this take set).
+            let op = self.delete_lease_as_read(&task, 0, Some(epoch));
+            self.call(op, Then::Ignore);
             if regained {
                 self.finish_waiting_claim(&task);
             }
@@ -447,7 +442,7 @@ impl Node {
             && Some(stat.ephemeral_owner) == self.my_session()
             && !self.held.contains_key(&task)
         {
-            let op = self.delete_own_lease(&task, stat.version, epoch);
+            let op = self.delete_lease_as_read(&task, stat.version, epoch);
             self.call(op, Then::Released { task });
             return;
         }
@@ -578,6 +573,8 @@ impl Node {
                     format!("giving up the changed lease failed ({error})"),
                 )
                 .field("task", &task);
+                // The lease may still be this session's: checked until known.
+                self.stray_lease(&task);
                 if let Some(given_up) = self.regaining.get_mut(&task) {
                     *given_up = true;
                 }
@@ -597,10 +594,18 @@ impl Node {
     ) {
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
-                let op = self.delete_own_lease(&task, stat.version, epoch);
+                let op = self.delete_lease_as_read(&task, stat.version, epoch);
                 self.call(op, Then::GiveUp { task });
             }
             _ => {
+                if result.is_err() {
+                    // Unknown whose the lease is: it may still be this session's, which no
+                    // other node deletes (its session lives) and this one, no longer
+                    // designated, would not check again (simulation seed 8661: the lease
+                    // stayed with the node after the answer was lost, and the node ranked
+                    // first waited for it to the end).
+                    self.stray_lease(&task);
+                }
                 if let Some(given_up) = self.regaining.get_mut(&task) {
                     *given_up = true;
                 }
@@ -609,11 +614,18 @@ impl Node {
         }
     }
 
-    /// Deletes this session's lease of `task` (seen at `version`) only while the epoch is
-    /// still at `epoch`, read before the lease was seen: a take by anyone in between bumps it,
+    /// Deletes the lease of `task` (seen at `version`) only while the epoch is still at
+    /// `epoch`, read before the lease was seen: a take by anyone in between bumps it (both
+    /// takes, `send_take` and `send_fresh_take`, bump it in the multi that creates the lease),
     /// and a new lease has version 0 like the old one. Without an epoch (the tree was
-    /// deleted), by the lease's version alone.
-    fn delete_own_lease(&self, task: &str, version: i32, epoch: Option<i32>) -> ZkOp {
+    /// deleted), by the lease's version alone. Used for this session's leases (release, give
+    /// up, a take whose answer was lost) and for foreign ones (`foreign.rs`).
+    pub(super) fn delete_lease_as_read(
+        &self,
+        task: &str,
+        version: i32,
+        epoch: Option<i32>,
+    ) -> ZkOp {
         let delete = ZkOp::Delete {
             path: self.paths.lease(task),
             version: Some(version),
@@ -651,6 +663,8 @@ impl Node {
                 format!("giving up the changed lease failed ({error})"),
             )
             .field("task", &task);
+            // Not deleted, or not known to be: it may still be this session's.
+            self.stray_lease(&task);
         }
         if let Some(given_up) = self.regaining.get_mut(&task) {
             *given_up = true;
@@ -699,6 +713,7 @@ impl Node {
             Ok(_) | Err(ZkFail::NodeExists) => match after {
                 AfterEnsure::Read(after) => self.read_record_ensured(task, *after),
                 AfterEnsure::Take { cover } => self.send_take(task, cover),
+                AfterEnsure::Heal => self.heal_read_epoch(task),
             },
             Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
                 // tasks/ was deleted: recreate the tree, then try once more.
@@ -714,6 +729,7 @@ impl Node {
                 match after {
                     AfterEnsure::Read(after) => self.after_read(task, *after, Err(error)),
                     AfterEnsure::Take { .. } => self.take_failed(task, error.to_string()),
+                    AfterEnsure::Heal => self.heal_failed(task),
                 }
             }
         }

@@ -127,6 +127,14 @@ impl Node {
         // task set this node cannot use (it still owns its leases and runs).
         let listed = relist.ids;
         self.member_sessions.retain(|id, _| listed.contains(id));
+        if !listed.contains(&self.cfg.id) && self.registered_as.is_some() && !self.stopping {
+            // Registered, yet not listed: this node's member znode was deleted while it was
+            // disconnected, and a persistent watch reports nothing of that time (simulation
+            // seed 2734: a stranger deleted `members/` while the node's connection kept
+            // dropping; it re-listed, found itself no member, released every lease and never
+            // registered again, so the tasks only it defines were never fired).
+            self.register_again();
+        }
         let leases = relist.leases.unwrap_or_default();
         // A lease this node believes it holds but that is gone was lost.
         let lost: Vec<String> = self

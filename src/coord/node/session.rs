@@ -562,15 +562,7 @@ impl Node {
                         // one multi (proving it absent) before this node registers; saying
                         // "deleted; registering again" for it misled. Registering goes on.
                     } else if id == self.cfg.id {
-                        // Our registration vanished (deleted by hand?): register again. The
-                        // event may be stale; registering keeps a znode that is still ours.
-                        self.report_once(
-                            format!("member deleted {}", self.session_hex()),
-                            Level::Warn,
-                            "this node's member znode was deleted; registering again".into(),
-                        );
-                        self.registered_as = None;
-                        self.maybe_register();
+                        self.register_again();
                         self.read_member(id, false);
                     } else {
                         self.forget_member(&id);
@@ -594,6 +586,18 @@ impl Node {
             self.registering = None;
             self.recreate_tree(AfterRecreate::Register);
         }
+    }
+
+    /// This node's registration vanished (deleted by hand, or with `members/`): register
+    /// again. The news may be stale; registering keeps a znode that is still ours.
+    pub(super) fn register_again(&mut self) {
+        self.report_once(
+            format!("member deleted {}", self.session_hex()),
+            Level::Warn,
+            "this node's member znode was deleted; registering again".into(),
+        );
+        self.registered_as = None;
+        self.maybe_register();
     }
 
     // ---- the tree ----

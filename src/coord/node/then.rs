@@ -84,6 +84,10 @@ pub(super) enum Then {
     },
     LeaseOwner {
         task: String,
+        epoch: foreign::EpochRead,
+    },
+    LeaseOwnerEpoch {
+        task: String,
     },
     Acting {
         member: String,
@@ -92,6 +96,8 @@ pub(super) enum Then {
     HealLease {
         task: String,
         foreign: Option<foreign::ForeignLease>,
+        /// The index of the lease's delete in the multi (0 if it is no multi).
+        lease_at: usize,
     },
     GiveUp {
         task: String,
@@ -181,7 +187,11 @@ pub(super) enum AfterRecreate {
 #[derive(Debug)]
 pub(super) enum AfterEnsure {
     Read(Box<AfterRead>),
-    Take { cover: bool },
+    Take {
+        cover: bool,
+    },
+    /// A lease to be deleted found no epoch to condition its delete on: read it again.
+    Heal,
 }
 
 impl Node {
@@ -221,9 +231,14 @@ impl Node {
             Then::ReleaseEpoch { task } => self.on_release_epoch(task, result),
             Then::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),
             Then::LeaseCheck { task } => self.on_lease_check(task, result),
-            Then::LeaseOwner { task } => self.on_lease_owner(task, result),
+            Then::LeaseOwner { task, epoch } => self.on_lease_owner(task, epoch, result),
+            Then::LeaseOwnerEpoch { task } => self.on_lease_owner_epoch(task, result),
             Then::Acting { member, seen } => self.on_acting(member, seen, result),
-            Then::HealLease { task, foreign } => self.on_heal_lease(task, foreign, result),
+            Then::HealLease {
+                task,
+                foreign,
+                lease_at,
+            } => self.on_heal_lease(task, foreign, lease_at, result),
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
             Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
