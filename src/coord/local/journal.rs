@@ -21,15 +21,16 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::queue::{Next, Queue};
 use super::state::explain_io;
 use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 
 /// A change on its way to the disk, and who to tell when it is there.
+#[derive(Debug)]
 pub(super) struct PendingWrite {
     pub(super) change: Change,
     pub(super) durability: Durability,
@@ -109,30 +110,25 @@ pub(super) struct JournalWriter<F: JournalFile = File> {
 impl<F: JournalFile> JournalWriter<F> {
     /// Commits batches until the backend is dropped.
     // The writer is the shell's own blocking thread, outside tokio: its gathering waits are
-    // real time (`std::sync::mpsc`'s timeouts), so it reads the real monotonic clock.
+    // real time (sleeps and the queue's timed waits), so it reads the real monotonic clock.
     #[allow(clippy::disallowed_methods)]
-    pub(super) fn run(mut self, pending: mpsc::Receiver<PendingWrite>, gather: Gather) {
+    pub(super) fn run(mut self, queue: &Queue, gather: Gather) {
         loop {
-            let next = match self.unsynced_since {
-                None => pending
-                    .recv()
-                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-                Some(since) => pending.recv_timeout(
-                    (since + SYNC_WRITTEN_WITHIN).saturating_duration_since(Instant::now()),
-                ),
-            };
-            let first = match next {
-                Ok(first) => first,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
+            let limit = self.unsynced_since.map(|since| {
+                (since + SYNC_WRITTEN_WITHIN).saturating_duration_since(Instant::now())
+            });
+            let first = match queue.wait(limit) {
+                Next::Changes(first) => first,
+                Next::TimedOut => {
                     self.sync_written();
                     continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Next::Closed => {
                     self.sync_written();
                     return;
                 }
             };
-            let batch = gather_batch(first, &pending, gather, Instant::now);
+            let batch = gather_batch(first, queue, gather, Instant::now);
             // One batch, one outcome: every change in a failed batch fails.
             let result = self.append(&batch);
             for write in batch {
@@ -257,29 +253,30 @@ impl<F: JournalFile> JournalWriter<F> {
     }
 }
 
-/// `first` and every change that arrives after it until `gather` says the batch is complete (or
-/// the backend is dropped). Each change is answered only after the batch's sync, so gathering
-/// delays answers but never answers one before its line is durable.
+/// `first` and every change that arrives after it until `gather` says the batch is complete:
+/// the writer sleeps `quiet` and takes what came, again until a sleep brings nothing or
+/// `at_most` has passed. Each change is answered only after the batch is written (and synced,
+/// for [`Durability::Synced`]), so gathering delays answers but never answers one early.
 fn gather_batch(
-    first: PendingWrite,
-    pending: &mpsc::Receiver<PendingWrite>,
+    first: Vec<PendingWrite>,
+    queue: &Queue,
     gather: Gather,
     now: impl Fn() -> Instant,
 ) -> Vec<PendingWrite> {
-    let mut batch = vec![first];
+    let mut batch = first;
     let deadline = now() + gather.at_most;
     loop {
-        while let Ok(more) = pending.try_recv() {
-            batch.push(more);
-        }
         let left = deadline.saturating_duration_since(now());
         if left.is_zero() {
+            batch.extend(queue.take());
             return batch;
         }
-        match pending.recv_timeout(gather.quiet.min(left)) {
-            Ok(more) => batch.push(more),
-            Err(_) => return batch,
+        std::thread::sleep(gather.quiet.min(left));
+        let more = queue.take();
+        if more.is_empty() {
+            return batch;
         }
+        batch.extend(more);
     }
 }
 
@@ -296,6 +293,9 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+
+    use crate::coord::local::queue::Pusher;
     use std::fs;
     use std::sync::{Arc, Mutex};
 
@@ -484,11 +484,7 @@ mod tests {
         dir: &Path,
         gather: Gather,
         hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
-    ) -> (
-        mpsc::Sender<PendingWrite>,
-        Arc<Mutex<Vec<usize>>>,
-        std::thread::JoinHandle<()>,
-    ) {
+    ) -> (Pusher, Arc<Mutex<Vec<usize>>>, std::thread::JoinHandle<()>) {
         let synced = Arc::new(Mutex::new(Vec::new()));
         let writer = JournalWriter {
             state_dir: dir.to_path_buf(),
@@ -504,21 +500,22 @@ mod tests {
             unsynced_since: None,
             sync_failing: false,
         };
-        let (queue, pending) = mpsc::channel();
-        let thread = std::thread::spawn(move || writer.run(pending, gather));
-        (queue, synced, thread)
+        let queue = Arc::new(Queue::default());
+        let pusher = Pusher(queue.clone());
+        let thread = std::thread::spawn(move || writer.run(&queue, gather));
+        (pusher, synced, thread)
     }
 
     /// Queues a claim of `task` at `tick`; the receiver is answered once it is durable.
     fn claim(
-        queue: &mpsc::Sender<PendingWrite>,
+        queue: &Pusher,
         task: &str,
         tick: DateTime<Utc>,
     ) -> oneshot::Receiver<Result<(), String>> {
         let (durable, done) = oneshot::channel();
         let mut write = batch(&[task], tick).pop().unwrap();
         write.durable = durable;
-        queue.send(write).unwrap();
+        queue.0.push(write).unwrap();
         done
     }
 
@@ -533,6 +530,7 @@ mod tests {
             at_most: Duration::from_secs(30),
         };
         let (queue, synced, writer) = counting_writer(dir.path(), gather, None);
+        let queue = Arc::new(queue);
         let start = Arc::new(std::sync::Barrier::new(TASKS));
         let senders: Vec<_> = (0..TASKS)
             .map(|i| {
@@ -585,13 +583,14 @@ mod tests {
 
     /// Queues a result of `task` for `tick`; the receiver is answered once it is written.
     fn result(
-        queue: &mpsc::Sender<PendingWrite>,
+        queue: &Pusher,
         task: &str,
         tick: DateTime<Utc>,
     ) -> oneshot::Receiver<Result<(), String>> {
         let (durable, done) = oneshot::channel();
         queue
-            .send(PendingWrite {
+            .0
+            .push(PendingWrite {
                 change: Change {
                     format: FORMAT_VERSION,
                     task: task.to_string(),

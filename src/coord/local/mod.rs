@@ -44,6 +44,7 @@ mod history;
 mod journal;
 mod manual;
 mod pause;
+mod queue;
 mod state;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -139,7 +140,7 @@ pub struct LocalCoordinator {
     /// check until its change is durable, so two claims of one tick cannot both win, while
     /// claims of different tasks wait for the disk together (and share one sync).
     records: Mutex<HashMap<String, Arc<tokio::sync::Mutex<TaskRecord>>>>,
-    writer: std::sync::mpsc::Sender<PendingWrite>,
+    writer: queue::Pusher,
     leadership: watch::Sender<Leadership>,
     /// Ticks claimed to run by this process whose end is not recorded yet.
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
@@ -170,10 +171,11 @@ impl LocalCoordinator {
             context: "cannot start the history writer".into(),
             error: source,
         })?;
-        let (writer, pending) = std::sync::mpsc::channel();
+        let queue = Arc::new(queue::Queue::default());
+        let writer = queue::Pusher(queue.clone());
         std::thread::Builder::new()
             .name("zkcron-journal".into())
-            .spawn(move || journal_writer.run(pending, Gather::DEFAULT))
+            .spawn(move || journal_writer.run(&queue, Gather::DEFAULT))
             .map_err(|source| CoordError::Io {
                 context: "cannot start the journal writer".into(),
                 error: source,
@@ -309,7 +311,8 @@ impl LocalCoordinator {
             error: io::Error::other(detail),
         };
         self.writer
-            .send(PendingWrite {
+            .0
+            .push(PendingWrite {
                 change: change.clone(),
                 durability,
                 durable,

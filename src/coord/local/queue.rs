@@ -1,0 +1,200 @@
+//! The journal writer's queue: changes go in from the tokio workers, batches come out on the
+//! writer's thread.
+//!
+//! Only a change that finds the writer idle wakes it. While the writer gathers a batch (it
+//! sleeps [`super::journal::Gather::quiet`] and then takes what came) or writes one, changes are
+//! only pushed: the ten claims of an instant cost one wake-up of the writer instead of ten, each
+//! a futex wake on a worker and a context switch on the writer (a channel wakes its receiver
+//! on every send it waits for, and the gathering waited for each).
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::journal::PendingWrite;
+
+/// The queue, shared by the backend (which pushes and closes) and the writer thread.
+#[derive(Default)]
+pub(super) struct Queue {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    items: Vec<PendingWrite>,
+    /// The writer waits for a change (and must be woken by the next push).
+    idle: bool,
+    /// The backend is gone: no change comes any more.
+    closed: bool,
+}
+
+/// The queue is closed: the writer has ended or is ending.
+#[derive(Debug)]
+pub(super) struct Closed;
+
+/// What the writer finds when it asks for changes.
+pub(super) enum Next {
+    /// The changes queued since it last took them, oldest first.
+    Changes(Vec<PendingWrite>),
+    /// None came within the time it was willing to wait.
+    TimedOut,
+    /// None is queued, and none will come.
+    Closed,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("journal queue lock poisoned")
+    }
+
+    /// Queues `write`, waking the writer if it is idle; fails if the queue is closed.
+    pub(super) fn push(&self, write: PendingWrite) -> Result<(), Closed> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(Closed);
+        }
+        state.items.push(write);
+        if std::mem::take(&mut state.idle) {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// No change comes any more; the writer takes what is queued, then ends.
+    pub(super) fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        if std::mem::take(&mut state.idle) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits (for at most `limit`, or for ever) until a change is queued or the queue is closed.
+    pub(super) fn wait(&self, limit: Option<Duration>) -> Next {
+        let mut state = self.lock();
+        loop {
+            if !state.items.is_empty() {
+                state.idle = false;
+                return Next::Changes(std::mem::take(&mut state.items));
+            }
+            if state.closed {
+                return Next::Closed;
+            }
+            state.idle = true;
+            match limit {
+                None => state = self.wake.wait(state).expect("journal queue lock poisoned"),
+                Some(limit) => {
+                    let (woken, waited) = self
+                        .wake
+                        .wait_timeout(state, limit)
+                        .expect("journal queue lock poisoned");
+                    state = woken;
+                    if waited.timed_out() && state.items.is_empty() && !state.closed {
+                        state.idle = false;
+                        return Next::TimedOut;
+                    }
+                }
+            }
+        }
+    }
+
+    /// What was queued since the writer last took changes, without waiting or waking anyone.
+    pub(super) fn take(&self) -> Vec<PendingWrite> {
+        std::mem::take(&mut self.lock().items)
+    }
+}
+
+/// The backend's end of the queue: dropping it closes the queue, so the writer ends.
+pub(super) struct Pusher(pub(super) std::sync::Arc<Queue>);
+
+impl Drop for Pusher {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::coord::local::journal::Durability;
+    use crate::coord::local::{Change, FORMAT_VERSION};
+
+    fn change(task: &str) -> PendingWrite {
+        PendingWrite {
+            change: Change {
+                format: FORMAT_VERSION,
+                task: task.into(),
+                claimed: None,
+                result: None,
+                run: false,
+            },
+            durability: Durability::Synced,
+            durable: tokio::sync::oneshot::channel().0,
+        }
+    }
+
+    fn tasks(changes: &[PendingWrite]) -> Vec<&str> {
+        changes.iter().map(|w| w.change.task.as_str()).collect()
+    }
+
+    #[test]
+    fn changes_pushed_while_the_writer_is_busy_are_taken_together_in_order() {
+        let queue = Queue::default();
+        queue.push(change("a")).unwrap();
+        let Next::Changes(first) = queue.wait(None) else {
+            panic!("a change was queued")
+        };
+        assert_eq!(tasks(&first), ["a"]);
+        // The writer is busy (gathering): these do not wake it, and all come out at once.
+        for task in ["b", "c", "d"] {
+            queue.push(change(task)).unwrap();
+        }
+        assert!(!queue.lock().idle);
+        assert_eq!(tasks(&queue.take()), ["b", "c", "d"]);
+        assert!(queue.take().is_empty());
+    }
+
+    #[test]
+    fn a_push_wakes_an_idle_writer_and_a_close_ends_it_after_what_is_queued() {
+        let queue = Arc::new(Queue::default());
+        let writer = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                loop {
+                    match queue.wait(None) {
+                        Next::Changes(changes) => {
+                            seen.extend(changes.into_iter().map(|w| w.change.task))
+                        }
+                        Next::TimedOut => unreachable!("no limit was given"),
+                        Next::Closed => return seen,
+                    }
+                }
+            })
+        };
+        let pusher = Pusher(queue.clone());
+        pusher.0.push(change("a")).unwrap();
+        pusher.0.push(change("b")).unwrap();
+        drop(pusher);
+        assert_eq!(writer.join().unwrap(), ["a", "b"]);
+        assert!(
+            queue.push(change("c")).is_err(),
+            "a closed queue takes nothing"
+        );
+    }
+
+    #[test]
+    fn an_idle_writer_with_a_limit_times_out_and_is_busy_again() {
+        let queue = Queue::default();
+        assert!(matches!(
+            queue.wait(Some(Duration::from_millis(1))),
+            Next::TimedOut
+        ));
+        assert!(
+            !queue.lock().idle,
+            "a timed-out writer is syncing, not waiting"
+        );
+    }
+}
