@@ -333,7 +333,9 @@ class ZooKeeper:
 
     def writes_between(self, first_zxid, last_zxid):
         """What the transactions in (first_zxid, last_zxid] were, from the transaction log
-        (ZooKeeper's TxnLogToolkit): counts by operation and the zkcron directory it touched."""
+        (ZooKeeper's TxnLogToolkit): counts by operation and the zkcron directory it touched.
+        A multi that failed is logged as a transaction too (its zxid counts), with errors for
+        ops and no paths: counted as `multi failed (N ops)`."""
         counts = {}
         logs = sorted(glob.glob(os.path.join(self.dir, "data", "version-2", "log.*")))
         for log in logs:
@@ -346,6 +348,10 @@ class ZooKeeper:
                     continue
                 dirs = sorted(set(re.findall(r"/zkcron/[^/]+/(\w+)", line)))
                 key = f'{m.group(2)} {"+".join(dirs) or "-"}'
+                if m.group(2) == "multi" and not dirs and "error:" in line:
+                    # A failed multi is logged too, each op an error (its code is binary in
+                    # the dump): e.g. a take of a lease that exists, 2 ops.
+                    key = f'multi failed ({line.count("error:")} ops)'
                 counts[key] = counts.get(key, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 

@@ -84,7 +84,7 @@ impl Node {
                 return;
             }
             Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
-                if self.present.remove(&task) {
+                if self.lease_seen(&task, false) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
                 self.decide();
@@ -270,14 +270,14 @@ impl Node {
                     )
                     .field("task", &task);
                 }
-                if self.present.remove(&task) {
+                if self.lease_seen(&task, false) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
             }
             Err(ZkFail::Multi { index, error })
                 if index == lease_at && *error == ZkFail::NoNode =>
             {
-                if self.present.remove(&task) {
+                if self.lease_seen(&task, false) {
                     self.vacant_since.insert(task, self.now.mono);
                 }
             }

@@ -254,7 +254,7 @@ impl Node {
                 self.call(ZkOp::Exists { path }, Then::TakeEpoch { task, cover });
             }
             Ok(ZkOk::Exists(Some(_))) => {
-                self.present.insert(task.clone());
+                self.lease_seen(&task, true);
                 self.vacant_since.remove(&task);
                 self.take_finished(&task);
                 self.decide();
@@ -284,7 +284,7 @@ impl Node {
     fn took(&mut self, task: String, cover: bool, epoch: i32) {
         let regained = self.regaining.remove(&task).is_some();
         self.unsure_takes.remove(&task);
-        self.present.insert(task.clone());
+        self.lease_seen(&task, true);
         self.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
         if self.stopping {
@@ -459,7 +459,7 @@ impl Node {
         self.verified.remove(&task);
         match kind {
             WatchKind::Created => {
-                self.present.insert(task.clone());
+                self.lease_seen(&task, true);
                 self.vacant_since.remove(&task);
                 let designated_here = self.probe_acting(&task);
                 if !designated_here
@@ -474,7 +474,7 @@ impl Node {
                 }
             }
             WatchKind::Deleted => {
-                self.present.remove(&task);
+                self.lease_seen(&task, false);
                 self.vacant_since.insert(task.clone(), self.now.mono);
                 if self.held.contains_key(&task) {
                     let path = self.paths.lease(&task);
@@ -500,7 +500,7 @@ impl Node {
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Still ours: the event was the echo of an earlier release.
-                self.present.insert(task.clone());
+                self.lease_seen(&task, true);
                 self.vacant_since.remove(&task);
             }
             Ok(_) => {

@@ -111,6 +111,30 @@ impl Node {
         }
     }
 
+    /// A lease seen present or gone (a watch event, a take's answer, a read) by this node. A
+    /// listing in flight whose leases were already listed is older than what was seen: it is
+    /// corrected, so that completing it does not undo what was seen since. (It did: a node
+    /// listing while others still took their leases, its member and task-set reads still
+    /// outstanding, applied their creations and then replaced them with the older listing;
+    /// it then counted those leases as vacant and covered them one by one, each a failed
+    /// take multi that ZooKeeper logs as a write: up to 1,000 a minute at rest with 20 nodes.)
+    /// Whether `present` changed.
+    pub(super) fn lease_seen(&mut self, task: &str, present: bool) -> bool {
+        let changed = if present {
+            self.present.insert(task.to_string())
+        } else {
+            self.present.remove(task)
+        };
+        if let Some(listed) = self.relist.as_mut().and_then(|r| r.leases.as_mut()) {
+            if present {
+                listed.insert(task.to_string());
+            } else {
+                listed.remove(task);
+            }
+        }
+        changed
+    }
+
     pub(super) fn relist_step(&mut self) {
         let Some(relist) = self.relist.as_mut() else {
             return;
