@@ -18,7 +18,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 use zkcron::executor::{
-    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, StopHandle, prepare, run,
+    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, Spawner, StopHandle, prepare, run,
 };
 use zkcron::task::{CommandLine, RetryPolicy};
 
@@ -1493,4 +1493,60 @@ async fn on_failure_output_tail_is_bounded_to_its_last_4_kib() {
     let bytes: usize = env["TAIL_BYTES"].trim().parse().unwrap();
     assert!(bytes <= 4096 && bytes > 3900, "{bytes}");
     assert!(env["TAIL"].ends_with("|the end"), "{}", env["TAIL"]);
+}
+
+/// The spawner threads start a run at its instant and never before, start every run of one
+/// instant, never start a withdrawn run, and start nothing once dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
+    let _guard = Captured::default().install();
+    let dir = tempfile::tempdir().unwrap();
+    let spawner = Spawner::start();
+    let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
+    let ahead = Duration::from_millis(300);
+    let due = Utc::now() + ahead;
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        runs.push(spawner.spawn_at(due, prepare(touch(&format!("r{i}"))).await, None));
+    }
+    let mut withdrawn = spawner.spawn_at(due, prepare(touch("withdrawn")).await, None);
+    assert!(withdrawn.withdraw(), "not yet taken: it can be taken back");
+    assert!(!withdrawn.withdraw(), "only once");
+    let mut later = spawner.spawn_at(due + ahead, prepare(touch("later")).await, None);
+    for (i, run) in runs.iter_mut().enumerate() {
+        let spawned = tokio::time::timeout(DEADLINE, run.spawned())
+            .await
+            .expect("the run was spawned")
+            .expect("the spawner runs");
+        assert!(
+            spawned.at >= due,
+            "run {i} spawned {} before its instant",
+            due - spawned.at
+        );
+        let (_handle, signal) = StopHandle::new();
+        let outcome = spawned.started.finish(signal, |_| {}).await;
+        assert!(outcome.succeeded(), "{outcome:?}");
+        assert!(dir.path().join(format!("r{i}")).exists());
+    }
+    let spawned = later.spawned().await.expect("spawned");
+    let (_handle, signal) = StopHandle::new();
+    spawned.started.finish(signal, |_| {}).await;
+    // The spawner takes runs in the order of their instants: the withdrawn one's came and went.
+    assert!(withdrawn.spawned().await.is_none());
+    assert!(
+        !dir.path().join("withdrawn").exists(),
+        "a withdrawn run was spawned"
+    );
+
+    let mut pending = spawner.spawn_at(
+        Utc::now() + Duration::from_secs(3600),
+        prepare(touch("never")).await,
+        None,
+    );
+    drop(spawner);
+    assert!(
+        pending.spawned().await.is_none(),
+        "a stopped spawner starts nothing"
+    );
+    assert!(!dir.path().join("never").exists());
 }

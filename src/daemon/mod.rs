@@ -135,6 +135,8 @@ struct Shared<C> {
     /// Manual runs being claimed or claimed.
     manual: manual::ManualRuns,
     metrics: crate::metrics::Metrics,
+    /// Spawns the runs at their instants.
+    spawner: crate::executor::Spawner,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -157,6 +159,7 @@ impl<C: Coordinator> Shared<C> {
             runs: Arc::default(),
             manual: manual::ManualRuns::default(),
             metrics: config.metrics.clone(),
+            spawner: crate::executor::Spawner::start(),
         };
         (Arc::new(shared), runs_alive_rx)
     }

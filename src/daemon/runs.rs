@@ -467,24 +467,35 @@ pub(super) fn start_run<C: Coordinator>(
     let shared = shared.clone();
     let runs = runs.clone();
     tokio::spawn(async move {
-        if let Ok(wait) = (tick.due_at - wall_clock()).to_std() {
-            let cancelled = tokio::select! {
-                _ = tokio::time::sleep(wait) => false,
-                _ = spawn_cancelled.wait_for(|cancelled| *cancelled) => true,
-            };
-            if cancelled {
-                runs.running
-                    .lock()
-                    .expect("runs lock poisoned")
-                    .retain(|e| e.id != id);
-                let _ = done_tx.send(true);
-                shared.metrics.set_running_jobs(shared.runs.count());
-                shared.metrics.fired(&name, FireOutcome::NotStarted);
-                not_started(&shared, &name, &fire_id, tick, session, &kind).await;
-                return;
-            }
-        }
-        let started_at = wall_clock();
+        let mut scheduled = shared
+            .spawner
+            .spawn_at(tick.due_at, prepared, Some(claimed_at));
+        let spawned = tokio::select! {
+            spawned = scheduled.spawned() => Some(spawned),
+            _ = spawn_cancelled.wait_for(|cancelled| *cancelled) => None,
+        };
+        let spawned = match spawned {
+            Some(spawned) => spawned,
+            None if scheduled.withdraw() => None,
+            // A spawner thread took it just before: it is spawned, as if the cancellation had
+            // come just after.
+            None => scheduled.spawned().await,
+        };
+        let Some(executor::Spawned {
+            started,
+            at: started_at,
+        }) = spawned
+        else {
+            runs.running
+                .lock()
+                .expect("runs lock poisoned")
+                .retain(|e| e.id != id);
+            let _ = done_tx.send(true);
+            shared.metrics.set_running_jobs(shared.runs.count());
+            shared.metrics.fired(&name, FireOutcome::NotStarted);
+            not_started(&shared, &name, &fire_id, tick, session, &kind).await;
+            return;
+        };
         let metrics = shared.metrics.clone();
         metrics.lateness((started_at - tick.due_at).as_seconds_f64());
         if tick.catch_up {
@@ -492,7 +503,6 @@ pub(super) fn start_run<C: Coordinator>(
         }
         let all_runs = shared.runs.clone();
         let metric_task = name.clone();
-        let started = executor::start(prepared, Some(claimed_at));
         let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
         let node = shared.node_id.clone();

@@ -170,6 +170,7 @@ impl RunOutcome {
 mod hook;
 mod output;
 mod process;
+mod spawner;
 mod stop;
 #[cfg(test)]
 mod tests;
@@ -177,6 +178,7 @@ mod tests;
 use output::{OutputBudget, drain_output, spawn_output_reader};
 use process::{GroupGuard, build_command, program_and_args, resolve_process, terminate_group};
 pub use process::{UserAction, decide_user};
+pub use spawner::{Scheduled, Spawned, Spawner};
 use stop::StopKind;
 pub use stop::{StopHandle, StopSignal};
 

@@ -1,0 +1,235 @@
+//! Spawns prepared runs at their instants, from threads of its own.
+//!
+//! A run claimed ahead waits for its instant. On a tokio timer it woke 1-2 ms late (the
+//! timer wheel and the driver's `epoll_wait` round up to whole milliseconds), and the runs
+//! of one instant were spawned one after another on the workers that woke them, behind each
+//! other's `posix_spawn` (about 0.5 ms each on a small VM, the caller blocked until the child
+//! has exec'd). Here [`SPAWN_THREADS`] threads sleep until the earliest instant with a
+//! nanosecond timeout and then take the due runs one by one, so an instant's runs start
+//! together on two cores, on time. Each thread enters the runtime, so what it spawns is a
+//! `tokio::process::Child` whose output and exit the workers watch as before.
+//!
+//! A run is handed over with [`Spawner::spawn_at`] and comes back spawned through
+//! [`Scheduled::spawned`]; [`Scheduled::withdraw`] takes it back unless a thread has already
+//! taken it (then it is spawned, as if the withdrawal came just after the spawn).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
+
+use super::{PreparedRun, StartedRun};
+
+/// Threads that spawn: an instant's runs start on two cores at once.
+pub const SPAWN_THREADS: usize = 2;
+
+/// A run spawned by a spawner thread.
+pub struct Spawned {
+    pub started: StartedRun,
+    /// The wall clock just before the spawn.
+    pub at: DateTime<Utc>,
+}
+
+/// The spawner threads. Dropping it stops them; runs not yet spawned are then never spawned
+/// ([`Scheduled::spawned`] says `None`). If no thread could be started, runs are spawned by
+/// the task that awaits them, on a tokio timer, as before the spawner.
+pub struct Spawner {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Signalled when the earliest instant moves earlier, and on close.
+    wake: Condvar,
+    runtime: tokio::runtime::Handle,
+}
+
+#[derive(Default)]
+struct State {
+    /// Instants of the waiting runs, earliest first. Keyed by the wall clock, so that the
+    /// runs of one instant share a key and only the first of them wakes the threads.
+    due: BinaryHeap<Reverse<(DateTime<Utc>, u64)>>,
+    waiting: HashMap<u64, Waiting>,
+    next_id: u64,
+    closed: bool,
+}
+
+struct Waiting {
+    prepared: PreparedRun,
+    claimed_at: Option<tokio::time::Instant>,
+    reply: oneshot::Sender<Spawned>,
+}
+
+/// A run handed to the spawner.
+pub struct Scheduled(Handed);
+
+enum Handed {
+    /// To the threads.
+    Threads {
+        id: u64,
+        inner: Arc<Inner>,
+        reply: oneshot::Receiver<Spawned>,
+    },
+    /// Kept by the awaiting task: no spawner thread could be started.
+    Inline(Option<Box<(DateTime<Utc>, Waiting)>>),
+}
+
+impl Spawner {
+    /// Starts the threads; must be called within the tokio runtime, which they enter. A
+    /// thread that cannot be started is logged.
+    pub fn start() -> Spawner {
+        let inner = Arc::new(Inner {
+            state: Mutex::default(),
+            wake: Condvar::new(),
+            runtime: tokio::runtime::Handle::current(),
+        });
+        let mut threads = Vec::with_capacity(SPAWN_THREADS);
+        for i in 0..SPAWN_THREADS {
+            let serving = inner.clone();
+            match std::thread::Builder::new()
+                .name(format!("zkcron-spawn-{i}"))
+                .spawn(move || serving.serve())
+            {
+                Ok(thread) => threads.push(thread),
+                Err(error) => tracing::error!(
+                    "cannot start a thread to spawn runs ({}); {} run them",
+                    error,
+                    if threads.is_empty() && i + 1 == SPAWN_THREADS {
+                        "the tokio workers spawn runs themselves, up to 2 ms late"
+                    } else {
+                        "the other spawner threads"
+                    }
+                ),
+            }
+        }
+        Spawner { inner, threads }
+    }
+
+    /// Spawns `prepared` at `at` by the wall clock (at once if it has passed). `claimed_at` is
+    /// logged with the spawn as `claim_to_spawn_us`.
+    pub fn spawn_at(
+        &self,
+        at: DateTime<Utc>,
+        prepared: PreparedRun,
+        claimed_at: Option<tokio::time::Instant>,
+    ) -> Scheduled {
+        let (reply, spawned) = oneshot::channel();
+        let run = Waiting {
+            prepared,
+            claimed_at,
+            reply,
+        };
+        if self.threads.is_empty() {
+            return Scheduled(Handed::Inline(Some(Box::new((at, run)))));
+        }
+        let mut state = self.inner.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        let earlier = state
+            .due
+            .peek()
+            .is_none_or(|Reverse((first, _))| at < *first);
+        state.due.push(Reverse((at, id)));
+        state.waiting.insert(id, run);
+        if earlier {
+            self.inner.wake.notify_all();
+        }
+        Scheduled(Handed::Threads {
+            id,
+            inner: self.inner.clone(),
+            reply: spawned,
+        })
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        {
+            let mut state = self.inner.lock();
+            state.closed = true;
+            // Their awaiting tasks hear `None`.
+            state.waiting.clear();
+            state.due.clear();
+        }
+        self.inner.wake.notify_all();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Scheduled {
+    /// The run, once spawned; `None` if the spawner stopped first (or it was withdrawn).
+    pub async fn spawned(&mut self) -> Option<Spawned> {
+        match &mut self.0 {
+            Handed::Threads { reply, .. } => reply.await.ok(),
+            Handed::Inline(run) => {
+                let at = run.as_ref()?.0;
+                // Cancel-safe: the run is taken only after the only await.
+                if let Ok(wait) = (at - crate::clock::wall_clock()).to_std() {
+                    tokio::time::sleep(wait).await;
+                }
+                let (_, run) = *run.take()?;
+                let at = crate::clock::wall_clock();
+                let started = super::start(run.prepared, run.claimed_at);
+                Some(Spawned { started, at })
+            }
+        }
+    }
+
+    /// Takes the run back if it has not been taken to be spawned yet (it is then never
+    /// spawned); whether it was taken back.
+    pub fn withdraw(&mut self) -> bool {
+        match &mut self.0 {
+            // Its heap entry stays and is skipped when it comes due.
+            Handed::Threads { id, inner, .. } => inner.lock().waiting.remove(id).is_some(),
+            Handed::Inline(run) => run.take().is_some(),
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("spawner lock poisoned")
+    }
+
+    /// A spawner thread: sleeps until the earliest instant (with a nanosecond timeout, where a
+    /// tokio timer rounds up to whole milliseconds), spawns what is due, until closed. The
+    /// wall clock is read again at every wake-up, so a clock step moves the instants with it.
+    fn serve(&self) {
+        let _runtime = self.runtime.enter();
+        let mut state = self.lock();
+        loop {
+            if state.closed {
+                return;
+            }
+            let Some(&Reverse((at, id))) = state.due.peek() else {
+                state = self.wake.wait(state).expect("spawner lock poisoned");
+                continue;
+            };
+            if let Ok(wait) = (at - crate::clock::wall_clock()).to_std()
+                && !wait.is_zero()
+            {
+                state = self
+                    .wake
+                    .wait_timeout(state, wait)
+                    .expect("spawner lock poisoned")
+                    .0;
+                continue;
+            }
+            state.due.pop();
+            let Some(run) = state.waiting.remove(&id) else {
+                continue; // withdrawn
+            };
+            drop(state);
+            let at = crate::clock::wall_clock();
+            let started = super::start(run.prepared, run.claimed_at);
+            let _ = run.reply.send(Spawned { started, at });
+            state = self.lock();
+        }
+    }
+}
