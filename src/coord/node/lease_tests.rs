@@ -226,25 +226,30 @@ fn a_lease_retaken_by_another_node_while_this_one_heals_its_lost_take_is_not_del
         });
         assert!(lost, "the node never took the lease");
         assert_eq!(lease_owner(&store), Some(1), "{said:?}");
-        let mut race = Race {
-            owner: 1,
-            nth,
-            reads: 0,
-        };
-        let said = pump_with(&mut node, &mut store, at(1_000), |zk, store, _| {
-            race.after(zk, store)
-        });
-        assert!(
-            race.raced(),
-            "read {nth}: the lease was not read so often: {said:?}"
-        );
-        assert_eq!(
-            lease_owner(&store),
-            Some(3),
-            "read {nth}: the other node's lease was deleted: {said:?}"
-        );
-        assert!(!node.leadership().may_fire("t"));
+        race_at_read(&mut node, &mut store, at(1_000), 1, nth);
     }
+}
+
+/// Pumps `node` at `now` while session 3 deletes and retakes the lease of session `owner`
+/// right after the node's `nth` read of it, and asserts that session 3's lease survived and
+/// this node fires nothing.
+fn race_at_read(node: &mut Node, store: &mut Store, now: Now, owner: i64, nth: usize) {
+    let mut race = Race {
+        owner,
+        nth,
+        reads: 0,
+    };
+    let said = pump_with(node, store, now, |zk, store, _| race.after(zk, store));
+    assert!(
+        race.raced(),
+        "read {nth}: the lease was not read so often: {said:?}"
+    );
+    assert_eq!(
+        lease_owner(store),
+        Some(3),
+        "read {nth}: session 3's lease was deleted: {said:?}"
+    );
+    assert!(!node.leadership().may_fire("t"));
 }
 
 #[test]
@@ -258,24 +263,7 @@ fn a_lease_taken_by_a_member_while_this_node_deletes_a_foreign_one_is_not_delete
         let mut store = Store::default();
         member_of_session_3(&mut store);
         let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
-        let mut race = Race {
-            owner: 2,
-            nth,
-            reads: 0,
-        };
-        let said = pump_with(&mut node, &mut store, at(2_500), |zk, store, _| {
-            race.after(zk, store)
-        });
-        assert!(
-            race.raced(),
-            "read {nth}: the lease was not read so often: {said:?}"
-        );
-        assert_eq!(
-            lease_owner(&store),
-            Some(3),
-            "read {nth}: the member's lease was deleted: {said:?}"
-        );
-        assert!(!node.leadership().may_fire("t"));
+        race_at_read(&mut node, &mut store, at(2_500), 2, nth);
     }
 }
 
