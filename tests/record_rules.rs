@@ -641,9 +641,10 @@ fn the_rules_alone_answer_the_table() {
 // The embedded backend: the second node is the state dir opened again after a crash.
 
 struct LocalBackend {
-    dir: tempfile::TempDir,
-    runtime: Arc<Runtime>,
+    // Dropped first: the backend writes its history as it goes, before the dir is removed.
     node: Option<Driven<LocalCoordinator>>,
+    runtime: Arc<Runtime>,
+    dir: tempfile::TempDir,
 }
 
 impl LocalBackend {

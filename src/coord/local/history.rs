@@ -375,8 +375,9 @@ impl Shared {
         for (task, bytes) in files {
             let path = self.path(&task);
             let written = match replace(&path, &bytes) {
+                // The history dir, not the state dir: one that was removed stays removed.
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                    std::fs::create_dir_all(path.parent().expect("in a directory"))
+                    std::fs::create_dir(path.parent().expect("in a directory"))
                         .and_then(|()| replace(&path, &bytes))
                 }
                 other => other,

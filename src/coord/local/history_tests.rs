@@ -235,3 +235,18 @@ fn a_history_dropped_with_unwritten_runs_writes_them_first() {
         .collect();
     assert_eq!(ids, ["a@2", "a@1"]);
 }
+
+#[test]
+fn a_history_written_after_its_state_dir_was_removed_does_not_recreate_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let history = HistoryFiles::with_flush_after(&state, Duration::from_secs(3600)).unwrap();
+    history.append("t", entry("t@1", 1));
+    std::fs::remove_dir(&state).unwrap();
+    drop(history);
+    assert!(
+        !state.exists(),
+        "the history writer made the removed state dir again"
+    );
+}
