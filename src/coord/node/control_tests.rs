@@ -241,7 +241,8 @@ fn pump_with(
     panic!("the node never went quiet: {said:?}");
 }
 
-fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
+/// Node n1 with `tasks` published and session 1 connected at 0, before any call is answered.
+fn connected(tasks: Vec<TaskSpec>) -> Node {
     let mut node = Node::new(config("n1"), at(0));
     node.handle(
         Input::Request {
@@ -257,6 +258,11 @@ fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
         },
         at(0),
     );
+    node
+}
+
+fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
+    let mut node = connected(tasks);
     let said = pump(&mut node, store, at(0));
     (node, said)
 }

@@ -39,21 +39,7 @@ fn a_member_path_created_and_deleted_by_another_node_before_registering_is_not_r
     // multi that creates and deletes that node's member path; the node, still setting up,
     // logged "this node's member znode was deleted; registering again".
     let mut store = Store::default();
-    let mut node = Node::new(config("n1"), at(0));
-    node.handle(
-        Input::Request {
-            req: 1,
-            request: Request::Publish(vec![spec("t", "")]),
-        },
-        at(0),
-    );
-    node.handle(
-        Input::Connected {
-            session_id: 1,
-            negotiated_timeout: Duration::from_secs(10),
-        },
-        at(0),
-    );
+    let mut node = connected(vec![spec("t", "")]);
     let path = format!("{BASE}/members/n1");
     for kind in [WatchKind::Created, WatchKind::Deleted] {
         node.handle(
@@ -198,21 +184,7 @@ fn a_lease_retaken_by_another_node_while_this_one_heals_its_lost_take_is_not_del
     for nth in 1..=2 {
         let mut store = Store::default();
         member_of_session_3(&mut store);
-        let mut node = Node::new(config("n1"), at(0));
-        node.handle(
-            Input::Request {
-                req: 1,
-                request: Request::Publish(vec![spec("t", "")]),
-            },
-            at(0),
-        );
-        node.handle(
-            Input::Connected {
-                session_id: 1,
-                negotiated_timeout: Duration::from_secs(10),
-            },
-            at(0),
-        );
+        let mut node = connected(vec![spec("t", "")]);
         let mut lost = false;
         let said = pump_with(&mut node, &mut store, at(0), |zk, _, result| {
             let take = matches!(zk, ZkOp::Multi(ops) if ops.iter().any(
@@ -383,21 +355,7 @@ fn a_lease_created_while_the_listing_is_completed_is_not_taken_as_vacant() {
     member_of_session_3(&mut store);
     let lease = format!("{BASE}/leases/t");
     let leases_dir = format!("{BASE}/leases");
-    let mut node = Node::new(config("n1"), at(0));
-    node.handle(
-        Input::Request {
-            req: 1,
-            request: Request::Publish(vec![spec("t", "")]),
-        },
-        at(0),
-    );
-    node.handle(
-        Input::Connected {
-            session_id: 1,
-            negotiated_timeout: Duration::from_secs(10),
-        },
-        at(0),
-    );
+    let mut node = connected(vec![spec("t", "")]);
     let created = std::cell::Cell::new(false);
     let takes = std::cell::Cell::new(0);
     let mut after = |zk: &ZkOp, store: &mut Store, _: &mut Result<ZkOk, ZkFail>| {
@@ -485,21 +443,7 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
     let epoch = format!("{BASE}/tasks/t/epoch");
     for other_took_it in [true, false] {
         let mut store = Store::default();
-        let mut node = Node::new(config("n1"), at(0));
-        node.handle(
-            Input::Request {
-                req: 1,
-                request: Request::Publish(vec![spec("t", "")]),
-            },
-            at(0),
-        );
-        node.handle(
-            Input::Connected {
-                session_id: 1,
-                negotiated_timeout: Duration::from_secs(10),
-            },
-            at(0),
-        );
+        let mut node = connected(vec![spec("t", "")]);
         let mut sent = Vec::new();
         let take = pump_holding(&mut node, &mut store, at(0), &mut sent, |zk, result| {
             result.is_ok()
