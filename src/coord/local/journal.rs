@@ -56,6 +56,10 @@ pub(super) struct Gather {
     pub(super) quiet: Duration,
     /// ...or this long after its first change, whichever comes first.
     pub(super) at_most: Duration,
+    /// A batch of results only (written, not synced) waits this long for more results, unless
+    /// a claim comes: an instant's runs end within a few milliseconds of each other, and one
+    /// write for them wakes the writer once instead of once per run.
+    pub(super) results: Duration,
 }
 
 impl Gather {
@@ -64,6 +68,7 @@ impl Gather {
     pub(super) const DEFAULT: Gather = Gather {
         quiet: Duration::from_micros(1_000),
         at_most: Duration::from_micros(4_000),
+        results: Duration::from_millis(5),
     };
 }
 
@@ -255,7 +260,8 @@ impl<F: JournalFile> JournalWriter<F> {
 
 /// `first` and every change that arrives after it until `gather` says the batch is complete:
 /// the writer sleeps `quiet` and takes what came, again until a sleep brings nothing or
-/// `at_most` has passed. Each change is answered only after the batch is written (and synced,
+/// `at_most` has passed. A `first` of results only gathers the results that come within
+/// `gather.results` instead, unless a claim comes, which the batch then gathers with. Each change is answered only after the batch is written (and synced,
 /// for [`Durability::Synced`]), so gathering delays answers but never answers one early.
 fn gather_batch(
     first: Vec<PendingWrite>,
@@ -264,6 +270,13 @@ fn gather_batch(
     now: impl Fn() -> Instant,
 ) -> Vec<PendingWrite> {
     let mut batch = first;
+    if batch.iter().all(|w| w.durability == Durability::Written) {
+        queue.linger(gather.results);
+        batch.extend(queue.take());
+        if batch.iter().all(|w| w.durability == Durability::Written) {
+            return batch;
+        }
+    }
     let deadline = now() + gather.at_most;
     loop {
         let left = deadline.saturating_duration_since(now());
@@ -528,6 +541,7 @@ mod tests {
         let gather = Gather {
             quiet: Duration::from_millis(500),
             at_most: Duration::from_secs(30),
+            results: Duration::ZERO,
         };
         let (queue, synced, writer) = counting_writer(dir.path(), gather, None);
         let queue = Arc::new(queue);
@@ -559,6 +573,7 @@ mod tests {
         let gather = Gather {
             quiet: Duration::ZERO,
             at_most: Duration::ZERO,
+            results: Duration::ZERO,
         };
         let (queue, synced, writer) =
             counting_writer(dir.path(), gather, Some((started, released)));
@@ -611,7 +626,49 @@ mod tests {
     const NO_GATHER: Gather = Gather {
         quiet: Duration::ZERO,
         at_most: Duration::ZERO,
+        results: Duration::ZERO,
     };
+
+    #[test]
+    // The writer's gathering runs on the real monotonic clock.
+    #[allow(clippy::disallowed_methods)]
+    fn a_batch_of_results_takes_the_results_of_its_window_and_a_claim_ends_the_window() {
+        let queue = Arc::new(Queue::default());
+        let pusher = Pusher(queue.clone());
+        let _a = result(&pusher, "a", at(60));
+        let first = queue.take();
+        let _b = result(&pusher, "b", at(60));
+        let gather = Gather {
+            results: Duration::from_millis(1),
+            ..NO_GATHER
+        };
+        let batch = gather_batch(first, &queue, gather, Instant::now);
+        let tasks: Vec<&str> = batch.iter().map(|w| w.change.task.as_str()).collect();
+        assert_eq!(tasks, ["a", "b"]);
+
+        let _c = result(&pusher, "c", at(60));
+        let first = queue.take();
+        let _d = claim(&pusher, "d", at(120));
+        let gather = Gather {
+            results: Duration::from_secs(3600),
+            ..NO_GATHER
+        };
+        let (sent, batch) = mpsc::channel();
+        let writer = queue.clone();
+        std::thread::spawn(move || {
+            let batch = gather_batch(first, &writer, gather, Instant::now);
+            let _ = sent.send(
+                batch
+                    .iter()
+                    .map(|w| w.change.task.clone())
+                    .collect::<Vec<_>>(),
+            );
+        });
+        let tasks = batch
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a queued claim does not wait for the results' window");
+        assert_eq!(tasks, ["c", "d"]);
+    }
 
     #[test]
     fn results_are_answered_unsynced_and_the_next_claim_syncs_them_with_it() {

@@ -1,7 +1,8 @@
 //! The journal writer's queue: changes go in from the tokio workers, batches come out on the
 //! writer's thread.
 //!
-//! Only a change that finds the writer idle wakes it. While the writer gathers a batch (it
+//! Only a change that finds the writer idle wakes it, or a claim that finds it lingering over
+//! results ([`Queue::linger`]). While the writer gathers a batch (it
 //! sleeps [`super::journal::Gather::quiet`] and then takes what came) or writes one, changes are
 //! only pushed: the ten claims of an instant cost one wake-up of the writer instead of ten, each
 //! a futex wake on a worker and a context switch on the writer (a channel wakes its receiver
@@ -10,7 +11,7 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::journal::PendingWrite;
+use super::journal::{Durability, PendingWrite};
 
 /// The queue, shared by the backend (which pushes and closes) and the writer thread.
 #[derive(Default)]
@@ -24,6 +25,8 @@ struct State {
     items: Vec<PendingWrite>,
     /// The writer waits for a change (and must be woken by the next push).
     idle: bool,
+    /// The writer lets results gather ([`Queue::linger`]): only a claim wakes it.
+    lingering: bool,
     /// The backend is gone: no change comes any more.
     closed: bool,
 }
@@ -53,8 +56,9 @@ impl Queue {
         if state.closed {
             return Err(Closed);
         }
+        let claim = write.durability == Durability::Synced;
         state.items.push(write);
-        if std::mem::take(&mut state.idle) {
+        if std::mem::take(&mut state.idle) || (state.lingering && claim) {
             self.wake.notify_one();
         }
         Ok(())
@@ -64,7 +68,7 @@ impl Queue {
     pub(super) fn close(&self) {
         let mut state = self.lock();
         state.closed = true;
-        if std::mem::take(&mut state.idle) {
+        if std::mem::take(&mut state.idle) || state.lingering {
             self.wake.notify_one();
         }
     }
@@ -98,6 +102,33 @@ impl Queue {
         }
     }
 
+    /// Waits `window` for more results to join the ones the writer holds, but no longer than
+    /// until a change that must be synced (a claim, which someone awaits) is queued or the
+    /// queue is closed. Results pushed meanwhile do not wake the writer.
+    // The writer's waits are real time, outside tokio.
+    #[allow(clippy::disallowed_methods)]
+    pub(super) fn linger(&self, window: Duration) {
+        let deadline = std::time::Instant::now() + window;
+        let mut state = self.lock();
+        state.lingering = true;
+        loop {
+            let claim = state
+                .items
+                .iter()
+                .any(|w| w.durability == Durability::Synced);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if claim || state.closed || left.is_zero() {
+                break;
+            }
+            state = self
+                .wake
+                .wait_timeout(state, left)
+                .expect("journal queue lock poisoned")
+                .0;
+        }
+        state.lingering = false;
+    }
+
     /// What was queued since the writer last took changes, without waiting or waking anyone.
     pub(super) fn take(&self) -> Vec<PendingWrite> {
         std::mem::take(&mut self.lock().items)
@@ -118,7 +149,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::coord::local::journal::Durability;
     use crate::coord::local::{Change, FORMAT_VERSION};
 
     fn change(task: &str) -> PendingWrite {
@@ -132,6 +162,13 @@ mod tests {
             },
             durability: Durability::Synced,
             durable: tokio::sync::oneshot::channel().0,
+        }
+    }
+
+    fn result(task: &str) -> PendingWrite {
+        PendingWrite {
+            durability: Durability::Written,
+            ..change(task)
         }
     }
 
@@ -196,5 +233,60 @@ mod tests {
             !queue.lock().idle,
             "a timed-out writer is syncing, not waiting"
         );
+    }
+
+    /// Lingers on another thread for an hour; the receiver hears when it returned.
+    // Waits for another thread, on the real clock (the queue's waits are real time).
+    #[allow(clippy::disallowed_methods)]
+    fn linger_an_hour(queue: &Arc<Queue>) -> std::sync::mpsc::Receiver<()> {
+        let (returned, heard) = std::sync::mpsc::channel();
+        let writer = queue.clone();
+        std::thread::spawn(move || {
+            writer.linger(Duration::from_secs(3600));
+            let _ = returned.send(());
+        });
+        // Lingering, and so not woken by results.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !queue.lock().lingering {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never lingered"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        heard
+    }
+
+    #[test]
+    fn a_lingering_writer_lets_results_gather_and_a_claim_ends_the_wait_at_once() {
+        let queue = Arc::new(Queue::default());
+        let returned = linger_an_hour(&queue);
+        queue.push(result("b")).unwrap();
+        queue.push(result("c")).unwrap();
+        assert!(queue.lock().lingering, "results do not end the wait");
+        queue.push(change("d")).unwrap();
+        returned
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a claim ends the wait");
+        assert!(!queue.lock().lingering);
+        assert_eq!(tasks(&queue.take()), ["b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_close_ends_a_lingering_wait() {
+        let queue = Arc::new(Queue::default());
+        let returned = linger_an_hour(&queue);
+        queue.close();
+        returned
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a close ends the wait");
+    }
+
+    #[test]
+    fn a_linger_returns_after_its_window() {
+        let queue = Queue::default();
+        queue.push(result("b")).unwrap();
+        queue.linger(Duration::from_millis(1));
+        assert_eq!(tasks(&queue.take()), ["b"]);
     }
 }
