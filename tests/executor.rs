@@ -1495,8 +1495,9 @@ async fn on_failure_output_tail_is_bounded_to_its_last_4_kib() {
     assert!(env["TAIL"].ends_with("|the end"), "{}", env["TAIL"]);
 }
 
-/// The spawner threads start a run at its instant and never before, start every run of one
-/// instant, never start a withdrawn run, and start nothing once dropped.
+/// The spawner threads start a run at its instant and never before, start and hand back every
+/// run of one instant (more than a thread holds before it hands them back), never start a
+/// withdrawn run, and start nothing once dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     let _guard = Captured::default().install();
@@ -1506,7 +1507,7 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     let ahead = Duration::from_millis(300);
     let due = Utc::now() + ahead;
     let mut runs = Vec::new();
-    for i in 0..4 {
+    for i in 0..40 {
         runs.push(spawner.spawn_at(due, prepare(touch(&format!("r{i}"))).await, None));
     }
     let mut withdrawn = spawner.spawn_at(due, prepare(touch("withdrawn")).await, None);

@@ -26,6 +26,17 @@ use super::{PreparedRun, StartedRun};
 /// Threads that spawn: an instant's runs start on two cores at once.
 pub const SPAWN_THREADS: usize = 2;
 
+/// A spawner thread hands its spawned runs back at the latest once it holds this many.
+const HAND_BACK_AFTER: usize = 16;
+
+/// Sends each spawned run to the task that awaits it.
+fn hand_back(spawned: &mut Vec<(oneshot::Sender<Spawned>, Spawned)>) {
+    for (reply, run) in spawned.drain(..) {
+        // A task that stopped waiting drops the run, and with it the child (killed on drop).
+        let _ = reply.send(run);
+    }
+}
+
 /// A run spawned by a spawner thread.
 pub struct Spawned {
     pub started: StartedRun,
@@ -200,35 +211,57 @@ impl Inner {
     /// A spawner thread: sleeps until the earliest instant (with a nanosecond timeout, where a
     /// tokio timer rounds up to whole milliseconds), spawns what is due, until closed. The
     /// wall clock is read again at every wake-up, so a clock step moves the instants with it.
+    ///
+    /// The spawned runs go back to their tasks together, once no more run is due (or
+    /// [`HAND_BACK_AFTER`] are held): each hand-back wakes a tokio worker, and an instant's
+    /// runs then cost one wake-up instead of one each. Their children are watched from the
+    /// spawn on (the runtime registers them), so nothing is missed meanwhile.
     fn serve(&self) {
         let _runtime = self.runtime.enter();
+        let mut spawned: Vec<(oneshot::Sender<Spawned>, Spawned)> = Vec::new();
         let mut state = self.lock();
         loop {
-            if state.closed {
-                return;
+            let due = match state.due.peek() {
+                Some(&Reverse((at, _))) if !state.closed => (at - crate::clock::wall_clock())
+                    .to_std()
+                    .ok()
+                    .filter(|wait| !wait.is_zero()),
+                // Nothing waits, or closed: nothing more is spawned now.
+                _ => Some(std::time::Duration::MAX),
+            };
+            if let Some(wait) = due {
+                if !spawned.is_empty() {
+                    drop(state);
+                    hand_back(&mut spawned);
+                    state = self.lock();
+                    continue;
+                }
+                if state.closed {
+                    return;
+                }
+                state = if wait == std::time::Duration::MAX {
+                    self.wake.wait(state).expect("spawner lock poisoned")
+                } else {
+                    self.wake
+                        .wait_timeout(state, wait)
+                        .expect("spawner lock poisoned")
+                        .0
+                };
+                continue;
             }
-            let Some(&Reverse((at, id))) = state.due.peek() else {
-                state = self.wake.wait(state).expect("spawner lock poisoned");
+            let Some(Reverse((_, id))) = state.due.pop() else {
                 continue;
             };
-            if let Ok(wait) = (at - crate::clock::wall_clock()).to_std()
-                && !wait.is_zero()
-            {
-                state = self
-                    .wake
-                    .wait_timeout(state, wait)
-                    .expect("spawner lock poisoned")
-                    .0;
-                continue;
-            }
-            state.due.pop();
             let Some(run) = state.waiting.remove(&id) else {
                 continue; // withdrawn
             };
             drop(state);
             let at = crate::clock::wall_clock();
             let started = super::start(run.prepared, run.claimed_at);
-            let _ = run.reply.send(Spawned { started, at });
+            spawned.push((run.reply, Spawned { started, at }));
+            if spawned.len() >= HAND_BACK_AFTER {
+                hand_back(&mut spawned);
+            }
             state = self.lock();
         }
     }
