@@ -1551,3 +1551,41 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     );
     assert!(!dir.path().join("never").exists());
 }
+
+/// A spawner whose threads could not start (here: none asked for) spawns each run from the task
+/// that awaits it, on a tokio timer: at its instant and never before, and never a withdrawn one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawner_without_threads_spawns_runs_at_their_instant_from_the_awaiting_task() {
+    let _guard = Captured::default().install();
+    let dir = tempfile::tempdir().unwrap();
+    let spawner = Spawner::with_threads(0);
+    let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
+    let due = Utc::now() + Duration::from_millis(300);
+    let mut run = spawner.spawn_at(due, prepare(touch("run")).await, None);
+    let mut withdrawn = spawner.spawn_at(due, prepare(touch("withdrawn")).await, None);
+    assert!(
+        withdrawn.withdraw(),
+        "not yet spawned: it can be taken back"
+    );
+    assert!(
+        withdrawn.spawned().await.is_none(),
+        "a withdrawn run is not spawned"
+    );
+    let spawned = tokio::time::timeout(DEADLINE, run.spawned())
+        .await
+        .expect("the run was spawned")
+        .expect("spawned by its task");
+    assert!(
+        spawned.at >= due,
+        "spawned {} before its instant",
+        due - spawned.at
+    );
+    let (_handle, signal) = StopHandle::new();
+    let outcome = spawned.started.finish(signal, |_| {}).await;
+    assert!(outcome.succeeded(), "{outcome:?}");
+    assert!(dir.path().join("run").exists());
+    assert!(
+        !dir.path().join("withdrawn").exists(),
+        "a withdrawn run was spawned"
+    );
+}

@@ -93,13 +93,20 @@ impl Spawner {
     /// Starts the threads; must be called within the tokio runtime, which they enter. A
     /// thread that cannot be started is logged.
     pub fn start() -> Spawner {
+        Spawner::with_threads(SPAWN_THREADS)
+    }
+
+    /// [`Spawner::start`] with `count` threads; with none, runs take the fallback that a
+    /// spawner whose threads could not start takes (tests exercise it so).
+    #[doc(hidden)]
+    pub fn with_threads(count: usize) -> Spawner {
         let inner = Arc::new(Inner {
             state: Mutex::default(),
             wake: Condvar::new(),
             runtime: tokio::runtime::Handle::current(),
         });
-        let mut threads = Vec::with_capacity(SPAWN_THREADS);
-        for i in 0..SPAWN_THREADS {
+        let mut threads = Vec::with_capacity(count);
+        for i in 0..count {
             let serving = inner.clone();
             match std::thread::Builder::new()
                 .name(format!("zkcron-spawn-{i}"))
@@ -109,7 +116,7 @@ impl Spawner {
                 Err(error) => tracing::error!(
                     "cannot start a thread to spawn runs ({}); {} run them",
                     error,
-                    if threads.is_empty() && i + 1 == SPAWN_THREADS {
+                    if threads.is_empty() && i + 1 == count {
                         "the tokio workers spawn runs themselves, up to 2 ms late"
                     } else {
                         "the other spawner threads"
