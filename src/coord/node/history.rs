@@ -36,6 +36,7 @@ pub(crate) enum Step {
 impl Node {
     /// Appends `entry` to `task`'s history, then ends the trigger `then` if given.
     pub(super) fn append_history(&mut self, task: String, entry: HistoryEntry, then: Option<End>) {
+        self.history_in_flight += 1;
         self.read_history(HistoryJob {
             task,
             entry,
@@ -125,6 +126,12 @@ impl Node {
         }
         if let Some(end) = job.then {
             self.end_trigger(end);
+        }
+        self.history_in_flight = self.history_in_flight.saturating_sub(1);
+        if self.history_in_flight == 0
+            && let Some(req) = self.close_waiting.take()
+        {
+            self.close_after_history(req);
         }
     }
 

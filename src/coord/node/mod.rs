@@ -101,6 +101,10 @@ pub struct NodeBugs {
 /// deadline; the node uses it to bound retries).
 pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
 
+/// The longest a close waits for the history appends in flight (the last runs' ends) before
+/// it closes the session all the same, cutting them off.
+pub const CLOSE_WAITS_FOR_HISTORY: Duration = Duration::from_secs(2);
+
 /// How many operations go into one multi when releasing everything.
 const RELEASE_BATCH: usize = 500;
 
@@ -164,6 +168,8 @@ enum Timer {
     ControlRead {
         generation: u64,
     },
+    /// A close that waited [`CLOSE_WAITS_FOR_HISTORY`] for history appends closes now.
+    CloseAnyway,
 }
 
 /// The sans-IO cluster node. See the module docs.
@@ -263,6 +269,10 @@ pub struct Node {
 
     stopping: bool,
     closed: bool,
+    /// History appends in flight; a close waits for them ([`Node::close_after_history`]).
+    history_in_flight: usize,
+    /// A close asked for while history appends were in flight.
+    close_waiting: Option<ReqId>,
     leadership: Leadership,
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
@@ -345,6 +355,8 @@ impl Node {
             offset_ms: None,
             stopping: false,
             closed: false,
+            history_in_flight: 0,
+            close_waiting: None,
             leadership: leadership.clone(),
             gc: None,
             reported: BTreeSet::new(),
@@ -533,6 +545,12 @@ impl Node {
             Timer::RunEnded(job) => self.run_ended_attempt(job),
             Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
+            Timer::CloseAnyway => {
+                if let Some(req) = self.close_waiting.take() {
+                    self.history_in_flight = 0;
+                    self.close_after_history(req);
+                }
+            }
         }
     }
 

@@ -56,16 +56,31 @@ impl Node {
             Request::LastResult { task } => self.last_result(req, task),
             Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
             Request::ReleaseAll => self.start_release_all(req),
-            Request::Close => {
-                self.closed = true;
-                if self.session.take().is_some() {
-                    self.generation += 1;
-                    self.abort_pending();
-                    self.out.push_back(Output::CloseSession);
-                }
-                self.answer(req, Ok(Answered::Done));
-            }
+            Request::Close => self.close_after_history(req),
         }
+    }
+
+    /// Closes the session once the history appends in flight are over: the last runs' ends
+    /// (a daemon stops after its runs' results) are appended, not cut off by the close. It
+    /// waits at most [`super::CLOSE_WAITS_FOR_HISTORY`] (an append retries for longer when
+    /// ZooKeeper does not answer); a session lost meanwhile ends the appends at once.
+    pub(super) fn close_after_history(&mut self, req: ReqId) {
+        if self.history_in_flight > 0 && self.session.is_some() {
+            if self.close_waiting.replace(req).is_none() {
+                self.at(
+                    self.now.mono + super::CLOSE_WAITS_FOR_HISTORY,
+                    super::Timer::CloseAnyway,
+                );
+            }
+            return;
+        }
+        self.closed = true;
+        if self.session.take().is_some() {
+            self.generation += 1;
+            self.abort_pending();
+            self.out.push_back(Output::CloseSession);
+        }
+        self.answer(req, Ok(Answered::Done));
     }
 
     /// Runs `job` now, or after the job on the same task in flight.

@@ -544,3 +544,125 @@ fn a_trigger_left_running_by_a_node_that_is_gone_is_ended_by_the_lease_holder_no
         "never listed to run again"
     );
 }
+
+/// A daemon closes its session right after its last runs' results; the history append that
+/// follows a scheduled run's result was cut off by the close ("cannot append to the run
+/// history ... (the ZooKeeper session ended)" at every graceful stop with a run ending).
+/// A leading node whose scheduled run of `t` ended and was recorded, and whose history append
+/// is in flight: its read's op.
+fn history_append_in_flight(node: &mut Node) -> u64 {
+    let result = RunResult {
+        tick: at(1).wall,
+        node: "n1".into(),
+        exit: "exited with 0".into(),
+        success: true,
+        attempts: 1,
+        duration_ms: 10,
+        finished_at: at(2).wall,
+        fire_id: Some("t@1800000001".into()),
+        exit_code: Some(0),
+        started_at: Some(at(1).wall),
+        ..RunResult::default()
+    };
+    node.handle(
+        Input::Request {
+            req: 9,
+            request: Request::RunEnded {
+                task: "t".into(),
+                result,
+            },
+        },
+        at(2),
+    );
+    // The stored result is read, then the result written; its answer comes before the history.
+    let (op, _) = calls(&drain(node)).pop().unwrap();
+    node.handle(
+        Input::Reply {
+            op,
+            result: Err(ZkFail::NoNode),
+        },
+        at(2),
+    );
+    let (op, zk) = calls(&drain(node)).pop().unwrap();
+    assert!(matches!(zk, ZkOp::Multi(_)), "{zk:?}");
+    node.handle(
+        Input::Reply {
+            op,
+            result: Ok(ZkOk::Multi(vec![ZkOk::Created(Stat::default())])),
+        },
+        at(2),
+    );
+    let out = drain(node);
+    assert_eq!(answer(&out, 9), Some(Ok(Answered::Done)));
+    let (op, zk) = calls(&out).pop().unwrap();
+    let history = format!("{BASE}/tasks/t/history");
+    assert_eq!(zk, ZkOp::GetData { path: history });
+    op
+}
+
+fn close(node: &mut Node, now: Now) -> Vec<Output> {
+    node.handle(
+        Input::Request {
+            req: 10,
+            request: Request::Close,
+        },
+        now,
+    );
+    drain(node)
+}
+
+#[test]
+fn a_close_waits_for_the_last_runs_history_append_instead_of_cutting_it_off() {
+    let mut node = leading();
+    let op = history_append_in_flight(&mut node);
+    let out = close(&mut node, at(2));
+    assert!(
+        answer(&out, 10).is_none(),
+        "closed before the history append: {out:?}"
+    );
+    assert!(!out.iter().any(|o| matches!(o, Output::CloseSession)));
+    node.handle(
+        Input::Reply {
+            op,
+            result: Err(ZkFail::NoNode),
+        },
+        at(2),
+    );
+    let out = drain(&mut node);
+    let (op, zk) = calls(&out).pop().unwrap();
+    assert!(matches!(zk, ZkOp::Create { .. }), "{zk:?}");
+    assert!(!out.iter().any(|o| matches!(o, Output::CloseSession)));
+    node.handle(
+        Input::Reply {
+            op,
+            result: Ok(ZkOk::Created(Stat::default())),
+        },
+        at(2),
+    );
+    let out = drain(&mut node);
+    assert!(
+        out.iter().any(|o| matches!(o, Output::CloseSession)),
+        "{out:?}"
+    );
+    assert_eq!(answer(&out, 10), Some(Ok(Answered::Done)));
+}
+
+#[test]
+fn a_close_waits_for_a_history_append_at_most_two_seconds() {
+    let mut node = leading();
+    let _unanswered = history_append_in_flight(&mut node);
+    let out = close(&mut node, at(2));
+    assert!(answer(&out, 10).is_none());
+    let waited = at(2).mono + super::super::CLOSE_WAITS_FOR_HISTORY;
+    assert_eq!(node.poll_timeout(), Some(waited));
+    node.handle_timeout(Now {
+        mono: waited,
+        wall: at(4).wall,
+    });
+    let out = drain(&mut node);
+    assert!(
+        out.iter().any(|o| matches!(o, Output::CloseSession)),
+        "{out:?}"
+    );
+    assert_eq!(answer(&out, 10), Some(Ok(Answered::Done)));
+}
