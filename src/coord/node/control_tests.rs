@@ -210,6 +210,20 @@ fn pump_with(
     now: Now,
     mut after: impl FnMut(&ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>),
 ) -> Vec<String> {
+    pump_delivering(node, store, now, |_, zk, store, result| {
+        after(zk, store, result);
+        true
+    })
+}
+
+/// [`pump_with`], where `after` also gets the operation's id and says whether the node gets
+/// the answer now (`false`: the test keeps it, to deliver later or never).
+fn pump_delivering(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    mut after: impl FnMut(u64, &ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>) -> bool,
+) -> Vec<String> {
     let mut said = Vec::new();
     for _ in 0..100 {
         if node.poll_timeout().is_some_and(|t| t <= now.mono) {
@@ -230,8 +244,9 @@ fn pump_with(
             match output {
                 Output::Call { op, zk } => {
                     let mut result = store.apply(&zk, now);
-                    after(&zk, store, &mut result);
-                    node.handle(Input::Reply { op, result }, now);
+                    if after(op, &zk, store, &mut result) {
+                        node.handle(Input::Reply { op, result }, now);
+                    }
                 }
                 Output::Report(report) => said.push(report.to_string()),
                 _ => {}

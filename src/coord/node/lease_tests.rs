@@ -403,34 +403,15 @@ fn pump_holding(
     mut hold: impl FnMut(&ZkOp, &Result<ZkOk, ZkFail>) -> bool,
 ) -> Option<(u64, Result<ZkOk, ZkFail>)> {
     let mut held = None;
-    for _ in 0..100 {
-        if node.poll_timeout().is_some_and(|t| t <= now.mono) {
-            node.handle_timeout(now);
+    pump_delivering(node, store, now, |op, zk, _, result| {
+        sent.push(zk.clone());
+        if held.is_none() && hold(zk, result) {
+            held = Some((op, result.clone()));
+            return false;
         }
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        let events = std::mem::take(&mut store.events);
-        if outputs.is_empty()
-            && events.is_empty()
-            && node.poll_timeout().is_none_or(|t| t > now.mono)
-        {
-            return held;
-        }
-        for (path, kind) in events {
-            node.handle(Input::Watch { path, kind }, now);
-        }
-        for output in outputs {
-            if let Output::Call { op, zk } = output {
-                let result = store.apply(&zk, now);
-                sent.push(zk.clone());
-                if held.is_none() && hold(&zk, &result) {
-                    held = Some((op, result));
-                } else {
-                    node.handle(Input::Reply { op, result }, now);
-                }
-            }
-        }
-    }
-    panic!("the node never went quiet");
+        true
+    });
+    held
 }
 
 #[test]
