@@ -56,6 +56,12 @@ fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
         .collect()
 }
 
+/// Delivers `result` as the answer to `op` and drains what the node does next.
+fn reply(node: &mut Node, op: u64, result: Result<ZkOk, ZkFail>, now: Now) -> Vec<Output> {
+    node.handle(Input::Reply { op, result }, now);
+    drain(node)
+}
+
 /// The answer to `req`, its error as text.
 fn answer(outputs: &[Output], req: u64) -> Option<Result<Answered, String>> {
     outputs.iter().find_map(|o| match o {
@@ -232,14 +238,12 @@ fn a_manual_claim_is_one_multi_fenced_on_the_lease_incarnation_and_the_trigger_v
         version: 5,
         ..Stat::default()
     };
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Multi(vec![ZkOk::Done, ZkOk::Done, ZkOk::Stat(stat)])),
-        },
+    let out = reply(
+        &mut node,
+        op,
+        Ok(ZkOk::Multi(vec![ZkOk::Done, ZkOk::Done, ZkOk::Stat(stat)])),
         at(2),
     );
-    let out = drain(&mut node);
     assert_eq!(
         answer(&out, 7),
         Some(Ok(Answered::Claim(ClaimOutcome::Claimed)))
@@ -279,14 +283,7 @@ fn a_lost_manual_claim_is_resolved_by_reading_the_trigger_again() {
         learn(&mut node, NAME, &pending("t"), 0, at(1));
         let out = claim(&mut node, 7, NAME, at(2));
         let (op, _) = calls(&out).pop().unwrap();
-        node.handle(
-            Input::Reply {
-                op,
-                result: Err(ZkFail::ConnectionLoss),
-            },
-            at(3),
-        );
-        let out = drain(&mut node);
+        let out = reply(&mut node, op, Err(ZkFail::ConnectionLoss), at(3));
         let ops = calls(&out);
         let path = format!("{BASE}/control/triggers/{NAME}");
         assert!(
@@ -300,20 +297,18 @@ fn a_lost_manual_claim_is_resolved_by_reading_the_trigger_again() {
             claimed_at: Some(at(2).wall),
             ..pending("t")
         };
-        node.handle(
-            Input::Reply {
-                op: ops[1].0,
-                result: Ok(ZkOk::Data(
-                    serde_json::to_vec(&stored).unwrap(),
-                    Stat {
-                        version: 1,
-                        ..Stat::default()
-                    },
-                )),
-            },
+        let out = reply(
+            &mut node,
+            ops[1].0,
+            Ok(ZkOk::Data(
+                serde_json::to_vec(&stored).unwrap(),
+                Stat {
+                    version: 1,
+                    ..Stat::default()
+                },
+            )),
             at(3),
         );
-        let out = drain(&mut node);
         assert_eq!(
             answer(&out, 7),
             Some(Ok(Answered::Claim(expected))),
@@ -388,20 +383,18 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         format: 1,
         runs: vec![entry(1), entry(2), entry(3)],
     };
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Data(
-                serde_json::to_vec(&stored).unwrap(),
-                Stat {
-                    version: 7,
-                    ..Stat::default()
-                },
-            )),
-        },
+    let out = reply(
+        &mut node,
+        op,
+        Ok(ZkOk::Data(
+            serde_json::to_vec(&stored).unwrap(),
+            Stat {
+                version: 7,
+                ..Stat::default()
+            },
+        )),
         at(4),
     );
-    let out = drain(&mut node);
     let (op, zk) = calls(&out).pop().unwrap();
     let ZkOp::SetData {
         path,
@@ -433,14 +426,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         answer(&out, 9).is_none(),
         "answered before the trigger ended"
     );
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Stat(Stat::default())),
-        },
-        at(4),
-    );
-    let out = drain(&mut node);
+    let out = reply(&mut node, op, Ok(ZkOk::Stat(Stat::default())), at(4));
     let (op, zk) = calls(&out).pop().unwrap();
     let ZkOp::SetData { data, version, .. } = zk else {
         panic!("{zk:?}")
@@ -450,14 +436,8 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
     assert_eq!(ended.state, TriggerState::Ended);
     assert_eq!(ended.result, Some(expected));
     assert_eq!(ended.reason, None, "a signal says why");
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Stat(Stat::default())),
-        },
-        at(4),
-    );
-    assert_eq!(answer(&drain(&mut node), 9), Some(Ok(Answered::Done)));
+    let out = reply(&mut node, op, Ok(ZkOk::Stat(Stat::default())), at(4));
+    assert_eq!(answer(&out, 9), Some(Ok(Answered::Done)));
 }
 
 #[test]
@@ -545,9 +525,6 @@ fn a_trigger_left_running_by_a_node_that_is_gone_is_ended_by_the_lease_holder_no
     );
 }
 
-/// A daemon closes its session right after its last runs' results; the history append that
-/// follows a scheduled run's result was cut off by the close ("cannot append to the run
-/// history ... (the ZooKeeper session ended)" at every graceful stop with a run ending).
 /// A leading node whose scheduled run of `t` ended and was recorded, and whose history append
 /// is in flight: its read's op.
 fn history_append_in_flight(node: &mut Node) -> u64 {
@@ -576,23 +553,16 @@ fn history_append_in_flight(node: &mut Node) -> u64 {
     );
     // The stored result is read, then the result written; its answer comes before the history.
     let (op, _) = calls(&drain(node)).pop().unwrap();
-    node.handle(
-        Input::Reply {
-            op,
-            result: Err(ZkFail::NoNode),
-        },
-        at(2),
-    );
-    let (op, zk) = calls(&drain(node)).pop().unwrap();
+    let (op, zk) = calls(&reply(node, op, Err(ZkFail::NoNode), at(2)))
+        .pop()
+        .unwrap();
     assert!(matches!(zk, ZkOp::Multi(_)), "{zk:?}");
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Multi(vec![ZkOk::Created(Stat::default())])),
-        },
+    let out = reply(
+        node,
+        op,
+        Ok(ZkOk::Multi(vec![ZkOk::Created(Stat::default())])),
         at(2),
     );
-    let out = drain(node);
     assert_eq!(answer(&out, 9), Some(Ok(Answered::Done)));
     let (op, zk) = calls(&out).pop().unwrap();
     let history = format!("{BASE}/tasks/t/history");
@@ -611,6 +581,9 @@ fn close(node: &mut Node, now: Now) -> Vec<Output> {
     drain(node)
 }
 
+/// A daemon closes its session right after its last runs' results; the history append that
+/// follows a scheduled run's result was cut off by the close ("cannot append to the run
+/// history ... (the ZooKeeper session ended)" at every graceful stop with a run ending).
 #[test]
 fn a_close_waits_for_the_last_runs_history_append_instead_of_cutting_it_off() {
     let mut node = leading();
@@ -621,25 +594,11 @@ fn a_close_waits_for_the_last_runs_history_append_instead_of_cutting_it_off() {
         "closed before the history append: {out:?}"
     );
     assert!(!out.iter().any(|o| matches!(o, Output::CloseSession)));
-    node.handle(
-        Input::Reply {
-            op,
-            result: Err(ZkFail::NoNode),
-        },
-        at(2),
-    );
-    let out = drain(&mut node);
+    let out = reply(&mut node, op, Err(ZkFail::NoNode), at(2));
     let (op, zk) = calls(&out).pop().unwrap();
     assert!(matches!(zk, ZkOp::Create { .. }), "{zk:?}");
     assert!(!out.iter().any(|o| matches!(o, Output::CloseSession)));
-    node.handle(
-        Input::Reply {
-            op,
-            result: Ok(ZkOk::Created(Stat::default())),
-        },
-        at(2),
-    );
-    let out = drain(&mut node);
+    let out = reply(&mut node, op, Ok(ZkOk::Created(Stat::default())), at(2));
     assert!(
         out.iter().any(|o| matches!(o, Output::CloseSession)),
         "{out:?}"
