@@ -136,6 +136,16 @@ fn member_of_session_3(store: &mut Store) {
     store.znodes.insert(member, (b"{}".to_vec(), stat));
 }
 
+/// `leases/t` held by n3, of session 3 (a new lease, at version 0).
+fn n3_holds_the_lease(store: &mut Store) {
+    let stat = Stat {
+        ephemeral_owner: 3,
+        ..Stat::default()
+    };
+    let lease = format!("{BASE}/leases/t");
+    store.znodes.insert(lease, (lease_record("n3"), stat));
+}
+
 /// Counts the node's reads of `leases/t` while session `owner` holds it; at the `nth`, the
 /// lease is deleted and n3 takes it: a new lease, at version 0 too, and the epoch bumped (or
 /// created with the task's record, by a first take).
@@ -156,12 +166,8 @@ impl Race {
         if self.reads != self.nth {
             return;
         }
-        let stat = Stat {
-            ephemeral_owner: 3,
-            czxid: 99,
-            ..Stat::default()
-        };
-        store.znodes.insert(lease, (lease_record("n3"), stat));
+        n3_holds_the_lease(store);
+        store.znodes.get_mut(&lease).unwrap().1.czxid = 99;
         let record = format!("{BASE}/tasks/t");
         store.znodes.entry(record).or_default();
         let epoch = format!("{BASE}/tasks/t/epoch");
@@ -368,13 +374,7 @@ fn a_lease_created_while_the_listing_is_completed_is_not_taken_as_vacant() {
             // Listed without it; n3 (session 3, a live member) takes it before the node has
             // read the members.
             created.set(true);
-            let stat = Stat {
-                ephemeral_owner: 3,
-                ..Stat::default()
-            };
-            store
-                .znodes
-                .insert(lease.clone(), (lease_record("n3"), stat));
+            n3_holds_the_lease(store);
             store.events.push((lease.clone(), WatchKind::Created));
         }
     };
@@ -447,13 +447,7 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
         if other_took_it {
             // The lease goes (deleted by hand, say) and n3 takes it: a new lease at version
             // 0, the epoch bumped by its take.
-            let stat = Stat {
-                ephemeral_owner: 3,
-                ..Stat::default()
-            };
-            store
-                .znodes
-                .insert(lease.clone(), (lease_record("n3"), stat));
+            n3_holds_the_lease(&mut store);
             store.znodes.get_mut(&epoch).unwrap().1.version += 1;
         }
         node.handle(Input::Reply { op, result }, at(1));
