@@ -18,7 +18,8 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 use zkcron::executor::{
-    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, Spawner, StopHandle, prepare, run,
+    DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, Scheduled, Spawner, StopHandle,
+    prepare, run,
 };
 use zkcron::task::{CommandLine, RetryPolicy};
 
@@ -1495,6 +1496,22 @@ async fn on_failure_output_tail_is_bounded_to_its_last_4_kib() {
     assert!(env["TAIL"].ends_with("|the end"), "{}", env["TAIL"]);
 }
 
+/// Waits for `run` to be spawned, checks it was not before `due`, and runs it to a success.
+async fn spawned_at_its_instant_and_succeeds(run: &mut Scheduled, due: DateTime<Utc>, what: &str) {
+    let spawned = tokio::time::timeout(DEADLINE, run.spawned())
+        .await
+        .unwrap_or_else(|_| panic!("{what} was never spawned"))
+        .unwrap_or_else(|| panic!("{what}: the spawner stopped first"));
+    assert!(
+        spawned.at >= due,
+        "{what} spawned {} before its instant",
+        due - spawned.at
+    );
+    let (_handle, signal) = StopHandle::new();
+    let outcome = spawned.started.finish(signal, |_| {}).await;
+    assert!(outcome.succeeded(), "{what}: {outcome:?}");
+}
+
 /// The spawner threads start a run at its instant and never before, start and hand back every
 /// run of one instant (more than a thread holds before it hands them back), never start a
 /// withdrawn run, and start nothing once dropped.
@@ -1515,18 +1532,7 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     assert!(!withdrawn.withdraw(), "only once");
     let mut later = spawner.spawn_at(due + ahead, prepare(touch("later")).await, None);
     for (i, run) in runs.iter_mut().enumerate() {
-        let spawned = tokio::time::timeout(DEADLINE, run.spawned())
-            .await
-            .expect("the run was spawned")
-            .expect("the spawner runs");
-        assert!(
-            spawned.at >= due,
-            "run {i} spawned {} before its instant",
-            due - spawned.at
-        );
-        let (_handle, signal) = StopHandle::new();
-        let outcome = spawned.started.finish(signal, |_| {}).await;
-        assert!(outcome.succeeded(), "{outcome:?}");
+        spawned_at_its_instant_and_succeeds(run, due, &format!("run {i}")).await;
         assert!(dir.path().join(format!("r{i}")).exists());
     }
     let spawned = later.spawned().await.expect("spawned");
@@ -1571,18 +1577,7 @@ async fn a_spawner_without_threads_spawns_runs_at_their_instant_from_the_awaitin
         withdrawn.spawned().await.is_none(),
         "a withdrawn run is not spawned"
     );
-    let spawned = tokio::time::timeout(DEADLINE, run.spawned())
-        .await
-        .expect("the run was spawned")
-        .expect("spawned by its task");
-    assert!(
-        spawned.at >= due,
-        "spawned {} before its instant",
-        due - spawned.at
-    );
-    let (_handle, signal) = StopHandle::new();
-    let outcome = spawned.started.finish(signal, |_| {}).await;
-    assert!(outcome.succeeded(), "{outcome:?}");
+    spawned_at_its_instant_and_succeeds(&mut run, due, "the run").await;
     assert!(dir.path().join("run").exists());
     assert!(
         !dir.path().join("withdrawn").exists(),
