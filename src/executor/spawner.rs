@@ -26,6 +26,17 @@ use super::{PreparedRun, StartedRun};
 /// Threads that spawn: an instant's runs start on two cores at once.
 pub const SPAWN_THREADS: usize = 2;
 
+/// Whether a spawner thread sleeps before its next spawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sleep {
+    /// A run is due now.
+    No,
+    /// Until the earliest run is due.
+    For(std::time::Duration),
+    /// Until a run comes or the spawner closes.
+    UntilWoken,
+}
+
 /// A spawner thread hands its spawned runs back at the latest once it holds this many.
 const HAND_BACK_AFTER: usize = 16;
 
@@ -228,15 +239,16 @@ impl Inner {
         let mut spawned: Vec<(oneshot::Sender<Spawned>, Spawned)> = Vec::new();
         let mut state = self.lock();
         loop {
-            let due = match state.due.peek() {
-                Some(&Reverse((at, _))) if !state.closed => (at - crate::clock::wall_clock())
-                    .to_std()
-                    .ok()
-                    .filter(|wait| !wait.is_zero()),
-                // Nothing waits, or closed: nothing more is spawned now.
-                _ => Some(std::time::Duration::MAX),
+            let sleep = match state.due.peek() {
+                _ if state.closed => Sleep::UntilWoken,
+                None => Sleep::UntilWoken,
+                Some(&Reverse((at, _))) => match (at - crate::clock::wall_clock()).to_std() {
+                    Ok(wait) if !wait.is_zero() => Sleep::For(wait),
+                    _ => Sleep::No,
+                },
             };
-            if let Some(wait) = due {
+            if sleep != Sleep::No {
+                // Nothing more to spawn now: hand back what was, then sleep (or end).
                 if !spawned.is_empty() {
                     drop(state);
                     hand_back(&mut spawned);
@@ -246,13 +258,14 @@ impl Inner {
                 if state.closed {
                     return;
                 }
-                state = if wait == std::time::Duration::MAX {
-                    self.wake.wait(state).expect("spawner lock poisoned")
-                } else {
-                    self.wake
-                        .wait_timeout(state, wait)
-                        .expect("spawner lock poisoned")
-                        .0
+                state = match sleep {
+                    Sleep::For(wait) => {
+                        self.wake
+                            .wait_timeout(state, wait)
+                            .expect("spawner lock poisoned")
+                            .0
+                    }
+                    _ => self.wake.wait(state).expect("spawner lock poisoned"),
                 };
                 continue;
             }
