@@ -36,7 +36,6 @@ pub(crate) enum Step {
 impl Node {
     /// Appends `entry` to `task`'s history, then ends the trigger `then` if given.
     pub(super) fn append_history(&mut self, task: String, entry: HistoryEntry, then: Option<End>) {
-        self.history_in_flight += 1;
         self.read_history(HistoryJob {
             task,
             entry,
@@ -127,12 +126,18 @@ impl Node {
         if let Some(end) = job.then {
             self.end_trigger(end);
         }
-        self.history_in_flight = self.history_in_flight.saturating_sub(1);
-        if self.history_in_flight == 0
-            && let Some(req) = self.close_waiting.take()
-        {
-            self.close_after_history(req);
+        if self.close_waiting.is_some() && !self.history_in_flight() {
+            let req = self.close_waiting.take().expect("checked");
+            self.close_now(req);
         }
+    }
+
+    /// Whether an append is in flight: each one always has its next call pending (a read or
+    /// a write; no timer waits between them).
+    pub(super) fn history_in_flight(&self) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.generation == self.generation && matches!(p.then, Then::History(_)))
     }
 
     /// A session ended with an append in flight.

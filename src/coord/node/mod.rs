@@ -269,9 +269,7 @@ pub struct Node {
 
     stopping: bool,
     closed: bool,
-    /// History appends in flight; a close waits for them ([`Node::close_after_history`]).
-    history_in_flight: usize,
-    /// A close asked for while history appends were in flight.
+    /// A close asked for while history appends were in flight ([`Node::close_after_history`]).
     close_waiting: Option<ReqId>,
     leadership: Leadership,
     gc: Option<gc::Gc>,
@@ -355,7 +353,6 @@ impl Node {
             offset_ms: None,
             stopping: false,
             closed: false,
-            history_in_flight: 0,
             close_waiting: None,
             leadership: leadership.clone(),
             gc: None,
@@ -547,8 +544,7 @@ impl Node {
             Timer::ControlRead { generation } => self.reread_control(generation),
             Timer::CloseAnyway => {
                 if let Some(req) = self.close_waiting.take() {
-                    self.history_in_flight = 0;
-                    self.close_after_history(req);
+                    self.close_now(req);
                 }
             }
         }

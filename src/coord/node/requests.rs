@@ -65,7 +65,7 @@ impl Node {
     /// waits at most [`super::CLOSE_WAITS_FOR_HISTORY`] (an append retries for longer when
     /// ZooKeeper does not answer); a session lost meanwhile ends the appends at once.
     pub(super) fn close_after_history(&mut self, req: ReqId) {
-        if self.history_in_flight > 0 && self.session.is_some() {
+        if self.session.is_some() && self.history_in_flight() {
             if self.close_waiting.replace(req).is_none() {
                 self.at(
                     self.now.mono + super::CLOSE_WAITS_FOR_HISTORY,
@@ -74,6 +74,11 @@ impl Node {
             }
             return;
         }
+        self.close_now(req);
+    }
+
+    /// Closes the session now: what is in flight is aborted.
+    pub(super) fn close_now(&mut self, req: ReqId) {
         self.closed = true;
         if self.session.take().is_some() {
             self.generation += 1;
