@@ -1,7 +1,8 @@
 //! Manual runs and run history against a real ZooKeeper with real zkcron processes: a trigger
 //! znode created as `zkcron trigger` creates it is run once by the task's leader, with the
 //! trigger's name as its fire id, and ended with the result; a trigger of a task nobody leads
-//! stays pending; the history keeps `history_runs` runs with every field filled in.
+//! stays pending; the history keeps `history_runs` runs with every field filled in, including
+//! the run that ends while its node stops.
 
 mod common;
 
@@ -312,5 +313,58 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     assert!(
         json.contains("\"exit_code\":0,\"signal\":null"),
         "exit code and signal are always present: {json}"
+    );
+}
+
+/// A node stopped with SIGTERM while a run goes writes that run's history before it closes its
+/// session. It used to close first, right after the run's result: "cannot append to the run
+/// history ... (the ZooKeeper session ended)", and the entry was lost.
+#[test]
+fn a_node_stopped_while_a_run_goes_writes_that_runs_history_before_it_leaves() {
+    let zk = ZkServer::start();
+    let dir = common::tempdir();
+    let starts = dir.path().join("starts.log");
+    write_task(
+        dir.path(),
+        "slow",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID\" >> {}; sleep 0.3']\n",
+            starts.display()
+        ),
+    );
+    let connect = zk.chroot_connect();
+    let base = base_of(&connect);
+    let mut a = Node::start(dir.path(), "node-a", &connect, 100);
+    wait_for("a first run", LIMIT, || !lines(&starts).is_empty());
+    let seen = lines(&starts).len();
+    // Stopped just after a run started: it ends (within shutdown_grace) after the stop began.
+    wait_for("the next run", LIMIT, || lines(&starts).len() > seen);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_for("node-a to exit", LIMIT, || {
+        a.child.try_wait().unwrap().is_some()
+    });
+    let path = format!("{base}/tasks/slow/history");
+    let recorded: Vec<String> = read(&zk, &path)
+        .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|run| run.fire_id)
+        .collect();
+    for started in lines(&starts) {
+        assert!(
+            recorded.contains(&started[0]),
+            "{} started but is not in the history {recorded:?}\n{}",
+            started[0],
+            a.log()
+        );
+    }
+    assert!(
+        !a.log().contains("cannot append to the run history"),
+        "{}",
+        a.log()
     );
 }
