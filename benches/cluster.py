@@ -495,7 +495,7 @@ def overlap_skips(nodes):
 
 def claimed_by_killed_nodes(nodes):
     """Fire ids claimed ahead of their instant by a node killed with SIGKILL afterwards: with
-    the default `on_node_loss = "skip"` such a tick is not run by anyone, by design (README: a
+    the default `on_node_loss = "skip"` such a tick is not run by anyone, by design (docs/guarantee.md: a
     node that dies between the claim and the instant, at most 200 ms). Started ones are no
     concern of the audit's (it counts what never started)."""
     return {e["fire_id"] for n in nodes if getattr(n, "killed", False) for e in n.events
