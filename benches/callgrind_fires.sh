@@ -1,5 +1,5 @@
 #!/bin/sh
-# Instruction counts of the zkcron daemon per fire (docs/BENCHMARKS.md, issue [5] session 4).
+# Instruction counts of the zkcron daemon per fire (docs/BENCHMARKS.md, "How to reproduce each").
 # Usage: sh benches/callgrind_fires.sh BINARY NAME [SECONDS]
 # Runs BINARY under callgrind (children not traced) with 10 every-second tasks running
 # target/release/examples/probe for SECONDS (25), then prints the fires seen and callgrind's

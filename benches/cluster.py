@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the ZooKeeper backend (issue 2): lateness, takeover, scale and upgrade migration.
+"""Benchmark of the ZooKeeper backend: lateness, takeover, scale and upgrade migration.
 
 Usage:  cargo build --release && python3 benches/cluster.py --phase lateness|takeover|scale|coldstart|join|rolling|all
             [--runs 1] [--seconds N] [--trials 10] [--session-timeout 3s] [--tasks 10000]
@@ -96,7 +96,7 @@ def die_with_parent():
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-# ---------------------------------------------------------------- helpers shared with local.py
+# ---------------------------------------------------------------- helpers (local.py has copies)
 
 def rss_kib(pid):
     try:
@@ -413,7 +413,7 @@ class Node:
                 for pair in trailing.group(2).split():
                     key, _, value = pair.partition("=")
                     event.setdefault(key, field_value(value))
-            if "lateness_us" in event:  # integer microseconds since issue [4]; was lateness_ms
+            if "lateness_us" in event:  # integer microseconds; older binaries logged lateness_ms
                 event["lateness_ms"] = int(event["lateness_us"]) / 1000
             message = event.get("message", "")
             if not (message in KEEP or "claim" in message
@@ -495,7 +495,7 @@ def overlap_skips(nodes):
 
 def claimed_by_killed_nodes(nodes):
     """Fire ids claimed ahead of their instant by a node killed with SIGKILL afterwards: with
-    the default `on_node_loss = "skip"` such a tick is not run by anyone, by design (README: a
+    the default `on_node_loss = "skip"` such a tick is not run by anyone, by design (docs/guarantee.md: a
     node that dies between the claim and the instant, at most 200 ms). Started ones are no
     concern of the audit's (it counts what never started)."""
     return {e["fire_id"] for n in nodes if getattr(n, "killed", False) for e in n.events
@@ -1135,7 +1135,7 @@ def scale(args, window=True):
     for 10 s (read with `dump`, so a node that stopped working cannot make it look settled).
     The window is measured even if the cluster never settles, and says so.
 
-    Cold start (issue 10), also measured here: from the LAST node's `registered in ZooKeeper`
+    Cold start, also measured here: from the LAST node's `registered in ZooKeeper`
     until every lease is held by its DESIGNATED node. Once every node has registered, the script
     reads the member records from ZooKeeper (their seeds; `ZkReader`) and computes the designated
     node of each task by the rank spec of src/coord/rank.rs (`rank_score`, checked against the

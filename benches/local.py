@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the embedded backend (issue 1): fire lateness, start-up, RSS and idle CPU.
+"""Benchmark of the embedded backend: fire lateness, start-up, RSS and idle CPU.
 
 Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--tasks 10000] [--firing 200]
                                                          [--phase busy|idle|both|footprint]
@@ -12,7 +12,7 @@ Two phases, each on a fresh temp dir with N task files:
 An idle task fires once a day, at minute i % 60 of the hour twelve hours from the start (UTC),
 so none comes due during a run shorter than eleven hours: 60 distinct expressions. The idle
 phase counts the daemon's "started" events and fails if any task fired.
-  footprint (issue [5]): N idle tasks, (a) 61 distinct expressions and (b) N distinct ones,
+  footprint: N idle tasks, (a) 61 distinct expressions and (b) N distinct ones,
          `runs` fresh daemons each; start-up, RSS and idle CPU per run and their medians, with
          the load average before and after (other processes on the machine skew the figures).
          RSS is read after the idle interval, when every task is planned; each run also
@@ -152,10 +152,10 @@ def busy(args):
                     continue
                 if "lateness_us" in event:
                     lateness.append(int(event["lateness_us"]) / 1000)
-                elif "lateness_ms" in event:  # binaries before issue [4]
+                elif "lateness_ms" in event:  # older binaries
                     lateness.append(float(event["lateness_ms"]))
                 # The won claim's answer -> the spawn: what a node killed in between leaves
-                # claimed but not started (issue [4] item 5).
+                # claimed but not started.
                 if "claim_to_spawn_us" in event:
                     claim_to_spawn.append(int(event["claim_to_spawn_us"]))
         return {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost per fire and same-instant bursts, seen from outside (issue [5]).
+"""Cost per fire and same-instant bursts, seen from outside.
 
 Usage:  cargo build --release --locked && cargo build --release --locked --example probe
         python3 benches/probe.py [--seconds 60] [--tasks 10] [--runs 1] [--floor] [--compare]

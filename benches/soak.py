@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory soak (issue [7] item 6): 1,000 tasks firing for N minutes, the daemon's RSS sampled.
+"""Memory soak: 1,000 tasks firing for N minutes, the daemon's RSS sampled.
 
 Usage:  cargo build --release && python3 benches/soak.py [--minutes 30] [--tasks 1000]
             [--period 10] [--interval 5] [--warmup 60] [--csv FILE] [--check] [--plot FILE.png]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of `zkcron status` on a large cluster (issue [6]): wall time of the command, end
+"""Benchmark of `zkcron status` on a large cluster: wall time of the command, end
 to end (process start, ZooKeeper session, reads, model, output), on `--tasks` tasks x `--nodes`
 nodes.
 

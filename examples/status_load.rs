@@ -1,5 +1,5 @@
 //! Writes a large cluster's records straight into ZooKeeper, for timing `zkcron status` on it
-//! (benches/status.py; docs/BENCHMARKS.md, issue [6]).
+//! (benches/status.py; docs/BENCHMARKS.md).
 //!
 //! `cargo run --release --example status_load -- HOST:PORT[/chroot] CLUSTER TASKS NODES`
 //!

@@ -1,4 +1,4 @@
-//! The HTTP endpoint (`[http] listen`, README "Metrics, health and status"), served with axum:
+//! The HTTP endpoint (`[http] listen`, docs/metrics.md), served with axum:
 //!
 //! - `/metrics`: [`Metrics`] in the Prometheus text format (OpenMetrics text);
 //! - `/healthz`: 200 when this node can fire (the local backend, or a connected ZooKeeper

@@ -12,11 +12,16 @@
 //!   non-blocking reader of task and config files.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
-//! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
+//! - [`coord`]: the coordination seam (`Coordinator`), the pure rules (`rank`, `lease`,
+//!   `record`), the cluster node as a sans-IO state machine (`node`), the ZooKeeper backend
+//!   that drives it (`zk`) and the embedded `local` backend.
 //! - [`executor`]: runs one tick's command as a process group, with timeout, retries and
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
+//! - [`http`]: the `[http] listen` endpoint: `/metrics`, `/healthz`, `/status`.
+//! - [`metrics`]: the daemon's Prometheus metrics.
+//! - [`logging`]: the log output (text, JSON, journald).
 //! - [`preflight`]: what `run` needs before it starts, checked the same way by `validate`.
 //! - [`ops`]: the operator's commands (`status`, `explain`, `history`, `trigger`, `pause`,
 //!   `resume`, `drain`, `undrain`), computed from ZooKeeper or asked of the local daemon.

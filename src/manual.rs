@@ -130,7 +130,7 @@ fn escape(text: &str) -> String {
 /// What a packaged daemon's manual page should also say: what it guarantees, where things are,
 /// how to signal it, what the exit codes mean.
 const EXTRA_SECTIONS: &str = r#".SH GUARANTEES
-A tick never runs twice. A tick nobody claimed is caught up per \fBcatch_up\fR. A tick claimed by a node that dies before or during its run is not run again by default (\fBon_node_loss = "skip"\fR: at most once) and is run again with \fBrerun\fR (at least once); the fire id (\fBZKCRON_FIRE_ID\fR in the job's environment) lets a job make itself idempotent.
+Each tick is claimed in one atomic step before its process starts, and a tick whose claim fails does not run. What that guarantees about each tick is stated in \fI/usr/share/doc/zkcron/README.md\fR, "The guarantee"; the fire id (\fBZKCRON_FIRE_ID\fR in the job's environment) lets a job make itself idempotent.
 .SH FILES
 .TP
 \fI/etc/zkcron/zkcron.toml\fR

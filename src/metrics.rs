@@ -1,4 +1,4 @@
-//! The daemon's Prometheus metrics (README "Metrics"): one [`Metrics`] handle, cloned into the
+//! The daemon's Prometheus metrics (docs/metrics.md): one [`Metrics`] handle, cloned into the
 //! daemon's shared state and the ZooKeeper driver, encoded for `/metrics` ([`crate::http`]).
 //!
 //! Every name is `zkcron_*` in base units (seconds, totals). Labels are bounded: a task's

@@ -5,8 +5,8 @@
 //! The reference reads each field into a set (lists, ranges, steps, names, 0 and 7 for Sunday),
 //! applies cronie's day rule (a day field whose text starts with `*` or `?` is unrestricted, and
 //! then the day fields combine with AND; otherwise with OR), walks the matching local times in
-//! order, and turns each into instants with the DST rules cronie follows and README "Time zones
-//! and DST" states:
+//! order, and turns each into instants with the DST rules cronie follows and docs/task-files.md,
+//! "Time zones and DST", states:
 //! - a *fixed-time* schedule (no second, minute or hour field starting with `*`): a local time
 //!   skipped by spring-forward fires at the first valid instant after the gap; a local time that
 //!   happens twice fires once, at its first occurrence;

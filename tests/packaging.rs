@@ -91,14 +91,15 @@ fn the_unit_runs_the_default_config_and_waits_longer_than_shutdown_grace() {
 }
 
 /// Jobs see the file system as under cron: `certbot renew` writes /etc, package updates write
-/// /usr, and jobs share the host's /tmp. Hardening is an admin's drop-in (README,
-/// "Sandboxing"), not the default.
+/// /usr, and jobs share the host's /tmp. Hardening is an admin's drop-in (the operator's guide,
+/// docs/operating.md, "Sandboxing"), not the default.
 #[test]
 fn the_unit_lets_jobs_write_etc_and_usr_and_share_the_hosts_tmp() {
     assert_eq!(unit_setting("ProtectSystem"), "no");
     assert_eq!(unit_setting("PrivateTmp"), "no");
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operating.md"))
+            .unwrap();
     for needle in [
         "**Sandboxing",
         "sudo systemctl edit zkcron",
@@ -106,7 +107,7 @@ fn the_unit_lets_jobs_write_etc_and_usr_and_share_the_hosts_tmp() {
         "PrivateTmp=yes",
         "ReadWritePaths=",
     ] {
-        assert!(readme.contains(needle), "README lacks {needle:?}");
+        assert!(guide.contains(needle), "docs/operating.md lacks {needle:?}");
     }
 }
 

@@ -28,7 +28,7 @@ pub struct TargetArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print one JSON object (README: "Operating the cluster")
+    /// Print one JSON object (docs/commands.md: "JSON interfaces")
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -55,7 +55,7 @@ pub struct HistoryArgs {
     /// How many runs, newest first
     #[arg(short = 'n', value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub count: u32,
-    /// Print a JSON array (README: "Operating the cluster")
+    /// Print a JSON array (docs/commands.md: "JSON interfaces")
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -5,8 +5,8 @@
 //! session of its own, so no daemon is needed on the host); with the local backend they ask the
 //! daemon through its control socket ([`local`]; served by `daemon::control`). What `status`
 //! and `explain` say is a pure function of the records read and `now` ([`model`],
-//! [`explain`]); [`render`] prints it for people, serde for scripts (README "Operating the
-//! cluster" documents both JSON forms).
+//! [`explain`]); [`render`] prints it for people, serde for scripts (docs/commands.md,
+//! "JSON interfaces", documents both JSON forms).
 //!
 //! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
 //! triggered run that failed or could not run), 2 usage (clap).

@@ -1,5 +1,5 @@
 //! What `zkcron status` says, as a pure function of a [`Snapshot`] of the cluster's records and
-//! `now`: the JSON interface of README "Operating the cluster" ([`Status`]), and who may lead a
+//! `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), and who may lead a
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use std::collections::{BTreeMap, HashMap};

@@ -12,11 +12,19 @@
 //! Drivers: `coord::zk` (zookeeper-client, tokio) and the simulation (`tests/sim`, virtual time
 //! over an in-memory ZooKeeper). See [`io`] for the seam.
 //!
-//! Files: `session` (session states, setup, registration, the member view), `leases` (lease
-//! decisions, takes, releases, trust in foreign leases), `claim` (fire records, fenced claims,
-//! unknown outcomes, orphans), `runs` (live runs and results, releasing everything), `clock`
-//! (skew verdicts, the cluster clock), `gc` (task-set collection), `control` (the operator's
-//! drain and pause marks; tasks no live node may run, drift).
+//! Files: `io` (the seam: inputs, outputs, generic ZooKeeper operations), `then` (the
+//! continuation of each call in flight, and the dispatch of replies), `requests` (the daemon's
+//! requests, one job at a time per task), `session` (session states, setup, registration,
+//! recreating deleted parts of the tree), `members` (listing members and leases, member znodes
+//! and task sets), `leases` (lease decisions applied: takes, releases, lease events, giving up a
+//! changed lease), `acting` (which members act; how often the node decides), `foreign` (which
+//! foreign leases it trusts), `claim` (fire records, fenced claims, unknown outcomes, orphans),
+//! `runs` (live runs and results, releasing everything), `trigger` (manual runs), `history`
+//! (`tasks/<task>/history`), `control` (the operator's drain and pause marks; tasks no live
+//! node may run, drift), `clock` (skew verdicts, the cluster clock), `gc` (task-set
+//! collection), `report` (once-per-change reports), `leadership` (what the daemon may fire).
+//! Tests: `tests`, `lease_tests`, `control_tests` (with a small in-memory ZooKeeper),
+//! `trigger_tests`.
 
 mod acting;
 mod claim;

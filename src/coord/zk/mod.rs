@@ -13,7 +13,10 @@
 //! | `tasks/<task>/epoch` | persistent, empty | its version counts lease takes (one bump per take) |
 //! | `tasks/<task>/run-<unix>` | ephemeral | a live run of that tick ([`RunRecord`]) |
 //! | `tasks/<task>/result` | persistent | the last [`RunResult`] |
+//! | `tasks/<task>/history` | persistent | the task's last runs ([`HistoryRecord`]) |
 //! | `clock` | persistent | written now and then to measure clock skew |
+//! | `control/drained/<node-id>`, `control/paused/<task>` | persistent | the operator's marks ([`MarkRecord`](wire::MarkRecord)) |
+//! | `control/triggers/<task>@manual-<n>` | persistent, sequential | a manual run ([`TriggerRecord`]) |
 //!
 //! Znodes grow as O(tasks + nodes): a task has at most a record, a result, a lease and its live
 //! runs; a node has its member znode. Nodes with the same `jobs.d` share one task set, so 20
@@ -21,7 +24,8 @@
 //!
 //! The protocol (leases, fencing, sessions, trust, clocks) is the node's: see
 //! [`crate::coord::node`]. Files: [`wire`] (records, paths, the task-set codec), [`settings`]
-//! (connect strings, checks), [`call`] (one operation with a deadline), this module (the loop).
+//! (connect strings, checks, credentials), `tls` (TLS files and a handshake of its own),
+//! [`call`] (one operation with a deadline), this module (the loop).
 
 pub mod call;
 pub mod settings;
