@@ -1579,16 +1579,29 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     let dir = tempfile::tempdir().unwrap();
     let spawner = Spawner::start();
     let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
+    // Everything is prepared before the instant is chosen: from the instant on, the spawner
+    // threads may take the runs, and the withdrawal below must come first. Handing a run over
+    // and taking it back only take a lock, far quicker than `ahead`.
+    let mut prepared = Vec::new();
+    for i in 0..40 {
+        prepared.push(prepare(touch(&format!("r{i}"))).await);
+    }
+    let to_withdraw = prepare(touch("withdrawn")).await;
+    let to_spawn_later = prepare(touch("later")).await;
     let ahead = Duration::from_millis(300);
     let due = Utc::now() + ahead;
-    let mut runs = Vec::new();
-    for i in 0..40 {
-        runs.push(spawner.spawn_at(due, prepare(touch(&format!("r{i}"))).await, None));
-    }
-    let mut withdrawn = spawner.spawn_at(due, prepare(touch("withdrawn")).await, None);
-    assert!(withdrawn.withdraw(), "not yet taken: it can be taken back");
+    let mut withdrawn = spawner.spawn_at(due, to_withdraw, None);
+    assert!(
+        withdrawn.withdraw(),
+        "not yet taken: it can be taken back (its instant is {} away)",
+        due - Utc::now()
+    );
     assert!(!withdrawn.withdraw(), "only once");
-    let mut later = spawner.spawn_at(due + ahead, prepare(touch("later")).await, None);
+    let mut runs: Vec<Scheduled> = prepared
+        .into_iter()
+        .map(|run| spawner.spawn_at(due, run, None))
+        .collect();
+    let mut later = spawner.spawn_at(due + ahead, to_spawn_later, None);
     for (i, run) in runs.iter_mut().enumerate() {
         spawned_at_its_instant_and_succeeds(run, due, &format!("run {i}")).await;
         assert!(dir.path().join(format!("r{i}")).exists());
