@@ -647,13 +647,45 @@ fn given_overlap_skip_when_a_run_outlasts_the_period_then_the_next_tick_is_skipp
 #[test]
 fn given_overlap_replace_when_a_run_outlasts_the_period_then_it_is_stopped_for_the_next() {
     let scratch = Scratch::new();
+    let runs = scratch.out("runs");
+    let overlaps = scratch.out("overlaps");
+    // Each run first notes every earlier run whose process is still alive, then records its
+    // fire id and pid, and becomes `sleep 30` under that pid.
+    let script = format!(
+        "for pid in $(cut -d' ' -f2 {runs} 2>/dev/null); do \
+         kill -0 $pid 2>/dev/null && echo \"$ZKCRON_FIRE_ID started while $pid ran\" >> {overlaps}; \
+         done; echo \"$ZKCRON_FIRE_ID $$\" >> {runs}; exec sleep 30",
+        runs = runs.display(),
+        overlaps = overlaps.display()
+    );
     scratch.write_task(
         "replaced",
-        "schedule = \"* * * * * *\"\ncommand = 'sleep 30'\noverlap = \"replace\"\nkill_grace = \"1s\"\n",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = '''{script}'''\noverlap = \"replace\"\n\
+             kill_grace = \"1s\"\n"
+        ),
     );
     let daemon = scratch.start_daemon(&[]);
     daemon.wait_for_log("replacing the running run", LIMIT);
     daemon.wait_for_log("status=stopped", LIMIT);
+    wait_for("the run after the replaced one to start", LIMIT, || {
+        scratch.lines("runs").len() >= 2
+    });
+
+    let started = scratch.lines("runs");
+    let seconds = fired_seconds(&started);
+    assert!(seconds[0] < seconds[1], "{started:?}");
+    // The first run was stopped (it would have slept 30 s), and the stopped run was it.
+    let (first, first_pid) = started[0].split_once(' ').expect("fire id and pid");
+    assert!(!process_alive(first_pid.parse().unwrap()), "{started:?}");
+    let log = daemon.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&format!("fire_id={first}")) && l.contains("status=stopped")),
+        "{log}"
+    );
+    // Each run started only once the run it replaced was gone.
+    assert_eq!(scratch.lines("overlaps"), Vec::<String>::new(), "{log}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The executor against real processes: environment, users, exit reporting, process-group
-//! killing, stop requests, retries and output logging. These tests run as root on CI; the ones
-//! that switch users skip themselves (saying so) elsewhere.
+//! killing, stop requests, retries and output logging. These tests run as root on CI. Elsewhere
+//! the ones that only need a task to name another user re-run themselves as root of a user
+//! namespace, and the ones that switch to another user fail, saying how to run them.
 // These tests drive real processes against the real clock, which the core may not read.
 #![allow(clippy::disallowed_methods)]
 
@@ -137,6 +138,55 @@ fn last_exit(outcome: &RunOutcome) -> Exit {
 
 fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
+}
+
+/// Makes the calling test run as root: a task may name another user (or group) only when
+/// zkcron runs as root, so only then does the executor look the name up. As root (CI) it
+/// returns false and the test goes on. Otherwise it re-runs `test` of this test binary as root
+/// of a user namespace (`unshare --user --map-root-user`) and returns true once that run
+/// passed: the caller returns, the re-run did the work. It panics, saying why, when that is
+/// impossible or the re-run failed.
+async fn rerun_as_namespace_root(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let output = tokio::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .output()
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "{test} needs root: run the tests as root, or install util-linux's `unshare` to \
+                 run it as root of a user namespace ({error})"
+            )
+        });
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test} under `unshare --user --map-root-user` failed ({}); it needs root, or \
+         unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1):\n{stdout}\n\
+         {stderr}",
+        output.status
+    );
+    print!("{stdout}");
+    eprint!("{stderr}");
+    true
+}
+
+/// Fails, saying how to run it, unless the calling test runs as root. It switches to the user
+/// nobody, which needs root; a user namespace an ordinary user creates maps that user's uid
+/// alone, so nobody's uid does not exist there and `unshare` cannot stand in.
+fn require_root(test: &str) {
+    assert!(
+        is_root(),
+        "{test} switches to the user nobody, which needs root (CI runs the suite as root), and \
+         a user namespace cannot stand in (it maps only its creator's uid): run it with \
+         `sudo -E cargo test --test executor`"
+    );
 }
 
 /// Whether `pid` no longer runs: gone, or a zombie nobody reaped (PID 1 in a container may not).
@@ -714,10 +764,7 @@ async fn given_a_spawn_failure_with_retries_when_it_runs_then_it_is_retried() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_root_when_a_task_runs_as_nobody_then_the_child_has_nobodys_identity() {
-    if !is_root() {
-        eprintln!("skipped: switching users needs root");
-        return;
-    }
+    require_root("given_root_when_a_task_runs_as_nobody_then_the_child_has_nobodys_identity");
     let nobody = nix::unistd::User::from_name("nobody")
         .unwrap()
         .expect("user nobody exists");
@@ -747,10 +794,7 @@ async fn given_root_when_a_task_runs_as_nobody_then_the_child_has_nobodys_identi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_root_when_a_task_names_a_group_then_the_child_runs_with_that_group() {
-    if !is_root() {
-        eprintln!("skipped: switching groups needs root");
-        return;
-    }
+    require_root("given_root_when_a_task_names_a_group_then_the_child_runs_with_that_group");
     let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(0))
         .unwrap()
         .expect("gid 0 has a group");
@@ -767,8 +811,12 @@ async fn given_root_when_a_task_names_a_group_then_the_child_runs_with_that_grou
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_an_unknown_user_when_a_task_runs_then_it_fails_to_start_and_names_the_user() {
-    if !is_root() {
-        eprintln!("skipped: as non-root any other user is refused before lookup");
+    // As non-root any other user is refused before the lookup this test is about.
+    if rerun_as_namespace_root(
+        "given_an_unknown_user_when_a_task_runs_then_it_fails_to_start_and_names_the_user",
+    )
+    .await
+    {
         return;
     }
     let mut request = request(argv(&["true"]));
@@ -788,8 +836,12 @@ async fn given_an_unknown_user_when_a_task_runs_then_it_fails_to_start_and_names
 
 #[tokio::test(flavor = "multi_thread")]
 async fn given_an_unknown_group_when_a_task_runs_then_it_fails_to_start_and_names_the_group() {
-    if !is_root() {
-        eprintln!("skipped: as non-root any other group is refused before lookup");
+    // As non-root any other group is refused before the lookup this test is about.
+    if rerun_as_namespace_root(
+        "given_an_unknown_group_when_a_task_runs_then_it_fails_to_start_and_names_the_group",
+    )
+    .await
+    {
         return;
     }
     let mut request = request(argv(&["true"]));
@@ -952,6 +1004,14 @@ async fn given_a_running_job_when_its_run_future_is_dropped_then_the_whole_group
 #[tokio::test(flavor = "multi_thread")]
 async fn given_a_missing_program_user_or_working_dir_when_prepared_then_the_error_is_known_before_any_spawn()
  {
+    // As non-root the unknown user would be refused before it is looked up.
+    if rerun_as_namespace_root(
+        "given_a_missing_program_user_or_working_dir_when_prepared_then_the_error_is_known_before_any_spawn",
+    )
+    .await
+    {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let not_executable = dir.path().join("data.txt");
     std::fs::write(&not_executable, "not a program").unwrap();
@@ -979,14 +1039,12 @@ async fn given_a_missing_program_user_or_working_dir_when_prepared_then_the_erro
         missing_dir,
         "working directory /nonexistent/zkcron-test-dir does not exist",
     ));
-    if is_root() {
-        let mut unknown_user = request(argv(&["true"]));
-        unknown_user.user = Some("zkcron-no-such-user".into());
-        cases.push((
-            unknown_user,
-            "unknown user \"zkcron-no-such-user\"; create it",
-        ));
-    }
+    let mut unknown_user = request(argv(&["true"]));
+    unknown_user.user = Some("zkcron-no-such-user".into());
+    cases.push((
+        unknown_user,
+        "unknown user \"zkcron-no-such-user\"; create it",
+    ));
     let _guard = Captured::default().install();
     for (request, expected) in cases {
         let prepared = prepare(request).await;
@@ -1521,16 +1579,29 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     let dir = tempfile::tempdir().unwrap();
     let spawner = Spawner::start();
     let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
+    // Everything is prepared before the instant is chosen: from the instant on, the spawner
+    // threads may take the runs, and the withdrawal below must come first. Handing a run over
+    // and taking it back only take a lock, far quicker than `ahead`.
+    let mut prepared = Vec::new();
+    for i in 0..40 {
+        prepared.push(prepare(touch(&format!("r{i}"))).await);
+    }
+    let to_withdraw = prepare(touch("withdrawn")).await;
+    let to_spawn_later = prepare(touch("later")).await;
     let ahead = Duration::from_millis(300);
     let due = Utc::now() + ahead;
-    let mut runs = Vec::new();
-    for i in 0..40 {
-        runs.push(spawner.spawn_at(due, prepare(touch(&format!("r{i}"))).await, None));
-    }
-    let mut withdrawn = spawner.spawn_at(due, prepare(touch("withdrawn")).await, None);
-    assert!(withdrawn.withdraw(), "not yet taken: it can be taken back");
+    let mut withdrawn = spawner.spawn_at(due, to_withdraw, None);
+    assert!(
+        withdrawn.withdraw(),
+        "not yet taken: it can be taken back (its instant is {} away)",
+        due - Utc::now()
+    );
     assert!(!withdrawn.withdraw(), "only once");
-    let mut later = spawner.spawn_at(due + ahead, prepare(touch("later")).await, None);
+    let mut runs: Vec<Scheduled> = prepared
+        .into_iter()
+        .map(|run| spawner.spawn_at(due, run, None))
+        .collect();
+    let mut later = spawner.spawn_at(due + ahead, to_spawn_later, None);
     for (i, run) in runs.iter_mut().enumerate() {
         spawned_at_its_instant_and_succeeds(run, due, &format!("run {i}")).await;
         assert!(dir.path().join(format!("r{i}")).exists());

@@ -177,21 +177,36 @@ fn given_a_notify_socket_that_is_gone_when_the_daemon_runs_then_it_warns_once_an
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // the daemon pings on the real clock
 fn given_a_watchdog_when_the_daemon_runs_then_it_pings_at_half_the_interval() {
     let scratch = Scratch::new();
     scratch.write_config("");
     scratch.write_task("hourly", "schedule = \"@hourly\"\ncommand = \"true\"\n");
     let socket = scratch.path().join("notify.sock");
     let mut manager = ServiceManager::bind(&socket);
-    // WATCHDOG_PID is left out: sd_notify then accepts WATCHDOG_USEC for any pid.
-    let mut child = start_notifying_daemon(&scratch, &socket, &[("WATCHDOG_USEC", "400000")]);
-    // Several pings arrive well within a few intervals.
-    for n in 0..3 {
+    // A watchdog of 600 ms. WATCHDOG_PID is left out: sd_notify then accepts WATCHDOG_USEC for
+    // any pid.
+    let mut child = start_notifying_daemon(&scratch, &socket, &[("WATCHDOG_USEC", "600000")]);
+    let mut pings = Vec::new();
+    for n in 0..7 {
         manager.wait_for_next(&format!("WATCHDOG=1 #{n}"), LIMIT, |m| {
             has_line(m, "WATCHDOG=1")
         });
+        pings.push(Instant::now());
     }
-    assert!(child.log().contains("pinging the systemd watchdog"));
+    let log = child.log();
+    assert!(log.contains("pinging the systemd watchdog"), "{log}");
+    assert!(log.contains("interval=300ms"), "{log}");
+    // Pings 300 ms apart, half the watchdog's 600 ms: a daemon pinging at the whole interval,
+    // or twice as often as it should, is outside these bounds. The median is read, so that a
+    // ping that the daemon or this test was late for does not decide.
+    let mut gaps: Vec<Duration> = pings.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort();
+    let median = gaps[gaps.len() / 2];
+    assert!(
+        (Duration::from_millis(225)..=Duration::from_millis(450)).contains(&median),
+        "gaps between pings: {gaps:?}"
+    );
     child.signal(Signal::SIGTERM);
     assert_eq!(child.wait_exit(LIMIT), Some(0), "{}", child.log());
 }

@@ -698,19 +698,37 @@ mod tests {
     #[test]
     #[allow(clippy::disallowed_methods)] // the writer thread syncs on the real clock
     fn results_with_no_claim_after_them_are_synced_within_a_second() {
+        assert_eq!(SYNC_WRITTEN_WITHIN, Duration::from_secs(1));
+        // The writer's timed wait may wake this much late on a loaded machine; a writer that
+        // waited a second period, or for a claim, is later still.
+        let scheduling = Duration::from_millis(500);
         let dir = tempfile::tempdir().unwrap();
-        let (queue, synced, writer) = counting_writer(dir.path(), NO_GATHER, None);
+        let (sync_started, sync_starts) = mpsc::channel();
+        let (release_sync, sync_released) = mpsc::channel();
+        let (queue, synced, writer) =
+            counting_writer(dir.path(), NO_GATHER, Some((sync_started, sync_released)));
         let written = Instant::now();
         result(&queue, "a", at(60))
             .blocking_recv()
             .unwrap()
             .unwrap();
+        let deadline = written + SYNC_WRITTEN_WITHIN + scheduling;
+        sync_starts
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| {
+                panic!("the result was not synced within {SYNC_WRITTEN_WITHIN:?} (+{scheduling:?})")
+            });
+        assert!(
+            written.elapsed() >= SYNC_WRITTEN_WITHIN.mul_f32(0.9),
+            "synced after {:?}: the writer did not wait for more results to sync with",
+            written.elapsed()
+        );
+        release_sync.send(()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while synced.lock().unwrap().is_empty() {
-            assert!(Instant::now() < deadline, "the result was never synced");
+            assert!(Instant::now() < deadline, "the sync never ended");
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(written.elapsed() >= SYNC_WRITTEN_WITHIN.mul_f32(0.9));
         assert_eq!(*synced.lock().unwrap(), vec![1]);
         drop(queue);
         writer.join().unwrap();

@@ -109,13 +109,87 @@ fn a_claim_without_the_lease_is_not_leader_and_sends_nothing_to_zookeeper() {
     );
 }
 
+/// The driver builds its node with `NodeBugs::default()`, as [`config`] does: a claim is then
+/// the fenced multi-op, checking the lease, the epoch this node's take set and the fire
+/// record's version, not the deliberately unfenced one the simulation proves its checker on.
 #[test]
-fn deliberate_protocol_bugs_are_off_by_default() {
+fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
+    use super::io::{Stat, ZkOk, ZkOp};
+    let mut node = Node::new(config(Duration::from_secs(10)), at(0));
+    node.handle(
+        Input::Connected {
+            session_id: 0x10,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(0),
+    );
+    drain(&mut node);
+    // Set up and listed, holding the lease of `t` (its take set the epoch to version 5).
+    let session = node.session.as_mut().unwrap();
+    session.listed = true;
+    session.setup_outstanding = None;
+    session.set_up = true;
+    node.held.insert("t".into(), 5);
+    node.publish();
+    drain(&mut node);
+
+    let tick = DateTime::from_timestamp(1_800_000_060, 0).unwrap();
+    let request = Request::Claim {
+        task: "t".into(),
+        tick,
+        intent: ClaimIntent::Run,
+    };
+    node.handle(Input::Request { req: 7, request }, at(1));
+    let calls = |outputs: Vec<Output>| -> Vec<(u64, ZkOp)> {
+        outputs
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Call { op, zk } => Some((op, zk)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut sent = calls(drain(&mut node));
+    let (op, read) = sent.pop().expect("the fire record is read first");
     assert_eq!(
-        NodeBugs::default(),
-        NodeBugs {
-            unfenced_claim: false
+        read,
+        ZkOp::GetData {
+            path: "/zkcron/test/tasks/t".into()
         }
+    );
+    let stat = Stat {
+        version: 3,
+        ..Stat::default()
+    };
+    node.handle(
+        Input::Reply {
+            op,
+            result: Ok(ZkOk::Data(Vec::new(), stat)),
+        },
+        at(1),
+    );
+    let mut sent = calls(drain(&mut node));
+    let (_, claim) = sent.pop().expect("the claim");
+    let ZkOp::Multi(ops) = claim else {
+        panic!("a claim is one multi-op: {claim:?}")
+    };
+    assert_eq!(
+        ops[..2],
+        [
+            ZkOp::Check {
+                path: "/zkcron/test/leases/t".into(),
+                version: 0
+            },
+            ZkOp::Check {
+                path: "/zkcron/test/tasks/t/epoch".into(),
+                version: 5
+            },
+        ],
+        "{ops:?}"
+    );
+    assert!(
+        matches!(&ops[2], ZkOp::SetData { path, version: Some(3), .. } if path == "/zkcron/test/tasks/t"),
+        "{ops:?}"
     );
 }
 

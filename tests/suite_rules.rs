@@ -1,0 +1,252 @@
+//! Rules the test suite keeps, checked by reading its sources.
+//!
+//! - **No silent skips.** A test that needs root does not return early when the tests do not
+//!   run as root, nor print that it "skipped": a developer's `cargo test` would then pass
+//!   without it. It re-runs itself as root of a user namespace and requires that run to pass
+//!   (`tests/executor.rs`, `tests/common/tmpfs.rs`), or fails saying how to run it. Checked in
+//!   every file under `tests/`, and for the early return in the unit tests under `src/` too.
+//!
+//! This file is not scanned: its examples are offences on purpose. Each rule is shown able to
+//! fail on them.
+
+use std::path::{Path, PathBuf};
+
+/// The `.rs` files under `dir`, recursively, in a stable order.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Which rules a file is checked against.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// A file of `tests/`: every rule.
+    TestFile,
+    /// A file of `src/`: only the rules about test functions (its own output may say "skip").
+    SourceFile,
+}
+
+/// The silent skips in `source`: (line number, what is wrong).
+fn silent_skips(source: &str, scope: Scope) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    if scope == Scope::TestFile {
+        for at in print_of_a_skip(source) {
+            found.push((line_of(source, at), "prints that it skipped"));
+        }
+    }
+    for at in early_returns_on_is_root(source) {
+        found.push((line_of(source, at), "a test returns early on is_root()"));
+    }
+    found.sort();
+    found
+}
+
+fn line_of(source: &str, at: usize) -> usize {
+    source[..at].matches('\n').count() + 1
+}
+
+/// Where a `print!`, `println!`, `eprint!` or `eprintln!` whose message starts with "skip"
+/// (in any case) begins.
+fn print_of_a_skip(source: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for macro_call in ["print!(", "println!("] {
+        for (at, _) in source.match_indices(macro_call) {
+            let message = source[at + macro_call.len()..].trim_start();
+            if message
+                .strip_prefix('"')
+                .is_some_and(|text| text.to_lowercase().starts_with("skip"))
+            {
+                found.push(at);
+            }
+        }
+    }
+    found
+}
+
+/// Where an `if` on `is_root()` inside a test function has a `return` in one of its branches.
+fn early_returns_on_is_root(source: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (at, _) in source.match_indices("is_root()") {
+        let statement_start = source[..at]
+            .rfind([';', '{', '}'])
+            .map_or(0, |start| start + 1);
+        let condition = &source[statement_start..at];
+        if !condition
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|word| word == "if")
+        {
+            continue;
+        }
+        if branches(source, at).iter().any(|branch| returns(branch)) && in_a_test(source, at) {
+            found.push(at);
+        }
+    }
+    found
+}
+
+/// The block of the `if` whose condition holds `at`, and its `else` block if it has one.
+fn branches(source: &str, at: usize) -> Vec<&str> {
+    let mut branches = Vec::new();
+    let Some(open) = source[at..].find('{').map(|i| at + i) else {
+        return branches;
+    };
+    let Some(close) = matching_brace(source, open) else {
+        return branches;
+    };
+    branches.push(&source[open..=close]);
+    let after = source[close + 1..].trim_start();
+    if let Some(rest) = after.strip_prefix("else")
+        && rest.trim_start().starts_with('{')
+    {
+        let open = source.len() - rest.trim_start().len();
+        if let Some(close) = matching_brace(source, open) {
+            branches.push(&source[open..=close]);
+        }
+    }
+    branches
+}
+
+/// The `}` that closes the `{` at `open`.
+fn matching_brace(source: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in source[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn returns(block: &str) -> bool {
+    block
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .any(|word| word == "return")
+}
+
+/// Whether the function around `at` (the last `fn` before it) is a test: `#[test]` or
+/// `#[tokio::test...]` among the attributes above its line.
+fn in_a_test(source: &str, at: usize) -> bool {
+    let Some(fn_at) = source[..at].rfind("fn ") else {
+        return false;
+    };
+    let fn_line_start = source[..fn_at].rfind('\n').map_or(0, |i| i + 1);
+    source[..fn_line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .take_while(|line| line.starts_with("#[") || line.starts_with("//"))
+        .any(|line| line.starts_with("#[test]") || line.starts_with("#[tokio::test"))
+}
+
+#[test]
+fn no_test_skips_itself_silently_when_not_root() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let this_file = root.join(file!());
+    let mut offences = Vec::new();
+    for (dir, scope) in [("tests", Scope::TestFile), ("src", Scope::SourceFile)] {
+        for path in rust_files(&root.join(dir)) {
+            if path == this_file {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            for (line, what) in silent_skips(&source, scope) {
+                let shown = path.strip_prefix(root).unwrap().display();
+                offences.push(format!("{shown}:{line}: {what}"));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "tests that pass without running when not root; re-run them as root of a user namespace \
+         (as tests/executor.rs does) or fail saying how to run them:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_silent_skip_rule_finds_a_skip_that_returns_and_says_so() {
+    let source = r#"
+#[tokio::test(flavor = "multi_thread")]
+async fn switches_users() {
+    if !is_root() {
+        eprintln!("skipped: switching users needs root");
+        return;
+    }
+    run().await;
+}
+
+/// Says nothing.
+#[test]
+#[allow(unused)]
+fn switches_groups() {
+    if nix::unistd::geteuid().is_root() {
+        check();
+    } else {
+        return;
+    }
+}
+
+fn helper() {
+    println!("Skipping the rest");
+}
+"#;
+    assert_eq!(
+        silent_skips(source, Scope::TestFile),
+        [
+            (4, "a test returns early on is_root()"),
+            (5, "prints that it skipped"),
+            (15, "a test returns early on is_root()"),
+            (23, "prints that it skipped"),
+        ]
+    );
+    assert_eq!(
+        silent_skips(source, Scope::SourceFile),
+        [
+            (4, "a test returns early on is_root()"),
+            (15, "a test returns early on is_root()"),
+        ]
+    );
+}
+
+#[test]
+fn the_silent_skip_rule_lets_a_rerun_a_loud_failure_and_a_choice_of_user_pass() {
+    let source = r#"
+/// Returns false as root: the test goes on.
+fn rerun_as_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    true
+}
+
+#[test]
+fn needs_root() {
+    if rerun_as_root("needs_root") {
+        return;
+    }
+    assert!(is_root(), "run it with sudo");
+    let who = if is_root() { "nobody" } else { "me" };
+    println!("ran as {who}");
+}
+"#;
+    assert_eq!(silent_skips(source, Scope::TestFile), []);
+}
