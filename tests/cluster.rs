@@ -578,14 +578,15 @@ impl Cluster {
     /// own (`<dir>/<id>/`), and the shared jobs dir. Does not wait.
     fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
         let node = zk::ClusterNode {
-            home: &self.dir().path().join(id),
-            jobs: &self.dir().path().join("jobs.d"),
-            connect,
-            cluster: CLUSTER,
-            id,
-            release: version,
+            cluster: CLUSTER.into(),
+            release: Some(version.into()),
             session_timeout: self.session_timeout,
-            config: "",
+            ..zk::ClusterNode::new(
+                &self.dir().path().join(id),
+                &self.dir().path().join("jobs.d"),
+                connect,
+                id,
+            )
         }
         .spawn();
         self.nodes.insert(id.to_string(), node);

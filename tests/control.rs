@@ -102,14 +102,10 @@ impl World {
     /// its zkcron.toml; waits until it registered.
     fn start(&mut self, id: &str, version: &str, jobs: &str, config: &str) {
         let node = zk::ClusterNode {
-            home: &self.path().join(id),
-            jobs: &self.jobs(jobs),
-            connect: &self.connect,
-            cluster: CLUSTER,
-            id,
-            release: version,
-            session_timeout: Duration::from_secs(3),
-            config,
+            cluster: CLUSTER.into(),
+            release: Some(version.into()),
+            config: config.into(),
+            ..zk::ClusterNode::new(&self.path().join(id), &self.jobs(jobs), &self.connect, id)
         }
         .spawn();
         self.nodes.insert(id.to_string(), node);

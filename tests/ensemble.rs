@@ -526,14 +526,15 @@ impl Setup {
 
     fn spawn_node(&mut self, id: &str, release: &str, connect: &str, session: Duration) {
         let node = zk::ClusterNode {
-            home: &self.dir().join(id),
-            jobs: &self.dir().join("jobs.d"),
-            connect,
-            cluster: CLUSTER,
-            id,
-            release,
+            cluster: CLUSTER.into(),
+            release: Some(release.into()),
             session_timeout: session,
-            config: "",
+            ..zk::ClusterNode::new(
+                &self.dir().join(id),
+                &self.dir().join("jobs.d"),
+                connect,
+                id,
+            )
         }
         .spawn();
         self.nodes.insert(id.to_string(), node);

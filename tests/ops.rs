@@ -92,14 +92,15 @@ impl OpsCluster {
     /// Starts node `id` of `release` with `config` (TOML) and waits until it registered.
     fn start_node(&mut self, id: &str, release: &str, config: &str) {
         let node = zk::ClusterNode {
-            home: &self.path().join(id),
-            jobs: &self.path().join("jobs.d"),
-            connect: &self.connect,
-            cluster: CLUSTER,
-            id,
-            release,
-            session_timeout: Duration::from_secs(3),
-            config,
+            cluster: CLUSTER.into(),
+            release: Some(release.into()),
+            config: config.into(),
+            ..zk::ClusterNode::new(
+                &self.path().join(id),
+                &self.path().join("jobs.d"),
+                &self.connect,
+                id,
+            )
         }
         .spawn();
         node.wait_for_log("registered in ZooKeeper", LIMIT);

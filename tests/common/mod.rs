@@ -2,6 +2,7 @@
 //! `zkcron` binary, and waiting for conditions with a deadline (never sleep-and-hope).
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod fires;
 pub mod tmpfs;
 pub mod zk;
