@@ -181,9 +181,39 @@ impl DaemonProcess {
     }
 
     pub fn wait_for_log(&self, needle: &str, limit: Duration) {
-        wait_for(&format!("log line containing {needle:?}"), limit, || {
-            self.log().contains(needle)
-        });
+        self.wait_for_log_line(
+            &format!("a log line containing {needle:?}"),
+            &[needle],
+            limit,
+        );
+    }
+
+    /// Waits for `what`: one line of the log that contains each of `needles`; fails saying
+    /// what it waited for, with the log's last lines.
+    pub fn wait_for_log_line(&self, what: &str, needles: &[&str], limit: Duration) {
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(
+                &format!("{what} (a log line containing each of {needles:?})"),
+                limit,
+                || {
+                    self.log()
+                        .lines()
+                        .any(|line| needles.iter().all(|n| line.contains(n)))
+                },
+            )
+        }));
+        if let Err(timed_out) = found {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "{}\n--- the last lines of {}:\n{}",
+                timed_out
+                    .downcast_ref::<String>()
+                    .map_or("timed out", String::as_str),
+                self.log_path.display(),
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
     }
 
     /// Waits until `needle` appears `count` times in the log.
