@@ -134,4 +134,12 @@ impl Cluster {
         self.nodes.insert(node.id.clone(), process);
         &self.nodes[&node.id]
     }
+
+    /// For failure messages: every node's log.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|(id, node)| format!("--- {id} log:\n{}", node.log()))
+            .collect()
+    }
 }
