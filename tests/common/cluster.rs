@@ -6,17 +6,18 @@
 //! (and its path printed) when the test fails, for the nodes' logs.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::DaemonProcess;
 use super::fires::Fires;
 use super::zk::{ClusterNode, TestServer};
 
-/// How long a node may take to register.
-const REGISTER_LIMIT: Duration = Duration::from_secs(30);
+/// The deadline of the cluster's own waits: a node registering, stopping or logging a line.
+pub const LIMIT: Duration = Duration::from_secs(30);
 
 /// Fields drop in order: the nodes are killed before the server and before their files go.
 pub struct Cluster {
@@ -130,7 +131,7 @@ impl Cluster {
     /// Spawns `node`, waits until it registered in ZooKeeper and keeps it as `nodes[id]`.
     pub fn start(&mut self, node: ClusterNode) -> &DaemonProcess {
         let process = node.spawn();
-        process.wait_for_log("registered in ZooKeeper", REGISTER_LIMIT);
+        process.wait_for_log("registered in ZooKeeper", LIMIT);
         self.nodes.insert(node.id.clone(), process);
         &self.nodes[&node.id]
     }
@@ -142,4 +143,104 @@ impl Cluster {
             .map(|(id, node)| format!("--- {id} log:\n{}", node.log()))
             .collect()
     }
+
+    /// Stops node `id` with SIGTERM, waits for it to exit and checks that it exited with 0.
+    pub fn stop(&mut self, id: &str) {
+        let mut node = self.nodes.remove(id).unwrap();
+        node.signal(nix::sys::signal::Signal::SIGTERM);
+        assert_eq!(node.wait_exit(LIMIT), Some(0), "{}", node.log());
+    }
+
+    /// The number of tasks node `id` said it leads in its last `leases changed` log line.
+    pub fn leading(&self, id: &str) -> Option<usize> {
+        leading_in_log(&self.nodes[id].log())
+    }
+
+    /// Polls `condition` every 20 ms until it holds; after `limit` panics with `what` and the
+    /// cluster's [`Cluster::diagnostics`].
+    #[allow(clippy::disallowed_methods)] // real processes, real deadline
+    pub fn wait(&self, what: &str, limit: Duration, mut condition: impl FnMut(&Cluster) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !condition(self) {
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for: {what}\n{}",
+                    self.diagnostics()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until node `id`'s log has `needle` at least `count` times (for [`LIMIT`]); fails
+    /// at once when the node exits first.
+    pub fn wait_log(&self, id: &str, needle: &str, count: usize) {
+        self.wait(
+            &format!("{id} to log {needle:?} {count} time(s)"),
+            LIMIT,
+            |cluster| {
+                let node = &cluster.nodes[id];
+                let done = node.log().matches(needle).count() >= count;
+                if !done && !super::process_alive(node.child.id() as i32) {
+                    panic!(
+                        "{id} exited while we waited for it to log {needle:?}\n{}",
+                        cluster.diagnostics()
+                    );
+                }
+                done
+            },
+        );
+    }
+
+    /// For failure messages: the last minute of `fires.log` as a table, the last lines of each
+    /// node's log, and the server's state.
+    pub fn diagnostics(&self) -> String {
+        let fires = self.fires();
+        let mut out = String::new();
+        let mut tasks: Vec<String> = fires.0.iter().map(|f| f.task.clone()).collect();
+        tasks.sort();
+        tasks.dedup();
+        match (
+            fires.0.iter().map(|f| f.second).min(),
+            fires.0.iter().map(|f| f.second).max(),
+        ) {
+            (Some(first), Some(last)) => {
+                out.push_str(&fires.table(&tasks, first.max(last - 59), last))
+            }
+            _ => out.push_str("no fires\n"),
+        }
+        for (id, node) in &self.nodes {
+            let log = node.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let _ = writeln!(
+                out,
+                "--- {id} (leading={:?}), last lines of {}:\n{}",
+                leading_in_log(&log),
+                node.log_path.display(),
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            );
+        }
+        let zk_log = self.zk.log_tail(200);
+        let zk_lines: Vec<&str> = zk_log.lines().filter(|l| !l.starts_with('\t')).collect();
+        let _ = writeln!(
+            out,
+            "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}",
+            self.zk.describe_state(),
+            self.zk.dir().display(),
+            zk_lines[zk_lines.len().saturating_sub(12)..].join("\n")
+        );
+        out
+    }
+}
+
+/// The number of tasks a node said it leads in the last `leases changed` line of its log.
+pub fn leading_in_log(log: &str) -> Option<usize> {
+    let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
+    let value = line.split("leading").nth(1)?;
+    let digits: String = value
+        .trim_start_matches(['=', ':', '"', ' '])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
