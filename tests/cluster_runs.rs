@@ -24,7 +24,7 @@ fn start(cluster: &Cluster, id: &str) -> DaemonProcess {
 fn start_with_grace(cluster: &Cluster, id: &str, shutdown_grace: &str) -> DaemonProcess {
     ClusterNode {
         config: format!("[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"),
-        ..cluster.node(id)
+        ..cluster.new_node(id)
     }
     .spawn()
 }
@@ -33,7 +33,7 @@ fn start_with_grace(cluster: &Cluster, id: &str, shutdown_grace: &str) -> Daemon
 fn start_debug(cluster: &Cluster, id: &str) -> DaemonProcess {
     ClusterNode {
         log_filter: "info,zkcron::daemon=debug".into(),
-        ..cluster.node(id)
+        ..cluster.new_node(id)
     }
     .spawn()
 }
@@ -372,7 +372,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     let config = "[coordination.zookeeper]\nmax_clock_skew = \"2s\"\n";
     let skewed = ClusterNode {
         config: config.into(),
-        ..cluster.node("node-skewed")
+        ..cluster.new_node("node-skewed")
     }
     .spawn_with(zkcron_with_clock_ahead());
     wait_for("the skewed node to refuse leadership", LIMIT, || {
@@ -380,7 +380,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     });
     let good = ClusterNode {
         config: config.into(),
-        ..cluster.node("node-good")
+        ..cluster.new_node("node-good")
     }
     .spawn();
     let led_all = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -425,7 +425,7 @@ fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
     // Nothing listens on port 1: the node runs, paused, which is all this test needs.
     let node = ClusterNode {
         connect: "127.0.0.1:1".into(),
-        ..cluster.node("node-skewed")
+        ..cluster.new_node("node-skewed")
     }
     .spawn_with(zkcron_with_clock_ahead());
     let mut daemon = None;

@@ -73,7 +73,7 @@ impl Controls for Cluster {
             release: Some(version.into()),
             jobs: self.jobs_dir(jobs),
             config: config.into(),
-            ..self.node(id)
+            ..self.new_node(id)
         });
     }
 

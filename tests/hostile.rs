@@ -139,7 +139,7 @@ async fn delete_all(client: &zookeeper_client::Client, path: &str) {
 fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_named_and_the_task_keeps_firing()
  {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     // A ghost: a persistent member znode that defines the task, of a release above every
     // node's. Ranked, it would be designated and never take the lease.
@@ -176,7 +176,7 @@ fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_nam
 fn given_a_lease_whose_data_was_changed_under_its_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
  {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     with_client(&world, async |client| {
         client
@@ -198,7 +198,7 @@ fn given_a_lease_whose_data_was_changed_under_its_holder_then_it_takes_the_lease
 fn given_an_epoch_changed_under_the_lease_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
  {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     with_client(&world, async |client| {
         client
@@ -228,7 +228,7 @@ fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_t
         )
         .await;
     });
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     node.wait_for_log_line(
         "the node to delete the foreign lease, naming it",
         &[
@@ -250,7 +250,7 @@ fn given_a_persistent_run_record_with_overlap_skip_then_it_is_ignored_named_and_
     with_client(&world, async |client| {
         create_all(client, &run, br#"{"format":1,"node":"gone","session":"0","tick":"2026-01-01T00:00:00Z","started_at":"2026-01-01T00:00:00Z"}"#).await;
     });
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     node.wait_for_log_line(
         "the node to name the foreign run record",
         &[
@@ -267,7 +267,7 @@ fn given_a_persistent_run_record_with_overlap_skip_then_it_is_ignored_named_and_
 #[test]
 fn given_the_tasks_subtree_deleted_then_it_is_recreated_and_the_task_keeps_firing() {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     with_client(&world, async |client| {
         delete_all(client, &format!("{BASE}/tasks")).await
@@ -285,7 +285,7 @@ fn given_the_tasks_subtree_deleted_then_it_is_recreated_and_the_task_keeps_firin
 #[test]
 fn given_the_members_subtree_deleted_then_the_node_registers_again_and_the_task_keeps_firing() {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     with_client(&world, async |client| {
         delete_all(client, &format!("{BASE}/leases")).await;
@@ -311,7 +311,7 @@ fn given_the_members_subtree_deleted_then_the_node_registers_again_and_the_task_
 fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_and_how_to_clear_it()
 {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     // A node whose clock ran a day ahead claimed a tick of tomorrow.
     let tomorrow = chrono::DateTime::from_timestamp(now() + 86_400, 0).unwrap();
@@ -353,7 +353,7 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
             .unwrap();
     });
     drop(node);
-    let node = world.node("node-b").spawn();
+    let node = world.new_node("node-b").spawn();
     wait_firing_from(&world, now() + 1, 3, &node);
 }
 
@@ -376,14 +376,14 @@ fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_l
  {
     let world = world("allow");
     let skewed = world
-        .node("node-skewed")
+        .new_node("node-skewed")
         .spawn_with(zkcron_with_clock_ahead());
     skewed.wait_for_log_line("the skewed node to refuse leadership with the default bound",
         &[
             "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew",
             "max_clock_skew=2s",
         ], LIMIT);
-    let good = world.node("node-good").spawn();
+    let good = world.new_node("node-good").spawn();
     wait_firing_from(&world, now(), 3, &good);
     let skewed_fires = fs::read_to_string(world.fires_path())
         .unwrap_or_default()
@@ -396,7 +396,7 @@ fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_l
 #[test]
 fn given_persistent_run_records_named_like_coming_ticks_then_those_ticks_still_fire() {
     let world = world("allow");
-    let node = world.node("node-a").spawn();
+    let node = world.new_node("node-a").spawn();
     wait_first_fire(&world, &node);
     // A stranger creates the run znodes of the next ticks: each claim's create of its run
     // znode fails on them.

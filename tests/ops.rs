@@ -57,7 +57,7 @@ impl Ops for Cluster {
         self.start(ClusterNode {
             release: Some(release.into()),
             config: config.into(),
-            ..self.node(id)
+            ..self.new_node(id)
         });
     }
 

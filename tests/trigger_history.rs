@@ -22,7 +22,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 fn start(cluster: &Cluster, id: &str, history_runs: usize) -> DaemonProcess {
     ClusterNode {
         config: format!("[scheduler]\nshutdown_grace = \"1s\"\nhistory_runs = {history_runs}\n"),
-        ..cluster.node(id)
+        ..cluster.new_node(id)
     }
     .spawn()
 }

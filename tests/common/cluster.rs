@@ -28,6 +28,8 @@ pub struct Cluster {
     pub connect: String,
     /// The cluster's name (`--cluster`).
     pub name: String,
+    /// The session timeout of nodes made from now on ([`Cluster::new_node`]); 3 s.
+    pub session_timeout: Duration,
     /// Holds `jobs.d/` and one dir per node; kept when a test fails.
     dir: Option<tempfile::TempDir>,
 }
@@ -62,6 +64,7 @@ impl Cluster {
             zk,
             connect,
             name: name.to_string(),
+            session_timeout: Duration::from_secs(3),
             dir: Some(dir),
         };
         cluster.jobs_dir("jobs.d");
@@ -121,9 +124,10 @@ impl Cluster {
     /// Node `id` of this cluster, with its home `<dir>/<id>` and the shared jobs dir; change
     /// what else it needs with struct update syntax, then [`ClusterNode::spawn`] it or give it
     /// to [`Cluster::start`].
-    pub fn node(&self, id: &str) -> ClusterNode {
+    pub fn new_node(&self, id: &str) -> ClusterNode {
         ClusterNode {
             cluster: self.name.clone(),
+            session_timeout: self.session_timeout,
             ..ClusterNode::new(&self.path().join(id), &self.jobs(), &self.connect, id)
         }
     }
@@ -190,6 +194,21 @@ impl Cluster {
                 done
             },
         );
+    }
+
+    /// The children of `<base>/<dir>` (`leases`, `members`) with the session that owns each
+    /// (0 for a persistent znode).
+    pub fn znode_owners(&self, dir: &str) -> BTreeMap<String, i64> {
+        let dir = format!("{}/{dir}", self.base());
+        self.zk.with_client(async |client| {
+            let mut owners = BTreeMap::new();
+            for child in client.list_children(&dir).await.unwrap_or_default() {
+                if let Ok(Some(stat)) = client.check_stat(&format!("{dir}/{child}")).await {
+                    owners.insert(child, stat.ephemeral_owner);
+                }
+            }
+            owners
+        })
     }
 
     /// For failure messages: the last minute of `fires.log` as a table, the last lines of each
