@@ -101,10 +101,14 @@ impl Cluster {
         Fires::read(&self.fires_path())
     }
 
+    /// The cluster's chroot, e.g. `/zkcron-test-3`.
+    pub fn chroot(&self) -> &str {
+        &self.connect[self.connect.find('/').unwrap()..]
+    }
+
     /// The cluster's root znode from the server's root: `<chroot>/zkcron/<name>`.
     pub fn base(&self) -> String {
-        let chroot = &self.connect[self.connect.find('/').unwrap()..];
-        format!("{chroot}/zkcron/{}", self.name)
+        format!("{}/zkcron/{}", self.chroot(), self.name)
     }
 
     /// Writes task `name` into the shared jobs dir, mode 0644 (group- or world-writable task
@@ -239,15 +243,7 @@ impl Cluster {
                 lines[lines.len().saturating_sub(30)..].join("\n")
             );
         }
-        let zk_log = self.zk.log_tail(200);
-        let zk_lines: Vec<&str> = zk_log.lines().filter(|l| !l.starts_with('\t')).collect();
-        let _ = writeln!(
-            out,
-            "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}",
-            self.zk.describe_state(),
-            self.zk.dir().display(),
-            zk_lines[zk_lines.len().saturating_sub(12)..].join("\n")
-        );
+        out.push_str(&self.zk.describe(12));
         out
     }
 }

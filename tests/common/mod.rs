@@ -225,6 +225,20 @@ impl DaemonProcess {
         );
     }
 
+    /// The address of the daemon's HTTP endpoint, from its log: a daemon given `[http] listen
+    /// = "127.0.0.1:0"` says which port it got (no race for a port).
+    pub fn served_address(&self) -> String {
+        const SERVING: &str = "serving /metrics, /healthz and /status on http://";
+        self.wait_for_log(SERVING, Duration::from_secs(20));
+        let log = self.log();
+        let after = log.split(SERVING).nth(1).unwrap();
+        after
+            .split(|c: char| c.is_whitespace() || c == '"')
+            .next()
+            .unwrap()
+            .to_string()
+    }
+
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
     }
@@ -347,4 +361,30 @@ pub fn make_odd_entries(dir: &Path) -> std::os::unix::net::UnixListener {
     std::os::unix::fs::symlink("gone", dir.join("dangling.toml")).unwrap();
     std::os::unix::fs::symlink("loop.toml", dir.join("loop.toml")).unwrap();
     std::os::unix::net::UnixListener::bind(dir.join("socket.toml")).unwrap()
+}
+
+/// `GET path` from the HTTP endpoint at `address`: the status code and the body.
+pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(address).expect("the endpoint accepts connections");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status code in {head:?}"));
+    (code, body.to_string())
 }

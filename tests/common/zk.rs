@@ -87,11 +87,14 @@ extern "C" fn stop_shared() {
     let _ = fs::remove_dir_all(server.dir());
 }
 
-/// A test's server: the binary's [`shared`] one, or one of its own that the test may stop and
-/// start again. Dereferences to the [`ZkServer`].
+/// A test's ZooKeeper: the binary's [`shared`] server, a server of the test's own that it may
+/// stop and start again, or an ensemble of its own. Dereferences to the [`ZkServer`] (not for
+/// an ensemble: see [`TestServer::ensemble`]); chroots, clients and failure descriptions work
+/// for all three.
 pub enum TestServer {
     Shared(&'static ZkServer),
     Own(ZkServer),
+    Ensemble(ZkEnsemble),
 }
 
 impl TestServer {
@@ -105,14 +108,70 @@ impl TestServer {
         TestServer::Own(ZkServer::start())
     }
 
+    /// A three-server ensemble of the test's own.
+    pub fn start_ensemble() -> TestServer {
+        TestServer::Ensemble(ZkEnsemble::start())
+    }
+
     /// The server, to stop or restart: only a server of the test's own.
     pub fn own_mut(&mut self) -> &mut ZkServer {
         match self {
             TestServer::Own(server) => server,
-            TestServer::Shared(_) => panic!(
-                "this test shares the binary's ZooKeeper, which no test may stop: start it on a \
-                 server of its own (TestServer::own)"
-            ),
+            _ => {
+                panic!("only a test's own server may be stopped: start the test on TestServer::own")
+            }
+        }
+    }
+
+    /// The ensemble of a test started on [`TestServer::start_ensemble`].
+    pub fn ensemble(&self) -> &ZkEnsemble {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble,
+            _ => panic!("this test runs on one server, not an ensemble"),
+        }
+    }
+
+    pub fn ensemble_mut(&mut self) -> &mut ZkEnsemble {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble,
+            _ => panic!("this test runs on one server, not an ensemble"),
+        }
+    }
+
+    /// A connect string with a chroot of its own (every server of an ensemble).
+    pub fn chroot_connect(&self) -> String {
+        match self {
+            TestServer::Ensemble(ensemble) => {
+                format!("{}{}", ensemble.connect_string(), ensemble.new_chroot())
+            }
+            _ => self.deref().chroot_connect(),
+        }
+    }
+
+    /// Runs `work` with a fresh client session connected to the root (no chroot).
+    pub fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble.with_client(work),
+            _ => self.deref().with_client(work),
+        }
+    }
+
+    /// For failure messages: the state of each server and the last `lines` lines of its log
+    /// (no stack frames).
+    pub fn describe(&self, lines: usize) -> String {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble.describe(lines),
+            _ => {
+                let server = self.deref();
+                let log = server.log_tail(20 * lines);
+                let log: Vec<&str> = log.lines().filter(|l| !l.starts_with('\t')).collect();
+                format!(
+                    "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}\n",
+                    server.describe_state(),
+                    server.dir().display(),
+                    log[log.len().saturating_sub(lines)..].join("\n")
+                )
+            }
         }
     }
 }
@@ -124,6 +183,9 @@ impl Deref for TestServer {
         match self {
             TestServer::Shared(server) => server,
             TestServer::Own(server) => server,
+            TestServer::Ensemble(_) => panic!(
+                "an ensemble is three servers, not one: use TestServer::ensemble for its servers"
+            ),
         }
     }
 }
