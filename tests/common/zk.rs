@@ -859,7 +859,7 @@ pub fn spawn_tied_to_process(mut command: Command) -> std::io::Result<Child> {
 /// - `config`: TOML added to the node config (labels go in its `[node]` section); the session
 ///   timeout is `session_timeout` and the HTTP endpoint is off (every node would try the
 ///   default port otherwise).
-/// - `log_filter`: the `ZKCRON_LOG` filter.
+/// - `log_filter`: the `ZKCRON_LOG` filter; `log`: the log's file name in `home`.
 /// - The binary: `ZKCRON_TEST_BIN` runs the nodes from another build; [`ClusterNode::spawn_with`]
 ///   runs a wrapper such as `faketime`.
 ///
@@ -875,6 +875,8 @@ pub struct ClusterNode {
     pub session_timeout: Duration,
     pub config: String,
     pub log_filter: String,
+    /// The log's file name in `home` (appended to): `log.txt`.
+    pub log: String,
 }
 
 impl ClusterNode {
@@ -891,6 +893,7 @@ impl ClusterNode {
             session_timeout: Duration::from_secs(3),
             config: String::new(),
             log_filter: "info".to_string(),
+            log: "log.txt".to_string(),
         }
     }
 
@@ -939,7 +942,7 @@ impl ClusterNode {
         let config = self.home.join("zkcron.toml");
         fs::write(&config, self.config_text()).unwrap();
         fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log_path = self.home.join("log.txt");
+        let log_path = self.home.join(&self.log);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
