@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::cluster::Cluster;
+use common::fires::words;
 use common::zk::{ClusterNode, ZkServer};
 use common::{DaemonProcess, process_alive, wait_for};
 use nix::sys::signal::{Signal, kill};
@@ -38,19 +39,10 @@ fn start_debug(cluster: &Cluster, id: &str) -> DaemonProcess {
     .spawn()
 }
 
-/// The lines of `file`, split into words.
-fn lines(file: &Path) -> Vec<Vec<String>> {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect()
-}
-
 /// Kills the process groups of the jobs that recorded their pid in `file` (they outlive a
 /// daemon killed with SIGKILL).
 fn kill_jobs(file: &Path) {
-    for line in lines(file) {
+    for line in words(file) {
         if let Some(pid) = line.get(2).and_then(|p| p.parse::<i32>().ok()) {
             let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
         }
@@ -89,12 +81,12 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         );
     }
     wait_for("both tasks to start a run", LIMIT, || {
-        let tasks: Vec<String> = lines(&starts).iter().map(|l| l[0].clone()).collect();
+        let tasks: Vec<String> = words(&starts).iter().map(|l| l[0].clone()).collect();
         tasks.iter().any(|t| t.starts_with("rerun@"))
             && tasks.iter().any(|t| t.starts_with("once@"))
     });
     // Kill the node running the rerun task's job; its job keeps running as an orphan.
-    let first = lines(&starts);
+    let first = words(&starts);
     let rerun_line = first
         .iter()
         .find(|l| l[0].starts_with("rerun@"))
@@ -114,7 +106,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         .clone();
 
     wait_for("the survivor to rerun the orphaned tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| l[0] == rerun_line[0] && l[1] != victim_id)
     });
@@ -130,12 +122,12 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
     wait_for("the survivor to lead both tasks", LIMIT, || {
         survivor.log().contains("leading=2")
     });
-    let runs_of_once_tick = lines(&starts)
+    let runs_of_once_tick = words(&starts)
         .iter()
         .filter(|l| l[0] == once_line[0])
         .count();
-    assert_eq!(runs_of_once_tick, 1, "{:?}", lines(&starts));
-    let runs_of_rerun_tick = lines(&starts)
+    assert_eq!(runs_of_once_tick, 1, "{:?}", words(&starts));
+    let runs_of_rerun_tick = words(&starts)
         .iter()
         .filter(|l| l[0] == rerun_line[0])
         .count();
@@ -143,7 +135,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         runs_of_rerun_tick,
         2,
         "run once, rerun once: {:?}",
-        lines(&starts)
+        words(&starts)
     );
     drop(survivor);
     drop(victim);
@@ -165,9 +157,9 @@ fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_
     );
     cluster.write_task("sturdy", &format!("schedule = \"* * * * * *\"\n{command}"));
     let node = start(&cluster, "node-a");
-    wait_for("both jobs to run", LIMIT, || lines(&starts).len() >= 2);
+    wait_for("both jobs to run", LIMIT, || words(&starts).len() >= 2);
     let pid_of = |task: &str| -> i32 {
-        lines(&starts)
+        words(&starts)
             .iter()
             .find(|l| l[0].starts_with(&format!("{task}@")))
             .unwrap()[2]
@@ -300,8 +292,8 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
     );
     let a = start_with_grace(&cluster, "node-a", "20s");
     let b = start_with_grace(&cluster, "node-b", "20s");
-    wait_for("a first run to start", LIMIT, || !lines(&runs).is_empty());
-    let first = lines(&runs)[0].clone();
+    wait_for("a first run to start", LIMIT, || !words(&runs).is_empty());
+    let first = words(&runs)[0].clone();
     let (leader, other) = if first[2] == "node-a" { (a, b) } else { (b, a) };
     // Stop the leader mid-run: it hands the lease over at once and waits for its job.
     leader.signal(Signal::SIGTERM);
@@ -311,11 +303,11 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
         || other.log().contains("running_elsewhere=1"),
     );
     wait_for("the other node to start a run", LIMIT, || {
-        lines(&runs)
+        words(&runs)
             .iter()
             .any(|l| l[0] == "start" && l[2] != first[2])
     });
-    let all = lines(&runs);
+    let all = words(&runs);
     let ended = all
         .iter()
         .position(|l| l[0] == "end" && l[1] == first[1])
@@ -396,7 +388,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     );
     // Three more ticks of every task, all fired by the good node.
     let from_good = |task: &str| {
-        lines(&fires)
+        words(&fires)
             .iter()
             .filter(|l| l[0].starts_with(&format!("{task}@")) && l[1] == "node-good")
             .count()
@@ -404,7 +396,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     wait_for("three fires of each task", LIMIT, || {
         ["t1", "t2", "t3", "t4"].iter().all(|t| from_good(t) >= 3)
     });
-    let all = lines(&fires);
+    let all = words(&fires);
     assert!(
         all.iter().all(|l| l[1] == "node-good"),
         "the skewed node fired: {all:?}"
@@ -549,12 +541,12 @@ fn kill_once(cluster: &Cluster, policy: &str) -> Result<(String, String, DaemonP
         ));
     }
     assert!(
-        !lines(&starts)
+        !words(&starts)
             .iter()
             .any(|l| l[0] == fire_id && l[1] == victim_id),
         "the victim ran the tick it was killed {:.0} ms before: {:?}",
         margin * 1000.0,
-        lines(&starts)
+        words(&starts)
     );
     Ok((fire_id, victim_id.to_string(), survivor))
 }
@@ -580,14 +572,14 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
         "node-a"
     };
     wait_for("the survivor to run a later tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| l[1] == survivor_id && fire_second(&l[0]) > fire_second(fire_id))
     });
     assert!(
-        !lines(&starts).iter().any(|l| l[0] == fire_id),
+        !words(&starts).iter().any(|l| l[0] == fire_id),
         "the claimed tick {fire_id} ran: {:?}",
-        lines(&starts)
+        words(&starts)
     );
     let log = survivor.log();
     assert!(!log.contains("rerunning a tick"), "{log}");
@@ -613,7 +605,7 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
     );
     let starts = killed.cluster.path().join("starts.log");
     wait_for("the new leader to rerun the claimed tick", LIMIT, || {
-        lines(&starts).iter().any(|l| l[0] == fire_id)
+        words(&starts).iter().any(|l| l[0] == fire_id)
     });
     let log = survivor.log();
     assert!(
@@ -622,15 +614,15 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
     );
     // And a later tick too, so that a second run of the claimed tick had time to show.
     wait_for("the new leader to run a later tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| fire_second(&l[0]) > fire_second(fire_id))
     });
-    let runs: Vec<Vec<String>> = lines(&starts)
+    let runs: Vec<Vec<String>> = words(&starts)
         .into_iter()
         .filter(|l| l[0] == fire_id)
         .collect();
-    assert_eq!(runs.len(), 1, "run once: {:?}", lines(&starts));
+    assert_eq!(runs.len(), 1, "run once: {:?}", words(&starts));
     assert_ne!(runs[0][1], victim_id);
     let started_at: f64 = runs[0][2].parse().unwrap();
     assert!(

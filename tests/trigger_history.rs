@@ -6,12 +6,12 @@
 
 mod common;
 
-use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::cluster::Cluster;
+use common::fires::words;
 use common::zk::{ClusterNode, ZkServer};
 use common::{DaemonProcess, wait_for};
 use zkcron::coord::zk::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
@@ -25,15 +25,6 @@ fn start(cluster: &Cluster, id: &str, history_runs: usize) -> DaemonProcess {
         ..cluster.new_node(id)
     }
     .spawn()
-}
-
-/// The lines of `file`, split into words.
-fn lines(file: &Path) -> Vec<Vec<String>> {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect()
 }
 
 /// A job that records "<fire id> <scheduled at> <node>" and exits with `code`.
@@ -164,7 +155,7 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     let good_history: HistoryRecord =
         serde_json::from_slice(&read(zk, &format!("{base}/tasks/good/history")).unwrap()).unwrap();
     assert_eq!(good_history.runs, vec![result]);
-    let runs = lines(&starts);
+    let runs = words(&starts);
     let of = |fire_id: &str| {
         runs.iter()
             .filter(|l| l[0] == fire_id)
@@ -214,7 +205,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
             .unwrap_or_default()
     };
     wait_for("five runs, the last of them in the history", LIMIT, || {
-        let runs = lines(&starts);
+        let runs = words(&starts);
         runs.len() >= 5
             && history()
                 .last()
@@ -223,7 +214,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     });
     let runs = history();
     assert_eq!(runs.len(), 3, "{runs:?}");
-    let started: Vec<String> = lines(&starts).into_iter().map(|l| l[0].clone()).collect();
+    let started: Vec<String> = words(&starts).into_iter().map(|l| l[0].clone()).collect();
     for (i, run) in runs.iter().enumerate() {
         assert_eq!(run.fire_id, format!("tick@{}", run.tick.timestamp()));
         assert!(started.contains(&run.fire_id), "{run:?} not in {started:?}");
@@ -272,10 +263,10 @@ fn a_node_stopped_while_a_run_goes_writes_that_runs_history_before_it_leaves() {
     );
     let base = cluster.base();
     let mut a = start(&cluster, "node-a", 100);
-    wait_for("a first run", LIMIT, || !lines(&starts).is_empty());
-    let seen = lines(&starts).len();
+    wait_for("a first run", LIMIT, || !words(&starts).is_empty());
+    let seen = words(&starts).len();
     // Stopped just after a run started: it ends (within shutdown_grace) after the stop began.
-    wait_for("the next run", LIMIT, || lines(&starts).len() > seen);
+    wait_for("the next run", LIMIT, || words(&starts).len() > seen);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(a.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -291,7 +282,7 @@ fn a_node_stopped_while_a_run_goes_writes_that_runs_history_before_it_leaves() {
         .into_iter()
         .map(|run| run.fire_id)
         .collect();
-    for started in lines(&starts) {
+    for started in words(&starts) {
         assert!(
             recorded.contains(&started[0]),
             "{} started but is not in the history {recorded:?}\n{}",
