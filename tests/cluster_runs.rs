@@ -5,7 +5,7 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
+
 use std::time::Duration;
 
 use common::cluster::Cluster;
@@ -330,24 +330,6 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
     drop(other);
 }
 
-/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead; the
-/// monotonic clock is left alone so that timers still work.
-fn zkcron_with_clock_ahead() -> Command {
-    let found = std::process::Command::new("faketime")
-        .arg("--help")
-        .output()
-        .is_ok();
-    assert!(
-        found,
-        "this test needs faketime to skew a node's clock: apt-get install faketime"
-    );
-    let mut command = Command::new("faketime");
-    command
-        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
-        .arg(env!("CARGO_BIN_EXE_zkcron"));
-    command
-}
-
 #[test]
 fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_and_the_other_node_fires_everything()
  {
@@ -366,7 +348,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
         config: config.into(),
         ..cluster.new_node("node-skewed")
     }
-    .spawn_with(zkcron_with_clock_ahead());
+    .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     wait_for("the skewed node to refuse leadership", LIMIT, || {
         skewed.log().contains("refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew; fix NTP")
     });
@@ -419,7 +401,7 @@ fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
         connect: "127.0.0.1:1".into(),
         ..cluster.new_node("node-skewed")
     }
-    .spawn_with(zkcron_with_clock_ahead());
+    .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     let mut daemon = None;
     wait_for("faketime to start zkcron", LIMIT, || {
         daemon = common::descendants(node.child.id() as i32)

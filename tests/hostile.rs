@@ -12,11 +12,11 @@
 mod common;
 
 use std::fs;
-use std::process::Command;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cluster::Cluster;
-use common::zk;
+use common::zk::{self, ClusterNode};
 use common::{DaemonProcess, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -357,27 +357,13 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
     wait_firing_from(&world, now() + 1, 3, &node);
 }
 
-/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead.
-fn zkcron_with_clock_ahead() -> Command {
-    let found = Command::new("faketime").arg("--help").output().is_ok();
-    assert!(
-        found,
-        "this test needs faketime to skew a node's clock: apt-get install faketime"
-    );
-    let mut command = Command::new("faketime");
-    command
-        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
-        .arg(std::env::var_os("ZKCRON_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_zkcron").into()));
-    command
-}
-
 #[test]
 fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_by_default()
  {
     let world = world("allow");
     let skewed = world
         .new_node("node-skewed")
-        .spawn_with(zkcron_with_clock_ahead());
+        .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     skewed.wait_for_log_line("the skewed node to refuse leadership with the default bound",
         &[
             "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew",

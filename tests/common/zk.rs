@@ -905,6 +905,23 @@ impl ClusterNode {
         }
     }
 
+    /// `faketime` (Debian's package) running [`ClusterNode::binary`] with its wall clock
+    /// `seconds` ahead, for [`ClusterNode::spawn_with`]; the monotonic clock is left alone so
+    /// that timers still work. Fails saying how to install faketime when it is missing.
+    pub fn binary_with_clock_ahead(seconds: u32) -> Command {
+        let found = Command::new("faketime").arg("--help").output().is_ok();
+        assert!(
+            found,
+            "this test needs faketime to skew a node's clock: apt-get install faketime"
+        );
+        let binary = ClusterNode::binary();
+        let mut command = Command::new("faketime");
+        command
+            .args(["-m", "--exclude-monotonic", "-f", &format!("+{seconds}s")])
+            .arg(binary.get_program());
+        command
+    }
+
     /// Spawns the node, tied to this process; does not wait for it to register.
     pub fn spawn(&self) -> super::DaemonProcess {
         self.spawn_with(ClusterNode::binary())
