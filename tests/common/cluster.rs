@@ -1,6 +1,7 @@
 //! The end-to-end tests' cluster: a chroot of its own on a ZooKeeper (the binary's shared server,
-//! or one of the test's own that it may stop), a temp dir with the shared jobs dir `jobs.d/` and
-//! one home dir per node, and the nodes, spawned by [`ClusterNode`].
+//! a server of the test's own that it may stop, or an ensemble), a temp dir with the shared jobs
+//! dir `jobs.d/` and one home dir per node, and the nodes, spawned by [`ClusterNode`]; waits with
+//! a deadline that fail with the fires, the nodes' logs and the servers' state.
 //!
 //! Nodes the cluster holds are killed when it drops, before its files go; the temp dir is kept
 //! (and its path printed) when the test fails, for the nodes' logs.

@@ -1,5 +1,8 @@
 //! Shared helpers for the end-to-end tests: a scratch directory with a jobs dir, the real
-//! `zkcron` binary, and waiting for conditions with a deadline (never sleep-and-hope).
+//! `zkcron` binary, a running daemon, and waiting for conditions with a deadline that says what
+//! it waited for (never sleep-and-hope). The cluster tests build on [`zk`] (ZooKeeper, one per
+//! test binary, and the one node spawner, `ClusterNode`), [`cluster`] (a cluster in a chroot of
+//! its own) and [`fires`] (the one reader of what the jobs write).
 #![allow(dead_code)]
 
 pub mod cluster;
