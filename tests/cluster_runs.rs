@@ -5,7 +5,6 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-
 use std::time::Duration;
 
 use common::cluster::Cluster;

@@ -12,7 +12,6 @@
 mod common;
 
 use std::fs;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cluster::Cluster;
