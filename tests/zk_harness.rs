@@ -216,3 +216,29 @@ fn given_the_shared_server_when_the_test_binary_exits_then_its_jvm_and_dir_are_g
         "the shared server's dir {dir} outlived its test binary"
     );
 }
+
+/// ZooKeeper is started by this harness alone (`tests/common`): one server per test binary,
+/// started once. A test file that ran a JVM of its own would start one per test again.
+#[test]
+fn no_test_file_outside_the_harness_starts_zookeeper_itself() {
+    // Spelled in two halves, so that this file does not name them either.
+    let main_classes = [
+        concat!("ZooKeeper", "ServerMain"),
+        concat!("Quorum", "PeerMain"),
+    ];
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut offenders = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for class in main_classes.iter().filter(|c| text.contains(**c)) {
+                offenders.push(format!("{} names {class}", path.display()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "start ZooKeeper through tests/common/zk.rs (zk::shared, TestServer): {offenders:?}"
+    );
+}
