@@ -14,112 +14,82 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::DaemonProcess;
-use common::zk::{self, ZkServer};
+use common::cluster::Cluster;
+use common::zk::{self, ClusterNode, TestServer};
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 const CLUSTER: &str = "secure";
 const CREDENTIALS: &str = "zkcron:s3cret-pass";
 const LIMIT: Duration = Duration::from_secs(30);
 
-struct Secured {
-    node: Option<DaemonProcess>,
-    zk: ZkServer,
-    connect: String,
-    chroot: String,
-    dir: tempfile::TempDir,
+/// Whether node `n1` authenticates to ZooKeeper.
+#[derive(Clone, Copy)]
+enum Credentials {
+    /// `auth_file` names `zk.secret`.
+    Given,
+    /// No credentials configured.
+    Missing,
 }
 
-impl Drop for Secured {
-    fn drop(&mut self) {
-        self.node.take();
-    }
+/// Cluster `secure` on a chroot of the shared server, its credentials in `zk.secret`, three
+/// tasks and node `n1` started (authenticating with `credentials`).
+fn secured(credentials: Credentials) -> Cluster {
+    let mut cluster = Cluster::on(TestServer::shared(), CLUSTER);
+    let secret = cluster.path().join("zk.secret");
+    fs::write(&secret, format!("{CREDENTIALS}\n")).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    cluster.write_task(
+        "quick",
+        "schedule = \"* * * * * *\"\ncommand = [\"/bin/true\"]\n",
+    );
+    // Only to be paused (pausing `quick` could stop it before it leaves a result).
+    cluster.write_task(
+        "parked",
+        "schedule = \"0 0 0 1 1 *\"\ncommand = [\"/bin/true\"]\n",
+    );
+    // Runs long, so its run-<tick> znode is there to be attacked.
+    cluster.write_task(
+        "slow",
+        "schedule = \"* * * * * *\"\ncommand = [\"/bin/sleep\", \"60\"]\n",
+    );
+    cluster.start_n1(credentials);
+    cluster
 }
 
-impl Secured {
-    fn start() -> Secured {
-        Secured::start_with(true)
-    }
+/// What these tests do with a secured [`Cluster`].
+trait Secured {
+    fn start_n1(&mut self, credentials: Credentials);
+    fn n1(&self) -> &DaemonProcess;
+    fn config(&self) -> PathBuf;
+    fn cli(&self, args: &[&str], with_config: bool) -> Output;
+    fn ok(&self, args: &[&str]) -> String;
+    fn as_owner<T>(&self, work: impl AsyncFnOnce(&Client) -> T) -> T;
+    fn tree(&self) -> Vec<String>;
+}
 
-    /// A cluster whose node authenticates when `auth`.
-    fn start_with(auth: bool) -> Secured {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        let chroot = connect[connect.find('/').unwrap()..].to_string();
-        let dir = tempfile::Builder::new()
-            .prefix("zkcron-auth-")
-            .permissions(fs::Permissions::from_mode(0o755))
-            .tempdir()
-            .unwrap();
-        let path = dir.path();
-        fs::create_dir(path.join("jobs.d")).unwrap();
-        fs::create_dir(path.join("state")).unwrap();
-        let secret = path.join("zk.secret");
-        fs::write(&secret, format!("{CREDENTIALS}\n")).unwrap();
-        fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
-        write(
-            &path.join("zkcron.toml"),
-            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n",
-        );
-        if auth {
-            secure_config(path);
-        }
-        write(
-            &path.join("jobs.d/quick.toml"),
-            "schedule = \"* * * * * *\"\ncommand = [\"/bin/true\"]\n",
-        );
-        // Only to be paused (pausing `quick` could stop it before it leaves a result).
-        write(
-            &path.join("jobs.d/parked.toml"),
-            "schedule = \"0 0 0 1 1 *\"\ncommand = [\"/bin/true\"]\n",
-        );
-        // Runs long, so its run-<tick> znode is there to be attacked.
-        write(
-            &path.join("jobs.d/slow.toml"),
-            "schedule = \"* * * * * *\"\ncommand = [\"/bin/sleep\", \"60\"]\n",
-        );
-        let mut secured = Secured {
-            node: None,
-            zk,
-            connect,
-            chroot,
-            dir,
+impl Secured for Cluster {
+    /// Starts node `n1` (again), with `credentials`, and waits until it registered.
+    fn start_n1(&mut self, credentials: Credentials) {
+        let config = match credentials {
+            Credentials::Given => format!(
+                "[coordination.zookeeper]\nauth_file = \"{}\"\n",
+                self.path().join("zk.secret").display()
+            ),
+            Credentials::Missing => String::new(),
         };
-        secured.start_node();
-        secured
+        self.start(ClusterNode {
+            config,
+            ..self.new_node("n1")
+        });
     }
 
-    fn path(&self) -> &Path {
-        self.dir.path()
+    fn n1(&self) -> &DaemonProcess {
+        &self.nodes["n1"]
     }
 
+    /// The node's config, and so its credentials.
     fn config(&self) -> PathBuf {
-        self.path().join("zkcron.toml")
-    }
-
-    fn start_node(&mut self) {
-        let log_path = self.path().join("log.txt");
-        let log = fs::File::create(&log_path).unwrap();
-        let mut command = common::zkcron();
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(self.config())
-            .arg("--jobs-dir")
-            .arg(self.path().join("jobs.d"))
-            .arg("--state-dir")
-            .arg(self.path().join("state"))
-            .args(["--zookeeper", &self.connect, "--cluster", CLUSTER])
-            .args(["--node-id", "n1"])
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
-        let node = DaemonProcess { child, log_path };
-        node.wait_for_log("registered in ZooKeeper", LIMIT);
-        self.node = Some(node);
+        self.path().join("n1").join("zkcron.toml")
     }
 
     /// `zkcron <args> --zookeeper .. --cluster secure`, with the node's config (and so its
@@ -149,7 +119,7 @@ impl Secured {
             "zkcron {args:?} failed: {}\n{}\n{}",
             String::from_utf8_lossy(&out.stderr),
             String::from_utf8_lossy(&out.stdout),
-            self.node.as_ref().unwrap().log()
+            self.n1().log()
         );
         String::from_utf8(out.stdout).unwrap()
     }
@@ -169,7 +139,7 @@ impl Secured {
 
     /// Every znode under `<chroot>/zkcron`, the root included, as the owner sees them.
     fn tree(&self) -> Vec<String> {
-        let root = format!("{}/zkcron", self.chroot);
+        let root = format!("{}/zkcron", self.chroot());
         self.as_owner(async |client| {
             let mut all = Vec::new();
             let mut todo = vec![root];
@@ -185,17 +155,6 @@ impl Secured {
             all
         })
     }
-}
-
-/// Adds the credentials (`auth_file`) to the config in `dir`.
-fn secure_config(dir: &Path) {
-    write(
-        &dir.join("zkcron.toml"),
-        &format!(
-            "[coordination.zookeeper]\nsession_timeout = \"3s\"\nauth_file = \"{}\"\n",
-            dir.join("zk.secret").display()
-        ),
-    );
 }
 
 fn write(path: &Path, text: &str) {
@@ -229,8 +188,8 @@ fn kind(relative: &str) -> String {
 #[test]
 fn an_unauthenticated_client_can_neither_read_write_nor_delete_any_znode_of_an_authenticated_cluster()
  {
-    let secured = Secured::start();
-    let base = format!("{}/zkcron/{CLUSTER}", secured.chroot);
+    let secured = secured(Credentials::Given);
+    let base = format!("{}/zkcron/{CLUSTER}", secured.chroot());
     // The operator's marks, made with the credentials: a trigger, a pause, a drained node.
     secured.ok(&["trigger", "quick"]);
     secured.ok(&["pause", "parked"]);
@@ -314,7 +273,7 @@ fn an_unauthenticated_client_can_neither_read_write_nor_delete_any_znode_of_an_a
 
 #[test]
 fn the_cluster_commands_work_with_the_credentials_and_say_authentication_without_them() {
-    let secured = Secured::start();
+    let secured = secured(Credentials::Given);
     secured.ok(&["status"]);
     for args in [
         &["status"][..],
@@ -412,21 +371,20 @@ fn validate_refuses_an_auth_file_others_may_read_naming_it_and_chmod_600() {
 
 #[test]
 fn a_node_without_credentials_warns_and_a_root_left_open_is_reported_once_they_are_set() {
-    let mut cluster = Secured::start_with(false);
-    cluster.node.as_ref().unwrap().wait_for_log(
+    let mut cluster = secured(Credentials::Missing);
+    cluster.n1().wait_for_log(
         "ZooKeeper without authentication: every znode zkcron creates is world-readable and \
          world-writable",
         LIMIT,
     );
-    let log = cluster.node.as_ref().unwrap().log();
+    let log = cluster.n1().log();
     assert!(
         log.contains("set [coordination.zookeeper] auth = \"user:password\" or auth_file = PATH"),
         "{log}"
     );
-    cluster.node.take();
-    secure_config(cluster.path());
-    cluster.start_node();
-    cluster.node.as_ref().unwrap().wait_for_log(
+    cluster.nodes.remove("n1");
+    cluster.start_n1(Credentials::Given);
+    cluster.n1().wait_for_log(
         "the cluster root was created without authentication: its znodes stay world-readable",
         LIMIT,
     );

@@ -10,7 +10,8 @@
 //! and spawned: a node killed between its claim and its spawn would lose that tick by design
 //! (at-most-once), which is not what these tests are about.
 //!
-//! Each test runs its own ZooKeeper server, so tests run in parallel without seeing each other.
+//! The tests share the test binary's ZooKeeper server, each in a chroot of its own, so they run
+//! in parallel without seeing each other; those that stop the server run one of their own.
 //!
 //! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test cluster` runs the nodes from another build
 //! (another branch's daemon against these tests).
@@ -18,16 +19,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
+use common::cluster::{Cluster, leading_in_log};
 use common::fires::{Fire, Fires};
-use common::zk::{self, ZkServer};
+use common::zk::{ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 
 /// The nodes' ZooKeeper session timeout (`[coordination.zookeeper] session_timeout`).
@@ -72,13 +71,18 @@ const NEW: &str = "1.1.0";
 
 #[test]
 fn given_three_nodes_and_thirty_tasks_then_each_tick_fires_once_and_the_load_is_spread() {
-    let mut cluster = Cluster::new(30);
+    let mut cluster = new_cluster(30, TestServer::shared());
     // One node alone first: it fires every task; then two more join and take their share.
     cluster.start_nodes(&[("node-a", OLD)]);
-    cluster.wait(
+    cluster.wait_fires(
         "node-a alone to fire every task",
         LIMIT,
-        |fires: &Fires, _| cluster.tasks.iter().all(|t| fires.last_second(t).is_some()),
+        |fires: &Fires, _| {
+            cluster
+                .tasks()
+                .iter()
+                .all(|t| fires.last_second(t).is_some())
+        },
     );
     let all_firing = cluster.fires().first_seconds().into_values().max().unwrap();
 
@@ -102,7 +106,7 @@ fn given_three_nodes_and_thirty_tasks_then_each_tick_fires_once_and_the_load_is_
 
 #[test]
 fn given_a_leader_killed_with_sigkill_then_survivors_take_over_after_its_session_and_catch_up() {
-    let mut cluster = Cluster::new(30);
+    let mut cluster = new_cluster(30, TestServer::shared());
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
     let (victim, victim_tasks) = busiest(&leaders);
@@ -125,7 +129,7 @@ fn given_a_leader_killed_with_sigkill_then_survivors_take_over_after_its_session
 
 #[test]
 fn given_a_leader_stopped_with_sigterm_then_others_take_over_within_a_second_without_a_gap() {
-    let mut cluster = Cluster::new(30);
+    let mut cluster = new_cluster(30, TestServer::shared());
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
     let (victim, victim_tasks) = busiest(&leaders);
@@ -166,7 +170,7 @@ fn given_a_leader_stopped_with_sigterm_then_others_take_over_within_a_second_wit
 #[test]
 fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale_tick_and_rejoins()
 {
-    let mut cluster = Cluster::new(30);
+    let mut cluster = new_cluster(30, TestServer::shared());
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
     let (victim, victim_tasks) = busiest(&leaders);
@@ -180,7 +184,7 @@ fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale
     cluster.check_takeover(&victim, "SIGSTOP", &takeover, CRASH_TAKEOVER);
     // Keep it stopped a full session past the stop (takeover implies that already), then a
     // tick more, so its timers have ticks due when it wakes.
-    cluster.wait(
+    cluster.wait_fires(
         "the paused node's session timeout and one more tick to pass",
         LIMIT,
         |_, _| now() >= stopped_at + SESSION_TIMEOUT.as_secs_f64() + 1.0,
@@ -190,7 +194,7 @@ fn given_a_leader_paused_past_its_session_when_it_resumes_then_it_fires_no_stale
 
     cluster.wait_log(&victim, "session expired", 1);
     cluster.wait_log(&victim, "registered in ZooKeeper", 2);
-    cluster.wait(
+    cluster.wait_fires(
         &format!("{victim} to fire again after rejoining"),
         LIMIT,
         |fires: &Fires, _| {
@@ -228,7 +232,7 @@ fn given_three_nodes_when_zookeeper_restarts_within_their_sessions_then_they_kee
     // Sessions of 10 s outlast the outage (2 s, plus the JVM's start), whatever CI's load: the
     // nodes pause, reconnect to the same sessions, keep their leases, and must run the ticks
     // they skipped while paused.
-    let cluster = zookeeper_outage(Duration::from_secs(10), Duration::from_secs(2));
+    let (cluster, before) = zookeeper_outage(Duration::from_secs(10), Duration::from_secs(2));
     for node in ["node-a", "node-b", "node-c"] {
         let log = cluster.node(node).log();
         cluster.check(
@@ -236,6 +240,30 @@ fn given_three_nodes_when_zookeeper_restarts_within_their_sessions_then_they_kee
             &format!("{node} lost its session in an outage shorter than the session timeout"),
         );
     }
+    // They kept their leases: the same znodes, owned by the same sessions, and each task
+    // fires on the node that led it before.
+    let owners = cluster.znode_owners("leases");
+    cluster.check(
+        owners == before.lease_owners,
+        &format!(
+            "lease znodes changed owner: before {:?}, after {owners:?}",
+            before.lease_owners
+        ),
+    );
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    cluster.check(
+        leaders == before.leaders,
+        &format!(
+            "tasks changed leader: before {:?}, after {leaders:?}",
+            before.leaders
+        ),
+    );
+}
+
+/// Who led what before an outage: task → node (from the fires), lease → owning session.
+struct Before {
+    leaders: BTreeMap<String, String>,
+    lease_owners: BTreeMap<String, i64>,
 }
 
 #[test]
@@ -251,19 +279,23 @@ fn given_three_nodes_when_zookeeper_is_down_longer_than_their_sessions_then_they
 /// second, stays down for `outage` (at least), and restarts on the same port and data. Checks
 /// that every node paused, that nothing fired while ZooKeeper was down, and that afterwards
 /// every task fires again with no tick twice and none missing.
-fn zookeeper_outage(session_timeout: Duration, outage: Duration) -> Cluster {
-    let mut cluster = Cluster::new(30);
+fn zookeeper_outage(session_timeout: Duration, outage: Duration) -> (Cluster, Before) {
+    let mut cluster = new_cluster(30, TestServer::own());
     cluster.session_timeout = session_timeout;
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
-    cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let leaders = cluster.wait_stable(&["node-a", "node-b", "node-c"]);
+    let before = Before {
+        leaders,
+        lease_owners: cluster.znode_owners("leases"),
+    };
 
     wait_mid_second();
     let stopped_at = now();
-    cluster.zk.stop();
+    cluster.zk.own_mut().stop();
     for node in ["node-a", "node-b", "node-c"] {
         cluster.wait_log(node, "paused: disconnected from ZooKeeper", 1);
     }
-    cluster.wait(
+    cluster.wait_fires(
         &format!("{outage:?} to pass with ZooKeeper down"),
         LIMIT,
         |_, _| now() >= stopped_at + outage.as_secs_f64(),
@@ -281,12 +313,12 @@ fn zookeeper_outage(session_timeout: Duration, outage: Duration) -> Cluster {
     );
 
     let restarted_at = now();
-    cluster.zk.start_again();
-    cluster.wait(
+    cluster.zk.own_mut().start_again();
+    cluster.wait_fires(
         "every task to fire again after ZooKeeper is back",
         LIMIT,
         |fires: &Fires, c| {
-            c.tasks.iter().all(|t| {
+            c.tasks().iter().all(|t| {
                 fires
                     .last_second(t)
                     .is_some_and(|s| s as f64 > restarted_at)
@@ -298,25 +330,25 @@ fn zookeeper_outage(session_timeout: Duration, outage: Duration) -> Cluster {
 
     cluster.assert_no_duplicates();
     cluster.assert_no_gaps(second_of(stopped_at) - 2, through - 2);
-    cluster
+    (cluster, before)
 }
 
 #[test]
 fn given_two_old_nodes_when_a_newer_release_joins_then_it_takes_over_every_task_without_gap() {
-    let mut cluster = Cluster::new(30);
+    let mut cluster = new_cluster(30, TestServer::shared());
     cluster.start_nodes(&[("node-a", OLD), ("node-b", OLD)]);
     cluster.wait_stable(&["node-a", "node-b"]);
 
     let joined_at = now();
     cluster.start_nodes(&[("node-c", NEW)]);
-    cluster.wait(
+    cluster.wait_fires(
         "node-c (newer) to lead all 30 tasks and the old nodes none",
         LIMIT,
         |fires: &Fires, c| {
             c.leading("node-c") == Some(30)
                 && c.leading("node-a") == Some(0)
                 && c.leading("node-b") == Some(0)
-                && c.tasks.iter().all(|t| fires.fired_by(t, "node-c"))
+                && c.tasks().iter().all(|t| fires.fired_by(t, "node-c"))
         },
     );
     let through = now_second() + 2;
@@ -326,8 +358,8 @@ fn given_two_old_nodes_when_a_newer_release_joins_then_it_takes_over_every_task_
     cluster.assert_no_gaps(second_of(joined_at) - 2, through - 2);
     // Once node-c fired a task, the old nodes never fired it again (no flapping back).
     let fires = cluster.fires();
-    let first_new: BTreeMap<&str, i64> = cluster
-        .tasks
+    let tasks = cluster.tasks();
+    let first_new: BTreeMap<&str, i64> = tasks
         .iter()
         .map(|t| {
             let first = fires
@@ -353,13 +385,13 @@ fn given_two_old_nodes_when_a_newer_release_joins_then_it_takes_over_every_task_
 
 #[test]
 fn given_an_unreachable_zookeeper_then_the_node_says_why_fires_nothing_and_joins_once_it_is_up() {
-    let mut cluster = Cluster::new(3);
-    cluster.zk.stop();
+    let mut cluster = new_cluster(3, TestServer::own());
+    cluster.zk.own_mut().stop();
     let address = cluster.zk.connect_string();
     cluster.spawn_node("node-a", OLD, &cluster.connect.clone());
     let started_at = now();
 
-    cluster.wait(
+    cluster.wait_fires(
         &format!("node-a to log why it cannot reach ZooKeeper at {address}"),
         LIMIT,
         |_, c| {
@@ -373,7 +405,7 @@ fn given_an_unreachable_zookeeper_then_the_node_says_why_fires_nothing_and_joins
         },
     );
     // Three ticks on which a node that fell back to firing alone would have fired.
-    cluster.wait("three ticks to pass", LIMIT, |_, _| {
+    cluster.wait_fires("three ticks to pass", LIMIT, |_, _| {
         now() >= started_at + 3.0
     });
     let node = cluster.node_mut("node-a");
@@ -395,19 +427,19 @@ fn given_an_unreachable_zookeeper_then_the_node_says_why_fires_nothing_and_joins
     );
 
     // It kept trying: once ZooKeeper is up, it joins and fires.
-    cluster.zk.start_again();
+    cluster.zk.own_mut().start_again();
     cluster.wait_log("node-a", "registered in ZooKeeper", 1);
-    cluster.wait(
+    cluster.wait_fires(
         "every task to fire once ZooKeeper is up",
         LIMIT,
-        |fires: &Fires, c| c.tasks.iter().all(|t| fires.fired_by(t, "node-a")),
+        |fires: &Fires, c| c.tasks().iter().all(|t| fires.fired_by(t, "node-a")),
     );
     cluster.assert_no_duplicates();
 }
 
 #[test]
 fn given_an_invalid_zookeeper_connect_string_then_run_exits_2_naming_it() {
-    let mut cluster = Cluster::new(1);
+    let mut cluster = new_cluster(1, TestServer::shared());
     for (i, bad) in ["127.0.0.1:notaport", "127.0.0.1:2181/bad//chroot"]
         .into_iter()
         .enumerate()
@@ -474,92 +506,64 @@ fn busiest(leaders: &BTreeMap<String, String>) -> (String, Vec<String>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The cluster: a ZooKeeper server, a shared jobs dir and fires file, and nodes
+// The cluster: `tasks` every-second tasks (`t00`, `t01`, ...) in the shared jobs dir, their
+// fires in `fires.log`, and nodes
 
-/// Fields drop in order: the nodes are killed before ZooKeeper and before their files go.
-struct Cluster {
-    nodes: BTreeMap<String, DaemonProcess>,
-    zk: ZkServer,
-    /// The connect string with this cluster's chroot.
-    connect: String,
-    /// Holds `jobs.d/`, `fires.log` and one dir per node; kept when a test fails.
-    dir: Option<tempfile::TempDir>,
-    tasks: Vec<String>,
-    /// The session timeout of nodes started from now on.
-    session_timeout: Duration,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("cluster files kept in {}", dir.keep().display());
-        }
-    }
-}
-
-impl Cluster {
-    /// A ZooKeeper server and `tasks` every-second tasks (`t00`, `t01`, ...) in a shared jobs
-    /// dir; no node yet.
-    fn new(tasks: usize) -> Cluster {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        let dir = tempfile::Builder::new()
-            .prefix("zkcron-cluster-")
-            .permissions(fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .unwrap();
-        fs::create_dir(dir.path().join("jobs.d")).unwrap();
-        // zkcron refuses a jobs dir that others can write: not the umask's say.
-        fs::set_permissions(dir.path().join("jobs.d"), fs::Permissions::from_mode(0o755)).unwrap();
-        let cluster = Cluster {
-            zk,
-            connect,
-            dir: Some(dir),
-            tasks: (0..tasks).map(|i| format!("t{i:02}")).collect(),
-            nodes: BTreeMap::new(),
-            session_timeout: SESSION_TIMEOUT,
-        };
-        for task in &cluster.tasks {
-            cluster.write_task(task);
-        }
-        cluster
-    }
-
-    /// Every tick must leave a line: `overlap = "allow"`, because right after a catch-up the
-    /// last caught-up run can still be going when the next tick is due, and the default
-    /// `skip` would then (rightly) skip it.
-    fn write_task(&self, name: &str) {
+/// Cluster `test` on a chroot of `zk` with `tasks` every-second tasks; no node yet.
+fn new_cluster(tasks: usize, zk: TestServer) -> Cluster {
+    let cluster = Cluster::on(zk, CLUSTER);
+    for i in 0..tasks {
+        // Every tick must leave a line: `overlap = "allow"`, because right after a catch-up
+        // the last caught-up run can still be going when the next tick is due, and the default
+        // `skip` would then (rightly) skip it.
         let text = format!(
             "schedule = \"* * * * * *\"\n\
              command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
              catch_up = \"all\"\n\
              starting_deadline = \"1m\"\n\
              overlap = \"allow\"\n",
-            fires = self.fires_path().display()
+            fires = cluster.fires_path().display()
         );
-        let path = self
-            .dir()
-            .path()
-            .join("jobs.d")
-            .join(format!("{name}.toml"));
-        fs::write(&path, text).unwrap();
-        // Group- or world-writable task files are refused; do not depend on the umask.
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        cluster.write_task(&format!("t{i:02}"), &text);
     }
+    cluster
+}
 
-    fn dir(&self) -> &tempfile::TempDir {
-        self.dir.as_ref().unwrap()
-    }
+/// What these tests do to a [`Cluster`] and check on it.
+trait Faults {
+    fn tasks(&self) -> Vec<String>;
+    fn start_nodes(&mut self, nodes: &[(&str, &str)]);
+    fn spawn_node(&mut self, id: &str, version: &str, connect: &str);
+    fn node(&self, id: &str) -> &DaemonProcess;
+    fn node_mut(&mut self, id: &str) -> &mut DaemonProcess;
+    fn wait_fires(
+        &self,
+        what: &str,
+        limit: Duration,
+        condition: impl FnMut(&Fires, &Cluster) -> bool,
+    );
+    fn wait_exit(&mut self, node: &str, limit: Duration) -> Option<i32>;
+    fn wait_stable(&self, nodes: &[&str]) -> BTreeMap<String, String>;
+    fn wait_takeover(&self, victim: &str, tasks: &[String], since: f64) -> Takeover;
+    fn settle(&self, through: i64);
+    fn assert_no_duplicates(&self);
+    fn assert_no_gaps(&self, from: i64, to: i64);
+    fn check_takeover(&self, victim: &str, kind: &str, takeover: &Takeover, bound: Duration);
+    fn check(&self, ok: bool, failure: &str);
+}
 
-    fn fires_path(&self) -> PathBuf {
-        self.dir().path().join("fires.log")
-    }
-
-    fn fires(&self) -> Fires {
-        Fires::read(&self.fires_path())
+impl Faults for Cluster {
+    /// The tasks, sorted: the stems of the task files in the jobs dir.
+    fn tasks(&self) -> Vec<String> {
+        let mut tasks: Vec<String> = fs::read_dir(self.jobs())
+            .unwrap()
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".toml").map(str::to_string)
+            })
+            .collect();
+        tasks.sort();
+        tasks
     }
 
     /// Starts the nodes (id, release) on this cluster's chroot and waits until each has
@@ -577,15 +581,10 @@ impl Cluster {
     /// Starts `zkcron run` as node `id` on `connect`, with a state dir, config and log of its
     /// own (`<dir>/<id>/`), and the shared jobs dir. Does not wait.
     fn spawn_node(&mut self, id: &str, version: &str, connect: &str) {
-        let node = zk::ClusterNode {
-            home: &self.dir().path().join(id),
-            jobs: &self.dir().path().join("jobs.d"),
-            connect,
-            cluster: CLUSTER,
-            id,
-            release: version,
-            session_timeout: self.session_timeout,
-            config: "",
+        let node = ClusterNode {
+            connect: connect.into(),
+            release: Some(version.into()),
+            ..self.new_node(id)
         }
         .spawn();
         self.nodes.insert(id.to_string(), node);
@@ -599,58 +598,24 @@ impl Cluster {
         self.nodes.get_mut(id).unwrap()
     }
 
-    /// The number of tasks `node` said it leads in its last `leases changed` log line.
-    fn leading(&self, node: &str) -> Option<usize> {
-        leading_in_log(&self.node(node).log())
-    }
-
     /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
     /// `what` and the cluster's state.
-    #[allow(clippy::disallowed_methods)] // real processes, real deadline
-    fn wait(
+    fn wait_fires(
         &self,
         what: &str,
         limit: Duration,
         mut condition: impl FnMut(&Fires, &Cluster) -> bool,
     ) {
-        let deadline = Instant::now() + limit;
-        while !condition(&self.fires(), self) {
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {limit:?} waiting for: {what}\n{}",
-                    self.diagnostics()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait(what, limit, |c| condition(&c.fires(), c));
     }
 
     /// Waits until `node`'s process exits; returns its exit code.
     fn wait_exit(&mut self, node: &str, limit: Duration) -> Option<i32> {
         // An exited child stays a zombie until waited for: not alive, and its status kept.
-        self.wait(&format!("{node} to exit"), limit, |_, c| {
+        self.wait(&format!("{node} to exit"), limit, |c| {
             !common::process_alive(c.node(node).child.id() as i32)
         });
         self.node_mut(node).child.wait().unwrap().code()
-    }
-
-    /// Waits until `node`'s log has `needle` at least `count` times.
-    fn wait_log(&self, node: &str, needle: &str, count: usize) {
-        self.wait(
-            &format!("{node} to log {needle:?} {count} time(s)"),
-            LIMIT,
-            |_, c| {
-                let done = c.node(node).log().matches(needle).count() >= count;
-                // Fail at once, not after the deadline, when the node is gone (a usage error).
-                if !done && !common::process_alive(c.node(node).child.id() as i32) {
-                    panic!(
-                        "{node} exited while we waited for it to log {needle:?}\n{}",
-                        c.diagnostics()
-                    );
-                }
-                done
-            },
-        );
     }
 
     /// Waits until leadership is settled among `nodes`: in the last two complete seconds every
@@ -658,13 +623,13 @@ impl Cluster {
     /// node's last `leading=N` is the number of tasks it fired. Returns task → leader.
     fn wait_stable(&self, nodes: &[&str]) -> BTreeMap<String, String> {
         let mut leaders = BTreeMap::new();
-        self.wait(
+        self.wait_fires(
             &format!("leadership among {nodes:?} to settle"),
             LIMIT,
             |fires, c| {
                 let last = now_second() - 1;
                 let now = fires.leaders_at(last);
-                if now.len() != c.tasks.len() || now != fires.leaders_at(last - 1) {
+                if now.len() != c.tasks().len() || now != fires.leaders_at(last - 1) {
                     return false;
                 }
                 let shares = shares(&now);
@@ -688,7 +653,7 @@ impl Cluster {
     fn wait_takeover(&self, victim: &str, tasks: &[String], since: f64) -> Takeover {
         let mut leases_at = None;
         let mut seen: BTreeMap<String, f64> = BTreeMap::new();
-        self.wait(
+        self.wait_fires(
             &format!("the other nodes to lead all tasks and fire those {victim} led: {tasks:?}"),
             LIMIT,
             |fires, c| {
@@ -698,7 +663,7 @@ impl Cluster {
                     .filter(|id| *id != victim)
                     .map(|id| c.leading(id).unwrap_or(0))
                     .sum();
-                if leases_at.is_none() && others == c.tasks.len() {
+                if leases_at.is_none() && others == c.tasks().len() {
                     leases_at = Some(now());
                 }
                 for fire in &fires.0 {
@@ -723,11 +688,11 @@ impl Cluster {
     /// `through - 2` was claimed (fire records only move forward) and its job, started at least
     /// two seconds ago, has written its line.
     fn settle(&self, through: i64) {
-        self.wait(
+        self.wait_fires(
             &format!("every task to fire the tick of {through}"),
             LIMIT,
             |fires, c| {
-                c.tasks
+                c.tasks()
                     .iter()
                     .all(|t| fires.last_second(t).is_some_and(|s| s >= through))
             },
@@ -743,7 +708,7 @@ impl Cluster {
     }
 
     fn assert_no_gaps(&self, from: i64, to: i64) {
-        let gaps = self.fires().gaps(&self.tasks, from, to);
+        let gaps = self.fires().gaps(&self.tasks(), from, to);
         self.check(
             gaps.is_empty(),
             &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
@@ -765,53 +730,6 @@ impl Cluster {
             panic!("{failure}\n{}", self.diagnostics());
         }
     }
-
-    /// The fires of the last minute as a table, each node's log tail, ZooKeeper's log tail.
-    fn diagnostics(&self) -> String {
-        let fires = self.fires();
-        let mut out = String::new();
-        if let (Some(first), Some(last)) = (
-            fires.0.iter().map(|f| f.second).min(),
-            fires.0.iter().map(|f| f.second).max(),
-        ) {
-            out.push_str(&fires.table(&self.tasks, first.max(last - 59), last));
-        } else {
-            out.push_str("no fires\n");
-        }
-        for (id, node) in &self.nodes {
-            let log = node.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let _ = writeln!(
-                out,
-                "--- {id} (leading={:?}), last lines of {}:\n{}",
-                leading_in_log(&log),
-                node.log_path.display(),
-                lines[lines.len().saturating_sub(25)..].join("\n")
-            );
-        }
-        let zk_log = self.zk.log_tail(200);
-        let zk_lines: Vec<&str> = zk_log.lines().filter(|l| !l.starts_with('\t')).collect();
-        let _ = writeln!(
-            out,
-            "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}",
-            self.zk.describe_state(),
-            self.zk.dir().display(),
-            zk_lines[zk_lines.len().saturating_sub(12)..].join("\n")
-        );
-        out
-    }
-}
-
-/// The `leading=N` of the last `leases changed` line of a log.
-fn leading_in_log(log: &str) -> Option<usize> {
-    let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
-    let value = line.split("leading").nth(1)?;
-    let digits: String = value
-        .trim_start_matches(['=', ':', '"', ' '])
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
 }
 
 // ---------------------------------------------------------------------------------------------

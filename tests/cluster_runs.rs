@@ -4,113 +4,44 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use common::zk::ZkServer;
-use common::{process_alive, wait_for, zkcron};
+use common::cluster::Cluster;
+use common::fires::words;
+use common::zk::{ClusterNode, ZkServer};
+use common::{DaemonProcess, process_alive, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-struct Node {
-    child: Child,
-    log: PathBuf,
+/// Starts node `id` of `cluster` with a shutdown grace of 1 s.
+fn start(cluster: &Cluster, id: &str) -> DaemonProcess {
+    start_with_grace(cluster, id, "1s")
 }
 
-impl Node {
-    fn start(dir: &Path, id: &str, zk: &str) -> Node {
-        Node::start_with_grace(dir, id, zk, "1s")
+fn start_with_grace(cluster: &Cluster, id: &str, shutdown_grace: &str) -> DaemonProcess {
+    ClusterNode {
+        config: format!("[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"),
+        ..cluster.new_node(id)
     }
-
-    fn start_with_grace(dir: &Path, id: &str, zk: &str, shutdown_grace: &str) -> Node {
-        let config = format!(
-            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"{shutdown_grace}\"\n"
-        );
-        Node::spawn(dir, id, zk, &config, zkcron())
-    }
-
-    /// With the daemon's debug lines ("claimed ahead of its instant").
-    fn start_debug(dir: &Path, id: &str, zk: &str) -> Node {
-        let mut command = zkcron();
-        command.env("ZKCRON_LOG", "info,zkcron::daemon=debug");
-        let config = "[coordination.zookeeper]\nsession_timeout = \"3s\"\n";
-        Node::spawn(dir, id, zk, config, command)
-    }
-
-    /// Starts `command` (the zkcron binary, or a wrapper around it) as node `id`.
-    fn spawn(dir: &Path, id: &str, zk: &str, config_text: &str, mut command: Command) -> Node {
-        let home = dir.join(id);
-        fs::create_dir_all(&home).unwrap();
-        // zkcron refuses a config that others can write, or in a dir they can: not the umask's say.
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config = home.join("zkcron.toml");
-        fs::write(&config, config_text).unwrap();
-        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log = home.join("log.txt");
-        if !command.get_envs().any(|(key, _)| key == "ZKCRON_LOG") {
-            command.env("ZKCRON_LOG", "info");
-        }
-        command
-            .args(["run", "--config"])
-            .arg(&config)
-            .arg("--jobs-dir")
-            .arg(dir.join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--node-id", id, "--zookeeper", zk])
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap());
-        // In a process group of its own and tied to the test process; dropped with its tree.
-        let child = common::zk::spawn_tied_to_process(command).expect("zkcron starts");
-        Node { child, log }
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
+    .spawn()
 }
 
-impl Drop for Node {
-    /// Kills the node's whole tree: a `faketime` wrapper's zkcron child outlived a kill of the
-    /// wrapper alone.
-    fn drop(&mut self) {
-        common::kill_process_tree(&mut self.child);
+/// With the daemon's debug lines ("claimed ahead of its instant").
+fn start_debug(cluster: &Cluster, id: &str) -> DaemonProcess {
+    ClusterNode {
+        log_filter: "info,zkcron::daemon=debug".into(),
+        ..cluster.new_node(id)
     }
-}
-
-fn write_task(dir: &Path, name: &str, text: &str) {
-    let jobs = dir.join("jobs.d");
-    fs::create_dir_all(&jobs).unwrap();
-    // zkcron refuses a jobs dir or task file that others can write: not the umask's say.
-    fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
-    let path = jobs.join(format!("{name}.toml"));
-    fs::write(&path, text).unwrap();
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-}
-
-/// The lines of `file`, split into words.
-fn lines(file: &Path) -> Vec<Vec<String>> {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect()
+    .spawn()
 }
 
 /// Kills the process groups of the jobs that recorded their pid in `file` (they outlive a
 /// daemon killed with SIGKILL).
 fn kill_jobs(file: &Path) {
-    for line in lines(file) {
+    for line in words(file) {
         if let Some(pid) = line.get(2).and_then(|p| p.parse::<i32>().ok()) {
             let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
         }
@@ -119,9 +50,8 @@ fn kill_jobs(file: &Path) {
 
 #[test]
 fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_that_tick_again() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let starts = dir.path().join("starts.log");
+    let cluster = Cluster::new();
+    let starts = cluster.path().join("starts.log");
     // Each run records "<fire id> <node> <pid>" and then takes long: it is mid-run when its
     // node dies. catch_up = "skip": only the orphaned tick can run again.
     let command = format!(
@@ -129,9 +59,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         starts.display()
     );
     for (name, policy) in [("rerun", "rerun"), ("once", "skip")] {
-        write_task(
-            dir.path(),
-            name,
+        cluster.write_task(name,
             &format!(
                 "schedule = \"0 0 0 1 1 *\"\n{command}catch_up = \"skip\"\non_node_loss = \"{policy}\"\n"
             ),
@@ -139,28 +67,25 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
     }
     // A yearly schedule never fires by itself during the test; the first run is started by
     // pointing the schedule at the next full second once both nodes lead.
-    let connect = zk.chroot_connect();
-    let a = Node::start(dir.path(), "node-a", &connect);
-    let b = Node::start(dir.path(), "node-b", &connect);
+    let a = start(&cluster, "node-a");
+    let b = start(&cluster, "node-b");
     wait_for("both nodes to register", LIMIT, || {
         a.log().contains("registered in ZooKeeper") && b.log().contains("registered in ZooKeeper")
     });
     for (name, policy) in [("rerun", "rerun"), ("once", "skip")] {
-        write_task(
-            dir.path(),
-            name,
+        cluster.write_task(name,
             &format!(
                 "schedule = \"* * * * * *\"\n{command}catch_up = \"skip\"\non_node_loss = \"{policy}\"\n"
             ),
         );
     }
     wait_for("both tasks to start a run", LIMIT, || {
-        let tasks: Vec<String> = lines(&starts).iter().map(|l| l[0].clone()).collect();
+        let tasks: Vec<String> = words(&starts).iter().map(|l| l[0].clone()).collect();
         tasks.iter().any(|t| t.starts_with("rerun@"))
             && tasks.iter().any(|t| t.starts_with("once@"))
     });
     // Kill the node running the rerun task's job; its job keeps running as an orphan.
-    let first = lines(&starts);
+    let first = words(&starts);
     let rerun_line = first
         .iter()
         .find(|l| l[0].starts_with("rerun@"))
@@ -180,7 +105,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         .clone();
 
     wait_for("the survivor to rerun the orphaned tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| l[0] == rerun_line[0] && l[1] != victim_id)
     });
@@ -196,12 +121,12 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
     wait_for("the survivor to lead both tasks", LIMIT, || {
         survivor.log().contains("leading=2")
     });
-    let runs_of_once_tick = lines(&starts)
+    let runs_of_once_tick = words(&starts)
         .iter()
         .filter(|l| l[0] == once_line[0])
         .count();
-    assert_eq!(runs_of_once_tick, 1, "{:?}", lines(&starts));
-    let runs_of_rerun_tick = lines(&starts)
+    assert_eq!(runs_of_once_tick, 1, "{:?}", words(&starts));
+    let runs_of_rerun_tick = words(&starts)
         .iter()
         .filter(|l| l[0] == rerun_line[0])
         .count();
@@ -209,7 +134,7 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
         runs_of_rerun_tick,
         2,
         "run once, rerun once: {:?}",
-        lines(&starts)
+        words(&starts)
     );
     drop(survivor);
     drop(victim);
@@ -218,29 +143,22 @@ fn given_a_node_killed_mid_run_then_only_the_task_with_on_node_loss_rerun_runs_t
 
 #[test]
 fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_is_stopped() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let starts = dir.path().join("starts.log");
+    let cluster = Cluster::new();
+    let starts = cluster.path().join("starts.log");
     let command = format!(
         "command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $$\" >> {}; exec sleep 60']\n",
         starts.display()
     );
-    write_task(
-        dir.path(),
-        "fragile",
+    cluster.write_task("fragile",
         &format!(
             "schedule = \"* * * * * *\"\n{command}kill_on_session_loss = true\nkill_grace = \"1s\"\n"
         ),
     );
-    write_task(
-        dir.path(),
-        "sturdy",
-        &format!("schedule = \"* * * * * *\"\n{command}"),
-    );
-    let node = Node::start(dir.path(), "node-a", &zk.chroot_connect());
-    wait_for("both jobs to run", LIMIT, || lines(&starts).len() >= 2);
+    cluster.write_task("sturdy", &format!("schedule = \"* * * * * *\"\n{command}"));
+    let node = start(&cluster, "node-a");
+    wait_for("both jobs to run", LIMIT, || words(&starts).len() >= 2);
     let pid_of = |task: &str| -> i32 {
-        lines(&starts)
+        words(&starts)
             .iter()
             .find(|l| l[0].starts_with(&format!("{task}@")))
             .unwrap()[2]
@@ -281,18 +199,15 @@ fn given_kill_on_session_loss_when_the_session_expires_then_only_that_tasks_job_
     kill_jobs(&starts);
 }
 
-/// Node `node-a` firing task `quick` (`true`, every second) in `dir`; returns the node and the
-/// task's znode path.
-fn quick_task_on_one_node(zk: &ZkServer, dir: &Path) -> (Node, String) {
-    write_task(
-        dir,
+/// Node `node-a` of `cluster` firing task `quick` (`true`, every second); returns the node and
+/// the task's znode path.
+fn quick_task_on_one_node(cluster: &Cluster) -> (DaemonProcess, String) {
+    cluster.write_task(
         "quick",
         "schedule = \"* * * * * *\"\ncommand = [\"true\"]\n",
     );
-    let connect = zk.chroot_connect();
-    let chroot = &connect[connect.find('/').unwrap()..];
-    let task = format!("{chroot}/zkcron/default/tasks/quick");
-    (Node::start(dir, "node-a", &connect), task)
+    let task = format!("{}/tasks/quick", cluster.base());
+    (start(cluster, "node-a"), task)
 }
 
 /// The JSON in znode `path`, if it exists and parses.
@@ -303,10 +218,10 @@ fn read_json(zk: &ZkServer, path: &str) -> Option<serde_json::Value> {
 
 #[test]
 fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is_left() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let (node, task) = quick_task_on_one_node(&zk, dir.path());
-    let read_result = || read_json(&zk, &format!("{task}/result"));
+    let cluster = Cluster::new();
+    let zk = &*cluster.zk;
+    let (node, task) = quick_task_on_one_node(&cluster);
+    let read_result = || read_json(zk, &format!("{task}/result"));
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
     let result = read_result().unwrap();
     assert_eq!(result["format"], 1, "{result}");
@@ -332,11 +247,11 @@ fn given_runs_that_end_then_the_last_result_is_in_zookeeper_and_no_run_record_is
 #[test]
 fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_removes_its_run_records()
 {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let (node, task) = quick_task_on_one_node(&zk, dir.path());
+    let cluster = Cluster::new();
+    let zk = &*cluster.zk;
+    let (node, task) = quick_task_on_one_node(&cluster);
     let result_path = format!("{task}/result");
-    let read_result = || read_json(&zk, &result_path);
+    let read_result = || read_json(zk, &result_path);
     wait_for("a result in ZooKeeper", LIMIT, || read_result().is_some());
 
     let future = r#"{"format":1,"tick":"2100-01-01T00:00:00Z","node":"elsewhere","exit":"exit code 0","success":true,"attempts":1,"duration_ms":1,"finished_at":"2100-01-01T00:00:01Z"}"#;
@@ -365,23 +280,19 @@ fn given_a_newer_result_written_elsewhere_then_the_node_keeps_it_and_still_remov
 #[test]
 fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_only_after_that_run_ends()
  {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let runs = dir.path().join("runs.log");
+    let cluster = Cluster::new();
+    let runs = cluster.path().join("runs.log");
     // Every second, a run of 3 s: "start <fire id> <node>", then "end <fire id> <node>".
-    write_task(
-        dir.path(),
-        "long",
+    cluster.write_task("long",
         &format!(
             "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"start $ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {0}; sleep 3; echo \"end $ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {0}']\ncatch_up = \"skip\"\n",
             runs.display()
         ),
     );
-    let connect = zk.chroot_connect();
-    let a = Node::start_with_grace(dir.path(), "node-a", &connect, "20s");
-    let b = Node::start_with_grace(dir.path(), "node-b", &connect, "20s");
-    wait_for("a first run to start", LIMIT, || !lines(&runs).is_empty());
-    let first = lines(&runs)[0].clone();
+    let a = start_with_grace(&cluster, "node-a", "20s");
+    let b = start_with_grace(&cluster, "node-b", "20s");
+    wait_for("a first run to start", LIMIT, || !words(&runs).is_empty());
+    let first = words(&runs)[0].clone();
     let (leader, other) = if first[2] == "node-a" { (a, b) } else { (b, a) };
     // Stop the leader mid-run: it hands the lease over at once and waits for its job.
     leader.signal(Signal::SIGTERM);
@@ -391,11 +302,11 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
         || other.log().contains("running_elsewhere=1"),
     );
     wait_for("the other node to start a run", LIMIT, || {
-        lines(&runs)
+        words(&runs)
             .iter()
             .any(|l| l[0] == "start" && l[2] != first[2])
     });
-    let all = lines(&runs);
+    let all = words(&runs);
     let ended = all
         .iter()
         .position(|l| l[0] == "end" && l[1] == first[1])
@@ -418,53 +329,33 @@ fn given_overlap_skip_when_the_leader_stops_mid_run_then_the_next_leader_starts_
     drop(other);
 }
 
-/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead; the
-/// monotonic clock is left alone so that timers still work.
-fn zkcron_with_clock_ahead() -> Command {
-    let found = std::process::Command::new("faketime")
-        .arg("--help")
-        .output()
-        .is_ok();
-    assert!(
-        found,
-        "this test needs faketime to skew a node's clock: apt-get install faketime"
-    );
-    let mut command = Command::new("faketime");
-    command
-        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
-        .arg(env!("CARGO_BIN_EXE_zkcron"));
-    command
-}
-
 #[test]
 fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_and_the_other_node_fires_everything()
  {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let fires = dir.path().join("fires.log");
+    let cluster = Cluster::new();
+    let fires = cluster.path().join("fires.log");
     for name in ["t1", "t2", "t3", "t4"] {
-        write_task(
-            dir.path(),
-            name,
+        cluster.write_task(name,
             &format!(
                 "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {}']\n",
                 fires.display()
             ),
         );
     }
-    let config = "[coordination.zookeeper]\nsession_timeout = \"3s\"\nmax_clock_skew = \"2s\"\n";
-    let connect = zk.chroot_connect();
-    let skewed = Node::spawn(
-        dir.path(),
-        "node-skewed",
-        &connect,
-        config,
-        zkcron_with_clock_ahead(),
-    );
+    let config = "[coordination.zookeeper]\nmax_clock_skew = \"2s\"\n";
+    let skewed = ClusterNode {
+        config: config.into(),
+        ..cluster.new_node("node-skewed")
+    }
+    .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     wait_for("the skewed node to refuse leadership", LIMIT, || {
         skewed.log().contains("refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew; fix NTP")
     });
-    let good = Node::spawn(dir.path(), "node-good", &connect, config, zkcron());
+    let good = ClusterNode {
+        config: config.into(),
+        ..cluster.new_node("node-good")
+    }
+    .spawn();
     let led_all = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         wait_for("the good node to lead all four tasks", LIMIT, || {
             good.log().contains("leading=4")
@@ -478,7 +369,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     );
     // Three more ticks of every task, all fired by the good node.
     let from_good = |task: &str| {
-        lines(&fires)
+        words(&fires)
             .iter()
             .filter(|l| l[0].starts_with(&format!("{task}@")) && l[1] == "node-good")
             .count()
@@ -486,7 +377,7 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
     wait_for("three fires of each task", LIMIT, || {
         ["t1", "t2", "t3", "t4"].iter().all(|t| from_good(t) >= 3)
     });
-    let all = lines(&fires);
+    let all = words(&fires);
     assert!(
         all.iter().all(|l| l[1] == "node-good"),
         "the skewed node fired: {all:?}"
@@ -502,20 +393,14 @@ fn given_max_clock_skew_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadersh
 /// killed the `faketime` wrapper, not the daemon it had started.
 #[test]
 fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
-    let dir = common::tempdir();
-    write_task(
-        dir.path(),
-        "t1",
-        "schedule = \"@hourly\"\ncommand = [\"true\"]\n",
-    );
+    let cluster = Cluster::new();
+    cluster.write_task("t1", "schedule = \"@hourly\"\ncommand = [\"true\"]\n");
     // Nothing listens on port 1: the node runs, paused, which is all this test needs.
-    let node = Node::spawn(
-        dir.path(),
-        "node-skewed",
-        "127.0.0.1:1",
-        "",
-        zkcron_with_clock_ahead(),
-    );
+    let node = ClusterNode {
+        connect: "127.0.0.1:1".into(),
+        ..cluster.new_node("node-skewed")
+    }
+    .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     let mut daemon = None;
     wait_for("faketime to start zkcron", LIMIT, || {
         daemon = common::descendants(node.child.id() as i32)
@@ -533,13 +418,12 @@ fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
 }
 
 /// A node killed between its claim ahead and the tick's instant, the survivor, and what they
-/// ran on. Fields drop in order: the survivor stops before its ZooKeeper and its directory go.
+/// ran on. Fields drop in order: the survivor stops before its directory goes.
 struct KilledBeforeTheInstant {
-    survivor: Node,
+    survivor: DaemonProcess,
     fire_id: String,
     victim_id: String,
-    _zk: ZkServer,
-    dir: tempfile::TempDir,
+    cluster: Cluster,
 }
 
 /// Attempts at landing the kill inside the 200 ms claim lead before giving up.
@@ -551,20 +435,18 @@ const KILL_ATTEMPTS: usize = 5;
 /// 200 ms lead: the attempt counts only if the kill returned more than 20 ms before the
 /// tick's instant (the victim's own clock is this machine's), and otherwise starts over on a
 /// fresh cluster, at most [`KILL_ATTEMPTS`] times. The runs write "<fire id> <node> <unix
-/// time of the start>" lines to `starts.log` in `dir`.
+/// time of the start>" lines to `starts.log` in the cluster's dir.
 fn kill_a_node_between_the_claim_and_the_instant(policy: &str) -> KilledBeforeTheInstant {
     let mut late = Vec::new();
     for _ in 0..KILL_ATTEMPTS {
-        let zk = ZkServer::start();
-        let dir = common::tempdir();
-        match kill_once(&zk, dir.path(), policy) {
+        let cluster = Cluster::new();
+        match kill_once(&cluster, policy) {
             Ok((fire_id, victim_id, survivor)) => {
                 return KilledBeforeTheInstant {
                     survivor,
                     fire_id,
                     victim_id,
-                    _zk: zk,
-                    dir,
+                    cluster,
                 };
             }
             Err(missed) => late.push(missed),
@@ -585,23 +467,22 @@ fn unix_now() -> f64 {
 
 /// One attempt of [`kill_a_node_between_the_claim_and_the_instant`]: `Err` says how late the
 /// kill was.
-fn kill_once(zk: &ZkServer, dir: &Path, policy: &str) -> Result<(String, String, Node), String> {
-    let starts = dir.join("starts.log");
+fn kill_once(cluster: &Cluster, policy: &str) -> Result<(String, String, DaemonProcess), String> {
+    let starts = cluster.path().join("starts.log");
     let task = |schedule: &str| {
         format!(
             "schedule = \"{schedule}\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $(date +%s.%N)\" >> {}']\ncatch_up = \"skip\"\non_node_loss = \"{policy}\"\n",
             starts.display()
         )
     };
-    write_task(dir, "t", &task("0 0 0 1 1 *"));
-    let connect = zk.chroot_connect();
-    let a = Node::start_debug(dir, "node-a", &connect);
-    let b = Node::start_debug(dir, "node-b", &connect);
+    cluster.write_task("t", &task("0 0 0 1 1 *"));
+    let a = start_debug(cluster, "node-a");
+    let b = start_debug(cluster, "node-b");
     wait_for("both nodes to register", LIMIT, || {
         a.log().contains("registered in ZooKeeper") && b.log().contains("registered in ZooKeeper")
     });
-    write_task(dir, "t", &task("*/2 * * * * *"));
-    let claimed = |node: &Node| {
+    cluster.write_task("t", &task("*/2 * * * * *"));
+    let claimed = |node: &DaemonProcess| {
         node.log()
             .lines()
             .find(|l| l.contains("claimed ahead of its instant"))
@@ -641,12 +522,12 @@ fn kill_once(zk: &ZkServer, dir: &Path, policy: &str) -> Result<(String, String,
         ));
     }
     assert!(
-        !lines(&starts)
+        !words(&starts)
             .iter()
             .any(|l| l[0] == fire_id && l[1] == victim_id),
         "the victim ran the tick it was killed {:.0} ms before: {:?}",
         margin * 1000.0,
-        lines(&starts)
+        words(&starts)
     );
     Ok((fire_id, victim_id.to_string(), survivor))
 }
@@ -665,21 +546,21 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
         killed.victim_id.as_str(),
         &killed.survivor,
     );
-    let starts = killed.dir.path().join("starts.log");
+    let starts = killed.cluster.path().join("starts.log");
     let survivor_id = if victim_id == "node-a" {
         "node-b"
     } else {
         "node-a"
     };
     wait_for("the survivor to run a later tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| l[1] == survivor_id && fire_second(&l[0]) > fire_second(fire_id))
     });
     assert!(
-        !lines(&starts).iter().any(|l| l[0] == fire_id),
+        !words(&starts).iter().any(|l| l[0] == fire_id),
         "the claimed tick {fire_id} ran: {:?}",
-        lines(&starts)
+        words(&starts)
     );
     let log = survivor.log();
     assert!(!log.contains("rerunning a tick"), "{log}");
@@ -703,9 +584,9 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
         killed.victim_id.as_str(),
         &killed.survivor,
     );
-    let starts = killed.dir.path().join("starts.log");
+    let starts = killed.cluster.path().join("starts.log");
     wait_for("the new leader to rerun the claimed tick", LIMIT, || {
-        lines(&starts).iter().any(|l| l[0] == fire_id)
+        words(&starts).iter().any(|l| l[0] == fire_id)
     });
     let log = survivor.log();
     assert!(
@@ -714,15 +595,15 @@ fn given_a_node_killed_between_its_claim_ahead_and_the_instant_with_on_node_loss
     );
     // And a later tick too, so that a second run of the claimed tick had time to show.
     wait_for("the new leader to run a later tick", LIMIT, || {
-        lines(&starts)
+        words(&starts)
             .iter()
             .any(|l| fire_second(&l[0]) > fire_second(fire_id))
     });
-    let runs: Vec<Vec<String>> = lines(&starts)
+    let runs: Vec<Vec<String>> = words(&starts)
         .into_iter()
         .filter(|l| l[0] == fire_id)
         .collect();
-    assert_eq!(runs.len(), 1, "run once: {:?}", lines(&starts));
+    assert_eq!(runs.len(), 1, "run once: {:?}", words(&starts));
     assert_ne!(runs[0][1], victim_id);
     let started_at: f64 = runs[0][2].parse().unwrap();
     assert!(

@@ -13,15 +13,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::DaemonProcess;
-use common::zk::{self, ZkServer};
+use common::cluster::Cluster;
+use common::zk::{self, ClusterNode, TestServer};
 
 /// A generous deadline for start-up and convergence.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -33,57 +31,29 @@ const DRAIN_MOVE: Duration = Duration::from_secs(2);
 const CLUSTER: &str = "test";
 const BASE: &str = "/zkcron/test";
 
-/// A ZooKeeper, a chroot, and a directory with one jobs dir per node (or a shared one).
-struct World {
-    zk: ZkServer,
-    connect: String,
-    dir: Option<tempfile::TempDir>,
-    nodes: BTreeMap<String, DaemonProcess>,
+/// Cluster `test` on a chroot of the binary's shared ZooKeeper; nodes may have a jobs dir each.
+fn new_world() -> Cluster {
+    Cluster::on(TestServer::shared(), CLUSTER)
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("test files kept in {}", dir.keep().display());
-        }
-    }
+/// The operator's controls as these tests apply them to a [`Cluster`], and what they read back.
+trait Controls {
+    fn write_ticking_task(&self, jobs: &str, name: &str, extra: &str);
+    fn start_node(&mut self, id: &str, version: &str, jobs: &str, config: &str);
+    fn log(&self, id: &str) -> String;
+    fn fired(&self) -> Vec<(String, i64, String)>;
+    fn assert_no_duplicates(&self);
+    fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T;
+    fn mark(&self, kind: &str, name: &str);
+    fn unmark(&self, kind: &str, name: &str);
+    fn resume(&self, task: &str) -> i64;
+    fn member(&self, id: &str) -> serde_json::Value;
 }
 
-impl World {
-    fn new() -> World {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        World {
-            zk,
-            connect,
-            dir: Some(common::tempdir()),
-            nodes: BTreeMap::new(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.as_ref().unwrap().path()
-    }
-
-    fn jobs(&self, name: &str) -> PathBuf {
-        let jobs = self.path().join(name);
-        if !jobs.exists() {
-            fs::create_dir(&jobs).unwrap();
-            fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        jobs
-    }
-
-    fn fires_path(&self) -> PathBuf {
-        self.path().join("fires.log")
-    }
-
+impl Controls for Cluster {
     /// An every-second task in jobs dir `jobs` that logs its fire id and node; `extra` lines
     /// are appended.
-    fn write_task(&self, jobs: &str, name: &str, extra: &str) {
+    fn write_ticking_task(&self, jobs: &str, name: &str, extra: &str) {
         let text = format!(
             "schedule = \"* * * * * *\"\n\
              command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
@@ -93,98 +63,40 @@ impl World {
              {extra}\n",
             fires = self.fires_path().display()
         );
-        let path = self.jobs(jobs).join(format!("{name}.toml"));
-        fs::write(&path, text).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        self.write_task_in(jobs, name, &text);
     }
 
     /// Starts `zkcron run` as `id` of release `version` on jobs dir `jobs`, `config` added to
     /// its zkcron.toml; waits until it registered.
-    fn start(&mut self, id: &str, version: &str, jobs: &str, config: &str) {
-        let node = zk::ClusterNode {
-            home: &self.path().join(id),
-            jobs: &self.jobs(jobs),
-            connect: &self.connect,
-            cluster: CLUSTER,
-            id,
-            release: version,
-            session_timeout: Duration::from_secs(3),
-            config,
-        }
-        .spawn();
-        self.nodes.insert(id.to_string(), node);
-        self.wait_log(id, "registered in ZooKeeper", 1);
+    fn start_node(&mut self, id: &str, version: &str, jobs: &str, config: &str) {
+        self.start(ClusterNode {
+            release: Some(version.into()),
+            jobs: self.jobs_dir(jobs),
+            config: config.into(),
+            ..self.new_node(id)
+        });
     }
 
     fn log(&self, id: &str) -> String {
         self.nodes[id].log()
     }
 
-    /// Stops `id` with SIGTERM and waits for it to exit.
-    fn stop(&mut self, id: &str) {
-        let mut node = self.nodes.remove(id).unwrap();
-        node.signal(nix::sys::signal::Signal::SIGTERM);
-        assert_eq!(node.wait_exit(LIMIT), Some(0), "{}", node.log());
-    }
-
-    #[allow(clippy::disallowed_methods)] // real processes, real deadline
-    fn wait(&self, what: &str, limit: Duration, mut condition: impl FnMut(&World) -> bool) {
-        let deadline = Instant::now() + limit;
-        while !condition(self) {
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {limit:?} waiting for: {what}\n{}",
-                    self.diagnostics()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn wait_log(&self, id: &str, needle: &str, count: usize) {
-        self.wait(
-            &format!("{id} to log {needle:?} {count} time(s)"),
-            LIMIT,
-            |w| w.log(id).matches(needle).count() >= count,
-        );
-    }
-
-    /// The number of tasks `id` said it leads in its last `leases changed` line.
-    fn leading(&self, id: &str) -> Option<usize> {
-        let log = self.log(id);
-        let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
-        let value = line.split("leading").nth(1)?;
-        let digits: String = value
-            .trim_start_matches(['=', ':', '"', ' '])
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    }
-
     /// `(task, second, node)` of every fire so far.
-    fn fires(&self) -> Vec<(String, i64, String)> {
-        fs::read_to_string(self.fires_path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| {
-                let (id, node) = line.split_once(' ')?;
-                let (task, second) = id.split_once('@')?;
-                Some((task.to_string(), second.parse().ok()?, node.to_string()))
-            })
+    fn fired(&self) -> Vec<(String, i64, String)> {
+        self.fires()
+            .0
+            .into_iter()
+            .map(|fire| (fire.task, fire.second, fire.node))
             .collect()
     }
 
     fn assert_no_duplicates(&self) {
-        let mut seen = BTreeMap::new();
-        for (task, second, node) in self.fires() {
-            if let Some(other) = seen.insert((task.clone(), second), node.clone()) {
-                panic!(
-                    "{task}@{second} fired twice ({other}, {node})\n{}",
-                    self.diagnostics()
-                );
-            }
-        }
+        let duplicates = self.fires().duplicates();
+        assert!(
+            duplicates.is_empty(),
+            "fired twice: {duplicates:?}\n{}",
+            self.diagnostics()
+        );
     }
 
     fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
@@ -256,27 +168,6 @@ impl World {
             serde_json::from_slice(&data).unwrap()
         })
     }
-
-    fn diagnostics(&self) -> String {
-        let mut out = String::from("fires.log (last 40):\n");
-        let fires = fs::read_to_string(self.fires_path()).unwrap_or_default();
-        let lines: Vec<&str> = fires.lines().collect();
-        for line in &lines[lines.len().saturating_sub(40)..] {
-            out.push_str(line);
-            out.push('\n');
-        }
-        for (id, node) in &self.nodes {
-            let log = node.log();
-            let lines: Vec<&str> = log.lines().collect();
-            out.push_str(&format!("--- {id} (last 40 lines):\n"));
-            for line in &lines[lines.len().saturating_sub(40)..] {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        out.push_str(&self.zk.describe_state());
-        out
-    }
 }
 
 #[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
@@ -299,9 +190,9 @@ fn rfc3339(unix: f64) -> String {
 #[allow(clippy::disallowed_methods)] // real processes: the move is timed on the real clock
 fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_stays_drained_across_a_restart()
  {
-    let mut world = World::new();
+    let mut world = new_world();
     for i in 0..6 {
-        world.write_task("jobs.d", &format!("t{i}"), "");
+        world.write_ticking_task("jobs.d", &format!("t{i}"), "");
     }
     // A job that runs 3 s, so that the drain comes while it runs.
     let long_log = world.path().join("long.log");
@@ -311,11 +202,11 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
          overlap = \"skip\"\ncatch_up = \"skip\"\n",
         log = long_log.display()
     );
-    let path = world.jobs("jobs.d").join("long.toml");
+    let path = world.jobs_dir("jobs.d").join("long.toml");
     fs::write(&path, long).unwrap();
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-    world.start("node-a", "1.0.0", "jobs.d", "");
-    world.start("node-b", "1.0.0", "jobs.d", "");
+    world.start_node("node-a", "1.0.0", "jobs.d", "");
+    world.start_node("node-b", "1.0.0", "jobs.d", "");
     // `long` runs somewhere: drain that node while its job runs.
     let read_long = || fs::read_to_string(&long_log).unwrap_or_default();
     world.wait("a run of `long` to start", LIMIT, |_| {
@@ -371,10 +262,10 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
     // Everything fires on the other node from the next second on.
     let from = now().floor() as i64 + 1;
     world.wait("three seconds of fires after the drain", LIMIT, |w| {
-        w.fires().iter().any(|(_, s, _)| *s >= from + 3)
+        w.fired().iter().any(|(_, s, _)| *s >= from + 3)
     });
     let strays: Vec<_> = world
-        .fires()
+        .fired()
         .into_iter()
         .filter(|(_, s, node)| *s >= from && *node == victim)
         .collect();
@@ -382,7 +273,7 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
 
     // A restart keeps the drain: the node reads its mark before registering.
     world.stop(&victim);
-    world.start(&victim, "1.0.0", "jobs.d", "");
+    world.start_node(&victim, "1.0.0", "jobs.d", "");
     let restarted = now().floor() as i64 + 1;
     world.wait(
         &format!("{victim} to say it is drained again"),
@@ -395,7 +286,7 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
         },
     );
     world.wait("three seconds of fires after the restart", LIMIT, |w| {
-        w.fires().iter().any(|(_, s, _)| *s >= restarted + 3)
+        w.fired().iter().any(|(_, s, _)| *s >= restarted + 3)
     });
     // From its start on, every `leases changed` line of the restarted node says leading=0.
     let restarted_log = world.log(&victim);
@@ -407,7 +298,7 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
     assert!(led.is_empty(), "{led:?}\n{restarted_log}");
     assert!(
         world
-            .fires()
+            .fired()
             .iter()
             .all(|(_, s, node)| *s < restarted || *node != victim),
         "{}",
@@ -427,13 +318,13 @@ fn a_drained_node_hands_its_leases_over_within_a_second_finishes_its_job_and_sta
 #[test]
 fn a_paused_task_fires_nothing_across_a_leader_change_and_nothing_of_the_paused_period_after_resume()
  {
-    let mut world = World::new();
-    world.write_task("jobs.d", "p", "");
-    world.write_task("jobs.d", "other", "");
-    world.start("node-a", "1.0.0", "jobs.d", "");
-    world.start("node-b", "1.0.0", "jobs.d", "");
+    let mut world = new_world();
+    world.write_ticking_task("jobs.d", "p", "");
+    world.write_ticking_task("jobs.d", "other", "");
+    world.start_node("node-a", "1.0.0", "jobs.d", "");
+    world.start_node("node-b", "1.0.0", "jobs.d", "");
     world.wait("p to fire", LIMIT, |w| {
-        w.fires().iter().any(|(t, _, _)| t == "p")
+        w.fired().iter().any(|(t, _, _)| t == "p")
     });
     world.mark("paused", "p");
     let paused_at = now();
@@ -455,19 +346,19 @@ fn a_paused_task_fires_nothing_across_a_leader_change_and_nothing_of_the_paused_
     };
     world.wait_log(survivor, said, 1);
     world.wait("`other` to fire on the survivor for 3 s", LIMIT, |w| {
-        w.fires()
+        w.fired()
             .iter()
             .any(|(t, s, n)| t == "other" && n == survivor && *s as f64 >= paused_at + 4.0)
     });
     let resumed = world.resume("p");
     world.wait_log(survivor, "task p is no longer paused", 1);
     world.wait("p to fire again after the resume", LIMIT, |w| {
-        w.fires().iter().any(|(t, s, _)| t == "p" && *s > resumed)
+        w.fired().iter().any(|(t, s, _)| t == "p" && *s > resumed)
     });
     // A tick due while the pause was being written may have been claimed already; every
     // later one up to the resume never ran, then or after.
     let during: Vec<i64> = world
-        .fires()
+        .fired()
         .into_iter()
         .filter(|(t, s, _)| t == "p" && *s as f64 > paused_at + 1.0 && *s <= resumed)
         .map(|(_, s, _)| s)
@@ -482,12 +373,12 @@ fn a_paused_task_fires_nothing_across_a_leader_change_and_nothing_of_the_paused_
 
 #[test]
 fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it_is_not_eligible() {
-    let mut world = World::new();
-    world.write_task("jobs.d", "needs-v2", "version_req = \">=2.0\"");
-    world.write_task("jobs.d", "needs-eu", "require_labels = { zone = \"eu\" }");
-    world.write_task("jobs.d", "anywhere", "");
+    let mut world = new_world();
+    world.write_ticking_task("jobs.d", "needs-v2", "version_req = \">=2.0\"");
+    world.write_ticking_task("jobs.d", "needs-eu", "require_labels = { zone = \"eu\" }");
+    world.write_ticking_task("jobs.d", "anywhere", "");
     let labels = "[node]\nlabels = { zone = \"us\" }\n";
-    world.start("node-a", "1.0.0", "jobs.d", labels);
+    world.start_node("node-a", "1.0.0", "jobs.d", labels);
     world.wait_log(
         "node-a",
         "task needs-v2: no live node may run it: version_req >=2.0 matches none of node-a (1.0.0)",
@@ -499,18 +390,18 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
         1,
     );
     world.wait("anywhere to fire", LIMIT, |w| {
-        w.fires().iter().any(|(t, _, _)| t == "anywhere")
+        w.fired().iter().any(|(t, _, _)| t == "anywhere")
     });
     assert!(
         !world
-            .fires()
+            .fired()
             .iter()
             .any(|(t, _, _)| t == "needs-v2" || t == "needs-eu"),
         "{}",
         world.diagnostics()
     );
     // A second node that satisfies the labels: the problem is gone, said once.
-    world.start(
+    world.start_node(
         "node-b",
         "1.0.0",
         "jobs.d",
@@ -518,7 +409,7 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
     );
     world.wait_log("node-a", "task needs-eu: a live node may run it again", 1);
     world.wait("needs-eu to fire on node-b", LIMIT, |w| {
-        w.fires()
+        w.fired()
             .iter()
             .any(|(t, _, n)| t == "needs-eu" && n == "node-b")
     });
@@ -545,7 +436,7 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
     )
     .unwrap();
     fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-    let jobs = world.jobs("jobs.d");
+    let jobs = world.jobs_dir("jobs.d");
     let output = common::run_zkcron(&[
         "next",
         "--config",
@@ -581,11 +472,11 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
 
 #[test]
 fn live_nodes_that_define_a_task_differently_both_log_the_drift_naming_digests_and_nodes() {
-    let mut world = World::new();
-    world.write_task("jobs-a", "d", "");
-    world.write_task("jobs-b", "d", "jitter = \"0s\"\nkill_grace = \"5s\"");
-    world.start("node-a", "1.0.0", "jobs-a", "");
-    world.start("node-b", "1.0.0", "jobs-b", "");
+    let mut world = new_world();
+    world.write_ticking_task("jobs-a", "d", "");
+    world.write_ticking_task("jobs-b", "d", "jitter = \"0s\"\nkill_grace = \"5s\"");
+    world.start_node("node-a", "1.0.0", "jobs-a", "");
+    world.start_node("node-b", "1.0.0", "jobs-b", "");
     for node in ["node-a", "node-b"] {
         world.wait_log(node, "task d: live nodes define it differently: ", 1);
     }
@@ -611,7 +502,7 @@ fn live_nodes_that_define_a_task_differently_both_log_the_drift_naming_digests_a
         }
     }
     // The same files again: said once, and the end of it said once.
-    world.write_task("jobs-b", "d", "");
+    world.write_ticking_task("jobs-b", "d", "");
     for node in ["node-a", "node-b"] {
         world.wait_log(node, "task d: live nodes define it alike again", 1);
         assert_eq!(

@@ -18,17 +18,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
+use common::cluster::Cluster;
 use common::fires::{Fire, Fires};
-use common::zk::{self, ZkEnsemble};
+use common::zk::{ClusterNode, TestServer};
 
 /// A generous deadline for things that take a moment (start-up, convergence, catch-up).
 const LIMIT: Duration = Duration::from_secs(30);
@@ -56,20 +54,20 @@ fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping
     let _serial = serial();
     // Sessions of 8 s: ample to find another server and, when the dead server led the ensemble,
     // for the other two to elect a new leader.
-    let mut setup = Setup::new(9, Duration::from_secs(8));
+    let mut setup = new_setup(9, Duration::from_secs(8));
     let all = ["node-a", "node-b", "node-c"];
     setup.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     setup.wait_stable(&all);
 
     let sessions: BTreeMap<&str, String> = all.iter().map(|n| (*n, setup.session(n))).collect();
     let mut on = BTreeMap::new();
-    setup.wait(
+    setup.wait_fires(
         "each node's session to show in a server's `cons`",
         LIMIT,
         |_, s| {
             on = sessions
                 .iter()
-                .filter_map(|(n, hex)| Some((*n, s.zk.server_of_session(hex)?)))
+                .filter_map(|(n, hex)| Some((*n, s.zk.ensemble().server_of_session(hex)?)))
                 .collect();
             on.len() == sessions.len()
         },
@@ -85,7 +83,7 @@ fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping
 
     setup.wait_mid_second();
     let killed_at = now();
-    setup.zk.stop(victim);
+    setup.zk.ensemble_mut().stop(victim);
     eprintln!(
         "killed ZooKeeper server {}, which served {moved:?}",
         victim + 1
@@ -95,12 +93,13 @@ fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping
         setup.wait_log(node, "paused: disconnected from ZooKeeper", 1);
         setup.wait_log(node, "reconnected to ZooKeeper within the session", 1);
     }
-    setup.wait(
+    setup.wait_fires(
         "the moved nodes' sessions to show on another server",
         LIMIT,
         |_, s| {
             moved.iter().all(|n| {
-                s.zk.server_of_session(&sessions[n])
+                s.zk.ensemble()
+                    .server_of_session(&sessions[n])
                     .is_some_and(|i| i != victim)
             })
         },
@@ -154,21 +153,23 @@ fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping
 fn given_the_quorum_is_lost_for_twenty_seconds_then_every_node_pauses_and_the_missed_ticks_are_caught_up_once()
  {
     let _serial = serial();
-    let mut setup = Setup::new(6, Duration::from_secs(4));
+    let mut setup = new_setup(6, Duration::from_secs(4));
     // One more task that catches up only the latest missed tick.
-    setup.write_task("once", "once");
+    setup.write_ticking_task("once", "once");
     let all = ["node-a", "node-b", "node-c"];
     setup.start_nodes(&[("node-a", OLD), ("node-b", OLD), ("node-c", OLD)]);
     setup.wait_stable(&all);
 
+    let once_caught_up_before = setup.catch_up_runs("once");
+
     setup.wait_mid_second();
-    setup.zk.stop(0);
-    setup.zk.stop(1);
+    setup.zk.ensemble_mut().stop(0);
+    setup.zk.ensemble_mut().stop(1);
     let lost_at = now();
     for node in all {
         setup.wait_log(node, "paused: disconnected from ZooKeeper", 1);
     }
-    setup.wait("20 s to pass without a quorum", LIMIT, |_, _| {
+    setup.wait_fires("20 s to pass without a quorum", LIMIT, |_, _| {
         now() >= lost_at + 20.0
     });
     // Nothing can be claimed without a quorum, so nothing fired after it was lost.
@@ -184,9 +185,9 @@ fn given_the_quorum_is_lost_for_twenty_seconds_then_every_node_pauses_and_the_mi
     );
 
     let back_at = now();
-    setup.zk.start_again(0);
-    setup.zk.start_again(1);
-    setup.wait(
+    setup.zk.ensemble_mut().start_again(0);
+    setup.zk.ensemble_mut().start_again(1);
+    setup.wait_fires(
         "every task to fire again after the quorum is back",
         LIMIT,
         |fires, s| {
@@ -201,7 +202,7 @@ fn given_the_quorum_is_lost_for_twenty_seconds_then_every_node_pauses_and_the_mi
     setup.assert_no_duplicates();
     // `catch_up = "all"`: every tick of the outage ran after it.
     setup.assert_no_gaps(second_of(lost_at) - 2, through - 2);
-    // `catch_up = "once"`: of the ticks missed without a quorum, at most the latest ran.
+    // `catch_up = "once"`: of the ticks missed without a quorum, at most the latest ran...
     let missed = second_of(lost_at) + 1..=second_of(back_at);
     let once: Vec<i64> = setup
         .fires()
@@ -217,47 +218,54 @@ fn given_the_quorum_is_lost_for_twenty_seconds_then_every_node_pauses_and_the_mi
             once.len()
         ),
     );
+    // ...and it did catch up: the nodes counted a caught-up run of it since the quorum was lost
+    // (the latest missed tick, which may be due after `back_at`: the nodes rejoin once the
+    // servers are up; a lease moving between the nodes as they rejoin may catch up one more).
+    let once_caught_up = setup.catch_up_runs("once") - once_caught_up_before;
+    setup.check(
+        once_caught_up >= 1,
+        "catch_up = \"once\" caught up nothing after the outage",
+    );
 }
 
 #[test]
 fn given_a_node_cut_from_zookeeper_by_a_proxy_then_its_tasks_move_after_its_session_and_it_fires_nothing_stale_when_healed()
  {
     let _serial = serial();
-    let mut setup = Setup::new(6, Duration::from_secs(4));
+    let mut setup = new_setup(6, Duration::from_secs(4));
     let proxy = Proxy::start(SocketAddr::from((
         [127, 0, 0, 1],
-        setup.zk.server(0).port(),
+        setup.zk.ensemble().server(0).port(),
     )));
-    let through_proxy = format!("127.0.0.1:{}{}", proxy.port, setup.chroot);
-    setup.proxy = Some(proxy);
+    let through_proxy = format!("127.0.0.1:{}{}", proxy.port, setup.chroot());
     setup.start_nodes(&[("node-a", OLD), ("node-b", OLD)]);
     // node-c runs the newer release, so it leads every task while it is a member; its session
     // is short, and it reaches ZooKeeper only through the proxy.
     let cut_session = Duration::from_secs(2);
     setup.spawn_node("node-c", NEW, &through_proxy, cut_session);
     setup.wait_log("node-c", "registered in ZooKeeper", 1);
-    let tasks = setup.tasks.len();
+    let tasks = setup.tasks().len();
     // Two seconds in a row, so the gaps checked from a second before the cut on are ticks
     // that fire.
-    setup.wait("node-c to lead and fire every task", LIMIT, |fires, s| {
+    setup.wait_fires("node-c to lead and fire every task", LIMIT, |fires, s| {
         let last = now_second() - 1;
         s.leading("node-c") == Some(tasks)
-            && s.tasks.iter().all(|t| {
+            && s.tasks().iter().all(|t| {
                 fires.fired_by_at(t, "node-c", last) && fires.fired_by_at(t, "node-c", last - 1)
             })
     });
 
     setup.wait_mid_second();
     let cut_at = now();
-    setup.proxy.as_ref().unwrap().cut();
+    proxy.cut();
     setup.wait_log("node-c", "paused: disconnected from ZooKeeper", 1);
-    setup.wait(
+    setup.wait_fires(
         "node-a and node-b to lead and fire every task",
         LIMIT,
         |fires, s| {
             let others = s.leading("node-a").unwrap_or(0) + s.leading("node-b").unwrap_or(0);
             others == tasks
-                && s.tasks.iter().all(|t| {
+                && s.tasks().iter().all(|t| {
                     fires
                         .0
                         .iter()
@@ -275,20 +283,20 @@ fn given_a_node_cut_from_zookeeper_by_a_proxy_then_its_tasks_move_after_its_sess
         &format!("took {took:.2} s to take node-c's tasks after the cut (session {cut_session:?})"),
     );
     // Keep it cut for one more tick, so its timers have ticks due when it is back.
-    setup.wait("one more tick with node-c cut", LIMIT, |_, _| {
+    setup.wait_fires("one more tick with node-c cut", LIMIT, |_, _| {
         now() >= cut_at + cut_session.as_secs_f64() + 2.0
     });
     let healed_at = now();
-    setup.proxy.as_ref().unwrap().restore();
+    proxy.restore();
 
     setup.wait_log("node-c", "session expired", 1);
     setup.wait_log("node-c", "registered in ZooKeeper", 2);
-    setup.wait(
+    setup.wait_fires(
         "node-c to lead and fire every task again",
         LIMIT,
         |fires, s| {
             s.leading("node-c") == Some(tasks)
-                && s.tasks.iter().all(|t| {
+                && s.tasks().iter().all(|t| {
                     fires
                         .0
                         .iter()
@@ -412,67 +420,50 @@ impl Drop for Proxy {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The setup: an ensemble, a shared jobs dir and fires file, nodes, maybe a proxy
+// The setup: a cluster on an ensemble of its own, with every-second tasks
 
-/// Fields drop in order: the nodes are killed first, then the proxy and the ensemble go.
-struct Setup {
-    nodes: BTreeMap<String, DaemonProcess>,
-    proxy: Option<Proxy>,
-    zk: ZkEnsemble,
-    /// This setup's chroot, e.g. `/zkcron-test-0`.
-    chroot: String,
-    /// Holds `jobs.d/`, `fires.log` and one dir per node; kept when a test fails.
-    dir: Option<tempfile::TempDir>,
-    /// The every-second tasks with `catch_up = "all"`.
-    tasks: Vec<String>,
-    /// Other tasks (see [`Setup::write_task`]).
-    extra: Vec<String>,
-    session_timeout: Duration,
+/// Cluster `test` on a chroot of an ensemble of its own, with `tasks` every-second tasks
+/// (`t00`, ...) with `catch_up = "all"`; nodes started later get sessions of `session_timeout`
+/// and serve metrics on a port of their own.
+fn new_setup(tasks: usize, session_timeout: Duration) -> Cluster {
+    let mut setup = Cluster::on(TestServer::start_ensemble(), CLUSTER);
+    setup.session_timeout = session_timeout;
+    for i in 0..tasks {
+        setup.write_ticking_task(&format!("t{i:02}"), "all");
+    }
+    setup
 }
 
-impl Drop for Setup {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("ensemble test files kept in {}", dir.keep().display());
-        }
-    }
+/// What these tests do to a [`Cluster`] on an ensemble and check on it.
+trait Ensemble {
+    fn write_ticking_task(&self, name: &str, catch_up: &str);
+    fn tasks(&self) -> Vec<String>;
+    fn all_tasks(&self) -> Vec<String>;
+    fn start_nodes(&mut self, nodes: &[(&str, &str)]);
+    fn spawn_node(&mut self, id: &str, release: &str, connect: &str, session: Duration);
+    fn node(&self, id: &str) -> &DaemonProcess;
+    fn catch_up_runs(&self, task: &str) -> u64;
+    fn session(&self, node: &str) -> String;
+    fn lease_owners(&self) -> BTreeMap<String, i64>;
+    fn member_owners(&self) -> BTreeMap<String, i64>;
+    fn wait_fires(
+        &self,
+        what: &str,
+        limit: Duration,
+        condition: impl FnMut(&Fires, &Cluster) -> bool,
+    );
+    fn wait_stable(&self, nodes: &[&str]);
+    fn settle(&self, through: i64);
+    fn wait_mid_second(&self);
+    fn assert_no_duplicates(&self);
+    fn assert_no_gaps(&self, from: i64, to: i64);
+    fn check(&self, ok: bool, failure: &str);
 }
 
-impl Setup {
-    /// An ensemble and `tasks` every-second tasks (`t00`, ...) with `catch_up = "all"`; nodes
-    /// started later get sessions of `session_timeout`.
-    fn new(tasks: usize, session_timeout: Duration) -> Setup {
-        let zk = ZkEnsemble::start();
-        let chroot = zk.new_chroot();
-        let dir = tempfile::Builder::new()
-            .prefix("zkcron-ensemble-")
-            .permissions(fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .unwrap();
-        fs::create_dir(dir.path().join("jobs.d")).unwrap();
-        fs::set_permissions(dir.path().join("jobs.d"), fs::Permissions::from_mode(0o755)).unwrap();
-        let mut setup = Setup {
-            nodes: BTreeMap::new(),
-            proxy: None,
-            zk,
-            chroot,
-            dir: Some(dir),
-            tasks: Vec::new(),
-            extra: Vec::new(),
-            session_timeout,
-        };
-        for i in 0..tasks {
-            setup.write_task(&format!("t{i:02}"), "all");
-        }
-        setup
-    }
-
+impl Ensemble for Cluster {
     /// An every-second task with this `catch_up`. `overlap = "allow"`: right after a catch-up
     /// the last caught-up run may still be going when the next tick is due.
-    fn write_task(&mut self, name: &str, catch_up: &str) {
+    fn write_ticking_task(&self, name: &str, catch_up: &str) {
         let text = format!(
             "schedule = \"* * * * * *\"\n\
              command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
@@ -481,41 +472,38 @@ impl Setup {
              overlap = \"allow\"\n",
             fires = self.fires_path().display()
         );
-        let path = self.dir().join("jobs.d").join(format!("{name}.toml"));
-        fs::write(&path, text).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        if catch_up == "all" {
-            self.tasks.push(name.to_string());
-        } else {
-            self.extra.push(name.to_string());
-        }
+        self.write_task(name, &text);
     }
 
+    /// The tasks with `catch_up = "all"`, sorted: no tick of theirs may be missing.
+    fn tasks(&self) -> Vec<String> {
+        self.all_tasks()
+            .into_iter()
+            .filter(|task| {
+                fs::read_to_string(self.jobs().join(format!("{task}.toml")))
+                    .unwrap()
+                    .contains("catch_up = \"all\"")
+            })
+            .collect()
+    }
+
+    /// Every task, sorted: the stems of the task files in the jobs dir.
     fn all_tasks(&self) -> Vec<String> {
-        self.tasks.iter().chain(&self.extra).cloned().collect()
-    }
-
-    fn dir(&self) -> &std::path::Path {
-        self.dir.as_ref().unwrap().path()
-    }
-
-    fn fires_path(&self) -> PathBuf {
-        self.dir().join("fires.log")
-    }
-
-    fn fires(&self) -> Fires {
-        Fires::read(&self.fires_path())
-    }
-
-    /// The cluster's znodes under the chroot.
-    fn base(&self) -> String {
-        format!("{}/zkcron/{CLUSTER}", self.chroot)
+        let mut tasks: Vec<String> = fs::read_dir(self.jobs())
+            .unwrap()
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".toml").map(str::to_string)
+            })
+            .collect();
+        tasks.sort();
+        tasks
     }
 
     /// Starts the nodes (id, release) on every server of the ensemble and waits until each has
     /// registered.
     fn start_nodes(&mut self, nodes: &[(&str, &str)]) {
-        let connect = format!("{}{}", self.zk.connect_string(), self.chroot);
+        let connect = self.connect.clone();
         for (id, release) in nodes {
             self.spawn_node(id, release, &connect, self.session_timeout);
         }
@@ -525,15 +513,13 @@ impl Setup {
     }
 
     fn spawn_node(&mut self, id: &str, release: &str, connect: &str, session: Duration) {
-        let node = zk::ClusterNode {
-            home: &self.dir().join(id),
-            jobs: &self.dir().join("jobs.d"),
-            connect,
-            cluster: CLUSTER,
-            id,
-            release,
+        let node = ClusterNode {
+            connect: connect.into(),
+            release: Some(release.into()),
             session_timeout: session,
-            config: "",
+            // Each node serves its metrics on a port of its own (`catch_up_runs`).
+            config: "[http]\nlisten = \"127.0.0.1:0\"\n".into(),
+            ..self.new_node(id)
         }
         .spawn();
         self.nodes.insert(id.to_string(), node);
@@ -541,6 +527,33 @@ impl Setup {
 
     fn node(&self, id: &str) -> &DaemonProcess {
         &self.nodes[id]
+    }
+
+    /// The caught-up runs of `task` so far, over all nodes (`zkcron_catch_up_runs_total`).
+    fn catch_up_runs(&self, task: &str) -> u64 {
+        let series = format!("zkcron_catch_up_runs_total{{task=\"{task}\"}} ");
+        self.nodes
+            .values()
+            .map(|node| {
+                let (code, metrics) = common::http_get(&node.served_address(), "/metrics");
+                assert_eq!(code, 200, "{metrics}");
+                metrics
+                    .lines()
+                    .find_map(|line| line.strip_prefix(&series))
+                    .map_or(0, |value| value.trim().parse::<u64>().unwrap())
+            })
+            .sum()
+    }
+
+    /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
+    /// `what` and the state of everything.
+    fn wait_fires(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut condition: impl FnMut(&Fires, &Cluster) -> bool,
+    ) {
+        self.wait(what, limit, |c| condition(&c.fires(), c));
     }
 
     /// The session (hex, as ZooKeeper's `cons` shows it without `0x`) of `node`'s last
@@ -563,42 +576,14 @@ impl Setup {
             .collect()
     }
 
-    /// The number of tasks `node` said it leads in its last `leases changed` log line.
-    fn leading(&self, node: &str) -> Option<usize> {
-        let log = self.node(node).log();
-        let line = log.lines().rev().find(|l| l.contains("leases changed"))?;
-        let value = line.split("leading").nth(1)?;
-        value
-            .trim_start_matches(['=', ':', '"', ' '])
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .ok()
-    }
-
-    /// Each child of `dir` (under the cluster's base) with its znode's ephemeral owner.
-    fn owners(&self, dir: &str) -> BTreeMap<String, i64> {
-        let dir = format!("{}/{dir}", self.base());
-        self.zk.with_client(async |client| {
-            let mut owners = BTreeMap::new();
-            for child in client.list_children(&dir).await.unwrap_or_default() {
-                if let Ok(Some(stat)) = client.check_stat(&format!("{dir}/{child}")).await {
-                    owners.insert(child, stat.ephemeral_owner);
-                }
-            }
-            owners
-        })
-    }
-
     /// Lease znode → the session that owns it.
     fn lease_owners(&self) -> BTreeMap<String, i64> {
-        self.owners("leases")
+        self.znode_owners("leases")
     }
 
     /// Member znode → the session that owns it; checked against each node's logged session.
     fn member_owners(&self) -> BTreeMap<String, i64> {
-        let owners = self.owners("members");
+        let owners = self.znode_owners("members");
         for (id, owner) in &owners {
             if self.nodes.contains_key(id) {
                 let logged = u64::from_str_radix(&self.session(id), 16).unwrap() as i64;
@@ -611,46 +596,12 @@ impl Setup {
         owners
     }
 
-    /// Polls `condition` every 20 ms until it holds; after `limit` panics with `what` and the
-    /// state of everything.
-    #[allow(clippy::disallowed_methods)] // real processes, real deadline
-    fn wait(&self, what: &str, limit: Duration, mut condition: impl FnMut(&Fires, &Setup) -> bool) {
-        let deadline = Instant::now() + limit;
-        while !condition(&self.fires(), self) {
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {limit:?} waiting for: {what}\n{}",
-                    self.diagnostics()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits until `node`'s log has `needle` at least `count` times.
-    fn wait_log(&self, node: &str, needle: &str, count: usize) {
-        self.wait(
-            &format!("{node} to log {needle:?} {count} time(s)"),
-            LIMIT,
-            |_, s| {
-                let done = s.node(node).log().matches(needle).count() >= count;
-                if !done && !common::process_alive(s.node(node).child.id() as i32) {
-                    panic!(
-                        "{node} exited while we waited for it to log {needle:?}\n{}",
-                        s.diagnostics()
-                    );
-                }
-                done
-            },
-        );
-    }
-
     /// Waits until leadership is settled among `nodes`: in the last two complete seconds every
     /// task fired, by the same node both times, and the nodes' last `leading=N` add up to the
     /// number of tasks.
     fn wait_stable(&self, nodes: &[&str]) {
         let all = self.all_tasks();
-        self.wait(
+        self.wait_fires(
             &format!("leadership among {nodes:?} to settle"),
             LIMIT,
             |fires, s| {
@@ -671,7 +622,7 @@ impl Setup {
     /// `through - 2` was claimed and its job has written its line.
     fn settle(&self, through: i64) {
         let all = self.all_tasks();
-        self.wait(
+        self.wait_fires(
             &format!("every task to fire the tick of {through}"),
             LIMIT,
             |fires, _| {
@@ -683,7 +634,7 @@ impl Setup {
 
     /// Waits until the clock is in the middle of a second, far from the claims at its start.
     fn wait_mid_second(&self) {
-        self.wait("the middle of a second", Duration::from_secs(3), |_, _| {
+        self.wait_fires("the middle of a second", Duration::from_secs(3), |_, _| {
             (0.35..0.65).contains(&now().fract())
         });
     }
@@ -697,7 +648,7 @@ impl Setup {
     }
 
     fn assert_no_gaps(&self, from: i64, to: i64) {
-        let gaps = self.fires().gaps(&self.tasks, from, to);
+        let gaps = self.fires().gaps(&self.tasks(), from, to);
         self.check(
             gaps.is_empty(),
             &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
@@ -709,28 +660,6 @@ impl Setup {
         if !ok {
             panic!("{failure}\n{}", self.diagnostics());
         }
-    }
-
-    /// The fires of the last minute as a table, each node's log tail, each server's log tail.
-    fn diagnostics(&self) -> String {
-        let fires = self.fires();
-        let mut out = String::new();
-        match fires.0.iter().map(|f| f.second).max() {
-            Some(last) => out.push_str(&fires.table(&self.all_tasks(), last - 59, last)),
-            None => out.push_str("no fires\n"),
-        }
-        for (id, node) in &self.nodes {
-            let log = node.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let _ = writeln!(
-                out,
-                "--- {id}, last lines of {}:\n{}",
-                node.log_path.display(),
-                lines[lines.len().saturating_sub(25)..].join("\n")
-            );
-        }
-        out.push_str(&self.zk.describe(8));
-        out
     }
 }
 

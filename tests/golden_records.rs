@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::zk::{ZkServer, connect_client};
+use common::zk::{self, connect_client};
 use serde_json::{Map, Value, json};
 use zkcron::coord::local::LocalCoordinator;
 use zkcron::coord::zk::{
@@ -366,7 +366,7 @@ fn check_against_fixture(name: &str, bytes: &[u8]) {
 
 #[test]
 fn records_this_release_writes_match_the_golden_fixtures() {
-    let server = ZkServer::start();
+    let server = zk::shared();
     let connect = server.chroot_connect();
     // n1 runs on a runtime of its own, so that it can die: dropping the runtime stops its
     // session's client without a goodbye, as a killed process does.

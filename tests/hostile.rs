@@ -12,178 +12,83 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::zk::{self, ZkServer};
-use common::{wait_for, zkcron};
+use common::cluster::Cluster;
+use common::zk::{self, ClusterNode};
+use common::{DaemonProcess, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// The cluster's root inside the test's chroot.
 const BASE: &str = "/zkcron/default";
 
-struct Node {
-    child: Child,
-    log: PathBuf,
+/// A test's cluster: the task `tick` in the shared jobs dir, firing every second with `overlap`.
+fn world(overlap: &str) -> Cluster {
+    let cluster = Cluster::new();
+    cluster.write_task(
+        "tick",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {}']\ncatch_up = \"skip\"\noverlap = \"{overlap}\"\n",
+            cluster.fires_path().display()
+        ),
+    );
+    cluster
 }
 
-impl Node {
-    fn start(dir: &Path, id: &str, connect: &str) -> Node {
-        let command = match std::env::var_os("ZKCRON_TEST_BIN") {
-            Some(binary) => Command::new(binary),
-            None => zkcron(),
-        };
-        Node::start_with(dir, id, connect, "", command)
-    }
-
-    fn start_with(dir: &Path, id: &str, connect: &str, extra: &str, mut command: Command) -> Node {
-        let home = dir.join(id);
-        fs::create_dir_all(&home).unwrap();
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config = home.join("zkcron.toml");
-        fs::write(
-            &config,
-            format!("[coordination.zookeeper]\nsession_timeout = \"3s\"\n{extra}"),
-        )
-        .unwrap();
-        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log = home.join("log.txt");
-        command
-            .args(["run", "--config"])
-            .arg(&config)
-            .arg("--jobs-dir")
-            .arg(dir.join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--node-id", id, "--zookeeper", connect])
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap());
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
-        Node { child, log }
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_for_log(&self, what: &str, needles: &[&str]) {
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_for(what, LIMIT, || {
-                let log = self.log();
-                log.lines().any(|l| needles.iter().all(|n| l.contains(n)))
-            })
-        }));
-        assert!(found.is_ok(), "{what}; the log:\n{}", self.log());
-    }
+/// The seconds of the ticks that fired.
+fn fired(world: &Cluster) -> Vec<i64> {
+    world
+        .fires()
+        .0
+        .iter()
+        .filter(|fire| fire.task == "tick")
+        .map(|fire| fire.second)
+        .collect()
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        common::kill_process_tree(&mut self.child);
-    }
-}
-
-/// A test's world: a ZooKeeper, a chroot, a jobs dir with the task `tick`.
-struct World {
-    /// Kept until the test ends (dropping it stops the server).
-    _zk: ZkServer,
-    connect: String,
-    dir: tempfile::TempDir,
-}
-
-impl World {
-    fn new(overlap: &str) -> World {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        let dir = common::tempdir();
-        let jobs = dir.path().join("jobs.d");
-        fs::create_dir_all(&jobs).unwrap();
-        fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
-        let task = jobs.join("tick.toml");
-        fs::write(
-            &task,
-            format!(
-                "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {}']\ncatch_up = \"skip\"\noverlap = \"{overlap}\"\n",
-                dir.path().join("fires.log").display()
-            ),
-        )
-        .unwrap();
-        fs::set_permissions(&task, fs::Permissions::from_mode(0o644)).unwrap();
-        World {
-            _zk: zk,
-            connect,
-            dir,
-        }
-    }
-
-    fn start(&self, id: &str) -> Node {
-        Node::start(self.dir.path(), id, &self.connect)
-    }
-
-    /// The seconds of the ticks that fired.
-    fn fired(&self) -> Vec<i64> {
-        fs::read_to_string(self.dir.path().join("fires.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .next()?
-                    .strip_prefix("tick@")?
-                    .parse()
-                    .ok()
-            })
-            .collect()
-    }
-
-    /// Waits until every second of `from..from + count` fired (the task fires every second
-    /// again), failing with the node's log.
-    fn wait_firing_from(&self, from: i64, count: i64, node: &Node) {
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_for(
-                &format!("{count} consecutive ticks from {from}"),
-                LIMIT,
-                || {
-                    let fired = self.fired();
-                    let mut start = from;
-                    // The first run of `count` consecutive seconds at or after `from`.
-                    for second in from..now() {
-                        if !fired.contains(&second) {
-                            start = second + 1;
-                        } else if second - start + 1 >= count {
-                            return true;
-                        }
+/// Waits until every second of `from..from + count` fired (the task fires every second
+/// again), failing with the node's log.
+fn wait_firing_from(world: &Cluster, from: i64, count: i64, node: &DaemonProcess) {
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(
+            &format!("{count} consecutive ticks from {from}"),
+            LIMIT,
+            || {
+                let fired = fired(world);
+                let mut start = from;
+                // The first run of `count` consecutive seconds at or after `from`.
+                for second in from..now() {
+                    if !fired.contains(&second) {
+                        start = second + 1;
+                    } else if second - start + 1 >= count {
+                        return true;
                     }
-                    false
-                },
-            )
-        }));
-        assert!(
-            ok.is_ok(),
-            "fired: {:?}\nthe log:\n{}",
-            self.fired(),
-            node.log()
-        );
-    }
+                }
+                false
+            },
+        )
+    }));
+    assert!(
+        ok.is_ok(),
+        "fired: {:?}\nthe log:\n{}",
+        fired(world),
+        node.log()
+    );
+}
 
-    /// Waits for the first fire, then returns the second after it.
-    fn wait_first_fire(&self, node: &Node) -> i64 {
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_for("the first fire", LIMIT, || !self.fired().is_empty())
-        }));
-        assert!(ok.is_ok(), "the log:\n{}", node.log());
-        now()
-    }
+/// Waits for the first fire, then returns the second after it.
+fn wait_first_fire(world: &Cluster, node: &DaemonProcess) -> i64 {
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("the first fire", LIMIT, || !fired(world).is_empty())
+    }));
+    assert!(ok.is_ok(), "the log:\n{}", node.log());
+    now()
+}
 
-    /// Runs `work` with a client of the test's chroot.
-    fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
-        zk::with_client_at(&self.connect, work)
-    }
+/// Runs `work` with a client of the test's chroot.
+fn with_client<T>(world: &Cluster, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+    zk::with_client_at(&world.connect, work)
 }
 
 /// The wall clock in Unix seconds.
@@ -232,13 +137,13 @@ async fn delete_all(client: &zookeeper_client::Client, path: &str) {
 #[test]
 fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_named_and_the_task_keeps_firing()
  {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
     // A ghost: a persistent member znode that defines the task, of a release above every
     // node's. Ranked, it would be designated and never take the lease.
     let ghost = format!("{BASE}/members/ghost");
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         let (mine, _) = client
             .get_data(&format!("{BASE}/members/node-a"))
             .await
@@ -252,7 +157,7 @@ fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_nam
             .unwrap();
     });
     let from = now() + 1;
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to name the ghost and the fix",
         &[
             "ignoring the member znode",
@@ -260,58 +165,61 @@ fn given_a_strangers_persistent_member_of_a_newer_release_then_it_is_ignored_nam
             "persistent",
             "zkCli.sh -server 127.0.0.1:",
         ],
+        LIMIT,
     );
     // Before: the lease went vacant for 3 s of every 13.
-    world.wait_firing_from(from, 15, &node);
+    wait_firing_from(&world, from, 15, &node);
 }
 
 #[test]
 fn given_a_lease_whose_data_was_changed_under_its_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
  {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
-    world.with_client(async |client| {
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
+    with_client(&world, async |client| {
         client
             .set_data(&format!("{BASE}/leases/tick"), b"tampered", None)
             .await
             .unwrap();
     });
     let from = now() + 1;
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to give the changed lease up",
         &["is not the one it took", "leases/tick", "taking it again"],
+        LIMIT,
     );
     // Before: claims failed on the lease's version for ever, and the node kept its lease.
-    world.wait_firing_from(from, 5, &node);
+    wait_firing_from(&world, from, 5, &node);
 }
 
 #[test]
 fn given_an_epoch_changed_under_the_lease_holder_then_it_takes_the_lease_again_and_the_task_keeps_firing()
  {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
-    world.with_client(async |client| {
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
+    with_client(&world, async |client| {
         client
             .set_data(&format!("{BASE}/tasks/tick/epoch"), b"", None)
             .await
             .unwrap();
     });
     let from = now() + 1;
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to give its lease up",
         &["the task's epoch was changed", "taking it again"],
+        LIMIT,
     );
     // Before: "claim refused: this node's lease is gone", and nobody could take the lease.
-    world.wait_firing_from(from, 5, &node);
+    wait_firing_from(&world, from, 5, &node);
 }
 
 #[test]
 fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_task_fires() {
-    let world = World::new("allow");
+    let world = world("allow");
     let lease = format!("{BASE}/leases/tick");
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         create_all(
             client,
             &lease,
@@ -319,8 +227,8 @@ fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_t
         )
         .await;
     });
-    let node = world.start("node-a");
-    node.wait_for_log(
+    let node = world.new_node("node-a").spawn();
+    node.wait_for_log_line(
         "the node to delete the foreign lease, naming it",
         &[
             "deleting the lease",
@@ -328,59 +236,68 @@ fn given_a_persistent_lease_of_no_live_member_then_it_is_deleted_named_and_the_t
             "it is persistent",
             "zkCli.sh -server 127.0.0.1:",
         ],
+        LIMIT,
     );
     // Before: the task never fired.
-    world.wait_firing_from(now(), 5, &node);
+    wait_firing_from(&world, now(), 5, &node);
 }
 
 #[test]
 fn given_a_persistent_run_record_with_overlap_skip_then_it_is_ignored_named_and_the_task_fires() {
-    let world = World::new("skip");
+    let world = world("skip");
     let run = format!("{BASE}/tasks/tick/run-1");
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         create_all(client, &run, br#"{"format":1,"node":"gone","session":"0","tick":"2026-01-01T00:00:00Z","started_at":"2026-01-01T00:00:00Z"}"#).await;
     });
-    let node = world.start("node-a");
-    node.wait_for_log(
+    let node = world.new_node("node-a").spawn();
+    node.wait_for_log_line(
         "the node to name the foreign run record",
         &[
             "ignoring the run record",
             "run-1",
             "zkCli.sh -server 127.0.0.1:",
         ],
+        LIMIT,
     );
     // Before: every tick was skipped for the "run elsewhere".
-    world.wait_firing_from(now(), 5, &node);
+    wait_firing_from(&world, now(), 5, &node);
 }
 
 #[test]
 fn given_the_tasks_subtree_deleted_then_it_is_recreated_and_the_task_keeps_firing() {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
-    world.with_client(async |client| delete_all(client, &format!("{BASE}/tasks")).await);
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
+    with_client(&world, async |client| {
+        delete_all(client, &format!("{BASE}/tasks")).await
+    });
     let from = now() + 1;
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to recreate the tree",
         &["recreated", "/tasks", "had been deleted"],
+        LIMIT,
     );
     // Before: every task stopped until the nodes restarted.
-    world.wait_firing_from(from, 5, &node);
+    wait_firing_from(&world, from, 5, &node);
 }
 
 #[test]
 fn given_the_members_subtree_deleted_then_the_node_registers_again_and_the_task_keeps_firing() {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
-    world.with_client(async |client| {
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
+    with_client(&world, async |client| {
         delete_all(client, &format!("{BASE}/leases")).await;
         delete_all(client, &format!("{BASE}/members")).await;
     });
     let from = now() + 1;
-    node.wait_for_log("the node to register again", &["recreated", "/members"]);
-    world.wait_firing_from(from, 5, &node);
-    let registered = world.with_client(async |client| {
+    node.wait_for_log_line(
+        "the node to register again",
+        &["recreated", "/members"],
+        LIMIT,
+    );
+    wait_firing_from(&world, from, 5, &node);
+    let registered = with_client(&world, async |client| {
         client
             .check_stat(&format!("{BASE}/members/node-a"))
             .await
@@ -392,9 +309,9 @@ fn given_the_members_subtree_deleted_then_the_node_registers_again_and_the_task_
 #[test]
 fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_and_how_to_clear_it()
 {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
     // A node whose clock ran a day ahead claimed a tick of tomorrow.
     let tomorrow = chrono::DateTime::from_timestamp(now() + 86_400, 0).unwrap();
     let record = serde_json::json!({
@@ -405,7 +322,7 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
         "run": true,
         "claimed_at": tomorrow.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     });
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         client
             .set_data(
                 &format!("{BASE}/tasks/tick"),
@@ -417,7 +334,7 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
     });
     // The cached record is stale: the next claim conflicts, re-reads it and says why the task
     // is silent, naming the node and the command that clears the record.
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to report the record ahead of the clock",
         &[
             "ahead of ZooKeeper's clock",
@@ -425,54 +342,35 @@ fn given_a_fire_record_a_day_ahead_of_the_cluster_clock_then_the_node_names_it_a
             "zkCli.sh -server 127.0.0.1:",
             "/tasks/tick",
         ],
+        LIMIT,
     );
     // Cleared and restarted as the message says, the task fires again.
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         client
             .set_data(&format!("{BASE}/tasks/tick"), br#"{"format":1}"#, None)
             .await
             .unwrap();
     });
     drop(node);
-    let node = world.start("node-b");
-    world.wait_firing_from(now() + 1, 3, &node);
-}
-
-/// `faketime` (Debian's package) running the real binary with its wall clock 30 s ahead.
-fn zkcron_with_clock_ahead() -> Command {
-    let found = Command::new("faketime").arg("--help").output().is_ok();
-    assert!(
-        found,
-        "this test needs faketime to skew a node's clock: apt-get install faketime"
-    );
-    let mut command = Command::new("faketime");
-    command
-        .args(["-m", "--exclude-monotonic", "-f", "+30s"])
-        .arg(std::env::var_os("ZKCRON_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_zkcron").into()));
-    command
+    let node = world.new_node("node-b").spawn();
+    wait_firing_from(&world, now() + 1, 3, &node);
 }
 
 #[test]
 fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_leadership_by_default()
  {
-    let world = World::new("allow");
-    let skewed = Node::start_with(
-        world.dir.path(),
-        "node-skewed",
-        &world.connect,
-        "",
-        zkcron_with_clock_ahead(),
-    );
-    skewed.wait_for_log(
-        "the skewed node to refuse leadership with the default bound",
+    let world = world("allow");
+    let skewed = world
+        .new_node("node-skewed")
+        .spawn_with(ClusterNode::binary_with_clock_ahead(30));
+    skewed.wait_for_log_line("the skewed node to refuse leadership with the default bound",
         &[
             "refusing leadership: this node's clock is further from ZooKeeper's than max_clock_skew",
             "max_clock_skew=2s",
-        ],
-    );
-    let good = world.start("node-good");
-    world.wait_firing_from(now(), 3, &good);
-    let skewed_fires = fs::read_to_string(world.dir.path().join("fires.log"))
+        ], LIMIT);
+    let good = world.new_node("node-good").spawn();
+    wait_firing_from(&world, now(), 3, &good);
+    let skewed_fires = fs::read_to_string(world.fires_path())
         .unwrap_or_default()
         .lines()
         .filter(|l| l.ends_with(" node-skewed"))
@@ -482,13 +380,13 @@ fn given_no_max_clock_skew_set_when_a_nodes_clock_is_30s_ahead_then_it_refuses_l
 
 #[test]
 fn given_persistent_run_records_named_like_coming_ticks_then_those_ticks_still_fire() {
-    let world = World::new("allow");
-    let node = world.start("node-a");
-    world.wait_first_fire(&node);
+    let world = world("allow");
+    let node = world.new_node("node-a").spawn();
+    wait_first_fire(&world, &node);
     // A stranger creates the run znodes of the next ticks: each claim's create of its run
     // znode fails on them.
     let from = now() + 2;
-    world.with_client(async |client| {
+    with_client(&world, async |client| {
         for second in from..from + 3 {
             client
                 .create(
@@ -500,14 +398,15 @@ fn given_persistent_run_records_named_like_coming_ticks_then_those_ticks_still_f
                 .unwrap();
         }
     });
-    node.wait_for_log(
+    node.wait_for_log_line(
         "the node to delete a foreign run record, naming it",
         &[
             "deleting the run record",
             "/tasks/tick/run-",
             "zkCli.sh -server 127.0.0.1:",
         ],
+        LIMIT,
     );
     // Before: each of those ticks was lost.
-    world.wait_firing_from(from, 5, &node);
+    wait_firing_from(&world, from, 5, &node);
 }

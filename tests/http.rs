@@ -4,55 +4,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::zk::ZkServer;
-use common::{DaemonProcess, Scratch, run_zkcron, wait_for};
-
-/// `GET path` on `address`: the status code and the body.
-fn get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).expect("the endpoint accepts connections");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status code in {head:?}"));
-    (code, body.to_string())
-}
-
-/// The address the daemon serves, from its log (it listens on port 0: no race for a port).
-fn served_address(daemon: &DaemonProcess) -> String {
-    daemon.wait_for_log(
-        "serving /metrics, /healthz and /status on http://",
-        Duration::from_secs(20),
-    );
-    let log = daemon.log();
-    let after = log
-        .split("serving /metrics, /healthz and /status on http://")
-        .nth(1)
-        .unwrap();
-    after
-        .split(|c: char| c.is_whitespace() || c == '"')
-        .next()
-        .unwrap()
-        .to_string()
-}
+use common::{Scratch, http_get, run_zkcron, wait_for};
 
 fn every_second_task(scratch: &Scratch, name: &str) {
     scratch.write_task(
@@ -70,7 +26,7 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
     scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     every_second_task(&scratch, "tick");
     let daemon = scratch.start_daemon(&[]);
-    let address = served_address(&daemon);
+    let address = daemon.served_address();
 
     let succeeded = |metrics: &str| {
         metrics.contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} ")
@@ -79,9 +35,9 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
     wait_for(
         "tick to succeed and be counted",
         Duration::from_secs(20),
-        || succeeded(&get(&address, "/metrics").1),
+        || succeeded(&http_get(&address, "/metrics").1),
     );
-    let (code, metrics) = get(&address, "/metrics");
+    let (code, metrics) = http_get(&address, "/metrics");
     assert_eq!(code, 200);
     for name in [
         "zkcron_fires_total{task=\"tick\",outcome=\"success\"}",
@@ -107,10 +63,10 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         "a fire id in a label:\n{metrics}"
     );
 
-    let (code, body) = get(&address, "/healthz");
+    let (code, body) = http_get(&address, "/healthz");
     assert_eq!((code, body.as_str()), (200, "ok: local backend\n"));
 
-    let (code, body) = get(&address, "/status");
+    let (code, body) = http_get(&address, "/status");
     assert_eq!(code, 200, "{body}");
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["backend"], "local");
@@ -145,7 +101,7 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
     assert_eq!(keys(&status["tasks"][0]), keys(&cli["tasks"][0]));
     assert_eq!(keys(&status["nodes"][0]), keys(&cli["nodes"][0]));
 
-    let (code, _) = get(&address, "/nope");
+    let (code, _) = http_get(&address, "/nope");
     assert_eq!(code, 404);
 }
 
@@ -224,23 +180,23 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
     every_second_task(&scratch, "tick");
     let connect = zk.chroot_connect();
     let daemon = scratch.start_daemon(&["--zookeeper", &connect, "--cluster", "http"]);
-    let address = served_address(&daemon);
+    let address = daemon.served_address();
     wait_for(
         "/healthz 200 with a session",
         Duration::from_secs(30),
-        || get(&address, "/healthz").0 == 200,
+        || http_get(&address, "/healthz").0 == 200,
     );
     assert!(
-        get(&address, "/healthz")
+        http_get(&address, "/healthz")
             .1
             .starts_with("ok: connected to ZooKeeper")
     );
     wait_for("tick to succeed", Duration::from_secs(30), || {
-        !get(&address, "/metrics")
+        !http_get(&address, "/metrics")
             .1
             .contains("zkcron_fires_total{task=\"tick\",outcome=\"success\"} 0")
     });
-    let metrics = get(&address, "/metrics").1;
+    let metrics = http_get(&address, "/metrics").1;
     assert!(
         metrics.contains("zkcron_zookeeper_connected 1"),
         "{metrics}"
@@ -249,7 +205,7 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
         metrics.contains("zkcron_clock_skew_measured 1"),
         "{metrics}"
     );
-    let (code, body) = get(&address, "/status");
+    let (code, body) = http_get(&address, "/status");
     assert_eq!(code, 200, "{body}");
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["backend"], "zookeeper");
@@ -259,24 +215,24 @@ fn given_zookeeper_stops_then_healthz_goes_503_and_back_to_200() {
     wait_for(
         "/healthz 503 without ZooKeeper",
         Duration::from_secs(30),
-        || get(&address, "/healthz").0 == 503,
+        || http_get(&address, "/healthz").0 == 503,
     );
-    let (_, body) = get(&address, "/healthz");
+    let (_, body) = http_get(&address, "/healthz");
     assert!(body.contains("ZooKeeper"), "{body}");
     assert!(
-        get(&address, "/metrics")
+        http_get(&address, "/metrics")
             .1
             .contains("zkcron_zookeeper_connected 0")
     );
-    let (code, body) = get(&address, "/status");
+    let (code, body) = http_get(&address, "/status");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("cannot reach ZooKeeper"), "{body}");
 
     zk.start_again();
     wait_for("/healthz 200 again", Duration::from_secs(60), || {
-        get(&address, "/healthz").0 == 200
+        http_get(&address, "/healthz").0 == 200
     });
-    let metrics = get(&address, "/metrics").1;
+    let metrics = http_get(&address, "/metrics").1;
     assert!(
         !metrics.contains("zkcron_zookeeper_reconnects_total 0"),
         "a reconnect not counted:\n{metrics}"
@@ -304,12 +260,12 @@ fn given_ticks_missed_while_the_daemon_was_down_then_catch_up_runs_are_counted()
     assert_eq!(scratch.lines("tick").len(), fired);
     std::fs::remove_file(&daemon.log_path).unwrap();
     let daemon = scratch.start_daemon(&[]);
-    let address = served_address(&daemon);
+    let address = daemon.served_address();
     wait_for(
         "a catch-up run to be counted",
         Duration::from_secs(20),
         || {
-            let metrics = get(&address, "/metrics").1;
+            let metrics = http_get(&address, "/metrics").1;
             metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} ")
                 && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
         },

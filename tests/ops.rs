@@ -9,15 +9,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::DaemonProcess;
-use common::zk::{self, ZkServer};
+use common::cluster::Cluster;
+use common::zk::{self, ClusterNode, TestServer};
 use serde_json::Value;
 
 const CLUSTER: &str = "test";
@@ -25,85 +24,41 @@ const CLUSTER: &str = "test";
 /// A generous deadline for things that take a moment (start-up, lease moves).
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Nodes of one cluster on a ZooKeeper of their own, with a shared jobs dir.
-struct OpsCluster {
-    nodes: BTreeMap<String, DaemonProcess>,
-    /// Runs as long as the cluster (dropped last).
-    _zk: ZkServer,
-    connect: String,
-    dir: Option<tempfile::TempDir>,
+/// Cluster `test` on a chroot of the binary's shared ZooKeeper.
+fn new_cluster() -> Cluster {
+    Cluster::on(TestServer::shared(), CLUSTER)
 }
 
-impl Drop for OpsCluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("cluster files kept in {}", dir.keep().display());
-        }
-    }
+/// What the operator does to a [`Cluster`] here: start nodes, run the cluster commands on it
+/// and read `status --json`.
+trait Ops {
+    fn write_ticking_task(&self, name: &str, extra: &str);
+    fn start_node(&mut self, id: &str, release: &str, config: &str);
+    fn cli(&self, args: &[&str]) -> Output;
+    fn ok(&self, args: &[&str]) -> String;
+    fn status(&self) -> Value;
+    fn wait_status(&self, what: &str, condition: impl FnMut(&Value) -> bool) -> Value;
 }
 
-impl OpsCluster {
-    fn new() -> OpsCluster {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        let dir = tempfile::Builder::new()
-            .prefix("zkcron-ops-")
-            .permissions(fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .unwrap();
-        fs::create_dir(dir.path().join("jobs.d")).unwrap();
-        fs::set_permissions(dir.path().join("jobs.d"), fs::Permissions::from_mode(0o755)).unwrap();
-        OpsCluster {
-            nodes: BTreeMap::new(),
-            _zk: zk,
-            connect,
-            dir: Some(dir),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.as_ref().unwrap().path()
-    }
-
-    fn fires_path(&self) -> PathBuf {
-        self.path().join("fires.log")
-    }
-
+impl Ops for Cluster {
     /// A task firing every second that records its fire id, with `extra` TOML lines.
-    fn write_task(&self, name: &str, extra: &str) {
+    fn write_ticking_task(&self, name: &str, extra: &str) {
         let text = format!(
             "schedule = \"* * * * * *\"\n\
              command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
              {extra}\n",
             fires = self.fires_path().display()
         );
-        self.write_task_text(name, &text);
-    }
-
-    fn write_task_text(&self, name: &str, text: &str) {
-        let path = self.path().join("jobs.d").join(format!("{name}.toml"));
-        fs::write(&path, text).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        self.write_task(name, &text);
     }
 
     /// Starts node `id` of `release` with `config` (TOML) and waits until it registered.
     fn start_node(&mut self, id: &str, release: &str, config: &str) {
-        let node = zk::ClusterNode {
-            home: &self.path().join(id),
-            jobs: &self.path().join("jobs.d"),
-            connect: &self.connect,
-            cluster: CLUSTER,
-            id,
-            release,
-            session_timeout: Duration::from_secs(3),
-            config,
-        }
-        .spawn();
-        node.wait_for_log("registered in ZooKeeper", LIMIT);
-        self.nodes.insert(id.to_string(), node);
+        self.start(ClusterNode {
+            release: Some(release.into()),
+            config: config.into(),
+            ..self.new_node(id)
+        });
     }
 
     /// `zkcron <args> --zookeeper <this cluster> --cluster test`.
@@ -150,24 +105,6 @@ impl OpsCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-
-    fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|(id, node)| format!("--- {id} log:\n{}", node.log()))
-            .collect()
-    }
-
-    /// The fire ids in `fires.log` with the node that ran each.
-    fn fires(&self) -> Vec<(String, String)> {
-        let text = fs::read_to_string(self.fires_path()).unwrap_or_default();
-        let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
-        complete
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(id, node)| (id.to_string(), node.to_string()))
-            .collect()
-    }
 }
 
 fn task<'a>(status: &'a Value, name: &str) -> &'a Value {
@@ -201,9 +138,9 @@ fn unix_now() -> i64 {
 
 #[test]
 fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
-    let mut cluster = OpsCluster::new();
-    cluster.write_task("tick", "");
-    cluster.write_task("future", "version_req = \">=2.0\"");
+    let mut cluster = new_cluster();
+    cluster.write_ticking_task("tick", "");
+    cluster.write_ticking_task("future", "version_req = \">=2.0\"");
     cluster.start_node("a", "1.0.0", "[node]\nlabels = { zone = \"east\" }");
     cluster.start_node("b", "1.1.0", "");
     // b is the newer release: it leads tick once both have settled, and tick has run there.
@@ -371,7 +308,7 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
         "{}/zkcron/{CLUSTER}/control/triggers/junk",
         chroot(&cluster.connect)
     );
-    cluster._zk.with_client(async |client| {
+    cluster.zk.with_client(async |client| {
         let options = zookeeper_client::CreateMode::Persistent
             .with_acls(zookeeper_client::Acls::anyone_all());
         client.create(&junk, b"not json", &options).await.unwrap();
@@ -385,7 +322,7 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
     );
     assert!(stderr(&out).ends_with("; left out\n"), "{}", stderr(&out));
     cluster
-        ._zk
+        .zk
         .with_client(async |client| client.delete(&junk, None).await.unwrap());
 
     // An unknown task: exit 1, with the closest name.
@@ -405,8 +342,8 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
 
 #[test]
 fn drain_moves_every_lease_off_a_node_and_undrain_brings_them_back() {
-    let mut cluster = OpsCluster::new();
-    cluster.write_task("tick", "");
+    let mut cluster = new_cluster();
+    cluster.write_ticking_task("tick", "");
     cluster.start_node("a", "1.0.0", "");
     cluster.start_node("b", "1.1.0", "");
     cluster.wait_status("b to lead tick", |s| task(s, "tick")["leader"] == "b");
@@ -442,8 +379,8 @@ fn drain_moves_every_lease_off_a_node_and_undrain_brings_them_back() {
 
 #[test]
 fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
-    let mut cluster = OpsCluster::new();
-    cluster.write_task("tick", "catch_up = \"all\"\nstarting_deadline = \"1h\"");
+    let mut cluster = new_cluster();
+    cluster.write_ticking_task("tick", "catch_up = \"all\"\nstarting_deadline = \"1h\"");
     cluster.start_node("a", "1.0.0", "");
     cluster.wait_status("tick to run", |s| !task(s, "tick")["last"].is_null());
 
@@ -452,12 +389,27 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
     let status = cluster.wait_status("tick paused", |s| task(s, "tick")["paused"] == true);
     assert_eq!(task(&status, "tick")["problem"], "paused");
     assert_eq!(task(&status, "tick")["next"], Value::Null);
-    // A run already claimed may still land; after a second nothing does.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The node has seen the pause once it says so. A run it claimed before (up to 200 ms
+    // ahead of its tick) may still land, for a tick up to the next second; no later tick may.
+    cluster.nodes["a"].wait_for_log("task tick is paused", LIMIT);
     let paused_at = unix_now();
-    let before = cluster.fires().len();
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(cluster.fires().len(), before, "nothing fires while paused");
+    // The first tick that may not fire.
+    let quiet_from = paused_at + 2;
+    common::wait_for("three seconds of the pause to pass", LIMIT, || {
+        unix_now() >= quiet_from + 3
+    });
+    let fires = cluster.fires();
+    let while_paused: Vec<String> = fires
+        .0
+        .iter()
+        .filter(|fire| fire.second >= quiet_from)
+        .map(|fire| fire.id())
+        .collect();
+    assert!(
+        while_paused.is_empty(),
+        "nothing fires while paused: {while_paused:?}"
+    );
+    let before = fires.0.len();
 
     let said = cluster.ok(&["resume", "tick"]);
     assert!(
@@ -466,17 +418,18 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
     );
     let resumed_at = unix_now();
     common::wait_for("tick to fire again", LIMIT, || {
-        cluster.fires().len() > before + 1
+        cluster.fires().0.len() > before + 1
     });
     // catch_up = "all" would run every second of the pause; resume moved the record past it.
     let caught_up: Vec<String> = cluster
         .fires()
+        .0
         .into_iter()
-        .map(|(id, _)| id)
+        .map(|fire| fire.id())
         .filter(|id| {
             let second: i64 = id.trim_start_matches("tick@").parse().unwrap_or(0);
             // The record moves to the resume's second: allow for the CLI's own exit.
-            second > paused_at && second + 1 < resumed_at
+            second >= quiet_from && second + 1 < resumed_at
         })
         .collect();
     assert!(
@@ -510,9 +463,9 @@ fn yearly(code: u8) -> String {
 
 #[test]
 fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_history_shows_it() {
-    let mut cluster = OpsCluster::new();
-    cluster.write_task_text("good", &yearly(0));
-    cluster.write_task_text("bad", &yearly(3));
+    let mut cluster = new_cluster();
+    cluster.write_task("good", &yearly(0));
+    cluster.write_task("bad", &yearly(3));
     cluster.start_node("a", "1.0.0", "");
     cluster.wait_status("a to lead both", |s| {
         task(s, "good")["leader"] == "a" && task(s, "bad")["leader"] == "a"
@@ -551,7 +504,7 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
     assert!(said.contains("(exit code 3, 1 attempt(s))"), "{said}");
 
     // The ended triggers stay for the nodes' clean-up (ten minutes), so status shows them.
-    let mut left = cluster._zk.children(&format!(
+    let mut left = cluster.zk.children(&format!(
         "{}/zkcron/{CLUSTER}/control/triggers",
         chroot(&cluster.connect)
     ));
@@ -627,8 +580,8 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
 
 #[test]
 fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_it() {
-    let mut cluster = OpsCluster::new();
-    cluster.write_task_text("future", &format!("{}version_req = \">=2.0\"\n", yearly(0)));
+    let mut cluster = new_cluster();
+    cluster.write_task("future", &format!("{}version_req = \">=2.0\"\n", yearly(0)));
     cluster.start_node("a", "1.0.0", "");
     // Without --wait the request stays for a node that may run it, and the CLI says why.
     let out = cluster.cli(&["trigger", "future"]);
@@ -643,16 +596,24 @@ fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_
         chroot(&cluster.connect)
     );
     cluster
-        ._zk
+        .zk
         .with_client(async |client| client.delete(&pending, None).await.unwrap());
+    // The test measures the CLI's real wait.
+    #[allow(clippy::disallowed_methods)]
+    let asked = Instant::now();
     let out = cluster.cli(&["trigger", "future", "--wait"]);
+    let waited = asked.elapsed();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        (Duration::from_secs(30)..Duration::from_secs(45)).contains(&waited),
+        "gave up after {waited:?}, not 30 s"
+    );
     assert_eq!(
         stderr(&out),
         "zkcron: error: future@manual-0000000001 did not start within 30s: not eligible: no live \
          node may run it: version_req >=2.0 matches none of a (1.0.0); the request is withdrawn\n"
     );
-    let left = cluster._zk.children(&format!(
+    let left = cluster.zk.children(&format!(
         "{}/zkcron/{CLUSTER}/control/triggers",
         chroot(&cluster.connect)
     ));
@@ -661,9 +622,9 @@ fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_
 
 #[test]
 fn trigger_wait_says_when_the_node_running_the_task_is_lost() {
-    let mut cluster = OpsCluster::new();
+    let mut cluster = new_cluster();
     let started = cluster.path().join("started");
-    cluster.write_task_text(
+    cluster.write_task(
         "slow",
         &format!(
             "schedule = \"0 0 1 1 *\"\ncommand = [\"/bin/sh\", \"-c\", 'echo x > {}; sleep 60']\n",
@@ -728,8 +689,7 @@ fn a_cluster_command_that_cannot_reach_zookeeper_says_so_and_exits_1() {
 
 #[test]
 fn a_cluster_no_node_ever_joined_is_named() {
-    let zk = ZkServer::start();
-    let connect = zk.chroot_connect();
+    let connect = zk::shared().chroot_connect();
     let out = common::run_zkcron(&["status", "--zookeeper", &connect, "--cluster", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -925,6 +885,13 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
 fn a_daemon_that_cannot_serve_its_socket_says_so_and_runs_on() {
     let scratch = common::Scratch::new();
     scratch.write_task("good", &yearly(0));
+    scratch.write_task(
+        "tick",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID\" >> {}']\n",
+            scratch.out("tick").display()
+        ),
+    );
     // A Unix socket's path is limited to 107 bytes: this state dir's socket is longer.
     let state = scratch.path().join("s".repeat(120));
     let mut command = scratch.daemon_command();
@@ -945,5 +912,15 @@ fn a_daemon_that_cannot_serve_its_socket_says_so_and_runs_on() {
     assert!(
         log.contains(&format!("{}", state.join("zkcron.sock").display())),
         "{log}"
+    );
+    // And runs on: its every-second task fires twice more after it said so.
+    let fired = scratch.lines("tick").len();
+    common::wait_for("the daemon to fire on", LIMIT, || {
+        scratch.lines("tick").len() >= fired + 2
+    });
+    assert!(
+        common::process_alive(daemon.child.id() as i32),
+        "{}",
+        daemon.log()
     );
 }

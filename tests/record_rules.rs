@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::zk::ZkServer;
+use common::zk::{self, ZkServer};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 use zkcron::coord::local::LocalCoordinator;
@@ -696,7 +696,7 @@ fn the_local_backend_answers_the_table() {
 // The ZooKeeper backend against a real server.
 
 struct ZkBackend {
-    server: ZkServer,
+    server: &'static ZkServer,
     connect: String,
     runtime: Arc<Runtime>,
     first: Option<Driven<ZkCoordinator>>,
@@ -788,7 +788,7 @@ impl Backend for ZkBackend {
 
 #[test]
 fn the_zookeeper_backend_answers_the_table() {
-    let server = ZkServer::start();
+    let server = zk::shared();
     let connect = server.chroot_connect();
     let mut backend = ZkBackend {
         server,

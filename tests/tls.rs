@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::DaemonProcess;
-use common::zk::{self, TestPki, ZkServer};
+use common::zk::{ClusterNode, TestPki, ZkServer};
 
 const CLUSTER: &str = "tls";
 const LIMIT: Duration = Duration::from_secs(30);
@@ -70,7 +69,6 @@ fn a_node_with_the_ca_and_a_client_certificate_registers_over_tls_and_fires() {
     let dir = dir();
     let path = dir.path();
     fs::create_dir(path.join("jobs.d")).unwrap();
-    fs::create_dir(path.join("state")).unwrap();
     let out = path.join("fired");
     fs::write(
         path.join("jobs.d/tick.toml"),
@@ -80,29 +78,18 @@ fn a_node_with_the_ca_and_a_client_certificate_registers_over_tls_and_fires() {
         ),
     )
     .unwrap();
-    let config = write_config(path, "zkcron", &tls_keys(&pki, "ca.pem", true));
-    let log_path = path.join("log.txt");
-    let mut command = common::zkcron();
-    command
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--jobs-dir")
-        .arg(path.join("jobs.d"))
-        .arg("--state-dir")
-        .arg(path.join("state"))
-        .args(["--zookeeper", &connect, "--cluster", CLUSTER])
-        .args(["--node-id", "n1"])
-        .env("ZKCRON_LOG", "info")
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("NOTIFY_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log_path).unwrap());
-    let node = DaemonProcess {
-        child: zk::spawn_tied_to_process(command).expect("zkcron starts"),
-        log_path,
-    };
+    let (home, jobs) = (path.join("n1"), path.join("jobs.d"));
+    let node = ClusterNode {
+        cluster: CLUSTER.into(),
+        config: format!(
+            "[coordination.zookeeper]\n{}",
+            tls_keys(&pki, "ca.pem", true)
+        ),
+        ..ClusterNode::new(&home, &jobs, &connect, "n1")
+    }
+    .spawn();
+    // The cluster commands read the node's config, and so its TLS settings.
+    let config = home.join("zkcron.toml");
     node.wait_for_log("registered in ZooKeeper", LIMIT);
     common::wait_for("the task to fire over TLS", LIMIT, || {
         fs::read_to_string(&out).is_ok_and(|text| text.contains("fired"))

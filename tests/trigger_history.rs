@@ -6,84 +6,25 @@
 
 mod common;
 
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use common::zk::ZkServer;
-use common::{wait_for, zkcron};
+use common::cluster::Cluster;
+use common::fires::words;
+use common::zk::{ClusterNode, ZkServer};
+use common::{DaemonProcess, wait_for};
 use zkcron::coord::zk::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-struct Node {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Node {
-    fn start(dir: &Path, id: &str, zk: &str, history_runs: usize) -> Node {
-        let home = dir.join(id);
-        fs::create_dir_all(&home).unwrap();
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config = home.join("zkcron.toml");
-        fs::write(
-            &config,
-            format!(
-                "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"1s\"\nhistory_runs = {history_runs}\n"
-            ),
-        )
-        .unwrap();
-        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log = home.join("log.txt");
-        let mut command = zkcron();
-        command
-            .env("ZKCRON_LOG", "info")
-            .args(["run", "--config"])
-            .arg(&config)
-            .arg("--jobs-dir")
-            .arg(dir.join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--node-id", id, "--zookeeper", zk])
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap());
-        let child = common::zk::spawn_tied_to_process(command).expect("zkcron starts");
-        Node { child, log }
+/// Starts node `id` of `cluster`, keeping `history_runs` runs in each task's history.
+fn start(cluster: &Cluster, id: &str, history_runs: usize) -> DaemonProcess {
+    ClusterNode {
+        config: format!("[scheduler]\nshutdown_grace = \"1s\"\nhistory_runs = {history_runs}\n"),
+        ..cluster.new_node(id)
     }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        common::kill_process_tree(&mut self.child);
-    }
-}
-
-fn write_task(dir: &Path, name: &str, text: &str) {
-    let jobs = dir.join("jobs.d");
-    fs::create_dir_all(&jobs).unwrap();
-    fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
-    let path = jobs.join(format!("{name}.toml"));
-    fs::write(&path, text).unwrap();
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-}
-
-/// The lines of `file`, split into words.
-fn lines(file: &Path) -> Vec<Vec<String>> {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect()
+    .spawn()
 }
 
 /// A job that records "<fire id> <scheduled at> <node>" and exits with `code`.
@@ -139,23 +80,16 @@ fn create_trigger(zk: &ZkServer, base: &str, task: &str) -> (String, TriggerReco
     (path, record)
 }
 
-/// The cluster's root in ZooKeeper for a chroot connect string.
-fn base_of(connect: &str) -> String {
-    let chroot = &connect[connect.find('/').unwrap()..];
-    format!("{chroot}/zkcron/default")
-}
-
 #[test]
 fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let starts = dir.path().join("starts.log");
-    write_task(dir.path(), "good", &recording_task(&starts, 0));
-    write_task(dir.path(), "bad", &recording_task(&starts, 3));
-    let connect = zk.chroot_connect();
-    let base = base_of(&connect);
-    let a = Node::start(dir.path(), "node-a", &connect, 100);
-    let b = Node::start(dir.path(), "node-b", &connect, 100);
+    let cluster = Cluster::new();
+    let zk = &*cluster.zk;
+    let starts = cluster.path().join("starts.log");
+    cluster.write_task("good", &recording_task(&starts, 0));
+    cluster.write_task("bad", &recording_task(&starts, 3));
+    let base = cluster.base();
+    let a = start(&cluster, "node-a", 100);
+    let b = start(&cluster, "node-b", 100);
     wait_for("both tasks to be led", LIMIT, || {
         zk.children(&format!("{base}/leases")).len() == 2
             && a.log().contains("registered in ZooKeeper")
@@ -163,21 +97,21 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     });
 
     // A trigger of a task no node defines: nobody leads it, it stays pending.
-    let (ghost, _) = create_trigger(&zk, &base, "ghost");
-    let (good, good_request) = create_trigger(&zk, &base, "good");
-    let (bad, _) = create_trigger(&zk, &base, "bad");
+    let (ghost, _) = create_trigger(zk, &base, "ghost");
+    let (good, good_request) = create_trigger(zk, &base, "good");
+    let (bad, _) = create_trigger(zk, &base, "bad");
     let name = |path: &str| path.rsplit('/').next().unwrap().to_string();
     assert!(
         name(&good).starts_with("good@manual-") && name(&good).len() == "good@manual-".len() + 10
     );
 
     let ended =
-        |path: &str| trigger_state(&zk, path).is_some_and(|t| t.state == TriggerState::Ended);
+        |path: &str| trigger_state(zk, path).is_some_and(|t| t.state == TriggerState::Ended);
     wait_for("both triggers to end", LIMIT, || {
         ended(&good) && ended(&bad)
     });
 
-    let good_end = trigger_state(&zk, &good).unwrap();
+    let good_end = trigger_state(zk, &good).unwrap();
     let node = good_end.node.clone().expect("the claiming node");
     assert!(
         ["node-a", "node-b"].contains(&node.as_str()),
@@ -203,14 +137,14 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     assert_eq!(result.trigger, RunTrigger::Manual);
     assert!(result.started_at >= good_request.requested_at, "{result:?}");
 
-    let bad_result = trigger_state(&zk, &bad).unwrap().result.unwrap();
+    let bad_result = trigger_state(zk, &bad).unwrap().result.unwrap();
     assert_eq!(bad_result.fire_id, name(&bad));
     assert_eq!((bad_result.exit_code, bad_result.success), (Some(3), false));
 
     // Each ran exactly once, with the trigger's name as its fire id and the request time as
     // its scheduled time, on the node the trigger names.
     let history_has = |task: &str, fire_id: &str| {
-        read(&zk, &format!("{base}/tasks/{task}/history")).is_some_and(|data| {
+        read(zk, &format!("{base}/tasks/{task}/history")).is_some_and(|data| {
             let history: HistoryRecord = serde_json::from_slice(&data).unwrap();
             history.runs.iter().any(|r| r.fire_id == fire_id)
         })
@@ -219,9 +153,9 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
         history_has("good", &name(&good)) && history_has("bad", &name(&bad))
     });
     let good_history: HistoryRecord =
-        serde_json::from_slice(&read(&zk, &format!("{base}/tasks/good/history")).unwrap()).unwrap();
+        serde_json::from_slice(&read(zk, &format!("{base}/tasks/good/history")).unwrap()).unwrap();
     assert_eq!(good_history.runs, vec![result]);
-    let runs = lines(&starts);
+    let runs = words(&starts);
     let of = |fire_id: &str| {
         runs.iter()
             .filter(|l| l[0] == fire_id)
@@ -241,40 +175,37 @@ fn given_trigger_znodes_the_leader_runs_each_once_and_ends_it_with_the_result() 
     assert_eq!(runs.len(), 2, "only the triggers ran: {runs:?}");
     // A manual run moves no fire record: the tasks never ticked.
     for task in ["good", "bad"] {
-        let record = read(&zk, &format!("{base}/tasks/{task}")).unwrap_or_default();
+        let record = read(zk, &format!("{base}/tasks/{task}")).unwrap_or_default();
         let record = String::from_utf8_lossy(&record);
         assert!(!record.contains("\"tick\""), "{task}: {record}");
     }
 
-    let ghost_state = trigger_state(&zk, &ghost).unwrap();
+    let ghost_state = trigger_state(zk, &ghost).unwrap();
     assert_eq!(ghost_state.state, TriggerState::Pending, "{ghost_state:?}");
     assert_eq!(ghost_state.node, None);
 }
 
 #[test]
 fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let starts = dir.path().join("starts.log");
-    write_task(
-        dir.path(),
-        "tick",
+    let cluster = Cluster::new();
+    let zk = &*cluster.zk;
+    let starts = cluster.path().join("starts.log");
+    cluster.write_task("tick",
         &format!(
             "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID\" >> {}']\n",
             starts.display()
         ),
     );
-    let connect = zk.chroot_connect();
-    let base = base_of(&connect);
-    let a = Node::start(dir.path(), "node-a", &connect, 3);
+    let base = cluster.base();
+    let a = start(&cluster, "node-a", 3);
     let path = format!("{base}/tasks/tick/history");
     let history = || -> Vec<zkcron::coord::zk::HistoryEntry> {
-        read(&zk, &path)
+        read(zk, &path)
             .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
             .unwrap_or_default()
     };
     wait_for("five runs, the last of them in the history", LIMIT, || {
-        let runs = lines(&starts);
+        let runs = words(&starts);
         runs.len() >= 5
             && history()
                 .last()
@@ -283,7 +214,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     });
     let runs = history();
     assert_eq!(runs.len(), 3, "{runs:?}");
-    let started: Vec<String> = lines(&starts).into_iter().map(|l| l[0].clone()).collect();
+    let started: Vec<String> = words(&starts).into_iter().map(|l| l[0].clone()).collect();
     for (i, run) in runs.iter().enumerate() {
         assert_eq!(run.fire_id, format!("tick@{}", run.tick.timestamp()));
         assert!(started.contains(&run.fire_id), "{run:?} not in {started:?}");
@@ -309,7 +240,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     // `tasks/tick/history` sits beside the run znodes: the live-run listing (overlap = "skip"
     // here) does not take it for a run, not even a foreign one.
     assert!(!a.log().contains("ignoring the run record"), "{}", a.log());
-    let json = String::from_utf8(read(&zk, &path).unwrap()).unwrap();
+    let json = String::from_utf8(read(zk, &path).unwrap()).unwrap();
     assert!(
         json.contains("\"exit_code\":0,\"signal\":null"),
         "exit code and signal are always present: {json}"
@@ -321,24 +252,21 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
 /// history ... (the ZooKeeper session ended)", and the entry was lost.
 #[test]
 fn a_node_stopped_while_a_run_goes_writes_that_runs_history_before_it_leaves() {
-    let zk = ZkServer::start();
-    let dir = common::tempdir();
-    let starts = dir.path().join("starts.log");
-    write_task(
-        dir.path(),
-        "slow",
+    let cluster = Cluster::new();
+    let zk = &*cluster.zk;
+    let starts = cluster.path().join("starts.log");
+    cluster.write_task("slow",
         &format!(
             "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID\" >> {}; sleep 0.3']\n",
             starts.display()
         ),
     );
-    let connect = zk.chroot_connect();
-    let base = base_of(&connect);
-    let mut a = Node::start(dir.path(), "node-a", &connect, 100);
-    wait_for("a first run", LIMIT, || !lines(&starts).is_empty());
-    let seen = lines(&starts).len();
+    let base = cluster.base();
+    let mut a = start(&cluster, "node-a", 100);
+    wait_for("a first run", LIMIT, || !words(&starts).is_empty());
+    let seen = words(&starts).len();
     // Stopped just after a run started: it ends (within shutdown_grace) after the stop began.
-    wait_for("the next run", LIMIT, || lines(&starts).len() > seen);
+    wait_for("the next run", LIMIT, || words(&starts).len() > seen);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(a.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -348,13 +276,13 @@ fn a_node_stopped_while_a_run_goes_writes_that_runs_history_before_it_leaves() {
         a.child.try_wait().unwrap().is_some()
     });
     let path = format!("{base}/tasks/slow/history");
-    let recorded: Vec<String> = read(&zk, &path)
+    let recorded: Vec<String> = read(zk, &path)
         .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
         .unwrap_or_default()
         .into_iter()
         .map(|run| run.fire_id)
         .collect();
-    for started in lines(&starts) {
+    for started in words(&starts) {
         assert!(
             recorded.contains(&started[0]),
             "{} started but is not in the history {recorded:?}\n{}",

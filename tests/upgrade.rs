@@ -33,13 +33,13 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::DaemonProcess;
-use common::zk::{self, ZkServer};
+use common::cluster::Cluster;
+use common::zk::{self, ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 use semver::{Version, VersionReq};
 use zkcron::coord::rank::{self, Candidate};
@@ -91,7 +91,7 @@ fn tasks() -> Vec<(&'static str, Kind)> {
 #[test]
 fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then_the_newest_lead_and_no_tick_runs_twice_or_is_lost()
  {
-    let mut cluster = Cluster::new();
+    let mut cluster = Rolling::new();
     for node in NODES {
         cluster.start(node, OLD);
     }
@@ -138,7 +138,7 @@ fn given_three_1_0_nodes_when_upgraded_to_1_1_one_at_a_time_and_rolled_back_then
 /// an upgrade saw a warning per node for nothing.
 #[test]
 fn given_a_node_stopped_with_sigterm_then_it_does_not_warn_that_its_own_member_znode_was_deleted() {
-    let mut cluster = Cluster::new();
+    let mut cluster = Rolling::new();
     cluster.start("node-a", OLD);
     cluster.wait_designated("node-a alone to lead every task it may");
     let (index, _) = cluster.terminate("node-a");
@@ -307,59 +307,27 @@ struct Incarnation {
     process: DaemonProcess,
 }
 
-/// Fields drop in order: the processes are killed before ZooKeeper and before their files go.
-struct Cluster {
+/// A rolling upgrade on the common cluster: every process each node ran, and the handover
+/// windows. Fields drop in order: the processes are killed before the cluster's files go.
+struct Rolling {
     incarnations: Vec<Incarnation>,
-    zk: ZkServer,
-    connect: String,
-    /// `<chroot>/zkcron/test`, from the server's root.
-    base: String,
-    /// Holds `jobs.d/`, `fires.log` and one dir per node; kept when the test fails.
-    dir: Option<tempfile::TempDir>,
+    cluster: Cluster,
     /// Handover windows (Unix seconds): from a SIGTERM or a start until every lease was seen with
     /// its designated node.
     windows: Vec<(f64, f64)>,
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.incarnations.clear();
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("cluster files kept in {}", dir.keep().display());
-        }
-    }
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let zk = ZkServer::start();
-        let connect = zk.chroot_connect();
-        let chroot = connect[connect.find('/').unwrap()..].to_string();
-        let dir = tempfile::Builder::new()
-            .prefix("zkcron-upgrade-")
-            .permissions(fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .unwrap();
-        let jobs = dir.path().join("jobs.d");
-        fs::create_dir(&jobs).unwrap();
-        // zkcron refuses a jobs dir or task file that others can write: not the umask's say.
-        fs::set_permissions(&jobs, fs::Permissions::from_mode(0o755)).unwrap();
-        let cluster = Cluster {
+impl Rolling {
+    fn new() -> Rolling {
+        let rolling = Rolling {
             incarnations: Vec::new(),
-            zk,
-            connect,
-            base: format!("{chroot}/zkcron/{CLUSTER}"),
-            dir: Some(dir),
+            cluster: Cluster::on(TestServer::shared(), CLUSTER),
             windows: Vec::new(),
         };
         for (name, kind) in tasks() {
-            let path = jobs.join(format!("{name}.toml"));
-            fs::write(&path, cluster.task_text(kind)).unwrap();
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+            rolling.cluster.write_task(name, &rolling.task_text(kind));
         }
-        cluster
+        rolling
     }
 
     fn task_text(&self, kind: Kind) -> String {
@@ -391,12 +359,8 @@ impl Cluster {
         text
     }
 
-    fn dir(&self) -> &std::path::Path {
-        self.dir.as_ref().unwrap().path()
-    }
-
     fn fires_path(&self) -> PathBuf {
-        self.dir().join("fires.log")
+        self.cluster.fires_path()
     }
 
     fn fires(&self) -> Fires {
@@ -422,51 +386,29 @@ impl Cluster {
     /// Starts `node` at `release` (its own config, state dir and a log per incarnation) and
     /// waits until it registered in ZooKeeper.
     fn start(&mut self, node: &str, release: &str) {
-        let home = self.dir().join(node);
-        fs::create_dir_all(home.join("state")).unwrap();
-        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).unwrap();
-        let config = home.join("zkcron.toml");
-        fs::write(
-            &config,
-            "[coordination.zookeeper]\nsession_timeout = \"3s\"\n[scheduler]\nshutdown_grace = \"20s\"\n",
-        )
-        .unwrap();
-        fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
         let count = self.incarnations.iter().filter(|i| i.node == node).count();
-        let log_path = home.join(format!("log-{count}-{release}.txt"));
-        let log = fs::File::create(&log_path).unwrap();
+        let spec = ClusterNode {
+            release: Some(release.into()),
+            config: "[scheduler]\nshutdown_grace = \"20s\"\n".into(),
+            log: format!("log-{count}-{release}.txt"),
+            ..self.cluster.new_node(node)
+        };
         // ZKCRON_TEST_OLD_BIN: the previous release's binary for the 1.0.0 nodes (a mixed
         // cluster of two builds); ZKCRON_TEST_BIN: another build for every node.
         let old_binary = std::env::var_os("ZKCRON_TEST_OLD_BIN").filter(|_| release == OLD);
-        let mut command = match old_binary.or_else(|| std::env::var_os("ZKCRON_TEST_BIN")) {
+        let command = match old_binary {
             Some(binary) => Command::new(binary),
-            None => common::zkcron(),
+            None => ClusterNode::binary(),
         };
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--jobs-dir")
-            .arg(self.dir().join("jobs.d"))
-            .arg("--state-dir")
-            .arg(home.join("state"))
-            .args(["--zookeeper", &self.connect, "--cluster", CLUSTER])
-            .args(["--node-id", node, "--node-version", release])
-            .env("ZKCRON_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
         let spawned_at = now();
-        let child = zk::spawn_tied_to_process(command).expect("zkcron starts");
+        let process = spec.spawn_with(command);
         self.incarnations.push(Incarnation {
             node: node.to_string(),
             release: release.to_string(),
             spawned_at,
             terminated_at: None,
             exited_at: None,
-            process: DaemonProcess { child, log_path },
+            process,
         });
         self.wait(&format!("{node} ({release}) to register"), |c| {
             let incarnation = c.live(node);
@@ -550,7 +492,7 @@ impl Cluster {
         started_at
     }
 
-    /// [`Cluster::restart`], returning when SIGTERM was sent instead.
+    /// [`Rolling::restart`], returning when SIGTERM was sent instead.
     fn restart_recording_stop(&mut self, node: &str, release: &str) -> f64 {
         let before = self.windows.len();
         self.restart(node, release);
@@ -560,8 +502,8 @@ impl Cluster {
     /// The member records of live members (ephemeral member znodes) with their session, and the
     /// leases: task → the session owning the lease znode and the node its record names.
     fn read_tree(&self) -> (Members, Leases) {
-        let base = self.base.clone();
-        self.zk.with_client(async |client| {
+        let base = self.cluster.base();
+        self.cluster.zk.with_client(async |client| {
             let mut members = Vec::new();
             let members_dir = format!("{base}/members");
             for id in client.list_children(&members_dir).await.unwrap_or_default() {
@@ -951,7 +893,7 @@ impl Cluster {
 
     /// Polls `condition` every 50 ms until it holds; after [`LIMIT`] fails with `what`.
     #[allow(clippy::disallowed_methods)] // real processes, real deadline
-    fn wait(&self, what: &str, mut condition: impl FnMut(&Cluster) -> bool) {
+    fn wait(&self, what: &str, mut condition: impl FnMut(&Rolling) -> bool) {
         let deadline = Instant::now() + LIMIT;
         while !condition(self) {
             if Instant::now() > deadline {
@@ -1007,7 +949,7 @@ impl Cluster {
                 lines[lines.len().saturating_sub(15)..].join("\n")
             );
         }
-        let _ = writeln!(out, "--- ZooKeeper: {}", self.zk.describe_state());
+        let _ = writeln!(out, "--- ZooKeeper: {}", self.cluster.zk.describe_state());
         out
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the ZooKeeper test harness itself (`tests/common/zk.rs`): a real server starts,
 //! answers four-letter words, hands out isolated chroots, survives a restart with its data and
-//! sessions, and is gone after drop. They need Debian's `zookeeper` package and never skip.
+//! sessions, and is gone after drop; the binary's shared server is one, and is gone with its dir
+//! when the binary exits. They need Debian's `zookeeper` package and never skip.
 
 mod common;
 
@@ -168,4 +169,76 @@ fn given_a_server_killed_from_outside_then_failure_messages_say_it_died() {
 #[should_panic(expected = "apt-get install -y zookeeper")]
 fn given_no_zookeeper_jar_when_a_server_is_required_then_it_fails_saying_how_to_install() {
     zk::require_zookeeper_at(std::path::Path::new("/nonexistent/zookeeper.jar"));
+}
+
+/// Run alone in a child test process by the test below, it prints the shared server's pid and
+/// dir; in the whole suite it checks that the shared server serves and is one server.
+#[test]
+fn the_shared_server_serves_and_is_one_per_binary() {
+    let server = zk::shared();
+    assert_eq!(server.four_letter("ruok").unwrap(), "imok");
+    assert!(std::ptr::eq(server, zk::shared()));
+    let first = server.chroot_connect();
+    assert_ne!(first, zk::shared().chroot_connect());
+    println!(
+        "shared server: pid {} dir {}",
+        server.pid().unwrap(),
+        server.dir().display()
+    );
+}
+
+#[test]
+fn given_the_shared_server_when_the_test_binary_exits_then_its_jvm_and_dir_are_gone() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_shared_server_serves_and_is_one_per_binary",
+            "--nocapture",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("shared server: pid "))
+        .unwrap_or_else(|| panic!("the child test printed no server: {stdout}"));
+    let (pid, dir) = line.split_once(" dir ").unwrap();
+    let pid: i32 = pid.parse().unwrap();
+    // The child process has exited and reaped its JVM: no wait needed, none allowed.
+    assert!(
+        !process_alive(pid),
+        "the shared JVM {pid} outlived its test binary"
+    );
+    assert!(
+        !std::path::Path::new(dir).exists(),
+        "the shared server's dir {dir} outlived its test binary"
+    );
+}
+
+/// ZooKeeper is started by this harness alone (`tests/common`): one server per test binary,
+/// started once. A test file that ran a JVM of its own would start one per test again.
+#[test]
+fn no_test_file_outside_the_harness_starts_zookeeper_itself() {
+    // Spelled in two halves, so that this file does not name them either.
+    let main_classes = [
+        concat!("ZooKeeper", "ServerMain"),
+        concat!("Quorum", "PeerMain"),
+    ];
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut offenders = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for class in main_classes.iter().filter(|c| text.contains(**c)) {
+                offenders.push(format!("{} names {class}", path.display()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "start ZooKeeper through tests/common/zk.rs (zk::shared, TestServer): {offenders:?}"
+    );
 }

@@ -1,5 +1,6 @@
-//! `fires.log`, which the cluster tests' jobs append to: one line per run,
-//! `<task>@<unix second> <node id>`, and the checks made on it (no fire id twice, no gap).
+//! What the tests' jobs write: `fires.log`, which the cluster tests' jobs append to (one line
+//! per run, `<task>@<unix second> <node id>`) and the checks made on it (no fire id twice, no
+//! gap); and [`words`], for files of any other line format.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -139,4 +140,15 @@ impl Fires {
         }
         out
     }
+}
+
+/// The complete lines of `path`, a file that jobs append to, each split into words (a line
+/// still being written is left for later; no file yet is no lines).
+pub fn words(path: &std::path::Path) -> Vec<Vec<String>> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    complete
+        .lines()
+        .map(|line| line.split_whitespace().map(String::from).collect())
+        .collect()
 }

@@ -1,7 +1,11 @@
 //! Shared helpers for the end-to-end tests: a scratch directory with a jobs dir, the real
-//! `zkcron` binary, and waiting for conditions with a deadline (never sleep-and-hope).
+//! `zkcron` binary, a running daemon, and waiting for conditions with a deadline that says what
+//! it waited for (never sleep-and-hope). The cluster tests build on [`zk`] (ZooKeeper, one per
+//! test binary, and the one node spawner, `ClusterNode`), [`cluster`] (a cluster in a chroot of
+//! its own) and [`fires`] (the one reader of what the jobs write).
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod fires;
 pub mod tmpfs;
 pub mod zk;
@@ -180,9 +184,39 @@ impl DaemonProcess {
     }
 
     pub fn wait_for_log(&self, needle: &str, limit: Duration) {
-        wait_for(&format!("log line containing {needle:?}"), limit, || {
-            self.log().contains(needle)
-        });
+        self.wait_for_log_line(
+            &format!("a log line containing {needle:?}"),
+            &[needle],
+            limit,
+        );
+    }
+
+    /// Waits for `what`: one line of the log that contains each of `needles`; fails saying
+    /// what it waited for, with the log's last lines.
+    pub fn wait_for_log_line(&self, what: &str, needles: &[&str], limit: Duration) {
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(
+                &format!("{what} (a log line containing each of {needles:?})"),
+                limit,
+                || {
+                    self.log()
+                        .lines()
+                        .any(|line| needles.iter().all(|n| line.contains(n)))
+                },
+            )
+        }));
+        if let Err(timed_out) = found {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "{}\n--- the last lines of {}:\n{}",
+                timed_out
+                    .downcast_ref::<String>()
+                    .map_or("timed out", String::as_str),
+                self.log_path.display(),
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
     }
 
     /// Waits until `needle` appears `count` times in the log.
@@ -192,6 +226,20 @@ impl DaemonProcess {
             limit,
             || self.log().matches(needle).count() >= count,
         );
+    }
+
+    /// The address of the daemon's HTTP endpoint, from its log: a daemon given `[http] listen
+    /// = "127.0.0.1:0"` says which port it got (no race for a port).
+    pub fn served_address(&self) -> String {
+        const SERVING: &str = "serving /metrics, /healthz and /status on http://";
+        self.wait_for_log(SERVING, Duration::from_secs(20));
+        let log = self.log();
+        let after = log.split(SERVING).nth(1).unwrap();
+        after
+            .split(|c: char| c.is_whitespace() || c == '"')
+            .next()
+            .unwrap()
+            .to_string()
     }
 
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
@@ -316,4 +364,30 @@ pub fn make_odd_entries(dir: &Path) -> std::os::unix::net::UnixListener {
     std::os::unix::fs::symlink("gone", dir.join("dangling.toml")).unwrap();
     std::os::unix::fs::symlink("loop.toml", dir.join("loop.toml")).unwrap();
     std::os::unix::net::UnixListener::bind(dir.join("socket.toml")).unwrap()
+}
+
+/// `GET path` from the HTTP endpoint at `address`: the status code and the body.
+pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(address).expect("the endpoint accepts connections");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status code in {head:?}"));
+    (code, body.to_string())
 }

@@ -1,16 +1,23 @@
-//! A real, standalone ZooKeeper server for the cluster tests: Debian's `zookeeper` package (3.8)
-//! run as `java ... ZooKeeperServerMain zoo.cfg` on a free port of 127.0.0.1, with its data and
-//! log in a temp dir; and [`ZkEnsemble`], three such servers run as a quorum (`QuorumPeerMain`)
-//! for the ensemble fault tests.
+//! A real ZooKeeper for the cluster tests: Debian's `zookeeper` package (3.8) run as `java ...
+//! ZooKeeperServerMain zoo.cfg` on a free port of 127.0.0.1, with its data and log in a temp dir;
+//! and [`ZkEnsemble`], three such servers run as a quorum (`QuorumPeerMain`) for the ensemble
+//! fault tests.
+//!
+//! Most tests use [`shared`]: one server per test binary, started on first use and stopped when
+//! the binary exits, with a chroot of its own per test ([`ZkServer::chroot_connect`]). A test that
+//! stops, restarts or cuts off its server starts one of its own with [`ZkServer::start`] (or
+//! [`TestServer::own`]).
 //!
 //! The tests never skip: without ZooKeeper they fail, saying how to install it. Every JVM this
-//! module starts is killed when its [`ZkServer`] is dropped, and also when the test process dies
-//! without unwinding (it is started with a parent-death signal; see [`spawn_tied_to_process`]),
-//! so no orphaned `ZooKeeperServerMain` outlives `cargo test`.
+//! module starts is killed when its [`ZkServer`] is dropped (the shared one when the binary
+//! exits), and also when the test process dies without unwinding (it is started with a
+//! parent-death signal; see [`spawn_tied_to_process`]), so no orphaned `ZooKeeperServerMain`
+//! outlives `cargo test`.
 
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::ops::Deref;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -44,6 +51,144 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// Counter for unique chroots, across all servers of the test process.
 static CHROOTS: AtomicU32 = AtomicU32::new(0);
+
+/// The test binary's shared server, once started.
+static SHARED: OnceLock<ZkServer> = OnceLock::new();
+
+/// The test binary's shared server: started on first use, stopped (and its temp dir removed)
+/// when the binary exits. Tests share it through chroots of their own
+/// ([`ZkServer::chroot_connect`]); a test that stops or restarts its server starts one of its
+/// own instead ([`ZkServer::start`]).
+pub fn shared() -> &'static ZkServer {
+    SHARED.get_or_init(|| {
+        let server = ZkServer::start();
+        // SAFETY: `stop_shared` is a plain function that neither panics nor unwinds.
+        let registered = unsafe { nix::libc::atexit(stop_shared) };
+        assert_eq!(
+            registered, 0,
+            "registering the shared server's stop at exit"
+        );
+        server
+    })
+}
+
+/// Kills the shared server, reaps it and removes its temp dir; run by the C library when the
+/// test binary exits (statics are never dropped). Must not panic: it runs outside Rust's main.
+extern "C" fn stop_shared() {
+    let Some(server) = SHARED.get() else {
+        return;
+    };
+    if let Some(pid) = server.pid() {
+        let pid = Pid::from_raw(pid as i32);
+        let _ = killpg(pid, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    }
+    let _ = fs::remove_dir_all(server.dir());
+}
+
+/// A test's ZooKeeper: the binary's [`shared`] server, a server of the test's own that it may
+/// stop and start again, or an ensemble of its own. Dereferences to the [`ZkServer`] (not for
+/// an ensemble: see [`TestServer::ensemble`]); chroots, clients and failure descriptions work
+/// for all three.
+pub enum TestServer {
+    Shared(&'static ZkServer),
+    Own(ZkServer),
+    Ensemble(ZkEnsemble),
+}
+
+impl TestServer {
+    /// The shared server.
+    pub fn shared() -> TestServer {
+        TestServer::Shared(shared())
+    }
+
+    /// A server of the test's own, which it may stop and start again.
+    pub fn own() -> TestServer {
+        TestServer::Own(ZkServer::start())
+    }
+
+    /// A three-server ensemble of the test's own.
+    pub fn start_ensemble() -> TestServer {
+        TestServer::Ensemble(ZkEnsemble::start())
+    }
+
+    /// The server, to stop or restart: only a server of the test's own.
+    pub fn own_mut(&mut self) -> &mut ZkServer {
+        match self {
+            TestServer::Own(server) => server,
+            _ => {
+                panic!("only a test's own server may be stopped: start the test on TestServer::own")
+            }
+        }
+    }
+
+    /// The ensemble of a test started on [`TestServer::start_ensemble`].
+    pub fn ensemble(&self) -> &ZkEnsemble {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble,
+            _ => panic!("this test runs on one server, not an ensemble"),
+        }
+    }
+
+    pub fn ensemble_mut(&mut self) -> &mut ZkEnsemble {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble,
+            _ => panic!("this test runs on one server, not an ensemble"),
+        }
+    }
+
+    /// A connect string with a chroot of its own (every server of an ensemble).
+    pub fn chroot_connect(&self) -> String {
+        match self {
+            TestServer::Ensemble(ensemble) => {
+                format!("{}{}", ensemble.connect_string(), ensemble.new_chroot())
+            }
+            _ => self.deref().chroot_connect(),
+        }
+    }
+
+    /// Runs `work` with a fresh client session connected to the root (no chroot).
+    pub fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble.with_client(work),
+            _ => self.deref().with_client(work),
+        }
+    }
+
+    /// For failure messages: the state of each server and the last `lines` lines of its log
+    /// (no stack frames).
+    pub fn describe(&self, lines: usize) -> String {
+        match self {
+            TestServer::Ensemble(ensemble) => ensemble.describe(lines),
+            _ => {
+                let server = self.deref();
+                let log = server.log_tail(20 * lines);
+                let log: Vec<&str> = log.lines().filter(|l| !l.starts_with('\t')).collect();
+                format!(
+                    "--- ZooKeeper ({}), last lines (no stack frames) of {}/zookeeper.log:\n{}\n",
+                    server.describe_state(),
+                    server.dir().display(),
+                    log[log.len().saturating_sub(lines)..].join("\n")
+                )
+            }
+        }
+    }
+}
+
+impl Deref for TestServer {
+    type Target = ZkServer;
+
+    fn deref(&self) -> &ZkServer {
+        match self {
+            TestServer::Shared(server) => server,
+            TestServer::Own(server) => server,
+            TestServer::Ensemble(_) => panic!(
+                "an ensemble is three servers, not one: use TestServer::ensemble for its servers"
+            ),
+        }
+    }
+}
 
 /// A standalone ZooKeeper server. Killed on drop.
 pub struct ZkServer {
@@ -706,62 +851,135 @@ pub fn spawn_tied_to_process(mut command: Command) -> std::io::Result<Child> {
     answer.recv().expect("spawner thread answers")
 }
 
-/// A cluster node as the end-to-end tests start it: `zkcron run` on `connect` as `id` of
-/// `release` in `cluster`, with a home dir of its own (`<home>/zkcron.toml`, `state/`,
-/// `log.txt`) and the jobs dir `jobs`. `config` is TOML sections added to the node config; the
-/// session timeout is `session_timeout` and the HTTP endpoint is off (every node would try the
-/// default port otherwise). `ZKCRON_TEST_BIN` runs the nodes from another build.
-pub struct ClusterNode<'a> {
-    pub home: &'a Path,
-    pub jobs: &'a Path,
-    pub connect: &'a str,
-    pub cluster: &'a str,
-    pub id: &'a str,
-    pub release: &'a str,
+/// A cluster node as the end-to-end tests start it, the one node spawner of the tests: `zkcron
+/// run` on `connect` as `id` in `cluster`, with a home dir of its own (`<home>/zkcron.toml`,
+/// `state/`, `log.txt`) and the jobs dir `jobs`.
+///
+/// - `release`: given as `--node-version` when set; otherwise the binary's own.
+/// - `config`: TOML added to the node config (labels go in its `[node]` section); the session
+///   timeout is `session_timeout` and the HTTP endpoint is off (every node would try the
+///   default port otherwise).
+/// - `log_filter`: the `ZKCRON_LOG` filter; `log`: the log's file name in `home`.
+/// - The binary: `ZKCRON_TEST_BIN` runs the nodes from another build; [`ClusterNode::spawn_with`]
+///   runs a wrapper such as `faketime`.
+///
+/// Build one with [`ClusterNode::new`] (or `common::cluster::Cluster::node`) and struct update
+/// syntax: `ClusterNode { release: Some("1.0.0".into()), ..cluster.node("node-a") }`.
+pub struct ClusterNode {
+    pub home: PathBuf,
+    pub jobs: PathBuf,
+    pub connect: String,
+    pub cluster: String,
+    pub id: String,
+    pub release: Option<String>,
     pub session_timeout: Duration,
-    pub config: &'a str,
+    pub config: String,
+    pub log_filter: String,
+    /// The log's file name in `home` (appended to): `log.txt`.
+    pub log: String,
 }
 
-impl ClusterNode<'_> {
+impl ClusterNode {
+    /// Node `id` in cluster `default` on `connect`, of the binary's release, with a 3 s session,
+    /// no added config and `info` logs.
+    pub fn new(home: &Path, jobs: &Path, connect: &str, id: &str) -> ClusterNode {
+        ClusterNode {
+            home: home.to_path_buf(),
+            jobs: jobs.to_path_buf(),
+            connect: connect.to_string(),
+            cluster: "default".to_string(),
+            id: id.to_string(),
+            release: None,
+            session_timeout: Duration::from_secs(3),
+            config: String::new(),
+            log_filter: "info".to_string(),
+            log: "log.txt".to_string(),
+        }
+    }
+
+    /// The binary the nodes run: `ZKCRON_TEST_BIN` when set, else this build's `zkcron`.
+    pub fn binary() -> Command {
+        match std::env::var_os("ZKCRON_TEST_BIN") {
+            Some(binary) => Command::new(binary),
+            None => super::zkcron(),
+        }
+    }
+
+    /// `faketime` (Debian's package) running [`ClusterNode::binary`] with its wall clock
+    /// `seconds` ahead, for [`ClusterNode::spawn_with`]; the monotonic clock is left alone so
+    /// that timers still work. Fails saying how to install faketime when it is missing.
+    pub fn binary_with_clock_ahead(seconds: u32) -> Command {
+        let found = Command::new("faketime").arg("--help").output().is_ok();
+        assert!(
+            found,
+            "this test needs faketime to skew a node's clock: apt-get install faketime"
+        );
+        let binary = ClusterNode::binary();
+        let mut command = Command::new("faketime");
+        command
+            .args(["-m", "--exclude-monotonic", "-f", &format!("+{seconds}s")])
+            .arg(binary.get_program());
+        command
+    }
+
     /// Spawns the node, tied to this process; does not wait for it to register.
     pub fn spawn(&self) -> super::DaemonProcess {
+        self.spawn_with(ClusterNode::binary())
+    }
+
+    /// The node's `zkcron.toml`: `config` with the session timeout added to its
+    /// `[coordination.zookeeper]` section (or in one of its own), and `[http] listen = ""`
+    /// unless `config` has an `[http]` section.
+    fn config_text(&self) -> String {
+        let header = "[coordination.zookeeper]\n";
+        let timeout = format!(
+            "session_timeout = \"{}ms\"\n",
+            self.session_timeout.as_millis()
+        );
+        let mut text = if self.config.contains(header) {
+            self.config
+                .replacen(header, &format!("{header}{timeout}"), 1)
+        } else {
+            format!("{}\n{header}{timeout}", self.config)
+        };
+        if !self.config.contains("[http]") {
+            text.push_str("\n[http]\nlisten = \"\"\n");
+        }
+        text
+    }
+
+    /// Spawns the node with `command` as the program (the zkcron binary, or a wrapper around
+    /// it such as `faketime`); the arguments of `zkcron run` are added to it.
+    pub fn spawn_with(&self, mut command: Command) -> super::DaemonProcess {
         use std::os::unix::fs::PermissionsExt;
         fs::create_dir_all(self.home.join("state")).unwrap();
         // zkcron refuses a config that others can write, or in a dir they can: not the umask's
         // say.
-        fs::set_permissions(self.home, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&self.home, fs::Permissions::from_mode(0o755)).unwrap();
         let config = self.home.join("zkcron.toml");
-        fs::write(
-            &config,
-            format!(
-                "{}\n[coordination.zookeeper]\nsession_timeout = \"{}ms\"\n\n[http]\nlisten = \"\"\n",
-                self.config,
-                self.session_timeout.as_millis()
-            ),
-        )
-        .unwrap();
+        fs::write(&config, self.config_text()).unwrap();
         fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
-        let log_path = self.home.join("log.txt");
+        let log_path = self.home.join(&self.log);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .unwrap();
-        let mut command = match std::env::var_os("ZKCRON_TEST_BIN") {
-            Some(binary) => Command::new(binary),
-            None => super::zkcron(),
-        };
         command
             .arg("run")
             .arg("--config")
             .arg(&config)
             .arg("--jobs-dir")
-            .arg(self.jobs)
+            .arg(&self.jobs)
             .arg("--state-dir")
             .arg(self.home.join("state"))
-            .args(["--zookeeper", self.connect, "--cluster", self.cluster])
-            .args(["--node-id", self.id, "--node-version", self.release])
-            .env("ZKCRON_LOG", "info")
+            .args(["--zookeeper", &self.connect, "--cluster", &self.cluster])
+            .args(["--node-id", &self.id]);
+        if let Some(release) = &self.release {
+            command.args(["--node-version", release]);
+        }
+        command
+            .env("ZKCRON_LOG", &self.log_filter)
             .env_remove("JOURNAL_STREAM")
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
