@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::zk::ZkServer;
 use common::{wait_for, zkcron};
-use zkcron::coord::zk::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
+use zkcron::coord::records::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -268,7 +268,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     let base = base_of(&connect);
     let a = Node::start(dir.path(), "node-a", &connect, 3);
     let path = format!("{base}/tasks/tick/history");
-    let history = || -> Vec<zkcron::coord::zk::HistoryEntry> {
+    let history = || -> Vec<zkcron::coord::records::HistoryEntry> {
         read(&zk, &path)
             .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
             .unwrap_or_default()

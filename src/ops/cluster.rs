@@ -18,12 +18,12 @@ use zookeeper_client::{
 
 use super::model::{LiveMember, Snapshot};
 use crate::coord::RunResult;
-use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
-use crate::coord::zk::tls::TLS_FAILED;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
 };
+use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
+use crate::coord::zk::tls::TLS_FAILED;
 
 /// How long a command waits for a ZooKeeper session before it says it cannot reach it.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);

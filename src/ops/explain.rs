@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
 use crate::coord::rank::{self, Candidate};
-use crate::coord::zk::wire::MarkRecord;
+use crate::coord::records::MarkRecord;
 
 /// `zkcron explain TASK --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
 use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
     TaskSetRecord,
 };
@@ -168,7 +168,7 @@ impl<'a> Members<'a> {
                 let written = snapshot.tasksets.get(&record.taskset.digest);
                 let tasks = decoded
                     .entry(&record.taskset.digest)
-                    .or_insert_with(|| written.map(wire::decode_taskset).unwrap_or_default())
+                    .or_insert_with(|| written.map(records::decode_taskset).unwrap_or_default())
                     .clone();
                 let drained = snapshot.is_drained(record);
                 let member = Member {

@@ -7,7 +7,7 @@ use super::explain::explain;
 use super::model::{self, LiveMember, Snapshot, exit_parts, status};
 use super::render;
 use crate::coord::RunResult;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RunTrigger, TaskSetEntry,
     TaskSetRecord, TaskSetRef,
 };

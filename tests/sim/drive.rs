@@ -14,11 +14,11 @@ use std::cmp::Reverse;
 use zkcron::coord::node::io::{
     Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
 };
-use zkcron::coord::zk::{
+use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::zk::{TriggerRecord, TriggerState};
+use zkcron::coord::records::{TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
 use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 

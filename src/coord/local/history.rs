@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::FORMAT_VERSION;
 use crate::coord::record::{self, HISTORY_MAX_BYTES};
-use crate::coord::zk::wire::{HistoryEntry, HistoryRecord};
+use crate::coord::records::{HistoryEntry, HistoryRecord};
 
 pub(super) const HISTORY_DIR: &str = "history";
 

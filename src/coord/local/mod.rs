@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use super::record::{self, FireView, Verdict};
-use super::zk::wire::{HistoryEntry, TriggerRecord};
+use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;

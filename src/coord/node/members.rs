@@ -10,7 +10,7 @@ use semver::Version;
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::{AfterRecreate, MemberInfo, Node, Then};
 use crate::coord::lease::Member;
-use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
+use crate::coord::records::{MemberRecord, TaskSetRecord, decode_taskset};
 
 /// A listing of members and leases in flight.
 #[derive(Debug, Default)]

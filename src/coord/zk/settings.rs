@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use semver::Version;
 
+use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
+
 pub use super::tls::{TlsSource, ZkTls};
 
 /// How to reach the cluster, and who this node is.
@@ -305,17 +307,6 @@ impl ZkSettings {
         }
         Ok((hosts, chroot))
     }
-}
-
-/// The pattern a node id or cluster name must match, as shown to users.
-pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
-
-/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
-pub fn is_path_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    name.len() <= 100
-        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Checks that a node id or cluster name can be one element of a ZooKeeper path.

@@ -1,6 +1,10 @@
-//! The records zkcron stores in ZooKeeper, their paths and the task-set codec. The JSON of
-//! every record is part of the cluster's protocol (nodes of different releases share a tree):
-//! fields are only ever added, with defaults, and readers ignore unknown ones.
+//! The records zkcron stores in ZooKeeper (the local backend keeps its history in the same
+//! JSON), their paths, the names allowed in a path and the task-set codec. The JSON of every
+//! record is part of the cluster's protocol (nodes of different releases share a tree): fields
+//! are only ever added, with defaults, and readers ignore unknown ones.
+//!
+//! The node, both backends and the operator's commands read and write these types; this module
+//! depends on nothing above the lease rule, so none of them imports another for a record.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -265,6 +269,17 @@ impl Paths {
     pub fn history(&self, task: &str) -> String {
         format!("{}/tasks/{task}/history", self.base)
     }
+}
+
+/// The pattern a node id or cluster name must match, as shown to users.
+pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
+
+/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
+pub fn is_path_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 100
+        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// The paths of one cluster.
