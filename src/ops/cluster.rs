@@ -16,7 +16,7 @@ use zookeeper_client::{
     Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, Stat,
 };
 
-use super::model::{LiveMember, Snapshot};
+use super::model::{LiveMember, Snapshot, StatusSource};
 use crate::coord::RunResult;
 use crate::coord::records::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
@@ -567,7 +567,7 @@ pub fn status_source(
     cluster: &str,
     auth: &AuthSource,
     tls: Option<&TlsSource>,
-) -> crate::http::StatusSource {
+) -> StatusSource {
     let connect = connect.to_string();
     let cluster = cluster.to_string();
     let auth = auth.clone();

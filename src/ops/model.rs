@@ -3,6 +3,8 @@
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -53,6 +55,14 @@ pub struct Status {
     pub nodes: Vec<NodeStatus>,
     pub tasks: Vec<TaskStatus>,
 }
+
+/// The status as `zkcron status --json` gives it, or why it cannot be read now.
+pub type StatusFuture = Pin<Box<dyn Future<Output = Result<Status, String>> + Send>>;
+
+/// Reads a node's status when asked: what its HTTP endpoint serves at `/status`
+/// ([`crate::ops::cluster::status_source`] for a cluster, the control socket's answer for the
+/// local backend).
+pub type StatusSource = Arc<dyn Fn() -> StatusFuture + Send + Sync>;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeStatus {
