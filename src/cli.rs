@@ -19,7 +19,7 @@ use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
-use crate::daemon::{Daemon, control};
+use crate::daemon::{Daemon, DaemonConfig, control};
 use crate::files::{self, PathProblem};
 use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
@@ -329,6 +329,21 @@ fn shell_word(path: &Path) -> String {
     }
 }
 
+/// What the daemon starts with, resolved from `plan`; `reset_flags` is left to `run`, which
+/// knows the flags it was given.
+fn daemon_config(plan: &Plan) -> DaemonConfig {
+    DaemonConfig {
+        jobs_dir: plan.jobs_dir.clone(),
+        node_id: plan.node_id.clone(),
+        shutdown_grace: plan.config.scheduler.shutdown_grace,
+        task_defaults: plan.config.task_defaults(plan.identity.clone()),
+        reset_flags: None,
+        job_output_lines: plan.config.log.job_output_lines,
+        metrics: crate::metrics::Metrics::new(),
+        loaded: Default::default(),
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (config, config_path) = match resolve_config(&args.config) {
         Ok(found) => found,
@@ -350,7 +365,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(refuse(&problems, "not starting"));
     }
     crate::logging::init(plan.config.log.format);
-    let mut daemon_config = plan.daemon_config();
+    let mut daemon_config = daemon_config(&plan);
     daemon_config.reset_flags = (plan.backend == Backend::Local).then(|| {
         reset_flags(
             args.config.config.as_deref(),

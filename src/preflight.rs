@@ -24,7 +24,6 @@ use clap::Args;
 use crate::accounts::{self, Identity};
 use crate::config::{self, Backend, Config};
 use crate::coord::zk::ZkSettings;
-use crate::daemon::DaemonConfig;
 use crate::files::{self, PathProblem, kind_of};
 
 /// What `run` starts with: the config and the flags that override it, resolved.
@@ -154,20 +153,6 @@ impl Plan {
             auth: section.auth.clone(),
             tls: section.tls.clone(),
         })
-    }
-
-    pub fn daemon_config(&self) -> DaemonConfig {
-        DaemonConfig {
-            jobs_dir: self.jobs_dir.clone(),
-            node_id: self.node_id.clone(),
-            shutdown_grace: self.config.scheduler.shutdown_grace,
-            task_defaults: self.config.task_defaults(self.identity.clone()),
-            // Set by `run`, which knows the flags it was given.
-            reset_flags: None,
-            job_output_lines: self.config.log.job_output_lines,
-            metrics: crate::metrics::Metrics::new(),
-            loaded: Default::default(),
-        }
     }
 }
 
