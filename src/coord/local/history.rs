@@ -393,7 +393,7 @@ impl Shared {
                             task,
                             path = %path.display(),
                             "cannot append to the run history ({}); runs go on, `zkcron history` misses them until a write succeeds",
-                            super::state::explain_io(&self.state_dir, &error)
+                            super::errors::explain_io(&self.state_dir, &error)
                         );
                     }
                 }
