@@ -9,6 +9,7 @@ use semver::Version;
 
 use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
 
+use super::tls::check_secret_file;
 pub use super::tls::{TlsSource, ZkTls};
 
 /// How to reach the cluster, and who this node is.
@@ -85,29 +86,6 @@ impl AuthSource {
             AuthSource::File(path) => read_auth_file(path).map(Some),
         }
     }
-}
-
-/// Refuses a secret file of `[coordination.zookeeper]` (`key`: `auth_file`, `tls_key_file`)
-/// that group or others may read, or that belongs to neither this user nor root.
-pub(super) fn check_secret_file(key: &str, path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the ZooKeeper {key} {shown}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "the ZooKeeper {key} {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
-            meta.mode() & 0o777
-        ));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(format!(
-            "the ZooKeeper {key} {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
-            meta.uid()
-        ));
-    }
-    Ok(())
 }
 
 /// Reads a one-line `user:password` file, refusing one that others may read or that belongs
