@@ -93,7 +93,9 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
 
 #[test]
 fn no_module_imports_a_higher_layer_and_siblings_form_no_cycle() {
-    let src = std::env::var("LAYERING_SRC").map(std::path::PathBuf::from).unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let src = std::env::var("LAYERING_SRC")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     // The scan sees the imports (a check that saw none would pass).
     let tree = scan(&src);
     let zk_drives_the_node = tree.imports.iter().any(|import| {
