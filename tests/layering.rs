@@ -182,6 +182,9 @@ fn write(root: &Path, path: &str, text: &str) {
     fs::write(path, text).unwrap();
 }
 
+/// The imports between the children of one module: importer -> imported -> where.
+type Graph = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
 /// One import: from a module to the module a path names, where it is written.
 #[derive(Debug, Clone)]
 struct Import {
@@ -198,8 +201,7 @@ fn check(src: &Path, layers: &[(&str, &[&[&str]])]) -> Vec<String> {
     let tree = scan(src);
     let mut problems = Vec::new();
     // Sibling imports, by parent module: child -> child -> where.
-    let mut levels: BTreeMap<Vec<String>, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> =
-        BTreeMap::new();
+    let mut levels: BTreeMap<Vec<String>, Graph> = BTreeMap::new();
     for import in &tree.imports {
         let to = tree.resolve(&import.to);
         let common = import
@@ -301,9 +303,9 @@ fn name(parent: &[String], child: &str) -> String {
 }
 
 /// The strongly connected components of more than one module (Tarjan), each sorted.
-fn cycles(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>) -> Vec<Vec<String>> {
+fn cycles(graph: &Graph) -> Vec<Vec<String>> {
     struct Walk<'a> {
-        graph: &'a BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+        graph: &'a Graph,
         index: BTreeMap<&'a str, usize>,
         low: BTreeMap<&'a str, usize>,
         stack: Vec<&'a str>,
@@ -488,7 +490,7 @@ impl Tree {
                         .position(|t| t.kind == Kind::Punct(';'))
                         .map_or(tokens.len(), |n| i + n);
                     let mut paths = Vec::new();
-                    expand(&tokens[i + 1..end], &mut Vec::new(), &mut paths);
+                    expand(&tokens[i + 1..end], &[], &mut paths);
                     for (path, line) in paths {
                         self.import(&here(&inline), path, &shown, line);
                     }
@@ -567,8 +569,8 @@ impl Tree {
 }
 
 /// Expands a `use` tree (after `use`, before `;`) into its paths, each with its line.
-fn expand(tokens: &[Token], prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, usize)>) {
-    let mut path = prefix.clone();
+fn expand(tokens: &[Token], prefix: &[String], out: &mut Vec<(Vec<String>, usize)>) {
+    let mut path = prefix.to_vec();
     let mut line = tokens.first().map_or(0, |t| t.line);
     let mut i = 0;
     while i < tokens.len() {
@@ -594,12 +596,12 @@ fn expand(tokens: &[Token], prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>
                         Kind::Punct('}') => {
                             depth -= 1;
                             if depth == 0 {
-                                expand(&tokens[start..j], &mut path.clone(), out);
+                                expand(&tokens[start..j], &path, out);
                                 break;
                             }
                         }
                         Kind::Punct(',') if depth == 1 => {
-                            expand(&tokens[start..j], &mut path.clone(), out);
+                            expand(&tokens[start..j], &path, out);
                             start = j + 1;
                         }
                         _ => {}
