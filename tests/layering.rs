@@ -3,7 +3,8 @@
 //!
 //! # The layers, lowest first
 //! Modules on one line are independent of each other (none imports another); each may import
-//! any module of a line above it.
+//! any module of an earlier line (a lower layer), never one of a later line (a layer above it).
+//! A new child of an ordered level must be given its line here and in [`LAYERS`].
 //!
 //! The crate:
 //! 1. `accounts`, `clock`, `diag`, `metrics`, `schedule`, `manual`
