@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use zkcron::coord::RunResult;
-use zkcron::coord::zk::wire::{
+use zkcron::coord::records::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, Paths, ResultRecord,
     TaskSetEntry, TaskSetRecord, TaskSetRef,
 };

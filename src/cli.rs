@@ -19,16 +19,15 @@ use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
-use crate::daemon::{Daemon, control};
+use crate::daemon::{Daemon, DaemonConfig, control};
 use crate::files::{self, PathProblem};
 use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
-use crate::preflight::{self, Overrides, Plan};
+use crate::preflight::{
+    self, ConfigArgs, Overrides, Plan, config_path, host_name, parse_connect, resolve_config,
+};
 use crate::schedule::{self, Schedule};
 use crate::task::{self, LoadedDir, TaskDefaults};
-
-/// Where the node config is read from when `--config` is not given and the file exists.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/zkcron/zkcron.toml";
 
 /// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
 /// a tick nobody claimed is caught up.
@@ -83,13 +82,6 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct ConfigArgs {
-    /// The node config [default: /etc/zkcron/zkcron.toml if it exists, else built-in defaults]
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -116,10 +108,6 @@ pub struct RunArgs {
     /// else this binary's version]
     #[arg(long, value_name = "SEMVER", value_parser = parse_semver)]
     pub node_version: Option<semver::Version>,
-}
-
-pub(crate) fn parse_connect(value: &str) -> Result<String, String> {
-    crate::coord::zk::split_connect(value).map(|_| value.to_string())
 }
 
 fn parse_semver(value: &str) -> Result<semver::Version, String> {
@@ -292,24 +280,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The config file to read: `--config`, else the default file if it exists.
-fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
-    match &args.config {
-        Some(path) => Some(path.clone()),
-        None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-    }
-}
-
-/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
-pub(crate) fn resolve_config(
-    args: &ConfigArgs,
-) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
-    match config_path(args) {
-        Some(path) => Ok((config::load_config(&path)?, Some(path))),
-        None => Ok((Config::default(), None)),
-    }
-}
-
 /// Prints `problems` (rendered `error:` blocks) to stderr, then what the command does not do
 /// because of them; the exit code for it.
 fn refuse<T: std::fmt::Display>(problems: &[T], not_doing: &str) -> ExitCode {
@@ -328,13 +298,6 @@ fn refuse_config(error: &config::ConfigError, not_doing: &str) -> ExitCode {
 fn gave_up(errors: usize, not_doing: &str) -> ExitCode {
     eprintln!("zkcron: {not_doing}: {errors} error(s)");
     ExitCode::from(1)
-}
-
-/// The host name, the node id when neither `--node-id` nor `[node].id` names one.
-pub(crate) fn host_name() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 /// The flags that point `zkcron reset` at the same tasks and state as the command given these:
@@ -366,6 +329,21 @@ fn shell_word(path: &Path) -> String {
     }
 }
 
+/// What the daemon starts with, resolved from `plan`; `reset_flags` is left to `run`, which
+/// knows the flags it was given.
+fn daemon_config(plan: &Plan) -> DaemonConfig {
+    DaemonConfig {
+        jobs_dir: plan.jobs_dir.clone(),
+        node_id: plan.node_id.clone(),
+        shutdown_grace: plan.config.scheduler.shutdown_grace,
+        task_defaults: plan.config.task_defaults(plan.identity.clone()),
+        reset_flags: None,
+        job_output_lines: plan.config.log.job_output_lines,
+        metrics: crate::metrics::Metrics::new(),
+        loaded: Default::default(),
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (config, config_path) = match resolve_config(&args.config) {
         Ok(found) => found,
@@ -387,7 +365,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(refuse(&problems, "not starting"));
     }
     crate::logging::init(plan.config.log.format);
-    let mut daemon_config = plan.daemon_config();
+    let mut daemon_config = daemon_config(&plan);
     daemon_config.reset_flags = (plan.backend == Backend::Local).then(|| {
         reset_flags(
             args.config.config.as_deref(),

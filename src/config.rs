@@ -44,8 +44,8 @@ const SECTIONS: &[(&str, &[&str])] = &[
 ];
 
 // The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
-// (config imports coord::zk::settings, never the other way round).
-pub use crate::coord::zk::settings::{NODE_ID_PATTERN, is_path_name};
+// (config imports coord::records, never the other way round).
+use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
 
 /// The whole node configuration, defaults applied.
 #[derive(Debug, Clone, PartialEq, Default)]

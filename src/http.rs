@@ -8,9 +8,7 @@
 //! The endpoint is an observer: a daemon that cannot serve it (the port is taken) logs that at
 //! error and keeps firing ([`serve_logged`]).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,13 +26,7 @@ use crate::coord::zk::settings::{DEFAULT_MAX_CLOCK_SKEW, ZkSettings};
 use crate::coord::{Coordinator, Leadership};
 use crate::daemon::control::ControlConfig;
 use crate::metrics::Metrics;
-use crate::ops::model::Status;
-
-/// The status as `zkcron status --json` gives it, or why it cannot be read now.
-pub type StatusFuture = Pin<Box<dyn Future<Output = Result<Status, String>> + Send>>;
-
-/// Reads this node's status for `/status`.
-pub type StatusSource = Arc<dyn Fn() -> StatusFuture + Send + Sync>;
+use crate::ops::model::StatusSource;
 
 /// Which backend the node uses, for `/healthz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,14 +10,20 @@
 //! ZooKeeper backend, a connect string is given and the settings pass [`ZkSettings::check`];
 //! when zkcron runs as root, `[scheduler].default_user` exists. (The config's own values are
 //! checked when it is parsed, with line and column.)
+//!
+//! Resolving a [`Plan`] starts from what the command line gives, so the pieces every command
+//! that reads the node config shares live here too: `--config` ([`ConfigArgs`], the default
+//! file), the parser of `--zookeeper` and the host name that is the default node id. Both
+//! `cli` and the operator commands' arguments (`ops::args`) use them.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use clap::Args;
+
 use crate::accounts::{self, Identity};
-use crate::config::{Backend, Config};
+use crate::config::{self, Backend, Config};
 use crate::coord::zk::ZkSettings;
-use crate::daemon::DaemonConfig;
 use crate::files::{self, PathProblem, kind_of};
 
 /// What `run` starts with: the config and the flags that override it, resolved.
@@ -35,6 +41,47 @@ pub struct Plan {
     pub cluster: String,
     pub release: semver::Version,
     pub identity: Identity,
+}
+
+/// Where the node config is read from when `--config` is not given and the file exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/zkcron/zkcron.toml";
+
+/// `--config`, the flag of every command that reads the node config.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// The node config [default: /etc/zkcron/zkcron.toml if it exists, else built-in defaults]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The config file to read: `--config`, else the default file if it exists.
+pub(crate) fn config_path(args: &ConfigArgs) -> Option<PathBuf> {
+    match &args.config {
+        Some(path) => Some(path.clone()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
+    }
+}
+
+/// Reads the config named by `--config`, or the default file if it exists, or the defaults.
+pub(crate) fn resolve_config(
+    args: &ConfigArgs,
+) -> Result<(Config, Option<PathBuf>), config::ConfigError> {
+    match config_path(args) {
+        Some(path) => Ok((config::load_config(&path)?, Some(path))),
+        None => Ok((Config::default(), None)),
+    }
+}
+
+/// The value parser of `--zookeeper`: a connect string ZooKeeper accepts, kept as written.
+pub(crate) fn parse_connect(value: &str) -> Result<String, String> {
+    crate::coord::zk::split_connect(value).map(|_| value.to_string())
+}
+
+/// The host name, the node id when neither `--node-id` nor `[node].id` names one.
+pub(crate) fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 /// The flags of `run` that override the config (`validate` has none).
@@ -106,20 +153,6 @@ impl Plan {
             auth: section.auth.clone(),
             tls: section.tls.clone(),
         })
-    }
-
-    pub fn daemon_config(&self) -> DaemonConfig {
-        DaemonConfig {
-            jobs_dir: self.jobs_dir.clone(),
-            node_id: self.node_id.clone(),
-            shutdown_grace: self.config.scheduler.shutdown_grace,
-            task_defaults: self.config.task_defaults(self.identity.clone()),
-            // Set by `run`, which knows the flags it was given.
-            reset_flags: None,
-            job_output_lines: self.config.log.job_output_lines,
-            metrics: crate::metrics::Metrics::new(),
-            loaded: Default::default(),
-        }
     }
 }
 

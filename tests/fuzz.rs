@@ -18,7 +18,7 @@ use proptest::test_runner::Config;
 use serde::de::DeserializeOwned;
 
 use zkcron::coord::local::{LocalCoordinator, StateDirEditor, read_fire_records};
-use zkcron::coord::zk::wire::{
+use zkcron::coord::records::{
     FireRecord, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord, ResultRecord, RunRecord,
     TaskSetRecord, TaskSetRef, TriggerRecord, decode_taskset,
 };

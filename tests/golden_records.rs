@@ -21,10 +21,11 @@ use chrono::{DateTime, Utc};
 use common::zk::{self, connect_client};
 use serde_json::{Map, Value, json};
 use zkcron::coord::local::LocalCoordinator;
-use zkcron::coord::zk::{
+use zkcron::coord::records::{
     FireRecord, HistoryRecord, LeaseRecord, MemberRecord, RunRecord, RunTrigger, TaskSetEntry,
-    TaskSetRecord, TaskSetRef, TriggerRecord, TriggerState, ZkCoordinator, ZkSettings,
+    TaskSetRecord, TaskSetRef, TriggerRecord, TriggerState,
 };
+use zkcron::coord::zk::{ZkCoordinator, ZkSettings};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
 use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
 

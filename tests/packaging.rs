@@ -78,7 +78,7 @@ fn the_unit_runs_the_default_config_and_waits_longer_than_shutdown_grace() {
         unit_setting("ExecStart"),
         format!(
             "/usr/bin/zkcron run --config {}",
-            zkcron::cli::DEFAULT_CONFIG_PATH
+            zkcron::preflight::DEFAULT_CONFIG_PATH
         )
     );
     let stop = humantime::parse_duration(&unit_setting("TimeoutStopSec")).unwrap();

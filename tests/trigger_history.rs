@@ -14,7 +14,7 @@ use common::cluster::Cluster;
 use common::fires::words;
 use common::zk::{ClusterNode, ZkServer};
 use common::{DaemonProcess, wait_for};
-use zkcron::coord::zk::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
+use zkcron::coord::records::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -199,7 +199,7 @@ fn the_history_keeps_the_last_history_runs_runs_with_every_field() {
     let base = cluster.base();
     let a = start(&cluster, "node-a", 3);
     let path = format!("{base}/tasks/tick/history");
-    let history = || -> Vec<zkcron::coord::zk::HistoryEntry> {
+    let history = || -> Vec<zkcron::coord::records::HistoryEntry> {
         read(zk, &path)
             .map(|data| serde_json::from_slice::<HistoryRecord>(&data).unwrap().runs)
             .unwrap_or_default()

@@ -43,7 +43,7 @@ use common::zk::{self, ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 use semver::{Version, VersionReq};
 use zkcron::coord::rank::{self, Candidate};
-use zkcron::coord::zk::wire::{LeaseRecord, MemberRecord};
+use zkcron::coord::records::{LeaseRecord, MemberRecord};
 
 /// A generous deadline for things that take a moment (start-up, exit, convergence).
 const LIMIT: Duration = Duration::from_secs(30);

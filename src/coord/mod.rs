@@ -8,13 +8,15 @@
 //! Backends: [`local::LocalCoordinator`] (one node owns every task, fire records in `state_dir`)
 //! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper), a thin driver
 //! of the sans-IO [`node::Node`], which owns the cluster protocol. [`rank`], [`lease`] and
-//! [`record`] are the pure rules it applies.
+//! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
+//! node read and write.
 
 pub mod lease;
 pub mod local;
 pub mod node;
 pub mod rank;
 pub mod record;
+pub mod records;
 pub mod zk;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -54,7 +54,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::ClaimOutcome;
-use super::zk::wire::HistoryEntry;
+use super::records::HistoryEntry;
 use crate::task::TaskSpec;
 
 /// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
@@ -346,7 +346,7 @@ mod tests {
             signal: None,
             success: true,
             attempts: 1,
-            trigger: crate::coord::zk::wire::RunTrigger::Schedule,
+            trigger: crate::coord::records::RunTrigger::Schedule,
         }
     }
 
@@ -389,7 +389,7 @@ mod tests {
         for i in 0..1000 {
             append_history(&mut runs, entry(&format!("{long}@{i}")), 1000);
         }
-        let bytes = serde_json::to_vec(&crate::coord::zk::wire::HistoryRecord {
+        let bytes = serde_json::to_vec(&crate::coord::records::HistoryRecord {
             format: 1,
             runs: runs.clone(),
         })

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::clock::wall_clock;
 use crate::coord::Coordinator;
 use crate::coord::local::LocalCoordinator;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
 };
 use crate::ops::local::{Reply, Request, socket_path};
@@ -250,7 +250,7 @@ async fn snapshot(
     coordinator: &LocalCoordinator,
     specs: &[Arc<TaskSpec>],
 ) -> Snapshot {
-    let (taskset, chunks, _) = wire::encode_taskset(specs);
+    let (taskset, chunks, _) = records::encode_taskset(specs);
     let set: TaskSetRecord =
         serde_json::from_slice(&chunks.concat()).expect("an encoded task set decodes");
     let member = MemberRecord {

@@ -16,7 +16,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The ZooKeeper cluster at HOST:PORT[,HOST:PORT...][/chroot] [default: as for `run`]
-    #[arg(long, value_name = "CONNECT", value_parser = crate::cli::parse_connect)]
+    #[arg(long, value_name = "CONNECT", value_parser = crate::preflight::parse_connect)]
     pub zookeeper: Option<String>,
     /// The cluster's name [default: as for `run`]
     #[arg(long, value_name = "NAME")]
@@ -99,10 +99,10 @@ pub struct DrainArgs {
 impl TargetArgs {
     /// The plan `run` would make with these flags.
     fn plan(&self, node_id: Option<String>) -> Result<Plan, crate::config::ConfigError> {
-        let config_args = crate::cli::ConfigArgs {
+        let config_args = crate::preflight::ConfigArgs {
             config: self.config.clone(),
         };
-        let (config, config_path) = crate::cli::resolve_config(&config_args)?;
+        let (config, config_path) = crate::preflight::resolve_config(&config_args)?;
         let flags = Overrides {
             state_dir: self.state_dir.clone(),
             zookeeper: self.zookeeper.clone(),
@@ -115,7 +115,7 @@ impl TargetArgs {
             config_path,
             flags,
             crate::accounts::Identity::current(),
-            crate::cli::host_name,
+            crate::preflight::host_name,
         ))
     }
 }

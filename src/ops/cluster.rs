@@ -16,14 +16,14 @@ use zookeeper_client::{
     Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, Stat,
 };
 
-use super::model::{LiveMember, Snapshot};
+use super::model::{LiveMember, Snapshot, StatusSource};
 use crate::coord::RunResult;
-use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
-use crate::coord::zk::tls::TLS_FAILED;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
 };
+use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
+use crate::coord::zk::tls::TLS_FAILED;
 
 /// How long a command waits for a ZooKeeper session before it says it cannot reach it.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
@@ -567,7 +567,7 @@ pub fn status_source(
     cluster: &str,
     auth: &AuthSource,
     tls: Option<&TlsSource>,
-) -> crate::http::StatusSource {
+) -> StatusSource {
     let connect = connect.to_string();
     let cluster = cluster.to_string();
     let auth = auth.clone();

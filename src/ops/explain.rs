@@ -6,14 +6,15 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
 use crate::coord::rank::{self, Candidate};
-use crate::coord::zk::wire::MarkRecord;
+use crate::coord::records::MarkRecord;
 
 /// `zkcron explain TASK --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explain {
     pub task: String,
     /// Every live member that defines the task: the eligible ones in rank order (the first is
-    /// the designated leader), then the others.
+    /// the designated leader), then the others, then those ranked for nothing (a release that
+    /// is no semantic version).
     pub candidates: Vec<CandidateView>,
     pub lease: Option<LeaseView>,
     pub paused: Option<MarkRecord>,
@@ -88,11 +89,28 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         definers.iter().filter(|d| d.why_not.is_some()).collect();
     ineligible.sort_by(|a, b| rank::compare(task, &candidate(a), &candidate(b)));
     candidates.extend(ineligible.into_iter().map(|d| view(d, None)));
+    // Members the nodes ignore are listed last, with why; their seed may not even be a number.
+    let unranked = members.unranked_definers(task);
+    candidates.extend(unranked.iter().map(|u| CandidateView {
+        rank: None,
+        node: u.record.id.clone(),
+        release: u.record.release.clone(),
+        score: u64::from_str_radix(&u.record.seed, 16).map_or_else(
+            |_| "-".into(),
+            |seed| format!("{:016x}", rank::score(seed, task)),
+        ),
+        eligible: false,
+        reason: u.why.to_string(),
+        digest: u.entry.digest.clone(),
+    }));
+    let defines = |id: &str| by_id(id).is_some() || unranked.iter().any(|u| u.record.id == id);
     let mut not_defining: Vec<String> = members
         .members
         .iter()
-        .map(|(record, _, _)| record.id.clone())
-        .filter(|id| by_id(id).is_none())
+        .map(|(record, _, _)| record)
+        .chain(members.unranked.iter().map(|(record, _, _)| record))
+        .map(|record| record.id.clone())
+        .filter(|id| !defines(id))
         .collect();
     not_defining.sort();
     let lease = snapshot.leases.get(task).map(|l| LeaseView {

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
 use super::model::Status;
-use crate::coord::zk::wire::{HistoryEntry, TriggerRecord};
+use crate::coord::records::{HistoryEntry, TriggerRecord};
 
 /// The socket's file name in the state dir.
 pub const SOCKET: &str = "zkcron.sock";

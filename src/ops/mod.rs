@@ -28,7 +28,7 @@ use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 
 use crate::clock::wall_clock;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     FORMAT_VERSION, HistoryEntry, MarkRecord, TriggerRecord, TriggerState,
 };
 use cluster::{CONNECT_DEADLINE, ClusterClient};

@@ -3,6 +3,8 @@
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -10,9 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
 use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
-    TaskSetRecord,
+    TaskSetRecord, Unranked,
 };
 use crate::plan;
 use crate::schedule::{self, Schedule};
@@ -53,6 +55,14 @@ pub struct Status {
     pub nodes: Vec<NodeStatus>,
     pub tasks: Vec<TaskStatus>,
 }
+
+/// The status as `zkcron status --json` gives it, or why it cannot be read now.
+pub type StatusFuture = Pin<Box<dyn Future<Output = Result<Status, String>> + Send>>;
+
+/// Reads a node's status when asked: what its HTTP endpoint serves at `/status`
+/// ([`crate::ops::cluster::status_source`] for a cluster, the control socket's answer for the
+/// local backend).
+pub type StatusSource = Arc<dyn Fn() -> StatusFuture + Send + Sync>;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeStatus {
@@ -129,6 +139,9 @@ impl Snapshot {
 /// does not define the task, `version_req`, `require_labels`).
 pub fn eligibility(snapshot: &Snapshot, member: &MemberRecord, task: &str) -> Result<(), String> {
     let members = Members::new(snapshot);
+    if let Some((_, why, _)) = members.unranked.iter().find(|(r, _, _)| r.id == member.id) {
+        return Err(why.to_string());
+    }
     let (_, lease_member, _) = members
         .members
         .iter()
@@ -155,37 +168,57 @@ pub struct Definer<'a> {
 /// once per digest), sorted by id, with their task sets as written.
 pub struct Members<'a> {
     pub members: Vec<(&'a MemberRecord, Member, Option<&'a TaskSetRecord>)>,
+    /// The live members whose record the nodes cannot rank ([`MemberRecord::to_member`]): they
+    /// lead nothing, as on the nodes, which ignore them. Sorted by id.
+    pub unranked: Vec<(&'a MemberRecord, Unranked, Option<&'a TaskSetRecord>)>,
+}
+
+/// A live member that defines a task but is ranked for nothing, and why.
+pub struct UnrankedDefiner<'a> {
+    pub record: &'a MemberRecord,
+    pub why: &'a Unranked,
+    pub entry: &'a TaskSetEntry,
 }
 
 impl<'a> Members<'a> {
     pub fn new(snapshot: &'a Snapshot) -> Members<'a> {
         let mut decoded: HashMap<&str, Arc<TaskSet>> = HashMap::new();
-        let mut members: Vec<_> = snapshot
-            .members
-            .iter()
-            .map(|m| {
-                let record = &m.record;
-                let written = snapshot.tasksets.get(&record.taskset.digest);
-                let tasks = decoded
-                    .entry(&record.taskset.digest)
-                    .or_insert_with(|| written.map(wire::decode_taskset).unwrap_or_default())
-                    .clone();
-                let drained = snapshot.is_drained(record);
-                let member = Member {
-                    id: record.id.clone(),
-                    release: semver::Version::parse(&record.release)
-                        .unwrap_or_else(|_| semver::Version::new(0, 0, 0)),
-                    seed: u64::from_str_radix(&record.seed, 16).unwrap_or(0),
-                    tasks,
-                    may_lead: record.leads && !drained,
-                    labels: Arc::new(record.labels.clone()),
-                    drained,
-                };
-                (record, member, written)
-            })
-            .collect();
+        let mut members = Vec::new();
+        let mut unranked = Vec::new();
+        for m in &snapshot.members {
+            let record = &m.record;
+            let written = snapshot.tasksets.get(&record.taskset.digest);
+            let tasks = decoded
+                .entry(&record.taskset.digest)
+                .or_insert_with(|| written.map(records::decode_taskset).unwrap_or_default())
+                .clone();
+            // Ranked as the record will say once its node sees the operator's drain mark.
+            let as_ranked = MemberRecord {
+                drained: snapshot.is_drained(record),
+                ..record.clone()
+            };
+            match as_ranked.to_member(tasks) {
+                Ok(member) => members.push((record, member, written)),
+                Err(why) => unranked.push((record, why, written)),
+            }
+        }
         members.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-        Members { members }
+        unranked.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Members { members, unranked }
+    }
+
+    /// The members ranked for nothing that define `task` (as written), by id.
+    pub fn unranked_definers(&self, task: &str) -> Vec<UnrankedDefiner<'_>> {
+        self.unranked
+            .iter()
+            .filter_map(|(record, why, written)| {
+                Some(UnrankedDefiner {
+                    record,
+                    why,
+                    entry: written.as_ref()?.tasks.get(task)?,
+                })
+            })
+            .collect()
     }
 
     /// The members that define `task`, by id.
@@ -210,40 +243,57 @@ impl<'a> Members<'a> {
 /// nodes' warning (`lease::why_none_eligible`): "no live node may run it: version_req >=2.0
 /// matches none of a (1.0.0)". `None` when one may.
 pub fn no_one_may_run(snapshot: &Snapshot, task: &str) -> Option<String> {
-    why_none(&Members::new(snapshot).definers(task))
+    let members = Members::new(snapshot);
+    why_none(&members.definers(task), &members.unranked_definers(task))
 }
 
-fn why_none(definers: &[Definer<'_>]) -> Option<String> {
-    if definers.is_empty() {
+fn why_none(definers: &[Definer<'_>], unranked: &[UnrankedDefiner<'_>]) -> Option<String> {
+    if definers.is_empty() && unranked.is_empty() {
         return Some("no live node defines it".to_string());
     }
     if definers.iter().any(|d| d.why_not.is_none()) {
         return None;
     }
-    let defining: Vec<(&Member, &TaskEntry)> =
-        definers.iter().map(|d| (d.member, d.task_entry)).collect();
-    Some(format!(
-        "no live node may run it: {}",
-        why_none_eligible(&defining)
-    ))
+    let mut reasons = Vec::new();
+    if !definers.is_empty() {
+        let defining: Vec<(&Member, &TaskEntry)> =
+            definers.iter().map(|d| (d.member, d.task_entry)).collect();
+        reasons.push(why_none_eligible(&defining));
+    }
+    reasons.extend(
+        unranked
+            .iter()
+            .map(|u| format!("{}'s {}", u.record.id, u.why)),
+    );
+    Some(format!("no live node may run it: {}", reasons.join("; ")))
 }
 
 /// The definitions of `task` the live members hold, when they differ; empty when all agree.
 pub fn drift(snapshot: &Snapshot, task: &str) -> Vec<Drift> {
-    drift_among(&Members::new(snapshot).definers(task))
+    let members = Members::new(snapshot);
+    drift_among(&members.definers(task), &members.unranked_definers(task))
 }
 
-fn drift_among(definers: &[Definer<'_>]) -> Vec<Drift> {
-    let first = definers.first().map(|d| &d.task_entry.digest);
-    if definers.iter().all(|d| Some(&d.task_entry.digest) == first) {
+/// The definitions every definer holds, ranked or not (a member ranked for nothing still
+/// holds one).
+fn drift_among(definers: &[Definer<'_>], unranked: &[UnrankedDefiner<'_>]) -> Vec<Drift> {
+    let mut held: Vec<(&str, &str)> = definers
+        .iter()
+        .map(|d| (d.record.id.as_str(), d.task_entry.digest.as_str()))
+        .chain(
+            unranked
+                .iter()
+                .map(|u| (u.record.id.as_str(), u.entry.digest.as_str())),
+        )
+        .collect();
+    held.sort();
+    let first = held.first().map(|(_, digest)| *digest);
+    if held.iter().all(|(_, digest)| Some(*digest) == first) {
         return Vec::new();
     }
     let mut by_digest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for d in definers {
-        by_digest
-            .entry(&d.task_entry.digest)
-            .or_default()
-            .push(d.record.id.clone());
+    for (id, digest) in held {
+        by_digest.entry(digest).or_default().push(id.to_string());
     }
     by_digest
         .into_iter()
@@ -398,7 +448,13 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
     let members = Members::new(snapshot);
     let names = snapshot.task_names();
     let definers: Vec<Vec<Definer<'_>>> = names.iter().map(|n| members.definers(n)).collect();
-    let why_nones: Vec<Option<String>> = definers.iter().map(|d| why_none(d)).collect();
+    let unranked: Vec<Vec<UnrankedDefiner<'_>>> =
+        names.iter().map(|n| members.unranked_definers(n)).collect();
+    let why_nones: Vec<Option<String>> = definers
+        .iter()
+        .zip(&unranked)
+        .map(|(d, u)| why_none(d, u))
+        .collect();
     // The next ticks first, in the order of their expressions, so that each distinct
     // expression's parse is made once and then found in the bounded parse cache; in name order,
     // thousands of distinct expressions were parsed again for nearly every task.
@@ -417,17 +473,17 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
     drop(schedules);
     let tasks = names
         .into_iter()
-        .zip(definers)
+        .zip(definers.iter().zip(&unranked))
         .zip(why_nones)
         .zip(nexts)
-        .map(|(((name, definers), why_none), next)| {
+        .map(|(((name, (definers, unranked)), why_none), next)| {
             let paused = snapshot.paused.contains_key(&name);
             TaskStatus {
                 leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
                 paused,
                 next,
                 last: last_run(snapshot, &name),
-                drift: drift_among(&definers),
+                drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),
                 name,
             }

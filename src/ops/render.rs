@@ -7,7 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::explain::Explain;
 use super::model::{Drift, LastRun, Status};
-use crate::coord::zk::wire::{HistoryEntry, RunTrigger};
+use crate::coord::records::{HistoryEntry, RunTrigger};
 
 /// An instant as the tables print it.
 pub fn instant(t: DateTime<Utc>) -> String {

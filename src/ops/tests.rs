@@ -7,7 +7,7 @@ use super::explain::explain;
 use super::model::{self, LiveMember, Snapshot, exit_parts, status};
 use super::render;
 use crate::coord::RunResult;
-use crate::coord::zk::wire::{
+use crate::coord::records::{
     FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RunTrigger, TaskSetEntry,
     TaskSetRecord, TaskSetRef,
 };
@@ -352,6 +352,55 @@ fn labels_a_task_requires_make_the_other_nodes_ineligible() {
         model::no_one_may_run(&snapshot, "backup").as_deref(),
         Some("no live node may run it: require_labels zone=a matches none of b (zone=b)")
     );
+}
+
+#[test]
+fn a_member_whose_release_is_no_version_is_ranked_for_nothing_as_on_the_nodes() {
+    // Regression: status ranked such a member as release 0.0.0, so a task only it defines
+    // looked runnable, while every node ignores the member and nobody runs the task.
+    let mut snapshot = cluster();
+    snapshot.drained.clear();
+    snapshot.members[2].record.release = "1.1".into();
+    let two = snapshot.tasksets.get_mut("two").unwrap();
+    two.tasks
+        .insert("solo".into(), entry("eeeeeeeeeeeeeeee", None));
+    let why = "release \"1.1\" is not a semantic version: ranked for nothing";
+
+    let c = snapshot.members[2].record.clone();
+    assert_eq!(model::eligibility(&snapshot, &c, "backup"), Err(why.into()));
+    let solo = format!("no live node may run it: c's {why}");
+    assert_eq!(model::no_one_may_run(&snapshot, "solo"), Some(solo.clone()));
+    let status = status(&snapshot, at(10, 0, 0));
+    let node = status.nodes.iter().find(|n| n.id == "c").unwrap();
+    assert_eq!(node.release, "1.1", "listed as written");
+    let task = status.tasks.iter().find(|t| t.name == "solo").unwrap();
+    assert!(task.problem.as_deref().unwrap().contains(&solo), "{task:?}");
+    assert!(task.next.is_none());
+    let report = status.tasks.iter().find(|t| t.name == "report").unwrap();
+    assert_eq!(report.drift.len(), 2, "c still holds its own definition");
+
+    let explained = explain(&snapshot, "backup", at(10, 0, 0)).unwrap();
+    let ranked: Vec<(Option<usize>, &str, &str)> = explained
+        .candidates
+        .iter()
+        .map(|c| (c.rank, c.node.as_str(), c.reason.as_str()))
+        .collect();
+    let (first, second) =
+        if crate::coord::rank::score(1, "backup") > crate::coord::rank::score(2, "backup") {
+            ("a", "b")
+        } else {
+            ("b", "a")
+        };
+    assert_eq!(
+        ranked,
+        [
+            (Some(1), first, "eligible"),
+            (Some(2), second, "eligible"),
+            (None, "c", why)
+        ]
+    );
+    assert_eq!(explained.candidates[2].release, "1.1");
+    assert!(explained.not_defining.is_empty());
 }
 
 #[test]

@@ -14,11 +14,11 @@ use std::cmp::Reverse;
 use zkcron::coord::node::io::{
     Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
 };
-use zkcron::coord::zk::{
+use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::zk::{TriggerRecord, TriggerState};
+use zkcron::coord::records::{TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
 use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
@@ -970,21 +970,11 @@ impl<'s> Sim<'s> {
             let Ok(record) = serde_json::from_slice::<MemberRecord>(&z.data) else {
                 continue;
             };
-            let p = &self.procs[n];
-            members.push((
-                n,
-                SessionId(owner as u64),
-                Member {
-                    id: id.to_string(),
-                    release: Version::parse(&record.release)
-                        .unwrap_or_else(|_| p.release.clone().expect("set")),
-                    seed: u64::from_str_radix(&record.seed, 16).unwrap_or(p.seed),
-                    tasks: p.tasks.clone(),
-                    may_lead: record.leads && !record.drained,
-                    labels: Default::default(),
-                    drained: record.drained,
-                },
-            ));
+            // The nodes' own conversion: a record they cannot rank, they ignore.
+            let Ok(member) = record.to_member(self.procs[n].tasks.clone()) else {
+                continue;
+            };
+            members.push((n, SessionId(owner as u64), member));
         }
         if self.member_log.last().is_none_or(|(_, last)| {
             last.len() != members.len()

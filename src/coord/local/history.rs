@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::FORMAT_VERSION;
 use crate::coord::record::{self, HISTORY_MAX_BYTES};
-use crate::coord::zk::wire::{HistoryEntry, HistoryRecord};
+use crate::coord::records::{HistoryEntry, HistoryRecord};
 
 pub(super) const HISTORY_DIR: &str = "history";
 
@@ -393,7 +393,7 @@ impl Shared {
                             task,
                             path = %path.display(),
                             "cannot append to the run history ({}); runs go on, `zkcron history` misses them until a write succeeds",
-                            super::state::explain_io(&self.state_dir, &error)
+                            super::errors::explain_io(&self.state_dir, &error)
                         );
                     }
                 }

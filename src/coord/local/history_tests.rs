@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{CACHE_BYTES, HistoryFiles, Tails};
 use crate::coord::record::{self, HISTORY_MAX_BYTES};
-use crate::coord::zk::wire::{HistoryEntry, HistoryRecord, RunTrigger};
+use crate::coord::records::{HistoryEntry, HistoryRecord, RunTrigger};
 
 fn entry(fire_id: &str, s: i64) -> HistoryEntry {
     let at = DateTime::<Utc>::from_timestamp(1_767_225_600 + s, 0).unwrap();

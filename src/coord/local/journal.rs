@@ -23,28 +23,9 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-
-use super::queue::{Next, Queue};
-use super::state::explain_io;
-use super::{COMPACT_AFTER, Change, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
-
-/// A change on its way to the disk, and who to tell when it is there.
-#[derive(Debug)]
-pub(super) struct PendingWrite {
-    pub(super) change: Change,
-    pub(super) durability: Durability,
-    pub(super) durable: oneshot::Sender<Result<(), String>>,
-}
-
-/// When a change is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Durability {
-    /// Once its batch is synced (claims).
-    Synced,
-    /// Once its batch is written; synced within [`SYNC_WRITTEN_WITHIN`] (results).
-    Written,
-}
+use super::errors::explain_io;
+use super::queue::{Durability, Next, PendingWrite, Queue};
+use super::{COMPACT_AFTER, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 
 /// Changes answered as [`Durability::Written`] are synced at most this long after.
 pub(super) const SYNC_WRITTEN_WITHIN: Duration = Duration::from_secs(1);
@@ -313,6 +294,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use chrono::{DateTime, Utc};
+    use tokio::sync::oneshot;
+
+    use crate::coord::local::Change;
     use nix::errno::Errno;
 
     fn at(s: i64) -> DateTime<Utc> {

@@ -23,7 +23,7 @@ use super::FORMAT_VERSION;
 use super::journal::write_atomically;
 use super::state::{move_aside, parse_record, state_io};
 use crate::coord::record::{self, Verdict};
-use crate::coord::zk::wire::{HistoryEntry, TriggerRecord, TriggerState};
+use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
 
 pub(super) const TRIGGERS: &str = "triggers.json";

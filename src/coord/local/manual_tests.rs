@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 
 use crate::coord::local::LocalCoordinator;
-use crate::coord::zk::wire::{RunTrigger, TriggerState};
+use crate::coord::records::{RunTrigger, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
 use crate::schedule::Schedule;
 use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras, TaskSpec};

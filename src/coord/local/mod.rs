@@ -3,7 +3,8 @@
 //! what counts as an orphan, is decided by [`super::record`], the rules both backends share.
 //!
 //! Files: `mod.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
-//! reading and replay of the state files, formats and damage; `journal.rs` the writer thread;
+//! reading and replay of the state files, formats and damage; `journal.rs` the writer thread
+//! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
 //! run history (`history/<task>.json`).
 //!
@@ -40,6 +41,7 @@
 //! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
 //! runs while the daemon is stopped.
 
+mod errors;
 mod history;
 mod journal;
 mod manual;
@@ -59,13 +61,14 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use super::record::{self, FireView, Verdict};
-use super::zk::wire::{HistoryEntry, TriggerRecord};
+use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
-use journal::{Durability, Gather, JournalWriter, PendingWrite};
+pub(crate) use errors::not_writable_fix;
+use journal::{Gather, JournalWriter};
 pub use pause::PauseMark;
-pub(crate) use state::not_writable_fix;
+use queue::{Durability, PendingWrite};
 use state::{open_state, read_state, state_io};
 
 /// The state format this release writes; readers ignore fields they do not know.

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::journal::{Durability, write_atomically};
+use super::journal::write_atomically;
+use super::queue::Durability;
 use super::state::{check_format, state_io};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
 use crate::coord::CoordError;

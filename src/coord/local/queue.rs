@@ -11,7 +11,26 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::journal::{Durability, PendingWrite};
+use tokio::sync::oneshot;
+
+use super::Change;
+
+/// A change on its way to the disk, and who to tell when it is there.
+#[derive(Debug)]
+pub(super) struct PendingWrite {
+    pub(super) change: Change,
+    pub(super) durability: Durability,
+    pub(super) durable: oneshot::Sender<Result<(), String>>,
+}
+
+/// When a change is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Durability {
+    /// Once its batch is synced (claims).
+    Synced,
+    /// Once its batch is written; synced within [`super::journal::SYNC_WRITTEN_WITHIN`] (results).
+    Written,
+}
 
 /// The queue, shared by the backend (which pushes and closes) and the writer thread.
 #[derive(Default)]

@@ -6,11 +6,11 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::errors::explain_io;
 use super::journal::JournalWriter;
 use super::{Change, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 use crate::coord::CoordError;
@@ -293,63 +293,4 @@ pub(super) fn state_io(state_dir: &Path, context: String, error: io::Error) -> C
         context,
         error: io::Error::new(error.kind(), explain_io(state_dir, &error)),
     }
-}
-
-/// An I/O error in the state dir in the operator's words: a full disk or quota names the fix.
-pub(super) fn explain_io(state_dir: &Path, error: &io::Error) -> String {
-    let full = |what: &str| {
-        format!(
-            "state_dir {} is {what}: free space on {} ({error}); until then no tick can be \
-             claimed, so none runs",
-            state_dir.display(),
-            filesystem_of(state_dir).display()
-        )
-    };
-    match error.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::ENOSPC) => full("full"),
-        Some(Errno::EDQUOT) => full("over its disk quota"),
-        Some(errno @ (Errno::EACCES | Errno::EPERM | Errno::EROFS)) => {
-            let user = crate::task::Identity::current().user_name;
-            format!(
-                "{error}; zkcron runs as {user:?}: {}",
-                not_writable_fix(state_dir, &user, errno)
-            )
-        }
-        _ => error.to_string(),
-    }
-}
-
-/// The fix for a state dir that zkcron's user (`user`) cannot write or create (`errno` says
-/// why): give the user the directory, or choose another.
-pub(crate) fn not_writable_fix(state_dir: &Path, user: &str, errno: Errno) -> String {
-    let elsewhere = "point --state-dir or [scheduler].state_dir elsewhere";
-    if errno == Errno::EROFS {
-        return format!("the filesystem is read-only: {elsewhere}");
-    }
-    let dir = crate::task::shell_quote(state_dir);
-    if state_dir.is_dir() {
-        format!("run `chown {user} {dir}`, or {elsewhere}")
-    } else {
-        format!("run `mkdir -p {dir} && chown {user} {dir}`, or {elsewhere}")
-    }
-}
-
-/// The mount point of the filesystem that holds `path` (where the operator frees space), or
-/// `path` itself when that cannot be told.
-pub(super) fn filesystem_of(path: &Path) -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let device = |path: &Path| fs::metadata(path).map(|m| m.dev()).ok();
-    let Ok(mut mount) = fs::canonicalize(path) else {
-        return path.to_path_buf();
-    };
-    let Some(dev) = device(&mount) else {
-        return mount;
-    };
-    while let Some(parent) = mount.parent() {
-        if device(parent) != Some(dev) {
-            break;
-        }
-        mount = parent.to_path_buf();
-    }
-    mount
 }

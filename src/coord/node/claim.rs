@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::{AfterEnsure, Node, Then, Timer};
 use crate::coord::record::{self, FireView, Verdict};
-use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, RunRecord};
+use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
 /// A fresh claim or the rerun of an orphaned tick.

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::zk::wire::FireRecord;
+use crate::coord::records::FireRecord;
 
 /// Clock skew above this is logged as a warning.
 pub const SKEW_WARNING: Duration = Duration::from_secs(1);

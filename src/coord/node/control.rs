@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::io::{Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
-use crate::coord::zk::wire::MarkRecord;
+use crate::coord::records::MarkRecord;
 
 /// What the node knows of the operator's marks, and the problems it last reported.
 #[derive(Debug, Default)]

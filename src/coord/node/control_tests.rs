@@ -13,7 +13,7 @@ use super::super::io::ZkOp;
 use super::super::io::{CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk};
 use super::super::{MemberInfo, Node, NodeBugs, NodeConfig};
 use crate::coord::lease::Member;
-use crate::coord::zk::wire::{MarkRecord, MemberRecord};
+use crate::coord::records::{MarkRecord, MemberRecord};
 use crate::task::{Identity, TaskDefaults, TaskSpec, parse_task};
 
 const BASE: &str = "/zkcron/test";
@@ -418,7 +418,7 @@ fn a_deleted_control_directory_is_created_again() {
 }
 
 fn member(id: &str, release: &str, tasks: &[TaskSpec], labels: &[(&str, &str)]) -> MemberInfo {
-    let (_, _, set) = crate::coord::zk::wire::encode_taskset(tasks);
+    let (_, _, set) = crate::coord::records::encode_taskset(tasks);
     MemberInfo {
         member: Member {
             id: id.into(),
@@ -661,7 +661,7 @@ fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) -> Node {
 }
 
 fn lease_record(node: &str) -> Vec<u8> {
-    serde_json::to_vec(&crate::coord::zk::wire::LeaseRecord {
+    serde_json::to_vec(&crate::coord::records::LeaseRecord {
         format: 1,
         node: node.into(),
         session: "2".into(),

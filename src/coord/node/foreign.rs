@@ -15,8 +15,7 @@ use std::time::Duration;
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{Node, Then};
-use crate::coord::zk::settings::is_path_name;
-use crate::coord::zk::wire::LeaseRecord;
+use crate::coord::records::{LeaseRecord, is_path_name};
 
 /// How long an ephemeral lease of a session that is no member's is left alone before it is
 /// deleted (a member read may be in flight; a persistent lease is deleted at once).

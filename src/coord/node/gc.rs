@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::zk::wire::MemberRecord;
+use crate::coord::records::MemberRecord;
 
 /// Task sets that no member references are deleted once this old (a node publishes its set
 /// just before it registers; an hour leaves room for any registration in flight).

@@ -11,7 +11,7 @@ use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::trigger::End;
 use super::{Node, Then};
 use crate::coord::record;
-use crate::coord::zk::wire::{FORMAT_VERSION, HistoryEntry, HistoryRecord};
+use crate::coord::records::{FORMAT_VERSION, HistoryEntry, HistoryRecord};
 
 /// Reads and writes of one append before it is given up.
 pub(super) const HISTORY_TRIES: u8 = 5;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
-use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
+use crate::coord::records::{FORMAT_VERSION, FireRecord, LeaseRecord};
 
 /// How soon at most a decision's own timer (a vacancy or a cover's hold) makes the next one:
 /// a lease waits [`lease::VACANT_BOUND`] (seconds) before a backup covers it, so a tenth of a

@@ -5,12 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use semver::Version;
-
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::{AfterRecreate, MemberInfo, Node, Then};
-use crate::coord::lease::Member;
-use crate::coord::zk::wire::{MemberRecord, TaskSetRecord, decode_taskset};
+use crate::coord::records::{MemberRecord, TaskSetRecord, Unranked, decode_taskset};
 
 /// A listing of members and leases in flight.
 #[derive(Debug, Default)]
@@ -348,28 +345,20 @@ impl Node {
         record: &MemberRecord,
         tasks: Arc<crate::coord::lease::TaskSet>,
     ) -> Option<MemberInfo> {
-        let Ok(release) = Version::parse(&record.release) else {
-            self.report(Level::Warn, "ignoring a member with an invalid release")
-                .field("member", id)
-                .field("release", &record.release);
-            return None;
-        };
-        let Ok(seed) = u64::from_str_radix(&record.seed, 16) else {
-            self.report(Level::Warn, "ignoring a member with an invalid seed")
-                .field("member", id);
-            return None;
-        };
-        Some(MemberInfo {
-            member: Member {
-                id: record.id.clone(),
-                release,
-                seed,
-                tasks,
-                may_lead: record.leads && !record.drained,
-                labels: Arc::new(record.labels.clone()),
-                drained: record.drained,
-            },
-        })
+        match record.to_member(tasks) {
+            Ok(member) => Some(MemberInfo { member }),
+            Err(Unranked::InvalidRelease(release)) => {
+                self.report(Level::Warn, "ignoring a member with an invalid release")
+                    .field("member", id)
+                    .field("release", &release);
+                None
+            }
+            Err(Unranked::InvalidSeed(_)) => {
+                self.report(Level::Warn, "ignoring a member with an invalid seed")
+                    .field("member", id);
+                None
+            }
+        }
     }
 
     fn member_resolved(&mut self, id: String, info: Option<MemberInfo>, relist: bool) {
@@ -420,7 +409,10 @@ impl Node {
 mod tests {
     use std::time::Duration;
 
+    use semver::Version;
+
     use super::*;
+    use crate::coord::lease::Member;
     use crate::coord::node::io::Now;
     use crate::coord::node::{NodeBugs, NodeConfig};
 
@@ -487,5 +479,37 @@ mod tests {
         assert_eq!(node.member_sessions.get("new"), Some(&2));
         assert!(!node.members.contains_key("gone"), "{:?}", node.members);
         assert!(!node.member_sessions.contains_key("gone"));
+    }
+
+    #[test]
+    fn the_node_ignores_a_member_whose_release_or_seed_it_cannot_read() {
+        let mut node = node();
+        let record = |release: &str, seed: &str| MemberRecord {
+            format: 1,
+            id: "n2".into(),
+            release: release.into(),
+            seed: seed.into(),
+            host: "h".into(),
+            pid: 2,
+            started_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            labels: Default::default(),
+            taskset: crate::coord::records::TaskSetRef {
+                digest: "d".into(),
+                chunks: 1,
+                count: 0,
+            },
+            leads: true,
+            drained: false,
+        };
+        let read = |node: &mut Node, release, seed| {
+            node.member_info("n2", &record(release, seed), Arc::default())
+                .map(|info| info.member.release)
+        };
+        assert_eq!(
+            read(&mut node, "2.2.0-rc.1", "ff"),
+            Some(Version::parse("2.2.0-rc.1").unwrap())
+        );
+        assert_eq!(read(&mut node, "2.2", "ff"), None);
+        assert_eq!(read(&mut node, "2.2.0", "not hex"), None);
     }
 }

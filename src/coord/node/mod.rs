@@ -62,7 +62,7 @@ use self::session::RegisterJob;
 use self::then::{AfterEnsure, AfterRecreate, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
-use super::zk::wire::{FireRecord, Paths, TaskSetRef};
+use super::records::{FireRecord, Paths, TaskSetRef};
 
 pub use self::clock::{SKEW_WARNING, clock_offset_ms};
 pub use self::gc::unreferenced_chunks;

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
-use crate::coord::zk::wire::{FORMAT_VERSION, HistoryEntry, ResultRecord};
+use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
 
 /// A count of foreign live runs in flight.

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{AfterRecreate, Node, Session, Then, Timer};
 use crate::coord::record;
-use crate::coord::zk::wire::{FORMAT_VERSION, MemberRecord, encode_taskset};
+use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
 use crate::task::TaskSpec;
 
 /// A registration in flight.

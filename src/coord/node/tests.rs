@@ -240,7 +240,7 @@ fn a_clock_znode_created_by_another_node_meanwhile_is_written_and_the_skew_measu
 #[test]
 fn a_fire_record_claimed_ahead_by_the_claim_lead_is_not_reported_but_one_further_ahead_is() {
     use super::clock::ahead_tolerance;
-    use crate::coord::zk::wire::FireRecord;
+    use crate::coord::records::FireRecord;
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));
     drain(&mut node);
     let record = |tick| FireRecord {

@@ -10,7 +10,7 @@ use super::claim::{AfterRead, ClaimJob};
 use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
 use super::runs::RunEndedJob;
 use super::{Node, control, foreign, gc, history, trigger};
-use crate::coord::zk::wire::FireRecord;
+use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
-use crate::coord::zk::wire::{HistoryEntry, TriggerRecord, TriggerState};
+use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
 
 /// How often ended triggers are looked for to delete.

@@ -8,9 +8,7 @@ use super::super::io::{
     Answered, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
 };
 use super::super::{Node, NodeBugs, NodeConfig};
-use crate::coord::zk::wire::{
-    HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState,
-};
+use crate::coord::records::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, RunResult, Trigger};
 
 const BASE: &str = "/zkcron/test";

@@ -23,14 +23,20 @@
 //! nodes × 10,000 tasks store the task list once.
 //!
 //! The protocol (leases, fencing, sessions, trust, clocks) is the node's: see
-//! [`crate::coord::node`]. Files: [`wire`] (records, paths, the task-set codec), [`settings`]
+//! [`crate::coord::node`]; the records, their paths and the task-set codec are
+//! [`crate::coord::records`], which the node and the local backend share. Files: [`settings`]
 //! (connect strings, checks, credentials), `tls` (TLS files and a handshake of its own),
 //! [`call`] (one operation with a deadline), this module (the loop).
+//!
+//! [`MemberRecord`]: crate::coord::records::MemberRecord
+//! [`TaskSetRecord`]: crate::coord::records::TaskSetRecord
+//! [`LeaseRecord`]: crate::coord::records::LeaseRecord
+//! [`FireRecord`]: crate::coord::records::FireRecord
+//! [`RunRecord`]: crate::coord::records::RunRecord
 
 pub mod call;
 pub mod settings;
 pub mod tls;
-pub mod wire;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -45,11 +51,6 @@ pub use settings::{
     AuthSource, DEFAULT_MAX_CLOCK_SKEW, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, TlsSource,
     ZkAuth, ZkSettings, session_timeout_problem, split_connect,
 };
-pub use wire::{
-    FORMAT_VERSION, FireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
-    TaskSetRef,
-};
-pub use wire::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 use super::node::io::{
     Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use semver::Version;
 
+use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
+
+use super::tls::check_secret_file;
 pub use super::tls::{TlsSource, ZkTls};
 
 /// How to reach the cluster, and who this node is.
@@ -83,29 +86,6 @@ impl AuthSource {
             AuthSource::File(path) => read_auth_file(path).map(Some),
         }
     }
-}
-
-/// Refuses a secret file of `[coordination.zookeeper]` (`key`: `auth_file`, `tls_key_file`)
-/// that group or others may read, or that belongs to neither this user nor root.
-pub(super) fn check_secret_file(key: &str, path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the ZooKeeper {key} {shown}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "the ZooKeeper {key} {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
-            meta.mode() & 0o777
-        ));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(format!(
-            "the ZooKeeper {key} {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
-            meta.uid()
-        ));
-    }
-    Ok(())
 }
 
 /// Reads a one-line `user:password` file, refusing one that others may read or that belongs
@@ -305,17 +285,6 @@ impl ZkSettings {
         }
         Ok((hosts, chroot))
     }
-}
-
-/// The pattern a node id or cluster name must match, as shown to users.
-pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
-
-/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
-pub fn is_path_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    name.len() <= 100
-        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Checks that a node id or cluster name can be one element of a ZooKeeper path.

@@ -111,11 +111,35 @@ fn read_certificates(
     Ok((text, certs))
 }
 
+/// Refuses a secret file of `[coordination.zookeeper]` (`key`: `auth_file`, `tls_key_file`)
+/// that group or others may read, or that belongs to neither this user nor root. Here, below
+/// the settings, because the key file and the settings' `auth_file` are checked alike.
+pub(super) fn check_secret_file(key: &str, path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the ZooKeeper {key} {shown}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "the ZooKeeper {key} {shown} may be read by group or others (mode {:o}); run `chmod 600 {shown}`",
+            meta.mode() & 0o777
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "the ZooKeeper {key} {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
 /// The key file's text, refused when group or others may read it or it belongs to neither this
 /// user nor root (like `auth_file`), or when it holds no PEM private key.
 fn read_private_key(path: &Path) -> Result<String, String> {
     let shown = path.display();
-    super::settings::check_secret_file("tls_key_file", path)?;
+    check_secret_file("tls_key_file", path)?;
     let text = read_text("tls_key_file", path)?;
     match PrivateKeyDer::from_pem_slice(text.as_bytes()) {
         Ok(_) => Ok(text),

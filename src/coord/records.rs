@@ -1,6 +1,10 @@
-//! The records zkcron stores in ZooKeeper, their paths and the task-set codec. The JSON of
-//! every record is part of the cluster's protocol (nodes of different releases share a tree):
-//! fields are only ever added, with defaults, and readers ignore unknown ones.
+//! The records zkcron stores in ZooKeeper (the local backend keeps its history in the same
+//! JSON), their paths, the names allowed in a path and the task-set codec. The JSON of every
+//! record is part of the cluster's protocol (nodes of different releases share a tree): fields
+//! are only ever added, with defaults, and readers ignore unknown ones.
+//!
+//! The node, both backends and the operator's commands read and write these types; this module
+//! depends on nothing above the lease rule, so none of them imports another for a record.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
-use crate::coord::lease::{TaskEntry, TaskSet};
+use crate::coord::lease::{Member, TaskEntry, TaskSet};
 use crate::task::TaskSpec;
 
 /// The version of every JSON record this backend writes; readers ignore unknown fields.
@@ -44,6 +48,55 @@ pub struct MemberRecord {
 
 fn yes() -> bool {
     true
+}
+
+impl MemberRecord {
+    /// The member as the lease rule ranks it, defining `tasks`: the one conversion, which the
+    /// node, `status`, `explain` and the simulation all use.
+    ///
+    /// `release` is read as a semantic version: a pre-release (`2.2.0-rc.1`) ranks below its
+    /// release and above the one before, build metadata (`2.1.0+b5`) is kept but does not
+    /// change the rank ([`crate::coord::rank`]). A record whose release is not a semantic
+    /// version (`2.1`, `v2.1.0`) or whose seed is not hexadecimal 64-bit is ranked for nothing:
+    /// guessing a release would let a node lead tasks its real release may not lead.
+    pub fn to_member(&self, tasks: Arc<TaskSet>) -> Result<Member, Unranked> {
+        let release = semver::Version::parse(&self.release)
+            .map_err(|_| Unranked::InvalidRelease(self.release.clone()))?;
+        let seed = u64::from_str_radix(&self.seed, 16)
+            .map_err(|_| Unranked::InvalidSeed(self.seed.clone()))?;
+        Ok(Member {
+            id: self.id.clone(),
+            release,
+            seed,
+            tasks,
+            may_lead: self.leads && !self.drained,
+            labels: Arc::new(self.labels.clone()),
+            drained: self.drained,
+        })
+    }
+}
+
+/// Why a member record is ranked for nothing ([`MemberRecord::to_member`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unranked {
+    /// The release as written, which is not a semantic version.
+    InvalidRelease(String),
+    /// The seed as written, which is not 64-bit hexadecimal.
+    InvalidSeed(String),
+}
+
+impl std::fmt::Display for Unranked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unranked::InvalidRelease(release) => write!(
+                f,
+                "release {release:?} is not a semantic version: ranked for nothing"
+            ),
+            Unranked::InvalidSeed(seed) => {
+                write!(f, "seed {seed:?} is not 64-bit hex: ranked for nothing")
+            }
+        }
+    }
 }
 
 /// Where a member's task set is stored.
@@ -267,6 +320,17 @@ impl Paths {
     }
 }
 
+/// The pattern a node id or cluster name must match, as shown to users.
+pub const NODE_ID_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9._-]{0,99}";
+
+/// Whether `name` matches [`NODE_ID_PATTERN`]: safe as one element of a ZooKeeper path.
+pub fn is_path_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 100
+        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// The paths of one cluster.
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -395,6 +459,104 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
 mod tests {
     use super::*;
     use semver::Version;
+
+    fn member_record(release: &str, seed: &str) -> MemberRecord {
+        MemberRecord {
+            format: FORMAT_VERSION,
+            id: "n1".into(),
+            release: release.into(),
+            seed: seed.into(),
+            host: "h".into(),
+            pid: 1,
+            started_at: DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
+            labels: BTreeMap::from([("zone".into(), "a".into())]),
+            taskset: TaskSetRef {
+                digest: "d".into(),
+                chunks: 1,
+                count: 0,
+            },
+            leads: true,
+            drained: false,
+        }
+    }
+
+    fn member(release: &str) -> Result<Member, Unranked> {
+        member_record(release, "00000000000000ff").to_member(Arc::default())
+    }
+
+    /// Whether a member of release `a` ranks above one of release `b` (same seed; the ids
+    /// `a` and `b` decide a tie, so a tie reads as "above" both ways).
+    fn above(a: &str, b: &str) -> bool {
+        let (a, b) = (member(a).unwrap(), member(b).unwrap());
+        fn candidate<'a>(m: &'a Member, id: &'a str) -> crate::coord::rank::Candidate<'a> {
+            crate::coord::rank::Candidate {
+                id,
+                release: &m.release,
+                seed: m.seed,
+            }
+        }
+        crate::coord::rank::compare("t", &candidate(&a, "a"), &candidate(&b, "b")).is_lt()
+    }
+
+    #[test]
+    fn releases_rank_by_semver_precedence_and_a_release_that_is_no_version_ranks_for_nothing() {
+        assert!(above("2.2.0", "2.1.0") && !above("2.1.0", "2.2.0"));
+        // A pre-release ranks below its release and above the release before it.
+        assert!(above("2.2.0", "2.2.0-rc.1") && !above("2.2.0-rc.1", "2.2.0"));
+        assert!(above("2.2.0-rc.1", "2.1.0") && !above("2.1.0", "2.2.0-rc.1"));
+        assert!(above("2.2.0-rc.2", "2.2.0-rc.1") && !above("2.2.0-rc.1", "2.2.0-rc.2"));
+        // Build metadata is kept but does not rank: a tie, decided by the rest.
+        assert_eq!(member("2.1.0+b5").unwrap().release.build.as_str(), "b5");
+        assert!(above("2.1.0+b5", "2.1.0") && above("2.1.0", "2.1.0+b5"));
+        assert!(above("2.1.0+b5", "2.1.0+b6") && above("2.1.0+b6", "2.1.0+b5"));
+        for invalid in ["2.1", "v2.1.0", "2.1.0.0", " 2.1.0", "latest", ""] {
+            assert_eq!(
+                member(invalid).unwrap_err(),
+                Unranked::InvalidRelease(invalid.into()),
+                "{invalid:?}"
+            );
+        }
+        assert_eq!(
+            member("2.1").unwrap_err().to_string(),
+            "release \"2.1\" is not a semantic version: ranked for nothing"
+        );
+    }
+
+    #[test]
+    fn a_member_record_becomes_the_member_it_describes_and_a_bad_seed_ranks_for_nothing() {
+        let record = member_record("2.1.0", "ffffffffffffffff");
+        let member = record.to_member(Arc::default()).unwrap();
+        assert_eq!(
+            (
+                member.id.as_str(),
+                member.seed,
+                member.may_lead,
+                member.drained
+            ),
+            ("n1", u64::MAX, true, false)
+        );
+        assert_eq!(*member.labels, record.labels);
+        let refusing = MemberRecord {
+            leads: false,
+            ..record.clone()
+        };
+        assert!(!refusing.to_member(Arc::default()).unwrap().may_lead);
+        let drained = MemberRecord {
+            drained: true,
+            ..record.clone()
+        };
+        let drained = drained.to_member(Arc::default()).unwrap();
+        assert!(drained.drained && !drained.may_lead);
+        for seed in ["", "xyz", "1ffffffffffffffff"] {
+            assert_eq!(
+                member_record("2.1.0", seed)
+                    .to_member(Arc::default())
+                    .unwrap_err(),
+                Unranked::InvalidSeed(seed.into()),
+                "{seed:?}"
+            );
+        }
+    }
 
     #[test]
     fn member_records_keep_64_bit_seeds_exact_and_ignore_unknown_fields() {
