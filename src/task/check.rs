@@ -245,6 +245,10 @@ impl Checker<'_> {
     }
 }
 
+/// The forms of `command`, for the help of a `command` that is refused.
+const COMMAND_EXAMPLE: &str =
+    "write an array like [\"/usr/local/bin/backup\", \"--full\"], or a string for /bin/sh -c";
+
 /// Narrows a schedule error to the field it blames, so the caret points at `61` rather than at
 /// the whole expression, wherever the string puts it (escapes, multi-line strings).
 fn schedule_error_span(
@@ -320,91 +324,108 @@ impl<'a> Checker<'a> {
         env
     }
 
+    /// `command`: a string for `/bin/sh -c`, or an argv array.
     fn command(&mut self, value: &Value<'_>) -> Option<CommandLine> {
-        const EXAMPLE: &str = "write an array like [\"/usr/local/bin/backup\", \"--full\"], or a string for /bin/sh -c";
         match value.get_ref() {
-            DeValue::String(s) if s.trim().is_empty() => {
-                self.report(
-                    value.span(),
-                    "`command` is empty".into(),
-                    Some(EXAMPLE.into()),
-                );
-                None
-            }
-            DeValue::String(s) if s.contains('\0') => {
-                self.report(
-                    value.span(),
-                    "`command` contains a NUL character".into(),
-                    None,
-                );
-                None
-            }
-            DeValue::String(s) => {
-                if too_long_for_exec(s.len()) {
-                    let (message, help) = arg_too_long("`command`", s.len());
-                    self.report(value.span(), message, Some(help));
-                    return None;
-                }
-                Some(CommandLine::Shell(s.to_string()))
-            }
-            DeValue::Array(items) => {
-                if items.is_empty() {
-                    self.report(
-                        value.span(),
-                        "`command` is an empty array".into(),
-                        Some(EXAMPLE.into()),
-                    );
-                    return None;
-                }
-                let mut argv = Vec::with_capacity(items.len());
-                for (index, item) in items.iter().enumerate() {
-                    match item.get_ref().as_str() {
-                        Some(s) if s.contains('\0') => {
-                            self.report(
-                                item.span(),
-                                "`command` contains a NUL character".into(),
-                                None,
-                            );
-                        }
-                        Some(s) if too_long_for_exec(s.len()) => {
-                            let what = format!("element {} of `command`", index + 1);
-                            let (message, help) = arg_too_long(&what, s.len());
-                            self.report(item.span(), message, Some(help));
-                        }
-                        Some(s) => argv.push(s.to_string()),
-                        None => {
-                            let message = format!(
-                                "every element of `command` must be a string, found {}",
-                                self.found(item)
-                            );
-                            self.report(
-                                item.span(),
-                                message,
-                                Some(format!("quote it: \"{}\"", self.raw(item))),
-                            );
-                        }
-                    }
-                }
-                if items[0]
-                    .get_ref()
-                    .as_str()
-                    .is_some_and(|s| s.trim().is_empty())
-                {
-                    self.report(
-                        items[0].span(),
-                        "the program (the first element of `command`) is empty".into(),
-                        Some(EXAMPLE.into()),
-                    );
-                    return None;
-                }
-                (argv.len() == items.len()).then_some(CommandLine::Argv(argv))
-            }
+            DeValue::String(s) => self.shell_command(value, s),
+            DeValue::Array(items) => self.argv_command(value, items),
             _ => {
                 let message = format!(
                     "`command` must be an array of strings or a string, found {}",
                     self.found(value)
                 );
-                self.report(value.span(), message, Some(EXAMPLE.into()));
+                self.report(value.span(), message, Some(COMMAND_EXAMPLE.into()));
+                None
+            }
+        }
+    }
+
+    /// `command` as the string `s`, run by `/bin/sh -c`.
+    fn shell_command(&mut self, value: &Value<'_>, s: &str) -> Option<CommandLine> {
+        if s.trim().is_empty() {
+            self.report(
+                value.span(),
+                "`command` is empty".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        if s.contains('\0') {
+            self.report(
+                value.span(),
+                "`command` contains a NUL character".into(),
+                None,
+            );
+            return None;
+        }
+        if too_long_for_exec(s.len()) {
+            let (message, help) = arg_too_long("`command`", s.len());
+            self.report(value.span(), message, Some(help));
+            return None;
+        }
+        Some(CommandLine::Shell(s.to_string()))
+    }
+
+    /// `command` as the argv array `items`: every element is checked, and the program must not
+    /// be empty.
+    fn argv_command(&mut self, value: &Value<'_>, items: &[Value<'_>]) -> Option<CommandLine> {
+        if items.is_empty() {
+            self.report(
+                value.span(),
+                "`command` is an empty array".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        let mut argv = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            if let Some(arg) = self.argv_element(index, item) {
+                argv.push(arg);
+            }
+        }
+        if items[0]
+            .get_ref()
+            .as_str()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            self.report(
+                items[0].span(),
+                "the program (the first element of `command`) is empty".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        (argv.len() == items.len()).then_some(CommandLine::Argv(argv))
+    }
+
+    /// Element `index` (from 0) of an argv `command`, if it is a string `execve` takes.
+    fn argv_element(&mut self, index: usize, item: &Value<'_>) -> Option<String> {
+        match item.get_ref().as_str() {
+            Some(s) if s.contains('\0') => {
+                self.report(
+                    item.span(),
+                    "`command` contains a NUL character".into(),
+                    None,
+                );
+                None
+            }
+            Some(s) if too_long_for_exec(s.len()) => {
+                let what = format!("element {} of `command`", index + 1);
+                let (message, help) = arg_too_long(&what, s.len());
+                self.report(item.span(), message, Some(help));
+                None
+            }
+            Some(s) => Some(s.to_string()),
+            None => {
+                let message = format!(
+                    "every element of `command` must be a string, found {}",
+                    self.found(item)
+                );
+                self.report(
+                    item.span(),
+                    message,
+                    Some(format!("quote it: \"{}\"", self.raw(item))),
+                );
                 None
             }
         }
