@@ -536,8 +536,6 @@ fn spawn_attempt(
             return Attempt::Failed(spawn_failed(request, attempt, reason));
         }
     };
-    let task = request.task.as_str();
-    let fire_id = request.fire_id.as_str();
     let lateness = (attempt == 1).then(|| crate::clock::wall_clock() - request.due_at);
     let pid = child.id();
     let guard = GroupGuard {
@@ -545,26 +543,7 @@ fn spawn_attempt(
     };
     let claim_to_spawn_us =
         claimed_at.map(|claimed| started.saturating_duration_since(claimed).as_micros() as u64);
-    match (lateness, claim_to_spawn_us) {
-        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            claim_to_spawn_us,
-            "started"
-        ),
-        (Some(lateness), None) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            "started"
-        ),
-        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
-    }
+    log_started(request, attempt, pid, lateness, claim_to_spawn_us);
 
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let budget = Arc::new(OutputBudget::new(
@@ -588,6 +567,39 @@ fn spawn_attempt(
         output,
         budget,
     })
+}
+
+/// Logs that `attempt` started as `pid`: a first attempt with how late it is after its due time,
+/// and, when it followed a claim, how long after the claim was won.
+fn log_started(
+    request: &RunRequest,
+    attempt: u32,
+    pid: Option<u32>,
+    lateness: Option<TimeDelta>,
+    claim_to_spawn_us: Option<u64>,
+) {
+    let task = request.task.as_str();
+    let fire_id = request.fire_id.as_str();
+    match (lateness, claim_to_spawn_us) {
+        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
+            task = %task,
+            fire_id = %fire_id,
+            attempt,
+            pid,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
+            claim_to_spawn_us,
+            "started"
+        ),
+        (Some(lateness), None) => tracing::info!(
+            task = %task,
+            fire_id = %fire_id,
+            attempt,
+            pid,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
+            "started"
+        ),
+        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
+    }
 }
 
 impl RunningAttempt {
