@@ -464,41 +464,41 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
                 return wait_local(state_dir, &fire_id);
             }
         }
-        OpsCommand::Pause { task } => {
-            let reply = local::ask(
-                state_dir,
-                &Request::Pause {
-                    task: task.clone(),
-                    by,
-                },
-            )?;
-            if reply.changed == Some(true) {
-                println!(
-                    "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
-                     `zkcron trigger` still runs it)"
-                );
-            } else {
-                println!("zkcron: task {task} is already paused");
-            }
-        }
-        OpsCommand::Resume { task } => {
-            let reply = local::ask(
-                state_dir,
-                &Request::Resume {
-                    task: task.clone(),
-                    by,
-                },
-            )?;
-            if reply.changed == Some(true) {
-                println!(
-                    "zkcron: task {task} resumed; the ticks of the paused period are not caught up"
-                );
-            } else {
-                println!("zkcron: task {task} is not paused");
-            }
-        }
+        OpsCommand::Pause { task } => local_pause(state_dir, &task, by)?,
+        OpsCommand::Resume { task } => local_resume(state_dir, &task, by)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `zkcron pause TASK` asked of the local daemon.
+fn local_pause(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
+    let request = Request::Pause {
+        task: task.to_string(),
+        by,
+    };
+    if local::ask(state_dir, &request)?.changed == Some(true) {
+        println!(
+            "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
+             `zkcron trigger` still runs it)"
+        );
+    } else {
+        println!("zkcron: task {task} is already paused");
+    }
+    Ok(())
+}
+
+/// `zkcron resume TASK` asked of the local daemon.
+fn local_resume(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
+    let request = Request::Resume {
+        task: task.to_string(),
+        by,
+    };
+    if local::ask(state_dir, &request)?.changed == Some(true) {
+        println!("zkcron: task {task} resumed; the ticks of the paused period are not caught up");
+    } else {
+        println!("zkcron: task {task} is not paused");
+    }
+    Ok(())
 }
 
 #[allow(clippy::disallowed_methods)] // a real deadline for a real daemon
