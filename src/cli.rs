@@ -555,15 +555,6 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
     let now = crate::clock::wall_clock();
-    // In a cluster a task whose version_req or require_labels this node does not meet never
-    // fires here: say so instead of a next fire (the local backend runs every task).
-    let release = config.node.version.clone().unwrap_or_else(|| {
-        semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
-    });
-    let ineligible = |spec: &task::TaskSpec| match config.coordination.backend {
-        Backend::Zookeeper => spec.ineligibility(&release, &config.node.labels),
-        Backend::Local => None,
-    };
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
@@ -579,21 +570,69 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         .max()
         .unwrap_or(4)
         .max(4);
+    let table = NextTable {
+        now,
+        config: &config,
+        release: config.node.version.clone().unwrap_or_else(|| {
+            semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
+        }),
+        records,
+        reset_flags: &flags,
+        width,
+    };
     println!("{:width$}  {:25}  {:>12}  SCHEDULE", "TASK", "NEXT", "IN");
     for spec in &loaded.tasks {
+        table.print_row(spec);
+    }
+    for error in &loaded.errors {
+        eprintln!("{error}\n");
+    }
+    if let Some(error) = &records_error {
+        eprintln!(
+            "zkcron: error: cannot read the fire records in {}, so tasks held by a record ahead \
+             of the clock are not shown: {error}",
+            state_dir.display()
+        );
+    }
+    Ok(if loaded.errors.is_empty() && records_error.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// What `zkcron next` prints each task's row with.
+struct NextTable<'a> {
+    now: DateTime<Utc>,
+    config: &'a Config,
+    /// This node's release, for `version_req`.
+    release: semver::Version,
+    /// The local backend's fire records (none for a cluster).
+    records: std::collections::HashMap<String, DateTime<Utc>>,
+    /// The flags `zkcron reset` needs to find this state dir.
+    reset_flags: &'a str,
+    /// The width of the task column.
+    width: usize,
+}
+
+impl NextTable<'_> {
+    /// Prints `spec`'s next fire, and below it why this node never runs it or what holds it.
+    fn print_row(&self, spec: &task::TaskSpec) {
+        let (now, width) = (self.now, self.width);
         let timezone = spec.schedule.timezone();
         // A held task fires next after its record, as the daemon's planner says.
-        let held = plan::holding_record(records.get(&*spec.name).copied(), now).map(|record| {
-            match TickPlanner::start(PlanRules::from_spec(spec), Some(record), now).poll(now) {
-                Step::Held { record, until } => (record, Some(until)),
-                _ => (record, None),
-            }
-        });
+        let held =
+            plan::holding_record(self.records.get(&*spec.name).copied(), now).map(|record| {
+                match TickPlanner::start(PlanRules::from_spec(spec), Some(record), now).poll(now) {
+                    Step::Held { record, until } => (record, Some(until)),
+                    _ => (record, None),
+                }
+            });
         let next_tick = match held {
             Some((_, until)) => until,
             None => spec.schedule.next_after(now),
         };
-        let not_eligible = ineligible(spec);
+        let not_eligible = self.ineligibility(spec);
         let (next, within) = match next_tick {
             _ if !spec.enabled => ("disabled".to_string(), "-".to_string()),
             _ if not_eligible.is_some() => ("not eligible here".to_string(), "-".to_string()),
@@ -624,7 +663,7 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             );
         }
         if let (Some((record, Some(until))), true) = (held, spec.enabled) {
-            let fix = plan::held_fix(&spec.name, Some(&flags));
+            let fix = plan::held_fix(&spec.name, Some(self.reset_flags));
             println!(
                 "{:width$}  held: {}",
                 "",
@@ -632,21 +671,16 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    for error in &loaded.errors {
-        eprintln!("{error}\n");
+
+    /// Why this node never runs `spec`: in a cluster a task whose `version_req` or
+    /// `require_labels` this node does not meet never fires here (the local backend runs every
+    /// task).
+    fn ineligibility(&self, spec: &task::TaskSpec) -> Option<String> {
+        match self.config.coordination.backend {
+            Backend::Zookeeper => spec.ineligibility(&self.release, &self.config.node.labels),
+            Backend::Local => None,
+        }
     }
-    if let Some(error) = &records_error {
-        eprintln!(
-            "zkcron: error: cannot read the fire records in {}, so tasks held by a record ahead \
-             of the clock are not shown: {error}",
-            state_dir.display()
-        );
-    }
-    Ok(if loaded.errors.is_empty() && records_error.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// An operator command (`crate::ops`) against the scheduler the config and flags name.

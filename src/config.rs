@@ -469,88 +469,158 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
         for (key, value) in table.iter() {
             let k: &str = key.get_ref();
             let qualified = format!("{section}.{k}");
-            let q = qualified.as_str();
-            match (*section, k) {
-                ("node", "id") => config.node.id = node_id(c, q, value),
-                ("node", "version") => config.node.version = version(c, q, value),
-                ("node", "labels") => {
-                    config.node.labels = c
-                        .string_map(q, value, "{ rack = \"r1\" }")
-                        .into_iter()
-                        .map(|(name, value)| (name.into_inner(), value))
-                        .collect()
-                }
-                ("scheduler", "jobs_dir") => {
-                    config.scheduler.jobs_dir = c.path(q, value).map(|p| base.join(p))
-                }
-                ("scheduler", "state_dir") => {
-                    config.scheduler.state_dir = c.path(q, value).map(|p| base.join(p))
-                }
-                ("scheduler", "default_timezone") => {
-                    if let Some(zone) = c.string(q, value) {
-                        match parse_timezone(zone) {
-                            Ok(tz) => config.scheduler.default_timezone = tz,
-                            Err(error) => c.report(c.content_span(value), error.to_string(), None),
-                        }
-                    }
-                }
-                ("scheduler", "shutdown_grace") => {
-                    if let Some(grace) = c.duration(q, value) {
-                        config.scheduler.shutdown_grace = grace;
-                    }
-                }
-                ("scheduler", "default_user") => {
-                    config.scheduler.default_user = c.non_empty_string(q, value).map(String::from)
-                }
-                ("scheduler", "history_runs") => {
-                    if let Some(runs) = c.integer(q, value, 1..=MAX_HISTORY_RUNS) {
-                        config.scheduler.history_runs = runs as usize;
-                    }
-                }
-                ("coordination", "backend") => {
-                    let choices = [("local", Backend::Local), ("zookeeper", Backend::Zookeeper)];
-                    config.coordination.backend = c.choice(q, value, &choices).unwrap_or_default();
-                }
-                ("coordination", "zookeeper") => {
-                    zookeeper_section(c, value, base, &mut config.coordination.zookeeper)
-                }
-                ("log", "format") => {
-                    let choices = [
-                        ("auto", LogFormat::Auto),
-                        ("text", LogFormat::Text),
-                        ("json", LogFormat::Json),
-                        ("journald", LogFormat::Journald),
-                    ];
-                    config.log.format = c.choice(q, value, &choices).unwrap_or_default();
-                }
-                ("log", "job_output_lines") => {
-                    if let Some(lines) = c.integer(q, value, 0..=MAX_JOB_OUTPUT_LINES) {
-                        config.log.job_output_lines = lines as usize;
-                    }
-                }
-                ("http", "listen") => {
-                    if let Some(text) = c.string(q, value) {
-                        if text.is_empty() {
-                            config.http.listen = None;
-                        } else {
-                            match text.parse::<std::net::SocketAddr>() {
-                                Ok(address) => config.http.listen = Some(address),
-                                Err(_) => c.report(
-                                    c.content_span(value),
-                                    format!(
-                                        "`{q}` must be an IP address and port such as \"{DEFAULT_HTTP_LISTEN}\" or \"[::1]:9464\" (\"\" turns the endpoint off), found {text:?}"
-                                    ),
-                                    None,
-                                ),
-                            }
-                        }
-                    }
-                }
-                _ => unknown_section_key(c, section, keys, key),
+            let at = SectionKey {
+                key: k,
+                qualified: &qualified,
+                value,
+            };
+            let known = match *section {
+                "node" => node_key(c, at, &mut config.node),
+                "scheduler" => scheduler_key(c, at, base, &mut config.scheduler),
+                "coordination" => coordination_key(c, at, base, &mut config.coordination),
+                "log" => log_key(c, at, &mut config.log),
+                "http" => http_key(c, at, &mut config.http),
+                _ => false,
+            };
+            if !known {
+                unknown_section_key(c, section, keys, key);
             }
         }
     }
     config
+}
+
+/// One key of a section as the config file gives it.
+#[derive(Clone, Copy)]
+struct SectionKey<'a, 'v> {
+    /// The key within its section (`id`).
+    key: &'a str,
+    /// The key with its section, as messages name it (`node.id`).
+    qualified: &'a str,
+    value: &'a Spanned<DeValue<'v>>,
+}
+
+/// Reads a key of `[node]`; `false` if there is no such key.
+fn node_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut NodeSection) -> bool {
+    let (q, value) = (at.qualified, at.value);
+    match at.key {
+        "id" => into.id = node_id(c, q, value),
+        "version" => into.version = version(c, q, value),
+        "labels" => {
+            into.labels = c
+                .string_map(q, value, "{ rack = \"r1\" }")
+                .into_iter()
+                .map(|(name, value)| (name.into_inner(), value))
+                .collect()
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Reads a key of `[scheduler]` (paths relative to `base`); `false` if there is no such key.
+fn scheduler_key(
+    c: &mut Checker<'_>,
+    at: SectionKey<'_, '_>,
+    base: &Path,
+    into: &mut SchedulerSection,
+) -> bool {
+    let (q, value) = (at.qualified, at.value);
+    match at.key {
+        "jobs_dir" => into.jobs_dir = c.path(q, value).map(|p| base.join(p)),
+        "state_dir" => into.state_dir = c.path(q, value).map(|p| base.join(p)),
+        "default_timezone" => {
+            if let Some(zone) = c.string(q, value) {
+                match parse_timezone(zone) {
+                    Ok(tz) => into.default_timezone = tz,
+                    Err(error) => c.report(c.content_span(value), error.to_string(), None),
+                }
+            }
+        }
+        "shutdown_grace" => {
+            if let Some(grace) = c.duration(q, value) {
+                into.shutdown_grace = grace;
+            }
+        }
+        "default_user" => into.default_user = c.non_empty_string(q, value).map(String::from),
+        "history_runs" => {
+            if let Some(runs) = c.integer(q, value, 1..=MAX_HISTORY_RUNS) {
+                into.history_runs = runs as usize;
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Reads a key of `[coordination]` (paths relative to `base`); `false` if there is no such key.
+fn coordination_key(
+    c: &mut Checker<'_>,
+    at: SectionKey<'_, '_>,
+    base: &Path,
+    into: &mut CoordinationSection,
+) -> bool {
+    match at.key {
+        "backend" => {
+            let choices = [("local", Backend::Local), ("zookeeper", Backend::Zookeeper)];
+            into.backend = c
+                .choice(at.qualified, at.value, &choices)
+                .unwrap_or_default();
+        }
+        "zookeeper" => zookeeper_section(c, at.value, base, &mut into.zookeeper),
+        _ => return false,
+    }
+    true
+}
+
+/// Reads a key of `[log]`; `false` if there is no such key.
+fn log_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut LogSection) -> bool {
+    let (q, value) = (at.qualified, at.value);
+    match at.key {
+        "format" => {
+            let choices = [
+                ("auto", LogFormat::Auto),
+                ("text", LogFormat::Text),
+                ("json", LogFormat::Json),
+                ("journald", LogFormat::Journald),
+            ];
+            into.format = c.choice(q, value, &choices).unwrap_or_default();
+        }
+        "job_output_lines" => {
+            if let Some(lines) = c.integer(q, value, 0..=MAX_JOB_OUTPUT_LINES) {
+                into.job_output_lines = lines as usize;
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Reads a key of `[http]`; `false` if there is no such key.
+fn http_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut HttpSection) -> bool {
+    let (q, value) = (at.qualified, at.value);
+    match at.key {
+        "listen" => {
+            if let Some(text) = c.string(q, value) {
+                if text.is_empty() {
+                    into.listen = None;
+                } else {
+                    match text.parse::<std::net::SocketAddr>() {
+                        Ok(address) => into.listen = Some(address),
+                        Err(_) => c.report(
+                            c.content_span(value),
+                            format!(
+                                "`{q}` must be an IP address and port such as \"{DEFAULT_HTTP_LISTEN}\" or \"[::1]:9464\" (\"\" turns the endpoint off), found {text:?}"
+                            ),
+                            None,
+                        ),
+                    }
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// A top-level entry that is not a known section: a misspelt section, or a key that belongs
@@ -652,16 +722,8 @@ fn zookeeper_section(
                 }
             }
             "cluster" => {
-                if let Some(cluster) = c.string(q, value) {
-                    if is_path_name(cluster) {
-                        into.cluster = cluster.to_string();
-                    } else {
-                        let message = format!(
-                            "`{q}` = {cluster:?} is not a valid cluster name: it must match \
-                             {NODE_ID_PATTERN}, because it becomes part of ZooKeeper paths"
-                        );
-                        c.report(c.content_span(value), message, None);
-                    }
+                if let Some(cluster) = cluster_name(c, q, value) {
+                    into.cluster = cluster;
                 }
             }
             "session_timeout" => {
@@ -678,51 +740,75 @@ fn zookeeper_section(
             }
             "max_clock_skew" => into.max_clock_skew = c.duration(q, value),
             "tls" | "tls_ca_file" | "tls_cert_file" | "tls_key_file" => tls.take(c, k, value, base),
-            "auth" | "auth_file" => {
-                if into.auth != AuthSource::None {
-                    let message = "`coordination.zookeeper.auth` and `auth_file` are both set; \
-                                   set one of them"
-                        .to_string();
-                    c.report(
-                        key.span(),
-                        message,
-                        Some(
-                            "auth_file keeps the password out of a config file others may read"
-                                .into(),
-                        ),
-                    );
-                    continue;
-                }
-                if k == "auth_file" {
-                    if let Some(path) = c.path(q, value) {
-                        into.auth = AuthSource::File(base.join(path));
-                    }
-                } else if let Some(text) = c.string(q, value) {
-                    match ZkAuth::parse(text) {
-                        Ok(auth) => into.auth = AuthSource::Inline(auth),
-                        Err(problem) => {
-                            c.report(c.content_span(value), format!("`{q}` {problem}"), None)
-                        }
-                    }
-                }
-            }
-            _ => {
-                let help = match closest(k, ZOOKEEPER_KEYS.iter().copied()) {
-                    Some(known) => format!("did you mean `{known}`?"),
-                    None => format!(
-                        "known keys in [coordination.zookeeper]: {}",
-                        ZOOKEEPER_KEYS.join(", ")
-                    ),
-                };
-                c.report(
-                    key.span(),
-                    format!("unknown key `{k}` in [coordination.zookeeper]"),
-                    Some(help),
-                );
-            }
+            "auth" | "auth_file" => zookeeper_auth(c, key, value, base, &mut into.auth),
+            _ => unknown_zookeeper_key(c, key),
         }
     }
     into.tls = tls.finish(c);
+}
+
+/// `coordination.zookeeper.cluster` (`q`), if it is a name that can be part of a path.
+fn cluster_name(c: &mut Checker<'_>, q: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {
+    let cluster = c.string(q, value)?;
+    if !is_path_name(cluster) {
+        let message = format!(
+            "`{q}` = {cluster:?} is not a valid cluster name: it must match \
+             {NODE_ID_PATTERN}, because it becomes part of ZooKeeper paths"
+        );
+        c.report(c.content_span(value), message, None);
+        return None;
+    }
+    Some(cluster.to_string())
+}
+
+/// `coordination.zookeeper.auth` or `auth_file` (`key`) into `auth`, which must not be set by
+/// the other already.
+fn zookeeper_auth(
+    c: &mut Checker<'_>,
+    key: &Spanned<toml::de::DeString<'_>>,
+    value: &Spanned<DeValue<'_>>,
+    base: &Path,
+    auth: &mut AuthSource,
+) {
+    let k: &str = key.get_ref();
+    let q = format!("coordination.zookeeper.{k}");
+    if *auth != AuthSource::None {
+        let message = "`coordination.zookeeper.auth` and `auth_file` are both set; set one of them"
+            .to_string();
+        c.report(
+            key.span(),
+            message,
+            Some("auth_file keeps the password out of a config file others may read".into()),
+        );
+        return;
+    }
+    if k == "auth_file" {
+        if let Some(path) = c.path(&q, value) {
+            *auth = AuthSource::File(base.join(path));
+        }
+    } else if let Some(text) = c.string(&q, value) {
+        match ZkAuth::parse(text) {
+            Ok(parsed) => *auth = AuthSource::Inline(parsed),
+            Err(problem) => c.report(c.content_span(value), format!("`{q}` {problem}"), None),
+        }
+    }
+}
+
+/// Reports `key` as not a key of `[coordination.zookeeper]`, with the closest one.
+fn unknown_zookeeper_key(c: &mut Checker<'_>, key: &Spanned<toml::de::DeString<'_>>) {
+    let k: &str = key.get_ref();
+    let help = match closest(k, ZOOKEEPER_KEYS.iter().copied()) {
+        Some(known) => format!("did you mean `{known}`?"),
+        None => format!(
+            "known keys in [coordination.zookeeper]: {}",
+            ZOOKEEPER_KEYS.join(", ")
+        ),
+    };
+    c.report(
+        key.span(),
+        format!("unknown key `{k}` in [coordination.zookeeper]"),
+        Some(help),
+    );
 }
 
 fn node_id(c: &mut Checker<'_>, key: &str, value: &Spanned<DeValue<'_>>) -> Option<String> {

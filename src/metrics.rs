@@ -200,14 +200,24 @@ struct Inner {
     registry: Registry,
     /// `zkcron_fires_total`, `zkcron_catch_up_runs_total`, `zkcron_last_success_timestamp_seconds`.
     tasks: Arc<TaskSeries>,
+    firing: FiringMetrics,
+    zookeeper: ZookeeperMetrics,
+}
+
+/// The node-wide metrics of firing: lateness, claims, leases and running jobs.
+struct FiringMetrics {
     lateness: Histogram,
     claims: Family<ClaimLabel, Counter>,
     leases_held: Gauge,
     running_jobs: Gauge,
-    zk_connected: Gauge,
-    zk_reconnects: Counter,
-    zk_session_losses: Counter,
-    zk_operation: Histogram,
+}
+
+/// The metrics of the ZooKeeper session and of the clock measured against it.
+struct ZookeeperMetrics {
+    connected: Gauge,
+    reconnects: Counter,
+    session_losses: Counter,
+    operation: Histogram,
     clock_skew: Gauge<f64, AtomicU64>,
     clock_skew_known: Gauge<i64, AtomicI64>,
 }
@@ -228,10 +238,10 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("zkcron");
-        let tasks = Arc::new(TaskSeries::default());
+impl FiringMetrics {
+    /// Registers the firing metrics, the per-task families over `tasks` among them, in the
+    /// order they are exposed.
+    fn register(registry: &mut Registry, tasks: &Arc<TaskSeries>) -> FiringMetrics {
         let family = |kind| TaskFamily {
             series: tasks.clone(),
             kind,
@@ -278,31 +288,46 @@ impl Metrics {
             "Missed ticks this node ran late by catch_up",
             family(TaskFamilyKind::CatchUp),
         );
-        let zk_connected = Gauge::default();
+        for result in ["won", "lost"] {
+            let _ = claims.get_or_create(&ClaimLabel { result });
+        }
+        FiringMetrics {
+            lateness,
+            claims,
+            leases_held,
+            running_jobs,
+        }
+    }
+}
+
+impl ZookeeperMetrics {
+    /// Registers the ZooKeeper metrics, in the order they are exposed.
+    fn register(registry: &mut Registry) -> ZookeeperMetrics {
+        let connected = Gauge::default();
         registry.register(
-            "zookeeper_connected",
-            "1 while this node has a connected ZooKeeper session, else 0 (always 0 with the local backend)",
-            zk_connected.clone(),
-        );
-        let zk_reconnects = Counter::default();
+        "zookeeper_connected",
+        "1 while this node has a connected ZooKeeper session, else 0 (always 0 with the local backend)",
+        connected.clone(),
+    );
+        let reconnects = Counter::default();
         registry.register(
             "zookeeper_reconnects",
             "Connections to ZooKeeper established after the first one",
-            zk_reconnects.clone(),
+            reconnects.clone(),
         );
-        let zk_session_losses = Counter::default();
+        let session_losses = Counter::default();
         registry.register(
             "zookeeper_session_losses",
             "ZooKeeper sessions lost (expired, or disconnected past the session timeout)",
-            zk_session_losses.clone(),
+            session_losses.clone(),
         );
         // 0.5 ms to ~16 s.
-        let zk_operation = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let operation = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register_with_unit(
             "zookeeper_operation_duration",
             "Seconds a ZooKeeper operation took, from send to answer",
             prometheus_client::registry::Unit::Seconds,
-            zk_operation.clone(),
+            operation.clone(),
         );
         let clock_skew = Gauge::<f64, AtomicU64>::default();
         registry.register_with_unit(
@@ -317,22 +342,28 @@ impl Metrics {
             "1 once the clock skew has been measured against ZooKeeper, else 0",
             clock_skew_known.clone(),
         );
-        for result in ["won", "lost"] {
-            let _ = claims.get_or_create(&ClaimLabel { result });
+        ZookeeperMetrics {
+            connected,
+            reconnects,
+            session_losses,
+            operation,
+            clock_skew,
+            clock_skew_known,
         }
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("zkcron");
+        let tasks = Arc::new(TaskSeries::default());
+        let firing = FiringMetrics::register(&mut registry, &tasks);
+        let zookeeper = ZookeeperMetrics::register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             tasks,
-            lateness,
-            claims,
-            leases_held,
-            running_jobs,
-            zk_connected,
-            zk_reconnects,
-            zk_session_losses,
-            zk_operation,
-            clock_skew,
-            clock_skew_known,
+            firing,
+            zookeeper,
         }))
     }
 
@@ -371,12 +402,16 @@ impl Metrics {
     }
 
     pub fn lateness(&self, seconds: f64) {
-        self.0.lateness.observe(seconds.max(0.0));
+        self.0.firing.lateness.observe(seconds.max(0.0));
     }
 
     pub fn claim(&self, won: bool) {
         let result = if won { "won" } else { "lost" };
-        self.0.claims.get_or_create(&ClaimLabel { result }).inc();
+        self.0
+            .firing
+            .claims
+            .get_or_create(&ClaimLabel { result })
+            .inc();
     }
 
     pub fn catch_up_run(&self, task: &str) {
@@ -387,44 +422,44 @@ impl Metrics {
     }
 
     pub fn set_leases_held(&self, held: usize) {
-        self.0.leases_held.set(held as i64);
+        self.0.firing.leases_held.set(held as i64);
     }
 
     pub fn set_running_jobs(&self, running: usize) {
-        self.0.running_jobs.set(running as i64);
+        self.0.firing.running_jobs.set(running as i64);
     }
 
     pub fn set_zk_connected(&self, connected: bool) {
-        self.0.zk_connected.set(i64::from(connected));
+        self.0.zookeeper.connected.set(i64::from(connected));
     }
 
     pub fn zk_reconnected(&self) {
-        self.0.zk_reconnects.inc();
+        self.0.zookeeper.reconnects.inc();
     }
 
     pub fn zk_session_lost(&self) {
-        self.0.zk_session_losses.inc();
+        self.0.zookeeper.session_losses.inc();
     }
 
     pub fn zk_operation(&self, seconds: f64) {
-        self.0.zk_operation.observe(seconds);
+        self.0.zookeeper.operation.observe(seconds);
     }
 
     /// Whether the ZooKeeper session is connected now (`/healthz`).
     pub fn zk_connected(&self) -> bool {
-        self.0.zk_connected.get() == 1
+        self.0.zookeeper.connected.get() == 1
     }
 
     /// The clock offset from ZooKeeper's in seconds, once measured (`/healthz`).
     pub fn clock_skew_seconds(&self) -> Option<f64> {
-        (self.0.clock_skew_known.get() == 1).then(|| self.0.clock_skew.get())
+        (self.0.zookeeper.clock_skew_known.get() == 1).then(|| self.0.zookeeper.clock_skew.get())
     }
 
     /// The clock offset from ZooKeeper's, once measured.
     pub fn set_clock_skew_ms(&self, offset_ms: Option<i64>) {
         if let Some(offset) = offset_ms {
-            self.0.clock_skew.set(offset as f64 / 1000.0);
-            self.0.clock_skew_known.set(1);
+            self.0.zookeeper.clock_skew.set(offset as f64 / 1000.0);
+            self.0.zookeeper.clock_skew_known.set(1);
         }
     }
 }

@@ -153,6 +153,17 @@ pub struct TickPlanner {
     pending_start: bool,
 }
 
+/// The due ticks of one [`TickPlanner::poll`], classified.
+#[derive(Debug)]
+struct DueTicks {
+    /// The ticks that came due while the planner was running, oldest first.
+    on_time: Vec<Tick>,
+    /// How many due ticks were missed.
+    missed_count: u64,
+    /// The newest missed tick, if any was missed.
+    latest_missed: Option<DateTime<Utc>>,
+}
+
 /// A [`TickPlanner`]'s position without its rules (see [`TickPlanner::into_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlannerState {
@@ -236,9 +247,26 @@ impl TickPlanner {
             return Step::SleepUntil(armed_due);
         }
         let from_start = std::mem::take(&mut self.pending_start);
+        let latest_due = self.latest_due(armed, now);
+        let due = self.classify_due(now, from_start, latest_due);
 
-        // The newest tick that is due now. Ticks between `armed` and it are due too; with jitter
-        // a tick's instant can be past while its due time is not, so step back over those.
+        let (mut ticks, mut skipped) = self.catch_up(now, &due);
+        for tick in due.on_time {
+            if self.deadline_ok(tick.instant, now) {
+                ticks.push(tick);
+            } else {
+                skipped += 1;
+            }
+        }
+        self.cursor = latest_due;
+        self.armed = self.rules.schedule.next_after(latest_due);
+        Step::Fire { ticks, skipped }
+    }
+
+    /// The newest tick that is due at `now`, given that `armed` is. Ticks between `armed` and
+    /// it are due too; with jitter a tick's instant can be past while its due time is not, so
+    /// this steps back over those.
+    fn latest_due(&self, armed: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
         let mut latest_due = armed;
         if let Some(mut candidate) = self.rules.schedule.latest_at_or_before(now) {
             while candidate > armed && self.due_at(candidate) > now {
@@ -255,19 +283,21 @@ impl TickPlanner {
                 latest_due = candidate;
             }
         }
+        latest_due
+    }
 
-        let deadline_ok = |instant: DateTime<Utc>| match self.rules.starting_deadline {
-            Some(deadline) => {
-                now - instant <= TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX)
-            }
-            None => true,
-        };
-
-        // Split the due ticks into on time and missed. At start every due tick is missed. In a
-        // running loop a tick is on time when it came due within ON_TIME_TOLERANCE: the node was
-        // firing, just slow. Ticks older than that can only be due after a suspend, a stopped
-        // process or a clock jump, and are missed. Ticks before `split` are certainly missed;
-        // the few after it are classified one by one.
+    /// Splits the ticks after the cursor up to `latest_due` into on time and missed. At start
+    /// (`from_start`) every due tick is missed. In a running loop a tick is on time when it came
+    /// due within [`ON_TIME_TOLERANCE`]: the node was firing, just slow. Ticks older than that
+    /// can only be due after a suspend, a stopped process or a clock jump, and are missed.
+    /// Ticks before a split point are certainly missed and only counted; the few after it are
+    /// classified one by one.
+    fn classify_due(
+        &self,
+        now: DateTime<Utc>,
+        from_start: bool,
+        latest_due: DateTime<Utc>,
+    ) -> DueTicks {
         let jitter = TimeDelta::from_std(self.rules.jitter).unwrap_or(TimeDelta::MAX);
         let split = if from_start {
             latest_due
@@ -295,55 +325,70 @@ impl TickPlanner {
                 .latest_at_or_before(split)
                 .filter(|instant| *instant > self.cursor)
         });
+        DueTicks {
+            on_time,
+            missed_count,
+            latest_missed,
+        }
+    }
 
-        let mut ticks = Vec::new();
-        let mut skipped = 0u64;
-        match (self.rules.catch_up, latest_missed) {
-            (_, None) => {}
-            (CatchUpPolicy::Skip, Some(_)) => skipped += missed_count,
-            (CatchUpPolicy::Once, Some(latest)) => {
-                // `once` runs the latest missed tick, unless a newer tick runs on time anyway.
-                if on_time.is_empty() && deadline_ok(latest) {
-                    ticks.push(self.tick(latest, true));
-                    skipped += missed_count - 1;
-                } else {
-                    skipped += missed_count;
-                }
+    /// What `catch_up` makes of the missed ticks in `due`: the ticks to run, oldest first, and
+    /// how many are dropped.
+    fn catch_up(&self, now: DateTime<Utc>, due: &DueTicks) -> (Vec<Tick>, u64) {
+        let Some(latest) = due.latest_missed else {
+            return (Vec::new(), 0);
+        };
+        match self.rules.catch_up {
+            CatchUpPolicy::Skip => (Vec::new(), due.missed_count),
+            // `once` runs the latest missed tick, unless a newer tick runs on time anyway.
+            CatchUpPolicy::Once if due.on_time.is_empty() && self.deadline_ok(latest, now) => {
+                (vec![self.tick(latest, true)], due.missed_count - 1)
             }
-            (CatchUpPolicy::All, Some(latest)) => {
-                // Only the missed ticks inside the deadline run; start the walk there to keep
-                // it short, and keep the newest MAX_CATCH_UP.
-                let mut walk_from = self.cursor;
-                if let Some(deadline) = self.rules.starting_deadline {
-                    let edge = now - TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX);
-                    walk_from = walk_from.max(edge - TimeDelta::nanoseconds(1));
-                }
-                let mut eligible: std::collections::VecDeque<DateTime<Utc>> = Default::default();
-                for instant in self.rules.schedule.ticks_after(walk_from) {
-                    if instant > latest {
-                        break;
-                    }
-                    if deadline_ok(instant) {
-                        eligible.push_back(instant);
-                        if eligible.len() > MAX_CATCH_UP {
-                            eligible.pop_front();
-                        }
-                    }
-                }
-                skipped += missed_count - eligible.len() as u64;
-                ticks.extend(eligible.into_iter().map(|i| self.tick(i, true)));
+            CatchUpPolicy::Once => (Vec::new(), due.missed_count),
+            CatchUpPolicy::All => {
+                let eligible = self.eligible_to_catch_up(now, latest);
+                let skipped = due.missed_count - eligible.len() as u64;
+                let ticks = eligible.into_iter().map(|i| self.tick(i, true)).collect();
+                (ticks, skipped)
             }
         }
-        for tick in on_time {
-            if deadline_ok(tick.instant) {
-                ticks.push(tick);
-            } else {
-                skipped += 1;
+    }
+
+    /// The missed ticks up to `latest` that `catch_up = "all"` runs: only those inside the
+    /// deadline (the walk starts there to keep it short), and the newest [`MAX_CATCH_UP`].
+    fn eligible_to_catch_up(
+        &self,
+        now: DateTime<Utc>,
+        latest: DateTime<Utc>,
+    ) -> std::collections::VecDeque<DateTime<Utc>> {
+        let mut walk_from = self.cursor;
+        if let Some(deadline) = self.rules.starting_deadline {
+            let edge = now - TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX);
+            walk_from = walk_from.max(edge - TimeDelta::nanoseconds(1));
+        }
+        let mut eligible: std::collections::VecDeque<DateTime<Utc>> = Default::default();
+        for instant in self.rules.schedule.ticks_after(walk_from) {
+            if instant > latest {
+                break;
+            }
+            if self.deadline_ok(instant, now) {
+                eligible.push_back(instant);
+                if eligible.len() > MAX_CATCH_UP {
+                    eligible.pop_front();
+                }
             }
         }
-        self.cursor = latest_due;
-        self.armed = self.rules.schedule.next_after(latest_due);
-        Step::Fire { ticks, skipped }
+        eligible
+    }
+
+    /// Whether the tick at `instant` may still start at `now` under `starting_deadline`.
+    fn deadline_ok(&self, instant: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        match self.rules.starting_deadline {
+            Some(deadline) => {
+                now - instant <= TimeDelta::from_std(deadline).unwrap_or(TimeDelta::MAX)
+            }
+            None => true,
+        }
     }
 
     fn due_at(&self, instant: DateTime<Utc>) -> DateTime<Utc> {

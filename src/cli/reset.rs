@@ -1,6 +1,7 @@
 //! `zkcron reset`: the operator's way to move a local fire record that is ahead of the clock
 //! back, with the daemon stopped.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use chrono::{DateTime, Timelike, Utc};
@@ -32,18 +33,7 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let now = crate::clock::wall_clock();
-    let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    // Ticks are whole seconds; so is a fire record (now, or --to, rounded down).
-    let to = args.to.unwrap_or(now);
-    let to = to.with_nanosecond(0).unwrap_or(to);
-    if to > now {
-        anyhow::bail!(
-            "--to {} is in the future: the record would hold the task again; give an instant at \
-             or before now ({})",
-            instant(to),
-            instant(now)
-        );
-    }
+    let to = reset_to(args.to, now)?;
     if !state_dir.is_dir() {
         anyhow::bail!(
             "the state dir {} does not exist, so it holds no fire records; point --state-dir or \
@@ -57,31 +47,7 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let task = args.task.as_str();
     let Some(record) = editor.last_claimed(task) else {
         let defaults = config.task_defaults(Identity::current());
-        let defined: Vec<String> = task::load_jobs_dir(&jobs_dir, &defaults)
-            .map(|loaded| {
-                loaded
-                    .tasks
-                    .into_iter()
-                    .map(|t| t.name.to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if defined.iter().any(|name| name == task) {
-            anyhow::bail!(
-                "task {task} has no fire record in {}: it has not fired with this state dir, so \
-                 nothing holds it",
-                state_dir.display()
-            );
-        }
-        let known = defined.iter().map(String::as_str).chain(editor.tasks());
-        let hint = task::closest(task, known)
-            .map(|name| format!("; did you mean {name}?"))
-            .unwrap_or_default();
-        anyhow::bail!(
-            "unknown task {task}: no task file {task}.toml in {} and no fire record in {}{hint}",
-            jobs_dir.display(),
-            state_dir.display()
-        );
+        return Err(no_record(task, &editor, &defaults, &jobs_dir, &state_dir));
     };
     if record <= now {
         anyhow::bail!(
@@ -110,4 +76,61 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
         instant(record)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// An instant as the operator reads it.
+fn instant(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// Where the record moves to: `--to` (`to`) or `now`, rounded down to a whole second (ticks are
+/// whole seconds; so is a fire record), and never in the future.
+fn reset_to(to: Option<DateTime<Utc>>, now: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> {
+    let to = to.unwrap_or(now);
+    let to = to.with_nanosecond(0).unwrap_or(to);
+    if to > now {
+        anyhow::bail!(
+            "--to {} is in the future: the record would hold the task again; give an instant at \
+             or before now ({})",
+            instant(to),
+            instant(now)
+        );
+    }
+    Ok(to)
+}
+
+/// The error for a `task` with no fire record in `state_dir`: a task defined in `jobs_dir` that
+/// never fired, or an unknown task (with the closest name defined or recorded).
+fn no_record(
+    task: &str,
+    editor: &StateDirEditor,
+    defaults: &task::TaskDefaults,
+    jobs_dir: &Path,
+    state_dir: &Path,
+) -> anyhow::Error {
+    let defined: Vec<String> = task::load_jobs_dir(jobs_dir, defaults)
+        .map(|loaded| {
+            loaded
+                .tasks
+                .into_iter()
+                .map(|t| t.name.to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    if defined.iter().any(|name| name == task) {
+        return anyhow::anyhow!(
+            "task {task} has no fire record in {}: it has not fired with this state dir, so \
+             nothing holds it",
+            state_dir.display()
+        );
+    }
+    let known = defined.iter().map(String::as_str).chain(editor.tasks());
+    let hint = task::closest(task, known)
+        .map(|name| format!("; did you mean {name}?"))
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "unknown task {task}: no task file {task}.toml in {} and no fire record in {}{hint}",
+        jobs_dir.display(),
+        state_dir.display()
+    )
 }

@@ -13,13 +13,10 @@ pub(super) fn release_free_memory() {
     crate::schedule::forget_cached_parses();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        unsafe extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
         // SAFETY: malloc_trim takes no pointer and only gives free pages of glibc's own heaps
         // back to the kernel; it locks each heap as malloc does, so it is thread-safe.
         unsafe {
-            malloc_trim(0);
+            nix::libc::malloc_trim(0);
         }
     }
 }
@@ -33,14 +30,10 @@ pub(super) fn release_free_memory() {
 pub(crate) fn use_one_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        const M_ARENA_MAX: std::ffi::c_int = -8;
-        unsafe extern "C" {
-            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-        }
         // SAFETY: mallopt takes no pointer; M_ARENA_MAX only bounds the heaps glibc creates
         // from now on, and is safe to set while other threads allocate.
         unsafe {
-            mallopt(M_ARENA_MAX, 1);
+            nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
         }
     }
 }

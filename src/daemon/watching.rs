@@ -84,8 +84,8 @@ fn clock_jump(monotonic: Duration, wall: chrono::TimeDelta) -> Option<chrono::Ti
 /// start-up's CPU on two cores). Returns the watch, which must be kept alive (dropping it stops
 /// it); `None` (logged) if the dir cannot be watched, in which case SIGHUP still works.
 pub(super) fn watch_jobs_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<JobsDirWatch> {
+    use futures::StreamExt;
     use inotify::{Inotify, WatchMask};
-    use tokio::io::unix::AsyncFd;
     let changes = WatchMask::ATTRIB
         | WatchMask::CREATE
         | WatchMask::DELETE
@@ -94,46 +94,41 @@ pub(super) fn watch_jobs_dir(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Opt
         | WatchMask::MOVED_TO
         | WatchMask::DELETE_SELF
         | WatchMask::MOVE_SELF;
-    let inotify = Inotify::init().and_then(|inotify| {
+    let events = Inotify::init().and_then(|inotify| {
         inotify.watches().add(dir, changes)?;
-        // SAFETY: `Inotify` owns its file descriptor until it is dropped, and `as_raw_fd`
-        // always returns that one; the `AsyncFd` owns the `Inotify`.
-        Ok(unsafe { AsyncFd::register_with_interest(inotify, tokio::io::Interest::READABLE) }?)
+        inotify.into_event_stream([0; READ_BUFFER])
     });
-    let mut inotify = match inotify {
-        Ok(inotify) => inotify,
+    let events = match events {
+        Ok(events) => events,
         Err(error) => {
             tracing::warn!(dir = %dir.display(), "cannot watch the jobs dir ({error}); reload with SIGHUP");
             return None;
         }
     };
+    // The events ready together (those of one read of the kernel's queue, at most) are one
+    // message: a burst of them wakes the daemon once.
+    let mut bursts = events.ready_chunks(EVENTS_PER_READ);
     let watch = tokio::spawn(async move {
-        let mut buffer = [0; 4096];
-        loop {
-            let Ok(mut ready) = inotify.readable_mut().await else {
+        while let Some(burst) = bursts.next().await {
+            // Every event is a change (an overflow of the kernel's queue too).
+            if burst.iter().any(Result::is_ok) {
+                // Full means a message is already pending, which says the same.
+                let _ = tx.try_send(());
+            }
+            if let Some(Err(error)) = burst.into_iter().find(Result::is_err) {
+                tracing::warn!("cannot watch the jobs dir any more ({error}); reload with SIGHUP");
                 return;
-            };
-            match ready.get_inner_mut().read_events(&mut buffer) {
-                // Every event is a change (an overflow of the kernel's queue too); the
-                // buffer's events are read whole, so none is left half read.
-                Ok(_) => {
-                    // Full means a message is already pending, which says the same.
-                    let _ = tx.try_send(());
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    ready.clear_ready();
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        "cannot watch the jobs dir any more ({error}); reload with SIGHUP"
-                    );
-                    return;
-                }
             }
         }
     });
     Some(JobsDirWatch(watch))
 }
+
+/// The bytes read from the inotify descriptor at once.
+const READ_BUFFER: usize = 4096;
+
+/// The most events that one read can hold (a 16-byte header each, with no name).
+const EVENTS_PER_READ: usize = READ_BUFFER / 16;
 
 /// The watch of the jobs dir ([`watch_jobs_dir`]); dropping it stops it.
 pub(super) struct JobsDirWatch(tokio::task::JoinHandle<()>);

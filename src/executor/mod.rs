@@ -367,34 +367,13 @@ impl StartedRun {
                 }
                 break;
             }
-            let attempt = attempt + 1;
-            let delay = retry_delay(&request.retries, attempt - 1);
-            tracing::info!(
-                task = %task,
-                fire_id = %fire_id,
-                attempt,
-                delay_ms = delay.as_millis() as u64,
-                "retrying after a failed attempt"
-            );
-            let command = tokio::select! {
-                // A stop that came while the retry was being prepared wins: select! otherwise
-                // picks at random among ready branches, and the attempt would start after it.
-                biased;
-                kind = stop.stronger_than(StopKind::Running) => {
-                    retry_not_started(&request, attempt, kind);
+            match start_retry(&request, attempt + 1, &mut stop).await {
+                Some(attempt) => next = attempt,
+                None => {
                     end(&attempts);
                     break;
                 }
-                // A retry is prepared afresh: the user or the program may have appeared since.
-                command = async {
-                    tokio::time::sleep(delay).await;
-                    let request = request.clone();
-                    tokio::task::spawn_blocking(move || prepare_attempt(&request, attempt)).await
-                } => command,
-            };
-            let command =
-                command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));
-            next = spawn_attempt(&request, attempt, command, None);
+            }
         }
         if let (Some(argv), Some(last)) = (&request.on_failure, attempts.last())
             && !matches!(last.exit, Exit::Code(0) | Exit::Stopped)
@@ -404,6 +383,35 @@ impl StartedRun {
         }
         RunOutcome { attempts }
     }
+}
+
+/// Waits out the backoff before retry `attempt`, prepares it afresh (the user or the program
+/// may have appeared since) and spawns it; `None` when a stop request comes first.
+async fn start_retry(request: &RunRequest, attempt: u32, stop: &mut StopSignal) -> Option<Attempt> {
+    let delay = retry_delay(&request.retries, attempt - 1);
+    tracing::info!(
+        task = %request.task,
+        fire_id = %request.fire_id,
+        attempt,
+        delay_ms = delay.as_millis() as u64,
+        "retrying after a failed attempt"
+    );
+    let command = tokio::select! {
+        // A stop that came while the retry was being prepared wins: select! otherwise picks at
+        // random among ready branches, and the attempt would start after it.
+        biased;
+        kind = stop.stronger_than(StopKind::Running) => {
+            retry_not_started(request, attempt, kind);
+            return None;
+        }
+        command = async {
+            tokio::time::sleep(delay).await;
+            let request = request.clone();
+            tokio::task::spawn_blocking(move || prepare_attempt(&request, attempt)).await
+        } => command,
+    };
+    let command = command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));
+    Some(spawn_attempt(request, attempt, command, None))
 }
 
 /// Says that retry `attempt` is not started because of the stop request `kind`.
@@ -528,8 +536,6 @@ fn spawn_attempt(
             return Attempt::Failed(spawn_failed(request, attempt, reason));
         }
     };
-    let task = request.task.as_str();
-    let fire_id = request.fire_id.as_str();
     let lateness = (attempt == 1).then(|| crate::clock::wall_clock() - request.due_at);
     let pid = child.id();
     let guard = GroupGuard {
@@ -537,26 +543,7 @@ fn spawn_attempt(
     };
     let claim_to_spawn_us =
         claimed_at.map(|claimed| started.saturating_duration_since(claimed).as_micros() as u64);
-    match (lateness, claim_to_spawn_us) {
-        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            claim_to_spawn_us,
-            "started"
-        ),
-        (Some(lateness), None) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            "started"
-        ),
-        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
-    }
+    log_started(request, attempt, pid, lateness, claim_to_spawn_us);
 
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let budget = Arc::new(OutputBudget::new(
@@ -582,6 +569,39 @@ fn spawn_attempt(
     })
 }
 
+/// Logs that `attempt` started as `pid`: a first attempt with how late it is after its due time,
+/// and, when it followed a claim, how long after the claim was won.
+fn log_started(
+    request: &RunRequest,
+    attempt: u32,
+    pid: Option<u32>,
+    lateness: Option<TimeDelta>,
+    claim_to_spawn_us: Option<u64>,
+) {
+    let task = request.task.as_str();
+    let fire_id = request.fire_id.as_str();
+    match (lateness, claim_to_spawn_us) {
+        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
+            task = %task,
+            fire_id = %fire_id,
+            attempt,
+            pid,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
+            claim_to_spawn_us,
+            "started"
+        ),
+        (Some(lateness), None) => tracing::info!(
+            task = %task,
+            fire_id = %fire_id,
+            attempt,
+            pid,
+            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
+            "started"
+        ),
+        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
+    }
+}
+
 impl RunningAttempt {
     /// Waits for the main process to exit, enforcing the timeout and stop requests; returns how
     /// it ended, its output reader, which may still be draining, and what the reader keeps.
@@ -600,40 +620,9 @@ impl RunningAttempt {
             output,
             budget,
         } = self;
-        let task = request.task.as_str();
-        let fire_id = request.fire_id.as_str();
-        let timeout = request.timeout.map(|t| started + t);
-        let mut timed_out = false;
-        let mut stop_seen = StopKind::Running;
-        // When the group gets SIGKILL if its main process still runs; set by SIGTERM.
-        let mut kill_at: Option<Instant> = None;
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status,
-                _ = sleep_until_opt(timeout), if !timed_out => {
-                    timed_out = true;
-                    terminate_group(&guard, request.kill_grace, &mut kill_at);
-                }
-                kind = stop.stronger_than(stop_seen), if stop_seen != StopKind::KillNow => {
-                    stop_seen = kind;
-                    match kind {
-                        StopKind::KillNow => guard.signal(Signal::SIGKILL),
-                        StopKind::Terminate => {
-                            terminate_group(&guard, request.kill_grace, &mut kill_at)
-                        }
-                        // The attempt runs on; only retries are off.
-                        StopKind::NoMoreAttempts | StopKind::Running => {}
-                    }
-                }
-                _ = sleep_until_opt(kill_at) => {
-                    guard.signal(Signal::SIGKILL);
-                    kill_at = None;
-                }
-            }
-        };
+        let (status, cut) = wait_enforcing(&mut child, &guard, request, stop, started).await;
         let duration = started.elapsed();
-        let stopped = stop_seen >= StopKind::Terminate;
-        if stopped || timed_out {
+        if cut.is_some() {
             // The main process is gone; make sure nothing it started survives it. The group id
             // cannot have been reused: the kernel does not hand out a pid while a process group
             // with that id still has members, and without members this signal reaches nobody
@@ -642,24 +631,10 @@ impl RunningAttempt {
         }
         guard.pgid = None;
 
-        let exit = match status {
-            _ if stopped => Exit::Stopped,
-            _ if timed_out => Exit::TimedOut,
-            Ok(status) => match (status.code(), status.signal()) {
-                (Some(code), _) => Exit::Code(code),
-                (None, Some(signal)) => Exit::Signal(signal),
-                (None, None) => Exit::SpawnFailed(format!("unexpected wait status {status}")),
-            },
-            Err(e) => {
-                tracing::error!(
-                    task = %task,
-                    fire_id = %fire_id,
-                    attempt,
-                    pid,
-                    "cannot wait for the process: {e}"
-                );
-                Exit::SpawnFailed(format!("cannot wait for the process: {e}"))
-            }
+        let exit = match cut {
+            Some(Cut::Stopped) => Exit::Stopped,
+            Some(Cut::TimedOut) => Exit::TimedOut,
+            None => exit_of(status, request, attempt, pid),
         };
         let outcome = AttemptOutcome {
             attempt,
@@ -669,6 +644,91 @@ impl RunningAttempt {
             lateness,
         };
         (outcome, output, budget)
+    }
+}
+
+/// Why zkcron ended an attempt before its main process exited by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// A stop request terminated or killed it.
+    Stopped,
+    /// It ran past the task's `timeout`.
+    TimedOut,
+}
+
+/// Waits for `child` to exit while signalling its process group (`guard`) on the task's timeout
+/// (counted from `started`) and on stop requests: SIGTERM, then SIGKILL after `kill_grace`, or
+/// SIGKILL at once. Returns its wait status and whether zkcron cut it short (a stop wins over
+/// the timeout).
+async fn wait_enforcing(
+    child: &mut tokio::process::Child,
+    guard: &GroupGuard,
+    request: &RunRequest,
+    stop: &mut StopSignal,
+    started: Instant,
+) -> (std::io::Result<std::process::ExitStatus>, Option<Cut>) {
+    let timeout = request.timeout.map(|t| started + t);
+    let mut timed_out = false;
+    let mut stop_seen = StopKind::Running;
+    // When the group gets SIGKILL if its main process still runs; set by SIGTERM.
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = sleep_until_opt(timeout), if !timed_out => {
+                timed_out = true;
+                terminate_group(guard, request.kill_grace, &mut kill_at);
+            }
+            kind = stop.stronger_than(stop_seen), if stop_seen != StopKind::KillNow => {
+                stop_seen = kind;
+                match kind {
+                    StopKind::KillNow => guard.signal(Signal::SIGKILL),
+                    StopKind::Terminate => {
+                        terminate_group(guard, request.kill_grace, &mut kill_at)
+                    }
+                    // The attempt runs on; only retries are off.
+                    StopKind::NoMoreAttempts | StopKind::Running => {}
+                }
+            }
+            _ = sleep_until_opt(kill_at) => {
+                guard.signal(Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    let cut = if stop_seen >= StopKind::Terminate {
+        Some(Cut::Stopped)
+    } else if timed_out {
+        Some(Cut::TimedOut)
+    } else {
+        None
+    };
+    (status, cut)
+}
+
+/// How an attempt that zkcron did not cut short ended, from its wait `status`.
+fn exit_of(
+    status: std::io::Result<std::process::ExitStatus>,
+    request: &RunRequest,
+    attempt: u32,
+    pid: Option<u32>,
+) -> Exit {
+    match status {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            (None, None) => Exit::SpawnFailed(format!("unexpected wait status {status}")),
+        },
+        Err(e) => {
+            tracing::error!(
+                task = %request.task,
+                fire_id = %request.fire_id,
+                attempt,
+                pid,
+                "cannot wait for the process: {e}"
+            );
+            Exit::SpawnFailed(format!("cannot wait for the process: {e}"))
+        }
     }
 }
 

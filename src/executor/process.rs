@@ -3,7 +3,7 @@
 //! process group.
 
 use std::ffi::{CString, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -157,38 +157,7 @@ pub(super) fn resolve_process(
         UserAction::Refuse(reason) => return Err(reason),
         UserAction::RunAsSelf => (my_account.clone(), None),
         UserAction::Switch { user, group } => {
-            let account = match User::from_name(&user) {
-                Ok(Some(account)) => account,
-                Ok(None) => {
-                    return Err(format!(
-                        "unknown user \"{user}\"; create it, or change `user` in the task file \
-                         (or [scheduler] default_user)"
-                    ));
-                }
-                Err(e) => return Err(format!("cannot look up user \"{user}\": {e}")),
-            };
-            let gid = match group {
-                None => account.gid,
-                Some(group) => match Group::from_name(&group) {
-                    Ok(Some(found)) => found.gid,
-                    Ok(None) => {
-                        return Err(format!(
-                            "unknown group \"{group}\"; create it, or change `group` in the task file"
-                        ));
-                    }
-                    Err(e) => return Err(format!("cannot look up group \"{group}\": {e}")),
-                },
-            };
-            let name = CString::new(account.name.as_bytes())
-                .map_err(|_| format!("invalid user name \"{user}\""))?;
-            let groups = nix::unistd::getgrouplist(&name, gid).map_err(|e| {
-                format!("cannot list the supplementary groups of user \"{user}\": {e}")
-            })?;
-            let credentials = Credentials {
-                uid: account.uid,
-                gid,
-                groups,
-            };
+            let (account, credentials) = switch_credentials(&user, group.as_deref())?;
             (Some(account), Some(credentials))
         }
     };
@@ -201,10 +170,75 @@ pub(super) fn resolve_process(
             me.user_name.clone(),
         ),
     };
+    let env = child_env(request, attempt, &home, user_name, lang.as_ref());
+    let working_dir = working_dir(request, home)?;
 
+    let path = env
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    let program = resolve_program(program, &path, &working_dir)?;
+
+    Ok(ProcessSetup {
+        env,
+        working_dir,
+        credentials,
+        program,
+    })
+}
+
+/// The account of `user` and the credentials to run as it: its uid, `group`'s gid (`None`: the
+/// user's primary group) and the user's supplementary groups.
+fn switch_credentials(user: &str, group: Option<&str>) -> Result<(User, Credentials), String> {
+    let account = match User::from_name(user) {
+        Ok(Some(account)) => account,
+        Ok(None) => {
+            return Err(format!(
+                "unknown user \"{user}\"; create it, or change `user` in the task file \
+                 (or [scheduler] default_user)"
+            ));
+        }
+        Err(e) => return Err(format!("cannot look up user \"{user}\": {e}")),
+    };
+    let gid = match group {
+        None => account.gid,
+        Some(group) => match Group::from_name(group) {
+            Ok(Some(found)) => found.gid,
+            Ok(None) => {
+                return Err(format!(
+                    "unknown group \"{group}\"; create it, or change `group` in the task file"
+                ));
+            }
+            Err(e) => return Err(format!("cannot look up group \"{group}\": {e}")),
+        },
+    };
+    let name = CString::new(account.name.as_bytes())
+        .map_err(|_| format!("invalid user name \"{user}\""))?;
+    let groups = nix::unistd::getgrouplist(&name, gid)
+        .map_err(|e| format!("cannot list the supplementary groups of user \"{user}\": {e}"))?;
+    let credentials = Credentials {
+        uid: account.uid,
+        gid,
+        groups,
+    };
+    Ok((account, credentials))
+}
+
+/// The child's environment: a login's basics (`PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, and
+/// the daemon's `LANG`), the `ZKCRON_*` variables of this run, then the task's `env`, which
+/// overrides any of them.
+fn child_env(
+    request: &RunRequest,
+    attempt: u32,
+    home: &Path,
+    user_name: String,
+    lang: Option<&OsString>,
+) -> Vec<(String, OsString)> {
     let mut env: Vec<(String, OsString)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
-        ("HOME".into(), home.clone().into_os_string()),
+        ("HOME".into(), home.as_os_str().to_owned()),
         ("USER".into(), user_name.clone().into()),
         ("LOGNAME".into(), user_name.into()),
         ("SHELL".into(), "/bin/sh".into()),
@@ -228,34 +262,22 @@ pub(super) fn resolve_process(
             .iter()
             .map(|(k, v)| (k.clone(), OsString::from(v))),
     );
+    env
+}
 
-    let working_dir = match &request.working_dir {
-        Some(dir) if dir.is_dir() => dir.clone(),
-        Some(dir) => {
-            return Err(format!(
-                "working directory {} does not exist or is not a directory; create it, or \
-                 change `working_dir` in the task file",
-                dir.display()
-            ));
-        }
-        None if home.is_dir() => home,
-        None => PathBuf::from("/"),
-    };
-
-    let path = env
-        .iter()
-        .rev()
-        .find(|(name, _)| name == "PATH")
-        .map(|(_, value)| value.clone())
-        .unwrap_or_default();
-    let program = resolve_program(program, &path, &working_dir)?;
-
-    Ok(ProcessSetup {
-        env,
-        working_dir,
-        credentials,
-        program,
-    })
+/// Where the child starts: the task's `working_dir`, which must exist, or else the user's home
+/// if it exists, or else `/`.
+fn working_dir(request: &RunRequest, home: PathBuf) -> Result<PathBuf, String> {
+    match &request.working_dir {
+        Some(dir) if dir.is_dir() => Ok(dir.clone()),
+        Some(dir) => Err(format!(
+            "working directory {} does not exist or is not a directory; create it, or \
+             change `working_dir` in the task file",
+            dir.display()
+        )),
+        None if home.is_dir() => Ok(home),
+        None => Ok(PathBuf::from("/")),
+    }
 }
 
 /// Finds `program` in `path` as `execvp` does, and checks that it is an executable file, so that

@@ -109,36 +109,39 @@ impl ClusterClient {
             cluster: cluster.to_string(),
             connect: connect.to_string(),
         };
-        if cluster_client
-            .exists(&cluster_client.paths.members())
-            .await?
-            .is_none()
-        {
+        cluster_client
+            .check_cluster(auth.as_ref().map(|auth| auth.user.as_str()))
+            .await?;
+        Ok(cluster_client)
+    }
+
+    /// Says plainly when the cluster was never registered here, or is protected by credentials
+    /// this command does not have (`user`: the user it authenticated as, if any).
+    async fn check_cluster(&self, user: Option<&str>) -> anyhow::Result<()> {
+        let (cluster, connect) = (&self.cluster, &self.connect);
+        if self.exists(&self.paths.members()).await?.is_none() {
             bail!(
                 "there is no cluster {cluster:?} at {connect} ({} does not exist): no node of it \
                  ever registered; check --cluster or [coordination.zookeeper] cluster",
-                cluster_client.paths.base
+                self.paths.base
             );
         }
         // `exists` needs no permission; listing does: say plainly when the cluster is
         // protected by credentials this command does not have.
-        let members = cluster_client.paths.members();
-        let listed =
-            tokio::time::timeout(CALL_DEADLINE, cluster_client.client.list_children(&members))
-                .await;
+        let members = self.paths.members();
+        let listed = tokio::time::timeout(CALL_DEADLINE, self.client.list_children(&members)).await;
         if let Ok(Err(ZkError::NoAuth)) = listed {
             bail!(
                 "ZooKeeper at {connect} refused to read {members}: authentication required, and {}; \
                  set [coordination.zookeeper] auth or auth_file (in --config) to the cluster's \
                  credentials",
-                match auth {
-                    Some(auth) =>
-                        format!("the user {:?} is not the one the cluster uses", auth.user),
+                match user {
+                    Some(user) => format!("the user {user:?} is not the one the cluster uses"),
                     None => "no credentials are configured".to_string(),
                 }
             );
         }
-        Ok(cluster_client)
+        Ok(())
     }
 
     /// Ends the session now rather than when it times out on the server.

@@ -163,83 +163,18 @@ fn defined(snapshot: &Snapshot, task: &str) -> bool {
 }
 
 async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Result<ExitCode> {
-    let paths = &client.paths;
     match command {
-        OpsCommand::Status { json } => {
-            let snapshot = client.snapshot(None).await?;
-            let now = wall_clock();
-            let status = model::status(&snapshot, now);
-            if json {
-                print_json(&status)?;
-            } else {
-                emit(&render::status(&status, now))?;
-            }
-        }
-        OpsCommand::Explain { task, json } => {
-            let snapshot = client.snapshot(Some(std::slice::from_ref(&task))).await?;
-            let now = wall_clock();
-            let Some(explained) = explain::explain(&snapshot, &task, now) else {
-                return Err(unknown_task(&snapshot, &task));
-            };
-            if json {
-                print_json(&explained)?;
-            } else {
-                emit(&render::explain(&explained, now))?;
-            }
-        }
+        OpsCommand::Status { json } => cluster_status(client, json).await?,
+        OpsCommand::Explain { task, json } => cluster_explain(client, &task, json).await?,
         OpsCommand::History { task, n, json } => {
             let mut runs = client.history(&task).await?;
             if runs.is_empty() {
-                let snapshot = client.snapshot(Some(&[])).await?;
-                if !defined(&snapshot, &task) {
-                    return Err(unknown_task(&snapshot, &task));
-                }
+                defined_in_cluster(client, &task).await?;
             }
             print_history(&task, &mut runs, n, json)?;
         }
-        OpsCommand::Trigger { task, wait } => {
-            let snapshot = client.snapshot(Some(&[])).await?;
-            if !defined(&snapshot, &task) {
-                return Err(unknown_task(&snapshot, &task));
-            }
-            let requested_at = wall_clock();
-            let record = TriggerRecord {
-                format: FORMAT_VERSION,
-                task: task.clone(),
-                requested_at,
-                by: operator(),
-                state: TriggerState::Pending,
-                node: None,
-                claimed_at: None,
-                result: None,
-                reason: None,
-            };
-            let fire_id = client.request_trigger(&record).await?;
-            println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
-            if let (Some(why), false) = (model::no_one_may_run(&snapshot, &task), wait) {
-                eprintln!(
-                    "zkcron: note: {why}; the run waits until a node may run the task (`zkcron \
-                     explain {task}`)"
-                );
-            }
-            if wait {
-                return wait_cluster(client, &task, &fire_id).await;
-            }
-        }
-        OpsCommand::Pause { task } => {
-            let snapshot = client.snapshot(Some(&[])).await?;
-            if !defined(&snapshot, &task) {
-                return Err(unknown_task(&snapshot, &task));
-            }
-            let mark = mark(wall_clock());
-            match client.mark(&paths.paused_dir(), &task, &mark).await? {
-                None => println!(
-                    "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
-                     `zkcron trigger` still runs it)"
-                ),
-                Some(old) => println!("zkcron: task {task} is already {}", since(&old, "paused")),
-            }
-        }
+        OpsCommand::Trigger { task, wait } => return cluster_trigger(client, &task, wait).await,
+        OpsCommand::Pause { task } => cluster_pause(client, &task).await?,
         OpsCommand::Resume { task } => match client.resume(&task, wall_clock()).await? {
             Some(old) => println!(
                 "zkcron: task {task} resumed (it was {}); the ticks of the paused period are \
@@ -248,25 +183,8 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             ),
             None => println!("zkcron: task {task} is not paused"),
         },
-        OpsCommand::Drain { node } => {
-            let registered = client.exists(&paths.member(&node)).await?.is_some();
-            let mark = mark(wall_clock());
-            match client.mark(&paths.drained(), &node, &mark).await? {
-                None => println!(
-                    "zkcron: node {node} drained: it gives up its leases and takes none until \
-                     `zkcron undrain {node}`; its running jobs finish"
-                ),
-                Some(old) => println!("zkcron: node {node} is already {}", since(&old, "drained")),
-            }
-            if !registered {
-                println!(
-                    "zkcron: note: node {node} is not registered in cluster {} now; the mark \
-                     applies when it registers",
-                    client.cluster
-                );
-            }
-        }
-        OpsCommand::Undrain { node } => match client.unmark(&paths.drain(&node)).await? {
+        OpsCommand::Drain { node } => cluster_drain(client, &node).await?,
+        OpsCommand::Undrain { node } => match client.unmark(&client.paths.drain(&node)).await? {
             Some(old) => println!(
                 "zkcron: node {node} undrained (it was {}); it takes its share of the leases again",
                 since(&old, "drained")
@@ -275,6 +193,113 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
         },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster's snapshot without tasks' details, once `task` is known to be defined by a live
+/// node (else the error says so).
+async fn defined_in_cluster(client: &ClusterClient, task: &str) -> anyhow::Result<Snapshot> {
+    let snapshot = client.snapshot(Some(&[])).await?;
+    if !defined(&snapshot, task) {
+        return Err(unknown_task(&snapshot, task));
+    }
+    Ok(snapshot)
+}
+
+/// `zkcron status` against the cluster.
+async fn cluster_status(client: &ClusterClient, json: bool) -> anyhow::Result<()> {
+    let snapshot = client.snapshot(None).await?;
+    let now = wall_clock();
+    let status = model::status(&snapshot, now);
+    if json {
+        print_json(&status)
+    } else {
+        emit(&render::status(&status, now))
+    }
+}
+
+/// `zkcron explain TASK` against the cluster.
+async fn cluster_explain(client: &ClusterClient, task: &str, json: bool) -> anyhow::Result<()> {
+    let task = task.to_string();
+    let snapshot = client.snapshot(Some(std::slice::from_ref(&task))).await?;
+    let now = wall_clock();
+    let Some(explained) = explain::explain(&snapshot, &task, now) else {
+        return Err(unknown_task(&snapshot, &task));
+    };
+    if json {
+        print_json(&explained)
+    } else {
+        emit(&render::explain(&explained, now))
+    }
+}
+
+/// `zkcron trigger TASK [--wait]` against the cluster: requests a manual run, and with `wait`
+/// waits for its end (the exit code is the run's).
+async fn cluster_trigger(
+    client: &ClusterClient,
+    task: &str,
+    wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let snapshot = defined_in_cluster(client, task).await?;
+    let record = TriggerRecord {
+        format: FORMAT_VERSION,
+        task: task.to_string(),
+        requested_at: wall_clock(),
+        by: operator(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+    };
+    let fire_id = client.request_trigger(&record).await?;
+    println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
+    if wait {
+        return wait_cluster(client, task, &fire_id).await;
+    }
+    if let Some(why) = model::no_one_may_run(&snapshot, task) {
+        eprintln!(
+            "zkcron: note: {why}; the run waits until a node may run the task (`zkcron \
+             explain {task}`)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `zkcron pause TASK` against the cluster.
+async fn cluster_pause(client: &ClusterClient, task: &str) -> anyhow::Result<()> {
+    defined_in_cluster(client, task).await?;
+    let mark = mark(wall_clock());
+    match client.mark(&client.paths.paused_dir(), task, &mark).await? {
+        None => println!(
+            "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
+             `zkcron trigger` still runs it)"
+        ),
+        Some(old) => println!("zkcron: task {task} is already {}", since(&old, "paused")),
+    }
+    Ok(())
+}
+
+/// `zkcron drain NODE` against the cluster; a node not registered yet is drained when it
+/// registers.
+async fn cluster_drain(client: &ClusterClient, node: &str) -> anyhow::Result<()> {
+    let paths = &client.paths;
+    let registered = client.exists(&paths.member(node)).await?.is_some();
+    let mark = mark(wall_clock());
+    match client.mark(&paths.drained(), node, &mark).await? {
+        None => println!(
+            "zkcron: node {node} drained: it gives up its leases and takes none until \
+             `zkcron undrain {node}`; its running jobs finish"
+        ),
+        Some(old) => println!("zkcron: node {node} is already {}", since(&old, "drained")),
+    }
+    if !registered {
+        println!(
+            "zkcron: note: node {node} is not registered in cluster {} now; the mark \
+             applies when it registers",
+            client.cluster
+        );
+    }
+    Ok(())
 }
 
 fn mark(now: DateTime<Utc>) -> MarkRecord {
@@ -439,41 +464,41 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
                 return wait_local(state_dir, &fire_id);
             }
         }
-        OpsCommand::Pause { task } => {
-            let reply = local::ask(
-                state_dir,
-                &Request::Pause {
-                    task: task.clone(),
-                    by,
-                },
-            )?;
-            if reply.changed == Some(true) {
-                println!(
-                    "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
-                     `zkcron trigger` still runs it)"
-                );
-            } else {
-                println!("zkcron: task {task} is already paused");
-            }
-        }
-        OpsCommand::Resume { task } => {
-            let reply = local::ask(
-                state_dir,
-                &Request::Resume {
-                    task: task.clone(),
-                    by,
-                },
-            )?;
-            if reply.changed == Some(true) {
-                println!(
-                    "zkcron: task {task} resumed; the ticks of the paused period are not caught up"
-                );
-            } else {
-                println!("zkcron: task {task} is not paused");
-            }
-        }
+        OpsCommand::Pause { task } => local_pause(state_dir, &task, by)?,
+        OpsCommand::Resume { task } => local_resume(state_dir, &task, by)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `zkcron pause TASK` asked of the local daemon.
+fn local_pause(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
+    let request = Request::Pause {
+        task: task.to_string(),
+        by,
+    };
+    if local::ask(state_dir, &request)?.changed == Some(true) {
+        println!(
+            "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
+             `zkcron trigger` still runs it)"
+        );
+    } else {
+        println!("zkcron: task {task} is already paused");
+    }
+    Ok(())
+}
+
+/// `zkcron resume TASK` asked of the local daemon.
+fn local_resume(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
+    let request = Request::Resume {
+        task: task.to_string(),
+        by,
+    };
+    if local::ask(state_dir, &request)?.changed == Some(true) {
+        println!("zkcron: task {task} resumed; the ticks of the paused period are not caught up");
+    } else {
+        println!("zkcron: task {task} is not paused");
+    }
+    Ok(())
 }
 
 #[allow(clippy::disallowed_methods)] // a real deadline for a real daemon

@@ -116,6 +116,21 @@ pub fn status(status: &Status, now: DateTime<Utc>) -> String {
         None => format!("{} backend", status.backend),
     };
     let _ = writeln!(out, "{where_}, at {}\n", instant(now));
+    out.push_str(&nodes_table(status));
+    out.push('\n');
+    let (tasks, problems) = tasks_table(status, now);
+    out.push_str(&tasks);
+    let _ = writeln!(
+        out,
+        "\n{} node(s), {} task(s), {problems} with a problem.",
+        status.nodes.len(),
+        status.tasks.len()
+    );
+    out
+}
+
+/// The nodes of `zkcron status`, one row each.
+fn nodes_table(status: &Status) -> String {
     let mut rows = vec![vec![
         "NODE".to_string(),
         "RELEASE".into(),
@@ -143,8 +158,11 @@ pub fn status(status: &Status, now: DateTime<Utc>) -> String {
             },
         ]);
     }
-    out.push_str(&table(&rows));
-    out.push('\n');
+    table(&rows)
+}
+
+/// The tasks of `zkcron status`, one row each, and how many have a problem.
+fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
     let mut rows = vec![vec![
         "TASK".to_string(),
         "LEADER".into(),
@@ -183,22 +201,37 @@ pub fn status(status: &Status, now: DateTime<Utc>) -> String {
             },
         ]);
     }
-    out.push_str(&table(&rows));
-    let _ = writeln!(
-        out,
-        "\n{} node(s), {} task(s), {problems} with a problem.",
-        status.nodes.len(),
-        status.tasks.len()
-    );
-    out
+    (table(&rows), problems)
 }
 
 /// `zkcron explain TASK`.
 pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
     let mut out = String::new();
+    let _ = writeln!(out, "task {}", explain.task);
+    out.push_str(&explain_state(explain, now));
+    let _ = writeln!(out, "\ncandidates, best first:");
+    out.push_str(&candidates_table(explain));
+    if !explain.not_defining.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nnot defining the task: {}",
+            explain.not_defining.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nNodes rank by release (newest first), then by score (highest first); the first \
+         eligible node leads."
+    );
+    out
+}
+
+/// The task's state in `zkcron explain`: its lease, pause, next and last run, whether it fires,
+/// and drift between the nodes' definitions.
+fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
     let task = &explain.task;
     let status = &explain.status;
-    let _ = writeln!(out, "task {task}");
     match &explain.lease {
         Some(lease) => {
             let _ = writeln!(
@@ -256,7 +289,11 @@ pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
             drift(&status.drift)
         );
     }
-    let _ = writeln!(out, "\ncandidates, best first:");
+    out
+}
+
+/// The candidates of `zkcron explain`, best first, one row each.
+fn candidates_table(explain: &Explain) -> String {
     let mut rows = vec![vec![
         "RANK".to_string(),
         "NODE".into(),
@@ -284,20 +321,7 @@ pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
             },
         ]);
     }
-    out.push_str(&table(&rows));
-    if !explain.not_defining.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nnot defining the task: {}",
-            explain.not_defining.join(", ")
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nNodes rank by release (newest first), then by score (highest first); the first \
-         eligible node leads."
-    );
-    out
+    table(&rows)
 }
 
 /// `zkcron history TASK`: the runs newest first.

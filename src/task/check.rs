@@ -8,7 +8,8 @@ use super::checker::Value;
 use super::*;
 use crate::diag::string_value_span;
 use crate::schedule::{ScheduleError, parse_timezone};
-use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+use toml::de::{DeString, DeTable, DeValue};
 
 /// Checks every key of a task file; `None` when anything is wrong (the problems are in
 /// `checker`).
@@ -18,8 +19,7 @@ pub(super) fn check_task(
     path: &Path,
     defaults: &TaskDefaults,
 ) -> Option<TaskSpec> {
-    let text = checker.text;
-    let root = match DeTable::parse(text) {
+    let root = match DeTable::parse(checker.text) {
         Ok(root) => root,
         Err(error) => {
             checker.syntax_error(&error);
@@ -27,62 +27,100 @@ pub(super) fn check_task(
         }
     };
     let c = checker;
+    let mut keys = TaskKeys::read(c, root.get_ref(), defaults);
 
-    let mut description = None;
-    let mut schedule_value = None;
-    let mut timezone = defaults.timezone;
-    let mut command_value = None;
-    let mut user = None;
-    let mut group = None;
-    let mut working_dir = None;
-    let mut env = BTreeMap::new();
-    let mut timeout = None;
-    let mut kill_grace = DEFAULT_KILL_GRACE;
-    let mut overlap = OverlapPolicy::default();
-    let mut catch_up = CatchUpPolicy::default();
-    let mut starting_deadline = None;
-    let mut jitter = Duration::ZERO;
-    let mut retries = RetryPolicy::default();
-    let mut version_req = None;
-    let mut kill_on_session_loss = false;
-    let mut on_node_loss = NodeLossPolicy::default();
-    let mut enabled = true;
-    let mut require_labels = BTreeMap::new();
-    let mut on_failure = None;
+    // After every key is read: the schedule is read in the task's zone, whichever key came
+    // first, and the command is measured with the environment.
+    let schedule = c.schedule(keys.schedule, keys.timezone);
+    let command = c.task_command(keys.command, &keys.extras.env);
+    let user = c.effective_user(keys.user, defaults);
+    keys.extras.group = c.group(keys.group, &defaults.identity);
 
-    for (key, value) in root.get_ref().iter() {
-        let k: &str = key.get_ref();
+    if !c.problems.is_empty() {
+        return None;
+    }
+    Some(TaskSpec {
+        name: name.into(),
+        path: path.to_path_buf(),
+        schedule: schedule?,
+        command: command?,
+        user,
+        overlap: keys.overlap,
+        catch_up: keys.catch_up,
+        jitter: keys.jitter,
+        kill_on_session_loss: keys.kill_on_session_loss,
+        on_node_loss: keys.on_node_loss,
+        enabled: keys.enabled,
+        extras: keys.extras.into(),
+    })
+}
+
+/// A task file's keys as each is read on its own; what needs several keys (the schedule and its
+/// zone, the command and its environment, the user and group and who zkcron runs as) is
+/// checked once all are read.
+struct TaskKeys<'v> {
+    schedule: Option<&'v Value<'v>>,
+    timezone: Tz,
+    command: Option<&'v Value<'v>>,
+    user: Option<(&'v str, Range<usize>)>,
+    group: Option<(&'v str, Range<usize>)>,
+    overlap: OverlapPolicy,
+    catch_up: CatchUpPolicy,
+    jitter: Duration,
+    kill_on_session_loss: bool,
+    on_node_loss: NodeLossPolicy,
+    enabled: bool,
+    /// Every extra but `group`, which is checked with `user`.
+    extras: TaskExtras,
+}
+
+impl<'v> TaskKeys<'v> {
+    /// Reads each key of `root` (reporting unknown keys and values of the wrong kind); a key
+    /// not given keeps its default.
+    fn read(c: &mut Checker<'_>, root: &'v DeTable<'v>, defaults: &TaskDefaults) -> TaskKeys<'v> {
+        let mut keys = TaskKeys {
+            schedule: None,
+            timezone: defaults.timezone,
+            command: None,
+            user: None,
+            group: None,
+            overlap: OverlapPolicy::default(),
+            catch_up: CatchUpPolicy::default(),
+            jitter: Duration::ZERO,
+            kill_on_session_loss: false,
+            on_node_loss: NodeLossPolicy::default(),
+            enabled: true,
+            extras: TaskExtras::default(),
+        };
+        for (key, value) in root.iter() {
+            if !keys.read_spec_key(c, key.get_ref(), value) {
+                keys.read_extra_key(c, key, value);
+            }
+        }
+        keys
+    }
+
+    /// Reads `k` if it is one of the settings of [`TaskSpec`] itself; `false` if it is not.
+    fn read_spec_key(&mut self, c: &mut Checker<'_>, k: &str, value: &'v Value<'v>) -> bool {
         match k {
-            "description" => description = c.string(k, value).map(str::to_string),
-            "schedule" => schedule_value = Some(value),
+            "schedule" => self.schedule = Some(value),
             "timezone" => {
                 if let Some(zone) = c.string(k, value) {
                     match parse_timezone(zone) {
-                        Ok(tz) => timezone = tz,
+                        Ok(tz) => self.timezone = tz,
                         Err(error) => c.report(c.content_span(value), error.to_string(), None),
                     }
                 }
             }
-            "command" => command_value = Some(value),
-            "user" => user = c.non_empty_string(k, value).map(|s| (s, value.span())),
-            "group" => group = c.non_empty_string(k, value).map(|s| (s, value.span())),
-            "working_dir" => working_dir = c.absolute_path(k, value),
-            "env" => env = c.env(value),
-            "timeout" => {
-                timeout = c.positive_duration(
-                    k,
-                    value,
-                    "remove `timeout` to let runs take as long as they need",
-                )
-            }
-            "kill_grace" => kill_grace = c.duration(k, value).unwrap_or(kill_grace),
+            "command" => self.command = Some(value),
+            "user" => self.user = c.non_empty_string(k, value).map(|s| (s, value.span())),
             "overlap" => {
                 let choices = [
                     ("skip", OverlapPolicy::Skip),
                     ("allow", OverlapPolicy::Allow),
                     ("replace", OverlapPolicy::Replace),
                 ];
-                overlap = c.choice(k, value, &choices).unwrap_or(overlap);
+                self.overlap = c.choice(k, value, &choices).unwrap_or(self.overlap);
             }
             "catch_up" => {
                 let choices = [
@@ -90,74 +128,106 @@ pub(super) fn check_task(
                     ("once", CatchUpPolicy::Once),
                     ("all", CatchUpPolicy::All),
                 ];
-                catch_up = c.choice(k, value, &choices).unwrap_or(catch_up);
+                self.catch_up = c.choice(k, value, &choices).unwrap_or(self.catch_up);
             }
-            "starting_deadline" => {
-                starting_deadline = c.positive_duration(
-                    k,
-                    value,
-                    "remove `starting_deadline` to run missed ticks however late they are",
-                )
-            }
-            "jitter" => jitter = c.duration(k, value).unwrap_or(jitter),
-            "retries" => retries = c.retries(value).unwrap_or(retries),
-            "version_req" => version_req = c.version_req(value),
+            "jitter" => self.jitter = c.duration(k, value).unwrap_or(self.jitter),
             "kill_on_session_loss" => {
-                kill_on_session_loss = c.boolean(k, value).unwrap_or(kill_on_session_loss)
+                self.kill_on_session_loss = c.boolean(k, value).unwrap_or(self.kill_on_session_loss)
             }
             "on_node_loss" => {
                 let choices = [
                     ("skip", NodeLossPolicy::Skip),
                     ("rerun", NodeLossPolicy::Rerun),
                 ];
-                on_node_loss = c.choice(k, value, &choices).unwrap_or(on_node_loss);
+                self.on_node_loss = c.choice(k, value, &choices).unwrap_or(self.on_node_loss);
             }
-            "enabled" => enabled = c.boolean(k, value).unwrap_or(enabled),
+            "enabled" => self.enabled = c.boolean(k, value).unwrap_or(self.enabled),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Reads `key` as one of the [`TaskExtras`], or reports it as unknown.
+    fn read_extra_key(
+        &mut self,
+        c: &mut Checker<'_>,
+        key: &Spanned<DeString<'_>>,
+        value: &'v Value<'v>,
+    ) {
+        let extras = &mut self.extras;
+        let k: &str = key.get_ref();
+        match k {
+            "description" => extras.description = c.string(k, value).map(str::to_string),
+            "group" => self.group = c.non_empty_string(k, value).map(|s| (s, value.span())),
+            "working_dir" => extras.working_dir = c.absolute_path(k, value),
+            "env" => extras.env = c.env(value),
+            "timeout" => {
+                extras.timeout = c.positive_duration(
+                    k,
+                    value,
+                    "remove `timeout` to let runs take as long as they need",
+                )
+            }
+            "kill_grace" => extras.kill_grace = c.duration(k, value).unwrap_or(extras.kill_grace),
+            "starting_deadline" => {
+                extras.starting_deadline = c.positive_duration(
+                    k,
+                    value,
+                    "remove `starting_deadline` to run missed ticks however late they are",
+                )
+            }
+            "retries" => extras.retries = c.retries(value).unwrap_or(extras.retries),
+            "version_req" => extras.version_req = c.version_req(value),
             "require_labels" => {
-                require_labels = c
+                extras.require_labels = c
                     .string_map(k, value, "{ zone = \"eu\" }")
                     .into_iter()
                     .map(|(name, value)| (name.into_inner(), value))
                     .collect()
             }
-            "on_failure" => on_failure = c.on_failure(value),
+            "on_failure" => extras.on_failure = c.on_failure(value),
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }
+}
 
-    // After the loop: the schedule is read in the task's zone, whichever key came first.
-    let schedule = match schedule_value {
-        None => {
-            c.problems.push(Problem::whole_file(
+impl Checker<'_> {
+    /// The `schedule` (`value`, `None` when the key is missing) read in `timezone`.
+    fn schedule(&mut self, value: Option<&Value<'_>>, timezone: Tz) -> Option<Schedule> {
+        let Some(value) = value else {
+            self.problems.push(Problem::whole_file(
                 "missing `schedule`: every task needs one".into(),
                 Some("add a line like `schedule = \"30 2 * * *\"`".into()),
             ));
-            None
-        }
-        Some(value) => c.string("schedule", value).and_then(|expression| {
-            Schedule::parse(expression, timezone)
-                .map_err(|error| {
-                    let span = schedule_error_span(text, value.span(), expression, &error);
-                    c.report(span, error.to_string(), None);
-                })
-                .ok()
-        }),
-    };
-    let command = match command_value {
-        None => {
-            c.problems.push(Problem::whole_file(
+            return None;
+        };
+        let expression = self.string("schedule", value)?;
+        Schedule::parse(expression, timezone)
+            .map_err(|error| {
+                let span = schedule_error_span(self.text, value.span(), expression, &error);
+                self.report(span, error.to_string(), None);
+            })
+            .ok()
+    }
+
+    /// The `command` (`value`, `None` when the key is missing), which must fit with `env` in
+    /// what Linux lets a program be started with.
+    fn task_command(
+        &mut self,
+        value: Option<&Value<'_>>,
+        env: &BTreeMap<String, String>,
+    ) -> Option<CommandLine> {
+        let Some(value) = value else {
+            self.problems.push(Problem::whole_file(
                 "missing `command`: every task needs one".into(),
                 Some("add a line like `command = [\"/usr/local/bin/backup\", \"--full\"]`".into()),
             ));
-            None
-        }
-        Some(value) => c.command(value),
-    };
-
-    if let (Some(command), Some(value)) = (&command, command_value) {
-        let size = exec_size(command, &env);
+            return None;
+        };
+        let command = self.command(value)?;
+        let size = exec_size(&command, env);
         if size > MAX_EXEC_BYTES {
-            c.report(
+            self.report(
                 value.span(),
                 format!(
                     "`command` and `env` take {size} bytes as the program's arguments and \
@@ -171,42 +241,13 @@ pub(super) fn check_task(
                 Some("pass large data in a file, and run a script that reads it".into()),
             );
         }
+        Some(command)
     }
-
-    let user = c.effective_user(user, defaults);
-    let group = c.group(group, &defaults.identity);
-
-    if !c.problems.is_empty() {
-        return None;
-    }
-    Some(TaskSpec {
-        name: name.into(),
-        path: path.to_path_buf(),
-        schedule: schedule?,
-        command: command?,
-        user,
-        overlap,
-        catch_up,
-        jitter,
-        kill_on_session_loss,
-        on_node_loss,
-        enabled,
-        extras: TaskExtras {
-            description,
-            group,
-            working_dir,
-            env,
-            timeout,
-            kill_grace,
-            starting_deadline,
-            retries,
-            version_req,
-            require_labels,
-            on_failure,
-        }
-        .into(),
-    })
 }
+
+/// The forms of `command`, for the help of a `command` that is refused.
+const COMMAND_EXAMPLE: &str =
+    "write an array like [\"/usr/local/bin/backup\", \"--full\"], or a string for /bin/sh -c";
 
 /// Narrows a schedule error to the field it blames, so the caret points at `61` rather than at
 /// the whole expression, wherever the string puts it (escapes, multi-line strings).
@@ -283,91 +324,108 @@ impl<'a> Checker<'a> {
         env
     }
 
+    /// `command`: a string for `/bin/sh -c`, or an argv array.
     fn command(&mut self, value: &Value<'_>) -> Option<CommandLine> {
-        const EXAMPLE: &str = "write an array like [\"/usr/local/bin/backup\", \"--full\"], or a string for /bin/sh -c";
         match value.get_ref() {
-            DeValue::String(s) if s.trim().is_empty() => {
-                self.report(
-                    value.span(),
-                    "`command` is empty".into(),
-                    Some(EXAMPLE.into()),
-                );
-                None
-            }
-            DeValue::String(s) if s.contains('\0') => {
-                self.report(
-                    value.span(),
-                    "`command` contains a NUL character".into(),
-                    None,
-                );
-                None
-            }
-            DeValue::String(s) => {
-                if too_long_for_exec(s.len()) {
-                    let (message, help) = arg_too_long("`command`", s.len());
-                    self.report(value.span(), message, Some(help));
-                    return None;
-                }
-                Some(CommandLine::Shell(s.to_string()))
-            }
-            DeValue::Array(items) => {
-                if items.is_empty() {
-                    self.report(
-                        value.span(),
-                        "`command` is an empty array".into(),
-                        Some(EXAMPLE.into()),
-                    );
-                    return None;
-                }
-                let mut argv = Vec::with_capacity(items.len());
-                for (index, item) in items.iter().enumerate() {
-                    match item.get_ref().as_str() {
-                        Some(s) if s.contains('\0') => {
-                            self.report(
-                                item.span(),
-                                "`command` contains a NUL character".into(),
-                                None,
-                            );
-                        }
-                        Some(s) if too_long_for_exec(s.len()) => {
-                            let what = format!("element {} of `command`", index + 1);
-                            let (message, help) = arg_too_long(&what, s.len());
-                            self.report(item.span(), message, Some(help));
-                        }
-                        Some(s) => argv.push(s.to_string()),
-                        None => {
-                            let message = format!(
-                                "every element of `command` must be a string, found {}",
-                                self.found(item)
-                            );
-                            self.report(
-                                item.span(),
-                                message,
-                                Some(format!("quote it: \"{}\"", self.raw(item))),
-                            );
-                        }
-                    }
-                }
-                if items[0]
-                    .get_ref()
-                    .as_str()
-                    .is_some_and(|s| s.trim().is_empty())
-                {
-                    self.report(
-                        items[0].span(),
-                        "the program (the first element of `command`) is empty".into(),
-                        Some(EXAMPLE.into()),
-                    );
-                    return None;
-                }
-                (argv.len() == items.len()).then_some(CommandLine::Argv(argv))
-            }
+            DeValue::String(s) => self.shell_command(value, s),
+            DeValue::Array(items) => self.argv_command(value, items),
             _ => {
                 let message = format!(
                     "`command` must be an array of strings or a string, found {}",
                     self.found(value)
                 );
-                self.report(value.span(), message, Some(EXAMPLE.into()));
+                self.report(value.span(), message, Some(COMMAND_EXAMPLE.into()));
+                None
+            }
+        }
+    }
+
+    /// `command` as the string `s`, run by `/bin/sh -c`.
+    fn shell_command(&mut self, value: &Value<'_>, s: &str) -> Option<CommandLine> {
+        if s.trim().is_empty() {
+            self.report(
+                value.span(),
+                "`command` is empty".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        if s.contains('\0') {
+            self.report(
+                value.span(),
+                "`command` contains a NUL character".into(),
+                None,
+            );
+            return None;
+        }
+        if too_long_for_exec(s.len()) {
+            let (message, help) = arg_too_long("`command`", s.len());
+            self.report(value.span(), message, Some(help));
+            return None;
+        }
+        Some(CommandLine::Shell(s.to_string()))
+    }
+
+    /// `command` as the argv array `items`: every element is checked, and the program must not
+    /// be empty.
+    fn argv_command(&mut self, value: &Value<'_>, items: &[Value<'_>]) -> Option<CommandLine> {
+        if items.is_empty() {
+            self.report(
+                value.span(),
+                "`command` is an empty array".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        let mut argv = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            if let Some(arg) = self.argv_element(index, item) {
+                argv.push(arg);
+            }
+        }
+        if items[0]
+            .get_ref()
+            .as_str()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            self.report(
+                items[0].span(),
+                "the program (the first element of `command`) is empty".into(),
+                Some(COMMAND_EXAMPLE.into()),
+            );
+            return None;
+        }
+        (argv.len() == items.len()).then_some(CommandLine::Argv(argv))
+    }
+
+    /// Element `index` (from 0) of an argv `command`, if it is a string `execve` takes.
+    fn argv_element(&mut self, index: usize, item: &Value<'_>) -> Option<String> {
+        match item.get_ref().as_str() {
+            Some(s) if s.contains('\0') => {
+                self.report(
+                    item.span(),
+                    "`command` contains a NUL character".into(),
+                    None,
+                );
+                None
+            }
+            Some(s) if too_long_for_exec(s.len()) => {
+                let what = format!("element {} of `command`", index + 1);
+                let (message, help) = arg_too_long(&what, s.len());
+                self.report(item.span(), message, Some(help));
+                None
+            }
+            Some(s) => Some(s.to_string()),
+            None => {
+                let message = format!(
+                    "every element of `command` must be a string, found {}",
+                    self.found(item)
+                );
+                self.report(
+                    item.span(),
+                    message,
+                    Some(format!("quote it: \"{}\"", self.raw(item))),
+                );
                 None
             }
         }

@@ -77,6 +77,15 @@ impl TaskSpec {
     /// The canonical serialization of this task's definition (see the module documentation).
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut out = Canonical(HEADER.as_bytes().to_vec());
+        self.write_what_runs(&mut out);
+        self.write_process(&mut out);
+        self.write_policies(&mut out);
+        self.write_later_fields(&mut out);
+        out.0
+    }
+
+    /// `name`, `schedule`, `timezone` and `command`: what runs when.
+    fn write_what_runs(&self, out: &mut Canonical) {
         out.field("name", |o| o.str(self.name.as_bytes()));
         let expression: Vec<&str> = self.schedule.expression().split_whitespace().collect();
         out.field("schedule", |o| o.str(expression.join(" ").as_bytes()));
@@ -96,6 +105,10 @@ impl TaskSpec {
                 o.str(script.as_bytes());
             }
         });
+    }
+
+    /// `user` to `kill_grace`: the process's identity, place, environment and time limits.
+    fn write_process(&self, out: &mut Canonical) {
         out.field("user", |o| {
             o.opt_str(self.user.as_deref().map(str::as_bytes))
         });
@@ -120,6 +133,10 @@ impl TaskSpec {
         });
         out.field("timeout", |o| o.opt_dur(self.extras.timeout));
         out.field("kill_grace", |o| o.dur(self.extras.kill_grace));
+    }
+
+    /// `overlap` to `enabled`: how the cluster fires the task.
+    fn write_policies(&self, out: &mut Canonical) {
         out.field("overlap", |o| {
             o.raw(match self.overlap {
                 OverlapPolicy::Skip => "skip",
@@ -158,6 +175,11 @@ impl TaskSpec {
             })
         });
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
+    }
+
+    /// `require_labels` and `on_failure`, each written only when the task has it, so that a
+    /// task without them keeps the digest it had before the key existed.
+    fn write_later_fields(&self, out: &mut Canonical) {
         if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
                 o.raw(&self.extras.require_labels.len().to_string());
@@ -178,7 +200,6 @@ impl TaskSpec {
                 }
             });
         }
-        out.0
     }
 
     /// The digest of [`TaskSpec::canonical_bytes`]: 16 lowercase hex digits of its xxh3-64. The

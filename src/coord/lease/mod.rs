@@ -315,7 +315,23 @@ pub fn decide_cached(view: &LeaseView<'_>, acting: &Acting, cache: &mut RankCach
         return decision;
     };
     let peers = Peers::new(me, view.members);
-    let acted = |top: Option<&Member>| top.and_then(|d| acting.get(&d.id)).copied();
+    release_held(view, &peers, acting, &mut decision);
+    if view.may_lead {
+        take_vacant(view, me, &peers, acting, cache, &mut decision);
+    }
+    decision.actions.sort();
+    decision.held_elsewhere.sort();
+    decision
+}
+
+/// When the designated node `top` was last seen acting, if it was.
+fn acted(acting: &Acting, top: Option<&Member>) -> Option<Duration> {
+    top.and_then(|d| acting.get(&d.id)).copied()
+}
+
+/// Which of the leases this node holds it gives up: those it may not lead, and covers whose
+/// hold is over (or, once the designated node acts, their short hold).
+fn release_held(view: &LeaseView<'_>, peers: &Peers<'_>, acting: &Acting, decision: &mut Decision) {
     for task in view.held {
         let Some((pos, top)) = peers.rank(task).filter(|_| view.may_lead) else {
             decision.actions.push(LeaseAction::Release(task.clone()));
@@ -330,7 +346,7 @@ pub fn decide_cached(view: &LeaseView<'_>, acting: &Acting, cache: &mut RankCach
         };
         // Back to the designated node once it acted after the cover was taken (it takes the
         // lease at once), else after the hold.
-        let until = match acted(top) {
+        let until = match acted(acting, top) {
             Some(at) if at > taken => taken + COVER_MIN_HOLD,
             _ => taken + COVER_HOLD,
         };
@@ -340,46 +356,54 @@ pub fn decide_cached(view: &LeaseView<'_>, acting: &Acting, cache: &mut RankCach
             decision.actions.push(LeaseAction::Release(task.clone()));
         }
     }
-    if view.may_lead {
-        let ranks = cache.ranks(&peers, view.members);
-        // The task names and every set below are sorted the same way: one walk over each.
-        let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
-        let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
-        let mut vacant_since = Walk::new(view.vacant_since.iter());
-        for (task, rank) in me.tasks.keys().zip(ranks) {
-            let held = held.find(task).is_some();
-            let present = present.find(task).is_some();
-            let vacant_since = vacant_since.find(task).copied();
-            if held {
-                continue;
+}
+
+/// Which vacant leases of the tasks this node (`me`) defines it takes (as the designated node)
+/// or covers (as a later one), each once it has been vacant for its rank's share of
+/// [`VACANT_BOUND`]; and which of its tasks another node holds while this one is designated.
+fn take_vacant(
+    view: &LeaseView<'_>,
+    me: &Member,
+    peers: &Peers<'_>,
+    acting: &Acting,
+    cache: &mut RankCache,
+    decision: &mut Decision,
+) {
+    let ranks = cache.ranks(peers, view.members);
+    // The task names and every set below are sorted the same way: one walk over each.
+    let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
+    let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
+    let mut vacant_since = Walk::new(view.vacant_since.iter());
+    for (task, rank) in me.tasks.keys().zip(ranks) {
+        let held = held.find(task).is_some();
+        let present = present.find(task).is_some();
+        let vacant_since = vacant_since.find(task).copied();
+        if held {
+            continue;
+        }
+        let Some((pos, top)) = rank.get(view.members) else {
+            continue;
+        };
+        if present {
+            if pos == 0 {
+                decision.held_elsewhere.push(task.clone());
             }
-            let Some((pos, top)) = rank.get(view.members) else {
-                continue;
-            };
-            if present {
-                if pos == 0 {
-                    decision.held_elsewhere.push(task.clone());
-                }
-                continue;
-            }
-            let mut since = vacant_since.unwrap_or(view.now).max(view.members_changed);
-            if let Some(at) = acted(top) {
-                // The designated node is working through its leases: wait for it.
-                since = since.max(at);
-            }
-            let due = since + VACANT_BOUND * pos as u32;
-            if due > view.now {
-                decision.recheck(due);
-            } else if pos == 0 {
-                decision.actions.push(LeaseAction::Take(task.clone()));
-            } else {
-                decision.actions.push(LeaseAction::Cover(task.clone()));
-            }
+            continue;
+        }
+        let mut since = vacant_since.unwrap_or(view.now).max(view.members_changed);
+        if let Some(at) = acted(acting, top) {
+            // The designated node is working through its leases: wait for it.
+            since = since.max(at);
+        }
+        let due = since + VACANT_BOUND * pos as u32;
+        if due > view.now {
+            decision.recheck(due);
+        } else if pos == 0 {
+            decision.actions.push(LeaseAction::Take(task.clone()));
+        } else {
+            decision.actions.push(LeaseAction::Cover(task.clone()));
         }
     }
-    decision.actions.sort();
-    decision.held_elsewhere.sort();
-    decision
 }
 
 /// A cursor over a sorted sequence of `(name, value)`, asked for names in ascending order.

@@ -28,7 +28,7 @@
 //! journal. Replaying a journal over a snapshot is idempotent (claims and results only move
 //! forward, by the rules of [`super::record`]), so a crash at any point leaves a readable state. Replay counts a line
 //! only with its newline: an unfinished last line (a crash mid-write) was never acknowledged and
-//! is dropped. A line that begins with the torn rest of a failed write and ends in a good record
+//! is dropped, with one warning that shows what was dropped. A line that begins with the torn rest of a failed write and ends in a good record
 //! (what releases before the cut-back rule left after a full disk) yields that record. A corrupt
 //! snapshot or journal line is reported, moved aside, and the node continues without those
 //! records.

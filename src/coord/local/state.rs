@@ -93,7 +93,7 @@ pub(super) fn open_state(
         unsynced_since: None,
         sync_failing: false,
     };
-    if state.journal_lines > 0 || state.torn_tail > 0 {
+    if state.journal_lines > 0 || !state.torn_tail.is_empty() {
         writer.compact().map_err(|error| {
             state_io(
                 state_dir,
@@ -117,8 +117,8 @@ pub(super) struct StateRead {
     pub(super) unreadable_lines: usize,
     /// Journal lines that began with the torn rest of a failed write and ended in a good record.
     pub(super) recovered_lines: usize,
-    /// Bytes after the last complete line: a write that never finished, never acknowledged.
-    pub(super) torn_tail: usize,
+    /// The bytes after the last complete line: a write that never finished, never acknowledged.
+    pub(super) torn_tail: Vec<u8>,
 }
 
 /// Reads the snapshot and replays the journal over it. An unknown format is an error; damage is
@@ -159,7 +159,7 @@ pub(super) fn read_state(state_dir: &Path) -> Result<StateRead, CoordError> {
         }
         if line.pop_if(|byte| *byte == b'\n').is_none() {
             // The write of this line never finished, so it was never acknowledged.
-            state.torn_tail = read;
+            state.torn_tail = line;
             break;
         }
         state.journal_lines += 1;
@@ -255,15 +255,33 @@ pub(super) fn report_damage(state_dir: &Path, state: &StateRead) {
             state.recovered_lines
         );
     }
-    if state.torn_tail > 0 {
+    if !state.torn_tail.is_empty() {
         tracing::warn!(
             path = %journal_path.display(),
-            bytes = state.torn_tail,
-            "the journal ended in a write that never finished (a crash mid-write); it was never \
-             acknowledged, so no tick ran for it, and it is dropped"
+            bytes = state.torn_tail.len(),
+            dropped = %torn_tail_text(&state.torn_tail),
+            "the journal's last record was cut short: zkcron or the host stopped during its \
+             write. That write was never acknowledged, so no tick ran for it; its {} byte(s) are \
+             dropped and nothing needs doing",
+            state.torn_tail.len()
         );
     }
 }
+
+/// The torn rest of a record as text for the log: lossy UTF-8, at most
+/// [`TORN_TAIL_SHOWN`] bytes of it.
+pub(super) fn torn_tail_text(tail: &[u8]) -> String {
+    let shown = &tail[..tail.len().min(TORN_TAIL_SHOWN)];
+    let mut text = String::from_utf8_lossy(shown).into_owned();
+    if shown.len() < tail.len() {
+        text.push_str(&format!("... ({} more bytes)", tail.len() - shown.len()));
+    }
+    text
+}
+
+/// How much of a torn record the log shows: enough for the fields a record starts with (its
+/// task, then its claim or its result's tick) while a damaged journal cannot flood the log.
+pub(super) const TORN_TAIL_SHOWN: usize = 256;
 
 pub(super) fn aside_path(path: &Path) -> PathBuf {
     let stamp = crate::clock::wall_clock().format("%Y%m%dT%H%M%SZ");

@@ -225,6 +225,83 @@ async fn given_a_journal_torn_by_a_crash_when_opened_then_the_complete_lines_cou
     assert_eq!(fs::read(dir.path().join(JOURNAL)).unwrap(), b"");
 }
 
+#[tokio::test]
+async fn given_a_journal_torn_by_a_crash_when_opened_then_one_warning_says_what_was_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let torn = r#"{"format":1,"task":"a","claimed":"2026-01-01T00:03"#;
+    fs::write(
+        dir.path().join(JOURNAL),
+        format!(
+            "{}\n{torn}",
+            r#"{"format":1,"task":"a","claimed":"2026-01-01T00:02:00Z"}"#
+        ),
+    )
+    .unwrap();
+
+    let (local, log) = logged(|| LocalCoordinator::open(dir.path()).unwrap());
+
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 1, "one warning and nothing else: {log}");
+    let warning = lines[0];
+    for expected in [
+        " WARN ",
+        &format!("path={}", dir.path().join(JOURNAL).display()),
+        &format!("bytes={}", torn.len()),
+        &format!("dropped={torn}"),
+        "the journal's last record was cut short: zkcron or the host stopped during its write",
+        "never acknowledged, so no tick ran for it",
+        &format!(
+            "its {} byte(s) are dropped and nothing needs doing",
+            torn.len()
+        ),
+    ] {
+        assert!(warning.contains(expected), "{expected:?} not in {warning}");
+    }
+    assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(120)));
+
+    // The journal was rewritten clean: the next start has nothing to say.
+    drop(local);
+    let (_local, log) = logged(|| LocalCoordinator::open(dir.path()).unwrap());
+    assert_eq!(log, "", "a clean journal is opened without a word");
+}
+
+#[test]
+fn a_torn_record_in_the_log_is_cut_at_a_bound_that_says_how_much_is_left_out() {
+    let tail = vec![b'x'; TORN_TAIL_SHOWN + 10];
+    let text = torn_tail_text(&tail);
+    assert!(text.starts_with(&"x".repeat(TORN_TAIL_SHOWN)), "{text}");
+    assert!(text.ends_with("x... (10 more bytes)"), "{text}");
+    assert_eq!(torn_tail_text(b"{\"format\":1"), "{\"format\":1");
+}
+
+/// What `open` logs on this thread, as the daemon's text log shows it (without colours).
+fn logged<T>(open: impl FnOnce() -> T) -> (T, String) {
+    let log = LogBuffer::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let opened = tracing::subscriber::with_default(subscriber, open);
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    (opened, text)
+}
+
+/// Log output kept in memory.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The names in a state dir, sorted.
 fn state_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)

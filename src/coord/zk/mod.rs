@@ -343,18 +343,7 @@ impl Driver {
         self.connect(Duration::ZERO);
         let mut state = None::<zookeeper_client::StateWatcher>;
         loop {
-            let deadline = self.node.poll_timeout().map(|at| self.epoch + at);
-            // Biased, the timer last: every input ready now is handled before the node's
-            // timer (which also runs the lease decision asked for by those inputs, once).
-            let wake = tokio::select! {
-                biased;
-                ask = requests.recv() => Wake::Request(ask),
-                new_state = async { state.as_mut().expect("guarded").changed().await }, if state.is_some() => Wake::State(new_state),
-                Some((generation, op, performed)) = self.calls.next(), if !self.calls.is_empty() => Wake::Reply(generation, op, performed),
-                Some(event) = self.events.next(), if !self.events.is_empty() => Wake::Event(event),
-                connected = async { self.connecting.as_mut().expect("guarded").await }, if self.connecting.is_some() => Wake::Connected(connected),
-                _ = sleep_until(deadline) => Wake::Timeout,
-            };
+            let wake = self.next_wake(&mut requests, &mut state).await;
             let at = now(self.epoch);
             match wake {
                 Wake::Request(None) => return,
@@ -364,80 +353,12 @@ impl Driver {
                     self.waiting.insert(req, reply);
                     self.node.handle(Input::Request { req, request }, at);
                 }
-                Wake::State(new_state) => match new_state {
-                    SessionState::Disconnected => {
-                        self.metrics.set_zk_connected(false);
-                        self.node.handle(Input::Disconnected, at)
-                    }
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                        if let Some(client) = &self.client {
-                            self.metrics.set_zk_connected(true);
-                            self.metrics.zk_reconnected();
-                            let input = Input::Connected {
-                                session_id: client.session_id().0,
-                                negotiated_timeout: client.session_timeout(),
-                            };
-                            self.node.handle(input, at);
-                        }
-                    }
-                    SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => {
-                        // A terminal state: the watcher must not be polled again.
-                        state = None;
-                        self.metrics.set_zk_connected(false);
-                        self.node.handle(Input::Expired, at);
-                    }
-                },
-                Wake::Event(event) => {
-                    let kind = match event.event_type {
-                        EventType::NodeCreated => Some(WatchKind::Created),
-                        EventType::NodeDeleted => Some(WatchKind::Deleted),
-                        EventType::NodeDataChanged => Some(WatchKind::DataChanged),
-                        _ => None,
-                    };
-                    if let Some(kind) = kind {
-                        let input = Input::Watch {
-                            path: event.path,
-                            kind,
-                        };
-                        self.node.handle(input, at);
-                    }
-                }
+                Wake::State(new_state) => self.on_session_state(new_state, &mut state, at),
+                Wake::Event(event) => self.on_watch_event(event, at),
                 Wake::Reply(generation, op, performed) => {
-                    if generation == self.generation {
-                        let result = match performed {
-                            Ok((ok, watcher)) => {
-                                if let Some(watcher) = watcher {
-                                    self.events.push(watch_stream(watcher));
-                                }
-                                Ok(ok)
-                            }
-                            Err(fail) => Err(fail),
-                        };
-                        self.node.handle(Input::Reply { op, result }, at);
-                    }
+                    self.on_reply(generation, op, performed, at)
                 }
-                Wake::Connected(Ok(client)) => {
-                    self.connecting = None;
-                    self.delay = Duration::from_millis(200);
-                    self.generation += 1;
-                    self.events = SelectAll::new();
-                    state = Some(client.state_watcher());
-                    self.connections += 1;
-                    if self.connections > 1 {
-                        self.metrics.zk_reconnected();
-                    }
-                    self.metrics.set_zk_connected(true);
-                    let input = Input::Connected {
-                        session_id: client.session_id().0,
-                        negotiated_timeout: client.session_timeout(),
-                    };
-                    if self.auth.is_some() && !self.open_root_checked {
-                        self.open_root_checked = true;
-                        tokio::spawn(report_open_root(client.clone(), self.base.clone()));
-                    }
-                    self.client = Some(client);
-                    self.node.handle(input, at);
-                }
+                Wake::Connected(Ok(client)) => self.on_connected(client, &mut state, at),
                 Wake::Connected(Err(error)) => {
                     self.connecting = None;
                     self.node.handle(Input::ConnectFailed { error }, at);
@@ -452,6 +373,125 @@ impl Driver {
             }
             self.metrics.set_clock_skew_ms(self.node.clock_offset_ms());
         }
+    }
+
+    /// Waits for the next input: a request, a session state, a reply, a watch event, a
+    /// connection made or failed, or the node's timer.
+    async fn next_wake(
+        &mut self,
+        requests: &mut mpsc::UnboundedReceiver<Ask>,
+        state: &mut Option<zookeeper_client::StateWatcher>,
+    ) -> Wake {
+        let deadline = self.node.poll_timeout().map(|at| self.epoch + at);
+        // Biased, the timer last: every input ready now is handled before the node's
+        // timer (which also runs the lease decision asked for by those inputs, once).
+        tokio::select! {
+            biased;
+            ask = requests.recv() => Wake::Request(ask),
+            new_state = async { state.as_mut().expect("guarded").changed().await }, if state.is_some() => Wake::State(new_state),
+            Some((generation, op, performed)) = self.calls.next(), if !self.calls.is_empty() => Wake::Reply(generation, op, performed),
+            Some(event) = self.events.next(), if !self.events.is_empty() => Wake::Event(event),
+            connected = async { self.connecting.as_mut().expect("guarded").await }, if self.connecting.is_some() => Wake::Connected(connected),
+            _ = sleep_until(deadline) => Wake::Timeout,
+        }
+    }
+
+    /// The session's state changed to `new_state`; a terminal state ends the watch of it
+    /// (`state`).
+    fn on_session_state(
+        &mut self,
+        new_state: SessionState,
+        state: &mut Option<zookeeper_client::StateWatcher>,
+        at: Now,
+    ) {
+        match new_state {
+            SessionState::Disconnected => {
+                self.metrics.set_zk_connected(false);
+                self.node.handle(Input::Disconnected, at)
+            }
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                if let Some(client) = &self.client {
+                    self.metrics.set_zk_connected(true);
+                    self.metrics.zk_reconnected();
+                    let input = Input::Connected {
+                        session_id: client.session_id().0,
+                        negotiated_timeout: client.session_timeout(),
+                    };
+                    self.node.handle(input, at);
+                }
+            }
+            SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => {
+                // A terminal state: the watcher must not be polled again.
+                *state = None;
+                self.metrics.set_zk_connected(false);
+                self.node.handle(Input::Expired, at);
+            }
+        }
+    }
+
+    /// A watch fired: the node hears of creations, deletions and data changes.
+    fn on_watch_event(&mut self, event: WatchedEvent, at: Now) {
+        let kind = match event.event_type {
+            EventType::NodeCreated => Some(WatchKind::Created),
+            EventType::NodeDeleted => Some(WatchKind::Deleted),
+            EventType::NodeDataChanged => Some(WatchKind::DataChanged),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            let input = Input::Watch {
+                path: event.path,
+                kind,
+            };
+            self.node.handle(input, at);
+        }
+    }
+
+    /// A call of connection `generation` was answered; a reply from an earlier connection is
+    /// dropped.
+    fn on_reply(&mut self, generation: u64, op: OpId, performed: call::Performed, at: Now) {
+        if generation != self.generation {
+            return;
+        }
+        let result = match performed {
+            Ok((ok, watcher)) => {
+                if let Some(watcher) = watcher {
+                    self.events.push(watch_stream(watcher));
+                }
+                Ok(ok)
+            }
+            Err(fail) => Err(fail),
+        };
+        self.node.handle(Input::Reply { op, result }, at);
+    }
+
+    /// A connection was made: a new generation of calls and watches, with its session's state
+    /// watched (`state`).
+    fn on_connected(
+        &mut self,
+        client: Client,
+        state: &mut Option<zookeeper_client::StateWatcher>,
+        at: Now,
+    ) {
+        self.connecting = None;
+        self.delay = Duration::from_millis(200);
+        self.generation += 1;
+        self.events = SelectAll::new();
+        *state = Some(client.state_watcher());
+        self.connections += 1;
+        if self.connections > 1 {
+            self.metrics.zk_reconnected();
+        }
+        self.metrics.set_zk_connected(true);
+        let input = Input::Connected {
+            session_id: client.session_id().0,
+            negotiated_timeout: client.session_timeout(),
+        };
+        if self.auth.is_some() && !self.open_root_checked {
+            self.open_root_checked = true;
+            tokio::spawn(report_open_root(client.clone(), self.base.clone()));
+        }
+        self.client = Some(client);
+        self.node.handle(input, at);
     }
 
     /// Performs the node's outputs; true when the driver is done (closed).
