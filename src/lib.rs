@@ -12,6 +12,8 @@
 //!   non-blocking reader of task and config files.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
+//! - [`firing`]: the daemon's per-task firing rules (overlap, claims, reruns, manual runs,
+//!   pause, reload), a sans-IO state machine the daemon drives.
 //! - [`coord`]: the coordination seam (`Coordinator`) and its embedded `local` backend.
 //! - [`executor`]: runs one tick's command as a process group, with timeout, retries and
 //!   output streaming.
@@ -32,6 +34,7 @@ pub mod daemon;
 mod diag;
 pub mod executor;
 pub mod files;
+pub mod firing;
 pub mod http;
 pub mod logging;
 pub mod manual;
