@@ -513,3 +513,73 @@ fn the_earliest_wake_up_of_many_idle_tasks_is_the_next_due() {
     }
     assert_eq!(shell.core.poll_timeout(), Some(at(60) - PREPARE_AHEAD));
 }
+
+#[test]
+fn after_a_session_loss_the_runs_of_a_task_with_kill_on_session_loss_are_stopped() {
+    let specs = vec![
+        every_minute("keep", ""),
+        every_minute("kill", "kill_on_session_loss = true"),
+    ];
+    let mut shell = Shell::new(at(0), specs, &["keep", "kill"]);
+    shell.read_record(None);
+    shell.read_record(None);
+    shell.run_until(at(60));
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        shell.prepare();
+    }
+    for _ in 0..2 {
+        let (call, _, _) = shell.claim();
+        shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+        runs.push(shell.take("spawn", |a| match a {
+            Action::Spawn(s) => Some((s.run, s.task.to_string())),
+            _ => None,
+        }));
+    }
+    let mut lost = leading(&["keep", "kill"]);
+    lost.session_losses = 1;
+    shell.handle(Input::Leadership(lost));
+
+    let stopped = shell.take("stop", |a| match a {
+        Action::StopRuns { runs, .. } => Some(runs.clone()),
+        _ => None,
+    });
+    let kill_run = runs.iter().find(|(_, task)| task == "kill").unwrap().0;
+    assert_eq!(stopped, [kill_run]);
+    assert!(!shell.has(|a| matches!(a, Action::StopRuns { .. })));
+}
+
+#[test]
+fn at_shutdown_a_claim_on_its_way_is_honoured_without_retries_and_nothing_more_is_claimed() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "")], &["t"]);
+    let run = shell.first_run();
+    shell.run_until(at(119));
+    shell.prepare();
+    shell.run_until(at(120) - plan::CLAIM_AHEAD);
+    // `first_run`'s run is still live, so the default `overlap = "skip"` decides at the instant.
+    shell.handle(Input::RunEnded { run });
+    shell.run_until(at(120));
+    let (call, _, _) = shell.claim();
+
+    shell.handle(Input::Shutdown);
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    assert_eq!(shell.spawned().3, Retries::Cancelled);
+    shell.handle(Input::Leadership(leading(&["t"])));
+    shell.run_until(at(600));
+    assert!(shell.actions.is_empty(), "{:?}", shell.actions);
+}
+
+#[test]
+fn a_wall_clock_jump_asks_every_sleeping_planner_again_at_once() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "")], &["t"]);
+    shell.read_record(None);
+    assert_eq!(shell.core.poll_timeout(), Some(at(59)));
+    // The clock was stepped forward past the tick: it is fired now, not at the old wake-up.
+    shell.now = at(61);
+    shell.handle(Input::ClockJumped);
+    assert_eq!(shell.core.poll_timeout(), Some(at(61)));
+    shell.run_until(at(61));
+    shell.count_elsewhere(0);
+    shell.prepare();
+    assert_eq!(shell.claim().1, at(60));
+}
