@@ -253,12 +253,48 @@ impl<C: Coordinator> Daemon<C> {
     /// changed ones restart, and a file that became invalid keeps its last good version.
     async fn reload(&mut self, reason: &str) {
         let current = self.config.loaded.get();
-        let find = |name: &str| {
-            current
-                .binary_search_by(|task| (*task.name).cmp(name))
-                .ok()
-                .map(|i| &current[i])
+        let Some((mut tasks, errors)) = self.read_jobs_dir(&current).await else {
+            return;
         };
+        let diff = self.unload_differences(&current, &mut tasks);
+        drop(current);
+        self.shared.metrics.tasks_loaded(diff.loaded_names);
+        tracing::info!(
+            reason,
+            added = diff.added,
+            changed = diff.changed,
+            removed = diff.removed,
+            invalid_files = errors
+                .iter()
+                .map(|e| &e.path)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            errors = errors.len(),
+            "tasks reloaded"
+        );
+
+        if let Err(error) = self.shared.coordinator.publish(&tasks).await {
+            tracing::error!("cannot publish this node's tasks: {error}");
+        }
+        // The specs as loaded are moved into the daemon's `Arc`s (new and changed ones): no copy
+        // is made; an unchanged one stays the same `Arc`.
+        let specs: Vec<Arc<TaskSpec>> = tasks
+            .into_iter()
+            .zip(diff.unchanged)
+            .map(|(spec, same)| same.unwrap_or_else(|| Arc::new(spec)))
+            .collect();
+        self.config.loaded.set(specs.clone());
+        self.firing.engine().handle(Input::Load(specs));
+        self.apply_leadership();
+        memory::release_free_memory();
+    }
+
+    /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
+    /// task whose file became invalid, and the files' errors; `None` when the dir is refused.
+    async fn read_jobs_dir(
+        &self,
+        current: &[Arc<TaskSpec>],
+    ) -> Option<(Vec<TaskSpec>, Vec<task::TaskFileError>)> {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let loaded =
@@ -274,20 +310,19 @@ impl<C: Coordinator> Daemon<C> {
                             problem.one_line()
                         );
                     }
-                    return;
+                    return None;
                 }
                 Err(join_error) => {
                     tracing::error!("loading the jobs dir panicked: {join_error}");
-                    return;
+                    return None;
                 }
             };
-
         let mut tasks: Vec<TaskSpec> = loaded.tasks;
         for error in &loaded.errors {
             let kept = error
                 .task
                 .as_ref()
-                .and_then(|name| find(name).map(|spec| (name, spec.clone())));
+                .and_then(|name| find(current, name).map(|spec| (name, spec.clone())));
             match kept {
                 Some((name, spec)) => {
                     tracing::error!(
@@ -303,32 +338,31 @@ impl<C: Coordinator> Daemon<C> {
         }
         // Published in name order, as before.
         tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        Some((tasks, loaded.errors))
+    }
+
+    /// Stops firing the tasks removed or changed since `current` (before the new tasks are
+    /// published) and logs each new one. An unchanged task in `tasks` gets the daemon's own
+    /// name, so the coordinator's leadership set shares each name with the daemon's spec.
+    fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [TaskSpec]) -> Diff {
+        let engine = self.firing.engine();
+        let mut diff = Diff::default();
         let wanted: std::collections::BTreeSet<&str> =
             tasks.iter().map(|task| &*task.name).collect();
-
-        let mut added = 0;
-        let mut changed = 0;
-        let mut removed = 0;
-        let engine = self.firing.engine();
-        for spec in current.iter() {
+        for spec in current {
             if !wanted.contains(&*spec.name) {
                 let task = spec.name.to_string();
                 engine.handle(Input::Unload {
                     task,
                     why: Unload::Removed,
                 });
-                removed += 1;
+                diff.removed += 1;
             }
         }
         drop(wanted);
-        // The specs as loaded are published, then moved into the daemon's `Arc`s (new and
-        // changed ones): no copy is made. An unchanged one is published with the daemon's own
-        // name, so the coordinator's leadership set shares each name with the daemon's spec.
-        let mut kept = Vec::with_capacity(tasks.len());
-        let mut loaded_names = Vec::new();
-        for spec in &mut tasks {
+        for spec in tasks.iter_mut() {
             let name = spec.name.clone();
-            let same = match find(&name) {
+            let same = match find(current, &name) {
                 Some(old) if **old == *spec => {
                     spec.name = old.name.clone();
                     Some(old.clone())
@@ -338,11 +372,10 @@ impl<C: Coordinator> Daemon<C> {
                         task: name.to_string(),
                         why: Unload::Changed,
                     });
-                    changed += 1;
+                    diff.changed += 1;
                     None
                 }
                 None => {
-                    loaded_names.push(name.clone());
                     tracing::info!(
                         task = %name,
                         schedule = spec.schedule.expression(),
@@ -350,41 +383,14 @@ impl<C: Coordinator> Daemon<C> {
                         enabled = spec.enabled,
                         "task loaded"
                     );
-                    added += 1;
+                    diff.loaded_names.push(name);
+                    diff.added += 1;
                     None
                 }
             };
-            kept.push(same);
+            diff.unchanged.push(same);
         }
-        drop(current);
-        self.shared.metrics.tasks_loaded(loaded_names);
-        tracing::info!(
-            reason,
-            added,
-            changed,
-            removed,
-            invalid_files = loaded
-                .errors
-                .iter()
-                .map(|e| &e.path)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
-            errors = loaded.errors.len(),
-            "tasks reloaded"
-        );
-
-        if let Err(error) = self.shared.coordinator.publish(&tasks).await {
-            tracing::error!("cannot publish this node's tasks: {error}");
-        }
-        let specs: Vec<Arc<TaskSpec>> = tasks
-            .into_iter()
-            .zip(kept)
-            .map(|(spec, same)| same.unwrap_or_else(|| Arc::new(spec)))
-            .collect();
-        self.config.loaded.set(specs.clone());
-        self.firing.engine().handle(Input::Load(specs));
-        self.apply_leadership();
-        memory::release_free_memory();
+        diff
     }
 
     /// Tells the firing rules the current leadership (they start and stop firing tasks, and
@@ -448,6 +454,26 @@ impl<C: Coordinator> Daemon<C> {
         coordinator.close().await;
         tracing::info!("zkcron stopped");
     }
+}
+
+/// What a reload changed.
+#[derive(Default)]
+struct Diff {
+    added: usize,
+    changed: usize,
+    removed: usize,
+    /// The names of the added tasks (for the metrics).
+    loaded_names: Vec<Arc<str>>,
+    /// For each task of the reload, its `Arc` if it is unchanged.
+    unchanged: Vec<Option<Arc<TaskSpec>>>,
+}
+
+/// The task `name` of `tasks` (in name order).
+fn find<'a>(tasks: &'a [Arc<TaskSpec>], name: &str) -> Option<&'a Arc<TaskSpec>> {
+    tasks
+        .binary_search_by(|task| (*task.name).cmp(name))
+        .ok()
+        .map(|i| &tasks[i])
 }
 
 /// Aborts a background task when dropped (the watchdog pinger ends with the main loop).

@@ -256,7 +256,6 @@ impl<P> Firing<P> {
     /// Acts on the planner's `step`.
     fn step(&mut self, key: Key, step: Step) {
         let now = self.now;
-        let reset_flags = self.config.reset_flags.clone();
         let entry = self.entry_mut(key).expect("advanced");
         let State::Active(activation) = &mut entry.state else {
             unreachable!("advanced")
@@ -303,30 +302,36 @@ impl<P> Firing<P> {
                     self.step(key, step);
                 }
             }
-            Step::Held { record, until } => {
-                // Never rewound here: ticks up to the record may have run. Say it loudly, then
-                // sleep (waking hourly to say it again) until the record's next tick.
-                if entry
-                    .held_reported
-                    .is_none_or(|at| now - at >= HELD_REPORT_INTERVAL)
-                {
-                    let name = &entry.spec.name;
-                    let fix = plan::held_fix(name, reset_flags.as_deref());
-                    tracing::error!(target: log::TIMERS,
-                        task = %name,
-                        %record,
-                        "{}",
-                        plan::held_report(name, record, until, now, &fix)
-                    );
-                    entry.held_reported = Some(now);
-                }
-                self.sleep(key, until.min(now + HELD_REPORT_INTERVAL).max(now));
-            }
+            Step::Held { record, until } => self.held(key, record, until),
             Step::Finished => {
                 tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick");
                 entry.state = State::Finished;
             }
         }
+    }
+
+    /// The task is held by a fire record ahead of the clock. It is never rewound here: ticks up
+    /// to the record may have run. Says so loudly, then sleeps (waking hourly to say it again)
+    /// until the record's next tick.
+    fn held(&mut self, key: Key, record: DateTime<Utc>, until: DateTime<Utc>) {
+        let now = self.now;
+        let reset_flags = self.config.reset_flags.clone();
+        let entry = self.entry_mut(key).expect("advanced");
+        if entry
+            .held_reported
+            .is_none_or(|at| now - at >= HELD_REPORT_INTERVAL)
+        {
+            let name = &entry.spec.name;
+            let fix = plan::held_fix(name, reset_flags.as_deref());
+            tracing::error!(target: log::TIMERS,
+                task = %name,
+                %record,
+                "{}",
+                plan::held_report(name, record, until, now, &fix)
+            );
+            entry.held_reported = Some(now);
+        }
+        self.sleep(key, until.min(now + HELD_REPORT_INTERVAL).max(now));
     }
 
     /// The planner of `key` sleeps in the heap until `wake`.
@@ -631,32 +636,7 @@ impl<P> Firing<P> {
         let fire_id = fire.fire_id.clone();
         let current = self.entry(key).is_some();
         match result {
-            Ok(ClaimOutcome::Claimed) => {
-                if fire.tick.due_at > self.now {
-                    tracing::debug!(target: log::RUNS, task = %name, %fire_id, due_at = %fire.tick.due_at, "claimed ahead of its instant");
-                }
-                match fire.prepared.take() {
-                    // Claimed as skipped: no later leader catches the tick up.
-                    None => tracing::warn!(target: log::RUNS,
-                        task = %name,
-                        %fire_id,
-                        running_here = fire.local,
-                        running_elsewhere = fire.elsewhere,
-                        "skipped: the previous run is still going (overlap = \"skip\")"
-                    ),
-                    Some(prepared) => {
-                        let retries = self.retries_of(key);
-                        self.spawn(SpawnOf {
-                            task: name.clone(),
-                            tick: fire.tick,
-                            fire_id,
-                            prepared,
-                            kind: RunKind::Scheduled,
-                            retries,
-                        });
-                    }
-                }
-            }
+            Ok(ClaimOutcome::Claimed) => self.won(key, name, fire),
             Ok(ClaimOutcome::AlreadyClaimed { record }) => {
                 tracing::info!(target: log::RUNS, task = %name, %fire_id, %record, "tick already claimed; not running it");
             }
@@ -687,6 +667,35 @@ impl<P> Firing<P> {
         if current {
             self.doing(key, Doing::Ready);
             self.advance(key);
+        }
+    }
+
+    /// The tick's claim was won: its run starts (at its due time), or it is skipped.
+    fn won(&mut self, key: Key, name: &Arc<str>, mut fire: Fire<P>) {
+        let fire_id = fire.fire_id.clone();
+        if fire.tick.due_at > self.now {
+            tracing::debug!(target: log::RUNS, task = %name, %fire_id, due_at = %fire.tick.due_at, "claimed ahead of its instant");
+        }
+        match fire.prepared.take() {
+            // Claimed as skipped: no later leader catches the tick up.
+            None => tracing::warn!(target: log::RUNS,
+                task = %name,
+                %fire_id,
+                running_here = fire.local,
+                running_elsewhere = fire.elsewhere,
+                "skipped: the previous run is still going (overlap = \"skip\")"
+            ),
+            Some(prepared) => {
+                let retries = self.retries_of(key);
+                self.spawn(SpawnOf {
+                    task: name.clone(),
+                    tick: fire.tick,
+                    fire_id,
+                    prepared,
+                    kind: RunKind::Scheduled,
+                    retries,
+                });
+            }
         }
     }
 }
