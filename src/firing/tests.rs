@@ -583,3 +583,12 @@ fn a_wall_clock_jump_asks_every_sleeping_planner_again_at_once() {
     shell.prepare();
     assert_eq!(shell.claim().1, at(60));
 }
+
+/// An idle task is one table entry, not a task of its own: it must stay small, because a node
+/// keeps one for each of 10,000 tasks.
+#[test]
+fn an_idle_tasks_entry_stays_small() {
+    let entry = std::mem::size_of::<Option<Entry<crate::executor::PreparedRun>>>();
+    let loaded = std::mem::size_of::<Loaded>();
+    assert!(entry + loaded <= 128, "{entry} + {loaded} bytes a task");
+}
