@@ -12,6 +12,8 @@
 //!   non-blocking reader of task and config files.
 //! - [`plan`]: the per-task tick planner, a pure state machine (catch-up, deadlines, jitter,
 //!   overlap decisions); it reads no clock and does no I/O.
+//! - [`firing`]: the daemon's per-task firing rules (overlap, claims, reruns, manual runs,
+//!   pause, reload), a sans-IO state machine the daemon drives.
 //! - [`coord`]: the coordination seam (`Coordinator`), the pure rules (`rank`, `lease`,
 //!   `record`), the cluster node as a sans-IO state machine (`node`), the ZooKeeper backend
 //!   that drives it (`zk`) and the embedded `local` backend.
@@ -37,6 +39,7 @@ pub mod daemon;
 mod diag;
 pub mod executor;
 pub mod files;
+pub mod firing;
 pub mod http;
 pub mod logging;
 pub mod manual;

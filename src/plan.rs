@@ -33,9 +33,9 @@ pub const ON_TIME_TOLERANCE: TimeDelta = TimeDelta::seconds(60);
 /// late as before. Not longer, because the lead bounds three things: how far a fire record may
 /// be ahead of the cluster's clock (it names the claimed tick up to this long before it is
 /// due), how long a tick stays claimed but not started (a node that dies meanwhile leaves it to
-/// `on_node_loss`), and how stale the overlap check made at the claim may be (see
-/// `daemon::runs::fire`). Ticks caught up, and claims retried after a failure, are claimed when
-/// they fire.
+/// `on_node_loss`), and how stale the overlap check made at the claim may be (see one tick's
+/// fire in `firing`). Ticks caught up, and claims retried after a failure, are claimed when they
+/// fire.
 pub const CLAIM_AHEAD: TimeDelta = TimeDelta::milliseconds(200);
 
 /// A fire record at most this far ahead of the clock is waited out quietly: a clock stepped back

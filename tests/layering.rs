@@ -12,7 +12,7 @@
 //! 3. `task`
 //! 4. `plan`, `executor`
 //! 5. `coord`
-//! 6. `config`, `service`
+//! 6. `firing`, `config`, `service`
 //! 7. `logging`, `preflight`
 //! 8. `ops`
 //! 9. `daemon`
@@ -61,7 +61,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["task"],
             &["plan", "executor"],
             &["coord"],
-            &["config", "service"],
+            &["firing", "config", "service"],
             &["logging", "preflight"],
             &["ops"],
             &["daemon"],

@@ -1,20 +1,20 @@
-//! The async shell: timers, signals, file watching and processes around the pure core.
+//! The async shell: timers, signals, file watching and processes around the pure cores.
 //!
-//! The daemon keeps the next instant of every task it fires in one timer table
-//! ([`timers`]): one loop asks each task's [`TickPlanner`](crate::plan::TickPlanner) what to do
-//! when its instant comes (one shared [`watching::watch_wall_clock`] task re-checks the clock
-//! every [`CLOCK_CHECK`] and re-plans every task when the wall clock jumps or the machine was
-//! suspended); a task gets a tokio task of its own only from a second before its tick until the
-//! tick is claimed through the [`Coordinator`] and its process spawned ([`runs`]). The main loop
-//! waits on one closed set of [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership
-//! change, shutdown.
+//! The per-task firing rules (arm a tick, prepare it, the overlap check, the claim and its
+//! retries, orphan reruns, manual runs, pause, stop, reload) are the sans-IO
+//! [`crate::firing::Firing`]; [`firing`] is its shell: it performs the core's actions
+//! (coordinator calls, preparations, spawns through [`runs`]) and times its wake-ups with one
+//! loop, so 10,000 idle tasks cost no tokio task. One shared [`watching::watch_wall_clock`]
+//! task re-checks the clock every [`CLOCK_CHECK`] and the core re-plans every task when the wall
+//! clock jumps or the machine was suspended. The main loop waits on one closed set of
+//! [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown, and
+//! tells the core.
 //!
 //! It keeps the service manager informed through [`crate::service`]: ready once the tasks are
 //! loaded, a status line on every leadership change, stopping when SIGTERM arrives.
 //!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,21 +24,21 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::coord::{Coordinator, Leadership};
+use crate::firing::{FiringConfig, Input, StopHow, Unload};
 use crate::service;
 use crate::task::{self, TaskDefaults, TaskSpec};
 
 pub mod control;
-mod manual;
+mod firing;
 mod memory;
 pub(crate) use memory::use_one_heap;
 mod runs;
 #[cfg(test)]
 mod tests;
-mod timers;
 mod watching;
 
-use runs::RunsByTask;
-use timers::{TimerId, Timers};
+use firing::FiringShell;
+use runs::RunHandles;
 use watching::{Debounce, watch_jobs_dir, watch_wall_clock};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
@@ -116,32 +116,28 @@ enum Event {
     Shutdown(&'static str),
 }
 
-/// State shared by the timer loop, the activations and the runs of one daemon.
+/// State shared by the firing shell, the calls it makes and the runs of one daemon.
 struct Shared<C> {
     coordinator: Arc<C>,
     node_id: String,
     job_output_lines: usize,
     leadership: watch::Receiver<Leadership>,
-    /// Counts wall-clock jumps; the timers re-plan when it changes.
+    /// Counts wall-clock jumps; the firing rules re-plan when it changes.
     clock_jumps: watch::Receiver<u64>,
-    /// See [`DaemonConfig::reset_flags`].
-    reset_flags: Option<String>,
-    /// Never sent on: the timer loop, every activation and every run holds this struct, so
-    /// when the receiver sees `None` all of them have ended.
+    /// Never sent on: the firing shell, every call it makes and every run holds this struct,
+    /// so when the receiver sees `None` all of them have ended.
     #[allow(dead_code)]
     runs_alive: mpsc::Sender<()>,
-    /// The live runs of every task that has fired here.
-    runs: Arc<RunsByTask>,
-    /// Manual runs being claimed or claimed.
-    manual: manual::ManualRuns,
+    /// The handles of the live runs.
+    runs: Arc<RunHandles>,
     metrics: crate::metrics::Metrics,
     /// Spawns the runs at their instants.
     spawner: crate::executor::Spawner,
 }
 
 impl<C: Coordinator> Shared<C> {
-    /// The shared state, and the receiver that sees `None` once the timer loop, every
-    /// activation and every run have ended.
+    /// The shared state, and the receiver that sees `None` once the firing shell, every call it
+    /// made and every run have ended.
     /// Starts the wall-clock watch.
     fn new(coordinator: Arc<C>, config: &DaemonConfig) -> (Arc<Shared<C>>, mpsc::Receiver<()>) {
         let (runs_alive, runs_alive_rx) = mpsc::channel(1);
@@ -152,12 +148,10 @@ impl<C: Coordinator> Shared<C> {
             coordinator,
             node_id: config.node_id.clone(),
             job_output_lines: config.job_output_lines,
-            reset_flags: config.reset_flags.clone(),
             leadership,
             clock_jumps,
             runs_alive,
             runs: Arc::default(),
-            manual: manual::ManualRuns::default(),
             metrics: config.metrics.clone(),
             spawner: crate::executor::Spawner::start(),
         };
@@ -165,119 +159,28 @@ impl<C: Coordinator> Shared<C> {
     }
 }
 
-/// A task the daemon has loaded, and its timer when this node fires it.
-struct LoadedTask {
-    spec: Arc<TaskSpec>,
-    timer: Option<TimerId>,
-}
-
-/// The tasks the daemon has loaded, in name order, found by binary search on the spec's own
-/// name. (A `BTreeMap` keyed by a copy of each name cost about 140 bytes a task, half-full
-/// nodes included, against 32 here: 1 MB of a 10,000-task daemon.)
-#[derive(Default)]
-struct TaskTable(Vec<LoadedTask>);
-
-impl TaskTable {
-    fn position(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|task| (*task.spec.name).cmp(name))
-    }
-
-    fn get(&self, name: &str) -> Option<&LoadedTask> {
-        self.position(name).ok().map(|i| &self.0[i])
-    }
-
-    fn get_mut(&mut self, name: &str) -> Option<&mut LoadedTask> {
-        self.position(name).ok().map(|i| &mut self.0[i])
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.position(name).is_ok()
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, LoadedTask> {
-        self.0.iter()
-    }
-
-    fn iter_mut(&mut self) -> std::slice::IterMut<'_, LoadedTask> {
-        self.0.iter_mut()
-    }
-
-    fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|task| &*task.spec.name)
-    }
-
-    /// Adds tasks whose names are not in the table yet.
-    fn add(&mut self, mut added: Vec<LoadedTask>) {
-        if added.is_empty() {
-            return;
-        }
-        // Exactly the room needed: at start-up the table is made once, at its final size.
-        self.0.reserve_exact(added.len());
-        self.0.append(&mut added);
-        // Two sorted runs when `added` is sorted: one merge.
-        self.0.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-    }
-
-    /// Keeps the tasks `keep` says yes to (it may take their timer first).
-    fn retain(&mut self, keep: impl FnMut(&mut LoadedTask) -> bool) {
-        let before = self.0.len();
-        self.0.retain_mut(keep);
-        if self.0.len() < before {
-            self.0.shrink_to_fit();
-        }
-    }
-}
-
-impl FromIterator<(String, LoadedTask)> for TaskTable {
-    /// For tests: the tasks, each under its spec's name.
-    fn from_iter<I: IntoIterator<Item = (String, LoadedTask)>>(tasks: I) -> TaskTable {
-        let mut table = TaskTable::default();
-        table.add(tasks.into_iter().map(|(_, task)| task).collect());
-        table
-    }
-}
-
 /// The running daemon.
 pub struct Daemon<C: Coordinator> {
     config: DaemonConfig,
     shared: Arc<Shared<C>>,
-    timers: Timers,
-    tasks: TaskTable,
+    firing: FiringShell<C>,
     runs_alive_rx: mpsc::Receiver<()>,
-    /// The session losses already acted on.
-    session_losses: u64,
     /// The last status line sent to the service manager, so that unchanged ones are not resent.
     status: String,
-    /// The tasks this node leads that it logged as paused (`zkcron pause`), so each pause and
-    /// resume is logged once.
-    paused_logged: BTreeSet<String>,
-    /// The leadership applied last, so that a change is applied to the tasks it touches only
-    /// (`None`: to every task, after a reload). A node taking its share of 10,000 leases
-    /// publishes hundreds of changes, and going through every loaded task at each one was a
-    /// quarter of its CPU during a cold start.
-    applied: Option<Leadership>,
-    /// How many loaded tasks `applied` leads (the status line's count).
-    leading: usize,
 }
 
 impl<C: Coordinator> Daemon<C> {
     pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
         let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
+        let firing_config = FiringConfig {
+            reset_flags: config.reset_flags.clone(),
+        };
         Daemon {
-            timers: Timers::new(shared.clone()),
+            firing: FiringShell::start(shared.clone(), firing_config),
             shared,
             config,
-            tasks: TaskTable::default(),
             runs_alive_rx,
-            session_losses: 0,
             status: String::new(),
-            paused_logged: BTreeSet::new(),
-            applied: None,
-            leading: 0,
         }
     }
 
@@ -296,7 +199,7 @@ impl<C: Coordinator> Daemon<C> {
         tracing::info!(
             node = %self.config.node_id,
             jobs_dir = %self.config.jobs_dir.display(),
-            tasks = self.tasks.len(),
+            tasks = self.config.loaded.get().len(),
             "zkcron started"
         );
         service::ready(&self.status);
@@ -349,6 +252,49 @@ impl<C: Coordinator> Daemon<C> {
     /// Re-reads `jobs_dir` and applies the difference: added tasks start, removed ones stop,
     /// changed ones restart, and a file that became invalid keeps its last good version.
     async fn reload(&mut self, reason: &str) {
+        let current = self.config.loaded.get();
+        let Some((mut tasks, errors)) = self.read_jobs_dir(&current).await else {
+            return;
+        };
+        let diff = self.unload_differences(&current, &mut tasks);
+        drop(current);
+        self.shared.metrics.tasks_loaded(diff.loaded_names);
+        tracing::info!(
+            reason,
+            added = diff.added,
+            changed = diff.changed,
+            removed = diff.removed,
+            invalid_files = errors
+                .iter()
+                .map(|e| &e.path)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            errors = errors.len(),
+            "tasks reloaded"
+        );
+
+        if let Err(error) = self.shared.coordinator.publish(&tasks).await {
+            tracing::error!("cannot publish this node's tasks: {error}");
+        }
+        // The specs as loaded are moved into the daemon's `Arc`s (new and changed ones): no copy
+        // is made; an unchanged one stays the same `Arc`.
+        let specs: Vec<Arc<TaskSpec>> = tasks
+            .into_iter()
+            .zip(diff.unchanged)
+            .map(|(spec, same)| same.unwrap_or_else(|| Arc::new(spec)))
+            .collect();
+        self.config.loaded.set(specs.clone());
+        self.firing.engine().handle(Input::Load(specs));
+        self.apply_leadership();
+        memory::release_free_memory();
+    }
+
+    /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
+    /// task whose file became invalid, and the files' errors; `None` when the dir is refused.
+    async fn read_jobs_dir(
+        &self,
+        current: &[Arc<TaskSpec>],
+    ) -> Option<(Vec<TaskSpec>, Vec<task::TaskFileError>)> {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let loaded =
@@ -360,24 +306,23 @@ impl<C: Coordinator> Daemon<C> {
                         tracing::error!(
                             jobs_dir = %self.config.jobs_dir.display(),
                             "jobs dir refused, keeping the {} loaded tasks: {}",
-                            self.tasks.len(),
+                            current.len(),
                             problem.one_line()
                         );
                     }
-                    return;
+                    return None;
                 }
                 Err(join_error) => {
                     tracing::error!("loading the jobs dir panicked: {join_error}");
-                    return;
+                    return None;
                 }
             };
-
         let mut tasks: Vec<TaskSpec> = loaded.tasks;
         for error in &loaded.errors {
             let kept = error
                 .task
                 .as_ref()
-                .and_then(|name| self.tasks.get(name).map(|t| (name, t.spec.clone())));
+                .and_then(|name| find(current, name).map(|spec| (name, spec.clone())));
             match kept {
                 Some((name, spec)) => {
                     tracing::error!(
@@ -393,53 +338,44 @@ impl<C: Coordinator> Daemon<C> {
         }
         // Published in name order, as before.
         tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        Some((tasks, loaded.errors))
+    }
+
+    /// Stops firing the tasks removed or changed since `current` (before the new tasks are
+    /// published) and logs each new one. An unchanged task in `tasks` gets the daemon's own
+    /// name, so the coordinator's leadership set shares each name with the daemon's spec.
+    fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [TaskSpec]) -> Diff {
+        let engine = self.firing.engine();
+        let mut diff = Diff::default();
         let wanted: std::collections::BTreeSet<&str> =
             tasks.iter().map(|task| &*task.name).collect();
-
-        let mut added = 0;
-        let mut changed = 0;
-        let mut removed = 0;
-        let (timers, runs) = (&self.timers, &self.shared.runs);
-        self.tasks.retain(|task| {
-            let name = &*task.spec.name;
-            if wanted.contains(name) {
-                return true;
+        for spec in current {
+            if !wanted.contains(&*spec.name) {
+                let task = spec.name.to_string();
+                engine.handle(Input::Unload {
+                    task,
+                    why: Unload::Removed,
+                });
+                diff.removed += 1;
             }
-            if let Some(timer) = task.timer.take() {
-                timers.stop(timer);
-            }
-            let running = runs.get(name).map_or(0, |runs| runs.cancel_retries());
-            tracing::info!(
-                task = %name,
-                running,
-                "task removed; a run in progress finishes, without further retries"
-            );
-            removed += 1;
-            false
-        });
+        }
         drop(wanted);
-        // The specs as loaded are published, then moved into the daemon's `Arc`s (new and
-        // changed ones): no copy is made. An unchanged one is published with the daemon's own
-        // name, so the coordinator's leadership set shares each name with the daemon's spec.
-        let mut taken = Vec::with_capacity(tasks.len());
-        let mut loaded_names = Vec::new();
-        for spec in &mut tasks {
+        for spec in tasks.iter_mut() {
             let name = spec.name.clone();
-            let take = match self.tasks.get_mut(&name) {
-                Some(task) if *task.spec == *spec => {
-                    spec.name = task.spec.name.clone();
-                    false
+            let same = match find(current, &name) {
+                Some(old) if **old == *spec => {
+                    spec.name = old.name.clone();
+                    Some(old.clone())
                 }
-                Some(task) => {
-                    if let Some(timer) = task.timer.take() {
-                        self.timers.stop(timer);
-                    }
-                    tracing::info!(task = %name, "task changed; a run in progress finishes");
-                    changed += 1;
-                    true
+                Some(_) => {
+                    engine.handle(Input::Unload {
+                        task: name.to_string(),
+                        why: Unload::Changed,
+                    });
+                    diff.changed += 1;
+                    None
                 }
                 None => {
-                    loaded_names.push(name.clone());
                     tracing::info!(
                         task = %name,
                         schedule = spec.schedule.expression(),
@@ -447,155 +383,53 @@ impl<C: Coordinator> Daemon<C> {
                         enabled = spec.enabled,
                         "task loaded"
                     );
-                    added += 1;
-                    true
+                    diff.loaded_names.push(name);
+                    diff.added += 1;
+                    None
                 }
             };
-            taken.push(take);
+            diff.unchanged.push(same);
         }
-        self.shared.metrics.tasks_loaded(loaded_names);
-        tracing::info!(
-            reason,
-            added,
-            changed,
-            removed,
-            invalid_files = loaded
-                .errors
-                .iter()
-                .map(|e| &e.path)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
-            errors = loaded.errors.len(),
-            "tasks reloaded"
-        );
-
-        if let Err(error) = self.shared.coordinator.publish(&tasks).await {
-            tracing::error!("cannot publish this node's tasks: {error}");
-        }
-        let mut new_tasks = Vec::new();
-        for (spec, take) in tasks.into_iter().zip(taken) {
-            if !take {
-                continue;
-            }
-            let spec = Arc::new(spec);
-            match self.tasks.get_mut(&spec.name) {
-                Some(task) => task.spec = spec,
-                None => new_tasks.push(LoadedTask { spec, timer: None }),
-            }
-        }
-        self.tasks.add(new_tasks);
-        self.config
-            .loaded
-            .set(self.tasks.iter().map(|t| t.spec.clone()).collect());
-        self.applied = None;
-        self.apply_leadership();
-        memory::release_free_memory();
+        diff
     }
 
-    /// Starts timing the tasks this node should fire and stops the others; after a session
-    /// loss, stops the runs of tasks with `kill_on_session_loss`.
+    /// Tells the firing rules the current leadership (they start and stop firing tasks, and
+    /// after a session loss stop the runs of tasks with `kill_on_session_loss`), and the
+    /// service manager the status line.
     fn apply_leadership(&mut self) {
         let leadership = self.shared.leadership.borrow().clone();
-        if leadership.session_losses > self.session_losses {
-            self.session_losses = leadership.session_losses;
-            for task in self.tasks.iter() {
-                let name = &task.spec.name;
-                if !task.spec.kill_on_session_loss {
-                    continue;
-                }
-                if let Some(runs) = self.shared.runs.get(name)
-                    && runs.count() > 0
-                {
-                    tracing::warn!(
-                        task = %name,
-                        "ZooKeeper session lost: stopping this task's runs (kill_on_session_loss = true)"
-                    );
-                    runs.stop_all(false);
-                }
-            }
-        }
         self.shared.metrics.set_leases_held(leadership.tasks.len());
-        // Only the tasks whose lease or pause mark changed, unless every task may have.
-        let changed: Option<BTreeSet<String>> = match &self.applied {
-            Some(applied) if applied.paused == leadership.paused => Some(
-                applied
-                    .tasks
-                    .symmetric_difference(&leadership.tasks)
-                    .map(|name| name.to_string())
-                    .chain(
-                        applied
-                            .paused_tasks
-                            .symmetric_difference(&leadership.paused_tasks)
-                            .cloned(),
-                    )
-                    .collect(),
-            ),
-            _ => None,
-        };
-        match (&changed, &self.applied) {
-            (Some(names), Some(applied)) => {
-                // The count of loaded tasks led, kept up to date from the same difference
-                // (counting it afresh was a binary search per led task at every change).
-                for name in applied.tasks.symmetric_difference(&leadership.tasks) {
-                    if self.tasks.contains(name) {
-                        if leadership.tasks.contains(name) {
-                            self.leading += 1;
-                        } else {
-                            self.leading = self.leading.saturating_sub(1);
-                        }
-                    }
-                }
-                for name in names {
-                    if let Some(task) = self.tasks.get_mut(name) {
-                        apply_to_task(&mut self.timers, &mut self.paused_logged, &leadership, task);
-                    }
-                }
-            }
-            _ => {
-                self.timers.reserve(self.tasks.len());
-                for task in self.tasks.iter_mut() {
-                    apply_to_task(&mut self.timers, &mut self.paused_logged, &leadership, task);
-                }
-                self.paused_logged.retain(|name| self.tasks.contains(name));
-                self.leading = self
-                    .tasks
-                    .names()
-                    .filter(|name| leadership.tasks.contains(*name))
-                    .count();
-            }
-        }
-        manual::start_manual_runs(&self.shared, &self.tasks, &leadership);
-        let status = service::status_line(&leadership, self.leading, self.tasks.len());
+        let engine = self.firing.engine();
+        engine.handle(Input::Leadership(leadership.clone()));
+        let leading = engine.with(|core| core.leading());
+        let loaded = self.config.loaded.get().len();
+        let status = service::status_line(&leadership, leading, loaded);
         if status != self.status {
             service::status(&status);
             self.status = status;
         }
-        self.applied = Some(leadership);
     }
 
     /// Graceful stop: no new ticks, leadership released at once, running jobs get
     /// `shutdown_grace` to finish, then their process groups are killed.
     async fn shutdown(self) {
-        self.timers.stop_all();
-        // After the timers' stop: a run whose claim was already on its way when its task was
-        // stopped sees the stop itself when it registers (see `start_run`).
-        for task_runs in self.shared.runs.all() {
-            task_runs.cancel_retries();
-        }
+        // A run whose claim was already on its way is started without retries when its claim
+        // is answered: its task is stopped.
+        self.firing.engine().handle(Input::Shutdown);
         self.shared.coordinator.release_all().await;
         let running = self.shared.runs.count();
         // Our own sender must go, or the channel never reports the last run's end.
         let Daemon {
             shared,
-            timers,
+            firing,
             mut runs_alive_rx,
             config,
             ..
         } = self;
         let coordinator = shared.coordinator.clone();
-        let runs = shared.runs.clone();
         // The timer loop holds `shared` too.
-        drop(timers);
+        drop(firing);
+        let runs = shared.runs.clone();
         drop(shared);
         if running > 0 {
             tracing::info!(
@@ -613,9 +447,7 @@ impl<C: Coordinator> Daemon<C> {
                 running = still,
                 "shutdown_grace is over; killing the remaining jobs' process groups"
             );
-            for task_runs in runs.all() {
-                task_runs.stop_all(true);
-            }
+            runs.stop_all(StopHow::KillNow);
             // SIGKILL cannot be ignored; the runs end as soon as the kernel reaps them.
             let _ = tokio::time::timeout(Duration::from_secs(10), runs_alive_rx.recv()).await;
         }
@@ -624,44 +456,24 @@ impl<C: Coordinator> Daemon<C> {
     }
 }
 
-/// Starts or stops the timer of one loaded task for `leadership`, and logs a pause or resume
-/// by the operator once.
-fn apply_to_task(
-    timers: &mut Timers,
-    paused_logged: &mut BTreeSet<String>,
-    leadership: &Leadership,
-    task: &mut LoadedTask,
-) {
-    let spec = task.spec.clone();
-    let name: &str = &spec.name;
-    let should_fire = task.spec.enabled && leadership.may_fire(name);
-    // Led, but paused by the operator: the lease stays, nothing fires.
-    let paused = task.spec.enabled
-        && leadership.tasks.contains(name)
-        && leadership.paused_tasks.contains(name);
-    if paused && paused_logged.insert(name.to_string()) {
-        tracing::warn!(
-            task = %name,
-            "task {name} is paused; nothing fires until `zkcron resume {name}`"
-        );
-    } else if !paused && paused_logged.remove(name) && should_fire {
-        tracing::info!(
-            task = %name,
-            "task {name} is no longer paused; firing it again from its fire record"
-        );
-    }
-    match (task.timer.is_some(), should_fire) {
-        (false, true) => {
-            // A newly led or resumed task: its planner starts from the fire record
-            // (`last_claimed`), which `zkcron resume` moved past the paused period.
-            task.timer = Some(timers.fire(task.spec.clone()));
-        }
-        (true, false) => {
-            timers.stop(task.timer.take().expect("matched Some"));
-            tracing::info!(task = %name, "no longer firing this task");
-        }
-        _ => {}
-    }
+/// What a reload changed.
+#[derive(Default)]
+struct Diff {
+    added: usize,
+    changed: usize,
+    removed: usize,
+    /// The names of the added tasks (for the metrics).
+    loaded_names: Vec<Arc<str>>,
+    /// For each task of the reload, its `Arc` if it is unchanged.
+    unchanged: Vec<Option<Arc<TaskSpec>>>,
+}
+
+/// The task `name` of `tasks` (in name order).
+fn find<'a>(tasks: &'a [Arc<TaskSpec>], name: &str) -> Option<&'a Arc<TaskSpec>> {
+    tasks
+        .binary_search_by(|task| (*task.name).cmp(name))
+        .ok()
+        .map(|i| &tasks[i])
 }
 
 /// Aborts a background task when dropped (the watchdog pinger ends with the main loop).

@@ -1,8 +1,7 @@
-use super::manual;
-use super::runs::TaskRuns;
 use super::*;
 use crate::coord::CoordError;
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
+use crate::firing::{Firing, FiringConfig, Input, StopHow};
 use crate::plan;
 use crate::task::Identity;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -176,18 +175,26 @@ fn config() -> DaemonConfig {
     }
 }
 
+/// The firing rules of a daemon around `shared`, firing `specs` with the coordinator's
+/// leadership.
+fn fire<C: Coordinator>(shared: &Arc<Shared<C>>, mut specs: Vec<Arc<TaskSpec>>) -> FiringShell<C> {
+    let firing = FiringShell::start(shared.clone(), FiringConfig::default());
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    firing.engine().handle(Input::Load(specs));
+    let leadership = shared.leadership.borrow().clone();
+    firing.engine().handle(Input::Leadership(leadership));
+    firing
+}
+
 /// Fires `spec` against `coordinator` until it has made `count` claims (within a
-/// deadline) and returns them. The task's runs are kept in `runs`.
+/// deadline) and returns them, and the daemon's shared state (its runs).
 async fn claims_of(
     spec: Arc<TaskSpec>,
     coordinator: &Arc<SlowResults>,
-    runs: &Arc<TaskRuns>,
     count: usize,
-) -> Vec<(DateTime<Utc>, ClaimIntent)> {
+) -> (Vec<(DateTime<Utc>, ClaimIntent)>, Arc<Shared<SlowResults>>) {
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    shared.runs.adopt(&spec.name, runs.clone());
-    let timers = Timers::new(shared);
-    let timer = timers.fire(spec);
+    let firing = fire(&shared, vec![spec]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while coordinator.claims().len() < count {
         assert!(
@@ -197,12 +204,12 @@ async fn claims_of(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    timers.stop(timer);
-    coordinator.claims()[..count].to_vec()
+    firing.engine().handle(Input::Load(Vec::new()));
+    (coordinator.claims()[..count].to_vec(), shared)
 }
 
 /// Issue [5] item 7: every fired task had a tokio task of its own sleeping until its next tick
-/// (and its own planner), 10,000 of them for 10,000 tasks. Idle tasks now wait in the timers'
+/// (and its own planner), 10,000 of them for 10,000 tasks. Idle tasks now wait in the firing
 /// table: once their fire records are read (a bounded number at once), no task of theirs is
 /// left.
 #[tokio::test(flavor = "multi_thread")]
@@ -213,7 +220,6 @@ async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_tas
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
-    let timers = Timers::new(shared);
     // Daily, twelve hours from now: nothing comes due during the test.
     let hour = (wall_clock()
         .format("%H")
@@ -223,13 +229,19 @@ async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_tas
         + 12)
         % 24;
     let count = 500;
-    for i in 0..count {
-        let text = format!(
-            "schedule = \"{} {hour} * * *\"\ncommand = [\"true\"]\n",
-            i % 60
-        );
-        timers.fire(task_named(&format!("t{i}"), &text));
-    }
+    let specs: Vec<Arc<TaskSpec>> = (0..count)
+        .map(|i| {
+            let text = format!(
+                "schedule = \"{} {hour} * * *\"\ncommand = [\"true\"]\n",
+                i % 60
+            );
+            task_named(&format!("t{i}"), &text)
+        })
+        .collect();
+    coordinator.leadership.send_modify(|l| {
+        l.tasks = Arc::new(specs.iter().map(|s| s.name.clone()).collect());
+    });
+    let _firing = fire(&shared, specs);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     // The timer loop is the one task left.
     while coordinator.reads.load(Ordering::SeqCst) < count || metrics.num_alive_tasks() > before + 1
@@ -244,7 +256,7 @@ async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_tas
     }
     let max_reading = coordinator.max_reading.load(Ordering::SeqCst);
     assert!(
-        (2..=timers::STARTS_IN_FLIGHT).contains(&max_reading),
+        (2..=crate::firing::STARTS_IN_FLIGHT).contains(&max_reading),
         "{max_reading} fire records read at once"
     );
     assert!(coordinator.claims().is_empty());
@@ -259,7 +271,7 @@ async fn given_a_slow_result_write_when_a_run_ends_just_before_the_next_tick_the
     let coordinator = SlowResults::new("t", None, Duration::from_millis(1500));
     let spec = task("schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\n");
 
-    let claims = claims_of(spec, &coordinator, &Arc::default(), 3).await;
+    let (claims, _) = claims_of(spec, &coordinator, 3).await;
 
     let intents: Vec<ClaimIntent> = claims.iter().map(|(_, intent)| *intent).collect();
     assert_eq!(intents, [ClaimIntent::Run; 3], "{claims:?}");
@@ -285,7 +297,7 @@ async fn given_a_catch_up_run_that_ends_just_before_the_next_tick_then_that_tick
         );
         let started = wall_clock();
 
-        let claims = claims_of(spec, &coordinator, &Arc::default(), 2).await;
+        let (claims, _) = claims_of(spec, &coordinator, 2).await;
 
         // The latest missed tick, caught up at once, then the next on-time tick.
         let (caught_up, on_time) = (claims[0], claims[1]);
@@ -347,9 +359,8 @@ async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_w
          overlap = \"replace\"\nkill_grace = \"1s\"\n"
     ));
     let coordinator = SlowResults::new("t", None, Duration::ZERO);
-    let runs: Arc<TaskRuns> = Arc::default();
 
-    let claims = claims_of(spec, &coordinator, &runs, 2).await;
+    let (claims, shared) = claims_of(spec, &coordinator, 2).await;
     let claimed_at = coordinator.claimed_at.lock().unwrap()[1];
     // The replacing run started: wait for its start time, then stop every run.
     let started_file = dir.path().join(plan::fire_id("t", claims[1].0));
@@ -366,7 +377,7 @@ async fn given_overlap_replace_when_the_old_run_ignores_sigterm_then_the_claim_w
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    for mut done in runs.stop_all(true) {
+    for mut done in shared.runs.stop_all(StopHow::KillNow) {
         let _ = done.wait_for(|ended| *ended).await;
     }
 
@@ -422,7 +433,7 @@ async fn a_tick_is_claimed_ahead_of_its_instant_and_spawned_at_its_instant_not_b
     ));
     let coordinator = SlowResults::new("t", None, Duration::ZERO);
 
-    let claims = claims_of(spec, &coordinator, &Arc::default(), 2).await;
+    let (claims, _) = claims_of(spec, &coordinator, 2).await;
 
     // The first tick may have been armed within the lead; the second was not.
     let (tick, _) = claims[1];
@@ -451,11 +462,10 @@ async fn a_tick_orphaned_before_its_instant_is_rerun_at_its_instant_not_before()
     let coordinator = SlowResults::new("t", Some(orphan), Duration::ZERO);
     *coordinator.orphan.lock().unwrap() = Some(orphan);
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    let timers = Timers::new(shared);
-    let timer = timers.fire(spec);
+    let firing = fire(&shared, vec![spec]);
 
     let spawned = start_time(&dir.path().join(plan::fire_id("t", orphan))).await;
-    timers.stop(timer);
+    firing.engine().handle(Input::Load(Vec::new()));
 
     let reclaimed = coordinator.reclaimed_at.lock().unwrap().clone();
     assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
@@ -487,7 +497,7 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
         file.display()
     ));
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
-    let tasks = TaskTable::from_iter([("t".to_string(), LoadedTask { spec, timer: None })]);
+    let firing = fire(&shared, vec![spec]);
     let requested_at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
     let trigger = crate::coord::Trigger {
         fire_id: "t@manual-0000000007".into(),
@@ -499,7 +509,9 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
         vec![trigger],
     )]));
     for _ in 0..3 {
-        manual::start_manual_runs(&shared, &tasks, &leadership);
+        firing
+            .engine()
+            .handle(Input::Leadership(leadership.clone()));
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while coordinator.ended.lock().unwrap().is_empty() {
@@ -513,7 +525,9 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
     // listing starts a task for each trigger it claims, and this one starts none.
     let metrics = tokio::runtime::Handle::current().metrics();
     let tasks_before = metrics.num_alive_tasks();
-    manual::start_manual_runs(&shared, &tasks, &leadership);
+    firing
+        .engine()
+        .handle(Input::Leadership(leadership.clone()));
     assert_eq!(
         metrics.num_alive_tasks(),
         tasks_before,
@@ -542,30 +556,21 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
 
 /// A leadership change is applied only to the tasks whose lease or pause mark changed (a node
 /// taking its share of a 20-node cold start walked all 10,000 loaded tasks per publication);
-/// the timers must still end up exactly as a pass over every task would leave them.
-#[tokio::test(flavor = "multi_thread")]
-async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_full_pass() {
-    let coordinator = SlowResults::new("none", None, Duration::ZERO);
-    let mut daemon = Daemon::new(config(), coordinator.clone());
-    let hour = (wall_clock()
-        .format("%H")
-        .to_string()
-        .parse::<u32>()
-        .unwrap()
-        + 12)
-        % 24;
-    daemon.tasks = ["a", "b", "c", "d"]
+/// the tasks fired must still end up exactly as a pass over every task would leave them.
+#[test]
+fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_full_pass() {
+    let now = wall_clock();
+    let mut core: Firing<()> = Firing::new(FiringConfig::default(), now);
+    let hour = (now.format("%H").to_string().parse::<u32>().unwrap() + 12) % 24;
+    let specs = ["a", "b", "c", "d"]
         .into_iter()
         .map(|name| {
             let enabled = if name == "d" { "enabled = false\n" } else { "" };
             let text = format!("schedule = \"0 {hour} * * *\"\ncommand = [\"true\"]\n{enabled}");
-            let task = LoadedTask {
-                spec: task_named(name, &text),
-                timer: None,
-            };
-            (name.to_string(), task)
+            task_named(name, &text)
         })
         .collect();
+    core.handle(Input::Load(specs), now);
     let led = |names: &[&str]| Arc::new(names.iter().map(|n| Arc::from(*n)).collect());
     let set = |names: &[&str]| Arc::new(names.iter().map(|n| n.to_string()).collect());
     type Led = Arc<BTreeSet<Arc<str>>>;
@@ -619,26 +624,21 @@ async fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_f
     ];
     let mut kept = None;
     for (step, (paused, tasks, paused_tasks, firing, status)) in steps.into_iter().enumerate() {
-        coordinator.leadership.send_modify(|l| {
-            l.paused = paused;
-            l.tasks = tasks;
-            l.paused_tasks = paused_tasks;
-        });
-        daemon.apply_leadership();
-        let timed: Vec<&str> = daemon
-            .tasks
-            .iter()
-            .filter(|t| t.timer.is_some())
-            .map(|t| &*t.spec.name)
-            .collect();
-        assert_eq!(timed, firing, "step {step}");
-        assert_eq!(daemon.status, status, "step {step}");
+        let leadership = Leadership {
+            paused,
+            tasks,
+            paused_tasks,
+            ..Leadership::default()
+        };
+        core.handle(Input::Leadership(leadership.clone()), now);
+        assert_eq!(core.firing(), firing, "step {step}");
+        let line = service::status_line(&leadership, core.leading(), 4);
+        assert_eq!(line, status, "step {step}");
         // A task led before and after keeps its timer (not stopped and started again).
-        let b = format!("{:?}", daemon.tasks.get("b").unwrap().timer);
+        let b = format!("{:?}", core.entry_of("b"));
         if step == 1 {
             assert_eq!(Some(&b), kept.as_ref(), "step {step}");
         }
         kept = Some(b);
     }
-    daemon.timers.stop_all();
 }

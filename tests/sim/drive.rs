@@ -5,9 +5,10 @@
 //! timeout of 2/3 of the session timeout, reconnect with the same session, calls failing with
 //! `ConnectionLoss` when the connection drops) and feeds the node `Input::Connected` /
 //! `Disconnected` / `Expired` / `Watch` / `Reply`; the *driver* part calls `handle_timeout` at
-//! `poll_timeout()` and drains `poll()`; the *daemon* part runs the real [`TickPlanner`] for each
-//! task the node leads (starting from `Request::LastClaimed`) and claims each tick through
-//! `Request::Claim`: a run starts only on an answer of `Claimed`.
+//! `poll_timeout()` and drains `poll()`; the *daemon* part is the real firing core
+//! ([`Firing`], the daemon's per-task rules) fed with the node's leadership and answers: its
+//! calls go to the node as `Request`s, its preparations are done at once, its runs start at
+//! their due time by the node's clock and end 10 ms–3 s later (at once when stopped).
 
 use std::cmp::Reverse;
 
@@ -19,7 +20,11 @@ use zkcron::coord::records::{
     TaskSetRef,
 };
 use zkcron::coord::records::{TriggerRecord, TriggerState};
-use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
+use zkcron::coord::{ClaimOutcome, Leadership, RunResult};
+use zkcron::firing::{
+    self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
+    Input as FireInput, RunId, RunKind,
+};
 use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
@@ -147,22 +152,26 @@ pub(crate) enum T {
     NodeTimeout(u64),
     /// A call made while disconnected fails.
     Fail(OpId),
-    /// A planner's next tick is due.
-    Wake {
+    /// The firing core's `poll_timeout()` came due.
+    CoreTimeout(u64),
+    /// A claimed tick's due time came: its run starts.
+    Spawn {
         task: TaskIx,
-        generation: u64,
-        seq: u64,
+        tick: DateTime<Utc>,
+        run: RunId,
     },
     RunEnd {
         task: TaskIx,
         tick: DateTime<Utc>,
+        run: RunId,
     },
-    /// Retry reading a record or re-plan after a clock step or a pause.
-    Poke,
     /// Give up waiting for a graceful stop.
     StopDeadline,
     /// A manual run (index into `Sim::triggers`) ends.
-    ManualEnd(usize),
+    ManualEnd {
+        k: usize,
+        run: RunId,
+    },
 }
 
 #[derive(Debug)]
@@ -201,36 +210,43 @@ pub(crate) struct Link {
 // One process: client, driver and daemon around the node
 // ------------------------------------------------------------------------------------------------
 
-/// A task the daemon fires: its planner and its claim in flight.
-#[derive(Debug)]
-pub(crate) struct Plan {
-    pub(crate) generation: u64,
-    /// `None` while `LastClaimed` is asked.
-    pub(crate) planner: Option<TickPlanner>,
-    pub(crate) queue: VecDeque<DateTime<Utc>>,
-    pub(crate) in_flight: bool,
-    pub(crate) wake_seq: u64,
+/// A run of the firing core on this process.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Run {
+    /// Claimed ahead of its due time.
+    Waiting,
+    Running {
+        task: TaskIx,
+        tick: DateTime<Utc>,
+    },
+}
+
+/// What a request of the firing core asked, for its answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CoreAsk {
+    /// The fire record.
+    Record,
+    /// A claim or reclaim of a tick.
+    Claim {
+        task: TaskIx,
+        tick: DateTime<Utc>,
+    },
+    Orphan,
+    RunsElsewhere,
+    Manual,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Asked {
     Publish,
-    Last {
-        task: TaskIx,
-        generation: u64,
-    },
-    Claim {
-        task: TaskIx,
-        generation: u64,
-        tick: DateTime<Utc>,
+    /// For the firing core's call `call`.
+    Core {
+        call: CallId,
+        what: CoreAsk,
     },
     RunEnded,
     Release,
     Close,
-    /// `ClaimManual` of `Sim::triggers[trigger]`.
-    Manual {
-        trigger: usize,
-    },
 }
 
 #[derive(Default)]
@@ -269,12 +285,14 @@ pub(crate) struct Proc {
     pub(crate) leadership: Leadership,
     pub(crate) next_req: ReqId,
     pub(crate) asked: BTreeMap<ReqId, Asked>,
-    pub(crate) plans: BTreeMap<TaskIx, Plan>,
-    pub(crate) next_generation: u64,
+    /// The real firing rules of this process's daemon.
+    pub(crate) firing: Option<Firing<()>>,
+    pub(crate) core_timeout_generation: u64,
+    pub(crate) core_timeout_at: Option<Ms>,
+    /// The runs the core started, until they end.
+    pub(crate) runs: BTreeMap<RunId, Run>,
     /// Requests to hand the node once its outputs are drained.
     pub(crate) requests: VecDeque<(ReqId, Request)>,
-    /// Manual runs this daemon is claiming or has claimed (by fire id).
-    pub(crate) manual: BTreeSet<String>,
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -459,37 +477,6 @@ impl<'s> Sim<'s> {
                 format!("operator {op:?}: {result:?}")
             );
             self.broadcast(events);
-        }
-    }
-
-    /// Claims the manual runs the node lists that this daemon has not asked for yet.
-    fn claim_triggers(&mut self, n: NodeIx) {
-        let p = &self.procs[n];
-        if p.leadership.paused || p.stopping {
-            return;
-        }
-        let listed: Vec<(String, Trigger)> = p
-            .leadership
-            .triggers
-            .iter()
-            .flat_map(|(task, list)| list.iter().map(|t| (task.clone(), t.clone())))
-            .collect();
-        for (task, trigger) in listed {
-            if !self.procs[n].manual.insert(trigger.fire_id.clone()) {
-                continue;
-            }
-            let Some(k) = self
-                .triggers
-                .iter()
-                .position(|(_, id, _)| *id == trigger.fire_id)
-            else {
-                continue;
-            };
-            self.ask(
-                n,
-                Request::ClaimManual { task, trigger },
-                Asked::Manual { trigger: k },
-            );
         }
     }
 
@@ -904,9 +891,15 @@ impl<'s> Sim<'s> {
         };
         let before = write.before.as_ref().and_then(|(d, _)| decode(d));
         let Some(tick) = record.tick else { return };
-        let previous = before.and_then(|b| b.tick);
-        if previous == Some(tick) {
-            return; // Not a new claim (a rerun, or a field of the same tick).
+        let previous = before.as_ref().and_then(|b| b.tick);
+        // A fresh claim by another session of the tick the record names already is a second
+        // claim of it (a stale node claiming ahead after its successor claimed); any other write
+        // of the same tick (a rerun, a field) is not a new claim.
+        let second_claim = before.as_ref().is_some_and(|b| {
+            !b.session.is_empty() && b.session != record.session && record.reruns == 0
+        });
+        if previous == Some(tick) && !second_claim {
+            return;
         }
         self.stats.claims += 1;
         let claimer = node.unwrap_or(NO_NODE);
@@ -929,7 +922,10 @@ impl<'s> Sim<'s> {
                 previous.map(secs)
             ),
         );
-        let latest = epoch() + TimeDelta::milliseconds(self.now as i64 + self.sc.max_abs_skew_ms);
+        // A tick is claimed up to `CLAIM_AHEAD` before its instant (and spawned at it).
+        let latest = epoch()
+            + TimeDelta::milliseconds(self.now as i64 + self.sc.max_abs_skew_ms)
+            + zkcron::plan::CLAIM_AHEAD;
         let write = RecordWrite {
             task: t,
             previous,
@@ -1020,14 +1016,19 @@ impl<'s> Sim<'s> {
         p.timeout_at = None;
         p.leadership = Leadership::default();
         p.asked.clear();
-        p.plans.clear();
         p.requests.clear();
+        p.runs.clear();
+        p.core_timeout_at = None;
+        p.firing = Some(Firing::new(FiringConfig::default(), clock.wall));
         self.log_node(n);
-        let specs: Vec<TaskSpec> = self.procs[n]
+        let mut specs: Vec<TaskSpec> = self.procs[n]
             .defines
             .iter()
             .map(|&t| task_spec(&self.sc.tasks[t]))
             .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        let loaded = specs.iter().cloned().map(Arc::new).collect();
+        self.core_input(n, FireInput::Load(loaded));
         self.ask(n, Request::Publish(specs), Asked::Publish);
         self.connect(n);
         self.settle(n);
@@ -1198,20 +1199,18 @@ impl<'s> Sim<'s> {
                     result: Err(ZkFail::ConnectionLoss),
                 },
             ),
-            T::Wake {
-                task,
-                generation,
-                seq,
-            } => {
-                let due = self.procs[n]
-                    .plans
-                    .get(&task)
-                    .is_some_and(|f| f.generation == generation && f.wake_seq == seq);
-                if due {
-                    self.pump(n, task);
+            T::CoreTimeout(generation) => {
+                if self.procs[n].core_timeout_generation == generation {
+                    self.procs[n].core_timeout_at = None;
+                    let wall = self.wall(n);
+                    if let Some(core) = self.procs[n].firing.as_mut() {
+                        core.handle_timeout(wall);
+                    }
+                    self.core_settle(n);
                 }
             }
-            T::ManualEnd(k) => {
+            T::Spawn { task, tick, run } => self.spawn_due(n, task, tick, run),
+            T::ManualEnd { k, run } => {
                 let (task, fire_id, requested_at) = self.triggers[k].clone();
                 let result = RunResult {
                     tick: requested_at,
@@ -1228,30 +1227,12 @@ impl<'s> Sim<'s> {
                 };
                 let name = self.sc.tasks[task].name.clone();
                 self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
-                self.settle(n);
+                self.core_input(n, FireInput::RunEnded { run });
             }
-            T::RunEnd { task, tick } => {
-                let result = RunResult {
-                    tick,
-                    node: self.procs[n].id.clone(),
-                    exit: "exit code 0".into(),
-                    success: true,
-                    attempts: 1,
-                    duration_ms: 1,
-                    finished_at: self.wall(n),
-                    ..RunResult::default()
-                };
-                let name = self.sc.tasks[task].name.clone();
-                self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
-                self.settle(n);
-            }
-            T::Poke => {
-                self.sync_plans(n);
-                let tasks: Vec<TaskIx> = self.procs[n].plans.keys().copied().collect();
-                for t in tasks {
-                    self.pump(n, t);
+            T::RunEnd { task, tick, run } => {
+                if self.procs[n].runs.contains_key(&run) {
+                    self.run_ended(n, task, tick, run, "exit code 0");
                 }
-                self.settle(n);
             }
             T::StopDeadline => {
                 if self.procs[n].stopping {
@@ -1380,9 +1361,8 @@ impl<'s> Sim<'s> {
                         leadership.paused, leadership.tasks
                     ),
                 );
-                self.procs[n].leadership = leadership;
-                self.sync_plans(n);
-                self.claim_triggers(n);
+                self.procs[n].leadership = leadership.clone();
+                self.core_input(n, FireInput::Leadership(leadership));
             }
             Output::Answer { req, answer } => {
                 let Some(asked) = self.procs[n].asked.remove(&req) else {
@@ -1398,59 +1378,221 @@ impl<'s> Sim<'s> {
     }
 
     // --------------------------------------------------------------------------------------------
-    // The daemon
+    // The daemon: the real firing core, with the world's processes and answers around it
     // --------------------------------------------------------------------------------------------
 
-    /// Plans exactly the tasks the node leads, and nothing while it is paused.
-    pub(crate) fn sync_plans(&mut self, n: NodeIx) {
-        let p = &self.procs[n];
-        let led: BTreeSet<TaskIx> = if p.leadership.paused || p.stopping {
-            BTreeSet::new()
-        } else {
-            p.leadership
-                .tasks
-                .iter()
-                .filter_map(|name| self.by_name.get(&**name).copied())
-                .collect()
+    /// Hands the node's process's firing core `input` at its wall clock, then performs what it
+    /// asks and sets its timer.
+    pub(crate) fn core_input(&mut self, n: NodeIx, input: FireInput<()>) {
+        let wall = self.wall(n);
+        let Some(core) = self.procs[n].firing.as_mut() else {
+            return;
         };
-        let stop: Vec<TaskIx> = p
-            .plans
-            .keys()
-            .filter(|t| !led.contains(t))
-            .copied()
-            .collect();
-        for t in stop {
-            self.procs[n].plans.remove(&t);
-            note!(self, Some(n), Some(t), "stopped firing".into());
+        core.handle(input, wall);
+        self.core_settle(n);
+    }
+
+    /// Performs the core's actions until it has none, then sets its timer.
+    pub(crate) fn core_settle(&mut self, n: NodeIx) {
+        while let Some(action) = self.procs[n].firing.as_mut().and_then(|core| core.poll()) {
+            self.perform(n, action);
         }
-        for t in led {
-            if self.procs[n].plans.contains_key(&t) {
-                continue;
+        let Some(due) = self.procs[n].firing.as_ref().and_then(|c| c.poll_timeout()) else {
+            self.procs[n].core_timeout_at = None;
+            return;
+        };
+        let true_ms = (due - epoch()).num_milliseconds() - self.procs[n].skew_ms;
+        let mut at = (true_ms.max(0) as Ms).max(self.now);
+        if self.sc.knobs.bug == NodeBug::SlowTimer {
+            at += 3_000;
+        }
+        let p = &mut self.procs[n];
+        if p.core_timeout_at == Some(at) {
+            return;
+        }
+        p.core_timeout_at = Some(at);
+        p.core_timeout_generation += 1;
+        let generation = p.core_timeout_generation;
+        self.timer(n, at - self.now, T::CoreTimeout(generation));
+    }
+
+    /// Performs one action of the firing core: calls go to the node as requests, preparations
+    /// are done at once, runs start at their instant.
+    fn perform(&mut self, n: NodeIx, action: FireAction<()>) {
+        let ask = |what| move |call| Asked::Core { call, what };
+        match action {
+            FireAction::ReadFireRecord { call, task } => {
+                note!(
+                    self,
+                    Some(n),
+                    self.by_name.get(&*task).copied(),
+                    "reading the record".into()
+                );
+                let task = task.to_string();
+                self.ask(n, Request::LastClaimed { task }, ask(CoreAsk::Record)(call));
             }
-            let p = &mut self.procs[n];
-            p.next_generation += 1;
-            let generation = p.next_generation;
-            p.plans.insert(
-                t,
-                Plan {
-                    generation,
-                    planner: None,
-                    queue: VecDeque::new(),
-                    in_flight: false,
-                    wake_seq: 0,
-                },
-            );
-            note!(self, Some(n), Some(t), "firing: reading the record".into());
-            let task = self.sc.tasks[t].name.clone();
-            self.ask(
-                n,
-                Request::LastClaimed { task },
-                Asked::Last {
-                    task: t,
-                    generation,
-                },
-            );
+            FireAction::ReadOrphan { call, task } => {
+                let task = task.to_string();
+                self.ask(
+                    n,
+                    Request::OrphanedTick { task },
+                    ask(CoreAsk::Orphan)(call),
+                );
+            }
+            FireAction::CountRunsElsewhere { call, task } => {
+                let task = task.to_string();
+                let asked = ask(CoreAsk::RunsElsewhere)(call);
+                self.ask(n, Request::RunsElsewhere { task }, asked);
+            }
+            FireAction::Prepare { call, .. } => {
+                let wall = self.wall(n);
+                let answer = FireInput::Answer {
+                    call,
+                    answer: FireAnswer::Prepared(()),
+                };
+                if let Some(core) = self.procs[n].firing.as_mut() {
+                    core.handle(answer, wall);
+                }
+            }
+            FireAction::Claim {
+                call,
+                task,
+                tick,
+                intent,
+            } => {
+                let t = task_ix(&task);
+                note!(
+                    self,
+                    Some(n),
+                    Some(t),
+                    format!("claim {:.3}s ({intent:?})", secs(tick))
+                );
+                let request = Request::Claim {
+                    task: task.to_string(),
+                    tick,
+                    intent,
+                };
+                self.ask(n, request, ask(CoreAsk::Claim { task: t, tick })(call));
+            }
+            FireAction::Reclaim { call, task, tick } => {
+                let t = task_ix(&task);
+                let request = Request::Reclaim {
+                    task: task.to_string(),
+                    tick,
+                };
+                self.ask(n, request, ask(CoreAsk::Claim { task: t, tick })(call));
+            }
+            FireAction::ClaimManual {
+                call,
+                task,
+                trigger,
+            } => {
+                let request = Request::ClaimManual {
+                    task: task.to_string(),
+                    trigger,
+                };
+                self.ask(n, request, ask(CoreAsk::Manual)(call));
+            }
+            FireAction::Spawn(spawn) => self.spawn(n, spawn),
+            FireAction::StopRuns { runs, .. } => {
+                for run in runs {
+                    self.stop_run(n, run);
+                }
+            }
+            FireAction::CancelRetries { .. } | FireAction::ReleaseMemory => {}
         }
+    }
+
+    /// A claimed run: a manual one starts now, a tick's at its due time by the node's clock.
+    fn spawn(&mut self, n: NodeIx, spawn: firing::Spawn<()>) {
+        let task = task_ix(&spawn.task);
+        if spawn.kind == RunKind::Manual {
+            let fire_id = spawn.fire_id;
+            let Some(k) = self.triggers.iter().position(|(_, id, _)| *id == fire_id) else {
+                return;
+            };
+            note!(self, Some(n), Some(task), format!("MANUAL RUN {fire_id}"));
+            self.check.on_manual_run(self.now, &fire_id, task, n);
+            self.timer(n, 500, T::ManualEnd { k, run: spawn.run });
+            return;
+        }
+        let tick = spawn.tick.instant;
+        let wait = (spawn.tick.due_at - self.wall(n)).num_milliseconds().max(0) as Ms;
+        self.procs[n].runs.insert(spawn.run, Run::Waiting);
+        self.timer(
+            n,
+            wait,
+            T::Spawn {
+                task,
+                tick,
+                run: spawn.run,
+            },
+        );
+    }
+
+    /// The run's instant came: it starts, unless it was stopped before.
+    pub(crate) fn spawn_due(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>, run: RunId) {
+        match self.procs[n].runs.get(&run) {
+            Some(Run::Waiting) => {
+                self.procs[n].runs.insert(run, Run::Running { task, tick });
+                self.ran(n, task, tick);
+                let took = self.rng.random_range(10..=3_000);
+                self.timer(n, took, T::RunEnd { task, tick, run });
+            }
+            Some(Run::Running { .. }) => {}
+            None => {
+                // Stopped before its instant: never started; its end is recorded.
+                note!(
+                    self,
+                    Some(n),
+                    Some(task),
+                    format!("not started {:.3}s", secs(tick))
+                );
+                self.run_ended(
+                    n,
+                    task,
+                    tick,
+                    run,
+                    "not started: stopped before its instant",
+                );
+            }
+        }
+    }
+
+    /// SIGTERM to a run: it ends at once (a waiting one never starts).
+    fn stop_run(&mut self, n: NodeIx, run: RunId) {
+        match self.procs[n].runs.get(&run) {
+            Some(&Run::Running { task, tick }) => self.timer(n, 1, T::RunEnd { task, tick, run }),
+            Some(Run::Waiting) => {
+                self.procs[n].runs.remove(&run);
+            }
+            None => {}
+        }
+    }
+
+    /// A run ended: its result goes to the node, its end to the core.
+    pub(crate) fn run_ended(
+        &mut self,
+        n: NodeIx,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        run: RunId,
+        exit: &str,
+    ) {
+        self.procs[n].runs.remove(&run);
+        let result = RunResult {
+            tick,
+            node: self.procs[n].id.clone(),
+            exit: exit.into(),
+            success: exit == "exit code 0",
+            attempts: 1,
+            duration_ms: 1,
+            finished_at: self.wall(n),
+            ..RunResult::default()
+        };
+        let name = self.sc.tasks[task].name.clone();
+        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+        self.core_input(n, FireInput::RunEnded { run });
     }
 
     pub(crate) fn answered(
@@ -1460,75 +1602,39 @@ impl<'s> Sim<'s> {
         answer: zkcron::coord::node::io::Answer,
     ) {
         match asked {
-            Asked::Last { task, generation } => {
-                let current = self.procs[n]
-                    .plans
-                    .get(&task)
-                    .is_some_and(|p| p.generation == generation);
-                if !current {
-                    return;
-                }
-                match answer {
-                    Ok(Answered::Tick(last)) => {
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!("record read: {:?}", last.map(secs)),
-                        );
-                        let last = if self.sc.knobs.bug == NodeBug::NoCatchUp {
-                            None
-                        } else {
-                            last
-                        };
-                        let wall = self.wall(n);
-                        let rules = self.sc.tasks[task].rules.clone();
-                        let plan = self.procs[n].plans.get_mut(&task).expect("current");
-                        plan.planner = Some(TickPlanner::start(rules, last, wall));
-                        self.pump(n, task);
-                    }
-                    other => {
-                        // The daemon retries: drop the plan and poke again in a second.
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!("record not read: {other:?}")
-                        );
-                        self.procs[n].plans.remove(&task);
-                        self.timer(n, 1_000, T::Poke);
-                    }
+            Asked::Core { call, what } => {
+                let answer = self.core_answer(n, what, answer);
+                self.core_input(n, FireInput::Answer { call, answer });
+            }
+            Asked::Close => {
+                if self.procs[n].stopping {
+                    self.kill(n);
                 }
             }
-            Asked::Claim {
-                task,
-                generation,
-                tick,
-            } => {
-                match answer {
-                    Ok(Answered::Claim(ClaimOutcome::Claimed)) => self.ran(n, task, tick),
-                    Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })) => {
-                        self.stats.already_claimed += 1;
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!(
-                                "claim {:.3}s: already claimed (record {:.3}s)",
-                                secs(tick),
-                                secs(record)
-                            ),
-                        );
-                    }
-                    Ok(Answered::Claim(ClaimOutcome::NotLeader)) => {
-                        self.stats.not_leader += 1;
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!("claim {:.3}s: not leader", secs(tick)),
-                        );
-                    }
+            Asked::Publish | Asked::RunEnded | Asked::Release => {}
+        }
+    }
+
+    /// The node's answer as the firing core takes it, counted, and bent by a deliberate bug.
+    fn core_answer(
+        &mut self,
+        n: NodeIx,
+        what: CoreAsk,
+        answer: zkcron::coord::node::io::Answer,
+    ) -> FireAnswer<()> {
+        match (what, answer) {
+            (CoreAsk::Record, Ok(Answered::Tick(last))) => {
+                let last = if self.sc.knobs.bug == NodeBug::NoCatchUp {
+                    None
+                } else {
+                    last
+                };
+                FireAnswer::FireRecord(Ok(last))
+            }
+            (CoreAsk::Record, Err(error)) => FireAnswer::FireRecord(Err(error)),
+            (CoreAsk::Claim { task, tick }, answer) => {
+                let outcome = match answer {
+                    Ok(Answered::Claim(outcome)) => Ok(outcome),
                     Err(error) if self.sc.knobs.bug == NodeBug::AssumeClaimedOnLoss => {
                         note!(
                             self,
@@ -1539,52 +1645,60 @@ impl<'s> Sim<'s> {
                                 secs(tick)
                             )
                         );
-                        self.ran(n, task, tick);
+                        Ok(ClaimOutcome::Claimed)
                     }
-                    other => {
-                        self.stats.conflicts += 1;
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!("claim {:.3}s: {other:?}", secs(tick)),
-                        );
-                    }
-                }
-                if let Some(plan) = self.procs[n].plans.get_mut(&task)
-                    && plan.generation == generation
-                {
-                    plan.in_flight = false;
-                    self.pump(n, task);
-                }
+                    Err(error) => Err(error),
+                    Ok(other) => panic!("the node answered {other:?} to {what:?}"),
+                };
+                self.count_claim(n, task, tick, &outcome);
+                FireAnswer::Claim(outcome)
             }
-            Asked::Close => {
-                if self.procs[n].stopping {
-                    self.kill(n);
-                }
+            (CoreAsk::Orphan, answer) => FireAnswer::Orphan(answer.map(|a| match a {
+                Answered::Tick(tick) => tick,
+                other => panic!("the node answered {other:?} to {what:?}"),
+            })),
+            (CoreAsk::RunsElsewhere, answer) => {
+                FireAnswer::RunsElsewhere(answer.map(|a| match a {
+                    Answered::Count(count) => count,
+                    other => panic!("the node answered {other:?} to {what:?}"),
+                }))
             }
-            Asked::Manual { trigger: k } => {
-                let (task, fire_id, _) = self.triggers[k].clone();
-                match answer {
-                    Ok(Answered::Claim(ClaimOutcome::Claimed)) => {
-                        note!(self, Some(n), Some(task), format!("MANUAL RUN {fire_id}"));
-                        self.check.on_manual_run(self.now, &fire_id, task, n);
-                        self.timer(n, 500, T::ManualEnd(k));
-                    }
-                    other => {
-                        note!(
-                            self,
-                            Some(n),
-                            Some(task),
-                            format!("manual claim {fire_id}: {other:?}")
-                        );
-                        // Listed again later (a new lease), it is asked for again.
-                        self.procs[n].manual.remove(&fire_id);
-                    }
-                }
-            }
-            Asked::Publish | Asked::RunEnded | Asked::Release => {}
+            (CoreAsk::Manual, answer) => FireAnswer::Claim(answer.map(|a| match a {
+                Answered::Claim(outcome) => outcome,
+                other => panic!("the node answered {other:?} to {what:?}"),
+            })),
+            (_, answer) => panic!("the node answered {answer:?} to {what:?}"),
         }
+    }
+
+    fn count_claim(
+        &mut self,
+        n: NodeIx,
+        task: TaskIx,
+        tick: DateTime<Utc>,
+        outcome: &Result<ClaimOutcome, zkcron::coord::CoordError>,
+    ) {
+        let what = match outcome {
+            Ok(ClaimOutcome::Claimed) => "claimed".to_string(),
+            Ok(ClaimOutcome::AlreadyClaimed { record }) => {
+                self.stats.already_claimed += 1;
+                format!("already claimed (record {:.3}s)", secs(*record))
+            }
+            Ok(ClaimOutcome::NotLeader) => {
+                self.stats.not_leader += 1;
+                "not leader".to_string()
+            }
+            Err(error) => {
+                self.stats.conflicts += 1;
+                format!("{error}")
+            }
+        };
+        note!(
+            self,
+            Some(n),
+            Some(task),
+            format!("claim {:.3}s: {what}", secs(tick))
+        );
     }
 
     pub(crate) fn ran(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>) {
@@ -1597,72 +1711,6 @@ impl<'s> Sim<'s> {
             .and_then(|c| c.iter().find(|c| c.node == n))
             .map_or(SessionId(0), |c| c.session);
         self.check.on_run(self.now, task, tick, n, session);
-        let took = self.rng.random_range(10..=3_000);
-        self.timer(n, took, T::RunEnd { task, tick });
-    }
-
-    pub(crate) fn pump(&mut self, n: NodeIx, task: TaskIx) {
-        loop {
-            let wall = self.wall(n);
-            let skew = self.procs[n].skew_ms;
-            let Some(plan) = self.procs[n].plans.get_mut(&task) else {
-                return;
-            };
-            if plan.in_flight {
-                return;
-            }
-            let Some(planner) = plan.planner.as_mut() else {
-                return;
-            };
-            if let Some(tick) = plan.queue.pop_front() {
-                plan.in_flight = true;
-                let generation = plan.generation;
-                note!(
-                    self,
-                    Some(n),
-                    Some(task),
-                    format!("claim {:.3}s", secs(tick))
-                );
-                let name = self.sc.tasks[task].name.clone();
-                self.ask(
-                    n,
-                    Request::Claim {
-                        task: name,
-                        tick,
-                        intent: ClaimIntent::Run,
-                    },
-                    Asked::Claim {
-                        task,
-                        generation,
-                        tick,
-                    },
-                );
-                return;
-            }
-            match planner.poll(wall) {
-                Step::Fire { ticks, .. } => plan.queue.extend(ticks.iter().map(|t| t.instant)),
-                Step::SleepUntil(due) | Step::Held { until: due, .. } => {
-                    plan.wake_seq += 1;
-                    let (generation, seq) = (plan.generation, plan.wake_seq);
-                    let true_ms = (due - epoch()).num_milliseconds() - skew;
-                    let mut delay = (true_ms - self.now as i64).max(0) as Ms;
-                    if self.sc.knobs.bug == NodeBug::SlowTimer {
-                        delay += 3_000;
-                    }
-                    self.timer(
-                        n,
-                        delay,
-                        T::Wake {
-                            task,
-                            generation,
-                            seq,
-                        },
-                    );
-                    return;
-                }
-                Step::Finished => return,
-            }
-        }
     }
 
     // --------------------------------------------------------------------------------------------
@@ -1747,8 +1795,7 @@ impl<'s> Sim<'s> {
                 if self.procs[n].up {
                     self.log_node(n);
                     // The daemon notices a clock step and re-plans every task.
-                    self.procs[n].plans.clear();
-                    self.timer(n, 0, T::Poke);
+                    self.core_input(n, FireInput::ClockJumped);
                 }
             }
             Fault::Stranger(meddle) => self.meddle(meddle),
@@ -1919,8 +1966,8 @@ impl<'s> Sim<'s> {
         p.stopping = false;
         p.deferred.clear();
         p.inc += 1;
-        p.plans.clear();
-        p.manual.clear();
+        p.firing = None;
+        p.runs.clear();
         p.node = None;
         self.log_node(n);
     }
@@ -1929,7 +1976,7 @@ impl<'s> Sim<'s> {
     /// the node closed its session or after 2 s.
     pub(crate) fn graceful_stop(&mut self, n: NodeIx) {
         self.procs[n].stopping = true;
-        self.sync_plans(n);
+        self.core_input(n, FireInput::Shutdown);
         self.ask(n, Request::ReleaseAll, Asked::Release);
         self.ask(n, Request::Close, Asked::Close);
         self.timer(n, 2_000, T::StopDeadline);
@@ -1943,14 +1990,14 @@ impl<'s> Sim<'s> {
         self.procs[n].frozen = false;
         self.disturb(n, 1, false);
         // Resumed: timers that came due and buffered messages run now, in their order; half the
-        // time the planners' timers first, so the node acts on its stale view at once.
+        // time the firing core's timers first, so the node acts on its stale view at once.
         let deferred = std::mem::take(&mut self.procs[n].deferred);
         let (wakes, rest): (Vec<Ev>, Vec<Ev>) = if self.rng.random_bool(0.5) {
             deferred.into_iter().partition(|ev| {
                 matches!(
                     ev,
                     Ev::Timer {
-                        timer: T::Wake { .. },
+                        timer: T::CoreTimeout(_) | T::Spawn { .. },
                         ..
                     }
                 )
@@ -1961,6 +2008,5 @@ impl<'s> Sim<'s> {
         for ev in wakes.into_iter().chain(rest) {
             self.push(self.now, ev);
         }
-        self.timer(n, 0, T::Poke);
     }
 }

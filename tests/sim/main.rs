@@ -16,11 +16,11 @@
 //!   sending each `Output::Call` through the modelled network, building a new session on
 //!   `Output::NewSession`. Each node gets `Now { mono: since its process started, wall: true
 //!   time + its skew }`.
-//! - **The daemon is modelled around it**: on every `Output::Leadership` it plans exactly the
-//!   tasks the node leads (nothing while paused): `Request::LastClaimed`, then the real
-//!   [`TickPlanner`] on the node's wall clock; each due tick goes to `Request::Claim` (one at a
-//!   time per task), and a run starts only on an answer of `Claimed`; a run ends 10 ms–3 s later
-//!   with `Request::RunEnded`. A graceful stop sends `ReleaseAll` and `Close`.
+//! - **The daemon's firing rules are the real ones**: [`zkcron::firing::Firing`], fed every
+//!   `Output::Leadership` and the node's answers on the node's wall clock; its fire-record reads,
+//!   claims, orphan checks and manual claims go to the node as `Request`s, and a run starts only
+//!   after an answer of `Claimed`, at its due time; a run ends 10 ms–3 s later (at once when the
+//!   core stops it) with `Request::RunEnded`. A graceful stop sends `ReleaseAll` and `Close`.
 //! - **ZooKeeper** (`model_zk.rs`): real semantics for the generic operations the node speaks:
 //!   string paths, byte data, `Stat` (version, ephemeral owner = session id, ctime/mtime from the
 //!   server's true virtual time, czxid/mzxid), persistent and ephemeral creates (the parent must
@@ -175,7 +175,7 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use semver::{Version, VersionReq};
 use zkcron::coord::lease::{self, Member, TaskEntry, TaskSet, VACANT_BOUND};
-use zkcron::plan::{MAX_CATCH_UP, PlanRules, Step, TickPlanner};
+use zkcron::plan::{MAX_CATCH_UP, PlanRules};
 use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 

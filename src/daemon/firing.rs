@@ -1,0 +1,196 @@
+//! The shell of the firing rules: drives the sans-IO [`Firing`] core with the wall clock,
+//! performs its [`Action`]s and feeds their answers back.
+//!
+//! The core sits behind one mutex in an [`Engine`]. Whoever has something to tell it (the main
+//! loop: reloads, leadership, shutdown; a finished coordinator call or preparation; a run that
+//! ended) locks it, hands the input over with [`wall_clock`] as `now`, and performs the actions
+//! that come out before unlocking: performing is never more than spawning a tokio task for a
+//! coordinator call or a preparation, registering or signalling a run's handles, so actions are
+//! performed in the order the core emitted them. One loop ([`timer_loop`]) sleeps until the
+//! core's [`Firing::poll_timeout`], a change of it, or a jump of the wall clock. Idle tasks
+//! therefore cost no tokio task: one exists only while a call, a preparation or a run is under
+//! way.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::runs::{run_request, start_run};
+use super::{Shared, wall_clock};
+use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator};
+use crate::executor::{self, PreparedRun};
+use crate::firing::{Action, Answer, Firing, FiringConfig, Input};
+use crate::metrics::FireOutcome;
+
+/// The firing rules of this daemon and what performs their actions.
+pub(super) struct Engine<C: Coordinator> {
+    core: Mutex<Firing<PreparedRun>>,
+    /// Wakes the timer loop: the earliest wake-up may have changed.
+    wake: Notify,
+    shared: Arc<Shared<C>>,
+}
+
+/// The engine and its timer loop; dropping it stops the loop (not the calls and runs under
+/// way, which hold the engine until they end).
+pub(super) struct FiringShell<C: Coordinator> {
+    engine: Arc<Engine<C>>,
+    timer_loop: JoinHandle<()>,
+}
+
+impl<C: Coordinator> FiringShell<C> {
+    /// Starts the timer loop.
+    pub(super) fn start(shared: Arc<Shared<C>>, config: FiringConfig) -> FiringShell<C> {
+        let engine = Arc::new(Engine {
+            core: Mutex::new(Firing::new(config, wall_clock())),
+            wake: Notify::new(),
+            shared,
+        });
+        let timer_loop = tokio::spawn(timer_loop(engine.clone()));
+        FiringShell { engine, timer_loop }
+    }
+
+    pub(super) fn engine(&self) -> &Arc<Engine<C>> {
+        &self.engine
+    }
+}
+
+impl<C: Coordinator> Drop for FiringShell<C> {
+    fn drop(&mut self) {
+        self.timer_loop.abort();
+    }
+}
+
+impl<C: Coordinator> Engine<C> {
+    pub(super) fn shared(&self) -> &Arc<Shared<C>> {
+        &self.shared
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Firing<PreparedRun>> {
+        self.core.lock().expect("firing core poisoned")
+    }
+
+    /// Tells the core `input` now and performs what it asks.
+    pub(super) fn handle(self: &Arc<Self>, input: Input<PreparedRun>) {
+        let mut core = self.lock();
+        core.handle(input, wall_clock());
+        self.perform_all(&mut core);
+        drop(core);
+        self.wake.notify_one();
+    }
+
+    /// Reads the core.
+    pub(super) fn with<R>(&self, read: impl FnOnce(&Firing<PreparedRun>) -> R) -> R {
+        read(&self.lock())
+    }
+
+    fn perform_all(self: &Arc<Self>, core: &mut Firing<PreparedRun>) {
+        while let Some(action) = core.poll() {
+            self.perform(action);
+        }
+    }
+
+    fn perform(self: &Arc<Self>, action: Action<PreparedRun>) {
+        let shared = &self.shared;
+        match action {
+            Action::ReadFireRecord { call, task } => self.answer(call, move |s| async move {
+                Answer::FireRecord(s.coordinator.last_claimed(&task).await)
+            }),
+            Action::ReadOrphan { call, task } => self.answer(call, move |s| async move {
+                Answer::Orphan(s.coordinator.orphaned_tick(&task).await)
+            }),
+            Action::CountRunsElsewhere { call, task } => self.answer(call, move |s| async move {
+                Answer::RunsElsewhere(s.coordinator.runs_elsewhere(&task).await)
+            }),
+            Action::Prepare {
+                call,
+                spec,
+                tick,
+                fire_id,
+            } => {
+                let request = run_request(&spec, shared, tick, &fire_id);
+                self.answer(call, move |_| async move {
+                    Answer::Prepared(executor::prepare(request).await)
+                })
+            }
+            Action::Claim {
+                call,
+                task,
+                tick,
+                intent,
+            } => self.answer(call, move |s| async move {
+                let outcome = s.coordinator.claim(&task, tick, intent).await;
+                if let Ok(outcome) = &outcome {
+                    let won = *outcome == ClaimOutcome::Claimed;
+                    s.metrics.claim(won);
+                    if won && intent == ClaimIntent::Skip {
+                        s.metrics.fired(&task, FireOutcome::Skipped);
+                    }
+                }
+                Answer::Claim(outcome)
+            }),
+            Action::Reclaim { call, task, tick } => self.answer(call, move |s| async move {
+                let outcome = s.coordinator.reclaim(&task, tick).await;
+                if let Ok(outcome) = &outcome {
+                    s.metrics.claim(*outcome == ClaimOutcome::Claimed);
+                }
+                Answer::Claim(outcome)
+            }),
+            Action::ClaimManual {
+                call,
+                task,
+                trigger,
+            } => self.answer(call, move |s| async move {
+                Answer::Claim(s.coordinator.claim_manual(&task, &trigger).await)
+            }),
+            Action::Spawn(spawn) => start_run(self, spawn),
+            Action::StopRuns { runs, how } => {
+                shared.runs.stop(&runs, how);
+            }
+            Action::CancelRetries { runs } => shared.runs.cancel_retries(&runs),
+            Action::ReleaseMemory => super::memory::release_free_memory(),
+        }
+    }
+
+    /// Runs `ask` in a task of its own and hands its answer to the core as the answer to `call`.
+    fn answer<F, Fut>(self: &Arc<Self>, call: crate::firing::CallId, ask: F)
+    where
+        F: FnOnce(Arc<Shared<C>>) -> Fut,
+        Fut: std::future::Future<Output = Answer<PreparedRun>> + Send + 'static,
+    {
+        let engine = self.clone();
+        let asked = ask(self.shared.clone());
+        tokio::spawn(async move {
+            let answer = asked.await;
+            engine.handle(Input::Answer { call, answer });
+        });
+    }
+}
+
+/// The one loop: handles the core's wake-ups that are due and sleeps until the next, a change
+/// of it, or a jump of the wall clock.
+async fn timer_loop<C: Coordinator>(engine: Arc<Engine<C>>) {
+    let mut clock_jumps = engine.shared.clock_jumps.clone();
+    clock_jumps.borrow_and_update();
+    loop {
+        let next = {
+            let mut core = engine.lock();
+            core.handle_timeout(wall_clock());
+            engine.perform_all(&mut core);
+            core.poll_timeout()
+        };
+        let sleep = async {
+            match next {
+                Some(wake) => {
+                    tokio::time::sleep((wake - wall_clock()).to_std().unwrap_or_default()).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = engine.wake.notified() => {}
+            Ok(()) = clock_jumps.changed() => engine.handle(Input::ClockJumped),
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! Which tasks are fired: reloads, leadership (leases, the node's pause, the operator's pause
+//! of a task, session losses) and manual runs.
+//!
+//! Manual runs (`zkcron trigger`): each pending trigger listed in [`Leadership::triggers`] of a
+//! loaded, enabled task this node leads is prepared, claimed with
+//! [`Action::ClaimManual`] (retried while the node leads the task) and, only when `Claimed`,
+//! run once: fire id = the trigger's name, its tick = when it was requested. A manual run
+//! ignores `overlap` (it is kept apart, under `<task>@manual`, so a scheduled tick does not
+//! count it) and `jitter`, moves no fire record, and is never caught up or rerun. A paused
+//! task's trigger runs: the operator asked for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::*;
+
+/// The manual runs being claimed, and those claimed (until the leadership no longer lists
+/// them).
+pub(super) struct Manual<P> {
+    claiming: BTreeMap<String, ManualRun<P>>,
+    claimed: BTreeSet<String>,
+}
+
+impl<P> Default for Manual<P> {
+    fn default() -> Self {
+        Manual {
+            claiming: BTreeMap::new(),
+            claimed: BTreeSet::new(),
+        }
+    }
+}
+
+struct ManualRun<P> {
+    task: Arc<str>,
+    trigger: Trigger,
+    tick: Tick,
+    /// Set once prepared.
+    prepared: Option<P>,
+    /// The wait before the next claim if this one fails.
+    delay: TimeDelta,
+    /// Set while waiting to claim again.
+    wake: Option<DateTime<Utc>>,
+}
+
+impl<P> Manual<P> {
+    /// The pending retries (to rebuild the heap).
+    pub(super) fn wakes(&self) -> impl Iterator<Item = (DateTime<Utc>, String)> + '_ {
+        self.claiming
+            .iter()
+            .filter_map(|(id, run)| Some((run.wake?, id.clone())))
+    }
+
+    /// Gives up the claims waiting to be retried (shutdown).
+    pub(super) fn drop_waiting(&mut self) {
+        self.claiming.retain(|_, run| run.wake.is_none());
+    }
+}
+
+impl<P> Firing<P> {
+    // ---- reloads ----
+
+    /// Stops firing `task` before a reload publishes the new tasks.
+    pub(super) fn unload(&mut self, task: &str, why: Unload) {
+        let Ok(i) = self.loaded_index(task) else {
+            return;
+        };
+        if let Some(key) = self.loaded[i].key.take() {
+            self.remove(key);
+        }
+        match why {
+            Unload::Removed => {
+                self.loaded.remove(i);
+                let runs = self.runs.of(task);
+                let running = runs.len();
+                if running > 0 {
+                    self.out.push_back(Action::CancelRetries { runs });
+                }
+                tracing::info!(target: log::DAEMON,
+                    task = %task,
+                    running,
+                    "task removed; a run in progress finishes, without further retries"
+                );
+            }
+            Unload::Changed => {
+                tracing::info!(target: log::DAEMON, task = %task, "task changed; a run in progress finishes")
+            }
+        }
+    }
+
+    /// The loaded tasks after a reload; the leadership is applied to every one.
+    pub(super) fn load(&mut self, specs: Vec<Arc<TaskSpec>>) {
+        if self.shut_down {
+            return;
+        }
+        let mut old = std::mem::take(&mut self.loaded);
+        let mut loaded = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let key = match old.binary_search_by(|t| t.spec.name.cmp(&spec.name)) {
+                Ok(i) if Arc::ptr_eq(&old[i].spec, &spec) => old[i].key.take(),
+                _ => None,
+            };
+            loaded.push(Loaded { spec, key });
+        }
+        // Tasks gone without an unload, and changed ones still fired: stopped.
+        for key in old.into_iter().filter_map(|t| t.key) {
+            self.remove(key);
+        }
+        self.loaded = loaded;
+        self.applied = None;
+        let leadership = self.leadership.clone();
+        self.apply_leadership(leadership);
+    }
+
+    // ---- leadership ----
+
+    /// Starts firing the tasks this node should fire and stops the others; after a session
+    /// loss, stops the runs of tasks with `kill_on_session_loss`; starts manual runs.
+    pub(super) fn apply_leadership(&mut self, leadership: Leadership) {
+        if self.shut_down {
+            return;
+        }
+        self.leadership = leadership.clone();
+        if leadership.session_losses > self.session_losses {
+            self.session_losses = leadership.session_losses;
+            self.kill_on_session_loss();
+        }
+        match self.applied.take() {
+            Some(applied) if applied.paused == leadership.paused => {
+                self.apply_changes(&applied, &leadership)
+            }
+            _ => self.apply_to_all(&leadership),
+        }
+        self.start_manual_runs(&leadership);
+        self.applied = Some(leadership);
+    }
+
+    fn kill_on_session_loss(&mut self) {
+        let mut stop = Vec::new();
+        for task in &self.loaded {
+            let name = &task.spec.name;
+            if !task.spec.kill_on_session_loss || self.runs.count(name) == 0 {
+                continue;
+            }
+            tracing::warn!(target: log::DAEMON,
+                task = %name,
+                "ZooKeeper session lost: stopping this task's runs (kill_on_session_loss = true)"
+            );
+            stop.push(self.runs.of(name));
+        }
+        for runs in stop {
+            self.out.push_back(Action::StopRuns {
+                runs,
+                how: StopHow::Terminate,
+            });
+        }
+    }
+
+    /// Applies `leadership` only to the tasks whose lease or pause mark changed since
+    /// `applied` (a node taking its share of 10,000 leases publishes hundreds of changes).
+    fn apply_changes(&mut self, applied: &Leadership, leadership: &Leadership) {
+        let changed: BTreeSet<String> = applied
+            .tasks
+            .symmetric_difference(&leadership.tasks)
+            .map(|name| name.to_string())
+            .chain(
+                applied
+                    .paused_tasks
+                    .symmetric_difference(&leadership.paused_tasks)
+                    .cloned(),
+            )
+            .collect();
+        // The count of loaded tasks led, kept up to date from the same difference.
+        for name in applied.tasks.symmetric_difference(&leadership.tasks) {
+            if self.loaded_index(name).is_ok() {
+                if leadership.tasks.contains(name) {
+                    self.leading += 1;
+                } else {
+                    self.leading = self.leading.saturating_sub(1);
+                }
+            }
+        }
+        for name in changed {
+            if let Ok(i) = self.loaded_index(&name) {
+                self.apply_to_task(i, leadership);
+            }
+        }
+    }
+
+    fn apply_to_all(&mut self, leadership: &Leadership) {
+        self.slots
+            .reserve(self.loaded.len().saturating_sub(self.slots.len()));
+        for i in 0..self.loaded.len() {
+            self.apply_to_task(i, leadership);
+        }
+        let loaded = &self.loaded;
+        self.paused_logged.retain(|name| {
+            loaded
+                .binary_search_by(|t| (*t.spec.name).cmp(name.as_str()))
+                .is_ok()
+        });
+        self.leading = self
+            .loaded
+            .iter()
+            .filter(|t| leadership.tasks.contains(&*t.spec.name))
+            .count();
+    }
+
+    /// Starts or stops firing the loaded task `i` for `leadership`, and logs a pause or resume
+    /// by the operator once.
+    fn apply_to_task(&mut self, i: usize, leadership: &Leadership) {
+        let spec = self.loaded[i].spec.clone();
+        let name: &str = &spec.name;
+        let should_fire = spec.enabled && leadership.may_fire(name);
+        // Led, but paused by the operator: the lease stays, nothing fires.
+        let paused = spec.enabled
+            && leadership.tasks.contains(name)
+            && leadership.paused_tasks.contains(name);
+        if paused && self.paused_logged.insert(name.to_string()) {
+            tracing::warn!(target: log::DAEMON,
+                task = %name,
+                "task {name} is paused; nothing fires until `zkcron resume {name}`"
+            );
+        } else if !paused && self.paused_logged.remove(name) && should_fire {
+            tracing::info!(target: log::DAEMON,
+                task = %name,
+                "task {name} is no longer paused; firing it again from its fire record"
+            );
+        }
+        match (self.loaded[i].key, should_fire) {
+            (None, true) => {
+                // A newly led or resumed task: its planner starts from the fire record
+                // (`last_claimed`), which `zkcron resume` moved past the paused period.
+                let key = self.insert(spec.clone());
+                self.loaded[i].key = Some(key);
+            }
+            (Some(key), false) => {
+                self.loaded[i].key = None;
+                self.remove(key);
+                tracing::info!(target: log::TIMERS, task = %name, "no longer firing this task");
+            }
+            _ => {}
+        }
+    }
+
+    // ---- manual runs ----
+
+    /// Prepares a claim for every listed trigger of a task this node leads that it is not
+    /// claiming and has not claimed yet.
+    fn start_manual_runs(&mut self, leadership: &Leadership) {
+        let listed: BTreeSet<&str> = leadership
+            .triggers
+            .values()
+            .flatten()
+            .map(|t| t.fire_id.as_str())
+            .collect();
+        self.manual
+            .claimed
+            .retain(|id| listed.contains(id.as_str()));
+        if leadership.paused {
+            return;
+        }
+        for (task, triggers) in leadership.triggers.iter() {
+            let Ok(i) = self.loaded_index(task) else {
+                continue;
+            };
+            let spec = self.loaded[i].spec.clone();
+            if !spec.enabled || !leadership.tasks.contains(task.as_str()) {
+                continue;
+            }
+            for trigger in triggers {
+                let id = &trigger.fire_id;
+                if self.manual.claimed.contains(id) || self.manual.claiming.contains_key(id) {
+                    continue;
+                }
+                self.start_manual_run(&spec, trigger);
+            }
+        }
+    }
+
+    fn start_manual_run(&mut self, spec: &Arc<TaskSpec>, trigger: &Trigger) {
+        let tick = Tick {
+            instant: trigger.requested_at,
+            due_at: self.now,
+            catch_up: false,
+        };
+        let fire_id = trigger.fire_id.clone();
+        self.manual.claiming.insert(
+            fire_id.clone(),
+            ManualRun {
+                task: spec.name.clone(),
+                trigger: trigger.clone(),
+                tick,
+                prepared: None,
+                delay: FIRST_RETRY,
+                wake: None,
+            },
+        );
+        // Everything the spawn needs first, as for a tick: after the claim only the spawn is
+        // left.
+        let call = self.call(Call::ManualPrepared(fire_id.clone()));
+        self.out.push_back(Action::Prepare {
+            call,
+            spec: spec.clone(),
+            tick,
+            fire_id,
+        });
+    }
+
+    pub(super) fn manual_prepared(&mut self, fire_id: &str, prepared: P) {
+        if let Some(run) = self.manual.claiming.get_mut(fire_id) {
+            run.prepared = Some(prepared);
+            self.claim_manual(fire_id);
+        }
+    }
+
+    fn claim_manual(&mut self, fire_id: &str) {
+        let Some(run) = self.manual.claiming.get(fire_id) else {
+            return;
+        };
+        let (task, trigger) = (run.task.clone(), run.trigger.clone());
+        let call = self.call(Call::ManualClaim(fire_id.to_string()));
+        self.out.push_back(Action::ClaimManual {
+            call,
+            task,
+            trigger,
+        });
+    }
+
+    pub(super) fn manual_woke(&mut self, fire_id: &str, at: DateTime<Utc>) {
+        let Some(run) = self.manual.claiming.get_mut(fire_id) else {
+            return;
+        };
+        if run.wake != Some(at) {
+            return;
+        }
+        run.wake = None;
+        self.claim_manual(fire_id);
+    }
+
+    pub(super) fn manual_claimed(
+        &mut self,
+        fire_id: &str,
+        result: Result<ClaimOutcome, CoordError>,
+    ) {
+        let Some(run) = self.manual.claiming.get_mut(fire_id) else {
+            return;
+        };
+        let task = run.task.clone();
+        let leads = !self.leadership.paused && self.leadership.tasks.contains(&*task);
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(error) if leads && !self.shut_down => {
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}); retrying");
+                let at = self.now + run.delay;
+                run.delay = (run.delay * 2).min(CLAIM_RETRY_MAX);
+                run.wake = Some(at);
+                self.heap
+                    .push(Reverse((at, Wake::Manual(fire_id.to_string()))));
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}) and this node no longer leads the task; the next leader runs it");
+                ClaimOutcome::NotLeader
+            }
+        };
+        let run = self.manual.claiming.remove(fire_id).expect("claiming");
+        match outcome {
+            ClaimOutcome::Claimed => {
+                self.manual.claimed.insert(fire_id.to_string());
+                let requested_at = run.trigger.requested_at;
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "manual run claimed; starting it");
+                // Nothing stops a manual run's claim: it has no loop of its own (shutdown
+                // reaches its run).
+                self.spawn(SpawnOf {
+                    task,
+                    tick: run.tick,
+                    fire_id: fire_id.to_string(),
+                    prepared: run.prepared.expect("prepared before the claim"),
+                    kind: RunKind::Manual,
+                    retries: Retries::Allowed,
+                });
+            }
+            ClaimOutcome::AlreadyClaimed { .. } => {
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run already claimed (or gone); not running it");
+            }
+            ClaimOutcome::NotLeader => {
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run not claimed: not the leader");
+            }
+        }
+    }
+}
