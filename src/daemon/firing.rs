@@ -143,7 +143,11 @@ impl<C: Coordinator> Engine<C> {
             } => self.answer(call, move |s| async move {
                 Answer::Claim(s.coordinator.claim_manual(&task, &trigger).await)
             }),
-            Action::Spawn(spawn) => start_run(self, spawn),
+            Action::Spawn(spawn) => {
+                let engine = self.clone();
+                let ended = Arc::new(move |run| engine.handle(Input::RunEnded { run }));
+                start_run(self.shared(), spawn, ended)
+            }
             Action::StopRuns { runs, how } => {
                 shared.runs.stop(&runs, how);
             }

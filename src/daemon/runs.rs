@@ -8,14 +8,18 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::firing::Engine;
 use super::{Shared, wall_clock};
 use crate::coord::{Coordinator, RunResult};
 use crate::executor::{self, RunOutcome, RunRequest, StopHandle};
-use crate::firing::{Input, Retries, RunId, RunKind, Spawn, StopHow};
+use crate::firing::{Retries, RunId, RunKind, Spawn, StopHow};
 use crate::metrics::FireOutcome;
 use crate::plan::Tick;
 use crate::task::TaskSpec;
+
+/// Where a run's end goes: the firing rules, as [`crate::firing::Input::RunEnded`]. A callback
+/// rather than the engine itself, so that this module, the runs' hands, does not import the
+/// engine that calls it.
+pub(super) type RunEndedTo = Arc<dyn Fn(RunId) + Send + Sync>;
 
 /// The handles of the live runs on this node, by run. A run is live from its claim until the
 /// main process of its last attempt has exited (background processes it leaves behind are not
@@ -118,8 +122,8 @@ pub(super) fn run_request<C: Coordinator>(
 /// tracks the run: it is live from the claim until the main process of its last attempt exits
 /// (background processes it leaves behind are not tracked), and its result is recorded right
 /// after that (while its output may still be draining); its end goes to the firing rules as
-/// [`Input::RunEnded`]. A preparation that failed is recorded as a failed attempt without a
-/// spawn. With [`Retries::Cancelled`] (the claim was already on its way when the task was
+/// [`crate::firing::Input::RunEnded`]. A preparation that failed is recorded as a failed
+/// attempt without a spawn. With [`Retries::Cancelled`] (the claim was already on its way when the task was
 /// stopped) the run gets no retries.
 ///
 /// A tick claimed ahead is a run whose spawn waits for the instant: whatever happens to a run
@@ -131,8 +135,9 @@ pub(super) fn run_request<C: Coordinator>(
 /// its records went with it, and the tick is one claimed by a node that died before its run
 /// (`on_node_loss` decides).
 pub(super) fn start_run<C: Coordinator>(
-    engine: &Arc<Engine<C>>,
+    shared: &Arc<Shared<C>>,
     spawn: Spawn<executor::PreparedRun>,
+    ended: RunEndedTo,
 ) {
     let Spawn {
         run: id,
@@ -144,7 +149,7 @@ pub(super) fn start_run<C: Coordinator>(
         retries,
     } = spawn;
     let claimed_at = tokio::time::Instant::now();
-    let shared = engine.shared().clone();
+    let shared = shared.clone();
     let name = task.to_string();
     let session = shared.leadership.borrow().session_losses;
     let (stop_handle, stop_signal) = StopHandle::new();
@@ -165,7 +170,6 @@ pub(super) fn start_run<C: Coordinator>(
     shared.metrics.set_running_jobs(shared.runs.count());
     // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
     // recorded.
-    let engine = engine.clone();
     tokio::spawn(async move {
         let mut scheduled = shared
             .spawner
@@ -188,7 +192,7 @@ pub(super) fn start_run<C: Coordinator>(
         else {
             shared.runs.remove(id);
             let _ = done_tx.send(true);
-            engine.handle(Input::RunEnded { run: id });
+            ended(id);
             shared.metrics.set_running_jobs(shared.runs.count());
             shared.metrics.fired(&name, FireOutcome::NotStarted);
             not_started(&shared, &name, &fire_id, tick, session, kind).await;
@@ -199,19 +203,19 @@ pub(super) fn start_run<C: Coordinator>(
         if tick.catch_up {
             metrics.catch_up_run(&name);
         }
-        let ended_engine = engine.clone();
+        let ended_shared = shared.clone();
         let metric_task = name.clone();
         let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
         let node = shared.node_id.clone();
         let manual = kind == RunKind::Manual;
         let run_fire_id = fire_id.clone();
-        let ended = move |outcome: &RunOutcome| {
+        let on_end = move |outcome: &RunOutcome| {
             // The run is over on this node now, not once its result is written.
-            let shared = ended_engine.shared();
+            let shared = &ended_shared;
             shared.runs.remove(id);
             let _ = done_tx.send(true);
-            ended_engine.handle(Input::RunEnded { run: id });
+            ended(id);
             metrics.set_running_jobs(shared.runs.count());
             if outcome.succeeded() {
                 metrics.fired(&metric_task, FireOutcome::Success);
@@ -241,7 +245,7 @@ pub(super) fn start_run<C: Coordinator>(
                 tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
             }
         };
-        tokio::join!(started.finish(stop_signal, ended), record);
+        tokio::join!(started.finish(stop_signal, on_end), record);
     });
 }
 
