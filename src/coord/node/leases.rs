@@ -12,6 +12,23 @@ use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
 
+/// Why this node takes a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TakeKind {
+    /// As the node designated to lead the task ([`LeaseAction::Take`]).
+    Designated,
+    /// As a backup, because the designated node left the lease vacant too long
+    /// ([`LeaseAction::Cover`]): the cover is handed back once that node acts.
+    Cover,
+}
+
+/// One take of a lease: the task, and why it is taken.
+#[derive(Debug, Clone)]
+pub(crate) struct TakeJob {
+    pub(super) task: String,
+    pub(super) kind: TakeKind,
+}
+
 /// How soon at most a decision's own timer (a vacancy or a cover's hold) makes the next one:
 /// a lease waits [`lease::VACANT_BOUND`] (seconds) before a backup covers it, so a tenth of a
 /// second later changes nothing.
@@ -67,8 +84,14 @@ impl Node {
         for action in decision.actions {
             match action {
                 LeaseAction::Release(task) => releases.push(task),
-                LeaseAction::Take(task) => self.take(task, false),
-                LeaseAction::Cover(task) => self.take(task, true),
+                LeaseAction::Take(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Designated,
+                }),
+                LeaseAction::Cover(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Cover,
+                }),
             }
         }
         // Stop firing them first, then (after claims in flight) delete.
@@ -92,17 +115,17 @@ impl Node {
         super::acting::sooner(&mut self.recheck_at, at);
     }
 
-    fn take(&mut self, task: String, cover: bool) {
-        if self.takes.contains_key(&task) {
+    fn take(&mut self, job: TakeJob) {
+        if self.takes.contains_key(&job.task) {
             return;
         }
         if self.takes.len() >= TAKES_IN_FLIGHT {
             // A bounded number in flight: the rest as those finish.
-            self.take_backlog.push_back((task, cover));
+            self.take_backlog.push_back(job);
             return;
         }
-        self.takes.insert(task.clone(), self.now.mono);
-        self.send_take(task, cover);
+        self.takes.insert(job.task.clone(), self.now.mono);
+        self.send_take(job);
     }
 
     /// A take is no longer in flight: forgets it and sends the next of the backlog, unless a
@@ -110,15 +133,15 @@ impl Node {
     fn take_finished(&mut self, task: &str) -> Option<Duration> {
         let sent = self.takes.remove(task);
         while self.takes.len() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
-            let Some((next, cover)) = self.take_backlog.pop_front() else {
+            let Some(next) = self.take_backlog.pop_front() else {
                 break;
             };
-            let gone = self.present.contains(&next)
-                || self.held.contains_key(&next)
-                || self.takes.contains_key(&next);
+            let gone = self.present.contains(&next.task)
+                || self.held.contains_key(&next.task)
+                || self.takes.contains_key(&next.task);
             if !gone {
-                self.takes.insert(next.clone(), self.now.mono);
-                self.send_take(next, cover);
+                self.takes.insert(next.task.clone(), self.now.mono);
+                self.send_take(next);
             }
         }
         sent
@@ -126,7 +149,7 @@ impl Node {
 
     /// Takes the lease of `task`: creates the ephemeral lease and bumps the task's epoch in one
     /// multi-op, so every lease incarnation owns a distinct epoch version.
-    pub(super) fn send_take(&mut self, task: String, cover: bool) {
+    pub(super) fn send_take(&mut self, job: TakeJob) {
         let data = serde_json::to_vec(&LeaseRecord {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
@@ -136,48 +159,48 @@ impl Node {
         .expect("serializes");
         let ops = vec![
             ZkOp::Create {
-                path: self.paths.lease(&task),
+                path: self.paths.lease(&job.task),
                 data,
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             },
             ZkOp::SetData {
-                path: self.paths.epoch(&task),
+                path: self.paths.epoch(&job.task),
                 data: Vec::new(),
                 version: None,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::Take { task, cover });
+        self.call(ZkOp::Multi(ops), Then::Take(job));
     }
 
-    pub(super) fn on_take(&mut self, task: String, cover: bool, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_take(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Multi(results)) => match results.get(1) {
-                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
-                _ => self.take_failed(task, "unexpected multi answer".into()),
+                Some(ZkOk::Stat(stat)) => self.took(job, stat.version),
+                _ => self.take_failed(job.task, "unexpected multi answer".into()),
             },
             Err(ZkFail::Multi { index: 1, error }) if *error == ZkFail::NoNode => {
                 // First lease of this task in the cluster: create its record and epoch and
                 // take the lease in one multi.
-                self.send_fresh_take(task, cover);
+                self.send_fresh_take(job);
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
                 // Held by someone, perhaps by this very session (a take whose answer was
                 // lost): ask the server whose it is.
-                let path = self.paths.lease(&task);
-                self.call(ZkOp::Exists { path }, Then::TakeOwner { task, cover });
+                let path = self.paths.lease(&job.task);
+                self.call(ZkOp::Exists { path }, Then::TakeOwner(job));
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
                 // leases/ was deleted.
-                self.recreate_tree(AfterRecreate::Take { task, cover });
+                self.recreate_tree(AfterRecreate::Take(job));
             }
-            Ok(_) => self.take_failed(task, "unexpected answer".into()),
+            Ok(_) => self.take_failed(job.task, "unexpected answer".into()),
             Err(error) => {
                 if error.outcome_unknown() {
                     // The lease may be this session's now: its owner is checked (below).
-                    self.unsure_takes.insert(task.clone());
+                    self.unsure_takes.insert(job.task.clone());
                 }
-                self.take_failed(task, error.to_string())
+                self.take_failed(job.task, error.to_string())
             }
         }
     }
@@ -186,7 +209,8 @@ impl Node {
     /// first incarnation owns version 1, as a take of an existing epoch would) and creates the
     /// lease, in one multi: one write where creating the znodes and taking again cost three
     /// (a 20-node cold start of 10,000 new tasks is bound by the server's writes).
-    fn send_fresh_take(&mut self, task: String, cover: bool) {
+    fn send_fresh_take(&mut self, job: TakeJob) {
+        let task = &job.task;
         let lease = serde_json::to_vec(&LeaseRecord {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
@@ -195,10 +219,10 @@ impl Node {
         })
         .expect("serializes");
         let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
-        let epoch = self.paths.epoch(&task);
+        let epoch = self.paths.epoch(task);
         let ops = vec![
             ZkOp::Create {
-                path: self.paths.record(&task),
+                path: self.paths.record(task),
                 data: empty,
                 mode: CreateMode::Persistent,
                 acl: self.cfg.acl,
@@ -210,48 +234,42 @@ impl Node {
                 version: None,
             },
             ZkOp::Create {
-                path: self.paths.lease(&task),
+                path: self.paths.lease(task),
                 data: lease,
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::TakeFresh { task, cover });
+        self.call(ZkOp::Multi(ops), Then::TakeFresh(job));
     }
 
-    pub(super) fn on_take_fresh(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_fresh(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Multi(results)) => match results.get(2) {
-                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
-                _ => self.take_failed(task, "unexpected multi answer".into()),
+                Some(ZkOk::Stat(stat)) => self.took(job, stat.version),
+                _ => self.take_failed(job.task, "unexpected multi answer".into()),
             },
             Err(error) if error.outcome_unknown() => {
                 // The lease may be this session's now: its owner is checked.
-                self.unsure_takes.insert(task.clone());
-                self.take_failed(task, error.to_string())
+                self.unsure_takes.insert(job.task.clone());
+                self.take_failed(job.task, error.to_string())
             }
             // Some of the task's znodes exist (another node created them meanwhile, or a
             // record without an epoch), or the tree is gone: the step-by-step path copes.
-            Err(_) | Ok(_) => self.ensure_task_nodes(task, AfterEnsure::Take { cover }),
+            Err(_) | Ok(_) => {
+                let TakeJob { task, kind } = job;
+                self.ensure_task_nodes(task, AfterEnsure::Take(kind))
+            }
         }
     }
 
-    pub(super) fn on_take_owner(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_owner(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
+        let task = job.task.clone();
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Ours: nobody could have bumped the epoch since.
                 let path = self.paths.epoch(&task);
-                self.call(ZkOp::Exists { path }, Then::TakeEpoch { task, cover });
+                self.call(ZkOp::Exists { path }, Then::TakeEpoch(job));
             }
             Ok(ZkOk::Exists(Some(_))) => {
                 self.lease_seen(&task, true);
@@ -268,20 +286,16 @@ impl Node {
         }
     }
 
-    pub(super) fn on_take_epoch(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_epoch(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
-            Ok(ZkOk::Exists(Some(stat))) => self.took(task, cover, stat.version),
-            Ok(_) => self.take_failed(task, "the task's epoch is gone".into()),
-            Err(error) => self.take_failed(task, error.to_string()),
+            Ok(ZkOk::Exists(Some(stat))) => self.took(job, stat.version),
+            Ok(_) => self.take_failed(job.task, "the task's epoch is gone".into()),
+            Err(error) => self.take_failed(job.task, error.to_string()),
         }
     }
 
-    fn took(&mut self, task: String, cover: bool, epoch: i32) {
+    fn took(&mut self, job: TakeJob, epoch: i32) {
+        let TakeJob { task, kind } = job;
         let regained = self.regaining.remove(&task).is_some();
         self.unsure_takes.remove(&task);
         self.lease_seen(&task, true);
@@ -298,15 +312,18 @@ impl Node {
             return;
         }
         self.held.insert(task.clone(), epoch);
-        if cover {
-            self.report(
-                Level::Info,
-                "took the lease as cover: its designated node left it vacant",
-            )
-            .field("task", &task);
-            self.covering.insert(task.clone(), self.now.mono);
-        } else {
-            self.covering.remove(&task);
+        match kind {
+            TakeKind::Cover => {
+                self.report(
+                    Level::Info,
+                    "took the lease as cover: its designated node left it vacant",
+                )
+                .field("task", &task);
+                self.covering.insert(task.clone(), self.now.mono);
+            }
+            TakeKind::Designated => {
+                self.covering.remove(&task);
+            }
         }
         // Decisions skip a task being taken: if the member view changed while this take was
         // in flight (a member that ranks higher joined), or this node may no longer lead,
@@ -315,7 +332,9 @@ impl Node {
         // their next slot (at most every DECIDE_EVERY), so that takes answered one after
         // another share one (a decision or a publication per take costs O(tasks), and a cold
         // start answers thousands of takes).
-        let decide = cover || !self.may_lead() || sent.is_none_or(|sent| self.view_changed >= sent);
+        let decide = kind == TakeKind::Cover
+            || !self.may_lead()
+            || sent.is_none_or(|sent| self.view_changed >= sent);
         let last = self.takes.is_empty() && self.take_backlog.is_empty();
         match (decide, last) {
             (true, true) => self.decide(),
@@ -712,7 +731,7 @@ impl Node {
         match result {
             Ok(_) | Err(ZkFail::NodeExists) => match after {
                 AfterEnsure::Read(after) => self.read_record_ensured(task, *after),
-                AfterEnsure::Take { cover } => self.send_take(task, cover),
+                AfterEnsure::Take(kind) => self.send_take(TakeJob { task, kind }),
                 AfterEnsure::Heal => self.heal_read_epoch(task),
             },
             Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
@@ -728,7 +747,7 @@ impl Node {
                 };
                 match after {
                     AfterEnsure::Read(after) => self.after_read(task, *after, Err(error)),
-                    AfterEnsure::Take { .. } => self.take_failed(task, error.to_string()),
+                    AfterEnsure::Take(_) => self.take_failed(task, error.to_string()),
                     AfterEnsure::Heal => self.heal_failed(task),
                 }
             }

@@ -229,7 +229,7 @@ pub struct Node {
     /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
     /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
     /// per decision); cleared by every decision, which lists them again.
-    take_backlog: VecDeque<(String, bool)>,
+    take_backlog: VecDeque<leases::TakeJob>,
     /// When the leadership was last published, and when to publish the leases taken since
     /// (a publication at most every `DECIDE_EVERY` while many takes are answered).
     last_published: Option<Duration>,

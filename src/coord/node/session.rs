@@ -647,7 +647,7 @@ impl Node {
                 self.maybe_register();
             }
             AfterRecreate::Ensure { task, after } => self.ensure_task_nodes(task, after),
-            AfterRecreate::Take { task, cover } => self.send_take(task, cover),
+            AfterRecreate::Take(job) => self.send_take(job),
         }
     }
 }

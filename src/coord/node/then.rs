@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::claim::{AfterRead, ClaimJob};
 use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
+use super::leases::{TakeJob, TakeKind};
 use super::runs::RunEndedJob;
 use super::{Node, control, foreign, gc, history, trigger};
 use crate::coord::zk::wire::FireRecord;
@@ -53,22 +54,10 @@ pub(super) enum Then {
         task: String,
         after: AfterEnsure,
     },
-    Take {
-        task: String,
-        cover: bool,
-    },
-    TakeFresh {
-        task: String,
-        cover: bool,
-    },
-    TakeOwner {
-        task: String,
-        cover: bool,
-    },
-    TakeEpoch {
-        task: String,
-        cover: bool,
-    },
+    Take(TakeJob),
+    TakeFresh(TakeJob),
+    TakeOwner(TakeJob),
+    TakeEpoch(TakeJob),
     Released {
         task: String,
     },
@@ -180,16 +169,14 @@ pub(super) enum Then {
 pub(super) enum AfterRecreate {
     Register,
     Ensure { task: String, after: AfterEnsure },
-    Take { task: String, cover: bool },
+    Take(TakeJob),
 }
 
 /// What to do once a task's persistent znodes exist.
 #[derive(Debug)]
 pub(super) enum AfterEnsure {
     Read(Box<AfterRead>),
-    Take {
-        cover: bool,
-    },
+    Take(TakeKind),
     /// A lease to be deleted found no epoch to condition its delete on: read it again.
     Heal,
 }
@@ -223,10 +210,10 @@ impl Node {
             Then::Recreated { after } => self.on_recreated(after, result),
             Then::EnsureRecord { task } => self.on_ensure_record(task, result),
             Then::Ensured { task, after } => self.on_ensured(task, after, result),
-            Then::Take { task, cover } => self.on_take(task, cover, result),
-            Then::TakeFresh { task, cover } => self.on_take_fresh(task, cover, result),
-            Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
-            Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
+            Then::Take(job) => self.on_take(job, result),
+            Then::TakeFresh(job) => self.on_take_fresh(job, result),
+            Then::TakeOwner(job) => self.on_take_owner(job, result),
+            Then::TakeEpoch(job) => self.on_take_epoch(job, result),
             Then::Released { task } => self.on_released(task, result),
             Then::ReleaseEpoch { task } => self.on_release_epoch(task, result),
             Then::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),
