@@ -291,7 +291,7 @@ impl Node {
                     )
                     .field("task", &task)
                     .field("member", &node);
-                    self.read_member(node, false);
+                    self.read_member(node, super::members::MemberRead::Change);
                 }
             }
             Err(ZkFail::Multi { error, .. }) if !error.outcome_unknown() => {

@@ -50,7 +50,7 @@ use self::clock::SkewVerdict;
 use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::session::RegisterJob;
+use self::session::{RegisterJob, Registration};
 use self::then::{AfterEnsure, AfterRecreate, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
@@ -250,7 +250,7 @@ pub struct Node {
     verifying: BTreeSet<String>,
     registering: Option<RegisterJob>,
     /// The task-set digest, `leads` and `drained` last written in the member record.
-    registered_as: Option<(String, bool, bool)>,
+    registered_as: Option<Registration>,
     register_waited: bool,
     relist: Option<Relist>,
 

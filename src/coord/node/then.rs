@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::claim::{AfterRead, ClaimJob};
 use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
+use super::members::MemberRead;
 use super::runs::RunEndedJob;
 use super::{Node, control, foreign, gc, history, trigger};
 use crate::coord::zk::wire::FireRecord;
@@ -35,7 +36,7 @@ pub(super) enum Then {
     ListLeases,
     ReadMember {
         id: String,
-        relist: bool,
+        read: MemberRead,
     },
     ReadChunk {
         digest: String,
@@ -204,7 +205,7 @@ impl Node {
             Then::MemberSet { sent } => self.on_member_set(result, sent),
             Then::ListMembers => self.on_list_members(result),
             Then::ListLeases => self.on_list_leases(result),
-            Then::ReadMember { id, relist } => self.on_read_member(id, relist, result),
+            Then::ReadMember { id, read } => self.on_read_member(id, read, result),
             Then::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
             Then::RecreateDir { path } => self.on_recreate_dir(path, result),
             Then::Recreated { after } => self.on_recreated(after, result),
