@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
+use super::tasks::Lease;
 use super::{Node, Then};
 use crate::coord::zk::settings::is_path_name;
 use crate::coord::zk::wire::LeaseRecord;
@@ -45,15 +46,17 @@ impl Node {
     pub(super) fn verify_foreign_leases(&mut self, held_elsewhere: Vec<String>) {
         // Also a lease whose take had no answer, designated or not: it may be this session's.
         let unsure: Vec<String> = self
-            .unsure_takes
+            .tasks
             .iter()
+            .filter(|(_, s)| s.unsure)
+            .map(|(t, _)| t)
             .filter(|t| self.present.contains(*t) && held_elsewhere.binary_search(t).is_err())
             .cloned()
             .collect();
         let candidates: Vec<String> = held_elsewhere
             .into_iter()
             .chain(unsure)
-            .filter(|t| !self.held.contains_key(t) && !self.takes.contains_key(t))
+            .filter(|t| matches!(self.tasks.lease(t), Lease::Free { .. }))
             .filter(|t| !self.verified.contains(t) && !self.verifying.contains(t))
             .collect();
         for task in candidates {
@@ -111,11 +114,11 @@ impl Node {
         let ours = Some(stat.ephemeral_owner) == self.my_session();
         if !ours && self.lease_owner_alive(stat.ephemeral_owner) {
             self.suspects.remove(&task);
-            self.unsure_takes.remove(&task);
+            self.forget_unsure(&task);
             self.verified.insert(task);
             return;
         }
-        if ours && (self.held.contains_key(&task) || self.takes.contains_key(&task)) {
+        if ours && !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
             // Taken meanwhile (a take that found the lease this session's): not deleted.
             self.suspects.remove(&task);
             return;
@@ -130,11 +133,18 @@ impl Node {
         self.suspects.remove(&task);
         if ours {
             // Ours, from a take whose answer was lost: delete and take it properly.
-            self.unsure_takes.remove(&task);
+            self.forget_unsure(&task);
             let op = self.delete_lease_as_read(&task, stat.version, Some(epoch));
             self.heal_lease(task, op, None);
         } else {
             self.delete_foreign_lease(task, &data, stat, epoch);
+        }
+    }
+
+    /// The owner of the lease of `task` is known: no take or release of it is unsure.
+    fn forget_unsure(&mut self, task: &str) {
+        if let Some(state) = self.tasks.get_mut(task) {
+            state.unsure = false;
         }
     }
 

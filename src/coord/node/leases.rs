@@ -8,6 +8,7 @@ use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::tasks::{Lease, Regain};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::zk::wire::{FORMAT_VERSION, FireRecord, LeaseRecord};
@@ -55,8 +56,9 @@ impl Node {
         self.check_tasks();
         let may_lead = self.may_lead();
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
-        let held: BTreeSet<String> = self.held.keys().cloned().collect();
-        self.covering.retain(|task, _| held.contains(task));
+        let held: BTreeSet<String> = self.tasks.held_leases().map(|(t, _)| t.clone()).collect();
+        let covering = self.tasks.covering();
+        self.tasks.forget_given_up_covers();
         let acting = self.acting();
         self.last_decided = Some(self.now.mono);
         let decision = lease::decide_cached(
@@ -65,7 +67,7 @@ impl Node {
                 members: &members,
                 present: &self.present,
                 held: &held,
-                covering: &self.covering,
+                covering: &covering,
                 vacant_since: &self.vacant_since,
                 members_changed: self.members_changed,
                 now: self.now.mono,
@@ -97,7 +99,7 @@ impl Node {
         // Stop firing them first, then (after claims in flight) delete.
         let releases: Vec<(String, i32)> = releases
             .into_iter()
-            .filter_map(|task| self.held.remove(&task).map(|epoch| (task, epoch)))
+            .filter_map(|task| self.tasks.unhold(&task).map(|epoch| (task, epoch)))
             .collect();
         self.publish();
         for (task, epoch) in releases {
@@ -116,31 +118,30 @@ impl Node {
     }
 
     fn take(&mut self, job: TakeJob) {
-        if self.takes.contains_key(&job.task) {
+        if self.tasks.is_taking(&job.task) {
             return;
         }
-        if self.takes.len() >= TAKES_IN_FLIGHT {
+        if self.tasks.taking() >= TAKES_IN_FLIGHT {
             // A bounded number in flight: the rest as those finish.
             self.take_backlog.push_back(job);
             return;
         }
-        self.takes.insert(job.task.clone(), self.now.mono);
+        self.tasks.start_take(&job.task, self.now.mono);
         self.send_take(job);
     }
 
     /// A take is no longer in flight: forgets it and sends the next of the backlog, unless a
     /// decision is due (it lists the backlog again). When it was sent, if it was in flight.
     fn take_finished(&mut self, task: &str) -> Option<Duration> {
-        let sent = self.takes.remove(task);
-        while self.takes.len() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
+        let sent = self.tasks.take_finished(task);
+        while self.tasks.taking() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
             let Some(next) = self.take_backlog.pop_front() else {
                 break;
             };
             let gone = self.present.contains(&next.task)
-                || self.held.contains_key(&next.task)
-                || self.takes.contains_key(&next.task);
+                || !matches!(self.tasks.lease(&next.task), Lease::Free { .. });
             if !gone {
-                self.takes.insert(next.task.clone(), self.now.mono);
+                self.tasks.start_take(&next.task, self.now.mono);
                 self.send_take(next);
             }
         }
@@ -198,7 +199,7 @@ impl Node {
             Err(error) => {
                 if error.outcome_unknown() {
                     // The lease may be this session's now: its owner is checked (below).
-                    self.unsure_takes.insert(job.task.clone());
+                    self.tasks.state_mut(&job.task).unsure = true;
                 }
                 self.take_failed(job.task, error.to_string())
             }
@@ -251,7 +252,7 @@ impl Node {
             },
             Err(error) if error.outcome_unknown() => {
                 // The lease may be this session's now: its owner is checked.
-                self.unsure_takes.insert(job.task.clone());
+                self.tasks.state_mut(&job.task).unsure = true;
                 self.take_failed(job.task, error.to_string())
             }
             // Some of the task's znodes exist (another node created them meanwhile, or a
@@ -296,8 +297,9 @@ impl Node {
 
     fn took(&mut self, job: TakeJob, epoch: i32) {
         let TakeJob { task, kind } = job;
-        let regained = self.regaining.remove(&task).is_some();
-        self.unsure_takes.remove(&task);
+        let regained = self.tasks.regain(&task).is_some();
+        self.tasks.set_regain(&task, None);
+        self.tasks.state_mut(&task).unsure = false;
         self.lease_seen(&task, true);
         self.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
@@ -311,20 +313,18 @@ impl Node {
             }
             return;
         }
-        self.held.insert(task.clone(), epoch);
-        match kind {
+        let cover = match kind {
             TakeKind::Cover => {
                 self.report(
                     Level::Info,
                     "took the lease as cover: its designated node left it vacant",
                 )
                 .field("task", &task);
-                self.covering.insert(task.clone(), self.now.mono);
+                Some(self.now.mono)
             }
-            TakeKind::Designated => {
-                self.covering.remove(&task);
-            }
-        }
+            TakeKind::Designated => None,
+        };
+        self.tasks.hold(&task, epoch, cover);
         // Decisions skip a task being taken: if the member view changed while this take was
         // in flight (a member that ranks higher joined), or this node may no longer lead,
         // decide again, which also publishes; a cover too (its hold needs a timer). Otherwise
@@ -335,7 +335,7 @@ impl Node {
         let decide = kind == TakeKind::Cover
             || !self.may_lead()
             || sent.is_none_or(|sent| self.view_changed >= sent);
-        let last = self.takes.is_empty() && self.take_backlog.is_empty();
+        let last = self.tasks.taking() == 0 && self.take_backlog.is_empty();
         match (decide, last) {
             (true, true) => self.decide(),
             (true, false) => self.decide_soon(),
@@ -350,7 +350,7 @@ impl Node {
 
     /// Answers `NotLeader` to the claim that waited for `task`'s lease to be taken again.
     fn finish_waiting_claim(&mut self, task: &str) {
-        if let Some(TaskJob::Claim(job)) = self.task_jobs.get(task).and_then(|q| q.front()) {
+        if let Some(TaskJob::Claim(job)) = self.tasks.get(task).and_then(|s| s.jobs.front()) {
             let job = job.clone();
             self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
         }
@@ -359,15 +359,18 @@ impl Node {
     /// Claims waiting for a lease that this node gave up and is not taking again: answered.
     fn settle_regaining(&mut self) {
         let lost: Vec<String> = self
-            .regaining
+            .tasks
             .iter()
-            .filter(|(t, given_up)| {
-                **given_up && !self.held.contains_key(*t) && !self.takes.contains_key(*t)
+            .filter(|(_, s)| {
+                s.lease()
+                    == Lease::Free {
+                        regain: Some(Regain::GivenUp),
+                    }
             })
             .map(|(t, _)| t.clone())
             .collect();
         for task in lost {
-            self.regaining.remove(&task);
+            self.tasks.set_regain(&task, None);
             self.finish_waiting_claim(&task);
         }
     }
@@ -384,7 +387,7 @@ impl Node {
     /// is still the incarnation this node took: the epoch's version says so (every take bumps
     /// it), where the lease's own version cannot (every new lease has version 0).
     pub(super) fn release_lease(&mut self, task: String, epoch: i32) {
-        if self.held.contains_key(&task) || self.session.is_none() {
+        if self.tasks.held(&task).is_some() || self.session.is_none() {
             // Taken again meanwhile, or nothing to release with.
             return self.finish_task_job(&task);
         }
@@ -433,7 +436,7 @@ impl Node {
     /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
     /// is deleted if it is this session's.
     pub(super) fn stray_lease(&mut self, task: &str) {
-        self.unsure_takes.insert(task.to_string());
+        self.tasks.state_mut(task).unsure = true;
         self.verified.remove(task);
         self.recheck_in(Duration::from_millis(500));
     }
@@ -459,7 +462,7 @@ impl Node {
     ) {
         if let Ok(ZkOk::Exists(Some(stat))) = result
             && Some(stat.ephemeral_owner) == self.my_session()
-            && !self.held.contains_key(&task)
+            && self.tasks.held(&task).is_none()
         {
             let op = self.delete_lease_as_read(&task, stat.version, epoch);
             self.call(op, Then::Released { task });
@@ -481,10 +484,7 @@ impl Node {
                 self.lease_seen(&task, true);
                 self.vacant_since.remove(&task);
                 let designated_here = self.probe_acting(&task);
-                if !designated_here
-                    || self.held.contains_key(&task)
-                    || self.takes.contains_key(&task)
-                {
+                if !designated_here || !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
                     // Another member's lease (or a cover's), or this node's own take: it
                     // changes none of this node's actions (a vacancy it waited on is over;
                     // the next decision sees that). A cold start creates every lease: a
@@ -495,14 +495,14 @@ impl Node {
             WatchKind::Deleted => {
                 self.lease_seen(&task, false);
                 self.vacant_since.insert(task.clone(), self.now.mono);
-                if self.held.contains_key(&task) {
+                if self.tasks.held(&task).is_some() {
                     let path = self.paths.lease(&task);
                     self.call(ZkOp::Exists { path }, Then::LeaseCheck { task });
                     return;
                 }
             }
             WatchKind::DataChanged => {
-                if self.held.contains_key(&task) {
+                if self.tasks.held(&task).is_some() {
                     // A lease is never modified (claims check version 0): someone wrote it.
                     self.give_up(
                         task,
@@ -546,7 +546,7 @@ impl Node {
 
     /// The lease turned out to be gone: forget it and decide again.
     pub(super) fn lease_lost(&mut self, task: &str) {
-        if self.held.remove(task).is_some() {
+        if self.tasks.unhold(task).is_some() {
             self.publish();
             self.decide();
         }
@@ -564,7 +564,7 @@ impl Node {
             ),
         )
         .field("task", &task);
-        self.held.remove(&task);
+        self.tasks.unhold(&task);
         self.publish();
         self.give_up_read_epoch(task);
     }
@@ -594,9 +594,7 @@ impl Node {
                 .field("task", &task);
                 // The lease may still be this session's: checked until known.
                 self.stray_lease(&task);
-                if let Some(given_up) = self.regaining.get_mut(&task) {
-                    *given_up = true;
-                }
+                self.tasks.given_up(&task);
                 self.decide();
                 return;
             }
@@ -625,9 +623,7 @@ impl Node {
                     // first waited for it to the end).
                     self.stray_lease(&task);
                 }
-                if let Some(given_up) = self.regaining.get_mut(&task) {
-                    *given_up = true;
-                }
+                self.tasks.given_up(&task);
                 self.decide()
             }
         }
@@ -685,9 +681,7 @@ impl Node {
             // Not deleted, or not known to be: it may still be this session's.
             self.stray_lease(&task);
         }
-        if let Some(given_up) = self.regaining.get_mut(&task) {
-            *given_up = true;
-        }
+        self.tasks.given_up(&task);
         self.decide();
     }
 
@@ -734,13 +728,15 @@ impl Node {
                 AfterEnsure::Take(kind) => self.send_take(TakeJob { task, kind }),
                 AfterEnsure::Heal => self.heal_read_epoch(task),
             },
-            Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
+            Err(ZkFail::NoNode) if !self.tasks.get(&task).is_some_and(|s| s.recreated) => {
                 // tasks/ was deleted: recreate the tree, then try once more.
-                self.recreated_for.insert(task.clone());
+                self.tasks.state_mut(&task).recreated = true;
                 self.recreate_tree(AfterRecreate::Ensure { task, after });
             }
             Err(error) => {
-                self.recreated_for.remove(&task);
+                if let Some(state) = self.tasks.get_mut(&task) {
+                    state.recreated = false;
+                }
                 let error = crate::coord::CoordError::ZooKeeper {
                     context: "creating the task's znodes".into(),
                     message: error.to_string(),

@@ -173,15 +173,16 @@ impl Node {
         let leases = relist.leases.unwrap_or_default();
         // A lease this node believes it holds but that is gone was lost.
         let lost: Vec<String> = self
-            .held
-            .keys()
+            .tasks
+            .held_leases()
+            .map(|(t, _)| t)
             .filter(|t| !leases.contains(*t))
             .cloned()
             .collect();
         for task in lost {
             self.report(Level::Warn, "lease found gone after reconnecting")
                 .field("task", &task);
-            self.held.remove(&task);
+            self.tasks.unhold(&task);
         }
         self.vacant_since.retain(|t, _| !leases.contains(t));
         let vacant: Vec<String> = self

@@ -33,6 +33,7 @@ mod report;
 mod requests;
 mod runs;
 mod session;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod then;
@@ -54,7 +55,7 @@ use self::session::{RegisterJob, Registration};
 use self::then::{AfterEnsure, AfterRecreate, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
-use super::zk::wire::{FireRecord, Paths, TaskSetRef};
+use super::zk::wire::{Paths, TaskSetRef};
 
 pub use self::clock::{SKEW_WARNING, clock_offset_ms};
 pub use self::gc::unreferenced_chunks;
@@ -211,10 +212,7 @@ pub struct Node {
     tasksets: BTreeMap<String, Arc<TaskSet>>,
     fetches: BTreeMap<String, members::Fetch>,
     present: BTreeSet<String>,
-    /// Leases this node holds, with the epoch version its take set (claims check it).
-    held: BTreeMap<String, i32>,
     vacant_since: BTreeMap<String, Duration>,
-    covering: BTreeMap<String, Duration>,
     members_changed: Duration,
     /// When the member view (this node's own record included) last changed: a take answered
     /// after it needs a decision (the decisions in between skipped it).
@@ -224,8 +222,6 @@ pub struct Node {
     /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
     probing: BTreeMap<String, Duration>,
     last_decided: Option<Duration>,
-    /// Takes in flight, with when each was sent.
-    takes: BTreeMap<String, Duration>,
     /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
     /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
     /// per decision); cleared by every decision, which lists them again.
@@ -234,16 +230,8 @@ pub struct Node {
     /// (a publication at most every `DECIDE_EVERY` while many takes are answered).
     last_published: Option<Duration>,
     publish_at: Option<Duration>,
-    /// Tasks whose znodes were found missing and the tree recreated for (once).
-    recreated_for: BTreeSet<String>,
     /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
     verified: BTreeSet<String>,
-    /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
-    unsure_takes: BTreeSet<String>,
-    /// Tasks whose claim in flight found the task's epoch changed under this node's lease: the
-    /// claim waits (head of its queue) for the lease to be given up and taken again (`true`
-    /// once given up), then runs with the new epoch, or answers `NotLeader` if not retaken.
-    regaining: BTreeMap<String, bool>,
     /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
     /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
     suspects: BTreeMap<String, (i64, Duration)>,
@@ -255,11 +243,10 @@ pub struct Node {
     relist: Option<Relist>,
 
     // Fire records, runs, results.
-    records: BTreeMap<String, (FireRecord, i32)>,
     own_runs: BTreeSet<String>,
-    results: BTreeMap<String, (DateTime<Utc>, i32)>,
-    no_foreign_runs: BTreeMap<String, i32>,
-    task_jobs: BTreeMap<String, VecDeque<TaskJob>>,
+    /// This node's own state per task: its hold on the lease, the fire record and result last
+    /// seen, the work queued on the task.
+    tasks: tasks::Tasks,
     runs_counts: BTreeMap<ReqId, runs::RunsCount>,
     release_all: Option<ReleaseAllJob>,
 
@@ -320,33 +307,24 @@ impl Node {
             tasksets: BTreeMap::new(),
             fetches: BTreeMap::new(),
             present: BTreeSet::new(),
-            held: BTreeMap::new(),
             vacant_since: BTreeMap::new(),
-            covering: BTreeMap::new(),
             members_changed: Duration::ZERO,
             view_changed: Duration::ZERO,
             acting: BTreeMap::new(),
             probing: BTreeMap::new(),
             last_decided: None,
-            takes: BTreeMap::new(),
             take_backlog: VecDeque::new(),
             last_published: None,
             publish_at: None,
-            recreated_for: BTreeSet::new(),
             verified: BTreeSet::new(),
-            unsure_takes: BTreeSet::new(),
-            regaining: BTreeMap::new(),
             suspects: BTreeMap::new(),
             verifying: BTreeSet::new(),
             registering: None,
             registered_as: None,
             register_waited: false,
             relist: None,
-            records: BTreeMap::new(),
             own_runs: BTreeSet::new(),
-            results: BTreeMap::new(),
-            no_foreign_runs: BTreeMap::new(),
-            task_jobs: BTreeMap::new(),
+            tasks: tasks::Tasks::default(),
             runs_counts: BTreeMap::new(),
             release_all: None,
             skew: None,
