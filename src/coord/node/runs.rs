@@ -220,8 +220,8 @@ impl Node {
     }
 
     /// One attempt: deletes the run znode and writes the result (only if it is not older than
-    /// the stored one), in one multi-op. The stored result's tick and version come from
-    /// `results` when this node knows them, so that the run's end is visible to other nodes
+    /// the stored one), in one multi-op. The stored result's tick and version come from the
+    /// task's state when this node knows them, so that the run's end is visible to other nodes
     /// after one round trip.
     pub(super) fn run_ended_attempt(&mut self, mut job: RunEndedJob) {
         if self.session.is_none() {
