@@ -437,7 +437,7 @@ impl Node {
     /// is deleted if it is this session's.
     pub(super) fn stray_lease(&mut self, task: &str) {
         self.tasks.state_mut(task).unsure = true;
-        self.verified.remove(task);
+        self.trust.unverify(task);
         self.recheck_in(Duration::from_millis(500));
     }
 
@@ -478,7 +478,7 @@ impl Node {
     /// checked against the server (it may be the echo of an earlier release of a lease since
     /// taken again) before the lease counts as lost.
     pub(super) fn on_lease_event(&mut self, task: String, kind: WatchKind) {
-        self.verified.remove(&task);
+        self.trust.unverify(&task);
         match kind {
             WatchKind::Created => {
                 self.lease_seen(&task, true);

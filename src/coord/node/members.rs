@@ -199,7 +199,7 @@ impl Node {
             self.vacant_since.entry(task).or_insert(now);
         }
         self.present = leases;
-        self.verified.clear();
+        self.trust.unverify_all();
         self.control.check_due = true;
         if let Some(session) = self.session.as_mut() {
             session.listed = true;
@@ -415,7 +415,7 @@ impl Node {
                     self.members_changed = self.now.mono;
                 }
                 // Who is designated may have changed: foreign leases are checked again.
-                self.verified.clear();
+                self.trust.unverify_all();
                 self.control.check_due = true;
                 self.members.insert(id, info);
             }

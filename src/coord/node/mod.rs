@@ -280,13 +280,10 @@ pub struct Node {
     last_published: Option<Duration>,
     /// When to publish the leases taken since the last publication.
     publish_at: Option<Duration>,
-    /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
-    verified: BTreeSet<String>,
-    /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
-    /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
-    suspects: BTreeMap<String, (i64, Duration)>,
-    /// Foreign leases whose owner is being checked, by task: one check at a time.
-    verifying: BTreeSet<String>,
+    /// What the node knows of the owners of foreign leases, by task: checked to be a live
+    /// member's, being checked, or a suspect (a session that is no member's) left alone for a
+    /// grace period.
+    trust: foreign::ForeignTrust,
     /// The registration in flight.
     registering: Option<RegisterJob>,
     /// What the member record says as last written: registering again when it changes.
@@ -383,9 +380,7 @@ impl Node {
             take_backlog: VecDeque::new(),
             last_published: None,
             publish_at: None,
-            verified: BTreeSet::new(),
-            suspects: BTreeMap::new(),
-            verifying: BTreeSet::new(),
+            trust: foreign::ForeignTrust::default(),
             registering: None,
             registered_as: None,
             register_waited: false,

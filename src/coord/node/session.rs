@@ -193,10 +193,8 @@ impl Node {
         self.fetches.clear();
         self.own_runs.clear();
         self.take_backlog.clear();
-        self.verified.clear();
-        self.verifying.clear();
+        self.trust.clear();
         self.tasks.end_session();
-        self.suspects.clear();
         self.registering = None;
         self.registered_as = None;
         self.relist = None;
