@@ -122,7 +122,7 @@ impl Node {
             self.acting.insert(member, (stat.ephemeral_owner, seen));
             // Acting only postpones covers (the vacancy timer's decision reads it then) and
             // ends them early: decide now only if this node covers for someone.
-            if !self.covering.is_empty() {
+            if self.tasks.covers() {
                 self.decide_soon();
             }
         }

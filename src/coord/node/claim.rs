@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::tasks::Regain;
 use super::{AfterEnsure, Node, Then, Timer};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
@@ -93,7 +94,9 @@ impl Node {
     }
 
     pub(super) fn read_record_ensured(&mut self, task: String, after: AfterRead) {
-        self.recreated_for.remove(&task);
+        if let Some(state) = self.tasks.get_mut(&task) {
+            state.recreated = false;
+        }
         let path = self.paths.record(&task);
         self.call(
             ZkOp::GetData { path },
@@ -139,8 +142,7 @@ impl Node {
             }),
         };
         if let Ok((record, version)) = &read {
-            self.records
-                .insert(task.clone(), (record.clone(), *version));
+            self.tasks.state_mut(&task).record = Some((record.clone(), *version));
             self.check_record_clock(&task, record);
         }
         self.after_read(task, after, read);
@@ -194,12 +196,19 @@ impl Node {
         }
     }
 
+    /// Forgets the fire record of `task` as last seen: the next claim reads it again.
+    pub(super) fn forget_record(&mut self, task: &str) {
+        if let Some(state) = self.tasks.get_mut(task) {
+            state.record = None;
+        }
+    }
+
     /// The epoch version to check, if this node holds the lease of `task` now.
     pub(super) fn held_version(&self, task: &str) -> Option<i32> {
         if !self.firing() || self.stopping {
             return None;
         }
-        self.held.get(task).copied()
+        self.tasks.held(task)
     }
 
     /// Starts a claim (the head of its task's queue).
@@ -207,7 +216,7 @@ impl Node {
         if self.held_version(&job.task).is_none() {
             return self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
         }
-        match self.records.get(&job.task).cloned() {
+        match self.tasks.get(&job.task).and_then(|s| s.record.clone()) {
             Some((record, version)) => self.send_claim(job, record, version),
             None => {
                 let task = job.task.clone();
@@ -340,7 +349,7 @@ impl Node {
             Ok(ZkOk::Multi(results)) => {
                 if let Some(ZkOk::Stat(stat)) = results.get(set_index) {
                     self.measure_skew(sent, stat);
-                    self.records.insert(job.task.clone(), (new, stat.version));
+                    self.tasks.state_mut(&job.task).record = Some((new, stat.version));
                 }
                 if job.intent == ClaimIntent::Run {
                     self.own_runs.insert(run_path);
@@ -372,7 +381,7 @@ impl Node {
                 }
                 job.conflicts += 1;
                 let task = job.task.clone();
-                self.records.remove(&task);
+                self.forget_record(&task);
                 self.read_record(task, AfterRead::Claim(job));
             }
             Err(ZkFail::SessionExpired) => {
@@ -403,7 +412,7 @@ impl Node {
                     // Only the epoch changed: the claim waits for the lease to be taken again
                     // (a task without a fire record would otherwise lose this tick: the
                     // planner starts it from now when leadership comes back).
-                    self.regaining.insert(job.task.clone(), false);
+                    self.tasks.set_regain(&job.task, Some(Regain::GivingUp));
                     return;
                 }
             }
@@ -440,7 +449,7 @@ impl Node {
             );
         }
         let task = job.task.clone();
-        self.records.remove(&task);
+        self.forget_record(&task);
         self.read_record(task, AfterRead::Claim(job));
     }
 
@@ -470,7 +479,7 @@ impl Node {
         .field("task", &job.task)
         .field("tick", job.tick)
         .field("why", &why);
-        self.records.remove(&job.task);
+        self.forget_record(&job.task);
         self.resolve_read(ResolveJob {
             claim: job,
             new,

@@ -229,7 +229,7 @@ impl Node {
     /// A claim found the record past its tick; if the record is ahead of the cluster's clock,
     /// that is the reason the task stays silent.
     pub(super) fn check_claim_behind(&mut self, task: &str, record: DateTime<Utc>) {
-        if let Some((stored, _)) = self.records.get(task).cloned()
+        if let Some((stored, _)) = self.tasks.get(task).and_then(|s| s.record.clone())
             && stored.tick == Some(record)
         {
             self.check_record_clock(task, &stored);

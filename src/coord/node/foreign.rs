@@ -10,10 +10,12 @@
 //! `delete_lease_as_read` in `leases.rs`): a lease deleted and taken again in between has version
 //! 0 like the one read, but its take bumped the epoch.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
+use super::tasks::Lease;
 use super::{Node, Then};
 use crate::coord::records::{LeaseRecord, is_path_name};
 
@@ -38,25 +40,146 @@ pub(crate) enum EpochRead {
     Before(i32),
 }
 
+/// What the node knows of the owner of one foreign lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// Not checked since the last lease event or member change.
+    Unchecked { suspect: Option<Suspect> },
+    /// A check of its owner is in flight (one at a time per lease).
+    Checking { suspect: Option<Suspect> },
+    /// Checked to belong to a live member, until a lease event or a member change.
+    Verified,
+}
+
+/// An ephemeral lease of a session that is no member's, left alone for [`FOREIGN_GRACE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Suspect {
+    /// The lease znode's czxid: a lease created again is another suspect.
+    czxid: i64,
+    /// When it was first seen.
+    since: Duration,
+}
+
+/// The node's trust in the foreign leases it checked, by task (a task absent is unchecked,
+/// with no suspect).
+#[derive(Debug, Default)]
+pub(crate) struct ForeignTrust {
+    by_task: BTreeMap<String, Trust>,
+}
+
+impl ForeignTrust {
+    fn get(&self, task: &str) -> Trust {
+        self.by_task
+            .get(task)
+            .copied()
+            .unwrap_or(Trust::Unchecked { suspect: None })
+    }
+
+    fn set(&mut self, task: &str, trust: Trust) {
+        if trust == (Trust::Unchecked { suspect: None }) {
+            self.by_task.remove(task);
+        } else {
+            self.by_task.insert(task.to_string(), trust);
+        }
+    }
+
+    fn suspect(&self, task: &str) -> Option<Suspect> {
+        match self.get(task) {
+            Trust::Unchecked { suspect } | Trust::Checking { suspect } => suspect,
+            Trust::Verified => None,
+        }
+    }
+
+    /// Neither verified nor being checked: a check may start.
+    fn unchecked(&self, task: &str) -> bool {
+        matches!(self.get(task), Trust::Unchecked { .. })
+    }
+
+    /// A check of the owner of `task`'s lease is in flight.
+    fn checking(&mut self, task: &str) {
+        let suspect = self.suspect(task);
+        self.set(task, Trust::Checking { suspect });
+    }
+
+    /// The check in flight on `task` ended.
+    fn check_done(&mut self, task: &str) {
+        if let Trust::Checking { suspect } = self.get(task) {
+            self.set(task, Trust::Unchecked { suspect });
+        }
+    }
+
+    /// The lease of `task` belongs to a live member.
+    fn verified(&mut self, task: &str) {
+        self.set(task, Trust::Verified);
+    }
+
+    /// The lease of `task` is no suspect (any more).
+    fn clear_suspect(&mut self, task: &str) {
+        match self.get(task) {
+            Trust::Unchecked { .. } => self.set(task, Trust::Unchecked { suspect: None }),
+            Trust::Checking { .. } => self.set(task, Trust::Checking { suspect: None }),
+            Trust::Verified => {}
+        }
+    }
+
+    fn set_suspect(&mut self, task: &str, suspect: Suspect) {
+        match self.get(task) {
+            Trust::Unchecked { .. } | Trust::Verified => {
+                self.set(
+                    task,
+                    Trust::Unchecked {
+                        suspect: Some(suspect),
+                    },
+                );
+            }
+            Trust::Checking { .. } => self.set(
+                task,
+                Trust::Checking {
+                    suspect: Some(suspect),
+                },
+            ),
+        }
+    }
+
+    /// The lease of `task` changed (or may be this session's): it is checked again.
+    pub(super) fn unverify(&mut self, task: &str) {
+        if self.get(task) == Trust::Verified {
+            self.set(task, Trust::Unchecked { suspect: None });
+        }
+    }
+
+    /// Who is designated, or who is a member, may have changed: every lease is checked again.
+    pub(super) fn unverify_all(&mut self) {
+        self.by_task.retain(|_, trust| *trust != Trust::Verified);
+    }
+
+    /// The session ended: nothing is known of any lease.
+    pub(super) fn clear(&mut self) {
+        self.by_task.clear();
+    }
+}
+
 impl Node {
     /// Checks, once per lease incarnation, the owner of foreign leases on tasks this node is
     /// designated for: only a live member's ephemeral lease keeps it from taking them.
     pub(super) fn verify_foreign_leases(&mut self, held_elsewhere: Vec<String>) {
         // Also a lease whose take had no answer, designated or not: it may be this session's.
         let unsure: Vec<String> = self
-            .unsure_takes
+            .tasks
             .iter()
+            .filter(|(_, s)| s.unsure)
+            .map(|(t, _)| t)
             .filter(|t| self.present.contains(*t) && held_elsewhere.binary_search(t).is_err())
             .cloned()
             .collect();
         let candidates: Vec<String> = held_elsewhere
             .into_iter()
             .chain(unsure)
-            .filter(|t| !self.held.contains_key(t) && !self.takes.contains_key(t))
-            .filter(|t| !self.verified.contains(t) && !self.verifying.contains(t))
+            .filter(|t| matches!(self.tasks.lease(t), Lease::Free { .. }))
+            .filter(|t| self.trust.unchecked(t))
             .collect();
         for task in candidates {
-            self.verifying.insert(task.clone());
+            self.trust.checking(&task);
             // Its data too: a zkcron lease names its node, whose absence its deletion proves.
             let path = self.paths.lease(&task);
             let epoch = EpochRead::Unread;
@@ -70,7 +193,7 @@ impl Node {
         epoch: EpochRead,
         result: Result<ZkOk, ZkFail>,
     ) {
-        self.verifying.remove(&task);
+        self.trust.check_done(&task);
         let path = self.paths.lease(&task);
         let (data, stat) = match result {
             Ok(ZkOk::Data(data, stat)) => (data, stat),
@@ -78,7 +201,7 @@ impl Node {
             Ok(ZkOk::Exists(Some(stat))) => (Vec::new(), stat),
             Err(ZkFail::NoAuth) => {
                 // Unreadable to this node (a stranger's ACL): its owner is what is checked.
-                self.verifying.insert(task.clone());
+                self.trust.checking(&task);
                 self.call(ZkOp::Exists { path }, Then::LeaseOwner { task, epoch });
                 return;
             }
@@ -109,31 +232,38 @@ impl Node {
         }
         let ours = Some(stat.ephemeral_owner) == self.my_session();
         if !ours && self.lease_owner_alive(stat.ephemeral_owner) {
-            self.suspects.remove(&task);
-            self.unsure_takes.remove(&task);
-            self.verified.insert(task);
+            self.trust.clear_suspect(&task);
+            self.forget_unsure(&task);
+            self.trust.verified(&task);
             return;
         }
-        if ours && (self.held.contains_key(&task) || self.takes.contains_key(&task)) {
+        if ours && !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
             // Taken meanwhile (a take that found the lease this session's): not deleted.
-            self.suspects.remove(&task);
+            self.trust.clear_suspect(&task);
             return;
         }
         // To be deleted: only while the epoch is as read before this lease was. The lease
         // read first may have been deleted and taken by another node since (its version is 0
         // again), so it is read again after the epoch.
         let EpochRead::Before(epoch) = epoch else {
-            self.verifying.insert(task.clone());
+            self.trust.checking(&task);
             return self.heal_read_epoch(task);
         };
-        self.suspects.remove(&task);
+        self.trust.clear_suspect(&task);
         if ours {
             // Ours, from a take whose answer was lost: delete and take it properly.
-            self.unsure_takes.remove(&task);
+            self.forget_unsure(&task);
             let op = self.delete_lease_as_read(&task, stat.version, Some(epoch));
             self.heal_lease(task, op, None);
         } else {
             self.delete_foreign_lease(task, &data, stat, epoch);
+        }
+    }
+
+    /// The owner of the lease of `task` is known: no take or release of it is unsure.
+    fn forget_unsure(&mut self, task: &str) {
+        if let Some(state) = self.tasks.get_mut(task) {
+            state.unsure = false;
         }
     }
 
@@ -163,7 +293,7 @@ impl Node {
 
     /// Checking a lease to be deleted failed: checked again soon.
     pub(super) fn heal_failed(&mut self, task: String) {
-        self.verifying.remove(&task);
+        self.trust.check_done(&task);
         self.recheck_in(Duration::from_millis(500));
     }
 
@@ -234,10 +364,11 @@ impl Node {
     /// on its way to this node. Until then the lease is checked again.
     fn foreign_long_enough(&mut self, task: &str, czxid: i64) -> bool {
         let now = self.now.mono;
-        let first = match self.suspects.get(task) {
-            Some(&(seen, first)) if seen == czxid => first,
+        let first = match self.trust.suspect(task) {
+            Some(suspect) if suspect.czxid == czxid => suspect.since,
             _ => {
-                self.suspects.insert(task.to_string(), (czxid, now));
+                let since = now;
+                self.trust.set_suspect(task, Suspect { czxid, since });
                 now
             }
         };
@@ -290,7 +421,7 @@ impl Node {
                     )
                     .field("task", &task)
                     .field("member", &node);
-                    self.read_member(node, false);
+                    self.read_member(node, super::members::MemberRead::Change);
                 }
             }
             Err(ZkFail::Multi { error, .. }) if !error.outcome_unknown() => {

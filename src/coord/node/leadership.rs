@@ -16,9 +16,9 @@ impl Node {
         let tasks: BTreeSet<Arc<str>> = if self.stopping {
             BTreeSet::new()
         } else {
-            self.held
-                .keys()
-                .map(|task| Arc::from(task.as_str()))
+            self.tasks
+                .held_leases()
+                .map(|(task, _)| Arc::from(task.as_str()))
                 .collect()
         };
         let paused = !self.firing();

@@ -8,9 +8,27 @@ use crate::coord::ClaimOutcome;
 use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::tasks::{Lease, Regain};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, LeaseRecord};
+
+/// Why this node takes a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TakeKind {
+    /// As the node designated to lead the task ([`LeaseAction::Take`]).
+    Designated,
+    /// As a backup, because the designated node left the lease vacant too long
+    /// ([`LeaseAction::Cover`]): the cover is handed back once that node acts.
+    Cover,
+}
+
+/// One take of a lease: the task, and why it is taken.
+#[derive(Debug, Clone)]
+pub(crate) struct TakeJob {
+    pub(super) task: String,
+    pub(super) kind: TakeKind,
+}
 
 /// How soon at most a decision's own timer (a vacancy or a cover's hold) makes the next one:
 /// a lease waits [`lease::VACANT_BOUND`] (seconds) before a backup covers it, so a tenth of a
@@ -38,8 +56,9 @@ impl Node {
         self.check_tasks();
         let may_lead = self.may_lead();
         let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
-        let held: BTreeSet<String> = self.held.keys().cloned().collect();
-        self.covering.retain(|task, _| held.contains(task));
+        let held: BTreeSet<String> = self.tasks.held_leases().map(|(t, _)| t.clone()).collect();
+        let covering = self.tasks.covering();
+        self.tasks.forget_given_up_covers();
         let acting = self.acting();
         self.last_decided = Some(self.now.mono);
         let decision = lease::decide_cached(
@@ -48,7 +67,7 @@ impl Node {
                 members: &members,
                 present: &self.present,
                 held: &held,
-                covering: &self.covering,
+                covering: &covering,
                 vacant_since: &self.vacant_since,
                 members_changed: self.members_changed,
                 now: self.now.mono,
@@ -67,14 +86,20 @@ impl Node {
         for action in decision.actions {
             match action {
                 LeaseAction::Release(task) => releases.push(task),
-                LeaseAction::Take(task) => self.take(task, false),
-                LeaseAction::Cover(task) => self.take(task, true),
+                LeaseAction::Take(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Designated,
+                }),
+                LeaseAction::Cover(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Cover,
+                }),
             }
         }
         // Stop firing them first, then (after claims in flight) delete.
         let releases: Vec<(String, i32)> = releases
             .into_iter()
-            .filter_map(|task| self.held.remove(&task).map(|epoch| (task, epoch)))
+            .filter_map(|task| self.tasks.unhold(&task).map(|epoch| (task, epoch)))
             .collect();
         self.publish();
         for (task, epoch) in releases {
@@ -92,33 +117,32 @@ impl Node {
         super::acting::sooner(&mut self.recheck_at, at);
     }
 
-    fn take(&mut self, task: String, cover: bool) {
-        if self.takes.contains_key(&task) {
+    fn take(&mut self, job: TakeJob) {
+        if self.tasks.is_taking(&job.task) {
             return;
         }
-        if self.takes.len() >= TAKES_IN_FLIGHT {
+        if self.tasks.taking() >= TAKES_IN_FLIGHT {
             // A bounded number in flight: the rest as those finish.
-            self.take_backlog.push_back((task, cover));
+            self.take_backlog.push_back(job);
             return;
         }
-        self.takes.insert(task.clone(), self.now.mono);
-        self.send_take(task, cover);
+        self.tasks.start_take(&job.task, self.now.mono);
+        self.send_take(job);
     }
 
     /// A take is no longer in flight: forgets it and sends the next of the backlog, unless a
     /// decision is due (it lists the backlog again). When it was sent, if it was in flight.
     fn take_finished(&mut self, task: &str) -> Option<Duration> {
-        let sent = self.takes.remove(task);
-        while self.takes.len() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
-            let Some((next, cover)) = self.take_backlog.pop_front() else {
+        let sent = self.tasks.take_finished(task);
+        while self.tasks.taking() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
+            let Some(next) = self.take_backlog.pop_front() else {
                 break;
             };
-            let gone = self.present.contains(&next)
-                || self.held.contains_key(&next)
-                || self.takes.contains_key(&next);
+            let gone = self.present.contains(&next.task)
+                || !matches!(self.tasks.lease(&next.task), Lease::Free { .. });
             if !gone {
-                self.takes.insert(next.clone(), self.now.mono);
-                self.send_take(next, cover);
+                self.tasks.start_take(&next.task, self.now.mono);
+                self.send_take(next);
             }
         }
         sent
@@ -126,7 +150,7 @@ impl Node {
 
     /// Takes the lease of `task`: creates the ephemeral lease and bumps the task's epoch in one
     /// multi-op, so every lease incarnation owns a distinct epoch version.
-    pub(super) fn send_take(&mut self, task: String, cover: bool) {
+    pub(super) fn send_take(&mut self, job: TakeJob) {
         let data = serde_json::to_vec(&LeaseRecord {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
@@ -136,48 +160,48 @@ impl Node {
         .expect("serializes");
         let ops = vec![
             ZkOp::Create {
-                path: self.paths.lease(&task),
+                path: self.paths.lease(&job.task),
                 data,
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             },
             ZkOp::SetData {
-                path: self.paths.epoch(&task),
+                path: self.paths.epoch(&job.task),
                 data: Vec::new(),
                 version: None,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::Take { task, cover });
+        self.call(ZkOp::Multi(ops), Then::Take(job));
     }
 
-    pub(super) fn on_take(&mut self, task: String, cover: bool, result: Result<ZkOk, ZkFail>) {
+    pub(super) fn on_take(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Multi(results)) => match results.get(1) {
-                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
-                _ => self.take_failed(task, "unexpected multi answer".into()),
+                Some(ZkOk::Stat(stat)) => self.took(job, stat.version),
+                _ => self.take_failed(job.task, "unexpected multi answer".into()),
             },
             Err(ZkFail::Multi { index: 1, error }) if *error == ZkFail::NoNode => {
                 // First lease of this task in the cluster: create its record and epoch and
                 // take the lease in one multi.
-                self.send_fresh_take(task, cover);
+                self.send_fresh_take(job);
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {
                 // Held by someone, perhaps by this very session (a take whose answer was
                 // lost): ask the server whose it is.
-                let path = self.paths.lease(&task);
-                self.call(ZkOp::Exists { path }, Then::TakeOwner { task, cover });
+                let path = self.paths.lease(&job.task);
+                self.call(ZkOp::Exists { path }, Then::TakeOwner(job));
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
                 // leases/ was deleted.
-                self.recreate_tree(AfterRecreate::Take { task, cover });
+                self.recreate_tree(AfterRecreate::Take(job));
             }
-            Ok(_) => self.take_failed(task, "unexpected answer".into()),
+            Ok(_) => self.take_failed(job.task, "unexpected answer".into()),
             Err(error) => {
                 if error.outcome_unknown() {
                     // The lease may be this session's now: its owner is checked (below).
-                    self.unsure_takes.insert(task.clone());
+                    self.tasks.state_mut(&job.task).unsure = true;
                 }
-                self.take_failed(task, error.to_string())
+                self.take_failed(job.task, error.to_string())
             }
         }
     }
@@ -186,7 +210,8 @@ impl Node {
     /// first incarnation owns version 1, as a take of an existing epoch would) and creates the
     /// lease, in one multi: one write where creating the znodes and taking again cost three
     /// (a 20-node cold start of 10,000 new tasks is bound by the server's writes).
-    fn send_fresh_take(&mut self, task: String, cover: bool) {
+    fn send_fresh_take(&mut self, job: TakeJob) {
+        let task = &job.task;
         let lease = serde_json::to_vec(&LeaseRecord {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
@@ -195,10 +220,10 @@ impl Node {
         })
         .expect("serializes");
         let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
-        let epoch = self.paths.epoch(&task);
+        let epoch = self.paths.epoch(task);
         let ops = vec![
             ZkOp::Create {
-                path: self.paths.record(&task),
+                path: self.paths.record(task),
                 data: empty,
                 mode: CreateMode::Persistent,
                 acl: self.cfg.acl,
@@ -210,48 +235,42 @@ impl Node {
                 version: None,
             },
             ZkOp::Create {
-                path: self.paths.lease(&task),
+                path: self.paths.lease(task),
                 data: lease,
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::TakeFresh { task, cover });
+        self.call(ZkOp::Multi(ops), Then::TakeFresh(job));
     }
 
-    pub(super) fn on_take_fresh(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_fresh(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Multi(results)) => match results.get(2) {
-                Some(ZkOk::Stat(stat)) => self.took(task, cover, stat.version),
-                _ => self.take_failed(task, "unexpected multi answer".into()),
+                Some(ZkOk::Stat(stat)) => self.took(job, stat.version),
+                _ => self.take_failed(job.task, "unexpected multi answer".into()),
             },
             Err(error) if error.outcome_unknown() => {
                 // The lease may be this session's now: its owner is checked.
-                self.unsure_takes.insert(task.clone());
-                self.take_failed(task, error.to_string())
+                self.tasks.state_mut(&job.task).unsure = true;
+                self.take_failed(job.task, error.to_string())
             }
             // Some of the task's znodes exist (another node created them meanwhile, or a
             // record without an epoch), or the tree is gone: the step-by-step path copes.
-            Err(_) | Ok(_) => self.ensure_task_nodes(task, AfterEnsure::Take { cover }),
+            Err(_) | Ok(_) => {
+                let TakeJob { task, kind } = job;
+                self.ensure_task_nodes(task, AfterEnsure::Take(kind))
+            }
         }
     }
 
-    pub(super) fn on_take_owner(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_owner(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
+        let task = job.task.clone();
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Ours: nobody could have bumped the epoch since.
                 let path = self.paths.epoch(&task);
-                self.call(ZkOp::Exists { path }, Then::TakeEpoch { task, cover });
+                self.call(ZkOp::Exists { path }, Then::TakeEpoch(job));
             }
             Ok(ZkOk::Exists(Some(_))) => {
                 self.lease_seen(&task, true);
@@ -268,22 +287,19 @@ impl Node {
         }
     }
 
-    pub(super) fn on_take_epoch(
-        &mut self,
-        task: String,
-        cover: bool,
-        result: Result<ZkOk, ZkFail>,
-    ) {
+    pub(super) fn on_take_epoch(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
         match result {
-            Ok(ZkOk::Exists(Some(stat))) => self.took(task, cover, stat.version),
-            Ok(_) => self.take_failed(task, "the task's epoch is gone".into()),
-            Err(error) => self.take_failed(task, error.to_string()),
+            Ok(ZkOk::Exists(Some(stat))) => self.took(job, stat.version),
+            Ok(_) => self.take_failed(job.task, "the task's epoch is gone".into()),
+            Err(error) => self.take_failed(job.task, error.to_string()),
         }
     }
 
-    fn took(&mut self, task: String, cover: bool, epoch: i32) {
-        let regained = self.regaining.remove(&task).is_some();
-        self.unsure_takes.remove(&task);
+    fn took(&mut self, job: TakeJob, epoch: i32) {
+        let TakeJob { task, kind } = job;
+        let regained = self.tasks.regain(&task).is_some();
+        self.tasks.set_regain(&task, None);
+        self.tasks.state_mut(&task).unsure = false;
         self.lease_seen(&task, true);
         self.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
@@ -297,17 +313,18 @@ impl Node {
             }
             return;
         }
-        self.held.insert(task.clone(), epoch);
-        if cover {
-            self.report(
-                Level::Info,
-                "took the lease as cover: its designated node left it vacant",
-            )
-            .field("task", &task);
-            self.covering.insert(task.clone(), self.now.mono);
-        } else {
-            self.covering.remove(&task);
-        }
+        let cover = match kind {
+            TakeKind::Cover => {
+                self.report(
+                    Level::Info,
+                    "took the lease as cover: its designated node left it vacant",
+                )
+                .field("task", &task);
+                Some(self.now.mono)
+            }
+            TakeKind::Designated => None,
+        };
+        self.tasks.hold(&task, epoch, cover);
         // Decisions skip a task being taken: if the member view changed while this take was
         // in flight (a member that ranks higher joined), or this node may no longer lead,
         // decide again, which also publishes; a cover too (its hold needs a timer). Otherwise
@@ -315,8 +332,10 @@ impl Node {
         // their next slot (at most every DECIDE_EVERY), so that takes answered one after
         // another share one (a decision or a publication per take costs O(tasks), and a cold
         // start answers thousands of takes).
-        let decide = cover || !self.may_lead() || sent.is_none_or(|sent| self.view_changed >= sent);
-        let last = self.takes.is_empty() && self.take_backlog.is_empty();
+        let decide = kind == TakeKind::Cover
+            || !self.may_lead()
+            || sent.is_none_or(|sent| self.view_changed >= sent);
+        let last = self.tasks.taking() == 0 && self.take_backlog.is_empty();
         match (decide, last) {
             (true, true) => self.decide(),
             (true, false) => self.decide_soon(),
@@ -331,7 +350,7 @@ impl Node {
 
     /// Answers `NotLeader` to the claim that waited for `task`'s lease to be taken again.
     fn finish_waiting_claim(&mut self, task: &str) {
-        if let Some(TaskJob::Claim(job)) = self.task_jobs.get(task).and_then(|q| q.front()) {
+        if let Some(TaskJob::Claim(job)) = self.tasks.get(task).and_then(|s| s.jobs.front()) {
             let job = job.clone();
             self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
         }
@@ -340,15 +359,18 @@ impl Node {
     /// Claims waiting for a lease that this node gave up and is not taking again: answered.
     fn settle_regaining(&mut self) {
         let lost: Vec<String> = self
-            .regaining
+            .tasks
             .iter()
-            .filter(|(t, given_up)| {
-                **given_up && !self.held.contains_key(*t) && !self.takes.contains_key(*t)
+            .filter(|(_, s)| {
+                s.lease()
+                    == Lease::Free {
+                        regain: Some(Regain::GivenUp),
+                    }
             })
             .map(|(t, _)| t.clone())
             .collect();
         for task in lost {
-            self.regaining.remove(&task);
+            self.tasks.set_regain(&task, None);
             self.finish_waiting_claim(&task);
         }
     }
@@ -365,7 +387,7 @@ impl Node {
     /// is still the incarnation this node took: the epoch's version says so (every take bumps
     /// it), where the lease's own version cannot (every new lease has version 0).
     pub(super) fn release_lease(&mut self, task: String, epoch: i32) {
-        if self.held.contains_key(&task) || self.session.is_none() {
+        if self.tasks.held(&task).is_some() || self.session.is_none() {
             // Taken again meanwhile, or nothing to release with.
             return self.finish_task_job(&task);
         }
@@ -414,8 +436,8 @@ impl Node {
     /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
     /// is deleted if it is this session's.
     pub(super) fn stray_lease(&mut self, task: &str) {
-        self.unsure_takes.insert(task.to_string());
-        self.verified.remove(task);
+        self.tasks.state_mut(task).unsure = true;
+        self.trust.unverify(task);
         self.recheck_in(Duration::from_millis(500));
     }
 
@@ -440,7 +462,7 @@ impl Node {
     ) {
         if let Ok(ZkOk::Exists(Some(stat))) = result
             && Some(stat.ephemeral_owner) == self.my_session()
-            && !self.held.contains_key(&task)
+            && self.tasks.held(&task).is_none()
         {
             let op = self.delete_lease_as_read(&task, stat.version, epoch);
             self.call(op, Then::Released { task });
@@ -456,16 +478,13 @@ impl Node {
     /// checked against the server (it may be the echo of an earlier release of a lease since
     /// taken again) before the lease counts as lost.
     pub(super) fn on_lease_event(&mut self, task: String, kind: WatchKind) {
-        self.verified.remove(&task);
+        self.trust.unverify(&task);
         match kind {
             WatchKind::Created => {
                 self.lease_seen(&task, true);
                 self.vacant_since.remove(&task);
                 let designated_here = self.probe_acting(&task);
-                if !designated_here
-                    || self.held.contains_key(&task)
-                    || self.takes.contains_key(&task)
-                {
+                if !designated_here || !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
                     // Another member's lease (or a cover's), or this node's own take: it
                     // changes none of this node's actions (a vacancy it waited on is over;
                     // the next decision sees that). A cold start creates every lease: a
@@ -476,14 +495,14 @@ impl Node {
             WatchKind::Deleted => {
                 self.lease_seen(&task, false);
                 self.vacant_since.insert(task.clone(), self.now.mono);
-                if self.held.contains_key(&task) {
+                if self.tasks.held(&task).is_some() {
                     let path = self.paths.lease(&task);
                     self.call(ZkOp::Exists { path }, Then::LeaseCheck { task });
                     return;
                 }
             }
             WatchKind::DataChanged => {
-                if self.held.contains_key(&task) {
+                if self.tasks.held(&task).is_some() {
                     // A lease is never modified (claims check version 0): someone wrote it.
                     self.give_up(
                         task,
@@ -527,7 +546,7 @@ impl Node {
 
     /// The lease turned out to be gone: forget it and decide again.
     pub(super) fn lease_lost(&mut self, task: &str) {
-        if self.held.remove(task).is_some() {
+        if self.tasks.unhold(task).is_some() {
             self.publish();
             self.decide();
         }
@@ -545,7 +564,7 @@ impl Node {
             ),
         )
         .field("task", &task);
-        self.held.remove(&task);
+        self.tasks.unhold(&task);
         self.publish();
         self.give_up_read_epoch(task);
     }
@@ -575,9 +594,7 @@ impl Node {
                 .field("task", &task);
                 // The lease may still be this session's: checked until known.
                 self.stray_lease(&task);
-                if let Some(given_up) = self.regaining.get_mut(&task) {
-                    *given_up = true;
-                }
+                self.tasks.given_up(&task);
                 self.decide();
                 return;
             }
@@ -606,9 +623,7 @@ impl Node {
                     // first waited for it to the end).
                     self.stray_lease(&task);
                 }
-                if let Some(given_up) = self.regaining.get_mut(&task) {
-                    *given_up = true;
-                }
+                self.tasks.given_up(&task);
                 self.decide()
             }
         }
@@ -666,9 +681,7 @@ impl Node {
             // Not deleted, or not known to be: it may still be this session's.
             self.stray_lease(&task);
         }
-        if let Some(given_up) = self.regaining.get_mut(&task) {
-            *given_up = true;
-        }
+        self.tasks.given_up(&task);
         self.decide();
     }
 
@@ -712,23 +725,25 @@ impl Node {
         match result {
             Ok(_) | Err(ZkFail::NodeExists) => match after {
                 AfterEnsure::Read(after) => self.read_record_ensured(task, *after),
-                AfterEnsure::Take { cover } => self.send_take(task, cover),
+                AfterEnsure::Take(kind) => self.send_take(TakeJob { task, kind }),
                 AfterEnsure::Heal => self.heal_read_epoch(task),
             },
-            Err(ZkFail::NoNode) if !self.recreated_for.contains(&task) => {
+            Err(ZkFail::NoNode) if !self.tasks.get(&task).is_some_and(|s| s.recreated) => {
                 // tasks/ was deleted: recreate the tree, then try once more.
-                self.recreated_for.insert(task.clone());
+                self.tasks.state_mut(&task).recreated = true;
                 self.recreate_tree(AfterRecreate::Ensure { task, after });
             }
             Err(error) => {
-                self.recreated_for.remove(&task);
+                if let Some(state) = self.tasks.get_mut(&task) {
+                    state.recreated = false;
+                }
                 let error = crate::coord::CoordError::ZooKeeper {
                     context: "creating the task's znodes".into(),
                     message: error.to_string(),
                 };
                 match after {
                     AfterEnsure::Read(after) => self.after_read(task, *after, Err(error)),
-                    AfterEnsure::Take { .. } => self.take_failed(task, error.to_string()),
+                    AfterEnsure::Take(_) => self.take_failed(task, error.to_string()),
                     AfterEnsure::Heal => self.heal_failed(task),
                 }
             }

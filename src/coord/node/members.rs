@@ -18,13 +18,24 @@ pub(crate) struct Relist {
     leases: Option<BTreeSet<String>>,
 }
 
+/// Why a member znode is read, which says where its record goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemberRead {
+    /// One of the reads of the listing in flight: its record goes into the listing (and counts
+    /// as one of its outstanding calls), which replaces the view once complete.
+    Listing,
+    /// A watch event, a registration that vanished or a lease that names the member: its record
+    /// changes the view at once (and the listing in flight, so completing it does not undo it).
+    Change,
+}
+
 /// A task set being read, and the members waiting for it.
 #[derive(Debug, Default)]
 pub(crate) struct Fetch {
     chunks: Vec<Option<Vec<u8>>>,
     missing: bool,
     replies: usize,
-    waiters: Vec<(String, MemberRecord, bool)>,
+    waiters: Vec<(String, MemberRecord, MemberRead)>,
 }
 
 impl Node {
@@ -86,7 +97,7 @@ impl Node {
                     relist.ids.extend(ids.iter().cloned());
                 }
                 for id in ids {
-                    self.read_member(id, true);
+                    self.read_member(id, MemberRead::Listing);
                 }
                 self.relist_step();
             }
@@ -159,15 +170,16 @@ impl Node {
         let leases = relist.leases.unwrap_or_default();
         // A lease this node believes it holds but that is gone was lost.
         let lost: Vec<String> = self
-            .held
-            .keys()
+            .tasks
+            .held_leases()
+            .map(|(t, _)| t)
             .filter(|t| !leases.contains(*t))
             .cloned()
             .collect();
         for task in lost {
             self.report(Level::Warn, "lease found gone after reconnecting")
                 .field("task", &task);
-            self.held.remove(&task);
+            self.tasks.unhold(&task);
         }
         self.vacant_since.retain(|t, _| !leases.contains(t));
         let vacant: Vec<String> = self
@@ -184,7 +196,7 @@ impl Node {
             self.vacant_since.entry(task).or_insert(now);
         }
         self.present = leases;
-        self.verified.clear();
+        self.trust.unverify_all();
         self.control.check_due = true;
         if let Some(session) = self.session.as_mut() {
             session.listed = true;
@@ -204,25 +216,25 @@ impl Node {
         self.control.check_due = true;
     }
 
-    pub(super) fn read_member(&mut self, id: String, relist: bool) {
+    pub(super) fn read_member(&mut self, id: String, read: MemberRead) {
         let path = self.paths.member(&id);
-        self.call(ZkOp::GetData { path }, Then::ReadMember { id, relist });
+        self.call(ZkOp::GetData { path }, Then::ReadMember { id, read });
     }
 
     pub(super) fn on_read_member(
         &mut self,
         id: String,
-        relist: bool,
+        read: MemberRead,
         result: Result<ZkOk, ZkFail>,
     ) {
         let path = self.paths.member(&id);
         let (data, stat) = match result {
             Ok(ZkOk::Data(data, stat)) => (data, stat),
-            Ok(_) | Err(ZkFail::NoNode) => return self.member_resolved(id, None, relist),
+            Ok(_) | Err(ZkFail::NoNode) => return self.member_resolved(id, None, read),
             Err(error) => {
                 self.report(Level::Warn, format!("cannot read member ({error})"))
                     .field("member", &id);
-                if relist {
+                if read == MemberRead::Listing {
                     self.relist_failed("reading a member", error);
                 }
                 return;
@@ -237,7 +249,7 @@ impl Node {
                     "ignoring the member znode {path}: it is persistent, so no live zkcron node wrote it (a node's member znode is ephemeral); it would rank as a node that never takes its leases. Remove it: {cli} delete {path}", cli = self.zk_cli()
                 ),
             );
-            return self.member_resolved(id, None, relist);
+            return self.member_resolved(id, None, read);
         }
         self.member_sessions
             .insert(id.clone(), stat.ephemeral_owner);
@@ -250,17 +262,17 @@ impl Node {
                     format!("ignoring an unreadable member znode ({error})"),
                 )
                 .field("member", &id);
-                return self.member_resolved(id, None, relist);
+                return self.member_resolved(id, None, read);
             }
         };
         if let Some(set) = self.tasksets.get(&record.taskset.digest).cloned() {
             let info = self.member_info(&id, &record, set);
-            return self.member_resolved(id, info, relist);
+            return self.member_resolved(id, info, read);
         }
         let digest = record.taskset.digest.clone();
         let chunks = record.taskset.chunks;
         let fetch = self.fetches.entry(digest.clone()).or_default();
-        fetch.waiters.push((id, record, relist));
+        fetch.waiters.push((id, record, read));
         if fetch.waiters.len() == 1 {
             fetch.chunks = vec![None; chunks.max(1)];
             fetch.missing = false;
@@ -318,7 +330,7 @@ impl Node {
         if let Some(set) = &set {
             self.tasksets.insert(digest.clone(), set.clone());
         }
-        for (id, record, relist) in fetch.waiters {
+        for (id, record, read) in fetch.waiters {
             let info = match &set {
                 Some(set) => self.member_info(&id, &record, set.clone()),
                 None => {
@@ -335,7 +347,7 @@ impl Node {
                 self.registered_as = None;
                 self.maybe_register();
             }
-            self.member_resolved(id, info, relist);
+            self.member_resolved(id, info, read);
         }
     }
 
@@ -361,8 +373,8 @@ impl Node {
         }
     }
 
-    fn member_resolved(&mut self, id: String, info: Option<MemberInfo>, relist: bool) {
-        if relist {
+    fn member_resolved(&mut self, id: String, info: Option<MemberInfo>, read: MemberRead) {
+        if read == MemberRead::Listing {
             if let Some(relist) = self.relist.as_mut() {
                 if let Some(info) = info {
                     relist.members.insert(id, info);
@@ -392,7 +404,7 @@ impl Node {
                     self.members_changed = self.now.mono;
                 }
                 // Who is designated may have changed: foreign leases are checked again.
-                self.verified.clear();
+                self.trust.unverify_all();
                 self.control.check_due = true;
                 self.members.insert(id, info);
             }
@@ -471,7 +483,7 @@ mod tests {
         node.member_sessions.insert("gone".into(), 3);
         // The member's read records its session (as `on_read_member` does), then resolves it.
         node.member_sessions.insert("new".into(), 2);
-        node.member_resolved("new".into(), Some(info("new", 2)), false);
+        node.member_resolved("new".into(), Some(info("new", 2)), MemberRead::Change);
         node.forget_member("gone");
         node.relist_step();
         assert!(node.relist.is_none());

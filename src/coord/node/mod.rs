@@ -12,19 +12,27 @@
 //! Drivers: `coord::zk` (zookeeper-client, tokio) and the simulation (`tests/sim`, virtual time
 //! over an in-memory ZooKeeper). See [`io`] for the seam.
 //!
-//! Files: `io` (the seam: inputs, outputs, generic ZooKeeper operations), `then` (the
-//! continuation of each call in flight, and the dispatch of replies), `requests` (the daemon's
-//! requests, one job at a time per task), `session` (session states, setup, registration,
-//! recreating deleted parts of the tree), `members` (listing members and leases, member znodes
-//! and task sets), `leases` (lease decisions applied: takes, releases, lease events, giving up a
-//! changed lease), `acting` (which members act; how often the node decides), `foreign` (which
-//! foreign leases it trusts), `claim` (fire records, fenced claims, unknown outcomes, orphans),
-//! `runs` (live runs and results, releasing everything), `trigger` (manual runs), `history`
-//! (`tasks/<task>/history`), `control` (the operator's drain and pause marks; tasks no live
-//! node may run, drift), `clock` (skew verdicts, the cluster clock), `gc` (task-set
-//! collection), `report` (once-per-change reports), `leadership` (what the daemon may fire).
-//! Tests: `tests`, `lease_tests`, `control_tests` (with a small in-memory ZooKeeper),
-//! `trigger_tests`.
+//! # Files
+//! - `io`: the seam with the drivers: inputs, outputs, ZooKeeper operations, requests.
+//! - `then`: what each call in flight continues with, and the dispatch of replies.
+//! - `session`: session states, setup, registration, watches, recreating the tree.
+//! - `members`: the member view: listing members and leases, member records, task sets.
+//! - `leases`: lease decisions and what applies them: takes, releases, lease events, give-ups.
+//! - `acting`: which members act, and how often lease events make the node decide.
+//! - `foreign`: which foreign leases the node trusts; deleting those no live member holds.
+//! - `tasks`: the node's own state per task: its hold on the lease, record, result, jobs.
+//! - `leadership`: what the node tells the daemon it may fire.
+//! - `requests`: the daemon's requests, and the queue of work on each task.
+//! - `claim`: fire records, fenced claims, unknown outcomes, orphans.
+//! - `runs`: live runs, results, and leaving the cluster.
+//! - `history`: each task's run history.
+//! - `trigger`: manual runs: trigger znodes, their claim and their end.
+//! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
+//! - `clock`: skew verdicts and the cluster's clock.
+//! - `gc`: collecting the task sets no member references.
+//! - `report`: once-per-change reports for the operator, with their fixes.
+//! - `tests`, `control_tests`, `lease_tests`, `trigger_tests`: the node fed by hand or by a
+//!   small in-memory ZooKeeper.
 
 mod acting;
 mod claim;
@@ -41,6 +49,7 @@ mod report;
 mod requests;
 mod runs;
 mod session;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod then;
@@ -58,11 +67,11 @@ use self::clock::SkewVerdict;
 use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::session::RegisterJob;
+use self::session::{RegisterJob, Registration};
 use self::then::{AfterEnsure, AfterRecreate, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
-use super::records::{FireRecord, Paths, TaskSetRef};
+use super::records::{Paths, TaskSetRef};
 
 pub use self::clock::{SKEW_WARNING, clock_offset_ms};
 pub use self::gc::unreferenced_chunks;
@@ -129,69 +138,90 @@ pub(crate) struct MemberInfo {
 /// The current session.
 #[derive(Debug)]
 struct Session {
+    /// The session id ZooKeeper gave: the owner of this node's ephemeral znodes.
     id: i64,
+    /// The id in hex, as records and logs name it.
     hex: String,
+    /// Connected now (else paused, waiting to reconnect within the session).
     connected: bool,
     /// The timeout ZooKeeper negotiated (deadlines use it, not the configured one).
     timeout: Duration,
+    /// When the connection was lost, while it is.
     disconnected_at: Option<Duration>,
+    /// This disconnection was already counted as a session loss (at its deadline).
     loss_counted: bool,
     /// Setup calls (tree, watches, first clock probe) not answered yet; `None` once done.
     setup_outstanding: Option<usize>,
     /// Setup completed without a failure (else it is retried).
     set_up: bool,
+    /// A setup call failed: setup is retried once all are answered.
     setup_failed: bool,
     /// The first listing of members and leases completed.
     listed: bool,
 }
 
+/// A call in flight.
 #[derive(Debug)]
 struct Pending {
+    /// The session generation it was sent in: a reply of an older one is dropped.
     generation: u64,
+    /// When it was sent, by the local clock.
     sent: DateTime<Utc>,
+    /// What its reply continues with.
     then: Then,
 }
 
 /// Work on one task that must not overlap another (a claim, releasing the lease).
 #[derive(Debug)]
 enum TaskJob {
+    /// Claim a tick (or rerun an orphaned one).
     Claim(ClaimJob),
     /// Release the lease incarnation that set this epoch version.
-    Release {
-        epoch: i32,
-    },
+    Release { epoch: i32 },
 }
 
+/// What a timer of the node does when due.
 #[derive(Debug)]
 enum Timer {
+    /// Measure the clock skew again (every `CLOCK_PROBE`).
     Probe,
+    /// Collect unreferenced task sets (every `TASKSET_GC_EVERY`).
     Gc,
-    LossDeadline {
-        generation: u64,
-    },
+    /// A disconnection lasted the negotiated timeout: the session counts as lost.
+    LossDeadline { generation: u64 },
+    /// Re-read the record of a claim whose outcome is unknown.
     Resolve(ResolveJob),
+    /// Try again to record a run's end.
     RunEnded(RunEndedJob),
+    /// Delete the triggers that ended long enough ago (every `trigger::GC_EVERY`).
     Triggers,
     /// Read the operator's marks again (a read after a watch event failed).
-    ControlRead {
-        generation: u64,
-    },
+    ControlRead { generation: u64 },
     /// A close that waited [`CLOSE_WAITS_FOR_HISTORY`] for history appends closes now.
     CloseAnyway,
 }
 
 /// The sans-IO cluster node. See the module docs.
 pub struct Node {
+    /// Who this node is and how it behaves.
     cfg: NodeConfig,
+    /// The cluster's znode paths, under [`NodeConfig::base`].
     paths: Paths,
+    /// The time of the input being handled (the node reads no clock).
     now: Now,
+    /// Outputs not polled yet, in order.
     out: VecDeque<Output>,
+    /// The id of the next call.
     next_op: OpId,
+    /// The calls in flight, with what their replies continue with.
     pending: BTreeMap<OpId, Pending>,
     /// Bumped whenever a session ends: replies and timers of older generations are dropped.
     generation: u64,
+    /// The current session, from its first connection to its end.
     session: Option<Session>,
+    /// The node's timers, by due time (monotonic) and the order they were set.
     timers: BTreeMap<(Duration, u64), Timer>,
+    /// The sequence number of the last timer set: timers due at once fire in order.
     timer_seq: u64,
     /// When to decide about leases again (a vacancy timer).
     recheck_at: Option<Duration>,
@@ -205,10 +235,14 @@ pub struct Node {
     decisions: usize,
     /// Setup, registration or a take failed: try again at this time.
     retry_at: Option<Duration>,
+    /// The delay before the next retry: doubled by each failure (up to 10 s), reset once
+    /// registered.
     retry_delay: Duration,
 
     // The member and lease view.
+    /// This node's task set as published: its reference, its chunks and the set.
     my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
+    /// The members whose record and task set could be used: the ranking's input.
     members: BTreeMap<String, MemberInfo>,
     /// The session owning each ephemeral member znode as last read (whether or not its record
     /// could be used): the live sessions whose leases and runs count.
@@ -216,13 +250,17 @@ pub struct Node {
     /// Every session seen owning a member znode in this node's session: a node that left the
     /// membership to stop keeps its session (and its live runs) until its jobs end.
     seen_sessions: BTreeSet<i64>,
+    /// The task sets read so far, by digest (members that define the same tasks share one).
     tasksets: BTreeMap<String, Arc<TaskSet>>,
+    /// The task sets being read, by digest, with the members waiting for them.
     fetches: BTreeMap<String, members::Fetch>,
+    /// The tasks whose lease exists, whoever holds it, as last seen (every task of the
+    /// cluster, not only this node's: decisions read it as a set).
     present: BTreeSet<String>,
-    /// Leases this node holds, with the epoch version its take set (claims check it).
-    held: BTreeMap<String, i32>,
+    /// When each absent lease was first seen vacant: a backup covers it only after a bound
+    /// (decisions read it as a map).
     vacant_since: BTreeMap<String, Duration>,
-    covering: BTreeMap<String, Duration>,
+    /// When another member last joined or changed: vacancy counts from then too.
     members_changed: Duration,
     /// When the member view (this node's own record included) last changed: a take answered
     /// after it needs a decision (the decisions in between skipped it).
@@ -231,55 +269,59 @@ pub struct Node {
     acting: BTreeMap<String, (i64, Duration)>,
     /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
     probing: BTreeMap<String, Duration>,
+    /// When the last decision was made: lease events decide at most every `DECIDE_EVERY`.
     last_decided: Option<Duration>,
-    /// Takes in flight, with when each was sent.
-    takes: BTreeMap<String, Duration>,
     /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
     /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
     /// per decision); cleared by every decision, which lists them again.
-    take_backlog: VecDeque<(String, bool)>,
-    /// When the leadership was last published, and when to publish the leases taken since
-    /// (a publication at most every `DECIDE_EVERY` while many takes are answered).
+    take_backlog: VecDeque<leases::TakeJob>,
+    /// When the leadership was last published (a publication at most every `DECIDE_EVERY`
+    /// while many takes are answered).
     last_published: Option<Duration>,
+    /// When to publish the leases taken since the last publication.
     publish_at: Option<Duration>,
-    /// Tasks whose znodes were found missing and the tree recreated for (once).
-    recreated_for: BTreeSet<String>,
-    /// Foreign leases checked to belong to a live member, by task (cleared on lease events).
-    verified: BTreeSet<String>,
-    /// Takes whose outcome is unknown: the lease may be this session's without it knowing.
-    unsure_takes: BTreeSet<String>,
-    /// Tasks whose claim in flight found the task's epoch changed under this node's lease: the
-    /// claim waits (head of its queue) for the lease to be given up and taken again (`true`
-    /// once given up), then runs with the new epoch, or answers `NotLeader` if not retaken.
-    regaining: BTreeMap<String, bool>,
-    /// Ephemeral leases of a session that is no member's: the lease znode's czxid and when it
-    /// was first seen. Deleted only after `FOREIGN_GRACE` (the member read may be in flight).
-    suspects: BTreeMap<String, (i64, Duration)>,
-    verifying: BTreeSet<String>,
+    /// What the node knows of the owners of foreign leases, by task: checked to be a live
+    /// member's, being checked, or a suspect (a session that is no member's) left alone for a
+    /// grace period.
+    trust: foreign::ForeignTrust,
+    /// The registration in flight.
     registering: Option<RegisterJob>,
-    /// The task-set digest, `leads` and `drained` last written in the member record.
-    registered_as: Option<(String, bool, bool)>,
+    /// What the member record says as last written: registering again when it changes.
+    registered_as: Option<Registration>,
+    /// "Another session is registered as this node" was said: not said again until this node
+    /// registers.
     register_waited: bool,
+    /// The listing of members and leases in flight (after connecting or reconnecting): the
+    /// view is not current, so nothing is decided or fired until it completes.
     relist: Option<Relist>,
 
     // Fire records, runs, results.
-    records: BTreeMap<String, (FireRecord, i32)>,
+    /// The run znodes this session created and has not deleted (its live runs), by path.
     own_runs: BTreeSet<String>,
-    results: BTreeMap<String, (DateTime<Utc>, i32)>,
-    no_foreign_runs: BTreeMap<String, i32>,
-    task_jobs: BTreeMap<String, VecDeque<TaskJob>>,
+    /// This node's own state per task: its hold on the lease, the fire record and result last
+    /// seen, the work queued on the task.
+    tasks: tasks::Tasks,
+    /// Counts of other nodes' live runs in flight, by request.
     runs_counts: BTreeMap<ReqId, runs::RunsCount>,
+    /// Leaving the cluster (`ReleaseAll`) in flight.
     release_all: Option<ReleaseAllJob>,
 
     // Clock.
+    /// Whether this node's clock is close enough to ZooKeeper's to lead, as last measured.
     skew: Option<SkewVerdict>,
+    /// This node's clock offset from ZooKeeper's, as last measured (ms, positive = ahead).
     offset_ms: Option<i64>,
 
+    /// `ReleaseAll` was asked for: the node leads nothing from here on and never registers
+    /// again.
     stopping: bool,
+    /// `Close` was done: the session is closed and no new one is taken up.
     closed: bool,
     /// A close asked for while history appends were in flight ([`Node::close_after_history`]).
     close_waiting: Option<ReqId>,
+    /// The leadership as last published to the daemon.
     leadership: Leadership,
+    /// The task-set collection in flight.
     gc: Option<gc::Gc>,
     /// Problems already reported (by key), so each is logged once per change.
     reported: BTreeSet<String>,
@@ -291,6 +333,7 @@ pub struct Node {
     triggers: BTreeMap<String, trigger::Known>,
     /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
     manual_sent: BTreeMap<String, DateTime<Utc>>,
+    /// `[scheduler] history_runs`: how many runs a task's history keeps.
     history_runs: usize,
 }
 
@@ -328,33 +371,22 @@ impl Node {
             tasksets: BTreeMap::new(),
             fetches: BTreeMap::new(),
             present: BTreeSet::new(),
-            held: BTreeMap::new(),
             vacant_since: BTreeMap::new(),
-            covering: BTreeMap::new(),
             members_changed: Duration::ZERO,
             view_changed: Duration::ZERO,
             acting: BTreeMap::new(),
             probing: BTreeMap::new(),
             last_decided: None,
-            takes: BTreeMap::new(),
             take_backlog: VecDeque::new(),
             last_published: None,
             publish_at: None,
-            recreated_for: BTreeSet::new(),
-            verified: BTreeSet::new(),
-            unsure_takes: BTreeSet::new(),
-            regaining: BTreeMap::new(),
-            suspects: BTreeMap::new(),
-            verifying: BTreeSet::new(),
+            trust: foreign::ForeignTrust::default(),
             registering: None,
             registered_as: None,
             register_waited: false,
             relist: None,
-            records: BTreeMap::new(),
             own_runs: BTreeSet::new(),
-            results: BTreeMap::new(),
-            no_foreign_runs: BTreeMap::new(),
-            task_jobs: BTreeMap::new(),
+            tasks: tasks::Tasks::default(),
             runs_counts: BTreeMap::new(),
             release_all: None,
             skew: None,

@@ -38,7 +38,7 @@ impl Node {
                 )),
             ),
             Request::Reclaim { task, tick } => {
-                self.records.remove(&task);
+                self.forget_record(&task);
                 self.queue_task_job(
                     task.clone(),
                     TaskJob::Claim(ClaimJob::new(
@@ -90,7 +90,7 @@ impl Node {
 
     /// Runs `job` now, or after the job on the same task in flight.
     pub(super) fn queue_task_job(&mut self, task: String, job: TaskJob) {
-        let queue = self.task_jobs.entry(task.clone()).or_default();
+        let queue = &mut self.tasks.state_mut(&task).jobs;
         queue.push_back(job);
         if queue.len() == 1 {
             self.start_task_job(task);
@@ -98,7 +98,7 @@ impl Node {
     }
 
     pub(super) fn start_task_job(&mut self, task: String) {
-        let Some(job) = self.task_jobs.get_mut(&task).and_then(|q| q.front_mut()) else {
+        let Some(job) = self.tasks.get_mut(&task).and_then(|s| s.jobs.front_mut()) else {
             return;
         };
         match job {
@@ -115,12 +115,13 @@ impl Node {
 
     /// The job in flight on `task` is done: start the next.
     pub(super) fn finish_task_job(&mut self, task: &str) {
-        let Some(queue) = self.task_jobs.get_mut(task) else {
+        let Some(queue) = self.tasks.get_mut(task).map(|s| &mut s.jobs) else {
             return;
         };
-        queue.pop_front();
+        if queue.pop_front().is_none() {
+            return;
+        }
         if queue.is_empty() {
-            self.task_jobs.remove(task);
             self.maybe_release_all();
         } else {
             self.start_task_job(task.to_string());
@@ -188,10 +189,7 @@ impl Node {
         }
         self.runs_counts.clear();
         // Queued task jobs (behind a claim in flight) and timers carrying requests.
-        let jobs: Vec<TaskJob> = std::mem::take(&mut self.task_jobs)
-            .into_values()
-            .flatten()
-            .collect();
+        let jobs: Vec<TaskJob> = self.tasks.take_jobs();
         for job in jobs {
             if let TaskJob::Claim(job) = job {
                 let req = job.req;

@@ -74,8 +74,10 @@ impl Node {
             );
         }
         // Read before the listing: a run another node created before this take shows in it.
-        let incarnation = self.held.get(&task).copied();
-        if incarnation.is_some() && incarnation == self.no_foreign_runs.get(&task).copied() {
+        let incarnation = self.tasks.held(&task);
+        if incarnation.is_some()
+            && incarnation == self.tasks.get(&task).and_then(|s| s.no_foreign_runs)
+        {
             return self.answer(req, Ok(Answered::Count(0)));
         }
         let path = self.paths.record(&task);
@@ -118,7 +120,7 @@ impl Node {
             .collect();
         if foreign.is_empty() {
             if let Some(epoch) = incarnation {
-                self.no_foreign_runs.insert(task, epoch);
+                self.tasks.state_mut(&task).no_foreign_runs = Some(epoch);
             }
             return self.answer(req, Ok(Answered::Count(0)));
         }
@@ -169,7 +171,7 @@ impl Node {
         }
         let count = self.runs_counts.remove(&req).expect("present");
         if let (0, Some(epoch)) = (count.count, count.incarnation) {
-            self.no_foreign_runs.insert(count.task, epoch);
+            self.tasks.state_mut(&count.task).no_foreign_runs = Some(epoch);
         }
         self.answer(req, Ok(Answered::Count(count.count)));
     }
@@ -218,8 +220,8 @@ impl Node {
     }
 
     /// One attempt: deletes the run znode and writes the result (only if it is not older than
-    /// the stored one), in one multi-op. The stored result's tick and version come from
-    /// `results` when this node knows them, so that the run's end is visible to other nodes
+    /// the stored one), in one multi-op. The stored result's tick and version come from the
+    /// task's state when this node knows them, so that the run's end is visible to other nodes
     /// after one round trip.
     pub(super) fn run_ended_attempt(&mut self, mut job: RunEndedJob) {
         if self.session.is_none() {
@@ -235,8 +237,8 @@ impl Node {
     }
 
     fn write_result(&mut self, mut job: RunEndedJob) {
-        match self.results.get(&job.task) {
-            Some(&(tick, version)) => {
+        match self.tasks.get(&job.task).and_then(|s| s.result) {
+            Some((tick, version)) => {
                 job.existing = Some((Some(tick), version));
                 self.send_result(job);
             }
@@ -320,8 +322,7 @@ impl Node {
                     _ => None,
                 };
                 if let (Some(version), true) = (version, newer) {
-                    self.results
-                        .insert(job.task.clone(), (job.result.tick, version));
+                    self.tasks.state_mut(&job.task).result = Some((job.result.tick, version));
                 }
                 self.run_ended_done(job);
             }
@@ -343,7 +344,7 @@ impl Node {
                 self.report(Level::Debug, "the stored result changed; re-reading it")
                     .field("task", &job.task)
                     .field("source", &error);
-                self.results.remove(&job.task);
+                self.forget_result(&job.task);
                 job.conflicts += 1;
                 if job.conflicts >= 2 {
                     return self.run_ended_failed(
@@ -357,7 +358,7 @@ impl Node {
                 self.write_result(job);
             }
             other => {
-                self.results.remove(&job.task);
+                self.forget_result(&job.task);
                 let message = match other {
                     Err(error) => error.to_string(),
                     Ok(_) => "unexpected answer".into(),
@@ -397,13 +398,24 @@ impl Node {
         self.at(at, Timer::RunEnded(job));
     }
 
+    /// Forgets the stored result of `task` as last seen: the next run's end reads it again.
+    fn forget_result(&mut self, task: &str) {
+        if let Some(state) = self.tasks.get_mut(task) {
+            state.result = None;
+        }
+    }
+
     // ---- leaving ----
 
     /// Gives up all leadership at once: nothing fires from here on; after the claims in
     /// flight, the member znode and every lease go in a few multi-ops.
     pub(super) fn start_release_all(&mut self, req: ReqId) {
         self.stopping = true;
-        let leases: Vec<(String, i32)> = self.held.iter().map(|(t, e)| (t.clone(), *e)).collect();
+        let leases: Vec<(String, i32)> = self
+            .tasks
+            .held_leases()
+            .map(|(t, e)| (t.clone(), e))
+            .collect();
         self.publish();
         self.release_all = Some(ReleaseAllJob {
             req,
@@ -424,13 +436,13 @@ impl Node {
             || job
                 .leases
                 .iter()
-                .any(|(t, _)| self.task_jobs.contains_key(t))
+                .any(|(t, _)| self.tasks.get(t).is_some_and(|s| !s.jobs.is_empty()))
         {
             return;
         }
         let mut job = self.release_all.take().expect("present");
         job.started = true;
-        self.held.clear();
+        self.tasks.unhold_all();
         if self.session.is_none() {
             self.answer(job.req, Ok(Answered::Done));
             return;

@@ -10,19 +10,34 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::members::MemberRead;
 use super::{AfterRecreate, Node, Session, Then, Timer};
 use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
 use crate::task::TaskSpec;
 
+/// What this node's member record says about it, as last written: registering again is
+/// needed when any of it changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Registration {
+    /// The digest of the task set the record names.
+    digest: String,
+    /// The record's `leads`: whether this node may lead.
+    leads: bool,
+    /// The record's `drained`: whether the operator drained this node.
+    drained: bool,
+}
+
 /// A registration in flight.
 #[derive(Debug)]
 pub(crate) struct RegisterJob {
+    /// The member record being written.
     data: Vec<u8>,
-    digest: String,
-    leads: bool,
-    drained: bool,
+    /// What the record says, kept as `registered_as` once written.
+    registration: Registration,
+    /// How many tasks the task set holds (for the log).
     count: usize,
+    /// Publishing a chunk of the task set failed: the registration is tried again.
     failed: bool,
 }
 
@@ -171,21 +186,15 @@ impl Node {
         self.generation += 1;
         self.abort_pending();
         self.session = None;
-        self.held.clear();
         self.present.clear();
         self.members.clear();
         self.member_sessions.clear();
         self.seen_sessions.clear();
         self.fetches.clear();
         self.own_runs.clear();
-        self.records.clear();
-        self.takes.clear();
         self.take_backlog.clear();
-        self.verified.clear();
-        self.verifying.clear();
-        self.unsure_takes.clear();
-        self.regaining.clear();
-        self.suspects.clear();
+        self.trust.clear();
+        self.tasks.end_session();
         self.registering = None;
         self.registered_as = None;
         self.relist = None;
@@ -337,7 +346,12 @@ impl Node {
         };
         let leads = self.may_lead();
         let drained = self.drained();
-        if self.registered_as.as_ref() == Some(&(reference.digest.clone(), leads, drained)) {
+        let registration = Registration {
+            digest: reference.digest.clone(),
+            leads,
+            drained,
+        };
+        if self.registered_as.as_ref() == Some(&registration) {
             return;
         }
         for (index, chunk) in chunks.into_iter().enumerate() {
@@ -370,9 +384,7 @@ impl Node {
         let data = serde_json::to_vec(&record).expect("serializes");
         self.registering = Some(RegisterJob {
             data: data.clone(),
-            digest: reference.digest,
-            leads,
-            drained,
+            registration,
             count: reference.count,
             failed: false,
         });
@@ -500,7 +512,7 @@ impl Node {
         }
         self.register_waited = false;
         self.retry_delay = Duration::from_millis(200);
-        self.registered_as = Some((job.digest, job.leads, job.drained));
+        self.registered_as = Some(job.registration);
         let hex = self.session_hex();
         let (id, release) = (self.cfg.id.clone(), self.cfg.release.clone());
         self.report(Level::Info, "registered in ZooKeeper")
@@ -563,13 +575,15 @@ impl Node {
                         // "deleted; registering again" for it misled. Registering goes on.
                     } else if id == self.cfg.id {
                         self.register_again();
-                        self.read_member(id, false);
+                        self.read_member(id, MemberRead::Change);
                     } else {
                         self.forget_member(&id);
                         self.decide();
                     }
                 }
-                WatchKind::Created | WatchKind::DataChanged => self.read_member(id, false),
+                WatchKind::Created | WatchKind::DataChanged => {
+                    self.read_member(id, MemberRead::Change)
+                }
             }
         } else if let Some(task) = path.strip_prefix(&leases) {
             self.on_lease_event(task.to_string(), kind);
@@ -647,7 +661,7 @@ impl Node {
                 self.maybe_register();
             }
             AfterRecreate::Ensure { task, after } => self.ensure_task_nodes(task, after),
-            AfterRecreate::Take { task, cover } => self.send_take(task, cover),
+            AfterRecreate::Take(job) => self.send_take(job),
         }
     }
 }

@@ -129,7 +129,7 @@ fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
     session.listed = true;
     session.setup_outstanding = None;
     session.set_up = true;
-    node.held.insert("t".into(), 5);
+    node.tasks.hold("t", 5, None);
     node.publish();
     drain(&mut node);
 

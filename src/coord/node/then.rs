@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::claim::{AfterRead, ClaimJob};
 use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
+use super::leases::{TakeJob, TakeKind};
+use super::members::MemberRead;
 use super::runs::RunEndedJob;
 use super::{Node, control, foreign, gc, history, trigger};
 use crate::coord::records::FireRecord;
@@ -15,181 +17,196 @@ use crate::coord::records::FireRecord;
 /// What a pending call continues with when its reply arrives.
 #[derive(Debug)]
 pub(super) enum Then {
+    /// Nothing: a call whose outcome changes nothing (a give-back after stopping, a trigger
+    /// setup call, deleting a foreign run znode).
     Ignore,
+    /// One of the session's setup calls (tree, watches, marks): counted until all answered.
     SetupStep,
+    /// A write of the `clock` znode, whose mtime measures this node's clock skew.
     Probe {
+        /// When the write was sent, by the local clock.
         sent: DateTime<Utc>,
+        /// It creates the znode (the set found none); else it sets it.
         create: bool,
+        /// A setup step: registering waits for it.
         setup: bool,
     },
+    /// Writing one chunk of this node's task set before registering.
     Chunk,
+    /// Creating this node's ephemeral member znode (its reply measures the skew too).
     MemberCreate {
+        /// When the create was sent, by the local clock.
         sent: DateTime<Utc>,
     },
+    /// The member znode existed: reading whose it is (this session's is updated).
     MemberCheck,
+    /// Updating this session's member znode with a new record.
     MemberSet {
+        /// When the write was sent, by the local clock.
         sent: DateTime<Utc>,
     },
+    /// The listing of `members/` of a re-listing.
     ListMembers,
+    /// The listing of `leases/` of a re-listing.
     ListLeases,
+    /// Reading a member znode: its record, and the session that owns it.
     ReadMember {
         id: String,
-        relist: bool,
+        /// Part of the listing in flight, or a change applied at once.
+        read: MemberRead,
     },
-    ReadChunk {
-        digest: String,
-        index: usize,
-    },
-    RecreateDir {
-        path: String,
-    },
-    Recreated {
-        after: AfterRecreate,
-    },
-    EnsureRecord {
-        task: String,
-    },
-    Ensured {
-        task: String,
-        after: AfterEnsure,
-    },
-    Take {
-        task: String,
-        cover: bool,
-    },
-    TakeFresh {
-        task: String,
-        cover: bool,
-    },
-    TakeOwner {
-        task: String,
-        cover: bool,
-    },
-    TakeEpoch {
-        task: String,
-        cover: bool,
-    },
-    Released {
-        task: String,
-    },
-    ReleaseEpoch {
-        task: String,
-    },
-    ReleaseCheck {
-        task: String,
-        epoch: Option<i32>,
-    },
-    LeaseCheck {
-        task: String,
-    },
+    /// Reading one chunk of a member's task set.
+    ReadChunk { digest: String, index: usize },
+    /// Creating one directory of the tree again (reported if it was missing).
+    RecreateDir { path: String },
+    /// Creating the tree's last directory again: then what was waiting for the tree.
+    Recreated { after: AfterRecreate },
+    /// Creating a task's fire record if absent (its epoch's create, sent after, continues).
+    EnsureRecord { task: String },
+    /// Creating a task's epoch if absent: then what needed the task's znodes.
+    Ensured { task: String, after: AfterEnsure },
+    /// A take: creating the ephemeral lease and bumping the epoch in one multi.
+    Take(TakeJob),
+    /// The first take of a task: its fire record, its epoch and the lease in one multi.
+    TakeFresh(TakeJob),
+    /// A take found the lease present: reading whose it is (it may be this session's, from a
+    /// take whose answer was lost).
+    TakeOwner(TakeJob),
+    /// The lease is this session's: reading the epoch, whose version the take owns.
+    TakeEpoch(TakeJob),
+    /// Deleting a lease this node gave up, conditional on its epoch.
+    Released { task: String },
+    /// A release found the epoch moved: reading it before checking the lease again.
+    ReleaseEpoch { task: String },
+    /// Checking that the lease to release is still this session's (then deleted at `epoch`).
+    ReleaseCheck { task: String, epoch: Option<i32> },
+    /// A lease this node holds was reported deleted: checking it is gone (not an echo).
+    LeaseCheck { task: String },
+    /// Reading a foreign lease's owner (and data) to see whether a live member holds it.
     LeaseOwner {
         task: String,
         epoch: foreign::EpochRead,
     },
-    LeaseOwnerEpoch {
-        task: String,
-    },
+    /// Reading the epoch before reading again a foreign lease that is to be deleted.
+    LeaseOwnerEpoch { task: String },
+    /// Asking who holds a lease just created, to see whether its designated member acts.
     Acting {
         member: String,
+        /// When the lease was seen created.
         seen: Duration,
     },
+    /// Deleting a lease no live member holds (or this session's lost take), conditional on
+    /// the epoch read before it.
     HealLease {
         task: String,
         foreign: Option<foreign::ForeignLease>,
         /// The index of the lease's delete in the multi (0 if it is no multi).
         lease_at: usize,
     },
-    GiveUp {
-        task: String,
-    },
-    GiveUpEpoch {
-        task: String,
-    },
-    GiveUpCheck {
-        task: String,
-        epoch: Option<i32>,
-    },
+    /// Deleting this node's lease that changed under it, conditional on the epoch read.
+    GiveUp { task: String },
+    /// Reading the epoch of a lease to give up.
+    GiveUpEpoch { task: String },
+    /// Checking that the lease to give up is still this session's (then deleted at `epoch`).
+    GiveUpCheck { task: String, epoch: Option<i32> },
+    /// Reading a task's fire record: then what the read is for.
     ReadRecord {
         task: String,
         after: AfterRead,
+        /// The task's znodes were just created: a missing record is an error, not created
+        /// again.
         ensured: bool,
     },
+    /// A claim's fenced multi-op (record, and run znode when the tick runs).
     ClaimMulti {
         job: ClaimJob,
+        /// The record the claim writes.
         new: FireRecord,
         run_path: String,
+        /// When it was sent, by the local clock (its reply measures the skew).
         sent: DateTime<Utc>,
     },
-    ClaimLeaseCheck {
-        job: ClaimJob,
-    },
-    RunBlocks {
-        job: ClaimJob,
-    },
+    /// A claim failed on the lease or the epoch: asking whose the lease is.
+    ClaimLeaseCheck { job: ClaimJob },
+    /// A claim found a run znode for its tick: asking whose it is.
+    RunBlocks { job: ClaimJob },
+    /// The sync before re-reading the record of a claim whose outcome is unknown.
     ResolveSync,
+    /// An orphan check read the record: reading the stored result.
     OrphanResult {
         req: ReqId,
         task: String,
         record: FireRecord,
     },
+    /// An orphan check: whether the run znode of the claimed tick is live.
     OrphanRun {
         req: ReqId,
         record: FireRecord,
+        /// The tick of the stored result.
         result: Option<DateTime<Utc>>,
     },
+    /// A rerun reads the stored result before claiming again.
     RerunResult {
         job: ClaimJob,
         record: FireRecord,
         version: i32,
     },
+    /// Listing a task's run znodes, to count the live runs of other nodes.
     RunsList {
         req: ReqId,
         task: String,
+        /// The lease incarnation held when the listing was sent.
         incarnation: Option<i32>,
     },
-    RunOwner {
-        req: ReqId,
-        path: String,
-    },
-    LastResult {
-        req: ReqId,
-    },
-    ResultRead {
-        job: RunEndedJob,
-    },
+    /// Whose one run znode is (only a live member's ephemeral counts).
+    RunOwner { req: ReqId, path: String },
+    /// Reading a task's stored result for the daemon.
+    LastResult { req: ReqId },
+    /// Reading the stored result before recording a run's end.
+    ResultRead { job: RunEndedJob },
+    /// Recording a run's end: deleting its run znode and writing the result, in one multi.
     ResultWrite {
         job: RunEndedJob,
+        /// The multi deletes the run znode first.
         run_live: bool,
+        /// The multi writes the result (it is newer than the stored one).
         newer: bool,
     },
-    ReleaseBatch {
-        batch: Vec<Vec<ZkOp>>,
-    },
+    /// One multi of leaving the cluster (member znode and leases).
+    ReleaseBatch { batch: Vec<Vec<ZkOp>> },
+    /// One lease released alone after its batch failed.
     ReleaseOne,
+    /// A step of the task-set collection.
     Gc(gc::GcStep),
+    /// A read of the operator's marks.
     Control {
         read: control::ControlRead,
         phase: control::Phase,
     },
+    /// A step of a manual run's trigger.
     Trigger(trigger::Step),
+    /// A step of appending to a task's history.
     History(history::Step),
 }
 
 /// What to do once the tree is recreated.
 #[derive(Debug)]
 pub(super) enum AfterRecreate {
+    /// Register again (the member znode went with the tree).
     Register,
+    /// Create the task's znodes, then continue.
     Ensure { task: String, after: AfterEnsure },
-    Take { task: String, cover: bool },
+    /// Send the take again.
+    Take(TakeJob),
 }
 
 /// What to do once a task's persistent znodes exist.
 #[derive(Debug)]
 pub(super) enum AfterEnsure {
+    /// Read the fire record again.
     Read(Box<AfterRead>),
-    Take {
-        cover: bool,
-    },
+    /// Send the take, of this kind.
+    Take(TakeKind),
     /// A lease to be deleted found no epoch to condition its delete on: read it again.
     Heal,
 }
@@ -217,16 +234,16 @@ impl Node {
             Then::MemberSet { sent } => self.on_member_set(result, sent),
             Then::ListMembers => self.on_list_members(result),
             Then::ListLeases => self.on_list_leases(result),
-            Then::ReadMember { id, relist } => self.on_read_member(id, relist, result),
+            Then::ReadMember { id, read } => self.on_read_member(id, read, result),
             Then::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
             Then::RecreateDir { path } => self.on_recreate_dir(path, result),
             Then::Recreated { after } => self.on_recreated(after, result),
             Then::EnsureRecord { task } => self.on_ensure_record(task, result),
             Then::Ensured { task, after } => self.on_ensured(task, after, result),
-            Then::Take { task, cover } => self.on_take(task, cover, result),
-            Then::TakeFresh { task, cover } => self.on_take_fresh(task, cover, result),
-            Then::TakeOwner { task, cover } => self.on_take_owner(task, cover, result),
-            Then::TakeEpoch { task, cover } => self.on_take_epoch(task, cover, result),
+            Then::Take(job) => self.on_take(job, result),
+            Then::TakeFresh(job) => self.on_take_fresh(job, result),
+            Then::TakeOwner(job) => self.on_take_owner(job, result),
+            Then::TakeEpoch(job) => self.on_take_epoch(job, result),
             Then::Released { task } => self.on_released(task, result),
             Then::ReleaseEpoch { task } => self.on_release_epoch(task, result),
             Then::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),

@@ -686,7 +686,7 @@ impl Node {
             .filter(|(_, known)| {
                 let record = &known.record;
                 record.state == TriggerState::Running
-                    && self.held.contains_key(&record.task)
+                    && self.tasks.held(&record.task).is_some()
                     && record.node.as_ref().is_some_and(|node| {
                         *node != self.cfg.id && !self.member_sessions.contains_key(node)
                     })

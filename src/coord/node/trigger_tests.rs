@@ -93,7 +93,7 @@ fn leading() -> Node {
     session.listed = true;
     session.setup_outstanding = None;
     session.set_up = true;
-    node.held.insert("t".into(), 5);
+    node.tasks.hold("t", 5, None);
     node.publish();
     drain(&mut node);
     node
@@ -262,7 +262,7 @@ fn a_manual_claim_is_one_multi_fenced_on_the_lease_incarnation_and_the_trigger_v
 fn a_manual_claim_without_the_lease_is_not_leader_and_sends_nothing() {
     let mut node = leading();
     learn(&mut node, NAME, &pending("t"), 0, at(1));
-    node.held.clear();
+    node.tasks.unhold_all();
     let out = claim(&mut node, 7, NAME, at(2));
     assert!(calls(&out).is_empty(), "{out:?}");
     assert_eq!(
