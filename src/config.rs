@@ -1,4 +1,4 @@
-//! The node configuration, `zkcron.toml` (BRIEF §4).
+//! The node configuration, `zkcron.toml` (docs/operating.md).
 //!
 //! This module owns the config file's format: it parses and validates it into a [`Config`] whose
 //! every field has a documented default, and reports every problem with file, line and column

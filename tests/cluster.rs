@@ -3,7 +3,7 @@
 //!
 //! Every task fires every second and appends `<fire id> <node id>` to `fires.log` (short
 //! O_APPEND writes are atomic, so one file serves all nodes). From that file the tests check the
-//! promises of BRIEF §3 through faults: no fire id twice, no second missing (missed ticks are
+//! promises of docs/guarantee.md through faults: no fire id twice, no second missing (missed ticks are
 //! caught up: `catch_up = "all"`), and which node fires what.
 //!
 //! Faults are injected in the middle of a second, far from the instants when ticks are claimed
@@ -43,7 +43,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 /// Takeover after a crash (kill -9, or a node paused past its session): ZooKeeper deletes the
 /// dead session's leases when the session expires, after `SESSION_TIMEOUT`; then a survivor
-/// takes the lease. The product aims at session timeout + 500 ms (BRIEF §5); the test allows
+/// takes the lease. The product aims at session timeout + 500 ms (docs/BENCHMARKS.md); the test allows
 /// session timeout + 1 s, plus 1 s of slack:
 /// - ZooKeeper checks expiry once per tick (200 ms), and rounds a session's deadline up to the
 ///   next tick: up to 2 ticks (400 ms) late;
@@ -53,8 +53,8 @@ const LIMIT: Duration = Duration::from_secs(30);
 ///   scheduling hiccup of a few hundred ms must not fail the test.
 const CRASH_TAKEOVER: Duration = Duration::from_secs(3 + 1 + 1);
 
-/// Takeover after SIGTERM: the stopping node releases its leases at once (BRIEF §3: others take
-/// over "in well under a second"; the aim is 200 ms).
+/// Takeover after SIGTERM: the stopping node releases its leases at once (others take
+/// over in well under a second; the aim is 200 ms, docs/BENCHMARKS.md).
 const GRACEFUL_TAKEOVER: Duration = Duration::from_secs(1);
 
 /// The fewest of 30 tasks each of 3 nodes must lead. Leadership follows a rendezvous hash with

@@ -1,4 +1,4 @@
-//! The operator's controls of issue [6] on real `zkcron run` processes and a real ZooKeeper (see
+//! The operator's controls on real `zkcron run` processes and a real ZooKeeper (see
 //! `tests/common/zk.rs`): drain and undrain, pause and resume across a leader change, tasks no
 //! live node may run, and drift.
 //!
@@ -24,7 +24,7 @@ use common::zk::{self, ClusterNode, TestServer};
 /// A generous deadline for start-up and convergence.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Leases move off a drained node "within a second" (issue [6]); the test allows one more for
+/// Leases move off a drained node "within a second"; the test allows one more for
 /// a loaded two-core machine running several JVMs and debug builds at once.
 const DRAIN_MOVE: Duration = Duration::from_secs(2);
 

@@ -6,7 +6,7 @@
 //! with the same keys and value shapes. The fixtures were captured from the real encoders (the
 //! ZooKeeper backend against a real ZooKeeper, the embedded backend in a temp dir) by
 //! `records_this_release_writes_match_the_golden_fixtures` with `ZKCRON_CAPTURE_GOLDEN=1` at the
-//! release before issue [5]; they are never regenerated to make a test pass. Changing a fixture
+//! release before records gained canonical task digests; they are never regenerated to make a test pass. Changing a fixture
 //! is changing the wire format: a new `format` version and the upgrade story come first.
 
 mod common;
@@ -311,7 +311,7 @@ async fn wait_gone(client: &zookeeper_client::Client, path: &str) {
 }
 
 /// Fields whose values differ from run to run (times, sessions, the process, the random seed),
-/// and the digests (issue [5] item 8 gave task digests a canonical serialization). For these
+/// and the digests (a canonical serialization since the fixtures were captured). For these
 /// only the JSON type must match; every other value must be equal.
 const VOLATILE: &[&str] = &[
     "seed",
@@ -514,7 +514,7 @@ fn the_state_dir_this_release_writes_matches_the_golden_fixtures() {
     assert_eq!(snapshot, golden);
 }
 
-/// A state dir written by the release before issue [5] (the fixtures) is read by this one.
+/// A state dir written by an earlier release (the fixtures) is read by this one.
 #[test]
 fn a_state_dir_of_the_golden_fixtures_is_read_by_this_release() {
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -106,8 +106,8 @@ fn given_a_notify_socket_when_the_daemon_starts_reloads_and_stops_then_systemd_h
 
     // When it starts: READY with a status naming what it leads.
     let mut child = start_notifying_daemon(&scratch, &socket, &[]);
-    // The disabled task is loaded but not led: it fires nowhere, on either backend (issue [5]
-    // item 3 settled it; the embedded backend used to count it as led).
+    // The disabled task is loaded but not led: it fires nowhere, on either backend (the
+    // embedded backend used to count it as led).
     let ready = manager.wait_for("READY=1", LIMIT, |m| has_line(m, "READY=1"));
     assert_eq!(status_of(&ready), Some("leading 1 of 2 tasks"), "{ready}");
 

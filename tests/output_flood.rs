@@ -1,4 +1,4 @@
-//! Resource bounds (issue [7]): a job printing 1 GB of output does not grow the daemon. The real
+//! Resource bounds: a job printing 1 GB of output does not grow the daemon. The real
 //! daemon runs a job that writes 1 GiB (half as one endless line, half as 1 KiB lines) and
 //! then fails (once: later ticks find it done); the daemon's RSS is sampled throughout, and the `on_failure` hook the daemon
 //! runs afterwards gets a bounded output tail.

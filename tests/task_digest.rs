@@ -1,4 +1,4 @@
-//! The canonical task digest (`TaskSpec::canonical_digest`, issue [5] item 8): pinned for a
+//! The canonical task digest (`TaskSpec::canonical_digest`): pinned for a
 //! fixed task file, so that a release that changes it by accident fails here; every field that
 //! defines behaviour counts; the file path, the description and `env` values do not.
 

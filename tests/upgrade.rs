@@ -1,4 +1,4 @@
-//! Rolling upgrade and rollback (issue [6] item 1) with real `zkcron run` processes on a real
+//! Rolling upgrade and rollback with real `zkcron run` processes on a real
 //! ZooKeeper (`tests/common/zk.rs`): three nodes at 1.0.0 are restarted one at a time (SIGTERM,
 //! then started again with `--node-version 1.1.0`), then rolled back the same way.
 //!

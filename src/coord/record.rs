@@ -22,7 +22,7 @@
 //! would give ([`ClaimOutcome::NotLeader`] for the lease, [`ClaimOutcome::AlreadyClaimed`] for
 //! the record or an existing run znode). The rules never admit what the write would refuse.
 //!
-//! # The rules, settled (issue [5] item 3)
+//! # The rules
 //! - **Claim**: only while the node leads the task ([`ClaimOutcome::NotLeader`] otherwise, first),
 //!   and only for a tick newer than the record ([`ClaimOutcome::AlreadyClaimed`] with the record).
 //! - **Orphan**: the record's tick was claimed to run, no result of that tick or a later one is
@@ -41,7 +41,7 @@
 //! - **Eligible**: a disabled task is neither published nor led, on any backend: a node must
 //!   not hold a lease for a task it will not fire, and "leading N of M tasks" counts what fires.
 //!   (Before, the local backend counted disabled tasks as led.)
-//! - **Manual run** (`zkcron trigger`, issue [6]): claimed only while the node leads the task
+//! - **Manual run** (`zkcron trigger`): claimed only while the node leads the task
 //!   ([`ClaimOutcome::NotLeader`] first) and only while the trigger is pending
 //!   ([`ClaimOutcome::AlreadyClaimed`] with its request time otherwise): at most once, like a
 //!   tick. It moves no fire record and is never caught up or rerun.

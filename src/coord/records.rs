@@ -119,19 +119,19 @@ pub struct TaskSetEntry {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_req: Option<String>,
-    /// The task's `require_labels` (issue [6]); absent when empty.
+    /// The task's `require_labels`; absent when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub require_labels: BTreeMap<String, String>,
-    /// The schedule expression as written (issue [6]), so `zkcron status` can compute the next
+    /// The schedule expression as written, so `zkcron status` can compute the next
     /// tick on any host; absent from older writers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<String>,
-    /// The schedule's IANA zone name (issue [6]); absent from older writers.
+    /// The schedule's IANA zone name; absent from older writers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
 }
 
-/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark (issue [6]).
+/// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MarkRecord {
     pub format: u32,
@@ -374,7 +374,7 @@ impl Paths {
     pub fn clock(&self) -> String {
         format!("{}/clock", self.base)
     }
-    /// `control`: the operator's marks (issue [6]).
+    /// `control`: the operator's marks.
     pub fn control(&self) -> String {
         format!("{}/control", self.base)
     }

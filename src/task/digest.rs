@@ -30,9 +30,9 @@
 //! | `kill_on_session_loss` | `true` or `false` |
 //! | `on_node_loss` | `skip` or `rerun` |
 //! | `enabled` | `true` or `false` |
-//! | `require_labels` | **only when the task has any** (added in issue [6]): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
+//! | `require_labels` | **only when the task has any** (added after the first release): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
 //!
-//! | `on_failure` | **only when the task has it** (added in issue [7]): `<n>` and then ` <str>` per argument |
+//! | `on_failure` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per argument |
 //!
 //! `require_labels` (and likewise `on_failure`) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on

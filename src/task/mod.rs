@@ -1,6 +1,6 @@
 //! Task files in `jobs.d/`: what a task is, and loading it from disk with errors users can act on.
 //!
-//! This module owns the task-file format (BRIEF §2): one task per `<name>.toml`, the name being
+//! This module owns the task-file format (docs/task-files.md): one task per `<name>.toml`, the name being
 //! the file stem. It turns files into validated [`TaskSpec`]s or [`TaskFileError`]s that point at
 //! file, line and column. It does not run anything and keeps no state between loads: the daemon
 //! decides what to do with a file that became invalid (it keeps the last good version).

@@ -1,5 +1,5 @@
 //! Why a member may not own a task, in the words the node's log, `zkcron status` and `zkcron
-//! explain` share (issue [6]): one wording, so the operator reads the same sentence everywhere.
+//! explain` share: one wording, so the operator reads the same sentence everywhere.
 
 use std::collections::BTreeMap;
 

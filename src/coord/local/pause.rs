@@ -1,4 +1,4 @@
-//! Paused tasks on a single host (issue [6]): `<state_dir>/paused.json`, a file of its own so
+//! Paused tasks on a single host: `<state_dir>/paused.json`, a file of its own so
 //! that a previous release, which does not know it, still reads the state dir (it then fires
 //! the paused tasks: pausing needs this release).
 //!

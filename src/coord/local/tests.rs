@@ -590,8 +590,8 @@ async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
 }
 
 /// Every start-up asks about each task's fire record; asking about a task that never fired
-/// made it an empty record, a lock and a copy of its name, 2 MB for 10,000 tasks (issue [5]
-/// footprint). Reads leave no record behind; a claim still makes one.
+/// made it an empty record, a lock and a copy of its name, 2 MB for 10,000 tasks. Reads leave
+/// no record behind; a claim still makes one.
 #[tokio::test]
 async fn reading_a_task_that_never_fired_adds_no_record() {
     let dir = tempfile::tempdir().unwrap();

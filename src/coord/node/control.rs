@@ -1,4 +1,4 @@
-//! The operator's marks (issue [6]): drain and pause, and the reports about tasks no live
+//! The operator's marks: drain and pause, and the reports about tasks no live
 //! node may run and tasks live nodes define differently.
 //!
 //! - `control/drained/<node-id>`: this node's own mark makes it re-register with `drained:
