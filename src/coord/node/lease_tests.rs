@@ -480,3 +480,47 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
         assert!(!node.leadership().may_fire("t"));
     }
 }
+
+// ---- what a node missed while its connection dropped replies ----
+
+#[test]
+fn a_lease_replaced_by_a_strangers_while_disconnected_is_not_claimed_on_after_reconnecting() {
+    // Simulation seed 22328: while n0's connection dropped replies, a stranger deleted
+    // `leases/` and created a persistent `leases/t13`. n0 heard neither event; its re-listing
+    // compared names only, so it still held t13, and its claims passed (the stranger's lease
+    // is at version 0 too, and the epoch was untouched): it claimed without a lease to the
+    // end. The re-listing now checks that every lease the node holds is this session's.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    assert_eq!(lease_owner(&store), Some(1));
+    assert!(node.leadership().may_fire("t"));
+    node.handle(Input::Disconnected, at(100));
+    // Unheard: the stranger's lease replaces the node's (version 0, as a new lease).
+    store.znodes.remove(&lease);
+    store
+        .znodes
+        .insert(lease.clone(), (lease_record("ghost"), Stat::default()));
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(200),
+    );
+    let said = pump(&mut node, &mut store, at(200));
+    // What the node fires on is its own lease: the stranger's was deleted (a persistent lease
+    // is no live node's) and the task taken again.
+    assert!(
+        !node.leadership().may_fire("t") || lease_owner(&store) == Some(1),
+        "fires on a lease of session {:?}: {said:?}",
+        lease_owner(&store)
+    );
+    assert!(
+        said.iter()
+            .any(|r| r.contains("lease found not this session's after reconnecting")),
+        "{said:?}"
+    );
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+    assert!(node.leadership().may_fire("t"), "{said:?}");
+}
