@@ -1,7 +1,7 @@
 //! The member view: listing members and leases after (re)connecting (and checking that each
 //! lease the node holds is still its session's), reading member znodes and their task sets.
-//! Only ephemeral member znodes count: a persistent one was written by no
-//! live node, so it is reported with its fix and never ranked.
+//! Only ephemeral member znodes count: a persistent one was written by no live node, so it is
+//! reported with its fix and never ranked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
