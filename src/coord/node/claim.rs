@@ -420,6 +420,11 @@ impl Node {
                 self.report(Level::Warn, "claim refused: this node's lease is gone")
                     .field("task", &job.task);
                 self.lease_lost(&job.task.clone());
+                if result.is_err() {
+                    // Unknown whose the lease is: it may still be this session's, which no
+                    // other node deletes (simulation seed 23229).
+                    self.stray_lease(&job.task);
+                }
             }
         }
         self.finish_claim(job, Ok(ClaimOutcome::NotLeader));

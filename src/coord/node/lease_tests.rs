@@ -480,3 +480,103 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
         assert!(!node.leadership().may_fire("t"));
     }
 }
+
+// ---- what a node missed while its connection dropped replies ----
+
+#[test]
+fn a_lease_replaced_by_a_strangers_while_disconnected_is_not_claimed_on_after_reconnecting() {
+    // Simulation seed 22328: while n0's connection dropped replies, a stranger deleted
+    // `leases/` and created a persistent `leases/t13`. n0 heard neither event; its re-listing
+    // compared names only, so it still held t13, and its claims passed (the stranger's lease
+    // is at version 0 too, and the epoch was untouched): it claimed without a lease to the
+    // end. The re-listing now checks that every lease the node holds is this session's.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    assert_eq!(lease_owner(&store), Some(1));
+    assert!(node.leadership().may_fire("t"));
+    node.handle(Input::Disconnected, at(100));
+    // Unheard: the stranger's lease replaces the node's (version 0, as a new lease).
+    store.znodes.remove(&lease);
+    store
+        .znodes
+        .insert(lease.clone(), (lease_record("ghost"), Stat::default()));
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(200),
+    );
+    let said = pump(&mut node, &mut store, at(200));
+    // What the node fires on is its own lease: the stranger's was deleted (a persistent lease
+    // is no live node's) and the task taken again.
+    assert!(
+        !node.leadership().may_fire("t") || lease_owner(&store) == Some(1),
+        "fires on a lease of session {:?}: {said:?}",
+        lease_owner(&store)
+    );
+    assert!(
+        said.iter()
+            .any(|r| r.contains("lease found not this session's after reconnecting")),
+        "{said:?}"
+    );
+    assert_eq!(lease_owner(&store), Some(1), "{said:?}");
+    assert!(node.leadership().may_fire("t"), "{said:?}");
+}
+
+#[test]
+fn a_lease_whose_check_after_a_fenced_claim_was_lost_is_deleted_by_the_node_once_drained() {
+    // Simulation seed 23229: a stranger changed the epoch of t01 under n1's lease; n1's claim
+    // failed on the epoch, and the answer to its check of the lease was lost with the
+    // connection. n1 counted the lease as lost without checking it again (it was still its
+    // session's), then was drained: a node that may not lead checked no lease, so the lease
+    // stayed with n1's session to the end and the node ranked first waited for it
+    // (NotConverged). A lease whose owner is unknown is now checked until known, also by a
+    // node that may not lead, and deleted if it is this session's.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    let epoch = format!("{BASE}/tasks/t/epoch");
+    assert_eq!(lease_owner(&store), Some(1));
+    assert!(node.leadership().may_fire("t"));
+    // A stranger bumps the epoch; the node claims a tick, and every answer about the lease is
+    // lost (its check after the claim, and its check as the designated node).
+    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    let tick = DateTime::from_timestamp(1_800_000_060, 0).unwrap();
+    let request = Request::Claim {
+        task: "t".into(),
+        tick,
+        intent: crate::coord::ClaimIntent::Run,
+    };
+    node.handle(Input::Request { req: 7, request }, at(100));
+    let mut lost = false;
+    let said = pump_with(&mut node, &mut store, at(100), |zk, _, result| {
+        if matches!(zk, ZkOp::Exists { path } | ZkOp::GetData { path } if *path == lease) {
+            lost = true;
+            *result = Err(ZkFail::ConnectionLoss);
+        }
+    });
+    assert!(lost, "the node never checked its lease: {said:?}");
+    assert!(!node.leadership().may_fire("t"));
+    // Drained: it may lead nothing, and nobody else deletes a live session's lease.
+    let drain = format!("{BASE}/control/drained/n1");
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
+    node.handle(
+        Input::Watch {
+            path: drain,
+            kind: WatchKind::Created,
+        },
+        at(200),
+    );
+    let mut said = pump(&mut node, &mut store, at(200));
+    said.extend(pump(&mut node, &mut store, at(2_000)));
+    assert_eq!(
+        lease_owner(&store),
+        None,
+        "the drained node left its session's lease: {said:?}"
+    );
+    assert!(!node.leadership().may_fire("t"));
+}

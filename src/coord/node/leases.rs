@@ -105,9 +105,17 @@ impl Node {
         for (task, epoch) in releases {
             self.queue_task_job(task, TaskJob::Release { epoch });
         }
-        if may_lead {
-            self.verify_foreign_leases(decision.held_elsewhere);
-        }
+        // Foreign leases matter only to a node that may take them; a lease this session may
+        // still own (a release or take without an answer) is checked whatever this node may
+        // do, or it stays for as long as the session lives (simulation seed 47: a node whose
+        // clock was off released a lease, the release was lost, and the lease kept the node
+        // ranked first from the task to the end).
+        let held_elsewhere = if may_lead {
+            decision.held_elsewhere
+        } else {
+            Vec::new()
+        };
+        self.verify_foreign_leases(held_elsewhere);
         self.settle_regaining();
     }
 
@@ -433,8 +441,8 @@ impl Node {
     }
 
     /// A lease this session may still own without holding it (a release or take whose outcome
-    /// is unknown): its owner is checked, whatever this node's rank, until it is known, and it
-    /// is deleted if it is this session's.
+    /// is unknown): its owner is checked, whatever this node's rank and even while it may not
+    /// lead, until it is known, and it is deleted if it is this session's.
     pub(super) fn stray_lease(&mut self, task: &str) {
         self.tasks.state_mut(task).unsure = true;
         self.trust.unverify(task);

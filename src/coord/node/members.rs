@@ -1,6 +1,7 @@
-//! The member view: listing members and leases after (re)connecting, reading member znodes
-//! and their task sets. Only ephemeral member znodes count: a persistent one was written by no
-//! live node, so it is reported with its fix and never ranked.
+//! The member view: listing members and leases after (re)connecting (and checking that each
+//! lease the node holds is still its session's), reading member znodes and their task sets.
+//! Only ephemeral member znodes count: a persistent one was written by no live node, so it is
+//! reported with its fix and never ranked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -16,6 +17,9 @@ pub(crate) struct Relist {
     pub(super) members: BTreeMap<String, MemberInfo>,
     pub(super) ids: BTreeSet<String>,
     leases: Option<BTreeSet<String>>,
+    /// Leases this node holds that were listed but found not this session's (a stranger's
+    /// created in their place while the node heard nothing), with the epoch each was held at.
+    not_ours: BTreeMap<String, i32>,
 }
 
 /// Why a member znode is read, which says where its record goes.
@@ -109,14 +113,56 @@ impl Node {
     pub(super) fn on_list_leases(&mut self, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Children(names)) => {
+                let names: BTreeSet<String> = names.into_iter().collect();
+                // A name proves nothing of the owner: a lease deleted and created by someone
+                // else while this node heard no events is listed too. Whose each lease this
+                // node holds is checked before the listing completes.
+                let held: Vec<(String, i32)> = self
+                    .tasks
+                    .held_leases()
+                    .filter(|(task, _)| names.contains(*task))
+                    .map(|(task, epoch)| (task.clone(), epoch))
+                    .collect();
                 if let Some(relist) = self.relist.as_mut() {
-                    relist.leases = Some(names.into_iter().collect());
+                    relist.leases = Some(names);
+                    relist.outstanding += held.len();
+                }
+                for (task, epoch) in held {
+                    let path = self.paths.lease(&task);
+                    self.call(
+                        ZkOp::Exists { path },
+                        Then::RelistLeaseOwner { task, epoch },
+                    );
                 }
                 self.relist_step();
             }
             Ok(_) => self.relist_step(),
             Err(error) => self.relist_failed("listing leases", error),
         }
+    }
+
+    /// The owner of a lease this node holds, read by the listing in flight.
+    pub(super) fn on_relist_lease_owner(
+        &mut self,
+        task: String,
+        epoch: i32,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        match result {
+            Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {}
+            // Gone since it was listed.
+            Ok(ZkOk::Exists(None)) => {
+                self.lease_seen(&task, false);
+            }
+            // Another session's, or persistent: not the lease this node took.
+            Ok(_) => {
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.not_ours.insert(task, epoch);
+                }
+            }
+            Err(error) => return self.relist_failed("checking a lease's owner", error),
+        }
+        self.relist_step();
     }
 
     /// A lease seen present or gone (a watch event, a take's answer, a read) by this node. A
@@ -168,17 +214,26 @@ impl Node {
             self.register_again();
         }
         let leases = relist.leases.unwrap_or_default();
-        // A lease this node believes it holds but that is gone was lost.
-        let lost: Vec<String> = self
+        // A lease this node believes it holds but that is gone, or not this session's (still
+        // held at the epoch it was checked at), was lost.
+        let lost: Vec<(String, &str)> = self
             .tasks
             .held_leases()
-            .map(|(t, _)| t)
-            .filter(|t| !leases.contains(*t))
-            .cloned()
+            .filter_map(|(task, epoch)| {
+                if !leases.contains(task) {
+                    Some((task.clone(), "lease found gone after reconnecting"))
+                } else if relist.not_ours.get(task) == Some(&epoch) {
+                    Some((
+                        task.clone(),
+                        "lease found not this session's after reconnecting (deleted and created by someone else meanwhile)",
+                    ))
+                } else {
+                    None
+                }
+            })
             .collect();
-        for task in lost {
-            self.report(Level::Warn, "lease found gone after reconnecting")
-                .field("task", &task);
+        for (task, why) in lost {
+            self.report(Level::Warn, why).field("task", &task);
             self.tasks.unhold(&task);
         }
         self.vacant_since.retain(|t, _| !leases.contains(t));

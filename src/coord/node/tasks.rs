@@ -56,7 +56,7 @@ pub(crate) struct TaskState {
     /// This node's hold on the lease; changed only through [`Tasks`], which counts the takes.
     lease: Lease,
     /// A take or release whose outcome is unknown: the lease may be this session's without
-    /// the node knowing, so its owner is checked whatever this node's rank.
+    /// the node knowing, so its owner is checked whatever this node's rank, drained or not.
     pub(super) unsure: bool,
     /// The fire record as last read or written, with its znode version (a claim sends it
     /// without reading it again; dropped when a claim conflicts and when the session ends).

@@ -49,6 +49,8 @@ pub(super) enum Then {
     ListMembers,
     /// The listing of `leases/` of a re-listing.
     ListLeases,
+    /// The listing in flight reads whose a lease this node holds (at `epoch`) is.
+    RelistLeaseOwner { task: String, epoch: i32 },
     /// Reading a member znode: its record, and the session that owns it.
     ReadMember {
         id: String,
@@ -234,6 +236,9 @@ impl Node {
             Then::MemberSet { sent } => self.on_member_set(result, sent),
             Then::ListMembers => self.on_list_members(result),
             Then::ListLeases => self.on_list_leases(result),
+            Then::RelistLeaseOwner { task, epoch } => {
+                self.on_relist_lease_owner(task, epoch, result)
+            }
             Then::ReadMember { id, read } => self.on_read_member(id, read, result),
             Then::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
             Then::RecreateDir { path } => self.on_recreate_dir(path, result),
