@@ -24,6 +24,12 @@ pub(crate) enum Kind {
     BusyLoop,
     /// A manual run (`zkcron trigger`) was claimed to run twice.
     ManualRunTwice,
+    /// The daemon asked to claim a scheduled tick to run while its leadership said the
+    /// operator had paused the task.
+    ClaimWhilePaused,
+    /// The daemon asked to claim a tick to run that was older than the task's
+    /// `starting_deadline` by its node's clock.
+    TickPastDeadline,
 }
 
 #[derive(Debug, Clone)]
@@ -83,6 +89,9 @@ pub(crate) struct Checker {
     pub(crate) violations: Vec<Violation>,
     /// Manual runs claimed, by fire id: when and by which node.
     pub(crate) manual_runs: BTreeMap<String, Vec<(Ms, usize)>>,
+    /// Fire records `zkcron resume` moved past a paused period: the task, the tick the record
+    /// named before (if any) and the resume instant. The ticks in between are not caught up.
+    pub(crate) resumed: Vec<(TaskIx, Option<DateTime<Utc>>, DateTime<Utc>)>,
 }
 
 impl Checker {
@@ -219,6 +228,86 @@ impl Checker {
     }
 }
 
+/// How long after its tick's age passed `starting_deadline` a claim may still be asked for: the
+/// planner judges the age when the tick comes due, and the claim can wait behind the claim in
+/// flight before it.
+const DEADLINE_SLACK: TimeDelta = TimeDelta::seconds(2);
+
+impl Sim<'_> {
+    /// The policies the daemon applies before a claim, checked as it asks the node to claim
+    /// `tick` of `task` to run, with what it knew then: the node's last leadership (pause) and
+    /// its clock (`starting_deadline`).
+    pub(crate) fn check_claim_request(&mut self, n: NodeIx, task: &str, tick: DateTime<Utc>) {
+        let Some(&t) = self.by_name.get(task) else {
+            return;
+        };
+        if self.procs[n].leadership.paused_tasks.contains(task) {
+            self.check.violation(
+                Kind::ClaimWhilePaused,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run while its leadership said {task} is paused",
+                    secs(tick)
+                ),
+            );
+        }
+        let age = self.wall(n) - tick;
+        if let Some(deadline) = self.sc.tasks[t].rules.starting_deadline
+            && age > TimeDelta::from_std(deadline).expect("small") + DEADLINE_SLACK
+        {
+            self.check.violation(
+                Kind::TickPastDeadline,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run {} ms after it, by its clock; starting_deadline {deadline:?}",
+                    secs(tick),
+                    age.num_milliseconds()
+                ),
+            );
+        }
+    }
+
+    /// Whether a tick of task `t` may go unclaimed because the operator paused the task: it
+    /// lies in a paused period (from shortly before the pause, when a claim may have been
+    /// waiting, to the resume), or a resume moved the fire record past it.
+    pub(crate) fn paused_over(&self, t: TaskIx, tick: DateTime<Utc>) -> bool {
+        let at = |ms: Ms| epoch() + TimeDelta::milliseconds(ms as i64);
+        let mut paused_since: Option<Ms> = None;
+        for (ms, fault) in &self.sc.faults {
+            match fault {
+                Fault::Stranger(Meddle::Pause(p)) if *p == t => {
+                    paused_since.get_or_insert(*ms);
+                }
+                Fault::Stranger(Meddle::Resume(p)) if *p == t => {
+                    if let Some(since) = paused_since.take()
+                        && tick >= at(since.saturating_sub(10_000))
+                        && tick <= at(*ms)
+                    {
+                        return true;
+                    }
+                }
+                Fault::HealAll => {
+                    if let Some(since) = paused_since.take()
+                        && tick >= at(since.saturating_sub(10_000))
+                        && tick <= at(*ms)
+                    {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.check
+            .resumed
+            .iter()
+            .any(|&(p, from, to)| p == t && from.is_none_or(|from| tick > from) && tick <= to)
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Traces and statistics
 // ------------------------------------------------------------------------------------------------
@@ -301,6 +390,12 @@ impl Sim<'_> {
             if task.rules.catch_up != CatchUpPolicy::All {
                 continue;
             }
+            // A missed tick older than a short deadline is dropped: such a task is only held
+            // to firing on time.
+            let every_tick = task
+                .rules
+                .starting_deadline
+                .is_none_or(|d| d.as_millis() as Ms >= sc.end);
             let leaders_at_end = (0..self.procs.len())
                 .filter(|&n| {
                     self.node_state_at(n, sc.end)
@@ -337,8 +432,12 @@ impl Sim<'_> {
                     .cloned()
                     .unwrap_or_default();
                 let tick_ms = (tick - epoch()).num_milliseconds();
-                if tick > horizon {
-                    // Too late to require, but still expected on time in a quiet stretch.
+                if self.paused_over(t, tick) {
+                    continue;
+                }
+                if tick > horizon || !every_tick {
+                    // Too late to require (or the task's deadline may drop it once missed),
+                    // but still expected on time in a quiet stretch.
                     if tick_ms >= 0 {
                         self.check_on_time(t, tick, tick_ms as Ms, claims.first().map(|c| c.at));
                     }

@@ -72,13 +72,18 @@ pub(crate) fn task_ix(name: &str) -> TaskIx {
     name[1..].parse().expect("task names are tNN")
 }
 
-/// The task as the daemon would load it (identical on every node that defines it).
-pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
+/// The task as the daemon would load it: identical on every node that defines it, but for
+/// the command's argument after `reloads` reloads of changed files on this node.
+pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
+    let mut argv = vec!["true".to_string()];
+    if reloads > 0 {
+        argv.push(format!("revision-{reloads}"));
+    }
     TaskSpec {
         name: def.name.as_str().into(),
         path: format!("{}.toml", def.name).into(),
         schedule: def.rules.schedule.clone(),
-        command: CommandLine::Argv(vec!["true".into()]),
+        command: CommandLine::Argv(argv),
         user: None,
         overlap: OverlapPolicy::Allow,
         catch_up: def.rules.catch_up,
@@ -163,6 +168,8 @@ pub(crate) enum T {
     StopDeadline,
     /// A manual run (index into `Sim::triggers`) ends.
     ManualEnd(usize),
+    /// The daemon reloads its changed task files.
+    Reload,
 }
 
 #[derive(Debug)]
@@ -275,6 +282,8 @@ pub(crate) struct Proc {
     pub(crate) requests: VecDeque<(ReqId, Request)>,
     /// Manual runs this daemon is claiming or has claimed (by fire id).
     pub(crate) manual: BTreeSet<String>,
+    /// How often this node's task files changed (they stay changed across restarts).
+    pub(crate) reloads: u32,
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -312,6 +321,9 @@ pub(crate) struct Sim<'s> {
     pub(crate) tracing: bool,
     /// The operator's manual run requests: task, fire id, request time.
     pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
+    /// Draws for the runs that outlive their task's interval (`Knobs::long_runs`): a stream of
+    /// its own, so that the scenarios without long runs stay what they were.
+    pub(crate) runs_rng: StdRng,
 }
 
 impl<'s> Sim<'s> {
@@ -364,6 +376,7 @@ impl<'s> Sim<'s> {
             trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
             tracing: true,
             triggers: Vec::new(),
+            runs_rng: StdRng::seed_from_u64(sc.seed ^ 0x0010_9e75),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -908,6 +921,22 @@ impl<'s> Sim<'s> {
         if previous == Some(tick) {
             return; // Not a new claim (a rerun, or a field of the same tick).
         }
+        if node.is_none() {
+            // `zkcron resume` moved the record past the paused period: no claim, and the ticks
+            // it passed over are not caught up.
+            note!(
+                self,
+                None,
+                Some(t),
+                format!(
+                    "RESUMED: record moved from {:?} to {:.3}s",
+                    previous.map(secs),
+                    secs(tick)
+                )
+            );
+            self.check.resumed.push((t, previous, tick));
+            return;
+        }
         self.stats.claims += 1;
         let claimer = node.unwrap_or(NO_NODE);
         let lease = format!("{BASE}/leases/{}", self.sc.tasks[t].name);
@@ -1036,7 +1065,7 @@ impl<'s> Sim<'s> {
         let specs: Vec<TaskSpec> = self.procs[n]
             .defines
             .iter()
-            .map(|&t| task_spec(&self.sc.tasks[t]))
+            .map(|&t| task_spec(&self.sc.tasks[t], self.procs[n].reloads))
             .collect();
         self.ask(n, Request::Publish(specs), Asked::Publish);
         self.connect(n);
@@ -1268,6 +1297,11 @@ impl<'s> Sim<'s> {
                     self.kill(n);
                 }
             }
+            T::Reload => {
+                if !self.procs[n].stopping {
+                    self.reload(n);
+                }
+            }
         }
     }
 
@@ -1286,6 +1320,14 @@ impl<'s> Sim<'s> {
 
     /// The daemon asks the node something (handed over when the node's outputs are drained).
     pub(crate) fn ask(&mut self, n: NodeIx, request: Request, asked: Asked) {
+        if let Request::Claim {
+            task,
+            tick,
+            intent: ClaimIntent::Run,
+        } = &request
+        {
+            self.check_claim_request(n, task, *tick);
+        }
         let p = &mut self.procs[n];
         p.next_req += 1;
         let req = p.next_req;
@@ -1420,6 +1462,9 @@ impl<'s> Sim<'s> {
             p.leadership
                 .tasks
                 .iter()
+                .filter(|name| {
+                    self.sc.knobs.bug == NodeBug::IgnorePause || p.leadership.may_fire(name)
+                })
                 .filter_map(|name| self.by_name.get(&**name).copied())
                 .collect()
         };
@@ -1492,7 +1537,10 @@ impl<'s> Sim<'s> {
                             last
                         };
                         let wall = self.wall(n);
-                        let rules = self.sc.tasks[task].rules.clone();
+                        let mut rules = self.sc.tasks[task].rules.clone();
+                        if self.sc.knobs.bug == NodeBug::NoStartingDeadline {
+                            rules.starting_deadline = None;
+                        }
                         let plan = self.procs[n].plans.get_mut(&task).expect("current");
                         plan.planner = Some(TickPlanner::start(rules, last, wall));
                         self.pump(n, task);
@@ -1607,7 +1655,11 @@ impl<'s> Sim<'s> {
             .and_then(|c| c.iter().find(|c| c.node == n))
             .map_or(SessionId(0), |c| c.session);
         self.check.on_run(self.now, task, tick, n, session);
-        let took = self.rng.random_range(10..=3_000);
+        let mut took = self.rng.random_range(10..=3_000);
+        if self.sc.knobs.long_runs && self.runs_rng.random_bool(0.15) {
+            // A process that outlives its task's next tick or several.
+            took = self.runs_rng.random_range(5_000..=40_000);
+        }
         self.timer(n, took, T::RunEnd { task, tick });
     }
 
@@ -1762,10 +1814,22 @@ impl<'s> Sim<'s> {
                 }
             }
             Fault::Stranger(meddle) => self.meddle(meddle),
+            Fault::Reload(n) => {
+                // The files change now; a node that is down loads them when it starts, a
+                // stopped process when it resumes.
+                self.procs[n].reloads += 1;
+                if self.procs[n].up {
+                    self.timer(n, 0, T::Reload);
+                }
+            }
             Fault::HealAll => {
                 for n in 0..self.sc.nodes.len() {
                     // Every node is undrained (a no-op where no mark is).
                     self.meddle(Meddle::Undrain(n));
+                }
+                for t in 0..self.sc.tasks.len() {
+                    // Every task is resumed (no write where no mark is).
+                    self.meddle(Meddle::Resume(t));
                 }
                 for n in 0..self.procs.len() {
                     self.link_up[n] = true;
@@ -1887,6 +1951,28 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
                 version: None,
             }],
+            Meddle::Pause(t) => {
+                let dir = |p: &str| ZkOp::Create {
+                    path: format!("{BASE}/{p}"),
+                    data: Vec::new(),
+                    mode: CreateMode::Persistent,
+                    acl: Default::default(),
+                };
+                vec![
+                    dir("control"),
+                    dir("control/paused"),
+                    ZkOp::Create {
+                        path: format!("{BASE}/control/paused/{}", name(*t)),
+                        data: serde_json::to_vec(
+                            &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
+                        )
+                        .expect("encodes"),
+                        mode: CreateMode::Persistent,
+                        acl: Default::default(),
+                    },
+                ]
+            }
+            Meddle::Resume(t) => self.resume_ops(*t, since).into_iter().collect(),
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {
                     "leases"
@@ -1920,6 +2006,55 @@ impl<'s> Sim<'s> {
             }
             self.broadcast(events);
         }
+    }
+
+    /// `zkcron resume`'s multi: the pause mark deleted and, when the fire record is older than
+    /// `now` (whole seconds), the record moved to `now`, both at the versions read. `None` when
+    /// the task is not paused.
+    fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
+        let name = &self.sc.tasks[t].name;
+        let mark = format!("{BASE}/control/paused/{name}");
+        let version = self.zk.nodes.get(&mark)?.stat.version;
+        let mut ops = vec![ZkOp::Delete {
+            path: mark,
+            version: Some(version),
+        }];
+        let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
+        let path = format!("{BASE}/tasks/{name}");
+        if let Some(z) = self.zk.nodes.get(&path)
+            && serde_json::from_slice::<WireRecord>(&z.data)
+                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now))
+        {
+            let moved = WireRecord {
+                format: 1,
+                tick: Some(now),
+                node: String::new(),
+                session: String::new(),
+                run: false,
+                reruns: 0,
+                claimed_at: Some(now),
+            };
+            ops.push(ZkOp::SetData {
+                path,
+                data: serde_json::to_vec(&moved).expect("encodes"),
+                version: Some(z.stat.version),
+            });
+        }
+        Some(ZkOp::Multi(ops))
+    }
+
+    /// The daemon reloads its changed task files: it publishes the new definitions and, as for
+    /// every changed task, starts each planner again from the fire record.
+    fn reload(&mut self, n: NodeIx) {
+        let specs: Vec<TaskSpec> = self.procs[n]
+            .defines
+            .iter()
+            .map(|&t| task_spec(&self.sc.tasks[t], self.procs[n].reloads))
+            .collect();
+        self.ask(n, Request::Publish(specs), Asked::Publish);
+        self.procs[n].plans.clear();
+        self.timer(n, 0, T::Poke);
+        self.settle(n);
     }
 
     pub(crate) fn kill(&mut self, n: NodeIx) {

@@ -28,6 +28,12 @@ pub(crate) enum NodeBug {
     NoCatchUp,
     /// Planner timers fire 3 s late.
     SlowTimer,
+    /// The daemon fires the tasks the node leads whether or not the operator paused them
+    /// (`leadership.tasks`, not `Leadership::may_fire`).
+    IgnorePause,
+    /// Planners run without the tasks' `starting_deadline`: missed ticks of any age are
+    /// caught up.
+    NoStartingDeadline,
 }
 
 /// What the generator may draw.
@@ -44,6 +50,18 @@ pub(crate) struct Knobs {
     /// The operator drains nodes and undrains them (`control/drained/<id>`; all undrained at
     /// the end of the fault phase).
     pub(crate) drains: bool,
+    /// The operator pauses tasks and resumes them (`control/paused/<task>`; `zkcron resume`
+    /// moves the fire record to the resume instant in the same multi; all resumed at the end
+    /// of the fault phase).
+    pub(crate) pauses: bool,
+    /// Some tasks have a `starting_deadline` shorter than the scenario (5–60 s), so that
+    /// missed ticks older than it are dropped.
+    pub(crate) short_deadlines: bool,
+    /// Some runs last 5–40 s, longer than their task's interval.
+    pub(crate) long_runs: bool,
+    /// Nodes reload their task files with a changed command of every task (the definition's
+    /// digest changes; schedules and the set of tasks stay).
+    pub(crate) reloads: bool,
 }
 
 impl Knobs {
@@ -54,6 +72,23 @@ impl Knobs {
         far_clock: false,
         strangers: false,
         drains: false,
+        pauses: false,
+        short_deadlines: false,
+        long_runs: false,
+        reloads: false,
+    };
+
+    /// What `cargo test --test sim` runs: every fault and every operator's action.
+    pub(crate) const DEFAULT: Knobs = Knobs {
+        big_skew: true,
+        far_clock: true,
+        strangers: true,
+        drains: true,
+        pauses: true,
+        short_deadlines: true,
+        long_runs: true,
+        reloads: true,
+        ..Knobs::CONTRACT
     };
 }
 
@@ -100,6 +135,11 @@ pub(crate) enum Meddle {
     Drain(NodeIx),
     /// `zkcron undrain <node>`: deletes it.
     Undrain(NodeIx),
+    /// `zkcron pause <task>`: creates `control/paused/<task>`.
+    Pause(TaskIx),
+    /// `zkcron resume <task>`: deletes the mark and, in the same multi, moves the task's fire
+    /// record to now when it is older, so the paused period is not caught up.
+    Resume(TaskIx),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -126,6 +166,8 @@ pub(crate) enum Fault {
     LossOff(NodeIx),
     /// The node's clock is stepped to this offset from true time.
     Skew(NodeIx, i64),
+    /// The node's task files change (every task's command) and the daemon reloads them.
+    Reload(NodeIx),
     /// A stranger client writes to the cluster's znodes.
     Stranger(Meddle),
     /// End of the fault phase: links up, processes resumed, losses off, every node up.
@@ -145,7 +187,8 @@ impl Fault {
             | Fault::Thaw(n)
             | Fault::LossOn(n, _)
             | Fault::LossOff(n)
-            | Fault::Skew(n, _) => Some(*n),
+            | Fault::Skew(n, _)
+            | Fault::Reload(n) => Some(*n),
             Fault::HealAll | Fault::Stranger(_) => None,
         }
     }
@@ -402,6 +445,38 @@ impl Scenario {
                 }
             }
         }
+        if knobs.pauses {
+            // Streams of their own, as for drains.
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x009a_05e5);
+            if ops.random_bool(0.4) {
+                for _ in 0..ops.random_range(1..=2) {
+                    let t = ops.random_range(0..task_count);
+                    let at = ops.random_range(2_000..fault_end);
+                    let resume = at + ops.random_range(2_000..=30_000);
+                    faults.push((at, Fault::Stranger(Meddle::Pause(t))));
+                    faults.push((resume, Fault::Stranger(Meddle::Resume(t))));
+                }
+            }
+        }
+        if knobs.reloads {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x002e_10ad);
+            let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
+            if ops.random_bool(0.3) {
+                for _ in 0..ops.random_range(1..=3) {
+                    let n = *residents.choose(&mut ops).unwrap();
+                    faults.push((ops.random_range(2_000..fault_end), Fault::Reload(n)));
+                }
+            }
+        }
+        if knobs.short_deadlines {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0xdead_112e);
+            for task in &mut tasks {
+                if ops.random_bool(0.25) {
+                    let deadline = Duration::from_secs(ops.random_range(5..=60));
+                    task.rules.starting_deadline = Some(deadline);
+                }
+            }
+        }
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
@@ -457,10 +532,11 @@ impl Scenario {
         }
         for task in &self.tasks {
             out += &format!(
-                "  {} \"{}\" catch_up {:?} version_req {} record {}\n",
+                "  {} \"{}\" catch_up {:?} starting_deadline {:?} version_req {} record {}\n",
                 task.name,
                 task.rules.schedule.expression(),
                 task.rules.catch_up,
+                task.rules.starting_deadline,
                 task.version_req
                     .as_ref()
                     .map_or("-".to_string(), |r| r.to_string()),
