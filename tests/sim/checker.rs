@@ -397,6 +397,7 @@ impl Sim<'_> {
                 .starting_deadline
                 .is_none_or(|d| d.as_millis() as Ms >= sc.end);
             let leaders_at_end = (0..self.procs.len())
+                .filter(|&n| !sc.drained_at_end.contains(&n))
                 .filter(|&n| {
                     self.node_state_at(n, sc.end)
                         .is_some_and(|s| self.can_lead(n, t, &s))

@@ -54,6 +54,8 @@ pub(crate) struct NodeSpec {
     pub(crate) max_clock_skew: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) claim_mode: ClaimMode,
+    /// The scenario's deliberate bug (the node's own switches read it).
+    pub(crate) bug: NodeBug,
 }
 
 /// Builds a node (the real one, in [`super::real`]).
@@ -1039,6 +1041,7 @@ impl<'s> Sim<'s> {
             max_clock_skew: Duration::from_millis(self.sc.max_clock_skew_ms as u64),
             session_timeout: Duration::from_millis(self.sc.session_timeout),
             claim_mode: self.sc.knobs.claim_mode,
+            bug: self.sc.knobs.bug,
         };
         let now = self.now;
         let p = &mut self.procs[n];
@@ -1824,8 +1827,11 @@ impl<'s> Sim<'s> {
             }
             Fault::HealAll => {
                 for n in 0..self.sc.nodes.len() {
-                    // Every node is undrained (a no-op where no mark is).
-                    self.meddle(Meddle::Undrain(n));
+                    // Every node is undrained (a no-op where no mark is), but those the operator
+                    // leaves drained.
+                    if !self.sc.drained_at_end.contains(&n) {
+                        self.meddle(Meddle::Undrain(n));
+                    }
                 }
                 for t in 0..self.sc.tasks.len() {
                     // Every task is resumed (no write where no mark is).

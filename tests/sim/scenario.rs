@@ -16,9 +16,9 @@ pub(crate) enum ClaimMode {
     Unfenced,
 }
 
-/// Deliberate bugs of the simulated daemon around the real node, to show that the checker
-/// catches what they cause (the node's own bug is [`ClaimMode::Unfenced`], its test-only
-/// switch `bugs.unfenced_claim`).
+/// Deliberate bugs of the simulated daemon around the real node, and one of the node's own
+/// test-only switches, to show that the checker catches what they cause (the node's claim bug
+/// is [`ClaimMode::Unfenced`], its switch `bugs.unfenced_claim`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeBug {
     None,
@@ -34,6 +34,9 @@ pub(crate) enum NodeBug {
     /// Planners run without the tasks' `starting_deadline`: missed ticks of any age are
     /// caught up.
     NoStartingDeadline,
+    /// The real node's `bugs.stray_leases_checked_only_when_leading`: seed 47's bug, a lease
+    /// released without an answer by a node that may not lead stays its session's.
+    StrayLeasesOnlyWhenLeading,
 }
 
 /// What the generator may draw.
@@ -62,6 +65,9 @@ pub(crate) struct Knobs {
     /// Nodes reload their task files with a changed command of every task (the definition's
     /// digest changes; schedules and the set of tasks stay).
     pub(crate) reloads: bool,
+    /// The operator drains a node, often while its connection drops replies, and leaves it
+    /// drained to the end (a release lost then must still be cleaned up by the node).
+    pub(crate) lasting_drains: bool,
 }
 
 impl Knobs {
@@ -76,6 +82,7 @@ impl Knobs {
         short_deadlines: false,
         long_runs: false,
         reloads: false,
+        lasting_drains: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -88,6 +95,7 @@ impl Knobs {
         short_deadlines: true,
         long_runs: true,
         reloads: true,
+        lasting_drains: true,
         ..Knobs::CONTRACT
     };
 }
@@ -205,6 +213,8 @@ pub(crate) struct Scenario {
     /// The largest clock offset any node ever has, may it lead or not.
     pub(crate) max_abs_skew_ms: i64,
     pub(crate) faults: Vec<(Ms, Fault)>,
+    /// Nodes the operator leaves drained: the end of the fault phase does not undrain them.
+    pub(crate) drained_at_end: Vec<NodeIx>,
     pub(crate) fault_end: Ms,
     pub(crate) settle: Ms,
     pub(crate) end: Ms,
@@ -458,6 +468,37 @@ impl Scenario {
                 }
             }
         }
+        let mut drained_at_end = Vec::new();
+        if knobs.lasting_drains {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x1a57_d2a1);
+            let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
+            if ops.random_bool(0.5) {
+                let n = *residents.choose(&mut ops).unwrap();
+                // Most often while the node's connection drops replies: its releases may be
+                // sent on a connection already lost.
+                let lossy: Vec<(Ms, Ms)> = faults
+                    .iter()
+                    .filter(|(_, f)| matches!(f, Fault::LossOn(m, _) if *m == n))
+                    .map(|(at, _)| *at)
+                    .map(|at| {
+                        let off = faults
+                            .iter()
+                            .filter(|(t, f)| *t > at && matches!(f, Fault::LossOff(m) if *m == n))
+                            .map(|(t, _)| *t)
+                            .min()
+                            .unwrap_or(fault_end);
+                        (at, off)
+                    })
+                    .collect();
+                let at = match lossy.choose(&mut ops) {
+                    Some(&(on, off)) if ops.random_bool(0.8) => ops.random_range(on..=off),
+                    _ => ops.random_range(2_000..fault_end),
+                };
+                faults.retain(|(t, f)| !(*t > at && *f == Fault::Stranger(Meddle::Undrain(n))));
+                faults.push((at, Fault::Stranger(Meddle::Drain(n))));
+                drained_at_end.push(n);
+            }
+        }
         if knobs.reloads {
             let mut ops = StdRng::seed_from_u64(seed ^ 0x002e_10ad);
             let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
@@ -504,6 +545,7 @@ impl Scenario {
             max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
             max_abs_skew_ms,
             faults,
+            drained_at_end,
             fault_end,
             settle,
             end,
@@ -546,6 +588,9 @@ impl Scenario {
                     "none"
                 }
             );
+        }
+        if !self.drained_at_end.is_empty() {
+            out += &format!("  left drained: {:?}\n", self.drained_at_end);
         }
         out += "  faults:";
         for (at, fault) in &self.faults {

@@ -114,7 +114,8 @@ fn deliberate_protocol_bugs_are_off_by_default() {
     assert_eq!(
         NodeBugs::default(),
         NodeBugs {
-            unfenced_claim: false
+            unfenced_claim: false,
+            stray_leases_checked_only_when_leading: false,
         }
     );
 }
