@@ -48,18 +48,17 @@
 //!   persistent `run-…` child, deleting `leases/` or `members/` (`Knobs::strangers`).
 //! - **The operator**: `zkcron drain` / `undrain` of nodes (`Knobs::drains`; with
 //!   `Knobs::lasting_drains` a node is drained, most often while its connection drops replies,
-//!   and left drained to the end), `zkcron pause` /
-//!   `resume` of tasks (`Knobs::pauses`; the resume moves the fire record past the paused period
-//!   in the same multi, as the CLI does), and three `zkcron trigger`s per scenario at fixed
-//!   points (two during the faults, one while settling). Task files that change on a node
+//!   and left drained to the end), `zkcron pause` / `resume` of tasks (`Knobs::pauses`; the
+//!   resume moves the fire record past the paused period in the same multi, as the CLI does),
+//!   and three `zkcron trigger`s per scenario at fixed points (two during the faults, one while
+//!   settling). Task files that change on a node
 //!   (`Knobs::reloads`: every task's command; the daemon publishes the new definitions and
 //!   starts its planners again). Some tasks have a `starting_deadline` of 5–60 s
 //!   (`Knobs::short_deadlines`).
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
-//! visitor is up. Every knob
-//! is on by default ([`Knobs::DEFAULT`]).
+//! visitor is up. Every knob is on by default ([`Knobs::DEFAULT`]).
 //!
 //! # What is checked
 //!
@@ -79,12 +78,12 @@
 //!   flight).
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
-//!   is longer than the scenario and that some node can lead after healing, every tick from the
-//!   initial fire record (or, for a task without one, from its first claim) up to `end - settle`
-//!   is claimed exactly once, except the ticks of a paused period (from 10 s before the pause
-//!   to the resume, and those a resume moved the record past); `settle = session_timeout +
-//!   nodes × VACANT_BOUND + 10 s`. Every lease is then held by the node the registered members
-//!   (ephemeral member znodes of live sessions) rank first.
+//!   is longer than the scenario and that some node (not left drained) can lead after healing,
+//!   every tick from the initial fire record (or, for a task without one, from its first
+//!   claim) up to `end - settle` is claimed exactly once, except the ticks of a paused period
+//!   (from 10 s before the pause to the resume, and those a resume moved the record past);
+//!   `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every lease is then held by the
+//!   node the registered members (ephemeral member znodes of live sessions) rank first.
 //! - **On time during the fault phase**: a tick whose task had the same node ranked first, up,
 //!   healthy (no fault of its own) and able to lead from `settle` before the tick to `grace`
 //!   after it is claimed within `grace` (how far that node's clock is behind, plus 2 s).
@@ -175,11 +174,12 @@
 //!
 //! # What is not modelled
 //!
-//! `overlap` other than `allow` (the modelled daemon has no overlap rule), `catch_up` checked
-//! beyond "all" catches every tick up, retries, the claim's retry after an error (the modelled
-//! daemon drops the tick), reruns of orphans, jitter (always zero), reloads that change a
-//! schedule or the set of tasks a node defines, time zones other than UTC, ZooKeeper
-//! ensembles, asymmetric partitions, ACLs.
+//! `overlap` other than `allow` (the modelled daemon has no overlap rule, so no overlap policy
+//! is checked); what `catch_up = "once"` and `"skip"` run (only "all" is checked: every tick
+//! caught up); a run's retries; the claim's retry after an error (the modelled daemon drops the
+//! tick); reruns of orphans; jitter (always zero); reloads that change a schedule or the set of
+//! tasks a node defines; time zones other than UTC; ZooKeeper ensembles; asymmetric partitions;
+//! ACLs.
 //!
 //! # Running and replaying
 //!
