@@ -1,5 +1,7 @@
 //! The invariant checker, the trace and the statistics of a scenario.
 
+use zkcron::task::OverlapPolicy;
+
 use super::*;
 
 // ------------------------------------------------------------------------------------------------
@@ -30,6 +32,18 @@ pub(crate) enum Kind {
     /// The daemon asked to claim a tick to run that was older than the task's
     /// `starting_deadline` by its node's clock.
     TickPastDeadline,
+    /// A run of a task with `overlap = "skip"` started while another run of the task was live
+    /// (its process not exited, its node's session alive).
+    OverlapRun,
+}
+
+/// A run whose process has not exited.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveRun {
+    pub(crate) task: TaskIx,
+    pub(crate) tick: DateTime<Utc>,
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
 }
 
 #[derive(Debug, Clone)]
@@ -92,9 +106,17 @@ pub(crate) struct Checker {
     /// Fire records `zkcron resume` moved past a paused period: the task, the tick the record
     /// named before (if any) and the resume instant. The ticks in between are not caught up.
     pub(crate) resumed: Vec<(TaskIx, Option<DateTime<Utc>>, DateTime<Utc>)>,
+    /// Runs whose process has not exited (ended when it exits or its node's process dies).
+    pub(crate) live_runs: Vec<LiveRun>,
 }
 
 impl Checker {
+    /// The process of the run of `tick` of `task` on `node` exited.
+    pub(crate) fn run_exited(&mut self, task: TaskIx, tick: DateTime<Utc>, node: NodeIx) {
+        self.live_runs
+            .retain(|r| !(r.task == task && r.tick == tick && r.node == node));
+    }
+
     /// A manual run was claimed: at most once per fire id, on any node, ever.
     pub(crate) fn on_manual_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
         let runs = self.manual_runs.entry(fire_id.to_string()).or_default();
@@ -269,6 +291,45 @@ impl Sim<'_> {
                 ),
             );
         }
+    }
+
+    /// `overlap = "skip"`: a run of `tick` of `task` starts on `n`; no other run of the task
+    /// may be live anywhere the cluster can see it (a run counts while its node's session
+    /// lives: its run record goes with the session). Then it is live itself.
+    pub(crate) fn check_overlap(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>) {
+        let session = self.procs[n]
+            .session
+            .map_or(SessionId(0), |s| SessionId(s as u64));
+        let zk = &self.zk;
+        let live: Vec<LiveRun> = self
+            .check
+            .live_runs
+            .iter()
+            .filter(|r| r.task == task && zk.alive(r.session.0 as i64))
+            .copied()
+            .collect();
+        if self.sc.tasks[task].overlap == OverlapPolicy::Skip
+            && let Some(other) = live.first()
+        {
+            self.check.violation(
+                Kind::OverlapRun,
+                self.now,
+                task,
+                tick,
+                format!(
+                    "n{n} started tick {:.3}s while n{}'s run of tick {:.3}s was live (overlap = \"skip\")",
+                    secs(tick),
+                    other.node,
+                    secs(other.tick)
+                ),
+            );
+        }
+        self.check.live_runs.push(LiveRun {
+            task,
+            tick,
+            node: n,
+            session,
+        });
     }
 
     /// Whether a tick of task `t` may go unclaimed because the operator paused the task: it

@@ -20,7 +20,7 @@ use zkcron::coord::zk::{
 };
 use zkcron::coord::zk::{TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult, Trigger};
-use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
+use zkcron::task::{CommandLine, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
 use super::*;
@@ -87,7 +87,7 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
         schedule: def.rules.schedule.clone(),
         command: CommandLine::Argv(argv),
         user: None,
-        overlap: OverlapPolicy::Allow,
+        overlap: def.overlap,
         catch_up: def.rules.catch_up,
         jitter: def.rules.jitter,
         kill_on_session_loss: false,
@@ -1273,6 +1273,7 @@ impl<'s> Sim<'s> {
                 self.settle(n);
             }
             T::RunEnd { task, tick } => {
+                self.check.run_exited(task, tick, n);
                 let result = RunResult {
                     tick,
                     node: self.procs[n].id.clone(),
@@ -1657,6 +1658,7 @@ impl<'s> Sim<'s> {
             .get(&(task, tick))
             .and_then(|c| c.iter().find(|c| c.node == n))
             .map_or(SessionId(0), |c| c.session);
+        self.check_overlap(n, task, tick);
         self.check.on_run(self.now, task, tick, n, session);
         let mut took = self.rng.random_range(10..=3_000);
         if self.sc.knobs.long_runs && self.runs_rng.random_bool(0.15) {
@@ -2074,6 +2076,8 @@ impl<'s> Sim<'s> {
         p.manual.clear();
         p.node = None;
         self.log_node(n);
+        // Its processes end with it.
+        self.check.live_runs.retain(|r| r.node != n);
     }
 
     /// SIGTERM: the daemon stops firing, releases everything and closes; the process exits when

@@ -75,7 +75,9 @@
 //! - **Policies**, on every claim the daemon asks for to run a scheduled tick: the task is not
 //!   paused in the node's last leadership (`pause`), and the tick is not older than the task's
 //!   `starting_deadline` by the node's clock (2 s of slack: a claim may wait behind the one in
-//!   flight).
+//!   flight). On every run of a task with `overlap = "skip"` (`Knobs::overlap_skip`, off until
+//!   the simulated daemon applies `overlap`): no other run of the task is live, its process not
+//!   exited and its node's session alive.
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
 //!   is longer than the scenario and that some node (not left drained) can lead after healing,
@@ -94,7 +96,8 @@
 //! claims what its successor claimed), and bugs of the simulated daemon: a claim whose outcome
 //! is unknown taken as won (runs without a claim), planners that ignore the fire record (lost
 //! ticks), planner timers that wake 3 s late (late ticks), a daemon that fires paused tasks
-//! (claims while paused), planners without the starting deadline (ticks past it); and the
+//! (claims while paused), planners without the starting deadline (ticks past it), a daemon
+//! without an overlap rule given tasks with `overlap = "skip"` (overlapping runs); and the
 //! node's switch `bugs.stray_leases_checked_only_when_leading` (seed 47's bug), which the
 //! default scenarios find (`NotConverged`) within their first 100 seeds.
 //!
@@ -174,8 +177,8 @@
 //!
 //! # What is not modelled
 //!
-//! `overlap` other than `allow` (the modelled daemon has no overlap rule, so no overlap policy
-//! is checked); what `catch_up = "once"` and `"skip"` run (only "all" is checked: every tick
+//! `overlap` other than `allow` in the default scenarios (the modelled daemon has no overlap
+//! rule: with `ZKCRON_SIM_OVERLAP_SKIP=1` the checker reports its overlapping runs); what `catch_up = "once"` and `"skip"` run (only "all" is checked: every tick
 //! caught up); a run's retries; the claim's retry after an error (the modelled daemon drops the
 //! tick); reruns of orphans; jitter (always zero); reloads that change a schedule or the set of
 //! tasks a node defines; time zones other than UTC; ZooKeeper ensembles; asymmetric partitions;
@@ -195,7 +198,8 @@
 //!   `max_clock_skew`), `ZKCRON_SIM_FAR_CLOCK` (a visitor 30 days ahead),
 //!   `ZKCRON_SIM_STRANGERS` (a stranger client), `ZKCRON_SIM_DRAINS`, `ZKCRON_SIM_PAUSES`,
 //!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
-//!   `ZKCRON_SIM_LASTING_DRAINS`. A failure's replay line sets them all.
+//!   `ZKCRON_SIM_LASTING_DRAINS`; `ZKCRON_SIM_OVERLAP_SKIP` is off unless set to 1. A
+//!   failure's replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
@@ -351,8 +355,8 @@ fn sim_report(sc: &Scenario, sim: &Sim<'_>) -> String {
 /// One of the switches in [`Knobs`].
 type KnobSwitch = fn(&mut Knobs) -> &mut bool;
 
-/// The switches of [`Knobs::DEFAULT`] the environment can turn off (`NAME=0`), each with its
-/// variable.
+/// The switches of [`Knobs`] the environment sets (`NAME=0` off, any other number on), each
+/// with its variable; unset, a switch is as in [`Knobs::DEFAULT`].
 const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_BIG_SKEW", |k| &mut k.big_skew),
     ("ZKCRON_SIM_FAR_CLOCK", |k| &mut k.far_clock),
@@ -363,14 +367,15 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_LONG_RUNS", |k| &mut k.long_runs),
     ("ZKCRON_SIM_RELOADS", |k| &mut k.reloads),
     ("ZKCRON_SIM_LASTING_DRAINS", |k| &mut k.lasting_drains),
+    ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
 ];
 
-/// The default knobs, less those the environment turns off.
+/// The default knobs, with the switches the environment sets.
 fn env_knobs() -> Knobs {
     let mut knobs = Knobs::DEFAULT;
     for (name, knob) in KNOB_ENV {
-        if env_u64(name) == Some(0) {
-            *knob(&mut knobs) = false;
+        if let Some(value) = env_u64(name) {
+            *knob(&mut knobs) = value != 0;
         }
     }
     knobs
@@ -498,6 +503,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         },
         version_req: None,
         initial_record: true,
+        overlap: zkcron::task::OverlapPolicy::Allow,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -627,6 +633,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         },
         version_req: None,
         initial_record: true,
+        overlap: zkcron::task::OverlapPolicy::Allow,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -823,5 +830,29 @@ fn the_default_scenarios_find_a_stray_lease_of_a_node_that_may_not_lead() {
     assert!(
         seed.is_some(),
         "no NotConverged in 100 scenarios with {knobs:?}"
+    );
+}
+
+/// The modelled daemon has no overlap rule: given tasks with `overlap = "skip"` and runs
+/// longer than their interval, it starts runs while others are live, and the checker says so
+/// (the overlap check off, as a deliberate bug; `Knobs::overlap_skip` goes on by default once
+/// the simulated daemon applies `overlap`).
+#[test]
+fn the_checker_reports_overlapping_runs_of_a_task_with_overlap_skip() {
+    let knobs = Knobs {
+        overlap_skip: true,
+        long_runs: true,
+        ..Knobs::CONTRACT
+    };
+    let seed = (0..300).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::OverlapRun)
+    });
+    eprintln!("OverlapRun with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no OverlapRun in 300 scenarios with {knobs:?}"
     );
 }

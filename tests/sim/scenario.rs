@@ -1,5 +1,7 @@
 //! Scenarios: what one seed draws (nodes, tasks, releases, skews, faults) and the knobs.
 
+use zkcron::task::OverlapPolicy;
+
 use super::*;
 
 // ------------------------------------------------------------------------------------------------
@@ -68,6 +70,10 @@ pub(crate) struct Knobs {
     /// The operator drains a node, often while its connection drops replies, and leaves it
     /// drained to the end (a release lost then must still be cleaned up by the node).
     pub(crate) lasting_drains: bool,
+    /// Some tasks have `overlap = "skip"`. Off by default: the modelled daemon has no overlap
+    /// rule, so with it the checker reports runs that overlap (the test that shows the overlap
+    /// check can fail); on once the simulation drives a daemon that applies `overlap`.
+    pub(crate) overlap_skip: bool,
 }
 
 impl Knobs {
@@ -83,6 +89,7 @@ impl Knobs {
         long_runs: false,
         reloads: false,
         lasting_drains: false,
+        overlap_skip: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -107,6 +114,7 @@ pub(crate) struct TaskDef {
     pub(crate) version_req: Option<VersionReq>,
     /// A fire record exists at the start, naming the epoch (the task fired before).
     pub(crate) initial_record: bool,
+    pub(crate) overlap: OverlapPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +282,7 @@ impl Scenario {
                 name,
                 version_req,
                 initial_record: rng.random_bool(0.8),
+                overlap: OverlapPolicy::Allow,
             });
         }
 
@@ -509,6 +518,14 @@ impl Scenario {
                 }
             }
         }
+        if knobs.overlap_skip {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x0f1a_5c1b);
+            for task in &mut tasks {
+                if ops.random_bool(0.3) {
+                    task.overlap = OverlapPolicy::Skip;
+                }
+            }
+        }
         if knobs.short_deadlines {
             let mut ops = StdRng::seed_from_u64(seed ^ 0xdead_112e);
             for task in &mut tasks {
@@ -574,11 +591,12 @@ impl Scenario {
         }
         for task in &self.tasks {
             out += &format!(
-                "  {} \"{}\" catch_up {:?} starting_deadline {:?} version_req {} record {}\n",
+                "  {} \"{}\" catch_up {:?} starting_deadline {:?} overlap {:?} version_req {} record {}\n",
                 task.name,
                 task.rules.schedule.expression(),
                 task.rules.catch_up,
                 task.rules.starting_deadline,
+                task.overlap,
                 task.version_req
                     .as_ref()
                     .map_or("-".to_string(), |r| r.to_string()),
