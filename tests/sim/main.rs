@@ -99,7 +99,7 @@
 //! (claims while paused), planners without the starting deadline (ticks past it), a daemon
 //! without an overlap rule given tasks with `overlap = "skip"` (overlapping runs); and the
 //! node's switch `bugs.stray_leases_checked_only_when_leading` (seed 47's bug), which the
-//! default scenarios find (`NotConverged`) within their first 100 seeds.
+//! default scenarios find (`NotConverged`) within their first 400 seeds.
 //!
 //! # Findings
 //!
@@ -811,16 +811,16 @@ fn the_checker_reports_ticks_claimed_past_their_starting_deadline() {
 
 /// Seed 47's class of bug is found by the default scenarios: the real node with its test-only
 /// switch `bugs.stray_leases_checked_only_when_leading` (a drained node or one whose clock is
-/// off keeps a lease it released without an answer) fails to converge within the first 100
-/// seeds (at the time of writing 21 of the 1,600 default scenarios failed, the first at seed
-/// 22).
+/// off keeps a lease it released without an answer) fails to converge within the first 400
+/// seeds (at the time of writing 21 of the 1,600 default scenarios failed, about one in 75, the
+/// first at seed 22; 400 leave room for changes of timing).
 #[test]
 fn the_default_scenarios_find_a_stray_lease_of_a_node_that_may_not_lead() {
     let knobs = Knobs {
         bug: NodeBug::StrayLeasesOnlyWhenLeading,
         ..Knobs::DEFAULT
     };
-    let seed = (0..100).find(|&seed| {
+    let seed = (0..400).find(|&seed| {
         run_real(seed, knobs, false)
             .violations
             .iter()
@@ -829,7 +829,7 @@ fn the_default_scenarios_find_a_stray_lease_of_a_node_that_may_not_lead() {
     eprintln!("NotConverged with {knobs:?}: first at seed {seed:?}");
     assert!(
         seed.is_some(),
-        "no NotConverged in 100 scenarios with {knobs:?}"
+        "no NotConverged in 400 scenarios with {knobs:?}"
     );
 }
 
