@@ -1,5 +1,6 @@
 //! The invariant checker, the trace and the statistics of a scenario.
 
+use zkcron::plan::ON_TIME_TOLERANCE;
 use zkcron::task::OverlapPolicy;
 
 use super::*;
@@ -32,6 +33,9 @@ pub(crate) enum Kind {
     /// The daemon asked to claim a tick to run that was older than the task's
     /// `starting_deadline` by its node's clock.
     TickPastDeadline,
+    /// The daemon asked to claim a tick of a task with `catch_up = "skip"` to run that was
+    /// older than the planner's on-time tolerance by its node's clock: a missed tick.
+    MissedTickRun,
     /// A run of a task with `overlap = "skip"` started while another run of the task was live
     /// (its process not exited, its node's session alive).
     OverlapRun,
@@ -250,15 +254,16 @@ impl Checker {
     }
 }
 
-/// How long after its tick's age passed `starting_deadline` a claim may still be asked for: the
-/// planner judges the age when the tick comes due, and the claim can wait behind the claim in
-/// flight before it.
+/// How long after its tick's age passed `starting_deadline` (or the planner's on-time
+/// tolerance) a claim may still be asked for: the planner judges the age when the tick comes
+/// due, and the claim can wait behind the claim in flight before it.
 const DEADLINE_SLACK: TimeDelta = TimeDelta::seconds(2);
 
 impl Sim<'_> {
     /// The policies the daemon applies before a claim, checked as it asks the node to claim
     /// `tick` of `task` to run, with what it knew then: the node's last leadership (pause) and
-    /// its clock (`starting_deadline`).
+    /// its clock (`starting_deadline`; `catch_up = "skip"`: a tick older than the planner's
+    /// on-time tolerance was missed).
     pub(crate) fn check_claim_request(&mut self, n: NodeIx, task: &str, tick: DateTime<Utc>) {
         let Some(&t) = self.by_name.get(task) else {
             return;
@@ -276,6 +281,21 @@ impl Sim<'_> {
             );
         }
         let age = self.wall(n) - tick;
+        if self.sc.tasks[t].rules.catch_up == CatchUpPolicy::Skip
+            && age > ON_TIME_TOLERANCE + DEADLINE_SLACK
+        {
+            self.check.violation(
+                Kind::MissedTickRun,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run {} ms after it, by its clock: a missed tick, and catch_up = \"skip\"",
+                    secs(tick),
+                    age.num_milliseconds()
+                ),
+            );
+        }
         if let Some(deadline) = self.sc.tasks[t].rules.starting_deadline
             && age > TimeDelta::from_std(deadline).expect("small") + DEADLINE_SLACK
         {

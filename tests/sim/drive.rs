@@ -1545,6 +1545,11 @@ impl<'s> Sim<'s> {
                         if self.sc.knobs.bug == NodeBug::NoStartingDeadline {
                             rules.starting_deadline = None;
                         }
+                        if self.sc.knobs.bug == NodeBug::SkipCaughtUp
+                            && rules.catch_up == CatchUpPolicy::Skip
+                        {
+                            rules.catch_up = CatchUpPolicy::All;
+                        }
                         let plan = self.procs[n].plans.get_mut(&task).expect("current");
                         plan.planner = Some(TickPlanner::start(rules, last, wall));
                         self.pump(n, task);

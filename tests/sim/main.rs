@@ -73,11 +73,12 @@
 //!   never deletes the lease of another session that is a live member. A manual run is claimed
 //!   at most once.
 //! - **Policies**, on every claim the daemon asks for to run a scheduled tick: the task is not
-//!   paused in the node's last leadership (`pause`), and the tick is not older than the task's
-//!   `starting_deadline` by the node's clock (2 s of slack: a claim may wait behind the one in
-//!   flight). On every run of a task with `overlap = "skip"` (`Knobs::overlap_skip`, off until
-//!   the simulated daemon applies `overlap`): no other run of the task is live, its process not
-//!   exited and its node's session alive.
+//!   paused in the node's last leadership (`pause`), the tick is not older than the task's
+//!   `starting_deadline` by the node's clock, and for a task with `catch_up = "skip"` not older
+//!   than the planner's on-time tolerance (a missed tick; 2 s of slack for both: a claim may
+//!   wait behind the one in flight). On every run of a task with `overlap = "skip"`
+//!   (`Knobs::overlap_skip`, off until the simulated daemon applies `overlap`): no other run of
+//!   the task is live, its process not exited and its node's session alive.
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
 //!   is longer than the scenario and that some node (not left drained) can lead after healing,
@@ -96,7 +97,8 @@
 //! claims what its successor claimed), and bugs of the simulated daemon: a claim whose outcome
 //! is unknown taken as won (runs without a claim), planners that ignore the fire record (lost
 //! ticks), planner timers that wake 3 s late (late ticks), a daemon that fires paused tasks
-//! (claims while paused), planners without the starting deadline (ticks past it), a daemon
+//! (claims while paused), planners without the starting deadline (ticks past it), planners
+//! that catch up the missed ticks of `catch_up = "skip"` tasks (missed ticks run), a daemon
 //! without an overlap rule given tasks with `overlap = "skip"` (overlapping runs); and the
 //! node's switch `bugs.stray_leases_checked_only_when_leading` (seed 47's bug), which the
 //! default scenarios find (`NotConverged`) within their first 400 seeds.
@@ -172,17 +174,18 @@
 //!   off, drained) checks them too. Test
 //!   `a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead`.
 //! - Earlier (the hand-written node, before the real node was simulated): a backup released a
-//!   lease it took for liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`;
-//!   fixed by members announcing whether they may lead).
+//!   lease it took for liveness (fixed by members announcing whether they may lead). Test
+//!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
 //!
 //! # What is not modelled
 //!
 //! `overlap` other than `allow` in the default scenarios (the modelled daemon has no overlap
-//! rule: with `ZKCRON_SIM_OVERLAP_SKIP=1` the checker reports its overlapping runs); what `catch_up = "once"` and `"skip"` run (only "all" is checked: every tick
-//! caught up); a run's retries; the claim's retry after an error (the modelled daemon drops the
-//! tick); reruns of orphans; jitter (always zero); reloads that change a schedule or the set of
-//! tasks a node defines; time zones other than UTC; ZooKeeper ensembles; asymmetric partitions;
-//! ACLs.
+//! rule: with `ZKCRON_SIM_OVERLAP_SKIP=1` the checker reports its overlapping runs); which
+//! missed tick `catch_up = "once"` runs (for "all" every tick is checked, for "skip" that no
+//! missed tick runs); a run's retries; the claim's retry after an error (the modelled daemon
+//! drops the tick); reruns of orphans; jitter (always zero); reloads that change a schedule or
+//! the set of tasks a node defines; time zones other than UTC; ZooKeeper ensembles;
+//! asymmetric partitions; ACLs.
 //!
 //! # Running and replaying
 //!
@@ -854,5 +857,16 @@ fn the_checker_reports_overlapping_runs_of_a_task_with_overlap_skip() {
     assert!(
         seed.is_some(),
         "no OverlapRun in 300 scenarios with {knobs:?}"
+    );
+}
+
+/// Planners that catch up the missed ticks of tasks with `catch_up = "skip"` run ticks older
+/// than the on-time tolerance.
+#[test]
+fn the_checker_reports_missed_ticks_run_with_catch_up_skip() {
+    assert_checker_finds(
+        Kind::MissedTickRun,
+        ClaimMode::Fenced,
+        NodeBug::SkipCaughtUp,
     );
 }

@@ -36,6 +36,8 @@ pub(crate) enum NodeBug {
     /// Planners run without the tasks' `starting_deadline`: missed ticks of any age are
     /// caught up.
     NoStartingDeadline,
+    /// Planners catch up every missed tick of a task with `catch_up = "skip"`.
+    SkipCaughtUp,
     /// The real node's `bugs.stray_leases_checked_only_when_leading`: seed 47's bug, a lease
     /// released without an answer by a node that may not lead stays its session's.
     StrayLeasesOnlyWhenLeading,
