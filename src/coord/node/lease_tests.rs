@@ -480,3 +480,51 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
         assert!(!node.leadership().may_fire("t"));
     }
 }
+
+#[test]
+fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
+    // Simulation seed 47 (with drains): n1's clock was stepped 33 s off ZooKeeper's, so it
+    // released its lease of t03; the release was lost with the connection. The lease stayed
+    // n1's session's, and n1 looked at such a lease only when deciding as a node that may
+    // lead, which it no longer was: node-0, ranked first, saw a live member's lease and waited
+    // for it to the end (NotConverged). A node that may not lead (its clock off, or drained,
+    // as here) now checks the leases its session may still own as well.
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let lease = format!("{BASE}/leases/t");
+    assert_eq!(lease_owner(&store), Some(1));
+    let drain = format!("{BASE}/control/drained/n1");
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
+    node.handle(
+        Input::Watch {
+            path: drain,
+            kind: WatchKind::Created,
+        },
+        at(100),
+    );
+    // The release never reaches the server: the connection drops with it in flight.
+    let held = store.znodes[&lease].clone();
+    let mut lost = false;
+    let said = pump_with(&mut node, &mut store, at(100), |zk, store, result| {
+        let deletes_lease = matches!(zk, ZkOp::Multi(ops) if ops.iter().any(
+            |op| matches!(op, ZkOp::Delete { path, .. } if *path == lease)
+        ));
+        if !lost && deletes_lease {
+            lost = true;
+            store.znodes.insert(lease.clone(), held.clone());
+            store.events.retain(|(path, _)| *path != lease);
+            *result = Err(ZkFail::ConnectionLoss);
+        }
+    });
+    assert!(lost, "the node never released the lease: {said:?}");
+    assert!(!node.leadership().may_fire("t"), "{said:?}");
+    let said = pump(&mut node, &mut store, at(2_000));
+    assert_eq!(
+        lease_owner(&store),
+        None,
+        "the lease released without an answer stayed this session's: {said:?}"
+    );
+    assert!(!node.leadership().may_fire("t"), "{said:?}");
+}
