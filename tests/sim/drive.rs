@@ -25,7 +25,7 @@ use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
     Input as FireInput, RunId, RunKind, Unload,
 };
-use zkcron::task::{CommandLine, TaskExtras, TaskSpec};
+use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
 use super::*;
@@ -1589,6 +1589,9 @@ impl<'s> Sim<'s> {
                 if self.sc.knobs.long_runs && self.runs_rng.random_bool(0.15) {
                     // A process that outlives its task's next tick or several.
                     took = self.runs_rng.random_range(5_000..=40_000);
+                    if self.sc.tasks[task].overlap != OverlapPolicy::Allow {
+                        self.check.outlasted.insert(task);
+                    }
                 }
                 self.timer(n, took, T::RunEnd { task, tick, run });
             }
