@@ -1,4 +1,5 @@
-//! Seeded simulation of a zkcron cluster: the real node over a model of ZooKeeper.
+//! Seeded simulation of a zkcron cluster: the real node and the real firing core over a model
+//! of ZooKeeper.
 //!
 //! Thousands of scenarios per `cargo test`: each one draws 2–6 nodes, 1–20 tasks, releases,
 //! `version_req`s, clock skews, a session timeout and a list of faults from one seed, runs them in
@@ -51,10 +52,10 @@
 //!   and left drained to the end), `zkcron pause` / `resume` of tasks (`Knobs::pauses`; the
 //!   resume moves the fire record past the paused period in the same multi, as the CLI does),
 //!   and three `zkcron trigger`s per scenario at fixed points (two during the faults, one while
-//!   settling). Task files that change on a node
-//!   (`Knobs::reloads`: every task's command; the daemon publishes the new definitions and
-//!   starts its planners again). Some tasks have a `starting_deadline` of 5–60 s
-//!   (`Knobs::short_deadlines`).
+//!   settling). Task files that change on a node (`Knobs::reloads`: every task's command; the
+//!   firing core fires the changed tasks again from their fire records). Some tasks have a
+//!   `starting_deadline` of 5–60 s (`Knobs::short_deadlines`); tasks draw their `overlap`
+//!   (`Knobs::overlap_skip`: 30 % `skip`, 10 % `replace`, the others `allow`).
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
@@ -63,7 +64,7 @@
 //! # What is checked
 //!
 //! The checker reads what the server stored: fire records are decoded from their JSON with the
-//! wire types (`zkcron::coord::zk::FireRecord`), members from `MemberRecord`.
+//! record types (`zkcron::coord::records::FireRecord`), members from `MemberRecord`.
 //!
 //! - **Safety**, on every write that moves a fire record to a new tick: a (task, tick) is claimed
 //!   at most once in the whole run; the record only moves forward; the writing session holds the
@@ -76,14 +77,16 @@
 //!   paused in the node's last leadership (`pause`), the tick is not older than the task's
 //!   `starting_deadline` by the node's clock, and for a task with `catch_up = "skip"` not older
 //!   than the planner's on-time tolerance (a missed tick; 2 s of slack for both: a claim may
-//!   wait behind the one in flight). On every run of a task with `overlap = "skip"`
-//!   (`Knobs::overlap_skip`, off until the simulated daemon applies `overlap`): no other run of
-//!   the task is live, its process not exited and its node's session alive.
+//!   wait behind the one in flight). On every run of a task with `overlap = "skip"` started by
+//!   a node whose session is alive: no other run of the task is live, its process not exited
+//!   and its node's session alive.
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
 //!   is longer than the scenario and that some node (not left drained) can lead after healing,
 //!   every tick from the initial fire record (or, for a task without one, from its first
-//!   claim) up to `end - settle` is claimed exactly once, except the ticks of a paused period
+//!   claim) up to `end - settle` is claimed exactly once (not asked of a task without overlap
+//!   of which a run outlasted its interval: its caught-up ticks wait behind each run, so it
+//!   falls behind by design), except the ticks of a paused period
 //!   (from 10 s before the pause to the resume, and those a resume moved the record past);
 //!   `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every lease is then held by the
 //!   node the registered members (ephemeral member znodes of live sessions) rank first.
@@ -93,15 +96,16 @@
 //! - **No busy loop**: 2,000 events at one virtual instant stop the run.
 //!
 //! The checker is shown not to be vacuous by deliberate bugs it must catch: the real node's
-//! test-only switch `bugs.unfenced_claim` (a resumed lease holder whose lease a stranger deleted
-//! claims what its successor claimed), and bugs of the simulated daemon: a claim whose outcome
-//! is unknown taken as won (runs without a claim), planners that ignore the fire record (lost
-//! ticks), planner timers that wake 3 s late (late ticks), a daemon that fires paused tasks
-//! (claims while paused), planners without the starting deadline (ticks past it), planners
-//! that catch up the missed ticks of `catch_up = "skip"` tasks (missed ticks run), a daemon
-//! without an overlap rule given tasks with `overlap = "skip"` (overlapping runs); and the
-//! node's switch `bugs.stray_leases_checked_only_when_leading` (seed 47's bug), which the
-//! default scenarios find (`NotConverged`) within their first 400 seeds.
+//! test-only switches `bugs.unfenced_claim` (a resumed lease holder whose lease a stranger
+//! deleted claims what its successor claimed) and `bugs.stray_leases_checked_only_when_leading`
+//! (seed 47's bug, which the default scenarios find, `NotConverged`, within their first 400
+//! seeds); the real firing core's test-only switches (`FiringBugs`): planners that ignore the
+//! fire record (lost ticks), a core that fires paused tasks (claims while paused), planners
+//! without the starting deadline (ticks past it), planners that catch up the missed ticks of
+//! `catch_up = "skip"` tasks (missed ticks run), the overlap check off (overlapping runs of
+//! `overlap = "skip"` tasks); and two bugs of the simulated shell around them: a claim whose
+//! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
+//! 3 s late (late ticks). Every switch is off by default, and a unit test says so.
 //!
 //! # Findings
 //!
@@ -173,19 +177,32 @@
 //!   and node-0, ranked first, waited for it to the end. Now a node that may not lead (clock
 //!   off, drained) checks them too. Test
 //!   `a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead`.
+//! - In the firing core, once the simulation drove it with `overlap` drawn: seed 74
+//!   (`OverlapRun`): a node lost and regained a task's lease while its claim of one tick was on
+//!   its way, and the task, fired again, claimed the next tick to run; both were won and ran at
+//!   once. A run claim still on its way from an earlier firing of the task now counts as a
+//!   live run. Test `overlap_skip_counts_a_run_claim_on_its_way_from_before_the_task_was_stopped`.
+//!   Seed 86 (`TickPastDeadline`): a tick caught up within its task's `starting_deadline`
+//!   waited behind a long run until it was older than the deadline, and ran all the same; it is
+//!   now dropped. Test `a_caught_up_tick_that_waited_past_its_starting_deadline_is_dropped`.
+//! - Seed 1284 (`OverlapRun`): n1 listed a task's children and found n0's live run record, but
+//!   the check of its owner failed with the connection; the run was counted as not live and
+//!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
+//!   n1 started a run while n0's went on. A failed owner check now fails the count. Test
+//!   `a_run_owner_check_that_failed_does_not_make_later_counts_skip_the_listing`.
 //! - Earlier (the hand-written node, before the real node was simulated): a backup released a
 //!   lease it took for liveness (fixed by members announcing whether they may lead). Test
 //!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
 //!
 //! # What is not modelled
 //!
-//! `overlap` other than `allow` in the default scenarios (the modelled daemon has no overlap
-//! rule: with `ZKCRON_SIM_OVERLAP_SKIP=1` the checker reports its overlapping runs); which
-//! missed tick `catch_up = "once"` runs (for "all" every tick is checked, for "skip" that no
-//! missed tick runs); a run's retries; the claim's retry after an error (the modelled daemon
-//! drops the tick); reruns of orphans; jitter (always zero); reloads that change a schedule or
-//! the set of tasks a node defines; time zones other than UTC; ZooKeeper ensembles;
-//! asymmetric partitions; ACLs.
+//! Which missed tick `catch_up = "once"` runs (for "all" every tick is checked, for "skip"
+//! that no missed tick runs); what `overlap = "replace"` stops (it is drawn and runs, but only
+//! the other checks apply to it); a run's retries and timeouts; reruns of orphans
+//! (`on_node_loss = "skip"` only); jitter (always zero); the preparation of a run (answered at
+//! once); reloads that change a schedule or the set of tasks a node defines; time zones other
+//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs. A failed count of runs
+//! elsewhere is taken by the core as none, as in the daemon.
 //!
 //! # Running and replaying
 //!
@@ -201,14 +218,14 @@
 //!   `max_clock_skew`), `ZKCRON_SIM_FAR_CLOCK` (a visitor 30 days ahead),
 //!   `ZKCRON_SIM_STRANGERS` (a stranger client), `ZKCRON_SIM_DRAINS`, `ZKCRON_SIM_PAUSES`,
 //!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
-//!   `ZKCRON_SIM_LASTING_DRAINS`; `ZKCRON_SIM_OVERLAP_SKIP` is off unless set to 1. A
-//!   failure's replay line sets them all.
+//!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn). A failure's
+//!   replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
 //! The default 1,600 scenarios cost about two CPU-minutes in a debug build (a minute on two
 //! idle cores; measured 2026-11-27). A long run, before a release or after a change to the
-//! node: 100,000 scenarios, about two CPU-hours, each shard saying every 1,000 scenarios how
+//! node or the firing core: 100,000 scenarios, about two CPU-hours, each shard saying every 1,000 scenarios how
 //! far it is:
 //!
 //! ```text
@@ -465,8 +482,8 @@ fn simulated_clusters_shard_3() {
     run_shard(3);
 }
 
-/// Asserts that some seed below 300, run with the deliberate bug `bug` (in the simulated
-/// daemon) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
+/// Asserts that some seed below 300, run with the deliberate bug `bug` (of the firing core or
+/// the simulated shell) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
 /// `kind`: the checker can fail.
 fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
     let knobs = Knobs {
