@@ -8,7 +8,11 @@
 //! `poll_timeout()` and drains `poll()`; the *daemon* part is the real firing core
 //! ([`Firing`], the daemon's per-task rules) fed with the node's leadership and answers: its
 //! calls go to the node as `Request`s, its preparations are done at once, its runs start at
-//! their due time by the node's clock and end 10 ms–3 s later (at once when stopped).
+//! their due time by the node's clock and end 10 ms–3 s later (some 5–40 s with
+//! `Knobs::long_runs`; at once when stopped). A reload of changed task files unloads and loads
+//! them in the core, as the daemon does, before the node publishes them. Two deliberate bugs
+//! live here, in the shell ([`NodeBug::AssumeClaimedOnLoss`], [`NodeBug::SlowTimer`]); the
+//! others are switches of the real core and node.
 
 use std::cmp::Reverse;
 
