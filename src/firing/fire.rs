@@ -651,11 +651,28 @@ impl<P> Firing<P> {
 
     /// Sends the tick's claim (as skipped, or to run).
     fn claim(&mut self, key: Key) {
+        let tick = match self.entry(key).map(|e| &e.state) {
+            Some(State::Active(activation)) => match &activation.doing {
+                Doing::Fire(fire) => fire.tick,
+                _ => unreachable!("firing"),
+            },
+            _ => unreachable!("firing"),
+        };
+        // The tick may have grown older than its deadline since it was fired: behind a count
+        // of runs elsewhere or a claim's backoff, or in a process stopped meanwhile.
+        let late = self.past_starting_deadline(key, tick);
         let entry = self.entry_mut(key).expect("firing");
         let spec = entry.spec.clone();
         let State::Active(activation) = &mut entry.state else {
             unreachable!("firing")
         };
+        if late {
+            let fire_id = plan::fire_id(&spec.name, tick.instant);
+            tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "tick not run: it grew older than its starting_deadline before its claim");
+            activation.doing = Doing::Ready;
+            self.advance(key);
+            return;
+        }
         let Doing::Fire(fire) = std::mem::replace(&mut activation.doing, Doing::Claiming) else {
             unreachable!("firing")
         };

@@ -418,6 +418,31 @@ fn a_caught_up_tick_that_waited_past_its_starting_deadline_is_dropped() {
     assert_eq!(tick, at(240));
 }
 
+/// Simulation seed 4664: a caught-up tick's count of runs elsewhere was answered 25 s late (the
+/// process stopped meanwhile), when the tick was older than its `starting_deadline`, and the
+/// tick was claimed all the same. The deadline is checked again at the claim.
+#[test]
+fn a_tick_older_than_its_starting_deadline_by_its_claim_is_not_claimed() {
+    let spec = every_minute("t", "overlap = \"skip\"\nstarting_deadline = \"30s\"");
+    let mut shell = Shell::new(at(70), vec![spec], &["t"]);
+    shell.read_record(Some(at(0)));
+    // Tick 60 is caught up (10 s old); its count of runs elsewhere comes back at 95.
+    let call = shell.take("count of runs elsewhere", |a| match a {
+        Action::CountRunsElsewhere { call, .. } => Some(*call),
+        _ => None,
+    });
+    shell.now = at(95);
+    shell.answer(call, Answer::RunsElsewhere(Ok(0)));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    assert!(
+        !shell.has(|a| matches!(a, Action::Claim { tick, .. } if *tick == at(60))),
+        "{:?}",
+        shell.actions
+    );
+}
+
 #[test]
 fn an_orphaned_tick_is_reclaimed_and_rerun_at_its_instant_not_before() {
     let spec = every_minute("t", "on_node_loss = \"rerun\"");
