@@ -185,6 +185,15 @@
 //!   Seed 86 (`TickPastDeadline`): a tick caught up within its task's `starting_deadline`
 //!   waited behind a long run until it was older than the deadline, and ran all the same; it is
 //!   now dropped. Test `a_caught_up_tick_that_waited_past_its_starting_deadline_is_dropped`.
+//!   Seed 4664 (`TickPastDeadline`): a caught-up tick's count of runs elsewhere came back 25 s
+//!   late (the process stopped), and the tick was claimed past its deadline; the deadline is
+//!   checked again at the claim. Test
+//!   `a_tick_older_than_its_starting_deadline_by_its_claim_is_not_claimed`.
+//! - Open, seed 4201 of a 5,000-scenario run (`OverlapRun`, with strangers): a stranger deleted
+//!   `members/` while n2, running a long run of an `overlap = "skip"` task, was stopped and
+//!   could not register again; n5, restarted since and so never having seen n2's session as a
+//!   member, took n2's live run record as no live node's and started a run. Run records are
+//!   trusted only from sessions seen as members, and nothing else shows this one lives.
 //! - Seed 1284 (`OverlapRun`): n1 listed a task's children and found n0's live run record, but
 //!   the check of its owner failed with the connection; the run was counted as not live and
 //!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
