@@ -174,6 +174,7 @@ impl<C: Coordinator> Daemon<C> {
         let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
         let firing_config = FiringConfig {
             reset_flags: config.reset_flags.clone(),
+            ..FiringConfig::default()
         };
         Daemon {
             firing: FiringShell::start(shared.clone(), firing_config),

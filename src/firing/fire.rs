@@ -14,11 +14,11 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
 use crate::plan::{OverlapAction, Step};
-use crate::task::{NodeLossPolicy, OverlapPolicy};
+use crate::task::{CatchUpPolicy, NodeLossPolicy, OverlapPolicy};
 
 /// A tick being fired.
 pub(super) struct Fire<P> {
@@ -213,10 +213,19 @@ impl<P> Firing<P> {
     /// The start is done: the planner starts from the fire record `last`.
     fn begin_planning(&mut self, key: Key, last: Option<DateTime<Utc>>) {
         let now = self.now;
+        let bugs = self.config.bugs;
         let Some(entry) = self.entry_mut(key) else {
             return;
         };
-        let planner = TickPlanner::start(plan::PlanRules::from_spec(&entry.spec), last, now);
+        let mut rules = plan::PlanRules::from_spec(&entry.spec);
+        if bugs.ignore_starting_deadline {
+            rules.starting_deadline = None;
+        }
+        if bugs.catch_up_skip_tasks && rules.catch_up == CatchUpPolicy::Skip {
+            rules.catch_up = CatchUpPolicy::All;
+        }
+        let last = if bugs.ignore_fire_record { None } else { last };
+        let planner = TickPlanner::start(rules, last, now);
         tracing::debug!(target: log::TIMERS, task = %entry.spec.name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
         entry.state = State::Active(Box::new(Activation {
             planner,
@@ -374,7 +383,7 @@ impl<P> Firing<P> {
         // Caught-up ticks run one after another unless runs may overlap: with `skip` they
         // would skip each other, with `replace` kill each other.
         if tick.catch_up
-            && entry.spec.overlap != OverlapPolicy::Allow
+            && self.config.bugs.overlap(&entry.spec) != OverlapPolicy::Allow
             && self.runs.count(&entry.spec.name) > 0
         {
             self.doing(key, Doing::WaitIdle(tick));
@@ -423,11 +432,22 @@ impl<P> Firing<P> {
 
     // ---- one tick ----
 
-    /// Starts firing `tick`: the overlap check first.
+    /// Starts firing `tick`: the overlap check first. A caught-up tick that waited (behind
+    /// the task's runs, or the ticks caught up before it) until it is older than the task's
+    /// `starting_deadline` is dropped, as the planner drops such a tick.
     fn fire(&mut self, key: Key, tick: Tick) {
+        if tick.catch_up && self.past_starting_deadline(key, tick) {
+            let entry = self.entry_mut(key).expect("advanced");
+            let fire_id = plan::fire_id(&entry.spec.name, tick.instant);
+            tracing::warn!(target: log::RUNS, task = %entry.spec.name, %fire_id, "missed tick not run: it waited past its starting_deadline");
+            if let State::Active(activation) = &mut entry.state {
+                activation.doing = Doing::Ready;
+            }
+            return;
+        }
         let may_fire = {
             let entry = self.entry(key).expect("advanced");
-            self.leadership.may_fire(&entry.spec.name)
+            self.may_fire(&self.leadership, &entry.spec.name)
         };
         let entry = self.entry_mut(key).expect("advanced");
         let fire_id = plan::fire_id(&entry.spec.name, tick.instant);
@@ -458,17 +478,34 @@ impl<P> Firing<P> {
         self.count_runs(key);
     }
 
+    /// Whether `tick` of the task of `key` is older than its `starting_deadline` now.
+    fn past_starting_deadline(&self, key: Key, tick: Tick) -> bool {
+        let Some(entry) = self.entry(key) else {
+            return false;
+        };
+        match entry.spec.extras.starting_deadline {
+            Some(deadline) if !self.config.bugs.ignore_starting_deadline => {
+                TimeDelta::from_std(deadline)
+                    .is_ok_and(|deadline| self.now - tick.instant > deadline)
+            }
+            _ => false,
+        }
+    }
+
     /// Counts the task's live runs here and (for `overlap`, when none is here) elsewhere.
     fn count_runs(&mut self, key: Key) {
         let local = match self.entry(key) {
-            Some(entry) => self.runs.count(&entry.spec.name),
+            Some(entry) => {
+                self.runs.count(&entry.spec.name) + self.run_claims_on_their_way(key, &entry.spec)
+            }
             None => return,
         };
+        let bugs = self.config.bugs;
         let (spec, fire) = self.firing_mut(key);
         fire.local = local;
         fire.elsewhere = 0;
         fire.stage = Stage::Counting;
-        if spec.overlap == OverlapPolicy::Allow || local > 0 {
+        if bugs.overlap(&spec) == OverlapPolicy::Allow || local > 0 {
             self.overlap_check(key);
             return;
         }
@@ -477,6 +514,24 @@ impl<P> Firing<P> {
             call,
             task: spec.name.clone(),
         });
+    }
+
+    /// With `overlap` other than `allow`: the claims to run a tick of the task still on their
+    /// way from an earlier firing of it (stopped since, as when the lease went and came back).
+    /// Each starts a run when won, so it counts as a live run here.
+    fn run_claims_on_their_way(&self, key: Key, spec: &TaskSpec) -> usize {
+        if self.config.bugs.overlap(spec) == OverlapPolicy::Allow {
+            return 0;
+        }
+        self.calls
+            .values()
+            .filter(|call| {
+                matches!(call, Call::Claim(claiming)
+                    if claiming.key != key
+                        && claiming.spec.name == spec.name
+                        && claiming.fire.prepared.is_some())
+            })
+            .count()
     }
 
     /// The spec and the fire of the firing task `key`.
@@ -520,12 +575,13 @@ impl<P> Firing<P> {
     /// Decides the tick's overlap action from the counts, or defers it to the instant.
     fn overlap_check(&mut self, key: Key) {
         let now = self.now;
+        let overlap = self
+            .config
+            .bugs
+            .overlap(&self.entry(key).expect("firing").spec);
         let (spec, fire) = self.firing_mut(key);
         let running = fire.local + fire.elsewhere;
-        if spec.overlap != OverlapPolicy::Allow
-            && running > 0
-            && !fire.waited
-            && fire.tick.due_at > now
+        if overlap != OverlapPolicy::Allow && running > 0 && !fire.waited && fire.tick.due_at > now
         {
             // A run is live and the tick is not due yet: decide at the instant.
             fire.waited = true;
@@ -534,7 +590,7 @@ impl<P> Firing<P> {
             self.wake_at(key, due);
             return;
         }
-        fire.action = plan::overlap_action(spec.overlap, running);
+        fire.action = plan::overlap_action(overlap, running);
         match fire.action {
             OverlapAction::Skip => {
                 fire.prepared = None;
@@ -595,11 +651,28 @@ impl<P> Firing<P> {
 
     /// Sends the tick's claim (as skipped, or to run).
     fn claim(&mut self, key: Key) {
+        let tick = match self.entry(key).map(|e| &e.state) {
+            Some(State::Active(activation)) => match &activation.doing {
+                Doing::Fire(fire) => fire.tick,
+                _ => unreachable!("firing"),
+            },
+            _ => unreachable!("firing"),
+        };
+        // The tick may have grown older than its deadline since it was fired: behind a count
+        // of runs elsewhere or a claim's backoff, or in a process stopped meanwhile.
+        let late = self.past_starting_deadline(key, tick);
         let entry = self.entry_mut(key).expect("firing");
         let spec = entry.spec.clone();
         let State::Active(activation) = &mut entry.state else {
             unreachable!("firing")
         };
+        if late {
+            let fire_id = plan::fire_id(&spec.name, tick.instant);
+            tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "tick not run: it grew older than its starting_deadline before its claim");
+            activation.doing = Doing::Ready;
+            self.advance(key);
+            return;
+        }
         let Doing::Fire(fire) = std::mem::replace(&mut activation.doing, Doing::Claiming) else {
             unreachable!("firing")
         };
@@ -643,7 +716,7 @@ impl<P> Firing<P> {
             Ok(ClaimOutcome::NotLeader) => {
                 tracing::info!(target: log::RUNS, task = %name, %fire_id, "claim refused: not the leader; not running it");
             }
-            Err(error) if !self.leadership.may_fire(name) => {
+            Err(error) if !self.may_fire(&self.leadership, name) => {
                 tracing::warn!(target: log::RUNS, task = %name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");
             }
             Err(error) => {

@@ -43,7 +43,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, Trigger};
 use crate::plan::{self, PlannerState, Tick, TickPlanner};
-use crate::task::TaskSpec;
+use crate::task::{OverlapPolicy, TaskSpec};
 
 /// How long before a tick is due its process is prepared (user and group lookups, environment,
 /// `argv[0]`, working dir): early enough that the preparation is done when the tick comes due,
@@ -82,6 +82,37 @@ pub struct FiringConfig {
     /// The flags with which `zkcron reset TASK` reaches this node's fire records, for the log
     /// line about a task held by a fire record ahead of the clock (see `plan::held_fix`).
     pub reset_flags: Option<String>,
+    /// Deliberate bugs for the simulation's checker to catch; all off in every daemon.
+    #[doc(hidden)]
+    pub bugs: FiringBugs,
+}
+
+/// Test-only firing bugs (see [`FiringConfig::bugs`]): each breaks one rule, so that the
+/// simulation shows its checker catches what the broken rule causes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FiringBugs {
+    /// Planners start as if no fire record existed: missed ticks are never caught up.
+    pub ignore_fire_record: bool,
+    /// Planners catch up every missed tick of a task with `catch_up = "skip"`.
+    pub catch_up_skip_tasks: bool,
+    /// Planners run without the task's `starting_deadline`.
+    pub ignore_starting_deadline: bool,
+    /// A led task the operator paused fires all the same.
+    pub ignore_pause: bool,
+    /// Every task is fired as if its `overlap` were `allow`.
+    pub ignore_overlap: bool,
+}
+
+impl FiringBugs {
+    /// The `overlap` policy this node applies to `spec` (`allow` under a deliberate bug).
+    fn overlap(self, spec: &TaskSpec) -> OverlapPolicy {
+        if self.ignore_overlap {
+            OverlapPolicy::Allow
+        } else {
+            spec.overlap
+        }
+    }
 }
 
 /// Everything the shell tells the core.
@@ -460,6 +491,16 @@ impl<P> Firing<P> {
     /// The next action to perform.
     pub fn poll(&mut self) -> Option<Action<P>> {
         self.out.pop_front()
+    }
+
+    /// Whether `leadership` lets this node fire `task` ([`Leadership::may_fire`], unless a
+    /// deliberate bug ignores the operator's pause).
+    fn may_fire(&self, leadership: &Leadership, task: &str) -> bool {
+        if self.config.bugs.ignore_pause {
+            !leadership.paused && leadership.tasks.contains(task)
+        } else {
+            leadership.may_fire(task)
+        }
     }
 
     /// How many loaded tasks the leadership applied last leads (the status line).

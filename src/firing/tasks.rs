@@ -212,7 +212,7 @@ impl<P> Firing<P> {
     fn apply_to_task(&mut self, i: usize, leadership: &Leadership) {
         let spec = self.loaded[i].spec.clone();
         let name: &str = &spec.name;
-        let should_fire = spec.enabled && leadership.may_fire(name);
+        let should_fire = spec.enabled && self.may_fire(leadership, name);
         // Led, but paused by the operator: the lease stays, nothing fires.
         let paused = spec.enabled
             && leadership.tasks.contains(name)

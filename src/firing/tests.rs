@@ -211,6 +211,38 @@ fn overlap_skip_with_a_run_here_decides_at_the_instant_and_claims_the_tick_as_sk
     assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
 }
 
+/// Simulation seed 74: the node lost and regained the lease of a task with `overlap = "skip"`
+/// while its claim of one tick was on its way; the task, fired again, claimed the next tick to
+/// run, and both claims were won: two runs at once. A run claim still on its way from the
+/// task's earlier firing now counts as a live run here.
+#[test]
+fn overlap_skip_counts_a_run_claim_on_its_way_from_before_the_task_was_stopped() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "overlap = \"skip\"")], &["t"]);
+    shell.read_record(None);
+    shell.run_until(at(60) - plan::CLAIM_AHEAD);
+    shell.prepare();
+    let (old_claim, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(60), ClaimIntent::Run));
+    // The lease goes and comes back while the claim is on its way.
+    shell.handle(Input::Leadership(leading(&[])));
+    shell.handle(Input::Leadership(leading(&["t"])));
+    shell.read_record(Some(at(60)));
+    shell.run_until(at(120) - plan::CLAIM_AHEAD);
+    shell.prepare();
+    assert!(
+        !shell.has_claim(),
+        "claimed with a run claim on its way: {:?}",
+        shell.actions
+    );
+    // The old claim is won: its run starts; at the instant the next tick is skipped.
+    shell.answer(old_claim, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (_, fire_id, _, _) = shell.spawned();
+    assert_eq!(fire_id, plan::fire_id("t", at(60)));
+    shell.run_until(at(120));
+    let (_, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::Skip));
+}
+
 #[test]
 fn overlap_skip_with_a_run_elsewhere_counts_again_at_the_instant() {
     let mut shell = Shell::new(at(0), vec![every_minute("t", "overlap = \"skip\"")], &["t"]);
@@ -354,6 +386,61 @@ fn a_task_gained_with_missed_ticks_catches_them_up_one_run_after_another() {
         shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
         previous = Some(shell.spawned().0);
     }
+}
+
+/// Simulation seed 86: a tick caught up within its task's `starting_deadline` waited behind
+/// a long run (`overlap = "skip"`) until it was older than the deadline, and was run all the
+/// same. It is dropped when it comes to fire that late.
+#[test]
+fn a_caught_up_tick_that_waited_past_its_starting_deadline_is_dropped() {
+    let spec = every_minute(
+        "t",
+        "overlap = \"skip\"\ncatch_up = \"all\"\nstarting_deadline = \"100s\"",
+    );
+    let mut shell = Shell::new(at(190), vec![spec], &["t"]);
+    shell.read_record(Some(at(60)));
+    // 120 and 180 are within the deadline: 120 runs, 180 waits for its end.
+    shell.count_elsewhere(0);
+    shell.prepare();
+    let (call, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::Run));
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let run = shell.spawned().0;
+    // The run ends when 180 is 110 s old: 180 is dropped; 240, 50 s old, is caught up.
+    shell.run_until(at(290));
+    assert!(!shell.has_claim(), "claimed with a run live");
+    shell.handle(Input::RunEnded { run });
+    if shell.has(|a| matches!(a, Action::CountRunsElsewhere { .. })) {
+        shell.count_elsewhere(0);
+    }
+    assert_eq!(shell.prepare().instant, at(240));
+    let (_, tick, _) = shell.claim();
+    assert_eq!(tick, at(240));
+}
+
+/// Simulation seed 4664: a caught-up tick's count of runs elsewhere was answered 25 s late (the
+/// process stopped meanwhile), when the tick was older than its `starting_deadline`, and the
+/// tick was claimed all the same. The deadline is checked again at the claim.
+#[test]
+fn a_tick_older_than_its_starting_deadline_by_its_claim_is_not_claimed() {
+    let spec = every_minute("t", "overlap = \"skip\"\nstarting_deadline = \"30s\"");
+    let mut shell = Shell::new(at(70), vec![spec], &["t"]);
+    shell.read_record(Some(at(0)));
+    // Tick 60 is caught up (10 s old); its count of runs elsewhere comes back at 95.
+    let call = shell.take("count of runs elsewhere", |a| match a {
+        Action::CountRunsElsewhere { call, .. } => Some(*call),
+        _ => None,
+    });
+    shell.now = at(95);
+    shell.answer(call, Answer::RunsElsewhere(Ok(0)));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    assert!(
+        !shell.has(|a| matches!(a, Action::Claim { tick, .. } if *tick == at(60))),
+        "{:?}",
+        shell.actions
+    );
 }
 
 #[test]
@@ -591,4 +678,20 @@ fn an_idle_tasks_entry_stays_small() {
     let entry = std::mem::size_of::<Option<Entry<crate::executor::PreparedRun>>>();
     let loaded = std::mem::size_of::<Loaded>();
     assert!(entry + loaded <= 128, "{entry} + {loaded} bytes a task");
+}
+
+/// The daemon builds its firing rules with `FiringConfig::default()`: every deliberate bug
+/// the simulation proves its checker on is off there.
+#[test]
+fn deliberate_firing_bugs_are_off_by_default() {
+    assert_eq!(
+        FiringConfig::default().bugs,
+        FiringBugs {
+            ignore_fire_record: false,
+            catch_up_skip_tasks: false,
+            ignore_starting_deadline: false,
+            ignore_pause: false,
+            ignore_overlap: false,
+        }
+    );
 }

@@ -1,5 +1,8 @@
 //! The invariant checker, the trace and the statistics of a scenario.
 
+use zkcron::plan::ON_TIME_TOLERANCE;
+use zkcron::task::OverlapPolicy;
+
 use super::*;
 
 // ------------------------------------------------------------------------------------------------
@@ -24,6 +27,27 @@ pub(crate) enum Kind {
     BusyLoop,
     /// A manual run (`zkcron trigger`) was claimed to run twice.
     ManualRunTwice,
+    /// The daemon asked to claim a scheduled tick to run while its leadership said the
+    /// operator had paused the task.
+    ClaimWhilePaused,
+    /// The daemon asked to claim a tick to run that was older than the task's
+    /// `starting_deadline` by its node's clock.
+    TickPastDeadline,
+    /// The daemon asked to claim a tick of a task with `catch_up = "skip"` to run that was
+    /// older than the planner's on-time tolerance by its node's clock: a missed tick.
+    MissedTickRun,
+    /// A run of a task with `overlap = "skip"` started while another run of the task was live
+    /// (its process not exited, its node's session alive).
+    OverlapRun,
+}
+
+/// A run whose process has not exited.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveRun {
+    pub(crate) task: TaskIx,
+    pub(crate) tick: DateTime<Utc>,
+    pub(crate) node: NodeIx,
+    pub(crate) session: SessionId,
 }
 
 #[derive(Debug, Clone)]
@@ -83,9 +107,24 @@ pub(crate) struct Checker {
     pub(crate) violations: Vec<Violation>,
     /// Manual runs claimed, by fire id: when and by which node.
     pub(crate) manual_runs: BTreeMap<String, Vec<(Ms, usize)>>,
+    /// Fire records `zkcron resume` moved past a paused period: the task, the tick the record
+    /// named before (if any) and the resume instant. The ticks in between are not caught up.
+    pub(crate) resumed: Vec<(TaskIx, Option<DateTime<Utc>>, DateTime<Utc>)>,
+    /// Runs whose process has not exited (ended when it exits or its node's process dies).
+    pub(crate) live_runs: Vec<LiveRun>,
+    /// Tasks whose runs may not overlap (`overlap` other than `allow`) of which a run lasted
+    /// longer than 5 s (`Knobs::long_runs`): their caught-up ticks wait one behind another's
+    /// run, so they fall behind the schedule by design and are held to no tick's claim.
+    pub(crate) outlasted: BTreeSet<TaskIx>,
 }
 
 impl Checker {
+    /// The process of the run of `tick` of `task` on `node` exited.
+    pub(crate) fn run_exited(&mut self, task: TaskIx, tick: DateTime<Utc>, node: NodeIx) {
+        self.live_runs
+            .retain(|r| !(r.task == task && r.tick == tick && r.node == node));
+    }
+
     /// A manual run was claimed: at most once per fire id, on any node, ever.
     pub(crate) fn on_manual_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
         let runs = self.manual_runs.entry(fire_id.to_string()).or_default();
@@ -219,6 +258,146 @@ impl Checker {
     }
 }
 
+/// How long after its tick's age passed `starting_deadline` (or the planner's on-time
+/// tolerance) a claim may still be asked for: the planner judges the age when the tick comes
+/// due, and the claim can wait behind the claim in flight before it.
+const DEADLINE_SLACK: TimeDelta = TimeDelta::seconds(2);
+
+impl Sim<'_> {
+    /// The policies the daemon applies before a claim, checked as it asks the node to claim
+    /// `tick` of `task` to run, with what it knew then: the node's last leadership (pause) and
+    /// its clock (`starting_deadline`; `catch_up = "skip"`: a tick older than the planner's
+    /// on-time tolerance was missed).
+    pub(crate) fn check_claim_request(&mut self, n: NodeIx, task: &str, tick: DateTime<Utc>) {
+        let Some(&t) = self.by_name.get(task) else {
+            return;
+        };
+        if self.procs[n].leadership.paused_tasks.contains(task) {
+            self.check.violation(
+                Kind::ClaimWhilePaused,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run while its leadership said {task} is paused",
+                    secs(tick)
+                ),
+            );
+        }
+        let age = self.wall(n) - tick;
+        if self.sc.tasks[t].rules.catch_up == CatchUpPolicy::Skip
+            && age > ON_TIME_TOLERANCE + DEADLINE_SLACK
+        {
+            self.check.violation(
+                Kind::MissedTickRun,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run {} ms after it, by its clock: a missed tick, and catch_up = \"skip\"",
+                    secs(tick),
+                    age.num_milliseconds()
+                ),
+            );
+        }
+        if let Some(deadline) = self.sc.tasks[t].rules.starting_deadline
+            && age > TimeDelta::from_std(deadline).expect("small") + DEADLINE_SLACK
+        {
+            self.check.violation(
+                Kind::TickPastDeadline,
+                self.now,
+                t,
+                tick,
+                format!(
+                    "n{n} asked to claim tick {:.3}s to run {} ms after it, by its clock; starting_deadline {deadline:?}",
+                    secs(tick),
+                    age.num_milliseconds()
+                ),
+            );
+        }
+    }
+
+    /// `overlap = "skip"`: a run of `tick` of `task` starts on `n` (its session alive); no
+    /// other run of the task may be live anywhere the cluster can see it (a run counts while
+    /// its node's session lives: its run record goes with the session). Then it is live
+    /// itself.
+    pub(crate) fn check_overlap(&mut self, n: NodeIx, task: TaskIx, tick: DateTime<Utc>) {
+        let session = self.procs[n]
+            .session
+            .map_or(SessionId(0), |s| SessionId(s as u64));
+        let zk = &self.zk;
+        let live: Vec<LiveRun> = self
+            .check
+            .live_runs
+            .iter()
+            .filter(|r| r.task == task && zk.alive(r.session.0 as i64))
+            .copied()
+            .collect();
+        // A run started by a node whose session has already expired (a process stopped
+        // between its claim and the tick's instant, that spawns the run as it resumes, before
+        // it hears of the expiry) is out of the cluster's sight, as the runs of dead sessions.
+        if self.sc.tasks[task].overlap == OverlapPolicy::Skip
+            && zk.alive(session.0 as i64)
+            && let Some(other) = live.first()
+        {
+            self.check.violation(
+                Kind::OverlapRun,
+                self.now,
+                task,
+                tick,
+                format!(
+                    "n{n} started tick {:.3}s while n{}'s run of tick {:.3}s was live (overlap = \"skip\")",
+                    secs(tick),
+                    other.node,
+                    secs(other.tick)
+                ),
+            );
+        }
+        self.check.live_runs.push(LiveRun {
+            task,
+            tick,
+            node: n,
+            session,
+        });
+    }
+
+    /// Whether a tick of task `t` may go unclaimed because the operator paused the task: it
+    /// lies in a paused period (from shortly before the pause, when a claim may have been
+    /// waiting, to the resume), or a resume moved the fire record past it.
+    pub(crate) fn paused_over(&self, t: TaskIx, tick: DateTime<Utc>) -> bool {
+        let at = |ms: Ms| epoch() + TimeDelta::milliseconds(ms as i64);
+        let mut paused_since: Option<Ms> = None;
+        for (ms, fault) in &self.sc.faults {
+            match fault {
+                Fault::Stranger(Meddle::Pause(p)) if *p == t => {
+                    paused_since.get_or_insert(*ms);
+                }
+                Fault::Stranger(Meddle::Resume(p)) if *p == t => {
+                    if let Some(since) = paused_since.take()
+                        && tick >= at(since.saturating_sub(10_000))
+                        && tick <= at(*ms)
+                    {
+                        return true;
+                    }
+                }
+                Fault::HealAll => {
+                    if let Some(since) = paused_since.take()
+                        && tick >= at(since.saturating_sub(10_000))
+                        && tick <= at(*ms)
+                    {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.check
+            .resumed
+            .iter()
+            .any(|&(p, from, to)| p == t && from.is_none_or(|from| tick > from) && tick <= to)
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Traces and statistics
 // ------------------------------------------------------------------------------------------------
@@ -298,10 +477,17 @@ impl Sim<'_> {
         let healed = epoch() + TimeDelta::milliseconds((sc.fault_end + sc.settle) as i64);
         let clock_settled = epoch() + TimeDelta::milliseconds(self.clock_settled() as i64);
         for (t, task) in sc.tasks.iter().enumerate() {
-            if task.rules.catch_up != CatchUpPolicy::All {
+            if task.rules.catch_up != CatchUpPolicy::All || self.check.outlasted.contains(&t) {
                 continue;
             }
+            // A missed tick older than a short deadline is dropped: such a task is only held
+            // to firing on time.
+            let every_tick = task
+                .rules
+                .starting_deadline
+                .is_none_or(|d| d.as_millis() as Ms >= sc.end);
             let leaders_at_end = (0..self.procs.len())
+                .filter(|&n| !sc.drained_at_end.contains(&n))
                 .filter(|&n| {
                     self.node_state_at(n, sc.end)
                         .is_some_and(|s| self.can_lead(n, t, &s))
@@ -337,8 +523,12 @@ impl Sim<'_> {
                     .cloned()
                     .unwrap_or_default();
                 let tick_ms = (tick - epoch()).num_milliseconds();
-                if tick > horizon {
-                    // Too late to require, but still expected on time in a quiet stretch.
+                if self.paused_over(t, tick) {
+                    continue;
+                }
+                if tick > horizon || !every_tick {
+                    // Too late to require (or the task's deadline may drop it once missed),
+                    // but still expected on time in a quiet stretch.
                     if tick_ms >= 0 {
                         self.check_on_time(t, tick, tick_ms as Ms, claims.first().map(|c| c.at));
                     }

@@ -8,7 +8,11 @@
 //! `poll_timeout()` and drains `poll()`; the *daemon* part is the real firing core
 //! ([`Firing`], the daemon's per-task rules) fed with the node's leadership and answers: its
 //! calls go to the node as `Request`s, its preparations are done at once, its runs start at
-//! their due time by the node's clock and end 10 ms–3 s later (at once when stopped).
+//! their due time by the node's clock and end 10 ms–3 s later (some 5–40 s with
+//! `Knobs::long_runs`; at once when stopped). A reload of changed task files unloads and loads
+//! them in the core, as the daemon does, before the node publishes them. Two deliberate bugs
+//! live here, in the shell ([`NodeBug::AssumeClaimedOnLoss`], [`NodeBug::SlowTimer`]); the
+//! others are switches of the real core and node.
 
 use std::cmp::Reverse;
 
@@ -20,10 +24,10 @@ use zkcron::coord::records::{
     TaskSetRef,
 };
 use zkcron::coord::records::{TriggerRecord, TriggerState};
-use zkcron::coord::{ClaimOutcome, Leadership, RunResult};
+use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
-    Input as FireInput, RunId, RunKind,
+    Input as FireInput, RunId, RunKind, Unload,
 };
 use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
@@ -59,6 +63,8 @@ pub(crate) struct NodeSpec {
     pub(crate) max_clock_skew: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) claim_mode: ClaimMode,
+    /// The scenario's deliberate bug (the node's own switches read it).
+    pub(crate) bug: NodeBug,
 }
 
 /// Builds a node (the real one, in [`super::real`]).
@@ -77,15 +83,20 @@ pub(crate) fn task_ix(name: &str) -> TaskIx {
     name[1..].parse().expect("task names are tNN")
 }
 
-/// The task as the daemon would load it (identical on every node that defines it).
-pub(crate) fn task_spec(def: &TaskDef) -> TaskSpec {
+/// The task as the daemon would load it: identical on every node that defines it, but for
+/// the command's argument after `reloads` reloads of changed files on this node.
+pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
+    let mut argv = vec!["true".to_string()];
+    if reloads > 0 {
+        argv.push(format!("revision-{reloads}"));
+    }
     TaskSpec {
         name: def.name.as_str().into(),
         path: format!("{}.toml", def.name).into(),
         schedule: def.rules.schedule.clone(),
-        command: CommandLine::Argv(vec!["true".into()]),
+        command: CommandLine::Argv(argv),
         user: None,
-        overlap: OverlapPolicy::Allow,
+        overlap: def.overlap,
         catch_up: def.rules.catch_up,
         jitter: def.rules.jitter,
         kill_on_session_loss: false,
@@ -172,6 +183,8 @@ pub(crate) enum T {
         k: usize,
         run: RunId,
     },
+    /// The daemon reloads its changed task files.
+    Reload,
 }
 
 #[derive(Debug)]
@@ -293,6 +306,8 @@ pub(crate) struct Proc {
     pub(crate) runs: BTreeMap<RunId, Run>,
     /// Requests to hand the node once its outputs are drained.
     pub(crate) requests: VecDeque<(ReqId, Request)>,
+    /// How often this node's task files changed (they stay changed across restarts).
+    pub(crate) reloads: u32,
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -330,6 +345,9 @@ pub(crate) struct Sim<'s> {
     pub(crate) tracing: bool,
     /// The operator's manual run requests: task, fire id, request time.
     pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
+    /// Draws for the runs that outlive their task's interval (`Knobs::long_runs`): a stream of
+    /// its own, so that the scenarios without long runs stay what they were.
+    pub(crate) runs_rng: StdRng,
 }
 
 impl<'s> Sim<'s> {
@@ -382,6 +400,7 @@ impl<'s> Sim<'s> {
             trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
             tracing: true,
             triggers: Vec::new(),
+            runs_rng: StdRng::seed_from_u64(sc.seed ^ 0x0010_9e75),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
         let admin = sim.zk.open_session(u64::MAX / 4, 0);
@@ -901,6 +920,22 @@ impl<'s> Sim<'s> {
         if previous == Some(tick) && !second_claim {
             return;
         }
+        if node.is_none() {
+            // `zkcron resume` moved the record past the paused period: no claim, and the ticks
+            // it passed over are not caught up.
+            note!(
+                self,
+                None,
+                Some(t),
+                format!(
+                    "RESUMED: record moved from {:?} to {:.3}s",
+                    previous.map(secs),
+                    secs(tick)
+                )
+            );
+            self.check.resumed.push((t, previous, tick));
+            return;
+        }
         self.stats.claims += 1;
         let claimer = node.unwrap_or(NO_NODE);
         let lease = format!("{BASE}/leases/{}", self.sc.tasks[t].name);
@@ -996,6 +1031,7 @@ impl<'s> Sim<'s> {
             max_clock_skew: Duration::from_millis(self.sc.max_clock_skew_ms as u64),
             session_timeout: Duration::from_millis(self.sc.session_timeout),
             claim_mode: self.sc.knobs.claim_mode,
+            bug: self.sc.knobs.bug,
         };
         let now = self.now;
         let p = &mut self.procs[n];
@@ -1019,12 +1055,16 @@ impl<'s> Sim<'s> {
         p.requests.clear();
         p.runs.clear();
         p.core_timeout_at = None;
-        p.firing = Some(Firing::new(FiringConfig::default(), clock.wall));
+        let config = FiringConfig {
+            bugs: self.sc.knobs.bug.firing_bugs(),
+            ..FiringConfig::default()
+        };
+        p.firing = Some(Firing::new(config, clock.wall));
         self.log_node(n);
         let mut specs: Vec<TaskSpec> = self.procs[n]
             .defines
             .iter()
-            .map(|&t| task_spec(&self.sc.tasks[t]))
+            .map(|&t| task_spec(&self.sc.tasks[t], self.procs[n].reloads))
             .collect();
         specs.sort_by(|a, b| a.name.cmp(&b.name));
         let loaded = specs.iter().cloned().map(Arc::new).collect();
@@ -1239,6 +1279,11 @@ impl<'s> Sim<'s> {
                     self.kill(n);
                 }
             }
+            T::Reload => {
+                if !self.procs[n].stopping {
+                    self.reload(n);
+                }
+            }
         }
     }
 
@@ -1257,6 +1302,14 @@ impl<'s> Sim<'s> {
 
     /// The daemon asks the node something (handed over when the node's outputs are drained).
     pub(crate) fn ask(&mut self, n: NodeIx, request: Request, asked: Asked) {
+        if let Request::Claim {
+            task,
+            tick,
+            intent: ClaimIntent::Run,
+        } = &request
+        {
+            self.check_claim_request(n, task, *tick);
+        }
         let p = &mut self.procs[n];
         p.next_req += 1;
         let req = p.next_req;
@@ -1536,7 +1589,14 @@ impl<'s> Sim<'s> {
             Some(Run::Waiting) => {
                 self.procs[n].runs.insert(run, Run::Running { task, tick });
                 self.ran(n, task, tick);
-                let took = self.rng.random_range(10..=3_000);
+                let mut took = self.rng.random_range(10..=3_000);
+                if self.sc.knobs.long_runs && self.runs_rng.random_bool(0.15) {
+                    // A process that outlives its task's next tick or several.
+                    took = self.runs_rng.random_range(5_000..=40_000);
+                    if self.sc.tasks[task].overlap != OverlapPolicy::Allow {
+                        self.check.outlasted.insert(task);
+                    }
+                }
                 self.timer(n, took, T::RunEnd { task, tick, run });
             }
             Some(Run::Running { .. }) => {}
@@ -1580,6 +1640,7 @@ impl<'s> Sim<'s> {
         exit: &str,
     ) {
         self.procs[n].runs.remove(&run);
+        self.check.run_exited(task, tick, n);
         let result = RunResult {
             tick,
             node: self.procs[n].id.clone(),
@@ -1623,14 +1684,7 @@ impl<'s> Sim<'s> {
         answer: zkcron::coord::node::io::Answer,
     ) -> FireAnswer<()> {
         match (what, answer) {
-            (CoreAsk::Record, Ok(Answered::Tick(last))) => {
-                let last = if self.sc.knobs.bug == NodeBug::NoCatchUp {
-                    None
-                } else {
-                    last
-                };
-                FireAnswer::FireRecord(Ok(last))
-            }
+            (CoreAsk::Record, Ok(Answered::Tick(last))) => FireAnswer::FireRecord(Ok(last)),
             (CoreAsk::Record, Err(error)) => FireAnswer::FireRecord(Err(error)),
             (CoreAsk::Claim { task, tick }, answer) => {
                 let outcome = match answer {
@@ -1710,6 +1764,7 @@ impl<'s> Sim<'s> {
             .get(&(task, tick))
             .and_then(|c| c.iter().find(|c| c.node == n))
             .map_or(SessionId(0), |c| c.session);
+        self.check_overlap(n, task, tick);
         self.check.on_run(self.now, task, tick, n, session);
     }
 
@@ -1799,10 +1854,25 @@ impl<'s> Sim<'s> {
                 }
             }
             Fault::Stranger(meddle) => self.meddle(meddle),
+            Fault::Reload(n) => {
+                // The files change now; a node that is down loads them when it starts, a
+                // stopped process when it resumes.
+                self.procs[n].reloads += 1;
+                if self.procs[n].up {
+                    self.timer(n, 0, T::Reload);
+                }
+            }
             Fault::HealAll => {
                 for n in 0..self.sc.nodes.len() {
-                    // Every node is undrained (a no-op where no mark is).
-                    self.meddle(Meddle::Undrain(n));
+                    // Every node is undrained (a no-op where no mark is), but those the operator
+                    // leaves drained.
+                    if !self.sc.drained_at_end.contains(&n) {
+                        self.meddle(Meddle::Undrain(n));
+                    }
+                }
+                for t in 0..self.sc.tasks.len() {
+                    // Every task is resumed (no write where no mark is).
+                    self.meddle(Meddle::Resume(t));
                 }
                 for n in 0..self.procs.len() {
                     self.link_up[n] = true;
@@ -1924,6 +1994,28 @@ impl<'s> Sim<'s> {
                 path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
                 version: None,
             }],
+            Meddle::Pause(t) => {
+                let dir = |p: &str| ZkOp::Create {
+                    path: format!("{BASE}/{p}"),
+                    data: Vec::new(),
+                    mode: CreateMode::Persistent,
+                    acl: Default::default(),
+                };
+                vec![
+                    dir("control"),
+                    dir("control/paused"),
+                    ZkOp::Create {
+                        path: format!("{BASE}/control/paused/{}", name(*t)),
+                        data: serde_json::to_vec(
+                            &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
+                        )
+                        .expect("encodes"),
+                        mode: CreateMode::Persistent,
+                        acl: Default::default(),
+                    },
+                ]
+            }
+            Meddle::Resume(t) => self.resume_ops(*t, since).into_iter().collect(),
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {
                     "leases"
@@ -1959,6 +2051,63 @@ impl<'s> Sim<'s> {
         }
     }
 
+    /// `zkcron resume`'s multi: the pause mark deleted and, when the fire record is older than
+    /// `now` (whole seconds), the record moved to `now`, both at the versions read. `None` when
+    /// the task is not paused.
+    fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
+        let name = &self.sc.tasks[t].name;
+        let mark = format!("{BASE}/control/paused/{name}");
+        let version = self.zk.nodes.get(&mark)?.stat.version;
+        let mut ops = vec![ZkOp::Delete {
+            path: mark,
+            version: Some(version),
+        }];
+        let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
+        let path = format!("{BASE}/tasks/{name}");
+        if let Some(z) = self.zk.nodes.get(&path)
+            && serde_json::from_slice::<WireRecord>(&z.data)
+                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now))
+        {
+            let moved = WireRecord {
+                format: 1,
+                tick: Some(now),
+                node: String::new(),
+                session: String::new(),
+                run: false,
+                reruns: 0,
+                claimed_at: Some(now),
+            };
+            ops.push(ZkOp::SetData {
+                path,
+                data: serde_json::to_vec(&moved).expect("encodes"),
+                version: Some(z.stat.version),
+            });
+        }
+        Some(ZkOp::Multi(ops))
+    }
+
+    /// The daemon reloads its changed task files, as `daemon::reload` does: the firing core
+    /// stops firing every task (each changed), is handed the new definitions (it fires the
+    /// tasks it leads again from their fire records), and the node publishes them.
+    fn reload(&mut self, n: NodeIx) {
+        let mut specs: Vec<TaskSpec> = self.procs[n]
+            .defines
+            .iter()
+            .map(|&t| task_spec(&self.sc.tasks[t], self.procs[n].reloads))
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        note!(self, Some(n), None, "reloading changed task files".into());
+        for spec in &specs {
+            let task = spec.name.to_string();
+            let why = Unload::Changed;
+            self.core_input(n, FireInput::Unload { task, why });
+        }
+        let loaded = specs.iter().cloned().map(Arc::new).collect();
+        self.core_input(n, FireInput::Load(loaded));
+        self.ask(n, Request::Publish(specs), Asked::Publish);
+        self.settle(n);
+    }
+
     pub(crate) fn kill(&mut self, n: NodeIx) {
         let p = &mut self.procs[n];
         p.up = false;
@@ -1970,6 +2119,8 @@ impl<'s> Sim<'s> {
         p.runs.clear();
         p.node = None;
         self.log_node(n);
+        // Its processes end with it.
+        self.check.live_runs.retain(|r| r.node != n);
     }
 
     /// SIGTERM: the daemon stops firing, releases everything and closes; the process exits when

@@ -1,4 +1,5 @@
-//! Seeded simulation of a zkcron cluster: the real node over a model of ZooKeeper.
+//! Seeded simulation of a zkcron cluster: the real node and the real firing core over a model
+//! of ZooKeeper.
 //!
 //! Thousands of scenarios per `cargo test`: each one draws 2–6 nodes, 1–20 tasks, releases,
 //! `version_req`s, clock skews, a session timeout and a list of faults from one seed, runs them in
@@ -19,8 +20,11 @@
 //! - **The daemon's firing rules are the real ones**: [`zkcron::firing::Firing`], fed every
 //!   `Output::Leadership` and the node's answers on the node's wall clock; its fire-record reads,
 //!   claims, orphan checks and manual claims go to the node as `Request`s, and a run starts only
-//!   after an answer of `Claimed`, at its due time; a run ends 10 ms–3 s later (at once when the
-//!   core stops it) with `Request::RunEnded`. A graceful stop sends `ReleaseAll` and `Close`.
+//!   after an answer of `Claimed`, at its due time; a run ends 10 ms–3 s later (with
+//!   `Knobs::long_runs`, 15 % of runs last 5–40 s, past their task's next ticks; at once when the
+//!   core stops it) with `Request::RunEnded`. A reload of changed task files unloads every task
+//!   and loads the new definitions (`Input::Unload`, `Input::Load`) before the node publishes
+//!   them. A graceful stop sends `ReleaseAll` and `Close`.
 //! - **ZooKeeper** (`model_zk.rs`): real semantics for the generic operations the node speaks:
 //!   string paths, byte data, `Stat` (version, ephemeral owner = session id, ctime/mtime from the
 //!   server's true virtual time, czxid/mzxid), persistent and ephemeral creates (the parent must
@@ -38,52 +42,77 @@
 //!   new seed or a newer release), graceful stop and restart, partitions shorter and longer than
 //!   the session timeout, SIGSTOP pauses (the process does nothing, not even heartbeats, then
 //!   resumes; half the time the planners' timers run before anything it received), lost replies,
-//!   clock skews and steps, nodes (often of a newer release) joining mid-run. The new faults of
-//!   issue [5]: a *visitor* of a newer release whose clock is 30 days ahead, up for 2–10 s
-//!   (`Knobs::far_clock`, on), and a *stranger* client writing foreign or stale znodes: a
-//!   persistent `members/ghost` of release 99 defining every task, a persistent lease, tampering a
-//!   lease's or an epoch's data, a persistent `run-…` child, deleting `leases/` or `members/`
-//!   (`Knobs::strangers`, on). Faults happen in a fault phase; at its end
-//!   everything heals and every node but a visitor is up.
+//!   clock skews and steps, nodes (often of a newer release) joining mid-run; a *visitor* of a
+//!   newer release whose clock is 30 days ahead, up for 2–10 s (`Knobs::far_clock`), and a
+//!   *stranger* client writing foreign or stale znodes: a persistent `members/ghost` of release
+//!   99 defining every task, a persistent lease, tampering a lease's or an epoch's data, a
+//!   persistent `run-…` child, deleting `leases/` or `members/` (`Knobs::strangers`).
+//! - **The operator**: `zkcron drain` / `undrain` of nodes (`Knobs::drains`; with
+//!   `Knobs::lasting_drains` a node is drained, most often while its connection drops replies,
+//!   and left drained to the end), `zkcron pause` / `resume` of tasks (`Knobs::pauses`; the
+//!   resume moves the fire record past the paused period in the same multi, as the CLI does),
+//!   and three `zkcron trigger`s per scenario at fixed points (two during the faults, one while
+//!   settling). Task files that change on a node (`Knobs::reloads`: every task's command; the
+//!   firing core fires the changed tasks again from their fire records). Some tasks have a
+//!   `starting_deadline` of 5–60 s (`Knobs::short_deadlines`); tasks draw their `overlap`
+//!   (`Knobs::overlap_skip`: 30 % `skip`, 10 % `replace`, the others `allow`).
+//!
+//! Faults and the operator's actions happen in a fault phase; at its end everything heals,
+//! every node is undrained (but one left drained), every task resumed, and every node but a
+//! visitor is up. Every knob is on by default ([`Knobs::DEFAULT`]).
 //!
 //! # What is checked
 //!
 //! The checker reads what the server stored: fire records are decoded from their JSON with the
-//! wire types (`zkcron::coord::zk::FireRecord`), members from `MemberRecord`.
+//! record types (`zkcron::coord::records::FireRecord`), members from `MemberRecord`.
 //!
 //! - **Safety**, on every write that moves a fire record to a new tick: a (task, tick) is claimed
 //!   at most once in the whole run; the record only moves forward; the writing session holds the
 //!   task's lease znode at that instant; no tick is claimed before any node's clock (a visitor's
 //!   excepted: it may lead nothing) could reach it. On every run: a node runs a tick only after a
 //!   claim of it by that node succeeded, and at most once. On every delete of a lease: a node
-//!   never deletes the lease of another session that is a live member.
-//! - **Liveness**, at the end: tasks use `catch_up = "all"` (most of them) with a starting
-//!   deadline longer than the scenario, and scenarios are short enough that [`MAX_CATCH_UP`] is
-//!   never reached. For every task that some node can lead after healing, every tick from the
-//!   initial fire record (or, for a task without one, from its first claim) up to `end - settle`
-//!   is claimed exactly once; `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every
-//!   lease is then held by the node the registered members (ephemeral member znodes of live
-//!   sessions) rank first.
+//!   never deletes the lease of another session that is a live member. A manual run is claimed
+//!   at most once.
+//! - **Policies**, on every claim the daemon asks for to run a scheduled tick: the task is not
+//!   paused in the node's last leadership (`pause`), the tick is not older than the task's
+//!   `starting_deadline` by the node's clock, and for a task with `catch_up = "skip"` not older
+//!   than the planner's on-time tolerance (a missed tick; 2 s of slack for both: a claim may
+//!   wait behind the one in flight). On every run of a task with `overlap = "skip"` started by
+//!   a node whose session is alive: no other run of the task is live, its process not exited
+//!   and its node's session alive.
+//! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
+//!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
+//!   is longer than the scenario and that some node (not left drained) can lead after healing,
+//!   every tick from the initial fire record (or, for a task without one, from its first
+//!   claim) up to `end - settle` is claimed exactly once (not asked of a task without overlap
+//!   of which a run outlasted its interval: its caught-up ticks wait behind each run, so it
+//!   falls behind by design), except the ticks of a paused period
+//!   (from 10 s before the pause to the resume, and those a resume moved the record past);
+//!   `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every lease is then held by the
+//!   node the registered members (ephemeral member znodes of live sessions) rank first.
 //! - **On time during the fault phase**: a tick whose task had the same node ranked first, up,
 //!   healthy (no fault of its own) and able to lead from `settle` before the tick to `grace`
 //!   after it is claimed within `grace` (how far that node's clock is behind, plus 2 s).
 //! - **No busy loop**: 2,000 events at one virtual instant stop the run.
 //!
 //! The checker is shown not to be vacuous by deliberate bugs it must catch: the real node's
-//! test-only switch `bugs.unfenced_claim` (a resumed lease holder whose lease a stranger deleted
-//! claims what its successor claimed), and bugs of the simulated daemon: a claim whose outcome
-//! is unknown taken as won (runs without a claim), planners that ignore the fire record (lost
-//! ticks), planner timers that wake 3 s late (late ticks).
+//! test-only switches `bugs.unfenced_claim` (a resumed lease holder whose lease a stranger
+//! deleted claims what its successor claimed) and `bugs.stray_leases_checked_only_when_leading`
+//! (seed 47's bug, which the default scenarios find, `NotConverged`, within their first 400
+//! seeds); the real firing core's test-only switches (`FiringBugs`): planners that ignore the
+//! fire record (lost ticks), a core that fires paused tasks (claims while paused), planners
+//! without the starting deadline (ticks past it), planners that catch up the missed ticks of
+//! `catch_up = "skip"` tasks (missed ticks run), the overlap check off (overlapping runs of
+//! `overlap = "skip"` tasks); and two bugs of the simulated shell around them: a claim whose
+//! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
+//! 3 s late (late ticks). Every switch is off by default, and a unit test says so.
 //!
 //! # Findings
 //!
-//! Failures of the real node this simulation found while it was being built (reported to the
-//! lead with their seeds). Node d7e5ce8 and 8b09091 fixed the release without the epoch
-//! check, the take and release with an unknown outcome left behind, the 2 s grace for a lease
-//! of a new member and the stranger's run znode. At 8b09091, 28 of the 1,600 default scenarios
-//! (strangers on) still fail: `ForeignLeaseDelete` (e.g. seeds 157, 289, 572; seed 12 earlier:
-//! a node judged a lease "no member's" 2.6 s after it had read that member's znode),
-//! `NotConverged` (e.g. seeds 235, 524, 849) and one `TickLost` (seed 592). What was found:
+//! Failures of the real node this simulation found, each fixed in the node; the seeds named
+//! with a test below are pinned (they replay the scenario they were found with, which later
+//! changes of timing may no longer drive into the bug; the node's unit tests are exact). What
+//! was found:
 //!
 //! - A node deletes the lease of a live member: a lease judged foreign ("no live zkcron node
 //!   holds it") before the node had read the member znode of the session that holds it (a member
@@ -141,14 +170,48 @@
 //!   member's lease to the end. A give-up that fails or gets no answer now leaves the lease
 //!   checked until known, as a release does. Test
 //!   `a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated`.
-//! - Earlier (the hand-written node, before issue [5]): a backup released a lease it took for
-//!   liveness (test `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`; fixed by
-//!   members announcing whether they may lead).
+//! - Seed 47 (`NotConverged`, with drains): n1's clock was stepped 33 s ahead, so it released
+//!   its lease of t03, and the release was lost with the connection. A node checked the leases
+//!   its session might still own (after a release or take without an answer) only when it
+//!   decided as a node that may lead; n1 no longer was one, so the lease stayed its session's
+//!   and node-0, ranked first, waited for it to the end. Now a node that may not lead (clock
+//!   off, drained) checks them too. Test
+//!   `a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead`.
+//! - In the firing core, once the simulation drove it with `overlap` drawn: seed 74
+//!   (`OverlapRun`): a node lost and regained a task's lease while its claim of one tick was on
+//!   its way, and the task, fired again, claimed the next tick to run; both were won and ran at
+//!   once. A run claim still on its way from an earlier firing of the task now counts as a
+//!   live run. Test `overlap_skip_counts_a_run_claim_on_its_way_from_before_the_task_was_stopped`.
+//!   Seed 86 (`TickPastDeadline`): a tick caught up within its task's `starting_deadline`
+//!   waited behind a long run until it was older than the deadline, and ran all the same; it is
+//!   now dropped. Test `a_caught_up_tick_that_waited_past_its_starting_deadline_is_dropped`.
+//!   Seed 4664 (`TickPastDeadline`): a caught-up tick's count of runs elsewhere came back 25 s
+//!   late (the process stopped), and the tick was claimed past its deadline; the deadline is
+//!   checked again at the claim. Test
+//!   `a_tick_older_than_its_starting_deadline_by_its_claim_is_not_claimed`.
+//! - Open, seed 4201 of a 5,000-scenario run (`OverlapRun`, with strangers): a stranger deleted
+//!   `members/` while n2, running a long run of an `overlap = "skip"` task, was stopped and
+//!   could not register again; n5, restarted since and so never having seen n2's session as a
+//!   member, took n2's live run record as no live node's and started a run. Run records are
+//!   trusted only from sessions seen as members, and nothing else shows this one lives.
+//! - Seed 1284 (`OverlapRun`): n1 listed a task's children and found n0's live run record, but
+//!   the check of its owner failed with the connection; the run was counted as not live and
+//!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
+//!   n1 started a run while n0's went on. A failed owner check now fails the count. Test
+//!   `a_run_owner_check_that_failed_does_not_make_later_counts_skip_the_listing`.
+//! - Earlier (the hand-written node, before the real node was simulated): a backup released a
+//!   lease it took for liveness (fixed by members announcing whether they may lead). Test
+//!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
 //!
 //! # What is not modelled
 //!
-//! `overlap` other than `allow`, retries, jitter (always zero), task file reloads, time zones
-//! other than UTC, ZooKeeper ensembles, asymmetric partitions, `drain`, ACLs.
+//! Which missed tick `catch_up = "once"` runs (for "all" every tick is checked, for "skip"
+//! that no missed tick runs); what `overlap = "replace"` stops (it is drawn and runs, but only
+//! the other checks apply to it); a run's retries and timeouts; reruns of orphans
+//! (`on_node_loss = "skip"` only); jitter (always zero); the preparation of a run (answered at
+//! once); reloads that change a schedule or the set of tasks a node defines; time zones other
+//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs. A failed count of runs
+//! elsewhere is taken by the core as none, as in the daemon.
 //!
 //! # Running and replaying
 //!
@@ -160,11 +223,23 @@
 //!   last events); with `ZKCRON_SIM_TRACE=1`, every event, call, reply and input. A failure
 //!   prints the line to use: `ZKCRON_SIM_SEED=S cargo test --test sim simulated_clusters --
 //!   --nocapture`.
-//! - `ZKCRON_SIM_BIG_SKEW=0`: keep every clock within `max_clock_skew` (by default some are
-//!   beyond it). `ZKCRON_SIM_FAR_CLOCK=0`: no visitor 30 days ahead. `ZKCRON_SIM_STRANGERS=0`:
-//!   no stranger client.
+//! - Knobs, each on unless set to 0: `ZKCRON_SIM_BIG_SKEW` (some clocks beyond
+//!   `max_clock_skew`), `ZKCRON_SIM_FAR_CLOCK` (a visitor 30 days ahead),
+//!   `ZKCRON_SIM_STRANGERS` (a stranger client), `ZKCRON_SIM_DRAINS`, `ZKCRON_SIM_PAUSES`,
+//!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
+//!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn). A failure's
+//!   replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
+//!
+//! The default 1,600 scenarios cost about two CPU-minutes in a debug build (a minute on two
+//! idle cores; measured 2026-11-27). A long run, before a release or after a change to the
+//! node or the firing core: 100,000 scenarios, about two CPU-hours, each shard saying every 1,000 scenarios how
+//! far it is:
+//!
+//! ```text
+//! ZKCRON_SIM_SCENARIOS=100000 ZKCRON_SIM_REPORTS=1 nice cargo test --test sim simulated_clusters -- --nocapture 2>&1 | tee sim-100k.log
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -306,26 +381,49 @@ fn sim_report(sc: &Scenario, sim: &Sim<'_>) -> String {
     out
 }
 
+/// One of the switches in [`Knobs`].
+type KnobSwitch = fn(&mut Knobs) -> &mut bool;
+
+/// The switches of [`Knobs`] the environment sets (`NAME=0` off, any other number on), each
+/// with its variable; unset, a switch is as in [`Knobs::DEFAULT`].
+const KNOB_ENV: &[(&str, KnobSwitch)] = &[
+    ("ZKCRON_SIM_BIG_SKEW", |k| &mut k.big_skew),
+    ("ZKCRON_SIM_FAR_CLOCK", |k| &mut k.far_clock),
+    ("ZKCRON_SIM_STRANGERS", |k| &mut k.strangers),
+    ("ZKCRON_SIM_DRAINS", |k| &mut k.drains),
+    ("ZKCRON_SIM_PAUSES", |k| &mut k.pauses),
+    ("ZKCRON_SIM_SHORT_DEADLINES", |k| &mut k.short_deadlines),
+    ("ZKCRON_SIM_LONG_RUNS", |k| &mut k.long_runs),
+    ("ZKCRON_SIM_RELOADS", |k| &mut k.reloads),
+    ("ZKCRON_SIM_LASTING_DRAINS", |k| &mut k.lasting_drains),
+    ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
+];
+
+/// The default knobs, with the switches the environment sets.
+fn env_knobs() -> Knobs {
+    let mut knobs = Knobs::DEFAULT;
+    for (name, knob) in KNOB_ENV {
+        if let Some(value) = env_u64(name) {
+            *knob(&mut knobs) = value != 0;
+        }
+    }
+    knobs
+}
+
 /// The environment that reproduces `knobs` in `run_shard`.
-fn knob_env(knobs: Knobs) -> String {
+fn knob_env(mut knobs: Knobs) -> String {
     let mut env = String::new();
-    if !knobs.big_skew {
-        env += "ZKCRON_SIM_BIG_SKEW=0 ";
-    }
-    if !knobs.far_clock {
-        env += "ZKCRON_SIM_FAR_CLOCK=0 ";
-    }
-    if !knobs.strangers {
-        env += "ZKCRON_SIM_STRANGERS=0 ";
-    }
-    if knobs.drains {
-        env += "ZKCRON_SIM_DRAINS=1 ";
+    for (name, knob) in KNOB_ENV {
+        env += &format!("{name}={} ", u8::from(*knob(&mut knobs)));
     }
     env
 }
 
 const SHARDS: u64 = 4;
 const DEFAULT_SCENARIOS: u64 = 1_600;
+
+/// How often a shard reports its progress, in scenarios.
+const PROGRESS_EVERY: usize = 1_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -350,16 +448,13 @@ fn run_shard(shard: u64) {
     let reports = env_u64("ZKCRON_SIM_REPORTS").unwrap_or(3) as usize;
     let mut total = Stats::default();
     let mut failed: Vec<(u64, Kind)> = Vec::new();
-    for seed in seeds {
-        let knobs = Knobs {
-            big_skew: env_u64("ZKCRON_SIM_BIG_SKEW").is_none_or(|v| v != 0),
-            far_clock: env_u64("ZKCRON_SIM_FAR_CLOCK").is_none_or(|v| v != 0),
-            strangers: env_u64("ZKCRON_SIM_STRANGERS").is_none_or(|v| v != 0),
-            // Opt-in until seed 47's NotConverged with drains is understood.
-            drains: env_u64("ZKCRON_SIM_DRAINS").is_some_and(|v| v != 0),
-            ..Knobs::CONTRACT
-        };
-        let outcome = run_real(seed, knobs, replay);
+    let count = seeds.len();
+    for (done, seed) in seeds.into_iter().enumerate() {
+        if done > 0 && done % PROGRESS_EVERY == 0 {
+            // A long run says how far it is (seen with `--nocapture`).
+            eprintln!("shard {shard}: {done} of {count} scenarios, failed so far: {failed:?}");
+        }
+        let outcome = run_real(seed, env_knobs(), replay);
         total.add(&outcome.stats);
         if (replay || !outcome.violations.is_empty()) && failed.len() < reports {
             eprintln!("{}", outcome.report);
@@ -396,13 +491,15 @@ fn simulated_clusters_shard_3() {
     run_shard(3);
 }
 
-/// Asserts that some seed below 300, run with the deliberate bug `bug` (in the simulated
-/// daemon) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
+/// Asserts that some seed below 300, run with the deliberate bug `bug` (of the firing core or
+/// the simulated shell) and claims of `claim_mode` (the real node's test-only switch), shows a violation of
 /// `kind`: the checker can fail.
 fn assert_checker_finds(kind: Kind, claim_mode: ClaimMode, bug: NodeBug) {
     let knobs = Knobs {
         claim_mode,
         bug,
+        pauses: true,
+        short_deadlines: true,
         ..Knobs::CONTRACT
     };
     let seed = (0..300).find(|&seed| {
@@ -435,6 +532,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         },
         version_req: None,
         initial_record: true,
+        overlap: zkcron::task::OverlapPolicy::Allow,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -475,6 +573,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
             (17_000, Fault::Thaw(0)),
             (30_000, Fault::HealAll),
         ],
+        drained_at_end: Vec::new(),
         fault_end: 30_000,
         settle: 30_000,
         end: 70_000,
@@ -563,6 +662,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         },
         version_req: None,
         initial_record: true,
+        overlap: zkcron::task::OverlapPolicy::Allow,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -600,6 +700,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
             (500, Fault::Start(1)),
             (20_000, Fault::HealAll),
         ],
+        drained_at_end: Vec::new(),
         fault_end: 20_000,
         settle: 20_000,
         end: 90_000,
@@ -613,15 +714,23 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
     );
 }
 
-/// Runs one seed with the default knobs and fails with its report on any violation: seeds that
+/// The knobs the seeds pinned before drains were on by default were found with: every fault,
+/// no operator's action.
+const FAULTS_ONLY: Knobs = Knobs {
+    big_skew: true,
+    far_clock: true,
+    strangers: true,
+    ..Knobs::CONTRACT
+};
+
+/// Runs one seed with `FAULTS_ONLY` and fails with its report on any violation: seeds that
 /// failed before a fix of the node (see "Findings").
 fn pinned_seed(seed: u64) {
-    let knobs = Knobs {
-        big_skew: true,
-        far_clock: true,
-        strangers: true,
-        ..Knobs::CONTRACT
-    };
+    pinned_seed_with(seed, FAULTS_ONLY);
+}
+
+/// [`pinned_seed`] with other knobs.
+fn pinned_seed_with(seed: u64, knobs: Knobs) {
     let outcome = run_real(seed, knobs, false);
     assert!(
         outcome.violations.is_empty(),
@@ -688,4 +797,102 @@ fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated(
     // lease was lost. The lease stayed n4's session's and, once n5 (ranked first) was back, n4
     // never looked at it again: n5 waited for a live member's lease to the end (NotConverged).
     pinned_seed(8661);
+}
+
+#[test]
+fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
+    // Seed 47 with drains (before the operators' other actions were drawn): n1's clock was
+    // stepped 33 s ahead, so it released its lease of t03; the release was lost with the
+    // connection. n1 checked the leases its session might still own only when deciding as a
+    // node that may lead, which it no longer was, and node-0, ranked first, saw a live
+    // member's lease and waited for it to the end (NotConverged, ticks of t03 lost). Later
+    // changes of timing hid it from this seed; the node's unit test of the same name is
+    // exact.
+    pinned_seed_with(
+        47,
+        Knobs {
+            drains: true,
+            ..FAULTS_ONLY
+        },
+    );
+}
+
+/// A daemon that fires the tasks the node leads without asking whether the operator paused
+/// them claims ticks of paused tasks.
+#[test]
+fn the_checker_reports_claims_of_a_paused_task() {
+    assert_checker_finds(
+        Kind::ClaimWhilePaused,
+        ClaimMode::Fenced,
+        NodeBug::IgnorePause,
+    );
+}
+
+/// Planners without the tasks' `starting_deadline` catch up ticks older than it.
+#[test]
+fn the_checker_reports_ticks_claimed_past_their_starting_deadline() {
+    assert_checker_finds(
+        Kind::TickPastDeadline,
+        ClaimMode::Fenced,
+        NodeBug::NoStartingDeadline,
+    );
+}
+
+/// Seed 47's class of bug is found by the default scenarios: the real node with its test-only
+/// switch `bugs.stray_leases_checked_only_when_leading` (a drained node or one whose clock is
+/// off keeps a lease it released without an answer) fails to converge within the first 400
+/// seeds (at the time of writing 21 of the 1,600 default scenarios failed, about one in 75, the
+/// first at seed 22; 400 leave room for changes of timing).
+#[test]
+fn the_default_scenarios_find_a_stray_lease_of_a_node_that_may_not_lead() {
+    let knobs = Knobs {
+        bug: NodeBug::StrayLeasesOnlyWhenLeading,
+        ..Knobs::DEFAULT
+    };
+    let seed = (0..400).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::NotConverged)
+    });
+    eprintln!("NotConverged with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no NotConverged in 400 scenarios with {knobs:?}"
+    );
+}
+
+/// The core with its overlap check off (`bugs.ignore_overlap`), given tasks with `overlap =
+/// "skip"` and runs longer than their interval, starts runs while others are live, and the
+/// checker says so.
+#[test]
+fn the_checker_reports_overlapping_runs_of_a_task_with_overlap_skip() {
+    let knobs = Knobs {
+        bug: NodeBug::NoOverlapCheck,
+        overlap_skip: true,
+        long_runs: true,
+        ..Knobs::CONTRACT
+    };
+    let seed = (0..300).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::OverlapRun)
+    });
+    eprintln!("OverlapRun with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no OverlapRun in 300 scenarios with {knobs:?}"
+    );
+}
+
+/// Planners that catch up the missed ticks of tasks with `catch_up = "skip"` run ticks older
+/// than the on-time tolerance.
+#[test]
+fn the_checker_reports_missed_ticks_run_with_catch_up_skip() {
+    assert_checker_finds(
+        Kind::MissedTickRun,
+        ClaimMode::Fenced,
+        NodeBug::SkipCaughtUp,
+    );
 }

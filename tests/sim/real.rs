@@ -21,7 +21,7 @@ impl SimNode for Node {
 }
 
 /// Builds the real node for one simulated process, with the scenario's deliberate bug if it is
-/// one of the node's test-only switches.
+/// one of the node's test-only switches (`bugs`).
 pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
     let config = NodeConfig {
         id: spec.id.clone(),
@@ -39,6 +39,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
         acl: Default::default(),
         bugs: NodeBugs {
             unfenced_claim: spec.claim_mode == ClaimMode::Unfenced,
+            stray_leases_checked_only_when_leading: spec.bug == NodeBug::StrayLeasesOnlyWhenLeading,
         },
     };
     Box::new(Node::new(config, now))

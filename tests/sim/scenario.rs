@@ -1,5 +1,8 @@
 //! Scenarios: what one seed draws (nodes, tasks, releases, skews, faults) and the knobs.
 
+use zkcron::firing::FiringBugs;
+use zkcron::task::OverlapPolicy;
+
 use super::*;
 
 // ------------------------------------------------------------------------------------------------
@@ -16,18 +19,46 @@ pub(crate) enum ClaimMode {
     Unfenced,
 }
 
-/// Deliberate bugs of the simulated daemon around the real node, to show that the checker
-/// catches what they cause (the node's own bug is [`ClaimMode::Unfenced`], its test-only
-/// switch `bugs.unfenced_claim`).
+/// Deliberate bugs, to show that the checker catches what they cause: two of the simulated
+/// shell around the real core and node, the others test-only switches of the real firing core
+/// (`FiringBugs`) and of the real node (`NodeBugs`; the node's claim bug is
+/// [`ClaimMode::Unfenced`], its switch `bugs.unfenced_claim`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeBug {
     None,
-    /// A claim answered with an error (its outcome unknown) is taken as won.
+    /// The shell hands the core a claim answered with an error (its outcome unknown) as won.
     AssumeClaimedOnLoss,
-    /// A new planner ignores the fire record: missed ticks are never caught up.
-    NoCatchUp,
-    /// Planner timers fire 3 s late.
+    /// The shell sets the core's timer 3 s late.
     SlowTimer,
+    /// The core's `bugs.ignore_fire_record`: planners start as if no fire record existed, so
+    /// missed ticks are never caught up.
+    NoCatchUp,
+    /// The core's `bugs.ignore_pause`: it fires the tasks the node leads whether or not the
+    /// operator paused them.
+    IgnorePause,
+    /// The core's `bugs.ignore_starting_deadline`: missed ticks of any age are caught up.
+    NoStartingDeadline,
+    /// The core's `bugs.catch_up_skip_tasks`: planners catch up every missed tick of a task
+    /// with `catch_up = "skip"`.
+    SkipCaughtUp,
+    /// The core's `bugs.ignore_overlap`: every task fires as if its `overlap` were `allow`.
+    NoOverlapCheck,
+    /// The real node's `bugs.stray_leases_checked_only_when_leading`: seed 47's bug, a lease
+    /// released without an answer by a node that may not lead stays its session's.
+    StrayLeasesOnlyWhenLeading,
+}
+
+impl NodeBug {
+    /// The real firing core's switches for this bug (none for the others).
+    pub(crate) fn firing_bugs(self) -> FiringBugs {
+        FiringBugs {
+            ignore_fire_record: self == NodeBug::NoCatchUp,
+            catch_up_skip_tasks: self == NodeBug::SkipCaughtUp,
+            ignore_starting_deadline: self == NodeBug::NoStartingDeadline,
+            ignore_pause: self == NodeBug::IgnorePause,
+            ignore_overlap: self == NodeBug::NoOverlapCheck,
+        }
+    }
 }
 
 /// What the generator may draw.
@@ -44,6 +75,24 @@ pub(crate) struct Knobs {
     /// The operator drains nodes and undrains them (`control/drained/<id>`; all undrained at
     /// the end of the fault phase).
     pub(crate) drains: bool,
+    /// The operator pauses tasks and resumes them (`control/paused/<task>`; `zkcron resume`
+    /// moves the fire record to the resume instant in the same multi; all resumed at the end
+    /// of the fault phase).
+    pub(crate) pauses: bool,
+    /// Some tasks have a `starting_deadline` shorter than the scenario (5–60 s), so that
+    /// missed ticks older than it are dropped.
+    pub(crate) short_deadlines: bool,
+    /// Some runs last 5–40 s, longer than their task's interval.
+    pub(crate) long_runs: bool,
+    /// Nodes reload their task files with a changed command of every task (the definition's
+    /// digest changes; schedules and the set of tasks stay).
+    pub(crate) reloads: bool,
+    /// The operator drains a node, often while its connection drops replies, and leaves it
+    /// drained to the end (a release lost then must still be cleaned up by the node).
+    pub(crate) lasting_drains: bool,
+    /// Tasks draw their `overlap`: 30 % `skip` (checked: no run starts while another of the
+    /// task is live), 10 % `replace`, the others `allow`.
+    pub(crate) overlap_skip: bool,
 }
 
 impl Knobs {
@@ -54,6 +103,27 @@ impl Knobs {
         far_clock: false,
         strangers: false,
         drains: false,
+        pauses: false,
+        short_deadlines: false,
+        long_runs: false,
+        reloads: false,
+        lasting_drains: false,
+        overlap_skip: false,
+    };
+
+    /// What `cargo test --test sim` runs: every fault and every operator's action.
+    pub(crate) const DEFAULT: Knobs = Knobs {
+        big_skew: true,
+        far_clock: true,
+        strangers: true,
+        drains: true,
+        pauses: true,
+        short_deadlines: true,
+        long_runs: true,
+        reloads: true,
+        lasting_drains: true,
+        overlap_skip: true,
+        ..Knobs::CONTRACT
     };
 }
 
@@ -64,6 +134,7 @@ pub(crate) struct TaskDef {
     pub(crate) version_req: Option<VersionReq>,
     /// A fire record exists at the start, naming the epoch (the task fired before).
     pub(crate) initial_record: bool,
+    pub(crate) overlap: OverlapPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +171,11 @@ pub(crate) enum Meddle {
     Drain(NodeIx),
     /// `zkcron undrain <node>`: deletes it.
     Undrain(NodeIx),
+    /// `zkcron pause <task>`: creates `control/paused/<task>`.
+    Pause(TaskIx),
+    /// `zkcron resume <task>`: deletes the mark and, in the same multi, moves the task's fire
+    /// record to now when it is older, so the paused period is not caught up.
+    Resume(TaskIx),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -126,6 +202,8 @@ pub(crate) enum Fault {
     LossOff(NodeIx),
     /// The node's clock is stepped to this offset from true time.
     Skew(NodeIx, i64),
+    /// The node's task files change (every task's command) and the daemon reloads them.
+    Reload(NodeIx),
     /// A stranger client writes to the cluster's znodes.
     Stranger(Meddle),
     /// End of the fault phase: links up, processes resumed, losses off, every node up.
@@ -145,7 +223,8 @@ impl Fault {
             | Fault::Thaw(n)
             | Fault::LossOn(n, _)
             | Fault::LossOff(n)
-            | Fault::Skew(n, _) => Some(*n),
+            | Fault::Skew(n, _)
+            | Fault::Reload(n) => Some(*n),
             Fault::HealAll | Fault::Stranger(_) => None,
         }
     }
@@ -162,6 +241,8 @@ pub(crate) struct Scenario {
     /// The largest clock offset any node ever has, may it lead or not.
     pub(crate) max_abs_skew_ms: i64,
     pub(crate) faults: Vec<(Ms, Fault)>,
+    /// Nodes the operator leaves drained: the end of the fault phase does not undrain them.
+    pub(crate) drained_at_end: Vec<NodeIx>,
     pub(crate) fault_end: Ms,
     pub(crate) settle: Ms,
     pub(crate) end: Ms,
@@ -221,6 +302,7 @@ impl Scenario {
                 name,
                 version_req,
                 initial_record: rng.random_bool(0.8),
+                overlap: OverlapPolicy::Allow,
             });
         }
 
@@ -402,6 +484,79 @@ impl Scenario {
                 }
             }
         }
+        if knobs.pauses {
+            // Streams of their own, as for drains.
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x009a_05e5);
+            if ops.random_bool(0.4) {
+                for _ in 0..ops.random_range(1..=2) {
+                    let t = ops.random_range(0..task_count);
+                    let at = ops.random_range(2_000..fault_end);
+                    let resume = at + ops.random_range(2_000..=30_000);
+                    faults.push((at, Fault::Stranger(Meddle::Pause(t))));
+                    faults.push((resume, Fault::Stranger(Meddle::Resume(t))));
+                }
+            }
+        }
+        let mut drained_at_end = Vec::new();
+        if knobs.lasting_drains {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x1a57_d2a1);
+            let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
+            if ops.random_bool(0.5) {
+                let n = *residents.choose(&mut ops).unwrap();
+                // Most often while the node's connection drops replies: its releases may be
+                // sent on a connection already lost.
+                let lossy: Vec<(Ms, Ms)> = faults
+                    .iter()
+                    .filter(|(_, f)| matches!(f, Fault::LossOn(m, _) if *m == n))
+                    .map(|(at, _)| *at)
+                    .map(|at| {
+                        let off = faults
+                            .iter()
+                            .filter(|(t, f)| *t > at && matches!(f, Fault::LossOff(m) if *m == n))
+                            .map(|(t, _)| *t)
+                            .min()
+                            .unwrap_or(fault_end);
+                        (at, off)
+                    })
+                    .collect();
+                let at = match lossy.choose(&mut ops) {
+                    Some(&(on, off)) if ops.random_bool(0.8) => ops.random_range(on..=off),
+                    _ => ops.random_range(2_000..fault_end),
+                };
+                faults.retain(|(t, f)| !(*t > at && *f == Fault::Stranger(Meddle::Undrain(n))));
+                faults.push((at, Fault::Stranger(Meddle::Drain(n))));
+                drained_at_end.push(n);
+            }
+        }
+        if knobs.reloads {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x002e_10ad);
+            let residents: Vec<NodeIx> = (0..nodes.len()).filter(|&n| !nodes[n].visitor).collect();
+            if ops.random_bool(0.3) {
+                for _ in 0..ops.random_range(1..=3) {
+                    let n = *residents.choose(&mut ops).unwrap();
+                    faults.push((ops.random_range(2_000..fault_end), Fault::Reload(n)));
+                }
+            }
+        }
+        if knobs.overlap_skip {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0x0f1a_5c1b);
+            for task in &mut tasks {
+                task.overlap = match ops.random_range(0..10) {
+                    0..3 => OverlapPolicy::Skip,
+                    3 => OverlapPolicy::Replace,
+                    _ => OverlapPolicy::Allow,
+                };
+            }
+        }
+        if knobs.short_deadlines {
+            let mut ops = StdRng::seed_from_u64(seed ^ 0xdead_112e);
+            for task in &mut tasks {
+                if ops.random_bool(0.25) {
+                    let deadline = Duration::from_secs(ops.random_range(5..=60));
+                    task.rules.starting_deadline = Some(deadline);
+                }
+            }
+        }
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
@@ -429,6 +584,7 @@ impl Scenario {
             max_clock_skew_ms: MAX_CLOCK_SKEW_MS,
             max_abs_skew_ms,
             faults,
+            drained_at_end,
             fault_end,
             settle,
             end,
@@ -457,10 +613,12 @@ impl Scenario {
         }
         for task in &self.tasks {
             out += &format!(
-                "  {} \"{}\" catch_up {:?} version_req {} record {}\n",
+                "  {} \"{}\" catch_up {:?} starting_deadline {:?} overlap {:?} version_req {} record {}\n",
                 task.name,
                 task.rules.schedule.expression(),
                 task.rules.catch_up,
+                task.rules.starting_deadline,
+                task.overlap,
                 task.version_req
                     .as_ref()
                     .map_or("-".to_string(), |r| r.to_string()),
@@ -470,6 +628,9 @@ impl Scenario {
                     "none"
                 }
             );
+        }
+        if !self.drained_at_end.is_empty() {
+            out += &format!("  left drained: {:?}\n", self.drained_at_end);
         }
         out += "  faults:";
         for (at, fault) in &self.faults {

@@ -115,7 +115,9 @@ impl Node {
         } else {
             Vec::new()
         };
-        self.verify_foreign_leases(held_elsewhere);
+        if may_lead || !self.cfg.bugs.stray_leases_checked_only_when_leading {
+            self.verify_foreign_leases(held_elsewhere);
+        }
         self.settle_regaining();
     }
 

@@ -112,6 +112,9 @@ pub struct NodeConfig {
 pub struct NodeBugs {
     /// Claims check neither the lease, nor the epoch, nor the record's version.
     pub unfenced_claim: bool,
+    /// A node that may not lead (clock off, drained) does not check the leases its session may
+    /// still own after a release or take without an answer (simulation seed 47).
+    pub stray_leases_checked_only_when_leading: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -21,6 +21,8 @@ pub(crate) struct RunsCount {
     incarnation: Option<i32>,
     outstanding: usize,
     count: usize,
+    /// The first owner check that failed (not `NoNode`): the count is then unknown.
+    failed: Option<ZkFail>,
 }
 
 /// Recording a run's end, with its retries.
@@ -132,6 +134,7 @@ impl Node {
                 incarnation,
                 outstanding: foreign.len(),
                 count: 0,
+                failed: None,
             },
         );
         for path in foreign {
@@ -166,10 +169,27 @@ impl Node {
         };
         count.outstanding -= 1;
         count.count += usize::from(live);
+        if let Err(error) = result
+            && error != ZkFail::NoNode
+        {
+            count.failed.get_or_insert(error);
+        }
         if count.outstanding > 0 {
             return;
         }
         let count = self.runs_counts.remove(&req).expect("present");
+        // A run whose owner could not be checked may be live: the count fails (the firing
+        // rules assume none, this time) and "no foreign runs" is not remembered, or every
+        // later count would skip the listing while that run goes on.
+        if let Some(error) = count.failed {
+            return self.answer(
+                req,
+                Err(CoordError::ZooKeeper {
+                    context: "checking a live run's owner".into(),
+                    message: error.to_string(),
+                }),
+            );
+        }
         if let (0, Some(epoch)) = (count.count, count.incarnation) {
             self.tasks.state_mut(&count.task).no_foreign_runs = Some(epoch);
         }

@@ -115,6 +115,13 @@ fn a_claim_without_the_lease_is_not_leader_and_sends_nothing_to_zookeeper() {
 #[test]
 fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
     use super::io::{Stat, ZkOk, ZkOp};
+    assert_eq!(
+        NodeBugs::default(),
+        NodeBugs {
+            unfenced_claim: false,
+            stray_leases_checked_only_when_leading: false,
+        }
+    );
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));
     node.handle(
         Input::Connected {
