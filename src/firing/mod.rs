@@ -31,6 +31,7 @@
 //! one tick and `tasks.rs` for leadership, reloads and manual runs.
 
 mod fire;
+mod io;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -43,7 +44,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, Trigger};
 use crate::plan::{self, PlannerState, Tick, TickPlanner};
-use crate::task::{OverlapPolicy, TaskSpec};
+use crate::task::TaskSpec;
+
+pub use self::io::{
+    Action, Answer, CallId, FiringBugs, FiringConfig, Input, Retries, RunId, RunKind, Spawn,
+    StopHow, Unload,
+};
 
 /// How long before a tick is due its process is prepared (user and group lookups, environment,
 /// `argv[0]`, working dir): early enough that the preparation is done when the tick comes due,
@@ -70,183 +76,6 @@ const FIRST_RETRY: TimeDelta = TimeDelta::milliseconds(100);
 const CLAIM_RETRY_MAX: TimeDelta = TimeDelta::seconds(1);
 /// The longest wait between two reads of a fire record that failed.
 const READ_RETRY_MAX: TimeDelta = TimeDelta::seconds(10);
-
-/// Numbers an action whose answer comes back as [`Input::Answer`].
-pub type CallId = u64;
-/// Numbers a run from its [`Spawn`] to its [`Input::RunEnded`].
-pub type RunId = u64;
-
-/// What the core needs to know from the node's configuration.
-#[derive(Debug, Clone, Default)]
-pub struct FiringConfig {
-    /// The flags with which `zkcron reset TASK` reaches this node's fire records, for the log
-    /// line about a task held by a fire record ahead of the clock (see `plan::held_fix`).
-    pub reset_flags: Option<String>,
-    /// Deliberate bugs for the simulation's checker to catch; all off in every daemon.
-    #[doc(hidden)]
-    pub bugs: FiringBugs,
-}
-
-/// Test-only firing bugs (see [`FiringConfig::bugs`]): each breaks one rule, so that the
-/// simulation shows its checker catches what the broken rule causes.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FiringBugs {
-    /// Planners start as if no fire record existed: missed ticks are never caught up.
-    pub ignore_fire_record: bool,
-    /// Planners catch up every missed tick of a task with `catch_up = "skip"`.
-    pub catch_up_skip_tasks: bool,
-    /// Planners run without the task's `starting_deadline`.
-    pub ignore_starting_deadline: bool,
-    /// A led task the operator paused fires all the same.
-    pub ignore_pause: bool,
-    /// Every task is fired as if its `overlap` were `allow`.
-    pub ignore_overlap: bool,
-}
-
-impl FiringBugs {
-    /// The `overlap` policy this node applies to `spec` (`allow` under a deliberate bug).
-    fn overlap(self, spec: &TaskSpec) -> OverlapPolicy {
-        if self.ignore_overlap {
-            OverlapPolicy::Allow
-        } else {
-            spec.overlap
-        }
-    }
-}
-
-/// Everything the shell tells the core.
-#[derive(Debug)]
-pub enum Input<P> {
-    /// A reload is under way: stop firing `task` (before the new tasks are published).
-    Unload { task: String, why: Unload },
-    /// The loaded tasks after a reload, in name order; an unchanged task is the same `Arc` as
-    /// before. Applies the current leadership to every task.
-    Load(Vec<Arc<TaskSpec>>),
-    /// The coordinator's leadership changed (or is told for the first time).
-    Leadership(Leadership),
-    /// The wall clock jumped: every sleeping planner is asked again now.
-    ClockJumped,
-    /// Graceful stop: no new claims; the retries of running runs are cancelled.
-    Shutdown,
-    /// The answer to the action numbered `call`.
-    Answer { call: CallId, answer: Answer<P> },
-    /// The run `run` is over on this node: the main process of its last attempt exited, or it
-    /// was stopped before its spawn.
-    RunEnded { run: RunId },
-}
-
-/// Why a task stops being fired at a reload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unload {
-    /// Its file is gone: its runs finish without further retries.
-    Removed,
-    /// Its file changed: it is fired again from its fire record with the new definition.
-    Changed,
-}
-
-/// The answer to an action.
-#[derive(Debug)]
-pub enum Answer<P> {
-    /// To [`Action::ReadFireRecord`].
-    FireRecord(Result<Option<DateTime<Utc>>, CoordError>),
-    /// To [`Action::ReadOrphan`].
-    Orphan(Result<Option<DateTime<Utc>>, CoordError>),
-    /// To [`Action::CountRunsElsewhere`].
-    RunsElsewhere(Result<usize, CoordError>),
-    /// To [`Action::Prepare`] (a failed preparation is a prepared run that records itself as
-    /// failed).
-    Prepared(P),
-    /// To [`Action::Claim`], [`Action::Reclaim`] and [`Action::ClaimManual`].
-    Claim(Result<ClaimOutcome, CoordError>),
-}
-
-/// What the core asks the shell to do. Each action with a `call` is answered once.
-#[derive(Debug)]
-pub enum Action<P> {
-    /// `Coordinator::last_claimed`.
-    ReadFireRecord { call: CallId, task: Arc<str> },
-    /// `Coordinator::orphaned_tick`.
-    ReadOrphan { call: CallId, task: Arc<str> },
-    /// `Coordinator::runs_elsewhere`.
-    CountRunsElsewhere { call: CallId, task: Arc<str> },
-    /// Resolve everything the spawn of `tick` needs (`executor::prepare`).
-    Prepare {
-        call: CallId,
-        spec: Arc<TaskSpec>,
-        tick: Tick,
-        fire_id: String,
-    },
-    /// `Coordinator::claim`.
-    Claim {
-        call: CallId,
-        task: Arc<str>,
-        tick: DateTime<Utc>,
-        intent: ClaimIntent,
-    },
-    /// `Coordinator::reclaim` of an orphaned tick.
-    Reclaim {
-        call: CallId,
-        task: Arc<str>,
-        tick: DateTime<Utc>,
-    },
-    /// `Coordinator::claim_manual`.
-    ClaimManual {
-        call: CallId,
-        task: Arc<str>,
-        trigger: Trigger,
-    },
-    /// Start a claimed run: spawn it at `tick.due_at` and report its end as
-    /// [`Input::RunEnded`].
-    Spawn(Spawn<P>),
-    /// Stop these runs (SIGTERM to their groups, or SIGKILL); a run not spawned yet is never
-    /// spawned. Each still ends with [`Input::RunEnded`].
-    StopRuns { runs: Vec<RunId>, how: StopHow },
-    /// Let these runs' current attempts finish but start none of their retries.
-    CancelRetries { runs: Vec<RunId> },
-    /// Many tasks just started (start-up, a leadership change): memory may be given back.
-    ReleaseMemory,
-}
-
-/// A claimed run to start.
-#[derive(Debug)]
-pub struct Spawn<P> {
-    pub run: RunId,
-    pub task: Arc<str>,
-    pub tick: Tick,
-    /// `<task>@<unix>` of the tick, or a manual run's trigger name.
-    pub fire_id: String,
-    pub prepared: P,
-    pub kind: RunKind,
-    pub retries: Retries,
-}
-
-/// Which run a [`Spawn`] starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunKind {
-    /// A tick of the schedule (or an orphan rerun).
-    Scheduled,
-    /// A manual run (`zkcron trigger`): its tick is the time it was requested.
-    Manual,
-}
-
-/// Whether a run may retry a failed attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retries {
-    Allowed,
-    /// The task was stopped while the run's claim was on its way: the claim is honoured, but
-    /// the run gets no retries.
-    Cancelled,
-}
-
-/// How [`Action::StopRuns`] stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopHow {
-    /// SIGTERM, then SIGKILL after the task's `kill_grace`.
-    Terminate,
-    /// SIGKILL now.
-    KillNow,
-}
 
 /// An entry's slot and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
