@@ -555,15 +555,7 @@ trait Faults {
 impl Faults for Cluster {
     /// The tasks, sorted: the stems of the task files in the jobs dir.
     fn tasks(&self) -> Vec<String> {
-        let mut tasks: Vec<String> = fs::read_dir(self.jobs())
-            .unwrap()
-            .filter_map(|entry| {
-                let name = entry.ok()?.file_name().into_string().ok()?;
-                name.strip_suffix(".toml").map(str::to_string)
-            })
-            .collect();
-        tasks.sort();
-        tasks
+        self.task_names()
     }
 
     /// Starts the nodes (id, release) on this cluster's chroot and waits until each has

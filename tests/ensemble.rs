@@ -489,15 +489,7 @@ impl Ensemble for Cluster {
 
     /// Every task, sorted: the stems of the task files in the jobs dir.
     fn all_tasks(&self) -> Vec<String> {
-        let mut tasks: Vec<String> = fs::read_dir(self.jobs())
-            .unwrap()
-            .filter_map(|entry| {
-                let name = entry.ok()?.file_name().into_string().ok()?;
-                name.strip_suffix(".toml").map(str::to_string)
-            })
-            .collect();
-        tasks.sort();
-        tasks
+        self.task_names()
     }
 
     /// Starts the nodes (id, release) on every server of the ensemble and waits until each has

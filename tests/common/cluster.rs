@@ -82,6 +82,19 @@ impl Cluster {
         self.path().join("jobs.d")
     }
 
+    /// The tasks in the shared jobs dir, sorted: the stems of its task files.
+    pub fn task_names(&self) -> Vec<String> {
+        let mut tasks: Vec<String> = fs::read_dir(self.jobs())
+            .unwrap()
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".toml").map(str::to_string)
+            })
+            .collect();
+        tasks.sort();
+        tasks
+    }
+
     /// The jobs dir `name` (created, mode 0755, when missing): nodes may have one each.
     pub fn jobs_dir(&self, name: &str) -> PathBuf {
         let jobs = self.path().join(name);
