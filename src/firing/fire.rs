@@ -131,13 +131,7 @@ impl<P> Firing<P> {
             catch_up: true,
         };
         let fire_id = plan::fire_id(&spec.name, orphan);
-        let call = self.call(Call::OrphanPrepared(key, tick));
-        self.out.push_back(Action::Prepare {
-            call,
-            spec,
-            tick,
-            fire_id,
-        });
+        self.prepare(Call::OrphanPrepared(key, tick), spec, tick, fire_id);
     }
 
     pub(super) fn orphan_prepared(&mut self, key: Key, tick: Tick, prepared: P) {
@@ -293,13 +287,7 @@ impl<P> Firing<P> {
                     activation.doing = Doing::PreparingAhead;
                     let spec = entry.spec.clone();
                     let fire_id = plan::fire_id(&spec.name, tick.instant);
-                    let call = self.call(Call::Prepared(key));
-                    self.out.push_back(Action::Prepare {
-                        call,
-                        spec,
-                        tick,
-                        fire_id,
-                    });
+                    self.prepare(Call::Prepared(key), spec, tick, fire_id);
                 } else if due - now > plan::CLAIM_AHEAD {
                     activation.doing = Doing::WaitClaimAhead;
                     self.wake_at(key, due - plan::CLAIM_AHEAD);
@@ -602,13 +590,7 @@ impl<P> Firing<P> {
             OverlapAction::Start | OverlapAction::ReplaceThenStart => {
                 fire.stage = Stage::Preparing;
                 let (tick, fire_id) = (fire.tick, fire.fire_id.clone());
-                let call = self.call(Call::Prepared(key));
-                self.out.push_back(Action::Prepare {
-                    call,
-                    spec,
-                    tick,
-                    fire_id,
-                });
+                self.prepare(Call::Prepared(key), spec, tick, fire_id);
             }
         }
     }

@@ -369,6 +369,17 @@ impl<P> Firing<P> {
         self.loaded.binary_search_by(|t| (*t.spec.name).cmp(name))
     }
 
+    /// Asks the shell to prepare `tick`'s process; the answer continues as `call`.
+    fn prepare(&mut self, call: Call<P>, spec: Arc<TaskSpec>, tick: Tick, fire_id: String) {
+        let call = self.call(call);
+        self.out.push_back(Action::Prepare {
+            call,
+            spec,
+            tick,
+            fire_id,
+        });
+    }
+
     fn call(&mut self, call: Call<P>) -> CallId {
         self.next_call += 1;
         self.calls.insert(self.next_call, call);

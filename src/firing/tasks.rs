@@ -299,13 +299,12 @@ impl<P> Firing<P> {
         );
         // Everything the spawn needs first, as for a tick: after the claim only the spawn is
         // left.
-        let call = self.call(Call::ManualPrepared(fire_id.clone()));
-        self.out.push_back(Action::Prepare {
-            call,
-            spec: spec.clone(),
+        self.prepare(
+            Call::ManualPrepared(fire_id.clone()),
+            spec.clone(),
             tick,
             fire_id,
-        });
+        );
     }
 
     pub(super) fn manual_prepared(&mut self, fire_id: &str, prepared: P) {
