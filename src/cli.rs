@@ -336,7 +336,9 @@ fn daemon_config(plan: &Plan) -> DaemonConfig {
         jobs_dir: plan.jobs_dir.clone(),
         node_id: plan.node_id.clone(),
         shutdown_grace: plan.config.scheduler.shutdown_grace,
-        task_defaults: plan.config.task_defaults(plan.identity.clone()),
+        task_defaults: plan
+            .config
+            .task_defaults(plan.identity.clone(), plan.backend.for_tasks()),
         reset_flags: None,
         job_output_lines: plan.config.log.job_output_lines,
         metrics: crate::metrics::Metrics::new(),
@@ -452,7 +454,9 @@ fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let defaults = plan.config.task_defaults(plan.identity.clone());
+    let defaults = plan
+        .config
+        .task_defaults(plan.identity.clone(), plan.backend.for_tasks());
     let loads = if args.paths.is_empty() {
         vec![task::load_jobs_dir(&plan.jobs_dir, &defaults)]
     } else {
@@ -550,7 +554,10 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         reset_flags: flags,
         ..
     } = dirs;
-    let loaded = match task::load_jobs_dir(&jobs_dir, &config.task_defaults(Identity::current())) {
+    let loaded = match task::load_jobs_dir(
+        &jobs_dir,
+        &config.task_defaults(Identity::current(), config.coordination.backend.for_tasks()),
+    ) {
         Ok(loaded) => loaded,
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };

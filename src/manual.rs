@@ -242,6 +242,14 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         "on_failure",
         r#"(array of strings; default: none) A command (argv form) run by the node that ran the job when its last attempt failed (a non\-zero exit, a signal, a timeout, or a process that could not start), with \fBZKCRON_TASK\fR, \fBZKCRON_FIRE_ID\fR, \fBZKCRON_EXIT_CODE\fR or \fBZKCRON_SIGNAL\fR and \fBZKCRON_OUTPUT_TAIL\fR in its environment. It is never retried; its own failure is logged."#,
     ),
+    (
+        "work_items",
+        r#"(integer 1\-1024, or array of names; default: none) A work pool: \fB16\fR is the items "0" to "15"; names match \fB[a\-z0\-9][a\-z0\-9._\-]{0,99}\fR, at most 1024, none twice. Each tick runs every item once, the run told its items in \fBZKCRON_WORK_ITEMS\fR. The embedded backend runs one run per tick with every item; the ZooKeeper backend refuses the key in this release."#,
+    ),
+    (
+        "run_on",
+        r#"(\fBleader\fR or \fBevery_node\fR; default: \fBleader\fR) \fBevery_node\fR runs each tick on every node; on the embedded backend that is the one host. The ZooKeeper backend refuses \fBevery_node\fR in this release. Not together with \fBwork_items\fR."#,
+    ),
 ];
 
 /// Writes `zkcron-task(5)`, the task-file format, in roff: every key of [`TASK_PAGE_KEYS`],
@@ -289,6 +297,9 @@ The node id.
 .TP
 \fBZKCRON_ATTEMPT\fR
 1 for the first try, 2 for the first retry, ...
+.TP
+\fBZKCRON_WORK_ITEMS\fR, \fBZKCRON_WORK_TOTAL\fR
+Only for a task with \fBwork_items\fR: the run's items, comma\-separated in the task file's order, and the number of items in the pool.
 .PP
 and finally the task's \fBenv\fR.
 .SH EXAMPLE

@@ -253,6 +253,7 @@ fn spec(name: &str, extra: &str) -> TaskSpec {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: zkcron::task::TaskBackend::Local,
     };
     let path = PathBuf::from(format!("{name}.toml"));
     let text = format!("schedule = \"0 0 1 1 *\"\ncommand = \"true\"\n{extra}");

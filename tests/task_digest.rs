@@ -22,6 +22,7 @@ fn load(path: &Path, text: &str) -> TaskSpec {
             uid: 0,
             user_name: "root".into(),
         },
+        backend: zkcron::task::TaskBackend::Local,
     };
     parse_task("nightly-backup", path, text, &defaults)
         .unwrap_or_else(|errors| panic!("{}", errors[0]))
@@ -148,6 +149,7 @@ fn every_field_that_defines_behaviour_changes_the_digest() {
             uid: 0,
             user_name: "root".into(),
         },
+        backend: zkcron::task::TaskBackend::Local,
     };
     let renamed = parse_task("nightly-backup-2", &path, &text, &defaults).unwrap();
     assert_ne!(renamed.canonical_digest(), digest);
@@ -191,4 +193,41 @@ fn on_failure_counts_only_when_present_so_older_digests_stay() {
     assert_ne!(spec.canonical_digest(), digest);
     let other = load(&path, &with.replace("\"db\"", "\"web\""));
     assert_ne!(other.canonical_digest(), spec.canonical_digest());
+}
+
+#[test]
+fn work_items_and_run_on_count_only_when_set_so_older_digests_stay() {
+    // `run_on` and `work_items` came after the first release, written only when the task sets
+    // them (and `run_on` only when it is not the default): a task without them keeps the
+    // digest older releases computed.
+    let (path, text) = fixture();
+    assert_eq!(load(&path, &text).canonical_digest(), PINNED_DIGEST);
+    let leader = load(&path, &format!("run_on = \"leader\"\n{text}"));
+    assert_eq!(leader.canonical_digest(), PINNED_DIGEST);
+
+    let counted = load(&path, &format!("work_items = 3\n{text}"));
+    let bytes = String::from_utf8(counted.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\nwork_items=3 1:0 1:1 1:2\n"),
+        "{bytes}"
+    );
+    // The count form is the list of the same names; the order of the names counts.
+    let named = load(
+        &path,
+        &format!("work_items = [\"0\", \"1\", \"2\"]\n{text}"),
+    );
+    assert_eq!(named.canonical_digest(), counted.canonical_digest());
+    let reordered = load(
+        &path,
+        &format!("work_items = [\"1\", \"0\", \"2\"]\n{text}"),
+    );
+    assert_ne!(reordered.canonical_digest(), counted.canonical_digest());
+    assert_ne!(counted.canonical_digest(), PINNED_DIGEST);
+
+    let every = load(&path, &format!("run_on = \"every_node\"\n{text}"));
+    let bytes = String::from_utf8(every.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\nrun_on=every_node\n"),
+        "{bytes}"
+    );
 }

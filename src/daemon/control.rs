@@ -333,6 +333,7 @@ mod tests {
             timezone: chrono_tz::UTC,
             user: None,
             identity: Identity::current(),
+            backend: crate::task::TaskBackend::Local,
         };
         let spec = task::parse_task(
             "backup",

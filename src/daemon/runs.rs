@@ -92,13 +92,18 @@ fn stop_entry(entry: &RunEntry, how: StopHow) -> watch::Receiver<bool> {
     entry.done.clone()
 }
 
-/// What the executor needs to run `tick` of `spec` on this node.
+/// What the executor needs to run `tick` of `spec` on this node. A pooled task's run gets
+/// every item (`ZKCRON_WORK_ITEMS`): only the local backend, where one host runs them all,
+/// loads one.
 pub(super) fn run_request<C: Coordinator>(
     spec: &TaskSpec,
     shared: &Shared<C>,
     tick: Tick,
     fire_id: &str,
 ) -> RunRequest {
+    let run_on = &spec.extras.run_on;
+    let mut env = spec.extras.env.clone();
+    env.extend(run_on.work_env(run_on.items().unwrap_or_default()));
     RunRequest {
         task: spec.name.to_string(),
         fire_id: fire_id.to_string(),
@@ -109,7 +114,7 @@ pub(super) fn run_request<C: Coordinator>(
         user: spec.user.clone(),
         group: spec.extras.group.clone(),
         working_dir: spec.extras.working_dir.clone(),
-        env: spec.extras.env.clone(),
+        env,
         timeout: spec.extras.timeout,
         kill_grace: spec.extras.kill_grace,
         retries: spec.extras.retries,

@@ -28,6 +28,7 @@ fn every_minute(name: &str, more: &str) -> Arc<TaskSpec> {
         timezone: chrono_tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: crate::task::TaskBackend::Local,
     };
     let text = format!("schedule = \"0 * * * * *\"\ncommand = [\"true\"]\n{more}");
     let path = PathBuf::from(format!("{name}.toml"));

@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use super::checker::Value;
+use super::run_on::RunOnKeys;
 use super::*;
 use crate::diag::string_value_span;
 use crate::schedule::{ScheduleError, parse_timezone};
@@ -32,7 +33,8 @@ pub(super) fn check_task(
     // After every key is read: the schedule is read in the task's zone, whichever key came
     // first, and the command is measured with the environment.
     let schedule = c.schedule(keys.schedule, keys.timezone);
-    let command = c.task_command(keys.command, &keys.extras.env);
+    keys.extras.run_on = c.run_on(std::mem::take(&mut keys.run_on), defaults.backend);
+    let command = c.task_command(keys.command, &keys.extras.env, &keys.extras.run_on);
     let user = c.effective_user(keys.user, defaults);
     keys.extras.group = c.group(keys.group, &defaults.identity);
 
@@ -70,7 +72,9 @@ struct TaskKeys<'v> {
     kill_on_session_loss: bool,
     on_node_loss: NodeLossPolicy,
     enabled: bool,
-    /// Every extra but `group`, which is checked with `user`.
+    /// `run_on` and `work_items`, checked together once both are read.
+    run_on: RunOnKeys,
+    /// Every extra but `group` (checked with `user`) and `run_on`.
     extras: TaskExtras,
 }
 
@@ -90,6 +94,7 @@ impl<'v> TaskKeys<'v> {
             kill_on_session_loss: false,
             on_node_loss: NodeLossPolicy::default(),
             enabled: true,
+            run_on: RunOnKeys::default(),
             extras: TaskExtras::default(),
         };
         for (key, value) in root.iter() {
@@ -186,6 +191,10 @@ impl<'v> TaskKeys<'v> {
                     .collect()
             }
             "on_failure" => extras.on_failure = c.on_failure(value),
+            "run_on" => self.run_on.run_on = c.run_on_key(value).map(|run_on| (run_on, key.span())),
+            "work_items" => {
+                self.run_on.work_items = c.work_items(value).map(|items| (items, key.span()))
+            }
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }
@@ -210,12 +219,13 @@ impl Checker<'_> {
             .ok()
     }
 
-    /// The `command` (`value`, `None` when the key is missing), which must fit with `env` in
-    /// what Linux lets a program be started with.
+    /// The `command` (`value`, `None` when the key is missing), which must fit with `env` (and
+    /// the work items `run_on` passes) in what Linux lets a program be started with.
     fn task_command(
         &mut self,
         value: Option<&Value<'_>>,
         env: &BTreeMap<String, String>,
+        run_on: &RunOn,
     ) -> Option<CommandLine> {
         let Some(value) = value else {
             self.problems.push(Problem::whole_file(
@@ -225,7 +235,7 @@ impl Checker<'_> {
             return None;
         };
         let command = self.command(value)?;
-        let size = exec_size(&command, env);
+        let size = exec_size(&command, env) + run_on.env_bytes();
         if size > MAX_EXEC_BYTES {
             self.report(
                 value.span(),

@@ -33,8 +33,10 @@
 //! | `require_labels` | **only when the task has any** (added after the first release): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
 //!
 //! | `on_failure` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per argument |
+//! | `run_on` | **only when it is `every_node`** (added after the first release): `every_node` |
+//! | `work_items` | **only when the task has them** (added after the first release): `<n>` and then ` <str>` per item, in the file's order (`work_items = 3` is `3 1:0 1:1 1:2`) |
 //!
-//! `require_labels` (and likewise `on_failure`) is written only when the task requires labels, so a task without them
+//! `require_labels` (and likewise the later fields) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
 //! every such task); a task with them cannot be defined on an old release at all (it refuses
 //! the unknown key). Label values are not secret, so they count.
@@ -68,7 +70,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use super::{CatchUpPolicy, CommandLine, NodeLossPolicy, OverlapPolicy, TaskSpec};
+use super::{CatchUpPolicy, CommandLine, NodeLossPolicy, OverlapPolicy, RunOn, TaskSpec};
 
 /// The first line of version 1 of the serialization.
 const HEADER: &str = "zkcron task digest v1\n";
@@ -177,8 +179,8 @@ impl TaskSpec {
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
     }
 
-    /// `require_labels` and `on_failure`, each written only when the task has it, so that a
-    /// task without them keeps the digest it had before the key existed.
+    /// `require_labels`, `on_failure`, `run_on` and `work_items`, each written only when the
+    /// task has it, so that a task without them keeps the digest it had before the key existed.
     fn write_later_fields(&self, out: &mut Canonical) {
         if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
@@ -199,6 +201,17 @@ impl TaskSpec {
                     o.str(arg.as_bytes());
                 }
             });
+        }
+        match &self.extras.run_on {
+            RunOn::Leader => {}
+            RunOn::EveryNode => out.field("run_on", |o| o.raw("every_node")),
+            RunOn::Items(items) => out.field("work_items", |o| {
+                o.raw(&items.len().to_string());
+                for item in items.iter() {
+                    o.raw(" ");
+                    o.str(item.as_bytes());
+                }
+            }),
         }
     }
 

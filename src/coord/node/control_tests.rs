@@ -49,6 +49,7 @@ fn spec(name: &str, extra: &str) -> TaskSpec {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: crate::task::TaskBackend::Local,
     };
     let text = format!("schedule = \"* * * * * *\"\ncommand = \"true\"\n{extra}\n");
     parse_task(name, Path::new("t.toml"), &text, &defaults).expect("valid task")
