@@ -302,3 +302,53 @@ fn given_the_embedded_backend_then_a_pool_runs_once_per_tick_with_every_item_and
         }
     }
 }
+
+#[test]
+fn given_a_pool_then_skips_name_its_items_the_hook_gets_them_and_a_reload_changes_them() {
+    let scratch = Scratch::new();
+    let runs = scratch.out("runs");
+    let hooks = scratch.out("hooks");
+    // Each run records its items, outlasts the next tick (skipped) and fails (the hook runs).
+    let task = |items: &str| {
+        format!(
+            "schedule = \"* * * * * *\"\n\
+             command = 'echo \"$ZKCRON_FIRE_ID $ZKCRON_WORK_ITEMS\" >> {runs}; sleep 1.5; exit 3'\n\
+             overlap = \"skip\"\n\
+             on_failure = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_WORK_ITEMS $ZKCRON_WORK_TOTAL\" >> {hooks}']\n\
+             work_items = {items}\n",
+            runs = runs.display(),
+            hooks = hooks.display()
+        )
+    };
+    scratch.write_task("pool", &task("2"));
+    let daemon = scratch.start_daemon(&[]);
+    let limit = Duration::from_secs(30);
+    daemon.wait_for_log_line(
+        "a skip naming the pool's items",
+        &["skipped: the previous run is still going", "0,1"],
+        limit,
+    );
+    wait_for("a hook", limit, || !scratch.lines("hooks").is_empty());
+    assert!(
+        scratch.lines("hooks").iter().all(|l| l.ends_with(" 0,1 2")),
+        "{:#?}",
+        scratch.lines("hooks")
+    );
+
+    // The pool changes with the file.
+    scratch.write_task("pool", &task("[\"eu\", \"us\", \"ap\"]"));
+    wait_for("a run of the new pool", limit, || {
+        scratch
+            .lines("runs")
+            .iter()
+            .any(|l| l.ends_with(" eu,us,ap"))
+    });
+    let lines = scratch.lines("runs");
+    distinct_fire_ids(&lines);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.ends_with(" 0,1") || l.ends_with(" eu,us,ap")),
+        "{lines:#?}"
+    );
+}

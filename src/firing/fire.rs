@@ -732,12 +732,14 @@ impl<P> Firing<P> {
             tracing::debug!(target: log::RUNS, task = %name, %fire_id, due_at = %fire.tick.due_at, "claimed ahead of its instant");
         }
         match fire.prepared.take() {
-            // Claimed as skipped: no later leader catches the tick up.
+            // Claimed as skipped: no later leader catches the tick up. A pool's items are
+            // named: each of them is skipped for the tick.
             None => tracing::warn!(target: log::RUNS,
                 task = %name,
                 %fire_id,
                 running_here = fire.local,
                 running_elsewhere = fire.elsewhere,
+                work_items = self.entry(key).and_then(|e| e.spec.extras.run_on.items()).map(|items| items.join(",")),
                 "skipped: the previous run is still going (overlap = \"skip\")"
             ),
             Some(prepared) => {
