@@ -285,6 +285,20 @@ fn given_the_embedded_backend_then_a_pool_runs_once_per_tick_with_every_item_and
             .iter()
             .all(|file| scratch.lines(file).len() >= 3)
     });
+    // `zkcron status` says how many items this host runs per pool.
+    let state = scratch.path().join("state");
+    let status = run_zkcron(&["status", "--state-dir", state.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status.status.code(), Some(0), "{text}");
+    let row = |task: &str| {
+        text.lines()
+            .find(|l| l.starts_with(task))
+            .unwrap_or_else(|| panic!("no row for {task}: {text}"))
+            .to_string()
+    };
+    assert!(row("regions").contains("items: test-node 3"), "{text}");
+    assert!(row("shards").contains("items: test-node 4"), "{text}");
+    assert!(!row("cleanup").contains("items:"), "{text}");
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(limit), Some(0));
 

@@ -83,6 +83,10 @@ pub struct TaskStatus {
     pub last: Option<LastRun>,
     pub drift: Vec<Drift>,
     pub problem: Option<String>,
+    /// A pooled task's items per node that runs them (node id, count); empty for other tasks.
+    /// Only the embedded backend runs pools in this release: its one node runs every item.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub work_items: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -485,6 +489,7 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                 last: last_run(snapshot, &name),
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),
+                work_items: BTreeMap::new(),
                 name,
             }
         })

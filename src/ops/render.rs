@@ -184,6 +184,14 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         if !task.drift.is_empty() {
             notes.push(format!("drift: {}", drift(&task.drift)));
         }
+        if !task.work_items.is_empty() {
+            let shares: Vec<String> = task
+                .work_items
+                .iter()
+                .map(|(node, items)| format!("{node} {items}"))
+                .collect();
+            notes.push(format!("items: {}", shares.join(", ")));
+        }
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),
