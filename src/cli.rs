@@ -21,12 +21,13 @@ use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{Daemon, DaemonConfig, control};
 use crate::files::{self, PathProblem};
+use crate::ops::render::instant;
 use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{
     self, ConfigArgs, Overrides, Plan, config_path, host_name, parse_connect, resolve_config,
 };
-use crate::schedule::{self, Schedule};
+use crate::schedule::{self, Schedule, WindowState};
 use crate::task::{self, LoadedDir, TaskDefaults};
 
 /// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
@@ -656,6 +657,19 @@ impl NextTable<'_> {
             spec.schedule.expression(),
             timezone.name()
         );
+        match spec.schedule.window().state(now) {
+            WindowState::Before(from) => println!(
+                "{:width$}  starts at {} (active_from): no tick before",
+                "",
+                instant(from)
+            ),
+            WindowState::Ended(until) => println!(
+                "{:width$}  ended at {} (active_until): it fires no more",
+                "",
+                instant(until)
+            ),
+            WindowState::Within => {}
+        }
         if let (Some(why), true) = (&not_eligible, spec.enabled) {
             println!(
                 "{:width$}  not eligible: this node never runs it: {why}",

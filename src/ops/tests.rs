@@ -23,6 +23,7 @@ fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
         require_labels: BTreeMap::new(),
         schedule: Some("*/5 * * * *".into()),
         timezone: Some("UTC".into()),
+        ..Default::default()
     }
 }
 

@@ -67,7 +67,7 @@ impl Cache {
 static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(|| Mutex::new(Cache::new(CAPACITY)));
 
 /// The parse of `expanded`, the five or six fields as croner reads them (after
-/// [`cronie_fields`](super::cronie_fields)), from the cache or made now.
+/// `cron::cronie_fields`), from the cache or made now.
 pub(super) fn parsed(expanded: &str) -> Result<Arc<Cron>, CronError> {
     if let Some(cron) = CACHE.lock().expect("schedule cache poisoned").get(expanded) {
         return Ok(cron);
@@ -85,7 +85,7 @@ fn parse(expanded: &str) -> Result<Cron, CronError> {
     let fields: Vec<&str> = expanded.split_whitespace().collect();
     CronParser::builder()
         .seconds(Seconds::Optional)
-        .dom_and_dow(super::days_combine_with_and(&fields))
+        .dom_and_dow(super::cron::days_combine_with_and(&fields))
         .build()
         .parse(expanded)
 }

@@ -26,6 +26,7 @@ mod check;
 mod checker;
 mod digest;
 pub mod load;
+mod when;
 
 pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
@@ -334,6 +335,8 @@ pub const TASK_KEYS: &[&str] = &[
     "enabled",
     "require_labels",
     "on_failure",
+    "active_from",
+    "active_until",
 ];
 
 /// The keys of the `retries` table.
