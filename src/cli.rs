@@ -50,7 +50,7 @@ pub enum Command {
     Run(RunArgs),
     /// Check the config and task files; print every error; exit 1 if there is any.
     Validate(ValidateArgs),
-    /// Print the next fire instants of a cron expression.
+    /// Print the next fire instants of a schedule expression.
     Schedule(ScheduleArgs),
     /// Print each task's next fire.
     Next(NextArgs),
@@ -127,10 +127,12 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
-    /// A cron expression: 5 fields, or 6 with seconds first, or an alias like @daily
+    /// A cron expression (5 fields, or 6 with seconds first), an alias like @daily, or an
+    /// interval like "@every 15m" (multiples since the Unix epoch; "@every 1h/10m" adds 10 min)
     #[arg(value_name = "EXPR")]
     pub expression: String,
-    /// The IANA time zone the expression is read in
+    /// The IANA time zone the expression is read in (an interval does not read it: its
+    /// instants are only shown in it)
     #[arg(long, value_name = "TZ", default_value = "UTC")]
     pub tz: String,
     /// Count from this instant (RFC 3339) [default: now]

@@ -231,3 +231,15 @@ fn the_window_state_says_before_within_and_ended() {
         WindowState::Within
     );
 }
+
+/// The cron parser is the previous release's whole `schedule` parser: it refuses an interval
+/// (as an unknown alias) rather than misreading it, so a node of that release refuses the file.
+#[test]
+fn the_previous_releases_cron_parser_refuses_an_interval_as_an_unknown_alias() {
+    for expression in ["@every 15m", "@every 1h/10m"] {
+        assert!(matches!(
+            CronExpr::parse(expression, Tz::UTC),
+            Err(ScheduleError::UnknownAlias { .. })
+        ));
+    }
+}

@@ -95,21 +95,34 @@ impl Checker<'_> {
         Window { from, until }
     }
 
-    /// An instant key (`active_from`, `active_until`).
+    /// An instant key (`active_from`, `active_until`): an RFC 3339 string or a TOML offset
+    /// date-time (the same text unquoted).
     fn instant(&mut self, key: &str, value: &Value<'_>) -> Option<DateTime<Utc>> {
-        let Some(text) = value.get_ref().as_str() else {
-            let message = format!(
-                "`{key}` must be an RFC 3339 instant in a string, found {}",
-                self.found(value)
-            );
-            let help = match value.get_ref() {
-                DeValue::Datetime(_) => format!("quote it: {key} = \"{}\"", self.raw(value)),
-                _ => INSTANT_HELP.into(),
-            };
-            self.report(value.span(), message, Some(help));
-            return None;
+        let text = match value.get_ref() {
+            DeValue::String(text) => text.trim().to_string(),
+            DeValue::Datetime(datetime) if datetime.offset.is_some() => datetime.to_string(),
+            DeValue::Datetime(datetime) => {
+                let message = format!(
+                    "`{key}` = {datetime} has no UTC offset, so nodes in different zones would \
+                     read different instants"
+                );
+                let help = match datetime.time {
+                    Some(_) => format!("add `Z` for UTC or an offset: {key} = {datetime}Z"),
+                    None => INSTANT_HELP.to_string(),
+                };
+                self.report(value.span(), message, Some(help));
+                return None;
+            }
+            _ => {
+                let message = format!(
+                    "`{key}` must be an RFC 3339 instant, found {}",
+                    self.found(value)
+                );
+                self.report(value.span(), message, Some(INSTANT_HELP.into()));
+                return None;
+            }
         };
-        match DateTime::parse_from_rfc3339(text.trim()) {
+        match DateTime::parse_from_rfc3339(&text) {
             Ok(instant) => Some(instant.with_timezone(&Utc)),
             Err(error) => {
                 let message = format!("`{key}` = {text:?} is not an RFC 3339 instant: {error}");
