@@ -342,20 +342,6 @@ fn parser() -> CronParser {
     CronParser::builder().seconds(Seconds::Optional).build()
 }
 
-/// Whether the day-of-month and day-of-week fields of a five- or six-field expression combine with
-/// AND. cronie's rule: a day field whose text starts with `*` (`*`, `*/2`, `*,3`) is unrestricted,
-/// and then a day must match both fields; only when neither starts with `*` does a day match when
-/// either field matches. `?` means `*`. croner alone ORs whenever neither field is exactly `*`.
-pub(super) fn days_combine_with_and(fields: &[&str]) -> bool {
-    let offset = fields.len().saturating_sub(5);
-    let unrestricted = |index: usize| {
-        fields
-            .get(offset + index)
-            .is_some_and(|field| field.starts_with(['*', '?']))
-    };
-    unrestricted(2) || unrestricted(4)
-}
-
 /// Expands the cronie aliases croner does not know and refuses `@reboot`.
 fn expand_alias(expression: &str) -> Result<String, ScheduleError> {
     if !expression.starts_with('@') {
@@ -382,7 +368,7 @@ fn expand_alias(expression: &str) -> Result<String, ScheduleError> {
 /// (`*,3`), which cronie accepts and croner does not, is written `*/1` (the same values, and the
 /// text still starts with `*` where cronie's rules look at that). The
 /// `+` prefix croner takes in day-of-week (forcing AND) is refused: how the day fields combine is
-/// decided by cronie's rule alone ([`days_combine_with_and`]).
+/// decided by cronie's rule alone (`parsed::days_combine_with_and`).
 fn cronie_fields(fields: &[&str]) -> Result<Vec<String>, ScheduleError> {
     let offset = 6 - fields.len();
     fields
