@@ -243,3 +243,45 @@ fn the_previous_releases_cron_parser_refuses_an_interval_as_an_unknown_alias() {
         ));
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn parsing_any_interval_text_never_panics(text in "[0-9a-z /.]{0,24}") {
+            if let Ok(schedule) = Schedule::parse(&format!("@every {text}"), Tz::UTC) {
+                let at = utc("2026-01-01T00:00:00Z");
+                let _ = schedule.next_after(at);
+                let _ = schedule.latest_at_or_before(at);
+            }
+        }
+
+        #[test]
+        fn interval_ticks_are_one_period_apart_on_the_offset_and_next_and_latest_agree(
+            period in 1i64..200_000,
+            offset_share in 0.0f64..1.0,
+            start in -1_000_000_000i64..4_000_000_000i64,
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let offset = ((period as f64) * offset_share) as i64 % period;
+            let schedule = every(&format!("@every {period}s/{offset}s"));
+            let start = DateTime::from_timestamp(start, nanos).unwrap();
+            let ticks: Vec<DateTime<Utc>> = schedule.ticks_after(start).take(4).collect();
+            prop_assert!(ticks[0] > start);
+            prop_assert!(ticks[0] - start <= TimeDelta::seconds(period));
+            for pair in ticks.windows(2) {
+                prop_assert_eq!(pair[1] - pair[0], TimeDelta::seconds(period));
+            }
+            for tick in &ticks {
+                prop_assert_eq!((tick.timestamp() - offset).rem_euclid(period), 0);
+                prop_assert_eq!(schedule.latest_at_or_before(*tick), Some(*tick));
+            }
+            prop_assert_eq!(
+                schedule.latest_at_or_before(ticks[1] - TimeDelta::nanoseconds(1)),
+                Some(ticks[0])
+            );
+        }
+    }
+}
