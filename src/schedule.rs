@@ -2,8 +2,8 @@
 //!
 //! This module owns the meaning of a `schedule = ...` line. A [`Schedule`] is one expression or
 //! the union of a list of them, each a cron expression read in the task's zone
-//! ([`cron`]: croner 4 with cronie's aliases, day rules and DST rules) or an `@every` interval
-//! counted from the Unix epoch ([`every`]), cut to the task's `active_from` / `active_until`
+//! (`cron`: croner 4 with cronie's aliases, day rules and DST rules) or an `@every` interval
+//! counted from the Unix epoch (`every`), cut to the task's `active_from` / `active_until`
 //! ([`Window`]). One code path answers for every shape: the union's next tick is the earliest of
 //! its parts' (an instant two parts share is one tick), and the window clamps the answer.
 //! It reads no clock: every function takes the instant to count from.

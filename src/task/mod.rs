@@ -6,8 +6,8 @@
 //! decides what to do with a file that became invalid (it keeps the last good version).
 //!
 //! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
-//! errors; `check` validates a task file's keys into a [`TaskSpec`]; `checker` holds the
-//! checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
+//! errors; `check` validates a task file's keys into a [`TaskSpec`] (`when`: a schedule list,
+//! the active window); `checker` holds the checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
 //! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
 //! `crate::diag`.
 
