@@ -32,7 +32,7 @@ impl<'v> WhenKeys<'v> {
     }
 }
 
-/// What a window key holds, for its errors.
+/// The help for a window key that holds no RFC 3339 instant.
 const INSTANT_HELP: &str = "write an RFC 3339 instant with its offset, like \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+01:00\"";
 
 impl Checker<'_> {
@@ -70,8 +70,8 @@ impl Checker<'_> {
         Schedule::union(parts).ok()
     }
 
-    /// The task's window from `active_from` and `active_until`; an open one when neither is
-    /// given or either is wrong (the problem is reported).
+    /// The task's window from `active_from` and `active_until`; a side not given, or wrong
+    /// (its problem is reported), is open.
     pub(super) fn window(&mut self, keys: &WhenKeys<'_>) -> Window {
         let from = keys
             .active_from
