@@ -301,7 +301,16 @@ impl<P> Firing<P> {
             }
             Step::Held { record, until } => self.held(key, record, until),
             Step::Finished => {
-                tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick");
+                match entry.spec.schedule.window().until {
+                    Some(until) => tracing::info!(target: log::TIMERS,
+                        task = %entry.spec.name,
+                        active_until = %until.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                        "the task's active window has no tick left (active_until): it fires no more"
+                    ),
+                    None => {
+                        tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick")
+                    }
+                }
                 entry.state = State::Finished;
             }
         }

@@ -1909,6 +1909,7 @@ impl<'s> Sim<'s> {
                                 require_labels: Default::default(),
                                 schedule: None,
                                 timezone: None,
+                                ..Default::default()
                             },
                         )
                     })
