@@ -616,8 +616,12 @@ impl Node {
         reply: Result<ZkOk, ZkFail>,
     ) {
         let run_live = match reply {
-            // Only a live member's ephemeral is a live run; a persistent one is nobody's.
-            Ok(ZkOk::Exists(Some(stat))) => self.live_run_owner(stat.ephemeral_owner),
+            // Only a live member's ephemeral, or the claimer's the record names, is a live
+            // run; a persistent one is nobody's.
+            Ok(ZkOk::Exists(Some(stat))) => {
+                self.live_run_owner(stat.ephemeral_owner)
+                    || super::runs::names_claimer(&record, stat.ephemeral_owner)
+            }
             Ok(_) => false,
             Err(error) => {
                 return self.answer(

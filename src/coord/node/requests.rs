@@ -162,8 +162,11 @@ impl Node {
                         context: "checking for a lost run",
                     }),
                 ),
-                Then::RunOwner { req, .. } if self.runs_counts.remove(&req).is_none() => {}
-                Then::RunsList { req, .. } | Then::RunOwner { req, .. } => self.answer(
+                Then::RunOwner { req, .. } | Then::RunClaimer { req, .. }
+                    if self.runs_counts.remove(&req).is_none() => {}
+                Then::RunsList { req, .. }
+                | Then::RunOwner { req, .. }
+                | Then::RunClaimer { req, .. } => self.answer(
                     req,
                     Err(CoordError::SessionEnded {
                         context: "listing live runs",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::claim::{AfterRead, ClaimJob};
-use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
+use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
@@ -162,6 +162,14 @@ pub(super) enum Then {
     },
     /// Whose one run znode is (only a live member's ephemeral counts).
     RunOwner { req: ReqId, path: String },
+    /// Reading the fire record for a run znode of a session never seen as a member: whether
+    /// the record names it as the claimer of that tick.
+    RunClaimer {
+        req: ReqId,
+        path: String,
+        /// The run znode's metadata as checked.
+        stat: Stat,
+    },
     /// Reading a task's stored result for the daemon.
     LastResult { req: ReqId },
     /// Reading the stored result before recording a run's end.
@@ -297,6 +305,7 @@ impl Node {
                 incarnation,
             } => self.on_runs_list(req, task, incarnation, result),
             Then::RunOwner { req, path } => self.on_run_owner(req, path, result),
+            Then::RunClaimer { req, path, stat } => self.on_run_claimer(req, path, stat, result),
             Then::LastResult { req } => self.on_last_result(req, result),
             Then::ResultRead { job } => self.on_result_read(job, result),
             Then::ResultWrite {
