@@ -224,8 +224,7 @@
 //! the other checks apply to it); a run's retries and timeouts; reruns of orphans
 //! (`on_node_loss = "skip"` only); jitter (always zero); the preparation of a run (answered at
 //! once); reloads that change a schedule or the set of tasks a node defines; time zones other
-//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs. A failed count of runs
-//! elsewhere is taken by the core as none, as in the daemon.
+//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs.
 //!
 //! # Running and replaying
 //!
