@@ -229,8 +229,49 @@ impl Node {
         if pending.generation != self.generation {
             return;
         }
-        let sent = pending.sent;
         match pending.then {
+            then @ (Then::Ignore
+            | Then::SetupStep
+            | Then::Probe { .. }
+            | Then::Chunk
+            | Then::MemberCreate { .. }
+            | Then::MemberCheck
+            | Then::MemberSet { .. }
+            | Then::ListMembers
+            | Then::ListLeases
+            | Then::RelistLeaseOwner { .. }
+            | Then::ReadMember { .. }
+            | Then::ReadChunk { .. }
+            | Then::RecreateDir { .. }
+            | Then::Recreated { .. }
+            | Then::EnsureRecord { .. }
+            | Then::Ensured { .. }) => self.on_membership_reply(then, result),
+            then @ (Then::Take(_)
+            | Then::TakeFresh(_)
+            | Then::TakeOwner(_)
+            | Then::TakeEpoch(_)
+            | Then::Released { .. }
+            | Then::ReleaseEpoch { .. }
+            | Then::ReleaseCheck { .. }
+            | Then::LeaseCheck { .. }
+            | Then::LeaseOwner { .. }
+            | Then::LeaseOwnerEpoch { .. }
+            | Then::Acting { .. }
+            | Then::HealLease { .. }
+            | Then::GiveUp { .. }
+            | Then::GiveUpEpoch { .. }
+            | Then::GiveUpCheck { .. }) => self.on_lease_reply(then, result),
+            Then::Gc(step) => self.on_gc(step, result, pending.sent),
+            Then::Control { read, phase } => self.on_control(read, phase, result),
+            Then::Trigger(step) => self.on_trigger_step(step, result),
+            Then::History(step) => self.on_history_step(step, result),
+            then => self.on_task_reply(then, result),
+        }
+    }
+
+    /// The replies of setup, registration, the member and lease listings and the tree.
+    fn on_membership_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::Ignore => {}
             Then::SetupStep => self.on_setup_step(result),
             Then::Probe {
@@ -253,6 +294,13 @@ impl Node {
             Then::Recreated { after } => self.on_recreated(after, result),
             Then::EnsureRecord { task } => self.on_ensure_record(task, result),
             Then::Ensured { task, after } => self.on_ensured(task, after, result),
+            other => unreachable!("not a membership reply: {other:?}"),
+        }
+    }
+
+    /// The replies of takes, releases, give-ups and the checks of others' leases.
+    fn on_lease_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::Take(job) => self.on_take(job, result),
             Then::TakeFresh(job) => self.on_take_fresh(job, result),
             Then::TakeOwner(job) => self.on_take_owner(job, result),
@@ -272,6 +320,13 @@ impl Node {
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
             Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
+            other => unreachable!("not a lease reply: {other:?}"),
+        }
+    }
+
+    /// The replies of claims, runs, results and leaving the cluster.
+    fn on_task_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::ReadRecord {
                 task,
                 after,
@@ -315,10 +370,7 @@ impl Node {
             } => self.on_result_write(job, run_live, newer, result),
             Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             Then::ReleaseOne => self.on_release_one(),
-            Then::Gc(step) => self.on_gc(step, result, sent),
-            Then::Control { read, phase } => self.on_control(read, phase, result),
-            Then::Trigger(step) => self.on_trigger_step(step, result),
-            Then::History(step) => self.on_history_step(step, result),
+            other => unreachable!("not a task reply: {other:?}"),
         }
     }
 }
