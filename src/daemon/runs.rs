@@ -81,6 +81,11 @@ impl RunHandles {
 }
 
 fn stop_entry(entry: &RunEntry, how: StopHow) -> watch::Receiver<bool> {
+    if how == StopHow::Unspawned {
+        // Withdrawn if its spawn still waits (`spawned_unless_stopped` says so); else it goes on.
+        entry.cancel_spawn.send_replace(true);
+        return entry.done.clone();
+    }
     let kill_now = how == StopHow::KillNow;
     tracing::info!(fire_id = %entry.fire_id, kill_now, "stopping run");
     if kill_now {

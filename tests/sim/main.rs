@@ -203,11 +203,12 @@
 //!   member znode was deleted registers again or loses its session by then), and is ignored
 //!   and reported after that. Test
 //!   `a_run_of_a_session_neither_member_nor_claimer_counts_for_the_session_timeout_only`.
-//! - Open, seed 17417 of the 100,000 (`OverlapRun`): n3 won its claim of tick 90 of an
+//! - Seed 17417 of the 100,000 (`OverlapRun`): n3 won its claim of tick 90 of an
 //!   `overlap = "skip"` task, then its clock was stepped 17.7 s back, so the spawn waited for
 //!   the tick's instant by that clock; meanwhile n3's session expired (its run znode with it),
-//!   n0 took the lease and ran tick 105, and n3 then spawned tick 90 beside it. A claimed run
-//!   whose session ended before its spawn is not withdrawn.
+//!   n0 took the lease and ran tick 105, and n3 then spawned tick 90 beside it. The firing core
+//!   now withdraws every run whose spawn still waits when the session is lost. Test
+//!   `a_claimed_run_whose_session_ended_before_its_spawn_is_withdrawn` (and the pinned seed).
 //! - Seed 1284 (`OverlapRun`): n1 listed a task's children and found n0's live run record, but
 //!   the check of its owner failed with the connection; the run was counted as not live and
 //!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
@@ -845,6 +846,13 @@ fn a_run_of_a_session_neither_member_nor_claimer_counts_for_the_session_timeout_
     // Seed 41113: as above, but the fire record named n4's earlier session (it had skipped
     // ticks for n2's run, then restarted): n4 ignored n2's live run record (OverlapRun).
     pinned_seed_with(41113, Knobs::DEFAULT);
+}
+
+#[test]
+fn a_claimed_run_whose_session_ended_before_its_spawn_is_not_started() {
+    // Seed 17417: n3's clock was stepped back after its claim, its session expired while the
+    // spawn waited, and it started the old tick beside the next leader's run (OverlapRun).
+    pinned_seed_with(17417, Knobs::DEFAULT);
 }
 
 /// A daemon that fires the tasks the node leads without asking whether the operator paused
