@@ -192,3 +192,21 @@ fn on_failure_counts_only_when_present_so_older_digests_stay() {
     let other = load(&path, &with.replace("\"db\"", "\"web\""));
     assert_ne!(other.canonical_digest(), spec.canonical_digest());
 }
+
+#[test]
+fn pause_on_failure_counts_only_when_true_so_older_digests_stay() {
+    // `pause_on_failure` was added at the end of version 1, written only when true: a task
+    // without it (or with `false`) keeps the digest older releases computed.
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    assert_eq!(digest, PINNED_DIGEST);
+    let off = load(&path, &format!("pause_on_failure = false\n{text}"));
+    assert_eq!(off.canonical_digest(), digest);
+    let on = load(&path, &format!("pause_on_failure = true\n{text}"));
+    let bytes = String::from_utf8(on.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\npause_on_failure=true\n"),
+        "{bytes}"
+    );
+    assert_ne!(on.canonical_digest(), digest);
+}

@@ -146,6 +146,26 @@ fn cluster_keys_are_read_and_checked() {
 }
 
 #[test]
+fn pause_on_failure_is_read_and_a_quoted_or_misspelt_value_is_refused_with_its_position() {
+    assert!(!parse(MINIMAL).unwrap().extras.pause_on_failure);
+    let spec = parse(&format!("{MINIMAL}pause_on_failure = true\n")).unwrap();
+    assert!(spec.extras.pause_on_failure);
+    let errors = errors_of(&format!("{MINIMAL}pause_on_failure = \"true\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        3,
+        20,
+        "`pause_on_failure` must be true or false, found string \"true\"",
+    );
+    assert_eq!(help(error), "remove the quotes");
+    let errors = errors_of(&format!("{MINIMAL}pause_on_failures = true\n"));
+    let error = only_error(&errors);
+    assert_error(error, 3, 1, "pause_on_failures");
+    assert!(help(error).contains("pause_on_failure"), "{}", help(error));
+}
+
+#[test]
 fn defaults_come_from_task_defaults() {
     // given defaults naming a zone and a user, loaded as root
     let defaults = TaskDefaults {

@@ -138,6 +138,10 @@ pub struct MarkRecord {
     pub at: DateTime<Utc>,
     /// Who set it: `user@host`.
     pub by: String,
+    /// Why: `zkcron pause --reason`'s text, or the failed run that paused a task with
+    /// `pause_on_failure`. Absent when none was given (and from older writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `leases/<task>`.

@@ -114,6 +114,14 @@ impl Coordinator for SlowResults {
         Ok(0)
     }
 
+    async fn pause(
+        &self,
+        _: &str,
+        _: crate::coord::records::MarkRecord,
+    ) -> Result<bool, CoordError> {
+        Ok(true)
+    }
+
     async fn run_ended(&self, _: &str, result: &RunResult) -> Result<(), CoordError> {
         tokio::time::sleep(self.result_write).await;
         self.ended.lock().unwrap().push(result.clone());

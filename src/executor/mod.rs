@@ -94,6 +94,10 @@ pub struct RunRequest {
     /// The task's `on_failure` hook, run once after the run's last attempt failed (see
     /// `hook`); `None` for none.
     pub on_failure: Option<Vec<String>>,
+    /// The task's `pause_on_failure`: not the executor's business, but carried with the run so
+    /// that the daemon, which records the run's end, pauses the task when its last attempt
+    /// failed.
+    pub pause_on_failure: bool,
 }
 
 /// How one attempt ended.

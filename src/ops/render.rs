@@ -258,6 +258,9 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
             instant(mark.at),
             mark.by
         );
+        if let Some(reason) = &mark.reason {
+            let _ = writeln!(out, "  reason:   {reason}");
+        }
     }
     let next = match status.next {
         Some(next) => format!("{} (in {})", instant(next), until(next, now)),

@@ -186,6 +186,9 @@ impl<'v> TaskKeys<'v> {
                     .collect()
             }
             "on_failure" => extras.on_failure = c.on_failure(value),
+            "pause_on_failure" => {
+                extras.pause_on_failure = c.boolean(k, value).unwrap_or(extras.pause_on_failure)
+            }
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }

@@ -33,8 +33,9 @@
 //! | `require_labels` | **only when the task has any** (added after the first release): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
 //!
 //! | `on_failure` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per argument |
+//! | `pause_on_failure` | **only when `true`** (added after the first release): `true` |
 //!
-//! `require_labels` (and likewise `on_failure`) is written only when the task requires labels, so a task without them
+//! `require_labels` (and likewise `on_failure` and `pause_on_failure`) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
 //! every such task); a task with them cannot be defined on an old release at all (it refuses
 //! the unknown key). Label values are not secret, so they count.
@@ -177,8 +178,8 @@ impl TaskSpec {
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
     }
 
-    /// `require_labels` and `on_failure`, each written only when the task has it, so that a
-    /// task without them keeps the digest it had before the key existed.
+    /// `require_labels`, `on_failure` and `pause_on_failure`, each written only when the task
+    /// has it, so that a task without them keeps the digest it had before the key existed.
     fn write_later_fields(&self, out: &mut Canonical) {
         if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
@@ -199,6 +200,9 @@ impl TaskSpec {
                     o.str(arg.as_bytes());
                 }
             });
+        }
+        if self.extras.pause_on_failure {
+            out.field("pause_on_failure", |o| o.raw("true"));
         }
     }
 

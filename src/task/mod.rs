@@ -63,7 +63,8 @@ pub struct TaskSpec {
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
     /// The rarely set settings (description, group, working dir, env, timeout, kill grace,
-    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`).
+    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`,
+    /// `pause_on_failure`).
     pub extras: Extras,
 }
 
@@ -90,6 +91,9 @@ pub struct TaskExtras {
     /// Run (argv form) by the node that ran a job when its last attempt failed: a non-zero
     /// exit, a signal, a timeout, or a process that could not start. Never retried.
     pub on_failure: Option<Vec<String>>,
+    /// When a run's last attempt fails, the task is paused cluster-wide (as by `zkcron pause`),
+    /// with the failed run as the reason.
+    pub pause_on_failure: bool,
 }
 
 /// Every extra setting at its default, for tasks that set none.
@@ -105,6 +109,7 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     version_req: None,
     require_labels: BTreeMap::new(),
     on_failure: None,
+    pause_on_failure: false,
 };
 
 impl Default for TaskExtras {
@@ -334,6 +339,7 @@ pub const TASK_KEYS: &[&str] = &[
     "enabled",
     "require_labels",
     "on_failure",
+    "pause_on_failure",
 ];
 
 /// The keys of the `retries` table.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::coord::records::MarkRecord;
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
 use crate::task::TaskSpec;
 
@@ -209,6 +210,11 @@ pub enum Request {
         task: String,
         trigger: Trigger,
     },
+    /// [`Coordinator::pause`](crate::coord::Coordinator::pause).
+    Pause {
+        task: String,
+        mark: MarkRecord,
+    },
     ReleaseAll,
     Close,
 }
@@ -221,6 +227,8 @@ pub enum Answered {
     Tick(Option<DateTime<Utc>>),
     Count(usize),
     Result(Option<RunResult>),
+    /// Whether a write changed anything (a pause: false when the task was paused already).
+    Changed(bool),
 }
 
 /// An answer: what was asked for, or why not.

@@ -28,6 +28,7 @@
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
+//! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
 //! - `report`: once-per-change reports for the operator, with their fixes.
@@ -44,6 +45,7 @@ mod history;
 pub mod io;
 mod leadership;
 mod leases;
+mod mark;
 mod members;
 mod report;
 mod requests;

@@ -55,6 +55,7 @@ impl Node {
             Request::RunEnded { task, result } => self.run_ended(req, task, result),
             Request::LastResult { task } => self.last_result(req, task),
             Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
+            Request::Pause { task, mark } => self.pause_task(req, task, mark),
             Request::ReleaseAll => self.start_release_all(req),
             Request::Close => self.close_after_history(req),
         }
