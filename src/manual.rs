@@ -242,6 +242,10 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         "on_failure",
         r#"(array of strings; default: none) A command (argv form) run by the node that ran the job when its last attempt failed (a non\-zero exit, a signal, a timeout, or a process that could not start), with \fBZKCRON_TASK\fR, \fBZKCRON_FIRE_ID\fR, \fBZKCRON_EXIT_CODE\fR or \fBZKCRON_SIGNAL\fR and \fBZKCRON_OUTPUT_TAIL\fR in its environment. It is never retried; its own failure is logged."#,
     ),
+    (
+        "pause_on_failure",
+        r#"(bool; default: \fBfalse\fR) When a run's last attempt fails, the task is paused cluster\-wide as by \fBzkcron pause\fR, with the failed run's fire id and exit code or signal as the reason, until \fBzkcron resume\fR."#,
+    ),
 ];
 
 /// Writes `zkcron-task(5)`, the task-file format, in roff: every key of [`TASK_PAGE_KEYS`],

@@ -209,7 +209,7 @@ pub(super) fn start_run<C: Coordinator>(
         let ended_shared = shared.clone();
         let metric_task = name.clone();
         let spawned = tokio::time::Instant::now();
-        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<(RunResult, bool)>();
         let node = shared.node_id.clone();
         let manual = kind == RunKind::Manual;
         let pause_on_failure = started.request().pause_on_failure;
@@ -238,18 +238,18 @@ pub(super) fn start_run<C: Coordinator>(
                 .then_some(started_at);
             result.fire_id = Some(run_fire_id);
             result.manual = manual;
-            let _ = ended_tx.send(result);
+            let _ = ended_tx.send((result, outcome.failed()));
         };
         let record = async {
             // The first thing after the end: with ZooKeeper this one multi-op deletes the
             // live-run record, so other nodes see the run end as soon as possible.
-            let Ok(result) = ended_rx.await else {
+            let Ok((result, failed)) = ended_rx.await else {
                 return;
             };
             if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
                 tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
             }
-            if pause_on_failure && !result.success {
+            if pause_on_failure && failed {
                 pause_after_failure(&shared, &name, &fire_id, &result).await;
             }
         };

@@ -169,6 +169,14 @@ impl RunOutcome {
     pub fn succeeded(&self) -> bool {
         self.last().is_some_and(|a| a.exit.is_success())
     }
+
+    /// Whether the run failed: its last attempt did not exit with code 0 and was not stopped
+    /// by zkcron (`overlap = "replace"`, shutdown, a removed task). What `on_failure` and
+    /// `pause_on_failure` act on.
+    pub fn failed(&self) -> bool {
+        self.last()
+            .is_some_and(|a| !matches!(a.exit, Exit::Code(0) | Exit::Stopped))
+    }
 }
 
 mod hook;
