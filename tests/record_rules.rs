@@ -544,6 +544,14 @@ impl Coordinator for Model {
         Ok(0)
     }
 
+    async fn queued_tick(&self, _task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(None)
+    }
+
+    async fn runs_ended_elsewhere(&self, _task: &str) -> Result<(), CoordError> {
+        Ok(())
+    }
+
     async fn pause(
         &self,
         task: &str,

@@ -171,6 +171,11 @@ pub struct FireRecord {
     pub reruns: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at: Option<DateTime<Utc>>,
+    /// The tick queued behind a live run (`overlap = "queue"`), until a claim starts it.
+    /// Written only by releases that know the policy, which are the only ones that lead such a
+    /// task (older ones refuse its file); to an older reader the tick is claimed and not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<DateTime<Utc>>,
 }
 
 impl FireRecord {
@@ -183,6 +188,7 @@ impl FireRecord {
             run: false,
             reruns: 0,
             claimed_at: None,
+            queued: None,
         }
     }
 }

@@ -122,6 +122,14 @@ impl Coordinator for SlowResults {
         Ok(true)
     }
 
+    async fn queued_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(None)
+    }
+
+    async fn runs_ended_elsewhere(&self, _: &str) -> Result<(), CoordError> {
+        Ok(())
+    }
+
     async fn run_ended(&self, _: &str, result: &RunResult) -> Result<(), CoordError> {
         tokio::time::sleep(self.result_write).await;
         self.ended.lock().unwrap().push(result.clone());

@@ -66,6 +66,7 @@ impl<P> Firing<P> {
         result: Result<Option<DateTime<Utc>>, CoordError>,
     ) {
         let now = self.now;
+        let bugs = self.config.bugs;
         let Some(entry) = self.entry_mut(key) else {
             return;
         };
@@ -73,7 +74,30 @@ impl<P> Firing<P> {
             return;
         };
         match result {
-            Ok(last) if entry.spec.on_node_loss == NodeLossPolicy::Rerun => {
+            Ok(last) if bugs.overlap(&entry.spec) == OverlapPolicy::Queue => {
+                entry.state = State::Starting(Start::ReadingQueued);
+                let task = entry.spec.name.clone();
+                let call = self.call(Call::Queued(key, last));
+                self.out.push_back(Action::ReadQueued { call, task });
+            }
+            Ok(last) => self.record_read(key, last),
+            Err(error) => {
+                tracing::error!(target: log::TIMERS, task = %entry.spec.name, "cannot read the fire record ({error}); retrying");
+                let wait = *delay;
+                *delay = (*delay * 2).min(READ_RETRY_MAX);
+                self.wake_at(key, now + wait);
+            }
+        }
+    }
+
+    /// The fire record (and a queued tick) read: with `on_node_loss = "rerun"` the orphan check,
+    /// then the planner.
+    pub(super) fn record_read(&mut self, key: Key, last: Option<DateTime<Utc>>) {
+        let Some(entry) = self.entry_mut(key) else {
+            return;
+        };
+        match last {
+            last if entry.spec.on_node_loss == NodeLossPolicy::Rerun => {
                 entry.state = State::Starting(Start::Orphan {
                     last,
                     waiting: None,
@@ -82,13 +106,7 @@ impl<P> Firing<P> {
                 let call = self.call(Call::Orphan(key));
                 self.out.push_back(Action::ReadOrphan { call, task });
             }
-            Ok(last) => self.begin_planning(key, last),
-            Err(error) => {
-                tracing::error!(target: log::TIMERS, task = %entry.spec.name, "cannot read the fire record ({error}); retrying");
-                let wait = *delay;
-                *delay = (*delay * 2).min(READ_RETRY_MAX);
-                self.wake_at(key, now + wait);
-            }
+            last => self.begin_planning(key, last),
         }
     }
 
@@ -197,7 +215,7 @@ impl<P> Firing<P> {
     }
 
     /// A run claimed while the task of `key` was stopped gets no retries.
-    fn retries_of(&self, key: Key) -> Retries {
+    pub(super) fn retries_of(&self, key: Key) -> Retries {
         match self.entry(key) {
             Some(_) => Retries::Allowed,
             None => Retries::Cancelled,
@@ -228,6 +246,7 @@ impl<P> Firing<P> {
             doing: Doing::Ready,
         }));
         self.end_start();
+        self.try_start_queued(key);
         self.advance(key);
     }
 
@@ -392,6 +411,7 @@ impl<P> Firing<P> {
 
     /// A run of the task of `key` ended (`run`).
     pub(super) fn runs_changed(&mut self, key: Key, run: RunId) {
+        self.try_start_queued(key);
         let Some(entry) = self.entry(key) else {
             return;
         };
@@ -489,6 +509,8 @@ impl<P> Firing<P> {
             None => return,
         };
         let bugs = self.config.bugs;
+        // A queued tick counts as a live run: a tick due meanwhile is dropped.
+        let local = local + usize::from(self.has_queued(key));
         let (spec, fire) = self.firing_mut(key);
         fire.local = local;
         fire.elsewhere = 0;
@@ -507,7 +529,7 @@ impl<P> Firing<P> {
     /// With `overlap` other than `allow`: the claims to run a tick of the task still on their
     /// way from an earlier firing of it (stopped since, as when the lease went and came back).
     /// Each starts a run when won, so it counts as a live run here.
-    fn run_claims_on_their_way(&self, key: Key, spec: &TaskSpec) -> usize {
+    pub(super) fn run_claims_on_their_way(&self, key: Key, spec: &TaskSpec) -> usize {
         if self.config.bugs.overlap(spec) == OverlapPolicy::Allow {
             return 0;
         }
@@ -584,6 +606,16 @@ impl<P> Firing<P> {
                 fire.prepared = None;
                 self.claim(key);
             }
+            OverlapAction::Queue | OverlapAction::Drop => {
+                fire.prepared = None;
+                if self.has_queued(key) {
+                    let (_, fire) = self.firing_mut(key);
+                    fire.action = OverlapAction::Drop;
+                    // Still waiting with no run left here (a start that failed): again now.
+                    self.try_start_queued(key);
+                }
+                self.claim(key);
+            }
             OverlapAction::Start | OverlapAction::ReplaceThenStart if fire.prepared.is_some() => {
                 self.replace(key)
             }
@@ -658,9 +690,11 @@ impl<P> Firing<P> {
         let Doing::Fire(fire) = std::mem::replace(&mut activation.doing, Doing::Claiming) else {
             unreachable!("firing")
         };
-        let intent = match fire.prepared {
-            Some(_) => ClaimIntent::Run,
-            None => ClaimIntent::Skip,
+        let intent = match (&fire.prepared, fire.action) {
+            (Some(_), _) => ClaimIntent::Run,
+            (None, OverlapAction::Queue) => ClaimIntent::Queue,
+            (None, OverlapAction::Drop) => ClaimIntent::Drop,
+            (None, _) => ClaimIntent::Skip,
         };
         let (task, tick) = (spec.name.clone(), fire.tick.instant);
         let call = self.call(Call::Claim(Box::new(Claiming {
@@ -732,6 +766,12 @@ impl<P> Firing<P> {
             tracing::debug!(target: log::RUNS, task = %name, %fire_id, due_at = %fire.tick.due_at, "claimed ahead of its instant");
         }
         match fire.prepared.take() {
+            None if fire.action == OverlapAction::Queue => self.queued_won(key, fire.tick.instant),
+            None if fire.action == OverlapAction::Drop => tracing::warn!(target: log::RUNS,
+                task = %name,
+                %fire_id,
+                "dropped: a tick is queued already behind the running run (overlap = \"queue\")"
+            ),
             // Claimed as skipped: no later leader catches the tick up.
             None => tracing::warn!(target: log::RUNS,
                 task = %name,

@@ -695,3 +695,5 @@ fn deliberate_firing_bugs_are_off_by_default() {
         }
     );
 }
+
+mod queue;

@@ -119,6 +119,7 @@ impl<'v> TaskKeys<'v> {
                     ("skip", OverlapPolicy::Skip),
                     ("allow", OverlapPolicy::Allow),
                     ("replace", OverlapPolicy::Replace),
+                    ("queue", OverlapPolicy::Queue),
                 ];
                 self.overlap = c.choice(k, value, &choices).unwrap_or(self.overlap);
             }

@@ -21,7 +21,7 @@
 //! | `env` | `<n>` and then ` <str>` per variable: its **name only**, in byte order; values are left out (below) |
 //! | `timeout` | opt dur |
 //! | `kill_grace` | dur |
-//! | `overlap` | `skip`, `allow` or `replace` |
+//! | `overlap` | `skip`, `allow`, `replace` or `queue` (added after the first release) |
 //! | `catch_up` | `skip`, `once` or `all` |
 //! | `starting_deadline` | opt dur |
 //! | `jitter` | dur |
@@ -143,6 +143,7 @@ impl TaskSpec {
                 OverlapPolicy::Skip => "skip",
                 OverlapPolicy::Allow => "allow",
                 OverlapPolicy::Replace => "replace",
+                OverlapPolicy::Queue => "queue",
             })
         });
         out.field("catch_up", |o| {

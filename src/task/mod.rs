@@ -213,6 +213,9 @@ pub enum OverlapPolicy {
     Allow,
     /// Stop the running one (SIGTERM, SIGKILL after `kill_grace`), then start.
     Replace,
+    /// Wait for the running one to end, then start (at most one tick waits; later ones are
+    /// dropped).
+    Queue,
 }
 
 /// What happens to ticks that were missed while no node fired the task.

@@ -247,6 +247,10 @@ pub(crate) enum CoreAsk {
     Orphan,
     RunsElsewhere,
     Manual,
+    /// The queued tick (`overlap = "queue"`).
+    Queued,
+    /// The wait for the runs on other nodes to end.
+    RunsEnded,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -422,6 +426,7 @@ impl<'s> Sim<'s> {
                 run: false,
                 reruns: 0,
                 claimed_at: None,
+                queued: None,
             };
             ops.push(ZkOp::Create {
                 path: format!("{BASE}/tasks/{}", task.name),
@@ -1497,6 +1502,15 @@ impl<'s> Sim<'s> {
                 let asked = ask(CoreAsk::RunsElsewhere)(call);
                 self.ask(n, Request::RunsElsewhere { task }, asked);
             }
+            FireAction::ReadQueued { call, task } => {
+                let task = task.to_string();
+                self.ask(n, Request::QueuedTick { task }, ask(CoreAsk::Queued)(call));
+            }
+            FireAction::WaitRunsElsewhere { call, task } => {
+                let task = task.to_string();
+                let asked = ask(CoreAsk::RunsEnded)(call);
+                self.ask(n, Request::RunsEndedElsewhere { task }, asked);
+            }
             FireAction::Prepare { call, .. } => {
                 let wall = self.wall(n);
                 let answer = FireInput::Answer {
@@ -1721,6 +1735,11 @@ impl<'s> Sim<'s> {
                 Answered::Claim(outcome) => outcome,
                 other => panic!("the node answered {other:?} to {what:?}"),
             })),
+            (CoreAsk::Queued, answer) => FireAnswer::Queued(answer.map(|a| match a {
+                Answered::Tick(tick) => tick,
+                other => panic!("the node answered {other:?} to {what:?}"),
+            })),
+            (CoreAsk::RunsEnded, answer) => FireAnswer::RunsEnded(answer.map(|_| ())),
             (_, answer) => panic!("the node answered {answer:?} to {what:?}"),
         }
     }
@@ -2076,6 +2095,7 @@ impl<'s> Sim<'s> {
                 run: false,
                 reruns: 0,
                 claimed_at: Some(now),
+                queued: None,
             };
             ops.push(ZkOp::SetData {
                 path,

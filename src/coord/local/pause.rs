@@ -136,6 +136,8 @@ impl LocalCoordinator {
                     claimed: Some(now),
                     result: None,
                     run: false,
+                    queue: None,
+                    unqueue: None,
                 };
                 self.commit(change, Durability::Synced, &mut record).await?;
             }

@@ -198,6 +198,14 @@ pub enum Request {
     RunsElsewhere {
         task: String,
     },
+    /// [`Coordinator::queued_tick`](crate::coord::Coordinator::queued_tick).
+    QueuedTick {
+        task: String,
+    },
+    /// [`Coordinator::runs_ended_elsewhere`](crate::coord::Coordinator::runs_ended_elsewhere).
+    RunsEndedElsewhere {
+        task: String,
+    },
     RunEnded {
         task: String,
         result: RunResult,

@@ -256,6 +256,24 @@ impl Coordinator for ZkCoordinator {
         }
     }
 
+    async fn queued_tick(
+        &self,
+        task: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, CoordError> {
+        let request = Request::QueuedTick { task: task.into() };
+        match self.ask(request, "reading the queued tick").await? {
+            Answered::Tick(tick) => Ok(tick),
+            _ => Err(unexpected("reading the queued tick")),
+        }
+    }
+
+    async fn runs_ended_elsewhere(&self, task: &str) -> Result<(), CoordError> {
+        let request = Request::RunsEndedElsewhere { task: task.into() };
+        self.ask(request, "waiting for live runs to end")
+            .await
+            .map(|_| ())
+    }
+
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let request = Request::RunEnded {
             task: task.into(),
