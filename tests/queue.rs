@@ -236,3 +236,65 @@ fn the_local_backend_keeps_a_queued_tick_across_a_restart() {
     daemon.wait_for_log("starting the queued tick", LIMIT);
     assert_one_at_a_time(&log);
 }
+
+#[test]
+fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_run_ends() {
+    let mut cluster = Cluster::on(TestServer::shared(), "queue-handoff");
+    let log = cluster.path().join("jobs.log");
+    cluster.write_task("slow", &slow_queued_task(&log, "4"));
+    for id in ["a", "b"] {
+        let node = ClusterNode {
+            release: Some("1.0.0".into()),
+            ..cluster.new_node(id)
+        };
+        cluster.start(node);
+    }
+    // Given a run live on the leader and a tick queued behind it.
+    cluster.wait("a tick queued", LIMIT, |c| {
+        c.nodes
+            .values()
+            .any(|n| n.log().contains("queued: the previous run is still going"))
+    });
+    let leader = cluster
+        .nodes
+        .iter()
+        .find(|(_, n)| n.log().contains("queued: the previous run is still going"))
+        .map(|(id, _)| id.clone())
+        .unwrap();
+    let other = if leader == "a" { "b" } else { "a" };
+    // When the operator drains the leader: it hands the lease over and its run goes on.
+    let out = common::zkcron()
+        .args(["drain", &leader])
+        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Then the new leader waits for that run's end (told by ZooKeeper, not by polling) and
+    // starts the queued tick right after it.
+    cluster.wait_log(
+        other,
+        "the queued tick waits for the runs on other nodes to end",
+        1,
+    );
+    cluster.wait(&format!("{other} to start the queued tick"), LIMIT, |c| {
+        c.nodes[other].log().contains("starting the queued tick")
+    });
+    cluster.wait("that run to end", LIMIT, |_| {
+        runs(&log).iter().any(|r| r.1 == other)
+    });
+    assert_one_at_a_time(&log);
+    let runs = runs(&log);
+    let handed = runs
+        .windows(2)
+        .find(|pair| pair[0].1 == leader && pair[1].1 == other)
+        .unwrap_or_else(|| panic!("no run of {other} right after one of {leader}: {runs:#?}"));
+    let delay_ms = (handed[1].2 - handed[0].3) as f64 / 1e6;
+    assert!(
+        delay_ms < 500.0,
+        "the queued tick started {delay_ms} ms after the run ended on the old leader"
+    );
+}

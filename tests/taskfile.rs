@@ -401,6 +401,21 @@ fn zero_timeout_is_refused() {
 }
 
 #[test]
+fn overlap_queue_is_read_and_a_misspelt_one_is_refused_with_its_position_and_fix() {
+    let spec = parse(&format!("{MINIMAL}overlap = \"queue\"\n")).unwrap();
+    assert_eq!(spec.overlap, OverlapPolicy::Queue);
+    let errors = errors_of(&format!("{MINIMAL}overlap = \"queu\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        3,
+        11,
+        "`overlap` must be one of \"skip\", \"allow\", \"replace\", \"queue\", found \"queu\"",
+    );
+    assert_eq!(help(error), "did you mean \"queue\"?");
+}
+
+#[test]
 fn bad_enum_lists_the_allowed_values() {
     let errors = errors_of(&format!(
         "{MINIMAL}overlap = \"skp\"\ncatch_up = \"everything\"\n"
@@ -410,7 +425,7 @@ fn bad_enum_lists_the_allowed_values() {
         &errors[0],
         3,
         11,
-        "`overlap` must be one of \"skip\", \"allow\", \"replace\", found \"skp\"",
+        "`overlap` must be one of \"skip\", \"allow\", \"replace\", \"queue\", found \"skp\"",
     );
     assert_eq!(help(&errors[0]), "did you mean \"skip\"?");
     assert_error(

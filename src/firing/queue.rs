@@ -141,7 +141,8 @@ impl<P> Firing<P> {
         let task = self.entry(key).expect("staged").spec.name.clone();
         match result {
             Ok(0) => self.prepare_queued(key),
-            Ok(_) => {
+            Ok(runs) => {
+                tracing::info!(target: log::RUNS, task = %task, runs, "the queued tick waits for the runs on other nodes to end");
                 self.set_stage(key, Stage::WaitingElsewhere);
                 let call = self.call(Call::QueuedWait(key));
                 self.out.push_back(Action::WaitRunsElsewhere { call, task });
