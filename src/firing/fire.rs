@@ -608,7 +608,7 @@ impl<P> Firing<P> {
             }
             OverlapAction::Queue | OverlapAction::Drop => {
                 fire.prepared = None;
-                if self.has_queued(key) {
+                if self.has_queued(key) && !self.config.bugs.queue_every_tick {
                     let (_, fire) = self.firing_mut(key);
                     fire.action = OverlapAction::Drop;
                     // Still waiting with no run left here (a start that failed): again now.

@@ -40,6 +40,9 @@ pub struct FiringBugs {
     pub ignore_pause: bool,
     /// Every task is fired as if its `overlap` were `allow`.
     pub ignore_overlap: bool,
+    /// With `overlap = "queue"`, a tick due while one waits is queued too (instead of
+    /// dropped): the record's queued tick is replaced, and the first one never runs.
+    pub queue_every_tick: bool,
 }
 
 impl FiringBugs {

@@ -914,6 +914,17 @@ impl<'s> Sim<'s> {
             return; // A stranger's garbage; the node must cope, the checker has no claim.
         };
         let before = write.before.as_ref().and_then(|(d, _)| decode(d));
+        if let Some(n) = node {
+            let session = SessionId(write.session as u64);
+            if self
+                .check
+                .on_queue_write(self.now, t, before.as_ref(), &record, n, session)
+            {
+                note!(self, node, Some(t), "QUEUED TICK STARTED".to_string());
+                self.stats.queued_started += 1;
+                return;
+            }
+        }
         let Some(tick) = record.tick else { return };
         let previous = before.as_ref().and_then(|b| b.tick);
         // A fresh claim by another session of the tick the record names already is a second
