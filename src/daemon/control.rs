@@ -296,6 +296,7 @@ async fn snapshot(
         if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
             let mut record = FireRecord::empty();
             record.tick = Some(tick);
+            record.queued = coordinator.queued_tick(&name).await.ok().flatten();
             snapshot.fire_records.insert(name.clone(), record);
         }
         if let Ok(Some(result)) = coordinator.last_result(&name).await {

@@ -83,6 +83,9 @@ pub struct TaskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseStatus>,
     pub next: Option<DateTime<Utc>>,
+    /// The tick queued behind a live run (`overlap = "queue"`); absent when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<DateTime<Utc>>,
     pub last: Option<LastRun>,
     pub drift: Vec<Drift>,
     pub problem: Option<String>,
@@ -503,6 +506,7 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                 paused: pause.is_some(),
                 pause,
                 next,
+                queued: snapshot.fire_records.get(&name).and_then(|r| r.queued),
                 last: last_run(snapshot, &name),
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),

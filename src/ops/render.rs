@@ -184,6 +184,12 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         if !task.drift.is_empty() {
             notes.push(format!("drift: {}", drift(&task.drift)));
         }
+        if let Some(queued) = task.queued {
+            notes.push(format!(
+                "queued: {} waits for the live run",
+                instant(queued)
+            ));
+        }
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),

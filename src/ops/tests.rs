@@ -217,6 +217,30 @@ fn a_pause_with_a_reason_shows_who_when_and_why_in_status_explain_and_json() {
 }
 
 #[test]
+fn a_queued_tick_shows_in_status_and_its_json_and_is_no_problem() {
+    let mut snapshot = cluster();
+    let mut record = FireRecord::empty();
+    record.tick = Some(at(10, 0, 0));
+    record.queued = Some(at(10, 0, 0));
+    snapshot.fire_records.insert("backup".into(), record);
+    let status = status(&snapshot, at(10, 0, 1));
+    let backup = &status.tasks[0];
+    assert_eq!(backup.queued, Some(at(10, 0, 0)));
+    assert_eq!(backup.problem, None);
+    let json = serde_json::to_value(backup).unwrap();
+    assert_eq!(json["queued"], json!("2026-03-08T10:00:00Z"));
+    let text = render::status(&status, at(10, 0, 1));
+    assert!(
+        text.contains("queued: 2026-03-08T10:00:00Z waits for the live run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 task(s), 1 with a problem"),
+        "only the other task's problem counts: {text}"
+    );
+}
+
+#[test]
 fn a_vacant_lease_and_a_fire_record_ahead_are_problems() {
     let mut snapshot = cluster();
     snapshot.drained.clear();
