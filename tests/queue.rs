@@ -298,3 +298,25 @@ fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_ru
         "the queued tick started {delay_ms} ms after the run ended on the old leader"
     );
 }
+
+#[test]
+fn metrics_count_the_queued_and_the_dropped_ticks() {
+    let scratch = common::Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let log = scratch.out("jobs.log");
+    scratch.write_task("slow", &slow_queued_task(&log, "2.5"));
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    daemon.wait_for_log("dropped: a tick is queued already", LIMIT);
+    let count = |outcome: &str| {
+        let (_, metrics) = common::http_get(&address, "/metrics");
+        let series = format!("zkcron_fires_total{{task=\"slow\",outcome=\"{outcome}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&series)?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    common::wait_for("a queued and a dropped tick counted", LIMIT, || {
+        count("queued") >= 1 && count("dropped") >= 1
+    });
+}
