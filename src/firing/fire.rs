@@ -1,12 +1,12 @@
-//! The rules of one task's ticks: the start (fire record, orphan rerun), the planner's steps,
-//! and one tick's fire: the overlap check, the preparation, the replace, the claim and its
-//! retries.
+//! The rules of one task's ticks once started (`start.rs`): the planner's steps, and one tick's
+//! fire: the overlap check, the preparation, the replace (or the queue, `queue.rs`), the claim
+//! and its retries.
 //!
 //! A tick claimed ahead is decided at the claim, as every tick is: the overlap check comes
 //! first. It is made ahead only when the answer cannot change by the instant: with `overlap =
 //! "allow"`, or when no run of the task is live anywhere (only the leader starts runs of a
 //! task, and one task's ticks fire one after another). When a run is live and the policy is
-//! `skip` or `replace`, whether it still is at the instant decides, so the check and the claim
+//! `skip`, `replace` or `queue`, whether it still is at the instant decides, so the check and the claim
 //! wait for the instant. The claim comes after the overlap check so that a tick skipped for
 //! overlap is still consumed cluster-wide (no later leader catches it up), and after everything
 //! the spawn needs is resolved and the replaced run has ended, so that a node that dies after a
@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
 use crate::plan::{OverlapAction, Step};
-use crate::task::{CatchUpPolicy, NodeLossPolicy, OverlapPolicy};
+use crate::task::OverlapPolicy;
 
 /// A tick being fired.
 pub(super) struct Fire<P> {
@@ -48,6 +48,8 @@ enum Stage {
     Replacing(Vec<RunId>),
     /// Waiting to claim again after a failed claim.
     Backoff,
+    /// Waiting to count the runs elsewhere again after a failed count.
+    Recount,
 }
 
 /// A claim on its way, with all it needs when answered (even after the task was stopped).
@@ -58,198 +60,6 @@ pub(super) struct Claiming<P> {
 }
 
 impl<P> Firing<P> {
-    // ---- the start ----
-
-    pub(super) fn fire_record(
-        &mut self,
-        key: Key,
-        result: Result<Option<DateTime<Utc>>, CoordError>,
-    ) {
-        let now = self.now;
-        let bugs = self.config.bugs;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let State::Starting(Start::Reading { delay }) = &mut entry.state else {
-            return;
-        };
-        match result {
-            Ok(last) if bugs.overlap(&entry.spec) == OverlapPolicy::Queue => {
-                entry.state = State::Starting(Start::ReadingQueued);
-                let task = entry.spec.name.clone();
-                let call = self.call(Call::Queued(key, last));
-                self.out.push_back(Action::ReadQueued { call, task });
-            }
-            Ok(last) => self.record_read(key, last),
-            Err(error) => {
-                tracing::error!(target: log::TIMERS, task = %entry.spec.name, "cannot read the fire record ({error}); retrying");
-                let wait = *delay;
-                *delay = (*delay * 2).min(READ_RETRY_MAX);
-                self.wake_at(key, now + wait);
-            }
-        }
-    }
-
-    /// The fire record (and a queued tick) read: with `on_node_loss = "rerun"` the orphan check,
-    /// then the planner.
-    pub(super) fn record_read(&mut self, key: Key, last: Option<DateTime<Utc>>) {
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        match last {
-            last if entry.spec.on_node_loss == NodeLossPolicy::Rerun => {
-                entry.state = State::Starting(Start::Orphan {
-                    last,
-                    waiting: None,
-                });
-                let task = entry.spec.name.clone();
-                let call = self.call(Call::Orphan(key));
-                self.out.push_back(Action::ReadOrphan { call, task });
-            }
-            last => self.begin_planning(key, last),
-        }
-    }
-
-    pub(super) fn orphan(&mut self, key: Key, result: Result<Option<DateTime<Utc>>, CoordError>) {
-        let now = self.now;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let State::Starting(Start::Orphan { last, waiting }) = &mut entry.state else {
-            return;
-        };
-        let last = *last;
-        match result {
-            Ok(Some(orphan)) => {
-                // A tick claimed ahead by a node that died before its instant is rerun at its
-                // instant, never before.
-                if orphan > now {
-                    *waiting = Some(orphan);
-                    self.wake_at(key, orphan);
-                } else {
-                    self.prepare_orphan(key, orphan);
-                }
-            }
-            Ok(None) => self.begin_planning(key, last),
-            Err(error) => {
-                tracing::warn!(target: log::RUNS, task = %entry.spec.name, "cannot check for a run lost with its node ({error})");
-                self.begin_planning(key, last);
-            }
-        }
-    }
-
-    pub(super) fn prepare_orphan(&mut self, key: Key, orphan: DateTime<Utc>) {
-        let Some(entry) = self.entry(key) else {
-            return;
-        };
-        let spec = entry.spec.clone();
-        let tick = Tick {
-            instant: orphan,
-            due_at: orphan,
-            catch_up: true,
-        };
-        let fire_id = plan::fire_id(&spec.name, orphan);
-        self.prepare(Call::OrphanPrepared(key, tick), spec, tick, fire_id);
-    }
-
-    pub(super) fn orphan_prepared(&mut self, key: Key, tick: Tick, prepared: P) {
-        let Some(entry) = self.entry(key) else {
-            // Stopped meanwhile: not reclaimed.
-            return;
-        };
-        let task = entry.spec.name.clone();
-        let call = self.call(Call::Reclaim {
-            key,
-            task: task.clone(),
-            tick,
-            prepared,
-        });
-        self.out.push_back(Action::Reclaim {
-            call,
-            task,
-            tick: tick.instant,
-        });
-    }
-
-    pub(super) fn reclaimed(
-        &mut self,
-        key: Key,
-        task: Arc<str>,
-        tick: Tick,
-        prepared: P,
-        result: Result<ClaimOutcome, CoordError>,
-    ) {
-        let fire_id = plan::fire_id(&task, tick.instant);
-        match result {
-            Ok(ClaimOutcome::Claimed) => {
-                tracing::warn!(target: log::RUNS,
-                    task = %task,
-                    %fire_id,
-                    "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
-                );
-                let retries = self.retries_of(key);
-                self.spawn(SpawnOf {
-                    task,
-                    tick,
-                    fire_id,
-                    prepared,
-                    kind: RunKind::Scheduled,
-                    retries,
-                });
-            }
-            Ok(outcome) => {
-                tracing::info!(target: log::RUNS, task = %task, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
-            }
-            Err(error) => {
-                tracing::warn!(target: log::RUNS, task = %task, %fire_id, "lost run not rerun: reclaim failed ({error})")
-            }
-        }
-        if let Some(Entry {
-            state: State::Starting(Start::Orphan { last, .. }),
-            ..
-        }) = self.entry(key)
-        {
-            let last = *last;
-            self.begin_planning(key, last);
-        }
-    }
-
-    /// A run claimed while the task of `key` was stopped gets no retries.
-    pub(super) fn retries_of(&self, key: Key) -> Retries {
-        match self.entry(key) {
-            Some(_) => Retries::Allowed,
-            None => Retries::Cancelled,
-        }
-    }
-
-    /// The start is done: the planner starts from the fire record `last`.
-    fn begin_planning(&mut self, key: Key, last: Option<DateTime<Utc>>) {
-        let now = self.now;
-        let bugs = self.config.bugs;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let mut rules = plan::PlanRules::from_spec(&entry.spec);
-        if bugs.ignore_starting_deadline {
-            rules.starting_deadline = None;
-        }
-        if bugs.catch_up_skip_tasks && rules.catch_up == CatchUpPolicy::Skip {
-            rules.catch_up = CatchUpPolicy::All;
-        }
-        let last = if bugs.ignore_fire_record { None } else { last };
-        let planner = TickPlanner::start(rules, last, now);
-        tracing::debug!(target: log::TIMERS, task = %entry.spec.name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
-        entry.state = State::Active(Box::new(Activation {
-            planner,
-            queue: VecDeque::new(),
-            ahead: None,
-            doing: Doing::Ready,
-        }));
-        self.end_start();
-        self.try_start_queued(key);
-        self.advance(key);
-    }
-
     // ---- the planner's steps ----
 
     /// Moves the activation of `key` on while it is ready: the next queued tick, or the
@@ -320,7 +130,16 @@ impl<P> Firing<P> {
             }
             Step::Held { record, until } => self.held(key, record, until),
             Step::Finished => {
-                tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick");
+                match entry.spec.schedule.window().until {
+                    Some(until) => tracing::info!(target: log::TIMERS,
+                        task = %entry.spec.name,
+                        active_until = %until.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                        "the task's active window has no tick left (active_until): it fires no more"
+                    ),
+                    None => {
+                        tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick")
+                    }
+                }
                 entry.state = State::Finished;
             }
         }
@@ -571,14 +390,21 @@ impl<P> Firing<P> {
             return;
         }
         let (spec, fire) = self.firing_mut(key);
-        fire.elsewhere = match result {
-            Ok(n) => n,
+        match result {
+            Ok(n) => fire.elsewhere = n,
             Err(error) => {
+                // Taken as none, a run live elsewhere would get a second one beside it: count
+                // again after a growing delay (the claim checks the starting deadline).
                 let fire_id = &fire.fire_id;
-                tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
-                0
+                tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "cannot read runs on other nodes ({error}); counting again");
+                let wait = fire.delay;
+                fire.delay = (fire.delay * 2).min(CLAIM_RETRY_MAX);
+                fire.stage = Stage::Recount;
+                let at = self.now + wait;
+                self.wake_at(key, at);
+                return;
             }
-        };
+        }
         self.overlap_check(key);
     }
 
@@ -654,9 +480,9 @@ impl<P> Firing<P> {
         });
     }
 
-    /// A wake-up of a firing task: the instant came, or the claim's backoff is over.
+    /// A wake-up of a firing task: the instant came, or a count's or a claim's backoff is over.
     pub(super) fn fire_woke(&mut self, key: Key) {
-        if self.is_firing(key, |s| matches!(s, Stage::WaitInstant)) {
+        if self.is_firing(key, |s| matches!(s, Stage::WaitInstant | Stage::Recount)) {
             self.count_runs(key);
         } else if self.is_firing(key, |s| matches!(s, Stage::Backoff)) {
             self.claim(key);

@@ -33,6 +33,7 @@
 mod fire;
 mod io;
 mod queue;
+mod start;
 mod tasks;
 #[cfg(test)]
 mod tests;

@@ -1939,6 +1939,7 @@ impl<'s> Sim<'s> {
                                 require_labels: Default::default(),
                                 schedule: None,
                                 timezone: None,
+                                ..Default::default()
                             },
                         )
                     })
