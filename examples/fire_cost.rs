@@ -44,6 +44,7 @@ fn request(i: usize) -> RunRequest {
         retries: RetryPolicy::default(),
         output_lines: 100,
         on_failure: None,
+        pause_on_failure: false,
     }
 }
 

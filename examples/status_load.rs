@@ -121,6 +121,7 @@ async fn main() {
         format: FORMAT_VERSION,
         at: now,
         by: "bench@host".into(),
+        reason: None,
     };
     writes.push((paths.drain(&ids[0]), serde_json::to_vec(&mark).unwrap()));
     writes.push((paths.paused(&names[0]), serde_json::to_vec(&mark).unwrap()));

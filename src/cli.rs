@@ -67,7 +67,7 @@ pub enum Command {
     /// Run a task now, once, on its leader.
     Trigger(ops::args::TriggerArgs),
     /// Stop a task from firing, cluster-wide, until `zkcron resume`.
-    Pause(ops::args::TaskArgs),
+    Pause(ops::args::PauseArgs),
     /// Let a paused task fire again; the ticks of the paused period are not caught up.
     Resume(ops::args::TaskArgs),
     /// Make a node own no task (it stays registered; its running jobs finish), e.g. before
@@ -257,6 +257,7 @@ pub fn main() -> ExitCode {
         }),
         Command::Pause(args) => operate(&args.target, None, |_| OpsCommand::Pause {
             task: args.task.clone(),
+            reason: args.reason.clone(),
         }),
         Command::Resume(args) => operate(&args.target, None, |_| OpsCommand::Resume {
             task: args.task.clone(),

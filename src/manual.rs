@@ -258,6 +258,10 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         "run_on",
         r#"(\fBleader\fR or \fBevery_node\fR; default: \fBleader\fR) \fBevery_node\fR runs each tick on every node; on the embedded backend that is the one host. The ZooKeeper backend refuses \fBevery_node\fR in this release. Not together with \fBwork_items\fR."#,
     ),
+    (
+        "pause_on_failure",
+        r#"(bool; default: \fBfalse\fR) When a run's last attempt fails, the task is paused cluster\-wide as by \fBzkcron pause\fR, with the failed run's fire id and exit code or signal as the reason, until \fBzkcron resume\fR."#,
+    ),
 ];
 
 /// Writes `zkcron-task(5)`, the task-file format, in roff: every key of [`TASK_PAGE_KEYS`],

@@ -32,15 +32,23 @@ pub enum FireOutcome {
     Skipped,
     /// Claimed, then stopped before its instant (never spawned).
     NotStarted,
+    /// Claimed as queued behind the previous run, which was still going (`overlap =
+    /// "queue"`): it runs when that run ends (and then counts as a success or failure too).
+    Queued,
+    /// Claimed as dropped: a tick was queued already behind the previous run (`overlap =
+    /// "queue"`: at most one waits).
+    Dropped,
 }
 
 impl FireOutcome {
     /// In the order their series are encoded.
-    const ALL: [FireOutcome; 4] = [
+    const ALL: [FireOutcome; 6] = [
         FireOutcome::Success,
         FireOutcome::Failure,
         FireOutcome::Skipped,
         FireOutcome::NotStarted,
+        FireOutcome::Queued,
+        FireOutcome::Dropped,
     ];
 
     fn label(self) -> &'static str {
@@ -49,17 +57,19 @@ impl FireOutcome {
             FireOutcome::Failure => "failure",
             FireOutcome::Skipped => "skipped",
             FireOutcome::NotStarted => "not_started",
+            FireOutcome::Queued => "queued",
+            FireOutcome::Dropped => "dropped",
         }
     }
 }
 
 /// The per-task series of one task: its `zkcron_fires_total` counters by outcome, its
-/// `zkcron_catch_up_runs_total` and its `zkcron_last_success_timestamp_seconds`, in 56 bytes.
+/// `zkcron_catch_up_runs_total` and its `zkcron_last_success_timestamp_seconds`, in 72 bytes.
 /// A `Family` of prometheus-client costs a label set, an atomic and a hash-map slot per series:
 /// three series per loaded task made it about 3 MB for 10,000 idle tasks.
 #[derive(Debug, Default, Clone, Copy)]
 struct TaskCounts {
-    fires: [u64; 4],
+    fires: [u64; 6],
     catch_up: u64,
     last_success: f64,
     /// Which series exist: bit `i` for `fires[i]` (outcome `FireOutcome::ALL[i]`), then
@@ -68,13 +78,13 @@ struct TaskCounts {
     present: u8,
 }
 
-const CATCH_UP: u8 = 1 << 4;
-const LAST_SUCCESS: u8 = 1 << 5;
+const CATCH_UP: u8 = 1 << 6;
+const LAST_SUCCESS: u8 = 1 << 7;
 
 /// The series a task has from its load: its success and failure fires and its catch-up runs,
 /// all at 0.
 const LOADED: TaskCounts = TaskCounts {
-    fires: [0; 4],
+    fires: [0; 6],
     catch_up: 0,
     last_success: 0.0,
     present: (1 << FireOutcome::Success as u8) | (1 << FireOutcome::Failure as u8) | CATCH_UP,
@@ -82,7 +92,7 @@ const LOADED: TaskCounts = TaskCounts {
 
 /// The per-task series of every task ever loaded by this process, by task name. A task that
 /// never fired has `None`: its series are [`LOADED`], and 10,000 idle tasks keep 8 bytes each
-/// for them instead of 56.
+/// for them instead of 72.
 #[derive(Debug, Default)]
 struct TaskSeries(Mutex<BTreeMap<Arc<str>, Option<Box<TaskCounts>>>>);
 
@@ -137,7 +147,7 @@ struct TaskFamily {
 impl TaskFamily {
     fn mask(&self) -> u8 {
         match self.kind {
-            TaskFamilyKind::Fires => 0b1111,
+            TaskFamilyKind::Fires => 0b11_1111,
             TaskFamilyKind::CatchUp => CATCH_UP,
             TaskFamilyKind::LastSuccess => LAST_SUCCESS,
         }

@@ -444,6 +444,11 @@ pub enum OverlapAction {
     Skip,
     /// Stop the running runs, then start.
     ReplaceThenStart,
+    /// Do not start now: an earlier run is still going and the policy is `queue`; the tick
+    /// waits for its end (the firing rules drop it instead when one waits already).
+    Queue,
+    /// Do not start: a tick is queued already behind the running run (`queue`).
+    Drop,
 }
 
 pub fn overlap_action(policy: OverlapPolicy, running: usize) -> OverlapAction {
@@ -452,6 +457,7 @@ pub fn overlap_action(policy: OverlapPolicy, running: usize) -> OverlapAction {
         (OverlapPolicy::Allow, _) => OverlapAction::Start,
         (OverlapPolicy::Skip, _) => OverlapAction::Skip,
         (OverlapPolicy::Replace, _) => OverlapAction::ReplaceThenStart,
+        (OverlapPolicy::Queue, _) => OverlapAction::Queue,
     }
 }
 

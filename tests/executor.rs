@@ -66,6 +66,7 @@ fn request(command: CommandLine) -> RunRequest {
         },
         output_lines: 1000,
         on_failure: None,
+        pause_on_failure: false,
     }
 }
 

@@ -584,3 +584,27 @@ fn a_state_dir_of_the_golden_fixtures_is_read_by_this_release() {
         });
     }
 }
+
+#[test]
+fn a_pause_mark_reason_is_optional_both_ways() {
+    use zkcron::coord::records::MarkRecord;
+    // Given a mark as releases before `reason` wrote it, when read, then it has no reason.
+    let old: MarkRecord =
+        serde_json::from_str(r#"{"format":1,"at":"2026-01-01T00:00:00Z","by":"ops@h"}"#).unwrap();
+    assert_eq!(old.reason, None);
+    // A mark without a reason is written as before: an older reader sees the same keys.
+    let written = serde_json::to_value(&old).unwrap();
+    assert_eq!(
+        written,
+        json!({"format": 1, "at": "2026-01-01T00:00:00Z", "by": "ops@h"})
+    );
+    // A reason is one more key, which older readers ignore.
+    let with = MarkRecord {
+        reason: Some("disk full".into()),
+        ..old
+    };
+    let written = serde_json::to_value(&with).unwrap();
+    assert_eq!(written["reason"], json!("disk full"));
+    let back: MarkRecord = serde_json::from_value(written).unwrap();
+    assert_eq!(back, with);
+}

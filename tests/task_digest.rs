@@ -233,6 +233,24 @@ fn work_items_and_run_on_count_only_when_set_so_older_digests_stay() {
 }
 
 #[test]
+fn pause_on_failure_counts_only_when_true_so_older_digests_stay() {
+    // `pause_on_failure` was added at the end of version 1, written only when true: a task
+    // without it (or with `false`) keeps the digest older releases computed.
+    let (path, text) = fixture();
+    let digest = load(&path, &text).canonical_digest();
+    assert_eq!(digest, PINNED_DIGEST);
+    let off = load(&path, &format!("pause_on_failure = false\n{text}"));
+    assert_eq!(off.canonical_digest(), digest);
+    let on = load(&path, &format!("pause_on_failure = true\n{text}"));
+    let bytes = String::from_utf8(on.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\npause_on_failure=true\n"),
+        "{bytes}"
+    );
+    assert_ne!(on.canonical_digest(), digest);
+}
+
+#[test]
 fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() {
     // `active_from` / `active_until` were added at the end of version 1, each written only when
     // the task has it: a task without them keeps the digest older releases computed.

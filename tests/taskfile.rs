@@ -147,6 +147,26 @@ fn cluster_keys_are_read_and_checked() {
 }
 
 #[test]
+fn pause_on_failure_is_read_and_a_quoted_or_misspelt_value_is_refused_with_its_position() {
+    assert!(!parse(MINIMAL).unwrap().extras.pause_on_failure);
+    let spec = parse(&format!("{MINIMAL}pause_on_failure = true\n")).unwrap();
+    assert!(spec.extras.pause_on_failure);
+    let errors = errors_of(&format!("{MINIMAL}pause_on_failure = \"true\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        3,
+        20,
+        "`pause_on_failure` must be true or false, found string \"true\"",
+    );
+    assert_eq!(help(error), "remove the quotes");
+    let errors = errors_of(&format!("{MINIMAL}pause_on_failures = true\n"));
+    let error = only_error(&errors);
+    assert_error(error, 3, 1, "pause_on_failures");
+    assert!(help(error).contains("pause_on_failure"), "{}", help(error));
+}
+
+#[test]
 fn defaults_come_from_task_defaults() {
     // given defaults naming a zone and a user, loaded as root
     let defaults = TaskDefaults {
@@ -383,6 +403,21 @@ fn zero_timeout_is_refused() {
 }
 
 #[test]
+fn overlap_queue_is_read_and_a_misspelt_one_is_refused_with_its_position_and_fix() {
+    let spec = parse(&format!("{MINIMAL}overlap = \"queue\"\n")).unwrap();
+    assert_eq!(spec.overlap, OverlapPolicy::Queue);
+    let errors = errors_of(&format!("{MINIMAL}overlap = \"queu\"\n"));
+    let error = only_error(&errors);
+    assert_error(
+        error,
+        3,
+        11,
+        "`overlap` must be one of \"skip\", \"allow\", \"replace\", \"queue\", found \"queu\"",
+    );
+    assert_eq!(help(error), "did you mean \"queue\"?");
+}
+
+#[test]
 fn bad_enum_lists_the_allowed_values() {
     let errors = errors_of(&format!(
         "{MINIMAL}overlap = \"skp\"\ncatch_up = \"everything\"\n"
@@ -392,7 +427,7 @@ fn bad_enum_lists_the_allowed_values() {
         &errors[0],
         3,
         11,
-        "`overlap` must be one of \"skip\", \"allow\", \"replace\", found \"skp\"",
+        "`overlap` must be one of \"skip\", \"allow\", \"replace\", \"queue\", found \"skp\"",
     );
     assert_eq!(help(&errors[0]), "did you mean \"skip\"?");
     assert_error(

@@ -77,6 +77,23 @@ pub enum ClaimIntent {
     Run,
     /// Consume the tick without running it (`overlap = "skip"` while a run is live).
     Skip,
+    /// Consume the tick and record it as the task's queued tick (`overlap = "queue"` while a
+    /// run is live): it runs when that run ends, claimed then with [`ClaimIntent::RunQueued`].
+    Queue,
+    /// Consume the tick without running it because a tick is queued already (`overlap =
+    /// "queue"`: at most one waits). The backend treats it as [`ClaimIntent::Skip`].
+    Drop,
+    /// Start the task's queued tick: admitted only while the fire record names it as queued;
+    /// the record's tick stays, the queued tick is cleared and the run recorded as live, in one
+    /// step.
+    RunQueued,
+}
+
+impl ClaimIntent {
+    /// Whether a won claim starts a run (recorded as live with the claim).
+    pub fn runs(self) -> bool {
+        matches!(self, ClaimIntent::Run | ClaimIntent::RunQueued)
+    }
 }
 
 /// The answer to a claim.
@@ -215,6 +232,20 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Live runs of `task` on other nodes, for `overlap = "skip"` across the cluster.
     fn runs_elsewhere(&self, task: &str) -> impl Future<Output = Result<usize, CoordError>> + Send;
 
+    /// The tick of `task` queued behind a live run (`overlap = "queue"`) and not started yet:
+    /// it starts, with [`ClaimIntent::RunQueued`], once no run of the task is live.
+    fn queued_tick(
+        &self,
+        task: &str,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, CoordError>> + Send;
+
+    /// Resolves once no run of `task` is live on another node (the deletion of its live-run
+    /// record, watched: no polling), or fails (e.g. the session ended).
+    fn runs_ended_elsewhere(
+        &self,
+        task: &str,
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
+
     /// Records how a run ended; the run is no longer live.
     fn run_ended(
         &self,
@@ -239,6 +270,15 @@ pub trait Coordinator: Send + Sync + 'static {
         task: &str,
         trigger: &Trigger,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+
+    /// Pauses `task` cluster-wide as `zkcron pause` does, with `mark` saying who, when and why
+    /// (`pause_on_failure`: the run that failed). Returns whether anything changed: a task
+    /// paused already keeps its first mark.
+    fn pause(
+        &self,
+        task: &str,
+        mark: records::MarkRecord,
+    ) -> impl Future<Output = Result<bool, CoordError>> + Send;
 
     /// Gives up all leadership at once (graceful stop): others may take over immediately.
     fn release_all(&self) -> impl Future<Output = ()> + Send;

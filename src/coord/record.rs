@@ -53,8 +53,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::ClaimOutcome;
 use super::records::HistoryEntry;
+use super::{ClaimIntent, ClaimOutcome};
 use crate::task::TaskSpec;
 
 /// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
@@ -81,6 +81,17 @@ pub struct FireView {
     pub run_live: bool,
     /// The node (session, process) that claimed `record`'s tick is still alive.
     pub claimer_alive: bool,
+    /// The tick queued behind a live run (`overlap = "queue"`), if any.
+    pub queued: Option<DateTime<Utc>>,
+}
+
+/// A fire record's fields a won claim writes: the newest claimed tick, whether that claim was
+/// made to run it, and the queued tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimed {
+    pub record: DateTime<Utc>,
+    pub run: bool,
+    pub queued: Option<DateTime<Utc>>,
 }
 
 /// The answer to a claim or a rerun before the backend writes.
@@ -90,6 +101,54 @@ pub enum Verdict {
     Admit,
     /// Do not write: this is the answer.
     Refuse(ClaimOutcome),
+}
+
+/// Whether `tick` may be claimed with `intent`: [`admit_queued`] to start the queued tick,
+/// [`admit_claim`] for every other claim.
+pub fn admit(view: &FireView, tick: DateTime<Utc>, intent: ClaimIntent) -> Verdict {
+    match intent {
+        ClaimIntent::RunQueued => admit_queued(view, tick),
+        _ => admit_claim(view, tick),
+    }
+}
+
+/// Whether the queued `tick` may be started: the node leads the task and the record names
+/// `tick` as queued. Otherwise it ran already (or a reset cleared it): refused as claimed.
+pub fn admit_queued(view: &FireView, tick: DateTime<Utc>) -> Verdict {
+    if !view.leads {
+        return Verdict::Refuse(ClaimOutcome::NotLeader);
+    }
+    if view.queued == Some(tick) {
+        Verdict::Admit
+    } else {
+        Verdict::Refuse(ClaimOutcome::AlreadyClaimed {
+            record: view.record.unwrap_or(tick),
+        })
+    }
+}
+
+/// What an admitted claim of `tick` with `intent` writes over `view`'s record. A queued tick
+/// survives every later claim (a dropped tick, or a tick run once no run was live) until it is
+/// started; starting it keeps the record's tick and marks it claimed to run when it is the
+/// record's own, so that `on_node_loss = "rerun"` sees it as any run.
+pub fn claimed(view: &FireView, tick: DateTime<Utc>, intent: ClaimIntent) -> Claimed {
+    match intent {
+        ClaimIntent::RunQueued => Claimed {
+            record: view.record.unwrap_or(tick),
+            run: view.record == Some(tick) || view.claimed_to_run,
+            queued: None,
+        },
+        ClaimIntent::Queue => Claimed {
+            record: tick,
+            run: false,
+            queued: Some(tick),
+        },
+        ClaimIntent::Run | ClaimIntent::Skip | ClaimIntent::Drop => Claimed {
+            record: tick,
+            run: intent == ClaimIntent::Run,
+            queued: view.queued,
+        },
+    }
 }
 
 /// Whether `tick` may be claimed.
@@ -206,6 +265,7 @@ mod tests {
             leads: true,
             run_live: false,
             claimer_alive: false,
+            queued: None,
         }
     }
 
@@ -405,6 +465,91 @@ mod tests {
         assert!(!trigger_expired(at(0), at(599)));
         assert!(trigger_expired(at(0), at(600)));
         assert!(!trigger_expired(at(600), at(0)));
+    }
+
+    #[test]
+    fn a_queued_tick_is_started_once_and_only_while_the_record_names_it() {
+        let view = FireView {
+            record: Some(at(60)),
+            leads: true,
+            queued: Some(at(60)),
+            ..FireView::default()
+        };
+        assert_eq!(admit(&view, at(60), ClaimIntent::RunQueued), Verdict::Admit);
+        let already = Verdict::Refuse(ClaimOutcome::AlreadyClaimed { record: at(60) });
+        assert_eq!(admit(&view, at(0), ClaimIntent::RunQueued), already);
+        let started = FireView {
+            queued: None,
+            ..view
+        };
+        assert_eq!(admit(&started, at(60), ClaimIntent::RunQueued), already);
+        let follower = FireView {
+            leads: false,
+            ..view
+        };
+        assert_eq!(
+            admit(&follower, at(60), ClaimIntent::RunQueued),
+            Verdict::Refuse(ClaimOutcome::NotLeader)
+        );
+        // Any other intent is a claim of a newer tick, queued or not.
+        assert_eq!(admit(&view, at(60), ClaimIntent::Queue), already);
+        assert_eq!(admit(&view, at(120), ClaimIntent::Drop), Verdict::Admit);
+    }
+
+    #[test]
+    fn a_queued_tick_survives_later_claims_until_it_is_started() {
+        let idle = FireView {
+            record: Some(at(0)),
+            leads: true,
+            ..FireView::default()
+        };
+        let queued = claimed(&idle, at(60), ClaimIntent::Queue);
+        assert_eq!(
+            queued,
+            Claimed {
+                record: at(60),
+                run: false,
+                queued: Some(at(60))
+            }
+        );
+        let view = FireView {
+            record: Some(queued.record),
+            claimed_to_run: queued.run,
+            queued: queued.queued,
+            ..idle
+        };
+        let dropped = claimed(&view, at(120), ClaimIntent::Drop);
+        assert_eq!(
+            dropped,
+            Claimed {
+                record: at(120),
+                run: false,
+                queued: Some(at(60))
+            }
+        );
+        // Started while it is the record's tick: claimed to run, so a lost run is an orphan.
+        let started = claimed(&view, at(60), ClaimIntent::RunQueued);
+        assert_eq!(
+            started,
+            Claimed {
+                record: at(60),
+                run: true,
+                queued: None
+            }
+        );
+        // Started behind a dropped tick: the record stays at the dropped tick.
+        let behind = FireView {
+            record: Some(at(120)),
+            ..view
+        };
+        assert_eq!(
+            claimed(&behind, at(60), ClaimIntent::RunQueued),
+            Claimed {
+                record: at(120),
+                run: false,
+                queued: None
+            }
+        );
     }
 
     #[test]

@@ -148,6 +148,10 @@ pub struct MarkRecord {
     pub at: DateTime<Utc>,
     /// Who set it: `user@host`.
     pub by: String,
+    /// Why: `zkcron pause --reason`'s text, or the failed run that paused a task with
+    /// `pause_on_failure`. Absent when none was given (and from older writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `leases/<task>`.
@@ -177,6 +181,11 @@ pub struct FireRecord {
     pub reruns: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at: Option<DateTime<Utc>>,
+    /// The tick queued behind a live run (`overlap = "queue"`), until a claim starts it.
+    /// Written only by releases that know the policy, which are the only ones that lead such a
+    /// task (older ones refuse its file); to an older reader the tick is claimed and not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<DateTime<Utc>>,
 }
 
 impl FireRecord {
@@ -189,6 +198,7 @@ impl FireRecord {
             run: false,
             reruns: 0,
             claimed_at: None,
+            queued: None,
         }
     }
 }

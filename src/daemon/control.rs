@@ -12,17 +12,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
 use crate::clock::wall_clock;
-use crate::coord::Coordinator;
-use crate::coord::local::LocalCoordinator;
+use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
     self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
 };
+use crate::coord::{CoordError, Coordinator};
 use crate::ops::local::{Reply, Request, socket_path};
 use crate::ops::model::{self, LiveMember, Snapshot};
 use crate::task::{self, TaskDefaults, TaskSpec};
@@ -234,19 +234,25 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             trigger: coordinator.trigger_state(&fire_id),
             ..ok
         },
-        Request::Pause { task, by } => {
+        Request::Pause { task, by, reason } => {
             let specs = loaded_tasks(config, coordinator);
             if !specs.iter().any(|t| *t.name == *task) {
                 return unknown(&task, config, &specs);
             }
-            pause(coordinator, &task, true, &by).await
+            let mark = PauseMark {
+                at: wall_clock().trunc_subsecs(0),
+                by,
+                reason,
+            };
+            changed(coordinator.pause_with(&task, mark).await)
         }
-        Request::Resume { task, by } => pause(coordinator, &task, false, &by).await,
+        Request::Resume { task, .. } => changed(coordinator.resume(&task).await),
     }
 }
 
-async fn pause(coordinator: &LocalCoordinator, task: &str, paused: bool, by: &str) -> Reply {
-    match coordinator.set_paused(task, paused, by).await {
+/// The reply to a pause or a resume.
+fn changed(result: Result<bool, CoordError>) -> Reply {
+    match result {
         Ok(changed) => Reply {
             ok: true,
             changed: Some(changed),
@@ -302,6 +308,7 @@ async fn snapshot(
         if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
             let mut record = FireRecord::empty();
             record.tick = Some(tick);
+            record.queued = coordinator.queued_tick(&name).await.ok().flatten();
             snapshot.fire_records.insert(name.clone(), record);
         }
         if let Ok(Some(result)) = coordinator.last_result(&name).await {
@@ -321,6 +328,7 @@ async fn snapshot(
                     format: FORMAT_VERSION,
                     at: mark.at,
                     by: mark.by,
+                    reason: mark.reason,
                 },
             )
         })

@@ -102,6 +102,12 @@ impl<C: Coordinator> Engine<C> {
             Action::CountRunsElsewhere { call, task } => self.answer(call, move |s| async move {
                 Answer::RunsElsewhere(s.coordinator.runs_elsewhere(&task).await)
             }),
+            Action::ReadQueued { call, task } => self.answer(call, move |s| async move {
+                Answer::Queued(s.coordinator.queued_tick(&task).await)
+            }),
+            Action::WaitRunsElsewhere { call, task } => self.answer(call, move |s| async move {
+                Answer::RunsEnded(s.coordinator.runs_ended_elsewhere(&task).await)
+            }),
             Action::Prepare {
                 call,
                 spec,
@@ -123,8 +129,11 @@ impl<C: Coordinator> Engine<C> {
                 if let Ok(outcome) = &outcome {
                     let won = *outcome == ClaimOutcome::Claimed;
                     s.metrics.claim(won);
-                    if won && intent == ClaimIntent::Skip {
-                        s.metrics.fired(&task, FireOutcome::Skipped);
+                    match intent {
+                        ClaimIntent::Skip if won => s.metrics.fired(&task, FireOutcome::Skipped),
+                        ClaimIntent::Queue if won => s.metrics.fired(&task, FireOutcome::Queued),
+                        ClaimIntent::Drop if won => s.metrics.fired(&task, FireOutcome::Dropped),
+                        _ => {}
                     }
                 }
                 Answer::Claim(outcome)

@@ -6,9 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::SubsecRound;
 use tokio::sync::watch;
 
 use super::{Shared, wall_clock};
+use crate::coord::records::{FORMAT_VERSION, MarkRecord};
 use crate::coord::{Coordinator, RunResult};
 use crate::executor::{self, RunOutcome, RunRequest, StopHandle};
 use crate::firing::{Retries, RunId, RunKind, Spawn, StopHow};
@@ -125,6 +127,7 @@ pub(super) fn run_request<C: Coordinator>(
         retries: spec.extras.retries,
         output_lines: shared.job_output_lines,
         on_failure: spec.extras.on_failure.clone(),
+        pause_on_failure: spec.extras.pause_on_failure,
     }
 }
 
@@ -280,8 +283,9 @@ async fn follow_run<C: Coordinator>(
     let (name, fire_id) = (run.name.clone(), run.fire_id.clone());
     let ended_shared = shared.clone();
     let spawned = tokio::time::Instant::now();
-    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<(RunResult, bool)>();
     let node = shared.node_id.clone();
+    let pause_on_failure = started.request().pause_on_failure;
     let on_end = move |outcome: &RunOutcome| {
         run.over(&ended_shared);
         if outcome.succeeded() {
@@ -298,18 +302,75 @@ async fn follow_run<C: Coordinator>(
             .then_some(started_at);
         result.fire_id = Some(run.fire_id);
         result.manual = run.kind == RunKind::Manual;
-        let _ = ended_tx.send(result);
+        let _ = ended_tx.send((result, outcome.failed()));
     };
     let record = async {
         // The first thing after the end: with ZooKeeper this one multi-op deletes the live-run
         // record, so other nodes see the run end as soon as possible.
-        if let Ok(result) = ended_rx.await
-            && let Err(error) = shared.coordinator.run_ended(&name, &result).await
-        {
+        let Ok((result, failed)) = ended_rx.await else {
+            return;
+        };
+        if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
             tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+        }
+        if pause_on_failure && failed {
+            pause_after_failure(&shared, &name, &fire_id, &result).await;
         }
     };
     tokio::join!(started.finish(stop_signal, on_end), record);
+}
+
+/// How often a pause after a failed run (`pause_on_failure`) is tried, a second apart.
+const PAUSE_ATTEMPTS: u32 = 3;
+
+/// Pauses `task` cluster-wide after its run `fire_id` failed (`pause_on_failure`), with the
+/// run and how it ended as the reason, as `zkcron pause --reason` would.
+async fn pause_after_failure<C: Coordinator>(
+    shared: &Shared<C>,
+    task: &str,
+    fire_id: &str,
+    result: &RunResult,
+) {
+    let mark = MarkRecord {
+        format: FORMAT_VERSION,
+        at: wall_clock().trunc_subsecs(0),
+        by: format!("zkcron@{}", shared.node_id),
+        reason: Some(format!(
+            "pause_on_failure: run {fire_id} failed ({})",
+            result.exit
+        )),
+    };
+    for attempt in 1..=PAUSE_ATTEMPTS {
+        match shared.coordinator.pause(task, mark.clone()).await {
+            Ok(true) => {
+                tracing::warn!(task, fire_id, failure = %result.exit, "task paused: its run failed (pause_on_failure); `zkcron resume {task}` lets it fire again");
+                return;
+            }
+            Ok(false) => {
+                tracing::info!(
+                    task,
+                    fire_id,
+                    "task already paused; its failed run changes nothing (pause_on_failure)"
+                );
+                return;
+            }
+            Err(error) if attempt < PAUSE_ATTEMPTS => {
+                tracing::warn!(
+                    task,
+                    fire_id,
+                    "cannot pause the task after its run failed ({error}); retrying"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(error) => {
+                tracing::error!(
+                    task,
+                    fire_id,
+                    "cannot pause the task after its run failed ({error}): it goes on firing; pause it with `zkcron pause {task}`"
+                );
+            }
+        }
+    }
 }
 
 /// A tick claimed ahead whose run was stopped before its instant: never spawned.

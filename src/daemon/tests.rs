@@ -114,6 +114,22 @@ impl Coordinator for SlowResults {
         Ok(0)
     }
 
+    async fn pause(
+        &self,
+        _: &str,
+        _: crate::coord::records::MarkRecord,
+    ) -> Result<bool, CoordError> {
+        Ok(true)
+    }
+
+    async fn queued_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(None)
+    }
+
+    async fn runs_ended_elsewhere(&self, _: &str) -> Result<(), CoordError> {
+        Ok(())
+    }
+
     async fn run_ended(&self, _: &str, result: &RunResult) -> Result<(), CoordError> {
         tokio::time::sleep(self.result_write).await;
         self.ended.lock().unwrap().push(result.clone());

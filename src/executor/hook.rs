@@ -130,6 +130,7 @@ fn hook_request(request: &RunRequest, argv: &[String], exit: &Exit, tail: &str) 
             ..request.retries
         },
         on_failure: None,
+        pause_on_failure: false,
         ..request.clone()
     }
 }

@@ -94,6 +94,10 @@ pub struct RunRequest {
     /// The task's `on_failure` hook, run once after the run's last attempt failed (see
     /// `hook`); `None` for none.
     pub on_failure: Option<Vec<String>>,
+    /// The task's `pause_on_failure`: not the executor's business, but carried with the run so
+    /// that the daemon, which records the run's end, pauses the task when its last attempt
+    /// failed.
+    pub pause_on_failure: bool,
 }
 
 /// How one attempt ended.
@@ -164,6 +168,14 @@ impl RunOutcome {
     /// Whether the last attempt exited with code 0.
     pub fn succeeded(&self) -> bool {
         self.last().is_some_and(|a| a.exit.is_success())
+    }
+
+    /// Whether the run failed: its last attempt did not exit with code 0 and was not stopped
+    /// by zkcron (`overlap = "replace"`, shutdown, a removed task). What `on_failure` and
+    /// `pause_on_failure` act on.
+    pub fn failed(&self) -> bool {
+        self.last()
+            .is_some_and(|a| !matches!(a.exit, Exit::Code(0) | Exit::Stopped))
     }
 }
 

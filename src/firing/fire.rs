@@ -1,12 +1,12 @@
-//! The rules of one task's ticks: the start (fire record, orphan rerun), the planner's steps,
-//! and one tick's fire: the overlap check, the preparation, the replace, the claim and its
-//! retries.
+//! The rules of one task's ticks once started (`start.rs`): the planner's steps, and one tick's
+//! fire: the overlap check, the preparation, the replace (or the queue, `queue.rs`), the claim
+//! and its retries.
 //!
 //! A tick claimed ahead is decided at the claim, as every tick is: the overlap check comes
 //! first. It is made ahead only when the answer cannot change by the instant: with `overlap =
 //! "allow"`, or when no run of the task is live anywhere (only the leader starts runs of a
 //! task, and one task's ticks fire one after another). When a run is live and the policy is
-//! `skip` or `replace`, whether it still is at the instant decides, so the check and the claim
+//! `skip`, `replace` or `queue`, whether it still is at the instant decides, so the check and the claim
 //! wait for the instant. The claim comes after the overlap check so that a tick skipped for
 //! overlap is still consumed cluster-wide (no later leader catches it up), and after everything
 //! the spawn needs is resolved and the replaced run has ended, so that a node that dies after a
@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
 use crate::plan::{OverlapAction, Step};
-use crate::task::{CatchUpPolicy, NodeLossPolicy, OverlapPolicy};
+use crate::task::OverlapPolicy;
 
 /// A tick being fired.
 pub(super) struct Fire<P> {
@@ -60,179 +60,6 @@ pub(super) struct Claiming<P> {
 }
 
 impl<P> Firing<P> {
-    // ---- the start ----
-
-    pub(super) fn fire_record(
-        &mut self,
-        key: Key,
-        result: Result<Option<DateTime<Utc>>, CoordError>,
-    ) {
-        let now = self.now;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let State::Starting(Start::Reading { delay }) = &mut entry.state else {
-            return;
-        };
-        match result {
-            Ok(last) if entry.spec.on_node_loss == NodeLossPolicy::Rerun => {
-                entry.state = State::Starting(Start::Orphan {
-                    last,
-                    waiting: None,
-                });
-                let task = entry.spec.name.clone();
-                let call = self.call(Call::Orphan(key));
-                self.out.push_back(Action::ReadOrphan { call, task });
-            }
-            Ok(last) => self.begin_planning(key, last),
-            Err(error) => {
-                tracing::error!(target: log::TIMERS, task = %entry.spec.name, "cannot read the fire record ({error}); retrying");
-                let wait = *delay;
-                *delay = (*delay * 2).min(READ_RETRY_MAX);
-                self.wake_at(key, now + wait);
-            }
-        }
-    }
-
-    pub(super) fn orphan(&mut self, key: Key, result: Result<Option<DateTime<Utc>>, CoordError>) {
-        let now = self.now;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let State::Starting(Start::Orphan { last, waiting }) = &mut entry.state else {
-            return;
-        };
-        let last = *last;
-        match result {
-            Ok(Some(orphan)) => {
-                // A tick claimed ahead by a node that died before its instant is rerun at its
-                // instant, never before.
-                if orphan > now {
-                    *waiting = Some(orphan);
-                    self.wake_at(key, orphan);
-                } else {
-                    self.prepare_orphan(key, orphan);
-                }
-            }
-            Ok(None) => self.begin_planning(key, last),
-            Err(error) => {
-                tracing::warn!(target: log::RUNS, task = %entry.spec.name, "cannot check for a run lost with its node ({error})");
-                self.begin_planning(key, last);
-            }
-        }
-    }
-
-    pub(super) fn prepare_orphan(&mut self, key: Key, orphan: DateTime<Utc>) {
-        let Some(entry) = self.entry(key) else {
-            return;
-        };
-        let spec = entry.spec.clone();
-        let tick = Tick {
-            instant: orphan,
-            due_at: orphan,
-            catch_up: true,
-        };
-        let fire_id = plan::fire_id(&spec.name, orphan);
-        self.prepare(Call::OrphanPrepared(key, tick), spec, tick, fire_id);
-    }
-
-    pub(super) fn orphan_prepared(&mut self, key: Key, tick: Tick, prepared: P) {
-        let Some(entry) = self.entry(key) else {
-            // Stopped meanwhile: not reclaimed.
-            return;
-        };
-        let task = entry.spec.name.clone();
-        let call = self.call(Call::Reclaim {
-            key,
-            task: task.clone(),
-            tick,
-            prepared,
-        });
-        self.out.push_back(Action::Reclaim {
-            call,
-            task,
-            tick: tick.instant,
-        });
-    }
-
-    pub(super) fn reclaimed(
-        &mut self,
-        key: Key,
-        task: Arc<str>,
-        tick: Tick,
-        prepared: P,
-        result: Result<ClaimOutcome, CoordError>,
-    ) {
-        let fire_id = plan::fire_id(&task, tick.instant);
-        match result {
-            Ok(ClaimOutcome::Claimed) => {
-                tracing::warn!(target: log::RUNS,
-                    task = %task,
-                    %fire_id,
-                    "rerunning a tick whose node was lost mid-run (on_node_loss = \"rerun\")"
-                );
-                let retries = self.retries_of(key);
-                self.spawn(SpawnOf {
-                    task,
-                    tick,
-                    fire_id,
-                    prepared,
-                    kind: RunKind::Scheduled,
-                    retries,
-                });
-            }
-            Ok(outcome) => {
-                tracing::info!(target: log::RUNS, task = %task, %fire_id, ?outcome, "lost run not rerun: the reclaim was refused")
-            }
-            Err(error) => {
-                tracing::warn!(target: log::RUNS, task = %task, %fire_id, "lost run not rerun: reclaim failed ({error})")
-            }
-        }
-        if let Some(Entry {
-            state: State::Starting(Start::Orphan { last, .. }),
-            ..
-        }) = self.entry(key)
-        {
-            let last = *last;
-            self.begin_planning(key, last);
-        }
-    }
-
-    /// A run claimed while the task of `key` was stopped gets no retries.
-    fn retries_of(&self, key: Key) -> Retries {
-        match self.entry(key) {
-            Some(_) => Retries::Allowed,
-            None => Retries::Cancelled,
-        }
-    }
-
-    /// The start is done: the planner starts from the fire record `last`.
-    fn begin_planning(&mut self, key: Key, last: Option<DateTime<Utc>>) {
-        let now = self.now;
-        let bugs = self.config.bugs;
-        let Some(entry) = self.entry_mut(key) else {
-            return;
-        };
-        let mut rules = plan::PlanRules::from_spec(&entry.spec);
-        if bugs.ignore_starting_deadline {
-            rules.starting_deadline = None;
-        }
-        if bugs.catch_up_skip_tasks && rules.catch_up == CatchUpPolicy::Skip {
-            rules.catch_up = CatchUpPolicy::All;
-        }
-        let last = if bugs.ignore_fire_record { None } else { last };
-        let planner = TickPlanner::start(rules, last, now);
-        tracing::debug!(target: log::TIMERS, task = %entry.spec.name, next = ?planner.armed().map(|t| t.due_at), "firing this task");
-        entry.state = State::Active(Box::new(Activation {
-            planner,
-            queue: VecDeque::new(),
-            ahead: None,
-            doing: Doing::Ready,
-        }));
-        self.end_start();
-        self.advance(key);
-    }
-
     // ---- the planner's steps ----
 
     /// Moves the activation of `key` on while it is ready: the next queued tick, or the
@@ -403,6 +230,7 @@ impl<P> Firing<P> {
 
     /// A run of the task of `key` ended (`run`).
     pub(super) fn runs_changed(&mut self, key: Key, run: RunId) {
+        self.try_start_queued(key);
         let Some(entry) = self.entry(key) else {
             return;
         };
@@ -500,6 +328,8 @@ impl<P> Firing<P> {
             None => return,
         };
         let bugs = self.config.bugs;
+        // A queued tick counts as a live run: a tick due meanwhile is dropped.
+        let local = local + usize::from(self.has_queued(key));
         let (spec, fire) = self.firing_mut(key);
         fire.local = local;
         fire.elsewhere = 0;
@@ -518,7 +348,7 @@ impl<P> Firing<P> {
     /// With `overlap` other than `allow`: the claims to run a tick of the task still on their
     /// way from an earlier firing of it (stopped since, as when the lease went and came back).
     /// Each starts a run when won, so it counts as a live run here.
-    fn run_claims_on_their_way(&self, key: Key, spec: &TaskSpec) -> usize {
+    pub(super) fn run_claims_on_their_way(&self, key: Key, spec: &TaskSpec) -> usize {
         if self.config.bugs.overlap(spec) == OverlapPolicy::Allow {
             return 0;
         }
@@ -602,6 +432,16 @@ impl<P> Firing<P> {
                 fire.prepared = None;
                 self.claim(key);
             }
+            OverlapAction::Queue | OverlapAction::Drop => {
+                fire.prepared = None;
+                if self.has_queued(key) && !self.config.bugs.queue_every_tick {
+                    let (_, fire) = self.firing_mut(key);
+                    fire.action = OverlapAction::Drop;
+                    // Still waiting with no run left here (a start that failed): again now.
+                    self.try_start_queued(key);
+                }
+                self.claim(key);
+            }
             OverlapAction::Start | OverlapAction::ReplaceThenStart if fire.prepared.is_some() => {
                 self.replace(key)
             }
@@ -676,9 +516,11 @@ impl<P> Firing<P> {
         let Doing::Fire(fire) = std::mem::replace(&mut activation.doing, Doing::Claiming) else {
             unreachable!("firing")
         };
-        let intent = match fire.prepared {
-            Some(_) => ClaimIntent::Run,
-            None => ClaimIntent::Skip,
+        let intent = match (&fire.prepared, fire.action) {
+            (Some(_), _) => ClaimIntent::Run,
+            (None, OverlapAction::Queue) => ClaimIntent::Queue,
+            (None, OverlapAction::Drop) => ClaimIntent::Drop,
+            (None, _) => ClaimIntent::Skip,
         };
         let (task, tick) = (spec.name.clone(), fire.tick.instant);
         let call = self.call(Call::Claim(Box::new(Claiming {
@@ -750,6 +592,12 @@ impl<P> Firing<P> {
             tracing::debug!(target: log::RUNS, task = %name, %fire_id, due_at = %fire.tick.due_at, "claimed ahead of its instant");
         }
         match fire.prepared.take() {
+            None if fire.action == OverlapAction::Queue => self.queued_won(key, fire.tick.instant),
+            None if fire.action == OverlapAction::Drop => tracing::warn!(target: log::RUNS,
+                task = %name,
+                %fire_id,
+                "dropped: a tick is queued already behind the running run (overlap = \"queue\")"
+            ),
             // Claimed as skipped: no later leader catches the tick up. A pool's items are
             // named: each of them is skipped for the tick.
             None => tracing::warn!(target: log::RUNS,

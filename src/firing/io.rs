@@ -40,6 +40,9 @@ pub struct FiringBugs {
     pub ignore_pause: bool,
     /// Every task is fired as if its `overlap` were `allow`.
     pub ignore_overlap: bool,
+    /// With `overlap = "queue"`, a tick due while one waits is queued too (instead of
+    /// dropped): the record's queued tick is replaced, and the first one never runs.
+    pub queue_every_tick: bool,
 }
 
 impl FiringBugs {
@@ -92,6 +95,10 @@ pub enum Answer<P> {
     Orphan(Result<Option<DateTime<Utc>>, CoordError>),
     /// To [`Action::CountRunsElsewhere`].
     RunsElsewhere(Result<usize, CoordError>),
+    /// To [`Action::ReadQueued`].
+    Queued(Result<Option<DateTime<Utc>>, CoordError>),
+    /// To [`Action::WaitRunsElsewhere`]: no run of the task is live on another node now.
+    RunsEnded(Result<(), CoordError>),
     /// To [`Action::Prepare`] (a failed preparation is a prepared run that records itself as
     /// failed).
     Prepared(P),
@@ -108,6 +115,12 @@ pub enum Action<P> {
     ReadOrphan { call: CallId, task: Arc<str> },
     /// `Coordinator::runs_elsewhere`.
     CountRunsElsewhere { call: CallId, task: Arc<str> },
+    /// `Coordinator::queued_tick` (a task with `overlap = "queue"`, when this node starts
+    /// firing it).
+    ReadQueued { call: CallId, task: Arc<str> },
+    /// `Coordinator::runs_ended_elsewhere`: answered once no run of the task is live on
+    /// another node (its queued tick waits for that).
+    WaitRunsElsewhere { call: CallId, task: Arc<str> },
     /// Resolve everything the spawn of `tick` needs (`executor::prepare`).
     Prepare {
         call: CallId,

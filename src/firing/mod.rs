@@ -32,6 +32,8 @@
 
 mod fire;
 mod io;
+mod queue;
+mod start;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -107,6 +109,8 @@ struct Entry<P> {
     wake: Option<DateTime<Utc>>,
     /// When the task was last reported held by a fire record ahead of the clock.
     held_reported: Option<DateTime<Utc>>,
+    /// The tick queued behind a live run (`overlap = "queue"`), see `queue.rs`.
+    queued: Option<queue::Queued>,
 }
 
 enum State<P> {
@@ -127,6 +131,8 @@ enum State<P> {
 enum Start {
     /// The fire record is being read (or, with a wake-up, read again after `delay`).
     Reading { delay: TimeDelta },
+    /// The fire record was read; the queued tick is being read (`overlap = "queue"`).
+    ReadingQueued,
     /// The fire record said `last`; the orphan check is in progress (with `waiting`, the
     /// orphaned tick is in the future: it is rerun at its instant, the entry's wake-up).
     Orphan {
@@ -171,6 +177,18 @@ enum Call<P> {
         prepared: P,
     },
     RunsElsewhere(Key),
+    /// The queued tick's read at the start (with the fire record read before it), the count
+    /// and the wait of runs on other nodes before its start, its preparation and its claim.
+    Queued(Key, Option<DateTime<Utc>>),
+    QueuedElsewhere(Key),
+    QueuedWait(Key),
+    QueuedPrepared(Key),
+    QueuedClaim {
+        key: Key,
+        task: Arc<str>,
+        tick: Tick,
+        prepared: P,
+    },
     /// The armed tick's preparation ahead, or a fired tick's.
     Prepared(Key),
     Claim(Box<fire::Claiming<P>>),
@@ -422,6 +440,7 @@ impl<P> Firing<P> {
             state: State::Pending,
             wake: None,
             held_reported: None,
+            queued: None,
         });
         let key = Key { slot, generation };
         self.pending.push_back(key);
@@ -546,7 +565,7 @@ impl<P> Firing<P> {
                 let orphan = *orphan;
                 self.prepare_orphan(key, orphan);
             }
-            State::Starting(Start::Orphan { .. }) => {}
+            State::Starting(Start::Orphan { .. } | Start::ReadingQueued) => {}
             State::Idle(planner) => {
                 let planner =
                     TickPlanner::resume(plan::PlanRules::from_spec(&entry.spec), *planner);
@@ -593,6 +612,27 @@ impl<P> Firing<P> {
                 self.counted_elsewhere(key, result)
             }
             (Call::Prepared(key), Answer::Prepared(prepared)) => self.prepared(key, prepared),
+            (Call::Queued(key, last), Answer::Queued(result)) => {
+                self.queued_read(key, last, result)
+            }
+            (Call::QueuedElsewhere(key), Answer::RunsElsewhere(result)) => {
+                self.queued_counted(key, result)
+            }
+            (Call::QueuedWait(key), Answer::RunsEnded(result)) => {
+                self.queued_runs_ended(key, result)
+            }
+            (Call::QueuedPrepared(key), Answer::Prepared(prepared)) => {
+                self.queued_prepared(key, prepared)
+            }
+            (
+                Call::QueuedClaim {
+                    key,
+                    task,
+                    tick,
+                    prepared,
+                },
+                Answer::Claim(result),
+            ) => self.queued_claimed(key, task, tick, prepared, result),
             (Call::Claim(claiming), Answer::Claim(result)) => self.claimed(*claiming, result),
             (Call::ManualPrepared(fire_id), Answer::Prepared(prepared)) => {
                 self.manual_prepared(&fire_id, prepared)

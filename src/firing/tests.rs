@@ -763,6 +763,9 @@ fn deliberate_firing_bugs_are_off_by_default() {
             ignore_starting_deadline: false,
             ignore_pause: false,
             ignore_overlap: false,
+            queue_every_tick: false,
         }
     );
 }
+
+mod queue;

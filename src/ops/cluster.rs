@@ -496,6 +496,7 @@ impl ClusterClient {
                     run: false,
                     reruns: 0,
                     claimed_at: Some(now),
+                    queued: record.value.queued,
                 };
                 let data = serde_json::to_vec(&moved).expect("fire records serialize");
                 writer

@@ -24,11 +24,28 @@ const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Status,
-    History { task: String, n: usize },
-    Trigger { task: String, by: String },
-    TriggerState { fire_id: String },
-    Pause { task: String, by: String },
-    Resume { task: String, by: String },
+    History {
+        task: String,
+        n: usize,
+    },
+    Trigger {
+        task: String,
+        by: String,
+    },
+    TriggerState {
+        fire_id: String,
+    },
+    Pause {
+        task: String,
+        by: String,
+        /// `zkcron pause --reason`; absent from older clients.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Resume {
+        task: String,
+        by: String,
+    },
 }
 
 /// The daemon's reply: `ok` and the field of the request, or `error`.

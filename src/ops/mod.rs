@@ -59,14 +59,35 @@ pub enum Target {
 /// One operator command, parsed.
 #[derive(Debug, Clone)]
 pub enum OpsCommand {
-    Status { json: bool },
-    Explain { task: String, json: bool },
-    History { task: String, n: usize, json: bool },
-    Trigger { task: String, wait: bool },
-    Pause { task: String },
-    Resume { task: String },
-    Drain { node: String },
-    Undrain { node: String },
+    Status {
+        json: bool,
+    },
+    Explain {
+        task: String,
+        json: bool,
+    },
+    History {
+        task: String,
+        n: usize,
+        json: bool,
+    },
+    Trigger {
+        task: String,
+        wait: bool,
+    },
+    Pause {
+        task: String,
+        reason: Option<String>,
+    },
+    Resume {
+        task: String,
+    },
+    Drain {
+        node: String,
+    },
+    Undrain {
+        node: String,
+    },
 }
 
 impl OpsCommand {
@@ -174,7 +195,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             print_history(&task, &mut runs, n, json)?;
         }
         OpsCommand::Trigger { task, wait } => return cluster_trigger(client, &task, wait).await,
-        OpsCommand::Pause { task } => cluster_pause(client, &task).await?,
+        OpsCommand::Pause { task, reason } => cluster_pause(client, &task, reason).await?,
         OpsCommand::Resume { task } => match client.resume(&task, wall_clock()).await? {
             Some(old) => println!(
                 "zkcron: task {task} resumed (it was {}); the ticks of the paused period are \
@@ -266,9 +287,13 @@ async fn cluster_trigger(
 }
 
 /// `zkcron pause TASK` against the cluster.
-async fn cluster_pause(client: &ClusterClient, task: &str) -> anyhow::Result<()> {
+async fn cluster_pause(
+    client: &ClusterClient,
+    task: &str,
+    reason: Option<String>,
+) -> anyhow::Result<()> {
     defined_in_cluster(client, task).await?;
-    let mark = mark(wall_clock());
+    let mark = mark(wall_clock(), reason);
     match client.mark(&client.paths.paused_dir(), task, &mark).await? {
         None => println!(
             "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
@@ -284,7 +309,7 @@ async fn cluster_pause(client: &ClusterClient, task: &str) -> anyhow::Result<()>
 async fn cluster_drain(client: &ClusterClient, node: &str) -> anyhow::Result<()> {
     let paths = &client.paths;
     let registered = client.exists(&paths.member(node)).await?.is_some();
-    let mark = mark(wall_clock());
+    let mark = mark(wall_clock(), None);
     match client.mark(&paths.drained(), node, &mark).await? {
         None => println!(
             "zkcron: node {node} drained: it gives up its leases and takes none until \
@@ -302,16 +327,26 @@ async fn cluster_drain(client: &ClusterClient, node: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-fn mark(now: DateTime<Utc>) -> MarkRecord {
+fn mark(now: DateTime<Utc>, reason: Option<String>) -> MarkRecord {
     MarkRecord {
         format: FORMAT_VERSION,
         at: now,
         by: operator(),
+        reason,
     }
 }
 
 fn since(mark: &MarkRecord, what: &str) -> String {
-    format!("{what} since {} by {}", render::instant(mark.at), mark.by)
+    let because = mark
+        .reason
+        .as_ref()
+        .map(|reason| format!(": {reason}"))
+        .unwrap_or_default();
+    format!(
+        "{what} since {} by {}{because}",
+        render::instant(mark.at),
+        mark.by
+    )
 }
 
 /// Prints the newest `n` of `runs` (oldest first as stored) newest first.
@@ -464,17 +499,23 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
                 return wait_local(state_dir, &fire_id);
             }
         }
-        OpsCommand::Pause { task } => local_pause(state_dir, &task, by)?,
+        OpsCommand::Pause { task, reason } => local_pause(state_dir, &task, by, reason)?,
         OpsCommand::Resume { task } => local_resume(state_dir, &task, by)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `zkcron pause TASK` asked of the local daemon.
-fn local_pause(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
+fn local_pause(
+    state_dir: &std::path::Path,
+    task: &str,
+    by: String,
+    reason: Option<String>,
+) -> anyhow::Result<()> {
     let request = Request::Pause {
         task: task.to_string(),
         by,
+        reason,
     };
     if local::ask(state_dir, &request)?.changed == Some(true) {
         println!(

@@ -79,7 +79,13 @@ pub struct TaskStatus {
     pub name: String,
     pub leader: Option<String>,
     pub paused: bool,
+    /// Who paused the task, when and why; absent while it is not paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseStatus>,
     pub next: Option<DateTime<Utc>>,
+    /// The tick queued behind a live run (`overlap = "queue"`); absent when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<DateTime<Utc>>,
     pub last: Option<LastRun>,
     pub drift: Vec<Drift>,
     pub problem: Option<String>,
@@ -93,6 +99,16 @@ pub struct TaskStatus {
     /// Only the embedded backend runs pools in this release: its one node runs every item.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub work_items: BTreeMap<String, usize>,
+}
+
+/// A paused task's mark, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseStatus {
+    pub at: DateTime<Utc>,
+    /// `user@host` of `zkcron pause`, or `zkcron@<node>` for `pause_on_failure`.
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -465,8 +481,11 @@ fn problem(
     why_none: Option<String>,
     now: DateTime<Utc>,
 ) -> Option<String> {
-    if snapshot.paused.contains_key(task) {
-        return Some("paused".to_string());
+    if let Some(mark) = snapshot.paused.get(task) {
+        return Some(match &mark.reason {
+            Some(reason) => format!("paused: {reason}"),
+            None => "paused".to_string(),
+        });
     }
     if why_none.is_some() {
         return why_none;
@@ -539,14 +558,20 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         .zip(why_nones)
         .zip(nexts)
         .map(|(((name, (definers, unranked)), why_none), next)| {
-            let paused = snapshot.paused.contains_key(&name);
+            let pause = snapshot.paused.get(&name).map(|mark| PauseStatus {
+                at: mark.at,
+                by: mark.by.clone(),
+                reason: mark.reason.clone(),
+            });
             let (starts_at, ended_at) = window_notes(definition(snapshot, &name, definers), now);
             TaskStatus {
                 starts_at,
                 ended_at,
                 leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
-                paused,
+                paused: pause.is_some(),
+                pause,
                 next,
+                queued: snapshot.fire_records.get(&name).and_then(|r| r.queued),
                 last: last_run(snapshot, &name),
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),

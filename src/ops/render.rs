@@ -184,6 +184,12 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         if !task.drift.is_empty() {
             notes.push(format!("drift: {}", drift(&task.drift)));
         }
+        if let Some(queued) = task.queued {
+            notes.push(format!(
+                "queued: {} waits for the live run",
+                instant(queued)
+            ));
+        }
         notes.extend(window_note(task));
         if !task.work_items.is_empty() {
             let shares: Vec<String> = task
@@ -277,6 +283,9 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
             instant(mark.at),
             mark.by
         );
+        if let Some(reason) = &mark.reason {
+            let _ = writeln!(out, "  reason:   {reason}");
+        }
     }
     let next = match status.next {
         Some(next) => format!("{} (in {})", instant(next), until(next, now)),

@@ -55,6 +55,7 @@ fn mark(at: DateTime<Utc>) -> MarkRecord {
         format: 1,
         at,
         by: "ops@host".into(),
+        reason: None,
     }
 }
 
@@ -179,6 +180,65 @@ fn a_paused_task_has_no_next_tick_and_says_paused() {
     assert!(backup.paused);
     assert_eq!(backup.next, None);
     assert_eq!(backup.problem.as_deref(), Some("paused"));
+}
+
+#[test]
+fn a_pause_with_a_reason_shows_who_when_and_why_in_status_explain_and_json() {
+    let mut snapshot = cluster();
+    let mark = MarkRecord {
+        reason: Some("disk full on db1".into()),
+        ..mark(at(9, 59, 0))
+    };
+    snapshot.paused.insert("backup".into(), mark);
+    let status = status(&snapshot, at(10, 0, 1));
+    let backup = &status.tasks[0];
+    assert_eq!(backup.problem.as_deref(), Some("paused: disk full on db1"));
+    let json = serde_json::to_value(backup).unwrap();
+    assert_eq!(
+        json["pause"],
+        json!({"at": "2026-03-08T09:59:00Z", "by": "ops@host", "reason": "disk full on db1"})
+    );
+    assert!(
+        render::status(&status, at(10, 0, 1)).contains("paused: disk full on db1"),
+        "the status table's notes name the reason"
+    );
+    let explained = explain(&snapshot, "backup", at(10, 0, 1)).unwrap();
+    let text = render::explain(&explained, at(10, 0, 1));
+    assert!(
+        text.contains("paused:   since 2026-03-08T09:59:00Z by ops@host")
+            && text.contains("  reason:   disk full on db1\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&explained).unwrap();
+    assert_eq!(json["paused"]["reason"], json!("disk full on db1"));
+    // Not paused: no `pause` key at all.
+    let status = model::status(&cluster(), at(10, 0, 1));
+    let json = serde_json::to_value(&status.tasks[0]).unwrap();
+    assert!(json.get("pause").is_none(), "{json}");
+}
+
+#[test]
+fn a_queued_tick_shows_in_status_and_its_json_and_is_no_problem() {
+    let mut snapshot = cluster();
+    let mut record = FireRecord::empty();
+    record.tick = Some(at(10, 0, 0));
+    record.queued = Some(at(10, 0, 0));
+    snapshot.fire_records.insert("backup".into(), record);
+    let status = status(&snapshot, at(10, 0, 1));
+    let backup = &status.tasks[0];
+    assert_eq!(backup.queued, Some(at(10, 0, 0)));
+    assert_eq!(backup.problem, None);
+    let json = serde_json::to_value(backup).unwrap();
+    assert_eq!(json["queued"], json!("2026-03-08T10:00:00Z"));
+    let text = render::status(&status, at(10, 0, 1));
+    assert!(
+        text.contains("queued: 2026-03-08T10:00:00Z waits for the live run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 task(s), 1 with a problem"),
+        "only the other task's problem counts: {text}"
+    );
 }
 
 #[test]
@@ -499,8 +559,17 @@ fn the_socket_protocol_is_one_json_object_per_line_tagged_by_op() {
             Request::Pause {
                 task: "t".into(),
                 by: "u@h".into(),
+                reason: None,
             },
             r#"{"op":"pause","task":"t","by":"u@h"}"#,
+        ),
+        (
+            Request::Pause {
+                task: "t".into(),
+                by: "u@h".into(),
+                reason: Some("disk full".into()),
+            },
+            r#"{"op":"pause","task":"t","by":"u@h","reason":"disk full"}"#,
         ),
         (
             Request::Resume {

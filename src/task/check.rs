@@ -130,6 +130,7 @@ impl<'v> TaskKeys<'v> {
                     ("skip", OverlapPolicy::Skip),
                     ("allow", OverlapPolicy::Allow),
                     ("replace", OverlapPolicy::Replace),
+                    ("queue", OverlapPolicy::Queue),
                 ];
                 self.overlap = c.choice(k, value, &choices).unwrap_or(self.overlap);
             }
@@ -200,6 +201,9 @@ impl<'v> TaskKeys<'v> {
             "run_on" => self.run_on.run_on = c.run_on_key(value).map(|run_on| (run_on, key.span())),
             "work_items" => {
                 self.run_on.work_items = c.work_items(value).map(|items| (items, key.span()))
+            }
+            "pause_on_failure" => {
+                extras.pause_on_failure = c.boolean(k, value).unwrap_or(extras.pause_on_failure)
             }
             _ => c.unknown_key(key, TASK_KEYS, None),
         }

@@ -21,7 +21,7 @@
 //! | `env` | `<n>` and then ` <str>` per variable: its **name only**, in byte order; values are left out (below) |
 //! | `timeout` | opt dur |
 //! | `kill_grace` | dur |
-//! | `overlap` | `skip`, `allow` or `replace` |
+//! | `overlap` | `skip`, `allow`, `replace` or `queue` (added after the first release) |
 //! | `catch_up` | `skip`, `once` or `all` |
 //! | `starting_deadline` | opt dur |
 //! | `jitter` | dur |
@@ -35,6 +35,7 @@
 //! | `on_failure` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per argument |
 //! | `run_on` | **only when it is `every_node`** (added after the first release): `every_node` |
 //! | `work_items` | **only when the task has them** (added after the first release): `<n>` and then ` <str>` per item, in the file's order (`work_items = 3` is `3 1:0 1:1 1:2`) |
+//! | `pause_on_failure` | **only when `true`** (added after the first release): `true` |
 //! | `active_from`, `active_until` | **only when the task has it** (added after the first release): str: the instant in UTC, RFC 3339 (`2026-12-01T00:00:00Z`, fractions of a second only when there are any) |
 //!
 //! `require_labels` (and likewise the later fields) is written only when the task requires labels, so a task without them
@@ -148,6 +149,7 @@ impl TaskSpec {
                 OverlapPolicy::Skip => "skip",
                 OverlapPolicy::Allow => "allow",
                 OverlapPolicy::Replace => "replace",
+                OverlapPolicy::Queue => "queue",
             })
         });
         out.field("catch_up", |o| {
@@ -183,8 +185,9 @@ impl TaskSpec {
         out.field("enabled", |o| o.raw(&self.enabled.to_string()));
     }
 
-    /// `require_labels`, `on_failure`, `run_on` and `work_items`, each written only when the
-    /// task has it, so that a task without them keeps the digest it had before the key existed.
+    /// `require_labels`, `on_failure`, `run_on`, `work_items` and `pause_on_failure`, each
+    /// written only when the task has it, so that a task without them keeps the digest it had
+    /// before the key existed.
     fn write_later_fields(&self, out: &mut Canonical) {
         if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
@@ -216,6 +219,9 @@ impl TaskSpec {
                     o.str(item.as_bytes());
                 }
             }),
+        }
+        if self.extras.pause_on_failure {
+            out.field("pause_on_failure", |o| o.raw("true"));
         }
     }
 

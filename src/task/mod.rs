@@ -66,7 +66,8 @@ pub struct TaskSpec {
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
     /// The rarely set settings (description, group, working dir, env, timeout, kill grace,
-    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`, `run_on`).
+    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`, `run_on`,
+    /// `pause_on_failure`).
     pub extras: Extras,
 }
 
@@ -96,6 +97,9 @@ pub struct TaskExtras {
     /// Where each tick runs: on the leader (the default), on every node, or split into work
     /// items (`run_on`, `work_items`).
     pub run_on: RunOn,
+    /// When a run's last attempt fails, the task is paused cluster-wide (as by `zkcron pause`),
+    /// with the failed run as the reason.
+    pub pause_on_failure: bool,
 }
 
 /// Every extra setting at its default, for tasks that set none.
@@ -112,6 +116,7 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     require_labels: BTreeMap::new(),
     on_failure: None,
     run_on: RunOn::Leader,
+    pause_on_failure: false,
 };
 
 impl Default for TaskExtras {
@@ -215,6 +220,9 @@ pub enum OverlapPolicy {
     Allow,
     /// Stop the running one (SIGTERM, SIGKILL after `kill_grace`), then start.
     Replace,
+    /// Wait for the running one to end, then start (at most one tick waits; later ones are
+    /// dropped).
+    Queue,
 }
 
 /// What happens to ticks that were missed while no node fired the task.
@@ -352,6 +360,7 @@ pub const TASK_KEYS: &[&str] = &[
     "enabled",
     "require_labels",
     "on_failure",
+    "pause_on_failure",
     "active_from",
     "active_until",
     "work_items",

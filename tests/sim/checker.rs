@@ -36,9 +36,12 @@ pub(crate) enum Kind {
     /// The daemon asked to claim a tick of a task with `catch_up = "skip"` to run that was
     /// older than the planner's on-time tolerance by its node's clock: a missed tick.
     MissedTickRun,
-    /// A run of a task with `overlap = "skip"` started while another run of the task was live
-    /// (its process not exited, its node's session alive).
+    /// A run of a task with `overlap = "skip"` or `"queue"` started while another run of the
+    /// task was live (its process not exited, its node's session alive).
     OverlapRun,
+    /// A fire record's queued tick was replaced by another (`overlap = "queue"`: at most one
+    /// waits).
+    TwoQueued,
 }
 
 /// A run whose process has not exited.
@@ -336,8 +339,10 @@ impl Sim<'_> {
         // A run started by a node whose session has already expired (a process stopped
         // between its claim and the tick's instant, that spawns the run as it resumes, before
         // it hears of the expiry) is out of the cluster's sight, as the runs of dead sessions.
-        if self.sc.tasks[task].overlap == OverlapPolicy::Skip
-            && zk.alive(session.0 as i64)
+        if matches!(
+            self.sc.tasks[task].overlap,
+            OverlapPolicy::Skip | OverlapPolicy::Queue
+        ) && zk.alive(session.0 as i64)
             && let Some(other) = live.first()
         {
             self.check.violation(
@@ -422,6 +427,8 @@ pub(crate) struct Stats {
     pub(crate) claimed_not_run: u64,
     pub(crate) live_ticks: u64,
     pub(crate) on_time_checked: u64,
+    /// Queued ticks started (`overlap = "queue"`).
+    pub(crate) queued_started: u64,
 }
 
 impl Stats {
@@ -433,6 +440,7 @@ impl Stats {
         self.already_claimed += o.already_claimed;
         self.not_leader += o.not_leader;
         self.conflicts += o.conflicts;
+        self.queued_started += o.queued_started;
         self.fenced_expired += o.fenced_expired;
         self.fenced_lease += o.fenced_lease;
         self.fenced_version += o.fenced_version;

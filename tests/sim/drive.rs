@@ -250,6 +250,10 @@ pub(crate) enum CoreAsk {
     Orphan,
     RunsElsewhere,
     Manual,
+    /// The queued tick (`overlap = "queue"`).
+    Queued,
+    /// The wait for the runs on other nodes to end.
+    RunsEnded,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -425,6 +429,7 @@ impl<'s> Sim<'s> {
                 run: false,
                 reruns: 0,
                 claimed_at: None,
+                queued: None,
             };
             ops.push(ZkOp::Create {
                 path: format!("{BASE}/tasks/{}", task.name),
@@ -912,6 +917,17 @@ impl<'s> Sim<'s> {
             return; // A stranger's garbage; the node must cope, the checker has no claim.
         };
         let before = write.before.as_ref().and_then(|(d, _)| decode(d));
+        if let Some(n) = node {
+            let session = SessionId(write.session as u64);
+            if self
+                .check
+                .on_queue_write(self.now, t, before.as_ref(), &record, n, session)
+            {
+                note!(self, node, Some(t), "QUEUED TICK STARTED".to_string());
+                self.stats.queued_started += 1;
+                return;
+            }
+        }
         let Some(tick) = record.tick else { return };
         let previous = before.as_ref().and_then(|b| b.tick);
         // A fresh claim by another session of the tick the record names already is a second
@@ -1500,6 +1516,15 @@ impl<'s> Sim<'s> {
                 let asked = ask(CoreAsk::RunsElsewhere)(call);
                 self.ask(n, Request::RunsElsewhere { task }, asked);
             }
+            FireAction::ReadQueued { call, task } => {
+                let task = task.to_string();
+                self.ask(n, Request::QueuedTick { task }, ask(CoreAsk::Queued)(call));
+            }
+            FireAction::WaitRunsElsewhere { call, task } => {
+                let task = task.to_string();
+                let asked = ask(CoreAsk::RunsEnded)(call);
+                self.ask(n, Request::RunsEndedElsewhere { task }, asked);
+            }
             FireAction::Prepare { call, .. } => {
                 let wall = self.wall(n);
                 let answer = FireInput::Answer {
@@ -1741,6 +1766,11 @@ impl<'s> Sim<'s> {
                 Answered::Claim(outcome) => outcome,
                 other => panic!("the node answered {other:?} to {what:?}"),
             })),
+            (CoreAsk::Queued, answer) => FireAnswer::Queued(answer.map(|a| match a {
+                Answered::Tick(tick) => tick,
+                other => panic!("the node answered {other:?} to {what:?}"),
+            })),
+            (CoreAsk::RunsEnded, answer) => FireAnswer::RunsEnded(answer.map(|_| ())),
             (_, answer) => panic!("the node answered {answer:?} to {what:?}"),
         }
     }
@@ -2097,6 +2127,7 @@ impl<'s> Sim<'s> {
                 run: false,
                 reruns: 0,
                 claimed_at: Some(now),
+                queued: None,
             };
             ops.push(ZkOp::SetData {
                 path,

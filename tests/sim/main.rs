@@ -271,6 +271,7 @@ use zkcron::task::CatchUpPolicy;
 mod checker;
 mod drive;
 mod model_zk;
+mod queued;
 mod real;
 mod scenario;
 
@@ -411,6 +412,7 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_RELOADS", |k| &mut k.reloads),
     ("ZKCRON_SIM_LASTING_DRAINS", |k| &mut k.lasting_drains),
     ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
+    ("ZKCRON_SIM_OVERLAP_QUEUE", |k| &mut k.overlap_queue),
 ];
 
 /// The default knobs, with the switches the environment sets.
@@ -921,6 +923,56 @@ fn the_checker_reports_overlapping_runs_of_a_task_with_overlap_skip() {
     assert!(
         seed.is_some(),
         "no OverlapRun in 300 scenarios with {knobs:?}"
+    );
+}
+
+/// Tasks with `overlap = "queue"` among every fault and operator's action: a tick queued behind
+/// a live run starts after it ended, at most one waits, and nothing runs twice.
+#[test]
+fn queued_overlap_holds_through_the_default_faults() {
+    let knobs = Knobs {
+        overlap_queue: true,
+        ..Knobs::DEFAULT
+    };
+    let scenarios = env_u64("ZKCRON_SIM_QUEUE_SCENARIOS").unwrap_or(100);
+    let mut started = 0;
+    for seed in 0..scenarios {
+        let outcome = run_real(seed, knobs, false);
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {}\nreplay: ZKCRON_SIM_SEED={seed} {}cargo test --test sim shard_0",
+            outcome.report,
+            knob_env(knobs)
+        );
+        started += outcome.stats.queued_started;
+    }
+    assert!(
+        started > 0,
+        "no queued tick started in {scenarios} scenarios"
+    );
+}
+
+/// The core queuing every tick due while one waits (`bugs.queue_every_tick`) replaces the
+/// waiting tick, and the checker says so.
+#[test]
+fn the_checker_reports_a_second_queued_tick() {
+    let knobs = Knobs {
+        bug: NodeBug::QueueEveryTick,
+        overlap_skip: true,
+        overlap_queue: true,
+        long_runs: true,
+        ..Knobs::CONTRACT
+    };
+    let seed = (0..300).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::TwoQueued)
+    });
+    eprintln!("TwoQueued with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no TwoQueued in 300 scenarios with {knobs:?}"
     );
 }
 

@@ -43,6 +43,9 @@ pub(crate) enum NodeBug {
     SkipCaughtUp,
     /// The core's `bugs.ignore_overlap`: every task fires as if its `overlap` were `allow`.
     NoOverlapCheck,
+    /// The core's `bugs.queue_every_tick`: with `overlap = "queue"` a tick due while one waits
+    /// replaces it.
+    QueueEveryTick,
     /// The real node's `bugs.stray_leases_checked_only_when_leading`: seed 47's bug, a lease
     /// released without an answer by a node that may not lead stays its session's.
     StrayLeasesOnlyWhenLeading,
@@ -57,6 +60,7 @@ impl NodeBug {
             ignore_starting_deadline: self == NodeBug::NoStartingDeadline,
             ignore_pause: self == NodeBug::IgnorePause,
             ignore_overlap: self == NodeBug::NoOverlapCheck,
+            queue_every_tick: self == NodeBug::QueueEveryTick,
         }
     }
 }
@@ -93,6 +97,9 @@ pub(crate) struct Knobs {
     /// Tasks draw their `overlap`: 30 % `skip` (checked: no run starts while another of the
     /// task is live), 10 % `replace`, the others `allow`.
     pub(crate) overlap_skip: bool,
+    /// With `overlap_skip`, 30 % of the tasks that do not allow overlap get `queue` (checked:
+    /// no run starts while another is live, at most one tick waits, a queued tick starts once).
+    pub(crate) overlap_queue: bool,
 }
 
 impl Knobs {
@@ -109,6 +116,7 @@ impl Knobs {
         reloads: false,
         lasting_drains: false,
         overlap_skip: false,
+        overlap_queue: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -572,6 +580,16 @@ impl Scenario {
                     3 => OverlapPolicy::Replace,
                     _ => OverlapPolicy::Allow,
                 };
+            }
+            // Drawn apart, so that the draws above stay those of every earlier seed.
+            let mut queue = StdRng::seed_from_u64(seed ^ 0x0b0f_f3e0);
+            for task in &mut tasks {
+                if knobs.overlap_queue
+                    && task.overlap != OverlapPolicy::Allow
+                    && queue.random_bool(0.3)
+                {
+                    task.overlap = OverlapPolicy::Queue;
+                }
             }
         }
         if knobs.short_deadlines {

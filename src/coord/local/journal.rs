@@ -369,6 +369,8 @@ mod tests {
                     claimed: Some(tick),
                     result: None,
                     run: true,
+                    queue: None,
+                    unqueue: None,
                 },
                 durability: Durability::Synced,
                 durable: oneshot::channel().0,
@@ -599,6 +601,8 @@ mod tests {
                         ..crate::coord::RunResult::default()
                     }),
                     run: false,
+                    queue: None,
+                    unqueue: None,
                 },
                 durability: Durability::Written,
                 durable,

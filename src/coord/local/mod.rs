@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use super::record::{self, FireView, Verdict};
-use super::records::{HistoryEntry, TriggerRecord};
+use super::records::{HistoryEntry, MarkRecord, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
@@ -90,6 +90,13 @@ struct TaskRecord {
     /// The newest claim was made to run (not to skip).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     claimed_to_run: bool,
+    /// The tick queued behind a live run (`overlap = "queue"`), until it is started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<DateTime<Utc>>,
+    /// The newest queued tick started: a journal replayed over a snapshot that has it started
+    /// does not queue it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queue_started: Option<DateTime<Utc>>,
 }
 
 /// The snapshot file: every task's record.
@@ -112,6 +119,12 @@ struct Change {
     /// The claim was made to run the tick.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     run: bool,
+    /// The claimed tick is queued behind a live run (`overlap = "queue"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queue: Option<DateTime<Utc>>,
+    /// The queued tick was started (claimed to run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unqueue: Option<DateTime<Utc>>,
 }
 
 impl Change {
@@ -126,6 +139,20 @@ impl Change {
         {
             record.last_claimed = Some(tick);
             record.claimed_to_run = self.run;
+        }
+        if let Some(tick) = self.queue
+            && record.queue_started.is_none_or(|started| started < tick)
+        {
+            record.queued = Some(tick);
+        }
+        if let Some(tick) = self.unqueue {
+            if record.queued == Some(tick) {
+                record.queued = None;
+            }
+            record.queue_started = record.queue_started.max(Some(tick));
+            if record.last_claimed == Some(tick) && self.run {
+                record.claimed_to_run = true;
+            }
         }
         // Replay applies the same rule as `run_ended`, so a journal from before it (which
         // stored every result) reads as if the rule had always held.
@@ -275,6 +302,7 @@ impl LocalCoordinator {
             leads: self.leadership.borrow().may_fire(task),
             run_live: own,
             claimer_alive: own,
+            queued: record.queued,
         }
     }
 
@@ -440,19 +468,23 @@ impl Coordinator for LocalCoordinator {
     ) -> Result<ClaimOutcome, CoordError> {
         let slot = self.slot(task);
         let mut record = slot.lock().await;
-        if let Verdict::Refuse(outcome) = record::admit_claim(&self.view(task, &record), tick) {
+        let view = self.view(task, &record);
+        if let Verdict::Refuse(outcome) = record::admit(&view, tick, intent) {
             return Ok(outcome);
         }
-        let run = intent == ClaimIntent::Run;
+        let claimed = record::claimed(&view, tick, intent);
+        let queued = intent == ClaimIntent::RunQueued;
         let change = Change {
             format: FORMAT_VERSION,
             task: task.to_string(),
-            claimed: Some(tick),
+            claimed: (!queued).then_some(claimed.record),
             result: None,
-            run,
+            run: claimed.run,
+            queue: (intent == ClaimIntent::Queue).then_some(tick),
+            unqueue: queued.then_some(tick),
         };
         self.commit(change, Durability::Synced, &mut record).await?;
-        if run {
+        if intent.runs() {
             self.live_runs_mut().insert((task.to_string(), tick));
         }
         Ok(ClaimOutcome::Claimed)
@@ -480,6 +512,8 @@ impl Coordinator for LocalCoordinator {
             claimed: Some(tick),
             result: None,
             run: true,
+            queue: None,
+            unqueue: None,
         };
         if let Err(error) = self.commit(change, Durability::Synced, &mut record).await {
             self.live_runs_mut().remove(&(task.to_string(), tick));
@@ -490,6 +524,18 @@ impl Coordinator for LocalCoordinator {
 
     async fn runs_elsewhere(&self, _task: &str) -> Result<usize, CoordError> {
         Ok(0)
+    }
+
+    async fn queued_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
+        Ok(match self.existing(task) {
+            Some(slot) => slot.lock().await.queued,
+            None => None,
+        })
+    }
+
+    async fn runs_ended_elsewhere(&self, _task: &str) -> Result<(), CoordError> {
+        // The only node is this one.
+        Ok(())
     }
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
@@ -530,6 +576,15 @@ impl Coordinator for LocalCoordinator {
         })
     }
 
+    async fn pause(&self, task: &str, mark: MarkRecord) -> Result<bool, CoordError> {
+        let mark = PauseMark {
+            at: mark.at,
+            by: mark.by,
+            reason: mark.reason,
+        };
+        self.pause_with(task, mark).await
+    }
+
     async fn release_all(&self) {
         self.leadership.send_modify(|l| {
             l.tasks = Arc::new(BTreeSet::new());
@@ -551,6 +606,8 @@ impl LocalCoordinator {
                 claimed: None,
                 result: Some(result.clone()),
                 run: false,
+                queue: None,
+                unqueue: None,
             };
             // A result lost with the host reads as a run its node did not finish; it needs no
             // sync of its own (journal.rs).
@@ -563,5 +620,7 @@ impl LocalCoordinator {
     }
 }
 
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod tests;

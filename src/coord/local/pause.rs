@@ -33,12 +33,16 @@ struct PausedFile {
     tasks: BTreeMap<String, PauseMark>,
 }
 
-/// Who paused a task, and when.
+/// Who paused a task, when, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PauseMark {
     pub at: DateTime<Utc>,
     /// `user@host`, or whatever the caller names.
     pub by: String,
+    /// `zkcron pause --reason`, or the failed run that paused a task with `pause_on_failure`;
+    /// absent when none was given (a release before this field reads the file all the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Reads `<state_dir>/paused.json` (none: nothing is paused). An unreadable file is refused,
@@ -84,26 +88,45 @@ impl LocalCoordinator {
         self.paused.lock().expect("paused lock poisoned").clone()
     }
 
-    /// Pauses (`paused`) or resumes `task`; `by` is who asks (`user@host`). Returns whether
-    /// anything changed. Resuming moves the task's fire record to now (whole seconds, only if
-    /// older), durably, before the pause is forgotten: the paused period is not caught up.
+    /// Pauses (`paused`, without a reason) or resumes `task`; `by` is who asks (`user@host`).
+    /// Returns whether anything changed ([`LocalCoordinator::pause_with`],
+    /// [`LocalCoordinator::resume`]).
     pub async fn set_paused(&self, task: &str, paused: bool, by: &str) -> Result<bool, CoordError> {
+        if !paused {
+            return self.resume(task).await;
+        }
+        let mark = PauseMark {
+            at: crate::clock::wall_clock().trunc_subsecs(0),
+            by: by.to_string(),
+            reason: None,
+        };
+        self.pause_with(task, mark).await
+    }
+
+    /// Pauses `task` with `mark` (who, when, why). Returns whether anything changed: a task
+    /// paused already keeps its first mark.
+    pub async fn pause_with(&self, task: &str, mark: PauseMark) -> Result<bool, CoordError> {
         // One change at a time: the file is written whole.
         let _writing = self.pausing.lock().await;
         let mut marks = self.paused_marks();
-        if paused == marks.contains_key(task) {
+        if marks.contains_key(task) {
+            return Ok(false);
+        }
+        marks.insert(task.to_string(), mark);
+        self.write_paused(marks)
+    }
+
+    /// Resumes `task`; returns whether it was paused. Moves the task's fire record to now
+    /// (whole seconds, only if older), durably, before the pause is forgotten: the paused
+    /// period is not caught up.
+    pub async fn resume(&self, task: &str) -> Result<bool, CoordError> {
+        let _writing = self.pausing.lock().await;
+        let mut marks = self.paused_marks();
+        if !marks.contains_key(task) {
             return Ok(false);
         }
         let now = crate::clock::wall_clock().trunc_subsecs(0);
-        if paused {
-            marks.insert(
-                task.to_string(),
-                PauseMark {
-                    at: now,
-                    by: by.to_string(),
-                },
-            );
-        } else {
+        {
             let slot = self.slot(task);
             let mut record = slot.lock().await;
             if record.last_claimed.is_none_or(|tick| tick < now) {
@@ -113,11 +136,18 @@ impl LocalCoordinator {
                     claimed: Some(now),
                     result: None,
                     run: false,
+                    queue: None,
+                    unqueue: None,
                 };
                 self.commit(change, Durability::Synced, &mut record).await?;
             }
-            marks.remove(task);
         }
+        marks.remove(task);
+        self.write_paused(marks)
+    }
+
+    /// Writes `marks` whole as `paused.json`, then publishes them.
+    fn write_paused(&self, marks: BTreeMap<String, PauseMark>) -> Result<bool, CoordError> {
         let file = PausedFile {
             format: FORMAT_VERSION,
             tasks: marks.clone(),
@@ -213,6 +243,48 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         assert_eq!(local.last_claimed("old").await.unwrap(), Some(moved));
         assert!(local.paused().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_pause_keeps_its_reason_across_a_restart_and_resume_clears_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        let at = wall_clock().trunc_subsecs(0);
+        let mark = PauseMark {
+            at,
+            by: "ops@h".into(),
+            reason: Some("disk full".into()),
+        };
+        assert!(local.pause_with("a", mark.clone()).await.unwrap());
+        let second = PauseMark {
+            reason: Some("other".into()),
+            ..mark.clone()
+        };
+        assert!(
+            !local.pause_with("a", second).await.unwrap(),
+            "a paused task keeps its first mark"
+        );
+        drop(local);
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        assert_eq!(local.paused_marks()["a"], mark);
+        assert!(local.resume("a").await.unwrap());
+        assert!(!local.resume("a").await.unwrap(), "not paused any more");
+        drop(local);
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        assert!(local.paused_marks().is_empty());
+    }
+
+    #[test]
+    fn a_paused_file_without_reasons_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(PAUSED),
+            r#"{"format":1,"tasks":{"a":{"at":"2026-01-01T00:00:00Z","by":"ops@h"}}}"#,
+        )
+        .unwrap();
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        assert_eq!(local.paused_marks()["a"].reason, None);
     }
 
     #[test]

@@ -178,6 +178,8 @@ mod tests {
                 claimed: None,
                 result: None,
                 run: false,
+                queue: None,
+                unqueue: None,
             },
             durability: Durability::Synced,
             durable: tokio::sync::oneshot::channel().0,

@@ -29,7 +29,7 @@ fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
 use crate::schedule::Schedule;
 use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras};
 
-fn spec(name: &str) -> TaskSpec {
+pub(super) fn spec(name: &str) -> TaskSpec {
     TaskSpec {
         name: name.into(),
         path: PathBuf::from(format!("{name}.toml")),
@@ -64,7 +64,7 @@ fn ok_result(tick: DateTime<Utc>) -> RunResult {
     }
 }
 
-fn at(s: i64) -> DateTime<Utc> {
+pub(super) fn at(s: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
 }
 

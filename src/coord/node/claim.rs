@@ -74,6 +74,8 @@ pub(crate) struct ResolveJob {
 #[derive(Debug)]
 pub(crate) enum AfterRead {
     LastClaimed(ReqId),
+    /// The queued tick (`overlap = "queue"`).
+    Queued(ReqId),
     Claim(ClaimJob),
     Orphan(ReqId),
     Resolve(ResolveJob),
@@ -158,6 +160,9 @@ impl Node {
             AfterRead::LastClaimed(req) => {
                 self.answer(req, read.map(|(record, _)| Answered::Tick(record.tick)));
             }
+            AfterRead::Queued(req) => {
+                self.answer(req, read.map(|(record, _)| Answered::Tick(record.queued)));
+            }
             AfterRead::Claim(job) => match read {
                 Ok((record, version)) if job.conflicts >= 2 => {
                     let _ = version;
@@ -184,7 +189,9 @@ impl Node {
     pub(super) fn abort_read(&mut self, after: AfterRead) {
         let ended = |context| CoordError::SessionEnded { context };
         match after {
-            AfterRead::LastClaimed(req) => self.answer(req, Err(ended("reading the fire record"))),
+            AfterRead::LastClaimed(req) | AfterRead::Queued(req) => {
+                self.answer(req, Err(ended("reading the fire record")))
+            }
             AfterRead::Claim(job) => self.finish_claim(job, Err(ended("claiming"))),
             AfterRead::Orphan(req) => self.answer(req, Err(ended("checking for a lost run"))),
             AfterRead::Resolve(job) => {
@@ -230,15 +237,15 @@ impl Node {
             return self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
         };
         let tick = job.tick;
+        let fresh = FireView {
+            record: record.tick,
+            claimed_to_run: record.run,
+            leads: true,
+            queued: record.queued,
+            ..FireView::default()
+        };
         let verdict = match job.kind {
-            ClaimKind::Fresh => record::admit_claim(
-                &FireView {
-                    record: record.tick,
-                    leads: true,
-                    ..FireView::default()
-                },
-                tick,
-            ),
+            ClaimKind::Fresh => record::admit(&fresh, tick, job.intent),
             ClaimKind::Rerun => {
                 let Some(result) = job.result else {
                     let path = self.paths.result(&job.task);
@@ -260,6 +267,7 @@ impl Node {
                     leads: true,
                     run_live: false,
                     claimer_alive: self.session_alive(&record.session),
+                    queued: record.queued,
                 };
                 record::admit_rerun(&view, tick)
             }
@@ -267,17 +275,19 @@ impl Node {
         if let Verdict::Refuse(outcome) = verdict {
             return self.finish_claim(job, Ok(outcome));
         }
+        let claimed = record::claimed(&fresh, tick, job.intent);
         let new = FireRecord {
             format: FORMAT_VERSION,
-            tick: Some(tick),
+            tick: Some(claimed.record),
             node: self.cfg.id.clone(),
             session: self.session_hex(),
-            run: job.intent == ClaimIntent::Run,
+            run: claimed.run,
             reruns: match job.kind {
                 ClaimKind::Rerun => record.reruns + 1,
                 ClaimKind::Fresh => 0,
             },
             claimed_at: Some(self.now.wall),
+            queued: claimed.queued,
         };
         let run_path = self.paths.run(&job.task, tick);
         let ops = self.claim_ops(&job, &new, epoch, version, &run_path);
@@ -328,7 +338,7 @@ impl Node {
                 version: Some(version),
             });
         }
-        if job.intent == ClaimIntent::Run {
+        if job.intent.runs() {
             let run_data = serde_json::to_vec(&RunRecord {
                 format: FORMAT_VERSION,
                 node: self.cfg.id.clone(),
@@ -363,7 +373,7 @@ impl Node {
                     self.measure_skew(sent, stat);
                     self.tasks.state_mut(&job.task).record = Some((new, stat.version));
                 }
-                if job.intent == ClaimIntent::Run {
+                if job.intent.runs() {
                     self.own_runs.insert(run_path);
                 }
                 self.finish_claim(job, Ok(ClaimOutcome::Claimed));
@@ -542,21 +552,29 @@ impl Node {
             }
         };
         let tick = job.claim.tick;
-        let ours = record.tick == Some(tick)
-            && record.session == job.new.session
-            && record.node == job.new.node
-            && record.reruns == job.new.reruns;
+        // A queued tick's start leaves the record's tick as it was: it is ours when the record
+        // is exactly what it wrote.
+        let ours = if job.claim.intent == ClaimIntent::RunQueued {
+            record == job.new
+        } else {
+            record.tick == Some(tick)
+                && record.session == job.new.session
+                && record.node == job.new.node
+                && record.reruns == job.new.reruns
+        };
         if ours {
             self.report(Level::Info, "the claim had been applied")
                 .field("task", &job.claim.task)
                 .field("tick", tick);
-            if job.claim.intent == ClaimIntent::Run {
+            if job.claim.intent.runs() {
                 self.own_runs.insert(job.run_path);
             }
             return self.finish_claim(job.claim, Ok(ClaimOutcome::Claimed));
         }
+        let still_queued =
+            job.claim.intent == ClaimIntent::RunQueued && record.queued == Some(tick);
         let outcome = match record.tick {
-            Some(current) if current >= tick => {
+            Some(current) if current >= tick && !still_queued => {
                 Ok(ClaimOutcome::AlreadyClaimed { record: current })
             }
             _ => Err(CoordError::Unknown {
@@ -652,6 +670,7 @@ impl Node {
             leads: true,
             run_live,
             claimer_alive: self.session_alive(&record.session),
+            queued: record.queued,
         };
         self.answer(req, Ok(Answered::Tick(record::orphan(&view))));
     }

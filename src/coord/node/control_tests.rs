@@ -60,6 +60,7 @@ fn mark() -> Vec<u8> {
         format: 1,
         at: DateTime::from_timestamp(1_799_999_000, 0).unwrap(),
         by: "ops@h".into(),
+        reason: None,
     })
     .unwrap()
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::coord::records::MarkRecord;
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
 use crate::task::TaskSpec;
 
@@ -197,6 +198,14 @@ pub enum Request {
     RunsElsewhere {
         task: String,
     },
+    /// [`Coordinator::queued_tick`](crate::coord::Coordinator::queued_tick).
+    QueuedTick {
+        task: String,
+    },
+    /// [`Coordinator::runs_ended_elsewhere`](crate::coord::Coordinator::runs_ended_elsewhere).
+    RunsEndedElsewhere {
+        task: String,
+    },
     RunEnded {
         task: String,
         result: RunResult,
@@ -208,6 +217,11 @@ pub enum Request {
     ClaimManual {
         task: String,
         trigger: Trigger,
+    },
+    /// [`Coordinator::pause`](crate::coord::Coordinator::pause).
+    Pause {
+        task: String,
+        mark: MarkRecord,
     },
     ReleaseAll,
     Close,
@@ -221,6 +235,8 @@ pub enum Answered {
     Tick(Option<DateTime<Utc>>),
     Count(usize),
     Result(Option<RunResult>),
+    /// Whether a write changed anything (a pause: false when the task was paused already).
+    Changed(bool),
 }
 
 /// An answer: what was asked for, or why not.

@@ -28,6 +28,8 @@
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
+//! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
+//! - `waits`: requests answered when something happens (the end of runs on other nodes).
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
 //! - `report`: once-per-change reports for the operator, with their fixes.
@@ -44,6 +46,7 @@ mod history;
 pub mod io;
 mod leadership;
 mod leases;
+mod mark;
 mod members;
 mod report;
 mod requests;
@@ -54,6 +57,7 @@ mod tasks;
 mod tests;
 mod then;
 mod trigger;
+mod waits;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -312,6 +316,8 @@ pub struct Node {
     tasks: tasks::Tasks,
     /// Counts of other nodes' live runs in flight, by request.
     runs_counts: BTreeMap<ReqId, runs::RunsCount>,
+    /// Requests waiting for the end of runs on other nodes.
+    run_waits: waits::RunWaits,
     /// Leaving the cluster (`ReleaseAll`) in flight.
     release_all: Option<ReleaseAllJob>,
 
@@ -399,6 +405,7 @@ impl Node {
             own_runs: BTreeSet::new(),
             tasks: tasks::Tasks::default(),
             runs_counts: BTreeMap::new(),
+            run_waits: waits::RunWaits::default(),
             release_all: None,
             skew: None,
             offset_ms: None,
@@ -533,7 +540,7 @@ impl Node {
     }
 
     fn answer(&mut self, req: ReqId, answer: Answer) {
-        self.out.push_back(Output::Answer { req, answer });
+        self.waited_answer(req, answer);
     }
 
     fn at(&mut self, at: Duration, timer: Timer) {

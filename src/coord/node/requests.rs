@@ -52,9 +52,22 @@ impl Node {
             }
             Request::OrphanedTick { task } => self.orphaned_tick(req, task),
             Request::RunsElsewhere { task } => self.runs_elsewhere(req, task),
+            Request::RunsEndedElsewhere { task } => self.wait_runs_elsewhere(req, task),
+            Request::QueuedTick { task } => {
+                if self.session.is_none() {
+                    return self.answer(
+                        req,
+                        Err(CoordError::NotConnected {
+                            context: "reading the queued tick",
+                        }),
+                    );
+                }
+                self.read_record(task, AfterRead::Queued(req));
+            }
             Request::RunEnded { task, result } => self.run_ended(req, task, result),
             Request::LastResult { task } => self.last_result(req, task),
             Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
+            Request::Pause { task, mark } => self.pause_task(req, task, mark),
             Request::ReleaseAll => self.start_release_all(req),
             Request::Close => self.close_after_history(req),
         }

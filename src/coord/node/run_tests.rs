@@ -21,7 +21,19 @@ struct Asked {
 /// Asks the node `request`, answering its calls from `store`; `fail_exists` fails each
 /// `exists` with a lost connection.
 fn ask(node: &mut Node, store: &mut Store, now: Now, request: Request, fail_exists: bool) -> Asked {
-    node.handle(Input::Request { req: 900, request }, now);
+    serve(
+        node,
+        store,
+        now,
+        Input::Request { req: 900, request },
+        fail_exists,
+    )
+}
+
+/// Feeds `input` to the node and answers its calls from `store`, as [`ask`] does; the answer
+/// is request 900's, if it came.
+fn serve(node: &mut Node, store: &mut Store, now: Now, input: Input, fail_exists: bool) -> Asked {
+    node.handle(input, now);
     let (mut answer, mut listed, mut said) = (None, false, Vec::new());
     for _ in 0..20 {
         let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
@@ -208,5 +220,37 @@ fn a_run_of_the_claimer_the_fire_record_names_is_no_orphan_though_its_member_zno
     assert!(
         matches!(answer, Some(Ok(Answered::Tick(None)))),
         "{answer:?}"
+    );
+}
+
+#[test]
+fn a_wait_for_the_runs_elsewhere_is_answered_when_their_run_znode_is_deleted() {
+    // Given n3's live run of t (a handoff: this node leads now, its queued tick waits).
+    let mut store = Store::default();
+    member_of_session_3(&mut store);
+    let (mut node, _) = started(&mut store, vec![spec("t", "overlap = \"queue\"")]);
+    run_of_session(&mut store, 3);
+    let request = Request::RunsEndedElsewhere { task: "t".into() };
+    let asked = ask(&mut node, &mut store, at(100), request, false);
+    assert!(asked.listed);
+    assert!(
+        asked.answer.is_none(),
+        "answered while n3's run is live: {:?}",
+        asked.answer
+    );
+    // When the run ends (its znode deleted, which the task's watch reports)...
+    let run = format!("{BASE}/tasks/t/run-{TICK}");
+    store.znodes.remove(&run);
+    let deleted = Input::Watch {
+        path: run,
+        kind: crate::coord::node::io::WatchKind::Deleted,
+    };
+    let asked = serve(&mut node, &mut store, at(110), deleted, false);
+    // ...then the wait is answered, once the count finds no run left.
+    assert!(asked.listed, "no count after the deletion");
+    assert!(
+        matches!(asked.answer, Some(Ok(Answered::Done))),
+        "{:?}",
+        asked.answer
     );
 }

@@ -64,8 +64,9 @@ impl Node {
                 } else {
                     self.retry();
                 }
-                // Trigger events missed while disconnected.
+                // Trigger events missed while disconnected, and runs that ended meanwhile.
                 self.list_triggers();
+                self.recount_waits(|_| true);
                 self.publish();
             }
             return;
@@ -185,6 +186,7 @@ impl Node {
     pub(super) fn end_session(&mut self) {
         self.generation += 1;
         self.abort_pending();
+        self.end_waits();
         self.session = None;
         self.present.clear();
         self.members.clear();
@@ -589,6 +591,8 @@ impl Node {
             }
         } else if let Some(task) = path.strip_prefix(&leases) {
             self.on_lease_event(task.to_string(), kind);
+        } else if self.on_task_event(path, kind) {
+            // A task's subtree, watched while a queued tick waits for a run elsewhere.
         } else if self.on_control_event(path, kind) {
             // A drain or pause mark, or their directories: handled there.
         } else if kind == WatchKind::Deleted

@@ -56,6 +56,7 @@ use super::node::io::{
     Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
+use super::records::MarkRecord;
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::metrics::Metrics;
@@ -255,6 +256,24 @@ impl Coordinator for ZkCoordinator {
         }
     }
 
+    async fn queued_tick(
+        &self,
+        task: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, CoordError> {
+        let request = Request::QueuedTick { task: task.into() };
+        match self.ask(request, "reading the queued tick").await? {
+            Answered::Tick(tick) => Ok(tick),
+            _ => Err(unexpected("reading the queued tick")),
+        }
+    }
+
+    async fn runs_ended_elsewhere(&self, task: &str) -> Result<(), CoordError> {
+        let request = Request::RunsEndedElsewhere { task: task.into() };
+        self.ask(request, "waiting for live runs to end")
+            .await
+            .map(|_| ())
+    }
+
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let request = Request::RunEnded {
             task: task.into(),
@@ -285,6 +304,17 @@ impl Coordinator for ZkCoordinator {
         match self.ask(request, "claiming a manual run").await? {
             Answered::Claim(outcome) => Ok(outcome),
             _ => Err(unexpected("claiming a manual run")),
+        }
+    }
+
+    async fn pause(&self, task: &str, mark: MarkRecord) -> Result<bool, CoordError> {
+        let request = Request::Pause {
+            task: task.into(),
+            mark,
+        };
+        match self.ask(request, "pausing the task").await? {
+            Answered::Changed(changed) => Ok(changed),
+            _ => Err(unexpected("pausing the task")),
         }
     }
 

@@ -1,0 +1,151 @@
+//! `overlap = "queue"` on injected time: a tick due while a run is live is claimed as queued,
+//! a later one as dropped, and the queued one starts when no run is live, here or elsewhere.
+
+use super::*;
+
+impl Shell {
+    /// Answers the read of the queued tick with `queued`.
+    fn read_queued(&mut self, queued: Option<DateTime<Utc>>) {
+        let call = self.take("queued tick read", |a| match a {
+            Action::ReadQueued { call, .. } => Some(*call),
+            _ => None,
+        });
+        self.answer(call, Answer::Queued(Ok(queued)));
+    }
+
+    /// The queued tick's start after the runs elsewhere were counted (none): prepared, claimed
+    /// with `RunQueued`, won and spawned; returns the spawn's fire id and due time.
+    fn start_queued(&mut self) -> (String, DateTime<Utc>) {
+        self.count_elsewhere(0);
+        let tick = self.prepare();
+        let (call, claimed, intent) = self.claim();
+        assert_eq!((claimed, intent), (tick.instant, ClaimIntent::RunQueued));
+        self.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+        let (_, fire_id, due, _) = self.spawned();
+        (fire_id, due)
+    }
+}
+
+fn queue_task() -> Vec<Arc<TaskSpec>> {
+    vec![every_minute("t", "overlap = \"queue\"")]
+}
+
+#[test]
+fn a_tick_due_during_a_run_is_queued_a_later_one_dropped_and_the_queued_one_starts_at_the_end() {
+    let mut shell = Shell::new(at(0), queue_task(), &["t"]);
+    shell.read_record(None);
+    shell.read_queued(None);
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, _, intent) = shell.claim();
+    assert_eq!(intent, ClaimIntent::Run);
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (run, ..) = shell.spawned();
+
+    // At 120 s the run is live: decided at the instant, claimed as queued, not spawned.
+    shell.run_until(at(120) - ms(1));
+    shell.prepare();
+    assert!(!shell.has_claim(), "{:?}", shell.actions);
+    shell.run_until(at(120));
+    let (call, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::Queue));
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
+
+    // At 180 s one waits already: dropped.
+    shell.run_until(at(180));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (call, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(180), ClaimIntent::Drop));
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+
+    // The run ends at 200 s: the queued tick starts at once, as itself.
+    shell.run_until(at(200));
+    shell.handle(Input::RunEnded { run });
+    let (fire_id, due) = shell.start_queued();
+    assert_eq!(fire_id, plan::fire_id("t", at(120)));
+    assert_eq!(due, at(120), "due already: spawned at once");
+    // Nothing waits any more: the next tick due during that run is queued again.
+    shell.run_until(at(240));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (_, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(240), ClaimIntent::Queue));
+}
+
+#[test]
+fn a_queued_tick_read_at_the_start_waits_for_the_run_on_another_node_to_end() {
+    // A new leader (after a handoff, a leader's death, a restart) finds a tick queued.
+    let mut shell = Shell::new(at(130), queue_task(), &["t"]);
+    shell.read_record(Some(at(120)));
+    shell.read_queued(Some(at(120)));
+    // A run of the task is live elsewhere: the core waits for its end, without polling.
+    shell.count_elsewhere(1);
+    let call = shell.take("wait for the runs elsewhere", |a| match a {
+        Action::WaitRunsElsewhere { call, .. } => Some(*call),
+        _ => None,
+    });
+    assert!(!shell.has_claim(), "{:?}", shell.actions);
+    shell.run_until(at(150));
+    shell.answer(call, Answer::RunsEnded(Ok(())));
+    let (fire_id, _) = shell.start_queued();
+    assert_eq!(fire_id, plan::fire_id("t", at(120)));
+}
+
+#[test]
+fn a_queued_tick_whose_run_ended_while_its_claim_was_on_its_way_starts_when_won() {
+    let mut shell = Shell::new(at(0), queue_task(), &["t"]);
+    shell.read_record(None);
+    shell.read_queued(None);
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, ..) = shell.claim();
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (run, ..) = shell.spawned();
+    shell.run_until(at(120) - ms(1));
+    shell.prepare();
+    shell.run_until(at(120));
+    let (call, _, intent) = shell.claim();
+    assert_eq!(intent, ClaimIntent::Queue);
+    shell.handle(Input::RunEnded { run });
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (fire_id, _) = shell.start_queued();
+    assert_eq!(fire_id, plan::fire_id("t", at(120)));
+}
+
+#[test]
+fn a_refused_start_of_the_queued_tick_forgets_it_and_a_failed_one_keeps_it_waiting() {
+    let mut shell = Shell::new(at(130), queue_task(), &["t"]);
+    shell.read_record(Some(at(120)));
+    shell.read_queued(Some(at(120)));
+    shell.count_elsewhere(0);
+    shell.prepare();
+    let (call, _, intent) = shell.claim();
+    assert_eq!(intent, ClaimIntent::RunQueued);
+    shell.answer(call, Answer::Claim(Err(lost())));
+    assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
+    // Still waiting: the next tick (due with no run live) is dropped and the start tried again.
+    shell.run_until(at(180));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (_, tick, intent) = shell.take("the tick's claim", |a| match a {
+        Action::Claim {
+            call, tick, intent, ..
+        } if *intent != ClaimIntent::RunQueued => Some((*call, *tick, *intent)),
+        _ => None,
+    });
+    assert_eq!((tick, intent), (at(180), ClaimIntent::Drop));
+    shell.count_elsewhere(0);
+    shell.prepare();
+    let (call, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::RunQueued));
+    shell.answer(
+        call,
+        Answer::Claim(Ok(ClaimOutcome::AlreadyClaimed { record: at(180) })),
+    );
+    assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
+}

@@ -1,0 +1,69 @@
+//! The checker's rules of `overlap = "queue"`, from the fire-record writes the model sees: at
+//! most one tick waits (a write never replaces one queued tick with another), and a queued
+//! tick is started once (the write that clears it is its claim to run; a second is a double
+//! claim). That a queued tick starts only after the live run ended is `check_overlap`'s rule,
+//! as for `skip`; that it runs once is `on_run`'s.
+
+use chrono::{DateTime, Utc};
+
+use crate::checker::{Checker, ClaimRec, Kind, Violation};
+use crate::{Ms, NodeIx, SessionId, TaskIx, secs};
+use zkcron::coord::records::FireRecord;
+
+impl Checker {
+    /// A write of task `t`'s fire record from `before` to `after` by `node` (`session`): what
+    /// it did to the queued tick. Returns whether it started one (then it is no fresh claim).
+    pub(crate) fn on_queue_write(
+        &mut self,
+        at: Ms,
+        t: TaskIx,
+        before: Option<&FireRecord>,
+        after: &FireRecord,
+        node: NodeIx,
+        session: SessionId,
+    ) -> bool {
+        let was = before.and_then(|b| b.queued);
+        match (was, after.queued) {
+            (Some(old), Some(new)) if old != new => {
+                self.violate(
+                    Kind::TwoQueued,
+                    at,
+                    t,
+                    new,
+                    format!(
+                        "n{node} queued tick {:.3}s while tick {:.3}s was queued already (at most one waits)",
+                        secs(new),
+                        secs(old)
+                    ),
+                );
+                false
+            }
+            (Some(queued), None) => {
+                let claims = self.claims.entry((t, queued)).or_default();
+                let started = claims.len() > 1;
+                claims.push(ClaimRec { at, node, session });
+                if started {
+                    self.violate(
+                        Kind::DoubleClaim,
+                        at,
+                        t,
+                        queued,
+                        format!("n{node} started the queued tick {:.3}s again", secs(queued)),
+                    );
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn violate(&mut self, kind: Kind, at: Ms, task: TaskIx, tick: DateTime<Utc>, detail: String) {
+        self.violations.push(Violation {
+            kind,
+            at,
+            task: Some(task),
+            tick: Some(tick),
+            detail,
+        });
+    }
+}
