@@ -208,7 +208,7 @@ pub(super) fn start_run<C: Coordinator>(
         let spawned = tokio::time::Instant::now();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
         let node = shared.node_id.clone();
-        let manual = kind == RunKind::Manual;
+        let manual = kind != RunKind::Scheduled;
         let run_fire_id = fire_id.clone();
         let on_end = move |outcome: &RunOutcome| {
             // The run is over on this node now, not once its result is written.
@@ -276,7 +276,7 @@ async fn not_started<C: Coordinator>(
         duration_ms: 0,
         finished_at: wall_clock(),
         fire_id: Some(fire_id.to_string()),
-        manual: kind == RunKind::Manual,
+        manual: kind != RunKind::Scheduled,
         ..RunResult::default()
     };
     if let Err(error) = shared.coordinator.run_ended(name, &result).await {

@@ -21,6 +21,13 @@ use super::*;
 pub(super) struct Manual<P> {
     claiming: BTreeMap<String, ManualRun<P>>,
     claimed: BTreeSet<String>,
+    /// The backfill tick in flight (claiming or running) per task: its fire id.
+    pub(super) backfilling: BTreeMap<String, String>,
+    /// Backfill fire ids the backend refused since the leadership last changed.
+    pub(super) refused: BTreeSet<String>,
+    /// The newest tick this node claimed of each backfill request (a listing may not show it
+    /// yet).
+    pub(super) backfill_claimed: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl<P> Default for Manual<P> {
@@ -28,6 +35,9 @@ impl<P> Default for Manual<P> {
         Manual {
             claiming: BTreeMap::new(),
             claimed: BTreeSet::new(),
+            backfilling: BTreeMap::new(),
+            refused: BTreeSet::new(),
+            backfill_claimed: BTreeMap::new(),
         }
     }
 }
@@ -35,6 +45,8 @@ impl<P> Default for Manual<P> {
 struct ManualRun<P> {
     task: Arc<str>,
     trigger: Trigger,
+    /// [`RunKind::Manual`] or [`RunKind::Backfill`].
+    kind: RunKind,
     tick: Tick,
     /// Set once prepared.
     prepared: Option<P>,
@@ -134,6 +146,8 @@ impl<P> Firing<P> {
         }
         self.start_manual_runs(&leadership);
         self.applied = Some(leadership);
+        self.manual.refused.clear();
+        self.start_backfills();
     }
 
     fn kill_on_session_loss(&mut self) {
@@ -274,12 +288,17 @@ impl<P> Firing<P> {
                 if self.manual.claimed.contains(id) || self.manual.claiming.contains_key(id) {
                     continue;
                 }
-                self.start_manual_run(&spec, trigger);
+                self.start_manual_run(&spec, trigger, RunKind::Manual);
             }
         }
     }
 
-    fn start_manual_run(&mut self, spec: &Arc<TaskSpec>, trigger: &Trigger) {
+    pub(super) fn start_manual_run(
+        &mut self,
+        spec: &Arc<TaskSpec>,
+        trigger: &Trigger,
+        kind: RunKind,
+    ) {
         let tick = Tick {
             instant: trigger.requested_at,
             due_at: self.now,
@@ -291,6 +310,7 @@ impl<P> Firing<P> {
             ManualRun {
                 task: spec.name.clone(),
                 trigger: trigger.clone(),
+                kind,
                 tick,
                 prepared: None,
                 delay: FIRST_RETRY,
@@ -365,9 +385,16 @@ impl<P> Firing<P> {
             }
         };
         let run = self.manual.claiming.remove(fire_id).expect("claiming");
+        if run.kind == RunKind::Backfill && outcome != ClaimOutcome::Claimed {
+            let refused = matches!(outcome, ClaimOutcome::AlreadyClaimed { .. });
+            self.backfill_not_claimed(&task, fire_id, refused);
+        }
         match outcome {
             ClaimOutcome::Claimed => {
                 self.manual.claimed.insert(fire_id.to_string());
+                if run.kind == RunKind::Backfill {
+                    self.backfill_claimed(fire_id);
+                }
                 let requested_at = run.trigger.requested_at;
                 tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "manual run claimed; starting it");
                 // Nothing stops a manual run's claim: it has no loop of its own (shutdown
@@ -377,7 +404,7 @@ impl<P> Firing<P> {
                     tick: run.tick,
                     fire_id: fire_id.to_string(),
                     prepared: run.prepared.expect("prepared before the claim"),
-                    kind: RunKind::Manual,
+                    kind: run.kind,
                     retries: Retries::Allowed,
                 });
             }

@@ -350,6 +350,7 @@ pub fn history(runs: &[HistoryEntry]) -> String {
             match run.trigger {
                 RunTrigger::Schedule => "schedule",
                 RunTrigger::Manual => "manual",
+                RunTrigger::Backfill => "backfill",
             }
             .into(),
         ]);
