@@ -134,7 +134,7 @@ Each tick is claimed in one atomic step before its process starts, and a tick wh
 .SH FILES
 .TP
 \fI/etc/zkcron/zkcron.toml\fR
-The node configuration, read by \fBrun\fR, \fBvalidate\fR, \fBnext\fR and the operator commands (\fBstatus\fR, \fBexplain\fR, \fBhistory\fR, \fBtrigger\fR, \fBpause\fR, \fBresume\fR, \fBdrain\fR, \fBundrain\fR) when \fB\-\-config\fR is not given.
+The node configuration, read by \fBrun\fR, \fBvalidate\fR, \fBnext\fR and the operator commands (\fBstatus\fR, \fBexplain\fR, \fBhistory\fR, \fBtrigger\fR, \fBbackfill\fR, \fBpause\fR, \fBresume\fR, \fBdrain\fR, \fBundrain\fR) when \fB\-\-config\fR is not given.
 .TP
 \fI/etc/zkcron/jobs.d/\fR
 Task files, one task per \fINAME\fR.toml; the default jobs dir beside the configuration.

@@ -2,15 +2,18 @@
 //! (`daemon::control`), one JSON request and one JSON reply per connection, each a single line.
 //! Only the daemon's user can connect (the socket is 0600 in the 0700 state dir).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::model::Status;
+use crate::coord::backfill::BackfillRecord;
 use crate::coord::records::{HistoryEntry, TriggerRecord};
 
 /// The socket's file name in the state dir.
@@ -24,11 +27,38 @@ const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Status,
-    History { task: String, n: usize },
-    Trigger { task: String, by: String },
-    TriggerState { fire_id: String },
-    Pause { task: String, by: String },
-    Resume { task: String, by: String },
+    History {
+        task: String,
+        n: usize,
+    },
+    Trigger {
+        task: String,
+        by: String,
+    },
+    TriggerState {
+        fire_id: String,
+    },
+    /// A backfill of `task`'s ticks in `[from, to)`.
+    Backfill {
+        task: String,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        by: String,
+    },
+    /// Every backfill request kept.
+    Backfills,
+    CancelBackfill {
+        name: String,
+        by: String,
+    },
+    Pause {
+        task: String,
+        by: String,
+    },
+    Resume {
+        task: String,
+        by: String,
+    },
 }
 
 /// The daemon's reply: `ok` and the field of the request, or `error`.
@@ -45,6 +75,10 @@ pub struct Reply {
     pub fire_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerRecord>,
+    /// Backfill requests by name: all of them (`backfills`), or the one requested or cancelled
+    /// (as it was before the cancel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfills: Option<BTreeMap<String, BackfillRecord>>,
     /// For pause and resume: whether the state changed (false: it already was so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<bool>,

@@ -333,6 +333,19 @@ fn next_tick<'a>(
     schedule.next_after(after)
 }
 
+/// The schedule of `task` as its leader (else any eligible member, else any definer)
+/// published it; `None` when no live member publishes one this release reads.
+pub fn schedule_of(snapshot: &Snapshot, task: &str) -> Option<Schedule> {
+    let members = Members::new(snapshot);
+    let entry = definition(snapshot, task, &members.definers(task))?;
+    let zone = entry.timezone.as_deref().unwrap_or("UTC");
+    Schedule::parse(
+        entry.schedule.as_deref()?,
+        schedule::parse_timezone(zone).ok()?,
+    )
+    .ok()
+}
+
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible
 /// member's, else any definer's.
 fn definition<'a>(

@@ -153,14 +153,16 @@ impl Backfills {
         self.lock().backfills.clone()
     }
 
-    /// Cancels the request `name`; `None` if there is none.
+    /// Cancels the request `name`; the record as it was before, `None` if there is none.
     pub(super) fn cancel(
         &self,
         name: &str,
         by: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<BackfillRecord>, CoordError> {
-        self.update(name, |record| backfill::cancelled(record, by, now))
+        let before = self.lock().backfills.get(name).cloned();
+        self.update(name, |record| backfill::cancelled(record, by, now))?;
+        Ok(before)
     }
 
     /// The requests of `tasks` that want their next tick claimed, by task, oldest first.

@@ -151,8 +151,9 @@ async fn a_cancelled_request_claims_nothing_more_and_an_unknown_task_is_refused(
         "{error}"
     );
     let name = local.request_backfill(request("a", 2)).unwrap();
-    let cancelled = local.cancel_backfill(&name, "ops@host").unwrap().unwrap();
-    assert_eq!(cancelled.state, BackfillState::Cancelled);
+    let before = local.cancel_backfill(&name, "ops@host").unwrap().unwrap();
+    assert_eq!(before.state, BackfillState::Active);
+    assert_eq!(local.backfills()[&name].state, BackfillState::Cancelled);
     assert!(local.leadership().borrow().backfills.is_empty());
     assert!(matches!(
         local.claim_manual("a", &tick_of(&name, 0)).await.unwrap(),

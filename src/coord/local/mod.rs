@@ -263,7 +263,8 @@ impl LocalCoordinator {
         self.backfills.list()
     }
 
-    /// Cancels the backfill `name` (its running tick finishes); `None` if there is none.
+    /// Cancels the backfill `name` (its running tick finishes); the record as it was before,
+    /// `None` if there is none.
     pub fn cancel_backfill(
         &self,
         name: &str,
