@@ -56,6 +56,10 @@ pub enum BackfillState {
 pub struct BackfillRun {
     pub tick: DateTime<Utc>,
     pub node: String,
+    /// The claimer's ZooKeeper session, in hex (none on the local backend): while it lives
+    /// the tick runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     pub claimed_at: DateTime<Utc>,
 }
 
@@ -272,13 +276,20 @@ pub fn admit(
     Verdict::Admit
 }
 
-/// `record` once `node` claimed `tick` (admitted by [`admit`]) at `now`; a running tick of a
+/// Who claims a tick: the node and its ZooKeeper session (hex), if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimer<'a> {
+    pub node: &'a str,
+    pub session: Option<&'a str>,
+}
+
+/// `record` once `by` claimed `tick` (admitted by [`admit`]) at `now`; a running tick of a
 /// lost node counts as failed.
 pub fn claimed(
     record: &BackfillRecord,
     name: &str,
     tick: DateTime<Utc>,
-    node: &str,
+    by: Claimer<'_>,
     now: DateTime<Utc>,
 ) -> BackfillRecord {
     let mut new = record.clone();
@@ -289,7 +300,8 @@ pub fn claimed(
     new.claimed += 1;
     new.running = Some(BackfillRun {
         tick,
-        node: node.to_string(),
+        node: by.node.to_string(),
+        session: by.session.map(str::to_string),
         claimed_at: now,
     });
     new

@@ -11,6 +11,13 @@ fn hourly() -> Schedule {
     Schedule::parse("0 * * * *", Tz::UTC).unwrap()
 }
 
+fn by(node: &str) -> Claimer<'_> {
+    Claimer {
+        node,
+        session: None,
+    }
+}
+
 fn request(total: u32) -> BackfillRecord {
     BackfillRecord::new(
         "report",
@@ -126,7 +133,7 @@ fn a_tick_is_claimed_once_one_at_a_time_and_only_by_the_leader() {
         Verdict::Refuse(ClaimOutcome::NotLeader)
     );
     assert_eq!(admit(true, Some(&record), first, false), Verdict::Admit);
-    let running = claimed(&record, name, first, "a", now);
+    let running = claimed(&record, name, first, by("a"), now);
     assert_eq!(running.done, Some(first));
     assert_eq!(running.claimed, 1);
     // The same tick again, or the next one while the first runs: refused.
@@ -162,9 +169,9 @@ fn a_tick_of_a_lost_node_counts_as_failed_and_the_next_one_goes_on() {
     let first = utc("2026-01-01T00:00:00Z");
     let second = utc("2026-01-01T01:00:00Z");
     let now = utc("2026-02-01T00:00:00Z");
-    let running = claimed(&request(3), name, first, "a", now);
+    let running = claimed(&request(3), name, first, by("a"), now);
     assert_eq!(admit(true, Some(&running), second, true), Verdict::Admit);
-    let next = claimed(&running, name, second, "b", now);
+    let next = claimed(&running, name, second, by("b"), now);
     assert_eq!(next.failed, 1);
     assert_eq!(next.claimed, 2);
     assert!(
@@ -180,7 +187,7 @@ fn the_last_end_makes_the_request_done_and_cancel_stops_the_claims() {
     let name = "report@backfill-0000000000";
     let first = utc("2026-01-01T00:00:00Z");
     let now = utc("2026-02-01T00:00:00Z");
-    let running = claimed(&request(1), name, first, "a", now);
+    let running = claimed(&request(1), name, first, by("a"), now);
     let done = ended(&running, &entry(&fire_id(name, first), first, 3), None, now);
     assert_eq!(done.state, BackfillState::Done);
     assert_eq!(done.failed, 1);

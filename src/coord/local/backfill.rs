@@ -200,7 +200,11 @@ impl Backfills {
             return Ok(outcome);
         }
         let previous = stored.expect("admitted");
-        let new = backfill::claimed(&previous, name, tick, node, now);
+        let by = backfill::Claimer {
+            node,
+            session: None,
+        };
+        let new = backfill::claimed(&previous, name, tick, by, now);
         file.backfills.insert(name.to_string(), new);
         if let Err(error) = self.save(&file) {
             file.backfills.insert(name.to_string(), previous);

@@ -27,6 +27,7 @@
 //! - `runs`: live runs, results, and leaving the cluster.
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
+//! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
@@ -35,6 +36,7 @@
 //!   small in-memory ZooKeeper.
 
 mod acting;
+mod backfill;
 mod claim;
 mod clock;
 mod control;
@@ -336,6 +338,10 @@ pub struct Node {
     triggers: BTreeMap<String, trigger::Known>,
     /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
     manual_sent: BTreeMap<String, DateTime<Utc>>,
+    /// Every backfill request under `control/backfills` as last read, by name.
+    backfills: BTreeMap<String, backfill::Known>,
+    /// The requests with a lost tick's end or a deletion on its way.
+    backfill_sweeping: BTreeSet<String>,
     /// `[scheduler] history_runs`: how many runs a task's history keeps.
     history_runs: usize,
 }
@@ -403,6 +409,8 @@ impl Node {
             control: control::Control::default(),
             triggers: BTreeMap::new(),
             manual_sent: BTreeMap::new(),
+            backfills: BTreeMap::new(),
+            backfill_sweeping: BTreeSet::new(),
             history_runs: cfg.history_runs,
             cfg,
         };

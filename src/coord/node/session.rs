@@ -64,8 +64,9 @@ impl Node {
                 } else {
                     self.retry();
                 }
-                // Trigger events missed while disconnected.
+                // Trigger and backfill events missed while disconnected.
                 self.list_triggers();
+                self.list_backfills();
                 self.publish();
             }
             return;
@@ -231,7 +232,8 @@ impl Node {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
         }
         steps.extend(self.control_setup_ops());
-        let triggers = self.trigger_setup_steps();
+        let mut triggers = self.trigger_setup_steps();
+        triggers.extend(self.backfill_setup_steps());
         if let Some(session) = self.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
@@ -252,6 +254,7 @@ impl Node {
             self.call(op, Then::Ignore);
         }
         self.list_triggers();
+        self.list_backfills();
         // Measured before registering, so that the member record says whether it may lead.
         self.probe(true);
     }
@@ -551,7 +554,10 @@ impl Node {
     // ---- watches ----
 
     pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
-        if self.session.is_none() || self.on_trigger_watch(path, kind) {
+        if self.session.is_none()
+            || self.on_trigger_watch(path, kind)
+            || self.on_backfill_watch(path, kind)
+        {
             return;
         }
         let members = format!("{}/", self.paths.members());
