@@ -217,6 +217,17 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
     let out = cluster.cli(&["backfill", "rep", "--from", &from, "--to", &to]);
     let id = request_id(&out);
     cluster.wait("a tick to run", LIMIT, |c| !c.runs().is_empty());
+    // `status` and `explain` show it while it is active.
+    let out = cluster.cli(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let progress = &status["tasks"][0]["backfills"][0];
+    assert_eq!(progress["id"], id.as_str(), "{status:#}");
+    assert_eq!(progress["total"], 60, "{status:#}");
+    let explained = text(&cluster.cli(&["explain", "rep"]).stdout);
+    assert!(
+        explained.contains(&format!("  backfill: backfill {id}: ")),
+        "{explained}"
+    );
     let out = cluster.cli(&["backfill", "--cancel", &id]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with(&format!("zkcron: backfill {id} cancelled after ")));

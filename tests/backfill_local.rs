@@ -165,13 +165,16 @@ fn a_backfill_runs_each_tick_once_oldest_first_and_wait_exits_with_its_success()
 }
 
 #[test]
-fn a_failed_tick_makes_wait_exit_1_naming_it_and_the_rest_still_run() {
+fn a_failed_tick_makes_wait_exit_1_naming_it_and_the_rest_still_run_and_metrics_count_them() {
     let local = Local::new();
     let out_file = local.scratch.out("runs");
     local
         .scratch
+        .write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    local
+        .scratch
         .write_task("rep", &recording(&out_file, "0", "01"));
-    let _daemon = local.scratch.start_daemon(&[]);
+    let daemon = local.scratch.start_daemon(&[]);
     let out = local.backfill("rep", at_minute(0), at_minute(3), &["--wait"]);
     let said = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{said}{}", text(&out.stderr));
@@ -183,6 +186,14 @@ fn a_failed_tick_makes_wait_exit_1_naming_it_and_the_rest_still_run() {
         "{said}"
     );
     assert_eq!(local.runs().len(), 3);
+    let (_, metrics) = common::http_get(&daemon.served_address(), "/metrics");
+    for line in [
+        "zkcron_backfill_runs_total{outcome=\"success\"} 2",
+        "zkcron_backfill_runs_total{outcome=\"failure\"} 1",
+        "zkcron_backfills_waiting 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
 }
 
 #[test]
@@ -238,6 +249,11 @@ fn a_cancelled_backfill_starts_no_further_tick() {
     let out = local.backfill("rep", at_minute(0), at_minute(50), &[]);
     let id = request_id(&out);
     common::wait_for("two ticks to run", LIMIT, || local.runs().len() >= 2);
+    let status = text(&local.cli(&["status"]).stdout);
+    assert!(
+        status.contains(&format!("backfill {id}: ")) && status.contains(" of 50 done"),
+        "{status}"
+    );
     let out = local.cli(&["backfill", "--cancel", &id]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));

@@ -304,6 +304,11 @@ async fn snapshot(
             registered_at: config.started_at,
         }],
         tasksets: BTreeMap::from([(taskset.digest, set)]),
+        backfills: coordinator
+            .backfills()
+            .into_iter()
+            .filter(|(_, b)| b.state == crate::coord::backfill::BackfillState::Active)
+            .collect(),
         ..Snapshot::default()
     };
     for spec in specs {

@@ -217,6 +217,9 @@ pub(super) fn start_run<C: Coordinator>(
             let _ = done_tx.send(true);
             ended(id);
             metrics.set_running_jobs(shared.runs.count());
+            if kind == RunKind::Backfill {
+                metrics.backfill_run(outcome.succeeded());
+            }
             if outcome.succeeded() {
                 metrics.fired(&metric_task, FireOutcome::Success);
                 metrics.succeeded(

@@ -367,6 +367,15 @@ impl ClusterClient {
             .collect::<BTreeMap<String, RunResult>>();
         snapshot.paused = self.marks(&self.paths.paused_dir()).await?;
         snapshot.drained = self.marks(&self.paths.drained()).await?;
+        snapshot.backfills = self
+            .backfills()
+            .await?
+            .into_iter()
+            .filter(|(_, b)| {
+                b.value.state == backfill::BackfillState::Active && names.contains(&b.value.task)
+            })
+            .map(|(name, b)| (name, b.value))
+            .collect();
         for (_, trigger) in self.triggers().await? {
             if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
             {

@@ -2,6 +2,7 @@
 //! `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), and who may lead a
 //! task and why not ([`eligibility`]), which `explain` shares.
 
+use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -45,6 +46,8 @@ pub struct Snapshot {
     pub recent_runs: BTreeMap<String, HistoryEntry>,
     pub paused: BTreeMap<String, MarkRecord>,
     pub drained: BTreeMap<String, MarkRecord>,
+    /// The active backfill requests, by name.
+    pub backfills: BTreeMap<String, BackfillRecord>,
 }
 
 /// `zkcron status --json`.
@@ -83,6 +86,37 @@ pub struct TaskStatus {
     pub last: Option<LastRun>,
     pub drift: Vec<Drift>,
     pub problem: Option<String>,
+    /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backfills: Vec<BackfillProgress>,
+}
+
+/// An active backfill of a task, as `status` and `explain` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillProgress {
+    pub id: String,
+    /// Ticks whose run ended (or was lost).
+    pub done: u32,
+    pub total: u32,
+    pub failed: u32,
+    /// The tick running now.
+    pub running: Option<DateTime<Utc>>,
+}
+
+/// The active backfills of `task` in `snapshot`.
+fn backfills_of(snapshot: &Snapshot, task: &str) -> Vec<BackfillProgress> {
+    snapshot
+        .backfills
+        .iter()
+        .filter(|(_, b)| b.task == task)
+        .map(|(id, b)| BackfillProgress {
+            id: id.clone(),
+            done: b.finished(),
+            total: b.total,
+            failed: b.failed,
+            running: b.running.as_ref().map(|r| r.tick),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -498,6 +532,7 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                 last: last_run(snapshot, &name),
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),
+                backfills: backfills_of(snapshot, &name),
                 name,
             }
         })
