@@ -282,7 +282,7 @@ The task name.
 The tick, RFC 3339 in UTC, not the (jittered, possibly late) start time.
 .TP
 \fBZKCRON_FIRE_ID\fR
-\fItask\fR@\fIunix\-seconds\fR, the same on every node: use it to make a job idempotent.
+\fItask\fR@\fIunix\-seconds\fR, the same on every node: use it to make a job idempotent. A backfill's run (\fBzkcron backfill\fR) has \fItask\fR@backfill\-\fIn\fR\-\fIunix\-seconds\fR and its historic tick as \fBZKCRON_SCHEDULED_AT\fR.
 .TP
 \fBZKCRON_NODE\fR
 The node id.
