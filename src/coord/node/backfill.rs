@@ -137,11 +137,9 @@ impl Node {
                         self.read_backfill(name);
                     }
                 }
-                Err(ZkFail::NoNode) => {
-                    if !self.backfills.is_empty() {
-                        self.backfills.clear();
-                        self.publish();
-                    }
+                Err(ZkFail::NoNode) if !self.backfills.is_empty() => {
+                    self.backfills.clear();
+                    self.publish();
                 }
                 _ => {}
             },
@@ -279,7 +277,10 @@ impl Node {
             node: &self.cfg.id,
             session: Some(&session),
         };
-        let new = backfill::claimed(&known.record, &job.name, job.tick, by, job.claimed_at);
+        let mut new = backfill::claimed(&known.record, &job.name, job.tick, by, job.claimed_at);
+        if self.cfg.bugs.backfill_claim_keeps_progress {
+            (new.done, new.claimed) = (known.record.done, known.record.claimed);
+        }
         let ops = vec![
             ZkOp::Check {
                 path: self.paths.lease(&task),

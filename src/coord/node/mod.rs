@@ -117,6 +117,8 @@ pub struct NodeBugs {
     /// A node that may not lead (clock off, drained) does not check the leases its session may
     /// still own after a release or take without an answer (simulation seed 47).
     pub stray_leases_checked_only_when_leading: bool,
+    /// A backfill tick's claim marks it running but does not move the request's progress.
+    pub backfill_claim_keeps_progress: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's
