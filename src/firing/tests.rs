@@ -259,6 +259,36 @@ fn overlap_skip_with_a_run_elsewhere_counts_again_at_the_instant() {
     assert_eq!((tick, intent), (at(60), ClaimIntent::Run));
 }
 
+/// A count of runs elsewhere that failed was taken as none: with a run live on another node,
+/// the tick was claimed to run beside it. It is counted again after a backoff instead.
+#[test]
+fn overlap_skip_counts_again_after_a_failed_count_of_runs_elsewhere() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "overlap = \"skip\"")], &["t"]);
+    shell.read_record(None);
+    shell.run_until(at(60) - plan::CLAIM_AHEAD);
+    shell.prepare();
+    let call = shell.take("count of runs elsewhere", |a| match a {
+        Action::CountRunsElsewhere { call, .. } => Some(*call),
+        _ => None,
+    });
+    shell.answer(call, Answer::RunsElsewhere(Err(lost())));
+    assert!(
+        !shell.has_claim(),
+        "claimed on a failed count: {:?}",
+        shell.actions
+    );
+    assert!(!shell.has(|a| matches!(a, Action::CountRunsElsewhere { .. })));
+
+    // Counted again after the backoff: a run is live elsewhere, so the tick is skipped.
+    shell.run_until(at(60) - plan::CLAIM_AHEAD + FIRST_RETRY);
+    shell.count_elsewhere(1);
+    assert!(!shell.has_claim());
+    shell.run_until(at(60));
+    shell.count_elsewhere(1);
+    let (_, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(60), ClaimIntent::Skip));
+}
+
 #[test]
 fn overlap_replace_stops_the_run_and_claims_only_once_it_has_ended() {
     let mut shell = Shell::new(

@@ -1932,6 +1932,7 @@ impl<'s> Sim<'s> {
                                 require_labels: Default::default(),
                                 schedule: None,
                                 timezone: None,
+                                ..Default::default()
                             },
                         )
                     })
