@@ -367,11 +367,15 @@ impl<P> Firing<P> {
             return;
         };
         let task = run.task.clone();
+        let what = match run.kind {
+            RunKind::Backfill => "backfill tick",
+            _ => "manual run",
+        };
         let leads = !self.leadership.paused && self.leadership.tasks.contains(&*task);
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(error) if leads && !self.shut_down => {
-                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}); retrying");
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the {what} failed ({error}); retrying");
                 let at = self.now + run.delay;
                 run.delay = (run.delay * 2).min(CLAIM_RETRY_MAX);
                 run.wake = Some(at);
@@ -380,7 +384,7 @@ impl<P> Firing<P> {
                 return;
             }
             Err(error) => {
-                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}) and this node no longer leads the task; the next leader runs it");
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the {what} failed ({error}) and this node no longer leads the task; the next leader runs it");
                 ClaimOutcome::NotLeader
             }
         };
@@ -396,7 +400,7 @@ impl<P> Firing<P> {
                     self.backfill_claimed(fire_id);
                 }
                 let requested_at = run.trigger.requested_at;
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "manual run claimed; starting it");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "{what} claimed; starting it");
                 // Nothing stops a manual run's claim: it has no loop of its own (shutdown
                 // reaches its run).
                 self.spawn(SpawnOf {
@@ -409,10 +413,10 @@ impl<P> Firing<P> {
                 });
             }
             ClaimOutcome::AlreadyClaimed { .. } => {
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run already claimed (or gone); not running it");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} already claimed (or gone); not running it");
             }
             ClaimOutcome::NotLeader => {
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run not claimed: not the leader");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} not claimed: not the leader");
             }
         }
     }
