@@ -500,9 +500,10 @@ impl Node {
     // ---- lost ticks and collection ----
 
     /// Ends, as lost, the running ticks of the requests of tasks this node leads whose
-    /// claimer's session is gone; with `collect`, deletes requests ended long enough ago.
+    /// claimer's session is gone; with `collect`, deletes requests ended long enough ago. Only
+    /// while firing: during a re-listing the live sessions are not all known.
     pub(super) fn sweep_backfills(&mut self, collect: bool) {
-        if !self.ready() || self.backfills.is_empty() {
+        if !self.firing() || self.backfills.is_empty() {
             return;
         }
         let now = self.now.wall;
