@@ -66,6 +66,9 @@ pub enum Command {
     History(ops::args::HistoryArgs),
     /// Run a task now, once, on its leader.
     Trigger(ops::args::TriggerArgs),
+    /// Run each tick of a task's schedule in a past range once, oldest first, on its leader;
+    /// list (--status) or cancel (--cancel) backfills.
+    Backfill(ops::args::BackfillArgs),
     /// Stop a task from firing, cluster-wide, until `zkcron resume`.
     Pause(ops::args::PauseArgs),
     /// Let a paused task fire again; the ticks of the paused period are not caught up.
@@ -225,9 +228,7 @@ pub struct CompletionsArgs {
 }
 
 fn parse_rfc3339(value: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(value)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{e}; write an RFC 3339 instant like 2026-03-08T00:00:00Z or 2026-03-08T01:00:00+01:00"))
+    ops::args::parse_rfc3339(value)
 }
 
 /// The binary's entry point.
@@ -255,6 +256,9 @@ pub fn main() -> ExitCode {
             task: args.task.clone(),
             wait: args.wait,
         }),
+        Command::Backfill(args) => {
+            operate(&args.target, None, |_| OpsCommand::Backfill(args.command()))
+        }
         Command::Pause(args) => operate(&args.target, None, |_| OpsCommand::Pause {
             task: args.task.clone(),
             reason: args.reason.clone(),

@@ -134,7 +134,7 @@ Each tick is claimed in one atomic step before its process starts, and a tick wh
 .SH FILES
 .TP
 \fI/etc/zkcron/zkcron.toml\fR
-The node configuration, read by \fBrun\fR, \fBvalidate\fR, \fBnext\fR and the operator commands (\fBstatus\fR, \fBexplain\fR, \fBhistory\fR, \fBtrigger\fR, \fBpause\fR, \fBresume\fR, \fBdrain\fR, \fBundrain\fR) when \fB\-\-config\fR is not given.
+The node configuration, read by \fBrun\fR, \fBvalidate\fR, \fBnext\fR and the operator commands (\fBstatus\fR, \fBexplain\fR, \fBhistory\fR, \fBtrigger\fR, \fBbackfill\fR, \fBpause\fR, \fBresume\fR, \fBdrain\fR, \fBundrain\fR) when \fB\-\-config\fR is not given.
 .TP
 \fI/etc/zkcron/jobs.d/\fR
 Task files, one task per \fINAME\fR.toml; the default jobs dir beside the configuration.
@@ -302,7 +302,7 @@ The task name.
 The tick, RFC 3339 in UTC, not the (jittered, possibly late) start time.
 .TP
 \fBZKCRON_FIRE_ID\fR
-\fItask\fR@\fIunix\-seconds\fR, the same on every node: use it to make a job idempotent.
+\fItask\fR@\fIunix\-seconds\fR, the same on every node: use it to make a job idempotent. A backfill's run (\fBzkcron backfill\fR) has \fItask\fR@backfill\-\fIn\fR\-\fIunix\-seconds\fR and its historic tick as \fBZKCRON_SCHEDULED_AT\fR.
 .TP
 \fBZKCRON_NODE\fR
 The node id.

@@ -212,6 +212,39 @@ struct Inner {
     tasks: Arc<TaskSeries>,
     firing: FiringMetrics,
     zookeeper: ZookeeperMetrics,
+    backfill: BackfillMetrics,
+}
+
+/// `zkcron_backfill_runs_total` by outcome and `zkcron_backfills_waiting`.
+struct BackfillMetrics {
+    runs: Family<OutcomeLabel, Counter>,
+    waiting: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+impl BackfillMetrics {
+    fn register(registry: &mut Registry) -> BackfillMetrics {
+        let runs = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "backfill_runs",
+            "Backfill ticks (zkcron backfill) this node ran, by outcome: success or failure",
+            runs.clone(),
+        );
+        for outcome in ["success", "failure"] {
+            let _ = runs.get_or_create(&OutcomeLabel { outcome });
+        }
+        let waiting = Gauge::default();
+        registry.register(
+            "backfills_waiting",
+            "Backfill requests of the tasks this node leads that wait for their next tick",
+            waiting.clone(),
+        );
+        BackfillMetrics { runs, waiting }
+    }
 }
 
 /// The node-wide metrics of firing: lateness, claims, leases and running jobs.
@@ -369,11 +402,13 @@ impl Metrics {
         let tasks = Arc::new(TaskSeries::default());
         let firing = FiringMetrics::register(&mut registry, &tasks);
         let zookeeper = ZookeeperMetrics::register(&mut registry);
+        let backfill = BackfillMetrics::register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             tasks,
             firing,
             zookeeper,
+            backfill,
         }))
     }
 
@@ -437,6 +472,20 @@ impl Metrics {
 
     pub fn set_running_jobs(&self, running: usize) {
         self.0.firing.running_jobs.set(running as i64);
+    }
+
+    /// A backfill tick's run ended.
+    pub fn backfill_run(&self, succeeded: bool) {
+        let outcome = if succeeded { "success" } else { "failure" };
+        self.0
+            .backfill
+            .runs
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    pub fn set_backfills_waiting(&self, waiting: usize) {
+        self.0.backfill.waiting.set(waiting as i64);
     }
 
     pub fn set_zk_connected(&self, connected: bool) {

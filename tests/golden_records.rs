@@ -20,6 +20,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::zk::{self, connect_client};
 use serde_json::{Map, Value, json};
+use zkcron::coord::backfill::{BackfillRecord, BackfillState};
 use zkcron::coord::local::LocalCoordinator;
 use zkcron::coord::records::{
     FireRecord, HistoryRecord, LeaseRecord, MemberRecord, RunRecord, RunTrigger, TaskSetEntry,
@@ -607,4 +608,27 @@ fn a_pause_mark_reason_is_optional_both_ways() {
     assert_eq!(written["reason"], json!("disk full"));
     let back: MarkRecord = serde_json::from_value(written).unwrap();
     assert_eq!(back, with);
+}
+
+/// A backfill request (`control/backfills/<task>@backfill-<10 digits>`, and each entry of the
+/// local backend's `backfills.json`): its JSON is the protocol between releases too.
+#[test]
+fn a_backfill_record_decodes_and_reencodes_to_the_same_json() {
+    let golden = zk_fixture("backfill-running.json");
+    let (record, encoded) = round_trip::<BackfillRecord>(&golden);
+    assert_eq!(encoded, golden);
+    assert_eq!(record.state, BackfillState::Active);
+    assert_eq!(
+        (record.claimed, record.finished(), record.total),
+        (6, 5, 24)
+    );
+    assert_eq!(
+        round_trip::<BackfillRecord>(&with_unknown_field(&golden)).0,
+        record
+    );
+    // A new one, as `zkcron backfill` creates it, has no optional field.
+    let new = json!({"format": 1, "task": "report", "from": "2026-01-01T00:00:00Z",
+        "to": "2026-01-02T00:00:00Z", "total": 24, "requested_at": "2026-02-01T09:00:00Z",
+        "by": "ops@host-a", "state": "active", "claimed": 0, "succeeded": 0, "failed": 0});
+    assert_eq!(round_trip::<BackfillRecord>(&new).1, new);
 }

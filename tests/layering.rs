@@ -24,15 +24,16 @@
 //! 2. `lease`, `pool` (the lease rule; who owns a pool's items)
 //! 3. `records` (the records in ZooKeeper and the state dir)
 //! 4. `record` (the fire-record rules)
-//! 5. `node`, `local` (the cluster protocol; the embedded backend)
-//! 6. `zk` (the driver of the node)
+//! 5. `backfill` (backfill requests and their rules)
+//! 6. `node`, `local` (the cluster protocol; the embedded backend)
+//! 7. `zk` (the driver of the node)
 //!
 //! `coord::local`:
 //! 1. `errors`
 //! 2. `queue`
 //! 3. `journal`
 //! 4. `state`
-//! 5. `history`, `manual`, `pause`
+//! 5. `backfill`, `history`, `manual`, `pause`
 //!
 //! Below these levels (the node's submodules, `daemon`'s, `ops`'...) no order is written down,
 //! but sibling modules may not form a cycle.
@@ -76,6 +77,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["lease", "pool"],
             &["records"],
             &["record"],
+            &["backfill"],
             &["node", "local"],
             &["zk"],
         ],
@@ -87,7 +89,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["queue"],
             &["journal"],
             &["state"],
-            &["history", "manual", "pause"],
+            &["backfill", "history", "manual", "pause"],
         ],
     ),
 ];

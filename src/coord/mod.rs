@@ -11,6 +11,7 @@
 //! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
 //! node read and write.
 
+pub mod backfill;
 pub mod lease;
 pub mod local;
 pub mod node;
@@ -51,6 +52,10 @@ pub struct Leadership {
     /// Pending manual runs (`zkcron trigger`) of the tasks this node leads, by task, oldest
     /// first. The daemon runs each once, after [`Coordinator::claim_manual`] says `Claimed`.
     pub triggers: Arc<BTreeMap<String, Vec<Trigger>>>,
+    /// Active backfills (`zkcron backfill`) of the tasks this node leads that want their next
+    /// tick claimed (none of theirs runs), by task, oldest first. The daemon claims each tick
+    /// with [`Coordinator::claim_manual`] under its backfill fire id.
+    pub backfills: Arc<BTreeMap<String, Vec<backfill::Backfill>>>,
 }
 
 /// A manual run asked for by `zkcron trigger`: its fire id (`<task>@manual-<10 digits>`, which
@@ -127,8 +132,9 @@ pub struct RunResult {
     /// from `tick`.
     #[serde(skip)]
     pub fire_id: Option<String>,
-    /// A manual run (`zkcron trigger`): its end goes to the trigger, not to the fire record's
-    /// `result`, and `tick` is when it was requested.
+    /// A manual run (`zkcron trigger`) or a backfill tick (told apart by the fire id): its end
+    /// goes to the trigger or the backfill request, not to the fire record's `result`, and
+    /// `tick` is when it was requested (a backfill's: the historic tick).
     #[serde(skip)]
     pub manual: bool,
     /// The last attempt's exit code, if its main process exited.
@@ -265,6 +271,10 @@ pub trait Coordinator: Send + Sync + 'static {
     /// incarnation and setting the trigger znode at the version read). A manual run is claimed
     /// at most once; only `Claimed` may start it. Its end goes to [`Coordinator::run_ended`]
     /// with `RunResult::manual` set.
+    ///
+    /// A backfill tick comes here too, as a trigger with its backfill fire id
+    /// ([`backfill::fire_id`]) and the historic tick as `requested_at`: the claim moves the
+    /// request's progress by the rules of [`backfill::admit`], fenced the same way.
     fn claim_manual(
         &self,
         task: &str,

@@ -262,6 +262,8 @@ pub enum RunTrigger {
     Schedule,
     /// `zkcron trigger`.
     Manual,
+    /// `zkcron backfill`: a historic tick (fire id `<task>@backfill-<10 digits>-<unix>`).
+    Backfill,
 }
 
 /// One run in a task's history: exactly an element of `zkcron history --json`.
@@ -305,10 +307,11 @@ impl HistoryEntry {
             signal: result.signal,
             success: result.success,
             attempts: result.attempts,
-            trigger: if result.manual {
-                RunTrigger::Manual
-            } else {
-                RunTrigger::Schedule
+            // A task name has no `@`: only a backfill's fire id holds `@backfill-`.
+            trigger: match &result.fire_id {
+                _ if !result.manual => RunTrigger::Schedule,
+                Some(id) if id.contains("@backfill-") => RunTrigger::Backfill,
+                _ => RunTrigger::Manual,
             },
         }
     }

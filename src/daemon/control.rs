@@ -1,6 +1,6 @@
 //! The local backend's control socket, `<state_dir>/zkcron.sock` (mode 0600 in the 0700 state
 //! dir: only the daemon's user can use it), through which `zkcron status`, `history`,
-//! `trigger`, `pause` and `resume` reach the daemon on a single host. One JSON request line and
+//! `trigger`, `backfill`, `pause` and `resume` reach the daemon on a single host. One JSON request line and
 //! one JSON reply line per connection ([`crate::ops::local`] has the protocol and the client).
 //!
 //! `status` is the cluster's status model ([`crate::ops::model`]) over this host alone: the
@@ -234,6 +234,36 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             trigger: coordinator.trigger_state(&fire_id),
             ..ok
         },
+        Request::Backfill { task, from, to, by } => {
+            let specs = loaded_tasks(config, coordinator);
+            let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
+                return unknown(&task, config, &specs);
+            };
+            let record =
+                match crate::ops::backfill::new_request(&task, &spec.schedule, from, to, &by) {
+                    Ok(record) => record,
+                    Err(error) => return Reply::error(format!("{error:#}")),
+                };
+            match coordinator.request_backfill(record.clone()) {
+                Ok(name) => Reply {
+                    fire_id: Some(name.clone()),
+                    backfills: Some([(name, record)].into()),
+                    ..ok
+                },
+                Err(error) => Reply::error(error.to_string()),
+            }
+        }
+        Request::Backfills => Reply {
+            backfills: Some(coordinator.backfills()),
+            ..ok
+        },
+        Request::CancelBackfill { name, by } => match coordinator.cancel_backfill(&name, &by) {
+            Ok(old) => Reply {
+                backfills: Some(old.map(|r| (name, r)).into_iter().collect()),
+                ..ok
+            },
+            Err(error) => Reply::error(error.to_string()),
+        },
         Request::Pause { task, by, reason } => {
             let specs = loaded_tasks(config, coordinator);
             if !specs.iter().any(|t| *t.name == *task) {
@@ -292,6 +322,11 @@ async fn snapshot(
             registered_at: config.started_at,
         }],
         tasksets: BTreeMap::from([(taskset.digest, set)]),
+        backfills: coordinator
+            .backfills()
+            .into_iter()
+            .filter(|(_, b)| b.state == crate::coord::backfill::BackfillState::Active)
+            .collect(),
         ..Snapshot::default()
     };
     for spec in specs {

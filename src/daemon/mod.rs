@@ -400,6 +400,8 @@ impl<C: Coordinator> Daemon<C> {
     fn apply_leadership(&mut self) {
         let leadership = self.shared.leadership.borrow().clone();
         self.shared.metrics.set_leases_held(leadership.tasks.len());
+        let waiting = leadership.backfills.values().map(Vec::len).sum();
+        self.shared.metrics.set_backfills_waiting(waiting);
         let engine = self.firing.engine();
         engine.handle(Input::Leadership(leadership.clone()));
         let leading = engine.with(|core| core.leading());

@@ -288,6 +288,9 @@ async fn follow_run<C: Coordinator>(
     let pause_on_failure = started.request().pause_on_failure;
     let on_end = move |outcome: &RunOutcome| {
         run.over(&ended_shared);
+        if run.kind == RunKind::Backfill {
+            metrics.backfill_run(outcome.succeeded());
+        }
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
             metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
@@ -301,7 +304,7 @@ async fn follow_run<C: Coordinator>(
             .any(|a| a.pid.is_some())
             .then_some(started_at);
         result.fire_id = Some(run.fire_id);
-        result.manual = run.kind == RunKind::Manual;
+        result.manual = run.kind != RunKind::Scheduled;
         let _ = ended_tx.send((result, outcome.failed()));
     };
     let record = async {
@@ -400,7 +403,7 @@ async fn not_started<C: Coordinator>(
         duration_ms: 0,
         finished_at: wall_clock(),
         fire_id: Some(fire_id.to_string()),
-        manual: kind == RunKind::Manual,
+        manual: kind != RunKind::Scheduled,
         ..RunResult::default()
     };
     if let Err(error) = shared.coordinator.run_ended(name, &result).await {

@@ -179,6 +179,8 @@ pub enum RunKind {
     Scheduled,
     /// A manual run (`zkcron trigger`): its tick is the time it was requested.
     Manual,
+    /// A backfill's tick (`zkcron backfill`): a historic tick, under its backfill fire id.
+    Backfill,
 }
 
 /// Whether a run may retry a failed attempt.

@@ -28,8 +28,10 @@
 //! its [`TickPlanner`]. An idle planner sleeps in the heap until [`PREPARE_AHEAD`] before its
 //! tick; then the tick's process is prepared, the claim is sent [`plan::CLAIM_AHEAD`] before the
 //! instant, and the run is spawned at the instant by the shell. See `fire.rs` for the rules of
-//! one tick and `tasks.rs` for leadership, reloads and manual runs.
+//! one tick, `tasks.rs` for leadership, reloads and manual runs, and `backfill.rs` for
+//! backfills.
 
+mod backfill;
 mod fire;
 mod io;
 mod queue;
@@ -649,6 +651,7 @@ impl<P> Firing<P> {
         let runs_key = match spawn.kind {
             RunKind::Scheduled => spawn.task.to_string(),
             RunKind::Manual => manual_key(&spawn.task),
+            RunKind::Backfill => backfill::backfill_key(&spawn.task),
         };
         let run = self.runs.start(runs_key);
         self.out.push_back(Action::Spawn(Spawn {
@@ -666,6 +669,7 @@ impl<P> Firing<P> {
         let Some(task) = self.runs.end(run) else {
             return;
         };
+        self.backfill_runs_changed(&task);
         let Some(key) = self.entry_of(&task) else {
             return;
         };

@@ -21,6 +21,13 @@ use super::*;
 pub(super) struct Manual<P> {
     claiming: BTreeMap<String, ManualRun<P>>,
     claimed: BTreeSet<String>,
+    /// The backfill tick in flight (claiming or running) per task: its fire id.
+    pub(super) backfilling: BTreeMap<String, String>,
+    /// Backfill fire ids the backend refused since the leadership last changed.
+    pub(super) refused: BTreeSet<String>,
+    /// The newest tick this node claimed of each backfill request (a listing may not show it
+    /// yet).
+    pub(super) backfill_claimed: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl<P> Default for Manual<P> {
@@ -28,6 +35,9 @@ impl<P> Default for Manual<P> {
         Manual {
             claiming: BTreeMap::new(),
             claimed: BTreeSet::new(),
+            backfilling: BTreeMap::new(),
+            refused: BTreeSet::new(),
+            backfill_claimed: BTreeMap::new(),
         }
     }
 }
@@ -35,6 +45,8 @@ impl<P> Default for Manual<P> {
 struct ManualRun<P> {
     task: Arc<str>,
     trigger: Trigger,
+    /// [`RunKind::Manual`] or [`RunKind::Backfill`].
+    kind: RunKind,
     tick: Tick,
     /// Set once prepared.
     prepared: Option<P>,
@@ -135,6 +147,8 @@ impl<P> Firing<P> {
         }
         self.start_manual_runs(&leadership);
         self.applied = Some(leadership);
+        self.manual.refused.clear();
+        self.start_backfills();
     }
 
     /// After a session loss, withdraws every run whose spawn still waits for its instant. Its
@@ -292,12 +306,17 @@ impl<P> Firing<P> {
                 if self.manual.claimed.contains(id) || self.manual.claiming.contains_key(id) {
                     continue;
                 }
-                self.start_manual_run(&spec, trigger);
+                self.start_manual_run(&spec, trigger, RunKind::Manual);
             }
         }
     }
 
-    fn start_manual_run(&mut self, spec: &Arc<TaskSpec>, trigger: &Trigger) {
+    pub(super) fn start_manual_run(
+        &mut self,
+        spec: &Arc<TaskSpec>,
+        trigger: &Trigger,
+        kind: RunKind,
+    ) {
         let tick = Tick {
             instant: trigger.requested_at,
             due_at: self.now,
@@ -309,6 +328,7 @@ impl<P> Firing<P> {
             ManualRun {
                 task: spec.name.clone(),
                 trigger: trigger.clone(),
+                kind,
                 tick,
                 prepared: None,
                 delay: FIRST_RETRY,
@@ -365,11 +385,15 @@ impl<P> Firing<P> {
             return;
         };
         let task = run.task.clone();
+        let what = match run.kind {
+            RunKind::Backfill => "backfill tick",
+            _ => "manual run",
+        };
         let leads = !self.leadership.paused && self.leadership.tasks.contains(&*task);
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(error) if leads && !self.shut_down => {
-                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}); retrying");
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the {what} failed ({error}); retrying");
                 let at = self.now + run.delay;
                 run.delay = (run.delay * 2).min(CLAIM_RETRY_MAX);
                 run.wake = Some(at);
@@ -378,16 +402,23 @@ impl<P> Firing<P> {
                 return;
             }
             Err(error) => {
-                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the manual run failed ({error}) and this node no longer leads the task; the next leader runs it");
+                tracing::warn!(target: log::MANUAL, task = %task, %fire_id, "claiming the {what} failed ({error}) and this node no longer leads the task; the next leader runs it");
                 ClaimOutcome::NotLeader
             }
         };
         let run = self.manual.claiming.remove(fire_id).expect("claiming");
+        if run.kind == RunKind::Backfill && outcome != ClaimOutcome::Claimed {
+            let refused = matches!(outcome, ClaimOutcome::AlreadyClaimed { .. });
+            self.backfill_not_claimed(&task, fire_id, refused);
+        }
         match outcome {
             ClaimOutcome::Claimed => {
                 self.manual.claimed.insert(fire_id.to_string());
+                if run.kind == RunKind::Backfill {
+                    self.backfill_claimed(fire_id);
+                }
                 let requested_at = run.trigger.requested_at;
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "manual run claimed; starting it");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, %requested_at, "{what} claimed; starting it");
                 // Nothing stops a manual run's claim: it has no loop of its own (shutdown
                 // reaches its run).
                 self.spawn(SpawnOf {
@@ -395,15 +426,15 @@ impl<P> Firing<P> {
                     tick: run.tick,
                     fire_id: fire_id.to_string(),
                     prepared: run.prepared.expect("prepared before the claim"),
-                    kind: RunKind::Manual,
+                    kind: run.kind,
                     retries: Retries::Allowed,
                 });
             }
             ClaimOutcome::AlreadyClaimed { .. } => {
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run already claimed (or gone); not running it");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} already claimed (or gone); not running it");
             }
             ClaimOutcome::NotLeader => {
-                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "manual run not claimed: not the leader");
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} not claimed: not the leader");
             }
         }
     }

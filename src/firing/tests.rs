@@ -768,4 +768,6 @@ fn deliberate_firing_bugs_are_off_by_default() {
     );
 }
 
+#[path = "backfill_tests.rs"]
+mod backfill;
 mod queue;

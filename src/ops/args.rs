@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::{OpsCommand, Target};
@@ -73,6 +74,66 @@ pub struct TriggerArgs {
     pub wait: bool,
     #[command(flatten)]
     pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    /// The task whose ticks to run (with --status: list only its requests)
+    #[arg(value_name = "TASK", required_unless_present_any = ["status", "cancel"])]
+    pub task: Option<String>,
+    /// The first instant of the range (RFC 3339; its ticks from here on run)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339,
+          required_unless_present_any = ["status", "cancel"])]
+    pub from: Option<DateTime<Utc>>,
+    /// The end of the range (RFC 3339; a tick at this instant does not run)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339,
+          required_unless_present_any = ["status", "cancel"])]
+    pub to: Option<DateTime<Utc>>,
+    /// Follow the backfill to its end, printing its progress; exit 0 only if every run
+    /// succeeded
+    #[arg(long, conflicts_with_all = ["status", "cancel"])]
+    pub wait: bool,
+    /// List the backfill requests: done of total, failures, the tick running now
+    #[arg(long, conflicts_with_all = ["from", "to", "cancel"])]
+    pub status: bool,
+    /// Cancel the backfill ID (its running tick finishes; no other starts)
+    #[arg(long, value_name = "ID", conflicts_with_all = ["task", "from", "to"])]
+    pub cancel: Option<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+impl BackfillArgs {
+    /// The command these arguments ask for (clap made sure the needed ones are there).
+    pub fn command(&self) -> super::backfill::BackfillCommand {
+        use super::backfill::BackfillCommand;
+        if let Some(name) = &self.cancel {
+            return BackfillCommand::Cancel { name: name.clone() };
+        }
+        match (&self.task, self.from, self.to) {
+            (Some(task), Some(from), Some(to)) if !self.status => BackfillCommand::Request {
+                task: task.clone(),
+                from,
+                to,
+                wait: self.wait,
+            },
+            _ => BackfillCommand::Status {
+                task: self.task.clone(),
+            },
+        }
+    }
+}
+
+/// An RFC 3339 instant on the command line.
+pub fn parse_rfc3339(value: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            format!(
+                "{e}; write an RFC 3339 instant like 2026-03-08T00:00:00Z or \
+                 2026-03-08T01:00:00+01:00"
+            )
+        })
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@ use zookeeper_client::{
 
 use super::model::{LiveMember, Snapshot, StatusSource};
 use crate::coord::RunResult;
+use crate::coord::backfill::{self, BackfillRecord};
 use crate::coord::records::{
     FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
     Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
@@ -366,6 +367,15 @@ impl ClusterClient {
             .collect::<BTreeMap<String, RunResult>>();
         snapshot.paused = self.marks(&self.paths.paused_dir()).await?;
         snapshot.drained = self.marks(&self.paths.drained()).await?;
+        snapshot.backfills = self
+            .backfills()
+            .await?
+            .into_iter()
+            .filter(|(_, b)| {
+                b.value.state == backfill::BackfillState::Active && names.contains(&b.value.task)
+            })
+            .map(|(name, b)| (name, b.value))
+            .collect();
         for (_, trigger) in self.triggers().await? {
             if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
             {
@@ -539,6 +549,64 @@ impl ClusterClient {
             Ok((_, sequence)) => Ok(format!("{}@manual-{sequence}", record.task)),
             Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
         }
+    }
+
+    /// Creates a backfill request; its name (the znode's).
+    pub async fn request_backfill(&self, record: &BackfillRecord) -> anyhow::Result<String> {
+        self.create_dirs(&self.paths.backfills()).await?;
+        let path = self.paths.backfill_prefix(&record.task);
+        let data = serde_json::to_vec(record).expect("backfill records serialize");
+        let options = CreateMode::PersistentSequential.with_acls(self.acls);
+        match self
+            .call(
+                &format!("creating {path}"),
+                self.client.create(&path, &data, &options),
+            )
+            .await?
+        {
+            Ok((_, sequence)) => Ok(format!("{}@backfill-{sequence}", record.task)),
+            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
+        }
+    }
+
+    /// Every backfill request, by name.
+    pub async fn backfills(&self) -> anyhow::Result<BTreeMap<String, Read<BackfillRecord>>> {
+        let names = self.children(&self.paths.backfills()).await?;
+        self.records(&names, |n| self.paths.backfill(n)).await
+    }
+
+    /// Cancels the backfill `name` at the version read (read again on a conflict); the record
+    /// as it was, `None` when there is none.
+    pub async fn cancel_backfill(
+        &self,
+        name: &str,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Option<BackfillRecord>> {
+        let path = self.paths.backfill(name);
+        for _ in 0..10 {
+            let Some(read) = self.get::<BackfillRecord>(&path).await? else {
+                return Ok(None);
+            };
+            let new = backfill::cancelled(&read.value, by, now);
+            if new == read.value {
+                return Ok(Some(read.value));
+            }
+            let data = serde_json::to_vec(&new).expect("backfill records serialize");
+            match self
+                .call(
+                    &format!("writing {path}"),
+                    self.client.set_data(&path, &data, Some(read.stat.version)),
+                )
+                .await?
+            {
+                Ok(_) => return Ok(Some(read.value)),
+                Err(ZkError::BadVersion) => continue,
+                Err(ZkError::NoNode) => return Ok(None),
+                Err(error) => bail!("ZooKeeper at {}: writing {path}: {error}", self.connect),
+            }
+        }
+        bail!("backfill {name}: its record kept changing while it was being cancelled; try again")
     }
 
     /// Deletes the trigger `fire_id` at `version` (any version with `None`); false when it

@@ -2,15 +2,18 @@
 //! (`daemon::control`), one JSON request and one JSON reply per connection, each a single line.
 //! Only the daemon's user can connect (the socket is 0600 in the 0700 state dir).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::model::Status;
+use crate::coord::backfill::BackfillRecord;
 use crate::coord::records::{HistoryEntry, TriggerRecord};
 
 /// The socket's file name in the state dir.
@@ -34,6 +37,19 @@ pub enum Request {
     },
     TriggerState {
         fire_id: String,
+    },
+    /// A backfill of `task`'s ticks in `[from, to)`.
+    Backfill {
+        task: String,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        by: String,
+    },
+    /// Every backfill request kept.
+    Backfills,
+    CancelBackfill {
+        name: String,
+        by: String,
     },
     Pause {
         task: String,
@@ -62,6 +78,10 @@ pub struct Reply {
     pub fire_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerRecord>,
+    /// Backfill requests by name: all of them (`backfills`), or the one requested or cancelled
+    /// (as it was before the cancel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfills: Option<BTreeMap<String, BackfillRecord>>,
     /// For pause and resume: whether the state changed (false: it already was so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<bool>,

@@ -1,5 +1,5 @@
-//! The operator's commands: `status`, `explain`, `history`, `trigger`, `pause`, `resume`,
-//! `drain`, `undrain`.
+//! The operator's commands: `status`, `explain`, `history`, `trigger`, `backfill`, `pause`,
+//! `resume`, `drain`, `undrain`.
 //!
 //! On a cluster they are computed by the CLI itself from ZooKeeper ([`cluster`]: a short
 //! session of its own, so no daemon is needed on the host); with the local backend they ask the
@@ -12,6 +12,7 @@
 //! triggered run that failed or could not run), 2 usage (clap).
 
 pub mod args;
+pub mod backfill;
 pub mod cluster;
 pub mod explain;
 pub mod local;
@@ -75,6 +76,7 @@ pub enum OpsCommand {
         task: String,
         wait: bool,
     },
+    Backfill(backfill::BackfillCommand),
     Pause {
         task: String,
         reason: Option<String>,
@@ -97,6 +99,7 @@ impl OpsCommand {
             OpsCommand::Explain { .. } => "explain",
             OpsCommand::History { .. } => "history",
             OpsCommand::Trigger { .. } => "trigger",
+            OpsCommand::Backfill(_) => "backfill",
             OpsCommand::Pause { .. } => "pause",
             OpsCommand::Resume { .. } => "resume",
             OpsCommand::Drain { .. } => "drain",
@@ -195,6 +198,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             print_history(&task, &mut runs, n, json)?;
         }
         OpsCommand::Trigger { task, wait } => return cluster_trigger(client, &task, wait).await,
+        OpsCommand::Backfill(command) => return backfill::cluster(client, command).await,
         OpsCommand::Pause { task, reason } => cluster_pause(client, &task, reason).await?,
         OpsCommand::Resume { task } => match client.resume(&task, wall_clock()).await? {
             Some(old) => println!(
@@ -499,6 +503,7 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
                 return wait_local(state_dir, &fire_id);
             }
         }
+        OpsCommand::Backfill(command) => return backfill::local(state_dir, command),
         OpsCommand::Pause { task, reason } => local_pause(state_dir, &task, by, reason)?,
         OpsCommand::Resume { task } => local_resume(state_dir, &task, by)?,
     }

@@ -2,6 +2,7 @@
 //! `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), and who may lead a
 //! task and why not ([`eligibility`]), which `explain` shares.
 
+use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -45,6 +46,8 @@ pub struct Snapshot {
     pub recent_runs: BTreeMap<String, HistoryEntry>,
     pub paused: BTreeMap<String, MarkRecord>,
     pub drained: BTreeMap<String, MarkRecord>,
+    /// The active backfill requests, by name.
+    pub backfills: BTreeMap<String, BackfillRecord>,
 }
 
 /// `zkcron status --json`.
@@ -99,6 +102,9 @@ pub struct TaskStatus {
     /// Only the embedded backend runs pools in this release: its one node runs every item.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub work_items: BTreeMap<String, usize>,
+    /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backfills: Vec<BackfillProgress>,
 }
 
 /// A paused task's mark, as `status` shows it.
@@ -109,6 +115,34 @@ pub struct PauseStatus {
     pub by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// An active backfill of a task, as `status` and `explain` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackfillProgress {
+    pub id: String,
+    /// Ticks whose run ended (or was lost).
+    pub done: u32,
+    pub total: u32,
+    pub failed: u32,
+    /// The tick running now.
+    pub running: Option<DateTime<Utc>>,
+}
+
+/// The active backfills of `task` in `snapshot`.
+fn backfills_of(snapshot: &Snapshot, task: &str) -> Vec<BackfillProgress> {
+    snapshot
+        .backfills
+        .iter()
+        .filter(|(_, b)| b.task == task)
+        .map(|(id, b)| BackfillProgress {
+            id: id.clone(),
+            done: b.finished(),
+            total: b.total,
+            failed: b.failed,
+            running: b.running.as_ref().map(|r| r.tick),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -411,6 +445,19 @@ fn next_tick<'a>(
     schedule.next_after(after)
 }
 
+/// The schedule of `task` as its leader (else any eligible member, else any definer)
+/// published it; `None` when no live member publishes one this release reads.
+pub fn schedule_of(snapshot: &Snapshot, task: &str) -> Option<Schedule> {
+    let members = Members::new(snapshot);
+    let entry = definition(snapshot, task, &members.definers(task))?;
+    let zone = entry.timezone.as_deref().unwrap_or("UTC");
+    Schedule::parse(
+        entry.schedule.as_deref()?,
+        schedule::parse_timezone(zone).ok()?,
+    )
+    .ok()
+}
+
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible
 /// member's, else any definer's.
 fn definition<'a>(
@@ -576,6 +623,7 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),
                 work_items: BTreeMap::new(),
+                backfills: backfills_of(snapshot, &name),
                 name,
             }
         })

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::explain::Explain;
-use super::model::{Drift, LastRun, Status, TaskStatus};
+use super::model::{BackfillProgress, Drift, LastRun, Status, TaskStatus};
 use crate::coord::records::{HistoryEntry, RunTrigger};
 
 /// An instant as the tables print it.
@@ -199,6 +199,7 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
                 .collect();
             notes.push(format!("items: {}", shares.join(", ")));
         }
+        notes.extend(task.backfills.iter().map(backfill));
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),
@@ -312,6 +313,9 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
         None => "firing on schedule".into(),
     };
     let _ = writeln!(out, "  state:    {firing}");
+    for progress in &status.backfills {
+        let _ = writeln!(out, "  backfill: {}", backfill(progress));
+    }
     if !status.drift.is_empty() {
         let _ = writeln!(
             out,
@@ -321,6 +325,18 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
         );
     }
     out
+}
+
+/// An active backfill in words: `backfill <id>: 3 of 10 done, 1 failed, running <tick>`.
+pub fn backfill(progress: &BackfillProgress) -> String {
+    let running = progress
+        .running
+        .map(|tick| format!(", running {}", instant(tick)))
+        .unwrap_or_default();
+    format!(
+        "backfill {}: {} of {} done, {} failed{running}",
+        progress.id, progress.done, progress.total, progress.failed
+    )
 }
 
 /// The candidates of `zkcron explain`, best first, one row each.
@@ -381,6 +397,7 @@ pub fn history(runs: &[HistoryEntry]) -> String {
             match run.trigger {
                 RunTrigger::Schedule => "schedule",
                 RunTrigger::Manual => "manual",
+                RunTrigger::Backfill => "backfill",
             }
             .into(),
         ]);

@@ -96,6 +96,7 @@ fn cluster() -> Snapshot {
             ("report".to_string(), lease("c", at(9, 2, 0))),
         ]),
         fire_records: BTreeMap::new(),
+        backfills: BTreeMap::new(),
         results: BTreeMap::from([(
             "backup".to_string(),
             RunResult {

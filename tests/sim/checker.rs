@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     BusyLoop,
     /// A manual run (`zkcron trigger`) was claimed to run twice.
     ManualRunTwice,
+    /// A backfill tick (`zkcron backfill`) was claimed to run twice.
+    BackfillTickTwice,
     /// The daemon asked to claim a scheduled tick to run while its leadership said the
     /// operator had paused the task.
     ClaimWhilePaused,
@@ -110,6 +112,8 @@ pub(crate) struct Checker {
     pub(crate) violations: Vec<Violation>,
     /// Manual runs claimed, by fire id: when and by which node.
     pub(crate) manual_runs: BTreeMap<String, Vec<(Ms, usize)>>,
+    /// Backfill ticks claimed, by fire id: when and by which node.
+    pub(crate) backfill_runs: BTreeMap<String, Vec<(Ms, usize)>>,
     /// Fire records `zkcron resume` moved past a paused period: the task, the tick the record
     /// named before (if any) and the resume instant. The ticks in between are not caught up.
     pub(crate) resumed: Vec<(TaskIx, Option<DateTime<Utc>>, DateTime<Utc>)>,
@@ -429,6 +433,8 @@ pub(crate) struct Stats {
     pub(crate) on_time_checked: u64,
     /// Queued ticks started (`overlap = "queue"`).
     pub(crate) queued_started: u64,
+    /// Backfill ticks run.
+    pub(crate) backfill_runs: u64,
 }
 
 impl Stats {
@@ -449,6 +455,7 @@ impl Stats {
         self.claimed_not_run += o.claimed_not_run;
         self.live_ticks += o.live_ticks;
         self.on_time_checked += o.on_time_checked;
+        self.backfill_runs += o.backfill_runs;
     }
 }
 

@@ -183,6 +183,13 @@ pub(crate) enum T {
         k: usize,
         run: RunId,
     },
+    /// A backfill tick's run ends.
+    BackfillEnd {
+        task: TaskIx,
+        fire_id: String,
+        tick: DateTime<Utc>,
+        run: RunId,
+    },
     /// The daemon reloads its changed task files.
     Reload,
 }
@@ -208,6 +215,8 @@ pub(crate) enum Ev {
     SessionCheck(i64),
     /// The operator asks for a manual run (index into `Sim::triggers`), as `zkcron trigger`.
     Trigger(usize),
+    /// The operator asks for a backfill (index into `Sim::backfills`), as `zkcron backfill`.
+    Backfill(usize),
 }
 
 #[derive(Debug)]
@@ -352,6 +361,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) tracing: bool,
     /// The operator's manual run requests: task, fire id, request time.
     pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
+    /// The operator's backfill requests: task, name, record.
+    pub(crate) backfills: Vec<(TaskIx, String, zkcron::coord::backfill::BackfillRecord)>,
     /// Draws for the runs that outlive their task's interval (`Knobs::long_runs`): a stream of
     /// its own, so that the scenarios without long runs stay what they were.
     pub(crate) runs_rng: StdRng,
@@ -407,6 +418,7 @@ impl<'s> Sim<'s> {
             trace_calls: std::env::var_os("ZKCRON_SIM_TRACE").is_some(),
             tracing: true,
             triggers: Vec::new(),
+            backfills: Vec::new(),
             runs_rng: StdRng::seed_from_u64(sc.seed ^ 0x0010_9e75),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
@@ -462,6 +474,7 @@ impl<'s> Sim<'s> {
                 sim.push(at, Ev::Trigger(k));
             }
         }
+        sim.plan_backfills(sc);
         sim
     }
 
@@ -590,6 +603,7 @@ impl<'s> Sim<'s> {
         match ev {
             Ev::Fault(fault) => self.fault(fault),
             Ev::Trigger(k) => self.create_trigger(k),
+            Ev::Backfill(k) => self.create_backfill(k),
             Ev::Up { conn, msg } => {
                 let l = self.links.get_mut(&conn).expect("known link");
                 if !l.alive {
@@ -1288,6 +1302,12 @@ impl<'s> Sim<'s> {
                 self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
                 self.core_input(n, FireInput::RunEnded { run });
             }
+            T::BackfillEnd {
+                task,
+                fire_id,
+                tick,
+                run,
+            } => self.backfill_ended(n, task, fire_id, tick, run),
             T::RunEnd { task, tick, run } => {
                 if self.procs[n].runs.contains_key(&run) {
                     self.run_ended(n, task, tick, run, "exit code 0");
@@ -1587,6 +1607,9 @@ impl<'s> Sim<'s> {
     /// A claimed run: a manual one starts now, a tick's at its due time by the node's clock.
     fn spawn(&mut self, n: NodeIx, spawn: firing::Spawn<()>) {
         let task = task_ix(&spawn.task);
+        if spawn.kind == RunKind::Backfill {
+            return self.backfill_spawned(n, spawn);
+        }
         if spawn.kind == RunKind::Manual {
             let fire_id = spawn.fire_id;
             let Some(k) = self.triggers.iter().position(|(_, id, _)| *id == fire_id) else {

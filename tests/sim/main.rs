@@ -103,7 +103,8 @@
 //! fire record (lost ticks), a core that fires paused tasks (claims while paused), planners
 //! without the starting deadline (ticks past it), planners that catch up the missed ticks of
 //! `catch_up = "skip"` tasks (missed ticks run), the overlap check off (overlapping runs of
-//! `overlap = "skip"` tasks); and two bugs of the simulated shell around them: a claim whose
+//! `overlap = "skip"` tasks), a node whose backfill claims move no progress (backfill ticks run
+//! twice, counted per fire id); and two bugs of the simulated shell around them: a claim whose
 //! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
 //! 3 s late (late ticks). Every switch is off by default, and a unit test says so.
 //!
@@ -268,6 +269,7 @@ use zkcron::plan::{MAX_CATCH_UP, PlanRules};
 use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
+mod backfill;
 mod checker;
 mod drive;
 mod model_zk;
@@ -984,5 +986,27 @@ fn the_checker_reports_missed_ticks_run_with_catch_up_skip() {
         Kind::MissedTickRun,
         ClaimMode::Fenced,
         NodeBug::SkipCaughtUp,
+    );
+}
+
+/// The real node with its test-only switch `bugs.backfill_claim_keeps_progress` (a backfill
+/// tick's claim does not move the request's progress) runs a backfill's ticks again once its
+/// task's lease moves, and the checker, counting runs per fire id, says so.
+#[test]
+fn the_checker_reports_backfill_ticks_run_twice_when_claims_keep_no_progress() {
+    let knobs = Knobs {
+        bug: NodeBug::BackfillKeepsProgress,
+        ..Knobs::DEFAULT
+    };
+    let seed = (0..200).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::BackfillTickTwice)
+    });
+    eprintln!("BackfillTickTwice with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no BackfillTickTwice in 200 scenarios with {knobs:?}"
     );
 }

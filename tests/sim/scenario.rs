@@ -49,6 +49,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.stray_leases_checked_only_when_leading`: seed 47's bug, a lease
     /// released without an answer by a node that may not lead stays its session's.
     StrayLeasesOnlyWhenLeading,
+    /// The real node's `bugs.backfill_claim_keeps_progress`: a backfill tick's claim does not
+    /// move the request's progress, so the next leader runs its ticks again.
+    BackfillKeepsProgress,
 }
 
 impl NodeBug {

@@ -6,7 +6,7 @@
 //! reading and replay of the state files, formats and damage; `journal.rs` the writer thread
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
-//! run history (`history/<task>.json`).
+//! run history (`history/<task>.json`); `backfill.rs` backfill requests (`backfills.json`).
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
@@ -41,6 +41,7 @@
 //! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
 //! runs while the daemon is stopped.
 
+mod backfill;
 mod errors;
 mod history;
 mod journal;
@@ -49,7 +50,7 @@ mod pause;
 mod queue;
 mod state;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -60,8 +61,9 @@ use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
+use super::backfill::BackfillRecord;
 use super::record::{self, FireView, Verdict};
-use super::records::{HistoryEntry, MarkRecord, TriggerRecord};
+use super::records::{HistoryEntry, MarkRecord, RunTrigger, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
@@ -176,6 +178,8 @@ pub struct LocalCoordinator {
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
     /// Manual runs.
     manual: manual::Manual,
+    /// Backfill requests.
+    backfills: backfill::Backfills,
     /// Run histories, written behind the runs.
     history: history::HistoryFiles,
     /// Held for the life of the backend; dropping it releases the state dir.
@@ -197,6 +201,7 @@ impl LocalCoordinator {
         let records = journal_writer.mirror.clone();
         let paused = pause::read_paused(state_dir)?;
         let manual = manual::Manual::open(state_dir, wall_clock())?;
+        let backfills = backfill::Backfills::open(state_dir, wall_clock())?;
         let history = history::HistoryFiles::open(state_dir).map_err(|source| CoordError::Io {
             context: "cannot start the history writer".into(),
             error: source,
@@ -225,6 +230,7 @@ impl LocalCoordinator {
             leadership,
             live_runs: Mutex::new(HashSet::new()),
             manual,
+            backfills,
             history,
             _lock: lock,
             state_dir: state_dir.to_path_buf(),
@@ -259,6 +265,43 @@ impl LocalCoordinator {
         self.manual.state(fire_id)
     }
 
+    /// Stores a new backfill request (`zkcron backfill`; its range checked and counted by the
+    /// caller), durable when this returns; its name. Refused for a task this daemon does not
+    /// fire.
+    pub fn request_backfill(&self, record: BackfillRecord) -> Result<String, CoordError> {
+        if !self
+            .leadership
+            .borrow()
+            .tasks
+            .contains(record.task.as_str())
+        {
+            return Err(CoordError::Refused(format!(
+                "task {} is not defined on this host (or is disabled): nothing would run its backfill; `zkcron next` lists the tasks",
+                record.task
+            )));
+        }
+        let name = self.backfills.request(record, wall_clock())?;
+        self.refresh_triggers();
+        Ok(name)
+    }
+
+    /// Every backfill request kept (ended ones for a week), by name.
+    pub fn backfills(&self) -> BTreeMap<String, BackfillRecord> {
+        self.backfills.list()
+    }
+
+    /// Cancels the backfill `name` (its running tick finishes); the record as it was before,
+    /// `None` if there is none.
+    pub fn cancel_backfill(
+        &self,
+        name: &str,
+        by: &str,
+    ) -> Result<Option<BackfillRecord>, CoordError> {
+        let record = self.backfills.cancel(name, by, wall_clock())?;
+        self.refresh_triggers();
+        Ok(record)
+    }
+
     /// The last `n` runs of `task`, newest first.
     pub fn history(&self, task: &str, n: usize) -> Vec<HistoryEntry> {
         self.history.history(task, n)
@@ -270,15 +313,17 @@ impl LocalCoordinator {
         self.history.flush();
     }
 
-    /// Publishes the pending triggers of the tasks this backend leads.
+    /// Publishes the pending triggers and backfills of the tasks this backend leads.
     fn refresh_triggers(&self) {
         let tasks = self.leadership.borrow().tasks.clone();
         let pending = Arc::new(self.manual.pending(&tasks));
+        let backfills = Arc::new(self.backfills.pending(&tasks));
         self.leadership.send_if_modified(|l| {
-            if l.triggers == pending {
+            if l.triggers == pending && l.backfills == backfills {
                 return false;
             }
             l.triggers = pending;
+            l.backfills = backfills;
             true
         });
     }
@@ -540,6 +585,13 @@ impl Coordinator for LocalCoordinator {
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
+        if result.manual && entry.trigger == RunTrigger::Backfill {
+            // No fire record, no `result`: the backfill request and the history.
+            self.history.append(task, entry.clone());
+            let ended = self.backfills.end(&entry, result, wall_clock());
+            self.refresh_triggers();
+            return ended;
+        }
         if result.manual {
             // No fire record, no `result`: the trigger and the history.
             self.history.append(task, entry.clone());
@@ -562,9 +614,14 @@ impl Coordinator for LocalCoordinator {
         let node = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into());
-        let outcome = self
-            .manual
-            .claim(task, trigger, leads, &node, wall_clock())?;
+        let outcome = if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() {
+            let leads = leads && !self.leadership.borrow().paused_tasks.contains(task);
+            self.backfills
+                .claim(task, trigger, leads, &node, wall_clock())?
+        } else {
+            self.manual
+                .claim(task, trigger, leads, &node, wall_clock())?
+        };
         self.refresh_triggers();
         Ok(outcome)
     }
@@ -589,6 +646,7 @@ impl Coordinator for LocalCoordinator {
         self.leadership.send_modify(|l| {
             l.tasks = Arc::new(BTreeSet::new());
             l.triggers = Arc::default();
+            l.backfills = Arc::default();
         });
     }
 }

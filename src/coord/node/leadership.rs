@@ -1,6 +1,6 @@
 //! What the node tells the daemon it may fire: the held leases as [`Leadership`], paused
-//! unless connected and listed, with the pending manual runs of the led tasks, why it is paused
-//! and how often the session was lost.
+//! unless connected and listed, with the pending manual runs and backfills of the led tasks,
+//! why it is paused and how often the session was lost.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,14 +23,18 @@ impl Node {
         };
         let paused = !self.firing();
         let triggers = self.led_triggers(&tasks);
+        let backfills = self.led_backfills(&tasks);
+        // A new leader ends the ticks its tasks' backfills lost with their node.
+        self.sweep_backfills(false);
         let l = &self.leadership;
         let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
-        if same && *l.triggers == triggers {
+        if same && *l.triggers == triggers && *l.backfills == backfills {
             return;
         }
         self.leadership.triggers = Arc::new(triggers);
+        self.leadership.backfills = Arc::new(backfills);
         if same {
-            // Only the pending manual runs changed.
+            // Only the pending manual runs or backfills changed.
             self.out
                 .push_back(Output::Leadership(self.leadership.clone()));
             return;

@@ -27,6 +27,7 @@
 //! - `runs`: live runs, results, and leaving the cluster.
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
+//! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
 //! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
 //! - `waits`: requests answered when something happens (the end of runs on other nodes).
@@ -37,6 +38,7 @@
 //!   small in-memory ZooKeeper.
 
 mod acting;
+mod backfill;
 mod claim;
 mod clock;
 mod control;
@@ -119,6 +121,8 @@ pub struct NodeBugs {
     /// A node that may not lead (clock off, drained) does not check the leases its session may
     /// still own after a release or take without an answer (simulation seed 47).
     pub stray_leases_checked_only_when_leading: bool,
+    /// A backfill tick's claim marks it running but does not move the request's progress.
+    pub backfill_claim_keeps_progress: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's
@@ -348,6 +352,10 @@ pub struct Node {
     triggers: BTreeMap<String, trigger::Known>,
     /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
     manual_sent: BTreeMap<String, DateTime<Utc>>,
+    /// Every backfill request under `control/backfills` as last read, by name.
+    backfills: BTreeMap<String, backfill::Known>,
+    /// The requests with a lost tick's end or a deletion on its way.
+    backfill_sweeping: BTreeSet<String>,
     /// `[scheduler] history_runs`: how many runs a task's history keeps.
     history_runs: usize,
 }
@@ -418,6 +426,8 @@ impl Node {
             control: control::Control::default(),
             triggers: BTreeMap::new(),
             manual_sent: BTreeMap::new(),
+            backfills: BTreeMap::new(),
+            backfill_sweeping: BTreeSet::new(),
             history_runs: cfg.history_runs,
             cfg,
         };

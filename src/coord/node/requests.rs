@@ -66,6 +66,11 @@ impl Node {
             }
             Request::RunEnded { task, result } => self.run_ended(req, task, result),
             Request::LastResult { task } => self.last_result(req, task),
+            Request::ClaimManual { task, trigger }
+                if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() =>
+            {
+                self.claim_backfill(req, task, trigger)
+            }
             Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
             Request::Pause { task, mark } => self.pause_task(req, task, mark),
             Request::ReleaseAll => self.start_release_all(req),
@@ -207,6 +212,7 @@ impl Node {
             ),
             Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
             Then::Trigger(step) => self.abort_trigger(step),
+            Then::Backfill(step) => self.abort_backfill(step),
             Then::History(step) => self.abort_history(step),
             _ => {}
         }

@@ -64,8 +64,10 @@ impl Node {
                 } else {
                     self.retry();
                 }
-                // Trigger events missed while disconnected, and runs that ended meanwhile.
+                // Trigger and backfill events missed while disconnected, and runs that ended
+                // meanwhile.
                 self.list_triggers();
+                self.list_backfills();
                 self.recount_waits(|_| true);
                 self.publish();
             }
@@ -235,7 +237,8 @@ impl Node {
             steps.push(ZkOp::AddPersistentRecursiveWatch { path });
         }
         steps.extend(self.control_setup_ops());
-        let triggers = self.trigger_setup_steps();
+        let mut triggers = self.trigger_setup_steps();
+        triggers.extend(self.backfill_setup_steps());
         if let Some(session) = self.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
@@ -256,6 +259,7 @@ impl Node {
             self.call(op, Then::Ignore);
         }
         self.list_triggers();
+        self.list_backfills();
         // Measured before registering, so that the member record says whether it may lead.
         self.probe(true);
     }
@@ -555,7 +559,10 @@ impl Node {
     // ---- watches ----
 
     pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
-        if self.session.is_none() || self.on_trigger_watch(path, kind) {
+        if self.session.is_none()
+            || self.on_trigger_watch(path, kind)
+            || self.on_backfill_watch(path, kind)
+        {
             return;
         }
         let members = format!("{}/", self.paths.members());

@@ -11,7 +11,7 @@ use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
-use super::{Node, control, foreign, gc, history, trigger};
+use super::{Node, backfill, control, foreign, gc, history, trigger};
 use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
@@ -197,6 +197,8 @@ pub(super) enum Then {
     },
     /// A step of a manual run's trigger.
     Trigger(trigger::Step),
+    /// A step of a backfill request.
+    Backfill(backfill::Step),
     /// A step of appending to a task's history.
     History(history::Step),
 }
@@ -266,6 +268,7 @@ impl Node {
             Then::Gc(step) => self.on_gc(step, result, pending.sent),
             Then::Control { read, phase } => self.on_control(read, phase, result),
             Then::Trigger(step) => self.on_trigger_step(step, result),
+            Then::Backfill(step) => self.on_backfill_step(step, result),
             Then::History(step) => self.on_history_step(step, result),
             then => self.on_task_reply(then, result),
         }

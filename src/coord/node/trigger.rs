@@ -73,10 +73,11 @@ pub(crate) enum Step {
 /// Recording a manual run's end on its trigger.
 #[derive(Debug)]
 pub(crate) struct End {
-    req: ReqId,
-    name: String,
-    entry: HistoryEntry,
-    reason: Option<String>,
+    pub(super) req: ReqId,
+    /// The run's fire id: a trigger's name, or a backfill tick's fire id.
+    pub(super) name: String,
+    pub(super) entry: HistoryEntry,
+    pub(super) reason: Option<String>,
     tries: u8,
 }
 
@@ -557,6 +558,9 @@ impl Node {
 
     /// Sets the trigger of a manual run to ended with its result.
     pub(super) fn end_trigger(&mut self, end: End) {
+        if crate::coord::backfill::of_fire_id(&end.name).is_some() {
+            return self.end_backfill(end);
+        }
         if self.session.is_none() {
             return self.answer(
                 end.req,
@@ -661,6 +665,7 @@ impl Node {
     /// The periodic collection of ended triggers (`Timer::Triggers`).
     pub(super) fn on_triggers_timer(&mut self) {
         self.collect_triggers();
+        self.sweep_backfills(true);
         self.at(self.now.mono + GC_EVERY, super::Timer::Triggers);
     }
 

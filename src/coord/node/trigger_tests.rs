@@ -623,3 +623,6 @@ fn a_close_waits_for_a_history_append_at_most_two_seconds() {
     );
     assert_eq!(answer(&out, 10), Some(Ok(Answered::Done)));
 }
+
+#[path = "backfill_tests.rs"]
+mod backfill;

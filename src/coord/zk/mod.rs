@@ -17,6 +17,7 @@
 //! | `clock` | persistent | written now and then to measure clock skew |
 //! | `control/drained/<node-id>`, `control/paused/<task>` | persistent | the operator's marks ([`MarkRecord`](wire::MarkRecord)) |
 //! | `control/triggers/<task>@manual-<n>` | persistent, sequential | a manual run ([`TriggerRecord`]) |
+//! | `control/backfills/<task>@backfill-<n>` | persistent, sequential | a backfill request and its progress ([`BackfillRecord`](crate::coord::backfill::BackfillRecord)) |
 //!
 //! Znodes grow as O(tasks + nodes): a task has at most a record, a result, a lease and its live
 //! runs; a node has its member znode. Nodes with the same `jobs.d` share one task set, so 20

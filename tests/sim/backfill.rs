@@ -1,0 +1,152 @@
+//! Backfills in the simulation: the operator's requests, at fixed points of every scenario (no
+//! draw from the seed's generator, so the scenarios stay what they were), the runs of their
+//! ticks through the real core and node, and the check that no backfill fire id runs twice.
+//!
+//! Each request covers the 8 ticks of a task's schedule before the scenario's epoch; each run
+//! takes 2 s, so a request spans the faults around it.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use zkcron::coord::RunResult;
+use zkcron::coord::backfill::{self, BackfillRecord};
+use zkcron::coord::node::io::{CreateMode, Request, ZkOp};
+use zkcron::firing::{self, Input as FireInput, RunId};
+
+use super::checker::{Checker, Kind, Violation};
+use super::drive::{Asked, BASE, Ev, Sim, T};
+use super::{Ms, NodeIx, Scenario, TaskIx, epoch};
+
+/// How long each backfill run takes.
+const RUN_MS: Ms = 2_000;
+
+/// The ticks each request covers.
+const TICKS: usize = 8;
+
+impl Sim<'_> {
+    /// Plans the operator's backfill requests of `sc`: during the faults and after them.
+    pub(crate) fn plan_backfills(&mut self, sc: &Scenario) {
+        if sc.tasks.is_empty() {
+            return;
+        }
+        for (k, at) in [sc.fault_end / 4, sc.fault_end + sc.settle / 4]
+            .into_iter()
+            .enumerate()
+        {
+            let task = (sc.seed as usize + k + 1) % sc.tasks.len();
+            let schedule = &sc.tasks[task].rules.schedule;
+            let Some(from) = schedule
+                .ticks_after(epoch() - TimeDelta::days(1))
+                .take_while(|t| *t < epoch())
+                .collect::<Vec<_>>()
+                .iter()
+                .rev()
+                .nth(TICKS - 1)
+                .copied()
+            else {
+                continue;
+            };
+            let Ok(total) = backfill::count_ticks(schedule, from, epoch()) else {
+                continue;
+            };
+            let name = backfill::request_name(&sc.tasks[task].name, k as u64);
+            let record = BackfillRecord::new(
+                &sc.tasks[task].name,
+                from,
+                epoch(),
+                total,
+                "operator@sim",
+                epoch(),
+            );
+            self.backfills.push((task, name, record));
+            self.push(at, Ev::Backfill(self.backfills.len() - 1));
+        }
+    }
+
+    /// The operator creates the request znode, as `zkcron backfill` does.
+    pub(crate) fn create_backfill(&mut self, k: usize) {
+        let (task, name, record) = self.backfills[k].clone();
+        let dir = |p: &str| ZkOp::Create {
+            path: format!("{BASE}/{p}"),
+            data: Vec::new(),
+            mode: CreateMode::Persistent,
+            acl: Default::default(),
+        };
+        for op in [
+            dir("control"),
+            dir("control/backfills"),
+            ZkOp::Create {
+                path: format!("{BASE}/control/backfills/{name}"),
+                data: serde_json::to_vec(&record).expect("encodes"),
+                mode: CreateMode::Persistent,
+                acl: Default::default(),
+            },
+        ] {
+            let mut writes = Vec::new();
+            let (_, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
+            let _ = task;
+            self.broadcast(events);
+        }
+    }
+
+    /// A backfill tick was claimed on node `n`: it runs for [`RUN_MS`].
+    pub(crate) fn backfill_spawned(&mut self, n: NodeIx, spawn: firing::Spawn<()>) {
+        let task = super::drive::task_ix(&spawn.task);
+        self.stats.backfill_runs += 1;
+        self.check
+            .on_backfill_run(self.now, &spawn.fire_id, task, n);
+        self.timer(
+            n,
+            RUN_MS,
+            T::BackfillEnd {
+                task,
+                fire_id: spawn.fire_id,
+                tick: spawn.tick.instant,
+                run: spawn.run,
+            },
+        );
+    }
+
+    /// The run of a backfill tick ended on node `n`.
+    pub(crate) fn backfill_ended(
+        &mut self,
+        n: NodeIx,
+        task: TaskIx,
+        fire_id: String,
+        tick: DateTime<Utc>,
+        run: RunId,
+    ) {
+        let result = RunResult {
+            tick,
+            node: self.procs[n].id.clone(),
+            exit: "exit code 0".into(),
+            success: true,
+            attempts: 1,
+            duration_ms: RUN_MS,
+            finished_at: self.wall(n),
+            fire_id: Some(fire_id),
+            manual: true,
+            exit_code: Some(0),
+            ..RunResult::default()
+        };
+        let name = self.sc.tasks[task].name.clone();
+        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+        self.core_input(n, FireInput::RunEnded { run });
+    }
+}
+
+impl Checker {
+    /// A backfill tick was claimed to run: at most once per fire id, on any node, ever.
+    pub(crate) fn on_backfill_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
+        let runs = self.backfill_runs.entry(fire_id.to_string()).or_default();
+        runs.push((at, node));
+        if runs.len() > 1 {
+            let detail = format!("backfill tick {fire_id} claimed to run again: {runs:?}");
+            self.violations.push(Violation {
+                kind: Kind::BackfillTickTwice,
+                at,
+                task: Some(task),
+                tick: None,
+                detail,
+            });
+        }
+    }
+}
