@@ -136,7 +136,7 @@ fn a_backfill_runs_each_tick_once_on_the_leader_and_wait_follows_it_to_its_end()
         .as_array()
         .unwrap()
         .iter()
-        .filter(|run| run["trigger"] == "backfill")
+        .filter(|run| run["backfill"] == true)
         .count();
     assert_eq!(backfilled, 4, "{history:#}");
     assert!(cluster.listed().contains("4/4"), "{}", cluster.listed());

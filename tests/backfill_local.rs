@@ -151,7 +151,9 @@ fn a_backfill_runs_each_tick_once_oldest_first_and_wait_exits_with_its_success()
     let history = history.as_array().unwrap();
     assert_eq!(history.len(), 5);
     assert!(
-        history.iter().all(|run| run["trigger"] == "backfill"),
+        history
+            .iter()
+            .all(|run| run["trigger"] == "manual" && run["backfill"] == true),
         "{history:?}"
     );
     let table = text(&local.cli(&["history", "rep"]).stdout);

@@ -632,3 +632,40 @@ fn a_backfill_record_decodes_and_reencodes_to_the_same_json() {
         "by": "ops@host-a", "state": "active", "claimed": 0, "succeeded": 0, "failed": 0});
     assert_eq!(round_trip::<BackfillRecord>(&new).1, new);
 }
+
+/// A backfill's history entry is written as a manual run with `"backfill": true`: a release
+/// that knows only the `schedule` and `manual` triggers reads the history instead of failing
+/// on an unknown trigger and starting it afresh (it did, while backfills wrote
+/// `"trigger": "backfill"`).
+#[test]
+fn a_backfill_history_entry_reads_as_a_manual_run_to_releases_without_backfill() {
+    use zkcron::coord::RunResult;
+    use zkcron::coord::records::{HistoryEntry, RunTrigger};
+    let result = RunResult {
+        fire_id: Some("report@backfill-0000000001-1767225600".into()),
+        manual: true,
+        success: true,
+        ..RunResult::default()
+    };
+    let entry = HistoryEntry::of_run("report", &result, "1.2.0");
+    assert!(entry.backfill);
+    let written = serde_json::to_value(&entry).unwrap();
+    assert_eq!(written["trigger"], json!("manual"));
+    assert_eq!(written["backfill"], json!(true));
+    // A scheduled run's entry has no `backfill` key, as before.
+    let scheduled = HistoryEntry::of_run(
+        "report",
+        &RunResult {
+            manual: false,
+            ..result
+        },
+        "1.2.0",
+    );
+    assert_eq!(scheduled.trigger, RunTrigger::Schedule);
+    assert!(
+        serde_json::to_value(&scheduled)
+            .unwrap()
+            .get("backfill")
+            .is_none()
+    );
+}

@@ -41,7 +41,8 @@ fn entry(fire_id: &str, tick: DateTime<Utc>, exit_code: i32) -> HistoryEntry {
         signal: None,
         success: exit_code == 0,
         attempts: 1,
-        trigger: RunTrigger::Backfill,
+        trigger: RunTrigger::Manual,
+        backfill: true,
     }
 }
 

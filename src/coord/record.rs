@@ -407,6 +407,7 @@ mod tests {
             success: true,
             attempts: 1,
             trigger: crate::coord::records::RunTrigger::Schedule,
+            backfill: false,
         }
     }
 

@@ -260,10 +260,10 @@ pub struct TriggerRecord {
 pub enum RunTrigger {
     /// A tick of the schedule (a catch-up or a rerun included).
     Schedule,
-    /// `zkcron trigger`.
+    /// `zkcron trigger`, or `zkcron backfill` (then the entry's `backfill` is true: releases
+    /// that know only these two values read a backfill's entry as a manual run, not as a
+    /// history they cannot read).
     Manual,
-    /// `zkcron backfill`: a historic tick (fire id `<task>@backfill-<10 digits>-<unix>`).
-    Backfill,
 }
 
 /// One run in a task's history: exactly an element of `zkcron history --json`.
@@ -281,6 +281,10 @@ pub struct HistoryEntry {
     pub success: bool,
     pub attempts: u32,
     pub trigger: RunTrigger,
+    /// A run of `zkcron backfill` (fire id `<task>@backfill-<10 digits>-<unix>`; `trigger` is
+    /// `manual`). Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfill: bool,
 }
 
 impl HistoryEntry {
@@ -308,11 +312,16 @@ impl HistoryEntry {
             success: result.success,
             attempts: result.attempts,
             // A task name has no `@`: only a backfill's fire id holds `@backfill-`.
-            trigger: match &result.fire_id {
-                _ if !result.manual => RunTrigger::Schedule,
-                Some(id) if id.contains("@backfill-") => RunTrigger::Backfill,
-                _ => RunTrigger::Manual,
+            trigger: if result.manual {
+                RunTrigger::Manual
+            } else {
+                RunTrigger::Schedule
             },
+            backfill: result.manual
+                && result
+                    .fire_id
+                    .as_ref()
+                    .is_some_and(|id| id.contains("@backfill-")),
         }
     }
 }

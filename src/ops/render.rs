@@ -395,9 +395,9 @@ pub fn history(runs: &[HistoryEntry]) -> String {
             outcome(run.success, run.exit_code, run.signal),
             run.attempts.to_string(),
             match run.trigger {
+                _ if run.backfill => "backfill",
                 RunTrigger::Schedule => "schedule",
                 RunTrigger::Manual => "manual",
-                RunTrigger::Backfill => "backfill",
             }
             .into(),
         ]);

@@ -108,7 +108,11 @@ async fn each_tick_is_claimed_once_in_turn_and_the_last_end_makes_it_done() {
     assert_eq!((record.succeeded, record.failed), (1, 1));
     let history = local.history("a", 10);
     assert_eq!(history.len(), 2);
-    assert!(history.iter().all(|h| h.trigger == RunTrigger::Backfill));
+    assert!(
+        history
+            .iter()
+            .all(|h| h.backfill && h.trigger == RunTrigger::Manual)
+    );
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ fn entry(fire_id: &str, s: i64) -> HistoryEntry {
         success: true,
         attempts: 1,
         trigger: RunTrigger::Schedule,
+        backfill: false,
     }
 }
 

@@ -63,7 +63,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::backfill::BackfillRecord;
 use super::record::{self, FireView, Verdict};
-use super::records::{HistoryEntry, MarkRecord, RunTrigger, TriggerRecord};
+use super::records::{HistoryEntry, MarkRecord, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
@@ -585,7 +585,7 @@ impl Coordinator for LocalCoordinator {
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
-        if result.manual && entry.trigger == RunTrigger::Backfill {
+        if entry.backfill {
             // No fire record, no `result`: the backfill request and the history.
             self.history.append(task, entry.clone());
             let ended = self.backfills.end(&entry, result, wall_clock());

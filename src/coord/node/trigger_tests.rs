@@ -328,6 +328,7 @@ fn entry(i: u32) -> HistoryEntry {
         success: true,
         attempts: 1,
         trigger: RunTrigger::Schedule,
+        backfill: false,
     }
 }
 
@@ -418,6 +419,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         success: false,
         attempts: 1,
         trigger: RunTrigger::Manual,
+        backfill: false,
     };
     assert_eq!(written.runs[2], expected);
     assert!(
