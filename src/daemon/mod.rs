@@ -349,8 +349,10 @@ impl<C: Coordinator> Daemon<C> {
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
             }
         }
-        // Published in name order, as before.
-        tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        if !loaded.errors.is_empty() {
+            // Published in name order, as before (the loaded tasks are).
+            tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        }
         Some((tasks, loaded.errors))
     }
 
@@ -360,22 +362,18 @@ impl<C: Coordinator> Daemon<C> {
     fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [Arc<TaskSpec>]) -> Diff {
         let engine = self.firing.engine();
         let mut diff = Diff::default();
-        let wanted: std::collections::BTreeSet<&str> =
-            tasks.iter().map(|task| &*task.name).collect();
-        for spec in current {
-            if !wanted.contains(&*spec.name) {
-                let task = spec.name.to_string();
+        // Both in name order: walked side by side.
+        let mut old = current.iter().peekable();
+        for spec in tasks.iter_mut() {
+            while let Some(gone) = old.next_if(|old| old.name < spec.name) {
                 engine.handle(Input::Unload {
-                    task,
+                    task: gone.name.to_string(),
                     why: Unload::Removed,
                 });
                 diff.removed += 1;
             }
-        }
-        drop(wanted);
-        for spec in tasks.iter_mut() {
             let name = spec.name.clone();
-            match find(current, &name) {
+            match old.next_if(|old| old.name == name) {
                 Some(old) if Arc::ptr_eq(old, spec) => {}
                 Some(old) if **old == **spec => *spec = old.clone(),
                 Some(_) => {
@@ -397,6 +395,13 @@ impl<C: Coordinator> Daemon<C> {
                     diff.added += 1;
                 }
             }
+        }
+        for gone in old {
+            engine.handle(Input::Unload {
+                task: gone.name.to_string(),
+                why: Unload::Removed,
+            });
+            diff.removed += 1;
         }
         diff
     }

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -33,10 +33,18 @@ struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
+    /// Nanoseconds since the epoch.
+    mtime: i64,
+    ctime: i64,
     mode: u32,
     uid: u32,
+}
+
+/// Nanoseconds since the epoch of a timestamp that `stat` gives as seconds and nanoseconds.
+fn nanos(seconds: i64, nanoseconds: i64) -> i64 {
+    seconds
+        .saturating_mul(1_000_000_000)
+        .saturating_add(nanoseconds)
 }
 
 impl Stamp {
@@ -45,8 +53,8 @@ impl Stamp {
             dev: meta.dev(),
             ino: meta.ino(),
             size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mtime: nanos(meta.mtime(), meta.mtime_nsec()),
+            ctime: nanos(meta.ctime(), meta.ctime_nsec()),
             mode: meta.mode(),
             uid: meta.uid(),
         }
@@ -61,7 +69,7 @@ impl Stamp {
         let Ok(since_epoch) = before.duration_since(SystemTime::UNIX_EPOCH) else {
             return false;
         };
-        let before = (
+        let before = nanos(
             since_epoch.as_secs() as i64,
             since_epoch.subsec_nanos() as i64,
         );
@@ -78,11 +86,11 @@ struct Cached {
 
 /// The task files of one jobs dir as last read by [`reload_jobs_dir`], with their stamps.
 /// It shares each task's `Arc` with whoever keeps the loaded tasks, so it costs a stamp and a
-/// path per file.
+/// pointer per file (56 bytes).
 #[derive(Debug, Default)]
 pub struct LoadCache {
-    /// By task name (the file stem), shared with the spec.
-    files: HashMap<Arc<str>, Cached>,
+    /// In task-name order, as the jobs dir is walked.
+    files: Vec<Cached>,
     /// How many files the last reload read (opened and checked); the others were remembered.
     last_reads: usize,
 }
@@ -95,6 +103,18 @@ impl LoadCache {
     }
 }
 
+/// What a reload does with one task file, in name order.
+enum Slot {
+    /// Remembered, and unchanged.
+    Kept(Cached),
+    /// Read again: its stamp before reading (none if it is no regular file), and the task it
+    /// held before, if any.
+    Read {
+        stamp: Option<Stamp>,
+        previous: Option<Arc<TaskSpec>>,
+    },
+}
+
 /// [`super::load_jobs_dir`] through `cache`: the same tasks, errors and ignored files, but a
 /// file whose stamp is as remembered is not read again. `now` is when the reload began (the
 /// caller's clock), which decides which files are too recent to be remembered.
@@ -105,57 +125,78 @@ pub fn reload_jobs_dir(
     now: SystemTime,
 ) -> Result<LoadedDir<Arc<TaskSpec>>, Vec<PathProblem>> {
     let (files, ignored) = list_jobs_dir(dir, defaults)?;
+    let mut files: Vec<(String, PathBuf)> = files
+        .into_iter()
+        .map(|path| (task_name_of(&path), path))
+        .collect();
+    files.sort_unstable();
     let mut accounts = Accounts::default();
-    let mut loaded = LoadedDir {
-        ignored,
-        ..LoadedDir::default()
-    };
-    // What is remembered moves from `before` into `cache.files`; what is left in `before` is
-    // gone or changed, and a changed file that parses to the same task keeps its `Arc`.
-    let mut before = std::mem::take(&mut cache.files);
+    // Walked beside the files, both in name order: an entry passed over is a file gone.
+    let mut before = std::mem::take(&mut cache.files).into_iter().peekable();
+    let mut slots = Vec::with_capacity(files.len());
     let mut to_read = Vec::new();
-    let mut stamps = HashMap::with_capacity(files.len());
-    for path in files {
+    for (name, path) in files {
+        while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
+        let previous = before.next_if(|cached| *cached.spec.name == *name);
         let stamp = std::fs::symlink_metadata(&path)
             .ok()
             .filter(std::fs::Metadata::is_file)
             .map(|meta| Stamp::of(&meta));
-        let name = task_name_of(&path);
-        let same = before.get(name.as_str()).is_some_and(|cached| {
-            Some(cached.stamp) == stamp
-                && cached.spec.path == path
-                && accounts.all_exist(&cached.spec)
-        });
-        if let Some((name, cached)) = same.then(|| before.remove_entry(name.as_str())).flatten() {
-            loaded.tasks.push(cached.spec.clone());
-            cache.files.insert(name, cached);
-            continue;
-        }
-        if let Some(stamp) = stamp {
-            stamps.insert(path.clone(), stamp);
-        }
-        to_read.push(path);
-    }
-    cache.last_reads = to_read.len();
-    for (tasks, errors) in load_files(&to_read, defaults) {
-        for spec in tasks {
-            let spec = match before.remove(&*spec.name) {
-                Some(old) if *old.spec == spec => old.spec,
-                _ => Arc::new(spec),
-            };
-            let stamp = stamps.get(&spec.path).filter(|stamp| stamp.settled(now));
-            if let Some(&stamp) = stamp {
-                let cached = Cached {
-                    stamp,
-                    spec: spec.clone(),
-                };
-                cache.files.insert(spec.name.clone(), cached);
+        let slot = match previous {
+            Some(cached)
+                if Some(cached.stamp) == stamp
+                    && cached.spec.path == path
+                    && accounts.all_exist(&cached.spec) =>
+            {
+                Slot::Kept(cached)
             }
-            loaded.tasks.push(spec);
-        }
+            previous => {
+                to_read.push(path);
+                let previous = previous.map(|cached| cached.spec);
+                Slot::Read { stamp, previous }
+            }
+        };
+        slots.push((name, slot));
+    }
+    drop(before);
+    cache.last_reads = to_read.len();
+    let mut loaded = LoadedDir {
+        ignored,
+        ..LoadedDir::default()
+    };
+    let mut read = Vec::with_capacity(to_read.len());
+    for (tasks, errors) in load_files(&to_read, defaults) {
+        read.extend(tasks);
         loaded.errors.extend(errors);
     }
-    loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
+    drop(to_read);
+    // The tasks read come in the order of their files; a file that failed has none.
+    let mut read = read.into_iter().peekable();
+    loaded.tasks.reserve_exact(slots.len());
+    cache.files.reserve_exact(slots.len());
+    for (name, slot) in slots {
+        let (stamp, spec) = match slot {
+            Slot::Kept(cached) => (Some(cached.stamp), cached.spec),
+            Slot::Read { stamp, previous } => {
+                let Some(spec) = read.next_if(|spec| *spec.name == *name) else {
+                    continue;
+                };
+                let spec = match previous {
+                    Some(previous) if *previous == spec => previous,
+                    _ => Arc::new(spec),
+                };
+                (stamp.filter(|stamp| stamp.settled(now)), spec)
+            }
+        };
+        if let Some(stamp) = stamp {
+            let cached = Cached {
+                stamp,
+                spec: spec.clone(),
+            };
+            cache.files.push(cached);
+        }
+        loaded.tasks.push(spec);
+    }
     // Stable, so each file's errors keep their order (whole-file first, then by position).
     loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(loaded)
@@ -191,7 +232,6 @@ impl Accounts {
 #[cfg(test)]
 mod tests {
     use std::fs::{File, FileTimes};
-    use std::path::PathBuf;
 
     use super::*;
     use crate::task::Identity;
