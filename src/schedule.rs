@@ -32,13 +32,6 @@ pub fn forget_cached_parses() {
     parsed::forget_all();
 }
 
-/// Keeps many more cached parses until the next [`forget_cached_parses`]: for a burst of
-/// loads and timer starts, in which each task's expression is parsed when its file is checked
-/// and again when its first tick is planned.
-pub fn widen_parse_cache() {
-    parsed::widen();
-}
-
 /// A parsed schedule: an expression and the time zone its fields are read in.
 #[derive(Clone)]
 pub struct Schedule {

@@ -133,12 +133,7 @@ impl ControlConfig {
 pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> model::Status {
     let now = wall_clock();
     let snapshot = snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await;
-    // Each task's next tick needs its expression's parse: kept for the whole status, then
-    // dropped.
-    crate::schedule::widen_parse_cache();
-    let status = model::status(&snapshot, now);
-    crate::schedule::forget_cached_parses();
-    status
+    model::status(&snapshot, now)
 }
 
 async fn answer(

@@ -11,7 +11,6 @@
 //! therefore cost no tokio task: one exists only while a call, a preparation or a run is under
 //! way.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -29,8 +28,6 @@ pub(super) struct Engine<C: Coordinator> {
     core: Mutex<Firing<PreparedRun>>,
     /// Wakes the timer loop: the earliest wake-up may have changed.
     wake: Notify,
-    /// A reload left tasks starting: once none is, the memory of the burst is released.
-    burst: AtomicBool,
     shared: Arc<Shared<C>>,
 }
 
@@ -47,7 +44,6 @@ impl<C: Coordinator> FiringShell<C> {
         let engine = Arc::new(Engine {
             core: Mutex::new(Firing::new(config, wall_clock())),
             wake: Notify::new(),
-            burst: AtomicBool::new(false),
             shared,
         });
         let timer_loop = tokio::spawn(timer_loop(engine.clone()));
@@ -79,25 +75,8 @@ impl<C: Coordinator> Engine<C> {
         let mut core = self.lock();
         core.handle(input, wall_clock());
         self.perform_all(&mut core);
-        let burst_over = !core.starting() && self.burst.swap(false, Ordering::Relaxed);
         drop(core);
-        if burst_over {
-            super::memory::release_free_memory();
-        }
         self.wake.notify_one();
-    }
-
-    /// Releases the memory of a reload's burst (its scratch, the widened parse cache) now if
-    /// no task is starting, or else once none is.
-    pub(super) fn release_after_burst(&self) {
-        let core = self.lock();
-        if core.starting() {
-            // Under the lock, which `handle` holds when it reads the flag.
-            self.burst.store(true, Ordering::Relaxed);
-            return;
-        }
-        drop(core);
-        super::memory::release_free_memory();
     }
 
     /// Reads the core.

@@ -256,12 +256,8 @@ impl<C: Coordinator> Daemon<C> {
     /// Re-reads `jobs_dir` and applies the difference: added tasks start, removed ones stop,
     /// changed ones restart, and a file that became invalid keeps its last good version.
     async fn reload(&mut self, reason: &str) {
-        // Until the tasks it starts have their first tick planned (the engine then releases
-        // the memory of the burst).
-        crate::schedule::widen_parse_cache();
         let current = self.config.loaded.get();
         let Some((mut tasks, errors)) = self.read_jobs_dir(&current).await else {
-            memory::release_free_memory();
             return;
         };
         let diff = self.unload_differences(&current, &mut tasks);
@@ -287,7 +283,7 @@ impl<C: Coordinator> Daemon<C> {
         self.config.loaded.set(tasks.clone());
         self.firing.engine().handle(Input::Load(tasks));
         self.apply_leadership();
-        self.firing.engine().release_after_burst();
+        memory::release_free_memory();
     }
 
     /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a

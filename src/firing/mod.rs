@@ -337,11 +337,6 @@ impl<P> Firing<P> {
         self.leading
     }
 
-    /// Whether tasks are starting: fire-record reads under way or queued.
-    pub fn starting(&self) -> bool {
-        self.starting > 0 || !self.pending.is_empty()
-    }
-
     /// How many runs are live.
     pub fn running(&self) -> usize {
         self.runs.task_of.len()

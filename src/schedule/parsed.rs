@@ -6,8 +6,7 @@
 //! keeps only its (validated) text; the parse comes from here. A fleet repeats a few
 //! expressions, which stay in the cache; with more distinct expressions than [`CAPACITY`] the
 //! least recently used parse is dropped and made again when its task next needs a tick (a
-//! parse takes microseconds, a task needs one at each of its ticks). While a reload checks and
-//! starts many tasks the cache is widened to [`BURST_CAPACITY`], and narrowed again after.
+//! parse takes microseconds, a task needs one at each of its ticks).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -18,11 +17,6 @@ use croner::parser::{CronParser, Seconds};
 
 /// How many parses are kept: about 650 KB of bitmaps at most.
 pub(super) const CAPACITY: usize = 128;
-
-/// How many parses are kept while a reload checks and starts many tasks ([`widen`]): about
-/// 22 MB at most, for the seconds the burst lasts. 100,000 tasks with 3,600 distinct
-/// expressions are then parsed 3,600 times instead of twice each (once checked, once planned).
-pub(super) const BURST_CAPACITY: usize = 4096;
 
 struct Cache {
     entries: HashMap<Arc<str>, Entry>,
@@ -52,18 +46,8 @@ impl Cache {
         Some(entry.cron.clone())
     }
 
-    /// Keeps `cron`, dropping the least recently used parse when the cache is full (the least
-    /// recently used half at once above [`CAPACITY`], so that a full burst cache is not
-    /// scanned at every insert).
+    /// Keeps `cron`, dropping the least recently used parse when the cache is full.
     fn insert(&mut self, expanded: &str, cron: Arc<Cron>) {
-        if self.entries.len() >= self.capacity.max(CAPACITY + 1)
-            && !self.entries.contains_key(expanded)
-        {
-            let mut used: Vec<u64> = self.entries.values().map(|entry| entry.used).collect();
-            let half = used.len() / 2;
-            let median = *used.select_nth_unstable(half).1;
-            self.entries.retain(|_, entry| entry.used >= median);
-        }
         if self.entries.len() >= self.capacity
             && !self.entries.contains_key(expanded)
             && let Some(oldest) = self
@@ -112,13 +96,6 @@ fn parse(expanded: &str) -> Result<Cron, CronError> {
 pub(super) fn forget_all() {
     let mut cache = CACHE.lock().expect("schedule cache poisoned");
     cache.entries = HashMap::new();
-    cache.capacity = CAPACITY;
-}
-
-/// Keeps up to [`BURST_CAPACITY`] parses until the next [`forget_all`]: many tasks are about
-/// to be checked and planned, each needing its parse twice.
-pub(super) fn widen() {
-    CACHE.lock().expect("schedule cache poisoned").capacity = BURST_CAPACITY;
 }
 
 /// How many parses the cache holds.
@@ -150,28 +127,6 @@ mod tests {
         cache.insert(&keys[5], Arc::new(parse(&keys[5]).unwrap()));
         assert_eq!(cache.entries.len(), 4);
         assert!(cache.get(&keys[2]).is_none());
-    }
-
-    #[test]
-    fn a_full_burst_cache_drops_its_least_recently_used_half_at_once() {
-        let mut cache = Cache::new(CAPACITY + 8);
-        let keys: Vec<String> = (0..CAPACITY + 9)
-            .map(|i| format!("{} {} * * *", i % 60, i / 60))
-            .collect();
-        let cron = Arc::new(parse(&keys[0]).unwrap());
-        for key in &keys[..CAPACITY + 8] {
-            cache.insert(key, cron.clone());
-        }
-        assert_eq!(cache.entries.len(), CAPACITY + 8);
-        assert!(cache.get(&keys[0]).is_some());
-        cache.insert(&keys[CAPACITY + 8], cron);
-        assert_eq!(cache.entries.len(), (CAPACITY + 8) / 2 + 1);
-        assert!(cache.get(&keys[0]).is_some(), "used last, kept");
-        assert!(
-            cache.get(&keys[1]).is_none(),
-            "the least recently used went"
-        );
-        assert!(cache.get(&keys[CAPACITY + 7]).is_some());
     }
 
     #[test]
