@@ -2,7 +2,7 @@
 """Benchmark of the embedded backend: fire lateness, start-up, RSS and idle CPU.
 
 Usage:  cargo build --release && python3 benches/local.py [--seconds 60] [--tasks 10000] [--firing 200]
-                                                         [--phase busy|idle|both|footprint]
+                                                         [--phase busy|idle|both|footprint|pool]
                                                          [--jitter 1s] [--runs 3]
 
 Two phases, each on a fresh temp dir with N task files:
@@ -17,6 +17,9 @@ phase counts the daemon's "started" events and fails if any task fired.
          the load average before and after (other processes on the machine skew the figures).
          RSS is read after the idle interval, when every task is planned; each run also
          gives its RSS by mapping ([heap], the binary, libc, ...).
+  pool:  a plain task and a pool of 1,024 items with 100-character names (the largest
+         `ZKCRON_WORK_ITEMS`, ~100 KiB of environment) both fire every second in the same
+         daemon, `runs` times; the lateness of each task's spawns, p50 / p99 / max per run.
 Start-up is the time from exec to the "zkcron started" log line (all files loaded and published).
 Prints one JSON object per phase; docs/BENCHMARKS.md records the figures.
 """
@@ -172,6 +175,48 @@ def busy(args):
         }
 
 
+def pool_run(args):
+    """One run of the pool phase: lateness in ms of each task's spawns, by task name."""
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = os.path.join(tmp, "jobs.d")
+        os.mkdir(jobs)
+        names = ", ".join(f'"{i:04d}-{"x" * 95}"' for i in range(1024))
+        for name, extra in (("plain", ""), ("pool", f"work_items = [{names}]\n")):
+            with open(os.path.join(jobs, f"{name}.toml"), "w") as f:
+                f.write(f'schedule = "* * * * * *"\ncommand = ["true"]\ncatch_up = "skip"\n{extra}')
+        proc, _ = start(tmp)
+        time.sleep(2)
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            skip = sum(1 for _ in f)
+        time.sleep(args.seconds)
+        stop(proc)
+        lateness = {"plain": [], "pool": []}
+        with open(os.path.join(tmp, "log.jsonl")) as f:
+            for n, line in enumerate(f):
+                if n < skip:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("message") == "started" and "lateness_us" in event:
+                    task = event.get("task") or event.get("span", {}).get("task")
+                    if task in lateness:
+                        lateness[task].append(int(event["lateness_us"]) / 1000)
+        return lateness
+
+
+def pool(args):
+    runs = [pool_run(args) for _ in range(args.runs)]
+    summary = {}
+    for task in ("plain", "pool"):
+        per_run = [{"spawns": len(r[task]), "p50": percentile(r[task], 50),
+                    "p99": percentile(r[task], 99), "max": max(r[task])} for r in runs if r[task]]
+        summary[task] = {"runs": per_run,
+                         "p99_median": statistics.median(r["p99"] for r in per_run) if per_run else None}
+    return {"phase": "pool", "seconds": args.seconds, "lateness_ms": summary}
+
+
 def idle(args):
     with tempfile.TemporaryDirectory() as tmp:
         os.mkdir(os.path.join(tmp, "jobs.d"))
@@ -240,11 +285,11 @@ def main():
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--firing", type=int, default=200)
-    parser.add_argument("--phase", choices=["busy", "idle", "both", "footprint"], default="both")
+    parser.add_argument("--phase", choices=["busy", "idle", "both", "footprint", "pool"], default="both")
     parser.add_argument("--jitter", default=None,
                         help='e.g. "1s": spread the firing tasks over the second (lateness is '
                              'measured from the jittered due time)')
-    parser.add_argument("--runs", type=int, default=3, help="footprint: daemons per case")
+    parser.add_argument("--runs", type=int, default=3, help="footprint, pool: daemons per case")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit(f"{BINARY} not found: run `cargo build --release` first")
@@ -254,6 +299,8 @@ def main():
         print(json.dumps(idle(args)), flush=True)
     if args.phase == "footprint":
         print(json.dumps(footprint(args)), flush=True)
+    if args.phase == "pool":
+        print(json.dumps(pool(args)), flush=True)
 
 
 if __name__ == "__main__":

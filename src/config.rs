@@ -22,7 +22,7 @@ use crate::coord::zk::{AuthSource, TlsSource, ZkAuth};
 use crate::diag::decode_utf8;
 use crate::diag::{Problem, Report};
 use crate::schedule::parse_timezone;
-use crate::task::{Checker, TaskDefaults, closest};
+use crate::task::{Checker, TaskBackend, TaskDefaults, closest};
 
 /// The sections of `zkcron.toml` and their keys.
 const SECTIONS: &[(&str, &[&str])] = &[
@@ -133,6 +133,16 @@ pub enum Backend {
     Local,
     /// A cluster coordinated through ZooKeeper (`[coordination.zookeeper]`).
     Zookeeper,
+}
+
+impl Backend {
+    /// The backend as task files know it: the keys it honours depend on it.
+    pub fn for_tasks(self) -> TaskBackend {
+        match self {
+            Backend::Local => TaskBackend::Local,
+            Backend::Zookeeper => TaskBackend::Zookeeper,
+        }
+    }
 }
 
 /// The keys of `[coordination.zookeeper]`.
@@ -275,12 +285,13 @@ impl Config {
         )
     }
 
-    /// What task files default to, loaded by `identity`.
-    pub fn task_defaults(&self, identity: Identity) -> TaskDefaults {
+    /// What task files default to, loaded by `identity` for `backend`.
+    pub fn task_defaults(&self, identity: Identity, backend: TaskBackend) -> TaskDefaults {
         TaskDefaults {
             timezone: self.scheduler.default_timezone,
             user: self.scheduler.default_user.clone(),
             identity,
+            backend,
         }
     }
 }

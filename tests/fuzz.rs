@@ -51,6 +51,7 @@ fn defaults() -> TaskDefaults {
             uid: 0,
             user_name: "root".into(),
         },
+        backend: zkcron::task::TaskBackend::Local,
     }
 }
 

@@ -21,7 +21,7 @@
 //!
 //! `coord`:
 //! 1. `rank` (who leads: the ranking)
-//! 2. `lease` (the lease rule)
+//! 2. `lease`, `pool` (the lease rule; who owns a pool's items)
 //! 3. `records` (the records in ZooKeeper and the state dir)
 //! 4. `record` (the fire-record rules)
 //! 5. `node`, `local` (the cluster protocol; the embedded backend)
@@ -73,7 +73,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         "coord",
         &[
             &["rank"],
-            &["lease"],
+            &["lease", "pool"],
             &["records"],
             &["record"],
             &["node", "local"],

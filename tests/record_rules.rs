@@ -311,6 +311,7 @@ fn spec(name: &str, enabled: bool) -> TaskSpec {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: zkcron::task::TaskBackend::Local,
     };
     let path = PathBuf::from(format!("{name}.toml"));
     let text = format!(

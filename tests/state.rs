@@ -30,6 +30,7 @@ fn spec(name: &str) -> TaskSpec {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: zkcron::task::TaskBackend::Local,
     };
     let path = PathBuf::from(format!("{name}.toml"));
     parse_task(

@@ -22,6 +22,7 @@ fn load(path: &Path, text: &str) -> TaskSpec {
             uid: 0,
             user_name: "root".into(),
         },
+        backend: zkcron::task::TaskBackend::Local,
     };
     parse_task("nightly-backup", path, text, &defaults)
         .unwrap_or_else(|errors| panic!("{}", errors[0]))
@@ -148,6 +149,7 @@ fn every_field_that_defines_behaviour_changes_the_digest() {
             uid: 0,
             user_name: "root".into(),
         },
+        backend: zkcron::task::TaskBackend::Local,
     };
     let renamed = parse_task("nightly-backup-2", &path, &text, &defaults).unwrap();
     assert_ne!(renamed.canonical_digest(), digest);
@@ -191,4 +193,83 @@ fn on_failure_counts_only_when_present_so_older_digests_stay() {
     assert_ne!(spec.canonical_digest(), digest);
     let other = load(&path, &with.replace("\"db\"", "\"web\""));
     assert_ne!(other.canonical_digest(), spec.canonical_digest());
+}
+
+#[test]
+fn work_items_and_run_on_count_only_when_set_so_older_digests_stay() {
+    // `run_on` and `work_items` came after the first release, written only when the task sets
+    // them (and `run_on` only when it is not the default): a task without them keeps the
+    // digest older releases computed.
+    let (path, text) = fixture();
+    assert_eq!(load(&path, &text).canonical_digest(), PINNED_DIGEST);
+    let leader = load(&path, &format!("run_on = \"leader\"\n{text}"));
+    assert_eq!(leader.canonical_digest(), PINNED_DIGEST);
+
+    let counted = load(&path, &format!("work_items = 3\n{text}"));
+    let bytes = String::from_utf8(counted.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\nwork_items=3 1:0 1:1 1:2\n"),
+        "{bytes}"
+    );
+    // The count form is the list of the same names; the order of the names counts.
+    let named = load(
+        &path,
+        &format!("work_items = [\"0\", \"1\", \"2\"]\n{text}"),
+    );
+    assert_eq!(named.canonical_digest(), counted.canonical_digest());
+    let reordered = load(
+        &path,
+        &format!("work_items = [\"1\", \"0\", \"2\"]\n{text}"),
+    );
+    assert_ne!(reordered.canonical_digest(), counted.canonical_digest());
+    assert_ne!(counted.canonical_digest(), PINNED_DIGEST);
+
+    let every = load(&path, &format!("run_on = \"every_node\"\n{text}"));
+    let bytes = String::from_utf8(every.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with("enabled=true\nrun_on=every_node\n"),
+        "{bytes}"
+    );
+}
+
+#[test]
+fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() {
+    // `active_from` / `active_until` were added at the end of version 1, each written only when
+    // the task has it: a task without them keeps the digest older releases computed.
+    let (path, text) = fixture();
+    assert_eq!(load(&path, &text).canonical_digest(), PINNED_DIGEST);
+    let with = format!(
+        "active_from = \"2026-12-01T01:00:00+01:00\"\nactive_until = \"2027-01-01T00:00:00.5Z\"\n{text}"
+    );
+    let spec = load(&path, &with);
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with(
+            "enabled=true\nactive_from=20:2026-12-01T00:00:00Z\nactive_until=24:2027-01-01T00:00:00.500Z\n"
+        ),
+        "{bytes}"
+    );
+    // A list, even of the one expression, is another definition: the file says another thing.
+    let list = load(
+        &path,
+        &text.replace("schedule = \"30  2 * * *\"", "schedule = [\"30  2 * * *\"]"),
+    );
+    let bytes = String::from_utf8(list.canonical_bytes()).unwrap();
+    assert!(
+        bytes.contains("\nschedule=list 1 10:30 2 * * *\n"),
+        "{bytes}"
+    );
+    assert_ne!(list.canonical_digest(), PINNED_DIGEST);
+    let interval = load(
+        &path,
+        &text.replace(
+            "schedule = \"30  2 * * *\"",
+            "schedule = [\"30  2 * * *\", \"@every 1h\"]",
+        ),
+    );
+    let bytes = String::from_utf8(interval.canonical_bytes()).unwrap();
+    assert!(
+        bytes.contains("\nschedule=list 2 10:30 2 * * * 9:@every 1h\n"),
+        "{bytes}"
+    );
 }

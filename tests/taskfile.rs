@@ -28,6 +28,7 @@ fn defaults_for(identity: Identity) -> TaskDefaults {
         timezone: chrono_tz::UTC,
         user: None,
         identity,
+        backend: zkcron::task::TaskBackend::Local,
     }
 }
 
@@ -152,6 +153,7 @@ fn defaults_come_from_task_defaults() {
         timezone: chrono_tz::Europe::Berlin,
         user: Some("nobody".into()),
         identity: root(),
+        backend: zkcron::task::TaskBackend::Local,
     };
     // when a task names neither
     let spec = parse_task("t", Path::new("t.toml"), MINIMAL, &defaults).unwrap();
@@ -1096,7 +1098,7 @@ format = "json"
     );
 
     let identity = root();
-    let defaults = config.task_defaults(identity.clone());
+    let defaults = config.task_defaults(identity.clone(), config.coordination.backend.for_tasks());
     assert_eq!(defaults.timezone, chrono_tz::Europe::Berlin);
     assert_eq!(defaults.user.as_deref(), Some("nobody"));
     assert_eq!(defaults.identity, identity);

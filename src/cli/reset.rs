@@ -46,7 +46,8 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let mut editor = StateDirEditor::open(&state_dir)?;
     let task = args.task.as_str();
     let Some(record) = editor.last_claimed(task) else {
-        let defaults = config.task_defaults(Identity::current());
+        let defaults =
+            config.task_defaults(Identity::current(), config.coordination.backend.for_tasks());
         return Err(no_record(task, &editor, &defaults, &jobs_dir, &state_dir));
     };
     if record <= now {

@@ -14,6 +14,7 @@
 pub mod lease;
 pub mod local;
 pub mod node;
+pub mod pool;
 pub mod rank;
 pub mod record;
 pub mod records;

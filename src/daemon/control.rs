@@ -132,8 +132,20 @@ impl ControlConfig {
 /// `zkcron status` of this host: the socket's `status` reply, and `/status` ([`crate::http`]).
 pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> model::Status {
     let now = wall_clock();
-    let snapshot = snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await;
-    model::status(&snapshot, now)
+    let specs = loaded_tasks(config, coordinator);
+    let snapshot = snapshot(config, coordinator, &specs).await;
+    let mut status = model::status(&snapshot, now);
+    // This host runs every item of each pool, one run per tick.
+    let pools: BTreeMap<&str, usize> = specs
+        .iter()
+        .filter_map(|spec| Some((&*spec.name, spec.extras.run_on.items()?.len())))
+        .collect();
+    for task in &mut status.tasks {
+        if let Some(&items) = pools.get(task.name.as_str()) {
+            task.work_items.insert(config.node_id.clone(), items);
+        }
+    }
+    status
 }
 
 async fn answer(
@@ -333,11 +345,12 @@ mod tests {
             timezone: chrono_tz::UTC,
             user: None,
             identity: Identity::current(),
+            backend: crate::task::TaskBackend::Local,
         };
         let spec = task::parse_task(
             "backup",
             std::path::Path::new("backup.toml"),
-            "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\n",
+            "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\nwork_items = 16\n",
             &defaults,
         )
         .unwrap();
@@ -361,5 +374,10 @@ mod tests {
         let names: Vec<&str> = status.tasks.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["backup"]);
         assert!(status.tasks[0].next.is_some(), "{:?}", status.tasks[0]);
+        // A pool's items are all this host's.
+        assert_eq!(
+            status.tasks[0].work_items,
+            BTreeMap::from([("node-a".to_string(), 16)])
+        );
     }
 }

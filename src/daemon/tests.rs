@@ -154,6 +154,7 @@ fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
         timezone: chrono_tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: crate::task::TaskBackend::Local,
     };
     let path = PathBuf::from(format!("{name}.toml"));
     let spec = task::parse_task(name, &path, text, &defaults).unwrap_or_else(|e| panic!("{e:?}"));
@@ -170,6 +171,7 @@ fn config() -> DaemonConfig {
             timezone: chrono_tz::UTC,
             user: None,
             identity: Identity::current(),
+            backend: crate::task::TaskBackend::Local,
         },
         job_output_lines: 10,
         reset_flags: None,

@@ -258,6 +258,7 @@ mod tests {
                     timezone: chrono_tz::UTC,
                     user: None,
                     identity: Identity::current(),
+                    backend: crate::task::TaskBackend::Local,
                 },
                 // The tests' only clock: every file gets an explicit time before it.
                 now: SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000),

@@ -6,8 +6,8 @@
 //! decides what to do with a file that became invalid (it keeps the last good version).
 //!
 //! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
-//! errors; `check` validates a task file's keys into a [`TaskSpec`]; `checker` holds the
-//! checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
+//! errors; `check` validates a task file's keys into a [`TaskSpec`] (`when`: a schedule list,
+//! the active window); `checker` holds the checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
 //! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
 //! `crate::diag`.
 
@@ -27,6 +27,8 @@ mod check;
 mod checker;
 mod digest;
 pub mod load;
+mod run_on;
+mod when;
 
 pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
@@ -35,6 +37,7 @@ pub use cache::{LoadCache, RACY_WINDOW, reload_jobs_dir};
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
 pub use load::{load_jobs_dir, load_task_file, parse_task};
+pub use run_on::{MAX_WORK_ITEMS, RunOn, WORK_ITEM_PATTERN};
 
 /// One task, validated: every field has its final value, defaults applied.
 ///
@@ -65,7 +68,7 @@ pub struct TaskSpec {
     /// A disabled task is loaded and validated but never fires.
     pub enabled: bool,
     /// The rarely set settings (description, group, working dir, env, timeout, kill grace,
-    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`).
+    /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`, `run_on`).
     pub extras: Extras,
 }
 
@@ -92,6 +95,9 @@ pub struct TaskExtras {
     /// Run (argv form) by the node that ran a job when its last attempt failed: a non-zero
     /// exit, a signal, a timeout, or a process that could not start. Never retried.
     pub on_failure: Option<Vec<String>>,
+    /// Where each tick runs: on the leader (the default), on every node, or split into work
+    /// items (`run_on`, `work_items`).
+    pub run_on: RunOn,
 }
 
 /// Every extra setting at its default, for tasks that set none.
@@ -107,6 +113,7 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     version_req: None,
     require_labels: BTreeMap::new(),
     on_failure: None,
+    run_on: RunOn::Leader,
 };
 
 impl Default for TaskExtras {
@@ -270,6 +277,17 @@ pub struct TaskDefaults {
     pub user: Option<String>,
     /// The identity of the loading process, for ownership and user checks.
     pub identity: Identity,
+    /// The backend that will fire the tasks: a key it cannot honour is an error.
+    pub backend: TaskBackend,
+}
+
+/// Which backend fires the tasks being loaded (`[coordination].backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskBackend {
+    /// The embedded backend: one host runs every task.
+    Local,
+    /// The ZooKeeper backend: a cluster of nodes shares the tasks.
+    Zookeeper,
 }
 
 /// A task file that could not be loaded. `Display` renders `file:line:column: message`, the
@@ -347,6 +365,10 @@ pub const TASK_KEYS: &[&str] = &[
     "enabled",
     "require_labels",
     "on_failure",
+    "active_from",
+    "active_until",
+    "work_items",
+    "run_on",
 ];
 
 /// The keys of the `retries` table.

@@ -155,6 +155,7 @@ mod tests {
             timezone: chrono_tz::Tz::UTC,
             user: None,
             identity: Identity::current(),
+            backend: crate::task::TaskBackend::Local,
         };
         let text = "schedule = \"* * * * * *\"\ncommand = \"true\"\n";
         parse_task(name, Path::new("t.toml"), text, &defaults).unwrap()

@@ -49,6 +49,7 @@ fn spec(name: &str, extra: &str) -> TaskSpec {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity::current(),
+        backend: crate::task::TaskBackend::Local,
     };
     let text = format!("schedule = \"* * * * * *\"\ncommand = \"true\"\n{extra}\n");
     parse_task(name, Path::new("t.toml"), &text, &defaults).expect("valid task")
@@ -789,3 +790,6 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
 /// Takes, releases and the member path, on the same small ZooKeeper.
 #[path = "lease_tests.rs"]
 mod lease_tests;
+/// Counting other nodes' live runs and finding orphaned ticks, on the same small ZooKeeper.
+#[path = "run_tests.rs"]
+mod run_tests;
