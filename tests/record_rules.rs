@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -490,9 +491,10 @@ impl Model {
 }
 
 impl Coordinator for Model {
-    async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
+    async fn publish<T: Borrow<TaskSpec> + Sync>(&self, tasks: &[T]) -> Result<(), CoordError> {
         let led: BTreeSet<Arc<str>> = tasks
             .iter()
+            .map(Borrow::borrow)
             .filter(|t| record::eligible(t))
             .map(|t| t.name.clone())
             .collect();

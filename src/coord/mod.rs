@@ -21,6 +21,7 @@ pub mod record;
 pub mod records;
 pub mod zk;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -199,7 +200,10 @@ pub enum CoordError {
 /// What the scheduler asks of the cluster. Implementations are cheap to share (`Arc`).
 pub trait Coordinator: Send + Sync + 'static {
     /// Tells the cluster which tasks this node defines; called at start and on every reload.
-    fn publish(&self, tasks: &[TaskSpec]) -> impl Future<Output = Result<(), CoordError>> + Send;
+    fn publish<T: Borrow<TaskSpec> + Sync>(
+        &self,
+        tasks: &[T],
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
 
     /// The tasks this node leads now; the receiver sees every change.
     fn leadership(&self) -> watch::Receiver<Leadership>;

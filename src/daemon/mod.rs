@@ -167,6 +167,8 @@ pub struct Daemon<C: Coordinator> {
     runs_alive_rx: mpsc::Receiver<()>,
     /// The last status line sent to the service manager, so that unchanged ones are not resent.
     status: String,
+    /// The task files as last read, so that a reload reads only the changed ones.
+    cache: task::LoadCache,
 }
 
 impl<C: Coordinator> Daemon<C> {
@@ -182,6 +184,7 @@ impl<C: Coordinator> Daemon<C> {
             config,
             runs_alive_rx,
             status: String::new(),
+            cache: task::LoadCache::default(),
         }
     }
 
@@ -222,7 +225,7 @@ impl<C: Coordinator> Daemon<C> {
             match event {
                 Event::JobsDirChanged => debounce.change(tokio::time::Instant::now()),
                 Event::Reload("SIGHUP") => {
-                    // A reload reads every file: changes seen so far are handled by it.
+                    // A reload looks at every file: changes seen so far are handled by it.
                     debounce.clear();
                     service::reloading();
                     self.reload("SIGHUP").await;
@@ -277,48 +280,57 @@ impl<C: Coordinator> Daemon<C> {
         if let Err(error) = self.shared.coordinator.publish(&tasks).await {
             tracing::error!("cannot publish this node's tasks: {error}");
         }
-        // The specs as loaded are moved into the daemon's `Arc`s (new and changed ones): no copy
-        // is made; an unchanged one stays the same `Arc`.
-        let specs: Vec<Arc<TaskSpec>> = tasks
-            .into_iter()
-            .zip(diff.unchanged)
-            .map(|(spec, same)| same.unwrap_or_else(|| Arc::new(spec)))
-            .collect();
-        self.config.loaded.set(specs.clone());
-        self.firing.engine().handle(Input::Load(specs));
+        self.config.loaded.set(tasks.clone());
+        self.firing.engine().handle(Input::Load(tasks));
         self.apply_leadership();
         memory::release_free_memory();
     }
 
     /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
     /// task whose file became invalid, and the files' errors; `None` when the dir is refused.
+    /// Only the files changed since the last reload are read ([`task::LoadCache`]).
     async fn read_jobs_dir(
-        &self,
+        &mut self,
         current: &[Arc<TaskSpec>],
-    ) -> Option<(Vec<TaskSpec>, Vec<task::TaskFileError>)> {
+    ) -> Option<(Vec<Arc<TaskSpec>>, Vec<task::TaskFileError>)> {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
-        let loaded =
-            match tokio::task::spawn_blocking(move || task::load_jobs_dir(&dir, &defaults)).await {
-                Ok(Ok(loaded)) => loaded,
-                Ok(Err(problems)) => {
-                    // As for a broken file: the last good tasks keep running.
-                    for problem in problems {
-                        tracing::error!(
-                            jobs_dir = %self.config.jobs_dir.display(),
-                            "jobs dir refused, keeping the {} loaded tasks: {}",
-                            current.len(),
-                            problem.one_line()
-                        );
-                    }
-                    return None;
+        let mut cache = std::mem::take(&mut self.cache);
+        let now = std::time::SystemTime::from(wall_clock());
+        let read = tokio::task::spawn_blocking(move || {
+            let loaded = task::reload_jobs_dir(&dir, &defaults, &mut cache, now);
+            (loaded, cache)
+        })
+        .await;
+        let loaded = match read {
+            Ok((Ok(loaded), cache)) => {
+                self.cache = cache;
+                loaded
+            }
+            Ok((Err(problems), cache)) => {
+                self.cache = cache;
+                // As for a broken file: the last good tasks keep running.
+                for problem in problems {
+                    tracing::error!(
+                        jobs_dir = %self.config.jobs_dir.display(),
+                        "jobs dir refused, keeping the {} loaded tasks: {}",
+                        current.len(),
+                        problem.one_line()
+                    );
                 }
-                Err(join_error) => {
-                    tracing::error!("loading the jobs dir panicked: {join_error}");
-                    return None;
-                }
-            };
-        let mut tasks: Vec<TaskSpec> = loaded.tasks;
+                return None;
+            }
+            Err(join_error) => {
+                tracing::error!("loading the jobs dir panicked: {join_error}");
+                return None;
+            }
+        };
+        tracing::debug!(
+            read = self.cache.last_reads(),
+            tasks = loaded.tasks.len(),
+            "jobs dir read: only new and changed files were opened"
+        );
+        let mut tasks = loaded.tasks;
         for error in &loaded.errors {
             let kept = error
                 .task
@@ -332,49 +344,44 @@ impl<C: Coordinator> Daemon<C> {
                         error.one_line()
                     );
                     tasks.retain(|task| *task.name != **name);
-                    tasks.push((*spec).clone());
+                    tasks.push(spec);
                 }
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
             }
         }
-        // Published in name order, as before.
-        tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        if !loaded.errors.is_empty() {
+            // Published in name order, as before (the loaded tasks are).
+            tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        }
         Some((tasks, loaded.errors))
     }
 
     /// Stops firing the tasks removed or changed since `current` (before the new tasks are
-    /// published) and logs each new one. An unchanged task in `tasks` gets the daemon's own
-    /// name, so the coordinator's leadership set shares each name with the daemon's spec.
-    fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [TaskSpec]) -> Diff {
+    /// published) and logs each new one. An unchanged task in `tasks` becomes the daemon's own
+    /// `Arc`, so the coordinator's leadership set shares each name with the daemon's spec.
+    fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [Arc<TaskSpec>]) -> Diff {
         let engine = self.firing.engine();
         let mut diff = Diff::default();
-        let wanted: std::collections::BTreeSet<&str> =
-            tasks.iter().map(|task| &*task.name).collect();
-        for spec in current {
-            if !wanted.contains(&*spec.name) {
-                let task = spec.name.to_string();
+        // Both in name order: walked side by side.
+        let mut old = current.iter().peekable();
+        for spec in tasks.iter_mut() {
+            while let Some(gone) = old.next_if(|old| old.name < spec.name) {
                 engine.handle(Input::Unload {
-                    task,
+                    task: gone.name.to_string(),
                     why: Unload::Removed,
                 });
                 diff.removed += 1;
             }
-        }
-        drop(wanted);
-        for spec in tasks.iter_mut() {
             let name = spec.name.clone();
-            let same = match find(current, &name) {
-                Some(old) if **old == *spec => {
-                    spec.name = old.name.clone();
-                    Some(old.clone())
-                }
+            match old.next_if(|old| old.name == name) {
+                Some(old) if Arc::ptr_eq(old, spec) => {}
+                Some(old) if **old == **spec => *spec = old.clone(),
                 Some(_) => {
                     engine.handle(Input::Unload {
                         task: name.to_string(),
                         why: Unload::Changed,
                     });
                     diff.changed += 1;
-                    None
                 }
                 None => {
                     tracing::info!(
@@ -386,10 +393,15 @@ impl<C: Coordinator> Daemon<C> {
                     );
                     diff.loaded_names.push(name);
                     diff.added += 1;
-                    None
                 }
-            };
-            diff.unchanged.push(same);
+            }
+        }
+        for gone in old {
+            engine.handle(Input::Unload {
+                task: gone.name.to_string(),
+                why: Unload::Removed,
+            });
+            diff.removed += 1;
         }
         diff
     }
@@ -467,8 +479,6 @@ struct Diff {
     removed: usize,
     /// The names of the added tasks (for the metrics).
     loaded_names: Vec<Arc<str>>,
-    /// For each task of the reload, its `Arc` if it is unchanged.
-    unchanged: Vec<Option<Arc<TaskSpec>>>,
 }
 
 /// The task `name` of `tasks` (in name order).

@@ -63,7 +63,10 @@ impl SlowResults {
 }
 
 impl Coordinator for SlowResults {
-    async fn publish(&self, _: &[TaskSpec]) -> Result<(), CoordError> {
+    async fn publish<T: std::borrow::Borrow<TaskSpec> + Sync>(
+        &self,
+        _: &[T],
+    ) -> Result<(), CoordError> {
         Ok(())
     }
 

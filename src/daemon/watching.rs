@@ -39,7 +39,7 @@ impl Debounce {
             .map(|(first, last)| (last + self.quiet).min(first + self.max_delay))
     }
 
-    /// A reload is starting: it reads every file, so the changes seen so far are handled.
+    /// A reload is starting: it looks at every file, so the changes seen so far are handled.
     pub(super) fn clear(&mut self) {
         self.burst = None;
     }

@@ -106,17 +106,28 @@ impl<P> Firing<P> {
         if self.shut_down {
             return;
         }
-        let mut old = std::mem::take(&mut self.loaded);
+        let old = std::mem::take(&mut self.loaded);
         let mut loaded = Vec::with_capacity(specs.len());
+        // Both in name order: walked side by side. Tasks gone without an unload, and changed
+        // ones still fired, are stopped.
+        let mut stopped = Vec::new();
+        let mut old = old.into_iter().peekable();
         for spec in specs {
-            let key = match old.binary_search_by(|t| t.spec.name.cmp(&spec.name)) {
-                Ok(i) if Arc::ptr_eq(&old[i].spec, &spec) => old[i].key.take(),
-                _ => None,
+            while let Some(gone) = old.next_if(|t| t.spec.name < spec.name) {
+                stopped.extend(gone.key);
+            }
+            let key = match old.next_if(|t| t.spec.name == spec.name) {
+                Some(same) if Arc::ptr_eq(&same.spec, &spec) => same.key,
+                Some(other) => {
+                    stopped.extend(other.key);
+                    None
+                }
+                None => None,
             };
             loaded.push(Loaded { spec, key });
         }
-        // Tasks gone without an unload, and changed ones still fired: stopped.
-        for key in old.into_iter().filter_map(|t| t.key) {
+        stopped.extend(old.filter_map(|t| t.key));
+        for key in stopped {
             self.remove(key);
         }
         self.loaded = loaded;

@@ -1,7 +1,7 @@
 //! Reading task files from disk: the jobs directory, one file, and the rules a task file is read
 //! by (owner, mode, size, symlinks, UTF-8), before its keys are checked.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::check::check_task;
 use super::*;
@@ -14,6 +14,27 @@ use crate::files::{self, PathProblem};
 /// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
 /// task that does not run.
 pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
+    let (files, ignored) = list_jobs_dir(dir, defaults)?;
+    let mut loaded = LoadedDir {
+        ignored,
+        ..LoadedDir::default()
+    };
+    for (tasks, errors) in load_files(&files, defaults) {
+        loaded.tasks.extend(tasks);
+        loaded.errors.extend(errors);
+    }
+    loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
+    // Stable, so each file's errors keep their order (whole-file first, then by position).
+    loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(loaded)
+}
+
+/// The task files of `dir` (in no particular order) and the files ignored on purpose, sorted,
+/// once `dir` itself may be trusted ([`files::check_jobs_dir`]).
+pub(super) fn list_jobs_dir(
+    dir: &Path,
+    defaults: &TaskDefaults,
+) -> Result<Listing, Vec<PathProblem>> {
     let problems = files::check_jobs_dir(dir, &defaults.identity);
     if !problems.is_empty() {
         return Err(problems);
@@ -25,25 +46,21 @@ pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, V
             help: None,
         }]
     };
-    let mut loaded = LoadedDir::default();
+    let mut ignored = Vec::new();
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
         let path = entry.map_err(cannot_read)?.path();
         match ignore_reason(&path) {
-            Some(reason) => loaded.ignored.push((path, reason)),
+            Some(reason) => ignored.push((path, reason)),
             None => files.push(path),
         }
     }
-    for (tasks, errors) in load_files(&files, defaults) {
-        loaded.tasks.extend(tasks);
-        loaded.errors.extend(errors);
-    }
-    loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
-    // Stable, so each file's errors keep their order (whole-file first, then by position).
-    loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
-    loaded.ignored.sort();
-    Ok(loaded)
+    ignored.sort();
+    Ok((files, ignored))
 }
+
+/// What [`list_jobs_dir`] found: the task files, and the ignored files with the reason.
+pub(super) type Listing = (Vec<PathBuf>, Vec<(PathBuf, &'static str)>);
 
 /// How many files one loading thread takes at least: below this, threads cost more than they
 /// save.
@@ -53,11 +70,11 @@ const FILES_PER_THREAD: usize = 256;
 /// independent per file; 10,000 task files take about twice as long on one core), each
 /// returning its tasks and errors; the caller sorts, so the result does not depend on the
 /// split.
-fn load_files(
-    files: &[std::path::PathBuf],
+pub(super) fn load_files(
+    files: &[PathBuf],
     defaults: &TaskDefaults,
 ) -> Vec<(Vec<TaskSpec>, Vec<TaskFileError>)> {
-    let load = |part: &[std::path::PathBuf]| {
+    let load = |part: &[PathBuf]| {
         let mut tasks = Vec::new();
         let mut errors = Vec::new();
         for path in part {

@@ -22,6 +22,7 @@ use chrono_tz::Tz;
 use crate::diag::{Problem, Report};
 use crate::schedule::Schedule;
 
+mod cache;
 mod check;
 mod checker;
 mod digest;
@@ -32,6 +33,7 @@ mod when;
 pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
 pub(crate) use crate::diag::{decode_utf8, shell_quote};
+pub use cache::{LoadCache, RACY_WINDOW, reload_jobs_dir};
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
 pub use load::{load_jobs_dir, load_task_file, parse_task};
@@ -318,15 +320,26 @@ pub struct TaskFileError {
     pub help: Option<String>,
 }
 
-/// The result of scanning a jobs directory.
-#[derive(Debug, Default)]
-pub struct LoadedDir {
+/// The result of scanning a jobs directory: its tasks as `T`, a [`TaskSpec`] or (through a
+/// [`LoadCache`]) an `Arc` of one.
+#[derive(Debug)]
+pub struct LoadedDir<T = TaskSpec> {
     /// Valid tasks, sorted by name.
-    pub tasks: Vec<TaskSpec>,
+    pub tasks: Vec<T>,
     /// Files that are task files but invalid, sorted by path.
     pub errors: Vec<TaskFileError>,
     /// Files skipped on purpose (hidden, backups, not `.toml`), with the reason, for debug logs.
     pub ignored: Vec<(PathBuf, &'static str)>,
+}
+
+impl<T> Default for LoadedDir<T> {
+    fn default() -> LoadedDir<T> {
+        LoadedDir {
+            tasks: Vec::new(),
+            errors: Vec::new(),
+            ignored: Vec::new(),
+        }
+    }
 }
 
 /// The pattern a task name must match, as shown to users.

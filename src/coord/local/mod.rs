@@ -50,6 +50,7 @@ mod pause;
 mod queue;
 mod state;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io;
@@ -483,9 +484,10 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 }
 
 impl Coordinator for LocalCoordinator {
-    async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
+    async fn publish<T: Borrow<TaskSpec> + Sync>(&self, tasks: &[T]) -> Result<(), CoordError> {
         let names: BTreeSet<Arc<str>> = tasks
             .iter()
+            .map(Borrow::borrow)
             .filter(|t| record::eligible(t))
             .map(|t| t.name.clone())
             .collect();

@@ -39,6 +39,7 @@ pub mod call;
 pub mod settings;
 pub mod tls;
 
+use std::borrow::Borrow;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -184,9 +185,10 @@ fn unexpected(context: &'static str) -> CoordError {
 }
 
 impl Coordinator for ZkCoordinator {
-    async fn publish(&self, tasks: &[TaskSpec]) -> Result<(), CoordError> {
+    async fn publish<T: Borrow<TaskSpec> + Sync>(&self, tasks: &[T]) -> Result<(), CoordError> {
         // The node writes it when connected; publishing never blocks the daemon on ZooKeeper.
-        self.ask(Request::Publish(tasks.to_vec()), "publishing the task set")
+        let tasks = tasks.iter().map(|task| task.borrow().clone()).collect();
+        self.ask(Request::Publish(tasks), "publishing the task set")
             .await
             .map(|_| ())
     }
