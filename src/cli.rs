@@ -374,6 +374,13 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )
     });
     crate::daemon::use_one_heap();
+    // Checked by preflight::check above; read once, for the HTTP API's changes.
+    let admin = match &plan.config.http.admin_token_file {
+        Some(path) => crate::http::api::Admin::Token(
+            config::read_admin_token(path).map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        None => crate::http::api::Admin::Off,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -390,7 +397,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             let control_config = control::ControlConfig::new(&plan, &daemon_config);
             let _control = control::serve_logged(control_config.clone(), &coordinator);
-            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
+            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config, admin);
             let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             let outcome = Daemon::new(daemon_config, coordinator.clone()).run().await;
             // The runs' ends are in; their histories are written behind them.
@@ -405,7 +412,13 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 let coordinator =
                     ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
                         .map_err(|e| anyhow::anyhow!(e))?;
-                let endpoint = crate::http::Endpoint::zookeeper(&daemon_config.metrics, &coordinator, &settings);
+                let endpoint = crate::http::Endpoint::zookeeper(
+                    &daemon_config.metrics,
+                    &coordinator,
+                    &settings,
+                    daemon_config.loaded.clone(),
+                    admin,
+                );
                 let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
                 tracing::info!(
                     backend = "zookeeper",

@@ -333,6 +333,13 @@ fn next_tick<'a>(
     schedule.next_after(after)
 }
 
+/// The definition of `task` that `status` reads its schedule from (see [`definition`]).
+pub fn task_entry(snapshot: &Snapshot, task: &str) -> Option<TaskSetEntry> {
+    let members = Members::new(snapshot);
+    let definers = members.definers(task);
+    definition(snapshot, task, &definers).cloned()
+}
+
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible
 /// member's, else any definer's.
 fn definition<'a>(
