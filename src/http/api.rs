@@ -338,7 +338,52 @@ struct Accepted {
     fire_id: Option<String>,
 }
 
-/// Authorizes, then makes `change` and logs it.
+/// Why `change` with `body` is refused before it is tried, if it is: not authorized, a body
+/// that is no JSON object, a reason for anything but pause, a node change on the local
+/// backend, an unknown task. Else the body.
+async fn refusal(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+    change: &Change,
+) -> Result<Body, Response> {
+    authorize(endpoint, headers)?;
+    let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
+        Body::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be a JSON object such as {{\"reason\": \"...\"}}: {e}"),
+            )
+        })?
+    };
+    if body.reason.is_some() && !matches!(change, Change::Pause { .. }) {
+        return Err(error(StatusCode::BAD_REQUEST, "only pause takes a reason"));
+    }
+    match change {
+        Change::Drain { .. } | Change::Undrain { .. }
+            if endpoint.backend == super::Backend::Local =>
+        {
+            Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("`zkcron {}` {}", change.name(), crate::ops::CLUSTER_ONLY),
+            ))
+        }
+        Change::Trigger { task } | Change::Pause { task } | Change::Resume { task } => {
+            let snapshot = snapshot(endpoint).await?;
+            if crate::ops::defined(&snapshot, task) {
+                Ok(body)
+            } else {
+                let unknown = crate::ops::unknown_task(&snapshot, task);
+                Err(error(StatusCode::NOT_FOUND, format!("{unknown:#}")))
+            }
+        }
+        Change::Drain { .. } | Change::Undrain { .. } => Ok(body),
+    }
+}
+
+/// Makes `change` unless it is refused, and logs it.
 async fn act(
     endpoint: &Endpoint,
     client: SocketAddr,
@@ -346,43 +391,10 @@ async fn act(
     body: &[u8],
     change: Change,
 ) -> Response {
-    if let Err(refused) = authorize(endpoint, headers) {
-        return refused;
-    }
-    let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
-        Body::default()
-    } else {
-        match serde_json::from_slice(body) {
-            Ok(body) => body,
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("the body must be a JSON object such as {{\"reason\": \"...\"}}: {e}"),
-                );
-            }
-        }
+    let body = match refusal(endpoint, headers, body, &change).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
-    if body.reason.is_some() && !matches!(change, Change::Pause { .. }) {
-        return error(StatusCode::BAD_REQUEST, "only pause takes a reason");
-    }
-    if let (super::Backend::Local, Change::Drain { .. } | Change::Undrain { .. }) =
-        (endpoint.backend, &change)
-    {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("`zkcron {}` {}", change.name(), crate::ops::CLUSTER_ONLY),
-        );
-    }
-    if let Change::Trigger { task } | Change::Pause { task } | Change::Resume { task } = &change {
-        let snapshot = match snapshot(endpoint).await {
-            Ok(snapshot) => snapshot,
-            Err(response) => return response,
-        };
-        if !crate::ops::defined(&snapshot, task) {
-            let unknown = crate::ops::unknown_task(&snapshot, task);
-            return error(StatusCode::NOT_FOUND, format!("{unknown:#}"));
-        }
-    }
     let (action, target) = match &change {
         Change::Trigger { task } | Change::Pause { task } | Change::Resume { task } => {
             (change.name(), format!("task {task}"))

@@ -222,7 +222,7 @@ pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<H
         .route("/healthz", get(healthz))
         .route("/status", get(status))
         .route("/", get(pages::overview))
-        .route("/tasks/{task}", get(pages::task))
+        .route("/tasks/{task}", get(task_page::page))
         .route("/nodes/{node}", get(pages::node))
         .route("/assets/{file}", get(assets::serve))
         .route("/api/status", get(api::status))

@@ -1,6 +1,6 @@
 //! The dashboard's pages, rendered on the server with maud (which escapes every value: nothing
 //! a task file or ZooKeeper holds becomes markup): the overview at `/`, a page per node here,
-//! a page per task in [`task_page`]. Every table is plain HTML, so the pages work with
+//! a page per task in [`super::task_page`]. Every table is plain HTML, so the pages work with
 //! JavaScript off (`?q=` filters on the server); the script only refreshes, sorts and filters
 //! as one types, and sends changes.
 
@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Backend, Endpoint, api, task_page};
+use super::{Backend, Endpoint, api};
 use crate::clock::wall_clock;
 use crate::ops::model::{self, LastRun, NodeStatus, Status, TaskStatus};
 use crate::ops::render;
@@ -98,7 +98,7 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
 }
 
 /// A JSON error of the API as a page.
-async fn as_page(response: Response) -> Response {
+pub async fn as_page(response: Response) -> Response {
     let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
         .await
@@ -324,17 +324,6 @@ fn task_row(task: &TaskStatus, schedule: Option<&(String, String)>) -> Markup {
     }
 }
 
-/// `GET /tasks/<task>`.
-pub async fn task(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
-    match api::task_detail(&endpoint, &task).await {
-        Ok(detail) => {
-            let body = task_page::body(&endpoint, &detail);
-            Html(layout(&endpoint, &format!("task {task}"), body).into_string()).into_response()
-        }
-        Err(response) => as_page(response).await,
-    }
-}
-
 /// The change buttons, or why there are none. They need the script (it sends the token),
 /// so they stay hidden until it shows them.
 pub fn actions(
@@ -406,4 +395,55 @@ pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) ->
         }
     };
     Html(layout(&endpoint, &format!("node {node}"), body).into_string()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stranger's records in ZooKeeper are text on the page, and their names stay one path
+    /// segment in links.
+    #[test]
+    fn markup_read_from_zookeeper_is_shown_as_text() {
+        let task = TaskStatus {
+            name: "nightly".into(),
+            leader: Some("<img src=x onerror=alert(1)>".into()),
+            paused: false,
+            next: None,
+            last: None,
+            drift: Vec::new(),
+            problem: Some("<script>alert(2)</script>".into()),
+        };
+        let status = Status {
+            backend: "zookeeper".into(),
+            cluster: Some("default".into()),
+            nodes: Vec::new(),
+            tasks: vec![task.clone()],
+        };
+        let page = tasks_table(&status.tasks, &BTreeMap::new(), "").into_string()
+            + &problems(&status).into_string();
+        assert!(
+            !page.contains("<img") && !page.contains("<script"),
+            "{page}"
+        );
+        assert!(
+            page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{page}"
+        );
+        assert!(
+            page.contains("&lt;script&gt;alert(2)&lt;/script&gt;"),
+            "{page}"
+        );
+        assert!(
+            page.contains("href=\"/nodes/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn the_filter_keeps_rows_with_every_word() {
+        assert!(matches("", &["backup"]));
+        assert!(matches("BACK node-a", &["backup", "node-a", "ok"]));
+        assert!(!matches("backup failing", &["backup", "node-a", "ok"]));
+    }
 }

@@ -3,9 +3,11 @@
 //! backend's daemon this endpoint belongs to.
 //!
 //! Reads are cached ([`Cache`]): one snapshot per node, refreshed at most every
-//! [`REFRESH_AFTER`] and only when someone asks; viewers asking during a refresh wait for it and
-//! share it, so a dashboard left open costs one read per [`REFRESH_AFTER`] however many tabs
-//! show it, and an idle node with no viewer reads nothing.
+//! [`REFRESH_AFTER`] and only when someone asks, so a dashboard left open costs one read per
+//! [`REFRESH_AFTER`] however many tabs show it, and a node with no viewer reads nothing. A
+//! request that finds the snapshot older than that is answered from it at once while one
+//! refresh runs behind it (a read of 10,000 tasks takes longer than a page may); only a
+//! snapshot older than [`SERVE_STALE_FOR`] (or none) is waited for, by every viewer at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +27,9 @@ use crate::task::TaskSpec;
 
 /// How old a cached read may be before the next request refreshes it.
 pub const REFRESH_AFTER: Duration = Duration::from_secs(2);
+
+/// How old a snapshot may be and still be served while a newer one is read.
+pub const SERVE_STALE_FOR: Duration = Duration::from_secs(30);
 
 /// The most task histories kept in the cache (each a task page's read).
 const HISTORIES_KEPT: usize = 64;
@@ -154,50 +159,103 @@ struct Fresh<T> {
 }
 
 impl<T> Fresh<T> {
-    fn current(&self) -> bool {
-        self.at.elapsed() < REFRESH_AFTER
+    fn current(&self, refresh_after: Duration) -> bool {
+        self.at.elapsed() < refresh_after
     }
 }
 
 /// The source behind a cache of its reads.
 pub struct Cache {
     pub source: Source,
-    snapshot: tokio::sync::Mutex<Option<Fresh<Snapshot>>>,
+    /// [`REFRESH_AFTER`] and [`SERVE_STALE_FOR`] (shorter in tests).
+    refresh_after: Duration,
+    serve_stale_for: Duration,
+    snapshot: std::sync::Mutex<Option<Fresh<Snapshot>>>,
+    /// Held while the snapshot is read: one read at a time, shared by whoever waits for it.
+    reading: Arc<tokio::sync::Mutex<()>>,
+    /// Counts [`Cache::forget`]s: a read begun before one is not cached.
+    generation: std::sync::atomic::AtomicU64,
     histories: tokio::sync::Mutex<HashMap<String, Fresh<Vec<HistoryEntry>>>>,
 }
 
 impl Cache {
     pub fn new(source: Source) -> Cache {
+        Cache::with_ages(source, REFRESH_AFTER, SERVE_STALE_FOR)
+    }
+
+    fn with_ages(source: Source, refresh_after: Duration, serve_stale_for: Duration) -> Cache {
         Cache {
             source,
-            snapshot: tokio::sync::Mutex::new(None),
+            refresh_after,
+            serve_stale_for,
+            snapshot: std::sync::Mutex::new(None),
+            reading: Arc::new(tokio::sync::Mutex::new(())),
+            generation: std::sync::atomic::AtomicU64::new(0),
             histories: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    /// The snapshot, read again when the cached one is older than [`REFRESH_AFTER`]. The lock
-    /// is held across the read: whoever asks meanwhile waits for it and shares it.
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, String> {
-        let mut cached = self.snapshot.lock().await;
-        if let Some(fresh) = cached.as_ref().filter(|f| f.current()) {
-            return Ok(fresh.value.clone());
+    fn cached(&self) -> Option<(Duration, Arc<Snapshot>)> {
+        let cached = self.snapshot.lock().expect("the snapshot cache");
+        cached.as_ref().map(|f| (f.at.elapsed(), f.value.clone()))
+    }
+
+    /// The snapshot: the cached one while younger than [`REFRESH_AFTER`]; until
+    /// [`SERVE_STALE_FOR`], the cached one with a refresh started behind it; else a fresh read.
+    pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>, String> {
+        match self.cached() {
+            Some((age, value)) if age < self.refresh_after => Ok(value),
+            Some((age, value)) if age < self.serve_stale_for => {
+                // One refresh at a time: a request finding one running does not start another.
+                if let Ok(reading) = self.reading.clone().try_lock_owned() {
+                    let cache = self.clone();
+                    tokio::spawn(async move {
+                        let _reading = reading;
+                        if let Err(error) = cache.read().await {
+                            tracing::debug!(%error, "the dashboard's snapshot was not refreshed");
+                        }
+                    });
+                }
+                Ok(value)
+            }
+            _ => {
+                let _reading = self.reading.lock().await;
+                match self.cached() {
+                    // Read by the request this one waited for.
+                    Some((age, value)) if age < self.refresh_after => Ok(value),
+                    _ => self.read().await,
+                }
+            }
         }
+    }
+
+    /// Reads the snapshot and caches it (the caller holds `reading`).
+    async fn read(&self) -> Result<Arc<Snapshot>, String> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         let value = Arc::new(self.source.read_snapshot().await?);
-        *cached = Some(Fresh {
-            at: Instant::now(),
-            value: value.clone(),
-        });
+        self.keep(generation, &value);
         Ok(value)
+    }
+
+    /// Caches `value`, read from `generation`, unless a change was made since.
+    fn keep(&self, generation: u64, value: &Arc<Snapshot>) {
+        let mut cached = self.snapshot.lock().expect("the snapshot cache");
+        if self.generation.load(std::sync::atomic::Ordering::SeqCst) == generation {
+            *cached = Some(Fresh {
+                at: Instant::now(),
+                value: value.clone(),
+            });
+        }
     }
 
     /// `task`'s history, oldest first, cached like the snapshot.
     pub async fn history(&self, task: &str) -> Result<Arc<Vec<HistoryEntry>>, String> {
         let mut cached = self.histories.lock().await;
-        if let Some(fresh) = cached.get(task).filter(|f| f.current()) {
+        if let Some(fresh) = cached.get(task).filter(|f| f.current(self.refresh_after)) {
             return Ok(fresh.value.clone());
         }
         let value = Arc::new(self.source.read_history(task).await?);
-        cached.retain(|_, fresh| fresh.current());
+        cached.retain(|_, fresh| fresh.current(self.refresh_after));
         if cached.len() >= HISTORIES_KEPT {
             cached.clear();
         }
@@ -213,7 +271,92 @@ impl Cache {
 
     /// Forgets what was read, so the next request shows a change just made.
     pub async fn forget(&self) {
-        *self.snapshot.lock().await = None;
+        self.forget_snapshot();
         self.histories.lock().await.clear();
+    }
+
+    fn forget_snapshot(&self) {
+        let mut cached = self.snapshot.lock().expect("the snapshot cache");
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        *cached = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::accounts::Identity;
+    use crate::task::TaskDefaults;
+
+    fn local_cache(state: &std::path::Path) -> Arc<Cache> {
+        let coordinator = Arc::new(LocalCoordinator::open(state).unwrap());
+        let config = ControlConfig {
+            state_dir: state.to_path_buf(),
+            node_id: "node-a".into(),
+            release: "1.0.0".into(),
+            labels: BTreeMap::new(),
+            jobs_dir: state.join("jobs.d"),
+            task_defaults: TaskDefaults {
+                timezone: chrono_tz::UTC,
+                user: None,
+                identity: Identity::current(),
+            },
+            started_at: crate::clock::wall_clock(),
+            loaded: LoadedTasks::default(),
+        };
+        let source = Source::Local {
+            config,
+            coordinator,
+        };
+        Arc::new(Cache::with_ages(source, REFRESH, STALE))
+    }
+
+    const REFRESH: Duration = Duration::from_millis(100);
+    const STALE: Duration = Duration::from_millis(600);
+
+    /// Waits out `age` of the cached snapshot (time passing is what is tested).
+    async fn let_age(age: Duration) {
+        tokio::time::sleep(age + Duration::from_millis(1)).await;
+    }
+
+    /// Every viewer within the refresh interval gets the one snapshot read; an older one is
+    /// served while one refresh runs behind it; a change is shown at once.
+    #[tokio::test]
+    async fn viewers_share_one_read_and_a_stale_snapshot_is_refreshed_behind_them() {
+        let state = tempfile::tempdir().unwrap();
+        let cache = local_cache(state.path());
+        let first = cache.snapshot().await.unwrap();
+        let again = cache.snapshot().await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "one read within {REFRESH:?}");
+
+        let_age(REFRESH).await;
+        let stale = cache.snapshot().await.unwrap();
+        assert!(Arc::ptr_eq(&first, &stale), "the stale one, at once");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let fresh = loop {
+            let cached = cache.cached().map(|(_, value)| value).unwrap();
+            if !Arc::ptr_eq(&first, &cached) {
+                break cached;
+            }
+            assert!(Instant::now() < deadline, "no refresh behind the viewer");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+
+        cache.forget().await;
+        let after_change = cache.snapshot().await.unwrap();
+        assert!(
+            !Arc::ptr_eq(&fresh, &after_change),
+            "read again after a change"
+        );
+
+        let_age(STALE).await;
+        let too_old = cache.snapshot().await.unwrap();
+        assert!(
+            !Arc::ptr_eq(&after_change, &too_old),
+            "too old to serve: read now"
+        );
     }
 }

@@ -2,14 +2,27 @@
 //! `zkcron explain` says), its next ticks, its history with a chart of duration and lateness,
 //! and the changes (trigger, pause with a reason, resume).
 
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Response};
 use maud::{Markup, html};
 
 use super::Endpoint;
-use super::api::TaskDetail;
+use super::api::{self, TaskDetail};
 use super::chart;
-use super::pages::{actions, href, instant, labels, state};
+use super::pages::{actions, as_page, href, instant, labels, layout, state};
 use crate::coord::records::RunTrigger;
 use crate::ops::render;
+
+/// `GET /tasks/<task>`.
+pub async fn page(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
+    match api::task_detail(&endpoint, &task).await {
+        Ok(detail) => {
+            let body = body(&endpoint, &detail);
+            Html(layout(&endpoint, &format!("task {task}"), body).into_string()).into_response()
+        }
+        Err(response) => as_page(response).await,
+    }
+}
 
 /// The page's main part.
 pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
