@@ -40,33 +40,55 @@ pub const NEXT_TICKS: usize = 10;
 
 /// An error answer: `{"error": message}` with `status`.
 pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    #[derive(Serialize)]
-    struct Error {
-        error: String,
+    ApiError::new(status, message).into_response()
+}
+
+/// Why a request fails: its status and message (JSON in the API, a page in the dashboard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
     }
-    (
-        status,
-        Json(Error {
-            error: message.into(),
-        }),
-    )
-        .into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        #[derive(Serialize)]
+        struct Error {
+            error: String,
+        }
+        (
+            self.status,
+            Json(Error {
+                error: self.message,
+            }),
+        )
+            .into_response()
+    }
 }
 
 /// The snapshot, or the 503 that says why it cannot be read.
-pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, Response> {
+pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, ApiError> {
     endpoint
         .cache
         .snapshot()
         .await
-        .map_err(|why| error(StatusCode::SERVICE_UNAVAILABLE, why))
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))
 }
 
 /// `GET /api/status`: `zkcron status --json`.
 pub async fn status(State(endpoint): State<Endpoint>) -> Response {
     match snapshot(&endpoint).await {
         Ok(snapshot) => Json(model::status(&snapshot, wall_clock())).into_response(),
-        Err(response) => response,
+        Err(error) => error.into_response(),
     }
 }
 
@@ -98,12 +120,12 @@ pub struct TaskDetail {
 }
 
 /// Everything a task's page shows; 404 when no live node defines it.
-pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, Response> {
+pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, ApiError> {
     let snapshot = snapshot(endpoint).await?;
     let now = wall_clock();
     let Some(explain) = explain::explain(&snapshot, task, now) else {
         let unknown = crate::ops::unknown_task(&snapshot, task);
-        return Err(error(StatusCode::NOT_FOUND, format!("{unknown:#}")));
+        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
     };
     let definition = model::task_entry(&snapshot, task);
     let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
@@ -111,7 +133,7 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         .cache
         .history(task)
         .await
-        .map_err(|why| error(StatusCode::SERVICE_UNAVAILABLE, why))?
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?
         .as_ref()
         .clone();
     history.reverse();
@@ -161,7 +183,7 @@ fn next_ticks(
 pub async fn task(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
     match task_detail(&endpoint, &task).await {
         Ok(detail) => Json(detail).into_response(),
-        Err(response) => response,
+        Err(error) => error.into_response(),
     }
 }
 
@@ -183,11 +205,11 @@ pub struct NodeDetail {
 }
 
 /// Everything a node's page shows; 404 when it is not a live member.
-pub async fn node_detail(endpoint: &Endpoint, node: &str) -> Result<NodeDetail, Response> {
+pub async fn node_detail(endpoint: &Endpoint, node: &str) -> Result<NodeDetail, ApiError> {
     let snapshot = snapshot(endpoint).await?;
     let status = model::status(&snapshot, wall_clock());
     let Some(found) = status.nodes.into_iter().find(|n| n.id == node) else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("unknown node {node}: it is not a live member"),
         ));
@@ -226,7 +248,7 @@ pub async fn node_detail(endpoint: &Endpoint, node: &str) -> Result<NodeDetail, 
 pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) -> Response {
     match node_detail(&endpoint, &node).await {
         Ok(detail) => Json(detail).into_response(),
-        Err(response) => response,
+        Err(error) => error.into_response(),
     }
 }
 
@@ -239,9 +261,9 @@ struct Body {
 }
 
 /// Refuses a POST unless changes are on, it carries the token and it is JSON.
-fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), Response> {
+fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), ApiError> {
     let Admin::Token(token) = &endpoint.admin else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "changes through the HTTP API are off on this node: set [http] admin_token_file in \
              zkcron.toml to a file holding a token (mode 0600, e.g. made by `openssl rand -hex \
@@ -269,7 +291,7 @@ fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), Response> {
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if !json {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "a change must be sent with `Content-Type: application/json`",
         ));
@@ -277,13 +299,8 @@ fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), Response> {
     Ok(())
 }
 
-fn unauthorized(message: &str) -> Response {
-    let mut response = error(StatusCode::UNAUTHORIZED, message);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
-    response
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, message)
 }
 
 /// `POST /api/tasks/<task>/<action>`: trigger, pause, resume.
@@ -346,26 +363,29 @@ async fn refusal(
     headers: &HeaderMap,
     body: &[u8],
     change: &Change,
-) -> Result<Body, Response> {
+) -> Result<Body, ApiError> {
     authorize(endpoint, headers)?;
     let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
         Body::default()
     } else {
         serde_json::from_slice(body).map_err(|e| {
-            error(
+            ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("the body must be a JSON object such as {{\"reason\": \"...\"}}: {e}"),
             )
         })?
     };
     if body.reason.is_some() && !matches!(change, Change::Pause { .. }) {
-        return Err(error(StatusCode::BAD_REQUEST, "only pause takes a reason"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "only pause takes a reason",
+        ));
     }
     match change {
         Change::Drain { .. } | Change::Undrain { .. }
             if endpoint.backend == super::Backend::Local =>
         {
-            Err(error(
+            Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("`zkcron {}` {}", change.name(), crate::ops::CLUSTER_ONLY),
             ))
@@ -376,7 +396,7 @@ async fn refusal(
                 Ok(body)
             } else {
                 let unknown = crate::ops::unknown_task(&snapshot, task);
-                Err(error(StatusCode::NOT_FOUND, format!("{unknown:#}")))
+                Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")))
             }
         }
         Change::Drain { .. } | Change::Undrain { .. } => Ok(body),
@@ -393,7 +413,15 @@ async fn act(
 ) -> Response {
     let body = match refusal(endpoint, headers, body, &change).await {
         Ok(body) => body,
-        Err(refused) => return refused,
+        Err(refused) if refused.status == StatusCode::UNAUTHORIZED => {
+            let mut response = refused.into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return response;
+        }
+        Err(refused) => return refused.into_response(),
     };
     let (action, target) = match &change {
         Change::Trigger { task } | Change::Pause { task } | Change::Resume { task } => {

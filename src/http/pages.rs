@@ -97,17 +97,9 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
     (status, Html(page.into_string())).into_response()
 }
 
-/// A JSON error of the API as a page.
-pub async fn as_page(response: Response) -> Response {
-    let status = response.status();
-    let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
-        .await
-        .unwrap_or_default();
-    let message = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-    error_page(status, &message)
+/// A failed read as a page.
+pub fn as_page(error: api::ApiError) -> Response {
+    error_page(error.status, &error.message)
 }
 
 /// A task's state in a word, and its class: `ok`, `paused`, `failing`, `problem`.
@@ -127,7 +119,7 @@ pub fn state(task: &TaskStatus) -> (&'static str, &'static str) {
 pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Filter>) -> Response {
     let snapshot = match api::snapshot(&endpoint).await {
         Ok(snapshot) => snapshot,
-        Err(response) => return as_page(response).await,
+        Err(error) => return as_page(error),
     };
     let status = model::status(&snapshot, wall_clock());
     let schedules = schedules(&snapshot, &status);
@@ -364,7 +356,7 @@ pub fn actions(
 pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) -> Response {
     let detail = match api::node_detail(&endpoint, &node).await {
         Ok(detail) => detail,
-        Err(response) => return as_page(response).await,
+        Err(error) => return as_page(error),
     };
     let n = &detail.node;
     let body = html! {

@@ -20,7 +20,7 @@ pub async fn page(State(endpoint): State<Endpoint>, Path(task): Path<String>) ->
             let body = body(&endpoint, &detail);
             Html(layout(&endpoint, &format!("task {task}"), body).into_string()).into_response()
         }
-        Err(response) => as_page(response).await,
+        Err(error) => as_page(error),
     }
 }
 
