@@ -264,6 +264,44 @@ fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
         "{}",
         cluster.logs()
     );
+
+    // Drain and undrain through the API, as `zkcron drain` does.
+    let drained = || {
+        let (code, body) = http_get(&address, "/api/nodes/node-c");
+        assert_eq!(code, 200, "{body}");
+        json(&body)["node"]["drained"] == true
+    };
+    assert!(!drained());
+    let (code, answer) = post(&address, "/api/nodes/node-c/drain", None, "{}");
+    assert_eq!(code, 401, "{answer}");
+    assert!(!drained(), "refused, so nothing changed");
+    let (code, answer) = post(&address, "/api/nodes/node-c/drain", Some(TOKEN), "{}");
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node node-c drained:"),
+        "{answer}"
+    );
+    assert!(drained());
+    let (code, answer) = post(&address, "/api/nodes/node-c/undrain", Some(TOKEN), "{}");
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node node-c undrained (it was drained since"),
+        "{answer}"
+    );
+    assert!(!drained());
+    assert!(
+        cluster.nodes["node-b"]
+            .log()
+            .contains("HTTP API: drain node node-c for 127.0.0.1:"),
+        "{}",
+        cluster.logs()
+    );
 }
 
 #[test]
