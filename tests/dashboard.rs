@@ -85,6 +85,14 @@ fn check_in_browser(browser: &Browser, address: &str, leaders: &[(&str, &str)], 
         },
     );
     browser.screenshot(&screenshots().join(format!("{name}-overview.png")));
+    // It stays current without a reload: tick's last run (every second) moves on by itself.
+    let last_run = "return Array.from(document.querySelectorAll('#tasks-table tbody tr'))
+        .find(r => r.cells[0].innerText === 'tick').cells[5].innerText;";
+    let before = browser.execute(last_run, vec![]);
+    wait_for("the overview to refresh itself", LIMIT, || {
+        browser.execute(last_run, vec![]) != before
+            && browser.text_of("#refreshed").starts_with("updated")
+    });
 
     browser.type_into("#filter", "backup");
     let rows = task_rows(browser);

@@ -65,7 +65,7 @@
   async function refresh() {
     if (document.hidden) return;
     try {
-      const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });
+      const response = await fetch(location.pathname + location.search, { headers: { Accept: "text/html" } });
       if (!response.ok) return;
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
       const fresh = page.getElementById("live");
