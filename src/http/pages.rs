@@ -122,7 +122,7 @@ pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Fil
         Err(error) => return as_page(error),
     };
     let status = model::status(&snapshot, wall_clock());
-    let schedules = schedules(&snapshot, &status);
+    let schedules = endpoint.cache.schedules(&snapshot);
     let title = match &status.cluster {
         Some(cluster) => format!("cluster {cluster}"),
         None => "this host (local backend)".to_string(),
@@ -141,24 +141,6 @@ pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Fil
         }
     };
     Html(layout(&endpoint, "Overview", body).into_string()).into_response()
-}
-
-/// Each task's schedule as written and its zone, from the definition `status` reads.
-fn schedules(snapshot: &model::Snapshot, status: &Status) -> BTreeMap<String, (String, String)> {
-    status
-        .tasks
-        .iter()
-        .filter_map(|t| {
-            let entry = model::task_entry(snapshot, &t.name)?;
-            Some((
-                t.name.clone(),
-                (
-                    entry.schedule?,
-                    entry.timezone.unwrap_or_else(|| "UTC".into()),
-                ),
-            ))
-        })
-        .collect()
 }
 
 /// The tasks that need someone: no node may run them, drift, paused, failing, held records.

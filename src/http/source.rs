@@ -176,7 +176,12 @@ pub struct Cache {
     /// Counts [`Cache::forget`]s: a read begun before one is not cached.
     generation: std::sync::atomic::AtomicU64,
     histories: tokio::sync::Mutex<HashMap<String, Fresh<Vec<HistoryEntry>>>>,
+    /// The schedules of the snapshot last asked for ([`Cache::schedules`]).
+    schedules: std::sync::Mutex<Option<(Arc<Snapshot>, Arc<Schedules>)>>,
 }
+
+/// Each task's schedule as written and its zone, by task.
+pub type Schedules = std::collections::BTreeMap<String, (String, String)>;
 
 impl Cache {
     pub fn new(source: Source) -> Cache {
@@ -192,7 +197,30 @@ impl Cache {
             reading: Arc::new(tokio::sync::Mutex::new(())),
             generation: std::sync::atomic::AtomicU64::new(0),
             histories: tokio::sync::Mutex::new(HashMap::new()),
+            schedules: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Each task's schedule in `snapshot`, from the definition `status` reads: worked out once
+    /// per snapshot (it decodes every task set), shared by every view of it.
+    pub fn schedules(&self, snapshot: &Arc<Snapshot>) -> Arc<Schedules> {
+        let mut cached = self.schedules.lock().expect("the schedules cache");
+        if let Some((of, schedules)) = cached.as_ref()
+            && Arc::ptr_eq(of, snapshot)
+        {
+            return schedules.clone();
+        }
+        let schedules: Arc<Schedules> = Arc::new(
+            crate::ops::model::task_entries(snapshot)
+                .into_iter()
+                .filter_map(|(name, entry)| {
+                    let zone = entry.timezone.unwrap_or_else(|| "UTC".into());
+                    Some((name, (entry.schedule?, zone)))
+                })
+                .collect(),
+        );
+        *cached = Some((snapshot.clone(), schedules.clone()));
+        schedules
     }
 
     fn cached(&self) -> Option<(Duration, Arc<Snapshot>)> {
