@@ -78,6 +78,7 @@ async fn main() {
                         require_labels: BTreeMap::new(),
                         schedule: Some(format!("{} * * * *", name.len() % 60)),
                         timezone: Some("UTC".into()),
+                        ..TaskSetEntry::default()
                     },
                 )
             })

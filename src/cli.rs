@@ -21,12 +21,13 @@ use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{Daemon, DaemonConfig, control};
 use crate::files::{self, PathProblem};
+use crate::ops::render::instant;
 use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{
     self, ConfigArgs, Overrides, Plan, config_path, host_name, parse_connect, resolve_config,
 };
-use crate::schedule::{self, Schedule};
+use crate::schedule::{self, Schedule, WindowState};
 use crate::task::{self, LoadedDir, TaskDefaults};
 
 /// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
@@ -49,7 +50,7 @@ pub enum Command {
     Run(RunArgs),
     /// Check the config and task files; print every error; exit 1 if there is any.
     Validate(ValidateArgs),
-    /// Print the next fire instants of a cron expression.
+    /// Print the next fire instants of a schedule expression.
     Schedule(ScheduleArgs),
     /// Print each task's next fire.
     Next(NextArgs),
@@ -126,10 +127,12 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
-    /// A cron expression: 5 fields, or 6 with seconds first, or an alias like @daily
+    /// A cron expression (5 fields, or 6 with seconds first), an alias like @daily, or an
+    /// interval like "@every 15m" (multiples since the Unix epoch; "@every 1h/10m" adds 10 min)
     #[arg(value_name = "EXPR")]
     pub expression: String,
-    /// The IANA time zone the expression is read in
+    /// The IANA time zone the expression is read in (an interval does not read it: its
+    /// instants are only shown in it)
     #[arg(long, value_name = "TZ", default_value = "UTC")]
     pub tz: String,
     /// Count from this instant (RFC 3339) [default: now]
@@ -669,6 +672,19 @@ impl NextTable<'_> {
             spec.schedule.expression(),
             timezone.name()
         );
+        match spec.schedule.window().state(now) {
+            WindowState::Before(from) => println!(
+                "{:width$}  starts at {} (active_from): no tick before",
+                "",
+                instant(from)
+            ),
+            WindowState::Ended(until) => println!(
+                "{:width$}  ended at {} (active_until): it fires no more",
+                "",
+                instant(until)
+            ),
+            WindowState::Within => {}
+        }
         if let (Some(why), true) = (&not_eligible, spec.enabled) {
             println!(
                 "{:width$}  not eligible: this node never runs it: {why}",

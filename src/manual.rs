@@ -163,7 +163,7 @@ Graceful stop: fire nothing new and start no retry, release every lease at once,
 pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     (
         "schedule",
-        r#"(string, required) A cron expression in Vixie/cronie syntax, read in the task's \fBtimezone\fR: five fields (minute, hour, day of month, month, day of week) or six with a leading seconds field. Lists (\fB1,15\fR), ranges (\fB1\-5\fR) and steps (\fB*/10\fR) in every field; month and day names (\fBJAN\fR, \fBMON\fR); \fBL\fR, \fInW\fR, \fIn#k\fR, \fInL\fR and \fB?\fR in the day fields; \fB@yearly\fR, \fB@annually\fR, \fB@monthly\fR, \fB@weekly\fR, \fB@daily\fR, \fB@midnight\fR, \fB@hourly\fR. If both day fields are restricted they combine with OR, as in cronie. \fB@reboot\fR and expressions that can never fire are refused. Check one with \fBzkcron schedule\fR."#,
+        r#"(string, required) A cron expression in Vixie/cronie syntax, read in the task's \fBtimezone\fR: five fields (minute, hour, day of month, month, day of week) or six with a leading seconds field. Lists (\fB1,15\fR), ranges (\fB1\-5\fR) and steps (\fB*/10\fR) in every field; month and day names (\fBJAN\fR, \fBMON\fR); \fBL\fR, \fInW\fR, \fIn#k\fR, \fInL\fR and \fB?\fR in the day fields; \fB@yearly\fR, \fB@annually\fR, \fB@monthly\fR, \fB@weekly\fR, \fB@daily\fR, \fB@midnight\fR, \fB@hourly\fR. If both day fields are restricted they combine with OR, as in cronie. \fB@reboot\fR and expressions that can never fire are refused. \fB"@every 15m"\fR (any duration from \fB1s\fR, whole seconds) ticks at the multiples of the interval since the Unix epoch, the same instants on every node and in every zone; \fB"@every 1h/10m"\fR shifts them by an offset smaller than the interval. An array of expressions (\fB["0 9 * * MON\-FRI", "0 12 * * SAT"]\fR, intervals may mix in) fires at their union, an instant two share once; an empty array is refused. Check one with \fBzkcron schedule\fR."#,
     ),
     (
         "command",
@@ -171,8 +171,16 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     ),
     ("description", r#"(string) Shown in logs and listings."#),
     (
+        "active_from",
+        r#"(RFC 3339 instant with an offset, quoted or not; default: none) No tick before it (a tick at it fires); \fBcatch_up\fR never reaches before it. \fBzkcron status\fR and \fBzkcron next\fR say "starts at" until then."#,
+    ),
+    (
+        "active_until",
+        r#"(RFC 3339 instant, after \fBactive_from\fR; default: none) No tick after it (a tick at it fires). Then the task fires no more: the leader logs it once, and \fBstatus\fR and \fBnext\fR say "ended at", not as a problem."#,
+    ),
+    (
         "timezone",
-        r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule is read in. A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
+        r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule's cron expressions are read in; set next to \fB@every\fR intervals alone it is refused (they read no zone). A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
     ),
     (
         "user",

@@ -76,6 +76,56 @@ fn schedule_defaults_to_utc_and_five_instants() {
 }
 
 #[test]
+fn schedule_of_an_interval_prints_multiples_of_it_since_the_epoch_and_an_offset_shifts_them() {
+    let ticks = |expression: &str, zone: &str| {
+        let output = run_zkcron(&[
+            "schedule",
+            expression,
+            "--tz",
+            zone,
+            "--after",
+            "2026-01-01T00:07:30Z",
+            "-n",
+            "3",
+        ]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        stdout(&output)
+            .lines()
+            .map(|line| line.rsplit(' ').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ticks("@every 15m", "UTC"),
+        [
+            "2026-01-01T00:15:00Z",
+            "2026-01-01T00:30:00Z",
+            "2026-01-01T00:45:00Z"
+        ]
+    );
+    // A zone only changes how the same instants are shown.
+    assert_eq!(
+        ticks("@every 15m", "Asia/Kolkata"),
+        ticks("@every 15m", "UTC")
+    );
+    assert_eq!(
+        ticks("@every 1h/10m", "UTC"),
+        [
+            "2026-01-01T00:10:00Z",
+            "2026-01-01T01:10:00Z",
+            "2026-01-01T02:10:00Z"
+        ]
+    );
+    let output = run_zkcron(&["schedule", "@every 1h/1h"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output)
+            .contains("the offset \"1h\" of \"@every 1h/1h\" is not smaller than the interval"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn schedule_with_a_bad_expression_exits_1_naming_the_field() {
     let output = run_zkcron(&["schedule", "0 0 * 13 *"]);
     assert_eq!(output.status.code(), Some(1));

@@ -120,6 +120,35 @@ fn a_task_set_chunk_decodes_and_reencodes_to_the_same_json() {
 }
 
 #[test]
+fn a_task_set_entry_keeps_a_schedule_list_and_a_window_in_fields_of_their_own() {
+    // A list goes into `schedules` with no `schedule`, so an older reader shows no next tick
+    // rather than the first expression's; the window is two RFC 3339 instants.
+    let written = json!({
+        "digest": "d",
+        "timezone": "UTC",
+        "schedules": ["@every 6h", "0 9 * * MON-FRI"],
+        "active_from": "2026-12-01T00:00:00Z",
+        "active_until": "2027-01-01T00:00:00Z"
+    });
+    let (entry, encoded) = round_trip::<TaskSetEntry>(&written);
+    assert_eq!(encoded, written);
+    assert_eq!(entry.schedule, None);
+    assert_eq!(
+        entry.schedules.as_deref(),
+        Some(&["@every 6h".to_string(), "0 9 * * MON-FRI".to_string()][..])
+    );
+    assert_eq!(
+        entry.active_until.map(|t| t.timestamp()),
+        Some(1_798_761_600)
+    );
+    // Absent, they are not written (a task without them publishes what it did before).
+    let (plain, encoded) =
+        round_trip::<TaskSetEntry>(&json!({"digest": "d", "schedule": "@daily"}));
+    assert_eq!(encoded, json!({"digest": "d", "schedule": "@daily"}));
+    assert_eq!((plain.schedules, plain.active_from), (None, None));
+}
+
+#[test]
 fn a_lease_record_decodes_and_reencodes_to_the_same_json() {
     let golden = zk_fixture("lease.json");
     let (lease, encoded) = round_trip::<LeaseRecord>(&golden);

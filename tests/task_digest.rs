@@ -192,3 +192,45 @@ fn on_failure_counts_only_when_present_so_older_digests_stay() {
     let other = load(&path, &with.replace("\"db\"", "\"web\""));
     assert_ne!(other.canonical_digest(), spec.canonical_digest());
 }
+
+#[test]
+fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() {
+    // `active_from` / `active_until` were added at the end of version 1, each written only when
+    // the task has it: a task without them keeps the digest older releases computed.
+    let (path, text) = fixture();
+    assert_eq!(load(&path, &text).canonical_digest(), PINNED_DIGEST);
+    let with = format!(
+        "active_from = \"2026-12-01T01:00:00+01:00\"\nactive_until = \"2027-01-01T00:00:00.5Z\"\n{text}"
+    );
+    let spec = load(&path, &with);
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(
+        bytes.ends_with(
+            "enabled=true\nactive_from=20:2026-12-01T00:00:00Z\nactive_until=24:2027-01-01T00:00:00.500Z\n"
+        ),
+        "{bytes}"
+    );
+    // A list, even of the one expression, is another definition: the file says another thing.
+    let list = load(
+        &path,
+        &text.replace("schedule = \"30  2 * * *\"", "schedule = [\"30  2 * * *\"]"),
+    );
+    let bytes = String::from_utf8(list.canonical_bytes()).unwrap();
+    assert!(
+        bytes.contains("\nschedule=list 1 10:30 2 * * *\n"),
+        "{bytes}"
+    );
+    assert_ne!(list.canonical_digest(), PINNED_DIGEST);
+    let interval = load(
+        &path,
+        &text.replace(
+            "schedule = \"30  2 * * *\"",
+            "schedule = [\"30  2 * * *\", \"@every 1h\"]",
+        ),
+    );
+    let bytes = String::from_utf8(interval.canonical_bytes()).unwrap();
+    assert!(
+        bytes.contains("\nschedule=list 2 10:30 2 * * * 9:@every 1h\n"),
+        "{bytes}"
+    );
+}

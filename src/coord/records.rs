@@ -114,7 +114,7 @@ pub struct TaskSetRecord {
     pub tasks: BTreeMap<String, TaskSetEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskSetEntry {
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,6 +129,16 @@ pub struct TaskSetEntry {
     /// The schedule's IANA zone name; absent from older writers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// A schedule written as a list: its expressions (then `schedule` is absent, so that an
+    /// older reader shows no next tick rather than the first expression's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedules: Option<Vec<String>>,
+    /// The task's `active_from`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_from: Option<DateTime<Utc>>,
+    /// The task's `active_until`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_until: Option<DateTime<Utc>>,
 }
 
 /// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
@@ -408,8 +418,18 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
                         digest: t.canonical_digest(),
                         version_req: t.extras.version_req.as_ref().map(|r| r.to_string()),
                         require_labels: t.extras.require_labels.clone(),
-                        schedule: Some(t.schedule.expression().to_string()),
+                        schedule: (!t.schedule.is_list())
+                            .then(|| t.schedule.expression().into_owned()),
                         timezone: Some(t.schedule.timezone().name().to_string()),
+                        schedules: t.schedule.is_list().then(|| {
+                            t.schedule
+                                .expressions()
+                                .into_iter()
+                                .map(str::to_string)
+                                .collect()
+                        }),
+                        active_from: t.schedule.window().from,
+                        active_until: t.schedule.window().until,
                     },
                 )
             })
@@ -578,6 +598,7 @@ mod tests {
                 require_labels: BTreeMap::new(),
                 schedule: None,
                 timezone: None,
+                ..Default::default()
             },
         );
         let set = decode_taskset(&TaskSetRecord { format: 1, tasks });

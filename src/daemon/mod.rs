@@ -379,7 +379,7 @@ impl<C: Coordinator> Daemon<C> {
                 None => {
                     tracing::info!(
                         task = %name,
-                        schedule = spec.schedule.expression(),
+                        schedule = %spec.schedule.expression(),
                         timezone = spec.schedule.timezone().name(),
                         enabled = spec.enabled,
                         "task loaded"

@@ -81,6 +81,11 @@ impl RunHandles {
 }
 
 fn stop_entry(entry: &RunEntry, how: StopHow) -> watch::Receiver<bool> {
+    if how == StopHow::Unspawned {
+        // Withdrawn if its spawn still waits (`spawned_unless_stopped` says so); else it goes on.
+        entry.cancel_spawn.send_replace(true);
+        return entry.done.clone();
+    }
     let kill_now = how == StopHow::KillNow;
     tracing::info!(fire_id = %entry.fire_id, kill_now, "stopping run");
     if kill_now {
@@ -150,103 +155,156 @@ pub(super) fn start_run<C: Coordinator>(
     } = spawn;
     let claimed_at = tokio::time::Instant::now();
     let shared = shared.clone();
-    let name = task.to_string();
     let session = shared.leadership.borrow().session_losses;
+    let (stop_signal, done, spawn_cancelled) = register_run(&shared, id, &fire_id, retries);
+    let run = LiveRun {
+        id,
+        name: task.to_string(),
+        fire_id,
+        tick,
+        kind,
+        done,
+        ended,
+    };
+    // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
+    // recorded.
+    tokio::spawn(async move {
+        let scheduled = shared
+            .spawner
+            .spawn_at(tick.due_at, prepared, Some(claimed_at));
+        match spawned_unless_stopped(scheduled, spawn_cancelled).await {
+            Some(spawned) => follow_run(shared, run, spawned, stop_signal).await,
+            None => {
+                run.over(&shared);
+                shared.metrics.fired(&run.name, FireOutcome::NotStarted);
+                not_started(&shared, &run.name, &run.fire_id, tick, session, kind).await;
+            }
+        }
+    });
+}
+
+/// A claimed run on its way: what its end needs.
+struct LiveRun {
+    id: RunId,
+    name: String,
+    fire_id: String,
+    tick: Tick,
+    kind: RunKind,
+    /// Turned true when the run has ended.
+    done: watch::Sender<bool>,
+    ended: RunEndedTo,
+}
+
+impl LiveRun {
+    /// The run is over on this node (not once its result is written): its handles go, and
+    /// the firing rules hear of it.
+    fn over<C: Coordinator>(&self, shared: &Shared<C>) {
+        shared.runs.remove(self.id);
+        let _ = self.done.send(true);
+        (self.ended)(self.id);
+        shared.metrics.set_running_jobs(shared.runs.count());
+    }
+}
+
+/// Enters the run among the live runs, with the handles that stop it; returns the run's side
+/// of them: its stop signal, its end, and the cancellation of its spawn.
+fn register_run<C: Coordinator>(
+    shared: &Shared<C>,
+    id: RunId,
+    fire_id: &str,
+    retries: Retries,
+) -> (
+    executor::StopSignal,
+    watch::Sender<bool>,
+    watch::Receiver<bool>,
+) {
     let (stop_handle, stop_signal) = StopHandle::new();
     let (done_tx, done_rx) = watch::channel(false);
-    let (cancel_spawn, mut spawn_cancelled) = watch::channel(false);
+    let (cancel_spawn, spawn_cancelled) = watch::channel(false);
     if retries == Retries::Cancelled {
         stop_handle.cancel_retries();
     }
     shared.runs.lock().insert(
         id,
         RunEntry {
-            fire_id: fire_id.clone(),
+            fire_id: fire_id.to_string(),
             stop: stop_handle,
             done: done_rx,
             cancel_spawn,
         },
     );
     shared.metrics.set_running_jobs(shared.runs.count());
-    // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
-    // recorded.
-    tokio::spawn(async move {
-        let mut scheduled = shared
-            .spawner
-            .spawn_at(tick.due_at, prepared, Some(claimed_at));
-        let spawned = tokio::select! {
-            spawned = scheduled.spawned() => Some(spawned),
-            _ = spawn_cancelled.wait_for(|cancelled| *cancelled) => None,
-        };
-        let spawned = match spawned {
-            Some(spawned) => spawned,
-            None if scheduled.withdraw() => None,
-            // A spawner thread took it just before: it is spawned, as if the cancellation had
-            // come just after.
-            None => scheduled.spawned().await,
-        };
-        let Some(executor::Spawned {
-            started,
-            at: started_at,
-        }) = spawned
-        else {
-            shared.runs.remove(id);
-            let _ = done_tx.send(true);
-            ended(id);
-            shared.metrics.set_running_jobs(shared.runs.count());
-            shared.metrics.fired(&name, FireOutcome::NotStarted);
-            not_started(&shared, &name, &fire_id, tick, session, kind).await;
-            return;
-        };
-        let metrics = shared.metrics.clone();
-        metrics.lateness((started_at - tick.due_at).as_seconds_f64());
-        if tick.catch_up {
-            metrics.catch_up_run(&name);
+    (stop_signal, done_tx, spawn_cancelled)
+}
+
+/// Waits for the spawn at the run's instant; `None` if the run was stopped before it.
+async fn spawned_unless_stopped(
+    mut scheduled: executor::Scheduled,
+    mut spawn_cancelled: watch::Receiver<bool>,
+) -> Option<executor::Spawned> {
+    let spawned = tokio::select! {
+        spawned = scheduled.spawned() => Some(spawned),
+        _ = spawn_cancelled.wait_for(|cancelled| *cancelled) => None,
+    };
+    match spawned {
+        Some(spawned) => spawned,
+        None if scheduled.withdraw() => None,
+        // A spawner thread took it just before: it is spawned, as if the cancellation had come
+        // just after.
+        None => scheduled.spawned().await,
+    }
+}
+
+/// Follows a spawned run to the exit of its last attempt, then records its result.
+async fn follow_run<C: Coordinator>(
+    shared: Arc<Shared<C>>,
+    run: LiveRun,
+    spawned: executor::Spawned,
+    stop_signal: executor::StopSignal,
+) {
+    let executor::Spawned {
+        started,
+        at: started_at,
+    } = spawned;
+    let tick = run.tick;
+    let metrics = shared.metrics.clone();
+    metrics.lateness((started_at - tick.due_at).as_seconds_f64());
+    if tick.catch_up {
+        metrics.catch_up_run(&run.name);
+    }
+    let (name, fire_id) = (run.name.clone(), run.fire_id.clone());
+    let ended_shared = shared.clone();
+    let spawned = tokio::time::Instant::now();
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
+    let node = shared.node_id.clone();
+    let on_end = move |outcome: &RunOutcome| {
+        run.over(&ended_shared);
+        if outcome.succeeded() {
+            metrics.fired(&run.name, FireOutcome::Success);
+            metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
+        } else {
+            metrics.fired(&run.name, FireOutcome::Failure);
         }
-        let ended_shared = shared.clone();
-        let metric_task = name.clone();
-        let spawned = tokio::time::Instant::now();
-        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
-        let node = shared.node_id.clone();
-        let manual = kind == RunKind::Manual;
-        let run_fire_id = fire_id.clone();
-        let on_end = move |outcome: &RunOutcome| {
-            // The run is over on this node now, not once its result is written.
-            let shared = &ended_shared;
-            shared.runs.remove(id);
-            let _ = done_tx.send(true);
-            ended(id);
-            metrics.set_running_jobs(shared.runs.count());
-            if outcome.succeeded() {
-                metrics.fired(&metric_task, FireOutcome::Success);
-                metrics.succeeded(
-                    &metric_task,
-                    wall_clock().timestamp_millis() as f64 / 1000.0,
-                );
-            } else {
-                metrics.fired(&metric_task, FireOutcome::Failure);
-            }
-            let mut result = run_result(tick, node, outcome, spawned.elapsed());
-            result.started_at = outcome
-                .attempts
-                .iter()
-                .any(|a| a.pid.is_some())
-                .then_some(started_at);
-            result.fire_id = Some(run_fire_id);
-            result.manual = manual;
-            let _ = ended_tx.send(result);
-        };
-        let record = async {
-            // The first thing after the end: with ZooKeeper this one multi-op deletes the
-            // live-run record, so other nodes see the run end as soon as possible.
-            if let Ok(result) = ended_rx.await
-                && let Err(error) = shared.coordinator.run_ended(&name, &result).await
-            {
-                tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
-            }
-        };
-        tokio::join!(started.finish(stop_signal, on_end), record);
-    });
+        let mut result = run_result(tick, node, outcome, spawned.elapsed());
+        result.started_at = outcome
+            .attempts
+            .iter()
+            .any(|a| a.pid.is_some())
+            .then_some(started_at);
+        result.fire_id = Some(run.fire_id);
+        result.manual = run.kind == RunKind::Manual;
+        let _ = ended_tx.send(result);
+    };
+    let record = async {
+        // The first thing after the end: with ZooKeeper this one multi-op deletes the live-run
+        // record, so other nodes see the run end as soon as possible.
+        if let Ok(result) = ended_rx.await
+            && let Err(error) = shared.coordinator.run_ended(&name, &result).await
+        {
+            tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+        }
+    };
+    tokio::join!(started.finish(stop_signal, on_end), record);
 }
 
 /// A tick claimed ahead whose run was stopped before its instant: never spawned.

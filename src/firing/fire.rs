@@ -48,6 +48,8 @@ enum Stage {
     Replacing(Vec<RunId>),
     /// Waiting to claim again after a failed claim.
     Backoff,
+    /// Waiting to count the runs elsewhere again after a failed count.
+    Recount,
 }
 
 /// A claim on its way, with all it needs when answered (even after the task was stopped).
@@ -301,7 +303,16 @@ impl<P> Firing<P> {
             }
             Step::Held { record, until } => self.held(key, record, until),
             Step::Finished => {
-                tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick");
+                match entry.spec.schedule.window().until {
+                    Some(until) => tracing::info!(target: log::TIMERS,
+                        task = %entry.spec.name,
+                        active_until = %until.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                        "the task's active window has no tick left (active_until): it fires no more"
+                    ),
+                    None => {
+                        tracing::info!(target: log::TIMERS, task = %entry.spec.name, "the schedule has no further tick")
+                    }
+                }
                 entry.state = State::Finished;
             }
         }
@@ -549,14 +560,21 @@ impl<P> Firing<P> {
             return;
         }
         let (spec, fire) = self.firing_mut(key);
-        fire.elsewhere = match result {
-            Ok(n) => n,
+        match result {
+            Ok(n) => fire.elsewhere = n,
             Err(error) => {
+                // Taken as none, a run live elsewhere would get a second one beside it: count
+                // again after a growing delay (the claim checks the starting deadline).
                 let fire_id = &fire.fire_id;
-                tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "cannot read runs on other nodes ({error}); assuming none");
-                0
+                tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "cannot read runs on other nodes ({error}); counting again");
+                let wait = fire.delay;
+                fire.delay = (fire.delay * 2).min(CLAIM_RETRY_MAX);
+                fire.stage = Stage::Recount;
+                let at = self.now + wait;
+                self.wake_at(key, at);
+                return;
             }
-        };
+        }
         self.overlap_check(key);
     }
 
@@ -622,9 +640,9 @@ impl<P> Firing<P> {
         });
     }
 
-    /// A wake-up of a firing task: the instant came, or the claim's backoff is over.
+    /// A wake-up of a firing task: the instant came, or a count's or a claim's backoff is over.
     pub(super) fn fire_woke(&mut self, key: Key) {
-        if self.is_firing(key, |s| matches!(s, Stage::WaitInstant)) {
+        if self.is_firing(key, |s| matches!(s, Stage::WaitInstant | Stage::Recount)) {
             self.count_runs(key);
         } else if self.is_firing(key, |s| matches!(s, Stage::Backoff)) {
             self.claim(key);

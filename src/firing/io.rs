@@ -184,4 +184,9 @@ pub enum StopHow {
     Terminate,
     /// SIGKILL now.
     KillNow,
+    /// Only a run whose spawn still waits for its instant: it is withdrawn and never spawned
+    /// (it ends with [`Input::RunEnded`] as stopped before its instant); a spawned run goes on.
+    /// For runs whose ZooKeeper session ended before their spawn: their run records went with
+    /// the session, so other nodes may start a run of the task meanwhile.
+    Unspawned,
 }

@@ -124,6 +124,7 @@ impl<P> Firing<P> {
         self.leadership = leadership.clone();
         if leadership.session_losses > self.session_losses {
             self.session_losses = leadership.session_losses;
+            self.withdraw_unspawned_runs();
             self.kill_on_session_loss();
         }
         match self.applied.take() {
@@ -134,6 +135,23 @@ impl<P> Firing<P> {
         }
         self.start_manual_runs(&leadership);
         self.applied = Some(leadership);
+    }
+
+    /// After a session loss, withdraws every run whose spawn still waits for its instant. Its
+    /// claim was won, but its run record went with the session: another node may already run
+    /// the task (a clock stepped back, a spawn held up), and for `overlap` a run must be live
+    /// in ZooKeeper from its claim to its exit. The tick counts as claimed by a node that was
+    /// lost (`on_node_loss`).
+    fn withdraw_unspawned_runs(&mut self) {
+        let mut runs: Vec<RunId> = self.runs.task_of.keys().copied().collect();
+        runs.sort_unstable();
+        if runs.is_empty() {
+            return;
+        }
+        self.out.push_back(Action::StopRuns {
+            runs,
+            how: StopHow::Unspawned,
+        });
     }
 
     fn kill_on_session_loss(&mut self) {

@@ -259,6 +259,36 @@ fn overlap_skip_with_a_run_elsewhere_counts_again_at_the_instant() {
     assert_eq!((tick, intent), (at(60), ClaimIntent::Run));
 }
 
+/// A count of runs elsewhere that failed was taken as none: with a run live on another node,
+/// the tick was claimed to run beside it. It is counted again after a backoff instead.
+#[test]
+fn overlap_skip_counts_again_after_a_failed_count_of_runs_elsewhere() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "overlap = \"skip\"")], &["t"]);
+    shell.read_record(None);
+    shell.run_until(at(60) - plan::CLAIM_AHEAD);
+    shell.prepare();
+    let call = shell.take("count of runs elsewhere", |a| match a {
+        Action::CountRunsElsewhere { call, .. } => Some(*call),
+        _ => None,
+    });
+    shell.answer(call, Answer::RunsElsewhere(Err(lost())));
+    assert!(
+        !shell.has_claim(),
+        "claimed on a failed count: {:?}",
+        shell.actions
+    );
+    assert!(!shell.has(|a| matches!(a, Action::CountRunsElsewhere { .. })));
+
+    // Counted again after the backoff: a run is live elsewhere, so the tick is skipped.
+    shell.run_until(at(60) - plan::CLAIM_AHEAD + FIRST_RETRY);
+    shell.count_elsewhere(1);
+    assert!(!shell.has_claim());
+    shell.run_until(at(60));
+    shell.count_elsewhere(1);
+    let (_, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(60), ClaimIntent::Skip));
+}
+
 #[test]
 fn overlap_replace_stops_the_run_and_claims_only_once_it_has_ended() {
     let mut shell = Shell::new(
@@ -628,12 +658,52 @@ fn after_a_session_loss_the_runs_of_a_task_with_kill_on_session_loss_are_stopped
     shell.handle(Input::Leadership(lost));
 
     let stopped = shell.take("stop", |a| match a {
-        Action::StopRuns { runs, .. } => Some(runs.clone()),
+        Action::StopRuns {
+            runs,
+            how: StopHow::Terminate,
+        } => Some(runs.clone()),
         _ => None,
     });
     let kill_run = runs.iter().find(|(_, task)| task == "kill").unwrap().0;
     assert_eq!(stopped, [kill_run]);
-    assert!(!shell.has(|a| matches!(a, Action::StopRuns { .. })));
+    assert!(!shell.has(|a| matches!(
+        a,
+        Action::StopRuns {
+            how: StopHow::Terminate | StopHow::KillNow,
+            ..
+        }
+    )));
+}
+
+/// Seed 17417 of the simulation: a node won its claim of a tick, then its clock was stepped
+/// back, so its spawn waited 17 s for the instant on that clock; meanwhile its session expired
+/// and its run record with it, another node took the lease and ran the next tick, and the
+/// first node then started the old tick beside it (`overlap = "skip"` broken). After a session
+/// loss, every run whose spawn still waits is withdrawn.
+#[test]
+fn a_claimed_run_whose_session_ended_before_its_spawn_is_withdrawn() {
+    let mut shell = Shell::new(at(0), vec![every_minute("t", "")], &["t"]);
+    shell.read_record(None);
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, _, _) = shell.claim();
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let run = shell.take("spawn", |a| match a {
+        Action::Spawn(s) => Some(s.run),
+        _ => None,
+    });
+
+    let mut lost = leading(&[]);
+    lost.session_losses = 1;
+    shell.handle(Input::Leadership(lost));
+    let withdrawn = shell.take("withdraw", |a| match a {
+        Action::StopRuns {
+            runs,
+            how: StopHow::Unspawned,
+        } => Some(runs.clone()),
+        _ => None,
+    });
+    assert_eq!(withdrawn, [run]);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use crate::coord::records::{
     TaskSetRecord, Unranked,
 };
 use crate::plan;
-use crate::schedule::{self, Schedule};
+use crate::schedule::{self, Schedule, Window, WindowState};
 
 /// A live member: its record and when its znode was created (its session's age).
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +83,12 @@ pub struct TaskStatus {
     pub last: Option<LastRun>,
     pub drift: Vec<Drift>,
     pub problem: Option<String>,
+    /// The task's `active_from` while it is ahead: nothing fires before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<DateTime<Utc>>,
+    /// The task's `active_until` once it has passed: the task fires no more (not a problem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -304,8 +310,58 @@ fn drift_among(definers: &[Definer<'_>], unranked: &[UnrankedDefiner<'_>]) -> Ve
         .collect()
 }
 
-/// Schedules parsed once per expression and zone.
-type Schedules<'a> = HashMap<(&'a str, &'a str), Option<Schedule>>;
+/// What a task set entry's schedule is made of: its expression or list, zone and window.
+type ScheduleKey<'a> = (
+    Option<&'a str>,
+    Option<&'a [String]>,
+    &'a str,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+);
+
+/// Schedules parsed once per expression (or list), zone and window.
+type Schedules<'a> = HashMap<ScheduleKey<'a>, Option<Schedule>>;
+
+/// The schedule `entry` describes; `None` without one (an older release wrote it) or when this
+/// release cannot read it.
+fn entry_schedule(entry: &TaskSetEntry) -> Option<Schedule> {
+    let timezone = schedule::parse_timezone(entry.timezone.as_deref().unwrap_or("UTC")).ok()?;
+    let schedule = match (&entry.schedule, &entry.schedules) {
+        (Some(expression), _) => Schedule::parse(expression, timezone).ok()?,
+        (None, Some(list)) => Schedule::union(
+            list.iter()
+                .map(|expression| Schedule::parse(expression, timezone))
+                .collect::<Result<_, _>>()
+                .ok()?,
+        )
+        .ok()?,
+        (None, None) => return None,
+    };
+    Some(schedule.within(Window {
+        from: entry.active_from,
+        until: entry.active_until,
+    }))
+}
+
+/// Where `now` stands against the window of the task set entry `status` reads the task from:
+/// (`starts_at`, `ended_at`).
+fn window_notes(
+    entry: Option<&TaskSetEntry>,
+    now: DateTime<Utc>,
+) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    let Some(entry) = entry else {
+        return (None, None);
+    };
+    let window = Window {
+        from: entry.active_from,
+        until: entry.active_until,
+    };
+    match window.state(now) {
+        WindowState::Before(from) => (Some(from), None),
+        WindowState::Ended(until) => (None, Some(until)),
+        WindowState::Within => (None, None),
+    }
+}
 
 /// The next tick of `task` at `now` from the definition its leader (else any eligible member,
 /// else any definer) holds: the first after `now`, or after the fire record when that is ahead
@@ -319,14 +375,16 @@ fn next_tick<'a>(
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let entry = definition(snapshot, task, definers)?;
-    let expression = entry.schedule.as_deref()?;
-    let zone = entry.timezone.as_deref().unwrap_or("UTC");
+    let key = (
+        entry.schedule.as_deref(),
+        entry.schedules.as_deref(),
+        entry.timezone.as_deref().unwrap_or("UTC"),
+        entry.active_from,
+        entry.active_until,
+    );
     let schedule = schedules
-        .entry((expression, zone))
-        .or_insert_with(|| {
-            let timezone = schedule::parse_timezone(zone).ok()?;
-            Schedule::parse(expression, timezone).ok()
-        })
+        .entry(key)
+        .or_insert_with(|| entry_schedule(entry))
         .as_ref()?;
     let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
     let after = record.map_or(now, |r| r.max(now));
@@ -500,7 +558,10 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         .zip(nexts)
         .map(|(((name, (definers, unranked)), why_none), next)| {
             let paused = snapshot.paused.contains_key(&name);
+            let (starts_at, ended_at) = window_notes(definition(snapshot, &name, definers), now);
             TaskStatus {
+                starts_at,
+                ended_at,
                 leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
                 paused,
                 next,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::explain::Explain;
-use super::model::{Drift, LastRun, Status};
+use super::model::{Drift, LastRun, Status, TaskStatus};
 use crate::coord::records::{HistoryEntry, RunTrigger};
 
 /// An instant as the tables print it.
@@ -184,6 +184,7 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         if !task.drift.is_empty() {
             notes.push(format!("drift: {}", drift(&task.drift)));
         }
+        notes.extend(window_note(task));
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),
@@ -202,6 +203,16 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         ]);
     }
     (table(&rows), problems)
+}
+
+/// What `status` and `explain` say of a task outside its active window: "starts at ..." before
+/// `active_from`, "ended at ..." after `active_until`.
+fn window_note(task: &TaskStatus) -> Option<String> {
+    match (task.starts_at, task.ended_at) {
+        (Some(from), _) => Some(format!("starts at {}", instant(from))),
+        (None, Some(until)) => Some(format!("ended at {}", instant(until))),
+        (None, None) => None,
+    }
 }
 
 /// `zkcron explain TASK`.
@@ -264,6 +275,9 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
         None => "-".into(),
     };
     let _ = writeln!(out, "  next:     {next}");
+    if let Some(note) = window_note(status) {
+        let _ = writeln!(out, "  window:   {note}");
+    }
     let last = match &status.last {
         Some(last) => format!(
             "{} on {}, {} ({}), finished {}",

@@ -23,6 +23,7 @@ fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
         require_labels: BTreeMap::new(),
         schedule: Some("*/5 * * * *".into()),
         timezone: Some("UTC".into()),
+        ..Default::default()
     }
 }
 
@@ -225,6 +226,57 @@ fn a_vacant_lease_and_a_fire_record_ahead_are_problems() {
         Some(at(12, 5, 0)),
         "the ticks up to the record count as done"
     );
+}
+
+#[test]
+fn a_task_before_or_after_its_window_says_starts_at_or_ended_at_and_is_no_problem() {
+    // Given `backup` whose window ended at 09:00 and `report` whose window opens at 11:00,
+    let mut snapshot = cluster();
+    snapshot.drained.clear();
+    for set in snapshot.tasksets.values_mut() {
+        set.tasks.get_mut("backup").unwrap().active_until = Some(at(9, 0, 0));
+        set.tasks.get_mut("report").unwrap().active_from = Some(at(11, 0, 0));
+    }
+    let now = at(10, 0, 1);
+    // when status is read at 10:00,
+    let status = status(&snapshot, now);
+    // then the ended one has no next tick and says when it ended, the other waits for its start,
+    let backup = &status.tasks[0];
+    assert_eq!(
+        (backup.ended_at, backup.next, backup.problem.as_deref()),
+        (Some(at(9, 0, 0)), None, None)
+    );
+    let report = &status.tasks[2];
+    assert_eq!(
+        (report.starts_at, report.next, report.problem.as_deref()),
+        (Some(at(11, 0, 0)), Some(at(11, 0, 0)), None)
+    );
+    // and the table and explain say so in words.
+    let human = render::status(&status, now);
+    // Only `new` (no leader) has a problem.
+    assert!(human.contains(", 1 with a problem."), "{human}");
+    assert!(human.contains("ended at 2026-03-08T09:00:00Z"), "{human}");
+    assert!(human.contains("starts at 2026-03-08T11:00:00Z"), "{human}");
+    let explained = render::explain(&explain(&snapshot, "backup", now).unwrap(), now);
+    assert!(
+        explained.contains("  window:   ended at 2026-03-08T09:00:00Z\n"),
+        "{explained}"
+    );
+}
+
+#[test]
+fn a_list_or_an_interval_in_the_task_set_gives_the_next_tick() {
+    let mut snapshot = cluster();
+    for set in snapshot.tasksets.values_mut() {
+        let backup = set.tasks.get_mut("backup").unwrap();
+        backup.schedule = None;
+        backup.schedules = Some(vec!["@every 7m".into(), "0 10 * * *".into()]);
+        set.tasks.get_mut("report").unwrap().schedule = Some("@every 1h/20m".into());
+    }
+    let status = status(&snapshot, at(10, 0, 1));
+    // 10:00 is past; the next multiple of 7 minutes since the epoch is 10:01 (1772964060).
+    assert_eq!(status.tasks[0].next, Some(at(10, 1, 0)));
+    assert_eq!(status.tasks[2].next, Some(at(10, 20, 0)));
 }
 
 #[test]

@@ -589,3 +589,106 @@ mod properties {
         }
     }
 }
+
+/// Rules for `@every 10m` with `catch_up`, firing from 01:00 to 02:00 on 2026-01-01.
+fn windowed(catch_up: CatchUpPolicy) -> PlanRules {
+    let window = crate::schedule::Window {
+        from: Some(utc("2026-01-01T01:00:00Z")),
+        until: Some(utc("2026-01-01T02:00:00Z")),
+    };
+    PlanRules {
+        schedule: Schedule::parse("@every 10m", Tz::UTC)
+            .unwrap()
+            .within(window),
+        ..rules("* * * * *", catch_up, None)
+    }
+}
+
+#[test]
+fn catch_up_never_reaches_before_active_from() {
+    // Given a record from before the window and a node that comes back inside it,
+    let record = Some(utc("2026-01-01T00:00:00Z"));
+    let now = utc("2026-01-01T01:35:00Z");
+    // when every missed tick is caught up, only those from active_from on run,
+    let mut all = TickPlanner::start(windowed(CatchUpPolicy::All), record, now);
+    assert_eq!(
+        all.poll(now),
+        Step::Fire {
+            ticks: ["01:00", "01:10", "01:20", "01:30"]
+                .iter()
+                .map(|t| Tick {
+                    instant: utc(&format!("2026-01-01T{t}:00Z")),
+                    due_at: utc(&format!("2026-01-01T{t}:00Z")),
+                    catch_up: true,
+                })
+                .collect(),
+            skipped: 0
+        }
+    );
+    // and `once` runs the latest of those.
+    let mut once = TickPlanner::start(windowed(CatchUpPolicy::Once), record, now);
+    assert_eq!(fired(once.poll(now)), ["2026-01-01T01:30:00+00:00"]);
+}
+
+#[test]
+fn a_task_waits_for_active_from_and_finishes_after_active_until() {
+    let mut planner = TickPlanner::start(
+        windowed(CatchUpPolicy::Once),
+        None,
+        utc("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:00:00Z")),
+        Step::SleepUntil(utc("2026-01-01T01:00:00Z"))
+    );
+    // The tick at active_until is the last.
+    let mut planner = TickPlanner::start(
+        windowed(CatchUpPolicy::Once),
+        Some(utc("2026-01-01T01:50:00Z")),
+        utc("2026-01-01T01:55:00Z"),
+    );
+    assert_eq!(
+        planner.poll(utc("2026-01-01T01:55:00Z")),
+        Step::SleepUntil(utc("2026-01-01T02:00:00Z"))
+    );
+    assert_eq!(
+        fired(planner.poll(utc("2026-01-01T02:00:00.001Z"))),
+        ["2026-01-01T02:00:00+00:00"]
+    );
+    assert_eq!(planner.poll(utc("2026-01-01T02:30:00Z")), Step::Finished);
+    // A node that starts after the window has nothing to catch up.
+    let mut late = TickPlanner::start(
+        windowed(CatchUpPolicy::All),
+        Some(utc("2026-01-01T02:00:00Z")),
+        utc("2026-03-01T00:00:00Z"),
+    );
+    assert_eq!(late.poll(utc("2026-03-01T00:00:00Z")), Step::Finished);
+}
+
+#[test]
+fn jitter_and_starting_deadline_apply_to_interval_ticks_as_to_cron_ticks() {
+    let mut rules = rules("* * * * *", CatchUpPolicy::All, Some(15 * 60));
+    rules.schedule = Schedule::parse("@every 10m", Tz::UTC).unwrap();
+    rules.jitter = Duration::from_secs(60);
+    let tick = utc("2026-01-01T00:10:00Z");
+    let due = tick + jitter_offset("t", tick, rules.jitter);
+    let mut planner = TickPlanner::start(rules.clone(), None, utc("2026-01-01T00:05:00Z"));
+    assert_eq!(
+        planner.poll(utc("2026-01-01T00:05:00Z")),
+        Step::SleepUntil(due)
+    );
+    // Missed ticks older than the deadline are dropped.
+    let now = utc("2026-01-01T01:00:30Z");
+    let mut planner = TickPlanner::start(rules, Some(utc("2026-01-01T00:00:00Z")), now);
+    match planner.poll(now) {
+        Step::Fire { ticks, skipped } => {
+            let instants: Vec<_> = ticks.iter().map(|t| t.instant).collect();
+            assert_eq!(
+                instants,
+                [utc("2026-01-01T00:50:00Z"), utc("2026-01-01T01:00:00Z")]
+            );
+            assert_eq!(skipped, 4);
+        }
+        other => panic!("expected Fire, got {other:?}"),
+    }
+}

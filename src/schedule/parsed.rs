@@ -67,7 +67,7 @@ impl Cache {
 static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(|| Mutex::new(Cache::new(CAPACITY)));
 
 /// The parse of `expanded`, the five or six fields as croner reads them (after
-/// [`cronie_fields`](super::cronie_fields)), from the cache or made now.
+/// `cron::cronie_fields`), from the cache or made now.
 pub(super) fn parsed(expanded: &str) -> Result<Arc<Cron>, CronError> {
     if let Some(cron) = CACHE.lock().expect("schedule cache poisoned").get(expanded) {
         return Ok(cron);
@@ -85,9 +85,23 @@ fn parse(expanded: &str) -> Result<Cron, CronError> {
     let fields: Vec<&str> = expanded.split_whitespace().collect();
     CronParser::builder()
         .seconds(Seconds::Optional)
-        .dom_and_dow(super::days_combine_with_and(&fields))
+        .dom_and_dow(days_combine_with_and(&fields))
         .build()
         .parse(expanded)
+}
+
+/// Whether the day-of-month and day-of-week fields of a five- or six-field expression combine with
+/// AND. cronie's rule: a day field whose text starts with `*` (`*`, `*/2`, `*,3`) is unrestricted,
+/// and then a day must match both fields; only when neither starts with `*` does a day match when
+/// either field matches. `?` means `*`. croner alone ORs whenever neither field is exactly `*`.
+fn days_combine_with_and(fields: &[&str]) -> bool {
+    let offset = fields.len().saturating_sub(5);
+    let unrestricted = |index: usize| {
+        fields
+            .get(offset + index)
+            .is_some_and(|field| field.starts_with(['*', '?']))
+    };
+    unrestricted(2) || unrestricted(4)
 }
 
 /// Drops every cached parse (after a burst of loads and timer starts: the parses kept then are

@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use super::checker::Value;
+use super::when::WhenKeys;
 use super::*;
 use crate::diag::string_value_span;
 use crate::schedule::{ScheduleError, parse_timezone};
@@ -31,7 +32,7 @@ pub(super) fn check_task(
 
     // After every key is read: the schedule is read in the task's zone, whichever key came
     // first, and the command is measured with the environment.
-    let schedule = c.schedule(keys.schedule, keys.timezone);
+    let schedule = c.schedule(keys.schedule, keys.timezone, &keys.when);
     let command = c.task_command(keys.command, &keys.extras.env);
     let user = c.effective_user(keys.user, defaults);
     keys.extras.group = c.group(keys.group, &defaults.identity);
@@ -61,6 +62,8 @@ pub(super) fn check_task(
 struct TaskKeys<'v> {
     schedule: Option<&'v Value<'v>>,
     timezone: Tz,
+    /// `active_from`, `active_until` and where `timezone` is (`when`).
+    when: WhenKeys<'v>,
     command: Option<&'v Value<'v>>,
     user: Option<(&'v str, Range<usize>)>,
     group: Option<(&'v str, Range<usize>)>,
@@ -81,6 +84,7 @@ impl<'v> TaskKeys<'v> {
         let mut keys = TaskKeys {
             schedule: None,
             timezone: defaults.timezone,
+            when: WhenKeys::default(),
             command: None,
             user: None,
             group: None,
@@ -93,7 +97,8 @@ impl<'v> TaskKeys<'v> {
             extras: TaskExtras::default(),
         };
         for (key, value) in root.iter() {
-            if !keys.read_spec_key(c, key.get_ref(), value) {
+            if !keys.read_spec_key(c, key.get_ref(), value) && !keys.when.read(key.get_ref(), value)
+            {
                 keys.read_extra_key(c, key, value);
             }
         }
@@ -105,6 +110,7 @@ impl<'v> TaskKeys<'v> {
         match k {
             "schedule" => self.schedule = Some(value),
             "timezone" => {
+                self.when.timezone = Some(value.span());
                 if let Some(zone) = c.string(k, value) {
                     match parse_timezone(zone) {
                         Ok(tz) => self.timezone = tz,
@@ -192,8 +198,15 @@ impl<'v> TaskKeys<'v> {
 }
 
 impl Checker<'_> {
-    /// The `schedule` (`value`, `None` when the key is missing) read in `timezone`.
-    fn schedule(&mut self, value: Option<&Value<'_>>, timezone: Tz) -> Option<Schedule> {
+    /// The `schedule` (`value`, `None` when the key is missing: a string or a list) read in
+    /// `timezone`, in the window of `when`.
+    fn schedule(
+        &mut self,
+        value: Option<&Value<'_>>,
+        timezone: Tz,
+        when: &WhenKeys<'_>,
+    ) -> Option<Schedule> {
+        let window = self.window(when);
         let Some(value) = value else {
             self.problems.push(Problem::whole_file(
                 "missing `schedule`: every task needs one".into(),
@@ -201,7 +214,31 @@ impl Checker<'_> {
             ));
             return None;
         };
-        let expression = self.string("schedule", value)?;
+        let schedule = match value.get_ref() {
+            DeValue::Array(items) => self.schedule_list(value, items, timezone)?,
+            DeValue::String(expression) => self.schedule_expression(value, expression, timezone)?,
+            _ => {
+                let message = format!(
+                    "`schedule` must be a string or an array of strings, found {}",
+                    self.found(value)
+                );
+                let help = "write `schedule = \"30 2 * * *\"`, `schedule = \"@every 15m\"` or \
+                            `schedule = [\"0 9 * * MON-FRI\", \"0 12 * * SAT\"]`";
+                self.report(value.span(), message, Some(help.into()));
+                return None;
+            }
+        };
+        self.timezone_use(&schedule, when);
+        Some(schedule.within(window))
+    }
+
+    /// One schedule expression, the string `value` holds, read in `timezone`.
+    pub(super) fn schedule_expression(
+        &mut self,
+        value: &Value<'_>,
+        expression: &str,
+        timezone: Tz,
+    ) -> Option<Schedule> {
         Schedule::parse(expression, timezone)
             .map_err(|error| {
                 let span = schedule_error_span(self.text, value.span(), expression, &error);

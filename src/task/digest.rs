@@ -13,7 +13,7 @@
 //! | field | value |
 //! |---|---|
 //! | `name` | str |
-//! | `schedule` | str: the expression as written, runs of whitespace made one space (aliases such as `@daily` are not expanded) |
+//! | `schedule` | str: the expression as written, runs of whitespace made one space (aliases such as `@daily` are not expanded); a list: `list <n>` and then ` <str>` per expression, in the file's order |
 //! | `timezone` | str: the IANA name |
 //! | `command` | `argv <n>` and then ` <str>` per argument, or `shell <str>` |
 //! | `user`, `group` | opt str |
@@ -33,6 +33,7 @@
 //! | `require_labels` | **only when the task has any** (added after the first release): `<n>` and then ` <str> <str>` per pair, name and value, names in byte order |
 //!
 //! | `on_failure` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per argument |
+//! | `active_from`, `active_until` | **only when the task has it** (added after the first release): str: the instant in UTC, RFC 3339 (`2026-12-01T00:00:00Z`, fractions of a second only when there are any) |
 //!
 //! `require_labels` (and likewise `on_failure`) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
@@ -68,7 +69,10 @@
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
+use chrono::{DateTime, SecondsFormat, Utc};
+
 use super::{CatchUpPolicy, CommandLine, NodeLossPolicy, OverlapPolicy, TaskSpec};
+use crate::schedule::Schedule;
 
 /// The first line of version 1 of the serialization.
 const HEADER: &str = "zkcron task digest v1\n";
@@ -81,14 +85,14 @@ impl TaskSpec {
         self.write_process(&mut out);
         self.write_policies(&mut out);
         self.write_later_fields(&mut out);
+        self.write_window(&mut out);
         out.0
     }
 
     /// `name`, `schedule`, `timezone` and `command`: what runs when.
     fn write_what_runs(&self, out: &mut Canonical) {
         out.field("name", |o| o.str(self.name.as_bytes()));
-        let expression: Vec<&str> = self.schedule.expression().split_whitespace().collect();
-        out.field("schedule", |o| o.str(expression.join(" ").as_bytes()));
+        out.field("schedule", |o| write_schedule(o, &self.schedule));
         out.field("timezone", |o| {
             o.str(self.schedule.timezone().name().as_bytes())
         });
@@ -202,6 +206,18 @@ impl TaskSpec {
         }
     }
 
+    /// `active_from` and `active_until`, each written only when the task has it.
+    fn write_window(&self, out: &mut Canonical) {
+        let window = self.schedule.window();
+        let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        if let Some(from) = window.from {
+            out.field("active_from", |o| o.str(instant(from).as_bytes()));
+        }
+        if let Some(until) = window.until {
+            out.field("active_until", |o| o.str(instant(until).as_bytes()));
+        }
+    }
+
     /// The digest of [`TaskSpec::canonical_bytes`]: 16 lowercase hex digits of its xxh3-64. The
     /// same for the same definition on every node and in every release that writes version 1
     /// of the serialization; `env` values and the file path do not count.
@@ -210,6 +226,21 @@ impl TaskSpec {
             "{:016x}",
             xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
         )
+    }
+}
+
+/// A schedule's value: one expression as a str with runs of whitespace made one space, or a
+/// list as `list <n>` and then ` <str>` per expression (so no list reads as one expression).
+fn write_schedule(out: &mut Canonical, schedule: &Schedule) {
+    let normal = |expression: &str| expression.split_whitespace().collect::<Vec<_>>().join(" ");
+    let expressions = schedule.expressions();
+    if !schedule.is_list() {
+        return out.str(normal(expressions[0]).as_bytes());
+    }
+    out.raw(&format!("list {}", expressions.len()));
+    for expression in expressions {
+        out.raw(" ");
+        out.str(normal(expression).as_bytes());
     }
 }
 

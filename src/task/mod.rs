@@ -6,8 +6,8 @@
 //! decides what to do with a file that became invalid (it keeps the last good version).
 //!
 //! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
-//! errors; `check` validates a task file's keys into a [`TaskSpec`]; `checker` holds the
-//! checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
+//! errors; `check` validates a task file's keys into a [`TaskSpec`] (`when`: a schedule list,
+//! the active window); `checker` holds the checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
 //! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
 //! `crate::diag`.
 
@@ -26,6 +26,7 @@ mod check;
 mod checker;
 mod digest;
 pub mod load;
+mod when;
 
 pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
@@ -334,6 +335,8 @@ pub const TASK_KEYS: &[&str] = &[
     "enabled",
     "require_labels",
     "on_failure",
+    "active_from",
+    "active_until",
 ];
 
 /// The keys of the `retries` table.

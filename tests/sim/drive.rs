@@ -27,7 +27,7 @@ use zkcron::coord::records::{TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
-    Input as FireInput, RunId, RunKind, Unload,
+    Input as FireInput, RunId, RunKind, StopHow, Unload,
 };
 use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
 
@@ -228,6 +228,9 @@ pub(crate) struct Link {
 pub(crate) enum Run {
     /// Claimed ahead of its due time.
     Waiting,
+    /// Withdrawn before its due time because the session that claimed it ended: it never
+    /// starts, and no result is stored (the daemon stores none either).
+    Withdrawn,
     Running {
         task: TaskIx,
         tick: DateTime<Utc>,
@@ -1547,9 +1550,9 @@ impl<'s> Sim<'s> {
                 self.ask(n, request, ask(CoreAsk::Manual)(call));
             }
             FireAction::Spawn(spawn) => self.spawn(n, spawn),
-            FireAction::StopRuns { runs, .. } => {
+            FireAction::StopRuns { runs, how } => {
                 for run in runs {
-                    self.stop_run(n, run);
+                    self.stop_run(n, run, how);
                 }
             }
             FireAction::CancelRetries { .. } | FireAction::ReleaseMemory => {}
@@ -1600,6 +1603,17 @@ impl<'s> Sim<'s> {
                 self.timer(n, took, T::RunEnd { task, tick, run });
             }
             Some(Run::Running { .. }) => {}
+            Some(Run::Withdrawn) => {
+                note!(
+                    self,
+                    Some(n),
+                    Some(task),
+                    format!("withdrawn {:.3}s: its session ended", secs(tick))
+                );
+                self.procs[n].runs.remove(&run);
+                self.check.run_exited(task, tick, n);
+                self.core_input(n, FireInput::RunEnded { run });
+            }
             None => {
                 // Stopped before its instant: never started; its end is recorded.
                 note!(
@@ -1619,14 +1633,20 @@ impl<'s> Sim<'s> {
         }
     }
 
-    /// SIGTERM to a run: it ends at once (a waiting one never starts).
-    fn stop_run(&mut self, n: NodeIx, run: RunId) {
+    /// SIGTERM to a run: it ends at once (a waiting one never starts). `Unspawned` only
+    /// withdraws a waiting run.
+    fn stop_run(&mut self, n: NodeIx, run: RunId, how: StopHow) {
         match self.procs[n].runs.get(&run) {
-            Some(&Run::Running { task, tick }) => self.timer(n, 1, T::RunEnd { task, tick, run }),
+            Some(&Run::Running { task, tick }) if how != StopHow::Unspawned => {
+                self.timer(n, 1, T::RunEnd { task, tick, run })
+            }
+            Some(Run::Waiting) if how == StopHow::Unspawned => {
+                self.procs[n].runs.insert(run, Run::Withdrawn);
+            }
             Some(Run::Waiting) => {
                 self.procs[n].runs.remove(&run);
             }
-            None => {}
+            _ => {}
         }
     }
 
@@ -1909,6 +1929,7 @@ impl<'s> Sim<'s> {
                                 require_labels: Default::default(),
                                 schedule: None,
                                 timezone: None,
+                                ..Default::default()
                             },
                         )
                     })

@@ -189,11 +189,26 @@
 //!   late (the process stopped), and the tick was claimed past its deadline; the deadline is
 //!   checked again at the claim. Test
 //!   `a_tick_older_than_its_starting_deadline_by_its_claim_is_not_claimed`.
-//! - Open, seed 4201 of a 5,000-scenario run (`OverlapRun`, with strangers): a stranger deleted
-//!   `members/` while n2, running a long run of an `overlap = "skip"` task, was stopped and
-//!   could not register again; n5, restarted since and so never having seen n2's session as a
-//!   member, took n2's live run record as no live node's and started a run. Run records are
-//!   trusted only from sessions seen as members, and nothing else shows this one lives.
+//! - Seed 4201 of a 5,000-scenario run (`OverlapRun`, with strangers; 13165 and 41156 of a
+//!   100,000-scenario run likewise): a stranger deleted `members/` while n2, running a long
+//!   run of an `overlap = "skip"` task, was stopped and could not register again; n5,
+//!   restarted since and so never having seen n2's session as a member, took n2's live run
+//!   record as no live node's and started a run. Run records were trusted only from sessions
+//!   seen as members; now also from the session the fire record names as its claimer (only a
+//!   fenced claim writes the record). Test
+//!   `a_live_run_of_the_claimer_the_fire_record_names_counts_though_its_member_znode_is_gone`.
+//!   Seed 41113 (of the 100,000): the same, but the record named n4's earlier session, which
+//!   had skipped ticks for n2's run before n4 restarted. A run record of any other session now
+//!   counts for the session timeout and 5 s from when the node first sees it (a node whose
+//!   member znode was deleted registers again or loses its session by then), and is ignored
+//!   and reported after that. Test
+//!   `a_run_of_a_session_neither_member_nor_claimer_counts_for_the_session_timeout_only`.
+//! - Seed 17417 of the 100,000 (`OverlapRun`): n3 won its claim of tick 90 of an
+//!   `overlap = "skip"` task, then its clock was stepped 17.7 s back, so the spawn waited for
+//!   the tick's instant by that clock; meanwhile n3's session expired (its run znode with it),
+//!   n0 took the lease and ran tick 105, and n3 then spawned tick 90 beside it. The firing core
+//!   now withdraws every run whose spawn still waits when the session is lost. Test
+//!   `a_claimed_run_whose_session_ended_before_its_spawn_is_withdrawn` (and the pinned seed).
 //! - Seed 1284 (`OverlapRun`): n1 listed a task's children and found n0's live run record, but
 //!   the check of its owner failed with the connection; the run was counted as not live and
 //!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
@@ -210,8 +225,7 @@
 //! the other checks apply to it); a run's retries and timeouts; reruns of orphans
 //! (`on_node_loss = "skip"` only); jitter (always zero); the preparation of a run (answered at
 //! once); reloads that change a schedule or the set of tasks a node defines; time zones other
-//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs. A failed count of runs
-//! elsewhere is taken by the core as none, as in the daemon.
+//! than UTC; ZooKeeper ensembles; asymmetric partitions; ACLs.
 //!
 //! # Running and replaying
 //!
@@ -815,6 +829,30 @@ fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
             ..FAULTS_ONLY
         },
     );
+}
+
+#[test]
+fn a_live_run_of_the_claimer_the_fire_record_names_counts_though_its_member_znode_is_gone() {
+    // Seeds 4201, 13165 and 41156: a stranger deleted `members/` while n2 ran a long run of an
+    // `overlap = "skip"` task; a node restarted since never saw n2's session as a member,
+    // ignored n2's live run record and started a second run (OverlapRun).
+    for seed in [4201, 13165, 41156] {
+        pinned_seed_with(seed, Knobs::DEFAULT);
+    }
+}
+
+#[test]
+fn a_run_of_a_session_neither_member_nor_claimer_counts_for_the_session_timeout_only() {
+    // Seed 41113: as above, but the fire record named n4's earlier session (it had skipped
+    // ticks for n2's run, then restarted): n4 ignored n2's live run record (OverlapRun).
+    pinned_seed_with(41113, Knobs::DEFAULT);
+}
+
+#[test]
+fn a_claimed_run_whose_session_ended_before_its_spawn_is_not_started() {
+    // Seed 17417: n3's clock was stepped back after its claim, its session expired while the
+    // spawn waited, and it started the old tick beside the next leader's run (OverlapRun).
+    pinned_seed_with(17417, Knobs::DEFAULT);
 }
 
 /// A daemon that fires the tasks the node leads without asking whether the operator paused

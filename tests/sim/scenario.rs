@@ -263,6 +263,28 @@ pub(crate) const RELEASES: &[&str] = &["1.4.0", "1.4.2", "1.5.0", "2.0.0"];
 pub(crate) const NEWER_RELEASE: &str = "2.1.0";
 pub(crate) const MAX_CLOCK_SKEW_MS: i64 = 10_000;
 
+/// `expr` as written, or half the time as the `@every` interval (or list of them) with the same
+/// ticks: the simulation then drives intervals and unions through the same faults, and the
+/// checker's expectations (computed from the schedule) are unchanged.
+fn schedule_in_some_shape(expr: &str, rng: &mut StdRng) -> Schedule {
+    let parse = |e: &str| Schedule::parse(e, chrono_tz::Tz::UTC).unwrap();
+    let same: &[&str] = match expr {
+        "*/5 * * * * *" => &["@every 5s"],
+        "*/10 * * * * *" => &["@every 10s"],
+        "*/15 * * * * *" => &["@every 15s"],
+        "2-59/20 * * * * *" => &["@every 20s/2s"],
+        "*/30 * * * * *" => &["@every 30s"],
+        "0 * * * * *" | "* * * * *" => &["@every 1m"],
+        "7,19,43 * * * * *" => &["@every 1m/7s", "@every 1m/19s", "@every 1m/43s"],
+        _ => &[],
+    };
+    match same {
+        _ if same.is_empty() || rng.random_bool(0.5) => parse(expr),
+        [one] => parse(one),
+        list => Schedule::union(list.iter().map(|e| parse(e)).collect()).unwrap(),
+    }
+}
+
 impl Scenario {
     pub(crate) fn generate(seed: u64, knobs: Knobs) -> Scenario {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -280,9 +302,13 @@ impl Scenario {
         );
 
         let mut tasks = Vec::with_capacity(task_count);
+        // Whether a task's expression is written in its interval form is drawn from a stream of
+        // its own, so the rest of every seed's scenario stays as it was.
+        let mut shape_rng = StdRng::seed_from_u64(!seed);
         for t in 0..task_count {
             let name = format!("t{t:02}");
             let expr = *EXPRESSIONS.choose(&mut rng).unwrap();
+            let schedule = schedule_in_some_shape(expr, &mut shape_rng);
             let catch_up = match rng.random_range(0..10) {
                 0 => CatchUpPolicy::Once,
                 1 => CatchUpPolicy::Skip,
@@ -294,7 +320,7 @@ impl Scenario {
             tasks.push(TaskDef {
                 rules: PlanRules {
                     task: name.clone(),
-                    schedule: Schedule::parse(expr, chrono_tz::Tz::UTC).unwrap(),
+                    schedule,
                     catch_up,
                     starting_deadline: Some(Duration::from_secs(3600)),
                     jitter: Duration::ZERO,

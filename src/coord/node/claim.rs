@@ -267,22 +267,43 @@ impl Node {
         if let Verdict::Refuse(outcome) = verdict {
             return self.finish_claim(job, Ok(outcome));
         }
-        let claimed_at = self.now.wall;
-        let session = self.session_hex();
         let new = FireRecord {
             format: FORMAT_VERSION,
             tick: Some(tick),
             node: self.cfg.id.clone(),
-            session: session.clone(),
+            session: self.session_hex(),
             run: job.intent == ClaimIntent::Run,
             reruns: match job.kind {
                 ClaimKind::Rerun => record.reruns + 1,
                 ClaimKind::Fresh => 0,
             },
-            claimed_at: Some(claimed_at),
+            claimed_at: Some(self.now.wall),
         };
-        let data = serde_json::to_vec(&new).expect("serializes");
         let run_path = self.paths.run(&job.task, tick);
+        let ops = self.claim_ops(&job, &new, epoch, version, &run_path);
+        let sent = self.now.wall;
+        self.call(
+            ZkOp::Multi(ops),
+            Then::ClaimMulti {
+                job,
+                new,
+                run_path,
+                sent,
+            },
+        );
+    }
+
+    /// The claim's multi-op: the lease and epoch checks, the record's write at `version`, and
+    /// the run znode `run_path` when the tick runs (ARCHITECTURE.md, "The claim").
+    fn claim_ops(
+        &self,
+        job: &ClaimJob,
+        new: &FireRecord,
+        epoch: i32,
+        version: i32,
+        run_path: &str,
+    ) -> Vec<ZkOp> {
+        let data = serde_json::to_vec(new).expect("serializes");
         let mut ops = Vec::with_capacity(4);
         if self.cfg.bugs.unfenced_claim {
             ops.push(ZkOp::SetData {
@@ -311,28 +332,19 @@ impl Node {
             let run_data = serde_json::to_vec(&RunRecord {
                 format: FORMAT_VERSION,
                 node: self.cfg.id.clone(),
-                session,
-                tick,
-                started_at: claimed_at,
+                session: new.session.clone(),
+                tick: job.tick,
+                started_at: new.claimed_at.unwrap_or(self.now.wall),
             })
             .expect("serializes");
             ops.push(ZkOp::Create {
-                path: run_path.clone(),
+                path: run_path.to_string(),
                 data: run_data,
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             });
         }
-        let sent = self.now.wall;
-        self.call(
-            ZkOp::Multi(ops),
-            Then::ClaimMulti {
-                job,
-                new,
-                run_path,
-                sent,
-            },
-        );
+        ops
     }
 
     pub(super) fn on_claim_multi(
@@ -616,8 +628,12 @@ impl Node {
         reply: Result<ZkOk, ZkFail>,
     ) {
         let run_live = match reply {
-            // Only a live member's ephemeral is a live run; a persistent one is nobody's.
-            Ok(ZkOk::Exists(Some(stat))) => self.live_run_owner(stat.ephemeral_owner),
+            // Only a live member's ephemeral, or the claimer's the record names, is a live
+            // run; a persistent one is nobody's.
+            Ok(ZkOk::Exists(Some(stat))) => {
+                self.live_run_owner(stat.ephemeral_owner)
+                    || super::runs::names_claimer(&record, stat.ephemeral_owner)
+            }
             Ok(_) => false,
             Err(error) => {
                 return self.answer(

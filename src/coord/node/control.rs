@@ -150,35 +150,7 @@ impl Node {
                 }
                 Err(error) => Err(("reading this node's drain mark", error)),
             },
-            ControlRead::PausedList => match result {
-                Ok(ZkOk::Children(names)) => {
-                    let listed: BTreeSet<&String> = names.iter().collect();
-                    let gone: Vec<String> = self
-                        .control
-                        .paused
-                        .keys()
-                        .filter(|t| !listed.contains(t))
-                        .cloned()
-                        .collect();
-                    for task in gone {
-                        self.set_paused(task, None);
-                    }
-                    self.count_reads(phase, names.len());
-                    for task in names {
-                        self.read_pause(task, phase);
-                    }
-                    Ok(())
-                }
-                Ok(_) | Err(ZkFail::NoNode) => {
-                    // Deleted (its watch event recreates it): nothing is paused.
-                    let all: Vec<String> = self.control.paused.keys().cloned().collect();
-                    for task in all {
-                        self.set_paused(task, None);
-                    }
-                    Ok(())
-                }
-                Err(error) => Err(("listing the paused tasks", error)),
-            },
+            ControlRead::PausedList => self.on_paused_list(phase, result),
             ControlRead::Paused(task) => match result {
                 Ok(ZkOk::Data(data, _)) => {
                     self.set_paused(task, Some(serde_json::from_slice(&data).ok()));
@@ -191,6 +163,50 @@ impl Node {
                 Err(error) => Err(("reading a pause mark", error)),
             },
         };
+        self.control_read_done(phase, outcome);
+    }
+
+    /// The listing of the pause marks: the tasks no longer listed are resumed, and each mark
+    /// listed is read.
+    fn on_paused_list(
+        &mut self,
+        phase: Phase,
+        result: Result<ZkOk, ZkFail>,
+    ) -> Result<(), (&'static str, ZkFail)> {
+        match result {
+            Ok(ZkOk::Children(names)) => {
+                let listed: BTreeSet<&String> = names.iter().collect();
+                let gone: Vec<String> = self
+                    .control
+                    .paused
+                    .keys()
+                    .filter(|t| !listed.contains(t))
+                    .cloned()
+                    .collect();
+                for task in gone {
+                    self.set_paused(task, None);
+                }
+                self.count_reads(phase, names.len());
+                for task in names {
+                    self.read_pause(task, phase);
+                }
+                Ok(())
+            }
+            Ok(_) | Err(ZkFail::NoNode) => {
+                // Deleted (its watch event recreates it): nothing is paused.
+                let all: Vec<String> = self.control.paused.keys().cloned().collect();
+                for task in all {
+                    self.set_paused(task, None);
+                }
+                Ok(())
+            }
+            Err(error) => Err(("listing the paused tasks", error)),
+        }
+    }
+
+    /// One read of the marks is done: the phase it belongs to goes on, or a failed read after
+    /// a watch event has the marks read again.
+    fn control_read_done(&mut self, phase: Phase, outcome: Result<(), (&'static str, ZkFail)>) {
         match (phase, outcome) {
             (Phase::Setup, Ok(())) => self.setup_step_done(),
             (Phase::Setup, Err((_, error))) => self.on_setup_step(Err(error)),
@@ -376,58 +392,12 @@ impl Node {
         let mut problems = BTreeMap::new();
         let mut drift = BTreeMap::new();
         for task in mine.keys() {
-            // The definitions of `task` among live members: one per distinct task set.
-            let entries: Vec<(&TaskEntry, &Vec<&Member>)> = sets
-                .iter()
-                .filter_map(|(set, group)| set.get(task).map(|entry| (entry, group)))
-                .collect();
-            if entries.is_empty() {
-                continue; // not registered yet: nothing to say
+            let (problem, drifted) = judge_task(task, &sets);
+            if let Some(problem) = problem {
+                problems.insert(task.clone(), problem);
             }
-            let runnable = entries.iter().any(|(entry, group)| {
-                group
-                    .iter()
-                    .any(|m| m.may_lead && entry.admits(&m.release, &m.labels))
-            });
-            let drifted = entries.iter().any(|(e, _)| e.digest != entries[0].0.digest);
-            if runnable && !drifted {
-                continue;
-            }
-            let mut defining: Vec<(&Member, &TaskEntry)> = entries
-                .iter()
-                .flat_map(|(entry, group)| group.iter().map(move |m| (*m, *entry)))
-                .collect();
-            defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-            if !runnable {
-                problems.insert(
-                    task.clone(),
-                    format!(
-                        "task {task}: no live node may run it: {}",
-                        lease::why_none_eligible(&defining)
-                    ),
-                );
-            }
-            if drifted {
-                let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-                for (member, entry) in &defining {
-                    digests
-                        .entry(entry.digest.as_str())
-                        .or_default()
-                        .push(member.id.as_str());
-                }
-                let groups: Vec<String> = digests
-                    .iter()
-                    .map(|(digest, ids)| {
-                        format!("{} on {}", &digest[..digest.len().min(12)], ids.join(", "))
-                    })
-                    .collect();
-                drift.insert(
-                    task.clone(),
-                    format!(
-                        "task {task}: live nodes define it differently: {}; the leader runs its own definition; make the task files equal",
-                        groups.join("; ")
-                    ),
-                );
+            if let Some(drifted) = drifted {
+                drift.insert(task.clone(), drifted);
             }
         }
         let old = std::mem::take(&mut self.control.problems);
@@ -489,6 +459,61 @@ fn mark_words(mark: Option<&MarkRecord>) -> String {
         ),
         None => String::new(),
     }
+}
+
+/// What to say of `task` given the live members' task sets (`sets`: each distinct set with the
+/// members sharing it): that no live node may run it, and that live nodes define it
+/// differently (`None`: nothing to say).
+fn judge_task(
+    task: &str,
+    sets: &[(&Arc<TaskSet>, Vec<&Member>)],
+) -> (Option<String>, Option<String>) {
+    // The definitions of `task` among live members: one per distinct task set.
+    let entries: Vec<(&TaskEntry, &Vec<&Member>)> = sets
+        .iter()
+        .filter_map(|(set, group)| set.get(task).map(|entry| (entry, group)))
+        .collect();
+    if entries.is_empty() {
+        return (None, None); // not registered yet: nothing to say
+    }
+    let runnable = entries.iter().any(|(entry, group)| {
+        group
+            .iter()
+            .any(|m| m.may_lead && entry.admits(&m.release, &m.labels))
+    });
+    let drifted = entries.iter().any(|(e, _)| e.digest != entries[0].0.digest);
+    if runnable && !drifted {
+        return (None, None);
+    }
+    let mut defining: Vec<(&Member, &TaskEntry)> = entries
+        .iter()
+        .flat_map(|(entry, group)| group.iter().map(move |m| (*m, *entry)))
+        .collect();
+    defining.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    let problem = (!runnable).then(|| {
+        format!(
+            "task {task}: no live node may run it: {}",
+            lease::why_none_eligible(&defining)
+        )
+    });
+    let drift = drifted.then(|| {
+        let mut digests: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (member, entry) in &defining {
+            digests
+                .entry(entry.digest.as_str())
+                .or_default()
+                .push(member.id.as_str());
+        }
+        let groups: Vec<String> = digests
+            .iter()
+            .map(|(digest, ids)| format!("{} on {}", &digest[..digest.len().min(12)], ids.join(", ")))
+            .collect();
+        format!(
+            "task {task}: live nodes define it differently: {}; the leader runs its own definition; make the task files equal",
+            groups.join("; ")
+        )
+    });
+    (problem, drift)
 }
 
 #[cfg(test)]

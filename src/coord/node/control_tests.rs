@@ -789,3 +789,6 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
 /// Takes, releases and the member path, on the same small ZooKeeper.
 #[path = "lease_tests.rs"]
 mod lease_tests;
+/// Counting other nodes' live runs and finding orphaned ticks, on the same small ZooKeeper.
+#[path = "run_tests.rs"]
+mod run_tests;

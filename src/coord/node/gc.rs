@@ -78,9 +78,29 @@ impl Node {
         result: Result<ZkOk, ZkFail>,
         sent: DateTime<Utc>,
     ) {
-        let Some(gc) = self.gc.as_mut() else {
+        let Some(calls) = self.gc_reply(step, result) else {
             return;
         };
+        let gc = self.gc.as_mut().expect("present");
+        gc.outstanding += calls.len();
+        for (op, step) in calls {
+            self.call(op, Then::Gc(step));
+        }
+        let gc = self.gc.as_mut().expect("present");
+        if gc.outstanding == 0 {
+            let gc = self.gc.take().expect("present");
+            self.gc_read(gc, sent);
+        }
+    }
+
+    /// Takes one reply of the collection in; returns the calls it leads to (`None`: no
+    /// collection is going on).
+    fn gc_reply(
+        &mut self,
+        step: GcStep,
+        result: Result<ZkOk, ZkFail>,
+    ) -> Option<Vec<(ZkOp, GcStep)>> {
+        let gc = self.gc.as_mut()?;
         gc.outstanding -= 1;
         let mut calls = Vec::new();
         match (step, result) {
@@ -124,16 +144,12 @@ impl Node {
             (_, Err(error)) => gc.failed = Some(error.to_string()),
             (_, Ok(_)) => gc.failed = Some("unexpected answer".into()),
         }
-        let gc = self.gc.as_mut().expect("present");
-        gc.outstanding += calls.len();
-        for (op, step) in calls {
-            self.call(op, Then::Gc(step));
-        }
-        let gc = self.gc.as_mut().expect("present");
-        if gc.outstanding > 0 {
-            return;
-        }
-        let mut gc = self.gc.take().expect("present");
+        Some(calls)
+    }
+
+    /// Every read (or delete) of the collection is answered: deletes the chunks no member
+    /// references that are old enough, or reports how it went.
+    fn gc_read(&mut self, mut gc: Gc, sent: DateTime<Utc>) {
         if gc.failed.is_none() && !gc.chunks.is_empty() {
             // ZooKeeper's ctime against this node's wall clock at the listing: the age only
             // needs to be right within the hour.

@@ -253,6 +253,12 @@ pub struct Node {
     /// Every session seen owning a member znode in this node's session: a node that left the
     /// membership to stop keeps its session (and its live runs) until its jobs end.
     seen_sessions: BTreeSet<i64>,
+    /// Every session seen owning a run znode of a task whose fire record named it as the
+    /// claimer, in this node's session: a zkcron node's, whose runs count as members' do.
+    claimer_sessions: BTreeSet<i64>,
+    /// Run znodes of sessions neither seen as members nor named by a fire record, by path: the
+    /// czxid and when this node first saw them (they count as live for a grace).
+    unknown_runs: BTreeMap<String, (i64, Duration)>,
     /// The task sets read so far, by digest (members that define the same tasks share one).
     tasksets: BTreeMap<String, Arc<TaskSet>>,
     /// The task sets being read, by digest, with the members waiting for them.
@@ -371,6 +377,8 @@ impl Node {
             members: BTreeMap::new(),
             member_sessions: BTreeMap::new(),
             seen_sessions: BTreeSet::new(),
+            claimer_sessions: BTreeSet::new(),
+            unknown_runs: BTreeMap::new(),
             tasksets: BTreeMap::new(),
             fetches: BTreeMap::new(),
             present: BTreeSet::new(),
@@ -565,9 +573,13 @@ impl Node {
     }
 
     /// Whether a run znode owned by `owner` is a live run: ephemeral, and of a session that
-    /// was a member (stopping nodes leave the membership before their runs end).
+    /// was a member (stopping nodes leave the membership before their runs end) or was seen
+    /// named as the claimer by a fire record.
     fn live_run_owner(&self, owner: i64) -> bool {
-        owner != 0 && (Some(owner) == self.my_session() || self.seen_sessions.contains(&owner))
+        owner != 0
+            && (Some(owner) == self.my_session()
+                || self.seen_sessions.contains(&owner)
+                || self.claimer_sessions.contains(&owner))
     }
 
     fn on_timer(&mut self, timer: Timer) {

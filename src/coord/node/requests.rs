@@ -132,63 +132,75 @@ impl Node {
     pub(super) fn abort_pending(&mut self) {
         let pending: Vec<Pending> = std::mem::take(&mut self.pending).into_values().collect();
         for p in pending {
-            match p.then {
-                Then::ReadRecord { after, .. } => self.abort_read(after),
-                Then::ClaimMulti { job, .. }
-                | Then::ClaimLeaseCheck { job }
-                | Then::RunBlocks { job }
-                | Then::RerunResult { job, .. } => {
-                    self.finish_claim(
-                        job,
-                        Err(CoordError::SessionEnded {
-                            context: "claiming",
-                        }),
-                    );
-                }
-                Then::Ensured {
-                    after: AfterEnsure::Read(after),
-                    ..
-                }
-                | Then::Recreated {
-                    after:
-                        AfterRecreate::Ensure {
-                            after: AfterEnsure::Read(after),
-                            ..
-                        },
-                } => self.abort_read(*after),
-                Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
-                    req,
-                    Err(CoordError::SessionEnded {
-                        context: "checking for a lost run",
-                    }),
-                ),
-                Then::RunOwner { req, .. } if self.runs_counts.remove(&req).is_none() => {}
-                Then::RunsList { req, .. } | Then::RunOwner { req, .. } => self.answer(
-                    req,
-                    Err(CoordError::SessionEnded {
-                        context: "listing live runs",
-                    }),
-                ),
-                Then::LastResult { req } => self.answer(
-                    req,
-                    Err(CoordError::SessionEnded {
-                        context: "reading the last result",
-                    }),
-                ),
-                Then::ResultRead { job } | Then::ResultWrite { job, .. } => self.run_ended_failed(
-                    job,
-                    CoordError::SessionEnded {
-                        context: "recording the run result",
-                    },
-                ),
-                Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
-                Then::Trigger(step) => self.abort_trigger(step),
-                Then::History(step) => self.abort_history(step),
-                _ => {}
-            }
+            self.abort_call(p.then);
         }
         self.runs_counts.clear();
-        // Queued task jobs (behind a claim in flight) and timers carrying requests.
+        self.abort_queued();
+    }
+
+    /// Answers (or drops) what a call in flight continued with, its session gone.
+    fn abort_call(&mut self, then: Then) {
+        match then {
+            Then::ReadRecord { after, .. } => self.abort_read(after),
+            Then::ClaimMulti { job, .. }
+            | Then::ClaimLeaseCheck { job }
+            | Then::RunBlocks { job }
+            | Then::RerunResult { job, .. } => {
+                self.finish_claim(
+                    job,
+                    Err(CoordError::SessionEnded {
+                        context: "claiming",
+                    }),
+                );
+            }
+            Then::Ensured {
+                after: AfterEnsure::Read(after),
+                ..
+            }
+            | Then::Recreated {
+                after:
+                    AfterRecreate::Ensure {
+                        after: AfterEnsure::Read(after),
+                        ..
+                    },
+            } => self.abort_read(*after),
+            Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
+                req,
+                Err(CoordError::SessionEnded {
+                    context: "checking for a lost run",
+                }),
+            ),
+            Then::RunOwner { req, .. } | Then::RunClaimer { req, .. }
+                if self.runs_counts.remove(&req).is_none() => {}
+            Then::RunsList { req, .. }
+            | Then::RunOwner { req, .. }
+            | Then::RunClaimer { req, .. } => self.answer(
+                req,
+                Err(CoordError::SessionEnded {
+                    context: "listing live runs",
+                }),
+            ),
+            Then::LastResult { req } => self.answer(
+                req,
+                Err(CoordError::SessionEnded {
+                    context: "reading the last result",
+                }),
+            ),
+            Then::ResultRead { job } | Then::ResultWrite { job, .. } => self.run_ended_failed(
+                job,
+                CoordError::SessionEnded {
+                    context: "recording the run result",
+                },
+            ),
+            Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
+            Then::Trigger(step) => self.abort_trigger(step),
+            Then::History(step) => self.abort_history(step),
+            _ => {}
+        }
+    }
+
+    /// Answers the queued task jobs (behind a claim in flight) and the timers carrying requests.
+    fn abort_queued(&mut self) {
         let jobs: Vec<TaskJob> = self.tasks.take_jobs();
         for job in jobs {
             if let TaskJob::Claim(job) = job {

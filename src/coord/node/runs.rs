@@ -1,18 +1,26 @@
 //! Live runs, results, and leaving the cluster.
 //!
-//! A run is live while its ephemeral `run-<unix>` znode exists and is owned by a live member's
-//! session; a persistent one (no live node wrote it) is ignored and reported, so it cannot make
-//! `overlap = "skip"` skip every tick.
+//! A run is live while its ephemeral `run-<unix>` znode exists and is owned by a session seen
+//! as a member, or by the session the task's fire record names as its claimer (only a fenced
+//! claim writes the record; its member znode may be gone meanwhile). An ephemeral of another
+//! session counts for the session timeout (and a margin) from when it is first seen: a node
+//! whose member znode was deleted registers again or loses its session by then. After that, and
+//! at once for a persistent one, it is ignored and reported, so that a stranger's run znode
+//! cannot make `overlap = "skip"` skip every tick.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::io::{Answered, Level, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
-use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
+use crate::coord::records::{FORMAT_VERSION, FireRecord, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
+
+/// Beyond the session timeout, how long a run znode of an unknown session counts as live: time
+/// for a connected node whose member znode was deleted to register again.
+const RUN_GRACE_MARGIN: Duration = Duration::from_secs(5);
 
 /// A count of foreign live runs in flight.
 #[derive(Debug)]
@@ -49,6 +57,15 @@ pub(crate) struct ReleaseAllJob {
     leases: Vec<(String, i32)>,
     outstanding: usize,
     since: Duration,
+}
+
+/// Whether `record` names the session `owner` as the claimer of its tick. Only a claim writes
+/// the record, fenced by the task's lease, and it creates the tick's run znode in the same
+/// multi-op: that session is a zkcron node's, so its ephemeral run znodes are its live runs,
+/// whether or not its member znode is there. Someone else's ephemeral would have to write the
+/// fire record too.
+pub(super) fn names_claimer(record: &FireRecord, owner: i64) -> bool {
+    owner != 0 && record.tick.is_some() && record.session == format!("{owner:x}")
 }
 
 /// The stored result in a reply to `GetData(result)`.
@@ -114,6 +131,11 @@ impl Node {
             }
         };
         let prefix = format!("{}/", self.paths.record(&task));
+        // Forget the runs of unknown sessions of this task that are gone.
+        self.unknown_runs.retain(|path, _| {
+            path.strip_prefix(&prefix)
+                .is_none_or(|child| children.iter().any(|c| c == child))
+        });
         let foreign: Vec<String> = children
             .iter()
             .filter(|c| c.starts_with("run-"))
@@ -147,31 +169,110 @@ impl Node {
 
     pub(super) fn on_run_owner(&mut self, req: ReqId, path: String, result: Result<ZkOk, ZkFail>) {
         let live = match &result {
+            Ok(ZkOk::Exists(Some(stat))) if self.live_run_owner(stat.ephemeral_owner) => true,
+            Ok(ZkOk::Exists(Some(stat))) if stat.ephemeral_owner != 0 => {
+                // An ephemeral of a session this node never saw as a member: it may still be
+                // the run of the claimer the fire record names (its member znode deleted by
+                // someone, and not registered again yet).
+                let Some(task) = self.runs_counts.get(&req).map(|c| c.task.clone()) else {
+                    return;
+                };
+                let path_read = self.paths.record(&task);
+                let stat = *stat;
+                self.call(
+                    ZkOp::GetData { path: path_read },
+                    Then::RunClaimer { req, path, stat },
+                );
+                return;
+            }
             Ok(ZkOk::Exists(Some(stat))) => {
-                if self.live_run_owner(stat.ephemeral_owner) {
-                    true
-                } else {
-                    let owner = foreign_owner(stat.ephemeral_owner);
-                    self.report_once(
-                        format!("foreign run {path} {}", stat.czxid),
-                        Level::Error,
-                        format!(
-                            "ignoring the run record {path}: no live zkcron node wrote it ({owner}); it does not count as a live run for overlap = \"skip\". Remove it: {cli} delete {path}", cli = self.zk_cli()
-                        ),
-                    );
-                    false
-                }
+                self.report_foreign_run(&path, stat);
+                false
             }
             _ => false,
         };
+        let failed = result.err().filter(|error| *error != ZkFail::NoNode);
+        self.run_counted(req, live, failed);
+    }
+
+    /// The fire record read for a run znode of a session never seen as a member: the run is
+    /// live if the record names that session as its claimer (of this tick, or of a later one
+    /// it skipped while this run went on).
+    pub(super) fn on_run_claimer(
+        &mut self,
+        req: ReqId,
+        path: String,
+        stat: Stat,
+        result: Result<ZkOk, ZkFail>,
+    ) {
+        if !self.runs_counts.contains_key(&req) {
+            return;
+        }
+        let record = match result {
+            Ok(ZkOk::Data(data, _)) => serde_json::from_slice::<FireRecord>(&data).ok(),
+            Ok(_) | Err(ZkFail::NoNode) => None,
+            Err(error) => return self.run_counted(req, false, Some(error)),
+        };
+        let owner = stat.ephemeral_owner;
+        let live = if record.is_some_and(|record| names_claimer(&record, owner)) {
+            self.claimer_sessions.insert(owner);
+            true
+        } else if self.unknown_run_in_grace(&path, stat.czxid) {
+            true
+        } else {
+            self.report_foreign_run(&path, &stat);
+            false
+        };
+        self.run_counted(req, live, None);
+    }
+
+    /// Whether the run znode `path` (created at `czxid`) of a session that is neither a
+    /// member's nor named by the fire record was first seen less than [`Node::run_grace`] ago.
+    fn unknown_run_in_grace(&mut self, path: &str, czxid: i64) -> bool {
+        let now = self.now.mono;
+        let first = match self.unknown_runs.get(path) {
+            Some(&(seen, since)) if seen == czxid => since,
+            _ => {
+                self.unknown_runs.insert(path.to_string(), (czxid, now));
+                now
+            }
+        };
+        now < first + self.run_grace()
+    }
+
+    /// How long a run znode of a session never seen as a member nor named by the fire record
+    /// counts as live: that of a zkcron node whose member znode someone deleted (and whose
+    /// claim the record no longer names) goes with its session within the session timeout if
+    /// the node is cut off, and is trusted once it registers again if it is not.
+    fn run_grace(&self) -> Duration {
+        let timeout = self
+            .session
+            .as_ref()
+            .map_or(self.cfg.session_timeout, |s| s.timeout);
+        timeout + RUN_GRACE_MARGIN
+    }
+
+    /// Reports, once, a run znode that no live zkcron node wrote.
+    fn report_foreign_run(&mut self, path: &str, stat: &Stat) {
+        let owner = foreign_owner(stat.ephemeral_owner);
+        self.report_once(
+            format!("foreign run {path} {}", stat.czxid),
+            Level::Error,
+            format!(
+                "ignoring the run record {path}: no live zkcron node wrote it ({owner}); it does not count as a live run for overlap = \"skip\". Remove it: {cli} delete {path}", cli = self.zk_cli()
+            ),
+        );
+    }
+
+    /// One run znode of the count `req` judged (`failed`: its owner could not be checked);
+    /// answers once all are.
+    fn run_counted(&mut self, req: ReqId, live: bool, failed: Option<ZkFail>) {
         let Some(count) = self.runs_counts.get_mut(&req) else {
             return;
         };
         count.outstanding -= 1;
         count.count += usize::from(live);
-        if let Err(error) = result
-            && error != ZkFail::NoNode
-        {
+        if let Some(error) = failed {
             count.failed.get_or_insert(error);
         }
         if count.outstanding > 0 {

@@ -190,6 +190,8 @@ impl Node {
         self.members.clear();
         self.member_sessions.clear();
         self.seen_sessions.clear();
+        self.claimer_sessions.clear();
+        self.unknown_runs.clear();
         self.fetches.clear();
         self.own_runs.clear();
         self.take_backlog.clear();

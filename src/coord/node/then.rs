@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::claim::{AfterRead, ClaimJob};
-use super::io::{OpId, ReqId, ZkFail, ZkOk, ZkOp};
+use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
@@ -162,6 +162,14 @@ pub(super) enum Then {
     },
     /// Whose one run znode is (only a live member's ephemeral counts).
     RunOwner { req: ReqId, path: String },
+    /// Reading the fire record for a run znode of a session never seen as a member: whether
+    /// the record names it as the claimer of that tick.
+    RunClaimer {
+        req: ReqId,
+        path: String,
+        /// The run znode's metadata as checked.
+        stat: Stat,
+    },
     /// Reading a task's stored result for the daemon.
     LastResult { req: ReqId },
     /// Reading the stored result before recording a run's end.
@@ -221,8 +229,49 @@ impl Node {
         if pending.generation != self.generation {
             return;
         }
-        let sent = pending.sent;
         match pending.then {
+            then @ (Then::Ignore
+            | Then::SetupStep
+            | Then::Probe { .. }
+            | Then::Chunk
+            | Then::MemberCreate { .. }
+            | Then::MemberCheck
+            | Then::MemberSet { .. }
+            | Then::ListMembers
+            | Then::ListLeases
+            | Then::RelistLeaseOwner { .. }
+            | Then::ReadMember { .. }
+            | Then::ReadChunk { .. }
+            | Then::RecreateDir { .. }
+            | Then::Recreated { .. }
+            | Then::EnsureRecord { .. }
+            | Then::Ensured { .. }) => self.on_membership_reply(then, result),
+            then @ (Then::Take(_)
+            | Then::TakeFresh(_)
+            | Then::TakeOwner(_)
+            | Then::TakeEpoch(_)
+            | Then::Released { .. }
+            | Then::ReleaseEpoch { .. }
+            | Then::ReleaseCheck { .. }
+            | Then::LeaseCheck { .. }
+            | Then::LeaseOwner { .. }
+            | Then::LeaseOwnerEpoch { .. }
+            | Then::Acting { .. }
+            | Then::HealLease { .. }
+            | Then::GiveUp { .. }
+            | Then::GiveUpEpoch { .. }
+            | Then::GiveUpCheck { .. }) => self.on_lease_reply(then, result),
+            Then::Gc(step) => self.on_gc(step, result, pending.sent),
+            Then::Control { read, phase } => self.on_control(read, phase, result),
+            Then::Trigger(step) => self.on_trigger_step(step, result),
+            Then::History(step) => self.on_history_step(step, result),
+            then => self.on_task_reply(then, result),
+        }
+    }
+
+    /// The replies of setup, registration, the member and lease listings and the tree.
+    fn on_membership_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::Ignore => {}
             Then::SetupStep => self.on_setup_step(result),
             Then::Probe {
@@ -245,6 +294,13 @@ impl Node {
             Then::Recreated { after } => self.on_recreated(after, result),
             Then::EnsureRecord { task } => self.on_ensure_record(task, result),
             Then::Ensured { task, after } => self.on_ensured(task, after, result),
+            other => unreachable!("not a membership reply: {other:?}"),
+        }
+    }
+
+    /// The replies of takes, releases, give-ups and the checks of others' leases.
+    fn on_lease_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::Take(job) => self.on_take(job, result),
             Then::TakeFresh(job) => self.on_take_fresh(job, result),
             Then::TakeOwner(job) => self.on_take_owner(job, result),
@@ -264,6 +320,13 @@ impl Node {
             Then::GiveUp { task } => self.on_give_up(task, result),
             Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
             Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
+            other => unreachable!("not a lease reply: {other:?}"),
+        }
+    }
+
+    /// The replies of claims, runs, results and leaving the cluster.
+    fn on_task_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
             Then::ReadRecord {
                 task,
                 after,
@@ -297,6 +360,7 @@ impl Node {
                 incarnation,
             } => self.on_runs_list(req, task, incarnation, result),
             Then::RunOwner { req, path } => self.on_run_owner(req, path, result),
+            Then::RunClaimer { req, path, stat } => self.on_run_claimer(req, path, stat, result),
             Then::LastResult { req } => self.on_last_result(req, result),
             Then::ResultRead { job } => self.on_result_read(job, result),
             Then::ResultWrite {
@@ -306,10 +370,7 @@ impl Node {
             } => self.on_result_write(job, run_live, newer, result),
             Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             Then::ReleaseOne => self.on_release_one(),
-            Then::Gc(step) => self.on_gc(step, result, sent),
-            Then::Control { read, phase } => self.on_control(read, phase, result),
-            Then::Trigger(step) => self.on_trigger_step(step, result),
-            Then::History(step) => self.on_history_step(step, result),
+            other => unreachable!("not a task reply: {other:?}"),
         }
     }
 }

@@ -498,6 +498,20 @@ impl Node {
                 );
             }
         };
+        self.decide_manual_claim(req, name, new, conflicts, record, stat);
+    }
+
+    /// The trigger as re-read after a manual claim whose outcome was unknown: the claim was
+    /// applied, is sent again at the version read, or is refused.
+    fn decide_manual_claim(
+        &mut self,
+        req: ReqId,
+        name: String,
+        new: TriggerRecord,
+        conflicts: u8,
+        record: TriggerRecord,
+        stat: Stat,
+    ) {
         self.triggers.insert(
             name.clone(),
             Known {

@@ -1,0 +1,149 @@
+//! Checking the keys that say when a task runs beyond one expression: `schedule` written as a
+//! list, `active_from` / `active_until`, and `timezone` next to a schedule that has no use for
+//! it (only `@every` intervals). One expression is checked by `check` itself.
+
+use std::ops::Range;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use toml::de::DeValue;
+
+use super::checker::Value;
+use super::*;
+use crate::schedule::{ScheduleError, Window};
+
+/// The keys about when a task runs that are read with the others and checked once all are.
+#[derive(Default)]
+pub(super) struct WhenKeys<'v> {
+    active_from: Option<&'v Value<'v>>,
+    active_until: Option<&'v Value<'v>>,
+    /// Where `timezone` is set in the file, when it is.
+    pub(super) timezone: Option<Range<usize>>,
+}
+
+impl<'v> WhenKeys<'v> {
+    /// Keeps `value` if `k` is `active_from` or `active_until`; `false` if it is neither.
+    pub(super) fn read(&mut self, k: &str, value: &'v Value<'v>) -> bool {
+        match k {
+            "active_from" => self.active_from = Some(value),
+            "active_until" => self.active_until = Some(value),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// The help for a window key that holds no RFC 3339 instant.
+const INSTANT_HELP: &str = "write an RFC 3339 instant with its offset, like \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+01:00\"";
+
+impl Checker<'_> {
+    /// A `schedule` written as the array `items`: the union of its expressions, each checked
+    /// where it stands.
+    pub(super) fn schedule_list(
+        &mut self,
+        value: &Value<'_>,
+        items: &[Value<'_>],
+        timezone: Tz,
+    ) -> Option<Schedule> {
+        if items.is_empty() {
+            let error = ScheduleError::EmptyList;
+            self.report(value.span(), error.to_string(), None);
+            return None;
+        }
+        let mut parts = Vec::with_capacity(items.len());
+        for item in items {
+            let Some(expression) = item.get_ref().as_str() else {
+                let message = format!(
+                    "every element of `schedule` must be a string, found {}",
+                    self.found(item)
+                );
+                let help = format!("quote it: \"{}\"", self.raw(item));
+                self.report(item.span(), message, Some(help));
+                continue;
+            };
+            if let Some(part) = self.schedule_expression(item, expression, timezone) {
+                parts.push(part);
+            }
+        }
+        if parts.len() < items.len() {
+            return None;
+        }
+        Schedule::union(parts).ok()
+    }
+
+    /// The task's window from `active_from` and `active_until`; a side not given, or wrong
+    /// (its problem is reported), is open.
+    pub(super) fn window(&mut self, keys: &WhenKeys<'_>) -> Window {
+        let from = keys
+            .active_from
+            .and_then(|value| self.instant("active_from", value));
+        let until = keys
+            .active_until
+            .and_then(|value| self.instant("active_until", value));
+        if let (Some(from), Some(until), Some(value)) = (from, until, keys.active_until)
+            && from >= until
+        {
+            let show = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+            let message = format!(
+                "`active_until` ({}) is not after `active_from` ({}), so the task would never run",
+                show(until),
+                show(from)
+            );
+            let help = "make `active_until` later than `active_from`, or remove one of them";
+            self.report(value.span(), message, Some(help.into()));
+            return Window::default();
+        }
+        Window { from, until }
+    }
+
+    /// An instant key (`active_from`, `active_until`): an RFC 3339 string or a TOML offset
+    /// date-time (the same text unquoted).
+    fn instant(&mut self, key: &str, value: &Value<'_>) -> Option<DateTime<Utc>> {
+        let text = match value.get_ref() {
+            DeValue::String(text) => text.trim().to_string(),
+            DeValue::Datetime(datetime) if datetime.offset.is_some() => datetime.to_string(),
+            DeValue::Datetime(datetime) => {
+                let message = format!(
+                    "`{key}` = {datetime} has no UTC offset, so nodes in different zones would \
+                     read different instants"
+                );
+                let help = match datetime.time {
+                    Some(_) => format!("add `Z` for UTC or an offset: {key} = {datetime}Z"),
+                    None => INSTANT_HELP.to_string(),
+                };
+                self.report(value.span(), message, Some(help));
+                return None;
+            }
+            _ => {
+                let message = format!(
+                    "`{key}` must be an RFC 3339 instant, found {}",
+                    self.found(value)
+                );
+                self.report(value.span(), message, Some(INSTANT_HELP.into()));
+                return None;
+            }
+        };
+        match DateTime::parse_from_rfc3339(&text) {
+            Ok(instant) => Some(instant.with_timezone(&Utc)),
+            Err(error) => {
+                let message = format!("`{key}` = {text:?} is not an RFC 3339 instant: {error}");
+                self.report(self.content_span(value), message, Some(INSTANT_HELP.into()));
+                None
+            }
+        }
+    }
+
+    /// Refuses a `timezone` set next to a schedule that reads no zone: intervals count from the
+    /// Unix epoch, and an operator who sets a zone expects it to move the ticks.
+    pub(super) fn timezone_use(&mut self, schedule: &Schedule, keys: &WhenKeys<'_>) {
+        if let Some(span) = keys.timezone.clone()
+            && !schedule.uses_timezone()
+        {
+            let message = "`timezone` has no effect on `@every` intervals: they count from the \
+                           Unix epoch, the same instants in every zone"
+                .to_string();
+            let help = "remove `timezone`; to shift the ticks, give an offset like \
+                        \"@every 1d/7h\" (07:00 UTC each day), or use a cron expression";
+            self.report(span, message, Some(help.into()));
+        }
+    }
+}

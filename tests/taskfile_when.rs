@@ -1,0 +1,273 @@
+//! Task files that say when a task runs beyond one cron expression: `@every` intervals, a
+//! `schedule` list, `active_from` / `active_until`, and `timezone` next to them. What zkcron
+//! makes of each form, and every mistake's message with its line, column and fix, through the
+//! public API. Each test is given / when / then.
+//!
+//! A node of the previous release refuses these files rather than misreading them: it knew
+//! neither window key (unknown keys are errors), took `schedule` only as a string ("`schedule`
+//! must be a string"), and read every string with the cron parser, which refuses `@every` as
+//! an unknown alias (`schedule::cron`, tested by
+//! `the_previous_releases_cron_parser_refuses_an_interval_as_an_unknown_alias`).
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use zkcron::schedule::Window;
+use zkcron::task::{Identity, TaskDefaults, TaskFileError, TaskSpec, parse_task};
+
+fn defaults() -> TaskDefaults {
+    TaskDefaults {
+        timezone: chrono_tz::UTC,
+        user: None,
+        identity: Identity {
+            uid: 0,
+            user_name: "root".into(),
+        },
+    }
+}
+
+fn parse(text: &str) -> Result<TaskSpec, Vec<TaskFileError>> {
+    parse_task("t", Path::new("/jobs/t.toml"), text, &defaults())
+}
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+#[track_caller]
+fn only_error(text: &str) -> TaskFileError {
+    let errors = parse(text).expect_err("the task should be refused");
+    assert_eq!(errors.len(), 1, "expected one error, got: {errors:#?}");
+    errors.into_iter().next().unwrap()
+}
+
+/// The error's position, message (a part of it) and help (a part of it).
+#[track_caller]
+fn assert_error(error: &TaskFileError, at: (usize, usize), message: &str, help: &str) {
+    assert!(
+        error.message.contains(message),
+        "message {:?} lacks {message:?}",
+        error.message
+    );
+    assert_eq!(
+        (error.line, error.column),
+        at,
+        "position of {:?}",
+        error.message
+    );
+    let shown = error.help.as_deref().unwrap_or_default();
+    assert!(shown.contains(help), "help {shown:?} lacks {help:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What is accepted
+
+#[test]
+fn an_interval_a_list_and_a_window_are_read_into_the_spec() {
+    // Given a task with an interval in a list next to cron expressions, and a window,
+    let spec = parse(
+        "schedule = [\"0 9 * * MON-FRI\", \"@every 6h/30m\", \"0 12 * * SAT\"]\n\
+         command = \"true\"\n\
+         timezone = \"Europe/Berlin\"\n\
+         active_from = \"2026-12-01T00:00:00+01:00\"\n\
+         active_until = 2027-01-01T00:00:00Z\n",
+    )
+    .unwrap();
+    // then each expression is kept, the zone applies to the cron ones, and the window is UTC.
+    assert_eq!(
+        spec.schedule.expressions(),
+        ["0 9 * * MON-FRI", "@every 6h/30m", "0 12 * * SAT"]
+    );
+    assert_eq!(spec.schedule.timezone(), chrono_tz::Europe::Berlin);
+    assert_eq!(
+        spec.schedule.window(),
+        Window {
+            from: Some(utc("2026-11-30T23:00:00Z")),
+            until: Some(utc("2027-01-01T00:00:00Z")),
+        }
+    );
+    // The first tick is the interval's first from active_from (23:00 UTC): 00:30 UTC, before
+    // 09:00 in Berlin on Tuesday 2026-12-01 (08:00 UTC).
+    assert_eq!(
+        spec.schedule.next_after(utc("2026-01-01T00:00:00Z")),
+        Some(utc("2026-12-01T00:30:00Z"))
+    );
+    assert_eq!(
+        spec.schedule.next_after(utc("2026-12-01T06:30:00Z")),
+        Some(utc("2026-12-01T08:00:00Z"))
+    );
+}
+
+#[test]
+fn an_interval_alone_takes_the_default_zone_without_complaint() {
+    let spec = parse("schedule = \"@every 15m\"\ncommand = \"true\"\n").unwrap();
+    assert_eq!(spec.schedule.expression(), "@every 15m");
+    assert!(!spec.schedule.is_list());
+    assert_eq!(spec.schedule.window(), Window::default());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mistakes in `schedule`
+
+#[test]
+fn a_malformed_interval_points_at_the_expression_and_says_what_to_write() {
+    let cases = [
+        ("@every 15x", "invalid interval \"15x\"", "1h30m"),
+        ("@every", "\"@every\" needs an interval", "@every 1h/10m"),
+        ("@every 500ms", "is not a whole number of seconds", "\"1s\""),
+        (
+            "@every 0s",
+            "the interval of \"@every 0s\" is zero",
+            "@every 1s",
+        ),
+        (
+            "@every 1h/1h",
+            "the offset \"1h\" of \"@every 1h/1h\" is not smaller",
+            "1h/10m",
+        ),
+    ];
+    for (expression, message, fix) in cases {
+        let error = only_error(&format!(
+            "schedule = \"{expression}\"\ncommand = \"true\"\n"
+        ));
+        // The fix is part of the message: a schedule error has no separate help line.
+        assert_error(&error, (1, 12), message, "");
+        assert!(
+            error.message.contains(fix),
+            "{:?} lacks {fix:?}",
+            error.message
+        );
+    }
+}
+
+#[test]
+fn a_bad_entry_of_a_list_points_at_that_entry_and_its_field() {
+    // Given a list on several lines whose second entry has an hour of 25,
+    let error = only_error(
+        "schedule = [\n  \"0 9 * * MON-FRI\",\n  \"0 25 * * SAT\",\n]\ncommand = \"true\"\n",
+    );
+    // then the caret is on that field, in that entry's line.
+    assert_error(&error, (3, 6), "hour field \"25\" is invalid", "");
+    assert_eq!(error.snippet, "  \"0 25 * * SAT\",");
+}
+
+#[test]
+fn each_bad_entry_of_a_list_is_reported_where_it_is() {
+    let errors = parse(
+        "schedule = [\n  \"@every 1h/2h\",\n  \"0 9 * * MON-FRI\",\n  \"@reboot\",\n]\ncommand = \"true\"\n",
+    )
+    .unwrap_err();
+    let positions: Vec<_> = errors.iter().map(|e| (e.line, e.column)).collect();
+    assert_eq!(positions, [(2, 3), (4, 3)], "{errors:#?}");
+    assert!(errors[1].message.contains("@reboot is not supported"));
+}
+
+#[test]
+fn an_entry_that_is_not_a_string_is_refused_with_a_quote_it_fix() {
+    let error = only_error("schedule = [\"@daily\", 5]\ncommand = \"true\"\n");
+    assert_error(
+        &error,
+        (1, 23),
+        "every element of `schedule` must be a string, found integer 5",
+        "quote it: \"5\"",
+    );
+}
+
+#[test]
+fn an_empty_list_is_refused() {
+    let error = only_error("schedule = []\ncommand = \"true\"\n");
+    assert_error(&error, (1, 12), "the schedule list is empty", "");
+    assert!(error.message.contains("[\"0 9 * * MON-FRI\"]"));
+}
+
+#[test]
+fn a_schedule_of_another_type_names_both_forms() {
+    let error = only_error("schedule = 5\ncommand = \"true\"\n");
+    assert_error(
+        &error,
+        (1, 12),
+        "`schedule` must be a string or an array of strings, found integer 5",
+        "schedule = [\"0 9 * * MON-FRI\", \"0 12 * * SAT\"]",
+    );
+}
+
+#[test]
+fn a_timezone_next_to_intervals_only_is_refused_and_next_to_a_cron_expression_is_not() {
+    // Given a zone set next to an interval alone, it is an error at the zone:
+    let error =
+        only_error("schedule = \"@every 1d\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n");
+    assert_error(
+        &error,
+        (3, 12),
+        "`timezone` has no effect on `@every` intervals",
+        "\"@every 1d/7h\"",
+    );
+    // next to a list holding a cron expression it reads that expression.
+    parse(
+        "schedule = [\"@every 1d\", \"0 9 * * *\"]\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n",
+    )
+    .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mistakes in the window
+
+#[test]
+fn an_instant_that_is_not_rfc_3339_points_at_the_value_with_an_example() {
+    let error = only_error(
+        "schedule = \"@daily\"\ncommand = \"true\"\nactive_from = \"2026-13-01T00:00:00Z\"\n",
+    );
+    assert_error(
+        &error,
+        (3, 15),
+        "`active_from` = \"2026-13-01T00:00:00Z\" is not an RFC 3339 instant",
+        "like \"2026-12-01T00:00:00Z\"",
+    );
+    let error = only_error("schedule = \"@daily\"\ncommand = \"true\"\nactive_until = 20261201\n");
+    assert_error(
+        &error,
+        (3, 16),
+        "`active_until` must be an RFC 3339 instant, found integer 20261201",
+        "2026-12-01T00:00:00Z",
+    );
+}
+
+#[test]
+fn a_toml_date_time_without_an_offset_is_refused_as_ambiguous() {
+    let error = only_error(
+        "schedule = \"@daily\"\ncommand = \"true\"\nactive_from = 2026-12-01T00:00:00\n",
+    );
+    assert_error(
+        &error,
+        (3, 15),
+        "has no UTC offset",
+        "active_from = 2026-12-01T00:00:00Z",
+    );
+}
+
+#[test]
+fn a_window_that_ends_before_it_starts_is_refused_at_active_until() {
+    let error = only_error(
+        "schedule = \"@daily\"\ncommand = \"true\"\nactive_from = \"2026-12-01T00:00:00Z\"\n\
+         active_until = \"2026-12-01T00:00:00Z\"\n",
+    );
+    assert_error(
+        &error,
+        (4, 16),
+        "`active_until` (2026-12-01T00:00:00Z) is not after `active_from` (2026-12-01T00:00:00Z)",
+        "make `active_until` later than `active_from`",
+    );
+}
+
+#[test]
+fn a_misspelt_window_key_suggests_the_right_one() {
+    let error = only_error(
+        "schedule = \"@daily\"\ncommand = \"true\"\nactive_form = \"2026-12-01T00:00:00Z\"\n",
+    );
+    assert_error(
+        &error,
+        (3, 1),
+        "unknown key `active_form`",
+        "did you mean `active_from`?",
+    );
+}
