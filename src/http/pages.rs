@@ -102,12 +102,17 @@ pub fn as_page(error: api::ApiError) -> Response {
     error_page(error.status, &error.message)
 }
 
-/// A task's state in a word, and its class: `ok`, `paused`, `failing`, `problem`.
+/// A task's state in a word, and its class: `ok`, `paused`, `failing`, `problem`, `ended`
+/// (past its `active_until`), `not started yet` (before its `active_from`).
 pub fn state(task: &TaskStatus) -> (&'static str, &'static str) {
     if task.paused {
         ("paused", "warn")
     } else if task.problem.is_some() || !task.drift.is_empty() {
         ("problem", "bad")
+    } else if task.ended_at.is_some() {
+        ("ended", "muted")
+    } else if task.starts_at.is_some() {
+        ("not started yet", "muted")
     } else if task.last.as_ref().is_some_and(|l| !l.success) {
         ("failing", "bad")
     } else {
@@ -145,7 +150,11 @@ pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Fil
 
 /// The tasks that need someone: no node may run them, drift, paused, failing, held records.
 fn problems(status: &Status) -> Markup {
-    let troubled: Vec<&TaskStatus> = status.tasks.iter().filter(|t| state(t).0 != "ok").collect();
+    let troubled: Vec<&TaskStatus> = status
+        .tasks
+        .iter()
+        .filter(|t| matches!(state(t).0, "paused" | "problem" | "failing"))
+        .collect();
     html! {
         section aria-labelledby="problems" {
             h2 #problems { "Problems (" (troubled.len()) ")" }
@@ -387,6 +396,8 @@ mod tests {
             last: None,
             drift: Vec::new(),
             problem: Some("<script>alert(2)</script>".into()),
+            starts_at: None,
+            ended_at: None,
         };
         let status = Status {
             backend: "zookeeper".into(),
