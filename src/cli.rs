@@ -384,6 +384,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )
     });
     crate::daemon::use_one_heap();
+    let admin = admin(&plan)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -400,37 +401,64 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             let control_config = control::ControlConfig::new(&plan, &daemon_config);
             let _control = control::serve_logged(control_config.clone(), &coordinator);
-            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config);
+            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config, admin);
             let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             let outcome = Daemon::new(daemon_config, coordinator.clone()).run().await;
             // The runs' ends are in; their histories are written behind them.
             coordinator.flush_history();
             outcome
         })?,
-        Backend::Zookeeper => {
-            let settings = plan
-                .zk_settings()
-                .context("checked above: the zookeeper backend has a connect string")?;
-            runtime.block_on(async {
-                let coordinator =
-                    ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
-                        .map_err(|e| anyhow::anyhow!(e))?;
-                let endpoint = crate::http::Endpoint::zookeeper(&daemon_config.metrics, &coordinator, &settings);
-                let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
-                tracing::info!(
-                    backend = "zookeeper",
-                    zookeeper = %settings.connect,
-                    cluster = %settings.cluster,
-                    node = %settings.node_id,
-                    release = %settings.release,
-                    session_timeout = %humantime::format_duration(settings.session_timeout),
-                    "coordination backend ready"
-                );
-                Daemon::new(daemon_config, Arc::new(coordinator)).run().await
-            })?
-        }
+        Backend::Zookeeper => run_zookeeper(&runtime, &plan, daemon_config, admin)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the HTTP API makes changes: with `[http] admin_token_file` (checked by
+/// `preflight::check` before), read once here.
+fn admin(plan: &Plan) -> anyhow::Result<crate::http::api::Admin> {
+    Ok(match &plan.config.http.admin_token_file {
+        Some(path) => crate::http::api::Admin::Token(
+            config::read_admin_token(path).map_err(|e| anyhow::anyhow!(e))?,
+        ),
+        None => crate::http::api::Admin::Off,
+    })
+}
+
+/// `run` on the ZooKeeper backend, once checked.
+fn run_zookeeper(
+    runtime: &tokio::runtime::Runtime,
+    plan: &Plan,
+    daemon_config: DaemonConfig,
+    admin: crate::http::api::Admin,
+) -> anyhow::Result<()> {
+    let settings = plan
+        .zk_settings()
+        .context("checked above: the zookeeper backend has a connect string")?;
+    runtime.block_on(async {
+        let coordinator =
+            ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
+                .map_err(|e| anyhow::anyhow!(e))?;
+        let endpoint = crate::http::Endpoint::zookeeper(
+            &daemon_config.metrics,
+            &coordinator,
+            &settings,
+            daemon_config.loaded.clone(),
+            admin,
+        );
+        let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
+        tracing::info!(
+            backend = "zookeeper",
+            zookeeper = %settings.connect,
+            cluster = %settings.cluster,
+            node = %settings.node_id,
+            release = %settings.release,
+            session_timeout = %humantime::format_duration(settings.session_timeout),
+            "coordination backend ready"
+        );
+        Daemon::new(daemon_config, Arc::new(coordinator))
+            .run()
+            .await
+    })
 }
 
 fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {

@@ -40,7 +40,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ),
     ("coordination", &["backend", "zookeeper"]),
     ("log", &["format", "job_output_lines"]),
-    ("http", &["listen"]),
+    ("http", &["listen", "admin_token_file"]),
 ];
 
 // The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
@@ -62,6 +62,9 @@ pub struct Config {
 pub struct HttpSection {
     /// `listen`: the address served; `None` (`listen = ""`) serves nothing.
     pub listen: Option<std::net::SocketAddr>,
+    /// `admin_token_file`: the file holding the token the HTTP API's changes need (relative
+    /// paths from the config's dir); `None`: the API and the dashboard change nothing.
+    pub admin_token_file: Option<std::path::PathBuf>,
 }
 
 /// The default of `[http] listen`: loopback only, the port Prometheus' registry lists for no
@@ -72,6 +75,7 @@ impl Default for HttpSection {
     fn default() -> HttpSection {
         HttpSection {
             listen: Some(DEFAULT_HTTP_LISTEN.parse().expect("a valid address")),
+            admin_token_file: None,
         }
     }
 }
@@ -490,7 +494,7 @@ fn check_config(c: &mut Checker<'_>, path: &Path) -> Config {
                 "scheduler" => scheduler_key(c, at, base, &mut config.scheduler),
                 "coordination" => coordination_key(c, at, base, &mut config.coordination),
                 "log" => log_key(c, at, &mut config.log),
-                "http" => http_key(c, at, &mut config.http),
+                "http" => http_key(c, at, base, &mut config.http),
                 _ => false,
             };
             if !known {
@@ -607,10 +611,16 @@ fn log_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut LogSection) -
     true
 }
 
-/// Reads a key of `[http]`; `false` if there is no such key.
-fn http_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut HttpSection) -> bool {
+/// Reads a key of `[http]` (paths relative to `base`); `false` if there is no such key.
+fn http_key(
+    c: &mut Checker<'_>,
+    at: SectionKey<'_, '_>,
+    base: &Path,
+    into: &mut HttpSection,
+) -> bool {
     let (q, value) = (at.qualified, at.value);
     match at.key {
+        "admin_token_file" => into.admin_token_file = c.path(q, value).map(|p| base.join(p)),
         "listen" => {
             if let Some(text) = c.string(q, value) {
                 if text.is_empty() {
@@ -738,3 +748,41 @@ fn version(
 mod tests;
 mod tls;
 mod zookeeper;
+
+/// The admin token in `[http] admin_token_file` (`path`): refused, with the fix, when group or
+/// others may read the file, when it belongs to neither this user nor root (as `auth_file`),
+/// or when it holds no token (one line, at least 16 characters, no spaces).
+pub fn read_admin_token(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the admin_token_file {shown}: {e}"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "the admin_token_file {shown} may be read by group or others (mode {:o}); run \
+             `chmod 600 {shown}`",
+            meta.mode() & 0o777
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "the admin_token_file {shown} belongs to uid {}, neither this user (uid {me}) nor \
+             root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
+            meta.uid()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the admin_token_file {shown}: {e}"))?;
+    let token = text.trim();
+    if token.len() < MIN_ADMIN_TOKEN || token.contains(char::is_whitespace) {
+        return Err(format!(
+            "the admin_token_file {shown} must hold one token of at least {MIN_ADMIN_TOKEN} \
+             characters without spaces; make one with `openssl rand -hex 32 > {shown}`"
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// The shortest admin token accepted.
+pub const MIN_ADMIN_TOKEN: usize = 16;

@@ -247,6 +247,15 @@ pub fn check(plan: &Plan) -> Vec<StartProblem> {
             }
         },
     }
+    if let Some(path) = &plan.config.http.admin_token_file
+        && let Err(message) = crate::config::read_admin_token(path)
+    {
+        problems.push(StartProblem {
+            path: None,
+            message,
+            help: None,
+        });
+    }
     if plan.identity.is_root()
         && let Some(user) = &plan.config.scheduler.default_user
         && let Some((message, help)) =

@@ -103,6 +103,56 @@ fn http_listen_defaults_to_loopback_9464_empty_is_off_and_a_name_is_refused() {
 }
 
 #[test]
+fn http_admin_token_file_is_relative_to_the_config_and_off_by_default() {
+    let path = Path::new("/etc/zkcron/zkcron.toml");
+    let token = |text: &str| parse_config(path, text).map(|c| c.http.admin_token_file);
+    assert_eq!(token("").unwrap(), None);
+    assert_eq!(
+        token("[http]\nadmin_token_file = \"admin.token\"\n").unwrap(),
+        Some(PathBuf::from("/etc/zkcron/admin.token"))
+    );
+    let error = token("[http]\nadmin_token_file = \"\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("`http.admin_token_file`"), "{error}");
+}
+
+#[test]
+fn an_admin_token_file_is_private_and_holds_one_long_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("admin.token");
+    let shown = path.display();
+    std::fs::write(&path, "0123456789abcdef0123\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(read_admin_token(&path).unwrap(), "0123456789abcdef0123");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(
+        read_admin_token(&path).unwrap_err(),
+        format!(
+            "the admin_token_file {shown} may be read by group or others (mode 640); run `chmod \
+             600 {shown}`"
+        )
+    );
+    std::fs::write(&path, "two words here and there\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        read_admin_token(&path)
+            .unwrap_err()
+            .contains("must hold one token of at least 16 characters without spaces")
+    );
+    let missing = dir.path().join("missing");
+    assert!(
+        read_admin_token(&missing)
+            .unwrap_err()
+            .starts_with(&format!(
+                "cannot read the admin_token_file {}",
+                missing.display()
+            ))
+    );
+}
+
+#[test]
 fn auto_log_format_follows_journal_stream() {
     assert_eq!(LogFormat::Auto.resolve_with(true), LogFormat::Journald);
     assert_eq!(LogFormat::Auto.resolve_with(false), LogFormat::Text);

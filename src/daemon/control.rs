@@ -148,6 +148,11 @@ pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> m
     status
 }
 
+/// This host as a one-member cluster now: what the dashboard reads ([`crate::http`]).
+pub async fn snapshot_now(config: &ControlConfig, coordinator: &LocalCoordinator) -> Snapshot {
+    snapshot(config, coordinator, &loaded_tasks(config, coordinator)).await
+}
+
 async fn answer(
     stream: UnixStream,
     config: &ControlConfig,

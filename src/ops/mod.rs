@@ -13,6 +13,7 @@
 
 pub mod args;
 pub mod backfill;
+pub mod change;
 pub mod cluster;
 pub mod explain;
 pub mod local;
@@ -26,12 +27,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chrono::{DateTime, Utc};
 
 use crate::clock::wall_clock;
-use crate::coord::records::{
-    FORMAT_VERSION, HistoryEntry, MarkRecord, TriggerRecord, TriggerState,
-};
+use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
+use change::{Change, Done};
 use cluster::{CONNECT_DEADLINE, ClusterClient};
 use local::{Reply, Request};
 use model::Snapshot;
@@ -169,7 +168,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 /// "unknown task X: no live node of cluster C defines it; did you mean Y?"
-fn unknown_task(snapshot: &Snapshot, task: &str) -> anyhow::Error {
+pub(crate) fn unknown_task(snapshot: &Snapshot, task: &str) -> anyhow::Error {
     let names = snapshot.task_names();
     let hint = crate::task::closest(task, names.iter().map(String::as_str))
         .map(|name| format!("; did you mean {name}?"))
@@ -182,52 +181,57 @@ fn unknown_task(snapshot: &Snapshot, task: &str) -> anyhow::Error {
     anyhow::anyhow!("unknown task {task}: no live node{cluster} defines it{hint}")
 }
 
-fn defined(snapshot: &Snapshot, task: &str) -> bool {
+pub(crate) fn defined(snapshot: &Snapshot, task: &str) -> bool {
     snapshot.task_names().iter().any(|t| t == task)
 }
 
 async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Result<ExitCode> {
-    match command {
-        OpsCommand::Status { json } => cluster_status(client, json).await?,
-        OpsCommand::Explain { task, json } => cluster_explain(client, &task, json).await?,
+    let change = match command {
+        OpsCommand::Status { json } => {
+            cluster_status(client, json).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        OpsCommand::Explain { task, json } => {
+            cluster_explain(client, &task, json).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         OpsCommand::History { task, n, json } => {
             let mut runs = client.history(&task).await?;
             if runs.is_empty() {
-                defined_in_cluster(client, &task).await?;
+                change::defined_in_cluster(client, &task).await?;
             }
             print_history(&task, &mut runs, n, json)?;
+            return Ok(ExitCode::SUCCESS);
         }
-        OpsCommand::Trigger { task, wait } => return cluster_trigger(client, &task, wait).await,
+        OpsCommand::Trigger { task, wait } => {
+            let trigger = Change::Trigger { task: task.clone() };
+            let done = change::in_cluster(client, &trigger, &operator()).await?;
+            print_done(&done, !wait);
+            return match (wait, done.fire_id) {
+                (true, Some(fire_id)) => wait_cluster(client, &task, &fire_id).await,
+                _ => Ok(ExitCode::SUCCESS),
+            };
+        }
         OpsCommand::Backfill(command) => return backfill::cluster(client, command).await,
-        OpsCommand::Pause { task, reason } => cluster_pause(client, &task, reason).await?,
-        OpsCommand::Resume { task } => match client.resume(&task, wall_clock()).await? {
-            Some(old) => println!(
-                "zkcron: task {task} resumed (it was {}); the ticks of the paused period are \
-                 not caught up",
-                since(&old, "paused")
-            ),
-            None => println!("zkcron: task {task} is not paused"),
-        },
-        OpsCommand::Drain { node } => cluster_drain(client, &node).await?,
-        OpsCommand::Undrain { node } => match client.unmark(&client.paths.drain(&node)).await? {
-            Some(old) => println!(
-                "zkcron: node {node} undrained (it was {}); it takes its share of the leases again",
-                since(&old, "drained")
-            ),
-            None => println!("zkcron: node {node} is not drained"),
-        },
-    }
+        OpsCommand::Pause { task, reason } => Change::Pause { task, reason },
+        OpsCommand::Resume { task } => Change::Resume { task },
+        OpsCommand::Drain { node } => Change::Drain { node },
+        OpsCommand::Undrain { node } => Change::Undrain { node },
+    };
+    let done = change::in_cluster(client, &change, &operator()).await?;
+    print_done(&done, true);
     Ok(ExitCode::SUCCESS)
 }
 
-/// The cluster's snapshot without tasks' details, once `task` is known to be defined by a live
-/// node (else the error says so).
-async fn defined_in_cluster(client: &ClusterClient, task: &str) -> anyhow::Result<Snapshot> {
-    let snapshot = client.snapshot(Some(&[])).await?;
-    if !defined(&snapshot, task) {
-        return Err(unknown_task(&snapshot, task));
+/// Prints what a change did as the commands always have: its lines on standard output and,
+/// with `note`, its note on standard error.
+fn print_done(done: &Done, note: bool) {
+    for line in &done.said {
+        println!("zkcron: {line}");
     }
-    Ok(snapshot)
+    if note && let Some(why) = &done.note {
+        eprintln!("zkcron: note: {why}");
+    }
 }
 
 /// `zkcron status` against the cluster.
@@ -255,102 +259,6 @@ async fn cluster_explain(client: &ClusterClient, task: &str, json: bool) -> anyh
     } else {
         emit(&render::explain(&explained, now))
     }
-}
-
-/// `zkcron trigger TASK [--wait]` against the cluster: requests a manual run, and with `wait`
-/// waits for its end (the exit code is the run's).
-async fn cluster_trigger(
-    client: &ClusterClient,
-    task: &str,
-    wait: bool,
-) -> anyhow::Result<ExitCode> {
-    let snapshot = defined_in_cluster(client, task).await?;
-    let record = TriggerRecord {
-        format: FORMAT_VERSION,
-        task: task.to_string(),
-        requested_at: wall_clock(),
-        by: operator(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-    };
-    let fire_id = client.request_trigger(&record).await?;
-    println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
-    if wait {
-        return wait_cluster(client, task, &fire_id).await;
-    }
-    if let Some(why) = model::no_one_may_run(&snapshot, task) {
-        eprintln!(
-            "zkcron: note: {why}; the run waits until a node may run the task (`zkcron \
-             explain {task}`)"
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `zkcron pause TASK` against the cluster.
-async fn cluster_pause(
-    client: &ClusterClient,
-    task: &str,
-    reason: Option<String>,
-) -> anyhow::Result<()> {
-    defined_in_cluster(client, task).await?;
-    let mark = mark(wall_clock(), reason);
-    match client.mark(&client.paths.paused_dir(), task, &mark).await? {
-        None => println!(
-            "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
-             `zkcron trigger` still runs it)"
-        ),
-        Some(old) => println!("zkcron: task {task} is already {}", since(&old, "paused")),
-    }
-    Ok(())
-}
-
-/// `zkcron drain NODE` against the cluster; a node not registered yet is drained when it
-/// registers.
-async fn cluster_drain(client: &ClusterClient, node: &str) -> anyhow::Result<()> {
-    let paths = &client.paths;
-    let registered = client.exists(&paths.member(node)).await?.is_some();
-    let mark = mark(wall_clock(), None);
-    match client.mark(&paths.drained(), node, &mark).await? {
-        None => println!(
-            "zkcron: node {node} drained: it gives up its leases and takes none until \
-             `zkcron undrain {node}`; its running jobs finish"
-        ),
-        Some(old) => println!("zkcron: node {node} is already {}", since(&old, "drained")),
-    }
-    if !registered {
-        println!(
-            "zkcron: note: node {node} is not registered in cluster {} now; the mark \
-             applies when it registers",
-            client.cluster
-        );
-    }
-    Ok(())
-}
-
-fn mark(now: DateTime<Utc>, reason: Option<String>) -> MarkRecord {
-    MarkRecord {
-        format: FORMAT_VERSION,
-        at: now,
-        by: operator(),
-        reason,
-    }
-}
-
-fn since(mark: &MarkRecord, what: &str) -> String {
-    let because = mark
-        .reason
-        .as_ref()
-        .map(|reason| format!(": {reason}"))
-        .unwrap_or_default();
-    format!(
-        "{what} since {} by {}{because}",
-        render::instant(mark.at),
-        mark.by
-    )
 }
 
 /// Prints the newest `n` of `runs` (oldest first as stored) newest first.
@@ -458,7 +366,7 @@ async fn wait_cluster(
     }
 }
 
-const CLUSTER_ONLY: &str = "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
+pub(crate) const CLUSTER_ONLY: &str = "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
      backend)";
 
 fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -490,61 +398,23 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
             print_history(&task, &mut runs, n, json)?;
         }
         OpsCommand::Trigger { task, wait } => {
-            let reply = local::ask(
-                state_dir,
-                &Request::Trigger {
-                    task: task.clone(),
-                    by,
-                },
-            )?;
-            let fire_id = reply.fire_id.context("the daemon's reply has no fire id")?;
-            println!("zkcron: task {task}: manual run requested, fire id {fire_id}");
-            if wait {
+            let done = change::on_local(state_dir, &Change::Trigger { task }, &by)?;
+            print_done(&done, !wait);
+            if let (true, Some(fire_id)) = (wait, done.fire_id) {
                 return wait_local(state_dir, &fire_id);
             }
         }
         OpsCommand::Backfill(command) => return backfill::local(state_dir, command),
-        OpsCommand::Pause { task, reason } => local_pause(state_dir, &task, by, reason)?,
-        OpsCommand::Resume { task } => local_resume(state_dir, &task, by)?,
+        OpsCommand::Pause { task, reason } => print_done(
+            &change::on_local(state_dir, &Change::Pause { task, reason }, &by)?,
+            true,
+        ),
+        OpsCommand::Resume { task } => print_done(
+            &change::on_local(state_dir, &Change::Resume { task }, &by)?,
+            true,
+        ),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `zkcron pause TASK` asked of the local daemon.
-fn local_pause(
-    state_dir: &std::path::Path,
-    task: &str,
-    by: String,
-    reason: Option<String>,
-) -> anyhow::Result<()> {
-    let request = Request::Pause {
-        task: task.to_string(),
-        by,
-        reason,
-    };
-    if local::ask(state_dir, &request)?.changed == Some(true) {
-        println!(
-            "zkcron: task {task} paused: nothing fires until `zkcron resume {task}` (a \
-             `zkcron trigger` still runs it)"
-        );
-    } else {
-        println!("zkcron: task {task} is already paused");
-    }
-    Ok(())
-}
-
-/// `zkcron resume TASK` asked of the local daemon.
-fn local_resume(state_dir: &std::path::Path, task: &str, by: String) -> anyhow::Result<()> {
-    let request = Request::Resume {
-        task: task.to_string(),
-        by,
-    };
-    if local::ask(state_dir, &request)?.changed == Some(true) {
-        println!("zkcron: task {task} resumed; the ticks of the paused period are not caught up");
-    } else {
-        println!("zkcron: task {task} is not paused");
-    }
-    Ok(())
 }
 
 #[allow(clippy::disallowed_methods)] // a real deadline for a real daemon

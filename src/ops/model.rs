@@ -77,7 +77,7 @@ pub struct NodeStatus {
     pub session_age_s: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskStatus {
     pub name: String,
     pub leader: Option<String>,
@@ -456,6 +456,28 @@ pub fn schedule_of(snapshot: &Snapshot, task: &str) -> Option<Schedule> {
         schedule::parse_timezone(zone).ok()?,
     )
     .ok()
+}
+
+/// The definition of `task` that `status` reads its schedule from (see [`definition`]).
+pub fn task_entry(snapshot: &Snapshot, task: &str) -> Option<TaskSetEntry> {
+    let members = Members::new(snapshot);
+    let definers = members.definers(task);
+    definition(snapshot, task, &definers).cloned()
+}
+
+/// [`task_entry`] of every task, by name, ranking the members once (per task it would rank
+/// them again for each: quadratic on 10,000 tasks).
+pub fn task_entries(snapshot: &Snapshot) -> BTreeMap<String, TaskSetEntry> {
+    let members = Members::new(snapshot);
+    snapshot
+        .task_names()
+        .into_iter()
+        .filter_map(|name| {
+            let definers = members.definers(&name);
+            let entry = definition(snapshot, &name, &definers).cloned()?;
+            Some((name, entry))
+        })
+        .collect()
 }
 
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible

@@ -5,6 +5,7 @@
 //! its own) and [`fires`] (the one reader of what the jobs write).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cluster;
 pub mod fires;
 pub mod tmpfs;
@@ -368,17 +369,35 @@ pub fn make_odd_entries(dir: &Path) -> std::os::unix::net::UnixListener {
 
 /// `GET path` from the HTTP endpoint at `address`: the status code and the body.
 pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    http_request(address, "GET", path, &[], "")
+}
+
+/// `method path` with `headers` and `body` to the HTTP server at `address`: the status code
+/// and the body (the server answers with a length, not in chunks).
+pub fn http_request(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream =
         std::net::TcpStream::connect(address).expect("the endpoint accepts connections");
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method != "GET" {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response

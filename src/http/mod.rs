@@ -1,9 +1,12 @@
-//! The HTTP endpoint (`[http] listen`, docs/metrics.md), served with axum:
+//! The HTTP endpoint (`[http] listen`, docs/metrics.md and docs/operating.md), served with
+//! axum:
 //!
 //! - `/metrics`: [`Metrics`] in the Prometheus text format (OpenMetrics text);
 //! - `/healthz`: 200 when this node can fire (the local backend, or a connected ZooKeeper
 //!   session with a clock within `max_clock_skew`), else 503; the body says why ([`health`]);
-//! - `/status`: this node's view of the cluster as `zkcron status --json` prints it.
+//! - `/status`: this node's view of the cluster as `zkcron status --json` prints it;
+//! - `/`, `/tasks/<task>`, `/nodes/<node>`: the dashboard ([`pages`], with its [`assets`]);
+//! - `/api/...`: the HTTP API ([`api`]); both read through one cache ([`source`]).
 //!
 //! The endpoint is an observer: a daemon that cannot serve it (the port is taken) logs that at
 //! error and keeps firing ([`serve_logged`]).
@@ -16,14 +19,23 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+pub mod api;
+pub mod assets;
+pub mod chart;
+pub mod pages;
+pub mod source;
+pub mod task_page;
+pub mod words;
 
 use crate::coord::local::LocalCoordinator;
 use crate::coord::zk::ZkCoordinator;
 use crate::coord::zk::settings::{DEFAULT_MAX_CLOCK_SKEW, ZkSettings};
 use crate::coord::{Coordinator, Leadership};
+use crate::daemon::LoadedTasks;
 use crate::daemon::control::ControlConfig;
 use crate::metrics::Metrics;
 use crate::ops::model::StatusSource;
@@ -45,6 +57,9 @@ pub struct Endpoint {
     pub leadership: watch::Receiver<Leadership>,
     pub backend: Backend,
     pub status: StatusSource,
+    /// What the dashboard and the API read and change.
+    pub cache: Arc<source::Cache>,
+    pub admin: api::Admin,
 }
 
 impl Endpoint {
@@ -54,7 +69,12 @@ impl Endpoint {
         metrics: &Metrics,
         coordinator: &Arc<LocalCoordinator>,
         control: ControlConfig,
+        admin: api::Admin,
     ) -> Endpoint {
+        let cache = Arc::new(source::Cache::new(source::Source::Local {
+            config: control.clone(),
+            coordinator: coordinator.clone(),
+        }));
         let config = Arc::new(control);
         let source = coordinator.clone();
         let status: StatusSource = Arc::new(move || {
@@ -67,6 +87,8 @@ impl Endpoint {
             leadership: coordinator.leadership(),
             backend: Backend::Local,
             status,
+            cache,
+            admin,
         }
     }
 
@@ -76,8 +98,15 @@ impl Endpoint {
         metrics: &Metrics,
         coordinator: &ZkCoordinator,
         settings: &ZkSettings,
+        loaded: LoadedTasks,
+        admin: api::Admin,
     ) -> Endpoint {
         Endpoint {
+            cache: Arc::new(source::Cache::new(source::Source::Cluster {
+                settings: settings.clone(),
+                loaded,
+            })),
+            admin,
             metrics: metrics.clone(),
             leadership: coordinator.leadership(),
             backend: Backend::Zookeeper {
@@ -162,6 +191,16 @@ async fn status(State(endpoint): State<Endpoint>) -> Response {
     }
 }
 
+/// Anything else: JSON under `/api/`, a page elsewhere.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let message = format!("there is nothing at {}", uri.path());
+    if uri.path().starts_with("/api/") {
+        api::error(StatusCode::NOT_FOUND, message)
+    } else {
+        pages::error_page(StatusCode::NOT_FOUND, &message)
+    }
+}
+
 /// The served endpoint; dropping it stops serving.
 pub struct HttpServer {
     pub address: SocketAddr,
@@ -182,7 +221,18 @@ pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<H
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/status", get(status))
+        .route("/", get(pages::overview))
+        .route("/tasks/{task}", get(task_page::page))
+        .route("/nodes/{node}", get(pages::node))
+        .route("/assets/{file}", get(assets::serve))
+        .route("/api/status", get(api::status))
+        .route("/api/tasks/{task}", get(api::task))
+        .route("/api/nodes/{node}", get(api::node))
+        .route("/api/tasks/{task}/{action}", post(api::task_action))
+        .route("/api/nodes/{node}/{action}", post(api::node_action))
+        .fallback(not_found)
         .with_state(endpoint);
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let task = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%address, %error, "the HTTP endpoint stopped serving");
@@ -198,12 +248,19 @@ pub async fn serve_logged(listen: Option<SocketAddr>, endpoint: Endpoint) -> Opt
         tracing::info!("HTTP endpoint off ([http] listen = \"\")");
         return None;
     };
+    let changes_on = matches!(endpoint.admin, api::Admin::Token(_));
     match serve(address, endpoint).await {
         Ok(server) => {
             tracing::info!(
                 address = %server.address,
                 "serving /metrics, /healthz and /status on http://{}",
                 server.address
+            );
+            tracing::info!(
+                address = %server.address,
+                "the dashboard is at http://{}/ and the API under /api/ (changes {})",
+                server.address,
+                if changes_on { "on: [http] admin_token_file is set" } else { "off: no [http] admin_token_file" }
             );
             Some(server)
         }

@@ -1,0 +1,464 @@
+//! The HTTP API under `/api/` (docs/operating.md, "The HTTP API"): reads of the cluster as the
+//! dashboard shows it, and the operator's changes (trigger, pause, resume, drain, undrain)
+//! made through the commands' own code (`ops::change`).
+//!
+//! A change needs `[http] admin_token_file`: without it every POST is refused (403) and changes
+//! nothing; with it, a POST must carry `Authorization: Bearer <token>` (401 otherwise; compared
+//! in constant time) and `Content-Type: application/json`. No cookie grants anything and no
+//! CORS header is sent, so a page of another site cannot make a change. Errors are JSON
+//! `{"error": "..."}`; every accepted change is logged with what, where and the client.
+
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use super::Endpoint;
+use crate::clock::wall_clock;
+use crate::coord::records::{HistoryEntry, MarkRecord, TaskSetEntry};
+use crate::ops::change::Change;
+use crate::ops::explain::{self, Explain};
+use crate::ops::model::{self, NodeStatus, Snapshot};
+
+/// Whether this endpoint accepts changes.
+#[derive(Clone)]
+pub enum Admin {
+    /// No `[http] admin_token_file`: every change is refused.
+    Off,
+    /// Changes need this token.
+    Token(String),
+}
+
+/// How many next ticks a task's page and API show.
+pub const NEXT_TICKS: usize = 10;
+
+/// An error answer: `{"error": message}` with `status`.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    ApiError::new(status, message).into_response()
+}
+
+/// Why a request fails: its status and message (JSON in the API, a page in the dashboard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        #[derive(Serialize)]
+        struct Error {
+            error: String,
+        }
+        (
+            self.status,
+            Json(Error {
+                error: self.message,
+            }),
+        )
+            .into_response()
+    }
+}
+
+/// The snapshot, or the 503 that says why it cannot be read.
+pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, ApiError> {
+    endpoint
+        .cache
+        .snapshot()
+        .await
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))
+}
+
+/// `GET /api/status`: `zkcron status --json`.
+pub async fn status(State(endpoint): State<Endpoint>) -> Response {
+    match snapshot(&endpoint).await {
+        Ok(snapshot) => Json(model::status(&snapshot, wall_clock())).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// How this node's jobs dir defines a task (what the cluster's task set does not hold).
+#[derive(Debug, Clone, Serialize)]
+pub struct Loaded {
+    /// The node whose jobs dir this is (the one serving the page).
+    pub node: String,
+    pub file: String,
+    pub description: Option<String>,
+    pub command: String,
+    pub enabled: bool,
+}
+
+/// `GET /api/tasks/<task>`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskDetail {
+    pub task: String,
+    /// The definition the leader (else an eligible node) published.
+    pub definition: Option<TaskSetEntry>,
+    /// The task as the serving node loaded it, if it defines it.
+    pub loaded: Option<Loaded>,
+    pub explain: Explain,
+    /// The next ticks (UTC), after the fire record when it is ahead.
+    pub next_ticks: Vec<DateTime<Utc>>,
+    pub paused: Option<MarkRecord>,
+    /// Newest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// Everything a task's page shows; 404 when no live node defines it.
+pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, ApiError> {
+    let snapshot = snapshot(endpoint).await?;
+    let now = wall_clock();
+    let Some(explain) = explain::explain(&snapshot, task, now) else {
+        let unknown = crate::ops::unknown_task(&snapshot, task);
+        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
+    };
+    let definition = model::task_entry(&snapshot, task);
+    let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
+    let mut history = endpoint
+        .cache
+        .history(task)
+        .await
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?
+        .as_ref()
+        .clone();
+    history.reverse();
+    let loaded = endpoint.cache.source.loaded(task).map(|spec| Loaded {
+        node: endpoint.cache.source.node_id().to_string(),
+        file: spec.path.display().to_string(),
+        description: spec.extras.description.clone(),
+        command: match &spec.command {
+            crate::task::CommandLine::Argv(argv) => format!("{argv:?}"),
+            crate::task::CommandLine::Shell(line) => line.clone(),
+        },
+        enabled: spec.enabled,
+    });
+    Ok(TaskDetail {
+        task: task.to_string(),
+        definition,
+        loaded,
+        paused: snapshot.paused.get(task).cloned(),
+        explain,
+        next_ticks,
+        history,
+    })
+}
+
+fn next_ticks(
+    snapshot: &Snapshot,
+    task: &str,
+    entry: Option<&TaskSetEntry>,
+    now: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let Some(expression) = entry.and_then(|e| e.schedule.as_deref()) else {
+        return Vec::new();
+    };
+    let zone = entry.and_then(|e| e.timezone.as_deref()).unwrap_or("UTC");
+    let Ok(timezone) = crate::schedule::parse_timezone(zone) else {
+        return Vec::new();
+    };
+    let Ok(schedule) = crate::schedule::Schedule::parse(expression, timezone) else {
+        return Vec::new();
+    };
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    let after = record.map_or(now, |r| r.max(now));
+    schedule.ticks_after(after).take(NEXT_TICKS).collect()
+}
+
+/// `GET /api/tasks/<task>`.
+pub async fn task(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
+    match task_detail(&endpoint, &task).await {
+        Ok(detail) => Json(detail).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// A run in flight: claimed to run, with no result of its tick yet.
+#[derive(Debug, Clone, Serialize)]
+pub struct InFlight {
+    pub task: String,
+    pub tick: DateTime<Utc>,
+    pub claimed_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /api/nodes/<node>`.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeDetail {
+    pub node: NodeStatus,
+    /// The tasks whose lease it holds.
+    pub leads: Vec<String>,
+    pub in_flight: Vec<InFlight>,
+}
+
+/// Everything a node's page shows; 404 when it is not a live member.
+pub async fn node_detail(endpoint: &Endpoint, node: &str) -> Result<NodeDetail, ApiError> {
+    let snapshot = snapshot(endpoint).await?;
+    let status = model::status(&snapshot, wall_clock());
+    let Some(found) = status.nodes.into_iter().find(|n| n.id == node) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown node {node}: it is not a live member"),
+        ));
+    };
+    let leads = snapshot
+        .leases
+        .iter()
+        .filter(|(_, lease)| lease.node == node)
+        .map(|(task, _)| task.clone())
+        .collect();
+    let in_flight = snapshot
+        .fire_records
+        .iter()
+        .filter(|(_, r)| r.run && r.node == node)
+        .filter_map(|(task, r)| {
+            let tick = r.tick?;
+            let ended = snapshot
+                .results
+                .get(task)
+                .is_some_and(|res| res.tick >= tick);
+            (!ended).then(|| InFlight {
+                task: task.clone(),
+                tick,
+                claimed_at: r.claimed_at,
+            })
+        })
+        .collect();
+    Ok(NodeDetail {
+        node: found,
+        leads,
+        in_flight,
+    })
+}
+
+/// `GET /api/nodes/<node>`.
+pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) -> Response {
+    match node_detail(&endpoint, &node).await {
+        Ok(detail) => Json(detail).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// What a POST asks, once authorized: `{"reason": ...}` for pause, nothing else.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Refuses a POST unless changes are on, it carries the token and it is JSON.
+fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Admin::Token(token) = &endpoint.admin else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "changes through the HTTP API are off on this node: set [http] admin_token_file in \
+             zkcron.toml to a file holding a token (mode 0600, e.g. made by `openssl rand -hex \
+             32`), restart zkcron, and send the token as `Authorization: Bearer <token>`",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(given) = given else {
+        return Err(unauthorized(
+            "this change needs the admin token: send `Authorization: Bearer <token>` (the token \
+             in [http] admin_token_file)",
+        ));
+    };
+    if !bool::from(given.trim().as_bytes().ct_eq(token.as_bytes())) {
+        return Err(unauthorized(
+            "wrong admin token: send the one in [http] admin_token_file",
+        ));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a change must be sent with `Content-Type: application/json`",
+        ));
+    }
+    Ok(())
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, message)
+}
+
+/// `POST /api/tasks/<task>/<action>`: trigger, pause, resume.
+pub async fn task_action(
+    State(endpoint): State<Endpoint>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path((task, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let change = match action.as_str() {
+        "trigger" => Change::Trigger { task },
+        "pause" => Change::Pause { task, reason: None },
+        "resume" => Change::Resume { task },
+        _ => return unknown_action(&action, "trigger, pause or resume"),
+    };
+    act(&endpoint, client, &headers, &body, change).await
+}
+
+/// `POST /api/nodes/<node>/<action>`: drain, undrain.
+pub async fn node_action(
+    State(endpoint): State<Endpoint>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path((node, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let change = match action.as_str() {
+        "drain" => Change::Drain { node },
+        "undrain" => Change::Undrain { node },
+        _ => return unknown_action(&action, "drain or undrain"),
+    };
+    act(&endpoint, client, &headers, &body, change).await
+}
+
+fn unknown_action(action: &str, known: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("unknown action {action:?}: POST {known}"),
+    )
+}
+
+/// What an accepted change answers.
+#[derive(Debug, Serialize)]
+struct Accepted {
+    ok: bool,
+    /// What `zkcron <action>` would have printed.
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fire_id: Option<String>,
+}
+
+/// Why `change` with `body` is refused before it is tried, if it is: not authorized, a body
+/// that is no JSON object, a reason for anything but pause, a node change on the local
+/// backend, an unknown task. Else the body.
+async fn refusal(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+    change: &Change,
+) -> Result<Body, ApiError> {
+    authorize(endpoint, headers)?;
+    let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
+        Body::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be a JSON object such as {{\"reason\": \"...\"}}: {e}"),
+            )
+        })?
+    };
+    if body.reason.is_some() && !matches!(change, Change::Pause { .. }) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "only pause takes a reason",
+        ));
+    }
+    match change {
+        Change::Drain { .. } | Change::Undrain { .. }
+            if endpoint.backend == super::Backend::Local =>
+        {
+            Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("`zkcron {}` {}", change.name(), crate::ops::CLUSTER_ONLY),
+            ))
+        }
+        Change::Trigger { task } | Change::Pause { task, .. } | Change::Resume { task } => {
+            let snapshot = snapshot(endpoint).await?;
+            if crate::ops::defined(&snapshot, task) {
+                Ok(body)
+            } else {
+                let unknown = crate::ops::unknown_task(&snapshot, task);
+                Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")))
+            }
+        }
+        Change::Drain { .. } | Change::Undrain { .. } => Ok(body),
+    }
+}
+
+/// Makes `change` unless it is refused, and logs it.
+async fn act(
+    endpoint: &Endpoint,
+    client: SocketAddr,
+    headers: &HeaderMap,
+    body: &[u8],
+    mut change: Change,
+) -> Response {
+    let body = match refusal(endpoint, headers, body, &change).await {
+        Ok(body) => body,
+        Err(refused) if refused.status == StatusCode::UNAUTHORIZED => {
+            let mut response = refused.into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return response;
+        }
+        Err(refused) => return refused.into_response(),
+    };
+    if let Change::Pause { reason, .. } = &mut change {
+        reason.clone_from(&body.reason);
+    }
+    let (action, target) = match &change {
+        Change::Trigger { task } | Change::Pause { task, .. } | Change::Resume { task } => {
+            (change.name(), format!("task {task}"))
+        }
+        Change::Drain { node } | Change::Undrain { node } => {
+            (change.name(), format!("node {node}"))
+        }
+    };
+    let by = format!("{} (HTTP API, client {client})", crate::ops::operator());
+    match endpoint.cache.source.change(change, by).await {
+        Ok(done) => {
+            endpoint.cache.forget().await;
+            let reason = body.reason.as_deref().unwrap_or("");
+            tracing::info!(
+                action,
+                target = %target,
+                client = %client,
+                reason,
+                "HTTP API: {action} {target} for {client}{}",
+                if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (reason: {reason})")
+                }
+            );
+            Json(Accepted {
+                ok: true,
+                message: done.said.join("\n"),
+                note: done.note,
+                fire_id: done.fire_id,
+            })
+            .into_response()
+        }
+        Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}

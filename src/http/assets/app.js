@@ -1,0 +1,137 @@
+// zkcron's dashboard: refreshes the page's tables, sorts and filters them, and sends the
+// operator's changes with the admin token (kept in this tab's sessionStorage only). The pages
+// work without it: the server renders every table and filters with ?q=.
+"use strict";
+(function () {
+  const REFRESH_MS = 5000;
+  const sorted = {}; // table id -> [column index, ascending]
+
+  function cellText(row, i) {
+    const cell = row.cells[i];
+    return cell ? (cell.dataset.sort || cell.textContent.trim()) : "";
+  }
+
+  function sortTable(table, column, ascending) {
+    const body = table.tBodies[0];
+    if (!body) return;
+    const rows = Array.from(body.rows);
+    rows.sort((a, b) => {
+      const x = cellText(a, column), y = cellText(b, column);
+      const order = x.localeCompare(y, undefined, { numeric: true });
+      return ascending ? order : -order;
+    });
+    rows.forEach((row) => body.appendChild(row));
+    table.querySelectorAll("thead th").forEach((th, i) => {
+      if (i === column) th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+    });
+    sorted[table.id] = [column, ascending];
+  }
+
+  function makeSortable(table) {
+    table.querySelectorAll("thead th").forEach((th, i) => {
+      if (th.querySelector("button")) return;
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = th.textContent;
+      button.title = "Sort by " + th.textContent;
+      th.textContent = "";
+      th.appendChild(button);
+      button.addEventListener("click", () => {
+        const [column, ascending] = sorted[table.id] || [-1, false];
+        sortTable(table, i, column === i ? !ascending : true);
+      });
+    });
+    const again = sorted[table.id];
+    if (again) sortTable(table, again[0], again[1]);
+  }
+
+  function applyFilter() {
+    const input = document.getElementById("filter");
+    if (!input) return;
+    const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    document.querySelectorAll("table[data-filterable] tbody tr").forEach((row) => {
+      const text = row.textContent.toLowerCase();
+      row.hidden = !words.every((w) => text.includes(w));
+    });
+  }
+
+  function enhance() {
+    document.querySelectorAll("table[id]").forEach(makeSortable);
+    applyFilter();
+  }
+
+  // Replaces the refreshable part of the page with the server's current one.
+  async function refresh() {
+    if (document.hidden) return;
+    try {
+      const response = await fetch(location.pathname + location.search, { headers: { Accept: "text/html" } });
+      if (!response.ok) return;
+      const page = new DOMParser().parseFromString(await response.text(), "text/html");
+      const fresh = page.getElementById("live");
+      const live = document.getElementById("live");
+      if (fresh && live) {
+        live.replaceWith(fresh);
+        enhance();
+        const stamp = document.getElementById("refreshed");
+        if (stamp) stamp.textContent = "updated " + new Date().toLocaleTimeString();
+      }
+    } catch (e) {
+      // The node is restarting or unreachable: the next refresh tries again.
+    }
+  }
+
+  function token() {
+    let t = sessionStorage.getItem("zkcron-admin-token");
+    if (!t) {
+      const input = document.getElementById("token");
+      t = input ? input.value.trim() : "";
+      if (t) sessionStorage.setItem("zkcron-admin-token", t);
+    }
+    return t;
+  }
+
+  async function act(form, submitter) {
+    const out = document.getElementById("action-result");
+    const body = {};
+    const reason = form.querySelector("[name=reason]");
+    if (submitter.value === "pause" && reason && reason.value.trim()) body.reason = reason.value.trim();
+    const t = token();
+    if (!t) {
+      out.textContent = "Enter the admin token first.";
+      document.getElementById("token").focus();
+      return;
+    }
+    const response = await fetch(form.dataset.api + "/" + submitter.value, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: "Bearer " + t },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json().catch(() => ({ error: "no JSON answer" }));
+    if (response.status === 401) sessionStorage.removeItem("zkcron-admin-token");
+    out.textContent = response.ok
+      ? answer.message + (answer.note ? " (" + answer.note + ")" : "")
+      : "Refused (" + response.status + "): " + answer.error;
+    out.className = response.ok ? "ok" : "bad";
+    refresh();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    enhance();
+    const input = document.getElementById("filter");
+    if (input) input.addEventListener("input", applyFilter);
+    const forget = document.getElementById("forget-token");
+    if (forget) forget.addEventListener("click", () => {
+      sessionStorage.removeItem("zkcron-admin-token");
+      document.getElementById("token").value = "";
+    });
+    document.querySelectorAll("form.actions").forEach((form) => {
+      form.hidden = false;
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        act(form, event.submitter);
+      });
+    });
+    setInterval(refresh, REFRESH_MS);
+  });
+})();

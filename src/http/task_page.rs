@@ -1,0 +1,175 @@
+//! A task's page (`/tasks/<task>`): its definition, the ranked candidates and why (what
+//! `zkcron explain` says), its next ticks, its history with a chart of duration and lateness,
+//! and the changes (trigger, pause with a reason, resume).
+
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Response};
+use maud::{Markup, html};
+
+use super::Endpoint;
+use super::api::{self, TaskDetail};
+use super::chart;
+use super::pages::{actions, as_page, href, instant, labels, layout, state};
+use crate::coord::records::RunTrigger;
+use crate::ops::render;
+
+/// `GET /tasks/<task>`.
+pub async fn page(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
+    match api::task_detail(&endpoint, &task).await {
+        Ok(detail) => {
+            let body = body(&endpoint, &detail);
+            Html(layout(&endpoint, &format!("task {task}"), body).into_string()).into_response()
+        }
+        Err(error) => as_page(error),
+    }
+}
+
+/// The page's main part.
+pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
+    let status = &detail.explain.status;
+    let (word, class) = state(status);
+    html! {
+        h1 { "Task " (detail.task) }
+        div #live {
+            p { "State: " span class=(class) { (word) }
+                @if let Some(problem) = &status.problem { " — " (problem) } }
+            @if let Some(paused) = &detail.paused {
+                p.warn { "Paused since " (instant(paused.at)) " by " (paused.by) "." }
+            }
+            (definition(detail))
+            (candidates(detail))
+            (next_ticks(detail))
+            section aria-labelledby="history" {
+                h2 #history { "History (" (detail.history.len()) " runs)" }
+                (chart::chart(&detail.history))
+                (history(detail))
+            }
+        }
+        (actions(
+            endpoint,
+            &href("api/tasks", &detail.task),
+            &[("trigger", "Trigger now"), ("pause", "Pause"), ("resume", "Resume")],
+            true,
+        ))
+    }
+}
+
+fn definition(detail: &TaskDetail) -> Markup {
+    html! {
+        section aria-labelledby="definition" {
+            h2 #definition { "Definition" }
+            dl {
+                @if let Some(entry) = &detail.definition {
+                    @if let Some(schedule) = &entry.schedule {
+                        dt { "Schedule" }
+                        dd {
+                            @if let Some(words) = super::words::describe(schedule) { (words) ", " }
+                            code { (schedule) } " in " (entry.timezone.as_deref().unwrap_or("UTC"))
+                        }
+                    }
+                    dt { "Digest" } dd { code { (entry.digest) } }
+                    @if let Some(req) = &entry.version_req { dt { "version_req" } dd { code { (req) } } }
+                    @if !entry.require_labels.is_empty() {
+                        dt { "require_labels" } dd { (labels(&entry.require_labels)) }
+                    }
+                }
+                @if let Some(loaded) = &detail.loaded {
+                    dt { "Description" }
+                    dd { (loaded.description.as_deref().unwrap_or("none")) }
+                    dt { "Command" } dd { code { (loaded.command) } }
+                    dt { "File" } dd { code { (loaded.file) } " on " (loaded.node) }
+                    dt { "Enabled" } dd { (if loaded.enabled { "yes" } else { "no" }) }
+                } @else {
+                    dt { "Description, command" }
+                    dd.muted { "this node does not define the task: see a node that does" }
+                }
+            }
+        }
+    }
+}
+
+fn candidates(detail: &TaskDetail) -> Markup {
+    let explain = &detail.explain;
+    html! {
+        section aria-labelledby="candidates" {
+            h2 #candidates { "Who may lead it" }
+            p {
+                @match &explain.lease {
+                    Some(lease) => {
+                        "Lease held by " a href=(href("nodes", &lease.node)) { (lease.node) }
+                        " for " (render::seconds(lease.held_s))
+                        (if lease.designated { " (the designated leader)." } else { " (covering for the designated leader)." })
+                    }
+                    None => span.bad { "No node holds the lease." },
+                }
+            }
+            div.table-wrap { table #candidates-table {
+                thead { tr {
+                    th scope="col" { "Rank" } th scope="col" { "Node" } th scope="col" { "Release" }
+                    th scope="col" { "Why" } th scope="col" { "Score" }
+                } }
+                tbody { @for c in &explain.candidates { tr {
+                    td { @if let Some(rank) = c.rank { (rank) } @else { "–" } }
+                    th scope="row" { a href=(href("nodes", &c.node)) { (c.node) } }
+                    td { (c.release) }
+                    td class=(if c.eligible { "ok" } else { "warn" }) { (c.reason) }
+                    td { code { (c.score) } }
+                } } }
+            } }
+            @if !explain.not_defining.is_empty() {
+                p.muted { "Live nodes that do not define it: " (explain.not_defining.join(", ")) }
+            }
+        }
+    }
+}
+
+fn next_ticks(detail: &TaskDetail) -> Markup {
+    let zone = detail
+        .definition
+        .as_ref()
+        .and_then(|d| d.timezone.as_deref())
+        .and_then(|z| crate::schedule::parse_timezone(z).ok())
+        .unwrap_or(chrono_tz::UTC);
+    html! {
+        section aria-labelledby="next" {
+            h2 #next { "Next ticks" }
+            @if detail.next_ticks.is_empty() { p.muted { "None known." } } @else {
+                div.table-wrap { table #next-table {
+                    thead { tr { th scope="col" { "In " (zone.name()) } th scope="col" { "UTC" } } }
+                    tbody { @for tick in &detail.next_ticks { tr {
+                        td { (tick.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z")) }
+                        td { (instant(*tick)) }
+                    } } }
+                } }
+            }
+        }
+    }
+}
+
+fn history(detail: &TaskDetail) -> Markup {
+    html! {
+        @if detail.history.is_empty() { p.muted { "No recorded runs yet." } } @else {
+            div.table-wrap { table #history-table data-filterable {
+                thead { tr {
+                    th scope="col" { "Fire id" } th scope="col" { "Tick" } th scope="col" { "Node" }
+                    th scope="col" { "Release" } th scope="col" { "Started" } th scope="col" { "Duration" }
+                    th scope="col" { "Lateness" } th scope="col" { "Result" } th scope="col" { "Trigger" }
+                } }
+                tbody { @for run in &detail.history { tr {
+                    th scope="row" { code { (run.fire_id) } }
+                    td { (instant(run.tick)) }
+                    td { a href=(href("nodes", &run.node)) { (run.node) } }
+                    td { (run.release) }
+                    td { (instant(run.started_at)) }
+                    td data-sort=(format!("{:012}", run.duration_ms)) { (render::millis(run.duration_ms)) }
+                    td { (format!("{:.3}s", chart::lateness_s(run))) }
+                    td class=(if run.success { "ok" } else { "bad" }) {
+                        (render::outcome(run.success, run.exit_code, run.signal))
+                        @if run.attempts > 1 { " after " (run.attempts) " attempts" }
+                    }
+                    td { (match run.trigger { RunTrigger::Schedule => "schedule", RunTrigger::Manual => "manual" }) }
+                } } }
+            } }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! An operator's change to the scheduler (trigger, pause, resume, drain, undrain) as both the
+//! commands and the HTTP API (`crate::http::api`) make it: one code path per backend, which
+//! answers what to tell the operator instead of printing it.
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+
+use super::cluster::ClusterClient;
+use super::local::{self, Request};
+use super::model::{self, Snapshot};
+use super::{CLUSTER_ONLY, defined, render, unknown_task};
+use crate::clock::wall_clock;
+use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord, TriggerState};
+
+/// One change, on a task or a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Trigger {
+        task: String,
+    },
+    /// `reason`: `zkcron pause --reason`, or the API's `{"reason": ...}`.
+    Pause {
+        task: String,
+        reason: Option<String>,
+    },
+    Resume {
+        task: String,
+    },
+    Drain {
+        node: String,
+    },
+    Undrain {
+        node: String,
+    },
+}
+
+impl Change {
+    /// The command's name: `trigger`, `pause`, ...
+    pub fn name(&self) -> &'static str {
+        match self {
+            Change::Trigger { .. } => "trigger",
+            Change::Pause { .. } => "pause",
+            Change::Resume { .. } => "resume",
+            Change::Drain { .. } => "drain",
+            Change::Undrain { .. } => "undrain",
+        }
+    }
+}
+
+/// What a change did, in the commands' words (without their `zkcron: ` prefix).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Done {
+    /// The lines the command prints on standard output.
+    pub said: Vec<String>,
+    /// A note the command prints on standard error (`trigger` without `--wait`).
+    pub note: Option<String>,
+    /// The manual run's fire id, for `trigger`.
+    pub fire_id: Option<String>,
+}
+
+impl Done {
+    fn said(line: String) -> Done {
+        Done {
+            said: vec![line],
+            ..Done::default()
+        }
+    }
+}
+
+fn mark(now: DateTime<Utc>, by: &str, reason: Option<String>) -> MarkRecord {
+    MarkRecord {
+        format: FORMAT_VERSION,
+        at: now,
+        by: by.to_string(),
+        reason,
+    }
+}
+
+fn since(mark: &MarkRecord, what: &str) -> String {
+    let because = mark
+        .reason
+        .as_ref()
+        .map(|reason| format!(": {reason}"))
+        .unwrap_or_default();
+    format!(
+        "{what} since {} by {}{because}",
+        render::instant(mark.at),
+        mark.by
+    )
+}
+
+/// The cluster's snapshot without tasks' details, once `task` is known to be defined by a live
+/// node (else the error says so).
+pub(super) async fn defined_in_cluster(
+    client: &ClusterClient,
+    task: &str,
+) -> anyhow::Result<Snapshot> {
+    let snapshot = client.snapshot(Some(&[])).await?;
+    if !defined(&snapshot, task) {
+        return Err(unknown_task(&snapshot, task));
+    }
+    Ok(snapshot)
+}
+
+/// Makes `change` in the cluster, in the name of `by` (`user@host`).
+pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> anyhow::Result<Done> {
+    let now = wall_clock();
+    match change {
+        Change::Trigger { task } => trigger_in_cluster(client, task, by).await,
+        Change::Pause { task, reason } => {
+            defined_in_cluster(client, task).await?;
+            let paused = client
+                .mark(
+                    &client.paths.paused_dir(),
+                    task,
+                    &mark(now, by, reason.clone()),
+                )
+                .await?;
+            Ok(Done::said(match paused {
+                None => format!(
+                    "task {task} paused: nothing fires until `zkcron resume {task}` (a `zkcron \
+                     trigger` still runs it)"
+                ),
+                Some(old) => format!("task {task} is already {}", since(&old, "paused")),
+            }))
+        }
+        Change::Resume { task } => Ok(Done::said(match client.resume(task, now).await? {
+            Some(old) => format!(
+                "task {task} resumed (it was {}); the ticks of the paused period are not caught up",
+                since(&old, "paused")
+            ),
+            None => format!("task {task} is not paused"),
+        })),
+        Change::Drain { node } => drain_in_cluster(client, node, &mark(now, by, None)).await,
+        Change::Undrain { node } => Ok(Done::said(
+            match client.unmark(&client.paths.drain(node)).await? {
+                Some(old) => format!(
+                    "node {node} undrained (it was {}); it takes its share of the leases again",
+                    since(&old, "drained")
+                ),
+                None => format!("node {node} is not drained"),
+            },
+        )),
+    }
+}
+
+/// Requests a manual run of `task`; the note says why it may wait.
+async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> anyhow::Result<Done> {
+    let snapshot = defined_in_cluster(client, task).await?;
+    let record = TriggerRecord {
+        format: FORMAT_VERSION,
+        task: task.to_string(),
+        requested_at: wall_clock(),
+        by: by.to_string(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+    };
+    let fire_id = client.request_trigger(&record).await?;
+    Ok(Done {
+        said: vec![format!(
+            "task {task}: manual run requested, fire id {fire_id}"
+        )],
+        note: model::no_one_may_run(&snapshot, task).map(|why| {
+            format!("{why}; the run waits until a node may run the task (`zkcron explain {task}`)")
+        }),
+        fire_id: Some(fire_id),
+    })
+}
+
+/// Drains `node`; a node not registered yet is drained when it registers.
+async fn drain_in_cluster(
+    client: &ClusterClient,
+    node: &str,
+    mark: &MarkRecord,
+) -> anyhow::Result<Done> {
+    let paths = &client.paths;
+    let registered = client.exists(&paths.member(node)).await?.is_some();
+    let mut said = vec![match client.mark(&paths.drained(), node, mark).await? {
+        None => format!(
+            "node {node} drained: it gives up its leases and takes none until `zkcron undrain \
+             {node}`; its running jobs finish"
+        ),
+        Some(old) => format!("node {node} is already {}", since(&old, "drained")),
+    }];
+    if !registered {
+        said.push(format!(
+            "note: node {node} is not registered in cluster {} now; the mark applies when it \
+             registers",
+            client.cluster
+        ));
+    }
+    Ok(Done {
+        said,
+        ..Done::default()
+    })
+}
+
+/// Asks the local backend's daemon using `state_dir` to make `change`, in the name of `by`.
+/// Blocking: it talks over the daemon's control socket.
+pub fn on_local(state_dir: &std::path::Path, change: &Change, by: &str) -> anyhow::Result<Done> {
+    let by = by.to_string();
+    let request = match change {
+        Change::Drain { .. } | Change::Undrain { .. } => {
+            anyhow::bail!("`zkcron {}` {CLUSTER_ONLY}", change.name())
+        }
+        Change::Trigger { task } => Request::Trigger {
+            task: task.clone(),
+            by,
+        },
+        Change::Pause { task, reason } => Request::Pause {
+            task: task.clone(),
+            by,
+            reason: reason.clone(),
+        },
+        Change::Resume { task } => Request::Resume {
+            task: task.clone(),
+            by,
+        },
+    };
+    let reply = local::ask(state_dir, &request)?;
+    let changed = reply.changed == Some(true);
+    Ok(match change {
+        Change::Trigger { task } => {
+            let fire_id = reply.fire_id.context("the daemon's reply has no fire id")?;
+            Done {
+                said: vec![format!(
+                    "task {task}: manual run requested, fire id {fire_id}"
+                )],
+                note: None,
+                fire_id: Some(fire_id),
+            }
+        }
+        Change::Pause { task, .. } if changed => Done::said(format!(
+            "task {task} paused: nothing fires until `zkcron resume {task}` (a `zkcron trigger` \
+             still runs it)"
+        )),
+        Change::Pause { task, .. } => Done::said(format!("task {task} is already paused")),
+        Change::Resume { task } if changed => Done::said(format!(
+            "task {task} resumed; the ticks of the paused period are not caught up"
+        )),
+        Change::Resume { task } => Done::said(format!("task {task} is not paused")),
+        Change::Drain { .. } | Change::Undrain { .. } => unreachable!("refused above"),
+    })
+}

@@ -1,0 +1,548 @@
+//! The dashboard and the HTTP API of a real daemon, in headless Chromium: against the embedded
+//! backend and a real 3-node cluster, the overview names every task and its leader, a task page
+//! lists its runs, the filter narrows the table, a task file's markup shows as text, no console
+//! error, and a change works with the admin token and is refused without it. Screenshots go to
+//! `target/dashboard/`. The API's refusals (no token file, no token, wrong token, not JSON) and
+//! the token file's checks are tested without a browser.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::browser::Browser;
+use common::cluster::Cluster;
+use common::{Scratch, http_get, http_request, run_zkcron, wait_for};
+use serde_json::Value;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A description only a browser that treats it as markup would act on.
+const EVIL: &str = "<script>alert(1)</script><img src=x onerror=\"console.error('xss')\">";
+
+fn every_second(name: &str) -> String {
+    format!("schedule = \"* * * * * *\"\ncommand = \"true\"\ndescription = '''{name} {EVIL}'''\n")
+}
+
+const DAILY: &str =
+    "schedule = \"30 2 * * *\"\ntimezone = \"Europe/Paris\"\ncommand = [\"true\"]\n";
+
+/// Writes the admin token file in `dir`, mode 0600; its path.
+fn token_file(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("admin.token");
+    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn screenshots() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/dashboard")
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn post(address: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(bearer) = &bearer {
+        headers.push(("Authorization", bearer));
+    }
+    let (code, body) = http_request(address, "POST", path, &headers, body);
+    (code, json(&body))
+}
+
+/// The overview's task rows as (task, leader) as the browser shows them.
+fn task_rows(browser: &Browser) -> Vec<(String, String)> {
+    let rows = browser.execute(
+        "return Array.from(document.querySelectorAll('#tasks-table tbody tr'))
+            .filter(r => !r.hidden)
+            .map(r => [r.cells[0].innerText, r.cells[2].innerText]);",
+        vec![],
+    );
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().into(), r[1].as_str().unwrap().into()))
+        .collect()
+}
+
+/// What every dashboard test checks in the browser, against the endpoint at `address` whose
+/// tasks `tick` (every second, failing never) and `backup` are led by `leaders`.
+fn check_in_browser(browser: &Browser, address: &str, leaders: &[(&str, &str)], name: &str) {
+    browser.goto(&format!("http://{address}/"));
+    wait_for(
+        "the overview to list every task with its leader",
+        LIMIT,
+        || {
+            let rows = task_rows(browser);
+            leaders
+                .iter()
+                .all(|(task, leader)| rows.contains(&(task.to_string(), leader.to_string())))
+        },
+    );
+    browser.screenshot(&screenshots().join(format!("{name}-overview.png")));
+    // It stays current without a reload: tick's last run (every second) moves on by itself.
+    let last_run = "return Array.from(document.querySelectorAll('#tasks-table tbody tr'))
+        .find(r => r.cells[0].innerText === 'tick').cells[5].innerText;";
+    let before = browser.execute(last_run, vec![]);
+    wait_for("the overview to refresh itself", LIMIT, || {
+        browser.execute(last_run, vec![]) != before
+            && browser.text_of("#refreshed").starts_with("updated")
+    });
+
+    browser.type_into("#filter", "backup");
+    let rows = task_rows(browser);
+    assert_eq!(rows.len(), 1, "the filter left {rows:?}");
+    assert_eq!(rows[0].0, "backup");
+
+    browser.goto(&format!("http://{address}/tasks/tick"));
+    wait_for("the task page to list tick's runs", LIMIT, || {
+        browser.text_of("#history-table tbody").contains("tick@")
+    });
+    let definition = browser.text_of("#definition + dl");
+    assert!(
+        definition.contains(EVIL),
+        "the description as text: {definition}"
+    );
+    assert_eq!(
+        browser.execute(
+            "return document.querySelectorAll('main img, main script').length;",
+            vec![]
+        ),
+        0
+    );
+    assert_eq!(browser.open_dialog(), None, "a dialog opened");
+    browser.screenshot(&screenshots().join(format!("{name}-task.png")));
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
+/// Pauses `backup` from its page: refused without the token and with a wrong one, done with it.
+fn pause_from_the_page(browser: &Browser, address: &str) {
+    browser.goto(&format!("http://{address}/tasks/backup"));
+    browser.type_into("#reason", "maintenance window");
+    browser.click("button[value=pause]");
+    wait_for("the page to ask for the token", LIMIT, || {
+        browser
+            .text_of("#action-result")
+            .contains("Enter the admin token first")
+    });
+    browser.type_into("#token", "not-the-token-at-all");
+    browser.click("button[value=pause]");
+    wait_for("the wrong token to be refused", LIMIT, || {
+        browser.text_of("#action-result").contains("Refused (401)")
+    });
+    let (_, status) = http_get(address, "/api/status");
+    assert!(
+        !status.contains("\"paused\": true")
+            && !json(&status)["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["paused"] == true)
+    );
+
+    browser.execute(
+        "document.getElementById('token').value = arguments[0];",
+        vec![TOKEN.into()],
+    );
+    browser.click("button[value=pause]");
+    wait_for("the pause to be done", LIMIT, || {
+        browser
+            .text_of("#action-result")
+            .contains("task backup paused")
+    });
+    wait_for("the page to show backup paused", LIMIT, || {
+        browser.text_of("main").contains("Paused since")
+    });
+    let (_, status) = http_get(address, "/api/status");
+    let backup = json(&status)["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "backup")
+        .cloned()
+        .unwrap();
+    assert_eq!(backup["paused"], true, "{backup}");
+    let errors = browser.console_errors();
+    // The refused POST is logged by the browser as a failed resource (401): that one only.
+    assert!(
+        errors.iter().all(|e| e.contains("401")),
+        "console errors: {errors:?}"
+    );
+}
+
+#[test]
+fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
+    let scratch = Scratch::new();
+    let token = token_file(scratch.path());
+    scratch.write_config(&format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = \"{}\"\n",
+        token.display()
+    ));
+    scratch.write_task("tick", &every_second("tick"));
+    scratch.write_task("backup", DAILY);
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+
+    let browser = Browser::start();
+    check_in_browser(
+        &browser,
+        &address,
+        &[("tick", "test-node"), ("backup", "test-node")],
+        "local",
+    );
+    pause_from_the_page(&browser, &address);
+    assert!(
+        daemon
+            .log()
+            .contains("HTTP API: pause task backup for 127.0.0.1:"),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        daemon.log().contains("reason: maintenance window"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
+    let mut cluster = Cluster::new();
+    let token = token_file(cluster.path());
+    cluster.write_task("tick", &every_second("tick"));
+    cluster.write_task("backup", DAILY);
+    for id in ["node-a", "node-b", "node-c"] {
+        let node = cluster.new_node(id);
+        let node = common::zk::ClusterNode {
+            config: format!(
+                "[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = \"{}\"\n",
+                token.display()
+            ),
+            ..node
+        };
+        cluster.start(node);
+    }
+    let address = cluster.nodes["node-b"].served_address();
+    let leaders = || -> Vec<(String, String)> {
+        let (_, body) = http_get(&address, "/api/status");
+        json(&body)["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t["name"].as_str()?.to_string(),
+                    t["leader"].as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    cluster.wait("both tasks to have a leader", LIMIT, |_| {
+        leaders().len() == 2
+    });
+    let leaders = leaders();
+    let leaders: Vec<(&str, &str)> = leaders
+        .iter()
+        .map(|(t, l)| (t.as_str(), l.as_str()))
+        .collect();
+
+    let browser = Browser::start();
+    check_in_browser(&browser, &address, &leaders, "cluster");
+    let overview = {
+        browser.goto(&format!("http://{address}/"));
+        browser.text()
+    };
+    for id in ["node-a", "node-b", "node-c"] {
+        assert!(
+            overview.contains(id),
+            "{id} missing from the overview:\n{overview}"
+        );
+    }
+    pause_from_the_page(&browser, &address);
+    assert!(
+        cluster.nodes["node-b"]
+            .log()
+            .contains("HTTP API: pause task backup for 127.0.0.1:"),
+        "{}",
+        cluster.logs()
+    );
+
+    // Drain and undrain through the API, as `zkcron drain` does.
+    let drained = || {
+        let (code, body) = http_get(&address, "/api/nodes/node-c");
+        assert_eq!(code, 200, "{body}");
+        json(&body)["node"]["drained"] == true
+    };
+    assert!(!drained());
+    let (code, answer) = post(&address, "/api/nodes/node-c/drain", None, "{}");
+    assert_eq!(code, 401, "{answer}");
+    assert!(!drained(), "refused, so nothing changed");
+    let (code, answer) = post(&address, "/api/nodes/node-c/drain", Some(TOKEN), "{}");
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node node-c drained:"),
+        "{answer}"
+    );
+    assert!(drained());
+    let (code, answer) = post(&address, "/api/nodes/node-c/undrain", Some(TOKEN), "{}");
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node node-c undrained (it was drained since"),
+        "{answer}"
+    );
+    assert!(!drained());
+    assert!(
+        cluster.nodes["node-b"]
+            .log()
+            .contains("HTTP API: drain node node-c for 127.0.0.1:"),
+        "{}",
+        cluster.logs()
+    );
+}
+
+#[test]
+fn given_no_admin_token_file_then_every_change_is_refused_with_how_to_enable_it() {
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    scratch.write_task("backup", DAILY);
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    for path in [
+        "/api/tasks/backup/pause",
+        "/api/tasks/backup/trigger",
+        "/api/tasks/backup/resume",
+        "/api/nodes/test-node/drain",
+    ] {
+        let (code, answer) = post(&address, path, Some(TOKEN), "{}");
+        assert_eq!(code, 403, "{path}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.starts_with(
+                "changes through the HTTP API are off on this node: set [http] admin_token_file"
+            ),
+            "{error}"
+        );
+    }
+    let (_, status) = http_get(&address, "/api/status");
+    assert_eq!(
+        json(&status)["tasks"][0]["paused"],
+        false,
+        "nothing changed"
+    );
+    assert!(!daemon.log().contains("HTTP API:"), "{}", daemon.log());
+    // The overview says so too, and offers no buttons.
+    let (code, page) = http_get(&address, "/tasks/backup");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("Changes from this page are off on this node"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("button type=\"submit\" value=\"pause\""),
+        "{page}"
+    );
+}
+
+#[test]
+fn given_an_admin_token_then_a_change_needs_it_and_json_and_errors_are_json() {
+    let scratch = Scratch::new();
+    let token = token_file(scratch.path());
+    scratch.write_config(&format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = \"{}\"\n",
+        token.display()
+    ));
+    scratch.write_task("backup", DAILY);
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    let pause = "/api/tasks/backup/pause";
+
+    let (code, answer) = post(&address, pause, None, "{}");
+    assert_eq!(code, 401, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("Authorization: Bearer <token>")
+    );
+    let (code, answer) = post(
+        &address,
+        pause,
+        Some("0123456789abcdef0123456789abcdeX"),
+        "{}",
+    );
+    assert_eq!(
+        (code, answer["error"].as_str().unwrap()),
+        (
+            401,
+            "wrong admin token: send the one in [http] admin_token_file"
+        )
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let (code, body) = http_request(
+        &address,
+        "POST",
+        pause,
+        &[("Authorization", &bearer), ("Content-Type", "text/plain")],
+        "{}",
+    );
+    assert_eq!(code, 415, "{body}");
+    assert_eq!(
+        json(&body)["error"],
+        "a change must be sent with `Content-Type: application/json`"
+    );
+    let (code, answer) = post(&address, pause, Some(TOKEN), "reason: none");
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the body must be a JSON object")
+    );
+    let (_, status) = http_get(&address, "/api/status");
+    assert_eq!(
+        json(&status)["tasks"][0]["paused"],
+        false,
+        "nothing changed yet"
+    );
+
+    let (code, answer) = post(&address, "/api/tasks/nightly/pause", Some(TOKEN), "{}");
+    assert_eq!(code, 404, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown task nightly"),
+        "{answer}"
+    );
+    let (code, answer) = post(&address, "/api/tasks/backup/explode", Some(TOKEN), "{}");
+    assert_eq!(
+        (code, answer["error"].as_str().unwrap()),
+        (
+            404,
+            "unknown action \"explode\": POST trigger, pause or resume"
+        )
+    );
+    let (code, answer) = post(&address, "/api/nodes/test-node/drain", Some(TOKEN), "{}");
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("`zkcron drain` is a cluster command")
+    );
+
+    let (code, answer) = post(&address, pause, Some(TOKEN), r#"{"reason": "disk swap"}"#);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "task backup paused: nothing fires until `zkcron resume backup` (a `zkcron trigger` still runs it)"
+    );
+    let (_, status) = http_get(&address, "/api/status");
+    assert_eq!(json(&status)["tasks"][0]["paused"], true);
+    // The reason is stored with the pause mark, as `zkcron pause --reason` stores it.
+    assert_eq!(
+        json(&status)["tasks"][0]["pause"]["reason"],
+        "disk swap",
+        "{status}"
+    );
+    let log = daemon.log();
+    assert!(
+        log.contains("HTTP API: pause task backup for 127.0.0.1:")
+            && log.contains("reason: disk swap"),
+        "{log}"
+    );
+
+    let (code, answer) = post(&address, "/api/tasks/backup/trigger", Some(TOKEN), "");
+    assert_eq!(code, 200, "{answer}");
+    let fire_id = answer["fire_id"].as_str().unwrap().to_string();
+    wait_for("the manual run in the task's history", LIMIT, || {
+        let (_, detail) = http_get(&address, "/api/tasks/backup");
+        json(&detail)["history"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|r| r["fire_id"] == fire_id.as_str()))
+    });
+    let (code, answer) = post(&address, "/api/tasks/backup/resume", Some(TOKEN), "{}");
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "task backup resumed; the ticks of the paused period are not caught up"
+    );
+
+    let (code, body) = http_get(&address, "/api/tasks/nightly");
+    assert_eq!(code, 404);
+    assert!(
+        json(&body)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown task nightly")
+    );
+    let (code, body) = http_get(&address, "/api/nodes/test-node");
+    assert_eq!(code, 200);
+    assert_eq!(json(&body)["leads"], serde_json::json!(["backup"]));
+    let (code, body) = http_get(&address, "/api/nodes/elsewhere");
+    assert_eq!(
+        (code, json(&body)["error"].as_str().unwrap()),
+        (404, "unknown node elsewhere: it is not a live member")
+    );
+}
+
+#[test]
+fn given_an_admin_token_file_others_may_read_then_validate_and_run_refuse_it_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    let token = token_file(scratch.path());
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = scratch.write_config(&format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = \"{}\"\n",
+        token.display()
+    ));
+    let expected = format!(
+        "the admin_token_file {} may be read by group or others (mode 644); run `chmod 600 {}`",
+        token.display(),
+        token.display()
+    );
+    let jobs = scratch.jobs();
+    let state = scratch.path().join("state");
+    let validate = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&validate.stderr);
+    assert_ne!(validate.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&expected), "{stderr}");
+    let run = run_zkcron(&[
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--jobs-dir",
+        jobs.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_ne!(run.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&expected), "{stderr}");
+
+    std::fs::write(&token, "short\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let validate = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&validate.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the admin_token_file {} must hold one token of at least 16 characters without \
+             spaces; make one with `openssl rand -hex 32 > {}`",
+            token.display(),
+            token.display()
+        )),
+        "{stderr}"
+    );
+}
