@@ -130,35 +130,7 @@ pub fn reload_jobs_dir(
         .map(|path| (task_name_of(&path), path))
         .collect();
     files.sort_unstable();
-    let mut accounts = Accounts::default();
-    // Walked beside the files, both in name order: an entry passed over is a file gone.
-    let mut before = std::mem::take(&mut cache.files).into_iter().peekable();
-    let mut slots = Vec::with_capacity(files.len());
-    let mut to_read = Vec::new();
-    for (name, path) in files {
-        while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
-        let previous = before.next_if(|cached| *cached.spec.name == *name);
-        let stamp = std::fs::symlink_metadata(&path)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .map(|meta| Stamp::of(&meta));
-        let slot = match previous {
-            Some(cached)
-                if Some(cached.stamp) == stamp
-                    && cached.spec.path == path
-                    && accounts.all_exist(&cached.spec) =>
-            {
-                Slot::Kept(cached)
-            }
-            previous => {
-                to_read.push(path);
-                let previous = previous.map(|cached| cached.spec);
-                Slot::Read { stamp, previous }
-            }
-        };
-        slots.push((name, slot));
-    }
-    drop(before);
+    let (slots, to_read) = sort_out(files, cache);
     cache.last_reads = to_read.len();
     let mut loaded = LoadedDir {
         ignored,
@@ -200,6 +172,43 @@ pub fn reload_jobs_dir(
     // Stable, so each file's errors keep their order (whole-file first, then by position).
     loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(loaded)
+}
+
+/// Which of `files` (name and path, in name order) keep their cached task and which are read
+/// again: each file's slot, and the paths to read. Takes the cache's entries.
+fn sort_out(
+    files: Vec<(String, PathBuf)>,
+    cache: &mut LoadCache,
+) -> (Vec<(String, Slot)>, Vec<PathBuf>) {
+    let mut accounts = Accounts::default();
+    // Walked beside the files, both in name order: an entry passed over is a file gone.
+    let mut before = std::mem::take(&mut cache.files).into_iter().peekable();
+    let mut slots = Vec::with_capacity(files.len());
+    let mut to_read = Vec::new();
+    for (name, path) in files {
+        while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
+        let previous = before.next_if(|cached| *cached.spec.name == *name);
+        let stamp = std::fs::symlink_metadata(&path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map(|meta| Stamp::of(&meta));
+        let slot = match previous {
+            Some(cached)
+                if Some(cached.stamp) == stamp
+                    && cached.spec.path == path
+                    && accounts.all_exist(&cached.spec) =>
+            {
+                Slot::Kept(cached)
+            }
+            previous => {
+                to_read.push(path);
+                let previous = previous.map(|cached| cached.spec);
+                Slot::Read { stamp, previous }
+            }
+        };
+        slots.push((name, slot));
+    }
+    (slots, to_read)
 }
 
 /// The users and groups looked up during one reload, so that 100,000 tasks running as one user
