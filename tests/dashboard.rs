@@ -3,7 +3,7 @@
 //! lists its runs, the filter narrows the table, a task file's markup shows as text, no console
 //! error, and a change works with the admin token and is refused without it. Screenshots go to
 //! `target/dashboard/`. The API's refusals (no token file, no token, wrong token, not JSON),
-//! a backfill through the API and the token file's checks are
+//! a backfill through the API, a pool's items on the task page and the token file's checks are
 //! tested without a browser.
 
 mod common;
@@ -508,6 +508,7 @@ fn given_an_admin_token_then_a_backfill_is_requested_through_the_api_and_its_tic
         token.display()
     ));
     scratch.write_task("backup", DAILY);
+    scratch.write_task("shards", &format!("{DAILY}work_items = 4\n"));
     let daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
     let backfill = "/api/tasks/backup/backfill";
@@ -590,6 +591,18 @@ fn given_an_admin_token_then_a_backfill_is_requested_through_the_api_and_its_tic
             && log.contains("(range: [2026-01-01T00:00:00Z, 2026-01-03T00:00:00Z))"),
         "{log}"
     );
+
+    // A pooled task's page shows its items per node (the one node runs every item).
+    let (code, page) = http_get(&address, "/tasks/shards");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(
+            "<th scope=\"row\"><a href=\"/nodes/test-node\">test-node</a></th><td>4</td>"
+        ),
+        "{page}"
+    );
+    let (_, page) = http_get(&address, "/tasks/backup");
+    assert!(!page.contains("Work items per node"), "{page}");
 }
 
 #[test]

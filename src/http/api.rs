@@ -87,7 +87,13 @@ pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, A
 /// `GET /api/status`: `zkcron status --json`.
 pub async fn status(State(endpoint): State<Endpoint>) -> Response {
     match snapshot(&endpoint).await {
-        Ok(snapshot) => Json(model::status(&snapshot, wall_clock())).into_response(),
+        Ok(snapshot) => {
+            let mut status = model::status(&snapshot, wall_clock());
+            for task in &mut status.tasks {
+                task.work_items = endpoint.cache.source.work_items(&task.name);
+            }
+            Json(status).into_response()
+        }
         Err(error) => error.into_response(),
     }
 }
@@ -123,10 +129,11 @@ pub struct TaskDetail {
 pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, ApiError> {
     let snapshot = snapshot(endpoint).await?;
     let now = wall_clock();
-    let Some(explain) = explain::explain(&snapshot, task, now) else {
+    let Some(mut explain) = explain::explain(&snapshot, task, now) else {
         let unknown = crate::ops::unknown_task(&snapshot, task);
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
     };
+    explain.status.work_items = endpoint.cache.source.work_items(task);
     let definition = model::task_entry(&snapshot, task);
     let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
     let mut history = endpoint
