@@ -2,8 +2,9 @@
 //! backend and a real 3-node cluster, the overview names every task and its leader, a task page
 //! lists its runs, the filter narrows the table, a task file's markup shows as text, no console
 //! error, and a change works with the admin token and is refused without it. Screenshots go to
-//! `target/dashboard/`. The API's refusals (no token file, no token, wrong token, not JSON) and
-//! the token file's checks are tested without a browser.
+//! `target/dashboard/`. The API's refusals (no token file, no token, wrong token, not JSON),
+//! a backfill through the API, a pool's items on the task page and the token file's checks are
+//! tested without a browser.
 
 mod common;
 
@@ -431,7 +432,7 @@ fn given_an_admin_token_then_a_change_needs_it_and_json_and_errors_are_json() {
         (code, answer["error"].as_str().unwrap()),
         (
             404,
-            "unknown action \"explode\": POST trigger, pause or resume"
+            "unknown action \"explode\": POST trigger, backfill, pause or resume"
         )
     );
     let (code, answer) = post(&address, "/api/nodes/test-node/drain", Some(TOKEN), "{}");
@@ -496,6 +497,112 @@ fn given_an_admin_token_then_a_change_needs_it_and_json_and_errors_are_json() {
         (code, json(&body)["error"].as_str().unwrap()),
         (404, "unknown node elsewhere: it is not a live member")
     );
+}
+
+#[test]
+fn given_an_admin_token_then_a_backfill_is_requested_through_the_api_and_its_ticks_run() {
+    let scratch = Scratch::new();
+    let token = token_file(scratch.path());
+    scratch.write_config(&format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = \"{}\"\n",
+        token.display()
+    ));
+    scratch.write_task("backup", DAILY);
+    scratch.write_task("shards", &format!("{DAILY}work_items = 4\n"));
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    let backfill = "/api/tasks/backup/backfill";
+
+    // Bad bodies are refused with what to send, and request nothing.
+    let refused = |body: &str| -> String {
+        let (code, answer) = post(&address, backfill, Some(TOKEN), body);
+        assert_eq!(code, 400, "{body}: {answer}");
+        answer["error"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        refused(r#"{"from": "2026-01-01T00:00:00Z"}"#),
+        r#"a backfill needs "to": send a body such as {"from": "2026-03-08T00:00:00Z", "to": "2026-03-09T00:00:00Z"}"#
+    );
+    assert_eq!(
+        refused(""),
+        r#"a backfill needs "from": send a body such as {"from": "2026-03-08T00:00:00Z", "to": "2026-03-09T00:00:00Z"}"#
+    );
+    let error = refused(r#"{"from": "yesterday", "to": "2026-01-03T00:00:00Z"}"#);
+    assert!(
+        error.starts_with(r#""from" is not an instant ("yesterday"): "#)
+            && error.ends_with(
+                "write an RFC 3339 instant like 2026-03-08T00:00:00Z or 2026-03-08T01:00:00+01:00"
+            ),
+        "{error}"
+    );
+    assert_eq!(
+        refused(r#"{"from": "2026-01-03T00:00:00Z", "to": "2026-01-01T00:00:00Z"}"#),
+        "cannot backfill task backup: --from 2026-01-03T00:00:00+00:00 is not before --to \
+         2026-01-01T00:00:00+00:00: the range [from, to) is empty"
+    );
+    let error = refused(r#"{"from": "2026-01-01T00:00:00Z", "till": "2026-01-03T00:00:00Z"}"#);
+    assert!(
+        error.starts_with("the body must be a JSON object such as {\"from\": ")
+            && error.contains("unknown field `till`"),
+        "{error}"
+    );
+    assert_eq!(
+        refused(r#"{"reason": "catch up"}"#),
+        "only pause takes a reason"
+    );
+    let range = r#"{"from": "2026-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z"}"#;
+    let (code, answer) = post(&address, "/api/tasks/backup/trigger", Some(TOKEN), range);
+    assert_eq!(
+        (code, answer["error"].as_str().unwrap()),
+        (400, "only backfill takes \"from\" and \"to\"")
+    );
+    let (code, answer) = post(&address, backfill, None, range);
+    assert_eq!(code, 401, "{answer}");
+    assert!(!daemon.log().contains("HTTP API:"), "{}", daemon.log());
+
+    // Two ticks (02:30 in Paris) in the range: requested as `zkcron backfill` requests them.
+    let (code, answer) = post(&address, backfill, Some(TOKEN), range);
+    assert_eq!(code, 200, "{answer}");
+    let id = answer["backfill"]["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("backup@backfill-"), "{answer}");
+    assert_eq!(answer["backfill"]["ticks"], 2, "{answer}");
+    assert_eq!(
+        answer["message"].as_str().unwrap(),
+        format!(
+            "task backup: backfill of 2 tick(s) in [2026-01-01T00:00:00Z, 2026-01-03T00:00:00Z) \
+             requested, id {id}"
+        )
+    );
+    wait_for("both backfilled ticks in the history", LIMIT, || {
+        let (_, detail) = http_get(&address, "/api/tasks/backup");
+        let mut ticks: Vec<String> = json(&detail)["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["backfill"] == true && r["success"] == true)
+            .map(|r| r["tick"].as_str().unwrap().to_string())
+            .collect();
+        ticks.sort();
+        ticks == ["2026-01-01T01:30:00Z", "2026-01-02T01:30:00Z"]
+    });
+    let log = daemon.log();
+    assert!(
+        log.contains("HTTP API: backfill task backup for 127.0.0.1:")
+            && log.contains("(range: [2026-01-01T00:00:00Z, 2026-01-03T00:00:00Z))"),
+        "{log}"
+    );
+
+    // A pooled task's page shows its items per node (the one node runs every item).
+    let (code, page) = http_get(&address, "/tasks/shards");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(
+            "<th scope=\"row\"><a href=\"/nodes/test-node\">test-node</a></th><td>4</td>"
+        ),
+        "{page}"
+    );
+    let (_, page) = http_get(&address, "/tasks/backup");
+    assert!(!page.contains("Work items per node"), "{page}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The HTTP API under `/api/` (docs/operating.md, "The HTTP API"): reads of the cluster as the
-//! dashboard shows it, and the operator's changes (trigger, pause, resume, drain, undrain)
-//! made through the commands' own code (`ops::change`).
+//! dashboard shows it, and the operator's changes (trigger, backfill, pause, resume, drain,
+//! undrain) made through the commands' own code (`ops::change`).
 //!
 //! A change needs `[http] admin_token_file`: without it every POST is refused (403) and changes
 //! nothing; with it, a POST must carry `Authorization: Bearer <token>` (401 otherwise; compared
@@ -87,7 +87,13 @@ pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, A
 /// `GET /api/status`: `zkcron status --json`.
 pub async fn status(State(endpoint): State<Endpoint>) -> Response {
     match snapshot(&endpoint).await {
-        Ok(snapshot) => Json(model::status(&snapshot, wall_clock())).into_response(),
+        Ok(snapshot) => {
+            let mut status = model::status(&snapshot, wall_clock());
+            for task in &mut status.tasks {
+                task.work_items = endpoint.cache.source.work_items(&task.name);
+            }
+            Json(status).into_response()
+        }
         Err(error) => error.into_response(),
     }
 }
@@ -123,10 +129,11 @@ pub struct TaskDetail {
 pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, ApiError> {
     let snapshot = snapshot(endpoint).await?;
     let now = wall_clock();
-    let Some(explain) = explain::explain(&snapshot, task, now) else {
+    let Some(mut explain) = explain::explain(&snapshot, task, now) else {
         let unknown = crate::ops::unknown_task(&snapshot, task);
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
     };
+    explain.status.work_items = endpoint.cache.source.work_items(task);
     let definition = model::task_entry(&snapshot, task);
     let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
     let mut history = endpoint
@@ -252,12 +259,74 @@ pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) ->
     }
 }
 
-/// What a POST asks, once authorized: `{"reason": ...}` for pause, nothing else.
+/// What a POST asks, once authorized: `{"reason": ...}` for pause, `{"from": ..., "to": ...}`
+/// for backfill, nothing else.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Body {
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// How a backfill's body looks, for the errors that show it.
+const BACKFILL_BODY: &str =
+    "{\"from\": \"2026-03-08T00:00:00Z\", \"to\": \"2026-03-09T00:00:00Z\"}";
+
+impl Body {
+    /// Reads `bytes` (nothing: an empty body) for `change`.
+    fn read(bytes: &[u8], change: &Change) -> Result<Body, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Body::default());
+        }
+        serde_json::from_slice(bytes).map_err(|e| {
+            let example = match change {
+                Change::Backfill { .. } => BACKFILL_BODY,
+                _ => "{\"reason\": \"...\"}",
+            };
+            bad_request(format!(
+                "the body must be a JSON object such as {example}: {e}"
+            ))
+        })
+    }
+
+    /// Puts what the body says into `change`, or says why it cannot.
+    fn fill(&self, change: &mut Change) -> Result<(), ApiError> {
+        if self.reason.is_some() && !matches!(change, Change::Pause { .. }) {
+            return Err(bad_request("only pause takes a reason"));
+        }
+        let ranged = self.from.is_some() || self.to.is_some();
+        if ranged && !matches!(change, Change::Backfill { .. }) {
+            return Err(bad_request("only backfill takes \"from\" and \"to\""));
+        }
+        match change {
+            Change::Pause { reason, .. } => reason.clone_from(&self.reason),
+            Change::Backfill { from, to, .. } => {
+                *from = instant("from", self.from.as_deref())?;
+                *to = instant("to", self.to.as_deref())?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The body's `key`, an RFC 3339 instant, as `zkcron backfill --from/--to` reads it.
+fn instant(key: &str, value: Option<&str>) -> Result<DateTime<Utc>, ApiError> {
+    let Some(value) = value else {
+        return Err(bad_request(format!(
+            "a backfill needs \"{key}\": send a body such as {BACKFILL_BODY}"
+        )));
+    };
+    crate::ops::args::parse_rfc3339(value)
+        .map_err(|e| bad_request(format!("\"{key}\" is not an instant ({value:?}): {e}")))
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, message)
 }
 
 /// Refuses a POST unless changes are on, it carries the token and it is JSON.
@@ -303,7 +372,7 @@ fn unauthorized(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, message)
 }
 
-/// `POST /api/tasks/<task>/<action>`: trigger, pause, resume.
+/// `POST /api/tasks/<task>/<action>`: trigger, backfill, pause, resume.
 pub async fn task_action(
     State(endpoint): State<Endpoint>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
@@ -313,9 +382,15 @@ pub async fn task_action(
 ) -> Response {
     let change = match action.as_str() {
         "trigger" => Change::Trigger { task },
+        // The range is read from the body once the request is authorized.
+        "backfill" => Change::Backfill {
+            task,
+            from: DateTime::<Utc>::MIN_UTC,
+            to: DateTime::<Utc>::MIN_UTC,
+        },
         "pause" => Change::Pause { task, reason: None },
         "resume" => Change::Resume { task },
-        _ => return unknown_action(&action, "trigger, pause or resume"),
+        _ => return unknown_action(&action, "trigger, backfill, pause or resume"),
     };
     act(&endpoint, client, &headers, &body, change).await
 }
@@ -353,54 +428,75 @@ struct Accepted {
     note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fire_id: Option<String>,
+    /// A backfill's request id and tick count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backfill: Option<crate::ops::change::BackfillRequested>,
 }
 
 /// Why `change` with `body` is refused before it is tried, if it is: not authorized, a body
-/// that is no JSON object, a reason for anything but pause, a node change on the local
-/// backend, an unknown task. Else the body.
+/// that is no JSON object or does not fit the change, a node change on the local backend, an
+/// unknown task, a range to backfill that is empty or too long. Else `change` is completed
+/// from the body (a pause's reason, a backfill's range).
 async fn refusal(
     endpoint: &Endpoint,
     headers: &HeaderMap,
     body: &[u8],
-    change: &Change,
-) -> Result<Body, ApiError> {
+    change: &mut Change,
+) -> Result<(), ApiError> {
     authorize(endpoint, headers)?;
-    let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
-        Body::default()
-    } else {
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("the body must be a JSON object such as {{\"reason\": \"...\"}}: {e}"),
-            )
-        })?
-    };
-    if body.reason.is_some() && !matches!(change, Change::Pause { .. }) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "only pause takes a reason",
-        ));
-    }
+    Body::read(body, change)?.fill(change)?;
     match change {
         Change::Drain { .. } | Change::Undrain { .. }
             if endpoint.backend == super::Backend::Local =>
         {
-            Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("`zkcron {}` {}", change.name(), crate::ops::CLUSTER_ONLY),
-            ))
+            Err(bad_request(format!(
+                "`zkcron {}` {}",
+                change.name(),
+                crate::ops::CLUSTER_ONLY
+            )))
         }
-        Change::Trigger { task } | Change::Pause { task, .. } | Change::Resume { task } => {
+        Change::Drain { .. } | Change::Undrain { .. } => Ok(()),
+        Change::Trigger { task }
+        | Change::Pause { task, .. }
+        | Change::Resume { task }
+        | Change::Backfill { task, .. } => {
             let snapshot = snapshot(endpoint).await?;
-            if crate::ops::defined(&snapshot, task) {
-                Ok(body)
-            } else {
+            if !crate::ops::defined(&snapshot, task) {
                 let unknown = crate::ops::unknown_task(&snapshot, task);
-                Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")))
+                return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
             }
+            if let Change::Backfill { task, from, to } = change
+                && let Some(schedule) = model::schedule_of(&snapshot, task)
+            {
+                // Counted again where it is requested; here so that a bad range is a 400.
+                crate::ops::backfill::new_request(task, &schedule, *from, *to, "")
+                    .map_err(|e| bad_request(format!("{e:#}")))?;
+            }
+            Ok(())
         }
-        Change::Drain { .. } | Change::Undrain { .. } => Ok(body),
     }
+}
+
+/// What to log of `change`: its name, what it is on, and its details (a reason, a range).
+fn described(change: &Change) -> (&'static str, String, String) {
+    let (target, detail) = match change {
+        Change::Trigger { task } | Change::Resume { task } => (format!("task {task}"), None),
+        Change::Pause { task, reason } => (
+            format!("task {task}"),
+            reason.as_ref().map(|r| format!("reason: {r}")),
+        ),
+        Change::Backfill { task, from, to } => (
+            format!("task {task}"),
+            Some(format!(
+                "range: [{}, {})",
+                crate::ops::render::instant(*from),
+                crate::ops::render::instant(*to)
+            )),
+        ),
+        Change::Drain { node } | Change::Undrain { node } => (format!("node {node}"), None),
+    };
+    let detail = detail.map(|d| format!(" ({d})")).unwrap_or_default();
+    (change.name(), target, detail)
 }
 
 /// Makes `change` unless it is refused, and logs it.
@@ -411,8 +507,8 @@ async fn act(
     body: &[u8],
     mut change: Change,
 ) -> Response {
-    let body = match refusal(endpoint, headers, body, &change).await {
-        Ok(body) => body,
+    match refusal(endpoint, headers, body, &mut change).await {
+        Ok(()) => {}
         Err(refused) if refused.status == StatusCode::UNAUTHORIZED => {
             let mut response = refused.into_response();
             response.headers_mut().insert(
@@ -422,40 +518,29 @@ async fn act(
             return response;
         }
         Err(refused) => return refused.into_response(),
-    };
-    if let Change::Pause { reason, .. } = &mut change {
-        reason.clone_from(&body.reason);
     }
-    let (action, target) = match &change {
-        Change::Trigger { task } | Change::Pause { task, .. } | Change::Resume { task } => {
-            (change.name(), format!("task {task}"))
-        }
-        Change::Drain { node } | Change::Undrain { node } => {
-            (change.name(), format!("node {node}"))
-        }
+    let reason = match &change {
+        Change::Pause { reason, .. } => reason.clone().unwrap_or_default(),
+        _ => String::new(),
     };
+    let (action, target, detail) = described(&change);
     let by = format!("{} (HTTP API, client {client})", crate::ops::operator());
     match endpoint.cache.source.change(change, by).await {
         Ok(done) => {
             endpoint.cache.forget().await;
-            let reason = body.reason.as_deref().unwrap_or("");
             tracing::info!(
                 action,
                 target = %target,
                 client = %client,
                 reason,
-                "HTTP API: {action} {target} for {client}{}",
-                if reason.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (reason: {reason})")
-                }
+                "HTTP API: {action} {target} for {client}{detail}"
             );
             Json(Accepted {
                 ok: true,
                 message: done.said.join("\n"),
                 note: done.note,
                 fire_id: done.fire_id,
+                backfill: done.backfill,
             })
             .into_response()
         }

@@ -66,6 +66,21 @@ impl Source {
         loaded.get().iter().find(|t| *t.name == *task).cloned()
     }
 
+    /// A pooled task's items per node that runs them, as `zkcron status` shows them: on the
+    /// embedded backend its one node runs every item; the cluster backend does not split pools
+    /// over its nodes yet, so it shows none.
+    pub fn work_items(&self, task: &str) -> std::collections::BTreeMap<String, usize> {
+        let mut shares = std::collections::BTreeMap::new();
+        if let Source::Local { config, .. } = self
+            && let Some(items) = self
+                .loaded(task)
+                .and_then(|spec| spec.extras.run_on.items().map(|items| items.len()))
+        {
+            shares.insert(config.node_id.clone(), items);
+        }
+        shares
+    }
+
     /// Runs `work` in a ZooKeeper session of its own, on a blocking thread: the client's
     /// futures are not `Send` (see `ops::cluster::status_source`).
     async fn in_session<T, F>(settings: &ZkSettings, work: F) -> Result<T, String>

@@ -1,6 +1,8 @@
 //! A task's page (`/tasks/<task>`): its definition, the ranked candidates and why (what
-//! `zkcron explain` says), its next ticks, its history with a chart of duration and lateness,
-//! and the changes (trigger, pause with a reason, resume).
+//! `zkcron explain` says), its pool's work items per node, its next ticks, its history with a
+//! chart of duration and lateness, and the changes (trigger, pause with a reason, resume).
+
+use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Response};
@@ -38,6 +40,7 @@ pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
             }
             (definition(detail))
             (candidates(detail))
+            (pool(&status.work_items))
             (next_ticks(detail))
             section aria-labelledby="history" {
                 h2 #history { "History (" (detail.history.len()) " runs)" }
@@ -123,6 +126,24 @@ fn candidates(detail: &TaskDetail) -> Markup {
     }
 }
 
+/// A pooled task's items per node that runs them; nothing for a task without a pool.
+pub fn pool(work_items: &BTreeMap<String, usize>) -> Markup {
+    html! {
+        @if !work_items.is_empty() {
+            section aria-labelledby="pool" {
+                h2 #pool { "Work items per node" }
+                div.table-wrap { table #pool-table {
+                    thead { tr { th scope="col" { "Node" } th scope="col" { "Items" } } }
+                    tbody { @for (node, items) in work_items { tr {
+                        th scope="row" { a href=(href("nodes", node)) { (node) } }
+                        td { (items) }
+                    } } }
+                } }
+            }
+        }
+    }
+}
+
 fn next_ticks(detail: &TaskDetail) -> Markup {
     let zone = detail
         .definition
@@ -171,5 +192,33 @@ fn history(detail: &TaskDetail) -> Markup {
                 } } }
             } }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pooled task's page lists its items per node, node ids escaped and linked as one
+    /// path segment; a task without a pool has no such table.
+    #[test]
+    fn a_pooled_task_shows_its_items_per_node() {
+        let shares: BTreeMap<String, usize> =
+            [("node-a".to_string(), 16), ("<b>node-b</b>".to_string(), 3)].into();
+        let page = pool(&shares).into_string();
+        assert!(page.contains("Work items per node"), "{page}");
+        assert!(
+            page.contains("<th scope=\"row\"><a href=\"/nodes/node-a\">node-a</a></th><td>16</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<a href=\"/nodes/%3Cb%3Enode-b%3C%2Fb%3E\">&lt;b&gt;node-b&lt;/b&gt;</a></th>\
+                 <td>3</td>"
+            ),
+            "{page}"
+        );
+        assert!(!page.contains("<b>"), "{page}");
+        assert_eq!(pool(&BTreeMap::new()).into_string(), "");
     }
 }

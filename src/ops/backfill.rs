@@ -6,7 +6,8 @@
 //! [`backfill::MAX_TICKS`] ticks with the count. The request is a persistent record the task's
 //! leader works through (`coord::backfill`). `--wait` prints the progress (done of total, the
 //! tick running now, failures) on one line rewritten in place on a terminal, a line per change
-//! otherwise, and exits 0 only if every tick's run succeeded.
+//! otherwise, and exits 0 only if every tick's run succeeded. The request itself
+//! ([`request_in_cluster`], [`request_on_local`]) is also what the HTTP API's backfill makes.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -64,22 +65,12 @@ pub async fn cluster(client: &ClusterClient, command: BackfillCommand) -> anyhow
             to,
             wait,
         } => {
-            let snapshot = defined_in_cluster(client, &task).await?;
-            let Some(schedule) = model::schedule_of(&snapshot, &task) else {
-                bail!(
-                    "cannot backfill task {task}: no live node publishes a schedule of it this \
-                     release reads (a node of an older release?)"
-                );
-            };
-            let record = new_request(&task, &schedule, from, to, &operator())?;
-            let name = client.request_backfill(&record).await?;
-            requested(&name, &record);
-            if let Some(why) = model::no_one_may_run(&snapshot, &task) {
-                eprintln!(
-                    "zkcron: note: {why}; the backfill waits until a node may run the task \
-                     (`zkcron explain {task}`)"
-                );
+            let requested = request_in_cluster(client, &task, from, to, &operator()).await?;
+            println!("zkcron: {}", requested.line());
+            if let Some(note) = &requested.note {
+                eprintln!("zkcron: note: {note}");
             }
+            let name = requested.name;
             if !wait {
                 return Ok(ExitCode::SUCCESS);
             }
@@ -119,21 +110,9 @@ pub fn local(state_dir: &std::path::Path, command: BackfillCommand) -> anyhow::R
             to,
             wait,
         } => {
-            let request = Request::Backfill {
-                task: task.clone(),
-                from,
-                to,
-                by: operator(),
-            };
-            let reply = local::ask(state_dir, &request)?;
-            let name = reply
-                .fire_id
-                .context("the daemon's reply has no backfill id")?;
-            let record = reply
-                .backfills
-                .and_then(|mut b| b.remove(&name))
-                .context("the daemon's reply has no backfill record")?;
-            requested(&name, &record);
+            let requested = request_on_local(state_dir, &task, from, to, &operator())?;
+            println!("zkcron: {}", requested.line());
+            let name = requested.name;
             if !wait {
                 return Ok(ExitCode::SUCCESS);
             }
@@ -166,14 +145,83 @@ pub fn local(state_dir: &std::path::Path, command: BackfillCommand) -> anyhow::R
     }
 }
 
-fn requested(name: &str, record: &BackfillRecord) {
-    println!(
-        "zkcron: task {}: backfill of {} tick(s) in [{}, {}) requested, id {name}",
-        record.task,
-        record.total,
-        render::instant(record.from),
-        render::instant(record.to)
-    );
+/// A backfill just requested, as both `zkcron backfill` and the HTTP API (through
+/// `ops::change`) request it.
+#[derive(Debug, Clone)]
+pub struct Requested {
+    /// The request's id (`zkcron backfill --status` lists it).
+    pub name: String,
+    pub record: BackfillRecord,
+    /// Why the backfill may wait (no node may run the task now), if it may.
+    pub note: Option<String>,
+}
+
+impl Requested {
+    /// What the command prints of it (without `zkcron: `).
+    pub fn line(&self) -> String {
+        let record = &self.record;
+        format!(
+            "task {}: backfill of {} tick(s) in [{}, {}) requested, id {}",
+            record.task,
+            record.total,
+            render::instant(record.from),
+            render::instant(record.to),
+            self.name
+        )
+    }
+}
+
+/// Requests a backfill of `task`'s ticks in `[from, to)` in the cluster, in the name of `by`.
+pub async fn request_in_cluster(
+    client: &ClusterClient,
+    task: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: &str,
+) -> anyhow::Result<Requested> {
+    let snapshot = defined_in_cluster(client, task).await?;
+    let Some(schedule) = model::schedule_of(&snapshot, task) else {
+        bail!(
+            "cannot backfill task {task}: no live node publishes a schedule of it this release \
+             reads (a node of an older release?)"
+        );
+    };
+    let record = new_request(task, &schedule, from, to, by)?;
+    let name = client.request_backfill(&record).await?;
+    let note = model::no_one_may_run(&snapshot, task).map(|why| {
+        format!("{why}; the backfill waits until a node may run the task (`zkcron explain {task}`)")
+    });
+    Ok(Requested { name, record, note })
+}
+
+/// Asks the local daemon using `state_dir` for a backfill of `task`'s ticks in `[from, to)`,
+/// in the name of `by`. Blocking: it talks over the daemon's control socket.
+pub fn request_on_local(
+    state_dir: &std::path::Path,
+    task: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: &str,
+) -> anyhow::Result<Requested> {
+    let request = Request::Backfill {
+        task: task.to_string(),
+        from,
+        to,
+        by: by.to_string(),
+    };
+    let reply = local::ask(state_dir, &request)?;
+    let name = reply
+        .fire_id
+        .context("the daemon's reply has no backfill id")?;
+    let record = reply
+        .backfills
+        .and_then(|mut b| b.remove(&name))
+        .context("the daemon's reply has no backfill record")?;
+    Ok(Requested {
+        name,
+        record,
+        note: None,
+    })
 }
 
 /// What `--cancel` prints of the request as it was before the cancel.

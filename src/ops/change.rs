@@ -1,10 +1,12 @@
-//! An operator's change to the scheduler (trigger, pause, resume, drain, undrain) as both the
+//! An operator's change to the scheduler (trigger, backfill, pause, resume, drain, undrain) as
+//! both the
 //! commands and the HTTP API (`crate::http::api`) make it: one code path per backend, which
 //! answers what to tell the operator instead of printing it.
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 
+use super::backfill::{self, Requested};
 use super::cluster::ClusterClient;
 use super::local::{self, Request};
 use super::model::{self, Snapshot};
@@ -32,6 +34,12 @@ pub enum Change {
     Undrain {
         node: String,
     },
+    /// `zkcron backfill TASK --from --to`: the ticks in `[from, to)`.
+    Backfill {
+        task: String,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    },
 }
 
 impl Change {
@@ -43,6 +51,7 @@ impl Change {
             Change::Resume { .. } => "resume",
             Change::Drain { .. } => "drain",
             Change::Undrain { .. } => "undrain",
+            Change::Backfill { .. } => "backfill",
         }
     }
 }
@@ -56,6 +65,29 @@ pub struct Done {
     pub note: Option<String>,
     /// The manual run's fire id, for `trigger`.
     pub fire_id: Option<String>,
+    /// The request, for `backfill`.
+    pub backfill: Option<BackfillRequested>,
+}
+
+/// A backfill request's id and the number of ticks it runs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BackfillRequested {
+    pub id: String,
+    pub ticks: u32,
+}
+
+impl From<Requested> for Done {
+    fn from(requested: Requested) -> Done {
+        Done {
+            said: vec![requested.line()],
+            note: requested.note,
+            fire_id: None,
+            backfill: Some(BackfillRequested {
+                id: requested.name,
+                ticks: requested.record.total,
+            }),
+        }
+    }
 }
 
 impl Done {
@@ -132,6 +164,11 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
             None => format!("task {task} is not paused"),
         })),
         Change::Drain { node } => drain_in_cluster(client, node, &mark(now, by, None)).await,
+        Change::Backfill { task, from, to } => {
+            backfill::request_in_cluster(client, task, *from, *to, by)
+                .await
+                .map(Done::from)
+        }
         Change::Undrain { node } => Ok(Done::said(
             match client.unmark(&client.paths.drain(node)).await? {
                 Some(old) => format!(
@@ -167,6 +204,7 @@ async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> any
             format!("{why}; the run waits until a node may run the task (`zkcron explain {task}`)")
         }),
         fire_id: Some(fire_id),
+        backfill: None,
     })
 }
 
@@ -201,11 +239,15 @@ async fn drain_in_cluster(
 /// Asks the local backend's daemon using `state_dir` to make `change`, in the name of `by`.
 /// Blocking: it talks over the daemon's control socket.
 pub fn on_local(state_dir: &std::path::Path, change: &Change, by: &str) -> anyhow::Result<Done> {
+    if let Change::Backfill { task, from, to } = change {
+        return backfill::request_on_local(state_dir, task, *from, *to, by).map(Done::from);
+    }
     let by = by.to_string();
     let request = match change {
         Change::Drain { .. } | Change::Undrain { .. } => {
             anyhow::bail!("`zkcron {}` {CLUSTER_ONLY}", change.name())
         }
+        Change::Backfill { .. } => unreachable!("requested above"),
         Change::Trigger { task } => Request::Trigger {
             task: task.clone(),
             by,
@@ -231,6 +273,7 @@ pub fn on_local(state_dir: &std::path::Path, change: &Change, by: &str) -> anyho
                 )],
                 note: None,
                 fire_id: Some(fire_id),
+                backfill: None,
             }
         }
         Change::Pause { task, .. } if changed => Done::said(format!(
@@ -242,6 +285,8 @@ pub fn on_local(state_dir: &std::path::Path, change: &Change, by: &str) -> anyho
             "task {task} resumed; the ticks of the paused period are not caught up"
         )),
         Change::Resume { task } => Done::said(format!("task {task} is not paused")),
-        Change::Drain { .. } | Change::Undrain { .. } => unreachable!("refused above"),
+        Change::Drain { .. } | Change::Undrain { .. } | Change::Backfill { .. } => {
+            unreachable!("refused or requested above")
+        }
     })
 }
