@@ -293,7 +293,8 @@ fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
             .starts_with("node node-c drained:"),
         "{answer}"
     );
-    assert!(drained());
+    // The page's snapshot is refreshed behind the answer: it shows the mark within a refresh.
+    wait_for("node-c shown drained", LIMIT, drained);
     let (code, answer) = post(&address, "/api/nodes/node-c/undrain", Some(TOKEN), "{}");
     assert_eq!(code, 200, "{answer}");
     assert!(
@@ -303,7 +304,7 @@ fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
             .starts_with("node node-c undrained (it was drained since"),
         "{answer}"
     );
-    assert!(!drained());
+    wait_for("node-c shown undrained", LIMIT, || !drained());
     assert!(
         cluster.nodes["node-b"]
             .log()
