@@ -17,10 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 
-use super::change::defined_in_cluster;
 use super::cluster::ClusterClient;
 use super::local::{self, Request};
-use super::{emit, model, operator, render};
+use super::{defined_in_cluster, emit, model, operator, render};
 use crate::clock::wall_clock;
 use crate::coord::backfill::{self, BackfillRecord, BackfillState};
 use crate::schedule::Schedule;

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use super::backfill::{self, Requested};
 use super::cluster::ClusterClient;
 use super::local::{self, Request};
-use super::model::{self, Snapshot};
-use super::{CLUSTER_ONLY, defined, render, unknown_task};
+use super::model;
+use super::{CLUSTER_ONLY, defined_in_cluster, render};
 use crate::clock::wall_clock;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord, TriggerState};
 
@@ -119,19 +119,6 @@ fn since(mark: &MarkRecord, what: &str) -> String {
         render::instant(mark.at),
         mark.by
     )
-}
-
-/// The cluster's snapshot without tasks' details, once `task` is known to be defined by a live
-/// node (else the error says so).
-pub(super) async fn defined_in_cluster(
-    client: &ClusterClient,
-    task: &str,
-) -> anyhow::Result<Snapshot> {
-    let snapshot = client.snapshot(Some(&[])).await?;
-    if !defined(&snapshot, task) {
-        return Err(unknown_task(&snapshot, task));
-    }
-    Ok(snapshot)
 }
 
 /// Makes `change` in the cluster, in the name of `by` (`user@host`).

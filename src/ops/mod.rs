@@ -198,7 +198,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
         OpsCommand::History { task, n, json } => {
             let mut runs = client.history(&task).await?;
             if runs.is_empty() {
-                change::defined_in_cluster(client, &task).await?;
+                defined_in_cluster(client, &task).await?;
             }
             print_history(&task, &mut runs, n, json)?;
             return Ok(ExitCode::SUCCESS);
@@ -439,4 +439,17 @@ fn wait_local(state_dir: &std::path::Path, fire_id: &str) -> anyhow::Result<Exit
             _ => std::thread::sleep(TRIGGER_POLL),
         }
     }
+}
+
+/// The cluster's snapshot without tasks' details, once `task` is known to be defined by a live
+/// node (else the error says so).
+pub(crate) async fn defined_in_cluster(
+    client: &ClusterClient,
+    task: &str,
+) -> anyhow::Result<Snapshot> {
+    let snapshot = client.snapshot(Some(&[])).await?;
+    if !defined(&snapshot, task) {
+        return Err(unknown_task(&snapshot, task));
+    }
+    Ok(snapshot)
 }
