@@ -136,9 +136,16 @@ fn given_the_server_a_node_is_connected_to_dies_then_it_moves_to_another_keeping
     );
     setup.assert_no_duplicates();
     setup.assert_no_gaps(second_of(killed_at) - 2, through - 2);
-    // The moved nodes kept firing their own tasks after the move.
+    // The moved nodes kept firing their own tasks after the move. A node the ranking designated
+    // for none of the nine tasks has none to fire (node seeds are random: about one run in 40;
+    // a CI run met it): only the nodes that held a lease before are asked.
     let fires = setup.fires();
-    for node in &moved {
+    let led_before = |node: &&&str| {
+        members_before
+            .get(**node)
+            .is_some_and(|session| leases_before.values().any(|owner| owner == session))
+    };
+    for node in moved.iter().filter(led_before) {
         setup.check(
             fires
                 .0
