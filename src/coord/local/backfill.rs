@@ -10,7 +10,6 @@
 //! on with the next tick. Ended requests go [`backfill::KEEP_ENDED`] after their end.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -19,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FORMAT_VERSION;
 use super::journal::write_atomically;
-use super::state::{move_aside, parse_record, state_io};
+use super::state::{read_state_file, state_io};
 use crate::coord::backfill::{self, Backfill, BackfillRecord};
 use crate::coord::record::Verdict;
 use crate::coord::records::HistoryEntry;
@@ -47,24 +46,7 @@ pub(super) struct Backfills {
 impl Backfills {
     /// Reads `backfills.json` (a tick left running by a daemon that ended counts as failed).
     pub(super) fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<Backfills, CoordError> {
-        let path = state_dir.join(BACKFILLS);
-        let mut file = match std::fs::read(&path) {
-            Ok(bytes) => match parse_record::<BackfillFile>(&path, &bytes, |f| f.format)? {
-                Ok(file) => file,
-                Err(error) => {
-                    move_aside(&path, &error.to_string());
-                    BackfillFile::default()
-                }
-            },
-            Err(error) if error.kind() == io::ErrorKind::NotFound => BackfillFile::default(),
-            Err(error) => {
-                return Err(state_io(
-                    state_dir,
-                    format!("cannot read {}", path.display()),
-                    error,
-                ));
-            }
-        };
+        let mut file = read_state_file::<BackfillFile>(state_dir, BACKFILLS, |f| f.format)?;
         file.format = FORMAT_VERSION;
         let mut changed = false;
         for (name, record) in file.backfills.iter_mut() {

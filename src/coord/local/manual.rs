@@ -12,7 +12,6 @@
 //! The run histories (`<state_dir>/history/<task>.json`) are `history.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FORMAT_VERSION;
 use super::journal::write_atomically;
-use super::state::{move_aside, parse_record, state_io};
+use super::state::{read_state_file, state_io};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -48,24 +47,7 @@ pub(super) struct Manual {
 impl Manual {
     /// Reads `triggers.json` (a trigger left running by a daemon that ended is ended now).
     pub(super) fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<Manual, CoordError> {
-        let path = state_dir.join(TRIGGERS);
-        let mut file = match std::fs::read(&path) {
-            Ok(bytes) => match parse_record::<TriggerFile>(&path, &bytes, |f| f.format)? {
-                Ok(file) => file,
-                Err(error) => {
-                    move_aside(&path, &error.to_string());
-                    TriggerFile::default()
-                }
-            },
-            Err(error) if error.kind() == io::ErrorKind::NotFound => TriggerFile::default(),
-            Err(error) => {
-                return Err(state_io(
-                    state_dir,
-                    format!("cannot read {}", path.display()),
-                    error,
-                ));
-            }
-        };
+        let mut file = read_state_file::<TriggerFile>(state_dir, TRIGGERS, |f| f.format)?;
         file.format = FORMAT_VERSION;
         let mut changed = false;
         for trigger in file.triggers.values_mut() {

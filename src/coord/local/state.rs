@@ -212,6 +212,32 @@ pub(super) fn parse_record<T: DeserializeOwned>(
     Ok(Err(error))
 }
 
+/// Reads the state file `name` of `state_dir`: the default when it is missing; moved aside (and
+/// the default) when it is damaged; an error when it cannot be read or is in a format this
+/// release does not read.
+pub(super) fn read_state_file<T: DeserializeOwned + Default>(
+    state_dir: &Path,
+    name: &str,
+    format: impl Fn(&T) -> u32,
+) -> Result<T, CoordError> {
+    let path = state_dir.join(name);
+    match fs::read(&path) {
+        Ok(bytes) => match parse_record::<T>(&path, &bytes, format)? {
+            Ok(file) => Ok(file),
+            Err(error) => {
+                move_aside(&path, &error.to_string());
+                Ok(T::default())
+            }
+        },
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(T::default()),
+        Err(error) => Err(state_io(
+            state_dir,
+            format!("cannot read {}", path.display()),
+            error,
+        )),
+    }
+}
+
 pub(super) fn check_format(path: &Path, format: u32) -> Result<(), CoordError> {
     if READABLE_FORMATS.contains(&format) {
         return Ok(());
