@@ -175,16 +175,13 @@ fn given_run_on_with_work_items_or_a_typo_then_it_is_refused() {
 }
 
 #[test]
-fn given_the_zookeeper_backend_then_pools_and_every_node_are_refused_at_their_key() {
+fn given_the_zookeeper_backend_then_pools_are_refused_at_their_key_and_every_node_accepted() {
     let refused = |more: &str| {
         let text = format!("{MINIMAL}{more}");
         let defaults = defaults(TaskBackend::Zookeeper);
         parse_task("t", Path::new("/jobs/t.toml"), &text, &defaults).unwrap_err()
     };
-    for (more, key) in [
-        ("work_items = 4\n", "`work_items`"),
-        ("run_on = \"every_node\"\n", "`run_on = \"every_node\"`"),
-    ] {
+    for (more, key) in [("work_items = 4\n", "`work_items`")] {
         let errors = refused(more);
         assert_eq!(errors.len(), 1, "{errors:#?}");
         let error = &errors[0];
@@ -205,10 +202,16 @@ fn given_the_zookeeper_backend_then_pools_and_every_node_are_refused_at_their_ke
             "{error:#?}"
         );
     }
-    // The leader is what the backend does anyway.
-    let text = format!("{MINIMAL}run_on = \"leader\"\n");
+    // The leader is what the backend does anyway; every node, each node's unit of the task.
     let defaults = defaults(TaskBackend::Zookeeper);
-    assert!(parse_task("t", Path::new("/jobs/t.toml"), &text, &defaults).is_ok());
+    for run_on in ["leader", "every_node"] {
+        let text = format!("{MINIMAL}run_on = \"{run_on}\"\n");
+        let spec = parse_task("t", Path::new("/jobs/t.toml"), &text, &defaults).unwrap();
+        assert_eq!(
+            spec.extras.run_on == RunOn::EveryNode,
+            run_on == "every_node"
+        );
+    }
 }
 
 #[test]

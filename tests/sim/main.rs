@@ -558,6 +558,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
             "t00".to_string(),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req: None,
                 require_labels: Default::default(),
             },
@@ -688,6 +689,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
             "t00".to_string(),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req: None,
                 require_labels: Default::default(),
             },

@@ -364,6 +364,7 @@ impl Scenario {
                         tasks[t].name.clone(),
                         TaskEntry {
                             digest: format!("digest-{t}"),
+                            holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
                         },
@@ -465,6 +466,7 @@ impl Scenario {
                         tasks[t].name.clone(),
                         TaskEntry {
                             digest: format!("digest-{t}"),
+                            holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
                         },

@@ -538,16 +538,8 @@ impl Node {
         }
         // Vacancy clocks for newly defined tasks start now.
         let now = self.now.mono;
-        let vacant: Vec<String> = self
-            .my_set
-            .as_ref()
-            .map(|(_, _, set)| {
-                set.keys()
-                    .filter(|t| !self.present.contains(*t))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut vacant = self.my_leases();
+        vacant.retain(|t| !self.present.contains(t));
         for task in vacant {
             self.vacant_since.entry(task).or_insert(now);
         }
