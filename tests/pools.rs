@@ -1,0 +1,137 @@
+//! Tasks that run on every node (`run_on = "every_node"`) on a real ZooKeeper with real nodes:
+//! each node holds its own unit of the task (`leases/<task>@<node-id>`), and its jobs' own
+//! output (`fires.log`: `<fire id> <node id>` per run) shows each node running each tick once,
+//! through a kill -9 and a restart of one of them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::cluster::Cluster;
+use common::fires::Fires;
+
+/// A generous deadline for things that take a moment (start-up, convergence, an expiry).
+const LIMIT: Duration = Duration::from_secs(30);
+
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Waits for the middle of a second, far from the instants ticks are claimed and spawned at:
+/// a node killed between its claim and its spawn loses that tick by design (at most once).
+fn wait_mid_second() {
+    common::wait_for("the middle of a second", Duration::from_secs(3), || {
+        (0.35..0.65).contains(&now().fract())
+    });
+}
+
+/// An every-second task `each` that runs on every node and catches its missed ticks up.
+fn every_node_cluster() -> Cluster {
+    let cluster = Cluster::new();
+    let text = format!(
+        "schedule = \"* * * * * *\"\n\
+         command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}']\n\
+         run_on = \"every_node\"\n\
+         catch_up = \"all\"\n\
+         starting_deadline = \"1m\"\n\
+         overlap = \"allow\"\n",
+        fires = cluster.fires_path().display()
+    );
+    cluster.write_task("each", &text);
+    cluster
+}
+
+/// The seconds each node ran, each as often as it ran it.
+fn seconds_by_node(fires: &Fires) -> BTreeMap<String, Vec<i64>> {
+    let mut by_node: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for fire in &fires.0 {
+        by_node
+            .entry(fire.node.clone())
+            .or_default()
+            .push(fire.second);
+    }
+    by_node
+}
+
+/// Whether `node` ran every second of `from..=to`.
+fn ran_all(fires: &Fires, node: &str, from: i64, to: i64) -> bool {
+    (from..=to).all(|second| fires.fired_by_at("each", node, second))
+}
+
+#[test]
+fn given_an_every_node_task_then_each_node_runs_each_tick_once_and_a_killed_node_catches_its_own_up()
+ {
+    let mut cluster = every_node_cluster();
+    for id in NODES {
+        cluster.start(cluster.new_node(id));
+    }
+    // Each node holds its own unit, and the task itself has no lease.
+    cluster.wait("a unit lease per node", LIMIT, |c| {
+        let leases: Vec<String> = c.znode_owners("leases").into_keys().collect();
+        leases == ["each@n1", "each@n2", "each@n3"]
+    });
+    cluster.wait("every node to run two ticks", LIMIT, |c| {
+        let fires = c.fires();
+        NODES
+            .iter()
+            .all(|n| fires.0.iter().filter(|f| f.node == *n).count() >= 2)
+    });
+    let from = now().floor() as i64 + 1;
+
+    // kill -9 of n3 in the middle of a second; the others go on, and nobody runs its ticks.
+    wait_mid_second();
+    let killed_at = now().floor() as i64;
+    drop(cluster.nodes.remove("n3"));
+    cluster.wait("n1 and n2 to run 4 more ticks", LIMIT, |c| {
+        let fires = c.fires();
+        ["n1", "n2"]
+            .iter()
+            .all(|n| fires.fired_by_at("each", n, killed_at + 4))
+    });
+    assert!(
+        !cluster.fires().fired_by_at("each", "n3", killed_at + 3),
+        "n3 ran while killed:\n{}",
+        cluster.diagnostics()
+    );
+
+    // Restarted, n3 takes its unit back once its old session expired, and catches up.
+    wait_mid_second();
+    cluster.start(cluster.new_node("n3"));
+    let to = now().floor() as i64 + 2;
+    cluster.wait(
+        "every node to run every tick through the restart",
+        LIMIT,
+        |c| {
+            let fires = c.fires();
+            NODES.iter().all(|n| ran_all(&fires, n, from, to))
+        },
+    );
+    let fires = cluster.fires();
+    let twice: BTreeMap<String, Vec<i64>> = seconds_by_node(&fires)
+        .into_iter()
+        .map(|(node, mut seconds)| {
+            seconds.sort_unstable();
+            let mut repeated: Vec<i64> = seconds
+                .windows(2)
+                .filter(|w| w[0] == w[1])
+                .map(|w| w[0])
+                .collect();
+            repeated.dedup();
+            (node, repeated)
+        })
+        .filter(|(_, repeated)| !repeated.is_empty())
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "ticks run twice on one node: {twice:?}\n{}",
+        cluster.diagnostics()
+    );
+    let nodes: Vec<String> = seconds_by_node(&fires).into_keys().collect();
+    assert_eq!(nodes, NODES, "{}", cluster.diagnostics());
+}
