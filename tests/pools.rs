@@ -135,3 +135,50 @@ fn given_an_every_node_task_then_each_node_runs_each_tick_once_and_a_killed_node
     let nodes: Vec<String> = seconds_by_node(&fires).into_keys().collect();
     assert_eq!(nodes, NODES, "{}", cluster.diagnostics());
 }
+
+#[test]
+fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_period_up() {
+    let mut cluster = every_node_cluster();
+    for id in ["n1", "n2"] {
+        cluster.start(cluster.new_node(id));
+    }
+    cluster.wait("both nodes to run a tick", LIMIT, |c| {
+        let fires = c.fires();
+        ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
+    });
+    let cli = |verb: &str| {
+        let out = common::zkcron()
+            .args([verb, "each", "--zookeeper", &cluster.connect])
+            .args(["--cluster", &cluster.name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{verb}: {out:?}");
+    };
+    wait_mid_second();
+    let paused_at = now().floor() as i64;
+    cli("pause");
+    common::wait_for("4 seconds of pause", LIMIT, || {
+        now() > (paused_at + 4) as f64 + 0.5
+    });
+    let resumed_at = now().floor() as i64;
+    cli("resume");
+    cluster.wait("both nodes to run after the resume", LIMIT, |c| {
+        let fires = c.fires();
+        ["n1", "n2"]
+            .iter()
+            .all(|n| fires.fired_by_at("each", n, resumed_at + 2))
+    });
+    let fires = cluster.fires();
+    let during: Vec<String> = fires
+        .0
+        .iter()
+        .filter(|f| (paused_at + 2..=resumed_at).contains(&f.second))
+        .map(|f| format!("{}@{} {}", f.task, f.second, f.node))
+        .collect();
+    assert!(
+        during.is_empty(),
+        "ticks of the paused period ran: {during:?}\n{}",
+        cluster.diagnostics()
+    );
+}
