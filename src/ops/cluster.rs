@@ -346,15 +346,27 @@ impl ClusterClient {
             .await?
             .into_iter()
             .collect();
-        let leased: Vec<String> = names
+        // The units of the tasks that run on every node (`<task>@<node-id>`) are read with them.
+        let wanted: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let units: Vec<String> = held
+            .iter()
+            .filter(|lease| {
+                crate::coord::lease::split_unit(lease)
+                    .is_some_and(|(task, _)| wanted.contains(task))
+            })
+            .cloned()
+            .collect();
+        let mut leased: Vec<String> = names
             .iter()
             .filter(|n| held.contains(*n))
             .cloned()
             .collect();
+        leased.extend(units.iter().cloned());
+        let with_units: Vec<String> = names.iter().chain(&units).cloned().collect();
         let (leases, fire_records, results) = futures::try_join!(
             self.records::<LeaseRecord>(&leased, |t| self.paths.lease(t)),
             self.records::<FireRecord>(&names, |t| self.paths.record(t)),
-            self.records::<ResultRecord>(&names, |t| self.paths.result(t)),
+            self.records::<ResultRecord>(&with_units, |t| self.paths.result(t)),
         )?;
         snapshot.leases = leases.into_iter().map(|(k, r)| (k, r.value)).collect();
         snapshot.fire_records = fire_records
@@ -397,13 +409,30 @@ impl ClusterClient {
         self.records(&names, |n| self.paths.trigger(n)).await
     }
 
-    /// The task's history, oldest first (none when it has none).
+    /// The task's history, oldest first (none when it has none): for a task that runs on
+    /// every node, each node's unit's history merged, by start.
     pub async fn history(&self, task: &str) -> anyhow::Result<Vec<HistoryEntry>> {
-        Ok(self
-            .get::<HistoryRecord>(&self.paths.history(task))
-            .await?
-            .map(|r| r.value.runs)
-            .unwrap_or_default())
+        let unit = format!("{task}@");
+        let mut holders = vec![task.to_string()];
+        holders.extend(
+            self.children(&self.paths.tasks())
+                .await?
+                .into_iter()
+                .filter(|child| child.starts_with(&unit)),
+        );
+        let mut runs = Vec::new();
+        for holder in &holders {
+            if let Some(record) = self
+                .get::<HistoryRecord>(&self.paths.history(holder))
+                .await?
+            {
+                runs.extend(record.value.runs);
+            }
+        }
+        if holders.len() > 1 {
+            runs.sort_by_key(|r| r.started_at);
+        }
+        Ok(runs)
     }
 
     /// Creates `path` and its missing parents (persistent, empty), as the nodes' setup does.

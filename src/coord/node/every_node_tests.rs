@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::coord::node::io::Answered;
-use crate::coord::records::{FireRecord, RunRecord};
+use crate::coord::records::{FireRecord, HistoryRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
 const TICK: i64 = 1_800_000_000;
@@ -95,6 +95,11 @@ fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
             .znodes
             .contains_key(&format!("{BASE}/tasks/e@n1/result"))
     );
+    // The unit's history holds the run under the task's fire id.
+    let (data, _) = &store.znodes[&format!("{BASE}/tasks/e@n1/history")];
+    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
+    let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
+    assert_eq!(ids, [format!("e@{TICK}")]);
 }
 
 #[test]

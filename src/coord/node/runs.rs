@@ -499,7 +499,9 @@ impl Node {
         self.own_runs.remove(&job.run_path);
         self.answer(job.req, Ok(Answered::Done));
         // After the result, without holding up the answer (firing never waits for it).
-        let entry = HistoryEntry::of_run(&job.task, &job.result, &self.cfg.release.to_string());
+        // A unit's run is its task's: the fire id names the task.
+        let task = self.task_of(&job.task);
+        let entry = HistoryEntry::of_run(task, &job.result, &self.cfg.release.to_string());
         self.append_history(job.task, entry, None);
     }
 
