@@ -146,23 +146,25 @@ fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_
         let fires = c.fires();
         ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
     });
-    let cli = |verb: &str| {
+    let cli = |args: &[&str]| {
         let out = common::zkcron()
-            .args([verb, "each", "--zookeeper", &cluster.connect])
+            .args(args)
+            .args(["--zookeeper", &cluster.connect])
             .args(["--cluster", &cluster.name])
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{verb}: {out:?}");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
     };
     wait_mid_second();
     let paused_at = now().floor() as i64;
-    cli("pause");
+    cli(&["pause", "each"]);
     common::wait_for("4 seconds of pause", LIMIT, || {
         now() > (paused_at + 4) as f64 + 0.5
     });
     let resumed_at = now().floor() as i64;
-    cli("resume");
+    cli(&["resume", "each"]);
     cluster.wait("both nodes to run after the resume", LIMIT, |c| {
         let fires = c.fires();
         ["n1", "n2"]
@@ -181,4 +183,35 @@ fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_
         "ticks of the paused period ran: {during:?}\n{}",
         cluster.diagnostics()
     );
+
+    // The history holds both nodes' runs under the task's fire ids; status names both nodes.
+    let history: serde_json::Value =
+        serde_json::from_str(&cli(&["history", "each", "-n", "200", "--json"])).unwrap();
+    let runs = history.as_array().unwrap();
+    for node in ["n1", "n2"] {
+        let fire_id = format!("each@{}", resumed_at + 2);
+        assert!(
+            runs.iter()
+                .any(|r| r["node"] == node && r["fire_id"] == fire_id.as_str()),
+            "{node} {fire_id} in {history:#}"
+        );
+    }
+    let status: serde_json::Value = serde_json::from_str(&cli(&["status", "--json"])).unwrap();
+    assert_eq!(
+        status["tasks"][0]["every_node"],
+        serde_json::json!(["n1", "n2"])
+    );
+    assert_eq!(status["tasks"][0]["problem"], serde_json::Value::Null);
+    // A manual run runs once, on one node (its job writes a line fires.log cannot parse, so
+    // this comes last).
+    cli(&["trigger", "each", "--wait"]);
+    let history: serde_json::Value =
+        serde_json::from_str(&cli(&["history", "each", "-n", "500", "--json"])).unwrap();
+    let manual = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["trigger"] == "manual")
+        .count();
+    assert_eq!(manual, 1, "{history:#}");
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::coord::node::io::Answered;
-use crate::coord::records::{FireRecord, HistoryRecord, RunRecord};
+use crate::coord::records::{FireRecord, HistoryRecord, RunRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
 const TICK: i64 = 1_800_000_000;
@@ -136,4 +136,63 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
             .contains_key(&format!("{BASE}/tasks/e@n1/run-{TICK}"))
     );
     assert!(!store.znodes.contains_key(&format!("{BASE}/tasks/e@n2")));
+}
+
+#[test]
+fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_history() {
+    let mut store = Store::default();
+    let name = "e@manual-0000000001";
+    let pending = TriggerRecord {
+        format: 1,
+        task: "e".into(),
+        requested_at: tick(),
+        by: "op@host".into(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+    };
+    let path = format!("{BASE}/control/triggers/{name}");
+    store.znodes.insert(
+        path.clone(),
+        (serde_json::to_vec(&pending).unwrap(), Stat::default()),
+    );
+    let (mut node, _) = started(&mut store, vec![spec("e", "run_on = \"every_node\"")]);
+    let trigger = crate::coord::Trigger {
+        fire_id: name.into(),
+        requested_at: tick(),
+    };
+    assert_eq!(node.leadership().triggers["e"], [trigger.clone()]);
+    let claim = Request::ClaimManual {
+        task: "e".into(),
+        trigger,
+    };
+    let answer = ask_at(&mut node, &mut store, at(100), claim);
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(running.state, TriggerState::Running);
+    let result = RunResult {
+        tick: tick(),
+        node: "n1".into(),
+        exit: "exit code 0".into(),
+        success: true,
+        fire_id: Some(name.into()),
+        manual: true,
+        ..RunResult::default()
+    };
+    let ended = Request::RunEnded {
+        task: "e".into(),
+        result,
+    };
+    assert_eq!(
+        ask_at(&mut node, &mut store, at(200), ended),
+        Answered::Done
+    );
+    let (data, _) = &store.znodes[&format!("{BASE}/tasks/e@n1/history")];
+    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
+    let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
+    assert_eq!(ids, [name]);
+    let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(ended.state, TriggerState::Ended);
 }

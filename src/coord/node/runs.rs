@@ -324,7 +324,9 @@ impl Node {
             // trigger, after the history.
             let end = super::trigger::End::new(req, &task, &result, &release);
             let entry = HistoryEntry::of_run(&task, &result, &release);
-            return self.append_history(task, entry, Some(end));
+            // A task that runs on every node has no history of its own: its units have.
+            let history = self.unit_of(&task).into_owned();
+            return self.append_history(history, entry, Some(end));
         }
         let run_path = self.paths.run(&task, result.tick);
         self.run_ended_attempt(RunEndedJob {
