@@ -163,7 +163,10 @@ fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_his
         fire_id: name.into(),
         requested_at: tick(),
     };
-    assert_eq!(node.leadership().triggers["e"], [trigger.clone()]);
+    assert_eq!(
+        node.leadership().triggers["e"],
+        std::slice::from_ref(&trigger)
+    );
     let claim = Request::ClaimManual {
         task: "e".into(),
         trigger,
