@@ -216,3 +216,62 @@ fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_
         .count();
     assert_eq!(manual, 1, "{history:#}");
 }
+
+#[test]
+fn given_an_every_node_task_when_a_node_is_drained_then_it_runs_nothing_and_catches_up_once_undrained()
+ {
+    let mut cluster = every_node_cluster();
+    for id in ["n1", "n2"] {
+        cluster.start(cluster.new_node(id));
+    }
+    cluster.wait("both nodes to run a tick", LIMIT, |c| {
+        let fires = c.fires();
+        ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
+    });
+    let from = now().floor() as i64 + 1;
+    let cli = |verb: &str| {
+        let out = common::zkcron()
+            .args([verb, "n2", "--zookeeper", &cluster.connect])
+            .args(["--cluster", &cluster.name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{verb}: {out:?}");
+    };
+    wait_mid_second();
+    let drained_at = now().floor() as i64;
+    cli("drain");
+    cluster.wait("n2 to give its unit up", LIMIT, |c| {
+        !c.znode_owners("leases").contains_key("each@n2")
+    });
+    common::wait_for("3 seconds drained", LIMIT, || {
+        now() > (drained_at + 3) as f64 + 0.5
+    });
+    let fires = cluster.fires();
+    assert!(
+        !fires.fired_by_at("each", "n2", drained_at + 2),
+        "n2 ran while drained:\n{}",
+        cluster.diagnostics()
+    );
+    assert!(fires.fired_by_at("each", "n1", drained_at + 2));
+    wait_mid_second();
+    cli("undrain");
+    let to = now().floor() as i64 + 2;
+    cluster.wait("n2 to catch its drained ticks up", LIMIT, |c| {
+        let fires = c.fires();
+        ["n1", "n2"].iter().all(|n| ran_all(&fires, n, from, to))
+    });
+    let fires = cluster.fires();
+    let mut seen = std::collections::BTreeSet::new();
+    let twice: Vec<String> = fires
+        .0
+        .iter()
+        .map(|f| format!("{}@{} {}", f.task, f.second, f.node))
+        .filter(|line| !seen.insert(line.clone()))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "run twice: {twice:?}\n{}",
+        cluster.diagnostics()
+    );
+}
