@@ -24,6 +24,10 @@
 //!   now acts.
 //! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
 //!
+//! A task that runs on every node ([`Holders::EveryNode`]) has no lease of its own: each
+//! eligible member holds its *unit* of it ([`unit_name`]), designated for it alone, so a unit is
+//! taken at once and never covered.
+//!
 //! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
 //! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
 //! for every task at every decision, so ranking is cheap (see `Peers`).
