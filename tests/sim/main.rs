@@ -56,10 +56,14 @@
 //!   firing core fires the changed tasks again from their fire records). Some tasks have a
 //!   `starting_deadline` of 5–60 s (`Knobs::short_deadlines`); tasks draw their `overlap`
 //!   (`Knobs::overlap_skip`: 30 % `skip`, 10 % `replace`, the others `allow`).
+//! - **Tasks that run on every node** (`Knobs::every_node`, with every other knob on, in a test
+//!   of its own): 40 % of the tasks get `run_on = "every_node"`, and each defining node's unit
+//!   `<task>@<node-id>` is checked as a task of its own (a slot after the tasks), so every
+//!   check below counts (tick, node) pairs for them.
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
-//! visitor is up. Every knob is on by default ([`Knobs::DEFAULT`]).
+//! visitor is up. Every knob but `every_node` is on by default ([`Knobs::DEFAULT`]).
 //!
 //! # What is checked
 //!
@@ -106,7 +110,9 @@
 //! `overlap = "skip"` tasks), a node whose backfill claims move no progress (backfill ticks run
 //! twice, counted per fire id); and two bugs of the simulated shell around them: a claim whose
 //! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
-//! 3 s late (late ticks). Every switch is off by default, and a unit test says so.
+//! 3 s late (late ticks). The node's `bugs.every_node_as_leader` (an every-node task run as a
+//! leader's) shows in the every-node scenarios as runs claimed on no unit of the node's own.
+//! Every switch is off by default, and a unit test says so.
 //!
 //! # Findings
 //!
@@ -490,6 +496,75 @@ fn run_shard(shard: u64) {
     );
 }
 
+/// Scenarios with tasks that run on every node (`Knobs::every_node`), every fault and every
+/// operator's action on: each node's unit of such a task is checked as a task of its own, so
+/// no (tick, node) runs twice, none is claimed without the node's unit lease, and every node
+/// up at the end catches up its own missed ticks. `ZKCRON_SIM_SCENARIOS` sets how many.
+#[test]
+fn every_node_tasks_keep_the_guarantee_per_tick_and_node() {
+    let knobs = Knobs {
+        every_node: true,
+        ..Knobs::DEFAULT
+    };
+    let count = env_u64("ZKCRON_SIM_SCENARIOS").map_or(200, |n| n / SHARDS);
+    let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..count).collect(),
+    };
+    let mut units = 0;
+    let mut failed: Vec<(u64, Kind)> = Vec::new();
+    for &seed in &seeds {
+        units += Scenario::generate(seed, knobs)
+            .tasks
+            .iter()
+            .filter(|t| t.unit_of.is_some())
+            .count();
+        let outcome = run_real(seed, knobs, false);
+        if let Some(v) = outcome.violations.first() {
+            if failed.is_empty() {
+                eprintln!("{}", outcome.report);
+            }
+            failed.push((seed, v.kind));
+        }
+    }
+    assert!(units > seeds.len(), "few units drawn: {units}");
+    assert!(
+        failed.is_empty(),
+        "{} scenario(s) with every-node tasks violated an invariant (seed, first violation): {failed:?}",
+        failed.len()
+    );
+}
+
+/// The per-node count fails when every-node ticks are run as a leader's task's (the real
+/// node's `bugs.every_node_as_leader`): a node's run is claimed on no unit of its own.
+#[test]
+fn the_checker_reports_every_node_ticks_run_as_a_leaders_task() {
+    let knobs = Knobs {
+        every_node: true,
+        bug: NodeBug::EveryNodeAsLeader,
+        ..Knobs::CONTRACT
+    };
+    let seed = (0..100).find(|&seed| {
+        let scenario = Scenario::generate(seed, knobs);
+        run_real(seed, knobs, false).violations.iter().any(|v| {
+            v.kind == Kind::RunWithoutClaim
+                && v.task.is_some_and(|t| scenario.tasks[t].unit_of.is_some())
+        })
+    });
+    assert!(
+        seed.is_some(),
+        "no run without a claim of a unit in 100 scenarios with {knobs:?}"
+    );
+    // Without the bug the same scenarios keep every node's ticks.
+    let fixed = Knobs {
+        bug: NodeBug::None,
+        ..knobs
+    };
+    let seed = seed.unwrap();
+    let violations = run_real(seed, fixed, false).violations;
+    assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+}
+
 #[test]
 fn simulated_clusters_shard_0() {
     run_shard(0);
@@ -552,6 +627,8 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        every_node: false,
+        unit_of: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -683,6 +760,8 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        every_node: false,
+        unit_of: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(

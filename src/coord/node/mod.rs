@@ -126,6 +126,9 @@ pub struct NodeBugs {
     pub stray_leases_checked_only_when_leading: bool,
     /// A backfill tick's claim marks it running but does not move the request's progress.
     pub backfill_claim_keeps_progress: bool,
+    /// A task that runs on every node is published, leased and claimed as a leader's task:
+    /// one node runs each of its ticks instead of every node.
+    pub every_node_as_leader: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -307,11 +307,16 @@ impl Node {
 
     pub(super) fn publish_tasks(&mut self, tasks: &[TaskSpec]) {
         // A node where a task is disabled is not eligible to lead it.
-        let enabled: Vec<TaskSpec> = tasks
+        let mut enabled: Vec<TaskSpec> = tasks
             .iter()
             .filter(|t| record::eligible(t))
             .cloned()
             .collect();
+        if self.cfg.bugs.every_node_as_leader {
+            for task in &mut enabled {
+                task.extras.run_on = crate::task::RunOn::Leader;
+            }
+        }
         let encoded = encode_taskset(&enabled);
         let unchanged = self
             .my_set
