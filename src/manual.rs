@@ -256,7 +256,7 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     ),
     (
         "run_on",
-        r#"(\fBleader\fR or \fBevery_node\fR; default: \fBleader\fR) \fBevery_node\fR runs each tick on every node; on the embedded backend that is the one host. The ZooKeeper backend refuses \fBevery_node\fR in this release. Not together with \fBwork_items\fR."#,
+        r#"(\fBleader\fR or \fBevery_node\fR; default: \fBleader\fR) \fBevery_node\fR runs each tick on every node; on the embedded backend that is the one host. In a cluster each eligible node claims and runs its own ticks, catching its missed ones up when it returns. Not together with \fBwork_items\fR."#,
     ),
     (
         "pause_on_failure",

@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
-use crate::coord::lease::{Member, TaskEntry, TaskSet};
-use crate::task::TaskSpec;
+use crate::coord::lease::{Holders, Member, TaskEntry, TaskSet};
+use crate::task::{RunOn, TaskSpec};
 
 /// The version of every JSON record this backend writes; readers ignore unknown fields.
 pub const FORMAT_VERSION: u32 = 1;
@@ -139,7 +139,15 @@ pub struct TaskSetEntry {
     /// The task's `active_until`, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_until: Option<DateTime<Utc>>,
+    /// `"every_node"` for a task that runs on every node (its leases are units,
+    /// `<task>@<node-id>`); absent for a task its leader runs. A value this release does not
+    /// know (from a newer one) makes the entry admit no member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_on: Option<String>,
 }
+
+/// [`TaskSetEntry::run_on`] of a task that runs on every node.
+pub const RUN_ON_EVERY_NODE: &str = "every_node";
 
 /// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -452,6 +460,8 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
                         }),
                         active_from: t.schedule.window().from,
                         active_until: t.schedule.window().until,
+                        run_on: (t.extras.run_on == RunOn::EveryNode)
+                            .then(|| RUN_ON_EVERY_NODE.to_string()),
                     },
                 )
             })
@@ -472,6 +482,11 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
     )
 }
 
+/// A `version_req` no release matches.
+fn matches_nothing() -> semver::VersionReq {
+    semver::VersionReq::parse("<0.0.0-0").expect("valid")
+}
+
 pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
     Arc::new(
         record
@@ -483,13 +498,19 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
                     TaskEntry {
                         digest: entry.digest.clone(),
                         // A requirement this release cannot parse matches nothing, so an old
-                        // node never leads a task written for a newer one.
-                        version_req: entry.version_req.as_ref().map(|r| {
-                            semver::VersionReq::parse(r).unwrap_or_else(|_| {
-                                semver::VersionReq::parse("<0.0.0-0").expect("valid")
-                            })
-                        }),
+                        // node never leads a task written for a newer one; nor one that runs
+                        // where this release does not know.
+                        version_req: match entry.run_on.as_deref() {
+                            None | Some(RUN_ON_EVERY_NODE) => entry.version_req.as_ref().map(|r| {
+                                semver::VersionReq::parse(r).unwrap_or_else(|_| matches_nothing())
+                            }),
+                            Some(_) => Some(matches_nothing()),
+                        },
                         require_labels: entry.require_labels.clone(),
+                        holders: match entry.run_on.as_deref() {
+                            Some(RUN_ON_EVERY_NODE) => Holders::EveryNode,
+                            _ => Holders::Leader,
+                        },
                     },
                 )
             })
@@ -626,5 +647,31 @@ mod tests {
         let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
         let req = set["t"].version_req.as_ref().unwrap();
         assert!(!req.matches(&Version::parse("99.0.0").unwrap()));
+    }
+
+    #[test]
+    fn run_on_every_node_decodes_to_units_and_an_unknown_run_on_admits_no_member() {
+        let entry = |run_on: Option<&str>| TaskSetEntry {
+            digest: "d".into(),
+            run_on: run_on.map(str::to_string),
+            ..Default::default()
+        };
+        let tasks = BTreeMap::from([
+            ("e".to_string(), entry(Some(RUN_ON_EVERY_NODE))),
+            ("f".to_string(), entry(Some("somewhere_new"))),
+            ("t".to_string(), entry(None)),
+        ]);
+        let json = serde_json::to_value(&tasks).unwrap();
+        assert_eq!(json["e"]["run_on"], "every_node");
+        assert!(
+            json["t"].get("run_on").is_none(),
+            "absent for a leader's task"
+        );
+        let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
+        assert_eq!(set["e"].holders, Holders::EveryNode);
+        assert_eq!(set["t"].holders, Holders::Leader);
+        let any = Version::parse("99.0.0").unwrap();
+        assert!(set["e"].admits(&any, &BTreeMap::new()));
+        assert!(!set["f"].admits(&any, &BTreeMap::new()));
     }
 }

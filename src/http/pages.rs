@@ -285,6 +285,13 @@ fn task_row(task: &TaskStatus, schedule: Option<&(String, String)>) -> Markup {
             td {
                 @match &task.leader {
                     Some(leader) => a href=(href("nodes", leader)) { (leader) },
+                    None if !task.every_node.is_empty() => {
+                        "every node: "
+                        @for (i, node) in task.every_node.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(href("nodes", node)) { (node) }
+                        }
+                    },
                     None => span.bad { "no leader" },
                 }
             }
@@ -420,6 +427,21 @@ mod tests {
         );
         assert!(
             page.contains("href=\"/nodes/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn an_every_node_task_names_the_nodes_that_run_it_instead_of_no_leader() {
+        let task = TaskStatus {
+            name: "cleanup".into(),
+            every_node: vec!["a".into(), "b".into()],
+            ..TaskStatus::default()
+        };
+        let page = task_row(&task, None).into_string();
+        assert!(!page.contains("no leader"), "{page}");
+        assert!(
+            page.contains(r#"every node: <a href="/nodes/a">a</a>, <a href="/nodes/b">b</a>"#),
             "{page}"
         );
     }

@@ -346,15 +346,27 @@ impl ClusterClient {
             .await?
             .into_iter()
             .collect();
-        let leased: Vec<String> = names
+        // The units of the tasks that run on every node (`<task>@<node-id>`) are read with them.
+        let wanted: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let units: Vec<String> = held
+            .iter()
+            .filter(|lease| {
+                crate::coord::lease::split_unit(lease)
+                    .is_some_and(|(task, _)| wanted.contains(task))
+            })
+            .cloned()
+            .collect();
+        let mut leased: Vec<String> = names
             .iter()
             .filter(|n| held.contains(*n))
             .cloned()
             .collect();
+        leased.extend(units.iter().cloned());
+        let with_units: Vec<String> = names.iter().chain(&units).cloned().collect();
         let (leases, fire_records, results) = futures::try_join!(
             self.records::<LeaseRecord>(&leased, |t| self.paths.lease(t)),
             self.records::<FireRecord>(&names, |t| self.paths.record(t)),
-            self.records::<ResultRecord>(&names, |t| self.paths.result(t)),
+            self.records::<ResultRecord>(&with_units, |t| self.paths.result(t)),
         )?;
         snapshot.leases = leases.into_iter().map(|(k, r)| (k, r.value)).collect();
         snapshot.fire_records = fire_records
@@ -397,13 +409,30 @@ impl ClusterClient {
         self.records(&names, |n| self.paths.trigger(n)).await
     }
 
-    /// The task's history, oldest first (none when it has none).
+    /// The task's history, oldest first (none when it has none): for a task that runs on
+    /// every node, each node's unit's history merged, by start.
     pub async fn history(&self, task: &str) -> anyhow::Result<Vec<HistoryEntry>> {
-        Ok(self
-            .get::<HistoryRecord>(&self.paths.history(task))
-            .await?
-            .map(|r| r.value.runs)
-            .unwrap_or_default())
+        let unit = format!("{task}@");
+        let mut holders = vec![task.to_string()];
+        holders.extend(
+            self.children(&self.paths.tasks())
+                .await?
+                .into_iter()
+                .filter(|child| child.starts_with(&unit)),
+        );
+        let mut runs = Vec::new();
+        for holder in &holders {
+            if let Some(record) = self
+                .get::<HistoryRecord>(&self.paths.history(holder))
+                .await?
+            {
+                runs.extend(record.value.runs);
+            }
+        }
+        if holders.len() > 1 {
+            runs.sort_by_key(|r| r.started_at);
+        }
+        Ok(runs)
     }
 
     /// Creates `path` and its missing parents (persistent, empty), as the nodes' setup does.
@@ -478,8 +507,8 @@ impl ClusterClient {
     }
 
     /// `zkcron resume`: deletes the pause mark and, in the same multi-op, moves the task's fire
-    /// record forward to `now` when it is older (at the version read), so the paused period is
-    /// not caught up. The mark it deleted, `None` when the task was not paused.
+    /// record (and each node's unit's, for a task that runs on every node) forward to `now`
+    /// when it is older (at the version read), so the paused period is not caught up. The mark it deleted, `None` when the task was not paused.
     pub async fn resume(
         &self,
         task: &str,
@@ -487,31 +516,30 @@ impl ClusterClient {
     ) -> anyhow::Result<Option<MarkRecord>> {
         let now = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
         let mark_path = self.paths.paused(task);
-        let record_path = self.paths.record(task);
+        // The task's record and, for a task that runs on every node, each node's unit's.
+        let unit = format!("{task}@");
+        let mut record_paths = vec![self.paths.record(task)];
+        for child in self.children(&self.paths.tasks()).await? {
+            if child.starts_with(&unit) {
+                record_paths.push(self.paths.record(&child));
+            }
+        }
         for _ in 0..5 {
             let Some(mark) = self.get::<MarkRecord>(&mark_path).await? else {
                 return Ok(None);
             };
-            let record = self.get::<FireRecord>(&record_path).await?;
             let mut writer = self.client.new_multi_writer();
             writer
                 .add_delete(&mark_path, Some(mark.stat.version))
                 .map_err(|e| anyhow!("deleting {mark_path}: {e}"))?;
-            if let Some(record) = record.filter(|r| r.value.tick.is_none_or(|t| t < now)) {
-                let moved = FireRecord {
-                    format: FORMAT_VERSION,
-                    tick: Some(now),
-                    node: String::new(),
-                    session: String::new(),
-                    run: false,
-                    reruns: 0,
-                    claimed_at: Some(now),
-                    queued: record.value.queued,
-                };
-                let data = serde_json::to_vec(&moved).expect("fire records serialize");
-                writer
-                    .add_set_data(&record_path, &data, Some(record.stat.version))
-                    .map_err(|e| anyhow!("writing {record_path}: {e}"))?;
+            for record_path in &record_paths {
+                let record = self.get::<FireRecord>(record_path).await?;
+                if let Some(record) = record.filter(|r| r.value.tick.is_none_or(|t| t < now)) {
+                    let data = resumed_record(&record.value, now);
+                    writer
+                        .add_set_data(record_path, &data, Some(record.stat.version))
+                        .map_err(|e| anyhow!("writing {record_path}: {e}"))?;
+                }
             }
             match tokio::time::timeout(CALL_DEADLINE, writer.commit()).await {
                 Ok(Ok(_)) => return Ok(Some(mark.value)),
@@ -674,4 +702,20 @@ pub fn status_source(
             }
         })
     })
+}
+
+/// A fire record moved to `now` by a resume, so the paused period is not caught up (the
+/// queued tick stays).
+fn resumed_record(record: &FireRecord, now: DateTime<Utc>) -> Vec<u8> {
+    let moved = FireRecord {
+        format: FORMAT_VERSION,
+        tick: Some(now),
+        node: String::new(),
+        session: String::new(),
+        run: false,
+        reruns: 0,
+        claimed_at: Some(now),
+        queued: record.queued,
+    };
+    serde_json::to_vec(&moved).expect("fire records serialize")
 }

@@ -98,6 +98,10 @@ pub struct TaskStatus {
     /// The task's `active_until` once it has passed: the task fires no more (not a problem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<DateTime<Utc>>,
+    /// The nodes that hold their unit of a task that runs on every node (`run_on =
+    /// "every_node"`), each running every tick; absent for other tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub every_node: Vec<String>,
     /// A pooled task's items per node that runs them (node id, count); empty for other tasks.
     /// Only the embedded backend runs pools in this release: its one node runs every item.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -497,8 +501,35 @@ fn definition<'a>(
 }
 
 /// The last run as `status` shows it: the newer of the result record and the recent runs.
+/// The nodes holding a unit of `task` (`<task>@<node-id>`: it runs on every node), by id.
+pub fn unit_holders(snapshot: &Snapshot, task: &str) -> Vec<String> {
+    let prefix = format!("{task}@");
+    snapshot
+        .leases
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix))
+        .map(|(_, lease)| lease.node.clone())
+        .collect()
+}
+
+/// The newest stored result of `task`, or of its units when it runs on every node.
+fn newest_result<'a>(snapshot: &'a Snapshot, task: &str) -> Option<&'a RunResult> {
+    let prefix = format!("{task}@");
+    let units = snapshot
+        .results
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix))
+        .map(|(_, result)| result);
+    snapshot
+        .results
+        .get(task)
+        .into_iter()
+        .chain(units)
+        .max_by_key(|r| r.finished_at)
+}
+
 fn last_run(snapshot: &Snapshot, task: &str) -> Option<LastRun> {
-    let from_result = snapshot.results.get(task).map(|r| {
+    let from_result = newest_result(snapshot, task).map(|r| {
         let (exit_code, signal) = exit_parts(&r.exit);
         LastRun {
             fire_id: plan::fire_id(task, r.tick),
@@ -559,7 +590,7 @@ fn problem(
     if why_none.is_some() {
         return why_none;
     }
-    if !snapshot.leases.contains_key(task) {
+    if !snapshot.leases.contains_key(task) && unit_holders(snapshot, task).is_empty() {
         return Some("no leader: lease vacant".to_string());
     }
     let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
@@ -644,6 +675,7 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                 last: last_run(snapshot, &name),
                 drift: drift_among(definers, unranked),
                 problem: problem(snapshot, &name, why_none, now),
+                every_node: unit_holders(snapshot, &name),
                 work_items: BTreeMap::new(),
                 backfills: backfills_of(snapshot, &name),
                 name,

@@ -191,6 +191,9 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
             ));
         }
         notes.extend(window_note(task));
+        if !task.every_node.is_empty() {
+            notes.push(format!("runs on {}", task.every_node.join(", ")));
+        }
         if !task.work_items.is_empty() {
             let shares: Vec<String> = task
                 .work_items
@@ -203,7 +206,11 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),
-            dash(task.leader.clone()),
+            if task.every_node.is_empty() {
+                dash(task.leader.clone())
+            } else {
+                "(every node)".into()
+            },
             dash(task.next.map(instant)),
             dash(task.next.map(|n| until(n, now))),
             last,
@@ -259,6 +266,13 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
     let task = &explain.task;
     let status = &explain.status;
     match &explain.lease {
+        None if !status.every_node.is_empty() => {
+            let _ = writeln!(
+                out,
+                "  units:    held by {}: the task runs on every node, each node every tick",
+                status.every_node.join(", ")
+            );
+        }
         Some(lease) => {
             let _ = writeln!(
                 out,

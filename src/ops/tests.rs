@@ -633,3 +633,70 @@ fn a_daemon_that_does_not_answer_in_time_is_reported_as_a_timeout_not_eagain() {
     assert!(!error.contains("temporarily unavailable"), "{error}");
     drop(holder.join().unwrap());
 }
+
+#[test]
+fn an_every_node_task_shows_the_nodes_holding_its_units_and_the_newest_units_run() {
+    let mut snapshot = cluster();
+    for set in snapshot.tasksets.values_mut() {
+        let each = TaskSetEntry {
+            run_on: Some("every_node".into()),
+            ..entry("eeeeeeeeeeeeeeee", None)
+        };
+        set.tasks.insert("each".into(), each);
+    }
+    snapshot
+        .leases
+        .insert("each@a".into(), lease("a", at(9, 1, 0)));
+    snapshot
+        .leases
+        .insert("each@c".into(), lease("c", at(9, 1, 0)));
+    for (unit, node, second) in [("each@a", "a", 1), ("each@c", "c", 3)] {
+        let result = RunResult {
+            tick: at(9, 59, 0),
+            node: node.into(),
+            exit: "exit code 0".into(),
+            success: true,
+            attempts: 1,
+            duration_ms: 10,
+            finished_at: at(9, 59, second),
+            ..RunResult::default()
+        };
+        snapshot.results.insert(unit.into(), result);
+    }
+    let status = status(&snapshot, at(10, 0, 1));
+    let each = status.tasks.iter().find(|t| t.name == "each").unwrap();
+    assert_eq!(each.every_node, ["a", "c"]);
+    assert_eq!(each.leader, None);
+    assert_eq!(each.problem, None, "its units are held: no vacant lease");
+    let last = each.last.as_ref().unwrap();
+    assert_eq!(last.fire_id, format!("each@{}", at(9, 59, 0).timestamp()));
+    assert_eq!(last.node, "c");
+    let nodes: Vec<(&str, usize)> = status
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.tasks_led))
+        .collect();
+    assert_eq!(
+        nodes,
+        [("a", 1), ("b", 0), ("c", 3)],
+        "a unit counts as led"
+    );
+    let table = render::status(&status, at(10, 0, 1));
+    let line = table.lines().find(|l| l.starts_with("each")).unwrap();
+    assert!(line.contains("(every node)"), "{line}");
+    assert!(line.contains("runs on a, c"), "{line}");
+    let json = serde_json::to_value(each).unwrap();
+    assert_eq!(json["every_node"], json!(["a", "c"]));
+    let explained = explain(&snapshot, "each", at(10, 0, 1)).unwrap();
+    let text = render::explain(&explained, at(10, 0, 1));
+    assert!(
+        text.contains("units:    held by a, c: the task runs on every node, each node every tick"),
+        "{text}"
+    );
+    // Without units held, the task is vacant like a task's lease.
+    snapshot.leases.retain(|name, _| !name.starts_with("each@"));
+    let status = model::status(&snapshot, at(10, 0, 1));
+    let each = status.tasks.iter().find(|t| t.name == "each").unwrap();
+    assert!(each.every_node.is_empty());
+    assert_eq!(each.problem.as_deref(), Some("no leader: lease vacant"));
+}

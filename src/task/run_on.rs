@@ -195,7 +195,7 @@ impl Checker<'_> {
     }
 
     /// Where the task's ticks run, from `run_on` and `work_items` together: they exclude each
-    /// other, and the ZooKeeper backend refuses both (it fires every task on its leader).
+    /// other, and the ZooKeeper backend refuses `work_items` (it does not split pools yet).
     pub(super) fn run_on(&mut self, keys: RunOnKeys, backend: TaskBackend) -> RunOn {
         let (run_on, span) = match (keys.run_on, keys.work_items) {
             (Some((_, run_on_span)), Some(_)) => {
@@ -209,18 +209,12 @@ impl Checker<'_> {
             (None, Some((items, span))) => (RunOn::Items(items), span),
             (None, None) => return RunOn::Leader,
         };
-        if backend == TaskBackend::Zookeeper && run_on != RunOn::Leader {
-            let key = match run_on {
-                RunOn::Items(_) => "`work_items`",
-                RunOn::Leader | RunOn::EveryNode => "`run_on = \"every_node\"`",
-            };
-            let message = format!(
-                "{key} is not supported by the zookeeper backend in this release: it runs each \
-                 tick of a task on one node"
-            );
+        if backend == TaskBackend::Zookeeper && matches!(run_on, RunOn::Items(_)) {
+            let message = "`work_items` is not supported by the zookeeper backend in this \
+                           release: it runs each tick of a task on one node";
             let help = "run this task on a node with the local backend, or split it into one \
                         task file per item or per node (with `require_labels`)";
-            self.report(span, message, Some(help.into()));
+            self.report(span, message.into(), Some(help.into()));
             return RunOn::Leader;
         }
         run_on

@@ -31,7 +31,7 @@ impl Sim<'_> {
             .into_iter()
             .enumerate()
         {
-            let task = (sc.seed as usize + k + 1) % sc.tasks.len();
+            let task = (sc.seed as usize + k + 1) % sc.task_count();
             let schedule = &sc.tasks[task].rules.schedule;
             let Some(from) = schedule
                 .ticks_after(epoch() - TimeDelta::days(1))

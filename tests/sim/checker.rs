@@ -374,6 +374,9 @@ impl Sim<'_> {
     /// lies in a paused period (from shortly before the pause, when a claim may have been
     /// waiting, to the resume), or a resume moved the fire record past it.
     pub(crate) fn paused_over(&self, t: TaskIx, tick: DateTime<Utc>) -> bool {
+        // A unit is paused with its task (its own record is what a resume moves).
+        let slot = t;
+        let t = self.sc.tasks[t].unit_of.map_or(t, |(task, _)| task);
         let at = |ms: Ms| epoch() + TimeDelta::milliseconds(ms as i64);
         let mut paused_since: Option<Ms> = None;
         for (ms, fault) in &self.sc.faults {
@@ -403,7 +406,7 @@ impl Sim<'_> {
         self.check
             .resumed
             .iter()
-            .any(|&(p, from, to)| p == t && from.is_none_or(|from| tick > from) && tick <= to)
+            .any(|&(p, from, to)| p == slot && from.is_none_or(|from| tick > from) && tick <= to)
     }
 }
 
@@ -478,7 +481,13 @@ impl Sim<'_> {
 
     pub(crate) fn can_lead(&self, n: NodeIx, task: TaskIx, state: &NodeState) -> bool {
         let def = &self.sc.tasks[task];
-        self.procs[n].defines.contains(&task)
+        // A task that runs on every node has no lease; a unit is its own node's alone.
+        let defined = match def.unit_of {
+            _ if def.every_node => false,
+            Some((t, node)) => node == n && self.procs[n].defines.contains(&t),
+            None => self.procs[n].defines.contains(&task),
+        };
+        defined
             && def.version_req.as_ref().is_none_or(|r| r.matches(&state.0))
             && state.1.abs() <= self.sc.max_clock_skew_ms
     }

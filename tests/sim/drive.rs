@@ -106,6 +106,11 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
             kill_grace: Duration::from_secs(1),
             starting_deadline: def.rules.starting_deadline,
             version_req: def.version_req.clone(),
+            run_on: if def.every_node {
+                zkcron::task::RunOn::EveryNode
+            } else {
+                zkcron::task::RunOn::Leader
+            },
             ..Default::default()
         }
         .into(),
@@ -467,7 +472,7 @@ impl<'s> Sim<'s> {
                 .into_iter()
                 .enumerate()
             {
-                let task = (sc.seed as usize + k) % sc.tasks.len();
+                let task = (sc.seed as usize + k) % sc.task_count();
                 let fire_id = format!("{}@manual-{k:010}", sc.tasks[task].name);
                 let requested_at = epoch() + TimeDelta::milliseconds(at as i64);
                 sim.triggers.push((task, fire_id, requested_at));
@@ -1561,7 +1566,7 @@ impl<'s> Sim<'s> {
                 tick,
                 intent,
             } => {
-                let t = task_ix(&task);
+                let t = self.slot(n, &task);
                 note!(
                     self,
                     Some(n),
@@ -1576,7 +1581,7 @@ impl<'s> Sim<'s> {
                 self.ask(n, request, ask(CoreAsk::Claim { task: t, tick })(call));
             }
             FireAction::Reclaim { call, task, tick } => {
-                let t = task_ix(&task);
+                let t = self.slot(n, &task);
                 let request = Request::Reclaim {
                     task: task.to_string(),
                     tick,
@@ -1620,6 +1625,7 @@ impl<'s> Sim<'s> {
             self.timer(n, 500, T::ManualEnd { k, run: spawn.run });
             return;
         }
+        let task = self.slot(n, &spawn.task);
         let tick = spawn.tick.instant;
         let wait = (spawn.tick.due_at - self.wall(n)).num_milliseconds().max(0) as Ms;
         self.procs[n].runs.insert(spawn.run, Run::Waiting);
@@ -1719,9 +1725,29 @@ impl<'s> Sim<'s> {
             finished_at: self.wall(n),
             ..RunResult::default()
         };
-        let name = self.sc.tasks[task].name.clone();
+        let name = self.task_name(task);
         self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
         self.core_input(n, FireInput::RunEnded { run });
+    }
+
+    /// The slot that node `n`'s run or claim of task `name` counts in: the task's, or for a
+    /// task that runs on every node, `n`'s unit's.
+    pub(crate) fn slot(&self, n: NodeIx, name: &str) -> TaskIx {
+        let t = task_ix(name);
+        if !self.sc.tasks[t].every_node {
+            return t;
+        }
+        self.sc
+            .tasks
+            .iter()
+            .position(|u| u.unit_of == Some((t, n)))
+            .expect("a node that runs a task defines it, so it has a unit of it")
+    }
+
+    /// The task the daemon names for a slot: the task of a unit.
+    pub(crate) fn task_name(&self, t: TaskIx) -> String {
+        let t = self.sc.tasks[t].unit_of.map_or(t, |(task, _)| task);
+        self.sc.tasks[t].name.clone()
     }
 
     pub(crate) fn answered(
@@ -1973,6 +1999,7 @@ impl<'s> Sim<'s> {
                     .sc
                     .tasks
                     .iter()
+                    .filter(|t| t.unit_of.is_none())
                     .map(|t| {
                         (
                             t.name.clone(),
@@ -2000,7 +2027,7 @@ impl<'s> Sim<'s> {
                     taskset: TaskSetRef {
                         digest: "ghost".into(),
                         chunks: 1,
-                        count: self.sc.tasks.len(),
+                        count: self.sc.task_count(),
                     },
                     leads: true,
                     drained: false,
@@ -2137,11 +2164,22 @@ impl<'s> Sim<'s> {
             version: Some(version),
         }];
         let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
-        let path = format!("{BASE}/tasks/{name}");
-        if let Some(z) = self.zk.nodes.get(&path)
-            && serde_json::from_slice::<WireRecord>(&z.data)
-                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now))
-        {
+        // The task's record and, as the CLI does, each of its units' records.
+        let units = self
+            .sc
+            .tasks
+            .iter()
+            .filter(|u| u.unit_of.is_some_and(|(task, _)| task == t));
+        for path in std::iter::once(name).chain(units.map(|u| &u.name)) {
+            let path = format!("{BASE}/tasks/{path}");
+            let Some(z) = self.zk.nodes.get(&path) else {
+                continue;
+            };
+            let behind = serde_json::from_slice::<WireRecord>(&z.data)
+                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now));
+            if !behind {
+                continue;
+            }
             let moved = WireRecord {
                 format: 1,
                 tick: Some(now),

@@ -56,10 +56,14 @@
 //!   firing core fires the changed tasks again from their fire records). Some tasks have a
 //!   `starting_deadline` of 5–60 s (`Knobs::short_deadlines`); tasks draw their `overlap`
 //!   (`Knobs::overlap_skip`: 30 % `skip`, 10 % `replace`, the others `allow`).
+//! - **Tasks that run on every node** (`Knobs::every_node`, with every other knob on, in a test
+//!   of its own): 40 % of the tasks get `run_on = "every_node"`, and each defining node's unit
+//!   `<task>@<node-id>` is checked as a task of its own (a slot after the tasks), so every
+//!   check below counts (tick, node) pairs for them.
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
-//! visitor is up. Every knob is on by default ([`Knobs::DEFAULT`]).
+//! visitor is up. Every knob but `every_node` is on by default ([`Knobs::DEFAULT`]).
 //!
 //! # What is checked
 //!
@@ -106,7 +110,9 @@
 //! `overlap = "skip"` tasks), a node whose backfill claims move no progress (backfill ticks run
 //! twice, counted per fire id); and two bugs of the simulated shell around them: a claim whose
 //! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
-//! 3 s late (late ticks). Every switch is off by default, and a unit test says so.
+//! 3 s late (late ticks). The node's `bugs.every_node_as_leader` (an every-node task run as a
+//! leader's) shows in the every-node scenarios as runs claimed on no unit of the node's own.
+//! Every switch is off by default, and a unit test says so.
 //!
 //! # Findings
 //!
@@ -273,6 +279,7 @@ use zkcron::task::CatchUpPolicy;
 mod backfill;
 mod checker;
 mod drive;
+mod every_node;
 mod model_zk;
 mod queued;
 mod real;
@@ -552,12 +559,15 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        every_node: false,
+        unit_of: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
             "t00".to_string(),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req: None,
                 require_labels: Default::default(),
             },
@@ -682,12 +692,15 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        every_node: false,
+        unit_of: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
             "t00".to_string(),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req: None,
                 require_labels: Default::default(),
             },

@@ -52,6 +52,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.backfill_claim_keeps_progress`: a backfill tick's claim does not
     /// move the request's progress, so the next leader runs its ticks again.
     BackfillKeepsProgress,
+    /// The real node's `bugs.every_node_as_leader`: a task that runs on every node is run by
+    /// one node per tick, as a leader's task.
+    EveryNodeAsLeader,
 }
 
 impl NodeBug {
@@ -103,6 +106,11 @@ pub(crate) struct Knobs {
     /// With `overlap_skip`, 30 % of the tasks that do not allow overlap get `queue` (checked:
     /// no run starts while another is live, at most one tick waits, a queued tick starts once).
     pub(crate) overlap_queue: bool,
+    /// 40 % of the tasks run on every node (`run_on = "every_node"`): each defining node's unit
+    /// `<task>@<node-id>` is checked as a task of its own (its own slot in `Scenario::tasks`),
+    /// so the checker counts (tick, node) pairs. Off in the default scenarios (their seeds stay
+    /// what they were); `every_node_tasks_keep_the_guarantee_per_tick_and_node` turns it on.
+    pub(crate) every_node: bool,
 }
 
 impl Knobs {
@@ -120,6 +128,7 @@ impl Knobs {
         lasting_drains: false,
         overlap_skip: false,
         overlap_queue: false,
+        every_node: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -146,6 +155,12 @@ pub(crate) struct TaskDef {
     /// A fire record exists at the start, naming the epoch (the task fired before).
     pub(crate) initial_record: bool,
     pub(crate) overlap: OverlapPolicy,
+    /// The task runs on every node (`run_on = "every_node"`): it has no lease or record of its
+    /// own, its units (the slots whose `unit_of` names it) do.
+    pub(crate) every_node: bool,
+    /// This slot is the unit `<task>@<node-id>` of the every-node task at this index, held by
+    /// node `.1` alone; no node defines the slot as a task.
+    pub(crate) unit_of: Option<(TaskIx, NodeIx)>,
 }
 
 #[derive(Debug, Clone)]
@@ -340,6 +355,8 @@ impl Scenario {
                 version_req,
                 initial_record: rng.random_bool(0.8),
                 overlap: OverlapPolicy::Allow,
+                every_node: false,
+                unit_of: None,
             });
         }
 
@@ -364,6 +381,7 @@ impl Scenario {
                         tasks[t].name.clone(),
                         TaskEntry {
                             digest: format!("digest-{t}"),
+                            holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
                         },
@@ -465,6 +483,7 @@ impl Scenario {
                         tasks[t].name.clone(),
                         TaskEntry {
                             digest: format!("digest-{t}"),
+                            holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
                         },
@@ -604,6 +623,9 @@ impl Scenario {
                 }
             }
         }
+        if knobs.every_node {
+            add_units(seed, &mut tasks, &mut nodes);
+        }
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
@@ -636,6 +658,14 @@ impl Scenario {
             settle,
             end,
         }
+    }
+
+    /// The tasks the nodes define: the slots before the units.
+    pub(crate) fn task_count(&self) -> usize {
+        self.tasks
+            .iter()
+            .take_while(|t| t.unit_of.is_none())
+            .count()
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -706,5 +736,31 @@ pub(crate) fn restart(rng: &mut StdRng, node: NodeIx) -> Fault {
         release: rng
             .random_bool(0.2)
             .then(|| Version::parse(NEWER_RELEASE).unwrap()),
+    }
+}
+
+/// Makes 40 % of the tasks run on every node, and appends each defining node's unit of them to
+/// `tasks` as a slot of its own (after every task: a task's index stays its name's).
+fn add_units(seed: u64, tasks: &mut Vec<TaskDef>, nodes: &mut [NodeDef]) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x00e7_e2a0);
+    for t in 0..tasks.len() {
+        if !rng.random_bool(0.4) {
+            continue;
+        }
+        tasks[t].every_node = true;
+        tasks[t].initial_record = false;
+        for (n, node) in nodes.iter_mut().enumerate() {
+            let name = tasks[t].name.clone();
+            let Some(entry) = Arc::make_mut(&mut node.tasks).get_mut(&name) else {
+                continue;
+            };
+            entry.holders = zkcron::coord::lease::Holders::EveryNode;
+            tasks.push(TaskDef {
+                name: zkcron::coord::lease::unit_name(&name, &node.id),
+                every_node: false,
+                unit_of: Some((t, n)),
+                ..tasks[t].clone()
+            });
+        }
     }
 }

@@ -24,6 +24,10 @@
 //!   now acts.
 //! - Otherwise wait. A lease held by another node is never touched: its holder releases it.
 //!
+//! A task that runs on every node ([`Holders::EveryNode`]) has no lease of its own: each
+//! eligible member holds its *unit* of it ([`unit_name`]), designated for it alone, so a unit is
+//! taken at once and never covered.
+//!
 //! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
 //! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
 //! for every task at every decision, so ranking is cheap (see `Peers`).
@@ -58,6 +62,39 @@ pub struct TaskEntry {
     pub version_req: Option<VersionReq>,
     /// Label pairs a member's `[node] labels` must all contain (empty: any member).
     pub require_labels: BTreeMap<String, String>,
+    /// Who holds the task's leases.
+    pub holders: Holders,
+}
+
+/// Who holds the leases of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Holders {
+    /// One lease, `<task>`, held by the best ranked eligible member (the leader).
+    #[default]
+    Leader,
+    /// One lease per eligible member, the *unit* `<task>@<node-id>` ([`unit_name`]), held by
+    /// that member alone: nobody covers for it, and the task itself has no lease.
+    EveryNode,
+}
+
+/// The unit of `task` that `node` holds when the task runs on every node: `<task>@<node-id>`
+/// (`@` is in neither a task name nor a node id, so a unit's name is no task's).
+pub fn unit_name(task: &str, node: &str) -> String {
+    format!("{task}@{node}")
+}
+
+/// The task and node of a unit's name ([`unit_name`]); `None` for a task's own name.
+pub fn split_unit(name: &str) -> Option<(&str, &str)> {
+    name.split_once('@')
+}
+
+/// The lease of `task` (defined as `entry`) that member `me` may hold: the task's own, or
+/// its unit for a task that runs on every node.
+pub fn lease_name<'a>(task: &'a str, entry: &TaskEntry, me: &str) -> std::borrow::Cow<'a, str> {
+    match entry.holders {
+        Holders::Leader => std::borrow::Cow::Borrowed(task),
+        Holders::EveryNode => std::borrow::Cow::Owned(unit_name(task, me)),
+    }
 }
 
 impl TaskEntry {
@@ -102,15 +139,21 @@ pub struct Member {
 }
 
 impl Member {
-    /// Whether this member may lead `task`: it may lead at all, defines the task, its release
-    /// matches the definition's `version_req`, and its labels contain the definition's
-    /// `require_labels`.
+    /// Whether this member may hold the lease `task`: it may lead at all, defines the task,
+    /// its release matches the definition's `version_req`, and its labels contain the
+    /// definition's `require_labels`. The lease of a task that runs on every node is a unit
+    /// ([`unit_name`]), which only its own node may hold.
     pub fn eligible(&self, task: &str) -> bool {
         if !self.may_lead {
             return false;
         }
-        match self.tasks.get(task) {
-            Some(entry) => entry.admits(&self.release, &self.labels),
+        let (name, holders) = match split_unit(task) {
+            Some((name, node)) if node == self.id => (name, Holders::EveryNode),
+            Some(_) => return false,
+            None => (task, Holders::Leader),
+        };
+        match self.tasks.get(name) {
+            Some(entry) => entry.holders == holders && entry.admits(&self.release, &self.labels),
             None => false,
         }
     }
@@ -182,7 +225,12 @@ impl<'a> Peers<'a> {
         if !mine.may_lead {
             return None;
         }
-        let entry = mine.tasks.get(task)?;
+        let entry = mine.tasks.get(task);
+        if entry.is_none_or(|e| e.holders == Holders::EveryNode) {
+            // A unit is its own node's alone: designated when eligible, with nobody above.
+            return mine.eligible(task).then_some((0, None));
+        }
+        let entry = entry?;
         // A member sharing this node's task set shares its definition of the task, so only
         // its release and labels are checked, against the entry looked up once.
         let matches = |member: &Member| entry.admits(&member.release, &member.labels);
@@ -374,10 +422,21 @@ fn take_vacant(
     let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
     let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
     let mut vacant_since = Walk::new(view.vacant_since.iter());
-    for (task, rank) in me.tasks.keys().zip(ranks) {
-        let held = held.find(task).is_some();
-        let present = present.find(task).is_some();
-        let vacant_since = vacant_since.find(task).copied();
+    for ((name, entry), rank) in me.tasks.iter().zip(ranks) {
+        let task = &*lease_name(name, entry, &me.id);
+        let (held, present, vacant_since) = match entry.holders {
+            Holders::Leader => (
+                held.find(task).is_some(),
+                present.find(task).is_some(),
+                vacant_since.find(task).copied(),
+            ),
+            // A unit's name sorts elsewhere than its task's: looked up, not walked to.
+            Holders::EveryNode => (
+                view.held.contains(task),
+                view.present.contains(task),
+                view.vacant_since.get(task).copied(),
+            ),
+        };
         if held {
             continue;
         }
@@ -386,7 +445,7 @@ fn take_vacant(
         };
         if present {
             if pos == 0 {
-                decision.held_elsewhere.push(task.clone());
+                decision.held_elsewhere.push(task.to_string());
             }
             continue;
         }
@@ -399,9 +458,9 @@ fn take_vacant(
         if due > view.now {
             decision.recheck(due);
         } else if pos == 0 {
-            decision.actions.push(LeaseAction::Take(task.clone()));
+            decision.actions.push(LeaseAction::Take(task.to_string()));
         } else {
-            decision.actions.push(LeaseAction::Cover(task.clone()));
+            decision.actions.push(LeaseAction::Cover(task.to_string()));
         }
     }
 }
@@ -505,9 +564,10 @@ impl RankCache {
             self.ranks = peers
                 .mine
                 .tasks
-                .keys()
-                .map(|task| {
-                    CachedRank::pack(peers.rank(task).map(|(pos, top)| {
+                .iter()
+                .map(|(task, entry)| {
+                    let task = lease_name(task, entry, &peers.mine.id);
+                    CachedRank::pack(peers.rank(&task).map(|(pos, top)| {
                         (
                             pos,
                             top.and_then(|t| members.iter().position(|m| std::ptr::eq(m, t))),
@@ -522,3 +582,5 @@ impl RankCache {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unit_tests;

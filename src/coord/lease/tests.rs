@@ -9,6 +9,7 @@ fn set(tasks: &[&str]) -> Arc<TaskSet> {
                     t.to_string(),
                     TaskEntry {
                         digest: "d".into(),
+                        holders: Default::default(),
                         version_req: None,
                         require_labels: BTreeMap::new(),
                     },
@@ -201,6 +202,7 @@ fn position_agrees_with_the_ranking_when_members_share_task_sets_or_not() {
             format!("task-{i:05}"),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req,
                 require_labels,
             },
@@ -255,6 +257,7 @@ fn version_req_limits_eligibility_to_matching_releases() {
         "t".into(),
         TaskEntry {
             digest: "d".into(),
+            holders: Default::default(),
             version_req: Some(VersionReq::parse(">=2.1").unwrap()),
             require_labels: BTreeMap::new(),
         },
@@ -495,6 +498,7 @@ fn require_labels_limit_eligibility_to_members_with_every_pair() {
         "t".into(),
         TaskEntry {
             digest: "d".into(),
+            holders: Default::default(),
             version_req: None,
             require_labels: [("zone", "eu"), ("disk", "ssd")]
                 .into_iter()
@@ -567,6 +571,7 @@ fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
 fn why_ineligible_names_the_first_rule_a_member_fails() {
     let entry = TaskEntry {
         digest: "d".into(),
+        holders: Default::default(),
         version_req: Some(VersionReq::parse(">=2.0").unwrap()),
         require_labels: [("zone".to_string(), "eu".to_string())].into(),
     };
@@ -615,6 +620,7 @@ fn a_cached_ranking_decides_exactly_as_ranking_afresh_while_members_change() {
             name.clone(),
             TaskEntry {
                 digest: "d".into(),
+                holders: Default::default(),
                 version_req: (i % 11 == 0).then(|| VersionReq::parse(">=1.1").unwrap()),
                 require_labels,
             },

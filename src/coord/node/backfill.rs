@@ -283,11 +283,11 @@ impl Node {
         }
         let ops = vec![
             ZkOp::Check {
-                path: self.paths.lease(&task),
+                path: self.paths.lease(&self.unit_of(&task)),
                 version: 0,
             },
             ZkOp::Check {
-                path: self.paths.epoch(&task),
+                path: self.paths.epoch(&self.unit_of(&task)),
                 version: epoch,
             },
             ZkOp::SetData {

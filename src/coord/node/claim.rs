@@ -215,7 +215,7 @@ impl Node {
         if !self.firing() || self.stopping {
             return None;
         }
-        self.tasks.held(task)
+        self.tasks.held(&self.unit_of(task))
     }
 
     /// Starts a claim (the head of its task's queue).

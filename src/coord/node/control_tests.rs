@@ -788,6 +788,8 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
     assert_ne!(lease_owner(&store), Some(2), "{said:?}");
 }
 
+#[path = "every_node_tests.rs"]
+mod every_node_tests;
 /// Takes, releases and the member path, on the same small ZooKeeper.
 #[path = "lease_tests.rs"]
 mod lease_tests;

@@ -18,7 +18,7 @@ impl Node {
         } else {
             self.tasks
                 .held_leases()
-                .map(|(task, _)| Arc::from(task.as_str()))
+                .map(|(lease, _)| Arc::from(self.task_of(lease)))
                 .collect()
         };
         let paused = !self.firing();

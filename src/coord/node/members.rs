@@ -237,16 +237,8 @@ impl Node {
             self.tasks.unhold(&task);
         }
         self.vacant_since.retain(|t, _| !leases.contains(t));
-        let vacant: Vec<String> = self
-            .my_set
-            .as_ref()
-            .map(|(_, _, set)| {
-                set.keys()
-                    .filter(|t| !leases.contains(*t))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut vacant = self.my_leases();
+        vacant.retain(|t| !leases.contains(t));
         for task in vacant {
             self.vacant_since.entry(task).or_insert(now);
         }

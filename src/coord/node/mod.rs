@@ -29,6 +29,8 @@
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
+//! - `units`: tasks that run on every node: each node's unit of them, and the daemon's
+//!   requests served on it.
 //! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
 //! - `waits`: requests answered when something happens (the end of runs on other nodes).
 //! - `clock`: skew verdicts and the cluster's clock.
@@ -59,6 +61,7 @@ mod tasks;
 mod tests;
 mod then;
 mod trigger;
+mod units;
 mod waits;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -123,6 +126,9 @@ pub struct NodeBugs {
     pub stray_leases_checked_only_when_leading: bool,
     /// A backfill tick's claim marks it running but does not move the request's progress.
     pub backfill_claim_keeps_progress: bool,
+    /// A task that runs on every node is published, leased and claimed as a leader's task:
+    /// one node runs each of its ticks instead of every node.
+    pub every_node_as_leader: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's
@@ -449,7 +455,10 @@ impl Node {
             Input::Expired => self.on_expired(),
             Input::Watch { path, kind } => self.on_watch(&path, kind),
             Input::Reply { op, result } => self.on_reply(op, result),
-            Input::Request { req, request } => self.on_request(req, request),
+            Input::Request { req, request } => {
+                let request = self.onto_units(request);
+                self.on_request(req, request)
+            }
         }
     }
 

@@ -324,7 +324,9 @@ impl Node {
             // trigger, after the history.
             let end = super::trigger::End::new(req, &task, &result, &release);
             let entry = HistoryEntry::of_run(&task, &result, &release);
-            return self.append_history(task, entry, Some(end));
+            // A task that runs on every node has no history of its own: its units have.
+            let history = self.unit_of(&task).into_owned();
+            return self.append_history(history, entry, Some(end));
         }
         let run_path = self.paths.run(&task, result.tick);
         self.run_ended_attempt(RunEndedJob {
@@ -499,7 +501,9 @@ impl Node {
         self.own_runs.remove(&job.run_path);
         self.answer(job.req, Ok(Answered::Done));
         // After the result, without holding up the answer (firing never waits for it).
-        let entry = HistoryEntry::of_run(&job.task, &job.result, &self.cfg.release.to_string());
+        // A unit's run is its task's: the fire id names the task.
+        let task = self.task_of(&job.task);
+        let entry = HistoryEntry::of_run(task, &job.result, &self.cfg.release.to_string());
         self.append_history(job.task, entry, None);
     }
 

@@ -307,11 +307,16 @@ impl Node {
 
     pub(super) fn publish_tasks(&mut self, tasks: &[TaskSpec]) {
         // A node where a task is disabled is not eligible to lead it.
-        let enabled: Vec<TaskSpec> = tasks
+        let mut enabled: Vec<TaskSpec> = tasks
             .iter()
             .filter(|t| record::eligible(t))
             .cloned()
             .collect();
+        if self.cfg.bugs.every_node_as_leader {
+            for task in &mut enabled {
+                task.extras.run_on = crate::task::RunOn::Leader;
+            }
+        }
         let encoded = encode_taskset(&enabled);
         let unchanged = self
             .my_set
@@ -538,16 +543,8 @@ impl Node {
         }
         // Vacancy clocks for newly defined tasks start now.
         let now = self.now.mono;
-        let vacant: Vec<String> = self
-            .my_set
-            .as_ref()
-            .map(|(_, _, set)| {
-                set.keys()
-                    .filter(|t| !self.present.contains(*t))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut vacant = self.my_leases();
+        vacant.retain(|t| !self.present.contains(t));
         for task in vacant {
             self.vacant_since.entry(task).or_insert(now);
         }

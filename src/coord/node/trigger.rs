@@ -344,11 +344,11 @@ impl Node {
             .insert(name.clone(), new.claimed_at.unwrap_or_default());
         let ops = vec![
             ZkOp::Check {
-                path: self.paths.lease(&new.task),
+                path: self.paths.lease(&self.unit_of(&new.task)),
                 version: 0,
             },
             ZkOp::Check {
-                path: self.paths.epoch(&new.task),
+                path: self.paths.epoch(&self.unit_of(&new.task)),
                 version: epoch,
             },
             ZkOp::SetData {
