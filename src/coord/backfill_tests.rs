@@ -43,6 +43,7 @@ fn entry(fire_id: &str, tick: DateTime<Utc>, exit_code: i32) -> HistoryEntry {
         attempts: 1,
         trigger: RunTrigger::Manual,
         backfill: true,
+        after: None,
     }
 }
 

@@ -160,6 +160,7 @@ pub(super) fn start_run<C: Coordinator>(
         prepared,
         kind,
         retries,
+        chained,
     } = spawn;
     let claimed_at = tokio::time::Instant::now();
     let shared = shared.clone();
@@ -171,6 +172,7 @@ pub(super) fn start_run<C: Coordinator>(
         fire_id,
         tick,
         kind,
+        chained,
         done,
         ended,
     };
@@ -198,6 +200,8 @@ struct LiveRun {
     fire_id: String,
     tick: Tick,
     kind: RunKind,
+    /// The tasks that run after this one (`after`).
+    chained: Arc<[Arc<str>]>,
     /// Turned true when the run has ended.
     done: watch::Sender<bool>,
     ended: RunEndedTo,
@@ -305,6 +309,9 @@ async fn follow_run<C: Coordinator>(
             .then_some(started_at);
         result.fire_id = Some(run.fire_id);
         result.manual = run.kind != RunKind::Scheduled;
+        if outcome.succeeded() {
+            result.chained = run.chained.to_vec();
+        }
         let _ = ended_tx.send((result, outcome.failed()));
     };
     let record = async {

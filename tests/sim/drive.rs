@@ -491,6 +491,7 @@ impl<'s> Sim<'s> {
             claimed_at: None,
             result: None,
             reason: None,
+            after: None,
         };
         let dir = |p: &str| ZkOp::Create {
             path: format!("{BASE}/{p}"),

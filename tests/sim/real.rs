@@ -41,6 +41,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
             unfenced_claim: spec.claim_mode == ClaimMode::Unfenced,
             stray_leases_checked_only_when_leading: spec.bug == NodeBug::StrayLeasesOnlyWhenLeading,
             backfill_claim_keeps_progress: spec.bug == NodeBug::BackfillKeepsProgress,
+            chain_request_apart: spec.bug == NodeBug::ChainRequestApart,
         },
     };
     Box::new(Node::new(config, now))

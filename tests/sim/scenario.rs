@@ -52,6 +52,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.backfill_claim_keeps_progress`: a backfill tick's claim does not
     /// move the request's progress, so the next leader runs its ticks again.
     BackfillKeepsProgress,
+    /// The real node's `bugs.chain_request_apart`: a chained run's request is created in a
+    /// call of its own after the parent's result, so a node lost between the two loses it.
+    ChainRequestApart,
 }
 
 impl NodeBug {

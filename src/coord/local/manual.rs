@@ -106,6 +106,7 @@ impl Manual {
             claimed_at: None,
             result: None,
             reason: None,
+            after: None,
         };
         file.next += 1;
         file.triggers.insert(fire_id.clone(), trigger);

@@ -50,6 +50,7 @@ fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
         signal: None,
         started_at: Some(tick),
         release: None,
+        chained: Vec::new(),
     }
 }
 

@@ -151,8 +151,16 @@ impl Node {
             Step::Claim(job) => self.on_backfill_claim(job, result),
             Step::ClaimRead(job) => self.on_backfill_claim_read(job, result),
             Step::EndRead { end, reads } => self.on_backfill_end_read(end, reads, result),
-            Step::EndWrite { end, reads } => match result {
+            Step::EndWrite { mut end, reads } => match result {
                 Ok(_) | Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+                Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
+                    self.answer(end.req, Ok(Answered::Done))
+                }
+                Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
+                    // The chained runs were requested by an earlier write whose answer was lost.
+                    end.chain.clear();
+                    self.read_backfill_end(end, reads)
+                }
                 // Changed meanwhile, or the outcome is unknown: read it and decide again.
                 _ => self.read_backfill_end(end, reads),
             },
@@ -450,12 +458,13 @@ impl Node {
                 }
                 let (name, _) = backfill::of_fire_id(&end.name).expect("a backfill fire id");
                 let path = self.paths.backfill(name);
+                let write = ZkOp::SetData {
+                    path,
+                    data: serde_json::to_vec(&new).expect("serializes"),
+                    version: Some(stat.version),
+                };
                 self.call(
-                    ZkOp::SetData {
-                        path,
-                        data: serde_json::to_vec(&new).expect("serializes"),
-                        version: Some(stat.version),
-                    },
+                    Node::with_chain(write, &end.chain),
                     Then::Backfill(Step::EndWrite { end, reads }),
                 );
             }

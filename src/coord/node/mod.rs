@@ -123,6 +123,9 @@ pub struct NodeBugs {
     pub stray_leases_checked_only_when_leading: bool,
     /// A backfill tick's claim marks it running but does not move the request's progress.
     pub backfill_claim_keeps_progress: bool,
+    /// The chained runs' requests (`after`) are created in a call of their own once the
+    /// parent's result is stored, not in the multi-op that stores it.
+    pub chain_request_apart: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

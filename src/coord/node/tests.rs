@@ -121,6 +121,7 @@ fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
             unfenced_claim: false,
             stray_leases_checked_only_when_leading: false,
             backfill_claim_keeps_progress: false,
+            chain_request_apart: false,
         }
     );
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
-use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
+use crate::coord::records::{FORMAT_VERSION, HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
 
 /// How often ended triggers are looked for to delete.
@@ -78,6 +78,8 @@ pub(crate) struct End {
     pub(super) name: String,
     pub(super) entry: HistoryEntry,
     pub(super) reason: Option<String>,
+    /// The creates of the chained runs' requests (`after`), sent with the end's write.
+    pub(super) chain: Vec<ZkOp>,
     tries: u8,
 }
 
@@ -91,6 +93,7 @@ impl End {
             name: entry.fire_id.clone(),
             entry,
             reason,
+            chain: Vec::new(),
             tries: 0,
         }
     }
@@ -108,7 +111,61 @@ impl End {
     }
 }
 
+/// The run requests a run that ended causes (`after`): each chained task's trigger, pending.
+pub(super) fn chained_requests(
+    task: &str,
+    result: &RunResult,
+    node: &str,
+) -> Vec<(String, TriggerRecord)> {
+    if !result.success {
+        return Vec::new();
+    }
+    let parent = result.fire_id_of(task);
+    result
+        .chained
+        .iter()
+        .map(|child| {
+            let record = TriggerRecord {
+                format: FORMAT_VERSION,
+                task: child.to_string(),
+                requested_at: result.tick,
+                by: format!("zkcron@{node}"),
+                state: TriggerState::Pending,
+                node: None,
+                claimed_at: None,
+                result: None,
+                reason: None,
+                after: Some(parent.clone()),
+            };
+            (record::chain_fire_id(child, &parent), record)
+        })
+        .collect()
+}
+
 impl Node {
+    /// The creates of the chained runs' triggers that `task`'s run that ended with `result`
+    /// requests, to go into the multi-op that stores the run's end (empty unless it succeeded
+    /// and tasks run after it).
+    pub(super) fn chain_creates(&self, task: &str, result: &RunResult) -> Vec<ZkOp> {
+        chained_requests(task, result, &self.cfg.id)
+            .into_iter()
+            .map(|(name, record)| {
+                let data = serde_json::to_vec(&record).expect("serializes");
+                self.put_record(self.paths.trigger(&name), data, None)
+            })
+            .collect()
+    }
+
+    /// A multi-op of `op` and the chained runs' creates (`op` alone when there are none).
+    pub(super) fn with_chain(op: ZkOp, creates: &[ZkOp]) -> ZkOp {
+        if creates.is_empty() {
+            return op;
+        }
+        let mut ops = vec![op];
+        ops.extend(creates.iter().cloned());
+        ZkOp::Multi(ops)
+    }
+
     /// Setup's calls for triggers: the directory and the watch (`control/` above it is
     /// created by the control setup, which comes first).
     pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
@@ -239,7 +296,7 @@ impl Node {
     /// and ignored.
     fn learn_trigger(&mut self, name: String, data: &[u8], stat: Stat) {
         let record = match serde_json::from_slice::<TriggerRecord>(data) {
-            Ok(record) if record::manual_task(&name) == Some(record.task.as_str()) => record,
+            Ok(record) if record::trigger_task(&name) == Some(record.task.as_str()) => record,
             Ok(_) | Err(_) => {
                 let path = self.paths.trigger(&name);
                 let cli = self.zk_cli();
@@ -588,12 +645,13 @@ impl Node {
             ..record
         };
         let path = self.paths.trigger(&end.name);
+        let write = ZkOp::SetData {
+            path,
+            data: serde_json::to_vec(&new).expect("serializes"),
+            version: Some(version),
+        };
         self.call(
-            ZkOp::SetData {
-                path,
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(version),
-            },
+            Node::with_chain(write, &end.chain),
             Then::Trigger(Step::EndWrite { end }),
         );
     }
@@ -625,7 +683,7 @@ impl Node {
         }
     }
 
-    fn on_end_write(&mut self, end: End, result: Result<ZkOk, ZkFail>) {
+    fn on_end_write(&mut self, mut end: End, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(_) => {
                 self.report(Level::Debug, "manual run ended")
@@ -633,6 +691,15 @@ impl Node {
                 self.answer(end.req, Ok(Answered::Done));
             }
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
+                self.answer(end.req, Ok(Answered::Done))
+            }
+            Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
+                // The chained runs were requested by an earlier write whose answer was lost.
+                end.chain.clear();
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
+            }
             _ => {
                 // Changed meanwhile, or the outcome is unknown: read it and decide again.
                 let path = self.paths.trigger(&end.name);
