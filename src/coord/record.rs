@@ -53,8 +53,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::records::HistoryEntry;
-use super::{ClaimIntent, ClaimOutcome};
+use super::records::{FORMAT_VERSION, HistoryEntry, TriggerRecord, TriggerState};
+use super::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::task::TaskSpec;
 
 /// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
@@ -230,6 +230,34 @@ pub fn chain_fire_id(child: &str, parent_fire_id: &str) -> String {
 pub fn chain_of(fire_id: &str) -> Option<(&str, &str)> {
     let (child, parent) = fire_id.split_once("@after-")?;
     (crate::task::is_valid_task_name(child) && parent.contains('@')).then_some((child, parent))
+}
+
+/// The requests of the runs that `task`'s run that ended with `result` causes (`after`): for a
+/// success, each chained task's trigger, pending, named by [`chain_fire_id`], asked `by`.
+pub fn chained_requests(task: &str, result: &RunResult, by: &str) -> Vec<(String, TriggerRecord)> {
+    if !result.success {
+        return Vec::new();
+    }
+    let parent = result.fire_id_of(task);
+    result
+        .chained
+        .iter()
+        .map(|child| {
+            let record = TriggerRecord {
+                format: FORMAT_VERSION,
+                task: child.to_string(),
+                requested_at: result.tick,
+                by: by.to_string(),
+                state: TriggerState::Pending,
+                node: None,
+                claimed_at: None,
+                result: None,
+                reason: None,
+                after: Some(parent.clone()),
+            };
+            (chain_fire_id(child, &parent), record)
+        })
+        .collect()
 }
 
 /// The task of a trigger's name: a manual run's or a chained run's.

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
-use crate::coord::records::{FORMAT_VERSION, HistoryEntry, TriggerRecord, TriggerState};
+use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
 
 /// How often ended triggers are looked for to delete.
@@ -111,43 +111,12 @@ impl End {
     }
 }
 
-/// The run requests a run that ended causes (`after`): each chained task's trigger, pending.
-pub(super) fn chained_requests(
-    task: &str,
-    result: &RunResult,
-    node: &str,
-) -> Vec<(String, TriggerRecord)> {
-    if !result.success {
-        return Vec::new();
-    }
-    let parent = result.fire_id_of(task);
-    result
-        .chained
-        .iter()
-        .map(|child| {
-            let record = TriggerRecord {
-                format: FORMAT_VERSION,
-                task: child.to_string(),
-                requested_at: result.tick,
-                by: format!("zkcron@{node}"),
-                state: TriggerState::Pending,
-                node: None,
-                claimed_at: None,
-                result: None,
-                reason: None,
-                after: Some(parent.clone()),
-            };
-            (record::chain_fire_id(child, &parent), record)
-        })
-        .collect()
-}
-
 impl Node {
     /// The creates of the chained runs' triggers that `task`'s run that ended with `result`
     /// requests, to go into the multi-op that stores the run's end (empty unless it succeeded
     /// and tasks run after it).
     pub(super) fn chain_creates(&self, task: &str, result: &RunResult) -> Vec<ZkOp> {
-        chained_requests(task, result, &self.cfg.id)
+        record::chained_requests(task, result, &format!("zkcron@{}", self.cfg.id))
             .into_iter()
             .map(|(name, record)| {
                 let data = serde_json::to_vec(&record).expect("serializes");
