@@ -186,10 +186,21 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     daemon.signal(Signal::SIGKILL);
     daemon.wait_exit(LIMIT);
     let (children_before, _) = runs(&load);
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     common::wait_for("three more children", LIMIT, || {
         runs(&load).1 >= children_before.len() + 3
     });
+    // `/metrics` counts the chained runs and the requests of this run of the daemon.
+    let (_, metrics) = common::http_get(&daemon.served_address(), "/metrics");
+    let count = |name: &str| -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with(name));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    assert!(count("zkcron_chained_runs_total{outcome=\"success\"}") >= 3);
+    assert_eq!(count("zkcron_chained_runs_total{outcome=\"failure\"}"), 0);
+    assert!(count("zkcron_chain_requests_total") >= 3);
     daemon.signal(Signal::SIGTERM);
     daemon.wait_exit(LIMIT);
 

@@ -295,6 +295,9 @@ async fn follow_run<C: Coordinator>(
         if run.kind == RunKind::Backfill {
             metrics.backfill_run(outcome.succeeded());
         }
+        if crate::coord::record::chain_of(&run.fire_id).is_some() {
+            metrics.chained_run(outcome.succeeded());
+        }
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
             metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
@@ -320,8 +323,11 @@ async fn follow_run<C: Coordinator>(
         let Ok((result, failed)) = ended_rx.await else {
             return;
         };
-        if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
-            tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+        match shared.coordinator.run_ended(&name, &result).await {
+            Ok(()) => shared.metrics.chain_requests(result.chained.len()),
+            Err(error) => {
+                tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})")
+            }
         }
         if pause_on_failure && failed {
             pause_after_failure(&shared, &name, &fire_id, &result).await;
