@@ -21,6 +21,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::request_claim::ClaimReply;
 use super::trigger::End;
 use super::{Node, Then};
 use crate::coord::backfill::{self, Backfill, BackfillRecord, Claimer};
@@ -277,9 +278,6 @@ impl Node {
             return self.answer(job.req, Ok(Answered::Claim(outcome)));
         }
         let known = known.expect("admitted");
-        let Some(epoch) = self.held_version(&task) else {
-            return self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        };
         let session = self.session_hex();
         let by = Claimer {
             node: &self.cfg.id,
@@ -289,22 +287,13 @@ impl Node {
         if self.cfg.bugs.backfill_claim_keeps_progress {
             (new.done, new.claimed) = (known.record.done, known.record.claimed);
         }
-        let ops = vec![
-            ZkOp::Check {
-                path: self.paths.lease(&task),
-                version: 0,
-            },
-            ZkOp::Check {
-                path: self.paths.epoch(&task),
-                version: epoch,
-            },
-            ZkOp::SetData {
-                path: self.paths.backfill(&job.name),
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(known.version),
-            },
-        ];
-        self.call(ZkOp::Multi(ops), Then::Backfill(Step::Claim(job)));
+        let path = self.paths.backfill(&job.name);
+        let data = serde_json::to_vec(&new).expect("serializes");
+        let req = job.req;
+        let then = Then::Backfill(Step::Claim(job));
+        if !self.send_request_claim(&task, path, data, known.version, then) {
+            self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+        }
     }
 
     /// Whether `record` runs `job`'s tick by this very claim (its answer may have been lost).
@@ -315,8 +304,8 @@ impl Node {
     }
 
     fn on_backfill_claim(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
-        match result {
-            Ok(ZkOk::Multi(_)) => {
+        match ClaimReply::of(result) {
+            ClaimReply::Applied(_) => {
                 // The watch brings the new record; until then the listing must not offer the
                 // request again: re-read it now.
                 self.read_backfill(job.name.clone());
@@ -331,34 +320,31 @@ impl Node {
                 self.publish();
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
-            // The lease or its incarnation is not this node's: not claimed.
-            Err(ZkFail::Multi { index, .. }) if index < 2 => {
+            ClaimReply::NotLeader => {
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
             }
-            Err(ZkFail::SessionExpired) => self.answer(
+            ClaimReply::SessionExpired => self.answer(
                 job.req,
                 Err(CoordError::SessionExpired {
                     context: "claiming a backfill tick",
                 }),
             ),
-            // The request changed or went (index 2), or the outcome is unknown: read it.
-            _ => self.resolve_backfill_claim(job),
+            ClaimReply::Reread => self.resolve_backfill_claim(job),
         }
     }
 
     fn resolve_backfill_claim(&mut self, mut job: ClaimJob) {
-        if self.session.is_none() {
-            return self.answer(
-                job.req,
+        job.reads += 1;
+        let path = self.paths.backfill(&job.name);
+        let req = job.req;
+        if !self.reread_request(path, Then::Backfill(Step::ClaimRead(job))) {
+            self.answer(
+                req,
                 Err(CoordError::SessionEnded {
                     context: "claiming a backfill tick",
                 }),
             );
         }
-        job.reads += 1;
-        let path = self.paths.backfill(&job.name);
-        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
-        self.call(ZkOp::GetData { path }, Then::Backfill(Step::ClaimRead(job)));
     }
 
     fn on_backfill_claim_read(&mut self, mut job: ClaimJob, result: Result<ZkOk, ZkFail>) {

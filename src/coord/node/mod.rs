@@ -51,6 +51,7 @@ mod leases;
 mod mark;
 mod members;
 mod report;
+mod request_claim;
 mod requests;
 mod runs;
 mod session;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::request_claim::ClaimReply;
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
@@ -363,35 +364,20 @@ impl Node {
         version: i32,
         conflicts: u8,
     ) {
-        let Some(epoch) = self.held_version(&new.task) else {
+        let task = new.task.clone();
+        let path = self.paths.trigger(&name);
+        let data = serde_json::to_vec(&new).expect("serializes");
+        let claimed_at = new.claimed_at.unwrap_or_default();
+        let then = Then::Trigger(Step::Claim {
+            req,
+            name: name.clone(),
+            new,
+            conflicts,
+        });
+        if !self.send_request_claim(&task, path, data, version, then) {
             return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        };
-        self.manual_sent
-            .insert(name.clone(), new.claimed_at.unwrap_or_default());
-        let ops = vec![
-            ZkOp::Check {
-                path: self.paths.lease(&new.task),
-                version: 0,
-            },
-            ZkOp::Check {
-                path: self.paths.epoch(&new.task),
-                version: epoch,
-            },
-            ZkOp::SetData {
-                path: self.paths.trigger(&name),
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(version),
-            },
-        ];
-        self.call(
-            ZkOp::Multi(ops),
-            Then::Trigger(Step::Claim {
-                req,
-                name,
-                new,
-                conflicts,
-            }),
-        );
+        }
+        self.manual_sent.insert(name, claimed_at);
     }
 
     /// Whether `record` is this node's claim of trigger `name` (sent by this node, which may
@@ -411,9 +397,9 @@ impl Node {
         conflicts: u8,
         result: Result<ZkOk, ZkFail>,
     ) {
-        match result {
-            Ok(ZkOk::Multi(results)) => {
-                if let Some(ZkOk::Stat(stat)) = results.get(2) {
+        match ClaimReply::of(result) {
+            ClaimReply::Applied(stat) => {
+                if let Some(stat) = stat {
                     self.triggers.insert(
                         name.clone(),
                         Known {
@@ -427,13 +413,12 @@ impl Node {
                 self.publish();
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
-            Err(ZkFail::Multi { index, .. }) if index < 2 => {
-                // The lease or its incarnation is not this node's: not claimed. The lease
-                // checks of scheduled claims deal with the lease itself.
+            ClaimReply::NotLeader => {
+                // The lease checks of scheduled claims deal with the lease itself.
                 self.manual_sent.remove(&name);
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
             }
-            Err(ZkFail::SessionExpired) => {
+            ClaimReply::SessionExpired => {
                 self.manual_sent.remove(&name);
                 self.answer(
                     req,
@@ -442,8 +427,7 @@ impl Node {
                     }),
                 );
             }
-            // The trigger changed or went (index 2), or the outcome is unknown: read it.
-            _ => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
+            ClaimReply::Reread => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
         }
     }
 
@@ -455,26 +439,22 @@ impl Node {
         conflicts: u8,
         reads: u8,
     ) {
-        if self.session.is_none() {
-            return self.answer(
+        let path = self.paths.trigger(&name);
+        let then = Then::Trigger(Step::ClaimRead {
+            req,
+            name,
+            new,
+            conflicts,
+            reads: reads + 1,
+        });
+        if !self.reread_request(path, then) {
+            self.answer(
                 req,
                 Err(CoordError::SessionEnded {
                     context: "claiming a manual run",
                 }),
             );
         }
-        let path = self.paths.trigger(&name);
-        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
-        self.call(
-            ZkOp::GetData { path },
-            Then::Trigger(Step::ClaimRead {
-                req,
-                name,
-                new,
-                conflicts,
-                reads: reads + 1,
-            }),
-        );
     }
 
     fn on_manual_claim_read(
