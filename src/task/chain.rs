@@ -20,6 +20,16 @@ pub struct Parent {
     pub(crate) at: Position,
 }
 
+impl Parent {
+    /// A parent named in code rather than read from a file (no position).
+    pub fn named(name: &str) -> Parent {
+        Parent {
+            name: name.into(),
+            at: Position::default(),
+        }
+    }
+}
+
 impl PartialEq for Parent {
     fn eq(&self, other: &Parent) -> bool {
         self.name == other.name

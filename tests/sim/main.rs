@@ -271,6 +271,7 @@ use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
 mod backfill;
+mod chain;
 mod checker;
 mod drive;
 mod model_zk;
@@ -416,6 +417,7 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_LASTING_DRAINS", |k| &mut k.lasting_drains),
     ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
     ("ZKCRON_SIM_OVERLAP_QUEUE", |k| &mut k.overlap_queue),
+    ("ZKCRON_SIM_CHAINS", |k| &mut k.chains),
 ];
 
 /// The default knobs, with the switches the environment sets.
@@ -552,6 +554,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -682,6 +685,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         version_req: None,
         initial_record: true,
         overlap: zkcron::task::OverlapPolicy::Allow,
+        after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -1009,5 +1013,28 @@ fn the_checker_reports_backfill_ticks_run_twice_when_claims_keep_no_progress() {
     assert!(
         seed.is_some(),
         "no BackfillTickTwice in 200 scenarios with {knobs:?}"
+    );
+}
+
+/// The real node with its test-only switch `bugs.chain_request_apart` (a chained run's request
+/// is created in a call of its own after the parent's result is stored) loses the request
+/// when its node dies or its session ends between the two, and the checker, counting the
+/// chained runs per stored parent success, says so.
+#[test]
+fn the_checker_reports_chained_runs_lost_when_their_request_is_made_apart_from_the_result() {
+    let knobs = Knobs {
+        bug: NodeBug::ChainRequestApart,
+        ..Knobs::DEFAULT
+    };
+    let seed = (0..400).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::ChainedRunLost)
+    });
+    eprintln!("ChainedRunLost with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no ChainedRunLost in 400 scenarios with {knobs:?}"
     );
 }

@@ -106,6 +106,9 @@ pub(crate) struct Knobs {
     /// With `overlap_skip`, 30 % of the tasks that do not allow overlap get `queue` (checked:
     /// no run starts while another is live, at most one tick waits, a queued tick starts once).
     pub(crate) overlap_queue: bool,
+    /// The second task also runs after the first (`after`; checked: each success of the first
+    /// whose end was stored causes one run of the second, unless its claimer died).
+    pub(crate) chains: bool,
 }
 
 impl Knobs {
@@ -123,6 +126,7 @@ impl Knobs {
         lasting_drains: false,
         overlap_skip: false,
         overlap_queue: false,
+        chains: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -137,6 +141,7 @@ impl Knobs {
         reloads: true,
         lasting_drains: true,
         overlap_skip: true,
+        chains: true,
         ..Knobs::CONTRACT
     };
 }
@@ -149,6 +154,8 @@ pub(crate) struct TaskDef {
     /// A fire record exists at the start, naming the epoch (the task fired before).
     pub(crate) initial_record: bool,
     pub(crate) overlap: OverlapPolicy,
+    /// The task it also runs after (`after`).
+    pub(crate) after: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -343,7 +350,12 @@ impl Scenario {
                 version_req,
                 initial_record: rng.random_bool(0.8),
                 overlap: OverlapPolicy::Allow,
+                after: None,
             });
+        }
+        // Fixed, not drawn: the draws stay those of every earlier seed.
+        if knobs.chains && tasks.len() >= 2 {
+            tasks[1].after = Some(tasks[0].name.clone());
         }
 
         let usual = *RELEASES[..3].choose(&mut rng).unwrap();
