@@ -35,6 +35,7 @@ impl Sim<'_> {
     /// A chained run was claimed on node `n`: it runs for [`RUN_MS`].
     pub(crate) fn chained_spawned(&mut self, n: NodeIx, spawn: firing::Spawn<()>) {
         let task = super::drive::task_ix(&spawn.task);
+        self.stats.chained_runs += 1;
         self.check.on_chained_run(self.now, &spawn.fire_id, task, n);
         self.timer(
             n,

@@ -444,6 +444,8 @@ pub(crate) struct Stats {
     pub(crate) queued_started: u64,
     /// Backfill ticks run.
     pub(crate) backfill_runs: u64,
+    /// Chained runs (`after`) run.
+    pub(crate) chained_runs: u64,
 }
 
 impl Stats {
@@ -465,6 +467,7 @@ impl Stats {
         self.live_ticks += o.live_ticks;
         self.on_time_checked += o.on_time_checked;
         self.backfill_runs += o.backfill_runs;
+        self.chained_runs += o.chained_runs;
     }
 }
 
