@@ -243,8 +243,8 @@
 //!   `ZKCRON_SIM_STRANGERS` (a stranger client), `ZKCRON_SIM_DRAINS`, `ZKCRON_SIM_PAUSES`,
 //!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
 //!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn),
-//!   `ZKCRON_SIM_CHAINS` (the second task also runs after the first: `chain.rs`), and
-//!   `ZKCRON_SIM_OVERLAP_QUEUE` (off unless set). A failure's replay line sets them all.
+//!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
+//!   task also runs after the first: `chain.rs`). A failure's replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!

@@ -141,6 +141,7 @@ impl Knobs {
         reloads: true,
         lasting_drains: true,
         overlap_skip: true,
+        overlap_queue: true,
         chains: true,
         ..Knobs::CONTRACT
     };
