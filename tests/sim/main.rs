@@ -215,6 +215,12 @@
 //!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
 //!   n1 started a run while n0's went on. A failed owner check now fails the count. Test
 //!   `a_run_owner_check_that_failed_does_not_make_later_counts_skip_the_listing`.
+//! - Seed 413 (`OverlapRun`, once queued overlap was drawn by default): n1 lost and regained
+//!   the lease of an `overlap = "queue"` task while the claim starting its queued tick was on
+//!   its way; fired again, the task counted no live run and claimed the next tick to run, and
+//!   both claims were won. Such a start now counts as a live run, as a run claim did. Test
+//!   `a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run`
+//!   (and the pinned seed).
 //! - Earlier (the hand-written node, before the real node was simulated): a backup released a
 //!   lease it took for liveness (fixed by members announcing whether they may lead). Test
 //!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
@@ -1038,4 +1044,10 @@ fn the_checker_reports_chained_runs_lost_when_their_request_is_made_apart_from_t
         seed.is_some(),
         "no ChainedRunLost in 400 scenarios with {knobs:?}"
     );
+}
+
+#[test]
+fn a_queued_tick_s_start_on_its_way_counts_as_a_live_run_when_the_task_fires_again() {
+    // Seed 413: see "Findings".
+    pinned_seed_with(413, Knobs::DEFAULT);
 }
