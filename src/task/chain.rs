@@ -97,7 +97,28 @@ pub(super) fn check_chains<T: Borrow<TaskSpec>>(
     if tasks.iter().all(|t| t.borrow().extras.after.is_empty()) {
         return;
     }
-    let mut found: BTreeMap<Arc<str>, Vec<TaskFileError>> = BTreeMap::new();
+    let mut found = missing_parents(tasks, errors);
+    for (component, cycle) in cycles(tasks) {
+        cycle_errors(tasks, &component, &cycle, &mut found);
+    }
+    if found.is_empty() {
+        return;
+    }
+    tasks.retain(|t| !found.contains_key(&t.borrow().name));
+    errors.extend(found.into_values().flatten());
+    errors.sort_by(|a, b| (&a.path, a.line, a.column).cmp(&(&b.path, b.line, b.column)));
+}
+
+/// A strongly connected component of "runs after" and one cycle through it (in run order).
+type Knot = (Vec<Arc<str>>, Vec<Arc<str>>);
+
+/// The errors found, by task.
+type Found = BTreeMap<Arc<str>, Vec<TaskFileError>>;
+
+/// An error for each name in an `after` that is no task of the jobs dir (loaded, or a file
+/// that failed to load).
+fn missing_parents<T: Borrow<TaskSpec>>(tasks: &[T], errors: &[TaskFileError]) -> Found {
+    let mut found = Found::new();
     let defined: BTreeSet<&str> = tasks
         .iter()
         .map(|t| &*t.borrow().name)
@@ -125,43 +146,64 @@ pub(super) fn check_chains<T: Borrow<TaskSpec>>(
                 .push(error_at(task, parent, message, help));
         }
     }
-    for cycle in cycles(tasks) {
-        for (i, name) in cycle.iter().enumerate() {
-            let task = tasks
-                .iter()
-                .map(Borrow::borrow)
-                .find(|t| t.name == *name)
-                .expect("a loaded task");
-            // The next task of the cycle runs after this one: this one names it in `after`.
-            let before = &cycle[(i + cycle.len() - 1) % cycle.len()];
-            let parent = task
-                .extras
-                .after
-                .iter()
-                .find(|p| p.name == *before)
-                .expect("an edge of the cycle");
-            let mut path: Vec<&str> = cycle[i..].iter().chain(&cycle[..i]).map(|n| &**n).collect();
-            path.push(path[0]);
-            let message = format!(
-                "`after` makes a cycle: {} (each runs after the one before it; a chain must end)",
-                path.join(" → ")
-            );
-            let help = format!(
-                "remove {:?} from `after` here, or break the cycle elsewhere",
-                parent.name
-            );
-            found
-                .entry(task.name.clone())
-                .or_default()
-                .push(error_at(task, parent, message, help));
-        }
+    found
+}
+
+/// An error for each task of a strongly connected `component`, with `cycle` (one cycle
+/// through it, in run order) shown to the tasks on it.
+fn cycle_errors<T: Borrow<TaskSpec>>(
+    tasks: &[T],
+    component: &[Arc<str>],
+    cycle: &[Arc<str>],
+    found: &mut Found,
+) {
+    let task_of = |name: &Arc<str>| {
+        tasks
+            .iter()
+            .map(Borrow::borrow)
+            .find(|t| t.name == *name)
+            .expect("a loaded task")
+    };
+    for name in component {
+        let task = task_of(name);
+        let (parent, message) = match cycle.iter().position(|n| n == name) {
+            Some(i) => {
+                // This task runs after the one before it on the cycle: it names it in `after`.
+                let before = &cycle[(i + cycle.len() - 1) % cycle.len()];
+                let parent = task.extras.after.iter().find(|p| p.name == *before);
+                let mut path: Vec<&str> =
+                    cycle[i..].iter().chain(&cycle[..i]).map(|n| &**n).collect();
+                path.push(path[0]);
+                let message = format!(
+                    "`after` makes a cycle: {} (each runs after the one before it; a chain must end)",
+                    path.join(" → ")
+                );
+                (parent, message)
+            }
+            None => {
+                // Off the cycle shown: it too runs, through others, after itself.
+                let parent = task
+                    .extras
+                    .after
+                    .iter()
+                    .find(|p| component.contains(&p.name));
+                let message = format!(
+                    "`after` makes a cycle: {name} runs after {}, which runs, through others, after {name} (a chain must end)",
+                    parent.map_or("", |p| &*p.name)
+                );
+                (parent, message)
+            }
+        };
+        let parent = parent.expect("an edge inside the component");
+        let help = format!(
+            "remove {:?} from `after` here, or break the cycle elsewhere",
+            parent.name
+        );
+        found
+            .entry(task.name.clone())
+            .or_default()
+            .push(error_at(task, parent, message, help));
     }
-    if found.is_empty() {
-        return;
-    }
-    tasks.retain(|t| !found.contains_key(&t.borrow().name));
-    errors.extend(found.into_values().flatten());
-    errors.sort_by(|a, b| (&a.path, a.line, a.column).cmp(&(&b.path, b.line, b.column)));
 }
 
 fn error_at(task: &TaskSpec, parent: &Parent, message: String, help: String) -> TaskFileError {
@@ -177,10 +219,10 @@ fn error_at(task: &TaskSpec, parent: &Parent, message: String, help: String) -> 
     }
 }
 
-/// The cycles of the graph "runs after", each as its tasks in the order they run (every task
-/// on one cycle at most: the strongly connected components with more than one task, found by
-/// Tarjan's algorithm, iteratively). Deterministic: tasks are visited in name order.
-fn cycles<T: Borrow<TaskSpec>>(tasks: &[T]) -> Vec<Vec<Arc<str>>> {
+/// The cycles of the graph "runs after": each strongly connected component with more than
+/// one task (Tarjan's algorithm, iteratively), with one cycle through it as its tasks in the
+/// order they run. Deterministic: tasks are visited in name order.
+fn cycles<T: Borrow<TaskSpec>>(tasks: &[T]) -> Vec<Knot> {
     let index_of: BTreeMap<&str, usize> = tasks
         .iter()
         .enumerate()
@@ -237,7 +279,11 @@ fn cycles<T: Borrow<TaskSpec>>(tasks: &[T]) -> Vec<Vec<Arc<str>>> {
                     }
                 }
                 if component.len() > 1 {
-                    found.push(cycle_order(&component, &edges, tasks));
+                    let names = component
+                        .iter()
+                        .map(|&i| tasks[i].borrow().name.clone())
+                        .collect();
+                    found.push((names, cycle_order(&component, &edges, tasks)));
                 }
             }
         }

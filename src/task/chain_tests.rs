@@ -153,3 +153,22 @@ fn the_after_key_is_checked_where_it_stands() {
         );
     }
 }
+
+#[test]
+fn every_task_of_a_knot_of_cycles_fails_also_one_off_the_cycle_shown() {
+    // a after b, b after a and c, c after b: one strongly connected component.
+    let (names, errors) = checked(&[
+        ("a", "command = [\"/bin/true\"]\nafter = [\"b\"]\n"),
+        ("b", "command = [\"/bin/true\"]\nafter = [\"a\", \"c\"]\n"),
+        ("c", "command = [\"/bin/true\"]\nafter = [\"b\"]\n"),
+        ("d", EXTRACT),
+    ]);
+    assert_eq!(names, ["d"]);
+    let failed: Vec<&str> = errors.iter().map(|e| e.task.as_deref().unwrap()).collect();
+    assert_eq!(failed, ["a", "b", "c"], "{errors:#?}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.message.starts_with("`after` makes a cycle: "))
+    );
+}
