@@ -163,7 +163,7 @@ Graceful stop: fire nothing new and start no retry, release every lease at once,
 pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     (
         "schedule",
-        r#"(string, required) A cron expression in Vixie/cronie syntax, read in the task's \fBtimezone\fR: five fields (minute, hour, day of month, month, day of week) or six with a leading seconds field. Lists (\fB1,15\fR), ranges (\fB1\-5\fR) and steps (\fB*/10\fR) in every field; month and day names (\fBJAN\fR, \fBMON\fR); \fBL\fR, \fInW\fR, \fIn#k\fR, \fInL\fR and \fB?\fR in the day fields; \fB@yearly\fR, \fB@annually\fR, \fB@monthly\fR, \fB@weekly\fR, \fB@daily\fR, \fB@midnight\fR, \fB@hourly\fR. If both day fields are restricted they combine with OR, as in cronie. \fB@reboot\fR and expressions that can never fire are refused. \fB"@every 15m"\fR (any duration from \fB1s\fR, whole seconds) ticks at the multiples of the interval since the Unix epoch, the same instants on every node and in every zone; \fB"@every 1h/10m"\fR shifts them by an offset smaller than the interval. An array of expressions (\fB["0 9 * * MON\-FRI", "0 12 * * SAT"]\fR, intervals may mix in) fires at their union, an instant two share once; an empty array is refused. Check one with \fBzkcron schedule\fR."#,
+        r#"(string, required unless \fBafter\fR is set) A cron expression in Vixie/cronie syntax, read in the task's \fBtimezone\fR: five fields (minute, hour, day of month, month, day of week) or six with a leading seconds field. Lists (\fB1,15\fR), ranges (\fB1\-5\fR) and steps (\fB*/10\fR) in every field; month and day names (\fBJAN\fR, \fBMON\fR); \fBL\fR, \fInW\fR, \fIn#k\fR, \fInL\fR and \fB?\fR in the day fields; \fB@yearly\fR, \fB@annually\fR, \fB@monthly\fR, \fB@weekly\fR, \fB@daily\fR, \fB@midnight\fR, \fB@hourly\fR. If both day fields are restricted they combine with OR, as in cronie. \fB@reboot\fR and expressions that can never fire are refused. \fB"@every 15m"\fR (any duration from \fB1s\fR, whole seconds) ticks at the multiples of the interval since the Unix epoch, the same instants on every node and in every zone; \fB"@every 1h/10m"\fR shifts them by an offset smaller than the interval. An array of expressions (\fB["0 9 * * MON\-FRI", "0 12 * * SAT"]\fR, intervals may mix in) fires at their union, an instant two share once; an empty array is refused. Check one with \fBzkcron schedule\fR."#,
     ),
     (
         "command",
@@ -261,6 +261,10 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     (
         "pause_on_failure",
         r#"(bool; default: \fBfalse\fR) When a run's last attempt fails, the task is paused cluster\-wide as by \fBzkcron pause\fR, with the failed run's fire id and exit code or signal as the reason, until \fBzkcron resume\fR."#,
+    ),
+    (
+        "after",
+        r#"(array of task names; default: none) Chaining: every successful run of each named task (scheduled, manual or backfill) causes exactly one run of this task, on its leader, with the parent's \fBZKCRON_SCHEDULED_AT\fR and the fire id \fItask\fR\fB@after\-\fR\fIparent's fire id\fR (\fBload@after\-extract@1767225600\fR). The request is stored in the same atomic write as the parent's result, so a node lost right after the parent succeeded loses no child run. A task with \fBafter\fR needs no \fBschedule\fR; with one it runs on both. A name that is no task of the jobs dir, the task itself, a name given twice and a cycle are errors of this task alone."#,
     ),
 ];
 

@@ -213,6 +213,34 @@ struct Inner {
     firing: FiringMetrics,
     zookeeper: ZookeeperMetrics,
     backfill: BackfillMetrics,
+    chain: ChainMetrics,
+}
+
+/// `zkcron_chained_runs_total` by outcome and `zkcron_chain_requests_total`.
+struct ChainMetrics {
+    runs: Family<OutcomeLabel, Counter>,
+    requests: Counter,
+}
+
+impl ChainMetrics {
+    fn register(registry: &mut Registry) -> ChainMetrics {
+        let runs = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "chained_runs",
+            "Chained runs (after) this node ran, by outcome: success or failure",
+            runs.clone(),
+        );
+        for outcome in ["success", "failure"] {
+            let _ = runs.get_or_create(&OutcomeLabel { outcome });
+        }
+        let requests = Counter::default();
+        registry.register(
+            "chain_requests",
+            "Chained runs (after) requested with the stored ends of this node's successful runs",
+            requests.clone(),
+        );
+        ChainMetrics { runs, requests }
+    }
 }
 
 /// `zkcron_backfill_runs_total` by outcome and `zkcron_backfills_waiting`.
@@ -403,12 +431,14 @@ impl Metrics {
         let firing = FiringMetrics::register(&mut registry, &tasks);
         let zookeeper = ZookeeperMetrics::register(&mut registry);
         let backfill = BackfillMetrics::register(&mut registry);
+        let chain = ChainMetrics::register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             tasks,
             firing,
             zookeeper,
             backfill,
+            chain,
         }))
     }
 
@@ -482,6 +512,21 @@ impl Metrics {
             .runs
             .get_or_create(&OutcomeLabel { outcome })
             .inc();
+    }
+
+    /// A chained run (`after`) ended.
+    pub fn chained_run(&self, succeeded: bool) {
+        let outcome = if succeeded { "success" } else { "failure" };
+        self.0
+            .chain
+            .runs
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A run's stored end requested `count` chained runs.
+    pub fn chain_requests(&self, count: usize) {
+        self.0.chain.requests.inc_by(count as u64);
     }
 
     pub fn set_backfills_waiting(&self, waiting: usize) {

@@ -50,6 +50,8 @@ enum Parts {
     One(Part),
     /// Never empty.
     Union(Box<[Part]>),
+    /// No `schedule` at all: a task that only runs after others (`after`) has no tick.
+    Nothing,
 }
 
 /// One expression of a schedule.
@@ -151,6 +153,7 @@ impl PartialEq for Parts {
         match (self, other) {
             (Parts::One(a), Parts::One(b)) => a == b,
             (Parts::Union(a), Parts::Union(b)) => a == b,
+            (Parts::Nothing, Parts::Nothing) => true,
             _ => false,
         }
     }
@@ -277,6 +280,7 @@ impl Schedule {
             .flat_map(|schedule| match schedule.parts {
                 Parts::One(part) => vec![part],
                 Parts::Union(parts) => parts.into_vec(),
+                Parts::Nothing => Vec::new(),
             })
             .collect();
         Ok(Schedule {
@@ -284,6 +288,20 @@ impl Schedule {
             timezone,
             window: None,
         })
+    }
+
+    /// No schedule: no tick ever (a task that only runs after others).
+    pub fn nothing(timezone: Tz) -> Schedule {
+        Schedule {
+            parts: Parts::Nothing,
+            timezone,
+            window: None,
+        }
+    }
+
+    /// Whether the task has no schedule of its own ([`Schedule::nothing`]).
+    pub fn is_nothing(&self) -> bool {
+        matches!(self.parts, Parts::Nothing)
     }
 
     /// The same schedule with no tick outside `window`.
@@ -308,6 +326,7 @@ impl Schedule {
                     .collect();
                 Cow::Owned(format!("[{}]", quoted.join(", ")))
             }
+            Parts::Nothing => Cow::Borrowed(""),
         }
     }
 
@@ -316,9 +335,9 @@ impl Schedule {
         self.parts().iter().map(Part::expression).collect()
     }
 
-    /// Whether the schedule was written as a list.
+    /// Whether the schedule was written as a list (no schedule reads as an empty one).
     pub fn is_list(&self) -> bool {
-        matches!(self.parts, Parts::Union(_))
+        matches!(self.parts, Parts::Union(_) | Parts::Nothing)
     }
 
     /// Whether any expression reads the time zone (a cron expression does, an interval not).
@@ -337,6 +356,7 @@ impl Schedule {
         match &self.parts {
             Parts::One(part) => std::slice::from_ref(part),
             Parts::Union(parts) => parts,
+            Parts::Nothing => &[],
         }
     }
 

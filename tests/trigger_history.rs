@@ -65,6 +65,7 @@ fn create_trigger(zk: &ZkServer, base: &str, task: &str) -> (String, TriggerReco
         claimed_at: None,
         result: None,
         reason: None,
+        after: None,
     };
     let data = serde_json::to_vec(&record).unwrap();
     let prefix = format!("{base}/control/triggers/{task}@manual-");

@@ -183,8 +183,10 @@ pub fn request_name(task: &str, n: u64) -> String {
 /// The task of a request name, if it has that form.
 pub fn request_task(name: &str) -> Option<&str> {
     let (task, number) = name.rsplit_once("@backfill-")?;
-    (number.len() == 10 && number.bytes().all(|b| b.is_ascii_digit()) && !task.is_empty())
-        .then_some(task)
+    (number.len() == 10
+        && number.bytes().all(|b| b.is_ascii_digit())
+        && crate::task::is_valid_task_name(task))
+    .then_some(task)
 }
 
 /// The fire id of `tick` of the request `name`: `<task>@backfill-<10 digits>-<unix>`.

@@ -43,6 +43,7 @@ fn entry(fire_id: &str, tick: DateTime<Utc>, exit_code: i32) -> HistoryEntry {
         attempts: 1,
         trigger: RunTrigger::Manual,
         backfill: true,
+        after: None,
     }
 }
 
@@ -210,4 +211,15 @@ fn the_last_end_makes_the_request_done_and_cancel_stops_the_claims() {
     ));
     assert!(!expired(&cancelled, now));
     assert!(expired(&cancelled, now + TimeDelta::days(8)));
+}
+
+#[test]
+fn a_chained_run_s_fire_id_is_no_backfill_tick_s_though_its_parent_was_one() {
+    let parent = fire_id(
+        &request_name("extract", 3),
+        DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
+    );
+    let child = crate::coord::record::chain_fire_id("load", &parent);
+    assert!(of_fire_id(&parent).is_some());
+    assert_eq!(of_fire_id(&child), None, "{child}");
 }

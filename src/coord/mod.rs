@@ -150,6 +150,20 @@ pub struct RunResult {
     /// The release of the node that ran it; `None`: the backend fills in its own.
     #[serde(skip)]
     pub release: Option<String>,
+    /// The tasks that run after this one (`after`), for a run that succeeded: the backend
+    /// requests one run of each ([`record::chain_fire_id`]) in the same write that stores this
+    /// run's end, so a stored success always comes with its chained requests.
+    #[serde(skip)]
+    pub chained: Vec<Arc<str>>,
+}
+
+impl RunResult {
+    /// The run's fire id: its own, or a scheduled tick's `<task>@<unix>`.
+    pub fn fire_id_of(&self, task: &str) -> String {
+        self.fire_id
+            .clone()
+            .unwrap_or_else(|| format!("{task}@{}", self.tick.timestamp()))
+    }
 }
 
 /// A coordination failure the caller must tell apart from a refused claim.

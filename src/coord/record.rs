@@ -53,8 +53,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::records::HistoryEntry;
-use super::{ClaimIntent, ClaimOutcome};
+use super::records::{FORMAT_VERSION, HistoryEntry, TriggerRecord, TriggerState};
+use super::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::task::TaskSpec;
 
 /// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
@@ -211,8 +211,61 @@ pub fn manual_fire_id(task: &str, n: u64) -> String {
 /// The task a manual fire id (a trigger znode's name) belongs to, if it has that form.
 pub fn manual_task(fire_id: &str) -> Option<&str> {
     let (task, number) = fire_id.rsplit_once("@manual-")?;
-    (number.len() == 10 && number.bytes().all(|b| b.is_ascii_digit()) && !task.is_empty())
-        .then_some(task)
+    (number.len() == 10
+        && number.bytes().all(|b| b.is_ascii_digit())
+        && crate::task::is_valid_task_name(task))
+    .then_some(task)
+}
+
+/// The fire id of the run of `child` that the run `parent_fire_id` of one of the tasks in its
+/// `after` causes: `<child>@after-<parent's fire id>` (`load@after-extract@1767225600`). A
+/// parent's fire id is unique per run (`<task>@<unix>`, `<task>@manual-<10 digits>`,
+/// `<task>@backfill-<10 digits>-<unix>`, or one of this form), so no two parent runs map to
+/// one child run, and a task name has no `@`, so no other fire id has this form.
+pub fn chain_fire_id(child: &str, parent_fire_id: &str) -> String {
+    format!("{child}@after-{parent_fire_id}")
+}
+
+/// The child task and the parent's fire id of a fire id of [`chain_fire_id`]'s form.
+pub fn chain_of(fire_id: &str) -> Option<(&str, &str)> {
+    let (child, parent) = fire_id.split_once("@after-")?;
+    (crate::task::is_valid_task_name(child) && parent.contains('@')).then_some((child, parent))
+}
+
+/// The requests of the runs that `task`'s run that ended with `result` causes (`after`): for a
+/// success, each chained task's trigger, pending, named by [`chain_fire_id`], asked `by`.
+pub fn chained_requests(task: &str, result: &RunResult, by: &str) -> Vec<(String, TriggerRecord)> {
+    if !result.success {
+        return Vec::new();
+    }
+    let parent = result.fire_id_of(task);
+    result
+        .chained
+        .iter()
+        .map(|child| {
+            let record = TriggerRecord {
+                format: FORMAT_VERSION,
+                task: child.to_string(),
+                requested_at: result.tick,
+                by: by.to_string(),
+                state: TriggerState::Pending,
+                node: None,
+                claimed_at: None,
+                result: None,
+                reason: None,
+                after: Some(parent.clone()),
+            };
+            (chain_fire_id(child, &parent), record)
+        })
+        .collect()
+}
+
+/// The task of a trigger's name: a manual run's or a chained run's.
+pub fn trigger_task(name: &str) -> Option<&str> {
+    match chain_of(name) {
+        Some((child, _)) => Some(child),
+        None => manual_task(name),
+    }
 }
 
 /// Appends `entry` to `runs` (oldest first) unless its fire id is there already; then drops
@@ -408,6 +461,7 @@ mod tests {
             attempts: 1,
             trigger: crate::coord::records::RunTrigger::Schedule,
             backfill: false,
+            after: None,
         }
     }
 
@@ -432,6 +486,25 @@ mod tests {
         assert_eq!(manual_task("backup@1767225600"), None);
         assert_eq!(manual_task("backup@manual-42"), None);
         assert_eq!(manual_task("@manual-0000000042"), None);
+        assert_eq!(manual_task("load@after-backup@manual-0000000042"), None);
+    }
+
+    #[test]
+    fn a_chained_run_s_fire_id_names_its_task_and_its_parent_s_run() {
+        for parent in [
+            "extract@1767225600",
+            "extract@manual-0000000042",
+            "extract@backfill-0000000003-1767225600",
+            "extract@after-raw@1767225600",
+        ] {
+            let id = chain_fire_id("load", parent);
+            assert_eq!(chain_of(&id), Some(("load", parent)));
+            assert_eq!(trigger_task(&id), Some("load"));
+        }
+        assert_eq!(trigger_task("load@manual-0000000001"), Some("load"));
+        assert_eq!(chain_of("load@manual-0000000001"), None);
+        assert_eq!(chain_of("Load@after-extract@1"), None);
+        assert_eq!(chain_of("load@after-extract"), None);
     }
 
     #[test]

@@ -260,6 +260,10 @@ pub struct TriggerRecord {
     /// Why the run failed without an exit code or signal ("not started: ...", "timed out").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A chained run's request: the fire id of the parent's run that caused it (`after`);
+    /// `requested_at` is then the parent's tick. Written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// What started a run.
@@ -293,6 +297,10 @@ pub struct HistoryEntry {
     /// `manual`). Written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfill: bool,
+    /// A chained run (`after`): the fire id of the parent's run that caused it (the fire id is
+    /// `<task>@after-<that>`; `trigger` is `manual`). Written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 impl HistoryEntry {
@@ -302,6 +310,12 @@ impl HistoryEntry {
         let started_at = result.started_at.unwrap_or_else(|| {
             result.finished_at - chrono::TimeDelta::milliseconds(result.duration_ms as i64)
         });
+        let after = result
+            .fire_id
+            .as_deref()
+            .and_then(|id| id.split_once("@after-"))
+            .filter(|(task, _)| result.manual && !task.contains('@'))
+            .map(|(_, parent)| parent.to_string());
         HistoryEntry {
             fire_id: result
                 .fire_id
@@ -319,17 +333,20 @@ impl HistoryEntry {
             signal: result.signal,
             success: result.success,
             attempts: result.attempts,
-            // A task name has no `@`: only a backfill's fire id holds `@backfill-`.
             trigger: if result.manual {
                 RunTrigger::Manual
             } else {
                 RunTrigger::Schedule
             },
+            // A task name has no `@`: a chained run's fire id starts `<task>@after-`, and
+            // only a backfill's holds `@backfill-` otherwise.
             backfill: result.manual
+                && after.is_none()
                 && result
                     .fire_id
                     .as_ref()
                     .is_some_and(|id| id.contains("@backfill-")),
+            after,
         }
     }
 }

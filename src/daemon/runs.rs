@@ -160,6 +160,7 @@ pub(super) fn start_run<C: Coordinator>(
         prepared,
         kind,
         retries,
+        chained,
     } = spawn;
     let claimed_at = tokio::time::Instant::now();
     let shared = shared.clone();
@@ -171,6 +172,7 @@ pub(super) fn start_run<C: Coordinator>(
         fire_id,
         tick,
         kind,
+        chained,
         done,
         ended,
     };
@@ -198,6 +200,8 @@ struct LiveRun {
     fire_id: String,
     tick: Tick,
     kind: RunKind,
+    /// The tasks that run after this one (`after`).
+    chained: Arc<[Arc<str>]>,
     /// Turned true when the run has ended.
     done: watch::Sender<bool>,
     ended: RunEndedTo,
@@ -291,6 +295,9 @@ async fn follow_run<C: Coordinator>(
         if run.kind == RunKind::Backfill {
             metrics.backfill_run(outcome.succeeded());
         }
+        if crate::coord::record::chain_of(&run.fire_id).is_some() {
+            metrics.chained_run(outcome.succeeded());
+        }
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
             metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
@@ -305,6 +312,9 @@ async fn follow_run<C: Coordinator>(
             .then_some(started_at);
         result.fire_id = Some(run.fire_id);
         result.manual = run.kind != RunKind::Scheduled;
+        if outcome.succeeded() {
+            result.chained = run.chained.to_vec();
+        }
         let _ = ended_tx.send((result, outcome.failed()));
     };
     let record = async {
@@ -313,8 +323,11 @@ async fn follow_run<C: Coordinator>(
         let Ok((result, failed)) = ended_rx.await else {
             return;
         };
-        if let Err(error) = shared.coordinator.run_ended(&name, &result).await {
-            tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})");
+        match shared.coordinator.run_ended(&name, &result).await {
+            Ok(()) => shared.metrics.chain_requests(result.chained.len()),
+            Err(error) => {
+                tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})")
+            }
         }
         if pause_on_failure && failed {
             pause_after_failure(&shared, &name, &fire_id, &result).await;

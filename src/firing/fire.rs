@@ -354,11 +354,15 @@ impl<P> Firing<P> {
         }
         self.calls
             .values()
-            .filter(|call| {
-                matches!(call, Call::Claim(claiming)
-                    if claiming.key != key
+            .filter(|call| match call {
+                Call::Claim(claiming) => {
+                    claiming.key != key
                         && claiming.spec.name == spec.name
-                        && claiming.fire.prepared.is_some())
+                        && claiming.fire.prepared.is_some()
+                }
+                // A queued tick's start from before the task was stopped: honoured if won.
+                Call::QueuedClaim { key: k, task, .. } => *k != key && **task == *spec.name,
+                _ => false,
             })
             .count()
     }

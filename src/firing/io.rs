@@ -170,6 +170,8 @@ pub struct Spawn<P> {
     pub prepared: P,
     pub kind: RunKind,
     pub retries: Retries,
+    /// The tasks that run after this one (`after`): a success requests a run of each.
+    pub chained: Arc<[Arc<str>]>,
 }
 
 /// Which run a [`Spawn`] starts.

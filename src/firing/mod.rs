@@ -262,6 +262,8 @@ pub struct Firing<P> {
     next_call: CallId,
     runs: Runs,
     manual: tasks::Manual<P>,
+    /// The loaded, enabled tasks that run after each task (`after`), by parent.
+    chained: HashMap<Arc<str>, Arc<[Arc<str>]>>,
     /// The leadership as last told.
     leadership: Leadership,
     /// The leadership applied last to the tasks (`None`: apply to every task, after a load).
@@ -293,6 +295,7 @@ impl<P> Firing<P> {
             next_call: 0,
             runs: Runs::default(),
             manual: tasks::Manual::default(),
+            chained: HashMap::new(),
             leadership: Leadership::default(),
             applied: None,
             session_losses: 0,
@@ -654,6 +657,7 @@ impl<P> Firing<P> {
             RunKind::Backfill => backfill::backfill_key(&spawn.task),
         };
         let run = self.runs.start(runs_key);
+        let chained = self.chained.get(&spawn.task).cloned().unwrap_or_default();
         self.out.push_back(Action::Spawn(Spawn {
             run,
             task: spawn.task,
@@ -662,6 +666,7 @@ impl<P> Firing<P> {
             prepared: spawn.prepared,
             kind: spawn.kind,
             retries: spawn.retries,
+            chained,
         }));
     }
 

@@ -130,6 +130,7 @@ impl<P> Firing<P> {
         for key in stopped {
             self.remove(key);
         }
+        self.chained = chained_of(&loaded);
         self.loaded = loaded;
         self.applied = None;
         let leadership = self.leadership.clone();
@@ -449,4 +450,21 @@ impl<P> Firing<P> {
             }
         }
     }
+}
+
+/// The enabled tasks that run after each task (`after`), by parent, in name order.
+fn chained_of(loaded: &[Loaded]) -> HashMap<Arc<str>, Arc<[Arc<str>]>> {
+    let mut chained: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+    for spec in loaded.iter().map(|t| &t.spec).filter(|s| s.enabled) {
+        for parent in &spec.extras.after {
+            chained
+                .entry(parent.name.clone())
+                .or_default()
+                .push(spec.name.clone());
+        }
+    }
+    chained
+        .into_iter()
+        .map(|(parent, children)| (parent, children.into()))
+        .collect()
 }

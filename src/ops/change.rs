@@ -181,6 +181,7 @@ async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> any
         claimed_at: None,
         result: None,
         reason: None,
+        after: None,
     };
     let fire_id = client.request_trigger(&record).await?;
     Ok(Done {

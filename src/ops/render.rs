@@ -410,6 +410,7 @@ pub fn history(runs: &[HistoryEntry]) -> String {
             run.attempts.to_string(),
             match run.trigger {
                 _ if run.backfill => "backfill",
+                _ if run.after.is_some() => "after",
                 RunTrigger::Schedule => "schedule",
                 RunTrigger::Manual => "manual",
             }

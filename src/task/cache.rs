@@ -171,6 +171,7 @@ pub fn reload_jobs_dir(
     }
     // Stable, so each file's errors keep their order (whole-file first, then by position).
     loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    super::chain::check_chains(&mut loaded.tasks, &mut loaded.errors);
     Ok(loaded)
 }
 

@@ -33,7 +33,14 @@ pub(super) fn check_task(
 
     // After every key is read: the schedule is read in the task's zone, whichever key came
     // first, and the command is measured with the environment.
-    let schedule = c.schedule(keys.schedule, keys.timezone, &keys.when);
+    let chained = match keys.after {
+        Some(value) => {
+            keys.extras.after = c.after(name, value);
+            Chained::Yes
+        }
+        None => Chained::No,
+    };
+    let schedule = c.schedule(keys.schedule, keys.timezone, &keys.when, chained);
     keys.extras.run_on = c.run_on(std::mem::take(&mut keys.run_on), defaults.backend);
     let command = c.task_command(keys.command, &keys.extras.env, &keys.extras.run_on);
     let user = c.effective_user(keys.user, defaults);
@@ -58,6 +65,13 @@ pub(super) fn check_task(
     })
 }
 
+/// Whether a task has `after`: then it needs no `schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chained {
+    Yes,
+    No,
+}
+
 /// A task file's keys as each is read on its own; what needs several keys (the schedule and its
 /// zone, the command and its environment, the user and group and who zkcron runs as) is
 /// checked once all are read.
@@ -77,6 +91,8 @@ struct TaskKeys<'v> {
     enabled: bool,
     /// `run_on` and `work_items`, checked together once both are read.
     run_on: RunOnKeys,
+    /// `after`, read with the task's name.
+    after: Option<&'v Value<'v>>,
     /// Every extra but `group` (checked with `user`) and `run_on`.
     extras: TaskExtras,
 }
@@ -99,6 +115,7 @@ impl<'v> TaskKeys<'v> {
             on_node_loss: NodeLossPolicy::default(),
             enabled: true,
             run_on: RunOnKeys::default(),
+            after: None,
             extras: TaskExtras::default(),
         };
         for (key, value) in root.iter() {
@@ -154,6 +171,7 @@ impl<'v> TaskKeys<'v> {
                 self.on_node_loss = c.choice(k, value, &choices).unwrap_or(self.on_node_loss);
             }
             "enabled" => self.enabled = c.boolean(k, value).unwrap_or(self.enabled),
+            "after" => self.after = Some(value),
             _ => return false,
         }
         true
@@ -218,11 +236,16 @@ impl Checker<'_> {
         value: Option<&Value<'_>>,
         timezone: Tz,
         when: &WhenKeys<'_>,
+        chained: Chained,
     ) -> Option<Schedule> {
         let window = self.window(when);
         let Some(value) = value else {
+            if chained == Chained::Yes {
+                // It runs only after the tasks `after` names.
+                return Some(Schedule::nothing(timezone).within(window));
+            }
             self.problems.push(Problem::whole_file(
-                "missing `schedule`: every task needs one".into(),
+                "missing `schedule`: every task needs one (or an `after` list of tasks to run after)".into(),
                 Some("add a line like `schedule = \"30 2 * * *\"`".into()),
             ));
             return None;

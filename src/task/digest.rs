@@ -13,7 +13,7 @@
 //! | field | value |
 //! |---|---|
 //! | `name` | str |
-//! | `schedule` | str: the expression as written, runs of whitespace made one space (aliases such as `@daily` are not expanded); a list: `list <n>` and then ` <str>` per expression, in the file's order |
+//! | `schedule` | str: the expression as written, runs of whitespace made one space (aliases such as `@daily` are not expanded); a list: `list <n>` and then ` <str>` per expression, in the file's order; none (a task with only `after`): `list 0` |
 //! | `timezone` | str: the IANA name |
 //! | `command` | `argv <n>` and then ` <str>` per argument, or `shell <str>` |
 //! | `user`, `group` | opt str |
@@ -36,6 +36,7 @@
 //! | `run_on` | **only when it is `every_node`** (added after the first release): `every_node` |
 //! | `work_items` | **only when the task has them** (added after the first release): `<n>` and then ` <str>` per item, in the file's order (`work_items = 3` is `3 1:0 1:1 1:2`) |
 //! | `pause_on_failure` | **only when `true`** (added after the first release): `true` |
+//! | `after` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per task, in the file's order |
 //! | `active_from`, `active_until` | **only when the task has it** (added after the first release): str: the instant in UTC, RFC 3339 (`2026-12-01T00:00:00Z`, fractions of a second only when there are any) |
 //!
 //! `require_labels` (and likewise the later fields) is written only when the task requires labels, so a task without them
@@ -222,6 +223,15 @@ impl TaskSpec {
         }
         if self.extras.pause_on_failure {
             out.field("pause_on_failure", |o| o.raw("true"));
+        }
+        if !self.extras.after.is_empty() {
+            out.field("after", |o| {
+                o.raw(&self.extras.after.len().to_string());
+                for parent in &self.extras.after {
+                    o.raw(" ");
+                    o.str(parent.name.as_bytes());
+                }
+            });
         }
     }
 

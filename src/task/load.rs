@@ -26,6 +26,7 @@ pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, V
     loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
     // Stable, so each file's errors keep their order (whole-file first, then by position).
     loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    super::chain::check_chains(&mut loaded.tasks, &mut loaded.errors);
     Ok(loaded)
 }
 

@@ -23,6 +23,7 @@ use crate::diag::{Problem, Report};
 use crate::schedule::Schedule;
 
 mod cache;
+mod chain;
 mod check;
 mod checker;
 mod digest;
@@ -34,6 +35,7 @@ pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
 pub(crate) use crate::diag::{decode_utf8, shell_quote};
 pub use cache::{LoadCache, RACY_WINDOW, reload_jobs_dir};
+pub use chain::Parent;
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
 pub use load::{load_jobs_dir, load_task_file, parse_task};
@@ -69,7 +71,7 @@ pub struct TaskSpec {
     pub enabled: bool,
     /// The rarely set settings (description, group, working dir, env, timeout, kill grace,
     /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`, `run_on`,
-    /// `pause_on_failure`).
+    /// `pause_on_failure`, `after`).
     pub extras: Extras,
 }
 
@@ -102,6 +104,8 @@ pub struct TaskExtras {
     /// When a run's last attempt fails, the task is paused cluster-wide (as by `zkcron pause`),
     /// with the failed run as the reason.
     pub pause_on_failure: bool,
+    /// The tasks each of whose successful runs causes one run of this task (`after`).
+    pub after: Vec<Parent>,
 }
 
 /// Every extra setting at its default, for tasks that set none.
@@ -119,6 +123,7 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     on_failure: None,
     run_on: RunOn::Leader,
     pause_on_failure: false,
+    after: Vec::new(),
 };
 
 impl Default for TaskExtras {
@@ -378,6 +383,7 @@ pub const TASK_KEYS: &[&str] = &[
     "active_until",
     "work_items",
     "run_on",
+    "after",
 ];
 
 /// The keys of the `retries` table.

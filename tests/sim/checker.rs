@@ -29,6 +29,11 @@ pub(crate) enum Kind {
     ManualRunTwice,
     /// A backfill tick (`zkcron backfill`) was claimed to run twice.
     BackfillTickTwice,
+    /// A chained run (`after`) was claimed to run twice.
+    ChainedRunTwice,
+    /// A chained run requested with a success's stored end never ran, and no node that
+    /// claimed it died.
+    ChainedRunLost,
     /// The daemon asked to claim a scheduled tick to run while its leadership said the
     /// operator had paused the task.
     ClaimWhilePaused,
@@ -114,6 +119,10 @@ pub(crate) struct Checker {
     pub(crate) manual_runs: BTreeMap<String, Vec<(Ms, usize)>>,
     /// Backfill ticks claimed, by fire id: when and by which node.
     pub(crate) backfill_runs: BTreeMap<String, Vec<(Ms, usize)>>,
+    /// Chained runs claimed, by fire id: when and by which node.
+    pub(crate) chained_runs: BTreeMap<String, Vec<(Ms, usize)>>,
+    /// Chained runs requested with an end a node answered as stored: since when.
+    pub(crate) chained_expected: BTreeMap<String, Ms>,
     /// Fire records `zkcron resume` moved past a paused period: the task, the tick the record
     /// named before (if any) and the resume instant. The ticks in between are not caught up.
     pub(crate) resumed: Vec<(TaskIx, Option<DateTime<Utc>>, DateTime<Utc>)>,
@@ -438,6 +447,8 @@ pub(crate) struct Stats {
     pub(crate) queued_started: u64,
     /// Backfill ticks run.
     pub(crate) backfill_runs: u64,
+    /// Chained runs (`after`) run.
+    pub(crate) chained_runs: u64,
 }
 
 impl Stats {
@@ -459,6 +470,7 @@ impl Stats {
         self.live_ticks += o.live_ticks;
         self.on_time_checked += o.on_time_checked;
         self.backfill_runs += o.backfill_runs;
+        self.chained_runs += o.chained_runs;
     }
 }
 

@@ -29,7 +29,7 @@ use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
     Input as FireInput, RunId, RunKind, StopHow, Unload,
 };
-use zkcron::task::{CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
+use zkcron::task::{CommandLine, OverlapPolicy, Parent, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
 use super::*;
@@ -111,6 +111,7 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
             } else {
                 zkcron::task::RunOn::Leader
             },
+            after: def.after.iter().map(|p| Parent::named(p)).collect(),
             ..Default::default()
         }
         .into(),
@@ -197,6 +198,14 @@ pub(crate) enum T {
     },
     /// The daemon reloads its changed task files.
     Reload,
+    /// A chained run (`after`) ends.
+    ChainEnd {
+        task: TaskIx,
+        fire_id: String,
+        tick: DateTime<Utc>,
+        run: RunId,
+        chained: Arc<[Arc<str>]>,
+    },
 }
 
 #[derive(Debug)]
@@ -279,6 +288,8 @@ pub(crate) enum Asked {
         what: CoreAsk,
     },
     RunEnded,
+    /// A run's end that requests chained runs (`after`): those of `Sim::chain_requests[k]`.
+    ChainParentEnded(usize),
     Release,
     Close,
 }
@@ -325,6 +336,8 @@ pub(crate) struct Proc {
     pub(crate) core_timeout_at: Option<Ms>,
     /// The runs the core started, until they end.
     pub(crate) runs: BTreeMap<RunId, Run>,
+    /// The tasks that run after each run's task (`after`), from its spawn.
+    pub(crate) chained: BTreeMap<RunId, Arc<[Arc<str>]>>,
     /// Requests to hand the node once its outputs are drained.
     pub(crate) requests: VecDeque<(ReqId, Request)>,
     /// How often this node's task files changed (they stay changed across restarts).
@@ -368,6 +381,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
     /// The operator's backfill requests: task, name, record.
     pub(crate) backfills: Vec<(TaskIx, String, zkcron::coord::backfill::BackfillRecord)>,
+    /// The chained runs each success's end requests (`Asked::ChainParentEnded`'s index).
+    pub(crate) chain_requests: Vec<Vec<String>>,
     /// Draws for the runs that outlive their task's interval (`Knobs::long_runs`): a stream of
     /// its own, so that the scenarios without long runs stay what they were.
     pub(crate) runs_rng: StdRng,
@@ -424,6 +439,7 @@ impl<'s> Sim<'s> {
             tracing: true,
             triggers: Vec::new(),
             backfills: Vec::new(),
+            chain_requests: Vec::new(),
             runs_rng: StdRng::seed_from_u64(sc.seed ^ 0x0010_9e75),
         };
         // The tree an earlier cluster left: the base and the fire records of tasks that fired.
@@ -496,6 +512,7 @@ impl<'s> Sim<'s> {
             claimed_at: None,
             result: None,
             reason: None,
+            after: None,
         };
         let dir = |p: &str| ZkOp::Create {
             path: format!("{BASE}/{p}"),
@@ -602,6 +619,7 @@ impl<'s> Sim<'s> {
             .count() as u64;
         self.check_converged();
         self.check_liveness();
+        self.check_chains();
     }
 
     pub(crate) fn dispatch(&mut self, ev: Ev) {
@@ -1092,6 +1110,7 @@ impl<'s> Sim<'s> {
         p.asked.clear();
         p.requests.clear();
         p.runs.clear();
+        p.chained.clear();
         p.core_timeout_at = None;
         let config = FiringConfig {
             bugs: self.sc.knobs.bug.firing_bugs(),
@@ -1313,6 +1332,13 @@ impl<'s> Sim<'s> {
                 tick,
                 run,
             } => self.backfill_ended(n, task, fire_id, tick, run),
+            T::ChainEnd {
+                task,
+                fire_id,
+                tick,
+                run,
+                chained,
+            } => self.chained_ended(n, task, fire_id, tick, run, &chained),
             T::RunEnd { task, tick, run } => {
                 if self.procs[n].runs.contains_key(&run) {
                     self.run_ended(n, task, tick, run, "exit code 0");
@@ -1615,6 +1641,9 @@ impl<'s> Sim<'s> {
         if spawn.kind == RunKind::Backfill {
             return self.backfill_spawned(n, spawn);
         }
+        if zkcron::coord::record::chain_of(&spawn.fire_id).is_some() {
+            return self.chained_spawned(n, spawn);
+        }
         if spawn.kind == RunKind::Manual {
             let fire_id = spawn.fire_id;
             let Some(k) = self.triggers.iter().position(|(_, id, _)| *id == fire_id) else {
@@ -1629,6 +1658,9 @@ impl<'s> Sim<'s> {
         let tick = spawn.tick.instant;
         let wait = (spawn.tick.due_at - self.wall(n)).num_milliseconds().max(0) as Ms;
         self.procs[n].runs.insert(spawn.run, Run::Waiting);
+        if !spawn.chained.is_empty() {
+            self.procs[n].chained.insert(spawn.run, spawn.chained);
+        }
         self.timer(
             n,
             wait,
@@ -1715,7 +1747,8 @@ impl<'s> Sim<'s> {
     ) {
         self.procs[n].runs.remove(&run);
         self.check.run_exited(task, tick, n);
-        let result = RunResult {
+        let chained = self.procs[n].chained.remove(&run);
+        let mut result = RunResult {
             tick,
             node: self.procs[n].id.clone(),
             exit: exit.into(),
@@ -1726,7 +1759,16 @@ impl<'s> Sim<'s> {
             ..RunResult::default()
         };
         let name = self.task_name(task);
-        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+        let asked = match chained {
+            Some(chained) if result.success => {
+                result.chained = chained.to_vec();
+                let requested = super::chain::requested(&name, &result);
+                self.chain_requests.push(requested);
+                Asked::ChainParentEnded(self.chain_requests.len() - 1)
+            }
+            _ => Asked::RunEnded,
+        };
+        self.ask(n, Request::RunEnded { task: name, result }, asked);
         self.core_input(n, FireInput::RunEnded { run });
     }
 
@@ -1764,6 +1806,12 @@ impl<'s> Sim<'s> {
             Asked::Close => {
                 if self.procs[n].stopping {
                     self.kill(n);
+                }
+            }
+            Asked::ChainParentEnded(k) => {
+                if answer.is_ok() {
+                    let children = std::mem::take(&mut self.chain_requests[k]);
+                    self.check.expect_chained(children, self.now);
                 }
             }
             Asked::Publish | Asked::RunEnded | Asked::Release => {}
@@ -2230,6 +2278,7 @@ impl<'s> Sim<'s> {
         p.inc += 1;
         p.firing = None;
         p.runs.clear();
+        p.chained.clear();
         p.node = None;
         self.log_node(n);
         // Its processes end with it.

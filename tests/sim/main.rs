@@ -221,6 +221,12 @@
 //!   "no foreign runs" remembered for n1's lease, so every later count skipped the listing and
 //!   n1 started a run while n0's went on. A failed owner check now fails the count. Test
 //!   `a_run_owner_check_that_failed_does_not_make_later_counts_skip_the_listing`.
+//! - Seed 413 (`OverlapRun`, once queued overlap was drawn by default): n1 lost and regained
+//!   the lease of an `overlap = "queue"` task while the claim starting its queued tick was on
+//!   its way; fired again, the task counted no live run and claimed the next tick to run, and
+//!   both claims were won. Such a start now counts as a live run, as a run claim did. Test
+//!   `a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run`
+//!   (and the pinned seed).
 //! - Earlier (the hand-written node, before the real node was simulated): a backup released a
 //!   lease it took for liveness (fixed by members announcing whether they may lead). Test
 //!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
@@ -248,8 +254,9 @@
 //!   `max_clock_skew`), `ZKCRON_SIM_FAR_CLOCK` (a visitor 30 days ahead),
 //!   `ZKCRON_SIM_STRANGERS` (a stranger client), `ZKCRON_SIM_DRAINS`, `ZKCRON_SIM_PAUSES`,
 //!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
-//!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn). A failure's
-//!   replay line sets them all.
+//!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn),
+//!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
+//!   task also runs after the first: `chain.rs`). A failure's replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
@@ -277,6 +284,7 @@ use zkcron::schedule::Schedule;
 use zkcron::task::CatchUpPolicy;
 
 mod backfill;
+mod chain;
 mod checker;
 mod drive;
 mod every_node;
@@ -423,6 +431,7 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_LASTING_DRAINS", |k| &mut k.lasting_drains),
     ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
     ("ZKCRON_SIM_OVERLAP_QUEUE", |k| &mut k.overlap_queue),
+    ("ZKCRON_SIM_CHAINS", |k| &mut k.chains),
 ];
 
 /// The default knobs, with the switches the environment sets.
@@ -561,6 +570,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         overlap: zkcron::task::OverlapPolicy::Allow,
         every_node: false,
         unit_of: None,
+        after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -694,6 +704,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         overlap: zkcron::task::OverlapPolicy::Allow,
         every_node: false,
         unit_of: None,
+        after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -1023,4 +1034,33 @@ fn the_checker_reports_backfill_ticks_run_twice_when_claims_keep_no_progress() {
         seed.is_some(),
         "no BackfillTickTwice in 200 scenarios with {knobs:?}"
     );
+}
+
+/// The real node with its test-only switch `bugs.chain_request_apart` (a chained run's request
+/// is created in a call of its own after the parent's result is stored) loses the request
+/// when its node dies or its session ends between the two, and the checker, counting the
+/// chained runs per stored parent success, says so.
+#[test]
+fn the_checker_reports_chained_runs_lost_when_their_request_is_made_apart_from_the_result() {
+    let knobs = Knobs {
+        bug: NodeBug::ChainRequestApart,
+        ..Knobs::DEFAULT
+    };
+    let seed = (0..400).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::ChainedRunLost)
+    });
+    eprintln!("ChainedRunLost with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no ChainedRunLost in 400 scenarios with {knobs:?}"
+    );
+}
+
+#[test]
+fn a_queued_tick_s_start_on_its_way_counts_as_a_live_run_when_the_task_fires_again() {
+    // Seed 413: see "Findings".
+    pinned_seed_with(413, Knobs::DEFAULT);
 }

@@ -42,6 +42,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
             stray_leases_checked_only_when_leading: spec.bug == NodeBug::StrayLeasesOnlyWhenLeading,
             backfill_claim_keeps_progress: spec.bug == NodeBug::BackfillKeepsProgress,
             every_node_as_leader: spec.bug == NodeBug::EveryNodeAsLeader,
+            chain_request_apart: spec.bug == NodeBug::ChainRequestApart,
         },
     };
     Box::new(Node::new(config, now))

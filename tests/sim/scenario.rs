@@ -55,6 +55,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.every_node_as_leader`: a task that runs on every node is run by
     /// one node per tick, as a leader's task.
     EveryNodeAsLeader,
+    /// The real node's `bugs.chain_request_apart`: a chained run's request is created in a
+    /// call of its own after the parent's result, so a node lost between the two loses it.
+    ChainRequestApart,
 }
 
 impl NodeBug {
@@ -111,6 +114,9 @@ pub(crate) struct Knobs {
     /// so the checker counts (tick, node) pairs. Off in the default scenarios (their seeds stay
     /// what they were); `every_node_tasks_keep_the_guarantee_per_tick_and_node` turns it on.
     pub(crate) every_node: bool,
+    /// The second task also runs after the first (`after`; checked: each success of the first
+    /// whose end was stored causes one run of the second, unless its claimer died).
+    pub(crate) chains: bool,
 }
 
 impl Knobs {
@@ -129,6 +135,7 @@ impl Knobs {
         overlap_skip: false,
         overlap_queue: false,
         every_node: false,
+        chains: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -143,6 +150,8 @@ impl Knobs {
         reloads: true,
         lasting_drains: true,
         overlap_skip: true,
+        overlap_queue: true,
+        chains: true,
         ..Knobs::CONTRACT
     };
 }
@@ -161,6 +170,8 @@ pub(crate) struct TaskDef {
     /// This slot is the unit `<task>@<node-id>` of the every-node task at this index, held by
     /// node `.1` alone; no node defines the slot as a task.
     pub(crate) unit_of: Option<(TaskIx, NodeIx)>,
+    /// The task it also runs after (`after`).
+    pub(crate) after: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -357,7 +368,12 @@ impl Scenario {
                 overlap: OverlapPolicy::Allow,
                 every_node: false,
                 unit_of: None,
+                after: None,
             });
+        }
+        // Fixed, not drawn: the draws stay those of every earlier seed.
+        if knobs.chains && tasks.len() >= 2 {
+            tasks[1].after = Some(tasks[0].name.clone());
         }
 
         let usual = *RELEASES[..3].choose(&mut rng).unwrap();

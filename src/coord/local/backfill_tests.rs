@@ -58,6 +58,7 @@ fn ended(trigger: &Trigger, code: i32) -> RunResult {
         signal: None,
         started_at: Some(trigger.requested_at),
         release: None,
+        chained: Vec::new(),
     }
 }
 

@@ -26,6 +26,7 @@ fn entry(fire_id: &str, s: i64) -> HistoryEntry {
         attempts: 1,
         trigger: RunTrigger::Schedule,
         backfill: false,
+        after: None,
     }
 }
 

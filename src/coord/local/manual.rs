@@ -106,6 +106,7 @@ impl Manual {
             claimed_at: None,
             result: None,
             reason: None,
+            after: None,
         };
         file.next += 1;
         file.triggers.insert(fire_id.clone(), trigger);
@@ -179,24 +180,67 @@ impl Manual {
         Ok(ClaimOutcome::Claimed)
     }
 
-    /// Ends the trigger of a manual run with its result.
+    /// Ends the trigger of a manual run with its result, and adds the requests of the runs
+    /// it causes (`after`) in the same write.
     pub(super) fn end(
         &self,
         entry: &HistoryEntry,
         result: &RunResult,
+        chained: Vec<(String, TriggerRecord)>,
         now: DateTime<Utc>,
     ) -> Result<(), CoordError> {
         let mut file = self.lock();
         let Some(trigger) = file.triggers.get_mut(&entry.fire_id) else {
             return Ok(());
         };
+        let previous = trigger.clone();
         trigger.state = TriggerState::Ended;
         trigger.result = Some(entry.clone());
         trigger.reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
             .then(|| result.exit.clone());
+        let added = add_chained(&mut file, chained);
         collect(&mut file, now);
-        self.save(&file)
+        if let Err(error) = self.save(&file) {
+            file.triggers.insert(entry.fire_id.clone(), previous);
+            for fire_id in added {
+                file.triggers.remove(&fire_id);
+            }
+            return Err(error);
+        }
+        Ok(())
     }
+
+    /// Adds the requests of chained runs (`after`) that are not there yet, durably: a request
+    /// made already (by an earlier attempt at the parent's end) is not made again.
+    pub(super) fn request_chained(
+        &self,
+        chained: Vec<(String, TriggerRecord)>,
+    ) -> Result<(), CoordError> {
+        let mut file = self.lock();
+        let added = add_chained(&mut file, chained);
+        if added.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = self.save(&file) {
+            for fire_id in added {
+                file.triggers.remove(&fire_id);
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// Adds each of `chained` whose fire id is not there; the fire ids added.
+fn add_chained(file: &mut TriggerFile, chained: Vec<(String, TriggerRecord)>) -> Vec<String> {
+    let mut added = Vec::new();
+    for (fire_id, record) in chained {
+        if let std::collections::btree_map::Entry::Vacant(slot) = file.triggers.entry(fire_id) {
+            added.push(slot.key().clone());
+            slot.insert(record);
+        }
+    }
+    added
 }
 
 /// When a trigger ended: its run's end, else its claim or request.

@@ -50,6 +50,7 @@ fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
         signal: None,
         started_at: Some(tick),
         release: None,
+        chained: Vec::new(),
     }
 }
 
@@ -209,4 +210,51 @@ async fn the_files_the_previous_release_reads_keep_their_format() {
     names.sort();
     assert!(names.contains(&"triggers.json".to_string()), "{names:?}");
     assert!(names.contains(&"history".to_string()), "{names:?}");
+}
+
+#[tokio::test]
+async fn a_success_requests_its_chained_runs_once_and_a_manual_parent_s_in_its_end_s_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    local.publish(&[spec("a"), spec("b")]).await.unwrap();
+    // A scheduled parent: the request is made, once however often the end is written.
+    let mut result = ended(at(60), None, 0);
+    result.chained = vec!["b".into()];
+    local.run_ended("a", &result).await.unwrap();
+    local.run_ended("a", &result).await.unwrap();
+    let child = format!("b@after-a@{}", at(60).timestamp());
+    let triggers = local.leadership().borrow().triggers["b"].clone();
+    assert_eq!(triggers.len(), 1);
+    assert_eq!(
+        (triggers[0].fire_id.as_str(), triggers[0].requested_at),
+        (&*child, at(60))
+    );
+    assert_eq!(
+        local.trigger_state(&child).unwrap().after.as_deref(),
+        Some(&*format!("a@{}", at(60).timestamp()))
+    );
+    // A manual parent: its end and the request are one write of triggers.json, seen by the
+    // next daemon.
+    let trigger = local.request_trigger("a", "op@host").unwrap();
+    local.claim_manual("a", &trigger).await.unwrap();
+    let mut result = ended(trigger.requested_at, Some(&trigger.fire_id), 0);
+    result.chained = vec!["b".into()];
+    local.run_ended("a", &result).await.unwrap();
+    drop(local);
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let child = format!("b@after-{}", trigger.fire_id);
+    assert_eq!(
+        local.trigger_state(&child).unwrap().state,
+        TriggerState::Pending
+    );
+    assert_eq!(
+        local.trigger_state(&trigger.fire_id).unwrap().state,
+        TriggerState::Ended
+    );
+    // A failure requests nothing.
+    let mut failed = ended(at(120), None, 1);
+    failed.chained = vec!["b".into()];
+    local.run_ended("a", &failed).await.unwrap();
+    let failed_child = format!("b@after-a@{}", at(120).timestamp());
+    assert!(local.trigger_state(&failed_child).is_none());
 }

@@ -315,6 +315,13 @@ impl LocalCoordinator {
     }
 
     /// Publishes the pending triggers and backfills of the tasks this backend leads.
+    /// The host's name, which names this node in trigger records.
+    fn host(&self) -> String {
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into())
+    }
+
     fn refresh_triggers(&self) {
         let tasks = self.leadership.borrow().tasks.clone();
         let pending = Arc::new(self.manual.pending(&tasks));
@@ -587,17 +594,28 @@ impl Coordinator for LocalCoordinator {
 
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
+        let chained = record::chained_requests(task, result, &format!("zkcron@{}", self.host()));
+        if result.manual && !entry.backfill {
+            // No fire record, no `result`: the trigger (and the chained runs' requests, in
+            // the same write) and the history.
+            self.history.append(task, entry.clone());
+            let ended = self.manual.end(&entry, result, chained, wall_clock());
+            self.refresh_triggers();
+            return ended;
+        }
+        // The chained runs' requests are durable before the end is stored: a crash between
+        // leaves a run whose end is unknown (on_node_loss), and a rerun that succeeds finds
+        // its requests made.
+        if !chained.is_empty() {
+            self.manual.request_chained(chained)?;
+            self.refresh_triggers();
+        }
         if entry.backfill {
             // No fire record, no `result`: the backfill request and the history.
             self.history.append(task, entry.clone());
             let ended = self.backfills.end(&entry, result, wall_clock());
             self.refresh_triggers();
             return ended;
-        }
-        if result.manual {
-            // No fire record, no `result`: the trigger and the history.
-            self.history.append(task, entry.clone());
-            return self.manual.end(&entry, result, wall_clock());
         }
         let outcome = self.record_result(task, result).await;
         self.history.append(task, entry);
@@ -613,9 +631,7 @@ impl Coordinator for LocalCoordinator {
             let l = self.leadership.borrow();
             !l.paused && l.tasks.contains(task)
         };
-        let node = nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "localhost".into());
+        let node = self.host();
         let outcome = if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() {
             let leads = leads && !self.leadership.borrow().paused_tasks.contains(task);
             self.backfills

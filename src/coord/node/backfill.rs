@@ -21,6 +21,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::request_claim::ClaimReply;
 use super::trigger::End;
 use super::{Node, Then};
 use crate::coord::backfill::{self, Backfill, BackfillRecord, Claimer};
@@ -151,8 +152,16 @@ impl Node {
             Step::Claim(job) => self.on_backfill_claim(job, result),
             Step::ClaimRead(job) => self.on_backfill_claim_read(job, result),
             Step::EndRead { end, reads } => self.on_backfill_end_read(end, reads, result),
-            Step::EndWrite { end, reads } => match result {
+            Step::EndWrite { mut end, reads } => match result {
                 Ok(_) | Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+                Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
+                    self.answer(end.req, Ok(Answered::Done))
+                }
+                Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
+                    // The chained runs were requested by an earlier write whose answer was lost.
+                    end.chain.clear();
+                    self.read_backfill_end(end, reads)
+                }
                 // Changed meanwhile, or the outcome is unknown: read it and decide again.
                 _ => self.read_backfill_end(end, reads),
             },
@@ -269,9 +278,6 @@ impl Node {
             return self.answer(job.req, Ok(Answered::Claim(outcome)));
         }
         let known = known.expect("admitted");
-        let Some(epoch) = self.held_version(&task) else {
-            return self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        };
         let session = self.session_hex();
         let by = Claimer {
             node: &self.cfg.id,
@@ -281,22 +287,13 @@ impl Node {
         if self.cfg.bugs.backfill_claim_keeps_progress {
             (new.done, new.claimed) = (known.record.done, known.record.claimed);
         }
-        let ops = vec![
-            ZkOp::Check {
-                path: self.paths.lease(&self.unit_of(&task)),
-                version: 0,
-            },
-            ZkOp::Check {
-                path: self.paths.epoch(&self.unit_of(&task)),
-                version: epoch,
-            },
-            ZkOp::SetData {
-                path: self.paths.backfill(&job.name),
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(known.version),
-            },
-        ];
-        self.call(ZkOp::Multi(ops), Then::Backfill(Step::Claim(job)));
+        let path = self.paths.backfill(&job.name);
+        let data = serde_json::to_vec(&new).expect("serializes");
+        let req = job.req;
+        let then = Then::Backfill(Step::Claim(job));
+        if !self.send_request_claim(&task, path, data, known.version, then) {
+            self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+        }
     }
 
     /// Whether `record` runs `job`'s tick by this very claim (its answer may have been lost).
@@ -307,8 +304,8 @@ impl Node {
     }
 
     fn on_backfill_claim(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
-        match result {
-            Ok(ZkOk::Multi(_)) => {
+        match ClaimReply::of(result) {
+            ClaimReply::Applied(_) => {
                 // The watch brings the new record; until then the listing must not offer the
                 // request again: re-read it now.
                 self.read_backfill(job.name.clone());
@@ -323,34 +320,31 @@ impl Node {
                 self.publish();
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
-            // The lease or its incarnation is not this node's: not claimed.
-            Err(ZkFail::Multi { index, .. }) if index < 2 => {
+            ClaimReply::NotLeader => {
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
             }
-            Err(ZkFail::SessionExpired) => self.answer(
+            ClaimReply::SessionExpired => self.answer(
                 job.req,
                 Err(CoordError::SessionExpired {
                     context: "claiming a backfill tick",
                 }),
             ),
-            // The request changed or went (index 2), or the outcome is unknown: read it.
-            _ => self.resolve_backfill_claim(job),
+            ClaimReply::Reread => self.resolve_backfill_claim(job),
         }
     }
 
     fn resolve_backfill_claim(&mut self, mut job: ClaimJob) {
-        if self.session.is_none() {
-            return self.answer(
-                job.req,
+        job.reads += 1;
+        let path = self.paths.backfill(&job.name);
+        let req = job.req;
+        if !self.reread_request(path, Then::Backfill(Step::ClaimRead(job))) {
+            self.answer(
+                req,
                 Err(CoordError::SessionEnded {
                     context: "claiming a backfill tick",
                 }),
             );
         }
-        job.reads += 1;
-        let path = self.paths.backfill(&job.name);
-        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
-        self.call(ZkOp::GetData { path }, Then::Backfill(Step::ClaimRead(job)));
     }
 
     fn on_backfill_claim_read(&mut self, mut job: ClaimJob, result: Result<ZkOk, ZkFail>) {
@@ -450,12 +444,13 @@ impl Node {
                 }
                 let (name, _) = backfill::of_fire_id(&end.name).expect("a backfill fire id");
                 let path = self.paths.backfill(name);
+                let write = ZkOp::SetData {
+                    path,
+                    data: serde_json::to_vec(&new).expect("serializes"),
+                    version: Some(stat.version),
+                };
                 self.call(
-                    ZkOp::SetData {
-                        path,
-                        data: serde_json::to_vec(&new).expect("serializes"),
-                        version: Some(stat.version),
-                    },
+                    Node::with_chain(write, &end.chain),
                     Then::Backfill(Step::EndWrite { end, reads }),
                 );
             }

@@ -788,6 +788,9 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
     assert_ne!(lease_owner(&store), Some(2), "{said:?}");
 }
 
+/// Chained runs' requests in the multi-ops that store a run's end, on the same small ZooKeeper.
+#[path = "chain_tests.rs"]
+mod chain_tests;
 #[path = "every_node_tests.rs"]
 mod every_node_tests;
 /// Takes, releases and the member path, on the same small ZooKeeper.

@@ -152,6 +152,7 @@ fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_his
         claimed_at: None,
         result: None,
         reason: None,
+        after: None,
     };
     let path = format!("{BASE}/control/triggers/{name}");
     store.znodes.insert(

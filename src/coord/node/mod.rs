@@ -53,6 +53,7 @@ mod leases;
 mod mark;
 mod members;
 mod report;
+mod request_claim;
 mod requests;
 mod runs;
 mod session;
@@ -129,6 +130,9 @@ pub struct NodeBugs {
     /// A task that runs on every node is published, leased and claimed as a leader's task:
     /// one node runs each of its ticks instead of every node.
     pub every_node_as_leader: bool,
+    /// The chained runs' requests (`after`) are created in a call of their own once the
+    /// parent's result is stored, not in the multi-op that stores it.
+    pub chain_request_apart: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -46,6 +46,9 @@ pub(crate) struct RunEndedJob {
     conflicts: u32,
     last_error: Option<CoordError>,
     existing: Option<(Option<DateTime<Utc>>, i32)>,
+    /// The creates of the chained runs' requests (`after`), sent in the multi-op that stores
+    /// the result; emptied once found made by an earlier attempt.
+    chain: Vec<ZkOp>,
 }
 
 /// `release_all` in flight.
@@ -319,10 +322,12 @@ impl Node {
 
     pub(super) fn run_ended(&mut self, req: ReqId, task: String, result: RunResult) {
         let release = self.cfg.release.to_string();
+        let chain = self.chain_creates(&task, &result);
         if result.manual {
             // A manual run has no fire record, run znode or `result`: its end goes to its
             // trigger, after the history.
-            let end = super::trigger::End::new(req, &task, &result, &release);
+            let mut end = super::trigger::End::new(req, &task, &result, &release);
+            end.chain = chain;
             let entry = HistoryEntry::of_run(&task, &result, &release);
             // A task that runs on every node has no history of its own: its units have.
             let history = self.unit_of(&task).into_owned();
@@ -339,6 +344,7 @@ impl Node {
             conflicts: 0,
             last_error: None,
             existing: None,
+            chain,
         });
     }
 
@@ -400,10 +406,11 @@ impl Node {
         // Our run znode exists while its path is in `own_runs`: the set is emptied when the
         // session (and with it the ephemeral) goes. No read needed.
         let run_live = self.own_runs.contains(&job.run_path);
-        if !run_live && !newer {
+        let apart = self.cfg.bugs.chain_request_apart;
+        if !run_live && !newer && (job.chain.is_empty() || apart) {
             return self.run_ended_done(job);
         }
-        let mut ops = Vec::with_capacity(2);
+        let mut ops = Vec::with_capacity(2 + job.chain.len());
         if run_live {
             ops.push(ZkOp::Delete {
                 path: job.run_path.clone(),
@@ -418,6 +425,10 @@ impl Node {
             .expect("serializes");
             let path = self.paths.result(&job.task);
             ops.push(self.put_record(path, data, job.existing.map(|(_, version)| version)));
+        }
+        if !apart {
+            // The chained runs' requests go with the result: a stored success always has them.
+            ops.extend(job.chain.iter().cloned());
         }
         self.call(
             ZkOp::Multi(ops),
@@ -437,6 +448,7 @@ impl Node {
         result: Result<ZkOk, ZkFail>,
     ) {
         let result_index = usize::from(run_live);
+        let chain_index = result_index + usize::from(newer);
         match result {
             Ok(ZkOk::Multi(results)) => {
                 let version = match results.get(result_index) {
@@ -460,6 +472,16 @@ impl Node {
                         message: "the run record was already gone".into(),
                     },
                 );
+            }
+            Err(ZkFail::Multi { index, error })
+                if index >= chain_index && *error == ZkFail::NodeExists =>
+            {
+                // A chained run's request exists: an earlier attempt of this write, whose
+                // answer was lost, made them all. Write the rest without them.
+                self.report(Level::Debug, "the chained runs were requested already")
+                    .field("task", &job.task);
+                job.chain.clear();
+                self.write_result(job);
             }
             Err(ZkFail::Multi { index, error }) if newer && index == result_index => {
                 // Someone else wrote a result since this node last saw it: read it and decide
@@ -499,6 +521,12 @@ impl Node {
 
     fn run_ended_done(&mut self, job: RunEndedJob) {
         self.own_runs.remove(&job.run_path);
+        if self.cfg.bugs.chain_request_apart && !job.chain.is_empty() {
+            self.call(
+                ZkOp::Multi(job.chain.clone()),
+                Then::Trigger(super::trigger::Step::Delete),
+            );
+        }
         self.answer(job.req, Ok(Answered::Done));
         // After the result, without holding up the answer (firing never waits for it).
         // A unit's run is its task's: the fire id names the task.

@@ -122,6 +122,7 @@ fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
             stray_leases_checked_only_when_leading: false,
             backfill_claim_keeps_progress: false,
             every_node_as_leader: false,
+            chain_request_apart: false,
         }
     );
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::request_claim::ClaimReply;
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
@@ -78,6 +79,8 @@ pub(crate) struct End {
     pub(super) name: String,
     pub(super) entry: HistoryEntry,
     pub(super) reason: Option<String>,
+    /// The creates of the chained runs' requests (`after`), sent with the end's write.
+    pub(super) chain: Vec<ZkOp>,
     tries: u8,
 }
 
@@ -91,6 +94,7 @@ impl End {
             name: entry.fire_id.clone(),
             entry,
             reason,
+            chain: Vec::new(),
             tries: 0,
         }
     }
@@ -109,6 +113,29 @@ impl End {
 }
 
 impl Node {
+    /// The creates of the chained runs' triggers that `task`'s run that ended with `result`
+    /// requests, to go into the multi-op that stores the run's end (empty unless it succeeded
+    /// and tasks run after it).
+    pub(super) fn chain_creates(&self, task: &str, result: &RunResult) -> Vec<ZkOp> {
+        record::chained_requests(task, result, &format!("zkcron@{}", self.cfg.id))
+            .into_iter()
+            .map(|(name, record)| {
+                let data = serde_json::to_vec(&record).expect("serializes");
+                self.put_record(self.paths.trigger(&name), data, None)
+            })
+            .collect()
+    }
+
+    /// A multi-op of `op` and the chained runs' creates (`op` alone when there are none).
+    pub(super) fn with_chain(op: ZkOp, creates: &[ZkOp]) -> ZkOp {
+        if creates.is_empty() {
+            return op;
+        }
+        let mut ops = vec![op];
+        ops.extend(creates.iter().cloned());
+        ZkOp::Multi(ops)
+    }
+
     /// Setup's calls for triggers: the directory and the watch (`control/` above it is
     /// created by the control setup, which comes first).
     pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
@@ -239,7 +266,7 @@ impl Node {
     /// and ignored.
     fn learn_trigger(&mut self, name: String, data: &[u8], stat: Stat) {
         let record = match serde_json::from_slice::<TriggerRecord>(data) {
-            Ok(record) if record::manual_task(&name) == Some(record.task.as_str()) => record,
+            Ok(record) if record::trigger_task(&name) == Some(record.task.as_str()) => record,
             Ok(_) | Err(_) => {
                 let path = self.paths.trigger(&name);
                 let cli = self.zk_cli();
@@ -337,35 +364,20 @@ impl Node {
         version: i32,
         conflicts: u8,
     ) {
-        let Some(epoch) = self.held_version(&new.task) else {
+        let task = new.task.clone();
+        let path = self.paths.trigger(&name);
+        let data = serde_json::to_vec(&new).expect("serializes");
+        let claimed_at = new.claimed_at.unwrap_or_default();
+        let then = Then::Trigger(Step::Claim {
+            req,
+            name: name.clone(),
+            new,
+            conflicts,
+        });
+        if !self.send_request_claim(&task, path, data, version, then) {
             return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        };
-        self.manual_sent
-            .insert(name.clone(), new.claimed_at.unwrap_or_default());
-        let ops = vec![
-            ZkOp::Check {
-                path: self.paths.lease(&self.unit_of(&new.task)),
-                version: 0,
-            },
-            ZkOp::Check {
-                path: self.paths.epoch(&self.unit_of(&new.task)),
-                version: epoch,
-            },
-            ZkOp::SetData {
-                path: self.paths.trigger(&name),
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(version),
-            },
-        ];
-        self.call(
-            ZkOp::Multi(ops),
-            Then::Trigger(Step::Claim {
-                req,
-                name,
-                new,
-                conflicts,
-            }),
-        );
+        }
+        self.manual_sent.insert(name, claimed_at);
     }
 
     /// Whether `record` is this node's claim of trigger `name` (sent by this node, which may
@@ -385,9 +397,9 @@ impl Node {
         conflicts: u8,
         result: Result<ZkOk, ZkFail>,
     ) {
-        match result {
-            Ok(ZkOk::Multi(results)) => {
-                if let Some(ZkOk::Stat(stat)) = results.get(2) {
+        match ClaimReply::of(result) {
+            ClaimReply::Applied(stat) => {
+                if let Some(stat) = stat {
                     self.triggers.insert(
                         name.clone(),
                         Known {
@@ -401,13 +413,12 @@ impl Node {
                 self.publish();
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
-            Err(ZkFail::Multi { index, .. }) if index < 2 => {
-                // The lease or its incarnation is not this node's: not claimed. The lease
-                // checks of scheduled claims deal with the lease itself.
+            ClaimReply::NotLeader => {
+                // The lease checks of scheduled claims deal with the lease itself.
                 self.manual_sent.remove(&name);
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
             }
-            Err(ZkFail::SessionExpired) => {
+            ClaimReply::SessionExpired => {
                 self.manual_sent.remove(&name);
                 self.answer(
                     req,
@@ -416,8 +427,7 @@ impl Node {
                     }),
                 );
             }
-            // The trigger changed or went (index 2), or the outcome is unknown: read it.
-            _ => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
+            ClaimReply::Reread => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
         }
     }
 
@@ -429,26 +439,22 @@ impl Node {
         conflicts: u8,
         reads: u8,
     ) {
-        if self.session.is_none() {
-            return self.answer(
+        let path = self.paths.trigger(&name);
+        let then = Then::Trigger(Step::ClaimRead {
+            req,
+            name,
+            new,
+            conflicts,
+            reads: reads + 1,
+        });
+        if !self.reread_request(path, then) {
+            self.answer(
                 req,
                 Err(CoordError::SessionEnded {
                     context: "claiming a manual run",
                 }),
             );
         }
-        let path = self.paths.trigger(&name);
-        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
-        self.call(
-            ZkOp::GetData { path },
-            Then::Trigger(Step::ClaimRead {
-                req,
-                name,
-                new,
-                conflicts,
-                reads: reads + 1,
-            }),
-        );
     }
 
     fn on_manual_claim_read(
@@ -588,12 +594,13 @@ impl Node {
             ..record
         };
         let path = self.paths.trigger(&end.name);
+        let write = ZkOp::SetData {
+            path,
+            data: serde_json::to_vec(&new).expect("serializes"),
+            version: Some(version),
+        };
         self.call(
-            ZkOp::SetData {
-                path,
-                data: serde_json::to_vec(&new).expect("serializes"),
-                version: Some(version),
-            },
+            Node::with_chain(write, &end.chain),
             Then::Trigger(Step::EndWrite { end }),
         );
     }
@@ -625,7 +632,7 @@ impl Node {
         }
     }
 
-    fn on_end_write(&mut self, end: End, result: Result<ZkOk, ZkFail>) {
+    fn on_end_write(&mut self, mut end: End, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(_) => {
                 self.report(Level::Debug, "manual run ended")
@@ -633,6 +640,15 @@ impl Node {
                 self.answer(end.req, Ok(Answered::Done));
             }
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
+                self.answer(end.req, Ok(Answered::Done))
+            }
+            Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
+                // The chained runs were requested by an earlier write whose answer was lost.
+                end.chain.clear();
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
+            }
             _ => {
                 // Changed meanwhile, or the outcome is unknown: read it and decide again.
                 let path = self.paths.trigger(&end.name);

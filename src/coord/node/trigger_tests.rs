@@ -110,6 +110,7 @@ fn pending(task: &str) -> TriggerRecord {
         claimed_at: None,
         result: None,
         reason: None,
+        after: None,
     }
 }
 
@@ -329,6 +330,7 @@ fn entry(i: u32) -> HistoryEntry {
         attempts: 1,
         trigger: RunTrigger::Schedule,
         backfill: false,
+        after: None,
     }
 }
 
@@ -357,6 +359,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         signal: Some(9),
         started_at: Some(at(2).wall),
         release: None,
+        chained: Vec::new(),
     };
     node.handle(
         Input::Request {
@@ -420,6 +423,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         attempts: 1,
         trigger: RunTrigger::Manual,
         backfill: false,
+        after: None,
     };
     assert_eq!(written.runs[2], expected);
     assert!(

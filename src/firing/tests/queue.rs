@@ -149,3 +149,54 @@ fn a_refused_start_of_the_queued_tick_forgets_it_and_a_failed_one_keeps_it_waiti
     );
     assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
 }
+
+/// Simulation seed 413 (queued overlap on by default): the node lost and regained the lease of
+/// a task with `overlap = "queue"` while the claim starting its queued tick was on its way;
+/// the task, fired again, counted no live run and claimed the next tick to run, and both claims
+/// were won: two runs at once. A queued tick's start still on its way from the task's earlier
+/// firing now counts as a live run here, as a run claim does.
+#[test]
+fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run() {
+    let mut shell = Shell::new(at(0), queue_task(), &["t"]);
+    shell.read_record(None);
+    shell.read_queued(None);
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, _, _) = shell.claim();
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (run, ..) = shell.spawned();
+    shell.run_until(at(120));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (call, _, intent) = shell.claim();
+    assert_eq!(intent, ClaimIntent::Queue);
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    // The run ends: the queued tick's start is claimed, and the lease goes and comes back
+    // while that claim is on its way.
+    shell.run_until(at(125));
+    shell.handle(Input::RunEnded { run });
+    shell.count_elsewhere(0);
+    shell.prepare();
+    let (queued_claim, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::RunQueued));
+    shell.handle(Input::Leadership(leading(&[])));
+    shell.handle(Input::Leadership(leading(&["t"])));
+    shell.read_record(Some(at(120)));
+    shell.read_queued(None);
+    shell.run_until(at(180));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (call, tick, intent) = shell.claim();
+    assert_eq!(
+        (tick, intent),
+        (at(180), ClaimIntent::Queue),
+        "the next tick waits behind the queued tick's start: {:?}",
+        shell.actions
+    );
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    shell.answer(queued_claim, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (_, fire_id, _, _) = shell.spawned();
+    assert_eq!(fire_id, plan::fire_id("t", at(120)));
+}

@@ -1,0 +1,241 @@
+//! Chained tasks (`after = ["extract"]`) from the outside: real ZooKeeper, real `zkcron run`
+//! nodes, the jobs' own lines. Every successful run of the parent causes exactly one run of the
+//! child, with the parent's `ZKCRON_SCHEDULED_AT` and the fire id `load@after-<parent's>`,
+//! also when the parent's node is killed (kill -9) right after the parent's result is stored;
+//! a failing parent runs no child; the local backend does the same through a restart; and
+//! `validate` names a missing parent and a cycle with file, line and column.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::{Scratch, run_zkcron};
+use nix::sys::signal::Signal;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A task file whose job appends "<fire id> <scheduled at> <node>" to `out` and exits `exit`.
+fn recording(out: &Path, when: &str, exit: u8, more: &str) -> String {
+    format!(
+        "{when}\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_NODE\" >> {}; exit {exit}']\n{more}\n",
+        out.display()
+    )
+}
+
+/// The lines a recording job wrote: fire id → (scheduled at, node), and how many there were.
+fn runs(out: &Path) -> (BTreeMap<String, (String, String)>, usize) {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut runs = BTreeMap::new();
+    let mut lines = 0;
+    for line in text.lines() {
+        let mut words = line.split(' ').map(str::to_string);
+        let (id, at, node) = (words.next(), words.next(), words.next());
+        runs.insert(
+            id.unwrap(),
+            (at.unwrap_or_default(), node.unwrap_or_default()),
+        );
+        lines += 1;
+    }
+    (runs, lines)
+}
+
+/// Checks that every child run is of a parent run (same scheduled instant) and ran once;
+/// returns the parents' fire ids the children ran after.
+#[track_caller]
+fn children_of_parents(parents: &Path, children: &Path) -> Vec<String> {
+    let (parent_runs, _) = runs(parents);
+    let (child_runs, child_lines) = runs(children);
+    assert_eq!(
+        child_runs.len(),
+        child_lines,
+        "a child ran twice: {child_runs:?}"
+    );
+    let mut after = Vec::new();
+    for (id, (at, _)) in &child_runs {
+        let parent = id
+            .strip_prefix("load@after-")
+            .unwrap_or_else(|| panic!("fire id {id}"));
+        let (parent_at, _) = parent_runs
+            .get(parent)
+            .unwrap_or_else(|| panic!("{id} ran after no parent run: {parent_runs:?}"));
+        assert_eq!(at, parent_at, "{id}: ZKCRON_SCHEDULED_AT is the parent's");
+        after.push(parent.to_string());
+    }
+    after
+}
+
+#[test]
+fn each_parent_success_runs_the_child_once_also_when_the_parent_s_node_is_killed_after_its_result()
+{
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    // The parent runs only on node-a, the child only on node-b: the kill takes the parent's
+    // node, never the child's claimer.
+    let every_second = "schedule = \"* * * * * *\"";
+    let on = |role: &str| format!("require_labels = {{ role = \"{role}\" }}");
+    cluster.write_task("extract", &recording(&extract, every_second, 0, &on("a")));
+    cluster.write_task(
+        "load",
+        &recording(&load, "after = [\"extract\"]", 0, &on("b")),
+    );
+    for (id, role) in [("node-a", "a"), ("node-b", "b")] {
+        let mut node = cluster.new_node(id);
+        node.config = format!("[node]\nlabels = {{ role = \"{role}\" }}\n");
+        cluster.start(node);
+    }
+    let triggers = format!("{}/control/triggers", cluster.base());
+    let requested = |c: &Cluster| {
+        c.zk.children(&triggers)
+            .into_iter()
+            .filter(|name| name.starts_with("load@after-extract@"))
+            .count()
+    };
+    cluster.wait("three chained runs to be requested", LIMIT, |c| {
+        requested(c) >= 3
+    });
+    // Kill node-a the moment the next request appears: right after the result that made it.
+    let before = requested(&cluster);
+    cluster.wait("one more chained run to be requested", LIMIT, |c| {
+        requested(c) > before
+    });
+    let mut victim = cluster.nodes.remove("node-a").unwrap();
+    victim.signal(Signal::SIGKILL);
+    victim.wait_exit(LIMIT);
+    let made = requested(&cluster);
+    cluster.wait("node-b to run every requested child", LIMIT, |_| {
+        runs(&load).1 >= made
+    });
+
+    let after = children_of_parents(&extract, &load);
+    let names = cluster.zk.children(&triggers);
+    let mut expected: Vec<String> = names
+        .iter()
+        .filter_map(|name| name.strip_prefix("load@after-"))
+        .map(str::to_string)
+        .collect();
+    expected.sort();
+    assert_eq!(after, expected, "one child run per stored parent success");
+    // Only the runs the kill cut short (their results never stored) have no child.
+    let (parents, _) = runs(&extract);
+    assert!(
+        parents.len() - after.len() <= 2,
+        "{} parent runs, {} children: {parents:?}",
+        parents.len(),
+        after.len()
+    );
+    assert!(runs(&load).0.values().all(|(_, node)| node == "node-b"));
+    // `history` marks them as chained runs, after their parent.
+    let out = common::zkcron()
+        .args(["history", "load", "--json"])
+        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+        .output()
+        .unwrap();
+    let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &history.as_array().unwrap()[0];
+    assert_eq!(first["trigger"], "manual", "{history:#}");
+    assert!(
+        first["after"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("extract@")),
+        "{history:#}"
+    );
+}
+
+#[test]
+fn a_failing_parent_runs_no_child() {
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let every_second = "schedule = \"* * * * * *\"";
+    cluster.write_task("extract", &recording(&extract, every_second, 3, ""));
+    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    cluster.start(cluster.new_node("node-a"));
+    cluster.wait("three parent runs", LIMIT, |_| runs(&extract).1 >= 3);
+    // The third run's end is stored by the time a fourth starts.
+    cluster.wait("a fourth parent run", LIMIT, |_| runs(&extract).1 >= 4);
+    assert_eq!(runs(&load).1, 0);
+    let triggers = format!("{}/control/triggers", cluster.base());
+    assert!(cluster.zk.children(&triggers).is_empty());
+}
+
+#[test]
+fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restart() {
+    let scratch = Scratch::new();
+    let (extract, load) = (scratch.out("extract"), scratch.out("load"));
+    scratch.write_task(
+        "extract",
+        &recording(&extract, "schedule = \"* * * * * *\"", 0, ""),
+    );
+    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    // A task after a task that does not exist is refused alone.
+    scratch.write_task("orphan", &recording(&load, "after = [\"nothing\"]", 0, ""));
+    let mut daemon = scratch.start_daemon(&[]);
+    common::wait_for("three children", LIMIT, || runs(&load).1 >= 3);
+    assert!(
+        daemon
+            .log()
+            .contains("`after` names \\\"nothing\\\", which is no task in this jobs dir")
+            || daemon
+                .log()
+                .contains("`after` names \"nothing\", which is no task in this jobs dir"),
+        "{}",
+        daemon.log()
+    );
+    daemon.signal(Signal::SIGKILL);
+    daemon.wait_exit(LIMIT);
+    let (children_before, _) = runs(&load);
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    common::wait_for("three more children", LIMIT, || {
+        runs(&load).1 >= children_before.len() + 3
+    });
+    // `/metrics` counts the chained runs and the requests of this run of the daemon.
+    let (_, metrics) = common::http_get(&daemon.served_address(), "/metrics");
+    let count = |name: &str| -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with(name));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    assert!(count("zkcron_chained_runs_total{outcome=\"success\"}") >= 3);
+    assert_eq!(count("zkcron_chained_runs_total{outcome=\"failure\"}"), 0);
+    assert!(count("zkcron_chain_requests_total") >= 3);
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(LIMIT);
+
+    let after = children_of_parents(&extract, &load);
+    let (parents, _) = runs(&extract);
+    let missing: Vec<&String> = parents.keys().filter(|p| !after.contains(p)).collect();
+    // A parent run cut short by the kill (or the stop) stored no success: at most those.
+    assert!(missing.len() <= 2, "parents without a child: {missing:?}");
+}
+
+#[test]
+fn validate_names_a_missing_parent_and_a_cycle_with_file_line_and_column() {
+    let scratch = Scratch::new();
+    let job = "command = [\"true\"]\n";
+    scratch.write_task("extract", &format!("schedule = \"@daily\"\n{job}"));
+    scratch.write_task("load", &format!("{job}after = [\"extract\", \"extrct\"]\n"));
+    scratch.write_task("a", &format!("{job}after = [\"b\"]\n"));
+    scratch.write_task("b", &format!("{job}after = [\"a\"]\n"));
+    let output = run_zkcron(&["validate", scratch.jobs().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    let at = |file: &str, line: usize, col: usize| {
+        format!("{}:{line}:{col}", scratch.jobs().join(file).display())
+    };
+    for expected in [
+        at("load.toml", 2, 21),
+        "`after` names \"extrct\", which is no task in this jobs dir".to_string(),
+        "did you mean \"extract\"?".to_string(),
+        at("a.toml", 2, 10),
+        "`after` makes a cycle: a → b → a".to_string(),
+        at("b.toml", 2, 10),
+        "`after` makes a cycle: b → a → b".to_string(),
+    ] {
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(out.contains("1 valid task(s)"), "{out}");
+}
