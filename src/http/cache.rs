@@ -3,9 +3,9 @@
 //! by every viewer.
 //!
 //! One refresher reads the source while someone watches: from a request until
-//! [`WATCHED_FOR`] after the last one, it reads every [`REFRESH_AFTER`] (ahead of the views'
-//! expiry) in a ZooKeeper session it keeps, and works the view out on its own thread, off the
-//! runtime that fires. So a viewer, or a script polling the API, is answered from memory
+//! [`WATCHED_FOR`] after the last one, it reads again once the view is [`REFRESH_AFTER`] old
+//! and was asked for since its read began (ahead of the next request), in a ZooKeeper session
+//! it keeps, and works the view out on its own thread, off the runtime that fires. So a viewer, or a script polling the API, is answered from memory
 //! however many there are, and a node with no viewer reads nothing. Only a request that finds
 //! no view younger than [`SERVE_STALE_FOR`] (the first one after the dashboard was left
 //! alone) waits for a read, which every viewer then shares.
@@ -257,8 +257,9 @@ impl Cache {
         runtime.block_on(async {
             let mut session = Session::default();
             loop {
+                let read_began = Instant::now();
                 self.refresh(&mut session).await;
-                if !self.wait_for_next_read().await {
+                if !self.wait_for_next_read(read_began).await {
                     break;
                 }
             }
@@ -266,24 +267,31 @@ impl Cache {
         });
     }
 
-    /// Waits until the view is due again or a read is asked for; `false` when nobody watched
-    /// for [`Ages::watched_for`] (the refresher then ends, unless a request came meanwhile).
-    async fn wait_for_next_read(&self) -> bool {
-        let due = tokio::time::sleep(self.ages.refresh_after);
-        tokio::select! {
-            _ = due => {}
-            _ = self.wake.notified() => return true,
+    /// Waits until the view is due again (older than [`Ages::refresh_after`] and asked for
+    /// since its read began: a viewer polling every 5 s costs one read per poll, made ahead of
+    /// the next one) or a read is asked for now; `false` when nobody asked for
+    /// [`Ages::watched_for`] (the refresher then ends, unless a request came meanwhile).
+    async fn wait_for_next_read(&self, read_began: Instant) -> bool {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.ages.refresh_after) => {}
+                _ = self.wake.notified() => return true,
+            }
+            if *self.asked_at.lock().expect("the last request") > read_began {
+                return true;
+            }
+            if self.watched() {
+                continue;
+            }
+            self.refreshing.store(false, Ordering::SeqCst);
+            // A request between the check and the store found the refresher running: go on
+            // for it.
+            return self.watched()
+                && self
+                    .refreshing
+                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok();
         }
-        if self.watched() {
-            return true;
-        }
-        self.refreshing.store(false, Ordering::SeqCst);
-        // A request between the check and the store found the refresher running: go on for it.
-        self.watched()
-            && self
-                .refreshing
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
     }
 
     /// One read of the source, kept unless a change was made since it began.
