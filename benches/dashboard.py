@@ -3,18 +3,23 @@
 a dashboard left open costs an idle node.
 
 Usage:  cargo build --release --bin zkcron --example status_load &&
-        python3 benches/dashboard.py [--tasks 10000] [--nodes 20] [--runs 20] [--idle-seconds 60]
+        python3 benches/dashboard.py [--tasks 10000] [--nodes 20] [--requests 20]
+            [--idle-seconds 60] [--runs 3] [BUILD ...]
+
+BUILDs are zkcron binaries (default: target/release/zkcron), alternated run for run, so that
+an A/B of two builds sees the same machine load; the figures are medians over `--runs`.
 
 Phase `large`: a standalone ZooKeeper with the records of a `--tasks` x `--nodes` cluster
 (`examples/status_load.rs`, as benches/status.py) and one real node of it serving HTTP (its jobs
-dir empty, so it leads nothing, and the 21st member); then `--runs` requests of each page, one
-every 0.5 s (as viewers whose refreshes find the cached snapshot fresh or stale), timed end to
-end: the first (the cached snapshot too old to serve: a read of the whole cluster), then the
-median and maximum of the rest.
+dir empty, so it leads nothing, and the 21st member). For each page (`/api/status`, `/`): after
+`--cold-seconds` without a request (longer than the node goes on refreshing and then serves a
+stale view: no view may be served), the first request (cold), then `--requests` more, one
+every 0.5 s (a viewer, or several), timed end to end: median and maximum. Then a viewer
+fetching `/` every 5 s for 30 s (what the page's script does): the node's CPU meanwhile.
 
 Phase `idle`: a node of the local backend with 20 daily tasks, first with no viewer, then with a
-viewer fetching `/` every 5 s (what the page's script does), each for `--idle-seconds`: the
-daemon's CPU time (utime + stime) over wall time, in percent of one core.
+viewer fetching `/` every 5 s, each for `--idle-seconds`: the daemon's CPU time (utime +
+stime) over wall time, in percent of one core.
 
 Prints one JSON object with the machine facts; stops everything it started, also on failure.
 """
@@ -50,7 +55,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def start_node(tmp, config_text, args):
+def start_node(tmp, config_text, args, binary):
     jobs = os.path.join(tmp, "jobs.d")
     os.makedirs(jobs, exist_ok=True)
     os.chmod(jobs, 0o755)
@@ -58,7 +63,7 @@ def start_node(tmp, config_text, args):
     with open(config, "w") as f:
         f.write(config_text)
     log = open(os.path.join(tmp, "node.log"), "w")
-    node = subprocess.Popen([ZKCRON, "run", "--config", config, "--jobs-dir", jobs] + args,
+    node = subprocess.Popen([binary, "run", "--config", config, "--jobs-dir", jobs] + args,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     return node, jobs
 
@@ -74,17 +79,26 @@ def stop(process):
         process.wait()
 
 
-def timings(url, runs):
+def timings(url, requests):
     first = get(url)[0]
     rest = []
-    for _ in range(runs):
+    for _ in range(requests):
         time.sleep(0.5)
         rest.append(get(url)[0])
-    return {"first_s": round(first, 3), "median_s": round(statistics.median(rest), 3),
+    return {"cold_s": round(first, 3), "median_s": round(statistics.median(rest), 3),
             "max_s": round(max(rest), 3)}
 
 
-def large(args, tmp):
+def viewer_cpu(node, url, seconds):
+    """The node's CPU in percent of a core while a viewer fetches `url` every 5 s."""
+    cpu, start = cpu_seconds(node.pid), time.monotonic()
+    while time.monotonic() - start < seconds:
+        get(url)
+        time.sleep(5)
+    return round(100 * (cpu_seconds(node.pid) - cpu) / (time.monotonic() - start), 2)
+
+
+def large(args, tmp, binary):
     zk = node = None
     try:
         os.makedirs(os.path.join(tmp, "data"))
@@ -105,31 +119,28 @@ def large(args, tmp):
         node, _ = start_node(tmp, f"[http]\nlisten = \"127.0.0.1:{http}\"\n",
                              ["--zookeeper", connect, "--cluster", "bench",
                               "--node-id", "dashboard-bench", "--state-dir",
-                              os.path.join(tmp, "state")])
+                              os.path.join(tmp, "state")], binary)
         base = f"http://127.0.0.1:{http}"
         wait_for("the node serving HTTP", lambda: word(http, "GET /healthz HTTP/1.0\r\n\r\n"), 60)
         status = json.loads(get(base + "/api/status")[1])
         result = {"tasks": len(status["tasks"]), "nodes": len(status["nodes"])}
-        # Each phase starts with the snapshot older than SERVE_STALE_FOR (30 s): its first
-        # request waits for a read of the whole cluster; later ones are served from the cache
-        # (refreshed behind them once it is 2 s old).
-        time.sleep(31)
-        result["api_status"] = timings(base + "/api/status", args.runs)
-        time.sleep(31)
-        result["overview"] = timings(base + "/", args.runs)
+        for key, path in (("api_status", "/api/status"), ("overview", "/")):
+            time.sleep(args.cold_seconds)
+            result[key] = timings(base + path, args.requests)
+        result["viewer_every_5s_cpu_percent"] = viewer_cpu(node, base + "/", 30)
         return result
     finally:
         stop(node)
         stop(zk)
 
 
-def idle(args, tmp):
+def idle(args, tmp, binary):
     node = None
     try:
         http = free_port()
         state = os.path.join(tmp, "state")
         node, jobs = start_node(tmp, f"[http]\nlisten = \"127.0.0.1:{http}\"\n",
-                                ["--state-dir", state, "--node-id", "idle-bench"])
+                                ["--state-dir", state, "--node-id", "idle-bench"], binary)
         for i in range(20):
             with open(os.path.join(jobs, f"task-{i}.toml"), "w") as f:
                 f.write(f"schedule = \"{i} 3 * * *\"\ncommand = [\"true\"]\n")
@@ -153,24 +164,46 @@ def idle(args, tmp):
         stop(node)
 
 
+def medians(runs):
+    """The median of each figure over `runs` (dicts of the same shape)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {key: medians([run[key] for run in runs]) for key in first}
+    return round(statistics.median(runs), 3)
+
+
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("builds", nargs="*", default=[ZKCRON])
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--nodes", type=int, default=20)
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--cold-seconds", type=int, default=65)
     parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--phases", default="large,idle")
     args = parser.parse_args()
-    for binary in (ZKCRON, LOADER):
+    for binary in args.builds + [LOADER]:
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release --bin zkcron --example status_load")
+    phases = [{"large": large, "idle": idle}[name] for name in args.phases.split(",")]
     result = {"loadavg_before": os.getloadavg()}
-    for phase in (large, idle):
-        tmp = tempfile.mkdtemp(prefix="zkcron-dashboard-bench-")
-        os.chmod(tmp, 0o700)
-        try:
-            result[phase.__name__] = phase(args, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    runs = {build: {phase.__name__: [] for phase in phases} for build in args.builds}
+    for _ in range(args.runs):
+        for phase in phases:
+            for build in args.builds:
+                tmp = tempfile.mkdtemp(prefix="zkcron-dashboard-bench-")
+                os.chmod(tmp, 0o700)
+                try:
+                    measured = phase(args, tmp, build)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                runs[build][phase.__name__].append(measured)
+                print(json.dumps({"build": build, phase.__name__: measured,
+                                  "loadavg": os.getloadavg()}), file=sys.stderr, flush=True)
+    result["builds"] = {build: {name: {"median": medians(all_runs), "runs": all_runs}
+                                for name, all_runs in by_phase.items()}
+                        for build, by_phase in runs.items()}
     with open("/proc/cpuinfo") as f:
         model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
     result.update({"cpu": model, "cores": os.cpu_count(), "loadavg_after": os.getloadavg()})

@@ -246,3 +246,60 @@ fn both_packages_ship_zkcron_1_and_zkcron_task_5() {
     }
     assert!(script.contains("man zkcron-task | gzip -9n > \"$assets/zkcron-task.5.gz\""));
 }
+
+/// The images the shipped documents show (`![...](path)`), as paths from the source tree's
+/// root, by document (README.md and the guides the deb ships).
+fn images_of_shipped_documents(deb_assets: &[(String, String)]) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut images = Vec::new();
+    for (source, _) in deb_assets.iter().filter(|(s, _)| s.ends_with(".md")) {
+        let text = std::fs::read_to_string(root.join(source)).unwrap();
+        let dir = Path::new(source).parent().unwrap();
+        for link in text.split("](").skip(1) {
+            let Some(end) = link.find(')') else { continue };
+            let target = &link[..end];
+            let is_image = [".png", ".svg", ".jpg"].iter().any(|e| target.ends_with(e));
+            if is_image && !target.contains("://") {
+                let path = dir.join(target).to_string_lossy().into_owned();
+                images.push((source.clone(), path));
+            }
+        }
+    }
+    images
+}
+
+/// README.md shows docs/dashboard.png: the packages ship every image a shipped document shows
+/// beside it, so that the document's link works where it is installed as in the source tree
+/// (found missing: the packaged README pointed at no image).
+#[test]
+fn the_packages_ship_the_images_their_documents_show() {
+    let manifest = manifest();
+    let assets: Vec<(String, String)> = manifest["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_array().unwrap();
+            (a[0].as_str().unwrap().into(), a[1].as_str().unwrap().into())
+        })
+        .collect();
+    let images = images_of_shipped_documents(&assets);
+    assert!(
+        images.contains(&("README.md".into(), "docs/dashboard.png".into())),
+        "{images:?}"
+    );
+    let rpm = rpm_spec();
+    for (document, image) in images {
+        let installed = format!("usr/share/doc/zkcron/{image}");
+        assert!(
+            assets.contains(&(image.clone(), installed.clone())),
+            "the deb does not ship {image}, which {document} shows"
+        );
+        assert!(
+            rpm.contains(&format!(
+                "install -D -m 644 %{{zkcron_source}}/{image} %{{buildroot}}/{installed}\n"
+            )) && rpm.contains(&format!("\n%doc /{installed}\n")),
+            "the rpm does not ship {image}, which {document} shows"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::zk::{ClusterNode, TestServer};
+use common::zk::TestServer;
 
 /// A generous deadline for things that take a moment (start-up, lease moves, a few runs).
 const LIMIT: Duration = Duration::from_secs(40);
@@ -108,13 +108,7 @@ fn a_tick_due_during_a_run_starts_when_the_run_ends_and_later_ones_are_dropped()
     let mut cluster = Cluster::on(TestServer::shared(), "queue");
     let log = cluster.path().join("jobs.log");
     cluster.write_task("slow", &slow_queued_task(&log, "2.5"));
-    for id in ["a", "b"] {
-        let node = ClusterNode {
-            release: Some("1.0.0".into()),
-            ..cluster.new_node(id)
-        };
-        cluster.start(node);
-    }
+    cluster.start_each_at(&["a", "b"], "1.0.0");
     // When three runs have ended...
     cluster.wait("three runs to end", LIMIT, |_| runs(&log).len() >= 3);
     // ...then each started as soon as the one before ended (the tick queued behind it), one
@@ -143,13 +137,7 @@ fn a_queued_tick_survives_the_leader_killed_while_it_waits() {
     let mut cluster = Cluster::on(TestServer::shared(), "queue-kill");
     let log = cluster.path().join("jobs.log");
     cluster.write_task("slow", &slow_queued_task(&log, "3"));
-    for id in ["a", "b"] {
-        let node = ClusterNode {
-            release: Some("1.0.0".into()),
-            ..cluster.new_node(id)
-        };
-        cluster.start(node);
-    }
+    cluster.start_each_at(&["a", "b"], "1.0.0");
     // Given a run live on the leader and a tick queued behind it.
     cluster.wait("a tick queued", LIMIT, |c| {
         c.nodes
@@ -242,13 +230,7 @@ fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_ru
     let mut cluster = Cluster::on(TestServer::shared(), "queue-handoff");
     let log = cluster.path().join("jobs.log");
     cluster.write_task("slow", &slow_queued_task(&log, "4"));
-    for id in ["a", "b"] {
-        let node = ClusterNode {
-            release: Some("1.0.0".into()),
-            ..cluster.new_node(id)
-        };
-        cluster.start(node);
-    }
+    cluster.start_each_at(&["a", "b"], "1.0.0");
     // Given a run live on the leader and a tick queued behind it.
     cluster.wait("a tick queued", LIMIT, |c| {
         c.nodes
@@ -301,15 +283,14 @@ fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_ru
 
 #[test]
 fn metrics_count_the_queued_and_the_dropped_ticks() {
-    let scratch = common::Scratch::new();
-    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
-    let log = scratch.out("jobs.log");
-    scratch.write_task("slow", &slow_queued_task(&log, "2.5"));
-    let daemon = scratch.start_daemon(&[]);
-    let address = daemon.served_address();
+    // The jobs' log outlives the daemon (dropped after it).
+    let out = common::tempdir();
+    let log = out.path().join("jobs.log");
+    let served = common::Served::start(None, &[("slow", &slow_queued_task(&log, "2.5"))]);
+    let (daemon, address) = (&served.daemon, &served.address);
     daemon.wait_for_log("dropped: a tick is queued already", LIMIT);
     let count = |outcome: &str| {
-        let (_, metrics) = common::http_get(&address, "/metrics");
+        let (_, metrics) = common::http_get(address, "/metrics");
         let series = format!("zkcron_fires_total{{task=\"slow\",outcome=\"{outcome}\"}} ");
         metrics
             .lines()

@@ -20,6 +20,7 @@ use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use super::Endpoint;
+use super::cache::View;
 use crate::clock::wall_clock;
 use crate::coord::records::{HistoryEntry, MarkRecord, TaskSetEntry};
 use crate::ops::change::Change;
@@ -84,16 +85,23 @@ pub async fn snapshot(endpoint: &Endpoint) -> Result<std::sync::Arc<Snapshot>, A
         .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))
 }
 
-/// `GET /api/status`: `zkcron status --json`.
+/// The cached view, or the 503 that says why it cannot be read.
+pub async fn view(endpoint: &Endpoint) -> Result<std::sync::Arc<View>, ApiError> {
+    endpoint
+        .cache
+        .view()
+        .await
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))
+}
+
+/// `GET /api/status`: `zkcron status --json` of the cached view, serialized once per view.
 pub async fn status(State(endpoint): State<Endpoint>) -> Response {
-    match snapshot(&endpoint).await {
-        Ok(snapshot) => {
-            let mut status = model::status(&snapshot, wall_clock());
-            for task in &mut status.tasks {
-                task.work_items = endpoint.cache.source.work_items(&task.name);
-            }
-            Json(status).into_response()
-        }
+    match view(&endpoint).await {
+        Ok(view) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            view.status_json(),
+        )
+            .into_response(),
         Err(error) => error.into_response(),
     }
 }
@@ -213,9 +221,9 @@ pub struct NodeDetail {
 
 /// Everything a node's page shows; 404 when it is not a live member.
 pub async fn node_detail(endpoint: &Endpoint, node: &str) -> Result<NodeDetail, ApiError> {
-    let snapshot = snapshot(endpoint).await?;
-    let status = model::status(&snapshot, wall_clock());
-    let Some(found) = status.nodes.into_iter().find(|n| n.id == node) else {
+    let view = view(endpoint).await?;
+    let snapshot = &view.snapshot;
+    let Some(found) = view.status.nodes.iter().find(|n| n.id == node).cloned() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("unknown node {node}: it is not a live member"),

@@ -6,7 +6,7 @@
 //!   session with a clock within `max_clock_skew`), else 503; the body says why ([`health`]);
 //! - `/status`: this node's view of the cluster as `zkcron status --json` prints it;
 //! - `/`, `/tasks/<task>`, `/nodes/<node>`: the dashboard ([`pages`], with its [`assets`]);
-//! - `/api/...`: the HTTP API ([`api`]); both read through one cache ([`source`]).
+//! - `/api/...`: the HTTP API ([`api`]); both read the [`source`] through one [`cache`].
 //!
 //! The endpoint is an observer: a daemon that cannot serve it (the port is taken) logs that at
 //! error and keeps firing ([`serve_logged`]).
@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 pub mod api;
 pub mod assets;
+pub mod cache;
 pub mod chart;
 pub mod pages;
 pub mod source;
@@ -58,7 +59,7 @@ pub struct Endpoint {
     pub backend: Backend,
     pub status: StatusSource,
     /// What the dashboard and the API read and change.
-    pub cache: Arc<source::Cache>,
+    pub cache: Arc<cache::Cache>,
     pub admin: api::Admin,
 }
 
@@ -71,7 +72,7 @@ impl Endpoint {
         control: ControlConfig,
         admin: api::Admin,
     ) -> Endpoint {
-        let cache = Arc::new(source::Cache::new(source::Source::Local {
+        let cache = Arc::new(cache::Cache::new(source::Source::Local {
             config: control.clone(),
             coordinator: coordinator.clone(),
         }));
@@ -102,7 +103,7 @@ impl Endpoint {
         admin: api::Admin,
     ) -> Endpoint {
         Endpoint {
-            cache: Arc::new(source::Cache::new(source::Source::Cluster {
+            cache: Arc::new(cache::Cache::new(source::Source::Cluster {
                 settings: settings.clone(),
                 loaded,
             })),

@@ -7,14 +7,15 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
+use super::cache::View;
 use super::{Backend, Endpoint, api};
 use crate::clock::wall_clock;
-use crate::ops::model::{self, LastRun, NodeStatus, Status, TaskStatus};
+use crate::ops::model::{LastRun, NodeStatus, Status, TaskStatus};
 use crate::ops::render;
 
 /// `?q=`: the filter of the overview's tables.
@@ -120,14 +121,24 @@ pub fn state(task: &TaskStatus) -> (&'static str, &'static str) {
     }
 }
 
-/// `GET /`: problems, then nodes, then tasks.
+/// `GET /`: problems, then nodes, then tasks, rendered from the cached view (once per view
+/// without a filter).
 pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Filter>) -> Response {
-    let snapshot = match api::snapshot(&endpoint).await {
-        Ok(snapshot) => snapshot,
+    let view = match api::view(&endpoint).await {
+        Ok(view) => view,
         Err(error) => return as_page(error),
     };
-    let status = model::status(&snapshot, wall_clock());
-    let schedules = endpoint.cache.schedules(&snapshot);
+    let render = || overview_page(&endpoint, &view, &filter.q).into_string();
+    let page = if filter.q.is_empty() {
+        view.overview(render)
+    } else {
+        render().into()
+    };
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
+}
+
+fn overview_page(endpoint: &Endpoint, view: &View, q: &str) -> Markup {
+    let status = &view.status;
     let title = match &status.cluster {
         Some(cluster) => format!("cluster {cluster}"),
         None => "this host (local backend)".to_string(),
@@ -136,16 +147,16 @@ pub async fn overview(State(endpoint): State<Endpoint>, Query(filter): Query<Fil
         h1 { "Overview of " (title) }
         form.filter method="get" action="/" role="search" {
             label for="filter" { "Filter by name, node or state" }
-            input #filter type="search" name="q" value=(filter.q) autocomplete="off";
+            input #filter type="search" name="q" value=(q) autocomplete="off";
             button type="submit" { "Filter" }
         }
         div #live {
-            (problems(&status))
-            (nodes_table(&status.nodes, &filter.q))
-            (tasks_table(&status.tasks, &schedules, &filter.q))
+            (problems(status))
+            (nodes_table(&status.nodes, q))
+            (tasks_table(&status.tasks, &view.schedules, q))
         }
     };
-    Html(layout(&endpoint, "Overview", body).into_string()).into_response()
+    layout(endpoint, "Overview", body)
 }
 
 /// The tasks that need someone: no node may run them, drift, paused, failing, held records.
@@ -314,13 +325,22 @@ fn task_row(task: &TaskStatus, schedule: Option<&(String, String)>) -> Markup {
     }
 }
 
+/// An input of the actions' form besides the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// The pause's reason (`"reason"` in the body).
+    PauseReason,
+    /// A backfill's range (`"from"` and `"to"`, RFC 3339 instants).
+    BackfillRange,
+}
+
 /// The change buttons, or why there are none. They need the script (it sends the token),
 /// so they stay hidden until it shows them.
 pub fn actions(
     endpoint: &Endpoint,
     api_path: &str,
     buttons: &[(&str, &str)],
-    reason: bool,
+    fields: &[Field],
 ) -> Markup {
     html! {
         section aria-labelledby="actions" {
@@ -335,9 +355,19 @@ pub fn actions(
                 form.actions hidden data-api=(api_path) {
                     label for="token" { "Admin token" }
                     input #token type="password" autocomplete="off";
-                    @if reason {
-                        label for="reason" { "Pause reason" }
-                        input #reason name="reason" type="text";
+                    @for field in fields {
+                        @match field {
+                            Field::PauseReason => {
+                                label for="reason" { "Pause reason" }
+                                input #reason name="reason" type="text";
+                            }
+                            Field::BackfillRange => {
+                                label for="from" { "Backfill from" }
+                                input #from name="from" type="text" placeholder="2026-03-08T00:00:00Z" autocomplete="off";
+                                label for="to" { "to (excluded)" }
+                                input #to name="to" type="text" placeholder="2026-03-09T00:00:00Z" autocomplete="off";
+                            }
+                        }
                     }
                     @for (value, text) in buttons {
                         button type="submit" value=(value) { (text) }
@@ -381,7 +411,7 @@ pub async fn node(State(endpoint): State<Endpoint>, Path(node): Path<String>) ->
             } }
         }
         @if endpoint.backend != Backend::Local {
-            (actions(&endpoint, &href("api/nodes", &n.id), &[("drain", "Drain"), ("undrain", "Undrain")], false))
+            (actions(&endpoint, &href("api/nodes", &n.id), &[("drain", "Drain"), ("undrain", "Undrain")], &[]))
         }
     };
     Html(layout(&endpoint, &format!("node {node}"), body).into_string()).into_response()

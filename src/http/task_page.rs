@@ -1,6 +1,7 @@
 //! A task's page (`/tasks/<task>`): its definition, the ranked candidates and why (what
-//! `zkcron explain` says), its pool's work items per node, its next ticks, its history with a
-//! chart of duration and lateness, and the changes (trigger, pause with a reason, resume).
+//! `zkcron explain` says), its pool's work items per node, its active backfills, its next
+//! ticks, its history with a chart of duration and lateness, and the changes (trigger, pause
+//! with a reason, resume, backfill a range).
 
 use std::collections::BTreeMap;
 
@@ -11,8 +12,9 @@ use maud::{Markup, html};
 use super::Endpoint;
 use super::api::{self, TaskDetail};
 use super::chart;
-use super::pages::{actions, as_page, href, instant, labels, layout, state};
+use super::pages::{Field, actions, as_page, href, instant, labels, layout, state};
 use crate::coord::records::RunTrigger;
+use crate::ops::model::BackfillProgress;
 use crate::ops::render;
 
 /// `GET /tasks/<task>`.
@@ -41,6 +43,7 @@ pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
             (definition(detail))
             (candidates(detail))
             (pool(&status.work_items))
+            (backfills(&status.backfills))
             (next_ticks(detail))
             section aria-labelledby="history" {
                 h2 #history { "History (" (detail.history.len()) " runs)" }
@@ -51,8 +54,13 @@ pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
         (actions(
             endpoint,
             &href("api/tasks", &detail.task),
-            &[("trigger", "Trigger now"), ("pause", "Pause"), ("resume", "Resume")],
-            true,
+            &[
+                ("trigger", "Trigger now"),
+                ("pause", "Pause"),
+                ("resume", "Resume"),
+                ("backfill", "Backfill"),
+            ],
+            &[Field::PauseReason, Field::BackfillRange],
         ))
     }
 }
@@ -144,6 +152,29 @@ pub fn pool(work_items: &BTreeMap<String, usize>) -> Markup {
     }
 }
 
+/// The task's active backfills (`zkcron backfill`, or the form below): done of total.
+pub fn backfills(active: &[BackfillProgress]) -> Markup {
+    html! {
+        section aria-labelledby="backfills" {
+            h2 #backfills { "Backfills (" (active.len()) " active)" }
+            @if active.is_empty() { p.muted { "No backfill is running." } } @else {
+                div.table-wrap { table #backfills-table {
+                    thead { tr {
+                        th scope="col" { "Request" } th scope="col" { "Done" }
+                        th scope="col" { "Failed" } th scope="col" { "Running tick" }
+                    } }
+                    tbody { @for b in active { tr {
+                        th scope="row" { code { (b.id) } }
+                        td { (b.done) " of " (b.total) }
+                        td class=(if b.failed > 0 { "bad" } else { "" }) { (b.failed) }
+                        td { @if let Some(tick) = b.running { (instant(tick)) } @else { span.muted { "none" } } }
+                    } } }
+                } }
+            }
+        }
+    }
+}
+
 fn next_ticks(detail: &TaskDetail) -> Markup {
     let zone = detail
         .definition
@@ -188,7 +219,11 @@ fn history(detail: &TaskDetail) -> Markup {
                         (render::outcome(run.success, run.exit_code, run.signal))
                         @if run.attempts > 1 { " after " (run.attempts) " attempts" }
                     }
-                    td { (match run.trigger { RunTrigger::Schedule => "schedule", RunTrigger::Manual => "manual" }) }
+                    td { (match run.trigger {
+                        RunTrigger::Schedule => "schedule",
+                        RunTrigger::Manual if run.backfill => "backfill",
+                        RunTrigger::Manual => "manual",
+                    }) }
                 } } }
             } }
         }
@@ -220,5 +255,33 @@ mod tests {
         );
         assert!(!page.contains("<b>"), "{page}");
         assert_eq!(pool(&BTreeMap::new()).into_string(), "");
+    }
+
+    /// A task's active backfills show done of total, failures and the tick running; a
+    /// request id is text.
+    #[test]
+    fn active_backfills_show_done_of_total() {
+        let tick = chrono::DateTime::parse_from_rfc3339("2026-01-02T01:30:00Z")
+            .unwrap()
+            .to_utc();
+        let active = [BackfillProgress {
+            id: "backup@backfill-<i>1</i>".into(),
+            done: 1,
+            total: 3,
+            failed: 1,
+            running: Some(tick),
+        }];
+        let page = backfills(&active).into_string();
+        assert!(page.contains("Backfills (1 active)"), "{page}");
+        assert!(
+            page.contains(
+                "<th scope=\"row\"><code>backup@backfill-&lt;i&gt;1&lt;/i&gt;</code></th>\
+                 <td>1 of 3</td><td class=\"bad\">1</td>"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("2026-01-02T01:30:00Z"), "{page}");
+        let none = backfills(&[]).into_string();
+        assert!(none.contains("No backfill is running."), "{none}");
     }
 }

@@ -209,6 +209,36 @@ impl ClusterClient {
         }
     }
 
+    /// Waits, up to `deadline`, until `node`'s member record satisfies `done` or is gone (told
+    /// by a watch, not polled); `false` when the deadline came first.
+    pub async fn wait_for_member(
+        &self,
+        node: &str,
+        done: impl Fn(&MemberRecord) -> bool,
+        deadline: Duration,
+    ) -> anyhow::Result<bool> {
+        let path = self.paths.member(node);
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let read = tokio::time::timeout_at(until, self.client.get_and_watch_data(&path)).await;
+            let (data, _, watcher) = match read {
+                Err(_) => return Ok(false),
+                Ok(Err(ZkError::NoNode)) => return Ok(true),
+                Ok(Err(error)) => bail!("ZooKeeper at {}: reading {path}: {error}", self.connect),
+                Ok(Ok(read)) => read,
+            };
+            if done(&parse::<MemberRecord>(&path, &data)?) {
+                return Ok(true);
+            }
+            if tokio::time::timeout_at(until, watcher.changed())
+                .await
+                .is_err()
+            {
+                return Ok(false);
+            }
+        }
+    }
+
     /// The data and stat of every path (`None` where there is no znode), in multi-reads.
     async fn get_many(&self, paths: &[String]) -> anyhow::Result<Vec<Option<(Vec<u8>, Stat)>>> {
         let batches = stream::iter(paths.chunks(BATCH).map(|batch| async move {

@@ -158,6 +158,17 @@ impl Cluster {
         &self.nodes[&node.id]
     }
 
+    /// Starts a node of each of `ids` at `release` ([`Cluster::start`]).
+    pub fn start_each_at(&mut self, ids: &[&str], release: &str) {
+        for id in ids {
+            let node = ClusterNode {
+                release: Some(release.to_string()),
+                ..self.new_node(id)
+            };
+            self.start(node);
+        }
+    }
+
     /// For failure messages: every node's log.
     pub fn logs(&self) -> String {
         self.nodes

@@ -173,6 +173,54 @@ impl Scratch {
     }
 }
 
+/// Writes an admin token file holding `token` in `dir`, mode 0600 (as `[http]
+/// admin_token_file` requires); its path.
+pub fn admin_token_file(dir: &Path, token: &str) -> PathBuf {
+    let path = dir.join("admin.token");
+    fs::write(&path, format!("{token}\n")).unwrap();
+    fs::set_permissions(&path, Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A node config's `[http]` section: served on a free port of 127.0.0.1, with changes through
+/// the API on when `token_file` is given.
+pub fn http_config(token_file: Option<&Path>) -> String {
+    let mut text = "[http]\nlisten = \"127.0.0.1:0\"\n".to_string();
+    if let Some(file) = token_file {
+        text.push_str(&format!("admin_token_file = \"{}\"\n", file.display()));
+    }
+    text
+}
+
+/// A local-backend daemon serving its HTTP endpoint: the set-up of the dashboard's and the
+/// API's tests. Fields drop in order: the daemon is stopped before its files go.
+pub struct Served {
+    pub daemon: DaemonProcess,
+    /// `127.0.0.1:<port>` it serves on.
+    pub address: String,
+    pub scratch: Scratch,
+}
+
+impl Served {
+    /// Starts a daemon with `tasks` (name, task file) serving `[http]` on a free port, with
+    /// an admin token file holding `token` when given.
+    pub fn start(token: Option<&str>, tasks: &[(&str, &str)]) -> Served {
+        let scratch = Scratch::new();
+        let token_file = token.map(|token| admin_token_file(scratch.path(), token));
+        scratch.write_config(&http_config(token_file.as_deref()));
+        for (name, text) in tasks {
+            scratch.write_task(name, text);
+        }
+        let daemon = scratch.start_daemon(&[]);
+        let address = daemon.served_address();
+        Served {
+            daemon,
+            address,
+            scratch,
+        }
+    }
+}
+
 /// A running `zkcron run`. Killed on drop if still running.
 pub struct DaemonProcess {
     pub child: Child,

@@ -96,6 +96,13 @@
     const body = {};
     const reason = form.querySelector("[name=reason]");
     if (submitter.value === "pause" && reason && reason.value.trim()) body.reason = reason.value.trim();
+    if (submitter.value === "backfill") {
+      // An empty bound is left out, so that the API says which one is missing.
+      for (const key of ["from", "to"]) {
+        const value = form.querySelector("[name=" + key + "]").value.trim();
+        if (value) body[key] = value;
+      }
+    }
     const t = token();
     if (!t) {
       out.textContent = "Enter the admin token first.";
