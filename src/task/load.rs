@@ -202,6 +202,7 @@ fn read_task_file(
     let mut problems = Vec::new();
     let mut read_from = path.to_path_buf();
     let mut through_link = false;
+    let mut seen = None;
     match std::fs::symlink_metadata(path) {
         Ok(link) if link.file_type().is_symlink() => {
             through_link = true;
@@ -213,10 +214,16 @@ fn read_task_file(
                 Err(problem) => return (None, vec![problem], None),
             }
         }
-        // Anything else, and an error, is for the reader to describe.
-        _ => {}
+        // What the reader would look at again (the path itself: links are not followed).
+        Ok(meta) => seen = Some(meta),
+        // An error is for the reader to describe.
+        Err(_) => {}
     }
-    let (bytes, meta) = match files::read_regular(&read_from, &TASK_FILE, identity) {
+    let read = match &seen {
+        Some(seen) => files::read_regular_seen(&read_from, seen, &TASK_FILE, identity),
+        None => files::read_regular(&read_from, &TASK_FILE, identity),
+    };
+    let (bytes, meta) = match read {
         Ok(read) => read,
         Err(problem) => {
             problems.push(problem);
