@@ -63,6 +63,10 @@ pub(super) fn list_jobs_dir(
 /// What [`list_jobs_dir`] found: the task files, and the ignored files with the reason.
 pub(super) type Listing = (Vec<PathBuf>, Vec<(PathBuf, &'static str)>);
 
+/// What one loading thread of [`load_files`] returns: its tasks, each with the metadata of the
+/// file read ([`load_task_file_read`]), and its files' errors.
+pub(super) type LoadedPart = (Vec<(TaskSpec, Option<Metadata>)>, Vec<TaskFileError>);
+
 /// How many files one loading thread takes at least: below this, threads cost more than they
 /// save.
 const FILES_PER_THREAD: usize = 256;
@@ -71,10 +75,7 @@ const FILES_PER_THREAD: usize = 256;
 /// independent per file; 10,000 task files take about twice as long on one core), each
 /// returning its tasks and errors; the caller sorts, so the result does not depend on the
 /// split. Each task comes with what [`load_task_file_read`] says of its file.
-pub(super) fn load_files(
-    files: &[PathBuf],
-    defaults: &TaskDefaults,
-) -> Vec<(Vec<(TaskSpec, Option<Metadata>)>, Vec<TaskFileError>)> {
+pub(super) fn load_files(files: &[PathBuf], defaults: &TaskDefaults) -> Vec<LoadedPart> {
     let load = |part: &[PathBuf]| {
         let mut tasks = Vec::new();
         let mut errors = Vec::new();
