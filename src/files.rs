@@ -129,7 +129,6 @@ pub(crate) fn read_regular(
     rules: &FileRules,
     identity: &Identity,
 ) -> Result<(Vec<u8>, Metadata), Problem> {
-    let noun = rules.noun;
     // Look first: a FIFO, socket or device is named, never opened (opening a tape device
     // rewinds it, a FIFO blocks, a socket fails with "No such device or address").
     let seen = if rules.follow_symlinks {
@@ -138,7 +137,19 @@ pub(crate) fn read_regular(
         std::fs::symlink_metadata(path)
     };
     let seen = seen.map_err(|error| open_problem(path, rules, &error, identity))?;
-    check_regular(&seen, rules)?;
+    read_regular_seen(path, &seen, rules, identity)
+}
+
+/// [`read_regular`] for a caller that has just looked at `path` itself (`seen`: what
+/// `symlink_metadata`, or `metadata` when `rules.follow_symlinks`, said of it).
+pub(crate) fn read_regular_seen(
+    path: &Path,
+    seen: &Metadata,
+    rules: &FileRules,
+    identity: &Identity,
+) -> Result<(Vec<u8>, Metadata), Problem> {
+    let noun = rules.noun;
+    check_regular(seen, rules)?;
 
     let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY;
     if !rules.follow_symlinks {

@@ -453,7 +453,15 @@ impl Paths {
 pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
     tasks: &[T],
 ) -> (TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>) {
-    let record = TaskSetRecord {
+    let record = taskset_record(tasks);
+    let (taskset, chunks) = taskset_chunks(&record);
+    let set = decode_taskset(&record);
+    (taskset, chunks, set)
+}
+
+/// The task-set record of `tasks`, as [`encode_taskset`] writes it.
+pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetRecord {
+    TaskSetRecord {
         format: FORMAT_VERSION,
         tasks: tasks
             .iter()
@@ -483,20 +491,20 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
                 )
             })
             .collect(),
-    };
-    let bytes = serde_json::to_vec(&record).expect("task sets serialize");
+    }
+}
+
+/// The reference to `record` (its digest, chunk count and task count) and its chunks.
+pub fn taskset_chunks(record: &TaskSetRecord) -> (TaskSetRef, Vec<Vec<u8>>) {
+    let bytes = serde_json::to_vec(record).expect("task sets serialize");
     let digest = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
     let chunks: Vec<Vec<u8>> = bytes.chunks(CHUNK_BYTES).map(<[u8]>::to_vec).collect();
-    let set = decode_taskset(&record);
-    (
-        TaskSetRef {
-            digest,
-            chunks: chunks.len().max(1),
-            count: record.tasks.len(),
-        },
-        chunks,
-        set,
-    )
+    let taskset = TaskSetRef {
+        digest,
+        chunks: chunks.len().max(1),
+        count: record.tasks.len(),
+    };
+    (taskset, chunks)
 }
 
 /// A `version_req` no release matches.

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::clock::wall_clock;
 use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
-    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
+    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord,
 };
 use crate::coord::{CoordError, Coordinator};
 use crate::ops::local::{Reply, Request, socket_path};
@@ -303,9 +303,9 @@ async fn snapshot(
     coordinator: &LocalCoordinator,
     specs: &[Arc<TaskSpec>],
 ) -> Snapshot {
-    let (taskset, chunks, _) = records::encode_taskset(specs);
-    let set: TaskSetRecord =
-        serde_json::from_slice(&chunks.concat()).expect("an encoded task set decodes");
+    // The record as a node writes it, without its JSON round trip (100,000 tasks: 18 MB).
+    let set = records::taskset_record(specs);
+    let (taskset, _) = records::taskset_chunks(&set);
     let member = MemberRecord {
         format: FORMAT_VERSION,
         id: config.node_id.clone(),
@@ -334,6 +334,9 @@ async fn snapshot(
             .collect(),
         ..Snapshot::default()
     };
+    // Only the tasks with a history are asked for their last run: 100,000 tasks tried to open
+    // a history file each.
+    let with_history = coordinator.tasks_with_history();
     for spec in specs {
         let name = spec.name.to_string();
         snapshot.leases.insert(
@@ -353,6 +356,9 @@ async fn snapshot(
         }
         if let Ok(Some(result)) = coordinator.last_result(&name).await {
             snapshot.results.insert(name.clone(), result);
+        }
+        if !with_history.contains(&name) {
+            continue;
         }
         if let Some(run) = coordinator.history(&name, 1).into_iter().next() {
             snapshot.recent_runs.insert(name, run);

@@ -431,7 +431,8 @@ impl<P> Firing<P> {
         }
     }
 
-    /// Starts firing `spec`: it waits for a start slot.
+    /// Starts firing `spec`: it waits for a start slot (the caller calls [`Self::start_pending`]
+    /// once it inserted every task it starts).
     fn insert(&mut self, spec: Arc<TaskSpec>) -> Key {
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -449,7 +450,6 @@ impl<P> Firing<P> {
         });
         let key = Key { slot, generation };
         self.pending.push_back(key);
-        self.start_pending();
         key
     }
 
@@ -510,6 +510,20 @@ impl<P> Firing<P> {
             }
         }
         self.rebuild_heap();
+    }
+
+    /// Puts the tasks waiting for a start slot in the order of their schedules, so that tasks
+    /// sharing an expression start one after another: each start computes the task's next
+    /// tick from croner's parse of its expression, kept in a small cache, and in name order
+    /// 100,000 tasks over a few thousand expressions made a parse for nearly every start.
+    fn order_pending_by_schedule(&mut self) {
+        let slots = &self.slots;
+        self.pending.make_contiguous().sort_by_cached_key(|key| {
+            slots[key.slot].as_ref().map(|entry| {
+                let schedule = &entry.spec.schedule;
+                (schedule.expression(), schedule.timezone().name())
+            })
+        });
     }
 
     /// Starts fire-record reads up to [`STARTS_IN_FLIGHT`] at once.

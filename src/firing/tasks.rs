@@ -151,12 +151,18 @@ impl<P> Firing<P> {
             self.withdraw_unspawned_runs();
             self.kill_on_session_loss();
         }
+        let generation = self.next_generation;
         match self.applied.take() {
             Some(applied) if applied.paused == leadership.paused => {
                 self.apply_changes(&applied, &leadership)
             }
             _ => self.apply_to_all(&leadership),
         }
+        if self.next_generation > generation + 1 {
+            // Several tasks start: in the order of their schedules.
+            self.order_pending_by_schedule();
+        }
+        self.start_pending();
         self.start_manual_runs(&leadership);
         self.applied = Some(leadership);
         self.manual.refused.clear();

@@ -771,3 +771,4 @@ fn deliberate_firing_bugs_are_off_by_default() {
 #[path = "backfill_tests.rs"]
 mod backfill;
 mod queue;
+mod start_order;

@@ -127,6 +127,17 @@ impl CronExpr {
         let fields = cronie_fields(&fields)?;
         let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
         let expanded: Box<str> = fields.join(" ").into();
+        let dst = DstRule::of(&fields);
+        if parsed::known_to_fire(&expanded, timezone) {
+            // Checked below for an earlier task with the same expression and zone; croner's
+            // parse (tens of microseconds) is not made again for each of thousands of tasks.
+            return Ok(CronExpr {
+                expanded: (*expanded != *trimmed).then_some(expanded),
+                expression: trimmed.into(),
+                dst,
+                timezone,
+            });
+        }
         parsed::parsed(&expanded).map_err(|error| {
             blame_field(&fields).unwrap_or_else(|| ScheduleError::Other {
                 expression: trimmed.to_string(),
@@ -136,7 +147,7 @@ impl CronExpr {
         let schedule = CronExpr {
             expanded: (*expanded != *trimmed).then_some(expanded),
             expression: trimmed.into(),
-            dst: DstRule::of(&fields),
+            dst,
             timezone,
         };
         // An expression like "0 0 31 2 *" parses but never matches; say so now rather than
@@ -149,6 +160,7 @@ impl CronExpr {
                 expression: trimmed.to_string(),
             });
         }
+        parsed::remember_fires(schedule.expanded(), timezone);
         Ok(schedule)
     }
 

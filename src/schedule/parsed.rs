@@ -8,9 +8,10 @@
 //! least recently used parse is dropped and made again when its task next needs a tick (a
 //! parse takes microseconds, a task needs one at each of its ticks).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use chrono_tz::Tz;
 use croner::Cron;
 use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds};
@@ -104,12 +105,40 @@ fn days_combine_with_and(fields: &[&str]) -> bool {
     unrestricted(2) || unrestricted(4)
 }
 
+/// The expressions (the fields as croner reads them, and the zone) that parsed and have a tick,
+/// since the last [`forget_all`]: a jobs dir of 100,000 tasks repeats a few thousand
+/// expressions, and each is parsed and checked once per load instead of once per task. Only
+/// the text is kept (tens of bytes an expression), and only until the load is over.
+static FIRES: LazyLock<Mutex<HashMap<Tz, HashSet<Box<str>>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Whether `expanded` in `timezone` was found to parse and to fire since the last
+/// [`forget_all`].
+pub(super) fn known_to_fire(expanded: &str, timezone: Tz) -> bool {
+    FIRES
+        .lock()
+        .expect("schedule memo poisoned")
+        .get(&timezone)
+        .is_some_and(|known| known.contains(expanded))
+}
+
+/// Remembers that `expanded` in `timezone` parses and fires (see [`known_to_fire`]).
+pub(super) fn remember_fires(expanded: &str, timezone: Tz) {
+    FIRES
+        .lock()
+        .expect("schedule memo poisoned")
+        .entry(timezone)
+        .or_default()
+        .insert(expanded.into());
+}
+
 /// Drops every cached parse (after a burst of loads and timer starts: the parses kept then are
-/// of whichever expressions came last, not of the ticks due next; up to 650 KB idle). Parses
-/// are made again when a tick needs them.
+/// of whichever expressions came last, not of the ticks due next; up to 650 KB idle), and the
+/// expressions known to fire. Parses are made again when a tick needs them.
 pub(super) fn forget_all() {
     let mut cache = CACHE.lock().expect("schedule cache poisoned");
     cache.entries = HashMap::new();
+    *FIRES.lock().expect("schedule memo poisoned") = HashMap::new();
 }
 
 /// How many parses the cache holds.

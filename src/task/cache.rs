@@ -107,12 +107,9 @@ impl LoadCache {
 enum Slot {
     /// Remembered, and unchanged.
     Kept(Cached),
-    /// Read again: its stamp before reading (none if it is no regular file), and the task it
-    /// held before, if any.
-    Read {
-        stamp: Option<Stamp>,
-        previous: Option<Arc<TaskSpec>>,
-    },
+    /// Read again (its stamp comes from the read: the file opened, before it was read; none
+    /// through a link), and the task it held before, if any.
+    Read { previous: Option<Arc<TaskSpec>> },
 }
 
 /// [`super::load_jobs_dir`] through `cache`: the same tasks, errors and ignored files, but a
@@ -136,7 +133,7 @@ pub fn reload_jobs_dir(
         ignored,
         ..LoadedDir::default()
     };
-    let mut read = Vec::with_capacity(to_read.len());
+    let mut read: Vec<(TaskSpec, Option<std::fs::Metadata>)> = Vec::with_capacity(to_read.len());
     for (tasks, errors) in load_files(&to_read, defaults) {
         read.extend(tasks);
         loaded.errors.extend(errors);
@@ -149,10 +146,11 @@ pub fn reload_jobs_dir(
     for (name, slot) in slots {
         let (stamp, spec) = match slot {
             Slot::Kept(cached) => (Some(cached.stamp), cached.spec),
-            Slot::Read { stamp, previous } => {
-                let Some(spec) = read.next_if(|spec| *spec.name == *name) else {
+            Slot::Read { previous } => {
+                let Some((spec, meta)) = read.next_if(|(spec, _)| *spec.name == *name) else {
                     continue;
                 };
+                let stamp = meta.map(|meta| Stamp::of(&meta));
                 let spec = match previous {
                     Some(previous) if *previous == spec => previous,
                     _ => Arc::new(spec),
@@ -189,22 +187,22 @@ fn sort_out(
     for (name, path) in files {
         while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
         let previous = before.next_if(|cached| *cached.spec.name == *name);
-        let stamp = std::fs::symlink_metadata(&path)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .map(|meta| Stamp::of(&meta));
+        // Only a remembered file is looked at here; one read gets its stamp from the read.
+        let unchanged = |cached: &Cached| {
+            let stamp = std::fs::symlink_metadata(&path)
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map(|meta| Stamp::of(&meta));
+            stamp == Some(cached.stamp) && cached.spec.path == path
+        };
         let slot = match previous {
-            Some(cached)
-                if Some(cached.stamp) == stamp
-                    && cached.spec.path == path
-                    && accounts.all_exist(&cached.spec) =>
-            {
+            Some(cached) if unchanged(&cached) && accounts.all_exist(&cached.spec) => {
                 Slot::Kept(cached)
             }
             previous => {
                 to_read.push(path);
                 let previous = previous.map(|cached| cached.spec);
-                Slot::Read { stamp, previous }
+                Slot::Read { previous }
             }
         };
         slots.push((name, slot));

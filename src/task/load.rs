@@ -1,6 +1,7 @@
 //! Reading task files from disk: the jobs directory, one file, and the rules a task file is read
 //! by (owner, mode, size, symlinks, UTF-8), before its keys are checked.
 
+use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
 use super::check::check_task;
@@ -20,7 +21,7 @@ pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, V
         ..LoadedDir::default()
     };
     for (tasks, errors) in load_files(&files, defaults) {
-        loaded.tasks.extend(tasks);
+        loaded.tasks.extend(tasks.into_iter().map(|(task, _)| task));
         loaded.errors.extend(errors);
     }
     loaded.tasks.sort_by(|a, b| a.name.cmp(&b.name));
@@ -63,6 +64,10 @@ pub(super) fn list_jobs_dir(
 /// What [`list_jobs_dir`] found: the task files, and the ignored files with the reason.
 pub(super) type Listing = (Vec<PathBuf>, Vec<(PathBuf, &'static str)>);
 
+/// What one loading thread of [`load_files`] returns: its tasks, each with the metadata of the
+/// file read ([`load_task_file_read`]), and its files' errors.
+pub(super) type LoadedPart = (Vec<(TaskSpec, Option<Metadata>)>, Vec<TaskFileError>);
+
 /// How many files one loading thread takes at least: below this, threads cost more than they
 /// save.
 const FILES_PER_THREAD: usize = 256;
@@ -70,18 +75,15 @@ const FILES_PER_THREAD: usize = 256;
 /// Loads `files` on up to `available_parallelism` threads (reading, TOML and cron parsing are
 /// independent per file; 10,000 task files take about twice as long on one core), each
 /// returning its tasks and errors; the caller sorts, so the result does not depend on the
-/// split.
-pub(super) fn load_files(
-    files: &[PathBuf],
-    defaults: &TaskDefaults,
-) -> Vec<(Vec<TaskSpec>, Vec<TaskFileError>)> {
+/// split. Each task comes with what [`load_task_file_read`] says of its file.
+pub(super) fn load_files(files: &[PathBuf], defaults: &TaskDefaults) -> Vec<LoadedPart> {
     let load = |part: &[PathBuf]| {
         let mut tasks = Vec::new();
         let mut errors = Vec::new();
         for path in part {
-            match load_task_file(path, defaults) {
-                Ok(task) => tasks.push(task),
-                Err(more) => errors.extend(more),
+            match load_task_file_read(path, defaults) {
+                (Ok(task), read) => tasks.push((task, read)),
+                (Err(more), _) => errors.extend(more),
             }
         }
         (tasks, errors)
@@ -116,9 +118,19 @@ pub fn load_task_file(
     path: &Path,
     defaults: &TaskDefaults,
 ) -> Result<TaskSpec, Vec<TaskFileError>> {
+    load_task_file_read(path, defaults).0
+}
+
+/// [`load_task_file`], and the metadata of the file read when `path` is a regular file (not a
+/// link): taken when it was opened, before it was read, so a later change shows in it
+/// ([`super::LoadCache`] keeps it, and a first load need not `stat` each file once more).
+pub(super) fn load_task_file_read(
+    path: &Path,
+    defaults: &TaskDefaults,
+) -> (Result<TaskSpec, Vec<TaskFileError>>, Option<Metadata>) {
     let name = task_name_of(path);
     let task = is_valid_task_name(&name).then(|| name.clone());
-    let (text, file_problems) = read_task_file(path, &defaults.identity);
+    let (text, file_problems, read) = read_task_file(path, &defaults.identity);
     let mut errors: Vec<TaskFileError> = file_problems
         .into_iter()
         .map(|p| p.into_task_error(path, &task))
@@ -130,7 +142,7 @@ pub fn load_task_file(
             .into_iter()
             .collect()),
     };
-    match parsed {
+    let loaded = match parsed {
         Ok(spec) if errors.is_empty() => Ok(spec),
         Ok(_) => Err(errors),
         Err(more) => {
@@ -138,7 +150,8 @@ pub fn load_task_file(
             errors.sort_by_key(|e| (e.line, e.column));
             Err(errors)
         }
-    }
+    };
+    (loaded, read)
 }
 
 /// Parses and validates the text of a task file named `name` (the file stem). `path` is only used
@@ -182,28 +195,41 @@ const TASK_FILE: files::FileRules = files::FileRules {
 
 /// Opens and reads a task file, checking what cron checks (see [`crate::files`]). Returns the
 /// text when it could be read and decoded (even if a permission check failed, so content errors
-/// are reported too), and the problems found.
-fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Problem>) {
+/// are reported too), the problems found, and the opened file's metadata unless `path` is a
+/// link.
+fn read_task_file(
+    path: &Path,
+    identity: &Identity,
+) -> (Option<String>, Vec<Problem>, Option<Metadata>) {
     let mut problems = Vec::new();
     let mut read_from = path.to_path_buf();
+    let mut through_link = false;
+    let mut seen = None;
     match std::fs::symlink_metadata(path) {
         Ok(link) if link.file_type().is_symlink() => {
+            through_link = true;
             match files::resolve_task_link(path, &link, identity) {
                 Ok((target, link_problems)) => {
                     problems.extend(link_problems);
                     read_from = target;
                 }
-                Err(problem) => return (None, vec![problem]),
+                Err(problem) => return (None, vec![problem], None),
             }
         }
-        // Anything else, and an error, is for the reader to describe.
-        _ => {}
+        // What the reader would look at again (the path itself: links are not followed).
+        Ok(meta) => seen = Some(meta),
+        // An error is for the reader to describe.
+        Err(_) => {}
     }
-    let (bytes, meta) = match files::read_regular(&read_from, &TASK_FILE, identity) {
+    let read = match &seen {
+        Some(seen) => files::read_regular_seen(&read_from, seen, &TASK_FILE, identity),
+        None => files::read_regular(&read_from, &TASK_FILE, identity),
+    };
+    let (bytes, meta) = match read {
         Ok(read) => read,
         Err(problem) => {
             problems.push(problem);
-            return (None, problems);
+            return (None, problems, None);
         }
     };
     problems.extend(files::file_permission_problems(
@@ -212,11 +238,12 @@ fn read_task_file(path: &Path, identity: &Identity) -> (Option<String>, Vec<Prob
         identity,
         "the command it runs",
     ));
+    let read = (!through_link).then_some(meta);
     match decode_utf8(bytes) {
-        Ok(text) => (Some(text), problems),
+        Ok(text) => (Some(text), problems, read),
         Err(problem) => {
             problems.push(problem);
-            (None, problems)
+            (None, problems, read)
         }
     }
 }

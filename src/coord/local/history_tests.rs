@@ -252,3 +252,20 @@ fn a_history_written_after_its_state_dir_was_removed_does_not_recreate_it() {
         "the history writer made the removed state dir again"
     );
 }
+
+#[test]
+fn the_tasks_with_a_history_are_those_with_runs_held_or_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = HistoryFiles::with_flush_after(dir.path(), Duration::from_secs(3600)).unwrap();
+    history.append("written", entry("written@1", 1));
+    history.flush();
+    let reopened = HistoryFiles::with_flush_after(dir.path(), Duration::from_secs(3600)).unwrap();
+    reopened.append("held", entry("held@2", 2));
+    let mut tasks: Vec<String> = reopened.tasks_with_history().into_iter().collect();
+    tasks.sort();
+    assert_eq!(
+        tasks,
+        ["held", "written"],
+        "a file, and runs not yet written"
+    );
+}

@@ -308,6 +308,11 @@ impl LocalCoordinator {
         self.history.history(task, n)
     }
 
+    /// The tasks that have a history (runs held in memory or a file), for `status`.
+    pub fn tasks_with_history(&self) -> HashSet<String> {
+        self.history.tasks_with_history()
+    }
+
     /// Writes the histories of the runs that ended lately now, instead of within
     /// [`history::FLUSH_AFTER`] (the daemon's exit; dropping the backend does it too).
     pub fn flush_history(&self) {

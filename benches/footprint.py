@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""A small daemon's resident pages and where its CPU per fire goes: 10 tasks firing every
+second on the local backend (`command = ["true"]`), one `zkcron run` per build.
+
+Usage:  cargo build --release --locked --bin zkcron
+        python3 benches/footprint.py [--seconds 20] [--pageout] [BINARY ...]
+
+Per build: the CPU per fire of each thread (its `schedstat` nanoseconds over the window,
+divided by the `started` events in it; threads by name), and `/proc/PID/smaps` at the end
+summed per mapping (file and permissions) with its private dirty part. `--pageout` first asks
+the kernel (`process_madvise(MADV_PAGEOUT)`, root) to page out the daemon's file-backed
+read-only pages 2 s after its start, so the pages resident at the end are those the fires
+touched again: the start-up-only part of the binary is the difference. Nothing outlives the
+run: the daemon is stopped and its temp dir (zkcron-footprint-*) removed on every exit path.
+"""
+import argparse
+import collections
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reload import cpu_seconds, free_port, wait_log  # noqa: E402
+
+SYS_PROCESS_MADVISE = 440  # x86_64
+MADV_PAGEOUT = 21
+
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def page_out(pid):
+    """Asks the kernel to page out every read-only file mapping of `pid`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                p = line.split()
+                if len(p) > 5 and p[1] in ("r-xp", "r--p"):
+                    start, end = (int(x, 16) for x in p[0].split("-"))
+                    span = IoVec(start, end - start)
+                    libc.syscall(SYS_PROCESS_MADVISE, pidfd, ctypes.byref(span), 1,
+                                 MADV_PAGEOUT, 0)
+    finally:
+        os.close(pidfd)
+
+
+def thread_ns(pid):
+    """Each live thread's CPU nanoseconds: {tid: (name, ns)}."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[tid] = (name, int(f.read().split()[0]))
+        except OSError:
+            pass
+    return out
+
+
+def smaps(pid):
+    """Resident and private dirty kB per (file, permissions)."""
+    rss, dirty, key = collections.Counter(), collections.Counter(), None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            p = line.split()
+            if not p[0].endswith(":"):
+                key = (os.path.basename(p[5]) if len(p) > 5 else "[anon]", p[1])
+            elif p[0] == "Rss:":
+                rss[key] += int(p[1])
+            elif p[0] == "Private_Dirty:":
+                dirty[key] += int(p[1])
+    return [(name, perms, kb, dirty[(name, perms)])
+            for (name, perms), kb in rss.most_common() if kb]
+
+
+def one_run(binary, seconds, pageout):
+    tmp = tempfile.mkdtemp(prefix="zkcron-footprint-")
+    jobs, log = os.path.join(tmp, "jobs.d"), os.path.join(tmp, "daemon.log")
+    os.mkdir(jobs)
+    for i in range(10):
+        with open(os.path.join(jobs, f"t{i}.toml"), "w") as f:
+            f.write('schedule = "* * * * * *"\ncommand = ["true"]\n')
+    config = os.path.join(tmp, "zkcron.toml")
+    with open(config, "w") as f:
+        f.write(f'[log]\nformat = "json"\n[http]\nlisten = "127.0.0.1:{free_port()}"\n')
+    proc = subprocess.Popen(
+        [binary, "run", "--config", config, "--jobs-dir", jobs, "--state-dir",
+         os.path.join(tmp, "state"), "--node-id", "footprint"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
+    try:
+        wait_log(log, "zkcron started", 1)
+        time.sleep(2)
+        if pageout:
+            page_out(proc.pid)
+        fires = lambda: open(log).read().count('"started"')  # noqa: E731
+        before, cpu, fired = thread_ns(proc.pid), cpu_seconds(proc.pid), fires()
+        time.sleep(seconds)
+        after, cpu, fired = thread_ns(proc.pid), cpu_seconds(proc.pid) - cpu, fires() - fired
+        per = collections.Counter()
+        for tid, (name, ns) in after.items():
+            per[name] += ns - before.get(tid, (name, 0))[1]
+        with open(f"/proc/{proc.pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f)
+        return {
+            "binary": binary, "load": round(os.getloadavg()[0], 2), "pageout": pageout,
+            "fires": fired, "cpu_us_per_fire": round(cpu * 1e6 / max(fired, 1)),
+            "thread_us_per_fire": {k: round(v / 1000 / max(fired, 1), 1)
+                                   for k, v in per.most_common()},
+            "VmRSS": status["VmRSS"].strip(), "RssAnon": status["RssAnon"].strip(),
+            "smaps_kb": smaps(proc.pid),
+        }
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--pageout", action="store_true")
+    parser.add_argument("binaries", nargs="*",
+                        default=[os.environ.get("ZKCRON_BIN", "target/release/zkcron")])
+    args = parser.parse_args()
+    for binary in args.binaries:
+        print(json.dumps(one_run(os.path.abspath(binary), args.seconds, args.pageout)),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
