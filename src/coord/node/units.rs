@@ -34,7 +34,7 @@ impl Node {
             return Vec::new();
         };
         set.iter()
-            .map(|(task, entry)| lease::lease_name(task, entry, &self.cfg.id).into_owned())
+            .flat_map(|(task, entry)| lease::lease_names(task, entry, &self.cfg.id))
             .collect()
     }
 
