@@ -793,8 +793,6 @@ mod every_node_tests;
 /// Takes, releases and the member path, on the same small ZooKeeper.
 #[path = "lease_tests.rs"]
 mod lease_tests;
-#[path = "pool_node_tests.rs"]
-mod pool_node_tests;
 /// Counting other nodes' live runs and finding orphaned ticks, on the same small ZooKeeper.
 #[path = "run_tests.rs"]
 mod run_tests;
