@@ -620,6 +620,8 @@ pub struct RankCache {
     /// By pooled task, this node's rank for the unit of each item, in the items' order: one
     /// assignment per pooled task while the members stay the same.
     pools: BTreeMap<String, Vec<CachedRank>>,
+    /// The same ranks by unit name: a held unit is looked up, not searched for among items.
+    units: BTreeMap<String, CachedRank>,
 }
 
 impl RankCache {
@@ -662,10 +664,14 @@ impl RankCache {
             CachedRank::pack(rank.map(|(pos, top)| (pos, index(top))))
         };
         self.pools.clear();
+        self.units.clear();
         self.ranks = Vec::with_capacity(peers.mine.tasks.len());
         for (task, entry) in peers.mine.tasks.iter() {
-            if let Holders::Items(_) = entry.holders {
-                let ranks = peers.pool_ranks(task).into_iter().map(pack).collect();
+            if let Holders::Items(items) = &entry.holders {
+                let ranks: Vec<CachedRank> = peers.pool_ranks(task).into_iter().map(pack).collect();
+                for (item, rank) in items.iter().zip(&ranks) {
+                    self.units.insert(unit_name(task, item), *rank);
+                }
                 self.pools.insert(task.clone(), ranks);
                 self.ranks.push(CachedRank::pack(None));
             } else {
@@ -682,17 +688,7 @@ impl RankCache {
         lease: &str,
         members: &'a [Member],
     ) -> Option<Option<(usize, Option<&'a Member>)>> {
-        let (task, item) = split_unit(lease)?;
-        let ranks = self.pools.get(task)?;
-        let tasks = &self.key.iter().find(|k| k.0 == self.me)?.3;
-        let Holders::Items(items) = &tasks.get(task)?.holders else {
-            return None;
-        };
-        let rank = items
-            .iter()
-            .position(|i| i == item)
-            .and_then(|i| ranks[i].get(members));
-        Some(rank)
+        self.units.get(lease).map(|rank| rank.get(members))
     }
 }
 

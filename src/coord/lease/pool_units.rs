@@ -7,8 +7,10 @@
 //! ([`RankCache`](super::RankCache)).
 
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use super::{Holders, Member, Peers, unit_name};
+use super::{Holders, Member, Peers};
 use crate::coord::pool;
 use crate::coord::rank::{self, Candidate};
 
@@ -52,6 +54,22 @@ impl<'a> Peers<'a> {
             )
             .collect();
         let candidates: Vec<Candidate<'_>> = members.iter().map(|m| m.candidate()).collect();
+        // The items each member's own definition lists (`None`: this node's, all of them),
+        // looked up once per member rather than once per (item, member).
+        let lists: Vec<Option<BTreeSet<&str>>> = members
+            .iter()
+            .map(|member| {
+                if Arc::ptr_eq(&member.tasks, &mine.tasks) {
+                    return None;
+                }
+                match member.tasks.get(task).map(|e| &e.holders) {
+                    Some(Holders::Items(theirs)) => {
+                        Some(theirs.iter().map(String::as_str).collect())
+                    }
+                    _ => Some(BTreeSet::new()),
+                }
+            })
+            .collect();
         let assignment = pool::assign(task, items, &candidates).expect("this node is a candidate");
         items
             .iter()
@@ -62,16 +80,15 @@ impl<'a> Peers<'a> {
                 }
                 // The owner first, then every other member that may hold this item's unit
                 // and ranks above this node for `<task>/<item>`.
-                let unit = unit_name(task, item);
                 let key = pool::unit_key(task, item);
-                let above = members
+                let above = lists
                     .iter()
                     .zip(&candidates)
                     .enumerate()
-                    .filter(|&(i, (member, candidate))| {
+                    .filter(|&(i, (list, candidate))| {
                         i != 0
                             && i != owner
-                            && member.eligible(&unit)
+                            && list.as_ref().is_none_or(|l| l.contains(item.as_str()))
                             && rank::compare(&key, candidate, &candidates[0]) == Ordering::Less
                     })
                     .count();
