@@ -1,5 +1,6 @@
 //! A pooled task's units: the node takes the units of the items it owns under the pool's
-//! assignment, releases those a joining member comes to own, and fires nothing of the task
+//! assignment, releases those a joining member comes to own (and all of them when drained),
+//! and fires nothing of the task
 //! (no claim is served on the units yet).
 
 use super::*;
@@ -53,4 +54,25 @@ fn a_joining_member_gets_the_units_it_owns_and_the_node_keeps_the_rest() {
     // The released units stay vacant for n2, whose they are: n1 does not cover them at once.
     pump(&mut node, &mut store, at(1_500));
     assert_eq!(pool_leases(&store).len(), owned.len());
+}
+
+#[test]
+fn a_drained_node_releases_every_unit_of_its_pool() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    assert_eq!(pool_leases(&store), ["p@0", "p@1", "p@2"]);
+    let drain = format!("{BASE}/control/drained/n1");
+    store
+        .znodes
+        .insert(drain.clone(), (mark(), Stat::default()));
+    node.handle(
+        Input::Watch {
+            path: drain,
+            kind: WatchKind::Created,
+        },
+        at(200),
+    );
+    pump(&mut node, &mut store, at(200));
+    assert!(store.member("n1").drained);
+    assert!(pool_leases(&store).is_empty(), "{:?}", leases(&store));
 }
