@@ -1,7 +1,6 @@
 //! A pooled task's units: the node takes the units of the items it owns under the pool's
 //! assignment, releases those a joining member comes to own (and all of them when drained),
-//! and fires nothing of the task
-//! (no claim is served on the units yet).
+//! and fires nothing of the task (no claim is served on the units yet).
 
 use super::*;
 use crate::coord::lease;
