@@ -219,3 +219,26 @@ fn the_rank_cache_gives_the_same_decisions_for_pooled_units() {
         }
     }
 }
+
+#[test]
+fn a_drained_members_items_are_owned_by_the_others_at_once_not_covered() {
+    let mut all = members(&["a", "b", "c"]);
+    all[2].may_lead = false;
+    all[2].drained = true;
+    let mut taken = BTreeSet::new();
+    for me in ["a", "b"] {
+        let mine = takes(me, &all);
+        assert_eq!(
+            mine.len(),
+            6,
+            "{me}: an even share of twelve over the two left"
+        );
+        taken.extend(mine);
+    }
+    assert_eq!(
+        taken.len(),
+        12,
+        "every item has an owner that takes it at once"
+    );
+    assert!(takes("c", &all).is_empty());
+}
