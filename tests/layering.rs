@@ -21,12 +21,13 @@
 //!
 //! `coord`:
 //! 1. `rank` (who leads: the ranking)
-//! 2. `lease`, `pool` (the lease rule; who owns a pool's items)
-//! 3. `records` (the records in ZooKeeper and the state dir)
-//! 4. `record` (the fire-record rules)
-//! 5. `backfill` (backfill requests and their rules)
-//! 6. `node`, `local` (the cluster protocol; the embedded backend)
-//! 7. `zk` (the driver of the node)
+//! 2. `pool` (who owns a pool's items)
+//! 3. `lease` (the lease rule, a pool's units included)
+//! 4. `records` (the records in ZooKeeper and the state dir)
+//! 5. `record` (the fire-record rules)
+//! 6. `backfill` (backfill requests and their rules)
+//! 7. `node`, `local` (the cluster protocol; the embedded backend)
+//! 8. `zk` (the driver of the node)
 //!
 //! `coord::local`:
 //! 1. `errors`
@@ -74,7 +75,8 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
         "coord",
         &[
             &["rank"],
-            &["lease", "pool"],
+            &["pool"],
+            &["lease"],
             &["records"],
             &["record"],
             &["backfill"],

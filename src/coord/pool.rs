@@ -23,8 +23,9 @@
 //! 1.4 times the minimum for a join and 1.5 for a leave, medians; at most 1.6). Walking the
 //! items one by one instead (each to its best node with room) moved slightly more.
 //!
-//! The cluster backend does not split pools over its nodes yet (task files with `work_items`
-//! are refused there); this is the rule it is to follow, kept apart so that it is tested alone.
+//! `coord::lease` designates each item's unit `<task>@<item>` for its owner by this rule. The
+//! cluster backend does not fire pooled tasks yet (task files with `work_items` are refused
+//! there): the claim over a node's units is still to come.
 
 use std::cmp::Ordering;
 

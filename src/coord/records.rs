@@ -144,10 +144,17 @@ pub struct TaskSetEntry {
     /// know (from a newer one) makes the entry admit no member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<String>,
+    /// A pooled task's work items, in the task file's order (with `run_on = "work_items"`: a
+    /// release that does not know pools lets no member hold such a task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_items: Option<Vec<String>>,
 }
 
 /// [`TaskSetEntry::run_on`] of a task that runs on every node.
 pub const RUN_ON_EVERY_NODE: &str = "every_node";
+
+/// [`TaskSetEntry::run_on`] of a pooled task (its items in [`TaskSetEntry::work_items`]).
+pub const RUN_ON_WORK_ITEMS: &str = "work_items";
 
 /// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -485,8 +492,12 @@ pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetR
                         }),
                         active_from: t.schedule.window().from,
                         active_until: t.schedule.window().until,
-                        run_on: (t.extras.run_on == RunOn::EveryNode)
-                            .then(|| RUN_ON_EVERY_NODE.to_string()),
+                        run_on: match &t.extras.run_on {
+                            RunOn::Leader => None,
+                            RunOn::EveryNode => Some(RUN_ON_EVERY_NODE.to_string()),
+                            RunOn::Items(_) => Some(RUN_ON_WORK_ITEMS.to_string()),
+                        },
+                        work_items: t.extras.run_on.items().map(<[String]>::to_vec),
                     },
                 )
             })
@@ -512,12 +523,26 @@ fn matches_nothing() -> semver::VersionReq {
     semver::VersionReq::parse("<0.0.0-0").expect("valid")
 }
 
+/// Who holds the leases of `entry`'s task; `None` for a `run_on` this release does not know,
+/// or a pool without its items.
+fn decode_holders(entry: &TaskSetEntry) -> Option<Holders> {
+    match (entry.run_on.as_deref(), &entry.work_items) {
+        (None, _) => Some(Holders::Leader),
+        (Some(RUN_ON_EVERY_NODE), _) => Some(Holders::EveryNode),
+        (Some(RUN_ON_WORK_ITEMS), Some(items)) if !items.is_empty() => {
+            Some(Holders::Items(items.as_slice().into()))
+        }
+        (Some(_), _) => None,
+    }
+}
+
 pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
     Arc::new(
         record
             .tasks
             .iter()
             .map(|(name, entry)| {
+                let holders = decode_holders(entry);
                 (
                     name.clone(),
                     TaskEntry {
@@ -525,17 +550,14 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
                         // A requirement this release cannot parse matches nothing, so an old
                         // node never leads a task written for a newer one; nor one that runs
                         // where this release does not know.
-                        version_req: match entry.run_on.as_deref() {
-                            None | Some(RUN_ON_EVERY_NODE) => entry.version_req.as_ref().map(|r| {
+                        version_req: match holders {
+                            Some(_) => entry.version_req.as_ref().map(|r| {
                                 semver::VersionReq::parse(r).unwrap_or_else(|_| matches_nothing())
                             }),
-                            Some(_) => Some(matches_nothing()),
+                            None => Some(matches_nothing()),
                         },
                         require_labels: entry.require_labels.clone(),
-                        holders: match entry.run_on.as_deref() {
-                            Some(RUN_ON_EVERY_NODE) => Holders::EveryNode,
-                            _ => Holders::Leader,
-                        },
+                        holders: holders.unwrap_or_default(),
                     },
                 )
             })
@@ -698,5 +720,33 @@ mod tests {
         let any = Version::parse("99.0.0").unwrap();
         assert!(set["e"].admits(&any, &BTreeMap::new()));
         assert!(!set["f"].admits(&any, &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_pooled_task_is_written_with_its_items_and_a_pool_without_items_admits_no_member() {
+        let defaults = crate::task::TaskDefaults {
+            timezone: chrono_tz::Tz::UTC,
+            user: None,
+            identity: crate::task::Identity::current(),
+            backend: crate::task::TaskBackend::Local,
+        };
+        let text = "schedule = \"* * * * *\"\ncommand = \"true\"\n\
+                    work_items = [\"us-east\", \"eu-west\"]\n";
+        let spec = crate::task::parse_task("p", std::path::Path::new("p.toml"), text, &defaults)
+            .expect("valid task");
+        let (_, chunks, set) = encode_taskset(&[spec]);
+        let json: serde_json::Value = serde_json::from_slice(&chunks.concat()).unwrap();
+        assert_eq!(json["tasks"]["p"]["run_on"], "work_items");
+        let items = serde_json::json!(["us-east", "eu-west"]);
+        assert_eq!(json["tasks"]["p"]["work_items"], items);
+        let items: Arc<[String]> = ["us-east".to_string(), "eu-west".to_string()].into();
+        assert_eq!(set["p"].holders, Holders::Items(items.clone()));
+        let mut record: TaskSetRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(decode_taskset(&record)["p"].holders, Holders::Items(items));
+        // Without its items (a damaged or foreign record) the pool is nobody's.
+        let bare = &mut record;
+        bare.tasks.get_mut("p").unwrap().work_items = None;
+        let any = Version::parse("99.0.0").unwrap();
+        assert!(!decode_taskset(bare)["p"].admits(&any, &BTreeMap::new()));
     }
 }

@@ -26,7 +26,9 @@
 //!
 //! A task that runs on every node ([`Holders::EveryNode`]) has no lease of its own: each
 //! eligible member holds its *unit* of it ([`unit_name`]), designated for it alone, so a unit is
-//! taken at once and never covered.
+//! taken at once and never covered. A pooled task ([`Holders::Items`]) has one unit per work
+//! item, designated for the item's owner under `coord::pool`'s assignment and covered like a
+//! task's lease (`pool_units`).
 //!
 //! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
 //! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
@@ -40,6 +42,7 @@ use semver::{Version, VersionReq};
 
 use super::rank::{self, Candidate};
 
+mod pool_units;
 mod why;
 pub use why::{label_pairs, why_ineligible, why_none_eligible};
 
@@ -67,7 +70,7 @@ pub struct TaskEntry {
 }
 
 /// Who holds the leases of a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Holders {
     /// One lease, `<task>`, held by the best ranked eligible member (the leader).
     #[default]
@@ -75,25 +78,41 @@ pub enum Holders {
     /// One lease per eligible member, the *unit* `<task>@<node-id>` ([`unit_name`]), held by
     /// that member alone: nobody covers for it, and the task itself has no lease.
     EveryNode,
+    /// One lease per work item (these, in the task file's order), the unit `<task>@<item>`,
+    /// held by the item's owner under `coord::pool`'s assignment over the members that may
+    /// hold the task, and covered when vacant by the next ranked for `<task>/<item>`
+    /// (`pool_units`); the task itself has no lease.
+    Items(Arc<[String]>),
 }
 
-/// The unit of `task` that `node` holds when the task runs on every node: `<task>@<node-id>`
-/// (`@` is in neither a task name nor a node id, so a unit's name is no task's).
-pub fn unit_name(task: &str, node: &str) -> String {
-    format!("{task}@{node}")
+/// The unit `<task>@<which>` of `task`: `which` is the node that holds it when the task runs on
+/// every node, the work item when the task is pooled (`@` is in no task name, node id or item
+/// name, so a unit's name is no task's).
+pub fn unit_name(task: &str, which: &str) -> String {
+    format!("{task}@{which}")
 }
 
-/// The task and node of a unit's name ([`unit_name`]); `None` for a task's own name.
+/// The task and node (or item) of a unit's name ([`unit_name`]); `None` for a task's own name.
 pub fn split_unit(name: &str) -> Option<(&str, &str)> {
     name.split_once('@')
 }
 
 /// The lease of `task` (defined as `entry`) that member `me` may hold: the task's own, or
-/// its unit for a task that runs on every node.
+/// its unit for a task that runs on every node. A pooled task's leases are its items' units
+/// ([`lease_names`]); its own name, returned here, is a lease no member may hold.
 pub fn lease_name<'a>(task: &'a str, entry: &TaskEntry, me: &str) -> std::borrow::Cow<'a, str> {
     match entry.holders {
-        Holders::Leader => std::borrow::Cow::Borrowed(task),
+        Holders::Leader | Holders::Items(_) => std::borrow::Cow::Borrowed(task),
         Holders::EveryNode => std::borrow::Cow::Owned(unit_name(task, me)),
+    }
+}
+
+/// Every lease of `task` (defined as `entry`) that member `me` may come to hold: the task's
+/// own, its unit of a task that runs on every node, or the unit of each item of a pooled task.
+pub fn lease_names(task: &str, entry: &TaskEntry, me: &str) -> Vec<String> {
+    match &entry.holders {
+        Holders::Items(items) => items.iter().map(|item| unit_name(task, item)).collect(),
+        Holders::Leader | Holders::EveryNode => vec![lease_name(task, entry, me).into_owned()],
     }
 }
 
@@ -142,20 +161,26 @@ impl Member {
     /// Whether this member may hold the lease `task`: it may lead at all, defines the task,
     /// its release matches the definition's `version_req`, and its labels contain the
     /// definition's `require_labels`. The lease of a task that runs on every node is a unit
-    /// ([`unit_name`]), which only its own node may hold.
+    /// ([`unit_name`]), which only its own node may hold; a pooled task's are its items'
+    /// units, which any member whose definition lists the item may hold.
     pub fn eligible(&self, task: &str) -> bool {
         if !self.may_lead {
             return false;
         }
-        let (name, holders) = match split_unit(task) {
-            Some((name, node)) if node == self.id => (name, Holders::EveryNode),
-            Some(_) => return false,
-            None => (task, Holders::Leader),
+        let (name, unit) = match split_unit(task) {
+            Some((name, unit)) => (name, Some(unit)),
+            None => (task, None),
         };
-        match self.tasks.get(name) {
-            Some(entry) => entry.holders == holders && entry.admits(&self.release, &self.labels),
-            None => false,
-        }
+        let Some(entry) = self.tasks.get(name) else {
+            return false;
+        };
+        let named = match (&entry.holders, unit) {
+            (Holders::Leader, None) => true,
+            (Holders::EveryNode, Some(node)) => node == self.id,
+            (Holders::Items(items), Some(item)) => items.iter().any(|i| i == item),
+            _ => false,
+        };
+        named && entry.admits(&self.release, &self.labels)
     }
 
     fn candidate(&self) -> Candidate<'_> {
@@ -225,12 +250,22 @@ impl<'a> Peers<'a> {
         if !mine.may_lead {
             return None;
         }
-        let entry = mine.tasks.get(task);
-        if entry.is_none_or(|e| e.holders == Holders::EveryNode) {
-            // A unit is its own node's alone: designated when eligible, with nobody above.
-            return mine.eligible(task).then_some((0, None));
+        let entry = match split_unit(task) {
+            Some((name, item)) => {
+                return match mine.tasks.get(name).map(|e| &e.holders) {
+                    Some(Holders::Items(items)) => {
+                        let i = items.iter().position(|i| i == item)?;
+                        self.pool_ranks(name).swap_remove(i)
+                    }
+                    // A unit is its own node's alone: designated when eligible, nobody above.
+                    _ => mine.eligible(task).then_some((0, None)),
+                };
+            }
+            None => mine.tasks.get(task)?,
+        };
+        if entry.holders != Holders::Leader {
+            return None;
         }
-        let entry = entry?;
         // A member sharing this node's task set shares its definition of the task, so only
         // its release and labels are checked, against the entry looked up once.
         let matches = |member: &Member| entry.admits(&member.release, &member.labels);
@@ -363,9 +398,10 @@ pub fn decide_cached(view: &LeaseView<'_>, acting: &Acting, cache: &mut RankCach
         return decision;
     };
     let peers = Peers::new(me, view.members);
-    release_held(view, &peers, acting, &mut decision);
+    cache.refresh(&peers, view.members);
+    release_held(view, &peers, acting, cache, &mut decision);
     if view.may_lead {
-        take_vacant(view, me, &peers, acting, cache, &mut decision);
+        take_vacant(view, me, acting, cache, &mut decision);
     }
     decision.actions.sort();
     decision.held_elsewhere.sort();
@@ -379,9 +415,19 @@ fn acted(acting: &Acting, top: Option<&Member>) -> Option<Duration> {
 
 /// Which of the leases this node holds it gives up: those it may not lead, and covers whose
 /// hold is over (or, once the designated node acts, their short hold).
-fn release_held(view: &LeaseView<'_>, peers: &Peers<'_>, acting: &Acting, decision: &mut Decision) {
+fn release_held(
+    view: &LeaseView<'_>,
+    peers: &Peers<'_>,
+    acting: &Acting,
+    cache: &RankCache,
+    decision: &mut Decision,
+) {
     for task in view.held {
-        let Some((pos, top)) = peers.rank(task).filter(|_| view.may_lead) else {
+        let rank = match cache.unit_rank(task, view.members) {
+            Some(rank) => rank,
+            None => peers.rank(task),
+        };
+        let Some((pos, top)) = rank.filter(|_| view.may_lead) else {
             decision.actions.push(LeaseAction::Release(task.clone()));
             continue;
         };
@@ -412,56 +458,97 @@ fn release_held(view: &LeaseView<'_>, peers: &Peers<'_>, acting: &Acting, decisi
 fn take_vacant(
     view: &LeaseView<'_>,
     me: &Member,
-    peers: &Peers<'_>,
     acting: &Acting,
-    cache: &mut RankCache,
+    cache: &RankCache,
     decision: &mut Decision,
 ) {
-    let ranks = cache.ranks(peers, view.members);
     // The task names and every set below are sorted the same way: one walk over each.
     let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
     let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
     let mut vacant_since = Walk::new(view.vacant_since.iter());
-    for ((name, entry), rank) in me.tasks.iter().zip(ranks) {
-        let task = &*lease_name(name, entry, &me.id);
-        let (held, present, vacant_since) = match entry.holders {
-            Holders::Leader => (
-                held.find(task).is_some(),
-                present.find(task).is_some(),
-                vacant_since.find(task).copied(),
-            ),
-            // A unit's name sorts elsewhere than its task's: looked up, not walked to.
-            Holders::EveryNode => (
-                view.held.contains(task),
-                view.present.contains(task),
-                view.vacant_since.get(task).copied(),
-            ),
-        };
-        if held {
-            continue;
-        }
-        let Some((pos, top)) = rank.get(view.members) else {
-            continue;
-        };
-        if present {
-            if pos == 0 {
-                decision.held_elsewhere.push(task.to_string());
+    for ((name, entry), rank) in me.tasks.iter().zip(&cache.ranks) {
+        match &entry.holders {
+            Holders::Leader => {
+                let state = LeaseState {
+                    held: held.find(name).is_some(),
+                    present: present.find(name).is_some(),
+                    vacant_since: vacant_since.find(name).copied(),
+                };
+                consider(view, acting, decision, name, state, rank.get(view.members));
             }
-            continue;
+            // A unit's name sorts elsewhere than its task's: looked up, not walked to.
+            Holders::EveryNode => {
+                let unit = unit_name(name, &me.id);
+                let state = LeaseState::of(view, &unit);
+                consider(view, acting, decision, &unit, state, rank.get(view.members));
+            }
+            Holders::Items(items) => {
+                let ranks = cache.pools.get(name).map_or(&[][..], Vec::as_slice);
+                for (item, rank) in items.iter().zip(ranks) {
+                    let unit = unit_name(name, item);
+                    let state = LeaseState::of(view, &unit);
+                    consider(view, acting, decision, &unit, state, rank.get(view.members));
+                }
+            }
         }
-        let mut since = vacant_since.unwrap_or(view.now).max(view.members_changed);
-        if let Some(at) = acted(acting, top) {
-            // The designated node is working through its leases: wait for it.
-            since = since.max(at);
+    }
+}
+
+/// What a node knows of one lease of a task it defines.
+struct LeaseState {
+    held: bool,
+    present: bool,
+    vacant_since: Option<Duration>,
+}
+
+impl LeaseState {
+    /// The state of `lease`, looked up in `view`.
+    fn of(view: &LeaseView<'_>, lease: &str) -> LeaseState {
+        LeaseState {
+            held: view.held.contains(lease),
+            present: view.present.contains(lease),
+            vacant_since: view.vacant_since.get(lease).copied(),
         }
-        let due = since + VACANT_BOUND * pos as u32;
-        if due > view.now {
-            decision.recheck(due);
-        } else if pos == 0 {
-            decision.actions.push(LeaseAction::Take(task.to_string()));
-        } else {
-            decision.actions.push(LeaseAction::Cover(task.to_string()));
+    }
+}
+
+/// Whether this node, ranked `rank` for `lease` (in `state`), takes or covers it now, later
+/// (a recheck), or notes that another holds it while this node is designated.
+fn consider(
+    view: &LeaseView<'_>,
+    acting: &Acting,
+    decision: &mut Decision,
+    lease: &str,
+    state: LeaseState,
+    rank: Option<(usize, Option<&Member>)>,
+) {
+    if state.held {
+        return;
+    }
+    let Some((pos, top)) = rank else {
+        return;
+    };
+    if state.present {
+        if pos == 0 {
+            decision.held_elsewhere.push(lease.to_string());
         }
+        return;
+    }
+    let mut since = state
+        .vacant_since
+        .unwrap_or(view.now)
+        .max(view.members_changed);
+    if let Some(at) = acted(acting, top) {
+        // The designated node is working through its leases: wait for it.
+        since = since.max(at);
+    }
+    let due = since + VACANT_BOUND * pos as u32;
+    if due > view.now {
+        decision.recheck(due);
+    } else if pos == 0 {
+        decision.actions.push(LeaseAction::Take(lease.to_string()));
+    } else {
+        decision.actions.push(LeaseAction::Cover(lease.to_string()));
     }
 }
 
@@ -521,18 +608,25 @@ impl CachedRank {
     }
 }
 
-/// This node's rank for every task it defines (in the order of its task set), kept while
-/// everything ranking depends on stays the same: each member's id, release, seed, task set,
-/// labels and whether it may lead, in the same order.
+/// This node's rank for every task it defines (in the order of its task set), and for every
+/// item of each pooled task, kept while everything ranking depends on stays the same: each
+/// member's id, release, seed, task set, labels and whether it may lead, in the same order.
 #[derive(Debug, Default)]
 pub struct RankCache {
     me: String,
     key: Vec<(String, Version, u64, Arc<TaskSet>, Labels, bool)>,
+    /// By task, in the task set's order (a pooled task's is no rank: see `pools`).
     ranks: Vec<CachedRank>,
+    /// By pooled task, this node's rank for the unit of each item, in the items' order: one
+    /// assignment per pooled task while the members stay the same.
+    pools: BTreeMap<String, Vec<CachedRank>>,
+    /// The same ranks by unit name: a held unit is looked up, not searched for among items.
+    units: BTreeMap<String, CachedRank>,
 }
 
 impl RankCache {
-    fn ranks(&mut self, peers: &Peers<'_>, members: &[Member]) -> &[CachedRank] {
+    /// Ranks this node again unless the members are the same as at the last call.
+    fn refresh(&mut self, peers: &Peers<'_>, members: &[Member]) {
         let same = self.me == peers.mine.id
             && self.key.len() == members.len()
             && self.key.iter().zip(members).all(
@@ -546,40 +640,60 @@ impl RankCache {
                 },
             )
             && self.ranks.len() == peers.mine.tasks.len();
-        if !same {
-            self.me = peers.mine.id.clone();
-            self.key = members
-                .iter()
-                .map(|m| {
-                    (
-                        m.id.clone(),
-                        m.release.clone(),
-                        m.seed,
-                        m.tasks.clone(),
-                        m.labels.clone(),
-                        m.may_lead,
-                    )
-                })
-                .collect();
-            self.ranks = peers
-                .mine
-                .tasks
-                .iter()
-                .map(|(task, entry)| {
-                    let task = lease_name(task, entry, &peers.mine.id);
-                    CachedRank::pack(peers.rank(&task).map(|(pos, top)| {
-                        (
-                            pos,
-                            top.and_then(|t| members.iter().position(|m| std::ptr::eq(m, t))),
-                        )
-                    }))
-                })
-                .collect();
+        if same {
+            return;
         }
-        &self.ranks
+        self.me = peers.mine.id.clone();
+        self.key = members
+            .iter()
+            .map(|m| {
+                (
+                    m.id.clone(),
+                    m.release.clone(),
+                    m.seed,
+                    m.tasks.clone(),
+                    m.labels.clone(),
+                    m.may_lead,
+                )
+            })
+            .collect();
+        let index = |top: Option<&Member>| {
+            top.and_then(|t| members.iter().position(|m| std::ptr::eq(m, t)))
+        };
+        let pack = |rank: Option<(usize, Option<&Member>)>| {
+            CachedRank::pack(rank.map(|(pos, top)| (pos, index(top))))
+        };
+        self.pools.clear();
+        self.units.clear();
+        self.ranks = Vec::with_capacity(peers.mine.tasks.len());
+        for (task, entry) in peers.mine.tasks.iter() {
+            if let Holders::Items(items) = &entry.holders {
+                let ranks: Vec<CachedRank> = peers.pool_ranks(task).into_iter().map(pack).collect();
+                for (item, rank) in items.iter().zip(&ranks) {
+                    self.units.insert(unit_name(task, item), *rank);
+                }
+                self.pools.insert(task.clone(), ranks);
+                self.ranks.push(CachedRank::pack(None));
+            } else {
+                self.ranks
+                    .push(pack(peers.rank(&lease_name(task, entry, &peers.mine.id))));
+            }
+        }
+    }
+
+    /// This node's cached rank for `lease` when it is the unit of an item of a pooled task it
+    /// defines (`Some(None)`: not eligible); `None` for any other lease.
+    fn unit_rank<'a>(
+        &self,
+        lease: &str,
+        members: &'a [Member],
+    ) -> Option<Option<(usize, Option<&'a Member>)>> {
+        self.units.get(lease).map(|rank| rank.get(members))
     }
 }
 
+#[cfg(test)]
+mod pool_unit_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -200,3 +200,6 @@ fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_his
     let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
     assert_eq!(ended.state, TriggerState::Ended);
 }
+
+#[path = "pool_node_tests.rs"]
+mod pool_node_tests;

@@ -18,6 +18,7 @@ impl Node {
         } else {
             self.tasks
                 .held_leases()
+                .filter(|(lease, _)| self.fires_through(lease))
                 .map(|(lease, _)| Arc::from(self.task_of(lease)))
                 .collect()
         };

@@ -1,7 +1,8 @@
 //! Tasks that run on every node: the node holds one lease per such task, its *unit*
 //! `<task>@<node-id>` ([`lease::unit_name`]), with the unit's own fire record, epoch and run
 //! znodes, exactly as a task's. The daemon knows only the task: its requests name the task and
-//! are served on the unit; the unit it holds is published as the task it may fire.
+//! are served on the unit; the unit it holds is published as the task it may fire. A pooled
+//! task's units (`<task>@<item>`) are taken and kept by their items' owners like any lease.
 
 use std::borrow::Cow;
 
@@ -19,13 +20,29 @@ impl Node {
         }
     }
 
-    /// The task a lease this node holds lets the daemon fire: the task of one of its own
-    /// units, else the lease's name.
+    /// The task a lease this node holds belongs to: the task of one of its own units or of
+    /// an item's unit of a pooled task, else the lease's name.
     pub(super) fn task_of<'a>(&self, lease: &'a str) -> &'a str {
         match lease::split_unit(lease) {
             Some((task, node)) if node == self.cfg.id => task,
+            Some((task, _)) if self.pooled(task) => task,
             _ => lease,
         }
+    }
+
+    /// Whether `task` is a pooled task this node defines (its leases are its items' units).
+    fn pooled(&self, task: &str) -> bool {
+        self.my_set
+            .as_ref()
+            .and_then(|(_, _, set)| set.get(task))
+            .is_some_and(|entry| matches!(entry.holders, lease::Holders::Items(_)))
+    }
+
+    /// Whether holding `lease` lets the daemon fire its task. An item's unit of a pooled task
+    /// does not: its owner takes and keeps it, but the claim over a node's units is not
+    /// served, so the task is fired by nobody (the ZooKeeper backend refuses `work_items`).
+    pub(super) fn fires_through(&self, lease: &str) -> bool {
+        !lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task))
     }
 
     /// The leases of the tasks this node defines, as its lease decisions name them.
@@ -34,7 +51,7 @@ impl Node {
             return Vec::new();
         };
         set.iter()
-            .map(|(task, entry)| lease::lease_name(task, entry, &self.cfg.id).into_owned())
+            .flat_map(|(task, entry)| lease::lease_names(task, entry, &self.cfg.id))
             .collect()
     }
 
