@@ -172,3 +172,27 @@ fn every_task_of_a_knot_of_cycles_fails_also_one_off_the_cycle_shown() {
             .all(|e| e.message.starts_with("`after` makes a cycle: "))
     );
 }
+
+#[test]
+fn a_parent_that_runs_on_every_node_is_an_error_at_its_name() {
+    let (names, errors) = checked(&[
+        (
+            "clean",
+            "schedule = \"@hourly\"\ncommand = [\"/bin/true\"]\nrun_on = \"every_node\"\n",
+        ),
+        ("report", "command = [\"/bin/true\"]\nafter = [\"clean\"]\n"),
+    ]);
+    assert_eq!(names, ["clean"]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = &errors[0];
+    assert_eq!(error.path, PathBuf::from("jobs.d/report.toml"));
+    assert_eq!((error.line, error.column), (2, 10));
+    assert_eq!(
+        error.message,
+        "`after` names \"clean\", which runs on every node (`run_on = \"every_node\"`): a chained run follows a task whose tick runs once"
+    );
+    assert_eq!(
+        error.help.as_deref(),
+        Some("remove \"clean\" from `after`, or give it `run_on = \"leader\"` (the default)")
+    );
+}

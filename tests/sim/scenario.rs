@@ -763,6 +763,11 @@ fn add_units(seed: u64, tasks: &mut Vec<TaskDef>, nodes: &mut [NodeDef]) {
         if !rng.random_bool(0.4) {
             continue;
         }
+        // A chain's parent runs once per tick: `validate` refuses `after` naming an every-node task.
+        let name = &tasks[t].name;
+        if tasks.iter().any(|u| u.after.as_ref() == Some(name)) {
+            continue;
+        }
         tasks[t].every_node = true;
         tasks[t].initial_record = false;
         for (n, node) in nodes.iter_mut().enumerate() {
