@@ -338,33 +338,50 @@ async fn snapshot(
     // a history file each.
     let with_history = coordinator.tasks_with_history();
     for spec in specs {
-        let name = spec.name.to_string();
-        snapshot.leases.insert(
-            name.clone(),
-            LeaseRecord {
-                format: FORMAT_VERSION,
-                node: config.node_id.clone(),
-                session: String::new(),
-                since: config.started_at,
-            },
-        );
-        if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
-            let mut record = FireRecord::empty();
-            record.tick = Some(tick);
-            record.queued = coordinator.queued_tick(&name).await.ok().flatten();
-            snapshot.fire_records.insert(name.clone(), record);
-        }
-        if let Ok(Some(result)) = coordinator.last_result(&name).await {
-            snapshot.results.insert(name.clone(), result);
-        }
-        if !with_history.contains(&name) {
-            continue;
-        }
-        if let Some(run) = coordinator.history(&name, 1).into_iter().next() {
-            snapshot.recent_runs.insert(name, run);
-        }
+        add_task(&mut snapshot, config, coordinator, &with_history, spec).await;
     }
-    snapshot.paused = coordinator
+    snapshot.paused = paused_marks(coordinator);
+    snapshot
+}
+
+/// One task's lease (this host's), fire record, last result and last run in `snapshot`.
+async fn add_task(
+    snapshot: &mut Snapshot,
+    config: &ControlConfig,
+    coordinator: &LocalCoordinator,
+    with_history: &std::collections::HashSet<String>,
+    spec: &TaskSpec,
+) {
+    let name = spec.name.to_string();
+    snapshot.leases.insert(
+        name.clone(),
+        LeaseRecord {
+            format: FORMAT_VERSION,
+            node: config.node_id.clone(),
+            session: String::new(),
+            since: config.started_at,
+        },
+    );
+    if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
+        let mut record = FireRecord::empty();
+        record.tick = Some(tick);
+        record.queued = coordinator.queued_tick(&name).await.ok().flatten();
+        snapshot.fire_records.insert(name.clone(), record);
+    }
+    if let Ok(Some(result)) = coordinator.last_result(&name).await {
+        snapshot.results.insert(name.clone(), result);
+    }
+    if !with_history.contains(&name) {
+        return;
+    }
+    if let Some(run) = coordinator.history(&name, 1).into_iter().next() {
+        snapshot.recent_runs.insert(name, run);
+    }
+}
+
+/// The pause marks as the cluster's records.
+fn paused_marks(coordinator: &LocalCoordinator) -> BTreeMap<String, MarkRecord> {
+    coordinator
         .paused_marks()
         .into_iter()
         .map(|(task, mark)| {
@@ -378,8 +395,7 @@ async fn snapshot(
                 },
             )
         })
-        .collect();
-    snapshot
+        .collect()
 }
 
 #[cfg(test)]

@@ -607,8 +607,8 @@ fn problem(
     None
 }
 
-/// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
-pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
+/// The members of `snapshot` with the tasks each leads, in id order.
+fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
     for lease in snapshot.leases.values() {
         *led.entry(lease.node.as_str()).or_default() += 1;
@@ -626,6 +626,12 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         })
         .collect();
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    nodes
+}
+
+/// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
+pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
+    let nodes = node_statuses(snapshot, now);
     let members = Members::new(snapshot);
     let names = snapshot.task_names();
     let definers: Vec<Vec<Definer<'_>>> = names.iter().map(|n| members.definers(n)).collect();

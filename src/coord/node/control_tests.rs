@@ -788,14 +788,13 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
     assert_ne!(lease_owner(&store), Some(2), "{said:?}");
 }
 
-/// Chained runs' requests in the multi-ops that store a run's end, on the same small ZooKeeper.
+// On the same small ZooKeeper: chained runs' requests in the result multi-ops; every-node units;
+// takes, releases and the member path; others' live runs and orphaned ticks.
 #[path = "chain_tests.rs"]
 mod chain_tests;
 #[path = "every_node_tests.rs"]
 mod every_node_tests;
-/// Takes, releases and the member path, on the same small ZooKeeper.
 #[path = "lease_tests.rs"]
 mod lease_tests;
-/// Counting other nodes' live runs and finding orphaned ticks, on the same small ZooKeeper.
 #[path = "run_tests.rs"]
 mod run_tests;
