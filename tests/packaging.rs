@@ -222,7 +222,10 @@ fn the_deb_build_adds_md5sums() {
             .unwrap();
     assert!(script.contains(">DEBIAN/md5sums"), "scripts/package");
     // Repacked with xz, as cargo-deb packs it (fast gzip only for check-packages' upgrade test).
-    assert!(script.contains("deb_compression=(-Zxz)\n"), "scripts/package");
+    assert!(
+        script.contains("deb_compression=(-Zxz)\n"),
+        "scripts/package"
+    );
     assert!(script.contains("dpkg-deb --root-owner-group \"${deb_compression[@]}\" --build"));
 }
 
