@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use serde::de::DeserializeOwned;
 use zookeeper_client::{
-    Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, Stat,
+    Acls, Client, CreateMode, CreateSequence, Error as ZkError, MultiReadResult, MultiWriteError,
+    Stat,
 };
 
 use super::model::{LiveMember, Snapshot, StatusSource};
@@ -593,37 +594,43 @@ impl ClusterClient {
 
     /// Creates a pending trigger of `task`; its fire id (the znode's name).
     pub async fn request_trigger(&self, record: &TriggerRecord) -> anyhow::Result<String> {
-        self.create_dirs(&self.paths.triggers()).await?;
-        let path = self.paths.trigger_prefix(&record.task);
         let data = serde_json::to_vec(record).expect("trigger records serialize");
-        let options = CreateMode::PersistentSequential.with_acls(self.acls);
-        match self
-            .call(
-                &format!("creating {path}"),
-                self.client.create(&path, &data, &options),
-            )
-            .await?
-        {
-            Ok((_, sequence)) => Ok(format!("{}@manual-{sequence}", record.task)),
-            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
-        }
+        let prefix = self.paths.trigger_prefix(&record.task);
+        let sequence = self
+            .create_sequential(&self.paths.triggers(), &prefix, &data)
+            .await?;
+        Ok(format!("{}@manual-{sequence}", record.task))
     }
 
     /// Creates a backfill request; its name (the znode's).
     pub async fn request_backfill(&self, record: &BackfillRecord) -> anyhow::Result<String> {
-        self.create_dirs(&self.paths.backfills()).await?;
-        let path = self.paths.backfill_prefix(&record.task);
         let data = serde_json::to_vec(record).expect("backfill records serialize");
+        let prefix = self.paths.backfill_prefix(&record.task);
+        let sequence = self
+            .create_sequential(&self.paths.backfills(), &prefix, &data)
+            .await?;
+        Ok(format!("{}@backfill-{sequence}", record.task))
+    }
+
+    /// Creates the persistent sequential znode `<prefix><sequence>` under `dir` (made when
+    /// missing) with `data`; the sequence ZooKeeper gave it.
+    async fn create_sequential(
+        &self,
+        dir: &str,
+        prefix: &str,
+        data: &[u8],
+    ) -> anyhow::Result<CreateSequence> {
+        self.create_dirs(dir).await?;
         let options = CreateMode::PersistentSequential.with_acls(self.acls);
         match self
             .call(
-                &format!("creating {path}"),
-                self.client.create(&path, &data, &options),
+                &format!("creating {prefix}"),
+                self.client.create(prefix, data, &options),
             )
             .await?
         {
-            Ok((_, sequence)) => Ok(format!("{}@backfill-{sequence}", record.task)),
-            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
+            Ok((_, sequence)) => Ok(sequence),
+            Err(error) => bail!("ZooKeeper at {}: creating {prefix}: {error}", self.connect),
         }
     }
 
