@@ -191,13 +191,24 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     common::wait_for("three more children", LIMIT, || {
         runs(&load).1 >= children_before.len() + 3
     });
-    // `/metrics` counts the chained runs and the requests of this run of the daemon.
-    let (_, metrics) = common::http_get(&daemon.served_address(), "/metrics");
+    // `/metrics` counts the chained runs and the requests of this run of the daemon. The three
+    // children waited for may include requests written before the kill, and a run is counted
+    // after its output, so the counts are waited for too.
+    let address = daemon.served_address();
     let count = |name: &str| -> u64 {
+        let (_, metrics) = common::http_get(&address, "/metrics");
         let line = metrics.lines().find(|l| l.starts_with(name));
         line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
     };
+    common::wait_for(
+        "three requests and three chained runs of this run counted",
+        LIMIT,
+        || {
+            count("zkcron_chain_requests_total") >= 3
+                && count("zkcron_chained_runs_total{outcome=\"success\"}") >= 3
+        },
+    );
     assert!(count("zkcron_chained_runs_total{outcome=\"success\"}") >= 3);
     assert_eq!(count("zkcron_chained_runs_total{outcome=\"failure\"}"), 0);
     assert!(count("zkcron_chain_requests_total") >= 3);
