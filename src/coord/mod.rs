@@ -238,6 +238,20 @@ pub trait Coordinator: Send + Sync + 'static {
         intent: ClaimIntent,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
 
+    /// [`Coordinator::claim`], naming the work items the claim won when the backend splits a
+    /// pooled task's items over the nodes (ZooKeeper): `Some(items)`, in the task file's
+    /// order, with `Claimed`; the run gets exactly those. `None`: the run gets every item (the
+    /// embedded backend runs a pool on its one host), or the task has no work items.
+    fn claim_share(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> impl Future<Output = Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError>> + Send
+    {
+        async move { Ok((self.claim(task, tick, intent).await?, None)) }
+    }
+
     /// The tick of `task` that was claimed to run by a node that is gone, with no result and no
     /// live run: the node died mid-run. `on_node_loss = "rerun"` runs it again.
     fn orphaned_tick(

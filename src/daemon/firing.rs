@@ -125,7 +125,11 @@ impl<C: Coordinator> Engine<C> {
                 tick,
                 intent,
             } => self.answer(call, move |s| async move {
-                let outcome = s.coordinator.claim(&task, tick, intent).await;
+                let claimed = s.coordinator.claim_share(&task, tick, intent).await;
+                let (outcome, items) = match claimed {
+                    Ok((outcome, items)) => (Ok(outcome), items),
+                    Err(error) => (Err(error), None),
+                };
                 if let Ok(outcome) = &outcome {
                     let won = *outcome == ClaimOutcome::Claimed;
                     s.metrics.claim(won);
@@ -136,7 +140,10 @@ impl<C: Coordinator> Engine<C> {
                         _ => {}
                     }
                 }
-                Answer::Claim(outcome)
+                match (outcome, items) {
+                    (Ok(ClaimOutcome::Claimed), Some(items)) => Answer::ClaimedItems(items),
+                    (outcome, _) => Answer::Claim(outcome),
+                }
             }),
             Action::Reclaim { call, task, tick } => self.answer(call, move |s| async move {
                 let outcome = s.coordinator.reclaim(&task, tick).await;

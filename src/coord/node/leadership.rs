@@ -18,7 +18,6 @@ impl Node {
         } else {
             self.tasks
                 .held_leases()
-                .filter(|(lease, _)| self.fires_through(lease))
                 .map(|(lease, _)| Arc::from(self.task_of(lease)))
                 .collect()
         };

@@ -2,13 +2,15 @@
 //! `<task>@<node-id>` ([`lease::unit_name`]), with the unit's own fire record, epoch and run
 //! znodes, exactly as a task's. The daemon knows only the task: its requests name the task and
 //! are served on the unit; the unit it holds is published as the task it may fire. A pooled
-//! task's units (`<task>@<item>`) are taken and kept by their items' owners like any lease.
+//! task's units (`<task>@<item>`) are taken and kept by their items' owners like any lease;
+//! holding one publishes the task, whose requests are served over them (`pool`).
 
 use std::borrow::Cow;
 
 use super::Node;
-use super::io::Request;
-use crate::coord::lease;
+use super::io::{Answered, ReqId, Request};
+use super::pool::PoolAsk;
+use crate::coord::{ClaimOutcome, lease};
 
 impl Node {
     /// The lease (and record) name of the daemon's `task` on this node: its unit when the
@@ -28,21 +30,6 @@ impl Node {
             Some((task, _)) if self.pooled(task) => task,
             _ => lease,
         }
-    }
-
-    /// Whether `task` is a pooled task this node defines (its leases are its items' units).
-    fn pooled(&self, task: &str) -> bool {
-        self.my_set
-            .as_ref()
-            .and_then(|(_, _, set)| set.get(task))
-            .is_some_and(|entry| matches!(entry.holders, lease::Holders::Items(_)))
-    }
-
-    /// Whether holding `lease` lets the daemon fire its task. An item's unit of a pooled task
-    /// does not: its owner takes and keeps it, but the claim over a node's units is not
-    /// served, so the task is fired by nobody (the ZooKeeper backend refuses `work_items`).
-    pub(super) fn fires_through(&self, lease: &str) -> bool {
-        !lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task))
     }
 
     /// The leases of the tasks this node defines, as its lease decisions name them.
@@ -92,5 +79,53 @@ impl Node {
             | Request::ReleaseAll
             | Request::Close) => other,
         }
+    }
+
+    /// Serves `request` if it names a pooled task (over the units this node holds, see
+    /// `pool`); else hands it back. Runs elsewhere never hold back a node's run of a pooled
+    /// task: `overlap` applies per node run. A lost run of an item is not rerun
+    /// (`on_node_loss = "rerun"` is refused with `work_items` on this backend).
+    pub(super) fn on_pool_request(&mut self, req: ReqId, request: Request) -> Option<Request> {
+        let task = match &request {
+            Request::LastClaimed { task }
+            | Request::Claim { task, .. }
+            | Request::QueuedTick { task }
+            | Request::RunsElsewhere { task }
+            | Request::RunsEndedElsewhere { task }
+            | Request::OrphanedTick { task }
+            | Request::Reclaim { task, .. }
+            | Request::LastResult { task } => task,
+            Request::RunEnded { task, result } if !result.manual => task,
+            _ => return Some(request),
+        };
+        if !self.pooled(task) {
+            return Some(request);
+        }
+        match request {
+            Request::LastClaimed { task } => self.pool_request(req, task, PoolAsk::LastClaimed),
+            Request::Claim { task, tick, intent } => {
+                let ask = PoolAsk::Claim {
+                    tick,
+                    intent,
+                    conflicts: 0,
+                };
+                self.pool_request(req, task, ask)
+            }
+            Request::QueuedTick { task } => self.pool_request(req, task, PoolAsk::Queued),
+            Request::RunsElsewhere { .. } => self.answer(req, Ok(Answered::Count(0))),
+            Request::RunsEndedElsewhere { .. } => self.answer(req, Ok(Answered::Done)),
+            Request::OrphanedTick { .. } => self.answer(req, Ok(Answered::Tick(None))),
+            Request::Reclaim { .. } => {
+                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
+            }
+            Request::LastResult { task } => {
+                let unit = self.held_units(&task).into_iter().next();
+                let unit = unit.unwrap_or_else(|| lease::unit_name(&task, ""));
+                self.last_result(req, unit)
+            }
+            Request::RunEnded { task, result } => self.pool_run_ended(req, task, result),
+            _ => unreachable!("matched above"),
+        }
+        None
     }
 }

@@ -41,6 +41,7 @@ pub mod tls;
 
 use std::borrow::Borrow;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, SelectAll};
@@ -214,13 +215,23 @@ impl Coordinator for ZkCoordinator {
         tick: chrono::DateTime<chrono::Utc>,
         intent: ClaimIntent,
     ) -> Result<ClaimOutcome, CoordError> {
+        Ok(self.claim_share(task, tick, intent).await?.0)
+    }
+
+    async fn claim_share(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+        intent: ClaimIntent,
+    ) -> Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError> {
         let request = Request::Claim {
             task: task.into(),
             tick,
             intent,
         };
         match self.ask(request, "claiming").await? {
-            Answered::Claim(outcome) => Ok(outcome),
+            Answered::Claim(outcome) => Ok((outcome, None)),
+            Answered::ClaimedItems(items) => Ok((ClaimOutcome::Claimed, Some(items.into()))),
             _ => Err(unexpected("claiming")),
         }
     }
