@@ -103,7 +103,7 @@ pub struct TaskStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub every_node: Vec<String>,
     /// A pooled task's items per node that runs them (node id, count); empty for other tasks.
-    /// Only the embedded backend runs pools in this release: its one node runs every item.
+    /// On the embedded backend its one node runs every item.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub work_items: BTreeMap<String, usize>,
     /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
