@@ -310,14 +310,16 @@ struct ItemRun {
     node: String,
 }
 
-/// An every-second task `pool` of [`ITEMS`] items whose job appends `<fire id> <item> <node>`
-/// to `items.log` per item it is given.
+/// An every-second task `pool` of [`ITEMS`] items whose job appends `<fire id> <item> <node>
+/// <total>` to `items.log` per item it is given; every missed tick is caught up.
 fn pooled_cluster() -> Cluster {
     let cluster = Cluster::new();
     let text = format!(
         "schedule = \"* * * * * *\"\n\
          command = [\"/bin/sh\", \"-c\", 'for item in $(echo \"$ZKCRON_WORK_ITEMS\" | tr , \" \"); do echo \"$ZKCRON_FIRE_ID $item $ZKCRON_NODE $ZKCRON_WORK_TOTAL\" >> {log}; done']\n\
          work_items = {ITEMS}\n\
+         catch_up = \"all\"\n\
+         starting_deadline = \"1m\"\n\
          overlap = \"allow\"\n",
         log = items_log(&cluster).display()
     );
@@ -408,6 +410,26 @@ fn wait_all_items_from(cluster: &Cluster, what: &str, from: i64) -> i64 {
     settled.expect("waited for")
 }
 
+/// Asserts that every item ran at every second of `from..=to`, naming the (tick, item) pairs
+/// that did not.
+#[track_caller]
+fn assert_every_item_from(cluster: &Cluster, from: i64, to: i64) {
+    let runs = item_runs(cluster);
+    let missing: Vec<(i64, usize)> = (from..=to)
+        .flat_map(|second| (0..ITEMS).map(move |item| (second, item)))
+        .filter(|(second, item)| {
+            !runs
+                .iter()
+                .any(|r| r.second == *second && r.item == item.to_string())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "(tick, item) pairs never run: {missing:?}\n{}",
+        cluster.logs()
+    );
+}
+
 /// Asserts that no (tick, item) ran twice.
 #[track_caller]
 fn assert_none_twice(cluster: &Cluster) {
@@ -462,7 +484,7 @@ fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_eve
 #[test]
 fn given_a_pooled_task_when_a_node_joins_and_one_leaves_then_items_move_and_none_runs_twice() {
     let mut cluster = pooled_cluster();
-    start_pool(&mut cluster, &NODES);
+    let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
     let joined_at = now().floor() as i64;
     cluster.start(cluster.new_node("n4"));
@@ -489,6 +511,8 @@ fn given_a_pooled_task_when_a_node_joins_and_one_leaves_then_items_move_and_none
         [4, 4, 4],
         "{shares:?}"
     );
+    // A moved item's missed ticks are caught up by its new owner: none is missing.
+    assert_every_item_from(&cluster, first, settled + 2);
     assert_none_twice(&cluster);
 }
 
@@ -496,7 +520,7 @@ fn given_a_pooled_task_when_a_node_joins_and_one_leaves_then_items_move_and_none
 fn given_a_pooled_task_when_an_owner_is_killed_then_its_items_run_on_the_others_within_the_session_timeout_and_a_second()
  {
     let mut cluster = pooled_cluster();
-    start_pool(&mut cluster, &NODES);
+    let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
     let killed_at = now().floor() as i64;
     drop(cluster.nodes.remove("n3"));
@@ -512,13 +536,15 @@ fn given_a_pooled_task_when_an_owner_is_killed_then_its_items_run_on_the_others_
             .any(|r| r.node == "n3" && r.second > killed_at + 1),
         "n3 ran while killed"
     );
+    // The new owners catch the killed node's missed ticks up (catch_up = "all").
+    assert_every_item_from(&cluster, first, due + 1);
     assert_none_twice(&cluster);
 }
 
 #[test]
 fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_second() {
     let mut cluster = pooled_cluster();
-    start_pool(&mut cluster, &NODES);
+    let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
     let drained_at = now().floor() as i64;
     cli(&cluster, &["drain", "n2"]);
@@ -535,5 +561,6 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
         shares_at(&runs, due).values().copied().collect::<Vec<_>>(),
         [6, 6]
     );
+    assert_every_item_from(&cluster, first, due + 1);
     assert_none_twice(&cluster);
 }

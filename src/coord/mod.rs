@@ -57,6 +57,11 @@ pub struct Leadership {
     /// tick claimed (none of theirs runs), by task, oldest first. The daemon claims each tick
     /// with [`Coordinator::claim_manual`] under its backfill fire id.
     pub backfills: Arc<BTreeMap<String, Vec<backfill::Backfill>>>,
+    /// For each pooled task this node fires, how often it came to hold another of its items'
+    /// units while firing it: a change makes the daemon fire the task afresh from its fire
+    /// record (the held units' oldest), so that a gained item's missed ticks are caught up
+    /// (`catch_up`) and its run lost with its node is checked (`on_node_loss`).
+    pub gained: Arc<BTreeMap<String, u64>>,
 }
 
 /// A manual run asked for by `zkcron trigger`: its fire id (`<task>@manual-<10 digits>`, which
@@ -266,6 +271,17 @@ pub trait Coordinator: Send + Sync + 'static {
         task: &str,
         tick: DateTime<Utc>,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+
+    /// [`Coordinator::reclaim`], naming the work items reclaimed as
+    /// [`Coordinator::claim_share`] names those claimed.
+    fn reclaim_share(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError>> + Send
+    {
+        async move { Ok((self.reclaim(task, tick).await?, None)) }
+    }
 
     /// Live runs of `task` on other nodes, for `overlap = "skip"` across the cluster.
     fn runs_elsewhere(&self, task: &str) -> impl Future<Output = Result<usize, CoordError>> + Send;

@@ -718,7 +718,7 @@ impl Node {
     }
 
     /// Whether the session named (in hex) by a record is alive: this node's, or a member's.
-    fn session_alive(&self, hex: &str) -> bool {
+    pub(super) fn session_alive(&self, hex: &str) -> bool {
         let Ok(id) = i64::from_str_radix(hex, 16) else {
             return false;
         };

@@ -31,7 +31,8 @@
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
 //! - `units`: tasks that run on every node: each node's unit of them, and the daemon's
 //!   requests served on it.
-//! - `pool`, `pool_end`: pooled tasks: the claim over the held items' units, the run's end.
+//! - `pool`, `pool_end`, `pool_orphan`: pooled tasks: the claim over the held items' units,
+//!   the run's end, the runs lost with their node.
 //! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
 //! - `waits`: requests answered when something happens (the end of runs on other nodes).
 //! - `clock`: skew verdicts and the cluster's clock.
@@ -55,6 +56,7 @@ mod mark;
 mod members;
 mod pool;
 mod pool_end;
+mod pool_orphan;
 mod report;
 mod request_claim;
 mod requests;
@@ -342,6 +344,11 @@ pub struct Node {
     pool_runs: BTreeMap<(String, DateTime<Utc>), Vec<String>>,
     /// The ends of pooled runs reading their units' results, by request.
     pool_ends: BTreeMap<ReqId, pool_end::PoolEnd>,
+    /// The units of pooled tasks held at the last publication (a unit gained since counts in
+    /// [`Leadership::gained`]).
+    published_units: BTreeSet<String>,
+    /// The pooled tasks' orphan checks in flight, and the lost runs they found.
+    orphan_checks: pool_orphan::OrphanChecks,
     /// Counts of other nodes' live runs in flight, by request.
     runs_counts: BTreeMap<ReqId, runs::RunsCount>,
     /// Requests waiting for the end of runs on other nodes.
@@ -439,6 +446,8 @@ impl Node {
             pools: BTreeMap::new(),
             pool_runs: BTreeMap::new(),
             pool_ends: BTreeMap::new(),
+            orphan_checks: pool_orphan::OrphanChecks::default(),
+            published_units: BTreeSet::new(),
             runs_counts: BTreeMap::new(),
             run_waits: waits::RunWaits::default(),
             release_all: None,
@@ -580,6 +589,9 @@ impl Node {
     }
 
     fn answer(&mut self, req: ReqId, answer: Answer) {
+        if self.pool_sub_answer(req, &answer) {
+            return;
+        }
         self.waited_answer(req, answer);
     }
 

@@ -14,6 +14,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::claim::ClaimKind;
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::{Node, TaskJob, Then};
 use crate::coord::record::{self, FireView, Verdict};
@@ -26,10 +27,12 @@ const POOL_CONFLICTS: u8 = 3;
 /// What a request on a pooled task asks once the held units' records are read.
 #[derive(Debug, Clone)]
 pub(crate) enum PoolAsk {
-    /// Claim `tick` over the units whose record is before it.
+    /// Claim `tick` over the units whose record is before it (or, a rerun, over the units
+    /// whose run of `tick` was lost with their node).
     Claim {
         tick: DateTime<Utc>,
         intent: ClaimIntent,
+        kind: ClaimKind,
         conflicts: u8,
     },
     /// The oldest fire record of the held units.
@@ -61,7 +64,7 @@ pub(crate) struct PoolJob {
 #[derive(Debug, Clone)]
 pub(crate) struct PoolPart {
     unit: String,
-    new: FireRecord,
+    pub(super) new: FireRecord,
     run_path: String,
     /// How many ops of the multi are this unit's.
     ops: usize,
@@ -193,8 +196,9 @@ impl Node {
             PoolAsk::Claim {
                 tick,
                 intent,
+                kind,
                 conflicts,
-            } => self.send_pool_claim(job, tick, intent, conflicts),
+            } => self.send_pool_claim(job, tick, (intent, kind), conflicts),
             PoolAsk::Resolve { tick, parts, why } => self.pool_resolved(job, tick, parts, why),
         }
     }
@@ -214,12 +218,13 @@ impl Node {
         self.finish_task_job(&job.task);
     }
 
-    /// The claim's multi-op over the held units whose record is before `tick`.
+    /// The claim's multi-op over the held units whose record is before `tick` (a rerun's:
+    /// whose run of `tick` was lost).
     fn send_pool_claim(
         &mut self,
         job: PoolJob,
         tick: DateTime<Utc>,
-        intent: ClaimIntent,
+        (intent, kind): (ClaimIntent, ClaimKind),
         conflicts: u8,
     ) {
         let mut parts = Vec::new();
@@ -241,13 +246,20 @@ impl Node {
                 queued: record.queued,
                 ..FireView::default()
             };
-            if let Verdict::Refuse(outcome) = record::admit(&view, tick, intent) {
+            let verdict = match kind {
+                ClaimKind::Fresh => record::admit(&view, tick, intent),
+                ClaimKind::Rerun => self.admit_pool_rerun(&job.task, unit, &record, tick),
+            };
+            if let Verdict::Refuse(outcome) = verdict {
                 if let ClaimOutcome::AlreadyClaimed { record } = outcome {
                     newest = newest.max(Some(record));
                 }
                 continue;
             }
-            let part = self.pool_part(unit, &view, tick, intent);
+            let mut part = self.pool_part(unit, &view, tick, intent);
+            if kind == ClaimKind::Rerun {
+                part.new.reruns = record.reruns + 1;
+            }
             ops.extend(self.pool_part_ops(&part, epoch, version, tick, intent));
             parts.push(part);
         }
@@ -261,6 +273,7 @@ impl Node {
         let ask = PoolAsk::Claim {
             tick,
             intent,
+            kind,
             conflicts,
         };
         let sent = self.now.wall;
@@ -275,7 +288,7 @@ impl Node {
     }
 
     /// The record `unit`'s part of a claim of `tick` writes over `view`.
-    fn pool_part(
+    pub(super) fn pool_part(
         &self,
         unit: &str,
         view: &FireView,

@@ -214,3 +214,86 @@ fn a_unit_whose_lease_another_session_holds_is_fenced_out_of_the_claim() {
             .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
     );
 }
+
+#[test]
+fn the_fire_record_of_a_pooled_task_is_the_oldest_of_its_held_units() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert!(matches!(answer, Answered::ClaimedItems(_)), "{answer:?}");
+    // Item 1's record is behind (its unit came from a node that stopped claiming).
+    let path = format!("{BASE}/tasks/p@1");
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(tick() - chrono::TimeDelta::seconds(3));
+    let version = store.znodes[&path].1.version;
+    store.znodes.insert(
+        path,
+        (
+            serde_json::to_vec(&behind).unwrap(),
+            Stat {
+                version: version + 1,
+                ..Stat::default()
+            },
+        ),
+    );
+    node.forget_record("p@1");
+    let last = ask_at(
+        &mut node,
+        &mut store,
+        at(200),
+        Request::LastClaimed { task: "p".into() },
+    );
+    assert_eq!(last, Answered::Tick(behind.tick));
+}
+
+#[test]
+fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    // Item 1's tick was claimed to run by session 9, gone with no result and no run znode.
+    let path = format!("{BASE}/tasks/p@1");
+    let mut lost = FireRecord::empty();
+    lost.tick = Some(tick());
+    lost.node = "n9".into();
+    lost.session = "9".into();
+    lost.run = true;
+    let version = store.znodes[&path].1.version;
+    store.znodes.insert(
+        path,
+        (
+            serde_json::to_vec(&lost).unwrap(),
+            Stat {
+                version: version + 1,
+                ..Stat::default()
+            },
+        ),
+    );
+    node.forget_record("p@1");
+    let orphan = Request::OrphanedTick { task: "p".into() };
+    let answer = ask_at(&mut node, &mut store, at(100), orphan);
+    assert_eq!(answer, Answered::Tick(Some(tick())));
+    let reclaim = || Request::Reclaim {
+        task: "p".into(),
+        tick: tick(),
+    };
+    let answer = ask_at(&mut node, &mut store, at(200), reclaim());
+    assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
+    let record = record_of(&store, "p@1");
+    assert_eq!((record.node.as_str(), record.reruns), ("n1", 1));
+    assert!(
+        store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@1/run-{TICK}"))
+    );
+    // Item 0 ran nothing of that tick; and the rerun is not done twice.
+    assert!(
+        !store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
+    );
+    let again = ask_at(&mut node, &mut store, at(300), reclaim());
+    assert!(
+        matches!(again, Answered::Claim(ClaimOutcome::AlreadyClaimed { .. })),
+        "{again:?}"
+    );
+}

@@ -8,9 +8,10 @@
 use std::borrow::Cow;
 
 use super::Node;
+use super::claim::ClaimKind;
 use super::io::{Answered, ReqId, Request};
 use super::pool::PoolAsk;
-use crate::coord::{ClaimOutcome, lease};
+use crate::coord::{ClaimIntent, lease};
 
 impl Node {
     /// The lease (and record) name of the daemon's `task` on this node: its unit when the
@@ -82,9 +83,8 @@ impl Node {
     }
 
     /// Serves `request` if it names a pooled task (over the units this node holds, see
-    /// `pool`); else hands it back. Runs elsewhere never hold back a node's run of a pooled
-    /// task: `overlap` applies per node run. A lost run of an item is not rerun
-    /// (`on_node_loss = "rerun"` is refused with `work_items` on this backend).
+    /// `pool`, `pool_orphan`); else hands it back. Runs elsewhere never hold back a node's run
+    /// of a pooled task: `overlap` applies per node run.
     pub(super) fn on_pool_request(&mut self, req: ReqId, request: Request) -> Option<Request> {
         let task = match &request {
             Request::LastClaimed { task }
@@ -107,6 +107,16 @@ impl Node {
                 let ask = PoolAsk::Claim {
                     tick,
                     intent,
+                    kind: ClaimKind::Fresh,
+                    conflicts: 0,
+                };
+                self.pool_request(req, task, ask)
+            }
+            Request::Reclaim { task, tick } => {
+                let ask = PoolAsk::Claim {
+                    tick,
+                    intent: ClaimIntent::Run,
+                    kind: ClaimKind::Rerun,
                     conflicts: 0,
                 };
                 self.pool_request(req, task, ask)
@@ -114,10 +124,7 @@ impl Node {
             Request::QueuedTick { task } => self.pool_request(req, task, PoolAsk::Queued),
             Request::RunsElsewhere { .. } => self.answer(req, Ok(Answered::Count(0))),
             Request::RunsEndedElsewhere { .. } => self.answer(req, Ok(Answered::Done)),
-            Request::OrphanedTick { .. } => self.answer(req, Ok(Answered::Tick(None))),
-            Request::Reclaim { .. } => {
-                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
-            }
+            Request::OrphanedTick { task } => self.pool_orphaned_tick(req, task),
             Request::LastResult { task } => {
                 let unit = self.held_units(&task).into_iter().next();
                 let unit = unit.unwrap_or_else(|| lease::unit_name(&task, ""));

@@ -252,12 +252,21 @@ impl Coordinator for ZkCoordinator {
         task: &str,
         tick: chrono::DateTime<chrono::Utc>,
     ) -> Result<ClaimOutcome, CoordError> {
+        Ok(self.reclaim_share(task, tick).await?.0)
+    }
+
+    async fn reclaim_share(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError> {
         let request = Request::Reclaim {
             task: task.into(),
             tick,
         };
         match self.ask(request, "claiming").await? {
-            Answered::Claim(outcome) => Ok(outcome),
+            Answered::Claim(outcome) => Ok((outcome, None)),
+            Answered::ClaimedItems(items) => Ok((ClaimOutcome::Claimed, Some(items.into()))),
             _ => Err(unexpected("claiming")),
         }
     }
