@@ -297,3 +297,49 @@ fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
         "{again:?}"
     );
 }
+
+/// Regression: a unit taken again kept the record cached while this node held it before, so
+/// the task's fire record (the oldest of the held units') looked newer than it was and the
+/// ticks another owner missed were not caught up.
+#[test]
+fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
+    let mut store = Store::default();
+    let tasks = vec![spec("p", "work_items = 12")];
+    let n2 = member("n2", "1.0.0", &tasks, &[]);
+    let (mut node, _) = started(&mut store, tasks);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert!(matches!(answer, Answered::ClaimedItems(_)), "{answer:?}");
+    // n2 joins and gets its units; it claims one tick behind this node's on one of them.
+    node.members.insert("n2".into(), n2);
+    node.decide();
+    pump(&mut node, &mut store, at(1_000));
+    let kept = pool_leases(&store);
+    let moved = (0..12)
+        .map(|item| format!("p@{item}"))
+        .find(|unit| !kept.contains(unit))
+        .expect("a unit moved to n2");
+    let path = format!("{BASE}/tasks/{moved}");
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(tick() - chrono::TimeDelta::seconds(5));
+    behind.node = "n2".into();
+    let version = store.znodes[&path].1.version;
+    let stat = Stat {
+        version: version + 1,
+        ..Stat::default()
+    };
+    store
+        .znodes
+        .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
+    // n2 leaves: its units come back here.
+    node.members.remove("n2");
+    node.decide();
+    pump(&mut node, &mut store, at(2_000));
+    assert_eq!(pool_leases(&store).len(), 12);
+    let last = ask_at(
+        &mut node,
+        &mut store,
+        at(2_100),
+        Request::LastClaimed { task: "p".into() },
+    );
+    assert_eq!(last, Answered::Tick(behind.tick));
+}
