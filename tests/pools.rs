@@ -442,7 +442,8 @@ fn assert_none_twice(cluster: &Cluster) {
 }
 
 #[test]
-fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_even_shares() {
+fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_even_shares_and_a_trigger_all_on_one_node()
+ {
     let mut cluster = pooled_cluster();
     let settled = start_pool(&mut cluster, &NODES);
     // Every item's unit is held, by one of the three; the task itself has no lease.
@@ -479,6 +480,19 @@ fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_eve
     let all: Vec<String> = (0..ITEMS).map(|i| i.to_string()).collect();
     assert_eq!(runs.len(), 3, "{history:#}");
     assert_eq!(items, all, "{history:#}");
+    // A manual run runs once, on one node, with every item (its fire id is no tick's, so
+    // items.log is read as text from here on).
+    cli(&cluster, &["trigger", "pool", "--wait"]);
+    let log = std::fs::read_to_string(items_log(&cluster)).unwrap();
+    let manual: Vec<Vec<&str>> = log
+        .lines()
+        .filter(|l| l.starts_with("pool@manual-"))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    let mut items: Vec<&str> = manual.iter().map(|words| words[1]).collect();
+    items.sort_by_key(|i| i.parse::<usize>().unwrap());
+    assert_eq!(items, all, "{log}");
+    assert!(manual.iter().all(|w| w[2] == manual[0][2]), "{log}");
 }
 
 #[test]

@@ -15,9 +15,16 @@ use crate::coord::{ClaimIntent, lease};
 
 impl Node {
     /// The lease (and record) name of the daemon's `task` on this node: its unit when the
-    /// task runs on every node, else the task's own name.
+    /// task runs on every node, the first unit it holds of a pooled task (a manual run or a
+    /// backfill tick is fenced on it, and kept in its history), else the task's own name.
     pub(super) fn unit_of<'a>(&self, task: &'a str) -> Cow<'a, str> {
         match self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) {
+            Some(entry) if matches!(entry.holders, lease::Holders::Items(_)) => {
+                match self.held_units(task).into_iter().next() {
+                    Some(unit) => Cow::Owned(unit),
+                    None => Cow::Borrowed(task),
+                }
+            }
             Some(entry) => lease::lease_name(task, entry, &self.cfg.id),
             None => Cow::Borrowed(task),
         }
@@ -47,6 +54,10 @@ impl Node {
     /// a manual run's end, a manual claim and a pause name the task itself (their znodes
     /// are the task's).
     pub(super) fn onto_units(&self, request: Request) -> Request {
+        if request_task(&request).is_some_and(|task| self.pooled(task)) {
+            // Served over the units it holds (`on_pool_request`), or fenced on the first.
+            return request;
+        }
         let unit = |task: String| match self.unit_of(&task) {
             Cow::Borrowed(_) => task,
             Cow::Owned(unit) => unit,
@@ -134,5 +145,23 @@ impl Node {
             _ => unreachable!("matched above"),
         }
         None
+    }
+}
+
+/// The task `request` names, if it names one.
+fn request_task(request: &Request) -> Option<&str> {
+    match request {
+        Request::LastClaimed { task }
+        | Request::Claim { task, .. }
+        | Request::OrphanedTick { task }
+        | Request::Reclaim { task, .. }
+        | Request::RunsElsewhere { task }
+        | Request::QueuedTick { task }
+        | Request::RunsEndedElsewhere { task }
+        | Request::RunEnded { task, .. }
+        | Request::LastResult { task }
+        | Request::ClaimManual { task, .. }
+        | Request::Pause { task, .. } => Some(task),
+        Request::Publish(_) | Request::ReleaseAll | Request::Close => None,
     }
 }
