@@ -118,6 +118,10 @@ pub enum ClaimOutcome {
     NotLeader,
 }
 
+/// A claim's outcome and, when the backend splits a pooled task's items over the nodes, the
+/// items it won, in the task file's order (`None`: every item, or the task has none).
+pub type ClaimedShare = (ClaimOutcome, Option<Arc<[String]>>);
+
 /// How a run ended, as stored with the task.
 ///
 /// The fields after `finished_at` are what the history and a trigger's end need; they are not
@@ -252,8 +256,7 @@ pub trait Coordinator: Send + Sync + 'static {
         task: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> impl Future<Output = Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError>> + Send
-    {
+    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send {
         async move { Ok((self.claim(task, tick, intent).await?, None)) }
     }
 
@@ -278,8 +281,7 @@ pub trait Coordinator: Send + Sync + 'static {
         &self,
         task: &str,
         tick: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError>> + Send
-    {
+    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send {
         async move { Ok((self.reclaim(task, tick).await?, None)) }
     }
 

@@ -41,7 +41,6 @@ pub mod tls;
 
 use std::borrow::Borrow;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, SelectAll};
@@ -60,7 +59,10 @@ use super::node::io::{
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::records::MarkRecord;
-use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
+use super::{
+    ClaimIntent, ClaimOutcome, ClaimedShare, CoordError, Coordinator, Leadership, RunResult,
+    Trigger,
+};
 use crate::clock::wall_clock;
 use crate::metrics::Metrics;
 use crate::task::TaskSpec;
@@ -223,7 +225,7 @@ impl Coordinator for ZkCoordinator {
         task: &str,
         tick: chrono::DateTime<chrono::Utc>,
         intent: ClaimIntent,
-    ) -> Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError> {
+    ) -> Result<ClaimedShare, CoordError> {
         let request = Request::Claim {
             task: task.into(),
             tick,
@@ -259,7 +261,7 @@ impl Coordinator for ZkCoordinator {
         &self,
         task: &str,
         tick: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(ClaimOutcome, Option<Arc<[String]>>), CoordError> {
+    ) -> Result<ClaimedShare, CoordError> {
         let request = Request::Reclaim {
             task: task.into(),
             tick,
