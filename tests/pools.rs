@@ -578,3 +578,69 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
     assert_every_item_from(&cluster, first, due + 1);
     assert_none_twice(&cluster);
 }
+
+#[test]
+fn given_a_pooled_task_with_overlap_skip_then_a_node_skips_its_own_items_while_its_run_is_live() {
+    let mut cluster = Cluster::new();
+    let log = cluster.path().join("slow.log");
+    let text = format!(
+        "schedule = \"* * * * * *\"\n\
+         command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_WORK_ITEMS $ZKCRON_NODE\" >> {log}; sleep 1.5']\n\
+         work_items = 4\n\
+         overlap = \"skip\"\n",
+        log = log.display()
+    );
+    cluster.write_task("slow", &text);
+    for id in ["n1", "n2"] {
+        cluster.start(cluster.new_node(id));
+    }
+    // Each node's items, from its last run, once the two runs' items are the pool's.
+    let lines = || -> Vec<(i64, String, String)> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let words: Vec<&str> = l.split(' ').collect();
+                let second = words.first()?.strip_prefix("slow@")?.parse().ok()?;
+                Some((second, words.get(1)?.to_string(), words.get(2)?.to_string()))
+            })
+            .collect()
+    };
+    let mut shares: BTreeMap<String, String> = BTreeMap::new();
+    cluster.wait("each node to run its share of the pool", LIMIT, |_| {
+        shares = lines()
+            .into_iter()
+            .map(|(_, items, node)| (node, items))
+            .collect();
+        let mut all: Vec<&str> = shares.values().flat_map(|i| i.split(',')).collect();
+        all.sort();
+        shares.len() == 2 && all == ["0", "1", "2", "3"]
+    });
+    for (node, items) in &shares {
+        let named = format!("work_items=\"{items}\"");
+        cluster.wait(
+            &format!("{node}'s skips to name its items {items}"),
+            LIMIT,
+            |c| {
+                c.nodes[node.as_str()].log().lines().any(|l| {
+                    l.contains("skipped: the previous run is still going") && l.contains(&named)
+                })
+            },
+        );
+    }
+    // No node ran two seconds in a row once it ran its share: its run before was live.
+    let lines = lines();
+    for (node, _) in &shares {
+        let seconds: Vec<i64> = lines
+            .iter()
+            .filter(|(_, _, n)| n == node)
+            .map(|(s, _, _)| *s)
+            .collect();
+        assert!(
+            seconds.windows(2).all(|w| w[1] - w[0] >= 2),
+            "{node} ran {seconds:?}"
+        );
+    }
+    cluster.stop("n1");
+    cluster.stop("n2");
+}
