@@ -630,7 +630,7 @@ fn given_a_pooled_task_with_overlap_skip_then_a_node_skips_its_own_items_while_i
     }
     // No node ran two seconds in a row once it ran its share: its run before was live.
     let lines = lines();
-    for (node, _) in &shares {
+    for node in shares.keys() {
         let seconds: Vec<i64> = lines
             .iter()
             .filter(|(_, _, n)| n == node)
