@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::coord::lease;
+use crate::coord::records::ResultRecord;
 
 /// The units of `p` among the leases in `store`.
 fn pool_leases(store: &Store) -> Vec<String> {
@@ -403,4 +404,58 @@ fn a_manual_run_of_a_pooled_task_is_claimed_fenced_on_a_held_unit_and_kept_in_it
     let history: HistoryRecord = serde_json::from_slice(data).unwrap();
     let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
     assert_eq!(ids, [name]);
+}
+
+#[test]
+fn a_pooled_runs_end_leaves_a_newer_result_of_another_owner_in_place() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "1".into()]));
+    // Item 1 moved meanwhile and its new owner stored a later tick's result.
+    let later = RunResult {
+        tick: tick() + chrono::TimeDelta::seconds(1),
+        node: "n2".into(),
+        exit: "exit code 0".into(),
+        success: true,
+        ..RunResult::default()
+    };
+    let stored = ResultRecord {
+        format: 1,
+        result: later.clone(),
+    };
+    store.znodes.insert(
+        format!("{BASE}/tasks/p@1/result"),
+        (serde_json::to_vec(&stored).unwrap(), Stat::default()),
+    );
+    let result = RunResult {
+        tick: tick(),
+        node: "n1".into(),
+        exit: "exit code 1".into(),
+        ..RunResult::default()
+    };
+    let ended = Request::RunEnded {
+        task: "p".into(),
+        result,
+    };
+    assert_eq!(
+        ask_at(&mut node, &mut store, at(200), ended),
+        Answered::Done
+    );
+    let read = |unit: &str| -> RunResult {
+        let (data, _) = &store.znodes[&format!("{BASE}/tasks/{unit}/result")];
+        serde_json::from_slice::<ResultRecord>(data).unwrap().result
+    };
+    assert_eq!(
+        (read("p@0").tick, read("p@0").node.as_str()),
+        (tick(), "n1")
+    );
+    assert_eq!(
+        (read("p@1").tick, read("p@1").node.as_str()),
+        (later.tick, "n2")
+    );
+    for item in 0..2 {
+        let run = format!("{BASE}/tasks/p@{item}/run-{TICK}");
+        assert!(!store.znodes.contains_key(&run), "{run}");
+    }
 }
