@@ -459,3 +459,32 @@ fn a_pooled_runs_end_leaves_a_newer_result_of_another_owner_in_place() {
         assert!(!store.znodes.contains_key(&run), "{run}");
     }
 }
+
+#[test]
+fn a_backfill_tick_of_a_pooled_task_is_claimed_fenced_on_a_held_unit() {
+    use crate::coord::backfill::{self, BackfillRecord};
+    let mut store = Store::default();
+    let name = "p@backfill-0000000001";
+    let from = tick() - chrono::TimeDelta::seconds(600);
+    let request = BackfillRecord::new("p", from, tick(), 10, "op@host", from);
+    let path = format!("{BASE}/control/backfills/{name}");
+    store.znodes.insert(
+        path.clone(),
+        (serde_json::to_vec(&request).unwrap(), Stat::default()),
+    );
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    assert_eq!(node.leadership().backfills["p"][0].name, name);
+    let historic = from + chrono::TimeDelta::seconds(60);
+    let claim = Request::ClaimManual {
+        task: "p".into(),
+        trigger: crate::coord::Trigger {
+            fire_id: backfill::fire_id(name, historic),
+            requested_at: historic,
+        },
+    };
+    let answer = ask_at(&mut node, &mut store, at(100), claim);
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    let moved: BackfillRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(moved.claimed, 1);
+    assert!(moved.running.is_some(), "{moved:?}");
+}
