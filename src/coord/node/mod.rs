@@ -25,6 +25,7 @@
 //! - `requests`: the daemon's requests, and the queue of work on each task.
 //! - `claim`: fire records, fenced claims, unknown outcomes, orphans.
 //! - `runs`: live runs, results, and leaving the cluster.
+//! - `queued_start`: a queued tick's claim in the multi-op of the result of the run before it.
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
@@ -52,6 +53,7 @@ mod leadership;
 mod leases;
 mod mark;
 mod members;
+mod queued_start;
 mod report;
 mod request_claim;
 mod requests;
@@ -214,6 +216,8 @@ enum Timer {
     Resolve(ResolveJob),
     /// Try again to record a run's end.
     RunEnded(RunEndedJob),
+    /// A run's result held for the claim of the tick queued behind it is written alone.
+    HeldResult { task: String },
     /// Delete the triggers that ended long enough ago (every `trigger::GC_EVERY`).
     Triggers,
     /// Read the operator's marks again (a read after a watch event failed).
@@ -625,6 +629,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
+            Timer::HeldResult { task } => self.on_held_result_due(&task),
             Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
             Timer::CloseAnyway => {
