@@ -250,3 +250,105 @@ fn validate_names_a_missing_parent_and_a_cycle_with_file_line_and_column() {
     let out = String::from_utf8_lossy(&output.stdout);
     assert!(out.contains("1 valid task(s)"), "{out}");
 }
+
+/// The count of `name` (a whole sample name, labels included) in `/metrics` at `address`.
+fn metric(address: &str, name: &str) -> u64 {
+    let (_, metrics) = common::http_get(address, "/metrics");
+    let line = metrics.lines().find(|l| l.starts_with(name));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+}
+
+/// What a daemon logs for each chained run it skips.
+const SKIPPED: &str = "chained run skipped: load is paused (it would have run after extract@";
+
+#[test]
+fn a_chained_run_of_a_paused_child_is_skipped_logged_with_its_parent_and_counted() {
+    // Given extract every second and load after it, on one node serving /metrics.
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let every_second = "schedule = \"* * * * * *\"";
+    cluster.write_task("extract", &recording(&extract, every_second, 0, ""));
+    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    let mut node = cluster.new_node("node-a");
+    node.config = "[http]\nlisten = \"127.0.0.1:0\"\n".to_string();
+    let address = cluster.start(node).served_address();
+    cluster.wait("a child run", LIMIT, |_| runs(&load).1 >= 1);
+    let cli = |args: &[&str]| {
+        let out = common::zkcron()
+            .args(args)
+            .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+
+    // When load is paused, then each success of extract causes no run of load: the chained
+    // run is skipped, logged naming its parent, and counted.
+    cli(&["pause", "load"]);
+    cluster.wait_log("node-a", SKIPPED, 2);
+    let children = runs(&load).1;
+    cluster.wait_log("node-a", SKIPPED, 4);
+    assert_eq!(runs(&load).1, children, "load ran while paused");
+    cluster.wait("four skipped runs counted", LIMIT, |_| {
+        metric(&address, "zkcron_chained_runs_total{outcome=\"skipped\"}") >= 4
+    });
+    let triggers = format!("{}/control/triggers", cluster.base());
+    assert!(
+        cluster
+            .zk
+            .children(&triggers)
+            .iter()
+            .filter(|name| name.starts_with("load@after-"))
+            .count()
+            >= children + 4,
+        "the skipped runs' requests are there, ended"
+    );
+
+    // When load is resumed, then the next successes of extract run it again.
+    cli(&["resume", "load"]);
+    cluster.wait("load to run again", LIMIT, |_| {
+        runs(&load).1 >= children + 2
+    });
+    children_of_parents(&extract, &load);
+}
+
+#[test]
+fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
+    let scratch = Scratch::new();
+    let (extract, load) = (scratch.out("extract"), scratch.out("load"));
+    scratch.write_task(
+        "extract",
+        &recording(&extract, "schedule = \"* * * * * *\"", 0, ""),
+    );
+    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    common::wait_for("a child run", LIMIT, || runs(&load).1 >= 1);
+    let state = scratch.path().join("state");
+    let cli = |args: &[&str]| {
+        let out = common::zkcron()
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+
+    cli(&["pause", "load"]);
+    daemon.wait_for_log_count(SKIPPED, 2, LIMIT);
+    let children = runs(&load).1;
+    daemon.wait_for_log_count(SKIPPED, 4, LIMIT);
+    assert_eq!(runs(&load).1, children, "load ran while paused");
+    common::wait_for("four skipped runs counted", LIMIT, || {
+        metric(&address, "zkcron_chained_runs_total{outcome=\"skipped\"}") >= 4
+    });
+
+    cli(&["resume", "load"]);
+    common::wait_for("load to run again", LIMIT, || runs(&load).1 >= children + 2);
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(LIMIT);
+    children_of_parents(&extract, &load);
+}
