@@ -2,8 +2,10 @@
 //! nodes, the jobs' own lines. Every successful run of the parent causes exactly one run of the
 //! child, with the parent's `ZKCRON_SCHEDULED_AT` and the fire id `load@after-<parent's>`,
 //! also when the parent's node is killed (kill -9) right after the parent's result is stored;
-//! a failing parent runs no child; the local backend does the same through a restart; and
-//! `validate` names a missing parent and a cycle with file, line and column.
+//! a failing parent runs no child; the local backend does the same through a restart; a chained
+//! run of a paused child is skipped (logged with its parent, counted) on both backends; a
+//! parent no live node may run is reported as any ineligible task; and `validate` names a
+//! missing parent and a cycle with file, line and column.
 
 mod common;
 
@@ -351,4 +353,43 @@ fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
     daemon.signal(Signal::SIGTERM);
     daemon.wait_exit(LIMIT);
     children_of_parents(&extract, &load);
+}
+
+#[test]
+fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
+    // Given a parent that requires a label no live node has, and its child on the only node.
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let every_second = "schedule = \"* * * * * *\"";
+    let eu = "require_labels = { zone = \"eu\" }";
+    cluster.write_task("extract", &recording(&extract, every_second, 0, eu));
+    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    cluster.write_task("anywhere", &recording(&load, every_second, 0, ""));
+    let mut node = cluster.new_node("node-a");
+    node.config = "[node]\nlabels = { zone = \"us\" }\n".to_string();
+    cluster.start(node);
+
+    // Then the parent is reported as any task no live node may run, in the log and in
+    // `status`, and neither it nor its child runs.
+    let problem =
+        "no live node may run it: require_labels zone=eu matches none of node-a (zone=us)";
+    cluster.wait_log("node-a", &format!("task extract: {problem}"), 1);
+    cluster.wait("a run of another task", LIMIT, |_| {
+        runs(&load).0.keys().any(|id| id.starts_with("anywhere@"))
+    });
+    let out = common::zkcron()
+        .args(["status", "--json"])
+        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let extract_status = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "extract")
+        .unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(extract_status["problem"], problem, "{status:#}");
+    assert_eq!(runs(&extract).1, 0);
+    assert!(runs(&load).0.keys().all(|id| id.starts_with("anywhere@")));
 }
