@@ -227,10 +227,10 @@ impl ChainMetrics {
         let runs = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "chained_runs",
-            "Chained runs (after) this node ran, by outcome: success or failure",
+            "Chained runs (after) this node ran, by outcome: success, failure, or skipped (the task was paused)",
             runs.clone(),
         );
-        for outcome in ["success", "failure"] {
+        for outcome in ["success", "failure", "skipped"] {
             let _ = runs.get_or_create(&OutcomeLabel { outcome });
         }
         let requests = Counter::default();
@@ -521,6 +521,15 @@ impl Metrics {
             .chain
             .runs
             .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A chained run (`after`) of a paused task was skipped.
+    pub fn chained_run_skipped(&self) {
+        self.0
+            .chain
+            .runs
+            .get_or_create(&OutcomeLabel { outcome: "skipped" })
             .inc();
     }
 

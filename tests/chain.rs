@@ -2,8 +2,10 @@
 //! nodes, the jobs' own lines. Every successful run of the parent causes exactly one run of the
 //! child, with the parent's `ZKCRON_SCHEDULED_AT` and the fire id `load@after-<parent's>`,
 //! also when the parent's node is killed (kill -9) right after the parent's result is stored;
-//! a failing parent runs no child; the local backend does the same through a restart; and
-//! `validate` names a missing parent and a cycle with file, line and column.
+//! a failing parent runs no child; the local backend does the same through a restart; a chained
+//! run of a paused child is skipped (logged with its parent, counted) on both backends; a
+//! parent no live node may run is reported as any ineligible task; and `validate` names a
+//! missing parent and a cycle with file, line and column.
 
 mod common;
 
@@ -249,4 +251,145 @@ fn validate_names_a_missing_parent_and_a_cycle_with_file_line_and_column() {
     }
     let out = String::from_utf8_lossy(&output.stdout);
     assert!(out.contains("1 valid task(s)"), "{out}");
+}
+
+/// The count of `name` (a whole sample name, labels included) in `/metrics` at `address`.
+fn metric(address: &str, name: &str) -> u64 {
+    let (_, metrics) = common::http_get(address, "/metrics");
+    let line = metrics.lines().find(|l| l.starts_with(name));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+}
+
+/// What a daemon logs for each chained run it skips.
+const SKIPPED: &str = "chained run skipped: load is paused (it would have run after extract@";
+
+#[test]
+fn a_chained_run_of_a_paused_child_is_skipped_logged_with_its_parent_and_counted() {
+    // Given extract every second and load after it, on one node serving /metrics.
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let every_second = "schedule = \"* * * * * *\"";
+    cluster.write_task("extract", &recording(&extract, every_second, 0, ""));
+    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    let mut node = cluster.new_node("node-a");
+    node.config = "[http]\nlisten = \"127.0.0.1:0\"\n".to_string();
+    let address = cluster.start(node).served_address();
+    cluster.wait("a child run", LIMIT, |_| runs(&load).1 >= 1);
+    let cli = |args: &[&str]| {
+        let out = common::zkcron()
+            .args(args)
+            .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+
+    // When load is paused, then each success of extract causes no run of load: the chained
+    // run is skipped, logged naming its parent, and counted.
+    cli(&["pause", "load"]);
+    cluster.wait_log("node-a", SKIPPED, 2);
+    let children = runs(&load).1;
+    cluster.wait_log("node-a", SKIPPED, 4);
+    assert_eq!(runs(&load).1, children, "load ran while paused");
+    cluster.wait("four skipped runs counted", LIMIT, |_| {
+        metric(&address, "zkcron_chained_runs_total{outcome=\"skipped\"}") >= 4
+    });
+    let triggers = format!("{}/control/triggers", cluster.base());
+    assert!(
+        cluster
+            .zk
+            .children(&triggers)
+            .iter()
+            .filter(|name| name.starts_with("load@after-"))
+            .count()
+            >= children + 4,
+        "the skipped runs' requests are there, ended"
+    );
+
+    // When load is resumed, then the next successes of extract run it again.
+    cli(&["resume", "load"]);
+    cluster.wait("load to run again", LIMIT, |_| {
+        runs(&load).1 >= children + 2
+    });
+    children_of_parents(&extract, &load);
+}
+
+#[test]
+fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
+    let scratch = Scratch::new();
+    let (extract, load) = (scratch.out("extract"), scratch.out("load"));
+    scratch.write_task(
+        "extract",
+        &recording(&extract, "schedule = \"* * * * * *\"", 0, ""),
+    );
+    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    common::wait_for("a child run", LIMIT, || runs(&load).1 >= 1);
+    let state = scratch.path().join("state");
+    let cli = |args: &[&str]| {
+        let out = common::zkcron()
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+
+    cli(&["pause", "load"]);
+    daemon.wait_for_log_count(SKIPPED, 2, LIMIT);
+    let children = runs(&load).1;
+    daemon.wait_for_log_count(SKIPPED, 4, LIMIT);
+    assert_eq!(runs(&load).1, children, "load ran while paused");
+    common::wait_for("four skipped runs counted", LIMIT, || {
+        metric(&address, "zkcron_chained_runs_total{outcome=\"skipped\"}") >= 4
+    });
+
+    cli(&["resume", "load"]);
+    common::wait_for("load to run again", LIMIT, || runs(&load).1 >= children + 2);
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(LIMIT);
+    children_of_parents(&extract, &load);
+}
+
+#[test]
+fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
+    // Given a parent that requires a label no live node has, and its child on the only node.
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let every_second = "schedule = \"* * * * * *\"";
+    let eu = "require_labels = { zone = \"eu\" }";
+    cluster.write_task("extract", &recording(&extract, every_second, 0, eu));
+    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    cluster.write_task("anywhere", &recording(&load, every_second, 0, ""));
+    let mut node = cluster.new_node("node-a");
+    node.config = "[node]\nlabels = { zone = \"us\" }\n".to_string();
+    cluster.start(node);
+
+    // Then the parent is reported as any task no live node may run, in the log and in
+    // `status`, and neither it nor its child runs.
+    let problem =
+        "no live node may run it: require_labels zone=eu matches none of node-a (zone=us)";
+    cluster.wait_log("node-a", &format!("task extract: {problem}"), 1);
+    cluster.wait("a run of another task", LIMIT, |_| {
+        runs(&load).0.keys().any(|id| id.starts_with("anywhere@"))
+    });
+    let out = common::zkcron()
+        .args(["status", "--json"])
+        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let extract_status = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "extract")
+        .unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(extract_status["problem"], problem, "{status:#}");
+    assert_eq!(runs(&extract).1, 0);
+    assert!(runs(&load).0.keys().all(|id| id.starts_with("anywhere@")));
 }

@@ -163,12 +163,25 @@ impl<C: Coordinator> Engine<C> {
                 let ended = Arc::new(move |run| engine.handle(Input::RunEnded { run }));
                 start_run(self.shared(), spawn, ended)
             }
+            Action::SkipChained {
+                task,
+                fire_id,
+                tick,
+            } => self.skip_chained(task, fire_id, tick),
             Action::StopRuns { runs, how } => {
                 shared.runs.stop(&runs, how);
             }
             Action::CancelRetries { runs } => shared.runs.cancel_retries(&runs),
             Action::ReleaseMemory => super::memory::release_free_memory(),
         }
+    }
+
+    /// Records the end of a skipped chained run, in a task of its own.
+    fn skip_chained(self: &Arc<Self>, task: Arc<str>, fire_id: String, tick: crate::plan::Tick) {
+        let shared = self.shared().clone();
+        tokio::spawn(async move {
+            super::runs::record_skipped(&shared, &task, &fire_id, tick).await;
+        });
     }
 
     /// Runs `ask` in a task of its own and hands its answer to the core as the answer to `call`.

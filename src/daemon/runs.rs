@@ -395,6 +395,32 @@ async fn pause_after_failure<C: Coordinator>(
     }
 }
 
+/// A chained run of a paused task, claimed and skipped: its end is recorded as skipped (its
+/// trigger ends), and counted.
+pub(super) async fn record_skipped<C: Coordinator>(
+    shared: &Shared<C>,
+    name: &str,
+    fire_id: &str,
+    tick: Tick,
+) {
+    shared.metrics.chained_run_skipped();
+    let result = RunResult {
+        tick: tick.instant,
+        node: shared.node_id.clone(),
+        exit: "skipped: the task is paused".to_string(),
+        success: false,
+        attempts: 0,
+        duration_ms: 0,
+        finished_at: wall_clock(),
+        fire_id: Some(fire_id.to_string()),
+        manual: true,
+        ..RunResult::default()
+    };
+    if let Err(error) = shared.coordinator.run_ended(name, &result).await {
+        tracing::warn!(task = %name, %fire_id, "cannot record the skipped chained run ({error})");
+    }
+}
+
 /// A tick claimed ahead whose run was stopped before its instant: never spawned.
 async fn not_started<C: Coordinator>(
     shared: &Shared<C>,

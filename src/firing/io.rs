@@ -153,6 +153,13 @@ pub enum Action<P> {
     /// Start a claimed run: spawn it at `tick.due_at` and report its end as
     /// [`Input::RunEnded`].
     Spawn(Spawn<P>),
+    /// A chained run (`after`) of a paused task was claimed and is not run: record its end as
+    /// skipped (its trigger ends; `zkcron_chained_runs_total{outcome="skipped"}`).
+    SkipChained {
+        task: Arc<str>,
+        fire_id: String,
+        tick: Tick,
+    },
     /// Stop these runs (SIGTERM to their groups, or SIGKILL); a run not spawned yet is never
     /// spawned. Each still ends with [`Input::RunEnded`].
     StopRuns { runs: Vec<RunId>, how: StopHow },

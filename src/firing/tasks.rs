@@ -7,7 +7,9 @@
 //! run once: fire id = the trigger's name, its tick = when it was requested. A manual run
 //! ignores `overlap` (it is kept apart, under `<task>@manual`, so a scheduled tick does not
 //! count it) and `jitter`, moves no fire record, and is never caught up or rerun. A paused
-//! task's trigger runs: the operator asked for it.
+//! task's trigger runs: the operator asked for it. A chained run (`after`) of a paused task
+//! does not: it is claimed as any manual run, then skipped ([`Action::SkipChained`]), as a
+//! paused task's ticks are.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
+use crate::coord::record;
 
 /// The manual runs being claimed, and those claimed (until the leadership no longer lists
 /// them).
@@ -28,6 +31,15 @@ pub(super) struct Manual<P> {
     /// The newest tick this node claimed of each backfill request (a listing may not show it
     /// yet).
     pub(super) backfill_claimed: BTreeMap<String, DateTime<Utc>>,
+}
+
+/// What a manual run's won claim starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ManualStart {
+    /// The run.
+    Run,
+    /// Nothing: a chained run of a paused task, skipped (its end recorded as such).
+    SkipPaused,
 }
 
 impl<P> Default for Manual<P> {
@@ -47,6 +59,8 @@ struct ManualRun<P> {
     trigger: Trigger,
     /// [`RunKind::Manual`] or [`RunKind::Backfill`].
     kind: RunKind,
+    /// What its won claim starts.
+    start: ManualStart,
     tick: Tick,
     /// Set once prepared.
     prepared: Option<P>,
@@ -344,6 +358,10 @@ impl<P> Firing<P> {
                 if self.manual.claimed.contains(id) || self.manual.claiming.contains_key(id) {
                     continue;
                 }
+                if record::chain_of(id).is_some() && leadership.paused_tasks.contains(&**task) {
+                    self.skip_chained_run(&spec, trigger);
+                    continue;
+                }
                 self.start_manual_run(&spec, trigger, RunKind::Manual);
             }
         }
@@ -367,6 +385,7 @@ impl<P> Firing<P> {
                 task: spec.name.clone(),
                 trigger: trigger.clone(),
                 kind,
+                start: ManualStart::Run,
                 tick,
                 prepared: None,
                 delay: FIRST_RETRY,
@@ -381,6 +400,28 @@ impl<P> Firing<P> {
             tick,
             fire_id,
         );
+    }
+
+    /// Claims the chained run `trigger` of the paused task `spec` to skip it: nothing to
+    /// prepare, its claim makes one node record it as skipped.
+    fn skip_chained_run(&mut self, spec: &Arc<TaskSpec>, trigger: &Trigger) {
+        let fire_id = trigger.fire_id.clone();
+        let run = ManualRun {
+            task: spec.name.clone(),
+            trigger: trigger.clone(),
+            kind: RunKind::Manual,
+            start: ManualStart::SkipPaused,
+            tick: Tick {
+                instant: trigger.requested_at,
+                due_at: self.now,
+                catch_up: false,
+            },
+            prepared: None,
+            delay: FIRST_RETRY,
+            wake: None,
+        };
+        self.manual.claiming.insert(fire_id.clone(), run);
+        self.claim_manual(&fire_id);
     }
 
     pub(super) fn manual_prepared(&mut self, fire_id: &str, prepared: P) {
@@ -450,6 +491,16 @@ impl<P> Firing<P> {
             self.backfill_not_claimed(&task, fire_id, refused);
         }
         match outcome {
+            ClaimOutcome::Claimed if run.start == ManualStart::SkipPaused => {
+                self.manual.claimed.insert(fire_id.to_string());
+                let parent = record::chain_of(fire_id).map_or("", |(_, parent)| parent);
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, parent, "chained run skipped: {task} is paused (it would have run after {parent}); `zkcron resume {task}` lets the next ones run");
+                self.out.push_back(Action::SkipChained {
+                    task,
+                    fire_id: fire_id.to_string(),
+                    tick: run.tick,
+                });
+            }
             ClaimOutcome::Claimed => {
                 self.manual.claimed.insert(fire_id.to_string());
                 if run.kind == RunKind::Backfill {

@@ -770,6 +770,7 @@ fn deliberate_firing_bugs_are_off_by_default() {
 
 #[path = "backfill_tests.rs"]
 mod backfill;
+mod chained;
 mod pool;
 mod queue;
 mod start_order;

@@ -11,8 +11,8 @@ use zkcron::coord::backfill::{self, BackfillRecord};
 use zkcron::coord::node::io::{CreateMode, Request, ZkOp};
 use zkcron::firing::{self, Input as FireInput, RunId};
 
-use super::checker::{Checker, Kind, Violation};
 use super::drive::{Asked, BASE, Ev, Sim, T};
+use super::requested::Requested;
 use super::{Ms, NodeIx, Scenario, TaskIx, epoch};
 
 /// How long each backfill run takes.
@@ -92,7 +92,7 @@ impl Sim<'_> {
         let task = super::drive::task_ix(&spawn.task);
         self.stats.backfill_runs += 1;
         self.check
-            .on_backfill_run(self.now, &spawn.fire_id, task, n);
+            .on_requested_run(Requested::Backfill, self.now, &spawn.fire_id, task, n);
         self.timer(
             n,
             RUN_MS,
@@ -130,23 +130,5 @@ impl Sim<'_> {
         let name = self.sc.tasks[task].name.clone();
         self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
         self.core_input(n, FireInput::RunEnded { run });
-    }
-}
-
-impl Checker {
-    /// A backfill tick was claimed to run: at most once per fire id, on any node, ever.
-    pub(crate) fn on_backfill_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
-        let runs = self.backfill_runs.entry(fire_id.to_string()).or_default();
-        runs.push((at, node));
-        if runs.len() > 1 {
-            let detail = format!("backfill tick {fire_id} claimed to run again: {runs:?}");
-            self.violations.push(Violation {
-                kind: Kind::BackfillTickTwice,
-                at,
-                task: Some(task),
-                tick: None,
-                detail,
-            });
-        }
     }
 }

@@ -15,6 +15,7 @@ use zkcron::firing::{self, Input as FireInput, RunId};
 
 use super::checker::{Checker, Kind, Violation};
 use super::drive::{Asked, BASE, Sim, T};
+use super::requested::Requested;
 use super::{Ms, NodeIx, TaskIx};
 
 /// How long each chained run takes.
@@ -36,7 +37,8 @@ impl Sim<'_> {
     pub(crate) fn chained_spawned(&mut self, n: NodeIx, spawn: firing::Spawn<()>) {
         let task = super::drive::task_ix(&spawn.task);
         self.stats.chained_runs += 1;
-        self.check.on_chained_run(self.now, &spawn.fire_id, task, n);
+        self.check
+            .on_requested_run(Requested::Chained, self.now, &spawn.fire_id, task, n);
         self.timer(
             n,
             RUN_MS,
@@ -77,6 +79,32 @@ impl Sim<'_> {
         let name = self.sc.tasks[task].name.clone();
         self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
         self.core_input(n, FireInput::RunEnded { run });
+    }
+
+    /// A chained run of a paused task was claimed on node `n` and skipped: its end is recorded
+    /// as the daemon records it (its trigger ends).
+    pub(crate) fn chained_skipped(
+        &mut self,
+        n: NodeIx,
+        task: &str,
+        fire_id: String,
+        tick: DateTime<Utc>,
+    ) {
+        self.stats.chained_skipped += 1;
+        let result = RunResult {
+            tick,
+            node: self.procs[n].id.clone(),
+            exit: "skipped: the task is paused".into(),
+            finished_at: self.wall(n),
+            fire_id: Some(fire_id),
+            manual: true,
+            ..RunResult::default()
+        };
+        let request = Request::RunEnded {
+            task: task.to_string(),
+            result,
+        };
+        self.ask(n, request, Asked::RunEnded);
     }
 
     /// At the end: every chained run a stored success requested ran, or its trigger shows
@@ -142,22 +170,6 @@ impl Sim<'_> {
 }
 
 impl Checker {
-    /// A chained run was claimed to run: at most once per fire id, on any node, ever.
-    pub(crate) fn on_chained_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
-        let runs = self.chained_runs.entry(fire_id.to_string()).or_default();
-        runs.push((at, node));
-        if runs.len() > 1 {
-            let detail = format!("chained run {fire_id} claimed to run again: {runs:?}");
-            self.violations.push(Violation {
-                kind: Kind::ChainedRunTwice,
-                at,
-                task: Some(task),
-                tick: None,
-                detail,
-            });
-        }
-    }
-
     /// A node answered that a success's end, which requests `fire_ids`, is stored.
     pub(crate) fn expect_chained(&mut self, fire_ids: Vec<String>, at: Ms) {
         for fire_id in fire_ids {

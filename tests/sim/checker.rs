@@ -141,22 +141,6 @@ impl Checker {
             .retain(|r| !(r.task == task && r.tick == tick && r.node == node));
     }
 
-    /// A manual run was claimed: at most once per fire id, on any node, ever.
-    pub(crate) fn on_manual_run(&mut self, at: Ms, fire_id: &str, task: TaskIx, node: usize) {
-        let runs = self.manual_runs.entry(fire_id.to_string()).or_default();
-        runs.push((at, node));
-        if runs.len() > 1 {
-            let detail = format!("manual run {fire_id} claimed to run again: {runs:?}");
-            self.violations.push(Violation {
-                kind: Kind::ManualRunTwice,
-                at,
-                task: Some(task),
-                tick: None,
-                detail,
-            });
-        }
-    }
-
     pub(crate) fn violation(
         &mut self,
         kind: Kind,
@@ -449,6 +433,8 @@ pub(crate) struct Stats {
     pub(crate) backfill_runs: u64,
     /// Chained runs (`after`) run.
     pub(crate) chained_runs: u64,
+    /// Chained runs of a paused task, claimed and skipped.
+    pub(crate) chained_skipped: u64,
 }
 
 impl Stats {
@@ -471,6 +457,7 @@ impl Stats {
         self.on_time_checked += o.on_time_checked;
         self.backfill_runs += o.backfill_runs;
         self.chained_runs += o.chained_runs;
+        self.chained_skipped += o.chained_skipped;
     }
 }
 

@@ -32,6 +32,7 @@ use zkcron::firing::{
 use zkcron::task::{CommandLine, OverlapPolicy, Parent, TaskExtras, TaskSpec};
 
 use super::model_zk::{self, ModelZk, Write};
+use super::requested::Requested;
 use super::*;
 
 /// Adds a line to the trace, formatting it only while tracing.
@@ -1626,6 +1627,11 @@ impl<'s> Sim<'s> {
                 self.ask(n, request, ask(CoreAsk::Manual)(call));
             }
             FireAction::Spawn(spawn) => self.spawn(n, spawn),
+            FireAction::SkipChained {
+                task,
+                fire_id,
+                tick,
+            } => self.chained_skipped(n, &task, fire_id, tick.instant),
             FireAction::StopRuns { runs, how } => {
                 for run in runs {
                     self.stop_run(n, run, how);
@@ -1650,7 +1656,8 @@ impl<'s> Sim<'s> {
                 return;
             };
             note!(self, Some(n), Some(task), format!("MANUAL RUN {fire_id}"));
-            self.check.on_manual_run(self.now, &fire_id, task, n);
+            self.check
+                .on_requested_run(Requested::Manual, self.now, &fire_id, task, n);
             self.timer(n, 500, T::ManualEnd { k, run: spawn.run });
             return;
         }

@@ -291,6 +291,7 @@ mod every_node;
 mod model_zk;
 mod queued;
 mod real;
+mod requested;
 mod scenario;
 
 use checker::*;

@@ -58,6 +58,16 @@ impl ClaimJob {
             result: None,
         }
     }
+
+    /// The task (or unit) claimed.
+    pub(super) fn task(&self) -> &str {
+        &self.task
+    }
+
+    /// What the claim is for.
+    pub(super) fn intent(&self) -> ClaimIntent {
+        self.intent
+    }
 }
 
 /// What a claim that failed on the lease or the epoch found.
@@ -301,6 +311,10 @@ impl Node {
         };
         let run_path = self.paths.run(&job.task, tick);
         let ops = self.claim_ops(&job, &new, epoch, version, &run_path);
+        let Some((job, new, run_path, ops)) = self.send_with_held_result(job, new, run_path, ops)
+        else {
+            return;
+        };
         let sent = self.now.wall;
         self.call(
             ZkOp::Multi(ops),

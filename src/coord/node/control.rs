@@ -291,6 +291,11 @@ impl Node {
         self.decide();
     }
 
+    /// Whether `task` is paused, as last read.
+    pub(super) fn is_paused(&self, task: &str) -> bool {
+        self.control.paused.contains_key(task)
+    }
+
     fn set_paused(&mut self, task: String, mark: Option<Option<MarkRecord>>) {
         let defines = self
             .my_set

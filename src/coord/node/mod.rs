@@ -25,6 +25,7 @@
 //! - `requests`: the daemon's requests, and the queue of work on each task.
 //! - `claim`: fire records, fenced claims, unknown outcomes, orphans.
 //! - `runs`: live runs, results, and leaving the cluster.
+//! - `queued_start`: a queued tick's claim in the multi-op of the result of the run before it.
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
@@ -57,6 +58,7 @@ mod members;
 mod pool;
 mod pool_end;
 mod pool_orphan;
+mod queued_start;
 mod report;
 mod request_claim;
 mod requests;
@@ -221,6 +223,8 @@ enum Timer {
     Resolve(ResolveJob),
     /// Try again to record a run's end.
     RunEnded(RunEndedJob),
+    /// A run's result held for the claim of the tick queued behind it is written alone.
+    HeldResult { task: String },
     /// Delete the triggers that ended long enough ago (every `trigger::GC_EVERY`).
     Triggers,
     /// Read the operator's marks again (a read after a watch event failed).
@@ -654,6 +658,7 @@ impl Node {
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
             Timer::RunEnded(job) => self.run_ended_attempt(job),
+            Timer::HeldResult { task } => self.on_held_result_due(&task),
             Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
             Timer::PoolEnded(end) => self.pool_end_attempt(end),

@@ -217,6 +217,7 @@ impl Node {
                     context: "recording the run result",
                 },
             ),
+            Then::ResultAndClaim(write) => self.abort_result_and_claim(*write),
             Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
             Then::Trigger(step) => self.abort_trigger(step),
             Then::Backfill(step) => self.abort_backfill(step),

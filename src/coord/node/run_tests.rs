@@ -254,3 +254,7 @@ fn a_wait_for_the_runs_elsewhere_is_answered_when_their_run_znode_is_deleted() {
         asked.answer
     );
 }
+
+// A run's end and the claim of the tick queued behind it, on the same small ZooKeeper.
+#[path = "queued_start_tests.rs"]
+mod queued_start_tests;

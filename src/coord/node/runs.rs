@@ -37,9 +37,9 @@ pub(crate) struct RunsCount {
 #[derive(Debug)]
 pub(crate) struct RunEndedJob {
     req: ReqId,
-    task: String,
+    pub(super) task: String,
     result: RunResult,
-    run_path: String,
+    pub(super) run_path: String,
     attempts: u32,
     delay: Duration,
     /// Writes that found the stored result changed, in this attempt.
@@ -334,7 +334,7 @@ impl Node {
             return self.append_history(history, entry, Some(end));
         }
         let run_path = self.paths.run(&task, result.tick);
-        self.run_ended_attempt(RunEndedJob {
+        let job = RunEndedJob {
             req,
             task,
             result,
@@ -345,7 +345,11 @@ impl Node {
             last_error: None,
             existing: None,
             chain,
-        });
+        };
+        if self.holds_for_queued_claim(&job) {
+            return self.hold_result(job);
+        }
+        self.run_ended_attempt(job);
     }
 
     /// One attempt: deletes the run znode and writes the result (only if it is not older than
@@ -366,16 +370,20 @@ impl Node {
     }
 
     fn write_result(&mut self, mut job: RunEndedJob) {
-        match self.tasks.get(&job.task).and_then(|s| s.result) {
-            Some((tick, version)) => {
-                job.existing = Some((Some(tick), version));
-                self.send_result(job);
-            }
-            None => {
-                let path = self.paths.result(&job.task);
-                self.call(ZkOp::GetData { path }, Then::ResultRead { job });
-            }
+        if self.knows_stored_result(&mut job) {
+            return self.send_result(job);
         }
+        let path = self.paths.result(&job.task);
+        self.call(ZkOp::GetData { path }, Then::ResultRead { job });
+    }
+
+    /// Sets the stored result `job` writes over from the task's state, if this node knows it.
+    pub(super) fn knows_stored_result(&self, job: &mut RunEndedJob) -> bool {
+        let Some((tick, version)) = self.tasks.get(&job.task).and_then(|s| s.result) else {
+            return false;
+        };
+        job.existing = Some((Some(tick), version));
+        true
     }
 
     pub(super) fn on_result_read(&mut self, mut job: RunEndedJob, result: Result<ZkOk, ZkFail>) {
@@ -401,6 +409,23 @@ impl Node {
     }
 
     fn send_result(&mut self, job: RunEndedJob) {
+        let Some((ops, run_live, newer)) = self.result_ops(&job) else {
+            return self.run_ended_done(job);
+        };
+        self.call(
+            ZkOp::Multi(ops),
+            Then::ResultWrite {
+                job,
+                run_live,
+                newer,
+            },
+        );
+    }
+
+    /// The ops that record the end of `job`: the run znode's delete if it is live, the result
+    /// if it is newer than the stored one, the chained runs' requests; with whether the first
+    /// two are there. `None` if there is nothing to write.
+    pub(super) fn result_ops(&self, job: &RunEndedJob) -> Option<(Vec<ZkOp>, bool, bool)> {
         let stored = job.existing.and_then(|(tick, _)| tick);
         let newer = record::supersedes(stored, job.result.tick);
         // Our run znode exists while its path is in `own_runs`: the set is emptied when the
@@ -408,7 +433,7 @@ impl Node {
         let run_live = self.own_runs.contains(&job.run_path);
         let apart = self.cfg.bugs.chain_request_apart;
         if !run_live && !newer && (job.chain.is_empty() || apart) {
-            return self.run_ended_done(job);
+            return None;
         }
         let mut ops = Vec::with_capacity(2 + job.chain.len());
         if run_live {
@@ -430,14 +455,7 @@ impl Node {
             // The chained runs' requests go with the result: a stored success always has them.
             ops.extend(job.chain.iter().cloned());
         }
-        self.call(
-            ZkOp::Multi(ops),
-            Then::ResultWrite {
-                job,
-                run_live,
-                newer,
-            },
-        );
+        Some((ops, run_live, newer))
     }
 
     pub(super) fn on_result_write(
@@ -519,7 +537,7 @@ impl Node {
         }
     }
 
-    fn run_ended_done(&mut self, job: RunEndedJob) {
+    pub(super) fn run_ended_done(&mut self, job: RunEndedJob) {
         self.own_runs.remove(&job.run_path);
         if self.cfg.bugs.chain_request_apart && !job.chain.is_empty() {
             self.call(

@@ -72,6 +72,8 @@ pub(crate) struct TaskState {
     pub(super) jobs: VecDeque<TaskJob>,
     /// The task's znodes were found missing and the tree recreated for it (once only).
     pub(super) recreated: bool,
+    /// A run's result held for the claim of the tick queued behind it (`queued_start`).
+    pub(super) held_result: Option<super::runs::RunEndedJob>,
 }
 
 impl Default for Lease {
@@ -95,6 +97,7 @@ impl TaskState {
             && self.no_foreign_runs.is_none()
             && self.jobs.is_empty()
             && !self.recreated
+            && self.held_result.is_none()
     }
 }
 

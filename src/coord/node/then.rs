@@ -11,7 +11,9 @@ use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
-use super::{Node, backfill, control, foreign, gc, history, pool, pool_end, trigger};
+use super::{
+    Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, trigger,
+};
 use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
@@ -184,6 +186,8 @@ pub(super) enum Then {
         /// The multi writes the result (it is newer than the stored one).
         newer: bool,
     },
+    /// Recording a run's end and claiming the tick queued behind it, in one multi.
+    ResultAndClaim(Box<queued_start::ResultAndClaim>),
     /// One multi of leaving the cluster (member znode and leases).
     ReleaseBatch { batch: Vec<Vec<ZkOp>> },
     /// One lease released alone after its batch failed.
@@ -409,6 +413,7 @@ impl Node {
                 run_live,
                 newer,
             } => self.on_result_write(job, run_live, newer, result),
+            Then::ResultAndClaim(write) => self.on_result_and_claim(*write, result),
             Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             Then::ReleaseOne => self.on_release_one(),
             other => unreachable!("not a task reply: {other:?}"),
