@@ -124,33 +124,8 @@ impl<C: Coordinator> Engine<C> {
                 task,
                 tick,
                 intent,
-            } => self.answer(call, move |s| async move {
-                let (outcome, items) = match s.coordinator.claim_share(&task, tick, intent).await {
-                    Ok((outcome, items)) => (Ok(outcome), items),
-                    Err(error) => (Err(error), None),
-                };
-                if let Ok(outcome) = &outcome {
-                    let won = *outcome == ClaimOutcome::Claimed;
-                    s.metrics.claim(won);
-                    match intent {
-                        ClaimIntent::Skip if won => s.metrics.fired(&task, FireOutcome::Skipped),
-                        ClaimIntent::Queue if won => s.metrics.fired(&task, FireOutcome::Queued),
-                        ClaimIntent::Drop if won => s.metrics.fired(&task, FireOutcome::Dropped),
-                        _ => {}
-                    }
-                }
-                claim_answer(outcome, items)
-            }),
-            Action::Reclaim { call, task, tick } => self.answer(call, move |s| async move {
-                let (outcome, items) = match s.coordinator.reclaim_share(&task, tick).await {
-                    Ok((outcome, items)) => (Ok(outcome), items),
-                    Err(error) => (Err(error), None),
-                };
-                if let Ok(outcome) = &outcome {
-                    s.metrics.claim(*outcome == ClaimOutcome::Claimed);
-                }
-                claim_answer(outcome, items)
-            }),
+            } => self.claim(call, task, tick, intent),
+            Action::Reclaim { call, task, tick } => self.reclaim(call, task, tick),
             Action::ClaimManual {
                 call,
                 task,
@@ -174,6 +149,52 @@ impl<C: Coordinator> Engine<C> {
             Action::CancelRetries { runs } => shared.runs.cancel_retries(&runs),
             Action::ReleaseMemory => super::memory::release_free_memory(),
         }
+    }
+
+    /// Claims `tick` of `task` (its held items' units when it is pooled), counting the outcome.
+    fn claim(
+        self: &Arc<Self>,
+        call: crate::firing::CallId,
+        task: Arc<str>,
+        tick: chrono::DateTime<chrono::Utc>,
+        intent: ClaimIntent,
+    ) {
+        self.answer(call, move |s| async move {
+            let (outcome, items) = match s.coordinator.claim_share(&task, tick, intent).await {
+                Ok((outcome, items)) => (Ok(outcome), items),
+                Err(error) => (Err(error), None),
+            };
+            if let Ok(outcome) = &outcome {
+                let won = *outcome == ClaimOutcome::Claimed;
+                s.metrics.claim(won);
+                match intent {
+                    ClaimIntent::Skip if won => s.metrics.fired(&task, FireOutcome::Skipped),
+                    ClaimIntent::Queue if won => s.metrics.fired(&task, FireOutcome::Queued),
+                    ClaimIntent::Drop if won => s.metrics.fired(&task, FireOutcome::Dropped),
+                    _ => {}
+                }
+            }
+            claim_answer(outcome, items)
+        });
+    }
+
+    /// Claims again a tick this node's run of `task` lost with its previous session.
+    fn reclaim(
+        self: &Arc<Self>,
+        call: crate::firing::CallId,
+        task: Arc<str>,
+        tick: chrono::DateTime<chrono::Utc>,
+    ) {
+        self.answer(call, move |s| async move {
+            let (outcome, items) = match s.coordinator.reclaim_share(&task, tick).await {
+                Ok((outcome, items)) => (Ok(outcome), items),
+                Err(error) => (Err(error), None),
+            };
+            if let Ok(outcome) = &outcome {
+                s.metrics.claim(*outcome == ClaimOutcome::Claimed);
+            }
+            claim_answer(outcome, items)
+        });
     }
 
     /// Records the end of a skipped chained run, in a task of its own.

@@ -11,9 +11,7 @@ use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
-use super::{
-    Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, trigger,
-};
+use super::{Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, trigger};
 use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
