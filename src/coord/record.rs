@@ -280,11 +280,11 @@ pub fn chained_requests(task: &str, result: &RunResult, by: &str) -> Vec<(String
     let mut requests = Vec::new();
     for child in &result.chained {
         if result.items.is_empty() {
-            requests.push((chain_fire_id(child, &parent), record(&**child)));
+            requests.push((chain_fire_id(child, &parent), record(child)));
         }
         for item in &result.items {
             let name = chain_item_fire_id(child, item, &parent);
-            requests.push((name, record(&**child)));
+            requests.push((name, record(child)));
         }
     }
     requests
