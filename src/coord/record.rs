@@ -230,7 +230,10 @@ pub fn chain_fire_id(child: &str, parent_fire_id: &str) -> String {
 /// `parent_fire_id` causes: `<child>@item-<item>@after-<parent's fire id>`
 /// (`load@item-eu-west@after-extract@1767225600`). The nodes of a pooled tick share its fire
 /// id but never an item, so each (parent run, item) has its own; the item comes first (an
-/// item has no `@`), so no parent's fire id, chained or not, makes one of another form.
+/// item has no `@`), so no parent's fire id, chained or not, makes one of another form. It is
+/// a valid znode name (task names and items match `[a-z0-9][a-z0-9._-]{0,99}`): at most 213
+/// bytes besides the parent's fire id, and ZooKeeper bounds a name only by its request's size
+/// (`jute.maxbuffer`, 1 MB).
 pub fn chain_item_fire_id(child: &str, item: &str, parent_fire_id: &str) -> String {
     format!("{child}@item-{item}@after-{parent_fire_id}")
 }
