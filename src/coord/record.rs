@@ -568,6 +568,20 @@ mod tests {
     }
 
     #[test]
+    fn the_history_of_a_run_chained_after_an_item_names_its_parent_and_no_backfill() {
+        let parent = "extract@backfill-0000000003-1767225600";
+        let result = RunResult {
+            tick: DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
+            fire_id: Some(chain_item_fire_id("load", "eu-west", parent)),
+            manual: true,
+            ..RunResult::default()
+        };
+        let entry = HistoryEntry::of_run("load", &result, "1.0.0");
+        assert_eq!(entry.after.as_deref(), Some(parent));
+        assert!(!entry.backfill);
+    }
+
+    #[test]
     fn history_keeps_each_run_once_and_the_newest_within_both_bounds() {
         let mut runs = Vec::new();
         for i in 0..5 {
