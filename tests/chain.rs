@@ -352,6 +352,7 @@ fn on_the_local_backend_a_pooled_parent_s_tick_runs_the_child_once_per_item() {
     let (parent, child) = pooled_chain(&extract, &load, 3);
     scratch.write_task("extract", &parent);
     scratch.write_task("load", &child);
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     common::wait_for("two parent ticks", LIMIT, || lines_of(&extract).len() >= 2);
     let ran: Vec<(String, String)> = parent_items(&extract).into_keys().collect();
@@ -366,6 +367,21 @@ fn on_the_local_backend_a_pooled_parent_s_tick_runs_the_child_once_per_item() {
     common::wait_for("three children per parent tick", LIMIT, || {
         all_children_ran(&ran, &load)
     });
+    // `/metrics` counts a request per item: three per parent tick.
+    let address = daemon.served_address();
+    let requests = || -> u64 {
+        let (_, metrics) = common::http_get(&address, "/metrics");
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("zkcron_chain_requests_total"));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("zkcron_chain_requests_total missing:\n{metrics}"))
+    };
+    common::wait_for("three requests counted per parent tick", LIMIT, || {
+        let ticks = lines_of(&extract).len() as u64;
+        requests() >= 3 * ticks
+    });
+    assert_eq!(requests() % 3, 0);
     daemon.signal(Signal::SIGTERM);
     daemon.wait_exit(LIMIT);
     let after = children_of_items(&parent_items(&extract), &load);

@@ -343,7 +343,10 @@ async fn follow_run<C: Coordinator>(
             return;
         };
         match shared.coordinator.run_ended(&name, &result).await {
-            Ok(()) => shared.metrics.chain_requests(result.chained.len()),
+            // One request per chained task, and for a pooled run per item of each.
+            Ok(()) => shared
+                .metrics
+                .chain_requests(result.chained.len() * result.items.len().max(1)),
             Err(error) => {
                 tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})")
             }
