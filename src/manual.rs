@@ -264,7 +264,7 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     ),
     (
         "after",
-        r#"(array of task names; default: none) Chaining: every successful run of each named task (scheduled, manual or backfill) causes exactly one run of this task, on its leader, with the parent's \fBZKCRON_SCHEDULED_AT\fR and the fire id \fItask\fR\fB@after\-\fR\fIparent's fire id\fR (\fBload@after\-extract@1767225600\fR). The request is stored in the same atomic write as the parent's result, so a node lost right after the parent succeeded loses no child run. A task with \fBafter\fR needs no \fBschedule\fR; with one it runs on both. A name that is no task of the jobs dir, the task itself, a name given twice and a cycle are errors of this task alone."#,
+        r#"(array of task names; default: none) Chaining: every successful run of each named task (scheduled, manual or backfill) causes exactly one run of this task, on its leader, with the parent's \fBZKCRON_SCHEDULED_AT\fR and the fire id \fItask\fR\fB@after\-\fR\fIparent's fire id\fR (\fBload@after\-extract@1767225600\fR). A pooled parent's run (\fBwork_items\fR) causes one run per item it ran, with the fire id \fItask\fR\fB@item\-\fR\fIitem\fR\fB@after\-\fR\fIparent's fire id\fR and the item in \fBZKCRON_AFTER_ITEM\fR. The request is stored in the same atomic write as the parent's result, so a node lost right after the parent succeeded loses no child run. A task with \fBafter\fR needs no \fBschedule\fR; with one it runs on both. A name that is no task of the jobs dir, the task itself, a name given twice, a task with \fBrun_on = "every_node"\fR and a cycle are errors of this task alone."#,
     ),
 ];
 
@@ -316,6 +316,9 @@ The node id.
 .TP
 \fBZKCRON_WORK_ITEMS\fR, \fBZKCRON_WORK_TOTAL\fR
 Only for a task with \fBwork_items\fR: the run's items, comma\-separated in the task file's order, and the number of items in the pool.
+.TP
+\fBZKCRON_AFTER_ITEM\fR
+Only for a run chained (\fBafter\fR) after a pooled parent: the parent's item it follows.
 .PP
 and finally the task's \fBenv\fR.
 .SH EXAMPLE

@@ -2,10 +2,12 @@
 //! nodes, the jobs' own lines. Every successful run of the parent causes exactly one run of the
 //! child, with the parent's `ZKCRON_SCHEDULED_AT` and the fire id `load@after-<parent's>`,
 //! also when the parent's node is killed (kill -9) right after the parent's result is stored;
-//! a failing parent runs no child; the local backend does the same through a restart; a chained
-//! run of a paused child is skipped (logged with its parent, counted) on both backends; a
-//! parent no live node may run is reported as any ineligible task; and `validate` names a
-//! missing parent and a cycle with file, line and column.
+//! a failing parent runs no child; the local backend does the same through a restart; a
+//! pooled parent's run causes one child run per item it ran (`load@item-<item>@after-<parent's>`,
+//! the item in `ZKCRON_AFTER_ITEM`), on both backends; a chained run of a paused child is
+//! skipped (logged with its parent, counted) on both backends; a parent no live node may run is
+//! reported as any ineligible task; and `validate` names a missing parent and a cycle with file,
+//! line and column.
 
 mod common;
 
@@ -222,6 +224,178 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     let missing: Vec<&String> = parents.keys().filter(|p| !after.contains(p)).collect();
     // A parent run cut short by the kill (or the stop) stored no success: at most those.
     assert!(missing.len() <= 2, "parents without a child: {missing:?}");
+}
+
+/// A pooled parent `extract` of `items` items every second whose job appends "<fire id>
+/// <scheduled at> <node> <items>" to `out`, and its child `load`, whose job appends "<fire id>
+/// <scheduled at> <node> <ZKCRON_AFTER_ITEM>" to `child_out`.
+fn pooled_chain(out: &Path, child_out: &Path, items: usize) -> (String, String) {
+    let job = |out: &Path, last: &str| {
+        format!(
+            "command = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_NODE ${last}\" >> {}']\n",
+            out.display()
+        )
+    };
+    let parent = format!(
+        "schedule = \"* * * * * *\"\nwork_items = {items}\n{}",
+        job(out, "ZKCRON_WORK_ITEMS")
+    );
+    let child = format!(
+        "after = [\"extract\"]\n{}",
+        job(child_out, "ZKCRON_AFTER_ITEM")
+    );
+    (parent, child)
+}
+
+/// The complete lines a job of [`pooled_chain`] wrote, split into their four words.
+fn lines_of(out: &Path) -> Vec<[String; 4]> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    complete
+        .lines()
+        .map(|line| {
+            let words: Vec<String> = line.split(' ').map(str::to_string).collect();
+            words
+                .try_into()
+                .unwrap_or_else(|w| panic!("malformed line {w:?}"))
+        })
+        .collect()
+}
+
+/// The parent's (fire id, item) pairs that ran, each with its scheduled instant; checks that
+/// none ran twice.
+#[track_caller]
+fn parent_items(out: &Path) -> BTreeMap<(String, String), String> {
+    let mut pairs = BTreeMap::new();
+    for [id, at, node, items] in lines_of(out) {
+        for item in items.split(',') {
+            let earlier = pairs.insert((id.clone(), item.to_string()), at.clone());
+            assert!(earlier.is_none(), "{id} item {item} ran twice (on {node})");
+        }
+    }
+    pairs
+}
+
+/// Checks that every child run is of a parent's (fire id, item) that ran, with that item in
+/// `ZKCRON_AFTER_ITEM` and the parent's scheduled instant, and that none ran twice; returns
+/// the parents' (fire id, item) pairs the children ran after.
+#[track_caller]
+fn children_of_items(
+    parents: &BTreeMap<(String, String), String>,
+    children: &Path,
+) -> Vec<(String, String)> {
+    let mut after = Vec::new();
+    for [id, at, _, item] in lines_of(children) {
+        let (named, parent) = id
+            .strip_prefix("load@item-")
+            .and_then(|rest| rest.split_once("@after-"))
+            .unwrap_or_else(|| panic!("fire id {id}"));
+        assert_eq!(named, item, "{id}: ZKCRON_AFTER_ITEM is the item");
+        let pair = (parent.to_string(), item.clone());
+        let parent_at = parents
+            .get(&pair)
+            .unwrap_or_else(|| panic!("{id} ran after no parent run of its item"));
+        assert_eq!(&at, parent_at, "{id}: ZKCRON_SCHEDULED_AT is the parent's");
+        assert!(!after.contains(&pair), "{id} ran twice");
+        after.push(pair);
+    }
+    after
+}
+
+/// Whether each of `pairs` has had its child run.
+fn all_children_ran(pairs: &[(String, String)], children: &Path) -> bool {
+    let ran: Vec<String> = lines_of(children).into_iter().map(|[id, ..]| id).collect();
+    pairs.iter().all(|(parent, item)| {
+        let id = format!("load@item-{item}@after-{parent}");
+        ran.contains(&id)
+    })
+}
+
+#[test]
+fn each_item_of_a_pooled_parent_s_success_runs_the_child_once_with_its_item_in_a_cluster() {
+    let mut cluster = Cluster::new();
+    let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
+    let (parent, child) = pooled_chain(&extract, &load, 6);
+    cluster.write_task("extract", &parent);
+    cluster.write_task("load", &child);
+    for id in ["node-a", "node-b", "node-c"] {
+        let node = cluster.new_node(id);
+        cluster.start(node);
+    }
+    // Three ticks whose six items all ran (on the nodes that owned them then).
+    let full_ticks = |pairs: &BTreeMap<(String, String), String>| {
+        let mut items: BTreeMap<&str, usize> = BTreeMap::new();
+        for (id, _) in pairs.keys() {
+            *items.entry(id).or_default() += 1;
+        }
+        items.values().filter(|n| **n == 6).count()
+    };
+    cluster.wait("three ticks of all six items", LIMIT, |_| {
+        full_ticks(&parent_items(&extract)) >= 3
+    });
+    let ran: Vec<(String, String)> = parent_items(&extract).into_keys().collect();
+    cluster.wait("a child run for each item that ran", LIMIT, |_| {
+        all_children_ran(&ran, &load)
+    });
+    let parents = parent_items(&extract);
+    let after = children_of_items(&parents, &load);
+    assert!(after.len() >= ran.len(), "{after:?}");
+    let nodes: std::collections::BTreeSet<String> = lines_of(&extract)
+        .into_iter()
+        .map(|[_, _, node, _]| node)
+        .collect();
+    assert!(nodes.len() > 1, "the pool ran on {nodes:?} only");
+}
+
+#[test]
+fn on_the_local_backend_a_pooled_parent_s_tick_runs_the_child_once_per_item() {
+    let scratch = Scratch::new();
+    let (extract, load) = (scratch.out("extract"), scratch.out("load"));
+    let (parent, child) = pooled_chain(&extract, &load, 3);
+    scratch.write_task("extract", &parent);
+    scratch.write_task("load", &child);
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    common::wait_for("two parent ticks", LIMIT, || lines_of(&extract).len() >= 2);
+    let ran: Vec<(String, String)> = parent_items(&extract).into_keys().collect();
+    // One run per tick with every item.
+    assert!(
+        lines_of(&extract)
+            .iter()
+            .all(|[.., items]| items == "0,1,2"),
+        "{:?}",
+        lines_of(&extract)
+    );
+    common::wait_for("three children per parent tick", LIMIT, || {
+        all_children_ran(&ran, &load)
+    });
+    // `/metrics` counts a request per item: three per parent tick.
+    let address = daemon.served_address();
+    let requests = || -> u64 {
+        let (_, metrics) = common::http_get(&address, "/metrics");
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("zkcron_chain_requests_total"));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("zkcron_chain_requests_total missing:\n{metrics}"))
+    };
+    common::wait_for("three requests counted per parent tick", LIMIT, || {
+        let ticks = lines_of(&extract).len() as u64;
+        requests() >= 3 * ticks
+    });
+    assert_eq!(requests() % 3, 0);
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(LIMIT);
+    let after = children_of_items(&parent_items(&extract), &load);
+    let mut per_tick: BTreeMap<&str, usize> = BTreeMap::new();
+    for (parent, _) in &after {
+        *per_tick.entry(parent).or_default() += 1;
+    }
+    assert!(per_tick.values().all(|n| *n <= 3), "{per_tick:?}");
+    assert!(
+        per_tick.values().filter(|n| **n == 3).count() >= 2,
+        "{per_tick:?}"
+    );
 }
 
 #[test]

@@ -164,6 +164,11 @@ pub struct RunResult {
     /// run's end, so a stored success always comes with its chained requests.
     #[serde(skip)]
     pub chained: Vec<Arc<str>>,
+    /// A pooled task's run: the work items it ran, in the task file's order (empty for any
+    /// other task). A success requests one run of each chained task per item
+    /// ([`record::chain_item_fire_id`]).
+    #[serde(skip)]
+    pub items: Vec<String>,
 }
 
 impl RunResult {

@@ -220,44 +220,77 @@ pub fn manual_task(fire_id: &str) -> Option<&str> {
 /// The fire id of the run of `child` that the run `parent_fire_id` of one of the tasks in its
 /// `after` causes: `<child>@after-<parent's fire id>` (`load@after-extract@1767225600`). A
 /// parent's fire id is unique per run (`<task>@<unix>`, `<task>@manual-<10 digits>`,
-/// `<task>@backfill-<10 digits>-<unix>`, or one of this form), so no two parent runs map to
-/// one child run, and a task name has no `@`, so no other fire id has this form.
+/// `<task>@backfill-<10 digits>-<unix>`, or one of the chained forms), so no two parent runs
+/// map to one child run, and a task name has no `@`, so no other fire id has this form.
 pub fn chain_fire_id(child: &str, parent_fire_id: &str) -> String {
     format!("{child}@after-{parent_fire_id}")
 }
 
-/// The child task and the parent's fire id of a fire id of [`chain_fire_id`]'s form.
+/// The fire id of the run of `child` that the item `item` of a pooled parent's run
+/// `parent_fire_id` causes: `<child>@item-<item>@after-<parent's fire id>`
+/// (`load@item-eu-west@after-extract@1767225600`). The nodes of a pooled tick share its fire
+/// id but never an item, so each (parent run, item) has its own; the item comes first (an
+/// item has no `@`), so no parent's fire id, chained or not, makes one of another form. It is
+/// a valid znode name (task names and items match `[a-z0-9][a-z0-9._-]{0,99}`): at most 213
+/// bytes besides the parent's fire id, and ZooKeeper bounds a name only by its request's size
+/// (`jute.maxbuffer`, 1 MB).
+pub fn chain_item_fire_id(child: &str, item: &str, parent_fire_id: &str) -> String {
+    format!("{child}@item-{item}@after-{parent_fire_id}")
+}
+
+/// The child task and the parent's fire id of a fire id of [`chain_fire_id`]'s or
+/// [`chain_item_fire_id`]'s form.
 pub fn chain_of(fire_id: &str) -> Option<(&str, &str)> {
-    let (child, parent) = fire_id.split_once("@after-")?;
+    let (child, rest) = fire_id.split_once('@')?;
+    let parent = match rest.strip_prefix("item-") {
+        Some(rest) => {
+            let (item, parent) = rest.split_once("@after-")?;
+            crate::task::is_valid_task_name(item).then_some(parent)?
+        }
+        None => rest.strip_prefix("after-")?,
+    };
     (crate::task::is_valid_task_name(child) && parent.contains('@')).then_some((child, parent))
 }
 
+/// The parent's work item of a fire id of [`chain_item_fire_id`]'s form (the run's
+/// `ZKCRON_AFTER_ITEM`).
+pub fn chain_item(fire_id: &str) -> Option<&str> {
+    chain_of(fire_id)?;
+    let (_, rest) = fire_id.split_once('@')?;
+    Some(rest.strip_prefix("item-")?.split_once('@')?.0)
+}
+
 /// The requests of the runs that `task`'s run that ended with `result` causes (`after`): for a
-/// success, each chained task's trigger, pending, named by [`chain_fire_id`], asked `by`.
+/// success, each chained task's trigger, pending, asked `by`, named by [`chain_fire_id`], or
+/// for a pooled run by [`chain_item_fire_id`], one per item of `result.items`.
 pub fn chained_requests(task: &str, result: &RunResult, by: &str) -> Vec<(String, TriggerRecord)> {
     if !result.success {
         return Vec::new();
     }
     let parent = result.fire_id_of(task);
-    result
-        .chained
-        .iter()
-        .map(|child| {
-            let record = TriggerRecord {
-                format: FORMAT_VERSION,
-                task: child.to_string(),
-                requested_at: result.tick,
-                by: by.to_string(),
-                state: TriggerState::Pending,
-                node: None,
-                claimed_at: None,
-                result: None,
-                reason: None,
-                after: Some(parent.clone()),
-            };
-            (chain_fire_id(child, &parent), record)
-        })
-        .collect()
+    let record = |child: &str| TriggerRecord {
+        format: FORMAT_VERSION,
+        task: child.to_string(),
+        requested_at: result.tick,
+        by: by.to_string(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+        after: Some(parent.clone()),
+    };
+    let mut requests = Vec::new();
+    for child in &result.chained {
+        if result.items.is_empty() {
+            requests.push((chain_fire_id(child, &parent), record(child)));
+        }
+        for item in &result.items {
+            let name = chain_item_fire_id(child, item, &parent);
+            requests.push((name, record(child)));
+        }
+    }
+    requests
 }
 
 /// The task of a trigger's name: a manual run's or a chained run's.
@@ -506,6 +539,46 @@ mod tests {
         assert_eq!(chain_of("load@manual-0000000001"), None);
         assert_eq!(chain_of("Load@after-extract@1"), None);
         assert_eq!(chain_of("load@after-extract"), None);
+    }
+
+    #[test]
+    fn a_pooled_parent_s_chained_run_names_its_item_in_a_form_of_its_own() {
+        for parent in [
+            "extract@1767225600",
+            "extract@manual-0000000042",
+            "extract@item-eu-west@after-raw@1767225600",
+        ] {
+            let id = chain_item_fire_id("load", "eu-west", parent);
+            assert_eq!(chain_of(&id), Some(("load", parent)));
+            assert_eq!(chain_item(&id), Some("eu-west"));
+            assert_eq!(trigger_task(&id), Some("load"));
+            assert_eq!(manual_task(&id), None);
+            assert_eq!(crate::coord::backfill::of_fire_id(&id), None);
+        }
+        // The plain form, with a parent whose own fire id names an item, has no item.
+        let id = chain_fire_id("load", "extract@item-eu-west@after-raw@1767225600");
+        assert_eq!(chain_item(&id), None);
+        assert_ne!(
+            id,
+            chain_item_fire_id("load", "eu-west", "extract@after-raw@1767225600")
+        );
+        assert_eq!(chain_of("load@item-@after-extract@1"), None);
+        assert_eq!(chain_of("load@item-Eu@after-extract@1"), None);
+        assert_eq!(chain_item("load@after-extract@1"), None);
+    }
+
+    #[test]
+    fn the_history_of_a_run_chained_after_an_item_names_its_parent_and_no_backfill() {
+        let parent = "extract@backfill-0000000003-1767225600";
+        let result = RunResult {
+            tick: DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
+            fire_id: Some(chain_item_fire_id("load", "eu-west", parent)),
+            manual: true,
+            ..RunResult::default()
+        };
+        let entry = HistoryEntry::of_run("load", &result, "1.0.0");
+        assert_eq!(entry.after.as_deref(), Some(parent));
+        assert!(!entry.backfill);
     }
 
     #[test]

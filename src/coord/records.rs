@@ -305,7 +305,8 @@ pub struct HistoryEntry {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfill: bool,
     /// A chained run (`after`): the fire id of the parent's run that caused it (the fire id is
-    /// `<task>@after-<that>`; `trigger` is `manual`). Written only then.
+    /// `<task>@after-<that>`, or `<task>@item-<item>@after-<that>` after a pooled parent's
+    /// item; `trigger` is `manual`). Written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
     /// A pooled task's run on one node: its work items, in the task file's order. Written
@@ -324,9 +325,9 @@ impl HistoryEntry {
         let after = result
             .fire_id
             .as_deref()
-            .and_then(|id| id.split_once("@after-"))
-            .filter(|(task, _)| result.manual && !task.contains('@'))
-            .map(|(_, parent)| parent.to_string());
+            .filter(|_| result.manual)
+            .and_then(chained_parent)
+            .map(str::to_string);
         HistoryEntry {
             fire_id: result
                 .fire_id
@@ -361,6 +362,18 @@ impl HistoryEntry {
             items: None,
         }
     }
+}
+
+/// The parent's fire id of a chained run's fire id: `<task>@after-<parent>`, or
+/// `<task>@item-<item>@after-<parent>` after an item of a pooled parent (a task name and an
+/// item have no `@`).
+fn chained_parent(fire_id: &str) -> Option<&str> {
+    let (_, rest) = fire_id.split_once('@')?;
+    let rest = match rest.strip_prefix("item-") {
+        Some(rest) => rest.split_once('@')?.1,
+        None => rest,
+    };
+    rest.strip_prefix("after-")
 }
 
 /// `tasks/<task>/history`: the task's last runs, oldest first, at most `[scheduler]

@@ -101,7 +101,8 @@ fn stop_entry(entry: &RunEntry, how: StopHow) -> watch::Receiver<bool> {
 
 /// What the executor needs to run `tick` of `spec` on this node. A pooled task's run is
 /// prepared with every item (`ZKCRON_WORK_ITEMS`), as the local backend's one host runs them
-/// all; in a cluster, [`start_run`] gives it the items its claim won.
+/// all; in a cluster, [`start_run`] gives it the items its claim won. A run chained after an
+/// item of a pooled parent's run gets that item as `ZKCRON_AFTER_ITEM`.
 pub(super) fn run_request<C: Coordinator>(
     spec: &TaskSpec,
     shared: &Shared<C>,
@@ -111,6 +112,9 @@ pub(super) fn run_request<C: Coordinator>(
     let run_on = &spec.extras.run_on;
     let mut env = spec.extras.env.clone();
     env.extend(run_on.work_env(run_on.items().unwrap_or_default()));
+    if let Some(item) = crate::coord::record::chain_item(fire_id) {
+        env.insert("ZKCRON_AFTER_ITEM".into(), item.into());
+    }
     RunRequest {
         task: spec.name.to_string(),
         fire_id: fire_id.to_string(),
@@ -168,6 +172,11 @@ pub(super) fn start_run<C: Coordinator>(
         // The claim won these items of the pool (prepared with every item): the run gets them.
         prepared.set_env("ZKCRON_WORK_ITEMS", &items.join(","));
     }
+    // `ZKCRON_` names are reserved: the variable is set only for a pooled task's run.
+    let items = match prepared.request().env.get("ZKCRON_WORK_ITEMS") {
+        Some(items) => items.split(',').map(str::to_string).collect(),
+        None => Vec::new(),
+    };
     let claimed_at = tokio::time::Instant::now();
     let shared = shared.clone();
     let session = shared.leadership.borrow().session_losses;
@@ -179,6 +188,7 @@ pub(super) fn start_run<C: Coordinator>(
         tick,
         kind,
         chained,
+        items,
         done,
         ended,
     };
@@ -208,6 +218,8 @@ struct LiveRun {
     kind: RunKind,
     /// The tasks that run after this one (`after`).
     chained: Arc<[Arc<str>]>,
+    /// A pooled task's run: the items it runs (a success requests its chained runs per item).
+    items: Vec<String>,
     /// Turned true when the run has ended.
     done: watch::Sender<bool>,
     ended: RunEndedTo,
@@ -320,6 +332,7 @@ async fn follow_run<C: Coordinator>(
         result.manual = run.kind != RunKind::Scheduled;
         if outcome.succeeded() {
             result.chained = run.chained.to_vec();
+            result.items = run.items;
         }
         let _ = ended_tx.send((result, outcome.failed()));
     };
@@ -330,7 +343,10 @@ async fn follow_run<C: Coordinator>(
             return;
         };
         match shared.coordinator.run_ended(&name, &result).await {
-            Ok(()) => shared.metrics.chain_requests(result.chained.len()),
+            // One request per chained task, and for a pooled run per item of each.
+            Ok(()) => shared
+                .metrics
+                .chain_requests(result.chained.len() * result.items.len().max(1)),
             Err(error) => {
                 tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})")
             }

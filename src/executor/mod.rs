@@ -220,6 +220,11 @@ impl PreparedRun {
         self.first.as_ref().err().map(String::as_str)
     }
 
+    /// The run's request, with what [`PreparedRun::set_env`] set since it was prepared.
+    pub fn request(&self) -> &RunRequest {
+        &self.request
+    }
+
     /// Sets the variable `name` to `value` in the environment of every attempt: what a claim
     /// decided after the preparation (a pooled task's items).
     pub fn set_env(&mut self, name: &str, value: &str) {

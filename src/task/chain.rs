@@ -150,11 +150,11 @@ fn missing_parents<T: Borrow<TaskSpec>>(tasks: &[T], errors: &[TaskFileError]) -
     found
 }
 
-/// An error for each name in an `after` that is a task whose tick is split over nodes: one
-/// running on every node, or a pooled one (`work_items`, whose nodes each run their items of
-/// the tick). Their runs of one tick share the tick's fire id, so "one run after each parent
-/// run" has no id to count by, and a child would run once per tick, not once per parent run,
-/// without saying so.
+/// An error for each name in an `after` that is a task running on every node: its nodes'
+/// runs of one tick share the tick's fire id, so "one run after each parent run" has no id to
+/// count by, and a child would run once per tick, not once per parent run, without saying so.
+/// A pooled parent (`work_items`) is no error: each of its items runs once per tick, and a
+/// child runs once per item of each successful run.
 fn split_parents<T: Borrow<TaskSpec>>(tasks: &[T], found: &mut Found) {
     for task in tasks.iter().map(Borrow::borrow) {
         for parent in &task.extras.after {
@@ -163,29 +163,17 @@ fn split_parents<T: Borrow<TaskSpec>>(tasks: &[T], found: &mut Found) {
                 .map(Borrow::borrow)
                 .find(|t| t.name == parent.name)
                 .map(|t| &t.extras.run_on);
-            let (message, help) = match run_on {
-                Some(RunOn::EveryNode) => (
-                    format!(
-                        "`after` names {:?}, which runs on every node (`run_on = \"every_node\"`): a chained run follows a task whose tick runs once",
-                        parent.name
-                    ),
-                    format!(
-                        "remove {:?} from `after`, or give it `run_on = \"leader\"` (the default)",
-                        parent.name
-                    ),
-                ),
-                Some(RunOn::Items(_)) => (
-                    format!(
-                        "`after` names {:?}, which has work items (`work_items`): its tick runs in parts on the nodes that own its items, and a chained run follows a task whose tick runs once",
-                        parent.name
-                    ),
-                    format!(
-                        "remove {:?} from `after`, or remove `work_items` from {}.toml",
-                        parent.name, parent.name
-                    ),
-                ),
-                Some(RunOn::Leader) | None => continue,
-            };
+            if run_on != Some(&RunOn::EveryNode) {
+                continue;
+            }
+            let message = format!(
+                "`after` names {:?}, which runs on every node (`run_on = \"every_node\"`): a chained run follows a task whose tick runs once",
+                parent.name
+            );
+            let help = format!(
+                "remove {:?} from `after`, or give it `run_on = \"leader\"` (the default)",
+                parent.name
+            );
             found
                 .entry(task.name.clone())
                 .or_default()

@@ -1,10 +1,10 @@
 //! A run's end and the requests of the runs it causes (`after`): made in the multi-op that
-//! stores the end, once, and only for a success.
+//! stores the end, once, and only for a success; a pooled run's, one per item it ran.
 
 use super::*;
-use crate::coord::RunResult;
 use crate::coord::node::io::Answered;
 use crate::coord::records::TriggerRecord;
+use crate::coord::{ClaimIntent, RunResult};
 
 const TICK: i64 = 1_800_000_000;
 
@@ -40,11 +40,11 @@ fn triggers(store: &Store) -> BTreeMap<String, TriggerRecord> {
         .collect()
 }
 
-/// Asks the node to record `result` as `t`'s run's end, answering its calls from `store`;
+/// Asks the node to record `result` as `task`'s run's end, answering its calls from `store`;
 /// the calls it made.
-fn end(node: &mut Node, store: &mut Store, ms: u64, result: RunResult) -> Vec<ZkOp> {
+fn end(node: &mut Node, store: &mut Store, ms: u64, task: &str, result: RunResult) -> Vec<ZkOp> {
     let request = Request::RunEnded {
-        task: "t".into(),
+        task: task.into(),
         result,
     };
     node.handle(Input::Request { req: 900, request }, at(ms));
@@ -84,7 +84,7 @@ fn paths(ops: &[ZkOp]) -> Vec<String> {
 fn a_success_requests_each_chained_run_in_the_multi_that_stores_its_result_once() {
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("t", "")]);
-    let calls = end(&mut node, &mut store, 100, ended(true));
+    let calls = end(&mut node, &mut store, 100, "t", ended(true));
     let name = format!("load@after-t@{TICK}");
     let multis: Vec<&Vec<ZkOp>> = calls
         .iter()
@@ -109,7 +109,7 @@ fn a_success_requests_each_chained_run_in_the_multi_that_stores_its_result_once(
     assert_eq!(record.requested_at.timestamp(), TICK);
 
     // The same end written again (its answer lost): the request exists, nothing is added.
-    end(&mut node, &mut store, 200, ended(true));
+    end(&mut node, &mut store, 200, "t", ended(true));
     assert_eq!(triggers(&store).len(), 1);
 }
 
@@ -117,6 +117,106 @@ fn a_success_requests_each_chained_run_in_the_multi_that_stores_its_result_once(
 fn a_failed_run_requests_no_chained_run() {
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("t", "")]);
-    end(&mut node, &mut store, 100, ended(false));
+    end(&mut node, &mut store, 100, "t", ended(false));
+    assert!(triggers(&store).is_empty());
+}
+
+/// A node holding every unit of the pooled `p` (items "0" to "2"), whose tick it has claimed.
+fn pooled_claimed(store: &mut Store) -> Node {
+    let (mut node, _) = started(store, vec![spec("p", "work_items = 3")]);
+    let request = Request::Claim {
+        task: "p".into(),
+        tick: DateTime::from_timestamp(TICK, 0).unwrap(),
+        intent: ClaimIntent::Run,
+    };
+    node.handle(Input::Request { req: 901, request }, at(50));
+    let mut answer = None;
+    for _ in 0..20 {
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        for output in outputs {
+            match output {
+                Output::Call { op, zk } => {
+                    let result = store.apply(&zk, at(50));
+                    node.handle(Input::Reply { op, result }, at(50));
+                }
+                Output::Answer {
+                    req: 901,
+                    answer: a,
+                } => answer = Some(a),
+                _ => {}
+            }
+        }
+    }
+    let items = vec!["0".to_string(), "1".into(), "2".into()];
+    assert_eq!(answer.unwrap().unwrap(), Answered::ClaimedItems(items));
+    node
+}
+
+/// The names of the chained runs a success of `p@<TICK>` requests, one per item.
+fn item_requests() -> Vec<String> {
+    (0..3)
+        .map(|item| format!("load@item-{item}@after-p@{TICK}"))
+        .collect()
+}
+
+#[test]
+fn a_pooled_success_requests_one_chained_run_per_item_in_the_multi_that_stores_its_results() {
+    let mut store = Store::default();
+    let mut node = pooled_claimed(&mut store);
+    let calls = end(&mut node, &mut store, 100, "p", ended(true));
+    let multis: Vec<&Vec<ZkOp>> = calls
+        .iter()
+        .filter_map(|zk| match zk {
+            ZkOp::Multi(ops) => Some(ops),
+            _ => None,
+        })
+        .collect();
+    let [ops] = multis.as_slice() else {
+        panic!("one multi-op: {calls:?}");
+    };
+    let results = (0..3).map(|item| format!("{BASE}/tasks/p@{item}/result"));
+    let requests = item_requests()
+        .into_iter()
+        .map(|name| format!("{BASE}/control/triggers/{name}"));
+    assert_eq!(paths(ops), results.chain(requests).collect::<Vec<_>>());
+    let triggers = triggers(&store);
+    assert_eq!(
+        triggers.keys().cloned().collect::<Vec<_>>(),
+        item_requests()
+    );
+    for record in triggers.values() {
+        assert_eq!(record.task, "load");
+        assert_eq!(record.after.as_deref(), Some(&*format!("p@{TICK}")));
+        assert_eq!(record.requested_at.timestamp(), TICK);
+    }
+}
+
+#[test]
+fn a_pooled_end_whose_requests_were_made_by_an_earlier_attempt_stores_its_results_alone() {
+    let mut store = Store::default();
+    let mut node = pooled_claimed(&mut store);
+    // An earlier attempt of the write made the requests, and its answer was lost.
+    let made = format!("{BASE}/control/triggers/{}", item_requests()[1]);
+    store.znodes.insert(made, (b"{}".to_vec(), Stat::default()));
+    end(&mut node, &mut store, 100, "p", ended(true));
+    for item in 0..3 {
+        let result = format!("{BASE}/tasks/p@{item}/result");
+        assert!(store.znodes.contains_key(&result), "{result}");
+    }
+    // The write without the requests: the existing one stays as it was, none is added.
+    let names: Vec<String> = store
+        .znodes
+        .keys()
+        .filter_map(|path| path.strip_prefix(&format!("{BASE}/control/triggers/")))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(names, [item_requests()[1].clone()]);
+}
+
+#[test]
+fn a_failed_pooled_run_requests_no_chained_run() {
+    let mut store = Store::default();
+    let mut node = pooled_claimed(&mut store);
+    end(&mut node, &mut store, 100, "p", ended(false));
     assert!(triggers(&store).is_empty());
 }

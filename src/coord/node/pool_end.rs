@@ -1,7 +1,9 @@
 //! The end of a pooled task's run on this node: one multi-op deletes the run znode of every
 //! unit the run's claim named and stores the run's result in each unit (where it is not older
-//! than the stored one), retried as a task's result is; the history gets one entry for the
-//! node's run, naming its items, in the history of its first item's unit.
+//! than the stored one), retried as a task's result is, and for a success creates in the same
+//! multi-op one chained run's request per item and task that runs after it (`after`); the
+//! history gets one entry for the node's run, naming its items, in the history of its first
+//! item's unit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +25,9 @@ pub(crate) struct PoolEnd {
     task: String,
     result: RunResult,
     units: Vec<String>,
+    /// The creates of the chained runs' requests (one per item and chained task), written
+    /// with the results; emptied once an attempt finds them made.
+    chain: Vec<ZkOp>,
     /// Each unit's stored result as read: its tick, and its znode version (`None`: absent).
     stored: BTreeMap<String, (Option<DateTime<Utc>>, Option<i32>)>,
     outstanding: usize,
@@ -32,7 +37,7 @@ pub(crate) struct PoolEnd {
 
 impl Node {
     /// Records the end of the pooled `task`'s run `result`, on the units its claim named.
-    pub(super) fn pool_run_ended(&mut self, req: ReqId, task: String, result: RunResult) {
+    pub(super) fn pool_run_ended(&mut self, req: ReqId, task: String, mut result: RunResult) {
         let Some(units) = self.pool_runs.remove(&(task.clone(), result.tick)) else {
             // No claim of this node names the tick (its session went before the claim was
             // answered): nothing of it is stored.
@@ -41,11 +46,18 @@ impl Node {
                 .field("tick", result.tick);
             return self.answer(req, Ok(Answered::Done));
         };
+        // The items are the ones the claim named: the chained runs' requests are per item.
+        result.items = units
+            .iter()
+            .filter_map(|unit| Some(lease::split_unit(unit)?.1.to_string()))
+            .collect();
+        let chain = self.chain_creates(&task, &result);
         let end = PoolEnd {
             req,
             task,
             result,
             units,
+            chain,
             stored: BTreeMap::new(),
             outstanding: 0,
             attempts: 0,
@@ -145,6 +157,8 @@ impl Node {
                 ops.push(self.put_record(path, data.clone(), version));
             }
         }
+        // The chained runs' requests go with the results: a stored success always has them.
+        ops.extend(end.chain.iter().cloned());
         if ops.is_empty() {
             return self.pool_end_done(end);
         }
@@ -172,6 +186,17 @@ impl Node {
                     }
                 }
                 self.pool_end_done(end);
+            }
+            Err(ZkFail::Multi { index, error })
+                if *error == ZkFail::NodeExists && end.chain.contains(&ops[index]) =>
+            {
+                // A chained run's request exists: an earlier attempt of this write, whose
+                // answer was lost, made them all. Write the rest without them.
+                self.report(Level::Debug, "the chained runs were requested already")
+                    .field("task", &end.task);
+                let mut end = end;
+                end.chain.clear();
+                self.pool_end_attempt(end);
             }
             Err(ZkFail::Multi { index, error }) => {
                 match &ops[index] {
@@ -262,13 +287,8 @@ impl Node {
             self.own_runs.remove(&self.paths.run(unit, end.result.tick));
         }
         self.answer(end.req, Ok(Answered::Done));
-        let items: Vec<String> = end
-            .units
-            .iter()
-            .filter_map(|unit| Some(lease::split_unit(unit)?.1.to_string()))
-            .collect();
         let mut entry = HistoryEntry::of_run(&end.task, &end.result, &self.cfg.release.to_string());
-        entry.items = Some(items);
+        entry.items = Some(end.result.items.clone());
         let first = end.units[0].clone();
         self.append_history(first, entry, None);
     }
