@@ -771,4 +771,5 @@ fn deliberate_firing_bugs_are_off_by_default() {
 #[path = "backfill_tests.rs"]
 mod backfill;
 mod queue;
+mod reload;
 mod start_order;
