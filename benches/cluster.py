@@ -1215,6 +1215,9 @@ def scale(args, window=True):
                                              if designated and designated.get(t) == h),
         })
         if not window:
+            # Every write since the server started (a failed multi is one too): the counter
+            # part of the zxid, on a server of its own.
+            result["zk_transactions"] = run.zk.zxid() & 0xFFFFFFFF
             result["settled"] = settled is not None
             result["settle_s"] = round(settled - t0, 1) if settled else None
             result["warnings"] = anomalies(nodes)

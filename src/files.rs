@@ -16,15 +16,18 @@
 //!   target change (a loaded task would silently differ from its file).
 //!
 //! Every file is read by [`read_regular`]: it looks at what the path is before opening it (so a
-//! FIFO, socket or device is named, never opened), opens with `O_NONBLOCK`, checks the opened
+//! FIFO, socket or device is named, never opened; for a file found by listing its directory,
+//! the listing's entry type is that look), opens with `O_NONBLOCK`, checks the opened
 //! file again with `fstat` (no race with a rename), and reads at most a limit plus one byte.
 //!
 //! Every refusal names the path, what is wrong, and the command that fixes it. The rules take the
 //! loading [`Identity`], so they are tested for root and for other users alike.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{FileType, Metadata};
 use std::io::Read;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -148,7 +151,6 @@ pub(crate) fn read_regular_seen(
     rules: &FileRules,
     identity: &Identity,
 ) -> Result<(Vec<u8>, Metadata), Problem> {
-    let noun = rules.noun;
     check_regular(seen, rules)?;
 
     let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY;
@@ -160,13 +162,52 @@ pub(crate) fn read_regular_seen(
         .custom_flags(flags)
         .open(path)
         .map_err(|error| open_problem(path, rules, &error, identity))?;
-    // What was opened may differ from what was looked at (a rename in between): check it.
+    read_opened(file, rules)
+}
+
+/// [`read_regular_seen`] for a file that a listing of its directory `dir` (open) says is a
+/// regular file (the entry's `d_type`): opened by `name` relative to `dir` at once, the
+/// listing standing for the look before the open (one path walk and one `stat` less per
+/// file, a fifth of loading 100,000 task files). `Ok(None)` when `name` is a symbolic link
+/// by now (the open does not follow it): the caller looks at it as one. For rules that do not
+/// follow symbolic links; `path` (`dir` joined with `name`) is only used in messages.
+pub(crate) fn read_listed_regular(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+    rules: &FileRules,
+    identity: &Identity,
+) -> Result<Option<(Vec<u8>, Metadata)>, Problem> {
+    use nix::fcntl::OFlag;
+    debug_assert!(!rules.follow_symlinks, "opened with O_NOFOLLOW");
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_CLOEXEC;
+    match nix::fcntl::openat(dir, name, flags, nix::sys::stat::Mode::empty()) {
+        Ok(fd) => read_opened(std::fs::File::from(fd), rules).map(Some),
+        Err(nix::errno::Errno::ELOOP) => Ok(None),
+        Err(errno) => {
+            let error = std::io::Error::from_raw_os_error(errno as i32);
+            Err(open_problem(path, rules, &error, identity))
+        }
+    }
+}
+
+/// Checks the opened `file` again (what was opened may differ from what was looked at: a
+/// rename in between) and reads it, at most `rules.limit + 1` bytes.
+fn read_opened(file: std::fs::File, rules: &FileRules) -> Result<(Vec<u8>, Metadata), Problem> {
+    let noun = rules.noun;
     let meta = file.metadata().map_err(|error| {
         Problem::whole_file(format!("cannot inspect the {noun}: {error}"), None)
     })?;
     check_regular(&meta, rules)?;
 
-    let mut bytes = Vec::new();
+    // Room for what `fstat` said and one byte more: one read for the text and one that finds
+    // its end (an empty buffer would start with a 32-byte probe, a third read).
+    let room = usize::try_from(meta.len().min(rules.limit)).unwrap_or(0) + 1;
+    let mut bytes = Vec::with_capacity(room.max(64));
     if let Err(error) = file.take(rules.limit + 1).read_to_end(&mut bytes) {
         return Err(Problem::whole_file(
             format!("cannot read the {noun}: {error}"),

@@ -266,8 +266,10 @@ pub struct Firing<P> {
     chained: HashMap<Arc<str>, Arc<[Arc<str>]>>,
     /// The leadership as last told.
     leadership: Leadership,
-    /// The leadership applied last to the tasks (`None`: apply to every task, after a load).
+    /// The leadership applied last to the tasks (`None`: apply to every task).
     applied: Option<Leadership>,
+    /// The tasks unloaded since the last load: it applies the leadership to them again.
+    unloaded: BTreeSet<Arc<str>>,
     /// The session losses already acted on.
     session_losses: u64,
     /// The led tasks logged as paused by the operator.
@@ -301,6 +303,7 @@ impl<P> Firing<P> {
             chained: HashMap::new(),
             leadership: Leadership::default(),
             applied: None,
+            unloaded: BTreeSet::new(),
             session_losses: 0,
             paused_logged: BTreeSet::new(),
             leading: 0,

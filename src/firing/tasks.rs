@@ -95,9 +95,19 @@ impl<P> Firing<P> {
         if let Some(key) = self.loaded[i].key.take() {
             self.remove(key);
         }
+        // The next load applies the leadership to it again, whatever spec it brings.
+        self.unloaded.insert(self.loaded[i].spec.name.clone());
         match why {
             Unload::Removed => {
                 self.loaded.remove(i);
+                if self
+                    .applied
+                    .as_ref()
+                    .is_some_and(|a| a.tasks.contains(task))
+                {
+                    self.leading = self.leading.saturating_sub(1);
+                }
+                self.paused_logged.remove(task);
                 let runs = self.runs.of(task);
                 let running = runs.len();
                 if running > 0 {
@@ -115,40 +125,76 @@ impl<P> Firing<P> {
         }
     }
 
-    /// The loaded tasks after a reload; the leadership is applied to every one.
+    /// The loaded tasks after a reload. The leadership applied last is applied to the tasks
+    /// that are new to this load (added, changed, or unloaded since the last): the others keep
+    /// what it made of them, so a reload after one change costs one task, not one per task.
     pub(super) fn load(&mut self, specs: Vec<Arc<TaskSpec>>) {
         if self.shut_down {
             return;
         }
         let old = std::mem::take(&mut self.loaded);
+        let unloaded = std::mem::take(&mut self.unloaded);
         let mut loaded = Vec::with_capacity(specs.len());
         // Both in name order: walked side by side. Tasks gone without an unload, and changed
         // ones still fired, are stopped.
         let mut stopped = Vec::new();
+        let mut change = LoadChange::default();
         let mut old = old.into_iter().peekable();
         for spec in specs {
             while let Some(gone) = old.next_if(|t| t.spec.name < spec.name) {
                 stopped.extend(gone.key);
+                change.gone.push(gone.spec.name.clone());
             }
             let key = match old.next_if(|t| t.spec.name == spec.name) {
-                Some(same) if Arc::ptr_eq(&same.spec, &spec) => same.key,
+                Some(same) if Arc::ptr_eq(&same.spec, &spec) => {
+                    if same.key.is_none() && unloaded.contains(&spec.name) {
+                        change.fresh.push(loaded.len());
+                    }
+                    same.key
+                }
                 Some(other) => {
                     stopped.extend(other.key);
+                    change.fresh.push(loaded.len());
                     None
                 }
-                None => None,
+                None => {
+                    change.added.push(spec.name.clone());
+                    change.fresh.push(loaded.len());
+                    None
+                }
             };
             loaded.push(Loaded { spec, key });
         }
-        stopped.extend(old.filter_map(|t| t.key));
+        for gone in old {
+            stopped.extend(gone.key);
+            change.gone.push(gone.spec.name.clone());
+        }
         for key in stopped {
             self.remove(key);
         }
         self.chained = chained_of(&loaded);
         self.loaded = loaded;
-        self.applied = None;
+        if let Some(applied) = self.applied.clone() {
+            self.apply_to_fresh(&applied, change);
+        }
         let leadership = self.leadership.clone();
         self.apply_leadership(leadership);
+    }
+
+    /// Applies `applied`, the leadership applied last, to the tasks `change` says are new to
+    /// the load, and keeps the count of tasks led and the pause log as a full application
+    /// would leave them.
+    fn apply_to_fresh(&mut self, applied: &Leadership, change: LoadChange) {
+        for i in change.fresh {
+            self.apply_to_task(i, applied);
+        }
+        let led = |name: &Arc<str>| applied.tasks.contains(name);
+        self.leading += change.added.iter().filter(|name| led(name)).count();
+        let gone_led = change.gone.iter().filter(|name| led(name)).count();
+        self.leading = self.leading.saturating_sub(gone_led);
+        for name in &change.gone {
+            self.paused_logged.remove(&**name);
+        }
     }
 
     // ---- leadership ----
@@ -527,6 +573,17 @@ impl<P> Firing<P> {
             }
         }
     }
+}
+
+/// What a load changed in the loaded tasks.
+#[derive(Default)]
+struct LoadChange {
+    /// The tasks to apply the leadership to, by index in the new loaded tasks.
+    fresh: Vec<usize>,
+    /// The names loaded now and not before.
+    added: Vec<Arc<str>>,
+    /// The names loaded before and not now.
+    gone: Vec<Arc<str>>,
 }
 
 /// The enabled tasks that run after each task (`after`), by parent, in name order.

@@ -773,4 +773,5 @@ mod backfill;
 mod chained;
 mod pool;
 mod queue;
+mod reload;
 mod start_order;

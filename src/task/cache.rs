@@ -11,14 +11,16 @@
 //! the stamp as read (git's "racy clean" entries), so such a file is read again next time.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::load::{list_jobs_dir, load_files};
+use super::load::{Listed, in_parallel, list_jobs_dir, load_files};
 use super::{LoadedDir, TaskDefaults, TaskSpec, task_name_of, user_exists};
 use crate::files::PathProblem;
+use nix::fcntl::AtFlags;
 
 /// A file changed less than this before a reload began is read again at the next one: file
 /// timestamps come from a coarse clock (a few milliseconds here, seconds on some network file
@@ -58,6 +60,21 @@ impl Stamp {
             mode: meta.mode(),
             uid: meta.uid(),
         }
+    }
+
+    /// The stamp of what `fstatat` said, when it is a regular file (as [`Stamp::of`] of the
+    /// same file's metadata).
+    fn of_regular(stat: &nix::sys::stat::FileStat) -> Option<Stamp> {
+        let kind = stat.st_mode & nix::libc::S_IFMT;
+        (kind == nix::libc::S_IFREG).then(|| Stamp {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: u64::try_from(stat.st_size).unwrap_or(0),
+            mtime: nanos(stat.st_mtime, stat.st_mtime_nsec),
+            ctime: nanos(stat.st_ctime, stat.st_ctime_nsec),
+            mode: stat.st_mode,
+            uid: stat.st_uid,
+        })
     }
 
     /// Whether the file was last changed (content, inode or metadata) at least
@@ -121,20 +138,21 @@ pub fn reload_jobs_dir(
     cache: &mut LoadCache,
     now: SystemTime,
 ) -> Result<LoadedDir<Arc<TaskSpec>>, Vec<PathProblem>> {
-    let (files, ignored) = list_jobs_dir(dir, defaults)?;
-    let mut files: Vec<(String, PathBuf)> = files
+    let listing = list_jobs_dir(dir, defaults)?;
+    let mut files: Vec<(String, Listed)> = listing
+        .files
         .into_iter()
-        .map(|path| (task_name_of(&path), path))
+        .map(|file| (task_name_of(&file.path), file))
         .collect();
-    files.sort_unstable();
-    let (slots, to_read) = sort_out(files, cache);
+    files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let (slots, to_read) = sort_out(&listing.dir, files, cache);
     cache.last_reads = to_read.len();
     let mut loaded = LoadedDir {
-        ignored,
+        ignored: listing.ignored,
         ..LoadedDir::default()
     };
     let mut read: Vec<(TaskSpec, Option<std::fs::Metadata>)> = Vec::with_capacity(to_read.len());
-    for (tasks, errors) in load_files(&to_read, defaults) {
+    for (tasks, errors) in load_files(&listing.dir, &to_read, defaults) {
         read.extend(tasks);
         loaded.errors.extend(errors);
     }
@@ -173,34 +191,51 @@ pub fn reload_jobs_dir(
     Ok(loaded)
 }
 
-/// Which of `files` (name and path, in name order) keep their cached task and which are read
-/// again: each file's slot, and the paths to read. Takes the cache's entries.
+/// Which of `files` (name and listing, in name order) of the open jobs dir `dir` keep their
+/// cached task and which are read again: each file's slot, and the files to read. Takes the
+/// cache's entries; the remembered files are looked at (`stat`) in parallel.
 fn sort_out(
-    files: Vec<(String, PathBuf)>,
+    dir: &File,
+    files: Vec<(String, Listed)>,
     cache: &mut LoadCache,
-) -> (Vec<(String, Slot)>, Vec<PathBuf>) {
-    let mut accounts = Accounts::default();
+) -> (Vec<(String, Slot)>, Vec<Listed>) {
     // Walked beside the files, both in name order: an entry passed over is a file gone.
     let mut before = std::mem::take(&mut cache.files).into_iter().peekable();
-    let mut slots = Vec::with_capacity(files.len());
-    let mut to_read = Vec::new();
-    for (name, path) in files {
-        while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
-        let previous = before.next_if(|cached| *cached.spec.name == *name);
-        // Only a remembered file is looked at here; one read gets its stamp from the read.
-        let unchanged = |cached: &Cached| {
-            let stamp = std::fs::symlink_metadata(&path)
+    let paired: Vec<(String, Listed, Option<Cached>)> = files
+        .into_iter()
+        .map(|(name, file)| {
+            while before.next_if(|cached| *cached.spec.name < *name).is_some() {}
+            let previous = before.next_if(|cached| *cached.spec.name == *name);
+            (name, file, previous)
+        })
+        .collect();
+    // Only a remembered file is looked at here; one read gets its stamp from the read.
+    let unchanged: Vec<bool> = in_parallel(&paired, |part| {
+        let stamp = |file: &Listed| {
+            let name = file.path.file_name().unwrap_or_default();
+            nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
                 .ok()
-                .filter(std::fs::Metadata::is_file)
-                .map(|meta| Stamp::of(&meta));
-            stamp == Some(cached.stamp) && cached.spec.path == path
+                .and_then(|stat| Stamp::of_regular(&stat))
         };
+        part.iter()
+            .map(|(_, file, previous)| {
+                previous.as_ref().is_some_and(|cached| {
+                    // As bytes: `Path`'s `==` walks components.
+                    cached.spec.path.as_os_str() == file.path.as_os_str()
+                        && stamp(file) == Some(cached.stamp)
+                })
+            })
+            .collect::<Vec<bool>>()
+    })
+    .concat();
+    let mut accounts = Accounts::default();
+    let mut slots = Vec::with_capacity(paired.len());
+    let mut to_read = Vec::new();
+    for ((name, file, previous), unchanged) in paired.into_iter().zip(unchanged) {
         let slot = match previous {
-            Some(cached) if unchanged(&cached) && accounts.all_exist(&cached.spec) => {
-                Slot::Kept(cached)
-            }
+            Some(cached) if unchanged && accounts.all_exist(&cached.spec) => Slot::Kept(cached),
             previous => {
-                to_read.push(path);
+                to_read.push(file);
                 let previous = previous.map(|cached| cached.spec);
                 Slot::Read { previous }
             }
@@ -239,7 +274,8 @@ impl Accounts {
 
 #[cfg(test)]
 mod tests {
-    use std::fs::{File, FileTimes};
+    use std::fs::FileTimes;
+    use std::path::PathBuf;
 
     use super::*;
     use crate::task::Identity;
@@ -335,6 +371,19 @@ mod tests {
         let removed = dir.reload();
         assert_eq!(dir.cache.last_reads(), 0);
         assert_eq!(removed.tasks.len(), 2);
+    }
+
+    #[test]
+    fn the_stamp_of_a_look_at_a_file_is_the_stamp_of_its_read() {
+        let dir = Dir::new();
+        dir.write("a.toml", &hourly(1));
+        let path = dir.jobs().join("a.toml");
+        let read = Stamp::of(&std::fs::symlink_metadata(&path).unwrap());
+        let stat = nix::sys::stat::lstat(&path).unwrap();
+        assert_eq!(Stamp::of_regular(&stat), Some(read));
+        std::os::unix::fs::symlink("a.toml", dir.jobs().join("b.toml")).unwrap();
+        let link = nix::sys::stat::lstat(&dir.jobs().join("b.toml")).unwrap();
+        assert_eq!(Stamp::of_regular(&link), None, "a link is no regular file");
     }
 
     #[test]

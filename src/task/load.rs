@@ -1,7 +1,9 @@
 //! Reading task files from disk: the jobs directory, one file, and the rules a task file is read
 //! by (owner, mode, size, symlinks, UTF-8), before its keys are checked.
 
-use std::fs::Metadata;
+use std::fs::{File, Metadata};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::check::check_task;
@@ -15,12 +17,12 @@ use crate::files::{self, PathProblem};
 /// a dangling symlink, ...) is an error too: it is named like a task, so silence would hide a
 /// task that does not run.
 pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
-    let (files, ignored) = list_jobs_dir(dir, defaults)?;
+    let listing = list_jobs_dir(dir, defaults)?;
     let mut loaded = LoadedDir {
-        ignored,
+        ignored: listing.ignored,
         ..LoadedDir::default()
     };
-    for (tasks, errors) in load_files(&files, defaults) {
+    for (tasks, errors) in load_files(&listing.dir, &listing.files, defaults) {
         loaded.tasks.extend(tasks.into_iter().map(|(task, _)| task));
         loaded.errors.extend(errors);
     }
@@ -31,8 +33,28 @@ pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, V
     Ok(loaded)
 }
 
-/// The task files of `dir` (in no particular order) and the files ignored on purpose, sorted,
-/// once `dir` itself may be trusted ([`files::check_jobs_dir`]).
+/// A file named like a task file, as a listing of the jobs dir found it.
+#[derive(Debug)]
+pub(super) struct Listed {
+    pub(super) path: PathBuf,
+    /// Whether the listing says it is a regular file (the entry's `d_type`): then it is opened
+    /// at once; anything else (a link, a FIFO, a type the file system does not tell) is looked
+    /// at first.
+    pub(super) regular: bool,
+}
+
+/// What [`list_jobs_dir`] found.
+pub(super) struct Listing {
+    /// The jobs dir, open: its regular files are opened relative to it.
+    pub(super) dir: File,
+    /// The task files, in no particular order.
+    pub(super) files: Vec<Listed>,
+    /// The files ignored on purpose, with the reason, sorted.
+    pub(super) ignored: Vec<(PathBuf, &'static str)>,
+}
+
+/// The task files of `dir` and the files ignored on purpose, once `dir` itself may be trusted
+/// ([`files::check_jobs_dir`]).
 pub(super) fn list_jobs_dir(
     dir: &Path,
     defaults: &TaskDefaults,
@@ -48,58 +70,61 @@ pub(super) fn list_jobs_dir(
             help: None,
         }]
     };
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(cannot_read)?;
     let mut ignored = Vec::new();
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
-        let path = entry.map_err(cannot_read)?.path();
+        let entry = entry.map_err(cannot_read)?;
+        let path = entry.path();
         match ignore_reason(&path) {
             Some(reason) => ignored.push((path, reason)),
-            None => files.push(path),
+            None => {
+                // `d_type`, or an `lstat` where the file system does not tell it.
+                let regular = entry.file_type().is_ok_and(|kind| kind.is_file());
+                files.push(Listed { path, regular });
+            }
         }
     }
     ignored.sort();
-    Ok((files, ignored))
+    Ok(Listing {
+        dir: opened,
+        files,
+        ignored,
+    })
 }
 
-/// What [`list_jobs_dir`] found: the task files, and the ignored files with the reason.
-pub(super) type Listing = (Vec<PathBuf>, Vec<(PathBuf, &'static str)>);
-
 /// What one loading thread of [`load_files`] returns: its tasks, each with the metadata of the
-/// file read ([`load_task_file_read`]), and its files' errors.
+/// file read ([`load_listed`]), and its files' errors.
 pub(super) type LoadedPart = (Vec<(TaskSpec, Option<Metadata>)>, Vec<TaskFileError>);
 
-/// How many files one loading thread takes at least: below this, threads cost more than they
-/// save.
-const FILES_PER_THREAD: usize = 256;
+/// How many items one thread of [`in_parallel`] takes at least: below this, threads cost more
+/// than they save.
+const ITEMS_PER_THREAD: usize = 256;
 
-/// Loads `files` on up to `available_parallelism` threads (reading, TOML and cron parsing are
-/// independent per file; 10,000 task files take about twice as long on one core), each
-/// returning its tasks and errors; the caller sorts, so the result does not depend on the
-/// split. Each task comes with what [`load_task_file_read`] says of its file.
-pub(super) fn load_files(files: &[PathBuf], defaults: &TaskDefaults) -> Vec<LoadedPart> {
-    let load = |part: &[PathBuf]| {
-        let mut tasks = Vec::new();
-        let mut errors = Vec::new();
-        for path in part {
-            match load_task_file_read(path, defaults) {
-                (Ok(task), read) => tasks.push((task, read)),
-                (Err(more), _) => errors.extend(more),
-            }
-        }
-        (tasks, errors)
-    };
+/// `work` on each part of `items`, split over up to `available_parallelism` threads (one part
+/// when there are few items), the results in the order of the parts, so they do not depend on
+/// the split. Loading 10,000 task files takes about twice as long on one core.
+pub(super) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&[T]) -> R + Sync,
+) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
-        .min(files.len() / FILES_PER_THREAD)
+        .min(items.len() / ITEMS_PER_THREAD)
         .max(1);
     if threads == 1 {
-        return vec![load(files)];
+        return vec![work(items)];
     }
-    let part = files.len().div_ceil(threads);
+    let part = items.len().div_ceil(threads);
+    let work = &work;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = files
+        let handles: Vec<_> = items
             .chunks(part)
-            .map(|chunk| scope.spawn(move || load(chunk)))
+            .map(|chunk| scope.spawn(move || work(chunk)))
             .collect();
         handles
             .into_iter()
@@ -112,25 +137,65 @@ pub(super) fn load_files(files: &[PathBuf], defaults: &TaskDefaults) -> Vec<Load
     })
 }
 
+/// Loads `files` of the open jobs dir `dir` in parallel ([`in_parallel`]: reading, TOML and
+/// cron parsing are independent per file), each part returning its tasks and errors; the
+/// caller sorts. Each task comes with what [`load_listed`] says of its file.
+pub(super) fn load_files(dir: &File, files: &[Listed], defaults: &TaskDefaults) -> Vec<LoadedPart> {
+    in_parallel(files, |part| {
+        let mut tasks = Vec::new();
+        let mut errors = Vec::new();
+        for file in part {
+            match load_listed(dir, file, defaults) {
+                (Ok(task), read) => tasks.push((task, read)),
+                (Err(more), _) => errors.extend(more),
+            }
+        }
+        (tasks, errors)
+    })
+}
+
 /// Loads one task file: checks its name, size, encoding, permissions and ownership, then its
 /// contents. Every problem found is reported, not just the first.
 pub fn load_task_file(
     path: &Path,
     defaults: &TaskDefaults,
 ) -> Result<TaskSpec, Vec<TaskFileError>> {
-    load_task_file_read(path, defaults).0
+    load_task_file_read(path, Reach::Path, defaults).0
+}
+
+/// [`load_task_file`] of a file a listing of the open jobs dir `dir` found.
+pub(super) fn load_listed(
+    dir: &File,
+    file: &Listed,
+    defaults: &TaskDefaults,
+) -> (Result<TaskSpec, Vec<TaskFileError>>, Option<Metadata>) {
+    let reach = match file.regular {
+        true => Reach::Listed(dir.as_fd()),
+        false => Reach::Path,
+    };
+    load_task_file_read(&file.path, reach, defaults)
+}
+
+/// How a task file is opened.
+#[derive(Clone, Copy)]
+enum Reach<'a> {
+    /// By its path, looked at (`lstat`) first.
+    Path,
+    /// By its name in the open jobs dir, whose listing said it is a regular file.
+    Listed(BorrowedFd<'a>),
 }
 
 /// [`load_task_file`], and the metadata of the file read when `path` is a regular file (not a
 /// link): taken when it was opened, before it was read, so a later change shows in it
 /// ([`super::LoadCache`] keeps it, and a first load need not `stat` each file once more).
-pub(super) fn load_task_file_read(
+fn load_task_file_read(
     path: &Path,
+    reach: Reach<'_>,
     defaults: &TaskDefaults,
 ) -> (Result<TaskSpec, Vec<TaskFileError>>, Option<Metadata>) {
     let name = task_name_of(path);
     let task = is_valid_task_name(&name).then(|| name.clone());
-    let (text, file_problems, read) = read_task_file(path, &defaults.identity);
+    let (text, file_problems, read) = read_task_file(path, reach, &defaults.identity);
     let mut errors: Vec<TaskFileError> = file_problems
         .into_iter()
         .map(|p| p.into_task_error(path, &task))
@@ -199,8 +264,21 @@ const TASK_FILE: files::FileRules = files::FileRules {
 /// link.
 fn read_task_file(
     path: &Path,
+    reach: Reach<'_>,
     identity: &Identity,
 ) -> (Option<String>, Vec<Problem>, Option<Metadata>) {
+    if let Reach::Listed(dir) = reach {
+        let name = path.file_name().unwrap_or_default();
+        match files::read_listed_regular(dir, name, path, &TASK_FILE, identity) {
+            Ok(Some((bytes, meta))) => {
+                let (text, problems) = checked_text(path, bytes, &meta, Vec::new(), identity);
+                return (text, problems, Some(meta));
+            }
+            // A link by now: looked at below.
+            Ok(None) => {}
+            Err(problem) => return (None, vec![problem], None),
+        }
+    }
     let mut problems = Vec::new();
     let mut read_from = path.to_path_buf();
     let mut through_link = false;
@@ -225,25 +303,38 @@ fn read_task_file(
         Some(seen) => files::read_regular_seen(&read_from, seen, &TASK_FILE, identity),
         None => files::read_regular(&read_from, &TASK_FILE, identity),
     };
-    let (bytes, meta) = match read {
-        Ok(read) => read,
+    match read {
+        Ok((bytes, meta)) => {
+            let (text, problems) = checked_text(path, bytes, &meta, problems, identity);
+            (text, problems, (!through_link).then_some(meta))
+        }
         Err(problem) => {
             problems.push(problem);
-            return (None, problems, None);
+            (None, problems, None)
         }
-    };
+    }
+}
+
+/// The text of a task file read (`bytes`; `meta`, the opened file's), once decoded, and
+/// `problems` with those of its permissions and encoding.
+fn checked_text(
+    path: &Path,
+    bytes: Vec<u8>,
+    meta: &Metadata,
+    mut problems: Vec<Problem>,
+    identity: &Identity,
+) -> (Option<String>, Vec<Problem>) {
     problems.extend(files::file_permission_problems(
         path,
-        &meta,
+        meta,
         identity,
         "the command it runs",
     ));
-    let read = (!through_link).then_some(meta);
     match decode_utf8(bytes) {
-        Ok(text) => (Some(text), problems, read),
+        Ok(text) => (Some(text), problems),
         Err(problem) => {
             problems.push(problem);
-            (None, problems, read)
+            (None, problems)
         }
     }
 }

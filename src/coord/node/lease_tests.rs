@@ -628,3 +628,56 @@ fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
     );
     assert!(!node.leadership().may_fire("t"), "{said:?}");
 }
+
+// ---- first takes: the record created in the take's multi only where none was listed ----
+
+/// The take multis `node` sends while pumped on `store` (each: whether it creates a fire
+/// record, and whether it failed).
+fn take_multis(node: &mut Node, store: &mut Store, now: Now) -> Vec<(bool, bool)> {
+    let records = format!("{BASE}/tasks/");
+    let mut multis = Vec::new();
+    pump_with(node, store, now, |zk, _, result| {
+        if let ZkOp::Multi(ops) = zk {
+            let creates_record = ops.iter().any(|op| {
+                matches!(op, ZkOp::Create { path, .. }
+                    if path.strip_prefix(&records).is_some_and(|rest| !rest.contains('/')))
+            });
+            multis.push((creates_record, result.is_err()));
+        }
+    });
+    multis
+}
+
+#[test]
+fn the_takes_of_a_new_cluster_create_each_record_in_one_multi_and_none_fails() {
+    // A 20-node cold start of 10,000 new tasks took each lease with two multis: a take of the
+    // existing record, which failed on the missing epoch (a failed multi is a write that
+    // ZooKeeper logs), then the take that creates record, epoch and lease. The session's
+    // listing of `tasks/` now says which records are missing.
+    let mut store = Store::default();
+    let tasks: Vec<TaskSpec> = (0..100).map(|i| spec(&format!("t{i:03}"), "")).collect();
+    let mut node = connected(tasks);
+    let multis = take_multis(&mut node, &mut store, at(0));
+    assert_eq!(leases(&store).len(), 100);
+    assert_eq!(multis.len(), 100, "{multis:?}");
+    assert!(multis.iter().all(|&m| m == (true, false)), "{multis:?}");
+    assert!(node.unrecorded.is_empty());
+}
+
+#[test]
+fn the_takes_of_existing_records_do_not_try_to_create_them() {
+    // Given the records of an earlier session (its member and leases gone with it), each
+    // take is the plain take: one multi that checks the epoch, none failing.
+    let mut store = Store::default();
+    let tasks: Vec<TaskSpec> = (0..10).map(|i| spec(&format!("t{i}"), "")).collect();
+    started(&mut store, tasks.clone());
+    let gone = [format!("{BASE}/leases/"), format!("{BASE}/members/")];
+    store
+        .znodes
+        .retain(|path, _| !gone.iter().any(|dir| path.starts_with(dir.as_str())));
+    let mut node = connected(tasks);
+    let multis = take_multis(&mut node, &mut store, at(0));
+    assert_eq!(leases(&store).len(), 10);
+    assert_eq!(multis.len(), 10, "{multis:?}");
+    assert!(multis.iter().all(|&m| m == (false, false)), "{multis:?}");
+}

@@ -137,7 +137,17 @@ impl Node {
             return;
         }
         self.tasks.start_take(&job.task, self.now.mono);
-        self.send_take(job);
+        self.send_first_take(job);
+    }
+
+    /// A take decided on: one multi that also creates the fire record when the session's
+    /// listing found none, else the take of an existing record.
+    fn send_first_take(&mut self, job: TakeJob) {
+        if self.unrecorded.remove(&job.task) {
+            self.send_fresh_take(job);
+        } else {
+            self.send_take(job);
+        }
     }
 
     /// A take is no longer in flight: forgets it and sends the next of the backlog, unless a
@@ -152,7 +162,7 @@ impl Node {
                 || !matches!(self.tasks.lease(&next.task), Lease::Free { .. });
             if !gone {
                 self.tasks.start_take(&next.task, self.now.mono);
-                self.send_take(next);
+                self.send_first_take(next);
             }
         }
         sent

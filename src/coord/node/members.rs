@@ -17,6 +17,8 @@ pub(crate) struct Relist {
     pub(super) members: BTreeMap<String, MemberInfo>,
     pub(super) ids: BTreeSet<String>,
     leases: Option<BTreeSet<String>>,
+    /// The fire records listed (`tasks/`): which of this node's leases have none yet.
+    records: Option<BTreeSet<String>>,
     /// Leases this node holds that were listed but found not this session's (a stranger's
     /// created in their place while the node heard nothing), with the epoch each was held at.
     not_ours: BTreeMap<String, i32>,
@@ -50,13 +52,15 @@ impl Node {
             return;
         }
         self.relist = Some(Relist {
-            outstanding: 2,
+            outstanding: 3,
             ..Relist::default()
         });
         let members = self.paths.members();
         self.call(ZkOp::GetChildren { path: members }, Then::ListMembers);
         let leases = self.paths.leases();
         self.call(ZkOp::GetChildren { path: leases }, Then::ListLeases);
+        let records = self.paths.tasks();
+        self.call(ZkOp::GetChildren { path: records }, Then::ListRecords);
         // The operator's marks too: a persistent watch reports nothing of a disconnection.
         let reads = self.read_control(super::control::Phase::Relist);
         self.relist_more(reads);
@@ -141,6 +145,19 @@ impl Node {
         }
     }
 
+    pub(super) fn on_list_records(&mut self, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(ZkOk::Children(names)) => {
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.records = Some(names.into_iter().collect());
+                }
+                self.relist_step();
+            }
+            Ok(_) => self.relist_step(),
+            Err(error) => self.relist_failed("listing fire records", error),
+        }
+    }
+
     /// The owner of a lease this node holds, read by the listing in flight.
     pub(super) fn on_relist_lease_owner(
         &mut self,
@@ -175,6 +192,8 @@ impl Node {
     /// Whether `present` changed.
     pub(super) fn lease_seen(&mut self, task: &str, present: bool) -> bool {
         let changed = if present {
+            // A lease is created only beside its task's epoch, so the record exists.
+            self.unrecorded.remove(task);
             self.present.insert(task.to_string())
         } else {
             self.present.remove(task)
@@ -242,6 +261,13 @@ impl Node {
         for task in vacant {
             self.vacant_since.entry(task).or_insert(now);
         }
+        // A record is created with the task's first lease: a listed lease has one too.
+        let records = relist.records.unwrap_or_default();
+        self.unrecorded = self
+            .my_leases()
+            .into_iter()
+            .filter(|t| !records.contains(t) && !leases.contains(t))
+            .collect();
         self.present = leases;
         self.trust.unverify_all();
         self.control.check_due = true;

@@ -297,6 +297,11 @@ pub struct Node {
     /// The tasks whose lease exists, whoever holds it, as last seen (every task of the
     /// cluster, not only this node's: decisions read it as a set).
     present: BTreeSet<String>,
+    /// This node's leases whose task had no fire record at the session's listing and whose
+    /// lease it has not seen since: their first take creates the record in the same multi,
+    /// instead of a take that fails on the missing epoch first (a failed multi is a write
+    /// ZooKeeper logs: a cold start of a new cluster made one per task).
+    unrecorded: BTreeSet<String>,
     /// When each absent lease was first seen vacant: a backup covers it only after a bound
     /// (decisions read it as a map).
     vacant_since: BTreeMap<String, Duration>,
@@ -431,6 +436,7 @@ impl Node {
             tasksets: BTreeMap::new(),
             fetches: BTreeMap::new(),
             present: BTreeSet::new(),
+            unrecorded: BTreeSet::new(),
             vacant_since: BTreeMap::new(),
             members_changed: Duration::ZERO,
             view_changed: Duration::ZERO,

@@ -49,6 +49,8 @@ pub(super) enum Then {
     ListMembers,
     /// The listing of `leases/` of a re-listing.
     ListLeases,
+    /// The listing of `tasks/` (the fire records) of a re-listing.
+    ListRecords,
     /// The listing in flight reads whose a lease this node holds (at `epoch`) is.
     RelistLeaseOwner { task: String, epoch: i32 },
     /// Reading a member znode: its record, and the session that owns it.
@@ -263,6 +265,7 @@ impl Node {
             | Then::MemberSet { .. }
             | Then::ListMembers
             | Then::ListLeases
+            | Then::ListRecords
             | Then::RelistLeaseOwner { .. }
             | Then::ReadMember { .. }
             | Then::ReadChunk { .. }
@@ -315,6 +318,7 @@ impl Node {
             Then::MemberSet { sent } => self.on_member_set(result, sent),
             Then::ListMembers => self.on_list_members(result),
             Then::ListLeases => self.on_list_leases(result),
+            Then::ListRecords => self.on_list_records(result),
             Then::RelistLeaseOwner { task, epoch } => {
                 self.on_relist_lease_owner(task, epoch, result)
             }
