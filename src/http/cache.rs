@@ -2,16 +2,21 @@
 //! what every page works out from it: the status, the schedules, the rendered bodies) shared
 //! by every viewer.
 //!
-//! One refresher reads the source while someone watches: from a request until
-//! [`WATCHED_FOR`] after the last one, it reads again once the view is [`REFRESH_AFTER`] old
-//! and was asked for since its read began (ahead of the next request), in a ZooKeeper session
-//! it keeps, and works the view out on its own thread, off the runtime that fires. So a viewer, or a script polling the API, is answered from memory
-//! however many there are, and a node with no viewer reads nothing. Only a request that finds
-//! no view younger than [`SERVE_STALE_FOR`] (the first one after the dashboard was left
-//! alone) waits for a read, which every viewer then shares.
+//! A cluster's snapshot is kept current by one reader ([`live`]) from the first request on:
+//! ZooKeeper's watches name what changed, and only that is read again and worked out again. A
+//! request is answered from the view made last, or, if something changed since (or it is
+//! [`REFRESH_AFTER`] old: session ages move), from one made now from the live snapshot.
+//!
+//! With the local backend, one refresher reads the source while someone watches: from a
+//! request until [`WATCHED_FOR`] after the last one, it reads again once the view is
+//! [`REFRESH_AFTER`] old and was asked for since its read began (ahead of the next request),
+//! and works the view out on its own thread, off the runtime that fires. A node with no viewer
+//! reads nothing; only a request that finds no view younger than [`SERVE_STALE_FOR`] (the
+//! first one after the dashboard was left alone) waits for a read, which every viewer shares.
 //!
 //! A change made through the API forgets the view ([`Cache::forget`]): a read begun before it
-//! is not kept, so the next request waits for a read that shows the change.
+//! is not kept, so the next request waits for a read that shows the change (with a cluster:
+//! until the reader has caught up with it).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -305,6 +305,7 @@ impl Cache {
             .read_many(&paths)
             .await
             .map_err(|error| format!("{error:#}"))?;
+        self.drop_old_view();
         let mut shared = self.live.lock().expect("the live snapshot");
         let Some(live) = shared.live.as_mut() else {
             return Ok(Applied::ReadAll);
@@ -315,7 +316,21 @@ impl Cache {
                 applied = Applied::ReadAll;
             }
         }
+        // The lines touched are worked out here, off the requests' way.
+        live.refresh(wall_clock());
         Ok(applied)
+    }
+
+    /// Drops a cached view too old to be served again: the live snapshot it shares is then
+    /// changed in place rather than copied (a request still answering from it keeps its own).
+    fn drop_old_view(&self) {
+        let mut cached = self.view.lock().expect("the view cache");
+        if cached
+            .as_ref()
+            .is_some_and(|view| !view.current(self.ages.refresh_after))
+        {
+            *cached = None;
+        }
     }
 }
 
