@@ -3,19 +3,23 @@
 a dashboard left open costs an idle node.
 
 Usage:  cargo build --release --bin zkcron --example status_load &&
-        python3 benches/dashboard.py [--tasks 10000] [--nodes 20] [--requests 20]
+        python3 benches/dashboard.py [--tasks 10000] [--nodes 20] [--churn 541] [--requests 20]
             [--idle-seconds 60] [--runs 3] [BUILD ...]
 
 BUILDs are zkcron binaries (default: target/release/zkcron), alternated run for run, so that
 an A/B of two builds sees the same machine load; the figures are medians over `--runs`.
 
 Phase `large`: a standalone ZooKeeper with the records of a `--tasks` x `--nodes` cluster
-(`examples/status_load.rs`, as benches/status.py) and one real node of it serving HTTP (its jobs
-dir empty, so it leads nothing, and the 21st member). For each page (`/api/status`, `/`): after
-`--cold-seconds` without a request (longer than the node goes on refreshing and then serves a
-stale view: no view may be served), the first request (cold), then `--requests` more, one
-every 0.5 s (a viewer, or several), timed end to end: median and maximum. Then a viewer
-fetching `/` every 5 s for 30 s (what the page's script does): the node's CPU meanwhile.
+(`examples/status_load.rs`, as benches/status.py), kept writing `--churn` znodes a minute as
+the cluster at rest does (claims and results), and one real node of it serving HTTP (its jobs
+dir empty, so it leads nothing, and the 21st member). First the node's CPU and RSS before any
+request (30 s), and the first request since it started. For each page (`/api/status`, `/`):
+after `--cold-seconds` without a request (longer than a build that refreshes only while
+watched goes on, and then serves a stale view: no view may be served), the first request
+(cold), then `--requests` more, one every 0.5 s (a viewer, or several), timed end to end:
+median and maximum; over the last 30 s of each quiet spell, the node's CPU, and its RSS at the
+end (a dashboard looked at before, nobody looking now). Then a viewer fetching `/` every 5 s
+for 30 s (what the page's script does): the node's CPU meanwhile.
 
 Phase `idle`: a node of the local backend with 20 daily tasks, first with no viewer, then with a
 viewer fetching `/` every 5 s, each for `--idle-seconds`: the daemon's CPU time (utime +
@@ -89,6 +93,18 @@ def timings(url, requests):
             "max_s": round(max(rest), 3)}
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
+def idle_cpu(node, seconds):
+    """The node's CPU in percent of a core over `seconds` without a request."""
+    cpu, start = cpu_seconds(node.pid), time.monotonic()
+    time.sleep(seconds)
+    return round(100 * (cpu_seconds(node.pid) - cpu) / (time.monotonic() - start), 3)
+
+
 def viewer_cpu(node, url, seconds):
     """The node's CPU in percent of a core while a viewer fetches `url` every 5 s."""
     cpu, start = cpu_seconds(node.pid), time.monotonic()
@@ -99,7 +115,7 @@ def viewer_cpu(node, url, seconds):
 
 
 def large(args, tmp, binary):
-    zk = node = None
+    zk = node = loader = None
     try:
         os.makedirs(os.path.join(tmp, "data"))
         port = free_port()
@@ -113,8 +129,11 @@ def large(args, tmp, binary):
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         wait_for("ZooKeeper serving", lambda: "Mode: standalone" in word(port, "srvr"), 60)
         connect = f"127.0.0.1:{port}"
-        subprocess.run([LOADER, connect, "bench", str(args.tasks), str(args.nodes)], check=True,
-                       stdout=subprocess.DEVNULL)
+        loader = subprocess.Popen([LOADER, connect, "bench", str(args.tasks), str(args.nodes),
+                                   str(args.churn)], stdout=subprocess.PIPE, text=True)
+        while loader.stdout.readline().strip() != "churning":
+            if loader.poll() is not None:
+                raise RuntimeError("status_load ended before it churned")
         http = free_port()
         node, _ = start_node(tmp, f"[http]\nlisten = \"127.0.0.1:{http}\"\n",
                              ["--zookeeper", connect, "--cluster", "bench",
@@ -122,15 +141,21 @@ def large(args, tmp, binary):
                               os.path.join(tmp, "state")], binary)
         base = f"http://127.0.0.1:{http}"
         wait_for("the node serving HTTP", lambda: word(http, "GET /healthz HTTP/1.0\r\n\r\n"), 60)
-        status = json.loads(get(base + "/api/status")[1])
-        result = {"tasks": len(status["tasks"]), "nodes": len(status["nodes"])}
+        result = {"unread_cpu_percent": idle_cpu(node, 30), "unread_rss_kib": rss_kib(node.pid)}
+        first, body = get(base + "/api/status")
+        status = json.loads(body)
+        result.update({"tasks": len(status["tasks"]), "nodes": len(status["nodes"]),
+                       "first_request_since_start_s": round(first, 3)})
         for key, path in (("api_status", "/api/status"), ("overview", "/")):
-            time.sleep(args.cold_seconds)
+            time.sleep(args.cold_seconds - 30)
+            result[key + "_quiet_cpu_percent"] = idle_cpu(node, 30)
+            result[key + "_quiet_rss_kib"] = rss_kib(node.pid)
             result[key] = timings(base + path, args.requests)
         result["viewer_every_5s_cpu_percent"] = viewer_cpu(node, base + "/", 30)
         return result
     finally:
         stop(node)
+        stop(loader)
         stop(zk)
 
 
@@ -179,6 +204,7 @@ def main():
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--cold-seconds", type=int, default=65)
+    parser.add_argument("--churn", type=int, default=541)
     parser.add_argument("--idle-seconds", type=int, default=60)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--phases", default="large,idle")

@@ -1,13 +1,18 @@
 //! Writes a large cluster's records straight into ZooKeeper, for timing `zkcron status` on it
 //! (benches/status.py; docs/BENCHMARKS.md).
 //!
-//! `cargo run --release --example status_load -- HOST:PORT[/chroot] CLUSTER TASKS NODES`
+//! `cargo run --release --example status_load -- HOST:PORT[/chroot] CLUSTER TASKS NODES
+//! [WRITES_PER_MINUTE]`
 //!
 //! Writes, under `/zkcron/<CLUSTER>`: NODES member records (persistent here, so they outlive
 //! this process; `status` reads them alike) sharing one task set of TASKS tasks (schedule, zone
 //! and digest as a node writes them), a lease per task spread over the nodes, a fire record and
 //! a result per task, one paused task and one drained node: what `status` reads on a live
 //! cluster of that size. Histories are not written: `status` does not read them.
+//!
+//! With WRITES_PER_MINUTE, it then goes on as the cluster at rest does until it is killed:
+//! runs of the tasks in turn, each a claim (its fire record moved) and a result, evenly
+//! spaced; it prints `churning` once it starts.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,10 +31,17 @@ const BATCH: usize = 1000;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, connect, cluster, tasks, nodes] = &args[..] else {
-        eprintln!("usage: status_load HOST:PORT[/chroot] CLUSTER TASKS NODES");
-        std::process::exit(2);
+    let (connect, cluster, tasks, nodes, churn) = match &args[..] {
+        [_, connect, cluster, tasks, nodes] => (connect, cluster, tasks, nodes, None),
+        [_, connect, cluster, tasks, nodes, churn] => (connect, cluster, tasks, nodes, Some(churn)),
+        _ => {
+            eprintln!(
+                "usage: status_load HOST:PORT[/chroot] CLUSTER TASKS NODES [WRITES_PER_MINUTE]"
+            );
+            std::process::exit(2);
+        }
     };
+    let churn: Option<u32> = churn.map(|c| c.parse().expect("WRITES_PER_MINUTE is a number"));
     let tasks: usize = tasks.parse().expect("TASKS is a number");
     let nodes: usize = nodes.parse().expect("NODES is a number");
     let client = tokio::time::timeout(
@@ -178,4 +190,61 @@ async fn main() {
         "wrote {total} znodes for {tasks} tasks and {nodes} nodes under {}",
         paths.base
     );
+    if let Some(per_minute) = churn {
+        churn_on(&client, &paths, &names, &ids, per_minute).await;
+    }
+}
+
+/// Runs the tasks in turn, `per_minute` writes a minute (a claim, then its result), for ever.
+async fn churn_on(
+    client: &Client,
+    paths: &Paths,
+    names: &[String],
+    ids: &[String],
+    per_minute: u32,
+) {
+    use std::io::Write;
+    println!("churning");
+    std::io::stdout().flush().unwrap();
+    let every = Duration::from_secs(60) / per_minute.max(1);
+    let mut timer = tokio::time::interval(every);
+    for (i, name) in names.iter().cycle().enumerate() {
+        #[allow(clippy::disallowed_methods)] // a load generator, not the core
+        let now = Utc::now();
+        let tick = now - TimeDelta::nanoseconds(now.timestamp_subsec_nanos() as i64);
+        let node = &ids[1 + i % (ids.len() - 1).max(1)];
+        let fire = FireRecord {
+            tick: Some(tick),
+            node: node.clone(),
+            session: "0000000000000001".into(),
+            run: true,
+            claimed_at: Some(tick),
+            ..FireRecord::empty()
+        };
+        let result = ResultRecord {
+            format: FORMAT_VERSION,
+            result: RunResult {
+                tick,
+                node: node.clone(),
+                exit: "exit code 0".into(),
+                success: true,
+                attempts: 1,
+                duration_ms: 12,
+                finished_at: tick + TimeDelta::milliseconds(12),
+                ..RunResult::default()
+            },
+        };
+        timer.tick().await;
+        let fire = serde_json::to_vec(&fire).unwrap();
+        client
+            .set_data(&paths.record(name), &fire, None)
+            .await
+            .expect("claim written");
+        timer.tick().await;
+        let result = serde_json::to_vec(&result).unwrap();
+        client
+            .set_data(&paths.result(name), &result, None)
+            .await
+            .expect("result written");
+    }
 }

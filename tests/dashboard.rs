@@ -362,6 +362,56 @@ fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
         "{}",
         cluster.logs()
     );
+    shows_changes_made_elsewhere(&cluster, &address);
+}
+
+/// Changes made elsewhere (a run's result its leader writes, a drain made with the command in a
+/// session of its own) show in `/api/status` within a deadline, with no change through this
+/// endpoint: its snapshot follows ZooKeeper's watches.
+fn shows_changes_made_elsewhere(cluster: &Cluster, address: &str) {
+    const SHOWN_WITHIN: Duration = Duration::from_secs(10);
+    let status = || {
+        let (code, body) = http_get(address, "/api/status");
+        assert_eq!(code, 200, "{body}");
+        json(&body)
+    };
+    let last_run_of_tick = || {
+        status()["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "tick")
+            .map(|t| t["last"]["finished_at"].clone())
+    };
+    let before = last_run_of_tick();
+    cluster.wait("a newer run of tick in /api/status", SHOWN_WITHIN, |_| {
+        last_run_of_tick().is_some_and(|last| !last.is_null() && Some(&last) != before.as_ref())
+    });
+    let drained = || {
+        status()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["id"] == "node-a" && n["drained"] == true)
+    };
+    for (command, drain) in [("drain", true), ("undrain", false)] {
+        let out = common::zkcron()
+            .args([command, "node-a", "--zookeeper", &cluster.connect])
+            .args(["--cluster", &cluster.name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait(
+            &format!("node-a {command}ed in /api/status"),
+            SHOWN_WITHIN,
+            |_| drained() == drain,
+        );
+    }
 }
 
 #[test]

@@ -94,14 +94,28 @@ pub async fn view(endpoint: &Endpoint) -> Result<std::sync::Arc<View>, ApiError>
         .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))
 }
 
+/// The header that says why a view may miss changes (the ZooKeeper connection was lost):
+/// absent while it shows every change.
+pub const BEHIND_HEADER: &str = "x-zkcron-behind";
+
 /// `GET /api/status`: `zkcron status --json` of the cached view, serialized once per view.
 pub async fn status(State(endpoint): State<Endpoint>) -> Response {
     match view(&endpoint).await {
-        Ok(view) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            view.status_json(),
-        )
-            .into_response(),
+        Ok(view) => {
+            let mut response = (
+                [(header::CONTENT_TYPE, "application/json")],
+                view.status_json(),
+            )
+                .into_response();
+            if let Some(behind) = view
+                .behind
+                .as_deref()
+                .and_then(|b| header::HeaderValue::from_str(b).ok())
+            {
+                response.headers_mut().insert(BEHIND_HEADER, behind);
+            }
+            response
+        }
         Err(error) => error.into_response(),
     }
 }

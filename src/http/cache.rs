@@ -2,18 +2,23 @@
 //! what every page works out from it: the status, the schedules, the rendered bodies) shared
 //! by every viewer.
 //!
-//! One refresher reads the source while someone watches: from a request until
-//! [`WATCHED_FOR`] after the last one, it reads again once the view is [`REFRESH_AFTER`] old
-//! and was asked for since its read began (ahead of the next request), in a ZooKeeper session
-//! it keeps, and works the view out on its own thread, off the runtime that fires. So a viewer, or a script polling the API, is answered from memory
-//! however many there are, and a node with no viewer reads nothing. Only a request that finds
-//! no view younger than [`SERVE_STALE_FOR`] (the first one after the dashboard was left
-//! alone) waits for a read, which every viewer then shares.
+//! A cluster's snapshot is kept current by one reader ([`live`]) from the first request on:
+//! ZooKeeper's watches name what changed, and only that is read again and worked out again. A
+//! request is answered from the view made last, or, if something changed since (or it is
+//! [`REFRESH_AFTER`] old: session ages move), from one made now from the live snapshot.
+//!
+//! With the local backend, one refresher reads the source while someone watches: from a
+//! request until [`WATCHED_FOR`] after the last one, it reads again once the view is
+//! [`REFRESH_AFTER`] old and was asked for since its read began (ahead of the next request),
+//! and works the view out on its own thread, off the runtime that fires. A node with no viewer
+//! reads nothing; only a request that finds no view younger than [`SERVE_STALE_FOR`] (the
+//! first one after the dashboard was left alone) waits for a read, which every viewer shares.
 //!
 //! A change made through the API forgets the view ([`Cache::forget`]): a read begun before it
-//! is not kept, so the next request waits for a read that shows the change.
+//! is not kept, so the next request waits for a read that shows the change (with a cluster:
+//! until the reader has caught up with it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -22,7 +27,7 @@ use axum::body::Bytes;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use super::source::{Session, Source};
+use super::source::Source;
 use crate::coord::records::HistoryEntry;
 use crate::ops::model::{self, Snapshot, Status};
 
@@ -42,8 +47,7 @@ const READ_DEADLINE: Duration = Duration::from_secs(20);
 /// The most task histories kept in the cache (each a task page's read).
 const HISTORIES_KEPT: usize = 64;
 
-/// Each task's schedule as written and its zone, by task.
-pub type Schedules = BTreeMap<String, (String, String)>;
+pub use crate::ops::live::Schedules;
 
 /// One read of the source and what every viewer is shown of it, worked out once.
 pub struct View {
@@ -53,6 +57,11 @@ pub struct View {
     /// `zkcron status --json` of the snapshot, with each pooled task's work items.
     pub status: Status,
     pub schedules: Schedules,
+    /// Why the view may not show every change, and since when; `None` when it does.
+    pub behind: Option<String>,
+    /// Which full read of the live snapshot and how many changes after it the view was made
+    /// from (`None` for a read of the local backend).
+    made_from: Option<(u64, u64)>,
     /// `/api/status`'s body, serialized by the first request that asks for it.
     status_json: OnceLock<Bytes>,
     /// The overview page without a filter, rendered by the first request that asks for it.
@@ -81,9 +90,35 @@ impl View {
             read_at,
             status,
             schedules,
+            behind: None,
+            made_from: None,
             status_json: OnceLock::new(),
             overview: OnceLock::new(),
         }
+    }
+
+    /// The view of `shared`'s live snapshot at `now` (`None` before its first read).
+    fn of_live(shared: &mut live::Shared, now: DateTime<Utc>) -> Option<View> {
+        let installs = shared.installs;
+        let behind = match &shared.sync {
+            live::Sync::Current => None,
+            live::Sync::Behind { since, why } => Some(format!(
+                "this view may miss changes made since {}: {why}",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            )),
+        };
+        let live = shared.live.as_mut()?;
+        let (status, schedules) = live.status(now);
+        Some(View {
+            snapshot: live.snapshot(),
+            read_at: now,
+            status,
+            schedules,
+            behind,
+            made_from: Some((installs, live.changes())),
+            status_json: OnceLock::new(),
+            overview: OnceLock::new(),
+        })
     }
 
     /// `/api/status`'s body.
@@ -156,6 +191,8 @@ pub struct Cache {
     /// request waiting for a read waits on.
     reads: tokio::sync::watch::Sender<(u64, Option<String>)>,
     histories: tokio::sync::Mutex<HashMap<String, Fresh<Vec<HistoryEntry>>>>,
+    /// A cluster's snapshot kept current by the reader ([`live`]).
+    live: Mutex<live::Shared>,
 }
 
 impl Cache {
@@ -174,6 +211,7 @@ impl Cache {
             wake: tokio::sync::Notify::new(),
             reads: tokio::sync::watch::Sender::new((0, None)),
             histories: tokio::sync::Mutex::new(HashMap::new()),
+            live: Mutex::new(live::Shared::default()),
         }
     }
 
@@ -181,6 +219,9 @@ impl Cache {
     /// it younger than [`REFRESH_AFTER`] while it is asked for), else the next read's.
     pub async fn view(self: &Arc<Self>) -> Result<Arc<View>, String> {
         self.asked();
+        if matches!(self.source, Source::Cluster { .. }) {
+            return self.live_view().await;
+        }
         let deadline = Instant::now() + READ_DEADLINE;
         loop {
             if let Some((age, view)) = self.cached()
@@ -193,18 +234,72 @@ impl Cache {
             self.wake.notify_one();
             let finished = tokio::time::timeout_at(deadline, reads.wait_for(|r| r.0 > seen)).await;
             match finished {
-                Err(_) => {
-                    return Err(format!(
-                        "no read of the scheduler within {}",
-                        humantime::format_duration(READ_DEADLINE)
-                    ));
-                }
+                Err(_) => return Err(self.no_read_within()),
                 Ok(Err(_)) => return Err("the dashboard's reader stopped".into()),
                 // That read failed: say why (a read begun before a change may be skipped).
                 Ok(Ok(read)) if read.1.is_some() => return Err(read.1.clone().unwrap_or_default()),
                 Ok(Ok(_)) => {}
             }
         }
+    }
+
+    /// The view of the live snapshot: the one made last while nothing changed since (and
+    /// younger than [`Ages::refresh_after`]: session ages move), else one made now; after a
+    /// change made through the API, once the reader has caught up with it. A snapshot behind
+    /// for longer than [`Ages::serve_stale_for`] is not served: the request waits for the
+    /// reader's next full read, and says why there is none.
+    async fn live_view(self: &Arc<Self>) -> Result<Arc<View>, String> {
+        let deadline = Instant::now() + READ_DEADLINE;
+        loop {
+            let mut reads = self.reads.subscribe();
+            let seen = reads.borrow_and_update().0;
+            let generation = self.generation();
+            if let Some(ready) = self.live_ready(generation) {
+                return Ok(ready);
+            }
+            let finished = tokio::time::timeout_at(deadline, reads.wait_for(|r| r.0 > seen)).await;
+            match finished {
+                Err(_) => return Err(self.no_read_within()),
+                Ok(Err(_)) => return Err("the dashboard's reader stopped".into()),
+                Ok(Ok(read)) if read.1.is_some() => return Err(read.1.clone().unwrap_or_default()),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// The view to serve now from the live snapshot, if it may be served.
+    fn live_ready(&self, generation: Generation) -> Option<Arc<View>> {
+        let mut shared = self.live.lock().expect("the live snapshot");
+        let live = shared.live.as_ref()?;
+        if shared.caught_up < generation.0 {
+            self.wake.notify_one();
+            return None;
+        }
+        let now = crate::clock::wall_clock();
+        if let live::Sync::Behind { since, .. } = &shared.sync
+            && (now - *since).to_std().unwrap_or_default() > self.ages.serve_stale_for
+        {
+            return None;
+        }
+        let made_from = Some((shared.installs, live.changes()));
+        if let Some((age, view)) = self.cached()
+            && view.made_from == made_from
+            && view.behind.is_none() == (shared.sync == live::Sync::Current)
+            && age < self.ages.refresh_after
+        {
+            return Some(view);
+        }
+        let view = Arc::new(View::of_live(&mut shared, now)?);
+        drop(shared);
+        self.keep(generation, view.clone());
+        Some(view)
+    }
+
+    fn no_read_within(&self) -> String {
+        format!(
+            "no read of the scheduler within {}",
+            humantime::format_duration(READ_DEADLINE)
+        )
     }
 
     /// The snapshot of [`Cache::view`].
@@ -228,7 +323,14 @@ impl Cache {
             let cache = self.clone();
             let started = std::thread::Builder::new()
                 .name("zkcron-dashboard".into())
-                .spawn(move || cache.refresher());
+                .spawn(move || match &cache.source {
+                    // It stays on: refreshing is never cleared.
+                    Source::Cluster { settings, .. } => {
+                        let settings = settings.clone();
+                        cache.live_reader(settings)
+                    }
+                    Source::Local { .. } => cache.refresher(),
+                });
             if let Err(error) = started {
                 tracing::error!(%error, "cannot start the dashboard's reader thread");
                 self.refreshing.store(false, Ordering::SeqCst);
@@ -255,15 +357,13 @@ impl Cache {
             }
         };
         runtime.block_on(async {
-            let mut session = Session::default();
             loop {
                 let read_began = Instant::now();
-                self.refresh(&mut session).await;
+                self.refresh().await;
                 if !self.wait_for_next_read(read_began).await {
                     break;
                 }
             }
-            session.close().await;
         });
     }
 
@@ -295,10 +395,10 @@ impl Cache {
     }
 
     /// One read of the source, kept unless a change was made since it began.
-    async fn refresh(&self, session: &mut Session) {
+    async fn refresh(&self) {
         let generation = self.generation();
         let started = Instant::now();
-        let read = self.source.read_snapshot(session).await;
+        let read = self.source.read_snapshot().await;
         let read_ms = started.elapsed().as_millis() as u64;
         let error = match read {
             Ok(snapshot) => {
@@ -376,5 +476,6 @@ impl Cache {
     }
 }
 
+pub mod live;
 #[cfg(test)]
 mod tests;

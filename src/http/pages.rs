@@ -151,6 +151,7 @@ fn overview_page(endpoint: &Endpoint, view: &View, q: &str) -> Markup {
             button type="submit" { "Filter" }
         }
         div #live {
+            @if let Some(behind) = &view.behind { p.warn #behind role="status" { (behind) } }
             (problems(status))
             (nodes_table(&status.nodes, q))
             (tasks_table(&status.tasks, &view.schedules, q))

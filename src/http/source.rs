@@ -2,8 +2,8 @@
 //! ZooKeeper (a short session of their own per read, as `zkcron status`), or the local
 //! backend's daemon this endpoint belongs to.
 //!
-//! Snapshots are read by the cache's refresher ([`super::cache`]) in a [`Session`] it keeps
-//! between reads; histories and changes in a short session of their own.
+//! A cluster's snapshot is kept current by the cache's reader in a session of its own
+//! ([`super::cache::live`]); histories and changes are read and made in short sessions here.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -121,33 +121,15 @@ impl Source {
         }
     }
 
-    /// A fresh snapshot of every task's records, read in `session` (opened if it is not).
-    pub async fn read_snapshot(&self, session: &mut Session) -> Result<Snapshot, String> {
+    /// A fresh snapshot of every task's records (the cache's reader keeps a cluster's
+    /// current instead: `cache::live`).
+    pub async fn read_snapshot(&self) -> Result<Snapshot, String> {
         match self {
             Source::Cluster { settings, .. } => {
-                let client = match session.0.take() {
-                    Some(client) => client,
-                    None => ClusterClient::connect(
-                        &settings.connect,
-                        &settings.cluster,
-                        &settings.auth,
-                        settings.tls.as_ref(),
-                        CONNECT_DEADLINE,
-                    )
-                    .await
-                    .map_err(|error| format!("{error:#}"))?,
-                };
-                match client.snapshot(None).await {
-                    Ok(snapshot) => {
-                        session.0 = Some(client);
-                        Ok(snapshot)
-                    }
-                    // The next read starts a new session: this one may be what failed.
-                    Err(error) => {
-                        client.close().await;
-                        Err(format!("{error:#}"))
-                    }
-                }
+                Source::in_session(settings, |client| {
+                    Box::pin(async move { client.snapshot(None).await })
+                })
+                .await
             }
             Source::Local {
                 config,
@@ -200,20 +182,6 @@ impl Source {
                     .map_err(|error| format!("asking the daemon failed: {error}"))?
                     .map_err(|error| format!("{error:#}"))
             }
-        }
-    }
-}
-
-/// The ZooKeeper session the cache's refresher reads in, kept between its reads (none for
-/// the local backend, or before the first read).
-#[derive(Default)]
-pub struct Session(Option<ClusterClient>);
-
-impl Session {
-    /// Ends the session, if there is one.
-    pub async fn close(self) {
-        if let Some(client) = self.0 {
-            client.close().await;
         }
     }
 }

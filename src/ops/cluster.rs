@@ -17,6 +17,7 @@ use zookeeper_client::{
     Stat,
 };
 
+use super::live::TriggerRuns;
 use super::model::{LiveMember, Snapshot, StatusSource};
 use crate::coord::RunResult;
 use crate::coord::backfill::{self, BackfillRecord};
@@ -31,7 +32,9 @@ use crate::coord::zk::tls::TLS_FAILED;
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// How long one request may take once connected.
-const CALL_DEADLINE: Duration = Duration::from_secs(10);
+pub(super) const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+mod watch;
 
 /// Paths per multi-read.
 const BATCH: usize = 500;
@@ -362,6 +365,15 @@ impl ClusterClient {
 
     /// The cluster's records for `tasks` (every task a live member defines when `None`).
     pub async fn snapshot(&self, tasks: Option<&[String]>) -> anyhow::Result<Snapshot> {
+        Ok(self.snapshot_and_triggers(tasks).await?.0)
+    }
+
+    /// [`ClusterClient::snapshot`], with the ended manual runs of the trigger records its
+    /// `recent_runs` come from (what `ops::live` keeps them current with).
+    pub async fn snapshot_and_triggers(
+        &self,
+        tasks: Option<&[String]>,
+    ) -> anyhow::Result<(Snapshot, TriggerRuns)> {
         let mut snapshot = Snapshot {
             backend: "zookeeper".into(),
             cluster: Some(self.cluster.clone()),
@@ -419,19 +431,24 @@ impl ClusterClient {
             })
             .map(|(name, b)| (name, b.value))
             .collect();
-        for (_, trigger) in self.triggers().await? {
+        let mut runs = TriggerRuns::new();
+        for (name, trigger) in self.triggers().await? {
             if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
+                && names.contains(&trigger.value.task)
             {
                 let newer = snapshot
                     .recent_runs
                     .get(&trigger.value.task)
                     .is_none_or(|r| r.started_at < result.started_at);
-                if newer && names.contains(&trigger.value.task) {
-                    snapshot.recent_runs.insert(trigger.value.task, result);
+                if newer {
+                    snapshot
+                        .recent_runs
+                        .insert(trigger.value.task.clone(), result.clone());
                 }
+                runs.insert(name, (trigger.value.task, result));
             }
         }
-        Ok(snapshot)
+        Ok((snapshot, runs))
     }
 
     /// Every trigger record, by znode name.

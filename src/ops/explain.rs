@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
+use super::model::{self, Definer, Members, Snapshot, TaskStatus};
 use crate::coord::rank::{self, Candidate};
 use crate::coord::records::MarkRecord;
 
@@ -51,8 +51,7 @@ pub struct LeaseView {
 
 /// The explanation of `task`; `None` when no live member defines it.
 pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
-    let status: Status = model::status(snapshot, now);
-    let status = status.tasks.into_iter().find(|t| t.name == task)?;
+    let status = model::task_status(snapshot, task, now)?;
     let members = Members::new(snapshot);
     let definers = members.definers(task);
     fn candidate<'a>(d: &Definer<'a>) -> Candidate<'a> {

@@ -246,14 +246,22 @@ pub struct UnrankedDefiner<'a> {
 
 impl<'a> Members<'a> {
     pub fn new(snapshot: &'a Snapshot) -> Members<'a> {
-        let mut decoded: HashMap<&str, Arc<TaskSet>> = HashMap::new();
+        Members::with_decoded(snapshot, &mut HashMap::new())
+    }
+
+    /// [`Members::new`], with the task sets decoded before (by digest: a digest's content never
+    /// changes) taken from `decoded`, and those decoded now added to it.
+    pub fn with_decoded(
+        snapshot: &'a Snapshot,
+        decoded: &mut HashMap<String, Arc<TaskSet>>,
+    ) -> Members<'a> {
         let mut members = Vec::new();
         let mut unranked = Vec::new();
         for m in &snapshot.members {
             let record = &m.record;
             let written = snapshot.tasksets.get(&record.taskset.digest);
             let tasks = decoded
-                .entry(&record.taskset.digest)
+                .entry(record.taskset.digest.clone())
                 .or_insert_with(|| written.map(records::decode_taskset).unwrap_or_default())
                 .clone();
             // Ranked as the record will say once its node sees the operator's drain mark.
@@ -382,7 +390,7 @@ type Schedules<'a> = HashMap<ScheduleKey<'a>, Option<Schedule>>;
 
 /// The schedule `entry` describes; `None` without one (an older release wrote it) or when this
 /// release cannot read it.
-fn entry_schedule(entry: &TaskSetEntry) -> Option<Schedule> {
+pub fn entry_schedule(entry: &TaskSetEntry) -> Option<Schedule> {
     let timezone = schedule::parse_timezone(entry.timezone.as_deref().unwrap_or("UTC")).ok()?;
     let schedule = match (&entry.schedule, &entry.schedules) {
         (Some(expression), _) => Schedule::parse(expression, timezone).ok()?,
@@ -444,9 +452,7 @@ fn next_tick<'a>(
         .entry(key)
         .or_insert_with(|| entry_schedule(entry))
         .as_ref()?;
-    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
-    let after = record.map_or(now, |r| r.max(now));
-    schedule.next_after(after)
+    next_after_record(snapshot, task, schedule, now)
 }
 
 /// The schedule of `task` as its leader (else any eligible member, else any definer)
@@ -608,7 +614,7 @@ fn problem(
 }
 
 /// The members of `snapshot` with the tasks each leads, in id order.
-fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
+pub fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
     for lease in snapshot.leases.values() {
         *led.entry(lease.node.as_str()).or_default() += 1;
@@ -629,77 +635,152 @@ fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
     nodes
 }
 
+/// What one task's line of `status` is worked out from: its definers (ranked and not), why no
+/// member may run it, and the definition its schedule comes from.
+pub struct TaskParts<'m> {
+    definers: Vec<Definer<'m>>,
+    unranked: Vec<UnrankedDefiner<'m>>,
+    why_none: Option<String>,
+    /// The definition `status` reads the schedule from ([`definition`]).
+    pub entry: Option<&'m TaskSetEntry>,
+}
+
+impl<'m> TaskParts<'m> {
+    pub fn new(snapshot: &Snapshot, members: &'m Members<'_>, task: &str) -> TaskParts<'m> {
+        let definers = members.definers(task);
+        let unranked = members.unranked_definers(task);
+        let why_none = why_none(&definers, &unranked);
+        let entry = definition(snapshot, task, &definers);
+        TaskParts {
+            definers,
+            unranked,
+            why_none,
+            entry,
+        }
+    }
+
+    /// Whether the task has a next tick to work out: it is not paused and a member may run it.
+    pub fn fires(&self, snapshot: &Snapshot, task: &str) -> bool {
+        self.why_none.is_none() && !snapshot.paused.contains_key(task)
+    }
+
+    /// The task's line of `status` at `now`, its next tick worked out (`None` unless it
+    /// [`fires`](TaskParts::fires)).
+    pub fn line(
+        self,
+        snapshot: &Snapshot,
+        name: String,
+        next: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> TaskStatus {
+        let pause = snapshot.paused.get(&name).map(|mark| PauseStatus {
+            at: mark.at,
+            by: mark.by.clone(),
+            reason: mark.reason.clone(),
+        });
+        let (starts_at, ended_at) = window_notes(self.entry, now);
+        TaskStatus {
+            starts_at,
+            ended_at,
+            leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
+            paused: pause.is_some(),
+            pause,
+            next,
+            queued: snapshot.fire_records.get(&name).and_then(|r| r.queued),
+            last: last_run(snapshot, &name),
+            drift: drift_among(&self.definers, &self.unranked),
+            problem: problem(snapshot, &name, self.why_none, now),
+            every_node: unit_holders(snapshot, &name),
+            work_items: BTreeMap::new(),
+            backfills: backfills_of(snapshot, &name),
+            name,
+        }
+    }
+}
+
+/// The first tick of `schedule` after `now`, or after `task`'s fire record when that is ahead
+/// of `now` (ticks up to it count as done).
+pub fn next_after_record(
+    snapshot: &Snapshot,
+    task: &str,
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let record = snapshot.fire_records.get(task).and_then(|r| r.tick);
+    schedule.next_after(record.map_or(now, |r| r.max(now)))
+}
+
+/// `task`'s line of [`status`] at `now`, worked out alone (no other task's); `None` when no
+/// live member defines it.
+pub fn task_status(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<TaskStatus> {
+    let defined = snapshot.members.iter().any(|m| {
+        snapshot
+            .tasksets
+            .get(&m.record.taskset.digest)
+            .is_some_and(|set| set.tasks.contains_key(task))
+    });
+    if !defined {
+        return None;
+    }
+    let members = Members::new(snapshot);
+    let parts = TaskParts::new(snapshot, &members, task);
+    let next = match parts.entry.filter(|_| parts.fires(snapshot, task)) {
+        Some(entry) => entry_schedule(entry)
+            .and_then(|schedule| next_after_record(snapshot, task, &schedule, now)),
+        None => None,
+    };
+    Some(parts.line(snapshot, task.to_string(), next, now))
+}
+
 /// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
 pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
-    let nodes = node_statuses(snapshot, now);
     let members = Members::new(snapshot);
+    Status {
+        backend: snapshot.backend.clone(),
+        cluster: snapshot.cluster.clone(),
+        nodes: node_statuses(snapshot, now),
+        tasks: task_lines(snapshot, &members, now)
+            .into_iter()
+            .map(|(line, _)| line)
+            .collect(),
+    }
+}
+
+/// Every task's line of [`status`] at `now`, with the definition its schedule comes from.
+pub fn task_lines<'m>(
+    snapshot: &Snapshot,
+    members: &'m Members<'_>,
+    now: DateTime<Utc>,
+) -> Vec<(TaskStatus, Option<&'m TaskSetEntry>)> {
     let names = snapshot.task_names();
-    let definers: Vec<Vec<Definer<'_>>> = names.iter().map(|n| members.definers(n)).collect();
-    let unranked: Vec<Vec<UnrankedDefiner<'_>>> =
-        names.iter().map(|n| members.unranked_definers(n)).collect();
-    let why_nones: Vec<Option<String>> = definers
+    let parts: Vec<TaskParts<'_>> = names
         .iter()
-        .zip(&unranked)
-        .map(|(d, u)| why_none(d, u))
+        .map(|name| TaskParts::new(snapshot, members, name))
         .collect();
     // The next ticks first, in the order of their expressions, so that each distinct
     // expression's parse is made once and then found in the bounded parse cache; in name order,
     // thousands of distinct expressions were parsed again for nearly every task.
-    // Each task's definition is looked up once (two map lookups by name); 100,000 tasks
-    // looked each up three times.
-    let entries: Vec<Option<&TaskSetEntry>> = names
-        .iter()
-        .zip(&definers)
-        .map(|(name, definers)| definition(snapshot, name, definers))
-        .collect();
     let mut order: Vec<usize> = (0..names.len())
-        .filter(|&i| why_nones[i].is_none() && !snapshot.paused.contains_key(&names[i]))
+        .filter(|&i| parts[i].fires(snapshot, &names[i]))
         .collect();
     order.sort_by_key(|&i| {
-        entries[i].map(|entry| (entry.schedule.as_deref(), entry.timezone.as_deref()))
+        parts[i]
+            .entry
+            .map(|entry| (entry.schedule.as_deref(), entry.timezone.as_deref()))
     });
     let mut schedules = Schedules::new();
     let mut nexts: Vec<Option<DateTime<Utc>>> = vec![None; names.len()];
     for i in order {
-        nexts[i] = next_tick(snapshot, &names[i], entries[i], &mut schedules, now);
+        nexts[i] = next_tick(snapshot, &names[i], parts[i].entry, &mut schedules, now);
     }
     drop(schedules);
-    let tasks = names
+    names
         .into_iter()
-        .zip(definers.iter().zip(&unranked))
-        .zip(why_nones)
-        .zip(nexts.into_iter().zip(entries))
-        .map(
-            |(((name, (definers, unranked)), why_none), (next, entry))| {
-                let pause = snapshot.paused.get(&name).map(|mark| PauseStatus {
-                    at: mark.at,
-                    by: mark.by.clone(),
-                    reason: mark.reason.clone(),
-                });
-                let (starts_at, ended_at) = window_notes(entry, now);
-                TaskStatus {
-                    starts_at,
-                    ended_at,
-                    leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
-                    paused: pause.is_some(),
-                    pause,
-                    next,
-                    queued: snapshot.fire_records.get(&name).and_then(|r| r.queued),
-                    last: last_run(snapshot, &name),
-                    drift: drift_among(definers, unranked),
-                    problem: problem(snapshot, &name, why_none, now),
-                    every_node: unit_holders(snapshot, &name),
-                    work_items: BTreeMap::new(),
-                    backfills: backfills_of(snapshot, &name),
-                    name,
-                }
-            },
-        )
-        .collect();
-    Status {
-        backend: snapshot.backend.clone(),
-        cluster: snapshot.cluster.clone(),
-        nodes,
-        tasks,
-    }
+        .zip(parts)
+        .zip(nexts)
+        .map(|((name, parts), next)| {
+            let entry = parts.entry;
+            (parts.line(snapshot, name, next, now), entry)
+        })
+        .collect()
 }
