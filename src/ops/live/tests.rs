@@ -211,6 +211,7 @@ fn ended_triggers_give_the_newest_manual_run_and_go_with_their_records() {
         trigger: RunTrigger::Manual,
         backfill: false,
         after: None,
+        items: None,
     };
     let trigger = |started: DateTime<Utc>, state: TriggerState| TriggerRecord {
         format: 1,
