@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod explain;
 pub mod local;
 pub mod model;
+pub mod pool;
 pub mod render;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use crate::coord::backfill::BackfillRecord;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,8 +11,11 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::pool;
 use crate::coord::RunResult;
-use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
+use crate::coord::lease::{
+    Member, TaskEntry, TaskSet, split_unit, why_ineligible, why_none_eligible,
+};
 use crate::coord::records::{
     self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
     TaskSetRecord, Unranked,
@@ -102,8 +105,9 @@ pub struct TaskStatus {
     /// "every_node"`), each running every tick; absent for other tasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub every_node: Vec<String>,
-    /// A pooled task's items per node that runs them (node id, count); empty for other tasks.
-    /// Only the embedded backend runs pools in this release: its one node runs every item.
+    /// A pooled task's items per node that runs them (node id, count): in a cluster the
+    /// nodes holding the items' units, on the embedded backend its one node with every item;
+    /// empty for other tasks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub work_items: BTreeMap<String, usize>,
     /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
@@ -486,7 +490,7 @@ pub fn task_entries(snapshot: &Snapshot) -> BTreeMap<String, TaskSetEntry> {
 
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible
 /// member's, else any definer's.
-fn definition<'a>(
+pub(super) fn definition<'a>(
     snapshot: &Snapshot,
     task: &str,
     definers: &[Definer<'a>],
@@ -609,9 +613,14 @@ fn problem(
 
 /// The members of `snapshot` with the tasks each leads, in id order.
 fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
+    // A pooled task counts once for each node holding units of it, however many items.
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
-    for lease in snapshot.leases.values() {
-        *led.entry(lease.node.as_str()).or_default() += 1;
+    let mut counted: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (name, lease) in &snapshot.leases {
+        let task = split_unit(name).map_or(name.as_str(), |(task, _)| task);
+        if counted.insert((lease.node.as_str(), task)) {
+            *led.entry(lease.node.as_str()).or_default() += 1;
+        }
     }
     let mut nodes: Vec<NodeStatus> = snapshot
         .members
@@ -688,8 +697,14 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                     last: last_run(snapshot, &name),
                     drift: drift_among(definers, unranked),
                     problem: problem(snapshot, &name, why_none, now),
-                    every_node: unit_holders(snapshot, &name),
-                    work_items: BTreeMap::new(),
+                    every_node: match entry {
+                        Some(entry) if pool::is_pooled(entry) => Vec::new(),
+                        _ => unit_holders(snapshot, &name),
+                    },
+                    work_items: match entry {
+                        Some(entry) if pool::is_pooled(entry) => pool::held_items(snapshot, &name),
+                        _ => BTreeMap::new(),
+                    },
                     backfills: backfills_of(snapshot, &name),
                     name,
                 }
