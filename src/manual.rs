@@ -252,7 +252,7 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
     ),
     (
         "work_items",
-        r#"(integer 1\-1024, or array of names; default: none) A work pool: \fB16\fR is the items "0" to "15"; names match \fB[a\-z0\-9][a\-z0\-9._\-]{0,99}\fR, at most 1024, none twice. Each tick runs every item once, the run told its items in \fBZKCRON_WORK_ITEMS\fR. The embedded backend runs one run per tick with every item; the ZooKeeper backend refuses the key in this release."#,
+        r#"(integer 1\-1024, or array of names; default: none) A work pool: \fB16\fR is the items "0" to "15"; names match \fB[a\-z0\-9][a\-z0\-9._\-]{0,99}\fR, at most 1024, none twice. Each tick runs every item once, the run told its items in \fBZKCRON_WORK_ITEMS\fR. The embedded backend runs one run per tick with every item; in a cluster the items are split over the eligible nodes (even shares, by rendezvous hashing), each node runs once per tick with the items it owns, and each (tick, item) runs at most once."#,
     ),
     (
         "run_on",

@@ -1,7 +1,10 @@
-//! Tasks that run on every node (`run_on = "every_node"`) on a real ZooKeeper with real nodes:
-//! each node holds its own unit of the task (`leases/<task>@<node-id>`), and its jobs' own
-//! output (`fires.log`: `<fire id> <node id>` per run) shows each node running each tick once,
-//! through a kill -9 and a restart of one of them.
+//! Tasks that run on every node (`run_on = "every_node"`) and pooled tasks (`work_items`) on a
+//! real ZooKeeper with real nodes. An every-node task: each node holds its own unit of the task
+//! (`leases/<task>@<node-id>`), and its jobs' own output (`fires.log`: `<fire id> <node id>`
+//! per run) shows each node running each tick once, through a kill -9 and a restart of one of
+//! them. A pooled task: each node runs the items it owns (`items.log`: `<fire id> <item>
+//! <node id>` per item run), each (tick, item) once, through joins, leaves, a kill -9 and a
+//! drain.
 
 mod common;
 
@@ -71,6 +74,30 @@ fn run_twice(fires: &Fires) -> Vec<String> {
         .collect()
 }
 
+/// Starts a node of each of `ids` and waits for each to run a tick of `each`.
+fn start_running(cluster: &mut Cluster, ids: &[&str]) {
+    for id in ids {
+        cluster.start(cluster.new_node(id));
+    }
+    cluster.wait("every node to run a tick", LIMIT, |c| {
+        let fires = c.fires();
+        ids.iter().all(|n| fires.fired_by("each", n))
+    });
+}
+
+/// Runs `zkcron ARGS` against the cluster; its stdout, once it succeeded.
+fn cli(cluster: &Cluster, args: &[&str]) -> String {
+    let out = common::zkcron()
+        .args(args)
+        .args(["--zookeeper", &cluster.connect])
+        .args(["--cluster", &cluster.name])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Whether `node` ran every second of `from..=to`.
 fn ran_all(fires: &Fires, node: &str, from: i64, to: i64) -> bool {
     (from..=to).all(|second| fires.fired_by_at("each", node, second))
@@ -138,24 +165,8 @@ fn given_an_every_node_task_then_each_node_runs_each_tick_once_and_a_killed_node
 #[test]
 fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_period_up() {
     let mut cluster = every_node_cluster();
-    for id in ["n1", "n2"] {
-        cluster.start(cluster.new_node(id));
-    }
-    cluster.wait("both nodes to run a tick", LIMIT, |c| {
-        let fires = c.fires();
-        ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
-    });
-    let cli = |args: &[&str]| {
-        let out = common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &cluster.connect])
-            .args(["--cluster", &cluster.name])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    start_running(&mut cluster, &["n1", "n2"]);
+    let cli = |args: &[&str]| cli(&cluster, args);
     wait_mid_second();
     let paused_at = now().floor() as i64;
     cli(&["pause", "each"]);
@@ -219,23 +230,9 @@ fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_
 fn given_an_every_node_task_when_a_node_is_drained_then_it_runs_nothing_and_catches_up_once_undrained()
  {
     let mut cluster = every_node_cluster();
-    for id in ["n1", "n2"] {
-        cluster.start(cluster.new_node(id));
-    }
-    cluster.wait("both nodes to run a tick", LIMIT, |c| {
-        let fires = c.fires();
-        ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
-    });
+    start_running(&mut cluster, &["n1", "n2"]);
     let from = now().floor() as i64 + 1;
-    let cli = |verb: &str| {
-        let out = common::zkcron()
-            .args([verb, "n2", "--zookeeper", &cluster.connect])
-            .args(["--cluster", &cluster.name])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{verb}: {out:?}");
-    };
+    let cli = |verb: &str| cli(&cluster, &[verb, "n2"]);
     wait_mid_second();
     let drained_at = now().floor() as i64;
     cli("drain");
@@ -271,13 +268,7 @@ fn given_an_every_node_task_when_a_node_is_drained_then_it_runs_nothing_and_catc
 #[test]
 fn given_an_every_node_task_when_a_node_joins_then_it_runs_from_its_join_on_and_the_others_go_on() {
     let mut cluster = every_node_cluster();
-    for id in ["n1", "n2"] {
-        cluster.start(cluster.new_node(id));
-    }
-    cluster.wait("both nodes to run a tick", LIMIT, |c| {
-        let fires = c.fires();
-        ["n1", "n2"].iter().all(|n| fires.fired_by("each", n))
-    });
+    start_running(&mut cluster, &["n1", "n2"]);
     let from = now().floor() as i64 + 1;
     wait_mid_second();
     let joined_at = now().floor() as i64;
@@ -304,4 +295,286 @@ fn given_an_every_node_task_when_a_node_joins_then_it_runs_from_its_join_on_and_
         "run twice: {twice:?}\n{}",
         cluster.diagnostics()
     );
+}
+
+// ---- pooled tasks ----
+
+/// How many items the pooled tests' task `pool` has.
+const ITEMS: usize = 12;
+
+/// One run of one item, from `items.log`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ItemRun {
+    second: i64,
+    item: String,
+    node: String,
+}
+
+/// An every-second task `pool` of [`ITEMS`] items whose job appends `<fire id> <item> <node>
+/// <total>` to `items.log` per item it is given; every missed tick is caught up.
+fn pooled_cluster() -> Cluster {
+    let cluster = Cluster::new();
+    let text = format!(
+        "schedule = \"* * * * * *\"\n\
+         command = [\"/bin/sh\", \"-c\", 'for item in $(echo \"$ZKCRON_WORK_ITEMS\" | tr , \" \"); do echo \"$ZKCRON_FIRE_ID $item $ZKCRON_NODE $ZKCRON_WORK_TOTAL\" >> {log}; done']\n\
+         work_items = {ITEMS}\n\
+         catch_up = \"all\"\n\
+         starting_deadline = \"1m\"\n\
+         overlap = \"allow\"\n",
+        log = items_log(&cluster).display()
+    );
+    cluster.write_task("pool", &text);
+    cluster
+}
+
+fn items_log(cluster: &Cluster) -> std::path::PathBuf {
+    cluster.path().join("items.log")
+}
+
+/// The item runs in `items.log` (complete lines), checked to say the pool's size.
+fn item_runs(cluster: &Cluster) -> Vec<ItemRun> {
+    let text = std::fs::read_to_string(items_log(cluster)).unwrap_or_default();
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    complete
+        .lines()
+        .map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            assert_eq!(words.len(), 4, "malformed line {line:?}");
+            assert_eq!(words[3], ITEMS.to_string(), "ZKCRON_WORK_TOTAL in {line:?}");
+            let second = words[0].strip_prefix("pool@").expect("the fire id").parse();
+            ItemRun {
+                second: second.expect("a unix second"),
+                item: words[1].to_string(),
+                node: words[2].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The (tick, item) pairs run more than once, with the nodes that ran them.
+fn items_twice(runs: &[ItemRun]) -> BTreeMap<(i64, String), Vec<String>> {
+    let mut by_pair: BTreeMap<(i64, String), Vec<String>> = BTreeMap::new();
+    for run in runs {
+        by_pair
+            .entry((run.second, run.item.clone()))
+            .or_default()
+            .push(run.node.clone());
+    }
+    by_pair.retain(|_, nodes| nodes.len() > 1);
+    by_pair
+}
+
+/// The number of items each node ran at `second`.
+fn shares_at(runs: &[ItemRun], second: i64) -> BTreeMap<String, usize> {
+    let mut shares = BTreeMap::new();
+    for run in runs.iter().filter(|r| r.second == second) {
+        *shares.entry(run.node.clone()).or_default() += 1;
+    }
+    shares
+}
+
+/// Whether every item ran at every second of `from..=to`.
+fn all_items_ran(runs: &[ItemRun], from: i64, to: i64) -> bool {
+    (from..=to).all(|second| {
+        let items: std::collections::BTreeSet<&str> = runs
+            .iter()
+            .filter(|r| r.second == second)
+            .map(|r| r.item.as_str())
+            .collect();
+        items.len() == ITEMS
+    })
+}
+
+/// Starts a node of each of `ids` and waits until every item runs each tick.
+fn start_pool(cluster: &mut Cluster, ids: &[&str]) -> i64 {
+    for id in ids {
+        cluster.start(cluster.new_node(id));
+    }
+    wait_all_items_from(
+        cluster,
+        "every item to run each tick",
+        now().floor() as i64 + 1,
+    )
+}
+
+/// Waits for a second from `from` on at which every item ran on the shares of [`ITEMS`] over
+/// the nodes running now, and two more seconds of every item; the first of those seconds.
+fn wait_all_items_from(cluster: &Cluster, what: &str, from: i64) -> i64 {
+    let mut settled = None;
+    cluster.wait(what, LIMIT, |c| {
+        let runs = item_runs(c);
+        let last = runs.iter().map(|r| r.second).max().unwrap_or(0);
+        settled = (from..=last - 2).find(|&s| all_items_ran(&runs, s, s + 2));
+        settled.is_some()
+    });
+    settled.expect("waited for")
+}
+
+/// Asserts that every item ran at every second of `from..=to`, naming the (tick, item) pairs
+/// that did not.
+#[track_caller]
+fn assert_every_item_from(cluster: &Cluster, from: i64, to: i64) {
+    let runs = item_runs(cluster);
+    let missing: Vec<(i64, usize)> = (from..=to)
+        .flat_map(|second| (0..ITEMS).map(move |item| (second, item)))
+        .filter(|(second, item)| {
+            !runs
+                .iter()
+                .any(|r| r.second == *second && r.item == item.to_string())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "(tick, item) pairs never run: {missing:?}\n{}",
+        cluster.logs()
+    );
+}
+
+/// Asserts that no (tick, item) ran twice.
+#[track_caller]
+fn assert_none_twice(cluster: &Cluster) {
+    let twice = items_twice(&item_runs(cluster));
+    assert!(
+        twice.is_empty(),
+        "(tick, item) pairs run twice: {twice:?}\n{}",
+        cluster.logs()
+    );
+}
+
+#[test]
+fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_even_shares_and_a_trigger_all_on_one_node()
+ {
+    let mut cluster = pooled_cluster();
+    let settled = start_pool(&mut cluster, &NODES);
+    // Every item's unit is held, by one of the three; the task itself has no lease.
+    let leases = cluster.znode_owners("leases");
+    assert_eq!(leases.len(), ITEMS, "{leases:?}");
+    assert!(leases.keys().all(|l| l.starts_with("pool@")), "{leases:?}");
+    let later = settled + 2;
+    cluster.wait("two more seconds of every item", LIMIT, |c| {
+        all_items_ran(&item_runs(c), later, later + 1)
+    });
+    let runs = item_runs(&cluster);
+    for second in later..=later + 1 {
+        let shares = shares_at(&runs, second);
+        let even: Vec<usize> = shares.values().copied().collect();
+        assert_eq!(even, [4, 4, 4], "shares at {second}: {shares:?}");
+    }
+    assert_none_twice(&cluster);
+    // The history records each node's run with its items.
+    let history: serde_json::Value =
+        serde_json::from_str(&cli(&cluster, &["history", "pool", "-n", "300", "--json"])).unwrap();
+    let fire_id = format!("pool@{later}");
+    let runs: Vec<&serde_json::Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["fire_id"] == fire_id.as_str())
+        .collect();
+    let mut items: Vec<&str> = runs
+        .iter()
+        .flat_map(|r| r["items"].as_array().unwrap())
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    items.sort_by_key(|i| i.parse::<usize>().unwrap());
+    let all: Vec<String> = (0..ITEMS).map(|i| i.to_string()).collect();
+    assert_eq!(runs.len(), 3, "{history:#}");
+    assert_eq!(items, all, "{history:#}");
+    // A manual run runs once, on one node, with every item (its fire id is no tick's, so
+    // items.log is read as text from here on).
+    cli(&cluster, &["trigger", "pool", "--wait"]);
+    let log = std::fs::read_to_string(items_log(&cluster)).unwrap();
+    let manual: Vec<Vec<&str>> = log
+        .lines()
+        .filter(|l| l.starts_with("pool@manual-"))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    let mut items: Vec<&str> = manual.iter().map(|words| words[1]).collect();
+    items.sort_by_key(|i| i.parse::<usize>().unwrap());
+    assert_eq!(items, all, "{log}");
+    assert!(manual.iter().all(|w| w[2] == manual[0][2]), "{log}");
+}
+
+#[test]
+fn given_a_pooled_task_when_a_node_joins_and_one_leaves_then_items_move_and_none_runs_twice() {
+    let mut cluster = pooled_cluster();
+    let first = start_pool(&mut cluster, &NODES);
+    wait_mid_second();
+    let joined_at = now().floor() as i64;
+    cluster.start(cluster.new_node("n4"));
+    let settled = wait_all_items_from(&cluster, "every item after the join", joined_at);
+    cluster.wait("n4 to run its share", LIMIT, |c| {
+        let runs = item_runs(c);
+        let last = runs.iter().map(|r| r.second).max().unwrap_or(0);
+        (settled..last).any(|s| shares_at(&runs, s).values().eq([3, 3, 3, 3].iter()))
+    });
+    wait_mid_second();
+    let left_at = now().floor() as i64;
+    cluster.stop("n2");
+    let settled = wait_all_items_from(&cluster, "every item after n2 left", left_at + 1);
+    let runs = item_runs(&cluster);
+    assert!(
+        !runs
+            .iter()
+            .any(|r| r.node == "n2" && r.second > left_at + 1),
+        "n2 ran after it stopped"
+    );
+    let shares = shares_at(&runs, settled);
+    assert_eq!(
+        shares.values().copied().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "{shares:?}"
+    );
+    // A moved item's missed ticks are caught up by its new owner: none is missing.
+    assert_every_item_from(&cluster, first, settled + 2);
+    assert_none_twice(&cluster);
+}
+
+#[test]
+fn given_a_pooled_task_when_an_owner_is_killed_then_its_items_run_on_the_others_within_the_session_timeout_and_a_second()
+ {
+    let mut cluster = pooled_cluster();
+    let first = start_pool(&mut cluster, &NODES);
+    wait_mid_second();
+    let killed_at = now().floor() as i64;
+    drop(cluster.nodes.remove("n3"));
+    // The session timeout is 3 s: from then on, within a second, every item runs again.
+    let due = killed_at + 3 + 1 + 1;
+    cluster.wait("every item to run on n1 and n2", LIMIT, |c| {
+        all_items_ran(&item_runs(c), due, due + 1)
+    });
+    let runs = item_runs(&cluster);
+    assert!(
+        !runs
+            .iter()
+            .any(|r| r.node == "n3" && r.second > killed_at + 1),
+        "n3 ran while killed"
+    );
+    // The new owners catch the killed node's missed ticks up (catch_up = "all").
+    assert_every_item_from(&cluster, first, due + 1);
+    assert_none_twice(&cluster);
+}
+
+#[test]
+fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_second() {
+    let mut cluster = pooled_cluster();
+    let first = start_pool(&mut cluster, &NODES);
+    wait_mid_second();
+    let drained_at = now().floor() as i64;
+    cli(&cluster, &["drain", "n2"]);
+    let due = drained_at + 2;
+    cluster.wait("every item to run on n1 and n3", LIMIT, |c| {
+        all_items_ran(&item_runs(c), due, due + 1)
+    });
+    let runs = item_runs(&cluster);
+    assert!(
+        !runs.iter().any(|r| r.node == "n2" && r.second >= due),
+        "n2 ran while drained"
+    );
+    assert_eq!(
+        shares_at(&runs, due).values().copied().collect::<Vec<_>>(),
+        [6, 6]
+    );
+    assert_every_item_from(&cluster, first, due + 1);
+    assert_none_twice(&cluster);
 }

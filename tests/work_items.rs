@@ -1,5 +1,5 @@
 //! `work_items` and `run_on` in task files: what they are read as, the message (with line,
-//! column and fix) of each mistake, the ZooKeeper backend's refusal, and a pooled task and an
+//! column and fix) of each mistake, the ZooKeeper backend taking both, and a pooled task and an
 //! every-node task run by the embedded backend (the real binary). Each test is given / when /
 //! then.
 
@@ -175,26 +175,11 @@ fn given_run_on_with_work_items_or_a_typo_then_it_is_refused() {
 }
 
 #[test]
-fn given_the_zookeeper_backend_then_pools_are_refused_at_their_key_and_every_node_accepted() {
-    let text = format!("{MINIMAL}work_items = 4\n");
+fn given_the_zookeeper_backend_then_pools_and_every_node_are_accepted() {
     let defaults = defaults(TaskBackend::Zookeeper);
-    let errors = parse_task("t", Path::new("/jobs/t.toml"), &text, &defaults).unwrap_err();
-    assert_eq!(errors.len(), 1, "{errors:#?}");
-    let error = &errors[0];
-    assert_eq!((error.line, error.column), (3, 1), "{error:#?}");
-    assert_eq!(
-        error.message,
-        "`work_items` is not supported by the zookeeper backend in this release: it runs each \
-         tick of a task on one node"
-    );
-    assert!(
-        error
-            .help
-            .as_deref()
-            .unwrap()
-            .contains("run this task on a node with the local backend"),
-        "{error:#?}"
-    );
+    let text = format!("{MINIMAL}work_items = 4\n");
+    let spec = parse_task("t", Path::new("/jobs/t.toml"), &text, &defaults).unwrap();
+    assert_eq!(items(&spec), ["0", "1", "2", "3"]);
     // The leader is what the backend does anyway; every node, each node's unit of the task.
     for run_on in ["leader", "every_node"] {
         let text = format!("{MINIMAL}run_on = \"{run_on}\"\n");
@@ -207,7 +192,7 @@ fn given_the_zookeeper_backend_then_pools_are_refused_at_their_key_and_every_nod
 }
 
 #[test]
-fn given_a_zookeeper_config_when_validate_runs_then_it_names_the_pooled_file_and_key() {
+fn given_a_zookeeper_config_when_validate_runs_then_a_pooled_file_is_valid() {
     let scratch = Scratch::new();
     scratch.write_task("plain", MINIMAL);
     scratch.write_task("pool", &format!("{MINIMAL}work_items = 8\n"));
@@ -220,16 +205,6 @@ fn given_a_zookeeper_config_when_validate_runs_then_it_names_the_pooled_file_and
         config.to_str().unwrap(),
         scratch.jobs().to_str().unwrap(),
     ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let at = format!("{}:3:1", scratch.jobs().join("pool.toml").display());
-    assert!(stderr.contains(&at), "missing {at} in {stderr}");
-    assert!(
-        stderr.contains("`work_items` is not supported by the zookeeper backend"),
-        "{stderr}"
-    );
-    // The embedded backend (the default) takes the same files.
-    let output = run_zkcron(&["validate", scratch.jobs().to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("2 valid task(s)"), "{stdout}");

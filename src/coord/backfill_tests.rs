@@ -44,6 +44,7 @@ fn entry(fire_id: &str, tick: DateTime<Utc>, exit_code: i32) -> HistoryEntry {
         trigger: RunTrigger::Manual,
         backfill: true,
         after: None,
+        items: None,
     }
 }
 

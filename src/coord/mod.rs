@@ -57,6 +57,11 @@ pub struct Leadership {
     /// tick claimed (none of theirs runs), by task, oldest first. The daemon claims each tick
     /// with [`Coordinator::claim_manual`] under its backfill fire id.
     pub backfills: Arc<BTreeMap<String, Vec<backfill::Backfill>>>,
+    /// For each pooled task this node fires, how often it came to hold another of its items'
+    /// units while firing it: a change makes the daemon fire the task afresh from its fire
+    /// record (the held units' oldest), so that a gained item's missed ticks are caught up
+    /// (`catch_up`) and its run lost with its node is checked (`on_node_loss`).
+    pub gained: Arc<BTreeMap<String, u64>>,
 }
 
 /// A manual run asked for by `zkcron trigger`: its fire id (`<task>@manual-<10 digits>`, which
@@ -112,6 +117,10 @@ pub enum ClaimOutcome {
     /// This node does not hold the task's lease. Do not run.
     NotLeader,
 }
+
+/// A claim's outcome and, when the backend splits a pooled task's items over the nodes, the
+/// items it won, in the task file's order (`None`: every item, or the task has none).
+pub type ClaimedShare = (ClaimOutcome, Option<Arc<[String]>>);
 
 /// How a run ended, as stored with the task.
 ///
@@ -238,6 +247,19 @@ pub trait Coordinator: Send + Sync + 'static {
         intent: ClaimIntent,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
 
+    /// [`Coordinator::claim`], naming the work items the claim won when the backend splits a
+    /// pooled task's items over the nodes (ZooKeeper): `Some(items)`, in the task file's
+    /// order, with `Claimed`; the run gets exactly those. `None`: the run gets every item (the
+    /// embedded backend runs a pool on its one host), or the task has no work items.
+    fn claim_share(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send {
+        async move { Ok((self.claim(task, tick, intent).await?, None)) }
+    }
+
     /// The tick of `task` that was claimed to run by a node that is gone, with no result and no
     /// live run: the node died mid-run. `on_node_loss = "rerun"` runs it again.
     fn orphaned_tick(
@@ -252,6 +274,16 @@ pub trait Coordinator: Send + Sync + 'static {
         task: &str,
         tick: DateTime<Utc>,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+
+    /// [`Coordinator::reclaim`], naming the work items reclaimed as
+    /// [`Coordinator::claim_share`] names those claimed.
+    fn reclaim_share(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send {
+        async move { Ok((self.reclaim(task, tick).await?, None)) }
+    }
 
     /// Live runs of `task` on other nodes, for `overlap = "skip"` across the cluster.
     fn runs_elsewhere(&self, task: &str) -> impl Future<Output = Result<usize, CoordError>> + Send;

@@ -23,9 +23,8 @@
 //! 1.4 times the minimum for a join and 1.5 for a leave, medians; at most 1.6). Walking the
 //! items one by one instead (each to its best node with room) moved slightly more.
 //!
-//! `coord::lease` designates each item's unit `<task>@<item>` for its owner by this rule. The
-//! cluster backend does not fire pooled tasks yet (task files with `work_items` are refused
-//! there): the claim over a node's units is still to come.
+//! `coord::lease` designates each item's unit `<task>@<item>` for its owner by this rule, and a
+//! node claims each tick over the units it holds (`coord::node`'s `pool`).
 
 use std::cmp::Ordering;
 

@@ -462,6 +462,7 @@ mod tests {
             trigger: crate::coord::records::RunTrigger::Schedule,
             backfill: false,
             after: None,
+            items: None,
         }
     }
 

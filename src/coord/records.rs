@@ -308,6 +308,10 @@ pub struct HistoryEntry {
     /// `<task>@after-<that>`; `trigger` is `manual`). Written only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// A pooled task's run on one node: its work items, in the task file's order. Written
+    /// only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<String>>,
 }
 
 impl HistoryEntry {
@@ -354,6 +358,7 @@ impl HistoryEntry {
                     .as_ref()
                     .is_some_and(|id| id.contains("@backfill-")),
             after,
+            items: None,
         }
     }
 }

@@ -125,7 +125,10 @@ impl<C: Coordinator> Engine<C> {
                 tick,
                 intent,
             } => self.answer(call, move |s| async move {
-                let outcome = s.coordinator.claim(&task, tick, intent).await;
+                let (outcome, items) = match s.coordinator.claim_share(&task, tick, intent).await {
+                    Ok((outcome, items)) => (Ok(outcome), items),
+                    Err(error) => (Err(error), None),
+                };
                 if let Ok(outcome) = &outcome {
                     let won = *outcome == ClaimOutcome::Claimed;
                     s.metrics.claim(won);
@@ -136,14 +139,17 @@ impl<C: Coordinator> Engine<C> {
                         _ => {}
                     }
                 }
-                Answer::Claim(outcome)
+                claim_answer(outcome, items)
             }),
             Action::Reclaim { call, task, tick } => self.answer(call, move |s| async move {
-                let outcome = s.coordinator.reclaim(&task, tick).await;
+                let (outcome, items) = match s.coordinator.reclaim_share(&task, tick).await {
+                    Ok((outcome, items)) => (Ok(outcome), items),
+                    Err(error) => (Err(error), None),
+                };
                 if let Ok(outcome) = &outcome {
                     s.metrics.claim(*outcome == ClaimOutcome::Claimed);
                 }
-                Answer::Claim(outcome)
+                claim_answer(outcome, items)
             }),
             Action::ClaimManual {
                 call,
@@ -177,6 +183,17 @@ impl<C: Coordinator> Engine<C> {
             let answer = asked.await;
             engine.handle(Input::Answer { call, answer });
         });
+    }
+}
+
+/// The core's answer to a claim: a won claim that names its work items carries them.
+fn claim_answer(
+    outcome: Result<ClaimOutcome, crate::coord::CoordError>,
+    items: Option<Arc<[String]>>,
+) -> Answer<PreparedRun> {
+    match (outcome, items) {
+        (Ok(ClaimOutcome::Claimed), Some(items)) => Answer::ClaimedItems(items),
+        (outcome, _) => Answer::Claim(outcome),
     }
 }
 

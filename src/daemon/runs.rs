@@ -99,9 +99,9 @@ fn stop_entry(entry: &RunEntry, how: StopHow) -> watch::Receiver<bool> {
     entry.done.clone()
 }
 
-/// What the executor needs to run `tick` of `spec` on this node. A pooled task's run gets
-/// every item (`ZKCRON_WORK_ITEMS`): only the local backend, where one host runs them all,
-/// loads one.
+/// What the executor needs to run `tick` of `spec` on this node. A pooled task's run is
+/// prepared with every item (`ZKCRON_WORK_ITEMS`), as the local backend's one host runs them
+/// all; in a cluster, [`start_run`] gives it the items its claim won.
 pub(super) fn run_request<C: Coordinator>(
     spec: &TaskSpec,
     shared: &Shared<C>,
@@ -161,7 +161,13 @@ pub(super) fn start_run<C: Coordinator>(
         kind,
         retries,
         chained,
+        work_items,
     } = spawn;
+    let mut prepared = prepared;
+    if let Some(items) = work_items {
+        // The claim won these items of the pool (prepared with every item): the run gets them.
+        prepared.set_env("ZKCRON_WORK_ITEMS", &items.join(","));
+    }
     let claimed_at = tokio::time::Instant::now();
     let shared = shared.clone();
     let session = shared.leadership.borrow().session_losses;

@@ -219,6 +219,17 @@ impl PreparedRun {
     pub fn error(&self) -> Option<&str> {
         self.first.as_ref().err().map(String::as_str)
     }
+
+    /// Sets the variable `name` to `value` in the environment of every attempt: what a claim
+    /// decided after the preparation (a pooled task's items).
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        Arc::make_mut(&mut self.request)
+            .env
+            .insert(name.to_string(), value.to_string());
+        if let Ok(first) = &mut self.first {
+            first.command.env(name, value);
+        }
+    }
 }
 
 /// One attempt's process, built and ready to spawn.

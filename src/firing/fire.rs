@@ -609,7 +609,7 @@ impl<P> Firing<P> {
                 %fire_id,
                 running_here = fire.local,
                 running_elsewhere = fire.elsewhere,
-                work_items = self.entry(key).and_then(|e| e.spec.extras.run_on.items()).map(|items| items.join(",")),
+                work_items = self.skipped_items(key),
                 "skipped: the previous run is still going (overlap = \"skip\")"
             ),
             Some(prepared) => {
@@ -624,5 +624,15 @@ impl<P> Firing<P> {
                 });
             }
         }
+    }
+
+    /// The work items a skipped tick of the task of `key` named: those its claim won, or
+    /// every item of the pool; `None` for a task without work items.
+    fn skipped_items(&self, key: Key) -> Option<String> {
+        if let Some(items) = &self.claimed_items {
+            return Some(items.join(","));
+        }
+        let items = self.entry(key)?.spec.extras.run_on.items()?;
+        Some(items.join(","))
     }
 }

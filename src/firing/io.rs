@@ -104,6 +104,9 @@ pub enum Answer<P> {
     Prepared(P),
     /// To [`Action::Claim`], [`Action::Reclaim`] and [`Action::ClaimManual`].
     Claim(Result<ClaimOutcome, CoordError>),
+    /// To [`Action::Claim`] of a pooled task whose items the backend splits over the nodes:
+    /// claimed, for these items (in the task file's order); the run gets exactly those.
+    ClaimedItems(Arc<[String]>),
 }
 
 /// What the core asks the shell to do. Each action with a `call` is answered once.
@@ -172,6 +175,9 @@ pub struct Spawn<P> {
     pub retries: Retries,
     /// The tasks that run after this one (`after`): a success requests a run of each.
     pub chained: Arc<[Arc<str>]>,
+    /// A pooled task's items this run is for (`ZKCRON_WORK_ITEMS`), when its claim named
+    /// them; `None`: every item of the task's (or it has none).
+    pub work_items: Option<Arc<[String]>>,
 }
 
 /// Which run a [`Spawn`] starts.

@@ -276,6 +276,9 @@ pub struct Firing<P> {
     leading: usize,
     shut_down: bool,
     out: VecDeque<Action<P>>,
+    /// The work items of the claim being answered ([`Answer::ClaimedItems`]), for its spawn
+    /// or its skip's log line; cleared once the answer is handled.
+    claimed_items: Option<Arc<[String]>>,
 }
 
 impl<P> Firing<P> {
@@ -303,6 +306,7 @@ impl<P> Firing<P> {
             leading: 0,
             shut_down: false,
             out: VecDeque::new(),
+            claimed_items: None,
         }
     }
 
@@ -612,6 +616,18 @@ impl<P> Firing<P> {
         let Some(call) = self.calls.remove(&call) else {
             return;
         };
+        let answer = match answer {
+            Answer::ClaimedItems(items) => {
+                self.claimed_items = Some(items);
+                Answer::Claim(Ok(ClaimOutcome::Claimed))
+            }
+            other => other,
+        };
+        self.answer_call(call, answer);
+        self.claimed_items = None;
+    }
+
+    fn answer_call(&mut self, call: Call<P>, answer: Answer<P>) {
         match (call, answer) {
             (Call::FireRecord(key), Answer::FireRecord(result)) => self.fire_record(key, result),
             (Call::Orphan(key), Answer::Orphan(result)) => self.orphan(key, result),
@@ -681,6 +697,7 @@ impl<P> Firing<P> {
             kind: spawn.kind,
             retries: spawn.retries,
             chained,
+            work_items: self.claimed_items.take(),
         }));
     }
 

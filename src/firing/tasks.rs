@@ -236,6 +236,26 @@ impl<P> Firing<P> {
                 self.apply_to_task(i, leadership);
             }
         }
+        self.restart_gained(applied, leadership);
+    }
+
+    /// Fires afresh, from its fire record, each pooled task led before and now whose count of
+    /// units gained changed ([`Leadership::gained`]): a gained item's missed ticks are caught
+    /// up and its lost run checked. A claim on its way is honoured (without retries).
+    fn restart_gained(&mut self, applied: &Leadership, leadership: &Leadership) {
+        for (name, gained) in leadership.gained.iter() {
+            if applied.gained.get(name) == Some(gained) || !applied.tasks.contains(name.as_str()) {
+                continue;
+            }
+            let Ok(i) = self.loaded_index(name) else {
+                continue;
+            };
+            if let Some(key) = self.loaded[i].key.take() {
+                tracing::info!(target: log::TIMERS, task = %name, "items moved to this node: firing the task afresh from its fire record");
+                self.remove(key);
+                self.apply_to_task(i, leadership);
+            }
+        }
     }
 
     fn apply_to_all(&mut self, leadership: &Leadership) {

@@ -770,5 +770,6 @@ fn deliberate_firing_bugs_are_off_by_default() {
 
 #[path = "backfill_tests.rs"]
 mod backfill;
+mod pool;
 mod queue;
 mod start_order;

@@ -357,6 +357,7 @@ fn the_last_run_is_the_newer_of_the_result_and_a_manual_run() {
         trigger: RunTrigger::Manual,
         backfill: false,
         after: None,
+        items: None,
     };
     snapshot.recent_runs.insert("backup".into(), manual);
     let last = status(&snapshot, at(10, 0, 0)).tasks[0]

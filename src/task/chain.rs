@@ -98,7 +98,7 @@ pub(super) fn check_chains<T: Borrow<TaskSpec>>(
         return;
     }
     let mut found = missing_parents(tasks, errors);
-    every_node_parents(tasks, &mut found);
+    split_parents(tasks, &mut found);
     for (component, cycle) in cycles(tasks) {
         cycle_errors(tasks, &component, &cycle, &mut found);
     }
@@ -150,27 +150,42 @@ fn missing_parents<T: Borrow<TaskSpec>>(tasks: &[T], errors: &[TaskFileError]) -
     found
 }
 
-/// An error for each name in an `after` that is a task running on every node: its nodes' runs
-/// of one tick share the tick's fire id, so "one run after each parent run" has no id to count
-/// by, and a child would run once per tick, not once per parent run, without saying so.
-fn every_node_parents<T: Borrow<TaskSpec>>(tasks: &[T], found: &mut Found) {
+/// An error for each name in an `after` that is a task whose tick is split over nodes: one
+/// running on every node, or a pooled one (`work_items`, whose nodes each run their items of
+/// the tick). Their runs of one tick share the tick's fire id, so "one run after each parent
+/// run" has no id to count by, and a child would run once per tick, not once per parent run,
+/// without saying so.
+fn split_parents<T: Borrow<TaskSpec>>(tasks: &[T], found: &mut Found) {
     for task in tasks.iter().map(Borrow::borrow) {
         for parent in &task.extras.after {
-            let every_node = tasks
+            let run_on = tasks
                 .iter()
                 .map(Borrow::borrow)
-                .any(|t| t.name == parent.name && t.extras.run_on == RunOn::EveryNode);
-            if !every_node {
-                continue;
-            }
-            let message = format!(
-                "`after` names {:?}, which runs on every node (`run_on = \"every_node\"`): a chained run follows a task whose tick runs once",
-                parent.name
-            );
-            let help = format!(
-                "remove {:?} from `after`, or give it `run_on = \"leader\"` (the default)",
-                parent.name
-            );
+                .find(|t| t.name == parent.name)
+                .map(|t| &t.extras.run_on);
+            let (message, help) = match run_on {
+                Some(RunOn::EveryNode) => (
+                    format!(
+                        "`after` names {:?}, which runs on every node (`run_on = \"every_node\"`): a chained run follows a task whose tick runs once",
+                        parent.name
+                    ),
+                    format!(
+                        "remove {:?} from `after`, or give it `run_on = \"leader\"` (the default)",
+                        parent.name
+                    ),
+                ),
+                Some(RunOn::Items(_)) => (
+                    format!(
+                        "`after` names {:?}, which has work items (`work_items`): its tick runs in parts on the nodes that own its items, and a chained run follows a task whose tick runs once",
+                        parent.name
+                    ),
+                    format!(
+                        "remove {:?} from `after`, or remove `work_items` from {}.toml",
+                        parent.name, parent.name
+                    ),
+                ),
+                Some(RunOn::Leader) | None => continue,
+            };
             found
                 .entry(task.name.clone())
                 .or_default()

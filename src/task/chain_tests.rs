@@ -196,3 +196,30 @@ fn a_parent_that_runs_on_every_node_is_an_error_at_its_name() {
         Some("remove \"clean\" from `after`, or give it `run_on = \"leader\"` (the default)")
     );
 }
+
+#[test]
+fn a_parent_with_work_items_is_an_error_at_its_name() {
+    let (names, errors) = checked(&[
+        (
+            "shards",
+            "schedule = \"@hourly\"\ncommand = [\"/bin/true\"]\nwork_items = 4\n",
+        ),
+        (
+            "report",
+            "command = [\"/bin/true\"]\nafter = [\"shards\"]\n",
+        ),
+    ]);
+    assert_eq!(names, ["shards"]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = &errors[0];
+    assert_eq!(error.path, PathBuf::from("jobs.d/report.toml"));
+    assert_eq!((error.line, error.column), (2, 10));
+    assert_eq!(
+        error.message,
+        "`after` names \"shards\", which has work items (`work_items`): its tick runs in parts on the nodes that own its items, and a chained run follows a task whose tick runs once"
+    );
+    assert_eq!(
+        error.help.as_deref(),
+        Some("remove \"shards\" from `after`, or remove `work_items` from shards.toml")
+    );
+}

@@ -41,7 +41,7 @@ pub(super) fn check_task(
         None => Chained::No,
     };
     let schedule = c.schedule(keys.schedule, keys.timezone, &keys.when, chained);
-    keys.extras.run_on = c.run_on(std::mem::take(&mut keys.run_on), defaults.backend);
+    keys.extras.run_on = c.run_on(std::mem::take(&mut keys.run_on));
     let command = c.task_command(keys.command, &keys.extras.env, &keys.extras.run_on);
     let user = c.effective_user(keys.user, defaults);
     keys.extras.group = c.group(keys.group, &defaults.identity);

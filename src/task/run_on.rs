@@ -195,28 +195,19 @@ impl Checker<'_> {
     }
 
     /// Where the task's ticks run, from `run_on` and `work_items` together: they exclude each
-    /// other, and the ZooKeeper backend refuses `work_items` (it does not split pools yet).
-    pub(super) fn run_on(&mut self, keys: RunOnKeys, backend: TaskBackend) -> RunOn {
-        let (run_on, span) = match (keys.run_on, keys.work_items) {
+    /// other.
+    pub(super) fn run_on(&mut self, keys: RunOnKeys) -> RunOn {
+        match (keys.run_on, keys.work_items) {
             (Some((_, run_on_span)), Some(_)) => {
                 let message = "`run_on` and `work_items` cannot be used together: a task with \
                                work items runs each tick on the nodes that own its items";
                 let help = "remove `run_on`, or remove `work_items` to run the whole task";
                 self.report(run_on_span, message.into(), Some(help.into()));
-                return RunOn::Leader;
+                RunOn::Leader
             }
-            (Some((run_on, span)), None) => (run_on, span),
-            (None, Some((items, span))) => (RunOn::Items(items), span),
-            (None, None) => return RunOn::Leader,
-        };
-        if backend == TaskBackend::Zookeeper && matches!(run_on, RunOn::Items(_)) {
-            let message = "`work_items` is not supported by the zookeeper backend in this \
-                           release: it runs each tick of a task on one node";
-            let help = "run this task on a node with the local backend, or split it into one \
-                        task file per item or per node (with `require_labels`)";
-            self.report(span, message.into(), Some(help.into()));
-            return RunOn::Leader;
+            (Some((run_on, _)), None) => run_on,
+            (None, Some((items, _))) => RunOn::Items(items),
+            (None, None) => RunOn::Leader,
         }
-        run_on
     }
 }

@@ -1831,6 +1831,10 @@ impl<'s> Sim<'s> {
             (CoreAsk::Claim { task, tick }, answer) => {
                 let outcome = match answer {
                     Ok(Answered::Claim(outcome)) => Ok(outcome),
+                    Ok(Answered::ClaimedItems(items)) => {
+                        self.count_claim(n, task, tick, &Ok(ClaimOutcome::Claimed));
+                        return FireAnswer::ClaimedItems(items.into());
+                    }
                     Err(error) if self.sc.knobs.bug == NodeBug::AssumeClaimedOnLoss => {
                         note!(
                             self,

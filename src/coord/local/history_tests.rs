@@ -27,6 +27,7 @@ fn entry(fire_id: &str, s: i64) -> HistoryEntry {
         trigger: RunTrigger::Schedule,
         backfill: false,
         after: None,
+        items: None,
     }
 }
 

@@ -60,6 +60,16 @@ impl ClaimJob {
     }
 }
 
+/// What a claim that failed on the lease or the epoch found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseFound {
+    /// The lease is lost (or given up for good): the claim is refused.
+    Lost,
+    /// Only the epoch changed under this node's lease: it is given up and taken again, and a
+    /// task's claim waits for that.
+    Regaining,
+}
+
 /// A claim whose outcome is being resolved.
 #[derive(Debug)]
 pub(crate) struct ResolveJob {
@@ -422,6 +432,21 @@ impl Node {
     }
 
     pub(super) fn on_claim_lease_check(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
+        if self.claim_found_lease(&job.task.clone(), result) == LeaseFound::Regaining {
+            // The claim waits for the lease to be taken again.
+            return;
+        }
+        self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+    }
+
+    /// A claim failed on the lease or the epoch of `task`, and `result` says whose the lease
+    /// is: this node gives it up (to take it again when only the epoch changed) or counts it
+    /// lost.
+    pub(super) fn claim_found_lease(
+        &mut self,
+        task: &str,
+        result: Result<ZkOk, ZkFail>,
+    ) -> LeaseFound {
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 let why = if stat.version != 0 {
@@ -429,27 +454,27 @@ impl Node {
                 } else {
                     "the task's epoch was changed by someone else (or tasks/ was deleted and recreated)"
                 };
-                self.give_up(job.task.clone(), why);
+                self.give_up(task.to_string(), why);
                 if stat.version == 0 {
                     // Only the epoch changed: the claim waits for the lease to be taken again
                     // (a task without a fire record would otherwise lose this tick: the
                     // planner starts it from now when leadership comes back).
-                    self.tasks.set_regain(&job.task, Some(Regain::GivingUp));
-                    return;
+                    self.tasks.set_regain(task, Some(Regain::GivingUp));
+                    return LeaseFound::Regaining;
                 }
             }
             _ => {
                 self.report(Level::Warn, "claim refused: this node's lease is gone")
-                    .field("task", &job.task);
-                self.lease_lost(&job.task.clone());
+                    .field("task", task);
+                self.lease_lost(task);
                 if result.is_err() {
                     // Unknown whose the lease is: it may still be this session's, which no
                     // other node deletes (simulation seed 23229).
-                    self.stray_lease(&job.task);
+                    self.stray_lease(task);
                 }
             }
         }
-        self.finish_claim(job, Ok(ClaimOutcome::NotLeader));
+        LeaseFound::Lost
     }
 
     /// A claim found a run znode for its tick: one no live member wrote (persistent, or of a
@@ -693,7 +718,7 @@ impl Node {
     }
 
     /// Whether the session named (in hex) by a record is alive: this node's, or a member's.
-    fn session_alive(&self, hex: &str) -> bool {
+    pub(super) fn session_alive(&self, hex: &str) -> bool {
         let Ok(id) = i64::from_str_radix(hex, 16) else {
             return false;
         };

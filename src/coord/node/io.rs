@@ -232,6 +232,8 @@ pub enum Request {
 pub enum Answered {
     Done,
     Claim(ClaimOutcome),
+    /// A pooled task's claim won on these items (in the task file's order): run them.
+    ClaimedItems(Vec<String>),
     Tick(Option<DateTime<Utc>>),
     Count(usize),
     Result(Option<RunResult>),

@@ -2,11 +2,12 @@
 //! unless connected and listed, with the pending manual runs and backfills of the led tasks,
 //! why it is paused and how often the session was lost.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::acting::{not_before, sooner};
 use super::{Level, Node, Output};
+use crate::coord::lease;
 
 impl Node {
     /// Publishes the held leases as leadership (paused unless connected and listed).
@@ -18,17 +19,20 @@ impl Node {
         } else {
             self.tasks
                 .held_leases()
-                .filter(|(lease, _)| self.fires_through(lease))
                 .map(|(lease, _)| Arc::from(self.task_of(lease)))
                 .collect()
         };
         let paused = !self.firing();
+        let gained = self.count_gains(&tasks);
         let triggers = self.led_triggers(&tasks);
         let backfills = self.led_backfills(&tasks);
         // A new leader ends the ticks its tasks' backfills lost with their node.
         self.sweep_backfills(false);
         let l = &self.leadership;
-        let same = l.paused == paused && *l.tasks == tasks && (paused || l.why_paused.is_none());
+        let same = l.paused == paused
+            && *l.tasks == tasks
+            && *l.gained == gained
+            && (paused || l.why_paused.is_none());
         if same && *l.triggers == triggers && *l.backfills == backfills {
             return;
         }
@@ -41,6 +45,7 @@ impl Node {
             return;
         }
         let leading = tasks.len();
+        self.leadership.gained = Arc::new(gained);
         self.leadership.paused = paused;
         self.leadership.tasks = Arc::new(tasks);
         if !paused {
@@ -51,6 +56,30 @@ impl Node {
         self.report(Level::Info, "leases changed")
             .field("leading", leading)
             .field("paused", paused);
+    }
+
+    /// The pooled tasks' counts of units gained (see [`crate::coord::Leadership::gained`]):
+    /// one more for each task published before and again in `tasks` whose held units grew.
+    fn count_gains(&mut self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, u64> {
+        let held: BTreeSet<String> = self
+            .tasks
+            .held_leases()
+            .map(|(lease, _)| lease)
+            .filter(|lease| lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task)))
+            .cloned()
+            .collect();
+        let mut gained = (*self.leadership.gained).clone();
+        let grown: BTreeSet<&str> = held
+            .difference(&self.published_units)
+            .map(|unit| self.task_of(unit))
+            .filter(|task| self.leadership.tasks.contains(*task) && tasks.contains(*task))
+            .collect();
+        for task in grown {
+            *gained.entry(task.to_string()).or_default() += 1;
+        }
+        gained.retain(|task, _| tasks.contains(task.as_str()));
+        self.published_units = held;
+        gained
     }
 
     /// Publishes now, or at most [`super::acting::DECIDE_EVERY`] after the last publication.

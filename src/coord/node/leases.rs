@@ -335,6 +335,14 @@ impl Node {
             TakeKind::Designated => None,
         };
         self.tasks.hold(&task, epoch, cover);
+        if lease::split_unit(&task).is_some_and(|(pooled, _)| self.pooled(pooled)) {
+            // An item's unit that comes back to this node was claimed by others meanwhile:
+            // what this node last saw of its record and result is stale.
+            self.forget_record(&task);
+            if let Some(state) = self.tasks.get_mut(&task) {
+                state.result = None;
+            }
+        }
         // Decisions skip a task being taken: if the member view changed while this take was
         // in flight (a member that ranks higher joined), or this node may no longer lead,
         // decide again, which also publishes; a cover too (its hold needs a timer). Otherwise

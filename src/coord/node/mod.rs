@@ -31,6 +31,8 @@
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
 //! - `units`: tasks that run on every node: each node's unit of them, and the daemon's
 //!   requests served on it.
+//! - `pool`, `pool_end`, `pool_orphan`: pooled tasks: the claim over the held items' units,
+//!   the run's end, the runs lost with their node.
 //! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
 //! - `waits`: requests answered when something happens (the end of runs on other nodes).
 //! - `clock`: skew verdicts and the cluster's clock.
@@ -52,6 +54,9 @@ mod leadership;
 mod leases;
 mod mark;
 mod members;
+mod pool;
+mod pool_end;
+mod pool_orphan;
 mod report;
 mod request_claim;
 mod requests;
@@ -199,6 +204,8 @@ enum TaskJob {
     Claim(ClaimJob),
     /// Release the lease incarnation that set this epoch version.
     Release { epoch: i32 },
+    /// Claim a tick of a pooled task over its held units (the request, in `Node::pools`).
+    Pool(ReqId),
 }
 
 /// What a timer of the node does when due.
@@ -220,6 +227,8 @@ enum Timer {
     ControlRead { generation: u64 },
     /// A close that waited [`CLOSE_WAITS_FOR_HISTORY`] for history appends closes now.
     CloseAnyway,
+    /// Try again to record a pooled run's end.
+    PoolEnded(pool_end::PoolEnd),
 }
 
 /// The sans-IO cluster node. See the module docs.
@@ -328,6 +337,18 @@ pub struct Node {
     /// This node's own state per task: its hold on the lease, the fire record and result last
     /// seen, the work queued on the task.
     tasks: tasks::Tasks,
+    /// The requests on pooled tasks reading their units' records, by request.
+    pools: BTreeMap<ReqId, pool::PoolJob>,
+    /// The units each pooled run this node claimed was claimed on, by task and tick, until
+    /// the run's end is recorded.
+    pool_runs: BTreeMap<(String, DateTime<Utc>), Vec<String>>,
+    /// The ends of pooled runs reading their units' results, by request.
+    pool_ends: BTreeMap<ReqId, pool_end::PoolEnd>,
+    /// The units of pooled tasks held at the last publication (a unit gained since counts in
+    /// [`Leadership::gained`]).
+    published_units: BTreeSet<String>,
+    /// The pooled tasks' orphan checks in flight, and the lost runs they found.
+    orphan_checks: pool_orphan::OrphanChecks,
     /// Counts of other nodes' live runs in flight, by request.
     runs_counts: BTreeMap<ReqId, runs::RunsCount>,
     /// Requests waiting for the end of runs on other nodes.
@@ -422,6 +443,11 @@ impl Node {
             relist: None,
             own_runs: BTreeSet::new(),
             tasks: tasks::Tasks::default(),
+            pools: BTreeMap::new(),
+            pool_runs: BTreeMap::new(),
+            pool_ends: BTreeMap::new(),
+            orphan_checks: pool_orphan::OrphanChecks::default(),
+            published_units: BTreeSet::new(),
             runs_counts: BTreeMap::new(),
             run_waits: waits::RunWaits::default(),
             release_all: None,
@@ -563,6 +589,9 @@ impl Node {
     }
 
     fn answer(&mut self, req: ReqId, answer: Answer) {
+        if self.pool_sub_answer(req, &answer) {
+            return;
+        }
         self.waited_answer(req, answer);
     }
 
@@ -627,6 +656,7 @@ impl Node {
             Timer::RunEnded(job) => self.run_ended_attempt(job),
             Timer::Triggers => self.on_triggers_timer(),
             Timer::ControlRead { generation } => self.reread_control(generation),
+            Timer::PoolEnded(end) => self.pool_end_attempt(end),
             Timer::CloseAnyway => {
                 if let Some(req) = self.close_waiting.take() {
                     self.close_now(req);

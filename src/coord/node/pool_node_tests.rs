@@ -1,6 +1,6 @@
 //! A pooled task's units: the node takes the units of the items it owns under the pool's
 //! assignment, releases those a joining member comes to own (and all of them when drained),
-//! and fires nothing of the task (no claim is served on the units yet).
+//! publishes the task while it holds one, and claims and ends a tick over the units it holds.
 
 use super::*;
 use crate::coord::lease;
@@ -14,7 +14,7 @@ fn pool_leases(store: &Store) -> Vec<String> {
 }
 
 #[test]
-fn a_lone_node_takes_every_items_unit_and_publishes_no_pooled_task() {
+fn a_lone_node_takes_every_items_unit_and_publishes_the_pooled_task() {
     let mut store = Store::default();
     let tasks = vec![spec("p", "work_items = 4"), spec("t", "")];
     let (node, _) = started(&mut store, tasks);
@@ -25,8 +25,8 @@ fn a_lone_node_takes_every_items_unit_and_publishes_no_pooled_task() {
     }
     assert!(!store.znodes.contains_key(&format!("{BASE}/leases/p")));
     let published: Vec<&str> = node.leadership().tasks.iter().map(|t| &**t).collect();
-    assert_eq!(published, ["t"]);
-    assert!(!node.leadership().may_fire("p"));
+    assert_eq!(published, ["p", "t"]);
+    assert!(node.leadership().may_fire("p"));
 }
 
 #[test]
@@ -74,4 +74,333 @@ fn a_drained_node_releases_every_unit_of_its_pool() {
     pump(&mut node, &mut store, at(200));
     assert!(store.member("n1").drained);
     assert!(pool_leases(&store).is_empty(), "{:?}", leases(&store));
+}
+
+fn claim(intent: ClaimIntent) -> Request {
+    Request::Claim {
+        task: "p".into(),
+        tick: tick(),
+        intent,
+    }
+}
+
+fn record_of(store: &Store, unit: &str) -> FireRecord {
+    serde_json::from_slice(&store.znodes[&format!("{BASE}/tasks/{unit}")].0).unwrap()
+}
+
+#[test]
+fn a_pooled_tick_is_claimed_over_the_held_units_in_one_multi_and_ended_per_unit() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert_eq!(
+        answer,
+        Answered::ClaimedItems(vec!["0".into(), "1".into(), "2".into()])
+    );
+    for item in 0..3 {
+        let unit = format!("p@{item}");
+        assert_eq!(record_of(&store, &unit).tick, Some(tick()));
+        let run = format!("{BASE}/tasks/{unit}/run-{TICK}");
+        assert_eq!(store.znodes[&run].1.ephemeral_owner, 1, "{run}");
+    }
+    // The same tick again: every unit covers it.
+    let again = ask_at(&mut node, &mut store, at(200), claim(ClaimIntent::Run));
+    assert_eq!(
+        again,
+        Answered::Claim(ClaimOutcome::AlreadyClaimed { record: tick() })
+    );
+    let last = ask_at(
+        &mut node,
+        &mut store,
+        at(250),
+        Request::LastClaimed { task: "p".into() },
+    );
+    assert_eq!(last, Answered::Tick(Some(tick())));
+    let result = RunResult {
+        tick: tick(),
+        node: "n1".into(),
+        exit: "exit code 0".into(),
+        success: true,
+        ..RunResult::default()
+    };
+    let ended = Request::RunEnded {
+        task: "p".into(),
+        result,
+    };
+    assert_eq!(
+        ask_at(&mut node, &mut store, at(300), ended),
+        Answered::Done
+    );
+    for item in 0..3 {
+        let unit = format!("{BASE}/tasks/p@{item}");
+        assert!(!store.znodes.contains_key(&format!("{unit}/run-{TICK}")));
+        assert!(
+            store.znodes.contains_key(&format!("{unit}/result")),
+            "{unit}"
+        );
+    }
+    // One history entry for the node's run, naming its items, in its first item's unit.
+    let (data, _) = &store.znodes[&format!("{BASE}/tasks/p@0/history")];
+    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
+    assert_eq!(history.runs.len(), 1);
+    assert_eq!(history.runs[0].fire_id, format!("p@{TICK}"));
+    assert_eq!(
+        history.runs[0].items.as_deref(),
+        Some(&["0".to_string(), "1".into(), "2".into()][..])
+    );
+    assert!(
+        !store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@1/history"))
+    );
+}
+
+#[test]
+fn a_unit_whose_record_covers_the_tick_is_left_out_of_the_claim() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    // Another node claimed item 1's tick before the item moved here.
+    let path = format!("{BASE}/tasks/p@1");
+    let mut moved = FireRecord::empty();
+    moved.tick = Some(tick());
+    moved.node = "n2".into();
+    let version = store.znodes[&path].1.version;
+    store.znodes.insert(
+        path.clone(),
+        (
+            serde_json::to_vec(&moved).unwrap(),
+            Stat {
+                version: version + 1,
+                ..Stat::default()
+            },
+        ),
+    );
+    node.forget_record("p@1");
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "2".into()]));
+    assert_eq!(record_of(&store, "p@1").node, "n2");
+    assert!(!store.znodes.contains_key(&format!("{path}/run-{TICK}")));
+}
+
+#[test]
+fn a_unit_whose_lease_another_session_holds_is_fenced_out_of_the_claim() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    // Item 0's lease is now another session's (the node has not seen it go).
+    let lease = format!("{BASE}/leases/p@0");
+    store.znodes.remove(&lease);
+    store.session = Some(2);
+    store.znodes.insert(
+        lease,
+        (
+            b"{}".to_vec(),
+            Stat {
+                ephemeral_owner: 2,
+                ..Stat::default()
+            },
+        ),
+    );
+    store.session = None;
+    // Its take bumped the epoch.
+    let epoch = format!("{BASE}/tasks/p@0/epoch");
+    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
+    assert!(node.tasks.held("p@0").is_none());
+    assert_eq!(record_of(&store, "p@0").tick, None);
+    assert!(
+        !store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
+    );
+}
+
+#[test]
+fn the_fire_record_of_a_pooled_task_is_the_oldest_of_its_held_units() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert!(matches!(answer, Answered::ClaimedItems(_)), "{answer:?}");
+    // Item 1's record is behind (its unit came from a node that stopped claiming).
+    let path = format!("{BASE}/tasks/p@1");
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(tick() - chrono::TimeDelta::seconds(3));
+    let version = store.znodes[&path].1.version;
+    store.znodes.insert(
+        path,
+        (
+            serde_json::to_vec(&behind).unwrap(),
+            Stat {
+                version: version + 1,
+                ..Stat::default()
+            },
+        ),
+    );
+    node.forget_record("p@1");
+    let last = ask_at(
+        &mut node,
+        &mut store,
+        at(200),
+        Request::LastClaimed { task: "p".into() },
+    );
+    assert_eq!(last, Answered::Tick(behind.tick));
+}
+
+#[test]
+fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    // Item 1's tick was claimed to run by session 9, gone with no result and no run znode.
+    let path = format!("{BASE}/tasks/p@1");
+    let mut lost = FireRecord::empty();
+    lost.tick = Some(tick());
+    lost.node = "n9".into();
+    lost.session = "9".into();
+    lost.run = true;
+    let version = store.znodes[&path].1.version;
+    store.znodes.insert(
+        path,
+        (
+            serde_json::to_vec(&lost).unwrap(),
+            Stat {
+                version: version + 1,
+                ..Stat::default()
+            },
+        ),
+    );
+    node.forget_record("p@1");
+    let orphan = Request::OrphanedTick { task: "p".into() };
+    let answer = ask_at(&mut node, &mut store, at(100), orphan);
+    assert_eq!(answer, Answered::Tick(Some(tick())));
+    let reclaim = || Request::Reclaim {
+        task: "p".into(),
+        tick: tick(),
+    };
+    let answer = ask_at(&mut node, &mut store, at(200), reclaim());
+    assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
+    let record = record_of(&store, "p@1");
+    assert_eq!((record.node.as_str(), record.reruns), ("n1", 1));
+    assert!(
+        store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@1/run-{TICK}"))
+    );
+    // Item 0 ran nothing of that tick; and the rerun is not done twice.
+    assert!(
+        !store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
+    );
+    let again = ask_at(&mut node, &mut store, at(300), reclaim());
+    assert!(
+        matches!(again, Answered::Claim(ClaimOutcome::AlreadyClaimed { .. })),
+        "{again:?}"
+    );
+}
+
+/// Regression: a unit taken again kept the record cached while this node held it before, so
+/// the task's fire record (the oldest of the held units') looked newer than it was and the
+/// ticks another owner missed were not caught up.
+#[test]
+fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
+    let mut store = Store::default();
+    let tasks = vec![spec("p", "work_items = 12")];
+    let n2 = member("n2", "1.0.0", &tasks, &[]);
+    let (mut node, _) = started(&mut store, tasks);
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert!(matches!(answer, Answered::ClaimedItems(_)), "{answer:?}");
+    // n2 joins and gets its units; it claims one tick behind this node's on one of them.
+    node.members.insert("n2".into(), n2);
+    node.decide();
+    pump(&mut node, &mut store, at(1_000));
+    let kept = pool_leases(&store);
+    let moved = (0..12)
+        .map(|item| format!("p@{item}"))
+        .find(|unit| !kept.contains(unit))
+        .expect("a unit moved to n2");
+    let path = format!("{BASE}/tasks/{moved}");
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(tick() - chrono::TimeDelta::seconds(5));
+    behind.node = "n2".into();
+    let version = store.znodes[&path].1.version;
+    let stat = Stat {
+        version: version + 1,
+        ..Stat::default()
+    };
+    store
+        .znodes
+        .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
+    // n2 leaves: its units come back here.
+    node.members.remove("n2");
+    node.decide();
+    pump(&mut node, &mut store, at(2_000));
+    assert_eq!(pool_leases(&store).len(), 12);
+    let last = ask_at(
+        &mut node,
+        &mut store,
+        at(2_100),
+        Request::LastClaimed { task: "p".into() },
+    );
+    assert_eq!(last, Answered::Tick(behind.tick));
+}
+
+#[test]
+fn a_manual_run_of_a_pooled_task_is_claimed_fenced_on_a_held_unit_and_kept_in_its_history() {
+    let mut store = Store::default();
+    let name = "p@manual-0000000001";
+    let pending = TriggerRecord {
+        format: 1,
+        task: "p".into(),
+        requested_at: tick(),
+        by: "op@host".into(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+        after: None,
+    };
+    let path = format!("{BASE}/control/triggers/{name}");
+    store.znodes.insert(
+        path.clone(),
+        (serde_json::to_vec(&pending).unwrap(), Stat::default()),
+    );
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    let trigger = crate::coord::Trigger {
+        fire_id: name.into(),
+        requested_at: tick(),
+    };
+    assert_eq!(
+        node.leadership().triggers["p"],
+        std::slice::from_ref(&trigger)
+    );
+    let claim = Request::ClaimManual {
+        task: "p".into(),
+        trigger,
+    };
+    let answer = ask_at(&mut node, &mut store, at(100), claim);
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(running.state, TriggerState::Running);
+    let result = RunResult {
+        tick: tick(),
+        node: "n1".into(),
+        exit: "exit code 0".into(),
+        success: true,
+        fire_id: Some(name.into()),
+        manual: true,
+        ..RunResult::default()
+    };
+    let ended = Request::RunEnded {
+        task: "p".into(),
+        result,
+    };
+    assert_eq!(
+        ask_at(&mut node, &mut store, at(200), ended),
+        Answered::Done
+    );
+    let (data, _) = &store.znodes[&format!("{BASE}/tasks/p@0/history")];
+    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
+    let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
+    assert_eq!(ids, [name]);
 }

@@ -11,6 +11,9 @@ impl Node {
     // ---- requests ----
 
     pub(super) fn on_request(&mut self, req: ReqId, request: Request) {
+        let Some(request) = self.on_pool_request(req, request) else {
+            return;
+        };
         match request {
             Request::Publish(tasks) => {
                 self.publish_tasks(&tasks);
@@ -128,6 +131,10 @@ impl Node {
                 let epoch = *epoch;
                 self.release_lease(task, epoch)
             }
+            TaskJob::Pool(req) => {
+                let req = *req;
+                self.start_pool(req)
+            }
         }
     }
 
@@ -214,6 +221,10 @@ impl Node {
             Then::Trigger(step) => self.abort_trigger(step),
             Then::Backfill(step) => self.abort_backfill(step),
             Then::History(step) => self.abort_history(step),
+            Then::PoolRecord { req, .. } => self.abort_pool(req),
+            Then::PoolMulti { job, .. } => self.abort_pool_multi(job),
+            Then::PoolResultRead { req, .. } => self.abort_pool_end(req),
+            Then::PoolResultWrite { end, .. } => self.abort_pool_write(end),
             _ => {}
         }
     }
@@ -222,9 +233,17 @@ impl Node {
     fn abort_queued(&mut self) {
         let jobs: Vec<TaskJob> = self.tasks.take_jobs();
         for job in jobs {
-            if let TaskJob::Claim(job) = job {
-                let req = job.req;
-                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+            match job {
+                TaskJob::Claim(job) => {
+                    let req = job.req;
+                    self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+                }
+                TaskJob::Pool(req) => {
+                    if self.pools.remove(&req).is_some() {
+                        self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
+                    }
+                }
+                TaskJob::Release { .. } => {}
             }
         }
         let timers = std::mem::take(&mut self.timers);

@@ -11,7 +11,7 @@ use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
-use super::{Node, backfill, control, foreign, gc, history, trigger};
+use super::{Node, backfill, control, foreign, gc, history, pool, pool_end, trigger};
 use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
@@ -201,6 +201,24 @@ pub(super) enum Then {
     Backfill(backfill::Step),
     /// A step of appending to a task's history.
     History(history::Step),
+    /// Reading one unit's fire record for a request on a pooled task.
+    PoolRecord { req: ReqId, unit: String },
+    /// A pooled task's claim: one multi-op over its units' parts.
+    PoolMulti {
+        job: pool::PoolJob,
+        parts: Vec<pool::PoolPart>,
+        /// When it was sent, by the local clock (its reply measures the skew).
+        sent: DateTime<Utc>,
+    },
+    /// A pooled claim failed on one unit's lease or epoch: asking whose the lease is.
+    PoolLeaseCheck { unit: String },
+    /// Reading one unit's stored result before recording a pooled run's end.
+    PoolResultRead { req: ReqId, unit: String },
+    /// Recording a pooled run's end: these ops in one multi.
+    PoolResultWrite {
+        end: pool_end::PoolEnd,
+        ops: Vec<ZkOp>,
+    },
 }
 
 /// What to do once the tree is recreated.
@@ -270,6 +288,11 @@ impl Node {
             Then::Trigger(step) => self.on_trigger_step(step, result),
             Then::Backfill(step) => self.on_backfill_step(step, result),
             Then::History(step) => self.on_history_step(step, result),
+            then @ (Then::PoolRecord { .. }
+            | Then::PoolMulti { .. }
+            | Then::PoolLeaseCheck { .. }
+            | Then::PoolResultRead { .. }
+            | Then::PoolResultWrite { .. }) => self.on_pool_reply(then, result),
             then => self.on_task_reply(then, result),
         }
     }
@@ -326,6 +349,18 @@ impl Node {
             Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
             Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
             other => unreachable!("not a lease reply: {other:?}"),
+        }
+    }
+
+    /// The replies of pooled tasks' reads, claims and ends.
+    fn on_pool_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+        match then {
+            Then::PoolRecord { req, unit } => self.on_pool_record(req, unit, result),
+            Then::PoolMulti { job, parts, sent } => self.on_pool_multi(job, parts, sent, result),
+            Then::PoolLeaseCheck { unit } => self.on_pool_lease_check(unit, result),
+            Then::PoolResultRead { req, unit } => self.on_pool_result_read(req, unit, result),
+            Then::PoolResultWrite { end, ops } => self.on_pool_result_write(end, ops, result),
+            other => unreachable!("not a pool reply: {other:?}"),
         }
     }
 

@@ -331,6 +331,7 @@ fn entry(i: u32) -> HistoryEntry {
         trigger: RunTrigger::Schedule,
         backfill: false,
         after: None,
+        items: None,
     }
 }
 
@@ -424,6 +425,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         trigger: RunTrigger::Manual,
         backfill: false,
         after: None,
+        items: None,
     };
     assert_eq!(written.runs[2], expected);
     assert!(

@@ -2,19 +2,29 @@
 //! `<task>@<node-id>` ([`lease::unit_name`]), with the unit's own fire record, epoch and run
 //! znodes, exactly as a task's. The daemon knows only the task: its requests name the task and
 //! are served on the unit; the unit it holds is published as the task it may fire. A pooled
-//! task's units (`<task>@<item>`) are taken and kept by their items' owners like any lease.
+//! task's units (`<task>@<item>`) are taken and kept by their items' owners like any lease;
+//! holding one publishes the task, whose requests are served over them (`pool`).
 
 use std::borrow::Cow;
 
 use super::Node;
-use super::io::Request;
-use crate::coord::lease;
+use super::claim::ClaimKind;
+use super::io::{Answered, ReqId, Request};
+use super::pool::PoolAsk;
+use crate::coord::{ClaimIntent, lease};
 
 impl Node {
     /// The lease (and record) name of the daemon's `task` on this node: its unit when the
-    /// task runs on every node, else the task's own name.
+    /// task runs on every node, the first unit it holds of a pooled task (a manual run or a
+    /// backfill tick is fenced on it, and kept in its history), else the task's own name.
     pub(super) fn unit_of<'a>(&self, task: &'a str) -> Cow<'a, str> {
         match self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) {
+            Some(entry) if matches!(entry.holders, lease::Holders::Items(_)) => {
+                match self.held_units(task).into_iter().next() {
+                    Some(unit) => Cow::Owned(unit),
+                    None => Cow::Borrowed(task),
+                }
+            }
             Some(entry) => lease::lease_name(task, entry, &self.cfg.id),
             None => Cow::Borrowed(task),
         }
@@ -28,21 +38,6 @@ impl Node {
             Some((task, _)) if self.pooled(task) => task,
             _ => lease,
         }
-    }
-
-    /// Whether `task` is a pooled task this node defines (its leases are its items' units).
-    fn pooled(&self, task: &str) -> bool {
-        self.my_set
-            .as_ref()
-            .and_then(|(_, _, set)| set.get(task))
-            .is_some_and(|entry| matches!(entry.holders, lease::Holders::Items(_)))
-    }
-
-    /// Whether holding `lease` lets the daemon fire its task. An item's unit of a pooled task
-    /// does not: its owner takes and keeps it, but the claim over a node's units is not
-    /// served, so the task is fired by nobody (the ZooKeeper backend refuses `work_items`).
-    pub(super) fn fires_through(&self, lease: &str) -> bool {
-        !lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task))
     }
 
     /// The leases of the tasks this node defines, as its lease decisions name them.
@@ -59,6 +54,10 @@ impl Node {
     /// a manual run's end, a manual claim and a pause name the task itself (their znodes
     /// are the task's).
     pub(super) fn onto_units(&self, request: Request) -> Request {
+        if request_task(&request).is_some_and(|task| self.pooled(task)) {
+            // Served over the units it holds (`on_pool_request`), or fenced on the first.
+            return request;
+        }
         let unit = |task: String| match self.unit_of(&task) {
             Cow::Borrowed(_) => task,
             Cow::Owned(unit) => unit,
@@ -92,5 +91,77 @@ impl Node {
             | Request::ReleaseAll
             | Request::Close) => other,
         }
+    }
+
+    /// Serves `request` if it names a pooled task (over the units this node holds, see
+    /// `pool`, `pool_orphan`); else hands it back. Runs elsewhere never hold back a node's run
+    /// of a pooled task: `overlap` applies per node run.
+    pub(super) fn on_pool_request(&mut self, req: ReqId, request: Request) -> Option<Request> {
+        let task = match &request {
+            Request::LastClaimed { task }
+            | Request::Claim { task, .. }
+            | Request::QueuedTick { task }
+            | Request::RunsElsewhere { task }
+            | Request::RunsEndedElsewhere { task }
+            | Request::OrphanedTick { task }
+            | Request::Reclaim { task, .. }
+            | Request::LastResult { task } => task,
+            Request::RunEnded { task, result } if !result.manual => task,
+            _ => return Some(request),
+        };
+        if !self.pooled(task) {
+            return Some(request);
+        }
+        match request {
+            Request::LastClaimed { task } => self.pool_request(req, task, PoolAsk::LastClaimed),
+            Request::Claim { task, tick, intent } => {
+                let ask = PoolAsk::Claim {
+                    tick,
+                    intent,
+                    kind: ClaimKind::Fresh,
+                    conflicts: 0,
+                };
+                self.pool_request(req, task, ask)
+            }
+            Request::Reclaim { task, tick } => {
+                let ask = PoolAsk::Claim {
+                    tick,
+                    intent: ClaimIntent::Run,
+                    kind: ClaimKind::Rerun,
+                    conflicts: 0,
+                };
+                self.pool_request(req, task, ask)
+            }
+            Request::QueuedTick { task } => self.pool_request(req, task, PoolAsk::Queued),
+            Request::RunsElsewhere { .. } => self.answer(req, Ok(Answered::Count(0))),
+            Request::RunsEndedElsewhere { .. } => self.answer(req, Ok(Answered::Done)),
+            Request::OrphanedTick { task } => self.pool_orphaned_tick(req, task),
+            Request::LastResult { task } => {
+                let unit = self.held_units(&task).into_iter().next();
+                let unit = unit.unwrap_or_else(|| lease::unit_name(&task, ""));
+                self.last_result(req, unit)
+            }
+            Request::RunEnded { task, result } => self.pool_run_ended(req, task, result),
+            _ => unreachable!("matched above"),
+        }
+        None
+    }
+}
+
+/// The task `request` names, if it names one.
+fn request_task(request: &Request) -> Option<&str> {
+    match request {
+        Request::LastClaimed { task }
+        | Request::Claim { task, .. }
+        | Request::OrphanedTick { task }
+        | Request::Reclaim { task, .. }
+        | Request::RunsElsewhere { task }
+        | Request::QueuedTick { task }
+        | Request::RunsEndedElsewhere { task }
+        | Request::RunEnded { task, .. }
+        | Request::LastResult { task }
+        | Request::ClaimManual { task, .. }
+        | Request::Pause { task, .. } => Some(task),
+        Request::Publish(_) | Request::ReleaseAll | Request::Close => None,
     }
 }

@@ -59,7 +59,10 @@ use super::node::io::{
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
 use super::records::MarkRecord;
-use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
+use super::{
+    ClaimIntent, ClaimOutcome, ClaimedShare, CoordError, Coordinator, Leadership, RunResult,
+    Trigger,
+};
 use crate::clock::wall_clock;
 use crate::metrics::Metrics;
 use crate::task::TaskSpec;
@@ -214,13 +217,23 @@ impl Coordinator for ZkCoordinator {
         tick: chrono::DateTime<chrono::Utc>,
         intent: ClaimIntent,
     ) -> Result<ClaimOutcome, CoordError> {
+        Ok(self.claim_share(task, tick, intent).await?.0)
+    }
+
+    async fn claim_share(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+        intent: ClaimIntent,
+    ) -> Result<ClaimedShare, CoordError> {
         let request = Request::Claim {
             task: task.into(),
             tick,
             intent,
         };
         match self.ask(request, "claiming").await? {
-            Answered::Claim(outcome) => Ok(outcome),
+            Answered::Claim(outcome) => Ok((outcome, None)),
+            Answered::ClaimedItems(items) => Ok((ClaimOutcome::Claimed, Some(items.into()))),
             _ => Err(unexpected("claiming")),
         }
     }
@@ -241,12 +254,21 @@ impl Coordinator for ZkCoordinator {
         task: &str,
         tick: chrono::DateTime<chrono::Utc>,
     ) -> Result<ClaimOutcome, CoordError> {
+        Ok(self.reclaim_share(task, tick).await?.0)
+    }
+
+    async fn reclaim_share(
+        &self,
+        task: &str,
+        tick: chrono::DateTime<chrono::Utc>,
+    ) -> Result<ClaimedShare, CoordError> {
         let request = Request::Reclaim {
             task: task.into(),
             tick,
         };
         match self.ask(request, "claiming").await? {
-            Answered::Claim(outcome) => Ok(outcome),
+            Answered::Claim(outcome) => Ok((outcome, None)),
+            Answered::ClaimedItems(items) => Ok((ClaimOutcome::Claimed, Some(items.into()))),
             _ => Err(unexpected("claiming")),
         }
     }
