@@ -501,7 +501,8 @@ impl Drop for AbortOnDrop {
 }
 
 /// The items of each pooled task in `loaded` this node runs each tick under `leadership`
-/// (`zkcron_work_items`): every item of a pooled task it leads, none of the others.
+/// (`zkcron_work_items`): in a cluster those whose units it holds, on the embedded backend
+/// every item of a pooled task it leads; none of the others.
 fn work_items_run(
     loaded: &[Arc<TaskSpec>],
     leadership: &crate::coord::Leadership,
@@ -510,10 +511,10 @@ fn work_items_run(
         .iter()
         .filter_map(|spec| {
             let items = spec.extras.run_on.items()?;
-            let runs = if leadership.tasks.contains(&*spec.name) {
-                items.len()
-            } else {
-                0
+            let runs = match leadership.items_held.get(&*spec.name) {
+                Some(&held) => held,
+                None if leadership.tasks.contains(&*spec.name) => items.len(),
+                None => 0,
             };
             Some((spec.name.to_string(), runs))
         })
