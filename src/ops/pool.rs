@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{Definer, Members, Snapshot};
+use super::model::{Definer, Snapshot};
 use crate::coord::lease::{self, Member};
 use crate::coord::pool;
 use crate::coord::rank::{self, Candidate};
@@ -132,13 +132,6 @@ fn share(node: &str) -> ShareView {
         owns: 0,
         holds: 0,
     }
-}
-
-/// The pool of `task` in `snapshot` ([`pool_view`]), from the definition `status` reads.
-pub fn pool_of(snapshot: &Snapshot, members: &Members<'_>, task: &str) -> Option<PoolView> {
-    let definers = members.definers(task);
-    let entry = super::model::definition(snapshot, task, &definers)?;
-    pool_view(snapshot, task, entry, &definers)
 }
 
 /// The nodes holding units of the pooled `task` in `snapshot`, with how many each holds:
