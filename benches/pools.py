@@ -26,8 +26,10 @@ benches/cluster.py's.
          `--restart-delay` s later (same node id), for `--seconds`. Each run appends
          `<fire id> <items>` to a file of its node. The audit counts, per (tick, item) over the
          ticks from the first to the last whole second measured: pairs run twice (want 0), and
-         pairs missing, apart from the ticks a killed node claimed and did not run (its log says
-         it claimed them: `on_node_loss = "skip"` runs them nowhere, by design); with
+         pairs missing, apart from those skipped by `overlap = "skip"` (logged per item) and
+         those of a tick a killed node claimed and did not run (its log says it claimed it;
+         its items are those it ran the tick before: `on_node_loss = "skip"` runs them
+         nowhere, by design); with
          `--on-node-loss rerun` every pair must run. Lateness of the pool's runs and of the plain
          task's (the `started` events' `lateness_us`), p50 / p99.
 Prints one JSON object per run (the machine facts first); docs/BENCHMARKS.md records the figures.
@@ -150,7 +152,8 @@ def rest(args):
 
 
 def run_lines(out_dir):
-    """{(tick, item): [node, ...]} from the jobs' own files, and the ticks each node ran."""
+    """{(tick, item): [node, ...]} from the jobs' own files, and {(node, tick): items} of
+    each run."""
     pairs, ran = {}, {}
     for name in os.listdir(out_dir):
         with open(os.path.join(out_dir, name)) as f:
@@ -159,42 +162,59 @@ def run_lines(out_dir):
                 _, _, unix = fire_id.rpartition("@")
                 if not unix.isdigit():
                     continue
-                ran.setdefault(name, set()).add(int(unix))
-                for item in filter(None, items.split(",")):
+                items = set(filter(None, items.split(",")))
+                ran.setdefault((name, int(unix)), set()).update(items)
+                for item in items:
                     pairs.setdefault((int(unix), item), []).append(name)
     return pairs, ran
 
 
 def claimed_by_killed(incarnations):
-    """{tick: node} of the pool's ticks a killed node's incarnation logged as claimed."""
+    """{tick: {node, ...}} of the pool's ticks a killed node's incarnation logged as claimed
+    (`claimed ahead of its instant`)."""
     out = {}
     for node in incarnations:
         if not getattr(node, "killed", False):
             continue
         for e in node.events:
             fire_id = e.get("fire_id", "")
-            if fire_id.startswith("pool@") and "claim" in e.get("message", ""):
-                out[int(fire_id.rpartition("@")[2])] = node.id
+            if fire_id.startswith("pool@") and e.get("message") == "claimed ahead of its instant":
+                out.setdefault(int(fire_id.rpartition("@")[2]), set()).add(node.id)
     return out
 
 
-def audit_pairs(pairs, ran, killed, items, first, last):
-    """Pairs run twice, and pairs missing apart from the ticks a killed node claimed."""
+def overlap_skipped(incarnations):
+    """{(tick, item)} of the pool's runs skipped by `overlap = "skip"`, as logged per item."""
+    out = set()
+    for node in incarnations:
+        for e in node.events:
+            fire_id = e.get("fire_id", "")
+            if fire_id.startswith("pool@") and e.get("message", "").startswith(
+                    "skipped: the previous run is still going"):
+                tick = int(fire_id.rpartition("@")[2])
+                out.update((tick, item) for item in str(e.get("work_items", "")).split(","))
+    return out
+
+
+def audit_pairs(pairs, ran, killed, items, first, last, skipped=frozenset()):
+    """Pairs run twice, and pairs missing apart from those of a tick a killed node claimed
+    and did not run: its items then are taken to be those it ran the tick before."""
     twice = {k: v for k, v in pairs.items() if first <= k[0] <= last and len(v) > 1}
-    missing, excused = [], 0
+    missing, excused, skips = [], 0, 0
     for tick in range(first, last + 1):
         for item in items:
             if (tick, item) in pairs:
                 continue
-            node = killed.get(tick)
-            if node is not None and tick not in ran.get(node, set()):
+            if (tick, item) in skipped:
+                skips += 1
+            elif any(item in ran.get((node, tick - 1), ()) for node in killed.get(tick, ())):
                 excused += 1
             else:
                 missing.append(f"{tick}/{item}")
     return {"pairs_checked": (last - first + 1) * len(items), "run_twice": len(twice),
             "run_twice_examples": [f"{t}/{i} on {n}" for (t, i), n in list(twice.items())[:5]],
             "missing": len(missing), "missing_examples": missing[:10],
-            "not_run_claimed_by_a_killed_node": excused}
+            "not_run_claimed_by_a_killed_node": excused, "skipped_by_overlap_policy": skips}
 
 
 def lateness_of(nodes, task):
@@ -266,7 +286,8 @@ def kill(args):
         result = {"phase": "kill", "nodes": args.nodes, "items": args.items,
                   "seconds": last - first + 1, "kills": len(kills),
                   "on_node_loss": args.on_node_loss,
-                  "audit": audit_pairs(pairs, ran, claimed_by_killed(every), items, first, last),
+                  "audit": audit_pairs(pairs, ran, claimed_by_killed(every), items, first, last,
+                                       overlap_skipped(every)),
                   "lateness": {"pool": lateness_of(every, "pool"),
                                "plain": lateness_of(every, "plain")},
                   "warnings": cluster.anomalies(every)}
