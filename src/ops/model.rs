@@ -11,14 +11,13 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::pool;
 use crate::coord::RunResult;
 use crate::coord::lease::{
     Member, TaskEntry, TaskSet, split_unit, why_ineligible, why_none_eligible,
 };
 use crate::coord::records::{
-    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
-    TaskSetRecord, Unranked,
+    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RUN_ON_WORK_ITEMS,
+    TaskSetEntry, TaskSetRecord, Unranked,
 };
 use crate::plan;
 use crate::schedule::{self, Schedule, Window, WindowState};
@@ -516,6 +515,26 @@ pub fn unit_holders(snapshot: &Snapshot, task: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether `entry` is the definition of a pooled task (`work_items`).
+pub fn is_pooled(entry: &TaskSetEntry) -> bool {
+    entry.run_on.as_deref() == Some(RUN_ON_WORK_ITEMS)
+}
+
+/// The nodes holding units of the pooled `task` in `snapshot`, with how many each holds:
+/// what `status` shows as a pooled task's items per node.
+pub fn held_items(snapshot: &Snapshot, task: &str) -> BTreeMap<String, usize> {
+    let prefix = format!("{task}@");
+    let mut held = BTreeMap::new();
+    for (_, lease) in snapshot
+        .leases
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix))
+    {
+        *held.entry(lease.node.clone()).or_default() += 1;
+    }
+    held
+}
+
 /// The newest stored result of `task`, or of its units when it runs on every node.
 fn newest_result<'a>(snapshot: &'a Snapshot, task: &str) -> Option<&'a RunResult> {
     let prefix = format!("{task}@");
@@ -698,11 +717,11 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                     drift: drift_among(definers, unranked),
                     problem: problem(snapshot, &name, why_none, now),
                     every_node: match entry {
-                        Some(entry) if pool::is_pooled(entry) => Vec::new(),
+                        Some(entry) if is_pooled(entry) => Vec::new(),
                         _ => unit_holders(snapshot, &name),
                     },
                     work_items: match entry {
-                        Some(entry) if pool::is_pooled(entry) => pool::held_items(snapshot, &name),
+                        Some(entry) if is_pooled(entry) => held_items(snapshot, &name),
                         _ => BTreeMap::new(),
                     },
                     backfills: backfills_of(snapshot, &name),

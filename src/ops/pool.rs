@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{Definer, Snapshot};
+use super::model::{Definer, Snapshot, is_pooled};
 use crate::coord::lease::{self, Member};
 use crate::coord::pool;
 use crate::coord::rank::{self, Candidate};
-use crate::coord::records::{RUN_ON_WORK_ITEMS, TaskSetEntry};
+use crate::coord::records::TaskSetEntry;
 
 /// A pooled task's items in `zkcron explain`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,11 +47,6 @@ pub struct ItemView {
     pub rank: Option<usize>,
     /// The node holding the item's unit `<task>@<item>` now, if any.
     pub holder: Option<String>,
-}
-
-/// Whether `entry` is the definition of a pooled task (`work_items`).
-pub fn is_pooled(entry: &TaskSetEntry) -> bool {
-    entry.run_on.as_deref() == Some(RUN_ON_WORK_ITEMS)
 }
 
 /// The pool of `task`, whose definition (the one `status` reads) is `entry`, among
@@ -133,21 +128,3 @@ fn share(node: &str) -> ShareView {
         holds: 0,
     }
 }
-
-/// The nodes holding units of the pooled `task` in `snapshot`, with how many each holds:
-/// what `status` shows as a pooled task's items per node.
-pub fn held_items(snapshot: &Snapshot, task: &str) -> BTreeMap<String, usize> {
-    let prefix = format!("{task}@");
-    let mut held = BTreeMap::new();
-    for (_, lease) in snapshot
-        .leases
-        .range(prefix.clone()..)
-        .take_while(|(name, _)| name.starts_with(&prefix))
-    {
-        *held.entry(lease.node.clone()).or_default() += 1;
-    }
-    held
-}
-
-#[cfg(test)]
-mod tests;

@@ -199,7 +199,7 @@ fn status_counts_a_pools_items_per_node_holding_their_units_and_a_pool_as_one_ta
     let owner = snapshot.leases[&moved].node.clone();
     let other = if owner == "a" { "b" } else { "a" };
     snapshot.leases.insert(moved, lease(other));
-    let status = super::super::model::status(&snapshot, at(10, 0, 0));
+    let status = crate::ops::model::status(&snapshot, at(10, 0, 0));
     let shards = status.tasks.iter().find(|t| t.name == "shards").unwrap();
     assert_eq!(shards.work_items[other], 5);
     assert_eq!(shards.work_items[&owner], 3);
