@@ -5,6 +5,7 @@
 //! (invalid input exits 1). `validate` only parses and checks; `run` builds the live daemon.
 
 mod reset;
+mod validate;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,15 +21,14 @@ use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator};
 use crate::coord::zk::ZkCoordinator;
 use crate::daemon::{Daemon, DaemonConfig, control};
-use crate::files::{self, PathProblem};
 use crate::ops::render::instant;
 use crate::ops::{self, OpsCommand};
 use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{
-    self, ConfigArgs, Overrides, Plan, config_path, host_name, parse_connect, resolve_config,
+    self, ConfigArgs, Overrides, Plan, host_name, parse_connect, resolve_config,
 };
 use crate::schedule::{self, Schedule, WindowState};
-use crate::task::{self, LoadedDir, TaskDefaults};
+use crate::task;
 
 /// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
 /// a tick nobody claimed is caught up.
@@ -236,7 +236,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(args),
-        Command::Validate(args) => validate(args),
+        Command::Validate(args) => validate::validate(args),
         Command::Schedule(args) => schedule(args),
         Command::Next(args) => next(args),
         Command::Reset(args) => reset::reset(args),
@@ -459,102 +459,6 @@ fn run_zookeeper(
             .run()
             .await
     })
-}
-
-fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let mut errors = 0usize;
-    let mut tasks = 0usize;
-    let config_path = config_path(&args.config);
-    let (config, config_error) = match &config_path {
-        Some(path) => config::load_config_partial(path),
-        None => (Config::default(), None),
-    };
-    let plan = Plan::resolve(
-        config,
-        config_path,
-        Overrides::default(),
-        Identity::current(),
-        host_name,
-    );
-    match config_error {
-        Some(error) => {
-            eprintln!("{error}\n");
-            errors += error.problems.len();
-        }
-        // What `run` would refuse to start with (the jobs dir is checked by loading it). With a
-        // broken config `run` does not get that far.
-        None => {
-            for problem in preflight::check(&plan) {
-                eprintln!("{problem}\n");
-                errors += 1;
-            }
-        }
-    }
-    let defaults = plan
-        .config
-        .task_defaults(plan.identity.clone(), plan.backend.for_tasks());
-    let loads = if args.paths.is_empty() {
-        vec![task::load_jobs_dir(&plan.jobs_dir, &defaults)]
-    } else {
-        args.paths
-            .iter()
-            .map(|path| load_path(path, &defaults))
-            .collect()
-    };
-    for load in loads {
-        match load {
-            Ok(loaded) => {
-                tasks += loaded.tasks.len();
-                for error in &loaded.errors {
-                    eprintln!("{error}\n");
-                }
-                errors += loaded.errors.len();
-            }
-            Err(problems) => {
-                for problem in &problems {
-                    eprintln!("{problem}\n");
-                }
-                errors += problems.len();
-            }
-        }
-    }
-    if errors > 0 {
-        println!("zkcron: {errors} error(s); {tasks} valid task(s)");
-        Ok(ExitCode::from(1))
-    } else {
-        println!("zkcron: configuration OK; {tasks} valid task(s)");
-        Ok(ExitCode::SUCCESS)
-    }
-}
-
-/// Loads a task file or a directory of them (whatever is at `path` that is not a directory is
-/// read as a task file, which names what it is when it is not one).
-fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<PathProblem>> {
-    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-        return task::load_jobs_dir(path, defaults);
-    }
-    if let Err(error) = std::fs::symlink_metadata(path) {
-        let message = match error.kind() {
-            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
-            std::io::ErrorKind::NotADirectory => {
-                format!("cannot read it: {}", files::not_a_directory(path, &error))
-            }
-            _ => format!("cannot read it: {error}"),
-        };
-        return Err(vec![PathProblem {
-            path: path.to_path_buf(),
-            message,
-            help: Some(
-                "check the path: validate takes task files and directories of them".to_string(),
-            ),
-        }]);
-    }
-    let mut loaded = LoadedDir::default();
-    match task::load_task_file(path, defaults) {
-        Ok(spec) => loaded.tasks.push(spec),
-        Err(errors) => loaded.errors.extend(errors),
-    }
-    Ok(loaded)
 }
 
 fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {

@@ -281,6 +281,15 @@ struct FiringMetrics {
     claims: Family<ClaimLabel, Counter>,
     leases_held: Gauge,
     running_jobs: Gauge,
+    /// `zkcron_work_items` by pooled task, with the tasks it has series for (to remove the
+    /// series of a task no longer loaded or no longer pooled).
+    work_items: Family<TaskLabel, Gauge>,
+    pooled: Mutex<BTreeMap<String, i64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabel {
+    task: String,
 }
 
 /// The metrics of the ZooKeeper session and of the clock measured against it.
@@ -348,6 +357,12 @@ impl FiringMetrics {
             "Jobs running on this node now",
             running_jobs.clone(),
         );
+        let work_items = Family::<TaskLabel, Gauge>::default();
+        registry.register(
+            "work_items",
+            "Items of a pooled task this node runs each tick now",
+            work_items.clone(),
+        );
         registry.register_with_unit(
             "last_success_timestamp",
             "Unix time at which a run of the task last ended successfully on this node",
@@ -367,6 +382,8 @@ impl FiringMetrics {
             claims,
             leases_held,
             running_jobs,
+            work_items,
+            pooled: Mutex::default(),
         }
     }
 }
@@ -504,6 +521,27 @@ impl Metrics {
         self.0.firing.running_jobs.set(running as i64);
     }
 
+    /// The items of each pooled task this node runs each tick now (0 for a pooled task it
+    /// runs none of), by task: every pooled task loaded, and only those, has a series.
+    pub fn set_work_items(&self, items: BTreeMap<String, usize>) {
+        let firing = &self.0.firing;
+        let mut pooled = firing.pooled.lock().expect("pool metrics poisoned");
+        for gone in pooled.keys().filter(|task| !items.contains_key(*task)) {
+            firing.work_items.remove(&TaskLabel { task: gone.clone() });
+        }
+        let items: BTreeMap<String, i64> = items
+            .into_iter()
+            .map(|(task, count)| (task, count as i64))
+            .collect();
+        for (task, &count) in &items {
+            if pooled.get(task) != Some(&count) {
+                let label = TaskLabel { task: task.clone() };
+                firing.work_items.get_or_create(&label).set(count);
+            }
+        }
+        *pooled = items;
+    }
+
     /// A backfill tick's run ended.
     pub fn backfill_run(&self, succeeded: bool) {
         let outcome = if succeeded { "success" } else { "failure" };
@@ -617,6 +655,37 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
+    }
+
+    /// A pooled task's series says how many of its items this node runs, and goes with the
+    /// task (removed, or no longer pooled).
+    #[test]
+    fn work_items_has_a_series_per_pooled_task_loaded_and_only_those() {
+        let metrics = Metrics::new();
+        let pools = |pairs: &[(&str, usize)]| {
+            pairs
+                .iter()
+                .map(|(task, n)| (task.to_string(), *n))
+                .collect::<BTreeMap<_, _>>()
+        };
+        metrics.set_work_items(pools(&[("shards", 16), ("regions", 0)]));
+        let text = metrics.encode();
+        assert!(text.contains("# TYPE zkcron_work_items gauge"), "{text}");
+        assert!(
+            text.contains("zkcron_work_items{task=\"shards\"} 16"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkcron_work_items{task=\"regions\"} 0"),
+            "{text}"
+        );
+        metrics.set_work_items(pools(&[("regions", 2)]));
+        let text = metrics.encode();
+        assert!(!text.contains("task=\"shards\""), "{text}");
+        assert!(
+            text.contains("zkcron_work_items{task=\"regions\"} 2"),
+            "{text}"
+        );
     }
 
     /// The per-task series are kept compactly, not in prometheus-client `Family`s: their text

@@ -778,6 +778,59 @@ fn validate_and_run_refuse_the_zookeeper_backend_without_connect() {
 }
 
 #[test]
+fn validate_notes_a_pool_or_every_node_task_whose_requirements_this_node_misses_without_failing() {
+    // Given a cluster config with labels zone=west, an every-node task for zone=east and a pool
+    // for releases >=9.
+    let scratch = Scratch::new();
+    let daily = "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\n";
+    scratch.write_task(
+        "clean",
+        &format!("{daily}run_on = \"every_node\"\nrequire_labels = {{ zone = \"east\" }}\n"),
+    );
+    scratch.write_task(
+        "plain",
+        &format!("{daily}require_labels = {{ zone = \"east\" }}\n"),
+    );
+    scratch.write_task(
+        "shards",
+        &format!("{daily}work_items = 16\nversion_req = \">=9\"\n"),
+    );
+    let config = scratch.write_config(
+        "[node]\nid = \"web-1\"\nlabels = { zone = \"west\" }\n[coordination]\nbackend = \
+         \"zookeeper\"\n[coordination.zookeeper]\nconnect = \"127.0.0.1:2181\"\n",
+    );
+    let args = ["validate", "--config", config.to_str().unwrap()];
+    let mut args: Vec<&str> = args.to_vec();
+    let jobs = scratch.jobs();
+    args.push(jobs.to_str().unwrap());
+    // When it is validated, then it is valid, with notes saying this node takes no share.
+    let output = run_zkcron(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{}", stderr(&output));
+    let note = format!(
+        "note: {}: task clean: this node (web-1) does not run it on its own: require_labels \
+         needs zone=east (this node has zone=west); it runs on the nodes that meet it, and \
+         `zkcron status` says `no live node may run it` while none does",
+        jobs.join("clean.toml").display()
+    );
+    assert!(stdout.contains(&note), "{stdout}");
+    // A pool whose version_req this node's release does not match: it takes none of its items.
+    let note = format!(
+        "note: {}: task shards: this node (web-1) takes none of its 16 work items: version_req \
+         >=9 does not match this node's release {}",
+        jobs.join("shards.toml").display(),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(stdout.contains(&note), "{stdout}");
+    assert!(
+        stdout.contains("configuration OK; 3 valid task(s)"),
+        "{stdout}"
+    );
+    // A task its leader runs is no such share: no note for it.
+    assert!(!stdout.contains("task plain"), "{stdout}");
+}
+
+#[test]
 fn validate_and_run_refuse_a_state_dir_that_is_a_file() {
     let scratch = Scratch::new();
     let file = scratch.path().join("state-file");

@@ -1,5 +1,5 @@
 //! The HTTP endpoint (`[http] listen`) of a real daemon: `/metrics`, `/healthz` and `/status`
-//! with the local backend, `/healthz` going 503 when ZooKeeper stops, a port in use, and a bad
+//! with the local backend (a pool's items among the metrics), `/healthz` going 503 when ZooKeeper stops, a port in use, and a bad
 //! address refused at start.
 
 mod common;
@@ -103,6 +103,33 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
 
     let (code, _) = http_get(&address, "/nope");
     assert_eq!(code, 404);
+}
+
+#[test]
+fn given_a_pooled_task_on_the_local_backend_then_metrics_count_every_item_as_run_here() {
+    // Given a pool of 3 items and a plain task on one host (nothing needs to fire).
+    let scratch = Scratch::new();
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let daily = "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\n";
+    scratch.write_task(
+        "shards",
+        &format!("{daily}work_items = [\"eu\", \"us\", \"ap\"]\n"),
+    );
+    scratch.write_task("plain", daily);
+    let daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    // Then its one node runs every item, and only the pooled task has the series.
+    let series = "zkcron_work_items{task=\"shards\"} 3";
+    wait_for(
+        "the pool's items on /metrics",
+        Duration::from_secs(20),
+        || http_get(&address, "/metrics").1.contains(series),
+    );
+    let (_, metrics) = http_get(&address, "/metrics");
+    assert!(
+        !metrics.contains("zkcron_work_items{task=\"plain\"}"),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! per run) shows each node running each tick once, through a kill -9 and a restart of one of
 //! them. A pooled task: each node runs the items it owns (`items.log`: `<fire id> <item>
 //! <node id>` per item run), each (tick, item) once, through joins, leaves, a kill -9 and a
-//! drain.
+//! drain; `explain`, `status`, `/metrics` and the task page say which node runs which items.
 
 mod common;
 
@@ -643,4 +643,72 @@ fn given_a_pooled_task_with_overlap_skip_then_a_node_skips_its_own_items_while_i
     }
     cluster.stop("n1");
     cluster.stop("n2");
+}
+
+/// The items per node of the cluster's one task, as `zkcron status --json` shows them.
+fn status_shares(cluster: &Cluster) -> serde_json::Value {
+    let status: serde_json::Value =
+        serde_json::from_str(&cli(cluster, &["status", "--json"])).unwrap();
+    status["tasks"][0]["work_items"].clone()
+}
+
+#[test]
+fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_which_items() {
+    // Given 12 items over three nodes (n1 serves HTTP), a tick that is hours away.
+    let mut cluster = Cluster::new();
+    cluster.write_task(
+        "shards",
+        "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\nwork_items = 12\n",
+    );
+    let n1 = common::zk::ClusterNode {
+        config: "[http]\nlisten = \"127.0.0.1:0\"\n".into(),
+        ..cluster.new_node("n1")
+    };
+    let address = cluster.start(n1).served_address();
+    for id in ["n2", "n3"] {
+        cluster.start(cluster.new_node(id));
+    }
+    // Then status counts each node's items: four each, once their units are held.
+    let even = serde_json::json!({"n1": 4, "n2": 4, "n3": 4});
+    cluster.wait("four items' units on each node", LIMIT, |c| {
+        status_shares(c) == even
+    });
+    // explain names each item's owner, the holder of its unit, and the shares.
+    let explain: serde_json::Value =
+        serde_json::from_str(&cli(&cluster, &["explain", "shards", "--json"])).unwrap();
+    let items = explain["pool"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 12, "{explain:#}");
+    assert!(
+        items
+            .iter()
+            .all(|i| i["owner"] == i["holder"] && i["rank"].is_u64()),
+        "{explain:#}"
+    );
+    let text = cli(&cluster, &["explain", "shards"]);
+    assert!(
+        text.contains("  items:    12 over 3 node(s): n1 owns 4; n2 owns 4; n3 owns 4\n"),
+        "{text}"
+    );
+    // /metrics gives the serving node's own items; the task page, every node's.
+    let (_, metrics) = common::http_get(&address, "/metrics");
+    assert!(
+        metrics.contains("zkcron_work_items{task=\"shards\"} 4"),
+        "{metrics}"
+    );
+    let (code, page) = common::http_get(&address, "/api/tasks/shards");
+    assert_eq!(code, 200, "{page}");
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    assert_eq!(page["explain"]["status"]["work_items"], even, "{page:#}");
+
+    // When n3 is drained, its items move to the others: six each.
+    cli(&cluster, &["drain", "n3"]);
+    let moved = serde_json::json!({"n1": 6, "n2": 6});
+    cluster.wait("n3's items on n1 and n2", LIMIT, |c| {
+        status_shares(c) == moved
+    });
+    common::wait_for("n1's metric to follow", LIMIT, || {
+        common::http_get(&address, "/metrics")
+            .1
+            .contains("zkcron_work_items{task=\"shards\"} 6")
+    });
 }

@@ -62,6 +62,10 @@ pub struct Leadership {
     /// record (the held units' oldest), so that a gained item's missed ticks are caught up
     /// (`catch_up`) and its run lost with its node is checked (`on_node_loss`).
     pub gained: Arc<BTreeMap<String, u64>>,
+    /// For each pooled task this node fires, how many of its items' units it holds: it runs
+    /// those items each tick (`zkcron_work_items`). Empty on the embedded backend, whose one
+    /// host runs every item.
+    pub items_held: Arc<BTreeMap<String, usize>>,
 }
 
 /// A manual run asked for by `zkcron trigger`: its fire id (`<task>@manual-<10 digits>`, which

@@ -412,6 +412,8 @@ impl<C: Coordinator> Daemon<C> {
     fn apply_leadership(&mut self) {
         let leadership = self.shared.leadership.borrow().clone();
         self.shared.metrics.set_leases_held(leadership.tasks.len());
+        let items = work_items_run(&self.config.loaded.get(), &leadership);
+        self.shared.metrics.set_work_items(items);
         let waiting = leadership.backfills.values().map(Vec::len).sum();
         self.shared.metrics.set_backfills_waiting(waiting);
         let engine = self.firing.engine();
@@ -496,4 +498,25 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The items of each pooled task in `loaded` this node runs each tick under `leadership`
+/// (`zkcron_work_items`): in a cluster those whose units it holds, on the embedded backend
+/// every item of a pooled task it leads; none of the others.
+fn work_items_run(
+    loaded: &[Arc<TaskSpec>],
+    leadership: &crate::coord::Leadership,
+) -> std::collections::BTreeMap<String, usize> {
+    loaded
+        .iter()
+        .filter_map(|spec| {
+            let items = spec.extras.run_on.items()?;
+            let runs = match leadership.items_held.get(&*spec.name) {
+                Some(&held) => held,
+                None if leadership.tasks.contains(&*spec.name) => items.len(),
+                None => 0,
+            };
+            Some((spec.name.to_string(), runs))
+        })
+        .collect()
 }

@@ -155,7 +155,9 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         let unknown = crate::ops::unknown_task(&snapshot, task);
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
     };
-    explain.status.work_items = endpoint.cache.source.work_items(task);
+    if let Some(shares) = endpoint.cache.source.work_items(task) {
+        explain.status.work_items = shares;
+    }
     let definition = model::task_entry(&snapshot, task);
     let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
     let mut history = endpoint

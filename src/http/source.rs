@@ -54,22 +54,25 @@ impl Source {
         loaded.get().iter().find(|t| *t.name == *task).cloned()
     }
 
-    /// A pooled task's items per node that runs them, as `zkcron status` shows them: on the
-    /// embedded backend its one node runs every item; the cluster backend does not split pools
-    /// over its nodes yet, so it shows none.
-    pub fn work_items(&self, task: &str) -> BTreeMap<String, usize> {
+    /// A pooled task's items per node that runs them, as `zkcron status` shows them, on the
+    /// embedded backend: its one node runs every item. `None` for a cluster, whose status
+    /// counts the items' units each node holds.
+    pub fn work_items(&self, task: &str) -> Option<BTreeMap<String, usize>> {
+        let Source::Local { config, .. } = self else {
+            return None;
+        };
         let mut shares = BTreeMap::new();
-        if let Source::Local { config, .. } = self
-            && let Some(items) = self
-                .loaded(task)
-                .and_then(|spec| spec.extras.run_on.items().map(|items| items.len()))
+        if let Some(items) = self
+            .loaded(task)
+            .and_then(|spec| spec.extras.run_on.items().map(|items| items.len()))
         {
             shares.insert(config.node_id.clone(), items);
         }
-        shares
+        Some(shares)
     }
 
-    /// [`Source::work_items`] of every pooled task, by task, in one pass over the jobs dir.
+    /// [`Source::work_items`] of every pooled task, by task, in one pass over the jobs dir
+    /// (none for a cluster).
     pub fn all_work_items(&self) -> BTreeMap<String, BTreeMap<String, usize>> {
         let Source::Local { config, .. } = self else {
             return BTreeMap::new();

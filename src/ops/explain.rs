@@ -1,10 +1,12 @@
 //! `zkcron explain TASK`: who may lead a task, in the order the nodes rank them, who holds its
-//! lease, and why it is not firing; a pure function of a [`Snapshot`] and `now`.
+//! lease, and why it is not firing (for a pooled task, who owns which items and why:
+//! [`pool`]); a pure function of a [`Snapshot`] and `now`.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::model::{self, Definer, Members, Snapshot, TaskStatus};
+use super::pool::{self, PoolView};
 use crate::coord::rank::{self, Candidate};
 use crate::coord::records::MarkRecord;
 
@@ -22,6 +24,10 @@ pub struct Explain {
     pub status: TaskStatus,
     /// Live members that do not define the task.
     pub not_defining: Vec<String>,
+    /// A pooled task's items: who owns each and why, and who holds its unit; absent for
+    /// other tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,22 +109,17 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         digest: u.entry.digest.clone(),
     }));
     let defines = |id: &str| by_id(id).is_some() || unranked.iter().any(|u| u.record.id == id);
-    let mut not_defining: Vec<String> = members
-        .members
-        .iter()
-        .map(|(record, _, _)| record)
-        .chain(members.unranked.iter().map(|(record, _, _)| record))
-        .map(|record| record.id.clone())
-        .filter(|id| !defines(id))
-        .collect();
-    not_defining.sort();
+    let not_defining = not_defining(&members, defines);
     let lease = snapshot.leases.get(task).map(|l| LeaseView {
         node: l.node.clone(),
         since: l.since,
         held_s: (now - l.since).num_seconds().max(0) as u64,
         designated: designated.as_deref() == Some(l.node.as_str()),
     });
+    let pool = model::definition(snapshot, task, &definers)
+        .and_then(|entry| pool::pool_view(snapshot, task, entry, &definers));
     Some(Explain {
+        pool,
         task: task.to_string(),
         candidates,
         lease,
@@ -126,4 +127,18 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         status,
         not_defining,
     })
+}
+
+/// The live members, ranked or not, for which `defines` is false, by id.
+fn not_defining(members: &Members<'_>, defines: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut ids: Vec<String> = members
+        .members
+        .iter()
+        .map(|(record, _, _)| record)
+        .chain(members.unranked.iter().map(|(record, _, _)| record))
+        .map(|record| record.id.clone())
+        .filter(|id| !defines(id))
+        .collect();
+    ids.sort();
+    ids
 }

@@ -19,6 +19,9 @@ pub mod explain;
 pub mod live;
 pub mod local;
 pub mod model;
+pub mod pool;
+#[cfg(test)]
+mod pool_tests;
 pub mod render;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! task and why not ([`eligibility`]), which `explain` shares.
 
 use crate::coord::backfill::BackfillRecord;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,10 +12,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::coord::RunResult;
-use crate::coord::lease::{Member, TaskEntry, TaskSet, why_ineligible, why_none_eligible};
+use crate::coord::lease::{
+    Member, TaskEntry, TaskSet, split_unit, why_ineligible, why_none_eligible,
+};
 use crate::coord::records::{
-    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, TaskSetEntry,
-    TaskSetRecord, Unranked,
+    self, FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RUN_ON_WORK_ITEMS,
+    TaskSetEntry, TaskSetRecord, Unranked,
 };
 use crate::plan;
 use crate::schedule::{self, Schedule, Window, WindowState};
@@ -102,8 +104,9 @@ pub struct TaskStatus {
     /// "every_node"`), each running every tick; absent for other tasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub every_node: Vec<String>,
-    /// A pooled task's items per node that runs them (node id, count); empty for other tasks.
-    /// On the embedded backend its one node runs every item.
+    /// A pooled task's items per node that runs them (node id, count): in a cluster the
+    /// nodes holding the items' units, on the embedded backend its one node with every item;
+    /// empty for other tasks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub work_items: BTreeMap<String, usize>,
     /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
@@ -492,7 +495,7 @@ pub fn task_entries(snapshot: &Snapshot) -> BTreeMap<String, TaskSetEntry> {
 
 /// The definition `status` reads a task's schedule from: its leader's, else any eligible
 /// member's, else any definer's.
-fn definition<'a>(
+pub(super) fn definition<'a>(
     snapshot: &Snapshot,
     task: &str,
     definers: &[Definer<'a>],
@@ -516,6 +519,26 @@ pub fn unit_holders(snapshot: &Snapshot, task: &str) -> Vec<String> {
         .take_while(|(name, _)| name.starts_with(&prefix))
         .map(|(_, lease)| lease.node.clone())
         .collect()
+}
+
+/// Whether `entry` is the definition of a pooled task (`work_items`).
+pub fn is_pooled(entry: &TaskSetEntry) -> bool {
+    entry.run_on.as_deref() == Some(RUN_ON_WORK_ITEMS)
+}
+
+/// The nodes holding units of the pooled `task` in `snapshot`, with how many each holds:
+/// what `status` shows as a pooled task's items per node.
+pub fn held_items(snapshot: &Snapshot, task: &str) -> BTreeMap<String, usize> {
+    let prefix = format!("{task}@");
+    let mut held = BTreeMap::new();
+    for (_, lease) in snapshot
+        .leases
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix))
+    {
+        *held.entry(lease.node.clone()).or_default() += 1;
+    }
+    held
 }
 
 /// The newest stored result of `task`, or of its units when it runs on every node.
@@ -615,9 +638,14 @@ fn problem(
 
 /// The members of `snapshot` with the tasks each leads, in id order.
 pub fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
+    // A pooled task counts once for each node holding units of it, however many items.
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
-    for lease in snapshot.leases.values() {
-        *led.entry(lease.node.as_str()).or_default() += 1;
+    let mut counted: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (name, lease) in &snapshot.leases {
+        let task = split_unit(name).map_or(name.as_str(), |(task, _)| task);
+        if counted.insert((lease.node.as_str(), task)) {
+            *led.entry(lease.node.as_str()).or_default() += 1;
+        }
     }
     let mut nodes: Vec<NodeStatus> = snapshot
         .members
@@ -690,8 +718,14 @@ impl<'m> TaskParts<'m> {
             last: last_run(snapshot, &name),
             drift: drift_among(&self.definers, &self.unranked),
             problem: problem(snapshot, &name, self.why_none, now),
-            every_node: unit_holders(snapshot, &name),
-            work_items: BTreeMap::new(),
+            every_node: match self.entry {
+                Some(entry) if is_pooled(entry) => Vec::new(),
+                _ => unit_holders(snapshot, &name),
+            },
+            work_items: match self.entry {
+                Some(entry) if is_pooled(entry) => held_items(snapshot, &name),
+                _ => BTreeMap::new(),
+            },
             backfills: backfills_of(snapshot, &name),
             name,
         }

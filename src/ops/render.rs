@@ -7,6 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::explain::Explain;
 use super::model::{BackfillProgress, Drift, LastRun, Status, TaskStatus};
+use super::pool::PoolView;
 use crate::coord::records::{HistoryEntry, RunTrigger};
 
 /// An instant as the tables print it.
@@ -206,10 +207,10 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         let [last, passed, result, ran_on] = last_cells(task.last.as_ref(), now);
         rows.push(vec![
             task.name.clone(),
-            if task.every_node.is_empty() {
-                dash(task.leader.clone())
-            } else {
-                "(every node)".into()
+            match &task.leader {
+                _ if !task.every_node.is_empty() => "(every node)".into(),
+                None if !task.work_items.is_empty() => "(work items)".into(),
+                leader => dash(leader.clone()),
             },
             dash(task.next.map(instant)),
             dash(task.next.map(|n| until(n, now))),
@@ -242,7 +243,14 @@ pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "task {}", explain.task);
     out.push_str(&explain_state(explain, now));
-    let _ = writeln!(out, "\ncandidates, best first:");
+    let _ = writeln!(
+        out,
+        "\n{}",
+        match explain.pool {
+            None => "candidates, best first:",
+            Some(_) => "candidates (the eligible ones share the items):",
+        }
+    );
     out.push_str(&candidates_table(explain));
     if !explain.not_defining.is_empty() {
         let _ = writeln!(
@@ -251,21 +259,97 @@ pub fn explain(explain: &Explain, now: DateTime<Utc>) -> String {
             explain.not_defining.join(", ")
         );
     }
-    let _ = writeln!(
-        out,
-        "\nNodes rank by release (newest first), then by score (highest first); the first \
-         eligible node leads."
-    );
+    match &explain.pool {
+        None => {
+            let _ = writeln!(
+                out,
+                "\nNodes rank by release (newest first), then by score (highest first); the \
+                 first eligible node leads."
+            );
+        }
+        Some(pool) => {
+            let _ = writeln!(
+                out,
+                "\nitems, each with the node that owns it, the owner's rank for <task>/<item>, \
+                 and the node holding its unit:"
+            );
+            out.push_str(&items_table(pool));
+            let _ = writeln!(
+                out,
+                "\nEach item goes to the eligible node that ranks first for <task>/<item> \
+                 (release, newest first, then score, highest first) and still has room: every \
+                 node owns within one item of an even share (a RANK above 1: the nodes above \
+                 had their share). Each node holding units runs each tick once with its items."
+            );
+        }
+    }
     out
 }
 
-/// The task's state in `zkcron explain`: its lease, pause, next and last run, whether it fires,
-/// and drift between the nodes' definitions.
-fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
+/// The items of a pooled task in `zkcron explain`, one row each: the item, its owner, the
+/// owner's rank for the item, and who holds its unit (when not the owner: moving).
+fn items_table(pool: &PoolView) -> String {
+    let mut rows = vec![vec![
+        "ITEM".to_string(),
+        "OWNER".into(),
+        "RANK".into(),
+        "HOLDER".into(),
+    ]];
+    for item in &pool.items {
+        let holder = match (&item.holder, &item.owner) {
+            (None, _) => "- (vacant)".to_string(),
+            (Some(holder), Some(owner)) if holder != owner => {
+                format!("{holder} (moving to {owner})")
+            }
+            (Some(holder), _) => holder.clone(),
+        };
+        rows.push(vec![
+            item.item.clone(),
+            dash(item.owner.clone()),
+            dash(item.rank.map(|r| r.to_string())),
+            holder,
+        ]);
+    }
+    table(&rows)
+}
+
+/// A pool's shares in words: `host-a owns 4, holds 3; host-b owns 4` (a node's holdings only
+/// when they differ from what it owns), then the vacant items.
+fn shares(pool: &PoolView) -> String {
+    let mut words: Vec<String> = pool
+        .shares
+        .iter()
+        .map(|share| {
+            if share.owns == share.holds {
+                format!("{} owns {}", share.node, share.owns)
+            } else {
+                format!("{} owns {}, holds {}", share.node, share.owns, share.holds)
+            }
+        })
+        .collect();
+    let vacant = pool.items.iter().filter(|i| i.holder.is_none()).count();
+    if vacant > 0 {
+        words.push(format!("{vacant} vacant"));
+    }
+    words.join("; ")
+}
+
+/// Who holds the task in `zkcron explain`: its lease and since when, the nodes holding the
+/// units of a task that runs on every node, or a pool's shares.
+fn holders(explain: &Explain) -> String {
     let mut out = String::new();
-    let task = &explain.task;
     let status = &explain.status;
+    if let Some(pool) = &explain.pool {
+        let _ = writeln!(
+            out,
+            "  items:    {} over {} node(s): {}",
+            pool.total,
+            pool.shares.iter().filter(|s| s.owns > 0).count(),
+            shares(pool)
+        );
+    }
     match &explain.lease {
+        None if explain.pool.is_some() => {}
         None if !status.every_node.is_empty() => {
             let _ = writeln!(
                 out,
@@ -291,6 +375,16 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
             let _ = writeln!(out, "  lease:    vacant");
         }
     }
+    out
+}
+
+/// The task's state in `zkcron explain`: its lease, pause, next and last run, whether it fires,
+/// and drift between the nodes' definitions.
+fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    let task = &explain.task;
+    let status = &explain.status;
+    out.push_str(&holders(explain));
     if let Some(mark) = &explain.paused {
         let _ = writeln!(
             out,
@@ -382,7 +476,26 @@ fn candidates_table(explain: &Explain) -> String {
             },
         ]);
     }
+    if let Some(pool) = &explain.pool {
+        pool_columns(&mut rows, explain, pool);
+    }
     table(&rows)
+}
+
+/// The candidates of a pooled task: no rank or score for the task itself (each item is
+/// ranked on its own), but each node's share of the items instead.
+fn pool_columns(rows: &mut [Vec<String>], explain: &Explain, pool: &PoolView) {
+    for (row, c) in rows.iter_mut().skip(1).zip(&explain.candidates) {
+        row[3] = match pool.shares.iter().find(|s| s.node == c.node) {
+            Some(s) if s.owns == s.holds => s.owns.to_string(),
+            Some(s) => format!("{} (holds {})", s.owns, s.holds),
+            None => "0".into(),
+        };
+    }
+    rows[0][3] = "ITEMS".into();
+    for row in rows.iter_mut() {
+        row.remove(0);
+    }
 }
 
 /// `zkcron history TASK`: the runs newest first.

@@ -369,7 +369,7 @@ impl Sim<'_> {
     pub(crate) fn paused_over(&self, t: TaskIx, tick: DateTime<Utc>) -> bool {
         // A unit is paused with its task (its own record is what a resume moves).
         let slot = t;
-        let t = self.sc.tasks[t].unit_of.map_or(t, |(task, _)| task);
+        let t = self.sc.tasks[t].task_of(t);
         let at = |ms: Ms| epoch() + TimeDelta::milliseconds(ms as i64);
         let mut paused_since: Option<Ms> = None;
         for (ms, fault) in &self.sc.faults {
@@ -481,10 +481,11 @@ impl Sim<'_> {
     pub(crate) fn can_lead(&self, n: NodeIx, task: TaskIx, state: &NodeState) -> bool {
         let def = &self.sc.tasks[task];
         // A task that runs on every node has no lease; a unit is its own node's alone.
-        let defined = match def.unit_of {
-            _ if def.every_node => false,
-            Some((t, node)) => node == n && self.procs[n].defines.contains(&t),
-            None => self.procs[n].defines.contains(&task),
+        let defined = match (def.unit_of, def.item_of) {
+            _ if def.every_node || def.items.is_some() => false,
+            (Some((t, node)), _) => node == n && self.procs[n].defines.contains(&t),
+            (None, Some((t, _))) => self.procs[n].defines.contains(&t),
+            (None, None) => self.procs[n].defines.contains(&task),
         };
         defined
             && def.version_req.as_ref().is_none_or(|r| r.matches(&state.0))
@@ -617,11 +618,10 @@ impl Sim<'_> {
     pub(crate) fn designated_now(&self, task: TaskIx) -> Option<(NodeIx, SessionId)> {
         let registered = &self.member_log.last().expect("starts empty").1;
         let members: Vec<Member> = registered.iter().map(|(_, _, m)| m.clone()).collect();
-        let ranked = lease::ranking(&self.sc.tasks[task].name, &members);
-        let top = ranked.first()?;
+        let top = designated_for(&self.sc.tasks[task].name, &members)?;
         registered
             .iter()
-            .find(|(_, _, m)| m.id == top.id)
+            .find(|(_, _, m)| m.id == top)
             .map(|(n, s, _)| (*n, *s))
     }
 
@@ -714,9 +714,7 @@ impl Sim<'_> {
         let name = &sc.tasks[t].name;
         let designated = |members: &[Registered]| {
             let list: Vec<Member> = members.iter().map(|(_, _, m)| m.clone()).collect();
-            let top = lease::ranking(name, &list)
-                .first()
-                .map(|c| c.id.to_string())?;
+            let top = designated_for(name, &list)?;
             members
                 .iter()
                 .find(|(_, _, m)| m.id == top)
@@ -774,5 +772,20 @@ impl Sim<'_> {
                 ),
             ),
         }
+    }
+}
+
+/// The member the nodes designate for the lease `name` among `members`: the best ranked for a
+/// task's lease, the item's owner under the pool's assignment for a pooled task's unit
+/// (`lease::position` is 0 for it alone).
+pub(crate) fn designated_for(name: &str, members: &[Member]) -> Option<String> {
+    match lease::split_unit(name) {
+        Some(_) => members
+            .iter()
+            .find(|m| lease::position(name, &m.id, members) == Some(0))
+            .map(|m| m.id.clone()),
+        None => lease::ranking(name, members)
+            .first()
+            .map(|c| c.id.to_string()),
     }
 }

@@ -107,10 +107,10 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
             kill_grace: Duration::from_secs(1),
             starting_deadline: def.rules.starting_deadline,
             version_req: def.version_req.clone(),
-            run_on: if def.every_node {
-                zkcron::task::RunOn::EveryNode
-            } else {
-                zkcron::task::RunOn::Leader
+            run_on: match &def.items {
+                Some(items) => zkcron::task::RunOn::Items(items.clone()),
+                None if def.every_node => zkcron::task::RunOn::EveryNode,
+                None => zkcron::task::RunOn::Leader,
             },
             after: def.after.iter().map(|p| Parent::named(p)).collect(),
             ..Default::default()
@@ -339,6 +339,8 @@ pub(crate) struct Proc {
     pub(crate) runs: BTreeMap<RunId, Run>,
     /// The tasks that run after each run's task (`after`), from its spawn.
     pub(crate) chained: BTreeMap<RunId, Arc<[Arc<str>]>>,
+    /// The item slots each run of a pooled task runs, from its claim (its spawn's items).
+    pub(crate) run_items: BTreeMap<RunId, Vec<TaskIx>>,
     /// Requests to hand the node once its outputs are drained.
     pub(crate) requests: VecDeque<(ReqId, Request)>,
     /// How often this node's task files changed (they stay changed across restarts).
@@ -1112,6 +1114,7 @@ impl<'s> Sim<'s> {
         p.requests.clear();
         p.runs.clear();
         p.chained.clear();
+        p.run_items.clear();
         p.core_timeout_at = None;
         let config = FiringConfig {
             bugs: self.sc.knobs.bug.firing_bugs(),
@@ -1665,6 +1668,10 @@ impl<'s> Sim<'s> {
         let tick = spawn.tick.instant;
         let wait = (spawn.tick.due_at - self.wall(n)).num_milliseconds().max(0) as Ms;
         self.procs[n].runs.insert(spawn.run, Run::Waiting);
+        if let Some(items) = &spawn.work_items {
+            let slots = self.item_slots(task, items);
+            self.procs[n].run_items.insert(spawn.run, slots);
+        }
         if !spawn.chained.is_empty() {
             self.procs[n].chained.insert(spawn.run, spawn.chained);
         }
@@ -1684,7 +1691,9 @@ impl<'s> Sim<'s> {
         match self.procs[n].runs.get(&run) {
             Some(Run::Waiting) => {
                 self.procs[n].runs.insert(run, Run::Running { task, tick });
-                self.ran(n, task, tick);
+                for slot in self.run_slots(n, task, run) {
+                    self.ran(n, slot, tick);
+                }
                 let mut took = self.rng.random_range(10..=3_000);
                 if self.sc.knobs.long_runs && self.runs_rng.random_bool(0.15) {
                     // A process that outlives its task's next tick or several.
@@ -1704,7 +1713,10 @@ impl<'s> Sim<'s> {
                     format!("withdrawn {:.3}s: its session ended", secs(tick))
                 );
                 self.procs[n].runs.remove(&run);
-                self.check.run_exited(task, tick, n);
+                for slot in self.run_slots(n, task, run) {
+                    self.check.run_exited(slot, tick, n);
+                }
+                self.procs[n].run_items.remove(&run);
                 self.core_input(n, FireInput::RunEnded { run });
             }
             None => {
@@ -1753,7 +1765,10 @@ impl<'s> Sim<'s> {
         exit: &str,
     ) {
         self.procs[n].runs.remove(&run);
-        self.check.run_exited(task, tick, n);
+        for slot in self.run_slots(n, task, run) {
+            self.check.run_exited(slot, tick, n);
+        }
+        self.procs[n].run_items.remove(&run);
         let chained = self.procs[n].chained.remove(&run);
         let mut result = RunResult {
             tick,
@@ -1795,8 +1810,29 @@ impl<'s> Sim<'s> {
 
     /// The task the daemon names for a slot: the task of a unit.
     pub(crate) fn task_name(&self, t: TaskIx) -> String {
-        let t = self.sc.tasks[t].unit_of.map_or(t, |(task, _)| task);
+        let t = self.sc.tasks[t].task_of(t);
         self.sc.tasks[t].name.clone()
+    }
+
+    /// The slots of the items `items` of the pooled task `t`.
+    fn item_slots(&self, t: TaskIx, items: &[String]) -> Vec<TaskIx> {
+        let names = self.sc.tasks[t].items.as_deref().unwrap_or_default();
+        items
+            .iter()
+            .filter_map(|item| {
+                let i = names.iter().position(|name| name == item)?;
+                self.sc.tasks.iter().position(|u| u.item_of == Some((t, i)))
+            })
+            .collect()
+    }
+
+    /// The slots node `n`'s run `run` of slot `task` counts in: each item slot its claim won
+    /// for a pooled task's run, else `task`'s own.
+    fn run_slots(&self, n: NodeIx, task: TaskIx, run: RunId) -> Vec<TaskIx> {
+        match self.procs[n].run_items.get(&run) {
+            Some(slots) => slots.clone(),
+            None => vec![task],
+        }
     }
 
     pub(crate) fn answered(
@@ -2058,7 +2094,7 @@ impl<'s> Sim<'s> {
                     .sc
                     .tasks
                     .iter()
-                    .filter(|t| t.unit_of.is_none())
+                    .filter(|t| !t.is_unit())
                     .map(|t| {
                         (
                             t.name.clone(),
@@ -2224,11 +2260,7 @@ impl<'s> Sim<'s> {
         }];
         let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
         // The task's record and, as the CLI does, each of its units' records.
-        let units = self
-            .sc
-            .tasks
-            .iter()
-            .filter(|u| u.unit_of.is_some_and(|(task, _)| task == t));
+        let units = self.sc.tasks.iter().filter(|u| u.unit_task() == Some(t));
         for path in std::iter::once(name).chain(units.map(|u| &u.name)) {
             let path = format!("{BASE}/tasks/{path}");
             let Some(z) = self.zk.nodes.get(&path) else {
@@ -2290,6 +2322,7 @@ impl<'s> Sim<'s> {
         p.firing = None;
         p.runs.clear();
         p.chained.clear();
+        p.run_items.clear();
         p.node = None;
         self.log_node(n);
         // Its processes end with it.

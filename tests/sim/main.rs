@@ -60,10 +60,15 @@
 //!   of its own): 40 % of the tasks get `run_on = "every_node"`, and each defining node's unit
 //!   `<task>@<node-id>` is checked as a task of its own (a slot after the tasks), so every
 //!   check below counts (tick, node) pairs for them.
+//! - **Pooled tasks** (`Knobs::pools`, likewise in a test of its own): 30 % of the tasks get
+//!   `work_items` (2–4 items, `overlap = "allow"`), each item's unit `<task>@<item>` is a slot
+//!   of its own, and a run counts for each item its claim won, so every check counts (tick,
+//!   item) pairs; the designated holder of an item's unit is its owner under the pool's
+//!   assignment. The node's `bugs.pool_runs_every_item` (a run gets every item) must fail.
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
-//! visitor is up. Every knob but `every_node` is on by default ([`Knobs::DEFAULT`]).
+//! visitor is up. Every knob but `every_node` and `pools` is on by default ([`Knobs::DEFAULT`]).
 //!
 //! # What is checked
 //!
@@ -289,6 +294,7 @@ mod checker;
 mod drive;
 mod every_node;
 mod model_zk;
+mod pools;
 mod queued;
 mod real;
 mod requested;
@@ -571,6 +577,8 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         overlap: zkcron::task::OverlapPolicy::Allow,
         every_node: false,
         unit_of: None,
+        items: None,
+        item_of: None,
         after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(
@@ -705,6 +713,8 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         overlap: zkcron::task::OverlapPolicy::Allow,
         every_node: false,
         unit_of: None,
+        items: None,
+        item_of: None,
         after: None,
     };
     let tasks: Arc<TaskSet> = Arc::new(

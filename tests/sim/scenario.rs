@@ -58,6 +58,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.chain_request_apart`: a chained run's request is created in a
     /// call of its own after the parent's result, so a node lost between the two loses it.
     ChainRequestApart,
+    /// The real node's `bugs.pool_runs_every_item`: a pooled task's run gets every item, not
+    /// only those its claim won, so an item has two owners.
+    PoolRunsEveryItem,
 }
 
 impl NodeBug {
@@ -117,6 +120,11 @@ pub(crate) struct Knobs {
     /// The second task also runs after the first (`after`; checked: each success of the first
     /// whose end was stored causes one run of the second, unless its claimer died).
     pub(crate) chains: bool,
+    /// 30 % of the tasks are pooled (`work_items`, 2–4 items): each item's unit
+    /// `<task>@<item>` is checked as a task of its own (its own slot in `Scenario::tasks`), so
+    /// the checker counts (tick, item) pairs; a run counts for each item its claim won. Off in
+    /// the default scenarios; `pooled_tasks_keep_the_guarantee_per_tick_and_item` turns it on.
+    pub(crate) pools: bool,
 }
 
 impl Knobs {
@@ -136,6 +144,7 @@ impl Knobs {
         overlap_queue: false,
         every_node: false,
         chains: false,
+        pools: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -170,8 +179,33 @@ pub(crate) struct TaskDef {
     /// This slot is the unit `<task>@<node-id>` of the every-node task at this index, held by
     /// node `.1` alone; no node defines the slot as a task.
     pub(crate) unit_of: Option<(TaskIx, NodeIx)>,
+    /// The task's work items (`work_items`): it has no lease or record of its own, each
+    /// item's unit (the slots whose `item_of` names it) does.
+    pub(crate) items: Option<Arc<[String]>>,
+    /// This slot is the unit `<task>@<item>` of the pooled task at this index, for its item
+    /// `.1`; no node defines the slot as a task.
+    pub(crate) item_of: Option<(TaskIx, usize)>,
     /// The task it also runs after (`after`).
     pub(crate) after: Option<String>,
+}
+
+impl TaskDef {
+    /// Whether this slot is a unit (of an every-node task or a pooled task's item), not a task.
+    pub(crate) fn is_unit(&self) -> bool {
+        self.unit_of.is_some() || self.item_of.is_some()
+    }
+
+    /// The task of a unit's slot; `None` for a task's own.
+    pub(crate) fn unit_task(&self) -> Option<TaskIx> {
+        self.unit_of
+            .map(|(t, _)| t)
+            .or(self.item_of.map(|(t, _)| t))
+    }
+
+    /// The task this slot counts for: its own index, or its unit's task's.
+    pub(crate) fn task_of(&self, slot: TaskIx) -> TaskIx {
+        self.unit_task().unwrap_or(slot)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -368,6 +402,8 @@ impl Scenario {
                 overlap: OverlapPolicy::Allow,
                 every_node: false,
                 unit_of: None,
+                items: None,
+                item_of: None,
                 after: None,
             });
         }
@@ -642,6 +678,9 @@ impl Scenario {
         if knobs.every_node {
             add_units(seed, &mut tasks, &mut nodes);
         }
+        if knobs.pools {
+            add_item_units(seed, &mut tasks, &mut nodes);
+        }
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
@@ -678,10 +717,7 @@ impl Scenario {
 
     /// The tasks the nodes define: the slots before the units.
     pub(crate) fn task_count(&self) -> usize {
-        self.tasks
-            .iter()
-            .take_while(|t| t.unit_of.is_none())
-            .count()
+        self.tasks.iter().take_while(|t| !t.is_unit()).count()
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -780,6 +816,41 @@ fn add_units(seed: u64, tasks: &mut Vec<TaskDef>, nodes: &mut [NodeDef]) {
                 name: zkcron::coord::lease::unit_name(&name, &node.id),
                 every_node: false,
                 unit_of: Some((t, n)),
+                ..tasks[t].clone()
+            });
+        }
+    }
+}
+
+/// Makes 30 % of the tasks (not every-node ones, nor chained) pooled with 2–4 items, and
+/// appends each item's unit to `tasks` as a slot of its own. A pooled task allows overlap: a
+/// node's run never waits for another node's (`overlap` applies per node run), which the
+/// checker's cluster-wide overlap check does not model.
+fn add_item_units(seed: u64, tasks: &mut Vec<TaskDef>, nodes: &mut [NodeDef]) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0009_0015);
+    for t in 0..tasks.len() {
+        let name = tasks[t].name.clone();
+        let chained =
+            tasks[t].after.is_some() || tasks.iter().any(|u| u.after.as_ref() == Some(&name));
+        if tasks[t].every_node || tasks[t].is_unit() || chained || !rng.random_bool(0.3) {
+            continue;
+        }
+        let items: Arc<[String]> = (0..rng.random_range(2..=4))
+            .map(|i| format!("i{i}"))
+            .collect();
+        tasks[t].items = Some(items.clone());
+        tasks[t].initial_record = false;
+        tasks[t].overlap = OverlapPolicy::Allow;
+        for node in nodes.iter_mut() {
+            if let Some(entry) = Arc::make_mut(&mut node.tasks).get_mut(&name) {
+                entry.holders = zkcron::coord::lease::Holders::Items(items.clone());
+            }
+        }
+        for (i, item) in items.iter().enumerate() {
+            tasks.push(TaskDef {
+                name: zkcron::coord::lease::unit_name(&name, item),
+                items: None,
+                item_of: Some((t, i)),
                 ..tasks[t].clone()
             });
         }

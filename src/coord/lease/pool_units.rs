@@ -14,6 +14,20 @@ use super::{Holders, Member, Peers};
 use crate::coord::pool;
 use crate::coord::rank::{self, Candidate};
 
+impl Member {
+    /// Whether this member is one of the pooled `task`'s members, over which every node
+    /// splits its items ([`pool::assign`]): it may lead, defines `task` as a pooled task, and
+    /// meets that definition's requirements. `zkcron explain` splits a pool over the same
+    /// members.
+    pub fn in_pool(&self, task: &str) -> bool {
+        self.may_lead
+            && self.tasks.get(task).is_some_and(|entry| {
+                matches!(entry.holders, Holders::Items(_))
+                    && entry.admits(&self.release, &self.labels)
+            })
+    }
+}
+
 impl<'a> Peers<'a> {
     /// This node's rank for the unit of each item of the pooled `task` it defines, in the
     /// items' order: its position (0: it owns the item) and the item's owner when that is
@@ -32,13 +46,7 @@ impl<'a> Peers<'a> {
         }
         // The pool's members: this node and every other that may hold the task's units. A
         // member sharing this node's task set shares its definition (and its items).
-        let pooled = |other: &Member| match other.tasks.get(task) {
-            Some(theirs) => {
-                matches!(theirs.holders, Holders::Items(_))
-                    && theirs.admits(&other.release, &other.labels)
-            }
-            None => false,
-        };
+        let pooled = |other: &Member| other.in_pool(task);
         let members: Vec<&'a Member> = std::iter::once(mine)
             .chain(
                 self.others

@@ -24,6 +24,7 @@ impl Node {
         };
         let paused = !self.firing();
         let gained = self.count_gains(&tasks);
+        let items_held = self.items_held(&tasks);
         let triggers = self.led_triggers(&tasks);
         let backfills = self.led_backfills(&tasks);
         // A new leader ends the ticks its tasks' backfills lost with their node.
@@ -32,6 +33,7 @@ impl Node {
         let same = l.paused == paused
             && *l.tasks == tasks
             && *l.gained == gained
+            && *l.items_held == items_held
             && (paused || l.why_paused.is_none());
         if same && *l.triggers == triggers && *l.backfills == backfills {
             return;
@@ -46,6 +48,7 @@ impl Node {
         }
         let leading = tasks.len();
         self.leadership.gained = Arc::new(gained);
+        self.leadership.items_held = Arc::new(items_held);
         self.leadership.paused = paused;
         self.leadership.tasks = Arc::new(tasks);
         if !paused {
@@ -80,6 +83,19 @@ impl Node {
         gained.retain(|task, _| tasks.contains(task.as_str()));
         self.published_units = held;
         gained
+    }
+
+    /// How many units of each pooled task in `tasks` this node holds (of those
+    /// [`Node::count_gains`] just noted as published).
+    fn items_held(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, usize> {
+        let mut held = BTreeMap::new();
+        for unit in &self.published_units {
+            let task = self.task_of(unit);
+            if tasks.contains(task) {
+                *held.entry(task.to_string()).or_default() += 1;
+            }
+        }
+        held
     }
 
     /// Publishes now, or at most [`super::acting::DECIDE_EVERY`] after the last publication.

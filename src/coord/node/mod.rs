@@ -140,6 +140,9 @@ pub struct NodeBugs {
     /// The chained runs' requests (`after`) are created in a call of their own once the
     /// parent's result is stored, not in the multi-op that stores it.
     pub chain_request_apart: bool,
+    /// A pooled task's won claim names every item of the task, not only the units its
+    /// multi-op claimed: another node's items run here too (two owners for one item).
+    pub pool_runs_every_item: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -425,11 +425,26 @@ impl Node {
             let units = parts.iter().map(|p| p.unit.clone()).collect();
             self.pool_runs.insert((task.to_string(), tick), units);
         }
-        let items: Vec<String> = parts
+        let mut items: Vec<String> = parts
             .iter()
             .filter_map(|p| Some(lease::split_unit(&p.unit)?.1.to_string()))
             .collect();
+        if self.cfg.bugs.pool_runs_every_item {
+            items = self.pool_items(task);
+        }
         self.answer(req, Ok(Answered::ClaimedItems(items)));
+    }
+
+    /// Every item of the pooled `task` as this node defines it (for a deliberate bug of the
+    /// simulation's: [`super::NodeBugs::pool_runs_every_item`]).
+    fn pool_items(&self, task: &str) -> Vec<String> {
+        match self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) {
+            Some(entry) => match &entry.holders {
+                lease::Holders::Items(items) => items.to_vec(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        }
     }
 
     /// Op `index` of the multi-op failed: its unit is left out (its lease or epoch is not this

@@ -57,6 +57,24 @@ fn a_joining_member_gets_the_units_it_owns_and_the_node_keeps_the_rest() {
 }
 
 #[test]
+fn the_node_publishes_how_many_units_of_each_pooled_task_it_holds() {
+    let mut store = Store::default();
+    let tasks = vec![spec("p", "work_items = 12"), spec("t", "")];
+    let n2 = member("n2", "1.0.0", &tasks, &[]);
+    let (mut node, _) = started(&mut store, tasks);
+    let held = |node: &Node| (*node.leadership().items_held).clone();
+    assert_eq!(held(&node), BTreeMap::from([("p".to_string(), 12)]));
+    // A joining member takes its items: the count follows the units kept.
+    node.members.insert("n2".into(), n2);
+    node.decide();
+    pump(&mut node, &mut store, at(1_000));
+    pump(&mut node, &mut store, at(1_500));
+    let kept = pool_leases(&store).len();
+    assert!(kept < 12, "{kept}");
+    assert_eq!(held(&node), BTreeMap::from([("p".to_string(), kept)]));
+}
+
+#[test]
 fn a_drained_node_releases_every_unit_of_its_pool() {
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
