@@ -360,7 +360,8 @@ impl ClusterClient {
         Ok(marks.into_iter().map(|(k, r)| (k, r.value)).collect())
     }
 
-    /// The cluster's records for `tasks` (every task a live member defines when `None`).
+    /// The cluster's records for `tasks` and their parents (every task a live member defines
+    /// when `None`).
     pub async fn snapshot(&self, tasks: Option<&[String]>) -> anyhow::Result<Snapshot> {
         let mut snapshot = Snapshot {
             backend: "zookeeper".into(),
@@ -369,7 +370,8 @@ impl ClusterClient {
         };
         self.members(&mut snapshot).await?;
         let names: Vec<String> = match tasks {
-            Some(tasks) => tasks.to_vec(),
+            // With their parents, whose states `explain` gives.
+            Some(tasks) => super::links::with_parents(&snapshot, tasks),
             None => snapshot.task_names(),
         };
         let held: std::collections::BTreeSet<String> = self

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::links::{self, ParentLink};
 use super::model::{self, Definer, Members, Snapshot, Status, TaskStatus};
 use crate::coord::rank::{self, Candidate};
 use crate::coord::records::MarkRecord;
@@ -22,6 +23,10 @@ pub struct Explain {
     pub status: TaskStatus,
     /// Live members that do not define the task.
     pub not_defining: Vec<String>,
+    /// The task's parents (`after`, in its definition's order) and why each is not firing:
+    /// the task's chained runs wait on them. Absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<ParentLink>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,8 +56,9 @@ pub struct LeaseView {
 
 /// The explanation of `task`; `None` when no live member defines it.
 pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
-    let status: Status = model::status(snapshot, now);
-    let status = status.tasks.into_iter().find(|t| t.name == task)?;
+    let all: Status = model::status(snapshot, now);
+    let status = all.tasks.iter().find(|t| t.name == task)?.clone();
+    let parents = links::parents(&status, &all.tasks);
     let members = Members::new(snapshot);
     let definers = members.definers(task);
     fn candidate<'a>(d: &Definer<'a>) -> Candidate<'a> {
@@ -126,5 +132,6 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         paused: snapshot.paused.get(task).cloned(),
         status,
         not_defining,
+        parents,
     })
 }

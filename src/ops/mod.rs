@@ -16,6 +16,7 @@ pub mod backfill;
 pub mod change;
 pub mod cluster;
 pub mod explain;
+pub mod links;
 pub mod local;
 pub mod model;
 pub mod render;

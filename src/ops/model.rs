@@ -109,6 +109,13 @@ pub struct TaskStatus {
     /// The task's active backfills (`zkcron backfill`), oldest first; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backfills: Vec<BackfillProgress>,
+    /// The tasks whose successful runs run this one (its `after`); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// The tasks that run after this one succeeds (their `after` names it), by name; absent
+    /// when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
 }
 
 /// A paused task's mark, as `status` shows it.
@@ -664,11 +671,11 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
         nexts[i] = next_tick(snapshot, &names[i], entries[i], &mut schedules, now);
     }
     drop(schedules);
-    let tasks = names
+    let mut tasks: Vec<TaskStatus> = names
         .into_iter()
         .zip(definers.iter().zip(&unranked))
         .zip(why_nones)
-        .zip(nexts.into_iter().zip(entries))
+        .zip(nexts.into_iter().zip(entries.iter().copied()))
         .map(
             |(((name, (definers, unranked)), why_none), (next, entry))| {
                 let pause = snapshot.paused.get(&name).map(|mark| PauseStatus {
@@ -692,10 +699,12 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
                     work_items: BTreeMap::new(),
                     backfills: backfills_of(snapshot, &name),
                     name,
+                    ..TaskStatus::default()
                 }
             },
         )
         .collect();
+    super::links::link(&mut tasks, &entries);
     Status {
         backend: snapshot.backend.clone(),
         cluster: snapshot.cluster.clone(),
