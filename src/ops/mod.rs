@@ -17,6 +17,8 @@ pub mod change;
 pub mod cluster;
 pub mod explain;
 pub mod links;
+#[cfg(test)]
+mod links_tests;
 pub mod local;
 pub mod model;
 pub mod render;

@@ -704,11 +704,30 @@ pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
             },
         )
         .collect();
-    super::links::link(&mut tasks, &entries);
+    link_after(&mut tasks, &entries);
     Status {
         backend: snapshot.backend.clone(),
         cluster: snapshot.cluster.clone(),
         nodes,
         tasks,
+    }
+}
+
+/// Sets each task's parents (`after`) from its definition (`entries`, one per task, in the same
+/// order) and its children: the tasks whose definitions name it, by name.
+fn link_after(tasks: &mut [TaskStatus], entries: &[Option<&TaskSetEntry>]) {
+    let mut children: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (task, entry) in tasks.iter().zip(entries) {
+        for parent in entry.map_or(&[][..], |e| e.after.as_slice()) {
+            children
+                .entry(parent.as_str())
+                .or_default()
+                .push(task.name.clone());
+        }
+    }
+    for (task, entry) in tasks.iter_mut().zip(entries) {
+        task.after = entry.map(|e| e.after.clone()).unwrap_or_default();
+        task.children = children.remove(task.name.as_str()).unwrap_or_default();
+        task.children.sort();
     }
 }
