@@ -6,8 +6,8 @@
 //! pooled parent's run causes one child run per item it ran (`load@item-<item>@after-<parent's>`,
 //! the item in `ZKCRON_AFTER_ITEM`), on both backends; a chained run of a paused child is
 //! skipped (logged with its parent, counted) on both backends; a parent no live node may run is
-//! reported as any ineligible task; and `validate` names a missing parent and a cycle with file,
-//! line and column.
+//! reported as any ineligible task; `status`, `explain` and the HTTP API show the links and a
+//! parent's state; and `validate` names a missing parent and a cycle with file, line and column.
 
 mod common;
 
@@ -566,4 +566,96 @@ fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
     assert_eq!(extract_status["problem"], problem, "{status:#}");
     assert_eq!(runs(&extract).1, 0);
     assert!(runs(&load).0.keys().all(|id| id.starts_with("anywhere@")));
+
+    // And the links show: `status` names the child's parent and the parent's child, and
+    // `explain load` says why its chained runs wait (the parent's state).
+    assert_eq!(extract_status["children"], serde_json::json!(["load"]));
+    let load_status = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "load");
+    assert_eq!(
+        load_status.unwrap()["after"],
+        serde_json::json!(["extract"])
+    );
+    let explain = |task: &str| {
+        let out = common::zkcron()
+            .args(["explain", task])
+            .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = explain("load");
+    assert!(
+        text.contains(&format!(
+            "  after:    extract: not firing: {problem}; the runs of load after it wait on it\n"
+        )),
+        "{text}"
+    );
+    let text = explain("extract");
+    assert!(text.contains("  then:     load: "), "{text}");
+}
+
+#[test]
+fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_parent() {
+    let scratch = Scratch::new();
+    let (extract, load) = (scratch.out("extract"), scratch.out("load"));
+    let yearly = "schedule = \"0 0 1 1 *\"";
+    scratch.write_task("extract", &recording(&extract, yearly, 0, ""));
+    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    let mut daemon = scratch.start_daemon(&[]);
+    let address = daemon.served_address();
+    let state = scratch.path().join("state");
+    let cli = |args: &[&str]| {
+        common::zkcron()
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let mut status = serde_json::Value::Null;
+    common::wait_for("status to list both tasks", LIMIT, || {
+        let out = cli(&["status", "--json"]);
+        status = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        status["tasks"].as_array().is_some_and(|t| t.len() == 2)
+    });
+    let cli = |args: &[&str]| {
+        let out = cli(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let task = |name: &str| {
+        let tasks = status["tasks"].as_array().unwrap();
+        tasks.iter().find(|t| t["name"] == name).unwrap().clone()
+    };
+    assert_eq!(task("load")["after"], serde_json::json!(["extract"]));
+    assert_eq!(task("extract")["children"], serde_json::json!(["load"]));
+    let text = cli(&["status"]);
+    assert!(
+        text.contains("after extract") && text.contains("then load"),
+        "{text}"
+    );
+
+    // A paused parent: the child's page and its API say so, and link to the parent.
+    cli(&["pause", "extract"]);
+    common::wait_for("the API to give the paused parent's state", LIMIT, || {
+        let (_, body) = common::http_get(&address, "/api/tasks/load");
+        let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
+        detail["explain"]["parents"]
+            == serde_json::json!([{"task": "extract", "problem": "paused"}])
+    });
+    let (_, page) = common::http_get(&address, "/tasks/load");
+    assert!(
+        page.contains("<a href=\"/tasks/extract\">extract</a>"),
+        "{page}"
+    );
+    let (_, body) = common::http_get(&address, "/api/status");
+    assert!(body.contains("\"children\":[\"load\"]"), "{body}");
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(LIMIT);
 }

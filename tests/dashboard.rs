@@ -165,6 +165,25 @@ fn backfill_from_the_page(browser: &Browser, address: &str) {
     );
 }
 
+/// `load` runs after `backup`, paused by now: load's page says its parent is not firing and
+/// links to it, and backup's page links back to its child.
+fn chain_links_on_the_pages(browser: &Browser, address: &str) {
+    browser.goto(&format!("http://{address}/tasks/load"));
+    wait_for("load's page to give its parent's state", LIMIT, || {
+        browser
+            .text_of("#links + dl")
+            .contains("backup — not firing: paused: maintenance window")
+    });
+    browser.click("#links + dl a[href='/tasks/backup']");
+    wait_for("the parent's page to link to its child", LIMIT, || {
+        browser.execute(
+            "return document.querySelectorAll(\"#links + dl a[href='/tasks/load']\").length;",
+            vec![],
+        ) == 1
+    });
+    assert_eq!(browser.text_of("main h1"), "Task backup");
+}
+
 /// Pauses `backup` from its page: refused without the token and with a wrong one, done with it.
 fn pause_from_the_page(browser: &Browser, address: &str) {
     browser.goto(&format!("http://{address}/tasks/backup"));
@@ -228,6 +247,7 @@ fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
             ("tick", &every_second("tick")),
             ("backup", DAILY),
             ("slow", SLOW_DAILY),
+            ("load", "after = [\"backup\"]\ncommand = [\"true\"]\n"),
         ],
     );
     let (daemon, address) = (&served.daemon, &served.address);
@@ -240,6 +260,7 @@ fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
         "local",
     );
     pause_from_the_page(&browser, address);
+    chain_links_on_the_pages(&browser, address);
     backfill_from_the_page(&browser, address);
     assert!(
         daemon

@@ -150,6 +150,18 @@ fn a_task_set_entry_keeps_a_schedule_list_and_a_window_in_fields_of_their_own() 
 }
 
 #[test]
+fn a_task_set_entry_names_its_parents_in_after_and_an_older_entry_has_none() {
+    let written = json!({"digest": "d", "after": ["extract", "fetch"]});
+    let (entry, encoded) = round_trip::<TaskSetEntry>(&written);
+    assert_eq!(encoded, written);
+    assert_eq!(entry.after, ["extract", "fetch"]);
+    // An older node's entry has no `after`: no parents; and none is written without parents.
+    let (older, encoded) = round_trip::<TaskSetEntry>(&json!({"digest": "d"}));
+    assert!(older.after.is_empty());
+    assert_eq!(encoded, json!({"digest": "d"}));
+}
+
+#[test]
 fn a_lease_record_decodes_and_reencodes_to_the_same_json() {
     let golden = zk_fixture("lease.json");
     let (lease, encoded) = round_trip::<LeaseRecord>(&golden);

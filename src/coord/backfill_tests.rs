@@ -59,6 +59,9 @@ fn fire_ids_name_the_request_and_the_tick_and_look_like_no_other_run() {
     assert_eq!(of_fire_id(&id), Some((name.as_str(), tick)));
     assert_eq!(of_fire_id("report@1767229200"), None);
     assert_eq!(of_fire_id("report@manual-0000000007"), None);
+    let after_item =
+        crate::coord::record::chain_item_fire_id("load", "eu-west", "report@1767229200");
+    assert_eq!(of_fire_id(&after_item), None);
     assert_eq!(crate::coord::record::manual_task(&id), None);
 }
 

@@ -553,7 +553,6 @@ mod tests {
             assert_eq!(chain_item(&id), Some("eu-west"));
             assert_eq!(trigger_task(&id), Some("load"));
             assert_eq!(manual_task(&id), None);
-            assert_eq!(crate::coord::backfill::of_fire_id(&id), None);
         }
         // The plain form, with a parent whose own fire id names an item, has no item.
         let id = chain_fire_id("load", "extract@item-eu-west@after-raw@1767225600");

@@ -148,6 +148,10 @@ pub struct TaskSetEntry {
     /// release that does not know pools lets no member hold such a task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_items: Option<Vec<String>>,
+    /// The task's `after`: the tasks whose successes run it, as written; absent when none (and
+    /// from older writers, read as no parents).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// [`TaskSetEntry::run_on`] of a task that runs on every node.
@@ -516,6 +520,7 @@ pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetR
                             RunOn::Items(_) => Some(RUN_ON_WORK_ITEMS.to_string()),
                         },
                         work_items: t.extras.run_on.items().map(<[String]>::to_vec),
+                        after: t.extras.after.iter().map(|p| p.name.to_string()).collect(),
                     },
                 )
             })

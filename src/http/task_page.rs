@@ -14,6 +14,7 @@ use super::api::{self, TaskDetail};
 use super::chart;
 use super::pages::{Field, actions, as_page, href, instant, labels, layout, state};
 use crate::coord::records::RunTrigger;
+use crate::ops::links::ParentLink;
 use crate::ops::model::BackfillProgress;
 use crate::ops::render;
 
@@ -41,6 +42,7 @@ pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
                 p.warn { "Paused since " (instant(paused.at)) " by " (paused.by) "." }
             }
             (definition(detail))
+            (links(&detail.explain.parents, &status.children))
             (candidates(detail))
             (pool(&status.work_items))
             (backfills(&status.backfills))
@@ -93,6 +95,35 @@ fn definition(detail: &TaskDetail) -> Markup {
                 } @else {
                     dt { "Description, command" }
                     dd.muted { "this node does not define the task: see a node that does" }
+                }
+            }
+        }
+    }
+}
+
+/// The task's `after` links: its parents, each with why it is not firing (the task's chained
+/// runs wait on it), and its children, each a link to its page; nothing without links.
+fn links(parents: &[ParentLink], children: &[String]) -> Markup {
+    html! {
+        @if !parents.is_empty() || !children.is_empty() {
+            section aria-labelledby="links" {
+                h2 #links { "Chained with" }
+                dl {
+                    @if !parents.is_empty() {
+                        dt { "Runs after each success of" }
+                        dd { ul { @for parent in parents { li.parent {
+                            a href=(href("tasks", &parent.task)) { (parent.task) }
+                            @if let Some(problem) = &parent.problem {
+                                " — " span.warn { "not firing: " (problem) "; this task's chained runs wait on it" }
+                            }
+                        } } } }
+                    }
+                    @if !children.is_empty() {
+                        dt { "Each success runs" }
+                        dd { ul { @for child in children { li.child {
+                            a href=(href("tasks", child)) { (child) }
+                        } } } }
+                    }
                 }
             }
         }
@@ -283,5 +314,37 @@ mod tests {
         assert!(page.contains("2026-01-02T01:30:00Z"), "{page}");
         let none = backfills(&[]).into_string();
         assert!(none.contains("No backfill is running."), "{none}");
+    }
+
+    /// A task's parents and children link to their pages (one path segment each), their
+    /// names and a parent's problem are text, and a parent that is not firing says so.
+    #[test]
+    fn chained_tasks_link_to_their_pages_as_text() {
+        let parents = [
+            ParentLink {
+                task: "extract".into(),
+                problem: None,
+            },
+            ParentLink {
+                task: "<b>x</b>".into(),
+                problem: Some("paused: <script>".into()),
+            },
+        ];
+        let page = links(&parents, &["load".to_string()]).into_string();
+        assert!(
+            page.contains("<a href=\"/tasks/extract\">extract</a>"),
+            "{page}"
+        );
+        assert!(page.contains("<a href=\"/tasks/load\">load</a>"), "{page}");
+        assert!(
+            page.contains("href=\"/tasks/%3Cb%3Ex%3C%2Fb%3E\">&lt;b&gt;x&lt;/b&gt;</a>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("not firing: paused: &lt;script&gt;"),
+            "{page}"
+        );
+        assert!(!page.contains("<script") && !page.contains("<b>"), "{page}");
+        assert_eq!(links(&[], &[]).into_string(), "");
     }
 }

@@ -363,7 +363,8 @@ impl ClusterClient {
         Ok(marks.into_iter().map(|(k, r)| (k, r.value)).collect())
     }
 
-    /// The cluster's records for `tasks` (every task a live member defines when `None`).
+    /// The cluster's records for `tasks` and their parents (every task a live member defines
+    /// when `None`).
     pub async fn snapshot(&self, tasks: Option<&[String]>) -> anyhow::Result<Snapshot> {
         Ok(self.snapshot_and_triggers(tasks).await?.0)
     }
@@ -381,7 +382,8 @@ impl ClusterClient {
         };
         self.members(&mut snapshot).await?;
         let names: Vec<String> = match tasks {
-            Some(tasks) => tasks.to_vec(),
+            // With their parents, whose states `explain` gives.
+            Some(tasks) => super::links::with_parents(&snapshot, tasks),
             None => snapshot.task_names(),
         };
         let held: std::collections::BTreeSet<String> = self
@@ -431,23 +433,7 @@ impl ClusterClient {
             })
             .map(|(name, b)| (name, b.value))
             .collect();
-        let mut runs = TriggerRuns::new();
-        for (name, trigger) in self.triggers().await? {
-            if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
-                && names.contains(&trigger.value.task)
-            {
-                let newer = snapshot
-                    .recent_runs
-                    .get(&trigger.value.task)
-                    .is_none_or(|r| r.started_at < result.started_at);
-                if newer {
-                    snapshot
-                        .recent_runs
-                        .insert(trigger.value.task.clone(), result.clone());
-                }
-                runs.insert(name, (trigger.value.task, result));
-            }
-        }
+        let runs = ended_manual_runs(&mut snapshot, self.triggers().await?, &names);
         Ok((snapshot, runs))
     }
 
@@ -772,4 +758,31 @@ fn resumed_record(record: &FireRecord, now: DateTime<Utc>) -> Vec<u8> {
         queued: record.queued,
     };
     serde_json::to_vec(&moved).expect("fire records serialize")
+}
+
+/// The ended manual runs among `triggers` of the tasks in `names`, by trigger znode name; the
+/// newest of each task goes into the snapshot's `recent_runs`.
+fn ended_manual_runs(
+    snapshot: &mut Snapshot,
+    triggers: BTreeMap<String, Read<TriggerRecord>>,
+    names: &[String],
+) -> TriggerRuns {
+    let mut runs = TriggerRuns::new();
+    for (name, trigger) in triggers {
+        if let (TriggerState::Ended, Some(result)) = (trigger.value.state, trigger.value.result)
+            && names.contains(&trigger.value.task)
+        {
+            let newer = snapshot
+                .recent_runs
+                .get(&trigger.value.task)
+                .is_none_or(|r| r.started_at < result.started_at);
+            if newer {
+                snapshot
+                    .recent_runs
+                    .insert(trigger.value.task.clone(), result.clone());
+            }
+            runs.insert(name, (trigger.value.task, result));
+        }
+    }
+    runs
 }

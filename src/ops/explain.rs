@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::links::{self, ParentLink};
 use super::model::{self, Definer, Members, Snapshot, TaskStatus};
 use super::pool::{self, PoolView};
 use crate::coord::rank::{self, Candidate};
@@ -28,6 +29,10 @@ pub struct Explain {
     /// other tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolView>,
+    /// The task's parents (`after`, in its definition's order) and why each is not firing:
+    /// the task's chained runs wait on them. Absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<ParentLink>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +63,13 @@ pub struct LeaseView {
 /// The explanation of `task`; `None` when no live member defines it.
 pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
     let status = model::task_status(snapshot, task, now)?;
+    // Only the parents' lines, not every task's: a parent's state is its status problem.
+    let parent_lines: Vec<TaskStatus> = status
+        .after
+        .iter()
+        .filter_map(|parent| model::task_status(snapshot, parent, now))
+        .collect();
+    let parents = links::parents(&status, &parent_lines);
     let members = Members::new(snapshot);
     let definers = members.definers(task);
     fn candidate<'a>(d: &Definer<'a>) -> Candidate<'a> {
@@ -126,6 +138,7 @@ pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Ex
         paused: snapshot.paused.get(task).cloned(),
         status,
         not_defining,
+        parents,
     })
 }
 

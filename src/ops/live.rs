@@ -353,12 +353,13 @@ impl Live {
     /// and each task's schedule as the pages show it.
     pub fn status(&mut self, now: DateTime<Utc>) -> (Status, Schedules) {
         self.refresh(now);
-        let status = Status {
+        let mut status = Status {
             backend: self.snapshot.backend.clone(),
             cluster: self.snapshot.cluster.clone(),
             nodes: model::node_statuses(&self.snapshot, now),
             tasks: self.lines.values().map(|l| l.status.clone()).collect(),
         };
+        model::link_children(&mut status.tasks);
         let schedules = self
             .lines
             .iter()

@@ -16,6 +16,9 @@ pub mod backfill;
 pub mod change;
 pub mod cluster;
 pub mod explain;
+pub mod links;
+#[cfg(test)]
+mod links_tests;
 pub mod live;
 pub mod local;
 pub mod model;

@@ -192,6 +192,7 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
             ));
         }
         notes.extend(window_note(task));
+        notes.extend(links_notes(task));
         if !task.every_node.is_empty() {
             notes.push(format!("runs on {}", task.every_node.join(", ")));
         }
@@ -226,6 +227,37 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         ]);
     }
     (table(&rows), problems)
+}
+
+/// What `status` says of a task's `after` links: "after extract", "then load, report".
+fn links_notes(task: &TaskStatus) -> impl Iterator<Item = String> {
+    let after = (!task.after.is_empty()).then(|| format!("after {}", task.after.join(", ")));
+    let then = (!task.children.is_empty()).then(|| format!("then {}", task.children.join(", ")));
+    after.into_iter().chain(then)
+}
+
+/// `explain`'s lines of a task's parents, each with its state (the task's chained runs wait on
+/// a parent that is not firing), and of its children.
+fn links_lines(explain: &Explain) -> String {
+    let mut out = String::new();
+    for parent in &explain.parents {
+        let state = match &parent.problem {
+            Some(problem) => format!(
+                "not firing: {problem}; the runs of {} after it wait on it",
+                explain.task
+            ),
+            None => "firing".into(),
+        };
+        let _ = writeln!(out, "  after:    {}: {state}", parent.task);
+    }
+    if !explain.status.children.is_empty() {
+        let _ = writeln!(
+            out,
+            "  then:     {}: each successful run runs each of them once",
+            explain.status.children.join(", ")
+        );
+    }
+    out
 }
 
 /// What `status` and `explain` say of a task outside its active window: "starts at ..." before
@@ -421,6 +453,7 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
         None => "firing on schedule".into(),
     };
     let _ = writeln!(out, "  state:    {firing}");
+    out.push_str(&links_lines(explain));
     for progress in &status.backfills {
         let _ = writeln!(out, "  backfill: {}", backfill(progress));
     }

@@ -12,11 +12,11 @@ use crate::coord::records::{
     TaskSetRecord, TaskSetRef,
 };
 
-fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+pub(super) fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 8, h, m, s).unwrap()
 }
 
-fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
+pub(super) fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
     TaskSetEntry {
         digest: digest.into(),
         version_req: version_req.map(str::to_string),
@@ -50,7 +50,7 @@ fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
     }
 }
 
-fn mark(at: DateTime<Utc>) -> MarkRecord {
+pub(super) fn mark(at: DateTime<Utc>) -> MarkRecord {
     MarkRecord {
         format: 1,
         at,
@@ -70,7 +70,7 @@ fn lease(node: &str, since: DateTime<Utc>) -> LeaseRecord {
 
 /// Nodes a, b (1.0.0, set "one") and c (1.1.0, set "two"); tasks `backup` (defined alike),
 /// `report` (c defines it differently) and `new` (only 1.1 may run it, c is drained).
-fn cluster() -> Snapshot {
+pub(super) fn cluster() -> Snapshot {
     let one = TaskSetRecord {
         format: 1,
         tasks: BTreeMap::from([
