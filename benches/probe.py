@@ -4,7 +4,8 @@
 Usage:  cargo build --release --locked && cargo build --release --locked --example probe
         python3 benches/probe.py [--seconds 60] [--tasks 10] [--idle 0] [--runs 1] [--floor]
                                  [--compare] [--phases]
-        (--compare: also `cargo build --release --locked --manifest-path benches/peer/Cargo.toml`)
+        (--compare: also `cargo build --release --locked --manifest-path benches/peer/Cargo.toml
+        --target-dir target`: the peer's build shares the project's target dir)
 
 The release daemon (embedded backend, default logging) loads `tasks` task files that all fire
 every second, at the same instant, running `examples/probe`: a job that reads the wall clock
@@ -51,7 +52,7 @@ BINARY = os.environ.get("ZKCRON_BIN", os.path.join(ROOT, "target", "release", "z
 PROBE = os.environ.get("ZKCRON_PROBE",
                        os.path.join(ROOT, "target", "release", "examples", "probe"))
 PEER = os.environ.get("ZKCRON_PEER",
-                      os.path.join(ROOT, "benches", "peer", "target", "release", "zkcron-peer"))
+                      os.path.join(ROOT, "target", "release", "zkcron-peer"))
 WARMUP_S = 3
 # The phases of --phases: (every-second tasks, idle hourly tasks).
 PHASES = [(200, 9800), (10, 9990), (10, 0), (0, 10000)]
@@ -274,7 +275,8 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"{path} not found: run `cargo build --release --locked`, "
                      "`cargo build --release --locked --example probe` and (--compare) "
-                     "`cargo build --release --locked --manifest-path benches/peer/Cargo.toml`"
+                     "`cargo build --release --locked --manifest-path benches/peer/Cargo.toml "
+                     "--target-dir target`"
                      " first")
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
