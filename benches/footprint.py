@@ -3,14 +3,16 @@
 second on the local backend (`command = ["true"]`), one `zkcron run` per build.
 
 Usage:  cargo build --release --locked --bin zkcron
-        python3 benches/footprint.py [--seconds 20] [--pageout] [BINARY ...]
+        python3 benches/footprint.py [--seconds 20] [--pageout] [--no-http] [BINARY ...]
 
 Per build: the CPU per fire of each thread (its `schedstat` nanoseconds over the window,
 divided by the `started` events in it; threads by name), and `/proc/PID/smaps` at the end
 summed per mapping (file and permissions) with its private dirty part. `--pageout` first asks
 the kernel (`process_madvise(MADV_PAGEOUT)`, root) to page out the daemon's file-backed
 read-only pages 2 s after its start, so the pages resident at the end are those the fires
-touched again: the start-up-only part of the binary is the difference. Nothing outlives the
+touched again: the start-up-only part of the binary is the difference. `--no-http` runs the
+daemon with `[http] listen = ""` (no /metrics, dashboard or API), to see what serving them
+keeps resident. Nothing outlives the
 run: the daemon is stopped and its temp dir (zkcron-footprint-*) removed on every exit path.
 """
 import argparse
@@ -83,7 +85,17 @@ def smaps(pid):
             for (name, perms), kb in rss.most_common() if kb]
 
 
-def one_run(binary, seconds, pageout):
+def read_whole(path):
+    """Reads `path` into the page cache. The kernel maps the cached neighbours of a page the
+    daemon touches (fault-around, 64 KiB), so what is resident depends on what is cached:
+    every run starts with the whole binary cached, as after an install, the most it can be."""
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+
+
+def one_run(binary, seconds, pageout, http=True):
+    read_whole(binary)
     tmp = tempfile.mkdtemp(prefix="zkcron-footprint-")
     jobs, log = os.path.join(tmp, "jobs.d"), os.path.join(tmp, "daemon.log")
     os.mkdir(jobs)
@@ -92,7 +104,8 @@ def one_run(binary, seconds, pageout):
             f.write('schedule = "* * * * * *"\ncommand = ["true"]\n')
     config = os.path.join(tmp, "zkcron.toml")
     with open(config, "w") as f:
-        f.write(f'[log]\nformat = "json"\n[http]\nlisten = "127.0.0.1:{free_port()}"\n')
+        listen = f"127.0.0.1:{free_port()}" if http else ""
+        f.write(f'[log]\nformat = "json"\n[http]\nlisten = "{listen}"\n')
     proc = subprocess.Popen(
         [binary, "run", "--config", config, "--jobs-dir", jobs, "--state-dir",
          os.path.join(tmp, "state"), "--node-id", "footprint"], stdin=subprocess.DEVNULL,
@@ -113,6 +126,7 @@ def one_run(binary, seconds, pageout):
             status = dict(line.split(":", 1) for line in f)
         return {
             "binary": binary, "load": round(os.getloadavg()[0], 2), "pageout": pageout,
+            "http": http,
             "fires": fired, "cpu_us_per_fire": round(cpu * 1e6 / max(fired, 1)),
             "thread_us_per_fire": {k: round(v / 1000 / max(fired, 1), 1)
                                    for k, v in per.most_common()},
@@ -133,11 +147,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--pageout", action="store_true")
+    parser.add_argument("--no-http", action="store_true")
     parser.add_argument("binaries", nargs="*",
                         default=[os.environ.get("ZKCRON_BIN", "target/release/zkcron")])
     args = parser.parse_args()
     for binary in args.binaries:
-        print(json.dumps(one_run(os.path.abspath(binary), args.seconds, args.pageout)),
+        print(json.dumps(one_run(os.path.abspath(binary), args.seconds, args.pageout,
+                                 not args.no_http)),
               flush=True)
 
 
