@@ -164,6 +164,12 @@ pub struct RunResult {
     /// run's end, so a stored success always comes with its chained requests.
     #[serde(skip)]
     pub chained: Vec<Arc<str>>,
+    /// The pause of the task (`pause_on_failure`) for a run whose last attempt failed: the
+    /// backend stores it with this run's end (ZooKeeper: in the same multi-op; the local
+    /// backend: synced before the end), so a stored failure always comes with its pause. A
+    /// task paused already keeps its mark.
+    #[serde(skip)]
+    pub pause: Option<Box<records::MarkRecord>>,
 }
 
 impl RunResult {

@@ -59,6 +59,7 @@ fn ended(trigger: &Trigger, code: i32) -> RunResult {
         started_at: Some(trigger.requested_at),
         release: None,
         chained: Vec::new(),
+        pause: None,
     }
 }
 

@@ -51,6 +51,7 @@ fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
         started_at: Some(tick),
         release: None,
         chained: Vec::new(),
+        pause: None,
     }
 }
 

@@ -120,3 +120,7 @@ fn a_failed_run_requests_no_chained_run() {
     end(&mut node, &mut store, 100, ended(false));
     assert!(triggers(&store).is_empty());
 }
+
+// The other write a run's end may carry: a failed run's pause.
+#[path = "pause_tests.rs"]
+mod pause_tests;

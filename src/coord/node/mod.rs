@@ -140,6 +140,10 @@ pub struct NodeBugs {
     /// The chained runs' requests (`after`) are created in a call of their own once the
     /// parent's result is stored, not in the multi-op that stores it.
     pub chain_request_apart: bool,
+    /// A failed run's pause (`pause_on_failure`) is created in a call of its own after the
+    /// run's end is stored, not in the end's multi-op: a node lost between the two leaves the
+    /// failure stored and the task firing.
+    pub pause_apart: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

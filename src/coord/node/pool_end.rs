@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::mark::{PauseNote, PauseStored};
 use super::{Node, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, lease, record};
@@ -28,6 +29,8 @@ pub(crate) struct PoolEnd {
     outstanding: usize,
     attempts: u32,
     delay: Duration,
+    /// The failed run's pause is found stored (`pause_on_failure`): the writes leave it out.
+    pause_found: bool,
 }
 
 impl Node {
@@ -50,6 +53,7 @@ impl Node {
             outstanding: 0,
             attempts: 0,
             delay: Duration::from_millis(100),
+            pause_found: false,
         };
         self.pool_end_attempt(end);
     }
@@ -145,6 +149,10 @@ impl Node {
                 ops.push(self.put_record(path, data.clone(), version));
             }
         }
+        if !end.pause_found {
+            // A failed run's pause goes with its end.
+            ops.extend(self.pause_create(&end.task, &end.result));
+        }
         if ops.is_empty() {
             return self.pool_end_done(end);
         }
@@ -153,7 +161,7 @@ impl Node {
 
     pub(super) fn on_pool_result_write(
         &mut self,
-        end: PoolEnd,
+        mut end: PoolEnd,
         ops: Vec<ZkOp>,
         result: Result<ZkOk, ZkFail>,
     ) {
@@ -172,6 +180,13 @@ impl Node {
                     }
                 }
                 self.pool_end_done(end);
+            }
+            Err(ZkFail::Multi { index, error })
+                if *error == ZkFail::NodeExists && self.is_pause_create(&ops[index]) =>
+            {
+                // The task is paused already: its mark stays; the rest without it.
+                end.pause_found = true;
+                self.pool_end_attempt(end);
             }
             Err(ZkFail::Multi { index, error }) => {
                 match &ops[index] {
@@ -261,6 +276,12 @@ impl Node {
         for unit in &end.units {
             self.own_runs.remove(&self.paths.run(unit, end.result.tick));
         }
+        let stored = if end.pause_found {
+            PauseStored::Found
+        } else {
+            PauseStored::Created
+        };
+        self.report_pause(PauseNote::of(&end.task, &end.result).as_ref(), stored);
         self.answer(end.req, Ok(Answered::Done));
         let items: Vec<String> = end
             .units

@@ -361,6 +361,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         started_at: Some(at(2).wall),
         release: None,
         chained: Vec::new(),
+        pause: None,
     };
     node.handle(
         Input::Request {
