@@ -39,7 +39,7 @@ pub(crate) struct RunsCount {
 pub(crate) struct RunEndedJob {
     req: ReqId,
     pub(super) task: String,
-    result: RunResult,
+    pub(super) result: RunResult,
     pub(super) run_path: String,
     attempts: u32,
     delay: Duration,
