@@ -43,7 +43,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
             backfill_claim_keeps_progress: spec.bug == NodeBug::BackfillKeepsProgress,
             every_node_as_leader: spec.bug == NodeBug::EveryNodeAsLeader,
             chain_request_apart: spec.bug == NodeBug::ChainRequestApart,
-            pause_apart: false,
+            pause_apart: spec.bug == NodeBug::PauseApart,
         },
     };
     Box::new(Node::new(config, now))

@@ -58,6 +58,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.chain_request_apart`: a chained run's request is created in a
     /// call of its own after the parent's result, so a node lost between the two loses it.
     ChainRequestApart,
+    /// The real node's `bugs.pause_apart`: a failed run's pause is created in a call of its own
+    /// after its result, so a node lost between the two loses it (the task goes on firing).
+    PauseApart,
 }
 
 impl NodeBug {
@@ -117,6 +120,9 @@ pub(crate) struct Knobs {
     /// The second task also runs after the first (`after`; checked: each success of the first
     /// whose end was stored causes one run of the second, unless its claimer died).
     pub(crate) chains: bool,
+    /// A quarter of the tasks (not on every node) have `pause_on_failure`, a quarter of their
+    /// runs fail (checked: no tick claimed after a stored failure runs, until a resume).
+    pub(crate) pause_on_failure: bool,
 }
 
 impl Knobs {
@@ -136,6 +142,7 @@ impl Knobs {
         overlap_queue: false,
         every_node: false,
         chains: false,
+        pause_on_failure: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -152,6 +159,7 @@ impl Knobs {
         overlap_skip: true,
         overlap_queue: true,
         chains: true,
+        pause_on_failure: true,
         ..Knobs::CONTRACT
     };
 }
@@ -172,6 +180,8 @@ pub(crate) struct TaskDef {
     pub(crate) unit_of: Option<(TaskIx, NodeIx)>,
     /// The task it also runs after (`after`).
     pub(crate) after: Option<String>,
+    /// `pause_on_failure = true`; some of its runs fail (`pause_failure::fails`).
+    pub(crate) pause_on_failure: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -369,6 +379,7 @@ impl Scenario {
                 every_node: false,
                 unit_of: None,
                 after: None,
+                pause_on_failure: false,
             });
         }
         // Fixed, not drawn: the draws stay those of every earlier seed.
@@ -642,6 +653,7 @@ impl Scenario {
         if knobs.every_node {
             add_units(seed, &mut tasks, &mut nodes);
         }
+        super::pause_failure::draw(seed, knobs, &mut tasks);
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));
