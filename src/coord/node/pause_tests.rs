@@ -163,3 +163,67 @@ fn a_run_without_a_pause_writes_no_mark() {
     assert_eq!(stored_mark(&store), None);
     assert!(!said.iter().any(|s| s.contains("paused")), "{said:?}");
 }
+
+#[test]
+fn a_failed_manual_runs_pause_goes_with_its_triggers_end_and_an_existing_mark_is_kept() {
+    use crate::coord::records::{TriggerRecord, TriggerState};
+    let name = "t@manual-0000000001";
+    let trigger = format!("{BASE}/control/triggers/{name}");
+    let paused = format!("{BASE}/control/paused/t");
+    for already in [false, true] {
+        let mut store = Store::default();
+        let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+        let running = TriggerRecord {
+            format: FORMAT_VERSION,
+            task: "t".into(),
+            requested_at: DateTime::from_timestamp(TICK, 0).unwrap(),
+            by: "ops@host".into(),
+            state: TriggerState::Running,
+            node: Some("n1".into()),
+            claimed_at: DateTime::from_timestamp(TICK, 0),
+            result: None,
+            reason: None,
+            after: None,
+        };
+        let data = serde_json::to_vec(&running).unwrap();
+        store
+            .znodes
+            .insert(trigger.clone(), (data, Stat::default()));
+        let operator = mark("ops@host", "maintenance window");
+        if already {
+            let data = serde_json::to_vec(&operator).unwrap();
+            store.znodes.insert(paused.clone(), (data, Stat::default()));
+        }
+        let result = RunResult {
+            fire_id: Some(name.into()),
+            manual: true,
+            ..failed()
+        };
+        let (calls, said) = end(&mut node, &mut store, result);
+        let first = calls.iter().filter_map(multi_paths).next();
+        assert_eq!(
+            first,
+            Some(vec![trigger.clone(), paused.clone()]),
+            "{calls:?}"
+        );
+        let (data, _) = &store.znodes[&trigger];
+        let ended: TriggerRecord = serde_json::from_slice(data).unwrap();
+        assert_eq!(
+            ended.state,
+            TriggerState::Ended,
+            "already paused: {already}"
+        );
+        let stored = stored_mark(&store).expect("paused");
+        let expected = if already {
+            "task already paused"
+        } else {
+            "task paused:"
+        };
+        assert!(said.iter().any(|s| s.contains(expected)), "{said:?}");
+        if already {
+            assert_eq!(stored, operator);
+        } else {
+            assert_eq!(stored.by, "zkcron@n1");
+        }
+    }
+}
