@@ -173,6 +173,12 @@ pub struct RunResult {
     /// ([`record::chain_item_fire_id`]).
     #[serde(skip)]
     pub items: Vec<String>,
+    /// The pause of the task (`pause_on_failure`) for a run whose last attempt failed: the
+    /// backend stores it with this run's end (ZooKeeper: in the same multi-op; the local
+    /// backend: synced before the end), so a stored failure always comes with its pause. A
+    /// task paused already keeps its mark.
+    #[serde(skip)]
+    pub pause: Option<Box<records::MarkRecord>>,
 }
 
 impl RunResult {

@@ -161,7 +161,7 @@ pub const RUN_ON_EVERY_NODE: &str = "every_node";
 pub const RUN_ON_WORK_ITEMS: &str = "work_items";
 
 /// `control/drained/<node-id>` and `control/paused/<task>`: an operator's mark.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MarkRecord {
     pub format: u32,
     pub at: DateTime<Utc>,

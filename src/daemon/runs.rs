@@ -305,7 +305,7 @@ async fn follow_run<C: Coordinator>(
     let (name, fire_id) = (run.name.clone(), run.fire_id.clone());
     let ended_shared = shared.clone();
     let spawned = tokio::time::Instant::now();
-    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<(RunResult, bool)>();
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
     let node = shared.node_id.clone();
     let pause_on_failure = started.request().pause_on_failure;
     let on_end = move |outcome: &RunOutcome| {
@@ -328,18 +328,22 @@ async fn follow_run<C: Coordinator>(
             .iter()
             .any(|a| a.pid.is_some())
             .then_some(started_at);
-        result.fire_id = Some(run.fire_id);
         result.manual = run.kind != RunKind::Scheduled;
         if outcome.succeeded() {
             result.chained = run.chained.to_vec();
             result.items = run.items;
         }
-        let _ = ended_tx.send((result, outcome.failed()));
+        if pause_on_failure && outcome.failed() {
+            // Stored with the end, in one write: no stored failure without its pause.
+            result.pause = Some(Box::new(failure_pause(&result.node, &run.fire_id, &result)));
+        }
+        result.fire_id = Some(run.fire_id);
+        let _ = ended_tx.send(result);
     };
     let record = async {
         // The first thing after the end: with ZooKeeper this one multi-op deletes the live-run
         // record, so other nodes see the run end as soon as possible.
-        let Ok((result, failed)) = ended_rx.await else {
+        let Ok(result) = ended_rx.await else {
             return;
         };
         match shared.coordinator.run_ended(&name, &result).await {
@@ -347,67 +351,28 @@ async fn follow_run<C: Coordinator>(
             Ok(()) => shared
                 .metrics
                 .chain_requests(result.chained.len() * result.items.len().max(1)),
+            Err(error) if result.pause.is_some() => {
+                tracing::error!(task = %name, %fire_id, "cannot record the run result ({error}), nor with it the pause its failure asks for (pause_on_failure): the task goes on firing; pause it with `zkcron pause {name}`")
+            }
             Err(error) => {
                 tracing::warn!(task = %name, %fire_id, "cannot record the run result ({error})")
             }
-        }
-        if pause_on_failure && failed {
-            pause_after_failure(&shared, &name, &fire_id, &result).await;
         }
     };
     tokio::join!(started.finish(stop_signal, on_end), record);
 }
 
-/// How often a pause after a failed run (`pause_on_failure`) is tried, a second apart.
-const PAUSE_ATTEMPTS: u32 = 3;
-
-/// Pauses `task` cluster-wide after its run `fire_id` failed (`pause_on_failure`), with the
-/// run and how it ended as the reason, as `zkcron pause --reason` would.
-async fn pause_after_failure<C: Coordinator>(
-    shared: &Shared<C>,
-    task: &str,
-    fire_id: &str,
-    result: &RunResult,
-) {
-    let mark = MarkRecord {
+/// The pause of `task` (`pause_on_failure`) that its failed run `fire_id` stores with its end:
+/// the run and how it ended as the reason, this node as who, as `zkcron pause --reason` would.
+fn failure_pause(node: &str, fire_id: &str, result: &RunResult) -> MarkRecord {
+    MarkRecord {
         format: FORMAT_VERSION,
         at: wall_clock().trunc_subsecs(0),
-        by: format!("zkcron@{}", shared.node_id),
+        by: format!("zkcron@{node}"),
         reason: Some(format!(
             "pause_on_failure: run {fire_id} failed ({})",
             result.exit
         )),
-    };
-    for attempt in 1..=PAUSE_ATTEMPTS {
-        match shared.coordinator.pause(task, mark.clone()).await {
-            Ok(true) => {
-                tracing::warn!(task, fire_id, failure = %result.exit, "task paused: its run failed (pause_on_failure); `zkcron resume {task}` lets it fire again");
-                return;
-            }
-            Ok(false) => {
-                tracing::info!(
-                    task,
-                    fire_id,
-                    "task already paused; its failed run changes nothing (pause_on_failure)"
-                );
-                return;
-            }
-            Err(error) if attempt < PAUSE_ATTEMPTS => {
-                tracing::warn!(
-                    task,
-                    fire_id,
-                    "cannot pause the task after its run failed ({error}); retrying"
-                );
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(error) => {
-                tracing::error!(
-                    task,
-                    fire_id,
-                    "cannot pause the task after its run failed ({error}): it goes on firing; pause it with `zkcron pause {task}`"
-                );
-            }
-        }
     }
 }
 

@@ -123,8 +123,14 @@ impl Sim<'_> {
             let led = child
                 .as_deref()
                 .is_some_and(|c| self.may_lead_at_end(super::drive::task_ix(c)));
+            // A chained run of a task a failure paused is claimed and skipped, as for an
+            // operator's pause.
+            let failure_paused = child
+                .as_deref()
+                .is_some_and(|c| self.check.failure_paused_at(super::drive::task_ix(c), at));
             if self.check.chained_runs.contains_key(&fire_id)
                 || !led
+                || failure_paused
                 || at + SETTLE_MS > self.sc.end
             {
                 continue;

@@ -49,6 +49,9 @@ pub(crate) enum Kind {
     /// A fire record's queued tick was replaced by another (`overlap = "queue"`: at most one
     /// waits).
     TwoQueued,
+    /// A tick of a task with `pause_on_failure`, claimed after a failed run's result was
+    /// stored (and no resume since), ran.
+    RanAfterFailurePause,
 }
 
 /// A run whose process has not exited.
@@ -132,6 +135,9 @@ pub(crate) struct Checker {
     /// longer than 5 s (`Knobs::long_runs`): their caught-up ticks wait one behind another's
     /// run, so they fall behind the schedule by design and are held to no tick's claim.
     pub(crate) outlasted: BTreeSet<TaskIx>,
+    /// Tasks with `pause_on_failure` paused by a failed run: the task, when the failure's
+    /// result was stored, and when the task was resumed since (`None`: still paused).
+    pub(crate) failure_pauses: Vec<(TaskIx, Ms, Option<Ms>)>,
 }
 
 impl Checker {
@@ -249,6 +255,7 @@ impl Checker {
                 ),
             );
         }
+        self.check_failure_pause(at, task, tick, node);
         let runs = self.runs.entry((task, tick)).or_default();
         runs.push((at, node, session));
         if runs.len() > 1 {
@@ -396,10 +403,10 @@ impl Sim<'_> {
                 _ => {}
             }
         }
-        self.check
-            .resumed
-            .iter()
-            .any(|&(p, from, to)| p == slot && from.is_none_or(|from| tick > from) && tick <= to)
+        self.check.failure_paused_over(slot, tick)
+            || self.check.resumed.iter().any(|&(p, from, to)| {
+                p == slot && from.is_none_or(|from| tick > from) && tick <= to
+            })
     }
 }
 

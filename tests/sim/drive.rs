@@ -23,7 +23,7 @@ use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::records::{TriggerRecord, TriggerState};
+use zkcron::coord::records::{MarkRecord, TriggerRecord, TriggerState};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
@@ -922,7 +922,19 @@ impl<'s> Sim<'s> {
     // --------------------------------------------------------------------------------------------
 
     pub(crate) fn on_write(&mut self, node: Option<NodeIx>, write: &Write) {
-        if let Some(t) = self.task_of(&write.path, "tasks") {
+        if let Some(path) = write.path.strip_suffix("/result")
+            && let Some(t) = self.task_of(path, "tasks")
+        {
+            self.on_result_write(t, write);
+        } else if let Some(t) = self.task_of(&write.path, "control/paused")
+            && node.is_some()
+            && write.before.is_none()
+            && write.after.is_some()
+        {
+            // A node pauses a task only for a failed run (`pause_on_failure`); its result may
+            // not be stored with it (a newer one was).
+            self.failure_paused(t);
+        } else if let Some(t) = self.task_of(&write.path, "tasks") {
             self.on_record_write(node, t, write);
         } else if let Some(t) = self.task_of(&write.path, "leases") {
             if write.after.is_none()
@@ -1345,7 +1357,10 @@ impl<'s> Sim<'s> {
             } => self.chained_ended(n, task, fire_id, tick, run, &chained),
             T::RunEnd { task, tick, run } => {
                 if self.procs[n].runs.contains_key(&run) {
-                    self.run_ended(n, task, tick, run, "exit code 0");
+                    let fails = self.sc.tasks[task].pause_on_failure
+                        && super::pause_failure::fails(self.sc.seed, task, tick);
+                    let exit = if fails { "exit code 1" } else { "exit code 0" };
+                    self.run_ended(n, task, tick, run, exit);
                 }
             }
             T::StopDeadline => {
@@ -1780,6 +1795,15 @@ impl<'s> Sim<'s> {
             finished_at: self.wall(n),
             ..RunResult::default()
         };
+        if !result.success && self.sc.tasks[task].pause_on_failure {
+            // As the daemon does: the pause goes with the failed run's end.
+            result.pause = Some(Box::new(MarkRecord {
+                format: 1,
+                at: self.wall(n),
+                by: format!("zkcron@{}", result.node),
+                reason: Some(format!("pause_on_failure: run failed ({exit})")),
+            }));
+        }
         let name = self.task_name(task);
         let asked = match chained {
             Some(chained) if result.success => {
@@ -2086,6 +2110,9 @@ impl<'s> Sim<'s> {
     /// A stranger client writes foreign or stale znodes; what ZooKeeper refuses (no parent, the
     /// znode exists) is simply not done.
     pub(crate) fn meddle(&mut self, meddle: Meddle) {
+        if let Meddle::Resume(t) = meddle {
+            self.check.failure_resumed(t, self.now);
+        }
         let name = |t: TaskIx| self.sc.tasks[t].name.clone();
         let since = epoch() + TimeDelta::milliseconds(self.now as i64);
         let ops: Vec<ZkOp> = match &meddle {

@@ -88,7 +88,9 @@
 //!   than the planner's on-time tolerance (a missed tick; 2 s of slack for both: a claim may
 //!   wait behind the one in flight). On every run of a task with `overlap = "skip"` started by
 //!   a node whose session is alive: no other run of the task is live, its process not exited
-//!   and its node's session alive.
+//!   and its node's session alive. On every run of a task with `pause_on_failure` (a quarter
+//!   of the tasks; a quarter of their runs fail): its tick was not claimed more than 2 s after
+//!   a failed run's result of the task was stored, unless the task was resumed in between.
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
 //!   is longer than the scenario and that some node (not left drained) can lead after healing,
@@ -96,7 +98,8 @@
 //!   claim) up to `end - settle` is claimed exactly once (not asked of a task without overlap
 //!   of which a run outlasted its interval: its caught-up ticks wait behind each run, so it
 //!   falls behind by design), except the ticks of a paused period
-//!   (from 10 s before the pause to the resume, and those a resume moved the record past);
+//!   (from 10 s before the pause, or a failure's stored result, to the resume, and those a
+//!   resume moved the record past);
 //!   `settle = session_timeout + nodes × VACANT_BOUND + 10 s`. Every lease is then held by the
 //!   node the registered members (ephemeral member znodes of live sessions) rank first.
 //! - **On time during the fault phase**: a tick whose task had the same node ranked first, up,
@@ -116,8 +119,9 @@
 //! twice, counted per fire id); and two bugs of the simulated shell around them: a claim whose
 //! outcome is unknown handed to the core as won (runs without a claim), the core's timer set
 //! 3 s late (late ticks). The node's `bugs.every_node_as_leader` (an every-node task run as a
-//! leader's) shows in the every-node scenarios as runs claimed on no unit of the node's own.
-//! Every switch is off by default, and a unit test says so.
+//! leader's) shows in the every-node scenarios as runs claimed on no unit of the node's own;
+//! its `bugs.pause_apart` (a failed run's pause written after its result) as ticks run after a
+//! stored failure. Every switch is off by default, and a unit test says so.
 //!
 //! # Findings
 //!
@@ -261,7 +265,8 @@
 //!   `ZKCRON_SIM_SHORT_DEADLINES`, `ZKCRON_SIM_LONG_RUNS`, `ZKCRON_SIM_RELOADS`,
 //!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn),
 //!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
-//!   task also runs after the first: `chain.rs`). A failure's replay line sets them all.
+//!   task also runs after the first: `chain.rs`), `ZKCRON_SIM_PAUSE_ON_FAILURE`
+//!   (`pause_failure.rs`). A failure's replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
@@ -294,6 +299,7 @@ mod checker;
 mod drive;
 mod every_node;
 mod model_zk;
+mod pause_failure;
 mod pools;
 mod queued;
 mod real;
@@ -439,6 +445,7 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_OVERLAP_SKIP", |k| &mut k.overlap_skip),
     ("ZKCRON_SIM_OVERLAP_QUEUE", |k| &mut k.overlap_queue),
     ("ZKCRON_SIM_CHAINS", |k| &mut k.chains),
+    ("ZKCRON_SIM_PAUSE_ON_FAILURE", |k| &mut k.pause_on_failure),
 ];
 
 /// The default knobs, with the switches the environment sets.
@@ -580,6 +587,7 @@ fn thawed_holder(seed: u64, claim_mode: ClaimMode) -> Scenario {
         items: None,
         item_of: None,
         after: None,
+        pause_on_failure: false,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -716,6 +724,7 @@ fn a_designated_node_that_may_not_lead_does_not_stop_its_tasks() {
         items: None,
         item_of: None,
         after: None,
+        pause_on_failure: false,
     };
     let tasks: Arc<TaskSet> = Arc::new(
         [(
@@ -1067,6 +1076,29 @@ fn the_checker_reports_chained_runs_lost_when_their_request_is_made_apart_from_t
     assert!(
         seed.is_some(),
         "no ChainedRunLost in 400 scenarios with {knobs:?}"
+    );
+}
+
+/// The real node with its test-only switch `bugs.pause_apart` (a failed run's pause is created
+/// in a call of its own after its result is stored) loses the pause when its node dies or its
+/// session ends between the two, and the checker, which holds every tick claimed after a
+/// stored failure to stay unrun until a resume, says so.
+#[test]
+fn the_checker_reports_ticks_run_after_a_failure_when_the_pause_is_written_apart_from_the_result() {
+    let knobs = Knobs {
+        bug: NodeBug::PauseApart,
+        ..Knobs::DEFAULT
+    };
+    let seed = (0..400).find(|&seed| {
+        run_real(seed, knobs, false)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::RanAfterFailurePause)
+    });
+    eprintln!("RanAfterFailurePause with {knobs:?}: first at seed {seed:?}");
+    assert!(
+        seed.is_some(),
+        "no RanAfterFailurePause in 400 scenarios with {knobs:?}"
     );
 }
 

@@ -44,6 +44,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
             every_node_as_leader: spec.bug == NodeBug::EveryNodeAsLeader,
             chain_request_apart: spec.bug == NodeBug::ChainRequestApart,
             pool_runs_every_item: spec.bug == NodeBug::PoolRunsEveryItem,
+            pause_apart: spec.bug == NodeBug::PauseApart,
         },
     };
     Box::new(Node::new(config, now))

@@ -61,6 +61,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.pool_runs_every_item`: a pooled task's run gets every item, not
     /// only those its claim won, so an item has two owners.
     PoolRunsEveryItem,
+    /// The real node's `bugs.pause_apart`: a failed run's pause is created in a call of its own
+    /// after its result, so a node lost between the two loses it (the task goes on firing).
+    PauseApart,
 }
 
 impl NodeBug {
@@ -125,6 +128,9 @@ pub(crate) struct Knobs {
     /// the checker counts (tick, item) pairs; a run counts for each item its claim won. Off in
     /// the default scenarios; `pooled_tasks_keep_the_guarantee_per_tick_and_item` turns it on.
     pub(crate) pools: bool,
+    /// A quarter of the tasks (not on every node) have `pause_on_failure`, a quarter of their
+    /// runs fail (checked: no tick claimed after a stored failure runs, until a resume).
+    pub(crate) pause_on_failure: bool,
 }
 
 impl Knobs {
@@ -145,6 +151,7 @@ impl Knobs {
         every_node: false,
         chains: false,
         pools: false,
+        pause_on_failure: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -161,6 +168,7 @@ impl Knobs {
         overlap_skip: true,
         overlap_queue: true,
         chains: true,
+        pause_on_failure: true,
         ..Knobs::CONTRACT
     };
 }
@@ -187,6 +195,8 @@ pub(crate) struct TaskDef {
     pub(crate) item_of: Option<(TaskIx, usize)>,
     /// The task it also runs after (`after`).
     pub(crate) after: Option<String>,
+    /// `pause_on_failure = true`; some of its runs fail (`pause_failure::fails`).
+    pub(crate) pause_on_failure: bool,
 }
 
 impl TaskDef {
@@ -405,6 +415,7 @@ impl Scenario {
                 items: None,
                 item_of: None,
                 after: None,
+                pause_on_failure: false,
             });
         }
         // Fixed, not drawn: the draws stay those of every earlier seed.
@@ -681,6 +692,7 @@ impl Scenario {
         if knobs.pools {
             add_item_units(seed, &mut tasks, &mut nodes);
         }
+        super::pause_failure::draw(seed, knobs, &mut tasks);
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));

@@ -60,6 +60,7 @@ fn ended(trigger: &Trigger, code: i32) -> RunResult {
         release: None,
         chained: Vec::new(),
         items: Vec::new(),
+        pause: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
         release: None,
         chained: Vec::new(),
         items: Vec::new(),
+        pause: None,
     }
 }
 

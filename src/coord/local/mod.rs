@@ -600,6 +600,13 @@ impl Coordinator for LocalCoordinator {
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let entry = HistoryEntry::of_run(task, result, env!("CARGO_PKG_VERSION"));
         let chained = record::chained_requests(task, result, &format!("zkcron@{}", self.host()));
+        // A failed run's pause is durable before its end is stored (paused.json is a file of its
+        // own: no single write holds both): a crash between leaves the task paused with the
+        // run's end unknown, never a stored failure with the task firing.
+        if let Some(mark) = &result.pause {
+            self.pause_for_failure(task, result, (**mark).clone())
+                .await?;
+        }
         if result.manual && !entry.backfill {
             // No fire record, no `result`: the trigger (and the chained runs' requests, in
             // the same write) and the history.

@@ -20,7 +20,8 @@ use super::journal::write_atomically;
 use super::queue::Durability;
 use super::state::{check_format, state_io};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
-use crate::coord::CoordError;
+use crate::coord::records::MarkRecord;
+use crate::coord::{CoordError, RunResult};
 
 /// The file's name in the state dir.
 pub(super) const PAUSED: &str = "paused.json";
@@ -114,6 +115,32 @@ impl LocalCoordinator {
         }
         marks.insert(task.to_string(), mark);
         self.write_paused(marks)
+    }
+
+    /// Pauses `task` for its failed run `result` (`pause_on_failure`), synced before the run's
+    /// end is stored; a task paused already keeps its mark. Logs which it was.
+    pub(super) async fn pause_for_failure(
+        &self,
+        task: &str,
+        result: &RunResult,
+        mark: MarkRecord,
+    ) -> Result<(), CoordError> {
+        let fire_id = result.fire_id_of(task);
+        let mark = PauseMark {
+            at: mark.at,
+            by: mark.by,
+            reason: mark.reason,
+        };
+        if self.pause_with(task, mark).await? {
+            tracing::warn!(task, %fire_id, failure = %result.exit, "task paused: its run failed (pause_on_failure); `zkcron resume {task}` lets it fire again");
+        } else {
+            tracing::info!(
+                task,
+                %fire_id,
+                "task already paused; its failed run changes nothing (pause_on_failure)"
+            );
+        }
+        Ok(())
     }
 
     /// Resumes `task`; returns whether it was paused. Moves the task's fire record to now
@@ -215,6 +242,62 @@ mod tests {
         assert_eq!(local.paused(), BTreeSet::from(["a".to_string()]));
         assert_eq!(local.paused_marks()["a"].by, "ops@h");
         assert!(!local.leadership().borrow().may_fire("a"));
+    }
+
+    /// `task`'s claimed run of `tick`, failed with exit code 3, carrying its pause.
+    fn failed_with_pause(tick: DateTime<Utc>) -> RunResult {
+        RunResult {
+            tick,
+            node: "test-node".into(),
+            exit: "exit code 3".into(),
+            exit_code: Some(3),
+            attempts: 1,
+            finished_at: tick,
+            pause: Some(Box::new(MarkRecord {
+                format: 1,
+                at: tick,
+                by: "zkcron@test-node".into(),
+                reason: Some("pause_on_failure: run a failed (exit code 3)".into()),
+            })),
+            ..RunResult::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_runs_end_stores_its_pause_durably_and_keeps_a_pause_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("a"), spec("b")]).await.unwrap();
+        let operator = PauseMark {
+            at: wall_clock().trunc_subsecs(0),
+            by: "ops@h".into(),
+            reason: Some("maintenance".into()),
+        };
+        let tick = wall_clock().trunc_subsecs(0) + TimeDelta::seconds(5);
+        for task in ["a", "b"] {
+            let claimed = local.claim(task, tick, ClaimIntent::Run).await.unwrap();
+            assert_eq!(claimed, ClaimOutcome::Claimed, "{task}");
+        }
+        // The operator pauses `b` while its run is live.
+        assert!(local.pause_with("b", operator.clone()).await.unwrap());
+        for task in ["a", "b"] {
+            local
+                .run_ended(task, &failed_with_pause(tick))
+                .await
+                .unwrap();
+            let stored = local.last_result(task).await.unwrap().expect("stored");
+            assert_eq!(stored.tick, tick);
+        }
+        assert!(!local.leadership().borrow().may_fire("a"));
+        drop(local);
+        // On disk: `a` paused by its failed run, `b` still by the operator.
+        let marks = read_paused(dir.path()).unwrap();
+        assert_eq!(marks["a"].by, "zkcron@test-node");
+        assert_eq!(
+            marks["a"].reason.as_deref(),
+            Some("pause_on_failure: run a failed (exit code 3)")
+        );
+        assert_eq!(marks["b"], operator);
     }
 
     #[tokio::test]

@@ -153,7 +153,11 @@ impl Node {
             Step::ClaimRead(job) => self.on_backfill_claim_read(job, result),
             Step::EndRead { end, reads } => self.on_backfill_end_read(end, reads, result),
             Step::EndWrite { mut end, reads } => match result {
-                Ok(_) | Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
+                Ok(_) => {
+                    self.report_end_pause(&end);
+                    self.answer(end.req, Ok(Answered::Done))
+                }
+                Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
                 Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
                     self.answer(end.req, Ok(Answered::Done))
                 }

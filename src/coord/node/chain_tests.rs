@@ -220,3 +220,7 @@ fn a_failed_pooled_run_requests_no_chained_run() {
     end(&mut node, &mut store, 100, "p", ended(false));
     assert!(triggers(&store).is_empty());
 }
+
+// The other write a run's end may carry: a failed run's pause.
+#[path = "pause_tests.rs"]
+mod pause_tests;

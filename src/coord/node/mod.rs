@@ -143,6 +143,10 @@ pub struct NodeBugs {
     /// A pooled task's won claim names every item of the task, not only the units its
     /// multi-op claimed: another node's items run here too (two owners for one item).
     pub pool_runs_every_item: bool,
+    /// A failed run's pause (`pause_on_failure`) is created in a call of its own after the
+    /// run's end is stored, not in the end's multi-op: a node lost between the two leaves the
+    /// failure stored and the task firing.
+    pub pause_apart: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::mark::{PauseNote, PauseStored};
 use super::{Node, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, lease, record};
@@ -33,6 +34,8 @@ pub(crate) struct PoolEnd {
     outstanding: usize,
     attempts: u32,
     delay: Duration,
+    /// The failed run's pause is found stored (`pause_on_failure`): the writes leave it out.
+    pause_found: bool,
 }
 
 impl Node {
@@ -62,6 +65,7 @@ impl Node {
             outstanding: 0,
             attempts: 0,
             delay: Duration::from_millis(100),
+            pause_found: false,
         };
         self.pool_end_attempt(end);
     }
@@ -159,6 +163,10 @@ impl Node {
         }
         // The chained runs' requests go with the results: a stored success always has them.
         ops.extend(end.chain.iter().cloned());
+        if !end.pause_found {
+            // A failed run's pause goes with its end.
+            ops.extend(self.pause_create(&end.task, &end.result));
+        }
         if ops.is_empty() {
             return self.pool_end_done(end);
         }
@@ -167,7 +175,7 @@ impl Node {
 
     pub(super) fn on_pool_result_write(
         &mut self,
-        end: PoolEnd,
+        mut end: PoolEnd,
         ops: Vec<ZkOp>,
         result: Result<ZkOk, ZkFail>,
     ) {
@@ -194,8 +202,14 @@ impl Node {
                 // answer was lost, made them all. Write the rest without them.
                 self.report(Level::Debug, "the chained runs were requested already")
                     .field("task", &end.task);
-                let mut end = end;
                 end.chain.clear();
+                self.pool_end_attempt(end);
+            }
+            Err(ZkFail::Multi { index, error })
+                if *error == ZkFail::NodeExists && self.is_pause_create(&ops[index]) =>
+            {
+                // The task is paused already: its mark stays; the rest without it.
+                end.pause_found = true;
                 self.pool_end_attempt(end);
             }
             Err(ZkFail::Multi { index, error }) => {
@@ -286,6 +300,12 @@ impl Node {
         for unit in &end.units {
             self.own_runs.remove(&self.paths.run(unit, end.result.tick));
         }
+        let stored = if end.pause_found {
+            PauseStored::Found
+        } else {
+            PauseStored::Created
+        };
+        self.report_pause(PauseNote::of(&end.task, &end.result).as_ref(), stored);
         self.answer(end.req, Ok(Answered::Done));
         let mut entry = HistoryEntry::of_run(&end.task, &end.result, &self.cfg.release.to_string());
         entry.items = Some(end.result.items.clone());

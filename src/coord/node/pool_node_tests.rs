@@ -506,3 +506,46 @@ fn a_backfill_tick_of_a_pooled_task_is_claimed_fenced_on_a_held_unit() {
     assert_eq!(moved.claimed, 1);
     assert!(moved.running.is_some(), "{moved:?}");
 }
+
+#[test]
+fn a_pooled_runs_failure_pauses_its_task_with_the_units_results_and_keeps_a_mark_already_there() {
+    use crate::coord::records::MarkRecord;
+    let paused = format!("{BASE}/control/paused/p");
+    let mark = |by: &str| MarkRecord {
+        format: 1,
+        at: tick(),
+        by: by.into(),
+        reason: Some(format!("{by}'s reason")),
+    };
+    for already in [false, true] {
+        let mut store = Store::default();
+        let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+        let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+        assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "1".into()]));
+        if already {
+            let data = serde_json::to_vec(&mark("ops@host")).unwrap();
+            store.znodes.insert(paused.clone(), (data, Stat::default()));
+        }
+        let result = RunResult {
+            tick: tick(),
+            node: "n1".into(),
+            exit: "exit code 2".into(),
+            pause: Some(Box::new(mark("zkcron@n1"))),
+            ..RunResult::default()
+        };
+        let ended = Request::RunEnded {
+            task: "p".into(),
+            result,
+        };
+        let answer = ask_at(&mut node, &mut store, at(300), ended);
+        assert_eq!(answer, Answered::Done, "already paused: {already}");
+        for item in 0..2 {
+            let result = format!("{BASE}/tasks/p@{item}/result");
+            assert!(store.znodes.contains_key(&result), "{result}");
+        }
+        let (data, _) = &store.znodes[&paused];
+        let stored: MarkRecord = serde_json::from_slice(data).unwrap();
+        let by = if already { "ops@host" } else { "zkcron@n1" };
+        assert_eq!(stored, mark(by));
+    }
+}

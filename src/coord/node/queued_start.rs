@@ -76,6 +76,8 @@ impl Node {
             && state.jobs.is_empty()
             && !other_runs_here
             && !self.is_paused(self.task_of(task))
+            // A failed run that pauses its task: the queued tick waits for the resume.
+            && job.result.pause.is_none()
     }
 
     /// Holds the result of `job` until the queued tick's claim comes, or

@@ -318,3 +318,37 @@ fn a_combined_write_whose_answer_is_lost_resolves_the_claim_and_retries_the_resu
     );
     assert_eq!(stored_result(&store), tick(1));
 }
+
+#[test]
+fn a_failed_run_that_pauses_its_task_is_stored_at_once_and_the_queued_tick_waits() {
+    let mut store = Store::default();
+    let mut node = queued_behind_a_run(&mut store);
+    let Request::RunEnded { task, mut result } = ended(tick(1)) else {
+        unreachable!()
+    };
+    result.success = false;
+    result.exit = "exit code 1".into();
+    result.pause = Some(Box::new(crate::coord::records::MarkRecord {
+        format: 1,
+        at: tick(1),
+        by: "zkcron@n1".into(),
+        reason: Some("pause_on_failure: run t failed (exit code 1)".into()),
+    }));
+    let request = Request::RunEnded { task, result };
+    // Not held for the queued claim: the result and the pause go at once, in one multi-op.
+    let served = serve(&mut node, &mut store, 200, vec![(6, request)]);
+    assert!(done(&served, 6), "{:?}", served.answers);
+    let [ops] = served.multis()[..] else {
+        panic!("one multi-op: {:?}", served.calls);
+    };
+    let paused = format!("{BASE}/control/paused/t");
+    assert!(
+        ops.iter()
+            .any(|op| matches!(op, ZkOp::Create { path, .. } if *path == paused)),
+        "{ops:?}"
+    );
+    assert!(store.znodes.contains_key(&paused));
+    assert_eq!(stored_result(&store), tick(1));
+    // The queued tick still waits (for the resume).
+    assert_eq!(record(&store).queued, Some(tick(2)));
+}

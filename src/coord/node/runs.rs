@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, ZkFail, ZkOk, ZkOp};
+use super::mark::{PauseNote, PauseStored};
 use super::report::foreign_owner;
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, HistoryEntry, ResultRecord};
@@ -38,7 +39,7 @@ pub(crate) struct RunsCount {
 pub(crate) struct RunEndedJob {
     req: ReqId,
     pub(super) task: String,
-    result: RunResult,
+    pub(super) result: RunResult,
     pub(super) run_path: String,
     attempts: u32,
     delay: Duration,
@@ -46,8 +47,9 @@ pub(crate) struct RunEndedJob {
     conflicts: u32,
     last_error: Option<CoordError>,
     existing: Option<(Option<DateTime<Utc>>, i32)>,
-    /// The creates of the chained runs' requests (`after`), sent in the multi-op that stores
-    /// the result; emptied once found made by an earlier attempt.
+    /// The creates of the chained runs' requests (`after`), or of a failed run's pause
+    /// (`pause_on_failure`), sent in the multi-op that stores the result; emptied once found
+    /// made (by an earlier attempt, or a pause by anyone).
     chain: Vec<ZkOp>,
 }
 
@@ -322,12 +324,17 @@ impl Node {
 
     pub(super) fn run_ended(&mut self, req: ReqId, task: String, result: RunResult) {
         let release = self.cfg.release.to_string();
-        let chain = self.chain_creates(&task, &result);
+        let mut chain = self.chain_creates(&task, &result);
+        if !self.cfg.bugs.pause_apart {
+            // A failed run's pause goes with its end (a failed run requests no chained runs).
+            chain.extend(self.pause_create(&task, &result));
+        }
         if result.manual {
             // A manual run has no fire record, run znode or `result`: its end goes to its
             // trigger, after the history.
             let mut end = super::trigger::End::new(req, &task, &result, &release);
             end.chain = chain;
+            end.pause = PauseNote::of(self.task_of(&task), &result);
             let entry = HistoryEntry::of_run(&task, &result, &release);
             // A task that runs on every node has no history of its own: its units have.
             let history = self.unit_of(&task).into_owned();
@@ -494,12 +501,7 @@ impl Node {
             Err(ZkFail::Multi { index, error })
                 if index >= chain_index && *error == ZkFail::NodeExists =>
             {
-                // A chained run's request exists: an earlier attempt of this write, whose
-                // answer was lost, made them all. Write the rest without them.
-                self.report(Level::Debug, "the chained runs were requested already")
-                    .field("task", &job.task);
-                job.chain.clear();
-                self.write_result(job);
+                self.write_without_chain(job);
             }
             Err(ZkFail::Multi { index, error }) if newer && index == result_index => {
                 // Someone else wrote a result since this node last saw it: read it and decide
@@ -537,6 +539,18 @@ impl Node {
         }
     }
 
+    /// A create that goes with the result exists: a chained run's request, made with the
+    /// others by an earlier attempt of this write whose answer was lost; or the pause of a task
+    /// paused already, whose mark stays as it is. Writes the rest without them.
+    fn write_without_chain(&mut self, mut job: RunEndedJob) {
+        if job.result.pause.is_none() {
+            self.report(Level::Debug, "the chained runs were requested already")
+                .field("task", &job.task);
+        }
+        job.chain.clear();
+        self.write_result(job);
+    }
+
     pub(super) fn run_ended_done(&mut self, job: RunEndedJob) {
         self.own_runs.remove(&job.run_path);
         if self.cfg.bugs.chain_request_apart && !job.chain.is_empty() {
@@ -544,6 +558,18 @@ impl Node {
                 ZkOp::Multi(job.chain.clone()),
                 Then::Trigger(super::trigger::Step::Delete),
             );
+        }
+        let note = PauseNote::of(self.task_of(&job.task), &job.result);
+        if let (Some(pause), true) = (
+            self.pause_create(&job.task, &job.result),
+            self.cfg.bugs.pause_apart,
+        ) {
+            // The bug the simulation shows: the pause in a call of its own, after the end.
+            self.call(pause, Then::Trigger(super::trigger::Step::Delete));
+        } else if !job.chain.is_empty() || note.is_none() {
+            self.report_pause(note.as_ref(), PauseStored::Created);
+        } else {
+            self.report_pause(note.as_ref(), PauseStored::Found);
         }
         self.answer(job.req, Ok(Answered::Done));
         // After the result, without holding up the answer (firing never waits for it).

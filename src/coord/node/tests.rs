@@ -124,6 +124,7 @@ fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
             every_node_as_leader: false,
             chain_request_apart: false,
             pool_runs_every_item: false,
+            pause_apart: false,
         }
     );
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));

@@ -81,6 +81,8 @@ pub(crate) struct End {
     pub(super) reason: Option<String>,
     /// The creates of the chained runs' requests (`after`), sent with the end's write.
     pub(super) chain: Vec<ZkOp>,
+    /// The pause the end carries (`pause_on_failure`), in `chain`, for the report.
+    pub(super) pause: Option<super::mark::PauseNote>,
     tries: u8,
 }
 
@@ -95,6 +97,7 @@ impl End {
             entry,
             reason,
             chain: Vec::new(),
+            pause: None,
             tries: 0,
         }
     }
@@ -113,6 +116,17 @@ impl End {
 }
 
 impl Node {
+    /// Reports the pause a manual run's (backfill tick's) stored end carried: made by the end's
+    /// write, or found there (the create then left out of `chain`).
+    pub(super) fn report_end_pause(&mut self, end: &End) {
+        let stored = if end.chain.is_empty() {
+            super::mark::PauseStored::Found
+        } else {
+            super::mark::PauseStored::Created
+        };
+        self.report_pause(end.pause.as_ref(), stored);
+    }
+
     /// The creates of the chained runs' triggers that `task`'s run that ended with `result`
     /// requests, to go into the multi-op that stores the run's end (empty unless it succeeded
     /// and tasks run after it).
@@ -637,6 +651,7 @@ impl Node {
             Ok(_) => {
                 self.report(Level::Debug, "manual run ended")
                     .field("fire_id", &end.name);
+                self.report_end_pause(&end);
                 self.answer(end.req, Ok(Answered::Done));
             }
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),

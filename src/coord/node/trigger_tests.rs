@@ -362,6 +362,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         release: None,
         chained: Vec::new(),
         items: Vec::new(),
+        pause: None,
     };
     node.handle(
         Input::Request {
