@@ -1089,7 +1089,10 @@ fn the_checker_reports_ticks_run_after_a_failure_when_the_pause_is_written_apart
         bug: NodeBug::PauseApart,
         ..Knobs::DEFAULT
     };
-    let seed = (0..400).find(|&seed| {
+    // The seeds from 400: the first that shows it is 470 with the code of 2026-11-27 (176 before
+    // the pooled tasks' merge changed the draws); a range, not one seed, so that it survives
+    // changes of the draws.
+    let seed = (400..1000).find(|&seed| {
         run_real(seed, knobs, false)
             .violations
             .iter()
@@ -1098,7 +1101,7 @@ fn the_checker_reports_ticks_run_after_a_failure_when_the_pause_is_written_apart
     eprintln!("RanAfterFailurePause with {knobs:?}: first at seed {seed:?}");
     assert!(
         seed.is_some(),
-        "no RanAfterFailurePause in 400 scenarios with {knobs:?}"
+        "no RanAfterFailurePause in scenarios 400..1000 with {knobs:?}"
     );
 }
 

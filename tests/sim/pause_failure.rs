@@ -101,9 +101,23 @@ impl Checker {
         let at = |ms: Ms| epoch() + TimeDelta::milliseconds(ms as i64);
         self.failure_pauses.iter().any(|&(p, since, resumed)| {
             p == t
-                && tick >= at(since) - TimeDelta::milliseconds(PAUSED_BEFORE_MS)
+                && (tick >= at(since) - TimeDelta::milliseconds(PAUSED_BEFORE_MS)
+                    || self.in_backlog_at(t, tick, since))
                 && resumed.is_none_or(|r| tick <= at(r))
         })
+    }
+
+    /// Whether `tick` of task `t` was still to be caught up at `since`: after every tick of
+    /// the task claimed by then. A pause holds such a backlog back as it holds later ticks
+    /// (seed 373: a caught-up run failed, and the ticks behind it waited for a resume).
+    fn in_backlog_at(&self, t: TaskIx, tick: DateTime<Utc>, since: Ms) -> bool {
+        let newest_claimed = self
+            .claims
+            .iter()
+            .filter(|((p, _), claims)| *p == t && claims.iter().any(|c| c.at <= since))
+            .map(|((_, claimed), _)| *claimed)
+            .max();
+        newest_claimed.is_none_or(|newest| tick > newest)
     }
 
     /// Whether task `t` was paused by a failure at `at`, or came to be within the next
