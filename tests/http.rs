@@ -1,6 +1,7 @@
 //! The HTTP endpoint (`[http] listen`) of a real daemon: `/metrics`, `/healthz` and `/status`
-//! with the local backend (a pool's items among the metrics), `/healthz` going 503 when ZooKeeper stops, a port in use, and a bad
-//! address refused at start.
+//! with the local backend (a pool's items among the metrics), `/healthz` going 503 when
+//! ZooKeeper stops, the dashboard's view following the cluster after ZooKeeper restarted, a
+//! port in use, and a bad address refused at start.
 
 mod common;
 
