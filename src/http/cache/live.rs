@@ -7,8 +7,9 @@
 //! and a request after a quiet spell finds the snapshot current. Changes are read in batches,
 //! [`READ_CHANGES_AFTER`] after the first of them, or at once when a change was made through
 //! the API (the request that follows waits until this session has caught up with it). A lost
-//! connection may have lost events: the view says it may be behind until the session is back
-//! and the cluster read again in full; an expired session is replaced by a new one.
+//! connection may have lost events: the view says it may be behind until the session is back,
+//! its watches set again and the cluster read again in full; an expired session is replaced
+//! by a new one.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
