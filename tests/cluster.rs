@@ -260,6 +260,25 @@ fn given_three_nodes_when_zookeeper_restarts_within_their_sessions_then_they_kee
     );
 }
 
+/// Regression: ZooKeeper drops a connection's watches with it, and the client left the
+/// nodes' persistent watches out of what it set again on reconnecting: nodes that reconnected
+/// within their sessions never heard of a member joining, so a newer node joining after the
+/// outage got no lease (the old nodes never released theirs).
+#[test]
+fn given_nodes_reconnected_within_their_sessions_when_a_newer_release_joins_then_they_hear_of_it_and_hand_every_task_over()
+ {
+    let (mut cluster, _) = zookeeper_outage(Duration::from_secs(10), Duration::from_secs(1));
+    for node in ["node-a", "node-b", "node-c"] {
+        cluster.wait_log(node, "reconnected to ZooKeeper within the session", 1);
+    }
+    cluster.start_nodes(&[("node-d", NEW)]);
+    cluster.wait_fires(
+        "node-d (newer, joined after the outage) to lead all 30 tasks",
+        LIMIT,
+        |_, c| c.leading("node-d") == Some(30),
+    );
+}
+
 /// Who led what before an outage: task → node (from the fires), lease → owning session.
 struct Before {
     leaders: BTreeMap<String, String>,

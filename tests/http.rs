@@ -1,14 +1,19 @@
 //! The HTTP endpoint (`[http] listen`) of a real daemon: `/metrics`, `/healthz` and `/status`
-//! with the local backend (a pool's items among the metrics), `/healthz` going 503 when ZooKeeper stops, a port in use, and a bad
-//! address refused at start.
+//! with the local backend (a pool's items among the metrics), `/healthz` going 503 when
+//! ZooKeeper stops, the dashboard's view following the cluster after ZooKeeper restarted, a
+//! port in use, and a bad address refused at start.
 
 mod common;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::zk::ZkServer;
+use common::cluster::Cluster;
+use common::zk::{ClusterNode, TestServer, ZkServer};
 use common::{Scratch, http_get, run_zkcron, wait_for};
+
+/// The deadline of the waits on a node or the dashboard.
+const LIMIT: Duration = Duration::from_secs(30);
 
 fn every_second_task(scratch: &Scratch, name: &str) {
     scratch.write_task(
@@ -297,4 +302,37 @@ fn given_ticks_missed_while_the_daemon_was_down_then_catch_up_runs_are_counted()
                 && !metrics.contains("zkcron_catch_up_runs_total{task=\"tick\"} 0")
         },
     );
+}
+
+/// Regression: ZooKeeper drops a connection's watches with it, and the client did not set the
+/// dashboard's persistent watches again: after ZooKeeper restarted within the dashboard's
+/// session, its view stayed as read then, and a node joining later never showed.
+#[test]
+fn given_zookeeper_restarted_within_the_dashboards_session_then_a_node_joining_later_shows() {
+    let mut cluster = Cluster::on(TestServer::own(), "default");
+    let node = |cluster: &Cluster, id: &str, config: &str| ClusterNode {
+        config: config.into(),
+        session_timeout: Duration::from_secs(10),
+        ..cluster.new_node(id)
+    };
+    let n1 = node(&cluster, "n1", "[http]\nlisten = \"127.0.0.1:0\"\n");
+    let address = cluster.start(n1).served_address();
+    let nodes = || -> Vec<String> {
+        let (_, body) = http_get(&address, "/api/status");
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+        let id = |n: &serde_json::Value| n["id"].as_str().unwrap_or_default().to_string();
+        nodes.iter().map(id).collect()
+    };
+    wait_for("the dashboard to show n1", LIMIT, || nodes() == ["n1"]);
+    cluster.zk.own_mut().stop();
+    cluster.zk.own_mut().start_again();
+    cluster.wait_log("n1", "reconnected to ZooKeeper within the session", 1);
+    wait_for("the dashboard to read again", LIMIT, || {
+        http_get(&address, "/api/status").0 == 200 && nodes() == ["n1"]
+    });
+    cluster.start(node(&cluster, "n2", ""));
+    wait_for("the dashboard to show n2", LIMIT, || {
+        nodes() == ["n1", "n2"]
+    });
 }

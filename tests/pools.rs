@@ -3,8 +3,9 @@
 //! (`leases/<task>@<node-id>`), and its jobs' own output (`fires.log`: `<fire id> <node id>`
 //! per run) shows each node running each tick once, through a kill -9 and a restart of one of
 //! them. A pooled task: each node runs the items it owns (`items.log`: `<fire id> <item>
-//! <node id>` per item run), each (tick, item) once, through joins, leaves, a kill -9 and a
-//! drain; `explain`, `status`, `/metrics` and the task page say which node runs which items.
+//! <node id>` per item run), each (tick, item) once, through joins, leaves, a kill -9, a
+//! drain and a rolling upgrade (each item held as the ranking says, newer releases first);
+//! `explain`, `status`, `/metrics` and the task page say which node runs which items.
 
 mod common;
 
@@ -299,7 +300,7 @@ fn given_an_every_node_task_when_a_node_joins_then_it_runs_from_its_join_on_and_
 
 // ---- pooled tasks ----
 
-/// How many items the pooled tests' task `pool` has.
+/// How many items the pooled tests' task `pool` has (but the rolling upgrade's).
 const ITEMS: usize = 12;
 
 /// One run of one item, from `items.log`.
@@ -308,16 +309,23 @@ struct ItemRun {
     second: i64,
     item: String,
     node: String,
+    /// `ZKCRON_WORK_TOTAL`, checked to be the pool's size.
+    total: usize,
 }
 
-/// An every-second task `pool` of [`ITEMS`] items whose job appends `<fire id> <item> <node>
-/// <total>` to `items.log` per item it is given; every missed tick is caught up.
+/// [`pooled_cluster_of`] [`ITEMS`] items.
 fn pooled_cluster() -> Cluster {
+    pooled_cluster_of(ITEMS)
+}
+
+/// An every-second task `pool` of `items` items whose job appends `<fire id> <item> <node>
+/// <total>` to `items.log` per item it is given; every missed tick is caught up.
+fn pooled_cluster_of(items: usize) -> Cluster {
     let cluster = Cluster::new();
     let text = format!(
         "schedule = \"* * * * * *\"\n\
          command = [\"/bin/sh\", \"-c\", 'for item in $(echo \"$ZKCRON_WORK_ITEMS\" | tr , \" \"); do echo \"$ZKCRON_FIRE_ID $item $ZKCRON_NODE $ZKCRON_WORK_TOTAL\" >> {log}; done']\n\
-         work_items = {ITEMS}\n\
+         work_items = {items}\n\
          catch_up = \"all\"\n\
          starting_deadline = \"1m\"\n\
          overlap = \"allow\"\n",
@@ -331,21 +339,30 @@ fn items_log(cluster: &Cluster) -> std::path::PathBuf {
     cluster.path().join("items.log")
 }
 
+/// The number of items of the task `pool`, from its task file.
+fn pool_size(cluster: &Cluster) -> usize {
+    let text = std::fs::read_to_string(cluster.jobs().join("pool.toml")).unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix("work_items = "));
+    line.expect("a work_items line").parse().unwrap()
+}
+
 /// The item runs in `items.log` (complete lines), checked to say the pool's size.
 fn item_runs(cluster: &Cluster) -> Vec<ItemRun> {
     let text = std::fs::read_to_string(items_log(cluster)).unwrap_or_default();
     let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    let total = pool_size(cluster);
     complete
         .lines()
         .map(|line| {
             let words: Vec<&str> = line.split(' ').collect();
             assert_eq!(words.len(), 4, "malformed line {line:?}");
-            assert_eq!(words[3], ITEMS.to_string(), "ZKCRON_WORK_TOTAL in {line:?}");
+            assert_eq!(words[3], total.to_string(), "ZKCRON_WORK_TOTAL in {line:?}");
             let second = words[0].strip_prefix("pool@").expect("the fire id").parse();
             ItemRun {
                 second: second.expect("a unix second"),
                 item: words[1].to_string(),
                 node: words[2].to_string(),
+                total,
             }
         })
         .collect()
@@ -376,12 +393,9 @@ fn shares_at(runs: &[ItemRun], second: i64) -> BTreeMap<String, usize> {
 /// Whether every item ran at every second of `from..=to`.
 fn all_items_ran(runs: &[ItemRun], from: i64, to: i64) -> bool {
     (from..=to).all(|second| {
-        let items: std::collections::BTreeSet<&str> = runs
-            .iter()
-            .filter(|r| r.second == second)
-            .map(|r| r.item.as_str())
-            .collect();
-        items.len() == ITEMS
+        let at: Vec<&ItemRun> = runs.iter().filter(|r| r.second == second).collect();
+        let items: std::collections::BTreeSet<&str> = at.iter().map(|r| r.item.as_str()).collect();
+        at.first().is_some_and(|run| items.len() == run.total)
     })
 }
 
@@ -397,7 +411,7 @@ fn start_pool(cluster: &mut Cluster, ids: &[&str]) -> i64 {
     )
 }
 
-/// Waits for a second from `from` on at which every item ran on the shares of [`ITEMS`] over
+/// Waits for a second from `from` on at which every item ran on the shares of the pool over
 /// the nodes running now, and two more seconds of every item; the first of those seconds.
 fn wait_all_items_from(cluster: &Cluster, what: &str, from: i64) -> i64 {
     let mut settled = None;
@@ -415,8 +429,9 @@ fn wait_all_items_from(cluster: &Cluster, what: &str, from: i64) -> i64 {
 #[track_caller]
 fn assert_every_item_from(cluster: &Cluster, from: i64, to: i64) {
     let runs = item_runs(cluster);
+    let total = pool_size(cluster);
     let missing: Vec<(i64, usize)> = (from..=to)
-        .flat_map(|second| (0..ITEMS).map(move |item| (second, item)))
+        .flat_map(|second| (0..total).map(move |item| (second, item)))
         .filter(|(second, item)| {
             !runs
                 .iter()
@@ -576,6 +591,72 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
         [6, 6]
     );
     assert_every_item_from(&cluster, first, due + 1);
+    assert_none_twice(&cluster);
+}
+
+/// Whether every item of `pool`, per `zkcron explain pool --json`, is held by the owner the
+/// assignment gives it, and ranked as releases rank: an item of one of the `newer` nodes is
+/// owned at a rank within theirs (they rank before every older node), an older node's below.
+fn held_as_ranked(cluster: &Cluster, newer: &[&str]) -> Result<(), String> {
+    let explain = cli(cluster, &["explain", "pool", "--json"]);
+    let explain: serde_json::Value = serde_json::from_str(&explain).unwrap();
+    let items = explain["pool"]["items"].as_array().unwrap();
+    let ranked = |i: &serde_json::Value| {
+        let rank = i["rank"].as_u64().unwrap_or(0) as usize;
+        let newer_owns = newer.iter().any(|n| i["owner"] == *n);
+        rank > 0 && (rank <= newer.len()) == newer_owns
+    };
+    let wrong: Vec<&serde_json::Value> = items
+        .iter()
+        .filter(|i| i["owner"].is_null() || i["owner"] != i["holder"] || !ranked(i))
+        .collect();
+    if wrong.is_empty() && items.len() == pool_size(cluster) {
+        Ok(())
+    } else {
+        Err(format!(
+            "items not held as ranked: {wrong:?} in {explain:#}"
+        ))
+    }
+}
+
+/// Waits until [`held_as_ranked`] holds, for [`LIMIT`]; fails with what it saw last.
+#[allow(clippy::disallowed_methods)] // real processes, real deadline
+fn wait_held_as_ranked(cluster: &Cluster, newer: &[&str], when: &str) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    while let Err(wrong) = held_as_ranked(cluster, newer) {
+        if std::time::Instant::now() > deadline {
+            panic!("{when}: {wrong}\n{}", cluster.diagnostics());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn given_a_pool_on_three_1_0_nodes_when_each_restarts_at_1_1_in_turn_then_items_are_held_as_ranked_and_none_runs_twice_or_is_lost()
+ {
+    let mut cluster = pooled_cluster_of(6);
+    cluster.start_each_at(&NODES, "1.0.0");
+    let first = wait_all_items_from(&cluster, "every item on 1.0.0", now().floor() as i64 + 1);
+    let mut newer = Vec::new();
+    wait_held_as_ranked(&cluster, &newer, "on three 1.0.0 nodes");
+    for id in NODES {
+        // SIGTERM in the middle of a second, then the same node at the newer release.
+        wait_mid_second();
+        cluster.stop(id);
+        wait_held_as_ranked(&cluster, &newer, &format!("once {id} stopped"));
+        newer.push(id);
+        let node = common::zk::ClusterNode {
+            release: Some("1.1.0".into()),
+            ..cluster.new_node(id)
+        };
+        cluster.start(node);
+        wait_held_as_ranked(&cluster, &newer, &format!("once {id} is back at 1.1.0"));
+    }
+    let to = now().floor() as i64 + 1;
+    cluster.wait("every item to run a tick after the upgrade", LIMIT, |c| {
+        all_items_ran(&item_runs(c), to, to)
+    });
+    assert_every_item_from(&cluster, first, to);
     assert_none_twice(&cluster);
 }
 

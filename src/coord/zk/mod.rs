@@ -147,6 +147,7 @@ impl ZkCoordinator {
             client: None,
             generation: 0,
             events: SelectAll::new(),
+            watched: Vec::new(),
             calls: FuturesUnordered::new(),
             connecting: None,
             delay: Duration::from_millis(200),
@@ -376,6 +377,9 @@ struct Driver {
     /// `Leadership::session_losses` as last counted in `metrics`.
     session_losses: u64,
     events: Events,
+    /// The paths of this client's persistent recursive watches, in the order the node added
+    /// them: added again on a reconnect within the session (see [`Driver::rewatch`]).
+    watched: Vec<String>,
     calls: Calls,
     connecting: Option<Connecting>,
     delay: Duration,
@@ -408,7 +412,7 @@ impl Driver {
                     self.waiting.insert(req, reply);
                     self.node.handle(Input::Request { req, request }, at);
                 }
-                Wake::State(new_state) => self.on_session_state(new_state, &mut state, at),
+                Wake::State(new_state) => self.on_session_state(new_state, &mut state, at).await,
                 Wake::Event(event) => self.on_watch_event(event, at),
                 Wake::Reply(generation, op, performed) => {
                     self.on_reply(generation, op, performed, at)
@@ -453,7 +457,7 @@ impl Driver {
 
     /// The session's state changed to `new_state`; a terminal state ends the watch of it
     /// (`state`).
-    fn on_session_state(
+    async fn on_session_state(
         &mut self,
         new_state: SessionState,
         state: &mut Option<zookeeper_client::StateWatcher>,
@@ -465,6 +469,7 @@ impl Driver {
                 self.node.handle(Input::Disconnected, at)
             }
             SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                self.rewatch().await;
                 if let Some(client) = &self.client {
                     self.metrics.set_zk_connected(true);
                     self.metrics.zk_reconnected();
@@ -480,6 +485,26 @@ impl Driver {
                 *state = None;
                 self.metrics.set_zk_connected(false);
                 self.node.handle(Input::Expired, at);
+            }
+        }
+    }
+
+    /// Adds this client's persistent watches again, before the node hears of the reconnect
+    /// (its re-listing then sees every change the watches miss). ZooKeeper drops a
+    /// connection's watches with it, and zookeeper-client 0.11.2 leaves persistent watches out
+    /// of the `SetWatches` it sends on reconnecting (`resend_watches` never raises the index
+    /// that selects `SetWatches2`): without this, a node that reconnected within its session
+    /// never heard of a member joining again, and a newer node's leases and items stayed with
+    /// the old nodes. The watcher each call returns is dropped: the first one of its path
+    /// stays and gets the events, and the client keeps the server's watch while it does.
+    async fn rewatch(&mut self) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        for path in &self.watched {
+            let add = client.watch(path, zookeeper_client::AddWatchMode::PersistentRecursive);
+            if let Ok(Err(error)) = tokio::time::timeout(CALL_DEADLINE, add).await {
+                tracing::warn!(path = %path, %error, "cannot watch again after reconnecting");
             }
         }
     }
@@ -531,6 +556,7 @@ impl Driver {
         self.delay = Duration::from_millis(200);
         self.generation += 1;
         self.events = SelectAll::new();
+        self.watched.clear();
         *state = Some(client.state_watcher());
         self.connections += 1;
         if self.connections > 1 {
@@ -560,11 +586,13 @@ impl Driver {
                     *state = None;
                     self.generation += 1;
                     self.events = SelectAll::new();
+                    self.watched.clear();
                     self.connect(Duration::ZERO);
                 }
                 Output::CloseSession => {
                     *state = None;
                     self.events = SelectAll::new();
+                    self.watched.clear();
                     self.connecting = None;
                     if let Some(client) = self.client.take() {
                         let mut closing = client.state_watcher();
@@ -604,6 +632,11 @@ impl Driver {
                 .push(Box::pin(async move { (generation, op, result) }));
             return;
         };
+        if let ZkOp::AddPersistentRecursiveWatch { path } = &zk
+            && !self.watched.contains(path)
+        {
+            self.watched.push(path.clone());
+        }
         let metrics = self.metrics.clone();
         let sent = Instant::now();
         self.calls

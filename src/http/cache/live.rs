@@ -7,8 +7,9 @@
 //! and a request after a quiet spell finds the snapshot current. Changes are read in batches,
 //! [`READ_CHANGES_AFTER`] after the first of them, or at once when a change was made through
 //! the API (the request that follows waits until this session has caught up with it). A lost
-//! connection may have lost events: the view says it may be behind until the session is back
-//! and the cluster read again in full; an expired session is replaced by a new one.
+//! connection may have lost events: the view says it may be behind until the session is back,
+//! its watches set again and the cluster read again in full; an expired session is replaced
+//! by a new one.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -227,8 +228,12 @@ impl Cache {
                             state if state.is_terminated() => {
                                 return Err(format!("the dashboard's ZooKeeper session ended ({state})"));
                             }
-                            // Back: what happened meanwhile may not have been told.
-                            _ if disconnected => return Ok(Followed::ReadAll),
+                            // Back: what happened meanwhile may not have been told, and
+                            // the server dropped the watches with the connection.
+                            _ if disconnected => {
+                                rewatch(client).await?;
+                                return Ok(Followed::ReadAll);
+                            }
                             _ => {}
                         }
                     } else if self.reads_path(&event.path) {
@@ -332,6 +337,21 @@ impl Cache {
             *cached = None;
         }
     }
+}
+
+/// Sets the watches again after a reconnect within the session: ZooKeeper dropped them with the
+/// connection, and zookeeper-client 0.11.2 leaves persistent watches out of the ones it sets
+/// again (without this the view stayed as read after the reconnect, every later change
+/// unseen). The watcher each call returns is dropped: the first of its path stays and gets
+/// the events.
+async fn rewatch(client: &ClusterClient) -> Result<(), String> {
+    for dir in watched_dirs(&client.paths) {
+        client
+            .watch_tree(&dir)
+            .await
+            .map_err(|error| format!("{error:#}"))?;
+    }
+    Ok(())
 }
 
 async fn sleep_until(at: Option<Instant>) {
