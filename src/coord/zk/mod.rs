@@ -676,7 +676,9 @@ async fn report_open_root(client: Client, base: String) {
     }
 }
 
-fn watch_stream(
+/// The events of `watcher`, ending after a terminal session state (the watcher must not be
+/// polled again then); the dashboard's reader follows its watches the same way.
+pub(crate) fn watch_stream(
     watcher: zookeeper_client::PersistentWatcher,
 ) -> Pin<Box<dyn Stream<Item = WatchedEvent> + Send>> {
     Box::pin(futures::stream::unfold(

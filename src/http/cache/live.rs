@@ -24,6 +24,7 @@ use zookeeper_client::{EventType, SessionState, WatchedEvent};
 use super::Cache;
 use crate::clock::wall_clock;
 use crate::coord::zk::settings::ZkSettings;
+use crate::coord::zk::watch_stream;
 use crate::ops::cluster::{CONNECT_DEADLINE, ClusterClient};
 use crate::ops::live::{Applied, Live, watched_dirs};
 
@@ -77,23 +78,6 @@ enum Followed {
 }
 
 type Events = futures::stream::SelectAll<Pin<Box<dyn Stream<Item = WatchedEvent> + Send>>>;
-
-/// The events of `watcher`, ending after a terminal session state (the watcher must not be
-/// polled again then).
-fn event_stream(
-    watcher: zookeeper_client::PersistentWatcher,
-) -> Pin<Box<dyn Stream<Item = WatchedEvent> + Send>> {
-    Box::pin(futures::stream::unfold(
-        Some(watcher),
-        |watcher| async move {
-            let mut watcher = watcher?;
-            let event = watcher.changed().await;
-            let terminal =
-                event.event_type == EventType::Session && event.session_state.is_terminated();
-            Some((event, (!terminal).then_some(watcher)))
-        },
-    ))
-}
 
 impl Cache {
     /// The reader's thread: sessions one after the other, for as long as the daemon runs.
@@ -168,7 +152,7 @@ impl Cache {
         // The watches first: a change during the full read is then read again after it.
         for dir in watched_dirs(&client.paths) {
             match client.watch_tree(&dir).await {
-                Ok(watcher) => events.push(event_stream(watcher)),
+                Ok(watcher) => events.push(watch_stream(watcher)),
                 Err(error) => return format!("{error:#}"),
             }
         }
