@@ -282,7 +282,13 @@ fn logged<T>(open: impl FnOnce() -> T) -> (T, String) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let opened = tracing::subscriber::with_default(subscriber, open);
+    // Interest in a callsite is cached for every thread: another test's thread can cache it
+    // as "never" while this scoped subscriber is being set (the warning was missed once in a
+    // CI run), so the cache is worked out again under it before the code runs.
+    let opened = tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        open()
+    });
     let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     (opened, text)
 }
