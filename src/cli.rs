@@ -85,6 +85,9 @@ pub enum Command {
     Man(crate::manual::ManArgs),
 }
 
+// The field docs are clap's help text, which shows `[section].key` and `[/chroot]` as written:
+// rustdoc must not read them as links.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]

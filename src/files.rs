@@ -15,7 +15,7 @@
 //!   same directory. A link elsewhere is refused, because the directory watch would not see its
 //!   target change (a loaded task would silently differ from its file).
 //!
-//! Every file is read by [`read_regular`]: it looks at what the path is before opening it (so a
+//! Every file is read by `read_regular`: it looks at what the path is before opening it (so a
 //! FIFO, socket or device is named, never opened; for a file found by listing its directory,
 //! the listing's entry type is that look), opens with `O_NONBLOCK`, checks the opened
 //! file again with `fstat` (no race with a rename), and reads at most a limit plus one byte.

@@ -89,7 +89,7 @@ pub struct BackfillRecord {
     pub succeeded: u32,
     #[serde(default)]
     pub failed: u32,
-    /// The newest failures: "<fire id>: <how it ended>".
+    /// The newest failures: `"<fire id>: <how it ended>"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
     /// When it became done or cancelled.

@@ -2,12 +2,12 @@
 //!
 //! The per-task firing rules (arm a tick, prepare it, the overlap check, the claim and its
 //! retries, orphan reruns, manual runs, pause, stop, reload) are the sans-IO
-//! [`crate::firing::Firing`]; [`firing`] is its shell: it performs the core's actions
-//! (coordinator calls, preparations, spawns through [`runs`]) and times its wake-ups with one
-//! loop, so 10,000 idle tasks cost no tokio task. One shared [`watching::watch_wall_clock`]
+//! [`crate::firing::Firing`]; `firing` is its shell: it performs the core's actions
+//! (coordinator calls, preparations, spawns through `runs`) and times its wake-ups with one
+//! loop, so 10,000 idle tasks cost no tokio task. One shared `watching::watch_wall_clock`
 //! task re-checks the clock every [`CLOCK_CHECK`] and the core re-plans every task when the wall
 //! clock jumps or the machine was suspended. The main loop waits on one closed set of
-//! [`Event`]s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown, and
+//! `Event`s: reload (SIGHUP or a change in `jobs_dir`), leadership change, shutdown, and
 //! tells the core.
 //!
 //! It keeps the service manager informed through [`crate::service`]: ready once the tasks are

@@ -24,7 +24,7 @@ pub struct StopHandle {
     sender: watch::Sender<StopKind>,
 }
 
-/// The receiving side of a [`StopHandle`], passed into [`run`].
+/// The receiving side of a [`StopHandle`], passed into [`run`](super::run).
 #[derive(Debug)]
 pub struct StopSignal {
     /// Sees the strongest request so far; a closed channel means no request will ever come.

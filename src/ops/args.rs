@@ -11,6 +11,9 @@ use crate::config::Backend;
 use crate::preflight::{Overrides, Plan};
 
 /// How to reach the scheduler, as for `run`.
+// The field docs are clap's help text, which shows `[section].key` and `[/chroot]` as written:
+// rustdoc must not read them as links.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Args)]
 pub struct TargetArgs {
     /// The node config [default: /etc/zkcron/zkcron.toml if it exists, else built-in defaults]
@@ -180,6 +183,9 @@ fn parse_reason(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+// The field docs are clap's help text, which shows `[section].key` and `[/chroot]` as written:
+// rustdoc must not read them as links.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Args)]
 pub struct DrainArgs {
     /// The node [default: --node-id, else [node].id, else the host name: this host's node]

@@ -2,7 +2,7 @@
 //! cluster's records into a [`Snapshot`] and writes the operator's marks (drain, pause,
 //! resume, trigger). No daemon is needed on the host.
 //!
-//! Reads of many znodes go out as multi-reads of [`BATCH`] paths, [`IN_FLIGHT`] at once, so
+//! Reads of many znodes go out as multi-reads of `BATCH` paths, `IN_FLIGHT` at once, so
 //! `status` on 10,000 tasks is a few dozen round trips, not 30,000.
 
 use std::collections::BTreeMap;

@@ -303,7 +303,7 @@ pub fn schedule_of(snapshot: &Snapshot, task: &str) -> Option<Schedule> {
     .ok()
 }
 
-/// The definition of `task` that `status` reads its schedule from (see [`definition`]).
+/// The definition of `task` that `status` reads its schedule from (see `definition`).
 pub fn task_entry(snapshot: &Snapshot, task: &str) -> Option<TaskSetEntry> {
     let members = Members::new(snapshot);
     let definers = members.definers(task);
@@ -501,7 +501,7 @@ pub struct TaskParts<'m> {
     definers: Vec<Definer<'m>>,
     unranked: Vec<UnrankedDefiner<'m>>,
     why_none: Option<String>,
-    /// The definition `status` reads the schedule from ([`definition`]).
+    /// The definition `status` reads the schedule from (`definition`).
     pub entry: Option<&'m TaskSetEntry>,
 }
 

@@ -314,7 +314,7 @@ impl LocalCoordinator {
     }
 
     /// Writes the histories of the runs that ended lately now, instead of within
-    /// [`history::FLUSH_AFTER`] (the daemon's exit; dropping the backend does it too).
+    /// `history::FLUSH_AFTER` (the daemon's exit; dropping the backend does it too).
     pub fn flush_history(&self) {
         self.history.flush();
     }

@@ -15,7 +15,7 @@
 //! | `tasks/<task>/result` | persistent | the last [`RunResult`] |
 //! | `tasks/<task>/history` | persistent | the task's last runs ([`HistoryRecord`]) |
 //! | `clock` | persistent | written now and then to measure clock skew |
-//! | `control/drained/<node-id>`, `control/paused/<task>` | persistent | the operator's marks ([`MarkRecord`](wire::MarkRecord)) |
+//! | `control/drained/<node-id>`, `control/paused/<task>` | persistent | the operator's marks ([`MarkRecord`]) |
 //! | `control/triggers/<task>@manual-<n>` | persistent, sequential | a manual run ([`TriggerRecord`]) |
 //! | `control/backfills/<task>@backfill-<n>` | persistent, sequential | a backfill request and its progress ([`BackfillRecord`](crate::coord::backfill::BackfillRecord)) |
 //!
@@ -34,6 +34,9 @@
 //! [`LeaseRecord`]: crate::coord::records::LeaseRecord
 //! [`FireRecord`]: crate::coord::records::FireRecord
 //! [`RunRecord`]: crate::coord::records::RunRecord
+//! [`HistoryRecord`]: crate::coord::records::HistoryRecord
+//! [`MarkRecord`]: crate::coord::records::MarkRecord
+//! [`TriggerRecord`]: crate::coord::records::TriggerRecord
 
 pub mod call;
 pub mod settings;

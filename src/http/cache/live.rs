@@ -1,6 +1,6 @@
 //! The reader of a cluster's dashboard: one ZooKeeper session that holds recursive watches
 //! over what `status` reads (`ops::live::watched_dirs`), reads the whole cluster once, then
-//! reads again only the znodes the watches name and applies them to an [`ops::live::Live`]
+//! reads again only the znodes the watches name and applies them to an [`crate::ops::live::Live`]
 //! that requests make their views from.
 //!
 //! It starts with the first request and stays on: a node nobody ever looked at reads nothing,
