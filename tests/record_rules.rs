@@ -555,20 +555,6 @@ impl Coordinator for Model {
         Ok(())
     }
 
-    async fn pause(
-        &self,
-        task: &str,
-        _mark: zkcron::coord::records::MarkRecord,
-    ) -> Result<bool, CoordError> {
-        let mut changed = false;
-        self.leadership.send_modify(|l| {
-            let mut paused = (*l.paused_tasks).clone();
-            changed = paused.insert(task.to_string());
-            l.paused_tasks = Arc::new(paused);
-        });
-        Ok(changed)
-    }
-
     async fn run_ended(&self, task: &str, result: &RunResult) -> Result<(), CoordError> {
         let mut store = self.store.lock().unwrap();
         store.live.remove(&(task.to_string(), result.tick));

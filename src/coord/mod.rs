@@ -346,15 +346,6 @@ pub trait Coordinator: Send + Sync + 'static {
         trigger: &Trigger,
     ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
 
-    /// Pauses `task` cluster-wide as `zkcron pause` does, with `mark` saying who, when and why
-    /// (`pause_on_failure`: the run that failed). Returns whether anything changed: a task
-    /// paused already keeps its first mark.
-    fn pause(
-        &self,
-        task: &str,
-        mark: records::MarkRecord,
-    ) -> impl Future<Output = Result<bool, CoordError>> + Send;
-
     /// Gives up all leadership at once (graceful stop): others may take over immediately.
     fn release_all(&self) -> impl Future<Output = ()> + Send;
 

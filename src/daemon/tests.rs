@@ -117,14 +117,6 @@ impl Coordinator for SlowResults {
         Ok(0)
     }
 
-    async fn pause(
-        &self,
-        _: &str,
-        _: crate::coord::records::MarkRecord,
-    ) -> Result<bool, CoordError> {
-        Ok(true)
-    }
-
     async fn queued_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
         Ok(None)
     }

@@ -64,7 +64,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::backfill::BackfillRecord;
 use super::record::{self, FireView, Verdict};
-use super::records::{HistoryEntry, MarkRecord, TriggerRecord};
+use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::wall_clock;
 use crate::task::TaskSpec;
@@ -661,15 +661,6 @@ impl Coordinator for LocalCoordinator {
             Some(slot) => slot.lock().await.last_result.as_deref().cloned(),
             None => None,
         })
-    }
-
-    async fn pause(&self, task: &str, mark: MarkRecord) -> Result<bool, CoordError> {
-        let mark = PauseMark {
-            at: mark.at,
-            by: mark.by,
-            reason: mark.reason,
-        };
-        self.pause_with(task, mark).await
     }
 
     async fn release_all(&self) {

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::coord::records::MarkRecord;
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
 use crate::task::TaskSpec;
 
@@ -218,11 +217,6 @@ pub enum Request {
         task: String,
         trigger: Trigger,
     },
-    /// [`Coordinator::pause`](crate::coord::Coordinator::pause).
-    Pause {
-        task: String,
-        mark: MarkRecord,
-    },
     ReleaseAll,
     Close,
 }
@@ -237,8 +231,6 @@ pub enum Answered {
     Tick(Option<DateTime<Utc>>),
     Count(usize),
     Result(Option<RunResult>),
-    /// Whether a write changed anything (a pause: false when the task was paused already).
-    Changed(bool),
 }
 
 /// An answer: what was asked for, or why not.

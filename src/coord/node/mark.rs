@@ -1,14 +1,12 @@
 //! The marks this node writes itself: the pause of a task whose run failed with
 //! `pause_on_failure`, as `control/paused/<task>` (the mark `zkcron pause` writes), created in
 //! the multi-op that stores the failed run's end (`pause_create`), so that no stored failure
-//! comes without its pause; and a pause asked for on its own (`pause_task`). Reading the marks
-//! and acting on them is `control.rs`'s: the node sees its own mark through its watch, as every
-//! node sees an operator's.
+//! comes without its pause. Reading the marks and acting on them is `control.rs`'s: the node
+//! sees its own mark through its watch, as every node sees an operator's.
 
-use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
-use super::{Node, Then};
-use crate::coord::records::MarkRecord;
-use crate::coord::{CoordError, RunResult};
+use super::Node;
+use super::io::{CreateMode, Level, ZkOp};
+use crate::coord::RunResult;
 
 /// A pause a failed run's end carries (`pause_on_failure`), for the report once it is stored.
 #[derive(Debug, Clone)]
@@ -87,38 +85,5 @@ impl Node {
             .field("task", task)
             .field("fire_id", fire_id)
             .field("failure", failure);
-    }
-
-    /// Pauses `task` cluster-wide with `mark`; answers whether it was not paused before.
-    pub(super) fn pause_task(&mut self, req: ReqId, task: String, mark: MarkRecord) {
-        if self.session.is_none() {
-            return self.answer(
-                req,
-                Err(CoordError::NotConnected {
-                    context: "pausing the task",
-                }),
-            );
-        }
-        let data = serde_json::to_vec(&mark).expect("marks serialize");
-        let create = ZkOp::Create {
-            path: self.paths.paused(&task),
-            data,
-            mode: CreateMode::Persistent,
-            acl: self.cfg.acl,
-        };
-        self.call(create, Then::Paused { req });
-    }
-
-    /// The pause mark's creation answered: created, or there already (paused before).
-    pub(super) fn on_paused(&mut self, req: ReqId, result: Result<ZkOk, ZkFail>) {
-        let answer = match result {
-            Ok(_) => Ok(Answered::Changed(true)),
-            Err(ZkFail::NodeExists) => Ok(Answered::Changed(false)),
-            Err(error) => Err(CoordError::ZooKeeper {
-                context: "pausing the task".into(),
-                message: error.to_string(),
-            }),
-        };
-        self.answer(req, answer);
     }
 }

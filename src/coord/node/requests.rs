@@ -75,7 +75,6 @@ impl Node {
                 self.claim_backfill(req, task, trigger)
             }
             Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
-            Request::Pause { task, mark } => self.pause_task(req, task, mark),
             Request::ReleaseAll => self.start_release_all(req),
             Request::Close => self.close_after_history(req),
         }

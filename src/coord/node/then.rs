@@ -174,8 +174,6 @@ pub(super) enum Then {
     },
     /// Reading a task's stored result for the daemon.
     LastResult { req: ReqId },
-    /// Creating a pause mark (`pause_on_failure`).
-    Paused { req: ReqId },
     /// Reading the stored result before recording a run's end.
     ResultRead { job: RunEndedJob },
     /// Recording a run's end: deleting its run znode and writing the result, in one multi.
@@ -408,7 +406,6 @@ impl Node {
             Then::RunOwner { req, path } => self.on_run_owner(req, path, result),
             Then::RunClaimer { req, path, stat } => self.on_run_claimer(req, path, stat, result),
             Then::LastResult { req } => self.on_last_result(req, result),
-            Then::Paused { req } => self.on_paused(req, result),
             Then::ResultRead { job } => self.on_result_read(job, result),
             Then::ResultWrite {
                 job,

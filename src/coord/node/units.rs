@@ -87,7 +87,6 @@ impl Node {
             other @ (Request::Publish(_)
             | Request::RunEnded { .. }
             | Request::ClaimManual { .. }
-            | Request::Pause { .. }
             | Request::ReleaseAll
             | Request::Close) => other,
         }
@@ -160,8 +159,7 @@ fn request_task(request: &Request) -> Option<&str> {
         | Request::RunsEndedElsewhere { task }
         | Request::RunEnded { task, .. }
         | Request::LastResult { task }
-        | Request::ClaimManual { task, .. }
-        | Request::Pause { task, .. } => Some(task),
+        | Request::ClaimManual { task, .. } => Some(task),
         Request::Publish(_) | Request::ReleaseAll | Request::Close => None,
     }
 }

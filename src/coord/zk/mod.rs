@@ -61,7 +61,6 @@ use super::node::io::{
     Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
 use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
-use super::records::MarkRecord;
 use super::{
     ClaimIntent, ClaimOutcome, ClaimedShare, CoordError, Coordinator, Leadership, RunResult,
     Trigger,
@@ -333,17 +332,6 @@ impl Coordinator for ZkCoordinator {
         match self.ask(request, "claiming a manual run").await? {
             Answered::Claim(outcome) => Ok(outcome),
             _ => Err(unexpected("claiming a manual run")),
-        }
-    }
-
-    async fn pause(&self, task: &str, mark: MarkRecord) -> Result<bool, CoordError> {
-        let request = Request::Pause {
-            task: task.into(),
-            mark,
-        };
-        match self.ask(request, "pausing the task").await? {
-            Answered::Changed(changed) => Ok(changed),
-            _ => Err(unexpected("pausing the task")),
         }
     }
 
