@@ -135,8 +135,9 @@ pub(crate) struct Checker {
     /// longer than 5 s (`Knobs::long_runs`): their caught-up ticks wait one behind another's
     /// run, so they fall behind the schedule by design and are held to no tick's claim.
     pub(crate) outlasted: BTreeSet<TaskIx>,
-    /// Tasks with `pause_on_failure` paused by a failed run: the task, when the failure's
-    /// result was stored, and when the task was resumed since (`None`: still paused).
+    /// Tasks with `pause_on_failure` paused by a failed run: the task (never a unit: a pooled
+    /// task's pause holds every item), when the failure's result was stored, and when the task
+    /// was resumed since (`None`: still paused).
     pub(crate) failure_pauses: Vec<(TaskIx, Ms, Option<Ms>)>,
 }
 
@@ -255,7 +256,6 @@ impl Checker {
                 ),
             );
         }
-        self.check_failure_pause(at, task, tick, node);
         let runs = self.runs.entry((task, tick)).or_default();
         runs.push((at, node, session));
         if runs.len() > 1 {
@@ -403,7 +403,7 @@ impl Sim<'_> {
                 _ => {}
             }
         }
-        self.check.failure_paused_over(slot, tick)
+        self.check.failure_paused_over(slot, t, tick)
             || self.check.resumed.iter().any(|&(p, from, to)| {
                 p == slot && from.is_none_or(|from| tick > from) && tick <= to
             })
@@ -442,6 +442,8 @@ pub(crate) struct Stats {
     pub(crate) chained_runs: u64,
     /// Chained runs of a paused task, claimed and skipped.
     pub(crate) chained_skipped: u64,
+    /// Failed runs that paused a pooled task (every item of it).
+    pub(crate) pooled_failure_pauses: u64,
 }
 
 impl Stats {
@@ -465,6 +467,7 @@ impl Stats {
         self.backfill_runs += o.backfill_runs;
         self.chained_runs += o.chained_runs;
         self.chained_skipped += o.chained_skipped;
+        self.pooled_failure_pauses += o.pooled_failure_pauses;
     }
 }
 

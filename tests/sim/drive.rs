@@ -1984,6 +1984,8 @@ impl<'s> Sim<'s> {
             .map_or(SessionId(0), |c| c.session);
         self.check_overlap(n, task, tick);
         self.check.on_run(self.now, task, tick, n, session);
+        let slots = (task, self.sc.tasks[task].task_of(task));
+        self.check.check_failure_pause(self.now, slots, tick, n);
     }
 
     // --------------------------------------------------------------------------------------------

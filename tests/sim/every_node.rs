@@ -4,7 +4,7 @@
 
 use crate::checker::Kind;
 use crate::scenario::{Knobs, NodeBug, Scenario};
-use crate::{SHARDS, env_u64, run_real};
+use crate::{run_real, run_unit_scenarios};
 
 /// Scenarios with tasks that run on every node (`Knobs::every_node`), every fault and every
 /// operator's action on: each node's unit of such a task is checked as a task of its own, so
@@ -16,33 +16,7 @@ fn every_node_tasks_keep_the_guarantee_per_tick_and_node() {
         every_node: true,
         ..Knobs::DEFAULT
     };
-    let count = env_u64("ZKCRON_SIM_SCENARIOS").map_or(200, |n| n / SHARDS);
-    let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..count).collect(),
-    };
-    let mut units = 0;
-    let mut failed: Vec<(u64, Kind)> = Vec::new();
-    for &seed in &seeds {
-        units += Scenario::generate(seed, knobs)
-            .tasks
-            .iter()
-            .filter(|t| t.unit_of.is_some())
-            .count();
-        let outcome = run_real(seed, knobs, false);
-        if let Some(v) = outcome.violations.first() {
-            if failed.is_empty() {
-                eprintln!("{}", outcome.report);
-            }
-            failed.push((seed, v.kind));
-        }
-    }
-    assert!(units > seeds.len(), "few units drawn: {units}");
-    assert!(
-        failed.is_empty(),
-        "{} scenario(s) with every-node tasks violated an invariant (seed, first violation): {failed:?}",
-        failed.len()
-    );
+    run_unit_scenarios(knobs, 200, "every-node tasks", |t| t.unit_of.is_some());
 }
 
 /// The per-node count fails when every-node ticks are run as a leader's task's (the real

@@ -65,6 +65,7 @@
 //!   of its own, and a run counts for each item its claim won, so every check counts (tick,
 //!   item) pairs; the designated holder of an item's unit is its owner under the pool's
 //!   assignment. The node's `bugs.pool_runs_every_item` (a run gets every item) must fail.
+//!   A pooled task's `pause_on_failure` is its items': one node's failed run pauses them all.
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
@@ -90,7 +91,8 @@
 //!   a node whose session is alive: no other run of the task is live, its process not exited
 //!   and its node's session alive. On every run of a task with `pause_on_failure` (a quarter
 //!   of the tasks; a quarter of their runs fail): its tick was not claimed more than 2 s after
-//!   a failed run's result of the task was stored, unless the task was resumed in between.
+//!   a failed run's result of the task was stored, unless the task was resumed in between (for
+//!   a pooled task, a failure stored for any item holds every item's ticks).
 //! - **Liveness**, at the end: most tasks use `catch_up = "all"`, and scenarios are short
 //!   enough that [`MAX_CATCH_UP`] is never reached. For every such task whose starting deadline
 //!   is longer than the scenario and that some node (not left drained) can lead after healing,
@@ -121,7 +123,8 @@
 //! 3 s late (late ticks). The node's `bugs.every_node_as_leader` (an every-node task run as a
 //! leader's) shows in the every-node scenarios as runs claimed on no unit of the node's own;
 //! its `bugs.pause_apart` (a failed run's pause written after its result) as ticks run after a
-//! stored failure. Every switch is off by default, and a unit test says so.
+//! stored failure, of a task and of a pooled task's item. Every switch is off by default, and
+//! a unit test says so.
 //!
 //! # Findings
 //!
@@ -518,6 +521,47 @@ fn run_shard(shard: u64) {
         "{} scenario(s) violated an invariant (seed, first violation): {failed:?}",
         failed.len()
     );
+}
+
+/// Runs the scenarios of a test of its own with `knobs` (seeds `0..count`, or
+/// `ZKCRON_SIM_SCENARIOS / SHARDS` of them, or the one seed of `ZKCRON_SIM_SEED`) and fails on
+/// any violation, printing the first failing scenario's report; `what` names the scenarios'
+/// feature, and `is_unit` picks its units (checked as slots of their own), of which the
+/// scenarios must draw more than one each on average. Returns the scenarios' summed
+/// statistics.
+fn run_unit_scenarios(
+    knobs: Knobs,
+    count: u64,
+    what: &str,
+    is_unit: fn(&TaskDef) -> bool,
+) -> Stats {
+    let count = env_u64("ZKCRON_SIM_SCENARIOS").map_or(count, |n| n / SHARDS);
+    let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..count).collect(),
+    };
+    let mut units = 0;
+    let mut total = Stats::default();
+    let mut failed: Vec<(u64, Kind)> = Vec::new();
+    for &seed in &seeds {
+        let scenario = Scenario::generate(seed, knobs);
+        units += scenario.tasks.iter().filter(|t| is_unit(t)).count();
+        let outcome = run_real(seed, knobs, false);
+        total.add(&outcome.stats);
+        if let Some(v) = outcome.violations.first() {
+            if failed.is_empty() {
+                eprintln!("{}", outcome.report);
+            }
+            failed.push((seed, v.kind));
+        }
+    }
+    assert!(units > seeds.len(), "few units of {what} drawn: {units}");
+    assert!(
+        failed.is_empty(),
+        "{} scenario(s) with {what} violated an invariant (seed, first violation): {failed:?}",
+        failed.len()
+    );
+    total
 }
 
 #[test]

@@ -163,7 +163,7 @@ impl Node {
         }
         // The chained runs' requests go with the results: a stored success always has them.
         ops.extend(end.chain.iter().cloned());
-        if !end.pause_found {
+        if !end.pause_found && !self.cfg.bugs.pause_apart {
             // A failed run's pause goes with its end.
             ops.extend(self.pause_create(&end.task, &end.result));
         }
@@ -305,7 +305,13 @@ impl Node {
         } else {
             PauseStored::Created
         };
-        self.report_pause(PauseNote::of(&end.task, &end.result).as_ref(), stored);
+        match self.pause_create(&end.task, &end.result) {
+            Some(pause) if self.cfg.bugs.pause_apart && !end.pause_found => {
+                // The bug the simulation shows: the pause in a call of its own, after the end.
+                self.call(pause, Then::Trigger(super::trigger::Step::Delete));
+            }
+            _ => self.report_pause(PauseNote::of(&end.task, &end.result).as_ref(), stored),
+        }
         self.answer(end.req, Ok(Answered::Done));
         let mut entry = HistoryEntry::of_run(&end.task, &end.result, &self.cfg.release.to_string());
         entry.items = Some(end.result.items.clone());
