@@ -9,7 +9,7 @@
 //!
 //! - **The node is the real one**: [`zkcron::coord::node::Node`], the sans-IO state machine the
 //!   ZooKeeper driver runs in the daemon (see `real.rs`). The simulation plays its driver
-//!   (`drive.rs`): a *client* that does what zookeeper-client does (connect, heartbeats every
+//!   (`drive/`): a *client* that does what zookeeper-client does (connect, heartbeats every
 //!   1/3 of the session timeout, a read timeout of 2/3 of it, reconnect with the same session,
 //!   calls in flight failing with `ConnectionLoss` when the connection drops, `SessionExpired`
 //!   when the server says so) and feeds the node `Input::Connected` / `Disconnected` / `Expired`

@@ -1,0 +1,410 @@
+//! The faults and the operator's actions of a scenario: crashes, stops, partitions, pauses,
+//! clock steps, reloads, the stranger's writes, `zkcron pause` / `resume`, drains.
+
+use super::*;
+
+impl Sim<'_> {
+    pub(crate) fn disturb(&mut self, n: NodeIx, kind: u8, on: bool) {
+        if on {
+            self.open_disturbance.entry((n, kind)).or_insert(self.now);
+        } else if let Some(start) = self.open_disturbance.remove(&(n, kind)) {
+            self.disturbed.push((Some(n), start, self.now));
+        }
+    }
+
+    pub(crate) fn fault(&mut self, fault: Fault) {
+        note!(self, fault.node(), None, format!("FAULT {fault:?}"));
+        if !matches!(fault, Fault::LinkUp(_) | Fault::Thaw(_) | Fault::LossOff(_)) {
+            self.disturbed.push((fault.node(), self.now, self.now));
+        }
+        match fault {
+            Fault::Start(n) => self.boot(n),
+            Fault::Crash(n) => {
+                if !self.procs[n].up {
+                    return;
+                }
+                if let Some(conn) = self.procs[n].conn {
+                    self.kill_link(conn);
+                }
+                self.kill(n);
+            }
+            Fault::Stop(n) => {
+                if !self.procs[n].up {
+                    return;
+                }
+                if self.procs[n].frozen {
+                    self.kill(n);
+                    return;
+                }
+                self.graceful_stop(n);
+            }
+            Fault::Restart {
+                node: n,
+                seed,
+                release,
+            } => {
+                if self.procs[n].up {
+                    return;
+                }
+                if let Some(seed) = seed {
+                    self.procs[n].seed = seed;
+                }
+                if let Some(release) = release {
+                    self.procs[n].release = Some(release);
+                }
+                self.boot(n);
+            }
+            Fault::LinkDown(n) => {
+                self.link_up[n] = false;
+                self.disturb(n, 0, true);
+            }
+            Fault::LinkUp(n) => {
+                self.link_up[n] = true;
+                self.disturb(n, 0, false);
+            }
+            Fault::Freeze(n) => {
+                if self.procs[n].up {
+                    self.procs[n].frozen = true;
+                    self.disturb(n, 1, true);
+                }
+            }
+            Fault::Thaw(n) => self.thaw(n),
+            Fault::LossOn(n, pct) => {
+                self.procs[n].loss_pct = pct;
+                self.disturb(n, 2, true);
+            }
+            Fault::LossOff(n) => {
+                self.procs[n].loss_pct = 0;
+                self.disturb(n, 2, false);
+            }
+            Fault::Skew(n, skew) => {
+                self.procs[n].skew_ms = skew;
+                if self.procs[n].up {
+                    self.log_node(n);
+                    // The daemon notices a clock step and re-plans every task.
+                    self.core_input(n, FireInput::ClockJumped);
+                }
+            }
+            Fault::Stranger(meddle) => self.meddle(meddle),
+            Fault::Reload(n) => {
+                // The files change now; a node that is down loads them when it starts, a
+                // stopped process when it resumes.
+                self.procs[n].reloads += 1;
+                if self.procs[n].up {
+                    self.timer(n, 0, T::Reload);
+                }
+            }
+            Fault::HealAll => {
+                for n in 0..self.sc.nodes.len() {
+                    // Every node is undrained (a no-op where no mark is), but those the operator
+                    // leaves drained.
+                    if !self.sc.drained_at_end.contains(&n) {
+                        self.meddle(Meddle::Undrain(n));
+                    }
+                }
+                for t in 0..self.sc.tasks.len() {
+                    // Every task is resumed (no write where no mark is).
+                    self.meddle(Meddle::Resume(t));
+                }
+                for n in 0..self.procs.len() {
+                    self.link_up[n] = true;
+                    self.procs[n].loss_pct = 0;
+                    self.thaw(n);
+                    for kind in 0..3 {
+                        self.disturb(n, kind, false);
+                    }
+                    if !self.procs[n].up && !self.sc.nodes[n].visitor {
+                        self.boot(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stranger client writes foreign or stale znodes; what ZooKeeper refuses (no parent, the
+    /// znode exists) is simply not done.
+    pub(crate) fn meddle(&mut self, meddle: Meddle) {
+        if let Meddle::Resume(t) = meddle {
+            self.check.failure_resumed(t, self.now);
+        }
+        let name = |t: TaskIx| self.sc.tasks[t].name.clone();
+        let since = epoch() + TimeDelta::milliseconds(self.now as i64);
+        let ops: Vec<ZkOp> = match &meddle {
+            Meddle::GhostMember => {
+                let tasks = self
+                    .sc
+                    .tasks
+                    .iter()
+                    .filter(|t| !t.is_unit())
+                    .map(|t| {
+                        (
+                            t.name.clone(),
+                            TaskSetEntry {
+                                digest: format!("{:016x}", t.name.len()),
+                                version_req: None,
+                                require_labels: Default::default(),
+                                schedule: None,
+                                timezone: None,
+                                ..Default::default()
+                            },
+                        )
+                    })
+                    .collect();
+                let set = TaskSetRecord { format: 1, tasks };
+                let member = MemberRecord {
+                    format: 1,
+                    id: "ghost".into(),
+                    release: "99.0.0".into(),
+                    seed: format!("{:016x}", u64::MAX),
+                    host: "elsewhere".into(),
+                    pid: 1,
+                    started_at: since,
+                    labels: Default::default(),
+                    taskset: TaskSetRef {
+                        digest: "ghost".into(),
+                        chunks: 1,
+                        count: self.sc.task_count(),
+                    },
+                    leads: true,
+                    drained: false,
+                };
+                vec![
+                    ZkOp::Create {
+                        path: format!("{BASE}/tasksets/ghost-0"),
+                        data: serde_json::to_vec(&set).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                        acl: Default::default(),
+                    },
+                    ZkOp::Create {
+                        path: format!("{BASE}/members/ghost"),
+                        data: serde_json::to_vec(&member).expect("encodes"),
+                        mode: CreateMode::Persistent,
+                        acl: Default::default(),
+                    },
+                ]
+            }
+            Meddle::PersistentLease(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: serde_json::to_vec(&LeaseRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+                acl: Default::default(),
+            }],
+            Meddle::TamperLease(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/leases/{}", name(*t)),
+                data: b"{\"tampered\": true}".to_vec(),
+                version: None,
+            }],
+            Meddle::TamperEpoch(t) => vec![ZkOp::SetData {
+                path: format!("{BASE}/tasks/{}/epoch", name(*t)),
+                data: b"tampered".to_vec(),
+                version: None,
+            }],
+            Meddle::PersistentRun(t) => vec![ZkOp::Create {
+                path: format!("{BASE}/tasks/{}/run-{}", name(*t), since.timestamp()),
+                data: serde_json::to_vec(&RunRecord {
+                    format: 1,
+                    node: "ghost".into(),
+                    session: "1".into(),
+                    tick: since,
+                    started_at: since,
+                })
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+                acl: Default::default(),
+            }],
+            Meddle::Drain(n) => vec![ZkOp::Create {
+                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
+                data: serde_json::to_vec(
+                    &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
+                )
+                .expect("encodes"),
+                mode: CreateMode::Persistent,
+                acl: Default::default(),
+            }],
+            Meddle::Undrain(n) => vec![ZkOp::Delete {
+                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
+                version: None,
+            }],
+            Meddle::Pause(t) => {
+                let dir = |p: &str| ZkOp::Create {
+                    path: format!("{BASE}/{p}"),
+                    data: Vec::new(),
+                    mode: CreateMode::Persistent,
+                    acl: Default::default(),
+                };
+                vec![
+                    dir("control"),
+                    dir("control/paused"),
+                    ZkOp::Create {
+                        path: format!("{BASE}/control/paused/{}", name(*t)),
+                        data: serde_json::to_vec(
+                            &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
+                        )
+                        .expect("encodes"),
+                        mode: CreateMode::Persistent,
+                        acl: Default::default(),
+                    },
+                ]
+            }
+            Meddle::Resume(t) => self.resume_ops(*t, since).into_iter().collect(),
+            Meddle::DeleteLeases | Meddle::DeleteMembers => {
+                let dir = if meddle == Meddle::DeleteLeases {
+                    "leases"
+                } else {
+                    "members"
+                };
+                let root = format!("{BASE}/{dir}");
+                let mut paths: Vec<String> = self
+                    .zk
+                    .nodes
+                    .keys()
+                    .filter(|p| model_zk::covers(&root, p))
+                    .cloned()
+                    .collect();
+                paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+                paths
+                    .into_iter()
+                    .map(|path| ZkOp::Delete {
+                        path,
+                        version: None,
+                    })
+                    .collect()
+            }
+        };
+        for op in ops {
+            let mut writes = Vec::new();
+            let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
+            note!(self, None, None, format!("stranger {op:?}: {result:?}"));
+            for write in writes {
+                self.on_write(None, &write);
+            }
+            self.broadcast(events);
+        }
+    }
+
+    /// `zkcron resume`'s multi: the pause mark deleted and, when the fire record is older than
+    /// `now` (whole seconds), the record moved to `now`, both at the versions read. `None` when
+    /// the task is not paused.
+    fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
+        let name = &self.sc.tasks[t].name;
+        let mark = format!("{BASE}/control/paused/{name}");
+        let version = self.zk.nodes.get(&mark)?.stat.version;
+        let mut ops = vec![ZkOp::Delete {
+            path: mark,
+            version: Some(version),
+        }];
+        let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
+        // The task's record and, as the CLI does, each of its units' records.
+        let units = self.sc.tasks.iter().filter(|u| u.unit_task() == Some(t));
+        for path in std::iter::once(name).chain(units.map(|u| &u.name)) {
+            let path = format!("{BASE}/tasks/{path}");
+            let Some(z) = self.zk.nodes.get(&path) else {
+                continue;
+            };
+            let behind = serde_json::from_slice::<WireRecord>(&z.data)
+                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now));
+            if !behind {
+                continue;
+            }
+            let moved = WireRecord {
+                format: 1,
+                tick: Some(now),
+                node: String::new(),
+                session: String::new(),
+                run: false,
+                reruns: 0,
+                claimed_at: Some(now),
+                queued: None,
+            };
+            ops.push(ZkOp::SetData {
+                path,
+                data: serde_json::to_vec(&moved).expect("encodes"),
+                version: Some(z.stat.version),
+            });
+        }
+        Some(ZkOp::Multi(ops))
+    }
+
+    /// The daemon reloads its changed task files, as `daemon::reload` does: the firing core
+    /// stops firing every task (each changed), is handed the new definitions (it fires the
+    /// tasks it leads again from their fire records), and the node publishes them.
+    pub(super) fn reload(&mut self, n: NodeIx) {
+        let mut specs: Vec<TaskSpec> = self.procs[n]
+            .defines
+            .iter()
+            .map(|&t| task_spec(&self.sc.tasks[t], self.procs[n].reloads))
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        note!(self, Some(n), None, "reloading changed task files".into());
+        for spec in &specs {
+            let task = spec.name.to_string();
+            let why = Unload::Changed;
+            self.core_input(n, FireInput::Unload { task, why });
+        }
+        let loaded = specs.iter().cloned().map(Arc::new).collect();
+        self.core_input(n, FireInput::Load(loaded));
+        self.ask(n, Request::Publish(specs), Asked::Publish);
+        self.settle(n);
+    }
+
+    pub(crate) fn kill(&mut self, n: NodeIx) {
+        let p = &mut self.procs[n];
+        p.up = false;
+        p.frozen = false;
+        p.stopping = false;
+        p.deferred.clear();
+        p.inc += 1;
+        p.firing = None;
+        p.runs.clear();
+        p.chained.clear();
+        p.run_items.clear();
+        p.node = None;
+        self.log_node(n);
+        // Its processes end with it.
+        self.check.live_runs.retain(|r| r.node != n);
+    }
+
+    /// SIGTERM: the daemon stops firing, releases everything and closes; the process exits when
+    /// the node closed its session or after 2 s.
+    pub(crate) fn graceful_stop(&mut self, n: NodeIx) {
+        self.procs[n].stopping = true;
+        self.core_input(n, FireInput::Shutdown);
+        self.ask(n, Request::ReleaseAll, Asked::Release);
+        self.ask(n, Request::Close, Asked::Close);
+        self.timer(n, 2_000, T::StopDeadline);
+        self.settle(n);
+    }
+
+    pub(crate) fn thaw(&mut self, n: NodeIx) {
+        if !self.procs[n].frozen {
+            return;
+        }
+        self.procs[n].frozen = false;
+        self.disturb(n, 1, false);
+        // Resumed: timers that came due and buffered messages run now, in their order; half the
+        // time the firing core's timers first, so the node acts on its stale view at once.
+        let deferred = std::mem::take(&mut self.procs[n].deferred);
+        let (wakes, rest): (Vec<Ev>, Vec<Ev>) = if self.rng.random_bool(0.5) {
+            deferred.into_iter().partition(|ev| {
+                matches!(
+                    ev,
+                    Ev::Timer {
+                        timer: T::CoreTimeout(_) | T::Spawn { .. },
+                        ..
+                    }
+                )
+            })
+        } else {
+            (Vec::new(), deferred)
+        };
+        for ev in wakes.into_iter().chain(rest) {
+            self.push(self.now, ev);
+        }
+    }
+}
