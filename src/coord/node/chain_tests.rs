@@ -6,8 +6,6 @@ use crate::coord::node::io::Answered;
 use crate::coord::records::TriggerRecord;
 use crate::coord::{ClaimIntent, RunResult};
 
-const TICK: i64 = 1_800_000_000;
-
 fn ended(success: bool) -> RunResult {
     let tick = DateTime::from_timestamp(TICK, 0).unwrap();
     RunResult {

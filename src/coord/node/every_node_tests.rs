@@ -6,35 +6,6 @@ use crate::coord::node::io::Answered;
 use crate::coord::records::{FireRecord, HistoryRecord, RunRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
-const TICK: i64 = 1_800_000_000;
-
-fn tick() -> chrono::DateTime<chrono::Utc> {
-    DateTime::from_timestamp(TICK, 0).unwrap()
-}
-
-/// Asks the node `request` at `now`, answering its calls from `store`: its answer.
-fn ask_at(node: &mut Node, store: &mut Store, now: Now, request: Request) -> Answered {
-    node.handle(Input::Request { req: 900, request }, now);
-    let mut answer = None;
-    for _ in 0..20 {
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        for output in outputs {
-            match output {
-                Output::Call { op, zk } => {
-                    let result = store.apply(&zk, now);
-                    node.handle(Input::Reply { op, result }, now);
-                }
-                Output::Answer {
-                    req: 900,
-                    answer: a,
-                } => answer = Some(a),
-                _ => {}
-            }
-        }
-    }
-    answer.expect("answered").expect("no error")
-}
-
 #[test]
 fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
     let mut store = Store::default();
@@ -140,63 +111,9 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
 
 #[test]
 fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_history() {
-    let mut store = Store::default();
-    let name = "e@manual-0000000001";
-    let pending = TriggerRecord {
-        format: 1,
-        task: "e".into(),
-        requested_at: tick(),
-        by: "op@host".into(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    };
+    let (store, name) = manual_run_claimed_and_ended("e", "run_on = \"every_node\"");
+    assert_eq!(history_fire_ids(&store, "e@n1"), [name.clone()]);
     let path = format!("{BASE}/control/triggers/{name}");
-    store.znodes.insert(
-        path.clone(),
-        (serde_json::to_vec(&pending).unwrap(), Stat::default()),
-    );
-    let (mut node, _) = started(&mut store, vec![spec("e", "run_on = \"every_node\"")]);
-    let trigger = crate::coord::Trigger {
-        fire_id: name.into(),
-        requested_at: tick(),
-    };
-    assert_eq!(
-        node.leadership().triggers["e"],
-        std::slice::from_ref(&trigger)
-    );
-    let claim = Request::ClaimManual {
-        task: "e".into(),
-        trigger,
-    };
-    let answer = ask_at(&mut node, &mut store, at(100), claim);
-    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
-    assert_eq!(running.state, TriggerState::Running);
-    let result = RunResult {
-        tick: tick(),
-        node: "n1".into(),
-        exit: "exit code 0".into(),
-        success: true,
-        fire_id: Some(name.into()),
-        manual: true,
-        ..RunResult::default()
-    };
-    let ended = Request::RunEnded {
-        task: "e".into(),
-        result,
-    };
-    assert_eq!(
-        ask_at(&mut node, &mut store, at(200), ended),
-        Answered::Done
-    );
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/e@n1/history")];
-    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
-    let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
-    assert_eq!(ids, [name]);
     let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
     assert_eq!(ended.state, TriggerState::Ended);
 }

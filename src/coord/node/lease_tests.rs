@@ -1,7 +1,10 @@
-//! Takes, releases and registration, with the node fed by the control tests' small in-memory
-//! ZooKeeper (`control_tests.rs`: `Store`, `pump`, `started`).
+//! Takes, releases and registration, with the node fed by the shared small in-memory
+//! ZooKeeper (`test_fixtures.rs`: `Store`, `pump`, `started`).
+
+use semver::Version;
 
 use super::*;
+use crate::coord::node::NodeConfig;
 
 #[test]
 fn a_node_takes_more_leases_than_it_has_in_flight_without_waiting_for_a_timer() {

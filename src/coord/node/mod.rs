@@ -66,6 +66,8 @@ mod runs;
 mod session;
 mod tasks;
 #[cfg(test)]
+mod test_fixtures;
+#[cfg(test)]
 mod tests;
 mod then;
 mod trigger;

@@ -6,8 +6,6 @@ use crate::coord::RunResult;
 use crate::coord::node::io::Answered;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord};
 
-const TICK: i64 = 1_800_000_000;
-
 fn mark(by: &str, reason: &str) -> MarkRecord {
     MarkRecord {
         format: FORMAT_VERSION,

@@ -365,63 +365,8 @@ fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
 
 #[test]
 fn a_manual_run_of_a_pooled_task_is_claimed_fenced_on_a_held_unit_and_kept_in_its_history() {
-    let mut store = Store::default();
-    let name = "p@manual-0000000001";
-    let pending = TriggerRecord {
-        format: 1,
-        task: "p".into(),
-        requested_at: tick(),
-        by: "op@host".into(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    };
-    let path = format!("{BASE}/control/triggers/{name}");
-    store.znodes.insert(
-        path.clone(),
-        (serde_json::to_vec(&pending).unwrap(), Stat::default()),
-    );
-    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
-    let trigger = crate::coord::Trigger {
-        fire_id: name.into(),
-        requested_at: tick(),
-    };
-    assert_eq!(
-        node.leadership().triggers["p"],
-        std::slice::from_ref(&trigger)
-    );
-    let claim = Request::ClaimManual {
-        task: "p".into(),
-        trigger,
-    };
-    let answer = ask_at(&mut node, &mut store, at(100), claim);
-    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
-    assert_eq!(running.state, TriggerState::Running);
-    let result = RunResult {
-        tick: tick(),
-        node: "n1".into(),
-        exit: "exit code 0".into(),
-        success: true,
-        fire_id: Some(name.into()),
-        manual: true,
-        ..RunResult::default()
-    };
-    let ended = Request::RunEnded {
-        task: "p".into(),
-        result,
-    };
-    assert_eq!(
-        ask_at(&mut node, &mut store, at(200), ended),
-        Answered::Done
-    );
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/p@0/history")];
-    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
-    let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
-    assert_eq!(ids, [name]);
+    let (store, name) = manual_run_claimed_and_ended("p", "work_items = 2");
+    assert_eq!(history_fire_ids(&store, "p@0"), [name]);
 }
 
 #[test]

@@ -10,9 +10,6 @@ use crate::coord::node::queued_start::QUEUED_CLAIM_WAIT;
 use crate::coord::records::{FireRecord, ResultRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
-/// The first tick the tests claim; the others follow a second apart.
-const TICK: i64 = 1_800_000_000;
-
 fn tick(n: i64) -> DateTime<chrono::Utc> {
     DateTime::from_timestamp(TICK + n, 0).unwrap()
 }

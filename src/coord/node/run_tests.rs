@@ -7,9 +7,6 @@ use crate::coord::CoordError;
 use crate::coord::node::io::Answered;
 use crate::coord::records::FireRecord;
 
-/// The tick whose run znode the tests create: `run-1800000000`.
-const TICK: i64 = 1_800_000_000;
-
 /// What the node did for one request.
 struct Asked {
     answer: Option<Result<Answered, CoordError>>,

@@ -4,39 +4,18 @@ use std::time::Duration;
 
 use chrono::DateTime;
 
-use super::io::{Answered, Input, Now, Output, Request};
+use super::io::{Answered, Input, Output, Request};
+use super::test_fixtures::{at_secs as at, drain};
 use super::{Node, NodeBugs, NodeConfig};
 use crate::coord::{ClaimIntent, ClaimOutcome};
 
 fn config(session_timeout: Duration) -> NodeConfig {
     NodeConfig {
-        id: "n1".into(),
-        release: semver::Version::new(1, 0, 0),
-        // The last millionth of the period: the first task-set collection is an hour away.
-        seed: 999_999,
-        base: "/zkcron/test".into(),
-        connect: "127.0.0.1:2181".into(),
         session_timeout,
         max_clock_skew: Some(Duration::from_secs(2)),
-        labels: Default::default(),
-        host: "h".into(),
-        pid: 1,
-        started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         history_runs: 3,
-        acl: Default::default(),
-        bugs: NodeBugs::default(),
+        ..super::test_fixtures::config("n1")
     }
-}
-
-fn at(secs: u64) -> Now {
-    Now {
-        mono: Duration::from_secs(secs),
-        wall: DateTime::from_timestamp(1_800_000_000 + secs as i64, 0).unwrap(),
-    }
-}
-
-fn drain(node: &mut Node) -> Vec<Output> {
-    std::iter::from_fn(|| node.poll()).collect()
 }
 
 fn reports(outputs: &[Output]) -> Vec<String> {

@@ -2,46 +2,22 @@
 
 use std::time::Duration;
 
-use chrono::DateTime;
-
 use super::super::io::{
     Answered, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
 };
-use super::super::{Node, NodeBugs, NodeConfig};
+use super::super::test_fixtures::{BASE, at_secs as at, drain, pending_trigger};
+use super::super::{Node, NodeConfig};
 use crate::coord::records::{HistoryEntry, HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, RunResult, Trigger};
 
-const BASE: &str = "/zkcron/test";
 const NAME: &str = "t@manual-0000000001";
-
-fn at(secs: u64) -> Now {
-    Now {
-        mono: Duration::from_secs(secs),
-        wall: DateTime::from_timestamp(1_800_000_000 + secs as i64, 0).unwrap(),
-    }
-}
 
 fn config() -> NodeConfig {
     NodeConfig {
-        id: "n1".into(),
         release: semver::Version::new(1, 2, 3),
-        seed: 999_999,
-        base: BASE.into(),
-        connect: "127.0.0.1:2181".into(),
-        session_timeout: Duration::from_secs(10),
-        max_clock_skew: None,
-        labels: Default::default(),
-        host: "h".into(),
-        pid: 1,
-        started_at: at(0).wall,
         history_runs: 3,
-        acl: Default::default(),
-        bugs: NodeBugs::default(),
+        ..super::super::test_fixtures::config("n1")
     }
-}
-
-fn drain(node: &mut Node) -> Vec<Output> {
-    std::iter::from_fn(|| node.poll()).collect()
 }
 
 fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
@@ -100,18 +76,7 @@ fn leading() -> Node {
 }
 
 fn pending(task: &str) -> TriggerRecord {
-    TriggerRecord {
-        format: 1,
-        task: task.into(),
-        requested_at: at(1).wall,
-        by: "op@host".into(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    }
+    pending_trigger(task, at(1).wall)
 }
 
 /// Tells the node that trigger `name` was created with `record` (a watch event and the read).

@@ -1,0 +1,446 @@
+//! The fixtures the node's unit tests share: a node's config and clock, task specs, a small
+//! in-memory ZooKeeper of one session ([`Store`], no watches: the tests deliver the events
+//! they mean, or [`pump`] delivers those of the watched directories), the loop that runs the
+//! node against it until it is quiet, a node started on it, asking it a request, and the
+//! records a test plants (a pause or drain mark, a pending manual run).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use semver::Version;
+
+use super::io::{
+    Answered, CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
+};
+use super::{MemberInfo, Node, NodeBugs, NodeConfig};
+use crate::coord::lease::Member;
+use crate::coord::records::{HistoryRecord, MarkRecord, MemberRecord, TriggerRecord, TriggerState};
+use crate::coord::{ClaimOutcome, RunResult, Trigger};
+use crate::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+
+/// The tick the tests claim, run and end, in Unix seconds.
+pub(super) const TICK: i64 = 1_800_000_000;
+
+/// [`TICK`] as an instant.
+pub(super) fn tick() -> DateTime<Utc> {
+    DateTime::from_timestamp(TICK, 0).unwrap()
+}
+
+pub(super) const BASE: &str = "/zkcron/test";
+
+/// The config of node `id`: release 1.0.0, a 10 s session, no deliberate bug.
+pub(super) fn config(id: &str) -> NodeConfig {
+    NodeConfig {
+        id: id.into(),
+        release: Version::new(1, 0, 0),
+        // The last millionth of the period: the first task-set collection is an hour away.
+        seed: 999_999,
+        base: BASE.into(),
+        connect: "127.0.0.1:2181".into(),
+        session_timeout: Duration::from_secs(10),
+        max_clock_skew: None,
+        labels: Default::default(),
+        host: "h".into(),
+        pid: 1,
+        started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        bugs: NodeBugs::default(),
+        history_runs: 100,
+        acl: Default::default(),
+    }
+}
+
+/// `ms` milliseconds after the node started (its wall clock: [`TICK`] and `ms`).
+pub(super) fn at(ms: u64) -> Now {
+    Now {
+        mono: Duration::from_millis(ms),
+        wall: DateTime::from_timestamp_millis(1_800_000_000_000 + ms as i64).unwrap(),
+    }
+}
+
+/// `secs` seconds after the node started: [`at`] in whole seconds.
+pub(super) fn at_secs(secs: u64) -> Now {
+    at(secs * 1_000)
+}
+
+/// What the node has to say now.
+pub(super) fn drain(node: &mut Node) -> Vec<Output> {
+    std::iter::from_fn(|| node.poll()).collect()
+}
+
+/// Task `name`, every second, running `true`, with the task-file lines `extra`.
+pub(super) fn spec(name: &str, extra: &str) -> TaskSpec {
+    let defaults = TaskDefaults {
+        timezone: chrono_tz::Tz::UTC,
+        user: None,
+        identity: Identity::current(),
+        backend: crate::task::TaskBackend::Local,
+    };
+    let text = format!("schedule = \"* * * * * *\"\ncommand = \"true\"\n{extra}\n");
+    parse_task(name, Path::new("t.toml"), &text, &defaults).expect("valid task")
+}
+
+/// A mark (pause or drain) as the operator writes it.
+pub(super) fn mark() -> Vec<u8> {
+    serde_json::to_vec(&MarkRecord {
+        format: 1,
+        at: DateTime::from_timestamp(1_799_999_000, 0).unwrap(),
+        by: "ops@h".into(),
+        reason: None,
+    })
+    .unwrap()
+}
+
+/// A ZooKeeper of one session, enough for setup, registration, listing and takes.
+#[derive(Default)]
+pub(super) struct Store {
+    pub(super) znodes: BTreeMap<String, (Vec<u8>, Stat)>,
+    /// Watch events of the node's persistent recursive watches, not delivered yet.
+    pub(super) events: Vec<(String, WatchKind)>,
+    /// Znodes whose ACL keeps the node from reading them.
+    pub(super) unreadable: Vec<String>,
+    /// The session of the client being pumped, owner of what it creates as ephemeral, if not
+    /// session 1 (a second node's).
+    pub(super) session: Option<i64>,
+}
+
+impl Store {
+    pub(super) fn apply(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
+        let result = self.apply_op(zk, now);
+        if result.is_ok() {
+            let watched = |path: &str| {
+                ["members/", "leases/", "control/drained", "control/paused"]
+                    .iter()
+                    .any(|dir| path.starts_with(&format!("{BASE}/{dir}")))
+            };
+            let mut note = |path: &String, kind| {
+                if watched(path) {
+                    self.events.push((path.clone(), kind));
+                }
+            };
+            let ops = match zk {
+                ZkOp::Multi(ops) => ops.iter().collect(),
+                op => vec![op],
+            };
+            for op in ops {
+                match op {
+                    ZkOp::Create { path, .. } => note(path, WatchKind::Created),
+                    ZkOp::Delete { path, .. } => note(path, WatchKind::Deleted),
+                    ZkOp::SetData { path, .. } => note(path, WatchKind::DataChanged),
+                    _ => {}
+                }
+            }
+        }
+        result
+    }
+
+    fn apply_op(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
+        let stat = |version, ephemeral_owner| Stat {
+            version,
+            ephemeral_owner,
+            mtime_ms: now.wall.timestamp_millis(),
+            ..Stat::default()
+        };
+        match zk {
+            ZkOp::Create {
+                path, data, mode, ..
+            } => {
+                if self.znodes.contains_key(path) {
+                    return Err(ZkFail::NodeExists);
+                }
+                let owner = match mode {
+                    CreateMode::Ephemeral => self.session.unwrap_or(1),
+                    _ => 0,
+                };
+                self.znodes
+                    .insert(path.clone(), (data.clone(), stat(0, owner)));
+                Ok(ZkOk::Created(stat(0, owner)))
+            }
+            ZkOp::Delete { path, version } => match self.znodes.get(path) {
+                Some(znode) if version.is_some_and(|v| v != znode.1.version) => {
+                    Err(ZkFail::BadVersion)
+                }
+                Some(_) => {
+                    self.znodes.remove(path);
+                    Ok(ZkOk::Done)
+                }
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::SetData { path, data, .. } => match self.znodes.get_mut(path) {
+                Some(znode) => {
+                    znode.0 = data.clone();
+                    znode.1.version += 1;
+                    znode.1.mtime_ms = now.wall.timestamp_millis();
+                    Ok(ZkOk::Stat(znode.1))
+                }
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::Check { path, version } => match self.znodes.get(path) {
+                Some(znode) if znode.1.version != *version => Err(ZkFail::BadVersion),
+                Some(znode) => Ok(ZkOk::Stat(znode.1)),
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::GetData { path } if self.unreadable.contains(path) => Err(ZkFail::NoAuth),
+            ZkOp::GetData { path } => match self.znodes.get(path) {
+                Some((data, stat)) => Ok(ZkOk::Data(data.clone(), *stat)),
+                None => Err(ZkFail::NoNode),
+            },
+            ZkOp::GetChildren { path } => {
+                let prefix = format!("{path}/");
+                Ok(ZkOk::Children(
+                    self.znodes
+                        .keys()
+                        .filter_map(|p| p.strip_prefix(&prefix))
+                        .filter(|rest| !rest.contains('/'))
+                        .map(str::to_string)
+                        .collect(),
+                ))
+            }
+            ZkOp::Exists { path } => Ok(ZkOk::Exists(self.znodes.get(path).map(|z| z.1))),
+            ZkOp::Sync { .. } | ZkOp::AddPersistentRecursiveWatch { .. } => Ok(ZkOk::Done),
+            ZkOp::Multi(ops) => {
+                let before = self.znodes.clone();
+                let mut results = Vec::new();
+                for (index, op) in ops.iter().enumerate() {
+                    match self.apply_op(op, now) {
+                        Ok(ok) => results.push(ok),
+                        Err(error) => {
+                            self.znodes = before;
+                            return Err(ZkFail::Multi {
+                                index,
+                                error: Box::new(error),
+                            });
+                        }
+                    }
+                }
+                Ok(ZkOk::Multi(results))
+            }
+        }
+    }
+
+    pub(super) fn member(&self, id: &str) -> MemberRecord {
+        let (data, _) = &self.znodes[&format!("{BASE}/members/{id}")];
+        serde_json::from_slice(data).unwrap()
+    }
+}
+
+/// Runs the node against the store until it is quiet at `now`; returns the reports.
+pub(super) fn pump(node: &mut Node, store: &mut Store, now: Now) -> Vec<String> {
+    pump_with(node, store, now, |_, _, _| {})
+}
+
+/// [`pump`], calling `after` with each operation once the store has applied it, and its
+/// answer, before the node sees it: a test's way to interleave another client's writes, or to
+/// lose an answer.
+pub(super) fn pump_with(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    mut after: impl FnMut(&ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>),
+) -> Vec<String> {
+    pump_delivering(node, store, now, |_, zk, store, result| {
+        after(zk, store, result);
+        true
+    })
+}
+
+/// [`pump_with`], where `after` also gets the operation's id and says whether the node gets
+/// the answer now (`false`: the test keeps it, to deliver later or never).
+pub(super) fn pump_delivering(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    mut after: impl FnMut(u64, &ZkOp, &mut Store, &mut Result<ZkOk, ZkFail>) -> bool,
+) -> Vec<String> {
+    let mut said = Vec::new();
+    for _ in 0..100 {
+        if node.poll_timeout().is_some_and(|t| t <= now.mono) {
+            node.handle_timeout(now);
+        }
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        let events = std::mem::take(&mut store.events);
+        if outputs.is_empty()
+            && events.is_empty()
+            && node.poll_timeout().is_none_or(|t| t > now.mono)
+        {
+            return said;
+        }
+        for (path, kind) in events {
+            node.handle(Input::Watch { path, kind }, now);
+        }
+        for output in outputs {
+            match output {
+                Output::Call { op, zk } => {
+                    let mut result = store.apply(&zk, now);
+                    if after(op, &zk, store, &mut result) {
+                        node.handle(Input::Reply { op, result }, now);
+                    }
+                }
+                Output::Report(report) => said.push(report.to_string()),
+                _ => {}
+            }
+        }
+    }
+    panic!("the node never went quiet: {said:?}");
+}
+
+/// Node n1 with `tasks` published and session 1 connected at 0, before any call is answered.
+pub(super) fn connected(tasks: Vec<TaskSpec>) -> Node {
+    let mut node = Node::new(config("n1"), at(0));
+    node.handle(
+        Input::Request {
+            req: 1,
+            request: Request::Publish(tasks),
+        },
+        at(0),
+    );
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(0),
+    );
+    node
+}
+
+/// [`connected`], run until quiet at 0: the node and its reports.
+pub(super) fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
+    let mut node = connected(tasks);
+    let said = pump(&mut node, store, at(0));
+    (node, said)
+}
+
+/// The leases in `store`, by task or unit.
+pub(super) fn leases(store: &Store) -> Vec<String> {
+    let prefix = format!("{BASE}/leases/");
+    store
+        .znodes
+        .keys()
+        .filter_map(|p| p.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Member `id` of `release` defining `tasks`, with `labels`, as the node keeps it.
+pub(super) fn member(
+    id: &str,
+    release: &str,
+    tasks: &[TaskSpec],
+    labels: &[(&str, &str)],
+) -> MemberInfo {
+    let (_, _, set) = crate::coord::records::encode_taskset(tasks);
+    MemberInfo {
+        member: Member {
+            id: id.into(),
+            release: Version::parse(release).unwrap(),
+            seed: 1,
+            tasks: set,
+            may_lead: true,
+            labels: Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            drained: false,
+        },
+    }
+}
+
+/// Asks the node `request` at `now`, answering its calls from `store`: its answer.
+pub(super) fn ask_at(node: &mut Node, store: &mut Store, now: Now, request: Request) -> Answered {
+    node.handle(Input::Request { req: 900, request }, now);
+    let mut answer = None;
+    for _ in 0..20 {
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        for output in outputs {
+            match output {
+                Output::Call { op, zk } => {
+                    let result = store.apply(&zk, now);
+                    node.handle(Input::Reply { op, result }, now);
+                }
+                Output::Answer {
+                    req: 900,
+                    answer: a,
+                } => answer = Some(a),
+                _ => {}
+            }
+        }
+    }
+    answer.expect("answered").expect("no error")
+}
+
+/// A manual run of `task` (`zkcron trigger`) requested by an operator at `requested_at`, not
+/// claimed yet.
+pub(super) fn pending_trigger(task: &str, requested_at: DateTime<Utc>) -> TriggerRecord {
+    TriggerRecord {
+        format: 1,
+        task: task.into(),
+        requested_at,
+        by: "op@host".into(),
+        state: TriggerState::Pending,
+        node: None,
+        claimed_at: None,
+        result: None,
+        reason: None,
+        after: None,
+    }
+}
+
+/// A manual run of `task` (defined with the task-file lines `extra`) that an operator
+/// requested before node n1 started, alone: n1 lists it for the task, claims it (the trigger
+/// is then running) and stores its success. Returns the store and the run's fire id.
+pub(super) fn manual_run_claimed_and_ended(task: &str, extra: &str) -> (Store, String) {
+    let mut store = Store::default();
+    let name = format!("{task}@manual-0000000001");
+    let path = format!("{BASE}/control/triggers/{name}");
+    let pending = serde_json::to_vec(&pending_trigger(task, tick())).unwrap();
+    store
+        .znodes
+        .insert(path.clone(), (pending, Stat::default()));
+    let (mut node, _) = started(&mut store, vec![spec(task, extra)]);
+    let trigger = Trigger {
+        fire_id: name.clone(),
+        requested_at: tick(),
+    };
+    assert_eq!(
+        node.leadership().triggers[task],
+        std::slice::from_ref(&trigger)
+    );
+    let claim = Request::ClaimManual {
+        task: task.into(),
+        trigger,
+    };
+    let answer = ask_at(&mut node, &mut store, at(100), claim);
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(running.state, TriggerState::Running);
+    let result = RunResult {
+        tick: tick(),
+        node: "n1".into(),
+        exit: "exit code 0".into(),
+        success: true,
+        fire_id: Some(name.clone()),
+        manual: true,
+        ..RunResult::default()
+    };
+    let ended = Request::RunEnded {
+        task: task.into(),
+        result,
+    };
+    assert_eq!(
+        ask_at(&mut node, &mut store, at(200), ended),
+        Answered::Done
+    );
+    (store, name)
+}
+
+/// The fire ids of the runs in the history of `unit` (a task or a unit), oldest first.
+pub(super) fn history_fire_ids(store: &Store, unit: &str) -> Vec<String> {
+    let (data, _) = &store.znodes[&format!("{BASE}/tasks/{unit}/history")];
+    let history: HistoryRecord = serde_json::from_slice(data).unwrap();
+    history.runs.into_iter().map(|r| r.fire_id).collect()
+}
