@@ -28,6 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe import by_name_between, read_whole, thread_cpu_by_name  # noqa: E402
 from reload import cpu_seconds, free_port, wait_log  # noqa: E402
 
 SYS_PROCESS_MADVISE = 440  # x86_64
@@ -55,20 +56,6 @@ def page_out(pid):
         os.close(pidfd)
 
 
-def thread_ns(pid):
-    """Each live thread's CPU nanoseconds: {tid: (name, ns)}."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[tid] = (name, int(f.read().split()[0]))
-        except OSError:
-            pass
-    return out
-
-
 def smaps(pid):
     """Resident and private dirty kB per (file, permissions)."""
     rss, dirty, key = collections.Counter(), collections.Counter(), None
@@ -83,15 +70,6 @@ def smaps(pid):
                 dirty[key] += int(p[1])
     return [(name, perms, kb, dirty[(name, perms)])
             for (name, perms), kb in rss.most_common() if kb]
-
-
-def read_whole(path):
-    """Reads `path` into the page cache. The kernel maps the cached neighbours of a page the
-    daemon touches (fault-around, 64 KiB), so what is resident depends on what is cached:
-    every run starts with the whole binary cached, as after an install, the most it can be."""
-    with open(path, "rb") as f:
-        while f.read(1 << 20):
-            pass
 
 
 def one_run(binary, seconds, pageout, http=True):
@@ -116,12 +94,11 @@ def one_run(binary, seconds, pageout, http=True):
         if pageout:
             page_out(proc.pid)
         fires = lambda: open(log).read().count('"started"')  # noqa: E731
-        before, cpu, fired = thread_ns(proc.pid), cpu_seconds(proc.pid), fires()
+        before, cpu, fired = thread_cpu_by_name(proc.pid), cpu_seconds(proc.pid), fires()
         time.sleep(seconds)
-        after, cpu, fired = thread_ns(proc.pid), cpu_seconds(proc.pid) - cpu, fires() - fired
-        per = collections.Counter()
-        for tid, (name, ns) in after.items():
-            per[name] += ns - before.get(tid, (name, 0))[1]
+        after = thread_cpu_by_name(proc.pid)
+        cpu, fired = cpu_seconds(proc.pid) - cpu, fires() - fired
+        per = collections.Counter(by_name_between(before, after))
         with open(f"/proc/{proc.pid}/status") as f:
             status = dict(line.split(":", 1) for line in f)
         return {

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use zkcron::coord::RunResult;
 use zkcron::coord::records::{
     FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, Paths, ResultRecord,
@@ -147,31 +147,7 @@ async fn main() {
         };
         let tick = now - TimeDelta::seconds((i % 3600) as i64);
         let tick = tick - TimeDelta::nanoseconds(tick.timestamp_subsec_nanos() as i64);
-        let fire = FireRecord {
-            tick: Some(tick),
-            node: node.clone(),
-            session: "0000000000000001".into(),
-            run: true,
-            claimed_at: Some(tick),
-            ..FireRecord::empty()
-        };
-        let result = ResultRecord {
-            format: FORMAT_VERSION,
-            result: RunResult {
-                tick,
-                node: node.clone(),
-                exit: if i % 17 == 0 {
-                    "exit code 1".into()
-                } else {
-                    "exit code 0".into()
-                },
-                success: i % 17 != 0,
-                attempts: 1,
-                duration_ms: 1234,
-                finished_at: tick + TimeDelta::milliseconds(1234),
-                ..RunResult::default()
-            },
-        };
+        let (fire, result) = run_of(node, tick, i32::from(i % 17 == 0), 1234);
         writes.push((paths.lease(name), serde_json::to_vec(&lease).unwrap()));
         writes.push((paths.record(name), serde_json::to_vec(&fire).unwrap()));
         writes.push((paths.result(name), serde_json::to_vec(&result).unwrap()));
@@ -213,27 +189,7 @@ async fn churn_on(
         let now = Utc::now();
         let tick = now - TimeDelta::nanoseconds(now.timestamp_subsec_nanos() as i64);
         let node = &ids[1 + i % (ids.len() - 1).max(1)];
-        let fire = FireRecord {
-            tick: Some(tick),
-            node: node.clone(),
-            session: "0000000000000001".into(),
-            run: true,
-            claimed_at: Some(tick),
-            ..FireRecord::empty()
-        };
-        let result = ResultRecord {
-            format: FORMAT_VERSION,
-            result: RunResult {
-                tick,
-                node: node.clone(),
-                exit: "exit code 0".into(),
-                success: true,
-                attempts: 1,
-                duration_ms: 12,
-                finished_at: tick + TimeDelta::milliseconds(12),
-                ..RunResult::default()
-            },
-        };
+        let (fire, result) = run_of(node, tick, 0, 12);
         timer.tick().await;
         let fire = serde_json::to_vec(&fire).unwrap();
         client
@@ -247,4 +203,36 @@ async fn churn_on(
             .await
             .expect("result written");
     }
+}
+
+/// The records of a run of `tick` on `node`: its claim (the fire record) and its result, which
+/// exited with `exit_code` (0: a success) after `duration_ms`.
+fn run_of(
+    node: &str,
+    tick: DateTime<Utc>,
+    exit_code: i32,
+    duration_ms: u64,
+) -> (FireRecord, ResultRecord) {
+    let fire = FireRecord {
+        tick: Some(tick),
+        node: node.to_string(),
+        session: "0000000000000001".into(),
+        run: true,
+        claimed_at: Some(tick),
+        ..FireRecord::empty()
+    };
+    let result = ResultRecord {
+        format: FORMAT_VERSION,
+        result: RunResult {
+            tick,
+            node: node.to_string(),
+            exit: format!("exit code {exit_code}"),
+            success: exit_code == 0,
+            attempts: 1,
+            duration_ms,
+            finished_at: tick + TimeDelta::milliseconds(duration_ms as i64),
+            ..RunResult::default()
+        },
+    };
+    (fire, result)
 }
