@@ -200,24 +200,27 @@ impl Store {
             }
             ZkOp::Exists { path } => Ok(ZkOk::Exists(self.znodes.get(path).map(|z| z.1))),
             ZkOp::Sync { .. } | ZkOp::AddPersistentRecursiveWatch { .. } => Ok(ZkOk::Done),
-            ZkOp::Multi(ops) => {
-                let before = self.znodes.clone();
-                let mut results = Vec::new();
-                for (index, op) in ops.iter().enumerate() {
-                    match self.apply_op(op, now) {
-                        Ok(ok) => results.push(ok),
-                        Err(error) => {
-                            self.znodes = before;
-                            return Err(ZkFail::Multi {
-                                index,
-                                error: Box::new(error),
-                            });
-                        }
-                    }
+            ZkOp::Multi(ops) => self.apply_multi(ops, now),
+        }
+    }
+
+    /// All of `ops` or none: the first failing one's index and error.
+    fn apply_multi(&mut self, ops: &[ZkOp], now: Now) -> Result<ZkOk, ZkFail> {
+        let before = self.znodes.clone();
+        let mut results = Vec::new();
+        for (index, op) in ops.iter().enumerate() {
+            match self.apply_op(op, now) {
+                Ok(ok) => results.push(ok),
+                Err(error) => {
+                    self.znodes = before;
+                    return Err(ZkFail::Multi {
+                        index,
+                        error: Box::new(error),
+                    });
                 }
-                Ok(ZkOk::Multi(results))
             }
         }
+        Ok(ZkOk::Multi(results))
     }
 
     pub(super) fn member(&self, id: &str) -> MemberRecord {
