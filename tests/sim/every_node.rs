@@ -3,8 +3,8 @@
 //! a task as a leader's, which the per-node count must catch.
 
 use crate::checker::Kind;
-use crate::scenario::{Knobs, NodeBug, Scenario};
-use crate::{run_real, run_unit_scenarios};
+use crate::scenario::{Knobs, NodeBug};
+use crate::{assert_unit_checks_find, run_unit_scenarios};
 
 /// Scenarios with tasks that run on every node (`Knobs::every_node`), every fault and every
 /// operator's action on: each node's unit of such a task is checked as a task of its own, so
@@ -28,23 +28,6 @@ fn the_checker_reports_every_node_ticks_run_as_a_leaders_task() {
         bug: NodeBug::EveryNodeAsLeader,
         ..Knobs::CONTRACT
     };
-    let seed = (0..100).find(|&seed| {
-        let scenario = Scenario::generate(seed, knobs);
-        run_real(seed, knobs, false).violations.iter().any(|v| {
-            v.kind == Kind::RunWithoutClaim
-                && v.task.is_some_and(|t| scenario.tasks[t].unit_of.is_some())
-        })
-    });
-    assert!(
-        seed.is_some(),
-        "no run without a claim of a unit in 100 scenarios with {knobs:?}"
-    );
-    // Without the bug the same scenarios keep every node's ticks.
-    let fixed = Knobs {
-        bug: NodeBug::None,
-        ..knobs
-    };
-    let seed = seed.unwrap();
-    let violations = run_real(seed, fixed, false).violations;
-    assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    let kinds = [Kind::RunWithoutClaim];
+    assert_unit_checks_find(knobs, 0..100, &kinds, |t| t.unit_of.is_some());
 }

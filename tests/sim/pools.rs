@@ -6,8 +6,8 @@
 //! every item to.
 
 use crate::checker::Kind;
-use crate::scenario::{Knobs, NodeBug, Scenario};
-use crate::{run_real, run_unit_scenarios};
+use crate::scenario::{Knobs, NodeBug};
+use crate::{assert_unit_checks_find, run_unit_scenarios};
 
 /// Scenarios with pooled tasks (`Knobs::pools`), every fault and every operator's action on:
 /// each item's unit is checked as a task of its own, so no (tick, item) is claimed twice or
@@ -41,25 +41,8 @@ fn the_checker_reports_an_item_run_by_a_node_that_does_not_own_it() {
         bug: NodeBug::PoolRunsEveryItem,
         ..Knobs::CONTRACT
     };
-    let seed = (0..100).find(|&seed| {
-        let scenario = Scenario::generate(seed, knobs);
-        run_real(seed, knobs, false).violations.iter().any(|v| {
-            matches!(v.kind, Kind::RunWithoutClaim | Kind::RunTwice)
-                && v.task.is_some_and(|t| scenario.tasks[t].item_of.is_some())
-        })
-    });
-    assert!(
-        seed.is_some(),
-        "no item run without its claim in 100 scenarios with {knobs:?}"
-    );
-    // Without the bug the same scenario keeps every item's ticks.
-    let fixed = Knobs {
-        bug: NodeBug::None,
-        ..knobs
-    };
-    let seed = seed.unwrap();
-    let violations = run_real(seed, fixed, false).violations;
-    assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    let kinds = [Kind::RunWithoutClaim, Kind::RunTwice];
+    assert_unit_checks_find(knobs, 0..100, &kinds, |t| t.item_of.is_some());
 }
 
 /// The real node with its test-only switch `bugs.pause_apart` (a failed run's pause is created
@@ -76,28 +59,6 @@ fn the_checker_reports_item_ticks_run_after_a_failure_when_the_pause_is_written_
     // The seeds from 200: the first that shows it is 238 with the code of 2026-11-27 (a node
     // lost between a failed run's end and its pause is rare); a range, not one seed, so that
     // it survives changes of the draws.
-    let found = (200..800).find_map(|seed| {
-        let scenario = Scenario::generate(seed, knobs);
-        let outcome = run_real(seed, knobs, false);
-        let hit = outcome.violations.iter().any(|v| {
-            v.kind == Kind::RanAfterFailurePause
-                && v.task.is_some_and(|t| scenario.tasks[t].item_of.is_some())
-        });
-        hit.then_some((seed, outcome.report))
-    });
-    let Some((seed, report)) = found else {
-        panic!("no item's tick run after a stored failure in scenarios 200..800 with {knobs:?}");
-    };
-    eprintln!("RanAfterFailurePause of an item: first at seed {seed}{report}");
-    // Without the bug the same scenario keeps every item paused.
-    let fixed = Knobs {
-        bug: NodeBug::None,
-        ..knobs
-    };
-    let outcome = run_real(seed, fixed, false);
-    assert!(
-        outcome.violations.is_empty(),
-        "seed {seed}: {}",
-        outcome.report
-    );
+    let kinds = [Kind::RanAfterFailurePause];
+    assert_unit_checks_find(knobs, 200..800, &kinds, |t| t.item_of.is_some());
 }

@@ -7,7 +7,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::checker::{Checker, ClaimRec, Kind, Violation};
-use crate::{Ms, NodeIx, SessionId, TaskIx, secs};
+use crate::scenario::Knobs;
+use crate::{Ms, NodeIx, SessionId, TaskIx, env_u64, knob_env, run_real, secs};
 use zkcron::coord::records::FireRecord;
 
 impl Checker {
@@ -66,4 +67,30 @@ impl Checker {
             detail,
         });
     }
+}
+
+/// Tasks with `overlap = "queue"` among every fault and operator's action: a tick queued behind
+/// a live run starts after it ended, at most one waits, and nothing runs twice.
+#[test]
+fn queued_overlap_holds_through_the_default_faults() {
+    let knobs = Knobs {
+        overlap_queue: true,
+        ..Knobs::DEFAULT
+    };
+    let scenarios = env_u64("ZKCRON_SIM_QUEUE_SCENARIOS").unwrap_or(100);
+    let mut started = 0;
+    for seed in 0..scenarios {
+        let outcome = run_real(seed, knobs, false);
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {}\nreplay: ZKCRON_SIM_SEED={seed} {}cargo test --test sim shard_0",
+            outcome.report,
+            knob_env(knobs)
+        );
+        started += outcome.stats.queued_started;
+    }
+    assert!(
+        started > 0,
+        "no queued tick started in {scenarios} scenarios"
+    );
 }
