@@ -21,6 +21,12 @@ use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// The parent's schedule in most tests: every second.
+const EVERY_SECOND: &str = "schedule = \"* * * * * *\"";
+
+/// The child's `when`: it runs after `extract` only.
+const AFTER_EXTRACT: &str = "after = [\"extract\"]";
+
 /// A task file whose job appends "<fire id> <scheduled at> <node>" to `out` and exits `exit`.
 fn recording(out: &Path, when: &str, exit: u8, more: &str) -> String {
     format!(
@@ -78,13 +84,9 @@ fn each_parent_success_runs_the_child_once_also_when_the_parent_s_node_is_killed
     let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
     // The parent runs only on node-a, the child only on node-b: the kill takes the parent's
     // node, never the child's claimer.
-    let every_second = "schedule = \"* * * * * *\"";
     let on = |role: &str| format!("require_labels = {{ role = \"{role}\" }}");
-    cluster.write_task("extract", &recording(&extract, every_second, 0, &on("a")));
-    cluster.write_task(
-        "load",
-        &recording(&load, "after = [\"extract\"]", 0, &on("b")),
-    );
+    cluster.write_task("extract", &recording(&extract, EVERY_SECOND, 0, &on("a")));
+    cluster.write_task("load", &recording(&load, AFTER_EXTRACT, 0, &on("b")));
     for (id, role) in [("node-a", "a"), ("node-b", "b")] {
         let mut node = cluster.new_node(id);
         node.config = format!("[node]\nlabels = {{ role = \"{role}\" }}\n");
@@ -152,9 +154,8 @@ fn each_parent_success_runs_the_child_once_also_when_the_parent_s_node_is_killed
 fn a_failing_parent_runs_no_child() {
     let mut cluster = Cluster::new();
     let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
-    let every_second = "schedule = \"* * * * * *\"";
-    cluster.write_task("extract", &recording(&extract, every_second, 3, ""));
-    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    cluster.write_task("extract", &recording(&extract, EVERY_SECOND, 3, ""));
+    cluster.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
     cluster.start(cluster.new_node("node-a"));
     cluster.wait("three parent runs", LIMIT, |_| runs(&extract).1 >= 3);
     // The third run's end is stored by the time a fourth starts.
@@ -168,11 +169,8 @@ fn a_failing_parent_runs_no_child() {
 fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restart() {
     let scratch = Scratch::new();
     let (extract, load) = (scratch.out("extract"), scratch.out("load"));
-    scratch.write_task(
-        "extract",
-        &recording(&extract, "schedule = \"* * * * * *\"", 0, ""),
-    );
-    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    scratch.write_task("extract", &recording(&extract, EVERY_SECOND, 0, ""));
+    scratch.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
     // A task after a task that does not exist is refused alone.
     scratch.write_task("orphan", &recording(&load, "after = [\"nothing\"]", 0, ""));
     let mut daemon = scratch.start_daemon(&[]);
@@ -443,9 +441,8 @@ fn a_chained_run_of_a_paused_child_is_skipped_logged_with_its_parent_and_counted
     // Given extract every second and load after it, on one node serving /metrics.
     let mut cluster = Cluster::new();
     let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
-    let every_second = "schedule = \"* * * * * *\"";
-    cluster.write_task("extract", &recording(&extract, every_second, 0, ""));
-    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    cluster.write_task("extract", &recording(&extract, EVERY_SECOND, 0, ""));
+    cluster.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
     let mut node = cluster.new_node("node-a");
     node.config = "[http]\nlisten = \"127.0.0.1:0\"\n".to_string();
     let address = cluster.start(node).served_address();
@@ -493,11 +490,8 @@ fn a_chained_run_of_a_paused_child_is_skipped_logged_with_its_parent_and_counted
 fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
     let scratch = Scratch::new();
     let (extract, load) = (scratch.out("extract"), scratch.out("load"));
-    scratch.write_task(
-        "extract",
-        &recording(&extract, "schedule = \"* * * * * *\"", 0, ""),
-    );
-    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    scratch.write_task("extract", &recording(&extract, EVERY_SECOND, 0, ""));
+    scratch.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
     let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
@@ -534,11 +528,10 @@ fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
     // Given a parent that requires a label no live node has, and its child on the only node.
     let mut cluster = Cluster::new();
     let (extract, load) = (cluster.path().join("extract"), cluster.path().join("load"));
-    let every_second = "schedule = \"* * * * * *\"";
     let eu = "require_labels = { zone = \"eu\" }";
-    cluster.write_task("extract", &recording(&extract, every_second, 0, eu));
-    cluster.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
-    cluster.write_task("anywhere", &recording(&load, every_second, 0, ""));
+    cluster.write_task("extract", &recording(&extract, EVERY_SECOND, 0, eu));
+    cluster.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
+    cluster.write_task("anywhere", &recording(&load, EVERY_SECOND, 0, ""));
     let mut node = cluster.new_node("node-a");
     node.config = "[node]\nlabels = { zone = \"us\" }\n".to_string();
     cluster.start(node);
@@ -605,7 +598,7 @@ fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_par
     let (extract, load) = (scratch.out("extract"), scratch.out("load"));
     let yearly = "schedule = \"0 0 1 1 *\"";
     scratch.write_task("extract", &recording(&extract, yearly, 0, ""));
-    scratch.write_task("load", &recording(&load, "after = [\"extract\"]", 0, ""));
+    scratch.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
     let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
