@@ -112,7 +112,10 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
 #[test]
 fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_history() {
     let (store, name) = manual_run_claimed_and_ended("e", "run_on = \"every_node\"");
-    assert_eq!(history_fire_ids(&store, "e@n1"), [name.clone()]);
+    assert_eq!(
+        history_fire_ids(&store, "e@n1"),
+        std::slice::from_ref(&name)
+    );
     let path = format!("{BASE}/control/triggers/{name}");
     let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
     assert_eq!(ended.state, TriggerState::Ended);
