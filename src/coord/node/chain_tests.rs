@@ -124,29 +124,12 @@ fn pooled_claimed(store: &mut Store) -> Node {
     let (mut node, _) = started(store, vec![spec("p", "work_items = 3")]);
     let request = Request::Claim {
         task: "p".into(),
-        tick: DateTime::from_timestamp(TICK, 0).unwrap(),
+        tick: tick(),
         intent: ClaimIntent::Run,
     };
-    node.handle(Input::Request { req: 901, request }, at(50));
-    let mut answer = None;
-    for _ in 0..20 {
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        for output in outputs {
-            match output {
-                Output::Call { op, zk } => {
-                    let result = store.apply(&zk, at(50));
-                    node.handle(Input::Reply { op, result }, at(50));
-                }
-                Output::Answer {
-                    req: 901,
-                    answer: a,
-                } => answer = Some(a),
-                _ => {}
-            }
-        }
-    }
+    let answer = ask_at(&mut node, store, at(50), request);
     let items = vec!["0".to_string(), "1".into(), "2".into()];
-    assert_eq!(answer.unwrap().unwrap(), Answered::ClaimedItems(items));
+    assert_eq!(answer, Answered::ClaimedItems(items));
     node
 }
 
