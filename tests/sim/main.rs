@@ -612,6 +612,7 @@ fn run_unit_scenarios(
             failed.push((seed, v.kind));
         }
     }
+    eprintln!("{what}: {units} units; {total:?}");
     assert!(units > seeds.len(), "few units of {what} drawn: {units}");
     assert!(
         failed.is_empty(),
