@@ -246,6 +246,48 @@ impl TickPlanner {
         if now < armed_due {
             return Step::SleepUntil(armed_due);
         }
+        if !self.pending_start
+            && let Some(step) = self.poll_on_time(armed, armed_due, now)
+        {
+            return step;
+        }
+        self.poll_due(armed, now)
+    }
+
+    /// The usual poll of a running loop, in one step of the schedule instead of five: the
+    /// armed tick came due within [`ON_TIME_TOLERANCE`] and the tick after it has not come yet.
+    /// Then nothing lies between the cursor and the armed tick (`armed` is always the next tick
+    /// after `cursor`), nothing was missed, and [`TickPlanner::poll_due`] would fire the armed
+    /// tick alone (or skip it past `starting_deadline`): so does this. `None` in any other case.
+    fn poll_on_time(
+        &mut self,
+        armed: DateTime<Utc>,
+        armed_due: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Option<Step> {
+        let jitter = TimeDelta::from_std(self.rules.jitter).unwrap_or(TimeDelta::MAX);
+        let on_time = armed_due + ON_TIME_TOLERANCE >= now
+            && self.cursor.max(now - ON_TIME_TOLERANCE - jitter) < armed;
+        if !on_time {
+            return None;
+        }
+        let next = self.rules.schedule.next_after(armed);
+        if next.is_some_and(|next| next <= now) {
+            return None;
+        }
+        let (ticks, skipped) = if self.deadline_ok(armed, now) {
+            (vec![self.tick(armed, false)], 0)
+        } else {
+            (Vec::new(), 1)
+        };
+        self.cursor = armed;
+        self.armed = next;
+        Some(Step::Fire { ticks, skipped })
+    }
+
+    /// Fires what is due at `now`, the armed tick being due: the ticks on time, and the missed
+    /// ones as `catch_up` says.
+    fn poll_due(&mut self, armed: DateTime<Utc>, now: DateTime<Utc>) -> Step {
         let from_start = std::mem::take(&mut self.pending_start);
         let latest_due = self.latest_due(armed, now);
         let due = self.classify_due(now, from_start, latest_due);
