@@ -300,6 +300,8 @@ impl TickPlanner {
                 skipped += 1;
             }
         }
+        // With jitter a missed tick run by `catch_up` can be newer than one on time.
+        ticks.sort_by_key(|tick| tick.instant);
         self.cursor = latest_due;
         self.armed = self.rules.schedule.next_after(latest_due);
         Step::Fire { ticks, skipped }
@@ -388,7 +390,7 @@ impl TickPlanner {
             }
             CatchUpPolicy::Once => (Vec::new(), due.missed_count),
             CatchUpPolicy::All => {
-                let eligible = self.eligible_to_catch_up(now, latest);
+                let eligible = self.eligible_to_catch_up(now, latest, &due.on_time);
                 let skipped = due.missed_count - eligible.len() as u64;
                 let ticks = eligible.into_iter().map(|i| self.tick(i, true)).collect();
                 (ticks, skipped)
@@ -397,11 +399,13 @@ impl TickPlanner {
     }
 
     /// The missed ticks up to `latest` that `catch_up = "all"` runs: only those inside the
-    /// deadline (the walk starts there to keep it short), and the newest [`MAX_CATCH_UP`].
+    /// deadline (the walk starts there to keep it short), not those that run `on_time`, and
+    /// the newest [`MAX_CATCH_UP`].
     fn eligible_to_catch_up(
         &self,
         now: DateTime<Utc>,
         latest: DateTime<Utc>,
+        on_time: &[Tick],
     ) -> std::collections::VecDeque<DateTime<Utc>> {
         let mut walk_from = self.cursor;
         if let Some(deadline) = self.rules.starting_deadline {
@@ -413,7 +417,9 @@ impl TickPlanner {
             if instant > latest {
                 break;
             }
-            if self.deadline_ok(instant, now) {
+            // With jitter a tick on time can lie before a missed one: it runs on time, once.
+            let runs_on_time = on_time.iter().any(|tick| tick.instant == instant);
+            if !runs_on_time && self.deadline_ok(instant, now) {
                 eligible.push_back(instant);
                 if eligible.len() > MAX_CATCH_UP {
                     eligible.pop_front();
