@@ -4,6 +4,7 @@
 # Runs BINARY under callgrind (children not traced) with 10 every-second tasks running
 # target/release/examples/probe for SECONDS (25), then prints the fires seen and callgrind's
 # instruction total. Run it twice (e.g. 12 s and 25 s): per fire = Δ total / Δ fires.
+# CALLGRIND_KEEP=FILE keeps callgrind's output there, for callgrind_annotate.
 set -e
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$1; N=$2; D=$(mktemp -d); mkdir -p "$D/jobs"
@@ -15,4 +16,5 @@ touch "$D/c.toml"
 valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$B" run --config "$D/c.toml" \
   --jobs-dir "$D/jobs" --state-dir "$D/st" --node-id bench 2>"$D/log.txt" &
 P=$!; sleep "${3:-25}"; kill -TERM $P; wait $P || true
+if [ -n "$CALLGRIND_KEEP" ]; then cp "$D/cg.out" "$CALLGRIND_KEEP"; fi
 echo "$N fires $(wc -l < "$D/out") $(grep -m1 -o 'totals: [0-9]*' "$D/cg.out")"

@@ -246,6 +246,48 @@ impl TickPlanner {
         if now < armed_due {
             return Step::SleepUntil(armed_due);
         }
+        if !self.pending_start
+            && let Some(step) = self.poll_on_time(armed, armed_due, now)
+        {
+            return step;
+        }
+        self.poll_due(armed, now)
+    }
+
+    /// The usual poll of a running loop, in one step of the schedule instead of five: the
+    /// armed tick came due within [`ON_TIME_TOLERANCE`] and the tick after it has not come yet.
+    /// Then nothing lies between the cursor and the armed tick (`armed` is always the next tick
+    /// after `cursor`), nothing was missed, and [`TickPlanner::poll_due`] would fire the armed
+    /// tick alone (or skip it past `starting_deadline`): so does this. `None` in any other case.
+    fn poll_on_time(
+        &mut self,
+        armed: DateTime<Utc>,
+        armed_due: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Option<Step> {
+        let jitter = TimeDelta::from_std(self.rules.jitter).unwrap_or(TimeDelta::MAX);
+        let on_time = armed_due + ON_TIME_TOLERANCE >= now
+            && self.cursor.max(now - ON_TIME_TOLERANCE - jitter) < armed;
+        if !on_time {
+            return None;
+        }
+        let next = self.rules.schedule.next_after(armed);
+        if next.is_some_and(|next| next <= now) {
+            return None;
+        }
+        let (ticks, skipped) = if self.deadline_ok(armed, now) {
+            (vec![self.tick(armed, false)], 0)
+        } else {
+            (Vec::new(), 1)
+        };
+        self.cursor = armed;
+        self.armed = next;
+        Some(Step::Fire { ticks, skipped })
+    }
+
+    /// Fires what is due at `now`, the armed tick being due: the ticks on time, and the missed
+    /// ones as `catch_up` says.
+    fn poll_due(&mut self, armed: DateTime<Utc>, now: DateTime<Utc>) -> Step {
         let from_start = std::mem::take(&mut self.pending_start);
         let latest_due = self.latest_due(armed, now);
         let due = self.classify_due(now, from_start, latest_due);
@@ -258,6 +300,8 @@ impl TickPlanner {
                 skipped += 1;
             }
         }
+        // With jitter a missed tick run by `catch_up` can be newer than one on time.
+        ticks.sort_by_key(|tick| tick.instant);
         self.cursor = latest_due;
         self.armed = self.rules.schedule.next_after(latest_due);
         Step::Fire { ticks, skipped }
@@ -346,7 +390,7 @@ impl TickPlanner {
             }
             CatchUpPolicy::Once => (Vec::new(), due.missed_count),
             CatchUpPolicy::All => {
-                let eligible = self.eligible_to_catch_up(now, latest);
+                let eligible = self.eligible_to_catch_up(now, latest, &due.on_time);
                 let skipped = due.missed_count - eligible.len() as u64;
                 let ticks = eligible.into_iter().map(|i| self.tick(i, true)).collect();
                 (ticks, skipped)
@@ -355,11 +399,13 @@ impl TickPlanner {
     }
 
     /// The missed ticks up to `latest` that `catch_up = "all"` runs: only those inside the
-    /// deadline (the walk starts there to keep it short), and the newest [`MAX_CATCH_UP`].
+    /// deadline (the walk starts there to keep it short), not those that run `on_time`, and
+    /// the newest [`MAX_CATCH_UP`].
     fn eligible_to_catch_up(
         &self,
         now: DateTime<Utc>,
         latest: DateTime<Utc>,
+        on_time: &[Tick],
     ) -> std::collections::VecDeque<DateTime<Utc>> {
         let mut walk_from = self.cursor;
         if let Some(deadline) = self.rules.starting_deadline {
@@ -371,7 +417,9 @@ impl TickPlanner {
             if instant > latest {
                 break;
             }
-            if self.deadline_ok(instant, now) {
+            // With jitter a tick on time can lie before a missed one: it runs on time, once.
+            let runs_on_time = on_time.iter().any(|tick| tick.instant == instant);
+            if !runs_on_time && self.deadline_ok(instant, now) {
                 eligible.push_back(instant);
                 if eligible.len() > MAX_CATCH_UP {
                     eligible.pop_front();

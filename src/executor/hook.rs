@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use nix::unistd::Pid;
-use tokio::io::BufReader;
 use tokio::time::Instant;
 
 use super::output::{OutputBudget, drain_output, spawn_output_reader};
@@ -65,12 +64,7 @@ pub(super) async fn run_on_failure(
         1,
         [stdout.is_some(), stderr.is_some()],
     ));
-    let output = spawn_output_reader(
-        stdout.map(BufReader::new),
-        stderr.map(BufReader::new),
-        &hook,
-        budget.clone(),
-    );
+    let output = spawn_output_reader(stdout, stderr, &hook, budget.clone());
     let running = RunningAttempt {
         attempt: 1,
         child,

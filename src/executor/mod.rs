@@ -31,7 +31,6 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::BufReader;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -579,12 +578,7 @@ fn spawn_attempt(
         attempt,
         [stdout.is_some(), stderr.is_some()],
     ));
-    let output = spawn_output_reader(
-        stdout.map(BufReader::new),
-        stderr.map(BufReader::new),
-        request,
-        budget.clone(),
-    );
+    let output = spawn_output_reader(stdout, stderr, request, budget.clone());
     Attempt::Running(RunningAttempt {
         attempt,
         child,

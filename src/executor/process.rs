@@ -153,22 +153,23 @@ pub(super) fn resolve_process(
         request.group.as_deref(),
     );
 
-    let (account, credentials) = match action {
+    // The daemon's own entry is borrowed: only its home and name are copied, not the whole
+    // passwd entry on every run.
+    let (home, user_name, credentials) = match action {
         UserAction::Refuse(reason) => return Err(reason),
-        UserAction::RunAsSelf => (my_account.clone(), None),
+        UserAction::RunAsSelf => match my_account {
+            Some(account) => (account.dir.clone(), account.name.clone(), None),
+            // Without a passwd entry we still give the child something sensible.
+            None => (
+                std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from),
+                me.user_name.clone(),
+                None,
+            ),
+        },
         UserAction::Switch { user, group } => {
             let (account, credentials) = switch_credentials(&user, group.as_deref())?;
-            (Some(account), Some(credentials))
+            (account.dir, account.name, Some(credentials))
         }
-    };
-
-    let (home, user_name) = match &account {
-        Some(account) => (account.dir.clone(), account.name.clone()),
-        // Without a passwd entry we still give the child something sensible.
-        None => (
-            std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from),
-            me.user_name.clone(),
-        ),
     };
     let env = child_env(request, attempt, &home, user_name, lang.as_ref());
     let working_dir = working_dir(request, home)?;

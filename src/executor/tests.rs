@@ -113,9 +113,8 @@ fn exit_display_says_what_happened() {
 
 async fn lines_of(input: &[u8], max: usize) -> Vec<String> {
     let mut lines = Vec::new();
-    // A tiny buffer makes lines span many reads.
-    let reader = BufReader::with_capacity(3, input);
-    for_each_line(reader, max, |l, _| lines.push(l.to_owned()))
+    // Tiny reads make lines span many of them.
+    for_each_line(input, 3, max, |l, _| lines.push(l.to_owned()))
         .await
         .unwrap();
     lines
@@ -141,8 +140,8 @@ async fn long_lines_are_cut_with_a_marker_counting_the_dropped_bytes() {
 #[tokio::test]
 async fn each_line_reports_the_bytes_it_took_in_the_stream_line_ending_included() {
     let mut sizes = Vec::new();
-    let reader = BufReader::with_capacity(3, &b"one\r\nabcdefgh\n\nlast"[..]);
-    for_each_line(reader, 4, |_, bytes| sizes.push(bytes))
+    let input = &b"one\r\nabcdefgh\n\nlast"[..];
+    for_each_line(input, 3, 4, |_, bytes| sizes.push(bytes))
         .await
         .unwrap();
     assert_eq!(sizes, [5, 9, 1, 4]);

@@ -590,6 +590,90 @@ mod properties {
     }
 }
 
+/// A stall longer than [`ON_TIME_TOLERANCE`] with jitter: some ticks of the stall are missed
+/// while older ones, whose jitter is longer, are still on time. `catch_up = "all"` ran those
+/// twice in one step (on time and caught up) and counted more catch-ups than missed ticks, an
+/// underflow of `skipped` (a panic in debug builds).
+#[test]
+fn catch_up_all_with_jitter_after_a_stall_runs_no_tick_twice() {
+    let start = utc("2026-03-29T00:59:00Z");
+    let mut rules = rules("* * * * * *", CatchUpPolicy::All, None);
+    rules.jitter = Duration::from_secs(4);
+    let mut planner = TickPlanner::start(rules, None, start);
+    let mut now = start;
+    for step in [0, 53_082, 21_659, 1_252, 43_235, 111_536, 152_914] {
+        now += TimeDelta::milliseconds(step);
+        if let Step::Fire { ticks, skipped } = planner.poll(now) {
+            let instants: Vec<_> = ticks.iter().map(|tick| tick.instant).collect();
+            assert!(instants.windows(2).all(|w| w[0] < w[1]), "{instants:?}");
+            assert!(skipped < 1_000, "skipped {skipped}");
+        }
+    }
+}
+
+/// `poll` without its on-time shortcut: the general path, for the property below.
+fn poll_without_shortcut(planner: &mut TickPlanner, now: DateTime<Utc>) -> Step {
+    let Some(armed) = planner.armed else {
+        return Step::Finished;
+    };
+    let armed_due = planner.due_at(armed);
+    if let Some(record) = holding_record(Some(planner.cursor), now) {
+        return Step::Held {
+            record,
+            until: armed_due,
+        };
+    }
+    if now < armed_due {
+        return Step::SleepUntil(armed_due);
+    }
+    planner.poll_due(armed, now)
+}
+
+fn state_of(planner: &TickPlanner) -> PlannerState {
+    PlannerState {
+        cursor: planner.cursor,
+        armed: planner.armed,
+        pending_start: planner.pending_start,
+    }
+}
+
+mod shortcut {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Each case parses two schedules and polls twice per step: few cases keep it to seconds.
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The on-time shortcut of `poll` decides exactly as the general path, whatever the
+        /// schedule, jitter, deadline, catch-up, fire record and timer delays: the same step
+        /// and the same state after it.
+        #[test]
+        fn the_on_time_shortcut_decides_as_the_general_path(
+            steps in proptest::collection::vec(prop_oneof![0i64..2_000, 0i64..200_000], 1..30),
+            expr in prop_oneof![Just("* * * * * *"), Just("*/7 * * * * *"), Just("30 2 * * *"), Just("@every 90s"), Just("0 */5 1-3 * * *")],
+            catch_up in prop_oneof![Just(CatchUpPolicy::Skip), Just(CatchUpPolicy::Once), Just(CatchUpPolicy::All)],
+            jitter in 0u64..5,
+            deadline in proptest::option::of(1u64..120),
+            record in proptest::option::of(-100_000i64..100_000),
+        ) {
+            let start = utc("2026-03-29T00:59:00Z");
+            let mut rules = super::rules("@every 1h", catch_up, deadline);
+            rules.jitter = Duration::from_secs(jitter);
+            rules.schedule = Schedule::parse(expr, "Europe/Berlin".parse::<Tz>().unwrap()).unwrap();
+            let record = record.map(|s| start - TimeDelta::seconds(s));
+            let mut planner = TickPlanner::start(rules.clone(), record, start);
+            let mut now = start;
+            for step in steps {
+                now += TimeDelta::milliseconds(step);
+                let mut general = TickPlanner::resume(rules.clone(), state_of(&planner));
+                let expected = poll_without_shortcut(&mut general, now);
+                prop_assert_eq!(planner.poll(now), expected);
+                prop_assert_eq!(state_of(&planner), state_of(&general));
+            }
+        }
+    }
+}
+
 /// Rules for `@every 10m` with `catch_up`, firing from 01:00 to 02:00 on 2026-01-01.
 fn windowed(catch_up: CatchUpPolicy) -> PlanRules {
     let window = crate::schedule::Window {
