@@ -5,7 +5,8 @@
 //! A batch is everything queued when the writer turns to it, plus what keeps arriving while it
 //! gathers ([`Gather`]): the claims of one instant reach the writer one by one, a few hundred
 //! microseconds apart, and an `fdatasync` costs milliseconds, so waiting a moment for the rest
-//! of a burst commits it in one sync instead of one sync per early arrival.
+//! of a burst commits it in one sync instead of one sync per early arrival. Those claims come
+//! ahead of their instant; a change a process waits for ([`Batching::AtOnce`]) does not wait.
 //!
 //! Claims are answered only once synced ([`Durability::Synced`]): a claim lost with the host
 //! could let a tick run twice. A run's result is answered once written
@@ -701,8 +702,7 @@ mod tests {
             first[0].batching = Batching::AtOnce;
             first
         };
-        // The end of the run a tick was queued behind: its result, with the claim that came
-        // while the writer took it.
+        // The end of the run a tick was queued behind, with the claim that came meanwhile.
         let first = at_once(Durability::Written);
         let _claim = claim(&pusher, "other", at(120));
         assert_eq!(gathered(first), ["queued", "other"]);
