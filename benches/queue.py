@@ -5,8 +5,8 @@ tick queued behind it.
 Usage:  cargo build --release && python3 benches/queue.py [--phase same|handoff|both|floor]
             [--backend zookeeper|local] [--seconds 60] [--trials 10] [--runs 1]
 
-Each phase starts its own standalone ZooKeeper and real `zkcron run` nodes (release build), as
-benches/cluster.py does (its helpers are reused), and one task ticking every second whose run
+Each phase starts its own standalone ZooKeeper (not `same --backend local`) and real `zkcron
+run` nodes (release build), as benches/cluster.py does (its helpers are reused), and one task ticking every second whose run
 takes 1.5 s (`sleep 1.5`) with `overlap = "queue"`: the tick due during a run waits and starts
 when the run ends, the next one is dropped. The job logs `start <fire id> <node> <ns>` as its
 first command and `end ...` as its last (`date +%s%N`), so the delay is measured from outside,
