@@ -192,12 +192,14 @@ pub(super) fn start_run<C: Coordinator>(
         done,
         ended,
     };
+    // Handed to the spawner here, not in the task below: a tick due already (a queued one)
+    // reaches a spawner thread without waiting for a tokio worker to start that task.
+    let scheduled = shared
+        .spawner
+        .spawn_at(tick.due_at, prepared, Some(claimed_at));
     // The spawned run holds `shared`, and with it a `runs_alive` sender, until its result is
     // recorded.
     tokio::spawn(async move {
-        let scheduled = shared
-            .spawner
-            .spawn_at(tick.due_at, prepared, Some(claimed_at));
         match spawned_unless_stopped(scheduled, spawn_cancelled).await {
             Some(spawned) => follow_run(shared, run, spawned, stop_signal).await,
             None => {

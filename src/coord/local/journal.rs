@@ -5,7 +5,8 @@
 //! A batch is everything queued when the writer turns to it, plus what keeps arriving while it
 //! gathers ([`Gather`]): the claims of one instant reach the writer one by one, a few hundred
 //! microseconds apart, and an `fdatasync` costs milliseconds, so waiting a moment for the rest
-//! of a burst commits it in one sync instead of one sync per early arrival.
+//! of a burst commits it in one sync instead of one sync per early arrival. Those claims come
+//! ahead of their instant; a change a process waits for ([`Batching::AtOnce`]) does not wait.
 //!
 //! Claims are answered only once synced ([`Durability::Synced`]): a claim lost with the host
 //! could let a tick run twice. A run's result is answered once written
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::errors::explain_io;
-use super::queue::{Durability, Next, PendingWrite, Queue};
+use super::queue::{Batching, Durability, Next, PendingWrite, Queue};
 use super::{COMPACT_AFTER, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 
 /// Changes answered as [`Durability::Written`] are synced at most this long after.
@@ -242,19 +243,26 @@ impl<F: JournalFile> JournalWriter<F> {
 /// `first` and every change that arrives after it until `gather` says the batch is complete:
 /// the writer sleeps `quiet` and takes what came, again until a sleep brings nothing or
 /// `at_most` has passed. A `first` of results only gathers the results that come within
-/// `gather.results` instead, unless a claim comes, which the batch then gathers with. Each change is answered only after the batch is written (and synced,
-/// for [`Durability::Synced`]), so gathering delays answers but never answers one early.
+/// `gather.results` instead, unless a claim comes, which the batch then gathers with. A batch
+/// that holds a change of [`Batching::AtOnce`] is complete as soon as it is taken. Each change
+/// is answered only after the batch is written (and synced, for [`Durability::Synced`]), so
+/// gathering delays answers but never answers one early.
 fn gather_batch(
     first: Vec<PendingWrite>,
     queue: &Queue,
     gather: Gather,
     now: impl Fn() -> Instant,
 ) -> Vec<PendingWrite> {
+    let at_once = |batch: &[PendingWrite]| batch.iter().any(|w| w.batching == Batching::AtOnce);
     let mut batch = first;
+    if at_once(&batch) {
+        batch.extend(queue.take());
+        return batch;
+    }
     if batch.iter().all(|w| w.durability == Durability::Written) {
         queue.linger(gather.results);
         batch.extend(queue.take());
-        if batch.iter().all(|w| w.durability == Durability::Written) {
+        if at_once(&batch) || batch.iter().all(|w| w.durability == Durability::Written) {
             return batch;
         }
     }
@@ -271,6 +279,9 @@ fn gather_batch(
             return batch;
         }
         batch.extend(more);
+        if at_once(&batch) {
+            return batch;
+        }
     }
 }
 
@@ -373,6 +384,7 @@ mod tests {
                     unqueue: None,
                 },
                 durability: Durability::Synced,
+                batching: Batching::Gather,
                 durable: oneshot::channel().0,
             })
             .collect()
@@ -605,6 +617,7 @@ mod tests {
                     unqueue: None,
                 },
                 durability: Durability::Written,
+                batching: Batching::Gather,
                 durable,
             })
             .unwrap();
@@ -656,6 +669,45 @@ mod tests {
             .recv_timeout(Duration::from_secs(30))
             .expect("a queued claim does not wait for the results' window");
         assert_eq!(tasks, ["c", "d"]);
+    }
+
+    #[test]
+    // The writer's gathering runs on the real monotonic clock.
+    #[allow(clippy::disallowed_methods)]
+    fn a_change_at_once_is_committed_without_gathering_and_takes_what_is_queued_with_it() {
+        // Windows of an hour: a batch that gathered would not come back within the test.
+        let gather = Gather {
+            quiet: Duration::from_secs(3600),
+            at_most: Duration::from_secs(3600),
+            results: Duration::from_secs(3600),
+        };
+        let queue = Arc::new(Queue::default());
+        let pusher = Pusher(queue.clone());
+        let gathered = |first: Vec<PendingWrite>| {
+            let (sent, batch) = mpsc::channel();
+            let writer = queue.clone();
+            std::thread::spawn(move || {
+                let batch = gather_batch(first, &writer, gather, Instant::now);
+                let tasks: Vec<String> = batch.iter().map(|w| w.change.task.clone()).collect();
+                let _ = sent.send(tasks);
+            });
+            batch
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a change at once does not wait for others")
+        };
+        let at_once = |durability| {
+            let _answer = claim(&pusher, "queued", at(120));
+            let mut first = queue.take();
+            first[0].durability = durability;
+            first[0].batching = Batching::AtOnce;
+            first
+        };
+        // The end of the run a tick was queued behind, with the claim that came meanwhile.
+        let first = at_once(Durability::Written);
+        let _claim = claim(&pusher, "other", at(120));
+        assert_eq!(gathered(first), ["queued", "other"]);
+        // The queued tick's claim, alone.
+        assert_eq!(gathered(at_once(Durability::Synced)), ["queued"]);
     }
 
     #[test]

@@ -71,7 +71,7 @@ use crate::task::TaskSpec;
 pub(crate) use errors::not_writable_fix;
 use journal::{Gather, JournalWriter};
 pub use pause::PauseMark;
-use queue::{Durability, PendingWrite};
+use queue::{Batching, Durability, PendingWrite};
 use state::{open_state, read_state, state_io};
 
 /// The state format this release writes; readers ignore fields they do not know.
@@ -384,11 +384,13 @@ impl LocalCoordinator {
             .clone()
     }
 
-    /// Writes `change` (synced or only written, per `durability`), then applies it to `record`.
+    /// Writes `change` (synced or only written, per `durability`; gathered with others or at
+    /// once, per `batching`), then applies it to `record`.
     async fn commit(
         &self,
         change: Change,
         durability: Durability,
+        batching: Batching,
         record: &mut TaskRecord,
     ) -> Result<(), CoordError> {
         let (durable, done) = oneshot::channel();
@@ -404,6 +406,7 @@ impl LocalCoordinator {
             .push(PendingWrite {
                 change: change.clone(),
                 durability,
+                batching,
                 durable,
             })
             .map_err(|_| failed("the journal writer has stopped".into()))?;
@@ -542,7 +545,14 @@ impl Coordinator for LocalCoordinator {
             queue: (intent == ClaimIntent::Queue).then_some(tick),
             unqueue: queued.then_some(tick),
         };
-        self.commit(change, Durability::Synced, &mut record).await?;
+        // The start of a queued tick is a claim its process waits for: committed at once.
+        let batching = if queued {
+            Batching::AtOnce
+        } else {
+            Batching::Gather
+        };
+        self.commit(change, Durability::Synced, batching, &mut record)
+            .await?;
         if intent.runs() {
             self.live_runs_mut().insert((task.to_string(), tick));
         }
@@ -574,7 +584,10 @@ impl Coordinator for LocalCoordinator {
             queue: None,
             unqueue: None,
         };
-        if let Err(error) = self.commit(change, Durability::Synced, &mut record).await {
+        if let Err(error) = self
+            .commit(change, Durability::Synced, Batching::Gather, &mut record)
+            .await
+        {
             self.live_runs_mut().remove(&(task.to_string(), tick));
             return Err(error);
         }
@@ -689,8 +702,14 @@ impl LocalCoordinator {
                 unqueue: None,
             };
             // A result lost with the host reads as a run its node did not finish; it needs no
-            // sync of its own (journal.rs).
-            self.commit(change, Durability::Written, &mut record)
+            // sync of its own (journal.rs). A tick queued behind the run is claimed next, and
+            // that claim waits for this record: the result does not wait for others.
+            let batching = if record.queued.is_some() {
+                Batching::AtOnce
+            } else {
+                Batching::Gather
+            };
+            self.commit(change, Durability::Written, batching, &mut record)
                 .await?;
         }
         self.live_runs_mut()

@@ -17,7 +17,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::journal::write_atomically;
-use super::queue::Durability;
+use super::queue::{Batching, Durability};
 use super::state::{check_format, state_io};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
 use crate::coord::records::MarkRecord;
@@ -166,7 +166,8 @@ impl LocalCoordinator {
                     queue: None,
                     unqueue: None,
                 };
-                self.commit(change, Durability::Synced, &mut record).await?;
+                self.commit(change, Durability::Synced, Batching::Gather, &mut record)
+                    .await?;
             }
         }
         marks.remove(task);

@@ -20,7 +20,19 @@ use super::Change;
 pub(super) struct PendingWrite {
     pub(super) change: Change,
     pub(super) durability: Durability,
+    pub(super) batching: Batching,
     pub(super) durable: oneshot::Sender<Result<(), String>>,
+}
+
+/// Whether the writer waits for more changes to commit with a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Batching {
+    /// Its batch gathers what arrives around it ([`super::journal::Gather`]): a claim made
+    /// ahead of its tick's instant loses nothing by the wait.
+    Gather,
+    /// Its batch is committed as soon as the writer takes it, with whatever is queued then: a
+    /// process waits for it (the start of a tick queued behind a run that has just ended).
+    AtOnce,
 }
 
 /// When a change is answered.
@@ -182,6 +194,7 @@ mod tests {
                 unqueue: None,
             },
             durability: Durability::Synced,
+            batching: Batching::Gather,
             durable: tokio::sync::oneshot::channel().0,
         }
     }
