@@ -64,19 +64,9 @@ impl Node {
     /// not seen acting lately, ask who holds it. True when this node is the one designated for
     /// `task` (another holds its lease: the caller decides).
     pub(super) fn probe_acting(&mut self, task: &str) -> bool {
-        let candidates = self
-            .members
-            .values()
-            .filter(|m| m.member.eligible(task))
-            .map(|m| Candidate {
-                id: &m.member.id,
-                release: &m.member.release,
-                seed: m.member.seed,
-            });
-        let Some(designated) = rank::designated(task, candidates) else {
+        let Some(member) = self.designated(task) else {
             return false;
         };
-        let member = designated.id.to_string();
         if member == self.cfg.id {
             return true;
         }
@@ -99,6 +89,26 @@ impl Node {
         let seen = self.now.mono;
         self.call(ZkOp::Exists { path }, Then::Acting { member, seen });
         false
+    }
+
+    /// The designated member of `task`: from the last decision's ranks while the members are
+    /// the same (a cold start creates every lease, and ranking each anew was a fifth of a
+    /// node's CPU), else ranked here.
+    fn designated(&self, task: &str) -> Option<String> {
+        let members = self.members.values().map(|m| &m.member);
+        if let Some(id) = self.rank_cache.designated(task, members) {
+            return Some(id.to_string());
+        }
+        let candidates = self
+            .members
+            .values()
+            .filter(|m| m.member.eligible(task))
+            .map(|m| Candidate {
+                id: &m.member.id,
+                release: &m.member.release,
+                seed: m.member.seed,
+            });
+        rank::designated(task, candidates).map(|d| d.id.to_string())
     }
 
     pub(super) fn on_acting(
