@@ -568,10 +568,15 @@ impl<'a, T, I: Iterator<Item = (&'a String, T)>> Walk<'a, T, I> {
 
     /// The value of `name`, skipping the names before it (never asked for again).
     fn find(&mut self, name: &str) -> Option<T> {
-        while self.items.next_if(|(n, _)| n.as_str() < name).is_some() {}
-        self.items
-            .next_if(|(n, _)| n.as_str() == name)
-            .map(|(_, value)| value)
+        // One comparison per name passed (a decision walks every task this node defines).
+        while let Some((next, _)) = self.items.peek() {
+            match next.as_str().cmp(name) {
+                std::cmp::Ordering::Less => self.items.next(),
+                std::cmp::Ordering::Equal => return self.items.next().map(|(_, value)| value),
+                std::cmp::Ordering::Greater => return None,
+            };
+        }
+        None
     }
 }
 
