@@ -93,8 +93,8 @@ fn candidate(member: &Member) -> Candidate<'_> {
     }
 }
 
-/// How many members may join, leave or change at once for the cache to be brought up to date
-/// from the change rather than built again (beyond that, ranking afresh costs about as much).
+/// How many members may join, leave or change at once for the cache to follow the change; more
+/// at once (a listing after a reconnect) are ranked afresh.
 const MAX_CHANGED: usize = 4;
 
 impl RankCache {
