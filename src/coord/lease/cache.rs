@@ -85,6 +85,11 @@ fn same_member(a: &Member, b: &Member) -> bool {
         && a.may_lead == b.may_lead
 }
 
+/// Whether no two of `members` share an id (members are told apart by id across changes).
+fn unique(members: &[Member]) -> bool {
+    (0..members.len()).all(|i| members[..i].iter().all(|o| o.id != members[i].id))
+}
+
 fn candidate(member: &Member) -> Candidate<'_> {
     Candidate {
         id: &member.id,
@@ -165,8 +170,7 @@ impl RankCache {
         let me_same = self.me == mine.id
             && self.ranks.len() == mine.tasks.len()
             && self.members.iter().any(|m| same_member(m, mine));
-        let unique = |i: usize| members[..i].iter().all(|o| o.id != members[i].id);
-        if !me_same || !(0..members.len()).all(unique) {
+        if !me_same || !unique(members) || !unique(&self.members) {
             return false;
         }
         let kept = |m: &Member, set: &[Member]| set.iter().any(|o| same_member(o, m));
