@@ -27,15 +27,15 @@ pub(super) const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// A probe not answered by then is forgotten (its session ended: its reply never comes).
 const PROBE_GIVE_UP: Duration = Duration::from_secs(10);
 
-/// How often at most lease events and answered takes make the node decide (at least: see
-/// [`decide_every`]) or publish its leadership. (Takes beyond those in flight are sent as others finish, not at decisions, so
-/// this does not bound a migration's pace.)
+/// How often at most lease events and answered takes make the node decide (with few tasks:
+/// see [`decide_every`]) or publish its leadership. (Takes beyond those in flight are sent as
+/// others finish, not at decisions, so this does not bound a migration's pace.)
 pub(super) const DECIDE_EVERY: Duration = Duration::from_millis(10);
 
 /// How long at least lease events and answered takes leave between two decisions per task
 /// this node defines: a decision walks every one of them, so a node with many tasks coalesces
 /// longer bursts (5 µs a task: 50 ms at 10,000 tasks, where deciding every [`DECIDE_EVERY`]
-/// was most of the nodes' CPU in a 20-node cold start).
+/// was about half of the nodes' CPU in a 20-node cold start).
 const DECIDE_EVERY_PER_TASK: Duration = Duration::from_micros(5);
 
 /// How often at most lease events make a node that defines `tasks` tasks decide.
