@@ -1161,6 +1161,7 @@ def scale(args, window=True):
         registered, last_registration = None, None
         designated, members_seen, not_designated_why = None, None, None
         at_designated, covers, snapshots = None, 0, []
+        cpu_samples = []  # (time, the nodes' CPU seconds so far), at each poll
         settled, stable_since, previous = None, None, None
         deadline = time.monotonic() + args.deadline
         while time.monotonic() < deadline:
@@ -1172,6 +1173,8 @@ def scale(args, window=True):
                     last_registration = max(f[0]["ts"] for f in firsts)
             holder_of, members = lease_map(run.zk, chroot)
             now = time.time()
+            cpu_samples.append((now, sum(cpu_seconds(n.proc.pid) for n in nodes),
+                                cpu_seconds(run.zk.proc.pid)))
             if registered is not None and members_seen is None:
                 # Ranking 10,000 tasks takes this script seconds: keep the polls made meanwhile
                 # and compare them afterwards, so the figure does not include that time.
@@ -1215,6 +1218,17 @@ def scale(args, window=True):
                                              if designated and designated.get(t) == h),
         })
         if not window:
+            # The nodes' CPU seconds (user + system, all 20) from the poll at or after the last
+            # registration to the poll at or after every lease was on its designated node, and
+            # from their start to the end: comparable on a busy machine, where wall time is not.
+            cpu_at = lambda t: next((c for c in cpu_samples if c[0] >= t), None)
+            if last_registration and at_designated and cpu_at(at_designated) is not None:
+                (_, nodes_a, zk_a), (_, nodes_b, zk_b) = (cpu_at(last_registration),
+                                                          cpu_at(at_designated))
+                result["nodes_cpu_cold_start_s"] = round(nodes_b - nodes_a, 2)
+                result["zk_cpu_cold_start_s"] = round(zk_b - zk_a, 2)
+            result["nodes_cpu_total_s"] = round(sum(cpu_seconds(n.proc.pid) for n in nodes), 2)
+            result["loadavg_1m"] = os.getloadavg()[0]
             # Every write since the server started (a failed multi is one too): the counter
             # part of the zxid, on a server of its own.
             result["zk_transactions"] = run.zk.zxid() & 0xFFFFFFFF
@@ -1496,6 +1510,7 @@ def rolling(args):
 RUN_SUMMARY = {
     "join": ["registered_to_new_leads_all_s", "registered_to_old_lead_none_s", "migration_s"],
     "rolling": ["total_s"],
+    "coldstart": ["cold_start_s", "nodes_cpu_cold_start_s", "nodes_cpu_total_s", "zk_transactions"],
 }
 
 

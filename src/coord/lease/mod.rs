@@ -42,8 +42,10 @@ use semver::{Version, VersionReq};
 
 use super::rank::{self, Candidate};
 
+mod cache;
 mod pool_units;
 mod why;
+pub use cache::RankCache;
 pub use why::{label_pairs, why_ineligible, why_none_eligible};
 
 /// How long a vacant lease waits for the node ranked above before the next one takes it.
@@ -380,8 +382,8 @@ pub fn decide_with(view: &LeaseView<'_>, acting: &Acting) -> Decision {
     decide_cached(view, acting, &mut RankCache::default())
 }
 
-/// [`decide_with`], reusing this node's rank for every task it defines from `cache` while the
-/// members are the same as at the cache's last use. A node decides up to a hundred times a second
+/// [`decide_with`], reusing this node's rank for every lease it defines (held ones too) from
+/// `cache`, which a change of a few members brings up to date (see [`RankCache`]). A node decides up to a hundred times a second
 /// while leases are created (a cold start creates thousands); ranking 10,000 tasks against 20
 /// members at each of those decisions was most of a node's CPU and held a 20-node cold start to
 /// ~260 takes a second. Same result as [`decide_with`] (a test checks it).
@@ -423,7 +425,7 @@ fn release_held(
     decision: &mut Decision,
 ) {
     for task in view.held {
-        let rank = match cache.unit_rank(task, view.members) {
+        let rank = match cache.rank_of(task, view.members) {
             Some(rank) => rank,
             None => peers.rank(task),
         };
@@ -466,7 +468,7 @@ fn take_vacant(
     let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
     let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
     let mut vacant_since = Walk::new(view.vacant_since.iter());
-    for ((name, entry), rank) in me.tasks.iter().zip(&cache.ranks) {
+    for ((name, entry), rank) in me.tasks.iter().zip(cache.ranks.values()) {
         match &entry.holders {
             Holders::Leader => {
                 let state = LeaseState {
@@ -566,132 +568,20 @@ impl<'a, T, I: Iterator<Item = (&'a String, T)>> Walk<'a, T, I> {
 
     /// The value of `name`, skipping the names before it (never asked for again).
     fn find(&mut self, name: &str) -> Option<T> {
-        while self.items.next_if(|(n, _)| n.as_str() < name).is_some() {}
-        self.items
-            .next_if(|(n, _)| n.as_str() == name)
-            .map(|(_, value)| value)
-    }
-}
-
-/// This node's rank for one task, packed: its position (`u16::MAX`: not eligible) and the
-/// index of the designated member in the members the cache was built from (`u16::MAX`: this
-/// node itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CachedRank {
-    pos: u16,
-    top: u16,
-}
-
-impl CachedRank {
-    const NONE: u16 = u16::MAX;
-
-    fn pack(rank: Option<(usize, Option<usize>)>) -> CachedRank {
-        match rank {
-            None => CachedRank {
-                pos: Self::NONE,
-                top: Self::NONE,
-            },
-            Some((pos, top)) => CachedRank {
-                // More than 65,534 members above this node: it never leads the task anyway.
-                pos: u16::try_from(pos).unwrap_or(Self::NONE - 1),
-                top: top.map_or(Self::NONE, |i| u16::try_from(i).unwrap_or(Self::NONE)),
-            },
+        // One comparison per name passed (a decision walks every task this node defines).
+        while let Some((next, _)) = self.items.peek() {
+            match next.as_str().cmp(name) {
+                std::cmp::Ordering::Less => self.items.next(),
+                std::cmp::Ordering::Equal => return self.items.next().map(|(_, value)| value),
+                std::cmp::Ordering::Greater => return None,
+            };
         }
-    }
-
-    fn get<'a>(&self, members: &'a [Member]) -> Option<(usize, Option<&'a Member>)> {
-        if self.pos == Self::NONE {
-            return None;
-        }
-        let top = (self.top != Self::NONE).then(|| &members[usize::from(self.top)]);
-        Some((usize::from(self.pos), top))
+        None
     }
 }
 
-/// This node's rank for every task it defines (in the order of its task set), and for every
-/// item of each pooled task, kept while everything ranking depends on stays the same: each
-/// member's id, release, seed, task set, labels and whether it may lead, in the same order.
-#[derive(Debug, Default)]
-pub struct RankCache {
-    me: String,
-    key: Vec<(String, Version, u64, Arc<TaskSet>, Labels, bool)>,
-    /// By task, in the task set's order (a pooled task's is no rank: see `pools`).
-    ranks: Vec<CachedRank>,
-    /// By pooled task, this node's rank for the unit of each item, in the items' order: one
-    /// assignment per pooled task while the members stay the same.
-    pools: BTreeMap<String, Vec<CachedRank>>,
-    /// The same ranks by unit name: a held unit is looked up, not searched for among items.
-    units: BTreeMap<String, CachedRank>,
-}
-
-impl RankCache {
-    /// Ranks this node again unless the members are the same as at the last call.
-    fn refresh(&mut self, peers: &Peers<'_>, members: &[Member]) {
-        let same = self.me == peers.mine.id
-            && self.key.len() == members.len()
-            && self.key.iter().zip(members).all(
-                |((id, release, seed, tasks, labels, may_lead), m)| {
-                    *id == m.id
-                        && *release == m.release
-                        && *seed == m.seed
-                        && Arc::ptr_eq(tasks, &m.tasks)
-                        && (Arc::ptr_eq(labels, &m.labels) || *labels == m.labels)
-                        && *may_lead == m.may_lead
-                },
-            )
-            && self.ranks.len() == peers.mine.tasks.len();
-        if same {
-            return;
-        }
-        self.me = peers.mine.id.clone();
-        self.key = members
-            .iter()
-            .map(|m| {
-                (
-                    m.id.clone(),
-                    m.release.clone(),
-                    m.seed,
-                    m.tasks.clone(),
-                    m.labels.clone(),
-                    m.may_lead,
-                )
-            })
-            .collect();
-        let index = |top: Option<&Member>| {
-            top.and_then(|t| members.iter().position(|m| std::ptr::eq(m, t)))
-        };
-        let pack = |rank: Option<(usize, Option<&Member>)>| {
-            CachedRank::pack(rank.map(|(pos, top)| (pos, index(top))))
-        };
-        self.pools.clear();
-        self.units.clear();
-        self.ranks = Vec::with_capacity(peers.mine.tasks.len());
-        for (task, entry) in peers.mine.tasks.iter() {
-            if let Holders::Items(items) = &entry.holders {
-                let ranks: Vec<CachedRank> = peers.pool_ranks(task).into_iter().map(pack).collect();
-                for (item, rank) in items.iter().zip(&ranks) {
-                    self.units.insert(unit_name(task, item), *rank);
-                }
-                self.pools.insert(task.clone(), ranks);
-                self.ranks.push(CachedRank::pack(None));
-            } else {
-                self.ranks
-                    .push(pack(peers.rank(&lease_name(task, entry, &peers.mine.id))));
-            }
-        }
-    }
-
-    /// This node's cached rank for `lease` when it is the unit of an item of a pooled task it
-    /// defines (`Some(None)`: not eligible); `None` for any other lease.
-    fn unit_rank<'a>(
-        &self,
-        lease: &str,
-        members: &'a [Member],
-    ) -> Option<Option<(usize, Option<&'a Member>)>> {
-        self.units.get(lease).map(|rank| rank.get(members))
-    }
-}
-
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod pool_unit_tests;
 #[cfg(test)]

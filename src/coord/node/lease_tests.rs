@@ -684,3 +684,39 @@ fn the_takes_of_existing_records_do_not_try_to_create_them() {
     assert_eq!(multis.len(), 10, "{multis:?}");
     assert!(multis.iter().all(|&m| m == (false, false)), "{multis:?}");
 }
+
+#[test]
+fn a_node_with_many_tasks_coalesces_lease_events_over_a_longer_interval() {
+    // Each decision walks every task the node defines: with 10,000 tasks, lease events make it
+    // decide at most every 50 ms, not every 10 ms, and a burst within that makes one decision.
+    // (Tasks no node may run: the node decides about each and takes none.)
+    assert_eq!(
+        crate::coord::node::acting::decide_every(100),
+        crate::coord::node::acting::DECIDE_EVERY
+    );
+    assert_eq!(
+        crate::coord::node::acting::decide_every(10_000),
+        Duration::from_millis(50)
+    );
+    let mut store = Store::default();
+    let nowhere = "require_labels = { zone = \"nowhere\" }";
+    let tasks: Vec<TaskSpec> = (0..10_000)
+        .map(|i| spec(&format!("t{i:05}"), nowhere))
+        .collect();
+    let (mut node, _) = started(&mut store, tasks);
+    let before = node.decisions;
+    let path = format!("{BASE}/leases/elsewhere");
+    for ms in [1, 20, 40, 49] {
+        let kind = WatchKind::DataChanged;
+        let path = path.clone();
+        node.handle(Input::Watch { path, kind }, at(ms));
+        node.handle_timeout(at(ms));
+    }
+    assert_eq!(
+        node.decisions, before,
+        "no decision within 50 ms of the last"
+    );
+    assert_eq!(node.poll_timeout(), Some(Duration::from_millis(50)));
+    node.handle_timeout(at(50));
+    assert_eq!(node.decisions, before + 1, "one decision for the burst");
+}
