@@ -372,16 +372,13 @@ impl<C: Coordinator> Daemon<C> {
     /// published) and logs each new one. An unchanged task in `tasks` becomes the daemon's own
     /// `Arc`, so the coordinator's leadership set shares each name with the daemon's spec.
     fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [Arc<TaskSpec>]) -> Diff {
-        let engine = self.firing.engine();
         let mut diff = Diff::default();
+        let mut unload = Vec::new();
         // Both in name order: walked side by side.
         let mut old = current.iter().peekable();
         for spec in tasks.iter_mut() {
             while let Some(gone) = old.next_if(|old| old.name < spec.name) {
-                engine.handle(Input::Unload {
-                    task: gone.name.to_string(),
-                    why: Unload::Removed,
-                });
+                unload.push((gone.name.to_string(), Unload::Removed));
                 diff.removed += 1;
             }
             let name = spec.name.clone();
@@ -389,10 +386,7 @@ impl<C: Coordinator> Daemon<C> {
                 Some(old) if Arc::ptr_eq(old, spec) => {}
                 Some(old) if **old == **spec => *spec = old.clone(),
                 Some(_) => {
-                    engine.handle(Input::Unload {
-                        task: name.to_string(),
-                        why: Unload::Changed,
-                    });
+                    unload.push((name.to_string(), Unload::Changed));
                     diff.changed += 1;
                 }
                 None => {
@@ -409,11 +403,11 @@ impl<C: Coordinator> Daemon<C> {
             }
         }
         for gone in old {
-            engine.handle(Input::Unload {
-                task: gone.name.to_string(),
-                why: Unload::Removed,
-            });
+            unload.push((gone.name.to_string(), Unload::Removed));
             diff.removed += 1;
+        }
+        if !unload.is_empty() {
+            self.firing.engine().handle(Input::UnloadAll(unload));
         }
         diff
     }

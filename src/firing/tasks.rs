@@ -87,10 +87,33 @@ impl<P> Manual<P> {
 impl<P> Firing<P> {
     // ---- reloads ----
 
-    /// Stops firing `task` before a reload publishes the new tasks.
-    pub(super) fn unload(&mut self, task: &str, why: Unload) {
-        let Ok(i) = self.loaded_index(task) else {
+    /// Stops firing each of `tasks` before a reload publishes the new tasks; those removed
+    /// leave the loaded tasks in one pass.
+    pub(super) fn unload_all(&mut self, tasks: Vec<(String, Unload)>) {
+        let mut removed = BTreeSet::new();
+        for (task, why) in tasks {
+            // A task named twice: removed already.
+            if self.loaded_index(&task).is_ok_and(|i| removed.contains(&i)) {
+                continue;
+            }
+            removed.extend(self.unload(&task, why));
+        }
+        if removed.is_empty() {
             return;
+        }
+        let mut i = 0;
+        self.loaded.retain(|_| {
+            let keep = !removed.contains(&i);
+            i += 1;
+            keep
+        });
+    }
+
+    /// Stops firing `task`; when it is [`Unload::Removed`], its index in the loaded tasks,
+    /// for the caller to remove it.
+    fn unload(&mut self, task: &str, why: Unload) -> Option<usize> {
+        let Ok(i) = self.loaded_index(task) else {
+            return None;
         };
         if let Some(key) = self.loaded[i].key.take() {
             self.remove(key);
@@ -99,7 +122,6 @@ impl<P> Firing<P> {
         self.unloaded.insert(self.loaded[i].spec.name.clone());
         match why {
             Unload::Removed => {
-                self.loaded.remove(i);
                 if self
                     .applied
                     .as_ref()
@@ -118,9 +140,11 @@ impl<P> Firing<P> {
                     running,
                     "task removed; a run in progress finishes, without further retries"
                 );
+                Some(i)
             }
             Unload::Changed => {
-                tracing::info!(target: log::DAEMON, task = %task, "task changed; a run in progress finishes")
+                tracing::info!(target: log::DAEMON, task = %task, "task changed; a run in progress finishes");
+                None
             }
         }
     }
