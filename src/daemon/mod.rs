@@ -355,15 +355,14 @@ impl<C: Coordinator> Daemon<C> {
                         "invalid task file, keeping its last good version running: {}",
                         error.one_line()
                     );
-                    tasks.retain(|task| *task.name != **name);
-                    tasks.push(spec);
+                    // In its place in name order (the tasks are published so).
+                    match tasks.binary_search_by(|task| task.name.cmp(&spec.name)) {
+                        Ok(i) => tasks[i] = spec,
+                        Err(i) => tasks.insert(i, spec),
+                    }
                 }
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
             }
-        }
-        if !loaded.errors.is_empty() {
-            // Published in name order, as before (the loaded tasks are).
-            tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         }
         Some((tasks, loaded.errors))
     }

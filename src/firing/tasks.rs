@@ -294,19 +294,29 @@ impl<P> Firing<P> {
     /// Applies `leadership` only to the tasks whose lease or pause mark changed since
     /// `applied` (a node taking its share of 10,000 leases publishes hundreds of changes).
     fn apply_changes(&mut self, applied: &Leadership, leadership: &Leadership) {
-        let changed: BTreeSet<String> = applied
-            .tasks
-            .symmetric_difference(&leadership.tasks)
-            .map(|name| name.to_string())
-            .chain(
+        // The same sets (a load applies the leadership applied last): nothing to compare, so a
+        // reload after one change does not walk 100,000 names.
+        let same_tasks = Arc::ptr_eq(&applied.tasks, &leadership.tasks);
+        let same_paused = Arc::ptr_eq(&applied.paused_tasks, &leadership.paused_tasks);
+        let tasks_changed = (!same_tasks)
+            .then(|| applied.tasks.symmetric_difference(&leadership.tasks))
+            .into_iter()
+            .flatten();
+        let paused_changed = (!same_paused)
+            .then(|| {
                 applied
                     .paused_tasks
                     .symmetric_difference(&leadership.paused_tasks)
-                    .cloned(),
-            )
+            })
+            .into_iter()
+            .flatten();
+        let changed: BTreeSet<String> = tasks_changed
+            .clone()
+            .map(|name| name.to_string())
+            .chain(paused_changed.cloned())
             .collect();
         // The count of loaded tasks led, kept up to date from the same difference.
-        for name in applied.tasks.symmetric_difference(&leadership.tasks) {
+        for name in tasks_changed {
             if self.loaded_index(name).is_ok() {
                 if leadership.tasks.contains(name) {
                     self.leading += 1;

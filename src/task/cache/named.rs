@@ -41,8 +41,10 @@ pub(super) fn reload(
         .into_iter()
         .filter(|file| !is_named(file, names))
         .collect();
-    // The remembered tasks of the named files, by task name: they are read again.
+    // The remembered tasks of the named files, by task name, and their places in the cache:
+    // they are read again.
     let mut previous: BTreeMap<Arc<str>, Arc<TaskSpec>> = BTreeMap::new();
+    let mut places = BTreeSet::new();
     for name in names {
         let path = dir.join(name);
         let entry = look_at(&opened, name);
@@ -57,6 +59,7 @@ pub(super) fn reload(
         {
             let spec = &cache.files[i].spec;
             previous.insert(spec.name.clone(), spec.clone());
+            places.insert(i);
         }
         if let Some(entry) = entry {
             let regular = entry == Entry::Regular;
@@ -88,7 +91,7 @@ pub(super) fn reload(
         .into_iter()
         .filter(|file| !remembered.contains(file.path.as_path()))
         .collect();
-    merge(cache, &previous, read, &mut loaded.tasks);
+    merge(cache, &places, read, &mut loaded.tasks);
     Ok(finish(loaded))
 }
 
@@ -138,18 +141,20 @@ fn note_ignored(
     }
 }
 
-/// The cache's files without those of `previous` (read again), with the newly remembered ones
+/// The cache's files without those at `places` (read again), with the newly remembered ones
 /// of `read`; and into `tasks` every task, in name order: those kept and those `read`.
 fn merge(
     cache: &mut LoadCache,
-    previous: &BTreeMap<Arc<str>, Arc<TaskSpec>>,
+    places: &BTreeSet<usize>,
     read: Vec<(Arc<str>, Option<Stamp>, Arc<TaskSpec>)>,
     tasks: &mut Vec<Arc<TaskSpec>>,
 ) {
     let before = std::mem::take(&mut cache.files);
     let mut kept = before
         .into_iter()
-        .filter(|cached| !previous.contains_key(&cached.spec.name))
+        .enumerate()
+        .filter(|(i, _)| !places.contains(i))
+        .map(|(_, cached)| cached)
         .peekable();
     tasks.reserve_exact(kept.size_hint().1.unwrap_or(0) + read.len());
     let mut files = Vec::with_capacity(kept.size_hint().1.unwrap_or(0) + read.len());
