@@ -235,26 +235,19 @@ fn full_scan(
         read.extend(tasks);
         loaded.errors.extend(errors);
     }
+    cache.unremembered = unremembered(to_read, &read, now);
     // The tasks read come in the order of their files; a file that failed has none.
     let mut read = read.into_iter().peekable();
-    let mut listed = to_read.into_iter();
-    cache.unremembered.clear();
     loaded.tasks.reserve_exact(slots.len());
     cache.files.reserve_exact(slots.len());
     for (name, slot) in slots {
         let (stamp, spec) = match slot {
             Slot::Kept(cached) => (Some(cached.stamp), cached.spec),
             Slot::Read { previous } => {
-                let file = listed.next().expect("a file to read per slot read");
                 let Some((spec, meta)) = read.next_if(|(spec, _)| *spec.name == *name) else {
-                    cache.unremembered.push(file);
                     continue;
                 };
-                let (stamp, spec) = stamped(spec, meta, previous, now);
-                if stamp.is_none() {
-                    cache.unremembered.push(file);
-                }
-                (stamp, spec)
+                stamped(spec, meta, previous, now)
             }
         };
         if let Some(stamp) = stamp {
@@ -268,6 +261,29 @@ fn full_scan(
     }
     cache.accounts = accounts_of(&cache.files);
     Ok(finish(loaded))
+}
+
+/// Which of the files `to_read` (in order) a reload will not remember, given what was `read`
+/// of them (in the same order; a file that failed has nothing): those that failed, came
+/// through a link or changed too recently before `now`. Takes the list, so that the paths of
+/// the others are freed before the tasks read are moved to the heap.
+fn unremembered(
+    to_read: Vec<Listed>,
+    read: &[(TaskSpec, Option<std::fs::Metadata>)],
+    now: SystemTime,
+) -> Vec<Listed> {
+    let mut read = read.iter().peekable();
+    let mut unremembered = Vec::new();
+    for file in to_read {
+        let remembered = read
+            .next_if(|(spec, _)| spec.path.as_os_str() == file.path.as_os_str())
+            .and_then(|(_, meta)| meta.as_ref())
+            .is_some_and(|meta| Stamp::of(meta).settled(now));
+        if !remembered {
+            unremembered.push(file);
+        }
+    }
+    unremembered
 }
 
 /// A task read, with the stamp to remember it by (none when it came through a link or changed
