@@ -81,18 +81,43 @@ fn given_a_one_second_task_when_the_daemon_runs_then_every_tick_fires_exactly_on
     }
 }
 
+/// Among a few hundred files, each change the watch names is applied by reading only what it
+/// names (a named reload, logged at debug), and the others are kept: a full reload at the end
+/// finds nothing else to change.
 #[test]
-fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_then_it_follows() {
+fn given_a_running_daemon_when_task_files_are_added_changed_broken_renamed_and_removed_then_it_follows()
+ {
     let scratch = Scratch::new();
     // A control task keeps ticking so the test can tell time passed without sleeping.
     scratch.write_task(
         "control",
         &recording_task(&scratch, "* * * * * *", "control", "c", ""),
     );
-    let daemon = scratch.start_daemon(&[]);
+    for i in 0..300 {
+        scratch.write_task(&format!("idle-{i:03}"), IDLE_TASK);
+    }
+    let mut command = scratch.daemon_command();
+    command
+        .env("ZKCRON_LOG", "info,zkcron::daemon=debug")
+        .arg("--state-dir")
+        .arg(scratch.path().join("state"))
+        .args(["--node-id", "test-node"]);
+    let daemon = scratch.spawn_daemon(command);
+    daemon.wait_for_log("zkcron started", LIMIT);
     wait_for("control ticks", LIMIT, || {
         !scratch.lines("control").is_empty()
     });
+    // Each change below is one reload that reads the file it names (and changes that task).
+    let reloaded = |what: &str, count: usize, needles: &[&str]| {
+        daemon.wait_for_log_count("tasks reloaded", count, LIMIT);
+        let log = daemon.log();
+        let line = log.lines().rfind(|l| l.contains("tasks reloaded")).unwrap();
+        for needle in needles {
+            assert!(line.contains(needle), "{what}: {needle} in {line}");
+        }
+        let read = log.lines().rfind(|l| l.contains("jobs dir read")).unwrap();
+        assert!(read.contains("scan=named"), "{what}: {read}");
+    };
 
     // Added: picked up by the directory watch, without a signal.
     scratch.write_task(
@@ -102,6 +127,7 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     wait_for("the added task to fire", LIMIT, || {
         !scratch.lines("added").is_empty()
     });
+    reloaded("added", 2, &["added=1 changed=0 removed=0"]);
 
     // Modified: the new version runs.
     scratch.write_task(
@@ -111,10 +137,17 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     wait_for("the modified task to fire", LIMIT, || {
         scratch.lines("added").iter().any(|l| l.ends_with("v2"))
     });
+    reloaded("modified", 3, &["added=0 changed=1 removed=0"]);
+
+    // Renamed within the dir: the task of the old name goes, the new one comes.
+    let jobs = scratch.jobs();
+    std::fs::rename(jobs.join("added.toml"), jobs.join("renamed.toml")).unwrap();
+    daemon.wait_for_log_line("the renamed task", &["task loaded", "renamed"], LIMIT);
+    reloaded("renamed", 4, &["added=1 changed=0 removed=1"]);
 
     // Broken: the error is logged and the last good version keeps running.
     scratch.write_task(
-        "added",
+        "renamed",
         "schedule = \"* * * * * *\"\ncommand = ['true']\ntimezon = \"UTC\"\n",
     );
     daemon.wait_for_log("keeping its last good version running", LIMIT);
@@ -123,6 +156,11 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
         "{}",
         daemon.log()
     );
+    reloaded(
+        "broken",
+        5,
+        &["added=0 changed=0 removed=0", "invalid_files=1"],
+    );
     let before = scratch.lines("added").len();
     wait_for("the last good version to keep firing", LIMIT, || {
         scratch.lines("added").len() >= before + 2
@@ -130,8 +168,9 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     assert!(scratch.lines("added").last().unwrap().ends_with("v2"));
 
     // Removed: it stops firing while the control task goes on.
-    scratch.remove_task("added");
+    scratch.remove_task("renamed");
     daemon.wait_for_log("task removed", LIMIT);
+    reloaded("removed", 6, &["removed=1", "invalid_files=0"]);
     let after_removal = scratch.lines("added").len();
     let control = scratch.lines("control").len();
     wait_for("three more control ticks", LIMIT, || {
@@ -143,7 +182,8 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
         "removed task kept firing"
     );
 
-    // SIGHUP reloads too.
+    // SIGHUP reloads too, looking at every file: it finds only the file added before it, so
+    // the named reloads left the other 301 tasks as they are.
     scratch.write_task(
         "by-signal",
         &recording_task(&scratch, "* * * * * *", "by-signal", "s", ""),
@@ -152,7 +192,16 @@ fn given_a_running_daemon_when_task_files_are_added_changed_broken_and_removed_t
     wait_for("the task added before SIGHUP to fire", LIMIT, || {
         !scratch.lines("by-signal").is_empty()
     });
+    daemon.wait_for_log_line(
+        "the full reload",
+        &["tasks reloaded", "SIGHUP", "added=1 changed=0 removed=0"],
+        LIMIT,
+    );
+    daemon.wait_for_log_line("its scan", &["jobs dir read", "scan=full (SIGHUP)"], LIMIT);
 }
+
+/// A task that never fires during a test.
+const IDLE_TASK: &str = "schedule = \"0 0 1 1 *\"\ncommand = ['true']\n";
 
 /// Rewrites `jobs.d/<name>.toml` every 100 ms from a thread (atomically, as config management
 /// does) for at most a minute, so that the daemon's jobs dir never goes quiet. Stops and joins

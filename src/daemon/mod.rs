@@ -39,7 +39,7 @@ mod watching;
 
 use firing::FiringShell;
 use runs::RunHandles;
-use watching::{Debounce, watch_jobs_dir, watch_wall_clock};
+use watching::{Debounce, DirChange, Pending, watch_jobs_dir, watch_wall_clock};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
 /// an operator setting the date, a resume from suspend). One check serves every task, so 10,000
@@ -108,8 +108,9 @@ impl LoadedTasks {
 enum Event {
     /// Re-read `jobs_dir`: SIGHUP, or the debounce timer after changes in it.
     Reload(&'static str),
-    /// Something changed in `jobs_dir`: the reload is scheduled by [`Debounce`].
-    JobsDirChanged,
+    /// Something changed in `jobs_dir`: the reload is scheduled by [`Debounce`], which collects
+    /// what changed.
+    JobsDirChanged(Vec<DirChange>),
     /// The set of tasks this node leads changed.
     LeadershipChanged,
     /// Stop: SIGTERM or SIGINT.
@@ -193,13 +194,13 @@ impl<C: Coordinator> Daemon<C> {
         let mut sighup = signal(SignalKind::hangup())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sigint = signal(SignalKind::interrupt())?;
-        // Capacity 1: a pending message already says "something changed"; more add nothing.
-        let (watch_tx, mut watch_rx) = mpsc::channel::<()>(1);
+        // One message per burst of events, received as soon as the loop is idle.
+        let (watch_tx, mut watch_rx) = mpsc::unbounded_channel::<Vec<DirChange>>();
         let _watcher = watch_jobs_dir(&self.config.jobs_dir, watch_tx);
         let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
         let mut leadership = self.shared.coordinator.leadership();
 
-        self.reload("start").await;
+        self.reload("start", Pending::everything("start-up")).await;
         tracing::info!(
             node = %self.config.node_id,
             jobs_dir = %self.config.jobs_dir.display(),
@@ -215,7 +216,7 @@ impl<C: Coordinator> Daemon<C> {
             let reload_due = debounce.due();
             let event = tokio::select! {
                 _ = sighup.recv() => Event::Reload("SIGHUP"),
-                Some(()) = watch_rx.recv() => Event::JobsDirChanged,
+                Some(changes) = watch_rx.recv() => Event::JobsDirChanged(changes),
                 _ = tokio::time::sleep_until(reload_due.unwrap_or_else(tokio::time::Instant::now)),
                     if reload_due.is_some() => Event::Reload("change in jobs_dir"),
                 Ok(()) = leadership.changed() => Event::LeadershipChanged,
@@ -223,17 +224,19 @@ impl<C: Coordinator> Daemon<C> {
                 _ = sigint.recv() => Event::Shutdown("SIGINT"),
             };
             match event {
-                Event::JobsDirChanged => debounce.change(tokio::time::Instant::now()),
+                Event::JobsDirChanged(changes) => {
+                    debounce.change(tokio::time::Instant::now(), changes)
+                }
                 Event::Reload("SIGHUP") => {
-                    // A reload looks at every file: changes seen so far are handled by it.
-                    debounce.clear();
+                    // It looks at every file: the changes seen so far are handled by it.
+                    debounce.take();
                     service::reloading();
-                    self.reload("SIGHUP").await;
+                    self.reload("SIGHUP", Pending::everything("SIGHUP")).await;
                     service::ready(&self.status);
                 }
                 Event::Reload(reason) => {
-                    debounce.clear();
-                    self.reload(reason).await
+                    let changes = debounce.take();
+                    self.reload(reason, changes).await
                 }
                 Event::LeadershipChanged => self.apply_leadership(),
                 Event::Shutdown(signal) => {
@@ -253,11 +256,12 @@ impl<C: Coordinator> Daemon<C> {
         }
     }
 
-    /// Re-reads `jobs_dir` and applies the difference: added tasks start, removed ones stop,
-    /// changed ones restart, and a file that became invalid keeps its last good version.
-    async fn reload(&mut self, reason: &str) {
+    /// Re-reads `jobs_dir` (what `changes` says changed, or every file) and applies the
+    /// difference: added tasks start, removed ones stop, changed ones restart, and a file that
+    /// became invalid keeps its last good version.
+    async fn reload(&mut self, reason: &str, changes: Pending) {
         let current = self.config.loaded.get();
-        let Some((mut tasks, errors)) = self.read_jobs_dir(&current).await else {
+        let Some((mut tasks, errors)) = self.read_jobs_dir(&current, changes).await else {
             return;
         };
         let diff = self.unload_differences(&current, &mut tasks);
@@ -288,17 +292,24 @@ impl<C: Coordinator> Daemon<C> {
 
     /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
     /// task whose file became invalid, and the files' errors; `None` when the dir is refused.
-    /// Only the files changed since the last reload are read ([`task::LoadCache`]).
+    /// Only the files changed since the last reload are read ([`task::LoadCache`]), and only
+    /// those `changes` names when it names them.
     async fn read_jobs_dir(
         &mut self,
         current: &[Arc<TaskSpec>],
+        changes: Pending,
     ) -> Option<(Vec<Arc<TaskSpec>>, Vec<task::TaskFileError>)> {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let mut cache = std::mem::take(&mut self.cache);
         let now = std::time::SystemTime::from(wall_clock());
+        let rescan = changes.rescan;
         let read = tokio::task::spawn_blocking(move || {
-            let loaded = task::reload_jobs_dir(&dir, &defaults, &mut cache, now);
+            let scan = match rescan {
+                Some(_) => task::Scan::Full,
+                None => task::Scan::Named(&changes.names),
+            };
+            let loaded = task::reload_jobs_dir(&dir, &defaults, &mut cache, now, scan);
             (loaded, cache)
         })
         .await;
@@ -328,6 +339,7 @@ impl<C: Coordinator> Daemon<C> {
         tracing::debug!(
             read = self.cache.last_reads(),
             tasks = loaded.tasks.len(),
+            scan = %scanned(self.cache.last_scan(), rescan),
             "jobs dir read: only new and changed files were opened"
         );
         let mut tasks = loaded.tasks;
@@ -343,15 +355,14 @@ impl<C: Coordinator> Daemon<C> {
                         "invalid task file, keeping its last good version running: {}",
                         error.one_line()
                     );
-                    tasks.retain(|task| *task.name != **name);
-                    tasks.push(spec);
+                    // In its place in name order (the tasks are published so).
+                    match tasks.binary_search_by(|task| task.name.cmp(&spec.name)) {
+                        Ok(i) => tasks[i] = spec,
+                        Err(i) => tasks.insert(i, spec),
+                    }
                 }
                 None => tracing::error!("invalid task file, not loaded: {}", error.one_line()),
             }
-        }
-        if !loaded.errors.is_empty() {
-            // Published in name order, as before (the loaded tasks are).
-            tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         }
         Some((tasks, loaded.errors))
     }
@@ -360,16 +371,13 @@ impl<C: Coordinator> Daemon<C> {
     /// published) and logs each new one. An unchanged task in `tasks` becomes the daemon's own
     /// `Arc`, so the coordinator's leadership set shares each name with the daemon's spec.
     fn unload_differences(&self, current: &[Arc<TaskSpec>], tasks: &mut [Arc<TaskSpec>]) -> Diff {
-        let engine = self.firing.engine();
         let mut diff = Diff::default();
+        let mut unload = Vec::new();
         // Both in name order: walked side by side.
         let mut old = current.iter().peekable();
         for spec in tasks.iter_mut() {
             while let Some(gone) = old.next_if(|old| old.name < spec.name) {
-                engine.handle(Input::Unload {
-                    task: gone.name.to_string(),
-                    why: Unload::Removed,
-                });
+                unload.push((gone.name.to_string(), Unload::Removed));
                 diff.removed += 1;
             }
             let name = spec.name.clone();
@@ -377,10 +385,7 @@ impl<C: Coordinator> Daemon<C> {
                 Some(old) if Arc::ptr_eq(old, spec) => {}
                 Some(old) if **old == **spec => *spec = old.clone(),
                 Some(_) => {
-                    engine.handle(Input::Unload {
-                        task: name.to_string(),
-                        why: Unload::Changed,
-                    });
+                    unload.push((name.to_string(), Unload::Changed));
                     diff.changed += 1;
                 }
                 None => {
@@ -397,11 +402,11 @@ impl<C: Coordinator> Daemon<C> {
             }
         }
         for gone in old {
-            engine.handle(Input::Unload {
-                task: gone.name.to_string(),
-                why: Unload::Removed,
-            });
+            unload.push((gone.name.to_string(), Unload::Removed));
             diff.removed += 1;
+        }
+        if !unload.is_empty() {
+            self.firing.engine().handle(Input::UnloadAll(unload));
         }
         diff
     }
@@ -481,6 +486,17 @@ struct Diff {
     removed: usize,
     /// The names of the added tasks (for the metrics).
     loaded_names: Vec<Arc<str>>,
+}
+
+/// How a reload looked at the jobs dir, for the debug log: `rescan` is why every file was
+/// looked at, when the reload asked for that.
+fn scanned(scanned: &task::Scanned, rescan: Option<&'static str>) -> String {
+    match scanned {
+        task::Scanned::Full => format!("full ({})", rescan.unwrap_or("asked for")),
+        task::Scanned::FullInstead(why) => format!("full instead of named ({why})"),
+        task::Scanned::Named { names } => format!("named ({names} entries changed)"),
+        task::Scanned::Nothing => "none".to_string(),
+    }
 }
 
 /// The task `name` of `tasks` (in name order).

@@ -87,10 +87,33 @@ impl<P> Manual<P> {
 impl<P> Firing<P> {
     // ---- reloads ----
 
-    /// Stops firing `task` before a reload publishes the new tasks.
-    pub(super) fn unload(&mut self, task: &str, why: Unload) {
-        let Ok(i) = self.loaded_index(task) else {
+    /// Stops firing each of `tasks` before a reload publishes the new tasks; those removed
+    /// leave the loaded tasks in one pass.
+    pub(super) fn unload_all(&mut self, tasks: Vec<(String, Unload)>) {
+        let mut removed = BTreeSet::new();
+        for (task, why) in tasks {
+            // A task named twice: removed already.
+            if self.loaded_index(&task).is_ok_and(|i| removed.contains(&i)) {
+                continue;
+            }
+            removed.extend(self.unload(&task, why));
+        }
+        if removed.is_empty() {
             return;
+        }
+        let mut i = 0;
+        self.loaded.retain(|_| {
+            let keep = !removed.contains(&i);
+            i += 1;
+            keep
+        });
+    }
+
+    /// Stops firing `task`; when it is [`Unload::Removed`], its index in the loaded tasks,
+    /// for the caller to remove it.
+    fn unload(&mut self, task: &str, why: Unload) -> Option<usize> {
+        let Ok(i) = self.loaded_index(task) else {
+            return None;
         };
         if let Some(key) = self.loaded[i].key.take() {
             self.remove(key);
@@ -99,7 +122,6 @@ impl<P> Firing<P> {
         self.unloaded.insert(self.loaded[i].spec.name.clone());
         match why {
             Unload::Removed => {
-                self.loaded.remove(i);
                 if self
                     .applied
                     .as_ref()
@@ -118,9 +140,11 @@ impl<P> Firing<P> {
                     running,
                     "task removed; a run in progress finishes, without further retries"
                 );
+                Some(i)
             }
             Unload::Changed => {
-                tracing::info!(target: log::DAEMON, task = %task, "task changed; a run in progress finishes")
+                tracing::info!(target: log::DAEMON, task = %task, "task changed; a run in progress finishes");
+                None
             }
         }
     }
@@ -270,19 +294,29 @@ impl<P> Firing<P> {
     /// Applies `leadership` only to the tasks whose lease or pause mark changed since
     /// `applied` (a node taking its share of 10,000 leases publishes hundreds of changes).
     fn apply_changes(&mut self, applied: &Leadership, leadership: &Leadership) {
-        let changed: BTreeSet<String> = applied
-            .tasks
-            .symmetric_difference(&leadership.tasks)
-            .map(|name| name.to_string())
-            .chain(
+        // The same sets (a load applies the leadership applied last): nothing to compare, so a
+        // reload after one change does not walk 100,000 names.
+        let same_tasks = Arc::ptr_eq(&applied.tasks, &leadership.tasks);
+        let same_paused = Arc::ptr_eq(&applied.paused_tasks, &leadership.paused_tasks);
+        let tasks_changed = (!same_tasks)
+            .then(|| applied.tasks.symmetric_difference(&leadership.tasks))
+            .into_iter()
+            .flatten();
+        let paused_changed = (!same_paused)
+            .then(|| {
                 applied
                     .paused_tasks
                     .symmetric_difference(&leadership.paused_tasks)
-                    .cloned(),
-            )
+            })
+            .into_iter()
+            .flatten();
+        let changed: BTreeSet<String> = tasks_changed
+            .clone()
+            .map(|name| name.to_string())
+            .chain(paused_changed.cloned())
             .collect();
         // The count of loaded tasks led, kept up to date from the same difference.
-        for name in applied.tasks.symmetric_difference(&leadership.tasks) {
+        for name in tasks_changed {
             if self.loaded_index(name).is_ok() {
                 if leadership.tasks.contains(name) {
                     self.leading += 1;

@@ -10,7 +10,8 @@
 //! reload began: a write in the same tick of the file system's clock as the read would leave
 //! the stamp as read (git's "racy clean" entries), so such a file is read again next time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -18,6 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::load::{Listed, in_parallel, list_jobs_dir, load_files};
+
+mod named;
 use super::{LoadedDir, TaskDefaults, TaskSpec, task_name_of, user_exists};
 use crate::files::PathProblem;
 use nix::fcntl::AtFlags;
@@ -108,8 +111,22 @@ struct Cached {
 pub struct LoadCache {
     /// In task-name order, as the jobs dir is walked.
     files: Vec<Cached>,
+    /// The task files the last reload found but did not remember (invalid, links, not regular
+    /// files, changed too recently), in no particular order: every reload reads them again.
+    unremembered: Vec<Listed>,
+    /// The files ignored on purpose, with the reason, sorted.
+    ignored: Vec<(std::path::PathBuf, &'static str)>,
+    /// Every user and group the remembered tasks run as (a name no task uses any more stays
+    /// until the next full scan): a named reload looks each up once.
+    accounts: BTreeSet<(AccountKind, String)>,
+    /// Whether the cache is the dir as the last reload saw it, so that a named reload may
+    /// rely on it: not before the first full scan, nor after a reload the dir was refused in
+    /// (the names of that burst were not looked at).
+    complete: bool,
     /// How many files the last reload read (opened and checked); the others were remembered.
     last_reads: usize,
+    /// How the last reload looked at the dir.
+    last_scan: Scanned,
 }
 
 impl LoadCache {
@@ -118,6 +135,42 @@ impl LoadCache {
     pub fn last_reads(&self) -> usize {
         self.last_reads
     }
+
+    /// How the last [`reload_jobs_dir`] looked at the dir.
+    pub fn last_scan(&self) -> &Scanned {
+        &self.last_scan
+    }
+}
+
+/// What a reload must look at.
+#[derive(Debug, Clone, Copy)]
+pub enum Scan<'a> {
+    /// Every entry of the dir: at start-up, on SIGHUP, and whenever the watch cannot name
+    /// what changed.
+    Full,
+    /// Only these entries (file names) changed since the last reload.
+    Named(&'a BTreeSet<OsString>),
+}
+
+/// How a reload looked at the dir, for the debug log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Scanned {
+    /// No reload yet.
+    #[default]
+    Nothing,
+    /// Listed, and each remembered file looked at (`stat`).
+    Full,
+    /// A named reload that had to be a full one, and why.
+    FullInstead(&'static str),
+    /// Only the named entries were looked at (and the files not remembered read).
+    Named { names: usize },
+}
+
+/// A kind of account a task runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum AccountKind {
+    User,
+    Group,
 }
 
 /// What a reload does with one task file, in name order.
@@ -130,9 +183,34 @@ enum Slot {
 }
 
 /// [`super::load_jobs_dir`] through `cache`: the same tasks, errors and ignored files, but a
-/// file whose stamp is as remembered is not read again. `now` is when the reload began (the
-/// caller's clock), which decides which files are too recent to be remembered.
+/// file whose stamp is as remembered is not read again, and with [`Scan::Named`] only the
+/// named entries are looked at. `now` is when the reload began (the caller's clock), which
+/// decides which files are too recent to be remembered. A named reload is a full one when the
+/// cache cannot be relied on or a user or group of a remembered task is gone.
 pub fn reload_jobs_dir(
+    dir: &Path,
+    defaults: &TaskDefaults,
+    cache: &mut LoadCache,
+    now: SystemTime,
+    scan: Scan<'_>,
+) -> Result<LoadedDir<Arc<TaskSpec>>, Vec<PathProblem>> {
+    let result = match scan {
+        Scan::Full => full_scan(dir, defaults, cache, now).inspect(|_| {
+            cache.last_scan = Scanned::Full;
+        }),
+        Scan::Named(names) => match named::why_not(cache) {
+            None => named::reload(dir, defaults, cache, now, names),
+            Some(why) => full_scan(dir, defaults, cache, now).inspect(|_| {
+                cache.last_scan = Scanned::FullInstead(why);
+            }),
+        },
+    };
+    cache.complete = result.is_ok();
+    result
+}
+
+/// A reload that lists the dir and looks at every remembered file.
+fn full_scan(
     dir: &Path,
     defaults: &TaskDefaults,
     cache: &mut LoadCache,
@@ -147,6 +225,7 @@ pub fn reload_jobs_dir(
     files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let (slots, to_read) = sort_out(&listing.dir, files, cache);
     cache.last_reads = to_read.len();
+    cache.ignored.clone_from(&listing.ignored);
     let mut loaded = LoadedDir {
         ignored: listing.ignored,
         ..LoadedDir::default()
@@ -156,7 +235,7 @@ pub fn reload_jobs_dir(
         read.extend(tasks);
         loaded.errors.extend(errors);
     }
-    drop(to_read);
+    cache.unremembered = unremembered(to_read, &read, now);
     // The tasks read come in the order of their files; a file that failed has none.
     let mut read = read.into_iter().peekable();
     loaded.tasks.reserve_exact(slots.len());
@@ -168,12 +247,7 @@ pub fn reload_jobs_dir(
                 let Some((spec, meta)) = read.next_if(|(spec, _)| *spec.name == *name) else {
                     continue;
                 };
-                let stamp = meta.map(|meta| Stamp::of(&meta));
-                let spec = match previous {
-                    Some(previous) if *previous == spec => previous,
-                    _ => Arc::new(spec),
-                };
-                (stamp.filter(|stamp| stamp.settled(now)), spec)
+                stamped(spec, meta, previous, now)
             }
         };
         if let Some(stamp) = stamp {
@@ -185,10 +259,73 @@ pub fn reload_jobs_dir(
         }
         loaded.tasks.push(spec);
     }
+    cache.accounts = accounts_of(&cache.files);
+    Ok(finish(loaded))
+}
+
+/// Which of the files `to_read` (in order) a reload will not remember, given what was `read`
+/// of them (in the same order; a file that failed has nothing): those that failed, came
+/// through a link or changed too recently before `now`. Takes the list, so that the paths of
+/// the others are freed before the tasks read are moved to the heap.
+fn unremembered(
+    to_read: Vec<Listed>,
+    read: &[(TaskSpec, Option<std::fs::Metadata>)],
+    now: SystemTime,
+) -> Vec<Listed> {
+    let mut read = read.iter().peekable();
+    let mut unremembered = Vec::new();
+    for file in to_read {
+        let remembered = read
+            .next_if(|(spec, _)| spec.path.as_os_str() == file.path.as_os_str())
+            .and_then(|(_, meta)| meta.as_ref())
+            .is_some_and(|meta| Stamp::of(meta).settled(now));
+        if !remembered {
+            unremembered.push(file);
+        }
+    }
+    unremembered
+}
+
+/// A task read, with the stamp to remember it by (none when it came through a link or changed
+/// too recently before `now`), as the `previous` `Arc` when it is equal to it.
+fn stamped(
+    spec: TaskSpec,
+    meta: Option<std::fs::Metadata>,
+    previous: Option<Arc<TaskSpec>>,
+    now: SystemTime,
+) -> (Option<Stamp>, Arc<TaskSpec>) {
+    let stamp = meta.map(|meta| Stamp::of(&meta));
+    let spec = match previous {
+        Some(previous) if *previous == spec => previous,
+        _ => Arc::new(spec),
+    };
+    (stamp.filter(|stamp| stamp.settled(now)), spec)
+}
+
+/// The checks across files, once `loaded` holds every task in name order and every file's
+/// errors.
+fn finish(mut loaded: LoadedDir<Arc<TaskSpec>>) -> LoadedDir<Arc<TaskSpec>> {
     // Stable, so each file's errors keep their order (whole-file first, then by position).
     loaded.errors.sort_by(|a, b| a.path.cmp(&b.path));
     super::chain::check_chains(&mut loaded.tasks, &mut loaded.errors);
-    Ok(loaded)
+    loaded
+}
+
+/// The users and groups the tasks of `files` run as.
+fn accounts_of(files: &[Cached]) -> BTreeSet<(AccountKind, String)> {
+    let mut names: BTreeSet<(AccountKind, &str)> = BTreeSet::new();
+    for cached in files {
+        if let Some(user) = &cached.spec.user {
+            names.insert((AccountKind::User, user));
+        }
+        if let Some(group) = &cached.spec.extras.group {
+            names.insert((AccountKind::Group, group));
+        }
+    }
+    names
+        .into_iter()
+        .map(|(kind, name)| (kind, name.to_string()))
+        .collect()
 }
 
 /// Which of `files` (name and listing, in name order) of the open jobs dir `dir` keep their
@@ -257,222 +394,34 @@ impl Accounts {
     /// Whether the user and group `spec` runs as (if any) exist; a failed lookup counts as
     /// missing, so the file is read again and its error reported.
     fn all_exist(&mut self, spec: &TaskSpec) -> bool {
-        let user = spec.user.as_ref().is_none_or(|name| {
-            *self
-                .users
-                .entry(name.clone())
-                .or_insert_with(|| user_exists(name).unwrap_or(false))
-        });
-        let group = spec.extras.group.as_ref().is_none_or(|name| {
-            *self.groups.entry(name.clone()).or_insert_with(|| {
-                nix::unistd::Group::from_name(name).is_ok_and(|group| group.is_some())
-            })
-        });
+        let user = spec
+            .user
+            .as_ref()
+            .is_none_or(|name| self.exists(AccountKind::User, name));
+        let group = spec
+            .extras
+            .group
+            .as_ref()
+            .is_none_or(|name| self.exists(AccountKind::Group, name));
         user && group
+    }
+
+    /// Whether the user or group `name` exists (looked up once per reload).
+    fn exists(&mut self, kind: AccountKind, name: &str) -> bool {
+        let (known, lookup): (_, fn(&str) -> bool) = match kind {
+            AccountKind::User => (&mut self.users, |name| user_exists(name).unwrap_or(false)),
+            AccountKind::Group => (&mut self.groups, |name| {
+                nix::unistd::Group::from_name(name).is_ok_and(|group| group.is_some())
+            }),
+        };
+        if let Some(&exists) = known.get(name) {
+            return exists;
+        }
+        let exists = lookup(name);
+        known.insert(name.to_string(), exists);
+        exists
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::fs::FileTimes;
-    use std::path::PathBuf;
-
-    use super::*;
-    use crate::task::Identity;
-
-    /// An hour ago from `now`: files written then are settled.
-    const AGE: Duration = Duration::from_secs(3600);
-
-    struct Dir {
-        /// Holds the jobs dir and, beside it, where replacements are written.
-        root: tempfile::TempDir,
-        cache: LoadCache,
-        defaults: TaskDefaults,
-        now: SystemTime,
-    }
-
-    impl Dir {
-        fn new() -> Dir {
-            let root = tempfile::tempdir().unwrap();
-            std::fs::create_dir(root.path().join("jobs.d")).unwrap();
-            Dir {
-                root,
-                cache: LoadCache::default(),
-                defaults: TaskDefaults {
-                    timezone: chrono_tz::UTC,
-                    user: None,
-                    identity: Identity::current(),
-                    backend: crate::task::TaskBackend::Local,
-                },
-                // The tests' only clock: every file gets an explicit time before it.
-                now: SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000),
-            }
-        }
-
-        fn jobs(&self) -> PathBuf {
-            self.root.path().join("jobs.d")
-        }
-
-        /// Writes `name` in the jobs dir (through a rename when `replace`) with `text`,
-        /// modified at `mtime`.
-        fn write_at(&self, name: &str, text: &str, mtime: SystemTime) {
-            let scratch = self.root.path().join(name);
-            std::fs::write(&scratch, text).unwrap();
-            let file = File::options().write(true).open(&scratch).unwrap();
-            file.set_times(FileTimes::new().set_modified(mtime).set_accessed(mtime))
-                .unwrap();
-            std::fs::rename(&scratch, self.jobs().join(name)).unwrap();
-        }
-
-        fn write(&self, name: &str, text: &str) {
-            self.write_at(name, text, self.now - AGE);
-        }
-
-        fn reload(&mut self) -> LoadedDir<Arc<TaskSpec>> {
-            reload_jobs_dir(&self.jobs(), &self.defaults, &mut self.cache, self.now)
-                .unwrap_or_else(|problems| panic!("{problems:?}"))
-        }
-    }
-
-    fn hourly(minute: u32) -> String {
-        format!("schedule = \"{minute} * * * *\"\ncommand = [\"true\"]\n")
-    }
-
-    fn schedules(loaded: &LoadedDir<Arc<TaskSpec>>) -> Vec<(String, String)> {
-        let of = |spec: &Arc<TaskSpec>| (spec.name.to_string(), spec.schedule.expression().into());
-        loaded.tasks.iter().map(of).collect()
-    }
-
-    #[test]
-    fn a_reload_reads_only_the_files_whose_stamp_changed() {
-        let mut dir = Dir::new();
-        for (name, minute) in [("a.toml", 1), ("b.toml", 2), ("c.toml", 3)] {
-            dir.write(name, &hourly(minute));
-        }
-        let first = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 3);
-        let again = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 0, "nothing changed, nothing read");
-        assert!(
-            first
-                .tasks
-                .iter()
-                .zip(&again.tasks)
-                .all(|(a, b)| Arc::ptr_eq(a, b)),
-            "an unread file's task is the same Arc"
-        );
-        // A longer text, written an hour ago: its size says it changed.
-        dir.write("b.toml", &hourly(22));
-        let changed = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 1);
-        assert_eq!(schedules(&changed)[1], ("b".into(), "22 * * * *".into()));
-        assert!(Arc::ptr_eq(&first.tasks[0], &changed.tasks[0]));
-        std::fs::remove_file(dir.jobs().join("c.toml")).unwrap();
-        let removed = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 0);
-        assert_eq!(removed.tasks.len(), 2);
-    }
-
-    #[test]
-    fn the_stamp_of_a_look_at_a_file_is_the_stamp_of_its_read() {
-        let dir = Dir::new();
-        dir.write("a.toml", &hourly(1));
-        let path = dir.jobs().join("a.toml");
-        let read = Stamp::of(&std::fs::symlink_metadata(&path).unwrap());
-        let stat = nix::sys::stat::lstat(&path).unwrap();
-        assert_eq!(Stamp::of_regular(&stat), Some(read));
-        std::os::unix::fs::symlink("a.toml", dir.jobs().join("b.toml")).unwrap();
-        let link = nix::sys::stat::lstat(&dir.jobs().join("b.toml")).unwrap();
-        assert_eq!(Stamp::of_regular(&link), None, "a link is no regular file");
-    }
-
-    #[test]
-    fn a_file_replaced_by_a_rename_with_the_same_size_and_mtime_is_read_again() {
-        let mut dir = Dir::new();
-        dir.write("a.toml", &hourly(1));
-        dir.reload();
-        // Same length, same mtime: only the inode (and ctime) differ.
-        dir.write("a.toml", &hourly(7));
-        let loaded = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 1);
-        assert_eq!(schedules(&loaded), [("a".into(), "7 * * * *".into())]);
-    }
-
-    #[test]
-    fn a_file_changed_just_before_the_reload_is_read_again_at_the_next_one() {
-        let mut dir = Dir::new();
-        dir.write_at("a.toml", &hourly(1), dir.now - RACY_WINDOW / 2);
-        dir.reload();
-        dir.reload();
-        assert_eq!(dir.cache.last_reads(), 1, "a racy stamp is not trusted");
-        dir.now += RACY_WINDOW;
-        dir.reload();
-        dir.reload();
-        assert_eq!(dir.cache.last_reads(), 0, "settled since, and remembered");
-    }
-
-    #[test]
-    fn a_file_that_becomes_invalid_is_reported_and_read_again_until_fixed() {
-        let mut dir = Dir::new();
-        dir.write("a.toml", &hourly(1));
-        dir.reload();
-        dir.write(
-            "a.toml",
-            "schedule = \"61 * * * *\"\ncommand = [\"true\"]\n",
-        );
-        for _ in 0..2 {
-            let broken = dir.reload();
-            assert_eq!(
-                dir.cache.last_reads(),
-                1,
-                "an invalid file is never remembered"
-            );
-            assert!(broken.tasks.is_empty());
-            assert_eq!(broken.errors.len(), 1);
-            assert_eq!((broken.errors[0].line, broken.errors[0].column), (1, 13));
-        }
-        dir.write("a.toml", &hourly(5));
-        let fixed = dir.reload();
-        assert!(fixed.errors.is_empty());
-        assert_eq!(schedules(&fixed), [("a".into(), "5 * * * *".into())]);
-    }
-
-    #[test]
-    fn a_task_whose_user_is_gone_is_read_again_and_its_error_reported() {
-        let mut dir = Dir::new();
-        // Only root may name another user (as anyone else the file is an error before its user
-        // is looked up): the test fails rather than pass without running.
-        assert!(
-            dir.defaults.identity.is_root(),
-            "this test needs root (a task naming another user): run `sudo -E cargo test --lib \
-             task::cache` or scripts/test as root, as CI does"
-        );
-        let user = "zkcron-no-such-user-cache";
-        dir.write("a.toml", &format!("{}user = {user:?}\n", hourly(1)));
-        let loaded = dir.reload();
-        assert_eq!(loaded.errors.len(), 1, "{:?}", loaded.errors);
-        let again = dir.reload();
-        assert_eq!(dir.cache.last_reads(), 1);
-        assert!(
-            again.errors[0]
-                .message
-                .contains("does not exist on this host")
-        );
-    }
-
-    #[test]
-    fn a_remembered_task_is_checked_for_its_user_without_reading_its_file() {
-        let mut accounts = Accounts::default();
-        let mut dir = Dir::new();
-        dir.write("a.toml", &hourly(1));
-        let loaded = dir.reload();
-        let mut spec = (*loaded.tasks[0]).clone();
-        assert!(accounts.all_exist(&spec));
-        spec.user = Some("zkcron-no-such-user-cache".into());
-        assert!(!accounts.all_exist(&spec));
-        spec.user = Some("root".into());
-        assert!(accounts.all_exist(&spec));
-        spec.extras.group = Some("zkcron-no-such-group-cache".into());
-        assert!(!accounts.all_exist(&spec));
-    }
-}
+mod tests;

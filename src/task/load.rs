@@ -34,7 +34,7 @@ pub fn load_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, V
 }
 
 /// A file named like a task file, as a listing of the jobs dir found it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Listed {
     pub(super) path: PathBuf,
     /// Whether the listing says it is a regular file (the entry's `d_type`): then it is opened
@@ -59,22 +59,8 @@ pub(super) fn list_jobs_dir(
     dir: &Path,
     defaults: &TaskDefaults,
 ) -> Result<Listing, Vec<PathProblem>> {
-    let problems = files::check_jobs_dir(dir, &defaults.identity);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let cannot_read = |error: std::io::Error| {
-        vec![PathProblem {
-            path: dir.to_path_buf(),
-            message: format!("cannot read the jobs dir: {error}"),
-            help: None,
-        }]
-    };
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY)
-        .open(dir)
-        .map_err(cannot_read)?;
+    let opened = open_jobs_dir(dir, defaults)?;
+    let cannot_read = |error: std::io::Error| vec![cannot_read_dir(dir, error)];
     let mut ignored = Vec::new();
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(cannot_read)? {
@@ -95,6 +81,27 @@ pub(super) fn list_jobs_dir(
         files,
         ignored,
     })
+}
+
+/// The jobs dir `dir`, open, once it may be trusted ([`files::check_jobs_dir`]).
+pub(super) fn open_jobs_dir(dir: &Path, defaults: &TaskDefaults) -> Result<File, Vec<PathProblem>> {
+    let problems = files::check_jobs_dir(dir, &defaults.identity);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|error| vec![cannot_read_dir(dir, error)])
+}
+
+fn cannot_read_dir(dir: &Path, error: std::io::Error) -> PathProblem {
+    PathProblem {
+        path: dir.to_path_buf(),
+        message: format!("cannot read the jobs dir: {error}"),
+        help: None,
+    }
 }
 
 /// What one loading thread of [`load_files`] returns: its tasks, each with the metadata of the

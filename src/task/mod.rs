@@ -34,7 +34,7 @@ mod when;
 pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
 pub(crate) use crate::diag::{decode_utf8, shell_quote};
-pub use cache::{LoadCache, RACY_WINDOW, reload_jobs_dir};
+pub use cache::{LoadCache, RACY_WINDOW, Scan, Scanned, reload_jobs_dir};
 pub use chain::Parent;
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};

@@ -500,13 +500,22 @@ pub fn read_fire_records(state_dir: &Path) -> Result<HashMap<String, DateTime<Ut
 
 impl Coordinator for LocalCoordinator {
     async fn publish<T: Borrow<TaskSpec> + Sync>(&self, tasks: &[T]) -> Result<(), CoordError> {
-        let names: BTreeSet<Arc<str>> = tasks
-            .iter()
-            .map(Borrow::borrow)
-            .filter(|t| record::eligible(t))
-            .map(|t| t.name.clone())
-            .collect();
-        self.leadership.send_modify(|l| l.tasks = Arc::new(names));
+        let names = || {
+            tasks
+                .iter()
+                .map(Borrow::borrow)
+                .filter(|t| record::eligible(t))
+                .map(|t| &t.name)
+        };
+        // The same names (a reload that changed tasks but added or removed none): the same
+        // set, and no change to tell, so that nobody compares 100,000 names again.
+        self.leadership.send_if_modified(|l| {
+            if same_names(&l.tasks, names()) {
+                return false;
+            }
+            l.tasks = Arc::new(names().cloned().collect());
+            true
+        });
         self.refresh_triggers();
         Ok(())
     }
@@ -716,6 +725,19 @@ impl LocalCoordinator {
             .remove(&(task.to_string(), result.tick));
         Ok(())
     }
+}
+
+/// Whether `names`, in order, are the names of `set` (an unchanged task brings the very same
+/// name, so most compare as pointers).
+fn same_names<'a>(set: &BTreeSet<Arc<str>>, names: impl Iterator<Item = &'a Arc<str>>) -> bool {
+    let mut known = set.iter();
+    for name in names {
+        match known.next() {
+            Some(same) if Arc::ptr_eq(same, name) || same == name => {}
+            _ => return false,
+        }
+    }
+    known.next().is_none()
 }
 
 #[cfg(test)]

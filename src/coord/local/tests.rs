@@ -96,6 +96,45 @@ async fn given_a_published_task_when_ticks_are_claimed_then_only_newer_ticks_win
     );
 }
 
+/// A reload that changed a task but added or removed none published the same 100,000 names as
+/// a new set, which every reader of the leadership then compared with the old one.
+#[tokio::test]
+async fn publishing_the_same_names_again_keeps_the_set_and_tells_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let mut disabled = spec("c");
+    disabled.enabled = false;
+    local
+        .publish(&[spec("a"), spec("b"), disabled.clone()])
+        .await
+        .unwrap();
+    let mut leadership = local.leadership();
+    let first = leadership.borrow_and_update().tasks.clone();
+    assert_eq!(first.len(), 2, "a disabled task is not led");
+    // New specs (a changed task brings a new name), the same names.
+    let mut changed = spec("b");
+    changed.jitter = std::time::Duration::from_secs(1);
+    local
+        .publish(&[spec("a"), changed, disabled])
+        .await
+        .unwrap();
+    assert!(!leadership.has_changed().unwrap(), "nothing to tell");
+    assert!(Arc::ptr_eq(&first, &local.leadership().borrow().tasks));
+    // One fewer, one more: told, with the new names.
+    for names in [&["a"][..], &["a", "d"][..]] {
+        let specs: Vec<TaskSpec> = names.iter().map(|n| spec(n)).collect();
+        local.publish(&specs).await.unwrap();
+        assert!(leadership.has_changed().unwrap(), "{names:?}");
+        let led: Vec<String> = leadership
+            .borrow_and_update()
+            .tasks
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(led, names);
+    }
+}
+
 #[tokio::test]
 async fn given_a_run_cut_short_by_a_crash_when_reopened_then_its_tick_is_orphaned_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -68,3 +68,41 @@ fn a_task_unloaded_and_loaded_again_with_the_same_spec_fires_again() {
     assert_eq!(reads(&mut shell), ["t"]);
     assert_eq!(shell.core.leading(), 1);
 }
+
+/// `count` tasks named `t-00000`, ... (in name order), each `spec` under another name.
+fn many(spec: &Arc<TaskSpec>, count: usize) -> Vec<Arc<TaskSpec>> {
+    let named = |i: usize| {
+        let mut spec = (**spec).clone();
+        spec.name = Arc::from(format!("t-{i:05}"));
+        Arc::new(spec)
+    };
+    (0..count).map(named).collect()
+}
+
+/// Regression: each removed task left the loaded tasks with `Vec::remove`, which shifts every
+/// task after it, so a reload removing most of 100,000 tasks moved tens of gigabytes.
+#[test]
+fn unloading_most_of_a_large_load_at_once_is_one_pass_not_one_shift_per_task() {
+    let specs = many(&every_minute("t", ""), 100_000);
+    let mut shell = Shell::new(at(0), specs.clone(), &["t-00000", "t-99999"]);
+    assert_eq!(reads(&mut shell).len(), 2);
+    let mut gone: Vec<(String, Unload)> = specs[1..]
+        .iter()
+        .map(|spec| (spec.name.to_string(), Unload::Removed))
+        .collect();
+    // Named twice in one batch: counted once.
+    gone.push(("t-99999".into(), Unload::Removed));
+    #[allow(clippy::disallowed_methods)] // The test times the core; the core reads no clock.
+    let started = std::time::Instant::now();
+    shell.handle(Input::UnloadAll(gone));
+    #[allow(clippy::disallowed_methods)]
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "unloading took {took:?}"
+    );
+    assert_eq!(shell.core.leading(), 1, "only t-00000 is left to lead");
+    shell.handle(Input::Load(vec![specs[0].clone()]));
+    assert_eq!(shell.core.leading(), 1);
+    assert!(reads(&mut shell).is_empty(), "t-00000 keeps its entry");
+}
