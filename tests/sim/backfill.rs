@@ -8,10 +8,10 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use zkcron::coord::RunResult;
 use zkcron::coord::backfill::{self, BackfillRecord};
-use zkcron::coord::node::io::{CreateMode, Request, ZkOp};
+use zkcron::coord::node::io::Request;
 use zkcron::firing::{self, Input as FireInput, RunId};
 
-use super::drive::{Asked, BASE, Ev, Sim, T};
+use super::drive::{Asked, Ev, Sim, T};
 use super::requested::Requested;
 use super::{Ms, NodeIx, Scenario, TaskIx, epoch};
 
@@ -64,27 +64,8 @@ impl Sim<'_> {
     /// The operator creates the request znode, as `zkcron backfill` does.
     pub(crate) fn create_backfill(&mut self, k: usize) {
         let (task, name, record) = self.backfills[k].clone();
-        let dir = |p: &str| ZkOp::Create {
-            path: format!("{BASE}/{p}"),
-            data: Vec::new(),
-            mode: CreateMode::Persistent,
-            acl: Default::default(),
-        };
-        for op in [
-            dir("control"),
-            dir("control/backfills"),
-            ZkOp::Create {
-                path: format!("{BASE}/control/backfills/{name}"),
-                data: serde_json::to_vec(&record).expect("encodes"),
-                mode: CreateMode::Persistent,
-                acl: Default::default(),
-            },
-        ] {
-            let mut writes = Vec::new();
-            let (_, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
-            let _ = task;
-            self.broadcast(events);
-        }
+        let data = serde_json::to_vec(&record).expect("encodes");
+        self.create_request(Some(task), "backfills", &name, data);
     }
 
     /// A backfill tick was claimed on node `n`: it runs for [`RUN_MS`].

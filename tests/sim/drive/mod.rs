@@ -529,6 +529,19 @@ impl<'s> Sim<'s> {
             reason: None,
             after: None,
         };
+        let data = serde_json::to_vec(&record).expect("encodes");
+        self.create_request(Some(task), "triggers", &fire_id, data);
+    }
+
+    /// The operator creates `control/<kind>/<name>` holding `data` (with its parents), as
+    /// `zkcron trigger` and `zkcron backfill` do.
+    pub(crate) fn create_request(
+        &mut self,
+        task: Option<TaskIx>,
+        kind: &str,
+        name: &str,
+        data: Vec<u8>,
+    ) {
         let dir = |p: &str| ZkOp::Create {
             path: format!("{BASE}/{p}"),
             data: Vec::new(),
@@ -537,22 +550,17 @@ impl<'s> Sim<'s> {
         };
         for op in [
             dir("control"),
-            dir("control/triggers"),
+            dir(&format!("control/{kind}")),
             ZkOp::Create {
-                path: format!("{BASE}/control/triggers/{fire_id}"),
-                data: serde_json::to_vec(&record).expect("encodes"),
+                path: format!("{BASE}/control/{kind}/{name}"),
+                data: data.clone(),
                 mode: CreateMode::Persistent,
                 acl: Default::default(),
             },
         ] {
             let mut writes = Vec::new();
             let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
-            note!(
-                self,
-                None,
-                Some(task),
-                format!("operator {op:?}: {result:?}")
-            );
+            note!(self, None, task, format!("operator {op:?}: {result:?}"));
             self.broadcast(events);
         }
     }
