@@ -406,7 +406,7 @@ impl<C: Coordinator> Daemon<C> {
             diff.removed += 1;
         }
         if !unload.is_empty() {
-            self.firing.engine().handle(Input::UnloadAll(unload));
+            self.firing.engine().handle(Input::Unload(unload));
         }
         diff
     }

@@ -59,11 +59,10 @@ impl FiringBugs {
 /// Everything the shell tells the core.
 #[derive(Debug)]
 pub enum Input<P> {
-    /// A reload is under way: stop firing `task` (before the new tasks are published).
-    Unload { task: String, why: Unload },
-    /// [`Input::Unload`] of each of these tasks, in one pass over the loaded tasks (a reload
-    /// that removes most of 100,000 tasks must not shift the rest once per task).
-    UnloadAll(Vec<(String, Unload)>),
+    /// A reload is under way: stop firing each of these tasks (before the new tasks are
+    /// published), in one pass over the loaded tasks (a reload that removes most of 100,000
+    /// tasks must not shift the rest once per task).
+    Unload(Vec<(String, Unload)>),
     /// The loaded tasks after a reload, in name order; an unchanged task is the same `Arc` as
     /// before. Applies the current leadership to every task.
     Load(Vec<Arc<TaskSpec>>),

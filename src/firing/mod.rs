@@ -317,8 +317,7 @@ impl<P> Firing<P> {
     pub fn handle(&mut self, input: Input<P>, now: DateTime<Utc>) {
         self.now = now;
         match input {
-            Input::Unload { task, why } => self.unload_all(vec![(task, why)]),
-            Input::UnloadAll(tasks) => self.unload_all(tasks),
+            Input::Unload(tasks) => self.unload_all(tasks),
             Input::Load(specs) => self.load(specs),
             Input::Leadership(leadership) => self.apply_leadership(leadership),
             Input::ClockJumped => self.replan_all(),

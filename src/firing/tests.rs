@@ -577,10 +577,7 @@ fn a_changed_task_is_fired_again_from_its_record_and_still_sees_its_earlier_run(
     let mut shell = Shell::new(at(0), vec![every_minute("t", "")], &["t"]);
     let old_read = shell.first_run();
     let changed = every_minute("t", "overlap = \"skip\"");
-    shell.handle(Input::Unload {
-        task: "t".into(),
-        why: Unload::Changed,
-    });
+    shell.handle(Input::Unload(vec![("t".into(), Unload::Changed)]));
     shell.handle(Input::Load(vec![changed]));
     shell.handle(Input::Leadership(leading(&["t"])));
     shell.read_record(Some(at(60)));
@@ -597,10 +594,7 @@ fn a_changed_task_is_fired_again_from_its_record_and_still_sees_its_earlier_run(
 fn a_removed_task_stops_firing_and_its_runs_get_no_further_retries() {
     let mut shell = Shell::new(at(0), vec![every_minute("t", "")], &["t"]);
     let run = shell.first_run();
-    shell.handle(Input::Unload {
-        task: "t".into(),
-        why: Unload::Removed,
-    });
+    shell.handle(Input::Unload(vec![("t".into(), Unload::Removed)]));
     let cancelled = shell.take("cancelled retries", |a| match a {
         Action::CancelRetries { runs } => Some(runs.clone()),
         _ => None,

@@ -32,14 +32,8 @@ fn a_reload_starts_only_the_added_and_changed_tasks_and_counts_the_led_ones() {
 
     // `a` changed, `c` removed, `d` added; `b` is the same spec.
     let changed_a = every_minute("a", "overlap = \"skip\"");
-    shell.handle(Input::Unload {
-        task: "a".into(),
-        why: Unload::Changed,
-    });
-    shell.handle(Input::Unload {
-        task: "c".into(),
-        why: Unload::Removed,
-    });
+    shell.handle(Input::Unload(vec![("a".into(), Unload::Changed)]));
+    shell.handle(Input::Unload(vec![("c".into(), Unload::Removed)]));
     let d = every_minute("d", "");
     shell.handle(Input::Load(vec![changed_a, b.clone(), d]));
     assert_eq!(reads(&mut shell), ["a", "d"], "b keeps its entry");
@@ -60,10 +54,7 @@ fn a_task_unloaded_and_loaded_again_with_the_same_spec_fires_again() {
     let t = every_minute("t", "");
     let mut shell = Shell::new(at(0), vec![t.clone()], &["t"]);
     assert_eq!(reads(&mut shell), ["t"]);
-    shell.handle(Input::Unload {
-        task: "t".into(),
-        why: Unload::Changed,
-    });
+    shell.handle(Input::Unload(vec![("t".into(), Unload::Changed)]));
     shell.handle(Input::Load(vec![t]));
     assert_eq!(reads(&mut shell), ["t"]);
     assert_eq!(shell.core.leading(), 1);
@@ -94,7 +85,7 @@ fn unloading_most_of_a_large_load_at_once_is_one_pass_not_one_shift_per_task() {
     gone.push(("t-99999".into(), Unload::Removed));
     #[allow(clippy::disallowed_methods)] // The test times the core; the core reads no clock.
     let started = std::time::Instant::now();
-    shell.handle(Input::UnloadAll(gone));
+    shell.handle(Input::Unload(gone));
     #[allow(clippy::disallowed_methods)]
     let took = started.elapsed();
     assert!(

@@ -342,11 +342,11 @@ impl Sim<'_> {
             .collect();
         specs.sort_by(|a, b| a.name.cmp(&b.name));
         note!(self, Some(n), None, "reloading changed task files".into());
-        for spec in &specs {
-            let task = spec.name.to_string();
-            let why = Unload::Changed;
-            self.core_input(n, FireInput::Unload { task, why });
-        }
+        let changed = specs
+            .iter()
+            .map(|spec| (spec.name.to_string(), Unload::Changed))
+            .collect();
+        self.core_input(n, FireInput::Unload(changed));
         let loaded = specs.iter().cloned().map(Arc::new).collect();
         self.core_input(n, FireInput::Load(loaded));
         self.ask(n, Request::Publish(specs), Asked::Publish);
