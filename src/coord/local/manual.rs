@@ -1,6 +1,6 @@
-//! Manual runs and run history of the embedded backend, in files of their own (new in issue
-//! [6], so a state dir this release wrote is still one the previous release opens: it reads
-//! only `snapshot.json` and `journal.jsonl`, whose formats are unchanged).
+//! Manual runs and run history of the embedded backend, in files of their own (so a state dir
+//! this release wrote is still one a release before manual runs opens: it reads only
+//! `snapshot.json` and `journal.jsonl`, whose formats are unchanged).
 //!
 //! - `<state_dir>/triggers.json`: `{"format": 1, "next": N, "triggers": {fire id: TriggerRecord}}`.
 //!   `next` numbers the manual fire ids (`<task>@manual-<10 digits>`, never reused). Written
@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::FORMAT_VERSION;
-use super::journal::write_atomically;
-use super::state::{read_state_file, state_io};
+use super::state::{read_state_file, write_state_file};
+use super::{FORMAT_VERSION, by_task};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -76,15 +75,8 @@ impl Manual {
     }
 
     fn save(&self, file: &TriggerFile) -> Result<(), CoordError> {
-        let path = self.state_dir.join(TRIGGERS);
         let bytes = serde_json::to_vec(file).expect("serializes");
-        write_atomically(&path, &bytes).map_err(|error| {
-            state_io(
-                &self.state_dir,
-                format!("cannot write {}", path.display()),
-                error,
-            )
-        })
+        write_state_file(&self.state_dir, TRIGGERS, &bytes)
     }
 
     /// A new pending manual run of `task`, durable before it returns.
@@ -128,19 +120,17 @@ impl Manual {
 
     /// The pending triggers of `tasks`, by task, oldest first.
     pub(super) fn pending(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, Vec<Trigger>> {
-        let mut pending: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
-        for (fire_id, trigger) in &self.lock().triggers {
-            if trigger.state == TriggerState::Pending && tasks.contains(trigger.task.as_str()) {
-                pending
-                    .entry(trigger.task.clone())
-                    .or_default()
-                    .push(Trigger {
-                        fire_id: fire_id.clone(),
-                        requested_at: trigger.requested_at,
-                    });
-            }
-        }
-        pending
+        let file = self.lock();
+        let pending = file.triggers.iter().filter(|(_, trigger)| {
+            trigger.state == TriggerState::Pending && tasks.contains(trigger.task.as_str())
+        });
+        by_task(pending.map(|(fire_id, trigger)| {
+            let request = Trigger {
+                fire_id: fire_id.clone(),
+                requested_at: trigger.requested_at,
+            };
+            (trigger.task.clone(), request)
+        }))
     }
 
     /// Claims a pending trigger for `node` (see [`record::admit_manual`]), durably.
@@ -196,8 +186,7 @@ impl Manual {
         let previous = trigger.clone();
         trigger.state = TriggerState::Ended;
         trigger.result = Some(entry.clone());
-        trigger.reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
-            .then(|| result.exit.clone());
+        trigger.reason = result.end_reason().map(str::to_string);
         let added = add_chained(&mut file, chained);
         collect(&mut file, now);
         if let Err(error) = self.save(&file) {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::errors::explain_io;
-use super::journal::JournalWriter;
+use super::journal::{JournalWriter, write_atomically};
 use super::{Change, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 use crate::coord::CoordError;
 
@@ -329,6 +329,17 @@ pub(super) fn move_aside(path: &Path, error: &str) {
         "state file is corrupt ({error}); moved it aside and continuing without its fire records \
          (missed ticks before now are not caught up)"
     );
+}
+
+/// Writes the state file `name` of `state_dir` whole (atomically, synced).
+pub(super) fn write_state_file(
+    state_dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), CoordError> {
+    let path = state_dir.join(name);
+    write_atomically(&path, bytes)
+        .map_err(|error| state_io(state_dir, format!("cannot write {}", path.display()), error))
 }
 
 /// An I/O error in the state dir as a [`CoordError`], in the operator's words.
