@@ -21,11 +21,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::DaemonProcess;
 use common::cluster::{Cluster, leading_in_log};
 use common::fires::{Fire, Fires};
+use common::wall::{now, now_second, second_of, wait_mid_second};
 use common::zk::{ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 
@@ -741,35 +742,6 @@ impl Faults for Cluster {
             panic!("{failure}\n{}", self.diagnostics());
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Time, read the way the jobs see it
-
-/// The wall clock in Unix seconds.
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn now_second() -> i64 {
-    now().floor() as i64
-}
-
-/// The tick a wall-clock instant falls in.
-fn second_of(t: f64) -> i64 {
-    t.floor() as i64
-}
-
-/// Waits until the clock is in the middle of a second, far from the claims and spawns at its
-/// start.
-fn wait_mid_second() {
-    common::wait_for("the middle of a second", Duration::from_secs(3), || {
-        (0.35..0.65).contains(&now().fract())
-    });
 }
 
 #[test]

@@ -16,9 +16,10 @@ mod common;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
+use common::wall::now;
 use common::zk::{self, ClusterNode, TestServer};
 
 /// A generous deadline for start-up and convergence.
@@ -168,14 +169,6 @@ impl Controls for Cluster {
             serde_json::from_slice(&data).unwrap()
         })
     }
-}
-
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
 }
 
 fn rfc3339(unix: f64) -> String {

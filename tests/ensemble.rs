@@ -21,11 +21,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::DaemonProcess;
 use common::cluster::Cluster;
 use common::fires::{Fire, Fires};
+use common::wall::{now, now_second, second_of};
 use common::zk::{ClusterNode, TestServer};
 
 /// A generous deadline for things that take a moment (start-up, convergence, catch-up).
@@ -660,25 +661,4 @@ impl Ensemble for Cluster {
             panic!("{failure}\n{}", self.diagnostics());
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Time, read the way the jobs see it
-
-/// The wall clock in Unix seconds.
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn now_second() -> i64 {
-    now().floor() as i64
-}
-
-/// The tick a wall-clock instant falls in.
-fn second_of(t: f64) -> i64 {
-    t.floor() as i64
 }

@@ -10,31 +10,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::fires::Fires;
+use common::wall::{now, wait_mid_second};
 
 /// A generous deadline for things that take a moment (start-up, convergence, an expiry).
 const LIMIT: Duration = Duration::from_secs(30);
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-
-#[allow(clippy::disallowed_methods)] // real processes, real time
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// Waits for the middle of a second, far from the instants ticks are claimed and spawned at:
-/// a node killed between its claim and its spawn loses that tick by design (at most once).
-fn wait_mid_second() {
-    common::wait_for("the middle of a second", Duration::from_secs(3), || {
-        (0.35..0.65).contains(&now().fract())
-    });
-}
 
 /// An every-second task `each` that runs on every node and catches its missed ticks up.
 fn every_node_cluster() -> Cluster {
