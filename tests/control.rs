@@ -43,7 +43,6 @@ trait Controls {
     fn start_node(&mut self, id: &str, version: &str, jobs: &str, config: &str);
     fn log(&self, id: &str) -> String;
     fn fired(&self) -> Vec<(String, i64, String)>;
-    fn assert_no_duplicates(&self);
     fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T;
     fn mark(&self, kind: &str, name: &str);
     fn unmark(&self, kind: &str, name: &str);
@@ -89,15 +88,6 @@ impl Controls for Cluster {
             .into_iter()
             .map(|fire| (fire.task, fire.second, fire.node))
             .collect()
-    }
-
-    fn assert_no_duplicates(&self) {
-        let duplicates = self.fires().duplicates();
-        assert!(
-            duplicates.is_empty(),
-            "fired twice: {duplicates:?}\n{}",
-            self.diagnostics()
-        );
     }
 
     fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {

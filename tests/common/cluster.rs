@@ -240,6 +240,42 @@ impl Cluster {
         })
     }
 
+    /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
+    /// `what` and the cluster's state.
+    pub fn wait_fires(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut condition: impl FnMut(&Fires, &Cluster) -> bool,
+    ) {
+        self.wait(what, limit, |c| condition(&c.fires(), c));
+    }
+
+    /// Fails, with the cluster's state, if any fire id fired twice.
+    pub fn assert_no_duplicates(&self) {
+        let duplicates = self.fires().duplicates();
+        self.check(
+            duplicates.is_empty(),
+            &format!("fire ids fired more than once (by nodes): {duplicates:?}"),
+        );
+    }
+
+    /// Fails, with the cluster's state, if a tick of `tasks` from `from` to `to` never fired.
+    pub fn assert_no_gaps_in(&self, tasks: &[String], from: i64, to: i64) {
+        let gaps = self.fires().gaps(tasks, from, to);
+        self.check(
+            gaps.is_empty(),
+            &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
+        );
+    }
+
+    /// Panics with `failure` and the cluster's state unless `ok`.
+    pub fn check(&self, ok: bool, failure: &str) {
+        if !ok {
+            panic!("{failure}\n{}", self.diagnostics());
+        }
+    }
+
     /// For failure messages: the last minute of `fires.log` as a table, the last lines of each
     /// node's log, and the server's state.
     pub fn diagnostics(&self) -> String {
