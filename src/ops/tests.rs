@@ -27,7 +27,14 @@ pub(super) fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
     }
 }
 
-fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
+/// Member `id` of `release` with `seed`, defining `taskset`, with `labels`, registered at 9:00.
+pub(super) fn live_member(
+    id: &str,
+    release: &str,
+    seed: u64,
+    taskset: TaskSetRef,
+    labels: BTreeMap<String, String>,
+) -> LiveMember {
     LiveMember {
         record: MemberRecord {
             format: 1,
@@ -37,17 +44,27 @@ fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
             host: "h".into(),
             pid: 1,
             started_at: at(9, 0, 0),
-            labels: BTreeMap::from([("zone".to_string(), id.to_string())]),
-            taskset: TaskSetRef {
-                digest: set.into(),
-                chunks: 1,
-                count: 2,
-            },
+            labels,
+            taskset,
             leads: true,
             drained: false,
         },
         registered_at: at(9, 0, 0),
     }
+}
+
+/// The task set `digest`, one chunk of `count` tasks.
+pub(super) fn taskset(digest: &str, count: usize) -> TaskSetRef {
+    TaskSetRef {
+        digest: digest.into(),
+        chunks: 1,
+        count,
+    }
+}
+
+fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
+    let labels = BTreeMap::from([("zone".to_string(), id.to_string())]);
+    live_member(id, release, seed, taskset(set, 2), labels)
 }
 
 pub(super) fn mark(at: DateTime<Utc>) -> MarkRecord {
