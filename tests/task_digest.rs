@@ -13,9 +13,9 @@ fn fixture() -> (PathBuf, String) {
     (path, text)
 }
 
-/// Loads `text` as root would (so `user` and `group` are allowed), zone UTC by default.
-fn load(path: &Path, text: &str) -> TaskSpec {
-    let defaults = TaskDefaults {
+/// The defaults of a load as root (so `user` and `group` are allowed), zone UTC.
+fn root_defaults() -> TaskDefaults {
+    TaskDefaults {
         timezone: chrono_tz::Tz::UTC,
         user: None,
         identity: Identity {
@@ -23,9 +23,25 @@ fn load(path: &Path, text: &str) -> TaskSpec {
             user_name: "root".into(),
         },
         backend: zkcron::task::TaskBackend::Local,
-    };
-    parse_task("nightly-backup", path, text, &defaults)
+    }
+}
+
+/// Loads `text` as root would (so `user` and `group` are allowed), zone UTC by default.
+fn load(path: &Path, text: &str) -> TaskSpec {
+    parse_task("nightly-backup", path, text, &root_defaults())
         .unwrap_or_else(|errors| panic!("{}", errors[0]))
+}
+
+/// Fails, showing them, unless `spec`'s canonical bytes end with `tail`.
+fn assert_canonical_ends_with(spec: &TaskSpec, tail: &str) {
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(bytes.ends_with(tail), "{bytes}");
+}
+
+/// Fails, showing them, unless `spec`'s canonical bytes contain `part`.
+fn assert_canonical_contains(spec: &TaskSpec, part: &str) {
+    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
+    assert!(bytes.contains(part), "{bytes}");
 }
 
 /// The serialization of the fixture, byte for byte: the module documentation of
@@ -142,32 +158,22 @@ fn every_field_that_defines_behaviour_changes_the_digest() {
         );
     }
     // The name (file stem) too.
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity {
-            uid: 0,
-            user_name: "root".into(),
-        },
-        backend: zkcron::task::TaskBackend::Local,
-    };
-    let renamed = parse_task("nightly-backup-2", &path, &text, &defaults).unwrap();
+    let renamed = parse_task("nightly-backup-2", &path, &text, &root_defaults()).unwrap();
     assert_ne!(renamed.canonical_digest(), digest);
 }
 
 #[test]
 fn require_labels_count_only_when_present_so_older_digests_stay() {
-    // Issue [6] added `require_labels` at the end of version 1, written only when the task has
-    // any: the pinned digest above (a task without it) is the one older releases computed.
+    // `require_labels` was added at the end of version 1, written only when the task has any:
+    // the pinned digest above (a task without it) is the one older releases computed.
     let (path, text) = fixture();
     let digest = load(&path, &text).canonical_digest();
     assert_eq!(digest, PINNED_DIGEST);
     let with = format!("{text}\n[require_labels]\nzone = \"eu\"\ndisk = \"ssd\"\n");
     let spec = load(&path, &with);
-    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with("enabled=true\nrequire_labels=2 4:disk 3:ssd 4:zone 2:eu\n"),
-        "{bytes}"
+    assert_canonical_ends_with(
+        &spec,
+        "enabled=true\nrequire_labels=2 4:disk 3:ssd 4:zone 2:eu\n",
     );
     assert_ne!(spec.canonical_digest(), digest);
     let other = load(&path, &with.replace("\"eu\"", "\"us\""));
@@ -178,17 +184,16 @@ fn require_labels_count_only_when_present_so_older_digests_stay() {
 
 #[test]
 fn on_failure_counts_only_when_present_so_older_digests_stay() {
-    // Issue [7] added `on_failure` at the end of version 1, written only when the task has one:
+    // `on_failure` was added at the end of version 1, written only when the task has one:
     // a task without it keeps the digest older releases computed.
     let (path, text) = fixture();
     let digest = load(&path, &text).canonical_digest();
     assert_eq!(digest, PINNED_DIGEST);
     let with = format!("on_failure = [\"/usr/local/bin/page\", \"db\"]\n{text}");
     let spec = load(&path, &with);
-    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with("enabled=true\non_failure=2 19:/usr/local/bin/page 2:db\n"),
-        "{bytes}"
+    assert_canonical_ends_with(
+        &spec,
+        "enabled=true\non_failure=2 19:/usr/local/bin/page 2:db\n",
     );
     assert_ne!(spec.canonical_digest(), digest);
     let other = load(&path, &with.replace("\"db\"", "\"web\""));
@@ -206,11 +211,7 @@ fn work_items_and_run_on_count_only_when_set_so_older_digests_stay() {
     assert_eq!(leader.canonical_digest(), PINNED_DIGEST);
 
     let counted = load(&path, &format!("work_items = 3\n{text}"));
-    let bytes = String::from_utf8(counted.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with("enabled=true\nwork_items=3 1:0 1:1 1:2\n"),
-        "{bytes}"
-    );
+    assert_canonical_ends_with(&counted, "enabled=true\nwork_items=3 1:0 1:1 1:2\n");
     // The count form is the list of the same names; the order of the names counts.
     let named = load(
         &path,
@@ -225,11 +226,7 @@ fn work_items_and_run_on_count_only_when_set_so_older_digests_stay() {
     assert_ne!(counted.canonical_digest(), PINNED_DIGEST);
 
     let every = load(&path, &format!("run_on = \"every_node\"\n{text}"));
-    let bytes = String::from_utf8(every.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with("enabled=true\nrun_on=every_node\n"),
-        "{bytes}"
-    );
+    assert_canonical_ends_with(&every, "enabled=true\nrun_on=every_node\n");
 }
 
 #[test]
@@ -242,11 +239,7 @@ fn pause_on_failure_counts_only_when_true_so_older_digests_stay() {
     let off = load(&path, &format!("pause_on_failure = false\n{text}"));
     assert_eq!(off.canonical_digest(), digest);
     let on = load(&path, &format!("pause_on_failure = true\n{text}"));
-    let bytes = String::from_utf8(on.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with("enabled=true\npause_on_failure=true\n"),
-        "{bytes}"
-    );
+    assert_canonical_ends_with(&on, "enabled=true\npause_on_failure=true\n");
     assert_ne!(on.canonical_digest(), digest);
 }
 
@@ -260,23 +253,16 @@ fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() 
         "active_from = \"2026-12-01T01:00:00+01:00\"\nactive_until = \"2027-01-01T00:00:00.5Z\"\n{text}"
     );
     let spec = load(&path, &with);
-    let bytes = String::from_utf8(spec.canonical_bytes()).unwrap();
-    assert!(
-        bytes.ends_with(
-            "enabled=true\nactive_from=20:2026-12-01T00:00:00Z\nactive_until=24:2027-01-01T00:00:00.500Z\n"
-        ),
-        "{bytes}"
+    assert_canonical_ends_with(
+        &spec,
+        "enabled=true\nactive_from=20:2026-12-01T00:00:00Z\nactive_until=24:2027-01-01T00:00:00.500Z\n",
     );
     // A list, even of the one expression, is another definition: the file says another thing.
     let list = load(
         &path,
         &text.replace("schedule = \"30  2 * * *\"", "schedule = [\"30  2 * * *\"]"),
     );
-    let bytes = String::from_utf8(list.canonical_bytes()).unwrap();
-    assert!(
-        bytes.contains("\nschedule=list 1 10:30 2 * * *\n"),
-        "{bytes}"
-    );
+    assert_canonical_contains(&list, "\nschedule=list 1 10:30 2 * * *\n");
     assert_ne!(list.canonical_digest(), PINNED_DIGEST);
     let interval = load(
         &path,
@@ -285,9 +271,5 @@ fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() 
             "schedule = [\"30  2 * * *\", \"@every 1h\"]",
         ),
     );
-    let bytes = String::from_utf8(interval.canonical_bytes()).unwrap();
-    assert!(
-        bytes.contains("\nschedule=list 2 10:30 2 * * * 9:@every 1h\n"),
-        "{bytes}"
-    );
+    assert_canonical_contains(&interval, "\nschedule=list 2 10:30 2 * * * 9:@every 1h\n");
 }
