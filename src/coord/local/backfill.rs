@@ -10,13 +10,13 @@
 //! on with the next tick. Ended requests go [`backfill::KEEP_ENDED`] after their end.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::state::{read_state_file, write_state_file};
+use super::state::{KeptFile, read_state_file};
 use super::{FORMAT_VERSION, by_task};
 use crate::coord::backfill::{self, Backfill, BackfillRecord};
 use crate::coord::record::Verdict;
@@ -38,8 +38,7 @@ struct BackfillFile {
 
 /// The backfill requests of one state dir.
 pub(super) struct Backfills {
-    state_dir: PathBuf,
-    file: Mutex<BackfillFile>,
+    file: KeptFile<BackfillFile>,
 }
 
 impl Backfills {
@@ -61,24 +60,17 @@ impl Backfills {
             }
         }
         changed |= collect(&mut file, now);
-        let backfills = Backfills {
-            state_dir: state_dir.to_path_buf(),
-            file: Mutex::new(file),
-        };
-        if changed {
-            let file = backfills.lock();
-            backfills.save(&file)?;
-        }
-        Ok(backfills)
+        Ok(Backfills {
+            file: KeptFile::new(state_dir, BACKFILLS, file, changed)?,
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BackfillFile> {
-        self.file.lock().expect("backfills lock poisoned")
+    fn lock(&self) -> MutexGuard<'_, BackfillFile> {
+        self.file.lock()
     }
 
     fn save(&self, file: &BackfillFile) -> Result<(), CoordError> {
-        let bytes = serde_json::to_vec(file).expect("serializes");
-        write_state_file(&self.state_dir, BACKFILLS, &bytes)
+        self.file.save(file)
     }
 
     /// Changes the request `name` by `change` durably (nothing if it is gone); the new record.

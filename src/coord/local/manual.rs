@@ -12,13 +12,13 @@
 //! The run histories (`<state_dir>/history/<task>.json`) are `history.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::state::{read_state_file, write_state_file};
+use super::state::{KeptFile, read_state_file};
 use super::{FORMAT_VERSION, by_task};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
@@ -39,8 +39,7 @@ pub(super) struct TriggerFile {
 
 /// The manual runs and histories of one state dir.
 pub(super) struct Manual {
-    state_dir: PathBuf,
-    triggers: Mutex<TriggerFile>,
+    file: KeptFile<TriggerFile>,
 }
 
 impl Manual {
@@ -59,24 +58,17 @@ impl Manual {
             }
         }
         changed |= collect(&mut file, now);
-        let manual = Manual {
-            state_dir: state_dir.to_path_buf(),
-            triggers: Mutex::new(file),
-        };
-        if changed {
-            let file = manual.lock();
-            manual.save(&file)?;
-        }
-        Ok(manual)
+        Ok(Manual {
+            file: KeptFile::new(state_dir, TRIGGERS, file, changed)?,
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, TriggerFile> {
-        self.triggers.lock().expect("triggers lock poisoned")
+    fn lock(&self) -> MutexGuard<'_, TriggerFile> {
+        self.file.lock()
     }
 
     fn save(&self, file: &TriggerFile) -> Result<(), CoordError> {
-        let bytes = serde_json::to_vec(file).expect("serializes");
-        write_state_file(&self.state_dir, TRIGGERS, &bytes)
+        self.file.save(file)
     }
 
     /// A new pending manual run of `task`, durable before it returns.

@@ -6,10 +6,11 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use nix::fcntl::{Flock, FlockArg};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::errors::explain_io;
 use super::journal::JournalWriter;
@@ -330,6 +331,45 @@ pub(super) fn move_aside(path: &Path, error: &str) {
         "state file is corrupt ({error}); moved it aside and continuing without its fire records \
          (missed ticks before now are not caught up)"
     );
+}
+
+/// A JSON state file of its own (`triggers.json`, `backfills.json`), kept in memory and written
+/// whole, synced, on each change.
+pub(super) struct KeptFile<T> {
+    state_dir: PathBuf,
+    name: &'static str,
+    file: Mutex<T>,
+}
+
+impl<T: Serialize> KeptFile<T> {
+    /// Keeps `file`, read from `state_dir`'s `name`; writes it back at once if it `changed` as
+    /// it was read.
+    pub(super) fn new(
+        state_dir: &Path,
+        name: &'static str,
+        file: T,
+        changed: bool,
+    ) -> Result<KeptFile<T>, CoordError> {
+        let kept = KeptFile {
+            state_dir: state_dir.to_path_buf(),
+            name,
+            file: Mutex::new(file),
+        };
+        if changed {
+            kept.save(&kept.lock())?;
+        }
+        Ok(kept)
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+        self.file.lock().expect("state file lock poisoned")
+    }
+
+    /// Writes `file` (the content behind [`KeptFile::lock`]) whole.
+    pub(super) fn save(&self, file: &T) -> Result<(), CoordError> {
+        let bytes = serde_json::to_vec(file).expect("serializes");
+        write_state_file(&self.state_dir, self.name, &bytes)
+    }
 }
 
 /// Writes the state file `name` of `state_dir` whole (atomically, synced).
