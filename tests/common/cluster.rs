@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::DaemonProcess;
@@ -238,6 +239,24 @@ impl Cluster {
             }
             owners
         })
+    }
+
+    /// Runs `zkcron ARGS` against this cluster (its `--zookeeper` and `--cluster` added): its
+    /// output, whatever the exit.
+    pub fn zkcron(&self, args: &[&str]) -> Output {
+        super::zkcron()
+            .args(args)
+            .args(["--zookeeper", &self.connect, "--cluster", &self.name])
+            .stdin(Stdio::null())
+            .output()
+            .expect("zkcron runs")
+    }
+
+    /// [`Cluster::zkcron`], failing with its output unless it succeeded: its stdout.
+    pub fn zkcron_ok(&self, args: &[&str]) -> String {
+        let out = self.zkcron(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
     }
 
     /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
