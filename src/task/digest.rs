@@ -70,7 +70,9 @@
 //! of the digest, and anyone on the host can read it in `ps`; pass secrets through `env` or a
 //! file.)
 
+use std::fmt;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -249,12 +251,88 @@ impl TaskSpec {
 
     /// The digest of [`TaskSpec::canonical_bytes`]: 16 lowercase hex digits of its xxh3-64. The
     /// same for the same definition on every node and in every release that writes version 1
-    /// of the serialization; `env` values and the file path do not count.
+    /// of the serialization; `env` values and the file path do not count. Worked out from the
+    /// fields on every call: [`TaskSpec::digest`] is the same, kept.
     pub fn canonical_digest(&self) -> String {
-        format!(
-            "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
-        )
+        hex(self.canonical_hash())
+    }
+
+    /// The xxh3-64 of [`TaskSpec::canonical_bytes`].
+    fn canonical_hash(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
+    }
+
+    /// [`TaskSpec::canonical_digest`], worked out once per spec and then kept: a load works it
+    /// out ([`TaskSpec::with_digest`]), so publishing the task set or answering `zkcron status`
+    /// does not serialize and hash every task again. A debug build checks each use against
+    /// the fields.
+    pub fn digest(&self) -> String {
+        hex(self.kept_hash())
+    }
+
+    /// This spec with its digest worked out (what a load hands on).
+    pub fn with_digest(self) -> TaskSpec {
+        self.kept_hash();
+        self
+    }
+
+    fn kept_hash(&self) -> u64 {
+        let kept = self.digest.0.load(Ordering::Relaxed);
+        let hash = if kept != UNKNOWN {
+            kept
+        } else {
+            let hash = self.canonical_hash();
+            self.digest.0.store(hash, Ordering::Relaxed);
+            hash
+        };
+        debug_assert_eq!(
+            hash,
+            self.canonical_hash(),
+            "task {}: the kept digest is not its fields' (a field changed after it was worked \
+             out: give the changed spec a new KeptDigest)",
+            self.name
+        );
+        hash
+    }
+}
+
+/// A digest as 16 lowercase hex digits.
+fn hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// What [`KeptDigest`] holds before the digest is worked out. A task whose xxh3-64 is this
+/// value (one in 2^64) has it worked out at each use: slower, never wrong.
+const UNKNOWN: u64 = 0;
+
+/// A task's canonical digest kept beside the fields it comes from ([`TaskSpec::digest`]): not
+/// yet worked out (the default, for a spec made field by field), or worked out. It follows from
+/// the other fields, so it is left out of equality: specs with equal fields have equal digests
+/// and compare equal whether or not either has worked its digest out. A clone keeps it, so a
+/// spec whose fields are changed after its digest was worked out gets a new one
+/// (`KeptDigest::default()`). Eight bytes per task.
+#[derive(Default)]
+pub struct KeptDigest(AtomicU64);
+
+impl Clone for KeptDigest {
+    fn clone(&self) -> KeptDigest {
+        KeptDigest(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+impl PartialEq for KeptDigest {
+    /// Always: the digest is not part of a spec's equality (see [`KeptDigest`]).
+    fn eq(&self, _: &KeptDigest) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for KeptDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.load(Ordering::Relaxed) {
+            UNKNOWN => f.write_str("KeptDigest(not worked out)"),
+            hash => write!(f, "KeptDigest({})", hex(hash)),
+        }
     }
 }
 

@@ -29,6 +29,7 @@ fn spec(name: &str) -> TaskSpec {
             ..Default::default()
         }
         .into(),
+        digest: Default::default(),
     }
 }
 

@@ -28,6 +28,7 @@ fn spec(name: &str) -> TaskSpec {
             ..Default::default()
         }
         .into(),
+        digest: Default::default(),
     }
 }
 
