@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+use zkcron::task::{Identity, KeptDigest, TaskDefaults, TaskSpec, parse_task};
 
 fn fixture() -> (PathBuf, String) {
     let path =
@@ -116,40 +116,42 @@ fn the_path_the_description_and_env_values_do_not_count() {
     assert!(!bytes.windows(6).any(|w| w == b"s3cret"));
 }
 
+/// One edit of the fixture per field that defines behaviour: (the text, its replacement).
+const EDITS: [(&str, &str); 21] = [
+    ("\"30  2 * * *\"", "\"31 2 * * *\""),
+    ("\"Europe/Berlin\"", "\"Europe/Paris\""),
+    ("\"two words\"", "\"two\", \"words\""),
+    (
+        "command = [\"/usr/local/bin/backup\", \"--full\", \"two words\"]",
+        "command = \"/usr/local/bin/backup --full 'two words'\"",
+    ),
+    ("\"nobody\"", "\"daemon\""),
+    ("group = \"nogroup\"\n", ""),
+    ("\"/var/backups\"", "\"/var/backup\""),
+    ("PGHOST = \"db1\", ", ""),
+    ("\"2h\"", "\"1h\""),
+    ("\"15s\"", "\"10s\""),
+    ("\"replace\"", "\"allow\""),
+    ("\"all\"", "\"once\""),
+    ("\"15m\"", "\"16m\""),
+    ("jitter = \"30s\"", "jitter = \"31s\""),
+    ("attempts = 2", "attempts = 3"),
+    ("backoff = \"30s\", max", "backoff = \"20s\", max"),
+    ("\"5m\"", "\"6m\""),
+    ("\">=2.1\"", "\">=2.2\""),
+    (
+        "kill_on_session_loss = true",
+        "kill_on_session_loss = false",
+    ),
+    ("\"rerun\"", "\"skip\""),
+    ("on_node_loss", "enabled = false\non_node_loss"),
+];
+
 #[test]
 fn every_field_that_defines_behaviour_changes_the_digest() {
     let (path, text) = fixture();
     let digest = load(&path, &text).canonical_digest();
-    let edits = [
-        ("\"30  2 * * *\"", "\"31 2 * * *\""),
-        ("\"Europe/Berlin\"", "\"Europe/Paris\""),
-        ("\"two words\"", "\"two\", \"words\""),
-        (
-            "command = [\"/usr/local/bin/backup\", \"--full\", \"two words\"]",
-            "command = \"/usr/local/bin/backup --full 'two words'\"",
-        ),
-        ("\"nobody\"", "\"daemon\""),
-        ("group = \"nogroup\"\n", ""),
-        ("\"/var/backups\"", "\"/var/backup\""),
-        ("PGHOST = \"db1\", ", ""),
-        ("\"2h\"", "\"1h\""),
-        ("\"15s\"", "\"10s\""),
-        ("\"replace\"", "\"allow\""),
-        ("\"all\"", "\"once\""),
-        ("\"15m\"", "\"16m\""),
-        ("jitter = \"30s\"", "jitter = \"31s\""),
-        ("attempts = 2", "attempts = 3"),
-        ("backoff = \"30s\", max", "backoff = \"20s\", max"),
-        ("\"5m\"", "\"6m\""),
-        ("\">=2.1\"", "\">=2.2\""),
-        (
-            "kill_on_session_loss = true",
-            "kill_on_session_loss = false",
-        ),
-        ("\"rerun\"", "\"skip\""),
-        ("on_node_loss", "enabled = false\non_node_loss"),
-    ];
-    for (from, to) in edits {
+    for (from, to) in EDITS {
         assert_eq!(text.matches(from).count(), 1, "{from:?} is not unique");
         let edited = load(&path, &text.replacen(from, to, 1)).canonical_digest();
         assert_ne!(
@@ -272,4 +274,54 @@ fn a_window_counts_only_when_present_and_a_list_never_reads_as_one_expression() 
         ),
     );
     assert_canonical_contains(&interval, "\nschedule=list 2 10:30 2 * * * 9:@every 1h\n");
+}
+
+/// The digest a spec keeps (worked out at load, so that publishing the task set or answering
+/// `zkcron status` does not serialize every task again) is its fields' digest, for the fixture
+/// and every edit of it; it is not part of equality.
+#[test]
+fn the_kept_digest_is_the_digest_of_the_fields_it_sits_beside() {
+    let (path, text) = fixture();
+    let spec = load(&path, &text);
+    assert_eq!(spec.digest(), PINNED_DIGEST);
+    for (from, to) in EDITS {
+        let edited = load(&path, &text.replacen(from, to, 1));
+        assert_eq!(
+            edited.digest(),
+            edited.canonical_digest(),
+            "{from:?} -> {to:?}"
+        );
+        assert_ne!(edited.digest(), PINNED_DIGEST, "{from:?} -> {to:?}");
+    }
+    // A clone keeps it; a spec made field by field works it out at its first use.
+    assert_eq!(spec.clone().digest(), PINNED_DIGEST);
+    let fresh = TaskSpec {
+        digest: KeptDigest::default(),
+        ..spec.clone()
+    };
+    assert_eq!(format!("{:?}", fresh.digest), "KeptDigest(not worked out)");
+    assert_eq!(fresh, spec, "equality does not depend on the kept digest");
+    assert_eq!(fresh.digest(), PINNED_DIGEST);
+    assert_eq!(
+        format!("{:?}", fresh.digest),
+        format!("KeptDigest({PINNED_DIGEST})")
+    );
+    // A spec changed field by field and given a new `KeptDigest` has the new fields' digest.
+    let mut changed = spec.clone();
+    changed.enabled = false;
+    changed.digest = KeptDigest::default();
+    assert_eq!(changed.digest(), changed.canonical_digest());
+    assert_ne!(changed.digest(), PINNED_DIGEST);
+}
+
+/// A field changed after the digest was worked out, without a new `KeptDigest`, would publish
+/// the old definition's digest: a debug build (every test) refuses to use it.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "the kept digest is not its fields'")]
+fn a_kept_digest_left_behind_by_a_changed_field_is_caught_in_debug_builds() {
+    let (path, text) = fixture();
+    let mut spec = load(&path, &text);
+    spec.enabled = false;
+    let _ = spec.digest();
 }

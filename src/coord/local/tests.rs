@@ -48,6 +48,7 @@ pub(super) fn spec(name: &str) -> TaskSpec {
             ..Default::default()
         }
         .into(),
+        digest: Default::default(),
     }
 }
 
