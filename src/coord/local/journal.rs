@@ -20,12 +20,12 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::errors::explain_io;
 use super::queue::{Batching, Durability, Next, PendingWrite, Queue};
-use super::state::write_atomically;
 use super::{COMPACT_AFTER, FORMAT_VERSION, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 
 /// Changes answered as [`Durability::Written`] are synced at most this long after.
@@ -283,6 +283,16 @@ fn gather_batch(
             return batch;
         }
     }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().expect("state files live in a directory");
+    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|e| e.error)?;
+    nix::unistd::fsync(File::open(dir)?.as_fd()).map_err(io::Error::from)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use super::*;
 use std::sync::mpsc;
 
 use crate::coord::local::queue::Pusher;
+use std::fs;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -483,4 +484,14 @@ fn results_written_when_the_backend_is_dropped_are_synced_before_the_writer_ends
     drop(queue);
     writer.join().unwrap();
     assert_eq!(*synced.lock().unwrap(), vec![1]);
+}
+
+#[test]
+fn atomic_write_replaces_content_and_leaves_no_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.json");
+    write_atomically(&path, b"one").unwrap();
+    write_atomically(&path, b"two").unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"two");
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
 }

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, BufRead, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -13,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::errors::explain_io;
-use super::journal::JournalWriter;
+use super::journal::{JournalWriter, write_atomically};
 use super::{Change, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 use crate::coord::CoordError;
 
@@ -388,30 +387,5 @@ pub(super) fn state_io(state_dir: &Path, context: String, error: io::Error) -> C
     CoordError::Io {
         context,
         error: io::Error::new(error.kind(), explain_io(state_dir, &error)),
-    }
-}
-
-/// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
-pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().expect("state files live in a directory");
-    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
-    temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
-    temp.persist(path).map_err(|e| e.error)?;
-    nix::unistd::fsync(File::open(dir)?.as_fd()).map_err(io::Error::from)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn atomic_write_replaces_content_and_leaves_no_temp_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"two");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }
