@@ -398,6 +398,11 @@ impl Node {
                     self.tasks.state_mut(&job.task).record = Some((new, stat.version));
                 }
                 if job.intent.runs() {
+                    let runs = std::slice::from_ref(&run_path);
+                    if self.withhold_paused_run(&job.task, job.tick, job.intent, runs) {
+                        let record = job.tick;
+                        return self.finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record }));
+                    }
                     self.own_runs.insert(run_path);
                 }
                 self.finish_claim(job, Ok(ClaimOutcome::Claimed));
@@ -606,6 +611,11 @@ impl Node {
                 .field("task", &job.claim.task)
                 .field("tick", tick);
             if job.claim.intent.runs() {
+                let runs = std::slice::from_ref(&job.run_path);
+                if self.withhold_paused_run(&job.claim.task, tick, job.claim.intent, runs) {
+                    let outcome = ClaimOutcome::AlreadyClaimed { record: tick };
+                    return self.finish_claim(job.claim, Ok(outcome));
+                }
                 self.own_runs.insert(job.run_path);
             }
             return self.finish_claim(job.claim, Ok(ClaimOutcome::Claimed));

@@ -19,8 +19,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use super::io::{Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
+use crate::coord::ClaimIntent;
 use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
 use crate::coord::records::MarkRecord;
 
@@ -29,8 +32,11 @@ use crate::coord::records::MarkRecord;
 pub(crate) struct Control {
     /// This node's drain mark (`Some(None)`: present but unreadable).
     drained: Option<Option<MarkRecord>>,
-    /// The paused tasks and their marks (`None`: unreadable, still a pause).
+    /// The paused tasks and their marks (`None`: unreadable or not read yet, still a pause).
     paused: BTreeMap<String, Option<MarkRecord>>,
+    /// Tasks paused at their mark's creation event whose pause is reported once the mark is
+    /// read.
+    unreported: BTreeSet<String>,
     /// The member view changed: look for tasks no live node may run and for drift again.
     pub(super) check_due: bool,
     /// The last reported "no live node may run it", by task.
@@ -301,10 +307,11 @@ impl Node {
             .my_set
             .as_ref()
             .is_some_and(|(_, _, set)| set.contains_key(&task));
+        let unreported = self.control.unreported.remove(&task);
         match mark {
             Some(mark) => {
                 let new = !self.control.paused.contains_key(&task);
-                if new && defines {
+                if (new || unreported) && defines {
                     self.report(
                         Level::Info,
                         format!("task {task} is paused{}", mark_words(mark.as_ref())),
@@ -320,16 +327,70 @@ impl Node {
                 if self.control.paused.remove(&task).is_none() {
                     return;
                 }
-                if defines {
+                if defines && !unreported {
                     self.report(Level::Info, format!("task {task} is no longer paused"))
                         .field("task", &task);
                 }
             }
         }
+        self.publish_paused();
+    }
+
+    /// A pause mark of `task` was created: the task is paused at once, before its mark is
+    /// read. ZooKeeper delivers a session's watch events and replies in commit order, so every
+    /// claim answered from now on was committed after the pause (see
+    /// [`Node::withhold_paused_run`]); the pause is reported when the mark is read.
+    fn pause_arrived(&mut self, task: &str) {
+        if self.control.paused.contains_key(task) {
+            return;
+        }
+        self.control.paused.insert(task.to_string(), None);
+        self.control.unreported.insert(task.to_string());
+        self.publish_paused();
+    }
+
+    /// Publishes the paused tasks with the leadership.
+    fn publish_paused(&mut self) {
         let paused: BTreeSet<String> = self.control.paused.keys().cloned().collect();
         self.leadership.paused_tasks = Arc::new(paused);
         self.out
             .push_back(Output::Leadership(self.leadership.clone()));
+    }
+
+    /// A claim of `tick` of `task` (a task, or one of its units) to run it was applied while
+    /// this node knows the task paused: its pause mark arrived before the claim's reply, so the
+    /// claim was committed after the pause, and no tick claimed after a pause runs. The run
+    /// does not start: its run znodes (`run_paths`) are deleted and the caller answers that
+    /// the tick is claimed already (consumed, as any tick of a paused period). Returns whether
+    /// it was withheld. The start of a queued tick (`RunQueued`) is left as it is: its tick
+    /// was claimed before, and the node does not start one of a paused task itself.
+    pub(super) fn withhold_paused_run(
+        &mut self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+        run_paths: &[String],
+    ) -> bool {
+        let task = self.task_of(task);
+        if intent != ClaimIntent::Run || !self.is_paused(task) {
+            return false;
+        }
+        self.report(
+            Level::Info,
+            format!("tick {tick} of task {task} was claimed while the task's pause was arriving; it is not run"),
+        )
+        .field("task", task)
+        .field("tick", tick);
+        for path in run_paths {
+            self.call(
+                ZkOp::Delete {
+                    path: path.clone(),
+                    version: None,
+                },
+                Then::Ignore,
+            );
+        }
+        true
     }
 
     /// A watch event under `control/`: returns false when `path` is not there.
@@ -365,6 +426,9 @@ impl Node {
             .strip_prefix(&paused)
             .and_then(|rest| rest.strip_prefix('/'))
         {
+            if kind == WatchKind::Created {
+                self.pause_arrived(task);
+            }
             self.read_pause(task.to_string(), Phase::Event);
             return true;
         }

@@ -1,10 +1,12 @@
 //! A failed run's pause (`pause_on_failure`): created in the multi-op that stores the run's
-//! end, and a mark that is there already kept as it is, the end stored all the same.
+//! end, and a mark that is there already kept as it is, the end stored all the same; a claim
+//! answered after the pause's creation event does not run.
 
 use super::*;
-use crate::coord::RunResult;
+use crate::coord::node::io::Answer;
 use crate::coord::node::io::Answered;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord};
+use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
 fn mark(by: &str, reason: &str) -> MarkRecord {
     MarkRecord {
@@ -206,4 +208,131 @@ fn a_failed_manual_runs_pause_goes_with_its_triggers_end_and_an_existing_mark_is
             assert_eq!(stored.by, "zkcron@n1");
         }
     }
+}
+
+/// What a claim served by [`claim_as_the_pause_arrives`] did.
+struct PausedClaim {
+    answer: Option<Answer>,
+    said: Vec<String>,
+}
+
+/// Asks the node to claim `task`'s tick `TICK` to run it; as its claim multi-op is applied,
+/// a failed run elsewhere pauses the task just before it: the node gets the creation event of
+/// the pause mark before the claim's reply, in the order ZooKeeper delivers them.
+fn claim_as_the_pause_arrives(node: &mut Node, store: &mut Store, task: &str) -> PausedClaim {
+    let paused = format!("{BASE}/control/paused/{task}");
+    let claim = Request::Claim {
+        task: task.into(),
+        tick: tick(),
+        intent: ClaimIntent::Run,
+    };
+    node.handle(request(900, claim), at(100));
+    let mut served = PausedClaim {
+        answer: None,
+        said: Vec::new(),
+    };
+    for _ in 0..50 {
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        if outputs.is_empty() {
+            break;
+        }
+        for output in outputs {
+            match output {
+                Output::Call { op, zk } => {
+                    let claims = matches!(&zk, ZkOp::Multi(ops) if ops.iter().any(
+                        |op| matches!(op, ZkOp::Create { path, .. } if path.contains("/run-"))
+                    ));
+                    if claims && !store.znodes.contains_key(&paused) {
+                        let data = serde_json::to_vec(&mark("zkcron@n2", "pause_on_failure"));
+                        store
+                            .znodes
+                            .insert(paused.clone(), (data.unwrap(), Stat::default()));
+                        let event = Input::Watch {
+                            path: paused.clone(),
+                            kind: WatchKind::Created,
+                        };
+                        node.handle(event, at(100));
+                    }
+                    let result = store.apply(&zk, at(100));
+                    node.handle(Input::Reply { op, result }, at(100));
+                }
+                Output::Answer { req: 900, answer } => served.answer = Some(answer),
+                Output::Report(report) => served.said.push(report.to_string()),
+                _ => {}
+            }
+        }
+    }
+    served
+}
+
+fn withheld(said: &[String]) -> bool {
+    said.iter()
+        .any(|s| s.contains("claimed while the task's pause was arriving; it is not run"))
+}
+
+#[test]
+fn a_claim_answered_after_the_failure_pause_arrived_does_not_run() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let served = claim_as_the_pause_arrives(&mut node, &mut store, "t");
+    let answer = served.answer.expect("answered").expect("no error");
+    assert_eq!(
+        answer,
+        Answered::Claim(ClaimOutcome::AlreadyClaimed { record: tick() })
+    );
+    // The tick is claimed (consumed, never caught up), and its run record is gone.
+    let record: crate::coord::records::FireRecord =
+        serde_json::from_slice(&store.znodes[&format!("{BASE}/tasks/t")].0).unwrap();
+    assert_eq!(record.tick, Some(tick()));
+    assert!(
+        !store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/t/run-{TICK}"))
+    );
+    assert!(withheld(&served.said), "{:?}", served.said);
+    // The pause is the node's at once, and reported once, with its mark, when read.
+    assert!(node.leadership().paused_tasks.contains("t"));
+    let reports: Vec<&String> = served
+        .said
+        .iter()
+        .filter(|s| s.contains("task t is paused"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{:?}", served.said);
+    assert!(reports[0].contains("by zkcron@n2"), "{}", reports[0]);
+}
+
+#[test]
+fn a_pooled_claim_answered_after_the_failure_pause_arrived_runs_no_item() {
+    let mut store = Store::default();
+    let tasks = vec![spec("p", "work_items = 3\npause_on_failure = true")];
+    let (mut node, _) = started(&mut store, tasks);
+    let served = claim_as_the_pause_arrives(&mut node, &mut store, "p");
+    let answer = served.answer.expect("answered").expect("no error");
+    assert_eq!(
+        answer,
+        Answered::Claim(ClaimOutcome::AlreadyClaimed { record: tick() })
+    );
+    for item in 0..3 {
+        let run = format!("{BASE}/tasks/p@{item}/run-{TICK}");
+        assert!(!store.znodes.contains_key(&run), "{run}");
+    }
+    assert!(withheld(&served.said), "{:?}", served.said);
+}
+
+#[test]
+fn a_claim_of_a_task_not_paused_runs() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let claim = Request::Claim {
+        task: "t".into(),
+        tick: tick(),
+        intent: ClaimIntent::Run,
+    };
+    let answer = ask_at(&mut node, &mut store, at(100), claim);
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    assert!(
+        store
+            .znodes
+            .contains_key(&format!("{BASE}/tasks/t/run-{TICK}"))
+    );
 }

@@ -409,7 +409,7 @@ impl Node {
     }
 
     /// Answers a won claim with its items, and remembers its run znodes and units for the
-    /// run's end.
+    /// run's end (or withholds its run when the task's pause arrived first).
     fn pool_won(
         &mut self,
         req: ReqId,
@@ -419,9 +419,12 @@ impl Node {
         parts: &[PoolPart],
     ) {
         if intent.runs() {
-            for part in parts {
-                self.own_runs.insert(part.run_path.clone());
+            let run_paths: Vec<String> = parts.iter().map(|p| p.run_path.clone()).collect();
+            if self.withhold_paused_run(task, tick, intent, &run_paths) {
+                let outcome = ClaimOutcome::AlreadyClaimed { record: tick };
+                return self.answer(req, Ok(Answered::Claim(outcome)));
             }
+            self.own_runs.extend(run_paths);
             let units = parts.iter().map(|p| p.unit.clone()).collect();
             self.pool_runs.insert((task.to_string(), tick), units);
         }
