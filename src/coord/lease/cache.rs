@@ -242,19 +242,15 @@ impl RankCache {
         leader.then(|| self.ranks.get(task)).flatten()
     }
 
-    /// The designated member of `task`, a task with one lease or the unit of an item of a
-    /// pooled task (its owner) that this node defines and may hold, when the ranks were
-    /// computed against exactly `members` (in this order); `None` when the cache cannot tell
-    /// (the caller ranks the task itself).
+    /// The designated member of `task`, a task with one lease that this node defines and may
+    /// hold, when the ranks were computed against exactly `members` (in this order); `None`
+    /// when the cache cannot tell (the caller ranks the task itself).
     pub fn designated<'m>(
         &'m self,
         task: &str,
         members: impl ExactSizeIterator<Item = &'m Member>,
     ) -> Option<&'m str> {
-        let rank = match self.units.get(task) {
-            Some(rank) => rank,
-            None => self.leader_rank(task)?,
-        };
+        let rank = self.leader_rank(task)?;
         if rank.pos == CachedRank::NONE || !self.fresh(members) {
             return None;
         }

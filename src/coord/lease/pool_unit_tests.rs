@@ -293,31 +293,3 @@ fn a_decision_walks_the_units_in_name_order_and_finds_each_ones_state() {
     assert_eq!(decision.actions, expected);
     assert_eq!(decision.held_elsewhere, [mine[1].clone()]);
 }
-
-#[test]
-fn the_acting_probe_of_an_items_unit_names_the_items_owner() {
-    // The member a node asks about when a unit is created (is its designated member acting?)
-    // is the item's owner under the assignment, not the best ranked for the unit's name as if
-    // it were a task's (that named another member for most items: the owner was never seen
-    // acting on its items, and the backups covered them).
-    let all = members(&["a", "b", "c"]);
-    let owners = owners(&all);
-    let mut cache = RankCache::default();
-    let mine = all.iter().find(|m| m.id == "a").unwrap();
-    cache.refresh(&Peers::new(mine, &all), &all);
-    let mut differs = 0;
-    for (unit, owner) in &owners {
-        assert_eq!(
-            cache.designated(unit, all.iter()),
-            Some(owner.as_str()),
-            "{unit}"
-        );
-        let by_name = rank::designated(unit, all.iter().map(Member::candidate)).unwrap();
-        differs += usize::from(by_name.id != owner);
-    }
-    assert!(
-        differs > 0,
-        "the test needs an item whose owner is not first for its name"
-    );
-    assert_eq!(cache.designated("pool@12", all.iter()), None, "not an item");
-}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::io::{ZkFail, ZkOk, ZkOp};
 use super::{Node, Then};
-use crate::coord::lease::{self, Acting};
+use crate::coord::lease::Acting;
 use crate::coord::rank::{self, Candidate};
 
 /// How often at most the node asks who holds a new lease, per designated member.
@@ -111,18 +111,13 @@ impl Node {
         false
     }
 
-    /// The designated member of `task` (an item's unit: the item's owner): from the last
-    /// decision's ranks while the members are the same (a cold start creates every lease, and
-    /// ranking each anew was a fifth of a node's CPU), else ranked here; `None` for an item's
-    /// unit then, whose owner only the pool's whole assignment says (ranking the unit's name
-    /// as a task's named another member, and scanned every member's items per event).
+    /// The designated member of `task`: from the last decision's ranks while the members are
+    /// the same (a cold start creates every lease, and ranking each anew was a fifth of a
+    /// node's CPU), else ranked here.
     fn designated(&self, task: &str) -> Option<String> {
         let members = self.members.values().map(|m| &m.member);
         if let Some(id) = self.rank_cache.designated(task, members) {
             return Some(id.to_string());
-        }
-        if lease::split_unit(task).is_some_and(|(name, _)| self.pooled(name)) {
-            return None;
         }
         let candidates = self
             .members
