@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -36,7 +36,6 @@ fn text(bytes: &[u8]) -> String {
 trait Backfills {
     fn runs_path(&self) -> PathBuf;
     fn write_recording_task(&self, name: &str, sleep: &str);
-    fn cli(&self, args: &[&str]) -> Output;
     /// The jobs' lines: (fire id, scheduled at, node).
     fn runs(&self) -> Vec<(String, String, String)>;
     fn listed(&self) -> String;
@@ -57,15 +56,6 @@ impl Backfills for Cluster {
         self.write_task(name, &text);
     }
 
-    fn cli(&self, args: &[&str]) -> Output {
-        common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &self.connect, "--cluster", &self.name])
-            .stdin(Stdio::null())
-            .output()
-            .expect("zkcron runs")
-    }
-
     fn runs(&self) -> Vec<(String, String, String)> {
         std::fs::read_to_string(self.runs_path())
             .unwrap_or_default()
@@ -79,7 +69,7 @@ impl Backfills for Cluster {
     }
 
     fn listed(&self) -> String {
-        let out = self.cli(&["backfill", "--status"]);
+        let out = self.zkcron(&["backfill", "--status"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
     }
@@ -106,7 +96,7 @@ fn a_backfill_runs_each_tick_once_on_the_leader_and_wait_follows_it_to_its_end()
     });
 
     let (from, to) = (rfc(at_minute(0)), rfc(at_minute(4)));
-    let out = cluster.cli(&["backfill", "rep", "--from", &from, "--to", &to, "--wait"]);
+    let out = cluster.zkcron(&["backfill", "rep", "--from", &from, "--to", &to, "--wait"]);
     let said = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{said}{}", text(&out.stderr));
     let id = request_id(&out);
@@ -130,7 +120,7 @@ fn a_backfill_runs_each_tick_once_on_the_leader_and_wait_follows_it_to_its_end()
         .collect();
     assert_eq!(got, expected, "each tick once, oldest first");
 
-    let out = cluster.cli(&["history", "rep", "--json"]);
+    let out = cluster.zkcron(&["history", "rep", "--json"]);
     let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let backfilled = history
         .as_array()
@@ -154,7 +144,7 @@ fn a_kill_9_of_the_leader_mid_backfill_runs_no_tick_twice_and_the_next_leader_fi
     });
 
     let (from, to) = (rfc(at_minute(0)), rfc(at_minute(16)));
-    let out = cluster.cli(&["backfill", "rep", "--from", &from, "--to", &to]);
+    let out = cluster.zkcron(&["backfill", "rep", "--from", &from, "--to", &to]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let id = request_id(&out);
     cluster.wait("four ticks to run", LIMIT, |c| c.runs().len() >= 4);
@@ -214,21 +204,21 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
         c.zk.children(&leases).len() == 1
     });
     let (from, to) = (rfc(at_minute(0)), rfc(at_minute(60)));
-    let out = cluster.cli(&["backfill", "rep", "--from", &from, "--to", &to]);
+    let out = cluster.zkcron(&["backfill", "rep", "--from", &from, "--to", &to]);
     let id = request_id(&out);
     cluster.wait("a tick to run", LIMIT, |c| !c.runs().is_empty());
     // `status` and `explain` show it while it is active.
-    let out = cluster.cli(&["status", "--json"]);
+    let out = cluster.zkcron(&["status", "--json"]);
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let progress = &status["tasks"][0]["backfills"][0];
     assert_eq!(progress["id"], id.as_str(), "{status:#}");
     assert_eq!(progress["total"], 60, "{status:#}");
-    let explained = text(&cluster.cli(&["explain", "rep"]).stdout);
+    let explained = text(&cluster.zkcron(&["explain", "rep"]).stdout);
     assert!(
         explained.contains(&format!("  backfill: backfill {id}: ")),
         "{explained}"
     );
-    let out = cluster.cli(&["backfill", "--cancel", &id]);
+    let out = cluster.zkcron(&["backfill", "--cancel", &id]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with(&format!("zkcron: backfill {id} cancelled after ")));
     cluster.wait("the running tick to end", LIMIT, |c| {
@@ -244,7 +234,7 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
         cluster.listed()
     );
 
-    let out = cluster.cli(&["backfill", "nope", "--from", &from, "--to", &to]);
+    let out = cluster.zkcron(&["backfill", "nope", "--from", &from, "--to", &to]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).starts_with(

@@ -134,11 +134,7 @@ fn each_parent_success_runs_the_child_once_also_when_the_parent_s_node_is_killed
     );
     assert!(runs(&load).0.values().all(|(_, node)| node == "node-b"));
     // `history` marks them as chained runs, after their parent.
-    let out = common::zkcron()
-        .args(["history", "load", "--json"])
-        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
-        .output()
-        .unwrap();
+    let out = cluster.zkcron(&["history", "load", "--json"]);
     let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let first = &history.as_array().unwrap()[0];
     assert_eq!(first["trigger"], "manual", "{history:#}");
@@ -448,12 +444,7 @@ fn a_chained_run_of_a_paused_child_is_skipped_logged_with_its_parent_and_counted
     let address = cluster.start(node).served_address();
     cluster.wait("a child run", LIMIT, |_| runs(&load).1 >= 1);
     let cli = |args: &[&str]| {
-        let out = common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
+        cluster.zkcron_ok(args);
     };
 
     // When load is paused, then each success of extract causes no run of load: the chained
@@ -544,11 +535,7 @@ fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
     cluster.wait("a run of another task", LIMIT, |_| {
         runs(&load).0.keys().any(|id| id.starts_with("anywhere@"))
     });
-    let out = common::zkcron()
-        .args(["status", "--json"])
-        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
-        .output()
-        .unwrap();
+    let out = cluster.zkcron(&["status", "--json"]);
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let extract_status = status["tasks"]
         .as_array()
@@ -572,15 +559,7 @@ fn a_parent_no_live_node_may_run_is_reported_like_any_ineligible_task() {
         load_status.unwrap()["after"],
         serde_json::json!(["extract"])
     );
-    let explain = |task: &str| {
-        let out = common::zkcron()
-            .args(["explain", task])
-            .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let explain = |task: &str| cluster.zkcron_ok(&["explain", task]);
     let text = explain("load");
     assert!(
         text.contains(&format!(

@@ -16,9 +16,10 @@ mod common;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
+use common::wall::now;
 use common::zk::{self, ClusterNode, TestServer};
 
 /// A generous deadline for start-up and convergence.
@@ -42,7 +43,6 @@ trait Controls {
     fn start_node(&mut self, id: &str, version: &str, jobs: &str, config: &str);
     fn log(&self, id: &str) -> String;
     fn fired(&self) -> Vec<(String, i64, String)>;
-    fn assert_no_duplicates(&self);
     fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T;
     fn mark(&self, kind: &str, name: &str);
     fn unmark(&self, kind: &str, name: &str);
@@ -88,15 +88,6 @@ impl Controls for Cluster {
             .into_iter()
             .map(|fire| (fire.task, fire.second, fire.node))
             .collect()
-    }
-
-    fn assert_no_duplicates(&self) {
-        let duplicates = self.fires().duplicates();
-        assert!(
-            duplicates.is_empty(),
-            "fired twice: {duplicates:?}\n{}",
-            self.diagnostics()
-        );
     }
 
     fn with_client<T>(&self, work: impl AsyncFnOnce(&zookeeper_client::Client) -> T) -> T {
@@ -168,14 +159,6 @@ impl Controls for Cluster {
             serde_json::from_slice(&data).unwrap()
         })
     }
-}
-
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
 }
 
 fn rfc3339(unix: f64) -> String {

@@ -132,18 +132,18 @@ fn backfill_from_the_page(browser: &Browser, address: &str) {
     );
     browser.type_into("#to", "2026-01-03T00:00:00Z");
     browser.click("button[value=backfill]");
-    wait_for("a range without its start to be refused", LIMIT, || {
-        browser
-            .text_of("#action-result")
-            .contains("Refused (400): a backfill needs \"from\"")
-    });
+    wait_result(
+        browser,
+        "a range without its start to be refused",
+        "Refused (400): a backfill needs \"from\"",
+    );
     browser.type_into("#from", "2026-01-01T00:00:00Z");
     browser.click("button[value=backfill]");
-    wait_for("the backfill to be requested", LIMIT, || {
-        browser
-            .text_of("#action-result")
-            .contains("task slow: backfill of 2 tick(s) in [2026-01-01T00:00:00Z, 2026-01-03T00:00:00Z) requested")
-    });
+    wait_result(
+        browser,
+        "the backfill to be requested",
+        "task slow: backfill of 2 tick(s) in [2026-01-01T00:00:00Z, 2026-01-03T00:00:00Z) requested",
+    );
     wait_for("the page to show the backfill's progress", LIMIT, || {
         browser.text_of("#backfills-table tbody").contains(" of 2")
     });
@@ -184,21 +184,26 @@ fn chain_links_on_the_pages(browser: &Browser, address: &str) {
     assert_eq!(browser.text_of("main h1"), "Task backup");
 }
 
+/// Waits until the page's action result says `needle`; fails naming `what` after [`LIMIT`].
+fn wait_result(browser: &Browser, what: &str, needle: &str) {
+    wait_for(what, LIMIT, || {
+        browser.text_of("#action-result").contains(needle)
+    });
+}
+
 /// Pauses `backup` from its page: refused without the token and with a wrong one, done with it.
 fn pause_from_the_page(browser: &Browser, address: &str) {
     browser.goto(&format!("http://{address}/tasks/backup"));
     browser.type_into("#reason", "maintenance window");
     browser.click("button[value=pause]");
-    wait_for("the page to ask for the token", LIMIT, || {
-        browser
-            .text_of("#action-result")
-            .contains("Enter the admin token first")
-    });
+    wait_result(
+        browser,
+        "the page to ask for the token",
+        "Enter the admin token first",
+    );
     browser.type_into("#token", "not-the-token-at-all");
     browser.click("button[value=pause]");
-    wait_for("the wrong token to be refused", LIMIT, || {
-        browser.text_of("#action-result").contains("Refused (401)")
-    });
+    wait_result(browser, "the wrong token to be refused", "Refused (401)");
     let (_, status) = http_get(address, "/api/status");
     assert!(
         !status.contains("\"paused\": true")
@@ -214,11 +219,7 @@ fn pause_from_the_page(browser: &Browser, address: &str) {
         vec![TOKEN.into()],
     );
     browser.click("button[value=pause]");
-    wait_for("the pause to be done", LIMIT, || {
-        browser
-            .text_of("#action-result")
-            .contains("task backup paused")
-    });
+    wait_result(browser, "the pause to be done", "task backup paused");
     wait_for("the page to show backup paused", LIMIT, || {
         browser.text_of("main").contains("Paused since")
     });
@@ -416,17 +417,7 @@ fn shows_changes_made_elsewhere(cluster: &Cluster, address: &str) {
             .any(|n| n["id"] == "node-a" && n["drained"] == true)
     };
     for (command, drain) in [("drain", true), ("undrain", false)] {
-        let out = common::zkcron()
-            .args([command, "node-a", "--zookeeper", &cluster.connect])
-            .args(["--cluster", &cluster.name])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        cluster.zkcron_ok(&[command, "node-a"]);
         cluster.wait(
             &format!("node-a {command}ed in /api/status"),
             SHOWN_WITHIN,

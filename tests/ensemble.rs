@@ -21,11 +21,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::DaemonProcess;
 use common::cluster::Cluster;
-use common::fires::{Fire, Fires};
+use common::fires::Fire;
+use common::wall::{now, now_second, second_of};
 use common::zk::{ClusterNode, TestServer};
 
 /// A generous deadline for things that take a moment (start-up, convergence, catch-up).
@@ -453,18 +454,10 @@ trait Ensemble {
     fn session(&self, node: &str) -> String;
     fn lease_owners(&self) -> BTreeMap<String, i64>;
     fn member_owners(&self) -> BTreeMap<String, i64>;
-    fn wait_fires(
-        &self,
-        what: &str,
-        limit: Duration,
-        condition: impl FnMut(&Fires, &Cluster) -> bool,
-    );
     fn wait_stable(&self, nodes: &[&str]);
     fn settle(&self, through: i64);
     fn wait_mid_second(&self);
-    fn assert_no_duplicates(&self);
     fn assert_no_gaps(&self, from: i64, to: i64);
-    fn check(&self, ok: bool, failure: &str);
 }
 
 impl Ensemble for Cluster {
@@ -542,17 +535,6 @@ impl Ensemble for Cluster {
                     .map_or(0, |value| value.trim().parse::<u64>().unwrap())
             })
             .sum()
-    }
-
-    /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
-    /// `what` and the state of everything.
-    fn wait_fires(
-        &self,
-        what: &str,
-        limit: Duration,
-        mut condition: impl FnMut(&Fires, &Cluster) -> bool,
-    ) {
-        self.wait(what, limit, |c| condition(&c.fires(), c));
     }
 
     /// The session (hex, as ZooKeeper's `cons` shows it without `0x`) of `node`'s last
@@ -638,47 +620,7 @@ impl Ensemble for Cluster {
         });
     }
 
-    fn assert_no_duplicates(&self) {
-        let duplicates = self.fires().duplicates();
-        self.check(
-            duplicates.is_empty(),
-            &format!("fire ids fired more than once (by nodes): {duplicates:?}"),
-        );
-    }
-
     fn assert_no_gaps(&self, from: i64, to: i64) {
-        let gaps = self.fires().gaps(&self.tasks(), from, to);
-        self.check(
-            gaps.is_empty(),
-            &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
-        );
+        self.assert_no_gaps_in(&self.tasks(), from, to);
     }
-
-    /// Panics with `failure` and the state of everything unless `ok`.
-    fn check(&self, ok: bool, failure: &str) {
-        if !ok {
-            panic!("{failure}\n{}", self.diagnostics());
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Time, read the way the jobs see it
-
-/// The wall clock in Unix seconds.
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn now_second() -> i64 {
-    now().floor() as i64
-}
-
-/// The tick a wall-clock instant falls in.
-fn second_of(t: f64) -> i64 {
-    t.floor() as i64
 }

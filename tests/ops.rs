@@ -34,7 +34,6 @@ fn new_cluster() -> Cluster {
 trait Ops {
     fn write_ticking_task(&self, name: &str, extra: &str);
     fn start_node(&mut self, id: &str, release: &str, config: &str);
-    fn cli(&self, args: &[&str]) -> Output;
     fn ok(&self, args: &[&str]) -> String;
     fn status(&self) -> Value;
     fn wait_status(&self, what: &str, condition: impl FnMut(&Value) -> bool) -> Value;
@@ -61,19 +60,9 @@ impl Ops for Cluster {
         });
     }
 
-    /// `zkcron <args> --zookeeper <this cluster> --cluster test`.
-    fn cli(&self, args: &[&str]) -> Output {
-        common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &self.connect, "--cluster", CLUSTER])
-            .stdin(Stdio::null())
-            .output()
-            .expect("zkcron runs")
-    }
-
     /// `cli(args)`, which must succeed; its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
+        let out = self.zkcron(args);
         assert!(
             out.status.success(),
             "zkcron {args:?} failed: {}\n{}",
@@ -313,7 +302,7 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
             .with_acls(zookeeper_client::Acls::anyone_all());
         client.create(&junk, b"not json", &options).await.unwrap();
     });
-    let out = cluster.cli(&["status", "--json"]);
+    let out = cluster.zkcron(&["status", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stderr(&out).starts_with(&format!("zkcron: warning: cannot read the record {junk}: ")),
@@ -326,7 +315,7 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
         .with_client(async |client| client.delete(&junk, None).await.unwrap());
 
     // An unknown task: exit 1, with the closest name.
-    let out = cluster.cli(&["explain", "tik"]);
+    let out = cluster.zkcron(&["explain", "tik"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr(&out),
@@ -442,7 +431,7 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
     );
 
     // Pausing a task no node defines is refused.
-    let out = cluster.cli(&["pause", "tock"]);
+    let out = cluster.zkcron(&["pause", "tock"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr(&out),
@@ -471,7 +460,7 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
         task(s, "good")["leader"] == "a" && task(s, "bad")["leader"] == "a"
     });
 
-    let out = cluster.cli(&["trigger", "good", "--wait"]);
+    let out = cluster.zkcron(&["trigger", "good", "--wait"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{said}{}", stderr(&out));
     let lines: Vec<&str> = said.lines().collect();
@@ -491,7 +480,7 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
     );
     assert!(lines[1].ends_with("(exit code 0, 1 attempt(s))"), "{said}");
 
-    let out = cluster.cli(&["trigger", "bad", "--wait"]);
+    let out = cluster.zkcron(&["trigger", "bad", "--wait"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(1), "{said}{}", stderr(&out));
     assert!(
@@ -571,10 +560,10 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
     assert_eq!(task(&status, "bad")["last"]["success"], false);
 
     // A task no live node defines is refused before anything is written.
-    let out = cluster.cli(&["trigger", "nope"]);
+    let out = cluster.zkcron(&["trigger", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("zkcron: error: unknown task nope: no live node"));
-    let out = cluster.cli(&["history", "nope"]);
+    let out = cluster.zkcron(&["history", "nope"]);
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -584,7 +573,7 @@ fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_
     cluster.write_task("future", &format!("{}version_req = \">=2.0\"\n", yearly(0)));
     cluster.start_node("a", "1.0.0", "");
     // Without --wait the request stays for a node that may run it, and the CLI says why.
-    let out = cluster.cli(&["trigger", "future"]);
+    let out = cluster.zkcron(&["trigger", "future"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stderr(&out),
@@ -601,7 +590,7 @@ fn trigger_wait_gives_up_after_30_s_when_no_node_may_run_the_task_and_withdraws_
     // The test measures the CLI's real wait.
     #[allow(clippy::disallowed_methods)]
     let asked = Instant::now();
-    let out = cluster.cli(&["trigger", "future", "--wait"]);
+    let out = cluster.zkcron(&["trigger", "future", "--wait"]);
     let waited = asked.elapsed();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(

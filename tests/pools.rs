@@ -10,31 +10,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::fires::Fires;
+use common::wall::{now, wait_mid_second};
 
 /// A generous deadline for things that take a moment (start-up, convergence, an expiry).
 const LIMIT: Duration = Duration::from_secs(30);
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-
-#[allow(clippy::disallowed_methods)] // real processes, real time
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// Waits for the middle of a second, far from the instants ticks are claimed and spawned at:
-/// a node killed between its claim and its spawn loses that tick by design (at most once).
-fn wait_mid_second() {
-    common::wait_for("the middle of a second", Duration::from_secs(3), || {
-        (0.35..0.65).contains(&now().fract())
-    });
-}
 
 /// An every-second task `each` that runs on every node and catches its missed ticks up.
 fn every_node_cluster() -> Cluster {
@@ -84,19 +69,6 @@ fn start_running(cluster: &mut Cluster, ids: &[&str]) {
         let fires = c.fires();
         ids.iter().all(|n| fires.fired_by("each", n))
     });
-}
-
-/// Runs `zkcron ARGS` against the cluster; its stdout, once it succeeded.
-fn cli(cluster: &Cluster, args: &[&str]) -> String {
-    let out = common::zkcron()
-        .args(args)
-        .args(["--zookeeper", &cluster.connect])
-        .args(["--cluster", &cluster.name])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Whether `node` ran every second of `from..=to`.
@@ -167,7 +139,7 @@ fn given_an_every_node_task_then_each_node_runs_each_tick_once_and_a_killed_node
 fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_period_up() {
     let mut cluster = every_node_cluster();
     start_running(&mut cluster, &["n1", "n2"]);
-    let cli = |args: &[&str]| cli(&cluster, args);
+    let cli = |args: &[&str]| cluster.zkcron_ok(args);
     wait_mid_second();
     let paused_at = now().floor() as i64;
     cli(&["pause", "each"]);
@@ -233,7 +205,7 @@ fn given_an_every_node_task_when_a_node_is_drained_then_it_runs_nothing_and_catc
     let mut cluster = every_node_cluster();
     start_running(&mut cluster, &["n1", "n2"]);
     let from = now().floor() as i64 + 1;
-    let cli = |verb: &str| cli(&cluster, &[verb, "n2"]);
+    let cli = |verb: &str| cluster.zkcron_ok(&[verb, "n2"]);
     wait_mid_second();
     let drained_at = now().floor() as i64;
     cli("drain");
@@ -478,7 +450,8 @@ fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_eve
     assert_none_twice(&cluster);
     // The history records each node's run with its items.
     let history: serde_json::Value =
-        serde_json::from_str(&cli(&cluster, &["history", "pool", "-n", "300", "--json"])).unwrap();
+        serde_json::from_str(&cluster.zkcron_ok(&["history", "pool", "-n", "300", "--json"]))
+            .unwrap();
     let fire_id = format!("pool@{later}");
     let runs: Vec<&serde_json::Value> = history
         .as_array()
@@ -497,7 +470,7 @@ fn given_a_pooled_task_on_three_nodes_then_each_tick_runs_every_item_once_in_eve
     assert_eq!(items, all, "{history:#}");
     // A manual run runs once, on one node, with every item (its fire id is no tick's, so
     // items.log is read as text from here on).
-    cli(&cluster, &["trigger", "pool", "--wait"]);
+    cluster.zkcron_ok(&["trigger", "pool", "--wait"]);
     let log = std::fs::read_to_string(items_log(&cluster)).unwrap();
     let manual: Vec<Vec<&str>> = log
         .lines()
@@ -576,7 +549,7 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
     let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
     let drained_at = now().floor() as i64;
-    cli(&cluster, &["drain", "n2"]);
+    cluster.zkcron_ok(&["drain", "n2"]);
     let due = drained_at + 2;
     cluster.wait("every item to run on n1 and n3", LIMIT, |c| {
         all_items_ran(&item_runs(c), due, due + 1)
@@ -598,7 +571,7 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
 /// assignment gives it, and ranked as releases rank: an item of one of the `newer` nodes is
 /// owned at a rank within theirs (they rank before every older node), an older node's below.
 fn held_as_ranked(cluster: &Cluster, newer: &[&str]) -> Result<(), String> {
-    let explain = cli(cluster, &["explain", "pool", "--json"]);
+    let explain = cluster.zkcron_ok(&["explain", "pool", "--json"]);
     let explain: serde_json::Value = serde_json::from_str(&explain).unwrap();
     let items = explain["pool"]["items"].as_array().unwrap();
     let ranked = |i: &serde_json::Value| {
@@ -729,7 +702,7 @@ fn given_a_pooled_task_with_overlap_skip_then_a_node_skips_its_own_items_while_i
 /// The items per node of the cluster's one task, as `zkcron status --json` shows them.
 fn status_shares(cluster: &Cluster) -> serde_json::Value {
     let status: serde_json::Value =
-        serde_json::from_str(&cli(cluster, &["status", "--json"])).unwrap();
+        serde_json::from_str(&cluster.zkcron_ok(&["status", "--json"])).unwrap();
     status["tasks"][0]["work_items"].clone()
 }
 
@@ -756,7 +729,7 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
     });
     // explain names each item's owner, the holder of its unit, and the shares.
     let explain: serde_json::Value =
-        serde_json::from_str(&cli(&cluster, &["explain", "shards", "--json"])).unwrap();
+        serde_json::from_str(&cluster.zkcron_ok(&["explain", "shards", "--json"])).unwrap();
     let items = explain["pool"]["items"].as_array().unwrap();
     assert_eq!(items.len(), 12, "{explain:#}");
     assert!(
@@ -765,7 +738,7 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
             .all(|i| i["owner"] == i["holder"] && i["rank"].is_u64()),
         "{explain:#}"
     );
-    let text = cli(&cluster, &["explain", "shards"]);
+    let text = cluster.zkcron_ok(&["explain", "shards"]);
     assert!(
         text.contains("  items:    12 over 3 node(s): n1 owns 4; n2 owns 4; n3 owns 4\n"),
         "{text}"
@@ -782,7 +755,7 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
     assert_eq!(page["explain"]["status"]["work_items"], even, "{page:#}");
 
     // When n3 is drained, its items move to the others: six each.
-    cli(&cluster, &["drain", "n3"]);
+    cluster.zkcron_ok(&["drain", "n3"]);
     let moved = serde_json::json!({"n1": 6, "n2": 6});
     cluster.wait("n3's items on n1 and n2", LIMIT, |c| {
         status_shares(c) == moved

@@ -246,16 +246,7 @@ fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_ru
         .unwrap();
     let other = if leader == "a" { "b" } else { "a" };
     // When the operator drains the leader: it hands the lease over and its run goes on.
-    let out = common::zkcron()
-        .args(["drain", &leader])
-        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cluster.zkcron_ok(&["drain", &leader]);
     // Then the new leader waits for that run's end (told by ZooKeeper, not by polling) and
     // starts the queued tick right after it.
     cluster.wait_log(

@@ -198,14 +198,8 @@ fn given_two_nodes_on_zookeeper_when_an_interval_and_a_list_fire_then_each_tick_
         let fires = c.fires();
         count(&fires, "interval") >= 6 && count(&fires, "listed") >= 4
     });
-    let status = common::zkcron()
-        .args(["status", "--json", "--zookeeper", &cluster.connect])
-        .args(["--cluster", &cluster.name])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(status.status.success(), "{status:?}");
-    assert_window_reported(&serde_json::from_slice(&status.stdout).unwrap());
+    let status = cluster.zkcron_ok(&["status", "--json"]);
+    assert_window_reported(&serde_json::from_str(&status).unwrap());
     cluster.stop("node-a");
     cluster.stop("node-b");
 

@@ -35,10 +35,11 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::DaemonProcess;
 use common::cluster::Cluster;
+use common::wall::{now, now_second, second_of, wait_mid_second};
 use common::zk::{self, ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 use semver::{Version, VersionReq};
@@ -1061,32 +1062,4 @@ fn the_fire_log_parser_reads_starts_ends_and_order() {
     );
     assert_eq!(parse_fire_id("a@b@12"), Some(("a@b", 12)));
     assert_eq!(parse_fire_id("t@manual-0000000001"), None);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Time, read the way the jobs see it
-
-/// The wall clock in Unix seconds.
-#[allow(clippy::disallowed_methods)] // the tests observe real processes on the real clock
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn now_second() -> i64 {
-    now().floor() as i64
-}
-
-fn second_of(t: f64) -> i64 {
-    t.floor() as i64
-}
-
-/// Waits until the clock is in the middle of a second, far from the claims and spawns at its
-/// start.
-fn wait_mid_second() {
-    common::wait_for("the middle of a second", Duration::from_secs(3), || {
-        (0.35..0.65).contains(&now().fract())
-    });
 }

@@ -188,6 +188,14 @@ impl RunResult {
             .clone()
             .unwrap_or_else(|| format!("{task}@{}", self.tick.timestamp()))
     }
+
+    /// What ended a failed run whose main process neither exited nor was killed by a signal
+    /// (it was never spawned, or zkcron stopped it): its `exit`, the reason a manual run's or
+    /// a backfill tick's request records; `None` for any other run.
+    pub fn end_reason(&self) -> Option<&str> {
+        (!self.success && self.exit_code.is_none() && self.signal.is_none())
+            .then_some(self.exit.as_str())
+    }
 }
 
 /// A coordination failure the caller must tell apart from a refused claim.

@@ -499,7 +499,7 @@ pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetR
                 (
                     t.name.to_string(),
                     TaskSetEntry {
-                        digest: t.canonical_digest(),
+                        digest: t.digest(),
                         version_req: t.extras.version_req.as_ref().map(|r| r.to_string()),
                         require_labels: t.extras.require_labels.clone(),
                         schedule: (!t.schedule.is_list())

@@ -20,7 +20,8 @@ use tokio::task::JoinHandle;
 use crate::clock::wall_clock;
 use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
-    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord,
+    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
+    TaskSetRef,
 };
 use crate::coord::{CoordError, Coordinator};
 use crate::ops::local::{Reply, Request, socket_path};
@@ -186,11 +187,15 @@ async fn answer(
 /// The tasks the daemon leads, as of its last reload.
 fn loaded_tasks(config: &ControlConfig, coordinator: &LocalCoordinator) -> Vec<Arc<TaskSpec>> {
     let led = coordinator.leadership().borrow().tasks.clone();
-    config
-        .loaded
-        .get()
+    let loaded = config.loaded.get();
+    // Both in name order: walked side by side, a comparison per task rather than a search.
+    let mut led = led.iter().peekable();
+    loaded
         .iter()
-        .filter(|t| led.contains(&t.name))
+        .filter(|t| {
+            while led.next_if(|name| ***name < *t.name).is_some() {}
+            led.next_if(|name| ***name == *t.name).is_some()
+        })
         .cloned()
         .collect()
 }
@@ -303,9 +308,15 @@ async fn snapshot(
     coordinator: &LocalCoordinator,
     specs: &[Arc<TaskSpec>],
 ) -> Snapshot {
-    // The record as a node writes it, without its JSON round trip (100,000 tasks: 18 MB).
+    // The record as a node writes it, without its JSON (100,000 tasks: 18 MB, written only to
+    // be hashed): nothing stores this one, so its key is the hash of its tasks' names and
+    // digests, from which every entry follows.
     let set = records::taskset_record(specs);
-    let (taskset, _) = records::taskset_chunks(&set);
+    let taskset = TaskSetRef {
+        digest: local_set_digest(&set),
+        chunks: 1,
+        count: set.tasks.len(),
+    };
     let member = MemberRecord {
         format: FORMAT_VERSION,
         id: config.node_id.clone(),
@@ -334,34 +345,49 @@ async fn snapshot(
             .collect(),
         ..Snapshot::default()
     };
+    // This host holds every lease it leads; in name order, the map is built without a search.
+    snapshot.leases = specs
+        .iter()
+        .map(|spec| {
+            let lease = LeaseRecord {
+                format: FORMAT_VERSION,
+                node: config.node_id.clone(),
+                session: String::new(),
+                since: config.started_at,
+            };
+            (spec.name.to_string(), lease)
+        })
+        .collect();
     // Only the tasks with a history are asked for their last run: 100,000 tasks tried to open
     // a history file each.
     let with_history = coordinator.tasks_with_history();
     for spec in specs {
-        add_task(&mut snapshot, config, coordinator, &with_history, spec).await;
+        add_task(&mut snapshot, coordinator, &with_history, spec).await;
     }
     snapshot.paused = paused_marks(coordinator);
     snapshot
 }
 
-/// One task's lease (this host's), fire record, last result and last run in `snapshot`.
+/// The key of the local member's task set: the xxh3-128 of each task's name and digest.
+fn local_set_digest(set: &TaskSetRecord) -> String {
+    let mut hash = xxhash_rust::xxh3::Xxh3::new();
+    for (name, entry) in &set.tasks {
+        hash.update(name.as_bytes());
+        hash.update(b"\n");
+        hash.update(entry.digest.as_bytes());
+        hash.update(b"\n");
+    }
+    format!("{:032x}", hash.digest128())
+}
+
+/// One task's fire record, last result and last run in `snapshot`.
 async fn add_task(
     snapshot: &mut Snapshot,
-    config: &ControlConfig,
     coordinator: &LocalCoordinator,
     with_history: &std::collections::HashSet<String>,
     spec: &TaskSpec,
 ) {
     let name = spec.name.to_string();
-    snapshot.leases.insert(
-        name.clone(),
-        LeaseRecord {
-            format: FORMAT_VERSION,
-            node: config.node_id.clone(),
-            session: String::new(),
-            since: config.started_at,
-        },
-    );
     if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
         let mut record = FireRecord::empty();
         record.tick = Some(tick);

@@ -655,3 +655,41 @@ fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_full_pa
         kept = Some(b);
     }
 }
+
+/// A reload of one changed file compared the 100,000 unchanged tasks by name, twice each: they
+/// are the daemon's own `Arc`s, compared as pointers. The diff says the same as a comparison of
+/// every spec: here one changed, one re-read unchanged, one removed, one added, the rest kept.
+#[test]
+fn the_diff_of_a_one_file_reload_names_only_what_changed() {
+    let hourly = |minute: usize| format!("schedule = \"{minute} * * * *\"\ncommand = [\"true\"]\n");
+    let names: Vec<String> = (0..1000).map(|i| format!("t-{i:04}")).collect();
+    let current: Vec<Arc<TaskSpec>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| task_named(name, &hourly(i % 60)))
+        .collect();
+    let mut tasks = current.clone();
+    tasks[10] = task_named("t-0010", &hourly(59));
+    tasks[20] = task_named("t-0020", &hourly(20));
+    tasks.remove(0);
+    tasks.push(task_named("t-9999", &hourly(1)));
+
+    let one = diff(&current, &mut tasks);
+    assert_eq!((one.added, one.changed, one.removed), (1, 1, 1));
+    assert_eq!(one.loaded_names, [Arc::<str>::from("t-9999")]);
+    assert_eq!(
+        one.unload,
+        [
+            ("t-0000".to_string(), Unload::Removed),
+            ("t-0010".to_string(), Unload::Changed)
+        ]
+    );
+    // The re-read unchanged spec is the daemon's own again; the changed one is the new one.
+    assert!(Arc::ptr_eq(&tasks[19], &current[20]));
+    assert!(!Arc::ptr_eq(&tasks[9], &current[10]));
+    assert_eq!(tasks[9].schedule.expression(), "59 * * * *");
+    // Nothing changed: nothing to do.
+    let mut again = tasks.clone();
+    let none = diff(&tasks, &mut again);
+    assert_eq!(none, Diff::default());
+}

@@ -5,6 +5,7 @@
 use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::ops::Bound;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -220,9 +221,6 @@ type ScheduleKey<'a> = (
     Option<DateTime<Utc>>,
 );
 
-/// Schedules parsed once per expression (or list), zone and window.
-type Schedules<'a> = HashMap<ScheduleKey<'a>, Option<Schedule>>;
-
 /// The schedule `entry` describes; `None` without one (an older release wrote it) or when this
 /// release cannot read it.
 pub fn entry_schedule(entry: &TaskSetEntry) -> Option<Schedule> {
@@ -262,32 +260,6 @@ fn window_notes(
         WindowState::Ended(until) => (None, Some(until)),
         WindowState::Within => (None, None),
     }
-}
-
-/// The next tick of `task` at `now` from the definition its leader (else any eligible member,
-/// else any definer) holds: the first after `now`, or after the fire record when that is ahead
-/// of `now` (ticks up to it count as done). `None` without a schedule in the task set (an older
-/// release wrote it) or when the schedule has no further tick.
-fn next_tick<'a>(
-    snapshot: &Snapshot,
-    task: &str,
-    entry: Option<&'a TaskSetEntry>,
-    schedules: &mut Schedules<'a>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    let entry = entry?;
-    let key = (
-        entry.schedule.as_deref(),
-        entry.schedules.as_deref(),
-        entry.timezone.as_deref().unwrap_or("UTC"),
-        entry.active_from,
-        entry.active_until,
-    );
-    let schedule = schedules
-        .entry(key)
-        .or_insert_with(|| entry_schedule(entry))
-        .as_ref()?;
-    next_after_record(snapshot, task, schedule, now)
 }
 
 /// The schedule of `task` as its leader (else any eligible member, else any definer)
@@ -344,13 +316,18 @@ pub(super) fn definition<'a>(
 /// The last run as `status` shows it: the newer of the result record and the recent runs.
 /// The nodes holding a unit of `task` (`<task>@<node-id>`: it runs on every node), by id.
 pub fn unit_holders(snapshot: &Snapshot, task: &str) -> Vec<String> {
-    let prefix = format!("{task}@");
-    snapshot
-        .leases
-        .range(prefix.clone()..)
-        .take_while(|(name, _)| name.starts_with(&prefix))
-        .map(|(_, lease)| lease.node.clone())
+    units(&snapshot.leases, task)
+        .map(|lease| lease.node.clone())
         .collect()
+}
+
+/// The values of `map` under `<task>@<...>` (the units of `task`), in name order, found without
+/// building the prefix: the names that begin with `task` follow it in one run.
+fn units<'a, V>(map: &'a BTreeMap<String, V>, task: &'a str) -> impl Iterator<Item = &'a V> {
+    map.range::<str, _>((Bound::Excluded(task), Bound::Unbounded))
+        .take_while(move |(name, _)| name.starts_with(task))
+        .filter(move |(name, _)| name.as_bytes().get(task.len()) == Some(&b'@'))
+        .map(|(_, value)| value)
 }
 
 /// Whether `entry` is the definition of a pooled task (`work_items`).
@@ -361,31 +338,20 @@ pub fn is_pooled(entry: &TaskSetEntry) -> bool {
 /// The nodes holding units of the pooled `task` in `snapshot`, with how many each holds:
 /// what `status` shows as a pooled task's items per node.
 pub fn held_items(snapshot: &Snapshot, task: &str) -> BTreeMap<String, usize> {
-    let prefix = format!("{task}@");
     let mut held = BTreeMap::new();
-    for (_, lease) in snapshot
-        .leases
-        .range(prefix.clone()..)
-        .take_while(|(name, _)| name.starts_with(&prefix))
-    {
+    for lease in units(&snapshot.leases, task) {
         *held.entry(lease.node.clone()).or_default() += 1;
     }
     held
 }
 
 /// The newest stored result of `task`, or of its units when it runs on every node.
-fn newest_result<'a>(snapshot: &'a Snapshot, task: &str) -> Option<&'a RunResult> {
-    let prefix = format!("{task}@");
-    let units = snapshot
-        .results
-        .range(prefix.clone()..)
-        .take_while(|(name, _)| name.starts_with(&prefix))
-        .map(|(_, result)| result);
+fn newest_result<'a>(snapshot: &'a Snapshot, task: &'a str) -> Option<&'a RunResult> {
     snapshot
         .results
         .get(task)
         .into_iter()
-        .chain(units)
+        .chain(units(&snapshot.results, task))
         .max_by_key(|r| r.finished_at)
 }
 
@@ -470,13 +436,21 @@ fn problem(
 
 /// The members of `snapshot` with the tasks each leads, in id order.
 pub fn node_statuses(snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<NodeStatus> {
-    // A pooled task counts once for each node holding units of it, however many items.
+    // A pooled task counts once for each node holding units of it, however many items; a
+    // task's own lease once for its holder (unless it also holds a unit of it, counted then).
     let mut led: BTreeMap<&str, usize> = BTreeMap::new();
     let mut counted: BTreeSet<(&str, &str)> = BTreeSet::new();
     for (name, lease) in &snapshot.leases {
-        let task = split_unit(name).map_or(name.as_str(), |(task, _)| task);
-        if counted.insert((lease.node.as_str(), task)) {
-            *led.entry(lease.node.as_str()).or_default() += 1;
+        let node = lease.node.as_str();
+        let first = match split_unit(name) {
+            None => true,
+            Some((task, _)) => {
+                snapshot.leases.get(task).map(|own| own.node.as_str()) != Some(node)
+                    && counted.insert((node, task))
+            }
+        };
+        if first {
+            *led.entry(node).or_default() += 1;
         }
     }
     let mut nodes: Vec<NodeStatus> = snapshot
@@ -631,23 +605,12 @@ pub fn task_lines<'m>(
         .iter()
         .map(|name| TaskParts::new(snapshot, members, name))
         .collect();
-    // The next ticks first, in the order of their expressions, so that each distinct
-    // expression's parse is made once and then found in the bounded parse cache; in name order,
-    // thousands of distinct expressions were parsed again for nearly every task.
-    let mut order: Vec<usize> = (0..names.len())
-        .filter(|&i| parts[i].fires(snapshot, &names[i]))
+    let fires: Vec<Option<&TaskSetEntry>> = names
+        .iter()
+        .zip(&parts)
+        .map(|(name, parts)| parts.entry.filter(|_| parts.fires(snapshot, name)))
         .collect();
-    order.sort_by_key(|&i| {
-        parts[i]
-            .entry
-            .map(|entry| (entry.schedule.as_deref(), entry.timezone.as_deref()))
-    });
-    let mut schedules = Schedules::new();
-    let mut nexts: Vec<Option<DateTime<Utc>>> = vec![None; names.len()];
-    for i in order {
-        nexts[i] = next_tick(snapshot, &names[i], parts[i].entry, &mut schedules, now);
-    }
-    drop(schedules);
+    let nexts = next_ticks(snapshot, &names, &fires, now);
     names
         .into_iter()
         .zip(parts)
@@ -657,6 +620,52 @@ pub fn task_lines<'m>(
             (parts.line(snapshot, name, next, now), entry)
         })
         .collect()
+}
+
+/// The next tick at `now` of each task in `names` that fires, from the definition `fires`
+/// holds for it (`None`: the task does not fire). Tasks are taken by schedule (expression or
+/// list, zone, window): each distinct one is parsed once, and its first tick after `now` is
+/// worked out once for all of its tasks whose fire record is not ahead of `now` (the first
+/// after the record for the others). Sorting 100,000 tasks by expression instead cost more
+/// than the parses.
+fn next_ticks(
+    snapshot: &Snapshot,
+    names: &[String],
+    fires: &[Option<&TaskSetEntry>],
+    now: DateTime<Utc>,
+) -> Vec<Option<DateTime<Utc>>> {
+    let mut by_schedule: HashMap<ScheduleKey<'_>, Vec<usize>> = HashMap::new();
+    for (i, entry) in fires.iter().enumerate() {
+        if let Some(entry) = entry {
+            by_schedule.entry(schedule_key(entry)).or_default().push(i);
+        }
+    }
+    let mut nexts = vec![None; names.len()];
+    for tasks in by_schedule.into_values() {
+        let Some(schedule) = fires[tasks[0]].and_then(entry_schedule) else {
+            continue;
+        };
+        let mut after_now = None;
+        for i in tasks {
+            let record = snapshot.fire_records.get(&names[i]).and_then(|r| r.tick);
+            nexts[i] = match record {
+                Some(record) if record > now => schedule.next_after(record),
+                _ => *after_now.get_or_insert_with(|| schedule.next_after(now)),
+            };
+        }
+    }
+    nexts
+}
+
+/// What `entry`'s schedule is made of: entries with equal keys have equal schedules.
+fn schedule_key(entry: &TaskSetEntry) -> ScheduleKey<'_> {
+    (
+        entry.schedule.as_deref(),
+        entry.schedules.as_deref(),
+        entry.timezone.as_deref().unwrap_or("UTC"),
+        entry.active_from,
+        entry.active_until,
+    )
 }
 
 /// Sets each task's children from the parents (`after`) of `tasks`: the tasks whose

@@ -3,21 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeZone, Utc};
-
 use crate::coord::lease::{self, Member};
 use crate::coord::rank::{self, Candidate};
 use crate::coord::records::{
-    LeaseRecord, MarkRecord, MemberRecord, RUN_ON_WORK_ITEMS, TaskSetEntry, TaskSetRecord,
-    TaskSetRef,
+    LeaseRecord, MarkRecord, RUN_ON_WORK_ITEMS, TaskSetEntry, TaskSetRecord,
 };
 use crate::ops::explain::explain;
 use crate::ops::model::{LiveMember, Members, Snapshot, status};
 use crate::ops::render;
-
-fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 8, h, m, s).unwrap()
-}
+use crate::ops::tests::{at, live_member, taskset};
 
 fn entry(digest: &str, items: Option<usize>) -> TaskSetEntry {
     TaskSetEntry {
@@ -31,26 +25,8 @@ fn entry(digest: &str, items: Option<usize>) -> TaskSetEntry {
 }
 
 fn member(id: &str, seed: u64, zone: &str) -> LiveMember {
-    LiveMember {
-        record: MemberRecord {
-            format: 1,
-            id: id.into(),
-            release: "1.0.0".into(),
-            seed: format!("{seed:016x}"),
-            host: "h".into(),
-            pid: 1,
-            started_at: at(9, 0, 0),
-            labels: BTreeMap::from([("zone".to_string(), zone.to_string())]),
-            taskset: TaskSetRef {
-                digest: "set".into(),
-                chunks: 1,
-                count: 2,
-            },
-            leads: true,
-            drained: false,
-        },
-        registered_at: at(9, 0, 0),
-    }
+    let labels = BTreeMap::from([("zone".to_string(), zone.to_string())]);
+    live_member(id, "1.0.0", seed, taskset("set", 2), labels)
 }
 
 fn lease(node: &str) -> LeaseRecord {

@@ -27,7 +27,14 @@ pub(super) fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
     }
 }
 
-fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
+/// Member `id` of `release` with `seed`, defining `taskset`, with `labels`, registered at 9:00.
+pub(super) fn live_member(
+    id: &str,
+    release: &str,
+    seed: u64,
+    taskset: TaskSetRef,
+    labels: BTreeMap<String, String>,
+) -> LiveMember {
     LiveMember {
         record: MemberRecord {
             format: 1,
@@ -37,17 +44,27 @@ fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
             host: "h".into(),
             pid: 1,
             started_at: at(9, 0, 0),
-            labels: BTreeMap::from([("zone".to_string(), id.to_string())]),
-            taskset: TaskSetRef {
-                digest: set.into(),
-                chunks: 1,
-                count: 2,
-            },
+            labels,
+            taskset,
             leads: true,
             drained: false,
         },
         registered_at: at(9, 0, 0),
     }
+}
+
+/// The task set `digest`, one chunk of `count` tasks.
+pub(super) fn taskset(digest: &str, count: usize) -> TaskSetRef {
+    TaskSetRef {
+        digest: digest.into(),
+        chunks: 1,
+        count,
+    }
+}
+
+fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
+    let labels = BTreeMap::from([("zone".to_string(), id.to_string())]);
+    live_member(id, release, seed, taskset(set, 2), labels)
 }
 
 pub(super) fn mark(at: DateTime<Utc>) -> MarkRecord {
@@ -189,6 +206,65 @@ fn status_gives_each_task_its_leader_next_tick_last_run_drift_and_problem() {
     assert_eq!(report.drift[0].nodes, ["a", "b"]);
     assert_eq!(report.drift[1].digest, "dddddddddddddddd");
     assert_eq!(report.drift[1].nodes, ["c"]);
+}
+
+/// `status` works out a schedule's next tick once for every task that shares it: a task whose
+/// fire record is ahead of the clock still gets the first tick after its own record, and every
+/// line says what the task alone says.
+#[test]
+fn tasks_sharing_a_schedule_each_get_the_next_tick_after_their_own_fire_record() {
+    let mut snapshot = cluster();
+    let mut ahead = FireRecord::empty();
+    ahead.tick = Some(at(10, 12, 0));
+    snapshot.fire_records.insert("backup".into(), ahead);
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(at(9, 50, 0));
+    snapshot.fire_records.insert("report".into(), behind);
+    let now = at(10, 0, 1);
+    let status = status(&snapshot, now);
+    let next: Vec<Option<DateTime<Utc>>> = status.tasks.iter().map(|t| t.next).collect();
+    assert_eq!(next, [Some(at(10, 15, 0)), None, Some(at(10, 5, 0))]);
+    for line in &status.tasks {
+        let alone = model::task_status(&snapshot, &line.name, now).unwrap();
+        assert_eq!(&alone, line, "{}", line.name);
+    }
+}
+
+/// A task counts once for the node that holds its own lease and a unit of it (a definition that
+/// changed to `run_on = "every_node"` while its old lease is still held), once for each other
+/// node holding a unit.
+#[test]
+fn a_task_counts_once_per_node_leading_it_whether_by_its_lease_or_a_unit() {
+    let mut snapshot = cluster();
+    snapshot
+        .leases
+        .insert("backup@c".into(), lease("c", at(9, 1, 0)));
+    snapshot
+        .leases
+        .insert("backup@a".into(), lease("a", at(9, 1, 0)));
+    snapshot
+        .leases
+        .insert("report@a".into(), lease("a", at(9, 1, 0)));
+    let status = status(&snapshot, at(10, 0, 0));
+    let led: Vec<usize> = status.nodes.iter().map(|n| n.tasks_led).collect();
+    assert_eq!(led, [2, 0, 2]);
+}
+
+/// A task's units are the names `<task>@...`, not those of tasks whose names begin with its own.
+#[test]
+fn the_units_of_a_task_are_its_own_not_those_of_tasks_named_like_it() {
+    let mut snapshot = cluster();
+    for (name, node) in [("backup-2@a", "a"), ("backup@b", "b"), ("backupx@a", "a")] {
+        snapshot
+            .leases
+            .insert(name.into(), lease(node, at(9, 1, 0)));
+    }
+    assert_eq!(model::unit_holders(&snapshot, "backup"), ["b"]);
+    assert_eq!(
+        model::held_items(&snapshot, "backup"),
+        BTreeMap::from([("b".to_string(), 1)])
+    );
+    assert!(model::unit_holders(&snapshot, "back").is_empty());
 }
 
 #[test]

@@ -16,6 +16,12 @@ fn rules(expr: &str, catch_up: CatchUpPolicy, deadline: Option<u64>) -> PlanRule
     }
 }
 
+/// A planner with `rules` whose fire record last claimed `last` (none: a new task), started at
+/// `now` (times in RFC 3339).
+fn started(rules: PlanRules, last: Option<&str>, now: &str) -> TickPlanner {
+    TickPlanner::start(rules, last.map(utc), utc(now))
+}
+
 fn fired(step: Step) -> Vec<String> {
     match step {
         Step::Fire { ticks, .. } => ticks.iter().map(|t| t.instant.to_rfc3339()).collect(),
@@ -25,10 +31,10 @@ fn fired(step: Step) -> Vec<String> {
 
 #[test]
 fn a_new_task_sleeps_until_its_first_tick_then_fires_it_on_time() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Once, None),
         None,
-        utc("2026-01-01T00:03:00Z"),
+        "2026-01-01T00:03:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:03:00Z")),
@@ -54,20 +60,20 @@ fn a_new_task_sleeps_until_its_first_tick_then_fires_it_on_time() {
 
 #[test]
 fn a_late_timer_fires_its_tick_on_time_within_the_tolerance_even_with_catch_up_skip() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Skip, None),
         None,
-        utc("2026-01-01T00:03:00Z"),
+        "2026-01-01T00:03:00Z",
     );
     assert_eq!(
         fired(planner.poll(utc("2026-01-01T00:10:59Z"))),
         ["2026-01-01T00:10:00+00:00"]
     );
     // Beyond the tolerance the node was evidently not firing (suspended): the tick is missed.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Skip, None),
         None,
-        utc("2026-01-01T00:03:00Z"),
+        "2026-01-01T00:03:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:19:00Z")),
@@ -80,10 +86,10 @@ fn a_late_timer_fires_its_tick_on_time_within_the_tolerance_even_with_catch_up_s
 
 #[test]
 fn a_task_never_fired_before_catches_nothing_up() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("* * * * *", CatchUpPolicy::All, None),
         None,
-        utc("2026-01-01T00:03:30Z"),
+        "2026-01-01T00:03:30Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:03:30Z")),
@@ -93,10 +99,10 @@ fn a_task_never_fired_before_catches_nothing_up() {
 
 #[test]
 fn catch_up_once_runs_only_the_latest_missed_tick() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Once, None),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:35:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:35:00Z",
     );
     let step = planner.poll(utc("2026-01-01T00:35:00Z"));
     assert_eq!(
@@ -118,10 +124,10 @@ fn catch_up_once_runs_only_the_latest_missed_tick() {
 
 #[test]
 fn catch_up_all_runs_every_missed_tick_oldest_first() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::All, None),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:35:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:35:00Z",
     );
     assert_eq!(
         fired(planner.poll(utc("2026-01-01T00:35:00Z"))),
@@ -135,10 +141,10 @@ fn catch_up_all_runs_every_missed_tick_oldest_first() {
 
 #[test]
 fn catch_up_skip_drops_missed_ticks_and_waits_for_the_next() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Skip, None),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:35:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:35:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:35:00Z")),
@@ -156,10 +162,10 @@ fn catch_up_skip_drops_missed_ticks_and_waits_for_the_next() {
 #[test]
 fn starting_deadline_drops_missed_ticks_older_than_it() {
     // Missed 00:10, 00:20, 00:30; now 00:35; deadline 20 min keeps 00:20 and 00:30.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::All, Some(20 * 60)),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:35:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:35:00Z",
     );
     let step = planner.poll(utc("2026-01-01T00:35:00Z"));
     let Step::Fire { ticks, skipped } = step else {
@@ -172,10 +178,10 @@ fn starting_deadline_drops_missed_ticks_older_than_it() {
     assert_eq!(skipped, 1);
 
     // With `once`, a latest missed tick beyond the deadline is not run either.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Once, Some(60)),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:35:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:35:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:35:00Z")),
@@ -188,10 +194,10 @@ fn starting_deadline_drops_missed_ticks_older_than_it() {
 
 #[test]
 fn starting_deadline_also_drops_an_on_time_tick_whose_timer_woke_too_late() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("0 * * * *", CatchUpPolicy::Once, Some(60)),
         None,
-        utc("2026-01-01T00:30:00Z"),
+        "2026-01-01T00:30:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T01:05:00Z")),
@@ -206,10 +212,10 @@ fn starting_deadline_also_drops_an_on_time_tick_whose_timer_woke_too_late() {
 fn a_restart_with_nothing_missed_fires_the_next_tick_on_time() {
     // Regression: the first tick after a restart was taken for a missed one and dropped by
     // `catch_up = "skip"`.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Skip, None),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T00:05:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T00:05:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:05:00Z")),
@@ -223,10 +229,10 @@ fn a_restart_with_nothing_missed_fires_the_next_tick_on_time() {
 
 #[test]
 fn catch_up_all_is_bounded() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("* * * * * *", CatchUpPolicy::All, None),
-        Some(utc("2026-01-01T00:00:00Z")),
-        utc("2026-01-01T01:00:00Z"),
+        Some("2026-01-01T00:00:00Z"),
+        "2026-01-01T01:00:00Z",
     );
     let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T01:00:00Z")) else {
         panic!()
@@ -238,10 +244,10 @@ fn catch_up_all_is_bounded() {
 
 #[test]
 fn a_paused_process_that_overslept_several_ticks_treats_them_as_missed() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::Once, None),
         None,
-        utc("2026-01-01T00:03:00Z"),
+        "2026-01-01T00:03:00Z",
     );
     // Armed for 00:10, woke at 00:25: 00:10 and 00:20 are missed, `once` runs 00:20.
     let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:25:00Z")) else {
@@ -282,10 +288,10 @@ fn a_planner_resumed_from_its_state_decides_as_the_original() {
 fn a_slow_timer_fires_every_tick_that_came_due_within_the_tolerance() {
     // Regression: on a loaded machine an every-second task woke 3 s late and `once` ran
     // only the newest of the due ticks, losing two.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("* * * * * *", CatchUpPolicy::Once, None),
         None,
-        utc("2026-01-01T00:00:00.5Z"),
+        "2026-01-01T00:00:00.5Z",
     );
     assert_eq!(
         fired(planner.poll(utc("2026-01-01T00:00:03.2Z"))),
@@ -300,10 +306,10 @@ fn a_slow_timer_fires_every_tick_that_came_due_within_the_tolerance() {
 #[test]
 fn after_a_long_suspend_older_ticks_are_missed_and_recent_ones_on_time() {
     // Woke 5 minutes late: ticks of the last minute fire; older ones go to `catch_up`.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/30 * * * * *", CatchUpPolicy::All, None),
         None,
-        utc("2026-01-01T00:00:10Z"),
+        "2026-01-01T00:00:10Z",
     );
     let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
         panic!()
@@ -312,10 +318,10 @@ fn after_a_long_suspend_older_ticks_are_missed_and_recent_ones_on_time() {
     assert_eq!(ticks.len(), 10);
     assert!(ticks[..8].iter().all(|t| t.catch_up));
     assert!(ticks[8..].iter().all(|t| !t.catch_up));
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/30 * * * * *", CatchUpPolicy::Once, None),
         None,
-        utc("2026-01-01T00:00:10Z"),
+        "2026-01-01T00:00:10Z",
     );
     let Step::Fire { ticks, skipped } = planner.poll(utc("2026-01-01T00:05:10Z")) else {
         panic!()
@@ -330,10 +336,10 @@ fn after_a_long_suspend_older_ticks_are_missed_and_recent_ones_on_time() {
 #[test]
 fn a_fire_record_ahead_of_the_clock_is_never_repeated() {
     // The record says 00:30 was claimed, our clock says 00:15 (it went back, or skew).
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::All, None),
-        Some(utc("2026-01-01T00:30:00Z")),
-        utc("2026-01-01T00:15:00Z"),
+        Some("2026-01-01T00:30:00Z"),
+        "2026-01-01T00:15:00Z",
     );
     assert_eq!(
         planner.poll(utc("2026-01-01T00:15:00Z")),
@@ -381,10 +387,10 @@ fn a_fire_record_a_year_ahead_holds_the_task_visibly_until_the_clock_passes_it()
 #[test]
 fn a_clock_that_ran_ahead_and_came_back_holds_the_running_loop_visibly() {
     // The loop fires while the clock is a year ahead, then the clock is corrected.
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * * *", CatchUpPolicy::Once, None),
         None,
-        utc("2026-01-01T00:00:03Z"),
+        "2026-01-01T00:00:03Z",
     );
     let ran_ahead = fired(planner.poll(utc("2027-01-01T00:00:01Z")));
     assert_eq!(ran_ahead.last().unwrap(), "2027-01-01T00:00:00+00:00");
@@ -442,10 +448,10 @@ fn a_fire_record_slightly_ahead_is_waited_out_quietly() {
 
 #[test]
 fn a_clock_jumping_back_does_not_refire_handled_ticks() {
-    let mut planner = TickPlanner::start(
+    let mut planner = started(
         rules("*/10 * * * *", CatchUpPolicy::All, None),
         None,
-        utc("2026-01-01T00:05:00Z"),
+        "2026-01-01T00:05:00Z",
     );
     assert_eq!(
         fired(planner.poll(utc("2026-01-01T00:10:00Z"))),

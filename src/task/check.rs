@@ -49,20 +49,24 @@ pub(super) fn check_task(
     if !c.problems.is_empty() {
         return None;
     }
-    Some(TaskSpec {
-        name: name.into(),
-        path: path.to_path_buf(),
-        schedule: schedule?,
-        command: command?,
-        user,
-        overlap: keys.overlap,
-        catch_up: keys.catch_up,
-        jitter: keys.jitter,
-        kill_on_session_loss: keys.kill_on_session_loss,
-        on_node_loss: keys.on_node_loss,
-        enabled: keys.enabled,
-        extras: keys.extras.into(),
-    })
+    Some(
+        TaskSpec {
+            name: name.into(),
+            path: path.to_path_buf(),
+            schedule: schedule?,
+            command: command?,
+            user,
+            overlap: keys.overlap,
+            catch_up: keys.catch_up,
+            jitter: keys.jitter,
+            kill_on_session_loss: keys.kill_on_session_loss,
+            on_node_loss: keys.on_node_loss,
+            enabled: keys.enabled,
+            extras: keys.extras.into(),
+            digest: KeptDigest::default(),
+        }
+        .with_digest(),
+    )
 }
 
 /// Whether a task has `after`: then it needs no `schedule`.

@@ -70,7 +70,9 @@
 //! of the digest, and anyone on the host can read it in `ps`; pass secrets through `env` or a
 //! file.)
 
+use std::fmt;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -84,7 +86,9 @@ const HEADER: &str = "zkcron task digest v1\n";
 impl TaskSpec {
     /// The canonical serialization of this task's definition (see the module documentation).
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        let mut out = Canonical(HEADER.as_bytes().to_vec());
+        // Most tasks' serialization is a few hundred bytes: one allocation.
+        let mut out = Canonical(Vec::with_capacity(512));
+        out.raw(HEADER);
         self.write_what_runs(&mut out);
         self.write_process(&mut out);
         self.write_policies(&mut out);
@@ -102,7 +106,8 @@ impl TaskSpec {
         });
         out.field("command", |o| match &self.command {
             CommandLine::Argv(argv) => {
-                o.raw(&format!("argv {}", argv.len()));
+                o.raw("argv ");
+                o.number(argv.len());
                 for arg in argv {
                     o.raw(" ");
                     o.str(arg.as_bytes());
@@ -132,7 +137,7 @@ impl TaskSpec {
             )
         });
         out.field("env", |o| {
-            o.raw(&self.extras.env.len().to_string());
+            o.number(self.extras.env.len());
             // A BTreeMap of Strings iterates in byte order.
             for name in self.extras.env.keys() {
                 o.raw(" ");
@@ -165,7 +170,8 @@ impl TaskSpec {
         });
         out.field("jitter", |o| o.dur(self.jitter));
         out.field("retries", |o| {
-            o.raw(&format!("{} ", self.extras.retries.attempts));
+            o.number(self.extras.retries.attempts);
+            o.raw(" ");
             o.dur(self.extras.retries.backoff);
             o.raw(" ");
             o.dur(self.extras.retries.max_backoff);
@@ -175,7 +181,7 @@ impl TaskSpec {
             o.opt_str(version_req.as_deref().map(str::as_bytes))
         });
         out.field("kill_on_session_loss", |o| {
-            o.raw(&self.kill_on_session_loss.to_string())
+            o.boolean(self.kill_on_session_loss)
         });
         out.field("on_node_loss", |o| {
             o.raw(match self.on_node_loss {
@@ -183,7 +189,7 @@ impl TaskSpec {
                 NodeLossPolicy::Rerun => "rerun",
             })
         });
-        out.field("enabled", |o| o.raw(&self.enabled.to_string()));
+        out.field("enabled", |o| o.boolean(self.enabled));
     }
 
     /// `require_labels`, `on_failure`, `run_on`, `work_items` and `pause_on_failure`, each
@@ -192,7 +198,7 @@ impl TaskSpec {
     fn write_later_fields(&self, out: &mut Canonical) {
         if !self.extras.require_labels.is_empty() {
             out.field("require_labels", |o| {
-                o.raw(&self.extras.require_labels.len().to_string());
+                o.number(self.extras.require_labels.len());
                 for (name, value) in &self.extras.require_labels {
                     o.raw(" ");
                     o.str(name.as_bytes());
@@ -203,7 +209,7 @@ impl TaskSpec {
         }
         if let Some(argv) = &self.extras.on_failure {
             out.field("on_failure", |o| {
-                o.raw(&argv.len().to_string());
+                o.number(argv.len());
                 for arg in argv {
                     o.raw(" ");
                     o.str(arg.as_bytes());
@@ -214,7 +220,7 @@ impl TaskSpec {
             RunOn::Leader => {}
             RunOn::EveryNode => out.field("run_on", |o| o.raw("every_node")),
             RunOn::Items(items) => out.field("work_items", |o| {
-                o.raw(&items.len().to_string());
+                o.number(items.len());
                 for item in items.iter() {
                     o.raw(" ");
                     o.str(item.as_bytes());
@@ -226,7 +232,7 @@ impl TaskSpec {
         }
         if !self.extras.after.is_empty() {
             out.field("after", |o| {
-                o.raw(&self.extras.after.len().to_string());
+                o.number(self.extras.after.len());
                 for parent in &self.extras.after {
                     o.raw(" ");
                     o.str(parent.name.as_bytes());
@@ -249,27 +255,103 @@ impl TaskSpec {
 
     /// The digest of [`TaskSpec::canonical_bytes`]: 16 lowercase hex digits of its xxh3-64. The
     /// same for the same definition on every node and in every release that writes version 1
-    /// of the serialization; `env` values and the file path do not count.
+    /// of the serialization; `env` values and the file path do not count. Worked out from the
+    /// fields on every call: [`TaskSpec::digest`] is the same, kept.
     pub fn canonical_digest(&self) -> String {
-        format!(
-            "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
-        )
+        hex(self.canonical_hash())
+    }
+
+    /// The xxh3-64 of [`TaskSpec::canonical_bytes`].
+    fn canonical_hash(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.canonical_bytes())
+    }
+
+    /// [`TaskSpec::canonical_digest`], worked out once per spec and then kept: a load works it
+    /// out ([`TaskSpec::with_digest`]), so publishing the task set or answering `zkcron status`
+    /// does not serialize and hash every task again. A debug build checks each use against
+    /// the fields.
+    pub fn digest(&self) -> String {
+        hex(self.kept_hash())
+    }
+
+    /// This spec with its digest worked out (what a load hands on).
+    pub fn with_digest(self) -> TaskSpec {
+        self.kept_hash();
+        self
+    }
+
+    fn kept_hash(&self) -> u64 {
+        let kept = self.digest.0.load(Ordering::Relaxed);
+        let hash = if kept != UNKNOWN {
+            kept
+        } else {
+            let hash = self.canonical_hash();
+            self.digest.0.store(hash, Ordering::Relaxed);
+            hash
+        };
+        debug_assert_eq!(
+            hash,
+            self.canonical_hash(),
+            "task {}: the kept digest is not its fields' (a field changed after it was worked \
+             out: give the changed spec a new KeptDigest)",
+            self.name
+        );
+        hash
+    }
+}
+
+/// A digest as 16 lowercase hex digits.
+fn hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// What [`KeptDigest`] holds before the digest is worked out. A task whose xxh3-64 is this
+/// value (one in 2^64) has it worked out at each use: slower, never wrong.
+const UNKNOWN: u64 = 0;
+
+/// A task's canonical digest kept beside the fields it comes from ([`TaskSpec::digest`]): not
+/// yet worked out (the default, for a spec made field by field), or worked out. It follows from
+/// the other fields, so it is left out of equality: specs with equal fields have equal digests
+/// and compare equal whether or not either has worked its digest out. A clone keeps it, so a
+/// spec whose fields are changed after its digest was worked out gets a new one
+/// (`KeptDigest::default()`). Eight bytes per task.
+#[derive(Default)]
+pub struct KeptDigest(AtomicU64);
+
+impl Clone for KeptDigest {
+    fn clone(&self) -> KeptDigest {
+        KeptDigest(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+impl PartialEq for KeptDigest {
+    /// Always: the digest is not part of a spec's equality (see [`KeptDigest`]).
+    fn eq(&self, _: &KeptDigest) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for KeptDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.load(Ordering::Relaxed) {
+            UNKNOWN => f.write_str("KeptDigest(not worked out)"),
+            hash => write!(f, "KeptDigest({})", hex(hash)),
+        }
     }
 }
 
 /// A schedule's value: one expression as a str with runs of whitespace made one space, or a
 /// list as `list <n>` and then ` <str>` per expression (so no list reads as one expression).
 fn write_schedule(out: &mut Canonical, schedule: &Schedule) {
-    let normal = |expression: &str| expression.split_whitespace().collect::<Vec<_>>().join(" ");
     let expressions = schedule.expressions();
     if !schedule.is_list() {
-        return out.str(normal(expressions[0]).as_bytes());
+        return out.normal_str(expressions[0]);
     }
-    out.raw(&format!("list {}", expressions.len()));
+    out.raw("list ");
+    out.number(expressions.len());
     for expression in expressions {
         out.raw(" ");
-        out.str(normal(expression).as_bytes());
+        out.normal_str(expression);
     }
 }
 
@@ -288,9 +370,34 @@ impl Canonical {
         self.0.extend_from_slice(text.as_bytes());
     }
 
+    /// A number in decimal, written in place (a digest is worked out per task at every load).
+    fn number(&mut self, number: impl fmt::Display) {
+        use std::io::Write;
+        write!(self.0, "{number}").expect("a Vec takes every write");
+    }
+
+    fn boolean(&mut self, value: bool) {
+        self.raw(if value { "true" } else { "false" });
+    }
+
     fn str(&mut self, bytes: &[u8]) {
-        self.raw(&format!("{}:", bytes.len()));
+        self.number(bytes.len());
+        self.raw(":");
         self.0.extend_from_slice(bytes);
+    }
+
+    /// `expression` as a str, its runs of whitespace made one space (and none at either end).
+    fn normal_str(&mut self, expression: &str) {
+        let words = expression.split_whitespace();
+        let length = words.clone().map(|word| word.len() + 1).sum::<usize>();
+        self.number(length.saturating_sub(1));
+        self.raw(":");
+        for (i, word) in words.enumerate() {
+            if i > 0 {
+                self.raw(" ");
+            }
+            self.raw(word);
+        }
     }
 
     fn opt_str(&mut self, bytes: Option<&[u8]>) {
@@ -301,7 +408,8 @@ impl Canonical {
     }
 
     fn dur(&mut self, duration: Duration) {
-        self.raw(&format!("{}ns", duration.as_nanos()));
+        self.number(duration.as_nanos());
+        self.raw("ns");
     }
 
     fn opt_dur(&mut self, duration: Option<Duration>) {

@@ -38,6 +38,7 @@ pub use cache::{LoadCache, RACY_WINDOW, Scan, Scanned, reload_jobs_dir};
 pub use chain::Parent;
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
+pub use digest::KeptDigest;
 pub use load::{load_jobs_dir, load_task_file, parse_task};
 pub use run_on::{MAX_WORK_ITEMS, RunOn, WORK_ITEM_PATTERN};
 
@@ -73,6 +74,8 @@ pub struct TaskSpec {
     /// starting deadline, retries, `version_req`, `require_labels`, `on_failure`, `run_on`,
     /// `pause_on_failure`, `after`).
     pub extras: Extras,
+    /// The canonical digest of the fields above, worked out once ([`TaskSpec::digest`]).
+    pub digest: KeptDigest,
 }
 
 /// The settings of a task that most tasks leave at their defaults (see [`TaskSpec`]).

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::DaemonProcess;
@@ -238,6 +239,60 @@ impl Cluster {
             }
             owners
         })
+    }
+
+    /// Runs `zkcron ARGS` against this cluster (its `--zookeeper` and `--cluster` added): its
+    /// output, whatever the exit.
+    pub fn zkcron(&self, args: &[&str]) -> Output {
+        super::zkcron()
+            .args(args)
+            .args(["--zookeeper", &self.connect, "--cluster", &self.name])
+            .stdin(Stdio::null())
+            .output()
+            .expect("zkcron runs")
+    }
+
+    /// [`Cluster::zkcron`], failing with its output unless it succeeded: its stdout.
+    pub fn zkcron_ok(&self, args: &[&str]) -> String {
+        let out = self.zkcron(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Polls `condition` with the fires every 20 ms until it holds; after `limit` panics with
+    /// `what` and the cluster's state.
+    pub fn wait_fires(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut condition: impl FnMut(&Fires, &Cluster) -> bool,
+    ) {
+        self.wait(what, limit, |c| condition(&c.fires(), c));
+    }
+
+    /// Fails, with the cluster's state, if any fire id fired twice.
+    pub fn assert_no_duplicates(&self) {
+        let duplicates = self.fires().duplicates();
+        self.check(
+            duplicates.is_empty(),
+            &format!("fire ids fired more than once (by nodes): {duplicates:?}"),
+        );
+    }
+
+    /// Fails, with the cluster's state, if a tick of `tasks` from `from` to `to` never fired.
+    pub fn assert_no_gaps_in(&self, tasks: &[String], from: i64, to: i64) {
+        let gaps = self.fires().gaps(tasks, from, to);
+        self.check(
+            gaps.is_empty(),
+            &format!("ticks from {from} to {to} never fired (task: seconds): {gaps:?}"),
+        );
+    }
+
+    /// Panics with `failure` and the cluster's state unless `ok`.
+    pub fn check(&self, ok: bool, failure: &str) {
+        if !ok {
+            panic!("{failure}\n{}", self.diagnostics());
+        }
     }
 
     /// For failure messages: the last minute of `fires.log` as a table, the last lines of each

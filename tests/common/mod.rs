@@ -9,6 +9,7 @@ pub mod browser;
 pub mod cluster;
 pub mod fires;
 pub mod tmpfs;
+pub mod wall;
 pub mod zk;
 
 use std::fs::{self, Permissions};

@@ -6,12 +6,10 @@
 //! takes 2 s, so a request spans the faults around it.
 
 use chrono::{DateTime, TimeDelta, Utc};
-use zkcron::coord::RunResult;
 use zkcron::coord::backfill::{self, BackfillRecord};
-use zkcron::coord::node::io::Request;
-use zkcron::firing::{self, Input as FireInput, RunId};
+use zkcron::firing::{self, RunId};
 
-use super::drive::{Asked, Ev, Sim, T};
+use super::drive::{Ev, Sim, T};
 use super::requested::Requested;
 use super::{Ms, NodeIx, Scenario, TaskIx, epoch};
 
@@ -95,21 +93,7 @@ impl Sim<'_> {
         tick: DateTime<Utc>,
         run: RunId,
     ) {
-        let result = RunResult {
-            tick,
-            node: self.procs[n].id.clone(),
-            exit: "exit code 0".into(),
-            success: true,
-            attempts: 1,
-            duration_ms: RUN_MS,
-            finished_at: self.wall(n),
-            fire_id: Some(fire_id),
-            manual: true,
-            exit_code: Some(0),
-            ..RunResult::default()
-        };
-        let name = self.sc.tasks[task].name.clone();
-        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
-        self.core_input(n, FireInput::RunEnded { run });
+        let result = self.manual_success(n, fire_id, tick, RUN_MS);
+        self.manual_run_ended(n, task, result, run);
     }
 }

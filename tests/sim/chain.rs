@@ -11,7 +11,7 @@ use zkcron::coord::RunResult;
 use zkcron::coord::node::io::Request;
 use zkcron::coord::record;
 use zkcron::coord::records::{TriggerRecord, TriggerState};
-use zkcron::firing::{self, Input as FireInput, RunId};
+use zkcron::firing::{self, RunId};
 
 use super::checker::{Checker, Kind, Violation};
 use super::drive::{Asked, BASE, Sim, T};
@@ -63,22 +63,10 @@ impl Sim<'_> {
         chained: &Arc<[Arc<str>]>,
     ) {
         let result = RunResult {
-            tick,
-            node: self.procs[n].id.clone(),
-            exit: "exit code 0".into(),
-            success: true,
-            attempts: 1,
-            duration_ms: RUN_MS,
-            finished_at: self.wall(n),
-            fire_id: Some(fire_id),
-            manual: true,
-            exit_code: Some(0),
             chained: chained.to_vec(),
-            ..RunResult::default()
+            ..self.manual_success(n, fire_id, tick, RUN_MS)
         };
-        let name = self.sc.tasks[task].name.clone();
-        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
-        self.core_input(n, FireInput::RunEnded { run });
+        self.manual_run_ended(n, task, result, run);
     }
 
     /// A chained run of a paused task was claimed on node `n` and skipped: its end is recorded

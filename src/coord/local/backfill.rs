@@ -10,15 +10,14 @@
 //! on with the next tick. Ended requests go [`backfill::KEEP_ENDED`] after their end.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::FORMAT_VERSION;
-use super::journal::write_atomically;
-use super::state::{read_state_file, state_io};
+use super::state::{KeptFile, read_state_file};
+use super::{FORMAT_VERSION, by_task};
 use crate::coord::backfill::{self, Backfill, BackfillRecord};
 use crate::coord::record::Verdict;
 use crate::coord::records::HistoryEntry;
@@ -39,8 +38,7 @@ struct BackfillFile {
 
 /// The backfill requests of one state dir.
 pub(super) struct Backfills {
-    state_dir: PathBuf,
-    file: Mutex<BackfillFile>,
+    file: KeptFile<BackfillFile>,
 }
 
 impl Backfills {
@@ -62,31 +60,17 @@ impl Backfills {
             }
         }
         changed |= collect(&mut file, now);
-        let backfills = Backfills {
-            state_dir: state_dir.to_path_buf(),
-            file: Mutex::new(file),
-        };
-        if changed {
-            let file = backfills.lock();
-            backfills.save(&file)?;
-        }
-        Ok(backfills)
+        Ok(Backfills {
+            file: KeptFile::new(state_dir, BACKFILLS, file, changed)?,
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BackfillFile> {
-        self.file.lock().expect("backfills lock poisoned")
+    fn lock(&self) -> MutexGuard<'_, BackfillFile> {
+        self.file.lock()
     }
 
     fn save(&self, file: &BackfillFile) -> Result<(), CoordError> {
-        let path = self.state_dir.join(BACKFILLS);
-        let bytes = serde_json::to_vec(file).expect("serializes");
-        write_atomically(&path, &bytes).map_err(|error| {
-            state_io(
-                &self.state_dir,
-                format!("cannot write {}", path.display()),
-                error,
-            )
-        })
+        self.file.save(file)
     }
 
     /// Changes the request `name` by `change` durably (nothing if it is gone); the new record.
@@ -149,16 +133,12 @@ impl Backfills {
 
     /// The requests of `tasks` that want their next tick claimed, by task, oldest first.
     pub(super) fn pending(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, Vec<Backfill>> {
-        let mut pending: BTreeMap<String, Vec<Backfill>> = BTreeMap::new();
-        for (name, record) in &self.lock().backfills {
-            if record.wants_tick() && tasks.contains(record.task.as_str()) {
-                pending
-                    .entry(record.task.clone())
-                    .or_default()
-                    .push(Backfill::of(name, record));
-            }
-        }
-        pending
+        let file = self.lock();
+        let pending = file
+            .backfills
+            .iter()
+            .filter(|(_, record)| record.wants_tick() && tasks.contains(record.task.as_str()));
+        by_task(pending.map(|(name, record)| (record.task.clone(), Backfill::of(name, record))))
     }
 
     /// Claims the backfill tick `trigger` (a backfill fire id) for `node` (see
@@ -205,9 +185,9 @@ impl Backfills {
         let Some((name, _)) = backfill::of_fire_id(&entry.fire_id) else {
             return Ok(());
         };
-        let reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
-            .then_some(result.exit.as_str());
-        self.update(name, |record| backfill::ended(record, entry, reason, now))?;
+        self.update(name, |record| {
+            backfill::ended(record, entry, result.end_reason(), now)
+        })?;
         Ok(())
     }
 }

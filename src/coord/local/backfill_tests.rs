@@ -1,36 +1,12 @@
 //! The embedded backend's backfill requests.
 
-use std::path::PathBuf;
-
 use chrono::{DateTime, Utc};
 
 use crate::coord::backfill::{self, BackfillRecord, BackfillState};
 use crate::coord::local::LocalCoordinator;
+use crate::coord::local::tests::{exited, spec};
 use crate::coord::records::RunTrigger;
 use crate::coord::{ClaimOutcome, Coordinator, RunResult, Trigger};
-use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
-
-fn spec(name: &str) -> TaskSpec {
-    TaskSpec {
-        name: name.into(),
-        path: PathBuf::from(format!("{name}.toml")),
-        schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
-        command: CommandLine::Argv(vec!["true".into()]),
-        user: None,
-        overlap: OverlapPolicy::Skip,
-        catch_up: CatchUpPolicy::Once,
-        jitter: std::time::Duration::ZERO,
-        kill_on_session_loss: false,
-        on_node_loss: Default::default(),
-        enabled: true,
-        extras: TaskExtras {
-            kill_grace: std::time::Duration::from_secs(1),
-            ..Default::default()
-        }
-        .into(),
-    }
-}
 
 fn at(minutes: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600 + minutes * 60, 0).unwrap()
@@ -45,22 +21,10 @@ fn tick_of(name: &str, minute: i64) -> Trigger {
 
 fn ended(trigger: &Trigger, code: i32) -> RunResult {
     RunResult {
-        tick: trigger.requested_at,
-        node: "here".into(),
-        exit: format!("exit code {code}"),
-        success: code == 0,
-        attempts: 1,
-        duration_ms: 5,
         finished_at: trigger.requested_at,
         fire_id: Some(trigger.fire_id.clone()),
         manual: true,
-        exit_code: Some(code),
-        signal: None,
-        started_at: Some(trigger.requested_at),
-        release: None,
-        chained: Vec::new(),
-        items: Vec::new(),
-        pause: None,
+        ..exited(trigger.requested_at, code)
     }
 }
 

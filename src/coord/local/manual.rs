@@ -1,6 +1,6 @@
-//! Manual runs and run history of the embedded backend, in files of their own (new in issue
-//! [6], so a state dir this release wrote is still one the previous release opens: it reads
-//! only `snapshot.json` and `journal.jsonl`, whose formats are unchanged).
+//! Manual runs and run history of the embedded backend, in files of their own (so a state dir
+//! this release wrote is still one a release before manual runs opens: it reads only
+//! `snapshot.json` and `journal.jsonl`, whose formats are unchanged).
 //!
 //! - `<state_dir>/triggers.json`: `{"format": 1, "next": N, "triggers": {fire id: TriggerRecord}}`.
 //!   `next` numbers the manual fire ids (`<task>@manual-<10 digits>`, never reused). Written
@@ -12,15 +12,14 @@
 //! The run histories (`<state_dir>/history/<task>.json`) are `history.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::FORMAT_VERSION;
-use super::journal::write_atomically;
-use super::state::{read_state_file, state_io};
+use super::state::{KeptFile, read_state_file};
+use super::{FORMAT_VERSION, by_task};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -40,8 +39,7 @@ pub(super) struct TriggerFile {
 
 /// The manual runs and histories of one state dir.
 pub(super) struct Manual {
-    state_dir: PathBuf,
-    triggers: Mutex<TriggerFile>,
+    file: KeptFile<TriggerFile>,
 }
 
 impl Manual {
@@ -60,31 +58,17 @@ impl Manual {
             }
         }
         changed |= collect(&mut file, now);
-        let manual = Manual {
-            state_dir: state_dir.to_path_buf(),
-            triggers: Mutex::new(file),
-        };
-        if changed {
-            let file = manual.lock();
-            manual.save(&file)?;
-        }
-        Ok(manual)
+        Ok(Manual {
+            file: KeptFile::new(state_dir, TRIGGERS, file, changed)?,
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, TriggerFile> {
-        self.triggers.lock().expect("triggers lock poisoned")
+    fn lock(&self) -> MutexGuard<'_, TriggerFile> {
+        self.file.lock()
     }
 
     fn save(&self, file: &TriggerFile) -> Result<(), CoordError> {
-        let path = self.state_dir.join(TRIGGERS);
-        let bytes = serde_json::to_vec(file).expect("serializes");
-        write_atomically(&path, &bytes).map_err(|error| {
-            state_io(
-                &self.state_dir,
-                format!("cannot write {}", path.display()),
-                error,
-            )
-        })
+        self.file.save(file)
     }
 
     /// A new pending manual run of `task`, durable before it returns.
@@ -128,19 +112,17 @@ impl Manual {
 
     /// The pending triggers of `tasks`, by task, oldest first.
     pub(super) fn pending(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, Vec<Trigger>> {
-        let mut pending: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
-        for (fire_id, trigger) in &self.lock().triggers {
-            if trigger.state == TriggerState::Pending && tasks.contains(trigger.task.as_str()) {
-                pending
-                    .entry(trigger.task.clone())
-                    .or_default()
-                    .push(Trigger {
-                        fire_id: fire_id.clone(),
-                        requested_at: trigger.requested_at,
-                    });
-            }
-        }
-        pending
+        let file = self.lock();
+        let pending = file.triggers.iter().filter(|(_, trigger)| {
+            trigger.state == TriggerState::Pending && tasks.contains(trigger.task.as_str())
+        });
+        by_task(pending.map(|(fire_id, trigger)| {
+            let request = Trigger {
+                fire_id: fire_id.clone(),
+                requested_at: trigger.requested_at,
+            };
+            (trigger.task.clone(), request)
+        }))
     }
 
     /// Claims a pending trigger for `node` (see [`record::admit_manual`]), durably.
@@ -196,8 +178,7 @@ impl Manual {
         let previous = trigger.clone();
         trigger.state = TriggerState::Ended;
         trigger.result = Some(entry.clone());
-        trigger.reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
-            .then(|| result.exit.clone());
+        trigger.reason = result.end_reason().map(str::to_string);
         let added = add_chained(&mut file, chained);
         collect(&mut file, now);
         if let Err(error) = self.save(&file) {

@@ -1,35 +1,11 @@
 //! The embedded backend's manual runs and history.
 
-use std::path::PathBuf;
-
 use chrono::{DateTime, Utc};
 
 use crate::coord::local::LocalCoordinator;
+use crate::coord::local::tests::{exited, spec};
 use crate::coord::records::{RunTrigger, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
-use crate::schedule::Schedule;
-use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras, TaskSpec};
-
-fn spec(name: &str) -> TaskSpec {
-    TaskSpec {
-        name: name.into(),
-        path: PathBuf::from(format!("{name}.toml")),
-        schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).unwrap(),
-        command: CommandLine::Argv(vec!["true".into()]),
-        user: None,
-        overlap: OverlapPolicy::Skip,
-        catch_up: CatchUpPolicy::Once,
-        jitter: std::time::Duration::ZERO,
-        kill_on_session_loss: false,
-        on_node_loss: Default::default(),
-        enabled: true,
-        extras: TaskExtras {
-            kill_grace: std::time::Duration::from_secs(1),
-            ..Default::default()
-        }
-        .into(),
-    }
-}
 
 fn at(s: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
@@ -37,22 +13,9 @@ fn at(s: i64) -> DateTime<Utc> {
 
 fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
     RunResult {
-        tick,
-        node: "here".into(),
-        exit: format!("exit code {code}"),
-        success: code == 0,
-        attempts: 1,
-        duration_ms: 5,
-        finished_at: tick + chrono::TimeDelta::seconds(1),
         fire_id: fire_id.map(String::from),
         manual: fire_id.is_some(),
-        exit_code: Some(code),
-        signal: None,
-        started_at: Some(tick),
-        release: None,
-        chained: Vec::new(),
-        items: Vec::new(),
-        pause: None,
+        ..exited(tick, code)
     }
 }
 

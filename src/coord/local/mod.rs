@@ -740,6 +740,16 @@ fn same_names<'a>(set: &BTreeSet<Arc<str>>, names: impl Iterator<Item = &'a Arc<
     known.next().is_none()
 }
 
+/// The operator's requests (manual runs, backfills) grouped by task, each task's in the order
+/// given.
+fn by_task<T>(requests: impl Iterator<Item = (String, T)>) -> BTreeMap<String, Vec<T>> {
+    let mut grouped: BTreeMap<String, Vec<T>> = BTreeMap::new();
+    for (task, request) in requests {
+        grouped.entry(task).or_default().push(request);
+    }
+    grouped
+}
+
 #[cfg(test)]
 mod queue_tests;
 #[cfg(test)]

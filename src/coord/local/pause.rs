@@ -16,9 +16,8 @@ use std::sync::Arc;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::journal::write_atomically;
 use super::queue::{Batching, Durability};
-use super::state::{check_format, state_io};
+use super::state::{check_format, state_io, write_state_file};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
 use crate::coord::records::MarkRecord;
 use crate::coord::{CoordError, RunResult};
@@ -181,14 +180,7 @@ impl LocalCoordinator {
             tasks: marks.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&file).expect("serializes");
-        let path = self.state_dir.join(PAUSED);
-        write_atomically(&path, &bytes).map_err(|error| {
-            state_io(
-                &self.state_dir,
-                format!("cannot write {}", path.display()),
-                error,
-            )
-        })?;
+        write_state_file(&self.state_dir, PAUSED, &bytes)?;
         let names: BTreeSet<String> = marks.keys().cloned().collect();
         *self.paused.lock().expect("paused lock poisoned") = marks;
         self.leadership

@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use nix::fcntl::{Flock, FlockArg};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::errors::explain_io;
-use super::journal::JournalWriter;
+use super::journal::{JournalWriter, write_atomically};
 use super::{Change, JOURNAL, SNAPSHOT, Snapshot, TaskRecord};
 use crate::coord::CoordError;
 
@@ -329,6 +330,56 @@ pub(super) fn move_aside(path: &Path, error: &str) {
         "state file is corrupt ({error}); moved it aside and continuing without its fire records \
          (missed ticks before now are not caught up)"
     );
+}
+
+/// A JSON state file of its own (`triggers.json`, `backfills.json`), kept in memory and written
+/// whole, synced, on each change.
+pub(super) struct KeptFile<T> {
+    state_dir: PathBuf,
+    name: &'static str,
+    file: Mutex<T>,
+}
+
+impl<T: Serialize> KeptFile<T> {
+    /// Keeps `file`, read from `state_dir`'s `name`; writes it back at once if it `changed` as
+    /// it was read.
+    pub(super) fn new(
+        state_dir: &Path,
+        name: &'static str,
+        file: T,
+        changed: bool,
+    ) -> Result<KeptFile<T>, CoordError> {
+        let kept = KeptFile {
+            state_dir: state_dir.to_path_buf(),
+            name,
+            file: Mutex::new(file),
+        };
+        if changed {
+            kept.save(&kept.lock())?;
+        }
+        Ok(kept)
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+        self.file.lock().expect("state file lock poisoned")
+    }
+
+    /// Writes `file` (the content behind [`KeptFile::lock`]) whole.
+    pub(super) fn save(&self, file: &T) -> Result<(), CoordError> {
+        let bytes = serde_json::to_vec(file).expect("serializes");
+        write_state_file(&self.state_dir, self.name, &bytes)
+    }
+}
+
+/// Writes the state file `name` of `state_dir` whole (atomically, synced).
+pub(super) fn write_state_file(
+    state_dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), CoordError> {
+    let path = state_dir.join(name);
+    write_atomically(&path, bytes)
+        .map_err(|error| state_io(state_dir, format!("cannot write {}", path.display()), error))
 }
 
 /// An I/O error in the state dir as a [`CoordError`], in the operator's words.

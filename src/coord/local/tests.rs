@@ -29,6 +29,7 @@ fn a_state_dir_that_cannot_be_created_names_the_user_and_the_fix() {
 use crate::schedule::Schedule;
 use crate::task::{CatchUpPolicy, CommandLine, OverlapPolicy, TaskExtras};
 
+/// An enabled every-minute task `name` running `true`.
 pub(super) fn spec(name: &str) -> TaskSpec {
     TaskSpec {
         name: name.into(),
@@ -47,6 +48,7 @@ pub(super) fn spec(name: &str) -> TaskSpec {
             ..Default::default()
         }
         .into(),
+        digest: Default::default(),
     }
 }
 
@@ -60,6 +62,22 @@ fn ok_result(tick: DateTime<Utc>) -> RunResult {
         attempts: 1,
         duration_ms: 5,
         finished_at: tick + chrono::TimeDelta::seconds(1),
+        ..RunResult::default()
+    }
+}
+
+/// A run of `tick` whose process exited with `code` after 5 ms, on node `here`.
+pub(super) fn exited(tick: DateTime<Utc>, code: i32) -> RunResult {
+    RunResult {
+        tick,
+        node: "here".into(),
+        exit: format!("exit code {code}"),
+        success: code == 0,
+        attempts: 1,
+        duration_ms: 5,
+        finished_at: tick + chrono::TimeDelta::seconds(1),
+        exit_code: Some(code),
+        started_at: Some(tick),
         ..RunResult::default()
     }
 }

@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_claim::ClaimReply;
+use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::trigger::End;
 use super::{Node, Then};
 use crate::coord::backfill::{self, Backfill, BackfillRecord, Claimer};
@@ -30,6 +31,12 @@ use crate::coord::{ClaimOutcome, CoordError, Trigger};
 
 /// How often a read that resolves a claim or an end is tried before giving up.
 const RESOLVE_READS: u8 = 10;
+
+/// The backfills directory, for the code the request directories share.
+const BACKFILLS: RequestDir<Known> = RequestDir {
+    known: |node: &mut Node| &mut node.backfills,
+    read: Node::read_backfill,
+};
 
 /// A request as this node last read it.
 #[derive(Debug, Clone)]
@@ -76,11 +83,7 @@ pub(crate) enum Step {
 impl Node {
     /// Setup's calls for backfills: the directory and the watch.
     pub(super) fn backfill_setup_steps(&self) -> Vec<ZkOp> {
-        let dir = self.paths.backfills();
-        vec![
-            self.create_dir(dir.clone()),
-            ZkOp::AddPersistentRecursiveWatch { path: dir },
-        ]
+        self.request_dir_setup_steps(self.paths.backfills())
     }
 
     /// Lists the requests and reads each (setup, reconnects).
@@ -99,27 +102,11 @@ impl Node {
 
     /// A watch event under `control/backfills`; false if `path` is not there.
     pub(super) fn on_backfill_watch(&mut self, path: &str, kind: WatchKind) -> bool {
-        let dir = self.paths.backfills();
-        if path == dir {
-            if kind == WatchKind::Deleted && !self.backfills.is_empty() {
-                self.backfills.clear();
-                self.publish();
-            }
-            return true;
-        }
-        let Some(name) = path
-            .strip_prefix(&dir)
-            .and_then(|rest| rest.strip_prefix('/'))
-        else {
-            return false;
-        };
-        match kind {
-            WatchKind::Deleted => {
-                if self.backfills.remove(name).is_some() {
-                    self.publish();
-                }
-            }
-            WatchKind::Created | WatchKind::DataChanged => self.read_backfill(name.to_string()),
+        match watched_path(&self.paths.backfills(), path) {
+            WatchedPath::Dir if kind == WatchKind::Deleted => self.forget_requests(&BACKFILLS),
+            WatchedPath::Dir => {}
+            WatchedPath::Request(name) => self.on_request_watch(&BACKFILLS, name, kind),
+            WatchedPath::Elsewhere => return false,
         }
         true
     }
@@ -127,26 +114,13 @@ impl Node {
     pub(super) fn on_backfill_step(&mut self, step: Step, result: Result<ZkOk, ZkFail>) {
         match step {
             Step::List => match result {
-                Ok(ZkOk::Children(names)) => {
-                    let names: BTreeSet<String> = names.into_iter().collect();
-                    let before = self.backfills.len();
-                    self.backfills.retain(|name, _| names.contains(name));
-                    if self.backfills.len() != before {
-                        self.publish();
-                    }
-                    for name in names {
-                        self.read_backfill(name);
-                    }
-                }
-                Err(ZkFail::NoNode) if !self.backfills.is_empty() => {
-                    self.backfills.clear();
-                    self.publish();
-                }
+                Ok(ZkOk::Children(names)) => self.on_request_list(&BACKFILLS, names),
+                Err(ZkFail::NoNode) => self.forget_requests(&BACKFILLS),
                 _ => {}
             },
             Step::Read { name } => match result {
                 Ok(ZkOk::Data(data, stat)) => self.learn_backfill(name, &data, stat),
-                Err(ZkFail::NoNode) if self.backfills.remove(&name).is_some() => self.publish(),
+                Err(ZkFail::NoNode) => self.forget_request(&BACKFILLS, &name),
                 _ => {}
             },
             Step::Claim(job) => self.on_backfill_claim(job, result),
@@ -189,9 +163,7 @@ impl Node {
                         "ignoring {path}: not a backfill zkcron can read (`zkcron backfill` creates them); remove it: {cli} delete {path}"
                     ),
                 );
-                if self.backfills.remove(&name).is_some() {
-                    self.publish();
-                }
+                self.forget_request(&BACKFILLS, &name);
                 return;
             }
         };

@@ -61,6 +61,7 @@ mod pool_orphan;
 mod queued_start;
 mod report;
 mod request_claim;
+mod request_dir;
 mod requests;
 mod runs;
 mod session;

@@ -41,28 +41,10 @@ fn end(node: &mut Node, store: &mut Store, result: RunResult) -> (Vec<ZkOp>, Vec
         task: "t".into(),
         result,
     };
-    node.handle(Input::Request { req: 900, request }, at(100));
-    let (mut calls, mut said, mut answer) = (Vec::new(), Vec::new(), None);
-    for _ in 0..20 {
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        for output in outputs {
-            match output {
-                Output::Call { op, zk } => {
-                    let result = store.apply(&zk, at(100));
-                    calls.push(zk);
-                    node.handle(Input::Reply { op, result }, at(100));
-                }
-                Output::Answer {
-                    req: 900,
-                    answer: a,
-                } => answer = Some(a),
-                Output::Report(report) => said.push(report.to_string()),
-                _ => {}
-            }
-        }
-    }
+    let mut served = serve_request(node, store, at(100), request);
+    let answer = served.answers.remove(&900);
     assert!(matches!(answer, Some(Ok(Answered::Done))), "{answer:?}");
-    (calls, said)
+    (served.calls, served.said)
 }
 
 /// The paths each op of `call` (a multi-op) creates or sets.

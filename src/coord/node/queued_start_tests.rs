@@ -5,20 +5,13 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::coord::node::io::{Answer, Answered};
+use crate::coord::node::io::Answered;
 use crate::coord::node::queued_start::QUEUED_CLAIM_WAIT;
 use crate::coord::records::{FireRecord, ResultRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
 fn tick(n: i64) -> DateTime<chrono::Utc> {
     DateTime::from_timestamp(TICK + n, 0).unwrap()
-}
-
-/// What the node did for the inputs of one step.
-#[derive(Default)]
-struct Served {
-    calls: Vec<ZkOp>,
-    answers: BTreeMap<u64, Answer>,
 }
 
 impl Served {
@@ -32,47 +25,6 @@ impl Served {
             })
             .collect()
     }
-}
-
-/// How a test answers a call instead of the store (`None`: the store answers).
-type Answering<'a> = Box<dyn FnMut(&ZkOp, &mut Store) -> Option<Result<ZkOk, ZkFail>> + 'a>;
-
-/// Feeds the requests (by request id) to the node at `ms`, and answers its calls from `store`
-/// (or `answer`) until it is quiet.
-fn serve_with(
-    node: &mut Node,
-    store: &mut Store,
-    ms: u64,
-    requests: Vec<(u64, Request)>,
-    mut answer: Answering,
-) -> Served {
-    for (req, request) in requests {
-        node.handle(Input::Request { req, request }, at(ms));
-    }
-    let mut served = Served::default();
-    for _ in 0..50 {
-        if node.poll_timeout().is_some_and(|t| t <= at(ms).mono) {
-            node.handle_timeout(at(ms));
-        }
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        if outputs.is_empty() {
-            break;
-        }
-        for output in outputs {
-            match output {
-                Output::Call { op, zk } => {
-                    let result = answer(&zk, store).unwrap_or_else(|| store.apply(&zk, at(ms)));
-                    served.calls.push(zk);
-                    node.handle(Input::Reply { op, result }, at(ms));
-                }
-                Output::Answer { req, answer } => {
-                    served.answers.insert(req, answer);
-                }
-                _ => {}
-            }
-        }
-    }
-    served
 }
 
 fn claim(tick: DateTime<chrono::Utc>, intent: ClaimIntent) -> Request {
@@ -109,9 +61,18 @@ fn done(served: &Served, req: u64) -> bool {
     matches!(served.answers.get(&req), Some(Ok(Answered::Done)))
 }
 
-/// [`serve_with`] the store answering every call.
+/// Feeds the requests (by request id) to the node at `ms`, firing its due timers, and answers
+/// its calls from `store` until it is quiet.
 fn serve(node: &mut Node, store: &mut Store, ms: u64, requests: Vec<(u64, Request)>) -> Served {
-    serve_with(node, store, ms, requests, Box::new(|_, _| None))
+    let inputs = requests.into_iter().map(|(req, r)| request(req, r));
+    serve_with(
+        node,
+        store,
+        at(ms),
+        inputs,
+        Timers::Fire,
+        Box::new(|_, _| None),
+    )
 }
 
 /// Whether `zk` is a result and claim in one multi-op (six ops).
@@ -259,7 +220,14 @@ fn a_combined_write_refused_on_the_fire_record_writes_the_result_alone_and_claim
         })
     });
     let queued = claim(tick(2), ClaimIntent::RunQueued);
-    let served = serve_with(&mut node, &mut store, 210, vec![(7, queued)], refused);
+    let served = serve_with(
+        &mut node,
+        &mut store,
+        at(210),
+        [request(7, queued)],
+        Timers::Fire,
+        refused,
+    );
     let multis = served.multis();
     assert!(combined(&served.calls[0]), "{:?}", served.calls);
     assert_eq!(
@@ -302,7 +270,14 @@ fn a_combined_write_whose_answer_is_lost_resolves_the_claim_and_retries_the_resu
         })
     });
     let queued = claim(tick(2), ClaimIntent::RunQueued);
-    let served = serve_with(&mut node, &mut store, 210, vec![(7, queued)], lost);
+    let served = serve_with(
+        &mut node,
+        &mut store,
+        at(210),
+        [request(7, queued)],
+        Timers::Fire,
+        lost,
+    );
     assert!(claimed(&served, 7), "{:?}", served.answers);
     // The result's retries come after their delays.
     let mut answers = BTreeMap::new();

@@ -18,49 +18,25 @@ struct Asked {
 /// Asks the node `request`, answering its calls from `store`; `fail_exists` fails each
 /// `exists` with a lost connection.
 fn ask(node: &mut Node, store: &mut Store, now: Now, request: Request, fail_exists: bool) -> Asked {
-    serve(
-        node,
-        store,
-        now,
-        Input::Request { req: 900, request },
-        fail_exists,
-    )
+    let input = self::request(900, request);
+    serve(node, store, now, input, fail_exists)
 }
 
 /// Feeds `input` to the node and answers its calls from `store`, as [`ask`] does; the answer
 /// is request 900's, if it came.
 fn serve(node: &mut Node, store: &mut Store, now: Now, input: Input, fail_exists: bool) -> Asked {
-    node.handle(input, now);
-    let (mut answer, mut listed, mut said) = (None, false, Vec::new());
-    for _ in 0..20 {
-        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
-        if outputs.is_empty() {
-            break;
-        }
-        for output in outputs {
-            match output {
-                Output::Call { op, zk } => {
-                    listed |=
-                        matches!(&zk, ZkOp::GetChildren { path } if path.ends_with("/tasks/t"));
-                    let mut result = store.apply(&zk, now);
-                    if fail_exists && matches!(zk, ZkOp::Exists { .. }) {
-                        result = Err(ZkFail::ConnectionLoss);
-                    }
-                    node.handle(Input::Reply { op, result }, now);
-                }
-                Output::Answer {
-                    req: 900,
-                    answer: a,
-                } => answer = Some(a),
-                Output::Report(report) => said.push(report.to_string()),
-                _ => {}
-            }
-        }
-    }
+    let answering: Answering = Box::new(|zk, _| {
+        (fail_exists && matches!(zk, ZkOp::Exists { .. })).then_some(Err(ZkFail::ConnectionLoss))
+    });
+    let mut served = serve_with(node, store, now, [input], Timers::Leave, answering);
+    let listed = served
+        .calls
+        .iter()
+        .any(|zk| matches!(zk, ZkOp::GetChildren { path } if path.ends_with("/tasks/t")));
     Asked {
-        answer,
+        answer: served.answers.remove(&900),
         listed,
-        said,
+        said: served.said,
     }
 }
 

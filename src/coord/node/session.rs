@@ -315,6 +315,7 @@ impl Node {
         if self.cfg.bugs.every_node_as_leader {
             for task in &mut enabled {
                 task.extras.run_on = crate::task::RunOn::Leader;
+                task.digest = Default::default();
             }
         }
         let encoded = encode_taskset(&enabled);

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use semver::Version;
 
 use super::io::{
-    Answered, CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
+    Answer, Answered, CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
 };
 use super::{MemberInfo, Node, NodeBugs, NodeConfig};
 use crate::coord::lease::Member;
@@ -353,26 +353,97 @@ pub(super) fn member(
     }
 }
 
-/// Asks the node `request` at `now`, answering its calls from `store`: its answer.
-pub(super) fn ask_at(node: &mut Node, store: &mut Store, now: Now, request: Request) -> Answered {
-    node.handle(Input::Request { req: 900, request }, now);
-    let mut answer = None;
-    for _ in 0..20 {
+/// What the node did while a test served it ([`serve_with`]).
+#[derive(Default)]
+pub(super) struct Served {
+    /// Its calls, in order.
+    pub(super) calls: Vec<ZkOp>,
+    /// Its answers, by request id.
+    pub(super) answers: BTreeMap<u64, Answer>,
+    /// Its reports.
+    pub(super) said: Vec<String>,
+}
+
+/// How a test answers a call instead of the store (`None`: the store answers).
+pub(super) type Answering<'a> =
+    Box<dyn FnMut(&ZkOp, &mut Store) -> Option<Result<ZkOk, ZkFail>> + 'a>;
+
+/// Whether [`serve_with`] fires the node's timers that are due (as the driver does) or
+/// leaves them, so that only the inputs a test gives act.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Timers {
+    Fire,
+    Leave,
+}
+
+/// The input that asks the node `request` as request `req`.
+pub(super) fn request(req: u64, request: Request) -> Input {
+    Input::Request { req, request }
+}
+
+/// Feeds `inputs` to the node at `now`, and answers its calls from `store` (or `answer`)
+/// until it is quiet.
+pub(super) fn serve_with(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    inputs: impl IntoIterator<Item = Input>,
+    timers: Timers,
+    mut answer: Answering,
+) -> Served {
+    for input in inputs {
+        node.handle(input, now);
+    }
+    let mut served = Served::default();
+    for _ in 0..50 {
+        if timers == Timers::Fire && node.poll_timeout().is_some_and(|t| t <= now.mono) {
+            node.handle_timeout(now);
+        }
         let outputs: Vec<Output> = std::iter::from_fn(|| node.poll()).collect();
+        if outputs.is_empty() {
+            break;
+        }
         for output in outputs {
             match output {
                 Output::Call { op, zk } => {
-                    let result = store.apply(&zk, now);
+                    let result = answer(&zk, store).unwrap_or_else(|| store.apply(&zk, now));
+                    served.calls.push(zk);
                     node.handle(Input::Reply { op, result }, now);
                 }
-                Output::Answer {
-                    req: 900,
-                    answer: a,
-                } => answer = Some(a),
+                Output::Answer { req, answer } => {
+                    served.answers.insert(req, answer);
+                }
+                Output::Report(report) => served.said.push(report.to_string()),
                 _ => {}
             }
         }
     }
+    served
+}
+
+/// Asks the node `request` (as request 900) at `now`, answering its calls from `store`; what
+/// it did.
+pub(super) fn serve_request(
+    node: &mut Node,
+    store: &mut Store,
+    now: Now,
+    request: Request,
+) -> Served {
+    let inputs = [self::request(900, request)];
+    serve_with(
+        node,
+        store,
+        now,
+        inputs,
+        Timers::Leave,
+        Box::new(|_, _| None),
+    )
+}
+
+/// Asks the node `request` at `now`, answering its calls from `store`: its answer.
+pub(super) fn ask_at(node: &mut Node, store: &mut Store, now: Now, request: Request) -> Answered {
+    let mut served = serve_request(node, store, now, request);
+    let answer = served.answers.remove(&900);
     answer.expect("answered").expect("no error")
 }
 

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_claim::ClaimReply;
+use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::{Node, Then};
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
@@ -30,6 +31,12 @@ pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(
 
 /// How often a read that resolves a claim or an end is tried before giving up.
 const RESOLVE_READS: u8 = 10;
+
+/// The triggers directory, for the code the request directories share.
+const TRIGGERS: RequestDir<Known> = RequestDir {
+    known: |node: &mut Node| &mut node.triggers,
+    read: Node::read_trigger,
+};
 
 /// A trigger as this node last read it.
 #[derive(Debug, Clone)]
@@ -89,8 +96,7 @@ pub(crate) struct End {
 impl End {
     pub(super) fn new(req: ReqId, task: &str, result: &RunResult, release: &str) -> End {
         let entry = HistoryEntry::of_run(task, result, release);
-        let reason = (!result.success && result.exit_code.is_none() && result.signal.is_none())
-            .then(|| result.exit.clone());
+        let reason = result.end_reason().map(str::to_string);
         End {
             req,
             name: entry.fire_id.clone(),
@@ -153,11 +159,7 @@ impl Node {
     /// Setup's calls for triggers: the directory and the watch (`control/` above it is
     /// created by the control setup, which comes first).
     pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
-        let triggers = self.paths.triggers();
-        vec![
-            self.create_dir(triggers.clone()),
-            ZkOp::AddPersistentRecursiveWatch { path: triggers },
-        ]
+        self.request_dir_setup_steps(self.paths.triggers())
     }
 
     /// Lists the triggers and reads each (setup, reconnects, the directory recreated).
@@ -177,59 +179,30 @@ impl Node {
     /// A watch event under `control/triggers`; false if `path` is not there.
     pub(super) fn on_trigger_watch(&mut self, path: &str, kind: WatchKind) -> bool {
         let dir = self.paths.triggers();
-        if path == dir {
-            if kind == WatchKind::Deleted {
+        match watched_path(&dir, path) {
+            WatchedPath::Dir if kind == WatchKind::Deleted => {
                 self.report(
                     Level::Warn,
                     format!("{dir} was deleted; recreating it (pending manual runs went with it)"),
                 );
-                self.forget_triggers();
+                self.forget_requests(&TRIGGERS);
                 // `control/` may have gone with it.
                 for path in [self.paths.control(), dir.clone()] {
                     self.call(self.create_dir(path), Then::Trigger(Step::Recreate));
                 }
             }
-            return true;
-        }
-        let Some(name) = path
-            .strip_prefix(&dir)
-            .and_then(|rest| rest.strip_prefix('/'))
-        else {
-            return false;
-        };
-        match kind {
-            WatchKind::Deleted => {
-                if self.triggers.remove(name).is_some() {
-                    self.publish();
-                }
-            }
-            WatchKind::Created | WatchKind::DataChanged => self.read_trigger(name.to_string()),
+            WatchedPath::Dir => {}
+            WatchedPath::Request(name) => self.on_request_watch(&TRIGGERS, name, kind),
+            WatchedPath::Elsewhere => return false,
         }
         true
-    }
-
-    fn forget_triggers(&mut self) {
-        if !self.triggers.is_empty() {
-            self.triggers.clear();
-            self.publish();
-        }
     }
 
     pub(super) fn on_trigger_step(&mut self, step: Step, result: Result<ZkOk, ZkFail>) {
         match step {
             Step::List => match result {
-                Ok(ZkOk::Children(names)) => {
-                    let names: BTreeSet<String> = names.into_iter().collect();
-                    let before = self.triggers.len();
-                    self.triggers.retain(|name, _| names.contains(name));
-                    if self.triggers.len() != before {
-                        self.publish();
-                    }
-                    for name in names {
-                        self.read_trigger(name);
-                    }
-                }
-                Err(ZkFail::NoNode) => self.forget_triggers(),
+                Ok(ZkOk::Children(names)) => self.on_request_list(&TRIGGERS, names),
+                Err(ZkFail::NoNode) => self.forget_requests(&TRIGGERS),
                 other => {
                     // A lost connection lists again on reconnecting; anything else is worth
                     // a warning (new triggers still arrive through the watch).
@@ -249,7 +222,7 @@ impl Node {
             },
             Step::Read { name } => match result {
                 Ok(ZkOk::Data(data, stat)) => self.learn_trigger(name, &data, stat),
-                Err(ZkFail::NoNode) if self.triggers.remove(&name).is_some() => self.publish(),
+                Err(ZkFail::NoNode) => self.forget_request(&TRIGGERS, &name),
                 _ => {}
             },
             Step::Claim {
@@ -291,9 +264,7 @@ impl Node {
                         "ignoring {path}: not a manual run zkcron can read (`zkcron trigger TASK` creates them); remove it: {cli} delete {path}"
                     ),
                 );
-                if self.triggers.remove(&name).is_some() {
-                    self.publish();
-                }
+                self.forget_request(&TRIGGERS, &name);
                 return;
             }
         };

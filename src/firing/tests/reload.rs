@@ -65,6 +65,7 @@ fn many(spec: &Arc<TaskSpec>, count: usize) -> Vec<Arc<TaskSpec>> {
     let named = |i: usize| {
         let mut spec = (**spec).clone();
         spec.name = Arc::from(format!("t-{i:05}"));
+        spec.digest = Default::default();
         Arc::new(spec)
     };
     (0..count).map(named).collect()
@@ -96,4 +97,25 @@ fn unloading_most_of_a_large_load_at_once_is_one_pass_not_one_shift_per_task() {
     shell.handle(Input::Load(vec![specs[0].clone()]));
     assert_eq!(shell.core.leading(), 1);
     assert!(reads(&mut shell).is_empty(), "t-00000 keeps its entry");
+}
+
+/// A load compares each unchanged task (the same `Arc` in the same place) as a pointer: among
+/// 1,000 tasks, one removed, one changed and one added, only the changed and the added one
+/// start again, and the others keep their entries.
+#[test]
+fn a_one_file_reload_among_many_tasks_starts_only_what_changed() {
+    let specs = many(&every_minute("t", ""), 1000);
+    let led = ["t-00000", "t-00005", "t-00999", "t-01000"];
+    let mut shell = Shell::new(at(0), specs.clone(), &led);
+    assert_eq!(reads(&mut shell), ["t-00000", "t-00005", "t-00999"]);
+    let mut reloaded = specs[1..].to_vec();
+    reloaded[4] = every_minute("t-00005", "overlap = \"allow\"");
+    reloaded.extend(many(&every_minute("t", ""), 1001).pop());
+    shell.handle(Input::Unload(vec![
+        ("t-00000".into(), Unload::Removed),
+        ("t-00005".into(), Unload::Changed),
+    ]));
+    shell.handle(Input::Load(reloaded));
+    assert_eq!(reads(&mut shell), ["t-00005", "t-01000"]);
+    assert_eq!(shell.core.leading(), 3);
 }

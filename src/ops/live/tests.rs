@@ -3,16 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::coord::RunResult;
-use crate::coord::records::{MemberRecord, RunTrigger, TaskSetRecord, TaskSetRef};
+use crate::coord::records::{RunTrigger, TaskSetRecord};
 use crate::ops::model::LiveMember;
-
-fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 8, h, m, s).unwrap()
-}
+use crate::ops::tests::{at, live_member, taskset};
 
 fn paths() -> Paths {
     Paths {
@@ -21,26 +18,7 @@ fn paths() -> Paths {
 }
 
 fn member(id: &str, seed: u64) -> LiveMember {
-    LiveMember {
-        record: MemberRecord {
-            format: 1,
-            id: id.into(),
-            release: "1.0.0".into(),
-            seed: format!("{seed:016x}"),
-            host: "h".into(),
-            pid: 1,
-            started_at: at(9, 0, 0),
-            labels: BTreeMap::new(),
-            taskset: TaskSetRef {
-                digest: "set".into(),
-                chunks: 1,
-                count: 3,
-            },
-            leads: true,
-            drained: false,
-        },
-        registered_at: at(9, 0, 0),
-    }
+    live_member(id, "1.0.0", seed, taskset("set", 3), BTreeMap::new())
 }
 
 fn entry(schedule: &str) -> TaskSetEntry {

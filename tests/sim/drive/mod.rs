@@ -128,6 +128,7 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
             ..Default::default()
         }
         .into(),
+        digest: Default::default(),
     }
 }
 

@@ -236,22 +236,8 @@ impl Sim<'_> {
             T::Spawn { task, tick, run } => self.spawn_due(n, task, tick, run),
             T::ManualEnd { k, run } => {
                 let (task, fire_id, requested_at) = self.triggers[k].clone();
-                let result = RunResult {
-                    tick: requested_at,
-                    node: self.procs[n].id.clone(),
-                    exit: "exit code 0".into(),
-                    success: true,
-                    attempts: 1,
-                    duration_ms: 500,
-                    finished_at: self.wall(n),
-                    fire_id: Some(fire_id),
-                    manual: true,
-                    exit_code: Some(0),
-                    ..RunResult::default()
-                };
-                let name = self.sc.tasks[task].name.clone();
-                self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
-                self.core_input(n, FireInput::RunEnded { run });
+                let result = self.manual_success(n, fire_id, requested_at, 500);
+                self.manual_run_ended(n, task, result, run);
             }
             T::BackfillEnd {
                 task,
@@ -285,6 +271,44 @@ impl Sim<'_> {
                 }
             }
         }
+    }
+
+    /// The success of a manual run (a trigger's, a backfill tick's, a chained run's) of
+    /// `fire_id` for `tick` on node `n`, `duration_ms` long, ending now.
+    pub(crate) fn manual_success(
+        &self,
+        n: NodeIx,
+        fire_id: String,
+        tick: DateTime<Utc>,
+        duration_ms: Ms,
+    ) -> RunResult {
+        RunResult {
+            tick,
+            node: self.procs[n].id.clone(),
+            exit: "exit code 0".into(),
+            success: true,
+            attempts: 1,
+            duration_ms,
+            finished_at: self.wall(n),
+            fire_id: Some(fire_id),
+            manual: true,
+            exit_code: Some(0),
+            ..RunResult::default()
+        }
+    }
+
+    /// Node `n`'s manual run `run` of `task` ended with `result`: its coordinator stores the
+    /// end, then its core hears of it.
+    pub(crate) fn manual_run_ended(
+        &mut self,
+        n: NodeIx,
+        task: TaskIx,
+        result: RunResult,
+        run: RunId,
+    ) {
+        let name = self.sc.tasks[task].name.clone();
+        self.ask(n, Request::RunEnded { task: name, result }, Asked::RunEnded);
+        self.core_input(n, FireInput::RunEnded { run });
     }
 
     /// Feeds the node one input, then lets it settle.
