@@ -71,6 +71,9 @@ pub struct RankCache {
     /// By pooled task, this node's rank for the unit of each item, in the items' order: one
     /// assignment per pooled task while the members stay the same.
     pub(super) pools: BTreeMap<String, Vec<CachedRank>>,
+    /// By pooled task, the indexes of its items in the order of their names: a decision walks
+    /// the units this way, alongside the sorted sets of leases.
+    pub(super) by_name: BTreeMap<String, Vec<usize>>,
     /// The same ranks by unit name: a held unit is looked up, not searched for among items.
     units: BTreeMap<String, CachedRank>,
 }
@@ -147,8 +150,12 @@ impl RankCache {
     fn rank_pools(&mut self, peers: &Peers<'_>, members: &[Member]) {
         self.pools.clear();
         self.units.clear();
+        self.by_name.clear();
         for (task, entry) in peers.mine.tasks.iter() {
             if let Holders::Items(items) = &entry.holders {
+                let mut by_name: Vec<usize> = (0..items.len()).collect();
+                by_name.sort_unstable_by(|&a, &b| items[a].cmp(&items[b]));
+                self.by_name.insert(task.clone(), by_name);
                 let ranks: Vec<CachedRank> = peers
                     .pool_ranks(task)
                     .into_iter()

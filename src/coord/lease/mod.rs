@@ -35,6 +35,7 @@
 //! for every task at every decision, so ranking is cheap (see `Peers`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -465,9 +466,9 @@ fn take_vacant(
     decision: &mut Decision,
 ) {
     // The task names and every set below are sorted the same way: one walk over each.
-    let mut held = Walk::new(view.held.iter().map(|t| (t, ())));
-    let mut present = Walk::new(view.present.iter().map(|t| (t, ())));
-    let mut vacant_since = Walk::new(view.vacant_since.iter());
+    let mut held = Walk::new(view.held.iter().map(|t| (t.as_str(), ())));
+    let mut present = Walk::new(view.present.iter().map(|t| (t.as_str(), ())));
+    let mut vacant_since = Walk::new(view.vacant_since.iter().map(|(t, at)| (t.as_str(), at)));
     for ((name, entry), rank) in me.tasks.iter().zip(cache.ranks.values()) {
         match &entry.holders {
             Holders::Leader => {
@@ -476,22 +477,84 @@ fn take_vacant(
                     present: present.find(name).is_some(),
                     vacant_since: vacant_since.find(name).copied(),
                 };
-                consider(view, acting, decision, name, state, rank.get(view.members));
+                let lease = LeaseName::Task(name);
+                consider(view, acting, decision, lease, state, rank.get(view.members));
             }
             // A unit's name sorts elsewhere than its task's: looked up, not walked to.
             Holders::EveryNode => {
                 let unit = unit_name(name, &me.id);
                 let state = LeaseState::of(view, &unit);
-                consider(view, acting, decision, &unit, state, rank.get(view.members));
+                let lease = LeaseName::Task(&unit);
+                consider(view, acting, decision, lease, state, rank.get(view.members));
             }
-            Holders::Items(items) => {
-                let ranks = cache.pools.get(name).map_or(&[][..], Vec::as_slice);
-                for (item, rank) in items.iter().zip(ranks) {
-                    let unit = unit_name(name, item);
-                    let state = LeaseState::of(view, &unit);
-                    consider(view, acting, decision, &unit, state, rank.get(view.members));
-                }
-            }
+            Holders::Items(items) => take_vacant_items(view, acting, cache, decision, name, items),
+        }
+    }
+}
+
+/// [`take_vacant`] for the units of the pooled `task`: its items in the order of their names,
+/// walked alongside the part of each set of leases that holds its units (`<task>@...`, sorted
+/// the same way), so a unit costs a comparison per set and its name is built only when an
+/// action names it. Looking every unit up by a name built for it (three searches and an
+/// allocation per unit and decision) was most of a node's CPU in a 20-node cold start of ten
+/// pools of 1,000 items: the nodes, short of CPU, answered their takes too late, and the
+/// backups covered.
+fn take_vacant_items(
+    view: &LeaseView<'_>,
+    acting: &Acting,
+    cache: &RankCache,
+    decision: &mut Decision,
+    task: &str,
+    items: &[String],
+) {
+    let ranks = cache.pools.get(task).map_or(&[][..], Vec::as_slice);
+    let by_name = cache.by_name.get(task).map_or(&[][..], Vec::as_slice);
+    let prefix = unit_name(task, "");
+    let mut held = Walk::new(units_of(&prefix, view.held).map(|i| (i, ())));
+    let mut present = Walk::new(units_of(&prefix, view.present).map(|i| (i, ())));
+    let vacant = view
+        .vacant_since
+        .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded));
+    let mut vacant_since = Walk::new(
+        vacant
+            .map_while(|(unit, at)| Some((unit.strip_prefix(prefix.as_str())?, at)))
+            .filter(|(item, _)| !item.is_empty()),
+    );
+    for &i in by_name {
+        let (Some(item), Some(rank)) = (items.get(i), ranks.get(i)) else {
+            continue;
+        };
+        let state = LeaseState {
+            held: held.find(item).is_some(),
+            present: present.find(item).is_some(),
+            vacant_since: vacant_since.find(item).copied(),
+        };
+        let lease = LeaseName::Unit(task, item);
+        consider(view, acting, decision, lease, state, rank.get(view.members));
+    }
+}
+
+/// The items of the units in `set` whose names start with `prefix` (`<task>@`), in order.
+fn units_of<'a>(prefix: &'a str, set: &'a BTreeSet<String>) -> impl Iterator<Item = &'a str> {
+    set.range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+        .map_while(move |name| name.strip_prefix(prefix))
+        .filter(|item| !item.is_empty())
+}
+
+/// The name of a lease [`consider`] looks at, built only when an action names it.
+#[derive(Clone, Copy)]
+enum LeaseName<'a> {
+    /// A task's own lease, or a unit whose name is at hand.
+    Task(&'a str),
+    /// The unit of this item of this pooled task.
+    Unit(&'a str, &'a str),
+}
+
+impl LeaseName<'_> {
+    fn owned(self) -> String {
+        match self {
+            LeaseName::Task(name) => name.to_string(),
+            LeaseName::Unit(task, item) => unit_name(task, item),
         }
     }
 }
@@ -520,7 +583,7 @@ fn consider(
     view: &LeaseView<'_>,
     acting: &Acting,
     decision: &mut Decision,
-    lease: &str,
+    lease: LeaseName<'_>,
     state: LeaseState,
     rank: Option<(usize, Option<&Member>)>,
 ) {
@@ -532,7 +595,7 @@ fn consider(
     };
     if state.present {
         if pos == 0 {
-            decision.held_elsewhere.push(lease.to_string());
+            decision.held_elsewhere.push(lease.owned());
         }
         return;
     }
@@ -548,18 +611,18 @@ fn consider(
     if due > view.now {
         decision.recheck(due);
     } else if pos == 0 {
-        decision.actions.push(LeaseAction::Take(lease.to_string()));
+        decision.actions.push(LeaseAction::Take(lease.owned()));
     } else {
-        decision.actions.push(LeaseAction::Cover(lease.to_string()));
+        decision.actions.push(LeaseAction::Cover(lease.owned()));
     }
 }
 
 /// A cursor over a sorted sequence of `(name, value)`, asked for names in ascending order.
-struct Walk<'a, T, I: Iterator<Item = (&'a String, T)>> {
+struct Walk<'a, T, I: Iterator<Item = (&'a str, T)>> {
     items: std::iter::Peekable<I>,
 }
 
-impl<'a, T, I: Iterator<Item = (&'a String, T)>> Walk<'a, T, I> {
+impl<'a, T, I: Iterator<Item = (&'a str, T)>> Walk<'a, T, I> {
     fn new(items: I) -> Self {
         Walk {
             items: items.peekable(),
@@ -570,7 +633,7 @@ impl<'a, T, I: Iterator<Item = (&'a String, T)>> Walk<'a, T, I> {
     fn find(&mut self, name: &str) -> Option<T> {
         // One comparison per name passed (a decision walks every task this node defines).
         while let Some((next, _)) = self.items.peek() {
-            match next.as_str().cmp(name) {
+            match (*next).cmp(name) {
                 std::cmp::Ordering::Less => self.items.next(),
                 std::cmp::Ordering::Equal => return self.items.next().map(|(_, value)| value),
                 std::cmp::Ordering::Greater => return None,

@@ -242,3 +242,54 @@ fn a_drained_members_items_are_owned_by_the_others_at_once_not_covered() {
     );
     assert!(takes("c", &all).is_empty());
 }
+
+#[test]
+fn a_decision_walks_the_units_in_name_order_and_finds_each_ones_state() {
+    // Items "0" to "11" sort as "0", "1", "10", "11", "2", ...: not the task file's order. A
+    // decision walks them by name alongside the sorted sets of leases (looking each unit up
+    // by a built name was most of a node's CPU); every unit must still get its own state.
+    let all = members(&["a", "b", "c"]);
+    let owners = owners(&all);
+    let mine: Vec<&String> = owners
+        .iter()
+        .filter(|(_, o)| *o == "a")
+        .map(|(u, _)| u)
+        .collect();
+    let theirs: Vec<&String> = owners
+        .iter()
+        .filter(|(_, o)| *o != "a")
+        .map(|(u, _)| u)
+        .collect();
+    // `a` holds one of its units and one of another's (not as cover); another node holds one
+    // of `a`'s units and one of its own; the rest are vacant.
+    let held = BTreeSet::from([mine[0].clone(), theirs[0].clone(), "plain".to_string()]);
+    let mut present = held.clone();
+    present.extend([mine[1].clone(), theirs[1].clone()]);
+    let vacant: BTreeMap<String, Duration> = owners
+        .keys()
+        .filter(|unit| !present.contains(*unit))
+        .map(|unit| (unit.clone(), Duration::ZERO))
+        .collect();
+    let decision = decide(&LeaseView {
+        me: "a",
+        members: &all,
+        present: &present,
+        held: &held,
+        covering: &BTreeMap::new(),
+        vacant_since: &vacant,
+        members_changed: Duration::ZERO,
+        now: Duration::from_secs(60),
+        may_lead: true,
+    });
+    let mut expected: Vec<LeaseAction> = vec![LeaseAction::Release(theirs[0].clone())];
+    for unit in vacant.keys() {
+        expected.push(if owners[unit] == "a" {
+            LeaseAction::Take(unit.clone())
+        } else {
+            LeaseAction::Cover(unit.clone())
+        });
+    }
+    expected.sort();
+    assert_eq!(decision.actions, expected);
+    assert_eq!(decision.held_elsewhere, [mine[1].clone()]);
+}
