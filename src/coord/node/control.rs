@@ -381,16 +381,46 @@ impl Node {
         )
         .field("task", task)
         .field("tick", tick);
+        self.withheld_runs.extend(run_paths.iter().cloned());
         for path in run_paths {
-            self.call(
-                ZkOp::Delete {
-                    path: path.clone(),
-                    version: None,
-                },
-                Then::Ignore,
-            );
+            self.delete_withheld_run(path.clone());
         }
         true
+    }
+
+    fn delete_withheld_run(&mut self, path: String) {
+        let zk = ZkOp::Delete {
+            path: path.clone(),
+            version: None,
+        };
+        self.call(zk, Then::WithheldRun { path });
+    }
+
+    /// Sends again the deletes of withheld runs not confirmed (on reconnecting within the
+    /// session: a delete whose answer was lost may not have been applied).
+    pub(super) fn delete_withheld_runs(&mut self) {
+        let paths: Vec<String> = self.withheld_runs.iter().cloned().collect();
+        for path in paths {
+            self.delete_withheld_run(path);
+        }
+    }
+
+    /// A withheld run's znode is gone once deleted (or found gone); any other outcome leaves
+    /// it to be deleted again on reconnecting, or to go with the session.
+    pub(super) fn on_withheld_run_deleted(&mut self, path: String, result: Result<ZkOk, ZkFail>) {
+        match result {
+            Ok(_) | Err(ZkFail::NoNode) => {
+                self.withheld_runs.remove(&path);
+            }
+            Err(error) => {
+                self.report(
+                    Level::Warn,
+                    "deleting the run record of a tick withheld by its task's pause failed; deleting it again on reconnecting",
+                )
+                .field("path", &path)
+                .field("error", &error);
+            }
+        }
     }
 
     /// A watch event under `control/`: returns false when `path` is not there.

@@ -353,6 +353,10 @@ pub struct Node {
     // Fire records, runs, results.
     /// The run znodes this session created and has not deleted (its live runs), by path.
     own_runs: BTreeSet<String>,
+    /// The run znodes of claims withheld because the task's pause arrived, whose delete is not
+    /// confirmed yet: sent again on reconnecting within the session, so that no run znode of
+    /// this live session is left to count as a live run.
+    withheld_runs: BTreeSet<String>,
     /// This node's own state per task: its hold on the lease, the fire record and result last
     /// seen, the work queued on the task.
     tasks: tasks::Tasks,
@@ -412,16 +416,15 @@ pub struct Node {
 
 impl Node {
     pub fn new(cfg: NodeConfig, now: Now) -> Node {
-        let paths = Paths {
-            base: cfg.base.clone(),
-        };
         let leadership = Leadership {
             paused: true,
             why_paused: Some(format!("connecting to ZooKeeper at {}", cfg.connect)),
             ..Leadership::default()
         };
         let mut node = Node {
-            paths,
+            paths: Paths {
+                base: cfg.base.clone(),
+            },
             now,
             out: VecDeque::new(),
             next_op: 1,
@@ -462,6 +465,7 @@ impl Node {
             register_waited: false,
             relist: None,
             own_runs: BTreeSet::new(),
+            withheld_runs: BTreeSet::new(),
             tasks: tasks::Tasks::default(),
             pools: BTreeMap::new(),
             pool_runs: BTreeMap::new(),

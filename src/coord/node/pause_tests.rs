@@ -220,6 +220,23 @@ struct PausedClaim {
 /// a failed run elsewhere pauses the task just before it: the node gets the creation event of
 /// the pause mark before the claim's reply, in the order ZooKeeper delivers them.
 fn claim_as_the_pause_arrives(node: &mut Node, store: &mut Store, task: &str) -> PausedClaim {
+    claim_as_the_pause_arrives_with(node, store, task, Deletes::Applied)
+}
+
+/// What becomes of the deletes of withheld run znodes in [`claim_as_the_pause_arrives_with`].
+#[derive(Clone, Copy, PartialEq)]
+enum Deletes {
+    Applied,
+    /// Not applied, and their answer lost with the connection.
+    Lost,
+}
+
+fn claim_as_the_pause_arrives_with(
+    node: &mut Node,
+    store: &mut Store,
+    task: &str,
+    deletes: Deletes,
+) -> PausedClaim {
     let paused = format!("{BASE}/control/paused/{task}");
     let claim = Request::Claim {
         task: task.into(),
@@ -253,7 +270,13 @@ fn claim_as_the_pause_arrives(node: &mut Node, store: &mut Store, task: &str) ->
                         };
                         node.handle(event, at(100));
                     }
-                    let result = store.apply(&zk, at(100));
+                    let lost = deletes == Deletes::Lost
+                        && matches!(&zk, ZkOp::Delete { path, .. } if path.contains("/run-"));
+                    let result = if lost {
+                        Err(ZkFail::ConnectionLoss)
+                    } else {
+                        store.apply(&zk, at(100))
+                    };
                     node.handle(Input::Reply { op, result }, at(100));
                 }
                 Output::Answer { req: 900, answer } => served.answer = Some(answer),
@@ -334,5 +357,36 @@ fn a_claim_of_a_task_not_paused_runs() {
         store
             .znodes
             .contains_key(&format!("{BASE}/tasks/t/run-{TICK}"))
+    );
+}
+
+#[test]
+fn a_withheld_runs_delete_lost_with_the_connection_is_sent_again_on_reconnecting() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let run = format!("{BASE}/tasks/t/run-{TICK}");
+    let served = claim_as_the_pause_arrives_with(&mut node, &mut store, "t", Deletes::Lost);
+    assert!(withheld(&served.said), "{:?}", served.said);
+    assert!(store.znodes.contains_key(&run), "the lost delete left it");
+    assert!(
+        served
+            .said
+            .iter()
+            .any(|s| s.contains("deleting it again on reconnecting")),
+        "{:?}",
+        served.said
+    );
+    node.handle(Input::Disconnected, at(200));
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        at(300),
+    );
+    pump(&mut node, &mut store, at(300));
+    assert!(
+        !store.znodes.contains_key(&run),
+        "a run znode of this live session would count as a live run"
     );
 }

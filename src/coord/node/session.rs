@@ -69,6 +69,7 @@ impl Node {
                 self.list_triggers();
                 self.list_backfills();
                 self.recount_waits(|_| true);
+                self.delete_withheld_runs();
                 self.publish();
             }
             return;
@@ -198,6 +199,7 @@ impl Node {
         self.unknown_runs.clear();
         self.fetches.clear();
         self.own_runs.clear();
+        self.withheld_runs.clear();
         self.take_backlog.clear();
         self.trust.clear();
         self.tasks.end_session();

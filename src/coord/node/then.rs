@@ -20,6 +20,8 @@ pub(super) enum Then {
     /// Nothing: a call whose outcome changes nothing (a give-back after stopping, a trigger
     /// setup call, deleting a foreign run znode).
     Ignore,
+    /// The delete of a withheld run's znode ([`Node::withheld_runs`]).
+    WithheldRun { path: String },
     /// One of the session's setup calls (tree, watches, marks): counted until all answered.
     SetupStep,
     /// A write of the `clock` znode, whose mtime measures this node's clock skew.
@@ -291,6 +293,7 @@ impl Node {
             Then::Trigger(step) => self.on_trigger_step(step, result),
             Then::Backfill(step) => self.on_backfill_step(step, result),
             Then::History(step) => self.on_history_step(step, result),
+            Then::WithheldRun { path } => self.on_withheld_run_deleted(path, result),
             then @ (Then::PoolRecord { .. }
             | Then::PoolMulti { .. }
             | Then::PoolLeaseCheck { .. }
