@@ -54,19 +54,9 @@ fn trigger_state(zk: &ZkServer, path: &str) -> Option<TriggerRecord> {
 /// `<task>@manual-`); returns its path and the record.
 #[allow(clippy::disallowed_methods)] // the request time, as `zkcron trigger` reads it
 fn create_trigger(zk: &ZkServer, base: &str, task: &str) -> (String, TriggerRecord) {
-    let record = TriggerRecord {
-        format: 1,
-        task: task.into(),
-        // Whole seconds: ZKCRON_SCHEDULED_AT is given in them.
-        requested_at: DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap(),
-        by: "tester@test".into(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    };
+    // Whole seconds: ZKCRON_SCHEDULED_AT is given in them.
+    let requested_at = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+    let record = TriggerRecord::pending(task, "tester@test", requested_at);
     let data = serde_json::to_vec(&record).unwrap();
     let prefix = format!("{base}/control/triggers/{task}@manual-");
     let path = zk.with_client(async move |client| {

@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::records::{FORMAT_VERSION, HistoryEntry, TriggerRecord, TriggerState};
+use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::task::TaskSpec;
 
@@ -269,16 +269,8 @@ pub fn chained_requests(task: &str, result: &RunResult, by: &str) -> Vec<(String
     }
     let parent = result.fire_id_of(task);
     let record = |child: &str| TriggerRecord {
-        format: FORMAT_VERSION,
-        task: child.to_string(),
-        requested_at: result.tick,
-        by: by.to_string(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
         after: Some(parent.clone()),
+        ..TriggerRecord::pending(child, by, result.tick)
     };
     let mut requests = Vec::new();
     for child in &result.chained {

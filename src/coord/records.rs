@@ -277,6 +277,25 @@ pub struct TriggerRecord {
     pub after: Option<String>,
 }
 
+impl TriggerRecord {
+    /// A pending request of a manual run of `task`, asked `by` at `requested_at`, as
+    /// `zkcron trigger` writes it.
+    pub fn pending(task: &str, by: &str, requested_at: DateTime<Utc>) -> TriggerRecord {
+        TriggerRecord {
+            format: FORMAT_VERSION,
+            task: task.to_string(),
+            requested_at,
+            by: by.to_string(),
+            state: TriggerState::Pending,
+            node: None,
+            claimed_at: None,
+            result: None,
+            reason: None,
+            after: None,
+        }
+    }
+}
+
 /// What started a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -12,7 +12,7 @@ use super::local::{self, Request};
 use super::model;
 use super::{CLUSTER_ONLY, defined_in_cluster, render};
 use crate::clock::wall_clock;
-use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord, TriggerState};
+use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord};
 
 /// One change, on a task or a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,18 +171,7 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
 /// Requests a manual run of `task`; the note says why it may wait.
 async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> anyhow::Result<Done> {
     let snapshot = defined_in_cluster(client, task).await?;
-    let record = TriggerRecord {
-        format: FORMAT_VERSION,
-        task: task.to_string(),
-        requested_at: wall_clock(),
-        by: by.to_string(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    };
+    let record = TriggerRecord::pending(task, by, wall_clock());
     let fire_id = client.request_trigger(&record).await?;
     Ok(Done {
         said: vec![format!(

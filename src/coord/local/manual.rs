@@ -80,18 +80,7 @@ impl Manual {
     ) -> Result<Trigger, CoordError> {
         let mut file = self.lock();
         let fire_id = record::manual_fire_id(task, file.next);
-        let trigger = TriggerRecord {
-            format: FORMAT_VERSION,
-            task: task.to_string(),
-            requested_at: now,
-            by: by.to_string(),
-            state: TriggerState::Pending,
-            node: None,
-            claimed_at: None,
-            result: None,
-            reason: None,
-            after: None,
-        };
+        let trigger = TriggerRecord::pending(task, by, now);
         file.next += 1;
         file.triggers.insert(fire_id.clone(), trigger);
         collect(&mut file, now);

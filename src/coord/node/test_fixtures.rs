@@ -450,18 +450,7 @@ pub(super) fn ask_at(node: &mut Node, store: &mut Store, now: Now, request: Requ
 /// A manual run of `task` (`zkcron trigger`) requested by an operator at `requested_at`, not
 /// claimed yet.
 pub(super) fn pending_trigger(task: &str, requested_at: DateTime<Utc>) -> TriggerRecord {
-    TriggerRecord {
-        format: 1,
-        task: task.into(),
-        requested_at,
-        by: "op@host".into(),
-        state: TriggerState::Pending,
-        node: None,
-        claimed_at: None,
-        result: None,
-        reason: None,
-        after: None,
-    }
+    TriggerRecord::pending(task, "op@host", requested_at)
 }
 
 /// A manual run of `task` (defined with the task-file lines `extra`) that an operator

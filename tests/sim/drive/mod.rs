@@ -28,7 +28,7 @@ use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::records::{MarkRecord, TriggerRecord, TriggerState};
+use zkcron::coord::records::{MarkRecord, TriggerRecord};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
@@ -518,18 +518,8 @@ impl<'s> Sim<'s> {
     /// The operator creates a pending trigger znode, as `zkcron trigger` does.
     fn create_trigger(&mut self, k: usize) {
         let (task, fire_id, requested_at) = self.triggers[k].clone();
-        let record = TriggerRecord {
-            format: 1,
-            task: self.sc.tasks[task].name.clone(),
-            requested_at,
-            by: "operator@sim".into(),
-            state: TriggerState::Pending,
-            node: None,
-            claimed_at: None,
-            result: None,
-            reason: None,
-            after: None,
-        };
+        let record =
+            TriggerRecord::pending(&self.sc.tasks[task].name, "operator@sim", requested_at);
         let data = serde_json::to_vec(&record).expect("encodes");
         self.create_request(Some(task), "triggers", &fire_id, data);
     }
