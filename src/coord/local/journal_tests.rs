@@ -79,13 +79,9 @@ fn batch(tasks: &[&str], tick: DateTime<Utc>) -> Vec<PendingWrite> {
         .iter()
         .map(|task| PendingWrite {
             change: Change {
-                format: FORMAT_VERSION,
-                task: task.to_string(),
                 claimed: Some(tick),
-                result: None,
                 run: true,
-                queue: None,
-                unqueue: None,
+                ..Change::of(task)
             },
             durability: Durability::Synced,
             batching: Batching::Gather,
@@ -304,16 +300,11 @@ fn result(
         .0
         .push(PendingWrite {
             change: Change {
-                format: FORMAT_VERSION,
-                task: task.to_string(),
-                claimed: None,
                 result: Some(crate::coord::RunResult {
                     tick,
                     ..crate::coord::RunResult::default()
                 }),
-                run: false,
-                queue: None,
-                unqueue: None,
+                ..Change::of(task)
             },
             durability: Durability::Written,
             batching: Batching::Gather,

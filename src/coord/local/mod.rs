@@ -131,6 +131,19 @@ struct Change {
 }
 
 impl Change {
+    /// A change of `task` that changes nothing yet: its fields are set by who makes it.
+    fn of(task: &str) -> Change {
+        Change {
+            format: FORMAT_VERSION,
+            task: task.to_string(),
+            claimed: None,
+            result: None,
+            run: false,
+            queue: None,
+            unqueue: None,
+        }
+    }
+
     /// Applies the change; applying a journal twice gives the same state as once.
     fn apply(&self, records: &mut HashMap<String, TaskRecord>) {
         self.apply_to(records.entry(self.task.clone()).or_default());
@@ -585,13 +598,9 @@ impl Coordinator for LocalCoordinator {
         // Live from here (under the task's lock): a second rerun of the tick is refused.
         self.live_runs_mut().insert((task.to_string(), tick));
         let change = Change {
-            format: FORMAT_VERSION,
-            task: task.to_string(),
             claimed: Some(tick),
-            result: None,
             run: true,
-            queue: None,
-            unqueue: None,
+            ..Change::of(task)
         };
         if let Err(error) = self
             .commit(change, Durability::Synced, Batching::Gather, &mut record)
@@ -702,13 +711,8 @@ impl LocalCoordinator {
         let stored = record.last_result.as_ref().map(|r| r.tick);
         if record::supersedes(stored, result.tick) {
             let change = Change {
-                format: FORMAT_VERSION,
-                task: task.to_string(),
-                claimed: None,
                 result: Some(result.clone()),
-                run: false,
-                queue: None,
-                unqueue: None,
+                ..Change::of(task)
             };
             // A result lost with the host reads as a run its node did not finish; it needs no
             // sync of its own (journal.rs). A tick queued behind the run is claimed next, and

@@ -157,13 +157,8 @@ impl LocalCoordinator {
             let mut record = slot.lock().await;
             if record.last_claimed.is_none_or(|tick| tick < now) {
                 let change = Change {
-                    format: FORMAT_VERSION,
-                    task: task.to_string(),
                     claimed: Some(now),
-                    result: None,
-                    run: false,
-                    queue: None,
-                    unqueue: None,
+                    ..Change::of(task)
                 };
                 self.commit(change, Durability::Synced, Batching::Gather, &mut record)
                     .await?;

@@ -180,19 +180,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::coord::local::{Change, FORMAT_VERSION};
+    use crate::coord::local::Change;
 
     fn change(task: &str) -> PendingWrite {
         PendingWrite {
-            change: Change {
-                format: FORMAT_VERSION,
-                task: task.into(),
-                claimed: None,
-                result: None,
-                run: false,
-                queue: None,
-                unqueue: None,
-            },
+            change: Change::of(task),
             durability: Durability::Synced,
             batching: Batching::Gather,
             durable: tokio::sync::oneshot::channel().0,
