@@ -492,38 +492,18 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use semver::Version;
 
     use super::*;
     use crate::coord::lease::Member;
-    use crate::coord::node::io::Now;
-    use crate::coord::node::{NodeBugs, NodeConfig};
+    use crate::coord::node::{NodeConfig, test_fixtures};
 
     fn node() -> Node {
-        let started_at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let cfg = NodeConfig {
-            id: "n1".into(),
-            release: Version::new(1, 0, 0),
             seed: 1,
-            base: "/zkcron/test".into(),
-            connect: "127.0.0.1:2181".into(),
-            session_timeout: Duration::from_secs(10),
-            max_clock_skew: None,
-            labels: Default::default(),
-            host: "h".into(),
-            pid: 1,
-            started_at,
-            history_runs: 100,
-            acl: Default::default(),
-            bugs: NodeBugs::default(),
+            ..test_fixtures::config("n1")
         };
-        let now = Now {
-            mono: Duration::ZERO,
-            wall: started_at,
-        };
-        Node::new(cfg, now)
+        Node::new(cfg, test_fixtures::at(0))
     }
 
     fn info(id: &str, seed: u64) -> MemberInfo {
