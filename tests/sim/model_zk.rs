@@ -399,7 +399,8 @@ impl ModelZk {
             }
             ZkOp::Check { path, version } => {
                 let node = self.nodes.get(path).ok_or(ZkFail::NoNode)?;
-                if node.stat.version != *version {
+                // Version -1 checks only that the znode exists, as ZooKeeper's check does.
+                if *version != -1 && node.stat.version != *version {
                     return Err(ZkFail::BadVersion);
                 }
                 Ok((ZkOk::Done, None))

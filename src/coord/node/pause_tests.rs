@@ -133,6 +133,70 @@ fn a_pause_mark_already_there_keeps_its_reason_and_the_failed_result_is_stored_a
     assert!(!said.iter().any(|s| s.contains("task paused:")), "{said:?}");
 }
 
+/// Seed 126 of the pooled simulation (for a task's run likewise): an end's write found the
+/// mark there (NodeExists), and an operator's resume landed before the write was sent again.
+/// The failure is stored with a mark all the same: the second write checks the mark, finds it
+/// gone, and the third creates it again with the result.
+#[test]
+fn a_failed_runs_end_written_again_after_a_resume_pauses_the_task_again() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let paused = format!("{BASE}/control/paused/t");
+    let data = serde_json::to_vec(&mark("ops@host", "maintenance window")).unwrap();
+    store.znodes.insert(paused.clone(), (data, Stat::default()));
+
+    // The first write fails on the mark; the resume deletes it before the node hears so.
+    let resumed = paused.clone();
+    let answer: Answering = Box::new(move |zk, store| {
+        let ZkOp::Multi(ops) = zk else { return None };
+        let creates_mark = |op: &ZkOp| matches!(op, ZkOp::Create { path, .. } if *path == resumed);
+        if !ops.iter().any(creates_mark) || !store.znodes.contains_key(&resumed) {
+            return None;
+        }
+        let result = store.apply(zk, at(100));
+        store.znodes.remove(&resumed);
+        Some(result)
+    });
+    let request = Request::RunEnded {
+        task: "t".into(),
+        result: failed(),
+    };
+    let first = serve_with(
+        &mut node,
+        &mut store,
+        at(100),
+        [self::request(900, request)],
+        Timers::Leave,
+        answer,
+    );
+    let later = serve_with(
+        &mut node,
+        &mut store,
+        at(1_000),
+        [],
+        Timers::Fire,
+        Box::new(|_, _| None),
+    );
+    assert!(
+        matches!(later.answers.get(&900), Some(Ok(Answered::Done))),
+        "{:?} {:?}",
+        first.said,
+        later.said
+    );
+    let checks = first.calls.iter().filter(|zk| {
+        matches!(zk, ZkOp::Multi(ops) if ops.iter().any(|op| matches!(op, ZkOp::Check { path, version: -1 } if *path == paused)))
+    });
+    assert_eq!(checks.count(), 1, "{:?}", first.calls);
+    assert_eq!(stored_result_tick(&store), Some(TICK));
+    let stored = stored_mark(&store).expect("the failure is stored with its pause");
+    assert_eq!(stored.by, "zkcron@n1");
+    assert!(
+        later.said.iter().any(|s| s.contains("task paused:")),
+        "{:?}",
+        later.said
+    );
+}
+
 #[test]
 fn a_run_without_a_pause_writes_no_mark() {
     let mut store = Store::default();

@@ -12,6 +12,8 @@
 //! is the oldest of the held units' (so each item's missed ticks are caught up per
 //! `catch_up`), runs elsewhere never hold a node's run back (`overlap` applies per node run).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::claim::ClaimKind;
@@ -21,7 +23,9 @@ use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
 
-/// A record that keeps changing under a claim is left out after this many conflicts.
+/// A unit whose record keeps changing under a claim is left out after this many conflicts
+/// of its own (counted per unit: a resume moves every unit's record at once, and each unit is
+/// read again and claimed).
 const POOL_CONFLICTS: u8 = 3;
 
 /// What a request on a pooled task asks once the held units' records are read.
@@ -33,7 +37,8 @@ pub(crate) enum PoolAsk {
         tick: DateTime<Utc>,
         intent: ClaimIntent,
         kind: ClaimKind,
-        conflicts: u8,
+        /// The conflicts so far, per unit.
+        conflicts: BTreeMap<String, u8>,
     },
     /// The oldest fire record of the held units.
     LastClaimed,
@@ -225,7 +230,7 @@ impl Node {
         job: PoolJob,
         tick: DateTime<Utc>,
         (intent, kind): (ClaimIntent, ClaimKind),
-        conflicts: u8,
+        conflicts: BTreeMap<String, u8>,
     ) {
         let mut parts = Vec::new();
         let mut ops = Vec::new();
@@ -475,8 +480,9 @@ impl Node {
         let PoolAsk::Claim { conflicts, .. } = &mut job.ask else {
             unreachable!("a claim's multi-op");
         };
-        *conflicts += 1;
-        let conflicts = *conflicts;
+        let count = conflicts.entry(unit.clone()).or_default();
+        *count += 1;
+        let conflicts = *count;
         if at < 2 {
             let path = self.paths.lease(&unit);
             self.call(

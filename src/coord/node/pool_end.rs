@@ -34,8 +34,20 @@ pub(crate) struct PoolEnd {
     outstanding: usize,
     attempts: u32,
     delay: Duration,
-    /// The failed run's pause is found stored (`pause_on_failure`): the writes leave it out.
+    /// The failed run's pause was found stored (`pause_on_failure`): the writes check that it
+    /// is still there instead of creating it.
     pause_found: bool,
+}
+
+impl PoolEnd {
+    /// How the next write carries the failed run's pause.
+    fn pause(&self) -> PauseStored {
+        if self.pause_found {
+            PauseStored::Found
+        } else {
+            PauseStored::Created
+        }
+    }
 }
 
 impl Node {
@@ -163,9 +175,9 @@ impl Node {
         }
         // The chained runs' requests go with the results: a stored success always has them.
         ops.extend(end.chain.iter().cloned());
-        if !end.pause_found && !self.cfg.bugs.pause_apart {
-            // A failed run's pause goes with its end.
-            ops.extend(self.pause_create(&end.task, &end.result));
+        if !self.cfg.bugs.pause_apart {
+            // A failed run's pause goes with its end: created, or checked to be there still.
+            ops.extend(self.pause_op(&end.task, &end.result, end.pause()));
         }
         if ops.is_empty() {
             return self.pool_end_done(end);
@@ -206,11 +218,21 @@ impl Node {
                 self.pool_end_attempt(end);
             }
             Err(ZkFail::Multi { index, error })
-                if *error == ZkFail::NodeExists && self.is_pause_create(&ops[index]) =>
+                if self.pause_retry(&ops[index], &error).is_some() =>
             {
-                // The task is paused already: its mark stays; the rest without it.
-                end.pause_found = true;
-                self.pool_end_attempt(end);
+                // The task is paused already: its mark stays, checked to be there with the
+                // rest. Or a check found the mark gone (a resume landed since an attempt found
+                // it): created again with the failure, after a delay (bounded attempts).
+                let stored = self.pause_retry(&ops[index], &error).expect("matched");
+                end.pause_found = stored == PauseStored::Found;
+                if end.pause_found {
+                    return self.pool_end_attempt(end);
+                }
+                let error = CoordError::ZooKeeper {
+                    context: "recording the run result".into(),
+                    message: "the task was resumed since its mark was found".into(),
+                };
+                self.pool_end_failed(end, error);
             }
             Err(ZkFail::Multi { index, error }) => {
                 match &ops[index] {
@@ -300,11 +322,7 @@ impl Node {
         for unit in &end.units {
             self.own_runs.remove(&self.paths.run(unit, end.result.tick));
         }
-        let stored = if end.pause_found {
-            PauseStored::Found
-        } else {
-            PauseStored::Created
-        };
+        let stored = end.pause();
         match self.pause_create(&end.task, &end.result) {
             Some(pause) if self.cfg.bugs.pause_apart && !end.pause_found => {
                 // The bug the simulation shows: the pause in a call of its own, after the end.

@@ -201,6 +201,35 @@ fn a_unit_whose_record_covers_the_tick_is_left_out_of_the_claim() {
     assert!(!store.znodes.contains_key(&format!("{path}/run-{TICK}")));
 }
 
+/// Seed 439 of the pooled simulation: a resume moved every unit's record (four items, more
+/// than a claim's conflicts allowed in all), so the claim conflicted once on each unit in
+/// turn; the fourth unit was left out and its tick never claimed. Conflicts count per unit:
+/// each unit is read again and claimed.
+#[test]
+fn a_pooled_claim_after_a_resume_moved_every_units_record_claims_every_unit() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 4")]);
+    for item in 0..4 {
+        let path = format!("{BASE}/tasks/p@{item}");
+        let mut resumed = FireRecord::empty();
+        resumed.tick = Some(tick() - chrono::TimeDelta::seconds(10));
+        let version = store.znodes[&path].1.version;
+        let stat = Stat {
+            version: version + 1,
+            ..Stat::default()
+        };
+        store
+            .znodes
+            .insert(path, (serde_json::to_vec(&resumed).unwrap(), stat));
+    }
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    let every: Vec<String> = (0..4).map(|item| item.to_string()).collect();
+    assert_eq!(answer, Answered::ClaimedItems(every));
+    for item in 0..4 {
+        assert_eq!(record_of(&store, &format!("p@{item}")).tick, Some(tick()));
+    }
+}
+
 #[test]
 fn a_unit_whose_lease_another_session_holds_is_fenced_out_of_the_claim() {
     let mut store = Store::default();

@@ -335,6 +335,7 @@ impl Node {
             let mut end = super::trigger::End::new(req, &task, &result, &release);
             end.chain = chain;
             end.pause = PauseNote::of(self.task_of(&task), &result);
+            end.pause_create = self.pause_create(&task, &result);
             let entry = HistoryEntry::of_run(&task, &result, &release);
             // A task that runs on every node has no history of its own: its units have.
             let history = self.unit_of(&task).into_owned();
@@ -499,6 +500,15 @@ impl Node {
                 );
             }
             Err(ZkFail::Multi { index, error })
+                if index >= chain_index
+                    && job
+                        .chain
+                        .get(index - chain_index)
+                        .is_some_and(|op| self.pause_retry(op, &error).is_some()) =>
+            {
+                self.write_pause_again(job, index - chain_index, &error);
+            }
+            Err(ZkFail::Multi { index, error })
                 if index >= chain_index && *error == ZkFail::NodeExists =>
             {
                 self.write_without_chain(job);
@@ -540,15 +550,32 @@ impl Node {
     }
 
     /// A create that goes with the result exists: a chained run's request, made with the
-    /// others by an earlier attempt of this write whose answer was lost; or the pause of a task
-    /// paused already, whose mark stays as it is. Writes the rest without them.
+    /// others by an earlier attempt of this write whose answer was lost. Writes the rest
+    /// without them.
     fn write_without_chain(&mut self, mut job: RunEndedJob) {
-        if job.result.pause.is_none() {
-            self.report(Level::Debug, "the chained runs were requested already")
-                .field("task", &job.task);
-        }
+        self.report(Level::Debug, "the chained runs were requested already")
+            .field("task", &job.task);
         job.chain.clear();
         self.write_result(job);
+    }
+
+    /// The pause op `chain[at]` failed with `error`: a mark found there is checked to be there
+    /// still with the result (at once); a mark gone since (a resume landed between two
+    /// attempts) is created again with it, after a delay (the attempts are bounded).
+    fn write_pause_again(&mut self, mut job: RunEndedJob, at: usize, error: &ZkFail) {
+        let stored = self.pause_retry(&job.chain[at], error).expect("a pause op");
+        let create = self
+            .pause_create(&job.task, &job.result)
+            .expect("a failed run's");
+        self.replace_pause_op(&mut job.chain, &create, stored);
+        if stored == PauseStored::Found {
+            return self.write_result(job);
+        }
+        let error = CoordError::ZooKeeper {
+            context: "recording the run result".into(),
+            message: "the task was resumed since its mark was found".into(),
+        };
+        self.run_ended_failed(job, error);
     }
 
     pub(super) fn run_ended_done(&mut self, job: RunEndedJob) {
@@ -566,10 +593,9 @@ impl Node {
         ) {
             // The bug the simulation shows: the pause in a call of its own, after the end.
             self.call(pause, Then::Trigger(super::trigger::Step::Delete));
-        } else if !job.chain.is_empty() || note.is_none() {
-            self.report_pause(note.as_ref(), PauseStored::Created);
         } else {
-            self.report_pause(note.as_ref(), PauseStored::Found);
+            let stored = self.pause_stored_by(&job.chain);
+            self.report_pause(note.as_ref(), stored);
         }
         self.answer(job.req, Ok(Answered::Done));
         // After the result, without holding up the answer (firing never waits for it).

@@ -178,7 +178,10 @@ impl Store {
                 None => Err(ZkFail::NoNode),
             },
             ZkOp::Check { path, version } => match self.znodes.get(path) {
-                Some(znode) if znode.1.version != *version => Err(ZkFail::BadVersion),
+                // Version -1 checks only that the znode exists, as ZooKeeper's check does.
+                Some(znode) if *version != -1 && znode.1.version != *version => {
+                    Err(ZkFail::BadVersion)
+                }
                 Some(znode) => Ok(ZkOk::Stat(znode.1)),
                 None => Err(ZkFail::NoNode),
             },

@@ -90,6 +90,8 @@ pub(crate) struct End {
     pub(super) chain: Vec<ZkOp>,
     /// The pause the end carries (`pause_on_failure`), in `chain`, for the report.
     pub(super) pause: Option<super::mark::PauseNote>,
+    /// The create of that pause's mark, to send again when a resume removed a mark found.
+    pub(super) pause_create: Option<ZkOp>,
     tries: u8,
 }
 
@@ -104,6 +106,7 @@ impl End {
             reason,
             chain: Vec::new(),
             pause: None,
+            pause_create: None,
             tries: 0,
         }
     }
@@ -123,13 +126,9 @@ impl End {
 
 impl Node {
     /// Reports the pause a manual run's (backfill tick's) stored end carried: made by the end's
-    /// write, or found there (the create then left out of `chain`).
+    /// write, or found there (the create then a check in `chain`).
     pub(super) fn report_end_pause(&mut self, end: &End) {
-        let stored = if end.chain.is_empty() {
-            super::mark::PauseStored::Found
-        } else {
-            super::mark::PauseStored::Created
-        };
+        let stored = self.pause_stored_by(&end.chain);
         self.report_pause(end.pause.as_ref(), stored);
     }
 
@@ -628,6 +627,23 @@ impl Node {
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
                 self.answer(end.req, Ok(Answered::Done))
+            }
+            Err(ZkFail::Multi { index, error })
+                if index >= 1
+                    && end
+                        .chain
+                        .get(index - 1)
+                        .is_some_and(|op| self.pause_retry(op, &error).is_some()) =>
+            {
+                // A mark found there is checked to be there still with the end; a mark gone
+                // since (a resume landed) is created again with it. Read, then write again.
+                let stored = self
+                    .pause_retry(&end.chain[index - 1], &error)
+                    .expect("a pause op");
+                let create = end.pause_create.clone().expect("a failed run's");
+                self.replace_pause_op(&mut end.chain, &create, stored);
+                let path = self.paths.trigger(&end.name);
+                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
             }
             Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
                 // The chained runs were requested by an earlier write whose answer was lost.

@@ -118,7 +118,7 @@ impl Node {
                     tick,
                     intent,
                     kind: ClaimKind::Fresh,
-                    conflicts: 0,
+                    conflicts: Default::default(),
                 };
                 self.pool_request(req, task, ask)
             }
@@ -127,7 +127,7 @@ impl Node {
                     tick,
                     intent: ClaimIntent::Run,
                     kind: ClaimKind::Rerun,
-                    conflicts: 0,
+                    conflicts: Default::default(),
                 };
                 self.pool_request(req, task, ask)
             }
