@@ -64,17 +64,19 @@ impl Node {
     /// The pooled tasks' counts of units gained (see [`crate::coord::Leadership::gained`]):
     /// one more for each task published before and again in `tasks` whose held units grew.
     fn count_gains(&mut self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, u64> {
-        let held: BTreeSet<String> = self
+        let held: BTreeSet<(String, i32)> = self
             .tasks
             .held_leases()
-            .map(|(lease, _)| lease)
-            .filter(|lease| lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task)))
-            .cloned()
+            .filter(|(lease, _)| {
+                lease::split_unit(lease).is_some_and(|(task, _)| self.pooled(task))
+            })
+            .map(|(lease, epoch)| (lease.clone(), epoch))
             .collect();
         let mut gained = (*self.leadership.gained).clone();
+        // A unit taken again since (a new incarnation) counts as gained too.
         let grown: BTreeSet<&str> = held
             .difference(&self.published_units)
-            .map(|unit| self.task_of(unit))
+            .map(|(unit, _)| self.task_of(unit))
             .filter(|task| self.leadership.tasks.contains(*task) && tasks.contains(*task))
             .collect();
         for task in grown {
@@ -89,7 +91,7 @@ impl Node {
     /// [`Node::count_gains`] just noted as published).
     fn items_held(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, usize> {
         let mut held = BTreeMap::new();
-        for unit in &self.published_units {
+        for (unit, _) in &self.published_units {
             let task = self.task_of(unit);
             if tasks.contains(task) {
                 *held.entry(task.to_string()).or_default() += 1;

@@ -367,9 +367,9 @@ pub struct Node {
     pool_runs: BTreeMap<(String, DateTime<Utc>), Vec<String>>,
     /// The ends of pooled runs reading their units' results, by request.
     pool_ends: BTreeMap<ReqId, pool_end::PoolEnd>,
-    /// The units of pooled tasks held at the last publication (a unit gained since counts in
-    /// [`Leadership::gained`]).
-    published_units: BTreeSet<String>,
+    /// The units of pooled tasks held at the last publication, with their lease incarnations
+    /// (a unit gained or taken again since counts in [`Leadership::gained`]).
+    published_units: BTreeSet<(String, i32)>,
     /// The pooled tasks' orphan checks in flight, and the lost runs they found.
     orphan_checks: pool_orphan::OrphanChecks,
     /// Counts of other nodes' live runs in flight, by request.

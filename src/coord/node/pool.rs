@@ -12,7 +12,7 @@
 //! is the oldest of the held units' (so each item's missed ticks are caught up per
 //! `catch_up`), runs elsewhere never hold a node's run back (`overlap` applies per node run).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
@@ -39,6 +39,10 @@ pub(crate) enum PoolAsk {
         kind: ClaimKind,
         /// The conflicts so far, per unit.
         conflicts: BTreeMap<String, u8>,
+        /// Of a claim the daemon asked from its plan: the units, with their lease
+        /// incarnations, that its last read of the fire record covered when it asked (see
+        /// [`super::tasks::TaskState::planned`]); only those are claimed. `None`: a rerun's.
+        plan: Option<BTreeSet<(String, i32)>>,
     },
     /// The oldest fire record of the held units.
     LastClaimed,
@@ -119,7 +123,11 @@ impl Node {
             return;
         };
         let claim = matches!(job.ask, PoolAsk::Claim { .. });
+        let planning = matches!(job.ask, PoolAsk::LastClaimed);
         let units = self.held_units(&job.task);
+        if planning {
+            self.plan_units(&units);
+        }
         if claim && (!self.firing() || self.stopping || units.is_empty()) {
             return self.pool_answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
         }
@@ -198,12 +206,7 @@ impl Node {
                 let oldest = records.iter().filter_map(|r| r.queued).min();
                 self.answer(req, Ok(Answered::Tick(oldest)));
             }
-            PoolAsk::Claim {
-                tick,
-                intent,
-                kind,
-                conflicts,
-            } => self.send_pool_claim(job, tick, (intent, kind), conflicts),
+            PoolAsk::Claim { .. } => self.send_pool_claim(job),
             PoolAsk::Resolve { tick, parts, why } => self.pool_resolved(job, tick, parts, why),
         }
     }
@@ -225,13 +228,17 @@ impl Node {
 
     /// The claim's multi-op over the held units whose record is before `tick` (a rerun's:
     /// whose run of `tick` was lost).
-    fn send_pool_claim(
-        &mut self,
-        job: PoolJob,
-        tick: DateTime<Utc>,
-        (intent, kind): (ClaimIntent, ClaimKind),
-        conflicts: BTreeMap<String, u8>,
-    ) {
+    fn send_pool_claim(&mut self, job: PoolJob) {
+        let PoolAsk::Claim {
+            tick,
+            intent,
+            kind,
+            ref plan,
+            ..
+        } = job.ask
+        else {
+            unreachable!("a claim's multi-op");
+        };
         let mut parts = Vec::new();
         let mut ops = Vec::new();
         let mut newest: Option<DateTime<Utc>> = None;
@@ -240,6 +247,13 @@ impl Node {
             else {
                 continue;
             };
+            if plan
+                .as_ref()
+                .is_some_and(|plan| !plan.contains(&(unit.clone(), epoch)))
+            {
+                // Taken since the daemon read the record: its missed ticks are planned first.
+                continue;
+            }
             let Some((record, version)) = self.tasks.get(unit).and_then(|s| s.record.clone())
             else {
                 continue;
@@ -275,21 +289,31 @@ impl Node {
             };
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
-        let ask = PoolAsk::Claim {
-            tick,
-            intent,
-            kind,
-            conflicts,
-        };
         let sent = self.now.wall;
-        self.call(
-            ZkOp::Multi(ops),
-            Then::PoolMulti {
-                job: PoolJob { ask, ..job },
-                parts,
-                sent,
-            },
-        );
+        self.call(ZkOp::Multi(ops), Then::PoolMulti { job, parts, sent });
+    }
+
+    /// The daemon reads a pooled task's fire record over `units`: its plan covers them in
+    /// their lease incarnations of now.
+    fn plan_units(&mut self, units: &[String]) {
+        for unit in units {
+            if let Some(epoch) = self.tasks.held(unit) {
+                self.tasks.state_mut(unit).planned = Some(epoch);
+            }
+        }
+    }
+
+    /// The held units of `task` that the daemon's last read of its fire record covered, in
+    /// the incarnations it covered (see [`super::tasks::TaskState::planned`]).
+    pub(super) fn planned_units(&self, task: &str) -> BTreeSet<(String, i32)> {
+        self.held_units(task)
+            .into_iter()
+            .filter_map(|unit| {
+                let epoch = self.tasks.held(&unit)?;
+                let planned = self.tasks.get(&unit)?.planned;
+                (planned == Some(epoch)).then_some((unit, epoch))
+            })
+            .collect()
     }
 
     /// The record `unit`'s part of a claim of `tick` writes over `view`.

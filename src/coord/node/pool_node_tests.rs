@@ -230,6 +230,50 @@ fn a_pooled_claim_after_a_resume_moved_every_units_record_claims_every_unit() {
     }
 }
 
+/// Seed 505 of the pooled simulation: the daemon asked for tick 15 from a fire record read
+/// over unit 0 (record 10); unit 1, gained meanwhile with record 5, was claimed at 15 with
+/// the rest, and its tick 10 was never claimed. A unit gained since the daemon last read the
+/// record is left out of the daemon's claims until it reads the record again (its gain makes
+/// it do so); then the oldest record plans the unit's missed tick first.
+#[test]
+fn a_unit_gained_after_the_daemon_read_the_record_is_claimed_from_its_own_record() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
+    let earlier = tick() - chrono::TimeDelta::seconds(60);
+    let path = format!("{BASE}/tasks/p@1");
+    let mut behind = FireRecord::empty();
+    behind.tick = Some(earlier - chrono::TimeDelta::seconds(60));
+    let version = store.znodes[&path].1.version;
+    let stat = Stat {
+        version: version + 1,
+        ..Stat::default()
+    };
+    store
+        .znodes
+        .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
+    node.forget_record("p@1");
+    // Unit 1 is new to the daemon's plan: taken since its last read.
+    node.tasks.state_mut("p@1").planned = None;
+
+    let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
+    assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "2".into()]));
+    assert_eq!(record_of(&store, "p@1").tick, behind.tick);
+
+    // The daemon reads the record again: the oldest, unit 1's, plans its missed tick.
+    let read = Request::LastClaimed { task: "p".into() };
+    let last = ask_at(&mut node, &mut store, at(200), read);
+    assert_eq!(last, Answered::Tick(behind.tick));
+    let missed = Request::Claim {
+        task: "p".into(),
+        tick: earlier,
+        intent: ClaimIntent::Run,
+    };
+    let answer = ask_at(&mut node, &mut store, at(300), missed);
+    assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
+    let again = ask_at(&mut node, &mut store, at(400), claim(ClaimIntent::Run));
+    assert_eq!(again, Answered::ClaimedItems(vec!["1".into()]));
+}
+
 #[test]
 fn a_unit_whose_lease_another_session_holds_is_fenced_out_of_the_claim() {
     let mut store = Store::default();

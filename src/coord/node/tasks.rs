@@ -74,6 +74,11 @@ pub(crate) struct TaskState {
     pub(super) recreated: bool,
     /// A run's result held for the claim of the tick queued behind it (`queued_start`).
     pub(super) held_result: Option<super::runs::RunEndedJob>,
+    /// Of a pooled task's unit: the lease incarnation (epoch) it was held in when the daemon
+    /// last read its task's fire record. The daemon's claims cover the unit only in that
+    /// incarnation: a unit taken since may have missed ticks that the daemon's plan has not
+    /// seen, and its gain makes the daemon read the record again first.
+    pub(super) planned: Option<i32>,
 }
 
 impl Default for Lease {

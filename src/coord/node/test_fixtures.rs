@@ -312,11 +312,29 @@ pub(super) fn connected(tasks: Vec<TaskSpec>) -> Node {
     node
 }
 
-/// [`connected`], run until quiet at 0: the node and its reports.
+/// [`connected`], run until quiet at 0: the node and its reports. Then, as the daemon does
+/// for each task it comes to lead, the fire record of each pooled task it leads is read.
 pub(super) fn started(store: &mut Store, tasks: Vec<TaskSpec>) -> (Node, Vec<String>) {
     let mut node = connected(tasks);
     let said = pump(&mut node, store, at(0));
+    plan_pooled(&mut node, store, at(0));
     (node, said)
+}
+
+/// Reads the fire record of each pooled task the node leads (`LastClaimed`), as the daemon
+/// does when it comes to lead one and when it gains a unit: its claims cover the units held
+/// then.
+pub(super) fn plan_pooled(node: &mut Node, store: &mut Store, now: Now) {
+    let led: Vec<String> = node
+        .leadership()
+        .tasks
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let pooled: Vec<String> = led.into_iter().filter(|task| node.pooled(task)).collect();
+    for task in pooled {
+        serve_request(node, store, now, Request::LastClaimed { task });
+    }
 }
 
 /// The leases in `store`, by task or unit.

@@ -119,6 +119,7 @@ impl Node {
                     intent,
                     kind: ClaimKind::Fresh,
                     conflicts: Default::default(),
+                    plan: Some(self.planned_units(&task)),
                 };
                 self.pool_request(req, task, ask)
             }
@@ -128,6 +129,7 @@ impl Node {
                     intent: ClaimIntent::Run,
                     kind: ClaimKind::Rerun,
                     conflicts: Default::default(),
+                    plan: None,
                 };
                 self.pool_request(req, task, ask)
             }
