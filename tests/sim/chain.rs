@@ -79,6 +79,7 @@ impl Sim<'_> {
         tick: DateTime<Utc>,
     ) {
         self.stats.chained_skipped += 1;
+        self.check.chained_skipped.insert(fire_id.clone());
         let result = RunResult {
             tick,
             node: self.procs[n].id.clone(),
@@ -95,8 +96,10 @@ impl Sim<'_> {
         self.ask(n, request, Asked::RunEnded);
     }
 
-    /// At the end: every chained run a stored success requested ran, or its trigger shows
-    /// that the node that claimed it died (still running, or ended as lost). A request made in
+    /// At the end: every chained run a stored success requested ran, or was claimed and
+    /// skipped because its task was paused (seed 17006: an operator's pause, which the check
+    /// did not count), or its trigger shows that the node that claimed it died (still running,
+    /// or ended as lost). A request made in
     /// the last [`SETTLE_MS`], or of a task no node leads at the end (none eligible: it waits,
     /// as documented), is not held to it.
     pub(crate) fn check_chains(&mut self) {
@@ -117,6 +120,7 @@ impl Sim<'_> {
                 .as_deref()
                 .is_some_and(|c| self.check.failure_paused_at(super::drive::task_ix(c), at));
             if self.check.chained_runs.contains_key(&fire_id)
+                || self.check.chained_skipped.contains(&fire_id)
                 || !led
                 || failure_paused
                 || at + SETTLE_MS > self.sc.end

@@ -297,6 +297,10 @@ impl Node {
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
             ClaimReply::NotLeader => {
+                if let Some(known) = self.backfills.get(&job.name) {
+                    let unit = self.unit_of(&known.record.task).into_owned();
+                    self.check_refused_lease(unit);
+                }
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
             }
             ClaimReply::SessionExpired => self.answer(

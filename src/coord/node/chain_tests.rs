@@ -4,7 +4,7 @@
 use super::*;
 use crate::coord::node::io::Answered;
 use crate::coord::records::TriggerRecord;
-use crate::coord::{ClaimIntent, RunResult};
+use crate::coord::{ClaimIntent, ClaimOutcome, RunResult, Trigger};
 
 fn ended(success: bool) -> RunResult {
     let tick = DateTime::from_timestamp(TICK, 0).unwrap();
@@ -205,3 +205,42 @@ fn a_failed_pooled_run_requests_no_chained_run() {
 // The other write a run's end may carry: a failed run's pause.
 #[path = "pause_tests.rs"]
 mod pause_tests;
+
+/// Seed 4070 of the simulation: a stranger changed the epoch of `t01`, a chained child whose
+/// schedule gave it no scheduled claim for a while. Its chained run's claim failed on the
+/// epoch, was answered "not leader", and was sent again with the same epoch for ever, the
+/// lease kept. A request's claim refused on the lease or epoch now asks whose the lease is,
+/// as a scheduled claim does: the node gives it up, takes it again, and claims the request.
+#[test]
+fn a_requests_claim_refused_on_a_changed_epoch_takes_the_lease_again_and_claims() {
+    let mut store = Store::default();
+    let name = "t@after-p@1767225600";
+    let path = format!("{BASE}/control/triggers/{name}");
+    let pending = serde_json::to_vec(&pending_trigger("t", tick())).unwrap();
+    store
+        .znodes
+        .insert(path.clone(), (pending, Stat::default()));
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    // A stranger's write to the epoch: the version this node's take set is gone.
+    let epoch = format!("{BASE}/tasks/t/epoch");
+    store.znodes.get_mut(&epoch).unwrap().1.version += 7;
+    let trigger = Trigger {
+        fire_id: name.into(),
+        requested_at: tick(),
+    };
+    let claim = || Request::ClaimManual {
+        task: "t".into(),
+        trigger: trigger.clone(),
+    };
+    let refused = ask_at(&mut node, &mut store, at(100), claim());
+    assert_eq!(refused, Answered::Claim(ClaimOutcome::NotLeader));
+    // The node gives the lease up and takes it again (its timers run as the driver's do).
+    for ms in (200..5_000).step_by(100) {
+        pump(&mut node, &mut store, at(ms));
+    }
+    assert!(node.leadership().tasks.iter().any(|t| &**t == "t"));
+    let claimed = ask_at(&mut node, &mut store, at(5_000), claim());
+    assert_eq!(claimed, Answered::Claim(ClaimOutcome::Claimed));
+    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    assert_eq!(running.state, crate::coord::records::TriggerState::Running);
+}

@@ -508,11 +508,7 @@ impl Node {
         *count += 1;
         let conflicts = *count;
         if at < 2 {
-            let path = self.paths.lease(&unit);
-            self.call(
-                ZkOp::Exists { path },
-                Then::PoolLeaseCheck { unit: unit.clone() },
-            );
+            self.check_refused_lease(unit.clone());
         }
         self.forget_record(&unit);
         if at != 2 || conflicts > POOL_CONFLICTS {
@@ -522,10 +518,6 @@ impl Node {
         let units = std::mem::take(&mut job.units);
         self.pools.insert(req, job);
         self.read_pool_records(req, units);
-    }
-
-    pub(super) fn on_pool_lease_check(&mut self, unit: String, result: Result<ZkOk, ZkFail>) {
-        self.claim_found_lease(&unit, result);
     }
 
     // ---- unknown outcomes ----

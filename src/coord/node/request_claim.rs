@@ -68,6 +68,20 @@ impl Node {
         true
     }
 
+    /// A claim of `task` (a request's, or a pooled claim's on one unit) failed on its lease or
+    /// epoch: whose the lease is decides, as for a scheduled claim, whether this node gives it
+    /// up and takes it again (only the epoch changed: a stranger's write, or `tasks/` deleted
+    /// and recreated) or counts it lost. Without it, a task whose epoch changed and that no
+    /// scheduled claim comes to (a chained child without a schedule) is refused for ever.
+    pub(super) fn check_refused_lease(&mut self, unit: String) {
+        let path = self.paths.lease(&unit);
+        self.call(ZkOp::Exists { path }, Then::RefusedLeaseCheck { unit });
+    }
+
+    pub(super) fn on_refused_lease_check(&mut self, unit: String, result: Result<ZkOk, ZkFail>) {
+        self.claim_found_lease(&unit, result);
+    }
+
     /// Reads the request at `path` again after a `sync`, so the read sees the claim if it was
     /// applied; `false` (nothing sent) without a session.
     pub(super) fn reread_request(&mut self, path: String, then: Then) -> bool {

@@ -214,8 +214,9 @@ pub(super) enum Then {
         /// When it was sent, by the local clock (its reply measures the skew).
         sent: DateTime<Utc>,
     },
-    /// A pooled claim failed on one unit's lease or epoch: asking whose the lease is.
-    PoolLeaseCheck { unit: String },
+    /// A claim (a pooled one on one unit, or a request's) failed on the lease or epoch of
+    /// `unit`: asking whose the lease is.
+    RefusedLeaseCheck { unit: String },
     /// Reading one unit's stored result before recording a pooled run's end.
     PoolResultRead { req: ReqId, unit: String },
     /// Recording a pooled run's end: these ops in one multi.
@@ -296,7 +297,7 @@ impl Node {
             Then::WithheldRun { path } => self.on_withheld_run_deleted(path, result),
             then @ (Then::PoolRecord { .. }
             | Then::PoolMulti { .. }
-            | Then::PoolLeaseCheck { .. }
+            | Then::RefusedLeaseCheck { .. }
             | Then::PoolResultRead { .. }
             | Then::PoolResultWrite { .. }) => self.on_pool_reply(then, result),
             then => self.on_task_reply(then, result),
@@ -364,7 +365,7 @@ impl Node {
         match then {
             Then::PoolRecord { req, unit } => self.on_pool_record(req, unit, result),
             Then::PoolMulti { job, parts, sent } => self.on_pool_multi(job, parts, sent, result),
-            Then::PoolLeaseCheck { unit } => self.on_pool_lease_check(unit, result),
+            Then::RefusedLeaseCheck { unit } => self.on_refused_lease_check(unit, result),
             Then::PoolResultRead { req, unit } => self.on_pool_result_read(req, unit, result),
             Then::PoolResultWrite { end, ops } => self.on_pool_result_write(end, ops, result),
             other => unreachable!("not a pool reply: {other:?}"),

@@ -398,8 +398,9 @@ impl Node {
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
             ClaimReply::NotLeader => {
-                // The lease checks of scheduled claims deal with the lease itself.
                 self.manual_sent.remove(&name);
+                let unit = self.unit_of(&new.task).into_owned();
+                self.check_refused_lease(unit);
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
             }
             ClaimReply::SessionExpired => {
