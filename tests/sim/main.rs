@@ -256,9 +256,13 @@
 //! # Running and replaying
 //!
 //! `cargo test --test sim` runs the default number of scenarios (seeds `0..N` in four shards,
-//! one test each). Environment:
+//! one test each), of every kind in proportion (`ScenarioKind`: of every 20 seeds, 12 plain,
+//! 3 with pooled tasks, 3 with tasks that run on every node, 2 of the queued kind, where most
+//! tasks have `overlap = "queue"`); each shard prints its count of each kind. The tests of
+//! one kind (`pools::`, `every_node::`, `queued::`) run a fixed number of their own beside
+//! the deliberate bugs of that kind. Environment:
 //!
-//! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios instead.
+//! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios in the shards instead, of every kind.
 //! - `ZKCRON_SIM_SEED=S`: run scenario `S` alone and print its report (scenario, violations, the
 //!   last events); with `ZKCRON_SIM_TRACE=1`, every event, call, reply and input. A failure
 //!   prints the line to use: `ZKCRON_SIM_SEED=S cargo test --test sim simulated_clusters --
@@ -270,7 +274,9 @@
 //!   `ZKCRON_SIM_LASTING_DRAINS`, `ZKCRON_SIM_OVERLAP_SKIP` (`overlap` drawn),
 //!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
 //!   task also runs after the first: `chain.rs`), `ZKCRON_SIM_PAUSE_ON_FAILURE`
-//!   (`pause_failure.rs`). A failure's replay line sets them all.
+//!   (`pause_failure.rs`); and the kinds' switches `ZKCRON_SIM_POOLS`, `ZKCRON_SIM_EVERY_NODE`,
+//!   `ZKCRON_SIM_QUEUED` (by default as the seed's kind). A failure's replay line sets them
+//!   all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
@@ -454,11 +460,62 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_OVERLAP_QUEUE", |k| &mut k.overlap_queue),
     ("ZKCRON_SIM_CHAINS", |k| &mut k.chains),
     ("ZKCRON_SIM_PAUSE_ON_FAILURE", |k| &mut k.pause_on_failure),
+    ("ZKCRON_SIM_POOLS", |k| &mut k.pools),
+    ("ZKCRON_SIM_EVERY_NODE", |k| &mut k.every_node),
+    ("ZKCRON_SIM_QUEUED", |k| &mut k.queued),
 ];
 
-/// The default knobs, with the switches the environment sets.
-fn env_knobs() -> Knobs {
-    let mut knobs = Knobs::DEFAULT;
+/// The kinds of scenario the shards draw, in proportion: of every 20 seeds, 12 plain (the
+/// default knobs), 3 with pooled tasks, 3 with tasks that run on every node, 2 of the queued
+/// kind. The seed picks its kind, so a replay of one seed is the same scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ScenarioKind {
+    Plain,
+    Pooled,
+    EveryNode,
+    Queued,
+}
+
+impl ScenarioKind {
+    const ALL: [ScenarioKind; 4] = [
+        ScenarioKind::Plain,
+        ScenarioKind::Pooled,
+        ScenarioKind::EveryNode,
+        ScenarioKind::Queued,
+    ];
+
+    fn of_seed(seed: u64) -> ScenarioKind {
+        match seed % 20 {
+            0..12 => ScenarioKind::Plain,
+            12..15 => ScenarioKind::Pooled,
+            15..18 => ScenarioKind::EveryNode,
+            _ => ScenarioKind::Queued,
+        }
+    }
+
+    /// `base` with this kind's switch on.
+    pub(crate) fn knobs(self, base: Knobs) -> Knobs {
+        match self {
+            ScenarioKind::Plain => base,
+            ScenarioKind::Pooled => Knobs {
+                pools: true,
+                ..base
+            },
+            ScenarioKind::EveryNode => Knobs {
+                every_node: true,
+                ..base
+            },
+            ScenarioKind::Queued => Knobs {
+                queued: true,
+                ..base
+            },
+        }
+    }
+}
+
+/// The default knobs of `kind`, with the switches the environment sets.
+fn env_knobs(kind: ScenarioKind) -> Knobs {
+    let mut knobs = kind.knobs(Knobs::DEFAULT);
     for (name, knob) in KNOB_ENV {
         if let Some(value) = env_u64(name) {
             *knob(&mut knobs) = value != 0;
@@ -505,13 +562,16 @@ fn run_shard(shard: u64) {
     let reports = env_u64("ZKCRON_SIM_REPORTS").unwrap_or(3) as usize;
     let mut total = Stats::default();
     let mut failed: Vec<(u64, Kind)> = Vec::new();
+    let mut kinds: BTreeMap<ScenarioKind, u64> = BTreeMap::new();
     let count = seeds.len();
     for (done, seed) in seeds.into_iter().enumerate() {
         if done > 0 && done % PROGRESS_EVERY == 0 {
             // A long run says how far it is (seen with `--nocapture`).
             eprintln!("shard {shard}: {done} of {count} scenarios, failed so far: {failed:?}");
         }
-        let outcome = run_real(seed, env_knobs(), replay);
+        let kind = ScenarioKind::of_seed(seed);
+        *kinds.entry(kind).or_default() += 1;
+        let outcome = run_real(seed, env_knobs(kind), replay);
         total.add(&outcome.stats);
         if (replay || !outcome.violations.is_empty()) && failed.len() < reports {
             eprintln!("{}", outcome.report);
@@ -521,6 +581,11 @@ fn run_shard(shard: u64) {
         }
     }
     eprintln!("shard {shard}: {total:?}");
+    let per_kind: Vec<String> = ScenarioKind::ALL
+        .iter()
+        .map(|kind| format!("{kind:?} {}", kinds.get(kind).copied().unwrap_or(0)))
+        .collect();
+    eprintln!("shard {shard}: scenarios per kind: {}", per_kind.join(", "));
     assert!(
         failed.is_empty(),
         "{} scenario(s) violated an invariant (seed, first violation): {failed:?}",
@@ -580,8 +645,8 @@ fn hand_made_node(
     }
 }
 
-/// Runs the scenarios of a test of its own with `knobs` (seeds `0..count`, or
-/// `ZKCRON_SIM_SCENARIOS / SHARDS` of them, or the one seed of `ZKCRON_SIM_SEED`) and fails on
+/// Runs the scenarios of a test of its own with `knobs` (seeds `0..count`, or the one seed of
+/// `ZKCRON_SIM_SEED`; a long run draws each kind among the shards' scenarios) and fails on
 /// any violation, printing the first failing scenario's report; `what` names the scenarios'
 /// feature, and `is_unit` picks its units (checked as slots of their own), of which the
 /// scenarios must draw more than one each on average. Returns the scenarios' summed
@@ -592,7 +657,6 @@ fn run_unit_scenarios(
     what: &str,
     is_unit: fn(&TaskDef) -> bool,
 ) -> Stats {
-    let count = env_u64("ZKCRON_SIM_SCENARIOS").map_or(count, |n| n / SHARDS);
     let seeds: Vec<u64> = match env_u64("ZKCRON_SIM_SEED") {
         Some(seed) => vec![seed],
         None => (0..count).collect(),

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::checker::{Checker, ClaimRec, Kind, Violation};
 use crate::scenario::Knobs;
-use crate::{Ms, NodeIx, SessionId, TaskIx, env_u64, knob_env, run_real, secs};
+use crate::{Ms, NodeIx, ScenarioKind, SessionId, TaskIx, env_u64, knob_env, run_real, secs};
 use zkcron::coord::records::FireRecord;
 
 impl Checker {
@@ -69,14 +69,13 @@ impl Checker {
     }
 }
 
-/// Tasks with `overlap = "queue"` among every fault and operator's action: a tick queued behind
-/// a live run starts after it ended, at most one waits, and nothing runs twice.
+/// The queued kind of scenario (`Knobs::queued`: most tasks have `overlap = "queue"`) among
+/// every fault and operator's action: a tick queued behind a live run starts after it ended,
+/// at most one waits, and nothing runs twice. A long run draws this kind among the others
+/// (`ScenarioKind`).
 #[test]
 fn queued_overlap_holds_through_the_default_faults() {
-    let knobs = Knobs {
-        overlap_queue: true,
-        ..Knobs::DEFAULT
-    };
+    let knobs = ScenarioKind::Queued.knobs(Knobs::DEFAULT);
     let scenarios = env_u64("ZKCRON_SIM_QUEUE_SCENARIOS").unwrap_or(100);
     let mut started = 0;
     for seed in 0..scenarios {

@@ -115,6 +115,9 @@ pub(crate) struct Knobs {
     /// With `overlap_skip`, 30 % of the tasks that do not allow overlap get `queue` (checked:
     /// no run starts while another is live, at most one tick waits, a queued tick starts once).
     pub(crate) overlap_queue: bool,
+    /// The queued kind of scenario: besides the draws above, 60 % of the tasks that allow
+    /// overlap get `queue` too, so that most ticks due during a long run wait behind it.
+    pub(crate) queued: bool,
     /// 40 % of the tasks run on every node (`run_on = "every_node"`): each defining node's unit
     /// `<task>@<node-id>` is checked as a task of its own (its own slot in `Scenario::tasks`),
     /// so the checker counts (tick, node) pairs. Off in the default scenarios (their seeds stay
@@ -148,6 +151,7 @@ impl Knobs {
         lasting_drains: false,
         overlap_skip: false,
         overlap_queue: false,
+        queued: false,
         every_node: false,
         chains: false,
         pools: false,
@@ -673,6 +677,15 @@ impl Scenario {
                     && task.overlap != OverlapPolicy::Allow
                     && queue.random_bool(0.3)
                 {
+                    task.overlap = OverlapPolicy::Queue;
+                }
+            }
+        }
+        if knobs.queued {
+            // Drawn apart, so that the draws above stay those of every earlier seed.
+            let mut queue = StdRng::seed_from_u64(seed ^ 0x0e0e_d0ed);
+            for task in &mut tasks {
+                if task.overlap == OverlapPolicy::Allow && queue.random_bool(0.6) {
                     task.overlap = OverlapPolicy::Queue;
                 }
             }
