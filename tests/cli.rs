@@ -1016,7 +1016,11 @@ fn validate_accepts_an_unknown_default_user_when_not_root() {
     let state = scratch.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
     nix::unistd::chown(&state, uid.map(nix::unistd::Uid::from_raw), None).unwrap();
-    let args = [OsStr::new("validate"), OsStr::new("--config"), config.as_os_str()];
+    let args = [
+        OsStr::new("validate"),
+        OsStr::new("--config"),
+        config.as_os_str(),
+    ];
     let output = run_within_as(uid, &args, Duration::from_secs(20));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }

@@ -194,7 +194,10 @@ const NOT_YET_NAMED: &[(&str, &str)] = &[(
 fn every_module_is_named_in_its_parent_s_doc() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     // The scan sees the crate's files (a check that saw none would pass).
-    assert!(scan(&src).files.len() > 100, "the scan misses the files of src/");
+    assert!(
+        scan(&src).files.len() > 100,
+        "the scan misses the files of src/"
+    );
     let mut problems = undocumented(&src);
     for (module, why) in NOT_YET_NAMED {
         let before = problems.len();

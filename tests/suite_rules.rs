@@ -57,7 +57,10 @@ fn silent_skips(source: &str, scope: Scope) -> Vec<(usize, &'static str)> {
         found.push((line_of(source, at), "a test returns early on is_root()"));
     }
     for at in parts_only_as_root(&code) {
-        found.push((line_of(source, at), "a test checks a part only as root (or not root)"));
+        found.push((
+            line_of(source, at),
+            "a test checks a part only as root (or not root)",
+        ));
     }
     found.sort();
     found
@@ -66,13 +69,21 @@ fn silent_skips(source: &str, scope: Scope) -> Vec<(usize, &'static str)> {
 /// Where a test's code asks whether it runs as root: `is_root()`, and the effective or real
 /// uid compared with 0 (`geteuid().as_raw() == 0`, or a name bound to a uid, `me != 0`).
 fn root_checks(source: &str) -> Vec<usize> {
-    let mut found: Vec<usize> = source.match_indices("is_root()").map(|(at, _)| at).collect();
+    let mut found: Vec<usize> = source
+        .match_indices("is_root()")
+        .map(|(at, _)| at)
+        .collect();
     let mut uids = vec![".as_raw()".to_string()];
     for (at, _) in source.match_indices("let ") {
         let statement = &source[at..source[at..].find(';').map_or(source.len(), |end| at + end)];
-        let binds_a_uid = ["geteuid()", "getuid()", "Uid::effective()", "Uid::current()"]
-            .iter()
-            .any(|call| statement.contains(call));
+        let binds_a_uid = [
+            "geteuid()",
+            "getuid()",
+            "Uid::effective()",
+            "Uid::current()",
+        ]
+        .iter()
+        .any(|call| statement.contains(call));
         let name = statement["let ".len()..]
             .split(|c: char| !c.is_alphanumeric() && c != '_')
             .next()
@@ -126,7 +137,11 @@ fn without_comments(source: &str) -> String {
             Some(start) => {
                 let comment = line[start..].trim_end_matches('\n');
                 let blank = " ".repeat(comment.len());
-                format!("{}{blank}{}", &line[..start], &line[start + comment.len()..])
+                format!(
+                    "{}{blank}{}",
+                    &line[..start],
+                    &line[start + comment.len()..]
+                )
             }
             None => line.to_string(),
         })

@@ -537,7 +537,11 @@ mod tests {
             }
         );
         assert_eq!(
-            (config.id.as_str(), config.base.as_str(), config.max_clock_skew),
+            (
+                config.id.as_str(),
+                config.base.as_str(),
+                config.max_clock_skew
+            ),
             (
                 "node-a",
                 "/chroot/zkcron/test",
