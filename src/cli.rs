@@ -3,6 +3,9 @@
 //! Parsing happens in two layers, as in ripgrep: clap checks what the user wrote (usage errors
 //! exit 2), then each subcommand builds the real objects from validated config and task files
 //! (invalid input exits 1). `validate` only parses and checks; `run` builds the live daemon.
+//!
+//! Files: `validate` (`zkcron validate`), `reset` (`zkcron reset`: a local fire record ahead of
+//! the clock moved back, with the daemon stopped).
 
 mod reset;
 mod validate;

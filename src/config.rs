@@ -6,6 +6,8 @@
 //! keys are errors with a did-you-mean. It resolves relative directories against the config
 //! file's directory, but it leaves defaults that depend on the environment (where the jobs and
 //! state directories are when not set) to the `*_or_default` methods, which the caller uses.
+//!
+//! Files: `zookeeper` (the keys of `[coordination.zookeeper]`), `tls` (its TLS keys).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -21,7 +21,8 @@
 //!   output streaming.
 //! - [`daemon`]: the async shell that wires the above to timers, signals and file watching.
 //! - [`service`]: `sd_notify` to systemd: ready, status, stopping, watchdog.
-//! - [`http`]: the `[http] listen` endpoint: `/metrics`, `/healthz`, `/status`.
+//! - [`http`]: the `[http] listen` endpoint: `/metrics`, `/healthz`, `/status`, the dashboard
+//!   and the API under `/api/`.
 //! - [`metrics`]: the daemon's Prometheus metrics.
 //! - [`logging`]: the log output (text, JSON, journald).
 //! - [`preflight`]: what `run` needs before it starts, checked the same way by `validate`.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use common::cluster::Cluster;
+use common::wall::now;
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -38,6 +39,8 @@ trait Backfills {
     fn write_recording_task(&self, name: &str, sleep: &str);
     /// The jobs' lines: (fire id, scheduled at, node).
     fn runs(&self) -> Vec<(String, String, String)>;
+    /// When each job started (wall clock, Unix seconds), in the order they wrote.
+    fn starts(&self) -> Vec<f64>;
     fn listed(&self) -> String;
 }
 
@@ -46,11 +49,12 @@ impl Backfills for Cluster {
         self.path().join("runs.log")
     }
 
-    /// A task every minute whose job records its backfill runs (a scheduled tick due during
-    /// the test records nothing) and sleeps `sleep`.
+    /// A task every minute whose job records its backfill runs, `<fire id> <scheduled at>
+    /// <node> <start>` (`<start>`: when it started, Unix seconds with nanoseconds; a scheduled
+    /// tick due during the test records nothing), and sleeps `sleep`.
     fn write_recording_task(&self, name: &str, sleep: &str) {
         let text = format!(
-            "schedule = \"* * * * *\"\ncommand = ['/bin/sh', '-c', 'case \"$ZKCRON_FIRE_ID\" in *@backfill-*) echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_NODE\" >> {}; sleep {sleep};; esac']\n",
+            "schedule = \"* * * * *\"\ncommand = ['/bin/sh', '-c', 'case \"$ZKCRON_FIRE_ID\" in *@backfill-*) echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $ZKCRON_NODE $(date +%s.%N)\" >> {}; sleep {sleep};; esac']\n",
             self.runs_path().display()
         );
         self.write_task(name, &text);
@@ -68,11 +72,50 @@ impl Backfills for Cluster {
             .collect()
     }
 
+    fn starts(&self) -> Vec<f64> {
+        let text = std::fs::read_to_string(self.runs_path()).unwrap_or_default();
+        let start = |line: &str| line.split(' ').nth(3)?.parse().ok();
+        text.lines()
+            .map(|line| start(line).unwrap_or_else(|| panic!("no start in {line:?}")))
+            .collect()
+    }
+
     fn listed(&self) -> String {
         let out = self.zkcron(&["backfill", "--status"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
     }
+}
+
+/// What `zkcron backfill --cancel` said the request had done: the ticks that ended, and whether
+/// one was running (it finishes).
+fn cancelled_after(said: &str) -> (usize, bool) {
+    let after = said
+        .split(" cancelled after ")
+        .nth(1)
+        .expect("cancelled after");
+    let finished = after.split(' ').next().unwrap().parse().expect("a count");
+    (finished, said.contains("; the run of "))
+}
+
+/// Asserts that the jobs that started (`starts`, in order) are the ticks the cancel counted,
+/// `finished` and the one `running`, and that none started after the cancel returned (at
+/// `cancelled`) but the one it found running, claimed before it.
+#[track_caller]
+fn assert_no_start_after(starts: &[f64], cancelled: f64, finished: usize, running: bool) {
+    let counted = finished + usize::from(running);
+    assert_eq!(
+        starts.len(),
+        counted,
+        "{finished} tick(s) ended and {running} running at the cancel, but {} started: \
+         {starts:?} (cancel at {cancelled})",
+        starts.len()
+    );
+    let later = starts.iter().filter(|&&start| start > cancelled).count();
+    assert!(
+        later <= usize::from(running) && starts[..finished].iter().all(|&s| s <= cancelled),
+        "ticks started after the cancel returned at {cancelled}: {starts:?}"
+    );
 }
 
 fn request_id(out: &Output) -> String {
@@ -219,15 +262,23 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
         "{explained}"
     );
     let out = cluster.zkcron(&["backfill", "--cancel", &id]);
+    let cancelled = now();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with(&format!("zkcron: backfill {id} cancelled after ")));
+    let said = text(&out.stdout);
+    assert!(said.starts_with(&format!("zkcron: backfill {id} cancelled after ")));
+    let (finished, running) = cancelled_after(&said);
     cluster.wait("the running tick to end", LIMIT, |c| {
         c.listed()
             .lines()
             .any(|l| l.contains(&id) && l.contains(" - "))
     });
-    let ran = cluster.runs().len();
-    assert!(ran < 60, "{ran}");
+    // None starts after it: watch three more ticks' length (each sleeps 0.3 s) after the
+    // running tick ended, long enough for one to start.
+    let ended = now();
+    common::wait_for("a second after the running tick ended", LIMIT, || {
+        now() > ended + 1.0
+    });
+    assert_no_start_after(&cluster.starts(), cancelled, finished, running);
     assert!(
         cluster.listed().contains("cancelled by"),
         "{}",

@@ -11,6 +11,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use common::wall::now;
 use common::{DaemonProcess, Scratch};
 use nix::sys::signal::Signal;
 
@@ -31,10 +32,11 @@ fn rfc(t: DateTime<Utc>) -> String {
 }
 
 /// A task every minute (a yearly one would hold too few ticks) whose job appends
-/// "<fire id> <scheduled at>" to `out`, sleeps `sleep` and exits 3 at minute `fail_at`.
+/// "<fire id> <scheduled at> <start>" to `out` (`<start>`: when it started, Unix seconds with
+/// nanoseconds), sleeps `sleep` and exits 3 at minute `fail_at`.
 fn recording(out: &Path, sleep: &str, fail_at: &str) -> String {
     format!(
-        "schedule = \"* * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT\" >> {}; sleep {sleep}; case \"$ZKCRON_SCHEDULED_AT\" in *T00:{fail_at}:00*) exit 3;; esac']\n",
+        "schedule = \"* * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_SCHEDULED_AT $(date +%s.%N)\" >> {}; sleep {sleep}; case \"$ZKCRON_SCHEDULED_AT\" in *T00:{fail_at}:00*) exit 3;; esac']\n",
         out.display()
     )
 }
@@ -86,9 +88,19 @@ impl Local {
             .lines("runs")
             .iter()
             .map(|line| {
-                let (id, at) = line.split_once(' ').unwrap();
-                (id.to_string(), at.to_string())
+                let words: Vec<&str> = line.split(' ').collect();
+                (words[0].to_string(), words[1].to_string())
             })
+            .collect()
+    }
+
+    /// When each job started (wall clock, Unix seconds), in the order they wrote.
+    fn starts(&self) -> Vec<f64> {
+        let lines = self.scratch.lines("runs");
+        let start = |line: &String| line.split(' ').nth(2)?.parse().ok();
+        lines
+            .iter()
+            .map(|line| start(line).unwrap_or_else(|| panic!("no start in {line:?}")))
             .collect()
     }
 
@@ -97,6 +109,37 @@ impl Local {
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
     }
+}
+
+/// What `zkcron backfill --cancel` said the request had done: the ticks that ended, and whether
+/// one was running (it finishes).
+fn cancelled_after(said: &str) -> (usize, bool) {
+    let after = said
+        .split(" cancelled after ")
+        .nth(1)
+        .expect("cancelled after");
+    let finished = after.split(' ').next().unwrap().parse().expect("a count");
+    (finished, said.contains("; the run of "))
+}
+
+/// Asserts that the jobs that started (`starts`, in order) are the ticks the cancel counted,
+/// `finished` and the one `running`, and that none started after the cancel returned (at
+/// `cancelled`) but the one it found running, claimed before it.
+#[track_caller]
+fn assert_no_start_after(starts: &[f64], cancelled: f64, finished: usize, running: bool) {
+    let counted = finished + usize::from(running);
+    assert_eq!(
+        starts.len(),
+        counted,
+        "{finished} tick(s) ended and {running} running at the cancel, but {} started: \
+         {starts:?} (cancel at {cancelled})",
+        starts.len()
+    );
+    let later = starts.iter().filter(|&&start| start > cancelled).count();
+    assert!(
+        later <= usize::from(running) && starts[..finished].iter().all(|&s| s <= cancelled),
+        "ticks started after the cancel returned at {cancelled}: {starts:?}"
+    );
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -257,25 +300,30 @@ fn a_cancelled_backfill_starts_no_further_tick() {
         "{status}"
     );
     let out = local.cli(&["backfill", "--cancel", &id]);
+    let cancelled = now();
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(
         said.starts_with(&format!("zkcron: backfill {id} cancelled after ")),
         "{said}"
     );
+    let (finished, running) = cancelled_after(&said);
     common::wait_for("the cancel to show", LIMIT, || {
         local.status().contains("cancelled by")
     });
-    let ran = local.runs().len();
-    // The tick running at the cancel finishes; none starts after it.
+    // The tick running at the cancel finishes; none starts after it. Watch three more ticks'
+    // length (each sleeps 0.3 s) after that tick ended, long enough for one to start.
     common::wait_for("the running tick to end", LIMIT, || {
         local
             .status()
             .lines()
             .any(|l| l.contains(&id) && l.contains(" - "))
     });
-    let settled = local.runs().len();
-    assert!(settled <= ran + 1, "{ran} then {settled}");
+    let ended = now();
+    common::wait_for("a second after the running tick ended", LIMIT, || {
+        now() > ended + 1.0
+    });
+    assert_no_start_after(&local.starts(), cancelled, finished, running);
     let out = local.cli(&["backfill", "--cancel", &id]);
     assert!(
         text(&out.stdout).contains("is already cancelled by"),

@@ -983,23 +983,46 @@ fn validate_and_run_refuse_a_missing_jobs_dir() {
 
 #[test]
 fn validate_and_run_refuse_an_unknown_default_user_when_root() {
+    if common::rerun_as_namespace_root(
+        "validate_and_run_refuse_an_unknown_default_user_when_root",
+        "checks what zkcron does as root",
+    ) {
+        return;
+    }
     let scratch = Scratch::new();
     let config = scratch.write_config(
         "[scheduler]\nstate_dir = \"state\"\ndefault_user = \"no-such-user-zkcron\"\n",
     );
-    if nix::unistd::geteuid().is_root() {
-        assert_validate_and_run_refuse(
-            &config,
-            &[
-                "error: user \"no-such-user-zkcron\" does not exist on this host ([scheduler].default_user)",
-                "= help: create the user, or fix the name",
-            ],
-        );
-    } else {
-        // Only root switches users: for another user, default_user means nothing.
-        let output = run_zkcron(&["validate", "--config", config.to_str().unwrap()]);
-        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    }
+    assert_validate_and_run_refuse(
+        &config,
+        &[
+            "error: user \"no-such-user-zkcron\" does not exist on this host ([scheduler].default_user)",
+            "= help: create the user, or fix the name",
+        ],
+    );
+}
+
+/// Only root switches users: for another user, default_user means nothing (run as nobody when
+/// the tests run as root).
+#[test]
+fn validate_accepts_an_unknown_default_user_when_not_root() {
+    let scratch = Scratch::new();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = scratch.write_config(
+        "[scheduler]\nstate_dir = \"state\"\ndefault_user = \"no-such-user-zkcron\"\n",
+    );
+    let (uid, _) = unprivileged();
+    // The state dir is that user's.
+    let state = scratch.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    nix::unistd::chown(&state, uid.map(nix::unistd::Uid::from_raw), None).unwrap();
+    let args = [
+        OsStr::new("validate"),
+        OsStr::new("--config"),
+        config.as_os_str(),
+    ];
+    let output = run_within_as(uid, &args, Duration::from_secs(20));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
 
 #[test]

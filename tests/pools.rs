@@ -276,13 +276,16 @@ fn given_an_every_node_task_when_a_node_joins_then_it_runs_from_its_join_on_and_
 const ITEMS: usize = 12;
 
 /// One run of one item, from `items.log`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq)]
 struct ItemRun {
     second: i64,
     item: String,
     node: String,
     /// `ZKCRON_WORK_TOTAL`, checked to be the pool's size.
     total: usize,
+    /// When the job started, on the wall clock (`date +%s.%N`): the tick says which run it
+    /// was, this says when it ran (a caught-up tick runs long after its second).
+    started: f64,
 }
 
 /// [`pooled_cluster_of`] [`ITEMS`] items.
@@ -291,12 +294,13 @@ fn pooled_cluster() -> Cluster {
 }
 
 /// An every-second task `pool` of `items` items whose job appends `<fire id> <item> <node>
-/// <total>` to `items.log` per item it is given; every missed tick is caught up.
+/// <total> <start>` to `items.log` per item it is given (`<start>`: when the job started, Unix
+/// seconds with nanoseconds); every missed tick is caught up.
 fn pooled_cluster_of(items: usize) -> Cluster {
     let cluster = Cluster::new();
     let text = format!(
         "schedule = \"* * * * * *\"\n\
-         command = [\"/bin/sh\", \"-c\", 'for item in $(echo \"$ZKCRON_WORK_ITEMS\" | tr , \" \"); do echo \"$ZKCRON_FIRE_ID $item $ZKCRON_NODE $ZKCRON_WORK_TOTAL\" >> {log}; done']\n\
+         command = [\"/bin/sh\", \"-c\", 'start=$(date +%s.%N); for item in $(echo \"$ZKCRON_WORK_ITEMS\" | tr , \" \"); do echo \"$ZKCRON_FIRE_ID $item $ZKCRON_NODE $ZKCRON_WORK_TOTAL $start\" >> {log}; done']\n\
          work_items = {items}\n\
          catch_up = \"all\"\n\
          starting_deadline = \"1m\"\n\
@@ -327,7 +331,7 @@ fn item_runs(cluster: &Cluster) -> Vec<ItemRun> {
         .lines()
         .map(|line| {
             let words: Vec<&str> = line.split(' ').collect();
-            assert_eq!(words.len(), 4, "malformed line {line:?}");
+            assert_eq!(words.len(), 5, "malformed line {line:?}");
             assert_eq!(words[3], total.to_string(), "ZKCRON_WORK_TOTAL in {line:?}");
             let second = words[0].strip_prefix("pool@").expect("the fire id").parse();
             ItemRun {
@@ -335,6 +339,7 @@ fn item_runs(cluster: &Cluster) -> Vec<ItemRun> {
                 item: words[1].to_string(),
                 node: words[2].to_string(),
                 total,
+                started: words[4].parse().expect("the job's start time"),
             }
         })
         .collect()
@@ -518,28 +523,95 @@ fn given_a_pooled_task_when_a_node_joins_and_one_leaves_then_items_move_and_none
     assert_none_twice(&cluster);
 }
 
+/// The items `node` ran at `second`.
+fn items_of(runs: &[ItemRun], node: &str, second: i64) -> Vec<String> {
+    let mut items: Vec<String> = runs
+        .iter()
+        .filter(|r| r.node == node && r.second == second)
+        .map(|r| r.item.clone())
+        .collect();
+    items.sort();
+    items
+}
+
+/// For each of `items`, when its first run on a node other than `gone` that started after
+/// `since` (wall clock) started, once each of them has one; `None` while one has not.
+fn first_starts_elsewhere(
+    runs: &[ItemRun],
+    items: &[String],
+    gone: &str,
+    since: f64,
+) -> Option<BTreeMap<String, f64>> {
+    items
+        .iter()
+        .map(|item| {
+            let first = runs
+                .iter()
+                .filter(|r| &r.item == item && r.node != gone && r.started > since)
+                .map(|r| r.started)
+                .min_by(f64::total_cmp)?;
+            Some((item.clone(), first))
+        })
+        .collect()
+}
+
+/// Waits until each of `items` ran on a node other than `gone` in a run that started after
+/// `since`, and asserts that each such first run started within `bound` of `since`.
+#[track_caller]
+fn assert_moved_within(
+    cluster: &Cluster,
+    items: &[String],
+    gone: &str,
+    since: f64,
+    bound: Duration,
+) {
+    let mut starts = None;
+    cluster.wait(
+        &format!("each of {gone}'s items {items:?} to run on another node"),
+        LIMIT,
+        |c| {
+            starts = first_starts_elsewhere(&item_runs(c), items, gone, since);
+            starts.is_some()
+        },
+    );
+    let late: Vec<(String, f64)> = starts
+        .expect("waited for")
+        .into_iter()
+        .map(|(item, started)| (item, started - since))
+        .filter(|(_, after)| *after > bound.as_secs_f64())
+        .collect();
+    assert!(
+        late.is_empty(),
+        "items of {gone} first ran elsewhere later than {bound:?} after it went (item, \
+         seconds after): {late:?}\n{}",
+        cluster.logs()
+    );
+}
+
 #[test]
 fn given_a_pooled_task_when_an_owner_is_killed_then_its_items_run_on_the_others_within_the_session_timeout_and_a_second()
  {
     let mut cluster = pooled_cluster();
     let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
-    let killed_at = now().floor() as i64;
+    let killed = now();
+    let killed_at = killed.floor() as i64;
+    let owned = items_of(&item_runs(&cluster), "n3", killed_at);
+    assert!(!owned.is_empty(), "n3 ran no item at {killed_at}");
     drop(cluster.nodes.remove("n3"));
-    // The session timeout is 3 s: from then on, within a second, every item runs again.
-    let due = killed_at + 3 + 1 + 1;
-    cluster.wait("every item to run on n1 and n2", LIMIT, |c| {
-        all_items_ran(&item_runs(c), due, due + 1)
-    });
+    // Its session expires after the session timeout (3 s); within a second more the others
+    // start its items (a caught-up tick is a run that starts then too).
+    let bound = cluster.session_timeout + Duration::from_secs(1);
+    assert_moved_within(&cluster, &owned, "n3", killed, bound);
+    let settled = wait_all_items_from(&cluster, "every item after the kill", killed_at + 1);
     let runs = item_runs(&cluster);
-    assert!(
-        !runs
-            .iter()
-            .any(|r| r.node == "n3" && r.second > killed_at + 1),
-        "n3 ran while killed"
-    );
+    let after_kill: Vec<&ItemRun> = runs
+        .iter()
+        .filter(|r| r.node == "n3" && r.started > killed)
+        .collect();
+    assert!(after_kill.is_empty(), "n3 ran while killed: {after_kill:?}");
     // The new owners catch the killed node's missed ticks up (catch_up = "all").
-    assert_every_item_from(&cluster, first, due + 1);
+    assert_every_item_from(&cluster, first, settled + 2);
     assert_none_twice(&cluster);
 }
 
@@ -549,21 +621,31 @@ fn given_a_pooled_task_when_a_node_is_drained_then_its_items_move_within_a_secon
     let first = start_pool(&mut cluster, &NODES);
     wait_mid_second();
     let drained_at = now().floor() as i64;
+    let owned = items_of(&item_runs(&cluster), "n2", drained_at);
+    assert!(!owned.is_empty(), "n2 ran no item at {drained_at}");
     cluster.zkcron_ok(&["drain", "n2"]);
-    let due = drained_at + 2;
-    cluster.wait("every item to run on n1 and n3", LIMIT, |c| {
-        all_items_ran(&item_runs(c), due, due + 1)
-    });
+    // From the moment `zkcron drain` returned: within a second, n2 starts no run and the
+    // others have started each of its items.
+    let drained = now();
+    let bound = Duration::from_secs(1);
+    assert_moved_within(&cluster, &owned, "n2", drained, bound);
+    // The shares of a tick due once n2 stopped: n1 and n3 alone.
+    let after = (drained + bound.as_secs_f64()).ceil() as i64;
+    let settled = wait_all_items_from(&cluster, "every item after the drain", after);
     let runs = item_runs(&cluster);
-    assert!(
-        !runs.iter().any(|r| r.node == "n2" && r.second >= due),
-        "n2 ran while drained"
-    );
+    let late: Vec<&ItemRun> = runs
+        .iter()
+        .filter(|r| r.node == "n2" && r.started > drained + bound.as_secs_f64())
+        .collect();
+    assert!(late.is_empty(), "n2 ran while drained: {late:?}");
     assert_eq!(
-        shares_at(&runs, due).values().copied().collect::<Vec<_>>(),
+        shares_at(&runs, settled)
+            .values()
+            .copied()
+            .collect::<Vec<_>>(),
         [6, 6]
     );
-    assert_every_item_from(&cluster, first, due + 1);
+    assert_every_item_from(&cluster, first, settled + 2);
     assert_none_twice(&cluster);
 }
 

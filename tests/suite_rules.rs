@@ -5,6 +5,11 @@
 //!   without it. It re-runs itself as root of a user namespace and requires that run to pass
 //!   (`tests/executor.rs`, `tests/common/tmpfs.rs`), or fails saying how to run it. Checked in
 //!   every file under `tests/`, and for the early return in the unit tests under `src/` too.
+//! - **No part checked only as root.** Nor does a test keep some of its checks in an `if` on
+//!   whether it runs as root (`is_root()`, or the effective uid compared with 0) with nothing
+//!   in their place for another user: `cargo test` would pass without them. A test may choose
+//!   a value by it (`let who = if is_root() { .. } else { .. };`), which both users then check.
+//!   Checked in the tests under `tests/` and `src/`.
 //!
 //! This file is not scanned: its examples are offences on purpose. Each rule is shown able to
 //! fail on them.
@@ -46,11 +51,101 @@ fn silent_skips(source: &str, scope: Scope) -> Vec<(usize, &'static str)> {
             found.push((line_of(source, at), "prints that it skipped"));
         }
     }
-    for at in early_returns_on_is_root(source) {
+    // Comments are no code: blanked, so that positions and lines stay.
+    let code = without_comments(source);
+    for at in early_returns_on_is_root(&code) {
         found.push((line_of(source, at), "a test returns early on is_root()"));
+    }
+    for at in parts_only_as_root(&code) {
+        found.push((
+            line_of(source, at),
+            "a test checks a part only as root (or not root)",
+        ));
     }
     found.sort();
     found
+}
+
+/// Where a test's code asks whether it runs as root: `is_root()`, and the effective or real
+/// uid compared with 0 (`geteuid().as_raw() == 0`, or a name bound to a uid, `me != 0`).
+fn root_checks(source: &str) -> Vec<usize> {
+    let mut found: Vec<usize> = source
+        .match_indices("is_root()")
+        .map(|(at, _)| at)
+        .collect();
+    let mut uids = vec![".as_raw()".to_string()];
+    for (at, _) in source.match_indices("let ") {
+        let statement = &source[at..source[at..].find(';').map_or(source.len(), |end| at + end)];
+        let binds_a_uid = [
+            "geteuid()",
+            "getuid()",
+            "Uid::effective()",
+            "Uid::current()",
+        ]
+        .iter()
+        .any(|call| statement.contains(call));
+        let name = statement["let ".len()..]
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or_default();
+        if binds_a_uid && !name.is_empty() {
+            uids.push(name.to_string());
+        }
+    }
+    for uid in &uids {
+        for compared in [" == 0", " != 0"] {
+            let text = format!("{uid}{compared}");
+            for (at, _) in source.match_indices(&text) {
+                let before = source[..at].chars().next_back();
+                let a_word = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                let after = source[at + text.len()..].chars().next();
+                let whole = after.is_none_or(|c| !c.is_alphanumeric() && c != '_');
+                if (a_word || uid.starts_with('.')) && whole {
+                    found.push(at);
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Where an `if` statement (not a value: `let x = if ..`) on a [`root_checks`] condition inside
+/// a test function keeps a part of the test from running as root or as another user, without
+/// returning (that is [`early_returns_on_is_root`]).
+fn parts_only_as_root(source: &str) -> Vec<usize> {
+    root_checks(source)
+        .into_iter()
+        .filter(|&at| {
+            let statement_start = source[..at]
+                .rfind([';', '{', '}'])
+                .map_or(0, |start| start + 1);
+            let head = source[statement_start..at].trim_start();
+            let statement = head.starts_with("if ") || head.starts_with("else if ");
+            statement
+                && in_a_test(source, at)
+                && !branches(source, at).iter().any(|branch| returns(branch))
+        })
+        .collect()
+}
+
+/// `source` with each `//` comment blanked to the end of its line (spaces for its characters).
+fn without_comments(source: &str) -> String {
+    source
+        .split_inclusive('\n')
+        .map(|line| match line.find("//") {
+            Some(start) => {
+                let comment = line[start..].trim_end_matches('\n');
+                let blank = " ".repeat(comment.len());
+                format!(
+                    "{}{blank}{}",
+                    &line[..start],
+                    &line[start + comment.len()..]
+                )
+            }
+            None => line.to_string(),
+        })
+        .collect()
 }
 
 fn line_of(source: &str, at: usize) -> usize {
@@ -78,7 +173,7 @@ fn print_of_a_skip(source: &str) -> Vec<usize> {
 /// Where an `if` on `is_root()` inside a test function has a `return` in one of its branches.
 fn early_returns_on_is_root(source: &str) -> Vec<usize> {
     let mut found = Vec::new();
-    for (at, _) in source.match_indices("is_root()") {
+    for at in root_checks(source) {
         let statement_start = source[..at]
             .rfind([';', '{', '}'])
             .map_or(0, |start| start + 1);
@@ -153,7 +248,7 @@ fn in_a_test(source: &str, at: usize) -> bool {
         .lines()
         .rev()
         .map(str::trim)
-        .take_while(|line| line.starts_with("#[") || line.starts_with("//"))
+        .take_while(|line| line.starts_with("#[") || line.starts_with("//") || line.is_empty())
         .any(|line| line.starts_with("#[test]") || line.starts_with("#[tokio::test"))
 }
 
@@ -223,6 +318,58 @@ fn helper() {
         [
             (4, "a test returns early on is_root()"),
             (15, "a test returns early on is_root()"),
+        ]
+    );
+}
+
+#[test]
+fn the_root_only_rule_finds_checks_kept_from_other_users_and_a_uid_compared_with_0() {
+    let source = r#"
+#[test]
+fn refuses_a_foreign_file() {
+    let me = nix::unistd::geteuid().as_raw();
+    if me != 0 {
+        assert!(read(&path).is_ok());
+        return;
+    }
+    assert!(read(&foreign).is_err());
+}
+
+#[test]
+fn loads_the_owner_s_link() {
+    check(&link);
+    // Only root can; as another user the link is the user's own.
+    if nix::unistd::geteuid().is_root() {
+        load(&link).unwrap();
+    }
+}
+
+#[test]
+fn refuses_an_unknown_user() {
+    if nix::unistd::geteuid().as_raw() == 0 {
+        refuses();
+    } else if is_root() {
+        other();
+    } else {
+        passes();
+    }
+}
+
+#[test]
+fn counts_time() {
+    let time = 3;
+    if time != 0 {
+        check();
+    }
+}
+"#;
+    assert_eq!(
+        silent_skips(source, Scope::SourceFile),
+        [
+            (5, "a test returns early on is_root()"),
+            (16, "a test checks a part only as root (or not root)"),
+            (23, "a test checks a part only as root (or not root)"),
+            (25, "a test checks a part only as root (or not root)"),
         ]
     );
 }

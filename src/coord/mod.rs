@@ -9,7 +9,8 @@
 //! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper), a thin driver
 //! of the sans-IO [`node::Node`], which owns the cluster protocol. [`rank`], [`lease`] and
 //! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
-//! node read and write.
+//! node read and write. [`pool`] says who owns which item of a work pool; [`backfill`] holds
+//! backfill requests and the rules of their claims and ends, for both backends.
 
 pub mod backfill;
 pub mod lease;

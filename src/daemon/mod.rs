@@ -14,6 +14,10 @@
 //! loaded, a status line on every leadership change, stopping when SIGTERM arrives.
 //!
 //! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
+//!
+//! Files: `firing` (the core's shell), `runs` (`start_run`, the hands of the runs), `watching`
+//! (the jobs dir's events, debounce; clock jumps), `control` (the local backend's control
+//! socket), `memory` (memory freed after a burst given back to the system).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -160,6 +164,14 @@ impl<C: Coordinator> Shared<C> {
     }
 }
 
+/// The firing core's configuration the daemon runs with: no deliberate bug is on.
+fn firing_config(config: &DaemonConfig) -> FiringConfig {
+    FiringConfig {
+        reset_flags: config.reset_flags.clone(),
+        ..FiringConfig::default()
+    }
+}
+
 /// The running daemon.
 pub struct Daemon<C: Coordinator> {
     config: DaemonConfig,
@@ -175,12 +187,8 @@ pub struct Daemon<C: Coordinator> {
 impl<C: Coordinator> Daemon<C> {
     pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
         let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
-        let firing_config = FiringConfig {
-            reset_flags: config.reset_flags.clone(),
-            ..FiringConfig::default()
-        };
         Daemon {
-            firing: FiringShell::start(shared.clone(), firing_config),
+            firing: FiringShell::start(shared.clone(), firing_config(&config)),
             shared,
             config,
             runs_alive_rx,

@@ -188,6 +188,29 @@ fn config() -> DaemonConfig {
     }
 }
 
+/// Every deliberate bug the simulation proves its checker on is off in the firing rules the
+/// daemon runs (`Daemon::new` builds them with [`firing_config`]).
+#[test]
+fn the_daemon_s_firing_rules_have_no_deliberate_bug_on() {
+    let config = DaemonConfig {
+        reset_flags: Some(" --state-dir /var/lib/zkcron".into()),
+        ..config()
+    };
+    let firing = firing_config(&config);
+    assert_eq!(
+        firing.bugs,
+        crate::firing::FiringBugs {
+            ignore_fire_record: false,
+            catch_up_skip_tasks: false,
+            ignore_starting_deadline: false,
+            ignore_pause: false,
+            ignore_overlap: false,
+            queue_every_tick: false,
+        }
+    );
+    assert_eq!(firing.reset_flags, config.reset_flags);
+}
+
 /// The firing rules of a daemon around `shared`, firing `specs` with the coordinator's
 /// leadership.
 fn fire<C: Coordinator>(shared: &Arc<Shared<C>>, mut specs: Vec<Arc<TaskSpec>>) -> FiringShell<C> {

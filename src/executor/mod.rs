@@ -20,6 +20,10 @@
 //! **Invariant:** a run that timed out or was stopped leaves no process of its group behind; the
 //! group gets SIGKILL after its main process exits. A run that ended on its own may leave
 //! background processes behind, as cron does.
+//!
+//! Files: `process` (one attempt's process: user, environment, `argv[0]`, the group's guard),
+//! `spawner` (the threads that spawn claimed runs at their instants), `output` (an attempt's
+//! output, line by line, within its budget), `stop` (stop requests), `hook` (`on_failure`).
 
 use std::collections::BTreeMap;
 use std::fmt;

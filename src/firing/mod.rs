@@ -29,7 +29,8 @@
 //! tick; then the tick's process is prepared, the claim is sent [`plan::CLAIM_AHEAD`] before the
 //! instant, and the run is spawned at the instant by the shell. See `fire.rs` for the rules of
 //! one tick, `tasks.rs` for leadership, reloads and manual runs, and `backfill.rs` for
-//! backfills.
+//! backfills; `start.rs` for a task's start (fire record, orphan rerun, planner), `queue.rs` for
+//! `overlap = "queue"`, and `io.rs` for what goes in and out (inputs, answers, actions).
 
 mod backfill;
 mod fire;

@@ -745,23 +745,6 @@ fn an_idle_tasks_entry_stays_small() {
     assert!(entry + loaded <= 128, "{entry} + {loaded} bytes a task");
 }
 
-/// The daemon builds its firing rules with `FiringConfig::default()`: every deliberate bug
-/// the simulation proves its checker on is off there.
-#[test]
-fn deliberate_firing_bugs_are_off_by_default() {
-    assert_eq!(
-        FiringConfig::default().bugs,
-        FiringBugs {
-            ignore_fire_record: false,
-            catch_up_skip_tasks: false,
-            ignore_starting_deadline: false,
-            ignore_pause: false,
-            ignore_overlap: false,
-            queue_every_tick: false,
-        }
-    );
-}
-
 #[path = "backfill_tests.rs"]
 mod backfill;
 mod chained;

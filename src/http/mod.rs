@@ -8,6 +8,9 @@
 //! - `/`, `/tasks/<task>`, `/nodes/<node>`: the dashboard ([`pages`], with its [`assets`]);
 //! - `/api/...`: the HTTP API ([`api`]); both read the [`source`] through one [`cache`].
 //!
+//! The dashboard's files beside [`pages`]: [`task_page`] (a task's page), [`chart`] (its runs'
+//! duration and lateness in inline SVG), [`words`] (a schedule in words).
+//!
 //! The endpoint is an observer: a daemon that cannot serve it (the port is taken) logs that at
 //! error and keeps firing ([`serve_logged`]).
 

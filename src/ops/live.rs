@@ -1,6 +1,6 @@
 //! A [`Snapshot`] of the cluster kept current by the znodes that changed, and `status` worked
 //! out again only for the tasks they touch: what the dashboard serves from
-//! (`http::live` reads the changed znodes a ZooKeeper watch names and applies them here).
+//! (`http::cache::live` reads the changed znodes a ZooKeeper watch names and applies them here).
 //!
 //! Pure: the records come in as bytes, `now` as an argument. [`Live::status`] equals
 //! [`model::status`] of the same snapshot at the same instant (`tests` checks it): each task's

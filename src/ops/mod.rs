@@ -8,6 +8,11 @@
 //! [`explain`]); [`render`] prints it for people, serde for scripts (docs/commands.md,
 //! "JSON interfaces", documents both JSON forms).
 //!
+//! Beside them: [`args`] (the commands' arguments and how they find the scheduler), [`change`]
+//! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`
+//! links `explain` shows), [`pool`] (a pooled task's items), [`live`] (a snapshot kept current
+//! by the changed znodes, for the dashboard) and [`backfill`].
+//!
 //! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
 //! triggered run that failed or could not run), 2 usage (clap).
 

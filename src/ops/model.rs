@@ -1,6 +1,7 @@
 //! What `zkcron status` says, as a pure function of a [`Snapshot`] of the cluster's records and
 //! `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), and who may lead a
-//! task and why not ([`eligibility`]), which `explain` shares.
+//! task and why not ([`eligibility`]), which `explain` shares: that is `members`, who may lead
+//! a task from the live members' records.
 
 use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

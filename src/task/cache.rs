@@ -2,6 +2,7 @@
 //! remembers, per task file, its stamp (what `stat` says: device, inode, size, mtime, ctime,
 //! mode, owner) and the task it held, and [`reload_jobs_dir`] reads only the files whose stamp
 //! changed. With 100,000 task files a reload after one change reads one file, not 100,000.
+//! A reload the watch named the entries of reads only those (`named`).
 //!
 //! What a valid task depends on besides its file is checked again on every reload without
 //! reading it: whether its `user` and `group` exist (looked up once per name and reload). A

@@ -7,7 +7,10 @@
 //!
 //! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
 //! errors; `check` validates a task file's keys into a [`TaskSpec`] (`when`: a schedule list,
-//! the active window); `checker` holds the checks of single TOML values that `config` shares. Who loads (the [`Identity`]) and the
+//! the active window); `checker` holds the checks of single TOML values that `config` shares;
+//! `run_on` says where a task's ticks run (leader, every node, work items); `chain` checks
+//! `after` across files (missing parents, cycles); `digest` is the canonical digest of a
+//! definition; `cache` reloads only the files that changed. Who loads (the [`Identity`]) and the
 //! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
 //! `crate::diag`.
 

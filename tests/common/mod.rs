@@ -31,6 +31,48 @@ pub fn run_zkcron(args: &[&str]) -> Output {
         .expect("zkcron runs")
 }
 
+/// Makes the calling test run as root, for what only root may do but root of a user namespace
+/// does as well (zkcron's checks of its own effective uid). As root it returns false and the
+/// test goes on; otherwise see [`rerun_in_namespace`]: `needs` says what the test does as root.
+pub fn rerun_as_namespace_root(test: &str, needs: &str) -> bool {
+    rerun_in_namespace(test, &["--user", "--map-root-user"], needs)
+}
+
+/// When this process is not root, re-runs `test` of this test binary under `unshare
+/// <namespaces>` (with `--map-root-user`: as root there) and returns true once that run passed:
+/// the caller returns, the re-run did the work. As root it returns false. It panics, saying what
+/// the test `needs` and how to run it, when that is impossible or the re-run failed.
+pub fn rerun_in_namespace(test: &str, namespaces: &[&str], needs: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let output = Command::new("unshare")
+        .args(namespaces)
+        .arg("--")
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .output()
+        .unwrap_or_else(|error| {
+            panic!(
+                "{test} {needs} and needs root: run the tests as root, or install util-linux's \
+                 `unshare` to run it in a user namespace ({error})"
+            )
+        });
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test} under `unshare {}` failed ({}); it {needs} and needs root, or unprivileged user \
+         namespaces (sysctl kernel.unprivileged_userns_clone=1):\n{stdout}\n{stderr}",
+        namespaces.join(" "),
+        output.status
+    );
+    print!("{stdout}");
+    eprint!("{stderr}");
+    true
+}
+
 /// Polls `condition` every 20 ms until it holds or `limit` passes; panics with `what` then.
 #[allow(clippy::disallowed_methods)]
 pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {

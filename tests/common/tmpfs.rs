@@ -85,31 +85,9 @@ impl Drop for Tmpfs {
 /// namespace, and returns true: the caller returns, the re-run did the work. It panics with what
 /// is needed when that is impossible or the re-run failed.
 pub fn rerun_as_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return false;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let output = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .output()
-        .unwrap_or_else(|error| {
-            panic!(
-                "{test} mounts a small tmpfs and needs root: run the tests as root, or install \
-                 util-linux's `unshare` to run it in a user namespace ({error})"
-            )
-        });
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{test} under `unshare --user --map-root-user --mount` failed ({}); it mounts a small \
-         tmpfs and needs root, or unprivileged user namespaces \
-         (sysctl kernel.unprivileged_userns_clone=1):\n{stdout}\n{stderr}",
-        output.status
-    );
-    print!("{stdout}");
-    eprint!("{stderr}");
-    true
+    super::rerun_in_namespace(
+        test,
+        &["--user", "--map-root-user", "--mount"],
+        "mounts a small tmpfs",
+    )
 }

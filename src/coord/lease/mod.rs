@@ -33,6 +33,9 @@
 //! The cluster node (`coord::node`, which the ZooKeeper driver and the simulation both run)
 //! calls this, so the simulation checks the same decisions the daemon makes. [`decide`] runs
 //! for every task at every decision, so ranking is cheap (see `Peers`).
+//!
+//! Files: `cache` (this node's rank for every lease it may hold, [`RankCache`]), `pool_units`
+//! (a pooled task's units), `why` (why a member may not own a task, in one wording).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;

@@ -29,6 +29,9 @@
 //! - `history`: each task's run history.
 //! - `trigger`: manual runs: trigger znodes, their claim and their end.
 //! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
+//! - `request_claim`: the one fenced claim a manual run, a chained run and a backfill tick share.
+//! - `request_dir`: what the two request directories (`control/triggers`, `control/backfills`)
+//!   share: setup, listing, watch events.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
 //! - `units`: tasks that run on every node: each node's unit of them, and the daemon's
 //!   requests served on it.

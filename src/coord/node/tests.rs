@@ -6,7 +6,7 @@ use chrono::DateTime;
 
 use super::io::{Answered, Input, Output, Request};
 use super::test_fixtures::{at_secs as at, drain};
-use super::{Node, NodeBugs, NodeConfig};
+use super::{Node, NodeConfig};
 use crate::coord::{ClaimIntent, ClaimOutcome};
 
 fn config(session_timeout: Duration) -> NodeConfig {
@@ -88,24 +88,14 @@ fn a_claim_without_the_lease_is_not_leader_and_sends_nothing_to_zookeeper() {
     );
 }
 
-/// The driver builds its node with `NodeBugs::default()`, as [`config`] does: a claim is then
-/// the fenced multi-op, checking the lease, the epoch this node's take set and the fire
-/// record's version, not the deliberately unfenced one the simulation proves its checker on.
+/// A node with no deliberate bug on, as [`config`] builds it and as the driver runs it
+/// (`coord::zk`'s `the_driver_s_node_has_no_deliberate_bug_on`): a claim is the fenced
+/// multi-op, checking the lease, the epoch this node's take set and the fire record's version,
+/// not the deliberately unfenced one the simulation proves its checker on.
 #[test]
-fn deliberate_protocol_bugs_are_off_by_default_so_a_claim_is_fenced() {
+fn with_no_deliberate_bug_on_a_claim_is_fenced() {
     use super::io::{Stat, ZkOk, ZkOp};
-    assert_eq!(
-        NodeBugs::default(),
-        NodeBugs {
-            unfenced_claim: false,
-            stray_leases_checked_only_when_leading: false,
-            backfill_claim_keeps_progress: false,
-            every_node_as_leader: false,
-            chain_request_apart: false,
-            pool_runs_every_item: false,
-            pause_apart: false,
-        }
-    );
+    assert!(!config(Duration::from_secs(10)).bugs.unfenced_claim);
     let mut node = Node::new(config(Duration::from_secs(10)), at(0));
     node.handle(
         Input::Connected {

@@ -60,7 +60,7 @@ pub use settings::{
 use super::node::io::{
     Answer, Answered, Input, Level, NodeAcl, Now, OpId, Output, Request, WatchKind, ZkOp,
 };
-use super::node::{CALL_DEADLINE, Node, NodeBugs, NodeConfig};
+use super::node::{CALL_DEADLINE, Node};
 use super::{
     ClaimIntent, ClaimOutcome, ClaimedShare, CoordError, Coordinator, Leadership, RunResult,
     Trigger,
@@ -110,28 +110,7 @@ impl ZkCoordinator {
             }
         };
         let base = format!("{chroot}/zkcron/{}", settings.cluster);
-        let config = NodeConfig {
-            id: settings.node_id.clone(),
-            release: settings.release.clone(),
-            seed: rand::random(),
-            base: base.clone(),
-            connect: settings.connect.clone(),
-            session_timeout: settings.session_timeout,
-            max_clock_skew: Some(
-                settings
-                    .max_clock_skew
-                    .unwrap_or(settings::DEFAULT_MAX_CLOCK_SKEW),
-            ),
-            labels: settings.labels.clone(),
-            host: nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            pid: std::process::id(),
-            started_at: wall_clock(),
-            history_runs: settings.history_runs,
-            acl,
-            bugs: NodeBugs::default(),
-        };
+        let config = settings.node_config(base.clone(), acl);
         let epoch = Instant::now();
         let node = Node::new(config, now(epoch));
         let (leadership_tx, leadership) = watch::channel(node.leadership().clone());

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use semver::Version;
 
+use crate::clock::wall_clock;
+use crate::coord::node::io::NodeAcl;
+use crate::coord::node::{NodeBugs, NodeConfig};
 use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
 
 use super::tls::check_secret_file;
@@ -269,6 +272,29 @@ pub fn session_timeout_problem(timeout: Duration) -> Option<(String, String)> {
 }
 
 impl ZkSettings {
+    /// The node's configuration the driver runs with, from the settings: a random seed, this
+    /// host, process and instant, and no deliberate protocol bug on.
+    pub(super) fn node_config(&self, base: String, acl: NodeAcl) -> NodeConfig {
+        NodeConfig {
+            id: self.node_id.clone(),
+            release: self.release.clone(),
+            seed: rand::random(),
+            base,
+            connect: self.connect.clone(),
+            session_timeout: self.session_timeout,
+            max_clock_skew: Some(self.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW)),
+            labels: self.labels.clone(),
+            host: nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            pid: std::process::id(),
+            started_at: wall_clock(),
+            history_runs: self.history_runs,
+            acl,
+            bugs: NodeBugs::default(),
+        }
+    }
+
     /// Checks what ZooKeeper would refuse, or silently change, in these settings; returns the
     /// hosts and the chroot. `run` starts the coordinator only with settings that pass, and
     /// `validate` calls it too.
@@ -462,23 +488,64 @@ mod tests {
 
     #[test]
     fn an_auth_file_of_another_user_is_refused() {
-        use std::os::unix::fs::MetadataExt;
+        // Only root can give a file away, so the owner rule is checked apart from the file,
+        // for a root daemon and another user's alike (`tls::owner_problem`, which
+        // `check_secret_file` applies to the file's owner); this user's own file reads.
+        use super::super::tls::owner_problem;
         let (_dir, path) = secret_file("zkcron:s3cret\n", 0o600);
-        let me = nix::unistd::geteuid().as_raw();
-        // As root, give it to nobody; as another user, a root-owned file is fine, so only root
-        // can make a file this process does not own (chown to another user needs root).
-        if me != 0 {
-            assert!(read_auth_file(&path).is_ok());
-            return;
-        }
-        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+        assert!(read_auth_file(&path).is_ok());
         let shown = path.display();
         assert_eq!(
-            read_auth_file(&path).unwrap_err(),
-            format!(
+            owner_problem("auth_file", &path, 65534, 0),
+            Some(format!(
                 "the ZooKeeper auth_file {shown} belongs to uid 65534, neither this user (uid 0) \
                  nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`"
+            ))
+        );
+        assert!(owner_problem("auth_file", &path, 1000, 1001).is_some());
+        assert_eq!(owner_problem("auth_file", &path, 0, 1000), None);
+    }
+
+    /// Every deliberate protocol bug the simulation proves its checker on is off in the node
+    /// the driver runs: its claims are the fenced multi-op (`node::tests` shows what that
+    /// sends).
+    #[test]
+    fn the_driver_s_node_has_no_deliberate_bug_on() {
+        let settings = ZkSettings {
+            connect: "127.0.0.1:1/chroot".into(),
+            cluster: "test".into(),
+            session_timeout: Duration::from_secs(10),
+            max_clock_skew: None,
+            node_id: "node-a".into(),
+            release: semver::Version::new(1, 2, 3),
+            labels: Default::default(),
+            history_runs: 10,
+            auth: Default::default(),
+            tls: None,
+        };
+        let config = settings.node_config("/chroot/zkcron/test".into(), NodeAcl::Open);
+        assert_eq!(
+            config.bugs,
+            NodeBugs {
+                unfenced_claim: false,
+                stray_leases_checked_only_when_leading: false,
+                backfill_claim_keeps_progress: false,
+                every_node_as_leader: false,
+                chain_request_apart: false,
+                pool_runs_every_item: false,
+                pause_apart: false,
+            }
+        );
+        assert_eq!(
+            (
+                config.id.as_str(),
+                config.base.as_str(),
+                config.max_clock_skew
+            ),
+            (
+                "node-a",
+                "/chroot/zkcron/test",
+                Some(DEFAULT_MAX_CLOCK_SKEW)
             )
         );
     }

@@ -125,14 +125,22 @@ pub(super) fn check_secret_file(key: &str, path: &Path) -> Result<(), String> {
             meta.mode() & 0o777
         ));
     }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(format!(
-            "the ZooKeeper {key} {shown} belongs to uid {}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
-            meta.uid()
-        ));
+    match owner_problem(key, path, meta.uid(), nix::unistd::geteuid().as_raw()) {
+        Some(problem) => Err(problem),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Why a secret file `key` at `path` owned by uid `owner` is refused to a daemon running as
+/// uid `me`: it belongs to neither `me` nor root. Apart from the file so that every pair of
+/// users is tested, not only those the tests' user can make.
+pub(super) fn owner_problem(key: &str, path: &Path, owner: u32, me: u32) -> Option<String> {
+    let shown = path.display();
+    (owner != me && owner != 0).then(|| {
+        format!(
+            "the ZooKeeper {key} {shown} belongs to uid {owner}, neither this user (uid {me}) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`"
+        )
+    })
 }
 
 /// The key file's text, refused when group or others may read it or it belongs to neither this
@@ -459,20 +467,19 @@ lgWOd2ku+478NO+Zky7ejOUSsqvHRfRdi+YBiZ4DokLFzbqud7JHPtNK\n\
                 not_pem.display()
             )
         );
-        // A key of another user is refused as an auth_file is (only root can make one).
-        if nix::unistd::geteuid().is_root() {
-            let foreign_key = file(dir.path(), "foreign.key", KEY_PEM, 0o600);
-            let nobody = nix::unistd::Uid::from_raw(65534);
-            nix::unistd::chown(&foreign_key, Some(nobody), None).unwrap();
-            let shown = foreign_key.display();
-            assert_eq!(
-                resolve(&good_ca, Some((&good_cert, &foreign_key))),
-                format!(
-                    "the ZooKeeper tls_key_file {shown} belongs to uid 65534, neither this user \
-                     (uid 0) nor root; `chown` it to the user zkcron runs as and `chmod 600 \
-                     {shown}`"
-                )
-            );
+        // A key of another user is refused as an auth_file is, for a root daemon and any other
+        // (the rule apart from the file: only root can give a file away).
+        let shown = good_key.display();
+        assert_eq!(
+            owner_problem("tls_key_file", &good_key, 65534, 0),
+            Some(format!(
+                "the ZooKeeper tls_key_file {shown} belongs to uid 65534, neither this user (uid \
+                 0) nor root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`"
+            ))
+        );
+        assert!(owner_problem("tls_key_file", &good_key, 1000, 1001).is_some());
+        for (owner, me) in [(0, 0), (0, 1000), (1000, 1000), (65534, 65534)] {
+            assert_eq!(owner_problem("tls_key_file", &good_key, owner, me), None);
         }
         let other_key = file(dir.path(), "other.key", OTHER_KEY_PEM, 0o600);
         assert_eq!(

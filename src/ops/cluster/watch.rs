@@ -1,4 +1,4 @@
-//! What the dashboard's reader (`http::live`) needs of a [`ClusterClient`] beyond a snapshot:
+//! What the dashboard's reader (`http::cache::live`) needs of a [`ClusterClient`] beyond a snapshot:
 //! recursive watches, reads of the znodes they name, and catching up with changes made in other
 //! sessions.
 
