@@ -9,17 +9,20 @@
 //! and [`zk::ZkCoordinator`] (a cluster; leases and fenced claims in ZooKeeper), a thin driver
 //! of the sans-IO [`node::Node`], which owns the cluster protocol. [`rank`], [`lease`] and
 //! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
-//! node read and write.
+//! node read and write. [`operator`] is the operator's writes (pause, resume, drain, undrain)
+//! as pure functions to [`zkop::ZkOp`]s, the operations the node emits too.
 
 pub mod backfill;
 pub mod lease;
 pub mod local;
 pub mod node;
+pub mod operator;
 pub mod pool;
 pub mod rank;
 pub mod record;
 pub mod records;
 pub mod zk;
+pub mod zkop;
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
