@@ -51,7 +51,10 @@ fn a_reason_on_two_lines_an_empty_one_and_a_long_one_are_refused_saying_what_to_
     assert!(check_reason("  ").unwrap_err().contains("empty"));
     let long = "x".repeat(MAX_REASON_BYTES + 1);
     let error = check_reason(&long).unwrap_err();
-    assert!(error.contains("501 bytes") && error.contains("shorten"), "{error}");
+    assert!(
+        error.contains("501 bytes") && error.contains("shorten"),
+        "{error}"
+    );
     assert!(check_reason(&"x".repeat(MAX_REASON_BYTES)).is_ok());
 }
 
@@ -138,7 +141,10 @@ fn a_resume_reads_the_tasks_record_and_its_units_not_another_tasks() {
 
 #[test]
 fn resuming_an_unpaused_task_writes_nothing() {
-    let records = [("t".to_string(), read(record("2026-03-01T09:00:00Z", None), 1))];
+    let records = [(
+        "t".to_string(),
+        read(record("2026-03-01T09:00:00Z", None), 1),
+    )];
     let now = utc("2026-03-01T10:00:00Z");
     assert_eq!(resume(&paths(), "t", None, &records, now), None);
 }
@@ -148,8 +154,14 @@ fn resuming_deletes_the_mark_and_moves_older_records_to_now_in_one_multi_at_the_
     // Given a paused task whose record is behind, and a unit whose record is ahead of now.
     let now = utc("2026-03-01T10:00:00.750Z");
     let records = [
-        ("t".to_string(), read(record("2026-03-01T09:00:00Z", None), 7)),
-        ("t@n1".to_string(), read(record("2026-03-01T11:00:00Z", None), 2)),
+        (
+            "t".to_string(),
+            read(record("2026-03-01T09:00:00Z", None), 7),
+        ),
+        (
+            "t@n1".to_string(),
+            read(record("2026-03-01T11:00:00Z", None), 2),
+        ),
     ];
     // When it is resumed.
     let op = resume(&paths(), "t", Some(&read(mark("ops@h"), 4)), &records, now);
@@ -209,9 +221,12 @@ fn the_resume_rule_moves_a_record_without_a_tick_and_leaves_one_at_or_after_now(
 
 #[test]
 fn the_operator_bugs_are_off_by_default_and_the_drop_queued_bug_drops_only_the_queued_tick() {
-    assert_eq!(OperatorBugs::default(), OperatorBugs {
-        resume_drops_queued: false
-    });
+    assert_eq!(
+        OperatorBugs::default(),
+        OperatorBugs {
+            resume_drops_queued: false
+        }
+    );
     let now = utc("2026-03-01T10:00:00Z");
     let paused = record("2026-03-01T09:00:00Z", Some("2026-03-01T09:00:00Z"));
     let bug = OperatorBugs {
@@ -220,5 +235,11 @@ fn the_operator_bugs_are_off_by_default_and_the_drop_queued_bug_drops_only_the_q
     let kept = resumed(&paused, now).unwrap();
     let dropped = resumed_with(bug, &paused, now).unwrap();
     assert!(kept.queued.is_some());
-    assert_eq!(dropped, FireRecord { queued: None, ..kept });
+    assert_eq!(
+        dropped,
+        FireRecord {
+            queued: None,
+            ..kept
+        }
+    );
 }

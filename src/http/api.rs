@@ -22,6 +22,7 @@ use subtle::ConstantTimeEq;
 use super::Endpoint;
 use super::cache::View;
 use crate::clock::wall_clock;
+use crate::coord::operator::check_reason;
 use crate::coord::records::{HistoryEntry, MarkRecord, TaskSetEntry};
 use crate::ops::change::Change;
 use crate::ops::explain::{self, Explain};
@@ -327,7 +328,13 @@ impl Body {
             return Err(bad_request("only backfill takes \"from\" and \"to\""));
         }
         match change {
-            Change::Pause { reason, .. } => reason.clone_from(&self.reason),
+            Change::Pause { reason, .. } => {
+                // The rule `zkcron pause --reason` applies: one line, at most 500 bytes.
+                *reason = (self.reason.as_deref())
+                    .map(check_reason)
+                    .transpose()
+                    .map_err(|e| bad_request(format!("\"reason\": {e}")))?;
+            }
             Change::Backfill { from, to, .. } => {
                 *from = instant("from", self.from.as_deref())?;
                 *to = instant("to", self.to.as_deref())?;
