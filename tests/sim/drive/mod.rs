@@ -470,16 +470,8 @@ impl<'s> Sim<'s> {
             })
             .collect::<Vec<_>>();
         for task in sc.tasks.iter().filter(|t| t.initial_record) {
-            let record = WireRecord {
-                format: 1,
-                tick: Some(epoch()),
-                node: String::new(),
-                session: String::new(),
-                run: false,
-                reruns: 0,
-                claimed_at: None,
-                queued: None,
-            };
+            let mut record = WireRecord::empty();
+            record.tick = Some(epoch());
             ops.push(ZkOp::Create {
                 path: format!("{BASE}/tasks/{}", task.name),
                 data: serde_json::to_vec(&record).expect("encodes"),
