@@ -1,6 +1,8 @@
 //! The HTTP API under `/api/` (docs/operating.md, "The HTTP API"): reads of the cluster as the
 //! dashboard shows it, and the operator's changes (trigger, backfill, pause, resume, drain,
-//! undrain) made through the commands' own code (`ops::change`).
+//! undrain) made through the commands' own code (`ops::change`, which writes by
+//! `coord::operator`'s rules). A pause's reason is checked by the rule `zkcron pause --reason`
+//! applies (`coord::operator::check_reason`): a reason it refuses is a 400 here.
 //!
 //! A change needs `[http] admin_token_file`: without it every POST is refused (403) and changes
 //! nothing; with it, a POST must carry `Authorization: Bearer <token>` (401 otherwise; compared

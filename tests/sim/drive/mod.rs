@@ -12,7 +12,7 @@
 //! `Knobs::long_runs`; at once when stopped). A reload of changed task files unloads and loads
 //! them in the core, as the daemon does, before the node publishes them. Two deliberate bugs
 //! live here, in the shell ([`NodeBug::AssumeClaimedOnLoss`], [`NodeBug::SlowTimer`]); the
-//! others are switches of the real core and node.
+//! others are switches of the real core, node and operator's rules.
 //!
 //! This file holds the world's state ([`Sim`]), its events and the loop that dispatches them;
 //! `network.rs` the links and the server, `observe.rs` what the checker sees of the server's
