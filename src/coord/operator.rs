@@ -1,4 +1,4 @@
-//! Operator writes as data: `pause`, `resume`, `drain` and `undrain` as pure functions from
+//! Operator writes as data: pause and drain ([`mark`]), [`resume`] and [`undrain`] as pure functions from
 //! the records read (with their versions) and `now` to the ZooKeeper operations they make
 //! ([`ZkOp`]), so that each rule exists once.
 //!
@@ -67,29 +67,9 @@ pub enum Marking {
     Create { parents: Vec<ZkOp>, create: ZkOp },
 }
 
-/// `zkcron pause`: the pause mark `mark` of `task`, unless `read` (the mark there) is one.
-pub fn pause(
-    paths: &Paths,
-    task: &str,
-    read: Option<&MarkRecord>,
-    mark: &MarkRecord,
-    acl: NodeAcl,
-) -> Marking {
-    marking(&paths.paused(task), read, mark, acl)
-}
-
-/// `zkcron drain`: the drain mark `mark` of `node`, unless `read` (the mark there) is one.
-pub fn drain(
-    paths: &Paths,
-    node: &str,
-    read: Option<&MarkRecord>,
-    mark: &MarkRecord,
-    acl: NodeAcl,
-) -> Marking {
-    marking(&paths.drain(node), read, mark, acl)
-}
-
-fn marking(path: &str, read: Option<&MarkRecord>, mark: &MarkRecord, acl: NodeAcl) -> Marking {
+/// `zkcron pause` and `zkcron drain`: the mark `mark` at `path` (`Paths::paused(task)`,
+/// `Paths::drain(node)`), unless `read` (the mark there) is one: the first mark is kept.
+pub fn mark(path: &str, read: Option<&MarkRecord>, mark: &MarkRecord, acl: NodeAcl) -> Marking {
     if let Some(read) = read {
         return Marking::Already(read.clone());
     }
@@ -135,17 +115,19 @@ pub fn resume_reads<'a>(task: &str, children: impl IntoIterator<Item = &'a str>)
         .collect()
 }
 
+/// What a resume of a task reads: its pause mark and the fire records [`resume_reads`] names,
+/// by name, each with its version.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResumeRead {
+    pub mark: Option<Versioned<MarkRecord>>,
+    pub records: Vec<(String, Versioned<FireRecord>)>,
+}
+
 /// `zkcron resume`: one multi-op that deletes the pause mark at the version read and, in the
-/// same step, writes each record of `records` (named as [`resume_reads`] names them) that the
-/// [`resumed`] rule moves, at the version read. `None` when the task is not paused (no mark).
-pub fn resume(
-    paths: &Paths,
-    task: &str,
-    mark: Option<&Versioned<MarkRecord>>,
-    records: &[(String, Versioned<FireRecord>)],
-    now: DateTime<Utc>,
-) -> Option<ZkOp> {
-    resume_with(OperatorBugs::default(), paths, task, mark, records, now)
+/// same step, writes each record read that the [`resumed`] rule moves, at the version read.
+/// `None` when the task is not paused (no mark).
+pub fn resume(paths: &Paths, task: &str, read: &ResumeRead, now: DateTime<Utc>) -> Option<ZkOp> {
+    resume_with(OperatorBugs::default(), paths, task, read, now)
 }
 
 /// [`resume`] with the test-only `bugs`.
@@ -154,21 +136,20 @@ pub fn resume_with(
     bugs: OperatorBugs,
     paths: &Paths,
     task: &str,
-    mark: Option<&Versioned<MarkRecord>>,
-    records: &[(String, Versioned<FireRecord>)],
+    read: &ResumeRead,
     now: DateTime<Utc>,
 ) -> Option<ZkOp> {
-    let mark = mark?;
+    let mark = read.mark.as_ref()?;
     let mut ops = vec![ZkOp::Delete {
         path: paths.paused(task),
         version: Some(mark.version),
     }];
-    for (name, read) in records {
-        if let Some(moved) = resumed_with(bugs, &read.value, now) {
+    for (name, record) in &read.records {
+        if let Some(moved) = resumed_with(bugs, &record.value, now) {
             ops.push(ZkOp::SetData {
                 path: paths.record(name),
                 data: serde_json::to_vec(&moved).expect("fire records serialize"),
-                version: Some(read.version),
+                version: Some(record.version),
             });
         }
     }

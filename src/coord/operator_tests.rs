@@ -38,6 +38,11 @@ fn read<T>(value: T, version: i32) -> Versioned<T> {
     Versioned { value, version }
 }
 
+/// The record of `name` at `tick` without a queued tick, read at `version`.
+fn record_named(name: &str, tick: &str, version: i32) -> (String, Versioned<FireRecord>) {
+    (name.to_string(), read(record(tick, None), version))
+}
+
 #[test]
 fn a_reason_on_one_line_is_kept_trimmed() {
     assert_eq!(check_reason("  disk full \n"), Ok("disk full".to_string()));
@@ -61,8 +66,9 @@ fn a_reason_on_two_lines_an_empty_one_and_a_long_one_are_refused_saying_what_to_
 #[test]
 fn pausing_an_unpaused_task_creates_its_parents_then_the_mark() {
     // Given no mark; when the task is paused; then the dirs come first, each on its own.
+    let path = paths().paused("t");
     let Marking::Create { parents, create } =
-        pause(&paths(), "t", None, &mark("ops@h"), NodeAcl::CreatorAll)
+        super::mark(&path, None, &mark("ops@h"), NodeAcl::CreatorAll)
     else {
         panic!("a mark to create");
     };
@@ -100,24 +106,10 @@ fn pausing_an_unpaused_task_creates_its_parents_then_the_mark() {
 #[test]
 fn pausing_or_draining_again_keeps_the_first_mark_and_writes_nothing() {
     let first = mark("first@h");
-    let again = pause(&paths(), "t", Some(&first), &mark("b@h"), NodeAcl::Open);
-    assert_eq!(again, Marking::Already(first.clone()));
-    let again = drain(&paths(), "n1", Some(&first), &mark("b@h"), NodeAcl::Open);
-    assert_eq!(again, Marking::Already(first));
-}
-
-#[test]
-fn draining_creates_the_nodes_mark_under_control_drained() {
-    let Marking::Create { parents, create } =
-        drain(&paths(), "n1", None, &mark("ops@h"), NodeAcl::Open)
-    else {
-        panic!("a mark to create");
-    };
-    assert_eq!(parents.len(), 4);
-    assert!(
-        matches!(&create, ZkOp::Create { path, .. } if path == "/zkcron/c/control/drained/n1"),
-        "{create:?}"
-    );
+    for path in [paths().paused("t"), paths().drain("n1")] {
+        let again = super::mark(&path, Some(&first), &mark("b@h"), NodeAcl::Open);
+        assert_eq!(again, Marking::Already(first.clone()));
+    }
 }
 
 #[test]
@@ -141,30 +133,27 @@ fn a_resume_reads_the_tasks_record_and_its_units_not_another_tasks() {
 
 #[test]
 fn resuming_an_unpaused_task_writes_nothing() {
-    let records = [(
-        "t".to_string(),
-        read(record("2026-03-01T09:00:00Z", None), 1),
-    )];
+    let unpaused = ResumeRead {
+        mark: None,
+        records: vec![record_named("t", "2026-03-01T09:00:00Z", 1)],
+    };
     let now = utc("2026-03-01T10:00:00Z");
-    assert_eq!(resume(&paths(), "t", None, &records, now), None);
+    assert_eq!(resume(&paths(), "t", &unpaused, now), None);
 }
 
 #[test]
 fn resuming_deletes_the_mark_and_moves_older_records_to_now_in_one_multi_at_the_versions_read() {
     // Given a paused task whose record is behind, and a unit whose record is ahead of now.
     let now = utc("2026-03-01T10:00:00.750Z");
-    let records = [
-        (
-            "t".to_string(),
-            read(record("2026-03-01T09:00:00Z", None), 7),
-        ),
-        (
-            "t@n1".to_string(),
-            read(record("2026-03-01T11:00:00Z", None), 2),
-        ),
-    ];
+    let paused = ResumeRead {
+        mark: Some(read(mark("ops@h"), 4)),
+        records: vec![
+            record_named("t", "2026-03-01T09:00:00Z", 7),
+            record_named("t@n1", "2026-03-01T11:00:00Z", 2),
+        ],
+    };
     // When it is resumed.
-    let op = resume(&paths(), "t", Some(&read(mark("ops@h"), 4)), &records, now);
+    let op = resume(&paths(), "t", &paused, now);
     // Then the mark goes and only the older record moves, to now in whole seconds.
     let Some(ZkOp::Multi(ops)) = op else {
         panic!("{op:?}");

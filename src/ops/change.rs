@@ -130,11 +130,10 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
         Change::Pause { task, reason } => {
             defined_in_cluster(client, task).await?;
             let mark = mark(now, by, reason.clone());
-            let paused = client
-                .mark(&client.paths.paused(task), |read| {
-                    operator::pause(&client.paths, task, read, &mark, client.acl)
-                })
-                .await?;
+            let path = client.paths.paused(task);
+            let marking =
+                |read: Option<&MarkRecord>| operator::mark(&path, read, &mark, client.acl);
+            let paused = client.mark(&path, marking).await?;
             Ok(Done::said(match paused {
                 None => format!(
                     "task {task} paused: nothing fires until `zkcron resume {task}` (a `zkcron \
@@ -191,8 +190,9 @@ async fn drain_in_cluster(
 ) -> anyhow::Result<Done> {
     let paths = &client.paths;
     let registered = client.exists(&paths.member(node)).await?.is_some();
-    let marking = |read: Option<&MarkRecord>| operator::drain(paths, node, read, mark, client.acl);
-    let mut said = vec![match client.mark(&paths.drain(node), marking).await? {
+    let path = paths.drain(node);
+    let marking = |read: Option<&MarkRecord>| operator::mark(&path, read, mark, client.acl);
+    let mut said = vec![match client.mark(&path, marking).await? {
         None => format!(
             "node {node} drained: it gives up its leases and takes none until `zkcron undrain \
              {node}`; its running jobs finish"

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{ClusterClient, Read};
 use crate::coord::node::io::{ZkFail, ZkOk};
-use crate::coord::operator::{self, Marking, Versioned};
+use crate::coord::operator::{self, Marking, ResumeRead, Versioned};
 use crate::coord::records::{FireRecord, MarkRecord};
 use crate::coord::zk::call;
 use crate::coord::zkop::ZkOp;
@@ -50,7 +50,7 @@ impl ClusterClient {
     }
 
     /// Sets the mark at `path` as `marking` decides from the mark read there
-    /// ([`operator::pause`], [`operator::drain`]); `Some(existing)` when there is one already.
+    /// ([`operator::mark`]); `Some(existing)` when there is one already.
     pub async fn mark(
         &self,
         path: &str,
@@ -114,16 +114,19 @@ impl ClusterClient {
             let Some(mark) = self.get::<MarkRecord>(&mark_path).await?.map(versioned) else {
                 return Ok(None);
             };
-            let mut records = Vec::new();
+            let mut read = ResumeRead {
+                mark: Some(mark),
+                records: Vec::new(),
+            };
             for name in &names {
-                if let Some(read) = self.get::<FireRecord>(&self.paths.record(name)).await? {
-                    records.push((name.clone(), versioned(read)));
+                if let Some(record) = self.get::<FireRecord>(&self.paths.record(name)).await? {
+                    read.records.push((name.clone(), versioned(record)));
                 }
             }
-            let op = operator::resume(&self.paths, task, Some(&mark), &records, now)
+            let op = operator::resume(&self.paths, task, &read, now)
                 .expect("a paused task's resume writes");
             match self.perform(&format!("resuming task {task}"), op).await? {
-                Ok(_) => return Ok(Some(mark.value)),
+                Ok(_) => return Ok(read.mark.map(|mark| mark.value)),
                 Err(_) => continue,
             }
         }

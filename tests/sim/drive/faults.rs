@@ -2,7 +2,7 @@
 //! clock steps, reloads, the stranger's writes, `zkcron pause` / `resume`, drains. The operator's
 //! writes are the shipped rules of `zkcron::coord::operator`, applied to what the model holds.
 
-use zkcron::coord::operator::{self, Marking, OperatorBugs, Versioned};
+use zkcron::coord::operator::{self, Marking, OperatorBugs, ResumeRead, Versioned};
 use zkcron::coord::records::Paths;
 use zkcron::coord::zkop::NodeAcl;
 
@@ -224,13 +224,7 @@ impl Sim<'_> {
                 mode: CreateMode::Persistent,
                 acl: Default::default(),
             }],
-            Meddle::Drain(n) => {
-                let node = &self.sc.nodes[*n].id;
-                let read = self.read::<MarkRecord>(&paths.drain(node));
-                let mark = operator_mark(since);
-                let value = read.as_ref().map(|r| &r.value);
-                marking_ops(operator::drain(&paths, node, value, &mark, NodeAcl::Open))
-            }
+            Meddle::Drain(n) => self.mark_ops(&paths.drain(&self.sc.nodes[*n].id), since),
             Meddle::Undrain(n) => {
                 let node = &self.sc.nodes[*n].id;
                 let read = self.read::<MarkRecord>(&paths.drain(node));
@@ -238,13 +232,7 @@ impl Sim<'_> {
                     .into_iter()
                     .collect()
             }
-            Meddle::Pause(t) => {
-                let task = &self.sc.tasks[*t].name;
-                let read = self.read::<MarkRecord>(&paths.paused(task));
-                let mark = operator_mark(since);
-                let value = read.as_ref().map(|r| &r.value);
-                marking_ops(operator::pause(&paths, task, value, &mark, NodeAcl::Open))
-            }
+            Meddle::Pause(t) => self.mark_ops(&paths.paused(&self.sc.tasks[*t].name), since),
             Meddle::Resume(t) => self.resume_ops(*t, since).into_iter().collect(),
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {
@@ -292,13 +280,35 @@ impl Sim<'_> {
         })
     }
 
+    /// `zkcron pause` or `zkcron drain` at `at` of the mark at `path` ([`operator::mark`]), in
+    /// the order `zkcron` performs them: the parents (one that exists is refused, which is
+    /// fine), then the mark; nothing when a mark is there already.
+    fn mark_ops(&self, path: &str, at: DateTime<Utc>) -> Vec<ZkOp> {
+        let read = self.read::<MarkRecord>(path);
+        let mark = MarkRecord {
+            format: 1,
+            at,
+            by: "ops@sim".into(),
+            reason: None,
+        };
+        match operator::mark(path, read.as_ref().map(|r| &r.value), &mark, NodeAcl::Open) {
+            Marking::Already(_) => Vec::new(),
+            Marking::Create {
+                mut parents,
+                create,
+            } => {
+                parents.push(create);
+                parents
+            }
+        }
+    }
+
     /// `zkcron resume`'s multi, as the shipped rule makes it ([`operator::resume`]) from the
     /// records it reads here: the task's and its units' under `tasks/`. `None` when the task
     /// is not paused. The scenario's deliberate bug may make the rule drop a queued tick.
     fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
         let paths = sim_paths();
         let task = &self.sc.tasks[t].name;
-        let mark = self.read::<MarkRecord>(&paths.paused(task));
         let tasks = format!("{}/", paths.tasks());
         let children = self
             .zk
@@ -306,14 +316,17 @@ impl Sim<'_> {
             .keys()
             .filter_map(|path| path.strip_prefix(&tasks))
             .filter(|name| !name.contains('/'));
-        let records: Vec<(String, Versioned<WireRecord>)> = operator::resume_reads(task, children)
-            .into_iter()
-            .filter_map(|name| Some((name.clone(), self.read(&paths.record(&name))?)))
-            .collect();
+        let read = ResumeRead {
+            mark: self.read::<MarkRecord>(&paths.paused(task)),
+            records: operator::resume_reads(task, children)
+                .into_iter()
+                .filter_map(|name| Some((name.clone(), self.read(&paths.record(&name))?)))
+                .collect(),
+        };
         let bugs = OperatorBugs {
             resume_drops_queued: self.sc.knobs.bug == NodeBug::ResumeDropsQueued,
         };
-        operator::resume_with(bugs, &paths, task, mark.as_ref(), &records, now)
+        operator::resume_with(bugs, &paths, task, &read, now)
     }
 
     /// The daemon reloads its changed task files, as `daemon::reload` does: the firing core
@@ -398,30 +411,5 @@ impl Sim<'_> {
 fn sim_paths() -> Paths {
     Paths {
         base: BASE.to_string(),
-    }
-}
-
-/// The mark `zkcron pause` and `zkcron drain` write at `at`.
-fn operator_mark(at: DateTime<Utc>) -> MarkRecord {
-    MarkRecord {
-        format: 1,
-        at,
-        by: "ops@sim".into(),
-        reason: None,
-    }
-}
-
-/// A mark's operations in the order `zkcron` performs them: the parents (one that exists is
-/// refused, which is fine), then the mark; nothing when a mark is there already.
-fn marking_ops(marking: Marking) -> Vec<ZkOp> {
-    match marking {
-        Marking::Already(_) => Vec::new(),
-        Marking::Create {
-            mut parents,
-            create,
-        } => {
-            parents.push(create);
-            parents
-        }
     }
 }
