@@ -15,7 +15,7 @@
 //! - [`firing`]: the daemon's per-task firing rules (overlap, claims, reruns, manual runs,
 //!   pause, reload), a sans-IO state machine the daemon drives.
 //! - [`coord`]: the coordination seam (`Coordinator`), the pure rules (`rank`, `lease`,
-//!   `record`), the cluster node as a sans-IO state machine (`node`), the ZooKeeper backend
+//!   `record`, the operator's writes `operator`), the cluster node as a sans-IO state machine (`node`), the ZooKeeper backend
 //!   that drives it (`zk`) and the embedded `local` backend.
 //! - [`executor`]: runs one tick's command as a process group, with timeout, retries and
 //!   output streaming.

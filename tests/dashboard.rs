@@ -514,6 +514,15 @@ fn given_an_admin_token_then_a_change_needs_it_and_json_and_errors_are_json() {
             .unwrap()
             .starts_with("the body must be a JSON object")
     );
+    // A reason `zkcron pause --reason` refuses, the API refuses too, in the same words.
+    let (code, answer) = post(address, pause, Some(TOKEN), r#"{"reason": "x\ny"}"#);
+    assert_eq!(
+        (code, answer["error"].as_str().unwrap()),
+        (
+            400,
+            "\"reason\": the reason spans several lines: write it on one line"
+        )
+    );
     let (_, status) = http_get(address, "/api/status");
     assert_eq!(
         json(&status)["tasks"][0]["paused"],

@@ -22,14 +22,15 @@
 //! 11. `cli`
 //!
 //! `coord`:
-//! 1. `rank` (who leads: the ranking)
+//! 1. `rank` (who leads: the ranking), `zkop` (a ZooKeeper operation, as data)
 //! 2. `pool` (who owns a pool's items)
 //! 3. `lease` (the lease rule, a pool's units included)
 //! 4. `records` (the records in ZooKeeper and the state dir)
 //! 5. `record` (the fire-record rules)
 //! 6. `backfill` (backfill requests and their rules)
-//! 7. `node`, `local` (the cluster protocol; the embedded backend)
-//! 8. `zk` (the driver of the node)
+//! 7. `operator` (the operator's writes: pause, resume, drain, undrain)
+//! 8. `node`, `local` (the cluster protocol; the embedded backend)
+//! 9. `zk` (the driver of the node)
 //!
 //! `coord::local`:
 //! 1. `errors`
@@ -76,12 +77,13 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "coord",
         &[
-            &["rank"],
+            &["rank", "zkop"],
             &["pool"],
             &["lease"],
             &["records"],
             &["record"],
             &["backfill"],
+            &["operator"],
             &["node", "local"],
             &["zk"],
         ],

@@ -182,7 +182,7 @@ fn a_pause_reason_that_is_empty_or_too_long_is_refused_saying_how_to_fix_it() {
     assert_eq!(empty.status.code(), Some(2));
     assert!(
         stderr(&empty)
-            .contains("the reason is empty: say why the task is paused, or leave out --reason"),
+            .contains("the reason is empty: say why the task is paused, or leave out the reason"),
         "{}",
         stderr(&empty)
     );

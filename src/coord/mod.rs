@@ -10,17 +10,21 @@
 //! of the sans-IO [`node::Node`], which owns the cluster protocol. [`rank`], [`lease`] and
 //! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
 //! node read and write. [`pool`] says who owns which item of a work pool; [`backfill`] holds
-//! backfill requests and the rules of their claims and ends, for both backends.
+//! backfill requests and the rules of their claims and ends, for both backends. [`operator`]
+//! is the operator's writes (pause, resume, drain, undrain) as pure functions to
+//! [`zkop::ZkOp`]s, the operations the node emits too.
 
 pub mod backfill;
 pub mod lease;
 pub mod local;
 pub mod node;
+pub mod operator;
 pub mod pool;
 pub mod rank;
 pub mod record;
 pub mod records;
 pub mod zk;
+pub mod zkop;
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};

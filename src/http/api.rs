@@ -1,6 +1,8 @@
 //! The HTTP API under `/api/` (docs/operating.md, "The HTTP API"): reads of the cluster as the
 //! dashboard shows it, and the operator's changes (trigger, backfill, pause, resume, drain,
-//! undrain) made through the commands' own code (`ops::change`).
+//! undrain) made through the commands' own code (`ops::change`, which writes by
+//! `coord::operator`'s rules). A pause's reason is checked by the rule `zkcron pause --reason`
+//! applies (`coord::operator::check_reason`): a reason it refuses is a 400 here.
 //!
 //! A change needs `[http] admin_token_file`: without it every POST is refused (403) and changes
 //! nothing; with it, a POST must carry `Authorization: Bearer <token>` (401 otherwise; compared
@@ -22,6 +24,7 @@ use subtle::ConstantTimeEq;
 use super::Endpoint;
 use super::cache::View;
 use crate::clock::wall_clock;
+use crate::coord::operator::check_reason;
 use crate::coord::records::{HistoryEntry, MarkRecord, TaskSetEntry};
 use crate::ops::change::Change;
 use crate::ops::explain::{self, Explain};
@@ -327,7 +330,13 @@ impl Body {
             return Err(bad_request("only backfill takes \"from\" and \"to\""));
         }
         match change {
-            Change::Pause { reason, .. } => reason.clone_from(&self.reason),
+            Change::Pause { reason, .. } => {
+                // The rule `zkcron pause --reason` applies: one line, at most 500 bytes.
+                *reason = (self.reason.as_deref())
+                    .map(check_reason)
+                    .transpose()
+                    .map_err(|e| bad_request(format!("\"reason\": {e}")))?;
+            }
             Change::Backfill { from, to, .. } => {
                 *from = instant("from", self.from.as_deref())?;
                 *to = instant("to", self.to.as_deref())?;

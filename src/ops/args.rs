@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::{OpsCommand, Target};
 use crate::config::Backend;
+use crate::coord::operator::check_reason;
 use crate::preflight::{Overrides, Plan};
 
 /// How to reach the scheduler, as for `run`.
@@ -154,33 +155,10 @@ pub struct PauseArgs {
     #[arg(value_name = "TASK")]
     pub task: String,
     /// Why, shown by `status` and `explain` until `zkcron resume` (at most 500 bytes)
-    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
+    #[arg(long, value_name = "TEXT", value_parser = check_reason)]
     pub reason: Option<String>,
     #[command(flatten)]
     pub target: TargetArgs,
-}
-
-/// The longest `--reason` a pause mark keeps.
-pub const MAX_REASON_BYTES: usize = 500;
-
-/// A pause's `--reason`: some text, on one line, of at most [`MAX_REASON_BYTES`].
-fn parse_reason(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(
-            "the reason is empty: say why the task is paused, or leave out --reason".into(),
-        );
-    }
-    if text.contains(['\n', '\r']) {
-        return Err("the reason spans several lines: write it on one line".into());
-    }
-    if text.len() > MAX_REASON_BYTES {
-        return Err(format!(
-            "the reason is {} bytes long; at most {MAX_REASON_BYTES} are kept: shorten it",
-            text.len()
-        ));
-    }
-    Ok(text.to_string())
 }
 
 // The field docs are clap's help text, which shows `[section].key` and `[/chroot]` as written:

@@ -12,6 +12,7 @@ use super::local::{self, Request};
 use super::model;
 use super::{CLUSTER_ONLY, defined_in_cluster, render};
 use crate::clock::wall_clock;
+use crate::coord::operator;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord};
 
 /// One change, on a task or a node.
@@ -128,13 +129,11 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
         Change::Trigger { task } => trigger_in_cluster(client, task, by).await,
         Change::Pause { task, reason } => {
             defined_in_cluster(client, task).await?;
-            let paused = client
-                .mark(
-                    &client.paths.paused_dir(),
-                    task,
-                    &mark(now, by, reason.clone()),
-                )
-                .await?;
+            let mark = mark(now, by, reason.clone());
+            let path = client.paths.paused(task);
+            let marking =
+                |read: Option<&MarkRecord>| operator::mark(&path, read, &mark, client.acl);
+            let paused = client.mark(&path, marking).await?;
             Ok(Done::said(match paused {
                 None => format!(
                     "task {task} paused: nothing fires until `zkcron resume {task}` (a `zkcron \
@@ -156,15 +155,13 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
                 .await
                 .map(Done::from)
         }
-        Change::Undrain { node } => Ok(Done::said(
-            match client.unmark(&client.paths.drain(node)).await? {
-                Some(old) => format!(
-                    "node {node} undrained (it was {}); it takes its share of the leases again",
-                    since(&old, "drained")
-                ),
-                None => format!("node {node} is not drained"),
-            },
-        )),
+        Change::Undrain { node } => Ok(Done::said(match client.undrain(node).await? {
+            Some(old) => format!(
+                "node {node} undrained (it was {}); it takes its share of the leases again",
+                since(&old, "drained")
+            ),
+            None => format!("node {node} is not drained"),
+        })),
     }
 }
 
@@ -193,7 +190,9 @@ async fn drain_in_cluster(
 ) -> anyhow::Result<Done> {
     let paths = &client.paths;
     let registered = client.exists(&paths.member(node)).await?.is_some();
-    let mut said = vec![match client.mark(&paths.drained(), node, mark).await? {
+    let path = paths.drain(node);
+    let marking = |read: Option<&MarkRecord>| operator::mark(&path, read, mark, client.acl);
+    let mut said = vec![match client.mark(&path, marking).await? {
         None => format!(
             "node {node} drained: it gives up its leases and takes none until `zkcron undrain \
              {node}`; its running jobs finish"

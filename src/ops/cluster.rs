@@ -1,6 +1,7 @@
 //! The operator's ZooKeeper session: a short-lived zookeeper-client session that reads the
-//! cluster's records into a [`Snapshot`] and writes the operator's marks (drain, pause,
-//! resume, trigger). No daemon is needed on the host.
+//! cluster's records into a [`Snapshot`] and writes the operator's changes (drain, pause and
+//! resume in `writes.rs`, as [`crate::coord::operator`] rules; trigger, backfill). No daemon is
+//! needed on the host.
 //!
 //! Reads of many znodes go out as multi-reads of `BATCH` paths, `IN_FLIGHT` at once, so
 //! `status` on 10,000 tasks is a few dozen round trips, not 30,000.
@@ -13,8 +14,7 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use serde::de::DeserializeOwned;
 use zookeeper_client::{
-    Acls, Client, CreateMode, CreateSequence, Error as ZkError, MultiReadResult, MultiWriteError,
-    Stat,
+    Acls, Client, CreateMode, CreateSequence, Error as ZkError, MultiReadResult, Stat,
 };
 
 use super::live::TriggerRuns;
@@ -22,11 +22,12 @@ use super::model::{LiveMember, Snapshot, StatusSource};
 use crate::coord::RunResult;
 use crate::coord::backfill::{self, BackfillRecord};
 use crate::coord::records::{
-    FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
-    Paths, ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
+    FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord, Paths,
+    ResultRecord, TaskSetRecord, TriggerRecord, TriggerState,
 };
 use crate::coord::zk::settings::{AuthSource, TlsSource, connector, split_connect};
 use crate::coord::zk::tls::TLS_FAILED;
+use crate::coord::zkop::NodeAcl;
 
 /// How long a command waits for a ZooKeeper session before it says it cannot reach it.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
@@ -35,6 +36,7 @@ pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 pub(super) const CALL_DEADLINE: Duration = Duration::from_secs(10);
 
 mod watch;
+mod writes;
 
 /// Paths per multi-read.
 const BATCH: usize = 500;
@@ -48,6 +50,8 @@ pub struct ClusterClient {
     /// The ACL of the znodes this command creates: the daemon's (creator-all when
     /// authenticated, open otherwise).
     acls: Acls<'static>,
+    /// The same ACL, for the operations of [`crate::coord::operator`].
+    pub acl: NodeAcl,
     pub paths: Paths,
     pub cluster: String,
     pub connect: String,
@@ -107,6 +111,10 @@ impl ClusterClient {
             acls: match auth {
                 Some(_) => Acls::creator_all(),
                 None => Acls::anyone_all(),
+            },
+            acl: match auth {
+                Some(_) => NodeAcl::CreatorAll,
+                None => NodeAcl::Open,
             },
             paths: Paths {
                 base: format!("{chroot}/zkcron/{cluster}"),
@@ -490,111 +498,6 @@ impl ClusterClient {
         Ok(())
     }
 
-    /// Creates the mark `dir/name`; `Some(existing)` when there already is one.
-    pub async fn mark(
-        &self,
-        dir: &str,
-        name: &str,
-        mark: &MarkRecord,
-    ) -> anyhow::Result<Option<MarkRecord>> {
-        self.create_dirs(dir).await?;
-        let path = format!("{dir}/{name}");
-        let data = serde_json::to_vec(mark).expect("marks serialize");
-        let options = CreateMode::Persistent.with_acls(self.acls);
-        match self
-            .call(
-                &format!("creating {path}"),
-                self.client.create(&path, &data, &options),
-            )
-            .await?
-        {
-            Ok(_) => Ok(None),
-            Err(ZkError::NodeExists) => Ok(self
-                .get::<MarkRecord>(&path)
-                .await?
-                .map(|r| r.value)
-                .or_else(|| Some(mark.clone()))),
-            Err(error) => bail!("ZooKeeper at {}: creating {path}: {error}", self.connect),
-        }
-    }
-
-    /// Deletes the mark at `path`; the mark it deleted, `None` when there was none.
-    pub async fn unmark(&self, path: &str) -> anyhow::Result<Option<MarkRecord>> {
-        let Some(read) = self.get::<MarkRecord>(path).await? else {
-            return Ok(None);
-        };
-        match self
-            .call(
-                &format!("deleting {path}"),
-                self.client.delete(path, Some(read.stat.version)),
-            )
-            .await?
-        {
-            Ok(()) | Err(ZkError::NoNode) => Ok(Some(read.value)),
-            // Re-created since we read it: someone marked it again; it was unmarked either way.
-            Err(ZkError::BadVersion) => {
-                Box::pin(self.unmark(path)).await?;
-                Ok(Some(read.value))
-            }
-            Err(error) => bail!("ZooKeeper at {}: deleting {path}: {error}", self.connect),
-        }
-    }
-
-    /// `zkcron resume`: deletes the pause mark and, in the same multi-op, moves the task's fire
-    /// record (and each node's unit's, for a task that runs on every node) forward to `now`
-    /// when it is older (at the version read), so the paused period is not caught up. The mark it deleted, `None` when the task was not paused.
-    pub async fn resume(
-        &self,
-        task: &str,
-        now: DateTime<Utc>,
-    ) -> anyhow::Result<Option<MarkRecord>> {
-        let now = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
-        let mark_path = self.paths.paused(task);
-        // The task's record and, for a task that runs on every node, each node's unit's.
-        let unit = format!("{task}@");
-        let mut record_paths = vec![self.paths.record(task)];
-        for child in self.children(&self.paths.tasks()).await? {
-            if child.starts_with(&unit) {
-                record_paths.push(self.paths.record(&child));
-            }
-        }
-        for _ in 0..5 {
-            let Some(mark) = self.get::<MarkRecord>(&mark_path).await? else {
-                return Ok(None);
-            };
-            let mut writer = self.client.new_multi_writer();
-            writer
-                .add_delete(&mark_path, Some(mark.stat.version))
-                .map_err(|e| anyhow!("deleting {mark_path}: {e}"))?;
-            for record_path in &record_paths {
-                let record = self.get::<FireRecord>(record_path).await?;
-                if let Some(record) = record.filter(|r| r.value.tick.is_none_or(|t| t < now)) {
-                    let data = resumed_record(&record.value, now);
-                    writer
-                        .add_set_data(record_path, &data, Some(record.stat.version))
-                        .map_err(|e| anyhow!("writing {record_path}: {e}"))?;
-                }
-            }
-            match tokio::time::timeout(CALL_DEADLINE, writer.commit()).await {
-                Ok(Ok(_)) => return Ok(Some(mark.value)),
-                Ok(Err(MultiWriteError::OperationFailed {
-                    source: ZkError::BadVersion | ZkError::NoNode,
-                    ..
-                })) => continue,
-                Ok(Err(error)) => bail!(
-                    "ZooKeeper at {}: resuming task {task}: {error}",
-                    self.connect
-                ),
-                Err(_) => bail!(
-                    "ZooKeeper at {}: resuming task {task}: no answer, so whether it was resumed \
-                     is unknown; run `zkcron status` to see",
-                    self.connect
-                ),
-            }
-        }
-        bail!("task {task}: its records kept changing while it was being resumed; try again")
-    }
-
     /// Creates a pending trigger of `task`; its fire id (the znode's name).
     pub async fn request_trigger(&self, record: &TriggerRecord) -> anyhow::Result<String> {
         let data = serde_json::to_vec(record).expect("trigger records serialize");
@@ -742,22 +645,6 @@ pub fn status_source(
             }
         })
     })
-}
-
-/// A fire record moved to `now` by a resume, so the paused period is not caught up (the
-/// queued tick stays).
-fn resumed_record(record: &FireRecord, now: DateTime<Utc>) -> Vec<u8> {
-    let moved = FireRecord {
-        format: FORMAT_VERSION,
-        tick: Some(now),
-        node: String::new(),
-        session: String::new(),
-        run: false,
-        reruns: 0,
-        claimed_at: Some(now),
-        queued: record.queued,
-    };
-    serde_json::to_vec(&moved).expect("fire records serialize")
 }
 
 /// The ended manual runs among `triggers` of the tasks in `names`, by trigger znode name; the

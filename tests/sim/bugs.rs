@@ -241,3 +241,31 @@ fn the_checker_reports_ticks_run_after_a_failure_when_the_pause_is_written_apart
     // changes of the draws.
     first_seed_showing(Kind::RanAfterFailurePause, knobs, 400..1000);
 }
+
+/// The simulation once resumed a task with its own copy of `zkcron resume`, which wrote the
+/// fire record with `queued: None` where the command keeps the queued tick; it applies the
+/// shipped rule (`coord::operator::resume`) now. With that rule's test-only bug
+/// `resume_drops_queued` (the old copy's behaviour) the checker reports the dropped tick, and
+/// the same scenario passes with the rule as it ships.
+#[test]
+fn the_simulated_resume_keeps_the_queued_tick_as_the_cli_does() {
+    let knobs = Knobs {
+        bug: NodeBug::ResumeDropsQueued,
+        pauses: true,
+        long_runs: true,
+        overlap_skip: true,
+        overlap_queue: true,
+        ..Knobs::CONTRACT
+    };
+    let seed = first_seed_showing(Kind::QueuedTickDropped, knobs, 0..300);
+    let shipped = Knobs {
+        bug: NodeBug::None,
+        ..knobs
+    };
+    let outcome = run_real(seed, shipped, false);
+    assert!(
+        outcome.violations.is_empty(),
+        "seed {seed} without the bug: {}",
+        outcome.report
+    );
+}

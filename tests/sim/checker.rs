@@ -53,6 +53,9 @@ pub(crate) enum Kind {
     /// A tick of a task with `pause_on_failure`, claimed after a failed run's result was
     /// stored (and no resume since), ran.
     RanAfterFailurePause,
+    /// An operator's write (`zkcron resume`) cleared a fire record's queued tick without
+    /// starting it: a claimed tick that never runs.
+    QueuedTickDropped,
 }
 
 /// A run whose process has not exited.
@@ -77,7 +80,7 @@ impl Violation {
     pub(crate) fn is_safety(&self) -> bool {
         !matches!(
             self.kind,
-            Kind::TickLost | Kind::TickLate | Kind::NotConverged
+            Kind::TickLost | Kind::TickLate | Kind::NotConverged | Kind::QueuedTickDropped
         )
     }
 

@@ -50,7 +50,8 @@
 //! - **The operator**: `zkcron drain` / `undrain` of nodes (`Knobs::drains`; with
 //!   `Knobs::lasting_drains` a node is drained, most often while its connection drops replies,
 //!   and left drained to the end), `zkcron pause` / `resume` of tasks (`Knobs::pauses`; the
-//!   resume moves the fire record past the paused period in the same multi, as the CLI does),
+//!   resume moves the fire record past the paused period in the same multi, keeping its queued
+//!   tick: drain, undrain, pause and resume are the CLI's own rules, `coord::operator`),
 //!   and three `zkcron trigger`s per scenario at fixed points (two during the faults, one while
 //!   settling). Task files that change on a node (`Knobs::reloads`: every task's command; the
 //!   firing core fires the changed tasks again from their fire records). Some tasks have a

@@ -1,7 +1,7 @@
 //! The checker's rules of `overlap = "queue"`, from the fire-record writes the model sees: at
 //! most one tick waits (a write never replaces one queued tick with another), and a queued
 //! tick is started once (the write that clears it is its claim to run; a second is a double
-//! claim). That a queued tick starts only after the live run ended is `check_overlap`'s rule,
+//! claim), and an operator's write never drops one. That a queued tick starts only after the live run ended is `check_overlap`'s rule,
 //! as for `skip`; that it runs once is `on_run`'s.
 
 use chrono::{DateTime, Utc};
@@ -55,6 +55,32 @@ impl Checker {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// A write of task `t`'s fire record by the operator (no node): it may move the record
+    /// past a paused period, never drop the tick queued behind a live run (claimed, it would
+    /// never run). The queued tick of a record that moves on stays, as `zkcron resume` keeps it.
+    pub(crate) fn on_operator_write(
+        &mut self,
+        at: Ms,
+        t: TaskIx,
+        before: Option<&FireRecord>,
+        after: &FireRecord,
+    ) {
+        if let Some(queued) = before.and_then(|b| b.queued)
+            && after.queued.is_none()
+        {
+            self.violate(
+                Kind::QueuedTickDropped,
+                at,
+                t,
+                queued,
+                format!(
+                    "an operator's write dropped the queued tick {:.3}s (claimed, it never runs)",
+                    secs(queued)
+                ),
+            );
         }
     }
 

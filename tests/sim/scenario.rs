@@ -64,6 +64,9 @@ pub(crate) enum NodeBug {
     /// The real node's `bugs.pause_apart`: a failed run's pause is created in a call of its own
     /// after its result, so a node lost between the two loses it (the task goes on firing).
     PauseApart,
+    /// The operator's rule `bugs.resume_drops_queued`: `zkcron resume` moves the fire record
+    /// without its queued tick, which then never runs.
+    ResumeDropsQueued,
 }
 
 impl NodeBug {

@@ -4,8 +4,9 @@
 //!
 //! Written whole (temp file, fsync, rename, directory fsync) on every change, while the daemon
 //! holds the state dir's lock. Resuming first moves the task's fire record to now through the
-//! journal (durable before anything else changes), then forgets the pause: the paused period
-//! is never caught up, and a crash between the two leaves the task paused with its record
+//! journal (durable before anything else changes; the rule is [`operator::resumed`], the one
+//! the cluster's `zkcron resume` and the simulation apply), then forgets the pause: the paused
+//! period is never caught up, and a crash between the two leaves the task paused with its record
 //! moved, which the next resume moves again.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::queue::{Batching, Durability};
 use super::state::{check_format, state_io, write_state_file};
 use super::{Change, FORMAT_VERSION, LocalCoordinator};
-use crate::coord::records::MarkRecord;
+use crate::coord::operator;
+use crate::coord::records::{FireRecord, MarkRecord};
 use crate::coord::{CoordError, RunResult};
 
 /// The file's name in the state dir.
@@ -155,9 +157,18 @@ impl LocalCoordinator {
         {
             let slot = self.slot(task);
             let mut record = slot.lock().await;
-            if record.last_claimed.is_none_or(|tick| tick < now) {
+            // The resume rule every backend applies: a record older than now moves to now,
+            // claimed by nobody; the queued tick stays (the journal change leaves it as is).
+            let fire = FireRecord {
+                tick: record.last_claimed,
+                run: record.claimed_to_run,
+                queued: record.queued,
+                ..FireRecord::empty()
+            };
+            if let Some(moved) = operator::resumed(&fire, now) {
                 let change = Change {
-                    claimed: Some(now),
+                    claimed: moved.tick,
+                    run: moved.run,
                     ..Change::of(task)
                 };
                 self.commit(change, Durability::Synced, Batching::Gather, &mut record)
@@ -314,6 +325,31 @@ mod tests {
         let local = LocalCoordinator::open(dir.path()).unwrap();
         assert_eq!(local.last_claimed("old").await.unwrap(), Some(moved));
         assert!(local.paused().is_empty());
+    }
+
+    /// The local backend applied its own copy of the resume rule; it is the shared one now,
+    /// which keeps a queued tick as `zkcron resume` on a cluster does.
+    #[tokio::test]
+    async fn a_local_resume_keeps_the_queued_tick_as_the_cluster_resume_does() {
+        // Given a paused task whose run is live and a tick queued behind it.
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        local.publish(&[spec("q")]).await.unwrap();
+        let long_ago = wall_clock().trunc_subsecs(0) - TimeDelta::hours(1);
+        let queued = long_ago + TimeDelta::seconds(1);
+        for (tick, intent) in [(long_ago, ClaimIntent::Run), (queued, ClaimIntent::Queue)] {
+            let claimed = local.claim("q", tick, intent).await.unwrap();
+            assert_eq!(claimed, ClaimOutcome::Claimed);
+        }
+        local.set_paused("q", true, "ops@h").await.unwrap();
+        // When it is resumed.
+        assert!(local.resume("q").await.unwrap());
+        // Then the record moved past the paused period and the queued tick still waits.
+        assert!(local.last_claimed("q").await.unwrap() > Some(queued));
+        assert_eq!(local.queued_tick("q").await.unwrap(), Some(queued));
+        drop(local);
+        let local = LocalCoordinator::open(dir.path()).unwrap();
+        assert_eq!(local.queued_tick("q").await.unwrap(), Some(queued));
     }
 
     #[tokio::test]

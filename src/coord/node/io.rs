@@ -1,7 +1,8 @@
 //! The seam between the sans-IO [`Node`](super::Node) and its drivers (the ZooKeeper driver in
 //! `coord::zk`, the simulation in `tests/sim`).
 //!
-//! The node speaks *generic* ZooKeeper operations ([`ZkOp`]) and receives their replies, watch
+//! The node speaks *generic* ZooKeeper operations ([`ZkOp`], from [`crate::coord::zkop`], which
+//! the operator's writes in [`crate::coord::operator`] share) and receives their replies, watch
 //! events and session states ([`Input`]); the daemon's [`Coordinator`](crate::coord::Coordinator)
 //! calls become [`Request`]s answered by [`Output::Answer`]. A driver executes exactly what the
 //! node asks, so the simulation's in-memory ZooKeeper judges the same code the real driver runs.
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+pub use crate::coord::zkop::{CreateMode, NodeAcl, ZkOp};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
 use crate::task::TaskSpec;
 
@@ -29,68 +31,6 @@ pub struct Now {
     pub mono: Duration,
     /// This node's wall clock (maybe skewed): written into records, compared with ZooKeeper's.
     pub wall: DateTime<Utc>,
-}
-
-/// How a znode is created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CreateMode {
-    Persistent,
-    Ephemeral,
-}
-
-/// Who may use a znode the node creates: chosen by the driver from its settings
-/// ([`NodeConfig::acl`](super::NodeConfig::acl)), never by the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NodeAcl {
-    /// world:anyone:all, as before authentication existed.
-    #[default]
-    Open,
-    /// auth::cdrwa: only a session authenticated as the creator may read or change it.
-    CreatorAll,
-}
-
-/// One ZooKeeper operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ZkOp {
-    Create {
-        path: String,
-        data: Vec<u8>,
-        mode: CreateMode,
-        acl: NodeAcl,
-    },
-    /// `version: None` deletes any version (-1).
-    Delete {
-        path: String,
-        version: Option<i32>,
-    },
-    SetData {
-        path: String,
-        data: Vec<u8>,
-        version: Option<i32>,
-    },
-    /// Only inside [`ZkOp::Multi`].
-    Check {
-        path: String,
-        version: i32,
-    },
-    GetData {
-        path: String,
-    },
-    GetChildren {
-        path: String,
-    },
-    Exists {
-        path: String,
-    },
-    Sync {
-        path: String,
-    },
-    /// A persistent recursive watch: events arrive as [`Input::Watch`] until the session ends.
-    AddPersistentRecursiveWatch {
-        path: String,
-    },
-    /// Create / Delete / SetData / Check only, applied atomically in this order.
-    Multi(Vec<ZkOp>),
 }
 
 /// A znode's metadata (the subset the node uses).

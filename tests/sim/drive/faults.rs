@@ -1,5 +1,10 @@
 //! The faults and the operator's actions of a scenario: crashes, stops, partitions, pauses,
-//! clock steps, reloads, the stranger's writes, `zkcron pause` / `resume`, drains.
+//! clock steps, reloads, the stranger's writes, `zkcron pause` / `resume`, drains. The operator's
+//! writes are the shipped rules of `zkcron::coord::operator`, applied to what the model holds.
+
+use zkcron::coord::operator::{self, Marking, OperatorBugs, ResumeRead, Versioned};
+use zkcron::coord::records::Paths;
+use zkcron::coord::zkop::NodeAcl;
 
 use super::*;
 
@@ -129,6 +134,7 @@ impl Sim<'_> {
         }
         let name = |t: TaskIx| self.sc.tasks[t].name.clone();
         let since = epoch() + TimeDelta::milliseconds(self.now as i64);
+        let paths = sim_paths();
         let ops: Vec<ZkOp> = match &meddle {
             Meddle::GhostMember => {
                 let tasks = self
@@ -218,40 +224,15 @@ impl Sim<'_> {
                 mode: CreateMode::Persistent,
                 acl: Default::default(),
             }],
-            Meddle::Drain(n) => vec![ZkOp::Create {
-                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
-                data: serde_json::to_vec(
-                    &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
-                )
-                .expect("encodes"),
-                mode: CreateMode::Persistent,
-                acl: Default::default(),
-            }],
-            Meddle::Undrain(n) => vec![ZkOp::Delete {
-                path: format!("{BASE}/control/drained/{}", self.sc.nodes[*n].id),
-                version: None,
-            }],
-            Meddle::Pause(t) => {
-                let dir = |p: &str| ZkOp::Create {
-                    path: format!("{BASE}/{p}"),
-                    data: Vec::new(),
-                    mode: CreateMode::Persistent,
-                    acl: Default::default(),
-                };
-                vec![
-                    dir("control"),
-                    dir("control/paused"),
-                    ZkOp::Create {
-                        path: format!("{BASE}/control/paused/{}", name(*t)),
-                        data: serde_json::to_vec(
-                            &serde_json::json!({"format": 1, "at": since, "by": "ops@sim"}),
-                        )
-                        .expect("encodes"),
-                        mode: CreateMode::Persistent,
-                        acl: Default::default(),
-                    },
-                ]
+            Meddle::Drain(n) => self.mark_ops(&paths.drain(&self.sc.nodes[*n].id), since),
+            Meddle::Undrain(n) => {
+                let node = &self.sc.nodes[*n].id;
+                let read = self.read::<MarkRecord>(&paths.drain(node));
+                operator::undrain(&paths, node, read.as_ref())
+                    .into_iter()
+                    .collect()
             }
+            Meddle::Pause(t) => self.mark_ops(&paths.paused(&self.sc.tasks[*t].name), since),
             Meddle::Resume(t) => self.resume_ops(*t, since).into_iter().collect(),
             Meddle::DeleteLeases | Meddle::DeleteMembers => {
                 let dir = if meddle == Meddle::DeleteLeases {
@@ -288,47 +269,64 @@ impl Sim<'_> {
         }
     }
 
-    /// `zkcron resume`'s multi: the pause mark deleted and, when the fire record is older than
-    /// `now` (whole seconds), the record moved to `now`, both at the versions read. `None` when
-    /// the task is not paused.
-    fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
-        let name = &self.sc.tasks[t].name;
-        let mark = format!("{BASE}/control/paused/{name}");
-        let version = self.zk.nodes.get(&mark)?.stat.version;
-        let mut ops = vec![ZkOp::Delete {
-            path: mark,
-            version: Some(version),
-        }];
-        let now = DateTime::from_timestamp(now.timestamp(), 0).expect("in range");
-        // The task's record and, as the CLI does, each of its units' records.
-        let units = self.sc.tasks.iter().filter(|u| u.unit_task() == Some(t));
-        for path in std::iter::once(name).chain(units.map(|u| &u.name)) {
-            let path = format!("{BASE}/tasks/{path}");
-            let Some(z) = self.zk.nodes.get(&path) else {
-                continue;
-            };
-            let behind = serde_json::from_slice::<WireRecord>(&z.data)
-                .is_ok_and(|r| r.tick.is_none_or(|tick| tick < now));
-            if !behind {
-                continue;
+    /// The record at `path` in the model, decoded, with its version; `None` when it is missing
+    /// or is not such a record (a stranger's garbage).
+    fn read<T: serde::de::DeserializeOwned>(&self, path: &str) -> Option<Versioned<T>> {
+        let z = self.zk.nodes.get(path)?;
+        let value = serde_json::from_slice(&z.data).ok()?;
+        Some(Versioned {
+            value,
+            version: z.stat.version,
+        })
+    }
+
+    /// `zkcron pause` or `zkcron drain` at `at` of the mark at `path` ([`operator::mark`]), in
+    /// the order `zkcron` performs them: the parents (one that exists is refused, which is
+    /// fine), then the mark; nothing when a mark is there already.
+    fn mark_ops(&self, path: &str, at: DateTime<Utc>) -> Vec<ZkOp> {
+        let read = self.read::<MarkRecord>(path);
+        let mark = MarkRecord {
+            format: 1,
+            at,
+            by: "ops@sim".into(),
+            reason: None,
+        };
+        match operator::mark(path, read.as_ref().map(|r| &r.value), &mark, NodeAcl::Open) {
+            Marking::Already(_) => Vec::new(),
+            Marking::Create {
+                mut parents,
+                create,
+            } => {
+                parents.push(create);
+                parents
             }
-            let moved = WireRecord {
-                format: 1,
-                tick: Some(now),
-                node: String::new(),
-                session: String::new(),
-                run: false,
-                reruns: 0,
-                claimed_at: Some(now),
-                queued: None,
-            };
-            ops.push(ZkOp::SetData {
-                path,
-                data: serde_json::to_vec(&moved).expect("encodes"),
-                version: Some(z.stat.version),
-            });
         }
-        Some(ZkOp::Multi(ops))
+    }
+
+    /// `zkcron resume`'s multi, as the shipped rule makes it ([`operator::resume`]) from the
+    /// records it reads here: the task's and its units' under `tasks/`. `None` when the task
+    /// is not paused. The scenario's deliberate bug may make the rule drop a queued tick.
+    fn resume_ops(&self, t: TaskIx, now: DateTime<Utc>) -> Option<ZkOp> {
+        let paths = sim_paths();
+        let task = &self.sc.tasks[t].name;
+        let tasks = format!("{}/", paths.tasks());
+        let children = self
+            .zk
+            .nodes
+            .keys()
+            .filter_map(|path| path.strip_prefix(&tasks))
+            .filter(|name| !name.contains('/'));
+        let read = ResumeRead {
+            mark: self.read::<MarkRecord>(&paths.paused(task)),
+            records: operator::resume_reads(task, children)
+                .into_iter()
+                .filter_map(|name| Some((name.clone(), self.read(&paths.record(&name))?)))
+                .collect(),
+        };
+        let bugs = OperatorBugs {
+            resume_drops_queued: self.sc.knobs.bug == NodeBug::ResumeDropsQueued,
+        };
+        operator::resume_with(bugs, &paths, task, &read, now)
     }
 
     /// The daemon reloads its changed task files, as `daemon::reload` does: the firing core
@@ -406,5 +404,12 @@ impl Sim<'_> {
         for ev in wakes.into_iter().chain(rest) {
             self.push(self.now, ev);
         }
+    }
+}
+
+/// The paths of the simulated cluster, as the nodes and `zkcron` name them.
+fn sim_paths() -> Paths {
+    Paths {
+        base: BASE.to_string(),
     }
 }

@@ -12,7 +12,7 @@
 //! `Knobs::long_runs`; at once when stopped). A reload of changed task files unloads and loads
 //! them in the core, as the daemon does, before the node publishes them. Two deliberate bugs
 //! live here, in the shell ([`NodeBug::AssumeClaimedOnLoss`], [`NodeBug::SlowTimer`]); the
-//! others are switches of the real core and node.
+//! others are switches of the real core, node and operator's rules.
 //!
 //! This file holds the world's state ([`Sim`]), its events and the loop that dispatches them;
 //! `network.rs` the links and the server, `observe.rs` what the checker sees of the server's
@@ -470,16 +470,8 @@ impl<'s> Sim<'s> {
             })
             .collect::<Vec<_>>();
         for task in sc.tasks.iter().filter(|t| t.initial_record) {
-            let record = WireRecord {
-                format: 1,
-                tick: Some(epoch()),
-                node: String::new(),
-                session: String::new(),
-                run: false,
-                reruns: 0,
-                claimed_at: None,
-                queued: None,
-            };
+            let mut record = WireRecord::empty();
+            record.tick = Some(epoch());
             ops.push(ZkOp::Create {
                 path: format!("{BASE}/tasks/{}", task.name),
                 data: serde_json::to_vec(&record).expect("encodes"),

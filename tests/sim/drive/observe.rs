@@ -52,6 +52,10 @@ impl Sim<'_> {
             return; // A stranger's garbage; the node must cope, the checker has no claim.
         };
         let before = write.before.as_ref().and_then(|(d, _)| decode(d));
+        if node.is_none() {
+            self.check
+                .on_operator_write(self.now, t, before.as_ref(), &record);
+        }
         if let Some(n) = node {
             let session = SessionId(write.session as u64);
             if self

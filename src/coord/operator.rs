@@ -1,0 +1,183 @@
+//! Operator writes as data: pause and drain ([`mark`]), [`resume`] and [`undrain`] as pure functions from
+//! the records read (with their versions) and `now` to the ZooKeeper operations they make
+//! ([`ZkOp`]), so that each rule exists once.
+//!
+//! Who calls them: `zkcron` and the HTTP API through `crate::ops::cluster`, which reads the
+//! records, performs the returned operations with the node's driver's executor
+//! (`coord::zk::call`) and reads again on a lost race; the local backend
+//! (`coord::local::pause`), which writes the same [`resumed`] record to its journal; and the
+//! simulation (`tests/sim`), which reads its model ZooKeeper and applies what these return.
+//! [`check_reason`] is the one rule for a pause's reason, for the command line and the API.
+//!
+//! No clock, no I/O: `now` is an argument, the reads are the caller's.
+
+use chrono::{DateTime, SubsecRound, Utc};
+
+use super::records::{FireRecord, MarkRecord, Paths};
+use super::zkop::{CreateMode, NodeAcl, ZkOp};
+
+/// The longest reason a pause mark keeps.
+pub const MAX_REASON_BYTES: usize = 500;
+
+/// A pause's reason (`zkcron pause --reason`, the API's `{"reason": ...}`): some text, on one
+/// line, of at most [`MAX_REASON_BYTES`]; trimmed. The error says what to change.
+pub fn check_reason(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(
+            "the reason is empty: say why the task is paused, or leave out the reason".into(),
+        );
+    }
+    if text.contains(['\n', '\r']) {
+        return Err("the reason spans several lines: write it on one line".into());
+    }
+    if text.len() > MAX_REASON_BYTES {
+        return Err(format!(
+            "the reason is {} bytes long; at most {MAX_REASON_BYTES} are kept: shorten it",
+            text.len()
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// A record as read, with the znode's version (the writes are conditional on it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: i32,
+}
+
+/// Test-only bugs of the operator's rules, for proving that the simulation's checker catches
+/// what they cause. Every caller in `src/` passes the default: all off.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OperatorBugs {
+    /// A resume moves the fire record without its queued tick (`queued: None`, as the
+    /// simulation's own copy of the rule once wrote): the queued tick never runs.
+    pub resume_drops_queued: bool,
+}
+
+/// What setting a mark (a pause, a drain) asks of ZooKeeper.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Marking {
+    /// A mark is there already; it stays as it is (the first mark is kept).
+    Already(MarkRecord),
+    /// Create each of `parents` on its own (one that exists is fine), then `create`. A
+    /// `create` that finds the mark there lost a race: read again and ask again.
+    Create { parents: Vec<ZkOp>, create: ZkOp },
+}
+
+/// `zkcron pause` and `zkcron drain`: the mark `mark` at `path` (`Paths::paused(task)`,
+/// `Paths::drain(node)`), unless `read` (the mark there) is one: the first mark is kept.
+pub fn mark(path: &str, read: Option<&MarkRecord>, mark: &MarkRecord, acl: NodeAcl) -> Marking {
+    if let Some(read) = read {
+        return Marking::Already(read.clone());
+    }
+    let create = |path: &str, data: Vec<u8>| ZkOp::Create {
+        path: path.to_string(),
+        data,
+        mode: CreateMode::Persistent,
+        acl,
+    };
+    let parents = path
+        .match_indices('/')
+        .map(|(at, _)| &path[..at])
+        .filter(|parent| !parent.is_empty())
+        .map(|parent| create(parent, Vec::new()))
+        .collect();
+    let data = serde_json::to_vec(mark).expect("marks serialize");
+    Marking::Create {
+        parents,
+        create: create(path, data),
+    }
+}
+
+/// `zkcron undrain`: `node`'s drain mark deleted at the version read; `None` when there is
+/// none (nothing to do).
+pub fn undrain(paths: &Paths, node: &str, read: Option<&Versioned<MarkRecord>>) -> Option<ZkOp> {
+    read.map(|read| ZkOp::Delete {
+        path: paths.drain(node),
+        version: Some(read.version),
+    })
+}
+
+/// The fire records a resume of `task` reads, by name under `tasks/`: the task's own and, for a
+/// task that runs on every node, each node's unit's (`<task>@<node>`) among `children`.
+pub fn resume_reads<'a>(task: &str, children: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let unit = format!("{task}@");
+    std::iter::once(task.to_string())
+        .chain(
+            children
+                .into_iter()
+                .filter(|child| child.starts_with(&unit))
+                .map(str::to_string),
+        )
+        .collect()
+}
+
+/// What a resume of a task reads: its pause mark and the fire records [`resume_reads`] names,
+/// by name, each with its version.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResumeRead {
+    pub mark: Option<Versioned<MarkRecord>>,
+    pub records: Vec<(String, Versioned<FireRecord>)>,
+}
+
+/// `zkcron resume`: one multi-op that deletes the pause mark at the version read and, in the
+/// same step, writes each record read that the [`resumed`] rule moves, at the version read.
+/// `None` when the task is not paused (no mark).
+pub fn resume(paths: &Paths, task: &str, read: &ResumeRead, now: DateTime<Utc>) -> Option<ZkOp> {
+    resume_with(OperatorBugs::default(), paths, task, read, now)
+}
+
+/// [`resume`] with the test-only `bugs`.
+#[doc(hidden)]
+pub fn resume_with(
+    bugs: OperatorBugs,
+    paths: &Paths,
+    task: &str,
+    read: &ResumeRead,
+    now: DateTime<Utc>,
+) -> Option<ZkOp> {
+    let mark = read.mark.as_ref()?;
+    let mut ops = vec![ZkOp::Delete {
+        path: paths.paused(task),
+        version: Some(mark.version),
+    }];
+    for (name, record) in &read.records {
+        if let Some(moved) = resumed_with(bugs, &record.value, now) {
+            ops.push(ZkOp::SetData {
+                path: paths.record(name),
+                data: serde_json::to_vec(&moved).expect("fire records serialize"),
+                version: Some(record.version),
+            });
+        }
+    }
+    Some(ZkOp::Multi(ops))
+}
+
+/// The resume rule, for one fire record, on every backend: a record older than `now` (whole
+/// seconds) moves to `now`, so the ticks of the paused period are not caught up. Nobody
+/// claimed `now` (no node, no session, not to run), but the queued tick stays: it was claimed
+/// to run after the live run, and it still does. `None` when the record is at or after `now`:
+/// it stays as it is.
+pub fn resumed(record: &FireRecord, now: DateTime<Utc>) -> Option<FireRecord> {
+    resumed_with(OperatorBugs::default(), record, now)
+}
+
+fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> Option<FireRecord> {
+    let now = now.trunc_subsecs(0);
+    if record.tick.is_some_and(|tick| tick >= now) {
+        return None;
+    }
+    Some(FireRecord {
+        tick: Some(now),
+        claimed_at: Some(now),
+        queued: record.queued.filter(|_| !bugs.resume_drops_queued),
+        ..FireRecord::empty()
+    })
+}
+
+#[cfg(test)]
+#[path = "operator_tests.rs"]
+mod tests;
