@@ -185,13 +185,6 @@ fn a_module_missing_from_the_written_order_is_reported() {
     assert!(problems[0].contains("`new`"), "{}", problems[0]);
 }
 
-/// Modules whose parent's doc may not name them yet, each with why. The check fails once one
-/// is named, so that the entry goes too.
-const NOT_YET_NAMED: &[(&str, &str)] = &[(
-    "ops::cluster::watch",
-    "src/ops/cluster.rs is being changed on another branch; its doc gets the line there",
-)];
-
 #[test]
 fn every_module_is_named_in_its_parent_s_doc() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -200,17 +193,7 @@ fn every_module_is_named_in_its_parent_s_doc() {
         scan(&src).files.len() > 100,
         "the scan misses the files of src/"
     );
-    let mut problems = undocumented(&src);
-    for (module, why) in NOT_YET_NAMED {
-        let before = problems.len();
-        problems.retain(|p| !p.contains(&format!(" `{module}` is not named ")));
-        if problems.len() == before {
-            problems.push(format!(
-                "`{module}` is named in its parent's doc now: remove it from NOT_YET_NAMED \
-                 ({why})"
-            ));
-        }
-    }
+    let problems = undocumented(&src);
     assert!(
         problems.is_empty(),
         "modules missing from the file list in their parent's doc:\n{}",

@@ -1,7 +1,8 @@
 //! The operator's ZooKeeper session: a short-lived zookeeper-client session that reads the
 //! cluster's records into a [`Snapshot`] and writes the operator's changes (drain, pause and
 //! resume in `writes.rs`, as [`crate::coord::operator`] rules; trigger, backfill). No daemon is
-//! needed on the host.
+//! needed on the host. `watch.rs`: the watches and catch-up reads the dashboard's live reader
+//! needs beyond a snapshot.
 //!
 //! Reads of many znodes go out as multi-reads of `BATCH` paths, `IN_FLIGHT` at once, so
 //! `status` on 10,000 tasks is a few dozen round trips, not 30,000.
