@@ -64,18 +64,23 @@ pub(super) fn sooner(slot: &mut Option<Duration>, at: Duration) {
 impl Node {
     /// Decides now, or at most [`decide_every`] after the last decision.
     pub(super) fn decide_soon(&mut self) {
-        let tasks = self.my_set.as_ref().map_or(0, |(_, _, set)| set.len());
-        match not_within(decide_every(tasks), self.last_decided, self.now.mono) {
-            Some(due) => sooner(&mut self.recheck_at, due),
+        let tasks = self.view.my_set.as_ref().map_or(0, |(_, _, set)| set.len());
+        match not_within(
+            decide_every(tasks),
+            self.leases.last_decided,
+            self.io.now.mono,
+        ) {
+            Some(due) => sooner(&mut self.leases.recheck_at, due),
             None => self.decide(),
         }
     }
 
     /// When each member was last seen acting, in its current session.
     pub(super) fn acting(&self) -> Acting {
-        self.acting
+        self.leases
+            .acting
             .iter()
-            .filter(|(id, (session, _))| self.member_sessions.get(*id) == Some(session))
+            .filter(|(id, (session, _))| self.view.member_sessions.get(*id) == Some(session))
             .map(|(id, &(_, seen))| (id.clone(), seen))
             .collect()
     }
@@ -90,23 +95,25 @@ impl Node {
         if member == self.cfg.id {
             return true;
         }
-        let Some(&session) = self.member_sessions.get(&member) else {
+        let Some(&session) = self.view.member_sessions.get(&member) else {
             return false;
         };
         let recent = self
+            .leases
             .acting
             .get(&member)
-            .is_some_and(|&(s, seen)| s == session && self.now.mono < seen + PROBE_EVERY);
+            .is_some_and(|&(s, seen)| s == session && self.io.now.mono < seen + PROBE_EVERY);
         let asking = self
+            .leases
             .probing
             .get(&member)
-            .is_some_and(|&sent| self.now.mono < sent + PROBE_GIVE_UP);
+            .is_some_and(|&sent| self.io.now.mono < sent + PROBE_GIVE_UP);
         if recent || asking {
             return false;
         }
-        self.probing.insert(member.clone(), self.now.mono);
+        self.leases.probing.insert(member.clone(), self.io.now.mono);
         let path = self.paths.lease(task);
-        let seen = self.now.mono;
+        let seen = self.io.now.mono;
         self.call(ZkOp::Exists { path }, Then::Acting { member, seen });
         false
     }
@@ -115,11 +122,12 @@ impl Node {
     /// the same (a cold start creates every lease, and ranking each anew was a fifth of a
     /// node's CPU), else ranked here.
     fn designated(&self, task: &str) -> Option<String> {
-        let members = self.members.values().map(|m| &m.member);
-        if let Some(id) = self.rank_cache.designated(task, members) {
+        let members = self.view.members.values().map(|m| &m.member);
+        if let Some(id) = self.leases.rank_cache.designated(task, members) {
             return Some(id.to_string());
         }
         let candidates = self
+            .view
             .members
             .values()
             .filter(|m| m.member.eligible(task))
@@ -137,19 +145,22 @@ impl Node {
         seen: Duration,
         result: Result<ZkOk, ZkFail>,
     ) {
-        self.probing.remove(&member);
+        self.leases.probing.remove(&member);
         let Ok(ZkOk::Exists(Some(stat))) = result else {
             return;
         };
-        if self.member_sessions.get(&member) != Some(&stat.ephemeral_owner) {
+        if self.view.member_sessions.get(&member) != Some(&stat.ephemeral_owner) {
             return;
         }
         let newer = self
+            .leases
             .acting
             .get(&member)
             .is_none_or(|&(s, at)| s != stat.ephemeral_owner || at < seen);
         if newer {
-            self.acting.insert(member, (stat.ephemeral_owner, seen));
+            self.leases
+                .acting
+                .insert(member, (stat.ephemeral_owner, seen));
             // Acting only postpones covers (the vacancy timer's decision reads it then) and
             // ends them early: decide now only if this node covers for someone.
             if self.tasks.covers() {

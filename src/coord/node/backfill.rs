@@ -34,7 +34,7 @@ const RESOLVE_READS: u8 = 10;
 
 /// The backfills directory, for the code the request directories share.
 const BACKFILLS: RequestDir<Known> = RequestDir {
-    known: |node: &mut Node| &mut node.backfills,
+    known: |node: &mut Node| &mut node.requests.backfills,
     read: Node::read_backfill,
 };
 
@@ -88,7 +88,7 @@ impl Node {
 
     /// Lists the requests and reads each (setup, reconnects).
     pub(super) fn list_backfills(&mut self) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return;
         }
         let path = self.paths.backfills();
@@ -144,7 +144,7 @@ impl Node {
                 _ => self.read_backfill_end(end, reads),
             },
             Step::Sweep { name } => {
-                self.backfill_sweeping.remove(&name);
+                self.requests.backfill_sweeping.remove(&name);
             }
         }
     }
@@ -168,12 +168,15 @@ impl Node {
             }
         };
         let newer = self
+            .requests
             .backfills
             .get(&name)
             .is_none_or(|known| known.version <= stat.version);
         if newer {
             let version = stat.version;
-            self.backfills.insert(name, Known { record, version });
+            self.requests
+                .backfills
+                .insert(name, Known { record, version });
             self.publish();
         }
     }
@@ -184,7 +187,7 @@ impl Node {
         tasks: &BTreeSet<Arc<str>>,
     ) -> BTreeMap<String, Vec<Backfill>> {
         let mut led: BTreeMap<String, Vec<Backfill>> = BTreeMap::new();
-        for (name, known) in &self.backfills {
+        for (name, known) in &self.requests.backfills {
             if known.record.wants_tick() && tasks.contains(known.record.task.as_str()) {
                 led.entry(known.record.task.clone())
                     .or_default()
@@ -205,10 +208,10 @@ impl Node {
             .map(|hex| i64::from_str_radix(hex, 16))
         {
             Some(Ok(id)) => {
-                Some(id) != self.session.as_ref().map(|s| s.id)
-                    && !self.member_sessions.values().any(|&s| s == id)
+                Some(id) != self.life.session.as_ref().map(|s| s.id)
+                    && !self.view.member_sessions.values().any(|&s| s == id)
             }
-            _ => run.node != self.cfg.id && !self.member_sessions.contains_key(&run.node),
+            _ => run.node != self.cfg.id && !self.view.member_sessions.contains_key(&run.node),
         }
     }
 
@@ -226,11 +229,12 @@ impl Node {
             req,
             name: name.to_string(),
             tick,
-            claimed_at: self.now.wall,
+            claimed_at: self.io.now.wall,
             conflicts: 0,
             reads: 0,
         };
         let known = self
+            .requests
             .backfills
             .get(&job.name)
             .filter(|k| k.record.task == task)
@@ -285,7 +289,7 @@ impl Node {
                 // The watch brings the new record; until then the listing must not offer the
                 // request again: re-read it now.
                 self.read_backfill(job.name.clone());
-                if let Some(known) = self.backfills.get_mut(&job.name) {
+                if let Some(known) = self.requests.backfills.get_mut(&job.name) {
                     known.record.running = Some(backfill::BackfillRun {
                         tick: job.tick,
                         node: self.cfg.id.clone(),
@@ -297,7 +301,7 @@ impl Node {
                 self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
             ClaimReply::NotLeader => {
-                if let Some(known) = self.backfills.get(&job.name) {
+                if let Some(known) = self.requests.backfills.get(&job.name) {
                     let unit = self.unit_of(&known.record.task).into_owned();
                     self.check_refused_lease(unit);
                 }
@@ -357,10 +361,12 @@ impl Node {
             };
         match &known {
             Some(known) => {
-                self.backfills.insert(job.name.clone(), known.clone());
+                self.requests
+                    .backfills
+                    .insert(job.name.clone(), known.clone());
             }
             None => {
-                self.backfills.remove(&job.name);
+                self.requests.backfills.remove(&job.name);
             }
         }
         self.publish();
@@ -385,7 +391,7 @@ impl Node {
 
     /// Ends the running tick of a backfill run with its result (after its history append).
     pub(super) fn end_backfill(&mut self, end: End) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 end.req,
                 Err(CoordError::NotConnected {
@@ -417,7 +423,7 @@ impl Node {
                     return self.answer(end.req, Ok(Answered::Done));
                 };
                 let new =
-                    backfill::ended(&record, &end.entry, end.reason.as_deref(), self.now.wall);
+                    backfill::ended(&record, &end.entry, end.reason.as_deref(), self.io.now.wall);
                 if new == record {
                     // Ended already (a retried write that had been applied).
                     return self.answer(end.req, Ok(Answered::Done));
@@ -436,7 +442,7 @@ impl Node {
             }
             // Deleted meanwhile: the history has the run.
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-            _ if reads < RESOLVE_READS && self.session.is_some() => {
+            _ if reads < RESOLVE_READS && self.life.session.is_some() => {
                 self.read_backfill_end(end, reads)
             }
             other => {
@@ -466,7 +472,7 @@ impl Node {
             ),
             Step::EndRead { end, .. } | Step::EndWrite { end, .. } => end.abort(self),
             Step::Sweep { name } => {
-                self.backfill_sweeping.remove(&name);
+                self.requests.backfill_sweeping.remove(&name);
             }
             Step::List | Step::Read { .. } => {}
         }
@@ -478,13 +484,13 @@ impl Node {
     /// claimer's session is gone; with `collect`, deletes requests ended long enough ago. Only
     /// while firing: during a re-listing the live sessions are not all known.
     pub(super) fn sweep_backfills(&mut self, collect: bool) {
-        if !self.firing() || self.backfills.is_empty() {
+        if !self.firing() || self.requests.backfills.is_empty() {
             return;
         }
-        let now = self.now.wall;
+        let now = self.io.now.wall;
         let mut writes = Vec::new();
-        for (name, known) in &self.backfills {
-            if self.backfill_sweeping.contains(name) {
+        for (name, known) in &self.requests.backfills {
+            if self.requests.backfill_sweeping.contains(name) {
                 continue;
             }
             let record = &known.record;
@@ -502,7 +508,7 @@ impl Node {
             let path = self.paths.backfill(&name);
             let op = match new {
                 Some(new) => {
-                    let node = self.backfills[&name]
+                    let node = self.requests.backfills[&name]
                         .record
                         .running
                         .as_ref()
@@ -524,7 +530,7 @@ impl Node {
                     version: Some(version),
                 },
             };
-            self.backfill_sweeping.insert(name.clone());
+            self.requests.backfill_sweeping.insert(name.clone());
             self.call(op, Then::Backfill(Step::Sweep { name }));
         }
     }

@@ -50,7 +50,7 @@ fn claim_tick(node: &mut Node, req: u64, tick: u64) -> Vec<Output> {
 fn a_backfill_tick_is_claimed_in_one_multi_fenced_on_the_lease_that_moves_the_request() {
     let mut node = leading();
     learn_backfill(&mut node, &request(), 7);
-    assert_eq!(node.leadership.backfills["t"][0].name, REQUEST);
+    assert_eq!(node.leases.leadership.backfills["t"][0].name, REQUEST);
     let out = claim_tick(&mut node, 1, 60);
     let (op, zk) = calls(&out).pop().expect("the claim");
     let ZkOp::Multi(ops) = zk else {
@@ -96,7 +96,7 @@ fn a_backfill_tick_is_claimed_in_one_multi_fenced_on_the_lease_that_moves_the_re
         Some(Ok(Answered::Claim(ClaimOutcome::Claimed)))
     );
     // Running: no longer offered to the daemon.
-    assert!(node.leadership.backfills.is_empty());
+    assert!(node.leases.leadership.backfills.is_empty());
 }
 
 #[test]
@@ -164,5 +164,5 @@ fn a_backfill_tick_claimed_already_or_of_a_task_not_led_is_refused_without_a_wri
     let mut cancelled = done.clone();
     cancelled.state = BackfillState::Cancelled;
     learn_backfill(&mut node, &cancelled, 10);
-    assert!(node.leadership.backfills.is_empty());
+    assert!(node.leases.leadership.backfills.is_empty());
 }

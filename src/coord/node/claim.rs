@@ -232,7 +232,7 @@ impl Node {
 
     /// The epoch version to check, if this node holds the lease of `task` now.
     pub(super) fn held_version(&self, task: &str) -> Option<i32> {
-        if !self.firing() || self.stopping {
+        if !self.firing() || self.life.stopping {
             return None;
         }
         self.tasks.held(&self.unit_of(task))
@@ -306,7 +306,7 @@ impl Node {
                 ClaimKind::Rerun => record.reruns + 1,
                 ClaimKind::Fresh => 0,
             },
-            claimed_at: Some(self.now.wall),
+            claimed_at: Some(self.io.now.wall),
             queued: claimed.queued,
         };
         let run_path = self.paths.run(&job.task, tick);
@@ -315,7 +315,7 @@ impl Node {
         else {
             return;
         };
-        let sent = self.now.wall;
+        let sent = self.io.now.wall;
         self.call(
             ZkOp::Multi(ops),
             Then::ClaimMulti {
@@ -368,7 +368,7 @@ impl Node {
                 node: self.cfg.id.clone(),
                 session: new.session.clone(),
                 tick: job.tick,
-                started_at: new.claimed_at.unwrap_or(self.now.wall),
+                started_at: new.claimed_at.unwrap_or(self.io.now.wall),
             })
             .expect("serializes");
             ops.push(ZkOp::Create {
@@ -403,7 +403,7 @@ impl Node {
                         let record = job.tick;
                         return self.finish_claim(job, Ok(ClaimOutcome::AlreadyClaimed { record }));
                     }
-                    self.own_runs.insert(run_path);
+                    self.runs.own_runs.insert(run_path);
                 }
                 self.finish_claim(job, Ok(ClaimOutcome::Claimed));
             }
@@ -562,7 +562,7 @@ impl Node {
 
     /// Syncs and re-reads the record (the sync makes the read see every write before it).
     pub(super) fn resolve_read(&mut self, job: ResolveJob) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.abort_read(AfterRead::Resolve(job));
         }
         let path = self.paths.record(&job.claim.task);
@@ -579,7 +579,7 @@ impl Node {
         let (record, _) = match read {
             Ok(found) => found,
             Err(error) => {
-                if self.stopping {
+                if self.life.stopping {
                     let claim = job.claim;
                     return self.finish_claim(claim, Err(error));
                 }
@@ -590,7 +590,7 @@ impl Node {
                     format!("re-reading the fire record failed ({error}); retrying"),
                 )
                 .field("task", &job.claim.task);
-                let at = self.now.mono + job.delay;
+                let at = self.io.now.mono + job.delay;
                 job.delay = (job.delay * 2).min(Duration::from_secs(1));
                 return self.at(at, Timer::Resolve(job));
             }
@@ -616,7 +616,7 @@ impl Node {
                     let outcome = ClaimOutcome::AlreadyClaimed { record: tick };
                     return self.finish_claim(job.claim, Ok(outcome));
                 }
-                self.own_runs.insert(job.run_path);
+                self.runs.own_runs.insert(job.run_path);
             }
             return self.finish_claim(job.claim, Ok(ClaimOutcome::Claimed));
         }
@@ -637,7 +637,7 @@ impl Node {
     // ---- orphans ----
 
     pub(super) fn orphaned_tick(&mut self, req: ReqId, task: String) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 req,
                 Err(CoordError::NotConnected {
@@ -652,7 +652,7 @@ impl Node {
         let Some(tick) = record.tick.filter(|_| record.run) else {
             return self.answer(req, Ok(Answered::Tick(None)));
         };
-        if self.own_runs.contains(&self.paths.run(&task, tick)) {
+        if self.runs.own_runs.contains(&self.paths.run(&task, tick)) {
             return self.answer(req, Ok(Answered::Tick(None)));
         }
         let path = self.paths.result(&task);
@@ -746,7 +746,7 @@ impl Node {
         let Ok(id) = i64::from_str_radix(hex, 16) else {
             return false;
         };
-        Some(id) == self.my_session() || self.member_sessions.values().any(|&s| s == id)
+        Some(id) == self.my_session() || self.view.member_sessions.values().any(|&s| s == id)
     }
 }
 

@@ -77,12 +77,12 @@ impl Node {
     /// Records a clock-offset measurement from a write sent at `sent` and answered now, and
     /// reports when the verdict changes.
     pub(super) fn measure_skew(&mut self, sent: DateTime<Utc>, stat: &Stat) {
-        let Some(offset) = clock_offset_ms(sent, self.now.wall, stat.mtime_ms) else {
+        let Some(offset) = clock_offset_ms(sent, self.io.now.wall, stat.mtime_ms) else {
             return;
         };
-        self.offset_ms = Some(offset);
+        self.life.offset_ms = Some(offset);
         let verdict = skew_verdict(offset, self.cfg.max_clock_skew);
-        let before = self.skew.replace(verdict);
+        let before = self.life.skew.replace(verdict);
         if before == Some(verdict) {
             return;
         }
@@ -122,7 +122,7 @@ impl Node {
     /// Writes `clock` to read ZooKeeper's time from its mtime (`setup`: a step of the
     /// session's setup, which registers only after it).
     pub(super) fn probe(&mut self, setup: bool) {
-        let Some(session) = &self.session else {
+        let Some(session) = &self.life.session else {
             return;
         };
         if !session.connected && !setup {
@@ -132,7 +132,7 @@ impl Node {
     }
 
     fn probe_write(&mut self, setup: bool) {
-        let sent = self.now.wall;
+        let sent = self.io.now.wall;
         let path = self.paths.clock();
         let data = self.cfg.id.as_bytes().to_vec();
         self.call(
@@ -163,7 +163,7 @@ impl Node {
                 return self.probe_write(setup);
             }
             Err(ZkFail::NoNode) if !create => {
-                let sent = self.now.wall;
+                let sent = self.io.now.wall;
                 let path = self.paths.clock();
                 let data = self.cfg.id.as_bytes().to_vec();
                 self.call(
@@ -191,12 +191,12 @@ impl Node {
     /// The last measured offset of this node's clock from ZooKeeper's (ms, positive = local
     /// ahead), for `zkcron_clock_skew_seconds`.
     pub fn clock_offset_ms(&self) -> Option<i64> {
-        self.offset_ms
+        self.life.offset_ms
     }
 
     /// ZooKeeper's time now, as far as this node knows (its own clock minus the offset).
     pub(super) fn cluster_now(&self) -> DateTime<Utc> {
-        self.now.wall - chrono::Duration::milliseconds(self.offset_ms.unwrap_or(0))
+        self.io.now.wall - chrono::Duration::milliseconds(self.life.offset_ms.unwrap_or(0))
     }
 
     /// Reports a fire record ahead of the cluster's clock (once per record).

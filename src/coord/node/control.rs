@@ -235,9 +235,9 @@ impl Node {
                     ),
                 );
                 self.control.reread_due = true;
-                let generation = self.generation;
+                let generation = self.io.generation;
                 self.at(
-                    self.now.mono + REREAD_AFTER,
+                    self.io.now.mono + REREAD_AFTER,
                     super::Timer::ControlRead { generation },
                 );
             }
@@ -246,7 +246,7 @@ impl Node {
 
     pub(super) fn reread_control(&mut self, generation: u64) {
         self.control.reread_due = false;
-        if generation == self.generation && self.session.is_some() {
+        if generation == self.io.generation && self.life.session.is_some() {
             self.read_control(Phase::Event);
         }
     }
@@ -256,6 +256,7 @@ impl Node {
         match phase {
             Phase::Setup => {
                 if let Some(outstanding) = self
+                    .life
                     .session
                     .as_mut()
                     .and_then(|s| s.setup_outstanding.as_mut())
@@ -304,6 +305,7 @@ impl Node {
 
     fn set_paused(&mut self, task: String, mark: Option<Option<MarkRecord>>) {
         let defines = self
+            .view
             .my_set
             .as_ref()
             .is_some_and(|(_, _, set)| set.contains_key(&task));
@@ -352,9 +354,10 @@ impl Node {
     /// Publishes the paused tasks with the leadership.
     fn publish_paused(&mut self) {
         let paused: BTreeSet<String> = self.control.paused.keys().cloned().collect();
-        self.leadership.paused_tasks = Arc::new(paused);
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
+        self.leases.leadership.paused_tasks = Arc::new(paused);
+        self.io
+            .out
+            .push_back(Output::Leadership(self.leases.leadership.clone()));
     }
 
     /// A claim of `tick` of `task` (a task, or one of its units) to run it was applied while
@@ -381,7 +384,7 @@ impl Node {
         )
         .field("task", task)
         .field("tick", tick);
-        self.withheld_runs.extend(run_paths.iter().cloned());
+        self.runs.withheld_runs.extend(run_paths.iter().cloned());
         for path in run_paths {
             self.delete_withheld_run(path.clone());
         }
@@ -399,7 +402,7 @@ impl Node {
     /// Sends again the deletes of withheld runs not confirmed (on reconnecting within the
     /// session: a delete whose answer was lost may not have been applied).
     pub(super) fn delete_withheld_runs(&mut self) {
-        let paths: Vec<String> = self.withheld_runs.iter().cloned().collect();
+        let paths: Vec<String> = self.runs.withheld_runs.iter().cloned().collect();
         for path in paths {
             self.delete_withheld_run(path);
         }
@@ -410,7 +413,7 @@ impl Node {
     pub(super) fn on_withheld_run_deleted(&mut self, path: String, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(_) | Err(ZkFail::NoNode) => {
-                self.withheld_runs.remove(&path);
+                self.runs.withheld_runs.remove(&path);
             }
             Err(error) => {
                 self.report(
@@ -473,10 +476,10 @@ impl Node {
         if !std::mem::take(&mut self.control.check_due) {
             return;
         }
-        let Some((_, _, mine)) = self.my_set.clone() else {
+        let Some((_, _, mine)) = self.view.my_set.clone() else {
             return;
         };
-        let members: Vec<&Member> = self.members.values().map(|m| &m.member).collect();
+        let members: Vec<&Member> = self.view.members.values().map(|m| &m.member).collect();
         // Members sharing a task set share its entries: look each task up once per set.
         let mut sets: Vec<(&Arc<TaskSet>, Vec<&Member>)> = Vec::new();
         for member in &members {
@@ -531,7 +534,7 @@ impl Node {
                 ),
             );
         }
-        let defined = self.my_set.as_ref().map(|(_, _, set)| set.clone());
+        let defined = self.view.my_set.as_ref().map(|(_, _, set)| set.clone());
         let gone: Vec<&String> = old
             .keys()
             .filter(|task| !new.contains_key(*task))

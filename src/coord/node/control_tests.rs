@@ -156,7 +156,7 @@ fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_an
     node.publish_tasks(std::slice::from_ref(&task));
     std::iter::from_fn(|| node.poll()).for_each(drop);
     for id in ["a", "b"] {
-        node.members.insert(
+        node.view.members.insert(
             id.into(),
             member(id, "1.0.0", std::slice::from_ref(&task), &[]),
         );
@@ -171,7 +171,7 @@ fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_an
     // Nothing changed: nothing said.
     assert_eq!(check(&mut node), Vec::<String>::new());
     // A newer node joins: fixed, said once.
-    node.members.insert(
+    node.view.members.insert(
         "c".into(),
         member("c", "2.0.0", std::slice::from_ref(&task), &[]),
     );
@@ -185,18 +185,18 @@ fn a_task_no_live_node_may_run_is_reported_once_per_change_naming_requirement_an
     let task = spec("t", "require_labels = { zone = \"eu\" }");
     node.publish_tasks(std::slice::from_ref(&task));
     std::iter::from_fn(|| node.poll()).for_each(drop);
-    node.members.insert(
+    node.view.members.insert(
         "a".into(),
         member("a", "1.0.0", std::slice::from_ref(&task), &[("zone", "us")]),
     );
-    node.members.insert(
+    node.view.members.insert(
         "b".into(),
         member("b", "1.0.0", std::slice::from_ref(&task), &[]),
     );
     let mut drained = member("c", "1.0.0", std::slice::from_ref(&task), &[("zone", "eu")]);
     drained.member.may_lead = false;
     drained.member.drained = true;
-    node.members.insert("c".into(), drained);
+    node.view.members.insert("c".into(), drained);
     assert_eq!(
         check(&mut node),
         [
@@ -212,16 +212,16 @@ fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
     let theirs = spec("t", "jitter = \"1s\"");
     node.publish_tasks(std::slice::from_ref(&mine));
     std::iter::from_fn(|| node.poll()).for_each(drop);
-    node.members.insert(
+    node.view.members.insert(
         "a".into(),
         member("a", "1.0.0", std::slice::from_ref(&mine), &[]),
     );
-    node.members.insert(
+    node.view.members.insert(
         "b".into(),
         member("b", "1.0.0", std::slice::from_ref(&mine), &[]),
     );
     assert_eq!(check(&mut node), Vec::<String>::new());
-    node.members.insert(
+    node.view.members.insert(
         "c".into(),
         member("c", "1.0.0", std::slice::from_ref(&theirs), &[]),
     );
@@ -239,7 +239,7 @@ fn live_nodes_that_define_a_task_differently_are_reported_once_per_change() {
         )]
     );
     assert_eq!(check(&mut node), Vec::<String>::new());
-    node.members.remove("c");
+    node.view.members.remove("c");
     assert_eq!(
         check(&mut node),
         ["task t: live nodes define it alike again task=t"]
@@ -323,7 +323,8 @@ fn many_tasks_no_live_node_may_run_are_reported_twenty_by_name_then_in_one_line(
         .collect();
     node.publish_tasks(&tasks);
     std::iter::from_fn(|| node.poll()).for_each(drop);
-    node.members
+    node.view
+        .members
         .insert("a".into(), member("a", "1.0.0", &tasks, &[]));
     let said = check(&mut node);
     assert_eq!(said.len(), 21, "{said:?}");
@@ -424,7 +425,7 @@ fn a_lease_naming_a_node_that_is_no_member_is_deleted_after_the_grace_and_taken(
     );
     // Proving n2 no member left nothing behind (its events, created then gone, were seen).
     assert!(!store.znodes.contains_key(&format!("{BASE}/members/n2")));
-    assert!(!node.members.contains_key("n2"));
+    assert!(!node.view.members.contains_key("n2"));
     assert_eq!(lease_owner(&store), Some(1), "{said:?}");
     assert!(node.leadership().may_fire("t"));
 }

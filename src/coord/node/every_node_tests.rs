@@ -81,7 +81,7 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
     let n2 = member("n2", "1.0.0", &tasks, &[]);
     assert!(n2.member.eligible("e@n2") && !n2.member.eligible("e@n1"));
     let (mut node, _) = started(&mut store, tasks);
-    node.members.insert("n2".into(), n2);
+    node.view.members.insert("n2".into(), n2);
     node.decide();
     for ms in [1_000, 60_000, 600_000] {
         pump(&mut node, &mut store, at(ms));

@@ -169,17 +169,17 @@ impl Node {
             .iter()
             .filter(|(_, s)| s.unsure)
             .map(|(t, _)| t)
-            .filter(|t| self.present.contains(*t) && held_elsewhere.binary_search(t).is_err())
+            .filter(|t| self.view.present.contains(*t) && held_elsewhere.binary_search(t).is_err())
             .cloned()
             .collect();
         let candidates: Vec<String> = held_elsewhere
             .into_iter()
             .chain(unsure)
             .filter(|t| matches!(self.tasks.lease(t), Lease::Free { .. }))
-            .filter(|t| self.trust.unchecked(t))
+            .filter(|t| self.view.trust.unchecked(t))
             .collect();
         for task in candidates {
-            self.trust.checking(&task);
+            self.view.trust.checking(&task);
             // Its data too: a zkcron lease names its node, whose absence its deletion proves.
             let path = self.paths.lease(&task);
             let epoch = EpochRead::Unread;
@@ -193,7 +193,7 @@ impl Node {
         epoch: EpochRead,
         result: Result<ZkOk, ZkFail>,
     ) {
-        self.trust.check_done(&task);
+        self.view.trust.check_done(&task);
         let path = self.paths.lease(&task);
         let (data, stat) = match result {
             Ok(ZkOk::Data(data, stat)) => (data, stat),
@@ -201,13 +201,13 @@ impl Node {
             Ok(ZkOk::Exists(Some(stat))) => (Vec::new(), stat),
             Err(ZkFail::NoAuth) => {
                 // Unreadable to this node (a stranger's ACL): its owner is what is checked.
-                self.trust.checking(&task);
+                self.view.trust.checking(&task);
                 self.call(ZkOp::Exists { path }, Then::LeaseOwner { task, epoch });
                 return;
             }
             Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
                 if self.lease_seen(&task, false) {
-                    self.vacant_since.insert(task, self.now.mono);
+                    self.view.vacant_since.insert(task, self.io.now.mono);
                 }
                 self.decide();
                 return;
@@ -232,24 +232,24 @@ impl Node {
         }
         let ours = Some(stat.ephemeral_owner) == self.my_session();
         if !ours && self.lease_owner_alive(stat.ephemeral_owner) {
-            self.trust.clear_suspect(&task);
+            self.view.trust.clear_suspect(&task);
             self.forget_unsure(&task);
-            self.trust.verified(&task);
+            self.view.trust.verified(&task);
             return;
         }
         if ours && !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
             // Taken meanwhile (a take that found the lease this session's): not deleted.
-            self.trust.clear_suspect(&task);
+            self.view.trust.clear_suspect(&task);
             return;
         }
         // To be deleted: only while the epoch is as read before this lease was. The lease
         // read first may have been deleted and taken by another node since (its version is 0
         // again), so it is read again after the epoch.
         let EpochRead::Before(epoch) = epoch else {
-            self.trust.checking(&task);
+            self.view.trust.checking(&task);
             return self.heal_read_epoch(task);
         };
-        self.trust.clear_suspect(&task);
+        self.view.trust.clear_suspect(&task);
         if ours {
             // Ours, from a take whose answer was lost: delete and take it properly.
             self.forget_unsure(&task);
@@ -293,7 +293,7 @@ impl Node {
 
     /// Checking a lease to be deleted failed: checked again soon.
     pub(super) fn heal_failed(&mut self, task: String) {
-        self.trust.check_done(&task);
+        self.view.trust.check_done(&task);
         self.recheck_in(Duration::from_millis(500));
     }
 
@@ -311,7 +311,7 @@ impl Node {
             .ok()
             .map(|record| record.node)
             .filter(|node| stat.ephemeral_owner != 0 && is_path_name(node))
-            .filter(|node| !self.member_sessions.contains_key(node));
+            .filter(|node| !self.view.member_sessions.contains_key(node));
         let delete = self.delete_lease_as_read(&task, stat.version, Some(epoch));
         let op = match &node {
             Some(node) => {
@@ -356,19 +356,19 @@ impl Node {
     /// Whether the session `owner` of an existing ephemeral lease is a zkcron node's: a live
     /// member's, or one that was seen as a member (its lease proves the session still lives).
     fn lease_owner_alive(&self, owner: i64) -> bool {
-        self.live_owner(owner) || self.seen_sessions.contains(&owner)
+        self.live_owner(owner) || self.view.seen_sessions.contains(&owner)
     }
 
     /// Whether the ephemeral lease `czxid` of a session that is no member's has been seen so
     /// for [`FOREIGN_GRACE`]: the member znode of a node that just (re)started may still be
     /// on its way to this node. Until then the lease is checked again.
     fn foreign_long_enough(&mut self, task: &str, czxid: i64) -> bool {
-        let now = self.now.mono;
-        let first = match self.trust.suspect(task) {
+        let now = self.io.now.mono;
+        let first = match self.view.trust.suspect(task) {
             Some(suspect) if suspect.czxid == czxid => suspect.since,
             _ => {
                 let since = now;
-                self.trust.set_suspect(task, Suspect { czxid, since });
+                self.view.trust.set_suspect(task, Suspect { czxid, since });
                 now
             }
         };
@@ -401,14 +401,14 @@ impl Node {
                     .field("task", &task);
                 }
                 if self.lease_seen(&task, false) {
-                    self.vacant_since.insert(task, self.now.mono);
+                    self.view.vacant_since.insert(task, self.io.now.mono);
                 }
             }
             Err(ZkFail::Multi { index, error })
                 if index == lease_at && *error == ZkFail::NoNode =>
             {
                 if self.lease_seen(&task, false) {
-                    self.vacant_since.insert(task, self.now.mono);
+                    self.view.vacant_since.insert(task, self.io.now.mono);
                 }
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NodeExists => {

@@ -57,17 +57,17 @@ pub fn unreferenced_chunks(
 
 impl Node {
     pub(super) fn start_gc(&mut self) {
-        if !self.ready() || self.gc.is_some() {
+        if !self.ready() || self.view.gc.is_some() {
             return;
         }
         let mut gc = Gc {
             outstanding: 1,
             ..Gc::default()
         };
-        if let Some((reference, _, _)) = &self.my_set {
+        if let Some((reference, _, _)) = &self.view.my_set {
             gc.referenced.insert(reference.digest.clone());
         }
-        self.gc = Some(gc);
+        self.view.gc = Some(gc);
         let path = self.paths.members();
         self.call(ZkOp::GetChildren { path }, Then::Gc(GcStep::Members));
     }
@@ -81,14 +81,14 @@ impl Node {
         let Some(calls) = self.gc_reply(step, result) else {
             return;
         };
-        let gc = self.gc.as_mut().expect("present");
+        let gc = self.view.gc.as_mut().expect("present");
         gc.outstanding += calls.len();
         for (op, step) in calls {
             self.call(op, Then::Gc(step));
         }
-        let gc = self.gc.as_mut().expect("present");
+        let gc = self.view.gc.as_mut().expect("present");
         if gc.outstanding == 0 {
-            let gc = self.gc.take().expect("present");
+            let gc = self.view.gc.take().expect("present");
             self.gc_read(gc, sent);
         }
     }
@@ -100,7 +100,7 @@ impl Node {
         step: GcStep,
         result: Result<ZkOk, ZkFail>,
     ) -> Option<Vec<(ZkOp, GcStep)>> {
-        let gc = self.gc.as_mut()?;
+        let gc = self.view.gc.as_mut()?;
         gc.outstanding -= 1;
         let mut calls = Vec::new();
         match (step, result) {
@@ -172,7 +172,7 @@ impl Node {
                         Then::Gc(GcStep::Delete),
                     );
                 }
-                self.gc = Some(gc);
+                self.view.gc = Some(gc);
                 return;
             }
         }

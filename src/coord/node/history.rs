@@ -45,8 +45,8 @@ impl Node {
     }
 
     fn read_history(&mut self, mut job: HistoryJob) {
-        if self.session.is_none() || job.tries >= HISTORY_TRIES {
-            let why = if self.session.is_none() {
+        if self.life.session.is_none() || job.tries >= HISTORY_TRIES {
+            let why = if self.life.session.is_none() {
                 "not connected to ZooKeeper".to_string()
             } else {
                 "it kept changing".to_string()
@@ -93,7 +93,7 @@ impl Node {
             Ok(_) => return self.history_done(job, Some("unexpected answer".into())),
             Err(error) => return self.history_done(job, Some(error.to_string())),
         };
-        if !record::append_history(&mut runs, job.entry.clone(), self.history_runs) {
+        if !record::append_history(&mut runs, job.entry.clone(), self.requests.history_runs) {
             return self.history_done(job, None);
         }
         let data = serde_json::to_vec(&HistoryRecord {
@@ -110,7 +110,7 @@ impl Node {
         let key = format!("history failed {}", job.task);
         match failure {
             None => {
-                self.reported.remove(&key);
+                self.io.reported.remove(&key);
             }
             Some(why) => {
                 let path = self.paths.history(&job.task);
@@ -126,8 +126,8 @@ impl Node {
         if let Some(end) = job.then {
             self.end_trigger(end);
         }
-        if self.close_waiting.is_some() && !self.history_in_flight() {
-            let req = self.close_waiting.take().expect("checked");
+        if self.life.close_waiting.is_some() && !self.history_in_flight() {
+            let req = self.life.close_waiting.take().expect("checked");
             self.close_now(req);
         }
     }
@@ -135,9 +135,10 @@ impl Node {
     /// Whether an append is in flight: each one always has its next call pending (a read or
     /// a write; no timer waits between them).
     pub(super) fn history_in_flight(&self) -> bool {
-        self.pending
+        self.io
+            .pending
             .values()
-            .any(|p| p.generation == self.generation && matches!(p.then, Then::History(_)))
+            .any(|p| p.generation == self.io.generation && matches!(p.then, Then::History(_)))
     }
 
     /// A session ended with an append in flight.

@@ -9,12 +9,45 @@ use super::acting::{not_before, sooner};
 use super::{Level, Node, Output};
 use crate::coord::lease;
 
+/// Deciding about leases and publishing the leadership: when to decide, the ranks, the takes
+/// waiting, the members seen acting, and the leadership as last published.
+#[derive(Debug)]
+pub(super) struct Leases {
+    /// When to decide about leases again (a vacancy timer).
+    pub(super) recheck_at: Option<std::time::Duration>,
+    /// A decision was asked for: made at the next [`Node::handle_timeout`], which
+    /// [`Node::poll_timeout`] asks for at once.
+    pub(super) decide_due: bool,
+    /// This node's rank for every task it defines, kept while the members stay the same.
+    pub(super) rank_cache: super::lease::RankCache,
+    /// Decisions made, for the tests that bound them.
+    #[cfg(test)]
+    pub(super) decisions: usize,
+    /// Members seen acting: their session, and when (see `acting`).
+    pub(super) acting: std::collections::BTreeMap<String, (i64, std::time::Duration)>,
+    /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
+    pub(super) probing: std::collections::BTreeMap<String, std::time::Duration>,
+    /// When the last decision was made: lease events decide at most every `DECIDE_EVERY`.
+    pub(super) last_decided: Option<std::time::Duration>,
+    /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
+    /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
+    /// per decision); cleared by every decision, which lists them again.
+    pub(super) take_backlog: std::collections::VecDeque<super::leases::TakeJob>,
+    /// When the leadership was last published (a publication at most every `DECIDE_EVERY`
+    /// while many takes are answered).
+    pub(super) last_published: Option<std::time::Duration>,
+    /// When to publish the leases taken since the last publication.
+    pub(super) publish_at: Option<std::time::Duration>,
+    /// The leadership as last published to the daemon.
+    pub(super) leadership: super::Leadership,
+}
+
 impl Node {
     /// Publishes the held leases as leadership (paused unless connected and listed).
     pub(super) fn publish(&mut self) {
-        self.publish_at = None;
-        self.last_published = Some(self.now.mono);
-        let tasks: BTreeSet<Arc<str>> = if self.stopping {
+        self.leases.publish_at = None;
+        self.leases.last_published = Some(self.io.now.mono);
+        let tasks: BTreeSet<Arc<str>> = if self.life.stopping {
             BTreeSet::new()
         } else {
             self.tasks
@@ -29,7 +62,7 @@ impl Node {
         let backfills = self.led_backfills(&tasks);
         // A new leader ends the ticks its tasks' backfills lost with their node.
         self.sweep_backfills(false);
-        let l = &self.leadership;
+        let l = &self.leases.leadership;
         let same = l.paused == paused
             && *l.tasks == tasks
             && *l.gained == gained
@@ -38,24 +71,26 @@ impl Node {
         if same && *l.triggers == triggers && *l.backfills == backfills {
             return;
         }
-        self.leadership.triggers = Arc::new(triggers);
-        self.leadership.backfills = Arc::new(backfills);
+        self.leases.leadership.triggers = Arc::new(triggers);
+        self.leases.leadership.backfills = Arc::new(backfills);
         if same {
             // Only the pending manual runs or backfills changed.
-            self.out
-                .push_back(Output::Leadership(self.leadership.clone()));
+            self.io
+                .out
+                .push_back(Output::Leadership(self.leases.leadership.clone()));
             return;
         }
         let leading = tasks.len();
-        self.leadership.gained = Arc::new(gained);
-        self.leadership.items_held = Arc::new(items_held);
-        self.leadership.paused = paused;
-        self.leadership.tasks = Arc::new(tasks);
+        self.leases.leadership.gained = Arc::new(gained);
+        self.leases.leadership.items_held = Arc::new(items_held);
+        self.leases.leadership.paused = paused;
+        self.leases.leadership.tasks = Arc::new(tasks);
         if !paused {
-            self.leadership.why_paused = None;
+            self.leases.leadership.why_paused = None;
         }
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
+        self.io
+            .out
+            .push_back(Output::Leadership(self.leases.leadership.clone()));
         self.report(Level::Info, "leases changed")
             .field("leading", leading)
             .field("paused", paused);
@@ -72,18 +107,18 @@ impl Node {
             })
             .map(|(lease, epoch)| (lease.clone(), epoch))
             .collect();
-        let mut gained = (*self.leadership.gained).clone();
+        let mut gained = (*self.leases.leadership.gained).clone();
         // A unit taken again since (a new incarnation) counts as gained too.
         let grown: BTreeSet<&str> = held
-            .difference(&self.published_units)
+            .difference(&self.pool.published)
             .map(|(unit, _)| self.task_of(unit))
-            .filter(|task| self.leadership.tasks.contains(*task) && tasks.contains(*task))
+            .filter(|task| self.leases.leadership.tasks.contains(*task) && tasks.contains(*task))
             .collect();
         for task in grown {
             *gained.entry(task.to_string()).or_default() += 1;
         }
         gained.retain(|task, _| tasks.contains(task.as_str()));
-        self.published_units = held;
+        self.pool.published = held;
         gained
     }
 
@@ -91,7 +126,7 @@ impl Node {
     /// [`Node::count_gains`] just noted as published).
     fn items_held(&self, tasks: &BTreeSet<Arc<str>>) -> BTreeMap<String, usize> {
         let mut held = BTreeMap::new();
-        for (unit, _) in &self.published_units {
+        for (unit, _) in &self.pool.published {
             let task = self.task_of(unit);
             if tasks.contains(task) {
                 *held.entry(task.to_string()).or_default() += 1;
@@ -102,24 +137,26 @@ impl Node {
 
     /// Publishes now, or at most [`super::acting::DECIDE_EVERY`] after the last publication.
     pub(super) fn publish_soon(&mut self) {
-        match not_before(self.last_published, self.now.mono) {
-            Some(due) => sooner(&mut self.publish_at, due),
+        match not_before(self.leases.last_published, self.io.now.mono) {
+            Some(due) => sooner(&mut self.leases.publish_at, due),
             None => self.publish(),
         }
     }
 
     pub(super) fn set_why_paused(&mut self, why: String) {
-        if self.leadership.why_paused.as_ref() == Some(&why) {
+        if self.leases.leadership.why_paused.as_ref() == Some(&why) {
             return;
         }
-        self.leadership.why_paused = Some(why);
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
+        self.leases.leadership.why_paused = Some(why);
+        self.io
+            .out
+            .push_back(Output::Leadership(self.leases.leadership.clone()));
     }
 
     pub(super) fn count_session_loss(&mut self) {
-        self.leadership.session_losses += 1;
-        self.out
-            .push_back(Output::Leadership(self.leadership.clone()));
+        self.leases.leadership.session_losses += 1;
+        self.io
+            .out
+            .push_back(Output::Leadership(self.leases.leadership.clone()));
     }
 }

@@ -18,7 +18,11 @@ fn a_node_takes_more_leases_than_it_has_in_flight_without_waiting_for_a_timer() 
     assert_eq!(leases(&store).len(), 1000);
     assert_eq!(node.leadership().tasks.len(), 1000);
     assert!(node.leadership().may_fire("t0999"));
-    assert!(node.decisions <= 10, "{} decisions", node.decisions);
+    assert!(
+        node.leases.decisions <= 10,
+        "{} decisions",
+        node.leases.decisions
+    );
 }
 
 #[test]
@@ -342,7 +346,7 @@ fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated(
         at(300),
     );
     pump(&mut node, &mut store, at(300));
-    assert!(node.members.contains_key("n2"), "n1 never read n2");
+    assert!(node.view.members.contains_key("n2"), "n1 never read n2");
     let said = pump(&mut node, &mut store, at(2_000));
     assert_ne!(
         lease_owner(&store),
@@ -383,7 +387,7 @@ fn a_lease_created_while_the_listing_is_completed_is_not_taken_as_vacant() {
     };
     let said = pump_with(&mut node, &mut store, at(0), &mut after);
     assert!(created.get(), "the node never listed the leases: {said:?}");
-    assert!(node.present.contains("t"), "{said:?}");
+    assert!(node.view.present.contains("t"), "{said:?}");
     let said = pump_with(&mut node, &mut store, at(10_000), &mut after);
     assert_eq!(
         takes.get(),
@@ -664,7 +668,7 @@ fn the_takes_of_a_new_cluster_create_each_record_in_one_multi_and_none_fails() {
     assert_eq!(leases(&store).len(), 100);
     assert_eq!(multis.len(), 100, "{multis:?}");
     assert!(multis.iter().all(|&m| m == (true, false)), "{multis:?}");
-    assert!(node.unrecorded.is_empty());
+    assert!(node.view.unrecorded.is_empty());
 }
 
 #[test]
@@ -704,7 +708,7 @@ fn a_node_with_many_tasks_coalesces_lease_events_over_a_longer_interval() {
         .map(|i| spec(&format!("t{i:05}"), nowhere))
         .collect();
     let (mut node, _) = started(&mut store, tasks);
-    let before = node.decisions;
+    let before = node.leases.decisions;
     let path = format!("{BASE}/leases/elsewhere");
     for ms in [1, 20, 40, 49] {
         let kind = WatchKind::DataChanged;
@@ -713,10 +717,14 @@ fn a_node_with_many_tasks_coalesces_lease_events_over_a_longer_interval() {
         node.handle_timeout(at(ms));
     }
     assert_eq!(
-        node.decisions, before,
+        node.leases.decisions, before,
         "no decision within 50 ms of the last"
     );
     assert_eq!(node.poll_timeout(), Some(Duration::from_millis(50)));
     node.handle_timeout(at(50));
-    assert_eq!(node.decisions, before + 1, "one decision for the burst");
+    assert_eq!(
+        node.leases.decisions,
+        before + 1,
+        "one decision for the burst"
+    );
 }

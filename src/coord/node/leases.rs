@@ -39,49 +39,54 @@ impl Node {
     /// Asks for a decision: made once, after every input ready now was handled (a burst of
     /// watch events or replies costs one decision, not one each).
     pub(super) fn decide(&mut self) {
-        self.decide_due = true;
+        self.leases.decide_due = true;
     }
 
     /// Decides with the current view, applies the actions, publishes leadership.
     pub(super) fn decide_now(&mut self) {
         #[cfg(test)]
         {
-            self.decisions += 1;
+            self.leases.decisions += 1;
         }
-        self.take_backlog.clear();
-        if !self.ready() || self.relist.is_some() {
+        self.leases.take_backlog.clear();
+        if !self.ready() || self.life.relist.is_some() {
             self.publish();
             return;
         }
         self.check_tasks();
         let may_lead = self.may_lead();
-        let members: Vec<Member> = self.members.values().map(|m| m.member.clone()).collect();
+        let members: Vec<Member> = self
+            .view
+            .members
+            .values()
+            .map(|m| m.member.clone())
+            .collect();
         let held: BTreeSet<String> = self.tasks.held_leases().map(|(t, _)| t.clone()).collect();
         let covering = self.tasks.covering();
         self.tasks.forget_given_up_covers();
         let acting = self.acting();
-        self.last_decided = Some(self.now.mono);
+        self.leases.last_decided = Some(self.io.now.mono);
         let decision = lease::decide_cached(
             &LeaseView {
                 me: &self.cfg.id,
                 members: &members,
-                present: &self.present,
+                present: &self.view.present,
                 held: &held,
                 covering: &covering,
-                vacant_since: &self.vacant_since,
-                members_changed: self.members_changed,
-                now: self.now.mono,
+                vacant_since: &self.view.vacant_since,
+                members_changed: self.view.members_changed,
+                now: self.io.now.mono,
                 may_lead,
             },
             &acting,
-            &mut self.rank_cache,
+            &mut self.leases.rank_cache,
         );
         // Vacancy and cover timers at most every RECHECK_EVERY: their due times are spread
         // over every member's last sign of acting, and a decision per millisecond of them
         // kept every node busy during a cold start.
-        self.recheck_at = decision
+        self.leases.recheck_at = decision
             .recheck_at
-            .map(|at| at.max(self.now.mono + RECHECK_EVERY));
+            .map(|at| at.max(self.io.now.mono + RECHECK_EVERY));
         let mut releases = Vec::new();
         for action in decision.actions {
             match action {
@@ -123,8 +128,8 @@ impl Node {
 
     /// Decides again in `delay` at the latest.
     pub(super) fn recheck_in(&mut self, delay: Duration) {
-        let at = self.now.mono + delay;
-        super::acting::sooner(&mut self.recheck_at, at);
+        let at = self.io.now.mono + delay;
+        super::acting::sooner(&mut self.leases.recheck_at, at);
     }
 
     fn take(&mut self, job: TakeJob) {
@@ -133,17 +138,17 @@ impl Node {
         }
         if self.tasks.taking() >= TAKES_IN_FLIGHT {
             // A bounded number in flight: the rest as those finish.
-            self.take_backlog.push_back(job);
+            self.leases.take_backlog.push_back(job);
             return;
         }
-        self.tasks.start_take(&job.task, self.now.mono);
+        self.tasks.start_take(&job.task, self.io.now.mono);
         self.send_first_take(job);
     }
 
     /// A take decided on: one multi that also creates the fire record when the session's
     /// listing found none, else the take of an existing record.
     fn send_first_take(&mut self, job: TakeJob) {
-        if self.unrecorded.remove(&job.task) {
+        if self.view.unrecorded.remove(&job.task) {
             self.send_fresh_take(job);
         } else {
             self.send_take(job);
@@ -154,14 +159,14 @@ impl Node {
     /// decision is due (it lists the backlog again). When it was sent, if it was in flight.
     fn take_finished(&mut self, task: &str) -> Option<Duration> {
         let sent = self.tasks.take_finished(task);
-        while self.tasks.taking() < TAKES_IN_FLIGHT && !self.decide_due && self.ready() {
-            let Some(next) = self.take_backlog.pop_front() else {
+        while self.tasks.taking() < TAKES_IN_FLIGHT && !self.leases.decide_due && self.ready() {
+            let Some(next) = self.leases.take_backlog.pop_front() else {
                 break;
             };
-            let gone = self.present.contains(&next.task)
+            let gone = self.view.present.contains(&next.task)
                 || !matches!(self.tasks.lease(&next.task), Lease::Free { .. });
             if !gone {
-                self.tasks.start_take(&next.task, self.now.mono);
+                self.tasks.start_take(&next.task, self.io.now.mono);
                 self.send_first_take(next);
             }
         }
@@ -175,7 +180,7 @@ impl Node {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
             session: self.session_hex(),
-            since: self.now.wall,
+            since: self.io.now.wall,
         })
         .expect("serializes");
         let ops = vec![
@@ -236,7 +241,7 @@ impl Node {
             format: FORMAT_VERSION,
             node: self.cfg.id.clone(),
             session: self.session_hex(),
-            since: self.now.wall,
+            since: self.io.now.wall,
         })
         .expect("serializes");
         let empty = serde_json::to_vec(&FireRecord::empty()).expect("serializes");
@@ -294,7 +299,7 @@ impl Node {
             }
             Ok(ZkOk::Exists(Some(_))) => {
                 self.lease_seen(&task, true);
-                self.vacant_since.remove(&task);
+                self.view.vacant_since.remove(&task);
                 self.take_finished(&task);
                 self.decide();
             }
@@ -321,9 +326,9 @@ impl Node {
         self.tasks.set_regain(&task, None);
         self.tasks.state_mut(&task).unsure = false;
         self.lease_seen(&task, true);
-        self.vacant_since.remove(&task);
+        self.view.vacant_since.remove(&task);
         let sent = self.take_finished(&task);
-        if self.stopping {
+        if self.life.stopping {
             // Taken while release_all ran: give it straight back (while it is still the
             // incarnation just taken: version 0, at the epoch this take set).
             let op = self.delete_lease_as_read(&task, 0, Some(epoch));
@@ -340,7 +345,7 @@ impl Node {
                     "took the lease as cover: its designated node left it vacant",
                 )
                 .field("task", &task);
-                Some(self.now.mono)
+                Some(self.io.now.mono)
             }
             TakeKind::Designated => None,
         };
@@ -362,8 +367,8 @@ impl Node {
         // start answers thousands of takes).
         let decide = kind == TakeKind::Cover
             || !self.may_lead()
-            || sent.is_none_or(|sent| self.view_changed >= sent);
-        let last = self.tasks.taking() == 0 && self.take_backlog.is_empty();
+            || sent.is_none_or(|sent| self.view.view_changed >= sent);
+        let last = self.tasks.taking() == 0 && self.leases.take_backlog.is_empty();
         match (decide, last) {
             (true, true) => self.decide(),
             (true, false) => self.decide_soon(),
@@ -415,7 +420,7 @@ impl Node {
     /// is still the incarnation this node took: the epoch's version says so (every take bumps
     /// it), where the lease's own version cannot (every new lease has version 0).
     pub(super) fn release_lease(&mut self, task: String, epoch: i32) {
-        if self.tasks.held(&task).is_some() || self.session.is_none() {
+        if self.tasks.held(&task).is_some() || self.life.session.is_none() {
             // Taken again meanwhile, or nothing to release with.
             return self.finish_task_job(&task);
         }
@@ -465,7 +470,7 @@ impl Node {
     /// lead, until it is known, and it is deleted if it is this session's.
     pub(super) fn stray_lease(&mut self, task: &str) {
         self.tasks.state_mut(task).unsure = true;
-        self.trust.unverify(task);
+        self.view.trust.unverify(task);
         self.recheck_in(Duration::from_millis(500));
     }
 
@@ -506,11 +511,11 @@ impl Node {
     /// checked against the server (it may be the echo of an earlier release of a lease since
     /// taken again) before the lease counts as lost.
     pub(super) fn on_lease_event(&mut self, task: String, kind: WatchKind) {
-        self.trust.unverify(&task);
+        self.view.trust.unverify(&task);
         match kind {
             WatchKind::Created => {
                 self.lease_seen(&task, true);
-                self.vacant_since.remove(&task);
+                self.view.vacant_since.remove(&task);
                 let designated_here = self.probe_acting(&task);
                 if !designated_here || !matches!(self.tasks.lease(&task), Lease::Free { .. }) {
                     // Another member's lease (or a cover's), or this node's own take: it
@@ -522,7 +527,9 @@ impl Node {
             }
             WatchKind::Deleted => {
                 self.lease_seen(&task, false);
-                self.vacant_since.insert(task.clone(), self.now.mono);
+                self.view
+                    .vacant_since
+                    .insert(task.clone(), self.io.now.mono);
                 if self.tasks.held(&task).is_some() {
                     let path = self.paths.lease(&task);
                     self.call(ZkOp::Exists { path }, Then::LeaseCheck { task });
@@ -548,7 +555,7 @@ impl Node {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Still ours: the event was the echo of an earlier release.
                 self.lease_seen(&task, true);
-                self.vacant_since.remove(&task);
+                self.view.vacant_since.remove(&task);
             }
             Ok(_) => {
                 self.report(

@@ -10,6 +10,58 @@ use super::io::{Level, ZkFail, ZkOk, ZkOp};
 use super::{AfterRecreate, MemberInfo, Node, Then};
 use crate::coord::records::{MemberRecord, TaskSetRecord, Unranked, decode_taskset};
 
+/// The cluster as this node sees it: members, their sessions and task sets, which leases
+/// exist and since when some are vacant, and whom it trusts.
+#[derive(Debug)]
+pub(super) struct View {
+    /// This node's task set as published: its reference, its chunks and the set.
+    pub(super) my_set: Option<(
+        super::TaskSetRef,
+        Vec<Vec<u8>>,
+        std::sync::Arc<super::TaskSet>,
+    )>,
+    /// The members whose record and task set could be used: the ranking's input.
+    pub(super) members: std::collections::BTreeMap<String, super::MemberInfo>,
+    /// The session owning each ephemeral member znode as last read (whether or not its record
+    /// could be used): the live sessions whose leases and runs count.
+    pub(super) member_sessions: std::collections::BTreeMap<String, i64>,
+    /// Every session seen owning a member znode in this node's session: a node that left the
+    /// membership to stop keeps its session (and its live runs) until its jobs end.
+    pub(super) seen_sessions: std::collections::BTreeSet<i64>,
+    /// Every session seen owning a run znode of a task whose fire record named it as the
+    /// claimer, in this node's session: a zkcron node's, whose runs count as members' do.
+    pub(super) claimer_sessions: std::collections::BTreeSet<i64>,
+    /// Run znodes of sessions neither seen as members nor named by a fire record, by path: the
+    /// czxid and when this node first saw them (they count as live for a grace).
+    pub(super) unknown_runs: std::collections::BTreeMap<String, (i64, std::time::Duration)>,
+    /// The task sets read so far, by digest (members that define the same tasks share one).
+    pub(super) tasksets: std::collections::BTreeMap<String, std::sync::Arc<super::TaskSet>>,
+    /// The task sets being read, by digest, with the members waiting for them.
+    pub(super) fetches: std::collections::BTreeMap<String, Fetch>,
+    /// The tasks whose lease exists, whoever holds it, as last seen (every task of the
+    /// cluster, not only this node's: decisions read it as a set).
+    pub(super) present: std::collections::BTreeSet<String>,
+    /// This node's leases whose task had no fire record at the session's listing and whose
+    /// lease it has not seen since: their first take creates the record in the same multi,
+    /// instead of a take that fails on the missing epoch first (a failed multi is a write
+    /// ZooKeeper logs: a cold start of a new cluster made one per task).
+    pub(super) unrecorded: std::collections::BTreeSet<String>,
+    /// When each absent lease was first seen vacant: a backup covers it only after a bound
+    /// (decisions read it as a map).
+    pub(super) vacant_since: std::collections::BTreeMap<String, std::time::Duration>,
+    /// When another member last joined or changed: vacancy counts from then too.
+    pub(super) members_changed: std::time::Duration,
+    /// When the member view (this node's own record included) last changed: a take answered
+    /// after it needs a decision (the decisions in between skipped it).
+    pub(super) view_changed: std::time::Duration,
+    /// What the node knows of the owners of foreign leases, by task: checked to be a live
+    /// member's, being checked, or a suspect (a session that is no member's) left alone for a
+    /// grace period.
+    pub(super) trust: super::foreign::ForeignTrust,
+    /// The task-set collection in flight.
+    pub(super) gc: Option<super::gc::Gc>,
+}
+
 /// A listing of members and leases in flight.
 #[derive(Debug, Default)]
 pub(crate) struct Relist {
@@ -48,10 +100,10 @@ impl Node {
     // ---- listing ----
 
     pub(super) fn start_relist(&mut self) {
-        if self.relist.is_some() {
+        if self.life.relist.is_some() {
             return;
         }
-        self.relist = Some(Relist {
+        self.life.relist = Some(Relist {
             outstanding: 3,
             ..Relist::default()
         });
@@ -68,13 +120,13 @@ impl Node {
 
     /// More calls belong to the listing in flight.
     pub(super) fn relist_more(&mut self, count: usize) {
-        if let Some(relist) = self.relist.as_mut() {
+        if let Some(relist) = self.life.relist.as_mut() {
             relist.outstanding += count;
         }
     }
 
     pub(super) fn relist_failed(&mut self, what: &str, error: ZkFail) {
-        if self.relist.is_none() {
+        if self.life.relist.is_none() {
             // Another call of the same listing failed first and acted.
             return;
         }
@@ -82,10 +134,10 @@ impl Node {
             Level::Warn,
             format!("re-listing members and leases failed ({what}: {error})"),
         );
-        self.relist = None;
+        self.life.relist = None;
         // The view is not current: fire nothing on it until a listing succeeds (the retry
         // lists again while `listed` is false).
-        if let Some(session) = self.session.as_mut() {
+        if let Some(session) = self.life.session.as_mut() {
             session.listed = false;
         }
         self.publish();
@@ -100,7 +152,7 @@ impl Node {
     pub(super) fn on_list_members(&mut self, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Children(ids)) => {
-                if let Some(relist) = self.relist.as_mut() {
+                if let Some(relist) = self.life.relist.as_mut() {
                     relist.outstanding += ids.len();
                     relist.ids.extend(ids.iter().cloned());
                 }
@@ -127,7 +179,7 @@ impl Node {
                     .filter(|(task, _)| names.contains(*task))
                     .map(|(task, epoch)| (task.clone(), epoch))
                     .collect();
-                if let Some(relist) = self.relist.as_mut() {
+                if let Some(relist) = self.life.relist.as_mut() {
                     relist.leases = Some(names);
                     relist.outstanding += held.len();
                 }
@@ -148,7 +200,7 @@ impl Node {
     pub(super) fn on_list_records(&mut self, result: Result<ZkOk, ZkFail>) {
         match result {
             Ok(ZkOk::Children(names)) => {
-                if let Some(relist) = self.relist.as_mut() {
+                if let Some(relist) = self.life.relist.as_mut() {
                     relist.records = Some(names.into_iter().collect());
                 }
                 self.relist_step();
@@ -173,7 +225,7 @@ impl Node {
             }
             // Another session's, or persistent: not the lease this node took.
             Ok(_) => {
-                if let Some(relist) = self.relist.as_mut() {
+                if let Some(relist) = self.life.relist.as_mut() {
                     relist.not_ours.insert(task, epoch);
                 }
             }
@@ -193,12 +245,12 @@ impl Node {
     pub(super) fn lease_seen(&mut self, task: &str, present: bool) -> bool {
         let changed = if present {
             // A lease is created only beside its task's epoch, so the record exists.
-            self.unrecorded.remove(task);
-            self.present.insert(task.to_string())
+            self.view.unrecorded.remove(task);
+            self.view.present.insert(task.to_string())
         } else {
-            self.present.remove(task)
+            self.view.present.remove(task)
         };
-        if let Some(listed) = self.relist.as_mut().and_then(|r| r.leases.as_mut()) {
+        if let Some(listed) = self.life.relist.as_mut().and_then(|r| r.leases.as_mut()) {
             if present {
                 listed.insert(task.to_string());
             } else {
@@ -209,22 +261,27 @@ impl Node {
     }
 
     pub(super) fn relist_step(&mut self) {
-        let Some(relist) = self.relist.as_mut() else {
+        let Some(relist) = self.life.relist.as_mut() else {
             return;
         };
         relist.outstanding -= 1;
         if relist.outstanding > 0 {
             return;
         }
-        let relist = self.relist.take().expect("present");
-        let now = self.now.mono;
-        self.members = relist.members;
-        self.view_changed = now;
+        let relist = self.life.relist.take().expect("present");
+        let now = self.io.now.mono;
+        self.view.members = relist.members;
+        self.view.view_changed = now;
         // Every member znode read in the listing counts for trust, also one whose record or
         // task set this node cannot use (it still owns its leases and runs).
         let listed = relist.ids;
-        self.member_sessions.retain(|id, _| listed.contains(id));
-        if !listed.contains(&self.cfg.id) && self.registered_as.is_some() && !self.stopping {
+        self.view
+            .member_sessions
+            .retain(|id, _| listed.contains(id));
+        if !listed.contains(&self.cfg.id)
+            && self.life.registered_as.is_some()
+            && !self.life.stopping
+        {
             // Registered, yet not listed: this node's member znode was deleted while it was
             // disconnected, and a persistent watch reports nothing of that time (simulation
             // seed 2734: a stranger deleted `members/` while the node's connection kept
@@ -255,23 +312,23 @@ impl Node {
             self.report(Level::Warn, why).field("task", &task);
             self.tasks.unhold(&task);
         }
-        self.vacant_since.retain(|t, _| !leases.contains(t));
+        self.view.vacant_since.retain(|t, _| !leases.contains(t));
         let mut vacant = self.my_leases();
         vacant.retain(|t| !leases.contains(t));
         for task in vacant {
-            self.vacant_since.entry(task).or_insert(now);
+            self.view.vacant_since.entry(task).or_insert(now);
         }
         // A record is created with the task's first lease: a listed lease has one too.
         let records = relist.records.unwrap_or_default();
-        self.unrecorded = self
+        self.view.unrecorded = self
             .my_leases()
             .into_iter()
             .filter(|t| !records.contains(t) && !leases.contains(t))
             .collect();
-        self.present = leases;
-        self.trust.unverify_all();
+        self.view.present = leases;
+        self.view.trust.unverify_all();
         self.control.check_due = true;
-        if let Some(session) = self.session.as_mut() {
+        if let Some(session) = self.life.session.as_mut() {
             session.listed = true;
         }
         self.decide();
@@ -281,11 +338,11 @@ impl Node {
 
     /// A member's znode was deleted: forget it, also in a listing in flight.
     pub(super) fn forget_member(&mut self, id: &str) {
-        if let Some(relist) = self.relist.as_mut() {
+        if let Some(relist) = self.life.relist.as_mut() {
             relist.members.remove(id);
         }
-        self.members.remove(id);
-        self.view_changed = self.now.mono;
+        self.view.members.remove(id);
+        self.view.view_changed = self.io.now.mono;
         self.control.check_due = true;
     }
 
@@ -314,7 +371,7 @@ impl Node {
             }
         };
         if stat.ephemeral_owner == 0 {
-            self.member_sessions.remove(&id);
+            self.view.member_sessions.remove(&id);
             self.report_once(
                 format!("persistent member {path} {}", stat.czxid),
                 Level::Error,
@@ -324,9 +381,10 @@ impl Node {
             );
             return self.member_resolved(id, None, read);
         }
-        self.member_sessions
+        self.view
+            .member_sessions
             .insert(id.clone(), stat.ephemeral_owner);
-        self.seen_sessions.insert(stat.ephemeral_owner);
+        self.view.seen_sessions.insert(stat.ephemeral_owner);
         let record: MemberRecord = match serde_json::from_slice(&data) {
             Ok(record) => record,
             Err(error) => {
@@ -338,13 +396,13 @@ impl Node {
                 return self.member_resolved(id, None, read);
             }
         };
-        if let Some(set) = self.tasksets.get(&record.taskset.digest).cloned() {
+        if let Some(set) = self.view.tasksets.get(&record.taskset.digest).cloned() {
             let info = self.member_info(&id, &record, set);
             return self.member_resolved(id, info, read);
         }
         let digest = record.taskset.digest.clone();
         let chunks = record.taskset.chunks;
-        let fetch = self.fetches.entry(digest.clone()).or_default();
+        let fetch = self.view.fetches.entry(digest.clone()).or_default();
         fetch.waiters.push((id, record, read));
         if fetch.waiters.len() == 1 {
             fetch.chunks = vec![None; chunks.max(1)];
@@ -369,7 +427,7 @@ impl Node {
         index: usize,
         result: Result<ZkOk, ZkFail>,
     ) {
-        let Some(fetch) = self.fetches.get_mut(&digest) else {
+        let Some(fetch) = self.view.fetches.get_mut(&digest) else {
             return;
         };
         match result {
@@ -384,7 +442,7 @@ impl Node {
         if fetch.replies < fetch.chunks.len() {
             return;
         }
-        let fetch = self.fetches.remove(&digest).expect("present");
+        let fetch = self.view.fetches.remove(&digest).expect("present");
         let set = if fetch.missing {
             None
         } else {
@@ -401,7 +459,7 @@ impl Node {
             }
         };
         if let Some(set) = &set {
-            self.tasksets.insert(digest.clone(), set.clone());
+            self.view.tasksets.insert(digest.clone(), set.clone());
         }
         for (id, record, read) in fetch.waiters {
             let info = match &set {
@@ -417,7 +475,7 @@ impl Node {
             };
             if id == self.cfg.id && info.is_none() {
                 // Our own task set is gone (tasksets/ deleted): publish it again.
-                self.registered_as = None;
+                self.life.registered_as = None;
                 self.maybe_register();
             }
             self.member_resolved(id, info, read);
@@ -448,7 +506,7 @@ impl Node {
 
     fn member_resolved(&mut self, id: String, info: Option<MemberInfo>, read: MemberRead) {
         if read == MemberRead::Listing {
-            if let Some(relist) = self.relist.as_mut() {
+            if let Some(relist) = self.life.relist.as_mut() {
                 if let Some(info) = info {
                     relist.members.insert(id, info);
                 }
@@ -456,7 +514,7 @@ impl Node {
             }
             return;
         }
-        if let Some(relist) = self.relist.as_mut() {
+        if let Some(relist) = self.life.relist.as_mut() {
             // A listing in flight would replace the view with what it read before this change:
             // a member that joined meanwhile would be missing (its leases deleted as no
             // member's, its tasks kept from it), one that left would stay.
@@ -470,19 +528,19 @@ impl Node {
                 }
             }
         }
-        self.view_changed = self.now.mono;
+        self.view.view_changed = self.io.now.mono;
         match info {
             Some(info) => {
                 if id != self.cfg.id {
-                    self.members_changed = self.now.mono;
+                    self.view.members_changed = self.io.now.mono;
                 }
                 // Who is designated may have changed: foreign leases are checked again.
-                self.trust.unverify_all();
+                self.view.trust.unverify_all();
                 self.control.check_due = true;
-                self.members.insert(id, info);
+                self.view.members.insert(id, info);
             }
             None => {
-                self.members.remove(&id);
+                self.view.members.remove(&id);
                 self.control.check_due = true;
             }
         }
@@ -532,18 +590,26 @@ mod tests {
             ..Relist::default()
         };
         relist.members.insert("gone".into(), info("gone", 3));
-        node.relist = Some(relist);
-        node.member_sessions.insert("gone".into(), 3);
+        node.life.relist = Some(relist);
+        node.view.member_sessions.insert("gone".into(), 3);
         // The member's read records its session (as `on_read_member` does), then resolves it.
-        node.member_sessions.insert("new".into(), 2);
+        node.view.member_sessions.insert("new".into(), 2);
         node.member_resolved("new".into(), Some(info("new", 2)), MemberRead::Change);
         node.forget_member("gone");
         node.relist_step();
-        assert!(node.relist.is_none());
-        assert!(node.members.contains_key("new"), "{:?}", node.members);
-        assert_eq!(node.member_sessions.get("new"), Some(&2));
-        assert!(!node.members.contains_key("gone"), "{:?}", node.members);
-        assert!(!node.member_sessions.contains_key("gone"));
+        assert!(node.life.relist.is_none());
+        assert!(
+            node.view.members.contains_key("new"),
+            "{:?}",
+            node.view.members
+        );
+        assert_eq!(node.view.member_sessions.get("new"), Some(&2));
+        assert!(
+            !node.view.members.contains_key("gone"),
+            "{:?}",
+            node.view.members
+        );
+        assert!(!node.view.member_sessions.contains_key("gone"));
     }
 
     #[test]

@@ -47,6 +47,7 @@
 
 mod acting;
 mod backfill;
+mod calls;
 mod claim;
 mod clock;
 mod control;
@@ -79,7 +80,6 @@ mod units;
 mod waits;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -90,7 +90,6 @@ use self::clock::SkewVerdict;
 use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::session::{RegisterJob, Registration};
 use self::then::{AfterEnsure, AfterRecreate, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
@@ -248,173 +247,33 @@ enum Timer {
     PoolEnded(pool_end::PoolEnd),
 }
 
-/// The sans-IO cluster node. See the module docs.
+/// The sans-IO cluster node. See the module docs. It is made of parts, each with its own
+/// state ("The node's parts" in the module docs); a part's fields are changed by the methods
+/// of its own module.
 pub struct Node {
     /// Who this node is and how it behaves.
     cfg: NodeConfig,
     /// The cluster's znode paths, under [`NodeConfig::base`].
     paths: Paths,
-    /// The time of the input being handled (the node reads no clock).
-    now: Now,
-    /// Outputs not polled yet, in order.
-    out: VecDeque<Output>,
-    /// The id of the next call.
-    next_op: OpId,
-    /// The calls in flight, with what their replies continue with.
-    pending: BTreeMap<OpId, Pending>,
-    /// Bumped whenever a session ends: replies and timers of older generations are dropped.
-    generation: u64,
-    /// The current session, from its first connection to its end.
-    session: Option<Session>,
-    /// The node's timers, by due time (monotonic) and the order they were set.
-    timers: BTreeMap<(Duration, u64), Timer>,
-    /// The sequence number of the last timer set: timers due at once fire in order.
-    timer_seq: u64,
-    /// When to decide about leases again (a vacancy timer).
-    recheck_at: Option<Duration>,
-    /// A decision was asked for: made at the next [`Node::handle_timeout`], which
-    /// [`Node::poll_timeout`] asks for at once.
-    decide_due: bool,
-    /// This node's rank for every task it defines, kept while the members stay the same.
-    rank_cache: lease::RankCache,
-    /// Decisions made, for the tests that bound them.
-    #[cfg(test)]
-    decisions: usize,
-    /// Setup, registration or a take failed: try again at this time.
-    retry_at: Option<Duration>,
-    /// The delay before the next retry: doubled by each failure (up to 10 s), reset once
-    /// registered.
-    retry_delay: Duration,
-
-    // The member and lease view.
-    /// This node's task set as published: its reference, its chunks and the set.
-    my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
-    /// The members whose record and task set could be used: the ranking's input.
-    members: BTreeMap<String, MemberInfo>,
-    /// The session owning each ephemeral member znode as last read (whether or not its record
-    /// could be used): the live sessions whose leases and runs count.
-    member_sessions: BTreeMap<String, i64>,
-    /// Every session seen owning a member znode in this node's session: a node that left the
-    /// membership to stop keeps its session (and its live runs) until its jobs end.
-    seen_sessions: BTreeSet<i64>,
-    /// Every session seen owning a run znode of a task whose fire record named it as the
-    /// claimer, in this node's session: a zkcron node's, whose runs count as members' do.
-    claimer_sessions: BTreeSet<i64>,
-    /// Run znodes of sessions neither seen as members nor named by a fire record, by path: the
-    /// czxid and when this node first saw them (they count as live for a grace).
-    unknown_runs: BTreeMap<String, (i64, Duration)>,
-    /// The task sets read so far, by digest (members that define the same tasks share one).
-    tasksets: BTreeMap<String, Arc<TaskSet>>,
-    /// The task sets being read, by digest, with the members waiting for them.
-    fetches: BTreeMap<String, members::Fetch>,
-    /// The tasks whose lease exists, whoever holds it, as last seen (every task of the
-    /// cluster, not only this node's: decisions read it as a set).
-    present: BTreeSet<String>,
-    /// This node's leases whose task had no fire record at the session's listing and whose
-    /// lease it has not seen since: their first take creates the record in the same multi,
-    /// instead of a take that fails on the missing epoch first (a failed multi is a write
-    /// ZooKeeper logs: a cold start of a new cluster made one per task).
-    unrecorded: BTreeSet<String>,
-    /// When each absent lease was first seen vacant: a backup covers it only after a bound
-    /// (decisions read it as a map).
-    vacant_since: BTreeMap<String, Duration>,
-    /// When another member last joined or changed: vacancy counts from then too.
-    members_changed: Duration,
-    /// When the member view (this node's own record included) last changed: a take answered
-    /// after it needs a decision (the decisions in between skipped it).
-    view_changed: Duration,
-    /// Members seen acting: their session, and when (see `acting`).
-    acting: BTreeMap<String, (i64, Duration)>,
-    /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
-    probing: BTreeMap<String, Duration>,
-    /// When the last decision was made: lease events decide at most every `DECIDE_EVERY`.
-    last_decided: Option<Duration>,
-    /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
-    /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
-    /// per decision); cleared by every decision, which lists them again.
-    take_backlog: VecDeque<leases::TakeJob>,
-    /// When the leadership was last published (a publication at most every `DECIDE_EVERY`
-    /// while many takes are answered).
-    last_published: Option<Duration>,
-    /// When to publish the leases taken since the last publication.
-    publish_at: Option<Duration>,
-    /// What the node knows of the owners of foreign leases, by task: checked to be a live
-    /// member's, being checked, or a suspect (a session that is no member's) left alone for a
-    /// grace period.
-    trust: foreign::ForeignTrust,
-    /// The registration in flight.
-    registering: Option<RegisterJob>,
-    /// What the member record says as last written: registering again when it changes.
-    registered_as: Option<Registration>,
-    /// "Another session is registered as this node" was said: not said again until this node
-    /// registers.
-    register_waited: bool,
-    /// The listing of members and leases in flight (after connecting or reconnecting): the
-    /// view is not current, so nothing is decided or fired until it completes.
-    relist: Option<Relist>,
-
-    // Fire records, runs, results.
-    /// The run znodes this session created and has not deleted (its live runs), by path.
-    own_runs: BTreeSet<String>,
-    /// The run znodes of claims withheld because the task's pause arrived, whose delete is not
-    /// confirmed yet: sent again on reconnecting within the session, so that no run znode of
-    /// this live session is left to count as a live run.
-    withheld_runs: BTreeSet<String>,
+    /// Calls in flight, timers and outputs (`calls.rs`).
+    io: calls::Io,
+    /// The session, registration, re-listing, clock skew and leaving (`session.rs`).
+    life: session::Life,
+    /// Members, their sessions and task sets, the leases that exist (`members.rs`).
+    view: members::View,
+    /// Lease decisions and the leadership published (`leadership.rs`, `leases.rs`).
+    leases: leadership::Leases,
     /// This node's own state per task: its hold on the lease, the fire record and result last
-    /// seen, the work queued on the task.
+    /// seen, the work queued on the task (`tasks.rs`).
     tasks: tasks::Tasks,
-    /// The requests on pooled tasks reading their units' records, by request.
-    pools: BTreeMap<ReqId, pool::PoolJob>,
-    /// The units each pooled run this node claimed was claimed on, by task and tick, until
-    /// the run's end is recorded.
-    pool_runs: BTreeMap<(String, DateTime<Utc>), Vec<String>>,
-    /// The ends of pooled runs reading their units' results, by request.
-    pool_ends: BTreeMap<ReqId, pool_end::PoolEnd>,
-    /// The units of pooled tasks held at the last publication, with their lease incarnations
-    /// (a unit gained or taken again since counts in [`Leadership::gained`]).
-    published_units: BTreeSet<(String, i32)>,
-    /// The pooled tasks' orphan checks in flight, and the lost runs they found.
-    orphan_checks: pool_orphan::OrphanChecks,
-    /// Counts of other nodes' live runs in flight, by request.
-    runs_counts: BTreeMap<ReqId, runs::RunsCount>,
-    /// Requests waiting for the end of runs on other nodes.
-    run_waits: waits::RunWaits,
-    /// Leaving the cluster (`ReleaseAll`) in flight.
-    release_all: Option<ReleaseAllJob>,
-
-    // Clock.
-    /// Whether this node's clock is close enough to ZooKeeper's to lead, as last measured.
-    skew: Option<SkewVerdict>,
-    /// This node's clock offset from ZooKeeper's, as last measured (ms, positive = ahead).
-    offset_ms: Option<i64>,
-
-    /// `ReleaseAll` was asked for: the node leads nothing from here on and never registers
-    /// again.
-    stopping: bool,
-    /// `Close` was done: the session is closed and no new one is taken up.
-    closed: bool,
-    /// A close asked for while history appends were in flight ([`Node::close_after_history`]).
-    close_waiting: Option<ReqId>,
-    /// The leadership as last published to the daemon.
-    leadership: Leadership,
-    /// The task-set collection in flight.
-    gc: Option<gc::Gc>,
-    /// Problems already reported (by key), so each is logged once per change.
-    reported: BTreeSet<String>,
+    /// Live runs and the counts and waits on other nodes' runs (`runs.rs`, `waits.rs`).
+    runs: runs::Runs,
+    /// Pooled tasks' claims, ends and orphan checks (`pool.rs`, `pool_end.rs`, `pool_orphan.rs`).
+    pool: pool::Pools,
+    /// Manual runs, chained runs and backfills (`requests.rs`, `trigger.rs`, `backfill.rs`).
+    requests: requests::Requests,
     /// The operator's marks (drain, pause) and the eligibility and drift reports.
     control: control::Control,
-
-    // Manual runs and history.
-    /// Every trigger under `control/triggers` as last read, by name (= fire id).
-    triggers: BTreeMap<String, trigger::Known>,
-    /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
-    manual_sent: BTreeMap<String, DateTime<Utc>>,
-    /// Every backfill request under `control/backfills` as last read, by name.
-    backfills: BTreeMap<String, backfill::Known>,
-    /// The requests with a lost tick's end or a deletion on its way.
-    backfill_sweeping: BTreeSet<String>,
-    /// `[scheduler] history_runs`: how many runs a task's history keeps.
-    history_runs: usize,
 }
 
 impl Node {
@@ -428,80 +287,94 @@ impl Node {
             paths: Paths {
                 base: cfg.base.clone(),
             },
-            now,
-            out: VecDeque::new(),
-            next_op: 1,
-            pending: BTreeMap::new(),
-            generation: 0,
-            session: None,
-            timers: BTreeMap::new(),
-            timer_seq: 0,
-            recheck_at: None,
-            decide_due: false,
-            rank_cache: lease::RankCache::default(),
-            #[cfg(test)]
-            decisions: 0,
-            retry_at: None,
-            retry_delay: Duration::from_millis(200),
-            my_set: None,
-            members: BTreeMap::new(),
-            member_sessions: BTreeMap::new(),
-            seen_sessions: BTreeSet::new(),
-            claimer_sessions: BTreeSet::new(),
-            unknown_runs: BTreeMap::new(),
-            tasksets: BTreeMap::new(),
-            fetches: BTreeMap::new(),
-            present: BTreeSet::new(),
-            unrecorded: BTreeSet::new(),
-            vacant_since: BTreeMap::new(),
-            members_changed: Duration::ZERO,
-            view_changed: Duration::ZERO,
-            acting: BTreeMap::new(),
-            probing: BTreeMap::new(),
-            last_decided: None,
-            take_backlog: VecDeque::new(),
-            last_published: None,
-            publish_at: None,
-            trust: foreign::ForeignTrust::default(),
-            registering: None,
-            registered_as: None,
-            register_waited: false,
-            relist: None,
-            own_runs: BTreeSet::new(),
-            withheld_runs: BTreeSet::new(),
+            io: calls::Io {
+                now,
+                out: VecDeque::new(),
+                next_op: 1,
+                pending: BTreeMap::new(),
+                generation: 0,
+                timers: BTreeMap::new(),
+                timer_seq: 0,
+                retry_at: None,
+                retry_delay: Duration::from_millis(200),
+                reported: BTreeSet::new(),
+            },
+            life: session::Life {
+                session: None,
+                registering: None,
+                registered_as: None,
+                register_waited: false,
+                relist: None,
+                skew: None,
+                offset_ms: None,
+                stopping: false,
+                closed: false,
+                close_waiting: None,
+                release_all: None,
+            },
+            view: members::View {
+                my_set: None,
+                members: BTreeMap::new(),
+                member_sessions: BTreeMap::new(),
+                seen_sessions: BTreeSet::new(),
+                claimer_sessions: BTreeSet::new(),
+                unknown_runs: BTreeMap::new(),
+                tasksets: BTreeMap::new(),
+                fetches: BTreeMap::new(),
+                present: BTreeSet::new(),
+                unrecorded: BTreeSet::new(),
+                vacant_since: BTreeMap::new(),
+                members_changed: Duration::ZERO,
+                view_changed: Duration::ZERO,
+                trust: foreign::ForeignTrust::default(),
+                gc: None,
+            },
+            leases: leadership::Leases {
+                recheck_at: None,
+                decide_due: false,
+                rank_cache: lease::RankCache::default(),
+                #[cfg(test)]
+                decisions: 0,
+                acting: BTreeMap::new(),
+                probing: BTreeMap::new(),
+                last_decided: None,
+                take_backlog: VecDeque::new(),
+                last_published: None,
+                publish_at: None,
+                leadership: leadership.clone(),
+            },
             tasks: tasks::Tasks::default(),
-            pools: BTreeMap::new(),
-            pool_runs: BTreeMap::new(),
-            pool_ends: BTreeMap::new(),
-            orphan_checks: pool_orphan::OrphanChecks::default(),
-            published_units: BTreeSet::new(),
-            runs_counts: BTreeMap::new(),
-            run_waits: waits::RunWaits::default(),
-            release_all: None,
-            skew: None,
-            offset_ms: None,
-            stopping: false,
-            closed: false,
-            close_waiting: None,
-            leadership: leadership.clone(),
-            gc: None,
-            reported: BTreeSet::new(),
+            runs: runs::Runs {
+                own_runs: BTreeSet::new(),
+                withheld_runs: BTreeSet::new(),
+                runs_counts: BTreeMap::new(),
+                run_waits: waits::RunWaits::default(),
+            },
+            pool: pool::Pools {
+                jobs: BTreeMap::new(),
+                runs: BTreeMap::new(),
+                ends: BTreeMap::new(),
+                published: BTreeSet::new(),
+                orphans: pool_orphan::OrphanChecks::default(),
+            },
+            requests: requests::Requests {
+                triggers: BTreeMap::new(),
+                manual_sent: BTreeMap::new(),
+                backfills: BTreeMap::new(),
+                backfill_sweeping: BTreeSet::new(),
+                history_runs: cfg.history_runs,
+            },
             control: control::Control::default(),
-            triggers: BTreeMap::new(),
-            manual_sent: BTreeMap::new(),
-            backfills: BTreeMap::new(),
-            backfill_sweeping: BTreeSet::new(),
-            history_runs: cfg.history_runs,
             cfg,
         };
-        node.out.push_back(Output::Leadership(leadership));
+        node.io.out.push_back(Output::Leadership(leadership));
         node.schedule_periodic();
         node
     }
 
     /// Feeds one input.
     pub fn handle(&mut self, input: Input, now: Now) {
-        self.now = now;
+        self.io.now = now;
         match input {
             Input::Connected {
                 session_id,
@@ -521,26 +394,26 @@ impl Node {
 
     /// Processes whatever is due at `now` (see [`Node::poll_timeout`]).
     pub fn handle_timeout(&mut self, now: Now) {
-        self.now = now;
-        while let Some((&(at, seq), _)) = self.timers.first_key_value() {
+        self.io.now = now;
+        while let Some((&(at, seq), _)) = self.io.timers.first_key_value() {
             if at > now.mono {
                 break;
             }
-            let timer = self.timers.remove(&(at, seq)).expect("present");
+            let timer = self.io.timers.remove(&(at, seq)).expect("present");
             self.on_timer(timer);
         }
-        if self.retry_at.is_some_and(|at| at <= now.mono) {
-            self.retry_at = None;
+        if self.io.retry_at.is_some_and(|at| at <= now.mono) {
+            self.io.retry_at = None;
             self.retry();
         }
-        if self.recheck_at.is_some_and(|at| at <= now.mono) {
-            self.recheck_at = None;
-            self.decide_due = true;
+        if self.leases.recheck_at.is_some_and(|at| at <= now.mono) {
+            self.leases.recheck_at = None;
+            self.leases.decide_due = true;
         }
-        if self.publish_at.is_some_and(|at| at <= now.mono) && !self.decide_due {
+        if self.leases.publish_at.is_some_and(|at| at <= now.mono) && !self.leases.decide_due {
             self.publish();
         }
-        if std::mem::take(&mut self.decide_due) {
+        if std::mem::take(&mut self.leases.decide_due) {
             self.decide_now();
         }
     }
@@ -548,11 +421,11 @@ impl Node {
     /// When the node next needs [`Node::handle_timeout`] (monotonic time).
     pub fn poll_timeout(&self) -> Option<Duration> {
         [
-            self.timers.first_key_value().map(|(&(at, _), _)| at),
-            self.recheck_at,
-            self.retry_at,
-            self.publish_at,
-            self.decide_due.then_some(self.now.mono),
+            self.io.timers.first_key_value().map(|(&(at, _), _)| at),
+            self.leases.recheck_at,
+            self.io.retry_at,
+            self.leases.publish_at,
+            self.leases.decide_due.then_some(self.io.now.mono),
         ]
         .into_iter()
         .flatten()
@@ -561,12 +434,12 @@ impl Node {
 
     /// The next output, if any.
     pub fn poll(&mut self) -> Option<Output> {
-        self.out.pop_front()
+        self.io.out.pop_front()
     }
 
     /// The leadership as last published.
     pub fn leadership(&self) -> &Leadership {
-        &self.leadership
+        &self.leases.leadership
     }
 
     // ---- plumbing ----
@@ -601,17 +474,17 @@ impl Node {
     }
 
     fn call(&mut self, zk: ZkOp, then: Then) -> OpId {
-        let op = self.next_op;
-        self.next_op += 1;
-        self.pending.insert(
+        let op = self.io.next_op;
+        self.io.next_op += 1;
+        self.io.pending.insert(
             op,
             Pending {
-                generation: self.generation,
-                sent: self.now.wall,
+                generation: self.io.generation,
+                sent: self.io.now.wall,
                 then,
             },
         );
-        self.out.push_back(Output::Call { op, zk });
+        self.io.out.push_back(Output::Call { op, zk });
         op
     }
 
@@ -623,39 +496,41 @@ impl Node {
     }
 
     fn at(&mut self, at: Duration, timer: Timer) {
-        self.timer_seq += 1;
-        self.timers.insert((at, self.timer_seq), timer);
+        self.io.timer_seq += 1;
+        self.io.timers.insert((at, self.io.timer_seq), timer);
     }
 
     fn session_hex(&self) -> String {
-        self.session
+        self.life
+            .session
             .as_ref()
             .map(|s| s.hex.clone())
             .unwrap_or_default()
     }
 
     fn my_session(&self) -> Option<i64> {
-        self.session.as_ref().map(|s| s.id)
+        self.life.session.as_ref().map(|s| s.id)
     }
 
     /// Connected, set up, registered and listed: decisions may be made.
     fn ready(&self) -> bool {
-        self.session
+        self.life
+            .session
             .as_ref()
             .is_some_and(|s| s.connected && s.listed)
-            && !self.closed
+            && !self.life.closed
     }
 
     /// Ready, and not re-listing after a reconnect: what it holds may be fired.
     fn firing(&self) -> bool {
-        self.ready() && self.relist.is_none()
+        self.ready() && self.life.relist.is_none()
     }
 
     /// Whether `owner` is the session of a live member (this node's included).
     fn live_owner(&self, owner: i64) -> bool {
         owner != 0
             && (Some(owner) == self.my_session()
-                || self.member_sessions.values().any(|&s| s == owner))
+                || self.view.member_sessions.values().any(|&s| s == owner))
     }
 
     /// Whether a run znode owned by `owner` is a live run: ephemeral, and of a session that
@@ -664,19 +539,19 @@ impl Node {
     fn live_run_owner(&self, owner: i64) -> bool {
         owner != 0
             && (Some(owner) == self.my_session()
-                || self.seen_sessions.contains(&owner)
-                || self.claimer_sessions.contains(&owner))
+                || self.view.seen_sessions.contains(&owner)
+                || self.view.claimer_sessions.contains(&owner))
     }
 
     fn on_timer(&mut self, timer: Timer) {
         match timer {
             Timer::Probe => {
                 self.probe(false);
-                self.at(self.now.mono + clock::CLOCK_PROBE, Timer::Probe);
+                self.at(self.io.now.mono + clock::CLOCK_PROBE, Timer::Probe);
             }
             Timer::Gc => {
                 self.start_gc();
-                self.at(self.now.mono + gc::TASKSET_GC_EVERY, Timer::Gc);
+                self.at(self.io.now.mono + gc::TASKSET_GC_EVERY, Timer::Gc);
             }
             Timer::LossDeadline { generation } => self.on_loss_deadline(generation),
             Timer::Resolve(job) => self.resolve_read(job),
@@ -686,7 +561,7 @@ impl Node {
             Timer::ControlRead { generation } => self.reread_control(generation),
             Timer::PoolEnded(end) => self.pool_end_attempt(end),
             Timer::CloseAnyway => {
-                if let Some(req) = self.close_waiting.take() {
+                if let Some(req) = self.life.close_waiting.take() {
                     self.close_now(req);
                 }
             }
@@ -694,24 +569,24 @@ impl Node {
     }
 
     fn schedule_periodic(&mut self) {
-        let first_probe = self.now.mono + clock::CLOCK_PROBE;
+        let first_probe = self.io.now.mono + clock::CLOCK_PROBE;
         self.at(first_probe, Timer::Probe);
         // The first collection at a point of the period that differs by node.
         let spread = (self.cfg.seed % 1_000_000) as f64 / 1_000_000.0;
-        let first_gc = self.now.mono + gc::TASKSET_GC_EVERY.mul_f64(spread);
+        let first_gc = self.io.now.mono + gc::TASKSET_GC_EVERY.mul_f64(spread);
         self.at(first_gc, Timer::Gc);
-        self.at(self.now.mono + trigger::GC_EVERY, Timer::Triggers);
+        self.at(self.io.now.mono + trigger::GC_EVERY, Timer::Triggers);
     }
 
     /// Schedules [`Node::retry`] after a growing delay (setup, registration or takes failed).
     fn retry_later(&mut self) {
-        let at = self.now.mono + self.retry_delay;
-        acting::sooner(&mut self.retry_at, at);
-        self.retry_delay = (self.retry_delay * 2).min(Duration::from_secs(10));
+        let at = self.io.now.mono + self.io.retry_delay;
+        acting::sooner(&mut self.io.retry_at, at);
+        self.io.retry_delay = (self.io.retry_delay * 2).min(Duration::from_secs(10));
     }
 
     fn retry(&mut self) {
-        let Some(session) = &self.session else {
+        let Some(session) = &self.life.session else {
             return;
         };
         if session.setup_outstanding.is_some() || !session.connected {
@@ -722,11 +597,11 @@ impl Node {
         }
         let listed = session.listed;
         self.maybe_register();
-        if self.registering.is_some() || self.relist.is_some() {
+        if self.life.registering.is_some() || self.life.relist.is_some() {
             return;
         }
         if !listed {
-            if self.registered_as.is_some() {
+            if self.life.registered_as.is_some() {
                 self.start_relist();
             }
             return;

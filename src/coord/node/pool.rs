@@ -23,6 +23,25 @@ use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
 
+/// Pooled tasks: the requests reading their units' records, the units each claimed run was
+/// claimed on, the ends being recorded, the units last published, the orphan checks.
+#[derive(Debug)]
+pub(super) struct Pools {
+    /// The requests on pooled tasks reading their units' records, by request.
+    pub(super) jobs: std::collections::BTreeMap<super::ReqId, PoolJob>,
+    /// The units each pooled run this node claimed was claimed on, by task and tick, until
+    /// the run's end is recorded.
+    pub(super) runs:
+        std::collections::BTreeMap<(String, chrono::DateTime<chrono::Utc>), Vec<String>>,
+    /// The ends of pooled runs reading their units' results, by request.
+    pub(super) ends: std::collections::BTreeMap<super::ReqId, super::pool_end::PoolEnd>,
+    /// The units of pooled tasks held at the last publication, with their lease incarnations
+    /// (a unit gained or taken again since counts in [`Leadership::gained`]).
+    pub(super) published: std::collections::BTreeSet<(String, i32)>,
+    /// The pooled tasks' orphan checks in flight, and the lost runs they found.
+    pub(super) orphans: super::pool_orphan::OrphanChecks,
+}
+
 /// A unit whose record keeps changing under a claim is left out after this many conflicts
 /// of its own (counted per unit: a resume moves every unit's record at once, and each unit is
 /// read again and claimed).
@@ -82,7 +101,8 @@ pub(crate) struct PoolPart {
 impl Node {
     /// Whether `task` is a pooled task this node defines (its leases are its items' units).
     pub(super) fn pooled(&self, task: &str) -> bool {
-        self.my_set
+        self.view
+            .my_set
             .as_ref()
             .and_then(|(_, _, set)| set.get(task))
             .is_some_and(|entry| matches!(entry.holders, lease::Holders::Items(_)))
@@ -90,7 +110,12 @@ impl Node {
 
     /// The units of the pooled `task` this node holds, in the items' order.
     pub(super) fn held_units(&self, task: &str) -> Vec<String> {
-        let Some(entry) = self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) else {
+        let Some(entry) = self
+            .view
+            .my_set
+            .as_ref()
+            .and_then(|(_, _, set)| set.get(task))
+        else {
             return Vec::new();
         };
         lease::lease_names(task, entry, &self.cfg.id)
@@ -109,7 +134,7 @@ impl Node {
             units: Vec::new(),
             outstanding: 0,
         };
-        self.pools.insert(req, job);
+        self.pool.jobs.insert(req, job);
         if claim {
             self.queue_task_job(task, TaskJob::Pool(req));
         } else {
@@ -119,7 +144,7 @@ impl Node {
 
     /// Starts the request `req`: reads the held units' records this node has not cached.
     pub(super) fn start_pool(&mut self, req: ReqId) {
-        let Some(job) = self.pools.get(&req) else {
+        let Some(job) = self.pool.jobs.get(&req) else {
             return;
         };
         let claim = matches!(job.ask, PoolAsk::Claim { .. });
@@ -128,10 +153,10 @@ impl Node {
         if planning {
             self.plan_units(&units);
         }
-        if claim && (!self.firing() || self.stopping || units.is_empty()) {
+        if claim && (!self.firing() || self.life.stopping || units.is_empty()) {
             return self.pool_answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
         }
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             let error = CoordError::NotConnected {
                 context: "reading the fire record",
             };
@@ -147,7 +172,7 @@ impl Node {
             .filter(|unit| self.tasks.get(unit).is_none_or(|s| s.record.is_none()))
             .cloned()
             .collect();
-        let Some(job) = self.pools.get_mut(&req) else {
+        let Some(job) = self.pool.jobs.get_mut(&req) else {
             return;
         };
         job.units = units;
@@ -175,11 +200,11 @@ impl Node {
         if let Some((record, stat)) = read {
             self.check_record_clock(&unit, &record);
             self.tasks.state_mut(&unit).record = Some((record, stat.version));
-        } else if let Some(job) = self.pools.get_mut(&req) {
+        } else if let Some(job) = self.pool.jobs.get_mut(&req) {
             // Not readable now: the unit is left out of this request.
             job.units.retain(|u| *u != unit);
         }
-        if let Some(job) = self.pools.get_mut(&req) {
+        if let Some(job) = self.pool.jobs.get_mut(&req) {
             job.outstanding = job.outstanding.saturating_sub(1);
         }
         self.pool_read_done(req);
@@ -187,10 +212,15 @@ impl Node {
 
     /// Goes on with the request once every record it needs is read.
     fn pool_read_done(&mut self, req: ReqId) {
-        if self.pools.get(&req).is_none_or(|job| job.outstanding > 0) {
+        if self
+            .pool
+            .jobs
+            .get(&req)
+            .is_none_or(|job| job.outstanding > 0)
+        {
             return;
         }
-        let job = self.pools.remove(&req).expect("present");
+        let job = self.pool.jobs.remove(&req).expect("present");
         let records: Vec<FireRecord> = job
             .units
             .iter()
@@ -213,7 +243,7 @@ impl Node {
 
     /// Answers the request `req` (dropping it), and starts the next claim on its task.
     fn pool_answer(&mut self, req: ReqId, answer: Result<Answered, CoordError>) {
-        let job = self.pools.remove(&req);
+        let job = self.pool.jobs.remove(&req);
         self.answer(req, answer);
         if let Some(job) = job.filter(|job| matches!(job.ask, PoolAsk::Claim { .. })) {
             self.finish_task_job(&job.task);
@@ -243,7 +273,8 @@ impl Node {
         let mut ops = Vec::new();
         let mut newest: Option<DateTime<Utc>> = None;
         for unit in &job.units {
-            let (Some(epoch), false) = (self.tasks.held(unit), self.stopping || !self.firing())
+            let (Some(epoch), false) =
+                (self.tasks.held(unit), self.life.stopping || !self.firing())
             else {
                 continue;
             };
@@ -289,7 +320,7 @@ impl Node {
             };
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
-        let sent = self.now.wall;
+        let sent = self.io.now.wall;
         self.call(ZkOp::Multi(ops), Then::PoolMulti { job, parts, sent });
     }
 
@@ -332,7 +363,7 @@ impl Node {
             session: self.session_hex(),
             run: claimed.run,
             reruns: 0,
-            claimed_at: Some(self.now.wall),
+            claimed_at: Some(self.io.now.wall),
             queued: claimed.queued,
         };
         PoolPart {
@@ -374,7 +405,7 @@ impl Node {
                 node: self.cfg.id.clone(),
                 session: part.new.session.clone(),
                 tick,
-                started_at: part.new.claimed_at.unwrap_or(self.now.wall),
+                started_at: part.new.claimed_at.unwrap_or(self.io.now.wall),
             };
             ops.push(ZkOp::Create {
                 path: part.run_path.clone(),
@@ -453,9 +484,9 @@ impl Node {
                 let outcome = ClaimOutcome::AlreadyClaimed { record: tick };
                 return self.answer(req, Ok(Answered::Claim(outcome)));
             }
-            self.own_runs.extend(run_paths);
+            self.runs.own_runs.extend(run_paths);
             let units = parts.iter().map(|p| p.unit.clone()).collect();
-            self.pool_runs.insert((task.to_string(), tick), units);
+            self.pool.runs.insert((task.to_string(), tick), units);
         }
         let mut items: Vec<String> = parts
             .iter()
@@ -470,7 +501,12 @@ impl Node {
     /// Every item of the pooled `task` as this node defines it (for a deliberate bug of the
     /// simulation's: [`super::NodeBugs::pool_runs_every_item`]).
     fn pool_items(&self, task: &str) -> Vec<String> {
-        match self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) {
+        match self
+            .view
+            .my_set
+            .as_ref()
+            .and_then(|(_, _, set)| set.get(task))
+        {
             Some(entry) => match &entry.holders {
                 lease::Holders::Items(items) => items.to_vec(),
                 _ => Vec::new(),
@@ -516,7 +552,7 @@ impl Node {
         }
         let req = job.req;
         let units = std::mem::take(&mut job.units);
-        self.pools.insert(req, job);
+        self.pool.jobs.insert(req, job);
         self.read_pool_records(req, units);
     }
 
@@ -537,7 +573,7 @@ impl Node {
         for part in &parts {
             self.forget_record(&part.unit);
         }
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             let error = CoordError::SessionEnded {
                 context: "claiming",
             };
@@ -548,7 +584,7 @@ impl Node {
         self.call(ZkOp::Sync { path }, Then::ResolveSync);
         let req = job.req;
         let ask = PoolAsk::Resolve { tick, parts, why };
-        self.pools.insert(req, PoolJob { ask, ..job });
+        self.pool.jobs.insert(req, PoolJob { ask, ..job });
         self.read_pool_records(req, units);
     }
 
@@ -592,7 +628,7 @@ impl Node {
 
     /// A session ended with the request `req` in flight.
     pub(super) fn abort_pool(&mut self, req: ReqId) {
-        if self.pools.contains_key(&req) {
+        if self.pool.jobs.contains_key(&req) {
             let error = CoordError::SessionEnded {
                 context: "claiming",
             };

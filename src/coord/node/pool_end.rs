@@ -53,7 +53,7 @@ impl PoolEnd {
 impl Node {
     /// Records the end of the pooled `task`'s run `result`, on the units its claim named.
     pub(super) fn pool_run_ended(&mut self, req: ReqId, task: String, mut result: RunResult) {
-        let Some(units) = self.pool_runs.remove(&(task.clone(), result.tick)) else {
+        let Some(units) = self.pool.runs.remove(&(task.clone(), result.tick)) else {
             // No claim of this node names the tick (its session went before the claim was
             // answered): nothing of it is stored.
             self.report(Level::Debug, "a pooled run ended that no claim here names")
@@ -84,7 +84,7 @@ impl Node {
 
     /// One attempt: reads the stored results this node does not know, then writes.
     pub(super) fn pool_end_attempt(&mut self, mut end: PoolEnd) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             let error = CoordError::NotConnected {
                 context: "recording the run result",
             };
@@ -102,7 +102,7 @@ impl Node {
         }
         end.outstanding = missing.len();
         let req = end.req;
-        self.pool_ends.insert(req, end);
+        self.pool.ends.insert(req, end);
         for unit in missing {
             let path = self.paths.result(&unit);
             self.call(ZkOp::GetData { path }, Then::PoolResultRead { req, unit });
@@ -116,7 +116,7 @@ impl Node {
         unit: String,
         result: Result<ZkOk, ZkFail>,
     ) {
-        let Some(end) = self.pool_ends.get_mut(&req) else {
+        let Some(end) = self.pool.ends.get_mut(&req) else {
             return;
         };
         end.outstanding = end.outstanding.saturating_sub(1);
@@ -139,13 +139,14 @@ impl Node {
     /// Every read of the attempt `req` is answered: the write.
     fn pool_end_read(&mut self, req: ReqId) {
         if self
-            .pool_ends
+            .pool
+            .ends
             .get(&req)
             .is_none_or(|end| end.outstanding > 0)
         {
             return;
         }
-        let end = self.pool_ends.remove(&req).expect("present");
+        let end = self.pool.ends.remove(&req).expect("present");
         if end.stored.len() < end.units.len() {
             let error = CoordError::ZooKeeper {
                 context: "reading the last result".into(),
@@ -161,7 +162,7 @@ impl Node {
         let mut ops = Vec::new();
         for unit in &end.units {
             let run_path = self.paths.run(unit, end.result.tick);
-            if self.own_runs.contains(&run_path) {
+            if self.runs.own_runs.contains(&run_path) {
                 ops.push(ZkOp::Delete {
                     path: run_path,
                     version: None,
@@ -238,7 +239,7 @@ impl Node {
                 match &ops[index] {
                     // The run znode went with an ended session: the rest without it.
                     ZkOp::Delete { path, .. } => {
-                        self.own_runs.remove(path);
+                        self.runs.own_runs.remove(path);
                     }
                     ZkOp::SetData { path, .. } | ZkOp::Create { path, .. } => {
                         if let Some(unit) = self.unit_of_result(&end, path) {
@@ -289,18 +290,20 @@ impl Node {
         end.attempts += 1;
         if end.attempts >= POOL_END_ATTEMPTS {
             for unit in &end.units {
-                self.own_runs.remove(&self.paths.run(unit, end.result.tick));
+                self.runs
+                    .own_runs
+                    .remove(&self.paths.run(unit, end.result.tick));
             }
             return self.answer(end.req, Err(error));
         }
-        let at = self.now.mono + end.delay;
+        let at = self.io.now.mono + end.delay;
         end.delay *= 2;
         self.at(at, Timer::PoolEnded(end));
     }
 
     /// A session ended with the attempt of `req` reading.
     pub(super) fn abort_pool_end(&mut self, req: ReqId) {
-        if let Some(end) = self.pool_ends.remove(&req) {
+        if let Some(end) = self.pool.ends.remove(&req) {
             let error = CoordError::SessionEnded {
                 context: "recording the run result",
             };
@@ -320,7 +323,9 @@ impl Node {
     /// (after the answer: firing never waits for the history).
     fn pool_end_done(&mut self, end: PoolEnd) {
         for unit in &end.units {
-            self.own_runs.remove(&self.paths.run(unit, end.result.tick));
+            self.runs
+                .own_runs
+                .remove(&self.paths.run(unit, end.result.tick));
         }
         let stored = end.pause();
         match self.pause_create(&end.task, &end.result) {

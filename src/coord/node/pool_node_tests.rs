@@ -37,10 +37,15 @@ fn a_joining_member_gets_the_units_it_owns_and_the_node_keeps_the_rest() {
     let n2 = member("n2", "1.0.0", &tasks, &[]);
     let (mut node, _) = started(&mut store, tasks);
     assert_eq!(pool_leases(&store).len(), 12);
-    node.members.insert("n2".into(), n2);
+    node.view.members.insert("n2".into(), n2);
     node.decide();
     pump(&mut node, &mut store, at(1_000));
-    let members: Vec<lease::Member> = node.members.values().map(|m| m.member.clone()).collect();
+    let members: Vec<lease::Member> = node
+        .view
+        .members
+        .values()
+        .map(|m| m.member.clone())
+        .collect();
     let owned: Vec<String> = (0..12)
         .map(|item| format!("p@{item}"))
         .filter(|unit| lease::position(unit, "n1", &members) == Some(0))
@@ -65,7 +70,7 @@ fn the_node_publishes_how_many_units_of_each_pooled_task_it_holds() {
     let held = |node: &Node| (*node.leadership().items_held).clone();
     assert_eq!(held(&node), BTreeMap::from([("p".to_string(), 12)]));
     // A joining member takes its items: the count follows the units kept.
-    node.members.insert("n2".into(), n2);
+    node.view.members.insert("n2".into(), n2);
     node.decide();
     pump(&mut node, &mut store, at(1_000));
     pump(&mut node, &mut store, at(1_500));
@@ -402,7 +407,7 @@ fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     assert!(matches!(answer, Answered::ClaimedItems(_)), "{answer:?}");
     // n2 joins and gets its units; it claims one tick behind this node's on one of them.
-    node.members.insert("n2".into(), n2);
+    node.view.members.insert("n2".into(), n2);
     node.decide();
     pump(&mut node, &mut store, at(1_000));
     let kept = pool_leases(&store);
@@ -423,7 +428,7 @@ fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
         .znodes
         .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
     // n2 leaves: its units come back here.
-    node.members.remove("n2");
+    node.view.members.remove("n2");
     node.decide();
     pump(&mut node, &mut store, at(2_000));
     assert_eq!(pool_leases(&store).len(), 12);

@@ -42,7 +42,7 @@ pub(crate) struct OrphanChecks {
 impl Node {
     /// The newest tick of the pooled `task` whose run on one of the held units was lost.
     pub(super) fn pool_orphaned_tick(&mut self, req: ReqId, task: String) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             let error = CoordError::NotConnected {
                 context: "checking for a lost run",
             };
@@ -52,7 +52,7 @@ impl Node {
         if units.is_empty() {
             return self.answer(req, Ok(Answered::Tick(None)));
         }
-        let checks = &mut self.orphan_checks;
+        let checks = &mut self.pool.orphans;
         checks.checks.insert(
             req,
             PoolOrphans {
@@ -63,9 +63,9 @@ impl Node {
             },
         );
         for unit in units {
-            let sub = FIRST_SUB_REQ + self.orphan_checks.next_sub;
-            self.orphan_checks.next_sub += 1;
-            self.orphan_checks.subs.insert(sub, (req, unit.clone()));
+            let sub = FIRST_SUB_REQ + self.pool.orphans.next_sub;
+            self.pool.orphans.next_sub += 1;
+            self.pool.orphans.subs.insert(sub, (req, unit.clone()));
             self.orphaned_tick(sub, unit);
         }
     }
@@ -73,10 +73,10 @@ impl Node {
     /// Takes the answer to `req` if it is a sub-request of an orphan check (true), and
     /// answers the check once all its units are.
     pub(super) fn pool_sub_answer(&mut self, req: ReqId, answer: &Answer) -> bool {
-        let Some((check, unit)) = self.orphan_checks.subs.remove(&req) else {
+        let Some((check, unit)) = self.pool.orphans.subs.remove(&req) else {
             return false;
         };
-        let Some(orphans) = self.orphan_checks.checks.get_mut(&check) else {
+        let Some(orphans) = self.pool.orphans.checks.get_mut(&check) else {
             return true;
         };
         orphans.outstanding -= 1;
@@ -93,12 +93,12 @@ impl Node {
             }
         }
         if orphans.outstanding == 0 {
-            let orphans = self.orphan_checks.checks.remove(&check).expect("present");
+            let orphans = self.pool.orphans.checks.remove(&check).expect("present");
             let answer = match orphans.failed {
                 Some(error) => Err(error),
                 None => Ok(Answered::Tick(orphans.lost.values().max().copied())),
             };
-            self.orphan_checks.lost.insert(orphans.task, orphans.lost);
+            self.pool.orphans.lost.insert(orphans.task, orphans.lost);
             self.answer(check, answer);
         }
         true
@@ -115,7 +115,8 @@ impl Node {
         tick: DateTime<Utc>,
     ) -> Verdict {
         let lost = self
-            .orphan_checks
+            .pool
+            .orphans
             .lost
             .get(task)
             .and_then(|lost| lost.get(unit))

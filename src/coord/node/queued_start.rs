@@ -64,6 +64,7 @@ impl Node {
         let epoch = self.held_version(task);
         let runs_prefix = format!("{}/run-", self.paths.record(task));
         let other_runs_here = self
+            .runs
             .own_runs
             .range(runs_prefix.clone()..)
             .take_while(|path| path.starts_with(&runs_prefix))
@@ -86,7 +87,7 @@ impl Node {
         let task = job.task.clone();
         self.tasks.state_mut(&task).held_result = Some(job);
         self.at(
-            self.now.mono + QUEUED_CLAIM_WAIT,
+            self.io.now.mono + QUEUED_CLAIM_WAIT,
             Timer::HeldResult { task },
         );
     }
@@ -133,7 +134,7 @@ impl Node {
             claim,
             new,
             run_path,
-            sent: self.now.wall,
+            sent: self.io.now.wall,
         };
         self.call(ZkOp::Multi(ops), Then::ResultAndClaim(Box::new(write)));
         None

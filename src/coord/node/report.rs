@@ -8,13 +8,13 @@ use super::io::{Level, Output, Report};
 
 impl Node {
     pub(super) fn report(&mut self, level: Level, message: impl Into<String>) -> ReportBuilder<'_> {
-        self.out.push_back(Output::Report(Report {
+        self.io.out.push_back(Output::Report(Report {
             level,
             message: message.into(),
             fields: Vec::new(),
         }));
         ReportBuilder {
-            out: Some(&mut self.out),
+            out: Some(&mut self.io.out),
         }
     }
 
@@ -34,7 +34,7 @@ impl Node {
         level: Level,
         message: String,
     ) -> ReportBuilder<'_> {
-        if self.reported.insert(key) {
+        if self.io.reported.insert(key) {
             self.report(level, message)
         } else {
             ReportBuilder { out: None }

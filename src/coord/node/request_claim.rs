@@ -85,7 +85,7 @@ impl Node {
     /// Reads the request at `path` again after a `sync`, so the read sees the claim if it was
     /// applied; `false` (nothing sent) without a session.
     pub(super) fn reread_request(&mut self, path: String, then: Then) -> bool {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return false;
         }
         self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);

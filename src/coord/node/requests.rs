@@ -7,6 +7,22 @@ use super::io::{Answered, ReqId, Request};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
+/// Operator requests: every trigger and backfill request as last read, the manual claims on
+/// their way, the backfills being swept, and how many runs a history keeps.
+#[derive(Debug)]
+pub(super) struct Requests {
+    /// Every trigger under `control/triggers` as last read, by name (= fire id).
+    pub(super) triggers: std::collections::BTreeMap<String, super::trigger::Known>,
+    /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
+    pub(super) manual_sent: std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+    /// Every backfill request under `control/backfills` as last read, by name.
+    pub(super) backfills: std::collections::BTreeMap<String, super::backfill::Known>,
+    /// The requests with a lost tick's end or a deletion on its way.
+    pub(super) backfill_sweeping: std::collections::BTreeSet<String>,
+    /// `[scheduler] history_runs`: how many runs a task's history keeps.
+    pub(super) history_runs: usize,
+}
+
 impl Node {
     // ---- requests ----
 
@@ -20,7 +36,7 @@ impl Node {
                 self.answer(req, Ok(Answered::Done));
             }
             Request::LastClaimed { task } => {
-                if self.session.is_none() {
+                if self.life.session.is_none() {
                     return self.answer(
                         req,
                         Err(CoordError::NotConnected {
@@ -57,7 +73,7 @@ impl Node {
             Request::RunsElsewhere { task } => self.runs_elsewhere(req, task),
             Request::RunsEndedElsewhere { task } => self.wait_runs_elsewhere(req, task),
             Request::QueuedTick { task } => {
-                if self.session.is_none() {
+                if self.life.session.is_none() {
                     return self.answer(
                         req,
                         Err(CoordError::NotConnected {
@@ -85,10 +101,10 @@ impl Node {
     /// waits at most [`super::CLOSE_WAITS_FOR_HISTORY`] (an append retries for longer when
     /// ZooKeeper does not answer); a session lost meanwhile ends the appends at once.
     pub(super) fn close_after_history(&mut self, req: ReqId) {
-        if self.session.is_some() && self.history_in_flight() {
-            if self.close_waiting.replace(req).is_none() {
+        if self.life.session.is_some() && self.history_in_flight() {
+            if self.life.close_waiting.replace(req).is_none() {
                 self.at(
-                    self.now.mono + super::CLOSE_WAITS_FOR_HISTORY,
+                    self.io.now.mono + super::CLOSE_WAITS_FOR_HISTORY,
                     super::Timer::CloseAnyway,
                 );
             }
@@ -99,11 +115,11 @@ impl Node {
 
     /// Closes the session now: what is in flight is aborted.
     pub(super) fn close_now(&mut self, req: ReqId) {
-        self.closed = true;
-        if self.session.take().is_some() {
-            self.generation += 1;
+        self.life.closed = true;
+        if self.life.session.take().is_some() {
+            self.io.generation += 1;
             self.abort_pending();
-            self.out.push_back(Output::CloseSession);
+            self.io.out.push_back(Output::CloseSession);
         }
         self.answer(req, Ok(Answered::Done));
     }
@@ -154,11 +170,11 @@ impl Node {
 
     /// A session ended: every call in flight is answered (requests) or dropped.
     pub(super) fn abort_pending(&mut self) {
-        let pending: Vec<Pending> = std::mem::take(&mut self.pending).into_values().collect();
+        let pending: Vec<Pending> = std::mem::take(&mut self.io.pending).into_values().collect();
         for p in pending {
             self.abort_call(p.then);
         }
-        self.runs_counts.clear();
+        self.runs.runs_counts.clear();
         self.abort_queued();
     }
 
@@ -195,7 +211,7 @@ impl Node {
                 }),
             ),
             Then::RunOwner { req, .. } | Then::RunClaimer { req, .. }
-                if self.runs_counts.remove(&req).is_none() => {}
+                if self.runs.runs_counts.remove(&req).is_none() => {}
             Then::RunsList { req, .. }
             | Then::RunOwner { req, .. }
             | Then::RunClaimer { req, .. } => self.answer(
@@ -239,14 +255,14 @@ impl Node {
                     self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
                 }
                 TaskJob::Pool(req) => {
-                    if self.pools.remove(&req).is_some() {
+                    if self.pool.jobs.remove(&req).is_some() {
                         self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
                     }
                 }
                 TaskJob::Release { .. } => {}
             }
         }
-        let timers = std::mem::take(&mut self.timers);
+        let timers = std::mem::take(&mut self.io.timers);
         for (key, timer) in timers {
             match timer {
                 Timer::Resolve(job) => {
@@ -254,7 +270,7 @@ impl Node {
                     self.answer(req, Err(super::claim::resolve_ended()));
                 }
                 other => {
-                    self.timers.insert(key, other);
+                    self.io.timers.insert(key, other);
                 }
             }
         }

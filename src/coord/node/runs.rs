@@ -19,6 +19,22 @@ use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
 
+/// Runs: this session's live run znodes, the withheld ones, and the counts and waits on
+/// other nodes' runs.
+#[derive(Debug)]
+pub(super) struct Runs {
+    /// The run znodes this session created and has not deleted (its live runs), by path.
+    pub(super) own_runs: std::collections::BTreeSet<String>,
+    /// The run znodes of claims withheld because the task's pause arrived, whose delete is not
+    /// confirmed yet: sent again on reconnecting within the session, so that no run znode of
+    /// this live session is left to count as a live run.
+    pub(super) withheld_runs: std::collections::BTreeSet<String>,
+    /// Counts of other nodes' live runs in flight, by request.
+    pub(super) runs_counts: std::collections::BTreeMap<super::ReqId, RunsCount>,
+    /// Requests waiting for the end of runs on other nodes.
+    pub(super) run_waits: super::waits::RunWaits,
+}
+
 /// Beyond the session timeout, how long a run znode of an unknown session counts as live: time
 /// for a connected node whose member znode was deleted to register again.
 const RUN_GRACE_MARGIN: Duration = Duration::from_secs(5);
@@ -89,7 +105,7 @@ pub(super) fn decode_result(result: Result<ZkOk, ZkFail>) -> Result<Option<RunRe
 
 impl Node {
     pub(super) fn runs_elsewhere(&mut self, req: ReqId, task: String) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 req,
                 Err(CoordError::NotConnected {
@@ -137,7 +153,7 @@ impl Node {
         };
         let prefix = format!("{}/", self.paths.record(&task));
         // Forget the runs of unknown sessions of this task that are gone.
-        self.unknown_runs.retain(|path, _| {
+        self.view.unknown_runs.retain(|path, _| {
             path.strip_prefix(&prefix)
                 .is_none_or(|child| children.iter().any(|c| c == child))
         });
@@ -145,7 +161,7 @@ impl Node {
             .iter()
             .filter(|c| c.starts_with("run-"))
             .map(|c| format!("{prefix}{c}"))
-            .filter(|path| !self.own_runs.contains(path))
+            .filter(|path| !self.runs.own_runs.contains(path))
             .collect();
         if foreign.is_empty() {
             if let Some(epoch) = incarnation {
@@ -154,7 +170,7 @@ impl Node {
             return self.answer(req, Ok(Answered::Count(0)));
         }
         // Each must be a live member's ephemeral to count.
-        self.runs_counts.insert(
+        self.runs.runs_counts.insert(
             req,
             RunsCount {
                 task,
@@ -179,7 +195,7 @@ impl Node {
                 // An ephemeral of a session this node never saw as a member: it may still be
                 // the run of the claimer the fire record names (its member znode deleted by
                 // someone, and not registered again yet).
-                let Some(task) = self.runs_counts.get(&req).map(|c| c.task.clone()) else {
+                let Some(task) = self.runs.runs_counts.get(&req).map(|c| c.task.clone()) else {
                     return;
                 };
                 let path_read = self.paths.record(&task);
@@ -210,7 +226,7 @@ impl Node {
         stat: Stat,
         result: Result<ZkOk, ZkFail>,
     ) {
-        if !self.runs_counts.contains_key(&req) {
+        if !self.runs.runs_counts.contains_key(&req) {
             return;
         }
         let record = match result {
@@ -220,7 +236,7 @@ impl Node {
         };
         let owner = stat.ephemeral_owner;
         let live = if record.is_some_and(|record| names_claimer(&record, owner)) {
-            self.claimer_sessions.insert(owner);
+            self.view.claimer_sessions.insert(owner);
             true
         } else if self.unknown_run_in_grace(&path, stat.czxid) {
             true
@@ -234,11 +250,13 @@ impl Node {
     /// Whether the run znode `path` (created at `czxid`) of a session that is neither a
     /// member's nor named by the fire record was first seen less than [`Node::run_grace`] ago.
     fn unknown_run_in_grace(&mut self, path: &str, czxid: i64) -> bool {
-        let now = self.now.mono;
-        let first = match self.unknown_runs.get(path) {
+        let now = self.io.now.mono;
+        let first = match self.view.unknown_runs.get(path) {
             Some(&(seen, since)) if seen == czxid => since,
             _ => {
-                self.unknown_runs.insert(path.to_string(), (czxid, now));
+                self.view
+                    .unknown_runs
+                    .insert(path.to_string(), (czxid, now));
                 now
             }
         };
@@ -251,6 +269,7 @@ impl Node {
     /// the node is cut off, and is trusted once it registers again if it is not.
     fn run_grace(&self) -> Duration {
         let timeout = self
+            .life
             .session
             .as_ref()
             .map_or(self.cfg.session_timeout, |s| s.timeout);
@@ -272,7 +291,7 @@ impl Node {
     /// One run znode of the count `req` judged (`failed`: its owner could not be checked);
     /// answers once all are.
     fn run_counted(&mut self, req: ReqId, live: bool, failed: Option<ZkFail>) {
-        let Some(count) = self.runs_counts.get_mut(&req) else {
+        let Some(count) = self.runs.runs_counts.get_mut(&req) else {
             return;
         };
         count.outstanding -= 1;
@@ -283,7 +302,7 @@ impl Node {
         if count.outstanding > 0 {
             return;
         }
-        let count = self.runs_counts.remove(&req).expect("present");
+        let count = self.runs.runs_counts.remove(&req).expect("present");
         // A run whose owner could not be checked may be live: the count fails (the firing
         // rules assume none, this time) and "no foreign runs" is not remembered, or every
         // later count would skip the listing while that run goes on.
@@ -303,7 +322,7 @@ impl Node {
     }
 
     pub(super) fn last_result(&mut self, req: ReqId, task: String) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 req,
                 Err(CoordError::NotConnected {
@@ -365,7 +384,7 @@ impl Node {
     /// task's state when this node knows them, so that the run's end is visible to other nodes
     /// after one round trip.
     pub(super) fn run_ended_attempt(&mut self, mut job: RunEndedJob) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.run_ended_failed(
                 job,
                 CoordError::NotConnected {
@@ -438,7 +457,7 @@ impl Node {
         let newer = record::supersedes(stored, job.result.tick);
         // Our run znode exists while its path is in `own_runs`: the set is emptied when the
         // session (and with it the ephemeral) goes. No read needed.
-        let run_live = self.own_runs.contains(&job.run_path);
+        let run_live = self.runs.own_runs.contains(&job.run_path);
         let apart = self.cfg.bugs.chain_request_apart;
         if !run_live && !newer && (job.chain.is_empty() || apart) {
             return None;
@@ -490,7 +509,7 @@ impl Node {
             Err(ZkFail::Multi { index: 0, error }) if run_live && *error == ZkFail::NoNode => {
                 // The session that owned the run znode ended before it was forgotten: retry
                 // with the result alone.
-                self.own_runs.remove(&job.run_path);
+                self.runs.own_runs.remove(&job.run_path);
                 self.run_ended_failed(
                     job,
                     CoordError::ZooKeeper {
@@ -579,7 +598,7 @@ impl Node {
     }
 
     pub(super) fn run_ended_done(&mut self, job: RunEndedJob) {
-        self.own_runs.remove(&job.run_path);
+        self.runs.own_runs.remove(&job.run_path);
         if self.cfg.bugs.chain_request_apart && !job.chain.is_empty() {
             self.call(
                 ZkOp::Multi(job.chain.clone()),
@@ -610,13 +629,13 @@ impl Node {
         job.attempts += 1;
         job.last_error = Some(error);
         if job.attempts >= 5 {
-            self.own_runs.remove(&job.run_path);
+            self.runs.own_runs.remove(&job.run_path);
             let error = job.last_error.take().unwrap_or(CoordError::NotConnected {
                 context: "recording the run result",
             });
             return self.answer(job.req, Err(error));
         }
-        let at = self.now.mono + job.delay;
+        let at = self.io.now.mono + job.delay;
         job.delay *= 2;
         self.at(at, Timer::RunEnded(job));
     }
@@ -633,26 +652,26 @@ impl Node {
     /// Gives up all leadership at once: nothing fires from here on; after the claims in
     /// flight, the member znode and every lease go in a few multi-ops.
     pub(super) fn start_release_all(&mut self, req: ReqId) {
-        self.stopping = true;
+        self.life.stopping = true;
         let leases: Vec<(String, i32)> = self
             .tasks
             .held_leases()
             .map(|(t, e)| (t.clone(), e))
             .collect();
         self.publish();
-        self.release_all = Some(ReleaseAllJob {
+        self.life.release_all = Some(ReleaseAllJob {
             req,
             started: false,
             leases,
             outstanding: 0,
-            since: self.now.mono,
+            since: self.io.now.mono,
         });
         self.maybe_release_all();
     }
 
     /// Starts the release once no claim is in flight on a held task.
     pub(super) fn maybe_release_all(&mut self) {
-        let Some(job) = &self.release_all else {
+        let Some(job) = &self.life.release_all else {
             return;
         };
         if job.started
@@ -663,10 +682,10 @@ impl Node {
         {
             return;
         }
-        let mut job = self.release_all.take().expect("present");
+        let mut job = self.life.release_all.take().expect("present");
         job.started = true;
         self.tasks.unhold_all();
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             self.answer(job.req, Ok(Answered::Done));
             return;
         }
@@ -699,7 +718,7 @@ impl Node {
                 },
             );
         }
-        self.release_all = Some(job);
+        self.life.release_all = Some(job);
     }
 
     pub(super) fn on_release_batch(&mut self, batch: Vec<Vec<ZkOp>>, result: Result<ZkOk, ZkFail>) {
@@ -709,7 +728,7 @@ impl Node {
                 Level::Debug,
                 format!("batch release failed ({error}); releasing one by one"),
             );
-            if let Some(job) = self.release_all.as_mut() {
+            if let Some(job) = self.life.release_all.as_mut() {
                 job.outstanding += batch.len();
             }
             for group in batch {
@@ -724,15 +743,15 @@ impl Node {
     }
 
     pub(super) fn release_call_done(&mut self) {
-        let Some(job) = self.release_all.as_mut() else {
+        let Some(job) = self.life.release_all.as_mut() else {
             return;
         };
         job.outstanding = job.outstanding.saturating_sub(1);
         if job.outstanding > 0 {
             return;
         }
-        let job = self.release_all.take().expect("present");
-        let took = self.now.mono.saturating_sub(job.since);
+        let job = self.life.release_all.take().expect("present");
+        let took = self.io.now.mono.saturating_sub(job.since);
         self.report(Level::Info, "left the cluster and released all leases")
             .field("released", job.leases.len())
             .field("took_ms", took.as_millis());

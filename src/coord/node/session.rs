@@ -16,6 +16,37 @@ use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
 use crate::task::TaskSpec;
 
+/// The session's life: the session itself, registering as a member, the re-listing after
+/// (re)connecting, the clock's skew from ZooKeeper's, and leaving (`ReleaseAll`, `Close`).
+#[derive(Debug)]
+pub(super) struct Life {
+    /// The current session, from its first connection to its end.
+    pub(super) session: Option<super::Session>,
+    /// The registration in flight.
+    pub(super) registering: Option<RegisterJob>,
+    /// What the member record says as last written: registering again when it changes.
+    pub(super) registered_as: Option<Registration>,
+    /// "Another session is registered as this node" was said: not said again until this node
+    /// registers.
+    pub(super) register_waited: bool,
+    /// The listing of members and leases in flight (after connecting or reconnecting): the
+    /// view is not current, so nothing is decided or fired until it completes.
+    pub(super) relist: Option<super::Relist>,
+    /// Whether this node's clock is close enough to ZooKeeper's to lead, as last measured.
+    pub(super) skew: Option<super::SkewVerdict>,
+    /// This node's clock offset from ZooKeeper's, as last measured (ms, positive = ahead).
+    pub(super) offset_ms: Option<i64>,
+    /// `ReleaseAll` was asked for: the node leads nothing from here on and never registers
+    /// again.
+    pub(super) stopping: bool,
+    /// `Close` was done: the session is closed and no new one is taken up.
+    pub(super) closed: bool,
+    /// A close asked for while history appends were in flight ([`Node::close_after_history`]).
+    pub(super) close_waiting: Option<super::ReqId>,
+    /// Leaving the cluster (`ReleaseAll`) in flight.
+    pub(super) release_all: Option<super::ReleaseAllJob>,
+}
+
 /// What this node's member record says about it, as last written: registering again is
 /// needed when any of it changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,10 +74,10 @@ pub(crate) struct RegisterJob {
 
 impl Node {
     pub(super) fn on_connected(&mut self, session_id: i64, timeout: Duration) {
-        if self.closed {
+        if self.life.closed {
             return;
         }
-        if let Some(session) = self.session.as_mut().filter(|s| s.id == session_id) {
+        if let Some(session) = self.life.session.as_mut().filter(|s| s.id == session_id) {
             if !session.connected {
                 session.connected = true;
                 session.disconnected_at = None;
@@ -74,7 +105,7 @@ impl Node {
             }
             return;
         }
-        if self.session.is_some() {
+        if self.life.session.is_some() {
             self.end_session();
         }
         if timeout != self.cfg.session_timeout {
@@ -89,7 +120,7 @@ impl Node {
                 ),
             );
         }
-        self.session = Some(Session {
+        self.life.session = Some(Session {
             id: session_id,
             hex: format!("{session_id:x}"),
             connected: true,
@@ -101,8 +132,8 @@ impl Node {
             setup_failed: false,
             listed: false,
         });
-        self.registered_as = None;
-        self.retry_delay = Duration::from_millis(200);
+        self.life.registered_as = None;
+        self.io.retry_delay = Duration::from_millis(200);
         self.setup();
     }
 
@@ -120,9 +151,9 @@ impl Node {
     }
 
     pub(super) fn on_disconnected(&mut self) {
-        let now = self.now.mono;
-        let generation = self.generation;
-        let Some(session) = self.session.as_mut() else {
+        let now = self.io.now.mono;
+        let generation = self.io.generation;
+        let Some(session) = self.life.session.as_mut() else {
             return;
         };
         if !session.connected {
@@ -145,10 +176,10 @@ impl Node {
     }
 
     pub(super) fn on_loss_deadline(&mut self, generation: u64) {
-        if generation != self.generation {
+        if generation != self.io.generation {
             return;
         }
-        let Some(session) = self.session.as_mut() else {
+        let Some(session) = self.life.session.as_mut() else {
             return;
         };
         if session.connected || session.loss_counted {
@@ -165,7 +196,7 @@ impl Node {
     }
 
     pub(super) fn on_expired(&mut self) {
-        let Some(session) = &self.session else {
+        let Some(session) = &self.life.session else {
             return;
         };
         let counted = session.loss_counted;
@@ -180,35 +211,35 @@ impl Node {
         .field("session", hex);
         self.set_why_paused("the ZooKeeper session expired; rejoining".into());
         self.end_session();
-        if !self.stopping && !self.closed {
-            self.out.push_back(super::Output::NewSession);
+        if !self.life.stopping && !self.life.closed {
+            self.io.out.push_back(super::Output::NewSession);
         }
     }
 
     /// Forgets everything tied to the session that ended.
     pub(super) fn end_session(&mut self) {
-        self.generation += 1;
+        self.io.generation += 1;
         self.abort_pending();
         self.end_waits();
-        self.session = None;
-        self.present.clear();
-        self.members.clear();
-        self.member_sessions.clear();
-        self.seen_sessions.clear();
-        self.claimer_sessions.clear();
-        self.unknown_runs.clear();
-        self.fetches.clear();
-        self.own_runs.clear();
-        self.withheld_runs.clear();
-        self.take_backlog.clear();
-        self.trust.clear();
+        self.life.session = None;
+        self.view.present.clear();
+        self.view.members.clear();
+        self.view.member_sessions.clear();
+        self.view.seen_sessions.clear();
+        self.view.claimer_sessions.clear();
+        self.view.unknown_runs.clear();
+        self.view.fetches.clear();
+        self.runs.own_runs.clear();
+        self.runs.withheld_runs.clear();
+        self.leases.take_backlog.clear();
+        self.view.trust.clear();
         self.tasks.end_session();
-        self.registering = None;
-        self.registered_as = None;
-        self.relist = None;
-        self.gc = None;
-        self.recheck_at = None;
-        self.retry_at = None;
+        self.life.registering = None;
+        self.life.registered_as = None;
+        self.life.relist = None;
+        self.view.gc = None;
+        self.leases.recheck_at = None;
+        self.io.retry_at = None;
         self.publish();
     }
 
@@ -241,7 +272,7 @@ impl Node {
         steps.extend(self.control_setup_ops());
         let mut triggers = self.trigger_setup_steps();
         triggers.extend(self.backfill_setup_steps());
-        if let Some(session) = self.session.as_mut() {
+        if let Some(session) = self.life.session.as_mut() {
             session.setup_outstanding = Some(steps.len() + 1);
         }
         for op in steps {
@@ -250,6 +281,7 @@ impl Node {
         // The operator's marks, before registering: a drained node never leads in between.
         let reads = self.read_control(super::control::Phase::Setup);
         if let Some(outstanding) = self
+            .life
             .session
             .as_mut()
             .and_then(|s| s.setup_outstanding.as_mut())
@@ -272,7 +304,7 @@ impl Node {
             Err(error) => Some(error),
         };
         if let Some(error) = failed {
-            if let Some(session) = self.session.as_mut() {
+            if let Some(session) = self.life.session.as_mut() {
                 session.setup_failed = true;
             }
             let hex = self.session_hex();
@@ -289,7 +321,7 @@ impl Node {
     }
 
     pub(super) fn setup_step_done(&mut self) {
-        let Some(session) = self.session.as_mut() else {
+        let Some(session) = self.life.session.as_mut() else {
             return;
         };
         let Some(outstanding) = session.setup_outstanding.as_mut() else {
@@ -322,23 +354,24 @@ impl Node {
         }
         let encoded = encode_taskset(&enabled);
         let unchanged = self
+            .view
             .my_set
             .as_ref()
             .is_some_and(|(reference, _, _)| reference.digest == encoded.0.digest);
         if unchanged {
             return;
         }
-        self.my_set = Some(encoded);
+        self.view.my_set = Some(encoded);
         self.control.check_due = true;
         self.maybe_register();
     }
 
     /// Whether this node may lead now (clock skew, stopping, drained).
     pub(super) fn may_lead(&self) -> bool {
-        if self.stopping || self.drained() {
+        if self.life.stopping || self.drained() {
             return false;
         }
-        match (self.cfg.max_clock_skew, self.skew) {
+        match (self.cfg.max_clock_skew, self.life.skew) {
             (None, _) => true,
             // Not measured yet: setup measures it before registering.
             (Some(_), None) => false,
@@ -348,16 +381,19 @@ impl Node {
 
     /// Registers (again) when the task set or the `leads` flag differs from what was written.
     pub(super) fn maybe_register(&mut self) {
-        let Some(session) = &self.session else {
+        let Some(session) = &self.life.session else {
             return;
         };
-        if !session.connected || session.setup_outstanding.is_some() || self.registering.is_some() {
+        if !session.connected
+            || session.setup_outstanding.is_some()
+            || self.life.registering.is_some()
+        {
             return;
         }
-        if self.stopping {
+        if self.life.stopping {
             return;
         }
-        let Some((reference, chunks, set)) = self.my_set.clone() else {
+        let Some((reference, chunks, set)) = self.view.my_set.clone() else {
             return;
         };
         let leads = self.may_lead();
@@ -367,7 +403,7 @@ impl Node {
             leads,
             drained,
         };
-        if self.registered_as.as_ref() == Some(&registration) {
+        if self.life.registered_as.as_ref() == Some(&registration) {
             return;
         }
         for (index, chunk) in chunks.into_iter().enumerate() {
@@ -383,7 +419,7 @@ impl Node {
                 Then::Chunk,
             );
         }
-        self.tasksets.insert(reference.digest.clone(), set);
+        self.view.tasksets.insert(reference.digest.clone(), set);
         let record = MemberRecord {
             format: FORMAT_VERSION,
             id: self.cfg.id.clone(),
@@ -398,7 +434,7 @@ impl Node {
             drained,
         };
         let data = serde_json::to_vec(&record).expect("serializes");
-        self.registering = Some(RegisterJob {
+        self.life.registering = Some(RegisterJob {
             data: data.clone(),
             registration,
             count: reference.count,
@@ -408,7 +444,7 @@ impl Node {
     }
 
     fn create_member(&mut self, data: Vec<u8>) {
-        let sent = self.now.wall;
+        let sent = self.io.now.wall;
         let path = self.paths.member(&self.cfg.id);
         self.call(
             ZkOp::Create {
@@ -429,7 +465,7 @@ impl Node {
                     Level::Warn,
                     format!("publishing the task set failed ({error}); retrying"),
                 );
-                if let Some(job) = self.registering.as_mut() {
+                if let Some(job) = self.life.registering.as_mut() {
                     job.failed = true;
                 }
             }
@@ -449,7 +485,7 @@ impl Node {
             }
             Err(ZkFail::NoNode) => {
                 // members/ was deleted: recreate the tree, then register.
-                self.registering = None;
+                self.life.registering = None;
                 self.recreate_tree(AfterRecreate::Register);
             }
             Err(error) => self.register_failed(error.to_string()),
@@ -460,10 +496,10 @@ impl Node {
         match result {
             Ok(ZkOk::Data(_, stat)) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Ours (a re-registration after a publish): update it.
-                let Some(data) = self.registering.as_ref().map(|j| j.data.clone()) else {
+                let Some(data) = self.life.registering.as_ref().map(|j| j.data.clone()) else {
                     return;
                 };
-                let sent = self.now.wall;
+                let sent = self.io.now.wall;
                 let path = self.paths.member(&self.cfg.id);
                 self.call(
                     ZkOp::SetData {
@@ -475,8 +511,8 @@ impl Node {
                 );
             }
             Ok(_) => {
-                if !self.register_waited {
-                    self.register_waited = true;
+                if !self.life.register_waited {
+                    self.life.register_waited = true;
                     let id = self.cfg.id.clone();
                     self.report(
                         Level::Warn,
@@ -484,12 +520,12 @@ impl Node {
                     )
                     .field("node", id);
                 }
-                self.registering = None;
-                let at = self.now.mono + Duration::from_millis(500);
-                super::acting::sooner(&mut self.retry_at, at);
+                self.life.registering = None;
+                let at = self.io.now.mono + Duration::from_millis(500);
+                super::acting::sooner(&mut self.io.retry_at, at);
             }
             Err(ZkFail::NoNode) => {
-                let data = self.registering.as_ref().map(|j| j.data.clone());
+                let data = self.life.registering.as_ref().map(|j| j.data.clone());
                 if let Some(data) = data {
                     self.create_member(data);
                 }
@@ -514,21 +550,21 @@ impl Node {
             Level::Warn,
             format!("publishing the task set failed (registering: {error}); retrying"),
         );
-        self.registering = None;
+        self.life.registering = None;
         self.retry_later();
     }
 
     fn registered(&mut self) {
-        let Some(job) = self.registering.take() else {
+        let Some(job) = self.life.registering.take() else {
             return;
         };
         if job.failed {
             self.retry_later();
             return;
         }
-        self.register_waited = false;
-        self.retry_delay = Duration::from_millis(200);
-        self.registered_as = Some(job.registration);
+        self.life.register_waited = false;
+        self.io.retry_delay = Duration::from_millis(200);
+        self.life.registered_as = Some(job.registration);
         let hex = self.session_hex();
         let (id, release) = (self.cfg.id.clone(), self.cfg.release.clone());
         self.report(Level::Info, "registered in ZooKeeper")
@@ -536,7 +572,7 @@ impl Node {
             .field("release", release)
             .field("session", hex)
             .field("tasks", job.count);
-        let listed = self.session.as_ref().is_some_and(|s| s.listed);
+        let listed = self.life.session.as_ref().is_some_and(|s| s.listed);
         if !listed {
             self.start_relist();
             // The leads flag may have changed while registering (the skew measured by this
@@ -545,11 +581,11 @@ impl Node {
             return;
         }
         // Vacancy clocks for newly defined tasks start now.
-        let now = self.now.mono;
+        let now = self.io.now.mono;
         let mut vacant = self.my_leases();
-        vacant.retain(|t| !self.present.contains(t));
+        vacant.retain(|t| !self.view.present.contains(t));
         for task in vacant {
-            self.vacant_since.entry(task).or_insert(now);
+            self.view.vacant_since.entry(task).or_insert(now);
         }
         // The leads flag or the set may have changed again meanwhile.
         self.maybe_register();
@@ -559,7 +595,7 @@ impl Node {
     // ---- watches ----
 
     pub(super) fn on_watch(&mut self, path: &str, kind: WatchKind) {
-        if self.session.is_none()
+        if self.life.session.is_none()
             || self.on_trigger_watch(path, kind)
             || self.on_backfill_watch(path, kind)
         {
@@ -571,15 +607,15 @@ impl Node {
             let id = id.to_string();
             match kind {
                 WatchKind::Deleted => {
-                    self.member_sessions.remove(&id);
-                    if let Some(relist) = self.relist.as_mut() {
+                    self.view.member_sessions.remove(&id);
+                    if let Some(relist) = self.life.relist.as_mut() {
                         relist.ids.remove(&id);
                         relist.members.remove(&id);
                     }
-                    if id == self.cfg.id && self.stopping {
+                    if id == self.cfg.id && self.life.stopping {
                         // Our own leave (`start_release_all` deletes the member znode): a
                         // stopping node never registers again, and says nothing.
-                    } else if id == self.cfg.id && self.registered_as.is_none() {
+                    } else if id == self.cfg.id && self.life.registered_as.is_none() {
                         // Not registered yet: not our registration. Another node checking a
                         // lease that names this node creates and deletes its member path in
                         // one multi (proving it absent) before this node registers; saying
@@ -609,8 +645,8 @@ impl Node {
                 Level::Warn,
                 format!("{path} was deleted; recreating it and registering again"),
             );
-            self.registered_as = None;
-            self.registering = None;
+            self.life.registered_as = None;
+            self.life.registering = None;
             self.recreate_tree(AfterRecreate::Register);
         }
     }
@@ -623,7 +659,7 @@ impl Node {
             Level::Warn,
             "this node's member znode was deleted; registering again".into(),
         );
-        self.registered_as = None;
+        self.life.registered_as = None;
         self.maybe_register();
     }
 
@@ -670,7 +706,7 @@ impl Node {
         }
         match after {
             AfterRecreate::Register => {
-                self.registered_as = None;
+                self.life.registered_as = None;
                 self.maybe_register();
             }
             AfterRecreate::Ensure { task, after } => self.ensure_task_nodes(task, after),

@@ -106,7 +106,7 @@ fn with_no_deliberate_bug_on_a_claim_is_fenced() {
     );
     drain(&mut node);
     // Set up and listed, holding the lease of `t` (its take set the epoch to version 5).
-    let session = node.session.as_mut().unwrap();
+    let session = node.life.session.as_mut().unwrap();
     session.listed = true;
     session.setup_outstanding = None;
     session.set_up = true;

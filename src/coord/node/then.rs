@@ -250,10 +250,10 @@ pub(super) enum AfterEnsure {
 
 impl Node {
     pub(super) fn on_reply(&mut self, op: OpId, result: Result<ZkOk, ZkFail>) {
-        let Some(pending) = self.pending.remove(&op) else {
+        let Some(pending) = self.io.pending.remove(&op) else {
             return;
         };
-        if pending.generation != self.generation {
+        if pending.generation != self.io.generation {
             return;
         }
         match pending.then {

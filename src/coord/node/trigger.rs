@@ -34,7 +34,7 @@ const RESOLVE_READS: u8 = 10;
 
 /// The triggers directory, for the code the request directories share.
 const TRIGGERS: RequestDir<Known> = RequestDir {
-    known: |node: &mut Node| &mut node.triggers,
+    known: |node: &mut Node| &mut node.requests.triggers,
     read: Node::read_trigger,
 };
 
@@ -163,7 +163,7 @@ impl Node {
 
     /// Lists the triggers and reads each (setup, reconnects, the directory recreated).
     pub(super) fn list_triggers(&mut self) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return;
         }
         let path = self.paths.triggers();
@@ -268,11 +268,12 @@ impl Node {
             }
         };
         let newer = self
+            .requests
             .triggers
             .get(&name)
             .is_none_or(|known| known.version <= stat.version);
         if newer {
-            self.triggers.insert(
+            self.requests.triggers.insert(
                 name,
                 Known {
                     record,
@@ -290,7 +291,7 @@ impl Node {
         tasks: &BTreeSet<Arc<str>>,
     ) -> BTreeMap<String, Vec<Trigger>> {
         let mut led: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
-        for (name, known) in &self.triggers {
+        for (name, known) in &self.requests.triggers {
             if known.record.state == TriggerState::Pending
                 && tasks.contains(known.record.task.as_str())
             {
@@ -311,6 +312,7 @@ impl Node {
         let name = trigger.fire_id;
         let leads = self.held_version(&task).is_some();
         let known = self
+            .requests
             .triggers
             .get(&name)
             .filter(|k| k.record.task == task)
@@ -323,7 +325,7 @@ impl Node {
             && leads
             && self.is_own_claim(&name, &known.record)
         {
-            self.manual_sent.remove(&name);
+            self.requests.manual_sent.remove(&name);
             return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
         }
         if let Verdict::Refuse(outcome) = record::admit_manual(leads, pending, trigger.requested_at)
@@ -334,7 +336,7 @@ impl Node {
         let new = TriggerRecord {
             state: TriggerState::Running,
             node: Some(self.cfg.id.clone()),
-            claimed_at: Some(self.now.wall),
+            claimed_at: Some(self.io.now.wall),
             ..known.record
         };
         self.send_manual_claim(req, name, new, known.version, 0);
@@ -361,7 +363,7 @@ impl Node {
         if !self.send_request_claim(&task, path, data, version, then) {
             return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
         }
-        self.manual_sent.insert(name, claimed_at);
+        self.requests.manual_sent.insert(name, claimed_at);
     }
 
     /// Whether `record` is this node's claim of trigger `name` (sent by this node, which may
@@ -370,7 +372,7 @@ impl Node {
         record.state == TriggerState::Running
             && record.node.as_deref() == Some(self.cfg.id.as_str())
             && record.claimed_at.is_some()
-            && self.manual_sent.get(name) == record.claimed_at.as_ref()
+            && self.requests.manual_sent.get(name) == record.claimed_at.as_ref()
     }
 
     fn on_manual_claim(
@@ -384,7 +386,7 @@ impl Node {
         match ClaimReply::of(result) {
             ClaimReply::Applied(stat) => {
                 if let Some(stat) = stat {
-                    self.triggers.insert(
+                    self.requests.triggers.insert(
                         name.clone(),
                         Known {
                             record: new,
@@ -393,18 +395,18 @@ impl Node {
                         },
                     );
                 }
-                self.manual_sent.remove(&name);
+                self.requests.manual_sent.remove(&name);
                 self.publish();
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
             }
             ClaimReply::NotLeader => {
-                self.manual_sent.remove(&name);
+                self.requests.manual_sent.remove(&name);
                 let unit = self.unit_of(&new.task).into_owned();
                 self.check_refused_lease(unit);
                 self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
             }
             ClaimReply::SessionExpired => {
-                self.manual_sent.remove(&name);
+                self.requests.manual_sent.remove(&name);
                 self.answer(
                     req,
                     Err(CoordError::SessionExpired {
@@ -455,14 +457,14 @@ impl Node {
             Ok(ZkOk::Data(data, stat)) => match serde_json::from_slice::<TriggerRecord>(&data) {
                 Ok(record) => (record, stat),
                 Err(_) => {
-                    self.manual_sent.remove(&name);
+                    self.requests.manual_sent.remove(&name);
                     return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
                 }
             },
             Err(ZkFail::NoNode) => {
                 // Deleted (`--wait` gave up, or by hand): nothing to run.
-                self.manual_sent.remove(&name);
-                self.triggers.remove(&name);
+                self.requests.manual_sent.remove(&name);
+                self.requests.triggers.remove(&name);
                 let record = new.requested_at;
                 return self.answer(
                     req,
@@ -504,7 +506,7 @@ impl Node {
         record: TriggerRecord,
         stat: Stat,
     ) {
-        self.triggers.insert(
+        self.requests.triggers.insert(
             name.clone(),
             Known {
                 record: record.clone(),
@@ -516,7 +518,7 @@ impl Node {
         if self.is_own_claim(&name, &record) {
             self.report(Level::Info, "the manual run's claim had been applied")
                 .field("fire_id", &name);
-            self.manual_sent.remove(&name);
+            self.requests.manual_sent.remove(&name);
             return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
         }
         if record.state == TriggerState::Pending && conflicts < 3 {
@@ -529,7 +531,7 @@ impl Node {
             };
             return self.send_manual_claim(req, name, new, stat.version, conflicts);
         }
-        self.manual_sent.remove(&name);
+        self.requests.manual_sent.remove(&name);
         let leads = self.held_version(&record.task).is_some();
         let outcome = match record::admit_manual(
             leads,
@@ -552,7 +554,7 @@ impl Node {
         if crate::coord::backfill::of_fire_id(&end.name).is_some() {
             return self.end_backfill(end);
         }
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 end.req,
                 Err(CoordError::NotConnected {
@@ -560,7 +562,7 @@ impl Node {
                 }),
             );
         }
-        match self.triggers.get(&end.name).cloned() {
+        match self.requests.triggers.get(&end.name).cloned() {
             Some(known) if known.record.state == TriggerState::Running => {
                 self.send_end(end, known.record, known.version)
             }
@@ -602,7 +604,7 @@ impl Node {
             },
             // Deleted meanwhile (`--wait` gave up): the history has the run.
             Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-            other if end.tries < RESOLVE_READS && self.session.is_some() => {
+            other if end.tries < RESOLVE_READS && self.life.session.is_some() => {
                 let _ = other;
                 let path = self.paths.trigger(&end.name);
                 self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
@@ -685,7 +687,7 @@ impl Node {
     pub(super) fn on_triggers_timer(&mut self) {
         self.collect_triggers();
         self.sweep_backfills(true);
-        self.at(self.now.mono + GC_EVERY, super::Timer::Triggers);
+        self.at(self.io.now.mono + GC_EVERY, super::Timer::Triggers);
     }
 
     /// Deletes the triggers that ended [`record::TRIGGER_KEEP_ENDED`] ago or more (any node
@@ -694,8 +696,9 @@ impl Node {
         if !self.ready() {
             return;
         }
-        let now = self.now.wall;
+        let now = self.io.now.wall;
         let doomed: Vec<(String, i32)> = self
+            .requests
             .triggers
             .iter()
             .filter(|(_, known)| {
@@ -719,6 +722,7 @@ impl Node {
         // task's lease holder ends it (never runs it again) once it has not changed for
         // `TRIGGER_KEEP_ENDED`; it is deleted as ended after that.
         let lost: Vec<(String, TriggerRecord, i32)> = self
+            .requests
             .triggers
             .iter()
             .filter(|(_, known)| {
@@ -726,7 +730,7 @@ impl Node {
                 record.state == TriggerState::Running
                     && self.tasks.held(&record.task).is_some()
                     && record.node.as_ref().is_some_and(|node| {
-                        *node != self.cfg.id && !self.member_sessions.contains_key(node)
+                        *node != self.cfg.id && !self.view.member_sessions.contains_key(node)
                     })
                     && DateTime::<Utc>::from_timestamp_millis(known.mtime_ms)
                         .is_some_and(|changed| record::trigger_expired(changed, now))

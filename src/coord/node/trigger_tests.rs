@@ -65,7 +65,7 @@ fn leading() -> Node {
         path: triggers.clone()
     }));
     assert!(ops.contains(&ZkOp::GetChildren { path: triggers }));
-    let session = node.session.as_mut().unwrap();
+    let session = node.life.session.as_mut().unwrap();
     session.listed = true;
     session.setup_outstanding = None;
     session.set_up = true;
@@ -457,7 +457,7 @@ fn a_trigger_left_running_by_a_node_that_is_gone_is_ended_by_the_lease_holder_no
     learn(&mut node, NAME, &running("n9"), 1, at(2));
     // Running on a live member: left alone however long it runs.
     learn(&mut node, "t@manual-0000000002", &running("n2"), 1, at(2));
-    node.member_sessions.insert("n2".into(), 0x22);
+    node.view.member_sessions.insert("n2".into(), 0x22);
     drain(&mut node);
     let trigger_writes = |out: &[Output]| -> Vec<ZkOp> {
         calls(out)

@@ -18,7 +18,12 @@ impl Node {
     /// task runs on every node, the first unit it holds of a pooled task (a manual run or a
     /// backfill tick is fenced on it, and kept in its history), else the task's own name.
     pub(super) fn unit_of<'a>(&self, task: &'a str) -> Cow<'a, str> {
-        match self.my_set.as_ref().and_then(|(_, _, set)| set.get(task)) {
+        match self
+            .view
+            .my_set
+            .as_ref()
+            .and_then(|(_, _, set)| set.get(task))
+        {
             Some(entry) if matches!(entry.holders, lease::Holders::Items(_)) => {
                 match self.held_units(task).into_iter().next() {
                     Some(unit) => Cow::Owned(unit),
@@ -42,7 +47,7 @@ impl Node {
 
     /// The leases of the tasks this node defines, as its lease decisions name them.
     pub(super) fn my_leases(&self) -> Vec<String> {
-        let Some((_, _, set)) = &self.my_set else {
+        let Some((_, _, set)) = &self.view.my_set else {
             return Vec::new();
         };
         set.iter()

@@ -29,7 +29,7 @@ pub(crate) struct RunWaits {
 impl Node {
     /// Answers `req` once no run of `task` is live on another node.
     pub(super) fn wait_runs_elsewhere(&mut self, req: ReqId, task: String) {
-        if self.session.is_none() {
+        if self.life.session.is_none() {
             return self.answer(
                 req,
                 Err(CoordError::NotConnected {
@@ -37,50 +37,50 @@ impl Node {
                 }),
             );
         }
-        if self.run_waits.watched.insert(task.clone()) {
+        if self.runs.run_waits.watched.insert(task.clone()) {
             let path = self.paths.record(&task);
             self.call(ZkOp::AddPersistentRecursiveWatch { path }, Then::Ignore);
         }
-        self.run_waits.waiting.insert(req, task.clone());
+        self.runs.run_waits.waiting.insert(req, task.clone());
         self.count_for_wait(req, task);
     }
 
     fn count_for_wait(&mut self, req: ReqId, task: String) {
-        if self.run_waits.counting.insert(req) {
+        if self.runs.run_waits.counting.insert(req) {
             self.runs_elsewhere(req, task);
         } else {
-            self.run_waits.again.insert(req);
+            self.runs.run_waits.again.insert(req);
         }
     }
 
     /// An answer on its way out: a wait's count is kept back unless it says "none live" (or
     /// failed), which answers the wait.
     pub(super) fn waited_answer(&mut self, req: ReqId, answer: Answer) {
-        if !self.run_waits.counting.remove(&req) {
-            self.out.push_back(Output::Answer { req, answer });
+        if !self.runs.run_waits.counting.remove(&req) {
+            self.io.out.push_back(Output::Answer { req, answer });
             return;
         }
         if matches!(answer, Ok(Answered::Count(0)) | Err(_)) {
-            self.run_waits.again.remove(&req);
+            self.runs.run_waits.again.remove(&req);
         }
         match answer {
             Ok(Answered::Count(0)) => {
-                self.run_waits.waiting.remove(&req);
-                self.out.push_back(Output::Answer {
+                self.runs.run_waits.waiting.remove(&req);
+                self.io.out.push_back(Output::Answer {
                     req,
                     answer: Ok(Answered::Done),
                 });
             }
             Ok(_) => {
-                if self.run_waits.again.remove(&req)
-                    && let Some(task) = self.run_waits.waiting.get(&req).cloned()
+                if self.runs.run_waits.again.remove(&req)
+                    && let Some(task) = self.runs.run_waits.waiting.get(&req).cloned()
                 {
                     self.count_for_wait(req, task);
                 }
             }
             Err(error) => {
-                self.run_waits.waiting.remove(&req);
-                self.out.push_back(Output::Answer {
+                self.runs.run_waits.waiting.remove(&req);
+                self.io.out.push_back(Output::Answer {
                     req,
                     answer: Err(error),
                 });
@@ -106,6 +106,7 @@ impl Node {
     /// Counts again every wait whose task `which` selects.
     pub(super) fn recount_waits(&mut self, which: impl Fn(&str) -> bool) {
         let waits: Vec<(ReqId, String)> = self
+            .runs
             .run_waits
             .waiting
             .iter()
@@ -119,9 +120,9 @@ impl Node {
 
     /// The session ended: every wait is answered with an error, and no task is watched.
     pub(super) fn end_waits(&mut self) {
-        let waits = std::mem::take(&mut self.run_waits);
+        let waits = std::mem::take(&mut self.runs.run_waits);
         for req in waits.waiting.into_keys() {
-            self.out.push_back(Output::Answer {
+            self.io.out.push_back(Output::Answer {
                 req,
                 answer: Err(CoordError::SessionEnded {
                     context: "waiting for live runs to end",
