@@ -2,9 +2,11 @@
 //! unless connected and listed, with the pending manual runs and backfills of the led tasks,
 //! why it is paused and how often the session was lost.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::Leadership;
 use super::acting::{not_before, sooner};
 use super::{Level, Node, Output};
 use crate::coord::lease;
@@ -14,7 +16,7 @@ use crate::coord::lease;
 #[derive(Debug)]
 pub(super) struct Leases {
     /// When to decide about leases again (a vacancy timer).
-    pub(super) recheck_at: Option<std::time::Duration>,
+    pub(super) recheck_at: Option<Duration>,
     /// A decision was asked for: made at the next [`Node::handle_timeout`], which
     /// [`Node::poll_timeout`] asks for at once.
     pub(super) decide_due: bool,
@@ -24,22 +26,22 @@ pub(super) struct Leases {
     #[cfg(test)]
     pub(super) decisions: usize,
     /// Members seen acting: their session, and when (see `acting`).
-    pub(super) acting: std::collections::BTreeMap<String, (i64, std::time::Duration)>,
+    pub(super) acting: BTreeMap<String, (i64, Duration)>,
     /// Probes in flight, by member, with when sent (a reply of an ended session never comes).
-    pub(super) probing: std::collections::BTreeMap<String, std::time::Duration>,
+    pub(super) probing: BTreeMap<String, Duration>,
     /// When the last decision was made: lease events decide at most every `DECIDE_EVERY`.
-    pub(super) last_decided: Option<std::time::Duration>,
+    pub(super) last_decided: Option<Duration>,
     /// Takes the last decision asked for beyond [`TAKES_IN_FLIGHT`], sent as takes in flight
     /// finish (so a node's share of a cold start is taken at the server's pace, not one batch
     /// per decision); cleared by every decision, which lists them again.
-    pub(super) take_backlog: std::collections::VecDeque<super::leases::TakeJob>,
+    pub(super) take_backlog: VecDeque<super::leases::TakeJob>,
     /// When the leadership was last published (a publication at most every `DECIDE_EVERY`
     /// while many takes are answered).
-    pub(super) last_published: Option<std::time::Duration>,
+    pub(super) last_published: Option<Duration>,
     /// When to publish the leases taken since the last publication.
-    pub(super) publish_at: Option<std::time::Duration>,
+    pub(super) publish_at: Option<Duration>,
     /// The leadership as last published to the daemon.
-    pub(super) leadership: super::Leadership,
+    pub(super) leadership: Leadership,
 }
 
 impl Node {

@@ -28,16 +28,15 @@ use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
 #[derive(Debug)]
 pub(super) struct Pools {
     /// The requests on pooled tasks reading their units' records, by request.
-    pub(super) jobs: std::collections::BTreeMap<super::ReqId, PoolJob>,
+    pub(super) jobs: BTreeMap<ReqId, PoolJob>,
     /// The units each pooled run this node claimed was claimed on, by task and tick, until
     /// the run's end is recorded.
-    pub(super) runs:
-        std::collections::BTreeMap<(String, chrono::DateTime<chrono::Utc>), Vec<String>>,
+    pub(super) runs: BTreeMap<(String, DateTime<Utc>), Vec<String>>,
     /// The ends of pooled runs reading their units' results, by request.
-    pub(super) ends: std::collections::BTreeMap<super::ReqId, super::pool_end::PoolEnd>,
+    pub(super) ends: BTreeMap<ReqId, super::pool_end::PoolEnd>,
     /// The units of pooled tasks held at the last publication, with their lease incarnations
     /// (a unit gained or taken again since counts in [`Leadership::gained`]).
-    pub(super) published: std::collections::BTreeSet<(String, i32)>,
+    pub(super) published: BTreeSet<(String, i32)>,
     /// The pooled tasks' orphan checks in flight, and the lost runs they found.
     pub(super) orphans: super::pool_orphan::OrphanChecks,
 }

@@ -2,6 +2,10 @@
 //! (also when the session ends under it). Work on one task (a claim, releasing its lease) runs
 //! one at a time, in order.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+
 use super::claim::{self, AfterRead, ClaimJob};
 use super::io::{Answered, ReqId, Request};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
@@ -12,13 +16,13 @@ use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 #[derive(Debug)]
 pub(super) struct Requests {
     /// Every trigger under `control/triggers` as last read, by name (= fire id).
-    pub(super) triggers: std::collections::BTreeMap<String, super::trigger::Known>,
+    pub(super) triggers: BTreeMap<String, super::trigger::Known>,
     /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
-    pub(super) manual_sent: std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+    pub(super) manual_sent: BTreeMap<String, DateTime<Utc>>,
     /// Every backfill request under `control/backfills` as last read, by name.
-    pub(super) backfills: std::collections::BTreeMap<String, super::backfill::Known>,
+    pub(super) backfills: BTreeMap<String, super::backfill::Known>,
     /// The requests with a lost tick's end or a deletion on its way.
-    pub(super) backfill_sweeping: std::collections::BTreeSet<String>,
+    pub(super) backfill_sweeping: BTreeSet<String>,
     /// `[scheduler] history_runs`: how many runs a task's history keeps.
     pub(super) history_runs: usize,
 }

@@ -8,6 +8,7 @@
 //! at once for a persistent one, it is ignored and reported, so that a stranger's run znode
 //! cannot make `overlap = "skip"` skip every tick.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -24,13 +25,13 @@ use crate::coord::{CoordError, RunResult, record};
 #[derive(Debug)]
 pub(super) struct Runs {
     /// The run znodes this session created and has not deleted (its live runs), by path.
-    pub(super) own_runs: std::collections::BTreeSet<String>,
+    pub(super) own_runs: BTreeSet<String>,
     /// The run znodes of claims withheld because the task's pause arrived, whose delete is not
     /// confirmed yet: sent again on reconnecting within the session, so that no run znode of
     /// this live session is left to count as a live run.
-    pub(super) withheld_runs: std::collections::BTreeSet<String>,
+    pub(super) withheld_runs: BTreeSet<String>,
     /// Counts of other nodes' live runs in flight, by request.
-    pub(super) runs_counts: std::collections::BTreeMap<super::ReqId, RunsCount>,
+    pub(super) runs_counts: BTreeMap<ReqId, RunsCount>,
     /// Requests waiting for the end of runs on other nodes.
     pub(super) run_waits: super::waits::RunWaits,
 }

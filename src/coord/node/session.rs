@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::members::MemberRead;
-use super::{AfterRecreate, Node, Session, Then, Timer};
+use super::{AfterRecreate, Node, ReleaseAllJob, Relist, ReqId, Session, SkewVerdict, Then, Timer};
 use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
 use crate::task::TaskSpec;
@@ -21,7 +21,7 @@ use crate::task::TaskSpec;
 #[derive(Debug)]
 pub(super) struct Life {
     /// The current session, from its first connection to its end.
-    pub(super) session: Option<super::Session>,
+    pub(super) session: Option<Session>,
     /// The registration in flight.
     pub(super) registering: Option<RegisterJob>,
     /// What the member record says as last written: registering again when it changes.
@@ -31,9 +31,9 @@ pub(super) struct Life {
     pub(super) register_waited: bool,
     /// The listing of members and leases in flight (after connecting or reconnecting): the
     /// view is not current, so nothing is decided or fired until it completes.
-    pub(super) relist: Option<super::Relist>,
+    pub(super) relist: Option<Relist>,
     /// Whether this node's clock is close enough to ZooKeeper's to lead, as last measured.
-    pub(super) skew: Option<super::SkewVerdict>,
+    pub(super) skew: Option<SkewVerdict>,
     /// This node's clock offset from ZooKeeper's, as last measured (ms, positive = ahead).
     pub(super) offset_ms: Option<i64>,
     /// `ReleaseAll` was asked for: the node leads nothing from here on and never registers
@@ -42,9 +42,9 @@ pub(super) struct Life {
     /// `Close` was done: the session is closed and no new one is taken up.
     pub(super) closed: bool,
     /// A close asked for while history appends were in flight ([`Node::close_after_history`]).
-    pub(super) close_waiting: Option<super::ReqId>,
+    pub(super) close_waiting: Option<ReqId>,
     /// Leaving the cluster (`ReleaseAll`) in flight.
-    pub(super) release_all: Option<super::ReleaseAllJob>,
+    pub(super) release_all: Option<ReleaseAllJob>,
 }
 
 /// What this node's member record says about it, as last written: registering again is
