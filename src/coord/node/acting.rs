@@ -16,8 +16,9 @@
 
 use std::time::Duration;
 
+use super::Node;
 use super::io::{ZkFail, ZkOk, ZkOp};
-use super::{Node, Then};
+use super::then::LeaseStep;
 use crate::coord::lease::Acting;
 use crate::coord::rank::{self, Candidate};
 
@@ -114,7 +115,7 @@ impl Node {
         self.leases.probing.insert(member.clone(), self.io.now.mono);
         let path = self.paths.lease(task);
         let seen = self.io.now.mono;
-        self.call(ZkOp::Exists { path }, Then::Acting { member, seen });
+        self.call(ZkOp::Exists { path }, LeaseStep::Acting { member, seen });
         false
     }
 

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::tasks::Regain;
+use super::then::TaskStep;
 use super::{AfterEnsure, Node, Then, Timer};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
@@ -107,7 +108,7 @@ impl Node {
         let path = self.paths.record(&task);
         self.call(
             ZkOp::GetData { path },
-            Then::ReadRecord {
+            TaskStep::ReadRecord {
                 task,
                 after,
                 ensured: false,
@@ -122,7 +123,7 @@ impl Node {
         let path = self.paths.record(&task);
         self.call(
             ZkOp::GetData { path },
-            Then::ReadRecord {
+            TaskStep::ReadRecord {
                 task,
                 after,
                 ensured: true,
@@ -271,7 +272,7 @@ impl Node {
                     let path = self.paths.result(&job.task);
                     self.call(
                         ZkOp::GetData { path },
-                        Then::RerunResult {
+                        TaskStep::RerunResult {
                             job,
                             record,
                             version,
@@ -318,7 +319,7 @@ impl Node {
         let sent = self.io.now.wall;
         self.call(
             ZkOp::Multi(ops),
-            Then::ClaimMulti {
+            TaskStep::ClaimMulti {
                 job,
                 new,
                 run_path,
@@ -411,7 +412,7 @@ impl Node {
                 // The lease or the epoch is not what this node took: lost, or changed under
                 // it. Ask whose the lease is.
                 let path = self.paths.lease(&job.task);
-                self.call(ZkOp::Exists { path }, Then::ClaimLeaseCheck { job });
+                self.call(ZkOp::Exists { path }, TaskStep::ClaimLeaseCheck { job });
             }
             Err(ZkFail::Multi { index, error }) => {
                 self.report(Level::Debug, "claim conflicted; re-reading the record")
@@ -427,7 +428,7 @@ impl Node {
                 if index == run_index && *error == ZkFail::NodeExists && job.conflicts == 0 {
                     // A run znode of a tick nobody claimed yet: whose is it?
                     job.conflicts += 1;
-                    self.call(ZkOp::Exists { path: run_path }, Then::RunBlocks { job });
+                    self.call(ZkOp::Exists { path: run_path }, TaskStep::RunBlocks { job });
                     return;
                 }
                 job.conflicts += 1;
@@ -566,7 +567,7 @@ impl Node {
             return self.abort_read(AfterRead::Resolve(job));
         }
         let path = self.paths.record(&job.claim.task);
-        self.call(ZkOp::Sync { path }, Then::ResolveSync);
+        self.call(ZkOp::Sync { path }, TaskStep::ResolveSync);
         let task = job.claim.task.clone();
         self.read_record(task, AfterRead::Resolve(job));
     }
@@ -658,7 +659,7 @@ impl Node {
         let path = self.paths.result(&task);
         self.call(
             ZkOp::GetData { path },
-            Then::OrphanResult { req, task, record },
+            TaskStep::OrphanResult { req, task, record },
         );
     }
 
@@ -676,7 +677,7 @@ impl Node {
                 let result = stored.map(|r| r.tick);
                 self.call(
                     ZkOp::Exists { path },
-                    Then::OrphanRun {
+                    TaskStep::OrphanRun {
                         req,
                         record,
                         result,

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::Node;
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
-use super::{Node, Then};
+use super::then::MemberStep;
 use crate::coord::records::FireRecord;
 
 /// Clock skew above this is logged as a warning.
@@ -141,7 +142,7 @@ impl Node {
                 data,
                 version: None,
             },
-            Then::Probe {
+            MemberStep::Probe {
                 sent,
                 create: false,
                 setup,
@@ -173,7 +174,7 @@ impl Node {
                         mode: CreateMode::Persistent,
                         acl: self.cfg.acl,
                     },
-                    Then::Probe {
+                    MemberStep::Probe {
                         sent,
                         create: true,
                         setup,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::then::{MemberStep, TaskStep};
 use super::{Node, Then};
 use crate::coord::ClaimIntent;
 use crate::coord::lease::{self, Member, TaskEntry, TaskSet};
@@ -396,7 +397,7 @@ impl Node {
             path: path.clone(),
             version: None,
         };
-        self.call(zk, Then::WithheldRun { path });
+        self.call(zk, TaskStep::WithheldRun { path });
     }
 
     /// Sends again the deletes of withheld runs not confirmed (on reconnecting within the
@@ -434,7 +435,10 @@ impl Node {
             if kind == WatchKind::Deleted {
                 self.report(Level::Warn, format!("{path} was deleted; recreating it"));
                 for path in self.control_dirs() {
-                    self.call(self.create_dir(path.clone()), Then::RecreateDir { path });
+                    self.call(
+                        self.create_dir(path.clone()),
+                        MemberStep::RecreateDir { path },
+                    );
                 }
             }
             return true;

@@ -13,10 +13,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::Node;
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::tasks::Lease;
-use super::{Node, Then};
+use super::then::LeaseStep;
 use crate::coord::records::{LeaseRecord, is_path_name};
 
 /// How long an ephemeral lease of a session that is no member's is left alone before it is
@@ -183,7 +184,10 @@ impl Node {
             // Its data too: a zkcron lease names its node, whose absence its deletion proves.
             let path = self.paths.lease(&task);
             let epoch = EpochRead::Unread;
-            self.call(ZkOp::GetData { path }, Then::LeaseOwner { task, epoch });
+            self.call(
+                ZkOp::GetData { path },
+                LeaseStep::LeaseOwner { task, epoch },
+            );
         }
     }
 
@@ -202,7 +206,7 @@ impl Node {
             Err(ZkFail::NoAuth) => {
                 // Unreadable to this node (a stranger's ACL): its owner is what is checked.
                 self.view.trust.checking(&task);
-                self.call(ZkOp::Exists { path }, Then::LeaseOwner { task, epoch });
+                self.call(ZkOp::Exists { path }, LeaseStep::LeaseOwner { task, epoch });
                 return;
             }
             Ok(ZkOk::Exists(None)) | Err(ZkFail::NoNode) => {
@@ -270,7 +274,7 @@ impl Node {
     /// Reads the epoch of `task` before reading again its lease, which is to be deleted.
     pub(super) fn heal_read_epoch(&mut self, task: String) {
         let path = self.paths.epoch(&task);
-        self.call(ZkOp::Exists { path }, Then::LeaseOwnerEpoch { task });
+        self.call(ZkOp::Exists { path }, LeaseStep::LeaseOwnerEpoch { task });
     }
 
     /// The epoch read before a lease to be deleted: the lease is read again (with its data:
@@ -288,7 +292,10 @@ impl Node {
             Ok(_) | Err(_) => return self.heal_failed(task),
         };
         let path = self.paths.lease(&task);
-        self.call(ZkOp::GetData { path }, Then::LeaseOwner { task, epoch });
+        self.call(
+            ZkOp::GetData { path },
+            LeaseStep::LeaseOwner { task, epoch },
+        );
     }
 
     /// Checking a lease to be deleted failed: checked again soon.
@@ -345,7 +352,7 @@ impl Node {
             ZkOp::Multi(ops) => ops.len() - 1,
             _ => 0,
         };
-        let then = Then::HealLease {
+        let then = LeaseStep::HealLease {
             task,
             foreign,
             lease_at,

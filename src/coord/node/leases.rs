@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::tasks::{Lease, Regain};
+use super::then::{LeaseStep, MemberStep};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, LeaseRecord};
@@ -196,7 +197,7 @@ impl Node {
                 version: None,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::Take(job));
+        self.call(ZkOp::Multi(ops), LeaseStep::Take(job));
     }
 
     pub(super) fn on_take(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
@@ -214,7 +215,7 @@ impl Node {
                 // Held by someone, perhaps by this very session (a take whose answer was
                 // lost): ask the server whose it is.
                 let path = self.paths.lease(&job.task);
-                self.call(ZkOp::Exists { path }, Then::TakeOwner(job));
+                self.call(ZkOp::Exists { path }, LeaseStep::TakeOwner(job));
             }
             Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
                 // leases/ was deleted.
@@ -266,7 +267,7 @@ impl Node {
                 acl: self.cfg.acl,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::TakeFresh(job));
+        self.call(ZkOp::Multi(ops), LeaseStep::TakeFresh(job));
     }
 
     pub(super) fn on_take_fresh(&mut self, job: TakeJob, result: Result<ZkOk, ZkFail>) {
@@ -295,7 +296,7 @@ impl Node {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 // Ours: nobody could have bumped the epoch since.
                 let path = self.paths.epoch(&task);
-                self.call(ZkOp::Exists { path }, Then::TakeEpoch(job));
+                self.call(ZkOp::Exists { path }, LeaseStep::TakeEpoch(job));
             }
             Ok(ZkOk::Exists(Some(_))) => {
                 self.lease_seen(&task, true);
@@ -434,7 +435,7 @@ impl Node {
                 version: None,
             },
         ];
-        self.call(ZkOp::Multi(ops), Then::Released { task });
+        self.call(ZkOp::Multi(ops), LeaseStep::Released { task });
     }
 
     pub(super) fn on_released(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -453,7 +454,7 @@ impl Node {
                 // incarnation: the epoch read first, then the lease checked, then deleted if
                 // the epoch is still as read (see `give_up_read_epoch`).
                 let path = self.paths.epoch(&task);
-                self.call(ZkOp::Exists { path }, Then::ReleaseEpoch { task });
+                self.call(ZkOp::Exists { path }, LeaseStep::ReleaseEpoch { task });
                 return;
             }
             Err(error) => {
@@ -484,7 +485,10 @@ impl Node {
             }
         };
         let path = self.paths.lease(&task);
-        self.call(ZkOp::Exists { path }, Then::ReleaseCheck { task, epoch });
+        self.call(
+            ZkOp::Exists { path },
+            LeaseStep::ReleaseCheck { task, epoch },
+        );
     }
 
     pub(super) fn on_release_check(
@@ -498,7 +502,7 @@ impl Node {
             && self.tasks.held(&task).is_none()
         {
             let op = self.delete_lease_as_read(&task, stat.version, epoch);
-            self.call(op, Then::Released { task });
+            self.call(op, LeaseStep::Released { task });
             return;
         }
         if result.is_err() {
@@ -532,7 +536,7 @@ impl Node {
                     .insert(task.clone(), self.io.now.mono);
                 if self.tasks.held(&task).is_some() {
                     let path = self.paths.lease(&task);
-                    self.call(ZkOp::Exists { path }, Then::LeaseCheck { task });
+                    self.call(ZkOp::Exists { path }, LeaseStep::LeaseCheck { task });
                     return;
                 }
             }
@@ -612,7 +616,7 @@ impl Node {
     /// node took after a stranger deleted this one: simulation seed 3437 with drains.)
     fn give_up_read_epoch(&mut self, task: String) {
         let path = self.paths.epoch(&task);
-        self.call(ZkOp::Exists { path }, Then::GiveUpEpoch { task });
+        self.call(ZkOp::Exists { path }, LeaseStep::GiveUpEpoch { task });
     }
 
     pub(super) fn on_give_up_epoch(&mut self, task: String, result: Result<ZkOk, ZkFail>) {
@@ -635,7 +639,10 @@ impl Node {
             }
         };
         let path = self.paths.lease(&task);
-        self.call(ZkOp::Exists { path }, Then::GiveUpCheck { task, epoch });
+        self.call(
+            ZkOp::Exists { path },
+            LeaseStep::GiveUpCheck { task, epoch },
+        );
     }
 
     pub(super) fn on_give_up_check(
@@ -647,7 +654,7 @@ impl Node {
         match result {
             Ok(ZkOk::Exists(Some(stat))) if Some(stat.ephemeral_owner) == self.my_session() => {
                 let op = self.delete_lease_as_read(&task, stat.version, epoch);
-                self.call(op, Then::GiveUp { task });
+                self.call(op, LeaseStep::GiveUp { task });
             }
             _ => {
                 if result.is_err() {
@@ -734,9 +741,9 @@ impl Node {
                 mode: CreateMode::Persistent,
                 acl: self.cfg.acl,
             },
-            Then::EnsureRecord { task: task.clone() },
+            MemberStep::EnsureRecord { task: task.clone() },
         );
-        self.call(self.create_dir(epoch), Then::Ensured { task, after });
+        self.call(self.create_dir(epoch), MemberStep::Ensured { task, after });
     }
 
     pub(super) fn on_ensure_record(&mut self, task: String, result: Result<ZkOk, ZkFail>) {

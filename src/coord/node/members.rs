@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
-use super::{AfterRecreate, MemberInfo, Node, TaskSet, TaskSetRef, Then};
+use super::then::MemberStep;
+use super::{AfterRecreate, MemberInfo, Node, TaskSet, TaskSetRef};
 use crate::coord::records::{MemberRecord, TaskSetRecord, Unranked, decode_taskset};
 
 /// The cluster as this node sees it: members, their sessions and task sets, which leases
@@ -105,11 +106,11 @@ impl Node {
             ..Relist::default()
         });
         let members = self.paths.members();
-        self.call(ZkOp::GetChildren { path: members }, Then::ListMembers);
+        self.call(ZkOp::GetChildren { path: members }, MemberStep::ListMembers);
         let leases = self.paths.leases();
-        self.call(ZkOp::GetChildren { path: leases }, Then::ListLeases);
+        self.call(ZkOp::GetChildren { path: leases }, MemberStep::ListLeases);
         let records = self.paths.tasks();
-        self.call(ZkOp::GetChildren { path: records }, Then::ListRecords);
+        self.call(ZkOp::GetChildren { path: records }, MemberStep::ListRecords);
         // The operator's marks too: a persistent watch reports nothing of a disconnection.
         let reads = self.read_control(super::control::Phase::Relist);
         self.relist_more(reads);
@@ -184,7 +185,7 @@ impl Node {
                     let path = self.paths.lease(&task);
                     self.call(
                         ZkOp::Exists { path },
-                        Then::RelistLeaseOwner { task, epoch },
+                        MemberStep::RelistLeaseOwner { task, epoch },
                     );
                 }
                 self.relist_step();
@@ -345,7 +346,7 @@ impl Node {
 
     pub(super) fn read_member(&mut self, id: String, read: MemberRead) {
         let path = self.paths.member(&id);
-        self.call(ZkOp::GetData { path }, Then::ReadMember { id, read });
+        self.call(ZkOp::GetData { path }, MemberStep::ReadMember { id, read });
     }
 
     pub(super) fn on_read_member(
@@ -409,7 +410,7 @@ impl Node {
                 let path = self.paths.chunk(&digest, index);
                 self.call(
                     ZkOp::GetData { path },
-                    Then::ReadChunk {
+                    MemberStep::ReadChunk {
                         digest: digest.clone(),
                         index,
                     },

@@ -473,7 +473,8 @@ impl Node {
         }
     }
 
-    fn call(&mut self, zk: ZkOp, then: Then) -> OpId {
+    fn call(&mut self, zk: ZkOp, then: impl Into<Then>) -> OpId {
+        let then = then.into();
         let op = self.io.next_op;
         self.io.next_op += 1;
         self.io.pending.insert(

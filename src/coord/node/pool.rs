@@ -18,7 +18,8 @@ use chrono::{DateTime, Utc};
 
 use super::claim::ClaimKind;
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
-use super::{Node, TaskJob, Then};
+use super::then::{PoolStep, TaskStep};
+use super::{Node, TaskJob};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
@@ -178,7 +179,7 @@ impl Node {
         job.outstanding = missing.len();
         for unit in missing {
             let path = self.paths.record(&unit);
-            self.call(ZkOp::GetData { path }, Then::PoolRecord { req, unit });
+            self.call(ZkOp::GetData { path }, PoolStep::PoolRecord { req, unit });
         }
         self.pool_read_done(req);
     }
@@ -320,7 +321,7 @@ impl Node {
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
         let sent = self.io.now.wall;
-        self.call(ZkOp::Multi(ops), Then::PoolMulti { job, parts, sent });
+        self.call(ZkOp::Multi(ops), PoolStep::PoolMulti { job, parts, sent });
     }
 
     /// The daemon reads a pooled task's fire record over `units`: its plan covers them in
@@ -580,7 +581,7 @@ impl Node {
         }
         let units: Vec<String> = parts.iter().map(|p| p.unit.clone()).collect();
         let path = self.paths.record(&units[0]);
-        self.call(ZkOp::Sync { path }, Then::ResolveSync);
+        self.call(ZkOp::Sync { path }, TaskStep::ResolveSync);
         let req = job.req;
         let ask = PoolAsk::Resolve { tick, parts, why };
         self.pool.jobs.insert(req, PoolJob { ask, ..job });

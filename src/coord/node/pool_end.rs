@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::mark::{PauseNote, PauseStored};
+use super::then::PoolStep;
 use super::{Node, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, lease, record};
@@ -105,7 +106,10 @@ impl Node {
         self.pool.ends.insert(req, end);
         for unit in missing {
             let path = self.paths.result(&unit);
-            self.call(ZkOp::GetData { path }, Then::PoolResultRead { req, unit });
+            self.call(
+                ZkOp::GetData { path },
+                PoolStep::PoolResultRead { req, unit },
+            );
         }
         self.pool_end_read(req);
     }
@@ -183,7 +187,10 @@ impl Node {
         if ops.is_empty() {
             return self.pool_end_done(end);
         }
-        self.call(ZkOp::Multi(ops.clone()), Then::PoolResultWrite { end, ops });
+        self.call(
+            ZkOp::Multi(ops.clone()),
+            PoolStep::PoolResultWrite { end, ops },
+        );
     }
 
     pub(super) fn on_pool_result_write(

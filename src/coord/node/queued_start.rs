@@ -25,7 +25,8 @@ use chrono::{DateTime, Utc};
 use super::claim::ClaimJob;
 use super::io::{ZkFail, ZkOk, ZkOp};
 use super::runs::RunEndedJob;
-use super::{Node, Then, Timer};
+use super::then::TaskStep;
+use super::{Node, Timer};
 use crate::coord::records::FireRecord;
 use crate::coord::{ClaimIntent, CoordError};
 
@@ -136,7 +137,7 @@ impl Node {
             run_path,
             sent: self.io.now.wall,
         };
-        self.call(ZkOp::Multi(ops), Then::ResultAndClaim(Box::new(write)));
+        self.call(ZkOp::Multi(ops), TaskStep::ResultAndClaim(Box::new(write)));
         None
     }
 

@@ -6,6 +6,7 @@
 //! (its own claim applied, claim again, or refused).
 
 use super::io::{Stat, ZkFail, ZkOk, ZkOp};
+use super::then::{PoolStep, TaskStep};
 use super::{Node, Then};
 
 /// What the reply to a request's claim says.
@@ -75,7 +76,7 @@ impl Node {
     /// scheduled claim comes to (a chained child without a schedule) is refused for ever.
     pub(super) fn check_refused_lease(&mut self, unit: String) {
         let path = self.paths.lease(&unit);
-        self.call(ZkOp::Exists { path }, Then::RefusedLeaseCheck { unit });
+        self.call(ZkOp::Exists { path }, PoolStep::RefusedLeaseCheck { unit });
     }
 
     pub(super) fn on_refused_lease_check(&mut self, unit: String, result: Result<ZkOk, ZkFail>) {
@@ -88,7 +89,7 @@ impl Node {
         if self.life.session.is_none() {
             return false;
         }
-        self.call(ZkOp::Sync { path: path.clone() }, Then::ResolveSync);
+        self.call(ZkOp::Sync { path: path.clone() }, TaskStep::ResolveSync);
         self.call(ZkOp::GetData { path }, then);
         true
     }

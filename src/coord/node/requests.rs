@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::claim::{self, AfterRead, ClaimJob};
 use super::io::{Answered, ReqId, Request};
+use super::then::{MemberStep, PoolStep, TaskStep};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
@@ -185,11 +186,39 @@ impl Node {
     /// Answers (or drops) what a call in flight continued with, its session gone.
     fn abort_call(&mut self, then: Then) {
         match then {
-            Then::ReadRecord { after, .. } => self.abort_read(after),
-            Then::ClaimMulti { job, .. }
-            | Then::ClaimLeaseCheck { job }
-            | Then::RunBlocks { job }
-            | Then::RerunResult { job, .. } => {
+            Then::Task(step) => self.abort_task_step(step),
+            Then::Member(
+                MemberStep::Ensured {
+                    after: AfterEnsure::Read(after),
+                    ..
+                }
+                | MemberStep::Recreated {
+                    after:
+                        AfterRecreate::Ensure {
+                            after: AfterEnsure::Read(after),
+                            ..
+                        },
+                },
+            ) => self.abort_read(*after),
+            Then::Trigger(step) => self.abort_trigger(step),
+            Then::Backfill(step) => self.abort_backfill(step),
+            Then::History(step) => self.abort_history(step),
+            Then::Pool(PoolStep::PoolRecord { req, .. }) => self.abort_pool(req),
+            Then::Pool(PoolStep::PoolMulti { job, .. }) => self.abort_pool_multi(job),
+            Then::Pool(PoolStep::PoolResultRead { req, .. }) => self.abort_pool_end(req),
+            Then::Pool(PoolStep::PoolResultWrite { end, .. }) => self.abort_pool_write(end),
+            _ => {}
+        }
+    }
+
+    /// [`Node::abort_call`] of a claim's, a run's or a result's call.
+    fn abort_task_step(&mut self, step: TaskStep) {
+        match step {
+            TaskStep::ReadRecord { after, .. } => self.abort_read(after),
+            TaskStep::ClaimMulti { job, .. }
+            | TaskStep::ClaimLeaseCheck { job }
+            | TaskStep::RunBlocks { job }
+            | TaskStep::RerunResult { job, .. } => {
                 self.finish_claim(
                     job,
                     Err(CoordError::SessionEnded {
@@ -197,54 +226,37 @@ impl Node {
                     }),
                 );
             }
-            Then::Ensured {
-                after: AfterEnsure::Read(after),
-                ..
-            }
-            | Then::Recreated {
-                after:
-                    AfterRecreate::Ensure {
-                        after: AfterEnsure::Read(after),
-                        ..
-                    },
-            } => self.abort_read(*after),
-            Then::OrphanResult { req, .. } | Then::OrphanRun { req, .. } => self.answer(
+            TaskStep::OrphanResult { req, .. } | TaskStep::OrphanRun { req, .. } => self.answer(
                 req,
                 Err(CoordError::SessionEnded {
                     context: "checking for a lost run",
                 }),
             ),
-            Then::RunOwner { req, .. } | Then::RunClaimer { req, .. }
+            TaskStep::RunOwner { req, .. } | TaskStep::RunClaimer { req, .. }
                 if self.runs.runs_counts.remove(&req).is_none() => {}
-            Then::RunsList { req, .. }
-            | Then::RunOwner { req, .. }
-            | Then::RunClaimer { req, .. } => self.answer(
+            TaskStep::RunsList { req, .. }
+            | TaskStep::RunOwner { req, .. }
+            | TaskStep::RunClaimer { req, .. } => self.answer(
                 req,
                 Err(CoordError::SessionEnded {
                     context: "listing live runs",
                 }),
             ),
-            Then::LastResult { req } => self.answer(
+            TaskStep::LastResult { req } => self.answer(
                 req,
                 Err(CoordError::SessionEnded {
                     context: "reading the last result",
                 }),
             ),
-            Then::ResultRead { job } | Then::ResultWrite { job, .. } => self.run_ended_failed(
-                job,
-                CoordError::SessionEnded {
-                    context: "recording the run result",
-                },
-            ),
-            Then::ResultAndClaim(write) => self.abort_result_and_claim(*write),
-            Then::ReleaseBatch { .. } | Then::ReleaseOne => self.release_call_done(),
-            Then::Trigger(step) => self.abort_trigger(step),
-            Then::Backfill(step) => self.abort_backfill(step),
-            Then::History(step) => self.abort_history(step),
-            Then::PoolRecord { req, .. } => self.abort_pool(req),
-            Then::PoolMulti { job, .. } => self.abort_pool_multi(job),
-            Then::PoolResultRead { req, .. } => self.abort_pool_end(req),
-            Then::PoolResultWrite { end, .. } => self.abort_pool_write(end),
+            TaskStep::ResultRead { job } | TaskStep::ResultWrite { job, .. } => self
+                .run_ended_failed(
+                    job,
+                    CoordError::SessionEnded {
+                        context: "recording the run result",
+                    },
+                ),
+            TaskStep::ResultAndClaim(write) => self.abort_result_and_claim(*write),
+            TaskStep::ReleaseBatch { .. } | TaskStep::ReleaseOne => self.release_call_done(),
             _ => {}
         }
     }

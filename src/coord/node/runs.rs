@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::mark::{PauseNote, PauseStored};
 use super::report::foreign_owner;
+use super::then::TaskStep;
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};
@@ -124,7 +125,7 @@ impl Node {
         let path = self.paths.record(&task);
         self.call(
             ZkOp::GetChildren { path },
-            Then::RunsList {
+            TaskStep::RunsList {
                 req,
                 task,
                 incarnation,
@@ -184,7 +185,7 @@ impl Node {
         for path in foreign {
             self.call(
                 ZkOp::Exists { path: path.clone() },
-                Then::RunOwner { req, path },
+                TaskStep::RunOwner { req, path },
             );
         }
     }
@@ -203,7 +204,7 @@ impl Node {
                 let stat = *stat;
                 self.call(
                     ZkOp::GetData { path: path_read },
-                    Then::RunClaimer { req, path, stat },
+                    TaskStep::RunClaimer { req, path, stat },
                 );
                 return;
             }
@@ -332,7 +333,7 @@ impl Node {
             );
         }
         let path = self.paths.result(&task);
-        self.call(ZkOp::GetData { path }, Then::LastResult { req });
+        self.call(ZkOp::GetData { path }, TaskStep::LastResult { req });
     }
 
     pub(super) fn on_last_result(&mut self, req: ReqId, result: Result<ZkOk, ZkFail>) {
@@ -402,7 +403,7 @@ impl Node {
             return self.send_result(job);
         }
         let path = self.paths.result(&job.task);
-        self.call(ZkOp::GetData { path }, Then::ResultRead { job });
+        self.call(ZkOp::GetData { path }, TaskStep::ResultRead { job });
     }
 
     /// Sets the stored result `job` writes over from the task's state, if this node knows it.
@@ -442,7 +443,7 @@ impl Node {
         };
         self.call(
             ZkOp::Multi(ops),
-            Then::ResultWrite {
+            TaskStep::ResultWrite {
                 job,
                 run_live,
                 newer,
@@ -714,7 +715,7 @@ impl Node {
             let ops = batch.iter().flatten().cloned().collect();
             self.call(
                 ZkOp::Multi(ops),
-                Then::ReleaseBatch {
+                TaskStep::ReleaseBatch {
                     batch: batch.to_vec(),
                 },
             );
@@ -733,7 +734,7 @@ impl Node {
                 job.outstanding += batch.len();
             }
             for group in batch {
-                self.call(ZkOp::Multi(group), Then::ReleaseOne);
+                self.call(ZkOp::Multi(group), TaskStep::ReleaseOne);
             }
         }
         self.release_call_done();

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::members::MemberRead;
+use super::then::MemberStep;
 use super::{AfterRecreate, Node, ReleaseAllJob, Relist, ReqId, Session, SkewVerdict, Then, Timer};
 use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
@@ -276,7 +277,7 @@ impl Node {
             session.setup_outstanding = Some(steps.len() + 1);
         }
         for op in steps {
-            self.call(op, Then::SetupStep);
+            self.call(op, MemberStep::SetupStep);
         }
         // The operator's marks, before registering: a drained node never leads in between.
         let reads = self.read_control(super::control::Phase::Setup);
@@ -416,7 +417,7 @@ impl Node {
                     mode: CreateMode::Persistent,
                     acl: self.cfg.acl,
                 },
-                Then::Chunk,
+                MemberStep::Chunk,
             );
         }
         self.view.tasksets.insert(reference.digest.clone(), set);
@@ -453,7 +454,7 @@ impl Node {
                 mode: CreateMode::Ephemeral,
                 acl: self.cfg.acl,
             },
-            Then::MemberCreate { sent },
+            MemberStep::MemberCreate { sent },
         );
     }
 
@@ -481,7 +482,7 @@ impl Node {
             Ok(_) => self.registered(),
             Err(ZkFail::NodeExists) => {
                 let path = self.paths.member(&self.cfg.id);
-                self.call(ZkOp::GetData { path }, Then::MemberCheck);
+                self.call(ZkOp::GetData { path }, MemberStep::MemberCheck);
             }
             Err(ZkFail::NoNode) => {
                 // members/ was deleted: recreate the tree, then register.
@@ -507,7 +508,7 @@ impl Node {
                         data,
                         version: None,
                     },
-                    Then::MemberSet { sent },
+                    MemberStep::MemberSet { sent },
                 );
             }
             Ok(_) => {
@@ -672,10 +673,10 @@ impl Node {
         for (index, path) in tree.into_iter().enumerate() {
             let op = self.create_dir(path.clone());
             if index == last {
-                self.call(op, Then::Recreated { after });
+                self.call(op, MemberStep::Recreated { after });
                 return;
             }
-            self.call(op, Then::RecreateDir { path });
+            self.call(op, MemberStep::RecreateDir { path });
         }
     }
 

@@ -20,8 +20,35 @@ pub(super) enum Then {
     /// Nothing: a call whose outcome changes nothing (a give-back after stopping, a trigger
     /// setup call, deleting a foreign run znode).
     Ignore,
-    /// The delete of a withheld run's znode ([`Node::withheld_runs`]).
-    WithheldRun { path: String },
+    /// A step of the task-set collection.
+    Gc(gc::GcStep),
+    /// A read of the operator's marks.
+    Control {
+        read: control::ControlRead,
+        phase: control::Phase,
+    },
+    /// A step of a manual run's trigger.
+    Trigger(trigger::Step),
+    /// A step of a backfill request.
+    Backfill(backfill::Step),
+    /// A step of appending to a task's history.
+    History(history::Step),
+    /// Setup, registration, the member and lease listings and the tree: `session.rs`,
+    /// `members.rs`, `clock.rs`.
+    Member(MemberStep),
+    /// Takes, releases, give-ups and the checks of others' leases: `leases.rs`, `acting.rs`,
+    /// `foreign.rs`.
+    Lease(LeaseStep),
+    /// Claims, runs, results and leaving the cluster: `claim.rs`, `runs.rs`, `queued_start.rs`.
+    Task(TaskStep),
+    /// Pooled tasks' reads, claims and ends: `pool.rs`, `pool_end.rs`, `request_claim.rs`.
+    Pool(PoolStep),
+}
+
+/// The continuations of the part of setup, registration, the member and lease listings and the tree: `session.rs`,
+/// `members.rs`, `clock.rs`.
+#[derive(Debug)]
+pub(super) enum MemberStep {
     /// One of the session's setup calls (tree, watches, marks): counted until all answered.
     SetupStep,
     /// A write of the `clock` znode, whose mtime measures this node's clock skew.
@@ -71,6 +98,18 @@ pub(super) enum Then {
     EnsureRecord { task: String },
     /// Creating a task's epoch if absent: then what needed the task's znodes.
     Ensured { task: String, after: AfterEnsure },
+}
+
+impl From<MemberStep> for Then {
+    fn from(step: MemberStep) -> Then {
+        Then::Member(step)
+    }
+}
+
+/// The continuations of the part of takes, releases, give-ups and the checks of others' leases: `leases.rs`, `acting.rs`,
+/// `foreign.rs`.
+#[derive(Debug)]
+pub(super) enum LeaseStep {
     /// A take: creating the ephemeral lease and bumping the epoch in one multi.
     Take(TakeJob),
     /// The first take of a task: its fire record, its epoch and the lease in one multi.
@@ -115,6 +154,19 @@ pub(super) enum Then {
     GiveUpEpoch { task: String },
     /// Checking that the lease to give up is still this session's (then deleted at `epoch`).
     GiveUpCheck { task: String, epoch: Option<i32> },
+}
+
+impl From<LeaseStep> for Then {
+    fn from(step: LeaseStep) -> Then {
+        Then::Lease(step)
+    }
+}
+
+/// The continuations of the part of claims, runs, results and leaving the cluster: `claim.rs`, `runs.rs`, `queued_start.rs`.
+#[derive(Debug)]
+pub(super) enum TaskStep {
+    /// The delete of a withheld run's znode ([`Node::withheld_runs`]).
+    WithheldRun { path: String },
     /// Reading a task's fire record: then what the read is for.
     ReadRecord {
         task: String,
@@ -192,19 +244,17 @@ pub(super) enum Then {
     ReleaseBatch { batch: Vec<Vec<ZkOp>> },
     /// One lease released alone after its batch failed.
     ReleaseOne,
-    /// A step of the task-set collection.
-    Gc(gc::GcStep),
-    /// A read of the operator's marks.
-    Control {
-        read: control::ControlRead,
-        phase: control::Phase,
-    },
-    /// A step of a manual run's trigger.
-    Trigger(trigger::Step),
-    /// A step of a backfill request.
-    Backfill(backfill::Step),
-    /// A step of appending to a task's history.
-    History(history::Step),
+}
+
+impl From<TaskStep> for Then {
+    fn from(step: TaskStep) -> Then {
+        Then::Task(step)
+    }
+}
+
+/// The continuations of the part of pooled tasks' reads, claims and ends: `pool.rs`, `pool_end.rs`, `request_claim.rs`.
+#[derive(Debug)]
+pub(super) enum PoolStep {
     /// Reading one unit's fire record for a request on a pooled task.
     PoolRecord { req: ReqId, unit: String },
     /// A pooled task's claim: one multi-op over its units' parts.
@@ -224,6 +274,12 @@ pub(super) enum Then {
         end: pool_end::PoolEnd,
         ops: Vec<ZkOp>,
     },
+}
+
+impl From<PoolStep> for Then {
+    fn from(step: PoolStep) -> Then {
+        Then::Pool(step)
+    }
 }
 
 /// What to do once the tree is recreated.
@@ -257,169 +313,135 @@ impl Node {
             return;
         }
         match pending.then {
-            then @ (Then::Ignore
-            | Then::SetupStep
-            | Then::Probe { .. }
-            | Then::Chunk
-            | Then::MemberCreate { .. }
-            | Then::MemberCheck
-            | Then::MemberSet { .. }
-            | Then::ListMembers
-            | Then::ListLeases
-            | Then::ListRecords
-            | Then::RelistLeaseOwner { .. }
-            | Then::ReadMember { .. }
-            | Then::ReadChunk { .. }
-            | Then::RecreateDir { .. }
-            | Then::Recreated { .. }
-            | Then::EnsureRecord { .. }
-            | Then::Ensured { .. }) => self.on_membership_reply(then, result),
-            then @ (Then::Take(_)
-            | Then::TakeFresh(_)
-            | Then::TakeOwner(_)
-            | Then::TakeEpoch(_)
-            | Then::Released { .. }
-            | Then::ReleaseEpoch { .. }
-            | Then::ReleaseCheck { .. }
-            | Then::LeaseCheck { .. }
-            | Then::LeaseOwner { .. }
-            | Then::LeaseOwnerEpoch { .. }
-            | Then::Acting { .. }
-            | Then::HealLease { .. }
-            | Then::GiveUp { .. }
-            | Then::GiveUpEpoch { .. }
-            | Then::GiveUpCheck { .. }) => self.on_lease_reply(then, result),
+            Then::Ignore => {}
+            Then::Member(step) => self.on_member_reply(step, result),
+            Then::Lease(step) => self.on_lease_reply(step, result),
+            Then::Task(step) => self.on_task_reply(step, result),
+            Then::Pool(step) => self.on_pool_reply(step, result),
             Then::Gc(step) => self.on_gc(step, result, pending.sent),
             Then::Control { read, phase } => self.on_control(read, phase, result),
             Then::Trigger(step) => self.on_trigger_step(step, result),
             Then::Backfill(step) => self.on_backfill_step(step, result),
             Then::History(step) => self.on_history_step(step, result),
-            Then::WithheldRun { path } => self.on_withheld_run_deleted(path, result),
-            then @ (Then::PoolRecord { .. }
-            | Then::PoolMulti { .. }
-            | Then::RefusedLeaseCheck { .. }
-            | Then::PoolResultRead { .. }
-            | Then::PoolResultWrite { .. }) => self.on_pool_reply(then, result),
-            then => self.on_task_reply(then, result),
         }
     }
 
     /// The replies of setup, registration, the member and lease listings and the tree.
-    fn on_membership_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+    fn on_member_reply(&mut self, then: MemberStep, result: Result<ZkOk, ZkFail>) {
         match then {
-            Then::Ignore => {}
-            Then::SetupStep => self.on_setup_step(result),
-            Then::Probe {
+            MemberStep::SetupStep => self.on_setup_step(result),
+            MemberStep::Probe {
                 sent,
                 create,
                 setup,
             } => self.on_probe(result, sent, create, setup),
-            Then::Chunk => self.on_chunk(result),
-            Then::MemberCreate { sent } => self.on_member_create(result, sent),
-            Then::MemberCheck => self.on_member_check(result),
-            Then::MemberSet { sent } => self.on_member_set(result, sent),
-            Then::ListMembers => self.on_list_members(result),
-            Then::ListLeases => self.on_list_leases(result),
-            Then::ListRecords => self.on_list_records(result),
-            Then::RelistLeaseOwner { task, epoch } => {
+            MemberStep::Chunk => self.on_chunk(result),
+            MemberStep::MemberCreate { sent } => self.on_member_create(result, sent),
+            MemberStep::MemberCheck => self.on_member_check(result),
+            MemberStep::MemberSet { sent } => self.on_member_set(result, sent),
+            MemberStep::ListMembers => self.on_list_members(result),
+            MemberStep::ListLeases => self.on_list_leases(result),
+            MemberStep::ListRecords => self.on_list_records(result),
+            MemberStep::RelistLeaseOwner { task, epoch } => {
                 self.on_relist_lease_owner(task, epoch, result)
             }
-            Then::ReadMember { id, read } => self.on_read_member(id, read, result),
-            Then::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
-            Then::RecreateDir { path } => self.on_recreate_dir(path, result),
-            Then::Recreated { after } => self.on_recreated(after, result),
-            Then::EnsureRecord { task } => self.on_ensure_record(task, result),
-            Then::Ensured { task, after } => self.on_ensured(task, after, result),
-            other => unreachable!("not a membership reply: {other:?}"),
+            MemberStep::ReadMember { id, read } => self.on_read_member(id, read, result),
+            MemberStep::ReadChunk { digest, index } => self.on_read_chunk(digest, index, result),
+            MemberStep::RecreateDir { path } => self.on_recreate_dir(path, result),
+            MemberStep::Recreated { after } => self.on_recreated(after, result),
+            MemberStep::EnsureRecord { task } => self.on_ensure_record(task, result),
+            MemberStep::Ensured { task, after } => self.on_ensured(task, after, result),
         }
     }
 
     /// The replies of takes, releases, give-ups and the checks of others' leases.
-    fn on_lease_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+    fn on_lease_reply(&mut self, then: LeaseStep, result: Result<ZkOk, ZkFail>) {
         match then {
-            Then::Take(job) => self.on_take(job, result),
-            Then::TakeFresh(job) => self.on_take_fresh(job, result),
-            Then::TakeOwner(job) => self.on_take_owner(job, result),
-            Then::TakeEpoch(job) => self.on_take_epoch(job, result),
-            Then::Released { task } => self.on_released(task, result),
-            Then::ReleaseEpoch { task } => self.on_release_epoch(task, result),
-            Then::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),
-            Then::LeaseCheck { task } => self.on_lease_check(task, result),
-            Then::LeaseOwner { task, epoch } => self.on_lease_owner(task, epoch, result),
-            Then::LeaseOwnerEpoch { task } => self.on_lease_owner_epoch(task, result),
-            Then::Acting { member, seen } => self.on_acting(member, seen, result),
-            Then::HealLease {
+            LeaseStep::Take(job) => self.on_take(job, result),
+            LeaseStep::TakeFresh(job) => self.on_take_fresh(job, result),
+            LeaseStep::TakeOwner(job) => self.on_take_owner(job, result),
+            LeaseStep::TakeEpoch(job) => self.on_take_epoch(job, result),
+            LeaseStep::Released { task } => self.on_released(task, result),
+            LeaseStep::ReleaseEpoch { task } => self.on_release_epoch(task, result),
+            LeaseStep::ReleaseCheck { task, epoch } => self.on_release_check(task, epoch, result),
+            LeaseStep::LeaseCheck { task } => self.on_lease_check(task, result),
+            LeaseStep::LeaseOwner { task, epoch } => self.on_lease_owner(task, epoch, result),
+            LeaseStep::LeaseOwnerEpoch { task } => self.on_lease_owner_epoch(task, result),
+            LeaseStep::Acting { member, seen } => self.on_acting(member, seen, result),
+            LeaseStep::HealLease {
                 task,
                 foreign,
                 lease_at,
             } => self.on_heal_lease(task, foreign, lease_at, result),
-            Then::GiveUp { task } => self.on_give_up(task, result),
-            Then::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
-            Then::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
-            other => unreachable!("not a lease reply: {other:?}"),
+            LeaseStep::GiveUp { task } => self.on_give_up(task, result),
+            LeaseStep::GiveUpEpoch { task } => self.on_give_up_epoch(task, result),
+            LeaseStep::GiveUpCheck { task, epoch } => self.on_give_up_check(task, epoch, result),
         }
     }
 
     /// The replies of pooled tasks' reads, claims and ends.
-    fn on_pool_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+    fn on_pool_reply(&mut self, then: PoolStep, result: Result<ZkOk, ZkFail>) {
         match then {
-            Then::PoolRecord { req, unit } => self.on_pool_record(req, unit, result),
-            Then::PoolMulti { job, parts, sent } => self.on_pool_multi(job, parts, sent, result),
-            Then::RefusedLeaseCheck { unit } => self.on_refused_lease_check(unit, result),
-            Then::PoolResultRead { req, unit } => self.on_pool_result_read(req, unit, result),
-            Then::PoolResultWrite { end, ops } => self.on_pool_result_write(end, ops, result),
-            other => unreachable!("not a pool reply: {other:?}"),
+            PoolStep::PoolRecord { req, unit } => self.on_pool_record(req, unit, result),
+            PoolStep::PoolMulti { job, parts, sent } => {
+                self.on_pool_multi(job, parts, sent, result)
+            }
+            PoolStep::RefusedLeaseCheck { unit } => self.on_refused_lease_check(unit, result),
+            PoolStep::PoolResultRead { req, unit } => self.on_pool_result_read(req, unit, result),
+            PoolStep::PoolResultWrite { end, ops } => self.on_pool_result_write(end, ops, result),
         }
     }
 
     /// The replies of claims, runs, results and leaving the cluster.
-    fn on_task_reply(&mut self, then: Then, result: Result<ZkOk, ZkFail>) {
+    fn on_task_reply(&mut self, then: TaskStep, result: Result<ZkOk, ZkFail>) {
         match then {
-            Then::ReadRecord {
+            TaskStep::ReadRecord {
                 task,
                 after,
                 ensured,
             } => self.on_read_record(task, after, ensured, result),
-            Then::ClaimMulti {
+            TaskStep::ClaimMulti {
                 job,
                 new,
                 run_path,
                 sent,
             } => self.on_claim_multi(job, new, run_path, sent, result),
-            Then::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
-            Then::RunBlocks { job } => self.on_run_blocks(job, result),
-            Then::ResolveSync => {}
-            Then::OrphanResult { req, task, record } => {
+            TaskStep::ClaimLeaseCheck { job } => self.on_claim_lease_check(job, result),
+            TaskStep::RunBlocks { job } => self.on_run_blocks(job, result),
+            TaskStep::ResolveSync => {}
+            TaskStep::OrphanResult { req, task, record } => {
                 self.on_orphan_result(req, task, record, result)
             }
-            Then::OrphanRun {
+            TaskStep::OrphanRun {
                 req,
                 record,
                 result: stored,
             } => self.on_orphan_run(req, record, stored, result),
-            Then::RerunResult {
+            TaskStep::RerunResult {
                 job,
                 record,
                 version,
             } => self.on_rerun_result(job, record, version, result),
-            Then::RunsList {
+            TaskStep::RunsList {
                 req,
                 task,
                 incarnation,
             } => self.on_runs_list(req, task, incarnation, result),
-            Then::RunOwner { req, path } => self.on_run_owner(req, path, result),
-            Then::RunClaimer { req, path, stat } => self.on_run_claimer(req, path, stat, result),
-            Then::LastResult { req } => self.on_last_result(req, result),
-            Then::ResultRead { job } => self.on_result_read(job, result),
-            Then::ResultWrite {
+            TaskStep::RunOwner { req, path } => self.on_run_owner(req, path, result),
+            TaskStep::RunClaimer { req, path, stat } => {
+                self.on_run_claimer(req, path, stat, result)
+            }
+            TaskStep::LastResult { req } => self.on_last_result(req, result),
+            TaskStep::ResultRead { job } => self.on_result_read(job, result),
+            TaskStep::ResultWrite {
                 job,
                 run_live,
                 newer,
             } => self.on_result_write(job, run_live, newer, result),
-            Then::ResultAndClaim(write) => self.on_result_and_claim(*write, result),
-            Then::ReleaseBatch { batch } => self.on_release_batch(batch, result),
-            Then::ReleaseOne => self.on_release_one(),
-            other => unreachable!("not a task reply: {other:?}"),
+            TaskStep::ResultAndClaim(write) => self.on_result_and_claim(*write, result),
+            TaskStep::ReleaseBatch { batch } => self.on_release_batch(batch, result),
+            TaskStep::ReleaseOne => self.on_release_one(),
+            TaskStep::WithheldRun { path } => self.on_withheld_run_deleted(path, result),
         }
     }
 }
