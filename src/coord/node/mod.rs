@@ -12,8 +12,33 @@
 //! Drivers: `coord::zk` (zookeeper-client, tokio) and the simulation (`tests/sim`, virtual time
 //! over an in-memory ZooKeeper). See [`io`] for the seam.
 //!
+//! # The node's parts
+//! [`Node`] holds its configuration and nine parts, each a struct in the module whose methods
+//! change it (a reply reaches the part through its step of `then::Then`):
+//! - `io` (`calls::Io`): calls in flight and what their replies continue with, timers,
+//!   outputs not polled yet, the time of the input being handled.
+//! - `life` (`session::Life`): the session, registering as a member, the re-listing after
+//!   (re)connecting, the clock's skew, leaving (`ReleaseAll`, `Close`).
+//! - `view` (`members::View`): members, their sessions and task sets, which leases exist and
+//!   since when some are vacant, whom the node trusts.
+//! - `leases` (`leadership::Leases`): when to decide about leases, the ranks, the takes
+//!   waiting, the members seen acting, the leadership as last published.
+//! - `tasks` (`tasks::Tasks`): this node's own state per task or unit. A lease's life:
+//!   `Free` → a decision sends a take (`Taking`) → the take's multi-op creates the ephemeral
+//!   lease and bumps the task's epoch (`Held { epoch }`: claims are fenced on that epoch) →
+//!   released (no longer designated, drained, stopping) or lost (session ended, given up
+//!   because a stranger changed it) → `Free`. Only `leases.rs` changes it, through `Tasks`.
+//! - `runs` (`runs::Runs`): this session's live run znodes, the withheld ones, the counts
+//!   and waits on other nodes' runs.
+//! - `pool` (`pool::Pools`): pooled tasks' claims over their units, their ends, the orphan
+//!   checks, the units last published.
+//! - `requests` (`requests::Requests`): manual runs, chained runs and backfills as last read,
+//!   the manual claims on their way.
+//! - `control` (`control::Control`): the operator's drain and pause marks.
+//!
 //! # Files
 //! - `io`: the seam with the drivers: inputs, outputs, ZooKeeper operations, requests.
+//! - `calls`: the `io` part: calls in flight, timers, outputs.
 //! - `then`: what each call in flight continues with, and the dispatch of replies.
 //! - `session`: session states, setup, registration, watches, recreating the tree.
 //! - `members`: the member view: listing members and leases, member records, task sets.
