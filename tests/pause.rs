@@ -274,3 +274,70 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     });
     assert!(task(&status, "steady").get("pause").is_none(), "{status:#}");
 }
+
+#[test]
+fn a_failed_manual_run_of_a_task_already_paused_keeps_the_operators_pause_on_zookeeper() {
+    // Given one node and a task with pause_on_failure that an operator paused with a reason
+    // (its schedule never comes: only the manual run below runs).
+    let mut cluster = Cluster::on(TestServer::shared(), CLUSTER);
+    let fires = cluster.fires_path();
+    let task_file = format!(
+        "schedule = \"0 0 1 1 *\"\n\
+         command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE\" >> {fires}; exit 3']\n\
+         pause_on_failure = true\n",
+        fires = fires.display()
+    );
+    cluster.write_task("flaky", &task_file);
+    let node = ClusterNode {
+        release: Some("1.0.0".into()),
+        ..cluster.new_node("a")
+    };
+    cluster.start(node);
+    let connect = cluster.connect.clone();
+    let cli = |args: &[&str]| {
+        common::zkcron()
+            .args(args)
+            .args(["--zookeeper", &connect, "--cluster", CLUSTER])
+            .stdin(Stdio::null())
+            .output()
+            .expect("zkcron runs")
+    };
+    wait_status("flaky led", cli, |s| task(s, "flaky")["leader"].is_string());
+    let out = cli(&["pause", "flaky", "--reason", "maintenance window"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // When a manual run of it (which runs though the task is paused) fails: its end's write
+    // finds the mark there and is sent again checking that the mark is still there, which
+    // ZooKeeper's check at any version (-1) must accept.
+    let out = cli(&["trigger", "flaky", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("(exit code 3, 1 attempt(s))"),
+        "{}",
+        stdout(&out)
+    );
+    cluster.nodes["a"].wait_for_log("task already paused; its failed run changes nothing", LIMIT);
+
+    // Then the run's end is stored and the operator's pause stays as it was.
+    let history: Value =
+        serde_json::from_slice(&cli(&["history", "flaky", "--json"]).stdout).expect("json");
+    let runs = history.as_array().expect("an array of runs");
+    assert!(
+        runs.iter()
+            .any(|run| run["exit_code"] == 3 && run["trigger"] == "manual"),
+        "{history:#}"
+    );
+    let status = wait_status("flaky still paused", cli, |s| {
+        task(s, "flaky")["paused"] == true
+    });
+    assert_eq!(
+        task(&status, "flaky")["pause"]["reason"],
+        "maintenance window"
+    );
+}
