@@ -87,37 +87,6 @@ impl Backfills for Cluster {
     }
 }
 
-/// What `zkcron backfill --cancel` said the request had done: the ticks that ended, and whether
-/// one was running (it finishes).
-fn cancelled_after(said: &str) -> (usize, bool) {
-    let after = said
-        .split(" cancelled after ")
-        .nth(1)
-        .expect("cancelled after");
-    let finished = after.split(' ').next().unwrap().parse().expect("a count");
-    (finished, said.contains("; the run of "))
-}
-
-/// Asserts that the jobs that started (`starts`, in order) are the ticks the cancel counted,
-/// `finished` and the one `running`, and that none started after the cancel returned (at
-/// `cancelled`) but the one it found running, claimed before it.
-#[track_caller]
-fn assert_no_start_after(starts: &[f64], cancelled: f64, finished: usize, running: bool) {
-    let counted = finished + usize::from(running);
-    assert_eq!(
-        starts.len(),
-        counted,
-        "{finished} tick(s) ended and {running} running at the cancel, but {} started: \
-         {starts:?} (cancel at {cancelled})",
-        starts.len()
-    );
-    let later = starts.iter().filter(|&&start| start > cancelled).count();
-    assert!(
-        later <= usize::from(running) && starts[..finished].iter().all(|&s| s <= cancelled),
-        "ticks started after the cancel returned at {cancelled}: {starts:?}"
-    );
-}
-
 fn request_id(out: &Output) -> String {
     let said = text(&out.stdout);
     said.lines()
@@ -266,7 +235,7 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.starts_with(&format!("zkcron: backfill {id} cancelled after ")));
-    let (finished, running) = cancelled_after(&said);
+    let (finished, running) = common::cancel::cancelled_after(&said);
     cluster.wait("the running tick to end", LIMIT, |c| {
         c.listed()
             .lines()
@@ -278,7 +247,7 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
     common::wait_for("a second after the running tick ended", LIMIT, || {
         now() > ended + 1.0
     });
-    assert_no_start_after(&cluster.starts(), cancelled, finished, running);
+    common::cancel::assert_no_start_after(&cluster.starts(), cancelled, finished, running);
     assert!(
         cluster.listed().contains("cancelled by"),
         "{}",

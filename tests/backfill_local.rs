@@ -111,37 +111,6 @@ impl Local {
     }
 }
 
-/// What `zkcron backfill --cancel` said the request had done: the ticks that ended, and whether
-/// one was running (it finishes).
-fn cancelled_after(said: &str) -> (usize, bool) {
-    let after = said
-        .split(" cancelled after ")
-        .nth(1)
-        .expect("cancelled after");
-    let finished = after.split(' ').next().unwrap().parse().expect("a count");
-    (finished, said.contains("; the run of "))
-}
-
-/// Asserts that the jobs that started (`starts`, in order) are the ticks the cancel counted,
-/// `finished` and the one `running`, and that none started after the cancel returned (at
-/// `cancelled`) but the one it found running, claimed before it.
-#[track_caller]
-fn assert_no_start_after(starts: &[f64], cancelled: f64, finished: usize, running: bool) {
-    let counted = finished + usize::from(running);
-    assert_eq!(
-        starts.len(),
-        counted,
-        "{finished} tick(s) ended and {running} running at the cancel, but {} started: \
-         {starts:?} (cancel at {cancelled})",
-        starts.len()
-    );
-    let later = starts.iter().filter(|&&start| start > cancelled).count();
-    assert!(
-        later <= usize::from(running) && starts[..finished].iter().all(|&s| s <= cancelled),
-        "ticks started after the cancel returned at {cancelled}: {starts:?}"
-    );
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -307,7 +276,7 @@ fn a_cancelled_backfill_starts_no_further_tick() {
         said.starts_with(&format!("zkcron: backfill {id} cancelled after ")),
         "{said}"
     );
-    let (finished, running) = cancelled_after(&said);
+    let (finished, running) = common::cancel::cancelled_after(&said);
     common::wait_for("the cancel to show", LIMIT, || {
         local.status().contains("cancelled by")
     });
@@ -323,7 +292,7 @@ fn a_cancelled_backfill_starts_no_further_tick() {
     common::wait_for("a second after the running tick ended", LIMIT, || {
         now() > ended + 1.0
     });
-    assert_no_start_after(&local.starts(), cancelled, finished, running);
+    common::cancel::assert_no_start_after(&local.starts(), cancelled, finished, running);
     let out = local.cli(&["backfill", "--cancel", &id]);
     assert!(
         text(&out.stdout).contains("is already cancelled by"),

@@ -93,15 +93,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
         };
         cluster.start(node);
     }
-    let connect = cluster.connect.clone();
-    let cli = |args: &[&str]| {
-        common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &connect, "--cluster", CLUSTER])
-            .stdin(Stdio::null())
-            .output()
-            .expect("zkcron runs")
-    };
+    let cli = |args: &[&str]| cluster.zkcron(args);
 
     // When its first run fails, then the task is paused, by the node that ran it, naming the
     // run and its exit code.
@@ -293,15 +285,7 @@ fn a_failed_manual_run_of_a_task_already_paused_keeps_the_operators_pause_on_zoo
         ..cluster.new_node("a")
     };
     cluster.start(node);
-    let connect = cluster.connect.clone();
-    let cli = |args: &[&str]| {
-        common::zkcron()
-            .args(args)
-            .args(["--zookeeper", &connect, "--cluster", CLUSTER])
-            .stdin(Stdio::null())
-            .output()
-            .expect("zkcron runs")
-    };
+    let cli = |args: &[&str]| cluster.zkcron(args);
     wait_status("flaky led", cli, |s| task(s, "flaky")["leader"].is_string());
     let out = cli(&["pause", "flaky", "--reason", "maintenance window"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -2,10 +2,12 @@
 //! `zkcron` binary, a running daemon, and waiting for conditions with a deadline that says what
 //! it waited for (never sleep-and-hope). The cluster tests build on [`zk`] (ZooKeeper, one per
 //! test binary, and the one node spawner, `ClusterNode`), [`cluster`] (a cluster in a chroot of
-//! its own) and [`fires`] (the one reader of what the jobs write).
+//! its own) and [`fires`] (the one reader of what the jobs write); [`cancel`] what both
+//! backends' backfill cancels are held to.
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod cancel;
 pub mod cluster;
 pub mod fires;
 pub mod tmpfs;

@@ -112,6 +112,23 @@ fn record_of(store: &Store, unit: &str) -> FireRecord {
     serde_json::from_slice(&store.znodes[&format!("{BASE}/tasks/{unit}")].0).unwrap()
 }
 
+/// Another client moved `unit`'s fire record to `tick` (a resume, another owner's claim):
+/// its version is one more than the node last saw.
+fn record_moved(store: &mut Store, unit: &str, tick: DateTime<chrono::Utc>, node: &str) {
+    let path = format!("{BASE}/tasks/{unit}");
+    let mut moved = FireRecord::empty();
+    moved.tick = Some(tick);
+    moved.node = node.into();
+    let version = store.znodes[&path].1.version;
+    let stat = Stat {
+        version: version + 1,
+        ..Stat::default()
+    };
+    store
+        .znodes
+        .insert(path, (serde_json::to_vec(&moved).unwrap(), stat));
+}
+
 #[test]
 fn a_pooled_tick_is_claimed_over_the_held_units_in_one_multi_and_ended_per_unit() {
     let mut store = Store::default();
@@ -185,20 +202,7 @@ fn a_unit_whose_record_covers_the_tick_is_left_out_of_the_claim() {
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
     // Another node claimed item 1's tick before the item moved here.
     let path = format!("{BASE}/tasks/p@1");
-    let mut moved = FireRecord::empty();
-    moved.tick = Some(tick());
-    moved.node = "n2".into();
-    let version = store.znodes[&path].1.version;
-    store.znodes.insert(
-        path.clone(),
-        (
-            serde_json::to_vec(&moved).unwrap(),
-            Stat {
-                version: version + 1,
-                ..Stat::default()
-            },
-        ),
-    );
+    record_moved(&mut store, "p@1", tick(), "n2");
     node.forget_record("p@1");
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "2".into()]));
@@ -215,17 +219,8 @@ fn a_pooled_claim_after_a_resume_moved_every_units_record_claims_every_unit() {
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 4")]);
     for item in 0..4 {
-        let path = format!("{BASE}/tasks/p@{item}");
-        let mut resumed = FireRecord::empty();
-        resumed.tick = Some(tick() - chrono::TimeDelta::seconds(10));
-        let version = store.znodes[&path].1.version;
-        let stat = Stat {
-            version: version + 1,
-            ..Stat::default()
-        };
-        store
-            .znodes
-            .insert(path, (serde_json::to_vec(&resumed).unwrap(), stat));
+        let resumed = tick() - chrono::TimeDelta::seconds(10);
+        record_moved(&mut store, &format!("p@{item}"), resumed, "");
     }
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     let every: Vec<String> = (0..4).map(|item| item.to_string()).collect();
@@ -245,29 +240,20 @@ fn a_unit_gained_after_the_daemon_read_the_record_is_claimed_from_its_own_record
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
     let earlier = tick() - chrono::TimeDelta::seconds(60);
-    let path = format!("{BASE}/tasks/p@1");
-    let mut behind = FireRecord::empty();
-    behind.tick = Some(earlier - chrono::TimeDelta::seconds(60));
-    let version = store.znodes[&path].1.version;
-    let stat = Stat {
-        version: version + 1,
-        ..Stat::default()
-    };
-    store
-        .znodes
-        .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
+    let behind = earlier - chrono::TimeDelta::seconds(60);
+    record_moved(&mut store, "p@1", behind, "");
     node.forget_record("p@1");
     // Unit 1 is new to the daemon's plan: taken since its last read.
     node.tasks.state_mut("p@1").planned = None;
 
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "2".into()]));
-    assert_eq!(record_of(&store, "p@1").tick, behind.tick);
+    assert_eq!(record_of(&store, "p@1").tick, Some(behind));
 
     // The daemon reads the record again: the oldest, unit 1's, plans its missed tick.
     let read = Request::LastClaimed { task: "p".into() };
     let last = ask_at(&mut node, &mut store, at(200), read);
-    assert_eq!(last, Answered::Tick(behind.tick));
+    assert_eq!(last, Answered::Tick(Some(behind)));
     let missed = Request::Claim {
         task: "p".into(),
         tick: earlier,
