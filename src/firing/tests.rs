@@ -745,7 +745,6 @@ fn an_idle_tasks_entry_stays_small() {
     assert!(entry + loaded <= 128, "{entry} + {loaded} bytes a task");
 }
 
-#[path = "backfill_tests.rs"]
 mod backfill;
 mod chained;
 mod pool;
