@@ -10,6 +10,8 @@
 // The state-dir readers are driven through the real file system, as the daemon reads them.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -23,7 +25,7 @@ use zkcron::coord::records::{
     TaskSetRecord, TaskSetRef, TriggerRecord, decode_taskset,
 };
 use zkcron::schedule::{Schedule, parse_timezone};
-use zkcron::task::{Identity, TASK_KEYS, TaskDefaults, parse_task};
+use zkcron::task::{TASK_KEYS, TaskBackend, TaskDefaults, parse_task};
 
 /// How many cases each property runs: `ZKCRON_FUZZ_CASES`, default 256.
 fn cases() -> u32 {
@@ -44,15 +46,7 @@ fn config() -> Config {
 }
 
 fn defaults() -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity {
-            uid: 0,
-            user_name: "root".into(),
-        },
-        backend: zkcron::task::TaskBackend::Local,
-    }
+    common::task_defaults(common::root_identity(), TaskBackend::Local)
 }
 
 /// A TOML value of any kind, written loosely: strings of odd characters, numbers at the edges,

@@ -28,7 +28,7 @@ use zkcron::coord::records::{
 };
 use zkcron::coord::zk::{ZkCoordinator, ZkSettings};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
-use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+use zkcron::task::{Identity, TaskSpec, parse_task};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -291,12 +291,7 @@ fn result_of(node: &str, tick: DateTime<Utc>) -> RunResult {
 }
 
 fn spec(name: &str, extra: &str) -> TaskSpec {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: zkcron::task::TaskBackend::Local,
-    };
+    let defaults = common::task_defaults(Identity::current(), zkcron::task::TaskBackend::Local);
     let path = PathBuf::from(format!("{name}.toml"));
     let text = format!("schedule = \"0 0 1 1 *\"\ncommand = \"true\"\n{extra}");
     parse_task(name, &path, &text, &defaults).expect("valid task")

@@ -1,7 +1,7 @@
 //! The layering of `src/`, checked: a module imports only modules of a lower layer, and no two
 //! sibling modules import each other, directly or around a cycle. And the map of `src/` kept:
 //! every module of a file of its own is named in its parent's `//!` doc (`src/lib.rs`'s
-//! `# Layout`, a `mod.rs`'s list of its files), so that a doc cannot miss a new file.
+//! `# Layout`, a parent file's list of its files), so that a doc cannot miss a new file.
 //!
 //! # The layers, lowest first
 //! Modules on one line are independent of each other (none imports another); each may import
@@ -338,7 +338,7 @@ fn check(src: &Path, layers: &[(&str, &[&[&str]])]) -> Vec<String> {
 }
 
 /// The modules of a file of their own that their parent's `//!` doc does not name: each
-/// parent lists its files (`src/lib.rs` under `# Layout`, `coord/node/mod.rs` under `# Files`,
+/// parent lists its files (`src/lib.rs` under `# Layout`, `coord/node.rs` under `# Files`,
 /// others in a sentence), so a module added without a word there is reported. Test modules
 /// (`#[cfg(test)]`, and those inside them) need no word. A doc names a module `x` with a code
 /// span of `x`, `x.rs`, `x/...`, `x::...` or `...::x`.

@@ -26,7 +26,7 @@ use zkcron::coord::local::LocalCoordinator;
 use zkcron::coord::record::{self, FireView, Verdict};
 use zkcron::coord::zk::{ZkCoordinator, ZkSettings};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult};
-use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+use zkcron::task::{Identity, TaskSpec, parse_task};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -307,12 +307,7 @@ fn task_name(index: usize) -> String {
 }
 
 fn spec(name: &str, enabled: bool) -> TaskSpec {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: zkcron::task::TaskBackend::Local,
-    };
+    let defaults = common::task_defaults(Identity::current(), zkcron::task::TaskBackend::Local);
     let path = PathBuf::from(format!("{name}.toml"));
     let text = format!(
         "schedule = \"0 0 1 1 *\"\ncommand = \"true\"\noverlap = \"allow\"\nenabled = {enabled}\n"

@@ -15,7 +15,7 @@ use common::{DaemonProcess, Scratch, run_zkcron, wait_for};
 use nix::sys::signal::Signal;
 use zkcron::coord::local::LocalCoordinator;
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Coordinator};
-use zkcron::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+use zkcron::task::{Identity, TaskSpec, parse_task};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -26,12 +26,7 @@ fn now() -> DateTime<Utc> {
 }
 
 fn spec(name: &str) -> TaskSpec {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: zkcron::task::TaskBackend::Local,
-    };
+    let defaults = common::task_defaults(Identity::current(), zkcron::task::TaskBackend::Local);
     let path = PathBuf::from(format!("{name}.toml"));
     parse_task(
         name,

@@ -10,6 +10,10 @@
 //!   in their place for another user: `cargo test` would pass without them. A test may choose
 //!   a value by it (`let who = if is_root() { .. } else { .. };`), which both users then check.
 //!   Checked in the tests under `tests/` and `src/`.
+//! - **One module layout.** No `#[path]` attribute and no `mod.rs` in `src/`: a module `foo`
+//!   is `foo.rs`, its children are in `foo/`, and its unit tests are `foo/tests.rs`, declared in
+//!   `foo.rs` by `#[cfg(test)] mod tests;`. A module is then found where its name says, and its
+//!   tests import what they use from where it is, not through a chain of test files.
 //!
 //! This file is not scanned: its examples are offences on purpose. Each rule is shown able to
 //! fail on them.
@@ -31,6 +35,27 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     found.sort();
+    found
+}
+
+/// The places in `source` that break the module layout rule: each `#[path = ...]`
+/// attribute (comments are no code), by line.
+fn path_attributes(source: &str) -> Vec<usize> {
+    let code = without_comments(source);
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices('#') {
+        let rest = code[at + 1..].trim_start();
+        let Some(rest) = rest.strip_prefix('[') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if rest
+            .strip_prefix("path")
+            .is_some_and(|after| after.trim_start().starts_with('='))
+        {
+            found.push(line_of(source, at));
+        }
+    }
     found
 }
 
@@ -396,4 +421,46 @@ fn needs_root() {
 }
 "#;
     assert_eq!(silent_skips(source, Scope::TestFile), []);
+}
+
+#[test]
+fn src_has_one_module_layout_without_path_attributes_or_mod_rs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = rust_files(&root.join("src"));
+    // The walk sees the crate's files (a rule that saw none would pass).
+    assert!(files.len() > 100, "the walk misses the files of src/");
+    let mut offences = Vec::new();
+    for path in files {
+        let shown = path.strip_prefix(root).unwrap().display().to_string();
+        if path.file_name().is_some_and(|name| name == "mod.rs") {
+            offences.push(format!(
+                "{shown}: a mod.rs (name it after its module, beside its folder)"
+            ));
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for line in path_attributes(&source) {
+            offences.push(format!("{shown}:{line}: a #[path] attribute"));
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "src/ keeps one module layout: `foo.rs` beside `foo/`, a module's tests in \
+         `foo/tests.rs` declared by `#[cfg(test)] mod tests;`:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_layout_rule_finds_a_path_attribute_however_spaced_and_not_one_in_a_comment() {
+    let source = r#"
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod tests;
+# [ path="chain_tests.rs" ]
+mod chain;
+// #[path = "commented.rs"] is no attribute
+#[pathological]
+fn f() {}
+"#;
+    assert_eq!(path_attributes(source), [3, 5]);
 }

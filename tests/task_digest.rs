@@ -2,9 +2,11 @@
 //! fixed task file, so that a release that changes it by accident fails here; every field that
 //! defines behaviour counts; the file path, the description and `env` values do not.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use zkcron::task::{Identity, KeptDigest, TaskDefaults, TaskSpec, parse_task};
+use zkcron::task::{KeptDigest, TaskBackend, TaskDefaults, TaskSpec, parse_task};
 
 fn fixture() -> (PathBuf, String) {
     let path =
@@ -15,15 +17,7 @@ fn fixture() -> (PathBuf, String) {
 
 /// The defaults of a load as root (so `user` and `group` are allowed), zone UTC.
 fn root_defaults() -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity {
-            uid: 0,
-            user_name: "root".into(),
-        },
-        backend: zkcron::task::TaskBackend::Local,
-    }
+    common::task_defaults(common::root_identity(), TaskBackend::Local)
 }
 
 /// Loads `text` as root would (so `user` and `group` are allowed), zone UTC by default.

@@ -24,12 +24,7 @@ fn root() -> Identity {
 }
 
 fn defaults_for(identity: Identity) -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity,
-        backend: zkcron::task::TaskBackend::Local,
-    }
+    common::task_defaults(identity, zkcron::task::TaskBackend::Local)
 }
 
 fn defaults() -> TaskDefaults {
@@ -172,8 +167,7 @@ fn defaults_come_from_task_defaults() {
     let defaults = TaskDefaults {
         timezone: chrono_tz::Europe::Berlin,
         user: Some("nobody".into()),
-        identity: root(),
-        backend: zkcron::task::TaskBackend::Local,
+        ..defaults()
     };
     // when a task names neither
     let spec = parse_task("t", Path::new("t.toml"), MINIMAL, &defaults).unwrap();

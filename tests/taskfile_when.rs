@@ -9,22 +9,16 @@
 //! an unknown alias (`schedule::cron`, tested by
 //! `the_previous_releases_cron_parser_refuses_an_interval_as_an_unknown_alias`).
 
+mod common;
+
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use zkcron::schedule::Window;
-use zkcron::task::{Identity, TaskDefaults, TaskFileError, TaskSpec, parse_task};
+use zkcron::task::{TaskBackend, TaskDefaults, TaskFileError, TaskSpec, parse_task};
 
 fn defaults() -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity {
-            uid: 0,
-            user_name: "root".into(),
-        },
-        backend: zkcron::task::TaskBackend::Local,
-    }
+    common::task_defaults(common::root_identity(), TaskBackend::Local)
 }
 
 fn parse(text: &str) -> Result<TaskSpec, Vec<TaskFileError>> {

@@ -17,12 +17,7 @@ use zkcron::task::{
 const MINIMAL: &str = "schedule = \"*/5 * * * *\"\ncommand = \"true\"\n";
 
 fn defaults(backend: TaskBackend) -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend,
-    }
+    common::task_defaults(Identity::current(), backend)
 }
 
 fn parse(more: &str) -> Result<TaskSpec, Vec<TaskFileError>> {

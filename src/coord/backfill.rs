@@ -405,5 +405,4 @@ impl Paths {
 }
 
 #[cfg(test)]
-#[path = "backfill_tests.rs"]
 mod tests;

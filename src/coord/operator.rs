@@ -179,5 +179,4 @@ fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> 
 }
 
 #[cfg(test)]
-#[path = "operator_tests.rs"]
 mod tests;

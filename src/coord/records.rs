@@ -766,12 +766,7 @@ mod tests {
 
     #[test]
     fn a_pooled_task_is_written_with_its_items_and_a_pool_without_items_admits_no_member() {
-        let defaults = crate::task::TaskDefaults {
-            timezone: chrono_tz::Tz::UTC,
-            user: None,
-            identity: crate::task::Identity::current(),
-            backend: crate::task::TaskBackend::Local,
-        };
+        let defaults = crate::task::TaskDefaults::for_tests();
         let text = "schedule = \"* * * * *\"\ncommand = \"true\"\n\
                     work_items = [\"us-east\", \"eu-west\"]\n";
         let spec = crate::task::parse_task("p", std::path::Path::new("p.toml"), text, &defaults)

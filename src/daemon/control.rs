@@ -427,7 +427,6 @@ fn paused_marks(coordinator: &LocalCoordinator) -> BTreeMap<String, MarkRecord> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounts::Identity;
     use crate::coord::Coordinator;
 
     /// With 100,000 task files, each status request read and checked the whole jobs dir again
@@ -437,12 +436,7 @@ mod tests {
     async fn status_answers_from_the_loaded_tasks_without_reading_the_jobs_dir() {
         let state = tempfile::tempdir().unwrap();
         let coordinator = LocalCoordinator::open(state.path()).unwrap();
-        let defaults = TaskDefaults {
-            timezone: chrono_tz::UTC,
-            user: None,
-            identity: Identity::current(),
-            backend: crate::task::TaskBackend::Local,
-        };
+        let defaults = TaskDefaults::for_tests();
         let spec = task::parse_task(
             "backup",
             std::path::Path::new("backup.toml"),

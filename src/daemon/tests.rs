@@ -3,7 +3,6 @@ use crate::coord::CoordError;
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::firing::{Firing, FiringConfig, Input, StopHow};
 use crate::plan;
-use crate::task::Identity;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -158,12 +157,7 @@ fn task(text: &str) -> Arc<TaskSpec> {
 }
 
 fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: crate::task::TaskBackend::Local,
-    };
+    let defaults = TaskDefaults::for_tests();
     let path = PathBuf::from(format!("{name}.toml"));
     let spec = task::parse_task(name, &path, text, &defaults).unwrap_or_else(|e| panic!("{e:?}"));
     Arc::new(spec)
@@ -175,12 +169,7 @@ fn config() -> DaemonConfig {
         jobs_dir: PathBuf::new(),
         node_id: "node-a".into(),
         shutdown_grace: Duration::from_secs(1),
-        task_defaults: TaskDefaults {
-            timezone: chrono_tz::UTC,
-            user: None,
-            identity: Identity::current(),
-            backend: crate::task::TaskBackend::Local,
-        },
+        task_defaults: TaskDefaults::for_tests(),
         job_output_lines: 10,
         reset_flags: None,
         metrics: crate::metrics::Metrics::new(),

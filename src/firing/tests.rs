@@ -7,7 +7,6 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
-use crate::accounts::Identity;
 use crate::coord::Leadership;
 use crate::task::{self, TaskDefaults};
 
@@ -24,12 +23,7 @@ fn ms(millis: i64) -> TimeDelta {
 
 /// Task `name` every minute (at second 0), with `more` lines of its file.
 fn every_minute(name: &str, more: &str) -> Arc<TaskSpec> {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: crate::task::TaskBackend::Local,
-    };
+    let defaults = TaskDefaults::for_tests();
     let text = format!("schedule = \"0 * * * * *\"\ncommand = [\"true\"]\n{more}");
     let path = PathBuf::from(format!("{name}.toml"));
     Arc::new(task::parse_task(name, &path, &text, &defaults).unwrap_or_else(|e| panic!("{e:?}")))
@@ -745,7 +739,6 @@ fn an_idle_tasks_entry_stays_small() {
     assert!(entry + loaded <= 128, "{entry} + {loaded} bytes a task");
 }
 
-#[path = "backfill_tests.rs"]
 mod backfill;
 mod chained;
 mod pool;

@@ -364,5 +364,4 @@ fn cycle_order<T: Borrow<TaskSpec>>(
 }
 
 #[cfg(test)]
-#[path = "chain_tests.rs"]
 mod tests;

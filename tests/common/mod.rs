@@ -20,6 +20,29 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use zkcron::task::{Identity, TaskBackend, TaskDefaults};
+
+/// The tests' task defaults, the one way they write them: zone UTC and no default user, for a
+/// load by `identity` for `backend`. A test of the defaults themselves changes a field of these
+/// (`TaskDefaults { user: .., ..task_defaults(..) }`). The unit tests' twin is
+/// `TaskDefaults::for_tests` in `src/task.rs`.
+pub fn task_defaults(identity: Identity, backend: TaskBackend) -> TaskDefaults {
+    TaskDefaults {
+        timezone: chrono_tz::UTC,
+        user: None,
+        identity,
+        backend,
+    }
+}
+
+/// The identity of a load as root (so `user` and `group` are allowed), whoever runs the tests.
+pub fn root_identity() -> Identity {
+    Identity {
+        uid: 0,
+        user_name: "root".into(),
+    }
+}
+
 pub fn zkcron() -> Command {
     Command::new(env!("CARGO_BIN_EXE_zkcron"))
 }

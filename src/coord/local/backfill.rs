@@ -201,5 +201,4 @@ fn collect(file: &mut BackfillFile, now: DateTime<Utc>) -> bool {
 }
 
 #[cfg(test)]
-#[path = "backfill_tests.rs"]
 mod tests;

@@ -440,5 +440,4 @@ fn read_history(path: &Path) -> Vec<HistoryEntry> {
 }
 
 #[cfg(test)]
-#[path = "history_tests.rs"]
 mod tests;

@@ -296,5 +296,4 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "journal_tests.rs"]
 mod tests;

@@ -231,5 +231,4 @@ fn collect(file: &mut TriggerFile, now: DateTime<Utc>) -> bool {
 }
 
 #[cfg(test)]
-#[path = "manual_tests.rs"]
 mod tests;

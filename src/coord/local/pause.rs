@@ -204,15 +204,10 @@ mod tests {
     use super::*;
     use crate::clock::wall_clock;
     use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator};
-    use crate::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+    use crate::task::{TaskDefaults, TaskSpec, parse_task};
 
     fn spec(name: &str) -> TaskSpec {
-        let defaults = TaskDefaults {
-            timezone: chrono_tz::Tz::UTC,
-            user: None,
-            identity: Identity::current(),
-            backend: crate::task::TaskBackend::Local,
-        };
+        let defaults = TaskDefaults::for_tests();
         let text = "schedule = \"* * * * * *\"\ncommand = \"true\"\n";
         parse_task(name, Path::new("t.toml"), text, &defaults).unwrap()
     }

@@ -621,7 +621,3 @@ fn judge_task(
     });
     (problem, drift)
 }
-
-#[cfg(test)]
-#[path = "control_tests.rs"]
-mod tests;

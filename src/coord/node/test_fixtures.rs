@@ -19,7 +19,7 @@ use super::{MemberInfo, Node, NodeBugs, NodeConfig};
 use crate::coord::lease::Member;
 use crate::coord::records::{HistoryRecord, MarkRecord, MemberRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, RunResult, Trigger};
-use crate::task::{Identity, TaskDefaults, TaskSpec, parse_task};
+use crate::task::{TaskDefaults, TaskSpec, parse_task};
 
 /// The tick the tests claim, run and end, in Unix seconds.
 pub(super) const TICK: i64 = 1_800_000_000;
@@ -72,12 +72,7 @@ pub(super) fn drain(node: &mut Node) -> Vec<Output> {
 
 /// Task `name`, every second, running `true`, with the task-file lines `extra`.
 pub(super) fn spec(name: &str, extra: &str) -> TaskSpec {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::Tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: crate::task::TaskBackend::Local,
-    };
+    let defaults = TaskDefaults::for_tests();
     let text = format!("schedule = \"* * * * * *\"\ncommand = \"true\"\n{extra}\n");
     parse_task(name, Path::new("t.toml"), &text, &defaults).expect("valid task")
 }

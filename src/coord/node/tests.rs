@@ -1,4 +1,13 @@
-//! The node alone, fed by hand: no ZooKeeper, no clock.
+//! The node's tests. Here the node alone, fed by hand: no ZooKeeper, no clock. In `tests/`,
+//! one file a subject, each importing what it uses (the shared fixtures from
+//! `super::test_fixtures`):
+//! - fed by hand: `trigger` (manual runs and history), `backfill` (backfill claims, on
+//!   `trigger`'s harness);
+//! - fed by the small in-memory ZooKeeper of `test_fixtures` (`Store`, `pump`, `started`):
+//!   `control` (drain, pause, eligibility and drift reports, foreign leases), `lease` (takes,
+//!   releases, registration), `run` (others' live runs, orphaned ticks), `queued_start` (a run's
+//!   end and the tick queued behind it), `chain` (the requests of chained runs), `pause` (a
+//!   failed run's pause), `every_node` (every-node units), `pool` (a pooled task's units).
 
 use std::time::Duration;
 
@@ -244,3 +253,14 @@ fn a_fire_record_claimed_ahead_by_the_claim_lead_is_not_reported_but_one_further
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("ahead of ZooKeeper's clock"), "{said:?}");
 }
+
+mod backfill;
+mod chain;
+mod control;
+mod every_node;
+mod lease;
+mod pause;
+mod pool;
+mod queued_start;
+mod run;
+mod trigger;

@@ -767,7 +767,3 @@ fn describe(result: &Result<ZkOk, ZkFail>) -> String {
         Err(error) => error.to_string(),
     }
 }
-
-#[cfg(test)]
-#[path = "trigger_tests.rs"]
-mod tests;

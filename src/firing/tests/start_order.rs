@@ -4,12 +4,7 @@ use super::*;
 
 /// Task `name` with the cron expression `schedule`.
 fn on_schedule(name: &str, schedule: &str) -> Arc<TaskSpec> {
-    let defaults = TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: crate::task::TaskBackend::Local,
-    };
+    let defaults = TaskDefaults::for_tests();
     let text = format!("schedule = \"{schedule}\"\ncommand = [\"true\"]\n");
     let path = PathBuf::from(format!("{name}.toml"));
     Arc::new(task::parse_task(name, &path, &text, &defaults).unwrap_or_else(|e| panic!("{e:?}")))

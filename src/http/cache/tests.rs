@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::accounts::Identity;
 use crate::coord::local::LocalCoordinator;
 use crate::daemon::LoadedTasks;
 use crate::daemon::control::ControlConfig;
@@ -25,12 +24,7 @@ fn local_cache(state: &std::path::Path) -> Arc<Cache> {
         release: "1.0.0".into(),
         labels: BTreeMap::new(),
         jobs_dir: state.join("jobs.d"),
-        task_defaults: TaskDefaults {
-            timezone: chrono_tz::UTC,
-            user: None,
-            identity: Identity::current(),
-            backend: crate::task::TaskBackend::Local,
-        },
+        task_defaults: TaskDefaults::for_tests(),
         started_at: crate::clock::wall_clock(),
         loaded: LoadedTasks::default(),
     };

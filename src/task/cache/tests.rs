@@ -3,7 +3,7 @@ use std::fs::FileTimes;
 use std::path::PathBuf;
 
 use super::*;
-use crate::task::{Identity, TaskFileError};
+use crate::task::TaskFileError;
 
 /// An hour ago from `now`: files written then are settled.
 const AGE: Duration = Duration::from_secs(3600);
@@ -23,12 +23,7 @@ impl Dir {
         Dir {
             root,
             cache: LoadCache::default(),
-            defaults: TaskDefaults {
-                timezone: chrono_tz::UTC,
-                user: None,
-                identity: Identity::current(),
-                backend: crate::task::TaskBackend::Local,
-            },
+            defaults: TaskDefaults::for_tests(),
             // The tests' only clock: every file gets an explicit time before it.
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000),
         }

@@ -2,9 +2,15 @@
 //! when the claim comes within the wait, each alone otherwise, and a failure of the combined
 //! one handled as each alone.
 
+use chrono::DateTime;
+
 use std::collections::BTreeMap;
 
-use super::*;
+use super::super::Node;
+use super::super::io::{Request, ZkFail, ZkOp};
+use super::super::test_fixtures::{
+    BASE, Served, Store, TICK, Timers, at, request, serve_with, spec, started,
+};
 use crate::coord::node::io::Answered;
 use crate::coord::node::queued_start::QUEUED_CLAIM_WAIT;
 use crate::coord::records::{FireRecord, ResultRecord};

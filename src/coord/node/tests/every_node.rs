@@ -1,7 +1,11 @@
 //! A task that runs on every node: the node takes its own unit of it, serves the daemon's
 //! requests for the task on that unit, and publishes the task as one it may fire.
 
-use super::*;
+use super::super::io::{Request, Stat};
+use super::super::test_fixtures::{
+    BASE, Store, TICK, ask_at, at, history_fire_ids, leases, manual_run_claimed_and_ended, member,
+    pump, spec, started, tick,
+};
 use crate::coord::node::io::Answered;
 use crate::coord::records::{FireRecord, HistoryRecord, RunRecord, TriggerRecord, TriggerState};
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
@@ -120,6 +124,3 @@ fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_his
     let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
     assert_eq!(ended.state, TriggerState::Ended);
 }
-
-#[path = "pool_node_tests.rs"]
-mod pool_node_tests;

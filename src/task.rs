@@ -300,6 +300,21 @@ pub struct TaskDefaults {
     pub backend: TaskBackend,
 }
 
+/// The unit tests' defaults, the one way they write them: UTC, no default user, the test
+/// process's identity, the embedded backend. (The integration tests have theirs in
+/// `tests/common`: `task_defaults`.)
+#[cfg(test)]
+impl TaskDefaults {
+    pub(crate) fn for_tests() -> TaskDefaults {
+        TaskDefaults {
+            timezone: Tz::UTC,
+            user: None,
+            identity: Identity::current(),
+            backend: TaskBackend::Local,
+        }
+    }
+}
+
 /// Which backend fires the tasks being loaded (`[coordination].backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskBackend {

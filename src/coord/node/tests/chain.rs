@@ -1,7 +1,16 @@
 //! A run's end and the requests of the runs it causes (`after`): made in the multi-op that
 //! stores the end, once, and only for a success; a pooled run's, one per item it ran.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::DateTime;
+
+use super::super::Node;
+use super::super::io::{Input, Output, Request, Stat, ZkOp};
+use super::super::test_fixtures::{
+    BASE, Store, TICK, ask_at, at, pending_trigger, pump, spec, started, tick,
+};
 use crate::coord::node::io::Answered;
 use crate::coord::records::TriggerRecord;
 use crate::coord::{ClaimIntent, ClaimOutcome, RunResult, Trigger};
@@ -201,10 +210,6 @@ fn a_failed_pooled_run_requests_no_chained_run() {
     end(&mut node, &mut store, 100, "p", ended(false));
     assert!(triggers(&store).is_empty());
 }
-
-// The other write a run's end may carry: a failed run's pause.
-#[path = "pause_tests.rs"]
-mod pause_tests;
 
 /// Seed 4070 of the simulation: a stranger changed the epoch of `t01`, a chained child whose
 /// schedule gave it no scheduled claim for a while. Its chained run's claim failed on the

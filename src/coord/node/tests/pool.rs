@@ -2,9 +2,18 @@
 //! assignment, releases those a joining member comes to own (and all of them when drained),
 //! publishes the task while it holds one, and claims and ends a tick over the units it holds.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use super::super::Node;
+use super::super::io::{Answered, Input, Request, Stat, WatchKind};
+use super::super::test_fixtures::{
+    BASE, Store, TICK, ask_at, at, history_fire_ids, leases, manual_run_claimed_and_ended, mark,
+    member, pump, spec, started, tick,
+};
 use crate::coord::lease;
 use crate::coord::records::ResultRecord;
+use crate::coord::records::{FireRecord, HistoryRecord};
+use crate::coord::{ClaimIntent, ClaimOutcome, RunResult};
 
 /// The units of `p` among the leases in `store`.
 fn pool_leases(store: &Store) -> Vec<String> {

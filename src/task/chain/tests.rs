@@ -1,12 +1,7 @@
 use super::*;
 
 fn defaults() -> TaskDefaults {
-    TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
-        identity: Identity::current(),
-        backend: TaskBackend::Local,
-    }
+    TaskDefaults::for_tests()
 }
 
 /// Parses each `(name, text)` as a task file `jobs.d/<name>.toml`.

@@ -67,8 +67,8 @@
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
 //! - `report`: once-per-change reports for the operator, with their fixes.
-//! - `tests`, `control_tests`, `lease_tests`, `trigger_tests`: the node fed by hand or by a
-//!   small in-memory ZooKeeper.
+//! - `tests` (`tests.rs` and `tests/`, one file a subject): the node fed by hand or by the
+//!   small in-memory ZooKeeper of `test_fixtures`, which they import from explicitly.
 
 mod acting;
 mod backfill;

@@ -1,16 +1,14 @@
 //! Drain, pause and the eligibility and drift reports, with the node fed by a small in-memory
 //! ZooKeeper (no watches: the tests deliver the events they mean).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use chrono::DateTime;
 
 use super::super::Node;
 use super::super::io::ZkOp;
-use super::super::io::{Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk};
-use super::super::test_fixtures::*;
+use super::super::io::{Input, Output, Stat, WatchKind, ZkFail};
+use super::super::test_fixtures::{
+    BASE, Store, at, config, leases, mark, member, pump, spec, started,
+};
 use crate::task::TaskSpec;
 
 #[test]
@@ -343,7 +341,7 @@ fn many_tasks_no_live_node_may_run_are_reported_twenty_by_name_then_in_one_line(
 
 /// `leases/t` of session 2, whose data is `data`, there before `n1` starts; `n1` defines `t`
 /// and is the only member it knows of, so it checks the lease and suspects it.
-fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) -> Node {
+pub(super) fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) -> Node {
     let stat = Stat {
         ephemeral_owner: 2,
         czxid: 7,
@@ -362,7 +360,7 @@ fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) -> Node {
     node
 }
 
-fn lease_record(node: &str) -> Vec<u8> {
+pub(super) fn lease_record(node: &str) -> Vec<u8> {
     serde_json::to_vec(&crate::coord::records::LeaseRecord {
         format: 1,
         node: node.into(),
@@ -372,7 +370,7 @@ fn lease_record(node: &str) -> Vec<u8> {
     .unwrap()
 }
 
-fn lease_owner(store: &Store) -> Option<i64> {
+pub(super) fn lease_owner(store: &Store) -> Option<i64> {
     store
         .znodes
         .get(&format!("{BASE}/leases/t"))
@@ -487,14 +485,3 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
     );
     assert_ne!(lease_owner(&store), Some(2), "{said:?}");
 }
-
-// On the same small ZooKeeper: chained runs' requests in the result multi-ops; every-node units;
-// takes, releases and the member path; others' live runs and orphaned ticks.
-#[path = "chain_tests.rs"]
-mod chain_tests;
-#[path = "every_node_tests.rs"]
-mod every_node_tests;
-#[path = "lease_tests.rs"]
-mod lease_tests;
-#[path = "run_tests.rs"]
-mod run_tests;

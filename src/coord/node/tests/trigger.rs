@@ -20,7 +20,7 @@ fn config() -> NodeConfig {
     }
 }
 
-fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
+pub(super) fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -31,13 +31,18 @@ fn calls(outputs: &[Output]) -> Vec<(u64, ZkOp)> {
 }
 
 /// Delivers `result` as the answer to `op` and drains what the node does next.
-fn reply(node: &mut Node, op: u64, result: Result<ZkOk, ZkFail>, now: Now) -> Vec<Output> {
+pub(super) fn reply(
+    node: &mut Node,
+    op: u64,
+    result: Result<ZkOk, ZkFail>,
+    now: Now,
+) -> Vec<Output> {
     node.handle(Input::Reply { op, result }, now);
     drain(node)
 }
 
 /// The answer to `req`, its error as text.
-fn answer(outputs: &[Output], req: u64) -> Option<Result<Answered, String>> {
+pub(super) fn answer(outputs: &[Output], req: u64) -> Option<Result<Answered, String>> {
     outputs.iter().find_map(|o| match o {
         Output::Answer { req: r, answer } if *r == req => Some(match answer {
             Ok(answered) => Ok(answered.clone()),
@@ -48,7 +53,7 @@ fn answer(outputs: &[Output], req: u64) -> Option<Result<Answered, String>> {
 }
 
 /// A node connected, listed, and holding the lease of `t` (its take set the epoch to 5).
-fn leading() -> Node {
+pub(super) fn leading() -> Node {
     let mut node = Node::new(config(), at(0));
     node.handle(
         Input::Connected {
@@ -598,6 +603,3 @@ fn a_close_waits_for_a_history_append_at_most_two_seconds() {
     );
     assert_eq!(answer(&out, 10), Some(Ok(Answered::Done)));
 }
-
-#[path = "backfill_tests.rs"]
-mod backfill;

@@ -1,8 +1,15 @@
 //! Counting the live runs of other nodes and finding orphaned ticks: which run znodes count,
-//! with the node fed by the control tests' small in-memory ZooKeeper (`control_tests.rs`).
+//! with the node fed by the small in-memory ZooKeeper of `test_fixtures.rs`.
 
-use super::lease_tests::member_of_session_3;
-use super::*;
+use chrono::DateTime;
+
+use super::super::Node;
+use super::super::io::{Input, Now, Request, Stat, ZkFail, ZkOp};
+use super::super::test_fixtures::{
+    Answering, BASE, Store, TICK, Timers, at, request, serve_with, spec, started,
+};
+use super::control::lease_owner;
+use super::lease::member_of_session_3;
 use crate::coord::CoordError;
 use crate::coord::node::io::Answered;
 use crate::coord::records::FireRecord;
@@ -227,7 +234,3 @@ fn a_wait_for_the_runs_elsewhere_is_answered_when_their_run_znode_is_deleted() {
         asked.answer
     );
 }
-
-// A run's end and the claim of the tick queued behind it, on the same small ZooKeeper.
-#[path = "queued_start_tests.rs"]
-mod queued_start_tests;

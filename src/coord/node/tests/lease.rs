@@ -1,10 +1,21 @@
 //! Takes, releases and registration, with the node fed by the shared small in-memory
 //! ZooKeeper (`test_fixtures.rs`: `Store`, `pump`, `started`).
 
+use std::time::Duration;
+
+use chrono::DateTime;
+
 use semver::Version;
 
-use super::*;
+use super::super::Node;
+use super::super::io::{Input, Now, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::super::test_fixtures::{
+    BASE, Store, at, config, connected, leases, mark, pump, pump_delivering, pump_with, spec,
+    started,
+};
+use super::control::{lease_owner, lease_record, started_with_lease_of_session_2};
 use crate::coord::node::NodeConfig;
+use crate::task::TaskSpec;
 
 #[test]
 fn a_node_takes_more_leases_than_it_has_in_flight_without_waiting_for_a_timer() {

@@ -2,7 +2,7 @@
 //! and fire records live in `state_dir`. Whether a claim, a rerun or a result is admitted, and
 //! what counts as an orphan, is decided by [`super::record`], the rules both backends share.
 //!
-//! Files: `mod.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
+//! Files: `local.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
 //! reading and replay of the state files, formats and damage; `journal.rs` the writer thread
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and

@@ -1,7 +1,11 @@
 //! The node's backfill claims, fed by hand (the harness of the manual runs' tests).
 
-use super::*;
+use super::super::Node;
+use super::super::io::{Answered, Input, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::super::test_fixtures::{BASE, at_secs as at, drain};
+use super::trigger::{answer, calls, leading, reply};
 use crate::coord::backfill::{self, BackfillRecord, BackfillState};
+use crate::coord::{ClaimOutcome, Trigger};
 
 const REQUEST: &str = "t@backfill-0000000004";
 

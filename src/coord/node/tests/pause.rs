@@ -2,7 +2,16 @@
 //! end, and a mark that is there already kept as it is, the end stored all the same; a claim
 //! answered after the pause's creation event does not run.
 
-use super::*;
+use std::time::Duration;
+
+use chrono::DateTime;
+
+use super::super::Node;
+use super::super::io::{Input, Output, Request, Stat, WatchKind, ZkFail, ZkOp};
+use super::super::test_fixtures::{
+    Answering, BASE, Store, TICK, Timers, ask_at, at, pump, request, serve_request, serve_with,
+    spec, started, tick,
+};
 use crate::coord::node::io::Answer;
 use crate::coord::node::io::Answered;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord};
