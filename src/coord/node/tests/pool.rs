@@ -123,7 +123,7 @@ fn record_of(store: &Store, unit: &str) -> FireRecord {
 
 /// Another client moved `unit`'s fire record to `tick` (a resume, another owner's claim):
 /// its version is one more than the node last saw.
-fn record_moved(store: &mut Store, unit: &str, tick: DateTime<chrono::Utc>, node: &str) {
+fn record_moved(store: &mut Store, unit: &str, tick: chrono::DateTime<chrono::Utc>, node: &str) {
     let path = format!("{BASE}/tasks/{unit}");
     let mut moved = FireRecord::empty();
     moved.tick = Some(tick);
