@@ -17,7 +17,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
-use crate::clock::wall_clock;
 use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
     self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
@@ -125,14 +124,14 @@ impl ControlConfig {
             jobs_dir: daemon.jobs_dir.clone(),
             loaded: daemon.loaded.clone(),
             task_defaults: daemon.task_defaults.clone(),
-            started_at: crate::clock::wall_clock(),
+            started_at: daemon.clock.now(),
         }
     }
 }
 
 /// `zkcron status` of this host: the socket's `status` reply, and `/status` ([`crate::http`]).
 pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> model::Status {
-    let now = wall_clock();
+    let now = coordinator.clock().now();
     let specs = loaded_tasks(config, coordinator);
     let snapshot = snapshot(config, coordinator, &specs).await;
     let mut status = model::status(&snapshot, now);
@@ -249,11 +248,18 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
                 return unknown(&task, config, &specs);
             };
-            let record =
-                match crate::ops::backfill::new_request(&task, &spec.schedule, from, to, &by) {
-                    Ok(record) => record,
-                    Err(error) => return Reply::error(format!("{error:#}")),
-                };
+            let now = coordinator.clock().now();
+            let record = match crate::ops::backfill::new_request(
+                &task,
+                &spec.schedule,
+                from,
+                to,
+                &by,
+                now,
+            ) {
+                Ok(record) => record,
+                Err(error) => return Reply::error(format!("{error:#}")),
+            };
             match coordinator.request_backfill(record.clone()) {
                 Ok(name) => Reply {
                     fire_id: Some(name.clone()),
@@ -280,7 +286,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
                 return unknown(&task, config, &specs);
             }
             let mark = PauseMark {
-                at: wall_clock().trunc_subsecs(0),
+                at: coordinator.clock().now().trunc_subsecs(0),
                 by,
                 reason,
             };
@@ -436,7 +442,8 @@ mod tests {
     #[tokio::test]
     async fn status_answers_from_the_loaded_tasks_without_reading_the_jobs_dir() {
         let state = tempfile::tempdir().unwrap();
-        let coordinator = LocalCoordinator::open(state.path()).unwrap();
+        let coordinator =
+            LocalCoordinator::open(state.path(), crate::clock::Clock::system()).unwrap();
         let defaults = TaskDefaults {
             timezone: chrono_tz::UTC,
             user: None,
@@ -463,7 +470,7 @@ mod tests {
             labels: BTreeMap::new(),
             jobs_dir: state.path().join("no-such-jobs.d"),
             task_defaults: defaults,
-            started_at: wall_clock(),
+            started_at: coordinator.clock().now(),
             loaded,
         };
         let status = status(&config, &coordinator).await;

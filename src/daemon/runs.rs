@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::SubsecRound;
+use chrono::{DateTime, SubsecRound, Utc};
 use tokio::sync::watch;
 
-use super::{Shared, wall_clock};
+use super::Shared;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord};
 use crate::coord::{Coordinator, RunResult};
 use crate::executor::{self, RunOutcome, RunRequest, StopHandle};
@@ -132,6 +132,7 @@ pub(super) fn run_request<C: Coordinator>(
         output_lines: shared.job_output_lines,
         on_failure: spec.extras.on_failure.clone(),
         pause_on_failure: spec.extras.pause_on_failure,
+        clock: shared.clock,
     }
 }
 
@@ -309,6 +310,7 @@ async fn follow_run<C: Coordinator>(
     let spawned = tokio::time::Instant::now();
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
     let node = shared.node_id.clone();
+    let clock = shared.clock;
     let pause_on_failure = started.request().pause_on_failure;
     let on_end = move |outcome: &RunOutcome| {
         run.over(&ended_shared);
@@ -320,11 +322,11 @@ async fn follow_run<C: Coordinator>(
         }
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
-            metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
+            metrics.succeeded(&run.name, clock.now().timestamp_millis() as f64 / 1000.0);
         } else {
             metrics.fired(&run.name, FireOutcome::Failure);
         }
-        let mut result = run_result(tick, node, outcome, spawned.elapsed());
+        let mut result = run_result(tick, node, outcome, spawned.elapsed(), clock.now());
         result.started_at = outcome
             .attempts
             .iter()
@@ -337,7 +339,13 @@ async fn follow_run<C: Coordinator>(
         }
         if pause_on_failure && outcome.failed() {
             // Stored with the end, in one write: no stored failure without its pause.
-            result.pause = Some(Box::new(failure_pause(&result.node, &run.fire_id, &result)));
+            let at = clock.now();
+            result.pause = Some(Box::new(failure_pause(
+                &result.node,
+                &run.fire_id,
+                &result,
+                at,
+            )));
         }
         result.fire_id = Some(run.fire_id);
         let _ = ended_tx.send(result);
@@ -365,11 +373,12 @@ async fn follow_run<C: Coordinator>(
 }
 
 /// The pause of `task` (`pause_on_failure`) that its failed run `fire_id` stores with its end:
-/// the run and how it ended as the reason, this node as who, as `zkcron pause --reason` would.
-fn failure_pause(node: &str, fire_id: &str, result: &RunResult) -> MarkRecord {
+/// the run and how it ended as the reason, this node as who, at `at`, as `zkcron pause --reason`
+/// would.
+fn failure_pause(node: &str, fire_id: &str, result: &RunResult, at: DateTime<Utc>) -> MarkRecord {
     MarkRecord {
         format: FORMAT_VERSION,
-        at: wall_clock().trunc_subsecs(0),
+        at: at.trunc_subsecs(0),
         by: format!("zkcron@{node}"),
         reason: Some(format!(
             "pause_on_failure: run {fire_id} failed ({})",
@@ -394,7 +403,7 @@ pub(super) async fn record_skipped<C: Coordinator>(
         success: false,
         attempts: 0,
         duration_ms: 0,
-        finished_at: wall_clock(),
+        finished_at: shared.clock.now(),
         fire_id: Some(fire_id.to_string()),
         manual: true,
         ..RunResult::default()
@@ -429,7 +438,7 @@ async fn not_started<C: Coordinator>(
         success: false,
         attempts: 0,
         duration_ms: 0,
-        finished_at: wall_clock(),
+        finished_at: shared.clock.now(),
         fire_id: Some(fire_id.to_string()),
         manual: kind != RunKind::Scheduled,
         ..RunResult::default()
@@ -439,8 +448,15 @@ async fn not_started<C: Coordinator>(
     }
 }
 
-/// The stored result of a run of `tick` that took `duration` from its spawn.
-fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration) -> RunResult {
+/// The stored result of a run of `tick` that took `duration` from its spawn and ended at
+/// `finished_at`.
+fn run_result(
+    tick: Tick,
+    node: String,
+    outcome: &RunOutcome,
+    duration: Duration,
+    finished_at: DateTime<Utc>,
+) -> RunResult {
     RunResult {
         tick: tick.instant,
         node,
@@ -459,7 +475,7 @@ fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration
         },
         attempts: outcome.attempts.len() as u32,
         duration_ms: duration.as_millis() as u64,
-        finished_at: wall_clock(),
+        finished_at,
         ..RunResult::default()
     }
 }
