@@ -39,6 +39,8 @@ pub mod control;
 mod firing;
 mod memory;
 pub(crate) use memory::use_one_heap;
+#[cfg(test)]
+mod paused_tests;
 mod runs;
 #[cfg(test)]
 mod tests;

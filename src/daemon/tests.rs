@@ -160,7 +160,7 @@ fn task(text: &str) -> Arc<TaskSpec> {
     task_named("t", text)
 }
 
-fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
+pub(super) fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
     let defaults = TaskDefaults {
         timezone: chrono_tz::UTC,
         user: None,
@@ -173,7 +173,7 @@ fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
 }
 
 /// The daemon settings of these tests.
-fn config() -> DaemonConfig {
+pub(super) fn config() -> DaemonConfig {
     DaemonConfig {
         jobs_dir: PathBuf::new(),
         node_id: "node-a".into(),
@@ -217,7 +217,10 @@ fn the_daemon_s_firing_rules_have_no_deliberate_bug_on() {
 
 /// The firing rules of a daemon around `shared`, firing `specs` with the coordinator's
 /// leadership.
-fn fire<C: Coordinator>(shared: &Arc<Shared<C>>, mut specs: Vec<Arc<TaskSpec>>) -> FiringShell<C> {
+pub(super) fn fire<C: Coordinator>(
+    shared: &Arc<Shared<C>>,
+    mut specs: Vec<Arc<TaskSpec>>,
+) -> FiringShell<C> {
     let firing = FiringShell::start(shared.clone(), FiringConfig::default());
     specs.sort_by(|a, b| a.name.cmp(&b.name));
     firing.engine().handle(Input::Load(specs));
