@@ -8,7 +8,7 @@
 //! since, so that `tokio::time::pause` and `advance` move calendar time too (linkerd2-proxy's
 //! habit). This module sits below all of the shell, so none of it imports the daemon for it.
 //!
-//! `clippy.toml` disallows the clock methods everywhere else, and `tests/clock_rules.rs` keeps
+//! `clippy.toml` disallows the clock methods everywhere else, and `tests/suite_rules.rs` keeps
 //! [`Clock::system`] out of the shell's production code: the shell is given its clock.
 
 use chrono::{DateTime, TimeDelta, Utc};

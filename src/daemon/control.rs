@@ -244,30 +244,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             ..ok
         },
         Request::Backfill { task, from, to, by } => {
-            let specs = loaded_tasks(config, coordinator);
-            let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
-                return unknown(&task, config, &specs);
-            };
-            let now = coordinator.clock().now();
-            let record = match crate::ops::backfill::new_request(
-                &task,
-                &spec.schedule,
-                from,
-                to,
-                &by,
-                now,
-            ) {
-                Ok(record) => record,
-                Err(error) => return Reply::error(format!("{error:#}")),
-            };
-            match coordinator.request_backfill(record.clone()) {
-                Ok(name) => Reply {
-                    fire_id: Some(name.clone()),
-                    backfills: Some([(name, record)].into()),
-                    ..ok
-                },
-                Err(error) => Reply::error(error.to_string()),
-            }
+            request_backfill(config, coordinator, &task, from, to, &by)
         }
         Request::Backfills => Reply {
             backfills: Some(coordinator.backfills()),
@@ -297,6 +274,36 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
 }
 
 /// The reply to a pause or a resume.
+/// Stores a backfill of `task`'s ticks in `[from, to)` asked by `by`, counted on its schedule
+/// as loaded, and made at the time of the backend's clock.
+fn request_backfill(
+    config: &ControlConfig,
+    coordinator: &LocalCoordinator,
+    task: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: &str,
+) -> Reply {
+    let specs = loaded_tasks(config, coordinator);
+    let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
+        return unknown(task, config, &specs);
+    };
+    let now = coordinator.clock().now();
+    let record = match crate::ops::backfill::new_request(task, &spec.schedule, from, to, by, now) {
+        Ok(record) => record,
+        Err(error) => return Reply::error(format!("{error:#}")),
+    };
+    match coordinator.request_backfill(record.clone()) {
+        Ok(name) => Reply {
+            ok: true,
+            fire_id: Some(name.clone()),
+            backfills: Some([(name, record)].into()),
+            ..Reply::default()
+        },
+        Err(error) => Reply::error(error.to_string()),
+    }
+}
+
 fn changed(result: Result<bool, CoordError>) -> Reply {
     match result {
         Ok(changed) => Reply {

@@ -310,7 +310,6 @@ async fn follow_run<C: Coordinator>(
     let spawned = tokio::time::Instant::now();
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<RunResult>();
     let node = shared.node_id.clone();
-    let clock = shared.clock;
     let pause_on_failure = started.request().pause_on_failure;
     let on_end = move |outcome: &RunOutcome| {
         run.over(&ended_shared);
@@ -320,13 +319,14 @@ async fn follow_run<C: Coordinator>(
         if crate::coord::record::chain_of(&run.fire_id).is_some() {
             metrics.chained_run(outcome.succeeded());
         }
+        let ended_at = ended_shared.clock.now();
+        let mut result = run_result(tick, node, outcome, spawned.elapsed(), ended_at);
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
-            metrics.succeeded(&run.name, clock.now().timestamp_millis() as f64 / 1000.0);
+            metrics.succeeded(&run.name, ended_at.timestamp_millis() as f64 / 1000.0);
         } else {
             metrics.fired(&run.name, FireOutcome::Failure);
         }
-        let mut result = run_result(tick, node, outcome, spawned.elapsed(), clock.now());
         result.started_at = outcome
             .attempts
             .iter()
@@ -339,13 +339,7 @@ async fn follow_run<C: Coordinator>(
         }
         if pause_on_failure && outcome.failed() {
             // Stored with the end, in one write: no stored failure without its pause.
-            let at = clock.now();
-            result.pause = Some(Box::new(failure_pause(
-                &result.node,
-                &run.fire_id,
-                &result,
-                at,
-            )));
+            result.pause = Some(Box::new(failure_pause(&result.node, &run.fire_id, &result)));
         }
         result.fire_id = Some(run.fire_id);
         let _ = ended_tx.send(result);
@@ -373,12 +367,12 @@ async fn follow_run<C: Coordinator>(
 }
 
 /// The pause of `task` (`pause_on_failure`) that its failed run `fire_id` stores with its end:
-/// the run and how it ended as the reason, this node as who, at `at`, as `zkcron pause --reason`
-/// would.
-fn failure_pause(node: &str, fire_id: &str, result: &RunResult, at: DateTime<Utc>) -> MarkRecord {
+/// the run and how it ended as the reason, this node as who, at its end, as `zkcron pause
+/// --reason` would.
+fn failure_pause(node: &str, fire_id: &str, result: &RunResult) -> MarkRecord {
     MarkRecord {
         format: FORMAT_VERSION,
-        at: at.trunc_subsecs(0),
+        at: result.finished_at.trunc_subsecs(0),
         by: format!("zkcron@{node}"),
         reason: Some(format!(
             "pause_on_failure: run {fire_id} failed ({})",

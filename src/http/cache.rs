@@ -1,6 +1,7 @@
 //! The dashboard's and the API's reads of the [`Source`], cached: one [`View`] (a snapshot and
 //! what every page works out from it: the status, the schedules, the rendered bodies) shared
-//! by every viewer.
+//! by every viewer. Views are made at the time of the source's clock ([`Source::clock`], the
+//! daemon's).
 //!
 //! A cluster's snapshot is kept current by one reader ([`live`]) from the first request on:
 //! ZooKeeper's watches name what changed, and only that is read again and worked out again. A

@@ -6,7 +6,8 @@
 //! daemon through its control socket ([`local`]; served by `daemon::control`). What `status`
 //! and `explain` say is a pure function of the records read and `now` ([`model`],
 //! [`explain`]); [`render`] prints it for people, serde for scripts (docs/commands.md,
-//! "JSON interfaces", documents both JSON forms).
+//! "JSON interfaces", documents both JSON forms). `now` is read on the [`Clock`] [`run`] is
+//! handed (the CLI's; a [`cluster::ClusterClient`] carries it for the HTTP API too).
 //!
 //! Beside them: [`args`] (the commands' arguments and how they find the scheduler), [`change`]
 //! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`

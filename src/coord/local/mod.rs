@@ -7,6 +7,8 @@
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
 //! run history (`history/<task>.json`); `backfill.rs` backfill requests (`backfills.json`).
+//! Requests, pauses, resumes and ends are timed on the [`Clock`] it is opened with (the
+//! daemon's); the writer thread's own batching runs on the system's monotonic clock.
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only

@@ -27,7 +27,9 @@
 //! [`crate::coord::node`]; the records, their paths and the task-set codec are
 //! [`crate::coord::records`], which the node and the local backend share. Files: [`settings`]
 //! (connect strings, checks, credentials), `tls` (TLS files and a handshake of its own),
-//! [`call`] (one operation with a deadline), this module (the loop).
+//! [`call`] (one operation with a deadline), this module (the loop). The node's `Now` is
+//! tokio's clock since the start and calendar time on the [`Clock`] the coordinator is started
+//! with (the daemon's): neither is read anywhere else.
 //!
 //! [`MemberRecord`]: crate::coord::records::MemberRecord
 //! [`TaskSetRecord`]: crate::coord::records::TaskSetRecord
