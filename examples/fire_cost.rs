@@ -45,6 +45,7 @@ fn request(i: usize) -> RunRequest {
         output_lines: 100,
         on_failure: None,
         pause_on_failure: false,
+        clock: zkcron::clock::Clock::system(),
     }
 }
 

@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::accounts::Identity;
+use crate::clock::Clock;
 use crate::config::Backend;
 use crate::config::{self, Config};
 use crate::coord::local::{self, LocalCoordinator};
@@ -357,6 +358,8 @@ fn daemon_config(plan: &Plan) -> DaemonConfig {
         job_output_lines: plan.config.log.job_output_lines,
         metrics: crate::metrics::Metrics::new(),
         loaded: Default::default(),
+        // The real clock, built here at the outermost entry and handed down.
+        clock: Clock::system(),
     }
 }
 
@@ -398,7 +401,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     match plan.backend {
         Backend::Local => runtime.block_on(async {
             let coordinator = Arc::new(
-                LocalCoordinator::open(&plan.state_dir)?
+                LocalCoordinator::open(&plan.state_dir, daemon_config.clock)?
                     .with_history_runs(plan.config.scheduler.history_runs),
             );
             tracing::info!(backend = "local", state_dir = %plan.state_dir.display(), "coordination backend ready");
@@ -441,15 +444,19 @@ fn run_zookeeper(
         .zk_settings()
         .context("checked above: the zookeeper backend has a connect string")?;
     runtime.block_on(async {
-        let coordinator =
-            ZkCoordinator::start_with_metrics(settings.clone(), daemon_config.metrics.clone())
-                .map_err(|e| anyhow::anyhow!(e))?;
+        let coordinator = ZkCoordinator::start_with_metrics(
+            settings.clone(),
+            daemon_config.metrics.clone(),
+            daemon_config.clock,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
         let endpoint = crate::http::Endpoint::zookeeper(
             &daemon_config.metrics,
             &coordinator,
             &settings,
             daemon_config.loaded.clone(),
             admin,
+            daemon_config.clock,
         );
         let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
         tracing::info!(
@@ -470,7 +477,7 @@ fn run_zookeeper(
 fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
     let timezone = schedule::parse_timezone(&args.tz)?;
     let schedule = Schedule::parse(&args.expression, timezone)?;
-    let after = args.after.unwrap_or_else(crate::clock::wall_clock);
+    let after = args.after.unwrap_or_else(|| Clock::system().now());
     let mut printed = 0;
     for tick in schedule.ticks_after(after).take(args.count) {
         let local = tick.with_timezone(&timezone);
@@ -507,7 +514,7 @@ fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => loaded,
         Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
     };
-    let now = crate::clock::wall_clock();
+    let now = Clock::system().now();
     // The local backend's fire records show which tasks a record ahead of the clock holds.
     let (records, records_error) = match config.coordination.backend {
         Backend::Zookeeper => (Default::default(), None),
@@ -656,7 +663,7 @@ fn operate(
     command: impl FnOnce(&Plan) -> OpsCommand,
 ) -> anyhow::Result<ExitCode> {
     match ops::args::resolve(target, node_id, command)? {
-        Ok((target, command)) => ops::run(command, target),
+        Ok((target, command)) => ops::run(command, target, Clock::system()),
         Err(error) => Ok(refuse_config(&error, "cannot reach the scheduler")),
     }
 }

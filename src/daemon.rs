@@ -13,7 +13,9 @@
 //! It keeps the service manager informed through [`crate::service`]: ready once the tasks are
 //! loaded, a status line on every leadership change, stopping when SIGTERM arrives.
 //!
-//! This is the only module that reads the wall clock for scheduling ([`wall_clock`]).
+//! Calendar time comes from the [`Clock`] in [`DaemonConfig`], never read anywhere else: the
+//! system clock in a real daemon, tokio's paused clock in a test (`tests.rs`), where the firing
+//! loop then fires on virtual time.
 //!
 //! Files: `firing` (the core's shell), `runs` (`start_run`, the hands of the runs), `watching`
 //! (the jobs dir's events, debounce; clock jumps), `control` (the local backend's control
@@ -27,6 +29,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::clock::Clock;
 use crate::coord::{Coordinator, Leadership};
 use crate::firing::{FiringConfig, Input, StopHow, Unload};
 use crate::service;
@@ -36,6 +39,8 @@ pub mod control;
 mod firing;
 mod memory;
 pub(crate) use memory::use_one_heap;
+#[cfg(test)]
+mod paused_tests;
 mod runs;
 #[cfg(test)]
 mod tests;
@@ -60,8 +65,6 @@ const WATCH_QUIET: Duration = Duration::from_millis(300);
 /// reloaded at most this long after its first change, and again as long as it lasts.
 const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
 
-pub use crate::clock::wall_clock;
-
 /// What the daemon needs to know, already resolved from config and flags.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
@@ -81,6 +84,8 @@ pub struct DaemonConfig {
     pub metrics: crate::metrics::Metrics,
     /// The tasks as of the last reload, for `zkcron status` and `/status` on this host.
     pub loaded: LoadedTasks,
+    /// Where the daemon reads calendar time (`now` for the firing rules, results' times).
+    pub clock: Clock,
 }
 
 /// The tasks the daemon loaded at its last reload, shared with what reports on this host (the
@@ -138,6 +143,8 @@ struct Shared<C> {
     metrics: crate::metrics::Metrics,
     /// Spawns the runs at their instants.
     spawner: crate::executor::Spawner,
+    /// The daemon's clock ([`DaemonConfig::clock`]).
+    clock: Clock,
 }
 
 impl<C: Coordinator> Shared<C> {
@@ -148,7 +155,7 @@ impl<C: Coordinator> Shared<C> {
         let (runs_alive, runs_alive_rx) = mpsc::channel(1);
         let leadership = coordinator.leadership();
         let (clock_jumps_tx, clock_jumps) = watch::channel(0);
-        tokio::spawn(watch_wall_clock(clock_jumps_tx));
+        tokio::spawn(watch_wall_clock(clock_jumps_tx, config.clock));
         let shared = Shared {
             coordinator,
             node_id: config.node_id.clone(),
@@ -158,7 +165,8 @@ impl<C: Coordinator> Shared<C> {
             runs_alive,
             runs: Arc::default(),
             metrics: config.metrics.clone(),
-            spawner: crate::executor::Spawner::start(),
+            spawner: crate::executor::Spawner::start(config.clock),
+            clock: config.clock,
         };
         (Arc::new(shared), runs_alive_rx)
     }
@@ -310,7 +318,7 @@ impl<C: Coordinator> Daemon<C> {
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let mut cache = std::mem::take(&mut self.cache);
-        let now = std::time::SystemTime::from(wall_clock());
+        let now = std::time::SystemTime::from(self.shared.clock.now());
         let rescan = changes.rescan;
         let read = tokio::task::spawn_blocking(move || {
             let scan = match rescan {

@@ -101,6 +101,8 @@ pub struct RunRequest {
     /// that the daemon, which records the run's end, pauses the task when its last attempt
     /// failed.
     pub pause_on_failure: bool,
+    /// The shell's clock: a first attempt's lateness is measured on it.
+    pub clock: crate::clock::Clock,
 }
 
 /// How one attempt ended.
@@ -567,7 +569,7 @@ fn spawn_attempt(
             return Attempt::Failed(spawn_failed(request, attempt, reason));
         }
     };
-    let lateness = (attempt == 1).then(|| crate::clock::wall_clock() - request.due_at);
+    let lateness = (attempt == 1).then(|| request.clock.now() - request.due_at);
     let pid = child.id();
     let guard = GroupGuard {
         pgid: pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw),

@@ -23,6 +23,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -35,6 +36,7 @@ pub mod source;
 pub mod task_page;
 pub mod words;
 
+use crate::clock::Clock;
 use crate::coord::local::LocalCoordinator;
 use crate::coord::zk::ZkCoordinator;
 use crate::coord::zk::settings::{DEFAULT_MAX_CLOCK_SKEW, ZkSettings};
@@ -104,11 +106,13 @@ impl Endpoint {
         settings: &ZkSettings,
         loaded: LoadedTasks,
         admin: api::Admin,
+        clock: Clock,
     ) -> Endpoint {
         Endpoint {
             cache: Arc::new(cache::Cache::new(source::Source::Cluster {
                 settings: settings.clone(),
                 loaded,
+                clock,
             })),
             admin,
             metrics: metrics.clone(),
@@ -121,8 +125,16 @@ impl Endpoint {
                 &settings.cluster,
                 &settings.auth,
                 settings.tls.as_ref(),
+                clock,
             ),
         }
+    }
+}
+
+impl Endpoint {
+    /// The current time on the daemon's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.cache.source.clock().now()
     }
 }
 

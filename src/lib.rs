@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! - [`accounts`]: who zkcron runs as ([`accounts::Identity`]) and user and group lookups.
-//! - [`clock`]: the shell's one wall-clock read (the core takes `now` as an argument).
+//! - [`clock`]: `Clock`, where the shell reads calendar time: the system's, built by `cli` and
+//!   handed down, or tokio's paused time in tests (the core takes `now` as an argument).
 //! - [`schedule`]: cron expressions and time zones; the instants a schedule fires at.
 //! - [`task`]: task files in `jobs.d/`: loading, validation and error reports.
 //! - [`config`]: the node configuration `zkcron.toml`.

@@ -6,7 +6,8 @@
 //! daemon through its control socket ([`local`]; served by `daemon::control`). What `status`
 //! and `explain` say is a pure function of the records read and `now` ([`model`],
 //! [`explain`]); [`render`] prints it for people, serde for scripts (docs/commands.md,
-//! "JSON interfaces", documents both JSON forms).
+//! "JSON interfaces", documents both JSON forms). `now` is read on the [`Clock`] [`run`] is
+//! handed (the CLI's; a [`cluster::ClusterClient`] carries it for the HTTP API too).
 //!
 //! Beside them: [`args`] (the commands' arguments and how they find the scheduler), [`change`]
 //! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`
@@ -40,7 +41,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::clock::wall_clock;
+use crate::clock::Clock;
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use change::{Change, Done};
 use cluster::{CONNECT_DEADLINE, ClusterClient};
@@ -128,10 +129,10 @@ pub fn operator() -> String {
     format!("{user}@{host}")
 }
 
-/// Runs `command` against `target`.
-pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
+/// Runs `command` against `target`, reading calendar time on `clock`.
+pub fn run(command: OpsCommand, target: Target, clock: Clock) -> anyhow::Result<ExitCode> {
     match target {
-        Target::Local { state_dir } => run_local(command, &state_dir),
+        Target::Local { state_dir } => run_local(command, &state_dir, clock),
         Target::Cluster {
             connect,
             cluster,
@@ -149,6 +150,7 @@ pub fn run(command: OpsCommand, target: Target) -> anyhow::Result<ExitCode> {
                     &auth,
                     tls.as_ref(),
                     CONNECT_DEADLINE,
+                    clock,
                 )
                 .await?;
                 let result = run_cluster(command, &client).await;
@@ -249,7 +251,7 @@ fn print_done(done: &Done, note: bool) {
 /// `zkcron status` against the cluster.
 async fn cluster_status(client: &ClusterClient, json: bool) -> anyhow::Result<()> {
     let snapshot = client.snapshot(None).await?;
-    let now = wall_clock();
+    let now = client.clock.now();
     let status = model::status(&snapshot, now);
     if json {
         print_json(&status)
@@ -262,7 +264,7 @@ async fn cluster_status(client: &ClusterClient, json: bool) -> anyhow::Result<()
 async fn cluster_explain(client: &ClusterClient, task: &str, json: bool) -> anyhow::Result<()> {
     let task = task.to_string();
     let snapshot = client.snapshot(Some(std::slice::from_ref(&task))).await?;
-    let now = wall_clock();
+    let now = client.clock.now();
     let Some(explained) = explain::explain(&snapshot, &task, now) else {
         return Err(unknown_task(&snapshot, &task));
     };
@@ -381,7 +383,11 @@ async fn wait_cluster(
 pub(crate) const CLUSTER_ONLY: &str = "is a cluster command: this host uses the local backend (set --zookeeper or [coordination] \
      backend)";
 
-fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn run_local(
+    command: OpsCommand,
+    state_dir: &std::path::Path,
+    clock: Clock,
+) -> anyhow::Result<ExitCode> {
     let by = operator();
     match command {
         OpsCommand::Explain { .. } | OpsCommand::Drain { .. } | OpsCommand::Undrain { .. } => {
@@ -393,7 +399,7 @@ fn run_local(command: OpsCommand, state_dir: &std::path::Path) -> anyhow::Result
             if json {
                 print_json(&status)?;
             } else {
-                emit(&render::status(&status, wall_clock()))?;
+                emit(&render::status(&status, clock.now()))?;
             }
         }
         OpsCommand::History { task, n, json } => {

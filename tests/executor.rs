@@ -18,6 +18,7 @@ use tracing::instrument::WithSubscriber;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
+use zkcron::clock::Clock;
 use zkcron::executor::{
     DEFAULT_PATH, Exit, MAX_LINE_BYTES, RunOutcome, RunRequest, Scheduled, Spawner, StopHandle,
     prepare, run,
@@ -67,6 +68,7 @@ fn request(command: CommandLine) -> RunRequest {
         output_lines: 1000,
         on_failure: None,
         pause_on_failure: false,
+        clock: Clock::system(),
     }
 }
 
@@ -1578,7 +1580,7 @@ async fn spawned_at_its_instant_and_succeeds(run: &mut Scheduled, due: DateTime<
 async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
     let _guard = Captured::default().install();
     let dir = tempfile::tempdir().unwrap();
-    let spawner = Spawner::start();
+    let spawner = Spawner::start(Clock::system());
     let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
     // Everything is prepared before the instant is chosen: from the instant on, the spawner
     // threads may take the runs, and the withdrawal below must come first. Handing a run over
@@ -1636,7 +1638,7 @@ async fn the_spawner_starts_runs_at_their_instant_and_never_a_withdrawn_one() {
 async fn a_spawner_without_threads_spawns_runs_at_their_instant_from_the_awaiting_task() {
     let _guard = Captured::default().install();
     let dir = tempfile::tempdir().unwrap();
-    let spawner = Spawner::with_threads(0);
+    let spawner = Spawner::with_threads(0, Clock::system());
     let touch = |name: &str| request(shell(&format!("touch {}", dir.path().join(name).display())));
     let due = Utc::now() + Duration::from_millis(300);
     let mut run = spawner.spawn_at(due, prepare(touch("run")).await, None);

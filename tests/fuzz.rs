@@ -353,10 +353,10 @@ proptest! {
         write_state(dir.path(), "triggers.json", &triggers);
         write_state(dir.path(), "history/t.json", &history);
         let _ = read_fire_records(dir.path());
-        if let Ok(editor) = StateDirEditor::open(dir.path()) {
+        if let Ok(editor) = StateDirEditor::open(dir.path(), zkcron::clock::Clock::system().now()) {
             let _ = editor.tasks().count();
         }
-        if let Ok(local) = LocalCoordinator::open(dir.path()) {
+        if let Ok(local) = LocalCoordinator::open(dir.path(), zkcron::clock::Clock::system()) {
             let _ = local.history("t", 10);
             let _ = local.trigger_state("t@manual-0000000001");
         }
@@ -377,7 +377,8 @@ fn golden_state_files_are_read() {
     ] {
         write_state(dir.path(), name, &Some(text.as_bytes().to_vec()));
     }
-    let local = LocalCoordinator::open(dir.path()).expect("golden state opens");
+    let local = LocalCoordinator::open(dir.path(), zkcron::clock::Clock::system())
+        .expect("golden state opens");
     assert!(local.paused().contains("t"));
     assert!(local.trigger_state("t@manual-0000000001").is_some());
     assert!(!local.history("t", 10).is_empty());

@@ -421,7 +421,7 @@ fn records_this_release_writes_match_the_golden_fixtures() {
     let mut n1_settings = settings(&connect, "n1", "2.0.0");
     n1_settings.session_timeout = Duration::from_secs(2);
     let n1 = first.block_on(async {
-        let n1 = ZkCoordinator::start(n1_settings).unwrap();
+        let n1 = ZkCoordinator::start(n1_settings, zkcron::clock::Clock::system()).unwrap();
         n1.publish(&tasks).await.unwrap();
         wait_leadership(&n1, "n1 to lead a and b", |l| {
             !l.paused && l.tasks.len() == 2
@@ -430,7 +430,11 @@ fn records_this_release_writes_match_the_golden_fixtures() {
         n1
     });
     let n2 = main.block_on(async {
-        let n2 = ZkCoordinator::start(settings(&connect, "n2", "1.0.0")).unwrap();
+        let n2 = ZkCoordinator::start(
+            settings(&connect, "n2", "1.0.0"),
+            zkcron::clock::Clock::system(),
+        )
+        .unwrap();
         n2.publish(&tasks).await.unwrap();
         n2
     });
@@ -518,7 +522,8 @@ fn the_state_dir_this_release_writes_matches_the_golden_fixtures() {
     let journal_path = dir.path().join("journal.jsonl");
     let snapshot_path = dir.path().join("snapshot.json");
     runtime.block_on(async {
-        let local = Arc::new(LocalCoordinator::open(dir.path()).unwrap());
+        let local =
+            Arc::new(LocalCoordinator::open(dir.path(), zkcron::clock::Clock::system()).unwrap());
         local
             .publish(&[spec("a", ""), spec("s", "")])
             .await
@@ -538,7 +543,7 @@ fn the_state_dir_this_release_writes_matches_the_golden_fixtures() {
         String::from_utf8(journal).unwrap(),
         String::from_utf8(state_fixture("journal.jsonl")).unwrap()
     );
-    drop(LocalCoordinator::open(dir.path()).unwrap());
+    drop(LocalCoordinator::open(dir.path(), zkcron::clock::Clock::system()).unwrap());
     let snapshot: Value = serde_json::from_slice(&fs::read(&snapshot_path).unwrap()).unwrap();
     if capturing() {
         fs::write(
@@ -563,7 +568,7 @@ fn a_state_dir_of_the_golden_fixtures_is_read_by_this_release() {
             fs::write(dir.path().join(name), state_fixture(name)).unwrap();
         }
         runtime.block_on(async {
-            let local = LocalCoordinator::open(dir.path()).unwrap();
+            let local = LocalCoordinator::open(dir.path(), zkcron::clock::Clock::system()).unwrap();
             local
                 .publish(&[spec("a", ""), spec("s", "")])
                 .await

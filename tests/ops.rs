@@ -119,7 +119,7 @@ fn stderr(out: &Output) -> String {
 }
 
 fn unix_now() -> i64 {
-    zkcron::clock::wall_clock().timestamp()
+    zkcron::clock::Clock::system().now().timestamp()
 }
 
 // ---------------------------------------------------------------------------------------------

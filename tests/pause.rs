@@ -116,9 +116,9 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
     // It fires no more: at most a tick claimed before the pause was seen (200 ms ahead).
     let leader = &run.node;
     cluster.nodes[leader.as_str()].wait_for_log("task flaky is paused", LIMIT);
-    let seen_at = zkcron::clock::wall_clock().timestamp();
+    let seen_at = zkcron::clock::Clock::system().now().timestamp();
     common::wait_for("three quiet seconds", LIMIT, || {
-        zkcron::clock::wall_clock().timestamp() >= seen_at + 4
+        zkcron::clock::Clock::system().now().timestamp() >= seen_at + 4
     });
     let late: Vec<String> = cluster
         .fires()
@@ -252,9 +252,9 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     // Still paused after the restart: the new daemon says so, and flaky does not run again
     // in the three seconds that follow.
     restarted.wait_for_log_count("task flaky is paused; nothing fires until", 2, LIMIT);
-    let seen_at = zkcron::clock::wall_clock().timestamp();
+    let seen_at = zkcron::clock::Clock::system().now().timestamp();
     common::wait_for("three seconds after the restart", LIMIT, || {
-        zkcron::clock::wall_clock().timestamp() >= seen_at + 3
+        zkcron::clock::Clock::system().now().timestamp() >= seen_at + 3
     });
     let after = std::fs::read_to_string(&fires).unwrap().lines().count();
     assert_eq!(after, count, "flaky ran while paused");

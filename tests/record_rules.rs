@@ -655,7 +655,8 @@ struct LocalBackend {
 
 impl LocalBackend {
     fn open(&mut self) {
-        let coordinator = LocalCoordinator::open(self.dir.path()).unwrap();
+        let coordinator =
+            LocalCoordinator::open(self.dir.path(), zkcron::clock::Clock::system()).unwrap();
         self.runtime
             .block_on(coordinator.publish(&specs()))
             .unwrap();
@@ -727,7 +728,8 @@ impl ZkBackend {
         };
         let enabled = CASES.iter().filter(|c| c.enabled).count();
         let coordinator = runtime.block_on(async {
-            let coordinator = ZkCoordinator::start(settings).unwrap();
+            let coordinator =
+                ZkCoordinator::start(settings, zkcron::clock::Clock::system()).unwrap();
             coordinator.publish(&specs()).await.unwrap();
             let mut leadership = coordinator.leadership();
             tokio::time::timeout(

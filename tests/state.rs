@@ -114,7 +114,7 @@ fn given_a_full_state_dir_when_an_append_is_cut_short_then_the_claim_fails_and_t
     let start = DateTime::from_timestamp(1_767_225_600, 0).unwrap();
     let second = TimeDelta::seconds(1);
     let failed_tick = runtime().block_on(async {
-        let local = LocalCoordinator::open(&state).unwrap();
+        let local = LocalCoordinator::open(&state, zkcron::clock::Clock::system()).unwrap();
         let mut specs = vec![spec("a")];
         specs.extend(others.iter().map(|name| spec(name)));
         local.publish(&specs).await.unwrap();
@@ -174,7 +174,7 @@ fn given_a_full_state_dir_when_an_append_is_cut_short_then_the_claim_fails_and_t
 
     // A restart reads the claim made after the failure (it was not glued onto a torn line).
     runtime().block_on(async {
-        let local = LocalCoordinator::open(&state).unwrap();
+        let local = LocalCoordinator::open(&state, zkcron::clock::Clock::system()).unwrap();
         assert_eq!(local.last_claimed("a").await.unwrap(), Some(failed_tick));
         for name in &others {
             assert_eq!(local.last_claimed(name).await.unwrap(), None, "{name}");
@@ -251,7 +251,7 @@ fn given_a_full_state_dir_when_the_daemon_claims_then_claims_fail_loudly_and_aft
 /// Writes a fire record of `task` at `tick` into `state` through the real backend.
 fn write_fire_record(state: &Path, task: &str, tick: DateTime<Utc>) {
     runtime().block_on(async {
-        let local = LocalCoordinator::open(state).unwrap();
+        let local = LocalCoordinator::open(state, zkcron::clock::Clock::system()).unwrap();
         local.publish(&[spec(task)]).await.unwrap();
         let outcome = local.claim(task, tick, ClaimIntent::Run).await.unwrap();
         assert_eq!(outcome, ClaimOutcome::Claimed);

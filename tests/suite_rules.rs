@@ -14,6 +14,12 @@
 //!   is `foo.rs`, its children are in `foo/`, and its unit tests are `foo/tests.rs`, declared in
 //!   `foo.rs` by `#[cfg(test)] mod tests;`. A module is then found where its name says, and its
 //!   tests import what they use from where it is, not through a chain of test files.
+//! - **Time the tests can move.** `clippy.toml` disallows reading the system clock outside
+//!   `clock::Clock::now`; building the system clock, `Clock::system()`, is left to the outermost
+//!   entry (`src/main.rs`, `src/cli.rs`, `src/cli/`), which hands it down, so that a test can
+//!   hand the daemon, the HTTP server, the operator commands and the backends
+//!   `Clock::tokio_paused` instead. Checked in `src/` but its tests (`tests.rs`, `*_tests.rs`,
+//!   files under a `tests/` dir, a file's inline `#[cfg(test)]` module).
 //!
 //! This file is not scanned: its examples are offences on purpose. Each rule is shown able to
 //! fail on them.
@@ -450,6 +456,59 @@ fn src_has_one_module_layout_without_path_attributes_or_mod_rs() {
     );
 }
 
+/// Where the system clock may be built: the outermost entry, and the module that defines it.
+const CLOCK_ENTRY: &[&str] = &["src/main.rs", "src/cli.rs", "src/cli/", "src/clock.rs"];
+
+/// What builds the system clock.
+const SYSTEM_CLOCK: &str = "Clock::system(";
+
+/// Whether `path` (relative to the crate, with `/`) holds only tests.
+fn is_test_file(path: &str) -> bool {
+    path.ends_with("/tests.rs") || path.ends_with("_tests.rs") || path.contains("/tests/")
+}
+
+/// The places, as `path:line`, where `text` (the file at `path`) builds the system clock
+/// outside the entry and outside tests.
+fn clock_builds(path: &str, text: &str) -> Vec<String> {
+    if is_test_file(path) || CLOCK_ENTRY.iter().any(|entry| path.starts_with(entry)) {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    // The inline test module: `#[cfg(test)]` over `mod name {` (not over `mod name;`).
+    let tests_start = lines
+        .windows(2)
+        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim().ends_with('{'))
+        .unwrap_or(lines.len());
+    lines[..tests_start]
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.contains(SYSTEM_CLOCK) && !line.trim_start().starts_with("//"))
+        .map(|(i, _)| format!("{path}:{}", i + 1))
+        .collect()
+}
+
+#[test]
+fn only_the_outermost_entry_builds_the_system_clock() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for file in rust_files(&root.join("src")) {
+        let relative = file
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&file).unwrap();
+        found.extend(clock_builds(&relative, &text));
+    }
+    assert!(
+        found.is_empty(),
+        "the system clock is built outside the outermost entry (src/cli.rs): take the clock the \
+         caller hands down (DaemonConfig::clock, LocalCoordinator::clock, ClusterClient::clock, \
+         the HTTP source's) instead, at:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_layout_rule_finds_a_path_attribute_however_spaced_and_not_one_in_a_comment() {
     let source = r#"
@@ -463,4 +522,17 @@ mod chain;
 fn f() {}
 "#;
     assert_eq!(path_attributes(source), [3, 5]);
+}
+
+#[test]
+fn a_shell_module_that_builds_the_system_clock_is_reported_but_not_its_tests() {
+    let text = "#[cfg(test)]\nmod tests;\nfn now() -> DateTime<Utc> {\n    Clock::system().now()\n}\n\n#[cfg(test)]\nmod tests {\n    fn t() { Clock::system(); }\n}\n";
+
+    assert_eq!(
+        clock_builds("src/daemon/runs.rs", text),
+        ["src/daemon/runs.rs:4"]
+    );
+    assert!(clock_builds("src/cli.rs", text).is_empty());
+    assert!(clock_builds("src/daemon/tests.rs", text).is_empty());
+    assert!(clock_builds("src/coord/local/journal_tests.rs", text).is_empty());
 }

@@ -32,7 +32,7 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
                 .map_or("the config".into(), |p| p.display().to_string())
         );
     }
-    let now = crate::clock::wall_clock();
+    let now = crate::clock::Clock::system().now();
     let to = reset_to(args.to, now)?;
     if !state_dir.is_dir() {
         anyhow::bail!(
@@ -43,7 +43,7 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     }
     // Damage found while reading the state is logged, as the daemon would log it.
     crate::logging::init(config.log.format);
-    let mut editor = StateDirEditor::open(&state_dir)?;
+    let mut editor = StateDirEditor::open(&state_dir, now)?;
     let task = args.task.as_str();
     let Some(record) = editor.last_claimed(task) else {
         let defaults =

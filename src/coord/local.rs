@@ -7,6 +7,8 @@
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
 //! run history (`history/<task>.json`); `backfill.rs` backfill requests (`backfills.json`).
+//! Requests, pauses, resumes and ends are timed on the [`Clock`] it is opened with (the
+//! daemon's); the writer thread's own batching runs on the system's monotonic clock.
 //!
 //! Records are kept in memory and made durable in an append-only journal,
 //! `<state_dir>/journal.jsonl`, one JSON line per change (a claim or a result). A claim returns only
@@ -66,7 +68,7 @@ use super::backfill::BackfillRecord;
 use super::record::{self, FireView, Verdict};
 use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
-use crate::clock::wall_clock;
+use crate::clock::Clock;
 use crate::task::TaskSpec;
 pub(crate) use errors::not_writable_fix;
 use journal::{Gather, JournalWriter};
@@ -202,20 +204,25 @@ pub struct LocalCoordinator {
     /// The paused tasks (`paused.json`, see `pause.rs`), and the lock of their writer.
     paused: Mutex<std::collections::BTreeMap<String, PauseMark>>,
     pausing: tokio::sync::Mutex<()>,
+    /// Where requests, pauses, resumes and ends are timed: the daemon's clock.
+    clock: Clock,
 }
 
 impl LocalCoordinator {
-    /// Opens (creating if needed) the state dir, takes its lock and reads the records.
-    pub fn open(state_dir: &Path) -> Result<LocalCoordinator, CoordError> {
+    /// Opens (creating if needed) the state dir, takes its lock and reads the records; times
+    /// what it stores on `clock`.
+    pub fn open(state_dir: &Path, clock: Clock) -> Result<LocalCoordinator, CoordError> {
+        let now = clock.now();
         let (lock, journal_writer) = open_state(
             state_dir,
             "two daemons on one state dir would both fire every tick: stop the other one or give \
              this one its own --state-dir",
+            now,
         )?;
         let records = journal_writer.mirror.clone();
         let paused = pause::read_paused(state_dir)?;
-        let manual = manual::Manual::open(state_dir, wall_clock())?;
-        let backfills = backfill::Backfills::open(state_dir, wall_clock())?;
+        let manual = manual::Manual::open(state_dir, now)?;
+        let backfills = backfill::Backfills::open(state_dir, now)?;
         let history = history::HistoryFiles::open(state_dir).map_err(|source| CoordError::Io {
             context: "cannot start the history writer".into(),
             error: source,
@@ -250,7 +257,13 @@ impl LocalCoordinator {
             state_dir: state_dir.to_path_buf(),
             paused: Mutex::new(paused),
             pausing: tokio::sync::Mutex::new(()),
+            clock,
         })
+    }
+
+    /// The clock this backend times what it stores on (the daemon's).
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// Keeps `runs` runs per task in the history (`[scheduler] history_runs`; default 100).
@@ -268,7 +281,7 @@ impl LocalCoordinator {
                 "task {task} is not defined on this host (or is disabled): nothing would run it; `zkcron next` lists the tasks"
             )));
         }
-        let trigger = self.manual.request(task, by, wall_clock())?;
+        let trigger = self.manual.request(task, by, self.clock.now())?;
         self.refresh_triggers();
         Ok(trigger)
     }
@@ -294,7 +307,7 @@ impl LocalCoordinator {
                 record.task
             )));
         }
-        let name = self.backfills.request(record, wall_clock())?;
+        let name = self.backfills.request(record, self.clock.now())?;
         self.refresh_triggers();
         Ok(name)
     }
@@ -311,7 +324,7 @@ impl LocalCoordinator {
         name: &str,
         by: &str,
     ) -> Result<Option<BackfillRecord>, CoordError> {
-        let record = self.backfills.cancel(name, by, wall_clock())?;
+        let record = self.backfills.cancel(name, by, self.clock.now())?;
         self.refresh_triggers();
         Ok(record)
     }
@@ -444,11 +457,13 @@ impl StateDirEditor {
     /// Takes the state dir's lock, failing with [`CoordError::Busy`] while a daemon holds it (a
     /// running daemon keeps its records in memory and would overwrite the change), and reads
     /// the records.
-    pub fn open(state_dir: &Path) -> Result<StateDirEditor, CoordError> {
+    /// A damaged file found is kept under a name stamped with `now`.
+    pub fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<StateDirEditor, CoordError> {
         let (lock, writer) = open_state(
             state_dir,
             "a running daemon keeps its fire records in memory and would not see the change: stop \
              it first (e.g. systemctl stop zkcron), run this again, then start it",
+            now,
         )?;
         Ok(StateDirEditor {
             writer,
@@ -642,7 +657,7 @@ impl Coordinator for LocalCoordinator {
             // No fire record, no `result`: the trigger (and the chained runs' requests, in
             // the same write) and the history.
             self.history.append(task, entry.clone());
-            let ended = self.manual.end(&entry, result, chained, wall_clock());
+            let ended = self.manual.end(&entry, result, chained, self.clock.now());
             self.refresh_triggers();
             return ended;
         }
@@ -656,7 +671,7 @@ impl Coordinator for LocalCoordinator {
         if entry.backfill {
             // No fire record, no `result`: the backfill request and the history.
             self.history.append(task, entry.clone());
-            let ended = self.backfills.end(&entry, result, wall_clock());
+            let ended = self.backfills.end(&entry, result, self.clock.now());
             self.refresh_triggers();
             return ended;
         }
@@ -678,10 +693,10 @@ impl Coordinator for LocalCoordinator {
         let outcome = if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() {
             let leads = leads && !self.leadership.borrow().paused_tasks.contains(task);
             self.backfills
-                .claim(task, trigger, leads, &node, wall_clock())?
+                .claim(task, trigger, leads, &node, self.clock.now())?
         } else {
             self.manual
-                .claim(task, trigger, leads, &node, wall_clock())?
+                .claim(task, trigger, leads, &node, self.clock.now())?
         };
         self.refresh_triggers();
         Ok(outcome)

@@ -27,7 +27,9 @@
 //! [`crate::coord::node`]; the records, their paths and the task-set codec are
 //! [`crate::coord::records`], which the node and the local backend share. Files: [`settings`]
 //! (connect strings, checks, credentials), `tls` (TLS files and a handshake of its own),
-//! [`call`] (one operation with a deadline), this module (the loop).
+//! [`call`] (one operation with a deadline), this module (the loop). The node's `Now` is
+//! tokio's clock since the start and calendar time on the [`Clock`] the coordinator is started
+//! with (the daemon's): neither is read anywhere else.
 //!
 //! [`MemberRecord`]: crate::coord::records::MemberRecord
 //! [`TaskSetRecord`]: crate::coord::records::TaskSetRecord
@@ -65,7 +67,7 @@ use super::{
     ClaimIntent, ClaimOutcome, ClaimedShare, CoordError, Coordinator, Leadership, RunResult,
     Trigger,
 };
-use crate::clock::wall_clock;
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::task::TaskSpec;
 
@@ -84,8 +86,9 @@ pub struct ZkCoordinator {
 impl ZkCoordinator {
     /// Validates the settings and starts the driver; connecting happens there, so an
     /// unreachable ZooKeeper delays firing (logged), not the start.
-    pub fn start(settings: ZkSettings) -> Result<ZkCoordinator, String> {
-        ZkCoordinator::start_with_metrics(settings, Metrics::new())
+    /// The node's `now` is read on `clock`.
+    pub fn start(settings: ZkSettings, clock: Clock) -> Result<ZkCoordinator, String> {
+        ZkCoordinator::start_with_metrics(settings, Metrics::new(), clock)
     }
 
     /// [`ZkCoordinator::start`], counting the session's state, reconnects, operation latency
@@ -93,6 +96,7 @@ impl ZkCoordinator {
     pub fn start_with_metrics(
         settings: ZkSettings,
         metrics: Metrics,
+        clock: Clock,
     ) -> Result<ZkCoordinator, String> {
         let (hosts, chroot) = settings.check()?;
         let auth = settings.auth.resolve()?;
@@ -110,14 +114,15 @@ impl ZkCoordinator {
             }
         };
         let base = format!("{chroot}/zkcron/{}", settings.cluster);
-        let config = settings.node_config(base.clone(), acl);
+        let config = settings.node_config(base.clone(), acl, clock.now());
         let epoch = Instant::now();
-        let node = Node::new(config, now(epoch));
+        let node = Node::new(config, now(epoch, clock));
         let (leadership_tx, leadership) = watch::channel(node.leadership().clone());
         let (requests, receiver) = mpsc::unbounded_channel();
         let driver = Driver {
             node,
             epoch,
+            clock,
             hosts,
             timeout: settings.session_timeout,
             auth,
@@ -155,10 +160,11 @@ impl ZkCoordinator {
     }
 }
 
-fn now(epoch: Instant) -> Now {
+/// The node's `now`: tokio's clock since `epoch`, and calendar time on `clock`.
+fn now(epoch: Instant, clock: Clock) -> Now {
     Now {
         mono: Instant::now() - epoch,
-        wall: wall_clock(),
+        wall: clock.now(),
     }
 }
 
@@ -327,6 +333,8 @@ impl Coordinator for ZkCoordinator {
 struct Driver {
     node: Node,
     epoch: Instant,
+    /// Where the node's wall-clock `now` is read: the daemon's clock.
+    clock: Clock,
     hosts: String,
     timeout: Duration,
     /// Sent with every new session before any call.
@@ -373,7 +381,7 @@ impl Driver {
         let mut state = None::<zookeeper_client::StateWatcher>;
         loop {
             let wake = self.next_wake(&mut requests, &mut state).await;
-            let at = now(self.epoch);
+            let at = now(self.epoch, self.clock);
             match wake {
                 Wake::Request(None) => return,
                 Wake::Request(Some((request, reply))) => {

@@ -17,7 +17,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
-use crate::clock::wall_clock;
 use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
     self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
@@ -125,14 +124,14 @@ impl ControlConfig {
             jobs_dir: daemon.jobs_dir.clone(),
             loaded: daemon.loaded.clone(),
             task_defaults: daemon.task_defaults.clone(),
-            started_at: crate::clock::wall_clock(),
+            started_at: daemon.clock.now(),
         }
     }
 }
 
 /// `zkcron status` of this host: the socket's `status` reply, and `/status` ([`crate::http`]).
 pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> model::Status {
-    let now = wall_clock();
+    let now = coordinator.clock().now();
     let specs = loaded_tasks(config, coordinator);
     let snapshot = snapshot(config, coordinator, &specs).await;
     let mut status = model::status(&snapshot, now);
@@ -245,23 +244,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
             ..ok
         },
         Request::Backfill { task, from, to, by } => {
-            let specs = loaded_tasks(config, coordinator);
-            let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
-                return unknown(&task, config, &specs);
-            };
-            let record =
-                match crate::ops::backfill::new_request(&task, &spec.schedule, from, to, &by) {
-                    Ok(record) => record,
-                    Err(error) => return Reply::error(format!("{error:#}")),
-                };
-            match coordinator.request_backfill(record.clone()) {
-                Ok(name) => Reply {
-                    fire_id: Some(name.clone()),
-                    backfills: Some([(name, record)].into()),
-                    ..ok
-                },
-                Err(error) => Reply::error(error.to_string()),
-            }
+            request_backfill(config, coordinator, &task, from, to, &by)
         }
         Request::Backfills => Reply {
             backfills: Some(coordinator.backfills()),
@@ -280,7 +263,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
                 return unknown(&task, config, &specs);
             }
             let mark = PauseMark {
-                at: wall_clock().trunc_subsecs(0),
+                at: coordinator.clock().now().trunc_subsecs(0),
                 by,
                 reason,
             };
@@ -291,6 +274,36 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
 }
 
 /// The reply to a pause or a resume.
+/// Stores a backfill of `task`'s ticks in `[from, to)` asked by `by`, counted on its schedule
+/// as loaded, and made at the time of the backend's clock.
+fn request_backfill(
+    config: &ControlConfig,
+    coordinator: &LocalCoordinator,
+    task: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: &str,
+) -> Reply {
+    let specs = loaded_tasks(config, coordinator);
+    let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
+        return unknown(task, config, &specs);
+    };
+    let now = coordinator.clock().now();
+    let record = match crate::ops::backfill::new_request(task, &spec.schedule, from, to, by, now) {
+        Ok(record) => record,
+        Err(error) => return Reply::error(format!("{error:#}")),
+    };
+    match coordinator.request_backfill(record.clone()) {
+        Ok(name) => Reply {
+            ok: true,
+            fire_id: Some(name.clone()),
+            backfills: Some([(name, record)].into()),
+            ..Reply::default()
+        },
+        Err(error) => Reply::error(error.to_string()),
+    }
+}
+
 fn changed(result: Result<bool, CoordError>) -> Reply {
     match result {
         Ok(changed) => Reply {
@@ -435,7 +448,8 @@ mod tests {
     #[tokio::test]
     async fn status_answers_from_the_loaded_tasks_without_reading_the_jobs_dir() {
         let state = tempfile::tempdir().unwrap();
-        let coordinator = LocalCoordinator::open(state.path()).unwrap();
+        let coordinator =
+            LocalCoordinator::open(state.path(), crate::clock::Clock::system()).unwrap();
         let defaults = TaskDefaults::for_tests();
         let spec = task::parse_task(
             "backup",
@@ -457,7 +471,7 @@ mod tests {
             labels: BTreeMap::new(),
             jobs_dir: state.path().join("no-such-jobs.d"),
             task_defaults: defaults,
-            started_at: wall_clock(),
+            started_at: coordinator.clock().now(),
             loaded,
         };
         let status = status(&config, &coordinator).await;

@@ -3,7 +3,8 @@
 //!
 //! The core sits behind one mutex in an [`Engine`]. Whoever has something to tell it (the main
 //! loop: reloads, leadership, shutdown; a finished coordinator call or preparation; a run that
-//! ended) locks it, hands the input over with [`wall_clock`] as `now`, and performs the actions
+//! ended) locks it, hands the input over with the daemon's clock's time as `now`, and performs
+//! the actions
 //! that come out before unlocking: performing is never more than spawning a tokio task for a
 //! coordinator call or a preparation, registering or signalling a run's handles, so actions are
 //! performed in the order the core emitted them. One loop ([`timer_loop`]) sleeps until the
@@ -16,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::Shared;
 use super::runs::{run_request, start_run};
-use super::{Shared, wall_clock};
 use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator};
 use crate::executor::{self, PreparedRun};
 use crate::firing::{Action, Answer, Firing, FiringConfig, Input};
@@ -42,7 +43,7 @@ impl<C: Coordinator> FiringShell<C> {
     /// Starts the timer loop.
     pub(super) fn start(shared: Arc<Shared<C>>, config: FiringConfig) -> FiringShell<C> {
         let engine = Arc::new(Engine {
-            core: Mutex::new(Firing::new(config, wall_clock())),
+            core: Mutex::new(Firing::new(config, shared.clock.now())),
             wake: Notify::new(),
             shared,
         });
@@ -73,7 +74,7 @@ impl<C: Coordinator> Engine<C> {
     /// Tells the core `input` now and performs what it asks.
     pub(super) fn handle(self: &Arc<Self>, input: Input<PreparedRun>) {
         let mut core = self.lock();
-        core.handle(input, wall_clock());
+        core.handle(input, self.shared.clock.now());
         self.perform_all(&mut core);
         drop(core);
         self.wake.notify_one();
@@ -234,19 +235,20 @@ fn claim_answer(
 /// The one loop: handles the core's wake-ups that are due and sleeps until the next, a change
 /// of it, or a jump of the wall clock.
 async fn timer_loop<C: Coordinator>(engine: Arc<Engine<C>>) {
+    let clock = engine.shared.clock;
     let mut clock_jumps = engine.shared.clock_jumps.clone();
     clock_jumps.borrow_and_update();
     loop {
         let next = {
             let mut core = engine.lock();
-            core.handle_timeout(wall_clock());
+            core.handle_timeout(clock.now());
             engine.perform_all(&mut core);
             core.poll_timeout()
         };
         let sleep = async {
             match next {
                 Some(wake) => {
-                    tokio::time::sleep((wake - wall_clock()).to_std().unwrap_or_default()).await
+                    tokio::time::sleep((wake - clock.now()).to_std().unwrap_or_default()).await
                 }
                 None => std::future::pending().await,
             }

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::SubsecRound;
+use chrono::{DateTime, SubsecRound, Utc};
 use tokio::sync::watch;
 
-use super::{Shared, wall_clock};
+use super::Shared;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord};
 use crate::coord::{Coordinator, RunResult};
 use crate::executor::{self, RunOutcome, RunRequest, StopHandle};
@@ -132,6 +132,7 @@ pub(super) fn run_request<C: Coordinator>(
         output_lines: shared.job_output_lines,
         on_failure: spec.extras.on_failure.clone(),
         pause_on_failure: spec.extras.pause_on_failure,
+        clock: shared.clock,
     }
 }
 
@@ -318,13 +319,14 @@ async fn follow_run<C: Coordinator>(
         if crate::coord::record::chain_of(&run.fire_id).is_some() {
             metrics.chained_run(outcome.succeeded());
         }
+        let ended_at = ended_shared.clock.now();
+        let mut result = run_result(tick, node, outcome, spawned.elapsed(), ended_at);
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
-            metrics.succeeded(&run.name, wall_clock().timestamp_millis() as f64 / 1000.0);
+            metrics.succeeded(&run.name, ended_at.timestamp_millis() as f64 / 1000.0);
         } else {
             metrics.fired(&run.name, FireOutcome::Failure);
         }
-        let mut result = run_result(tick, node, outcome, spawned.elapsed());
         result.started_at = outcome
             .attempts
             .iter()
@@ -365,11 +367,12 @@ async fn follow_run<C: Coordinator>(
 }
 
 /// The pause of `task` (`pause_on_failure`) that its failed run `fire_id` stores with its end:
-/// the run and how it ended as the reason, this node as who, as `zkcron pause --reason` would.
+/// the run and how it ended as the reason, this node as who, at its end, as `zkcron pause
+/// --reason` would.
 fn failure_pause(node: &str, fire_id: &str, result: &RunResult) -> MarkRecord {
     MarkRecord {
         format: FORMAT_VERSION,
-        at: wall_clock().trunc_subsecs(0),
+        at: result.finished_at.trunc_subsecs(0),
         by: format!("zkcron@{node}"),
         reason: Some(format!(
             "pause_on_failure: run {fire_id} failed ({})",
@@ -394,7 +397,7 @@ pub(super) async fn record_skipped<C: Coordinator>(
         success: false,
         attempts: 0,
         duration_ms: 0,
-        finished_at: wall_clock(),
+        finished_at: shared.clock.now(),
         fire_id: Some(fire_id.to_string()),
         manual: true,
         ..RunResult::default()
@@ -429,7 +432,7 @@ async fn not_started<C: Coordinator>(
         success: false,
         attempts: 0,
         duration_ms: 0,
-        finished_at: wall_clock(),
+        finished_at: shared.clock.now(),
         fire_id: Some(fire_id.to_string()),
         manual: kind != RunKind::Scheduled,
         ..RunResult::default()
@@ -439,8 +442,15 @@ async fn not_started<C: Coordinator>(
     }
 }
 
-/// The stored result of a run of `tick` that took `duration` from its spawn.
-fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration) -> RunResult {
+/// The stored result of a run of `tick` that took `duration` from its spawn and ended at
+/// `finished_at`.
+fn run_result(
+    tick: Tick,
+    node: String,
+    outcome: &RunOutcome,
+    duration: Duration,
+    finished_at: DateTime<Utc>,
+) -> RunResult {
     RunResult {
         tick: tick.instant,
         node,
@@ -459,7 +469,7 @@ fn run_result(tick: Tick, node: String, outcome: &RunOutcome, duration: Duration
         },
         attempts: outcome.attempts.len() as u32,
         duration_ms: duration.as_millis() as u64,
-        finished_at: wall_clock(),
+        finished_at,
         ..RunResult::default()
     }
 }

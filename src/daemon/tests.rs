@@ -96,7 +96,7 @@ impl Coordinator for SlowResults {
         }
         *record = Some(tick);
         self.claims.lock().unwrap().push((tick, intent));
-        self.claimed_at.lock().unwrap().push(wall_clock());
+        self.claimed_at.lock().unwrap().push(Clock::system().now());
         Ok(ClaimOutcome::Claimed)
     }
 
@@ -108,7 +108,10 @@ impl Coordinator for SlowResults {
         if self.orphan.lock().unwrap().take() != Some(tick) {
             return Ok(ClaimOutcome::AlreadyClaimed { record: tick });
         }
-        self.reclaimed_at.lock().unwrap().push(wall_clock());
+        self.reclaimed_at
+            .lock()
+            .unwrap()
+            .push(Clock::system().now());
         Ok(ClaimOutcome::Claimed)
     }
 
@@ -156,7 +159,7 @@ fn task(text: &str) -> Arc<TaskSpec> {
     task_named("t", text)
 }
 
-fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
+pub(super) fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
     let defaults = TaskDefaults::for_tests();
     let path = PathBuf::from(format!("{name}.toml"));
     let spec = task::parse_task(name, &path, text, &defaults).unwrap_or_else(|e| panic!("{e:?}"));
@@ -164,7 +167,7 @@ fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
 }
 
 /// The daemon settings of these tests.
-fn config() -> DaemonConfig {
+pub(super) fn config() -> DaemonConfig {
     DaemonConfig {
         jobs_dir: PathBuf::new(),
         node_id: "node-a".into(),
@@ -174,6 +177,7 @@ fn config() -> DaemonConfig {
         reset_flags: None,
         metrics: crate::metrics::Metrics::new(),
         loaded: Default::default(),
+        clock: Clock::system(),
     }
 }
 
@@ -202,7 +206,10 @@ fn the_daemon_s_firing_rules_have_no_deliberate_bug_on() {
 
 /// The firing rules of a daemon around `shared`, firing `specs` with the coordinator's
 /// leadership.
-fn fire<C: Coordinator>(shared: &Arc<Shared<C>>, mut specs: Vec<Arc<TaskSpec>>) -> FiringShell<C> {
+pub(super) fn fire<C: Coordinator>(
+    shared: &Arc<Shared<C>>,
+    mut specs: Vec<Arc<TaskSpec>>,
+) -> FiringShell<C> {
     let firing = FiringShell::start(shared.clone(), FiringConfig::default());
     specs.sort_by(|a, b| a.name.cmp(&b.name));
     firing.engine().handle(Input::Load(specs));
@@ -246,7 +253,8 @@ async fn given_many_idle_tasks_when_they_are_planned_then_none_keeps_a_tokio_tas
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
     // Daily, twelve hours from now: nothing comes due during the test.
-    let hour = (wall_clock()
+    let hour = (Clock::system()
+        .now()
         .format("%H")
         .to_string()
         .parse::<u32>()
@@ -314,13 +322,13 @@ async fn given_a_catch_up_run_that_ends_just_before_the_next_tick_then_that_tick
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut tries = Vec::new();
     loop {
-        let missed = wall_clock() - TimeDelta::seconds(5);
+        let missed = Clock::system().now() - TimeDelta::seconds(5);
         let record = missed - TimeDelta::seconds(5);
         let coordinator = SlowResults::new("t", Some(record), Duration::from_millis(1500));
         let spec = task(
             "schedule = \"* * * * * *\"\ncommand = [\"true\"]\noverlap = \"skip\"\ncatch_up = \"once\"\n",
         );
-        let started = wall_clock();
+        let started = Clock::system().now();
 
         let (claims, _) = claims_of(spec, &coordinator, 2).await;
 
@@ -483,7 +491,7 @@ async fn a_tick_orphaned_before_its_instant_is_rerun_at_its_instant_not_before()
     let spec = task(&format!(
         "schedule = \"0 0 0 1 1 *\"\ncommand = [\"bash\", \"-c\", {script:?}]\non_node_loss = \"rerun\"\n"
     ));
-    let orphan = DateTime::from_timestamp(wall_clock().timestamp() + 2, 0).unwrap();
+    let orphan = DateTime::from_timestamp(Clock::system().now().timestamp() + 2, 0).unwrap();
     let coordinator = SlowResults::new("t", Some(orphan), Duration::ZERO);
     *coordinator.orphan.lock().unwrap() = Some(orphan);
     let (shared, _runs_alive) = Shared::new(coordinator.clone(), &config());
@@ -584,7 +592,7 @@ async fn given_a_listed_trigger_when_leadership_changes_repeatedly_then_it_runs_
 /// the tasks fired must still end up exactly as a pass over every task would leave them.
 #[test]
 fn leadership_changes_applied_to_the_changed_tasks_leave_the_timers_of_a_full_pass() {
-    let now = wall_clock();
+    let now = Clock::system().now();
     let mut core: Firing<()> = Firing::new(FiringConfig::default(), now);
     let hour = (now.format("%H").to_string().parse::<u32>().unwrap() + 12) % 24;
     let specs = ["a", "b", "c", "d"]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use inotify::EventMask;
 use tokio::sync::{mpsc, watch};
 
-use super::{CLOCK_CHECK, CLOCK_JUMP, wall_clock};
+use super::{CLOCK_CHECK, CLOCK_JUMP};
+use crate::clock::Clock;
 
 /// One change in the jobs dir, as the watch reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,15 +106,15 @@ impl Debounce {
     }
 }
 
-/// Compares the wall clock with the monotonic clock every [`CLOCK_CHECK`] and counts a jump on
-/// `jumps` when they disagree, so that the timers re-plan every task against the new time.
-pub(super) async fn watch_wall_clock(jumps: watch::Sender<u64>) {
+/// Compares `clock` with the monotonic clock every [`CLOCK_CHECK`] and counts a jump on `jumps`
+/// when they disagree, so that the timers re-plan every task against the new time.
+pub(super) async fn watch_wall_clock(jumps: watch::Sender<u64>, clock: Clock) {
     let mut interval = tokio::time::interval(CLOCK_CHECK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last = (tokio::time::Instant::now(), wall_clock());
+    let mut last = (tokio::time::Instant::now(), clock.now());
     loop {
         interval.tick().await;
-        let now = (tokio::time::Instant::now(), wall_clock());
+        let now = (tokio::time::Instant::now(), clock.now());
         if let Some(jump) = clock_jump(now.0 - last.0, now.1 - last.1) {
             tracing::warn!(
                 jump_ms = jump.num_milliseconds(),

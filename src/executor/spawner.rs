@@ -19,6 +19,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use chrono::{DateTime, Utc};
+
+use crate::clock::Clock;
 use tokio::sync::oneshot;
 
 use super::{PreparedRun, StartedRun};
@@ -64,6 +66,8 @@ pub struct Spawner {
 }
 
 struct Inner {
+    /// What the instants are read on: the threads sleep on the system's clock between reads.
+    clock: Clock,
     state: Mutex<State>,
     /// Signalled when the earliest instant moves earlier, and on close.
     wake: Condvar,
@@ -96,22 +100,30 @@ enum Handed {
         inner: Arc<Inner>,
         reply: oneshot::Receiver<Spawned>,
     },
-    /// Kept by the awaiting task: no spawner thread could be started.
-    Inline(Option<Box<(DateTime<Utc>, Waiting)>>),
+    /// Kept by the awaiting task, which waits on tokio's timer and reads `Clock`: no spawner
+    /// thread could be started, or the clock is tokio's (a thread cannot follow paused time).
+    Inline(Clock, Option<Box<(DateTime<Utc>, Waiting)>>),
 }
 
 impl Spawner {
-    /// Starts the threads; must be called within the tokio runtime, which they enter. A
-    /// thread that cannot be started is logged.
-    pub fn start() -> Spawner {
-        Spawner::with_threads(SPAWN_THREADS)
+    /// Starts the threads, which read instants on `clock`; must be called within the tokio
+    /// runtime, which they enter. A thread that cannot be started is logged. A clock that
+    /// follows tokio's (a test's paused time) gets no thread: its runs wait on tokio's timer.
+    pub fn start(clock: Clock) -> Spawner {
+        let threads = if clock.follows_tokio() {
+            0
+        } else {
+            SPAWN_THREADS
+        };
+        Spawner::with_threads(threads, clock)
     }
 
     /// [`Spawner::start`] with `count` threads; with none, runs take the fallback that a
     /// spawner whose threads could not start takes (tests exercise it so).
     #[doc(hidden)]
-    pub fn with_threads(count: usize) -> Spawner {
+    pub fn with_threads(count: usize, clock: Clock) -> Spawner {
         let inner = Arc::new(Inner {
+            clock,
             state: Mutex::default(),
             wake: Condvar::new(),
             runtime: tokio::runtime::Handle::current(),
@@ -153,7 +165,8 @@ impl Spawner {
             reply,
         };
         if self.threads.is_empty() {
-            return Scheduled(Handed::Inline(Some(Box::new((at, run)))));
+            let clock = self.inner.clock;
+            return Scheduled(Handed::Inline(clock, Some(Box::new((at, run)))));
         }
         let mut state = self.inner.lock();
         let id = state.next_id;
@@ -196,14 +209,14 @@ impl Scheduled {
     pub async fn spawned(&mut self) -> Option<Spawned> {
         match &mut self.0 {
             Handed::Threads { reply, .. } => reply.await.ok(),
-            Handed::Inline(run) => {
+            Handed::Inline(clock, run) => {
                 let at = run.as_ref()?.0;
                 // Cancel-safe: the run is taken only after the only await.
-                if let Ok(wait) = (at - crate::clock::wall_clock()).to_std() {
+                if let Ok(wait) = (at - clock.now()).to_std() {
                     tokio::time::sleep(wait).await;
                 }
                 let (_, run) = *run.take()?;
-                let at = crate::clock::wall_clock();
+                let at = clock.now();
                 let started = super::start(run.prepared, run.claimed_at);
                 Some(Spawned { started, at })
             }
@@ -216,7 +229,7 @@ impl Scheduled {
         match &mut self.0 {
             // Its heap entry stays and is skipped when it comes due.
             Handed::Threads { id, inner, .. } => inner.lock().waiting.remove(id).is_some(),
-            Handed::Inline(run) => run.take().is_some(),
+            Handed::Inline(_, run) => run.take().is_some(),
         }
     }
 }
@@ -242,7 +255,7 @@ impl Inner {
             let sleep = match state.due.peek() {
                 _ if state.closed => Sleep::UntilWoken,
                 None => Sleep::UntilWoken,
-                Some(&Reverse((at, _))) => match (at - crate::clock::wall_clock()).to_std() {
+                Some(&Reverse((at, _))) => match (at - self.clock.now()).to_std() {
                     Ok(wait) if !wait.is_zero() => Sleep::For(wait),
                     _ => Sleep::No,
                 },
@@ -276,7 +289,7 @@ impl Inner {
                 continue; // withdrawn
             };
             drop(state);
-            let at = crate::clock::wall_clock();
+            let at = self.clock.now();
             let started = super::start(run.prepared, run.claimed_at);
             spawned.push((run.reply, Spawned { started, at }));
             if spawned.len() >= HAND_BACK_AFTER {

@@ -23,7 +23,6 @@ use subtle::ConstantTimeEq;
 
 use super::Endpoint;
 use super::cache::View;
-use crate::clock::wall_clock;
 use crate::coord::operator::check_reason;
 use crate::coord::records::{HistoryEntry, MarkRecord, TaskSetEntry};
 use crate::ops::change::Change;
@@ -153,7 +152,7 @@ pub struct TaskDetail {
 /// Everything a task's page shows; 404 when no live node defines it.
 pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, ApiError> {
     let snapshot = snapshot(endpoint).await?;
-    let now = wall_clock();
+    let now = endpoint.now();
     let Some(mut explain) = explain::explain(&snapshot, task, now) else {
         let unknown = crate::ops::unknown_task(&snapshot, task);
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("{unknown:#}")));
@@ -502,7 +501,7 @@ async fn refusal(
                 && let Some(schedule) = model::schedule_of(&snapshot, task)
             {
                 // Counted again where it is requested; here so that a bad range is a 400.
-                crate::ops::backfill::new_request(task, &schedule, *from, *to, "")
+                crate::ops::backfill::new_request(task, &schedule, *from, *to, "", endpoint.now())
                     .map_err(|e| bad_request(format!("{e:#}")))?;
             }
             Ok(())

@@ -1,6 +1,7 @@
 //! The dashboard's and the API's reads of the [`Source`], cached: one [`View`] (a snapshot and
 //! what every page works out from it: the status, the schedules, the rendered bodies) shared
-//! by every viewer.
+//! by every viewer. Views are made at the time of the source's clock ([`Source::clock`], the
+//! daemon's).
 //!
 //! A cluster's snapshot is kept current by one reader ([`live`]) from the first request on:
 //! ZooKeeper's watches name what changed, and only that is read again and worked out again. A
@@ -201,6 +202,7 @@ impl Cache {
     }
 
     pub fn with_ages(source: Source, ages: Ages) -> Cache {
+        let started = source.clock().now();
         Cache {
             source,
             ages,
@@ -211,7 +213,7 @@ impl Cache {
             wake: tokio::sync::Notify::new(),
             reads: tokio::sync::watch::Sender::new((0, None)),
             histories: tokio::sync::Mutex::new(HashMap::new()),
-            live: Mutex::new(live::Shared::default()),
+            live: Mutex::new(live::Shared::starting(started)),
         }
     }
 
@@ -275,7 +277,7 @@ impl Cache {
             self.wake.notify_one();
             return None;
         }
-        let now = crate::clock::wall_clock();
+        let now = self.source.clock().now();
         if let live::Sync::Behind { since, .. } = &shared.sync
             && (now - *since).to_std().unwrap_or_default() > self.ages.serve_stale_for
         {
@@ -402,7 +404,7 @@ impl Cache {
         let read_ms = started.elapsed().as_millis() as u64;
         let error = match read {
             Ok(snapshot) => {
-                let view = View::new(snapshot, &self.source, crate::clock::wall_clock());
+                let view = View::new(snapshot, &self.source, self.source.clock().now());
                 tracing::debug!(
                     read_ms,
                     view_ms = started.elapsed().as_millis() as u64 - read_ms,

@@ -14,7 +14,6 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::cache::View;
 use super::{Backend, Endpoint, api};
-use crate::clock::wall_clock;
 use crate::ops::model::{LastRun, NodeStatus, Status, TaskStatus};
 use crate::ops::render;
 
@@ -72,7 +71,7 @@ pub fn layout(endpoint: &Endpoint, title: &str, body: Markup) -> Markup {
                 header {
                     h1 { a href="/" { "zkcron" } }
                     span { "served by node " a href=(href("nodes", node)) { (node) } }
-                    span.muted #refreshed { "rendered " (render::instant(wall_clock())) }
+                    span.muted #refreshed { "rendered " (render::instant(endpoint.now())) }
                 }
                 main { (body) }
             }

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::clock::Clock;
 use crate::coord::local::LocalCoordinator;
 use crate::coord::records::HistoryEntry;
 use crate::coord::zk::settings::ZkSettings;
@@ -28,6 +29,8 @@ pub enum Source {
     Cluster {
         settings: ZkSettings,
         loaded: LoadedTasks,
+        /// The daemon's clock: what the sessions write is timed on it.
+        clock: Clock,
     },
     /// The local backend's daemon that serves this endpoint.
     Local {
@@ -37,6 +40,14 @@ pub enum Source {
 }
 
 impl Source {
+    /// The daemon's clock, on which views are made and changes timed.
+    pub fn clock(&self) -> Clock {
+        match self {
+            Source::Cluster { clock, .. } => *clock,
+            Source::Local { coordinator, .. } => coordinator.clock(),
+        }
+    }
+
     /// This node's id.
     pub fn node_id(&self) -> &str {
         match self {
@@ -91,7 +102,7 @@ impl Source {
 
     /// Runs `work` in a ZooKeeper session of its own, on a blocking thread: the client's
     /// futures are not `Send` (see `ops::cluster::status_source`).
-    async fn in_session<T, F>(settings: &ZkSettings, work: F) -> Result<T, String>
+    async fn in_session<T, F>(settings: &ZkSettings, clock: Clock, work: F) -> Result<T, String>
     where
         T: Send + 'static,
         F: for<'a> FnOnce(
@@ -111,6 +122,7 @@ impl Source {
                     &settings.auth,
                     settings.tls.as_ref(),
                     CONNECT_DEADLINE,
+                    clock,
                 )
                 .await?;
                 let result = work(&client).await;
@@ -128,8 +140,10 @@ impl Source {
     /// current instead: `cache::live`).
     pub async fn read_snapshot(&self) -> Result<Snapshot, String> {
         match self {
-            Source::Cluster { settings, .. } => {
-                Source::in_session(settings, |client| {
+            Source::Cluster {
+                settings, clock, ..
+            } => {
+                Source::in_session(settings, *clock, |client| {
                     Box::pin(async move { client.snapshot(None).await })
                 })
                 .await
@@ -144,9 +158,11 @@ impl Source {
     /// A fresh read of `task`'s history, oldest first.
     pub async fn read_history(&self, task: &str) -> Result<Vec<HistoryEntry>, String> {
         match self {
-            Source::Cluster { settings, .. } => {
+            Source::Cluster {
+                settings, clock, ..
+            } => {
                 let task = task.to_string();
-                Source::in_session(settings, move |client| {
+                Source::in_session(settings, *clock, move |client| {
                     Box::pin(async move { client.history(&task).await })
                 })
                 .await
@@ -162,8 +178,10 @@ impl Source {
     /// Makes `change` as the operator commands do, in the name of `by`.
     pub async fn change(&self, change: Change, by: String) -> Result<Done, String> {
         match self {
-            Source::Cluster { settings, .. } => {
-                Source::in_session(settings, move |client| {
+            Source::Cluster {
+                settings, clock, ..
+            } => {
+                Source::in_session(settings, *clock, move |client| {
                     Box::pin(async move {
                         let done = change::in_cluster(client, &change, &by).await?;
                         if let Change::Undrain { node } = &change {

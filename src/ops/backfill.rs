@@ -20,7 +20,6 @@ use chrono::{DateTime, Utc};
 use super::cluster::ClusterClient;
 use super::local::{self, Request};
 use super::{defined_in_cluster, emit, model, operator, render};
-use crate::clock::wall_clock;
 use crate::coord::backfill::{self, BackfillRecord, BackfillState};
 use crate::schedule::Schedule;
 
@@ -42,17 +41,19 @@ pub enum BackfillCommand {
     Cancel { name: String },
 }
 
-/// The record of a new request of `task`'s ticks of `schedule` in `[from, to)`, or why not.
+/// The record of a new request of `task`'s ticks of `schedule` in `[from, to)`, made `now`,
+/// or why not.
 pub fn new_request(
     task: &str,
     schedule: &Schedule,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     by: &str,
+    now: DateTime<Utc>,
 ) -> anyhow::Result<BackfillRecord> {
     let total = backfill::count_ticks(schedule, from, to)
         .with_context(|| format!("cannot backfill task {task}"))?;
-    Ok(BackfillRecord::new(task, from, to, total, by, wall_clock()))
+    Ok(BackfillRecord::new(task, from, to, total, by, now))
 }
 
 /// `zkcron backfill ...` against the cluster.
@@ -93,7 +94,7 @@ pub async fn cluster(client: &ClusterClient, command: BackfillCommand) -> anyhow
         }
         BackfillCommand::Cancel { name } => {
             let old = client
-                .cancel_backfill(&name, &operator(), wall_clock())
+                .cancel_backfill(&name, &operator(), client.clock.now())
                 .await?;
             cancelled(&name, old)
         }
@@ -185,7 +186,7 @@ pub async fn request_in_cluster(
              reads (a node of an older release?)"
         );
     };
-    let record = new_request(task, &schedule, from, to, by)?;
+    let record = new_request(task, &schedule, from, to, by, client.clock.now())?;
     let name = client.request_backfill(&record).await?;
     let note = model::no_one_may_run(&snapshot, task).map(|why| {
         format!("{why}; the backfill waits until a node may run the task (`zkcron explain {task}`)")

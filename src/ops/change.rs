@@ -11,7 +11,6 @@ use super::cluster::ClusterClient;
 use super::local::{self, Request};
 use super::model;
 use super::{CLUSTER_ONLY, defined_in_cluster, render};
-use crate::clock::wall_clock;
 use crate::coord::operator;
 use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord};
 
@@ -124,7 +123,7 @@ fn since(mark: &MarkRecord, what: &str) -> String {
 
 /// Makes `change` in the cluster, in the name of `by` (`user@host`).
 pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> anyhow::Result<Done> {
-    let now = wall_clock();
+    let now = client.clock.now();
     match change {
         Change::Trigger { task } => trigger_in_cluster(client, task, by).await,
         Change::Pause { task, reason } => {
@@ -168,7 +167,7 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
 /// Requests a manual run of `task`; the note says why it may wait.
 async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> anyhow::Result<Done> {
     let snapshot = defined_in_cluster(client, task).await?;
-    let record = TriggerRecord::pending(task, by, wall_clock());
+    let record = TriggerRecord::pending(task, by, client.clock.now());
     let fire_id = client.request_trigger(&record).await?;
     Ok(Done {
         said: vec![format!(

@@ -20,6 +20,7 @@ use zookeeper_client::{
 
 use super::live::TriggerRuns;
 use super::model::{LiveMember, Snapshot, StatusSource};
+use crate::clock::Clock;
 use crate::coord::RunResult;
 use crate::coord::backfill::{self, BackfillRecord};
 use crate::coord::records::{
@@ -56,6 +57,8 @@ pub struct ClusterClient {
     pub paths: Paths,
     pub cluster: String,
     pub connect: String,
+    /// Where what this session writes is timed (marks, requests) and its reads judged.
+    pub clock: Clock,
 }
 
 /// A znode's data, parsed, with its stat.
@@ -74,13 +77,14 @@ fn parse<T: DeserializeOwned>(path: &str, data: &[u8]) -> anyhow::Result<T> {
 
 impl ClusterClient {
     /// Opens a session on `connect` (`hosts[/chroot]`) for `cluster`, or says that ZooKeeper
-    /// cannot be reached within `deadline`.
+    /// cannot be reached within `deadline`. What it writes is timed on `clock`.
     pub async fn connect(
         connect: &str,
         cluster: &str,
         auth: &AuthSource,
         tls: Option<&TlsSource>,
         deadline: Duration,
+        clock: Clock,
     ) -> anyhow::Result<ClusterClient> {
         let (hosts, chroot) = split_connect(connect).map_err(|e| anyhow!(e))?;
         let auth = auth.resolve().map_err(|e| anyhow!(e))?;
@@ -122,6 +126,7 @@ impl ClusterClient {
             },
             cluster: cluster.to_string(),
             connect: connect.to_string(),
+            clock,
         };
         cluster_client
             .check_cluster(auth.as_ref().map(|auth| auth.user.as_str()))
@@ -611,6 +616,7 @@ pub fn status_source(
     cluster: &str,
     auth: &AuthSource,
     tls: Option<&TlsSource>,
+    clock: Clock,
 ) -> StatusSource {
     let connect = connect.to_string();
     let cluster = cluster.to_string();
@@ -633,11 +639,12 @@ pub fn status_source(
                         &auth,
                         tls.as_ref(),
                         CONNECT_DEADLINE,
+                        clock,
                     )
                     .await?;
                     let snapshot = client.snapshot(None).await;
                     client.close().await;
-                    anyhow::Ok(super::model::status(&snapshot?, crate::clock::wall_clock()))
+                    anyhow::Ok(super::model::status(&snapshot?, clock.now()))
                 })
             });
             match read.await {

@@ -44,7 +44,7 @@ pub(super) struct Backfills {
 impl Backfills {
     /// Reads `backfills.json` (a tick left running by a daemon that ended counts as failed).
     pub(super) fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<Backfills, CoordError> {
-        let mut file = read_state_file::<BackfillFile>(state_dir, BACKFILLS, |f| f.format)?;
+        let mut file = read_state_file::<BackfillFile>(state_dir, BACKFILLS, |f| f.format, now)?;
         file.format = FORMAT_VERSION;
         let mut changed = false;
         for (name, record) in file.backfills.iter_mut() {

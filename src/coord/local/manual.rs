@@ -45,7 +45,7 @@ pub(super) struct Manual {
 impl Manual {
     /// Reads `triggers.json` (a trigger left running by a daemon that ended is ended now).
     pub(super) fn open(state_dir: &Path, now: DateTime<Utc>) -> Result<Manual, CoordError> {
-        let mut file = read_state_file::<TriggerFile>(state_dir, TRIGGERS, |f| f.format)?;
+        let mut file = read_state_file::<TriggerFile>(state_dir, TRIGGERS, |f| f.format, now)?;
         file.format = FORMAT_VERSION;
         let mut changed = false;
         for trigger in file.triggers.values_mut() {

@@ -98,7 +98,7 @@ impl LocalCoordinator {
             return self.resume(task).await;
         }
         let mark = PauseMark {
-            at: crate::clock::wall_clock().trunc_subsecs(0),
+            at: self.clock.now().trunc_subsecs(0),
             by: by.to_string(),
             reason: None,
         };
@@ -153,7 +153,7 @@ impl LocalCoordinator {
         if !marks.contains_key(task) {
             return Ok(false);
         }
-        let now = crate::clock::wall_clock().trunc_subsecs(0);
+        let now = self.clock.now().trunc_subsecs(0);
         {
             let slot = self.slot(task);
             let mut record = slot.lock().await;
@@ -202,7 +202,7 @@ mod tests {
     use chrono::TimeDelta;
 
     use super::*;
-    use crate::clock::wall_clock;
+    use crate::clock::Clock;
     use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator};
     use crate::task::{TaskDefaults, TaskSpec, parse_task};
 
@@ -215,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn a_pause_survives_a_restart_and_a_paused_task_may_not_fire_or_claim() {
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("a"), spec("b")]).await.unwrap();
         assert!(local.set_paused("a", true, "ops@h").await.unwrap());
         assert!(
@@ -225,13 +225,13 @@ mod tests {
         assert_eq!(local.paused(), BTreeSet::from(["a".to_string()]));
         let leadership = local.leadership().borrow().clone();
         assert!(!leadership.may_fire("a") && leadership.may_fire("b"));
-        let tick = wall_clock().trunc_subsecs(0) + TimeDelta::seconds(5);
+        let tick = Clock::system().now().trunc_subsecs(0) + TimeDelta::seconds(5);
         assert_eq!(
             local.claim("a", tick, ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::NotLeader
         );
         drop(local);
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("a"), spec("b")]).await.unwrap();
         assert_eq!(local.paused(), BTreeSet::from(["a".to_string()]));
         assert_eq!(local.paused_marks()["a"].by, "ops@h");
@@ -260,14 +260,14 @@ mod tests {
     #[tokio::test]
     async fn a_failed_runs_end_stores_its_pause_durably_and_keeps_a_pause_already_there() {
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("a"), spec("b")]).await.unwrap();
         let operator = PauseMark {
-            at: wall_clock().trunc_subsecs(0),
+            at: Clock::system().now().trunc_subsecs(0),
             by: "ops@h".into(),
             reason: Some("maintenance".into()),
         };
-        let tick = wall_clock().trunc_subsecs(0) + TimeDelta::seconds(5);
+        let tick = Clock::system().now().trunc_subsecs(0) + TimeDelta::seconds(5);
         for task in ["a", "b"] {
             let claimed = local.claim(task, tick, ClaimIntent::Run).await.unwrap();
             assert_eq!(claimed, ClaimOutcome::Claimed, "{task}");
@@ -297,27 +297,27 @@ mod tests {
     #[tokio::test]
     async fn resuming_moves_an_older_fire_record_to_now_durably_and_a_newer_one_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("old"), spec("new")]).await.unwrap();
-        let long_ago = wall_clock().trunc_subsecs(0) - TimeDelta::hours(1);
-        let ahead = wall_clock().trunc_subsecs(0) + TimeDelta::hours(1);
+        let long_ago = Clock::system().now().trunc_subsecs(0) - TimeDelta::hours(1);
+        let ahead = Clock::system().now().trunc_subsecs(0) + TimeDelta::hours(1);
         for (task, tick) in [("old", long_ago), ("new", ahead)] {
             let claimed = local.claim(task, tick, ClaimIntent::Skip).await.unwrap();
             assert_eq!(claimed, ClaimOutcome::Claimed);
             local.set_paused(task, true, "ops@h").await.unwrap();
         }
-        let before = wall_clock().trunc_subsecs(0);
+        let before = Clock::system().now().trunc_subsecs(0);
         for task in ["old", "new"] {
             assert!(local.set_paused(task, false, "ops@h").await.unwrap());
         }
-        let after = wall_clock();
+        let after = Clock::system().now();
         assert!(local.paused().is_empty());
         let moved = local.last_claimed("old").await.unwrap().unwrap();
         assert!(before <= moved && moved <= after, "{moved}");
         assert_eq!(local.last_claimed("new").await.unwrap(), Some(ahead));
         // Durable: a restart reads the moved record and no pause.
         drop(local);
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         assert_eq!(local.last_claimed("old").await.unwrap(), Some(moved));
         assert!(local.paused().is_empty());
     }
@@ -328,9 +328,9 @@ mod tests {
     async fn a_local_resume_keeps_the_queued_tick_as_the_cluster_resume_does() {
         // Given a paused task whose run is live and a tick queued behind it.
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("q")]).await.unwrap();
-        let long_ago = wall_clock().trunc_subsecs(0) - TimeDelta::hours(1);
+        let long_ago = Clock::system().now().trunc_subsecs(0) - TimeDelta::hours(1);
         let queued = long_ago + TimeDelta::seconds(1);
         for (tick, intent) in [(long_ago, ClaimIntent::Run), (queued, ClaimIntent::Queue)] {
             let claimed = local.claim("q", tick, intent).await.unwrap();
@@ -343,16 +343,16 @@ mod tests {
         assert!(local.last_claimed("q").await.unwrap() > Some(queued));
         assert_eq!(local.queued_tick("q").await.unwrap(), Some(queued));
         drop(local);
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         assert_eq!(local.queued_tick("q").await.unwrap(), Some(queued));
     }
 
     #[tokio::test]
     async fn a_pause_keeps_its_reason_across_a_restart_and_resume_clears_it() {
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
-        let at = wall_clock().trunc_subsecs(0);
+        let at = Clock::system().now().trunc_subsecs(0);
         let mark = PauseMark {
             at,
             by: "ops@h".into(),
@@ -368,12 +368,12 @@ mod tests {
             "a paused task keeps its first mark"
         );
         drop(local);
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         assert_eq!(local.paused_marks()["a"], mark);
         assert!(local.resume("a").await.unwrap());
         assert!(!local.resume("a").await.unwrap(), "not paused any more");
         drop(local);
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         assert!(local.paused_marks().is_empty());
     }
 
@@ -385,7 +385,7 @@ mod tests {
             r#"{"format":1,"tasks":{"a":{"at":"2026-01-01T00:00:00Z","by":"ops@h"}}}"#,
         )
         .unwrap();
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), Clock::system()).unwrap();
         assert_eq!(local.paused_marks()["a"].reason, None);
     }
 
@@ -394,7 +394,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(PAUSED);
         std::fs::write(&path, "{not json").unwrap();
-        let error = LocalCoordinator::open(dir.path()).err().expect("refused");
+        let error = LocalCoordinator::open(dir.path(), Clock::system())
+            .err()
+            .expect("refused");
         assert!(matches!(error, CoordError::UnreadableState(_)), "{error:?}");
         assert!(
             error.to_string().contains(&format!(
@@ -404,7 +406,9 @@ mod tests {
             "{error}"
         );
         std::fs::write(&path, r#"{"format":99,"tasks":{}}"#).unwrap();
-        let error = LocalCoordinator::open(dir.path()).err().expect("refused");
+        let error = LocalCoordinator::open(dir.path(), Clock::system())
+            .err()
+            .expect("refused");
         assert!(error.to_string().contains("state format 99"), "{error}");
     }
 }

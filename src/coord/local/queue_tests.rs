@@ -9,7 +9,7 @@ use super::*;
 #[tokio::test]
 async fn a_queued_tick_survives_a_restart_and_is_started_once() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let claim = |tick, intent| local.claim("a", tick, intent);
     assert_eq!(
@@ -29,7 +29,7 @@ async fn a_queued_tick_survives_a_restart_and_is_started_once() {
     drop(local);
 
     // Given a restart, the queued tick is still there and starts once.
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.queued_tick("a").await.unwrap(), Some(at(120)));
     let start = || local.claim("a", at(120), ClaimIntent::RunQueued);
@@ -41,7 +41,7 @@ async fn a_queued_tick_survives_a_restart_and_is_started_once() {
     assert_eq!(local.queued_tick("a").await.unwrap(), None);
     assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(180)));
     drop(local);
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(
         local.queued_tick("a").await.unwrap(),
         None,

@@ -7,6 +7,7 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use chrono::{DateTime, Utc};
 use nix::fcntl::{Flock, FlockArg};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -66,13 +67,15 @@ pub(super) fn lock_state_dir(state_dir: &Path, busy_fix: &str) -> Result<Flock<F
 /// Locks the state dir, reads the records (reporting damaged files and moving them aside) and
 /// returns a writer over them whose journal is clean: a torn or damaged journal is folded into
 /// the snapshot before anything is appended to it.
+/// A damaged file's copy is named with `now`.
 pub(super) fn open_state(
     state_dir: &Path,
     busy_fix: &str,
+    now: DateTime<Utc>,
 ) -> Result<(Flock<File>, JournalWriter), CoordError> {
     let lock = lock_state_dir(state_dir, busy_fix)?;
     let state = read_state(state_dir)?;
-    report_damage(state_dir, &state);
+    report_damage(state_dir, &state, now);
     let journal_path = state_dir.join(JOURNAL);
     let cannot_open = |source| CoordError::Io {
         context: format!("cannot open journal {}", journal_path.display()),
@@ -215,18 +218,19 @@ pub(super) fn parse_record<T: DeserializeOwned>(
 
 /// Reads the state file `name` of `state_dir`: the default when it is missing; moved aside (and
 /// the default) when it is damaged; an error when it cannot be read or is in a format this
-/// release does not read.
+/// release does not read. A damaged file is moved aside under a name stamped with `now`.
 pub(super) fn read_state_file<T: DeserializeOwned + Default>(
     state_dir: &Path,
     name: &str,
     format: impl Fn(&T) -> u32,
+    now: DateTime<Utc>,
 ) -> Result<T, CoordError> {
     let path = state_dir.join(name);
     match fs::read(&path) {
         Ok(bytes) => match parse_record::<T>(&path, &bytes, format)? {
             Ok(file) => Ok(file),
             Err(error) => {
-                move_aside(&path, &error.to_string());
+                move_aside(&path, &error.to_string(), now);
                 Ok(T::default())
             }
         },
@@ -256,14 +260,14 @@ pub(super) fn check_format(path: &Path, format: u32) -> Result<(), CoordError> {
 }
 
 /// Says what the read found wrong, and keeps damaged files for the operator.
-pub(super) fn report_damage(state_dir: &Path, state: &StateRead) {
+pub(super) fn report_damage(state_dir: &Path, state: &StateRead, now: DateTime<Utc>) {
     if let Some(error) = &state.corrupt_snapshot {
-        move_aside(&state_dir.join(SNAPSHOT), error);
+        move_aside(&state_dir.join(SNAPSHOT), error, now);
     }
     let journal_path = state_dir.join(JOURNAL);
     if state.unreadable_lines > 0 {
         // The unreadable lines are lost; keep a copy for the operator.
-        let aside = aside_path(&journal_path);
+        let aside = aside_path(&journal_path, now);
         let copied = fs::copy(&journal_path, &aside);
         tracing::error!(
             path = %journal_path.display(),
@@ -310,8 +314,9 @@ pub(super) fn torn_tail_text(tail: &[u8]) -> String {
 /// task, then its claim or its result's tick) while a damaged journal cannot flood the log.
 pub(super) const TORN_TAIL_SHOWN: usize = 256;
 
-pub(super) fn aside_path(path: &Path) -> PathBuf {
-    let stamp = crate::clock::wall_clock().format("%Y%m%dT%H%M%SZ");
+/// Where a damaged `path` is kept, named with `now`.
+pub(super) fn aside_path(path: &Path, now: DateTime<Utc>) -> PathBuf {
+    let stamp = now.format("%Y%m%dT%H%M%SZ");
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -320,8 +325,8 @@ pub(super) fn aside_path(path: &Path) -> PathBuf {
 }
 
 /// Moves a corrupt state file aside and says so; the node continues without its records.
-pub(super) fn move_aside(path: &Path, error: &str) {
-    let aside = aside_path(path);
+pub(super) fn move_aside(path: &Path, error: &str, now: DateTime<Utc>) {
+    let aside = aside_path(path, now);
     let moved = fs::rename(path, &aside);
     tracing::error!(
         path = %path.display(),

@@ -89,7 +89,7 @@ pub(super) fn at(s: i64) -> DateTime<Utc> {
 #[tokio::test]
 async fn given_a_published_task_when_ticks_are_claimed_then_only_newer_ticks_win() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert!(local.leadership().borrow().may_fire("a"));
     assert_eq!(
@@ -119,7 +119,7 @@ async fn given_a_published_task_when_ticks_are_claimed_then_only_newer_ticks_win
 #[tokio::test]
 async fn publishing_the_same_names_again_keeps_the_set_and_tells_nobody() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     let mut disabled = spec("c");
     disabled.enabled = false;
     local
@@ -157,14 +157,14 @@ async fn publishing_the_same_names_again_keeps_the_set_and_tells_nobody() {
 async fn given_a_run_cut_short_by_a_crash_when_reopened_then_its_tick_is_orphaned_once() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a"), spec("s")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
         local.claim("s", at(60), ClaimIntent::Skip).await.unwrap();
         // Running in this process: not orphaned.
         assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
     }
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a"), spec("s")]).await.unwrap();
     assert_eq!(local.orphaned_tick("a").await.unwrap(), Some(at(60)));
     // A tick consumed without running has nothing to rerun.
@@ -181,7 +181,7 @@ async fn given_a_run_cut_short_by_a_crash_when_reopened_then_its_tick_is_orphane
     assert_eq!(local.orphaned_tick("a").await.unwrap(), None);
     local.run_ended("a", &ok_result(at(60))).await.unwrap();
     drop(local);
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.orphaned_tick("a").await.unwrap(), None, "it ended");
 }
@@ -195,22 +195,22 @@ async fn given_a_reset_record_when_a_later_run_is_cut_short_then_a_result_from_t
     let dir = tempfile::tempdir().unwrap();
     let future = at(366 * 86_400);
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         local.claim("a", future, ClaimIntent::Run).await.unwrap();
         local.run_ended("a", &ok_result(future)).await.unwrap();
     }
-    StateDirEditor::open(dir.path())
+    StateDirEditor::open(dir.path(), crate::clock::Clock::system().now())
         .unwrap()
         .set_fire_record("a", at(0))
         .unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         assert_eq!(local.last_result("a").await.unwrap(), None);
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
     }
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.orphaned_tick("a").await.unwrap(), Some(at(60)));
 }
@@ -219,12 +219,12 @@ async fn given_a_reset_record_when_a_later_run_is_cut_short_then_a_result_from_t
 async fn given_claims_when_the_backend_reopens_then_the_fire_record_survives() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
         local.run_ended("a", &ok_result(at(60))).await.unwrap();
     }
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(60)));
     assert_eq!(
@@ -241,7 +241,7 @@ async fn given_claims_when_the_backend_reopens_then_the_fire_record_survives() {
 async fn given_a_corrupt_snapshot_when_opened_then_it_is_moved_aside_and_not_fatal() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join(SNAPSHOT), b"{not json").unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), None);
     let names: Vec<String> = fs::read_dir(dir.path())
@@ -274,7 +274,7 @@ async fn given_a_journal_torn_by_a_crash_when_opened_then_the_complete_lines_cou
         ),
     )
     .unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(120)));
     // An unfinished last line was never acknowledged: it is dropped, not kept as damage, and
     // the journal was rewritten clean before anything is appended to it.
@@ -295,7 +295,8 @@ async fn given_a_journal_torn_by_a_crash_when_opened_then_one_warning_says_what_
     )
     .unwrap();
 
-    let (local, log) = logged(|| LocalCoordinator::open(dir.path()).unwrap());
+    let (local, log) =
+        logged(|| LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap());
 
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 1, "one warning and nothing else: {log}");
@@ -318,7 +319,8 @@ async fn given_a_journal_torn_by_a_crash_when_opened_then_one_warning_says_what_
 
     // The journal was rewritten clean: the next start has nothing to say.
     drop(local);
-    let (_local, log) = logged(|| LocalCoordinator::open(dir.path()).unwrap());
+    let (_local, log) =
+        logged(|| LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap());
     assert_eq!(log, "", "a clean journal is opened without a word");
 }
 
@@ -394,7 +396,7 @@ async fn given_a_claim_glued_onto_a_torn_record_by_an_earlier_release_when_repla
         ),
     )
     .unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(120)));
     assert_eq!(local.last_claimed("b").await.unwrap(), Some(at(180)));
     // Nothing was lost, so nothing is kept aside as damage.
@@ -405,13 +407,13 @@ async fn given_a_claim_glued_onto_a_torn_record_by_an_earlier_release_when_repla
 async fn given_a_journal_when_reopened_then_it_is_folded_into_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a"), spec("b")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
         local.claim("b", at(120), ClaimIntent::Run).await.unwrap();
         assert!(!fs::read(dir.path().join(JOURNAL)).unwrap().is_empty());
     }
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(fs::read(dir.path().join(JOURNAL)).unwrap(), b"");
     let snapshot: Snapshot =
         serde_json::from_slice(&fs::read(dir.path().join(SNAPSHOT)).unwrap()).unwrap();
@@ -423,7 +425,8 @@ async fn given_a_journal_when_reopened_then_it_is_folded_into_the_snapshot() {
 #[tokio::test]
 async fn given_many_concurrent_claims_then_each_wins_once() {
     let dir = tempfile::tempdir().unwrap();
-    let local = Arc::new(LocalCoordinator::open(dir.path()).unwrap());
+    let local =
+        Arc::new(LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap());
     let specs: Vec<TaskSpec> = (0..50).map(|i| spec(&format!("t{i}"))).collect();
     local.publish(&specs).await.unwrap();
     let mut claims = tokio::task::JoinSet::new();
@@ -464,14 +467,14 @@ async fn given_state_with_fields_this_release_does_not_know_when_read_then_they_
         ),
     )
     .unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), Some(at(60)));
     assert_eq!(local.last_claimed("b").await.unwrap(), Some(at(120)));
 }
 
 /// Opens `dir`, which must fail, and returns the message.
 fn refusal(dir: &Path) -> String {
-    match LocalCoordinator::open(dir) {
+    match LocalCoordinator::open(dir, crate::clock::Clock::system()) {
         Ok(_) => panic!("a state dir in an unknown format was opened"),
         Err(error @ CoordError::UnreadableState(_)) => error.to_string(),
         Err(other) => panic!("wrong error: {other}"),
@@ -537,8 +540,8 @@ fn given_a_journal_line_in_a_newer_format_when_opened_then_it_is_refused_naming_
 #[test]
 fn given_a_running_daemon_when_a_second_opens_the_same_state_dir_then_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = LocalCoordinator::open(dir.path()).unwrap();
-    let error = LocalCoordinator::open(dir.path())
+    let _first = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+    let error = LocalCoordinator::open(dir.path(), crate::clock::Clock::system())
         .err()
         .expect("second open must fail");
     assert!(
@@ -550,7 +553,7 @@ fn given_a_running_daemon_when_a_second_opens_the_same_state_dir_then_it_is_refu
 #[tokio::test]
 async fn given_release_all_then_nothing_may_fire() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     local.release_all().await;
     assert!(!local.leadership().borrow().may_fire("a"));
@@ -567,7 +570,7 @@ async fn given_release_all_then_nothing_may_fire() {
 async fn given_an_earlier_run_that_ends_last_then_the_later_ticks_result_stays() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
         local.claim("a", at(120), ClaimIntent::Run).await.unwrap();
@@ -591,7 +594,7 @@ async fn given_an_earlier_run_that_ends_last_then_the_later_ticks_result_stays()
         .as_bytes(),
     )
     .unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     assert_eq!(local.last_result("a").await.unwrap().unwrap().tick, at(120));
     assert_eq!(local.last_result("b").await.unwrap().unwrap().tick, at(120));
 }
@@ -601,7 +604,7 @@ async fn given_an_earlier_run_that_ends_last_then_the_later_ticks_result_stays()
 #[tokio::test]
 async fn given_a_disabled_task_then_it_is_not_led() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     let off = TaskSpec {
         enabled: false,
         extras: Default::default(),
@@ -623,7 +626,7 @@ async fn given_a_disabled_task_then_it_is_not_led() {
 async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local
             .publish(&[spec("ended"), spec("skipped")])
             .await
@@ -638,7 +641,7 @@ async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
             .await
             .unwrap();
     }
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local
         .publish(&[spec("ended"), spec("skipped"), spec("new")])
         .await
@@ -658,7 +661,7 @@ async fn given_no_orphan_then_a_rerun_is_refused_as_claimed() {
 #[tokio::test]
 async fn reading_a_task_that_never_fired_adds_no_record() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     assert_eq!(local.last_claimed("a").await.unwrap(), None);
     assert_eq!(local.orphaned_tick("a").await.unwrap(), None);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use semver::Version;
 
-use crate::clock::wall_clock;
 use crate::coord::node::io::NodeAcl;
 use crate::coord::node::{NodeBugs, NodeConfig};
 use crate::coord::records::{NODE_ID_PATTERN, is_path_name};
@@ -273,8 +272,13 @@ pub fn session_timeout_problem(timeout: Duration) -> Option<(String, String)> {
 
 impl ZkSettings {
     /// The node's configuration the driver runs with, from the settings: a random seed, this
-    /// host, process and instant, and no deliberate protocol bug on.
-    pub(super) fn node_config(&self, base: String, acl: NodeAcl) -> NodeConfig {
+    /// host, process and instant (`now`), and no deliberate protocol bug on.
+    pub(super) fn node_config(
+        &self,
+        base: String,
+        acl: NodeAcl,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> NodeConfig {
         NodeConfig {
             id: self.node_id.clone(),
             release: self.release.clone(),
@@ -288,7 +292,7 @@ impl ZkSettings {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             pid: std::process::id(),
-            started_at: wall_clock(),
+            started_at: now,
             history_runs: self.history_runs,
             acl,
             bugs: NodeBugs::default(),
@@ -523,7 +527,11 @@ mod tests {
             auth: Default::default(),
             tls: None,
         };
-        let config = settings.node_config("/chroot/zkcron/test".into(), NodeAcl::Open);
+        let config = settings.node_config(
+            "/chroot/zkcron/test".into(),
+            NodeAcl::Open,
+            chrono::DateTime::UNIX_EPOCH,
+        );
         assert_eq!(
             config.bugs,
             NodeBugs {

@@ -22,7 +22,6 @@ use tokio::time::Instant;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
 use super::Cache;
-use crate::clock::wall_clock;
 use crate::coord::zk::settings::ZkSettings;
 use crate::coord::zk::watch_stream;
 use crate::ops::cluster::{CONNECT_DEADLINE, ClusterClient};
@@ -56,12 +55,13 @@ pub struct Shared {
     pub installs: u64,
 }
 
-impl Default for Shared {
-    fn default() -> Shared {
+impl Shared {
+    /// Before the first full read, which starts `now`.
+    pub fn starting(now: DateTime<Utc>) -> Shared {
         Shared {
             live: None,
             sync: Sync::Behind {
-                since: wall_clock(),
+                since: now,
                 why: "the dashboard's first read of ZooKeeper is under way".into(),
             },
             caught_up: 0,
@@ -122,7 +122,7 @@ impl Cache {
         let mut shared = self.live.lock().expect("the live snapshot");
         if shared.sync == Sync::Current {
             shared.sync = Sync::Behind {
-                since: wall_clock(),
+                since: self.source.clock().now(),
                 why: why.to_string(),
             };
         }
@@ -136,6 +136,7 @@ impl Cache {
             &settings.auth,
             settings.tls.as_ref(),
             CONNECT_DEADLINE,
+            self.source.clock(),
         )
         .await
         {
@@ -164,7 +165,7 @@ impl Cache {
                 Err(error) => return format!("{error:#}"),
             };
             let read_ms = started.elapsed().as_millis() as u64;
-            let live = Live::new(client.paths.clone(), snapshot, triggers, wall_clock());
+            let live = Live::new(client.paths.clone(), snapshot, triggers, client.clock.now());
             tracing::debug!(
                 read_ms,
                 status_ms = started.elapsed().as_millis() as u64 - read_ms,
@@ -306,7 +307,7 @@ impl Cache {
             }
         }
         // The lines touched are worked out here, off the requests' way.
-        live.refresh(wall_clock());
+        live.refresh(self.source.clock().now());
         Ok(applied)
     }
 

@@ -17,7 +17,8 @@ const AGES: Ages = Ages {
 };
 
 fn local_cache(state: &std::path::Path) -> Arc<Cache> {
-    let coordinator = Arc::new(LocalCoordinator::open(state).unwrap());
+    let coordinator =
+        Arc::new(LocalCoordinator::open(state, crate::clock::Clock::system()).unwrap());
     let config = ControlConfig {
         state_dir: state.to_path_buf(),
         node_id: "node-a".into(),
@@ -25,7 +26,7 @@ fn local_cache(state: &std::path::Path) -> Arc<Cache> {
         labels: BTreeMap::new(),
         jobs_dir: state.join("jobs.d"),
         task_defaults: TaskDefaults::for_tests(),
-        started_at: crate::clock::wall_clock(),
+        started_at: crate::clock::Clock::system().now(),
         loaded: LoadedTasks::default(),
     };
     let source = Source::Local {
@@ -119,7 +120,7 @@ fn a_read_started_before_the_change_is_not_kept() {
         Arc::new(View::new(
             snapshot,
             &cache.source,
-            crate::clock::wall_clock(),
+            crate::clock::Clock::system().now(),
         ))
     };
     let begun_before = cache.generation();

@@ -42,7 +42,7 @@ fn request(task: &str, total: u32) -> BackfillRecord {
 #[tokio::test]
 async fn each_tick_is_claimed_once_in_turn_and_the_last_end_makes_it_done() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let name = local.request_backfill(request("a", 2)).unwrap();
     assert_eq!(name, "a@backfill-0000000000");
@@ -86,7 +86,7 @@ async fn each_tick_is_claimed_once_in_turn_and_the_last_end_makes_it_done() {
 async fn a_restart_neither_reruns_the_running_tick_nor_loses_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let name = {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         let name = local.request_backfill(request("a", 3)).unwrap();
         let first = tick_of(&name, 0);
@@ -96,7 +96,7 @@ async fn a_restart_neither_reruns_the_running_tick_nor_loses_the_rest() {
         );
         name
     };
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let record = local.backfills()[&name].clone();
     assert_eq!((record.claimed, record.failed), (1, 1));
@@ -114,7 +114,7 @@ async fn a_restart_neither_reruns_the_running_tick_nor_loses_the_rest() {
 #[tokio::test]
 async fn a_cancelled_request_claims_nothing_more_and_an_unknown_task_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let error = local.request_backfill(request("b", 2)).unwrap_err();
     assert!(

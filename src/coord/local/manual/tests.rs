@@ -22,7 +22,7 @@ fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
 #[tokio::test]
 async fn a_trigger_is_pending_until_claimed_once_and_ends_with_its_result() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let error = local.request_trigger("nope", "op@host").unwrap_err();
     assert_eq!(
@@ -76,7 +76,7 @@ async fn a_trigger_is_pending_until_claimed_once_and_ends_with_its_result() {
 #[tokio::test]
 async fn a_trigger_of_a_task_this_node_does_not_lead_is_not_claimed() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let trigger = local.request_trigger("a", "op@host").unwrap();
     local.release_all().await;
@@ -94,7 +94,7 @@ async fn a_trigger_of_a_task_this_node_does_not_lead_is_not_claimed() {
 async fn manual_fire_ids_count_on_across_restarts_and_a_run_cut_short_is_ended_not_rerun() {
     let dir = tempfile::tempdir().unwrap();
     let first = {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         let first = local.request_trigger("a", "op@host").unwrap();
         assert_eq!(
@@ -103,7 +103,7 @@ async fn manual_fire_ids_count_on_across_restarts_and_a_run_cut_short_is_ended_n
         );
         first
     };
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a")]).await.unwrap();
     let stored = local.trigger_state(&first.fire_id).unwrap();
     assert_eq!(stored.state, TriggerState::Ended);
@@ -119,7 +119,7 @@ async fn manual_fire_ids_count_on_across_restarts_and_a_run_cut_short_is_ended_n
 #[tokio::test]
 async fn history_keeps_scheduled_and_manual_runs_newest_first_within_history_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path())
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system())
         .unwrap()
         .with_history_runs(2);
     local.publish(&[spec("a")]).await.unwrap();
@@ -150,7 +150,7 @@ async fn the_files_the_previous_release_reads_keep_their_format() {
     // in new files only.
     let dir = tempfile::tempdir().unwrap();
     {
-        let local = LocalCoordinator::open(dir.path()).unwrap();
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
         local.publish(&[spec("a")]).await.unwrap();
         local.claim("a", at(60), ClaimIntent::Run).await.unwrap();
         local.run_ended("a", &ended(at(60), None, 0)).await.unwrap();
@@ -180,7 +180,7 @@ async fn the_files_the_previous_release_reads_keep_their_format() {
 #[tokio::test]
 async fn a_success_requests_its_chained_runs_once_and_a_manual_parent_s_in_its_end_s_write() {
     let dir = tempfile::tempdir().unwrap();
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     local.publish(&[spec("a"), spec("b")]).await.unwrap();
     // A scheduled parent: the request is made, once however often the end is written.
     let mut result = ended(at(60), None, 0);
@@ -206,7 +206,7 @@ async fn a_success_requests_its_chained_runs_once_and_a_manual_parent_s_in_its_e
     result.chained = vec!["b".into()];
     local.run_ended("a", &result).await.unwrap();
     drop(local);
-    let local = LocalCoordinator::open(dir.path()).unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
     let child = format!("b@after-{}", trigger.fire_id);
     assert_eq!(
         local.trigger_state(&child).unwrap().state,

@@ -33,12 +33,18 @@ fn cluster_cache() -> Arc<Cache> {
     let source = Source::Cluster {
         settings,
         loaded: LoadedTasks::default(),
+        clock: crate::clock::Clock::system(),
     };
     let cache = Arc::new(Cache::with_ages(source, AGES));
     let paths = Paths {
         base: "/zkcron/test".into(),
     };
-    let live = Live::new(paths, Snapshot::default(), TriggerRuns::new(), wall_clock());
+    let live = Live::new(
+        paths,
+        Snapshot::default(),
+        TriggerRuns::new(),
+        crate::clock::Clock::system().now(),
+    );
     let mut shared = cache.live.lock().unwrap();
     shared.live = Some(live);
     shared.sync = Sync::Current;
