@@ -28,7 +28,7 @@
 //! 4. `records` (the records in ZooKeeper and the state dir)
 //! 5. `record` (the fire-record rules)
 //! 6. `backfill` (backfill requests and their rules)
-//! 7. `operator` (the operator's writes: pause, resume, drain, undrain)
+//! 7. `operator` (the operator's writes: pause, resume, drain, undrain, trigger, backfill, cancel)
 //! 8. `node`, `local` (the cluster protocol; the embedded backend)
 //! 9. `zk` (the driver of the node)
 //!

@@ -21,7 +21,8 @@ use super::cluster::ClusterClient;
 use super::local::{self, Request};
 use super::{defined_in_cluster, emit, model, operator, render};
 use crate::clock::wall_clock;
-use crate::coord::backfill::{self, BackfillRecord, BackfillState};
+use crate::coord::backfill::{BackfillRecord, BackfillState};
+use crate::coord::operator::{self as rules, NewRequest};
 use crate::schedule::Schedule;
 
 /// How often `--wait` looks at the request.
@@ -50,9 +51,8 @@ pub fn new_request(
     to: DateTime<Utc>,
     by: &str,
 ) -> anyhow::Result<BackfillRecord> {
-    let total = backfill::count_ticks(schedule, from, to)
-        .with_context(|| format!("cannot backfill task {task}"))?;
-    Ok(BackfillRecord::new(task, from, to, total, by, wall_clock()))
+    rules::backfill(task, schedule, (from, to), by, wall_clock())
+        .with_context(|| format!("cannot backfill task {task}"))
 }
 
 /// `zkcron backfill ...` against the cluster.
@@ -186,7 +186,7 @@ pub async fn request_in_cluster(
         );
     };
     let record = new_request(task, &schedule, from, to, by)?;
-    let name = client.request_backfill(&record).await?;
+    let name = client.request(&NewRequest::from(record.clone())).await?;
     let note = model::no_one_may_run(&snapshot, task).map(|why| {
         format!("{why}; the backfill waits until a node may run the task (`zkcron explain {task}`)")
     });

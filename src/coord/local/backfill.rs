@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::state::{KeptFile, read_state_file};
 use super::{FORMAT_VERSION, by_task};
 use crate::coord::backfill::{self, Backfill, BackfillRecord};
+use crate::coord::operator;
 use crate::coord::record::Verdict;
 use crate::coord::records::HistoryEntry;
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -127,7 +128,9 @@ impl Backfills {
         now: DateTime<Utc>,
     ) -> Result<Option<BackfillRecord>, CoordError> {
         let before = self.lock().backfills.get(name).cloned();
-        self.update(name, |record| backfill::cancelled(record, by, now))?;
+        self.update(name, |record| {
+            operator::cancelled(record, by, now).unwrap_or_else(|| record.clone())
+        })?;
         Ok(before)
     }
 

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::{KeptFile, read_state_file};
 use super::{FORMAT_VERSION, by_task};
+use crate::coord::operator;
 use crate::coord::record::{self, Verdict};
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
 use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
@@ -80,7 +81,7 @@ impl Manual {
     ) -> Result<Trigger, CoordError> {
         let mut file = self.lock();
         let fire_id = record::manual_fire_id(task, file.next);
-        let trigger = TriggerRecord::pending(task, by, now);
+        let trigger = operator::trigger(task, by, now);
         file.next += 1;
         file.triggers.insert(fire_id.clone(), trigger);
         collect(&mut file, now);
