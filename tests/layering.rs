@@ -37,7 +37,7 @@
 //! 2. `queue`
 //! 3. `journal`
 //! 4. `state`
-//! 5. `backfill`, `history`, `manual`, `pause`
+//! 5. `history`, `pause`, `requests`
 //!
 //! Below these levels (the node's submodules, `daemon`'s, `ops`'...) no order is written down,
 //! but sibling modules may not form a cycle.
@@ -95,7 +95,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["queue"],
             &["journal"],
             &["state"],
-            &["backfill", "history", "manual", "pause"],
+            &["history", "pause", "requests"],
         ],
     ),
 ];

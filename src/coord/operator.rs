@@ -3,13 +3,13 @@
 //! ([`cancel`]), as pure functions from the records read (with their versions) and `now` to the
 //! records they write and the ZooKeeper operations they make ([`ZkOp`]), so that each rule
 //! exists once. A new request's znode is sequential ([`Requesting`]): ZooKeeper numbers it,
-//! the local backend numbers its own ([`NewRequest::name`]).
+//! the local backend numbers its own ([`RequestRecord::name`]).
 //!
 //! Who calls them: `zkcron` and the HTTP API through `crate::ops::cluster`, which reads the
 //! records, performs the returned operations with the node's driver's executor
 //! (`coord::zk::call`) and reads again on a lost race; the local backend
 //! (`coord::local::pause`), which writes the same [`resumed`] record to its journal, and keeps
-//! the same request records ([`NewRequest`], [`cancelled`]) in its state files; and the
+//! the same request records ([`RequestRecord`], [`cancelled`]) in its state files; and the
 //! simulation (`tests/sim`), which reads its model ZooKeeper and applies what these return.
 //! [`check_reason`] is the one rule for a pause's reason, for the command line and the API.
 //!
@@ -191,21 +191,22 @@ fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> 
     })
 }
 
-/// A request an operator makes: a manual run (`zkcron trigger`) or a backfill of a range
-/// (`zkcron backfill`), with the record it starts with. (A chained run's request is the node's,
-/// made in the write of its parent's result: `record::chained_requests`.)
+/// A request's record, its kind as data: a run asked for once (`Manual`: `zkcron trigger`, or a
+/// chained run, `after` a parent's success, which the node requests in the write of its
+/// parent's result: `record::chained_requests`) or a backfill of a range (`zkcron backfill`).
+/// The rules here make the new ones; the local backend keeps every kind in one store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NewRequest {
+pub enum RequestRecord {
     Manual(TriggerRecord),
     Backfill(BackfillRecord),
 }
 
-impl NewRequest {
+impl RequestRecord {
     /// The task it runs.
     pub fn task(&self) -> &str {
         match self {
-            NewRequest::Manual(record) => &record.task,
-            NewRequest::Backfill(record) => &record.task,
+            RequestRecord::Manual(record) => &record.task,
+            RequestRecord::Backfill(record) => &record.task,
         }
     }
 
@@ -214,37 +215,37 @@ impl NewRequest {
     /// `<task>@backfill-<10 digits>`.
     pub fn name(&self, n: u64) -> String {
         match self {
-            NewRequest::Manual(record) => record::manual_fire_id(&record.task, n),
-            NewRequest::Backfill(record) => backfill::request_name(&record.task, n),
+            RequestRecord::Manual(record) => record::manual_fire_id(&record.task, n),
+            RequestRecord::Backfill(record) => backfill::request_name(&record.task, n),
         }
     }
 
     /// The prefix of its sequential znode (ZooKeeper appends the number).
     fn prefix(&self, paths: &Paths) -> String {
         match self {
-            NewRequest::Manual(record) => paths.trigger_prefix(&record.task),
-            NewRequest::Backfill(record) => paths.backfill_prefix(&record.task),
+            RequestRecord::Manual(record) => paths.trigger_prefix(&record.task),
+            RequestRecord::Backfill(record) => paths.backfill_prefix(&record.task),
         }
     }
 
     fn data(&self) -> Vec<u8> {
         match self {
-            NewRequest::Manual(record) => serde_json::to_vec(record),
-            NewRequest::Backfill(record) => serde_json::to_vec(record),
+            RequestRecord::Manual(record) => serde_json::to_vec(record),
+            RequestRecord::Backfill(record) => serde_json::to_vec(record),
         }
         .expect("request records serialize")
     }
 }
 
-impl From<TriggerRecord> for NewRequest {
-    fn from(record: TriggerRecord) -> NewRequest {
-        NewRequest::Manual(record)
+impl From<TriggerRecord> for RequestRecord {
+    fn from(record: TriggerRecord) -> RequestRecord {
+        RequestRecord::Manual(record)
     }
 }
 
-impl From<BackfillRecord> for NewRequest {
-    fn from(record: BackfillRecord) -> NewRequest {
-        NewRequest::Backfill(record)
+impl From<BackfillRecord> for RequestRecord {
+    fn from(record: BackfillRecord) -> RequestRecord {
+        RequestRecord::Backfill(record)
     }
 }
 
@@ -278,7 +279,7 @@ pub struct Requesting {
 }
 
 /// The writes of `request` in the cluster at `paths`.
-pub fn request(paths: &Paths, request: &NewRequest, acl: NodeAcl) -> Requesting {
+pub fn request(paths: &Paths, request: &RequestRecord, acl: NodeAcl) -> Requesting {
     let prefix = request.prefix(paths);
     Requesting {
         parents: parents(&prefix, acl),

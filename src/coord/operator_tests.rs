@@ -255,7 +255,7 @@ fn a_trigger_creates_the_triggers_dirs_then_a_pending_record_numbered_by_zookeep
     // Given a task; when an operator triggers it; then a pending record from `by` at `now`
     // goes into a sequential znode under control/triggers, after its dirs.
     let now = utc("2026-03-01T10:00:00Z");
-    let asked = NewRequest::from(trigger("t", "ops@h", now));
+    let asked = RequestRecord::from(trigger("t", "ops@h", now));
     let writes = request(&paths(), &asked, NodeAcl::CreatorAll);
     let (path, data, mode, acl) = created(&writes);
     assert_eq!(path, "/zkcron/c/control/triggers/t@manual-");
@@ -265,7 +265,7 @@ fn a_trigger_creates_the_triggers_dirs_then_a_pending_record_numbered_by_zookeep
     );
     let written: TriggerRecord = serde_json::from_slice(data).unwrap();
     assert_eq!(written, TriggerRecord::pending("t", "ops@h", now));
-    assert_eq!(asked, NewRequest::Manual(written));
+    assert_eq!(asked, RequestRecord::Manual(written));
     assert_eq!(writes.parents.len(), 4, "{:?}", writes.parents);
     assert!(matches!(
         writes.parents.last(),
@@ -287,7 +287,7 @@ fn a_backfill_counts_its_ticks_and_creates_an_active_request_under_control_backf
         record,
         BackfillRecord::new("t", range.0, range.1, 3, "ops@h", now)
     );
-    let asked = NewRequest::from(record.clone());
+    let asked = RequestRecord::from(record.clone());
     let writes = request(&paths(), &asked, NodeAcl::Open);
     let (path, data, mode, _) = created(&writes);
     assert_eq!(path, "/zkcron/c/control/backfills/t@backfill-");

@@ -22,7 +22,7 @@ use super::local::{self, Request};
 use super::{defined_in_cluster, emit, model, operator, render};
 use crate::clock::wall_clock;
 use crate::coord::backfill::{BackfillRecord, BackfillState};
-use crate::coord::operator::{self as rules, NewRequest};
+use crate::coord::operator::{self as rules, RequestRecord};
 use crate::schedule::Schedule;
 
 /// How often `--wait` looks at the request.
@@ -186,7 +186,7 @@ pub async fn request_in_cluster(
         );
     };
     let record = new_request(task, &schedule, from, to, by)?;
-    let name = client.request(&NewRequest::from(record.clone())).await?;
+    let name = client.request(&RequestRecord::from(record.clone())).await?;
     let note = model::no_one_may_run(&snapshot, task).map(|why| {
         format!("{why}; the backfill waits until a node may run the task (`zkcron explain {task}`)")
     });

@@ -10,7 +10,7 @@ use super::{ClusterClient, Read};
 use crate::coord::backfill::BackfillRecord;
 use crate::coord::node::io::{ZkFail, ZkOk};
 use crate::coord::operator::{
-    self, Cancelling, Marking, NewRequest, Requesting, ResumeRead, Versioned,
+    self, Cancelling, Marking, RequestRecord, Requesting, ResumeRead, Versioned,
 };
 use crate::coord::records::{FireRecord, MarkRecord};
 use crate::coord::zk::call;
@@ -69,7 +69,7 @@ impl ClusterClient {
     /// `zkcron trigger` and `zkcron backfill`: creates the znode of `request`
     /// ([`operator::request`]); its name, numbered by ZooKeeper (a manual run's fire id, a
     /// backfill's id). Not tried again: a create whose answer was lost may have been made.
-    pub async fn request(&self, request: &NewRequest) -> anyhow::Result<String> {
+    pub async fn request(&self, request: &RequestRecord) -> anyhow::Result<String> {
         let Requesting { parents, create } = operator::request(&self.paths, request, self.acl);
         let what = format!("creating a request of task {}", request.task());
         self.create_parents(&what, parents).await?;

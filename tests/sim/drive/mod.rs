@@ -24,7 +24,7 @@ use std::cmp::Reverse;
 use zkcron::coord::node::io::{
     Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
 };
-use zkcron::coord::operator::{self, NewRequest, Requesting};
+use zkcron::coord::operator::{self, RequestRecord, Requesting};
 use zkcron::coord::records::MarkRecord;
 use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
@@ -525,7 +525,7 @@ impl<'s> Sim<'s> {
     pub(crate) fn create_request(
         &mut self,
         task: Option<TaskIx>,
-        request: &NewRequest,
+        request: &RequestRecord,
         n: u64,
     ) -> String {
         let Requesting { parents, create } =
