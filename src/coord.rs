@@ -11,8 +11,9 @@
 //! [`record`] are the pure rules it applies; [`records`] are the records both backends and the
 //! node read and write. [`pool`] says who owns which item of a work pool; [`backfill`] holds
 //! backfill requests and the rules of their claims and ends, for both backends. [`operator`]
-//! is the operator's writes (pause, resume, drain, undrain) as pure functions to
-//! [`zkop::ZkOp`]s, the operations the node emits too.
+//! is the operator's writes (pause, resume, drain, undrain; the requests of trigger and
+//! backfill, a backfill's cancel) as pure functions to [`zkop::ZkOp`]s, the operations the
+//! node emits too.
 
 pub mod backfill;
 pub mod lease;

@@ -28,7 +28,7 @@
 //! 4. `records` (the records in ZooKeeper and the state dir)
 //! 5. `record` (the fire-record rules)
 //! 6. `backfill` (backfill requests and their rules)
-//! 7. `operator` (the operator's writes: pause, resume, drain, undrain)
+//! 7. `operator` (the operator's writes: pause, resume, drain, undrain, trigger, backfill, cancel)
 //! 8. `node`, `local` (the cluster protocol; the embedded backend)
 //! 9. `zk` (the driver of the node)
 //!
@@ -37,7 +37,7 @@
 //! 2. `queue`
 //! 3. `journal`
 //! 4. `state`
-//! 5. `backfill`, `history`, `manual`, `pause`
+//! 5. `history`, `pause`, `requests`
 //!
 //! Below these levels (the node's submodules, `daemon`'s, `ops`'...) no order is written down,
 //! but sibling modules may not form a cycle.
@@ -95,7 +95,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["queue"],
             &["journal"],
             &["state"],
-            &["backfill", "history", "manual", "pause"],
+            &["history", "pause", "requests"],
         ],
     ),
 ];

@@ -16,7 +16,8 @@
 //! - **End** ([`ended`]): the run's end clears `running` and counts a success or a failure; the
 //!   last tick's end makes the request `done`. A tick whose node was lost while it ran counts
 //!   as failed and is not run again ([`lost`]).
-//! - **Cancel** ([`cancelled`]): no tick is claimed after it; a running one finishes.
+//! - **Cancel** (`coord::operator::cancelled`, the operator's rule): no tick is claimed after
+//!   it; a running one finishes.
 //!
 //! The fire id of a backfill run is `<task>@backfill-<10 digits>-<unix>` ([`fire_id`]): a
 //! scheduled tick's is `<task>@<unix>` and a manual run's `<task>@manual-<10 digits>`, so no
@@ -349,17 +350,6 @@ pub fn lost(record: &BackfillRecord, name: &str, now: DateTime<Utc>) -> Backfill
         fail(&mut new, &fire_id(name, run.tick), &how);
     }
     finish_if_done(&mut new, now);
-    new
-}
-
-/// `record` cancelled by `by` at `now` (unchanged if it is over already).
-pub fn cancelled(record: &BackfillRecord, by: &str, now: DateTime<Utc>) -> BackfillRecord {
-    let mut new = record.clone();
-    if new.state == BackfillState::Active {
-        new.state = BackfillState::Cancelled;
-        new.ended_at = Some(now);
-        new.cancelled_by = Some(by.to_string());
-    }
     new
 }
 

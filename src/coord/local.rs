@@ -5,8 +5,9 @@
 //! Files: `local.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
 //! reading and replay of the state files, formats and damage; `journal.rs` the writer thread
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
-//! `pause.rs` the paused tasks (`paused.json`); `manual.rs` manual runs (`triggers.json`) and
-//! run history (`history/<task>.json`); `backfill.rs` backfill requests (`backfills.json`).
+//! `pause.rs` the paused tasks (`paused.json`); `requests.rs` the operator's requests, every
+//! kind in one store (manual and chained runs: `triggers.json`; backfills: `backfills.json`);
+//! `history.rs` run history (`history/<task>.json`).
 //! Requests, pauses, resumes and ends are timed on the [`Clock`] it is opened with (the
 //! daemon's); the writer thread's own batching runs on the system's monotonic clock.
 //!
@@ -43,13 +44,12 @@
 //! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
 //! runs while the daemon is stopped.
 
-mod backfill;
 mod errors;
 mod history;
 mod journal;
-mod manual;
 mod pause;
 mod queue;
+mod requests;
 mod state;
 
 use std::borrow::Borrow;
@@ -65,6 +65,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use super::backfill::BackfillRecord;
+use super::operator;
 use super::record::{self, FireView, Verdict};
 use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
@@ -192,10 +193,8 @@ pub struct LocalCoordinator {
     leadership: watch::Sender<Leadership>,
     /// Ticks claimed to run by this process whose end is not recorded yet.
     live_runs: Mutex<HashSet<(String, DateTime<Utc>)>>,
-    /// Manual runs.
-    manual: manual::Manual,
-    /// Backfill requests.
-    backfills: backfill::Backfills,
+    /// The operator's requests: manual and chained runs, backfills.
+    requests: requests::Requests,
     /// Run histories, written behind the runs.
     history: history::HistoryFiles,
     /// Held for the life of the backend; dropping it releases the state dir.
@@ -221,8 +220,7 @@ impl LocalCoordinator {
         )?;
         let records = journal_writer.mirror.clone();
         let paused = pause::read_paused(state_dir)?;
-        let manual = manual::Manual::open(state_dir, now)?;
-        let backfills = backfill::Backfills::open(state_dir, now)?;
+        let requests = requests::Requests::open(state_dir, now)?;
         let history = history::HistoryFiles::open(state_dir).map_err(|source| CoordError::Io {
             context: "cannot start the history writer".into(),
             error: source,
@@ -250,8 +248,7 @@ impl LocalCoordinator {
             writer,
             leadership,
             live_runs: Mutex::new(HashSet::new()),
-            manual,
-            backfills,
+            requests,
             history,
             _lock: lock,
             state_dir: state_dir.to_path_buf(),
@@ -281,15 +278,21 @@ impl LocalCoordinator {
                 "task {task} is not defined on this host (or is disabled): nothing would run it; `zkcron next` lists the tasks"
             )));
         }
-        let trigger = self.manual.request(task, by, self.clock.now())?;
+        let now = self.clock.now();
+        let fire_id = self
+            .requests
+            .request(operator::trigger(task, by, now).into(), now)?;
         self.refresh_triggers();
-        Ok(trigger)
+        Ok(Trigger {
+            fire_id,
+            requested_at: now,
+        })
     }
 
     /// A manual run's trigger as stored (pending, running or ended with its result), while it
     /// is kept (ended ones for 10 minutes).
     pub fn trigger_state(&self, fire_id: &str) -> Option<TriggerRecord> {
-        self.manual.state(fire_id)
+        self.requests.trigger(fire_id)
     }
 
     /// Stores a new backfill request (`zkcron backfill`; its range checked and counted by the
@@ -307,14 +310,14 @@ impl LocalCoordinator {
                 record.task
             )));
         }
-        let name = self.backfills.request(record, self.clock.now())?;
+        let name = self.requests.request(record.into(), self.clock.now())?;
         self.refresh_triggers();
         Ok(name)
     }
 
     /// Every backfill request kept (ended ones for a week), by name.
     pub fn backfills(&self) -> BTreeMap<String, BackfillRecord> {
-        self.backfills.list()
+        self.requests.backfills()
     }
 
     /// Cancels the backfill `name` (its running tick finishes); the record as it was before,
@@ -324,7 +327,7 @@ impl LocalCoordinator {
         name: &str,
         by: &str,
     ) -> Result<Option<BackfillRecord>, CoordError> {
-        let record = self.backfills.cancel(name, by, self.clock.now())?;
+        let record = self.requests.cancel(name, by, self.clock.now())?;
         self.refresh_triggers();
         Ok(record)
     }
@@ -355,8 +358,8 @@ impl LocalCoordinator {
 
     fn refresh_triggers(&self) {
         let tasks = self.leadership.borrow().tasks.clone();
-        let pending = Arc::new(self.manual.pending(&tasks));
-        let backfills = Arc::new(self.backfills.pending(&tasks));
+        let requests::Pending { runs, backfills } = self.requests.pending(&tasks);
+        let (pending, backfills) = (Arc::new(runs), Arc::new(backfills));
         self.leadership.send_if_modified(|l| {
             if l.triggers == pending && l.backfills == backfills {
                 return false;
@@ -657,7 +660,7 @@ impl Coordinator for LocalCoordinator {
             // No fire record, no `result`: the trigger (and the chained runs' requests, in
             // the same write) and the history.
             self.history.append(task, entry.clone());
-            let ended = self.manual.end(&entry, result, chained, self.clock.now());
+            let ended = self.requests.end(&entry, result, chained, self.clock.now());
             self.refresh_triggers();
             return ended;
         }
@@ -665,13 +668,15 @@ impl Coordinator for LocalCoordinator {
         // leaves a run whose end is unknown (on_node_loss), and a rerun that succeeds finds
         // its requests made.
         if !chained.is_empty() {
-            self.manual.request_chained(chained)?;
+            self.requests.request_chained(chained)?;
             self.refresh_triggers();
         }
         if entry.backfill {
             // No fire record, no `result`: the backfill request and the history.
             self.history.append(task, entry.clone());
-            let ended = self.backfills.end(&entry, result, self.clock.now());
+            let ended = self
+                .requests
+                .end(&entry, result, Vec::new(), self.clock.now());
             self.refresh_triggers();
             return ended;
         }
@@ -690,14 +695,12 @@ impl Coordinator for LocalCoordinator {
             !l.paused && l.tasks.contains(task)
         };
         let node = self.host();
-        let outcome = if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() {
-            let leads = leads && !self.leadership.borrow().paused_tasks.contains(task);
-            self.backfills
-                .claim(task, trigger, leads, &node, self.clock.now())?
-        } else {
-            self.manual
-                .claim(task, trigger, leads, &node, self.clock.now())?
-        };
+        // A paused task's backfill waits; its manual runs run.
+        let backfill = super::backfill::of_fire_id(&trigger.fire_id).is_some();
+        let leads = leads && !(backfill && self.leadership.borrow().paused_tasks.contains(task));
+        let outcome = self
+            .requests
+            .claim(task, trigger, leads, &node, self.clock.now())?;
         self.refresh_triggers();
         Ok(outcome)
     }

@@ -1,11 +1,15 @@
-//! Operator writes as data: pause and drain ([`mark`]), [`resume`] and [`undrain`] as pure functions from
-//! the records read (with their versions) and `now` to the ZooKeeper operations they make
-//! ([`ZkOp`]), so that each rule exists once.
+//! Operator writes as data: pause and drain ([`mark`]), [`resume`] and [`undrain`], and the
+//! requests, `trigger` ([`trigger`]), `backfill` ([`backfill`]) and `backfill --cancel`
+//! ([`cancel`]), as pure functions from the records read (with their versions) and `now` to the
+//! records they write and the ZooKeeper operations they make ([`ZkOp`]), so that each rule
+//! exists once. A new request's znode is sequential ([`Requesting`]): ZooKeeper numbers it,
+//! the local backend numbers its own ([`RequestRecord::name`]).
 //!
 //! Who calls them: `zkcron` and the HTTP API through `crate::ops::cluster`, which reads the
 //! records, performs the returned operations with the node's driver's executor
 //! (`coord::zk::call`) and reads again on a lost race; the local backend
-//! (`coord::local::pause`), which writes the same [`resumed`] record to its journal; and the
+//! (`coord::local::pause`), which writes the same [`resumed`] record to its journal, and keeps
+//! the same request records ([`RequestRecord`], [`cancelled`]) in its state files; and the
 //! simulation (`tests/sim`), which reads its model ZooKeeper and applies what these return.
 //! [`check_reason`] is the one rule for a pause's reason, for the command line and the API.
 //!
@@ -13,8 +17,11 @@
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use super::records::{FireRecord, MarkRecord, Paths};
+use super::backfill::{self, BackfillRecord, BackfillState, RangeError};
+use super::record;
+use super::records::{FireRecord, MarkRecord, Paths, TriggerRecord};
 use super::zkop::{CreateMode, NodeAcl, ZkOp};
+use crate::schedule::Schedule;
 
 /// The longest reason a pause mark keeps.
 pub const MAX_REASON_BYTES: usize = 500;
@@ -73,23 +80,29 @@ pub fn mark(path: &str, read: Option<&MarkRecord>, mark: &MarkRecord, acl: NodeA
     if let Some(read) = read {
         return Marking::Already(read.clone());
     }
-    let create = |path: &str, data: Vec<u8>| ZkOp::Create {
-        path: path.to_string(),
-        data,
-        mode: CreateMode::Persistent,
-        acl,
-    };
-    let parents = path
-        .match_indices('/')
-        .map(|(at, _)| &path[..at])
-        .filter(|parent| !parent.is_empty())
-        .map(|parent| create(parent, Vec::new()))
-        .collect();
     let data = serde_json::to_vec(mark).expect("marks serialize");
     Marking::Create {
-        parents,
-        create: create(path, data),
+        parents: parents(path, acl),
+        create: create(path, data, CreateMode::Persistent, acl),
     }
+}
+
+fn create(path: &str, data: Vec<u8>, mode: CreateMode, acl: NodeAcl) -> ZkOp {
+    ZkOp::Create {
+        path: path.to_string(),
+        data,
+        mode,
+        acl,
+    }
+}
+
+/// The creates of `path`'s ancestors, the root's child first (persistent, empty).
+fn parents(path: &str, acl: NodeAcl) -> Vec<ZkOp> {
+    path.match_indices('/')
+        .map(|(at, _)| &path[..at])
+        .filter(|parent| !parent.is_empty())
+        .map(|parent| create(parent, Vec::new(), CreateMode::Persistent, acl))
+        .collect()
 }
 
 /// `zkcron undrain`: `node`'s drain mark deleted at the version read; `None` when there is
@@ -176,6 +189,156 @@ fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> 
         queued: record.queued.filter(|_| !bugs.resume_drops_queued),
         ..FireRecord::empty()
     })
+}
+
+/// A request's record, its kind as data: a run asked for once (`Manual`: `zkcron trigger`, or a
+/// chained run, `after` a parent's success, which the node requests in the write of its
+/// parent's result: `record::chained_requests`) or a backfill of a range (`zkcron backfill`).
+/// The rules here make the new ones; the local backend keeps every kind in one store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestRecord {
+    Manual(TriggerRecord),
+    Backfill(BackfillRecord),
+}
+
+impl RequestRecord {
+    /// The task it runs.
+    pub fn task(&self) -> &str {
+        match self {
+            RequestRecord::Manual(record) => &record.task,
+            RequestRecord::Backfill(record) => &record.task,
+        }
+    }
+
+    /// The name of the request numbered `n` (its znode's, its key in the local backend's
+    /// file): `<task>@manual-<10 digits>` (a manual run's fire id) or
+    /// `<task>@backfill-<10 digits>`.
+    pub fn name(&self, n: u64) -> String {
+        match self {
+            RequestRecord::Manual(record) => record::manual_fire_id(&record.task, n),
+            RequestRecord::Backfill(record) => backfill::request_name(&record.task, n),
+        }
+    }
+
+    /// The prefix of its sequential znode (ZooKeeper appends the number).
+    fn prefix(&self, paths: &Paths) -> String {
+        match self {
+            RequestRecord::Manual(record) => paths.trigger_prefix(&record.task),
+            RequestRecord::Backfill(record) => paths.backfill_prefix(&record.task),
+        }
+    }
+
+    fn data(&self) -> Vec<u8> {
+        match self {
+            RequestRecord::Manual(record) => serde_json::to_vec(record),
+            RequestRecord::Backfill(record) => serde_json::to_vec(record),
+        }
+        .expect("request records serialize")
+    }
+}
+
+impl From<TriggerRecord> for RequestRecord {
+    fn from(record: TriggerRecord) -> RequestRecord {
+        RequestRecord::Manual(record)
+    }
+}
+
+impl From<BackfillRecord> for RequestRecord {
+    fn from(record: BackfillRecord) -> RequestRecord {
+        RequestRecord::Backfill(record)
+    }
+}
+
+/// `zkcron trigger`: a manual run of `task`, asked by `by` (`user@host`) at `now`, pending
+/// until the task's leader claims it.
+pub fn trigger(task: &str, by: &str, now: DateTime<Utc>) -> TriggerRecord {
+    TriggerRecord::pending(task, by, now)
+}
+
+/// `zkcron backfill`: a backfill of `task`'s ticks of `schedule` in `[from, to)`, asked by `by`
+/// at `now`; refused for a range with no tick or more than [`backfill::MAX_TICKS`].
+pub fn backfill(
+    task: &str,
+    schedule: &Schedule,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<BackfillRecord, RangeError> {
+    let total = backfill::count_ticks(schedule, from, to)?;
+    Ok(BackfillRecord::new(task, from, to, total, by, now))
+}
+
+/// What a new request asks of ZooKeeper: create each of `parents` on its own (one that
+/// exists is fine), then `create`, a persistent sequential znode at the request's prefix
+/// (`control/triggers/<task>@manual-`, `control/backfills/<task>@backfill-`) to which
+/// ZooKeeper appends the number that makes the request's name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requesting {
+    pub parents: Vec<ZkOp>,
+    pub create: ZkOp,
+}
+
+/// The writes of `request` in the cluster at `paths`.
+pub fn request(paths: &Paths, request: &RequestRecord, acl: NodeAcl) -> Requesting {
+    let prefix = request.prefix(paths);
+    Requesting {
+        parents: parents(&prefix, acl),
+        create: create(
+            &prefix,
+            request.data(),
+            CreateMode::PersistentSequential,
+            acl,
+        ),
+    }
+}
+
+/// The cancel rule, on every backend: an active request becomes cancelled by `by` at `now`
+/// (no tick is claimed after it; a running one finishes). `None` when it is over already (done
+/// or cancelled): it stays as it is.
+pub fn cancelled(record: &BackfillRecord, by: &str, now: DateTime<Utc>) -> Option<BackfillRecord> {
+    (record.state == BackfillState::Active).then(|| BackfillRecord {
+        state: BackfillState::Cancelled,
+        ended_at: Some(now),
+        cancelled_by: Some(by.to_string()),
+        ..record.clone()
+    })
+}
+
+/// What `zkcron backfill --cancel` asks of ZooKeeper.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cancelling {
+    /// There is no such request.
+    Missing,
+    /// It is over already (the record as read): nothing to write.
+    Over(BackfillRecord),
+    /// Write `op` (the [`cancelled`] record at the version read); `was` is the record as read.
+    /// A version moved meanwhile: read again and ask again.
+    Set { was: BackfillRecord, op: ZkOp },
+}
+
+/// `zkcron backfill --cancel NAME`: the request `name` as `read` (with its version), cancelled
+/// by `by` at `now`.
+pub fn cancel(
+    paths: &Paths,
+    name: &str,
+    read: Option<&Versioned<BackfillRecord>>,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Cancelling {
+    let Some(read) = read else {
+        return Cancelling::Missing;
+    };
+    match cancelled(&read.value, by, now) {
+        None => Cancelling::Over(read.value.clone()),
+        Some(new) => Cancelling::Set {
+            was: read.value.clone(),
+            op: ZkOp::SetData {
+                path: paths.backfill(name),
+                data: serde_json::to_vec(&new).expect("backfill records serialize"),
+                version: Some(read.version),
+            },
+        },
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@
 pub enum CreateMode {
     Persistent,
     Ephemeral,
+    /// Persistent, its name the path given with ZooKeeper's 10-digit sequence appended (an
+    /// operator's request: [`crate::coord::operator::request`]).
+    PersistentSequential,
 }
 
 /// Who may use a znode the node (or an operator's command) creates: chosen by the driver from

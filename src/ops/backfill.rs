@@ -20,7 +20,8 @@ use chrono::{DateTime, Utc};
 use super::cluster::ClusterClient;
 use super::local::{self, Request};
 use super::{defined_in_cluster, emit, model, operator, render};
-use crate::coord::backfill::{self, BackfillRecord, BackfillState};
+use crate::coord::backfill::{BackfillRecord, BackfillState};
+use crate::coord::operator::{self as rules, RequestRecord};
 use crate::schedule::Schedule;
 
 /// How often `--wait` looks at the request.
@@ -51,9 +52,8 @@ pub fn new_request(
     by: &str,
     now: DateTime<Utc>,
 ) -> anyhow::Result<BackfillRecord> {
-    let total = backfill::count_ticks(schedule, from, to)
-        .with_context(|| format!("cannot backfill task {task}"))?;
-    Ok(BackfillRecord::new(task, from, to, total, by, now))
+    rules::backfill(task, schedule, (from, to), by, now)
+        .with_context(|| format!("cannot backfill task {task}"))
 }
 
 /// `zkcron backfill ...` against the cluster.
@@ -187,7 +187,7 @@ pub async fn request_in_cluster(
         );
     };
     let record = new_request(task, &schedule, from, to, by, client.clock.now())?;
-    let name = client.request_backfill(&record).await?;
+    let name = client.request(&RequestRecord::from(record.clone())).await?;
     let note = model::no_one_may_run(&snapshot, task).map(|why| {
         format!("{why}; the backfill waits until a node may run the task (`zkcron explain {task}`)")
     });

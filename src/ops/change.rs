@@ -12,7 +12,7 @@ use super::local::{self, Request};
 use super::model;
 use super::{CLUSTER_ONLY, defined_in_cluster, render};
 use crate::coord::operator;
-use crate::coord::records::{FORMAT_VERSION, MarkRecord, TriggerRecord};
+use crate::coord::records::{FORMAT_VERSION, MarkRecord};
 
 /// One change, on a task or a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,8 +167,9 @@ pub async fn in_cluster(client: &ClusterClient, change: &Change, by: &str) -> an
 /// Requests a manual run of `task`; the note says why it may wait.
 async fn trigger_in_cluster(client: &ClusterClient, task: &str, by: &str) -> anyhow::Result<Done> {
     let snapshot = defined_in_cluster(client, task).await?;
-    let record = TriggerRecord::pending(task, by, client.clock.now());
-    let fire_id = client.request_trigger(&record).await?;
+    let fire_id = client
+        .request(&operator::trigger(task, by, client.clock.now()).into())
+        .await?;
     Ok(Done {
         said: vec![format!(
             "task {task}: manual run requested, fire id {fire_id}"

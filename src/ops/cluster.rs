@@ -1,7 +1,7 @@
 //! The operator's ZooKeeper session: a short-lived zookeeper-client session that reads the
-//! cluster's records into a [`Snapshot`] and writes the operator's changes (drain, pause and
-//! resume in `writes.rs`, as [`crate::coord::operator`] rules; trigger, backfill). No daemon is
-//! needed on the host. `watch.rs`: the watches and catch-up reads the dashboard's live reader
+//! cluster's records into a [`Snapshot`] and writes the operator's changes (drain, pause,
+//! resume, the requests of trigger and backfill and a backfill's cancel in `writes.rs`, as
+//! [`crate::coord::operator`] rules). No daemon is needed on the host. `watch.rs`: the watches and catch-up reads the dashboard's live reader
 //! needs beyond a snapshot.
 //!
 //! Reads of many znodes go out as multi-reads of `BATCH` paths, `IN_FLIGHT` at once, so
@@ -14,9 +14,7 @@ use anyhow::{Context, anyhow, bail};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use serde::de::DeserializeOwned;
-use zookeeper_client::{
-    Acls, Client, CreateMode, CreateSequence, Error as ZkError, MultiReadResult, Stat,
-};
+use zookeeper_client::{Client, Error as ZkError, MultiReadResult, Stat};
 
 use super::live::TriggerRuns;
 use super::model::{LiveMember, Snapshot, StatusSource};
@@ -49,10 +47,8 @@ const IN_FLIGHT: usize = 8;
 /// A session on one cluster.
 pub struct ClusterClient {
     client: Client,
-    /// The ACL of the znodes this command creates: the daemon's (creator-all when
-    /// authenticated, open otherwise).
-    acls: Acls<'static>,
-    /// The same ACL, for the operations of [`crate::coord::operator`].
+    /// The ACL of the znodes this command creates ([`crate::coord::operator`]'s operations):
+    /// the daemon's (creator-all when authenticated, open otherwise).
     pub acl: NodeAcl,
     pub paths: Paths,
     pub cluster: String,
@@ -113,10 +109,6 @@ impl ClusterClient {
         };
         let cluster_client = ClusterClient {
             client,
-            acls: match auth {
-                Some(_) => Acls::creator_all(),
-                None => Acls::anyone_all(),
-            },
             acl: match auth {
                 Some(_) => NodeAcl::CreatorAll,
                 None => NodeAcl::Open,
@@ -483,107 +475,10 @@ impl ClusterClient {
         Ok(runs)
     }
 
-    /// Creates `path` and its missing parents (persistent, empty), as the nodes' setup does.
-    async fn create_dirs(&self, path: &str) -> anyhow::Result<()> {
-        let mut at = String::new();
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            at.push('/');
-            at.push_str(part);
-            let options = CreateMode::Persistent.with_acls(self.acls);
-            match self
-                .call(
-                    &format!("creating {at}"),
-                    self.client.create(&at, &[], &options),
-                )
-                .await?
-            {
-                Ok(_) | Err(ZkError::NodeExists) => {}
-                Err(error) => bail!("ZooKeeper at {}: creating {at}: {error}", self.connect),
-            }
-        }
-        Ok(())
-    }
-
-    /// Creates a pending trigger of `task`; its fire id (the znode's name).
-    pub async fn request_trigger(&self, record: &TriggerRecord) -> anyhow::Result<String> {
-        let data = serde_json::to_vec(record).expect("trigger records serialize");
-        let prefix = self.paths.trigger_prefix(&record.task);
-        let sequence = self
-            .create_sequential(&self.paths.triggers(), &prefix, &data)
-            .await?;
-        Ok(format!("{}@manual-{sequence}", record.task))
-    }
-
-    /// Creates a backfill request; its name (the znode's).
-    pub async fn request_backfill(&self, record: &BackfillRecord) -> anyhow::Result<String> {
-        let data = serde_json::to_vec(record).expect("backfill records serialize");
-        let prefix = self.paths.backfill_prefix(&record.task);
-        let sequence = self
-            .create_sequential(&self.paths.backfills(), &prefix, &data)
-            .await?;
-        Ok(format!("{}@backfill-{sequence}", record.task))
-    }
-
-    /// Creates the persistent sequential znode `<prefix><sequence>` under `dir` (made when
-    /// missing) with `data`; the sequence ZooKeeper gave it.
-    async fn create_sequential(
-        &self,
-        dir: &str,
-        prefix: &str,
-        data: &[u8],
-    ) -> anyhow::Result<CreateSequence> {
-        self.create_dirs(dir).await?;
-        let options = CreateMode::PersistentSequential.with_acls(self.acls);
-        match self
-            .call(
-                &format!("creating {prefix}"),
-                self.client.create(prefix, data, &options),
-            )
-            .await?
-        {
-            Ok((_, sequence)) => Ok(sequence),
-            Err(error) => bail!("ZooKeeper at {}: creating {prefix}: {error}", self.connect),
-        }
-    }
-
     /// Every backfill request, by name.
     pub async fn backfills(&self) -> anyhow::Result<BTreeMap<String, Read<BackfillRecord>>> {
         let names = self.children(&self.paths.backfills()).await?;
         self.records(&names, |n| self.paths.backfill(n)).await
-    }
-
-    /// Cancels the backfill `name` at the version read (read again on a conflict); the record
-    /// as it was, `None` when there is none.
-    pub async fn cancel_backfill(
-        &self,
-        name: &str,
-        by: &str,
-        now: DateTime<Utc>,
-    ) -> anyhow::Result<Option<BackfillRecord>> {
-        let path = self.paths.backfill(name);
-        for _ in 0..10 {
-            let Some(read) = self.get::<BackfillRecord>(&path).await? else {
-                return Ok(None);
-            };
-            let new = backfill::cancelled(&read.value, by, now);
-            if new == read.value {
-                return Ok(Some(read.value));
-            }
-            let data = serde_json::to_vec(&new).expect("backfill records serialize");
-            match self
-                .call(
-                    &format!("writing {path}"),
-                    self.client.set_data(&path, &data, Some(read.stat.version)),
-                )
-                .await?
-            {
-                Ok(_) => return Ok(Some(read.value)),
-                Err(ZkError::BadVersion) => continue,
-                Err(ZkError::NoNode) => return Ok(None),
-                Err(error) => bail!("ZooKeeper at {}: writing {path}: {error}", self.connect),
-            }
-        }
-        bail!("backfill {name}: its record kept changing while it was being cancelled; try again")
     }
 
     /// Deletes the trigger `fire_id` at `version` (any version with `None`); false when it

@@ -6,7 +6,7 @@
 //! takes 2 s, so a request spans the faults around it.
 
 use chrono::{DateTime, TimeDelta, Utc};
-use zkcron::coord::backfill::{self, BackfillRecord};
+use zkcron::coord::operator;
 use zkcron::firing::{self, RunId};
 
 use super::drive::{Ev, Sim, T};
@@ -42,28 +42,21 @@ impl Sim<'_> {
             else {
                 continue;
             };
-            let Ok(total) = backfill::count_ticks(schedule, from, epoch()) else {
+            let name = &sc.tasks[task].name;
+            let range = (from, epoch());
+            let Ok(record) = operator::backfill(name, schedule, range, "operator@sim", epoch())
+            else {
                 continue;
             };
-            let name = backfill::request_name(&sc.tasks[task].name, k as u64);
-            let record = BackfillRecord::new(
-                &sc.tasks[task].name,
-                from,
-                epoch(),
-                total,
-                "operator@sim",
-                epoch(),
-            );
-            self.backfills.push((task, name, record));
+            self.backfills.push((task, record));
             self.push(at, Ev::Backfill(self.backfills.len() - 1));
         }
     }
 
     /// The operator creates the request znode, as `zkcron backfill` does.
     pub(crate) fn create_backfill(&mut self, k: usize) {
-        let (task, name, record) = self.backfills[k].clone();
-        let data = serde_json::to_vec(&record).expect("encodes");
-        self.create_request(Some(task), "backfills", &name, data);
+        let (task, record) = self.backfills[k].clone();
+        self.create_request(Some(task), &record.into(), k as u64);
     }
 
     /// A backfill tick was claimed on node `n`: it runs for [`RUN_MS`].

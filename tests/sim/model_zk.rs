@@ -324,6 +324,10 @@ impl ModelZk {
                 let owner = match mode {
                     CreateMode::Persistent => 0,
                     CreateMode::Ephemeral => session,
+                    // The simulation numbers the operator's requests (`Sim::create_request`).
+                    CreateMode::PersistentSequential => {
+                        return Err(ZkFail::Other("the model has no sequential znodes".into()));
+                    }
                 };
                 let stat = Stat {
                     version: 0,

@@ -207,8 +207,12 @@ fn the_last_end_makes_the_request_done_and_cancel_stops_the_claims() {
         ended(&done, &entry(&fire_id(name, first), first, 3), None, now),
         done
     );
-    let cancelled = cancelled(&request(3), "ops@host", now);
-    assert_eq!(cancelled.state, BackfillState::Cancelled);
+    // Cancelled (`operator::cancelled` tests how): nothing more is admitted.
+    let cancelled = BackfillRecord {
+        state: BackfillState::Cancelled,
+        ended_at: Some(now),
+        ..request(3)
+    };
     assert!(matches!(
         admit(true, Some(&cancelled), first, false),
         Verdict::Refuse(_)

@@ -232,3 +232,146 @@ fn the_operator_bugs_are_off_by_default_and_the_drop_queued_bug_drops_only_the_q
         }
     );
 }
+
+fn hourly() -> Schedule {
+    Schedule::parse("0 * * * *", chrono_tz::Tz::UTC).unwrap()
+}
+
+/// The create a request's writes end with: path, data, mode and acl.
+fn created(requesting: &Requesting) -> (&str, &[u8], CreateMode, NodeAcl) {
+    match &requesting.create {
+        ZkOp::Create {
+            path,
+            data,
+            mode,
+            acl,
+        } => (path, data, *mode, *acl),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_trigger_creates_the_triggers_dirs_then_a_pending_record_numbered_by_zookeeper() {
+    // Given a task; when an operator triggers it; then a pending record from `by` at `now`
+    // goes into a sequential znode under control/triggers, after its dirs.
+    let now = utc("2026-03-01T10:00:00Z");
+    let asked = RequestRecord::from(trigger("t", "ops@h", now));
+    let writes = request(&paths(), &asked, NodeAcl::CreatorAll);
+    let (path, data, mode, acl) = created(&writes);
+    assert_eq!(path, "/zkcron/c/control/triggers/t@manual-");
+    assert_eq!(
+        (mode, acl),
+        (CreateMode::PersistentSequential, NodeAcl::CreatorAll)
+    );
+    let written: TriggerRecord = serde_json::from_slice(data).unwrap();
+    assert_eq!(written, TriggerRecord::pending("t", "ops@h", now));
+    assert_eq!(asked, RequestRecord::Manual(written));
+    assert_eq!(writes.parents.len(), 4, "{:?}", writes.parents);
+    assert!(matches!(
+        writes.parents.last(),
+        Some(ZkOp::Create { path, data, mode: CreateMode::Persistent, .. })
+            if path == "/zkcron/c/control/triggers" && data.is_empty()
+    ));
+    assert_eq!(asked.task(), "t");
+    assert_eq!(asked.name(7), "t@manual-0000000007");
+}
+
+#[test]
+fn a_backfill_counts_its_ticks_and_creates_an_active_request_under_control_backfills() {
+    // Given an hourly task; when three hours are backfilled; then an active request of three
+    // ticks goes into a sequential znode under control/backfills.
+    let now = utc("2026-03-01T10:00:00Z");
+    let range = (utc("2026-02-01T00:00:00Z"), utc("2026-02-01T03:00:00Z"));
+    let record = backfill("t", &hourly(), range, "ops@h", now).unwrap();
+    assert_eq!(
+        record,
+        BackfillRecord::new("t", range.0, range.1, 3, "ops@h", now)
+    );
+    let asked = RequestRecord::from(record.clone());
+    let writes = request(&paths(), &asked, NodeAcl::Open);
+    let (path, data, mode, _) = created(&writes);
+    assert_eq!(path, "/zkcron/c/control/backfills/t@backfill-");
+    assert_eq!(mode, CreateMode::PersistentSequential);
+    assert_eq!(
+        serde_json::from_slice::<BackfillRecord>(data).unwrap(),
+        record
+    );
+    assert_eq!(asked.name(12), "t@backfill-0000000012");
+}
+
+#[test]
+fn a_backfill_of_an_empty_or_tickless_range_is_refused_with_why() {
+    let now = utc("2026-03-01T10:00:00Z");
+    let from = utc("2026-02-01T00:00:00Z");
+    let empty = backfill("t", &hourly(), (from, from), "ops@h", now);
+    assert!(matches!(empty, Err(RangeError::Empty { .. })), "{empty:?}");
+    let minutes = (
+        from + chrono::TimeDelta::minutes(1),
+        from + chrono::TimeDelta::minutes(59),
+    );
+    let none = backfill("t", &hourly(), minutes, "ops@h", now);
+    assert!(matches!(none, Err(RangeError::NoTicks { .. })), "{none:?}");
+}
+
+fn active_backfill() -> BackfillRecord {
+    BackfillRecord::new(
+        "t",
+        utc("2026-02-01T00:00:00Z"),
+        utc("2026-02-01T03:00:00Z"),
+        3,
+        "ops@h",
+        utc("2026-03-01T09:00:00Z"),
+    )
+}
+
+#[test]
+fn cancelling_an_active_backfill_sets_it_cancelled_at_the_version_read() {
+    // Given an active request read at version 4; when it is cancelled; then its record,
+    // cancelled by `by` at `now`, is set at version 4, and the answer keeps the old one.
+    let now = utc("2026-03-01T10:00:00Z");
+    let name = "t@backfill-0000000001";
+    let was = active_backfill();
+    let cancelling = cancel(&paths(), name, Some(&read(was.clone(), 4)), "ops@h", now);
+    let Cancelling::Set { was: old, op } = cancelling else {
+        panic!("{cancelling:?}");
+    };
+    assert_eq!(old, was);
+    let ZkOp::SetData {
+        path,
+        data,
+        version,
+    } = op
+    else {
+        panic!("{op:?}");
+    };
+    assert_eq!(path, "/zkcron/c/control/backfills/t@backfill-0000000001");
+    assert_eq!(version, Some(4));
+    let new: BackfillRecord = serde_json::from_slice(&data).unwrap();
+    assert_eq!(new.state, BackfillState::Cancelled);
+    assert_eq!(
+        (new.ended_at, new.cancelled_by.as_deref()),
+        (Some(now), Some("ops@h"))
+    );
+    assert_eq!(Some(new), cancelled(&was, "ops@h", now));
+}
+
+#[test]
+fn cancelling_an_ended_or_missing_backfill_writes_nothing() {
+    let now = utc("2026-03-01T10:00:00Z");
+    let name = "t@backfill-0000000001";
+    for state in [BackfillState::Done, BackfillState::Cancelled] {
+        let over = BackfillRecord {
+            state,
+            ..active_backfill()
+        };
+        assert_eq!(cancelled(&over, "ops@h", now), None);
+        assert_eq!(
+            cancel(&paths(), name, Some(&read(over.clone(), 2)), "ops@h", now),
+            Cancelling::Over(over)
+        );
+    }
+    assert_eq!(
+        cancel(&paths(), name, None, "ops@h", now),
+        Cancelling::Missing
+    );
+}

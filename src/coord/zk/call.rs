@@ -12,7 +12,8 @@ use crate::coord::node::io::{CreateMode, NodeAcl, Stat, ZkFail, ZkOk, ZkOp};
 /// What a call produced: the reply, and for a watch, the watcher to poll.
 pub type Performed = Result<(ZkOk, Option<PersistentWatcher>), ZkFail>;
 
-fn options(mode: CreateMode, acl: NodeAcl) -> CreateOptions<'static> {
+/// The create options of `mode` and `acl`.
+pub fn options(mode: CreateMode, acl: NodeAcl) -> CreateOptions<'static> {
     let acls = match acl {
         NodeAcl::Open => Acls::anyone_all(),
         NodeAcl::CreatorAll => Acls::creator_all(),
@@ -20,6 +21,7 @@ fn options(mode: CreateMode, acl: NodeAcl) -> CreateOptions<'static> {
     match mode {
         CreateMode::Persistent => ZkCreateMode::Persistent.with_acls(acls),
         CreateMode::Ephemeral => ZkCreateMode::Ephemeral.with_acls(acls),
+        CreateMode::PersistentSequential => ZkCreateMode::PersistentSequential.with_acls(acls),
     }
 }
 
@@ -55,6 +57,29 @@ pub fn fail(error: zookeeper_client::Error) -> ZkFail {
 pub async fn perform(client: Client, op: ZkOp) -> Performed {
     match tokio::time::timeout(CALL_DEADLINE, perform_now(&client, op)).await {
         Ok(performed) => performed,
+        Err(_) => Err(ZkFail::Timeout),
+    }
+}
+
+/// Performs `create` (a [`ZkOp::Create`], its mode sequential) within [`CALL_DEADLINE`]; the
+/// name ZooKeeper gave the znode: the last element of the path asked, with the sequence.
+pub async fn create_sequential(client: Client, create: ZkOp) -> Result<String, ZkFail> {
+    let ZkOp::Create {
+        path,
+        data,
+        mode,
+        acl,
+    } = create
+    else {
+        return Err(ZkFail::Other(format!("{create:?} is no create")));
+    };
+    let created = client.create(&path, &data, &options(mode, acl));
+    match tokio::time::timeout(CALL_DEADLINE, created).await {
+        Ok(Ok((_, sequence))) => {
+            let asked = path.rsplit('/').next().unwrap_or_default();
+            Ok(format!("{asked}{sequence}"))
+        }
+        Ok(Err(error)) => Err(fail(error)),
         Err(_) => Err(ZkFail::Timeout),
     }
 }

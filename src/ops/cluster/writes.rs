@@ -1,5 +1,5 @@
-//! The operator's writes (`pause`, `resume`, `drain`, `undrain`) against ZooKeeper: read the
-//! records, ask the pure rule in [`crate::coord::operator`] for the operations, perform them
+//! The operator's writes (`pause`, `resume`, `drain`, `undrain`, the requests of `trigger` and
+//! `backfill`, `backfill --cancel`) against ZooKeeper: read the records, ask the pure rule in [`crate::coord::operator`] for the operations, perform them
 //! with the node's driver's executor ([`crate::coord::zk::call::perform`]), and read again
 //! when a version moved in between. The rules live there; this is only their I/O.
 
@@ -7,8 +7,11 @@ use anyhow::bail;
 use chrono::{DateTime, Utc};
 
 use super::{ClusterClient, Read};
+use crate::coord::backfill::BackfillRecord;
 use crate::coord::node::io::{ZkFail, ZkOk};
-use crate::coord::operator::{self, Marking, ResumeRead, Versioned};
+use crate::coord::operator::{
+    self, Cancelling, Marking, RequestRecord, Requesting, ResumeRead, Versioned,
+};
 use crate::coord::records::{FireRecord, MarkRecord};
 use crate::coord::zk::call;
 use crate::coord::zkop::ZkOp;
@@ -49,6 +52,65 @@ impl ClusterClient {
         }
     }
 
+    /// Creates each of `parents` of `path` (one that exists is fine).
+    async fn create_parents(&self, path: &str, parents: Vec<ZkOp>) -> anyhow::Result<()> {
+        for parent in parents {
+            match self
+                .perform(&format!("creating {path}'s parents"), parent)
+                .await?
+            {
+                Ok(_) | Err(ZkFail::NodeExists) => {}
+                Err(fail) => bail!("ZooKeeper at {}: creating {path}: {fail}", self.connect),
+            }
+        }
+        Ok(())
+    }
+
+    /// `zkcron trigger` and `zkcron backfill`: creates the znode of `request`
+    /// ([`operator::request`]); its name, numbered by ZooKeeper (a manual run's fire id, a
+    /// backfill's id). Not tried again: a create whose answer was lost may have been made.
+    pub async fn request(&self, request: &RequestRecord) -> anyhow::Result<String> {
+        let Requesting { parents, create } = operator::request(&self.paths, request, self.acl);
+        let what = format!("creating a request of task {}", request.task());
+        self.create_parents(&what, parents).await?;
+        match call::create_sequential(self.client.clone(), create).await {
+            Ok(name) => Ok(name),
+            Err(fail) if fail.outcome_unknown() => bail!(
+                "ZooKeeper at {}: {what}: {fail}, so whether it was made is unknown; run `zkcron \
+                 status` to see",
+                self.connect
+            ),
+            Err(fail) => bail!("ZooKeeper at {}: {what}: {fail}", self.connect),
+        }
+    }
+
+    /// `zkcron backfill --cancel`: cancels the request `name` at the version read
+    /// ([`operator::cancel`]; read again when it moved); the record as it was, `None` when
+    /// there is none.
+    pub async fn cancel_backfill(
+        &self,
+        name: &str,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Option<BackfillRecord>> {
+        let path = self.paths.backfill(name);
+        for _ in 0..ATTEMPTS {
+            let read = self.get::<BackfillRecord>(&path).await?.map(versioned);
+            let (was, op) = match operator::cancel(&self.paths, name, read.as_ref(), by, now) {
+                Cancelling::Missing => return Ok(None),
+                Cancelling::Over(was) => return Ok(Some(was)),
+                Cancelling::Set { was, op } => (was, op),
+            };
+            match self.perform(&format!("writing {path}"), op).await? {
+                Ok(_) => return Ok(Some(was)),
+                Err(ZkFail::NoNode) => return Ok(None),
+                // Written meanwhile (a tick claimed): read it again.
+                Err(_) => continue,
+            }
+        }
+        bail!("backfill {name}: its record kept changing while it was being cancelled; try again")
+    }
+
     /// Sets the mark at `path` as `marking` decides from the mark read there
     /// ([`operator::mark`]); `Some(existing)` when there is one already.
     pub async fn mark(
@@ -62,15 +124,7 @@ impl ClusterClient {
                 Marking::Already(mark) => return Ok(Some(mark)),
                 Marking::Create { parents, create } => (parents, create),
             };
-            for parent in parents {
-                match self
-                    .perform(&format!("creating {path}'s parents"), parent)
-                    .await?
-                {
-                    Ok(_) | Err(ZkFail::NodeExists) => {}
-                    Err(fail) => bail!("ZooKeeper at {}: creating {path}: {fail}", self.connect),
-                }
-            }
+            self.create_parents(path, parents).await?;
             match self.perform(&format!("creating {path}"), create).await? {
                 Ok(_) => return Ok(None),
                 // Marked meanwhile: read the mark that won.

@@ -408,7 +408,7 @@ impl Sim<'_> {
 }
 
 /// The paths of the simulated cluster, as the nodes and `zkcron` name them.
-fn sim_paths() -> Paths {
+pub(super) fn sim_paths() -> Paths {
     Paths {
         base: BASE.to_string(),
     }

@@ -24,11 +24,12 @@ use std::cmp::Reverse;
 use zkcron::coord::node::io::{
     Answered, CreateMode, Input, Now, OpId, Output, ReqId, Request, WatchKind, ZkFail, ZkOk, ZkOp,
 };
+use zkcron::coord::operator::{self, RequestRecord, Requesting};
+use zkcron::coord::records::MarkRecord;
 use zkcron::coord::records::{
     FireRecord as WireRecord, LeaseRecord, MemberRecord, RunRecord, TaskSetEntry, TaskSetRecord,
     TaskSetRef,
 };
-use zkcron::coord::records::{MarkRecord, TriggerRecord};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Leadership, RunResult};
 use zkcron::firing::{
     self, Action as FireAction, Answer as FireAnswer, CallId, Firing, FiringConfig,
@@ -36,6 +37,7 @@ use zkcron::firing::{
 };
 use zkcron::task::{CommandLine, OverlapPolicy, Parent, TaskExtras, TaskSpec};
 
+use self::faults::sim_paths;
 use super::model_zk::{self, ModelZk, Write};
 use super::requested::Requested;
 use super::*;
@@ -395,8 +397,8 @@ pub(crate) struct Sim<'s> {
     pub(crate) tracing: bool,
     /// The operator's manual run requests: task, fire id, request time.
     pub(crate) triggers: Vec<(TaskIx, String, DateTime<Utc>)>,
-    /// The operator's backfill requests: task, name, record.
-    pub(crate) backfills: Vec<(TaskIx, String, zkcron::coord::backfill::BackfillRecord)>,
+    /// The operator's backfill requests: task, record (the `k`-th is numbered `k`).
+    pub(crate) backfills: Vec<(TaskIx, zkcron::coord::backfill::BackfillRecord)>,
     /// The chained runs each success's end requests (`Asked::ChainParentEnded`'s index).
     pub(crate) chain_requests: Vec<Vec<String>>,
     /// Draws for the runs that outlive their task's interval (`Knobs::long_runs`): a stream of
@@ -510,42 +512,46 @@ impl<'s> Sim<'s> {
     /// The operator creates a pending trigger znode, as `zkcron trigger` does.
     fn create_trigger(&mut self, k: usize) {
         let (task, fire_id, requested_at) = self.triggers[k].clone();
-        let record =
-            TriggerRecord::pending(&self.sc.tasks[task].name, "operator@sim", requested_at);
-        let data = serde_json::to_vec(&record).expect("encodes");
-        self.create_request(Some(task), "triggers", &fire_id, data);
+        let record = operator::trigger(&self.sc.tasks[task].name, "operator@sim", requested_at);
+        let name = self.create_request(Some(task), &record.into(), k as u64);
+        assert_eq!(name, fire_id, "the trigger's fire id");
     }
 
-    /// The operator creates `control/<kind>/<name>` holding `data` (with its parents), as
-    /// `zkcron trigger` and `zkcron backfill` do.
+    /// The operator creates the znode of `request` as `zkcron trigger` and `zkcron backfill`
+    /// do, with the writes of the shipped rule ([`operator::request`]): its parents (one that
+    /// exists is refused, which is fine), then its sequential create. The model has no
+    /// sequential znodes: the simulation numbers the request `n` itself, as ZooKeeper would
+    /// (10 digits, distinct per task and kind). The request's name.
     pub(crate) fn create_request(
         &mut self,
         task: Option<TaskIx>,
-        kind: &str,
-        name: &str,
-        data: Vec<u8>,
-    ) {
-        let dir = |p: &str| ZkOp::Create {
-            path: format!("{BASE}/{p}"),
-            data: Vec::new(),
-            mode: CreateMode::Persistent,
-            acl: Default::default(),
+        request: &RequestRecord,
+        n: u64,
+    ) -> String {
+        let Requesting { parents, create } =
+            operator::request(&sim_paths(), request, Default::default());
+        let ZkOp::Create {
+            path,
+            data,
+            mode: CreateMode::PersistentSequential,
+            acl,
+        } = create
+        else {
+            panic!("a request's create is sequential: {create:?}");
         };
-        for op in [
-            dir("control"),
-            dir(&format!("control/{kind}")),
-            ZkOp::Create {
-                path: format!("{BASE}/control/{kind}/{name}"),
-                data: data.clone(),
-                mode: CreateMode::Persistent,
-                acl: Default::default(),
-            },
-        ] {
+        let numbered = ZkOp::Create {
+            path: format!("{path}{n:010}"),
+            data,
+            mode: CreateMode::Persistent,
+            acl,
+        };
+        for op in parents.into_iter().chain([numbered]) {
             let mut writes = Vec::new();
             let (result, events) = self.zk.apply(self.stranger, &op, self.now, &mut writes);
             note!(self, None, task, format!("operator {op:?}: {result:?}"));
             self.broadcast(events);
         }
+        request.name(n)
     }
 
     pub(crate) fn push(&mut self, at: Ms, ev: Ev) {

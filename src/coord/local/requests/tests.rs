@@ -1,14 +1,20 @@
-//! The embedded backend's manual runs and history.
+//! The embedded backend's requests: manual and chained runs (with their history), backfills.
 
 use chrono::{DateTime, Utc};
 
+use crate::coord::backfill::{self, BackfillRecord, BackfillState};
 use crate::coord::local::LocalCoordinator;
 use crate::coord::local::tests::{exited, spec};
 use crate::coord::records::{RunTrigger, TriggerState};
-use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult};
+use crate::coord::{ClaimIntent, ClaimOutcome, Coordinator, RunResult, Trigger};
 
 fn at(s: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_767_225_600 + s, 0).unwrap()
+}
+
+/// `minutes` after the instant [`at`] counts from.
+fn minute(minutes: i64) -> DateTime<Utc> {
+    at(minutes * 60)
 }
 
 fn ended(tick: DateTime<Utc>, fire_id: Option<&str>, code: i32) -> RunResult {
@@ -222,4 +228,178 @@ async fn a_success_requests_its_chained_runs_once_and_a_manual_parent_s_in_its_e
     local.run_ended("a", &failed).await.unwrap();
     let failed_child = format!("b@after-a@{}", at(120).timestamp());
     assert!(local.trigger_state(&failed_child).is_none());
+}
+
+fn tick_of(name: &str, m: i64) -> Trigger {
+    Trigger {
+        fire_id: backfill::fire_id(name, minute(m)),
+        requested_at: minute(m),
+    }
+}
+
+fn tick_ended(trigger: &Trigger, code: i32) -> RunResult {
+    RunResult {
+        finished_at: trigger.requested_at,
+        fire_id: Some(trigger.fire_id.clone()),
+        manual: true,
+        ..exited(trigger.requested_at, code)
+    }
+}
+
+fn request(task: &str, total: u32) -> BackfillRecord {
+    BackfillRecord::new(
+        task,
+        minute(0),
+        minute(i64::from(total)),
+        total,
+        "ops@host",
+        minute(100),
+    )
+}
+
+#[tokio::test]
+async fn each_tick_is_claimed_once_in_turn_and_the_last_end_makes_it_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let name = local.request_backfill(request("a", 2)).unwrap();
+    assert_eq!(name, "a@backfill-0000000000");
+    let listed = local.leadership().borrow().backfills.clone();
+    assert_eq!(listed["a"].len(), 1);
+    let first = tick_of(&name, 0);
+    assert_eq!(
+        local.claim_manual("a", &first).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    // Running: not listed, and neither it nor the next tick is claimed again.
+    assert!(local.leadership().borrow().backfills.is_empty());
+    assert!(matches!(
+        local.claim_manual("a", &first).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed { .. }
+    ));
+    assert!(matches!(
+        local.claim_manual("a", &tick_of(&name, 1)).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed { .. }
+    ));
+    local.run_ended("a", &tick_ended(&first, 0)).await.unwrap();
+    let second = tick_of(&name, 1);
+    assert_eq!(
+        local.claim_manual("a", &second).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    local.run_ended("a", &tick_ended(&second, 4)).await.unwrap();
+    let record = local.backfills()[&name].clone();
+    assert_eq!(record.state, BackfillState::Done);
+    assert_eq!((record.succeeded, record.failed), (1, 1));
+    let history = local.history("a", 10);
+    assert_eq!(history.len(), 2);
+    assert!(
+        history
+            .iter()
+            .all(|h| h.backfill && h.trigger == RunTrigger::Manual)
+    );
+}
+
+#[tokio::test]
+async fn a_restart_neither_reruns_the_running_tick_nor_loses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = {
+        let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+        local.publish(&[spec("a")]).await.unwrap();
+        let name = local.request_backfill(request("a", 3)).unwrap();
+        let first = tick_of(&name, 0);
+        assert_eq!(
+            local.claim_manual("a", &first).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        name
+    };
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let record = local.backfills()[&name].clone();
+    assert_eq!((record.claimed, record.failed), (1, 1));
+    assert!(record.failures[0].contains("zkcron stopped while it ran"));
+    assert!(matches!(
+        local.claim_manual("a", &tick_of(&name, 0)).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed { .. }
+    ));
+    assert_eq!(
+        local.claim_manual("a", &tick_of(&name, 1)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_request_claims_nothing_more_and_an_unknown_task_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    let error = local.request_backfill(request("b", 2)).unwrap_err();
+    assert!(
+        error.to_string().contains("task b is not defined"),
+        "{error}"
+    );
+    let name = local.request_backfill(request("a", 2)).unwrap();
+    let before = local.cancel_backfill(&name, "ops@host").unwrap().unwrap();
+    assert_eq!(before.state, BackfillState::Active);
+    assert_eq!(local.backfills()[&name].state, BackfillState::Cancelled);
+    assert!(local.leadership().borrow().backfills.is_empty());
+    assert!(matches!(
+        local.claim_manual("a", &tick_of(&name, 0)).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed { .. }
+    ));
+    assert!(
+        local
+            .cancel_backfill("a@backfill-0000000009", "x")
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn each_kind_keeps_its_file_in_the_format_it_had_and_reads_what_the_previous_release_wrote() {
+    // Given a state dir whose triggers.json and backfills.json a previous release wrote.
+    let dir = tempfile::tempdir().unwrap();
+    let old_trigger = serde_json::json!({
+        "format": 1, "next": 3,
+        "triggers": {"a@manual-0000000002": {
+            "format": 1, "task": "a", "requested_at": "2026-01-01T00:00:00Z",
+            "by": "op@host", "state": "pending"}}
+    });
+    let old_backfill = serde_json::json!({
+        "format": 1, "next": 5,
+        "backfills": {"a@backfill-0000000004": serde_json::to_value(request("a", 2)).unwrap()}
+    });
+    std::fs::write(dir.path().join("triggers.json"), old_trigger.to_string()).unwrap();
+    std::fs::write(dir.path().join("backfills.json"), old_backfill.to_string()).unwrap();
+    // When this release opens it and adds a request of each kind.
+    let local = LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap();
+    local.publish(&[spec("a")]).await.unwrap();
+    assert!(local.trigger_state("a@manual-0000000002").is_some());
+    assert_eq!(local.backfills().len(), 1);
+    let trigger = local.request_trigger("a", "op@host").unwrap();
+    assert_eq!(trigger.fire_id, "a@manual-0000000003");
+    let name = local.request_backfill(request("a", 2)).unwrap();
+    assert_eq!(name, "a@backfill-0000000005");
+    // Then each file has the keys it had, its kind's map only, with both requests.
+    let read = |file: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.path().join(file)).unwrap()).unwrap()
+    };
+    let keys = |value: &serde_json::Value| -> Vec<String> {
+        value.as_object().unwrap().keys().cloned().collect()
+    };
+    let triggers = read("triggers.json");
+    assert_eq!(keys(&triggers), ["format", "next", "triggers"]);
+    assert_eq!(
+        (&triggers["format"], &triggers["next"]),
+        (&1.into(), &4.into())
+    );
+    assert_eq!(keys(&triggers["triggers"]).len(), 2);
+    let backfills = read("backfills.json");
+    assert_eq!(keys(&backfills), ["backfills", "format", "next"]);
+    assert_eq!(backfills["next"], 6);
+    assert_eq!(
+        keys(&backfills["backfills"]),
+        ["a@backfill-0000000004", "a@backfill-0000000005"]
+    );
 }
