@@ -19,7 +19,7 @@
 //!   outputs not polled yet, the time of the input being handled.
 //! - `life` (`session::Life`): the session, registering as a member, the re-listing after
 //!   (re)connecting, the clock's skew, leaving (`ReleaseAll`, `Close`).
-//! - `view` (`members::View`): members, their sessions and task sets, which leases exist and
+//! - `view` (`view::View`): members, their sessions and task sets, which leases exist and
 //!   since when some are vacant, whom the node trusts.
 //! - `leases` (`leadership::Leases`): when to decide about leases, the ranks, the takes
 //!   waiting, the members seen acting, the leadership as last published.
@@ -63,6 +63,7 @@
 //! - `pool`, `pool_end`, `pool_orphan`: pooled tasks: the claim over the held items' units,
 //!   the run's end, the runs lost with their node.
 //! - `mark`: the marks the node writes itself (the pause of a task whose run failed).
+//! - `view`: the `view` part: members, sessions, task sets, the leases that exist.
 //! - `waits`: requests answered when something happens (the end of runs on other nodes).
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
@@ -102,6 +103,7 @@ mod tests;
 mod then;
 mod trigger;
 mod units;
+mod view;
 mod waits;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -115,7 +117,7 @@ use self::clock::SkewVerdict;
 use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::then::{AfterEnsure, AfterRecreate, Then};
+use self::then::{AfterEnsure, AfterRecreate, LeaseStep, MemberStep, PoolStep, TaskStep, Then};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
 use super::records::{Paths, TaskSetRef};
@@ -285,7 +287,7 @@ pub struct Node {
     /// The session, registration, re-listing, clock skew and leaving (`session.rs`).
     life: session::Life,
     /// Members, their sessions and task sets, the leases that exist (`members.rs`).
-    view: members::View,
+    view: view::View,
     /// Lease decisions and the leadership published (`leadership.rs`, `leases.rs`).
     leases: leadership::Leases,
     /// This node's own state per task: its hold on the lease, the fire record and result last
@@ -337,7 +339,7 @@ impl Node {
                 close_waiting: None,
                 release_all: None,
             },
-            view: members::View {
+            view: view::View {
                 my_set: None,
                 members: BTreeMap::new(),
                 member_sessions: BTreeMap::new(),

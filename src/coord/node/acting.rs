@@ -16,9 +16,9 @@
 
 use std::time::Duration;
 
+use super::LeaseStep;
 use super::Node;
 use super::io::{ZkFail, ZkOk, ZkOp};
-use super::then::LeaseStep;
 use crate::coord::lease::Acting;
 use crate::coord::rank::{self, Candidate};
 

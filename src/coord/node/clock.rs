@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::MemberStep;
 use super::Node;
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
-use super::then::MemberStep;
 use crate::coord::records::FireRecord;
 
 /// Clock skew above this is logged as a warning.

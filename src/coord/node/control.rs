@@ -22,7 +22,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::io::{Level, Output, WatchKind, ZkFail, ZkOk, ZkOp};
-use super::then::{MemberStep, TaskStep};
+use super::{MemberStep, TaskStep};
 use super::{Node, Then};
 use crate::coord::ClaimIntent;
 use crate::coord::lease::{self, Member, TaskEntry, TaskSet};

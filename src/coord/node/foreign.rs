@@ -13,11 +13,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::LeaseStep;
 use super::Node;
 use super::io::{CreateMode, Level, Stat, ZkFail, ZkOk, ZkOp};
 use super::report::foreign_owner;
 use super::tasks::Lease;
-use super::then::LeaseStep;
 use crate::coord::records::{LeaseRecord, is_path_name};
 
 /// How long an ephemeral lease of a session that is no member's is left alone before it is

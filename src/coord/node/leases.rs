@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::tasks::{Lease, Regain};
-use super::then::{LeaseStep, MemberStep};
 use super::{AfterEnsure, AfterRecreate, Node, TAKES_IN_FLIGHT, TaskJob, Then};
+use super::{LeaseStep, MemberStep};
 use crate::coord::lease::{self, LeaseAction, LeaseView, Member};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, LeaseRecord};
 

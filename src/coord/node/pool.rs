@@ -18,8 +18,8 @@ use chrono::{DateTime, Utc};
 
 use super::claim::ClaimKind;
 use super::io::{Answered, CreateMode, Level, ReqId, ZkFail, ZkOk, ZkOp};
-use super::then::{PoolStep, TaskStep};
 use super::{Node, TaskJob};
+use super::{PoolStep, TaskStep};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};

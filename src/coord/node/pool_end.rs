@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::PoolStep;
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
 use super::mark::{PauseNote, PauseStored};
-use super::then::PoolStep;
 use super::{Node, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, lease, record};

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::TaskStep;
 use super::claim::ClaimJob;
 use super::io::{ZkFail, ZkOk, ZkOp};
 use super::runs::RunEndedJob;
-use super::then::TaskStep;
 use super::{Node, Timer};
 use crate::coord::records::FireRecord;
 use crate::coord::{ClaimIntent, CoordError};

@@ -6,8 +6,8 @@
 //! (its own claim applied, claim again, or refused).
 
 use super::io::{Stat, ZkFail, ZkOk, ZkOp};
-use super::then::{PoolStep, TaskStep};
 use super::{Node, Then};
+use super::{PoolStep, TaskStep};
 
 /// What the reply to a request's claim says.
 #[derive(Debug)]

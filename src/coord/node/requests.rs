@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::claim::{self, AfterRead, ClaimJob};
 use super::io::{Answered, ReqId, Request};
-use super::then::{MemberStep, PoolStep, TaskStep};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
+use super::{MemberStep, PoolStep, TaskStep};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
 /// Operator requests: every trigger and backfill request as last read, the manual claims on

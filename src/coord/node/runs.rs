@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::TaskStep;
 use super::io::{Answered, Level, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::mark::{PauseNote, PauseStored};
 use super::report::foreign_owner;
-use super::then::TaskStep;
 use super::{Node, RELEASE_BATCH, Then, Timer};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, HistoryEntry, ResultRecord};
 use crate::coord::{CoordError, RunResult, record};

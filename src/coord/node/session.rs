@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::MemberStep;
 use super::io::{CreateMode, Level, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::members::MemberRead;
-use super::then::MemberStep;
 use super::{AfterRecreate, Node, ReleaseAllJob, Relist, ReqId, Session, SkewVerdict, Then, Timer};
 use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, MemberRecord, encode_taskset};
