@@ -106,7 +106,7 @@ mod units;
 mod view;
 mod waits;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -314,83 +314,14 @@ impl Node {
             paths: Paths {
                 base: cfg.base.clone(),
             },
-            io: calls::Io {
-                now,
-                out: VecDeque::new(),
-                next_op: 1,
-                pending: BTreeMap::new(),
-                generation: 0,
-                timers: BTreeMap::new(),
-                timer_seq: 0,
-                retry_at: None,
-                retry_delay: Duration::from_millis(200),
-                reported: BTreeSet::new(),
-            },
-            life: session::Life {
-                session: None,
-                registering: None,
-                registered_as: None,
-                register_waited: false,
-                relist: None,
-                skew: None,
-                offset_ms: None,
-                stopping: false,
-                closed: false,
-                close_waiting: None,
-                release_all: None,
-            },
-            view: view::View {
-                my_set: None,
-                members: BTreeMap::new(),
-                member_sessions: BTreeMap::new(),
-                seen_sessions: BTreeSet::new(),
-                claimer_sessions: BTreeSet::new(),
-                unknown_runs: BTreeMap::new(),
-                tasksets: BTreeMap::new(),
-                fetches: BTreeMap::new(),
-                present: BTreeSet::new(),
-                unrecorded: BTreeSet::new(),
-                vacant_since: BTreeMap::new(),
-                members_changed: Duration::ZERO,
-                view_changed: Duration::ZERO,
-                trust: foreign::ForeignTrust::default(),
-                gc: None,
-            },
-            leases: leadership::Leases {
-                recheck_at: None,
-                decide_due: false,
-                rank_cache: lease::RankCache::default(),
-                #[cfg(test)]
-                decisions: 0,
-                acting: BTreeMap::new(),
-                probing: BTreeMap::new(),
-                last_decided: None,
-                take_backlog: VecDeque::new(),
-                last_published: None,
-                publish_at: None,
-                leadership: leadership.clone(),
-            },
+            io: calls::Io::new(now),
+            life: session::Life::default(),
+            view: view::View::default(),
+            leases: leadership::Leases::new(leadership.clone()),
             tasks: tasks::Tasks::default(),
-            runs: runs::Runs {
-                own_runs: BTreeSet::new(),
-                withheld_runs: BTreeSet::new(),
-                runs_counts: BTreeMap::new(),
-                run_waits: waits::RunWaits::default(),
-            },
-            pool: pool::Pools {
-                jobs: BTreeMap::new(),
-                runs: BTreeMap::new(),
-                ends: BTreeMap::new(),
-                published: BTreeSet::new(),
-                orphans: pool_orphan::OrphanChecks::default(),
-            },
-            requests: requests::Requests {
-                triggers: BTreeMap::new(),
-                manual_sent: BTreeMap::new(),
-                backfills: BTreeMap::new(),
-                backfill_sweeping: BTreeSet::new(),
-                history_runs: cfg.history_runs,
-            },
+            runs: runs::Runs::default(),
+            pool: pool::Pools::default(),
+            requests: requests::Requests::new(cfg.history_runs),
             control: control::Control::default(),
             cfg,
         };

@@ -32,3 +32,21 @@ pub(super) struct Io {
     /// Problems already reported (by key), so each is logged once per change.
     pub(super) reported: BTreeSet<String>,
 }
+
+impl Io {
+    /// No call in flight and no timer yet, at `now`.
+    pub(super) fn new(now: Now) -> Io {
+        Io {
+            now,
+            out: VecDeque::new(),
+            next_op: 1,
+            pending: BTreeMap::new(),
+            generation: 0,
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            retry_at: None,
+            retry_delay: Duration::from_millis(200),
+            reported: BTreeSet::new(),
+        }
+    }
+}

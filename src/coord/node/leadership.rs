@@ -44,6 +44,26 @@ pub(super) struct Leases {
     pub(super) leadership: Leadership,
 }
 
+impl Leases {
+    /// Nothing decided yet; `leadership` is what the daemon was first told.
+    pub(super) fn new(leadership: Leadership) -> Leases {
+        Leases {
+            recheck_at: None,
+            decide_due: false,
+            rank_cache: lease::RankCache::default(),
+            #[cfg(test)]
+            decisions: 0,
+            acting: BTreeMap::new(),
+            probing: BTreeMap::new(),
+            last_decided: None,
+            take_backlog: VecDeque::new(),
+            last_published: None,
+            publish_at: None,
+            leadership,
+        }
+    }
+}
+
 impl Node {
     /// Publishes the held leases as leadership (paused unless connected and listed).
     pub(super) fn publish(&mut self) {

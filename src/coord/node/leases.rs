@@ -88,29 +88,7 @@ impl Node {
         self.leases.recheck_at = decision
             .recheck_at
             .map(|at| at.max(self.io.now.mono + RECHECK_EVERY));
-        let mut releases = Vec::new();
-        for action in decision.actions {
-            match action {
-                LeaseAction::Release(task) => releases.push(task),
-                LeaseAction::Take(task) => self.take(TakeJob {
-                    task,
-                    kind: TakeKind::Designated,
-                }),
-                LeaseAction::Cover(task) => self.take(TakeJob {
-                    task,
-                    kind: TakeKind::Cover,
-                }),
-            }
-        }
-        // Stop firing them first, then (after claims in flight) delete.
-        let releases: Vec<(String, i32)> = releases
-            .into_iter()
-            .filter_map(|task| self.tasks.unhold(&task).map(|epoch| (task, epoch)))
-            .collect();
-        self.publish();
-        for (task, epoch) in releases {
-            self.queue_task_job(task, TaskJob::Release { epoch });
-        }
+        self.apply_lease_actions(decision.actions);
         // Foreign leases matter only to a node that may take them; a lease this session may
         // still own (a release or take without an answer) is checked whatever this node may
         // do, or it stays for as long as the session lives (simulation seed 47: a node whose
@@ -125,6 +103,33 @@ impl Node {
             self.verify_foreign_leases(held_elsewhere);
         }
         self.settle_regaining();
+    }
+
+    /// Sends the takes a decision asks for and stops firing the tasks it releases first, then
+    /// (after their claims in flight) deletes their leases; publishes in between.
+    fn apply_lease_actions(&mut self, actions: Vec<LeaseAction>) {
+        let mut releases = Vec::new();
+        for action in actions {
+            match action {
+                LeaseAction::Release(task) => releases.push(task),
+                LeaseAction::Take(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Designated,
+                }),
+                LeaseAction::Cover(task) => self.take(TakeJob {
+                    task,
+                    kind: TakeKind::Cover,
+                }),
+            }
+        }
+        let releases: Vec<(String, i32)> = releases
+            .into_iter()
+            .filter_map(|task| self.tasks.unhold(&task).map(|epoch| (task, epoch)))
+            .collect();
+        self.publish();
+        for (task, epoch) in releases {
+            self.queue_task_job(task, TaskJob::Release { epoch });
+        }
     }
 
     /// Decides again in `delay` at the latest.

@@ -26,7 +26,7 @@ use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
 
 /// Pooled tasks: the requests reading their units' records, the units each claimed run was
 /// claimed on, the ends being recorded, the units last published, the orphan checks.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Pools {
     /// The requests on pooled tasks reading their units' records, by request.
     pub(super) jobs: BTreeMap<ReqId, PoolJob>,
@@ -321,7 +321,14 @@ impl Node {
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
         let sent = self.io.now.wall;
-        self.call(ZkOp::Multi(ops), PoolStep::PoolMulti { job, parts, sent });
+        self.call(
+            ZkOp::Multi(ops),
+            PoolStep::PoolMulti {
+                job: Box::new(job),
+                parts,
+                sent,
+            },
+        );
     }
 
     /// The daemon reads a pooled task's fire record over `units`: its plan covers them in

@@ -189,7 +189,10 @@ impl Node {
         }
         self.call(
             ZkOp::Multi(ops.clone()),
-            PoolStep::PoolResultWrite { end, ops },
+            PoolStep::PoolResultWrite {
+                end: Box::new(end),
+                ops,
+            },
         );
     }
 
@@ -226,21 +229,9 @@ impl Node {
                 self.pool_end_attempt(end);
             }
             Err(ZkFail::Multi { index, error })
-                if self.pause_retry(&ops[index], &error).is_some() =>
+                if let Some(stored) = self.pause_retry(&ops[index], &error) =>
             {
-                // The task is paused already: its mark stays, checked to be there with the
-                // rest. Or a check found the mark gone (a resume landed since an attempt found
-                // it): created again with the failure, after a delay (bounded attempts).
-                let stored = self.pause_retry(&ops[index], &error).expect("matched");
-                end.pause_found = stored == PauseStored::Found;
-                if end.pause_found {
-                    return self.pool_end_attempt(end);
-                }
-                let error = CoordError::ZooKeeper {
-                    context: "recording the run result".into(),
-                    message: "the task was resumed since its mark was found".into(),
-                };
-                self.pool_end_failed(end, error);
+                self.pool_pause_again(end, stored);
             }
             Err(ZkFail::Multi { index, error }) => {
                 match &ops[index] {
@@ -276,6 +267,22 @@ impl Node {
                 self.pool_end_failed(end, error);
             }
         }
+    }
+
+    /// The pause op of `end`'s write failed: a mark found there (the task is paused already)
+    /// stays and is checked to be there with the rest, at once; a check that found the mark
+    /// gone (a resume landed since an attempt found it) creates it again with the failure,
+    /// after a delay (the attempts are bounded).
+    fn pool_pause_again(&mut self, mut end: PoolEnd, stored: PauseStored) {
+        end.pause_found = stored == PauseStored::Found;
+        if end.pause_found {
+            return self.pool_end_attempt(end);
+        }
+        let error = CoordError::ZooKeeper {
+            context: "recording the run result".into(),
+            message: "the task was resumed since its mark was found".into(),
+        };
+        self.pool_end_failed(end, error);
     }
 
     /// The unit of `end` whose result znode is `path`.

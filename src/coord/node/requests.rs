@@ -28,6 +28,19 @@ pub(super) struct Requests {
     pub(super) history_runs: usize,
 }
 
+impl Requests {
+    /// None read yet; a history keeps `history_runs` runs.
+    pub(super) fn new(history_runs: usize) -> Requests {
+        Requests {
+            triggers: BTreeMap::new(),
+            manual_sent: BTreeMap::new(),
+            backfills: BTreeMap::new(),
+            backfill_sweeping: BTreeSet::new(),
+            history_runs,
+        }
+    }
+}
+
 impl Node {
     // ---- requests ----
 
@@ -204,9 +217,9 @@ impl Node {
             Then::Backfill(step) => self.abort_backfill(step),
             Then::History(step) => self.abort_history(step),
             Then::Pool(PoolStep::PoolRecord { req, .. }) => self.abort_pool(req),
-            Then::Pool(PoolStep::PoolMulti { job, .. }) => self.abort_pool_multi(job),
+            Then::Pool(PoolStep::PoolMulti { job, .. }) => self.abort_pool_multi(*job),
             Then::Pool(PoolStep::PoolResultRead { req, .. }) => self.abort_pool_end(req),
-            Then::Pool(PoolStep::PoolResultWrite { end, .. }) => self.abort_pool_write(end),
+            Then::Pool(PoolStep::PoolResultWrite { end, .. }) => self.abort_pool_write(*end),
             _ => {}
         }
     }

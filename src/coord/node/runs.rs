@@ -23,7 +23,7 @@ use crate::coord::{CoordError, RunResult, record};
 
 /// Runs: this session's live run znodes, the withheld ones, and the counts and waits on
 /// other nodes' runs.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Runs {
     /// The run znodes this session created and has not deleted (its live runs), by path.
     pub(super) own_runs: BTreeSet<String>,
@@ -489,7 +489,7 @@ impl Node {
 
     pub(super) fn on_result_write(
         &mut self,
-        mut job: RunEndedJob,
+        job: RunEndedJob,
         run_live: bool,
         newer: bool,
         result: Result<ZkOk, ZkFail>,
@@ -521,13 +521,12 @@ impl Node {
                 );
             }
             Err(ZkFail::Multi { index, error })
-                if index >= chain_index
-                    && job
-                        .chain
-                        .get(index - chain_index)
-                        .is_some_and(|op| self.pause_retry(op, &error).is_some()) =>
+                if let Some(stored) = index
+                    .checked_sub(chain_index)
+                    .and_then(|at| job.chain.get(at))
+                    .and_then(|op| self.pause_retry(op, &error)) =>
             {
-                self.write_pause_again(job, index - chain_index, &error);
+                self.write_pause_again(job, stored);
             }
             Err(ZkFail::Multi { index, error })
                 if index >= chain_index && *error == ZkFail::NodeExists =>
@@ -535,23 +534,7 @@ impl Node {
                 self.write_without_chain(job);
             }
             Err(ZkFail::Multi { index, error }) if newer && index == result_index => {
-                // Someone else wrote a result since this node last saw it: read it and decide
-                // again.
-                self.report(Level::Debug, "the stored result changed; re-reading it")
-                    .field("task", &job.task)
-                    .field("source", &error);
-                self.forget_result(&job.task);
-                job.conflicts += 1;
-                if job.conflicts >= 2 {
-                    return self.run_ended_failed(
-                        job,
-                        CoordError::ZooKeeper {
-                            context: "recording the run result".into(),
-                            message: "the stored result kept changing".into(),
-                        },
-                    );
-                }
-                self.write_result(job);
+                self.result_changed(job, &error);
             }
             other => {
                 self.forget_result(&job.task);
@@ -570,6 +553,26 @@ impl Node {
         }
     }
 
+    /// Someone else wrote a result since this node last saw it: read it and decide again
+    /// (twice at most).
+    fn result_changed(&mut self, mut job: RunEndedJob, error: &ZkFail) {
+        self.report(Level::Debug, "the stored result changed; re-reading it")
+            .field("task", &job.task)
+            .field("source", error);
+        self.forget_result(&job.task);
+        job.conflicts += 1;
+        if job.conflicts >= 2 {
+            return self.run_ended_failed(
+                job,
+                CoordError::ZooKeeper {
+                    context: "recording the run result".into(),
+                    message: "the stored result kept changing".into(),
+                },
+            );
+        }
+        self.write_result(job);
+    }
+
     /// A create that goes with the result exists: a chained run's request, made with the
     /// others by an earlier attempt of this write whose answer was lost. Writes the rest
     /// without them.
@@ -580,11 +583,11 @@ impl Node {
         self.write_result(job);
     }
 
-    /// The pause op `chain[at]` failed with `error`: a mark found there is checked to be there
-    /// still with the result (at once); a mark gone since (a resume landed between two
-    /// attempts) is created again with it, after a delay (the attempts are bounded).
-    fn write_pause_again(&mut self, mut job: RunEndedJob, at: usize, error: &ZkFail) {
-        let stored = self.pause_retry(&job.chain[at], error).expect("a pause op");
+    /// The pause op of `job`'s write failed (`stored` says how to send it again): a mark found
+    /// there is checked to be there still with the result (at once); a mark gone since (a
+    /// resume landed between two attempts) is created again with it, after a delay (the
+    /// attempts are bounded).
+    fn write_pause_again(&mut self, mut job: RunEndedJob, stored: PauseStored) {
         let create = self
             .pause_create(&job.task, &job.result)
             .expect("a failed run's");

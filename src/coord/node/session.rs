@@ -19,7 +19,7 @@ use crate::task::TaskSpec;
 
 /// The session's life: the session itself, registering as a member, the re-listing after
 /// (re)connecting, the clock's skew from ZooKeeper's, and leaving (`ReleaseAll`, `Close`).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Life {
     /// The current session, from its first connection to its end.
     pub(super) session: Option<Session>,

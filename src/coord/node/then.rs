@@ -259,7 +259,8 @@ pub(super) enum PoolStep {
     PoolRecord { req: ReqId, unit: String },
     /// A pooled task's claim: one multi-op over its units' parts.
     PoolMulti {
-        job: pool::PoolJob,
+        /// Boxed: the largest step by far.
+        job: Box<pool::PoolJob>,
         parts: Vec<pool::PoolPart>,
         /// When it was sent, by the local clock (its reply measures the skew).
         sent: DateTime<Utc>,
@@ -271,7 +272,8 @@ pub(super) enum PoolStep {
     PoolResultRead { req: ReqId, unit: String },
     /// Recording a pooled run's end: these ops in one multi.
     PoolResultWrite {
-        end: pool_end::PoolEnd,
+        /// Boxed: the largest step by far.
+        end: Box<pool_end::PoolEnd>,
         ops: Vec<ZkOp>,
     },
 }
@@ -384,11 +386,11 @@ impl Node {
         match then {
             PoolStep::PoolRecord { req, unit } => self.on_pool_record(req, unit, result),
             PoolStep::PoolMulti { job, parts, sent } => {
-                self.on_pool_multi(job, parts, sent, result)
+                self.on_pool_multi(*job, parts, sent, result)
             }
             PoolStep::RefusedLeaseCheck { unit } => self.on_refused_lease_check(unit, result),
             PoolStep::PoolResultRead { req, unit } => self.on_pool_result_read(req, unit, result),
-            PoolStep::PoolResultWrite { end, ops } => self.on_pool_result_write(end, ops, result),
+            PoolStep::PoolResultWrite { end, ops } => self.on_pool_result_write(*end, ops, result),
         }
     }
 

@@ -13,7 +13,7 @@ use super::{MemberInfo, TaskSet, TaskSetRef};
 
 /// The cluster as this node sees it: members, their sessions and task sets, which leases
 /// exist and since when some are vacant, and whom it trusts.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct View {
     /// This node's task set as published: its reference, its chunks and the set.
     pub(super) my_set: Option<(TaskSetRef, Vec<Vec<u8>>, Arc<TaskSet>)>,
