@@ -45,8 +45,8 @@ pub(super) enum Then {
     Pool(PoolStep),
 }
 
-/// The continuations of the part of setup, registration, the member and lease listings and the tree: `session.rs`,
-/// `members.rs`, `clock.rs`.
+/// The continuations of setup, registration, the member and lease listings and the tree:
+/// `session.rs`, `members.rs`, `clock.rs`.
 #[derive(Debug)]
 pub(super) enum MemberStep {
     /// One of the session's setup calls (tree, watches, marks): counted until all answered.
@@ -106,8 +106,8 @@ impl From<MemberStep> for Then {
     }
 }
 
-/// The continuations of the part of takes, releases, give-ups and the checks of others' leases: `leases.rs`, `acting.rs`,
-/// `foreign.rs`.
+/// The continuations of takes, releases, give-ups and the checks of others' leases: `leases.rs`,
+/// `acting.rs`, `foreign.rs`.
 #[derive(Debug)]
 pub(super) enum LeaseStep {
     /// A take: creating the ephemeral lease and bumping the epoch in one multi.
@@ -162,7 +162,8 @@ impl From<LeaseStep> for Then {
     }
 }
 
-/// The continuations of the part of claims, runs, results and leaving the cluster: `claim.rs`, `runs.rs`, `queued_start.rs`.
+/// The continuations of claims, runs, results and leaving the cluster: `claim.rs`, `runs.rs`,
+/// `queued_start.rs`.
 #[derive(Debug)]
 pub(super) enum TaskStep {
     /// The delete of a withheld run's znode ([`Node::withheld_runs`]).
@@ -252,14 +253,15 @@ impl From<TaskStep> for Then {
     }
 }
 
-/// The continuations of the part of pooled tasks' reads, claims and ends: `pool.rs`, `pool_end.rs`, `request_claim.rs`.
+/// The continuations of pooled tasks' reads, claims and ends: `pool.rs`, `pool_end.rs`,
+/// `request_claim.rs`.
 #[derive(Debug)]
 pub(super) enum PoolStep {
     /// Reading one unit's fire record for a request on a pooled task.
     PoolRecord { req: ReqId, unit: String },
     /// A pooled task's claim: one multi-op over its units' parts.
     PoolMulti {
-        /// Boxed: the largest step by far.
+        /// Boxed: a claim's job is large.
         job: Box<pool::PoolJob>,
         parts: Vec<pool::PoolPart>,
         /// When it was sent, by the local clock (its reply measures the skew).
@@ -272,7 +274,7 @@ pub(super) enum PoolStep {
     PoolResultRead { req: ReqId, unit: String },
     /// Recording a pooled run's end: these ops in one multi.
     PoolResultWrite {
-        /// Boxed: the largest step by far.
+        /// Boxed: a run's end is large.
         end: Box<pool_end::PoolEnd>,
         ops: Vec<ZkOp>,
     },
