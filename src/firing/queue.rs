@@ -79,14 +79,32 @@ impl<P> Firing<P> {
         self.record_read(key, last);
     }
 
+    /// `key` if it still fires, else the key of the task `name`'s current firing, if any.
+    fn current_key(&self, key: Key, name: &str) -> Option<Key> {
+        if self.entry(key).is_some() {
+            return Some(key);
+        }
+        self.slots.iter().enumerate().find_map(|(slot, entry)| {
+            let entry = entry.as_ref()?;
+            (*entry.spec.name == *name).then_some(Key {
+                slot,
+                generation: entry.generation,
+            })
+        })
+    }
+
     /// Whether the task of `key` has a queued tick (waiting or starting).
     pub(super) fn has_queued(&self, key: Key) -> bool {
         self.entry(key).is_some_and(|e| e.queued.is_some())
     }
 
     /// A claim of `tick` as queued was won: it waits for the live run's end (which may have
-    /// come while the claim was on its way).
-    pub(super) fn queued_won(&mut self, key: Key, tick: DateTime<Utc>) {
+    /// come while the claim was on its way). A claim of an earlier firing of the task (stopped
+    /// since) hands its tick to the task's current firing, which would not know of it else.
+    pub(super) fn queued_won(&mut self, key: Key, name: &str, tick: DateTime<Utc>) {
+        let Some(key) = self.current_key(key, name) else {
+            return;
+        };
         let Some(entry) = self.entry_mut(key) else {
             return;
         };

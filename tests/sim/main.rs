@@ -241,20 +241,18 @@
 //!   both claims were won. Such a start now counts as a live run, as a run claim did. Test
 //!   `a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run`
 //!   (and the pinned seed).
+//! - Seeds 29183, 67271 and 62413 of a 100,000-scenario run of every kind (`TwoQueued`, failing
+//!   at 9751b74 too): a claim to queue tick T of an `overlap = "queue"` task (a run was live)
+//!   was on its way, its reply lost and its re-reads failing for seconds, when the task was
+//!   fired afresh; the new firing read no queued tick and queued T+1, and both claims were won:
+//!   two ticks waited and T never ran. A claim to queue still on its way from an earlier firing
+//!   now counts as a queued tick (a tick due meanwhile is dropped), and once won its tick waits
+//!   in the task's current firing. Test
+//!   `a_claim_to_queue_on_its_way_from_before_the_task_was_fired_again_keeps_one_tick_waiting`
+//!   (and the pinned seeds).
 //! - Earlier (the hand-written node, before the real node was simulated): a backup released a
 //!   lease it took for liveness (fixed by members announcing whether they may lead). Test
 //!   `a_designated_node_that_may_not_lead_does_not_stop_its_tasks`.
-//!
-//! # Open findings
-//!
-//! - Seeds 29183, 67271 and 62413 (a 100,000-scenario run; `TwoQueued`): a task with
-//!   `overlap = "queue"` queues tick T while a run is live; the claim's reply is lost and its
-//!   re-reads keep failing for seconds while the connection flaps. The task is fired afresh
-//!   meanwhile (leadership published again), reads no queued tick, and asks to queue T+1; the
-//!   node then writes a claim of T as queued and, behind it, T+1 as queued over it. Nothing runs
-//!   twice, but tick T is claimed as queued and never run. Not fixed yet: the firing core must
-//!   count a queue claim on its way from an earlier firing as a queued tick (as it counts run
-//!   claims, seed 413), and a queue claim won after a re-fire must reach the current firing.
 //!
 //! # What is not modelled
 //!
@@ -297,8 +295,8 @@
 //! node or the firing core: 100,000 scenarios (60,000 plain, 15,000 pooled, 15,000
 //! every-node, 10,000 queued), each shard saying every 1,000 scenarios how far it is; in a
 //! release build without LTO 11 min 48 s on two idle cores (22.8 CPU-minutes, at c2f1083).
-//! That run found three `TwoQueued` scenarios (seeds 29183, 67271; 62413 pooled), all three
-//! failing the same way at 9751b74 too: see "Open findings".
+//! That run found three `TwoQueued` scenarios (seeds 29183, 67271; 62413 pooled; see
+//! "Findings"), fixed since.
 //!
 //! ```text
 //! CARGO_PROFILE_RELEASE_LTO=false ZKCRON_SIM_SCENARIOS=100000 ZKCRON_SIM_REPORTS=1 nice cargo test --release --test sim simulated_clusters -- --nocapture 2>&1 | tee sim-100k.log

@@ -200,3 +200,52 @@ fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a
     let (_, fire_id, _, _) = shell.spawned();
     assert_eq!(fire_id, plan::fire_id("t", at(120)));
 }
+
+/// Simulation seeds 29183, 67271 and 62413 of a 100,000-scenario run (`TwoQueued`): a claim
+/// to queue tick 120 (a run was live) was on its way when the task was fired afresh; the new
+/// firing read no queued tick and queued tick 180 too, and both claims were won: two ticks
+/// waited, and 120 never ran. A claim to queue a tick on its way from an earlier firing now
+/// counts as a queued tick (a tick due meanwhile is dropped), and once won its tick waits in
+/// the current firing and starts when the run ends.
+#[test]
+fn a_claim_to_queue_on_its_way_from_before_the_task_was_fired_again_keeps_one_tick_waiting() {
+    let mut shell = Shell::new(at(0), queue_task(), &["t"]);
+    shell.read_record(None);
+    shell.read_queued(None);
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, _, _) = shell.claim();
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let (run, ..) = shell.spawned();
+    shell.run_until(at(120));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (queue_claim, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::Queue));
+    // The task is fired afresh while that claim is on its way; the queued tick read shows
+    // none (it was read before the claim was applied).
+    shell.handle(Input::Leadership(leading(&[])));
+    shell.handle(Input::Leadership(leading(&["t"])));
+    shell.read_record(Some(at(120)));
+    shell.read_queued(None);
+    // Tick 180 comes while the run is live and the claim to queue 120 is on its way: dropped.
+    shell.run_until(at(180));
+    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
+        shell.prepare();
+    }
+    let (call, tick, intent) = shell.claim();
+    assert_eq!(
+        (tick, intent),
+        (at(180), ClaimIntent::Drop),
+        "a tick due while a claim to queue is on its way is dropped: {:?}",
+        shell.actions
+    );
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    // The earlier claim is won: its tick waits here and starts when the run ends.
+    shell.answer(queue_claim, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    shell.run_until(at(185));
+    shell.handle(Input::RunEnded { run });
+    let (fire_id, _) = shell.start_queued();
+    assert_eq!(fire_id, plan::fire_id("t", at(120)));
+}
