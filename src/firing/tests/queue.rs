@@ -150,13 +150,9 @@ fn a_refused_start_of_the_queued_tick_forgets_it_and_a_failed_one_keeps_it_waiti
     assert!(!shell.has(|a| matches!(a, Action::Spawn(_))));
 }
 
-/// Simulation seed 413 (queued overlap on by default): the node lost and regained the lease of
-/// a task with `overlap = "queue"` while the claim starting its queued tick was on its way;
-/// the task, fired again, counted no live run and claimed the next tick to run, and both claims
-/// were won: two runs at once. A queued tick's start still on its way from the task's earlier
-/// firing now counts as a live run here, as a run claim does.
-#[test]
-fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run() {
+/// A task with `overlap = "queue"` whose tick 60 runs (its run still live) and whose tick 120
+/// is being claimed as queued: the shell, the run, and that claim (not answered yet).
+fn run_at_60_and_tick_120_to_queue() -> (Shell, RunId, CallId) {
     let mut shell = Shell::new(at(0), queue_task(), &["t"]);
     shell.read_record(None);
     shell.read_queued(None);
@@ -169,8 +165,19 @@ fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a
     if shell.has(|a| matches!(a, Action::Prepare { .. })) {
         shell.prepare();
     }
-    let (call, _, intent) = shell.claim();
-    assert_eq!(intent, ClaimIntent::Queue);
+    let (call, tick, intent) = shell.claim();
+    assert_eq!((tick, intent), (at(120), ClaimIntent::Queue));
+    (shell, run, call)
+}
+
+/// Simulation seed 413 (queued overlap on by default): the node lost and regained the lease of
+/// a task with `overlap = "queue"` while the claim starting its queued tick was on its way;
+/// the task, fired again, counted no live run and claimed the next tick to run, and both claims
+/// were won: two runs at once. A queued tick's start still on its way from the task's earlier
+/// firing now counts as a live run here, as a run claim does.
+#[test]
+fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a_live_run() {
+    let (mut shell, run, call) = run_at_60_and_tick_120_to_queue();
     shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
     // The run ends: the queued tick's start is claimed, and the lease goes and comes back
     // while that claim is on its way.
@@ -209,20 +216,7 @@ fn a_queued_tick_s_start_on_its_way_from_before_the_task_was_stopped_counts_as_a
 /// the current firing and starts when the run ends.
 #[test]
 fn a_claim_to_queue_on_its_way_from_before_the_task_was_fired_again_keeps_one_tick_waiting() {
-    let mut shell = Shell::new(at(0), queue_task(), &["t"]);
-    shell.read_record(None);
-    shell.read_queued(None);
-    shell.run_until(at(60));
-    shell.prepare();
-    let (call, _, _) = shell.claim();
-    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
-    let (run, ..) = shell.spawned();
-    shell.run_until(at(120));
-    if shell.has(|a| matches!(a, Action::Prepare { .. })) {
-        shell.prepare();
-    }
-    let (queue_claim, tick, intent) = shell.claim();
-    assert_eq!((tick, intent), (at(120), ClaimIntent::Queue));
+    let (mut shell, run, queue_claim) = run_at_60_and_tick_120_to_queue();
     // The task is fired afresh while that claim is on its way; the queued tick read shows
     // none (it was read before the claim was applied).
     shell.handle(Input::Leadership(leading(&[])));
