@@ -195,3 +195,20 @@ fn a_claim_to_queue_on_its_way_when_the_task_is_fired_again_keeps_one_tick_waiti
         },
     );
 }
+
+#[test]
+fn the_seeds_of_the_pooled_and_chained_failures_keep_the_guarantee() {
+    // The node's causes, each with an exact unit test in `coord::node`: seed 126 (a failed
+    // run's end sent again after a resume, without its pause), 439 (a resume moved every
+    // unit's record; the fourth unit's conflict dropped it), 505 (a unit gained after the
+    // daemon read the record was claimed at a later tick), all pooled; 4070 (a chained run's
+    // claim refused on a changed epoch, sent again for ever).
+    let pooled = Knobs {
+        pools: true,
+        ..Knobs::DEFAULT
+    };
+    for seed in [126, 439, 505, 2495, 3509, 4570, 4643, 4756, 4920] {
+        pinned_seed_with(seed, pooled);
+    }
+    pinned_seed_with(4070, Knobs::DEFAULT);
+}
