@@ -4,15 +4,16 @@
 //! On a cluster they are computed by the CLI itself from ZooKeeper ([`cluster`]: a short
 //! session of its own, so no daemon is needed on the host); with the local backend they ask the
 //! daemon through its control socket ([`local`]; served by `daemon::control`). What `status`
-//! and `explain` say is a pure function of the records read and `now` ([`model`],
+//! and `explain` say is a pure function of the records read and `now` ([`model`] and [`live`],
+//! where the status of one read and the dashboard's kept-current one are worked out alike;
 //! [`explain`]); [`render`] prints it for people, serde for scripts (docs/commands.md,
 //! "JSON interfaces", documents both JSON forms). `now` is read on the [`Clock`] [`run`] is
 //! handed (the CLI's; a [`cluster::ClusterClient`] carries it for the HTTP API too).
 //!
 //! Beside them: [`args`] (the commands' arguments and how they find the scheduler), [`change`]
 //! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`
-//! links `explain` shows), [`pool`] (a pooled task's items), [`live`] (a snapshot kept current
-//! by the changed znodes, for the dashboard) and [`backfill`].
+//! links `explain` shows), [`pool`] (a pooled task's items), [`live`] (the status, of one read or
+//! of a snapshot kept current by the changed znodes, for the dashboard) and [`backfill`].
 //!
 //! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
 //! triggered run that failed or could not run), 2 usage (clap).
@@ -22,6 +23,8 @@ pub mod backfill;
 pub mod change;
 pub mod cluster;
 pub mod explain;
+#[cfg(test)]
+mod fixtures;
 pub mod links;
 #[cfg(test)]
 mod links_tests;
@@ -252,7 +255,7 @@ fn print_done(done: &Done, note: bool) {
 async fn cluster_status(client: &ClusterClient, json: bool) -> anyhow::Result<()> {
     let snapshot = client.snapshot(None).await?;
     let now = client.clock.now();
-    let status = model::status(&snapshot, now);
+    let status = live::status(snapshot, now);
     if json {
         print_json(&status)
     } else {

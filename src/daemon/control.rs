@@ -134,7 +134,7 @@ pub async fn status(config: &ControlConfig, coordinator: &LocalCoordinator) -> m
     let now = coordinator.clock().now();
     let specs = loaded_tasks(config, coordinator);
     let snapshot = snapshot(config, coordinator, &specs).await;
-    let mut status = model::status(&snapshot, now);
+    let mut status = crate::ops::live::status(snapshot, now);
     // This host runs every item of each pool, one run per tick.
     let pools: BTreeMap<&str, usize> = specs
         .iter()

@@ -30,7 +30,8 @@ use tokio::time::Instant;
 
 use super::source::Source;
 use crate::coord::records::HistoryEntry;
-use crate::ops::model::{self, Snapshot, Status};
+use crate::ops::live::{Live, TriggerRuns};
+use crate::ops::model::{Snapshot, Status};
 
 /// How old a view may be before the refresher reads the source again.
 pub const REFRESH_AFTER: Duration = Duration::from_secs(2);
@@ -70,32 +71,18 @@ pub struct View {
 }
 
 impl View {
-    /// Works out what the pages show of `snapshot`, read at `read_at`.
+    /// Works out what the pages show of `snapshot`, read at `read_at`: the status of a
+    /// [`Live`] made from this one read, each pooled task's work items from the source.
     pub fn new(snapshot: Snapshot, source: &Source, read_at: DateTime<Utc>) -> View {
-        let mut status = model::status(&snapshot, read_at);
+        let mut live = Live::new(snapshot, TriggerRuns::new(), read_at);
+        let mut view = View::of(&mut live, read_at, None, None);
         let work_items = source.all_work_items();
-        for task in &mut status.tasks {
+        for task in &mut view.status.tasks {
             if let Some(shares) = work_items.get(&task.name) {
                 task.work_items = shares.clone();
             }
         }
-        let schedules = model::task_entries(&snapshot)
-            .into_iter()
-            .filter_map(|(name, entry)| {
-                let zone = entry.timezone.unwrap_or_else(|| "UTC".into());
-                Some((name, (entry.schedule?, zone)))
-            })
-            .collect();
-        View {
-            snapshot: Arc::new(snapshot),
-            read_at,
-            status,
-            schedules,
-            behind: None,
-            made_from: None,
-            status_json: OnceLock::new(),
-            overview: OnceLock::new(),
-        }
+        view
     }
 
     /// The view of `shared`'s live snapshot at `now` (`None` before its first read).
@@ -109,17 +96,28 @@ impl View {
             )),
         };
         let live = shared.live.as_mut()?;
+        let made_from = Some((installs, live.changes()));
+        Some(View::of(live, now, behind, made_from))
+    }
+
+    /// The view of `live` at `now`.
+    fn of(
+        live: &mut Live,
+        now: DateTime<Utc>,
+        behind: Option<String>,
+        made_from: Option<(u64, u64)>,
+    ) -> View {
         let (status, schedules) = live.status(now);
-        Some(View {
+        View {
             snapshot: live.snapshot(),
             read_at: now,
             status,
             schedules,
             behind,
-            made_from: Some((installs, live.changes())),
+            made_from,
             status_json: OnceLock::new(),
             overview: OnceLock::new(),
-        })
+        }
     }
 
     /// `/api/status`'s body.

@@ -539,7 +539,7 @@ pub fn status_source(
                     .await?;
                     let snapshot = client.snapshot(None).await;
                     client.close().await;
-                    anyhow::Ok(super::model::status(&snapshot?, clock.now()))
+                    anyhow::Ok(super::live::status(snapshot?, clock.now()))
                 })
             });
             match read.await {

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::links::{self, ParentLink};
+use super::live;
 use super::model::{self, Definer, Members, Snapshot, TaskStatus};
 use super::pool::{self, PoolView};
 use crate::coord::rank::{self, Candidate};
@@ -62,12 +63,12 @@ pub struct LeaseView {
 
 /// The explanation of `task`; `None` when no live member defines it.
 pub fn explain(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<Explain> {
-    let status = model::task_status(snapshot, task, now)?;
+    let status = live::task_status(snapshot, task, now)?;
     // Only the parents' lines, not every task's: a parent's state is its status problem.
     let parent_lines: Vec<TaskStatus> = status
         .after
         .iter()
-        .filter_map(|parent| model::task_status(snapshot, parent, now))
+        .filter_map(|parent| live::task_status(snapshot, parent, now))
         .collect();
     let parents = links::parents(&status, &parent_lines);
     let members = Members::new(snapshot);

@@ -1,10 +1,10 @@
 //! The `after` links in `status`, `explain` and their JSON (`super::links`).
 
 use super::explain::explain;
+use super::fixtures::{at, cluster, entry, mark};
 use super::links::{ParentLink, UNDEFINED, with_parents};
-use super::model::{Snapshot, status};
+use super::model::Snapshot;
 use super::render;
-use super::tests::{at, cluster, entry, mark};
 use crate::coord::records::TaskSetEntry;
 
 /// The cluster of `ops::tests` with `load` after `backup` and `gone`, which no node defines.
@@ -22,7 +22,7 @@ fn chained() -> Snapshot {
 
 #[test]
 fn status_names_each_tasks_parents_and_children_in_text_and_json() {
-    let status = status(&chained(), at(10, 0, 1));
+    let status = crate::ops::live::status(chained(), at(10, 0, 1));
     let task = |name: &str| status.tasks.iter().find(|t| t.name == name).unwrap();
     assert_eq!(task("load").after, ["backup", "gone"]);
     assert_eq!(task("backup").children, ["load"]);

@@ -2,8 +2,12 @@
 //! out again only for the tasks they touch: what the dashboard serves from
 //! (`http::cache::live` reads the changed znodes a ZooKeeper watch names and applies them here).
 //!
-//! Pure: the records come in as bytes, `now` as an argument. [`Live::status`] equals
-//! [`model::status`] of the same snapshot at the same instant (`tests` checks it): each task's
+//! This is the one place `status` is worked out: a batch read (`zkcron status`, `/status`, the
+//! local backend's pages) is a [`Live`] made from one full read ([`status`]), and `explain`'s
+//! line of one task ([`task_status`]) is the line [`Live`] works out again for a changed task.
+//!
+//! Pure: the records come in as bytes, `now` as an argument. Applying changes gives the status
+//! of a full read of the same records at the same instant (`tests` checks it): each task's
 //! line is kept with the instant until which it holds ([`holds_until`]: its next tick, a
 //! window's edge), so a line is worked out again when its records change or that instant
 //! passes, never for every task on every request. A change of a member, a task set or a drain
@@ -99,7 +103,6 @@ struct Line {
 
 /// A snapshot kept current, with each task's line of `status`.
 pub struct Live {
-    paths: Paths,
     snapshot: Arc<Snapshot>,
     /// The tasks the snapshot holds records of (what a live member defines).
     names: BTreeSet<String>,
@@ -115,7 +118,7 @@ pub struct Live {
     changes: u64,
 }
 
-/// Until when `line`, worked out at `now` from `entry`, stays what [`model::status`] says at a
+/// Until when `line`, worked out at `now` from `entry`, stays what [`status`] says at a
 /// later instant with the same records: its next tick, a window's edge, or `now` while the fire
 /// record is ahead of it (the line then says how far ahead). `None`: for ever.
 pub fn holds_until(
@@ -137,6 +140,52 @@ pub fn holds_until(
         .min()
 }
 
+/// Whether `path` (under `paths`) holds a record `status` reads: the reader reads only those
+/// again.
+pub fn reads(paths: &Paths, path: &str) -> bool {
+    classify(paths, path) != Znode::Other
+}
+
+/// `task`'s line at `now`, worked out alone: what [`Live`] does for a task whose records
+/// changed.
+fn line_of(snapshot: &Snapshot, members: &Members<'_>, task: &str, now: DateTime<Utc>) -> Line {
+    let parts = TaskParts::new(snapshot, members, task);
+    let entry = parts.entry;
+    let next = entry
+        .filter(|_| parts.fires(snapshot, task))
+        .and_then(model::entry_schedule)
+        .and_then(|schedule| model::next_after_record(snapshot, task, &schedule, now));
+    let status = parts.line(snapshot, task.to_string(), next, now);
+    Line {
+        holds_until: holds_until(snapshot, &status, entry, now),
+        schedule: shown_schedule(entry),
+        status,
+    }
+}
+
+/// `zkcron status`: the nodes and tasks of one full read, `snapshot`, at `now`.
+pub fn status(snapshot: Snapshot, now: DateTime<Utc>) -> Status {
+    Live::new(snapshot, TriggerRuns::new(), now).status(now).0
+}
+
+/// `task`'s line of [`status`] at `now`, worked out alone (no other task's), with its
+/// children; `None` when no live member defines it.
+pub fn task_status(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<TaskStatus> {
+    let defined = snapshot.members.iter().any(|m| {
+        snapshot
+            .tasksets
+            .get(&m.record.taskset.digest)
+            .is_some_and(|set| set.tasks.contains_key(task))
+    });
+    if !defined {
+        return None;
+    }
+    let members = Members::new(snapshot);
+    let mut line = line_of(snapshot, &members, task, now).status;
+    line.children = model::children_of(snapshot, task);
+    Some(line)
+}
+
 fn shown_schedule(entry: Option<&TaskSetEntry>) -> Option<(String, String)> {
     let entry = entry?;
     let zone = entry.timezone.clone().unwrap_or_else(|| "UTC".into());
@@ -150,15 +199,9 @@ fn parse<T: DeserializeOwned>(data: Option<&[u8]>) -> Option<T> {
 impl Live {
     /// The state of a full read: `snapshot` (`ClusterClient::snapshot`) and the ended runs of
     /// its trigger records, every line worked out at `now`.
-    pub fn new(
-        paths: Paths,
-        snapshot: Snapshot,
-        triggers: TriggerRuns,
-        now: DateTime<Utc>,
-    ) -> Live {
+    pub fn new(snapshot: Snapshot, triggers: TriggerRuns, now: DateTime<Utc>) -> Live {
         let names = snapshot.task_names().into_iter().collect();
         let mut live = Live {
-            paths,
             snapshot: Arc::new(snapshot),
             names,
             triggers,
@@ -182,22 +225,16 @@ impl Live {
         self.changes
     }
 
-    /// Whether `path` holds a record `status` reads: the reader reads only those again.
-    pub fn reads(&self, path: &str) -> bool {
-        classify(&self.paths, path) != Znode::Other
-    }
-
     /// Whether `name` (a task, or a unit `<task>@<node>`) is a task the snapshot holds.
     fn known(&self, name: &str) -> Option<String> {
         let task = split_unit(name).map_or(name, |(task, _)| task);
         self.names.contains(task).then(|| task.to_string())
     }
 
-    /// Applies the znode at `path` as read after it changed: `data`, or `None` when it is gone
-    /// (or unreadable: a full read leaves such a record out too).
-    pub fn apply(&mut self, path: &str, data: Option<&[u8]>) -> Applied {
-        let paths = self.paths.clone();
-        let touched = match classify(&paths, path) {
+    /// Applies the znode at `path` (under `paths`) as read after it changed: `data`, or `None`
+    /// when it is gone (or unreadable: a full read leaves such a record out too).
+    pub fn apply(&mut self, paths: &Paths, path: &str, data: Option<&[u8]>) -> Applied {
+        let touched = match classify(paths, path) {
             Znode::Member | Znode::TaskSet => return Applied::ReadAll,
             Znode::Other => return Applied::Done,
             Znode::Lease(name) => self.known(name).inspect(|_| {
@@ -333,18 +370,7 @@ impl Live {
             .map(|(name, _)| name.clone());
         let due: BTreeSet<String> = expired.chain(std::mem::take(dirty)).collect();
         for name in due {
-            let parts = TaskParts::new(snapshot, &members, &name);
-            let entry = parts.entry;
-            let next = entry
-                .filter(|_| parts.fires(snapshot, &name))
-                .and_then(model::entry_schedule)
-                .and_then(|schedule| model::next_after_record(snapshot, &name, &schedule, now));
-            let status = parts.line(snapshot, name.clone(), next, now);
-            let line = Line {
-                holds_until: holds_until(snapshot, &status, entry, now),
-                schedule: shown_schedule(entry),
-                status,
-            };
+            let line = line_of(snapshot, &members, &name, now);
             lines.insert(name, line);
         }
     }

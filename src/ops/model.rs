@@ -1,7 +1,8 @@
-//! What `zkcron status` says, as a pure function of a [`Snapshot`] of the cluster's records and
-//! `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), and who may lead a
-//! task and why not ([`eligibility`]), which `explain` shares: that is `members`, who may lead
-//! a task from the live members' records.
+//! What `zkcron status` is made of, as pure functions of a [`Snapshot`] of the cluster's records
+//! and `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), a task's
+//! line ([`TaskParts`]), and who may lead a task and why not ([`eligibility`]), which `explain`
+//! shares: that is `members`, who may lead a task from the live members' records. The status
+//! itself is worked out in one place, [`crate::ops::live`].
 
 use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -553,49 +554,7 @@ pub fn next_after_record(
     schedule.next_after(record.map_or(now, |r| r.max(now)))
 }
 
-/// `task`'s line of [`status`] at `now`, worked out alone (no other task's); `None` when no
-/// live member defines it.
-pub fn task_status(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Option<TaskStatus> {
-    let defined = snapshot.members.iter().any(|m| {
-        snapshot
-            .tasksets
-            .get(&m.record.taskset.digest)
-            .is_some_and(|set| set.tasks.contains_key(task))
-    });
-    if !defined {
-        return None;
-    }
-    let members = Members::new(snapshot);
-    let parts = TaskParts::new(snapshot, &members, task);
-    let next = match parts.entry.filter(|_| parts.fires(snapshot, task)) {
-        Some(entry) => entry_schedule(entry)
-            .and_then(|schedule| next_after_record(snapshot, task, &schedule, now)),
-        None => None,
-    };
-    let mut line = parts.line(snapshot, task.to_string(), next, now);
-    line.children = children_of(snapshot, task);
-    Some(line)
-}
-
-/// `zkcron status`: the nodes and tasks of `snapshot` at `now`.
-pub fn status(snapshot: &Snapshot, now: DateTime<Utc>) -> Status {
-    let members = Members::new(snapshot);
-    Status {
-        backend: snapshot.backend.clone(),
-        cluster: snapshot.cluster.clone(),
-        nodes: node_statuses(snapshot, now),
-        tasks: {
-            let mut tasks: Vec<TaskStatus> = task_lines(snapshot, &members, now)
-                .into_iter()
-                .map(|(line, _)| line)
-                .collect();
-            link_children(&mut tasks);
-            tasks
-        },
-    }
-}
-
-/// Every task's line of [`status`] at `now`, with the definition its schedule comes from.
+/// Every task's line of `status` at `now`, with the definition its schedule comes from.
 pub fn task_lines<'m>(
     snapshot: &Snapshot,
     members: &'m Members<'_>,
@@ -688,7 +647,7 @@ pub fn link_children(tasks: &mut [TaskStatus]) {
 }
 
 /// The tasks whose definition (by any live member) names `task` in its `after`, by name.
-fn children_of(snapshot: &Snapshot, task: &str) -> Vec<String> {
+pub(super) fn children_of(snapshot: &Snapshot, task: &str) -> Vec<String> {
     let mut children: BTreeSet<&str> = BTreeSet::new();
     for set in snapshot.tasksets.values() {
         for (name, entry) in &set.tasks {

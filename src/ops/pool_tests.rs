@@ -9,9 +9,9 @@ use crate::coord::records::{
     LeaseRecord, MarkRecord, RUN_ON_WORK_ITEMS, TaskSetEntry, TaskSetRecord,
 };
 use crate::ops::explain::explain;
-use crate::ops::model::{LiveMember, Members, Snapshot, status};
+use crate::ops::fixtures::{at, live_member, taskset};
+use crate::ops::model::{LiveMember, Members, Snapshot};
 use crate::ops::render;
-use crate::ops::tests::{at, live_member, taskset};
 
 fn entry(digest: &str, items: Option<usize>) -> TaskSetEntry {
     TaskSetEntry {
@@ -155,7 +155,7 @@ fn candidate(m: &Member) -> Candidate<'_> {
 #[test]
 fn status_counts_a_pools_items_per_node_holding_their_units_and_a_pool_as_one_task_led() {
     let mut snapshot = settled(pooled_cluster());
-    let status = status(&snapshot, at(10, 0, 0));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 0));
     let shards = status.tasks.iter().find(|t| t.name == "shards").unwrap();
     assert_eq!(
         shards.work_items,
@@ -175,7 +175,7 @@ fn status_counts_a_pools_items_per_node_holding_their_units_and_a_pool_as_one_ta
     let owner = snapshot.leases[&moved].node.clone();
     let other = if owner == "a" { "b" } else { "a" };
     snapshot.leases.insert(moved, lease(other));
-    let status = crate::ops::model::status(&snapshot, at(10, 0, 0));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 0));
     let shards = status.tasks.iter().find(|t| t.name == "shards").unwrap();
     assert_eq!(shards.work_items[other], 5);
     assert_eq!(shards.work_items[&owner], 3);

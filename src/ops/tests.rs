@@ -1,137 +1,16 @@
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::explain::explain;
-use super::model::{self, LiveMember, Snapshot, exit_parts, status};
+use super::live::status;
+use super::model::{self, exit_parts};
 use super::render;
 use crate::coord::RunResult;
-use crate::coord::records::{
-    FireRecord, HistoryEntry, LeaseRecord, MarkRecord, MemberRecord, RunTrigger, TaskSetEntry,
-    TaskSetRecord, TaskSetRef,
-};
+use crate::coord::records::{FireRecord, HistoryEntry, MarkRecord, RunTrigger, TaskSetEntry};
 
-pub(super) fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 8, h, m, s).unwrap()
-}
-
-pub(super) fn entry(digest: &str, version_req: Option<&str>) -> TaskSetEntry {
-    TaskSetEntry {
-        digest: digest.into(),
-        version_req: version_req.map(str::to_string),
-        require_labels: BTreeMap::new(),
-        schedule: Some("*/5 * * * *".into()),
-        timezone: Some("UTC".into()),
-        ..Default::default()
-    }
-}
-
-/// Member `id` of `release` with `seed`, defining `taskset`, with `labels`, registered at 9:00.
-pub(super) fn live_member(
-    id: &str,
-    release: &str,
-    seed: u64,
-    taskset: TaskSetRef,
-    labels: BTreeMap<String, String>,
-) -> LiveMember {
-    LiveMember {
-        record: MemberRecord {
-            format: 1,
-            id: id.into(),
-            release: release.into(),
-            seed: format!("{seed:016x}"),
-            host: "h".into(),
-            pid: 1,
-            started_at: at(9, 0, 0),
-            labels,
-            taskset,
-            leads: true,
-            drained: false,
-        },
-        registered_at: at(9, 0, 0),
-    }
-}
-
-/// The task set `digest`, one chunk of `count` tasks.
-pub(super) fn taskset(digest: &str, count: usize) -> TaskSetRef {
-    TaskSetRef {
-        digest: digest.into(),
-        chunks: 1,
-        count,
-    }
-}
-
-fn member(id: &str, release: &str, set: &str, seed: u64) -> LiveMember {
-    let labels = BTreeMap::from([("zone".to_string(), id.to_string())]);
-    live_member(id, release, seed, taskset(set, 2), labels)
-}
-
-pub(super) fn mark(at: DateTime<Utc>) -> MarkRecord {
-    MarkRecord {
-        format: 1,
-        at,
-        by: "ops@host".into(),
-        reason: None,
-    }
-}
-
-fn lease(node: &str, since: DateTime<Utc>) -> LeaseRecord {
-    LeaseRecord {
-        format: 1,
-        node: node.into(),
-        session: "s".into(),
-        since,
-    }
-}
-
-/// Nodes a, b (1.0.0, set "one") and c (1.1.0, set "two"); tasks `backup` (defined alike),
-/// `report` (c defines it differently) and `new` (only 1.1 may run it, c is drained).
-pub(super) fn cluster() -> Snapshot {
-    let one = TaskSetRecord {
-        format: 1,
-        tasks: BTreeMap::from([
-            ("backup".to_string(), entry("aaaaaaaaaaaaaaaa", None)),
-            ("report".to_string(), entry("bbbbbbbbbbbbbbbb", None)),
-            ("new".to_string(), entry("cccccccccccccccc", Some(">=1.1"))),
-        ]),
-    };
-    let mut two = one.clone();
-    two.tasks
-        .insert("report".into(), entry("dddddddddddddddd", None));
-    Snapshot {
-        backend: "zookeeper".into(),
-        cluster: Some("prod".into()),
-        members: vec![
-            member("b", "1.0.0", "one", 2),
-            member("a", "1.0.0", "one", 1),
-            member("c", "1.1.0", "two", 3),
-        ],
-        tasksets: BTreeMap::from([("one".to_string(), one), ("two".to_string(), two)]),
-        leases: BTreeMap::from([
-            ("backup".to_string(), lease("c", at(9, 1, 0))),
-            ("report".to_string(), lease("c", at(9, 2, 0))),
-        ]),
-        fire_records: BTreeMap::new(),
-        backfills: BTreeMap::new(),
-        results: BTreeMap::from([(
-            "backup".to_string(),
-            RunResult {
-                tick: at(9, 55, 0),
-                node: "c".into(),
-                exit: "exit code 3".into(),
-                success: false,
-                attempts: 1,
-                duration_ms: 1500,
-                finished_at: at(9, 55, 2),
-                ..RunResult::default()
-            },
-        )]),
-        recent_runs: BTreeMap::new(),
-        paused: BTreeMap::new(),
-        drained: BTreeMap::from([("c".to_string(), mark(at(9, 30, 0)))]),
-    }
-}
+use super::fixtures::{at, cluster, entry, lease, mark};
 
 /// The dashboard's overview asked `task_entry` per task, which ranks every member again: on
 /// 10,000 tasks it took longer than 30 s. `task_entries` ranks them once and says the same.
@@ -154,7 +33,7 @@ fn the_overview_reads_every_tasks_definition_in_one_pass() {
 
 #[test]
 fn status_lists_nodes_by_id_with_release_labels_drain_leases_and_session_age() {
-    let status = status(&cluster(), at(10, 0, 0));
+    let status = crate::ops::live::status(cluster(), at(10, 0, 0));
     let ids: Vec<&str> = status.nodes.iter().map(|n| n.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c"]);
     let c = &status.nodes[2];
@@ -171,7 +50,7 @@ fn status_lists_nodes_by_id_with_release_labels_drain_leases_and_session_age() {
 
 #[test]
 fn status_gives_each_task_its_leader_next_tick_last_run_drift_and_problem() {
-    let status = status(&cluster(), at(10, 0, 1));
+    let status = crate::ops::live::status(cluster(), at(10, 0, 1));
     let names: Vec<&str> = status.tasks.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["backup", "new", "report"]);
 
@@ -221,11 +100,11 @@ fn tasks_sharing_a_schedule_each_get_the_next_tick_after_their_own_fire_record()
     behind.tick = Some(at(9, 50, 0));
     snapshot.fire_records.insert("report".into(), behind);
     let now = at(10, 0, 1);
-    let status = status(&snapshot, now);
+    let status = crate::ops::live::status(snapshot.clone(), now);
     let next: Vec<Option<DateTime<Utc>>> = status.tasks.iter().map(|t| t.next).collect();
     assert_eq!(next, [Some(at(10, 15, 0)), None, Some(at(10, 5, 0))]);
     for line in &status.tasks {
-        let alone = model::task_status(&snapshot, &line.name, now).unwrap();
+        let alone = crate::ops::live::task_status(&snapshot, &line.name, now).unwrap();
         assert_eq!(&alone, line, "{}", line.name);
     }
 }
@@ -245,7 +124,7 @@ fn a_task_counts_once_per_node_leading_it_whether_by_its_lease_or_a_unit() {
     snapshot
         .leases
         .insert("report@a".into(), lease("a", at(9, 1, 0)));
-    let status = status(&snapshot, at(10, 0, 0));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 0));
     let led: Vec<usize> = status.nodes.iter().map(|n| n.tasks_led).collect();
     assert_eq!(led, [2, 0, 2]);
 }
@@ -271,7 +150,7 @@ fn the_units_of_a_task_are_its_own_not_those_of_tasks_named_like_it() {
 fn a_paused_task_has_no_next_tick_and_says_paused() {
     let mut snapshot = cluster();
     snapshot.paused.insert("backup".into(), mark(at(9, 59, 0)));
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let backup = &status.tasks[0];
     assert!(backup.paused);
     assert_eq!(backup.next, None);
@@ -286,7 +165,7 @@ fn a_pause_with_a_reason_shows_who_when_and_why_in_status_explain_and_json() {
         ..mark(at(9, 59, 0))
     };
     snapshot.paused.insert("backup".into(), mark);
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let backup = &status.tasks[0];
     assert_eq!(backup.problem.as_deref(), Some("paused: disk full on db1"));
     let json = serde_json::to_value(backup).unwrap();
@@ -308,7 +187,7 @@ fn a_pause_with_a_reason_shows_who_when_and_why_in_status_explain_and_json() {
     let json = serde_json::to_value(&explained).unwrap();
     assert_eq!(json["paused"]["reason"], json!("disk full on db1"));
     // Not paused: no `pause` key at all.
-    let status = model::status(&cluster(), at(10, 0, 1));
+    let status = crate::ops::live::status(cluster(), at(10, 0, 1));
     let json = serde_json::to_value(&status.tasks[0]).unwrap();
     assert!(json.get("pause").is_none(), "{json}");
 }
@@ -320,7 +199,7 @@ fn a_queued_tick_shows_in_status_and_its_json_and_is_no_problem() {
     record.tick = Some(at(10, 0, 0));
     record.queued = Some(at(10, 0, 0));
     snapshot.fire_records.insert("backup".into(), record);
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let backup = &status.tasks[0];
     assert_eq!(backup.queued, Some(at(10, 0, 0)));
     assert_eq!(backup.problem, None);
@@ -345,7 +224,7 @@ fn a_vacant_lease_and_a_fire_record_ahead_are_problems() {
     let mut record = FireRecord::empty();
     record.tick = Some(at(12, 0, 0));
     snapshot.fire_records.insert("report".into(), record);
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     assert_eq!(
         status.tasks[0].problem.as_deref(),
         Some("no leader: lease vacant")
@@ -376,7 +255,7 @@ fn a_task_before_or_after_its_window_says_starts_at_or_ended_at_and_is_no_proble
     }
     let now = at(10, 0, 1);
     // when status is read at 10:00,
-    let status = status(&snapshot, now);
+    let status = crate::ops::live::status(snapshot.clone(), now);
     // then the ended one has no next tick and says when it ended, the other waits for its start,
     let backup = &status.tasks[0];
     assert_eq!(
@@ -410,7 +289,7 @@ fn a_list_or_an_interval_in_the_task_set_gives_the_next_tick() {
         backup.schedules = Some(vec!["@every 7m".into(), "0 10 * * *".into()]);
         set.tasks.get_mut("report").unwrap().schedule = Some("@every 1h/20m".into());
     }
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     // 10:00 is past; the next multiple of 7 minutes since the epoch is 10:01 (1772964060).
     assert_eq!(status.tasks[0].next, Some(at(10, 1, 0)));
     assert_eq!(status.tasks[2].next, Some(at(10, 20, 0)));
@@ -436,7 +315,7 @@ fn the_last_run_is_the_newer_of_the_result_and_a_manual_run() {
         items: None,
     };
     snapshot.recent_runs.insert("backup".into(), manual);
-    let last = status(&snapshot, at(10, 0, 0)).tasks[0]
+    let last = status(snapshot.clone(), at(10, 0, 0)).tasks[0]
         .last
         .clone()
         .unwrap();
@@ -457,7 +336,7 @@ fn exit_words_give_the_code_or_the_signal() {
 
 #[test]
 fn status_json_has_exactly_the_documented_keys() {
-    let value = serde_json::to_value(status(&cluster(), at(10, 0, 1))).unwrap();
+    let value = serde_json::to_value(status(cluster(), at(10, 0, 1))).unwrap();
     let keys = |v: &serde_json::Value| -> Vec<String> {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
         k.sort();
@@ -581,7 +460,7 @@ fn a_member_whose_release_is_no_version_is_ranked_for_nothing_as_on_the_nodes() 
     assert_eq!(model::eligibility(&snapshot, &c, "backup"), Err(why.into()));
     let solo = format!("no live node may run it: c's {why}");
     assert_eq!(model::no_one_may_run(&snapshot, "solo"), Some(solo.clone()));
-    let status = status(&snapshot, at(10, 0, 0));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 0));
     let node = status.nodes.iter().find(|n| n.id == "c").unwrap();
     assert_eq!(node.release, "1.1", "listed as written");
     let task = status.tasks.iter().find(|t| t.name == "solo").unwrap();
@@ -621,7 +500,7 @@ fn tables_align_their_columns() {
         vec!["long".into(), "x".into(), "last column".into()],
     ]);
     assert_eq!(text, "A     BB  C\nlong  x   last column\n");
-    let human = render::status(&status(&cluster(), at(10, 0, 1)), at(10, 0, 1));
+    let human = render::status(&status(cluster(), at(10, 0, 1)), at(10, 0, 1));
     assert!(human.starts_with("cluster prod (zookeeper), at 2026-03-08T10:00:01Z\n"));
     assert!(
         human.contains("3 node(s), 3 task(s), 1 with a problem."),
@@ -741,7 +620,7 @@ fn an_every_node_task_shows_the_nodes_holding_its_units_and_the_newest_units_run
         };
         snapshot.results.insert(unit.into(), result);
     }
-    let status = status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let each = status.tasks.iter().find(|t| t.name == "each").unwrap();
     assert_eq!(each.every_node, ["a", "c"]);
     assert_eq!(each.leader, None);
@@ -773,7 +652,7 @@ fn an_every_node_task_shows_the_nodes_holding_its_units_and_the_newest_units_run
     );
     // Without units held, the task is vacant like a task's lease.
     snapshot.leases.retain(|name, _| !name.starts_with("each@"));
-    let status = model::status(&snapshot, at(10, 0, 1));
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let each = status.tasks.iter().find(|t| t.name == "each").unwrap();
     assert!(each.every_node.is_empty());
     assert_eq!(each.problem.as_deref(), Some("no leader: lease vacant"));

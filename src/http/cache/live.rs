@@ -22,10 +22,11 @@ use tokio::time::Instant;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
 use super::Cache;
+use crate::coord::records::Paths;
 use crate::coord::zk::settings::ZkSettings;
 use crate::coord::zk::watch_stream;
 use crate::ops::cluster::{CONNECT_DEADLINE, ClusterClient};
-use crate::ops::live::{Applied, Live, watched_dirs};
+use crate::ops::live::{Applied, Live, reads, watched_dirs};
 
 /// How long after a change its znode is read: the changes of that span are read together
 /// (a cluster of 10,000 tasks at rest writes some 540 znodes a minute).
@@ -165,7 +166,7 @@ impl Cache {
                 Err(error) => return format!("{error:#}"),
             };
             let read_ms = started.elapsed().as_millis() as u64;
-            let live = Live::new(client.paths.clone(), snapshot, triggers, client.clock.now());
+            let live = Live::new(snapshot, triggers, client.clock.now());
             tracing::debug!(
                 read_ms,
                 status_ms = started.elapsed().as_millis() as u64 - read_ms,
@@ -221,7 +222,7 @@ impl Cache {
                             }
                             _ => {}
                         }
-                    } else if self.reads_path(&event.path) {
+                    } else if self.reads_path(&client.paths, &event.path) {
                         pending.insert(event.path);
                         read_at.get_or_insert(Instant::now() + READ_CHANGES_AFTER);
                     }
@@ -242,9 +243,9 @@ impl Cache {
         }
     }
 
-    fn reads_path(&self, path: &str) -> bool {
+    fn reads_path(&self, paths: &Paths, path: &str) -> bool {
         let shared = self.live.lock().expect("the live snapshot");
-        shared.live.as_ref().is_some_and(|live| live.reads(path))
+        shared.live.is_some() && reads(paths, path)
     }
 
     /// Catches up with the changes made before now (through the API, in other sessions):
@@ -265,7 +266,7 @@ impl Cache {
                 // A state change while catching up: the next full read settles it.
                 return Ok(Applied::ReadAll);
             }
-            if self.reads_path(&event.path) {
+            if self.reads_path(&client.paths, &event.path) {
                 pending.insert(event.path);
             }
         }
@@ -302,7 +303,7 @@ impl Cache {
         };
         let mut applied = Applied::Done;
         for (path, data) in paths.iter().zip(&data) {
-            if live.apply(path, data.as_deref()) == Applied::ReadAll {
+            if live.apply(&client.paths, path, data.as_deref()) == Applied::ReadAll {
                 applied = Applied::ReadAll;
             }
         }

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use super::*;
 use crate::coord::RunResult;
 use crate::coord::records::{RunTrigger, TaskSetRecord};
+use crate::ops::fixtures::{at, live_member, taskset};
 use crate::ops::model::LiveMember;
-use crate::ops::tests::{at, live_member, taskset};
 
 fn paths() -> Paths {
     Paths {
@@ -96,11 +96,11 @@ fn full_read(snapshot: &Snapshot, now: DateTime<Utc>) -> (Status, Schedules) {
             ))
         })
         .collect();
-    (model::status(snapshot, now), schedules)
+    (status(snapshot.clone(), now), schedules)
 }
 
 fn new_live(snapshot: Snapshot, now: DateTime<Utc>) -> Live {
-    Live::new(paths(), snapshot, TriggerRuns::new(), now)
+    Live::new(snapshot, TriggerRuns::new(), now)
 }
 
 #[test]
@@ -123,11 +123,19 @@ fn created_changed_and_deleted_records_give_the_status_of_a_full_read() {
     // A result created, then changed (a failure after it).
     let ok = result(at(9, 55, 0), true);
     assert_eq!(
-        live.apply(&format!("{base}/tasks/backup/result"), Some(&json(&ok))),
+        live.apply(
+            &paths(),
+            &format!("{base}/tasks/backup/result"),
+            Some(&json(&ok))
+        ),
         Applied::Done
     );
     let failed = result(at(10, 0, 0), false);
-    live.apply(&format!("{base}/tasks/backup/result"), Some(&json(&failed)));
+    live.apply(
+        &paths(),
+        &format!("{base}/tasks/backup/result"),
+        Some(&json(&failed)),
+    );
     expected
         .results
         .insert("backup".into(), failed.result.clone());
@@ -136,7 +144,11 @@ fn created_changed_and_deleted_records_give_the_status_of_a_full_read() {
         tick: Some(at(11, 0, 0)),
         ..FireRecord::empty()
     };
-    live.apply(&format!("{base}/tasks/report"), Some(&json(&record)));
+    live.apply(
+        &paths(),
+        &format!("{base}/tasks/report"),
+        Some(&json(&record)),
+    );
     expected.fire_records.insert("report".into(), record);
     let pause = MarkRecord {
         format: 1,
@@ -144,10 +156,14 @@ fn created_changed_and_deleted_records_give_the_status_of_a_full_read() {
         by: "ops@host".into(),
         reason: Some("maintenance".into()),
     };
-    live.apply(&format!("{base}/control/paused/sync"), Some(&json(&pause)));
+    live.apply(
+        &paths(),
+        &format!("{base}/control/paused/sync"),
+        Some(&json(&pause)),
+    );
     expected.paused.insert("sync".into(), pause);
     // A lease deleted (the lease is vacant), a drain mark created (every ranking moves).
-    live.apply(&format!("{base}/leases/backup"), None);
+    live.apply(&paths(), &format!("{base}/leases/backup"), None);
     expected.leases.remove("backup");
     let drain = MarkRecord {
         format: 1,
@@ -155,15 +171,19 @@ fn created_changed_and_deleted_records_give_the_status_of_a_full_read() {
         by: "ops@host".into(),
         reason: None,
     };
-    live.apply(&format!("{base}/control/drained/b"), Some(&json(&drain)));
+    live.apply(
+        &paths(),
+        &format!("{base}/control/drained/b"),
+        Some(&json(&drain)),
+    );
     expected.drained.insert("b".into(), drain);
     assert!(live.changes() > before);
     assert_eq!(live.status(now), full_read(&expected, now));
 
     // Deleted again: the pause, the result.
-    live.apply(&format!("{base}/control/paused/sync"), None);
+    live.apply(&paths(), &format!("{base}/control/paused/sync"), None);
     expected.paused.remove("sync");
-    live.apply(&format!("{base}/tasks/backup/result"), None);
+    live.apply(&paths(), &format!("{base}/tasks/backup/result"), None);
     expected.results.remove("backup");
     assert_eq!(live.status(now), full_read(&expected, now));
 }
@@ -206,6 +226,7 @@ fn ended_triggers_give_the_newest_manual_run_and_go_with_their_records() {
     let first = "/zkcron/prod/control/triggers/sync@manual-0000000001";
     let second = "/zkcron/prod/control/triggers/sync@manual-0000000002";
     live.apply(
+        &paths(),
         second,
         Some(&json(&trigger(at(9, 59, 0), TriggerState::Running))),
     );
@@ -215,10 +236,12 @@ fn ended_triggers_give_the_newest_manual_run_and_go_with_their_records() {
         "a running trigger has no result yet"
     );
     live.apply(
+        &paths(),
         first,
         Some(&json(&trigger(at(9, 50, 0), TriggerState::Ended))),
     );
     live.apply(
+        &paths(),
         second,
         Some(&json(&trigger(at(9, 59, 0), TriggerState::Ended))),
     );
@@ -226,12 +249,12 @@ fn ended_triggers_give_the_newest_manual_run_and_go_with_their_records() {
         .recent_runs
         .insert("sync".into(), run(at(9, 59, 0)));
     assert_eq!(live.status(now), full_read(&expected, now));
-    live.apply(second, None);
+    live.apply(&paths(), second, None);
     expected
         .recent_runs
         .insert("sync".into(), run(at(9, 50, 0)));
     assert_eq!(live.status(now), full_read(&expected, now));
-    live.apply(first, None);
+    live.apply(&paths(), first, None);
     expected.recent_runs.clear();
     assert_eq!(live.status(now), full_read(&expected, now));
 }
@@ -261,11 +284,11 @@ fn members_and_task_sets_ask_for_a_full_read_and_the_rest_is_ignored() {
     let now = at(10, 0, 1);
     let mut live = new_live(cluster(), now);
     assert_eq!(
-        live.apply("/zkcron/prod/members/c", Some(b"{}")),
+        live.apply(&paths(), "/zkcron/prod/members/c", Some(b"{}")),
         Applied::ReadAll
     );
     assert_eq!(
-        live.apply("/zkcron/prod/tasksets/abc-0", None),
+        live.apply(&paths(), "/zkcron/prod/tasksets/abc-0", None),
         Applied::ReadAll
     );
     let changes = live.changes();
@@ -276,12 +299,16 @@ fn members_and_task_sets_ask_for_a_full_read_and_the_rest_is_ignored() {
         "/zkcron/prod/clock",
         "/zkcron/other/tasks/sync",
     ] {
-        assert!(!live.reads(ignored), "{ignored}");
-        assert_eq!(live.apply(ignored, None), Applied::Done);
+        assert!(!reads(&paths(), ignored), "{ignored}");
+        assert_eq!(live.apply(&paths(), ignored, None), Applied::Done);
     }
     assert_eq!(live.changes(), changes);
     // A record of a task no live member defines is left out, as a full read leaves it out.
-    live.apply("/zkcron/prod/tasks/gone", Some(&json(&FireRecord::empty())));
+    live.apply(
+        &paths(),
+        "/zkcron/prod/tasks/gone",
+        Some(&json(&FireRecord::empty())),
+    );
     assert_eq!(live.status(now), full_read(&cluster(), now));
 }
 
@@ -292,7 +319,7 @@ fn an_unreadable_record_is_left_out() {
     let now = at(10, 0, 1);
     let mut expected = cluster();
     let mut live = new_live(cluster(), now);
-    live.apply("/zkcron/prod/leases/sync", Some(b"not json"));
+    live.apply(&paths(), "/zkcron/prod/leases/sync", Some(b"not json"));
     expected.leases.remove("sync");
     assert_eq!(live.status(now), full_read(&expected, now));
 }

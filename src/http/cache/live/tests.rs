@@ -36,11 +36,7 @@ fn cluster_cache() -> Arc<Cache> {
         clock: crate::clock::Clock::system(),
     };
     let cache = Arc::new(Cache::with_ages(source, AGES));
-    let paths = Paths {
-        base: "/zkcron/test".into(),
-    };
     let live = Live::new(
-        paths,
         Snapshot::default(),
         TriggerRuns::new(),
         crate::clock::Clock::system().now(),
@@ -56,7 +52,10 @@ fn cluster_cache() -> Arc<Cache> {
 fn apply_a_change(cache: &Cache) {
     let mut shared = cache.live.lock().unwrap();
     let live = shared.live.as_mut().unwrap();
-    live.apply("/zkcron/test/control/drained/node-b", Some(b"{}"));
+    let paths = Paths {
+        base: "/zkcron/test".into(),
+    };
+    live.apply(&paths, "/zkcron/test/control/drained/node-b", Some(b"{}"));
 }
 
 #[test]
