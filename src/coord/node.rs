@@ -52,9 +52,11 @@
 //! - `runs`: live runs, results, and leaving the cluster.
 //! - `queued_start`: a queued tick's claim in the multi-op of the result of the run before it.
 //! - `history`: each task's run history.
-//! - `trigger`: manual runs: trigger znodes, their claim and their end.
-//! - `backfill`: backfill requests: their znodes, the claim of each tick and its end.
+//! - `trigger`: manual and chained runs: trigger znodes and their claim.
+//! - `backfill`: backfill requests: their znodes, the claim of each tick, its lost ticks.
 //! - `request_claim`: the one fenced claim a manual run, a chained run and a backfill tick share.
+//! - `request_end`: the one end they share: the request set to ended with the run's result,
+//!   its chained runs and pause in the same write.
 //! - `request_dir`: what the two request directories (`control/triggers`, `control/backfills`)
 //!   share: setup, listing, watch events.
 //! - `control`: the operator's drain and pause marks; tasks no live node may run, drift.
@@ -92,6 +94,7 @@ mod queued_start;
 mod report;
 mod request_claim;
 mod request_dir;
+mod request_end;
 mod requests;
 mod runs;
 mod session;
@@ -117,7 +120,9 @@ use self::clock::SkewVerdict;
 use self::io::{Answer, CreateMode, Input, Level, Now, OpId, Output, ReqId, ZkOp};
 use self::members::Relist;
 use self::runs::{ReleaseAllJob, RunEndedJob};
-use self::then::{AfterEnsure, AfterRecreate, LeaseStep, MemberStep, PoolStep, TaskStep, Then};
+use self::then::{
+    AfterEnsure, AfterRecreate, LeaseStep, MemberStep, PoolStep, RequestStep, TaskStep, Then,
+};
 use super::Leadership;
 use super::lease::{self, Member, TaskSet};
 use super::records::{Paths, TaskSetRef};

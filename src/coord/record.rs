@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::records::{HistoryEntry, TriggerRecord};
+use super::records::{HistoryEntry, TriggerRecord, TriggerState};
 use super::{ClaimIntent, ClaimOutcome, RunResult};
 use crate::task::TaskSpec;
 
@@ -200,6 +200,22 @@ pub fn admit_manual(leads: bool, pending: bool, requested_at: DateTime<Utc>) -> 
         });
     }
     Verdict::Admit
+}
+
+/// Trigger `record` once its run ended with `entry` (`reason`: why, when it did not end by
+/// exiting); `None` when it has ended already (a retried end that had been applied, or a run
+/// ended as lost).
+pub fn trigger_ended(
+    record: &TriggerRecord,
+    entry: &HistoryEntry,
+    reason: Option<&str>,
+) -> Option<TriggerRecord> {
+    (record.state != TriggerState::Ended).then(|| TriggerRecord {
+        state: TriggerState::Ended,
+        result: Some(entry.clone()),
+        reason: reason.map(str::to_string),
+        ..record.clone()
+    })
 }
 
 /// The fire id of the `n`-th manual run of `task`: `<task>@manual-<10 digits>` (a scheduled

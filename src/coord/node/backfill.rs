@@ -23,8 +23,7 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_claim::ClaimReply;
 use super::request_dir::{RequestDir, WatchedPath, watched_path};
-use super::trigger::End;
-use super::{Node, Then};
+use super::{Node, RequestStep, Then};
 use crate::coord::backfill::{self, Backfill, BackfillRecord, Claimer};
 use crate::coord::record::Verdict;
 use crate::coord::{ClaimOutcome, CoordError, Trigger};
@@ -42,7 +41,7 @@ const BACKFILLS: RequestDir<Known> = RequestDir {
 #[derive(Debug, Clone)]
 pub(crate) struct Known {
     pub(crate) record: BackfillRecord,
-    version: i32,
+    pub(super) version: i32,
 }
 
 /// A claim of a backfill tick on its way.
@@ -66,14 +65,6 @@ pub(crate) enum Step {
     Claim(ClaimJob),
     /// Resolving a claim whose answer was lost (or a conflict): re-reading the request.
     ClaimRead(ClaimJob),
-    EndRead {
-        end: End,
-        reads: u8,
-    },
-    EndWrite {
-        end: End,
-        reads: u8,
-    },
     /// Ending a lost tick, or deleting an ended request: nothing waits for it.
     Sweep {
         name: String,
@@ -92,12 +83,12 @@ impl Node {
             return;
         }
         let path = self.paths.backfills();
-        self.call(ZkOp::GetChildren { path }, Then::Backfill(Step::List));
+        self.call(ZkOp::GetChildren { path }, then(Step::List));
     }
 
     fn read_backfill(&mut self, name: String) {
         let path = self.paths.backfill(&name);
-        self.call(ZkOp::GetData { path }, Then::Backfill(Step::Read { name }));
+        self.call(ZkOp::GetData { path }, then(Step::Read { name }));
     }
 
     /// A watch event under `control/backfills`; false if `path` is not there.
@@ -125,24 +116,6 @@ impl Node {
             },
             Step::Claim(job) => self.on_backfill_claim(job, result),
             Step::ClaimRead(job) => self.on_backfill_claim_read(job, result),
-            Step::EndRead { end, reads } => self.on_backfill_end_read(end, reads, result),
-            Step::EndWrite { mut end, reads } => match result {
-                Ok(_) => {
-                    self.report_end_pause(&end);
-                    self.answer(end.req, Ok(Answered::Done))
-                }
-                Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-                Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
-                    self.answer(end.req, Ok(Answered::Done))
-                }
-                Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
-                    // The chained runs were requested by an earlier write whose answer was lost.
-                    end.chain.clear();
-                    self.read_backfill_end(end, reads)
-                }
-                // Changed meanwhile, or the outcome is unknown: read it and decide again.
-                _ => self.read_backfill_end(end, reads),
-            },
             Step::Sweep { name } => {
                 self.requests.backfill_sweeping.remove(&name);
             }
@@ -270,7 +243,7 @@ impl Node {
         let path = self.paths.backfill(&job.name);
         let data = serde_json::to_vec(&new).expect("serializes");
         let req = job.req;
-        let then = Then::Backfill(Step::Claim(job));
+        let then = then(Step::Claim(job));
         if !self.send_request_claim(&task, path, data, known.version, then) {
             self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
         }
@@ -321,7 +294,7 @@ impl Node {
         job.reads += 1;
         let path = self.paths.backfill(&job.name);
         let req = job.req;
-        if !self.reread_request(path, Then::Backfill(Step::ClaimRead(job))) {
+        if !self.reread_request(path, then(Step::ClaimRead(job))) {
             self.answer(
                 req,
                 Err(CoordError::SessionEnded {
@@ -387,80 +360,6 @@ impl Node {
         self.decide_backfill_claim(job, known);
     }
 
-    // ---- the end ----
-
-    /// Ends the running tick of a backfill run with its result (after its history append).
-    pub(super) fn end_backfill(&mut self, end: End) {
-        if self.life.session.is_none() {
-            return self.answer(
-                end.req,
-                Err(CoordError::NotConnected {
-                    context: "recording the backfill run's end",
-                }),
-            );
-        }
-        self.read_backfill_end(end, 0);
-    }
-
-    fn read_backfill_end(&mut self, end: End, reads: u8) {
-        let Some((name, _)) = backfill::of_fire_id(&end.name) else {
-            return self.answer(end.req, Ok(Answered::Done));
-        };
-        let path = self.paths.backfill(name);
-        self.call(
-            ZkOp::GetData { path },
-            Then::Backfill(Step::EndRead {
-                end,
-                reads: reads + 1,
-            }),
-        );
-    }
-
-    fn on_backfill_end_read(&mut self, end: End, reads: u8, result: Result<ZkOk, ZkFail>) {
-        match result {
-            Ok(ZkOk::Data(data, stat)) => {
-                let Ok(record) = serde_json::from_slice::<BackfillRecord>(&data) else {
-                    return self.answer(end.req, Ok(Answered::Done));
-                };
-                let new =
-                    backfill::ended(&record, &end.entry, end.reason.as_deref(), self.io.now.wall);
-                if new == record {
-                    // Ended already (a retried write that had been applied).
-                    return self.answer(end.req, Ok(Answered::Done));
-                }
-                let (name, _) = backfill::of_fire_id(&end.name).expect("a backfill fire id");
-                let path = self.paths.backfill(name);
-                let write = ZkOp::SetData {
-                    path,
-                    data: serde_json::to_vec(&new).expect("serializes"),
-                    version: Some(stat.version),
-                };
-                self.call(
-                    Node::with_chain(write, &end.chain),
-                    Then::Backfill(Step::EndWrite { end, reads }),
-                );
-            }
-            // Deleted meanwhile: the history has the run.
-            Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-            _ if reads < RESOLVE_READS && self.life.session.is_some() => {
-                self.read_backfill_end(end, reads)
-            }
-            other => {
-                let message = match other {
-                    Err(error) => error.to_string(),
-                    Ok(_) => "unexpected answer".into(),
-                };
-                self.answer(
-                    end.req,
-                    Err(CoordError::ZooKeeper {
-                        context: format!("recording the end of the backfill run {}", end.name),
-                        message,
-                    }),
-                )
-            }
-        }
-    }
-
     /// A session ended with a backfill call in flight: its request is answered.
     pub(super) fn abort_backfill(&mut self, step: Step) {
         match step {
@@ -470,7 +369,6 @@ impl Node {
                     context: "claiming a backfill tick",
                 }),
             ),
-            Step::EndRead { end, .. } | Step::EndWrite { end, .. } => end.abort(self),
             Step::Sweep { name } => {
                 self.requests.backfill_sweeping.remove(&name);
             }
@@ -531,7 +429,12 @@ impl Node {
                 },
             };
             self.requests.backfill_sweeping.insert(name.clone());
-            self.call(op, Then::Backfill(Step::Sweep { name }));
+            self.call(op, then(Step::Sweep { name }));
         }
     }
+}
+
+/// The continuation of a backfill call.
+fn then(step: Step) -> Then {
+    Then::Request(RequestStep::Backfill(step))
 }

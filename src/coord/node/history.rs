@@ -8,7 +8,7 @@
 //! daemon's answer for a scheduled run does not wait for it.
 
 use super::io::{Level, ZkFail, ZkOk, ZkOp};
-use super::trigger::End;
+use super::request_end::End;
 use super::{Node, Then};
 use crate::coord::record;
 use crate::coord::records::{FORMAT_VERSION, HistoryEntry, HistoryRecord};
@@ -124,7 +124,7 @@ impl Node {
             }
         }
         if let Some(end) = job.then {
-            self.end_trigger(end);
+            self.end_request(end);
         }
         if self.life.close_waiting.is_some() && !self.history_in_flight() {
             let req = self.life.close_waiting.take().expect("checked");

@@ -345,7 +345,7 @@ impl Node {
         match self.pause_create(&end.task, &end.result) {
             Some(pause) if self.cfg.bugs.pause_apart && !end.pause_found => {
                 // The bug the simulation shows: the pause in a call of its own, after the end.
-                self.call(pause, Then::Trigger(super::trigger::Step::Delete));
+                self.call(pause, Then::Ignore);
             }
             _ => self.report_pause(PauseNote::of(&end.task, &end.result).as_ref(), stored),
         }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::claim::{self, AfterRead, ClaimJob};
 use super::io::{Answered, ReqId, Request};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
-use super::{MemberStep, PoolStep, TaskStep};
+use super::{MemberStep, PoolStep, RequestStep, TaskStep, request_end};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
 /// Operator requests: every trigger and backfill request as last read, the manual claims on
@@ -213,8 +213,11 @@ impl Node {
                         },
                 },
             ) => self.abort_read(*after),
-            Then::Trigger(step) => self.abort_trigger(step),
-            Then::Backfill(step) => self.abort_backfill(step),
+            Then::Request(RequestStep::Trigger(step)) => self.abort_trigger(step),
+            Then::Request(RequestStep::Backfill(step)) => self.abort_backfill(step),
+            Then::Request(RequestStep::End(
+                request_end::Step::Read { end } | request_end::Step::Write { end },
+            )) => end.abort(self),
             Then::History(step) => self.abort_history(step),
             Then::Pool(PoolStep::PoolRecord { req, .. }) => self.abort_pool(req),
             Then::Pool(PoolStep::PoolMulti { job, .. }) => self.abort_pool_multi(*job),

@@ -353,7 +353,7 @@ impl Node {
         if result.manual {
             // A manual run has no fire record, run znode or `result`: its end goes to its
             // trigger, after the history.
-            let mut end = super::trigger::End::new(req, &task, &result, &release);
+            let mut end = super::request_end::End::new(req, &task, &result, &release);
             end.chain = chain;
             end.pause = PauseNote::of(self.task_of(&task), &result);
             end.pause_create = self.pause_create(&task, &result);
@@ -605,10 +605,7 @@ impl Node {
     pub(super) fn run_ended_done(&mut self, job: RunEndedJob) {
         self.runs.own_runs.remove(&job.run_path);
         if self.cfg.bugs.chain_request_apart && !job.chain.is_empty() {
-            self.call(
-                ZkOp::Multi(job.chain.clone()),
-                Then::Trigger(super::trigger::Step::Delete),
-            );
+            self.call(ZkOp::Multi(job.chain.clone()), Then::Ignore);
         }
         let note = PauseNote::of(self.task_of(&job.task), &job.result);
         if let (Some(pause), true) = (
@@ -616,7 +613,7 @@ impl Node {
             self.cfg.bugs.pause_apart,
         ) {
             // The bug the simulation shows: the pause in a call of its own, after the end.
-            self.call(pause, Then::Trigger(super::trigger::Step::Delete));
+            self.call(pause, Then::Ignore);
         } else {
             let stored = self.pause_stored_by(&job.chain);
             self.report_pause(note.as_ref(), stored);

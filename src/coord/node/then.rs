@@ -11,7 +11,10 @@ use super::io::{OpId, ReqId, Stat, ZkFail, ZkOk, ZkOp};
 use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
-use super::{Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, trigger};
+use super::{
+    Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, request_end,
+    trigger,
+};
 use crate::coord::records::FireRecord;
 
 /// What a pending call continues with when its reply arrives.
@@ -27,10 +30,9 @@ pub(super) enum Then {
         read: control::ControlRead,
         phase: control::Phase,
     },
-    /// A step of a manual run's trigger.
-    Trigger(trigger::Step),
-    /// A step of a backfill request.
-    Backfill(backfill::Step),
+    /// A step of an operator's request: a manual or chained run's trigger, a backfill, the
+    /// end of a requested run.
+    Request(RequestStep),
     /// A step of appending to a task's history.
     History(history::Step),
     /// Setup, registration, the member and lease listings and the tree: `session.rs`,
@@ -43,6 +45,14 @@ pub(super) enum Then {
     Task(TaskStep),
     /// Pooled tasks' reads, claims and ends: `pool.rs`, `pool_end.rs`, `request_claim.rs`.
     Pool(PoolStep),
+}
+
+/// The continuations of the operator's requests: `trigger.rs`, `backfill.rs`, `request_end.rs`.
+#[derive(Debug)]
+pub(super) enum RequestStep {
+    Trigger(trigger::Step),
+    Backfill(backfill::Step),
+    End(request_end::Step),
 }
 
 /// The continuations of setup, registration, the member and lease listings and the tree:
@@ -324,8 +334,9 @@ impl Node {
             Then::Pool(step) => self.on_pool_reply(step, result),
             Then::Gc(step) => self.on_gc(step, result, pending.sent),
             Then::Control { read, phase } => self.on_control(read, phase, result),
-            Then::Trigger(step) => self.on_trigger_step(step, result),
-            Then::Backfill(step) => self.on_backfill_step(step, result),
+            Then::Request(RequestStep::Trigger(step)) => self.on_trigger_step(step, result),
+            Then::Request(RequestStep::Backfill(step)) => self.on_backfill_step(step, result),
+            Then::Request(RequestStep::End(step)) => self.on_end_step(step, result),
             Then::History(step) => self.on_history_step(step, result),
         }
     }

@@ -21,10 +21,10 @@ use chrono::{DateTime, Utc};
 use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_claim::ClaimReply;
 use super::request_dir::{RequestDir, WatchedPath, watched_path};
-use super::{Node, Then};
+use super::{Node, RequestStep, Then};
 use crate::coord::record::{self, Verdict};
-use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
-use crate::coord::{ClaimOutcome, CoordError, RunResult, Trigger};
+use crate::coord::records::{TriggerRecord, TriggerState};
+use crate::coord::{ClaimOutcome, CoordError, Trigger};
 
 /// How often ended triggers are looked for to delete.
 pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -42,7 +42,7 @@ const TRIGGERS: RequestDir<Known> = RequestDir {
 #[derive(Debug, Clone)]
 pub(crate) struct Known {
     pub(crate) record: TriggerRecord,
-    version: i32,
+    pub(super) version: i32,
     /// Server time of its last change (for an ended one: when it ended).
     mtime_ms: i64,
 }
@@ -68,93 +68,10 @@ pub(crate) enum Step {
         conflicts: u8,
         reads: u8,
     },
-    EndRead {
-        end: End,
-    },
-    EndWrite {
-        end: End,
-    },
     Recreate,
-    Delete,
-}
-
-/// Recording a manual run's end on its trigger.
-#[derive(Debug)]
-pub(crate) struct End {
-    pub(super) req: ReqId,
-    /// The run's fire id: a trigger's name, or a backfill tick's fire id.
-    pub(super) name: String,
-    pub(super) entry: HistoryEntry,
-    pub(super) reason: Option<String>,
-    /// The creates of the chained runs' requests (`after`), sent with the end's write.
-    pub(super) chain: Vec<ZkOp>,
-    /// The pause the end carries (`pause_on_failure`), in `chain`, for the report.
-    pub(super) pause: Option<super::mark::PauseNote>,
-    /// The create of that pause's mark, to send again when a resume removed a mark found.
-    pub(super) pause_create: Option<ZkOp>,
-    tries: u8,
-}
-
-impl End {
-    pub(super) fn new(req: ReqId, task: &str, result: &RunResult, release: &str) -> End {
-        let entry = HistoryEntry::of_run(task, result, release);
-        let reason = result.end_reason().map(str::to_string);
-        End {
-            req,
-            name: entry.fire_id.clone(),
-            entry,
-            reason,
-            chain: Vec::new(),
-            pause: None,
-            pause_create: None,
-            tries: 0,
-        }
-    }
-}
-
-impl End {
-    /// The session ended before the trigger was written: the daemon hears so.
-    pub(super) fn abort(self, node: &mut Node) {
-        node.answer(
-            self.req,
-            Err(CoordError::SessionEnded {
-                context: "recording the manual run's end",
-            }),
-        );
-    }
 }
 
 impl Node {
-    /// Reports the pause a manual run's (backfill tick's) stored end carried: made by the end's
-    /// write, or found there (the create then a check in `chain`).
-    pub(super) fn report_end_pause(&mut self, end: &End) {
-        let stored = self.pause_stored_by(&end.chain);
-        self.report_pause(end.pause.as_ref(), stored);
-    }
-
-    /// The creates of the chained runs' triggers that `task`'s run that ended with `result`
-    /// requests, to go into the multi-op that stores the run's end (empty unless it succeeded
-    /// and tasks run after it).
-    pub(super) fn chain_creates(&self, task: &str, result: &RunResult) -> Vec<ZkOp> {
-        record::chained_requests(task, result, &format!("zkcron@{}", self.cfg.id))
-            .into_iter()
-            .map(|(name, record)| {
-                let data = serde_json::to_vec(&record).expect("serializes");
-                self.put_record(self.paths.trigger(&name), data, None)
-            })
-            .collect()
-    }
-
-    /// A multi-op of `op` and the chained runs' creates (`op` alone when there are none).
-    pub(super) fn with_chain(op: ZkOp, creates: &[ZkOp]) -> ZkOp {
-        if creates.is_empty() {
-            return op;
-        }
-        let mut ops = vec![op];
-        ops.extend(creates.iter().cloned());
-        ZkOp::Multi(ops)
-    }
-
     /// Setup's calls for triggers: the directory and the watch (`control/` above it is
     /// created by the control setup, which comes first).
     pub(super) fn trigger_setup_steps(&self) -> Vec<ZkOp> {
@@ -167,12 +84,12 @@ impl Node {
             return;
         }
         let path = self.paths.triggers();
-        self.call(ZkOp::GetChildren { path }, Then::Trigger(Step::List));
+        self.call(ZkOp::GetChildren { path }, then(Step::List));
     }
 
     fn read_trigger(&mut self, name: String) {
         let path = self.paths.trigger(&name);
-        self.call(ZkOp::GetData { path }, Then::Trigger(Step::Read { name }));
+        self.call(ZkOp::GetData { path }, then(Step::Read { name }));
     }
 
     /// A watch event under `control/triggers`; false if `path` is not there.
@@ -187,7 +104,7 @@ impl Node {
                 self.forget_requests(&TRIGGERS);
                 // `control/` may have gone with it.
                 for path in [self.paths.control(), dir.clone()] {
-                    self.call(self.create_dir(path), Then::Trigger(Step::Recreate));
+                    self.call(self.create_dir(path), then(Step::Recreate));
                 }
             }
             WatchedPath::Dir => {}
@@ -237,14 +154,11 @@ impl Node {
                 conflicts,
                 reads,
             } => self.on_manual_claim_read(req, name, new, conflicts, reads, result),
-            Step::EndRead { end } => self.on_end_read(end, result),
-            Step::EndWrite { end } => self.on_end_write(end, result),
             Step::Recreate => {
                 if let Ok(ZkOk::Created(_)) | Err(ZkFail::NodeExists) = result {
                     self.list_triggers();
                 }
             }
-            Step::Delete => {}
         }
     }
 
@@ -354,7 +268,7 @@ impl Node {
         let path = self.paths.trigger(&name);
         let data = serde_json::to_vec(&new).expect("serializes");
         let claimed_at = new.claimed_at.unwrap_or_default();
-        let then = Then::Trigger(Step::Claim {
+        let then = then(Step::Claim {
             req,
             name: name.clone(),
             new,
@@ -427,7 +341,7 @@ impl Node {
         reads: u8,
     ) {
         let path = self.paths.trigger(&name);
-        let then = Then::Trigger(Step::ClaimRead {
+        let then = then(Step::ClaimRead {
             req,
             name,
             new,
@@ -547,121 +461,6 @@ impl Node {
         self.answer(req, outcome.map(Answered::Claim));
     }
 
-    // ---- the end ----
-
-    /// Sets the trigger of a manual run to ended with its result.
-    pub(super) fn end_trigger(&mut self, end: End) {
-        if crate::coord::backfill::of_fire_id(&end.name).is_some() {
-            return self.end_backfill(end);
-        }
-        if self.life.session.is_none() {
-            return self.answer(
-                end.req,
-                Err(CoordError::NotConnected {
-                    context: "recording the manual run's end",
-                }),
-            );
-        }
-        match self.requests.triggers.get(&end.name).cloned() {
-            Some(known) if known.record.state == TriggerState::Running => {
-                self.send_end(end, known.record, known.version)
-            }
-            _ => {
-                let path = self.paths.trigger(&end.name);
-                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
-            }
-        }
-    }
-
-    fn send_end(&mut self, end: End, record: TriggerRecord, version: i32) {
-        let new = TriggerRecord {
-            state: TriggerState::Ended,
-            result: Some(end.entry.clone()),
-            reason: end.reason.clone(),
-            ..record
-        };
-        let path = self.paths.trigger(&end.name);
-        let write = ZkOp::SetData {
-            path,
-            data: serde_json::to_vec(&new).expect("serializes"),
-            version: Some(version),
-        };
-        self.call(
-            Node::with_chain(write, &end.chain),
-            Then::Trigger(Step::EndWrite { end }),
-        );
-    }
-
-    fn on_end_read(&mut self, mut end: End, result: Result<ZkOk, ZkFail>) {
-        end.tries += 1;
-        match result {
-            Ok(ZkOk::Data(data, stat)) => match serde_json::from_slice::<TriggerRecord>(&data) {
-                Ok(record) if record.state != TriggerState::Ended => {
-                    self.send_end(end, record, stat.version)
-                }
-                // Ended already (a retried write that had been applied) or unreadable.
-                _ => self.answer(end.req, Ok(Answered::Done)),
-            },
-            // Deleted meanwhile (`--wait` gave up): the history has the run.
-            Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-            other if end.tries < RESOLVE_READS && self.life.session.is_some() => {
-                let _ = other;
-                let path = self.paths.trigger(&end.name);
-                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
-            }
-            other => self.answer(
-                end.req,
-                Err(CoordError::ZooKeeper {
-                    context: format!("recording the end of the manual run {}", end.name),
-                    message: describe(&other),
-                }),
-            ),
-        }
-    }
-
-    fn on_end_write(&mut self, mut end: End, result: Result<ZkOk, ZkFail>) {
-        match result {
-            Ok(_) => {
-                self.report(Level::Debug, "manual run ended")
-                    .field("fire_id", &end.name);
-                self.report_end_pause(&end);
-                self.answer(end.req, Ok(Answered::Done));
-            }
-            Err(ZkFail::NoNode) => self.answer(end.req, Ok(Answered::Done)),
-            Err(ZkFail::Multi { index: 0, error }) if *error == ZkFail::NoNode => {
-                self.answer(end.req, Ok(Answered::Done))
-            }
-            Err(ZkFail::Multi { index, error })
-                if index >= 1
-                    && end
-                        .chain
-                        .get(index - 1)
-                        .is_some_and(|op| self.pause_retry(op, &error).is_some()) =>
-            {
-                // A mark found there is checked to be there still with the end; a mark gone
-                // since (a resume landed) is created again with it. Read, then write again.
-                let stored = self
-                    .pause_retry(&end.chain[index - 1], &error)
-                    .expect("a pause op");
-                let create = end.pause_create.clone().expect("a failed run's");
-                self.replace_pause_op(&mut end.chain, &create, stored);
-                let path = self.paths.trigger(&end.name);
-                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
-            }
-            Err(ZkFail::Multi { index: 1.., error }) if *error == ZkFail::NodeExists => {
-                // The chained runs were requested by an earlier write whose answer was lost.
-                end.chain.clear();
-                let path = self.paths.trigger(&end.name);
-                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
-            }
-            _ => {
-                // Changed meanwhile, or the outcome is unknown: read it and decide again.
-                let path = self.paths.trigger(&end.name);
-                self.call(ZkOp::GetData { path }, Then::Trigger(Step::EndRead { end }));
-            }
-        }
-    }
-
     /// A session ended with a trigger call in flight: its request is answered.
     pub(super) fn abort_trigger(&mut self, step: Step) {
         match step {
@@ -671,13 +470,7 @@ impl Node {
                     context: "claiming a manual run",
                 }),
             ),
-            Step::EndRead { end } | Step::EndWrite { end } => self.answer(
-                end.req,
-                Err(CoordError::SessionEnded {
-                    context: "recording the manual run's end",
-                }),
-            ),
-            Step::List | Step::Read { .. } | Step::Recreate | Step::Delete => {}
+            Step::List | Step::Read { .. } | Step::Recreate => {}
         }
     }
 
@@ -715,7 +508,7 @@ impl Node {
                     path,
                     version: Some(version),
                 },
-                Then::Trigger(Step::Delete),
+                Then::Ignore,
             );
         }
         // A trigger left running by a node that left the cluster would stay forever: the
@@ -755,7 +548,7 @@ impl Node {
                     data: serde_json::to_vec(&ended).expect("serializes"),
                     version: Some(version),
                 },
-                Then::Trigger(Step::Delete),
+                Then::Ignore,
             );
         }
     }
@@ -766,4 +559,9 @@ fn describe(result: &Result<ZkOk, ZkFail>) -> String {
         Ok(_) => "unexpected answer".into(),
         Err(error) => error.to_string(),
     }
+}
+
+/// The continuation of a trigger call.
+fn then(step: Step) -> Then {
+    Then::Request(RequestStep::Trigger(step))
 }

@@ -206,6 +206,78 @@ fn a_failed_runs_end_written_again_after_a_resume_pauses_the_task_again() {
     );
 }
 
+/// A backfill tick's end went its own way and lacked the retry above: when its write found
+/// the operator's mark there (NodeExists) it dropped the pause from the write, so a resume
+/// landed meanwhile left the task running after the failure. The end of every request kind
+/// is now one flow (`request_end`): the mark is checked, found gone, and created again.
+#[test]
+fn a_failed_backfill_ticks_end_written_again_after_a_resume_pauses_the_task_again() {
+    use crate::coord::backfill::{self, BackfillRecord, Claimer};
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let name = "t@backfill-0000000001";
+    let request = format!("{BASE}/control/backfills/{name}");
+    let from = DateTime::from_timestamp(TICK - 600, 0).unwrap();
+    let range = BackfillRecord::new("t", from, tick(), 10, "ops@host", from);
+    let by = Claimer {
+        node: "n1",
+        session: None,
+    };
+    let running = backfill::claimed(&range, name, tick(), by, tick());
+    let data = serde_json::to_vec(&running).unwrap();
+    store
+        .znodes
+        .insert(request.clone(), (data, Stat::default()));
+    let paused = format!("{BASE}/control/paused/t");
+    let data = serde_json::to_vec(&mark("ops@host", "maintenance window")).unwrap();
+    store.znodes.insert(paused.clone(), (data, Stat::default()));
+
+    // The first write fails on the mark; the resume deletes it before the node hears so.
+    let resumed = paused.clone();
+    let answer: Answering = Box::new(move |zk, store| {
+        let ZkOp::Multi(ops) = zk else { return None };
+        let creates_mark = |op: &ZkOp| matches!(op, ZkOp::Create { path, .. } if *path == resumed);
+        if !ops.iter().any(creates_mark) || !store.znodes.contains_key(&resumed) {
+            return None;
+        }
+        let result = store.apply(zk, at(100));
+        store.znodes.remove(&resumed);
+        Some(result)
+    });
+    let result = RunResult {
+        fire_id: Some(backfill::fire_id(name, tick())),
+        manual: true,
+        ..failed()
+    };
+    let request_end = Request::RunEnded {
+        task: "t".into(),
+        result,
+    };
+    let served = serve_with(
+        &mut node,
+        &mut store,
+        at(100),
+        [self::request(900, request_end)],
+        Timers::Leave,
+        answer,
+    );
+    assert!(
+        matches!(served.answers.get(&900), Some(Ok(Answered::Done))),
+        "{:?}",
+        served.said
+    );
+    let (data, _) = &store.znodes[&request];
+    let ended: BackfillRecord = serde_json::from_slice(data).unwrap();
+    assert_eq!((ended.running, ended.failed), (None, 1));
+    let stored = stored_mark(&store).expect("the failure is stored with its pause");
+    assert_eq!(stored.by, "zkcron@n1");
+    assert!(
+        served.said.iter().any(|s| s.contains("task paused:")),
+        "{:?}",
+        served.said
+    );
+}
+
 #[test]
 fn a_run_without_a_pause_writes_no_mark() {
     let mut store = Store::default();
