@@ -45,6 +45,14 @@ fn task<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no task {name} in {status:#}"))
 }
 
+/// Task `name`'s `key` in `status`, `Null` while the status does not list the task (a daemon
+/// just started answers before it has loaded its tasks): what a wait's condition reads.
+fn field(status: &Value, name: &str, key: &str) -> Value {
+    let tasks = status["tasks"].as_array().into_iter().flatten();
+    let found = tasks.into_iter().find(|t| t["name"] == name);
+    found.map_or(Value::Null, |t| t[key].clone())
+}
+
 /// Runs `cli` (a `zkcron` command line against the scheduler) until `status --json` satisfies
 /// `condition`; panics after `LIMIT` with the last status.
 #[allow(clippy::disallowed_methods)] // real processes, real deadline
@@ -97,7 +105,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
 
     // When its first run fails, then the task is paused, by the node that ran it, naming the
     // run and its exit code.
-    let status = wait_status("flaky paused", cli, |s| task(s, "flaky")["paused"] == true);
+    let status = wait_status("flaky paused", cli, |s| field(s, "flaky", "paused") == true);
     let pause = &task(&status, "flaky")["pause"];
     let reason = pause["reason"].as_str().unwrap();
     assert!(reason.ends_with(" failed (exit code 3)"), "{reason}");
@@ -138,7 +146,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
     let out = cli(&["pause", "steady", "--reason", "db migration until 10:00"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let status = wait_status("steady paused", cli, |s| {
-        task(s, "steady")["paused"] == true
+        field(s, "steady", "paused") == true
     });
     let pause = &task(&status, "steady")["pause"];
     assert_eq!(pause["reason"], "db migration until 10:00");
@@ -162,7 +170,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let status = wait_status("both resumed", cli, |s| {
-        task(s, "flaky")["paused"] == false && task(s, "steady")["paused"] == false
+        field(s, "flaky", "paused") == false && field(s, "steady", "paused") == false
     });
     assert!(task(&status, "steady").get("pause").is_none(), "{status:#}");
     assert!(cluster.fires().duplicates().is_empty());
@@ -216,7 +224,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     };
 
     // When it fails, then it is paused naming the run and its exit code.
-    let status = wait_status("flaky paused", cli, |s| task(s, "flaky")["paused"] == true);
+    let status = wait_status("flaky paused", cli, |s| field(s, "flaky", "paused") == true);
     let pause = &task(&status, "flaky")["pause"];
     let reason = pause["reason"].as_str().unwrap();
     assert!(reason.ends_with(" failed (exit code 5)"), "{reason}");
@@ -238,7 +246,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     let count = std::fs::read_to_string(&fires).unwrap().lines().count();
     let restarted = scratch.start_daemon(&[]);
     let status = wait_status("the daemon back", cli, |s| {
-        task(s, "steady")["paused"] == true
+        field(s, "steady", "paused") == true
     });
     assert_eq!(
         task(&status, "steady")["pause"]["reason"],
@@ -262,7 +270,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     let out = cli(&["resume", "steady"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let status = wait_status("steady resumed", cli, |s| {
-        task(s, "steady")["paused"] == false
+        field(s, "steady", "paused") == false
     });
     assert!(task(&status, "steady").get("pause").is_none(), "{status:#}");
 }
@@ -286,7 +294,9 @@ fn a_failed_manual_run_of_a_task_already_paused_keeps_the_operators_pause_on_zoo
     };
     cluster.start(node);
     let cli = |args: &[&str]| cluster.zkcron(args);
-    wait_status("flaky led", cli, |s| task(s, "flaky")["leader"].is_string());
+    wait_status("flaky led", cli, |s| {
+        field(s, "flaky", "leader").is_string()
+    });
     let out = cli(&["pause", "flaky", "--reason", "maintenance window"]);
     assert!(out.status.success(), "{}", stderr(&out));
 
@@ -318,7 +328,7 @@ fn a_failed_manual_run_of_a_task_already_paused_keeps_the_operators_pause_on_zoo
         "{history:#}"
     );
     let status = wait_status("flaky still paused", cli, |s| {
-        task(s, "flaky")["paused"] == true
+        field(s, "flaky", "paused") == true
     });
     assert_eq!(
         task(&status, "flaky")["pause"]["reason"],
