@@ -52,9 +52,10 @@
 //! - `runs`: live runs, results, and leaving the cluster.
 //! - `queued_start`: a queued tick's claim in the multi-op of the result of the run before it.
 //! - `history`: each task's run history.
-//! - `trigger`: manual and chained runs: trigger znodes and their claim.
-//! - `backfill`: backfill requests: their znodes, the claim of each tick, its lost ticks.
-//! - `request_claim`: the one fenced claim a manual run, a chained run and a backfill tick share.
+//! - `trigger`: manual and chained runs: trigger znodes and the rule of their claim.
+//! - `backfill`: backfill requests: their znodes, the rule of each tick's claim, lost ticks.
+//! - `request_claim`: the one claim a manual run, a chained run and a backfill tick share: the
+//!   fenced write, a lost answer resolved, a conflict claimed again.
 //! - `request_end`: the one end they share: the request set to ended with the run's result,
 //!   its chained runs and pause in the same write.
 //! - `request_dir`: what the two request directories (`control/triggers`, `control/backfills`)

@@ -56,9 +56,11 @@ fn the_checker_reports_item_ticks_run_after_a_failure_when_the_pause_is_written_
         bug: NodeBug::PauseApart,
         ..Knobs::DEFAULT
     };
-    // The seeds from 200: the first that shows it is 238 with the code of 2026-11-27 (a node
-    // lost between a failed run's end and its pause is rare); a range, not one seed, so that
-    // it survives changes of the draws.
+    // The seeds from 200: the first that shows it was 238 with the code of 2026-11-27 and is
+    // 3326 with that of 2026-12-07, once the request claims became one flow and moved the
+    // draws (a node lost between a failed run's end and its pause is rare: about one scenario
+    // in a thousand); a range, not one seed, so that it survives changes of the draws. The
+    // search stops at the first that shows it.
     let kinds = [Kind::RanAfterFailurePause];
-    assert_unit_checks_find(knobs, 200..800, &kinds, |t| t.item_of.is_some());
+    assert_unit_checks_find(knobs, 200..6000, &kinds, |t| t.item_of.is_some());
 }

@@ -1,35 +1,25 @@
-//! Backfills (`zkcron backfill`): the request znodes under `control/backfills`, the claim of
-//! each tick and its end.
+//! Backfills (`zkcron backfill`): the request znodes under `control/backfills`, the rule of
+//! each tick's claim, and the ticks lost with their claimer.
 //!
 //! Every node watches `control/backfills` (a persistent recursive watch added at setup; the
 //! directory is created there) and lists it at setup and after each reconnect, keeping each
 //! request's record and version. The requests of the tasks this node leads that want their
 //! next tick go into [`Leadership::backfills`](crate::coord::Leadership::backfills).
 //!
-//! A tick's claim is one multi-op, fenced like a manual run's: `check(leases/<task>, 0)` +
-//! `check(tasks/<task>/epoch, the version this node's take set)` + `set_data(request, done =
-//! tick and running, the version read)`; the rule is [`backfill::admit`]. A claim whose answer
-//! is lost is resolved by `sync` + re-read: the request running that tick on this node with
-//! this claim's `claimed_at` is this claim. The end (after the history append) sets the
-//! request at the version read, re-read on a conflict ([`backfill::ended`]). The lease holder
+//! A tick's claim (`request_claim.rs`, the flow every request kind shares) sets the request to
+//! `done` = the tick and running it, at the version read, if [`backfill::admit`] admits it;
+//! the request running that tick on this node with this claim's `claimed_at` is this claim.
+//! The end (`request_end.rs`, after the history append) applies [`backfill::ended`]. The lease holder
 //! of a task ends a tick whose claimer's session is gone as lost ([`backfill::lost`]: failed,
 //! not run again), and any node deletes requests ended [`backfill::KEEP_ENDED`] ago.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
-
-use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
-use super::request_claim::ClaimReply;
+use super::io::{Level, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::{Node, RequestStep, Then};
-use crate::coord::backfill::{self, Backfill, BackfillRecord, Claimer};
-use crate::coord::record::Verdict;
-use crate::coord::{ClaimOutcome, CoordError, Trigger};
-
-/// How often a read that resolves a claim or an end is tried before giving up.
-const RESOLVE_READS: u8 = 10;
+use crate::coord::backfill::{self, Backfill, BackfillRecord};
 
 /// The backfills directory, for the code the request directories share.
 const BACKFILLS: RequestDir<Known> = RequestDir {
@@ -44,15 +34,15 @@ pub(crate) struct Known {
     pub(super) version: i32,
 }
 
-/// A claim of a backfill tick on its way.
-#[derive(Debug)]
-pub(crate) struct ClaimJob {
-    req: ReqId,
-    name: String,
-    tick: DateTime<Utc>,
-    claimed_at: DateTime<Utc>,
-    conflicts: u8,
-    reads: u8,
+impl Known {
+    /// The request read as `data` at `stat`, if it is one.
+    pub(super) fn read(data: &[u8], stat: Stat) -> Option<Known> {
+        let record = serde_json::from_slice(data).ok()?;
+        Some(Known {
+            record,
+            version: stat.version,
+        })
+    }
 }
 
 /// Where a backfill call is.
@@ -62,9 +52,6 @@ pub(crate) enum Step {
     Read {
         name: String,
     },
-    Claim(ClaimJob),
-    /// Resolving a claim whose answer was lost (or a conflict): re-reading the request.
-    ClaimRead(ClaimJob),
     /// Ending a lost tick, or deleting an ended request: nothing waits for it.
     Sweep {
         name: String,
@@ -114,8 +101,6 @@ impl Node {
                 Err(ZkFail::NoNode) => self.forget_request(&BACKFILLS, &name),
                 _ => {}
             },
-            Step::Claim(job) => self.on_backfill_claim(job, result),
-            Step::ClaimRead(job) => self.on_backfill_claim_read(job, result),
             Step::Sweep { name } => {
                 self.requests.backfill_sweeping.remove(&name);
             }
@@ -188,187 +173,9 @@ impl Node {
         }
     }
 
-    // ---- the claim ----
-
-    pub(super) fn claim_backfill(&mut self, req: ReqId, task: String, trigger: Trigger) {
-        let Some((name, tick)) = backfill::of_fire_id(&trigger.fire_id) else {
-            let record = trigger.requested_at;
-            return self.answer(
-                req,
-                Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })),
-            );
-        };
-        let job = ClaimJob {
-            req,
-            name: name.to_string(),
-            tick,
-            claimed_at: self.io.now.wall,
-            conflicts: 0,
-            reads: 0,
-        };
-        let known = self
-            .requests
-            .backfills
-            .get(&job.name)
-            .filter(|k| k.record.task == task)
-            .cloned();
-        self.decide_backfill_claim(job, known);
-    }
-
-    /// Claims `job`'s tick of the request as `known` says it is (`None`: gone), or answers.
-    fn decide_backfill_claim(&mut self, job: ClaimJob, known: Option<Known>) {
-        let task = backfill::request_task(&job.name)
-            .unwrap_or_default()
-            .to_string();
-        let leads = self.held_version(&task).is_some();
-        if let Some(known) = &known
-            && self.is_own_backfill_claim(&job, &known.record)
-        {
-            return self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
-        }
-        let record = known.as_ref().map(|k| &k.record);
-        if let Verdict::Refuse(outcome) = backfill::admit(leads, record, job.tick, false) {
-            return self.answer(job.req, Ok(Answered::Claim(outcome)));
-        }
-        let known = known.expect("admitted");
-        let session = self.session_hex();
-        let by = Claimer {
-            node: &self.cfg.id,
-            session: Some(&session),
-        };
-        let mut new = backfill::claimed(&known.record, &job.name, job.tick, by, job.claimed_at);
-        if self.cfg.bugs.backfill_claim_keeps_progress {
-            (new.done, new.claimed) = (known.record.done, known.record.claimed);
-        }
-        let path = self.paths.backfill(&job.name);
-        let data = serde_json::to_vec(&new).expect("serializes");
-        let req = job.req;
-        let then = then(Step::Claim(job));
-        if !self.send_request_claim(&task, path, data, known.version, then) {
-            self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        }
-    }
-
-    /// Whether `record` runs `job`'s tick by this very claim (its answer may have been lost).
-    fn is_own_backfill_claim(&self, job: &ClaimJob, record: &BackfillRecord) -> bool {
-        record.running.as_ref().is_some_and(|run| {
-            run.tick == job.tick && run.node == self.cfg.id && run.claimed_at == job.claimed_at
-        })
-    }
-
-    fn on_backfill_claim(&mut self, job: ClaimJob, result: Result<ZkOk, ZkFail>) {
-        match ClaimReply::of(result) {
-            ClaimReply::Applied(_) => {
-                // The watch brings the new record; until then the listing must not offer the
-                // request again: re-read it now.
-                self.read_backfill(job.name.clone());
-                if let Some(known) = self.requests.backfills.get_mut(&job.name) {
-                    known.record.running = Some(backfill::BackfillRun {
-                        tick: job.tick,
-                        node: self.cfg.id.clone(),
-                        session: None,
-                        claimed_at: job.claimed_at,
-                    });
-                }
-                self.publish();
-                self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
-            }
-            ClaimReply::NotLeader => {
-                if let Some(known) = self.requests.backfills.get(&job.name) {
-                    let unit = self.unit_of(&known.record.task).into_owned();
-                    self.check_refused_lease(unit);
-                }
-                self.answer(job.req, Ok(Answered::Claim(ClaimOutcome::NotLeader)))
-            }
-            ClaimReply::SessionExpired => self.answer(
-                job.req,
-                Err(CoordError::SessionExpired {
-                    context: "claiming a backfill tick",
-                }),
-            ),
-            ClaimReply::Reread => self.resolve_backfill_claim(job),
-        }
-    }
-
-    fn resolve_backfill_claim(&mut self, mut job: ClaimJob) {
-        job.reads += 1;
-        let path = self.paths.backfill(&job.name);
-        let req = job.req;
-        if !self.reread_request(path, then(Step::ClaimRead(job))) {
-            self.answer(
-                req,
-                Err(CoordError::SessionEnded {
-                    context: "claiming a backfill tick",
-                }),
-            );
-        }
-    }
-
-    fn on_backfill_claim_read(&mut self, mut job: ClaimJob, result: Result<ZkOk, ZkFail>) {
-        let known =
-            match result {
-                Ok(ZkOk::Data(data, stat)) => serde_json::from_slice::<BackfillRecord>(&data)
-                    .ok()
-                    .map(|record| Known {
-                        record,
-                        version: stat.version,
-                    }),
-                Err(ZkFail::NoNode) => None,
-                other if job.reads < RESOLVE_READS => {
-                    let _ = other;
-                    return self.resolve_backfill_claim(job);
-                }
-                other => {
-                    let why = match other {
-                        Err(error) => error.to_string(),
-                        Ok(_) => "unexpected answer".into(),
-                    };
-                    return self.answer(
-                        job.req,
-                        Err(CoordError::Unknown {
-                            context: format!("claiming the backfill tick {}", job.name),
-                            why,
-                        }),
-                    );
-                }
-            };
-        match &known {
-            Some(known) => {
-                self.requests
-                    .backfills
-                    .insert(job.name.clone(), known.clone());
-            }
-            None => {
-                self.requests.backfills.remove(&job.name);
-            }
-        }
-        self.publish();
-        job.conflicts += 1;
-        if job.conflicts > 3
-            && !known
-                .as_ref()
-                .is_some_and(|k| self.is_own_backfill_claim(&job, &k.record))
-        {
-            return self.answer(
-                job.req,
-                Err(CoordError::Unknown {
-                    context: format!("claiming the backfill tick {}", job.name),
-                    why: "the request kept changing".into(),
-                }),
-            );
-        }
-        self.decide_backfill_claim(job, known);
-    }
-
     /// A session ended with a backfill call in flight: its request is answered.
     pub(super) fn abort_backfill(&mut self, step: Step) {
         match step {
-            Step::Claim(job) | Step::ClaimRead(job) => self.answer(
-                job.req,
-                Err(CoordError::SessionEnded {
-                    context: "claiming a backfill tick",
-                }),
-            ),
             Step::Sweep { name } => {
                 self.requests.backfill_sweeping.remove(&name);
             }

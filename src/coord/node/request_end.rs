@@ -163,7 +163,7 @@ impl Node {
         let path = self.request_path(&end);
         self.call(
             ZkOp::GetData { path },
-            Then::Request(RequestStep::End(Step::Read { end })),
+            Then::Request(RequestStep::End(Box::new(Step::Read { end }))),
         );
     }
 
@@ -180,7 +180,7 @@ impl Node {
         };
         self.call(
             Node::with_chain(write, &end.chain),
-            Then::Request(RequestStep::End(Step::Write { end })),
+            Then::Request(RequestStep::End(Box::new(Step::Write { end }))),
         );
     }
 

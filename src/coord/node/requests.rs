@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::claim::{self, AfterRead, ClaimJob};
 use super::io::{Answered, ReqId, Request};
 use super::{AfterEnsure, AfterRecreate, Node, Output, Pending, TaskJob, Then, Timer};
-use super::{MemberStep, PoolStep, RequestStep, TaskStep, request_end};
+use super::{MemberStep, PoolStep, RequestStep, TaskStep, request_claim, request_end};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 
 /// Operator requests: every trigger and backfill request as last read, the manual claims on
@@ -18,8 +18,9 @@ use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
 pub(super) struct Requests {
     /// Every trigger under `control/triggers` as last read, by name (= fire id).
     pub(super) triggers: BTreeMap<String, super::trigger::Known>,
-    /// Manual claims sent and not answered `Claimed` yet: their `claimed_at`.
-    pub(super) manual_sent: BTreeMap<String, DateTime<Utc>>,
+    /// Claims sent and not answered yet (or answered with an error), by fire id: their
+    /// `claimed_at`, by which a manual run asked again finds its own claim.
+    pub(super) claims_sent: BTreeMap<String, DateTime<Utc>>,
     /// Every backfill request under `control/backfills` as last read, by name.
     pub(super) backfills: BTreeMap<String, super::backfill::Known>,
     /// The requests with a lost tick's end or a deletion on its way.
@@ -33,7 +34,7 @@ impl Requests {
     pub(super) fn new(history_runs: usize) -> Requests {
         Requests {
             triggers: BTreeMap::new(),
-            manual_sent: BTreeMap::new(),
+            claims_sent: BTreeMap::new(),
             backfills: BTreeMap::new(),
             backfill_sweeping: BTreeSet::new(),
             history_runs,
@@ -103,12 +104,7 @@ impl Node {
             }
             Request::RunEnded { task, result } => self.run_ended(req, task, result),
             Request::LastResult { task } => self.last_result(req, task),
-            Request::ClaimManual { task, trigger }
-                if crate::coord::backfill::of_fire_id(&trigger.fire_id).is_some() =>
-            {
-                self.claim_backfill(req, task, trigger)
-            }
-            Request::ClaimManual { task, trigger } => self.claim_manual(req, task, trigger),
+            Request::ClaimManual { task, trigger } => self.claim_request(req, task, trigger),
             Request::ReleaseAll => self.start_release_all(req),
             Request::Close => self.close_after_history(req),
         }
@@ -215,9 +211,14 @@ impl Node {
             ) => self.abort_read(*after),
             Then::Request(RequestStep::Trigger(step)) => self.abort_trigger(step),
             Then::Request(RequestStep::Backfill(step)) => self.abort_backfill(step),
-            Then::Request(RequestStep::End(
-                request_end::Step::Read { end } | request_end::Step::Write { end },
-            )) => end.abort(self),
+            Then::Request(RequestStep::End(step)) => match *step {
+                request_end::Step::Read { end } | request_end::Step::Write { end } => {
+                    end.abort(self)
+                }
+            },
+            Then::Request(RequestStep::Claim(
+                request_claim::Step::Claim { job, .. } | request_claim::Step::Read(job),
+            )) => job.abort(self),
             Then::History(step) => self.abort_history(step),
             Then::Pool(PoolStep::PoolRecord { req, .. }) => self.abort_pool(req),
             Then::Pool(PoolStep::PoolMulti { job, .. }) => self.abort_pool_multi(*job),

@@ -12,8 +12,8 @@ use super::leases::{TakeJob, TakeKind};
 use super::members::MemberRead;
 use super::runs::RunEndedJob;
 use super::{
-    Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, request_end,
-    trigger,
+    Node, backfill, control, foreign, gc, history, pool, pool_end, queued_start, request_claim,
+    request_end, trigger,
 };
 use crate::coord::records::FireRecord;
 
@@ -47,12 +47,14 @@ pub(super) enum Then {
     Pool(PoolStep),
 }
 
-/// The continuations of the operator's requests: `trigger.rs`, `backfill.rs`, `request_end.rs`.
+/// The continuations of the operator's requests: `trigger.rs`, `backfill.rs`,
+/// `request_claim.rs`, `request_end.rs`.
 #[derive(Debug)]
 pub(super) enum RequestStep {
     Trigger(trigger::Step),
     Backfill(backfill::Step),
-    End(request_end::Step),
+    Claim(request_claim::Step),
+    End(Box<request_end::Step>),
 }
 
 /// The continuations of setup, registration, the member and lease listings and the tree:
@@ -336,7 +338,8 @@ impl Node {
             Then::Control { read, phase } => self.on_control(read, phase, result),
             Then::Request(RequestStep::Trigger(step)) => self.on_trigger_step(step, result),
             Then::Request(RequestStep::Backfill(step)) => self.on_backfill_step(step, result),
-            Then::Request(RequestStep::End(step)) => self.on_end_step(step, result),
+            Then::Request(RequestStep::Claim(step)) => self.on_claim_step(step, result),
+            Then::Request(RequestStep::End(step)) => self.on_end_step(*step, result),
             Then::History(step) => self.on_history_step(step, result),
         }
     }

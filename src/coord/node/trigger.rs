@@ -1,36 +1,32 @@
-//! Manual runs (`zkcron trigger`): the trigger znodes under `control/triggers`, their claim and
-//! their end.
+//! Manual and chained runs (`zkcron trigger`, `after`): the trigger znodes under
+//! `control/triggers`, and the rule of their claim.
 //!
 //! Every node watches `control/triggers` (a persistent recursive watch added at setup; the
 //! directory is created there and again if deleted) and lists it at setup and after each
 //! reconnect, keeping each trigger's record, version and mtime. The pending triggers of the
 //! tasks this node leads go into [`Leadership::triggers`](crate::coord::Leadership::triggers).
 //!
-//! A claim is one multi-op, fenced like a tick's: `check(leases/<task>, 0)` +
-//! `check(tasks/<task>/epoch, the version this node's take set)` + `set_data(trigger, running,
-//! the version read)`. The rule (pending, leading) is [`record::admit_manual`]. A claim whose
-//! answer is lost is resolved by `sync` + re-read: the trigger running on this node with this
-//! node's `claimed_at` is this claim. The end sets the trigger to ended with the run's
-//! [`HistoryEntry`] at the version read (re-read on a conflict), after the history append.
+//! A claim (`request_claim.rs`, the flow every request kind shares) sets the trigger to running
+//! on this node at the version read, if [`record::admit_manual`] admits it (pending, leading);
+//! the trigger running on this node with the `claimed_at` this node sent is its own claim. The
+//! end (`request_end.rs`) sets it to ended with the run's history entry. Ended triggers are
+//! deleted after [`record::TRIGGER_KEEP_ENDED`]; one left running by a node that left is ended
+//! by the task's lease holder.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::io::{Answered, Level, ReqId, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
-use super::request_claim::ClaimReply;
+use super::io::{Level, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::{Node, RequestStep, Then};
-use crate::coord::record::{self, Verdict};
+use crate::coord::Trigger;
+use crate::coord::record;
 use crate::coord::records::{TriggerRecord, TriggerState};
-use crate::coord::{ClaimOutcome, CoordError, Trigger};
 
 /// How often ended triggers are looked for to delete.
 pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How often a read that resolves a claim or an end is tried before giving up.
-const RESOLVE_READS: u8 = 10;
 
 /// The triggers directory, for the code the request directories share.
 const TRIGGERS: RequestDir<Known> = RequestDir {
@@ -47,27 +43,23 @@ pub(crate) struct Known {
     mtime_ms: i64,
 }
 
+impl Known {
+    /// The trigger read as `data` at `stat`, if it is one.
+    pub(super) fn read(data: &[u8], stat: Stat) -> Option<Known> {
+        let record = serde_json::from_slice(data).ok()?;
+        Some(Known {
+            record,
+            version: stat.version,
+            mtime_ms: stat.mtime_ms,
+        })
+    }
+}
+
 /// Where a trigger call is.
 #[derive(Debug)]
 pub(crate) enum Step {
     List,
-    Read {
-        name: String,
-    },
-    Claim {
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-    },
-    /// Resolving a claim whose answer was lost (or a conflict): re-reading the trigger.
-    ClaimRead {
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-        reads: u8,
-    },
+    Read { name: String },
     Recreate,
 }
 
@@ -141,19 +133,6 @@ impl Node {
                 Err(ZkFail::NoNode) => self.forget_request(&TRIGGERS, &name),
                 _ => {}
             },
-            Step::Claim {
-                req,
-                name,
-                new,
-                conflicts,
-            } => self.on_manual_claim(req, name, new, conflicts, result),
-            Step::ClaimRead {
-                req,
-                name,
-                new,
-                conflicts,
-                reads,
-            } => self.on_manual_claim_read(req, name, new, conflicts, reads, result),
             Step::Recreate => {
                 if let Ok(ZkOk::Created(_)) | Err(ZkFail::NodeExists) = result {
                     self.list_triggers();
@@ -220,256 +199,9 @@ impl Node {
         led
     }
 
-    // ---- the claim ----
-
-    pub(super) fn claim_manual(&mut self, req: ReqId, task: String, trigger: Trigger) {
-        let name = trigger.fire_id;
-        let leads = self.held_version(&task).is_some();
-        let known = self
-            .requests
-            .triggers
-            .get(&name)
-            .filter(|k| k.record.task == task)
-            .cloned();
-        let pending = known
-            .as_ref()
-            .is_some_and(|k| k.record.state == TriggerState::Pending);
-        // Asked again after an error: the trigger already runs here by this node's claim.
-        if let Some(known) = &known
-            && leads
-            && self.is_own_claim(&name, &known.record)
-        {
-            self.requests.manual_sent.remove(&name);
-            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
-        }
-        if let Verdict::Refuse(outcome) = record::admit_manual(leads, pending, trigger.requested_at)
-        {
-            return self.answer(req, Ok(Answered::Claim(outcome)));
-        }
-        let known = known.expect("pending");
-        let new = TriggerRecord {
-            state: TriggerState::Running,
-            node: Some(self.cfg.id.clone()),
-            claimed_at: Some(self.io.now.wall),
-            ..known.record
-        };
-        self.send_manual_claim(req, name, new, known.version, 0);
-    }
-
-    fn send_manual_claim(
-        &mut self,
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        version: i32,
-        conflicts: u8,
-    ) {
-        let task = new.task.clone();
-        let path = self.paths.trigger(&name);
-        let data = serde_json::to_vec(&new).expect("serializes");
-        let claimed_at = new.claimed_at.unwrap_or_default();
-        let then = then(Step::Claim {
-            req,
-            name: name.clone(),
-            new,
-            conflicts,
-        });
-        if !self.send_request_claim(&task, path, data, version, then) {
-            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-        }
-        self.requests.manual_sent.insert(name, claimed_at);
-    }
-
-    /// Whether `record` is this node's claim of trigger `name` (sent by this node, which may
-    /// not have had the answer).
-    fn is_own_claim(&self, name: &str, record: &TriggerRecord) -> bool {
-        record.state == TriggerState::Running
-            && record.node.as_deref() == Some(self.cfg.id.as_str())
-            && record.claimed_at.is_some()
-            && self.requests.manual_sent.get(name) == record.claimed_at.as_ref()
-    }
-
-    fn on_manual_claim(
-        &mut self,
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-        result: Result<ZkOk, ZkFail>,
-    ) {
-        match ClaimReply::of(result) {
-            ClaimReply::Applied(stat) => {
-                if let Some(stat) = stat {
-                    self.requests.triggers.insert(
-                        name.clone(),
-                        Known {
-                            record: new,
-                            version: stat.version,
-                            mtime_ms: stat.mtime_ms,
-                        },
-                    );
-                }
-                self.requests.manual_sent.remove(&name);
-                self.publish();
-                self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
-            }
-            ClaimReply::NotLeader => {
-                self.requests.manual_sent.remove(&name);
-                let unit = self.unit_of(&new.task).into_owned();
-                self.check_refused_lease(unit);
-                self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-            }
-            ClaimReply::SessionExpired => {
-                self.requests.manual_sent.remove(&name);
-                self.answer(
-                    req,
-                    Err(CoordError::SessionExpired {
-                        context: "claiming a manual run",
-                    }),
-                );
-            }
-            ClaimReply::Reread => self.resolve_manual_claim(req, name, new, conflicts + 1, 0),
-        }
-    }
-
-    fn resolve_manual_claim(
-        &mut self,
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-        reads: u8,
-    ) {
-        let path = self.paths.trigger(&name);
-        let then = then(Step::ClaimRead {
-            req,
-            name,
-            new,
-            conflicts,
-            reads: reads + 1,
-        });
-        if !self.reread_request(path, then) {
-            self.answer(
-                req,
-                Err(CoordError::SessionEnded {
-                    context: "claiming a manual run",
-                }),
-            );
-        }
-    }
-
-    fn on_manual_claim_read(
-        &mut self,
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-        reads: u8,
-        result: Result<ZkOk, ZkFail>,
-    ) {
-        let (record, stat) = match result {
-            Ok(ZkOk::Data(data, stat)) => match serde_json::from_slice::<TriggerRecord>(&data) {
-                Ok(record) => (record, stat),
-                Err(_) => {
-                    self.requests.manual_sent.remove(&name);
-                    return self.answer(req, Ok(Answered::Claim(ClaimOutcome::NotLeader)));
-                }
-            },
-            Err(ZkFail::NoNode) => {
-                // Deleted (`--wait` gave up, or by hand): nothing to run.
-                self.requests.manual_sent.remove(&name);
-                self.requests.triggers.remove(&name);
-                let record = new.requested_at;
-                return self.answer(
-                    req,
-                    Ok(Answered::Claim(ClaimOutcome::AlreadyClaimed { record })),
-                );
-            }
-            other if reads < RESOLVE_READS => {
-                self.report(
-                    Level::Debug,
-                    format!(
-                        "re-reading a manual run failed ({}); retrying",
-                        describe(&other)
-                    ),
-                )
-                .field("fire_id", &name);
-                return self.resolve_manual_claim(req, name, new, conflicts, reads);
-            }
-            other => {
-                return self.answer(
-                    req,
-                    Err(CoordError::Unknown {
-                        context: format!("claiming the manual run {name}"),
-                        why: describe(&other),
-                    }),
-                );
-            }
-        };
-        self.decide_manual_claim(req, name, new, conflicts, record, stat);
-    }
-
-    /// The trigger as re-read after a manual claim whose outcome was unknown: the claim was
-    /// applied, is sent again at the version read, or is refused.
-    fn decide_manual_claim(
-        &mut self,
-        req: ReqId,
-        name: String,
-        new: TriggerRecord,
-        conflicts: u8,
-        record: TriggerRecord,
-        stat: Stat,
-    ) {
-        self.requests.triggers.insert(
-            name.clone(),
-            Known {
-                record: record.clone(),
-                version: stat.version,
-                mtime_ms: stat.mtime_ms,
-            },
-        );
-        self.publish();
-        if self.is_own_claim(&name, &record) {
-            self.report(Level::Info, "the manual run's claim had been applied")
-                .field("fire_id", &name);
-            self.requests.manual_sent.remove(&name);
-            return self.answer(req, Ok(Answered::Claim(ClaimOutcome::Claimed)));
-        }
-        if record.state == TriggerState::Pending && conflicts < 3 {
-            // Changed while pending (rewritten by hand?): claim the version read.
-            let new = TriggerRecord {
-                state: TriggerState::Running,
-                node: new.node,
-                claimed_at: new.claimed_at,
-                ..record
-            };
-            return self.send_manual_claim(req, name, new, stat.version, conflicts);
-        }
-        self.requests.manual_sent.remove(&name);
-        let leads = self.held_version(&record.task).is_some();
-        let outcome = match record::admit_manual(
-            leads,
-            record.state == TriggerState::Pending,
-            record.requested_at,
-        ) {
-            Verdict::Refuse(outcome) => Ok(outcome),
-            Verdict::Admit => Err(CoordError::Unknown {
-                context: format!("claiming the manual run {name}"),
-                why: "the trigger kept changing".into(),
-            }),
-        };
-        self.answer(req, outcome.map(Answered::Claim));
-    }
-
     /// A session ended with a trigger call in flight: its request is answered.
     pub(super) fn abort_trigger(&mut self, step: Step) {
         match step {
-            Step::Claim { req, .. } | Step::ClaimRead { req, .. } => self.answer(
-                req,
-                Err(CoordError::SessionEnded {
-                    context: "claiming a manual run",
-                }),
-            ),
             Step::List | Step::Read { .. } | Step::Recreate => {}
         }
     }
@@ -554,7 +286,8 @@ impl Node {
     }
 }
 
-fn describe(result: &Result<ZkOk, ZkFail>) -> String {
+/// A call's failure (or unexpected answer), for a report.
+pub(super) fn describe(result: &Result<ZkOk, ZkFail>) -> String {
     match result {
         Ok(_) => "unexpected answer".into(),
         Err(error) => error.to_string(),
