@@ -212,3 +212,19 @@ fn the_seeds_of_the_pooled_and_chained_failures_keep_the_guarantee() {
     }
     pinned_seed_with(4070, Knobs::DEFAULT);
 }
+
+#[test]
+fn a_take_whose_tree_recreation_failed_is_taken_again() {
+    // Seed 11576 (every-node) of a 100,000-scenario run: a stranger deleted `leases/`; n3's
+    // takes of t01 and t03 found it gone and recreated the tree, the recreation lost its
+    // connection, and the takes waiting for it were dropped: n3 stayed "taking" both for
+    // ever while n0 held them as cover (NotConverged). The node's unit test of the same name
+    // is exact.
+    pinned_seed_with(
+        11576,
+        Knobs {
+            every_node: true,
+            ..Knobs::DEFAULT
+        },
+    );
+}

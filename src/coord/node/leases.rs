@@ -414,7 +414,7 @@ impl Node {
         }
     }
 
-    fn take_failed(&mut self, task: String, error: String) {
+    pub(super) fn take_failed(&mut self, task: String, error: String) {
         self.take_finished(&task);
         self.report(Level::Warn, format!("taking the lease failed ({error})"))
             .field("task", &task);

@@ -702,7 +702,16 @@ impl Node {
                     format!("recreating the cluster's tree failed ({error}); retrying"),
                 );
                 self.retry_later();
-                return;
+                // What waited for the tree fails as it would have without it: a take left
+                // waiting here would keep the task "taking" for ever, and no decision would
+                // take it again.
+                return match after {
+                    AfterRecreate::Register => {}
+                    AfterRecreate::Ensure { task, after } => {
+                        self.on_ensured(task, after, Err(error))
+                    }
+                    AfterRecreate::Take(job) => self.take_failed(job.task, error.to_string()),
+                };
             }
         }
         match after {

@@ -739,3 +739,60 @@ fn a_node_with_many_tasks_coalesces_lease_events_over_a_longer_interval() {
         "one decision for the burst"
     );
 }
+
+/// Seed 11576 of the long simulation: `leases/` was deleted, the node's take found it gone
+/// (NoNode) and recreated the tree, and that recreation failed (the connection was lost). The
+/// take that waited for the tree was dropped with it, leaving the task "taking" for ever: no
+/// decision took it again, and another node held it as cover until the end. Now the take fails
+/// as any failed take does, and the next decision takes the lease.
+#[test]
+fn a_take_whose_tree_recreation_failed_is_taken_again() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    assert_eq!(leases(&store), ["t"]);
+    let lease = format!("{BASE}/leases/t");
+    store.znodes.remove(&lease);
+    // The take finds `leases/` gone (this store keeps no directories: the answer says so),
+    // then the last create of the tree's recreation loses its connection.
+    let (mut took, mut recreated) = (false, false);
+    let tasksets = format!("{BASE}/tasksets");
+    let taken = lease.clone();
+    let answer: super::super::test_fixtures::Answering = Box::new(move |zk, _| match zk {
+        ZkOp::Multi(ops) if matches!(&ops[0], ZkOp::Create { path, .. } if *path == taken) => {
+            (!std::mem::replace(&mut took, true)).then(|| {
+                Err(ZkFail::Multi {
+                    index: 0,
+                    error: Box::new(ZkFail::NoNode),
+                })
+            })
+        }
+        ZkOp::Create { path, .. } if *path == tasksets => {
+            (!std::mem::replace(&mut recreated, true)).then_some(Err(ZkFail::ConnectionLoss))
+        }
+        _ => None,
+    });
+    let gone = Input::Watch {
+        path: lease,
+        kind: WatchKind::Deleted,
+    };
+    let served = super::super::test_fixtures::serve_with(
+        &mut node,
+        &mut store,
+        at(1_000),
+        [gone],
+        super::super::test_fixtures::Timers::Fire,
+        answer,
+    );
+    assert!(
+        served
+            .said
+            .iter()
+            .any(|s| s.contains("recreating the cluster's tree failed")),
+        "{:?}",
+        served.said
+    );
+    let said = pump(&mut node, &mut store, at(3_000));
+    let said_later = pump(&mut node, &mut store, at(6_000));
+    assert_eq!(leases(&store), ["t"], "{said:?} {said_later:?}");
+    assert!(node.leadership().may_fire("t"));
+}
