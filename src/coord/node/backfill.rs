@@ -20,11 +20,19 @@ use super::io::{Level, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::{Node, RequestStep, Then};
 use crate::coord::backfill::{self, Backfill, BackfillRecord};
+use crate::coord::records::Paths;
 
 /// The backfills directory, for the code the request directories share.
 const BACKFILLS: RequestDir<Known> = RequestDir {
     known: |node: &mut Node| &mut node.requests.backfills,
     read: Node::read_backfill,
+    parse: |name, data, stat| {
+        Known::read(data, stat).filter(|k| backfill::request_task(name) == Some(&*k.record.task))
+    },
+    version: |known| known.version,
+    path: Paths::backfill,
+    noun: "a backfill",
+    made_by: "`zkcron backfill` creates them",
 };
 
 /// A request as this node last read it.
@@ -97,45 +105,13 @@ impl Node {
                 _ => {}
             },
             Step::Read { name } => match result {
-                Ok(ZkOk::Data(data, stat)) => self.learn_backfill(name, &data, stat),
+                Ok(ZkOk::Data(data, stat)) => self.learn_request(&BACKFILLS, name, &data, stat),
                 Err(ZkFail::NoNode) => self.forget_request(&BACKFILLS, &name),
                 _ => {}
             },
             Step::Sweep { name } => {
                 self.requests.backfill_sweeping.remove(&name);
             }
-        }
-    }
-
-    /// Keeps a request's record; a znode that is not one is reported once and ignored.
-    fn learn_backfill(&mut self, name: String, data: &[u8], stat: Stat) {
-        let record = match serde_json::from_slice::<BackfillRecord>(data) {
-            Ok(record) if backfill::request_task(&name) == Some(record.task.as_str()) => record,
-            Ok(_) | Err(_) => {
-                let path = self.paths.backfill(&name);
-                let cli = self.zk_cli();
-                self.report_once(
-                    format!("foreign backfill {path} {}", stat.mzxid),
-                    Level::Warn,
-                    format!(
-                        "ignoring {path}: not a backfill zkcron can read (`zkcron backfill` creates them); remove it: {cli} delete {path}"
-                    ),
-                );
-                self.forget_request(&BACKFILLS, &name);
-                return;
-            }
-        };
-        let newer = self
-            .requests
-            .backfills
-            .get(&name)
-            .is_none_or(|known| known.version <= stat.version);
-        if newer {
-            let version = stat.version;
-            self.requests
-                .backfills
-                .insert(name, Known { record, version });
-            self.publish();
         }
     }
 

@@ -8,7 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Node;
-use super::io::{WatchKind, ZkOp};
+use super::io::{Level, Stat, WatchKind, ZkOp};
+use crate::coord::records::Paths;
 
 /// One request directory as the code shared here needs it.
 pub(super) struct RequestDir<V: 'static> {
@@ -16,6 +17,16 @@ pub(super) struct RequestDir<V: 'static> {
     pub(super) known: fn(&mut Node) -> &mut BTreeMap<String, V>,
     /// Reads one request by name (its answer comes back to the directory's own module).
     pub(super) read: fn(&mut Node, String),
+    /// The request `name` as read (`data` at `stat`), if it is a record of its name's task.
+    pub(super) parse: fn(&str, &[u8], Stat) -> Option<V>,
+    /// The version a known request was read at.
+    pub(super) version: fn(&V) -> i32,
+    /// The path of the request `name`.
+    pub(super) path: fn(&Paths, &str) -> String,
+    /// What a request is, for the report of a znode that is none: "a manual run".
+    pub(super) noun: &'static str,
+    /// Who makes them, for that report: "`zkcron trigger TASK` creates them".
+    pub(super) made_by: &'static str,
 }
 
 /// Where a watch event's path is, seen from a request directory.
@@ -71,6 +82,38 @@ impl Node {
         }
         for name in names {
             (dir.read)(self, name);
+        }
+    }
+
+    /// Keeps the request `name` read as `data` at `stat` unless a newer read is known; a znode
+    /// that is not a request of its own name is reported once and ignored.
+    pub(super) fn learn_request<V>(
+        &mut self,
+        dir: &RequestDir<V>,
+        name: String,
+        data: &[u8],
+        stat: Stat,
+    ) {
+        let Some(read) = (dir.parse)(&name, data, stat) else {
+            let path = (dir.path)(&self.paths, &name);
+            let cli = self.zk_cli();
+            self.report_once(
+                format!("foreign {} {path} {}", dir.noun, stat.mzxid),
+                Level::Warn,
+                format!(
+                    "ignoring {path}: not {} zkcron can read ({}); remove it: {cli} delete {path}",
+                    dir.noun, dir.made_by
+                ),
+            );
+            return self.forget_request(dir, &name);
+        };
+        let known = (dir.known)(self);
+        if known
+            .get(&name)
+            .is_none_or(|old| (dir.version)(old) <= stat.version)
+        {
+            known.insert(name, read);
+            self.publish();
         }
     }
 

@@ -23,7 +23,7 @@ use super::request_dir::{RequestDir, WatchedPath, watched_path};
 use super::{Node, RequestStep, Then};
 use crate::coord::Trigger;
 use crate::coord::record;
-use crate::coord::records::{TriggerRecord, TriggerState};
+use crate::coord::records::{Paths, TriggerRecord, TriggerState};
 
 /// How often ended triggers are looked for to delete.
 pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -32,6 +32,13 @@ pub(super) const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(
 const TRIGGERS: RequestDir<Known> = RequestDir {
     known: |node: &mut Node| &mut node.requests.triggers,
     read: Node::read_trigger,
+    parse: |name, data, stat| {
+        Known::read(data, stat).filter(|k| record::trigger_task(name) == Some(&*k.record.task))
+    },
+    version: |known| known.version,
+    path: Paths::trigger,
+    noun: "a manual run",
+    made_by: "`zkcron trigger TASK` creates them",
 };
 
 /// A trigger as this node last read it.
@@ -129,7 +136,7 @@ impl Node {
                 }
             },
             Step::Read { name } => match result {
-                Ok(ZkOk::Data(data, stat)) => self.learn_trigger(name, &data, stat),
+                Ok(ZkOk::Data(data, stat)) => self.learn_request(&TRIGGERS, name, &data, stat),
                 Err(ZkFail::NoNode) => self.forget_request(&TRIGGERS, &name),
                 _ => {}
             },
@@ -138,43 +145,6 @@ impl Node {
                     self.list_triggers();
                 }
             }
-        }
-    }
-
-    /// Keeps a trigger's record; a znode that is not a trigger of its own name is reported once
-    /// and ignored.
-    fn learn_trigger(&mut self, name: String, data: &[u8], stat: Stat) {
-        let record = match serde_json::from_slice::<TriggerRecord>(data) {
-            Ok(record) if record::trigger_task(&name) == Some(record.task.as_str()) => record,
-            Ok(_) | Err(_) => {
-                let path = self.paths.trigger(&name);
-                let cli = self.zk_cli();
-                self.report_once(
-                    format!("foreign trigger {path} {}", stat.mzxid),
-                    Level::Warn,
-                    format!(
-                        "ignoring {path}: not a manual run zkcron can read (`zkcron trigger TASK` creates them); remove it: {cli} delete {path}"
-                    ),
-                );
-                self.forget_request(&TRIGGERS, &name);
-                return;
-            }
-        };
-        let newer = self
-            .requests
-            .triggers
-            .get(&name)
-            .is_none_or(|known| known.version <= stat.version);
-        if newer {
-            self.requests.triggers.insert(
-                name,
-                Known {
-                    record,
-                    version: stat.version,
-                    mtime_ms: stat.mtime_ms,
-                },
-            );
-            self.publish();
         }
     }
 

@@ -603,3 +603,57 @@ fn a_close_waits_for_a_history_append_at_most_two_seconds() {
     );
     assert_eq!(answer(&out, 10), Some(Ok(Answered::Done)));
 }
+
+/// A znode under a request directory that is not a request of its own name (not JSON, or a
+/// record of another task) is ignored, and reported once with the command that removes it.
+#[test]
+fn a_foreign_znode_among_the_requests_is_reported_with_how_to_remove_it_and_ignored() {
+    let cases = [
+        (
+            "triggers",
+            NAME,
+            "a manual run",
+            "`zkcron trigger TASK` creates them",
+        ),
+        (
+            "backfills",
+            "t@backfill-0000000001",
+            "a backfill",
+            "`zkcron backfill` creates them",
+        ),
+    ];
+    for (dir, name, noun, made_by) in cases {
+        let mut node = leading();
+        let path = format!("{BASE}/control/{dir}/{name}");
+        let mut outputs = Vec::new();
+        for _ in 0..2 {
+            node.handle(
+                Input::Watch {
+                    path: path.clone(),
+                    kind: WatchKind::Created,
+                },
+                at(2),
+            );
+            let (op, zk) = calls(&drain(&mut node)).pop().expect("a read");
+            assert_eq!(zk, ZkOp::GetData { path: path.clone() });
+            let data = b"not a request".to_vec();
+            let result = Ok(ZkOk::Data(data, Stat::default()));
+            outputs.extend(reply(&mut node, op, result, at(2)));
+        }
+        let said: Vec<String> = outputs
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Report(report) => Some(report.to_string()),
+                _ => None,
+            })
+            .filter(|said| said.contains("ignoring"))
+            .collect();
+        let expected =
+            format!("ignoring {path}: not {noun} zkcron can read ({made_by}); remove it: ");
+        assert_eq!(said.len(), 1, "reported once: {said:?}");
+        assert!(said[0].contains(&expected), "{said:?}");
+        assert!(said[0].contains(&format!(" delete {path}")), "{said:?}");
+        assert!(node.leases.leadership.triggers.is_empty());
+        assert!(node.leases.leadership.backfills.is_empty());
+    }
+}
