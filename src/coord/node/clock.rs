@@ -157,6 +157,7 @@ impl Node {
         create: bool,
         setup: bool,
     ) {
+        self.life.probe_failed = result.is_err();
         match result {
             Ok(ZkOk::Stat(stat)) | Ok(ZkOk::Created(stat)) => self.measure_skew(sent, &stat),
             Err(ZkFail::NodeExists) if create => {

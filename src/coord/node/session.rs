@@ -37,6 +37,9 @@ pub(super) struct Life {
     pub(super) skew: Option<SkewVerdict>,
     /// This node's clock offset from ZooKeeper's, as last measured (ms, positive = ahead).
     pub(super) offset_ms: Option<i64>,
+    /// The last clock probe failed (its answer lost with the connection, say): a reconnect
+    /// probes again rather than waiting for the next `CLOCK_PROBE`.
+    pub(super) probe_failed: bool,
     /// `ReleaseAll` was asked for: the node leads nothing from here on and never registers
     /// again.
     pub(super) stopping: bool,
@@ -95,6 +98,12 @@ impl Node {
                     self.maybe_register();
                 } else {
                     self.retry();
+                }
+                // A clock probe lost with the connection is sent again now: a node that may
+                // not lead for its clock would otherwise wait up to `CLOCK_PROBE` to learn
+                // that its clock is fine again.
+                if std::mem::take(&mut self.life.probe_failed) {
+                    self.probe(false);
                 }
                 // Trigger and backfill events missed while disconnected, and runs that ended
                 // meanwhile.

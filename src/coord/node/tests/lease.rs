@@ -796,3 +796,44 @@ fn a_take_whose_tree_recreation_failed_is_taken_again() {
     assert_eq!(leases(&store), ["t"], "{said:?} {said_later:?}");
     assert!(node.leadership().may_fire("t"));
 }
+
+/// Seed 77306 of the long simulation: the only node that may run a task was refused leadership
+/// for its clock; its clock came right, and the probe that would have said so lost its answer
+/// with the connection. The node waited for the next probe, 30 s later, and the task's ticks
+/// of that time were never run. A reconnect now probes again when the last probe failed.
+#[test]
+fn a_clock_probe_lost_with_the_connection_is_sent_again_on_reconnecting() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    let clock = format!("{BASE}/clock");
+    let is_probe = |zk: &ZkOp| matches!(zk, ZkOp::SetData { path, .. } if *path == clock);
+    let probe_at = at(31_000);
+    node.handle_timeout(probe_at);
+    let outputs: Vec<_> = std::iter::from_fn(|| node.poll()).collect();
+    let probe = outputs.iter().find_map(|o| match o {
+        super::super::io::Output::Call { op, zk } if is_probe(zk) => Some(*op),
+        _ => None,
+    });
+    let probe = probe.expect("the periodic probe");
+    node.handle(
+        Input::Reply {
+            op: probe,
+            result: Err(ZkFail::ConnectionLoss),
+        },
+        probe_at,
+    );
+    node.handle(Input::Disconnected, probe_at);
+    let back = at(31_500);
+    node.handle(
+        Input::Connected {
+            session_id: 1,
+            negotiated_timeout: Duration::from_secs(10),
+        },
+        back,
+    );
+    let outputs: Vec<_> = std::iter::from_fn(|| node.poll()).collect();
+    let probed = outputs
+        .iter()
+        .any(|o| matches!(o, super::super::io::Output::Call { zk, .. } if is_probe(zk)));
+    assert!(probed, "{outputs:?}");
+}
