@@ -7,7 +7,8 @@
 //!   `control` (drain, pause, eligibility and drift reports, foreign leases), `lease` (takes,
 //!   releases, registration), `run` (others' live runs, orphaned ticks), `queued_start` (a run's
 //!   end and the tick queued behind it), `chain` (the requests of chained runs), `pause` (a
-//!   failed run's pause), `every_node` (every-node units), `pool` (a pooled task's units).
+//!   failed run's pause), `every_node` (every-node units), `pool` (a pooled task's units),
+//!   `healing` (a take whose tree recreation failed, a clock probe lost with the connection).
 
 use std::time::Duration;
 
@@ -258,6 +259,7 @@ mod backfill;
 mod chain;
 mod control;
 mod every_node;
+mod healing;
 mod lease;
 mod pause;
 mod pool;
