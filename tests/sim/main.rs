@@ -306,8 +306,9 @@
 //! idle cores; measured 2026-11-27). A long run, before a release or after a change to the
 //! node or the firing core: 100,000 scenarios (60,000 plain, 15,000 pooled, 15,000
 //! every-node, 10,000 queued), each shard saying every 1,000 scenarios how far it is; in a
-//! release build without LTO 11 min 43 s on two idle cores (22.9 CPU-minutes; at f20e03f, no
-//! violation; the run before, at c2f1083, found the three `TwoQueued` seeds in "Findings"):
+//! release build without LTO 16 min 1 s of tests on two cores (33.2 CPU-minutes with the
+//! build; at a631efe, no violation; the runs before it found seeds 11576 and 77306, and the
+//! three `TwoQueued` seeds, in "Findings"):
 //!
 //! ```text
 //! CARGO_PROFILE_RELEASE_LTO=false ZKCRON_SIM_SCENARIOS=100000 ZKCRON_SIM_REPORTS=1 nice cargo test --release --test sim simulated_clusters -- --nocapture 2>&1 | tee sim-100k.log
