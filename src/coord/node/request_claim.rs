@@ -283,20 +283,22 @@ impl Node {
         }
     }
 
-    /// Keeps the record `data` the claim of `job` wrote (at the version `stat` gives; without
-    /// it, at the one known, and the request is read again).
+    /// Keeps the record `data` the claim of `job` wrote, at the version `stat` gives; without
+    /// it, as of the read known (its version and mtime): the watch's event of the write
+    /// brings the new ones.
     fn keep_claimed(&mut self, job: &ClaimJob, data: &[u8], stat: Option<Stat>) {
-        let known = self.known_claimed(job);
-        let Some(stat) = stat.or_else(|| {
-            let version = match known.as_ref()? {
-                Known::Manual(k) => k.version,
-                Known::Backfill(k) => k.version,
-            };
-            Some(Stat {
-                version,
+        let as_known = || match self.known_claimed(job)? {
+            Known::Manual(k) => Some(Stat {
+                version: k.version,
+                mtime_ms: k.mtime_ms,
                 ..Stat::default()
-            })
-        }) else {
+            }),
+            Known::Backfill(k) => Some(Stat {
+                version: k.version,
+                ..Stat::default()
+            }),
+        };
+        let Some(stat) = stat.or_else(as_known) else {
             return;
         };
         if let Some(read) = self.parse_claimed(job, data, stat) {

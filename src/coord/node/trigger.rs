@@ -47,7 +47,7 @@ pub(crate) struct Known {
     pub(crate) record: TriggerRecord,
     pub(super) version: i32,
     /// Server time of its last change (for an ended one: when it ended).
-    mtime_ms: i64,
+    pub(super) mtime_ms: i64,
 }
 
 impl Known {
