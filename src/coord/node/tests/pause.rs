@@ -142,19 +142,13 @@ fn a_pause_mark_already_there_keeps_its_reason_and_the_failed_result_is_stored_a
     assert!(!said.iter().any(|s| s.contains("task paused:")), "{said:?}");
 }
 
-/// Seed 126 of the pooled simulation (for a task's run likewise): an end's write found the
-/// mark there (NodeExists), and an operator's resume landed before the write was sent again.
-/// The failure is stored with a mark all the same: the second write checks the mark, finds it
-/// gone, and the third creates it again with the result.
-#[test]
-fn a_failed_runs_end_written_again_after_a_resume_pauses_the_task_again() {
-    let mut store = Store::default();
-    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+/// Plants the operator's pause mark of `t` in `store`, and answers the end's first write
+/// that would create the mark as the store does (it fails on the mark) and then deletes the
+/// mark, as a resume landing before the node hears the answer: the mark's path and the answers.
+fn resumed_after_the_first_write(store: &mut Store) -> (String, Answering<'static>) {
     let paused = format!("{BASE}/control/paused/t");
     let data = serde_json::to_vec(&mark("ops@host", "maintenance window")).unwrap();
     store.znodes.insert(paused.clone(), (data, Stat::default()));
-
-    // The first write fails on the mark; the resume deletes it before the node hears so.
     let resumed = paused.clone();
     let answer: Answering = Box::new(move |zk, store| {
         let ZkOp::Multi(ops) = zk else { return None };
@@ -166,6 +160,18 @@ fn a_failed_runs_end_written_again_after_a_resume_pauses_the_task_again() {
         store.znodes.remove(&resumed);
         Some(result)
     });
+    (paused, answer)
+}
+
+/// Seed 126 of the pooled simulation (for a task's run likewise): an end's write found the
+/// mark there (NodeExists), and an operator's resume landed before the write was sent again.
+/// The failure is stored with a mark all the same: the second write checks the mark, finds it
+/// gone, and the third creates it again with the result.
+#[test]
+fn a_failed_runs_end_written_again_after_a_resume_pauses_the_task_again() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "pause_on_failure = true")]);
+    let (paused, answer) = resumed_after_the_first_write(&mut store);
     let request = Request::RunEnded {
         task: "t".into(),
         result: failed(),
@@ -228,22 +234,7 @@ fn a_failed_backfill_ticks_end_written_again_after_a_resume_pauses_the_task_agai
     store
         .znodes
         .insert(request.clone(), (data, Stat::default()));
-    let paused = format!("{BASE}/control/paused/t");
-    let data = serde_json::to_vec(&mark("ops@host", "maintenance window")).unwrap();
-    store.znodes.insert(paused.clone(), (data, Stat::default()));
-
-    // The first write fails on the mark; the resume deletes it before the node hears so.
-    let resumed = paused.clone();
-    let answer: Answering = Box::new(move |zk, store| {
-        let ZkOp::Multi(ops) = zk else { return None };
-        let creates_mark = |op: &ZkOp| matches!(op, ZkOp::Create { path, .. } if *path == resumed);
-        if !ops.iter().any(creates_mark) || !store.znodes.contains_key(&resumed) {
-            return None;
-        }
-        let result = store.apply(zk, at(100));
-        store.znodes.remove(&resumed);
-        Some(result)
-    });
+    let (_, answer) = resumed_after_the_first_write(&mut store);
     let result = RunResult {
         fire_id: Some(backfill::fire_id(name, tick())),
         manual: true,
