@@ -77,6 +77,19 @@ pub(super) enum Decision {
     Write { data: Vec<u8>, version: i32 },
 }
 
+impl Kind {
+    /// The kind of request the run `fire_id` comes from, by the fire id's form.
+    pub(super) fn of(fire_id: &str) -> Kind {
+        match rules::of_fire_id(fire_id) {
+            Some((name, tick)) => Kind::Backfill {
+                name: name.to_string(),
+                tick,
+            },
+            None => Kind::Manual,
+        }
+    }
+}
+
 impl ClaimJob {
     fn what(&self) -> &'static str {
         match self.kind {
@@ -130,13 +143,7 @@ impl Node {
     /// Claims the run `trigger` of `task` asks for: a manual or chained run's trigger, or a
     /// backfill tick (by its fire id's form).
     pub(super) fn claim_request(&mut self, req: ReqId, task: String, trigger: Trigger) {
-        let kind = match rules::of_fire_id(&trigger.fire_id) {
-            Some((name, tick)) => Kind::Backfill {
-                name: name.to_string(),
-                tick,
-            },
-            None => Kind::Manual,
-        };
+        let kind = Kind::of(&trigger.fire_id);
         let job = ClaimJob {
             req,
             task,
@@ -161,8 +168,13 @@ impl Node {
     }
 
     fn claim_path(&self, job: &ClaimJob) -> String {
-        match &job.kind {
-            Kind::Manual => self.paths.trigger(&job.fire_id),
+        self.request_path(&job.kind, &job.fire_id)
+    }
+
+    /// The znode of the request of `kind` that the run `fire_id` comes from.
+    pub(super) fn request_path(&self, kind: &Kind, fire_id: &str) -> String {
+        match kind {
+            Kind::Manual => self.paths.trigger(fire_id),
             Kind::Backfill { name, .. } => self.paths.backfill(name),
         }
     }

@@ -12,6 +12,7 @@
 //! A request ended already, deleted, or unreadable ends nothing more: the history has the run.
 
 use super::io::{Answered, Level, ReqId, ZkFail, ZkOk, ZkOp};
+use super::request_claim::Kind;
 use super::{Node, RequestStep, Then};
 use crate::coord::backfill::{self, BackfillRecord};
 use crate::coord::record;
@@ -49,14 +50,6 @@ pub(crate) enum Step {
     Write { end: End },
 }
 
-/// The request an end is recorded on.
-enum Request<'a> {
-    /// A manual or chained run's trigger, named by the fire id.
-    Trigger,
-    /// A backfill request, by name.
-    Backfill(&'a str),
-}
-
 impl End {
     pub(super) fn new(req: ReqId, task: &str, result: &RunResult, release: &str) -> End {
         let entry = HistoryEntry::of_run(task, result, release);
@@ -73,25 +66,22 @@ impl End {
         }
     }
 
-    fn request(&self) -> Request<'_> {
-        match backfill::of_fire_id(&self.name) {
-            Some((name, _)) => Request::Backfill(name),
-            None => Request::Trigger,
-        }
+    fn kind(&self) -> Kind {
+        Kind::of(&self.name)
     }
 
     /// The error messages' name of the run.
     fn what(&self) -> &'static str {
-        match self.request() {
-            Request::Trigger => "manual run",
-            Request::Backfill(_) => "backfill run",
+        match self.kind() {
+            Kind::Manual => "manual run",
+            Kind::Backfill { .. } => "backfill run",
         }
     }
 
     fn context(&self) -> &'static str {
-        match self.request() {
-            Request::Trigger => "recording the manual run's end",
-            Request::Backfill(_) => "recording the backfill run's end",
+        match self.kind() {
+            Kind::Manual => "recording the manual run's end",
+            Kind::Backfill { .. } => "recording the backfill run's end",
         }
     }
 
@@ -115,27 +105,20 @@ impl Node {
         }
     }
 
-    fn request_path(&self, end: &End) -> String {
-        match end.request() {
-            Request::Trigger => self.paths.trigger(&end.name),
-            Request::Backfill(name) => self.paths.backfill(name),
-        }
-    }
-
     /// The request's record as this node knows it, as stored, and its version (a running
     /// trigger's, any backfill's).
     fn known_request(&self, end: &End) -> Option<(Vec<u8>, i32)> {
-        match end.request() {
-            Request::Trigger => self
+        match end.kind() {
+            Kind::Manual => self
                 .requests
                 .triggers
                 .get(&end.name)
                 .filter(|known| known.record.state == TriggerState::Running)
                 .map(|known| (to_vec(&known.record), known.version)),
-            Request::Backfill(name) => self
+            Kind::Backfill { name, .. } => self
                 .requests
                 .backfills
-                .get(name)
+                .get(&name)
                 .map(|known| (to_vec(&known.record), known.version)),
         }
     }
@@ -144,13 +127,13 @@ impl Node {
     /// nothing to write (ended already, or not a record zkcron can read).
     fn ended_data(&self, end: &End, data: &[u8]) -> Option<Vec<u8>> {
         let reason = end.reason.as_deref();
-        match end.request() {
-            Request::Trigger => {
+        match end.kind() {
+            Kind::Manual => {
                 let record = serde_json::from_slice::<TriggerRecord>(data).ok()?;
                 let new = record::trigger_ended(&record, &end.entry, reason)?;
                 Some(serde_json::to_vec(&new).expect("serializes"))
             }
-            Request::Backfill(_) => {
+            Kind::Backfill { .. } => {
                 let record = serde_json::from_slice::<BackfillRecord>(data).ok()?;
                 let new = backfill::ended(&record, &end.entry, reason, self.io.now.wall);
                 (new != record).then(|| serde_json::to_vec(&new).expect("serializes"))
@@ -160,7 +143,7 @@ impl Node {
 
     fn read_end(&mut self, mut end: End) {
         end.reads += 1;
-        let path = self.request_path(&end);
+        let path = self.request_path(&end.kind(), &end.name);
         self.call(
             ZkOp::GetData { path },
             Then::Request(RequestStep::End(Box::new(Step::Read { end }))),
@@ -174,7 +157,7 @@ impl Node {
             return self.answer(end.req, Ok(Answered::Done));
         };
         let write = ZkOp::SetData {
-            path: self.request_path(&end),
+            path: self.request_path(&end.kind(), &end.name),
             data: new,
             version: Some(version),
         };
