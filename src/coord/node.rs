@@ -71,8 +71,10 @@
 //! - `clock`: skew verdicts and the cluster's clock.
 //! - `gc`: collecting the task sets no member references.
 //! - `report`: once-per-change reports for the operator, with their fixes.
-//! - `tests` (`tests.rs` and `tests/`, one file a subject): the node fed by hand or by the
-//!   small in-memory ZooKeeper of `test_fixtures`, which they import from explicitly.
+//! - `model_zk` (tests only): the in-memory ZooKeeper that the node's tests and the simulation
+//!   share.
+//! - `tests` (`tests.rs` and `tests/`, one file a subject): the node fed by hand or by
+//!   `test_fixtures`' store (one session of `model_zk`), which they import from explicitly.
 
 mod acting;
 mod backfill;
@@ -88,6 +90,8 @@ mod leadership;
 mod leases;
 mod mark;
 mod members;
+#[cfg(any(test, feature = "testkit"))]
+pub mod model_zk;
 mod pool;
 mod pool_end;
 mod pool_orphan;

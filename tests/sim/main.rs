@@ -25,8 +25,8 @@
 //!   core stops it) with `Request::RunEnded`. A reload of changed task files unloads every task
 //!   and loads the new definitions (`Input::Unload`, `Input::Load`) before the node publishes
 //!   them. A graceful stop sends `ReleaseAll` and `Close`.
-//! - **ZooKeeper** (`model_zk.rs`): real semantics for the generic operations the node speaks:
-//!   string paths, byte data, `Stat` (version, ephemeral owner = session id, ctime/mtime from the
+//! - **ZooKeeper** (`zkcron::coord::node::model_zk`, which the node's unit tests run on too):
+//!   real semantics for the generic operations the node speaks: string paths, byte data, `Stat` (version, ephemeral owner = session id, ctime/mtime from the
 //!   server's true virtual time, czxid/mzxid), persistent and ephemeral creates (the parent must
 //!   exist), versioned delete (`NotEmpty` with children) / set / check, get, children, exists,
 //!   sync, atomic multi (the first failing operation's index, nothing applied, one zxid),
@@ -334,7 +334,6 @@ mod checker;
 mod drive;
 mod every_node;
 mod findings;
-mod model_zk;
 mod pause_failure;
 mod pools;
 mod queued;

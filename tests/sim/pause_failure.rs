@@ -16,9 +16,9 @@ use zkcron::coord::records::ResultRecord;
 
 use super::checker::{Checker, Kind};
 use super::drive::Sim;
-use super::model_zk::Write;
 use super::scenario::{Knobs, TaskDef};
 use super::{Ms, NodeIx, TaskIx, epoch, secs};
+use zkcron::coord::node::model_zk::Write;
 
 /// How long after a failure's result is stored a claim may still be on its way: sent by a
 /// node that had not heard of the pause yet (the watch and the claim cross on the network).

@@ -1,6 +1,6 @@
 //! The fixtures the node's unit tests share: a node's config and clock, task specs, a small
-//! in-memory ZooKeeper of one session ([`Store`], no watches: the tests deliver the events
-//! they mean, or [`pump`] delivers those of the watched directories), the loop that runs the
+//! in-memory ZooKeeper ([`Store`], the simulation's [`ModelZk`] as one session: the tests
+//! deliver the events they mean, or [`pump`] delivers those of the node's watches), the loop that runs the
 //! node against it until it is quiet, a node started on it, asking it a request, and the
 //! records a test plants (a pause or drain mark, a pending manual run).
 
@@ -13,8 +13,9 @@ use chrono::{DateTime, Utc};
 use semver::Version;
 
 use super::io::{
-    Answer, Answered, CreateMode, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
+    Answer, Answered, Input, Now, Output, Request, Stat, WatchKind, ZkFail, ZkOk, ZkOp,
 };
+use super::model_zk::ModelZk;
 use super::{MemberInfo, Node, NodeBugs, NodeConfig};
 use crate::coord::lease::Member;
 use crate::coord::records::{HistoryRecord, MarkRecord, MemberRecord, TriggerRecord, TriggerState};
@@ -88,10 +89,11 @@ pub(super) fn mark() -> Vec<u8> {
     .unwrap()
 }
 
-/// A ZooKeeper of one session, enough for setup, registration, listing and takes.
-#[derive(Default)]
+/// The node's ZooKeeper: the in-memory server the simulation runs on ([`ModelZk`]), with
+/// sessions 1 and 2 open for ever (the tests expire nothing), its clock the node's wall clock.
+/// Watch events go to [`Store::events`] for the tests' pump to deliver (or not).
 pub(super) struct Store {
-    pub(super) znodes: BTreeMap<String, (Vec<u8>, Stat)>,
+    pub(super) zk: ModelZk,
     /// Watch events of the node's persistent recursive watches, not delivered yet.
     pub(super) events: Vec<(String, WatchKind)>,
     /// Znodes whose ACL keeps the node from reading them.
@@ -101,129 +103,93 @@ pub(super) struct Store {
     pub(super) session: Option<i64>,
 }
 
+impl Default for Store {
+    fn default() -> Store {
+        let mut zk = ModelZk::new(0);
+        for session in [1, 2] {
+            zk.open_session_as(session, u64::MAX / 2, 0);
+        }
+        Store {
+            zk,
+            events: Vec::new(),
+            unreadable: Vec::new(),
+            session: None,
+        }
+    }
+}
+
 impl Store {
+    /// Applies `zk` as the pumped session's call at `now`, noting the watch events it causes.
     pub(super) fn apply(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
-        let result = self.apply_op(zk, now);
-        if result.is_ok() {
-            let watched = |path: &str| {
-                ["members/", "leases/", "control/drained", "control/paused"]
-                    .iter()
-                    .any(|dir| path.starts_with(&format!("{BASE}/{dir}")))
-            };
-            let mut note = |path: &String, kind| {
-                if watched(path) {
-                    self.events.push((path.clone(), kind));
-                }
-            };
-            let ops = match zk {
-                ZkOp::Multi(ops) => ops.iter().collect(),
-                op => vec![op],
-            };
-            for op in ops {
-                match op {
-                    ZkOp::Create { path, .. } => note(path, WatchKind::Created),
-                    ZkOp::Delete { path, .. } => note(path, WatchKind::Deleted),
-                    ZkOp::SetData { path, .. } => note(path, WatchKind::DataChanged),
-                    _ => {}
-                }
+        if let ZkOp::GetData { path } = zk
+            && self.unreadable.contains(path)
+        {
+            return Err(ZkFail::NoAuth);
+        }
+        let session = self.session.unwrap_or(1);
+        let ms = u64::try_from(now.wall.timestamp_millis()).expect("after 1970");
+        let (result, events) = self.zk.apply(session, zk, ms, &mut Vec::new());
+        for event in events {
+            if !self.zk.watchers(&event.path).is_empty() {
+                self.events.push((event.path, event.kind));
             }
         }
         result
     }
 
-    fn apply_op(&mut self, zk: &ZkOp, now: Now) -> Result<ZkOk, ZkFail> {
-        let stat = |version, ephemeral_owner| Stat {
-            version,
-            ephemeral_owner,
-            mtime_ms: now.wall.timestamp_millis(),
-            ..Stat::default()
-        };
-        match zk {
-            ZkOp::Create {
-                path, data, mode, ..
-            } => {
-                if self.znodes.contains_key(path) {
-                    return Err(ZkFail::NodeExists);
-                }
-                let owner = match mode {
-                    CreateMode::Ephemeral => self.session.unwrap_or(1),
-                    _ => 0,
-                };
-                self.znodes
-                    .insert(path.clone(), (data.clone(), stat(0, owner)));
-                Ok(ZkOk::Created(stat(0, owner)))
-            }
-            ZkOp::Delete { path, version } => match self.znodes.get(path) {
-                Some(znode) if version.is_some_and(|v| v != znode.1.version) => {
-                    Err(ZkFail::BadVersion)
-                }
-                Some(_) => {
-                    self.znodes.remove(path);
-                    Ok(ZkOk::Done)
-                }
-                None => Err(ZkFail::NoNode),
-            },
-            ZkOp::SetData { path, data, .. } => match self.znodes.get_mut(path) {
-                Some(znode) => {
-                    znode.0 = data.clone();
-                    znode.1.version += 1;
-                    znode.1.mtime_ms = now.wall.timestamp_millis();
-                    Ok(ZkOk::Stat(znode.1))
-                }
-                None => Err(ZkFail::NoNode),
-            },
-            ZkOp::Check { path, version } => match self.znodes.get(path) {
-                // Version -1 checks only that the znode exists, as ZooKeeper's check does.
-                Some(znode) if *version != -1 && znode.1.version != *version => {
-                    Err(ZkFail::BadVersion)
-                }
-                Some(znode) => Ok(ZkOk::Stat(znode.1)),
-                None => Err(ZkFail::NoNode),
-            },
-            ZkOp::GetData { path } if self.unreadable.contains(path) => Err(ZkFail::NoAuth),
-            ZkOp::GetData { path } => match self.znodes.get(path) {
-                Some((data, stat)) => Ok(ZkOk::Data(data.clone(), *stat)),
-                None => Err(ZkFail::NoNode),
-            },
-            ZkOp::GetChildren { path } => {
-                let prefix = format!("{path}/");
-                Ok(ZkOk::Children(
-                    self.znodes
-                        .keys()
-                        .filter_map(|p| p.strip_prefix(&prefix))
-                        .filter(|rest| !rest.contains('/'))
-                        .map(str::to_string)
-                        .collect(),
-                ))
-            }
-            ZkOp::Exists { path } => Ok(ZkOk::Exists(self.znodes.get(path).map(|z| z.1))),
-            ZkOp::Sync { .. } | ZkOp::AddPersistentRecursiveWatch { .. } => Ok(ZkOk::Done),
-            ZkOp::Multi(ops) => self.apply_multi(ops, now),
-        }
+    /// Plants `path` with `data` (version 0, no owner), its missing parents empty.
+    pub(super) fn put(&mut self, path: impl AsRef<str>, data: Vec<u8>) {
+        self.zk.plant(path.as_ref(), data, Stat::default());
     }
 
-    /// All of `ops` or none: the first failing one's index and error.
-    fn apply_multi(&mut self, ops: &[ZkOp], now: Now) -> Result<ZkOk, ZkFail> {
-        let before = self.znodes.clone();
-        let mut results = Vec::new();
-        for (index, op) in ops.iter().enumerate() {
-            match self.apply_op(op, now) {
-                Ok(ok) => results.push(ok),
-                Err(error) => {
-                    self.znodes = before;
-                    return Err(ZkFail::Multi {
-                        index,
-                        error: Box::new(error),
-                    });
-                }
-            }
-        }
-        Ok(ZkOk::Multi(results))
+    /// Plants `path` with `data` and `stat`.
+    pub(super) fn put_with(&mut self, path: impl AsRef<str>, data: Vec<u8>, stat: Stat) {
+        self.zk.plant(path.as_ref(), data, stat);
+    }
+
+    /// Removes `path` and what is under it, as a stranger does; whether it was there.
+    pub(super) fn remove(&mut self, path: impl AsRef<str>) -> bool {
+        self.zk.remove_tree(path.as_ref())
+    }
+
+    pub(super) fn has(&self, path: impl AsRef<str>) -> bool {
+        self.zk.nodes.contains_key(path.as_ref())
+    }
+
+    /// The data and stat of `path`, if it exists.
+    pub(super) fn get(&self, path: impl AsRef<str>) -> Option<(&[u8], Stat)> {
+        let znode = self.zk.nodes.get(path.as_ref())?;
+        Some((&znode.data, znode.stat))
+    }
+
+    /// The data and stat of `path`, which exists.
+    pub(super) fn znode(&self, path: impl AsRef<str>) -> (&[u8], Stat) {
+        let path = path.as_ref();
+        self.get(path).unwrap_or_else(|| panic!("no znode {path}"))
+    }
+
+    pub(super) fn data(&self, path: impl AsRef<str>) -> &[u8] {
+        self.znode(path).0
+    }
+
+    pub(super) fn stat(&self, path: impl AsRef<str>) -> Stat {
+        self.znode(path).1
+    }
+
+    /// The stat of `path`, which exists, to change as a stranger's write would.
+    pub(super) fn stat_mut(&mut self, path: impl AsRef<str>) -> &mut Stat {
+        let path = path.as_ref();
+        let znode = self.zk.nodes.get_mut(path);
+        &mut znode.unwrap_or_else(|| panic!("no znode {path}")).stat
+    }
+
+    /// Every path, in order.
+    pub(super) fn paths(&self) -> impl Iterator<Item = &String> {
+        self.zk.nodes.keys()
     }
 
     pub(super) fn member(&self, id: &str) -> MemberRecord {
-        let (data, _) = &self.znodes[&format!("{BASE}/members/{id}")];
-        serde_json::from_slice(data).unwrap()
+        serde_json::from_slice(self.data(format!("{BASE}/members/{id}"))).unwrap()
     }
 }
 
@@ -336,8 +302,7 @@ pub(super) fn plan_pooled(node: &mut Node, store: &mut Store, now: Now) {
 pub(super) fn leases(store: &Store) -> Vec<String> {
     let prefix = format!("{BASE}/leases/");
     store
-        .znodes
-        .keys()
+        .paths()
         .filter_map(|p| p.strip_prefix(&prefix))
         .map(str::to_string)
         .collect()
@@ -477,9 +442,7 @@ pub(super) fn manual_run_claimed_and_ended(task: &str, extra: &str) -> (Store, S
     let name = format!("{task}@manual-0000000001");
     let path = format!("{BASE}/control/triggers/{name}");
     let pending = serde_json::to_vec(&pending_trigger(task, tick())).unwrap();
-    store
-        .znodes
-        .insert(path.clone(), (pending, Stat::default()));
+    store.put(path.clone(), pending);
     let (mut node, _) = started(&mut store, vec![spec(task, extra)]);
     let trigger = Trigger {
         fire_id: name.clone(),
@@ -495,7 +458,7 @@ pub(super) fn manual_run_claimed_and_ended(task: &str, extra: &str) -> (Store, S
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    let running: TriggerRecord = serde_json::from_slice(store.data(&path)).unwrap();
     assert_eq!(running.state, TriggerState::Running);
     let result = RunResult {
         tick: tick(),
@@ -519,7 +482,7 @@ pub(super) fn manual_run_claimed_and_ended(task: &str, extra: &str) -> (Store, S
 
 /// The fire ids of the runs in the history of `unit` (a task or a unit), oldest first.
 pub(super) fn history_fire_ids(store: &Store, unit: &str) -> Vec<String> {
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/{unit}/history")];
+    let (data, _) = store.znode(format!("{BASE}/tasks/{unit}/history"));
     let history: HistoryRecord = serde_json::from_slice(data).unwrap();
     history.runs.into_iter().map(|r| r.fire_id).collect()
 }

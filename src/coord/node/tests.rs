@@ -3,7 +3,8 @@
 //! `super::test_fixtures`):
 //! - fed by hand: `trigger` (manual runs and history), `backfill` (backfill claims, on
 //!   `trigger`'s harness);
-//! - fed by the small in-memory ZooKeeper of `test_fixtures` (`Store`, `pump`, `started`):
+//! - fed by the in-memory ZooKeeper of `test_fixtures` (`Store`: `model_zk`, which the
+//!   simulation runs on too; `pump`, `started`):
 //!   `control` (drain, pause, eligibility and drift reports, foreign leases), `lease` (takes,
 //!   releases, registration), `run` (others' live runs, orphaned ticks), `queued_start` (a run's
 //!   end and the tick queued behind it), `chain` (the requests of chained runs), `pause` (a

@@ -38,9 +38,9 @@ use zkcron::firing::{
 use zkcron::task::{CommandLine, OverlapPolicy, Parent, TaskExtras, TaskSpec};
 
 use self::faults::sim_paths;
-use super::model_zk::{self, ModelZk, Write};
 use super::requested::Requested;
 use super::*;
+use zkcron::coord::node::model_zk::{self, ModelZk, Write};
 
 /// Adds a line to the trace, formatting it only while tracing.
 macro_rules! note {

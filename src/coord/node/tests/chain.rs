@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::DateTime;
 
 use super::super::Node;
-use super::super::io::{Input, Output, Request, Stat, ZkOp};
+use super::super::io::{Input, Output, Request, ZkOp};
 use super::super::test_fixtures::{
     BASE, Store, TICK, ask_at, at, pending_trigger, pump, spec, started, tick,
 };
@@ -38,11 +38,13 @@ fn ended(success: bool) -> RunResult {
 fn triggers(store: &Store) -> BTreeMap<String, TriggerRecord> {
     let prefix = format!("{BASE}/control/triggers/");
     store
-        .znodes
-        .iter()
-        .filter_map(|(path, (data, _))| {
+        .paths()
+        .filter_map(|path| {
             let name = path.strip_prefix(&prefix)?;
-            Some((name.to_string(), serde_json::from_slice(data).ok()?))
+            Some((
+                name.to_string(),
+                serde_json::from_slice(store.data(path)).ok()?,
+            ))
         })
         .collect()
 }
@@ -187,16 +189,15 @@ fn a_pooled_end_whose_requests_were_made_by_an_earlier_attempt_stores_its_result
     let mut node = pooled_claimed(&mut store);
     // An earlier attempt of the write made the requests, and its answer was lost.
     let made = format!("{BASE}/control/triggers/{}", item_requests()[1]);
-    store.znodes.insert(made, (b"{}".to_vec(), Stat::default()));
+    store.put(made, b"{}".to_vec());
     end(&mut node, &mut store, 100, "p", ended(true));
     for item in 0..3 {
         let result = format!("{BASE}/tasks/p@{item}/result");
-        assert!(store.znodes.contains_key(&result), "{result}");
+        assert!(store.has(&result), "{result}");
     }
     // The write without the requests: the existing one stays as it was, none is added.
     let names: Vec<String> = store
-        .znodes
-        .keys()
+        .paths()
         .filter_map(|path| path.strip_prefix(&format!("{BASE}/control/triggers/")))
         .map(str::to_string)
         .collect();
@@ -222,13 +223,11 @@ fn a_requests_claim_refused_on_a_changed_epoch_takes_the_lease_again_and_claims(
     let name = "t@after-p@1767225600";
     let path = format!("{BASE}/control/triggers/{name}");
     let pending = serde_json::to_vec(&pending_trigger("t", tick())).unwrap();
-    store
-        .znodes
-        .insert(path.clone(), (pending, Stat::default()));
+    store.put(path.clone(), pending);
     let (mut node, _) = started(&mut store, vec![spec("t", "")]);
     // A stranger's write to the epoch: the version this node's take set is gone.
     let epoch = format!("{BASE}/tasks/t/epoch");
-    store.znodes.get_mut(&epoch).unwrap().1.version += 7;
+    store.stat_mut(&epoch).version += 7;
     let trigger = Trigger {
         fire_id: name.into(),
         requested_at: tick(),
@@ -246,6 +245,6 @@ fn a_requests_claim_refused_on_a_changed_epoch_takes_the_lease_again_and_claims(
     assert!(node.leadership().tasks.iter().any(|t| &**t == "t"));
     let claimed = ask_at(&mut node, &mut store, at(5_000), claim());
     assert_eq!(claimed, Answered::Claim(ClaimOutcome::Claimed));
-    let running: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    let running: TriggerRecord = serde_json::from_slice(store.data(&path)).unwrap();
     assert_eq!(running.state, crate::coord::records::TriggerState::Running);
 }

@@ -15,18 +15,16 @@ use crate::task::TaskSpec;
 fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_undrained() {
     let mut store = Store::default();
     let drain = format!("{BASE}/control/drained/n1");
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     let (mut node, said) = started(&mut store, vec![spec("t", "")]);
     // The control directories exist, and the mark was read before registering: the one
     // member record ever written says drained, leads false.
     for dir in ["control", "control/drained", "control/paused"] {
-        assert!(store.znodes.contains_key(&format!("{BASE}/{dir}")), "{dir}");
+        assert!(store.has(format!("{BASE}/{dir}")), "{dir}");
     }
     let record = store.member("n1");
     assert!(record.drained && !record.leads, "{record:?}");
-    assert_eq!(store.znodes[&format!("{BASE}/members/n1")].1.version, 0);
+    assert_eq!(store.stat(format!("{BASE}/members/n1")).version, 0);
     assert!(leases(&store).is_empty());
     assert!(
         said.iter().any(|r| r.contains(
@@ -40,7 +38,7 @@ fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_und
         "{said:?}"
     );
     // Undrained: the record says so, and the lease is taken at once.
-    store.znodes.remove(&drain);
+    store.remove(&drain);
     node.handle(
         Input::Watch {
             path: drain.clone(),
@@ -60,9 +58,7 @@ fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_und
         "{said:?}"
     );
     // Drained again: the lease is released, the node stays registered.
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     node.handle(
         Input::Watch {
             path: drain,
@@ -81,9 +77,7 @@ fn a_node_drained_before_it_starts_registers_drained_and_leads_nothing_until_und
 fn a_paused_task_keeps_its_lease_and_may_not_fire_until_resumed() {
     let mut store = Store::default();
     let pause = format!("{BASE}/control/paused/t");
-    store
-        .znodes
-        .insert(pause.clone(), (mark(), Stat::default()));
+    store.put(pause.clone(), mark());
     let (mut node, said) = started(&mut store, vec![spec("t", ""), spec("u", "")]);
     assert_eq!(leases(&store), ["t", "u"]);
     let leadership = node.leadership().clone();
@@ -96,7 +90,7 @@ fn a_paused_task_keeps_its_lease_and_may_not_fire_until_resumed() {
             .any(|r| r.contains("task t is paused since 2027-01-15T07:43:20Z by ops@h")),
         "{said:?}"
     );
-    store.znodes.remove(&pause);
+    store.remove(&pause);
     node.handle(
         Input::Watch {
             path: pause,
@@ -119,7 +113,7 @@ fn a_deleted_control_directory_is_created_again() {
     let mut store = Store::default();
     let (mut node, _) = started(&mut store, vec![spec("t", "")]);
     let dir = format!("{BASE}/control/paused");
-    store.znodes.remove(&dir);
+    store.remove(&dir);
     node.handle(
         Input::Watch {
             path: dir.clone(),
@@ -128,7 +122,7 @@ fn a_deleted_control_directory_is_created_again() {
         at(100),
     );
     let said = pump(&mut node, &mut store, at(100));
-    assert!(store.znodes.contains_key(&dir));
+    assert!(store.has(&dir));
     assert!(
         said.iter()
             .any(|r| r.contains(&format!("{dir} was deleted; recreating it"))),
@@ -348,13 +342,9 @@ pub(super) fn started_with_lease_of_session_2(store: &mut Store, data: &[u8]) ->
         ..Stat::default()
     };
     for dir in ["", "/leases"] {
-        store
-            .znodes
-            .insert(format!("{BASE}{dir}"), (Vec::new(), Stat::default()));
+        store.put(format!("{BASE}{dir}"), Vec::new());
     }
-    store
-        .znodes
-        .insert(format!("{BASE}/leases/t"), (data.to_vec(), stat));
+    store.put_with(format!("{BASE}/leases/t"), data.to_vec(), stat);
     let (node, _) = started(store, vec![spec("t", "")]);
     assert_eq!(lease_owner(store), Some(2), "the lease was deleted at once");
     node
@@ -372,8 +362,7 @@ pub(super) fn lease_record(node: &str) -> Vec<u8> {
 
 pub(super) fn lease_owner(store: &Store) -> Option<i64> {
     store
-        .znodes
-        .get(&format!("{BASE}/leases/t"))
+        .get(format!("{BASE}/leases/t"))
         .map(|(_, stat)| stat.ephemeral_owner)
 }
 
@@ -386,15 +375,13 @@ fn a_lease_of_a_member_not_yet_seen_is_not_deleted_after_the_grace() {
     let mut store = Store::default();
     let mut node = started_with_lease_of_session_2(&mut store, &lease_record("n2"));
     // n2 registers; this node has not seen it (its event or read is still on the way).
-    store.znodes.insert(
+    store.put_with(
         format!("{BASE}/members/n2"),
-        (
-            b"{}".to_vec(),
-            Stat {
-                ephemeral_owner: 2,
-                ..Stat::default()
-            },
-        ),
+        b"{}".to_vec(),
+        Stat {
+            ephemeral_owner: 2,
+            ..Stat::default()
+        },
     );
     let said = pump(&mut node, &mut store, at(2_500));
     assert_eq!(lease_owner(&store), Some(2), "{said:?}");
@@ -422,7 +409,7 @@ fn a_lease_naming_a_node_that_is_no_member_is_deleted_after_the_grace_and_taken(
         "{said:?}"
     );
     // Proving n2 no member left nothing behind (its events, created then gone, were seen).
-    assert!(!store.znodes.contains_key(&format!("{BASE}/members/n2")));
+    assert!(!store.has(format!("{BASE}/members/n2")));
     assert!(!node.view.members.contains_key("n2"));
     assert_eq!(lease_owner(&store), Some(1), "{said:?}");
     assert!(node.leadership().may_fire("t"));
@@ -468,7 +455,7 @@ fn a_lease_of_an_earlier_session_of_a_registered_node_is_deleted_after_the_grace
         ephemeral_owner: 3,
         ..Stat::default()
     };
-    store.znodes.insert(n2.clone(), (b"{}".to_vec(), stat));
+    store.put_with(n2.clone(), b"{}".to_vec(), stat);
     node.handle(
         Input::Watch {
             path: n2,

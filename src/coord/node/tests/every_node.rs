@@ -1,7 +1,7 @@
 //! A task that runs on every node: the node takes its own unit of it, serves the daemon's
 //! requests for the task on that unit, and publishes the task as one it may fire.
 
-use super::super::io::{Request, Stat};
+use super::super::io::Request;
 use super::super::test_fixtures::{
     BASE, Store, TICK, ask_at, at, history_fire_ids, leases, manual_run_claimed_and_ended, member,
     pump, spec, started, tick,
@@ -29,14 +29,14 @@ fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/e@n1")];
+    let (data, _) = store.znode(format!("{BASE}/tasks/e@n1"));
     let record: FireRecord = serde_json::from_slice(data).unwrap();
     assert_eq!((record.tick, record.node.as_str()), (Some(tick()), "n1"));
     let run = format!("{BASE}/tasks/e@n1/run-{TICK}");
-    let (data, stat) = &store.znodes[&run];
+    let (data, stat) = store.znode(&run);
     serde_json::from_slice::<RunRecord>(data).unwrap();
     assert_eq!(stat.ephemeral_owner, 1);
-    assert!(!store.znodes.contains_key(&format!("{BASE}/tasks/e")));
+    assert!(!store.has(format!("{BASE}/tasks/e")));
     // The same tick again is this node's unit's, already claimed.
     let again = Request::Claim {
         task: "e".into(),
@@ -64,14 +64,10 @@ fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
     };
     let answer = ask_at(&mut node, &mut store, at(400), ended);
     assert_eq!(answer, Answered::Done);
-    assert!(!store.znodes.contains_key(&run));
-    assert!(
-        store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/e@n1/result"))
-    );
+    assert!(!store.has(&run));
+    assert!(store.has(format!("{BASE}/tasks/e@n1/result")));
     // The unit's history holds the run under the task's fire id.
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/e@n1/history")];
+    let (data, _) = store.znode(format!("{BASE}/tasks/e@n1/history"));
     let history: HistoryRecord = serde_json::from_slice(data).unwrap();
     let ids: Vec<&str> = history.runs.iter().map(|r| r.fire_id.as_str()).collect();
     assert_eq!(ids, [format!("e@{TICK}")]);
@@ -93,10 +89,7 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
     }
     // A claim of the task is this node's unit's, whatever n2 does.
     store.session = Some(2);
-    store.znodes.insert(
-        format!("{BASE}/leases/e@n2"),
-        (b"{}".to_vec(), Stat::default()),
-    );
+    store.put(format!("{BASE}/leases/e@n2"), b"{}".to_vec());
     store.session = None;
     let claim = Request::Claim {
         task: "e".into(),
@@ -105,12 +98,8 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
     };
     let answer = ask_at(&mut node, &mut store, at(600_100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    assert!(
-        store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/e@n1/run-{TICK}"))
-    );
-    assert!(!store.znodes.contains_key(&format!("{BASE}/tasks/e@n2")));
+    assert!(store.has(format!("{BASE}/tasks/e@n1/run-{TICK}")));
+    assert!(!store.has(format!("{BASE}/tasks/e@n2")));
 }
 
 #[test]
@@ -121,6 +110,6 @@ fn a_manual_run_of_an_every_node_task_is_claimed_on_the_unit_and_kept_in_its_his
         std::slice::from_ref(&name)
     );
     let path = format!("{BASE}/control/triggers/{name}");
-    let ended: TriggerRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    let ended: TriggerRecord = serde_json::from_slice(store.data(&path)).unwrap();
     assert_eq!(ended.state, TriggerState::Ended);
 }

@@ -1,5 +1,5 @@
 //! What the node heals after a fault met midway: a take whose tree recreation failed, a clock
-//! probe lost with the connection. Fed by the small in-memory ZooKeeper of `test_fixtures`.
+//! probe lost with the connection. Fed by the in-memory ZooKeeper of `test_fixtures`.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ fn a_take_whose_tree_recreation_failed_is_taken_again() {
     let (mut node, _) = started(&mut store, vec![spec("t", "")]);
     assert_eq!(leases(&store), ["t"]);
     let lease = format!("{BASE}/leases/t");
-    store.znodes.remove(&lease);
+    store.remove(&lease);
     // The take finds `leases/` gone (this store keeps no directories: the answer says so),
     // then the last create of the tree's recreation loses its connection.
     let (mut took, mut recreated) = (false, false);

@@ -45,9 +45,9 @@ fn the_first_take_of_a_new_task_creates_its_znodes_and_owns_epoch_version_1() {
     let mut store = Store::default();
     let (node, _) = started(&mut store, vec![spec("t", "")]);
     assert_eq!(leases(&store), ["t"]);
-    let epoch = &store.znodes[&format!("{BASE}/tasks/t/epoch")];
+    let epoch = store.znode(format!("{BASE}/tasks/t/epoch"));
     assert_eq!(epoch.1.version, 1);
-    assert!(store.znodes.contains_key(&format!("{BASE}/tasks/t")));
+    assert!(store.has(format!("{BASE}/tasks/t")));
     assert!(node.leadership().may_fire("t"));
 }
 
@@ -77,7 +77,7 @@ fn a_member_path_created_and_deleted_by_another_node_before_registering_is_not_r
     assert!(record.leads, "{record:?}");
     assert_eq!(leases(&store), ["t"]);
     // Deleted by hand once registered: still reported, and registered again.
-    store.znodes.remove(&path);
+    store.remove(&path);
     node.handle(
         Input::Watch {
             path,
@@ -107,11 +107,9 @@ fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_del
     let epoch = format!("{BASE}/tasks/t/epoch");
     assert_eq!(lease_owner(&store), Some(1));
     // A stranger bumps the epoch; then the node is drained: it releases the lease.
-    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    store.stat_mut(&epoch).version += 1;
     let drain = format!("{BASE}/control/drained/n1");
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     node.handle(
         Input::Watch {
             path: drain,
@@ -129,8 +127,8 @@ fn a_lease_deleted_and_taken_by_another_node_while_this_one_checks_it_is_not_del
                 ephemeral_owner: 2,
                 ..Stat::default()
             };
-            store.znodes.insert(lease.clone(), (Vec::new(), stat));
-            store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+            store.put_with(lease.clone(), Vec::new(), stat);
+            store.stat_mut(&epoch).version += 1;
         }
     });
     assert!(raced, "the node never checked the lease");
@@ -151,7 +149,7 @@ pub(super) fn member_of_session_3(store: &mut Store) {
         ..Stat::default()
     };
     let member = format!("{BASE}/members/n3");
-    store.znodes.insert(member, (b"{}".to_vec(), stat));
+    store.put_with(member, b"{}".to_vec(), stat);
 }
 
 /// `leases/t` held by n3, of session 3 (a new lease, at version 0).
@@ -161,7 +159,7 @@ fn n3_holds_the_lease(store: &mut Store) {
         ..Stat::default()
     };
     let lease = format!("{BASE}/leases/t");
-    store.znodes.insert(lease, (lease_record("n3"), stat));
+    store.put_with(lease, lease_record("n3"), stat);
 }
 
 /// Counts the node's reads of `leases/t` while session `owner` holds it; at the `nth`, the
@@ -185,11 +183,16 @@ impl Race {
             return;
         }
         n3_holds_the_lease(store);
-        store.znodes.get_mut(&lease).unwrap().1.czxid = 99;
+        store.stat_mut(&lease).czxid = 99;
         let record = format!("{BASE}/tasks/t");
-        store.znodes.entry(record).or_default();
+        if !store.has(&record) {
+            store.put(&record, Vec::new());
+        }
         let epoch = format!("{BASE}/tasks/t/epoch");
-        store.znodes.entry(epoch).or_default().1.version += 1;
+        if !store.has(&epoch) {
+            store.put(&epoch, Vec::new());
+        }
+        store.stat_mut(&epoch).version += 1;
     }
 
     fn raced(&self) -> bool {
@@ -275,7 +278,7 @@ fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnect
     assert!(node.leadership().may_fire("t"));
     node.handle(Input::Disconnected, at(100));
     let member = format!("{BASE}/members/n1");
-    store.znodes.remove(&member);
+    store.remove(&member);
     node.handle(
         Input::Connected {
             session_id: 1,
@@ -284,7 +287,7 @@ fn a_member_znode_deleted_while_disconnected_is_registered_again_after_reconnect
         at(200),
     );
     let said = pump(&mut node, &mut store, at(200));
-    assert!(store.znodes.contains_key(&member), "{said:?}");
+    assert!(store.has(&member), "{said:?}");
     assert!(store.member("n1").leads);
     assert!(
         said.iter()
@@ -334,7 +337,7 @@ fn a_lease_given_up_without_an_answer_is_deleted_by_a_node_no_longer_designated(
     store.session = None;
     assert_eq!(lease_owner(&store), Some(1), "n2 took n1's lease");
     // A stranger changes the lease: n1 gives it up, and every answer about the lease is lost.
-    store.znodes.get_mut(&lease).unwrap().1.version += 1;
+    store.stat_mut(&lease).version += 1;
     node.handle(
         Input::Watch {
             path: lease.clone(),
@@ -451,7 +454,7 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
                 ))
         });
         let (op, result) = take.expect("the node never took the lease");
-        let taken_at = store.znodes[&epoch].1.version;
+        let taken_at = store.stat(&epoch).version;
         assert_eq!(lease_owner(&store), Some(1));
         // The node begins stopping with the take's answer still on its way.
         node.handle(
@@ -466,7 +469,7 @@ fn a_lease_taken_after_stopping_began_is_given_back_only_at_the_epoch_its_take_s
             // The lease goes (deleted by hand, say) and n3 takes it: a new lease at version
             // 0, the epoch bumped by its take.
             n3_holds_the_lease(&mut store);
-            store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+            store.stat_mut(&epoch).version += 1;
         }
         node.handle(Input::Reply { op, result }, at(1));
         sent.clear();
@@ -515,10 +518,8 @@ fn a_lease_replaced_by_a_strangers_while_disconnected_is_not_claimed_on_after_re
     assert!(node.leadership().may_fire("t"));
     node.handle(Input::Disconnected, at(100));
     // Unheard: the stranger's lease replaces the node's (version 0, as a new lease).
-    store.znodes.remove(&lease);
-    store
-        .znodes
-        .insert(lease.clone(), (lease_record("ghost"), Stat::default()));
+    store.remove(&lease);
+    store.put(lease.clone(), lease_record("ghost"));
     node.handle(
         Input::Connected {
             session_id: 1,
@@ -560,7 +561,7 @@ fn a_lease_whose_check_after_a_fenced_claim_was_lost_is_deleted_by_the_node_once
     assert!(node.leadership().may_fire("t"));
     // A stranger bumps the epoch; the node claims a tick, and every answer about the lease is
     // lost (its check after the claim, and its check as the designated node).
-    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    store.stat_mut(&epoch).version += 1;
     let tick = DateTime::from_timestamp(1_800_000_060, 0).unwrap();
     let request = Request::Claim {
         task: "t".into(),
@@ -579,9 +580,7 @@ fn a_lease_whose_check_after_a_fenced_claim_was_lost_is_deleted_by_the_node_once
     assert!(!node.leadership().may_fire("t"));
     // Drained: it may lead nothing, and nobody else deletes a live session's lease.
     let drain = format!("{BASE}/control/drained/n1");
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     node.handle(
         Input::Watch {
             path: drain,
@@ -612,9 +611,7 @@ fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
     let lease = format!("{BASE}/leases/t");
     assert_eq!(lease_owner(&store), Some(1));
     let drain = format!("{BASE}/control/drained/n1");
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     node.handle(
         Input::Watch {
             path: drain,
@@ -623,7 +620,8 @@ fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
         at(100),
     );
     // The release never reaches the server: the connection drops with it in flight.
-    let held = store.znodes[&lease].clone();
+    let (data, stat) = store.znode(&lease);
+    let held = (data.to_vec(), stat);
     let mut lost = false;
     let said = pump_with(&mut node, &mut store, at(100), |zk, store, result| {
         let deletes_lease = matches!(zk, ZkOp::Multi(ops) if ops.iter().any(
@@ -631,7 +629,7 @@ fn a_lease_released_without_an_answer_is_deleted_by_a_node_that_may_not_lead() {
         ));
         if !lost && deletes_lease {
             lost = true;
-            store.znodes.insert(lease.clone(), held.clone());
+            store.put_with(&lease, held.0.clone(), held.1);
             store.events.retain(|(path, _)| *path != lease);
             *result = Err(ZkFail::ConnectionLoss);
         }
@@ -690,9 +688,16 @@ fn the_takes_of_existing_records_do_not_try_to_create_them() {
     let tasks: Vec<TaskSpec> = (0..10).map(|i| spec(&format!("t{i}"), "")).collect();
     started(&mut store, tasks.clone());
     let gone = [format!("{BASE}/leases/"), format!("{BASE}/members/")];
-    store
-        .znodes
-        .retain(|path, _| !gone.iter().any(|dir| path.starts_with(dir.as_str())));
+    for dir in gone {
+        let below: Vec<String> = store
+            .paths()
+            .filter(|p| p.starts_with(&dir))
+            .cloned()
+            .collect();
+        for path in below {
+            store.remove(path);
+        }
+    }
     let mut node = connected(tasks);
     let multis = take_multis(&mut node, &mut store, at(0));
     assert_eq!(leases(&store).len(), 10);

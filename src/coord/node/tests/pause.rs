@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::DateTime;
 
 use super::super::Node;
-use super::super::io::{Input, Output, Request, Stat, WatchKind, ZkFail, ZkOp};
+use super::super::io::{Input, Output, Request, WatchKind, ZkFail, ZkOp};
 use super::super::test_fixtures::{
     Answering, BASE, Store, TICK, Timers, ask_at, at, pump, request, serve_request, serve_with,
     spec, started, tick,
@@ -72,12 +72,12 @@ fn multi_paths(call: &ZkOp) -> Option<Vec<String>> {
 }
 
 fn stored_mark(store: &Store) -> Option<MarkRecord> {
-    let (data, _) = store.znodes.get(&format!("{BASE}/control/paused/t"))?;
+    let (data, _) = store.get(format!("{BASE}/control/paused/t"))?;
     Some(serde_json::from_slice(data).unwrap())
 }
 
 fn stored_result_tick(store: &Store) -> Option<i64> {
-    let (data, _) = store.znodes.get(&format!("{BASE}/tasks/t/result"))?;
+    let (data, _) = store.get(format!("{BASE}/tasks/t/result"))?;
     let record: crate::coord::records::ResultRecord = serde_json::from_slice(data).unwrap();
     Some(record.result.tick.timestamp())
 }
@@ -125,7 +125,7 @@ fn a_pause_mark_already_there_keeps_its_reason_and_the_failed_result_is_stored_a
     let operator = mark("ops@host", "maintenance window");
     let path = format!("{BASE}/control/paused/t");
     let data = serde_json::to_vec(&operator).unwrap();
-    store.znodes.insert(path, (data, Stat::default()));
+    store.put(path, data);
 
     let (calls, said) = end(&mut node, &mut store, failed());
     // The first multi-op held the pause and failed on it (NodeExists); the second did not.
@@ -148,16 +148,16 @@ fn a_pause_mark_already_there_keeps_its_reason_and_the_failed_result_is_stored_a
 fn resumed_after_the_first_write(store: &mut Store) -> (String, Answering<'static>) {
     let paused = format!("{BASE}/control/paused/t");
     let data = serde_json::to_vec(&mark("ops@host", "maintenance window")).unwrap();
-    store.znodes.insert(paused.clone(), (data, Stat::default()));
+    store.put(paused.clone(), data);
     let resumed = paused.clone();
     let answer: Answering = Box::new(move |zk, store| {
         let ZkOp::Multi(ops) = zk else { return None };
         let creates_mark = |op: &ZkOp| matches!(op, ZkOp::Create { path, .. } if *path == resumed);
-        if !ops.iter().any(creates_mark) || !store.znodes.contains_key(&resumed) {
+        if !ops.iter().any(creates_mark) || !store.has(&resumed) {
             return None;
         }
         let result = store.apply(zk, at(100));
-        store.znodes.remove(&resumed);
+        store.remove(&resumed);
         Some(result)
     });
     (paused, answer)
@@ -231,9 +231,7 @@ fn a_failed_backfill_ticks_end_written_again_after_a_resume_pauses_the_task_agai
     };
     let running = backfill::claimed(&range, name, tick(), by, tick());
     let data = serde_json::to_vec(&running).unwrap();
-    store
-        .znodes
-        .insert(request.clone(), (data, Stat::default()));
+    store.put(request.clone(), data);
     let (_, answer) = resumed_after_the_first_write(&mut store);
     let result = RunResult {
         fire_id: Some(backfill::fire_id(name, tick())),
@@ -257,7 +255,7 @@ fn a_failed_backfill_ticks_end_written_again_after_a_resume_pauses_the_task_agai
         "{:?}",
         served.said
     );
-    let (data, _) = &store.znodes[&request];
+    let (data, _) = store.znode(&request);
     let ended: BackfillRecord = serde_json::from_slice(data).unwrap();
     assert_eq!((ended.running, ended.failed), (None, 1));
     let stored = stored_mark(&store).expect("the failure is stored with its pause");
@@ -304,13 +302,11 @@ fn a_failed_manual_runs_pause_goes_with_its_triggers_end_and_an_existing_mark_is
             after: None,
         };
         let data = serde_json::to_vec(&running).unwrap();
-        store
-            .znodes
-            .insert(trigger.clone(), (data, Stat::default()));
+        store.put(trigger.clone(), data);
         let operator = mark("ops@host", "maintenance window");
         if already {
             let data = serde_json::to_vec(&operator).unwrap();
-            store.znodes.insert(paused.clone(), (data, Stat::default()));
+            store.put(paused.clone(), data);
         }
         let result = RunResult {
             fire_id: Some(name.into()),
@@ -324,7 +320,7 @@ fn a_failed_manual_runs_pause_goes_with_its_triggers_end_and_an_existing_mark_is
             Some(vec![trigger.clone(), paused.clone()]),
             "{calls:?}"
         );
-        let (data, _) = &store.znodes[&trigger];
+        let (data, _) = store.znode(&trigger);
         let ended: TriggerRecord = serde_json::from_slice(data).unwrap();
         assert_eq!(
             ended.state,
@@ -395,11 +391,9 @@ fn claim_as_the_pause_arrives_with(
                     let claims = matches!(&zk, ZkOp::Multi(ops) if ops.iter().any(
                         |op| matches!(op, ZkOp::Create { path, .. } if path.contains("/run-"))
                     ));
-                    if claims && !store.znodes.contains_key(&paused) {
+                    if claims && !store.has(&paused) {
                         let data = serde_json::to_vec(&mark("zkcron@n2", "pause_on_failure"));
-                        store
-                            .znodes
-                            .insert(paused.clone(), (data.unwrap(), Stat::default()));
+                        store.put(paused.clone(), data.unwrap());
                         let event = Input::Watch {
                             path: paused.clone(),
                             kind: WatchKind::Created,
@@ -441,13 +435,9 @@ fn a_claim_answered_after_the_failure_pause_arrived_does_not_run() {
     );
     // The tick is claimed (consumed, never caught up), and its run record is gone.
     let record: crate::coord::records::FireRecord =
-        serde_json::from_slice(&store.znodes[&format!("{BASE}/tasks/t")].0).unwrap();
+        serde_json::from_slice(store.data(format!("{BASE}/tasks/t"))).unwrap();
     assert_eq!(record.tick, Some(tick()));
-    assert!(
-        !store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/t/run-{TICK}"))
-    );
+    assert!(!store.has(format!("{BASE}/tasks/t/run-{TICK}")));
     assert!(withheld(&served.said), "{:?}", served.said);
     // The pause is the node's at once, and reported once, with its mark, when read.
     assert!(node.leadership().paused_tasks.contains("t"));
@@ -473,7 +463,7 @@ fn a_pooled_claim_answered_after_the_failure_pause_arrived_runs_no_item() {
     );
     for item in 0..3 {
         let run = format!("{BASE}/tasks/p@{item}/run-{TICK}");
-        assert!(!store.znodes.contains_key(&run), "{run}");
+        assert!(!store.has(&run), "{run}");
     }
     assert!(withheld(&served.said), "{:?}", served.said);
 }
@@ -489,11 +479,7 @@ fn a_claim_of_a_task_not_paused_runs() {
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    assert!(
-        store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/t/run-{TICK}"))
-    );
+    assert!(store.has(format!("{BASE}/tasks/t/run-{TICK}")));
 }
 
 #[test]
@@ -503,7 +489,7 @@ fn a_withheld_runs_delete_lost_with_the_connection_is_sent_again_on_reconnecting
     let run = format!("{BASE}/tasks/t/run-{TICK}");
     let served = claim_as_the_pause_arrives_with(&mut node, &mut store, "t", Deletes::Lost);
     assert!(withheld(&served.said), "{:?}", served.said);
-    assert!(store.znodes.contains_key(&run), "the lost delete left it");
+    assert!(store.has(&run), "the lost delete left it");
     assert!(
         served
             .said
@@ -522,7 +508,7 @@ fn a_withheld_runs_delete_lost_with_the_connection_is_sent_again_on_reconnecting
     );
     pump(&mut node, &mut store, at(300));
     assert!(
-        !store.znodes.contains_key(&run),
+        !store.has(&run),
         "a run znode of this live session would count as a live run"
     );
 }

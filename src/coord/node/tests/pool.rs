@@ -31,9 +31,9 @@ fn a_lone_node_takes_every_items_unit_and_publishes_the_pooled_task() {
     assert_eq!(leases(&store), ["p@0", "p@1", "p@2", "p@3", "t"]);
     for item in 0..4 {
         let epoch = format!("{BASE}/tasks/p@{item}/epoch");
-        assert!(store.znodes.contains_key(&epoch), "{epoch}");
+        assert!(store.has(&epoch), "{epoch}");
     }
-    assert!(!store.znodes.contains_key(&format!("{BASE}/leases/p")));
+    assert!(!store.has(format!("{BASE}/leases/p")));
     let published: Vec<&str> = node.leadership().tasks.iter().map(|t| &**t).collect();
     assert_eq!(published, ["p", "t"]);
     assert!(node.leadership().may_fire("p"));
@@ -94,9 +94,7 @@ fn a_drained_node_releases_every_unit_of_its_pool() {
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 3")]);
     assert_eq!(pool_leases(&store), ["p@0", "p@1", "p@2"]);
     let drain = format!("{BASE}/control/drained/n1");
-    store
-        .znodes
-        .insert(drain.clone(), (mark(), Stat::default()));
+    store.put(drain.clone(), mark());
     node.handle(
         Input::Watch {
             path: drain,
@@ -118,7 +116,7 @@ fn claim(intent: ClaimIntent) -> Request {
 }
 
 fn record_of(store: &Store, unit: &str) -> FireRecord {
-    serde_json::from_slice(&store.znodes[&format!("{BASE}/tasks/{unit}")].0).unwrap()
+    serde_json::from_slice(store.data(format!("{BASE}/tasks/{unit}"))).unwrap()
 }
 
 /// Another client moved `unit`'s fire record to `tick` (a resume, another owner's claim):
@@ -128,14 +126,12 @@ fn record_moved(store: &mut Store, unit: &str, tick: chrono::DateTime<chrono::Ut
     let mut moved = FireRecord::empty();
     moved.tick = Some(tick);
     moved.node = node.into();
-    let version = store.znodes[&path].1.version;
+    let version = store.stat(&path).version;
     let stat = Stat {
         version: version + 1,
         ..Stat::default()
     };
-    store
-        .znodes
-        .insert(path, (serde_json::to_vec(&moved).unwrap(), stat));
+    store.put_with(path, serde_json::to_vec(&moved).unwrap(), stat);
 }
 
 #[test]
@@ -151,7 +147,7 @@ fn a_pooled_tick_is_claimed_over_the_held_units_in_one_multi_and_ended_per_unit(
         let unit = format!("p@{item}");
         assert_eq!(record_of(&store, &unit).tick, Some(tick()));
         let run = format!("{BASE}/tasks/{unit}/run-{TICK}");
-        assert_eq!(store.znodes[&run].1.ephemeral_owner, 1, "{run}");
+        assert_eq!(store.stat(&run).ephemeral_owner, 1, "{run}");
     }
     // The same tick again: every unit covers it.
     let again = ask_at(&mut node, &mut store, at(200), claim(ClaimIntent::Run));
@@ -183,14 +179,11 @@ fn a_pooled_tick_is_claimed_over_the_held_units_in_one_multi_and_ended_per_unit(
     );
     for item in 0..3 {
         let unit = format!("{BASE}/tasks/p@{item}");
-        assert!(!store.znodes.contains_key(&format!("{unit}/run-{TICK}")));
-        assert!(
-            store.znodes.contains_key(&format!("{unit}/result")),
-            "{unit}"
-        );
+        assert!(!store.has(format!("{unit}/run-{TICK}")));
+        assert!(store.has(format!("{unit}/result")), "{unit}");
     }
     // One history entry for the node's run, naming its items, in its first item's unit.
-    let (data, _) = &store.znodes[&format!("{BASE}/tasks/p@0/history")];
+    let (data, _) = store.znode(format!("{BASE}/tasks/p@0/history"));
     let history: HistoryRecord = serde_json::from_slice(data).unwrap();
     assert_eq!(history.runs.len(), 1);
     assert_eq!(history.runs[0].fire_id, format!("p@{TICK}"));
@@ -198,11 +191,7 @@ fn a_pooled_tick_is_claimed_over_the_held_units_in_one_multi_and_ended_per_unit(
         history.runs[0].items.as_deref(),
         Some(&["0".to_string(), "1".into(), "2".into()][..])
     );
-    assert!(
-        !store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/p@1/history"))
-    );
+    assert!(!store.has(format!("{BASE}/tasks/p@1/history")));
 }
 
 #[test]
@@ -216,7 +205,7 @@ fn a_unit_whose_record_covers_the_tick_is_left_out_of_the_claim() {
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "2".into()]));
     assert_eq!(record_of(&store, "p@1").node, "n2");
-    assert!(!store.znodes.contains_key(&format!("{path}/run-{TICK}")));
+    assert!(!store.has(format!("{path}/run-{TICK}")));
 }
 
 /// Seed 439 of the pooled simulation: a resume moved every unit's record (four items, more
@@ -280,31 +269,25 @@ fn a_unit_whose_lease_another_session_holds_is_fenced_out_of_the_claim() {
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
     // Item 0's lease is now another session's (the node has not seen it go).
     let lease = format!("{BASE}/leases/p@0");
-    store.znodes.remove(&lease);
+    store.remove(&lease);
     store.session = Some(2);
-    store.znodes.insert(
+    store.put_with(
         lease,
-        (
-            b"{}".to_vec(),
-            Stat {
-                ephemeral_owner: 2,
-                ..Stat::default()
-            },
-        ),
+        b"{}".to_vec(),
+        Stat {
+            ephemeral_owner: 2,
+            ..Stat::default()
+        },
     );
     store.session = None;
     // Its take bumped the epoch.
     let epoch = format!("{BASE}/tasks/p@0/epoch");
-    store.znodes.get_mut(&epoch).unwrap().1.version += 1;
+    store.stat_mut(&epoch).version += 1;
     let answer = ask_at(&mut node, &mut store, at(100), claim(ClaimIntent::Run));
     assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
     assert!(node.tasks.held("p@0").is_none());
     assert_eq!(record_of(&store, "p@0").tick, None);
-    assert!(
-        !store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
-    );
+    assert!(!store.has(format!("{BASE}/tasks/p@0/run-{TICK}")));
 }
 
 #[test]
@@ -317,16 +300,14 @@ fn the_fire_record_of_a_pooled_task_is_the_oldest_of_its_held_units() {
     let path = format!("{BASE}/tasks/p@1");
     let mut behind = FireRecord::empty();
     behind.tick = Some(tick() - chrono::TimeDelta::seconds(3));
-    let version = store.znodes[&path].1.version;
-    store.znodes.insert(
+    let version = store.stat(&path).version;
+    store.put_with(
         path,
-        (
-            serde_json::to_vec(&behind).unwrap(),
-            Stat {
-                version: version + 1,
-                ..Stat::default()
-            },
-        ),
+        serde_json::to_vec(&behind).unwrap(),
+        Stat {
+            version: version + 1,
+            ..Stat::default()
+        },
     );
     node.forget_record("p@1");
     let last = ask_at(
@@ -349,16 +330,14 @@ fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
     lost.node = "n9".into();
     lost.session = "9".into();
     lost.run = true;
-    let version = store.znodes[&path].1.version;
-    store.znodes.insert(
+    let version = store.stat(&path).version;
+    store.put_with(
         path,
-        (
-            serde_json::to_vec(&lost).unwrap(),
-            Stat {
-                version: version + 1,
-                ..Stat::default()
-            },
-        ),
+        serde_json::to_vec(&lost).unwrap(),
+        Stat {
+            version: version + 1,
+            ..Stat::default()
+        },
     );
     node.forget_record("p@1");
     let orphan = Request::OrphanedTick { task: "p".into() };
@@ -372,17 +351,9 @@ fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
     assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
     let record = record_of(&store, "p@1");
     assert_eq!((record.node.as_str(), record.reruns), ("n1", 1));
-    assert!(
-        store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/p@1/run-{TICK}"))
-    );
+    assert!(store.has(format!("{BASE}/tasks/p@1/run-{TICK}")));
     // Item 0 ran nothing of that tick; and the rerun is not done twice.
-    assert!(
-        !store
-            .znodes
-            .contains_key(&format!("{BASE}/tasks/p@0/run-{TICK}"))
-    );
+    assert!(!store.has(format!("{BASE}/tasks/p@0/run-{TICK}")));
     let again = ask_at(&mut node, &mut store, at(300), reclaim());
     assert!(
         matches!(again, Answered::Claim(ClaimOutcome::AlreadyClaimed { .. })),
@@ -414,14 +385,12 @@ fn a_unit_taken_again_forgets_the_record_it_cached_when_it_held_it_before() {
     let mut behind = FireRecord::empty();
     behind.tick = Some(tick() - chrono::TimeDelta::seconds(5));
     behind.node = "n2".into();
-    let version = store.znodes[&path].1.version;
+    let version = store.stat(&path).version;
     let stat = Stat {
         version: version + 1,
         ..Stat::default()
     };
-    store
-        .znodes
-        .insert(path, (serde_json::to_vec(&behind).unwrap(), stat));
+    store.put_with(path, serde_json::to_vec(&behind).unwrap(), stat);
     // n2 leaves: its units come back here.
     node.view.members.remove("n2");
     node.decide();
@@ -460,9 +429,9 @@ fn a_pooled_runs_end_leaves_a_newer_result_of_another_owner_in_place() {
         format: 1,
         result: later.clone(),
     };
-    store.znodes.insert(
+    store.put(
         format!("{BASE}/tasks/p@1/result"),
-        (serde_json::to_vec(&stored).unwrap(), Stat::default()),
+        serde_json::to_vec(&stored).unwrap(),
     );
     let result = RunResult {
         tick: tick(),
@@ -479,7 +448,7 @@ fn a_pooled_runs_end_leaves_a_newer_result_of_another_owner_in_place() {
         Answered::Done
     );
     let read = |unit: &str| -> RunResult {
-        let (data, _) = &store.znodes[&format!("{BASE}/tasks/{unit}/result")];
+        let (data, _) = store.znode(format!("{BASE}/tasks/{unit}/result"));
         serde_json::from_slice::<ResultRecord>(data).unwrap().result
     };
     assert_eq!(
@@ -492,7 +461,7 @@ fn a_pooled_runs_end_leaves_a_newer_result_of_another_owner_in_place() {
     );
     for item in 0..2 {
         let run = format!("{BASE}/tasks/p@{item}/run-{TICK}");
-        assert!(!store.znodes.contains_key(&run), "{run}");
+        assert!(!store.has(&run), "{run}");
     }
 }
 
@@ -504,10 +473,7 @@ fn a_backfill_tick_of_a_pooled_task_is_claimed_fenced_on_a_held_unit() {
     let from = tick() - chrono::TimeDelta::seconds(600);
     let request = BackfillRecord::new("p", from, tick(), 10, "op@host", from);
     let path = format!("{BASE}/control/backfills/{name}");
-    store.znodes.insert(
-        path.clone(),
-        (serde_json::to_vec(&request).unwrap(), Stat::default()),
-    );
+    store.put(path.clone(), serde_json::to_vec(&request).unwrap());
     let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
     assert_eq!(node.leadership().backfills["p"][0].name, name);
     let historic = from + chrono::TimeDelta::seconds(60);
@@ -520,7 +486,7 @@ fn a_backfill_tick_of_a_pooled_task_is_claimed_fenced_on_a_held_unit() {
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
-    let moved: BackfillRecord = serde_json::from_slice(&store.znodes[&path].0).unwrap();
+    let moved: BackfillRecord = serde_json::from_slice(store.data(&path)).unwrap();
     assert_eq!(moved.claimed, 1);
     assert!(moved.running.is_some(), "{moved:?}");
 }
@@ -542,7 +508,7 @@ fn a_pooled_runs_failure_pauses_its_task_with_the_units_results_and_keeps_a_mark
         assert_eq!(answer, Answered::ClaimedItems(vec!["0".into(), "1".into()]));
         if already {
             let data = serde_json::to_vec(&mark("ops@host")).unwrap();
-            store.znodes.insert(paused.clone(), (data, Stat::default()));
+            store.put(paused.clone(), data);
         }
         let result = RunResult {
             tick: tick(),
@@ -559,9 +525,9 @@ fn a_pooled_runs_failure_pauses_its_task_with_the_units_results_and_keeps_a_mark
         assert_eq!(answer, Answered::Done, "already paused: {already}");
         for item in 0..2 {
             let result = format!("{BASE}/tasks/p@{item}/result");
-            assert!(store.znodes.contains_key(&result), "{result}");
+            assert!(store.has(&result), "{result}");
         }
-        let (data, _) = &store.znodes[&paused];
+        let (data, _) = store.znode(&paused);
         let stored: MarkRecord = serde_json::from_slice(data).unwrap();
         let by = if already { "ops@host" } else { "zkcron@n1" };
         assert_eq!(stored, mark(by));

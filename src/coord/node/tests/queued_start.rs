@@ -120,11 +120,11 @@ fn path(name: &str) -> String {
 }
 
 fn record(store: &Store) -> FireRecord {
-    serde_json::from_slice(&store.znodes[&path("")].0).unwrap()
+    serde_json::from_slice(store.data(path(""))).unwrap()
 }
 
 fn stored_result(store: &Store) -> DateTime<chrono::Utc> {
-    let data = &store.znodes[&path("/result")].0;
+    let data = &store.data(path("/result"));
     serde_json::from_slice::<ResultRecord>(data)
         .unwrap()
         .result
@@ -178,8 +178,8 @@ fn a_runs_end_and_the_claim_of_the_tick_queued_behind_it_are_one_multi() {
     assert!(done(&served, 6), "{:?}", served.answers);
     assert_eq!(stored_result(&store), tick(1));
     assert_eq!(record(&store).queued, None);
-    assert!(!store.znodes.contains_key(&run_1));
-    assert!(store.znodes.contains_key(&run_2));
+    assert!(!store.has(&run_1));
+    assert!(store.has(&run_2));
 }
 
 #[test]
@@ -254,11 +254,7 @@ fn a_combined_write_refused_on_the_fire_record_writes_the_result_alone_and_claim
     assert!(done(&served, 6), "{:?}", served.answers);
     assert_eq!(stored_result(&store), tick(1));
     assert_eq!(record(&store).queued, None);
-    assert!(
-        store
-            .znodes
-            .contains_key(&path(&format!("/run-{}", TICK + 2)))
-    );
+    assert!(store.has(path(&format!("/run-{}", TICK + 2))));
 }
 
 #[test]
@@ -325,7 +321,7 @@ fn a_failed_run_that_pauses_its_task_is_stored_at_once_and_the_queued_tick_waits
             .any(|op| matches!(op, ZkOp::Create { path, .. } if *path == paused)),
         "{ops:?}"
     );
-    assert!(store.znodes.contains_key(&paused));
+    assert!(store.has(&paused));
     assert_eq!(stored_result(&store), tick(1));
     // The queued tick still waits (for the resume).
     assert_eq!(record(&store).queued, Some(tick(2)));

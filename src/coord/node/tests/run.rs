@@ -1,5 +1,5 @@
 //! Counting the live runs of other nodes and finding orphaned ticks: which run znodes count,
-//! with the node fed by the small in-memory ZooKeeper of `test_fixtures.rs`.
+//! with the node fed by the in-memory ZooKeeper of `test_fixtures.rs`.
 
 use chrono::DateTime;
 
@@ -61,7 +61,7 @@ fn run_of_session(store: &mut Store, owner: i64) {
         ..Stat::default()
     };
     let run = format!("{BASE}/tasks/t/run-{TICK}");
-    store.znodes.insert(run, (b"{}".to_vec(), stat));
+    store.put_with(run, b"{}".to_vec(), stat);
 }
 
 /// Sets `tasks/t` to name session `session` (in hex) as the claimer of `tick`, to run it or not.
@@ -73,9 +73,10 @@ fn record_names(store: &mut Store, tick: i64, session: &str, run: bool) {
         run,
         ..FireRecord::empty()
     };
-    let znode = store.znodes.get_mut(&format!("{BASE}/tasks/t")).unwrap();
-    znode.0 = serde_json::to_vec(&record).unwrap();
-    znode.1.version += 1;
+    let path = format!("{BASE}/tasks/t");
+    let mut stat = store.stat(&path);
+    stat.version += 1;
+    store.put_with(&path, serde_json::to_vec(&record).unwrap(), stat);
 }
 
 fn count_of(asked: &Asked) -> Option<usize> {
@@ -220,7 +221,7 @@ fn a_wait_for_the_runs_elsewhere_is_answered_when_their_run_znode_is_deleted() {
     );
     // When the run ends (its znode deleted, which the task's watch reports)...
     let run = format!("{BASE}/tasks/t/run-{TICK}");
-    store.znodes.remove(&run);
+    store.remove(&run);
     let deleted = Input::Watch {
         path: run,
         kind: crate::coord::node::io::WatchKind::Deleted,

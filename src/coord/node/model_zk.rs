@@ -1,63 +1,67 @@
 //! An in-memory ZooKeeper server with real ZooKeeper semantics for the generic operations the
 //! node speaks ([`ZkOp`]): string paths, byte data, [`Stat`] (version, ephemeral owner = session
-//! id, ctime/mtime from the server's true virtual time, czxid/mzxid), persistent and ephemeral
-//! creates (the parent must exist; ephemerals have no children), versioned delete / set / check,
-//! get, children, exists, sync, atomic multi (the first failing operation's index, nothing
-//! applied), persistent recursive watches, and sessions that expire when the server has not heard
-//! from their client for the session timeout (their ephemerals go in one transaction).
+//! id, ctime/mtime from the server's clock, czxid/mzxid), persistent and ephemeral creates (the
+//! parent must exist; ephemerals have no children), versioned delete / set / check, get,
+//! children, exists, sync, atomic multi (the first failing operation's index, nothing applied),
+//! persistent recursive watches, and sessions that expire when the server has not heard from
+//! their client for the session timeout (their ephemerals go in one transaction).
 //!
-//! No network and no clock of its own: the world passes the true virtual time in, delivers the
-//! replies and hands each [`Event`] to the sessions whose watches cover it.
+//! No network and no clock of its own: the caller passes the time in, delivers the replies and
+//! hands each [`Event`] to the sessions whose watches cover it. The one model of ZooKeeper the
+//! tests have: the node's unit tests (`test_fixtures::Store`, one session) and the simulation
+//! (`tests/sim`, many sessions over a network it drives) both run on it. Test code only: built
+//! for the crate's tests and, through the `testkit` feature that the crate's dev-dependency on
+//! itself turns on, for its integration tests; never in the daemon.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use zkcron::coord::node::io::{CreateMode, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
+use super::io::{CreateMode, Stat, WatchKind, ZkFail, ZkOk, ZkOp};
 
 /// Milliseconds of true virtual time since the scenario started.
-pub(crate) type Ms = u64;
+pub type Ms = u64;
 
 /// A change to the tree, as a persistent recursive watch reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Event {
-    pub(crate) path: String,
-    pub(crate) kind: WatchKind,
+pub struct Event {
+    pub path: String,
+    pub kind: WatchKind,
     /// The transaction that made it (events of one transaction share it).
-    pub(crate) zxid: i64,
+    pub zxid: i64,
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Znode {
-    pub(crate) data: Vec<u8>,
-    pub(crate) stat: Stat,
-    pub(crate) children: BTreeSet<String>,
+pub struct Znode {
+    pub data: Vec<u8>,
+    pub stat: Stat,
+    pub children: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Session {
-    pub(crate) alive: bool,
-    pub(crate) timeout: Ms,
-    pub(crate) last_heard: Ms,
-    pub(crate) ephemerals: BTreeSet<String>,
+pub struct Session {
+    pub alive: bool,
+    pub timeout: Ms,
+    pub last_heard: Ms,
+    pub ephemerals: BTreeSet<String>,
     /// Roots of this session's persistent recursive watches.
-    pub(crate) watches: BTreeSet<String>,
+    pub watches: BTreeSet<String>,
 }
 
 /// What one write did, for the checker: the path, the data before and after (`None` = absent),
 /// and the session that wrote it (0 for the server itself, e.g. an expiry).
 #[derive(Debug, Clone)]
-pub(crate) struct Write {
-    pub(crate) path: String,
-    pub(crate) before: Option<(Vec<u8>, Stat)>,
-    pub(crate) after: Option<(Vec<u8>, Stat)>,
-    pub(crate) session: i64,
+pub struct Write {
+    pub path: String,
+    pub before: Option<(Vec<u8>, Stat)>,
+    pub after: Option<(Vec<u8>, Stat)>,
+    pub session: i64,
 }
 
 /// One ZooKeeper server.
 #[derive(Debug)]
-pub(crate) struct ModelZk {
-    pub(crate) nodes: BTreeMap<String, Znode>,
-    pub(crate) sessions: BTreeMap<i64, Session>,
-    pub(crate) zxid: i64,
+pub struct ModelZk {
+    pub nodes: BTreeMap<String, Znode>,
+    pub sessions: BTreeMap<i64, Session>,
+    pub zxid: i64,
     next_session: i64,
     /// The server's wall clock at virtual time 0, in ms since the Unix epoch.
     epoch_ms: i64,
@@ -67,7 +71,7 @@ pub(crate) struct ModelZk {
 type Undo = Vec<(String, Option<Znode>)>;
 
 impl ModelZk {
-    pub(crate) fn new(epoch_ms: i64) -> ModelZk {
+    pub fn new(epoch_ms: i64) -> ModelZk {
         let mut nodes = BTreeMap::new();
         nodes.insert(
             "/".to_string(),
@@ -87,13 +91,19 @@ impl ModelZk {
     }
 
     /// The server's wall clock at `now`, in ms since the Unix epoch.
-    pub(crate) fn wall_ms(&self, now: Ms) -> i64 {
+    pub fn wall_ms(&self, now: Ms) -> i64 {
         self.epoch_ms + now as i64
     }
 
-    pub(crate) fn open_session(&mut self, timeout: Ms, now: Ms) -> i64 {
+    pub fn open_session(&mut self, timeout: Ms, now: Ms) -> i64 {
         self.next_session += 1;
         let id = self.next_session;
+        self.open_session_as(id, timeout, now);
+        id
+    }
+
+    /// Opens session `id` (a unit test's session 1), as [`ModelZk::open_session`] does.
+    pub fn open_session_as(&mut self, id: i64, timeout: Ms, now: Ms) {
         self.sessions.insert(
             id,
             Session {
@@ -104,28 +114,27 @@ impl ModelZk {
                 watches: BTreeSet::new(),
             },
         );
-        id
     }
 
-    pub(crate) fn alive(&self, session: i64) -> bool {
+    pub fn alive(&self, session: i64) -> bool {
         self.sessions.get(&session).is_some_and(|s| s.alive)
     }
 
     /// The client of `session` was heard from: its expiry moves on.
-    pub(crate) fn touch(&mut self, session: i64, now: Ms) {
+    pub fn touch(&mut self, session: i64, now: Ms) {
         if let Some(s) = self.sessions.get_mut(&session).filter(|s| s.alive) {
             s.last_heard = now;
         }
     }
 
     /// When `session` expires if its client stays silent.
-    pub(crate) fn expires_at(&self, session: i64) -> Option<Ms> {
+    pub fn expires_at(&self, session: i64) -> Option<Ms> {
         let s = self.sessions.get(&session).filter(|s| s.alive)?;
         Some(s.last_heard + s.timeout)
     }
 
     /// Ends `session` (expiry or close): its ephemerals are deleted in one transaction.
-    pub(crate) fn end_session(&mut self, session: i64, writes: &mut Vec<Write>) -> Vec<Event> {
+    pub fn end_session(&mut self, session: i64, writes: &mut Vec<Write>) -> Vec<Event> {
         let Some(s) = self.sessions.get_mut(&session).filter(|s| s.alive) else {
             return Vec::new();
         };
@@ -158,7 +167,7 @@ impl ModelZk {
     }
 
     /// The sessions whose persistent recursive watches cover `path`.
-    pub(crate) fn watchers(&self, path: &str) -> Vec<i64> {
+    pub fn watchers(&self, path: &str) -> Vec<i64> {
         self.sessions
             .iter()
             .filter(|(_, s)| s.alive && s.watches.iter().any(|root| covers(root, path)))
@@ -168,7 +177,7 @@ impl ModelZk {
 
     /// Applies `op` for `session` at `now`. Returns the reply, the watch events it caused, and
     /// appends every write to `writes`.
-    pub(crate) fn apply(
+    pub fn apply(
         &mut self,
         session: i64,
         op: &ZkOp,
@@ -296,6 +305,72 @@ impl ModelZk {
         (Ok(ZkOk::Multi(oks)), events)
     }
 
+    /// A create of a transaction, recording what it changes in `undo`.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn create(
+        &mut self,
+        session: i64,
+        path: &String,
+        data: &[u8],
+        mode: CreateMode,
+        zxid: i64,
+        mtime: i64,
+        undo: &mut Undo,
+    ) -> Result<(ZkOk, Option<(String, WatchKind)>), ZkFail> {
+        let parent = parent(path).ok_or_else(|| ZkFail::Other(format!("bad path {path}")))?;
+        if self.nodes.contains_key(path) {
+            return Err(ZkFail::NodeExists);
+        }
+        let Some(p) = self.nodes.get(parent) else {
+            return Err(ZkFail::NoNode);
+        };
+        if p.stat.ephemeral_owner != 0 {
+            return Err(ZkFail::Other("no children for ephemerals".into()));
+        }
+        let owner = match mode {
+            CreateMode::Persistent => 0,
+            CreateMode::Ephemeral => session,
+            // The simulation numbers the operator's requests (`Sim::create_request`).
+            CreateMode::PersistentSequential => {
+                return Err(ZkFail::Other("the model has no sequential znodes".into()));
+            }
+        };
+        let stat = Stat {
+            version: 0,
+            ephemeral_owner: owner,
+            mtime_ms: mtime,
+            ctime_ms: mtime,
+            czxid: zxid,
+            mzxid: zxid,
+        };
+        undo.push((parent.to_string(), self.nodes.get(parent).cloned()));
+        undo.push((path.clone(), None));
+        self.nodes
+            .get_mut(parent)
+            .expect("checked")
+            .children
+            .insert(name(path).to_string());
+        self.nodes.insert(
+            path.clone(),
+            Znode {
+                data: data.to_vec(),
+                stat,
+                children: BTreeSet::new(),
+            },
+        );
+        if owner != 0 {
+            self.sessions
+                .get_mut(&owner)
+                .expect("alive")
+                .ephemerals
+                .insert(path.clone());
+        }
+        Ok((
+            ZkOk::Created(stat),
+            Some((path.clone(), WatchKind::Created)),
+        ))
+    }
+
     /// One write of a transaction, recording what it changes in `undo`.
     #[allow(clippy::type_complexity)]
     fn one(
@@ -309,61 +384,7 @@ impl ModelZk {
         match op {
             ZkOp::Create {
                 path, data, mode, ..
-            } => {
-                let parent =
-                    parent(path).ok_or_else(|| ZkFail::Other(format!("bad path {path}")))?;
-                if self.nodes.contains_key(path) {
-                    return Err(ZkFail::NodeExists);
-                }
-                let Some(p) = self.nodes.get(parent) else {
-                    return Err(ZkFail::NoNode);
-                };
-                if p.stat.ephemeral_owner != 0 {
-                    return Err(ZkFail::Other("no children for ephemerals".into()));
-                }
-                let owner = match mode {
-                    CreateMode::Persistent => 0,
-                    CreateMode::Ephemeral => session,
-                    // The simulation numbers the operator's requests (`Sim::create_request`).
-                    CreateMode::PersistentSequential => {
-                        return Err(ZkFail::Other("the model has no sequential znodes".into()));
-                    }
-                };
-                let stat = Stat {
-                    version: 0,
-                    ephemeral_owner: owner,
-                    mtime_ms: mtime,
-                    ctime_ms: mtime,
-                    czxid: zxid,
-                    mzxid: zxid,
-                };
-                undo.push((parent.to_string(), self.nodes.get(parent).cloned()));
-                undo.push((path.clone(), None));
-                self.nodes
-                    .get_mut(parent)
-                    .expect("checked")
-                    .children
-                    .insert(name(path).to_string());
-                self.nodes.insert(
-                    path.clone(),
-                    Znode {
-                        data: data.clone(),
-                        stat,
-                        children: BTreeSet::new(),
-                    },
-                );
-                if owner != 0 {
-                    self.sessions
-                        .get_mut(&owner)
-                        .expect("alive")
-                        .ephemerals
-                        .insert(path.clone());
-                }
-                Ok((
-                    ZkOk::Created(stat),
-                    Some((path.clone(), WatchKind::Created)),
-                ))
-            }
+            } => self.create(session, path, data, *mode, zxid, mtime, undo),
             ZkOp::Delete { path, version } => {
                 let node = self.nodes.get(path).ok_or(ZkFail::NoNode)?;
                 if version.is_some_and(|v| v != node.stat.version) {
@@ -413,6 +434,55 @@ impl ModelZk {
         }
     }
 
+    /// Plants `path` with `data` and `stat` as a test or a stranger writes it outside any
+    /// session's call: its missing parents are created empty, an existing znode keeps its
+    /// children, an ephemeral owner that is a session of this server owns it.
+    pub fn plant(&mut self, path: &str, data: Vec<u8>, stat: Stat) {
+        if let Some(parent) = parent(path)
+            && !self.nodes.contains_key(parent)
+        {
+            self.plant(parent, Vec::new(), Stat::default());
+        }
+        if let Some(p) = parent(path).and_then(|p| self.nodes.get_mut(p)) {
+            p.children.insert(name(path).to_string());
+        }
+        if let Some(s) = self.sessions.get_mut(&stat.ephemeral_owner) {
+            s.ephemerals.insert(path.to_string());
+        }
+        let children = self
+            .nodes
+            .remove(path)
+            .map(|n| n.children)
+            .unwrap_or_default();
+        self.nodes.insert(
+            path.to_string(),
+            Znode {
+                data,
+                stat,
+                children,
+            },
+        );
+    }
+
+    /// Removes `path` and everything under it, as a stranger's recursive delete does; whether
+    /// it was there.
+    pub fn remove_tree(&mut self, path: &str) -> bool {
+        let Some(node) = self.nodes.get(path) else {
+            return false;
+        };
+        let children: Vec<String> = node.children.iter().cloned().collect();
+        for child in children {
+            let below = if path == "/" {
+                format!("/{child}")
+            } else {
+                format!("{path}/{child}")
+            };
+            self.remove_tree(&below);
+        }
+        self.remove(path);
+        true
+    }
+
     /// Removes `path` (a leaf) from the tree, its parent's children and its owner's ephemerals.
     fn remove(&mut self, path: &str) {
         if let Some(node) = self.nodes.remove(path) {
@@ -449,7 +519,7 @@ impl ModelZk {
 }
 
 /// Whether a persistent recursive watch on `root` reports changes of `path`.
-pub(crate) fn covers(root: &str, path: &str) -> bool {
+pub fn covers(root: &str, path: &str) -> bool {
     path == root
         || root == "/"
         || path
