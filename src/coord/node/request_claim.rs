@@ -9,9 +9,10 @@
 //!
 //! A reply whose outcome is unknown, or a request changed meanwhile, is resolved by `sync` and
 //! a re-read: this node's own claim applied (the request running here with the `claimed_at`
-//! this node sent), a claim again at the version read, or a refusal. A manual run asked again
-//! after an error finds its own claim by the `claimed_at` kept in
-//! [`Requests::claims_sent`](super::requests::Requests::claims_sent).
+//! this node sent), a claim again at the version read, or a refusal. A run asked again after
+//! an error finds its own claim by the `claimed_at` kept in
+//! [`Requests::claims_sent`](super::requests::Requests::claims_sent) (a backfill tick only
+//! in the session that claimed it: the tick of a session that ended is lost).
 
 use chrono::{DateTime, Utc};
 
@@ -144,13 +145,15 @@ impl Node {
     /// backfill tick (by its fire id's form).
     pub(super) fn claim_request(&mut self, req: ReqId, task: String, trigger: Trigger) {
         let kind = Kind::of(&trigger.fire_id);
+        // Asked again after an error: the same claim, which may have been applied.
+        let sent = self.requests.claims_sent.get(&trigger.fire_id).copied();
         let job = ClaimJob {
             req,
             task,
             fire_id: trigger.fire_id,
             kind,
             requested_at: trigger.requested_at,
-            claimed_at: self.io.now.wall,
+            claimed_at: sent.unwrap_or(self.io.now.wall),
             conflicts: 0,
             reads: 0,
         };
@@ -199,15 +202,14 @@ impl Node {
         }
     }
 
-    /// Whether `known` runs `job`'s run by this node's claim (its answer may have been lost).
+    /// Whether `known` runs `job`'s run by this node's claim (its answer may have been lost,
+    /// or been an error), sent with the `claimed_at` kept in `claims_sent`.
     fn is_own_request_claim(&self, job: &ClaimJob, known: &Known) -> bool {
+        let sent = self.requests.claims_sent.get(&job.fire_id);
         match (&job.kind, known) {
-            (Kind::Manual, Known::Manual(known)) => {
-                let sent = self.requests.claims_sent.get(&job.fire_id);
-                self.is_own_manual_claim(&known.record, sent)
-            }
+            (Kind::Manual, Known::Manual(known)) => self.is_own_manual_claim(&known.record, sent),
             (Kind::Backfill { tick, .. }, Known::Backfill(known)) => {
-                self.is_own_backfill_claim(&known.record, *tick, job.claimed_at)
+                sent.is_some_and(|&at| self.is_own_backfill_claim(&known.record, *tick, at))
             }
             _ => false,
         }
@@ -256,10 +258,27 @@ impl Node {
         self.requests.claims_sent.insert(fire_id, claimed_at);
     }
 
-    /// Answers `job`'s request with `outcome`: the claim is over.
+    /// Answers `job`'s request with `outcome`. A decided claim is over; after an error its
+    /// outcome is open (it may have been applied), and the daemon asks again: the
+    /// `claimed_at` sent stays in [`Requests::claims_sent`](super::requests::Requests), by
+    /// which that ask finds the claim its own.
     fn finish_request_claim(&mut self, job: ClaimJob, outcome: Result<ClaimOutcome, CoordError>) {
-        self.requests.claims_sent.remove(&job.fire_id);
+        if outcome.is_ok() {
+            self.requests.claims_sent.remove(&job.fire_id);
+        }
         self.answer(job.req, outcome.map(Answered::Claim));
+    }
+
+    /// Forgets the claims sent for requests no longer known: the daemon asks no more.
+    pub(super) fn forget_claims_of_gone_requests(&mut self) {
+        let requests = &mut self.requests;
+        let (triggers, backfills) = (&requests.triggers, &requests.backfills);
+        requests
+            .claims_sent
+            .retain(|fire_id, _| match Kind::of(fire_id) {
+                Kind::Manual => triggers.contains_key(fire_id),
+                Kind::Backfill { name, .. } => backfills.contains_key(&name),
+            });
     }
 
     pub(super) fn on_claim_step(&mut self, step: Step, result: Result<ZkOk, ZkFail>) {
@@ -532,16 +551,21 @@ impl Node {
         }
     }
 
-    /// Whether `record` runs `tick` by this node's claim made at `claimed_at` (its answer may
-    /// have been lost).
+    /// Whether `record` runs `tick` by this node's claim made at `claimed_at` in this session
+    /// (its answer may have been lost). A claim of a session that ended is not: the lease
+    /// holder ends that tick as lost ([`rules::lost`]), so it must not start.
     pub(super) fn is_own_backfill_claim(
         &self,
         record: &BackfillRecord,
         tick: DateTime<Utc>,
         claimed_at: DateTime<Utc>,
     ) -> bool {
+        let session = self.session_hex();
         record.running.as_ref().is_some_and(|run| {
-            run.tick == tick && run.node == self.cfg.id && run.claimed_at == claimed_at
+            run.tick == tick
+                && run.node == self.cfg.id
+                && run.claimed_at == claimed_at
+                && run.session.as_deref() == Some(session.as_str())
         })
     }
 }

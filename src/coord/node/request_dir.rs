@@ -78,6 +78,7 @@ impl Node {
         let before = known.len();
         known.retain(|name, _| names.contains(name));
         if known.len() != before {
+            self.forget_claims_of_gone_requests();
             self.publish();
         }
         for name in names {
@@ -120,6 +121,7 @@ impl Node {
     /// Forgets the request `name` (gone from the tree), publishing if it was known.
     pub(super) fn forget_request<V>(&mut self, dir: &RequestDir<V>, name: &str) {
         if (dir.known)(self).remove(name).is_some() {
+            self.forget_claims_of_gone_requests();
             self.publish();
         }
     }
@@ -129,6 +131,7 @@ impl Node {
         let known = (dir.known)(self);
         if !known.is_empty() {
             known.clear();
+            self.forget_claims_of_gone_requests();
             self.publish();
         }
     }

@@ -19,7 +19,8 @@ pub(super) struct Requests {
     /// Every trigger under `control/triggers` as last read, by name (= fire id).
     pub(super) triggers: BTreeMap<String, super::trigger::Known>,
     /// Claims sent and not answered yet (or answered with an error), by fire id: their
-    /// `claimed_at`, by which a manual run asked again finds its own claim.
+    /// `claimed_at`, by which a run asked again finds its own claim. Kept until a decided
+    /// answer, or until the request is gone.
     pub(super) claims_sent: BTreeMap<String, DateTime<Utc>>,
     /// Every backfill request under `control/backfills` as last read, by name.
     pub(super) backfills: BTreeMap<String, super::backfill::Known>,

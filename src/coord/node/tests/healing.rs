@@ -1,12 +1,17 @@
 //! What the node heals after a fault met midway: a take whose tree recreation failed, a clock
-//! probe lost with the connection. Fed by the in-memory ZooKeeper of `test_fixtures`.
+//! probe lost with the connection, a requested run's claim answered with an error. Fed by the in-memory ZooKeeper of `test_fixtures`.
 
 use std::time::Duration;
 
-use super::super::io::{Input, Output, WatchKind, ZkFail, ZkOp};
+use super::super::Node;
+use super::super::io::{Answered, Input, Now, Output, Request, WatchKind, ZkFail, ZkOp};
 use super::super::test_fixtures::{
-    Answering, BASE, Store, Timers, at, leases, pump, serve_with, spec, started,
+    Answering, BASE, Store, Timers, ask_at, at, leases, pending_trigger, pump,
+    request as request_input, serve_with, spec, started, tick,
 };
+use crate::coord::backfill::{self, BackfillRecord};
+use crate::coord::records::{TriggerRecord, TriggerState};
+use crate::coord::{ClaimOutcome, CoordError, Trigger};
 
 /// Seed 11576 of the long simulation: `leases/` was deleted, the node's take found it gone
 /// (NoNode) and recreated the tree, and that recreation failed (the connection was lost). The
@@ -20,7 +25,7 @@ fn a_take_whose_tree_recreation_failed_is_taken_again() {
     assert_eq!(leases(&store), ["t"]);
     let lease = format!("{BASE}/leases/t");
     store.remove(&lease);
-    // The take finds `leases/` gone (this store keeps no directories: the answer says so),
+    // The take finds `leases/` gone (the answer says so),
     // then the last create of the tree's recreation loses its connection.
     let (mut took, mut recreated) = (false, false);
     let tasksets = format!("{BASE}/tasksets");
@@ -104,4 +109,117 @@ fn a_clock_probe_lost_with_the_connection_is_sent_again_on_reconnecting() {
         .iter()
         .any(|o| matches!(o, Output::Call { zk, .. } if is_probe(zk)));
     assert!(probed, "{outputs:?}");
+}
+
+/// Asks node `node` to claim `fire_id` of task t (request 901) with every answer to the claim
+/// lost after the store applied it, and every re-read that would resolve it failing: the
+/// outcome is unknown, and the node answers an error, as the daemon then retries.
+fn claim_with_its_outcome_unknown(node: &mut Node, store: &mut Store, fire_id: &str, path: &str) {
+    let trigger = Trigger {
+        fire_id: fire_id.into(),
+        requested_at: tick(),
+    };
+    let claim = Request::ClaimManual {
+        task: "t".into(),
+        trigger,
+    };
+    let request = path.to_string();
+    let answer: Answering = Box::new(move |zk, store| match zk {
+        ZkOp::Multi(_) => {
+            let applied = store.apply(zk, at(100));
+            assert!(applied.is_ok(), "{applied:?}");
+            Some(Err(ZkFail::ConnectionLoss))
+        }
+        ZkOp::GetData { path } if *path == request => Some(Err(ZkFail::Other("refused".into()))),
+        _ => None,
+    });
+    let mut served = serve_with(
+        node,
+        store,
+        at(100),
+        [request_input(901, claim)],
+        Timers::Leave,
+        answer,
+    );
+    let answered = served.answers.remove(&901).expect("answered");
+    assert!(
+        matches!(answered, Err(CoordError::Unknown { .. })),
+        "{answered:?} {:?}",
+        served.said
+    );
+}
+
+/// Claims `fire_id` of task t again, as the daemon retries after an error, the store answering.
+fn claim_again(node: &mut Node, store: &mut Store, fire_id: &str, now: Now) -> Answered {
+    let trigger = Trigger {
+        fire_id: fire_id.into(),
+        requested_at: tick(),
+    };
+    let claim = Request::ClaimManual {
+        task: "t".into(),
+        trigger,
+    };
+    ask_at(node, store, now, claim)
+}
+
+/// A manual run whose claim was applied but answered with an error (its answer lost, the
+/// re-reads failing) was asked again by the daemon; the node had forgotten the `claimed_at` it
+/// sent (and, its view stale, wrote a claim with a new one, which conflicted), so it refused
+/// its own claim as another's: the trigger stayed running on this node and never ran.
+#[test]
+fn a_manual_run_asked_again_after_its_claim_ended_in_an_error_finds_its_own_claim() {
+    let mut store = Store::default();
+    let name = "t@manual-0000000001";
+    let path = format!("{BASE}/control/triggers/{name}");
+    store.put(
+        &path,
+        serde_json::to_vec(&pending_trigger("t", tick())).unwrap(),
+    );
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    claim_with_its_outcome_unknown(&mut node, &mut store, name, &path);
+    let running: TriggerRecord = serde_json::from_slice(store.data(&path)).unwrap();
+    assert_eq!(running.state, TriggerState::Running);
+    // The watch's event of the claim is not delivered yet: the node's view is stale.
+    let answer = claim_again(&mut node, &mut store, name, at(5_000));
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+    let still: TriggerRecord = serde_json::from_slice(store.data(&path)).unwrap();
+    assert_eq!(still.claimed_at, running.claimed_at, "claimed once");
+}
+
+/// The same for a backfill tick: a tick claimed in this session whose answer was an error is
+/// this node's when the daemon asks again; asked in a later session, it is not (the lease
+/// holder ends a tick whose claimer's session is gone as lost), and the run does not start.
+#[test]
+fn a_backfill_tick_asked_again_after_its_claim_ended_in_an_error_is_claimed_only_in_its_session() {
+    let name = "t@backfill-0000000004";
+    let path = format!("{BASE}/control/backfills/{name}");
+    let record = BackfillRecord::new("t", tick(), at(600_000).wall, 10, "op@h", tick());
+    let fire_id = backfill::fire_id(name, at(60_000).wall);
+    let claimed = || {
+        let mut store = Store::default();
+        store.put(&path, serde_json::to_vec(&record).unwrap());
+        let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+        claim_with_its_outcome_unknown(&mut node, &mut store, &fire_id, &path);
+        (node, store)
+    };
+    let (mut node, mut store) = claimed();
+    let answer = claim_again(&mut node, &mut store, &fire_id, at(5_000));
+    assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
+
+    let (mut node, mut store) = claimed();
+    let new_session = Input::Connected {
+        session_id: 2,
+        negotiated_timeout: Duration::from_secs(10),
+    };
+    node.handle(Input::Expired, at(1_000));
+    store.zk.end_session(1, &mut Vec::new());
+    store.session = Some(2);
+    node.handle(new_session, at(1_000));
+    pump(&mut node, &mut store, at(1_000));
+    assert!(node.leadership().may_fire("t"), "leads again");
+    let answer = claim_again(&mut node, &mut store, &fire_id, at(5_000));
+    assert!(
+        matches!(answer, Answered::Claim(ClaimOutcome::AlreadyClaimed { .. })),
+        "{answer:?}"
+    );
 }
