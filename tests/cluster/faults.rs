@@ -9,7 +9,7 @@ use crate::common::cluster::Cluster;
 use crate::common::wall::{now, now_second, second_of};
 use crate::common::zk::{ClusterNode, TestServer};
 use crate::common::{self, DaemonProcess};
-use crate::{CLUSTER, LIMIT};
+use crate::failover::{CLUSTER, LIMIT};
 
 /// How long after a fault the other nodes took over.
 pub(crate) struct Takeover {

@@ -3,14 +3,12 @@
 //! daemon), and `zkcron pause TASK --reason TEXT`; `status`, `explain` and `--json` show who,
 //! when and why, and `resume` clears it.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::zk::{ClusterNode, TestServer};
+use crate::common::cluster::Cluster;
+use crate::common::zk::{ClusterNode, TestServer};
 use serde_json::Value;
 
 const CLUSTER: &str = "test";
@@ -125,7 +123,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
     let leader = &run.node;
     cluster.nodes[leader.as_str()].wait_for_log("task flaky is paused", LIMIT);
     let seen_at = zkcron::clock::Clock::system().now().timestamp();
-    common::wait_for("three quiet seconds", LIMIT, || {
+    crate::common::wait_for("three quiet seconds", LIMIT, || {
         zkcron::clock::Clock::system().now().timestamp() >= seen_at + 4
     });
     let late: Vec<String> = cluster
@@ -178,7 +176,7 @@ fn pause_on_failure_pauses_the_task_cluster_wide_naming_the_run_and_status_shows
 
 #[test]
 fn a_pause_reason_that_is_empty_or_too_long_is_refused_saying_how_to_fix_it() {
-    let empty = common::run_zkcron(&["pause", "t", "--reason", "  "]);
+    let empty = crate::common::run_zkcron(&["pause", "t", "--reason", "  "]);
     assert_eq!(empty.status.code(), Some(2));
     assert!(
         stderr(&empty)
@@ -187,14 +185,14 @@ fn a_pause_reason_that_is_empty_or_too_long_is_refused_saying_how_to_fix_it() {
         stderr(&empty)
     );
     let long = "x".repeat(501);
-    let out = common::run_zkcron(&["pause", "t", "--reason", &long]);
+    let out = crate::common::run_zkcron(&["pause", "t", "--reason", &long]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("the reason is 501 bytes long; at most 500 are kept: shorten it"),
         "{}",
         stderr(&out)
     );
-    let out = common::run_zkcron(&["pause", "t", "--reason", "one\ntwo"]);
+    let out = crate::common::run_zkcron(&["pause", "t", "--reason", "one\ntwo"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("the reason spans several lines: write it on one line"),
@@ -206,7 +204,7 @@ fn a_pause_reason_that_is_empty_or_too_long_is_refused_saying_how_to_fix_it() {
 #[test]
 fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart() {
     // Given the local backend's daemon and a task that fails, with pause_on_failure.
-    let scratch = common::Scratch::new();
+    let scratch = crate::common::Scratch::new();
     let fires = scratch.out("fires.log");
     scratch.write_task("flaky", &ticking(&fires, 5, "pause_on_failure = true"));
     scratch.write_task("steady", "schedule = \"0 0 1 1 *\"\ncommand = \"true\"\n");
@@ -214,7 +212,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     let config = scratch.path().join("zkcron.toml");
     let state = scratch.path().join("state");
     let cli = |args: &[&str]| {
-        common::zkcron()
+        crate::common::zkcron()
             .args(args)
             .args(["--config", config.to_str().unwrap()])
             .args(["--state-dir", state.to_str().unwrap()])
@@ -261,7 +259,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     // in the three seconds that follow.
     restarted.wait_for_log_count("task flaky is paused; nothing fires until", 2, LIMIT);
     let seen_at = zkcron::clock::Clock::system().now().timestamp();
-    common::wait_for("three seconds after the restart", LIMIT, || {
+    crate::common::wait_for("three seconds after the restart", LIMIT, || {
         zkcron::clock::Clock::system().now().timestamp() >= seen_at + 3
     });
     let after = std::fs::read_to_string(&fires).unwrap().lines().count();

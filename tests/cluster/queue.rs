@@ -4,14 +4,12 @@
 //! restart). Every job logs its start and end with the wall clock, so the tests see what ran,
 //! where, and that no two runs overlapped.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::zk::TestServer;
+use crate::common::cluster::Cluster;
+use crate::common::zk::TestServer;
 
 /// A generous deadline for things that take a moment (start-up, lease moves, a few runs).
 const LIMIT: Duration = Duration::from_secs(40);
@@ -191,7 +189,7 @@ fn a_queued_tick_survives_the_leader_killed_while_it_waits() {
 #[test]
 fn the_local_backend_keeps_a_queued_tick_across_a_restart() {
     // Given the local daemon, a run of 2 s and the tick due during it queued.
-    let scratch = common::Scratch::new();
+    let scratch = crate::common::Scratch::new();
     let log = scratch.out("jobs.log");
     scratch.write_task("slow", &slow_queued_task(&log, "2"));
     let mut daemon = scratch.start_daemon(&[]);
@@ -219,7 +217,7 @@ fn the_local_backend_keeps_a_queued_tick_across_a_restart() {
     );
     let daemon = scratch.start_daemon(&[]);
     // ...then the queued tick runs, once, first.
-    common::wait_for(&format!("{queued} to run after the restart"), LIMIT, || {
+    crate::common::wait_for(&format!("{queued} to run after the restart"), LIMIT, || {
         events(&log).iter().any(|e| e.start && e.fire_id == queued)
     });
     daemon.wait_for_log("starting the queued tick", LIMIT);
@@ -276,20 +274,20 @@ fn after_a_handoff_the_new_leader_starts_the_queued_tick_when_the_old_leaders_ru
 #[test]
 fn metrics_count_the_queued_and_the_dropped_ticks() {
     // The jobs' log outlives the daemon (dropped after it).
-    let out = common::tempdir();
+    let out = crate::common::tempdir();
     let log = out.path().join("jobs.log");
-    let served = common::Served::start(None, &[("slow", &slow_queued_task(&log, "2.5"))]);
+    let served = crate::common::Served::start(None, &[("slow", &slow_queued_task(&log, "2.5"))]);
     let (daemon, address) = (&served.daemon, &served.address);
     daemon.wait_for_log("dropped: a tick is queued already", LIMIT);
     let count = |outcome: &str| {
-        let (_, metrics) = common::http_get(address, "/metrics");
+        let (_, metrics) = crate::common::http_get(address, "/metrics");
         let series = format!("zkcron_fires_total{{task=\"slow\",outcome=\"{outcome}\"}} ");
         metrics
             .lines()
             .find_map(|line| line.strip_prefix(&series)?.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    common::wait_for("a queued and a dropped tick counted", LIMIT, || {
+    crate::common::wait_for("a queued and a dropped tick counted", LIMIT, || {
         count("queued") >= 1 && count("dropped") >= 1
     });
 }

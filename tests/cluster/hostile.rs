@@ -6,17 +6,15 @@
 //! Every test runs one task, `tick`, every second; its job appends `<fire id> <node>` to
 //! `fires.log`. `catch_up = "skip"`, so a tick that did not fire leaves a gap.
 //!
-//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test hostile` runs the nodes from another build
+//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test cluster hostile` runs the nodes from another build
 //! (e.g. a release before these fixes, to see the tests fail).
-
-mod common;
 
 use std::fs;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::cluster::Cluster;
-use common::zk::{self, ClusterNode};
-use common::{DaemonProcess, wait_for};
+use crate::common::cluster::Cluster;
+use crate::common::zk::{self, ClusterNode};
+use crate::common::{DaemonProcess, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -7,14 +7,12 @@
 //! drain and a rolling upgrade (each item held as the ranking says, newer releases first);
 //! `explain`, `status`, `/metrics` and the task page say which node runs which items.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::fires::Fires;
-use common::wall::{now, wait_mid_second};
+use crate::common::cluster::Cluster;
+use crate::common::fires::Fires;
+use crate::common::wall::{now, wait_mid_second};
 
 /// A generous deadline for things that take a moment (start-up, convergence, an expiry).
 const LIMIT: Duration = Duration::from_secs(30);
@@ -143,7 +141,7 @@ fn given_an_every_node_task_paused_then_resumed_then_no_node_catches_the_paused_
     wait_mid_second();
     let paused_at = now().floor() as i64;
     cli(&["pause", "each"]);
-    common::wait_for("4 seconds of pause", LIMIT, || {
+    crate::common::wait_for("4 seconds of pause", LIMIT, || {
         now() > (paused_at + 4) as f64 + 0.5
     });
     let resumed_at = now().floor() as i64;
@@ -212,7 +210,7 @@ fn given_an_every_node_task_when_a_node_is_drained_then_it_runs_nothing_and_catc
     cluster.wait("n2 to give its unit up", LIMIT, |c| {
         !c.znode_owners("leases").contains_key("each@n2")
     });
-    common::wait_for("3 seconds drained", LIMIT, || {
+    crate::common::wait_for("3 seconds drained", LIMIT, || {
         now() > (drained_at + 3) as f64 + 0.5
     });
     let fires = cluster.fires();
@@ -700,7 +698,7 @@ fn given_a_pool_on_three_1_0_nodes_when_each_restarts_at_1_1_in_turn_then_items_
         cluster.stop(id);
         wait_held_as_ranked(&cluster, &newer, &format!("once {id} stopped"));
         newer.push(id);
-        let node = common::zk::ClusterNode {
+        let node = crate::common::zk::ClusterNode {
             release: Some("1.1.0".into()),
             ..cluster.new_node(id)
         };
@@ -796,7 +794,7 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
         "shards",
         "schedule = \"0 3 * * *\"\ncommand = [\"true\"]\nwork_items = 12\n",
     );
-    let n1 = common::zk::ClusterNode {
+    let n1 = crate::common::zk::ClusterNode {
         config: "[http]\nlisten = \"127.0.0.1:0\"\n".into(),
         ..cluster.new_node("n1")
     };
@@ -826,12 +824,12 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
         "{text}"
     );
     // /metrics gives the serving node's own items; the task page, every node's.
-    let (_, metrics) = common::http_get(&address, "/metrics");
+    let (_, metrics) = crate::common::http_get(&address, "/metrics");
     assert!(
         metrics.contains("zkcron_work_items{task=\"shards\"} 4"),
         "{metrics}"
     );
-    let (code, page) = common::http_get(&address, "/api/tasks/shards");
+    let (code, page) = crate::common::http_get(&address, "/api/tasks/shards");
     assert_eq!(code, 200, "{page}");
     let page: serde_json::Value = serde_json::from_str(&page).unwrap();
     assert_eq!(page["explain"]["status"]["work_items"], even, "{page:#}");
@@ -842,8 +840,8 @@ fn given_a_pool_then_explain_status_metrics_and_the_task_page_show_who_runs_whic
     cluster.wait("n3's items on n1 and n2", LIMIT, |c| {
         status_shares(c) == moved
     });
-    common::wait_for("n1's metric to follow", LIMIT, || {
-        common::http_get(&address, "/metrics")
+    crate::common::wait_for("n1's metric to follow", LIMIT, || {
+        crate::common::http_get(&address, "/metrics")
             .1
             .contains("zkcron_work_items{task=\"shards\"} 6")
     });

@@ -7,16 +7,14 @@
 //! Every task fires every second and appends `<fire id> <node id>` to `fires.log`, so the tests
 //! see what ran where.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::zk::{self, ClusterNode, TestServer};
+use crate::common::cluster::Cluster;
+use crate::common::zk::{self, ClusterNode, TestServer};
 use serde_json::Value;
 
 const CLUSTER: &str = "test";
@@ -274,7 +272,7 @@ fn status_and_explain_describe_nodes_and_tasks_field_by_field() {
 
     // A reader that goes away (`zkcron status | head`) ends the command quietly: no panic on
     // the broken pipe.
-    let mut command = common::zkcron();
+    let mut command = crate::common::zkcron();
     command
         .args([
             "status",
@@ -384,7 +382,7 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
     let paused_at = unix_now();
     // The first tick that may not fire.
     let quiet_from = paused_at + 2;
-    common::wait_for("three seconds of the pause to pass", LIMIT, || {
+    crate::common::wait_for("three seconds of the pause to pass", LIMIT, || {
         unix_now() >= quiet_from + 3
     });
     let fires = cluster.fires();
@@ -406,7 +404,7 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
         "{said}"
     );
     let resumed_at = unix_now();
-    common::wait_for("tick to fire again", LIMIT, || {
+    crate::common::wait_for("tick to fire again", LIMIT, || {
         cluster.fires().0.len() > before + 1
     });
     // catch_up = "all" would run every second of the pause; resume moved the record past it.
@@ -622,7 +620,7 @@ fn trigger_wait_says_when_the_node_running_the_task_is_lost() {
     );
     cluster.start_node("a", "1.0.0", "");
     cluster.wait_status("a to lead slow", |s| task(s, "slow")["leader"] == "a");
-    let mut command = common::zkcron();
+    let mut command = crate::common::zkcron();
     command
         .args(["trigger", "slow", "--wait"])
         .args(["--zookeeper", &cluster.connect, "--cluster", CLUSTER])
@@ -631,11 +629,11 @@ fn trigger_wait_says_when_the_node_running_the_task_is_lost() {
         .stderr(Stdio::piped());
     // Tied to this process: a failing test leaves no CLI waiting behind.
     let mut waiting = zk::spawn_tied_to_process(command).unwrap();
-    common::wait_for("the manual run to start", LIMIT, || started.exists());
+    crate::common::wait_for("the manual run to start", LIMIT, || started.exists());
     // kill -9 of the node (and its job): its session ends after the 3 s timeout.
     cluster.nodes.remove("a");
     let mut status = None;
-    common::wait_for("trigger --wait to exit", LIMIT, || {
+    crate::common::wait_for("trigger --wait to exit", LIMIT, || {
         status = waiting.try_wait().unwrap();
         status.is_some()
     });
@@ -661,7 +659,7 @@ fn a_cluster_command_that_cannot_reach_zookeeper_says_so_and_exits_1() {
     let port = zk::free_port();
     let connect = format!("127.0.0.1:{port}");
     let started = Instant::now();
-    let out = common::run_zkcron(&["status", "--zookeeper", &connect]);
+    let out = crate::common::run_zkcron(&["status", "--zookeeper", &connect]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with(&format!(
@@ -679,7 +677,7 @@ fn a_cluster_command_that_cannot_reach_zookeeper_says_so_and_exits_1() {
 #[test]
 fn a_cluster_no_node_ever_joined_is_named() {
     let connect = zk::shared().chroot_connect();
-    let out = common::run_zkcron(&["status", "--zookeeper", &connect, "--cluster", "nope"]);
+    let out = crate::common::run_zkcron(&["status", "--zookeeper", &connect, "--cluster", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with("zkcron: error: there is no cluster \"nope\" at 127.0.0.1:"),
@@ -691,9 +689,9 @@ fn a_cluster_no_node_ever_joined_is_named() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let out = common::run_zkcron(&["history"]);
+    let out = crate::common::run_zkcron(&["history"]);
     assert_eq!(out.status.code(), Some(2));
-    let out = common::run_zkcron(&["history", "t", "-n", "0"]);
+    let out = crate::common::run_zkcron(&["history", "t", "-n", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -709,7 +707,7 @@ fn local_config(dir: &Path) -> PathBuf {
 
 #[test]
 fn explain_and_drain_are_cluster_commands() {
-    let dir = common::tempdir();
+    let dir = crate::common::tempdir();
     let config = local_config(dir.path());
     for (command, args) in [
         ("explain", vec!["explain", "t"]),
@@ -718,7 +716,7 @@ fn explain_and_drain_are_cluster_commands() {
     ] {
         let mut all: Vec<&str> = args.clone();
         all.extend(["--config", config.to_str().unwrap()]);
-        let out = common::run_zkcron(&all);
+        let out = crate::common::run_zkcron(&all);
         assert_eq!(out.status.code(), Some(1), "{command}");
         assert_eq!(
             stderr(&out),
@@ -732,11 +730,11 @@ fn explain_and_drain_are_cluster_commands() {
 
 #[test]
 fn local_commands_without_a_daemon_name_the_state_dir_and_how_to_start_it() {
-    let dir = common::tempdir();
+    let dir = crate::common::tempdir();
     let config = local_config(dir.path());
     let state = dir.path().join("state");
     fs::create_dir(&state).unwrap();
-    let out = common::run_zkcron(&[
+    let out = crate::common::run_zkcron(&[
         "status",
         "--config",
         config.to_str().unwrap(),
@@ -759,7 +757,7 @@ fn local_commands_without_a_daemon_name_the_state_dir_and_how_to_start_it() {
 
 #[test]
 fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its_socket() {
-    let scratch = common::Scratch::new();
+    let scratch = crate::common::Scratch::new();
     scratch.write_task("good", &yearly(0));
     scratch.write_task("bad", &yearly(4));
     let mut daemon = scratch.start_daemon(&[]);
@@ -769,7 +767,7 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     let mode = fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "only the daemon's user may use the socket");
     let run = |args: &[&str]| {
-        common::zkcron()
+        crate::common::zkcron()
             .args(args)
             .args(["--config", config.to_str().unwrap()])
             .args(["--state-dir", state.to_str().unwrap()])
@@ -872,7 +870,7 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
 
 #[test]
 fn a_daemon_that_cannot_serve_its_socket_says_so_and_runs_on() {
-    let scratch = common::Scratch::new();
+    let scratch = crate::common::Scratch::new();
     scratch.write_task("good", &yearly(0));
     scratch.write_task(
         "tick",
@@ -904,11 +902,11 @@ fn a_daemon_that_cannot_serve_its_socket_says_so_and_runs_on() {
     );
     // And runs on: its every-second task fires twice more after it said so.
     let fired = scratch.lines("tick").len();
-    common::wait_for("the daemon to fire on", LIMIT, || {
+    crate::common::wait_for("the daemon to fire on", LIMIT, || {
         scratch.lines("tick").len() >= fired + 2
     });
     assert!(
-        common::process_alive(daemon.child.id() as i32),
+        crate::common::process_alive(daemon.child.id() as i32),
         "{}",
         daemon.log()
     );

@@ -1,16 +1,14 @@
 //! What happens to running jobs when a node is lost, against a real ZooKeeper: `on_node_loss`
 //! (rerun a tick whose node died mid-run, or not) and `kill_on_session_loss`.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::fires::words;
-use common::zk::{ClusterNode, ZkServer};
-use common::{DaemonProcess, process_alive, wait_for};
+use crate::common::cluster::Cluster;
+use crate::common::fires::words;
+use crate::common::zk::{ClusterNode, ZkServer};
+use crate::common::{DaemonProcess, process_alive, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -403,7 +401,7 @@ fn dropping_a_node_run_through_faketime_kills_its_zkcron_child_too() {
     .spawn_with(ClusterNode::binary_with_clock_ahead(30));
     let mut daemon = None;
     wait_for("faketime to start zkcron", LIMIT, || {
-        daemon = common::descendants(node.child.id() as i32)
+        daemon = crate::common::descendants(node.child.id() as i32)
             .into_iter()
             .find(|pid| {
                 fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "zkcron")

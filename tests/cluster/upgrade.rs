@@ -28,8 +28,6 @@
 //! runs the 1.0.0 nodes from the previous release's build instead (see ARCHITECTURE.md,
 //! "Changing a record's format"), `ZKCRON_TEST_BIN` every node from another build.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
@@ -37,10 +35,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::DaemonProcess;
-use common::cluster::Cluster;
-use common::wall::{now, now_second, second_of, wait_mid_second};
-use common::zk::{self, ClusterNode, TestServer};
+use crate::common::DaemonProcess;
+use crate::common::cluster::Cluster;
+use crate::common::wall::{now, now_second, second_of, wait_mid_second};
+use crate::common::zk::{self, ClusterNode, TestServer};
 use nix::sys::signal::Signal;
 use semver::{Version, VersionReq};
 use zkcron::coord::rank::{self, Candidate};
@@ -188,7 +186,7 @@ fn the_demo_script_in_short_mode_shows_ownership_moving_to_the_newer_release_and
 #[test]
 fn the_demo_script_stopped_with_sigterm_midway_stops_everything_it_started() {
     let mut demo = Demo::start();
-    common::wait_for("the demo to start node-c", LIMIT, || {
+    crate::common::wait_for("the demo to start node-c", LIMIT, || {
         demo.output().contains("started node-c")
     });
     nix::sys::signal::kill(
@@ -215,7 +213,7 @@ struct Demo {
 
 impl Demo {
     fn start() -> Demo {
-        let dir = common::tempdir();
+        let dir = crate::common::tempdir();
         fs::create_dir(dir.path().join("tmp")).unwrap();
         let output = fs::File::create(dir.path().join("output.txt")).unwrap();
         let mut command = Command::new(
@@ -238,8 +236,8 @@ impl Demo {
 
     fn wait_exit(&mut self) -> Option<i32> {
         let pid = self.child.id() as i32;
-        common::wait_for("demo-cluster to exit", Duration::from_secs(120), || {
-            !common::process_alive(pid)
+        crate::common::wait_for("demo-cluster to exit", Duration::from_secs(120), || {
+            !crate::common::process_alive(pid)
         });
         self.child.wait().unwrap().code()
     }
@@ -260,7 +258,7 @@ impl Demo {
             };
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if cmdline.contains(&needle) && common::process_alive(pid) {
+            if cmdline.contains(&needle) && crate::common::process_alive(pid) {
                 left.push(format!("{pid}: {cmdline}"));
             }
         }
@@ -290,7 +288,7 @@ impl Demo {
 
 impl Drop for Demo {
     fn drop(&mut self) {
-        common::kill_process_tree(&mut self.child);
+        crate::common::kill_process_tree(&mut self.child);
     }
 }
 
@@ -415,7 +413,7 @@ impl Rolling {
             let incarnation = c.live(node);
             let log = incarnation.process.log();
             if !log.contains("registered in ZooKeeper")
-                && !common::process_alive(incarnation.process.child.id() as i32)
+                && !crate::common::process_alive(incarnation.process.child.id() as i32)
             {
                 c.fail(&format!("{node} ({release}) exited while starting"));
             }
@@ -442,7 +440,7 @@ impl Rolling {
     fn wait_exited(&mut self, index: usize) {
         let node = self.incarnations[index].node.clone();
         self.wait(&format!("{node} to exit after SIGTERM"), |c| {
-            !common::process_alive(c.incarnations[index].process.child.id() as i32)
+            !crate::common::process_alive(c.incarnations[index].process.child.id() as i32)
         });
         let code = self.incarnations[index]
             .process
@@ -1042,7 +1040,7 @@ fn parse_fire_id(id: &str) -> Option<(&str, i64)> {
 
 #[test]
 fn the_fire_log_parser_reads_starts_ends_and_order() {
-    let dir = common::tempdir();
+    let dir = crate::common::tempdir();
     let path = dir.path().join("fires.log");
     fs::write(
         &path,

@@ -4,8 +4,6 @@
 //! cluster root; the cluster commands work with the credentials and say "authentication"
 //! without them.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -13,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::DaemonProcess;
-use common::cluster::Cluster;
-use common::zk::{self, ClusterNode, TestServer};
+use crate::common::DaemonProcess;
+use crate::common::cluster::Cluster;
+use crate::common::zk::{self, ClusterNode, TestServer};
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 const CLUSTER: &str = "secure";
@@ -95,7 +93,7 @@ impl Secured for Cluster {
     /// `zkcron <args> --zookeeper .. --cluster secure`, with the node's config (and so its
     /// credentials) when `with_config`.
     fn cli(&self, args: &[&str], with_config: bool) -> Output {
-        let mut command = common::zkcron();
+        let mut command = crate::common::zkcron();
         command.args(args);
         if with_config {
             command.arg("--config").arg(self.config());
@@ -210,7 +208,7 @@ fn an_unauthenticated_client_can_neither_read_write_nor_delete_any_znode_of_an_a
         "clock",
     ];
     let mut tree = Vec::new();
-    common::wait_for("every kind of znode to exist", LIMIT, || {
+    crate::common::wait_for("every kind of znode to exist", LIMIT, || {
         tree = secured.tree();
         let kinds: BTreeSet<String> = tree
             .iter()
@@ -300,7 +298,7 @@ fn the_cluster_commands_work_with_the_credentials_and_say_authentication_without
         &wrong,
         "[coordination.zookeeper]\nauth = \"mallory:guess\"\n",
     );
-    let out = common::zkcron()
+    let out = crate::common::zkcron()
         .args(["status", "--config"])
         .arg(&wrong)
         .args(["--zookeeper", &secured.connect, "--cluster", CLUSTER])
@@ -340,7 +338,7 @@ fn validate_refuses_an_auth_file_others_may_read_naming_it_and_chmod_600() {
         "[coordination]\nbackend = \"zookeeper\"\n[coordination.zookeeper]\n\
          connect = \"127.0.0.1:2181\"\nauth_file = \"zk.secret\"\n",
     );
-    let out = common::zkcron()
+    let out = crate::common::zkcron()
         .args(["validate", "--config"])
         .arg(&config)
         .output()
@@ -357,7 +355,7 @@ fn validate_refuses_an_auth_file_others_may_read_naming_it_and_chmod_600() {
     );
     // Fixed as told, it passes.
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
-    let out = common::zkcron()
+    let out = crate::common::zkcron()
         .args(["validate", "--config"])
         .arg(&config)
         .output()

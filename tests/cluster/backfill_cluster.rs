@@ -4,15 +4,13 @@
 //! next leader finishes the rest (the tick cut short counts as failed); `--wait`, `--status`,
 //! `--cancel` and `history` show it.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
+use crate::common::cluster::Cluster;
+use crate::common::wall::now;
 use chrono::{DateTime, TimeDelta, Utc};
-use common::cluster::Cluster;
-use common::wall::now;
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -235,7 +233,7 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.starts_with(&format!("zkcron: backfill {id} cancelled after ")));
-    let (finished, running) = common::cancel::cancelled_after(&said);
+    let (finished, running) = crate::common::cancel::cancelled_after(&said);
     cluster.wait("the running tick to end", LIMIT, |c| {
         c.listed()
             .lines()
@@ -244,10 +242,10 @@ fn cancel_stops_a_cluster_backfill_and_an_unknown_task_is_refused() {
     // None starts after it: watch three more ticks' length (each sleeps 0.3 s) after the
     // running tick ended, long enough for one to start.
     let ended = now();
-    common::wait_for("a second after the running tick ended", LIMIT, || {
+    crate::common::wait_for("a second after the running tick ended", LIMIT, || {
         now() > ended + 1.0
     });
-    common::cancel::assert_no_start_after(&cluster.starts(), cancelled, finished, running);
+    crate::common::cancel::assert_no_start_after(&cluster.starts(), cancelled, finished, running);
     assert!(
         cluster.listed().contains("cancelled by"),
         "{}",

@@ -9,18 +9,16 @@
 //! Tasks fire every second and append `<fire id> <node>` to `fires.log`, with `catch_up =
 //! "all"`: a tick of a paused period that a node caught up after the resume would show.
 //!
-//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test control` runs the nodes from another build.
-
-mod common;
+//! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test cluster control` runs the nodes from another build.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::wall::now;
-use common::zk::{self, ClusterNode, TestServer};
+use crate::common::cluster::Cluster;
+use crate::common::wall::now;
+use crate::common::zk::{self, ClusterNode, TestServer};
 
 /// A generous deadline for start-up and convergence.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -420,7 +418,7 @@ fn a_task_no_live_node_may_run_is_logged_naming_the_requirement_and_next_says_it
     .unwrap();
     fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
     let jobs = world.jobs_dir("jobs.d");
-    let output = common::run_zkcron(&[
+    let output = crate::common::run_zkcron(&[
         "next",
         "--config",
         config.to_str().unwrap(),

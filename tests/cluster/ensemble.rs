@@ -15,19 +15,17 @@
 //! The tests run one at a time (three JVMs each, on CI's two cores); each starts its own
 //! ensemble, and kills it and its nodes on drop, also when it fails.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::DaemonProcess;
-use common::cluster::Cluster;
-use common::fires::Fire;
-use common::wall::{now, now_second, second_of};
-use common::zk::{ClusterNode, TestServer};
+use crate::common::DaemonProcess;
+use crate::common::cluster::Cluster;
+use crate::common::fires::Fire;
+use crate::common::wall::{now, now_second, second_of};
+use crate::common::zk::{ClusterNode, TestServer};
 
 /// A generous deadline for things that take a moment (start-up, convergence, catch-up).
 const LIMIT: Duration = Duration::from_secs(30);
@@ -527,7 +525,7 @@ impl Ensemble for Cluster {
         self.nodes
             .values()
             .map(|node| {
-                let (code, metrics) = common::http_get(&node.served_address(), "/metrics");
+                let (code, metrics) = crate::common::http_get(&node.served_address(), "/metrics");
                 assert_eq!(code, 200, "{metrics}");
                 metrics
                     .lines()

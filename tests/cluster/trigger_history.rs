@@ -4,16 +4,14 @@
 //! stays pending; the history keeps `history_runs` runs with every field filled in, including
 //! the run that ends while its node stops.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::cluster::Cluster;
+use crate::common::fires::words;
+use crate::common::zk::{ClusterNode, ZkServer};
+use crate::common::{DaemonProcess, wait_for};
 use chrono::{DateTime, SecondsFormat, Utc};
-use common::cluster::Cluster;
-use common::fires::words;
-use common::zk::{ClusterNode, ZkServer};
-use common::{DaemonProcess, wait_for};
 use zkcron::coord::records::{HistoryRecord, RunTrigger, TriggerRecord, TriggerState};
 
 const LIMIT: Duration = Duration::from_secs(30);

@@ -9,14 +9,12 @@
 //! reported as any ineligible task; `status`, `explain` and the HTTP API show the links and a
 //! parent's state; and `validate` names a missing parent and a cycle with file, line and column.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::{Scratch, run_zkcron};
+use crate::common::cluster::Cluster;
+use crate::common::{Scratch, run_zkcron};
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -174,7 +172,7 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     // A task after a task that does not exist is refused alone.
     scratch.write_task("orphan", &recording(&load, "after = [\"nothing\"]", 0, ""));
     let mut daemon = scratch.start_daemon(&[]);
-    common::wait_for("three children", LIMIT, || runs(&load).1 >= 3);
+    crate::common::wait_for("three children", LIMIT, || runs(&load).1 >= 3);
     assert!(
         daemon
             .log()
@@ -190,7 +188,7 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     let (children_before, _) = runs(&load);
     scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
-    common::wait_for("three more children", LIMIT, || {
+    crate::common::wait_for("three more children", LIMIT, || {
         runs(&load).1 >= children_before.len() + 3
     });
     // `/metrics` counts the chained runs and the requests of this run of the daemon. The three
@@ -198,12 +196,12 @@ fn on_the_local_backend_each_parent_success_runs_the_child_once_through_a_restar
     // after its output, so the counts are waited for too.
     let address = daemon.served_address();
     let count = |name: &str| -> u64 {
-        let (_, metrics) = common::http_get(&address, "/metrics");
+        let (_, metrics) = crate::common::http_get(&address, "/metrics");
         let line = metrics.lines().find(|l| l.starts_with(name));
         line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
     };
-    common::wait_for(
+    crate::common::wait_for(
         "three requests and three chained runs of this run counted",
         LIMIT,
         || {
@@ -354,7 +352,7 @@ fn on_the_local_backend_a_pooled_parent_s_tick_runs_the_child_once_per_item() {
     scratch.write_task("load", &child);
     scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
-    common::wait_for("two parent ticks", LIMIT, || lines_of(&extract).len() >= 2);
+    crate::common::wait_for("two parent ticks", LIMIT, || lines_of(&extract).len() >= 2);
     let ran: Vec<(String, String)> = parent_items(&extract).into_keys().collect();
     // One run per tick with every item.
     assert!(
@@ -364,20 +362,20 @@ fn on_the_local_backend_a_pooled_parent_s_tick_runs_the_child_once_per_item() {
         "{:?}",
         lines_of(&extract)
     );
-    common::wait_for("three children per parent tick", LIMIT, || {
+    crate::common::wait_for("three children per parent tick", LIMIT, || {
         all_children_ran(&ran, &load)
     });
     // `/metrics` counts a request per item: three per parent tick.
     let address = daemon.served_address();
     let requests = || -> u64 {
-        let (_, metrics) = common::http_get(&address, "/metrics");
+        let (_, metrics) = crate::common::http_get(&address, "/metrics");
         let line = metrics
             .lines()
             .find(|l| l.starts_with("zkcron_chain_requests_total"));
         line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("zkcron_chain_requests_total missing:\n{metrics}"))
     };
-    common::wait_for("three requests counted per parent tick", LIMIT, || {
+    crate::common::wait_for("three requests counted per parent tick", LIMIT, || {
         let ticks = lines_of(&extract).len() as u64;
         requests() >= 3 * ticks
     });
@@ -427,7 +425,7 @@ fn validate_names_a_missing_parent_and_a_cycle_with_file_line_and_column() {
 
 /// The count of `name` (a whole sample name, labels included) in `/metrics` at `address`.
 fn metric(address: &str, name: &str) -> u64 {
-    let (_, metrics) = common::http_get(address, "/metrics");
+    let (_, metrics) = crate::common::http_get(address, "/metrics");
     let line = metrics.lines().find(|l| l.starts_with(name));
     line.and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
@@ -490,10 +488,10 @@ fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
     let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
-    common::wait_for("a child run", LIMIT, || runs(&load).1 >= 1);
+    crate::common::wait_for("a child run", LIMIT, || runs(&load).1 >= 1);
     let state = scratch.path().join("state");
     let cli = |args: &[&str]| {
-        let out = common::zkcron()
+        let out = crate::common::zkcron()
             .args(args)
             .args(["--config", config.to_str().unwrap()])
             .args(["--state-dir", state.to_str().unwrap()])
@@ -507,12 +505,12 @@ fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
     let children = runs(&load).1;
     daemon.wait_for_log_count(SKIPPED, 4, LIMIT);
     assert_eq!(runs(&load).1, children, "load ran while paused");
-    common::wait_for("four skipped runs counted", LIMIT, || {
+    crate::common::wait_for("four skipped runs counted", LIMIT, || {
         metric(&address, "zkcron_chained_runs_total{outcome=\"skipped\"}") >= 4
     });
 
     cli(&["resume", "load"]);
-    common::wait_for("load to run again", LIMIT, || runs(&load).1 >= children + 2);
+    crate::common::wait_for("load to run again", LIMIT, || runs(&load).1 >= children + 2);
     daemon.signal(Signal::SIGTERM);
     daemon.wait_exit(LIMIT);
     children_of_parents(&extract, &load);
@@ -587,7 +585,7 @@ fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_par
     let address = daemon.served_address();
     let state = scratch.path().join("state");
     let cli = |args: &[&str]| {
-        common::zkcron()
+        crate::common::zkcron()
             .args(args)
             .args(["--config", config.to_str().unwrap()])
             .args(["--state-dir", state.to_str().unwrap()])
@@ -595,7 +593,7 @@ fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_par
             .unwrap()
     };
     let mut status = serde_json::Value::Null;
-    common::wait_for("status to list both tasks", LIMIT, || {
+    crate::common::wait_for("status to list both tasks", LIMIT, || {
         let out = cli(&["status", "--json"]);
         status = serde_json::from_slice(&out.stdout).unwrap_or_default();
         status["tasks"].as_array().is_some_and(|t| t.len() == 2)
@@ -619,18 +617,18 @@ fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_par
 
     // A paused parent: the child's page and its API say so, and link to the parent.
     cli(&["pause", "extract"]);
-    common::wait_for("the API to give the paused parent's state", LIMIT, || {
-        let (_, body) = common::http_get(&address, "/api/tasks/load");
+    crate::common::wait_for("the API to give the paused parent's state", LIMIT, || {
+        let (_, body) = crate::common::http_get(&address, "/api/tasks/load");
         let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
         detail["explain"]["parents"]
             == serde_json::json!([{"task": "extract", "problem": "paused"}])
     });
-    let (_, page) = common::http_get(&address, "/tasks/load");
+    let (_, page) = crate::common::http_get(&address, "/tasks/load");
     assert!(
         page.contains("<a href=\"/tasks/extract\">extract</a>"),
         "{page}"
     );
-    let (_, body) = common::http_get(&address, "/api/status");
+    let (_, body) = crate::common::http_get(&address, "/api/status");
     assert!(body.contains("\"children\":[\"load\"]"), "{body}");
     daemon.signal(Signal::SIGTERM);
     daemon.wait_exit(LIMIT);
