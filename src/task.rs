@@ -300,12 +300,13 @@ pub struct TaskDefaults {
     pub backend: TaskBackend,
 }
 
-/// The unit tests' defaults, the one way they write them: UTC, no default user, the test
-/// process's identity, the embedded backend. (The integration tests have theirs in
-/// `tests/common`: `task_defaults`.)
-#[cfg(test)]
+/// The tests' defaults, the one way the unit and the integration tests write them: UTC, no
+/// default user, the test process's identity, the embedded backend (`tests/common`'s
+/// `task_defaults` sets a load's identity and backend on them). Test code only (the
+/// `testkit` feature).
+#[cfg(any(test, feature = "testkit"))]
 impl TaskDefaults {
-    pub(crate) fn for_tests() -> TaskDefaults {
+    pub fn for_tests() -> TaskDefaults {
         TaskDefaults {
             timezone: Tz::UTC,
             user: None,

@@ -22,16 +22,14 @@ use std::time::{Duration, Instant};
 
 use zkcron::task::{Identity, TaskBackend, TaskDefaults};
 
-/// The tests' task defaults, the one way they write them: zone UTC and no default user, for a
+/// The tests' task defaults (`TaskDefaults::for_tests`, which the unit tests use too) for a
 /// load by `identity` for `backend`. A test of the defaults themselves changes a field of these
-/// (`TaskDefaults { user: .., ..task_defaults(..) }`). The unit tests' twin is
-/// `TaskDefaults::for_tests` in `src/task.rs`.
+/// (`TaskDefaults { user: .., ..task_defaults(..) }`).
 pub fn task_defaults(identity: Identity, backend: TaskBackend) -> TaskDefaults {
     TaskDefaults {
-        timezone: chrono_tz::UTC,
-        user: None,
         identity,
         backend,
+        ..TaskDefaults::for_tests()
     }
 }
 
