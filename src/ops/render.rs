@@ -179,8 +179,16 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
     for task in &status.tasks {
         let mut notes = Vec::new();
         if let Some(problem) = &task.problem {
-            problems += 1;
             notes.push(problem.clone());
+        }
+        // A task that fires but whose last run failed needs a look as much as one that does
+        // not fire: it counts as a problem too (RESULT says how the run ended).
+        let failed = task.last.as_ref().is_some_and(|last| !last.success);
+        if failed {
+            notes.push("last run failed".into());
+        }
+        if task.problem.is_some() || failed {
+            problems += 1;
         }
         if !task.drift.is_empty() {
             notes.push(format!("drift: {}", drift(&task.drift)));

@@ -199,6 +199,8 @@ fn a_queued_tick_shows_in_status_and_its_json_and_is_no_problem() {
     record.tick = Some(at(10, 0, 0));
     record.queued = Some(at(10, 0, 0));
     snapshot.fire_records.insert("backup".into(), record);
+    let result = snapshot.results.get_mut("backup").unwrap();
+    (result.exit, result.success) = ("exit code 0".into(), true);
     let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
     let backup = &status.tasks[0];
     assert_eq!(backup.queued, Some(at(10, 0, 0)));
@@ -214,6 +216,30 @@ fn a_queued_tick_shows_in_status_and_its_json_and_is_no_problem() {
         text.contains("3 task(s), 1 with a problem"),
         "only the other task's problem counts: {text}"
     );
+}
+
+/// Regression: `status` said "0 with a problem" beside a task whose every run failed; its
+/// problems were only what keeps a task from firing.
+#[test]
+fn a_task_whose_last_run_failed_counts_as_a_problem_though_it_fires() {
+    let mut snapshot = cluster();
+    snapshot.drained.clear();
+    let report = snapshot.results["backup"].clone();
+    snapshot.results.insert("report".into(), report);
+    let ok = snapshot.results.get_mut("report").unwrap();
+    (ok.exit, ok.success) = ("exit code 0".into(), true);
+    let status = crate::ops::live::status(snapshot.clone(), at(10, 0, 1));
+    let backup = status.tasks.iter().find(|t| t.name == "backup").unwrap();
+    assert_eq!(backup.problem, None, "it fires: no reason it does not");
+    let text = render::status(&status, at(10, 0, 1));
+    let row = text.lines().find(|l| l.starts_with("backup")).unwrap();
+    assert!(
+        row.contains("exit 3") && row.ends_with("last run failed"),
+        "{text}"
+    );
+    let report = text.lines().find(|l| l.starts_with("report")).unwrap();
+    assert!(!report.contains("failed"), "{text}");
+    assert!(text.contains("3 task(s), 2 with a problem"), "{text}");
 }
 
 #[test]
@@ -253,6 +279,8 @@ fn a_task_before_or_after_its_window_says_starts_at_or_ended_at_and_is_no_proble
         set.tasks.get_mut("backup").unwrap().active_until = Some(at(9, 0, 0));
         set.tasks.get_mut("report").unwrap().active_from = Some(at(11, 0, 0));
     }
+    let result = snapshot.results.get_mut("backup").unwrap();
+    (result.exit, result.success) = ("exit code 0".into(), true);
     let now = at(10, 0, 1);
     // when status is read at 10:00,
     let status = crate::ops::live::status(snapshot.clone(), now);
@@ -503,7 +531,7 @@ fn tables_align_their_columns() {
     let human = render::status(&status(cluster(), at(10, 0, 1)), at(10, 0, 1));
     assert!(human.starts_with("cluster prod (zookeeper), at 2026-03-08T10:00:01Z\n"));
     assert!(
-        human.contains("3 node(s), 3 task(s), 1 with a problem."),
+        human.contains("3 node(s), 3 task(s), 2 with a problem."),
         "{human}"
     );
 }
