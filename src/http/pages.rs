@@ -14,6 +14,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::cache::View;
 use super::{Backend, Endpoint, api};
+use crate::ops::live::{Schedules, ShownSchedule};
 use crate::ops::model::{LastRun, NodeStatus, Status, TaskStatus};
 use crate::ops::render;
 
@@ -233,6 +234,26 @@ pub fn labels(labels: &BTreeMap<String, String>) -> String {
 }
 
 /// The next tick in the task's zone, and in UTC.
+/// Every expression of a task's schedule, each in words where it has them, then its zone; and
+/// the tasks whose successes run it ("after extract").
+pub(super) fn schedule_cell(schedule: &ShownSchedule) -> Markup {
+    html! {
+        @for (i, expression) in schedule.expressions.iter().enumerate() {
+            @if i > 0 { br; }
+            @if let Some(words) = super::words::describe(expression) { (words) br; }
+            small { code { (expression) } " " (schedule.zone) }
+        }
+        @if !schedule.after.is_empty() {
+            @if !schedule.expressions.is_empty() { br; }
+            "after "
+            @for (i, parent) in schedule.after.iter().enumerate() {
+                @if i > 0 { ", " }
+                a href=(href("tasks", parent)) { (parent) }
+            }
+        }
+    }
+}
+
 fn next_cell(next: Option<DateTime<Utc>>, zone: Option<&str>) -> Markup {
     let Some(next) = next else {
         return html! { td data-sort="~" { span.muted { "none" } } };
@@ -253,11 +274,7 @@ fn next_cell(next: Option<DateTime<Utc>>, zone: Option<&str>) -> Markup {
     }
 }
 
-fn tasks_table(
-    tasks: &[TaskStatus],
-    schedules: &BTreeMap<String, (String, String)>,
-    q: &str,
-) -> Markup {
+fn tasks_table(tasks: &[TaskStatus], schedules: &Schedules, q: &str) -> Markup {
     let shown: Vec<&TaskStatus> = tasks
         .iter()
         .filter(|t| {
@@ -287,7 +304,7 @@ fn tasks_table(
     }
 }
 
-fn task_row(task: &TaskStatus, schedule: Option<&(String, String)>) -> Markup {
+fn task_row(task: &TaskStatus, schedule: Option<&ShownSchedule>) -> Markup {
     let (word, class) = state(task);
     html! {
         tr {
@@ -306,13 +323,8 @@ fn task_row(task: &TaskStatus, schedule: Option<&(String, String)>) -> Markup {
                     None => span.bad { "no leader" },
                 }
             }
-            td {
-                @if let Some((expression, zone)) = schedule {
-                    @if let Some(words) = super::words::describe(expression) { (words) br; }
-                    small { code { (expression) } " " (zone) }
-                }
-            }
-            (next_cell(task.next, schedule.map(|(_, zone)| zone.as_str())))
+            td { @if let Some(schedule) = schedule { (schedule_cell(schedule)) } }
+            (next_cell(task.next, schedule.map(|s| s.zone.as_str())))
             td data-sort=(task.last.as_ref().map(|l| render::instant(l.finished_at)).unwrap_or_default()) {
                 @if let Some(last) = &task.last {
                     span class=(if last.success { "ok" } else { "bad" }) { (last_outcome(last)) }
@@ -458,6 +470,50 @@ mod tests {
         assert!(
             page.contains("href=\"/nodes/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""),
             "{page}"
+        );
+    }
+
+    /// Regression: the Schedule column was empty for a list of schedules and for a task that
+    /// only runs after another.
+    #[test]
+    fn the_schedule_column_shows_every_expression_of_a_list_and_the_parents_a_task_runs_after() {
+        let tasks = ["listed", "child"].map(|name| TaskStatus {
+            name: name.into(),
+            ..TaskStatus::default()
+        });
+        let schedules = Schedules::from([
+            (
+                "listed".to_string(),
+                ShownSchedule {
+                    expressions: vec!["0 6 * * *".into(), "@every 90m".into()],
+                    zone: "Europe/Berlin".into(),
+                    after: Vec::new(),
+                },
+            ),
+            (
+                "child".to_string(),
+                ShownSchedule {
+                    expressions: Vec::new(),
+                    zone: "UTC".into(),
+                    after: vec!["extract".into(), "<b>x</b>".into()],
+                },
+            ),
+        ]);
+        let page = tasks_table(&tasks, &schedules, "").into_string();
+        let listed = &page[page.find("/tasks/listed").unwrap()..page.find("/tasks/child").unwrap()];
+        assert!(
+            listed.contains("<code>0 6 * * *</code> Europe/Berlin")
+                && listed.contains("<code>@every 90m</code> Europe/Berlin"),
+            "{listed}"
+        );
+        let child = &page[page.find("/tasks/child").unwrap()..];
+        assert!(
+            child.contains("after <a href=\"/tasks/extract\">extract</a>, "),
+            "{child}"
+        );
+        assert!(
+            child.contains("&lt;b&gt;x&lt;/b&gt;") && !child.contains("<b>"),
+            "{child}"
         );
     }
 

@@ -12,9 +12,10 @@ use maud::{Markup, html};
 use super::Endpoint;
 use super::api::{self, TaskDetail};
 use super::chart;
-use super::pages::{Field, actions, as_page, href, instant, labels, layout, state};
+use super::pages::{Field, actions, as_page, href, instant, labels, layout, schedule_cell, state};
 use crate::coord::records::RunTrigger;
 use crate::ops::links::ParentLink;
+use crate::ops::live::shown_schedule;
 use crate::ops::model::BackfillProgress;
 use crate::ops::render;
 
@@ -73,12 +74,8 @@ fn definition(detail: &TaskDetail) -> Markup {
             h2 #definition { "Definition" }
             dl {
                 @if let Some(entry) = &detail.definition {
-                    @if let Some(schedule) = &entry.schedule {
-                        dt { "Schedule" }
-                        dd {
-                            @if let Some(words) = super::words::describe(schedule) { (words) ", " }
-                            code { (schedule) } " in " (entry.timezone.as_deref().unwrap_or("UTC"))
-                        }
+                    @if let Some(schedule) = shown_schedule(Some(entry)) {
+                        dt { "Schedule" } dd { (schedule_cell(&schedule)) }
                     }
                     dt { "Digest" } dd { code { (entry.digest) } }
                     @if let Some(req) = &entry.version_req { dt { "version_req" } dd { code { (req) } } }

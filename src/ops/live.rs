@@ -29,7 +29,16 @@ use crate::coord::records::{
 };
 
 /// Each task's schedule as written and its zone, by task.
-pub type Schedules = BTreeMap<String, (String, String)>;
+pub type Schedules = BTreeMap<String, ShownSchedule>;
+
+/// What the pages show of a task's schedule: every expression it fires on (one, or a list's,
+/// as written), their zone, and the tasks whose successes run it (`after`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownSchedule {
+    pub expressions: Vec<String>,
+    pub zone: String,
+    pub after: Vec<String>,
+}
 
 /// An ended manual run a trigger record holds, by the trigger's znode name: the newest per
 /// task is its `recent_runs` entry.
@@ -97,7 +106,7 @@ pub fn watched_dirs(paths: &Paths) -> [String; 5] {
 /// One task's line of `status`, the schedule the pages show, and until when the line holds.
 struct Line {
     status: TaskStatus,
-    schedule: Option<(String, String)>,
+    schedule: Option<ShownSchedule>,
     holds_until: Option<DateTime<Utc>>,
 }
 
@@ -186,10 +195,23 @@ pub fn task_status(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Optio
     Some(line)
 }
 
-fn shown_schedule(entry: Option<&TaskSetEntry>) -> Option<(String, String)> {
+/// The schedule `entry` shows: `None` for a task that fires on nothing (no definition).
+pub fn shown_schedule(entry: Option<&TaskSetEntry>) -> Option<ShownSchedule> {
     let entry = entry?;
-    let zone = entry.timezone.clone().unwrap_or_else(|| "UTC".into());
-    Some((entry.schedule.clone()?, zone))
+    let expressions: Vec<String> = entry
+        .schedule
+        .iter()
+        .chain(entry.schedules.iter().flatten())
+        .cloned()
+        .collect();
+    if expressions.is_empty() && entry.after.is_empty() {
+        return None;
+    }
+    Some(ShownSchedule {
+        expressions,
+        zone: entry.timezone.clone().unwrap_or_else(|| "UTC".into()),
+        after: entry.after.clone(),
+    })
 }
 
 fn parse<T: DeserializeOwned>(data: Option<&[u8]>) -> Option<T> {

@@ -89,12 +89,7 @@ fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
 fn full_read(snapshot: &Snapshot, now: DateTime<Utc>) -> (Status, Schedules) {
     let schedules = model::task_entries(snapshot)
         .into_iter()
-        .filter_map(|(name, e)| {
-            Some((
-                name,
-                (e.schedule?, e.timezone.unwrap_or_else(|| "UTC".into())),
-            ))
-        })
+        .filter_map(|(name, e)| Some((name, super::shown_schedule(Some(&e))?)))
         .collect();
     (status(snapshot.clone(), now), schedules)
 }
