@@ -1,7 +1,8 @@
 //! The HTTP endpoint (`[http] listen`, docs/metrics.md and docs/operating.md), served with
 //! axum:
 //!
-//! - `/metrics`: [`Metrics`] in the Prometheus text format (OpenMetrics text);
+//! - `/metrics`: [`Metrics`] in OpenMetrics text to a client that asks for it (Prometheus), else
+//!   in the Prometheus text format 0.0.4;
 //! - `/healthz`: 200 when this node can fire (the local backend, or a connected ZooKeeper
 //!   session with a clock within `max_clock_skew`), else 503; the body says why ([`health`]);
 //! - `/status`: this node's view of the cluster as `zkcron status --json` prints it;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
@@ -177,15 +178,32 @@ pub fn health(
     ))
 }
 
-async fn metrics(State(endpoint): State<Endpoint>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        endpoint.metrics.encode(),
-    )
-        .into_response()
+/// The metrics in OpenMetrics text to a client that accepts it (Prometheus asks for it
+/// first), else in the text format 0.0.4 (`curl`, `promtool check metrics`, older scrapers).
+async fn metrics(State(endpoint): State<Endpoint>, headers: HeaderMap) -> Response {
+    let text = endpoint.metrics.encode();
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if accepts_openmetrics(accept) {
+        let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        return ([(header::CONTENT_TYPE, openmetrics)], text).into_response();
+    }
+    let classic = crate::metrics::classic::from_openmetrics(&text);
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], classic).into_response()
+}
+
+/// Whether an `Accept` header names OpenMetrics text with a weight above 0.
+fn accepts_openmetrics(accept: Option<&str>) -> bool {
+    accept.into_iter().flat_map(|a| a.split(',')).any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default();
+        let zero = parts.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        media.eq_ignore_ascii_case("application/openmetrics-text") && !zero
+    })
 }
 
 async fn healthz(State(endpoint): State<Endpoint>) -> Response {
@@ -302,6 +320,20 @@ mod tests {
         Backend::Zookeeper {
             max_clock_skew: Duration::from_secs(2),
         }
+    }
+
+    #[test]
+    fn metrics_are_openmetrics_only_for_a_client_that_accepts_them() {
+        // Prometheus's own Accept header, then what curl and promtool send.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+             version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(accepts_openmetrics(Some(prometheus)));
+        assert!(accepts_openmetrics(Some("Application/OpenMetrics-Text")));
+        for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4")] {
+            assert!(!accepts_openmetrics(accept), "{accept:?}");
+        }
+        let refused = "application/openmetrics-text; q=0, text/plain";
+        assert!(!accepts_openmetrics(Some(refused)));
     }
 
     #[test]

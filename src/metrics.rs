@@ -4,6 +4,11 @@
 //! Every name is `zkcron_*` in base units (seconds, totals). Labels are bounded: a task's
 //! name (the tasks ever loaded by this process), an outcome or a claim result from a fixed set;
 //! never a fire id.
+//!
+//! Files: `classic` writes the text format 0.0.4 from the OpenMetrics text, for a scraper that
+//! does not ask for OpenMetrics.
+
+pub mod classic;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -459,7 +464,8 @@ impl Metrics {
         }))
     }
 
-    /// The Prometheus text exposition format (OpenMetrics text, which Prometheus reads).
+    /// The OpenMetrics text, which Prometheus asks for; [`classic::from_openmetrics`] makes the
+    /// text format 0.0.4 from it.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.0.registry)

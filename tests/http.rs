@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::zk::{ClusterNode, TestServer, ZkServer};
-use common::{Scratch, http_get, run_zkcron, wait_for};
+use common::{Scratch, http_get, http_request, run_zkcron, wait_for};
 
 /// The deadline of the waits on a node or the dashboard.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -66,6 +66,19 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
     assert!(
         !metrics.contains("tick@"),
         "a fire id in a label:\n{metrics}"
+    );
+    // Without an Accept of OpenMetrics (curl, promtool): the text format 0.0.4, a counter's
+    // HELP and TYPE named as its samples; Prometheus, which asks for it, gets OpenMetrics.
+    assert!(
+        metrics.contains("# TYPE zkcron_fires_total counter\n") && !metrics.contains("# EOF"),
+        "{metrics}"
+    );
+    let accept = [("Accept", "application/openmetrics-text;version=1.0.0")];
+    let (code, openmetrics) = http_request(&address, "GET", "/metrics", &accept, "");
+    assert_eq!(code, 200);
+    assert!(
+        openmetrics.contains("# TYPE zkcron_fires counter\n") && openmetrics.ends_with("# EOF\n"),
+        "{openmetrics}"
     );
 
     let (code, body) = http_get(&address, "/healthz");
