@@ -284,19 +284,30 @@ async fn given_a_journal_torn_by_a_crash_when_opened_then_the_complete_lines_cou
 
 #[tokio::test]
 async fn given_a_journal_torn_by_a_crash_when_opened_then_one_warning_says_what_was_dropped() {
-    let dir = tempfile::tempdir().unwrap();
     let torn = r#"{"format":1,"task":"a","claimed":"2026-01-01T00:03"#;
-    fs::write(
-        dir.path().join(JOURNAL),
-        format!(
-            "{}\n{torn}",
-            r#"{"format":1,"task":"a","claimed":"2026-01-01T00:02:00Z"}"#
-        ),
-    )
-    .unwrap();
-
-    let (local, log) =
-        logged(|| LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap());
+    let open_torn = || {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(JOURNAL),
+            format!(
+                "{}\n{torn}",
+                r#"{"format":1,"task":"a","claimed":"2026-01-01T00:02:00Z"}"#
+            ),
+        )
+        .unwrap();
+        let (local, log) =
+            logged(|| LocalCoordinator::open(dir.path(), crate::clock::Clock::system()).unwrap());
+        (dir, local, log)
+    };
+    // tracing caches for the whole process whether a callsite is wanted. Another test's thread
+    // that logs this warning for the first time while `logged` installs its subscriber can
+    // leave it cached as unwanted (a fresh-clone CI run missed it twice). Once the callsite is
+    // registered, `logged`'s rebuild under its subscriber enables it, so a second torn journal,
+    // and only when the first logged nothing at all, shows the warning.
+    let (dir, local, log) = match open_torn() {
+        (_, _, log) if log.is_empty() => open_torn(),
+        opened => opened,
+    };
 
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 1, "one warning and nothing else: {log}");
