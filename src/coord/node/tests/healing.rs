@@ -115,14 +115,6 @@ fn a_clock_probe_lost_with_the_connection_is_sent_again_on_reconnecting() {
 /// lost after the store applied it, and every re-read that would resolve it failing: the
 /// outcome is unknown, and the node answers an error, as the daemon then retries.
 fn claim_with_its_outcome_unknown(node: &mut Node, store: &mut Store, fire_id: &str, path: &str) {
-    let trigger = Trigger {
-        fire_id: fire_id.into(),
-        requested_at: tick(),
-    };
-    let claim = Request::ClaimManual {
-        task: "t".into(),
-        trigger,
-    };
     let request = path.to_string();
     let answer: Answering = Box::new(move |zk, store| match zk {
         ZkOp::Multi(_) => {
@@ -137,7 +129,7 @@ fn claim_with_its_outcome_unknown(node: &mut Node, store: &mut Store, fire_id: &
         node,
         store,
         at(100),
-        [request_input(901, claim)],
+        [request_input(901, claim(fire_id))],
         Timers::Leave,
         answer,
     );
@@ -151,15 +143,19 @@ fn claim_with_its_outcome_unknown(node: &mut Node, store: &mut Store, fire_id: &
 
 /// Claims `fire_id` of task t again, as the daemon retries after an error, the store answering.
 fn claim_again(node: &mut Node, store: &mut Store, fire_id: &str, now: Now) -> Answered {
+    ask_at(node, store, now, claim(fire_id))
+}
+
+/// The daemon's request to claim the requested run `fire_id` of task t.
+fn claim(fire_id: &str) -> Request {
     let trigger = Trigger {
         fire_id: fire_id.into(),
         requested_at: tick(),
     };
-    let claim = Request::ClaimManual {
+    Request::ClaimManual {
         task: "t".into(),
         trigger,
-    };
-    ask_at(node, store, now, claim)
+    }
 }
 
 /// A manual run whose claim was applied but answered with an error (its answer lost, the
