@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use common::cluster::Cluster;
@@ -133,14 +133,7 @@ fn given_an_interval_a_list_and_windows_when_the_embedded_backend_runs_them_then
     wait_for("6 interval ticks and 4 list ticks", LIMIT, || {
         scratch.lines("interval").len() >= 6 && scratch.lines("listed").len() >= 4
     });
-    let state = scratch.path().join("state");
-    let config = scratch.path().join("zkcron.toml");
-    let status: Output = common::zkcron()
-        .args(["status", "--json", "--config", config.to_str().unwrap()])
-        .args(["--state-dir", state.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let status: Output = scratch.cli(&["status", "--json"]);
     assert!(status.status.success(), "{status:?}");
     assert_window_reported(&serde_json::from_slice(&status.stdout).unwrap());
     daemon.signal(Signal::SIGTERM);

@@ -485,18 +485,12 @@ fn on_the_local_backend_a_chained_run_of_a_paused_child_is_skipped() {
     let (extract, load) = (scratch.out("extract"), scratch.out("load"));
     scratch.write_task("extract", &recording(&extract, EVERY_SECOND, 0, ""));
     scratch.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
-    let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
     crate::common::wait_for("a child run", LIMIT, || runs(&load).1 >= 1);
-    let state = scratch.path().join("state");
     let cli = |args: &[&str]| {
-        let out = crate::common::zkcron()
-            .args(args)
-            .args(["--config", config.to_str().unwrap()])
-            .args(["--state-dir", state.to_str().unwrap()])
-            .output()
-            .unwrap();
+        let out = scratch.cli(args);
         assert!(out.status.success(), "{args:?}: {out:?}");
     };
 
@@ -580,18 +574,10 @@ fn on_the_local_backend_status_and_the_api_show_the_after_links_and_a_paused_par
     let yearly = "schedule = \"0 0 1 1 *\"";
     scratch.write_task("extract", &recording(&extract, yearly, 0, ""));
     scratch.write_task("load", &recording(&load, AFTER_EXTRACT, 0, ""));
-    let config = scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
+    scratch.write_config("[http]\nlisten = \"127.0.0.1:0\"\n");
     let mut daemon = scratch.start_daemon(&[]);
     let address = daemon.served_address();
-    let state = scratch.path().join("state");
-    let cli = |args: &[&str]| {
-        crate::common::zkcron()
-            .args(args)
-            .args(["--config", config.to_str().unwrap()])
-            .args(["--state-dir", state.to_str().unwrap()])
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| scratch.cli(args);
     let mut status = serde_json::Value::Null;
     crate::common::wait_for("status to list both tasks", LIMIT, || {
         let out = cli(&["status", "--json"]);

@@ -761,20 +761,11 @@ fn the_local_backend_answers_status_trigger_history_pause_and_resume_through_its
     scratch.write_task("good", &yearly(0));
     scratch.write_task("bad", &yearly(4));
     let mut daemon = scratch.start_daemon(&[]);
-    let config = scratch.path().join("zkcron.toml");
     let state = scratch.path().join("state");
     let socket = state.join("zkcron.sock");
     let mode = fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "only the daemon's user may use the socket");
-    let run = |args: &[&str]| {
-        crate::common::zkcron()
-            .args(args)
-            .args(["--config", config.to_str().unwrap()])
-            .args(["--state-dir", state.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| scratch.cli(args);
 
     let out = run(&["status", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));

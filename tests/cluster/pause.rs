@@ -4,7 +4,7 @@
 //! when and why, and `resume` clears it.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::Cluster;
@@ -209,17 +209,7 @@ fn the_local_backend_pauses_on_failure_and_keeps_a_pause_reason_across_a_restart
     scratch.write_task("flaky", &ticking(&fires, 5, "pause_on_failure = true"));
     scratch.write_task("steady", "schedule = \"0 0 1 1 *\"\ncommand = \"true\"\n");
     let mut daemon = scratch.start_daemon(&[]);
-    let config = scratch.path().join("zkcron.toml");
-    let state = scratch.path().join("state");
-    let cli = |args: &[&str]| {
-        crate::common::zkcron()
-            .args(args)
-            .args(["--config", config.to_str().unwrap()])
-            .args(["--state-dir", state.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| scratch.cli(args);
 
     // When it fails, then it is paused naming the run and its exit code.
     let status = wait_status("flaky paused", cli, |s| field(s, "flaky", "paused") == true);

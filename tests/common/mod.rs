@@ -230,6 +230,20 @@ impl Scratch {
         daemon
     }
 
+    /// Runs `zkcron args...` to completion against the daemon [`Scratch::start_daemon`]
+    /// starts: its config and state dir (the control socket's), no standard input.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        zkcron()
+            .args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("--state-dir")
+            .arg(self.path().join("state"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("zkcron runs")
+    }
+
     fn config_path(&self) -> PathBuf {
         let path = self.path().join("zkcron.toml");
         if !path.exists() {
