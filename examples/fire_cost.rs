@@ -43,6 +43,7 @@ fn request(i: usize) -> RunRequest {
         kill_grace: Duration::from_secs(10),
         retries: RetryPolicy::default(),
         output_lines: 100,
+        output: None,
         on_failure: None,
         pause_on_failure: false,
         clock: zkcron::clock::Clock::system(),

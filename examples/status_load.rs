@@ -117,6 +117,7 @@ async fn main() {
             seed: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
             host: format!("host-{i}"),
             pid: 1000 + i as u32,
+            http: None,
             started_at: now,
             labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 3))]),
             taskset: TaskSetRef {

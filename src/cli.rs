@@ -68,6 +68,8 @@ pub enum Command {
     Explain(ops::args::ExplainArgs),
     /// Print a task's last runs, newest first.
     History(ops::args::HistoryArgs),
+    /// Print a run's output, kept by the node that ran it (default: the task's newest run)
+    Logs(ops::args::LogsArgs),
     /// Run a task now, once, on its leader.
     Trigger(ops::args::TriggerArgs),
     /// Run each tick of a task's schedule in a past range once, oldest first, on its leader;
@@ -259,6 +261,9 @@ pub fn main() -> ExitCode {
             n: args.count as usize,
             json: args.json,
         }),
+        Command::Logs(args) => operate(&args.target, None, |plan| {
+            OpsCommand::Logs(args.command(plan))
+        }),
         Command::Trigger(args) => operate(&args.target, None, |_| OpsCommand::Trigger {
             task: args.task.clone(),
             wait: args.wait,
@@ -356,6 +361,7 @@ fn daemon_config(plan: &Plan) -> DaemonConfig {
             .task_defaults(plan.identity.clone(), plan.backend.for_tasks()),
         reset_flags: None,
         job_output_lines: plan.config.log.job_output_lines,
+        output: plan.output_store(),
         metrics: crate::metrics::Metrics::new(),
         loaded: Default::default(),
         // The real clock, built here at the outermost entry and handed down.
@@ -410,7 +416,9 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             let control_config = control::ControlConfig::new(&plan, &daemon_config);
             let _control = control::serve_logged(control_config.clone(), &coordinator);
-            let endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config, admin);
+            let mut endpoint = crate::http::Endpoint::local(&daemon_config.metrics, &coordinator, control_config, admin);
+            endpoint.read_token = read_token(&plan)?;
+            endpoint.output = daemon_config.output.clone();
             let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
             let outcome = Daemon::new(daemon_config, coordinator.clone()).run().await;
             // The runs' ends are in; their histories are written behind them.
@@ -433,6 +441,16 @@ fn admin(plan: &Plan) -> anyhow::Result<crate::http::api::Admin> {
     })
 }
 
+/// `[http] read_token_file`'s token (checked by `preflight::check` before), read once here.
+fn read_token(plan: &Plan) -> anyhow::Result<Option<String>> {
+    plan.config
+        .http
+        .read_token_file
+        .as_deref()
+        .map(|path| config::read_token(path, "read_token_file").map_err(|e| anyhow::anyhow!(e)))
+        .transpose()
+}
+
 /// `run` on the ZooKeeper backend, once checked.
 fn run_zookeeper(
     runtime: &tokio::runtime::Runtime,
@@ -444,6 +462,12 @@ fn run_zookeeper(
         .zk_settings()
         .context("checked above: the zookeeper backend has a connect string")?;
     runtime.block_on(async {
+        // Bound before the node registers, which advertises where it answers (`zkcron logs`).
+        let listener = crate::http::bind_logged(plan.config.http.listen).await;
+        let mut settings = settings;
+        settings.http = listener
+            .as_ref()
+            .and_then(|l| crate::http::advertised(l, &crate::preflight::host_name()));
         let coordinator = ZkCoordinator::start_with_metrics(
             settings.clone(),
             daemon_config.metrics.clone(),
@@ -458,7 +482,10 @@ fn run_zookeeper(
             admin,
             daemon_config.clock,
         );
-        let _http = crate::http::serve_logged(plan.config.http.listen, endpoint).await;
+        let mut endpoint = endpoint;
+        endpoint.read_token = read_token(plan)?;
+        endpoint.output = daemon_config.output.clone();
+        let _http = listener.and_then(|l| crate::http::serve_listener_logged(l, endpoint));
         tracing::info!(
             backend = "zookeeper",
             zookeeper = %settings.connect,

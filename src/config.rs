@@ -7,7 +7,8 @@
 //! file's directory, but it leaves defaults that depend on the environment (where the jobs and
 //! state directories are when not set) to the `*_or_default` methods, which the caller uses.
 //!
-//! Files: `zookeeper` (the keys of `[coordination.zookeeper]`), `tls` (its TLS keys).
+//! Files: `zookeeper` (the keys of `[coordination.zookeeper]`), `tls` (its TLS keys), `tokens`
+//! (the token files of `[http]`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -41,8 +42,8 @@ const SECTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("coordination", &["backend", "zookeeper"]),
-    ("log", &["format", "job_output_lines"]),
-    ("http", &["listen", "admin_token_file"]),
+    ("log", &["format", "job_output_lines", "output_limit"]),
+    ("http", &["listen", "admin_token_file", "read_token_file"]),
 ];
 
 // The node-id rule lives with the ZooKeeper paths it protects; config checks the key with it
@@ -67,6 +68,9 @@ pub struct HttpSection {
     /// `admin_token_file`: the file holding the token the HTTP API's changes need (relative
     /// paths from the config's dir); `None`: the API and the dashboard change nothing.
     pub admin_token_file: Option<std::path::PathBuf>,
+    /// `read_token_file`: the file holding a token that reads runs' output over HTTP (as the
+    /// admin token does), same rules; `None`: only the admin token reads it.
+    pub read_token_file: Option<std::path::PathBuf>,
 }
 
 /// The default of `[http] listen`: loopback only, the port Prometheus' registry lists for no
@@ -78,6 +82,7 @@ impl Default for HttpSection {
         HttpSection {
             listen: Some(DEFAULT_HTTP_LISTEN.parse().expect("a valid address")),
             admin_token_file: None,
+            read_token_file: None,
         }
     }
 }
@@ -243,7 +248,13 @@ pub struct LogSection {
     /// between is counted and reported in one line between the two. Default
     /// [`DEFAULT_JOB_OUTPUT_LINES`].
     pub job_output_lines: usize,
+    /// The bytes of one run's output kept on disk for `zkcron logs` (head and tail, half each);
+    /// 0 keeps none. Default [`crate::executor::kept::DEFAULT_OUTPUT_LIMIT`].
+    pub output_limit: u64,
 }
+
+/// The largest `[log] output_limit` (1 GiB).
+const MAX_OUTPUT_LIMIT: i64 = 1 << 30;
 
 /// The default of `[log] job_output_lines`. journald lets one unit log 10,000 lines per 30 s
 /// by default (`RateLimitBurst=`, scaled with free disk space) and drops the rest, zkcron's own
@@ -260,6 +271,7 @@ impl Default for LogSection {
         LogSection {
             format: LogFormat::default(),
             job_output_lines: DEFAULT_JOB_OUTPUT_LINES,
+            output_limit: crate::executor::kept::DEFAULT_OUTPUT_LIMIT,
         }
     }
 }
@@ -608,6 +620,11 @@ fn log_key(c: &mut Checker<'_>, at: SectionKey<'_, '_>, into: &mut LogSection) -
                 into.job_output_lines = lines as usize;
             }
         }
+        "output_limit" => {
+            if let Some(bytes) = c.integer(q, value, 0..=MAX_OUTPUT_LIMIT) {
+                into.output_limit = bytes as u64;
+            }
+        }
         _ => return false,
     }
     true
@@ -623,6 +640,7 @@ fn http_key(
     let (q, value) = (at.qualified, at.value);
     match at.key {
         "admin_token_file" => into.admin_token_file = c.path(q, value).map(|p| base.join(p)),
+        "read_token_file" => into.read_token_file = c.path(q, value).map(|p| base.join(p)),
         "listen" => {
             if let Some(text) = c.string(q, value) {
                 if text.is_empty() {
@@ -749,42 +767,7 @@ fn version(
 #[cfg(test)]
 mod tests;
 mod tls;
+mod tokens;
 mod zookeeper;
 
-/// The admin token in `[http] admin_token_file` (`path`): refused, with the fix, when group or
-/// others may read the file, when it belongs to neither this user nor root (as `auth_file`),
-/// or when it holds no token (one line, at least 16 characters, no spaces).
-pub fn read_admin_token(path: &Path) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the admin_token_file {shown}: {e}"))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "the admin_token_file {shown} may be read by group or others (mode {:o}); run \
-             `chmod 600 {shown}`",
-            meta.mode() & 0o777
-        ));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(format!(
-            "the admin_token_file {shown} belongs to uid {}, neither this user (uid {me}) nor \
-             root; `chown` it to the user zkcron runs as and `chmod 600 {shown}`",
-            meta.uid()
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the admin_token_file {shown}: {e}"))?;
-    let token = text.trim();
-    if token.len() < MIN_ADMIN_TOKEN || token.contains(char::is_whitespace) {
-        return Err(format!(
-            "the admin_token_file {shown} must hold one token of at least {MIN_ADMIN_TOKEN} \
-             characters without spaces; make one with `openssl rand -hex 32 > {shown}`"
-        ));
-    }
-    Ok(token.to_string())
-}
-
-/// The shortest admin token accepted.
-pub const MIN_ADMIN_TOKEN: usize = 16;
+pub use tokens::{MIN_ADMIN_TOKEN, read_admin_token, read_token};

@@ -185,6 +185,9 @@ pub struct RunResult {
     /// task paused already keeps its mark.
     #[serde(skip)]
     pub pause: Option<Box<records::MarkRecord>>,
+    /// A failed run's last lines of output (at most 4 KiB), kept with its history entry.
+    #[serde(skip)]
+    pub output_tail: Option<Box<str>>,
 }
 
 impl RunResult {

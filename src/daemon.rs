@@ -80,6 +80,8 @@ pub struct DaemonConfig {
     pub reset_flags: Option<String>,
     /// `[log] job_output_lines`: how many lines of an attempt's output are logged.
     pub job_output_lines: usize,
+    /// Where the runs' output is kept (`[log] output_limit`); `None`: nowhere.
+    pub output: Option<crate::executor::OutputStore>,
     /// Where fires, claims, leases and runs are counted (`/metrics`).
     pub metrics: crate::metrics::Metrics,
     /// The tasks as of the last reload, for `zkcron status` and `/status` on this host.
@@ -131,6 +133,7 @@ struct Shared<C> {
     coordinator: Arc<C>,
     node_id: String,
     job_output_lines: usize,
+    output: Option<crate::executor::OutputStore>,
     leadership: watch::Receiver<Leadership>,
     /// Counts wall-clock jumps; the firing rules re-plan when it changes.
     clock_jumps: watch::Receiver<u64>,
@@ -160,6 +163,7 @@ impl<C: Coordinator> Shared<C> {
             coordinator,
             node_id: config.node_id.clone(),
             job_output_lines: config.job_output_lines,
+            output: config.output.clone(),
             leadership,
             clock_jumps,
             runs_alive,

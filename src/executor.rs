@@ -23,7 +23,9 @@
 //!
 //! Files: `process` (one attempt's process: user, environment, `argv[0]`, the group's guard),
 //! `spawner` (the threads that spawn claimed runs at their instants), `output` (an attempt's
-//! output, line by line, within its budget), `stop` (stop requests), `hook` (`on_failure`).
+//! output, line by line, within its budget), `kept` (a run's output kept on disk for `zkcron
+//! logs`), `report` (the log lines of an attempt's start and end), `stop` (stop requests), `hook`
+//! (`on_failure`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -97,6 +99,8 @@ pub struct RunRequest {
     /// The task's `on_failure` hook, run once after the run's last attempt failed (see
     /// `hook`); `None` for none.
     pub on_failure: Option<Vec<String>>,
+    /// Where the run's output is kept on disk ([`kept`]); `None`: only logged.
+    pub output: Option<OutputStore>,
     /// The task's `pause_on_failure`: not the executor's business, but carried with the run so
     /// that the daemon, which records the run's end, pauses the task when its last attempt
     /// failed.
@@ -162,6 +166,9 @@ pub struct AttemptOutcome {
 pub struct RunOutcome {
     /// Oldest first; the last one decides the run's result.
     pub attempts: Vec<AttemptOutcome>,
+    /// The last attempt's last lines of output, at most [`OUTPUT_TAIL_BYTES`]: stored with the
+    /// run's result, so that its end says why it failed when its node is gone.
+    pub output_tail: String,
 }
 
 impl RunOutcome {
@@ -185,16 +192,21 @@ impl RunOutcome {
 }
 
 mod hook;
+pub mod kept;
 mod output;
 mod process;
+mod report;
 mod spawner;
 mod stop;
 #[cfg(test)]
 mod tests;
 
-use output::{OutputBudget, drain_output, spawn_output_reader};
+use kept::KeptOutput;
+pub use kept::OutputStore;
+use output::{OutputBudget, drain_output, output_tail, spawn_output_reader};
 use process::{GroupGuard, build_command, program_and_args, resolve_process, terminate_group};
 pub use process::{UserAction, decide_user};
+use report::{log_finished, log_started};
 pub use spawner::{Scheduled, Spawned, Spawner};
 use stop::StopKind;
 pub use stop::{StopHandle, StopSignal};
@@ -287,6 +299,8 @@ fn prepare_attempt(request: &RunRequest, attempt: u32) -> Result<AttemptCommand,
 pub struct StartedRun {
     request: Arc<RunRequest>,
     first: Attempt,
+    /// The run's output file, when it is kept.
+    kept: Option<Arc<KeptOutput>>,
 }
 
 /// An attempt just after its spawn.
@@ -316,10 +330,16 @@ struct RunningAttempt {
 /// between a won claim and the process; `claimed_at`, when the claim was won, is logged with
 /// the spawn as `claim_to_spawn_us`. Must be called within the tokio runtime.
 pub fn start(prepared: PreparedRun, claimed_at: Option<Instant>) -> StartedRun {
-    let first = spawn_attempt(&prepared.request, 1, prepared.first, claimed_at);
+    let request = &prepared.request;
+    let kept = request.output.as_ref().map(|store| {
+        let kept = KeptOutput::new(store, &request.fire_id, &request.node_id, request.clock);
+        Arc::new(kept)
+    });
+    let first = spawn_attempt(request, 1, prepared.first, claimed_at, kept.as_ref());
     StartedRun {
         request: prepared.request,
         first,
+        kept,
     }
 }
 
@@ -335,6 +355,7 @@ pub async fn run(request: RunRequest, stop: StopSignal) -> RunOutcome {
                 pid: None,
                 lateness: None,
             }],
+            output_tail: String::new(),
         };
     }
     let prepared = prepare(request).await;
@@ -353,15 +374,20 @@ impl StartedRun {
     /// attempt that will not be retried has exited, or when a stop cuts a backoff short; its
     /// output may still be draining, and "finished" is logged after it. Returns the same outcome.
     pub async fn finish(self, mut stop: StopSignal, ended: impl FnOnce(&RunOutcome)) -> RunOutcome {
-        let StartedRun { request, first } = self;
+        let StartedRun {
+            request,
+            first,
+            kept,
+        } = self;
         let task = request.task.as_str();
         let fire_id = request.fire_id.as_str();
         let total = request.retries.attempts.saturating_add(1);
         let mut ended = Some(ended);
-        let mut end = |attempts: &[AttemptOutcome]| {
+        let mut end = |attempts: &[AttemptOutcome], output_tail: String| {
             if let Some(ended) = ended.take() {
                 ended(&RunOutcome {
                     attempts: attempts.to_vec(),
+                    output_tail,
                 });
             }
         };
@@ -388,7 +414,7 @@ impl StartedRun {
             let failed = !matches!(last.exit, Exit::Code(0) | Exit::Stopped);
             let retry = failed && attempt < total && stop.current() == StopKind::Running;
             if !retry {
-                end(&attempts);
+                end(&attempts, output_tail(budget.as_deref()).await);
             }
             if let Some(output) = output {
                 drain_output(output, task, fire_id).await;
@@ -400,27 +426,42 @@ impl StartedRun {
                 }
                 break;
             }
-            match start_retry(&request, attempt + 1, &mut stop).await {
+            match start_retry(&request, attempt + 1, &mut stop, kept.as_ref()).await {
                 Some(attempt) => next = attempt,
                 None => {
-                    end(&attempts);
+                    end(&attempts, output_tail(budget.as_deref()).await);
                     break;
                 }
             }
         }
+        if let (Some(kept), Some(last)) = (&kept, attempts.last()) {
+            kept.finish(
+                &last.exit.to_string(),
+                request.output.as_ref().map_or(1, |o| o.keep),
+            );
+        }
         if let (Some(argv), Some(last)) = (&request.on_failure, attempts.last())
             && !matches!(last.exit, Exit::Code(0) | Exit::Stopped)
         {
-            let tail = budget.map(|b| b.output_tail()).unwrap_or_default();
+            let tail = budget.as_ref().map(|b| b.output_tail()).unwrap_or_default();
             hook::run_on_failure(&request, argv, &last.exit, &tail, &mut stop).await;
         }
-        RunOutcome { attempts }
+        let output_tail = budget.map(|b| b.output_tail()).unwrap_or_default();
+        RunOutcome {
+            attempts,
+            output_tail,
+        }
     }
 }
 
 /// Waits out the backoff before retry `attempt`, prepares it afresh (the user or the program
 /// may have appeared since) and spawns it; `None` when a stop request comes first.
-async fn start_retry(request: &RunRequest, attempt: u32, stop: &mut StopSignal) -> Option<Attempt> {
+async fn start_retry(
+    request: &RunRequest,
+    attempt: u32,
+    stop: &mut StopSignal,
+    kept: Option<&Arc<KeptOutput>>,
+) -> Option<Attempt> {
     let delay = retry_delay(&request.retries, attempt - 1);
     tracing::info!(
         task = %request.task,
@@ -444,7 +485,7 @@ async fn start_retry(request: &RunRequest, attempt: u32, stop: &mut StopSignal) 
         } => command,
     };
     let command = command.unwrap_or_else(|e| Err(format!("preparing the process failed: {e}")));
-    Some(spawn_attempt(request, attempt, command, None))
+    Some(spawn_attempt(request, attempt, command, None, kept))
 }
 
 /// Says that retry `attempt` is not started because of the stop request `kind`.
@@ -514,37 +555,6 @@ impl Exit {
     }
 }
 
-/// Logs how an attempt ended, at info when it succeeded, else at warn, with structured fields:
-/// `status` (see [`Exit::status`]), `exit_code` or `signal` where they apply, `reason` when it
-/// did not start, and `duration_ms` as a whole number.
-fn log_finished(request: &RunRequest, outcome: &AttemptOutcome) {
-    let task = request.task.as_str();
-    let fire_id = request.fire_id.as_str();
-    let attempt = outcome.attempt;
-    let exit = &outcome.exit;
-    // Words from a fixed set, unquoted in the text log like `task`; `reason` is free text.
-    let status = tracing::field::display(exit.status());
-    let exit_code = exit.code();
-    let signal = exit.signal_name().map(tracing::field::display);
-    let reason = exit.reason();
-    let duration_ms = outcome.duration.as_millis() as u64;
-    if exit.is_success() {
-        tracing::info!(task = %task, fire_id = %fire_id, attempt, status, exit_code, duration_ms, "finished");
-    } else {
-        tracing::warn!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            status,
-            exit_code,
-            signal,
-            reason,
-            duration_ms,
-            "finished"
-        );
-    }
-}
-
 /// Spawns attempt `attempt` from its prepared command (or records why there is none), logs
 /// "started" and starts logging its output.
 fn spawn_attempt(
@@ -552,6 +562,7 @@ fn spawn_attempt(
     attempt: u32,
     command: Result<AttemptCommand, String>,
     claimed_at: Option<Instant>,
+    kept: Option<&Arc<KeptOutput>>,
 ) -> Attempt {
     let AttemptCommand {
         mut command,
@@ -583,6 +594,7 @@ fn spawn_attempt(
         request,
         attempt,
         [stdout.is_some(), stderr.is_some()],
+        kept.cloned(),
     ));
     let output = spawn_output_reader(stdout, stderr, request, budget.clone());
     Attempt::Running(RunningAttempt {
@@ -595,39 +607,6 @@ fn spawn_attempt(
         output,
         budget,
     })
-}
-
-/// Logs that `attempt` started as `pid`: a first attempt with how late it is after its due time,
-/// and, when it followed a claim, how long after the claim was won.
-fn log_started(
-    request: &RunRequest,
-    attempt: u32,
-    pid: Option<u32>,
-    lateness: Option<TimeDelta>,
-    claim_to_spawn_us: Option<u64>,
-) {
-    let task = request.task.as_str();
-    let fire_id = request.fire_id.as_str();
-    match (lateness, claim_to_spawn_us) {
-        (Some(lateness), Some(claim_to_spawn_us)) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            claim_to_spawn_us,
-            "started"
-        ),
-        (Some(lateness), None) => tracing::info!(
-            task = %task,
-            fire_id = %fire_id,
-            attempt,
-            pid,
-            lateness_us = lateness.num_microseconds().unwrap_or(i64::MAX),
-            "started"
-        ),
-        (None, _) => tracing::info!(task = %task, fire_id = %fire_id, attempt, pid, "started"),
-    }
 }
 
 impl RunningAttempt {

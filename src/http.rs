@@ -6,8 +6,10 @@
 //! - `/healthz`: 200 when this node can fire (the local backend, or a connected ZooKeeper
 //!   session with a clock within `max_clock_skew`), else 503; the body says why ([`health`]);
 //! - `/status`: this node's view of the cluster as `zkcron status --json` prints it;
-//! - `/`, `/tasks/<task>`, `/nodes/<node>`: the dashboard ([`pages`], with its [`assets`]);
-//! - `/api/...`: the HTTP API ([`api`]); both read the [`source`] through one [`cache`].
+//! - `/`, `/tasks/<task>`, `/nodes/<node>`, `/runs/<fire id>`: the dashboard ([`pages`], with
+//!   its [`assets`]; a run's page in [`run_page`]);
+//! - `/api/...`: the HTTP API ([`api`]); both read the [`source`] through one [`cache`];
+//! - `/api/runs/<fire id>/output`: a run's output, with a token ([`output`]).
 //!
 //! The dashboard's files beside [`pages`]: [`task_page`] (a task's page), [`chart`] (its runs'
 //! duration and lateness in inline SVG), [`words`] (a schedule in words).
@@ -32,7 +34,9 @@ pub mod api;
 pub mod assets;
 pub mod cache;
 pub mod chart;
+pub mod output;
 pub mod pages;
+pub mod run_page;
 pub mod source;
 pub mod task_page;
 pub mod words;
@@ -67,6 +71,10 @@ pub struct Endpoint {
     /// What the dashboard and the API read and change.
     pub cache: Arc<cache::Cache>,
     pub admin: api::Admin,
+    /// `[http] read_token_file`'s token: it reads runs' output, as the admin token does.
+    pub read_token: Option<String>,
+    /// Where this node keeps its runs' output (`None`: nowhere).
+    pub output: Option<crate::executor::OutputStore>,
 }
 
 impl Endpoint {
@@ -96,6 +104,8 @@ impl Endpoint {
             status,
             cache,
             admin,
+            read_token: None,
+            output: None,
         }
     }
 
@@ -116,6 +126,8 @@ impl Endpoint {
                 clock,
             })),
             admin,
+            read_token: None,
+            output: None,
             metrics: metrics.clone(),
             leadership: coordinator.leadership(),
             backend: Backend::Zookeeper {
@@ -250,6 +262,14 @@ impl Drop for HttpServer {
 /// Serves `endpoint` on `address`.
 pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<HttpServer> {
     let listener = tokio::net::TcpListener::bind(address).await?;
+    serve_on(listener, endpoint)
+}
+
+/// Serves `endpoint` on a bound `listener`.
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    endpoint: Endpoint,
+) -> std::io::Result<HttpServer> {
     let address = listener.local_addr()?;
     let app = Router::new()
         .route("/metrics", get(metrics))
@@ -258,10 +278,12 @@ pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<H
         .route("/", get(pages::overview))
         .route("/tasks/{task}", get(task_page::page))
         .route("/nodes/{node}", get(pages::node))
+        .route("/runs/{fire_id}", get(run_page::page))
         .route("/assets/{file}", get(assets::serve))
         .route("/api/status", get(api::status))
         .route("/api/tasks/{task}", get(api::task))
         .route("/api/nodes/{node}", get(api::node))
+        .route("/api/runs/{fire_id}/output", get(output::serve))
         .route("/api/tasks/{task}/{action}", post(api::task_action))
         .route("/api/nodes/{node}/{action}", post(api::node_action))
         .fallback(not_found)
@@ -275,15 +297,52 @@ pub async fn serve(address: SocketAddr, endpoint: Endpoint) -> std::io::Result<H
     Ok(HttpServer { address, task })
 }
 
-/// Serves `endpoint` on `listen` (`[http] listen`; `None` serves nothing). A daemon that
-/// cannot serve it says so at error, with the fix, and runs on: metrics are not worth a tick.
-pub async fn serve_logged(listen: Option<SocketAddr>, endpoint: Endpoint) -> Option<HttpServer> {
+/// Binds `listen` (`[http] listen`; `None` binds nothing). A daemon that cannot bind it says
+/// so at error, with the fix, and runs on: metrics are not worth a tick.
+pub async fn bind_logged(listen: Option<SocketAddr>) -> Option<tokio::net::TcpListener> {
     let Some(address) = listen else {
         tracing::info!("HTTP endpoint off ([http] listen = \"\")");
         return None;
     };
+    match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::error!(
+                %address,
+                %error,
+                "cannot serve the HTTP endpoint on {address} ({error}): no /metrics, /healthz or \
+                 /status from this node, which fires its tasks all the same; stop what holds \
+                 the port, or set [http] listen in zkcron.toml to a free address (\"\" turns the \
+                 endpoint off)"
+            );
+            None
+        }
+    }
+}
+
+/// The address other nodes reach `listener` at: its own, or this host's name with its port
+/// when it listens on every address.
+pub fn advertised(listener: &tokio::net::TcpListener, host: &str) -> Option<String> {
+    let address = listener.local_addr().ok()?;
+    Some(if address.ip().is_unspecified() {
+        format!("{host}:{}", address.port())
+    } else {
+        address.to_string()
+    })
+}
+
+/// Serves `endpoint` on `listen` (`[http] listen`; `None` serves nothing), logging where.
+pub async fn serve_logged(listen: Option<SocketAddr>, endpoint: Endpoint) -> Option<HttpServer> {
+    serve_listener_logged(bind_logged(listen).await?, endpoint)
+}
+
+/// Serves `endpoint` on a bound `listener`, logging where (or why not).
+pub fn serve_listener_logged(
+    listener: tokio::net::TcpListener,
+    endpoint: Endpoint,
+) -> Option<HttpServer> {
     let changes_on = matches!(endpoint.admin, api::Admin::Token(_));
-    match serve(address, endpoint).await {
+    match serve_on(listener, endpoint) {
         Ok(server) => {
             tracing::info!(
                 address = %server.address,
@@ -299,14 +358,7 @@ pub async fn serve_logged(listen: Option<SocketAddr>, endpoint: Endpoint) -> Opt
             Some(server)
         }
         Err(error) => {
-            tracing::error!(
-                %address,
-                %error,
-                "cannot serve the HTTP endpoint on {address} ({error}): no /metrics, /healthz or \
-                 /status from this node, which fires its tasks all the same; stop what holds \
-                 the port, or set [http] listen in zkcron.toml to a free address (\"\" turns the \
-                 endpoint off)"
-            );
+            tracing::error!(%error, "cannot serve the HTTP endpoint ({error}): this node fires its tasks all the same");
             None
         }
     }

@@ -1,5 +1,5 @@
-//! The operator's commands: `status`, `explain`, `history`, `trigger`, `backfill`, `pause`,
-//! `resume`, `drain`, `undrain`.
+//! The operator's commands: `status`, `explain`, `history`, `logs`, `trigger`, `backfill`,
+//! `pause`, `resume`, `drain`, `undrain`.
 //!
 //! On a cluster they are computed by the CLI itself from ZooKeeper ([`cluster`]: a short
 //! session of its own, so no daemon is needed on the host); with the local backend they ask the
@@ -13,7 +13,8 @@
 //! Beside them: [`args`] (the commands' arguments and how they find the scheduler), [`change`]
 //! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`
 //! links `explain` shows), [`pool`] (a pooled task's items), [`live`] (the status, of one read or
-//! of a snapshot kept current by the changed znodes, for the dashboard) and [`backfill`].
+//! of a snapshot kept current by the changed znodes, for the dashboard), [`backfill`] and
+//! [`logs`] (a run's output, from this host's state dir or the node that ran it).
 //!
 //! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
 //! triggered run that failed or could not run), 2 usage (clap).
@@ -30,6 +31,7 @@ pub mod links;
 mod links_tests;
 pub mod live;
 pub mod local;
+pub mod logs;
 pub mod model;
 pub mod pool;
 #[cfg(test)]
@@ -105,6 +107,7 @@ pub enum OpsCommand {
     Undrain {
         node: String,
     },
+    Logs(logs::LogsCommand),
 }
 
 impl OpsCommand {
@@ -119,6 +122,7 @@ impl OpsCommand {
             OpsCommand::Resume { .. } => "resume",
             OpsCommand::Drain { .. } => "drain",
             OpsCommand::Undrain { .. } => "undrain",
+            OpsCommand::Logs(_) => "logs",
         }
     }
 }
@@ -230,6 +234,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             };
         }
         OpsCommand::Backfill(command) => return backfill::cluster(client, command).await,
+        OpsCommand::Logs(command) => return logs::cluster(client, &command).await,
         OpsCommand::Pause { task, reason } => Change::Pause { task, reason },
         OpsCommand::Resume { task } => Change::Resume { task },
         OpsCommand::Drain { node } => Change::Drain { node },
@@ -426,6 +431,7 @@ fn run_local(
             }
         }
         OpsCommand::Backfill(command) => return backfill::local(state_dir, command),
+        OpsCommand::Logs(command) => return logs::local(&command),
         OpsCommand::Pause { task, reason } => print_done(
             &change::on_local(state_dir, &Change::Pause { task, reason }, &by)?,
             true,

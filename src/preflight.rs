@@ -96,6 +96,17 @@ pub struct Overrides {
 }
 
 impl Plan {
+    /// Where the runs' output is kept: `<state_dir>/output`, bounded by `[log] output_limit`
+    /// (0: nowhere), a task's newest `[scheduler] history_runs` runs.
+    pub fn output_store(&self) -> Option<crate::executor::OutputStore> {
+        let limit = self.config.log.output_limit;
+        (limit > 0).then(|| crate::executor::OutputStore {
+            dir: self.state_dir.join("output"),
+            limit,
+            keep: self.config.scheduler.history_runs.max(1),
+        })
+    }
+
     /// Resolves what `run` would use. `host_name` is the node id when neither flag nor config
     /// names one.
     pub fn resolve(
@@ -150,6 +161,7 @@ impl Plan {
             release: self.release.clone(),
             labels: self.config.node.labels.clone(),
             history_runs: self.config.scheduler.history_runs,
+            http: None,
             auth: section.auth.clone(),
             tls: section.tls.clone(),
         })
@@ -249,6 +261,15 @@ pub fn check(plan: &Plan) -> Vec<StartProblem> {
     }
     if let Some(path) = &plan.config.http.admin_token_file
         && let Err(message) = crate::config::read_admin_token(path)
+    {
+        problems.push(StartProblem {
+            path: None,
+            message,
+            help: None,
+        });
+    }
+    if let Some(path) = &plan.config.http.read_token_file
+        && let Err(message) = crate::config::read_token(path, "read_token_file")
     {
         problems.push(StartProblem {
             path: None,

@@ -2,7 +2,8 @@
 //! backend and a real 3-node cluster, the overview names every task and its leader, a task page
 //! lists its runs, the filter narrows the table, a task file's markup shows as text, no console
 //! error, a change works with the admin token and is refused without it, a backfill from the
-//! task page shows its progress and runs, and a read right after a change shows it.
+//! task page shows its progress and runs, a run's page shows its output (read with the token
+//! from the node that ran it) as text, and a read right after a change shows it.
 //! Screenshots go to `target/dashboard/`. The API's refusals (no token file, no token, wrong token, not JSON),
 //! a backfill through the API, a pool's items on the task page and the token file's checks are
 //! tested without a browser.
@@ -245,6 +246,54 @@ fn pause_from_the_page(browser: &Browser, address: &str) {
     );
 }
 
+/// A task whose every run prints markup on both streams and fails.
+const NOISY: &str = "schedule = \"* * * * * *\"\n\
+     command = 'echo \"<b>noisy</b> out\"; echo \"<img src=x onerror=console.error(7)> err\" >&2; exit 1'\n";
+
+/// A run's page, linked from the task page's history: the failure's stored last lines, and,
+/// with the token, the whole output read from the node that ran it, as text (no markup made of
+/// it), and how it ended.
+fn run_page_in_the_browser(browser: &Browser, address: &str, name: &str) {
+    wait_for("a run of noisy in the API", LIMIT, || {
+        let (code, body) = http_get(address, "/api/tasks/noisy");
+        code == 200
+            && json(&body)["history"]
+                .as_array()
+                .is_some_and(|h| !h.is_empty())
+    });
+    wait_for("a run of noisy on its page", LIMIT, || {
+        browser.goto(&format!("http://{address}/tasks/noisy"));
+        let links = browser.execute(
+            "return document.querySelectorAll('#history-table a[href^=\"/runs/\"]').length;",
+            vec![],
+        );
+        links.as_u64().unwrap_or(0) > 0
+    });
+    browser.click("#history-table a[href^=\"/runs/\"]");
+    browser.wait_text("the run's page", LIMIT, |text| {
+        text.contains("Last lines stored with the failure")
+    });
+    if browser.text_of("#output").is_empty() && browser.text_of("#output-state").contains("token") {
+        browser.type_into("#token", TOKEN);
+        browser.click("#output-form button[type=submit]");
+    }
+    browser.wait_text("the run's output", LIMIT, |text| {
+        text.contains("<b>noisy</b> out")
+            && text.contains("<img src=x onerror=console.error(7)> err")
+    });
+    wait_for("the run's end on its page", LIMIT, || {
+        browser.text_of("#output-state").contains("exit code 1")
+    });
+    let made = browser.execute(
+        "return document.querySelectorAll('#output b, #output img, #stored-tail b, #stored-tail img').length;",
+        vec![],
+    );
+    assert_eq!(made, 0, "output became markup");
+    browser.screenshot(&screenshots().join(format!("{name}-run.png")));
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
 #[test]
 fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
     let served = Served::start(
@@ -254,6 +303,7 @@ fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
             ("backup", DAILY),
             ("slow", SLOW_DAILY),
             ("load", "after = [\"backup\"]\ncommand = [\"true\"]\n"),
+            ("noisy", NOISY),
         ],
     );
     let (daemon, address) = (&served.daemon, &served.address);
@@ -268,6 +318,7 @@ fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
     pause_from_the_page(&browser, address);
     chain_links_on_the_pages(&browser, address);
     backfill_from_the_page(&browser, address);
+    run_page_in_the_browser(&browser, address, "local");
     assert!(
         daemon
             .log()
@@ -342,6 +393,9 @@ fn given_a_three_node_cluster_then_the_dashboard_works_in_chromium() {
         );
     }
     pause_from_the_page(&browser, &address);
+    // Its runs are on whichever node leads it: node-b's pages read them from there.
+    cluster.write_task("noisy", NOISY);
+    run_page_in_the_browser(&browser, &address, "cluster");
     assert!(
         cluster.nodes["node-b"]
             .log()

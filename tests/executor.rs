@@ -66,6 +66,7 @@ fn request(command: CommandLine) -> RunRequest {
             max_backoff: Duration::from_millis(10),
         },
         output_lines: 1000,
+        output: None,
         on_failure: None,
         pause_on_failure: false,
         clock: Clock::system(),

@@ -307,6 +307,7 @@ fn settings(connect: &str, node: &str, release: &str) -> ZkSettings {
         release: release.parse().unwrap(),
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
         history_runs: 100,
+        http: None,
         auth: Default::default(),
         tls: None,
     }

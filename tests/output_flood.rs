@@ -1,7 +1,8 @@
 //! Resource bounds: a job printing 1 GB of output does not grow the daemon. The real
 //! daemon runs a job that writes 1 GiB (half as one endless line, half as 1 KiB lines) and
-//! then fails (once: later ticks find it done); the daemon's RSS is sampled throughout, and the `on_failure` hook the daemon
-//! runs afterwards gets a bounded output tail.
+//! then fails (once: later ticks find it done); the daemon's RSS is sampled throughout, the
+//! `on_failure` hook the daemon runs afterwards gets a bounded output tail, and the output kept
+//! on disk for `zkcron logs` stays within `[log] output_limit`.
 // A real daemon against the real clock, which the core may not read.
 #![allow(clippy::disallowed_methods)]
 
@@ -74,6 +75,18 @@ fn given_a_job_printing_1_gib_when_the_daemon_runs_it_then_its_rss_stays_flat() 
         growth_mib < 20.0,
         "the daemon grew by {growth_mib:.1} MiB while a job printed 1 GiB"
     );
+    // The run's output kept for `zkcron logs` held its bound too: [log] output_limit (1 MiB by
+    // default) of records, plus the header, the cut marker and the end.
+    let kept = scratch.path().join("state/output/flood");
+    for entry in std::fs::read_dir(&kept).expect("the flood's output is kept") {
+        let entry = entry.unwrap();
+        let size = entry.metadata().unwrap().len();
+        assert!(
+            size <= (1 << 20) + 512,
+            "{} holds {size} bytes of kept output",
+            entry.path().display()
+        );
+    }
     let hook_line = scratch.lines("hook").remove(0);
     let (code, tail_bytes) = hook_line.split_once(' ').expect("two fields");
     assert_eq!(code, "1");

@@ -723,6 +723,7 @@ impl ZkBackend {
             release: release.parse().unwrap(),
             labels: BTreeMap::new(),
             history_runs: 100,
+            http: None,
             auth: Default::default(),
             tls: None,
         };

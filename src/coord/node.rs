@@ -153,6 +153,8 @@ pub struct NodeConfig {
     pub labels: BTreeMap<String, String>,
     pub host: String,
     pub pid: u32,
+    /// This node's HTTP endpoint as others reach it (`MemberRecord::http`).
+    pub http: Option<String>,
     pub started_at: DateTime<Utc>,
     /// `[scheduler] history_runs`: how many runs a task's history keeps.
     pub history_runs: usize,

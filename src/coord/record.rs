@@ -504,6 +504,7 @@ mod tests {
             backfill: false,
             after: None,
             items: None,
+            output_tail: None,
         }
     }
 

@@ -32,6 +32,10 @@ pub struct MemberRecord {
     pub seed: String,
     pub host: String,
     pub pid: u32,
+    /// Where this node's HTTP endpoint answers (`host:port`), for `zkcron logs` to read a
+    /// run's output from the node that ran it. Missing: it serves none (or an older release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
     pub started_at: DateTime<Utc>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -336,6 +340,10 @@ pub struct HistoryEntry {
     /// only then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<String>>,
+    /// A failed run's last lines of output, at most 4 KiB (the whole output stays on the node
+    /// that ran it: `zkcron logs`). Written only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tail: Option<String>,
 }
 
 impl HistoryEntry {
@@ -383,6 +391,7 @@ impl HistoryEntry {
                     .is_some_and(|id| id.contains("@backfill-")),
             after,
             items: None,
+            output_tail: result.output_tail.as_deref().map(str::to_string),
         }
     }
 }
@@ -620,6 +629,7 @@ mod tests {
             seed: seed.into(),
             host: "h".into(),
             pid: 1,
+            http: None,
             started_at: DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
             labels: BTreeMap::from([("zone".into(), "a".into())]),
             taskset: TaskSetRef {

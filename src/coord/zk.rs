@@ -300,7 +300,7 @@ impl Coordinator for ZkCoordinator {
     async fn last_result(&self, task: &str) -> Result<Option<RunResult>, CoordError> {
         let request = Request::LastResult { task: task.into() };
         match self.ask(request, "reading the last result").await? {
-            Answered::Result(result) => Ok(result),
+            Answered::Result(result) => Ok(result.map(|r| *r)),
             _ => Err(unexpected("reading the last result")),
         }
     }

@@ -337,6 +337,7 @@ async fn snapshot(
         seed: "0".into(),
         host: String::new(),
         pid: std::process::id(),
+        http: None,
         started_at: config.started_at,
         labels: config.labels.clone(),
         taskset: taskset.clone(),

@@ -130,6 +130,7 @@ pub(super) fn run_request<C: Coordinator>(
         kill_grace: spec.extras.kill_grace,
         retries: spec.extras.retries,
         output_lines: shared.job_output_lines,
+        output: shared.output.clone(),
         on_failure: spec.extras.on_failure.clone(),
         pause_on_failure: spec.extras.pause_on_failure,
         clock: shared.clock,
@@ -470,6 +471,9 @@ fn run_result(
         attempts: outcome.attempts.len() as u32,
         duration_ms: duration.as_millis() as u64,
         finished_at,
+        // Only a failure's: it says why, and a success's would weigh on every history write.
+        output_tail: (!outcome.succeeded() && !outcome.output_tail.is_empty())
+            .then(|| outcome.output_tail.as_str().into()),
         ..RunResult::default()
     }
 }

@@ -174,6 +174,7 @@ pub(super) fn config() -> DaemonConfig {
         shutdown_grace: Duration::from_secs(1),
         task_defaults: TaskDefaults::for_tests(),
         job_output_lines: 10,
+        output: None,
         reset_flags: None,
         metrics: crate::metrics::Metrics::new(),
         loaded: Default::default(),

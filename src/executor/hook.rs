@@ -63,6 +63,7 @@ pub(super) async fn run_on_failure(
         &hook,
         1,
         [stdout.is_some(), stderr.is_some()],
+        None,
     ));
     let output = spawn_output_reader(stdout, stderr, &hook, budget.clone());
     let running = RunningAttempt {
@@ -125,6 +126,7 @@ fn hook_request(request: &RunRequest, argv: &[String], exit: &Exit, tail: &str) 
         },
         on_failure: None,
         pause_on_failure: false,
+        output: None,
         ..request.clone()
     }
 }

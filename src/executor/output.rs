@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 use tracing::instrument::WithSubscriber;
 
+use super::kept::KeptOutput;
 use super::{MAX_LINE_BYTES, OUTPUT_DRAIN_LIMIT, OUTPUT_TAIL_BYTES, RunRequest};
 
 /// Waits up to [`OUTPUT_DRAIN_LIMIT`] for the reader to reach end of file on both pipes, then
@@ -26,6 +27,20 @@ pub(super) async fn drain_output(reader: JoinHandle<()>, task: &str, fire_id: &s
              it keeps being logged until it closes"
         );
     }
+}
+
+/// How long a run's end waits for the last lines of its output (the pipes' end of file), so
+/// that the tail stored with its result has them. A background process that holds the pipes
+/// open delays the end by no more than this.
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The last lines of an attempt's output once its pipes closed (at most [`TAIL_WAIT`] later).
+pub(super) async fn output_tail(budget: Option<&OutputBudget>) -> String {
+    let Some(budget) = budget else {
+        return String::new();
+    };
+    let _ = tokio::time::timeout(TAIL_WAIT, budget.closed()).await;
+    budget.output_tail()
 }
 
 /// How many lines of one attempt's output are logged: stdout and stderr draw from one budget of
@@ -52,6 +67,10 @@ pub(super) struct OutputBudget {
     /// Lines logged when the output ends.
     tail: usize,
     state: std::sync::Mutex<BudgetState>,
+    /// Where every line is also kept, when the run's output is kept on disk.
+    kept: Option<std::sync::Arc<KeptOutput>>,
+    /// The streams not yet at end of file, for [`OutputBudget::closed`].
+    open: tokio::sync::watch::Sender<usize>,
 }
 
 #[derive(Debug)]
@@ -66,7 +85,7 @@ struct BudgetState {
     /// Streams not yet at end of file.
     open: usize,
     /// The last lines of the output, both streams, at most [`OUTPUT_TAIL_BYTES`] of text in
-    /// all; kept only when the run has an `on_failure` hook, which gets them.
+    /// all: stored with the run's result, and given to its `on_failure` hook.
     last: Option<std::collections::VecDeque<String>>,
     last_bytes: usize,
 }
@@ -84,9 +103,15 @@ struct TailLine {
 
 impl OutputBudget {
     /// A budget for attempt `attempt` of `request`, whose streams are open as `open` says.
-    pub(super) fn new(request: &RunRequest, attempt: u32, open: [bool; 2]) -> OutputBudget {
+    pub(super) fn new(
+        request: &RunRequest,
+        attempt: u32,
+        open: [bool; 2],
+        kept: Option<std::sync::Arc<KeptOutput>>,
+    ) -> OutputBudget {
         let limit = request.output_lines;
         let head = limit / 2;
+        let streams = open.iter().filter(|o| **o).count();
         OutputBudget {
             task: request.task.clone(),
             fire_id: request.fire_id.clone(),
@@ -100,17 +125,27 @@ impl OutputBudget {
                 tails: Default::default(),
                 left_out_lines: 0,
                 left_out_bytes: 0,
-                open: open.iter().filter(|o| **o).count(),
-                last: request.on_failure.as_ref().map(|_| Default::default()),
+                open: streams,
+                last: Some(Default::default()),
                 last_bytes: 0,
             }),
+            kept,
+            open: tokio::sync::watch::Sender::new(streams),
         }
+    }
+
+    /// Returns once both streams reached their end.
+    pub(super) async fn closed(&self) {
+        let _ = self.open.subscribe().wait_for(|open| *open == 0).await;
     }
 
     /// Takes a line of `stream` that took `bytes` of it: logs it if the head has room, else
     /// keeps it for the tail, counting the line of that stream it pushes out (if any) as left
     /// out.
     fn line(&self, stream: &'static str, text: &str, bytes: usize) {
+        if let Some(kept) = &self.kept {
+            kept.line(stream, text);
+        }
         {
             let mut state = self.state.lock().expect("output budget poisoned");
             state.keep_last(text);
@@ -166,6 +201,7 @@ impl OutputBudget {
         let (tails, mut lines, mut bytes) = {
             let mut state = self.state.lock().expect("output budget poisoned");
             state.open = state.open.saturating_sub(1);
+            self.open.send_replace(state.open);
             if state.open > 0 {
                 return;
             }
@@ -244,6 +280,9 @@ where
     let fire_id = request.fire_id.clone();
     tokio::spawn(
         async move {
+            if let Some(kept) = &budget.kept {
+                kept.attempt(budget.attempt);
+            }
             let (budget, task, fire_id) = (&budget, &task, &fire_id);
             tokio::join!(
                 read_stream(stdout, "stdout", budget, task, fire_id),

@@ -37,15 +37,7 @@ pub fn matches(query: &str, fields: &[&str]) -> bool {
 /// `/<prefix>/<name>` with `name` percent-encoded (names are path-safe, strangers' records
 /// need not be).
 pub fn href(prefix: &str, name: &str) -> String {
-    let mut out = format!("/{prefix}/");
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    format!("/{prefix}/{}", crate::ops::logs::percent(name))
 }
 
 /// An instant as the pages show it (UTC, whole seconds), sortable.

@@ -226,6 +226,15 @@ fn next_ticks(detail: &TaskDetail) -> Markup {
     }
 }
 
+/// The page of `run`, on the node that ran it.
+fn run_href(run: &crate::coord::records::HistoryEntry) -> String {
+    format!(
+        "{}?node={}",
+        href("runs", &run.fire_id),
+        crate::ops::logs::percent(&run.node)
+    )
+}
+
 fn history(detail: &TaskDetail) -> Markup {
     html! {
         @if detail.history.is_empty() { p.muted { "No recorded runs yet." } } @else {
@@ -236,7 +245,7 @@ fn history(detail: &TaskDetail) -> Markup {
                     th scope="col" { "Lateness" } th scope="col" { "Result" } th scope="col" { "Trigger" }
                 } }
                 tbody { @for run in &detail.history { tr {
-                    th scope="row" { code { (run.fire_id) } }
+                    th scope="row" { a href=(run_href(run)) { code { (run.fire_id) } } }
                     td { (instant(run.tick)) }
                     td { a href=(href("nodes", &run.node)) { (run.node) } }
                     td { (run.release) }

@@ -68,6 +68,44 @@ pub struct HistoryArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The task whose run's output to print
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// The run (`<task>@<unix>`, `<task>@manual-<n>`, as `zkcron history` lists them)
+    /// [default: the task's newest]
+    #[arg(value_name = "FIRE_ID")]
+    pub fire_id: Option<String>,
+    /// Stream a run still going until it ends
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Print each line's time and stream (stdout, stderr) before it
+    #[arg(long)]
+    pub timestamps: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+impl LogsArgs {
+    /// The command, with what it needs of the node's config in `plan`.
+    pub fn command(&self, plan: &Plan) -> super::logs::LogsCommand {
+        let http = &plan.config.http;
+        super::logs::LogsCommand {
+            task: self.task.clone(),
+            fire_id: self.fire_id.clone(),
+            follow: self.follow,
+            timestamps: self.timestamps,
+            store: plan.output_store(),
+            node_id: plan.node_id.clone(),
+            token_file: http
+                .read_token_file
+                .clone()
+                .or(http.admin_token_file.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
 pub struct TriggerArgs {
     /// The task to run now
     #[arg(value_name = "TASK")]

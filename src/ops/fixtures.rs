@@ -42,6 +42,7 @@ pub(super) fn live_member(
             seed: format!("{seed:016x}"),
             host: "h".into(),
             pid: 1,
+            http: None,
             started_at: at(9, 0, 0),
             labels,
             taskset,

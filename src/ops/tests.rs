@@ -341,6 +341,7 @@ fn the_last_run_is_the_newer_of_the_result_and_a_manual_run() {
         backfill: false,
         after: None,
         items: None,
+        output_tail: None,
     };
     snapshot.recent_runs.insert("backup".into(), manual);
     let last = status(snapshot.clone(), at(10, 0, 0)).tasks[0]

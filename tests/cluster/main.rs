@@ -7,7 +7,8 @@
 //! - `cluster_runs`: running jobs when a node is lost; `pools`: every-node and pooled tasks;
 //!   `chain`, `queue`: chained tasks, the queued overlap; `pause`: pauses with a reason and on
 //!   failure; `trigger_history`, `backfill_cluster`: manual runs, history, backfills;
-//! - `control`, `ops`: the operator's controls and commands; `auth`: digest ACLs; `hostile`:
+//! - `control`, `ops`: the operator's controls and commands; `logs`: a run's output read
+//!   from the node that ran it; `auth`: digest ACLs; `hostile`:
 //!   stale, foreign and skewed state; `upgrade`: rolling upgrades and rollbacks.
 //!
 //! `ZKCRON_TEST_BIN=/path/to/zkcron cargo test --test cluster` runs the nodes from another build
@@ -25,6 +26,7 @@ mod control;
 mod ensemble;
 mod failover;
 mod hostile;
+mod logs;
 mod ops;
 mod pause;
 mod pools;

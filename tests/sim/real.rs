@@ -34,6 +34,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
         labels: Default::default(),
         host: "sim".into(),
         pid: 1,
+        http: None,
         started_at: now.wall,
         history_runs: 100,
         acl: Default::default(),

@@ -45,6 +45,7 @@ fn entry(fire_id: &str, tick: DateTime<Utc>, exit_code: i32) -> HistoryEntry {
         backfill: true,
         after: None,
         items: None,
+        output_tail: None,
     }
 }
 

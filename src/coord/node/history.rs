@@ -29,8 +29,8 @@ pub(crate) struct HistoryJob {
 /// Where an append is.
 #[derive(Debug)]
 pub(crate) enum Step {
-    Read(HistoryJob),
-    Write(HistoryJob),
+    Read(Box<HistoryJob>),
+    Write(Box<HistoryJob>),
 }
 
 impl Node {
@@ -55,17 +55,20 @@ impl Node {
         }
         job.tries += 1;
         let path = self.paths.history(&job.task);
-        self.call(ZkOp::GetData { path }, Then::History(Step::Read(job)));
+        self.call(
+            ZkOp::GetData { path },
+            Then::History(Step::Read(Box::new(job))),
+        );
     }
 
     pub(super) fn on_history_step(&mut self, step: Step, result: Result<ZkOk, ZkFail>) {
         match step {
-            Step::Read(job) => self.on_history_read(job, result),
+            Step::Read(job) => self.on_history_read(*job, result),
             Step::Write(job) => match result {
-                Ok(_) => self.history_done(job, None),
-                Err(ZkFail::BadVersion | ZkFail::NodeExists) => self.read_history(job),
-                Err(error) if error.outcome_unknown() => self.read_history(job),
-                Err(error) => self.history_done(job, Some(error.to_string())),
+                Ok(_) => self.history_done(*job, None),
+                Err(ZkFail::BadVersion | ZkFail::NodeExists) => self.read_history(*job),
+                Err(error) if error.outcome_unknown() => self.read_history(*job),
+                Err(error) => self.history_done(*job, Some(error.to_string())),
             },
         }
     }
@@ -102,7 +105,7 @@ impl Node {
         })
         .expect("serializes");
         let op = self.put_record(path, data, version);
-        self.call(op, Then::History(Step::Write(job)));
+        self.call(op, Then::History(Step::Write(Box::new(job))));
     }
 
     /// The append is over (`failure`: why it was not written).
@@ -145,7 +148,7 @@ impl Node {
     pub(super) fn abort_history(&mut self, step: Step) {
         let (Step::Read(mut job) | Step::Write(mut job)) = step;
         let end = job.then.take();
-        self.history_done(job, Some("the ZooKeeper session ended".into()));
+        self.history_done(*job, Some("the ZooKeeper session ended".into()));
         if let Some(end) = end {
             end.abort(self);
         }

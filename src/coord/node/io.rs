@@ -170,7 +170,7 @@ pub enum Answered {
     ClaimedItems(Vec<String>),
     Tick(Option<DateTime<Utc>>),
     Count(usize),
-    Result(Option<RunResult>),
+    Result(Option<Box<RunResult>>),
 }
 
 /// An answer: what was asked for, or why not.

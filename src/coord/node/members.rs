@@ -571,6 +571,7 @@ mod tests {
             seed: seed.into(),
             host: "h".into(),
             pid: 2,
+            http: None,
             started_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             labels: Default::default(),
             taskset: crate::coord::records::TaskSetRef {

@@ -268,7 +268,7 @@ impl Node {
             ),
             TaskStep::ResultRead { job } | TaskStep::ResultWrite { job, .. } => self
                 .run_ended_failed(
-                    job,
+                    *job,
                     CoordError::SessionEnded {
                         context: "recording the run result",
                     },

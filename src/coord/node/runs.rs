@@ -337,7 +337,7 @@ impl Node {
     }
 
     pub(super) fn on_last_result(&mut self, req: ReqId, result: Result<ZkOk, ZkFail>) {
-        let answer = decode_result(result).map(Answered::Result);
+        let answer = decode_result(result).map(|r| Answered::Result(r.map(Box::new)));
         self.answer(req, answer);
     }
 
@@ -403,7 +403,10 @@ impl Node {
             return self.send_result(job);
         }
         let path = self.paths.result(&job.task);
-        self.call(ZkOp::GetData { path }, TaskStep::ResultRead { job });
+        self.call(
+            ZkOp::GetData { path },
+            TaskStep::ResultRead { job: Box::new(job) },
+        );
     }
 
     /// Sets the stored result `job` writes over from the task's state, if this node knows it.
@@ -444,7 +447,7 @@ impl Node {
         self.call(
             ZkOp::Multi(ops),
             TaskStep::ResultWrite {
-                job,
+                job: Box::new(job),
                 run_live,
                 newer,
             },

@@ -437,6 +437,7 @@ impl Node {
             seed: format!("{:016x}", self.cfg.seed),
             host: self.cfg.host.clone(),
             pid: self.cfg.pid,
+            http: self.cfg.http.clone(),
             started_at: self.cfg.started_at,
             labels: self.cfg.labels.clone(),
             taskset: reference.clone(),

@@ -46,6 +46,7 @@ pub(super) fn config(id: &str) -> NodeConfig {
         labels: Default::default(),
         host: "h".into(),
         pid: 1,
+        http: None,
         started_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
         bugs: NodeBugs::default(),
         history_runs: 100,

@@ -242,10 +242,10 @@ pub(super) enum TaskStep {
     /// Reading a task's stored result for the daemon.
     LastResult { req: ReqId },
     /// Reading the stored result before recording a run's end.
-    ResultRead { job: RunEndedJob },
+    ResultRead { job: Box<RunEndedJob> },
     /// Recording a run's end: deleting its run znode and writing the result, in one multi.
     ResultWrite {
-        job: RunEndedJob,
+        job: Box<RunEndedJob>,
         /// The multi deletes the run znode first.
         run_live: bool,
         /// The multi writes the result (it is newer than the stored one).
@@ -450,12 +450,12 @@ impl Node {
                 self.on_run_claimer(req, path, stat, result)
             }
             TaskStep::LastResult { req } => self.on_last_result(req, result),
-            TaskStep::ResultRead { job } => self.on_result_read(job, result),
+            TaskStep::ResultRead { job } => self.on_result_read(*job, result),
             TaskStep::ResultWrite {
                 job,
                 run_live,
                 newer,
-            } => self.on_result_write(job, run_live, newer, result),
+            } => self.on_result_write(*job, run_live, newer, result),
             TaskStep::ResultAndClaim(write) => self.on_result_and_claim(*write, result),
             TaskStep::ReleaseBatch { batch } => self.on_release_batch(batch, result),
             TaskStep::ReleaseOne => self.on_release_one(),

@@ -29,6 +29,8 @@ pub struct ZkSettings {
     pub labels: BTreeMap<String, String>,
     /// `[scheduler] history_runs`.
     pub history_runs: usize,
+    /// This node's HTTP endpoint as others reach it, advertised in its member record.
+    pub http: Option<String>,
     /// `auth` / `auth_file`: the digest credentials, if any.
     pub auth: AuthSource,
     /// `tls = true` and its files; `None` for plain TCP.
@@ -292,6 +294,7 @@ impl ZkSettings {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             pid: std::process::id(),
+            http: self.http.clone(),
             started_at: now,
             history_runs: self.history_runs,
             acl,
@@ -524,6 +527,7 @@ mod tests {
             release: semver::Version::new(1, 2, 3),
             labels: Default::default(),
             history_runs: 10,
+            http: None,
             auth: Default::default(),
             tls: None,
         };

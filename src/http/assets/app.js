@@ -123,7 +123,71 @@
     refresh();
   }
 
+  // A run's page: reads the run's output with the token and writes it as text (never as
+  // markup), streaming it while the run goes on (?follow=1).
+  async function showOutput(form) {
+    const state = document.getElementById("output-state");
+    const pre = document.getElementById("output");
+    const t = token();
+    if (!t) {
+      state.textContent = "Enter the token first.";
+      document.getElementById("token").focus();
+      return;
+    }
+    pre.textContent = "";
+    const response = await fetch(form.dataset.api + "&follow=1", { headers: { Authorization: "Bearer " + t } });
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({ error: "no JSON answer" }));
+      if (response.status === 401) sessionStorage.removeItem("zkcron-admin-token");
+      state.textContent = "Refused (" + response.status + "): " + answer.error;
+      state.className = "bad";
+      return;
+    }
+    state.textContent = "Running: the output streams in.";
+    state.className = "muted";
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let partial = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      partial += decoder.decode(value, { stream: true });
+      const lines = partial.split("\n");
+      partial = lines.pop();
+      for (const line of lines) record(line, pre, state);
+    }
+  }
+
+  // One record of a kept output (`<ms> <kind> <text>`), shown as text.
+  function record(line, pre, state) {
+    const m = /^(-?\d+) (\w)(?: (.*))?$/.exec(line);
+    if (!m) return;
+    const at = new Date(Number(m[1])).toISOString();
+    const text = m[3] || "";
+    const add = (cls, t) => {
+      const span = document.createElement("span");
+      span.className = cls;
+      span.textContent = t + "\n";
+      pre.appendChild(span);
+    };
+    if (m[2] === "o") add("out", text);
+    else if (m[2] === "e") add("err", text);
+    else if (m[2] === "a" && text !== "1") add("mark", "--- attempt " + text + " ---");
+    else if (m[2] === "c") add("mark", "…[" + text.replace(" ", " lines, ") + " bytes cut here: past [log] output_limit]");
+    else if (m[2] === "x") { state.textContent = "Ended at " + at + ": " + text; state.className = "ok"; }
+    else if (m[2] === "i") { state.textContent = "Incomplete: the node stopped before the run ended."; state.className = "bad"; }
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    const outputForm = document.getElementById("output-form");
+    if (outputForm) {
+      outputForm.hidden = false;
+      outputForm.addEventListener("submit", (event) => {
+        event.preventDefault();
+        showOutput(outputForm);
+      });
+      if (sessionStorage.getItem("zkcron-admin-token")) showOutput(outputForm);
+    }
     enhance();
     const input = document.getElementById("filter");
     if (input) input.addEventListener("input", applyFilter);

@@ -205,6 +205,7 @@ fn ended_triggers_give_the_newest_manual_run_and_go_with_their_records() {
         backfill: false,
         after: None,
         items: None,
+        output_tail: None,
     };
     let trigger = |started: DateTime<Utc>, state: TriggerState| TriggerRecord {
         format: 1,

@@ -164,6 +164,7 @@ impl Sim<'_> {
                     seed: format!("{:016x}", u64::MAX),
                     host: "elsewhere".into(),
                     pid: 1,
+                    http: None,
                     started_at: since,
                     labels: Default::default(),
                     taskset: TaskSetRef {

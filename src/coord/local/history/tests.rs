@@ -28,6 +28,7 @@ fn entry(fire_id: &str, s: i64) -> HistoryEntry {
         backfill: false,
         after: None,
         items: None,
+        output_tail: None,
     }
 }
 

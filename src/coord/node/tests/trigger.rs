@@ -302,6 +302,7 @@ fn entry(i: u32) -> HistoryEntry {
         backfill: false,
         after: None,
         items: None,
+        output_tail: None,
     }
 }
 
@@ -333,6 +334,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         chained: Vec::new(),
         items: Vec::new(),
         pause: None,
+        output_tail: None,
     };
     node.handle(
         Input::Request {
@@ -398,6 +400,7 @@ fn a_manual_runs_end_appends_the_bounded_history_then_ends_its_trigger_with_the_
         backfill: false,
         after: None,
         items: None,
+        output_tail: None,
     };
     assert_eq!(written.runs[2], expected);
     assert!(

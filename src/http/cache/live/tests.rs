@@ -27,6 +27,7 @@ fn cluster_cache() -> Arc<Cache> {
         release: semver::Version::new(1, 0, 0),
         labels: Default::default(),
         history_runs: 10,
+        http: None,
         auth: Default::default(),
         tls: None,
     };
