@@ -362,7 +362,11 @@ fn daemon_config(plan: &Plan) -> DaemonConfig {
         reset_flags: None,
         job_output_lines: plan.config.log.job_output_lines,
         output: plan.output_store(),
-        metrics: crate::metrics::Metrics::new(),
+        metrics: {
+            let metrics = crate::metrics::Metrics::new();
+            metrics.set_release(&plan.release.to_string());
+            metrics
+        },
         loaded: Default::default(),
         // The real clock, built here at the outermost entry and handed down.
         clock: Clock::system(),

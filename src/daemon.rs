@@ -19,7 +19,8 @@
 //!
 //! Files: `firing` (the core's shell), `runs` (`start_run`, the hands of the runs), `watching`
 //! (the jobs dir's events, debounce; clock jumps), `control` (the local backend's control
-//! socket), `memory` (memory freed after a burst given back to the system).
+//! socket), `memory` (memory freed after a burst given back to the system), `leading` (what
+//! the leader's metrics say of the tasks this node leads).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use crate::task::{self, TaskDefaults, TaskSpec};
 
 pub mod control;
 mod firing;
+mod leading;
 mod memory;
 pub(crate) use memory::use_one_heap;
 #[cfg(test)]
@@ -194,11 +196,19 @@ pub struct Daemon<C: Coordinator> {
     status: String,
     /// The task files as last read, so that a reload reads only the changed ones.
     cache: task::LoadCache,
+    /// The tasks whose stored result was read for the leader's metrics.
+    seeded: std::collections::BTreeSet<Arc<str>>,
 }
 
 impl<C: Coordinator> Daemon<C> {
     pub fn new(config: DaemonConfig, coordinator: Arc<C>) -> Daemon<C> {
         let (shared, runs_alive_rx) = Shared::new(coordinator, &config);
+        let source = leading::source(
+            shared.leadership.clone(),
+            config.loaded.clone(),
+            config.clock,
+        );
+        shared.metrics.set_leader_source(source);
         Daemon {
             firing: FiringShell::start(shared.clone(), firing_config(&config)),
             shared,
@@ -206,6 +216,7 @@ impl<C: Coordinator> Daemon<C> {
             runs_alive_rx,
             status: String::new(),
             cache: task::LoadCache::default(),
+            seeded: Default::default(),
         }
     }
 
@@ -408,6 +419,7 @@ impl<C: Coordinator> Daemon<C> {
         self.shared.metrics.set_work_items(items);
         let waiting = leadership.backfills.values().map(Vec::len).sum();
         self.shared.metrics.set_backfills_waiting(waiting);
+        leading::seed_gained(&self.shared, &leadership, &mut self.seeded);
         let engine = self.firing.engine();
         engine.handle(Input::Leadership(leadership.clone()));
         let leading = engine.with(|core| core.leading());

@@ -6,9 +6,10 @@
 //! never a fire id.
 //!
 //! Files: `classic` writes the text format 0.0.4 from the OpenMetrics text, for a scraper that
-//! does not ask for OpenMetrics.
+//! does not ask for OpenMetrics; `leader` holds the series a task's leader exports for it.
 
 pub mod classic;
+pub mod leader;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -219,6 +220,8 @@ struct Inner {
     zookeeper: ZookeeperMetrics,
     backfill: BackfillMetrics,
     chain: ChainMetrics,
+    leader: Arc<leader::Leader>,
+    build_info: Family<leader::VersionLabel, Gauge>,
 }
 
 /// `zkcron_chained_runs_total` by outcome and `zkcron_chain_requests_total`.
@@ -454,6 +457,7 @@ impl Metrics {
         let zookeeper = ZookeeperMetrics::register(&mut registry);
         let backfill = BackfillMetrics::register(&mut registry);
         let chain = ChainMetrics::register(&mut registry);
+        let (leader, build_info) = leader::register(&mut registry);
         Metrics(Arc::new(Inner {
             registry,
             tasks,
@@ -461,12 +465,15 @@ impl Metrics {
             zookeeper,
             backfill,
             chain,
+            leader,
+            build_info,
         }))
     }
 
     /// The OpenMetrics text, which Prometheus asks for; [`classic::from_openmetrics`] makes the
     /// text format 0.0.4 from it.
     pub fn encode(&self) -> String {
+        self.0.leader.refresh();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
             .expect("writing to a String cannot fail");

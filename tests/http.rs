@@ -56,6 +56,14 @@ fn given_the_local_backend_then_metrics_health_and_status_are_served() {
         "zkcron_zookeeper_operation_duration_seconds_count",
         "zkcron_catch_up_runs_total{task=\"tick\"} 0",
         "zkcron_clock_skew_seconds",
+        // What the leader says of the task: it leads it, its next tick every second, its
+        // last success and no failure since.
+        "zkcron_task_leader{task=\"tick\"} 1",
+        "zkcron_task_next_tick_timestamp_seconds{task=\"tick\"}",
+        "zkcron_task_interval_seconds{task=\"tick\"} 1.0",
+        "zkcron_task_last_success_timestamp_seconds{task=\"tick\"}",
+        "zkcron_task_consecutive_failures{task=\"tick\"} 0",
+        "zkcron_build_info{version=\"",
     ] {
         assert!(
             metrics.contains(name),
@@ -348,4 +356,62 @@ fn given_zookeeper_restarted_within_the_dashboards_session_then_a_node_joining_l
     wait_for("the dashboard to show n2", LIMIT, || {
         nodes() == ["n1", "n2"]
     });
+}
+
+/// The leader's series follow the task: its leader says it leads it and counts its failures;
+/// when that node stops, the node that takes the task over says so, with the failure the stored
+/// result holds, and the stopped node said nothing more.
+#[test]
+fn given_a_failing_task_when_its_leader_stops_then_the_new_leader_exports_its_series() {
+    let mut cluster = Cluster::new();
+    cluster.write_task(
+        "fails",
+        "schedule = \"* * * * * *\"\ncommand = [\"false\"]\n",
+    );
+    let config = "[http]\nlisten = \"127.0.0.1:0\"\n";
+    for id in ["m1", "m2"] {
+        cluster.start(ClusterNode {
+            config: config.into(),
+            ..cluster.new_node(id)
+        });
+    }
+    let address = |id: &str| cluster.nodes[id].served_address();
+    let leads = |address: &str| {
+        http_get(address, "/metrics")
+            .1
+            .contains("zkcron_task_leader{task=\"fails\"} 1")
+    };
+    let failures = |address: &str| -> u64 {
+        let (_, metrics) = http_get(address, "/metrics");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("zkcron_task_consecutive_failures{task=\"fails\"} "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (a1, a2) = (address("m1"), address("m2"));
+    let mut leader = None;
+    wait_for("one node to lead fails and count 2 failures", LIMIT, || {
+        leader = [("m1", &a1), ("m2", &a2)]
+            .into_iter()
+            .find(|(_, a)| leads(a) && failures(a) >= 2)
+            .map(|(id, _)| id);
+        leader.is_some()
+    });
+    let leader = leader.unwrap();
+    let (other, other_address) = if leader == "m1" {
+        ("m2", &a2)
+    } else {
+        ("m1", &a1)
+    };
+    assert!(
+        !leads(other_address),
+        "only the leader says it leads the task"
+    );
+    cluster.stop(leader);
+    wait_for(
+        &format!("{other} to take fails over and count its failures"),
+        LIMIT,
+        || leads(other_address) && failures(other_address) >= 1,
+    );
 }

@@ -322,11 +322,15 @@ async fn follow_run<C: Coordinator>(
         }
         let ended_at = ended_shared.clock.now();
         let mut result = run_result(tick, node, outcome, spawned.elapsed(), ended_at);
+        let at = ended_at.timestamp_millis() as f64 / 1000.0;
         if outcome.succeeded() {
             metrics.fired(&run.name, FireOutcome::Success);
-            metrics.succeeded(&run.name, ended_at.timestamp_millis() as f64 / 1000.0);
+            metrics.succeeded(&run.name, at);
         } else {
             metrics.fired(&run.name, FireOutcome::Failure);
+        }
+        if outcome.succeeded() || outcome.failed() {
+            metrics.task_run_ended(&run.name, outcome.succeeded(), at);
         }
         result.started_at = outcome
             .attempts
