@@ -3,7 +3,8 @@
 second on the local backend (`command = ["true"]`), one `zkcron run` per build.
 
 Usage:  cargo build --release --locked --bin zkcron
-        python3 benches/footprint.py [--seconds 20] [--pageout] [--no-http] [BINARY ...]
+        python3 benches/footprint.py [--seconds 20] [--pageout] [--no-http]
+                                     [--print N] [--output-limit BYTES] [--runs R] [BINARY ...]
 
 Per build: the CPU per fire of each thread (its `schedstat` nanoseconds over the window,
 divided by the `started` events in it; threads by name), and `/proc/PID/smaps` at the end
@@ -12,7 +13,11 @@ the kernel (`process_madvise(MADV_PAGEOUT)`, root) to page out the daemon's file
 read-only pages 2 s after its start, so the pages resident at the end are those the fires
 touched again: the start-up-only part of the binary is the difference. `--no-http` runs the
 daemon with `[http] listen = ""` (no /metrics, dashboard or API), to see what serving them
-keeps resident. Nothing outlives the
+keeps resident. `--print N` makes each job print N lines (`seq N`) instead of nothing, and
+`--output-limit` sets `[log] output_limit` (0: no output kept on disk; a binary that predates
+the key is run without it), to measure what keeping a run's output costs per fire; `--runs R`
+runs the binaries R times each, alternated run for run; `BINARY@LIMIT` runs a binary with
+that output_limit (`BINARY@-`: without the key). Nothing outlives the
 run: the daemon is stopped and its temp dir (zkcron-footprint-*) removed on every exit path.
 """
 import argparse
@@ -72,18 +77,20 @@ def smaps(pid):
             for (name, perms), kb in rss.most_common() if kb]
 
 
-def one_run(binary, seconds, pageout, http=True):
+def one_run(binary, seconds, pageout, http=True, lines=0, output_limit=None):
     read_whole(binary)
     tmp = tempfile.mkdtemp(prefix="zkcron-footprint-")
     jobs, log = os.path.join(tmp, "jobs.d"), os.path.join(tmp, "daemon.log")
     os.mkdir(jobs)
     for i in range(10):
         with open(os.path.join(jobs, f"t{i}.toml"), "w") as f:
-            f.write('schedule = "* * * * * *"\ncommand = ["true"]\n')
+            command = f'["seq", "{lines}"]' if lines else '["true"]'
+            f.write(f'schedule = "* * * * * *"\ncommand = {command}\n')
     config = os.path.join(tmp, "zkcron.toml")
     with open(config, "w") as f:
         listen = f"127.0.0.1:{free_port()}" if http else ""
-        f.write(f'[log]\nformat = "json"\n[http]\nlisten = "{listen}"\n')
+        limit = "" if output_limit is None else f"output_limit = {output_limit}\n"
+        f.write(f'[log]\nformat = "json"\n{limit}[http]\nlisten = "{listen}"\n')
     proc = subprocess.Popen(
         [binary, "run", "--config", config, "--jobs-dir", jobs, "--state-dir",
          os.path.join(tmp, "state"), "--node-id", "footprint"], stdin=subprocess.DEVNULL,
@@ -103,7 +110,7 @@ def one_run(binary, seconds, pageout, http=True):
             status = dict(line.split(":", 1) for line in f)
         return {
             "binary": binary, "load": round(os.getloadavg()[0], 2), "pageout": pageout,
-            "http": http,
+            "http": http, "lines": lines, "output_limit": output_limit,
             "fires": fired, "cpu_us_per_fire": round(cpu * 1e6 / max(fired, 1)),
             "thread_us_per_fire": {k: round(v / 1000 / max(fired, 1), 1)
                                    for k, v in per.most_common()},
@@ -125,13 +132,20 @@ def main():
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--pageout", action="store_true")
     parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--print", type=int, default=0, dest="lines")
+    parser.add_argument("--output-limit", type=int, default=None)
+    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("binaries", nargs="*",
                         default=[os.environ.get("ZKCRON_BIN", "target/release/zkcron")])
     args = parser.parse_args()
-    for binary in args.binaries:
-        print(json.dumps(one_run(os.path.abspath(binary), args.seconds, args.pageout,
-                                 not args.no_http)),
-              flush=True)
+    for _ in range(args.runs):
+        for binary in args.binaries:
+            # BINARY@LIMIT runs that binary with that output_limit (BINARY@- without the key).
+            path, _, limit = binary.partition("@")
+            limit = args.output_limit if not limit else (None if limit == "-" else int(limit))
+            print(json.dumps(one_run(os.path.abspath(path), args.seconds, args.pageout,
+                                     not args.no_http, args.lines, limit)),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ one shared task set, a lease, fire record and result per task, a paused task, a 
 then runs `zkcron status` and `zkcron status --json` `--runs` times each and prints one JSON
 object: every run's seconds, the median, the task and node counts checked in the JSON, and the
 machine facts (load average before and after). Stops everything it started, also on failure.
+
+`--logs` times `zkcron logs TASK` instead (`--runs` times, a task of the middle of the set):
+the CLI finds the newest run's node in the task's history and fire record and that node's
+endpoint in its member record, then reads the run's output (`--lines` lines) over HTTP; every
+member advertises one local HTTP server (here, in this script) that serves it.
 """
 import argparse
 import json
@@ -68,12 +73,68 @@ def timed(args):
     return elapsed, out.stdout
 
 
+def output_server(lines):
+    """A local HTTP server answering every `/api/runs/<fire id>/output` with a kept output of
+    `lines` lines, as a node does; on a thread of its own."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            fire_id = self.path.split("/")[3]
+            body = f"zkcron-output 1 {fire_id} node-01\n1796600000000 a 1\n"
+            body += "".join(f"1796600000001 o line {i} of the run's output\n" for i in range(lines))
+            body += "1796600000002 x exit code 0\n"
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("x-zkcron-run", "ended")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def time_logs(tmp, connect, args):
+    """`zkcron logs` of a task of the middle of the set, `--runs` times: its seconds."""
+    token = os.path.join(tmp, "read.token")
+    with open(token, "w") as f:
+        f.write("bench-read-token-0123456789\n")
+    os.chmod(token, 0o600)
+    config = os.path.join(tmp, "zkcron.toml")
+    with open(config, "w") as f:
+        f.write(f'[node]\nid = "bench-cli"\n[http]\nlisten = ""\nread_token_file = "{token}"\n')
+    task = f"task-{args.tasks // 2:05d}"
+    command = [ZKCRON, "logs", task, "--config", config, "--zookeeper", connect,
+               "--cluster", "bench", "--state-dir", os.path.join(tmp, "state")]
+    load_before = os.getloadavg()
+    runs = []
+    for _ in range(args.runs):
+        elapsed, out = timed(command)
+        runs.append(elapsed)
+    if out.count("\n") != args.lines:
+        raise RuntimeError(f"zkcron logs printed {out.count(chr(10))} lines, not {args.lines}")
+    return {
+        "tasks": args.tasks, "nodes": args.nodes, "task": task, "lines": args.lines,
+        "logs_s": [round(t, 3) for t in runs], "logs_median_s": round(statistics.median(runs), 3),
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--logs", action="store_true")
+    parser.add_argument("--lines", type=int, default=1000)
     args = parser.parse_args()
     for binary in (ZKCRON, LOADER):
         if not os.path.exists(binary):
@@ -94,8 +155,19 @@ def main():
                               stdout=log, stderr=subprocess.STDOUT)
         wait_for("ZooKeeper serving", lambda: "Mode: standalone" in word(port, "srvr"), 60)
         connect = f"127.0.0.1:{port}"
+        env = dict(os.environ)
+        server = None
+        if args.logs:
+            server = output_server(args.lines)
+            env["STATUS_LOAD_HTTP"] = f"127.0.0.1:{server.server_address[1]}"
         subprocess.run([LOADER, connect, "bench", str(args.tasks), str(args.nodes)], check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, env=env)
+        if args.logs:
+            try:
+                print(json.dumps(time_logs(tmp, connect, args), indent=1))
+            finally:
+                server.shutdown()
+            return
         load_before = os.getloadavg()
         command = [ZKCRON, "status", "--zookeeper", connect, "--cluster", "bench"]
         human = [timed(command)[0] for _ in range(args.runs)]

@@ -10,6 +10,9 @@
 //! a result per task, one paused task and one drained node: what `status` reads on a live
 //! cluster of that size. Histories are not written: `status` does not read them.
 //!
+//! With `STATUS_LOAD_HTTP=HOST:PORT` every member advertises that HTTP endpoint (`http`), for
+//! timing `zkcron logs` against one server standing in for the nodes.
+//!
 //! With WRITES_PER_MINUTE, it then goes on as the cluster at rest does until it is killed:
 //! runs of the tasks in turn, each a claim (its fire record moved) and a result, evenly
 //! spaced; it prints `churning` once it starts.
@@ -117,7 +120,7 @@ async fn main() {
             seed: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes())),
             host: format!("host-{i}"),
             pid: 1000 + i as u32,
-            http: None,
+            http: std::env::var("STATUS_LOAD_HTTP").ok(),
             started_at: now,
             labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 3))]),
             taskset: TaskSetRef {

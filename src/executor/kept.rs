@@ -267,8 +267,6 @@ impl Standing {
 #[derive(Debug)]
 pub struct OutputFile {
     file: File,
-    /// Bytes read so far: only whole lines.
-    pub offset: u64,
     partial: Vec<u8>,
     ended: bool,
 }
@@ -283,7 +281,6 @@ impl OutputFile {
         };
         let mut output = OutputFile {
             file,
-            offset: 0,
             partial: Vec::new(),
             ended: false,
         };
@@ -299,8 +296,8 @@ impl OutputFile {
             ));
         }
         // Read again from the start: the caller wants every line.
-        output.offset = 0;
         output.ended = false;
+        output.partial.clear();
         output.file.rewind().map_err(|e| e.to_string())?;
         Ok(Some(output))
     }
@@ -308,11 +305,9 @@ impl OutputFile {
     /// The whole lines written since the last call (header included on the first).
     pub fn read_new(&mut self) -> io::Result<Vec<u8>> {
         let mut bytes = std::mem::take(&mut self.partial);
-        let before = bytes.len();
         (&self.file).read_to_end(&mut bytes)?;
         let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         self.partial = bytes.split_off(whole);
-        self.offset += (whole.saturating_sub(before)) as u64;
         if !self.ended {
             self.ended = bytes
                 .split(|b| *b == b'\n')

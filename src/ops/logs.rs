@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use hyper::body::Bytes;
 
 use super::cluster::ClusterClient;
-use crate::coord::records::HistoryEntry;
+use crate::coord::records::{FireRecord, HistoryEntry, MemberRecord};
 use crate::executor::OutputStore;
 use crate::executor::kept::{self, OutputFile, Record, Standing};
 
@@ -256,9 +256,13 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
             return print_file(file, command);
         }
     }
+    // Two reads and one more for the node's member record, whatever the cluster's size.
     let history = client.history(task).await?;
-    let snapshot = client.snapshot(Some(std::slice::from_ref(task))).await?;
-    let (fire_id, node) = match locate(command, &history, &snapshot)? {
+    let record = client
+        .get::<FireRecord>(&client.paths.record(task))
+        .await?
+        .map(|read| read.value);
+    let (fire_id, node) = match locate(command, &history, record.as_ref())? {
         Some(found) => found,
         None => {
             super::defined_in_cluster(client, task).await?;
@@ -279,11 +283,10 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
     {
         return print_file(file, command);
     }
-    let address = snapshot
-        .members
-        .iter()
-        .find(|m| m.record.id == node)
-        .and_then(|m| m.record.http.clone());
+    let address = client
+        .get::<MemberRecord>(&client.paths.member(&node))
+        .await?
+        .and_then(|read| read.value.http);
     let stored = history.iter().rev().find(|run| run.fire_id == fire_id);
     let Some(address) = address else {
         return stored_tail(
@@ -311,10 +314,10 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
 fn locate(
     command: &LogsCommand,
     history: &[HistoryEntry],
-    snapshot: &super::model::Snapshot,
+    record: Option<&FireRecord>,
 ) -> anyhow::Result<Option<(String, Option<String>)>> {
     let task = &command.task;
-    let claimed = snapshot.fire_records.get(task).and_then(|record| {
+    let claimed = record.and_then(|record| {
         let tick = record.tick.filter(|_| record.run)?;
         Some((
             format!("{task}@{}", tick.timestamp()),

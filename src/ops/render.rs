@@ -551,6 +551,7 @@ pub fn history(runs: &[HistoryEntry]) -> String {
         "RESULT".into(),
         "ATTEMPTS".into(),
         "TRIGGER".into(),
+        "LAST LINE".into(),
     ]];
     for run in runs {
         rows.push(vec![
@@ -569,9 +570,23 @@ pub fn history(runs: &[HistoryEntry]) -> String {
                 RunTrigger::Manual => "manual",
             }
             .into(),
+            last_line(run.output_tail.as_deref()),
         ]);
     }
     table(&rows)
+}
+
+/// A failed run's last line of output (from its stored tail), cut to 60 characters; `-` when
+/// none was stored (`zkcron logs` prints it all).
+fn last_line(tail: Option<&str>) -> String {
+    let Some(line) = tail.and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty())) else {
+        return "-".into();
+    };
+    let line: String = line.trim().chars().filter(|c| !c.is_control()).collect();
+    match line.char_indices().nth(59) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
 }
 
 /// The line `trigger --wait` prints for a run's result.

@@ -445,7 +445,9 @@ fn a_paused_task_fires_nothing_and_its_paused_period_is_not_caught_up() {
 
 /// A task that never fires by schedule (once a year) and exits `code` when run.
 fn yearly(code: u8) -> String {
-    format!("schedule = \"0 0 1 1 *\"\ncommand = [\"/bin/sh\", \"-c\", \"exit {code}\"]\n")
+    format!(
+        "schedule = \"0 0 1 1 *\"\ncommand = [\"/bin/sh\", \"-c\", \"echo said {code} >&2; exit {code}\"]\n"
+    )
 }
 
 #[test]
@@ -544,13 +546,17 @@ fn trigger_wait_runs_the_task_on_its_leader_and_exits_with_its_success_and_histo
         rows[0],
         [
             "FIRE", "ID", "TICK", "NODE", "RELEASE", "STARTED", "DURATION", "RESULT", "ATTEMPTS",
-            "TRIGGER"
+            "TRIGGER", "LAST", "LINE"
         ]
     );
     assert_eq!(rows.len(), 2, "{human}");
     assert!(rows[1][0].starts_with("bad@manual-"));
     assert_eq!(&rows[1][2..4], ["a", "1.0.0"]);
-    assert_eq!(&rows[1][6..], ["exit", "3", "1", "manual"]);
+    // A failure's last line of output, stored with its end.
+    assert_eq!(&rows[1][6..], ["exit", "3", "1", "manual", "said", "3"]);
+    let bad: Value = serde_json::from_str(&cluster.ok(&["history", "bad", "--json"])).unwrap();
+    assert_eq!(bad[0]["output_tail"], "said 3");
+    assert_eq!(run.get("output_tail"), None, "a success stores no tail");
 
     // status shows the manual run as the last one.
     let status = cluster.status();
