@@ -98,8 +98,11 @@ pub(super) struct KeptOutput {
 
 #[derive(Debug, Default)]
 struct Writer {
-    /// `None` until the first record; then the open file, or `Off` after an error.
+    /// `None` until the first record; then the open file, or `Err` after an error.
     file: Option<Result<File, ()>>,
+    /// Records of the head not written yet: written in one `write` per read of the pipes
+    /// ([`KeptOutput::flush`]).
+    pending: String,
     /// Bytes written so far (the head).
     written: u64,
     /// Records held past the head, newest last, and their bytes.
@@ -138,7 +141,7 @@ impl KeptOutput {
         let len = record.len() as u64;
         if state.tail.is_empty() && state.written + len <= head {
             state.written += len;
-            self.write(&mut state, &record);
+            state.pending.push_str(&record);
             return;
         }
         state.tail_bytes += len;
@@ -151,9 +154,21 @@ impl KeptOutput {
         }
     }
 
+    /// Writes the records held since the last call: after each read of the pipes, so that a
+    /// reader following the run sees each line about when the job wrote it.
+    pub(super) fn flush(&self) {
+        let mut state = self.state.lock().expect("kept output poisoned");
+        if !state.pending.is_empty() {
+            let pending = std::mem::take(&mut state.pending);
+            self.write(&mut state, &pending);
+        }
+    }
+
     /// Writes `text` to the file, opening it first; after an error, nothing more is written.
     fn write(&self, state: &mut Writer, text: &str) {
+        let mut header = String::new();
         if state.file.is_none() {
+            header = format!("{HEADER} {} {}\n", self.fire_id, file_name(&self.node));
             state.file = Some(self.open().map_err(|e| {
                 tracing::warn!(
                     fire_id = %self.fire_id,
@@ -166,7 +181,14 @@ impl KeptOutput {
         let Some(Ok(file)) = &mut state.file else {
             return;
         };
-        if let Err(e) = file.write_all(text.as_bytes()) {
+        // The header goes with the first records, in the same write.
+        let written = if header.is_empty() {
+            file.write_all(text.as_bytes())
+        } else {
+            header.push_str(text);
+            file.write_all(header.as_bytes())
+        };
+        if let Err(e) = written {
             tracing::warn!(
                 fire_id = %self.fire_id,
                 path = %self.path.display(),
@@ -177,24 +199,32 @@ impl KeptOutput {
         }
     }
 
-    /// Creates the file (mode 0600, its directories 0700: output may hold secrets), locks it
-    /// and writes the header.
+    /// Creates the file (mode 0600, its directories 0700: output may hold secrets) and locks
+    /// it; the header goes with the first write.
     fn open(&self) -> io::Result<File> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        if let Some(dir) = self.path.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&self.path)?;
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&self.path)
+        };
+        // The task's directory is there but for its first run: made only when missing.
+        let file = match create() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(dir) = self.path.parent() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(dir)?;
+                }
+                create()?
+            }
+            opened => opened?,
+        };
         file.try_lock().map_err(io::Error::other)?;
-        writeln!(file, "{HEADER} {} {}", self.fire_id, file_name(&self.node))?;
         Ok(file)
     }
 
@@ -202,17 +232,22 @@ impl KeptOutput {
     /// closes the file (releasing its lock). `keep` runs of the task stay.
     pub(super) fn finish(&self, exit: &str, keep: usize) {
         let mut state = self.state.lock().expect("kept output poisoned");
-        let tail = std::mem::take(&mut state.tail);
+        let mut rest = std::mem::take(&mut state.pending);
         if state.cut_lines > 0 {
             let now = self.clock.now().timestamp_millis();
-            let cut = format!("{now} c {} {}\n", state.cut_lines, state.cut_bytes);
-            self.write(&mut state, &cut);
+            rest.push_str(&format!(
+                "{now} c {} {}\n",
+                state.cut_lines, state.cut_bytes
+            ));
         }
-        for record in tail {
-            self.write(&mut state, &record);
+        for record in std::mem::take(&mut state.tail) {
+            rest.push_str(&record);
         }
-        let end = format!("{} x {exit}\n", self.clock.now().timestamp_millis());
-        self.write(&mut state, &end);
+        rest.push_str(&format!(
+            "{} x {exit}\n",
+            self.clock.now().timestamp_millis()
+        ));
+        self.write(&mut state, &rest);
         let opened = matches!(state.file, Some(Ok(_)));
         state.file = Some(Err(()));
         drop(state);
@@ -227,13 +262,19 @@ fn prune(dir: &Path, keep: usize) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if files.len() <= keep {
+    // One listing, counted; the entries' times only when there are too many.
+    if entries.count() <= keep {
         return;
     }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            Some((e.metadata().ok()?.modified().ok()?, e.path()))
+        })
+        .collect();
     files.sort();
     for (_, path) in &files[..files.len() - keep] {
         if let Err(e) = std::fs::remove_file(path) {

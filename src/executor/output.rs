@@ -303,7 +303,13 @@ async fn read_stream<R: AsyncRead + Unpin>(
 ) {
     let Some(reader) = reader else { return };
     let log = |line: &str, bytes: usize| budget.line(stream, line, bytes);
-    if let Err(e) = for_each_line(reader, READ_BYTES, MAX_LINE_BYTES, log).await {
+    // What one read brought is written to the kept output at once, in one write.
+    let read = || {
+        if let Some(kept) = &budget.kept {
+            kept.flush();
+        }
+    };
+    if let Err(e) = for_each_line(reader, READ_BYTES, MAX_LINE_BYTES, log, read).await {
         tracing::warn!(task = %task, fire_id = %fire_id, stream, "cannot read output: {e}");
     }
     budget.close();
@@ -313,7 +319,8 @@ async fn read_stream<R: AsyncRead + Unpin>(
 const READ_BYTES: usize = 8192;
 
 /// Calls `emit` with every line of `reader`, read `read_bytes` at a time at most, without its
-/// line ending, and the number of bytes the line took in the stream (line ending included). A
+/// line ending, and the number of bytes the line took in the stream (line ending included), and
+/// `read` after the lines of each read (and at the end, after the last line's). A
 /// line longer than `max_bytes` is cut to that many bytes (less when the cut would split a
 /// UTF-8 character) and gets a " …[cut N bytes]" marker; at most `max_bytes` of a line are ever
 /// held. Invalid UTF-8 is replaced.
@@ -321,15 +328,17 @@ const READ_BYTES: usize = 8192;
 /// The reads go into a buffer that is allocated and never zeroed (`read_buf` fills its spare
 /// capacity), where tokio's `BufReader` zeroes its whole buffer first: two of them cost a
 /// 16 KiB `memset` on every run, most of whose output is empty.
-pub(super) async fn for_each_line<R, F>(
+pub(super) async fn for_each_line<R, F, G>(
     mut reader: R,
     read_bytes: usize,
     max_bytes: usize,
     mut emit: F,
+    mut read: G,
 ) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     F: FnMut(&str, usize),
+    G: FnMut(),
 {
     let mut buffer: Vec<u8> = Vec::with_capacity(read_bytes);
     let mut line: Vec<u8> = Vec::new();
@@ -342,6 +351,7 @@ where
             if pending {
                 emit_line(&mut line, &mut cut, &mut raw, &mut emit);
             }
+            read();
             return Ok(());
         }
         let mut rest = buffer.as_slice();
@@ -362,6 +372,7 @@ where
                 pending = false;
             }
         }
+        read();
     }
 }
 

@@ -114,7 +114,7 @@ fn exit_display_says_what_happened() {
 async fn lines_of(input: &[u8], max: usize) -> Vec<String> {
     let mut lines = Vec::new();
     // Tiny reads make lines span many of them.
-    for_each_line(input, 3, max, |l, _| lines.push(l.to_owned()))
+    for_each_line(input, 3, max, |l, _| lines.push(l.to_owned()), || {})
         .await
         .unwrap();
     lines
@@ -141,7 +141,7 @@ async fn long_lines_are_cut_with_a_marker_counting_the_dropped_bytes() {
 async fn each_line_reports_the_bytes_it_took_in_the_stream_line_ending_included() {
     let mut sizes = Vec::new();
     let input = &b"one\r\nabcdefgh\n\nlast"[..];
-    for_each_line(input, 3, 4, |_, bytes| sizes.push(bytes))
+    for_each_line(input, 3, 4, |_, bytes| sizes.push(bytes), || {})
         .await
         .unwrap();
     assert_eq!(sizes, [5, 9, 1, 4]);

@@ -124,6 +124,7 @@ async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gon
     let store = store(dir.path(), 1 << 20, 5);
     let kept = KeptOutput::new(&store, "t@1", "n", clock());
     kept.line("stdout", "working");
+    kept.flush();
     let mut file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
     let read = String::from_utf8(file.read_new().unwrap()).unwrap();
     assert!(read.ends_with(" o working\n"), "{read}");
@@ -139,6 +140,7 @@ async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gon
     // A writer dropped without an end (its daemon was killed): incomplete.
     let cut_short = KeptOutput::new(&store, "t@2", "n", clock());
     cut_short.line("stdout", "half");
+    cut_short.flush();
     drop(cut_short);
     let mut file = OutputFile::open(&store.path("t@2")).unwrap().unwrap();
     file.read_new().unwrap();
