@@ -414,7 +414,7 @@ impl StartedRun {
             let failed = !matches!(last.exit, Exit::Code(0) | Exit::Stopped);
             let retry = failed && attempt < total && stop.current() == StopKind::Running;
             if !retry {
-                end(&attempts, output_tail(budget.as_deref()).await);
+                end(&attempts, output_tail(budget.as_deref(), failed).await);
             }
             if let Some(output) = output {
                 drain_output(output, task, fire_id).await;
@@ -429,7 +429,7 @@ impl StartedRun {
             match start_retry(&request, attempt + 1, &mut stop, kept.as_ref()).await {
                 Some(attempt) => next = attempt,
                 None => {
-                    end(&attempts, output_tail(budget.as_deref()).await);
+                    end(&attempts, output_tail(budget.as_deref(), true).await);
                     break;
                 }
             }

@@ -358,9 +358,9 @@ fn given_zookeeper_restarted_within_the_dashboards_session_then_a_node_joining_l
     });
 }
 
-/// The leader's series follow the task: its leader says it leads it and counts its failures;
-/// when that node stops, the node that takes the task over says so, with the failure the stored
-/// result holds, and the stopped node said nothing more.
+/// The leader's series follow the task: its leader says it leads it and counts its failures,
+/// the other node says nothing of it; when the leader stops, the node that takes the task over
+/// says it leads it and counts its failures.
 #[test]
 fn given_a_failing_task_when_its_leader_stops_then_the_new_leader_exports_its_series() {
     let mut cluster = Cluster::new();

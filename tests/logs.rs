@@ -7,11 +7,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Scratch, admin_token_file, http_request, wait_for, zkcron};
+use common::{
+    Scratch, admin_token_file, http_get, http_request, lines_of, next_line, wait_for, zkcron,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -121,15 +122,56 @@ fn zkcron_logs_follow_streams_a_run_still_going_until_it_ends() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    let lines = lines_of(follow.stdout.take().unwrap());
+    let line = |what: &str| next_line(&lines, what, LIMIT);
+    assert_eq!(line("the first line").as_deref(), Some("first"));
     // Still following: the run goes on until the test lets it end.
     std::fs::write(&release, "").unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "second");
-    assert!(lines.next().is_none(), "--follow ends with the run");
+    assert_eq!(line("the second line").as_deref(), Some("second"));
+    assert_eq!(
+        line("the end of --follow"),
+        None,
+        "--follow ends with the run"
+    );
     let out = follow.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(text(&out.stderr).contains(": exit code 0"), "{out:?}");
+}
+
+/// A run that has printed nothing yet has its file from its start: `logs` says it goes on,
+/// and shows what it prints later (regression: the file came with the first output, so a
+/// silent run looked like one this node never ran).
+#[test]
+fn a_silent_run_still_going_is_shown_as_going() {
+    let scratch = Scratch::new();
+    let (once, release) = (scratch.out("once"), scratch.out("release"));
+    scratch.write_task(
+        "quiet",
+        &format!(
+            "schedule = \"* * * * * *\"\n\
+             command = '[ -e {once} ] && exit 0; touch {once}; \
+             while [ ! -e {release} ]; do sleep 0.05; done; echo late'\n",
+            once = once.display(),
+            release = release.display()
+        ),
+    );
+    let _daemon = scratch.start_daemon(&[]);
+    wait_for("the quiet run to start", LIMIT, || {
+        kept_runs(&scratch, "quiet").len() == 1
+    });
+    let fire_id = kept_runs(&scratch, "quiet").remove(0);
+    let out = scratch.cli(&["logs", "quiet", &fire_id]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "");
+    assert!(
+        text(&out.stderr).contains("is still going (--follow streams it)"),
+        "{out:?}"
+    );
+    std::fs::write(&release, "").unwrap();
+    wait_for("the quiet run to end", LIMIT, || {
+        let out = scratch.cli(&["logs", "quiet", &fire_id]);
+        text(&out.stdout) == "late\n" && text(&out.stderr).contains(": exit code 0")
+    });
 }
 
 #[test]
@@ -186,7 +228,7 @@ fn output_over_http_needs_the_read_or_the_admin_token() {
     scratch.write_task(
         "secret",
         &format!(
-            "schedule = \"* * * * * *\"\ncommand = '[ -e {once} ] && exit 0; touch {once}; echo hunter2'\n",
+            "schedule = \"* * * * * *\"\ncommand = '[ -e {once} ] && exit 0; touch {once}; echo hunter$((1+1)); exit 1'\n",
             once = once.display()
         ),
     );
@@ -195,7 +237,7 @@ fn output_over_http_needs_the_read_or_the_admin_token() {
     wait_for("the run to end", LIMIT, || {
         kept_runs(&scratch, "secret").iter().any(|id| {
             std::fs::read_to_string(scratch.path().join("state/output/secret").join(id))
-                .is_ok_and(|t| t.contains(" x exit code 0"))
+                .is_ok_and(|t| t.contains(" x exit code 1"))
         })
     });
     let fire_id = kept_runs(&scratch, "secret")
@@ -225,7 +267,7 @@ fn output_over_http_needs_the_read_or_the_admin_token() {
             "{body}"
         );
         assert!(
-            body.contains(" o hunter2\n") && body.contains(" x exit code 0\n"),
+            body.contains(" o hunter2\n") && body.contains(" x exit code 1\n"),
             "{body}"
         );
     }
@@ -244,6 +286,36 @@ fn output_over_http_needs_the_read_or_the_admin_token() {
         "{missing}"
     );
     drop(body);
+
+    // The failure's stored last lines (the secret the job printed, not its command's text):
+    // never in the history the API serves without a token,
+    // and served with one when the node's file is gone.
+    wait_for("the failure in the history", LIMIT, || {
+        let (_, task) = http_get(&address, "/api/tasks/secret");
+        let task: serde_json::Value = serde_json::from_str(&task).unwrap_or_default();
+        task["history"]
+            .as_array()
+            .is_some_and(|runs| runs.iter().any(|run| run["fire_id"] == fire_id.as_str()))
+    });
+    let (code, task) = http_get(&address, "/api/tasks/secret");
+    assert_eq!(code, 200, "{task}");
+    assert!(
+        !task.contains("hunter2") && !task.contains("output_tail"),
+        "{task}"
+    );
+    std::fs::remove_file(scratch.path().join("state/output/secret").join(&fire_id)).unwrap();
+    let (code, stored) = get(&[("Authorization", "Bearer read-token-0123456789")]);
+    assert_eq!(code, 200, "{stored}");
+    assert!(
+        stored.starts_with(&format!("zkcron-output 1 {fire_id} test-node\n")),
+        "{stored}"
+    );
+    assert!(
+        stored.contains(" o hunter2\n") && stored.contains(" x exit 1\n"),
+        "{stored}"
+    );
+    let (code, refused) = get(&[]);
+    assert_eq!(code, 401, "{refused}");
 }
 
 #[test]

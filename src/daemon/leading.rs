@@ -64,13 +64,22 @@ fn unix(t: DateTime<Utc>) -> f64 {
     t.timestamp_millis() as f64 / 1000.0
 }
 
-/// Reads the stored result of each task in `leadership` not read before (`seeded`), one after
-/// another on a task of its own.
+/// Reads the stored result of each task in `leadership` not read since this node gained it
+/// (`seeded`), one after another on a task of its own; forgets what it knew of the tasks it
+/// lost.
 pub(super) fn seed_gained<C: Coordinator>(
     shared: &Arc<Shared<C>>,
     leadership: &Leadership,
     seeded: &mut BTreeSet<Arc<str>>,
 ) {
+    // A task lost is forgotten: gained again later, its stored result is read again.
+    seeded.retain(|task| {
+        let led = leadership.tasks.contains(task);
+        if !led {
+            shared.metrics.task_lost(task);
+        }
+        led
+    });
     let gained: Vec<Arc<str>> = leadership
         .tasks
         .iter()

@@ -476,7 +476,7 @@ fn run_result(
         duration_ms: duration.as_millis() as u64,
         finished_at,
         // Only a failure's: it says why, and a success's would weigh on every history write.
-        output_tail: (!outcome.succeeded() && !outcome.output_tail.is_empty())
+        output_tail: (outcome.failed() && !outcome.output_tail.is_empty())
             .then(|| outcome.output_tail.as_str().into()),
         ..RunResult::default()
     }

@@ -5,9 +5,10 @@
 //!
 //! One run's file is bounded by its limit: the first half of it is written as the lines come;
 //! of the lines after that, the latest (up to the other half) are held and written when the
-//! run ends, after a line that says how much was cut. While the run goes on, its writer holds
-//! an exclusive `flock` on the file: a reader that can take a shared lock and finds no end
-//! record knows the run's node stopped before it ended (incomplete).
+//! run ends, after a line that says how much was cut. From its first attempt's start until its
+//! end record, its writer holds an exclusive `flock` on the file: a reader that can take a shared
+//! lock and finds no end record (read again once it holds the lock) knows the run's node stopped
+//! before it ended (incomplete).
 //!
 //! The file is text, one record per line, after a header ([`HEADER`]):
 //!
@@ -110,6 +111,8 @@ struct Writer {
     tail_bytes: u64,
     cut_lines: u64,
     cut_bytes: u64,
+    /// The end is written: what a background process still prints is not held.
+    finished: bool,
 }
 
 impl KeptOutput {
@@ -137,6 +140,9 @@ impl KeptOutput {
     fn record(&self, kind: char, text: &str) {
         let record = format!("{} {kind} {text}\n", self.clock.now().timestamp_millis());
         let mut state = self.state.lock().expect("kept output poisoned");
+        if state.finished {
+            return;
+        }
         let head = self.limit / 2;
         let len = record.len() as u64;
         if state.tail.is_empty() && state.written + len <= head {
@@ -207,7 +213,7 @@ impl KeptOutput {
             std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
-                .truncate(true)
+                .truncate(false)
                 .mode(0o600)
                 .open(&self.path)
         };
@@ -224,7 +230,9 @@ impl KeptOutput {
             }
             opened => opened?,
         };
+        // Locked before it is emptied: a reader never finds it empty and unlocked.
         file.try_lock().map_err(io::Error::other)?;
+        file.set_len(0)?;
         Ok(file)
     }
 
@@ -243,6 +251,8 @@ impl KeptOutput {
         for record in std::mem::take(&mut state.tail) {
             rest.push_str(&record);
         }
+        // One record: a reason with a line break in it stays on its line.
+        let exit = exit.replace(['\n', '\r'], " ");
         rest.push_str(&format!(
             "{} x {exit}\n",
             self.clock.now().timestamp_millis()
@@ -250,6 +260,7 @@ impl KeptOutput {
         self.write(&mut state, &rest);
         let opened = matches!(state.file, Some(Ok(_)));
         state.file = Some(Err(()));
+        state.finished = true;
         drop(state);
         if opened && let Some(dir) = self.path.parent() {
             prune(dir, keep);
@@ -276,7 +287,13 @@ fn prune(dir: &Path, keep: usize) {
         })
         .collect();
     files.sort();
-    for (_, path) in &files[..files.len() - keep] {
+    let old = files.len().saturating_sub(keep);
+    for (_, path) in &files[..old] {
+        // A live run's file (runs that overlap) stays: its writer holds it.
+        let live = File::open(path).is_ok_and(|f| f.try_lock_shared().is_err());
+        if live {
+            continue;
+        }
         if let Err(e) = std::fs::remove_file(path) {
             tracing::warn!(path = %path.display(), "cannot remove an old run's output ({e})");
         }
@@ -312,64 +329,149 @@ pub struct OutputFile {
     ended: bool,
 }
 
+/// At most this much of a kept output is read at once.
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// What one [`OutputFile::poll`] found.
+#[derive(Debug)]
+pub struct Polled {
+    /// Whole lines, at most about [`READ_CHUNK`] bytes.
+    pub bytes: Vec<u8>,
+    /// How the run stands after them.
+    pub standing: Standing,
+    /// More is written already: poll again at once.
+    pub more: bool,
+}
+
 impl OutputFile {
     /// Opens the kept output at `path`, checking its header; `Ok(None)` when there is none.
     pub fn open(path: &Path) -> Result<Option<OutputFile>, String> {
-        let file = match open_regular(path) {
+        let shown = path.display();
+        let mut file = match open_regular(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(format!(
+                    "cannot read {shown}: permission denied: a run's output is the daemon's own \
+                     (mode 600); run this as root or as zkcron's user (`sudo -u zkcron zkcron \
+                     logs ...`)"
+                ));
+            }
+            Err(e) => return Err(format!("cannot read {shown}: {e}")),
         };
-        let mut output = OutputFile {
+        // Only the first line: an empty file is a run whose first write has not come yet.
+        let mut first = vec![0; HEADER.len()];
+        let read =
+            read_up_to(&mut file, &mut first).map_err(|e| format!("cannot read {shown}: {e}"))?;
+        if !HEADER.as_bytes().starts_with(&first[..read]) {
+            return Err(format!(
+                "{shown} is not a kept output of this release (its first line is not \"{HEADER} \
+                 ...\"); it was left as it is"
+            ));
+        }
+        file.rewind()
+            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        Ok(Some(OutputFile {
             file,
             partial: Vec::new(),
             ended: false,
-        };
-        let head = output
-            .read_new()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let first = head.split(|b| *b == b'\n').next().unwrap_or_default();
-        if !first.starts_with(HEADER.as_bytes()) {
-            return Err(format!(
-                "{} is not a kept output of this release (its first line is not \"{HEADER} ...\"); \
-                 it was left as it is",
-                path.display()
-            ));
-        }
-        // Read again from the start: the caller wants every line.
-        output.ended = false;
-        output.partial.clear();
-        output.file.rewind().map_err(|e| e.to_string())?;
-        Ok(Some(output))
+        }))
     }
 
-    /// The whole lines written since the last call (header included on the first).
-    pub fn read_new(&mut self) -> io::Result<Vec<u8>> {
+    /// The whole lines written since the last call, at most about [`READ_CHUNK`] bytes, and
+    /// whether more is there already.
+    fn read_new(&mut self) -> io::Result<(Vec<u8>, bool)> {
         let mut bytes = std::mem::take(&mut self.partial);
-        (&self.file).read_to_end(&mut bytes)?;
+        let got = (&self.file)
+            .take(READ_CHUNK as u64)
+            .read_to_end(&mut bytes)?;
+        let more = got == READ_CHUNK;
         let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         self.partial = bytes.split_off(whole);
         if !self.ended {
-            self.ended = bytes
+            self.ended = bytes[..]
                 .split(|b| *b == b'\n')
                 .any(|line| record_kind(line) == Some(b'x'));
         }
-        Ok(bytes)
+        Ok((bytes, more))
     }
 
-    /// Whether the run goes on, ended or was left incomplete, from what was read so far.
-    pub fn standing(&self) -> Standing {
-        if self.ended {
-            return Standing::Ended;
+    /// Reads what was written since the last poll and says how the run stands after it. A
+    /// run without its end record whose writer let go of the file is read once more (its end
+    /// may have come just before), then is incomplete.
+    pub fn poll(&mut self) -> io::Result<Polled> {
+        let (mut bytes, more) = self.read_new()?;
+        if self.ended || more {
+            let standing = if self.ended {
+                Standing::Ended
+            } else {
+                Standing::Live
+            };
+            return Ok(Polled {
+                bytes,
+                standing,
+                more: more && !self.ended,
+            });
         }
-        match self.file.try_lock_shared() {
-            Ok(()) => {
-                let _ = self.file.unlock();
-                Standing::Incomplete
-            }
-            Err(_) => Standing::Live,
+        if self.file.try_lock_shared().is_err() {
+            return Ok(Polled {
+                bytes,
+                standing: Standing::Live,
+                more: false,
+            });
+        }
+        let _ = self.file.unlock();
+        let (rest, more) = self.read_new()?;
+        bytes.extend(rest);
+        let standing = if self.ended {
+            Standing::Ended
+        } else if more {
+            Standing::Live
+        } else {
+            Standing::Incomplete
+        };
+        Ok(Polled {
+            bytes,
+            standing,
+            more,
+        })
+    }
+
+    /// How the run stands now, without reading it through: live while its writer holds the
+    /// file, else ended when its last record is the end.
+    pub fn standing_now(&self) -> io::Result<Standing> {
+        if self.file.try_lock_shared().is_err() {
+            return Ok(Standing::Live);
+        }
+        let _ = self.file.unlock();
+        let len = self.file.metadata()?.len();
+        let mut last = vec![0; 4096.min(len as usize)];
+        let mut file = &self.file;
+        file.seek(io::SeekFrom::Start(len - last.len() as u64))?;
+        let read = read_up_to(&mut file, &mut last)?;
+        file.rewind()?;
+        let ended = last[..read]
+            .split(|b| *b == b'\n')
+            .rfind(|line| !line.is_empty())
+            .is_some_and(|line| record_kind(line) == Some(b'x'));
+        Ok(if ended {
+            Standing::Ended
+        } else {
+            Standing::Incomplete
+        })
+    }
+}
+
+/// Reads into `buffer` until it is full or the file ends; how much was read.
+fn read_up_to(mut file: impl Read, buffer: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..])? {
+            0 => break,
+            n => filled += n,
         }
     }
+    Ok(filled)
 }
 
 /// Opens `path` for reading if it is a regular file, never following a link or opening a

@@ -34,9 +34,10 @@ pub(super) async fn drain_output(reader: JoinHandle<()>, task: &str, fire_id: &s
 /// open delays the end by no more than this.
 const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The last lines of an attempt's output once its pipes closed (at most [`TAIL_WAIT`] later).
-pub(super) async fn output_tail(budget: Option<&OutputBudget>) -> String {
-    let Some(budget) = budget else {
+/// The last lines of a failed attempt's output once its pipes closed (at most [`TAIL_WAIT`]
+/// later); nothing for a success, whose tail is not stored and which does not wait.
+pub(super) async fn output_tail(budget: Option<&OutputBudget>, failed: bool) -> String {
+    let Some(budget) = budget.filter(|_| failed) else {
         return String::new();
     };
     let _ = tokio::time::timeout(TAIL_WAIT, budget.closed()).await;
@@ -281,7 +282,9 @@ where
     tokio::spawn(
         async move {
             if let Some(kept) = &budget.kept {
+                // Written at once: a run that has printed nothing yet has its file (and lock).
                 kept.attempt(budget.attempt);
+                kept.flush();
             }
             let (budget, task, fire_id) = (&budget, &task, &fire_id);
             tokio::join!(

@@ -170,6 +170,11 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         .as_ref()
         .clone();
     history.reverse();
+    // A failure's stored output can hold secrets: it is read with a token
+    // (`/api/runs/<fire id>/output`), never with the rest of the history.
+    for run in &mut history {
+        run.output_tail = None;
+    }
     let loaded = endpoint.cache.source.loaded(task).map(|spec| Loaded {
         node: endpoint.cache.source.node_id().to_string(),
         file: spec.path.display().to_string(),

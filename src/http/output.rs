@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::Endpoint;
-use super::api::{Admin, ApiError, error};
+use super::api::{Admin, ApiError};
 use crate::executor::kept::{self, OutputFile, Standing};
 
 /// How often a followed run's file is read again.
@@ -85,66 +85,103 @@ pub async fn serve(
     Query(query): Query<OutputQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let token = match authorize_read(&endpoint, &headers) {
-        Ok(token) => token,
-        Err(e) => return e.into_response(),
-    };
+    if let Err(e) = authorize_read(&endpoint, &headers) {
+        return e.into_response();
+    }
     let follow = matches!(query.follow.as_deref(), Some("1" | "true"));
     let here = endpoint.cache.source.node_id().to_string();
-    match query.node.filter(|n| *n != here) {
-        Some(node) => proxy(&endpoint, &node, &fire_id, follow, &token).await,
+    let answer = match query.node.filter(|n| *n != here) {
+        Some(node) => proxy(&endpoint, &node, &fire_id, follow).await,
         None => local(&endpoint, &here, &fire_id, follow),
+    };
+    // Not to be had from the node that ran it: the last lines stored with its failure, if any.
+    match answer {
+        Err(refused) => match stored(&endpoint, &fire_id).await {
+            Some(stored) => stored,
+            None => refused.into_response(),
+        },
+        Ok(answer) => answer,
     }
 }
 
-/// This node's own kept output of `fire_id`.
-fn local(endpoint: &Endpoint, here: &str, fire_id: &str, follow: bool) -> Response {
+/// The last lines stored with a failed run `fire_id` in its task's history, as a kept output
+/// (`x-zkcron-run: stored`): what is left when the node that ran it cannot be asked.
+async fn stored(endpoint: &Endpoint, fire_id: &str) -> Option<Response> {
+    let history = endpoint.cache.history(kept::task_of(fire_id)).await.ok()?;
+    let run = history.iter().rev().find(|run| run.fire_id == fire_id)?;
+    let tail = run.output_tail.as_ref()?;
+    let at = run.started_at.timestamp_millis();
+    let mut text = format!(
+        "{} {fire_id} {}\n",
+        kept::HEADER,
+        kept::file_name(&run.node)
+    );
+    for line in tail.lines() {
+        text.push_str(&format!("{at} o {line}\n"));
+    }
+    let exit = crate::ops::render::outcome(run.success, run.exit_code, run.signal);
+    text.push_str(&format!("{} x {exit}\n", at + run.duration_ms as i64));
+    let mut response = answer(Standing::Ended, Body::from(text));
+    response
+        .headers_mut()
+        .insert(kept::RUN_HEADER, HeaderValue::from_static("stored"));
+    Some(response)
+}
+
+/// This node's own kept output of `fire_id`; `Err`: none to be had here.
+fn local(
+    endpoint: &Endpoint,
+    here: &str,
+    fire_id: &str,
+    follow: bool,
+) -> Result<Response, ApiError> {
     let Some(store) = &endpoint.output else {
-        return error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("node {here} keeps no runs' output ([log] output_limit = 0)"),
-        );
+        ));
     };
-    let mut file = match OutputFile::open(&store.path(fire_id)) {
+    let file = match OutputFile::open(&store.path(fire_id)) {
         Ok(Some(file)) => file,
         Ok(None) => {
-            return error(
+            return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "node {here} keeps no output of run {fire_id}: it did not run it, or the run \
                      is older than the [scheduler] history_runs it keeps"
                 ),
-            );
+            ));
         }
-        Err(message) => return error(StatusCode::INTERNAL_SERVER_ERROR, message),
+        Err(message) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)),
     };
-    let now = || endpoint.now().timestamp_millis();
-    if !follow {
-        let mut bytes = match file.read_new() {
-            Ok(bytes) => bytes,
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        };
-        let standing = file.standing();
-        if standing == Standing::Incomplete {
-            bytes.extend_from_slice(kept::incomplete_record(now()).as_bytes());
+    let standing = match file.standing_now() {
+        Ok(standing) => standing,
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.to_string(),
+            ));
         }
-        return answer(standing, Body::from(bytes));
-    }
+    };
+    // Streamed a chunk at a time, whatever the file's size; with `follow`, until the run ends.
     let clock = endpoint.cache.source.clock();
     let stream = futures::stream::unfold(Some(file), move |file| async move {
         let mut file = file?;
         loop {
-            let mut bytes = match file.read_new() {
-                Ok(bytes) => bytes,
+            let polled = match file.poll() {
+                Ok(polled) => polled,
                 Err(e) => return Some((Err(e), None)),
             };
-            match file.standing() {
+            let mut bytes = polled.bytes;
+            match polled.standing {
+                Standing::Live if polled.more => return Some((Ok(bytes), Some(file))),
+                Standing::Live if !follow => {
+                    return (!bytes.is_empty()).then_some((Ok(bytes), None));
+                }
                 Standing::Live if bytes.is_empty() => tokio::time::sleep(FOLLOW_POLL).await,
                 Standing::Live => return Some((Ok(bytes), Some(file))),
                 Standing::Ended => return (!bytes.is_empty()).then_some((Ok(bytes), None)),
                 Standing::Incomplete => {
-                    // What its writer wrote just before it let go.
-                    bytes.extend(file.read_new().unwrap_or_default());
                     let at = clock.now().timestamp_millis();
                     bytes.extend_from_slice(kept::incomplete_record(at).as_bytes());
                     return Some((Ok(bytes), None));
@@ -152,7 +189,10 @@ fn local(endpoint: &Endpoint, here: &str, fire_id: &str, follow: bool) -> Respon
             }
         }
     });
-    answer(Standing::Live, Body::from_stream(stream))
+    Ok(answer(
+        if follow { Standing::Live } else { standing },
+        Body::from_stream(stream),
+    ))
 }
 
 fn answer(standing: Standing, body: Body) -> Response {
@@ -171,8 +211,19 @@ async fn proxy(
     node: &str,
     fire_id: &str,
     follow: bool,
-    token: &str,
-) -> Response {
+) -> Result<Response, ApiError> {
+    // This node's own read token, never the caller's (which may be the admin token): another
+    // node is asked only for what a reader may read.
+    let Some(token) = endpoint.read_token.as_deref() else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "run {fire_id} ran on node {node}: this node reads other nodes' output with its \
+                 own [http] read_token_file, and has none; set it (the same token on every node), \
+                 or ask node {node} itself"
+            ),
+        ));
+    };
     let advertised = super::api::snapshot(endpoint).await.map(|snapshot| {
         snapshot
             .members
@@ -183,15 +234,15 @@ async fn proxy(
     let address = match advertised {
         Ok(Some(address)) => address,
         Ok(None) => {
-            return error(
+            return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "node {node} is not live or serves no HTTP endpoint: its runs' output stays \
                      in its state dir; run `zkcron logs` on its host"
                 ),
-            );
+            ));
         }
-        Err(e) => return e.into_response(),
+        Err(e) => return Err(e),
     };
     match crate::ops::logs::request(&address, fire_id, None, follow, token).await {
         Ok((200, standing, body)) => {
@@ -200,20 +251,18 @@ async fn proxy(
                 Some("incomplete") => Standing::Incomplete,
                 _ => Standing::Live,
             };
-            answer(standing, Body::from_stream(body))
+            Ok(answer(standing, Body::from_stream(body)))
         }
         Ok((status, _, body)) => {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-            (
-                status,
-                [(header::CONTENT_TYPE, "application/json")],
-                Body::from_stream(body),
-            )
-                .into_response()
+            let message = crate::ops::logs::error_of(body).await;
+            Err(ApiError::new(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                format!("node {node} at {address} answered {status}: {message}"),
+            ))
         }
-        Err(e) => error(
+        Err(e) => Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
             format!("cannot read run {fire_id}'s output from node {node} at {address}: {e:#}"),
-        ),
+        )),
     }
 }

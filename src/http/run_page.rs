@@ -1,7 +1,8 @@
 //! A run's page, `/runs/<fire id>?node=N` (linked from every row of a task's history): how it
-//! ended, the last lines stored with a failure, and its whole output as the node that ran it
-//! keeps it, read by the page's script from `/api/runs/<fire id>/output` with a token (output
-//! can hold secrets, so the page itself holds none of it) and streamed while the run goes on.
+//! ended, and its output as the node that ran it keeps it (or, that node gone, the last lines
+//! stored with a failure), read by the page's script from `/api/runs/<fire id>/output` with a
+//! token (output can hold secrets, so the page itself holds none of it) and streamed while the
+//! run goes on.
 //! Every value is escaped: the script writes the output as text, never as markup.
 
 use axum::extract::{Path, Query, State};
@@ -26,7 +27,7 @@ pub async fn page(
     Query(query): Query<RunQuery>,
 ) -> Response {
     let task = task_of(&fire_id).to_string();
-    let history = match endpoint.cache.source.read_history(&task).await {
+    let history = match endpoint.cache.history(&task).await {
         Ok(history) => history,
         Err(message) => return error_page(axum::http::StatusCode::SERVICE_UNAVAILABLE, &message),
     };
@@ -52,10 +53,6 @@ pub async fn page(
                 (render::outcome(run.success, run.exit_code, run.signal))
                 @if run.attempts > 1 { " after " (run.attempts) " attempts" }
                 ", started " (instant(run.started_at)) ", took " (render::millis(run.duration_ms))
-            }
-            @if let Some(tail) = &run.output_tail {
-                h3 { "Last lines stored with the failure" }
-                pre #stored-tail { (tail) }
             }
         } @else {
             p.muted { "Not in the task's history: still running, or older than the history keeps." }

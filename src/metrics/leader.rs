@@ -86,6 +86,14 @@ impl Leader {
         }
     }
 
+    /// This node no longer leads `task`: what it knew goes (another node's runs follow).
+    pub fn forget(&self, task: &str) {
+        self.facts
+            .lock()
+            .expect("leader metrics poisoned")
+            .remove(task);
+    }
+
     /// The stored result of `task`'s newest tick, read when this node gained the task: what it
     /// knows unless its own runs said more already.
     pub fn seed(&self, task: &str, success: bool, at: f64) {
@@ -126,6 +134,11 @@ impl super::Metrics {
     /// A run of `task` ended on this node at `at_unix`, for the leader's series.
     pub fn task_run_ended(&self, task: &str, success: bool, at_unix: f64) {
         self.0.leader.run_ended(task, success, at_unix);
+    }
+
+    /// This node lost `task`: its leader's series go with the next scrape, its facts now.
+    pub fn task_lost(&self, task: &str) {
+        self.0.leader.forget(task);
     }
 
     /// The stored result of `task`'s newest tick, read when this node gained it.

@@ -97,10 +97,7 @@ impl LogsArgs {
             timestamps: self.timestamps,
             store: plan.output_store(),
             node_id: plan.node_id.clone(),
-            token_file: http
-                .read_token_file
-                .clone()
-                .or(http.admin_token_file.clone()),
+            token_file: http.read_token_file.clone(),
         }
     }
 }

@@ -49,9 +49,30 @@ struct Printer {
     fire_id: String,
     node: String,
     unknown: usize,
+    /// Standard output's reader went away (`zkcron logs -f | head`): stop.
+    gone: bool,
 }
 
 impl Printer {
+    /// Writes `text` to standard output; a reader that went away ends the printing quietly.
+    fn emit(&mut self, text: &str) -> anyhow::Result<()> {
+        use std::io::Write;
+        if self.gone || text.is_empty() {
+            return Ok(());
+        }
+        let mut stdout = std::io::stdout().lock();
+        match stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.gone = true;
+                Ok(())
+            }
+            other => other.context("cannot write to standard output"),
+        }
+    }
+
     fn new(timestamps: bool) -> Printer {
         Printer {
             timestamps,
@@ -60,6 +81,7 @@ impl Printer {
             fire_id: String::new(),
             node: String::new(),
             unknown: 0,
+            gone: false,
         }
     }
 
@@ -77,7 +99,7 @@ impl Printer {
             let line = String::from_utf8_lossy(line);
             self.record(&line, &mut out)?;
         }
-        super::emit(&out)
+        self.emit(&out)
     }
 
     fn record(&mut self, line: &str, out: &mut String) -> anyhow::Result<()> {
@@ -104,13 +126,13 @@ impl Printer {
                 out.push('\n');
             }
             Some(Record::Attempt { attempt, .. }) if attempt != "1" => {
-                super::emit(out)?;
+                self.emit(out)?;
                 out.clear();
                 eprintln!("zkcron: --- attempt {attempt} ---");
             }
             Some(Record::Attempt { .. }) => {}
             Some(Record::Cut { lines, bytes, .. }) => {
-                super::emit(out)?;
+                self.emit(out)?;
                 out.clear();
                 eprintln!(
                     "zkcron: …[{lines} lines, {bytes} bytes of output cut here: past [log] \
@@ -119,7 +141,7 @@ impl Printer {
             }
             Some(Record::End { at_ms, exit }) => {
                 self.standing = Some(Standing::Ended);
-                super::emit(out)?;
+                self.emit(out)?;
                 out.clear();
                 eprintln!(
                     "zkcron: run {} on node {} ended at {}: {exit}",
@@ -130,7 +152,7 @@ impl Printer {
             }
             Some(Record::Incomplete { .. }) => {
                 self.standing = Some(Standing::Incomplete);
-                super::emit(out)?;
+                self.emit(out)?;
                 out.clear();
                 eprintln!(
                     "zkcron: incomplete: node {} stopped before run {} ended; this is what it \
@@ -172,18 +194,26 @@ pub fn local(command: &LogsCommand) -> anyhow::Result<ExitCode> {
             path.display()
         );
     };
-    print_file(file, command)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(print_file(file, command))
 }
 
-/// Prints `file`, following it while it is live when asked.
-#[allow(clippy::disallowed_methods)] // polls a real file written by a real daemon
-fn print_file(mut file: OutputFile, command: &LogsCommand) -> anyhow::Result<ExitCode> {
+/// Prints `file`, following it while it is live when asked (until standard output's reader
+/// goes away).
+async fn print_file(mut file: OutputFile, command: &LogsCommand) -> anyhow::Result<ExitCode> {
     let mut printer = Printer::new(command.timestamps);
     loop {
-        let bytes = file.read_new().context("cannot read the kept output")?;
-        printer.feed(&bytes)?;
-        match file.standing() {
-            Standing::Live if command.follow => std::thread::sleep(FOLLOW_POLL),
+        let polled = file.poll().context("cannot read the kept output")?;
+        printer.feed(&polled.bytes)?;
+        if printer.gone {
+            return Ok(ExitCode::SUCCESS);
+        }
+        match polled.standing {
+            Standing::Live if polled.more => {}
+            Standing::Live if command.follow => tokio::time::sleep(FOLLOW_POLL).await,
             Standing::Live => {
                 eprintln!(
                     "zkcron: run {} is still going (--follow streams it)",
@@ -193,9 +223,8 @@ fn print_file(mut file: OutputFile, command: &LogsCommand) -> anyhow::Result<Exi
             }
             Standing::Ended => return Ok(ExitCode::SUCCESS),
             Standing::Incomplete => {
-                printer.feed(&file.read_new().unwrap_or_default())?;
-                let now = chrono::Utc::now().timestamp_millis();
-                printer.feed(kept::incomplete_record(now).as_bytes())?;
+                // The record's time is not printed.
+                printer.feed(kept::incomplete_record(0).as_bytes())?;
                 return Ok(ExitCode::SUCCESS);
             }
         }
@@ -227,7 +256,7 @@ fn newest(store: &OutputStore, task: &str) -> anyhow::Result<String> {
     };
     let file = OutputFile::open(&path).map_err(anyhow::Error::msg)?;
     let mut file = file.with_context(|| format!("{} went away", path.display()))?;
-    let head = file.read_new()?;
+    let head = file.poll()?.bytes;
     let first = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default())
         .into_owned();
     match kept::parse_record(&first) {
@@ -253,7 +282,7 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
     if let (Some(fire_id), Some(store)) = (&command.fire_id, &command.store) {
         check_task(task, fire_id)?;
         if let Some(file) = OutputFile::open(&store.path(fire_id)).map_err(anyhow::Error::msg)? {
-            return print_file(file, command);
+            return print_file(file, command).await;
         }
     }
     // Two reads and one more for the node's member record, whatever the cluster's size.
@@ -281,12 +310,19 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
         && let Some(store) = &command.store
         && let Some(file) = OutputFile::open(&store.path(&fire_id)).map_err(anyhow::Error::msg)?
     {
-        return print_file(file, command);
+        return print_file(file, command).await;
     }
-    let address = client
+    let member = client
         .get::<MemberRecord>(&client.paths.member(&node))
         .await?
-        .and_then(|read| read.value.http);
+        .map(|read| read.value);
+    if let Some(why) = member.as_ref().and_then(loopback_elsewhere) {
+        return stored_tail(
+            history.iter().rev().find(|run| run.fire_id == fire_id),
+            &why,
+        );
+    }
+    let address = member.and_then(|member| member.http);
     let stored = history.iter().rev().find(|run| run.fire_id == fire_id);
     let Some(address) = address else {
         return stored_tail(
@@ -299,7 +335,10 @@ pub async fn cluster(client: &ClusterClient, command: &LogsCommand) -> anyhow::R
         Ok((200, _, body)) => print_stream(body, command, &fire_id).await,
         Ok((status, _, body)) => {
             let message = error_of(body).await;
-            bail!("node {node} at {address} answered {status}: {message}")
+            stored_tail(
+                stored,
+                &format!("node {node} at {address} answered {status}: {message}"),
+            )
         }
         Err(e) => stored_tail(
             stored,
@@ -355,6 +394,9 @@ async fn print_stream(
     let mut body = std::pin::pin!(body);
     while let Some(chunk) = body.next().await {
         printer.feed(&chunk.context("the node's answer broke off")?)?;
+        if printer.gone {
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     if printer.standing.is_none() && !command.follow {
         eprintln!("zkcron: run {fire_id} is still going (--follow streams it)");
@@ -363,7 +405,7 @@ async fn print_stream(
 }
 
 /// The message of an error answer (`{"error": ...}`, else its text).
-async fn error_of(body: impl Stream<Item = anyhow::Result<Bytes>>) -> String {
+pub async fn error_of(body: impl Stream<Item = anyhow::Result<Bytes>>) -> String {
     let bytes: Vec<u8> = body
         .filter_map(|c| async move { c.ok() })
         .flat_map(|c| futures::stream::iter(c.to_vec()))
@@ -375,13 +417,26 @@ async fn error_of(body: impl Stream<Item = anyhow::Result<Bytes>>) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Why a member's endpoint cannot be reached from here: it listens on loopback on another host.
+fn loopback_elsewhere(member: &MemberRecord) -> Option<String> {
+    let address: std::net::SocketAddr = member.http.as_deref()?.parse().ok()?;
+    let here = nix::unistd::gethostname().ok()?;
+    (address.ip().is_loopback() && here.to_string_lossy() != member.host).then(|| {
+        format!(
+            "node {} (host {}) serves HTTP on loopback only ({address}): other hosts cannot read \
+             its runs' output; set [http] listen there to an address they reach",
+            member.id, member.host
+        )
+    })
+}
+
 /// The token `zkcron logs` reads another node's output with.
 fn token(command: &LogsCommand, node: &str) -> anyhow::Result<String> {
     let Some(path) = &command.token_file else {
         bail!(
             "run {} ran on node {node}: reading it over HTTP needs a token; set [http] \
-             read_token_file (or admin_token_file) in this host's zkcron.toml to a file holding \
-             the token that node accepts, or run `zkcron logs` on its host",
+             read_token_file in this host's zkcron.toml to a file holding the read token that \
+             node accepts (the admin token is never sent), or run `zkcron logs` on its host",
             command.fire_id.as_deref().unwrap_or("(the newest)")
         );
     };

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::common::cluster::Cluster;
 use crate::common::zk::{ClusterNode, TestServer};
+use crate::common::{lines_of, next_line};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const TOKEN: &str = "read-token-for-the-logs-test";
@@ -121,32 +122,34 @@ fn zkcron_logs_reads_a_run_from_the_node_that_ran_it_and_follows_it() {
         "{out:?}"
     );
 
-    // --follow streams it to its end.
-    let follow = std::thread::spawn({
-        let cluster_path = cluster.path().to_path_buf();
-        let (connect, name) = (cluster.connect.clone(), cluster.name.clone());
-        let (other, fire_id) = (other.to_string(), fire_id.clone());
-        move || {
-            let home = cluster_path.join(&other);
-            crate::common::zkcron()
-                .args(["logs", "talk", &fire_id, "--follow", "--config"])
-                .arg(home.join("zkcron.toml"))
-                .arg("--state-dir")
-                .arg(home.join("state"))
-                .args(["--zookeeper", &connect, "--cluster", &name])
-                .stdin(Stdio::null())
-                .output()
-                .unwrap()
-        }
-    });
-    std::thread::sleep(Duration::from_millis(500));
+    // --follow streams it to its end: the first line while the run waits, the rest after.
+    let home = cluster.path().join(other);
+    let mut follow = crate::common::zkcron()
+        .args(["logs", "talk", &fire_id, "--follow", "--config"])
+        .arg(home.join("zkcron.toml"))
+        .arg("--state-dir")
+        .arg(home.join("state"))
+        .args(["--zookeeper", &cluster.connect, "--cluster", &cluster.name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(follow.stdout.take().unwrap());
+    let line = |what: &str| next_line(&lines, what, LIMIT);
+    assert_eq!(line("the first line").unwrap(), format!("hello from {ran}"));
     fs::write(&release, "").unwrap();
-    let out = follow.join().unwrap();
-    assert!(out.status.success(), "{out:?}");
     assert_eq!(
-        text(&out.stdout),
-        format!("hello from {ran}\n<b>done</b>\n")
+        line("the line after the release").as_deref(),
+        Some("<b>done</b>")
     );
+    assert_eq!(
+        line("the end of --follow"),
+        None,
+        "--follow ends with the run"
+    );
+    let out = follow.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
     assert!(
         text(&out.stderr).contains(&format!("run {fire_id} on node {ran} ended at ")),
         "{out:?}"

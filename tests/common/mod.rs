@@ -501,7 +501,7 @@ pub fn http_get(address: &str, path: &str) -> (u16, String) {
 }
 
 /// `method path` with `headers` and `body` to the HTTP server at `address`: the status code
-/// and the body (the server answers with a length, not in chunks).
+/// and the body (with a length, or in chunks, which are joined).
 pub fn http_request(
     address: &str,
     method: &str,
@@ -536,5 +536,57 @@ pub fn http_request(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no status code in {head:?}"));
-    (code, body.to_string())
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    if !chunked {
+        return (code, body.to_string());
+    }
+    // <hex size>\r\n<data>\r\n ... 0\r\n\r\n
+    let mut joined = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16)
+            .unwrap_or_else(|_| panic!("not a chunk size: {size:?} in {body:?}"));
+        if size == 0 {
+            break;
+        }
+        joined.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    (code, joined)
+}
+
+/// The lines a child writes to `stdout`, read on a thread of their own, so that a test waits
+/// for each with a deadline instead of blocking for ever.
+pub fn lines_of(stdout: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
+/// The next line from [`lines_of`], failing after `limit` with `what`; `None` once the child
+/// closed its output.
+pub fn next_line(
+    lines: &std::sync::mpsc::Receiver<String>,
+    what: &str,
+    limit: Duration,
+) -> Option<String> {
+    match lines.recv_timeout(limit) {
+        Ok(line) => Some(line),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("timed out after {limit:?} waiting for {what}")
+        }
+    }
 }

@@ -126,16 +126,20 @@ async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gon
     kept.line("stdout", "working");
     kept.flush();
     let mut file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
-    let read = String::from_utf8(file.read_new().unwrap()).unwrap();
+    let polled = file.poll().unwrap();
+    let read = String::from_utf8(polled.bytes).unwrap();
     assert!(read.ends_with(" o working\n"), "{read}");
-    assert_eq!(file.standing(), Standing::Live);
+    assert_eq!((polled.standing, polled.more), (Standing::Live, false));
+    assert_eq!(file.standing_now().unwrap(), Standing::Live);
     kept.finish("exit code 0", 5);
+    let polled = file.poll().unwrap();
     assert!(
-        String::from_utf8(file.read_new().unwrap())
+        String::from_utf8(polled.bytes)
             .unwrap()
             .contains(" x exit code 0")
     );
-    assert_eq!(file.standing(), Standing::Ended);
+    assert_eq!(polled.standing, Standing::Ended);
+    assert_eq!(file.standing_now().unwrap(), Standing::Ended);
 
     // A writer dropped without an end (its daemon was killed): incomplete.
     let cut_short = KeptOutput::new(&store, "t@2", "n", clock());
@@ -143,8 +147,45 @@ async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gon
     cut_short.flush();
     drop(cut_short);
     let mut file = OutputFile::open(&store.path("t@2")).unwrap().unwrap();
-    file.read_new().unwrap();
-    assert_eq!(file.standing(), Standing::Incomplete);
+    assert_eq!(file.poll().unwrap().standing, Standing::Incomplete);
+    assert_eq!(file.standing_now().unwrap(), Standing::Incomplete);
+}
+
+/// A run whose end is written after a reader's last read is ended at the next poll, never
+/// incomplete (the poll reads again once its writer let go: the follow printed "ended" and then
+/// "incomplete" when the end came between the read and the look at the lock).
+#[tokio::test(start_paused = true)]
+async fn a_reader_sees_the_end_written_after_its_last_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 1 << 20, 5);
+    let kept = KeptOutput::new(&store, "t@1", "n", clock());
+    kept.line("stdout", "working");
+    kept.flush();
+    let mut file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
+    // Everything so far is read; then the run ends before the reader looks at the lock.
+    let (read, _) = file.read_new().unwrap();
+    assert!(String::from_utf8(read).unwrap().ends_with(" o working\n"));
+    kept.finish("exit code 0", 5);
+    let polled = file.poll().unwrap();
+    assert_eq!(polled.standing, Standing::Ended);
+    assert!(
+        String::from_utf8(polled.bytes)
+            .unwrap()
+            .contains(" x exit code 0")
+    );
+}
+
+/// Output a background process prints after the run's end is dropped, not held.
+#[tokio::test(start_paused = true)]
+async fn output_after_the_end_is_not_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), 1 << 20, 5);
+    let kept = KeptOutput::new(&store, "t@1", "n", clock());
+    kept.finish("exit code 0", 5);
+    kept.line("stdout", "from a background process");
+    kept.flush();
+    let state = kept.state.lock().unwrap();
+    assert!(state.pending.is_empty() && state.tail.is_empty());
 }
 
 #[test]

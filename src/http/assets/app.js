@@ -63,7 +63,8 @@
 
   // Replaces the refreshable part of the page with the server's current one.
   async function refresh() {
-    if (document.hidden) return;
+    // Only a page with a refreshable part (not a run's page, which streams its output).
+    if (document.hidden || !document.getElementById("live")) return;
     try {
       const response = await fetch(location.pathname + location.search, { headers: { Accept: "text/html" } });
       if (!response.ok) return;
@@ -135,7 +136,14 @@
       return;
     }
     pre.textContent = "";
-    const response = await fetch(form.dataset.api + "&follow=1", { headers: { Authorization: "Bearer " + t } });
+    // A second click stops the first stream: one stream writes into the page.
+    if (showOutput.running) showOutput.running.abort();
+    const running = new AbortController();
+    showOutput.running = running;
+    const response = await fetch(form.dataset.api + "&follow=1", {
+      headers: { Authorization: "Bearer " + t },
+      signal: running.signal,
+    });
     if (!response.ok) {
       const answer = await response.json().catch(() => ({ error: "no JSON answer" }));
       if (response.status === 401) sessionStorage.removeItem("zkcron-admin-token");
@@ -143,7 +151,10 @@
       state.className = "bad";
       return;
     }
-    state.textContent = "Running: the output streams in.";
+    const stored = response.headers.get("x-zkcron-run") === "stored";
+    state.textContent = stored
+      ? "The node that ran it cannot be asked: the last lines stored with its failure."
+      : "Running: the output streams in.";
     state.className = "muted";
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
@@ -160,7 +171,8 @@
 
   // One record of a kept output (`<ms> <kind> <text>`), shown as text.
   function record(line, pre, state) {
-    const m = /^(-?\d+) (\w)(?: (.*))?$/.exec(line);
+    // [\s\S]: a line may hold a carriage return (progress bars) or U+2028.
+    const m = /^(-?\d+) (\w)(?: ([\s\S]*))?$/.exec(line);
     if (!m) return;
     const at = new Date(Number(m[1])).toISOString();
     const text = m[3] || "";
@@ -174,7 +186,10 @@
     else if (m[2] === "e") add("err", text);
     else if (m[2] === "a" && text !== "1") add("mark", "--- attempt " + text + " ---");
     else if (m[2] === "c") add("mark", "…[" + text.replace(" ", " lines, ") + " bytes cut here: past [log] output_limit]");
-    else if (m[2] === "x") { state.textContent = "Ended at " + at + ": " + text; state.className = "ok"; }
+    else if (m[2] === "x") {
+      state.textContent = state.textContent.startsWith("The node that ran it") ? state.textContent + " " + text : "Ended at " + at + ": " + text;
+      state.className = "ok";
+    }
     else if (m[2] === "i") { state.textContent = "Incomplete: the node stopped before the run ended."; state.className = "bad"; }
   }
 
