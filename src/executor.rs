@@ -203,6 +203,7 @@ mod tests;
 
 use kept::KeptOutput;
 pub use kept::OutputStore;
+pub use output::printable_tail;
 use output::{OutputBudget, drain_output, output_tail, spawn_output_reader};
 use process::{GroupGuard, build_command, program_and_args, resolve_process, terminate_group};
 pub use process::{UserAction, decide_user};

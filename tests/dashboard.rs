@@ -246,9 +246,11 @@ fn pause_from_the_page(browser: &Browser, address: &str) {
     );
 }
 
-/// A task whose every run prints markup on both streams and fails.
+/// A task whose every run prints markup on both streams, and a progress line that rewrites
+/// itself with a carriage return (the page dropped such lines once), and fails.
 const NOISY: &str = "schedule = \"* * * * * *\"\n\
-     command = 'echo \"<b>noisy</b> out\"; echo \"<img src=x onerror=console.error(7)> err\" >&2; exit 1'\n";
+     command = 'echo \"<b>noisy</b> out\"; echo \"<img src=x onerror=console.error(7)> err\" >&2; \
+     printf \"progress 50%%\\rprogress 100%%\\n\"; exit 1'\n";
 
 /// A run's page, linked from the task page's history: how it ended and, with the token, its
 /// output read from the node that ran it, as text (no markup made of it).
@@ -279,6 +281,7 @@ fn run_page_in_the_browser(browser: &Browser, address: &str, name: &str) {
     browser.wait_text("the run's output", LIMIT, |text| {
         text.contains("<b>noisy</b> out")
             && text.contains("<img src=x onerror=console.error(7)> err")
+            && text.contains("progress 100%")
     });
     wait_for("the run's end on its page", LIMIT, || {
         browser.text_of("#output-state").contains("exit code 1")

@@ -477,7 +477,7 @@ fn run_result(
         finished_at,
         // Only a failure's: it says why, and a success's would weigh on every history write.
         output_tail: (outcome.failed() && !outcome.output_tail.is_empty())
-            .then(|| outcome.output_tail.as_str().into()),
+            .then(|| executor::printable_tail(&outcome.output_tail).into()),
         ..RunResult::default()
     }
 }

@@ -44,6 +44,31 @@ pub(super) async fn output_tail(budget: Option<&OutputBudget>, failed: bool) -> 
     budget.output_tail()
 }
 
+/// `tail` as it is stored with a failed run's result: terminal escape sequences (colours,
+/// cursor moves) and other control characters but tab and line feed left out, so that its 4 KiB
+/// are text (in JSON, `\u001b` alone takes 6 bytes).
+pub fn printable_tail(tail: &str) -> String {
+    let mut out = String::with_capacity(tail.len());
+    let mut chars = tail.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // CSI: ESC [ parameters, then a final byte in @..~.
+            '\u{1b}' if chars.peek() == Some(&'[') => {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// How many lines of one attempt's output are logged: stdout and stderr draw from one budget of
 /// [`RunRequest::output_lines`]. The first half of it (rounded down) is logged as the lines
 /// arrive; of the lines after those, the latest are kept, so that when the output ends the last

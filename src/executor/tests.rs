@@ -153,3 +153,13 @@ async fn a_cut_never_splits_a_utf8_character_and_invalid_bytes_are_replaced() {
     assert_eq!(lines_of("aéé\n".as_bytes(), 3).await, ["aé …[cut 2 bytes]"]);
     assert_eq!(lines_of(b"a\xffb\n", 10).await, ["a\u{fffd}b"]);
 }
+
+/// The tail stored with a failure is text: colours and other escapes left out, lines kept.
+#[test]
+fn a_stored_tail_leaves_terminal_escapes_and_control_characters_out() {
+    let raw = "\u{1b}[31merror:\u{1b}[0m disk full\r\n\tat step 3\u{7}\nlast";
+    assert_eq!(
+        super::printable_tail(raw),
+        "error: disk full\n\tat step 3\nlast"
+    );
+}
