@@ -153,16 +153,23 @@ pub(crate) fn read_regular_seen(
 ) -> Result<(Vec<u8>, Metadata), Problem> {
     check_regular(seen, rules)?;
 
+    let file = open_to_read(path, rules.follow_symlinks)
+        .map_err(|error| open_problem(path, rules, &error, identity))?;
+    read_opened(file, rules)
+}
+
+/// Opens `path`, already seen to be a regular file, for reading as zkcron reads what it does
+/// not trust: without blocking (a FIFO swapped in since the look), never as a controlling
+/// terminal, and without following a symbolic link unless `follow_symlinks`.
+pub(crate) fn open_to_read(path: &Path, follow_symlinks: bool) -> std::io::Result<std::fs::File> {
     let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY;
-    if !rules.follow_symlinks {
+    if !follow_symlinks {
         flags |= nix::libc::O_NOFOLLOW;
     }
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(flags)
         .open(path)
-        .map_err(|error| open_problem(path, rules, &error, identity))?;
-    read_opened(file, rules)
 }
 
 /// [`read_regular_seen`] for a file that a listing of its directory `dir` (open) says is a

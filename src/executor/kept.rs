@@ -477,7 +477,6 @@ fn read_up_to(mut file: impl Read, buffer: &mut [u8]) -> io::Result<usize> {
 /// Opens `path` for reading if it is a regular file, never following a link or opening a
 /// FIFO or device.
 fn open_regular(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
     let seen = std::fs::symlink_metadata(path)?;
     if !seen.file_type().is_file() {
         return Err(io::Error::other(format!(
@@ -485,10 +484,7 @@ fn open_regular(path: &Path) -> io::Result<File> {
             crate::files::kind_of(seen.file_type())
         )));
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY)
-        .open(path)
+    crate::files::open_to_read(path, false)
 }
 
 /// The kind letter of a record line (`<ms> <kind> ...`).

@@ -376,17 +376,13 @@ fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), ApiError> {
              32`), restart zkcron, and send the token as `Authorization: Bearer <token>`",
         ));
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(given) = given else {
+    let Some(given) = bearer(headers) else {
         return Err(unauthorized(
             "this change needs the admin token: send `Authorization: Bearer <token>` (the token \
              in [http] admin_token_file)",
         ));
     };
-    if !bool::from(given.trim().as_bytes().ct_eq(token.as_bytes())) {
+    if !same_token(given, token) {
         return Err(unauthorized(
             "wrong admin token: send the one in [http] admin_token_file",
         ));
@@ -403,6 +399,20 @@ fn authorize(endpoint: &Endpoint, headers: &HeaderMap) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// The token of `Authorization: Bearer <token>`, trimmed; `None` without one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// Whether `given` is `token`, compared in constant time.
+pub fn same_token(given: &str, token: &str) -> bool {
+    bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
 fn unauthorized(message: &str) -> ApiError {

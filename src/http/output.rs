@@ -13,10 +13,9 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
 
 use super::Endpoint;
-use super::api::{Admin, ApiError};
+use super::api::{Admin, ApiError, bearer, same_token};
 use crate::executor::kept::{self, OutputFile, Standing};
 
 /// How often a followed run's file is read again.
@@ -54,22 +53,14 @@ pub fn authorize_read(endpoint: &Endpoint, headers: &HeaderMap) -> Result<String
              reads it from the state dir",
         ));
     }
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(given) = given else {
+    let Some(given) = bearer(headers) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "a run's output needs a token: send `Authorization: Bearer <token>` (the token in \
              [http] read_token_file or admin_token_file)",
         ));
     };
-    if !tokens
-        .iter()
-        .any(|token| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
-    {
+    if !tokens.iter().any(|token| same_token(given, token)) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "wrong token: send the one in [http] read_token_file or admin_token_file",

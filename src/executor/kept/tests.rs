@@ -118,14 +118,20 @@ async fn a_task_keeps_only_its_newest_runs() {
     assert_eq!(left, ["t@4", "t@5"]);
 }
 
+/// Run `t@1`, which printed `working` and goes on, and a reader of its file.
+fn working_run(store: &OutputStore) -> (KeptOutput, OutputFile) {
+    let kept = KeptOutput::new(store, "t@1", "n", clock());
+    kept.line("stdout", "working");
+    kept.flush();
+    let file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
+    (kept, file)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path(), 1 << 20, 5);
-    let kept = KeptOutput::new(&store, "t@1", "n", clock());
-    kept.line("stdout", "working");
-    kept.flush();
-    let mut file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
+    let (kept, mut file) = working_run(&store);
     let polled = file.poll().unwrap();
     let read = String::from_utf8(polled.bytes).unwrap();
     assert!(read.ends_with(" o working\n"), "{read}");
@@ -158,10 +164,7 @@ async fn a_reader_tells_a_live_run_from_an_ended_one_and_one_whose_writer_is_gon
 async fn a_reader_sees_the_end_written_after_its_last_read() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path(), 1 << 20, 5);
-    let kept = KeptOutput::new(&store, "t@1", "n", clock());
-    kept.line("stdout", "working");
-    kept.flush();
-    let mut file = OutputFile::open(&store.path("t@1")).unwrap().unwrap();
+    let (kept, mut file) = working_run(&store);
     // Everything so far is read; then the run ends before the reader looks at the lock.
     let (read, _) = file.read_new().unwrap();
     assert!(String::from_utf8(read).unwrap().ends_with(" o working\n"));
