@@ -260,6 +260,7 @@ pub fn main() -> ExitCode {
             task: args.task.clone(),
             n: args.count as usize,
             json: args.json,
+            ticks: args.ticks.then_some(args.since),
         }),
         Command::Logs(args) => operate(&args.target, None, |plan| {
             OpsCommand::Logs(args.command(plan))

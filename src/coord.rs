@@ -36,6 +36,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::plan::ledger::TickEntry;
 use crate::task::TaskSpec;
 
 /// The tasks this node may fire now.
@@ -108,6 +109,9 @@ pub enum ClaimIntent {
     /// the record's tick stays, the queued tick is cleared and the run recorded as live, in one
     /// step.
     RunQueued,
+    /// Claim no tick: only write the ticks not run that the claim carries into the fire record
+    /// (`plan::ledger`), fenced as any claim; the record's tick, claimer and queued tick stay.
+    Note,
 }
 
 impl ClaimIntent {
@@ -263,7 +267,8 @@ pub trait Coordinator: Send + Sync + 'static {
     /// The tasks this node leads now; the receiver sees every change.
     fn leadership(&self) -> watch::Receiver<Leadership>;
 
-    /// The newest tick of `task` that any node claimed, if any.
+    /// The newest tick of `task` that any node claimed, or that the fire record's ledger
+    /// accounts for as not run (`record::accounted`), if any: a planner starts after it.
     fn last_claimed(
         &self,
         task: &str,
@@ -277,20 +282,23 @@ pub trait Coordinator: Send + Sync + 'static {
         task: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send;
+    ) -> impl Future<Output = Result<ClaimOutcome, CoordError>> + Send {
+        async move { Ok(self.claim_noting(task, tick, intent, Vec::new()).await?.0) }
+    }
 
-    /// [`Coordinator::claim`], naming the work items the claim won when the backend splits a
-    /// pooled task's items over the nodes (ZooKeeper): `Some(items)`, in the task file's
-    /// order, with `Claimed`; the run gets exactly those. `None`: the run gets every item (the
-    /// embedded backend runs a pool on its one host), or the task has no work items.
-    fn claim_share(
+    /// [`Coordinator::claim`], writing `ticks`, the ticks not run since the last claim
+    /// (`plan::ledger`), into the fire record in the same step; and naming the work items the
+    /// claim won when the backend splits a pooled task's items over the nodes (ZooKeeper):
+    /// `Some(items)`, in the task file's order, with `Claimed`; the run gets exactly those.
+    /// `None`: the run gets every item (the embedded backend runs a pool on its one host), or
+    /// the task has no work items.
+    fn claim_noting(
         &self,
         task: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send {
-        async move { Ok((self.claim(task, tick, intent).await?, None)) }
-    }
+        ticks: Vec<TickEntry>,
+    ) -> impl Future<Output = Result<ClaimedShare, CoordError>> + Send;
 
     /// The tick of `task` that was claimed to run by a node that is gone, with no result and no
     /// live run: the node died mid-run. `on_node_loss = "rerun"` runs it again.

@@ -30,11 +30,13 @@
 //! instant, and the run is spawned at the instant by the shell. See `fire.rs` for the rules of
 //! one tick, `tasks.rs` for leadership, reloads and manual runs, and `backfill.rs` for
 //! backfills; `start.rs` for a task's start (fire record, orphan rerun, planner), `queue.rs` for
-//! `overlap = "queue"`, and `io.rs` for what goes in and out (inputs, answers, actions).
+//! `overlap = "queue"`, `ledger.rs` for the ticks not run on their way to the fire record, and
+//! `io.rs` for what goes in and out (inputs, answers, actions).
 
 mod backfill;
 mod fire;
 mod io;
+mod ledger;
 mod queue;
 mod start;
 mod tasks;
@@ -95,6 +97,8 @@ enum Wake {
     Task(Key),
     /// A manual run's claim retry, by its fire id.
     Manual(String),
+    /// The ticks not run of an entry, written alone when no claim carried them (`ledger.rs`).
+    Ledger(Key),
 }
 
 /// A loaded task and, while this node fires it, its entry.
@@ -114,6 +118,8 @@ struct Entry<P> {
     held_reported: Option<DateTime<Utc>>,
     /// The tick queued behind a live run (`overlap = "queue"`), see `queue.rs`.
     queued: Option<queue::Queued>,
+    /// The ticks not run and not written yet (`ledger.rs`).
+    noted: Option<Box<ledger::Noted>>,
 }
 
 enum State<P> {
@@ -195,6 +201,8 @@ enum Call<P> {
     /// The armed tick's preparation ahead, or a fired tick's.
     Prepared(Key),
     Claim(Box<fire::Claiming<P>>),
+    /// The ticks not run of an entry, written alone.
+    Note(Key, Vec<crate::plan::ledger::TickEntry>),
     ManualPrepared(String),
     ManualClaim(String),
 }
@@ -339,6 +347,7 @@ impl<P> Firing<P> {
             match wake {
                 Wake::Task(key) => self.task_woke(key, at),
                 Wake::Manual(fire_id) => self.manual_woke(&fire_id, at),
+                Wake::Ledger(key) => self.ledger_woke(key, at),
             }
         }
     }
@@ -455,6 +464,7 @@ impl<P> Firing<P> {
             wake: None,
             held_reported: None,
             queued: None,
+            noted: None,
         });
         let key = Key { slot, generation };
         self.pending.push_back(key);
@@ -651,6 +661,9 @@ impl<P> Firing<P> {
                 self.counted_elsewhere(key, result)
             }
             (Call::Prepared(key), Answer::Prepared(prepared)) => self.prepared(key, prepared),
+            (Call::Note(key, carried), Answer::Claim(result)) => {
+                self.note_written(key, carried, result)
+            }
             (Call::Queued(key, last), Answer::Queued(result)) => {
                 self.queued_read(key, last, result)
             }

@@ -282,6 +282,7 @@ pub fn serve_on(
         .route("/assets/{file}", get(assets::serve))
         .route("/api/status", get(api::status))
         .route("/api/tasks/{task}", get(api::task))
+        .route("/api/tasks/{task}/ticks", get(api::ticks))
         .route("/api/nodes/{node}", get(api::node))
         .route("/api/runs/{fire_id}/output", get(output::serve))
         .route("/api/tasks/{task}/{action}", post(api::task_action))

@@ -14,7 +14,8 @@
 //! (an operator's change, as both the commands and the HTTP API make it), [`links`] (the `after`
 //! links `explain` shows), [`pool`] (a pooled task's items), [`live`] (the status, of one read or
 //! of a snapshot kept current by the changed znodes, for the dashboard), [`backfill`] and
-//! [`logs`] (a run's output, from this host's state dir or the node that ran it).
+//! [`logs`] (a run's output, from this host's state dir or the node that ran it), [`ticks`]
+//! (`history --ticks`: the tick ledger).
 //!
 //! Exit codes: 0 done, 1 failed (ZooKeeper or the daemon unreachable, an unknown task, a
 //! triggered run that failed or could not run), 2 usage (clap).
@@ -39,12 +40,14 @@ mod pool_tests;
 pub mod render;
 #[cfg(test)]
 mod tests;
+pub mod ticks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
 use crate::coord::records::{HistoryEntry, TriggerRecord, TriggerState};
@@ -88,6 +91,8 @@ pub enum OpsCommand {
         task: String,
         n: usize,
         json: bool,
+        /// `--ticks [--since T]`: the tick ledger instead of the runs.
+        ticks: Option<Option<DateTime<Utc>>>,
     },
     Trigger {
         task: String,
@@ -216,7 +221,22 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
             cluster_explain(client, &task, json).await?;
             return Ok(ExitCode::SUCCESS);
         }
-        OpsCommand::History { task, n, json } => {
+        OpsCommand::History {
+            task,
+            json,
+            ticks: Some(since),
+            ..
+        } => {
+            let runs = client.history(&task).await?;
+            let snapshot = client.snapshot(Some(std::slice::from_ref(&task))).await?;
+            if !defined(&snapshot, &task) {
+                return Err(unknown_task(&snapshot, &task));
+            }
+            let lines = ticks::of_cluster(&snapshot, &task, &runs, client.clock.now());
+            print_ticks(&task, ticks::since(lines, since), json)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        OpsCommand::History { task, n, json, .. } => {
             let mut runs = client.history(&task).await?;
             if runs.is_empty() {
                 defined_in_cluster(client, &task).await?;
@@ -284,6 +304,22 @@ async fn cluster_explain(client: &ClusterClient, task: &str, json: bool) -> anyh
 }
 
 /// Prints the newest `n` of `runs` (oldest first as stored) newest first.
+fn print_ticks(
+    task: &str,
+    lines: Vec<crate::plan::ledger::Line>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        print_json(&lines)
+    } else if lines.is_empty() {
+        emit(&format!(
+            "zkcron: task {task} has no recorded ticks yet (its ledger starts with its first claim)\n"
+        ))
+    } else {
+        emit(&ticks::render(&lines))
+    }
+}
+
 fn print_history(
     task: &str,
     runs: &mut Vec<HistoryEntry>,
@@ -410,7 +446,17 @@ fn run_local(
                 emit(&render::status(&status, clock.now()))?;
             }
         }
-        OpsCommand::History { task, n, json } => {
+        OpsCommand::History {
+            task,
+            json,
+            ticks: Some(since),
+            ..
+        } => {
+            let reply = local::ask(state_dir, &Request::Ticks { task: task.clone() })?;
+            let lines = reply.ticks.unwrap_or_default();
+            print_ticks(&task, ticks::since(lines, since), json)?;
+        }
+        OpsCommand::History { task, n, json, .. } => {
             let reply = local::ask(
                 state_dir,
                 &Request::History {

@@ -10,12 +10,19 @@
 //! `starting_deadline`. Every other due tick is *missed*: it came and went while the task had no
 //! running timer (daemon down, task not led by this node) or while the node could not fire
 //! (process stopped, machine suspended, clock jumped far) and is handled by `catch_up`.
+//!
+//! Files: `plan.rs` the planner; `ledger.rs` the tick ledger (what became of each tick not run,
+//! and why: the planner's skipped ticks are its first entries).
 
 use chrono::{DateTime, TimeDelta, Utc};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::schedule::Schedule;
 use crate::task::{CatchUpPolicy, OverlapPolicy, TaskSpec};
+
+pub mod ledger;
+
+use self::ledger::{Reason, TickEntry};
 
 /// The most missed ticks `catch_up = "all"` runs at once; older ones are dropped with a warning,
 /// as Kubernetes CronJobs give up past 100 missed schedules.
@@ -99,9 +106,12 @@ pub struct Tick {
 /// What the planner wants the shell to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Fire these ticks, oldest first. `skipped` counts due ticks dropped by `catch_up` or
-    /// `starting_deadline`, for the log.
-    Fire { ticks: Vec<Tick>, skipped: u64 },
+    /// Fire these ticks, oldest first. `skipped`: the due ticks not run, and why (missed and
+    /// not caught up, or older than `starting_deadline`), for the ledger.
+    Fire {
+        ticks: Vec<Tick>,
+        skipped: Vec<TickEntry>,
+    },
     /// Nothing is due; ask again at this instant (or earlier).
     SleepUntil(DateTime<Utc>),
     /// Nothing fires before `until` because every tick up to `record` counts as handled and
@@ -276,9 +286,9 @@ impl TickPlanner {
             return None;
         }
         let (ticks, skipped) = if self.deadline_ok(armed, now) {
-            (vec![self.tick(armed, false)], 0)
+            (vec![self.tick(armed, false)], Vec::new())
         } else {
-            (Vec::new(), 1)
+            (Vec::new(), vec![TickEntry::one(armed, Reason::Deadline)])
         };
         self.cursor = armed;
         self.armed = next;
@@ -292,12 +302,16 @@ impl TickPlanner {
         let latest_due = self.latest_due(armed, now);
         let due = self.classify_due(now, from_start, latest_due);
 
-        let (mut ticks, mut skipped) = self.catch_up(now, &due);
+        let (mut ticks, dropped) = self.catch_up(now, &due);
+        let mut skipped = Vec::new();
+        if let Some(entry) = self.missed_entry(&due, &ticks, dropped, from_start, now) {
+            skipped.push(entry);
+        }
         for tick in due.on_time {
             if self.deadline_ok(tick.instant, now) {
                 ticks.push(tick);
             } else {
-                skipped += 1;
+                ledger::push(&mut skipped, TickEntry::one(tick.instant, Reason::Deadline));
             }
         }
         // With jitter a missed tick run by `catch_up` can be newer than one on time.
@@ -396,6 +410,44 @@ impl TickPlanner {
                 (ticks, skipped)
             }
         }
+    }
+
+    /// The ledger's entry for the `dropped` missed ticks of `due` that `catch_up` does not run
+    /// (`run`: the ticks it runs): they are the oldest missed ones. Missed at the start, no node
+    /// fired them; missed by a running loop, the node fell behind and `starting_deadline`, or else
+    /// `catch_up` (with `"all"`: [`MAX_CATCH_UP`]), left them.
+    fn missed_entry(
+        &self,
+        due: &DueTicks,
+        run: &[Tick],
+        dropped: u64,
+        from_start: bool,
+        now: DateTime<Utc>,
+    ) -> Option<TickEntry> {
+        if dropped == 0 {
+            return None;
+        }
+        let from = self.rules.schedule.next_after(self.cursor)?;
+        let to = match run.iter().filter(|t| t.catch_up).map(|t| t.instant).min() {
+            Some(first_run) => self
+                .rules
+                .schedule
+                .latest_at_or_before(first_run - TimeDelta::seconds(1))?,
+            None => due.latest_missed?,
+        };
+        let reason = if from_start {
+            Reason::NoNode
+        } else if !self.deadline_ok(to, now) {
+            Reason::Deadline
+        } else {
+            Reason::CatchUp
+        };
+        (to >= from).then_some(TickEntry {
+            from,
+            to,
+            count: dropped,
+            reason,
+        })
     }
 
     /// The missed ticks up to `latest` that `catch_up = "all"` runs: only those inside the

@@ -33,7 +33,7 @@
 //! 9. `zk` (the driver of the node)
 //!
 //! `coord::local`:
-//! 1. `errors`
+//! 1. `errors`, `change`
 //! 2. `queue`
 //! 3. `journal`
 //! 4. `state`
@@ -91,7 +91,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "coord::local",
         &[
-            &["errors"],
+            &["errors", "change"],
             &["queue"],
             &["journal"],
             &["state"],

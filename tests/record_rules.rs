@@ -506,18 +506,24 @@ impl Coordinator for Model {
         Ok(store.records.get(task).and_then(|r| r.view.record))
     }
 
-    async fn claim(
+    /// This model keeps no ledger: the tick ledger's rules are `plan::ledger`'s, tested there
+    /// and in the simulation.
+    async fn claim_noting(
         &self,
         task: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> Result<ClaimOutcome, CoordError> {
+        _ticks: Vec<zkcron::plan::ledger::TickEntry>,
+    ) -> Result<zkcron::coord::ClaimedShare, CoordError> {
         let mut store = self.store.lock().unwrap();
+        if intent == ClaimIntent::Note {
+            return Ok((ClaimOutcome::Claimed, None));
+        }
         match record::admit_claim(&self.view(&store, task), tick) {
-            Verdict::Refuse(outcome) => Ok(outcome),
+            Verdict::Refuse(outcome) => Ok((outcome, None)),
             Verdict::Admit => {
                 self.write_claim(&mut store, task, tick, intent == RUN);
-                Ok(ClaimOutcome::Claimed)
+                Ok((ClaimOutcome::Claimed, None))
             }
         }
     }

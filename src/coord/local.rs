@@ -2,7 +2,8 @@
 //! and fire records live in `state_dir`. Whether a claim, a rerun or a result is admitted, and
 //! what counts as an orphan, is decided by [`super::record`], the rules both backends share.
 //!
-//! Files: `local.rs` the backend and the operator's [`StateDirEditor`]; `state.rs` the lock, the
+//! Files: `local.rs` the backend and the operator's [`StateDirEditor`]; `change.rs` a journal
+//! line and how it applies; `state.rs` the lock, the
 //! reading and replay of the state files, formats and damage; `journal.rs` the writer thread
 //! and `queue.rs` the changes on their way to it; `errors.rs` I/O errors in the operator's words;
 //! `pause.rs` the paused tasks (`paused.json`); `requests.rs` the operator's requests, every
@@ -44,6 +45,7 @@
 //! The operator command `zkcron reset` takes the same lock ([`StateDirEditor`]), so it only
 //! runs while the daemon is stopped.
 
+mod change;
 mod errors;
 mod history;
 mod journal;
@@ -70,7 +72,9 @@ use super::record::{self, FireView, Verdict};
 use super::records::{HistoryEntry, TriggerRecord};
 use super::{ClaimIntent, ClaimOutcome, CoordError, Coordinator, Leadership, RunResult, Trigger};
 use crate::clock::Clock;
+use crate::plan::ledger::{self, TickEntry};
 use crate::task::TaskSpec;
+use change::Change;
 pub(crate) use errors::not_writable_fix;
 use journal::{Gather, JournalWriter};
 pub use pause::PauseMark;
@@ -103,6 +107,9 @@ struct TaskRecord {
     /// does not queue it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queue_started: Option<DateTime<Utc>>,
+    /// The newest ticks not run, and why (`plan::ledger`), as a fire record keeps them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ticks: Vec<TickEntry>,
 }
 
 /// The snapshot file: every task's record.
@@ -111,76 +118,6 @@ struct Snapshot {
     format: u32,
     #[serde(default)]
     tasks: HashMap<String, TaskRecord>,
-}
-
-/// One journal line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Change {
-    format: u32,
-    task: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    claimed: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    result: Option<RunResult>,
-    /// The claim was made to run the tick.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    run: bool,
-    /// The claimed tick is queued behind a live run (`overlap = "queue"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    queue: Option<DateTime<Utc>>,
-    /// The queued tick was started (claimed to run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    unqueue: Option<DateTime<Utc>>,
-}
-
-impl Change {
-    /// A change of `task` that changes nothing yet: its fields are set by who makes it.
-    fn of(task: &str) -> Change {
-        Change {
-            format: FORMAT_VERSION,
-            task: task.to_string(),
-            claimed: None,
-            result: None,
-            run: false,
-            queue: None,
-            unqueue: None,
-        }
-    }
-
-    /// Applies the change; applying a journal twice gives the same state as once.
-    fn apply(&self, records: &mut HashMap<String, TaskRecord>) {
-        self.apply_to(records.entry(self.task.clone()).or_default());
-    }
-
-    fn apply_to(&self, record: &mut TaskRecord) {
-        if let Some(tick) = self.claimed
-            && record.last_claimed.is_none_or(|previous| previous <= tick)
-        {
-            record.last_claimed = Some(tick);
-            record.claimed_to_run = self.run;
-        }
-        if let Some(tick) = self.queue
-            && record.queue_started.is_none_or(|started| started < tick)
-        {
-            record.queued = Some(tick);
-        }
-        if let Some(tick) = self.unqueue {
-            if record.queued == Some(tick) {
-                record.queued = None;
-            }
-            record.queue_started = record.queue_started.max(Some(tick));
-            if record.last_claimed == Some(tick) && self.run {
-                record.claimed_to_run = true;
-            }
-        }
-        // Replay applies the same rule as `run_ended`, so a journal from before it (which
-        // stored every result) reads as if the rule had always held.
-        if let Some(result) = &self.result
-            && record::supersedes(record.last_result.as_ref().map(|r| r.tick), result.tick)
-        {
-            record.last_result = Some(Box::new(result.clone()));
-        }
-    }
 }
 
 /// The embedded backend.
@@ -518,6 +455,68 @@ impl StateDirEditor {
     }
 }
 
+impl LocalCoordinator {
+    /// `task`'s record as a cluster's fire record says it: the newest claimed tick, the queued
+    /// one and the ticks not run (`plan::ledger`); `None` before its first claim.
+    pub async fn fire_record(&self, task: &str) -> Option<super::records::FireRecord> {
+        let slot = self.existing(task)?;
+        let record = slot.lock().await;
+        let mut fire = super::records::FireRecord::empty();
+        fire.tick = record.last_claimed;
+        fire.run = record.claimed_to_run;
+        fire.queued = record.queued;
+        fire.ticks = record.ticks.clone();
+        (fire.tick.is_some() || !fire.ticks.is_empty()).then_some(fire)
+    }
+
+    /// The backend's clock's now.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// A claim (see [`Coordinator::claim_noting`]): decided under the task's lock, answered once
+    /// its journal line is synced.
+    async fn claim_carrying(
+        &self,
+        task: &str,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+        ticks: Vec<TickEntry>,
+    ) -> Result<ClaimOutcome, CoordError> {
+        let slot = self.slot(task);
+        let mut record = slot.lock().await;
+        let view = self.view(task, &record);
+        if let Verdict::Refuse(outcome) = record::admit(&view, tick, intent) {
+            return Ok(outcome);
+        }
+        let claimed = record::claimed(&view, tick, intent);
+        let queued = intent == ClaimIntent::RunQueued;
+        let noting = intent == ClaimIntent::Note;
+        let change = Change {
+            format: FORMAT_VERSION,
+            task: task.to_string(),
+            claimed: (!queued && !noting).then_some(claimed.record),
+            result: None,
+            run: claimed.run,
+            queue: (intent == ClaimIntent::Queue).then_some(tick),
+            unqueue: queued.then_some(tick),
+            ticks,
+        };
+        // The start of a queued tick is a claim its process waits for: committed at once.
+        let batching = if queued {
+            Batching::AtOnce
+        } else {
+            Batching::Gather
+        };
+        self.commit(change, Durability::Synced, batching, &mut record)
+            .await?;
+        if intent.runs() {
+            self.live_runs_mut().insert((task.to_string(), tick));
+        }
+        Ok(ClaimOutcome::Claimed)
+    }
+}
+
 /// Each task's fire record (its newest claimed tick) as `state_dir` says now, read without the
 /// lock and changing nothing: for `zkcron next` beside a running daemon. A change being written
 /// at this moment may be missed; a file in a format this release does not read is an error.
@@ -557,46 +556,24 @@ impl Coordinator for LocalCoordinator {
 
     async fn last_claimed(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {
         Ok(match self.existing(task) {
-            Some(slot) => slot.lock().await.last_claimed,
+            Some(slot) => {
+                let record = slot.lock().await;
+                record
+                    .last_claimed
+                    .max(ledger::accounted_through(&record.ticks))
+            }
             None => None,
         })
     }
 
-    async fn claim(
+    async fn claim_noting(
         &self,
         task: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> Result<ClaimOutcome, CoordError> {
-        let slot = self.slot(task);
-        let mut record = slot.lock().await;
-        let view = self.view(task, &record);
-        if let Verdict::Refuse(outcome) = record::admit(&view, tick, intent) {
-            return Ok(outcome);
-        }
-        let claimed = record::claimed(&view, tick, intent);
-        let queued = intent == ClaimIntent::RunQueued;
-        let change = Change {
-            format: FORMAT_VERSION,
-            task: task.to_string(),
-            claimed: (!queued).then_some(claimed.record),
-            result: None,
-            run: claimed.run,
-            queue: (intent == ClaimIntent::Queue).then_some(tick),
-            unqueue: queued.then_some(tick),
-        };
-        // The start of a queued tick is a claim its process waits for: committed at once.
-        let batching = if queued {
-            Batching::AtOnce
-        } else {
-            Batching::Gather
-        };
-        self.commit(change, Durability::Synced, batching, &mut record)
-            .await?;
-        if intent.runs() {
-            self.live_runs_mut().insert((task.to_string(), tick));
-        }
-        Ok(ClaimOutcome::Claimed)
+        ticks: Vec<TickEntry>,
+    ) -> Result<super::ClaimedShare, CoordError> {
+        Ok((self.claim_carrying(task, tick, intent, ticks).await?, None))
     }
 
     async fn orphaned_tick(&self, task: &str) -> Result<Option<DateTime<Utc>>, CoordError> {

@@ -21,6 +21,7 @@ use super::backfill::{self, BackfillRecord, BackfillState, RangeError};
 use super::record;
 use super::records::{FireRecord, MarkRecord, Paths, TriggerRecord};
 use super::zkop::{CreateMode, NodeAcl, ZkOp};
+use crate::plan::ledger::{self, Reason, TickEntry};
 use crate::schedule::Schedule;
 
 /// The longest reason a pause mark keeps.
@@ -183,10 +184,19 @@ fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> 
     if record.tick.is_some_and(|tick| tick >= now) {
         return None;
     }
+    // The ticks of the paused period go into the ledger, uncounted (no schedule here): a
+    // reader with the schedule counts them (`plan::ledger::lines`).
+    let paused = record.tick.map(|tick| TickEntry {
+        from: tick + chrono::TimeDelta::seconds(1),
+        to: now,
+        count: 0,
+        reason: Reason::Paused,
+    });
     Some(FireRecord {
         tick: Some(now),
         claimed_at: Some(now),
         queued: record.queued.filter(|_| !bugs.resume_drops_queued),
+        ticks: ledger::merged(&record.ticks, paused.as_slice(), record.tick),
         ..FireRecord::empty()
     })
 }

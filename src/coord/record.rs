@@ -53,8 +53,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::records::{HistoryEntry, TriggerRecord, TriggerState};
+use super::records::{FireRecord, HistoryEntry, TriggerRecord, TriggerState};
 use super::{ClaimIntent, ClaimOutcome, RunResult};
+use crate::plan::ledger::{self, TickEntry};
 use crate::task::TaskSpec;
 
 /// A task's stored history never exceeds this many bytes of JSON (the oldest runs go first).
@@ -108,8 +109,24 @@ pub enum Verdict {
 pub fn admit(view: &FireView, tick: DateTime<Utc>, intent: ClaimIntent) -> Verdict {
     match intent {
         ClaimIntent::RunQueued => admit_queued(view, tick),
+        ClaimIntent::Note if view.leads => Verdict::Admit,
+        ClaimIntent::Note => Verdict::Refuse(ClaimOutcome::NotLeader),
         _ => admit_claim(view, tick),
     }
+}
+
+/// The ledger entries (`plan::ledger`) of `old` after a won claim that carries `ticks`.
+pub fn ledger_after(old: &FireRecord, ticks: &[TickEntry]) -> Vec<TickEntry> {
+    if ticks.is_empty() {
+        return old.ticks.clone();
+    }
+    ledger::merged(&old.ticks, ticks, old.tick)
+}
+
+/// The newest tick `record` accounts for: claimed, or not run and recorded in its ledger. A
+/// planner starts after it.
+pub fn accounted(record: &FireRecord) -> Option<DateTime<Utc>> {
+    record.tick.max(ledger::accounted_through(&record.ticks))
 }
 
 /// Whether the queued `tick` may be started: the node leads the task and the record names
@@ -142,6 +159,12 @@ pub fn claimed(view: &FireView, tick: DateTime<Utc>, intent: ClaimIntent) -> Cla
             record: tick,
             run: false,
             queued: Some(tick),
+        },
+        // Only the ledger is written: the backends keep the record as it is.
+        ClaimIntent::Note => Claimed {
+            record: view.record.unwrap_or(tick),
+            run: view.claimed_to_run,
+            queued: view.queued,
         },
         ClaimIntent::Run | ClaimIntent::Skip | ClaimIntent::Drop => Claimed {
             record: tick,

@@ -199,25 +199,18 @@ impl Coordinator for ZkCoordinator {
         }
     }
 
-    async fn claim(
+    async fn claim_noting(
         &self,
         task: &str,
         tick: chrono::DateTime<chrono::Utc>,
         intent: ClaimIntent,
-    ) -> Result<ClaimOutcome, CoordError> {
-        Ok(self.claim_share(task, tick, intent).await?.0)
-    }
-
-    async fn claim_share(
-        &self,
-        task: &str,
-        tick: chrono::DateTime<chrono::Utc>,
-        intent: ClaimIntent,
+        ticks: Vec<crate::plan::ledger::TickEntry>,
     ) -> Result<ClaimedShare, CoordError> {
         let request = Request::Claim {
             task: task.into(),
             tick,
             intent,
+            ticks,
         };
         match self.ask(request, "claiming").await? {
             Answered::Claim(outcome) => Ok((outcome, None)),

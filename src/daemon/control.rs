@@ -19,8 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::coord::local::{LocalCoordinator, PauseMark};
 use crate::coord::records::{
-    self, FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord,
-    TaskSetRef,
+    self, FORMAT_VERSION, LeaseRecord, MarkRecord, MemberRecord, TaskSetRecord, TaskSetRef,
 };
 use crate::coord::{CoordError, Coordinator};
 use crate::ops::local::{Reply, Request, socket_path};
@@ -209,6 +208,32 @@ fn unknown(task: &str, config: &ControlConfig, specs: &[Arc<TaskSpec>]) -> Reply
     ))
 }
 
+/// `history --ticks`: the task's tick ledger.
+async fn ticks(task: &str, config: &ControlConfig, coordinator: &LocalCoordinator) -> Reply {
+    let specs = loaded_tasks(config, coordinator);
+    let Some(spec) = specs.iter().find(|t| *t.name == *task) else {
+        return unknown(task, config, &specs);
+    };
+    let record = coordinator.fire_record(task).await;
+    let entries = record.as_ref().map(|r| r.ticks.clone()).unwrap_or_default();
+    let last = record.as_ref().and_then(crate::coord::record::accounted);
+    let runs = coordinator.history(task, usize::MAX);
+    let paused = coordinator.paused().contains(task);
+    let lines = crate::ops::ticks::of_local(
+        &entries,
+        last,
+        &runs,
+        Some(&spec.schedule),
+        paused,
+        coordinator.now(),
+    );
+    Reply {
+        ok: true,
+        ticks: Some(lines),
+        ..Reply::default()
+    }
+}
+
 async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoordinator) -> Reply {
     let ok = Reply {
         ok: true,
@@ -232,6 +257,7 @@ async fn handle(request: Request, config: &ControlConfig, coordinator: &LocalCoo
                 ..ok
             }
         }
+        Request::Ticks { task } => ticks(&task, config, coordinator).await,
         Request::Trigger { task, by } => match coordinator.request_trigger(&task, &by) {
             Ok(trigger) => Reply {
                 fire_id: Some(trigger.fire_id),
@@ -402,10 +428,7 @@ async fn add_task(
     spec: &TaskSpec,
 ) {
     let name = spec.name.to_string();
-    if let Ok(Some(tick)) = coordinator.last_claimed(&name).await {
-        let mut record = FireRecord::empty();
-        record.tick = Some(tick);
-        record.queued = coordinator.queued_tick(&name).await.ok().flatten();
+    if let Some(record) = coordinator.fire_record(&name).await {
         snapshot.fire_records.insert(name.clone(), record);
     }
     if let Ok(Some(result)) = coordinator.last_result(&name).await {

@@ -125,7 +125,8 @@ impl<C: Coordinator> Engine<C> {
                 task,
                 tick,
                 intent,
-            } => self.claim(call, task, tick, intent),
+                ticks,
+            } => self.claim(call, task, tick, intent, ticks),
             Action::Reclaim { call, task, tick } => self.reclaim(call, task, tick),
             Action::ClaimManual {
                 call,
@@ -159,14 +160,27 @@ impl<C: Coordinator> Engine<C> {
         task: Arc<str>,
         tick: chrono::DateTime<chrono::Utc>,
         intent: ClaimIntent,
+        ticks: Vec<crate::plan::ledger::TickEntry>,
     ) {
         self.answer(call, move |s| async move {
-            let (outcome, items) = match s.coordinator.claim_share(&task, tick, intent).await {
+            let counted = ticks.clone();
+            let claim = s.coordinator.claim_noting(&task, tick, intent, ticks);
+            let (outcome, items) = match claim.await {
                 Ok((outcome, items)) => (Ok(outcome), items),
                 Err(error) => (Err(error), None),
             };
             if let Ok(outcome) = &outcome {
                 let won = *outcome == ClaimOutcome::Claimed;
+                if won {
+                    for entry in &counted {
+                        let (outcome, reason) = (entry.reason.outcome(), entry.reason);
+                        s.metrics
+                            .ticks_not_run(&task, outcome.code(), reason.code(), entry.count);
+                    }
+                }
+                if intent == ClaimIntent::Note {
+                    return claim_answer(Ok(*outcome), items);
+                }
                 s.metrics.claim(won);
                 match intent {
                     ClaimIntent::Skip if won => s.metrics.fired(&task, FireOutcome::Skipped),

@@ -82,22 +82,26 @@ impl Coordinator for SlowResults {
         Ok(*self.record.lock().unwrap())
     }
 
-    async fn claim(
+    async fn claim_noting(
         &self,
         _: &str,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
-    ) -> Result<ClaimOutcome, CoordError> {
+        _: Vec<crate::plan::ledger::TickEntry>,
+    ) -> Result<crate::coord::ClaimedShare, CoordError> {
+        if intent == ClaimIntent::Note {
+            return Ok((ClaimOutcome::Claimed, None));
+        }
         let mut record = self.record.lock().unwrap();
         if let Some(previous) = *record
             && previous >= tick
         {
-            return Ok(ClaimOutcome::AlreadyClaimed { record: previous });
+            return Ok((ClaimOutcome::AlreadyClaimed { record: previous }, None));
         }
         *record = Some(tick);
         self.claims.lock().unwrap().push((tick, intent));
         self.claimed_at.lock().unwrap().push(Clock::system().now());
-        Ok(ClaimOutcome::Claimed)
+        Ok((ClaimOutcome::Claimed, None))
     }
 
     async fn orphaned_tick(&self, _: &str) -> Result<Option<DateTime<Utc>>, CoordError> {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
+use crate::plan::ledger::{self, Reason, TickEntry};
 use crate::plan::{OverlapAction, Step};
 use crate::task::OverlapPolicy;
 
@@ -57,6 +58,8 @@ pub(super) struct Claiming<P> {
     key: Key,
     spec: Arc<TaskSpec>,
     fire: Fire<P>,
+    /// The ticks not run that the claim carries (given back if it fails).
+    carried: Vec<TickEntry>,
 }
 
 impl<P> Firing<P> {
@@ -94,15 +97,18 @@ impl<P> Firing<P> {
         };
         match step {
             Step::Fire { ticks, skipped } => {
-                if skipped > 0 {
+                if !skipped.is_empty() {
+                    let count: u64 = skipped.iter().map(|e| e.count).sum();
                     tracing::warn!(target: log::TIMERS,
                         task = %entry.spec.name,
-                        skipped,
+                        skipped = count,
+                        reason = skipped[0].reason.code(),
                         catch_up = ?entry.spec.catch_up,
-                        "missed ticks not run (catch_up / starting_deadline)"
+                        "missed ticks not run (catch_up / starting_deadline); `zkcron history --ticks` lists them"
                     );
                 }
                 activation.queue.extend(ticks);
+                self.note(key, skipped);
             }
             Step::SleepUntil(due) if due - now > PREPARE_AHEAD + SLACK => {
                 // Nothing to do for a while: the heap times it.
@@ -536,6 +542,7 @@ impl<P> Firing<P> {
             let fire_id = plan::fire_id(&spec.name, tick.instant);
             tracing::warn!(target: log::RUNS, task = %spec.name, %fire_id, "tick not run: it grew older than its starting_deadline before its claim");
             activation.doing = Doing::Ready;
+            self.note(key, [TickEntry::one(tick.instant, Reason::Deadline)]);
             self.advance(key);
             return;
         }
@@ -549,16 +556,25 @@ impl<P> Firing<P> {
             (None, _) => ClaimIntent::Skip,
         };
         let (task, tick) = (spec.name.clone(), fire.tick.instant);
+        let carried = self.take_noted(key);
+        let mut ticks = carried.clone();
+        match intent {
+            ClaimIntent::Skip => ledger::push(&mut ticks, TickEntry::one(tick, Reason::Overlap)),
+            ClaimIntent::Drop => ledger::push(&mut ticks, TickEntry::one(tick, Reason::QueueFull)),
+            _ => {}
+        }
         let call = self.call(Call::Claim(Box::new(Claiming {
             key,
             spec,
             fire: *fire,
+            carried,
         })));
         self.out.push_back(Action::Claim {
             call,
             task,
             tick,
             intent,
+            ticks,
         });
     }
 
@@ -572,6 +588,7 @@ impl<P> Firing<P> {
             key,
             spec,
             mut fire,
+            carried,
         } = claiming;
         let name = &spec.name;
         let fire_id = fire.fire_id.clone();
@@ -596,6 +613,7 @@ impl<P> Firing<P> {
                     tracing::info!(target: log::RUNS, task = %name, %fire_id, "tick not claimed: this task's loop is stopping");
                     return;
                 }
+                self.renote(key, carried);
                 let wait = fire.delay;
                 fire.delay = (fire.delay * 2).min(CLAIM_RETRY_MAX);
                 fire.stage = Stage::Backoff;

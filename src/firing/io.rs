@@ -133,12 +133,14 @@ pub enum Action<P> {
         tick: Tick,
         fire_id: String,
     },
-    /// `Coordinator::claim`.
+    /// `Coordinator::claim_noting`: the claim, carrying the ticks not run since the last one
+    /// (`plan::ledger`) into the fire record.
     Claim {
         call: CallId,
         task: Arc<str>,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
+        ticks: Vec<crate::plan::ledger::TickEntry>,
     },
     /// `Coordinator::reclaim` of an orphaned tick.
     Reclaim {

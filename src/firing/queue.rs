@@ -221,6 +221,7 @@ impl<P> Firing<P> {
             task,
             tick,
             intent: ClaimIntent::RunQueued,
+            ticks: Vec::new(),
         });
     }
 

@@ -741,6 +741,7 @@ fn an_idle_tasks_entry_stays_small() {
 
 mod backfill;
 mod chained;
+mod ledger;
 mod pool;
 mod queue;
 mod reload;

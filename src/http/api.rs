@@ -147,6 +147,8 @@ pub struct TaskDetail {
     pub paused: Option<MarkRecord>,
     /// Newest first.
     pub history: Vec<HistoryEntry>,
+    /// The tick ledger, oldest first (`GET /api/tasks/<task>/ticks`).
+    pub ticks: Vec<crate::plan::ledger::Line>,
 }
 
 /// Everything a task's page shows; 404 when no live node defines it.
@@ -169,6 +171,7 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?
         .as_ref()
         .clone();
+    let ticks = crate::ops::ticks::of_cluster(&snapshot, task, &history, now);
     history.reverse();
     // A failure's stored output can hold secrets: it is read with a token
     // (`/api/runs/<fire id>/output`), never with the rest of the history.
@@ -193,7 +196,16 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         explain,
         next_ticks,
         history,
+        ticks,
     })
+}
+
+/// `GET /api/tasks/<task>/ticks`: the task's tick ledger (`zkcron history --ticks --json`).
+pub async fn ticks(State(endpoint): State<Endpoint>, Path(task): Path<String>) -> Response {
+    match task_detail(&endpoint, &task).await {
+        Ok(detail) => Json(detail.ticks).into_response(),
+        Err(error) => error.into_response(),
+    }
 }
 
 fn next_ticks(

@@ -48,6 +48,7 @@ pub fn body(endpoint: &Endpoint, detail: &TaskDetail) -> Markup {
             (pool(&status.work_items))
             (backfills(&status.backfills))
             (next_ticks(detail))
+            (ticks(detail))
             section aria-labelledby="history" {
                 h2 #history { "History (" (detail.history.len()) " runs)" }
                 (chart::chart(&detail.history))
@@ -233,6 +234,40 @@ fn run_href(run: &crate::coord::records::HistoryEntry) -> String {
         href("runs", &run.fire_id),
         crate::ops::logs::percent(&run.node)
     )
+}
+
+/// How many of the newest ledger entries the strip shows.
+const STRIP_ENTRIES: usize = 60;
+
+/// The strip of the newest ticks, oldest first: a cell per entry, coloured by outcome, its
+/// reason (or fire id) and range in its title and in the list beside it.
+fn ticks(detail: &TaskDetail) -> Markup {
+    let shown = &detail.ticks[detail.ticks.len().saturating_sub(STRIP_ENTRIES)..];
+    html! {
+        section aria-labelledby="ticks" {
+            h2 #ticks { "Ticks" }
+            @if shown.is_empty() { p.muted { "No recorded ticks yet." } } @else {
+                div.strip #tick-strip role="list" {
+                    @for line in shown {
+                        @let what = match (&line.fire_id, line.reason) {
+                            (Some(fire_id), _) => fire_id.clone(),
+                            (None, Some(reason)) => format!("{}: {}", reason.code(), reason.message()),
+                            (None, None) => String::new(),
+                        };
+                        @let title = format!("{} {} tick(s) {} to {}: {}", line.outcome.code(), line.count, render::instant(line.from), render::instant(line.to), what);
+                        span role="listitem" class=(format!("tick {}", line.outcome.code())) title=(title) data-reason=[line.reason.map(|r| r.code())] {}
+                    }
+                }
+                details { summary { "Ticks not run" }
+                    ul #tick-list { @for line in shown.iter().filter(|l| l.fire_id.is_none()) {
+                        li { (instant(line.from)) @if line.to != line.from { " to " (instant(line.to)) }
+                            " — " (line.count) " " (line.outcome.code()) ": "
+                            @if let Some(reason) = line.reason { code { (reason.code()) } " " (reason.message()) } }
+                    } }
+                }
+            }
+        }
+    }
 }
 
 fn history(detail: &TaskDetail) -> Markup {

@@ -63,6 +63,13 @@ pub struct HistoryArgs {
     /// Print a JSON array (docs/commands.md: "JSON interfaces")
     #[arg(long)]
     pub json: bool,
+    /// Print the tick ledger instead of the runs: every tick of the schedule, ran, skipped or
+    /// missed, and why
+    #[arg(long)]
+    pub ticks: bool,
+    /// With --ticks: only the entries that end at or after this RFC 3339 instant
+    #[arg(long, value_name = "INSTANT", requires = "ticks", value_parser = parse_rfc3339)]
+    pub since: Option<DateTime<Utc>>,
     #[command(flatten)]
     pub target: TargetArgs,
 }

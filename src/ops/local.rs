@@ -31,6 +31,10 @@ pub enum Request {
         task: String,
         n: usize,
     },
+    /// The task's tick ledger (`history --ticks`).
+    Ticks {
+        task: String,
+    },
     Trigger {
         task: String,
         by: String,
@@ -74,6 +78,8 @@ pub struct Reply {
     pub status: Option<Status>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<Vec<HistoryEntry>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticks: Option<Vec<crate::plan::ledger::Line>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fire_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

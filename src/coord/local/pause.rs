@@ -169,6 +169,7 @@ impl LocalCoordinator {
                 let change = Change {
                     claimed: moved.tick,
                     run: moved.run,
+                    ticks: moved.ticks,
                     ..Change::of(task)
                 };
                 self.commit(change, Durability::Synced, Batching::Gather, &mut record)

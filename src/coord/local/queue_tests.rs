@@ -56,6 +56,7 @@ fn a_journal_replayed_over_a_snapshot_does_not_queue_a_started_tick_again() {
         task: "a".into(),
         claimed,
         result: None,
+        ticks: Vec::new(),
         run,
         queue,
         unqueue,

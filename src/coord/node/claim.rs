@@ -17,6 +17,7 @@ use super::{AfterEnsure, Node, Then, Timer};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError};
+use crate::plan::ledger::TickEntry;
 
 /// A fresh claim or the rerun of an orphaned tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,8 @@ pub(crate) struct ClaimJob {
     conflicts: u8,
     /// For a rerun: the tick of the stored result, once read.
     result: Option<Option<DateTime<Utc>>>,
+    /// The ticks not run the claim writes into the record (`plan::ledger`).
+    ticks: Vec<TickEntry>,
 }
 
 impl ClaimJob {
@@ -57,7 +60,14 @@ impl ClaimJob {
             kind,
             conflicts: 0,
             result: None,
+            ticks: Vec::new(),
         }
+    }
+
+    /// The claim, carrying `ticks` into the record.
+    pub(super) fn carrying(mut self, ticks: Vec<TickEntry>) -> ClaimJob {
+        self.ticks = ticks;
+        self
     }
 
     /// The task (or unit) claimed.
@@ -179,7 +189,8 @@ impl Node {
     ) {
         match after {
             AfterRead::LastClaimed(req) => {
-                self.answer(req, read.map(|(record, _)| Answered::Tick(record.tick)));
+                let accounted = read.map(|(record, _)| record::accounted(&record));
+                self.answer(req, accounted.map(Answered::Tick));
             }
             AfterRead::Queued(req) => {
                 self.answer(req, read.map(|(record, _)| Answered::Tick(record.queued)));
@@ -296,20 +307,10 @@ impl Node {
         if let Verdict::Refuse(outcome) = verdict {
             return self.finish_claim(job, Ok(outcome));
         }
-        let claimed = record::claimed(&fresh, tick, job.intent);
-        let new = FireRecord {
-            format: FORMAT_VERSION,
-            tick: Some(claimed.record),
-            node: self.cfg.id.clone(),
-            session: self.session_hex(),
-            run: claimed.run,
-            reruns: match job.kind {
-                ClaimKind::Rerun => record.reruns + 1,
-                ClaimKind::Fresh => 0,
-            },
-            claimed_at: Some(self.io.now.wall),
-            queued: claimed.queued,
-        };
+        let mut new = self.claimed_record(&record, tick, job.intent, &job.ticks);
+        if job.kind == ClaimKind::Rerun {
+            new.reruns = record.reruns + 1;
+        }
         let run_path = self.paths.run(&job.task, tick);
         let ops = self.claim_ops(&job, &new, epoch, version, &run_path);
         let Some((job, new, run_path, ops)) = self.send_with_held_result(job, new, run_path, ops)
@@ -326,6 +327,44 @@ impl Node {
                 sent,
             },
         );
+    }
+
+    /// The record a won claim of `tick` with `intent` writes over `old`, with the ticks not run
+    /// it carries (`plan::ledger`). [`ClaimIntent::Note`] writes only those: the claimer of
+    /// `old`'s tick stays, for `on_node_loss`.
+    pub(super) fn claimed_record(
+        &self,
+        old: &FireRecord,
+        tick: DateTime<Utc>,
+        intent: ClaimIntent,
+        ticks: &[TickEntry],
+    ) -> FireRecord {
+        let ledger = record::ledger_after(old, ticks);
+        if intent == ClaimIntent::Note {
+            return FireRecord {
+                ticks: ledger,
+                ..old.clone()
+            };
+        }
+        let view = FireView {
+            record: old.tick,
+            claimed_to_run: old.run,
+            leads: true,
+            queued: old.queued,
+            ..FireView::default()
+        };
+        let claimed = record::claimed(&view, tick, intent);
+        FireRecord {
+            format: FORMAT_VERSION,
+            tick: Some(claimed.record),
+            node: self.cfg.id.clone(),
+            session: self.session_hex(),
+            run: claimed.run,
+            reruns: 0,
+            claimed_at: Some(self.io.now.wall),
+            queued: claimed.queued,
+            ticks: ledger,
+        }
     }
 
     /// The claim's multi-op: the lease and epoch checks, the record's write at `version`, and
@@ -599,7 +638,8 @@ impl Node {
         let tick = job.claim.tick;
         // A queued tick's start leaves the record's tick as it was: it is ours when the record
         // is exactly what it wrote.
-        let ours = if job.claim.intent == ClaimIntent::RunQueued {
+        let exact = matches!(job.claim.intent, ClaimIntent::RunQueued | ClaimIntent::Note);
+        let ours = if exact {
             record == job.new
         } else {
             record.tick == Some(tick)
@@ -624,7 +664,7 @@ impl Node {
         let still_queued =
             job.claim.intent == ClaimIntent::RunQueued && record.queued == Some(tick);
         let outcome = match record.tick {
-            Some(current) if current >= tick && !still_queued => {
+            Some(current) if current >= tick && !still_queued && !exact => {
                 Ok(ClaimOutcome::AlreadyClaimed { record: current })
             }
             _ => Err(CoordError::Unknown {

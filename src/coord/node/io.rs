@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 
 pub use crate::coord::zkop::{CreateMode, NodeAcl, ZkOp};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, Leadership, RunResult, Trigger};
+use crate::plan::ledger::TickEntry;
 use crate::task::TaskSpec;
 
 /// The node numbers its calls.
@@ -126,6 +127,8 @@ pub enum Request {
         task: String,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
+        /// The ticks not run the claim writes into the record (`plan::ledger`).
+        ticks: Vec<TickEntry>,
     },
     OrphanedTick {
         task: String,

@@ -23,6 +23,7 @@ use super::{PoolStep, TaskStep};
 use crate::coord::record::{self, FireView, Verdict};
 use crate::coord::records::{FORMAT_VERSION, FireRecord, RunRecord};
 use crate::coord::{ClaimIntent, ClaimOutcome, CoordError, lease};
+use crate::plan::ledger::TickEntry;
 
 /// Pooled tasks: the requests reading their units' records, the units each claimed run was
 /// claimed on, the ends being recorded, the units last published, the orphan checks.
@@ -55,6 +56,8 @@ pub(crate) enum PoolAsk {
     Claim {
         tick: DateTime<Utc>,
         intent: ClaimIntent,
+        /// The ticks not run the claim writes into each unit's record (`plan::ledger`).
+        ticks: Vec<TickEntry>,
         kind: ClaimKind,
         /// The conflicts so far, per unit.
         conflicts: BTreeMap<String, u8>,
@@ -229,7 +232,7 @@ impl Node {
             .collect();
         match job.ask.clone() {
             PoolAsk::LastClaimed => {
-                let oldest = records.iter().filter_map(|r| r.tick).min();
+                let oldest = records.iter().filter_map(record::accounted).min();
                 self.answer(req, Ok(Answered::Tick(oldest)));
             }
             PoolAsk::Queued => {
@@ -264,6 +267,7 @@ impl Node {
             intent,
             kind,
             ref plan,
+            ref ticks,
             ..
         } = job.ask
         else {
@@ -306,7 +310,7 @@ impl Node {
                 }
                 continue;
             }
-            let mut part = self.pool_part(unit, &view, tick, intent);
+            let mut part = self.pool_part(unit, &record, tick, intent, ticks);
             if kind == ClaimKind::Rerun {
                 part.new.reruns = record.reruns + 1;
             }
@@ -358,21 +362,12 @@ impl Node {
     pub(super) fn pool_part(
         &self,
         unit: &str,
-        view: &FireView,
+        old: &FireRecord,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
+        ticks: &[TickEntry],
     ) -> PoolPart {
-        let claimed = record::claimed(view, tick, intent);
-        let new = FireRecord {
-            format: FORMAT_VERSION,
-            tick: Some(claimed.record),
-            node: self.cfg.id.clone(),
-            session: self.session_hex(),
-            run: claimed.run,
-            reruns: 0,
-            claimed_at: Some(self.io.now.wall),
-            queued: claimed.queued,
-        };
+        let new = self.claimed_record(old, tick, intent, ticks);
         PoolPart {
             unit: unit.to_string(),
             new,

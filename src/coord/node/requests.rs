@@ -66,15 +66,16 @@ impl Node {
                 }
                 self.read_record(task, AfterRead::LastClaimed(req));
             }
-            Request::Claim { task, tick, intent } => self.queue_task_job(
+            Request::Claim {
+                task,
+                tick,
+                intent,
+                ticks,
+            } => self.queue_task_job(
                 task.clone(),
-                TaskJob::Claim(ClaimJob::new(
-                    req,
-                    task,
-                    tick,
-                    intent,
-                    claim::ClaimKind::Fresh,
-                )),
+                TaskJob::Claim(
+                    ClaimJob::new(req, task, tick, intent, claim::ClaimKind::Fresh).carrying(ticks),
+                ),
             ),
             Request::Reclaim { task, tick } => {
                 self.forget_record(&task);

@@ -80,6 +80,7 @@ fn a_claim_without_the_lease_is_not_leader_and_sends_nothing_to_zookeeper() {
         task: "t".into(),
         tick,
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     node.handle(Input::Request { req: 7, request }, at(1));
     let outputs = drain(&mut node);
@@ -130,6 +131,7 @@ fn with_no_deliberate_bug_on_a_claim_is_fenced() {
         task: "t".into(),
         tick,
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     node.handle(Input::Request { req: 7, request }, at(1));
     let calls = |outputs: Vec<Output>| -> Vec<(u64, ZkOp)> {
@@ -262,6 +264,7 @@ mod control;
 mod every_node;
 mod healing;
 mod lease;
+mod ledger;
 mod pause;
 mod pool;
 mod queued_start;

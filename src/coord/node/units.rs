@@ -69,10 +69,16 @@ impl Node {
         };
         match request {
             Request::LastClaimed { task } => Request::LastClaimed { task: unit(task) },
-            Request::Claim { task, tick, intent } => Request::Claim {
+            Request::Claim {
+                task,
+                tick,
+                intent,
+                ticks,
+            } => Request::Claim {
                 task: unit(task),
                 tick,
                 intent,
+                ticks,
             },
             Request::OrphanedTick { task } => Request::OrphanedTick { task: unit(task) },
             Request::Reclaim { task, tick } => Request::Reclaim {
@@ -118,10 +124,16 @@ impl Node {
         }
         match request {
             Request::LastClaimed { task } => self.pool_request(req, task, PoolAsk::LastClaimed),
-            Request::Claim { task, tick, intent } => {
+            Request::Claim {
+                task,
+                tick,
+                intent,
+                ticks,
+            } => {
                 let ask = PoolAsk::Claim {
                     tick,
                     intent,
+                    ticks,
                     kind: ClaimKind::Fresh,
                     conflicts: Default::default(),
                     plan: Some(self.planned_units(&task)),
@@ -132,6 +144,7 @@ impl Node {
                 let ask = PoolAsk::Claim {
                     tick,
                     intent: ClaimIntent::Run,
+                    ticks: Vec::new(),
                     kind: ClaimKind::Rerun,
                     conflicts: Default::default(),
                     plan: None,

@@ -185,12 +185,20 @@ fn the_resume_rule_moves_an_older_record_to_now_claimed_by_nobody_and_keeps_its_
     let queued = "2026-03-01T09:00:05Z";
     let moved = resumed(&record("2026-03-01T09:00:05Z", Some(queued)), now).expect("moved");
     let second = utc("2026-03-01T10:00:00Z");
+    // The paused period goes into the ledger, for a reader with the schedule to count.
+    let paused = crate::plan::ledger::TickEntry {
+        from: utc("2026-03-01T09:00:06Z"),
+        to: second,
+        count: 0,
+        reason: crate::plan::ledger::Reason::Paused,
+    };
     assert_eq!(
         moved,
         FireRecord {
             tick: Some(second),
             claimed_at: Some(second),
             queued: Some(utc(queued)),
+            ticks: vec![paused],
             ..FireRecord::empty()
         }
     );

@@ -92,6 +92,7 @@ impl Sim<'_> {
                 task,
                 tick,
                 intent,
+                ticks,
             } => {
                 let t = self.slot(n, &task);
                 note!(
@@ -104,6 +105,7 @@ impl Sim<'_> {
                     task: task.to_string(),
                     tick,
                     intent,
+                    ticks,
                 };
                 self.ask(n, request, ask(CoreAsk::Claim { task: t, tick })(call));
             }

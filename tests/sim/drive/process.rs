@@ -330,6 +330,7 @@ impl Sim<'_> {
             task,
             tick,
             intent: ClaimIntent::Run,
+            ..
         } = &request
         {
             self.check_claim_request(n, task, *tick);

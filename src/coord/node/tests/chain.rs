@@ -137,6 +137,7 @@ fn pooled_claimed(store: &mut Store) -> Node {
         task: "p".into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, store, at(50), request);
     let items = vec!["0".to_string(), "1".into(), "2".into()];

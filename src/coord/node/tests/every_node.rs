@@ -26,6 +26,7 @@ fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
         task: "e".into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));
@@ -42,6 +43,7 @@ fn an_every_node_task_is_claimed_run_and_ended_on_this_nodes_unit() {
         task: "e".into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, &mut store, at(200), again);
     assert!(
@@ -95,6 +97,7 @@ fn another_nodes_unit_is_never_taken_and_a_vacant_one_never_covered() {
         task: "e".into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, &mut store, at(600_100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));

@@ -567,6 +567,7 @@ fn a_lease_whose_check_after_a_fenced_claim_was_lost_is_deleted_by_the_node_once
         task: "t".into(),
         tick,
         intent: crate::coord::ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     node.handle(Input::Request { req: 7, request }, at(100));
     let mut lost = false;

@@ -374,6 +374,7 @@ fn claim_as_the_pause_arrives_with(
         task: task.into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     node.handle(request(900, claim), at(100));
     let mut served = PausedClaim {
@@ -476,6 +477,7 @@ fn a_claim_of_a_task_not_paused_runs() {
         task: "t".into(),
         tick: tick(),
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, &mut store, at(100), claim);
     assert_eq!(answer, Answered::Claim(ClaimOutcome::Claimed));

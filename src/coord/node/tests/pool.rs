@@ -112,6 +112,7 @@ fn claim(intent: ClaimIntent) -> Request {
         task: "p".into(),
         tick: tick(),
         intent,
+        ticks: Vec::new(),
     }
 }
 
@@ -256,6 +257,7 @@ fn a_unit_gained_after_the_daemon_read_the_record_is_claimed_from_its_own_record
         task: "p".into(),
         tick: earlier,
         intent: ClaimIntent::Run,
+        ticks: Vec::new(),
     };
     let answer = ask_at(&mut node, &mut store, at(300), missed);
     assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));

@@ -38,6 +38,7 @@ fn claim(tick: DateTime<chrono::Utc>, intent: ClaimIntent) -> Request {
         task: "t".into(),
         tick,
         intent,
+        ticks: Vec::new(),
     }
 }
 

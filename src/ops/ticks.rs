@@ -1,0 +1,131 @@
+//! `zkcron history TASK --ticks`: a task's tick ledger (`plan::ledger`), every tick of its
+//! schedule within the history's reach: the runs (from the history) and the ticks not run
+//! (from its fire record, or its units' records joined), with the ticks nobody has accounted
+//! for yet when the task is paused or no node leads it. The same lines answer
+//! `GET /api/tasks/TASK/ticks` and draw the task page's strip.
+
+use chrono::{DateTime, Utc};
+
+use super::model::{self, Snapshot};
+use super::render;
+use crate::coord::record;
+use crate::coord::records::{FireRecord, HistoryEntry, RunTrigger};
+use crate::plan::ledger::{self, Line, Open, Reason, TickEntry};
+use crate::schedule::Schedule;
+
+/// The scheduled runs of `runs` as the ledger's ran ticks: tick and fire id.
+pub fn ran(runs: &[HistoryEntry]) -> Vec<(DateTime<Utc>, String)> {
+    runs.iter()
+        .filter(|r| r.trigger == RunTrigger::Schedule && !r.backfill && r.after.is_none())
+        .map(|r| (r.tick, r.fire_id.clone()))
+        .collect()
+}
+
+/// The ledger of `task` in a cluster: its records' entries, its history's scheduled `runs`,
+/// and the open ticks when it is paused or nobody may or does lead it.
+pub fn of_cluster(
+    snapshot: &Snapshot,
+    task: &str,
+    runs: &[HistoryEntry],
+    now: DateTime<Utc>,
+) -> Vec<Line> {
+    let unit = format!("{task}@");
+    let records: Vec<&FireRecord> = snapshot
+        .fire_records
+        .iter()
+        .filter(|(name, _)| *name == task || name.starts_with(&unit))
+        .map(|(_, record)| record)
+        .collect();
+    let open = records
+        .iter()
+        .filter_map(|r| record::accounted(r))
+        .max()
+        .and_then(|after| {
+            let reason = if snapshot.paused.contains_key(task) {
+                Reason::Paused
+            } else if model::no_one_may_run(snapshot, task).is_some() {
+                Reason::NoEligibleNode
+            } else if records.len() == 1 && !snapshot.leases.contains_key(task) {
+                Reason::NoNode
+            } else {
+                return None;
+            };
+            Some(Open { after, now, reason })
+        });
+    let stored = joined(records.iter().map(|r| r.ticks.as_slice()));
+    let schedule = model::schedule_of(snapshot, task);
+    ledger::lines(&stored, &ran(runs), schedule.as_ref(), open)
+}
+
+/// The ledger of a task of the embedded backend: its record's `entries` and its accounted
+/// tick (`last`), its history's `runs`, its `schedule`, and whether it is `paused`.
+pub fn of_local(
+    entries: &[TickEntry],
+    last: Option<DateTime<Utc>>,
+    runs: &[HistoryEntry],
+    schedule: Option<&Schedule>,
+    paused: bool,
+    now: DateTime<Utc>,
+) -> Vec<Line> {
+    let open = last.filter(|_| paused).map(|after| Open {
+        after,
+        now,
+        reason: Reason::Paused,
+    });
+    ledger::lines(entries, &ran(runs), schedule, open)
+}
+
+/// The entries of several records (a task's units) in one list, each once.
+fn joined<'a>(records: impl Iterator<Item = &'a [TickEntry]>) -> Vec<TickEntry> {
+    let mut all: Vec<TickEntry> = Vec::new();
+    for entries in records {
+        for entry in entries {
+            if !all.contains(entry) {
+                all.push(*entry);
+            }
+        }
+    }
+    all
+}
+
+/// The lines from `since` on (those that end at or after it).
+pub fn since(mut lines: Vec<Line>, since: Option<DateTime<Utc>>) -> Vec<Line> {
+    if let Some(since) = since {
+        lines.retain(|line| line.to >= since);
+    }
+    lines
+}
+
+/// `zkcron history TASK --ticks`: one line per entry, oldest first.
+pub fn render(lines: &[Line]) -> String {
+    let mut rows = vec![vec![
+        "FROM".to_string(),
+        "TO".into(),
+        "TICKS".into(),
+        "OUTCOME".into(),
+        "WHY OR FIRE ID".into(),
+    ]];
+    for line in lines {
+        let why = match (&line.fire_id, line.reason) {
+            (Some(fire_id), _) => fire_id.clone(),
+            (None, Some(reason)) => format!("{}: {}", reason.code(), reason.message()),
+            (None, None) => "-".into(),
+        };
+        rows.push(vec![
+            render::instant(line.from),
+            if line.to == line.from {
+                "-".into()
+            } else {
+                render::instant(line.to)
+            },
+            if line.count == 0 {
+                "?".into()
+            } else {
+                line.count.to_string()
+            },
+            line.outcome.code().into(),
+            why,
+        ]);
+    }
+    render::table(&rows)
+}
