@@ -204,6 +204,7 @@ fn the_daemon_s_firing_rules_have_no_deliberate_bug_on() {
             ignore_pause: false,
             ignore_overlap: false,
             queue_every_tick: false,
+            forget_ledger: false,
         }
     );
     assert_eq!(firing.reset_flags, config.reset_flags);

@@ -276,6 +276,7 @@ impl<P> Firing<P> {
             if let State::Active(activation) = &mut entry.state {
                 activation.doing = Doing::Ready;
             }
+            self.note(key, [TickEntry::one(tick.instant, Reason::Deadline)]);
             return;
         }
         let may_fire = {
@@ -559,6 +560,7 @@ impl<P> Firing<P> {
         let carried = self.take_noted(key);
         let mut ticks = carried.clone();
         match intent {
+            _ if self.config.bugs.forget_ledger => {}
             ClaimIntent::Skip => ledger::push(&mut ticks, TickEntry::one(tick, Reason::Overlap)),
             ClaimIntent::Drop => ledger::push(&mut ticks, TickEntry::one(tick, Reason::QueueFull)),
             _ => {}

@@ -43,6 +43,8 @@ pub struct FiringBugs {
     /// With `overlap = "queue"`, a tick due while one waits is queued too (instead of
     /// dropped): the record's queued tick is replaced, and the first one never runs.
     pub queue_every_tick: bool,
+    /// The ticks not run are recorded nowhere (no tick ledger entry).
+    pub forget_ledger: bool,
 }
 
 impl FiringBugs {

@@ -169,11 +169,10 @@ pub fn push(entries: &mut Vec<TickEntry>, entry: TickEntry) {
     entries.push(entry);
 }
 
-/// A fire record's entries after a write that carries `new`: `stored` with `new` appended (a
-/// duplicate, or an entry of ticks the record already accounts for, left out), the first new one
-/// joined to the last stored one when it continues it (same reason, and no claim to run since:
-/// `record`, the record's tick before the write, is not after the stored one's end), and the
-/// newest [`STORED_ENTRIES`] kept.
+/// A fire record's entries after a write that carries `new`: `stored` with `new` added (one it
+/// holds already left out), the first new one joined to the last stored one when it continues
+/// it (same reason, and no claim to run since: `record`, the record's tick before the write, is
+/// not after the stored one's end), oldest first, and the newest [`STORED_ENTRIES`] kept.
 pub fn merged(
     stored: &[TickEntry],
     new: &[TickEntry],
@@ -184,17 +183,23 @@ pub fn merged(
         .last()
         .is_some_and(|last| record.is_none_or(|record| record <= last.to));
     for entry in new {
-        let covered = entries.last().is_some_and(|last| entry.to <= last.to);
+        // Written already (a claim whose answer was lost carries its entries again).
+        let covered = entries
+            .iter()
+            .any(|e| e.from <= entry.from && entry.to <= e.to && e.reason == entry.reason);
         if covered {
             continue;
         }
-        if joinable {
+        let follows = entries.last().is_none_or(|last| last.to < entry.from);
+        if joinable && follows {
             push(&mut entries, *entry);
         } else {
             entries.push(*entry);
         }
-        joinable = true;
+        joinable = follows;
     }
+    // An entry given back by a failed claim can arrive after newer ones: oldest first.
+    entries.sort_by_key(|e| e.from);
     if entries.len() > STORED_ENTRIES {
         entries.drain(..entries.len() - STORED_ENTRIES);
     }

@@ -127,6 +127,17 @@ fn the_checker_reports_lost_ticks_without_catch_up() {
     assert_checker_finds(Kind::TickLost, ClaimMode::Fenced, NodeBug::NoCatchUp);
 }
 
+/// The ledger check is not vacuous: a firing core that records no tick it does not run (missed
+/// before its start, past a deadline, skipped for overlap) leaves ticks unaccounted.
+#[test]
+fn the_checker_reports_ticks_the_ledger_does_not_account_for() {
+    assert_checker_finds(
+        Kind::TickUnaccounted,
+        ClaimMode::Fenced,
+        NodeBug::ForgetLedger,
+    );
+}
+
 /// A daemon that fires the tasks the node leads without asking whether the operator paused
 /// them claims ticks of paused tasks.
 #[test]

@@ -56,6 +56,9 @@ pub(crate) enum Kind {
     /// An operator's write (`zkcron resume`) cleared a fire record's queued tick without
     /// starting it: a claimed tick that never runs.
     QueuedTickDropped,
+    /// A tick up to the newest one a fire record accounts for was neither claimed nor in the
+    /// record's tick ledger.
+    TickUnaccounted,
 }
 
 /// A run whose process has not exited.
@@ -80,7 +83,11 @@ impl Violation {
     pub(crate) fn is_safety(&self) -> bool {
         !matches!(
             self.kind,
-            Kind::TickLost | Kind::TickLate | Kind::NotConverged | Kind::QueuedTickDropped
+            Kind::TickLost
+                | Kind::TickLate
+                | Kind::NotConverged
+                | Kind::QueuedTickDropped
+                | Kind::TickUnaccounted
         )
     }
 

@@ -334,6 +334,7 @@ mod checker;
 mod drive;
 mod every_node;
 mod findings;
+mod ledger;
 mod pause_failure;
 mod pools;
 mod queued;

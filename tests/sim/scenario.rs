@@ -67,6 +67,8 @@ pub(crate) enum NodeBug {
     /// The operator's rule `bugs.resume_drops_queued`: `zkcron resume` moves the fire record
     /// without its queued tick, which then never runs.
     ResumeDropsQueued,
+    /// The core's `bugs.forget_ledger`: the ticks it does not run are recorded nowhere.
+    ForgetLedger,
 }
 
 impl NodeBug {
@@ -79,6 +81,7 @@ impl NodeBug {
             ignore_pause: self == NodeBug::IgnorePause,
             ignore_overlap: self == NodeBug::NoOverlapCheck,
             queue_every_tick: self == NodeBug::QueueEveryTick,
+            forget_ledger: self == NodeBug::ForgetLedger,
         }
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Stats {
     /// reply, or could not tell from the record after losing the reply (at most once).
     pub(crate) claimed_not_run: u64,
     pub(crate) live_ticks: u64,
+    /// Ticks the ledger check found claimed or recorded as not run.
+    pub(crate) ledger_ticks: u64,
     pub(crate) on_time_checked: u64,
     /// Queued ticks started (`overlap = "queue"`).
     pub(crate) queued_started: u64,
@@ -50,6 +52,7 @@ impl Stats {
         self.expiries += o.expiries;
         self.claimed_not_run += o.claimed_not_run;
         self.live_ticks += o.live_ticks;
+        self.ledger_ticks += o.ledger_ticks;
         self.on_time_checked += o.on_time_checked;
         self.backfill_runs += o.backfill_runs;
         self.chained_runs += o.chained_runs;

@@ -632,6 +632,7 @@ impl<'s> Sim<'s> {
         self.check_converged();
         self.check_liveness();
         self.check_chains();
+        self.check_ledger();
     }
 
     pub(crate) fn dispatch(&mut self, ev: Ev) {

@@ -1,0 +1,81 @@
+//! The tick ledger accounts for every tick (`plan::ledger`): at the end of a run, each tick of
+//! each task (or unit) up to the newest one its fire record accounts for was claimed (to run,
+//! or as skipped with its entry) or lies in an entry of the record's ledger with its reason. A
+//! deliberate bug (`FiringBugs::forget_ledger`) shows the check can fail.
+
+use zkcron::coord::record;
+use zkcron::coord::records::FireRecord;
+use zkcron::plan::ledger::STORED_ENTRIES;
+
+use super::*;
+
+impl Sim<'_> {
+    pub(crate) fn check_ledger(&mut self) {
+        let sc = self.sc;
+        for (t, task) in sc.tasks.iter().enumerate() {
+            let path = format!("{BASE}/tasks/{}", task.name);
+            let Some(record) = self
+                .zk
+                .nodes
+                .get(&path)
+                .and_then(|z| serde_json::from_slice::<FireRecord>(&z.data).ok())
+            else {
+                continue;
+            };
+            let Some(accounted) = record::accounted(&record) else {
+                continue;
+            };
+            let first_claim = self
+                .check
+                .claims
+                .range((t, DateTime::<Utc>::MIN_UTC)..=(t, DateTime::<Utc>::MAX_UTC))
+                .next()
+                .map(|((_, tick), _)| *tick);
+            let mut from = if task.initial_record {
+                Some(epoch())
+            } else {
+                first_claim.map(|c| c - TimeDelta::milliseconds(1))
+            };
+            // A record keeps the newest entries: older ticks are no longer accounted there.
+            if record.ticks.len() >= STORED_ENTRIES {
+                from = from.max(Some(record.ticks[0].from - TimeDelta::milliseconds(1)));
+            }
+            let Some(from) = from else { continue };
+            for tick in task.rules.schedule.ticks_after(from) {
+                if tick > accounted {
+                    break;
+                }
+                self.stats.ledger_ticks += 1;
+                let claimed = self.check.claims.contains_key(&(t, tick));
+                let entry = record.ticks.iter().find(|e| e.from <= tick && tick <= e.to);
+                if claimed || entry.is_some() {
+                    continue;
+                }
+                let entries: Vec<String> = record
+                    .ticks
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{:.3}s–{:.3}s {}",
+                            secs(e.from),
+                            secs(e.to),
+                            e.reason.code()
+                        )
+                    })
+                    .collect();
+                self.check.violation(
+                    Kind::TickUnaccounted,
+                    sc.end,
+                    t,
+                    tick,
+                    format!(
+                        "tick {:.3}s of {} was neither claimed nor in its ledger (accounted to {:.3}s; entries: {entries:?})",
+                        secs(tick),
+                        task.name,
+                        secs(accounted)
+                    ),
+                );
+            }
+        }
+    }
+}
