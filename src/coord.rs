@@ -57,6 +57,9 @@ pub struct Leadership {
     /// The tasks the operator paused (`zkcron pause`), cluster-wide: a leader keeps their
     /// leases and fires nothing of them.
     pub paused_tasks: Arc<BTreeSet<String>>,
+    /// The tasks this node defines that no live node may run (`version_req`, `require_labels`,
+    /// drains): their ticks pass unrun (`zkcron_task_no_eligible_node`).
+    pub no_eligible: Arc<BTreeSet<String>>,
     /// Pending manual runs (`zkcron trigger`) of the tasks this node leads, by task, oldest
     /// first. The daemon runs each once, after [`Coordinator::claim_manual`] says `Claimed`.
     pub triggers: Arc<BTreeMap<String, Vec<Trigger>>>,

@@ -415,6 +415,7 @@ impl<C: Coordinator> Daemon<C> {
     fn apply_leadership(&mut self) {
         let leadership = self.shared.leadership.borrow().clone();
         self.shared.metrics.set_leases_held(leadership.tasks.len());
+        self.shared.metrics.set_no_eligible(&leadership.no_eligible);
         let items = work_items_run(&self.config.loaded.get(), &leadership);
         self.shared.metrics.set_work_items(items);
         let waiting = leadership.backfills.values().map(Vec::len).sum();

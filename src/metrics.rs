@@ -514,6 +514,11 @@ impl Metrics {
         self.0.ticks.add(task, outcome, reason, count);
     }
 
+    /// The tasks no live node may run now (`zkcron_task_no_eligible_node`).
+    pub fn set_no_eligible(&self, tasks: &std::collections::BTreeSet<String>) {
+        self.0.ticks.set_no_eligible(tasks);
+    }
+
     /// A run ended successfully at `at_unix` (seconds since the epoch).
     pub fn succeeded(&self, task: &str, at_unix: f64) {
         self.0.tasks.update(task, |counts| {

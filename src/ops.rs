@@ -41,6 +41,8 @@ pub mod render;
 #[cfg(test)]
 mod tests;
 pub mod ticks;
+#[cfg(test)]
+mod ticks_tests;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -233,7 +235,7 @@ async fn run_cluster(command: OpsCommand, client: &ClusterClient) -> anyhow::Res
                 return Err(unknown_task(&snapshot, &task));
             }
             let lines = ticks::of_cluster(&snapshot, &task, &runs, client.clock.now());
-            print_ticks(&task, ticks::since(lines, since), json)?;
+            print_ticks(&task, lines, since, json)?;
             return Ok(ExitCode::SUCCESS);
         }
         OpsCommand::History { task, n, json, .. } => {
@@ -303,14 +305,22 @@ async fn cluster_explain(client: &ClusterClient, task: &str, json: bool) -> anyh
     }
 }
 
-/// Prints the newest `n` of `runs` (oldest first as stored) newest first.
+/// `history --ticks`: the ledger's `lines` from `since`.
 fn print_ticks(
     task: &str,
     lines: Vec<crate::plan::ledger::Line>,
+    since: Option<DateTime<Utc>>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let any = !lines.is_empty();
+    let lines = ticks::since(lines, since);
     if json {
         print_json(&lines)
+    } else if let (true, Some(since)) = (any && lines.is_empty(), since) {
+        emit(&format!(
+            "zkcron: no tick of {task} recorded since {}\n",
+            render::instant(since)
+        ))
     } else if lines.is_empty() {
         emit(&format!(
             "zkcron: task {task} has no recorded ticks yet (its ledger starts with its first claim)\n"
@@ -320,6 +330,7 @@ fn print_ticks(
     }
 }
 
+/// Prints the newest `n` of `runs` (oldest first as stored) newest first.
 fn print_history(
     task: &str,
     runs: &mut Vec<HistoryEntry>,
@@ -454,7 +465,7 @@ fn run_local(
         } => {
             let reply = local::ask(state_dir, &Request::Ticks { task: task.clone() })?;
             let lines = reply.ticks.unwrap_or_default();
-            print_ticks(&task, ticks::since(lines, since), json)?;
+            print_ticks(&task, lines, since, json)?;
         }
         OpsCommand::History { task, n, json, .. } => {
             let reply = local::ask(

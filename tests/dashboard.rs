@@ -104,6 +104,20 @@ fn check_in_browser(browser: &Browser, address: &str, leaders: &[(&str, &str)], 
     wait_for("the task page to list tick's runs", LIMIT, || {
         browser.text_of("#history-table tbody").contains("tick@")
     });
+    // The strip of its recent ticks: a cell per entry, coloured by outcome, what became of it
+    // (here a run's fire id) in its title.
+    let ran = browser.execute(
+        "return Array.from(document.querySelectorAll('#tick-strip .tick.ran')).map(c => c.title);",
+        vec![],
+    );
+    assert!(
+        ran.as_array().is_some_and(|titles| !titles.is_empty()
+            && titles
+                .iter()
+                .all(|t| t.as_str().unwrap().starts_with("ran 1 tick(s) ")
+                    && t.as_str().unwrap().contains("tick@"))),
+        "{ran}"
+    );
     let definition = browser.text_of("#definition + dl");
     assert!(
         definition.contains(EVIL),

@@ -215,7 +215,14 @@ async fn ticks(task: &str, config: &ControlConfig, coordinator: &LocalCoordinato
         return unknown(task, config, &specs);
     };
     let record = coordinator.fire_record(task).await;
-    let entries = record.as_ref().map(|r| r.ticks.clone()).unwrap_or_default();
+    let mut entries = record.as_ref().map(|r| r.ticks.clone()).unwrap_or_default();
+    // Claimed to run by an earlier life of this daemon that never recorded its end.
+    if let Ok(Some(lost)) = coordinator.orphaned_tick(task).await {
+        entries.push(crate::plan::ledger::TickEntry::one(
+            lost,
+            crate::plan::ledger::Reason::NodeLost,
+        ));
+    }
     let last = record.as_ref().and_then(crate::coord::record::accounted);
     let runs = coordinator.history(task, usize::MAX);
     let paused = coordinator.paused().contains(task);

@@ -52,9 +52,32 @@ pub fn of_cluster(
             };
             Some(Open { after, now, reason })
         });
-    let stored = joined(records.iter().map(|r| r.ticks.as_slice()));
+    let mut stored = joined(records.iter().map(|r| r.ticks.as_slice()));
+    let ran = ran(runs);
+    let result = snapshot.results.get(task).map(|r| r.tick);
+    for record in &records {
+        let live = snapshot.members.iter().any(|m| m.record.id == record.node);
+        stored.extend(lost(record, &ran, result, live));
+    }
     let schedule = model::schedule_of(snapshot, task);
-    ledger::lines(&stored, &ran(runs), schedule.as_ref(), open)
+    ledger::lines(&stored, &ran, schedule.as_ref(), open)
+}
+
+/// The newest tick of `record` as lost with its node: claimed to run by a node that is no
+/// longer `live`, with no run of it in the history and no result of it or a later tick.
+/// (`on_node_loss = "rerun"` runs it again: then its rerun is in the history.) Only the record's
+/// own tick can be told: older claims are overwritten.
+fn lost(
+    record: &FireRecord,
+    ran: &[(DateTime<Utc>, String)],
+    result: Option<DateTime<Utc>>,
+    live: bool,
+) -> Option<TickEntry> {
+    let tick = record
+        .tick
+        .filter(|_| record.run && !live && !record.node.is_empty())?;
+    let recorded = ran.iter().any(|(t, _)| *t == tick) || result.is_some_and(|r| r >= tick);
+    (!recorded).then(|| TickEntry::one(tick, Reason::NodeLost))
 }
 
 /// The ledger of a task of the embedded backend: its record's `entries` and its accounted

@@ -31,5 +31,6 @@ mod ops;
 mod pause;
 mod pools;
 mod queue;
+mod ticks;
 mod trigger_history;
 mod upgrade;

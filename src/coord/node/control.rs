@@ -508,6 +508,12 @@ impl Node {
         }
         let old = std::mem::take(&mut self.control.problems);
         self.report_changes(&old, &problems, "a live node may run it again");
+        if old.keys().ne(problems.keys()) {
+            self.leases.leadership.no_eligible = Arc::new(problems.keys().cloned().collect());
+            self.io
+                .out
+                .push_back(Output::Leadership(self.leases.leadership.clone()));
+        }
         self.control.problems = problems;
         let old = std::mem::take(&mut self.control.drift);
         self.report_changes(&old, &drift, "live nodes define it alike again");

@@ -127,3 +127,31 @@ fn a_tick_past_its_starting_deadline_is_noted_as_such() {
     assert_eq!(intent, ClaimIntent::Note);
     assert_eq!(ticks, [TickEntry::one(tick, Reason::Deadline)]);
 }
+
+/// Simulation seed 135: a caught-up tick that waited behind a long run past its
+/// `starting_deadline` was dropped with a log line and no ledger entry: nothing accounted for it.
+#[test]
+fn a_caught_up_tick_dropped_past_its_deadline_is_in_the_ledger() {
+    let spec = every_minute(
+        "t",
+        "overlap = \"skip\"\ncatch_up = \"all\"\nstarting_deadline = \"100s\"",
+    );
+    let mut shell = Shell::new(at(190), vec![spec], &["t"]);
+    shell.read_record(Some(at(60)));
+    shell.count_elsewhere(0);
+    shell.prepare();
+    let (call, tick, _, _) = shell.claim_carrying();
+    assert_eq!(tick, at(120));
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    let run = shell.spawned().0;
+    // 180 waits for the run, which ends when 180 is 110 s old: dropped, and noted so.
+    shell.run_until(at(290));
+    shell.handle(Input::RunEnded { run });
+    if shell.has(|a| matches!(a, Action::CountRunsElsewhere { .. })) {
+        shell.count_elsewhere(0);
+    }
+    shell.prepare();
+    let (_, tick, _, ticks) = shell.claim_carrying();
+    assert_eq!(tick, at(240));
+    assert_eq!(ticks, [TickEntry::one(at(180), Reason::Deadline)]);
+}

@@ -149,3 +149,23 @@ fn every_reason_has_its_code_and_a_sentence() {
         assert!(reason.message().len() > 20, "{reason:?}");
     }
 }
+
+/// Simulation seed 86: entries given back by a failed claim reached the record after newer
+/// ones, and the record dropped them as written already: their ticks were accounted nowhere.
+#[test]
+fn an_entry_older_than_the_stored_ones_is_kept_in_order() {
+    let newer = [TickEntry::one(
+        utc("2026-01-01T00:05:00Z"),
+        Reason::Deadline,
+    )];
+    let older = [entry(
+        "2026-01-01T00:01:00Z",
+        "2026-01-01T00:03:00Z",
+        3,
+        Reason::NoNode,
+    )];
+    let stored = merged(&newer, &older, None);
+    assert_eq!(stored, [older[0], newer[0]]);
+    // Carried once more (its answer lost): still once.
+    assert_eq!(merged(&stored, &older, None), stored);
+}

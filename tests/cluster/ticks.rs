@@ -1,0 +1,86 @@
+//! The tick ledger in a cluster: the ticks the leader skips for `overlap` are in the fire
+//! record, read by `zkcron history --ticks` on any host and by every node's API, and counted
+//! in the leader's `/metrics`; when the only node a task's labels allow leaves, the ticks that
+//! pass are shown missed for `no_eligible_node`, and `zkcron_task_no_eligible_node` says so.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::cluster::Cluster;
+use crate::common::http_get;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn ledger(cluster: &Cluster, task: &str) -> Vec<Value> {
+    let out = cluster.zkcron_ok(&["history", task, "--ticks", "--json"]);
+    serde_json::from_str(&out).unwrap()
+}
+
+fn has(entries: &[Value], outcome: &str, reason: Option<&str>, at_least: u64) -> bool {
+    entries.iter().any(|e| {
+        e["outcome"] == outcome
+            && reason.is_none_or(|r| e["reason"] == r)
+            && e["count"].as_u64().unwrap_or(0) >= at_least
+    })
+}
+
+#[test]
+fn the_cluster_s_ledger_shows_overlap_skips_and_ticks_no_eligible_node_could_run() {
+    let mut cluster = Cluster::new();
+    cluster.write_task(
+        "slow",
+        "schedule = \"* * * * * *\"\ncommand = \"sleep 2.5\"\noverlap = \"skip\"\n",
+    );
+    cluster.write_task(
+        "gpu",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\nrequire_labels = { gpu = \"yes\" }\n",
+    );
+    let mut addresses = Vec::new();
+    for (id, labels) in [("ticks-a", "{ gpu = \"yes\" }"), ("ticks-b", "{}")] {
+        let mut node = cluster.new_node(id);
+        node.config = format!("[node]\nlabels = {labels}\n[http]\nlisten = \"127.0.0.1:0\"\n");
+        addresses.push(cluster.start(node).served_address());
+    }
+
+    // Skips for overlap, from any host; the API of each node says the same.
+    cluster.wait("an overlap skip in slow's ledger", LIMIT, |c| {
+        let entries = ledger(c, "slow");
+        has(&entries, "ran", None, 1) && has(&entries, "skipped", Some("overlap"), 1)
+    });
+    for address in &addresses {
+        let (status, body) = http_get(address, "/api/tasks/slow/ticks");
+        assert_eq!(status, 200, "{body}");
+        let api: Vec<Value> = serde_json::from_str(&body).unwrap();
+        assert!(has(&api, "skipped", Some("overlap"), 1), "{body}");
+    }
+    let counted = addresses.iter().any(|address| {
+        let (_, metrics) = http_get(address, "/metrics");
+        metrics.contains("zkcron_ticks_total{task=\"slow\",outcome=\"skipped\",reason=\"overlap\"}")
+    });
+    assert!(
+        counted,
+        "no node counts slow's skips\n{}",
+        cluster.diagnostics()
+    );
+
+    // gpu runs on ticks-a alone; once it leaves, nobody may run it.
+    cluster.wait("a run of gpu", LIMIT, |c| {
+        has(&ledger(c, "gpu"), "ran", None, 1)
+    });
+    cluster.stop("ticks-a");
+    cluster.wait("ticks no eligible node could run", LIMIT, |c| {
+        has(&ledger(c, "gpu"), "missed", Some("no_eligible_node"), 2)
+    });
+    let table = cluster.zkcron_ok(&["history", "gpu", "--ticks"]);
+    assert!(
+        table.contains("missed")
+            && table.contains("no_eligible_node: no live node may run the task"),
+        "{table}"
+    );
+    let (_, metrics) = http_get(&addresses[1], "/metrics");
+    assert!(
+        metrics.contains("zkcron_task_no_eligible_node{task=\"gpu\"} 1"),
+        "{metrics}"
+    );
+}

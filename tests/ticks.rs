@@ -1,0 +1,159 @@
+//! The tick ledger on the embedded backend, from the outside: `zkcron history TASK --ticks`
+//! lists the runs with their fire ids and the ticks skipped for `overlap` with their reason
+//! (and `--json`, `--since`); a paused period is one entry counted from the schedule; the API
+//! and `/metrics` say the same. (In a cluster: `tests/cluster/ticks.rs`.)
+// Real daemons and processes against the real clock.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Scratch, Served, http_get, wait_for};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `history TASK --ticks --json` (and its other `args`): the entries.
+fn ticks(scratch: &Scratch, task: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["history", task, "--ticks", "--json"];
+    all.extend_from_slice(args);
+    let out = scratch.cli(&all);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+}
+
+fn has(entries: &[Value], outcome: &str, reason: Option<&str>) -> bool {
+    entries.iter().any(|e| {
+        e["outcome"] == outcome
+            && reason.is_none_or(|r| e["reason"] == r)
+            && e["count"].as_u64().unwrap_or(0) >= 1
+    })
+}
+
+#[test]
+fn history_ticks_lists_the_runs_and_the_ticks_skipped_for_overlap_with_their_reason() {
+    let served = Served::start(
+        None,
+        &[(
+            "slow",
+            "schedule = \"* * * * * *\"\ncommand = \"sleep 2.5\"\noverlap = \"skip\"\n",
+        )],
+    );
+    let scratch = &served.scratch;
+    let mut entries = Vec::new();
+    wait_for("a run and an overlap skip in the ledger", LIMIT, || {
+        entries = ticks(scratch, "slow", &[]);
+        has(&entries, "ran", None) && has(&entries, "skipped", Some("overlap"))
+    });
+    let ran = entries.iter().find(|e| e["outcome"] == "ran").unwrap();
+    assert!(
+        ran["fire_id"].as_str().unwrap().starts_with("slow@") && ran["reason"].is_null(),
+        "{ran}"
+    );
+    let skipped = entries.iter().find(|e| e["reason"] == "overlap").unwrap();
+    assert_eq!(skipped["outcome"], "skipped");
+    assert!(
+        skipped["message"]
+            .as_str()
+            .unwrap()
+            .contains("the previous run was still going"),
+        "{skipped}"
+    );
+    // Entries are oldest first.
+    let froms: Vec<&str> = entries
+        .iter()
+        .map(|e| e["from"].as_str().unwrap())
+        .collect();
+    assert!(froms.windows(2).all(|w| w[0] <= w[1]), "{froms:?}");
+
+    // For people: a table with the reason's code and sentence.
+    let out = scratch.cli(&["history", "slow", "--ticks"]);
+    let table = text(&out.stdout);
+    assert!(
+        table.starts_with("FROM") && table.contains("skipped") && table.contains("overlap: "),
+        "{table}"
+    );
+    // --since after every entry: nothing, said so.
+    let out = scratch.cli(&[
+        "history",
+        "slow",
+        "--ticks",
+        "--since",
+        "2999-01-01T00:00:00Z",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        "zkcron: no tick of slow recorded since 2999-01-01T00:00:00Z\n"
+    );
+
+    // The API serves the same lines, and /metrics counts the skips.
+    let (status, body) = http_get(&served.address, "/api/tasks/slow/ticks");
+    assert_eq!(status, 200, "{body}");
+    let api: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert!(has(&api, "skipped", Some("overlap")), "{body}");
+    let (_, metrics) = http_get(&served.address, "/metrics");
+    assert!(
+        metrics
+            .contains("zkcron_ticks_total{task=\"slow\",outcome=\"skipped\",reason=\"overlap\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_paused_period_is_one_entry_of_its_ticks_counted_from_the_schedule() {
+    let scratch = Scratch::new();
+    scratch.write_task("beat", "schedule = \"* * * * * *\"\ncommand = \"true\"\n");
+    let _daemon = scratch.start_daemon(&[]);
+    wait_for("a run of beat", LIMIT, || {
+        has(&ticks(&scratch, "beat", &[]), "ran", None)
+    });
+    let out = scratch.cli(&["pause", "beat"]);
+    assert!(out.status.success(), "{out:?}");
+    // While paused, the ticks since the record are shown as paused, open.
+    wait_for("three paused ticks", LIMIT, || {
+        ticks(&scratch, "beat", &[])
+            .iter()
+            .any(|e| e["reason"] == "paused" && e["count"].as_u64() >= Some(3))
+    });
+    let out = scratch.cli(&["resume", "beat"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut entries = Vec::new();
+    wait_for("a run after the paused period", LIMIT, || {
+        entries = ticks(&scratch, "beat", &[]);
+        let paused = entries.iter().position(|e| e["reason"] == "paused");
+        paused.is_some_and(|p| entries[p + 1..].iter().any(|e| e["outcome"] == "ran"))
+    });
+    let paused: Vec<&Value> = entries.iter().filter(|e| e["reason"] == "paused").collect();
+    assert_eq!(paused.len(), 1, "{entries:?}");
+    assert!(paused[0]["count"].as_u64().unwrap() >= 3, "{entries:?}");
+}
+
+#[test]
+fn history_ticks_of_an_unknown_task_and_since_without_ticks_are_refused_with_the_fix() {
+    let scratch = Scratch::new();
+    scratch.write_task("beat", "schedule = \"0 0 * * *\"\ncommand = \"true\"\n");
+    let _daemon = scratch.start_daemon(&[]);
+    let out = scratch.cli(&["history", "beet", "--ticks"]);
+    assert!(!out.status.success());
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("unknown task beet") && said.contains("did you mean beat?"),
+        "{said}"
+    );
+    let out = scratch.cli(&["history", "beat", "--since", "2026-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--ticks"), "{out:?}");
+    // A task that never fired has no ledger yet, and says so.
+    let out = scratch.cli(&["history", "beat", "--ticks"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("task beat has no recorded ticks yet"),
+        "{out:?}"
+    );
+}
