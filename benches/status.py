@@ -17,6 +17,11 @@ machine facts (load average before and after). Stops everything it started, also
 the CLI finds the newest run's node in the task's history and fire record and that node's
 endpoint in its member record, then reads the run's output (`--lines` lines) over HTTP; every
 member advertises one local HTTP server (here, in this script) that serves it.
+
+`--ticks` times `zkcron history TASK --ticks` and `--ticks --json` instead (`--runs` times
+each): the task of the middle of the set has a full ledger in its fire record (64 entries) and
+100 runs in its history; the CLI reads that task's records and the cluster's members and task
+set (for its schedule), and prints every tick of the ledger.
 """
 import argparse
 import json
@@ -127,6 +132,29 @@ def time_logs(tmp, connect, args):
     }
 
 
+def time_ticks(connect, args):
+    """`zkcron history TASK --ticks` (and `--json`) of the task with the full ledger."""
+    task = f"task-{args.tasks // 2:05d}"
+    command = [ZKCRON, "history", task, "--ticks", "--zookeeper", connect, "--cluster", "bench"]
+    load_before = os.getloadavg()
+    human = [timed(command)[0] for _ in range(args.runs)]
+    runs_json = []
+    for _ in range(args.runs):
+        elapsed, out = timed(command + ["--json"])
+        runs_json.append(elapsed)
+    lines = json.loads(out)
+    if len(lines) < 164:
+        raise RuntimeError(f"history --ticks printed {len(lines)} lines, not 164")
+    return {
+        "tasks": args.tasks, "nodes": args.nodes, "task": task, "lines": len(lines),
+        "ticks_s": [round(t, 3) for t in human],
+        "ticks_median_s": round(statistics.median(human), 3),
+        "ticks_json_s": [round(t, 3) for t in runs_json],
+        "ticks_json_median_s": round(statistics.median(runs_json), 3),
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=10000)
@@ -135,6 +163,7 @@ def main():
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--logs", action="store_true")
     parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--ticks", action="store_true")
     args = parser.parse_args()
     for binary in (ZKCRON, LOADER):
         if not os.path.exists(binary):
@@ -160,8 +189,13 @@ def main():
         if args.logs:
             server = output_server(args.lines)
             env["STATUS_LOAD_HTTP"] = f"127.0.0.1:{server.server_address[1]}"
+        if args.ticks:
+            env["STATUS_LOAD_LEDGER"] = "1"
         subprocess.run([LOADER, connect, "bench", str(args.tasks), str(args.nodes)], check=True,
                        stdout=subprocess.DEVNULL, env=env)
+        if args.ticks:
+            print(json.dumps(time_ticks(connect, args), indent=1))
+            return
         if args.logs:
             try:
                 print(json.dumps(time_logs(tmp, connect, args), indent=1))

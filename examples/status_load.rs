@@ -13,6 +13,10 @@
 //! With `STATUS_LOAD_HTTP=HOST:PORT` every member advertises that HTTP endpoint (`http`), for
 //! timing `zkcron logs` against one server standing in for the nodes.
 //!
+//! With `STATUS_LOAD_LEDGER=1` the task of the middle of the set has a full tick ledger (the
+//! `STORED_ENTRIES` a fire record keeps, none joinable) and a history of 100 runs, for timing
+//! `zkcron history TASK --ticks`.
+//!
 //! With WRITES_PER_MINUTE, it then goes on as the cluster at rest does until it is killed:
 //! runs of the tasks in turn, each a claim (its fire record moved) and a result, evenly
 //! spaced; it prints `churning` once it starts.
@@ -23,9 +27,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use zkcron::coord::RunResult;
 use zkcron::coord::records::{
-    FORMAT_VERSION, FireRecord, LeaseRecord, MarkRecord, MemberRecord, Paths, ResultRecord,
-    TaskSetEntry, TaskSetRecord, TaskSetRef,
+    FORMAT_VERSION, FireRecord, HistoryEntry, HistoryRecord, LeaseRecord, MarkRecord, MemberRecord,
+    Paths, ResultRecord, RunTrigger, TaskSetEntry, TaskSetRecord, TaskSetRef,
 };
+use zkcron::plan::ledger::{Reason, STORED_ENTRIES, TickEntry};
 use zookeeper_client::{Acls, Client, CreateMode};
 
 const CHUNK: usize = 512 * 1024;
@@ -151,7 +156,11 @@ async fn main() {
         };
         let tick = now - TimeDelta::seconds((i % 3600) as i64);
         let tick = tick - TimeDelta::nanoseconds(tick.timestamp_subsec_nanos() as i64);
-        let (fire, result) = run_of(node, tick, i32::from(i % 17 == 0), 1234);
+        let (mut fire, result) = run_of(node, tick, i32::from(i % 17 == 0), 1234);
+        if i == tasks / 2 && std::env::var_os("STATUS_LOAD_LEDGER").is_some() {
+            let history = full_ledger(&mut fire, node);
+            writes.push((paths.history(name), serde_json::to_vec(&history).unwrap()));
+        }
         writes.push((paths.lease(name), serde_json::to_vec(&lease).unwrap()));
         writes.push((paths.record(name), serde_json::to_vec(&fire).unwrap()));
         writes.push((paths.result(name), serde_json::to_vec(&result).unwrap()));
@@ -206,6 +215,51 @@ async fn churn_on(
             .set_data(&paths.result(name), &result, None)
             .await
             .expect("result written");
+    }
+}
+
+/// Gives `fire` (hourly ticks at minute 10) a full ledger, skips and runs alternating over the
+/// hours before its tick, and returns the history of those runs and 36 older ones.
+fn full_ledger(fire: &mut FireRecord, node: &str) -> HistoryRecord {
+    let last = fire.tick.expect("a claimed tick");
+    let hour = |n: i64| {
+        let t = last - TimeDelta::hours(n);
+        t - TimeDelta::seconds(t.timestamp() % 3600) + TimeDelta::minutes(10)
+    };
+    let mut runs = Vec::new();
+    for n in (1..=(2 * STORED_ENTRIES as i64 + 36)).rev() {
+        if n % 2 == 0 && n <= 2 * STORED_ENTRIES as i64 {
+            let reason = if n % 4 == 0 {
+                Reason::Overlap
+            } else {
+                Reason::Deadline
+            };
+            fire.ticks.push(TickEntry::one(hour(n), reason));
+        } else {
+            runs.push(HistoryEntry {
+                fire_id: zkcron::plan::fire_id("task", hour(n)),
+                tick: hour(n),
+                node: node.to_string(),
+                release: "1.0.0".into(),
+                started_at: hour(n),
+                duration_ms: 1234,
+                exit_code: Some(0),
+                signal: None,
+                success: true,
+                attempts: 1,
+                trigger: RunTrigger::Schedule,
+                ..serde_json::from_value(serde_json::json!({
+                    "fire_id": "", "tick": hour(n), "node": "", "release": "",
+                    "started_at": hour(n), "duration_ms": 0, "exit_code": 0, "signal": null,
+                    "success": true, "attempts": 1, "trigger": "schedule"
+                }))
+                .expect("a history entry")
+            });
+        }
+    }
+    HistoryRecord {
+        format: FORMAT_VERSION,
+        runs,
     }
 }
 

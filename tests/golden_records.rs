@@ -28,6 +28,7 @@ use zkcron::coord::records::{
 };
 use zkcron::coord::zk::{ZkCoordinator, ZkSettings};
 use zkcron::coord::{ClaimIntent, ClaimOutcome, Coordinator, Leadership, RunResult};
+use zkcron::plan::ledger::{Reason, TickEntry};
 use zkcron::task::{Identity, TaskSpec, parse_task};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -204,6 +205,10 @@ fn every_form_of_the_fire_record_decodes_and_reencodes_to_the_same_json() {
     assert_eq!(encoded, skip);
     assert_eq!(record.tick, Some(at("2026-01-01T00:01:00Z")));
     assert!(!record.run);
+    assert_eq!(
+        record.ticks,
+        [TickEntry::one(at("2026-01-01T00:01:00Z"), Reason::Overlap)]
+    );
 
     let rerun = zk_fixture("fire-record-rerun.json");
     let (record, encoded) = round_trip::<FireRecord>(&rerun);
@@ -465,8 +470,13 @@ fn records_this_release_writes_match_the_golden_fixtures() {
             n1.claim("a", t1, ClaimIntent::Run).await.unwrap(),
             ClaimOutcome::Claimed
         );
+        // A tick skipped for overlap carries its ledger entry in its claim.
+        let skipped = vec![TickEntry::one(t1, Reason::Overlap)];
         assert_eq!(
-            n1.claim("b", t1, ClaimIntent::Skip).await.unwrap(),
+            n1.claim_noting("b", t1, ClaimIntent::Skip, skipped)
+                .await
+                .unwrap()
+                .0,
             ClaimOutcome::Claimed
         );
     });
