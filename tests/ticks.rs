@@ -157,3 +157,118 @@ fn history_ticks_of_an_unknown_task_and_since_without_ticks_are_refused_with_the
         "{out:?}"
     );
 }
+
+/// Until the wall clock has passed `instant` (real ticks must pass for a test of missed ones).
+fn until(instant: chrono::DateTime<chrono::Utc>) {
+    wait_for(&format!("the clock to pass {instant}"), LIMIT, || {
+        chrono::Utc::now() > instant
+    });
+}
+
+#[test]
+fn a_full_queue_and_the_active_window_skip_ticks_each_with_its_reason() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "queued",
+        "schedule = \"* * * * * *\"\ncommand = \"sleep 2.5\"\noverlap = \"queue\"\n",
+    );
+    let until = (chrono::Utc::now() + chrono::TimeDelta::seconds(3))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    scratch.write_task(
+        "window",
+        &format!("schedule = \"* * * * * *\"\ncommand = \"true\"\nactive_until = \"{until}\"\n"),
+    );
+    let _daemon = scratch.start_daemon(&[]);
+    wait_for("a tick dropped from a full queue", LIMIT, || {
+        has(
+            &ticks(&scratch, "queued", &[]),
+            "skipped",
+            Some("queue_full"),
+        )
+    });
+    let mut entries = Vec::new();
+    wait_for("two ticks after the active window", LIMIT, || {
+        entries = ticks(&scratch, "window", &[]);
+        entries
+            .iter()
+            .any(|e| e["reason"] == "window" && e["count"].as_u64() >= Some(2))
+    });
+    assert!(has(&entries, "ran", None), "{entries:?}");
+    let outside = entries.iter().find(|e| e["reason"] == "window").unwrap();
+    assert!(
+        outside["from"].as_str().unwrap() > until.as_str(),
+        "{entries:?}"
+    );
+}
+
+#[test]
+fn ticks_of_a_stopped_daemon_are_missed_no_node_and_a_stopped_process_s_late_ones_deadline() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "beat",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\ncatch_up = \"skip\"\n",
+    );
+    scratch.write_task(
+        "prompt",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\nstarting_deadline = \"1s\"\n",
+    );
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("a run of beat", LIMIT, || {
+        has(&ticks(&scratch, "beat", &[]), "ran", None)
+    });
+    // A process stopped for 3 s wakes to ticks older than their 1 s deadline.
+    daemon.signal(nix::sys::signal::Signal::SIGSTOP);
+    until(chrono::Utc::now() + chrono::TimeDelta::seconds(3));
+    daemon.signal(nix::sys::signal::Signal::SIGCONT);
+    wait_for("ticks past their deadline", LIMIT, || {
+        has(&ticks(&scratch, "prompt", &[]), "skipped", Some("deadline"))
+    });
+    // A daemon down for 3 s: its next life finds the ticks nobody fired.
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.wait_exit(LIMIT), Some(0), "{}", daemon.log());
+    until(chrono::Utc::now() + chrono::TimeDelta::seconds(3));
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log_count("zkcron started", 2, LIMIT);
+    wait_for("missed ticks found at the start", LIMIT, || {
+        ticks(&scratch, "beat", &[])
+            .iter()
+            .any(|e| e["reason"] == "no_node" && e["count"].as_u64() >= Some(2))
+    });
+    let entries = ticks(&scratch, "beat", &[]);
+    let missed = entries.iter().find(|e| e["reason"] == "no_node").unwrap();
+    assert_eq!(missed["outcome"], "missed");
+}
+
+#[test]
+fn a_run_whose_daemon_was_killed_before_its_end_is_missed_node_lost() {
+    let scratch = Scratch::new();
+    let pid = scratch.out("pid");
+    scratch.write_task(
+        "long",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = 'echo $$ > {pid}; exec sleep 2'\n",
+            pid = pid.display()
+        ),
+    );
+    let mut daemon = scratch.start_daemon(&[]);
+    wait_for("the run to start", LIMIT, || {
+        std::fs::read_to_string(&pid).is_ok_and(|p| p.ends_with('\n'))
+    });
+    daemon.signal(nix::sys::signal::Signal::SIGKILL);
+    daemon.wait_exit(LIMIT);
+    let job: i32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Its job outlives it (its own process group) and ends by itself.
+    wait_for("the orphaned job to end", LIMIT, || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(job), None).is_err()
+    });
+    // On the daemon's next life, before it runs anything else: the lost run's tick.
+    scratch.write_task("long", "schedule = \"0 0 1 1 *\"\ncommand = \"true\"\n");
+    let daemon = scratch.start_daemon(&[]);
+    daemon.wait_for_log_count("zkcron started", 2, LIMIT);
+    let entries = ticks(&scratch, "long", &[]);
+    assert!(has(&entries, "missed", Some("node_lost")), "{entries:?}");
+}

@@ -230,8 +230,8 @@ async fn ticks(task: &str, config: &ControlConfig, coordinator: &LocalCoordinato
         &entries,
         last,
         &runs,
-        Some(&spec.schedule),
-        paused,
+        &spec.schedule,
+        (paused, config.started_at),
         coordinator.now(),
     );
     Reply {

@@ -59,7 +59,19 @@ pub fn of_cluster(
         let live = snapshot.members.iter().any(|m| m.record.id == record.node);
         stored.extend(lost(record, &ran, result, live));
     }
-    let schedule = model::schedule_of(snapshot, task);
+    let schedule = model::task_entry(snapshot, task)
+        .as_ref()
+        .and_then(model::entry_schedule);
+    // Since the first live node that defines it started: the ticks its window leaves out.
+    let since = snapshot
+        .members
+        .iter()
+        .filter(|m| snapshot.entry(&m.record, task).is_some())
+        .map(|m| m.record.started_at)
+        .min();
+    if let (Some(schedule), Some(since)) = (&schedule, since) {
+        stored.extend(ledger::window_entries(schedule, since, now));
+    }
     ledger::lines(&stored, &ran, schedule.as_ref(), open)
 }
 
@@ -81,13 +93,14 @@ fn lost(
 }
 
 /// The ledger of a task of the embedded backend: its record's `entries` and its accounted
-/// tick (`last`), its history's `runs`, its `schedule`, and whether it is `paused`.
+/// tick (`last`), its history's `runs`, its `schedule`, whether it is `paused`, and when the
+/// daemon started (`since`: the ticks its window left out since).
 pub fn of_local(
     entries: &[TickEntry],
     last: Option<DateTime<Utc>>,
     runs: &[HistoryEntry],
-    schedule: Option<&Schedule>,
-    paused: bool,
+    schedule: &Schedule,
+    (paused, since): (bool, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Vec<Line> {
     let open = last.filter(|_| paused).map(|after| Open {
@@ -95,7 +108,9 @@ pub fn of_local(
         now,
         reason: Reason::Paused,
     });
-    ledger::lines(entries, &ran(runs), schedule, open)
+    let mut entries = entries.to_vec();
+    entries.extend(ledger::window_entries(schedule, since, now));
+    ledger::lines(&entries, &ran(runs), Some(schedule), open)
 }
 
 /// The entries of several records (a task's units) in one list, each once.

@@ -12,7 +12,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, Window};
 
 /// A fire record keeps this many entries, the newest.
 pub const STORED_ENTRIES: usize = 64;
@@ -306,6 +306,39 @@ pub fn lines(
     }));
     out.sort_by_key(|line| (line.from, line.outcome));
     out
+}
+
+/// The ticks of `schedule`'s expressions that its window (`active_from`, `active_until`) leaves
+/// out between `since` and `now`: before the window and after it, an entry each (`window`).
+/// Readers add them: no leader sees these ticks, which are not ticks of the windowed schedule.
+pub fn window_entries(
+    schedule: &Schedule,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<TickEntry> {
+    let window = schedule.window();
+    let raw = schedule.clone().within(Window::default());
+    let mut ranges = Vec::new();
+    if let Some(from) = window.from
+        && from > since
+    {
+        ranges.push((since, (from - TimeDelta::seconds(1)).min(now)));
+    }
+    if let Some(until) = window.until
+        && until < now
+    {
+        ranges.push((until.max(since), now));
+    }
+    ranges
+        .into_iter()
+        .filter_map(|(after, until)| count(&raw, after, until))
+        .map(|(from, to, count)| TickEntry {
+            from,
+            to,
+            count,
+            reason: Reason::Window,
+        })
+        .collect()
 }
 
 /// The first and last tick of `schedule` in `(after, until]` and how many there are (at most

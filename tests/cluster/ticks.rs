@@ -1,7 +1,8 @@
-//! The tick ledger in a cluster: the ticks the leader skips for `overlap` are in the fire
-//! record, read by `zkcron history --ticks` on any host and by every node's API, and counted
-//! in the leader's `/metrics`; when the only node a task's labels allow leaves, the ticks that
-//! pass are shown missed for `no_eligible_node`, and `zkcron_task_no_eligible_node` says so.
+//! The tick ledger in a cluster: the ticks the leader skips for `overlap` (and a full queue) are
+//! in the fire record, read by `zkcron history --ticks` on any host and by every node's API, and
+//! counted in the leader's `/metrics`; a paused period is one entry; when the only node a task's
+//! labels allow leaves, the ticks that pass are missed for `no_eligible_node` (and
+//! `zkcron_task_no_eligible_node` says so); when every node is down, for `no_node`.
 
 use std::time::Duration;
 
@@ -26,20 +27,32 @@ fn has(entries: &[Value], outcome: &str, reason: Option<&str>, at_least: u64) ->
 }
 
 #[test]
-fn the_cluster_s_ledger_shows_overlap_skips_and_ticks_no_eligible_node_could_run() {
+fn the_cluster_s_ledger_gives_each_tick_not_run_its_reason() {
     let mut cluster = Cluster::new();
     cluster.write_task(
         "slow",
         "schedule = \"* * * * * *\"\ncommand = \"sleep 2.5\"\noverlap = \"skip\"\n",
     );
     cluster.write_task(
+        "queued",
+        "schedule = \"* * * * * *\"\ncommand = \"sleep 2.5\"\noverlap = \"queue\"\n",
+    );
+    cluster.write_task(
+        "beat",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\ncatch_up = \"skip\"\n",
+    );
+    cluster.write_task(
         "gpu",
         "schedule = \"* * * * * *\"\ncommand = \"true\"\nrequire_labels = { gpu = \"yes\" }\n",
     );
     let mut addresses = Vec::new();
-    for (id, labels) in [("ticks-a", "{ gpu = \"yes\" }"), ("ticks-b", "{}")] {
+    let node = |cluster: &Cluster, id: &str, labels: &str| {
         let mut node = cluster.new_node(id);
         node.config = format!("[node]\nlabels = {labels}\n[http]\nlisten = \"127.0.0.1:0\"\n");
+        node
+    };
+    for (id, labels) in [("ticks-a", "{ gpu = \"yes\" }"), ("ticks-b", "{}")] {
+        let node = node(&cluster, id, labels);
         addresses.push(cluster.start(node).served_address());
     }
 
@@ -83,4 +96,19 @@ fn the_cluster_s_ledger_shows_overlap_skips_and_ticks_no_eligible_node_could_run
         metrics.contains("zkcron_task_no_eligible_node{task=\"gpu\"} 1"),
         "{metrics}"
     );
+
+    // Every node down for 3 s: the node that comes back finds beat's ticks nobody fired.
+    cluster.stop("ticks-b");
+    let back = chrono::Utc::now() + chrono::TimeDelta::seconds(3);
+    cluster.wait("three ticks with no node", LIMIT, |_| {
+        chrono::Utc::now() > back
+    });
+    let node = node(&cluster, "ticks-b", "{}");
+    cluster.start(node);
+    // (Until the node registers again no live node defines beat, and history says so.)
+    cluster.wait("ticks missed with no node", LIMIT, |c| {
+        let out = c.zkcron(&["history", "beat", "--ticks", "--json"]);
+        let entries: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        has(&entries, "missed", Some("no_node"), 2)
+    });
 }

@@ -169,3 +169,43 @@ fn an_entry_older_than_the_stored_ones_is_kept_in_order() {
     // Carried once more (its answer lost): still once.
     assert_eq!(merged(&stored, &older, None), stored);
 }
+
+#[test]
+fn the_ticks_an_active_window_leaves_out_are_one_entry_before_it_and_one_after() {
+    let window = Window {
+        from: Some(utc("2026-01-01T00:05:00Z")),
+        until: Some(utc("2026-01-01T00:10:00Z")),
+    };
+    let schedule = every_minute().within(window);
+    let entries = window_entries(
+        &schedule,
+        utc("2026-01-01T00:01:30Z"),
+        utc("2026-01-01T00:12:30Z"),
+    );
+    assert_eq!(
+        entries,
+        [
+            entry(
+                "2026-01-01T00:02:00Z",
+                "2026-01-01T00:04:00Z",
+                3,
+                Reason::Window
+            ),
+            entry(
+                "2026-01-01T00:11:00Z",
+                "2026-01-01T00:12:00Z",
+                2,
+                Reason::Window
+            ),
+        ]
+    );
+    // Inside the window since the start: nothing.
+    assert!(
+        window_entries(
+            &schedule,
+            utc("2026-01-01T00:06:00Z"),
+            utc("2026-01-01T00:09:00Z")
+        )
+        .is_empty()
+    );
+}
