@@ -27,6 +27,7 @@ fn has(entries: &[Value], outcome: &str, reason: Option<&str>, at_least: u64) ->
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // real processes: real ticks pass while every node is down
 fn the_cluster_s_ledger_gives_each_tick_not_run_its_reason() {
     let mut cluster = Cluster::new();
     cluster.write_task(
