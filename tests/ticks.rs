@@ -1,7 +1,9 @@
 //! The tick ledger on the embedded backend, from the outside: `zkcron history TASK --ticks`
-//! lists the runs with their fire ids and the ticks skipped for `overlap` with their reason
-//! (and `--json`, `--since`); a paused period is one entry counted from the schedule; the API
-//! and `/metrics` say the same. (In a cluster: `tests/cluster/ticks.rs`.)
+//! lists the runs with their fire ids and every tick not run with its reason (`overlap`,
+//! `queue_full`, `window`, `paused` as one counted entry, `deadline` and `catch_up` after a
+//! stopped process, `no_node` after a stopped daemon, `node_lost` after a killed one; and
+//! `--json`, `--since`); the API and `/metrics` say the same. (In a cluster:
+//! `tests/cluster/ticks.rs`.)
 // Real daemons and processes against the real clock.
 #![allow(clippy::disallowed_methods)]
 
@@ -271,4 +273,26 @@ fn a_run_whose_daemon_was_killed_before_its_end_is_missed_node_lost() {
     daemon.wait_for_log_count("zkcron started", 2, LIMIT);
     let entries = ticks(&scratch, "long", &[]);
     assert!(has(&entries, "missed", Some("node_lost")), "{entries:?}");
+}
+
+/// A process stopped for longer than the planner's on-time tolerance (60 s) wakes to ticks it
+/// missed: `catch_up = "skip"` runs none of them late, and says so.
+#[test]
+fn ticks_a_stopped_process_missed_past_the_on_time_tolerance_are_skipped_catch_up() {
+    let scratch = Scratch::new();
+    scratch.write_task(
+        "beat",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\ncatch_up = \"skip\"\n",
+    );
+    let daemon = scratch.start_daemon(&[]);
+    wait_for("a run of beat", LIMIT, || {
+        has(&ticks(&scratch, "beat", &[]), "ran", None)
+    });
+    daemon.signal(nix::sys::signal::Signal::SIGSTOP);
+    let back = chrono::Utc::now() + chrono::TimeDelta::seconds(62);
+    wait_for("62 s to pass", LIMIT * 3, || chrono::Utc::now() > back);
+    daemon.signal(nix::sys::signal::Signal::SIGCONT);
+    wait_for("ticks missed past the tolerance", LIMIT, || {
+        has(&ticks(&scratch, "beat", &[]), "skipped", Some("catch_up"))
+    });
 }
