@@ -492,6 +492,11 @@ impl LocalCoordinator {
         let claimed = record::claimed(&view, tick, intent);
         let queued = intent == ClaimIntent::RunQueued;
         let noting = intent == ClaimIntent::Note;
+        // Claimed to run by an earlier life of this daemon that never recorded its end.
+        let mut ticks = ticks;
+        if let Some(lost) = record::lost_with_its_node(&view, tick, intent) {
+            ticks.insert(0, TickEntry::one(lost, ledger::Reason::NodeLost));
+        }
         let change = Change {
             format: FORMAT_VERSION,
             task: task.to_string(),

@@ -48,7 +48,8 @@
 //! - `tasks`: the node's own state per task: its hold on the lease, record, result, jobs.
 //! - `leadership`: what the node tells the daemon it may fire.
 //! - `requests`: the daemon's requests, and the queue of work on each task.
-//! - `claim`: fire records, fenced claims, unknown outcomes, orphans.
+//! - `claim`: fire records, fenced claims, unknown outcomes.
+//! - `orphans`: runs lost with their node: the orphan check, the `node_lost` ledger entry.
 //! - `runs`: live runs, results, and leaving the cluster.
 //! - `queued_start`: a queued tick's claim in the multi-op of the result of the run before it.
 //! - `history`: each task's run history.
@@ -92,6 +93,7 @@ mod mark;
 mod members;
 #[cfg(any(test, feature = "testkit"))]
 pub mod model_zk;
+mod orphans;
 mod pool;
 mod pool_end;
 mod pool_orphan;

@@ -192,6 +192,20 @@ pub fn orphan(view: &FireView) -> Option<DateTime<Utc>> {
     (!ended && !view.run_live && !view.claimer_alive).then_some(tick)
 }
 
+/// The record's tick, when a claim of `tick` with `intent` moves past it while it was claimed
+/// to run by a node that is gone with no result stored: lost with that node (the ledger's
+/// `node_lost`, which the claim records). `view.result` must be read for it.
+pub fn lost_with_its_node(
+    view: &FireView,
+    tick: DateTime<Utc>,
+    intent: ClaimIntent,
+) -> Option<DateTime<Utc>> {
+    let moves = !matches!(intent, ClaimIntent::Note | ClaimIntent::RunQueued);
+    let claimed = view.record.filter(|claimed| *claimed < tick && moves)?;
+    let ended = view.result.is_some_and(|result| result >= claimed);
+    (view.claimed_to_run && !view.claimer_alive && !view.run_live && !ended).then_some(claimed)
+}
+
 /// Whether `tick` may be claimed again to rerun it: the node leads and `tick` is the orphan.
 pub fn admit_rerun(view: &FireView, tick: DateTime<Utc>) -> Verdict {
     if !view.leads {
@@ -737,5 +751,35 @@ mod tests {
         assert!(supersedes(Some(at(0)), at(60)));
         assert!(supersedes(Some(at(60)), at(60)));
         assert!(!supersedes(Some(at(120)), at(60)));
+    }
+
+    #[test]
+    fn a_tick_claimed_to_run_by_a_gone_node_without_a_result_is_lost_when_a_claim_moves_past_it() {
+        let lost = FireView {
+            record: Some(at(60)),
+            claimed_to_run: true,
+            result: Some(at(0)),
+            ..FireView::default()
+        };
+        assert_eq!(
+            lost_with_its_node(&lost, at(120), ClaimIntent::Run),
+            Some(at(60))
+        );
+        assert_eq!(lost_with_its_node(&lost, at(120), ClaimIntent::Note), None);
+        let ended = FireView {
+            result: Some(at(60)),
+            ..lost
+        };
+        let alive = FireView {
+            claimer_alive: true,
+            ..lost
+        };
+        let skipped = FireView {
+            claimed_to_run: false,
+            ..lost
+        };
+        for view in [ended, alive, skipped] {
+            assert_eq!(lost_with_its_node(&view, at(120), ClaimIntent::Run), None);
+        }
     }
 }

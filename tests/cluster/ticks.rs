@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::cluster::Cluster;
-use crate::common::http_get;
+use crate::common::fires::words;
+use crate::common::{http_get, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -112,4 +113,58 @@ fn the_cluster_s_ledger_gives_each_tick_not_run_its_reason() {
         let entries: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
         has(&entries, "missed", Some("no_node"), 2)
     });
+}
+
+/// A node killed mid-run: its tick has no result, and the claim that moves past it records it
+/// as missed `node_lost`, which stays in the ledger after later runs.
+#[test]
+fn a_run_lost_with_its_node_stays_in_the_ledger_as_node_lost() {
+    let cluster = Cluster::new();
+    let starts = cluster.path().join("starts.log");
+    cluster.write_task(
+        "long",
+        &format!(
+            "schedule = \"* * * * * *\"\ncommand = ['/bin/sh', '-c', 'echo \"$ZKCRON_FIRE_ID $ZKCRON_NODE $$\" >> {}; exec sleep 3']\ncatch_up = \"skip\"\n",
+            starts.display()
+        ),
+    );
+    let a = cluster.new_node("lost-a").spawn();
+    let b = cluster.new_node("lost-b").spawn();
+    wait_for("a run of long", LIMIT, || {
+        words(&starts).first().is_some_and(|l| l.len() == 3)
+    });
+    let first = words(&starts)[0].clone();
+    let (victim, survivor) = if first[1] == "lost-a" { (a, b) } else { (b, a) };
+    victim.signal(nix::sys::signal::Signal::SIGKILL);
+    let tick = first[0].rsplit('@').next().unwrap().parse::<i64>().unwrap();
+    let lost_at = chrono::DateTime::from_timestamp(tick, 0)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    cluster.wait(
+        "the lost run in the ledger, and two runs after it",
+        LIMIT,
+        |c| {
+            let entries = ledger(c, "long");
+            let lost = entries
+                .iter()
+                .position(|e| e["reason"] == "node_lost" && e["from"] == lost_at.as_str());
+            lost.is_some_and(|p| {
+                entries[p + 1..]
+                    .iter()
+                    .filter(|e| e["outcome"] == "ran")
+                    .count()
+                    >= 2
+            })
+        },
+    );
+    drop(survivor);
+    drop(victim);
+    for line in words(&starts) {
+        if let Some(pid) = line.get(2).and_then(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(-pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }

@@ -32,16 +32,16 @@ pub(crate) enum ClaimKind {
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimJob {
     pub(super) req: ReqId,
-    task: String,
-    tick: DateTime<Utc>,
-    intent: ClaimIntent,
-    kind: ClaimKind,
+    pub(super) task: String,
+    pub(super) tick: DateTime<Utc>,
+    pub(super) intent: ClaimIntent,
+    pub(super) kind: ClaimKind,
     /// Multi-ops that conflicted on the record so far.
     conflicts: u8,
     /// For a rerun: the tick of the stored result, once read.
-    result: Option<Option<DateTime<Utc>>>,
+    pub(super) result: Option<Option<DateTime<Utc>>>,
     /// The ticks not run the claim writes into the record (`plan::ledger`).
-    ticks: Vec<TickEntry>,
+    pub(super) ticks: Vec<TickEntry>,
 }
 
 impl ClaimJob {
@@ -307,6 +307,9 @@ impl Node {
         if let Verdict::Refuse(outcome) = verdict {
             return self.finish_claim(job, Ok(outcome));
         }
+        let Some(job) = self.note_lost(job, &record, version) else {
+            return;
+        };
         let mut new = self.claimed_record(&record, tick, job.intent, &job.ticks);
         if job.kind == ClaimKind::Rerun {
             new.reruns = record.reruns + 1;
@@ -673,96 +676,6 @@ impl Node {
             }),
         };
         self.finish_claim(job.claim, outcome);
-    }
-
-    // ---- orphans ----
-
-    pub(super) fn orphaned_tick(&mut self, req: ReqId, task: String) {
-        if self.life.session.is_none() {
-            return self.answer(
-                req,
-                Err(CoordError::NotConnected {
-                    context: "checking for a lost run",
-                }),
-            );
-        }
-        self.read_record(task, AfterRead::Orphan(req));
-    }
-
-    fn orphan_after_record(&mut self, req: ReqId, task: String, record: FireRecord) {
-        let Some(tick) = record.tick.filter(|_| record.run) else {
-            return self.answer(req, Ok(Answered::Tick(None)));
-        };
-        if self.runs.own_runs.contains(&self.paths.run(&task, tick)) {
-            return self.answer(req, Ok(Answered::Tick(None)));
-        }
-        let path = self.paths.result(&task);
-        self.call(
-            ZkOp::GetData { path },
-            TaskStep::OrphanResult { req, task, record },
-        );
-    }
-
-    pub(super) fn on_orphan_result(
-        &mut self,
-        req: ReqId,
-        task: String,
-        record: FireRecord,
-        result: Result<ZkOk, ZkFail>,
-    ) {
-        match super::runs::decode_result(result) {
-            Ok(stored) => {
-                let tick = record.tick.unwrap_or_default();
-                let path = self.paths.run(&task, tick);
-                let result = stored.map(|r| r.tick);
-                self.call(
-                    ZkOp::Exists { path },
-                    TaskStep::OrphanRun {
-                        req,
-                        record,
-                        result,
-                    },
-                );
-            }
-            Err(error) => self.answer(req, Err(error)),
-        }
-    }
-
-    pub(super) fn on_orphan_run(
-        &mut self,
-        req: ReqId,
-        record: FireRecord,
-        result: Option<DateTime<Utc>>,
-        reply: Result<ZkOk, ZkFail>,
-    ) {
-        let run_live = match reply {
-            // Only a live member's ephemeral, or the claimer's the record names, is a live
-            // run; a persistent one is nobody's.
-            Ok(ZkOk::Exists(Some(stat))) => {
-                self.live_run_owner(stat.ephemeral_owner)
-                    || super::runs::names_claimer(&record, stat.ephemeral_owner)
-            }
-            Ok(_) => false,
-            Err(error) => {
-                return self.answer(
-                    req,
-                    Err(CoordError::ZooKeeper {
-                        context: "reading the run record".into(),
-                        message: error.to_string(),
-                    }),
-                );
-            }
-        };
-        let view = FireView {
-            record: record.tick,
-            claimed_to_run: record.run,
-            result,
-            leads: true,
-            run_live,
-            claimer_alive: self.session_alive(&record.session),
-            queued: record.queued,
-        };
-        self.answer(req, Ok(Answered::Tick(record::orphan(&view))));
     }
 
     /// A rerun read the stored result: decide with the rules.

@@ -216,7 +216,8 @@ pub(super) enum TaskStep {
         /// The tick of the stored result.
         result: Option<DateTime<Utc>>,
     },
-    /// A rerun reads the stored result before claiming again.
+    /// A rerun reads the stored result before claiming again; so does a claim that moves past
+    /// a tick claimed to run by a session that is gone (was it lost with its node?).
     RerunResult {
         job: ClaimJob,
         record: FireRecord,

@@ -130,3 +130,46 @@ fn consecutive_overlap_skips_are_one_entry_in_the_record() {
         }]
     );
 }
+
+/// Before the ledger, a tick claimed to run by a node that died before its result was stored
+/// vanished once the next claim overwrote the record: it was neither ran nor in the ledger.
+#[test]
+fn a_claim_past_a_run_lost_with_its_node_records_it_as_node_lost() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("t", "")]);
+    // Claimed to run at tick 0 by a session that is gone, with no result.
+    let lost = FireRecord {
+        tick: Some(tick(0)),
+        node: "gone".into(),
+        session: "dead0001".into(),
+        run: true,
+        ..FireRecord::empty()
+    };
+    store.put(
+        format!("{BASE}/tasks/t"),
+        serde_json::to_vec(&lost).unwrap(),
+    );
+    let served = serve(
+        &mut node,
+        &mut store,
+        100,
+        vec![(1, claim(tick(60), ClaimIntent::Run, vec![]))],
+    );
+    assert_eq!(
+        answered(&served, 1),
+        Some(&Answered::Claim(ClaimOutcome::Claimed))
+    );
+    assert_eq!(
+        record(&store).ticks,
+        [TickEntry::one(tick(0), Reason::NodeLost)]
+    );
+    // The next claim, past this node's own run, reads nothing more and adds nothing.
+    let served = serve(
+        &mut node,
+        &mut store,
+        200,
+        vec![(2, claim(tick(120), ClaimIntent::Run, vec![]))],
+    );
+    assert!(answered(&served, 2).is_some(), "{:?}", served.answers);
+    assert_eq!(record(&store).ticks.len(), 1);
+}
