@@ -120,7 +120,7 @@ pub fn ledger_after(old: &FireRecord, ticks: &[TickEntry]) -> Vec<TickEntry> {
     if ticks.is_empty() {
         return old.ticks.clone();
     }
-    ledger::merged(&old.ticks, ticks, old.tick)
+    ledger::merged(&old.ticks, &ledger::after(ticks, old.tick), old.tick)
 }
 
 /// The newest tick `record` accounts for: claimed, or not run and recorded in its ledger. A

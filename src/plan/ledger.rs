@@ -206,6 +206,28 @@ pub fn merged(
     entries
 }
 
+/// `entries` without the ticks at or before `record` (a record's tick, which its claim accounts
+/// for): an entry wholly before it goes, one across it starts after it, uncounted (readers count
+/// it). A `node_lost` entry is of the claimed tick itself, and stays.
+pub fn after(entries: &[TickEntry], record: Option<DateTime<Utc>>) -> Vec<TickEntry> {
+    let Some(record) = record else {
+        return entries.to_vec();
+    };
+    entries
+        .iter()
+        .filter(|e| e.reason == Reason::NodeLost || e.to > record)
+        .map(|e| match e.reason {
+            Reason::NodeLost => *e,
+            _ if e.from > record => *e,
+            _ => TickEntry {
+                from: record + TimeDelta::seconds(1),
+                count: 0,
+                ..*e
+            },
+        })
+        .collect()
+}
+
 /// The newest tick `entries` account for.
 pub fn accounted_through(entries: &[TickEntry]) -> Option<DateTime<Utc>> {
     entries.iter().map(|e| e.to).max()

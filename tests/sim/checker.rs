@@ -59,6 +59,8 @@ pub(crate) enum Kind {
     /// A tick up to the newest one a fire record accounts for was neither claimed nor in the
     /// record's tick ledger.
     TickUnaccounted,
+    /// A ledger entry's reason does not hold for its task or ticks.
+    ReasonWrong,
 }
 
 /// A run whose process has not exited.
@@ -88,6 +90,7 @@ impl Violation {
                 | Kind::NotConverged
                 | Kind::QueuedTickDropped
                 | Kind::TickUnaccounted
+                | Kind::ReasonWrong
         )
     }
 

@@ -57,7 +57,8 @@ impl Change {
 
     pub(super) fn apply_to(&self, record: &mut TaskRecord) {
         if !self.ticks.is_empty() {
-            record.ticks = ledger::merged(&record.ticks, &self.ticks, record.last_claimed);
+            let fresh = ledger::after(&self.ticks, record.last_claimed);
+            record.ticks = ledger::merged(&record.ticks, &fresh, record.last_claimed);
         }
         if let Some(tick) = self.claimed
             && record.last_claimed.is_none_or(|previous| previous <= tick)

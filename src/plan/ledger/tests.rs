@@ -209,3 +209,41 @@ fn the_ticks_an_active_window_leaves_out_are_one_entry_before_it_and_one_after()
         .is_empty()
     );
 }
+
+/// Simulation (the reason check): a pooled task's claim wrote the no_node entry its planner
+/// found from the oldest unit onto every unit, among them units that had claimed those ticks.
+/// A record keeps only the ticks after its own tick.
+#[test]
+fn entries_at_or_before_a_records_tick_are_left_out_and_one_across_it_starts_after_it() {
+    let record = Some(utc("2026-01-01T00:02:00Z"));
+    let before = entry(
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:02:00Z",
+        3,
+        Reason::NoNode,
+    );
+    let across = entry(
+        "2026-01-01T00:01:00Z",
+        "2026-01-01T00:04:00Z",
+        4,
+        Reason::NoNode,
+    );
+    let lost = TickEntry::one(utc("2026-01-01T00:02:00Z"), Reason::NodeLost);
+    assert_eq!(
+        after(&[before, across, lost], record),
+        [
+            TickEntry {
+                from: utc("2026-01-01T00:02:01Z"),
+                to: utc("2026-01-01T00:04:00Z"),
+                count: 0,
+                reason: Reason::NoNode,
+            },
+            lost,
+        ]
+    );
+    let lines = lines(&after(&[across], record), &[], Some(&every_minute()), None);
+    assert_eq!(
+        (lines[0].from, lines[0].count),
+        (utc("2026-01-01T00:03:00Z"), 2)
+    );
+}
