@@ -237,3 +237,17 @@ fn a_clock_probe_lost_with_the_connection_is_sent_again_on_reconnecting() {
     // were never claimed (TickLost). The node's unit test of the same name is exact.
     pinned_seed_with(77306, Knobs::DEFAULT);
 }
+
+/// Seed 86098 of the long run of 2026-12-07: a task nobody could lead until 121 s caught up its
+/// 24 missed ticks one after another (`overlap = "replace"`, runs of 1–3 s) and was still
+/// draining that backlog at the end; the checker called the ticks after it lost, and late. They
+/// wait their turn behind it.
+#[test]
+fn a_catch_up_backlog_still_draining_at_the_end_loses_no_tick() {
+    let knobs = Knobs {
+        queued: true,
+        ..Knobs::DEFAULT
+    };
+    let outcome = run_real(86098, knobs, false);
+    assert!(outcome.violations.is_empty(), "{}", outcome.report);
+}
