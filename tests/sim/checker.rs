@@ -160,6 +160,14 @@ pub(crate) struct Checker {
 
 impl Checker {
     /// The process of the run of `tick` of `task` on `node` exited.
+    /// The oldest tick of task (or unit) `t` any node claimed.
+    pub(crate) fn first_claim(&self, t: TaskIx) -> Option<DateTime<Utc>> {
+        self.claims
+            .range((t, DateTime::<Utc>::MIN_UTC)..=(t, DateTime::<Utc>::MAX_UTC))
+            .next()
+            .map(|((_, tick), _)| *tick)
+    }
+
     pub(crate) fn run_exited(&mut self, task: TaskIx, tick: DateTime<Utc>, node: NodeIx) {
         self.live_runs
             .retain(|r| !(r.task == task && r.tick == tick && r.node == node));
@@ -487,12 +495,7 @@ impl Sim<'_> {
                 continue;
             }
             let designated = self.designated_at_end(t);
-            let first_claim = self
-                .check
-                .claims
-                .range((t, DateTime::<Utc>::MIN_UTC)..=(t, DateTime::<Utc>::MAX_UTC))
-                .next()
-                .map(|((_, tick), _)| *tick);
+            let first_claim = self.check.first_claim(t);
             let from = if task.initial_record {
                 epoch()
             } else {

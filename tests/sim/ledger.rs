@@ -28,12 +28,7 @@ impl Sim<'_> {
             let Some(accounted) = record::accounted(&record) else {
                 continue;
             };
-            let first_claim = self
-                .check
-                .claims
-                .range((t, DateTime::<Utc>::MIN_UTC)..=(t, DateTime::<Utc>::MAX_UTC))
-                .next()
-                .map(|((_, tick), _)| *tick);
+            let first_claim = self.check.first_claim(t);
             let mut from = if task.initial_record {
                 Some(epoch())
             } else {

@@ -280,16 +280,7 @@ impl Node {
             ClaimKind::Fresh => record::admit(&fresh, tick, job.intent),
             ClaimKind::Rerun => {
                 let Some(result) = job.result else {
-                    let path = self.paths.result(&job.task);
-                    self.call(
-                        ZkOp::GetData { path },
-                        TaskStep::RerunResult {
-                            job,
-                            record,
-                            version,
-                        },
-                    );
-                    return;
+                    return self.read_result_then_claim(job, record, version);
                 };
                 // A live run of the tick fails the multi-op's create of its run znode.
                 let view = FireView {
@@ -676,6 +667,25 @@ impl Node {
             }),
         };
         self.finish_claim(job.claim, outcome);
+    }
+
+    /// Reads the stored result of the claim's task; the claim goes on with it when it is
+    /// answered ([`Node::on_rerun_result`]).
+    pub(super) fn read_result_then_claim(
+        &mut self,
+        job: ClaimJob,
+        record: FireRecord,
+        version: i32,
+    ) {
+        let path = self.paths.result(&job.task);
+        self.call(
+            ZkOp::GetData { path },
+            TaskStep::RerunResult {
+                job,
+                record,
+                version,
+            },
+        );
     }
 
     /// A rerun read the stored result: decide with the rules.

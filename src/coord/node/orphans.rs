@@ -31,16 +31,7 @@ impl Node {
             return Some(job);
         }
         let Some(result) = job.result else {
-            let path = self.paths.result(&job.task);
-            let record = record.clone();
-            self.call(
-                ZkOp::GetData { path },
-                TaskStep::RerunResult {
-                    job,
-                    record,
-                    version,
-                },
-            );
+            self.read_result_then_claim(job, record.clone(), version);
             return None;
         };
         // A live run of the tick is its claimer's, which is gone: none is left.
