@@ -1,6 +1,7 @@
 //! The tick ledger in a cluster: the ticks the leader skips for `overlap` (and a full queue) are
 //! in the fire record, read by `zkcron history --ticks` on any host and by every node's API, and
-//! counted in the leader's `/metrics`; a paused period is one entry; when the only node a task's
+//! counted in the leader's `/metrics`; the ticks after an active window are skipped for
+//! `window`; a paused period is one entry; when the only node a task's
 //! labels allow leaves, the ticks that pass are missed for `no_eligible_node` (and
 //! `zkcron_task_no_eligible_node` says so); when every node is down, for `no_node`.
 
@@ -43,6 +44,13 @@ fn the_cluster_s_ledger_gives_each_tick_not_run_its_reason() {
         "beat",
         "schedule = \"* * * * * *\"\ncommand = \"true\"\ncatch_up = \"skip\"\n",
     );
+    #[allow(clippy::disallowed_methods)] // the window ends on the real clock
+    let until = (chrono::Utc::now() + chrono::TimeDelta::seconds(3))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    cluster.write_task(
+        "window",
+        &format!("schedule = \"* * * * * *\"\ncommand = \"true\"\nactive_until = \"{until}\"\n"),
+    );
     cluster.write_task(
         "gpu",
         "schedule = \"* * * * * *\"\ncommand = \"true\"\nrequire_labels = { gpu = \"yes\" }\n",
@@ -78,6 +86,29 @@ fn the_cluster_s_ledger_gives_each_tick_not_run_its_reason() {
         "no node counts slow's skips\n{}",
         cluster.diagnostics()
     );
+    cluster.wait("a tick dropped from queued's full queue", LIMIT, |c| {
+        has(&ledger(c, "queued"), "skipped", Some("queue_full"), 1)
+    });
+    // Ticks after the active window, which no leader sees, worked out by the reader.
+    cluster.wait("ticks after window's active window", LIMIT, |c| {
+        let entries = ledger(c, "window");
+        has(&entries, "ran", None, 1) && has(&entries, "skipped", Some("window"), 2)
+    });
+
+    // A paused period: open while paused, then one entry, and runs after it.
+    cluster.wait("a run of beat", LIMIT, |c| {
+        has(&ledger(c, "beat"), "ran", None, 1)
+    });
+    cluster.zkcron_ok(&["pause", "beat"]);
+    cluster.wait("paused ticks", LIMIT, |c| {
+        has(&ledger(c, "beat"), "skipped", Some("paused"), 2)
+    });
+    cluster.zkcron_ok(&["resume", "beat"]);
+    cluster.wait("a run after the paused period", LIMIT, |c| {
+        let entries = ledger(c, "beat");
+        let paused = entries.iter().position(|e| e["reason"] == "paused");
+        paused.is_some_and(|p| entries[p + 1..].iter().any(|e| e["outcome"] == "ran"))
+    });
 
     // gpu runs on ticks-a alone; once it leaves, nobody may run it.
     cluster.wait("a run of gpu", LIMIT, |c| {
