@@ -487,3 +487,22 @@ pub(super) fn history_fire_ids(store: &Store, unit: &str) -> Vec<String> {
     let history: HistoryRecord = serde_json::from_slice(data).unwrap();
     history.runs.into_iter().map(|r| r.fire_id).collect()
 }
+
+/// Feeds the requests (by request id) to the node at `ms`, firing its due timers, and answers
+/// its calls from `store` until it is quiet.
+pub(super) fn serve_requests(
+    node: &mut Node,
+    store: &mut Store,
+    ms: u64,
+    requests: Vec<(u64, Request)>,
+) -> Served {
+    let inputs = requests.into_iter().map(|(req, r)| request(req, r));
+    serve_with(
+        node,
+        store,
+        at(ms),
+        inputs,
+        Timers::Fire,
+        Box::new(|_, _| None),
+    )
+}

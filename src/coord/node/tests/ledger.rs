@@ -4,11 +4,8 @@
 
 use chrono::DateTime;
 
-use super::super::Node;
 use super::super::io::{Answered, Request};
-use super::super::test_fixtures::{
-    BASE, Served, Store, TICK, Timers, at, request, serve_with, spec, started,
-};
+use super::super::test_fixtures::{BASE, Served, Store, TICK, spec, started};
 use crate::coord::records::FireRecord;
 use crate::coord::{ClaimIntent, ClaimOutcome};
 use crate::plan::ledger::{Reason, TickEntry};
@@ -26,17 +23,7 @@ fn claim(tick: DateTime<chrono::Utc>, intent: ClaimIntent, ticks: Vec<TickEntry>
     }
 }
 
-fn serve(node: &mut Node, store: &mut Store, ms: u64, requests: Vec<(u64, Request)>) -> Served {
-    let inputs = requests.into_iter().map(|(req, r)| request(req, r));
-    serve_with(
-        node,
-        store,
-        at(ms),
-        inputs,
-        Timers::Fire,
-        Box::new(|_, _| None),
-    )
-}
+use super::super::test_fixtures::serve_requests as serve;
 
 fn record(store: &Store) -> FireRecord {
     serde_json::from_slice(store.data(format!("{BASE}/tasks/t"))).unwrap()

@@ -68,19 +68,7 @@ fn done(served: &Served, req: u64) -> bool {
     matches!(served.answers.get(&req), Some(Ok(Answered::Done)))
 }
 
-/// Feeds the requests (by request id) to the node at `ms`, firing its due timers, and answers
-/// its calls from `store` until it is quiet.
-fn serve(node: &mut Node, store: &mut Store, ms: u64, requests: Vec<(u64, Request)>) -> Served {
-    let inputs = requests.into_iter().map(|(req, r)| request(req, r));
-    serve_with(
-        node,
-        store,
-        at(ms),
-        inputs,
-        Timers::Fire,
-        Box::new(|_, _| None),
-    )
-}
+use super::super::test_fixtures::serve_requests as serve;
 
 /// Whether `zk` is a result and claim in one multi-op (six ops).
 fn combined(zk: &ZkOp) -> bool {
