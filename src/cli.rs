@@ -5,9 +5,11 @@
 //! (invalid input exits 1). `validate` only parses and checks; `run` builds the live daemon.
 //!
 //! Files: `validate` (`zkcron validate`), `reset` (`zkcron reset`: a local fire record ahead of
-//! the clock moved back, with the daemon stopped).
+//! the clock moved back, with the daemon stopped), `schedule_cmd` (`zkcron schedule`, with
+//! `--dst` the ticks a clock change touches; `validate`'s note of them).
 
 mod reset;
+mod schedule_cmd;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +33,7 @@ use crate::plan::{self, PlanRules, Step, TickPlanner};
 use crate::preflight::{
     self, ConfigArgs, Overrides, Plan, host_name, parse_connect, resolve_config,
 };
-use crate::schedule::{self, Schedule, WindowState};
+use crate::schedule::WindowState;
 use crate::task;
 
 /// A distributed cron daemon: every node loads the same task files; a tick never runs twice, and
@@ -158,6 +160,18 @@ pub struct ScheduleArgs {
         default_value_t = 5
     )]
     pub count: usize,
+    /// List the ticks of the next 12 months that a clock change moves, skips or doubles,
+    /// instead of the next instants
+    #[arg(long)]
+    pub dst: bool,
+    /// What a local time skipped by spring-forward does, as a task's `dst_gap` [default:
+    /// cronie's rule for the expression]
+    #[arg(long, value_name = "RULE", value_parser = ["run_after", "skip"])]
+    pub dst_gap: Option<String>,
+    /// What a local time repeated by fall-back does, as a task's `dst_repeat` [default:
+    /// cronie's rule for the expression]
+    #[arg(long, value_name = "RULE", value_parser = ["first", "both"])]
+    pub dst_repeat: Option<String>,
 }
 
 /// Where a node's tasks and fire records are, for the commands that read them beside `run`.
@@ -246,7 +260,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Validate(args) => validate::validate(args),
-        Command::Schedule(args) => schedule(args),
+        Command::Schedule(args) => schedule_cmd::schedule(args),
         Command::Next(args) => next(args),
         Command::Reset(args) => reset::reset(args),
         Command::Status(args) => operate(&args.target, None, |_| OpsCommand::Status {
@@ -504,27 +518,6 @@ fn run_zookeeper(
             .run()
             .await
     })
-}
-
-fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
-    let timezone = schedule::parse_timezone(&args.tz)?;
-    let schedule = Schedule::parse(&args.expression, timezone)?;
-    let after = args.after.unwrap_or_else(|| Clock::system().now());
-    let mut printed = 0;
-    for tick in schedule.ticks_after(after).take(args.count) {
-        let local = tick.with_timezone(&timezone);
-        println!(
-            "{}  {}  {}",
-            local.to_rfc3339(),
-            local.format("%a"),
-            tick.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
-        printed += 1;
-    }
-    if printed < args.count {
-        eprintln!("zkcron: the schedule has no further instants");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn next(args: NextArgs) -> anyhow::Result<ExitCode> {

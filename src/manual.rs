@@ -183,6 +183,14 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule's cron expressions are read in; set next to \fB@every\fR intervals alone it is refused (they read no zone). A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
     ),
     (
+        "dst_gap",
+        r#"(\fB"run_after"\fR or \fB"skip"\fR; default: cronie's rule for the expression) What a local time that a spring\-forward change skips does: run at the first instant after the gap, or not run. Refused next to a schedule without a cron expression. \fBzkcron schedule EXPR \-\-tz ZONE \-\-dst\fR lists the ticks of the next 12 months that a change moves, skips or doubles; \fBvalidate\fR notes each task that has one."#,
+    ),
+    (
+        "dst_repeat",
+        r#"(\fB"first"\fR or \fB"both"\fR; default: cronie's rule for the expression) What a local time that a fall\-back change repeats does: run once, at its first pass, or at both."#,
+    ),
+    (
         "user",
         r#"(user name; default: \fB[scheduler] default_user\fR, else the daemon's own user) Run as this user; the daemon must be root to switch."#,
     ),

@@ -7,7 +7,8 @@
 //! ([`Window`]). One code path answers for every shape: the union's next tick is the earliest of
 //! its parts' (an instant two parts share is one tick), and the window clamps the answer.
 //! It reads no clock: every function takes the instant to count from. `parsed` keeps croner's
-//! parses of the expressions in use in a small bounded cache.
+//! parses of the expressions in use in a small bounded cache; `dst` lists the ticks a clock
+//! change moves, skips or doubles (by the task's `dst_gap` / `dst_repeat`, else cronie's rule).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,6 +17,7 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
 mod cron;
+mod dst;
 mod every;
 mod parsed;
 #[cfg(test)]
@@ -26,6 +28,7 @@ mod tests;
 use cron::CronExpr;
 #[cfg(test)]
 use cron::FIELDS;
+pub use dst::{DstChange, DstEffect};
 use every::Every;
 
 /// Drops the cached parses of cron expressions; they are made again when needed. For after
@@ -43,6 +46,65 @@ pub struct Schedule {
     timezone: Tz,
     /// `active_from` / `active_until`; boxed because most tasks have none.
     window: Option<Box<Window>>,
+    /// What the task file says of DST changes (`dst_gap`, `dst_repeat`); its cron parts apply it.
+    dst: DstChoice,
+}
+
+/// What a task says of DST changes; a side it does not set follows cronie's rule for each
+/// expression (a fixed-time job runs after a gap and once in a repeat, a wildcard job skips the
+/// gap and runs in both passes of the repeat).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DstChoice {
+    /// `dst_gap`: a local time that spring-forward skips.
+    pub gap: Option<DstGap>,
+    /// `dst_repeat`: a local time that fall-back repeats.
+    pub repeat: Option<DstRepeat>,
+}
+
+/// What a local time skipped by spring-forward does (`dst_gap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DstGap {
+    /// It runs at the first instant after the gap (cronie's rule for fixed-time jobs).
+    RunAfter,
+    /// It does not run (cronie's rule for wildcard jobs).
+    Skip,
+}
+
+/// What a local time that fall-back repeats does (`dst_repeat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DstRepeat {
+    /// It runs once, on its first pass (cronie's rule for fixed-time jobs).
+    First,
+    /// It runs on both passes (cronie's rule for wildcard jobs).
+    Both,
+}
+
+impl DstGap {
+    /// The values of `dst_gap`, as written.
+    pub const CHOICES: [(&'static str, DstGap); 2] =
+        [("run_after", DstGap::RunAfter), ("skip", DstGap::Skip)];
+
+    /// The value as written in a task file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DstGap::RunAfter => "run_after",
+            DstGap::Skip => "skip",
+        }
+    }
+}
+
+impl DstRepeat {
+    /// The values of `dst_repeat`, as written.
+    pub const CHOICES: [(&'static str, DstRepeat); 2] =
+        [("first", DstRepeat::First), ("both", DstRepeat::Both)];
+
+    /// The value as written in a task file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DstRepeat::First => "first",
+            DstRepeat::Both => "both",
+        }
+    }
 }
 
 /// What the user wrote: one expression (a string) or a list.
@@ -165,6 +227,7 @@ impl PartialEq for Schedule {
         self.parts == other.parts
             && self.timezone == other.timezone
             && self.window() == other.window()
+            && self.dst == other.dst
     }
 }
 
@@ -178,6 +241,9 @@ impl fmt::Debug for Schedule {
             .field("timezone", &self.timezone.name());
         if let Some(window) = &self.window {
             debug.field("window", window);
+        }
+        if self.dst != DstChoice::default() {
+            debug.field("dst", &self.dst);
         }
         debug.finish()
     }
@@ -269,6 +335,7 @@ impl Schedule {
             parts: Parts::One(Part::parse(expression, timezone)?),
             timezone,
             window: None,
+            dst: DstChoice::default(),
         })
     }
 
@@ -288,6 +355,7 @@ impl Schedule {
             parts: Parts::Union(parts),
             timezone,
             window: None,
+            dst: DstChoice::default(),
         })
     }
 
@@ -297,6 +365,7 @@ impl Schedule {
             parts: Parts::Nothing,
             timezone,
             window: None,
+            dst: DstChoice::default(),
         }
     }
 
@@ -309,6 +378,27 @@ impl Schedule {
     pub fn within(mut self, window: Window) -> Schedule {
         self.window = (!window.is_open()).then(|| Box::new(window));
         self
+    }
+
+    /// The same schedule meeting DST changes as `choice` says: each cron expression applies it
+    /// (cronie's rule for what it leaves unset); intervals have no local time to change.
+    pub fn with_dst(mut self, choice: DstChoice) -> Schedule {
+        let with = |part: Part| match part {
+            Part::Cron(cron) => Part::Cron(cron.with_dst(choice)),
+            other => other,
+        };
+        self.parts = match self.parts {
+            Parts::One(part) => Parts::One(with(part)),
+            Parts::Union(parts) => Parts::Union(parts.into_vec().into_iter().map(with).collect()),
+            Parts::Nothing => Parts::Nothing,
+        };
+        self.dst = choice;
+        self
+    }
+
+    /// What the task says of DST changes (nothing: cronie's rule).
+    pub fn dst(&self) -> DstChoice {
+        self.dst
     }
 
     /// The window the schedule fires in (open on both sides when none was given).

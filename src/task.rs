@@ -403,6 +403,8 @@ pub const TASK_KEYS: &[&str] = &[
     "pause_on_failure",
     "active_from",
     "active_until",
+    "dst_gap",
+    "dst_repeat",
     "work_items",
     "run_on",
     "after",

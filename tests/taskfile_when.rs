@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use zkcron::schedule::Window;
+use zkcron::schedule::{DstChoice, DstGap, DstRepeat, Window};
 use zkcron::task::{TaskBackend, TaskDefaults, TaskFileError, TaskSpec, parse_task};
 
 fn defaults() -> TaskDefaults {
@@ -264,5 +264,85 @@ fn a_misspelt_window_key_suggests_the_right_one() {
         (3, 1),
         "unknown key `active_form`",
         "did you mean `active_from`?",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DST rule a task chooses
+
+#[test]
+fn dst_keys_choose_the_rule_and_change_the_definition() {
+    // Given cronie's rule by default, a task that sets both keys reads them,
+    let cronie =
+        parse("schedule = \"30 2 * * *\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n")
+            .unwrap();
+    let chosen = parse(
+        "schedule = \"30 2 * * *\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n\
+         dst_gap = \"skip\"\ndst_repeat = \"both\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        chosen.schedule.dst(),
+        DstChoice {
+            gap: Some(DstGap::Skip),
+            repeat: Some(DstRepeat::Both)
+        }
+    );
+    // fires by them (no tick on the day of the gap, two on the day of the repeat),
+    let ticks = |spec: &TaskSpec, from: &str, to: &str| -> usize {
+        spec.schedule
+            .ticks_after(utc(from))
+            .take_while(|t| *t < utc(to))
+            .count()
+    };
+    assert_eq!(
+        ticks(&cronie, "2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z"),
+        1
+    );
+    assert_eq!(
+        ticks(&chosen, "2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z"),
+        0
+    );
+    assert_eq!(
+        ticks(&cronie, "2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z"),
+        1
+    );
+    assert_eq!(
+        ticks(&chosen, "2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z"),
+        2
+    );
+    // and is another definition: nodes that disagree show as drift.
+    assert_ne!(cronie.digest(), chosen.digest());
+}
+
+#[test]
+fn a_dst_rule_that_is_not_one_of_its_values_names_them_and_the_closest() {
+    let error =
+        only_error("schedule = \"30 2 * * *\"\ncommand = \"true\"\ndst_gap = \"run-after\"\n");
+    assert_error(
+        &error,
+        (3, 11),
+        "`dst_gap` must be one of \"run_after\", \"skip\", found \"run-after\"",
+        "did you mean \"run_after\"?",
+    );
+    let error =
+        only_error("schedule = \"30 2 * * *\"\ncommand = \"true\"\ndst_repeat = \"twice\"\n");
+    assert_error(
+        &error,
+        (3, 14),
+        "`dst_repeat` must be one of \"first\", \"both\", found \"twice\"",
+        "",
+    );
+}
+
+#[test]
+fn a_dst_rule_next_to_a_schedule_without_a_cron_expression_is_refused() {
+    let error =
+        only_error("schedule = \"@every 15m\"\ncommand = \"true\"\ndst_repeat = \"both\"\n");
+    assert_error(
+        &error,
+        (3, 14),
+        "`dst_repeat` has no effect on this schedule: it has no cron expression",
+        "remove `dst_repeat`",
     );
 }

@@ -1,12 +1,14 @@
 //! `zkcron validate`: what `run` would refuse (the config, the preflight checks, the task
-//! files) as errors, and as notes what this node would not take part in: a pool of work items
-//! or a task that runs on every node whose requirements this node does not meet.
+//! files) as errors, and as notes what this node would not take part in (a pool of work items
+//! or a task that runs on every node whose requirements this node does not meet) and the ticks
+//! of the next 12 months that a clock change touches.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use super::ValidateArgs;
 use crate::accounts::Identity;
+use crate::clock::Clock;
 use crate::config::{self, Backend, Config};
 use crate::files::{self, PathProblem};
 use crate::preflight::{self, Overrides, Plan, config_path, host_name};
@@ -56,11 +58,15 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         match load {
             Ok(loaded) => {
                 tasks += loaded.tasks.len();
-                for note in loaded
-                    .tasks
-                    .iter()
-                    .filter_map(|spec| share_note(&plan, spec))
-                {
+                let now = Clock::system().now();
+                for note in loaded.tasks.iter().flat_map(|spec| {
+                    [
+                        share_note(&plan, spec),
+                        super::schedule_cmd::dst_note(spec, now),
+                    ]
+                    .into_iter()
+                    .flatten()
+                }) {
                     println!("{note}\n");
                 }
                 for error in &loaded.errors {

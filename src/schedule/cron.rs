@@ -19,7 +19,7 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
-use super::{ScheduleError, parsed};
+use super::{DstChoice, DstGap, DstRepeat, ScheduleError, parsed};
 
 /// A parsed cron expression and the time zone its fields are read in.
 #[derive(Clone)]
@@ -40,30 +40,50 @@ pub(super) struct CronExpr {
 
 impl PartialEq for CronExpr {
     fn eq(&self, other: &Self) -> bool {
-        self.expression == other.expression && self.timezone == other.timezone
+        self.expression == other.expression
+            && self.timezone == other.timezone
+            && self.dst == other.dst
     }
 }
 
-/// How a schedule meets a DST change. cronie decides it from the text of the time fields: a job
-/// whose minute or hour field starts with `*` is a wildcard job (`MIN_STAR | HR_STAR`), any
-/// other is a fixed-time job. zkcron's optional seconds field counts like the other two.
+/// How a schedule meets a DST change: what a local time skipped by spring-forward does
+/// (`gap`) and what a local time that happens twice does (`repeat`). cronie decides both from
+/// the text of the time fields: a job whose minute or hour field starts with `*` is a wildcard
+/// job (`MIN_STAR | HR_STAR`: skip, both), any other a fixed-time job (run after, first).
+/// zkcron's optional seconds field counts like the other two. A task's `dst_gap` and
+/// `dst_repeat` override either ([`DstChoice`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DstRule {
-    /// A local time skipped by spring-forward fires at the first valid instant after the gap; a
-    /// repeated local time fires once, at its first occurrence.
-    FixedTime,
-    /// Real-time rhythm: a skipped local time does not fire; a repeated one fires at both of its
-    /// instants.
-    Wildcard,
+struct DstRule {
+    gap: DstGap,
+    repeat: DstRepeat,
 }
 
 impl DstRule {
+    /// cronie's rule for an expression of these fields.
     fn of(fields: &[&str]) -> DstRule {
         let time_fields = &fields[..fields.len() - 3];
         if time_fields.iter().any(|field| field.starts_with('*')) {
-            DstRule::Wildcard
+            // Real-time rhythm: a skipped local time does not fire, a repeated one fires at both
+            // of its instants.
+            DstRule {
+                gap: DstGap::Skip,
+                repeat: DstRepeat::Both,
+            }
         } else {
-            DstRule::FixedTime
+            // A skipped local time fires at the first valid instant after the gap, a repeated
+            // one once, at its first occurrence.
+            DstRule {
+                gap: DstGap::RunAfter,
+                repeat: DstRepeat::First,
+            }
+        }
+    }
+
+    /// This rule with what `choice` sets in place of its own.
+    fn chosen(self, choice: DstChoice) -> DstRule {
+        DstRule {
+            gap: choice.gap.unwrap_or(self.gap),
+            repeat: choice.repeat.unwrap_or(self.repeat),
         }
     }
 }
@@ -169,13 +189,21 @@ impl CronExpr {
         &self.expression
     }
 
+    /// The same expression meeting DST changes as `choice` says (cronie's rule where it says
+    /// nothing).
+    pub(super) fn with_dst(mut self, choice: DstChoice) -> CronExpr {
+        let fields: Vec<&str> = self.expanded().split_whitespace().collect();
+        self.dst = DstRule::of(&fields).chosen(choice);
+        self
+    }
+
     /// The fields as croner reads them.
     pub(super) fn expanded(&self) -> &str {
         self.expanded.as_deref().unwrap_or(&self.expression)
     }
 
     /// croner's parse of the expression, from the cache or made now.
-    fn cron(&self) -> Arc<Cron> {
+    pub(super) fn cron(&self) -> Arc<Cron> {
         // The same text parsed when the schedule was made (croner's parse is a function of
         // the text), so it parses again.
         parsed::parsed(self.expanded())
@@ -206,7 +234,7 @@ impl CronExpr {
         }
         // On the first pass through a repeated stretch the second pass is still ahead, and a
         // wildcard job fires there at the local times up to `after`'s own as well.
-        if self.dst == DstRule::Wildcard
+        if self.dst.repeat == DstRepeat::Both
             && let Some(repeat) = self.repeat_at(after).filter(|r| r.first_pass)
             && let Ok(matched) = cron.find_next_occurrence(&repeat.start, true)
             && matched <= local
@@ -250,19 +278,21 @@ impl CronExpr {
         latest
     }
 
-    /// The instants a matching local time fires at: one, both of a repeated time's for a
-    /// wildcard job, or, for a time skipped by spring-forward, the end of the gap (fixed-time)
-    /// or none (wildcard).
-    fn instants_of(&self, local: NaiveDateTime) -> impl Iterator<Item = DateTime<Utc>> {
+    /// The instants a matching local time fires at: one; of a repeated time's two, the first
+    /// or both (`repeat`); of a time skipped by spring-forward, the end of the gap or none
+    /// (`gap`).
+    pub(super) fn instants_of(&self, local: NaiveDateTime) -> impl Iterator<Item = DateTime<Utc>> {
         let utc = |t: DateTime<Tz>| t.with_timezone(&Utc);
-        let instants = match (self.timezone.from_local_datetime(&local), self.dst) {
-            (LocalResult::Single(t), _) => [Some(utc(t)), None],
-            (LocalResult::Ambiguous(earlier, _), DstRule::FixedTime) => [Some(utc(earlier)), None],
-            (LocalResult::Ambiguous(earlier, later), DstRule::Wildcard) => {
-                [Some(utc(earlier)), Some(utc(later))]
-            }
-            (LocalResult::None, DstRule::FixedTime) => [Some(self.end_of_gap(local)), None],
-            (LocalResult::None, DstRule::Wildcard) => [None, None],
+        let instants = match self.timezone.from_local_datetime(&local) {
+            LocalResult::Single(t) => [Some(utc(t)), None],
+            LocalResult::Ambiguous(earlier, later) => match self.dst.repeat {
+                DstRepeat::First => [Some(utc(earlier)), None],
+                DstRepeat::Both => [Some(utc(earlier)), Some(utc(later))],
+            },
+            LocalResult::None => match self.dst.gap {
+                DstGap::RunAfter => [Some(self.end_of_gap(local)), None],
+                DstGap::Skip => [None, None],
+            },
         };
         instants.into_iter().flatten()
     }
@@ -330,7 +360,7 @@ fn instant_at(local: NaiveDateTime, offset: i64) -> DateTime<Utc> {
 /// The first whole second after `low` and at or before `high` where `reached` holds, given
 /// that it does not hold at `low` and holds from that second on up to `high`. (Clocks change at
 /// whole seconds.)
-fn first_instant(
+pub(super) fn first_instant(
     low: DateTime<Utc>,
     high: DateTime<Utc>,
     reached: impl Fn(DateTime<Utc>) -> bool,

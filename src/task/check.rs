@@ -269,7 +269,8 @@ impl Checker<'_> {
             }
         };
         self.timezone_use(&schedule, when);
-        Some(schedule.within(window))
+        let dst = self.dst_choice(&schedule, when);
+        Some(schedule.within(window).with_dst(dst))
     }
 
     /// One schedule expression, the string `value` holds, read in `timezone`.

@@ -38,6 +38,7 @@
 //! | `pause_on_failure` | **only when `true`** (added after the first release): `true` |
 //! | `after` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per task, in the file's order |
 //! | `active_from`, `active_until` | **only when the task has it** (added after the first release): str: the instant in UTC, RFC 3339 (`2026-12-01T00:00:00Z`, fractions of a second only when there are any) |
+//! | `dst_gap`, `dst_repeat` | **only when the task sets it** (added after the first release): `run_after` or `skip`; `first` or `both` |
 //!
 //! `require_labels` (and likewise the later fields) is written only when the task requires labels, so a task without them
 //! keeps the digest it had before the key existed (a cluster of old and new releases agrees on
@@ -241,7 +242,8 @@ impl TaskSpec {
         }
     }
 
-    /// `active_from` and `active_until`, each written only when the task has it.
+    /// `active_from`, `active_until`, `dst_gap` and `dst_repeat`, each written only when the
+    /// task has it.
     fn write_window(&self, out: &mut Canonical) {
         let window = self.schedule.window();
         let instant = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::AutoSi, true);
@@ -250,6 +252,13 @@ impl TaskSpec {
         }
         if let Some(until) = window.until {
             out.field("active_until", |o| o.str(instant(until).as_bytes()));
+        }
+        let dst = self.schedule.dst();
+        if let Some(gap) = dst.gap {
+            out.field("dst_gap", |o| o.raw(gap.as_str()));
+        }
+        if let Some(repeat) = dst.repeat {
+            out.field("dst_repeat", |o| o.raw(repeat.as_str()));
         }
     }
 

@@ -1,6 +1,7 @@
 //! Checking the keys that say when a task runs beyond one expression: `schedule` written as a
-//! list, `active_from` / `active_until`, and `timezone` next to a schedule that has no use for
-//! it (only `@every` intervals). One expression is checked by `check` itself.
+//! list, `active_from` / `active_until`, `dst_gap` / `dst_repeat`, and `timezone` or the DST
+//! keys next to a schedule that has no use for them (no cron expression). One expression is
+//! checked by `check` itself.
 
 use std::ops::Range;
 
@@ -9,23 +10,28 @@ use toml::de::DeValue;
 
 use super::checker::Value;
 use super::*;
-use crate::schedule::{ScheduleError, Window};
+use crate::schedule::{DstChoice, DstGap, DstRepeat, ScheduleError, Window};
 
 /// The keys about when a task runs that are read with the others and checked once all are.
 #[derive(Default)]
 pub(super) struct WhenKeys<'v> {
     active_from: Option<&'v Value<'v>>,
     active_until: Option<&'v Value<'v>>,
+    dst_gap: Option<&'v Value<'v>>,
+    dst_repeat: Option<&'v Value<'v>>,
     /// Where `timezone` is set in the file, when it is.
     pub(super) timezone: Option<Range<usize>>,
 }
 
 impl<'v> WhenKeys<'v> {
-    /// Keeps `value` if `k` is `active_from` or `active_until`; `false` if it is neither.
+    /// Keeps `value` if `k` is `active_from`, `active_until`, `dst_gap` or `dst_repeat`;
+    /// `false` if it is none of them.
     pub(super) fn read(&mut self, k: &str, value: &'v Value<'v>) -> bool {
         match k {
             "active_from" => self.active_from = Some(value),
             "active_until" => self.active_until = Some(value),
+            "dst_gap" => self.dst_gap = Some(value),
+            "dst_repeat" => self.dst_repeat = Some(value),
             _ => return false,
         }
         true
@@ -130,6 +136,31 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// What `dst_gap` and `dst_repeat` choose; a key not given, or wrong (its problem is
+    /// reported), leaves cronie's rule. Refused next to a schedule without a cron expression:
+    /// it has no local time for a clock change to touch.
+    pub(super) fn dst_choice(&mut self, schedule: &Schedule, keys: &WhenKeys<'_>) -> DstChoice {
+        let gap = keys
+            .dst_gap
+            .and_then(|value| self.choice("dst_gap", value, &DstGap::CHOICES));
+        let repeat = keys
+            .dst_repeat
+            .and_then(|value| self.choice("dst_repeat", value, &DstRepeat::CHOICES));
+        for (key, value) in [("dst_gap", keys.dst_gap), ("dst_repeat", keys.dst_repeat)] {
+            if let Some(value) = value
+                && !schedule.uses_timezone()
+            {
+                let message = format!(
+                    "`{key}` has no effect on this schedule: it has no cron expression, so no \
+                     local time that a clock change could skip or repeat"
+                );
+                let help = format!("remove `{key}`");
+                self.report(value.span(), message, Some(help));
+            }
+        }
+        DstChoice { gap, repeat }
     }
 
     /// Refuses a `timezone` set next to a schedule that reads no zone: intervals count from the

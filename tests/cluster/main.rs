@@ -5,8 +5,9 @@
 //! - `failover`: nodes killed, paused, cut off, ZooKeeper restarted (`faults`: what the tests
 //!   do to a cluster and check on it); `ensemble`: faults of a three-server ensemble;
 //! - `cluster_runs`: running jobs when a node is lost; `pools`: every-node and pooled tasks;
-//!   `chain`, `queue`: chained tasks, the queued overlap; `pause`: pauses with a reason and on
-//!   failure; `trigger_history`, `backfill_cluster`: manual runs, history, backfills;
+//!   `chain`, `queue`: chained tasks, the queued overlap; `dst`: a task's DST rule; `pause`:
+//!   pauses with a reason and on failure; `trigger_history`, `backfill_cluster`: manual runs,
+//!   history, backfills;
 //! - `control`, `ops`: the operator's controls and commands; `logs`: a run's output read
 //!   from the node that ran it; `auth`: digest ACLs; `hostile`:
 //!   stale, foreign and skewed state; `upgrade`: rolling upgrades and rollbacks.
@@ -23,6 +24,7 @@ mod backfill_cluster;
 mod chain;
 mod cluster_runs;
 mod control;
+mod dst;
 mod ensemble;
 mod failover;
 mod hostile;

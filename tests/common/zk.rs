@@ -922,6 +922,24 @@ impl ClusterNode {
         command
     }
 
+    /// `faketime` running [`ClusterNode::binary`] with its wall clock starting at `start` (UTC,
+    /// `2026-10-25 00:59:55`) and running at the real pace; the monotonic clock is left alone.
+    /// The node needs a `max_clock_skew` that allows for the distance to ZooKeeper's clock.
+    pub fn binary_with_clock_at(start: &str) -> Command {
+        let found = Command::new("faketime").arg("--help").output().is_ok();
+        assert!(
+            found,
+            "this test needs faketime to set a node's clock: apt-get install faketime"
+        );
+        let binary = ClusterNode::binary();
+        let mut command = Command::new("faketime");
+        command
+            .args(["-m", "--exclude-monotonic", "-f", &format!("@{start}")])
+            .arg(binary.get_program())
+            .env("TZ", "UTC");
+        command
+    }
+
     /// Spawns the node, tied to this process; does not wait for it to register.
     pub fn spawn(&self) -> super::DaemonProcess {
         self.spawn_with(ClusterNode::binary())
