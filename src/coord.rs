@@ -133,6 +133,9 @@ pub enum ClaimOutcome {
     AlreadyClaimed { record: DateTime<Utc> },
     /// This node does not hold the task's lease. Do not run.
     NotLeader,
+    /// The task ran its `max_runs` scheduled ticks (`runs` of them): it is done. Do not run,
+    /// and claim no more.
+    Done { runs: u64 },
 }
 
 /// A claim's outcome and, when the backend splits a pooled task's items over the nodes, the

@@ -183,6 +183,10 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule's cron expressions are read in; set next to \fB@every\fR intervals alone it is refused (they read no zone). A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
     ),
     (
+        "max_runs",
+        r#"(integer from 1; default: none) At most this many scheduled ticks run, counted in the fire record by the claims themselves, so that no failover, restart or lost reply runs one more; then the task is done, and \fBstatus\fR says "done after N runs". For a task on every node or split into work items, each node's or item's runs are counted. Manual runs (\fBzkcron trigger\fR), backfills and chained runs do not count."#,
+    ),
+    (
         "dst_gap",
         r#"(\fB"run_after"\fR or \fB"skip"\fR; default: cronie's rule for the expression) What a local time that a spring\-forward change skips does: run at the first instant after the gap, or not run. Refused next to a schedule without a cron expression. \fBzkcron schedule EXPR \-\-tz ZONE \-\-dst\fR lists the ticks of the next 12 months that a change moves, skips or doubles; \fBvalidate\fR notes each task that has one."#,
     ),

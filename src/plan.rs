@@ -185,13 +185,23 @@ pub struct PlannerState {
 impl TickPlanner {
     /// Starts planning at `now`. `last_claimed` is the task's fire record: the newest tick any
     /// node claimed. Ticks after it and at or before `now` are missed and go to `catch_up`; with
-    /// no record (a task never fired) nothing is missed.
+    /// no record (a task never fired) nothing is missed, but the instant of a one-shot (`@at`).
     pub fn start(
         rules: PlanRules,
         last_claimed: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> Self {
-        let cursor = match last_claimed {
+        // A one-shot (`@at`) that nobody claimed is missed once its instant passed, as if a
+        // record stood just before it: `catch_up` and `starting_deadline` decide.
+        let one_shot = match last_claimed {
+            None => rules
+                .schedule
+                .one_shot()
+                .filter(|instant| *instant <= now)
+                .map(|instant| instant - TimeDelta::seconds(1)),
+            Some(_) => None,
+        };
+        let cursor = match last_claimed.or(one_shot) {
             // A record ahead of our clock (clock skew, or the clock went back): ticks up to the
             // record are done, never repeat them. Far ahead, `poll` reports the task as held.
             Some(record) => record,
@@ -205,8 +215,8 @@ impl TickPlanner {
             pending_start: false,
         };
         // Ticks are missed only if one was already due when the planner started.
-        planner.pending_start =
-            last_claimed.is_some() && armed.is_some_and(|tick| planner.due_at(tick) <= now);
+        planner.pending_start = last_claimed.or(one_shot).is_some()
+            && armed.is_some_and(|tick| planner.due_at(tick) <= now);
         planner
     }
 

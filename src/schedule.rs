@@ -16,6 +16,7 @@ use std::fmt;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
+mod at;
 mod cron;
 mod dst;
 mod every;
@@ -25,6 +26,7 @@ mod shape_tests;
 #[cfg(test)]
 mod tests;
 
+use at::At;
 use cron::CronExpr;
 #[cfg(test)]
 use cron::FIELDS;
@@ -79,6 +81,22 @@ pub enum DstRepeat {
     Both,
 }
 
+impl DstChoice {
+    /// The choice of a task whose `dst_gap` and `dst_repeat` are written as these names (as
+    /// a task set or the command line carries them); a name this release does not know
+    /// leaves cronie's rule on that side.
+    pub fn from_names(gap: Option<&str>, repeat: Option<&str>) -> DstChoice {
+        fn pick<T: Copy>(name: Option<&str>, choices: &[(&str, T)]) -> Option<T> {
+            let name = name?;
+            choices.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+        }
+        DstChoice {
+            gap: pick(gap, &DstGap::CHOICES),
+            repeat: pick(repeat, &DstRepeat::CHOICES),
+        }
+    }
+}
+
 impl DstGap {
     /// The values of `dst_gap`, as written.
     pub const CHOICES: [(&'static str, DstGap); 2] =
@@ -122,11 +140,16 @@ enum Parts {
 enum Part {
     Cron(CronExpr),
     Every(Every),
+    /// `@at`: one tick.
+    At(At),
 }
 
 impl Part {
     fn parse(expression: &str, timezone: Tz) -> Result<Part, ScheduleError> {
         let trimmed = expression.trim();
+        if At::is_one_shot(trimmed) {
+            return At::parse(trimmed).map(Part::At);
+        }
         if Every::is_interval(trimmed) {
             let every = Every::parse(trimmed)?;
             // A period so long that its first tick is beyond chrono's range never fires.
@@ -144,6 +167,7 @@ impl Part {
         match self {
             Part::Cron(cron) => cron.expression(),
             Part::Every(every) => every.expression(),
+            Part::At(at) => at.expression(),
         }
     }
 
@@ -151,6 +175,7 @@ impl Part {
         match self {
             Part::Cron(cron) => cron.next_after(after),
             Part::Every(every) => every.next_after(after),
+            Part::At(at) => at.next_after(after),
         }
     }
 
@@ -158,8 +183,21 @@ impl Part {
         match self {
             Part::Cron(cron) => cron.latest_at_or_before(at),
             Part::Every(every) => every.latest_at_or_before(at),
+            Part::At(one) => one.latest_at_or_before(at),
         }
     }
+}
+
+/// Whether `expression` (trimmed) starts with `keyword` (`@every`, `@at`; any case) as a word
+/// of its own.
+fn has_keyword(expression: &str, keyword: &str) -> bool {
+    expression
+        .get(..keyword.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(keyword))
+        && expression[keyword.len()..]
+            .chars()
+            .next()
+            .is_none_or(char::is_whitespace)
 }
 
 /// An instant every schedule must have a tick after, or it never fires.
@@ -206,6 +244,7 @@ impl PartialEq for Part {
         match (self, other) {
             (Part::Cron(a), Part::Cron(b)) => a == b,
             (Part::Every(a), Part::Every(b)) => a.expression() == b.expression(),
+            (Part::At(a), Part::At(b)) => a.instant() == b.instant(),
             _ => false,
         }
     }
@@ -301,6 +340,25 @@ pub enum ScheduleError {
          seconds, so write one like \"1s\" or \"90s\""
     )]
     EveryFraction { expression: String, value: String },
+    #[error(
+        "\"@at\" needs an RFC 3339 instant with its offset, like \
+         \"@at 2026-12-31T23:00:00+01:00\" or \"@at 2026-12-31T22:00:00Z\""
+    )]
+    AtMissing,
+    #[error(
+        "{value:?} in {expression:?} is not an RFC 3339 instant ({detail}); write one with its \
+         offset, like \"@at 2026-12-31T23:00:00+01:00\""
+    )]
+    AtInstant {
+        expression: String,
+        value: String,
+        detail: String,
+    },
+    #[error(
+        "the instant of {expression:?} has a fraction of a second; ticks fall on whole seconds, \
+         so leave it out"
+    )]
+    AtFraction { expression: String },
     #[error("the interval of {expression:?} is zero; the shortest is \"@every 1s\"")]
     EveryTooShort { expression: String },
     #[error(
@@ -429,6 +487,20 @@ impl Schedule {
     /// Whether the schedule was written as a list (no schedule reads as an empty one).
     pub fn is_list(&self) -> bool {
         matches!(self.parts, Parts::Union(_) | Parts::Nothing)
+    }
+
+    /// The instant of a one-shot: a schedule of `@at` expressions alone has its earliest; a
+    /// task that never claimed a tick of it has missed it once it passed (`plan`).
+    pub fn one_shot(&self) -> Option<DateTime<Utc>> {
+        let parts = self.parts();
+        let instants: Option<Vec<DateTime<Utc>>> = parts
+            .iter()
+            .map(|part| match part {
+                Part::At(at) => Some(at.instant()),
+                _ => None,
+            })
+            .collect();
+        instants?.into_iter().min()
     }
 
     /// Whether any expression reads the time zone (a cron expression does, an interval not).

@@ -112,6 +112,9 @@ pub struct TaskExtras {
     pub pause_on_failure: bool,
     /// The tasks each of whose successful runs causes one run of this task (`after`).
     pub after: Vec<Parent>,
+    /// `max_runs`: at most this many scheduled ticks run, counted in the fire record by the
+    /// claims themselves (for every-node and pooled tasks, per unit); then the task is done.
+    pub max_runs: Option<u32>,
 }
 
 /// Every extra setting at its default, for tasks that set none.
@@ -130,6 +133,7 @@ static NO_EXTRAS: TaskExtras = TaskExtras {
     run_on: RunOn::Leader,
     pause_on_failure: false,
     after: Vec::new(),
+    max_runs: None,
 };
 
 impl Default for TaskExtras {
@@ -405,6 +409,7 @@ pub const TASK_KEYS: &[&str] = &[
     "active_until",
     "dst_gap",
     "dst_repeat",
+    "max_runs",
     "work_items",
     "run_on",
     "after",

@@ -346,3 +346,87 @@ fn a_dst_rule_next_to_a_schedule_without_a_cron_expression_is_refused() {
         "remove `dst_repeat`",
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Limited runs: `max_runs`
+
+#[test]
+fn max_runs_is_read_and_is_part_of_the_definition() {
+    let limited = parse("schedule = \"@hourly\"\ncommand = \"true\"\nmax_runs = 3\n").unwrap();
+    assert_eq!(limited.extras.max_runs, Some(3));
+    let unlimited = parse("schedule = \"@hourly\"\ncommand = \"true\"\n").unwrap();
+    assert_eq!(unlimited.extras.max_runs, None);
+    assert_ne!(limited.digest(), unlimited.digest());
+}
+
+#[test]
+fn a_max_runs_that_is_not_a_positive_integer_is_refused_where_it_stands() {
+    let error = only_error("schedule = \"@hourly\"\ncommand = \"true\"\nmax_runs = 0\n");
+    assert_error(
+        &error,
+        (3, 12),
+        "`max_runs` must be between 1 and 4294967295, found 0",
+        "",
+    );
+    let error = only_error("schedule = \"@hourly\"\ncommand = \"true\"\nmax_runs = \"3\"\n");
+    assert_error(
+        &error,
+        (3, 12),
+        "`max_runs` must be an integer, found string \"3\"",
+        "remove the quotes",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// One-shot tasks: `@at`
+
+#[test]
+fn an_at_schedule_has_one_tick_at_its_instant() {
+    let spec = parse("schedule = \"@at 2026-12-31T23:00:00+01:00\"\ncommand = \"true\"\n").unwrap();
+    assert_eq!(spec.schedule.one_shot(), Some(utc("2026-12-31T22:00:00Z")));
+    let ticks: Vec<_> = spec
+        .schedule
+        .ticks_after(utc("2026-01-01T00:00:00Z"))
+        .collect();
+    assert_eq!(ticks, [utc("2026-12-31T22:00:00Z")]);
+    assert_eq!(spec.schedule.next_after(utc("2026-12-31T22:00:00Z")), None);
+    // A cron schedule is no one-shot.
+    let cron = parse("schedule = \"@daily\"\ncommand = \"true\"\n").unwrap();
+    assert_eq!(cron.schedule.one_shot(), None);
+}
+
+#[test]
+fn a_malformed_at_points_at_the_expression_and_says_what_to_write() {
+    let error = only_error("schedule = \"@at\"\ncommand = \"true\"\n");
+    assert_error(
+        &error,
+        (1, 12),
+        "\"@at\" needs an RFC 3339 instant with its offset",
+        "",
+    );
+    let error = only_error("schedule = \"@at 2026-12-31T23:00:00\"\ncommand = \"true\"\n");
+    assert_error(
+        &error,
+        (1, 12),
+        "\"2026-12-31T23:00:00\" in \"@at 2026-12-31T23:00:00\" is not an RFC 3339 instant",
+        "",
+    );
+    assert!(
+        error
+            .message
+            .contains("like \"@at 2026-12-31T23:00:00+01:00\""),
+        "{}",
+        error.message
+    );
+    let error = only_error("schedule = \"@at 2026-12-31T23:00:00.5Z\"\ncommand = \"true\"\n");
+    assert_error(&error, (1, 12), "has a fraction of a second", "");
+    let error = only_error(
+        "schedule = \"@at 2026-12-31T22:00:00Z\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n",
+    );
+    assert_error(
+        &error,
+        (3, 12),
+        "`timezone` has no effect on `@at` instants",
+        "\"@at 2026-12-31T23:00:00+01:00\"",
+    );
+}

@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 
 use super::ScheduleArgs;
 use crate::clock::Clock;
-use crate::schedule::{self, DstChange, DstChoice, DstEffect, DstGap, DstRepeat, Schedule};
+use crate::schedule::{self, DstChange, DstChoice, DstEffect, Schedule};
 use crate::task::TaskSpec;
 
 /// How far ahead `--dst` and `validate` look for clock changes.
@@ -17,20 +17,7 @@ const DST_HORIZON: TimeDelta = TimeDelta::days(366);
 
 pub(super) fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
     let timezone = schedule::parse_timezone(&args.tz)?;
-    let choice = DstChoice {
-        gap: args.dst_gap.as_deref().and_then(|gap| {
-            DstGap::CHOICES
-                .iter()
-                .find(|(name, _)| *name == gap)
-                .map(|(_, g)| *g)
-        }),
-        repeat: args.dst_repeat.as_deref().and_then(|repeat| {
-            DstRepeat::CHOICES
-                .iter()
-                .find(|(name, _)| *name == repeat)
-                .map(|(_, r)| *r)
-        }),
-    };
+    let choice = DstChoice::from_names(args.dst_gap.as_deref(), args.dst_repeat.as_deref());
     let schedule = Schedule::parse(&args.expression, timezone)?.with_dst(choice);
     let after = args.after.unwrap_or_else(|| Clock::system().now());
     if args.dst {

@@ -73,6 +73,8 @@ pub struct TaskEntry {
     pub require_labels: BTreeMap<String, String>,
     /// Who holds the task's leases.
     pub holders: Holders,
+    /// `max_runs`: the claims of this node's definition refuse a run past it.
+    pub max_runs: Option<u32>,
 }
 
 /// Who holds the leases of a task.

@@ -110,6 +110,13 @@ struct TaskRecord {
     /// The newest ticks not run, and why (`plan::ledger`), as a fire record keeps them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     ticks: Vec<TickEntry>,
+    /// The scheduled ticks claimed to run (or queued to), as a fire record counts them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The snapshot file: every task's record.
@@ -142,6 +149,8 @@ pub struct LocalCoordinator {
     pausing: tokio::sync::Mutex<()>,
     /// Where requests, pauses, resumes and ends are timed: the daemon's clock.
     clock: Clock,
+    /// The `max_runs` of the tasks published that have one.
+    max_runs: Mutex<HashMap<Arc<str>, u32>>,
 }
 
 impl LocalCoordinator {
@@ -185,6 +194,7 @@ impl LocalCoordinator {
             writer,
             leadership,
             live_runs: Mutex::new(HashSet::new()),
+            max_runs: Mutex::new(HashMap::new()),
             requests,
             history,
             _lock: lock,
@@ -327,6 +337,13 @@ impl LocalCoordinator {
             run_live: own,
             claimer_alive: own,
             queued: record.queued,
+            runs: record.runs,
+            max_runs: self
+                .max_runs
+                .lock()
+                .expect("max_runs lock poisoned")
+                .get(task)
+                .copied(),
         }
     }
 
@@ -466,6 +483,7 @@ impl LocalCoordinator {
         fire.run = record.claimed_to_run;
         fire.queued = record.queued;
         fire.ticks = record.ticks.clone();
+        fire.runs = record.runs;
         (fire.tick.is_some() || !fire.ticks.is_empty()).then_some(fire)
     }
 
@@ -506,6 +524,7 @@ impl LocalCoordinator {
             queue: (intent == ClaimIntent::Queue).then_some(tick),
             unqueue: queued.then_some(tick),
             ticks,
+            counted: claimed.runs > view.runs,
         };
         // The start of a queued tick is a claim its process waits for: committed at once.
         let batching = if queued {
@@ -544,6 +563,12 @@ impl Coordinator for LocalCoordinator {
         };
         // The same names (a reload that changed tasks but added or removed none): the same
         // set, and no change to tell, so that nobody compares 100,000 names again.
+        let limited = tasks
+            .iter()
+            .map(Borrow::borrow)
+            .filter_map(|t: &TaskSpec| Some((Arc::clone(&t.name), t.extras.max_runs?)))
+            .collect();
+        *self.max_runs.lock().expect("max_runs lock poisoned") = limited;
         self.leadership.send_if_modified(|l| {
             if same_names(&l.tasks, names()) {
                 return false;

@@ -193,6 +193,8 @@ pub struct NodeBugs {
     /// run's end is stored, not in the end's multi-op: a node lost between the two leaves the
     /// failure stored and the task firing.
     pub pause_apart: bool,
+    /// Claims do not apply `max_runs`: the count moves, but nothing refuses a run past it.
+    pub runs_unlimited: bool,
 }
 
 /// The longest any single ZooKeeper call may take before it counts as failed (the driver's

@@ -197,6 +197,8 @@ fn resumed_with(bugs: OperatorBugs, record: &FireRecord, now: DateTime<Utc>) -> 
         claimed_at: Some(now),
         queued: record.queued.filter(|_| !bugs.resume_drops_queued),
         ticks: ledger::merged(&record.ticks, paused.as_slice(), record.tick),
+        // The count of runs `max_runs` limits stays: a resume runs nothing.
+        runs: record.runs,
         ..FireRecord::empty()
     })
 }

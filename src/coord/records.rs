@@ -157,6 +157,15 @@ pub struct TaskSetEntry {
     /// from older writers, read as no parents).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// The task's `max_runs`, when it has one: how many scheduled ticks may run in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+    /// The task's `dst_gap` and `dst_repeat`, when it sets them (`run_after`/`skip`,
+    /// `first`/`both`), so that `status` works out its next tick as its nodes do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_gap: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_repeat: Option<String>,
 }
 
 /// [`TaskSetEntry::run_on`] of a task that runs on every node.
@@ -214,6 +223,14 @@ pub struct FireRecord {
     /// first); absent when none. An older release's write leaves them out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ticks: Vec<TickEntry>,
+    /// How many scheduled ticks were claimed to run (or queued to) in all: the count
+    /// `max_runs` limits, moved by the claims themselves. Absent while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl FireRecord {
@@ -228,6 +245,7 @@ impl FireRecord {
             claimed_at: None,
             queued: None,
             ticks: Vec::new(),
+            runs: 0,
         }
     }
 }
@@ -555,6 +573,9 @@ pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetR
                         },
                         work_items: t.extras.run_on.items().map(<[String]>::to_vec),
                         after: t.extras.after.iter().map(|p| p.name.to_string()).collect(),
+                        max_runs: t.extras.max_runs,
+                        dst_gap: t.schedule.dst().gap.map(|g| g.as_str().to_string()),
+                        dst_repeat: t.schedule.dst().repeat.map(|r| r.as_str().to_string()),
                     },
                 )
             })
@@ -615,6 +636,7 @@ pub fn decode_taskset(record: &TaskSetRecord) -> Arc<TaskSet> {
                         },
                         require_labels: entry.require_labels.clone(),
                         holders: holders.unwrap_or_default(),
+                        max_runs: entry.max_runs,
                     },
                 )
             })

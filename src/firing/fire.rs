@@ -147,6 +147,9 @@ impl<P> Firing<P> {
                     }
                 }
                 entry.state = State::Finished;
+                // No claim is left to carry the ticks not run (a one-shot missed and not
+                // caught up): they go now.
+                self.write_noted(key);
             }
         }
     }
@@ -602,6 +605,13 @@ impl<P> Firing<P> {
             }
             Ok(ClaimOutcome::NotLeader) => {
                 tracing::info!(target: log::RUNS, task = %name, %fire_id, "claim refused: not the leader; not running it");
+            }
+            Ok(ClaimOutcome::Done { runs }) => {
+                tracing::info!(target: log::RUNS, task = %name, %fire_id, runs, "the task ran its max_runs scheduled ticks: it is done and fires no more");
+                if let Some(entry) = self.entry_mut(key) {
+                    entry.state = State::Finished;
+                }
+                return;
             }
             Err(error) if !self.may_fire(&self.leadership, name) => {
                 tracing::warn!(target: log::RUNS, task = %name, %fire_id, "claim failed ({error}) and this node no longer fires the task; the next leader catches the tick up");

@@ -2,8 +2,8 @@
 //!
 //! Each entry this node fires keeps the ticks it decided not to run and has not written yet.
 //! The next claim of the task carries them (it writes the record anyway: no write of their
-//! own on the fire path); when no claim comes within [`NOTE_AFTER`], a claim of intent
-//! [`ClaimIntent::Note`] writes them alone. A claim that fails gives them back; a task that
+//! own on the fire path); when no claim comes within [`NOTE_AFTER`], or none will (the
+//! schedule has no tick left), a claim of intent [`ClaimIntent::Note`] writes them alone. A claim that fails gives them back; a task that
 //! stops forgets them, and the next leader, starting from the record, accounts for those ticks.
 
 use chrono::{DateTime, Utc};
@@ -70,9 +70,14 @@ impl<P> Firing<P> {
             .entry(key)
             .and_then(|entry| entry.noted.as_ref())
             .is_some_and(|noted| noted.since + NOTE_AFTER <= at);
-        if !due {
-            return;
+        if due {
+            self.write_noted(key);
         }
+    }
+
+    /// Writes what the task of `key` has to write, alone, now: no claim comes to carry it
+    /// (its schedule has no tick left, or none within [`NOTE_AFTER`]).
+    pub(super) fn write_noted(&mut self, key: Key) {
         let ticks = self.take_noted(key);
         let Some(last) = ticks.last().map(|e| e.to) else {
             return;

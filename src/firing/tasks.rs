@@ -613,6 +613,10 @@ impl<P> Firing<P> {
             ClaimOutcome::NotLeader => {
                 tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} not claimed: not the leader");
             }
+            // A manual run does not count against `max_runs`: its claim is never refused so.
+            ClaimOutcome::Done { .. } => {
+                tracing::info!(target: log::MANUAL, task = %task, %fire_id, "{what} not claimed: the task is done");
+            }
         }
     }
 }

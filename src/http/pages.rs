@@ -104,6 +104,8 @@ pub fn state(task: &TaskStatus) -> (&'static str, &'static str) {
         ("problem", "bad")
     } else if task.ended_at.is_some() {
         ("ended", "muted")
+    } else if task.done.is_some() {
+        ("done", "muted")
     } else if task.starts_at.is_some() {
         ("not started yet", "muted")
     } else if task.last.as_ref().is_some_and(|l| !l.success) {

@@ -1,8 +1,9 @@
 //! What `zkcron status` is made of, as pure functions of a [`Snapshot`] of the cluster's records
 //! and `now`: the JSON interface of docs/commands.md, "JSON interfaces" ([`Status`]), a task's
 //! line ([`TaskParts`]), and who may lead a task and why not ([`eligibility`]), which `explain`
-//! shares: that is `members`, who may lead a task from the live members' records. The status
-//! itself is worked out in one place, [`crate::ops::live`].
+//! shares: that is `members`, who may lead a task from the live members' records; `done`, whether
+//! a task ran its `max_runs` or its one-shot tick. The status itself is worked out in one
+//! place, [`crate::ops::live`].
 
 use crate::coord::backfill::BackfillRecord;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,10 +22,12 @@ use crate::coord::records::{
     TaskSetEntry, TaskSetRecord,
 };
 use crate::plan;
-use crate::schedule::{self, Schedule, Window, WindowState};
+use crate::schedule::{self, DstChoice, Schedule, Window, WindowState};
 
+mod done;
 mod members;
 
+pub use done::done_note;
 pub use members::{Definer, Members, UnrankedDefiner, drift, eligibility, no_one_may_run};
 use members::{drift_among, why_none};
 
@@ -106,6 +109,13 @@ pub struct TaskStatus {
     /// The task's `active_until` once it has passed: the task fires no more (not a problem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<DateTime<Utc>>,
+    /// Why the task fires no more, once it ran its `max_runs` or its one-shot tick ("done
+    /// after 3 runs (max_runs)"); not a problem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<String>,
+    /// The scheduled ticks claimed to run so far, for a task with `max_runs`, and the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<(u64, u32)>,
     /// The nodes that hold their unit of a task that runs on every node (`run_on =
     /// "every_node"`), each running every tick; absent for other tasks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -221,6 +231,7 @@ type ScheduleKey<'a> = (
     &'a str,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
+    (Option<&'a str>, Option<&'a str>),
 );
 
 /// The schedule `entry` describes; `None` without one (an older release wrote it) or when this
@@ -238,10 +249,15 @@ pub fn entry_schedule(entry: &TaskSetEntry) -> Option<Schedule> {
         .ok()?,
         (None, None) => return None,
     };
-    Some(schedule.within(Window {
-        from: entry.active_from,
-        until: entry.active_until,
-    }))
+    let choice = DstChoice::from_names(entry.dst_gap.as_deref(), entry.dst_repeat.as_deref());
+    Some(
+        schedule
+            .within(Window {
+                from: entry.active_from,
+                until: entry.active_until,
+            })
+            .with_dst(choice),
+    )
 }
 
 /// Where `now` stands against the window of the task set entry `status` reads the task from:
@@ -515,13 +531,21 @@ impl<'m> TaskParts<'m> {
             reason: mark.reason.clone(),
         });
         let (starts_at, ended_at) = window_notes(self.entry, now);
+        let record = snapshot.fire_records.get(&name);
+        let done = done_note(self.entry, record);
+        let runs = self
+            .entry
+            .and_then(|e| e.max_runs)
+            .map(|max| (record.map_or(0, |r| r.runs), max));
         TaskStatus {
             starts_at,
             ended_at,
+            next: next.filter(|_| done.is_none()),
+            done,
+            runs,
             leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
             paused: pause.is_some(),
             pause,
-            next,
             queued: snapshot.fire_records.get(&name).and_then(|r| r.queued),
             last: last_run(snapshot, &name),
             drift: drift_among(&self.definers, &self.unranked),
@@ -625,6 +649,7 @@ fn schedule_key(entry: &TaskSetEntry) -> ScheduleKey<'_> {
         entry.timezone.as_deref().unwrap_or("UTC"),
         entry.active_from,
         entry.active_until,
+        (entry.dst_gap.as_deref(), entry.dst_repeat.as_deref()),
     )
 }
 

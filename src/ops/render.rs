@@ -200,6 +200,10 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
             ));
         }
         notes.extend(window_note(task));
+        notes.extend(task.done.clone());
+        if let (Some((runs, max)), None) = (task.runs, &task.done) {
+            notes.push(format!("runs: {runs} of max_runs {max}"));
+        }
         notes.extend(links_notes(task));
         if !task.every_node.is_empty() {
             notes.push(format!("runs on {}", task.every_node.join(", ")));
@@ -443,6 +447,15 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
     let _ = writeln!(out, "  next:     {next}");
     if let Some(note) = window_note(status) {
         let _ = writeln!(out, "  window:   {note}");
+    }
+    match (&status.done, status.runs) {
+        (Some(done), _) => {
+            let _ = writeln!(out, "  done:     {done}: it fires no more");
+        }
+        (None, Some((runs, max))) => {
+            let _ = writeln!(out, "  runs:     {runs} of max_runs {max} so far");
+        }
+        (None, None) => {}
     }
     let last = match &status.last {
         Some(last) => format!(

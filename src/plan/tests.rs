@@ -726,3 +726,4 @@ fn jitter_and_starting_deadline_apply_to_interval_ticks_as_to_cron_ticks() {
 }
 
 mod held;
+mod one_shot;

@@ -28,13 +28,7 @@ pub(super) struct Every {
 impl Every {
     /// Whether `expression` (trimmed) is meant as an interval.
     pub(super) fn is_interval(expression: &str) -> bool {
-        expression
-            .get(..PREFIX.len())
-            .is_some_and(|head| head.eq_ignore_ascii_case(PREFIX))
-            && expression[PREFIX.len()..]
-                .chars()
-                .next()
-                .is_none_or(char::is_whitespace)
+        super::has_keyword(expression, PREFIX)
     }
 
     /// Parses `expression`, trimmed and starting with `@every`.

@@ -227,6 +227,11 @@ impl<'v> TaskKeys<'v> {
             "pause_on_failure" => {
                 extras.pause_on_failure = c.boolean(k, value).unwrap_or(extras.pause_on_failure)
             }
+            "max_runs" => {
+                extras.max_runs = c
+                    .integer(k, value, 1..=i64::from(u32::MAX))
+                    .map(|n| n as u32)
+            }
             _ => c.unknown_key(key, TASK_KEYS, None),
         }
     }

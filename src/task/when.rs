@@ -169,6 +169,15 @@ impl Checker<'_> {
         if let Some(span) = keys.timezone.clone()
             && !schedule.uses_timezone()
         {
+            if schedule.one_shot().is_some() {
+                let message = "`timezone` has no effect on `@at` instants: each carries its own \
+                               UTC offset"
+                    .to_string();
+                let help = "remove `timezone`, and give the instant the offset of the zone \
+                            meant, like \"@at 2026-12-31T23:00:00+01:00\"";
+                self.report(span, message, Some(help.into()));
+                return;
+            }
             let message = "`timezone` has no effect on `@every` intervals: they count from the \
                            Unix epoch, the same instants in every zone"
                 .to_string();

@@ -61,6 +61,8 @@ pub(crate) enum Kind {
     TickUnaccounted,
     /// A ledger entry's reason does not hold for its task or ticks.
     ReasonWrong,
+    /// A task (or unit) ran more distinct scheduled ticks than its `max_runs`.
+    RunsPastMax,
 }
 
 /// A run whose process has not exited.
@@ -522,6 +524,8 @@ impl Sim<'_> {
                         && *at + 10_000 > sc.end
                 })
                 .map(|(tick, _)| tick);
+            // A task that ran its `max_runs` fires no more.
+            let done = self.done_after(t);
             let mut prev_claim: Option<Ms> = None;
             for tick in task.rules.schedule.ticks_after(from) {
                 if tick > last {
@@ -539,7 +543,10 @@ impl Sim<'_> {
                 // after another) is late by design, not by its leader's fault.
                 let behind = prev_claim.is_some_and(|at| at as i64 > tick_ms);
                 prev_claim = claims.first().map(|c| c.at);
-                if self.paused_over(t, tick) || draining.is_some_and(|newest| tick > newest) {
+                if self.paused_over(t, tick)
+                    || draining.is_some_and(|newest| tick > newest)
+                    || done.is_some_and(|last| tick > last)
+                {
                     continue;
                 }
                 if tick > horizon || !every_tick {

@@ -335,6 +335,7 @@ mod drive;
 mod every_node;
 mod findings;
 mod ledger;
+mod limits;
 mod pause_failure;
 mod pools;
 mod queued;
@@ -487,29 +488,33 @@ const KNOB_ENV: &[(&str, KnobSwitch)] = &[
     ("ZKCRON_SIM_POOLS", |k| &mut k.pools),
     ("ZKCRON_SIM_EVERY_NODE", |k| &mut k.every_node),
     ("ZKCRON_SIM_QUEUED", |k| &mut k.queued),
+    ("ZKCRON_SIM_LIMITS", |k| &mut k.limits),
 ];
 
-/// The kinds of scenario the shards draw, in proportion: of every 20 seeds, 12 plain (the
+/// The kinds of scenario the shards draw, in proportion: of every 20 seeds, 11 plain (the
 /// default knobs), 3 with pooled tasks, 3 with tasks that run on every node, 2 of the queued
-/// kind. The seed picks its kind, so a replay of one seed is the same scenario.
+/// kind, 1 with limited runs and one-shots (and pooled tasks). The seed picks its kind, so a replay of one seed is the same scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum ScenarioKind {
     Plain,
     Pooled,
     EveryNode,
     Queued,
+    Limited,
 }
 
 impl ScenarioKind {
-    const ALL: [ScenarioKind; 4] = [
+    const ALL: [ScenarioKind; 5] = [
         ScenarioKind::Plain,
         ScenarioKind::Pooled,
         ScenarioKind::EveryNode,
         ScenarioKind::Queued,
+        ScenarioKind::Limited,
     ];
 
     fn of_seed(seed: u64) -> ScenarioKind {
         match seed % 20 {
+            11 => ScenarioKind::Limited,
             0..12 => ScenarioKind::Plain,
             12..15 => ScenarioKind::Pooled,
             15..18 => ScenarioKind::EveryNode,
@@ -531,6 +536,12 @@ impl ScenarioKind {
             },
             ScenarioKind::Queued => Knobs {
                 queued: true,
+                ..base
+            },
+            // Limited runs and one-shots, of tasks, and of pooled tasks' items.
+            ScenarioKind::Limited => Knobs {
+                limits: true,
+                pools: true,
                 ..base
             },
         }
@@ -639,12 +650,14 @@ fn lone_task(expr: &str) -> (TaskDef, Arc<TaskSet>) {
         item_of: None,
         after: None,
         pause_on_failure: false,
+        max_runs: None,
     };
     let entry = TaskEntry {
         digest: "d".into(),
         holders: Default::default(),
         version_req: None,
         require_labels: Default::default(),
+        max_runs: None,
     };
     (task, Arc::new([("t00".to_string(), entry)].into()))
 }

@@ -46,6 +46,7 @@ pub(crate) fn real_node(spec: &NodeSpec, now: Now) -> Box<dyn SimNode> {
             chain_request_apart: spec.bug == NodeBug::ChainRequestApart,
             pool_runs_every_item: spec.bug == NodeBug::PoolRunsEveryItem,
             pause_apart: spec.bug == NodeBug::PauseApart,
+            runs_unlimited: spec.bug == NodeBug::RunsUnlimited,
         },
     };
     Box::new(Node::new(config, now))

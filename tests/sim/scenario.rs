@@ -69,6 +69,9 @@ pub(crate) enum NodeBug {
     ResumeDropsQueued,
     /// The core's `bugs.forget_ledger`: the ticks it does not run are recorded nowhere.
     ForgetLedger,
+    /// The real node's `bugs.runs_unlimited`: claims count the runs but never refuse one past
+    /// `max_runs`.
+    RunsUnlimited,
 }
 
 impl NodeBug {
@@ -140,6 +143,9 @@ pub(crate) struct Knobs {
     /// A quarter of the tasks (not on every node) have `pause_on_failure`, a quarter of their
     /// runs fail (checked: no tick claimed after a stored failure runs, until a resume).
     pub(crate) pause_on_failure: bool,
+    /// Some tasks have `max_runs` (1–3), some are one-shots (`@at`) (`limits::draw`; checked:
+    /// no more ticks run than `max_runs`, per unit; a one-shot's tick at most once).
+    pub(crate) limits: bool,
 }
 
 impl Knobs {
@@ -162,6 +168,7 @@ impl Knobs {
         chains: false,
         pools: false,
         pause_on_failure: false,
+        limits: false,
     };
 
     /// What `cargo test --test sim` runs: every fault and every operator's action.
@@ -207,6 +214,8 @@ pub(crate) struct TaskDef {
     pub(crate) after: Option<String>,
     /// `pause_on_failure = true`; some of its runs fail (`pause_failure::fails`).
     pub(crate) pause_on_failure: bool,
+    /// `max_runs` (`limits::draw`); a unit's slot has its task's.
+    pub(crate) max_runs: Option<u32>,
 }
 
 impl TaskDef {
@@ -426,6 +435,7 @@ impl Scenario {
                 item_of: None,
                 after: None,
                 pause_on_failure: false,
+                max_runs: None,
             });
         }
         // Fixed, not drawn: the draws stay those of every earlier seed.
@@ -457,6 +467,7 @@ impl Scenario {
                             holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
+                            max_runs: None,
                         },
                     )
                 })
@@ -559,6 +570,7 @@ impl Scenario {
                             holders: Default::default(),
                             version_req: tasks[t].version_req.clone(),
                             require_labels: Default::default(),
+                            max_runs: None,
                         },
                     )
                 })
@@ -712,6 +724,7 @@ impl Scenario {
             add_item_units(seed, &mut tasks, &mut nodes);
         }
         super::pause_failure::draw(seed, knobs, &mut tasks);
+        super::limits::draw(seed, knobs, &mut tasks);
         // Whatever would end after the fault phase is ended by HealAll.
         faults.retain(|(at, _)| *at < fault_end);
         faults.push((fault_end, Fault::HealAll));

@@ -22,6 +22,8 @@ pub(crate) struct Stats {
     pub(crate) live_ticks: u64,
     /// Ticks the ledger check found claimed or recorded as not run.
     pub(crate) ledger_ticks: u64,
+    /// Tasks and units with `max_runs` whose runs were counted.
+    pub(crate) limited_slots: u64,
     pub(crate) on_time_checked: u64,
     /// Queued ticks started (`overlap = "queue"`).
     pub(crate) queued_started: u64,
@@ -53,6 +55,7 @@ impl Stats {
         self.claimed_not_run += o.claimed_not_run;
         self.live_ticks += o.live_ticks;
         self.ledger_ticks += o.ledger_ticks;
+        self.limited_slots += o.limited_slots;
         self.on_time_checked += o.on_time_checked;
         self.backfill_runs += o.backfill_runs;
         self.chained_runs += o.chained_runs;

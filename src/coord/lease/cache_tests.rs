@@ -20,6 +20,7 @@ fn shared_set() -> Arc<TaskSet> {
             _ => Holders::Leader,
         };
         let entry = TaskEntry {
+            max_runs: None,
             digest: "d".into(),
             version_req: (i % 5 == 0).then(|| VersionReq::parse(">=1.1").unwrap()),
             require_labels,

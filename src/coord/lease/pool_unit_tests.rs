@@ -7,6 +7,7 @@ use crate::coord::pool;
 /// A task set with `plain` (a leader's task) and `pool`, twelve items "0" to "11".
 fn set() -> Arc<TaskSet> {
     let entry = |holders| TaskEntry {
+        max_runs: None,
         digest: "d".into(),
         version_req: None,
         require_labels: BTreeMap::new(),

@@ -8,6 +8,7 @@ fn set(tasks: &[&str]) -> Arc<TaskSet> {
                 (
                     t.to_string(),
                     TaskEntry {
+                        max_runs: None,
                         digest: "d".into(),
                         holders: Default::default(),
                         version_req: None,
@@ -201,6 +202,7 @@ fn position_agrees_with_the_ranking_when_members_share_task_sets_or_not() {
         entries.insert(
             format!("task-{i:05}"),
             TaskEntry {
+                max_runs: None,
                 digest: "d".into(),
                 holders: Default::default(),
                 version_req,
@@ -256,6 +258,7 @@ fn version_req_limits_eligibility_to_matching_releases() {
     entries.insert(
         "t".into(),
         TaskEntry {
+            max_runs: None,
             digest: "d".into(),
             holders: Default::default(),
             version_req: Some(VersionReq::parse(">=2.1").unwrap()),
@@ -497,6 +500,7 @@ fn require_labels_limit_eligibility_to_members_with_every_pair() {
     entries.insert(
         "t".into(),
         TaskEntry {
+            max_runs: None,
             digest: "d".into(),
             holders: Default::default(),
             version_req: None,
@@ -570,6 +574,7 @@ fn a_drained_member_is_eligible_for_nothing_and_its_lease_moves() {
 #[test]
 fn why_ineligible_names_the_first_rule_a_member_fails() {
     let entry = TaskEntry {
+        max_runs: None,
         digest: "d".into(),
         holders: Default::default(),
         version_req: Some(VersionReq::parse(">=2.0").unwrap()),
@@ -619,6 +624,7 @@ fn a_cached_ranking_decides_exactly_as_ranking_afresh_while_members_change() {
         entries.insert(
             name.clone(),
             TaskEntry {
+                max_runs: None,
                 digest: "d".into(),
                 holders: Default::default(),
                 version_req: (i % 11 == 0).then(|| VersionReq::parse(">=1.1").unwrap()),

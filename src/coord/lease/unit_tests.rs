@@ -5,6 +5,7 @@ use super::*;
 /// A task set with `plain` (a leader's task) and `each` (run on every node).
 fn set() -> Arc<TaskSet> {
     let entry = |holders| TaskEntry {
+        max_runs: None,
         digest: "d".into(),
         version_req: None,
         require_labels: BTreeMap::new(),

@@ -33,6 +33,9 @@ pub(super) struct Change {
     /// Ticks not run that the change records (`plan::ledger`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) ticks: Vec<TickEntry>,
+    /// The claim counts against the task's `max_runs` (`record::claimed`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) counted: bool,
 }
 
 impl Change {
@@ -47,6 +50,7 @@ impl Change {
             queue: None,
             unqueue: None,
             ticks: Vec::new(),
+            counted: false,
         }
     }
 
@@ -63,6 +67,11 @@ impl Change {
         if let Some(tick) = self.claimed
             && record.last_claimed.is_none_or(|previous| previous <= tick)
         {
+            // A claim that moves the record to run its tick (or queue it) counts against
+            // `max_runs`, once: applied again, it no longer moves the record.
+            if self.counted && record.last_claimed.is_none_or(|previous| previous < tick) {
+                record.runs += 1;
+            }
             record.last_claimed = Some(tick);
             record.claimed_to_run = self.run;
         }

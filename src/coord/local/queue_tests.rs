@@ -60,6 +60,7 @@ fn a_journal_replayed_over_a_snapshot_does_not_queue_a_started_tick_again() {
         run,
         queue,
         unqueue,
+        counted: false,
     };
     let journal = [
         change(Some(at(120)), false, Some(at(120)), None),

@@ -274,6 +274,8 @@ impl Node {
             claimed_to_run: record.run,
             leads: true,
             queued: record.queued,
+            runs: record.runs,
+            max_runs: self.max_runs_of(&job.task),
             ..FireView::default()
         };
         let verdict = match job.kind {
@@ -291,6 +293,7 @@ impl Node {
                     run_live: false,
                     claimer_alive: self.session_alive(&record.session),
                     queued: record.queued,
+                    ..FireView::default()
                 };
                 record::admit_rerun(&view, tick)
             }
@@ -301,7 +304,7 @@ impl Node {
         let Some(job) = self.note_lost(job, &record, version) else {
             return;
         };
-        let mut new = self.claimed_record(&record, tick, job.intent, &job.ticks);
+        let mut new = self.claimed_record(&job.task, &record, tick, job.intent, &job.ticks);
         if job.kind == ClaimKind::Rerun {
             new.reruns = record.reruns + 1;
         }
@@ -323,11 +326,12 @@ impl Node {
         );
     }
 
-    /// The record a won claim of `tick` with `intent` writes over `old`, with the ticks not run
-    /// it carries (`plan::ledger`). [`ClaimIntent::Note`] writes only those: the claimer of
+    /// The record a won claim of `tick` of `task` (a task or a unit) with `intent` writes over
+    /// `old`, with the ticks not run it carries (`plan::ledger`). [`ClaimIntent::Note`] writes only those: the claimer of
     /// `old`'s tick stays, for `on_node_loss`.
     pub(super) fn claimed_record(
         &self,
+        task: &str,
         old: &FireRecord,
         tick: DateTime<Utc>,
         intent: ClaimIntent,
@@ -345,6 +349,8 @@ impl Node {
             claimed_to_run: old.run,
             leads: true,
             queued: old.queued,
+            runs: old.runs,
+            max_runs: self.max_runs_of(task),
             ..FireView::default()
         };
         let claimed = record::claimed(&view, tick, intent);
@@ -358,7 +364,17 @@ impl Node {
             claimed_at: Some(self.io.now.wall),
             queued: claimed.queued,
             ticks: ledger,
+            runs: claimed.runs,
         }
+    }
+
+    /// The `max_runs` of `task` (a task, or a unit of one) as this node defines it.
+    pub(super) fn max_runs_of(&self, task: &str) -> Option<u32> {
+        if self.cfg.bugs.runs_unlimited {
+            return None;
+        }
+        let (_, _, set) = self.view.my_set.as_ref()?;
+        set.get(self.task_of(task))?.max_runs
     }
 
     /// The claim's multi-op: the lease and epoch checks, the record's write at `version`, and

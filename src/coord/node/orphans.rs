@@ -135,6 +135,7 @@ impl Node {
             run_live,
             claimer_alive: self.session_alive(&record.session),
             queued: record.queued,
+            ..FireView::default()
         };
         self.answer(req, Ok(Answered::Tick(record::orphan(&view))));
     }

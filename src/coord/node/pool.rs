@@ -276,6 +276,7 @@ impl Node {
         let mut parts = Vec::new();
         let mut ops = Vec::new();
         let mut newest: Option<DateTime<Utc>> = None;
+        let mut done: Option<u64> = None;
         for unit in &job.units {
             let (Some(epoch), false) =
                 (self.tasks.held(unit), self.life.stopping || !self.firing())
@@ -298,6 +299,8 @@ impl Node {
                 claimed_to_run: record.run,
                 leads: true,
                 queued: record.queued,
+                runs: record.runs,
+                max_runs: self.max_runs_of(unit),
                 ..FireView::default()
             };
             let verdict = match kind {
@@ -305,8 +308,10 @@ impl Node {
                 ClaimKind::Rerun => self.admit_pool_rerun(&job.task, unit, &record, tick),
             };
             if let Verdict::Refuse(outcome) = verdict {
-                if let ClaimOutcome::AlreadyClaimed { record } = outcome {
-                    newest = newest.max(Some(record));
+                match outcome {
+                    ClaimOutcome::AlreadyClaimed { record } => newest = newest.max(Some(record)),
+                    ClaimOutcome::Done { runs } => done = done.max(Some(runs)),
+                    _ => {}
                 }
                 continue;
             }
@@ -318,9 +323,11 @@ impl Node {
             parts.push(part);
         }
         if parts.is_empty() {
-            let outcome = match newest {
-                Some(record) => ClaimOutcome::AlreadyClaimed { record },
-                None => ClaimOutcome::NotLeader,
+            // Every held item ran its `max_runs`: the task is done here.
+            let outcome = match (newest, done) {
+                (Some(record), _) => ClaimOutcome::AlreadyClaimed { record },
+                (None, Some(runs)) => ClaimOutcome::Done { runs },
+                (None, None) => ClaimOutcome::NotLeader,
             };
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
@@ -367,7 +374,7 @@ impl Node {
         intent: ClaimIntent,
         ticks: &[TickEntry],
     ) -> PoolPart {
-        let new = self.claimed_record(old, tick, intent, ticks);
+        let new = self.claimed_record(unit, old, tick, intent, ticks);
         PoolPart {
             unit: unit.to_string(),
             new,

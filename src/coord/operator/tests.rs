@@ -205,6 +205,18 @@ fn the_resume_rule_moves_an_older_record_to_now_claimed_by_nobody_and_keeps_its_
     assert_eq!(moved.format, FORMAT_VERSION);
 }
 
+/// The simulation's limited scenarios (seed 8 of them) found a resume that wrote the record
+/// without its count of runs, so a task with `max_runs` ran that many again.
+#[test]
+fn a_resume_keeps_the_count_of_runs_that_max_runs_limits() {
+    let counted = FireRecord {
+        runs: 3,
+        ..record("2026-03-01T09:00:05Z", None)
+    };
+    let moved = resumed(&counted, utc("2026-03-01T10:00:00Z")).expect("moved");
+    assert_eq!(moved.runs, 3);
+}
+
 #[test]
 fn the_resume_rule_moves_a_record_without_a_tick_and_leaves_one_at_or_after_now() {
     let now = utc("2026-03-01T10:00:00Z");

@@ -546,6 +546,7 @@ mod tests {
                 chain_request_apart: false,
                 pool_runs_every_item: false,
                 pause_apart: false,
+                runs_unlimited: false,
             }
         );
         assert_eq!(

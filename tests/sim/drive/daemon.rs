@@ -444,6 +444,7 @@ impl Sim<'_> {
                 self.stats.not_leader += 1;
                 "not leader".to_string()
             }
+            Ok(ClaimOutcome::Done { runs }) => format!("done after {runs} runs"),
             Err(error) => {
                 self.stats.conflicts += 1;
                 format!("{error}")

@@ -127,6 +127,7 @@ pub(crate) fn task_spec(def: &TaskDef, reloads: u32) -> TaskSpec {
                 None => zkcron::task::RunOn::Leader,
             },
             after: def.after.iter().map(|p| Parent::named(p)).collect(),
+            max_runs: def.max_runs,
             ..Default::default()
         }
         .into(),
@@ -633,6 +634,7 @@ impl<'s> Sim<'s> {
         self.check_liveness();
         self.check_chains();
         self.check_ledger();
+        self.check_limits();
     }
 
     pub(crate) fn dispatch(&mut self, ev: Ev) {
