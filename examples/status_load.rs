@@ -86,6 +86,7 @@ async fn main() {
     let now = Utc::now();
     let names: Vec<String> = (0..tasks).map(|i| format!("task-{i:05}")).collect();
     let set = TaskSetRecord {
+        calendars: Default::default(),
         format: FORMAT_VERSION,
         tasks: names
             .iter()

@@ -8,6 +8,7 @@
 //! the clock moved back, with the daemon stopped), `schedule_cmd` (`zkcron schedule`, with
 //! `--dst` the ticks a clock change touches; `validate`'s note of them).
 
+mod next;
 mod reset;
 mod schedule_cmd;
 mod validate;
@@ -104,6 +105,10 @@ pub struct RunArgs {
     /// else ./jobs.d]
     #[arg(long, value_name = "DIR")]
     pub jobs_dir: Option<PathBuf>,
+    /// The directory of calendar files, the days and periods a task's `exclude` names
+    /// [default: [scheduler].calendars_dir, else calendars.d beside the jobs dir]
+    #[arg(long, value_name = "DIR")]
+    pub calendars_dir: Option<PathBuf>,
     /// Where fire records are kept [default: [scheduler].state_dir, else $STATE_DIRECTORY, else
     /// the user's state dir]
     #[arg(long, value_name = "DIR")]
@@ -137,6 +142,10 @@ pub struct ValidateArgs {
     /// Task files or directories to check [default: the jobs dir of the config]
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// The calendars the tasks may exclude [default: [scheduler].calendars_dir, else
+    /// calendars.d beside the jobs dir, or beside the first PATH's dir]
+    #[arg(long, value_name = "DIR")]
+    pub calendars_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +181,16 @@ pub struct ScheduleArgs {
     /// cronie's rule for the expression]
     #[arg(long, value_name = "RULE", value_parser = ["first", "both"])]
     pub dst_repeat: Option<String>,
+    /// Leave out the ticks in this calendar's days and periods, as a task's `exclude`, and say
+    /// which it removes (repeat it for several)
+    #[arg(long, value_name = "CALENDAR")]
+    pub exclude: Vec<String>,
+    /// Where the calendars are [default: [scheduler].calendars_dir of the config, else
+    /// calendars.d beside its jobs dir]
+    #[arg(long, value_name = "DIR")]
+    pub calendars_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// Where a node's tasks and fire records are, for the commands that read them beside `run`.
@@ -182,6 +201,9 @@ pub struct NodeDirs {
     /// The directory of task files [default: as for `run`]
     #[arg(long, value_name = "DIR")]
     pub jobs_dir: Option<PathBuf>,
+    /// The directory of calendar files [default: as for `run`]
+    #[arg(long, value_name = "DIR")]
+    pub calendars_dir: Option<PathBuf>,
     /// Where the local backend keeps fire records [default: as for `run`]
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -192,9 +214,28 @@ struct ResolvedDirs {
     config: Config,
     config_path: Option<PathBuf>,
     jobs_dir: PathBuf,
+    calendars_dir: PathBuf,
     state_dir: PathBuf,
     /// The flags that point `zkcron reset` at the same tasks and state.
     reset_flags: String,
+}
+
+impl ResolvedDirs {
+    /// What task files default to for these dirs, with the calendars they may exclude; a
+    /// broken calendar file is said on stderr (the tasks that name it are then refused).
+    fn task_defaults(&self) -> task::TaskDefaults {
+        let identity = Identity::current();
+        let mut defaults = self.config.task_defaults(
+            identity.clone(),
+            self.config.coordination.backend.for_tasks(),
+        );
+        let loaded = task::load_calendars_dir(&self.calendars_dir, &identity, &Default::default());
+        for error in &loaded.errors {
+            eprintln!("{error}\n");
+        }
+        defaults.calendars = Arc::new(loaded.calendars);
+        defaults
+    }
 }
 
 impl NodeDirs {
@@ -204,6 +245,10 @@ impl NodeDirs {
             .jobs_dir
             .clone()
             .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+        let calendars_dir = self
+            .calendars_dir
+            .clone()
+            .unwrap_or_else(|| config.calendars_dir_or_default(&jobs_dir));
         let state_dir = self
             .state_dir
             .clone()
@@ -217,6 +262,7 @@ impl NodeDirs {
             config,
             config_path,
             jobs_dir,
+            calendars_dir,
             state_dir,
             reset_flags,
         })
@@ -225,6 +271,9 @@ impl NodeDirs {
 
 #[derive(Debug, Args)]
 pub struct NextArgs {
+    /// Only this task [default: every task]
+    #[arg(value_name = "TASK")]
+    pub task: Option<String>,
     #[command(flatten)]
     pub dirs: NodeDirs,
 }
@@ -261,7 +310,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Validate(args) => validate::validate(args),
         Command::Schedule(args) => schedule_cmd::schedule(args),
-        Command::Next(args) => next(args),
+        Command::Next(args) => next::next(args),
         Command::Reset(args) => reset::reset(args),
         Command::Status(args) => operate(&args.target, None, |_| OpsCommand::Status {
             json: args.json,
@@ -367,13 +416,16 @@ fn shell_word(path: &Path) -> String {
 /// What the daemon starts with, resolved from `plan`; `reset_flags` is left to `run`, which
 /// knows the flags it was given.
 fn daemon_config(plan: &Plan) -> DaemonConfig {
+    let (task_defaults, errors) = plan.task_defaults();
+    for error in &errors {
+        tracing::error!("invalid calendar file, not loaded: {}", error.one_line());
+    }
     DaemonConfig {
         jobs_dir: plan.jobs_dir.clone(),
+        calendars_dir: plan.calendars_dir.clone(),
         node_id: plan.node_id.clone(),
         shutdown_grace: plan.config.scheduler.shutdown_grace,
-        task_defaults: plan
-            .config
-            .task_defaults(plan.identity.clone(), plan.backend.for_tasks()),
+        task_defaults,
         reset_flags: None,
         job_output_lines: plan.config.log.job_output_lines,
         output: plan.output_store(),
@@ -396,6 +448,7 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let jobs_dir_flag = args.jobs_dir.clone();
     let flags = Overrides {
         jobs_dir: args.jobs_dir,
+        calendars_dir: args.calendars_dir,
         state_dir: args.state_dir,
         node_id: args.node_id,
         zookeeper: args.zookeeper,
@@ -518,167 +571,6 @@ fn run_zookeeper(
             .run()
             .await
     })
-}
-
-fn next(args: NextArgs) -> anyhow::Result<ExitCode> {
-    let dirs = match args.dirs.resolve() {
-        Ok(dirs) => dirs,
-        Err(error) => return Ok(refuse_config(&error, "cannot list the tasks")),
-    };
-    let ResolvedDirs {
-        config,
-        jobs_dir,
-        state_dir,
-        reset_flags: flags,
-        ..
-    } = dirs;
-    let loaded = match task::load_jobs_dir(
-        &jobs_dir,
-        &config.task_defaults(Identity::current(), config.coordination.backend.for_tasks()),
-    ) {
-        Ok(loaded) => loaded,
-        Err(problems) => return Ok(refuse(&problems, "cannot list the tasks")),
-    };
-    let now = Clock::system().now();
-    // The local backend's fire records show which tasks a record ahead of the clock holds.
-    let (records, records_error) = match config.coordination.backend {
-        Backend::Zookeeper => (Default::default(), None),
-        Backend::Local => match local::read_fire_records(&state_dir) {
-            Ok(records) => (records, None),
-            Err(error) => (Default::default(), Some(error)),
-        },
-    };
-    let width = loaded
-        .tasks
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let table = NextTable {
-        now,
-        config: &config,
-        release: config.node.version.clone().unwrap_or_else(|| {
-            semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("crate version")
-        }),
-        records,
-        reset_flags: &flags,
-        width,
-    };
-    println!("{:width$}  {:25}  {:>12}  SCHEDULE", "TASK", "NEXT", "IN");
-    for spec in &loaded.tasks {
-        table.print_row(spec);
-    }
-    for error in &loaded.errors {
-        eprintln!("{error}\n");
-    }
-    if let Some(error) = &records_error {
-        eprintln!(
-            "zkcron: error: cannot read the fire records in {}, so tasks held by a record ahead \
-             of the clock are not shown: {error}",
-            state_dir.display()
-        );
-    }
-    Ok(if loaded.errors.is_empty() && records_error.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// What `zkcron next` prints each task's row with.
-struct NextTable<'a> {
-    now: DateTime<Utc>,
-    config: &'a Config,
-    /// This node's release, for `version_req`.
-    release: semver::Version,
-    /// The local backend's fire records (none for a cluster).
-    records: std::collections::HashMap<String, DateTime<Utc>>,
-    /// The flags `zkcron reset` needs to find this state dir.
-    reset_flags: &'a str,
-    /// The width of the task column.
-    width: usize,
-}
-
-impl NextTable<'_> {
-    /// Prints `spec`'s next fire, and below it why this node never runs it or what holds it.
-    fn print_row(&self, spec: &task::TaskSpec) {
-        let (now, width) = (self.now, self.width);
-        let timezone = spec.schedule.timezone();
-        // A held task fires next after its record, as the daemon's planner says.
-        let held =
-            plan::holding_record(self.records.get(&*spec.name).copied(), now).map(|record| {
-                match TickPlanner::start(PlanRules::from_spec(spec), Some(record), now).poll(now) {
-                    Step::Held { record, until } => (record, Some(until)),
-                    _ => (record, None),
-                }
-            });
-        let next_tick = match held {
-            Some((_, until)) => until,
-            None => spec.schedule.next_after(now),
-        };
-        let not_eligible = self.ineligibility(spec);
-        let (next, within) = match next_tick {
-            _ if !spec.enabled => ("disabled".to_string(), "-".to_string()),
-            _ if not_eligible.is_some() => ("not eligible here".to_string(), "-".to_string()),
-            Some(tick) => {
-                let wait = (tick - now).to_std().unwrap_or_default();
-                let wait = std::time::Duration::from_secs(
-                    wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-                );
-                (
-                    tick.with_timezone(&timezone).to_rfc3339(),
-                    humantime::format_duration(wait).to_string(),
-                )
-            }
-            None => ("never".to_string(), "-".to_string()),
-        };
-        println!(
-            "{:width$}  {:25}  {:>12}  {} ({})",
-            spec.name,
-            next,
-            within,
-            spec.schedule.expression(),
-            timezone.name()
-        );
-        match spec.schedule.window().state(now) {
-            WindowState::Before(from) => println!(
-                "{:width$}  starts at {} (active_from): no tick before",
-                "",
-                instant(from)
-            ),
-            WindowState::Ended(until) => println!(
-                "{:width$}  ended at {} (active_until): it fires no more",
-                "",
-                instant(until)
-            ),
-            WindowState::Within => {}
-        }
-        if let (Some(why), true) = (&not_eligible, spec.enabled) {
-            println!(
-                "{:width$}  not eligible: this node never runs it: {why}",
-                ""
-            );
-        }
-        if let (Some((record, Some(until))), true) = (held, spec.enabled) {
-            let fix = plan::held_fix(&spec.name, Some(self.reset_flags));
-            println!(
-                "{:width$}  held: {}",
-                "",
-                plan::held_report(&spec.name, record, until, now, &fix)
-            );
-        }
-    }
-
-    /// Why this node never runs `spec`: in a cluster a task whose `version_req` or
-    /// `require_labels` this node does not meet never fires here (the local backend runs every
-    /// task).
-    fn ineligibility(&self, spec: &task::TaskSpec) -> Option<String> {
-        match self.config.coordination.backend {
-            Backend::Zookeeper => spec.ineligibility(&self.release, &self.config.node.labels),
-            Backend::Local => None,
-        }
-    }
 }
 
 /// An operator command (`crate::ops`) against the scheduler the config and flags name.

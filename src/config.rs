@@ -34,6 +34,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
         "scheduler",
         &[
             "jobs_dir",
+            "calendars_dir",
             "state_dir",
             "default_timezone",
             "shutdown_grace",
@@ -106,6 +107,9 @@ pub struct SchedulerSection {
     /// [`Config::jobs_dir_or_default`].
     pub jobs_dir: Option<PathBuf>,
     /// Set when the file names it (made absolute against the config file's directory); see
+    /// [`Config::calendars_dir_or_default`].
+    pub calendars_dir: Option<PathBuf>,
+    /// Set when the file names it (made absolute against the config file's directory); see
     /// [`Config::state_dir_or_default`].
     pub state_dir: Option<PathBuf>,
     /// The zone of tasks that name none. Default UTC.
@@ -127,6 +131,7 @@ impl Default for SchedulerSection {
     fn default() -> Self {
         SchedulerSection {
             jobs_dir: None,
+            calendars_dir: None,
             state_dir: None,
             default_timezone: chrono_tz::UTC,
             shutdown_grace: Duration::from_secs(30),
@@ -289,6 +294,18 @@ impl Config {
         }
     }
 
+    /// The calendars directory: `[scheduler].calendars_dir` when set, else `calendars.d` beside
+    /// the jobs dir `jobs_dir` (a dir that does not exist holds no calendar).
+    pub fn calendars_dir_or_default(&self, jobs_dir: &Path) -> PathBuf {
+        match &self.scheduler.calendars_dir {
+            Some(dir) => dir.clone(),
+            None => jobs_dir
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join("calendars.d"),
+        }
+    }
+
     /// The state directory: `[scheduler].state_dir` when set, else `$STATE_DIRECTORY` (set by
     /// systemd's `StateDirectory=`), else the user's state dir, else the user's cache dir (both
     /// with `zkcron` appended), else `./state`.
@@ -310,6 +327,7 @@ impl Config {
             user: self.scheduler.default_user.clone(),
             identity,
             backend,
+            calendars: Default::default(),
         }
     }
 }
@@ -557,6 +575,7 @@ fn scheduler_key(
     let (q, value) = (at.qualified, at.value);
     match at.key {
         "jobs_dir" => into.jobs_dir = c.path(q, value).map(|p| base.join(p)),
+        "calendars_dir" => into.calendars_dir = c.path(q, value).map(|p| base.join(p)),
         "state_dir" => into.state_dir = c.path(q, value).map(|p| base.join(p)),
         "default_timezone" => {
             if let Some(zone) = c.string(q, value) {

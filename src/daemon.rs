@@ -50,7 +50,9 @@ mod watching;
 
 use firing::FiringShell;
 use runs::RunHandles;
-use watching::{Debounce, DirChange, Pending, watch_jobs_dir, watch_wall_clock};
+use watching::{
+    Debounce, DirChange, Pending, watch_calendars_dir, watch_jobs_dir, watch_wall_clock,
+};
 
 /// How often the wall clock is compared with the monotonic clock to notice jumps (an NTP step,
 /// an operator setting the date, a resume from suspend). One check serves every task, so 10,000
@@ -71,6 +73,9 @@ const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
     pub jobs_dir: PathBuf,
+    /// The calendars a task's `exclude` names (`calendars.d`), read again with every full
+    /// reload; their last good versions are in `task_defaults.calendars`.
+    pub calendars_dir: PathBuf,
     /// This node's id: `ZKCRON_NODE` and the `node` of run records.
     pub node_id: String,
     /// How long running jobs may finish after SIGTERM before their groups are killed.
@@ -227,6 +232,7 @@ impl<C: Coordinator> Daemon<C> {
         let mut sigint = signal(SignalKind::interrupt())?;
         // One message per burst of events, received as soon as the loop is idle.
         let (watch_tx, mut watch_rx) = mpsc::unbounded_channel::<Vec<DirChange>>();
+        let _calendars_watcher = watch_calendars_dir(&self.config.calendars_dir, watch_tx.clone());
         let _watcher = watch_jobs_dir(&self.config.jobs_dir, watch_tx);
         let mut debounce = Debounce::new(WATCH_QUIET, WATCH_MAX_DELAY);
         let mut leadership = self.shared.coordinator.leadership();
@@ -321,6 +327,32 @@ impl<C: Coordinator> Daemon<C> {
         memory::release_free_memory();
     }
 
+    /// Reads the calendars dir again: a broken file keeps its last good version (logged with
+    /// its file, line and column). When a calendar changed, every task file is checked again
+    /// (the cache of unchanged files is dropped): the tasks that exclude it change with it.
+    fn reload_calendars(&mut self) {
+        let defaults = &mut self.config.task_defaults;
+        let loaded = task::load_calendars_dir(
+            &self.config.calendars_dir,
+            &defaults.identity,
+            &defaults.calendars,
+        );
+        for error in &loaded.errors {
+            tracing::error!(
+                "invalid calendar file, keeping its last good version if it had one: {}",
+                error.one_line()
+            );
+        }
+        if loaded.calendars != *defaults.calendars {
+            tracing::info!(
+                calendars = loaded.calendars.len(),
+                "calendars changed: every task file is checked again"
+            );
+            defaults.calendars = Arc::new(loaded.calendars);
+            self.cache = Default::default();
+        }
+    }
+
     /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
     /// task whose file became invalid, and the files' errors; `None` when the dir is refused.
     /// Only the files changed since the last reload are read ([`task::LoadCache`]), and only
@@ -330,6 +362,9 @@ impl<C: Coordinator> Daemon<C> {
         current: &[Arc<TaskSpec>],
         changes: Pending,
     ) -> Option<(Vec<Arc<TaskSpec>>, Vec<task::TaskFileError>)> {
+        if changes.rescan.is_some() {
+            self.reload_calendars();
+        }
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let mut cache = std::mem::take(&mut self.cache);

@@ -183,6 +183,10 @@ pub const TASK_PAGE_KEYS: &[(&str, &str)] = &[
         r#"(IANA zone name; default: \fB[scheduler] default_timezone\fR, UTC) The zone the schedule's cron expressions are read in; set next to \fB@every\fR intervals alone it is refused (they read no zone). A fixed\-time schedule fires a time skipped by a daylight\-saving change at the first valid instant after the gap, and a repeated time once; a schedule whose second, minute or hour field starts with \fB*\fR keeps its real\-time rhythm."#,
     ),
     (
+        "exclude",
+        r#"(array of calendar names; default: none) No tick in a day or period of these calendars runs: files \fINAME\fB.toml\fR in the calendars dir (\fB[scheduler] calendars_dir\fR, \fB\-\-calendars\-dir\fR, else \fIcalendars.d\fR beside the jobs dir) with an optional \fBtimezone\fR (default UTC), \fBdates\fR (whole local days, \fB"2026\-12\-25"\fR) and \fBperiods\fR (local, from included, until not: \fB[["2026\-12\-31T18:00", "2027\-01\-02T00:00"]]\fR). An unknown name is an error at its place; the calendars are part of the task's definition (nodes that disagree show as drift); \fBhistory \-\-ticks\fR says \fBexcluded\fR and names the calendar; \fBzkcron schedule EXPR \-\-exclude CAL\fR and \fBzkcron next TASK\fR show the ticks a calendar removes."#,
+    ),
+    (
         "max_runs",
         r#"(integer from 1; default: none) At most this many scheduled ticks run, counted in the fire record by the claims themselves, so that no failover, restart or lost reply runs one more; then the task is done, and \fBstatus\fR says "done after N runs". For a task on every node or split into work items, each node's or item's runs are counted. Manual runs (\fBzkcron trigger\fR), backfills and chained runs do not count."#,
     ),

@@ -33,6 +33,8 @@ pub struct Plan {
     /// The config file read, if any.
     pub config_path: Option<PathBuf>,
     pub jobs_dir: PathBuf,
+    /// `--calendars-dir`, else `[scheduler] calendars_dir`, else `calendars.d` beside the jobs dir.
+    pub calendars_dir: PathBuf,
     pub state_dir: PathBuf,
     pub backend: Backend,
     pub node_id: String,
@@ -88,6 +90,7 @@ pub(crate) fn host_name() -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub jobs_dir: Option<PathBuf>,
+    pub calendars_dir: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub node_id: Option<String>,
     pub zookeeper: Option<String>,
@@ -96,6 +99,21 @@ pub struct Overrides {
 }
 
 impl Plan {
+    /// What task files default to for this plan, with the calendars of its calendars dir, and
+    /// the calendar files' errors.
+    pub fn task_defaults(&self) -> (crate::task::TaskDefaults, Vec<crate::task::TaskFileError>) {
+        let mut defaults = self
+            .config
+            .task_defaults(self.identity.clone(), self.backend.for_tasks());
+        let loaded = crate::task::load_calendars_dir(
+            &self.calendars_dir,
+            &self.identity,
+            &Default::default(),
+        );
+        defaults.calendars = std::sync::Arc::new(loaded.calendars);
+        (defaults, loaded.errors)
+    }
+
     /// Where the runs' output is kept: `<state_dir>/output`, bounded by `[log] output_limit`
     /// (0: nowhere), a task's newest `[scheduler] history_runs` runs.
     pub fn output_store(&self) -> Option<crate::executor::OutputStore> {
@@ -119,6 +137,9 @@ impl Plan {
         let jobs_dir = flags
             .jobs_dir
             .unwrap_or_else(|| config.jobs_dir_or_default(config_path.as_deref()));
+        let calendars_dir = flags
+            .calendars_dir
+            .unwrap_or_else(|| config.calendars_dir_or_default(&jobs_dir));
         let state_dir = flags
             .state_dir
             .unwrap_or_else(|| config.state_dir_or_default());
@@ -129,6 +150,7 @@ impl Plan {
         let section = &config.coordination.zookeeper;
         Plan {
             jobs_dir,
+            calendars_dir,
             state_dir,
             backend,
             node_id: flags

@@ -12,11 +12,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
 mod at;
+mod calendar;
 mod cron;
 mod dst;
 mod every;
@@ -27,6 +29,7 @@ mod shape_tests;
 mod tests;
 
 use at::At;
+pub use calendar::{Calendar, Calendars, excluding};
 use cron::CronExpr;
 #[cfg(test)]
 use cron::FIELDS;
@@ -46,10 +49,19 @@ pub struct Schedule {
     parts: Parts,
     /// The zone cron expressions are read in (intervals ignore it).
     timezone: Tz,
-    /// `active_from` / `active_until`; boxed because most tasks have none.
-    window: Option<Box<Window>>,
+    /// The window, the DST choice and the calendars; boxed because most tasks have none.
+    rare: Option<Box<Rare>>,
+}
+
+/// The parts of a schedule most tasks leave at their defaults.
+#[derive(Clone, Default, PartialEq)]
+struct Rare {
+    /// `active_from` / `active_until`.
+    window: Window,
     /// What the task file says of DST changes (`dst_gap`, `dst_repeat`); its cron parts apply it.
     dst: DstChoice,
+    /// The calendars whose days and periods no tick falls in (`exclude`).
+    exclude: Vec<Arc<Calendar>>,
 }
 
 /// What a task says of DST changes; a side it does not set follows cronie's rule for each
@@ -123,6 +135,15 @@ impl DstRepeat {
             DstRepeat::Both => "both",
         }
     }
+}
+
+/// Consecutive ticks of a schedule that one calendar removes ([`Schedule::excluded_between`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExcludedRun {
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub count: u64,
+    pub calendar: Arc<str>,
 }
 
 /// What the user wrote: one expression (a string) or a list.
@@ -263,10 +284,7 @@ impl PartialEq for Parts {
 
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
-        self.parts == other.parts
-            && self.timezone == other.timezone
-            && self.window() == other.window()
-            && self.dst == other.dst
+        self.parts == other.parts && self.timezone == other.timezone && self.rare() == other.rare()
     }
 }
 
@@ -278,11 +296,17 @@ impl fmt::Debug for Schedule {
         debug
             .field("expression", &self.expression())
             .field("timezone", &self.timezone.name());
-        if let Some(window) = &self.window {
-            debug.field("window", window);
-        }
-        if self.dst != DstChoice::default() {
-            debug.field("dst", &self.dst);
+        if let Some(rare) = &self.rare {
+            if !rare.window.is_open() {
+                debug.field("window", &rare.window);
+            }
+            if rare.dst != DstChoice::default() {
+                debug.field("dst", &rare.dst);
+            }
+            if !rare.exclude.is_empty() {
+                let names: Vec<&str> = rare.exclude.iter().map(|c| &*c.name).collect();
+                debug.field("exclude", &names);
+            }
         }
         debug.finish()
     }
@@ -392,8 +416,7 @@ impl Schedule {
         Ok(Schedule {
             parts: Parts::One(Part::parse(expression, timezone)?),
             timezone,
-            window: None,
-            dst: DstChoice::default(),
+            rare: None,
         })
     }
 
@@ -412,8 +435,7 @@ impl Schedule {
         Ok(Schedule {
             parts: Parts::Union(parts),
             timezone,
-            window: None,
-            dst: DstChoice::default(),
+            rare: None,
         })
     }
 
@@ -422,8 +444,7 @@ impl Schedule {
         Schedule {
             parts: Parts::Nothing,
             timezone,
-            window: None,
-            dst: DstChoice::default(),
+            rare: None,
         }
     }
 
@@ -433,8 +454,20 @@ impl Schedule {
     }
 
     /// The same schedule with no tick outside `window`.
-    pub fn within(mut self, window: Window) -> Schedule {
-        self.window = (!window.is_open()).then(|| Box::new(window));
+    pub fn within(self, window: Window) -> Schedule {
+        self.with_rare(|rare| rare.window = window)
+    }
+
+    /// The rare parts, at their defaults when the schedule has none.
+    fn rare(&self) -> Rare {
+        self.rare.as_deref().cloned().unwrap_or_default()
+    }
+
+    /// The same schedule with `change` made to its rare parts (boxed only when not default).
+    fn with_rare(mut self, change: impl FnOnce(&mut Rare)) -> Schedule {
+        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
+        change(&mut rare);
+        self.rare = (rare != Rare::default()).then(|| Box::new(rare));
         self
     }
 
@@ -450,18 +483,77 @@ impl Schedule {
             Parts::Union(parts) => Parts::Union(parts.into_vec().into_iter().map(with).collect()),
             Parts::Nothing => Parts::Nothing,
         };
-        self.dst = choice;
-        self
+        self.with_rare(|rare| rare.dst = choice)
+    }
+
+    /// The same schedule with no tick in a day or period of `calendars` (`exclude`).
+    pub fn excluding(self, calendars: Vec<Arc<Calendar>>) -> Schedule {
+        self.with_rare(|rare| rare.exclude = calendars)
+    }
+
+    /// The calendars no tick falls in (`exclude`), in the task's order.
+    pub fn exclusions(&self) -> &[Arc<Calendar>] {
+        self.rare.as_deref().map_or(&[], |rare| &rare.exclude)
+    }
+
+    /// The same schedule without its calendars: the ticks they remove are among its own.
+    pub fn without_exclusions(&self) -> Schedule {
+        self.clone().with_rare(|rare| rare.exclude = Vec::new())
+    }
+
+    /// The runs of ticks the calendars remove after `after` and before `before` (at most
+    /// `limit` ticks looked at): each run's first and last tick, count, and calendar.
+    pub fn excluded_between(
+        &self,
+        after: DateTime<Utc>,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Vec<ExcludedRun> {
+        let all = self.without_exclusions();
+        let mut runs: Vec<ExcludedRun> = Vec::new();
+        for tick in all
+            .ticks_after(after)
+            .take_while(|t| *t < before)
+            .take(limit)
+        {
+            let Some(calendar) = excluding(self.exclusions(), tick) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run)
+                    if run.calendar == calendar.name && all.next_after(run.last) == Some(tick) =>
+                {
+                    run.last = tick;
+                    run.count += 1;
+                }
+                _ => runs.push(ExcludedRun {
+                    first: tick,
+                    last: tick,
+                    count: 1,
+                    calendar: calendar.name.clone(),
+                }),
+            }
+        }
+        runs
+    }
+
+    /// The stretch `[from, until)` some calendar of the schedule excludes around `at`, if any.
+    fn excluded_at(&self, at: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        self.exclusions().iter().find_map(|c| c.excluded_at(at))
     }
 
     /// What the task says of DST changes (nothing: cronie's rule).
     pub fn dst(&self) -> DstChoice {
-        self.dst
+        self.rare
+            .as_deref()
+            .map_or_else(DstChoice::default, |rare| rare.dst)
     }
 
     /// The window the schedule fires in (open on both sides when none was given).
     pub fn window(&self) -> Window {
-        self.window.as_deref().copied().unwrap_or_default()
+        self.rare
+            .as_deref()
+            .map_or_else(Window::default, |rare| rare.window)
     }
 
     /// The expression as written; a list is shown as a TOML array of its expressions.
@@ -532,9 +624,34 @@ impl Schedule {
         }
     }
 
-    /// The first tick strictly after `after` (and inside the window), or `None` when there is
-    /// none (within croner's search horizon).
+    /// The first tick strictly after `after` (inside the window, outside the calendars), or
+    /// `None` when there is none (within croner's search horizon). An excluded tick is passed
+    /// over with the whole day or period it falls in.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = after;
+        loop {
+            let next = self.next_in_window(cursor)?;
+            match self.excluded_at(next) {
+                None => return Some(next),
+                Some((_, until)) => cursor = until.checked_sub_signed(TimeDelta::nanoseconds(1))?,
+            }
+        }
+    }
+
+    /// The last tick at or before `at` (inside the window, outside the calendars), or `None`.
+    pub fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = at;
+        loop {
+            let latest = self.latest_in_window(cursor)?;
+            match self.excluded_at(latest) {
+                None => return Some(latest),
+                Some((from, _)) => cursor = from.checked_sub_signed(TimeDelta::nanoseconds(1))?,
+            }
+        }
+    }
+
+    /// [`Schedule::next_after`] before the calendars.
+    fn next_in_window(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let window = self.window();
         // Ticks at or after `from`: those after the instant just before it.
         let after = match window.from {
@@ -552,8 +669,8 @@ impl Schedule {
             .then_some(next)
     }
 
-    /// The last tick at or before `at` (and inside the window), or `None` when there is none.
-    pub fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    /// [`Schedule::latest_at_or_before`] before the calendars.
+    fn latest_in_window(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let window = self.window();
         let at = window.until.map_or(at, |until| at.min(until));
         let latest = self

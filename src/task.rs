@@ -8,7 +8,8 @@
 //! Layout: [`load`] reads the files (trust, size, encoding) and turns them into specs or
 //! errors; `check` validates a task file's keys into a [`TaskSpec`] (`when`: a schedule list,
 //! the active window); `checker` holds the checks of single TOML values that `config` shares;
-//! `run_on` says where a task's ticks run (leader, every node, work items); `chain` checks
+//! `run_on` says where a task's ticks run (leader, every node, work items); `calendar` reads
+//! `calendars.d/` (the days and periods a task's `exclude` names); `chain` checks
 //! `after` across files (missing parents, cycles); `digest` is the canonical digest of a
 //! definition; `cache` reloads only the files that changed. Who loads (the [`Identity`]) and the
 //! account lookups are in [`crate::accounts`]; where a problem is and how it is rendered, in
@@ -23,9 +24,10 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 use crate::diag::{Problem, Report};
-use crate::schedule::Schedule;
+use crate::schedule::{Calendars, Schedule};
 
 mod cache;
+mod calendar;
 mod chain;
 mod check;
 mod checker;
@@ -38,6 +40,7 @@ pub use crate::accounts::Identity;
 pub(crate) use crate::accounts::{missing_account, user_exists};
 pub(crate) use crate::diag::{decode_utf8, shell_quote};
 pub use cache::{LoadCache, RACY_WINDOW, Scan, Scanned, reload_jobs_dir};
+pub use calendar::{CALENDAR_KEYS, LoadedCalendars, load_calendars_dir, parse_calendar};
 pub use chain::Parent;
 pub use check::{MAX_ARG_BYTES, MAX_EXEC_BYTES};
 pub(crate) use checker::{Checker, closest};
@@ -302,6 +305,8 @@ pub struct TaskDefaults {
     pub identity: Identity,
     /// The backend that will fire the tasks: a key it cannot honour is an error.
     pub backend: TaskBackend,
+    /// The calendars a task's `exclude` may name (`calendars.d/`).
+    pub calendars: Arc<Calendars>,
 }
 
 /// The tests' defaults, the one way the unit and the integration tests write them: UTC, no
@@ -316,6 +321,7 @@ impl TaskDefaults {
             user: None,
             identity: Identity::current(),
             backend: TaskBackend::Local,
+            calendars: Arc::default(),
         }
     }
 }
@@ -410,6 +416,7 @@ pub const TASK_KEYS: &[&str] = &[
     "dst_gap",
     "dst_repeat",
     "max_runs",
+    "exclude",
     "work_items",
     "run_on",
     "after",
@@ -550,7 +557,7 @@ fn name_problem(name: &str) -> Option<Problem> {
 }
 
 impl Problem {
-    fn into_task_error(self, path: &Path, task: &Option<String>) -> TaskFileError {
+    pub(crate) fn into_task_error(self, path: &Path, task: &Option<String>) -> TaskFileError {
         TaskFileError {
             path: path.to_path_buf(),
             task: task.clone(),

@@ -430,3 +430,54 @@ fn a_malformed_at_points_at_the_expression_and_says_what_to_write() {
         "\"@at 2026-12-31T23:00:00+01:00\"",
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Calendars: `exclude`
+
+#[test]
+fn the_calendars_a_task_excludes_are_part_of_its_definition() {
+    let with = |text: &str| {
+        let calendar =
+            zkcron::task::parse_calendar("holidays", Path::new("/calendars.d/holidays.toml"), text)
+                .unwrap();
+        let mut defaults = defaults();
+        defaults.calendars =
+            std::sync::Arc::new([(calendar.name.clone(), std::sync::Arc::new(calendar))].into());
+        parse_task(
+            "t",
+            Path::new("/jobs/t.toml"),
+            "schedule = \"@daily\"\ncommand = \"true\"\nexclude = [\"holidays\"]\n",
+            &defaults,
+        )
+        .unwrap()
+    };
+    let christmas = with("dates = [\"2026-12-25\"]\n");
+    let boxing_day = with("dates = [\"2026-12-26\"]\n");
+    assert_eq!(christmas.schedule.exclusions().len(), 1);
+    // Another calendar's content is another definition: nodes that disagree show as drift.
+    assert_ne!(christmas.digest(), boxing_day.digest());
+    assert_eq!(
+        christmas.digest(),
+        with("dates = [\"2026-12-25\"]\n").digest()
+    );
+    let plain = parse("schedule = \"@daily\"\ncommand = \"true\"\n").unwrap();
+    assert_ne!(christmas.digest(), plain.digest());
+}
+
+#[test]
+fn exclude_must_name_known_calendars() {
+    let error = only_error("schedule = \"@daily\"\ncommand = \"true\"\nexclude = [\"holidays\"]\n");
+    assert_error(
+        &error,
+        (3, 12),
+        "unknown calendar \"holidays\": the calendars dir has none",
+        "add calendars.d/holidays.toml",
+    );
+    let error = only_error("schedule = \"@daily\"\ncommand = \"true\"\nexclude = \"holidays\"\n");
+    assert_error(
+        &error,
+        (3, 11),
+        "`exclude` must be an array of calendar names, found string",
+        "exclude = [\"holidays\"]",
+    );
+}

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use chrono::{DateTime, Timelike, Utc};
 
 use super::{ResetArgs, ResolvedDirs};
-use crate::accounts::Identity;
 use crate::config::Backend;
 use crate::coord::local::StateDirEditor;
 use crate::task;
@@ -15,13 +14,15 @@ use crate::task;
 /// `zkcron reset TASK`: moves a fire record that is ahead of the clock back to now (or `--to`),
 /// with the daemon stopped (it takes the daemon's lock on the state dir).
 pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
+    let dirs = args.dirs.resolve()?;
+    let defaults = dirs.task_defaults();
     let ResolvedDirs {
         config,
         config_path,
         jobs_dir,
         state_dir,
         ..
-    } = args.dirs.resolve()?;
+    } = dirs;
     if config.coordination.backend == Backend::Zookeeper {
         anyhow::bail!(
             "zkcron reset moves fire records in the local backend's state dir, and {} selects the \
@@ -46,8 +47,6 @@ pub(super) fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let mut editor = StateDirEditor::open(&state_dir, now)?;
     let task = args.task.as_str();
     let Some(record) = editor.last_claimed(task) else {
-        let defaults =
-            config.task_defaults(Identity::current(), config.coordination.backend.for_tasks());
         return Err(no_record(task, &editor, &defaults, &jobs_dir, &state_dir));
     };
     if record <= now {

@@ -3,14 +3,16 @@
 //! task that has such a tick.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime, SecondsFormat, TimeDelta, Utc};
 use chrono_tz::Tz;
 
 use super::ScheduleArgs;
+use crate::accounts::Identity;
 use crate::clock::Clock;
-use crate::schedule::{self, DstChange, DstChoice, DstEffect, Schedule};
-use crate::task::TaskSpec;
+use crate::schedule::{self, Calendar, DstChange, DstChoice, DstEffect, ExcludedRun, Schedule};
+use crate::task::{self, TaskSpec};
 
 /// How far ahead `--dst` and `validate` look for clock changes.
 const DST_HORIZON: TimeDelta = TimeDelta::days(366);
@@ -18,7 +20,9 @@ const DST_HORIZON: TimeDelta = TimeDelta::days(366);
 pub(super) fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
     let timezone = schedule::parse_timezone(&args.tz)?;
     let choice = DstChoice::from_names(args.dst_gap.as_deref(), args.dst_repeat.as_deref());
-    let schedule = Schedule::parse(&args.expression, timezone)?.with_dst(choice);
+    let schedule = Schedule::parse(&args.expression, timezone)?
+        .with_dst(choice)
+        .excluding(calendars(&args)?);
     let after = args.after.unwrap_or_else(|| Clock::system().now());
     if args.dst {
         let changes = schedule.dst_changes(after, after + DST_HORIZON);
@@ -34,7 +38,12 @@ pub(super) fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut printed = 0;
+    let mut from = after;
     for tick in schedule.ticks_after(after).take(args.count) {
+        for run in schedule.excluded_between(from, tick, EXCLUDED_LOOKED_AT) {
+            println!("{}", excluded_line(&run, timezone));
+        }
+        from = tick;
         let local = tick.with_timezone(&timezone);
         println!(
             "{}  {}  {}",
@@ -48,6 +57,64 @@ pub(super) fn schedule(args: ScheduleArgs) -> anyhow::Result<ExitCode> {
         eprintln!("zkcron: the schedule has no further instants");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many ticks of a schedule are looked at for the ones its calendars remove, between two
+/// ticks it fires.
+const EXCLUDED_LOOKED_AT: usize = 100_000;
+
+/// The calendars `--exclude` names, from `--calendars-dir` or the config's calendars dir.
+fn calendars(args: &ScheduleArgs) -> anyhow::Result<Vec<Arc<Calendar>>> {
+    if args.exclude.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = match &args.calendars_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            let (config, path) = super::resolve_config(&args.config)?;
+            config.calendars_dir_or_default(&config.jobs_dir_or_default(path.as_deref()))
+        }
+    };
+    let loaded = task::load_calendars_dir(&dir, &Identity::current(), &Default::default());
+    for error in &loaded.errors {
+        eprintln!("{error}\n");
+    }
+    args.exclude
+        .iter()
+        .map(|name| {
+            loaded.calendars.get(name.as_str()).cloned().ok_or_else(|| {
+                let known: Vec<&str> = loaded.calendars.keys().map(|n| &**n).collect();
+                anyhow::anyhow!(
+                    "no calendar {name:?} in {} (it has: {}); write calendars.d/{name}.toml or \
+                     point --calendars-dir at the calendars",
+                    dir.display(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )
+            })
+        })
+        .collect()
+}
+
+/// A run of ticks a calendar removes, as `schedule` and `next` show it.
+pub(super) fn excluded_line(run: &ExcludedRun, timezone: Tz) -> String {
+    let local = |t: DateTime<Utc>| t.with_timezone(&timezone).to_rfc3339();
+    match run.count {
+        1 => format!(
+            "{}  excluded by calendar {}",
+            local(run.first),
+            run.calendar
+        ),
+        n => format!(
+            "{} .. {}  {n} ticks excluded by calendar {}",
+            local(run.first),
+            local(run.last),
+            run.calendar
+        ),
+    }
 }
 
 /// One tick a clock change touches: its local time and what happens to it (and, for a list,

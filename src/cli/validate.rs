@@ -22,13 +22,11 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         Some(path) => config::load_config_partial(path),
         None => (Config::default(), None),
     };
-    let plan = Plan::resolve(
-        config,
-        config_path,
-        Overrides::default(),
-        Identity::current(),
-        host_name,
-    );
+    let flags = Overrides {
+        calendars_dir: calendars_dir(&args, &config),
+        ..Overrides::default()
+    };
+    let plan = Plan::resolve(config, config_path, flags, Identity::current(), host_name);
     match config_error {
         Some(error) => {
             eprintln!("{error}\n");
@@ -43,9 +41,11 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let defaults = plan
-        .config
-        .task_defaults(plan.identity.clone(), plan.backend.for_tasks());
+    let (defaults, calendar_errors) = plan.task_defaults();
+    for error in &calendar_errors {
+        eprintln!("{error}\n");
+    }
+    errors += calendar_errors.len();
     let loads = if args.paths.is_empty() {
         vec![task::load_jobs_dir(&plan.jobs_dir, &defaults)]
     } else {
@@ -119,6 +119,24 @@ fn load_path(path: &Path, defaults: &TaskDefaults) -> Result<LoadedDir, Vec<Path
         Err(errors) => loaded.errors.extend(errors),
     }
     Ok(loaded)
+}
+
+/// The calendars dir `validate` reads: `--calendars-dir`; else, for files checked from
+/// elsewhere, the one beside them (unless the config names one); else the config's.
+fn calendars_dir(args: &ValidateArgs, config: &Config) -> Option<std::path::PathBuf> {
+    let beside_paths = args
+        .paths
+        .first()
+        .filter(|_| config.scheduler.calendars_dir.is_none())
+        .map(|path| {
+            let jobs = if path.is_dir() {
+                path.as_path()
+            } else {
+                path.parent().unwrap_or(path)
+            };
+            config.calendars_dir_or_default(jobs)
+        });
+    args.calendars_dir.clone().or(beside_paths)
 }
 
 /// Why this node takes no share of `spec` in a cluster, when `spec` is split over the nodes

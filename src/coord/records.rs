@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::coord::RunResult;
 use crate::coord::lease::{Holders, Member, TaskEntry, TaskSet};
 use crate::plan::ledger::TickEntry;
+use crate::schedule::Calendar;
 use crate::task::{RunOn, TaskSpec};
 
 /// The version of every JSON record this backend writes; readers ignore unknown fields.
@@ -117,6 +118,40 @@ pub struct TaskSetRef {
 pub struct TaskSetRecord {
     pub format: u32,
     pub tasks: BTreeMap<String, TaskSetEntry>,
+    /// The calendars the tasks exclude (`exclude`), each once, so that `status` and the tick
+    /// ledger work out their ticks on any host; absent when none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub calendars: BTreeMap<String, CalendarRecord>,
+}
+
+/// A calendar as a task set carries it (`schedule::Calendar` without its name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalendarRecord {
+    pub timezone: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dates: Vec<chrono::NaiveDate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub periods: Vec<(chrono::NaiveDateTime, chrono::NaiveDateTime)>,
+}
+
+impl CalendarRecord {
+    pub fn of(calendar: &Calendar) -> CalendarRecord {
+        CalendarRecord {
+            timezone: calendar.timezone.name().to_string(),
+            dates: calendar.dates.clone(),
+            periods: calendar.periods.clone(),
+        }
+    }
+
+    /// The calendar `name` this record holds; `None` when its zone is unknown here.
+    pub fn calendar(&self, name: &str) -> Option<Calendar> {
+        Some(Calendar {
+            name: name.into(),
+            timezone: crate::schedule::parse_timezone(&self.timezone).ok()?,
+            dates: self.dates.clone(),
+            periods: self.periods.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -160,6 +195,9 @@ pub struct TaskSetEntry {
     /// The task's `max_runs`, when it has one: how many scheduled ticks may run in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runs: Option<u32>,
+    /// The calendars the task excludes (`exclude`), by name: the task set's `calendars`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
     /// The task's `dst_gap` and `dst_repeat`, when it sets them (`run_after`/`skip`,
     /// `first`/`both`), so that `status` works out its next tick as its nodes do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -542,8 +580,14 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
 
 /// The task-set record of `tasks`, as [`encode_taskset`] writes it.
 pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetRecord {
+    let calendars = tasks
+        .iter()
+        .flat_map(|t| t.borrow().schedule.exclusions())
+        .map(|c| (c.name.to_string(), CalendarRecord::of(c)))
+        .collect();
     TaskSetRecord {
         format: FORMAT_VERSION,
+        calendars,
         tasks: tasks
             .iter()
             .map(|t| {
@@ -574,6 +618,12 @@ pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetR
                         work_items: t.extras.run_on.items().map(<[String]>::to_vec),
                         after: t.extras.after.iter().map(|p| p.name.to_string()).collect(),
                         max_runs: t.extras.max_runs,
+                        exclude: t
+                            .schedule
+                            .exclusions()
+                            .iter()
+                            .map(|c| c.name.to_string())
+                            .collect(),
                         dst_gap: t.schedule.dst().gap.map(|g| g.as_str().to_string()),
                         dst_repeat: t.schedule.dst().repeat.map(|r| r.as_str().to_string()),
                     },

@@ -174,6 +174,7 @@ pub(super) fn task_named(name: &str, text: &str) -> Arc<TaskSpec> {
 pub(super) fn config() -> DaemonConfig {
     DaemonConfig {
         jobs_dir: PathBuf::new(),
+        calendars_dir: PathBuf::new(),
         node_id: "node-a".into(),
         shutdown_grace: Duration::from_secs(1),
         task_defaults: TaskDefaults::for_tests(),

@@ -149,6 +149,27 @@ pub(super) fn watch_jobs_dir(
     dir: &std::path::Path,
     tx: mpsc::UnboundedSender<Vec<DirChange>>,
 ) -> Option<JobsDirWatch> {
+    watch_dir(dir, tx, None)
+}
+
+/// Watches the calendars dir `dir`, if it exists: any change in it is a reload of every task
+/// file (a calendar may change the ticks of any task that excludes it).
+pub(super) fn watch_calendars_dir(
+    dir: &std::path::Path,
+    tx: mpsc::UnboundedSender<Vec<DirChange>>,
+) -> Option<JobsDirWatch> {
+    dir.is_dir()
+        .then(|| watch_dir(dir, tx, Some("a change in the calendars dir")))
+        .flatten()
+}
+
+/// [`watch_jobs_dir`]; with `every_change_is` set, each change is a [`DirChange::Rescan`] of
+/// that reason.
+fn watch_dir(
+    dir: &std::path::Path,
+    tx: mpsc::UnboundedSender<Vec<DirChange>>,
+    every_change_is: Option<&'static str>,
+) -> Option<JobsDirWatch> {
     use futures::StreamExt;
     use inotify::{Inotify, WatchMask};
     let changes = WatchMask::ATTRIB
@@ -166,7 +187,7 @@ pub(super) fn watch_jobs_dir(
     let events = match events {
         Ok(events) => events,
         Err(error) => {
-            tracing::warn!(dir = %dir.display(), "cannot watch the jobs dir ({error}); reload with SIGHUP");
+            tracing::warn!(dir = %dir.display(), "cannot watch the dir ({error}); reload with SIGHUP");
             return None;
         }
     };
@@ -180,7 +201,10 @@ pub(super) fn watch_jobs_dir(
             let mut failed = None;
             for event in burst {
                 match event {
-                    Ok(event) => changes.push(names.classify(event.mask, event.name)),
+                    Ok(event) => changes.push(match every_change_is {
+                        Some(reason) => DirChange::Rescan(reason),
+                        None => names.classify(event.mask, event.name),
+                    }),
                     Err(error) => failed = Some(error),
                 }
             }

@@ -90,6 +90,7 @@ pub(super) fn lease(node: &str, since: DateTime<Utc>) -> LeaseRecord {
 pub(super) fn cluster() -> Snapshot {
     let one = TaskSetRecord {
         format: 1,
+        calendars: Default::default(),
         tasks: BTreeMap::from([
             ("backup".to_string(), entry("aaaaaaaaaaaaaaaa", None)),
             ("report".to_string(), entry("bbbbbbbbbbbbbbbb", None)),

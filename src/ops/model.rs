@@ -113,6 +113,9 @@ pub struct TaskStatus {
     /// after 3 runs (max_runs)"); not a problem.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done: Option<String>,
+    /// The calendars whose days and periods the task does not run in (`exclude`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
     /// The scheduled ticks claimed to run so far, for a task with `max_runs`, and the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs: Option<(u64, u32)>,
@@ -232,6 +235,7 @@ type ScheduleKey<'a> = (
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     (Option<&'a str>, Option<&'a str>),
+    &'a [String],
 );
 
 /// The schedule `entry` describes; `None` without one (an older release wrote it) or when this
@@ -322,13 +326,44 @@ pub(super) fn definition<'a>(
     task: &str,
     definers: &[Definer<'a>],
 ) -> Option<&'a TaskSetEntry> {
+    definition_in(snapshot, task, definers).map(|(_, entry)| entry)
+}
+
+/// [`definition`] with the task set it is in (which holds the calendars it excludes).
+fn definition_in<'a>(
+    snapshot: &Snapshot,
+    task: &str,
+    definers: &[Definer<'a>],
+) -> Option<(&'a TaskSetRecord, &'a TaskSetEntry)> {
     let leader = snapshot.leases.get(task).map(|l| l.node.as_str());
     let chosen = definers
         .iter()
         .find(|d| Some(d.record.id.as_str()) == leader)
         .or_else(|| definers.iter().find(|d| d.why_not.is_none()))
         .or(definers.first())?;
-    chosen.written?.tasks.get(task)
+    let set = chosen.written?;
+    Some((set, set.tasks.get(task)?))
+}
+
+/// The schedule of `task` as `status` reads it (see [`definition`]), with the calendars it
+/// excludes from the same task set.
+pub fn task_schedule(snapshot: &Snapshot, task: &str) -> Option<Schedule> {
+    let members = Members::new(snapshot);
+    let definers = members.definers(task);
+    let (set, entry) = definition_in(snapshot, task, &definers)?;
+    entry_schedule_in(set, entry)
+}
+
+/// [`entry_schedule`] with the calendars `entry` excludes, as `set` carries them (a calendar
+/// missing there, or in a zone unknown here, is left out).
+pub fn entry_schedule_in(set: &TaskSetRecord, entry: &TaskSetEntry) -> Option<Schedule> {
+    let schedule = entry_schedule(entry)?;
+    let calendars = entry
+        .exclude
+        .iter()
+        .filter_map(|name| Some(Arc::new(set.calendars.get(name)?.calendar(name)?)))
+        .collect();
+    Some(schedule.excluding(calendars))
 }
 
 /// The last run as `status` shows it: the newer of the result record and the recent runs.
@@ -543,6 +578,7 @@ impl<'m> TaskParts<'m> {
             next: next.filter(|_| done.is_none()),
             done,
             runs,
+            exclude: self.entry.map(|e| e.exclude.clone()).unwrap_or_default(),
             leader: snapshot.leases.get(&name).map(|l| l.node.clone()),
             paused: pause.is_some(),
             pause,
@@ -626,6 +662,15 @@ fn next_ticks(
     }
     let mut nexts = vec![None; names.len()];
     for tasks in by_schedule.into_values() {
+        // Calendars live in the task sets: a task that excludes some is worked out alone.
+        if fires[tasks[0]].is_some_and(|e| !e.exclude.is_empty()) {
+            for i in tasks {
+                let schedule = task_schedule(snapshot, &names[i]);
+                let record = snapshot.fire_records.get(&names[i]).and_then(|r| r.tick);
+                nexts[i] = schedule.and_then(|s| s.next_after(record.map_or(now, |r| r.max(now))));
+            }
+            continue;
+        }
         let Some(schedule) = fires[tasks[0]].and_then(entry_schedule) else {
             continue;
         };
@@ -650,6 +695,7 @@ fn schedule_key(entry: &TaskSetEntry) -> ScheduleKey<'_> {
         entry.active_from,
         entry.active_until,
         (entry.dst_gap.as_deref(), entry.dst_repeat.as_deref()),
+        &entry.exclude,
     )
 }
 

@@ -42,6 +42,7 @@ fn lease(node: &str) -> LeaseRecord {
 /// pool of 12 items, and `plain`, an ordinary task that c leads.
 fn pooled_cluster() -> Snapshot {
     let set = TaskSetRecord {
+        calendars: Default::default(),
         format: 1,
         tasks: BTreeMap::from([
             ("shards".to_string(), entry("aaaaaaaaaaaaaaaa", Some(12))),

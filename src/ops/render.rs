@@ -201,6 +201,9 @@ fn tasks_table(status: &Status, now: DateTime<Utc>) -> (String, usize) {
         }
         notes.extend(window_note(task));
         notes.extend(task.done.clone());
+        if !task.exclude.is_empty() {
+            notes.push(format!("excludes calendars {}", task.exclude.join(", ")));
+        }
         if let (Some((runs, max)), None) = (task.runs, &task.done) {
             notes.push(format!("runs: {runs} of max_runs {max}"));
         }
@@ -447,6 +450,13 @@ fn explain_state(explain: &Explain, now: DateTime<Utc>) -> String {
     let _ = writeln!(out, "  next:     {next}");
     if let Some(note) = window_note(status) {
         let _ = writeln!(out, "  window:   {note}");
+    }
+    if !status.exclude.is_empty() {
+        let _ = writeln!(
+            out,
+            "  exclude:  calendars {}: no tick in their days and periods",
+            status.exclude.join(", ")
+        );
     }
     match (&status.done, status.runs) {
         (Some(done), _) => {

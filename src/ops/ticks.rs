@@ -59,9 +59,7 @@ pub fn of_cluster(
         let live = snapshot.members.iter().any(|m| m.record.id == record.node);
         stored.extend(lost(record, &ran, result, live));
     }
-    let schedule = model::task_entry(snapshot, task)
-        .as_ref()
-        .and_then(model::entry_schedule);
+    let schedule = model::task_schedule(snapshot, task);
     // Since the first live node that defines it started: the ticks its window leaves out.
     let since = snapshot
         .members
@@ -71,8 +69,12 @@ pub fn of_cluster(
         .min();
     if let (Some(schedule), Some(since)) = (&schedule, since) {
         stored.extend(ledger::window_entries(schedule, since, now));
+        stored.extend(ledger::excluded_entries(schedule, since, now));
     }
-    ledger::lines(&stored, &ran, schedule.as_ref(), open)
+    named(
+        ledger::lines(&stored, &ran, schedule.as_ref(), open),
+        schedule.as_ref(),
+    )
 }
 
 /// The newest tick of `record` as lost with its node: claimed to run by a node that is no
@@ -110,7 +112,27 @@ pub fn of_local(
     });
     let mut entries = entries.to_vec();
     entries.extend(ledger::window_entries(schedule, since, now));
-    ledger::lines(&entries, &ran(runs), Some(schedule), open)
+    entries.extend(ledger::excluded_entries(schedule, since, now));
+    named(
+        ledger::lines(&entries, &ran(runs), Some(schedule), open),
+        Some(schedule),
+    )
+}
+
+/// `lines` with each `excluded` line's message naming its calendar.
+fn named(mut lines: Vec<Line>, schedule: Option<&Schedule>) -> Vec<Line> {
+    let Some(schedule) = schedule else {
+        return lines;
+    };
+    for line in lines
+        .iter_mut()
+        .filter(|l| l.reason == Some(Reason::Excluded))
+    {
+        if let Some(message) = ledger::excluded_message(schedule, line.from) {
+            line.message = Some(message);
+        }
+    }
+    lines
 }
 
 /// The entries of several records (a task's units) in one list, each once.

@@ -69,10 +69,12 @@ pub enum Reason {
     NoEligibleNode,
     /// No node fired it on time (none led the task); found by the next leader.
     NoNode,
+    /// The tick lies in a day or period of a calendar the task excludes (`exclude`).
+    Excluded,
 }
 
 /// Every reason, in code order (the metric starts their series).
-pub const REASONS: [Reason; 9] = [
+pub const REASONS: [Reason; 10] = [
     Reason::Overlap,
     Reason::Paused,
     Reason::Window,
@@ -82,6 +84,7 @@ pub const REASONS: [Reason; 9] = [
     Reason::QueueFull,
     Reason::NoEligibleNode,
     Reason::NoNode,
+    Reason::Excluded,
 ];
 
 impl Reason {
@@ -103,6 +106,7 @@ impl Reason {
             Reason::QueueFull => "queue_full",
             Reason::NoEligibleNode => "no_eligible_node",
             Reason::NoNode => "no_node",
+            Reason::Excluded => "excluded",
         }
     }
 
@@ -124,6 +128,7 @@ impl Reason {
             Reason::NoNode => {
                 "no node fired it on time (none was leading the task); catch_up did not run it late"
             }
+            Reason::Excluded => "in a day or period of a calendar the task excludes (exclude)",
         }
     }
 }
@@ -361,6 +366,42 @@ pub fn window_entries(
             reason: Reason::Window,
         })
         .collect()
+}
+
+/// How many ticks [`excluded_entries`] looks at.
+const EXCLUDED_LIMIT: usize = 100_000;
+
+/// The ticks of `schedule`'s expressions that its calendars (`exclude`) remove between `since`
+/// and `now`, an entry per run of them (`excluded`; [`excluded_message`] names the calendar).
+/// Readers add them, as [`window_entries`].
+pub fn excluded_entries(
+    schedule: &Schedule,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<TickEntry> {
+    if schedule.exclusions().is_empty() {
+        return Vec::new();
+    }
+    schedule
+        .excluded_between(since, now + TimeDelta::nanoseconds(1), EXCLUDED_LIMIT)
+        .into_iter()
+        .map(|run| TickEntry {
+            from: run.first,
+            to: run.last,
+            count: run.count,
+            reason: Reason::Excluded,
+        })
+        .collect()
+}
+
+/// What `history --ticks` says of ticks `schedule`'s calendars removed from `from` on: the
+/// reason's sentence with the calendar's name.
+pub fn excluded_message(schedule: &Schedule, from: DateTime<Utc>) -> Option<String> {
+    let calendar = crate::schedule::excluding(schedule.exclusions(), from)?;
+    Some(format!(
+        "in a day or period of calendar {} (exclude)",
+        calendar.name
+    ))
 }
 
 /// The first and last tick of `schedule` in `(after, until]` and how many there are (at most

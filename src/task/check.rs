@@ -40,7 +40,9 @@ pub(super) fn check_task(
         }
         None => Chained::No,
     };
-    let schedule = c.schedule(keys.schedule, keys.timezone, &keys.when, chained);
+    let schedule = c
+        .schedule(keys.schedule, keys.timezone, &keys.when, chained)
+        .map(|schedule| schedule.excluding(c.exclusions(&keys.when, &defaults.calendars)));
     keys.extras.run_on = c.run_on(std::mem::take(&mut keys.run_on));
     let command = c.task_command(keys.command, &keys.extras.env, &keys.extras.run_on);
     let user = c.effective_user(keys.user, defaults);

@@ -38,6 +38,7 @@
 //! | `pause_on_failure` | **only when `true`** (added after the first release): `true` |
 //! | `after` | **only when the task has it** (added after the first release): `<n>` and then ` <str>` per task, in the file's order |
 //! | `active_from`, `active_until` | **only when the task has it** (added after the first release): str: the instant in UTC, RFC 3339 (`2026-12-01T00:00:00Z`, fractions of a second only when there are any) |
+//! | `exclude` | **only when the task has it** (added after the first release): `<n>` and then ` <str> <str>` per calendar, its name and its content's digest (`Calendar::digest`), in the file's order |
 //! | `max_runs` | **only when the task has it** (added after the first release): the number |
 //! | `dst_gap`, `dst_repeat` | **only when the task sets it** (added after the first release): `run_after` or `skip`; `first` or `both` |
 //!
@@ -231,6 +232,18 @@ impl TaskSpec {
         }
         if self.extras.pause_on_failure {
             out.field("pause_on_failure", |o| o.raw("true"));
+        }
+        let exclude = self.schedule.exclusions();
+        if !exclude.is_empty() {
+            out.field("exclude", |o| {
+                o.number(exclude.len());
+                for calendar in exclude {
+                    o.raw(" ");
+                    o.str(calendar.name.as_bytes());
+                    o.raw(" ");
+                    o.str(calendar.digest().as_bytes());
+                }
+            });
         }
         if let Some(max_runs) = self.extras.max_runs {
             out.field("max_runs", |o| o.number(max_runs as usize));

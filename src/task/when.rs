@@ -10,7 +10,7 @@ use toml::de::DeValue;
 
 use super::checker::Value;
 use super::*;
-use crate::schedule::{DstChoice, DstGap, DstRepeat, ScheduleError, Window};
+use crate::schedule::{Calendar, Calendars, DstChoice, DstGap, DstRepeat, ScheduleError, Window};
 
 /// The keys about when a task runs that are read with the others and checked once all are.
 #[derive(Default)]
@@ -19,6 +19,7 @@ pub(super) struct WhenKeys<'v> {
     active_until: Option<&'v Value<'v>>,
     dst_gap: Option<&'v Value<'v>>,
     dst_repeat: Option<&'v Value<'v>>,
+    exclude: Option<&'v Value<'v>>,
     /// Where `timezone` is set in the file, when it is.
     pub(super) timezone: Option<Range<usize>>,
 }
@@ -32,6 +33,7 @@ impl<'v> WhenKeys<'v> {
             "active_until" => self.active_until = Some(value),
             "dst_gap" => self.dst_gap = Some(value),
             "dst_repeat" => self.dst_repeat = Some(value),
+            "exclude" => self.exclude = Some(value),
             _ => return false,
         }
         true
@@ -161,6 +163,59 @@ impl Checker<'_> {
             }
         }
         DstChoice { gap, repeat }
+    }
+
+    /// The calendars `exclude` names, each looked up in `calendars` (an unknown name is an
+    /// error at its place, with the names there are).
+    pub(super) fn exclusions(
+        &mut self,
+        keys: &WhenKeys<'_>,
+        calendars: &Calendars,
+    ) -> Vec<Arc<Calendar>> {
+        let Some(value) = keys.exclude else {
+            return Vec::new();
+        };
+        let help = "write the names of files in the calendars dir, without .toml: \
+                    exclude = [\"holidays\"]";
+        let DeValue::Array(items) = value.get_ref() else {
+            let message = format!(
+                "`exclude` must be an array of calendar names, found {}",
+                self.found(value)
+            );
+            self.report(value.span(), message, Some(help.into()));
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for item in items.iter() {
+            let Some(name) = item.get_ref().as_str() else {
+                let message = format!(
+                    "each of `exclude` must be a calendar's name, found {}",
+                    self.found(item)
+                );
+                self.report(item.span(), message, Some(help.into()));
+                continue;
+            };
+            match calendars.get(name) {
+                Some(calendar) => found.push(calendar.clone()),
+                None => {
+                    let known: Vec<&str> = calendars.keys().map(|n| &**n).collect();
+                    let message = match known.is_empty() {
+                        true => format!("unknown calendar {name:?}: the calendars dir has none"),
+                        false => format!(
+                            "unknown calendar {name:?}; the calendars dir has: {}",
+                            known.join(", ")
+                        ),
+                    };
+                    let help = closest(name, known.iter().copied())
+                        .map(|near| format!("did you mean {near:?}?"))
+                        .unwrap_or_else(|| {
+                            format!("add calendars.d/{name}.toml, or remove it from `exclude`")
+                        });
+                    self.report(self.content_span(item), message, Some(help));
+                }
+            }
+        }
+        found
     }
 
     /// Refuses a `timezone` set next to a schedule that reads no zone: intervals count from the

@@ -123,7 +123,11 @@ fn an_unparsable_version_req_from_a_newer_release_matches_nothing() {
             ..Default::default()
         },
     );
-    let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
+    let set = decode_taskset(&TaskSetRecord {
+        format: 1,
+        tasks,
+        calendars: Default::default(),
+    });
     let req = set["t"].version_req.as_ref().unwrap();
     assert!(!req.matches(&Version::parse("99.0.0").unwrap()));
 }
@@ -146,7 +150,11 @@ fn run_on_every_node_decodes_to_units_and_an_unknown_run_on_admits_no_member() {
         json["t"].get("run_on").is_none(),
         "absent for a leader's task"
     );
-    let set = decode_taskset(&TaskSetRecord { format: 1, tasks });
+    let set = decode_taskset(&TaskSetRecord {
+        format: 1,
+        tasks,
+        calendars: Default::default(),
+    });
     assert_eq!(set["e"].holders, Holders::EveryNode);
     assert_eq!(set["t"].holders, Holders::Leader);
     let any = Version::parse("99.0.0").unwrap();

@@ -35,6 +35,7 @@ fn entry(schedule: &str) -> TaskSetEntry {
 fn cluster() -> Snapshot {
     let set = TaskSetRecord {
         format: 1,
+        calendars: Default::default(),
         tasks: BTreeMap::from([
             ("backup".to_string(), entry("*/5 * * * *")),
             ("report".to_string(), entry("0 * * * *")),

@@ -156,7 +156,11 @@ impl Sim<'_> {
                         )
                     })
                     .collect();
-                let set = TaskSetRecord { format: 1, tasks };
+                let set = TaskSetRecord {
+                    format: 1,
+                    tasks,
+                    calendars: Default::default(),
+                };
                 let member = MemberRecord {
                     format: 1,
                     id: "ghost".into(),
