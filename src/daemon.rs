@@ -327,10 +327,11 @@ impl<C: Coordinator> Daemon<C> {
         memory::release_free_memory();
     }
 
-    /// Reads the calendars dir again: a broken file keeps its last good version (logged with
-    /// its file, line and column). When a calendar changed, every task file is checked again
-    /// (the cache of unchanged files is dropped): the tasks that exclude it change with it.
-    fn reload_calendars(&mut self) {
+    /// Reads the calendars dir again (a few small files, at every reload): a broken file keeps
+    /// its last good version (logged with its file, line and column). Whether a calendar
+    /// changed: then the cache of unchanged task files is dropped, and every one is checked
+    /// again (the tasks that exclude it change with it).
+    fn reload_calendars(&mut self) -> bool {
         let defaults = &mut self.config.task_defaults;
         let loaded = task::load_calendars_dir(
             &self.config.calendars_dir,
@@ -350,7 +351,9 @@ impl<C: Coordinator> Daemon<C> {
             );
             defaults.calendars = Arc::new(loaded.calendars);
             self.cache = Default::default();
+            return true;
         }
+        false
     }
 
     /// The tasks of `jobs_dir` in name order, with the last good version (in `current`) of a
@@ -362,14 +365,15 @@ impl<C: Coordinator> Daemon<C> {
         current: &[Arc<TaskSpec>],
         changes: Pending,
     ) -> Option<(Vec<Arc<TaskSpec>>, Vec<task::TaskFileError>)> {
-        if changes.rescan.is_some() {
-            self.reload_calendars();
-        }
+        // A calendar that changed changes the tasks that exclude it: every file is read again.
+        let calendars_changed = self.reload_calendars();
         let dir = self.config.jobs_dir.clone();
         let defaults = self.config.task_defaults.clone();
         let mut cache = std::mem::take(&mut self.cache);
         let now = std::time::SystemTime::from(self.shared.clock.now());
-        let rescan = changes.rescan;
+        let rescan = changes
+            .rescan
+            .or(calendars_changed.then_some("a calendar changed"));
         let read = tokio::task::spawn_blocking(move || {
             let scan = match rescan {
                 Some(_) => task::Scan::Full,

@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -211,6 +212,43 @@ fn wait_result(browser: &Browser, what: &str, needle: &str) {
     });
 }
 
+/// A task with `max_runs` and calendars, and a one-shot, on their pages: the runs counted, the
+/// calendars named, the state done (the calendar's name comes from a file: shown as text).
+fn limits_on_the_pages(browser: &Browser, served: &Served) {
+    let scratch = &served.scratch;
+    let calendars = scratch.path().join("calendars.d");
+    std::fs::create_dir_all(&calendars).unwrap();
+    std::fs::set_permissions(&calendars, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let calendar = calendars.join("x-b.toml");
+    std::fs::write(&calendar, "dates = [\"2000-01-01\"]\n").unwrap();
+    std::fs::set_permissions(&calendar, std::fs::Permissions::from_mode(0o644)).unwrap();
+    scratch.write_task(
+        "limited",
+        "schedule = \"* * * * * *\"\ncommand = \"true\"\nmax_runs = 2\nexclude = [\"x-b\"]\n",
+    );
+    scratch.write_task(
+        "once",
+        "schedule = \"@at 2020-01-01T00:00:00Z\"\ncommand = \"true\"\ncatch_up = \"skip\"\n",
+    );
+    let address = &served.address;
+    browser.goto(&format!("http://{address}/tasks/limited"));
+    wait_for("the limited task to be done", LIMIT, || {
+        browser.goto(&format!("http://{address}/tasks/limited"));
+        browser
+            .text_of("#done")
+            .contains("done after 2 runs (max_runs)")
+    });
+    assert_eq!(browser.text_of("#runs"), "2 of 2 scheduled runs");
+    assert!(browser.text_of("#exclude").starts_with("x-b (calendars"));
+    browser.goto(&format!("http://{address}/tasks/once"));
+    wait_for("the one-shot to be done", LIMIT, || {
+        browser.goto(&format!("http://{address}/tasks/once"));
+        browser
+            .text_of("#done")
+            .contains("its one tick, 2020-01-01T00:00:00Z, was not run")
+    });
+}
+
 /// Pauses `backup` from its page: refused without the token and with a wrong one, done with it.
 fn pause_from_the_page(browser: &Browser, address: &str) {
     browser.goto(&format!("http://{address}/tasks/backup"));
@@ -335,6 +373,7 @@ fn given_the_local_backend_then_the_dashboard_works_in_chromium() {
     chain_links_on_the_pages(&browser, address);
     backfill_from_the_page(&browser, address);
     run_page_in_the_browser(&browser, address, "local");
+    limits_on_the_pages(&browser, &served);
     assert!(
         daemon
             .log()

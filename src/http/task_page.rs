@@ -83,6 +83,22 @@ fn definition(detail: &TaskDetail) -> Markup {
                     @if !entry.require_labels.is_empty() {
                         dt { "require_labels" } dd { (labels(&entry.require_labels)) }
                     }
+                    @if !entry.exclude.is_empty() {
+                        dt { "Excludes" }
+                        dd #exclude {
+                            @for (i, calendar) in entry.exclude.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                code { (calendar) }
+                            }
+                            " (calendars: no tick in their days and periods)"
+                        }
+                    }
+                }
+                @if let Some((runs, max)) = detail.explain.status.runs {
+                    dt { "max_runs" } dd #runs { (runs) " of " (max) " scheduled runs" }
+                }
+                @if let Some(done) = &detail.explain.status.done {
+                    dt { "Done" } dd #done { (done) ": it fires no more" }
                 }
                 @if let Some(loaded) = &detail.loaded {
                     dt { "Description" }
