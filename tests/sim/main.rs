@@ -67,6 +67,11 @@
 //!   item) pairs; the designated holder of an item's unit is its owner under the pool's
 //!   assignment. The node's `bugs.pool_runs_every_item` (a run gets every item) must fail.
 //!   A pooled task's `pause_on_failure` is its items': one node's failed run pauses them all.
+//! - **Limited runs and one-shots** (`Knobs::limits`, the limited kind, with pooled tasks):
+//!   a quarter of the tasks get `max_runs` (1–3), a tenth become `@at` one-shots; a unit has
+//!   its task's. No slot runs more distinct ticks than its `max_runs` (`RunsPastMax`), and the
+//!   ticks after a record that counts them all are not held to be claimed (`limits.rs`). The
+//!   node's `bugs.runs_unlimited` (claims count, never refuse) must fail.
 //!
 //! Faults and the operator's actions happen in a fault phase; at its end everything heals,
 //! every node is undrained (but one left drained), every task resumed, and every node but a
@@ -278,10 +283,11 @@
 //! # Running and replaying
 //!
 //! `cargo test --test sim` runs the default number of scenarios (seeds `0..N` in four shards,
-//! one test each), of every kind in proportion (`ScenarioKind`: of every 20 seeds, 12 plain,
+//! one test each), of every kind in proportion (`ScenarioKind`: of every 20 seeds, 11 plain,
 //! 3 with pooled tasks, 3 with tasks that run on every node, 2 of the queued kind, where most
-//! tasks have `overlap = "queue"`); each shard prints its count of each kind. The tests of
-//! one kind (`pools::`, `every_node::`, `queued::`) run a fixed number of their own beside
+//! tasks have `overlap = "queue"`, 1 limited, with `max_runs` and one-shots among plain and
+//! pooled tasks: `limits.rs`); each shard prints its count of each kind. The tests of one kind
+//! (`pools::`, `every_node::`, `queued::`, `limits::`) run a fixed number of their own beside
 //! the deliberate bugs of that kind. Environment:
 //!
 //! - `ZKCRON_SIM_SCENARIOS=N`: run `N` scenarios in the shards instead, of every kind.
@@ -297,7 +303,7 @@
 //!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
 //!   task also runs after the first: `chain.rs`), `ZKCRON_SIM_PAUSE_ON_FAILURE`
 //!   (`pause_failure.rs`); and the kinds' switches `ZKCRON_SIM_POOLS`, `ZKCRON_SIM_EVERY_NODE`,
-//!   `ZKCRON_SIM_QUEUED` (by default as the seed's kind). A failure's replay line sets them
+//!   `ZKCRON_SIM_QUEUED`, `ZKCRON_SIM_LIMITS` (by default as the seed's kind). A failure's replay line sets them
 //!   all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
