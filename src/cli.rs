@@ -5,8 +5,9 @@
 //! (invalid input exits 1). `validate` only parses and checks; `run` builds the live daemon.
 //!
 //! Files: `validate` (`zkcron validate`), `reset` (`zkcron reset`: a local fire record ahead of
-//! the clock moved back, with the daemon stopped), `schedule_cmd` (`zkcron schedule`, with
-//! `--dst` the ticks a clock change touches; `validate`'s note of them).
+//! the clock moved back, with the daemon stopped), `next` (`zkcron next [TASK]`), `schedule_cmd`
+//! (`zkcron schedule`, with `--dst` the ticks a clock change touches, with `--exclude` those a
+//! calendar removes; `validate`'s note of them).
 
 mod next;
 mod reset;

@@ -6,6 +6,8 @@
 //! counted from the Unix epoch (`every`), cut to the task's `active_from` / `active_until`
 //! ([`Window`]). One code path answers for every shape: the union's next tick is the earliest of
 //! its parts' (an instant two parts share is one tick), and the window clamps the answer.
+//! `at` is a one-shot (`@at`, one instant); `calendar` the days and periods a task excludes
+//! (`exclude`), which a schedule passes over whole.
 //! It reads no clock: every function takes the instant to count from. `parsed` keeps croner's
 //! parses of the expressions in use in a small bounded cache; `dst` lists the ticks a clock
 //! change moves, skips or doubles (by the task's `dst_gap` / `dst_repeat`, else cronie's rule).
