@@ -303,18 +303,18 @@
 //!   `ZKCRON_SIM_OVERLAP_QUEUE` (`queue` drawn among them), `ZKCRON_SIM_CHAINS` (the second
 //!   task also runs after the first: `chain.rs`), `ZKCRON_SIM_PAUSE_ON_FAILURE`
 //!   (`pause_failure.rs`); and the kinds' switches `ZKCRON_SIM_POOLS`, `ZKCRON_SIM_EVERY_NODE`,
-//!   `ZKCRON_SIM_QUEUED`, `ZKCRON_SIM_LIMITS` (by default as the seed's kind). A failure's replay line sets them
-//!   all.
+//!   `ZKCRON_SIM_QUEUED`, `ZKCRON_SIM_LIMITS` (by default as the seed's kind). A failure's
+//!   replay line sets them all.
 //! - `ZKCRON_SIM_REPORTS=K`: print the reports of the first `K` failing scenarios per shard
 //!   (default 3).
 //!
 //! The default 1,600 scenarios cost about two CPU-minutes in a debug build (a minute on two
 //! idle cores; measured 2026-11-27). A long run, before a release or after a change to the
-//! node or the firing core: 100,000 scenarios (60,000 plain, 15,000 pooled, 15,000
-//! every-node, 10,000 queued), each shard saying every 1,000 scenarios how far it is; in a
-//! release build without LTO 16 min 1 s of tests on two cores (33.2 CPU-minutes with the
-//! build; at a631efe, no violation; the runs before it found seeds 11576 and 77306, and the
-//! three `TwoQueued` seeds, in "Findings"):
+//! node or the firing core: 100,000 scenarios (55,000 plain, 15,000 pooled, 15,000
+//! every-node, 10,000 queued, 5,000 limited), each shard saying every 1,000 scenarios how far
+//! it is; in a release build without LTO 13 min of tests on two cores (2026-12-08, no
+//! violation; earlier runs found seeds 11576, 77306 and 86098, and the three `TwoQueued`
+//! seeds, in "Findings"; docs/BENCHMARKS.md has the counts):
 //!
 //! ```text
 //! CARGO_PROFILE_RELEASE_LTO=false ZKCRON_SIM_SCENARIOS=100000 ZKCRON_SIM_REPORTS=1 nice cargo test --release --test sim simulated_clusters -- --nocapture 2>&1 | tee sim-100k.log
