@@ -513,18 +513,20 @@ impl Schedule {
     ) -> Vec<ExcludedRun> {
         let all = self.without_exclusions();
         let mut runs: Vec<ExcludedRun> = Vec::new();
+        // The tick before this one was the last of the run being built: this one extends it.
+        let mut extends = false;
         for tick in all
             .ticks_after(after)
             .take_while(|t| *t < before)
             .take(limit)
         {
             let Some(calendar) = excluding(self.exclusions(), tick) else {
+                extends = false;
                 continue;
             };
+            let follows = std::mem::replace(&mut extends, true);
             match runs.last_mut() {
-                Some(run)
-                    if run.calendar == calendar.name && all.next_after(run.last) == Some(tick) =>
-                {
+                Some(run) if run.calendar == calendar.name && follows => {
                     run.last = tick;
                     run.count += 1;
                 }
@@ -635,7 +637,12 @@ impl Schedule {
             let next = self.next_in_window(cursor)?;
             match self.excluded_at(next) {
                 None => return Some(next),
-                Some((_, until)) => cursor = until.checked_sub_signed(TimeDelta::nanoseconds(1))?,
+                // The stretch holds `next`: the walk moves forward.
+                Some((_, until)) => {
+                    cursor = until
+                        .checked_sub_signed(TimeDelta::nanoseconds(1))?
+                        .max(next)
+                }
             }
         }
     }
@@ -647,7 +654,12 @@ impl Schedule {
             let latest = self.latest_in_window(cursor)?;
             match self.excluded_at(latest) {
                 None => return Some(latest),
-                Some((from, _)) => cursor = from.checked_sub_signed(TimeDelta::nanoseconds(1))?,
+                Some((from, _)) => {
+                    let before = latest.checked_sub_signed(TimeDelta::nanoseconds(1))?;
+                    cursor = from
+                        .checked_sub_signed(TimeDelta::nanoseconds(1))?
+                        .min(before)
+                }
             }
         }
     }

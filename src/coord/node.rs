@@ -193,7 +193,7 @@ pub struct NodeBugs {
     /// run's end is stored, not in the end's multi-op: a node lost between the two leaves the
     /// failure stored and the task firing.
     pub pause_apart: bool,
-    /// Claims do not apply `max_runs`: the count moves, but nothing refuses a run past it.
+    /// Claims do not apply `max_runs`: nothing is counted, nothing refused past it.
     pub runs_unlimited: bool,
 }
 

@@ -608,8 +608,13 @@ impl<P> Firing<P> {
             }
             Ok(ClaimOutcome::Done { runs }) => {
                 tracing::info!(target: log::RUNS, task = %name, %fire_id, runs, "the task ran its max_runs scheduled ticks: it is done and fires no more");
-                if let Some(entry) = self.entry_mut(key) {
-                    entry.state = State::Finished;
+                if current {
+                    // No claim is left to carry the ticks not run it carried: they go now.
+                    self.renote(key, carried);
+                    self.write_noted(key);
+                    if let Some(entry) = self.entry_mut(key) {
+                        entry.state = State::Finished;
+                    }
                 }
                 return;
             }

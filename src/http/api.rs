@@ -163,7 +163,7 @@ pub async fn task_detail(endpoint: &Endpoint, task: &str) -> Result<TaskDetail, 
         explain.status.work_items = shares;
     }
     let definition = model::task_entry(&snapshot, task);
-    let next_ticks = next_ticks(&snapshot, task, definition.as_ref(), now);
+    let next_ticks = next_ticks(&snapshot, task, now);
     let mut history = endpoint
         .cache
         .history(task)
@@ -208,20 +208,8 @@ pub async fn ticks(State(endpoint): State<Endpoint>, Path(task): Path<String>) -
     }
 }
 
-fn next_ticks(
-    snapshot: &Snapshot,
-    task: &str,
-    entry: Option<&TaskSetEntry>,
-    now: DateTime<Utc>,
-) -> Vec<DateTime<Utc>> {
-    let Some(expression) = entry.and_then(|e| e.schedule.as_deref()) else {
-        return Vec::new();
-    };
-    let zone = entry.and_then(|e| e.timezone.as_deref()).unwrap_or("UTC");
-    let Ok(timezone) = crate::schedule::parse_timezone(zone) else {
-        return Vec::new();
-    };
-    let Ok(schedule) = crate::schedule::Schedule::parse(expression, timezone) else {
+fn next_ticks(snapshot: &Snapshot, task: &str, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let Some(schedule) = model::task_schedule(snapshot, task) else {
         return Vec::new();
     };
     let record = snapshot.fire_records.get(task).and_then(|r| r.tick);

@@ -162,7 +162,7 @@ fn line_of(snapshot: &Snapshot, members: &Members<'_>, task: &str, now: DateTime
     let entry = parts.entry;
     let next = entry
         .filter(|_| parts.fires(snapshot, task))
-        .and_then(model::entry_schedule)
+        .and_then(|_| model::task_schedule(snapshot, task))
         .and_then(|schedule| model::next_after_record(snapshot, task, &schedule, now));
     let status = parts.line(snapshot, task.to_string(), next, now);
     Line {

@@ -5,9 +5,7 @@
 
 use std::sync::Arc;
 
-use chrono::{
-    DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, TimeZone, Utc,
-};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// A calendar: its name (the file's stem), zone, excluded whole days and half-open periods, as
@@ -28,6 +26,7 @@ pub type Calendars = std::collections::BTreeMap<Arc<str>, Arc<Calendar>>;
 impl Calendar {
     /// The stretch of UTC `[from, until)` this calendar excludes around `at`, if it excludes
     /// `at`: the whole local day, or the period (merged with the day or period it runs into).
+    /// It always holds `at` (`from <= at < until`), also on the second pass of a repeated hour.
     pub fn excluded_at(&self, at: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
         let local = at.with_timezone(&self.timezone).naive_local();
         let mut found: Option<(NaiveDateTime, NaiveDateTime)> = None;
@@ -60,7 +59,26 @@ impl Calendar {
             probe = end;
         }
         let (from, until) = found?;
-        Some((self.instant(from), self.instant(until)))
+        // Within the stretch of constant UTC offset around `at`, local time runs with UTC: the
+        // excluded stretch is exact there. A clock change ends it (on either side of a
+        // repeated hour the same local times are other instants); the walk goes on from there.
+        let offset = TimeDelta::seconds(i64::from(
+            self.timezone
+                .offset_from_utc_datetime(&at.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        ));
+        let changes = super::dst::transitions(
+            self.timezone,
+            at - TimeDelta::days(1),
+            at + TimeDelta::days(1),
+        );
+        let segment_start = changes.iter().map(|c| c.at).rfind(|t| *t <= at);
+        let segment_end = changes.iter().map(|c| c.at).find(|t| *t > at);
+        let utc = |local: NaiveDateTime| local.checked_sub_signed(offset).map(|t| t.and_utc());
+        let start = [utc(from), segment_start].into_iter().flatten().max()?;
+        let end = [utc(until), segment_end].into_iter().flatten().min()?;
+        (start <= at && at < end).then_some((start, end))
     }
 
     /// 16 hex digits of the xxh3-64 of the calendar's content (zone, days, periods; not its
@@ -81,23 +99,6 @@ impl Calendar {
     /// Whether `at` falls in an excluded day or period.
     pub fn excludes(&self, at: DateTime<Utc>) -> bool {
         self.excluded_at(at).is_some()
-    }
-
-    /// The instant of local time `local` in this calendar's zone: the earlier of a repeated
-    /// time, the end of the gap for a skipped one.
-    fn instant(&self, local: NaiveDateTime) -> DateTime<Utc> {
-        match self.timezone.from_local_datetime(&local) {
-            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => t.with_timezone(&Utc),
-            // Spring-forward skipped it: the first instant whose local time is at or past it.
-            LocalResult::None => {
-                let around = local.and_utc();
-                super::cron::first_instant(
-                    around - TimeDelta::days(1),
-                    around + TimeDelta::days(1),
-                    |t| t.with_timezone(&self.timezone).naive_local() >= local,
-                )
-            }
-        }
     }
 }
 

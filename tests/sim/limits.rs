@@ -5,7 +5,8 @@
 //! a claim to run past `max_runs` (`coord::record::admit`). The checks: no slot runs more
 //! distinct ticks than its `max_runs`, across every fault (a one-shot's tick runs at most once
 //! by the checks every tick has); and the ticks after a slot's record says it is done are not
-//! held to be claimed. A deliberate bug (`NodeBugs::runs_unlimited`) shows the check can fail.
+//! held to be claimed. A deliberate bug (`NodeBugs::runs_unlimited`: the node does not apply
+//! `max_runs`, so nothing is counted or refused) shows the check can fail.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -114,7 +115,7 @@ mod tests {
         }
     }
 
-    /// With the real node's `bugs.runs_unlimited` (claims count but never refuse) the checker
+    /// With the real node's `bugs.runs_unlimited` (claims neither count nor refuse) the checker
     /// reports a slot that ran past its `max_runs`, and the same scenario keeps the limit with
     /// the node as it ships.
     #[test]

@@ -69,8 +69,8 @@ pub(crate) enum NodeBug {
     ResumeDropsQueued,
     /// The core's `bugs.forget_ledger`: the ticks it does not run are recorded nowhere.
     ForgetLedger,
-    /// The real node's `bugs.runs_unlimited`: claims count the runs but never refuse one past
-    /// `max_runs`.
+    /// The real node's `bugs.runs_unlimited`: claims do not apply `max_runs` (nothing counted,
+    /// nothing refused).
     RunsUnlimited,
 }
 

@@ -307,6 +307,8 @@ impl Node {
         let mut new = self.claimed_record(&job.task, &record, tick, job.intent, &job.ticks);
         if job.kind == ClaimKind::Rerun {
             new.reruns = record.reruns + 1;
+            // The same tick again: `max_runs` counted it once.
+            new.runs = record.runs;
         }
         let run_path = self.paths.run(&job.task, tick);
         let ops = self.claim_ops(&job, &new, epoch, version, &run_path);

@@ -318,17 +318,13 @@ impl Node {
             let mut part = self.pool_part(unit, &record, tick, intent, ticks);
             if kind == ClaimKind::Rerun {
                 part.new.reruns = record.reruns + 1;
+                part.new.runs = record.runs;
             }
             ops.extend(self.pool_part_ops(&part, epoch, version, tick, intent));
             parts.push(part);
         }
         if parts.is_empty() {
-            // Every held item ran its `max_runs`: the task is done here.
-            let outcome = match (newest, done) {
-                (Some(record), _) => ClaimOutcome::AlreadyClaimed { record },
-                (None, Some(runs)) => ClaimOutcome::Done { runs },
-                (None, None) => ClaimOutcome::NotLeader,
-            };
+            let outcome = nothing_claimed(newest, done);
             return self.pool_claim_answer(job, Ok(Answered::Claim(outcome)));
         }
         let sent = self.io.now.wall;
@@ -652,5 +648,15 @@ impl Node {
             context: "claiming",
         };
         self.pool_claim_answer(job, Err(error));
+    }
+}
+
+/// What a pooled claim that claimed no unit answers: claimed already (`newest`, the newest
+/// record among its units), done (every held item ran its `max_runs`), or not the leader.
+fn nothing_claimed(newest: Option<DateTime<Utc>>, done: Option<u64>) -> ClaimOutcome {
+    match (newest, done) {
+        (Some(record), _) => ClaimOutcome::AlreadyClaimed { record },
+        (None, Some(runs)) => ClaimOutcome::Done { runs },
+        (None, None) => ClaimOutcome::NotLeader,
     }
 }

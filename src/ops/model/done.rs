@@ -18,10 +18,15 @@ pub fn done_note(entry: Option<&TaskSetEntry>, record: Option<&FireRecord>) -> O
     {
         return Some(format!("done after {} runs (max_runs)", record.runs));
     }
-    let instant = entry_schedule(entry)?.one_shot()?;
-    if record::accounted(record).is_none_or(|accounted| accounted < instant) {
+    // A one-shot (or a list of them) is done once no tick is left after what the record
+    // accounts for; `instant` is its last.
+    let schedule = entry_schedule(entry)?;
+    schedule.one_shot()?;
+    let accounted = record::accounted(record)?;
+    if schedule.next_after(accounted).is_some() {
         return None;
     }
+    let instant = schedule.latest_at_or_before(accounted)?;
     let shown = instant.to_rfc3339_opts(SecondsFormat::Secs, true);
     Some(if record.tick == Some(instant) && record.run {
         format!("done: its one tick, {shown}, ran (@at)")
@@ -29,3 +34,6 @@ pub fn done_note(entry: Option<&TaskSetEntry>, record: Option<&FireRecord>) -> O
         format!("done: its one tick, {shown}, was not run (@at; `history --ticks` says why)")
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -95,3 +95,43 @@ fn a_period_that_starts_in_a_spring_forward_gap_starts_at_the_gap_s_end() {
         Some((utc("2026-03-29T01:00:00Z"), utc("2026-03-29T02:00:00Z")))
     );
 }
+
+/// A review found a period ending inside a fall-back hour sending the walk backwards: the
+/// stretch of a tick on the second pass was the first pass's, which did not hold it.
+#[test]
+fn a_period_in_a_repeated_hour_excludes_both_passes_and_the_walk_moves_forward() {
+    let calendar = Arc::new(Calendar {
+        name: "night".into(),
+        timezone: Tz::America__New_York,
+        dates: vec![],
+        periods: vec![(local("2026-11-01T01:00"), local("2026-11-01T01:30"))],
+    });
+    // 01:00 EDT is 05:00Z, 01:00 EST 06:00Z: both passes are excluded; the second pass's
+    // stretch starts at the change.
+    assert_eq!(
+        calendar.excluded_at(utc("2026-11-01T06:10:00Z")),
+        Some((utc("2026-11-01T06:00:00Z"), utc("2026-11-01T06:30:00Z")))
+    );
+    assert!(calendar.excludes(utc("2026-11-01T05:10:00Z")));
+    let quarterly = Schedule::parse("*/15 * * * *", Tz::America__New_York)
+        .unwrap()
+        .excluding(vec![calendar]);
+    let ticks: Vec<DateTime<Utc>> = quarterly
+        .ticks_after(utc("2026-11-01T04:50:00Z"))
+        .take_while(|t| *t < utc("2026-11-01T07:00:00Z"))
+        .collect();
+    assert_eq!(
+        ticks,
+        [
+            utc("2026-11-01T05:30:00Z"),
+            utc("2026-11-01T05:45:00Z"),
+            utc("2026-11-01T06:30:00Z"),
+            utc("2026-11-01T06:45:00Z"),
+        ]
+    );
+    assert!(ticks.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(
+        quarterly.latest_at_or_before(utc("2026-11-01T06:20:00Z")),
+        Some(utc("2026-11-01T05:45:00Z"))
+    );
+}

@@ -321,17 +321,16 @@ fn the_fire_record_of_a_pooled_task_is_the_oldest_of_its_held_units() {
     assert_eq!(last, Answered::Tick(behind.tick));
 }
 
-#[test]
-fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
-    let mut store = Store::default();
-    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
-    // Item 1's tick was claimed to run by session 9, gone with no result and no run znode.
+/// Writes over `p@1`'s record a tick claimed to run by session 9, gone with no result and no
+/// run znode, with `runs` counted.
+fn lose_item_1(store: &mut Store, runs: u64) {
     let path = format!("{BASE}/tasks/p@1");
     let mut lost = FireRecord::empty();
     lost.tick = Some(tick());
     lost.node = "n9".into();
     lost.session = "9".into();
     lost.run = true;
+    lost.runs = runs;
     let version = store.stat(&path).version;
     store.put_with(
         path,
@@ -341,6 +340,35 @@ fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
             ..Stat::default()
         },
     );
+}
+
+/// A review found a rerun (`on_node_loss = "rerun"`) counted against `max_runs` on ZooKeeper,
+/// not on the embedded backend: it is the same tick, counted when it was first claimed.
+#[test]
+fn a_rerun_of_a_run_lost_with_its_node_is_not_counted_against_max_runs() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2\nmax_runs = 3")]);
+    lose_item_1(&mut store, 1);
+    node.forget_record("p@1");
+    let orphan = Request::OrphanedTick { task: "p".into() };
+    let answer = ask_at(&mut node, &mut store, at(100), orphan);
+    assert_eq!(answer, Answered::Tick(Some(tick())));
+    let reclaim = Request::Reclaim {
+        task: "p".into(),
+        tick: tick(),
+    };
+    let answer = ask_at(&mut node, &mut store, at(200), reclaim);
+    assert_eq!(answer, Answered::ClaimedItems(vec!["1".into()]));
+    let record = record_of(&store, "p@1");
+    assert_eq!((record.reruns, record.runs), (1, 1));
+}
+
+#[test]
+fn a_units_run_lost_with_its_node_is_found_and_rerun_once_over_that_unit() {
+    let mut store = Store::default();
+    let (mut node, _) = started(&mut store, vec![spec("p", "work_items = 2")]);
+    // Item 1's tick was claimed to run by session 9, gone with no result and no run znode.
+    lose_item_1(&mut store, 0);
     node.forget_record("p@1");
     let orphan = Request::OrphanedTick { task: "p".into() };
     let answer = ask_at(&mut node, &mut store, at(100), orphan);
