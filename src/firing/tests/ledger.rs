@@ -155,3 +155,26 @@ fn a_caught_up_tick_dropped_past_its_deadline_is_in_the_ledger() {
     assert_eq!(tick, at(240));
     assert_eq!(ticks, [TickEntry::one(at(180), Reason::Deadline)]);
 }
+
+/// A review found a claim refused as done dropping the ticks not run it carried: no claim of
+/// the task comes after it. They are written alone at once, and the task fires no more.
+#[test]
+fn a_claim_refused_as_done_writes_the_ticks_it_carried_and_the_task_stops() {
+    let specs = vec![every_minute("t", "catch_up = \"skip\"\nmax_runs = 3")];
+    let mut shell = Shell::new(at(30), specs, &["t"]);
+    shell.read_record(Some(at(-600)));
+    shell.run_until(at(60));
+    shell.prepare();
+    let (call, _, _, ticks) = shell.claim_carrying();
+    let missed = entry(at(-540), at(0), 10, Reason::NoNode);
+    assert_eq!(ticks, [missed]);
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Done { runs: 3 })));
+    let (call, tick, intent, ticks) = shell.claim_carrying();
+    assert_eq!(
+        (tick, intent, ticks),
+        (at(0), ClaimIntent::Note, vec![missed])
+    );
+    shell.answer(call, Answer::Claim(Ok(ClaimOutcome::Claimed)));
+    shell.run_until(at(600));
+    assert!(!shell.has_claim(), "{:?}", shell.actions);
+}
