@@ -201,6 +201,8 @@ pub struct Daemon<C: Coordinator> {
     status: String,
     /// The task files as last read, so that a reload reads only the changed ones.
     cache: task::LoadCache,
+    /// The calendar files' errors the last reload logged: said again only when they change.
+    calendar_errors: Vec<String>,
     /// The tasks whose stored result was read for the leader's metrics.
     seeded: std::collections::BTreeSet<Arc<str>>,
 }
@@ -221,6 +223,7 @@ impl<C: Coordinator> Daemon<C> {
             runs_alive_rx,
             status: String::new(),
             cache: task::LoadCache::default(),
+            calendar_errors: Vec::new(),
             seeded: Default::default(),
         }
     }
@@ -338,11 +341,14 @@ impl<C: Coordinator> Daemon<C> {
             &defaults.identity,
             &defaults.calendars,
         );
-        for error in &loaded.errors {
-            tracing::error!(
-                "invalid calendar file, keeping its last good version if it had one: {}",
-                error.one_line()
-            );
+        let errors: Vec<String> = loaded.errors.iter().map(|e| e.one_line()).collect();
+        if errors != self.calendar_errors {
+            for error in &errors {
+                tracing::error!(
+                    "invalid calendar file, keeping its last good version if it had one: {error}"
+                );
+            }
+            self.calendar_errors = errors;
         }
         if loaded.calendars != *defaults.calendars {
             tracing::info!(

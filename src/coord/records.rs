@@ -580,11 +580,13 @@ pub fn encode_taskset<T: std::borrow::Borrow<TaskSpec>>(
 
 /// The task-set record of `tasks`, as [`encode_taskset`] writes it.
 pub fn taskset_record<T: std::borrow::Borrow<TaskSpec>>(tasks: &[T]) -> TaskSetRecord {
-    let calendars = tasks
-        .iter()
-        .flat_map(|t| t.borrow().schedule.exclusions())
-        .map(|c| (c.name.to_string(), CalendarRecord::of(c)))
-        .collect();
+    // Each calendar once, however many tasks exclude it.
+    let mut calendars = BTreeMap::new();
+    for calendar in tasks.iter().flat_map(|t| t.borrow().schedule.exclusions()) {
+        calendars
+            .entry(calendar.name.to_string())
+            .or_insert_with(|| CalendarRecord::of(calendar));
+    }
     TaskSetRecord {
         format: FORMAT_VERSION,
         calendars,

@@ -160,9 +160,8 @@ pub fn reads(paths: &Paths, path: &str) -> bool {
 fn line_of(snapshot: &Snapshot, members: &Members<'_>, task: &str, now: DateTime<Utc>) -> Line {
     let parts = TaskParts::new(snapshot, members, task);
     let entry = parts.entry;
-    let next = entry
-        .filter(|_| parts.fires(snapshot, task))
-        .and_then(|_| model::task_schedule(snapshot, task))
+    let next = parts
+        .schedule(snapshot, task)
         .and_then(|schedule| model::next_after_record(snapshot, task, &schedule, now));
     let status = parts.line(snapshot, task.to_string(), next, now);
     Line {

@@ -530,6 +530,8 @@ pub struct TaskParts<'m> {
     why_none: Option<String>,
     /// The definition `status` reads the schedule from (`definition`).
     pub entry: Option<&'m TaskSetEntry>,
+    /// The task set it is in: the calendars the task excludes.
+    set: Option<&'m TaskSetRecord>,
 }
 
 impl<'m> TaskParts<'m> {
@@ -537,13 +539,22 @@ impl<'m> TaskParts<'m> {
         let definers = members.definers(task);
         let unranked = members.unranked_definers(task);
         let why_none = why_none(&definers, &unranked);
-        let entry = definition(snapshot, task, &definers);
+        let (set, entry) = definition_in(snapshot, task, &definers).unzip();
         TaskParts {
             definers,
             unranked,
             why_none,
             entry,
+            set,
         }
+    }
+
+    /// The task's schedule, with its calendars, if a member may fire it now.
+    pub fn schedule(&self, snapshot: &Snapshot, task: &str) -> Option<Schedule> {
+        let (set, entry) = (self.set?, self.entry?);
+        self.fires(snapshot, task)
+            .then(|| entry_schedule_in(set, entry))
+            .flatten()
     }
 
     /// Whether the task has a next tick to work out: it is not paused and a member may run it.
@@ -630,7 +641,7 @@ pub fn task_lines<'m>(
         .zip(&parts)
         .map(|(name, parts)| parts.entry.filter(|_| parts.fires(snapshot, name)))
         .collect();
-    let nexts = next_ticks(snapshot, &names, &fires, now);
+    let nexts = next_ticks(snapshot, &names, &fires, &parts, now);
     names
         .into_iter()
         .zip(parts)
@@ -652,6 +663,7 @@ fn next_ticks(
     snapshot: &Snapshot,
     names: &[String],
     fires: &[Option<&TaskSetEntry>],
+    parts: &[TaskParts<'_>],
     now: DateTime<Utc>,
 ) -> Vec<Option<DateTime<Utc>>> {
     let mut by_schedule: HashMap<ScheduleKey<'_>, Vec<usize>> = HashMap::new();
@@ -665,7 +677,7 @@ fn next_ticks(
         // Calendars live in the task sets: a task that excludes some is worked out alone.
         if fires[tasks[0]].is_some_and(|e| !e.exclude.is_empty()) {
             for i in tasks {
-                let schedule = task_schedule(snapshot, &names[i]);
+                let schedule = parts[i].schedule(snapshot, &names[i]);
                 let record = snapshot.fire_records.get(&names[i]).and_then(|r| r.tick);
                 nexts[i] = schedule.and_then(|s| s.next_after(record.map_or(now, |r| r.max(now))));
             }
